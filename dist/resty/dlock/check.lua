@@ -1,0 +1,83 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+--- Render any Lua value for an error message, bounded and printable.
+function ____exports.show(v)
+    local t = type(v)
+    if t == "string" then
+        local s = v
+        local cut = #s > 40 and string.sub(s, 1, 40) .. "..." or s
+        return string.format("%q", cut)
+    end
+    if t == "number" and v ~= v then
+        return "nan"
+    end
+    if t == "table" or t == "userdata" or t == "function" or t == "thread" then
+        return "a " .. t
+    end
+    return tostring(v)
+end
+function ____exports.fail(what, v)
+    return nil, (("dlock: " .. what) .. ", got ") .. ____exports.show(v)
+end
+--- Integer in [min, max]; `unit` finishes the sentence ("a positive integer of ms").
+function ____exports.integer(name, v, min, max, unit)
+    if type(v) ~= "number" then
+        return ____exports.fail((name .. " must be ") .. unit, v)
+    end
+    local n = v
+    if n ~= n or n ~= math.floor(n) or n < min then
+        return ____exports.fail((name .. " must be ") .. unit, v)
+    end
+    if n > max then
+        return ____exports.fail(
+            (name .. " must be at most ") .. tostring(max),
+            v
+        )
+    end
+    return n, nil
+end
+function ____exports.str(name, v, maxLen)
+    if type(v) ~= "string" then
+        return ____exports.fail(name .. " must be a string", v)
+    end
+    local s = v
+    if #s == 0 then
+        return ____exports.fail(name .. " must not be empty", v)
+    end
+    if #s > maxLen then
+        return nil, ((((("dlock: " .. name) .. " must be at most ") .. tostring(maxLen)) .. " bytes, got ") .. tostring(#s)) .. " bytes"
+    end
+    return s, nil
+end
+function ____exports.bool(name, v)
+    if type(v) ~= "boolean" then
+        return ____exports.fail(name .. " must be a boolean", v)
+    end
+    return v, nil
+end
+--- An options table: nil is an empty table; anything else must be a table whose
+-- keys are all in `allowed`, so a typo ("ttl_ms", "wiat") is an error, never ignored.
+function ____exports.options(name, v, allowed)
+    if v == nil then
+        return {}, nil
+    end
+    if type(v) ~= "table" then
+        return ____exports.fail(name .. " must be a table", v)
+    end
+    local t = v
+    for k in pairs(t) do
+        if type(k) ~= "string" or not (allowed[k] ~= nil) then
+            return ____exports.fail("unknown option in " .. name, k)
+        end
+    end
+    return t, nil
+end
+function ____exports.set(...)
+    local names = {...}
+    local s = {}
+    for ____, n in ipairs(names) do
+        s[n] = true
+    end
+    return s
+end
+return ____exports

@@ -1,0 +1,95 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local RECORD = "l:"
+local SERIAL = "serial"
+local function encode(serial, token, key, ttl)
+    local expires = math.floor(ngx.now() * 1000) + ttl
+    return (((((((tostring(serial) .. " ") .. tostring(ngx.worker.pid())) .. " ") .. tostring(expires)) .. " ") .. token) .. " ") .. key
+end
+--- Record a new lease; returns its serial (0 when the dict could not take it).
+function ____exports.record(dict, rkey, token, key, ttl)
+    local serial, ierr = dict:incr(SERIAL, 1, 0)
+    if serial == nil then
+        ngx.log(ngx.WARN, "dlock: shared dict: cannot count leases: ", ierr)
+        return 0
+    end
+    local ok, err = dict:safe_set(
+        RECORD .. rkey,
+        encode(serial, token, key, ttl),
+        ttl / 1000
+    )
+    if not ok then
+        ngx.log(
+            ngx.WARN,
+            "dlock: shared dict: cannot record lease of ",
+            key,
+            ": ",
+            err
+        )
+    end
+    return serial
+end
+local function serialOf(dict, rkey)
+    local v = dict:get(RECORD .. rkey)
+    if type(v) ~= "string" then
+        return nil
+    end
+    local s = string.match(v, "^(%d+) ")
+    local ____temp_0
+    if s == nil then
+        ____temp_0 = nil
+    else
+        ____temp_0 = tonumber(s)
+    end
+    return ____temp_0
+end
+--- True when this nginx records a different, newer lease on the same key.
+function ____exports.superseded(dict, rkey, serial)
+    local current = serialOf(dict, rkey)
+    return current ~= nil and current ~= serial
+end
+--- Move the record's expiry after a successful extend.
+function ____exports.renew(dict, rkey, serial, token, key, ttl)
+    if serialOf(dict, rkey) == serial then
+        dict:safe_set(
+            RECORD .. rkey,
+            encode(serial, token, key, ttl),
+            ttl / 1000
+        )
+    end
+end
+--- Drop the record if it is still this lease's. Called before the Redis release:
+-- while we still hold the key in Redis nobody can write a newer record, so the
+-- get-then-delete cannot remove a successor's record.
+function ____exports.forget(dict, rkey, serial)
+    if serialOf(dict, rkey) == serial then
+        dict:delete(RECORD .. rkey)
+    end
+end
+--- Every lease recorded now. Walks the dict's keys: meant for status pages, not hot paths.
+function ____exports.held(dict)
+    local out = {}
+    local nowMs = ngx.now() * 1000
+    local keys = dict:get_keys(0)
+    for i = 1, #keys do
+        local k = keys[i]
+        if string.sub(k, 1, 2) == RECORD then
+            local v = dict:get(k)
+            if type(v) == "string" then
+                local ____, pid, expires, token, key = string.match(v, "^(%d+) (%d+) (%d+) (%S+) (.*)$")
+                if key ~= nil then
+                    local exp = tonumber(expires) or 0
+                    out[#out + 1] = {
+                        key = key,
+                        token = token,
+                        pid = tonumber(pid) or 0,
+                        expires_at = exp / 1000,
+                        ttl = math.max(0, exp - nowMs)
+                    }
+                end
+            end
+        end
+    end
+    return out
+end
+return ____exports

@@ -1,0 +1,291 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local init
+local check = require("resty.dlock.check")
+function init(red, conf)
+    if conf.password ~= nil then
+        local args = conf.username ~= nil and ({conf.username, conf.password}) or ({conf.password})
+        local ok, err = red:auth(unpack(args))
+        if not ok then
+            return (("dlock: redis " .. conf.endpoint) .. ": authentication failed: ") .. tostring(err)
+        end
+    end
+    if conf.db ~= 0 then
+        local ok, err = red:select(conf.db)
+        if not ok then
+            return (((("dlock: redis " .. conf.endpoint) .. ": SELECT ") .. tostring(conf.db)) .. " failed: ") .. tostring(err)
+        end
+    end
+    return nil
+end
+local function loadClient()
+    for ____, name in ipairs({"resty.redis", "nginx.redis"}) do
+        local ok, mod = pcall(require, name)
+        if ok and type(mod) == "table" then
+            return mod
+        end
+    end
+    return nil
+end
+local client = loadClient()
+local clientHasTls = client ~= nil and rawget(client, "set_timeouts") ~= nil
+local REDIS_OPTIONS = check.set(
+    "host",
+    "port",
+    "path",
+    "username",
+    "password",
+    "db",
+    "connect_timeout",
+    "read_timeout",
+    "pool_size",
+    "backlog",
+    "keepalive_timeout",
+    "ssl",
+    "ssl_verify",
+    "server_name"
+)
+local MAX_MS = 3600000
+--- Validate the `redis` option table of dlock.new and friends.
+function ____exports.parse(v)
+    if client == nil then
+        return nil, "dlock: no Redis client library: install lua-resty-redis (resty.redis) or Debian's lua-nginx-redis (nginx.redis)"
+    end
+    local o, oerr = check.options("redis", v, REDIS_OPTIONS)
+    if o == nil then
+        return nil, oerr
+    end
+    local host = "127.0.0.1"
+    local port = 6379
+    local path
+    if o.path ~= nil then
+        if o.host ~= nil or o.port ~= nil then
+            return check.fail("redis.path excludes redis.host and redis.port", o.path)
+        end
+        local p, err = check.str("redis.path", o.path, 4096)
+        if p == nil then
+            return nil, err
+        end
+        if string.sub(p, 1, 5) ~= "unix:" then
+            return check.fail("redis.path must start with \"unix:\"", p)
+        end
+        path = p
+    else
+        if o.host ~= nil then
+            local h, err = check.str("redis.host", o.host, 255)
+            if h == nil then
+                return nil, err
+            end
+            host = h
+        end
+        if o.port ~= nil then
+            local p, err = check.integer(
+                "redis.port",
+                o.port,
+                1,
+                65535,
+                "an integer port number"
+            )
+            if p == nil then
+                return nil, err
+            end
+            port = p
+        end
+    end
+    local username
+    local password
+    if o.username ~= nil then
+        local u, err = check.str("redis.username", o.username, 1024)
+        if u == nil then
+            return nil, err
+        end
+        username = u
+    end
+    if o.password ~= nil then
+        if type(o.password) ~= "string" then
+            return nil, "dlock: redis.password must be a string, got a " .. type(o.password)
+        end
+        password = o.password
+    end
+    if username ~= nil and password == nil then
+        return nil, "dlock: redis.username needs redis.password"
+    end
+    local ints = {}
+    local defaults = {
+        {
+            "db",
+            0,
+            0,
+            1000000,
+            "a non-negative integer"
+        },
+        {
+            "connect_timeout",
+            1000,
+            1,
+            MAX_MS,
+            "a positive integer of ms"
+        },
+        {
+            "read_timeout",
+            1000,
+            1,
+            MAX_MS,
+            "a positive integer of ms"
+        },
+        {
+            "pool_size",
+            64,
+            1,
+            100000,
+            "a positive integer"
+        },
+        {
+            "keepalive_timeout",
+            60000,
+            0,
+            MAX_MS,
+            "a non-negative integer of ms"
+        }
+    }
+    for ____, ____value in ipairs(defaults) do
+        local name = ____value[1]
+        local dflt = ____value[2]
+        local min = ____value[3]
+        local max = ____value[4]
+        local unit = ____value[5]
+        local v = o[name]
+        if v == nil then
+            ints[name] = dflt
+        else
+            local n, err = check.integer(
+                "redis." .. name,
+                v,
+                min,
+                max,
+                unit
+            )
+            if n == nil then
+                return nil, err
+            end
+            ints[name] = n
+        end
+    end
+    local backlog
+    if o.backlog ~= nil then
+        local n, err = check.integer(
+            "redis.backlog",
+            o.backlog,
+            0,
+            100000,
+            "a non-negative integer"
+        )
+        if n == nil then
+            return nil, err
+        end
+        backlog = n
+    end
+    local ssl = false
+    local sslVerify = false
+    local serverName
+    if o.ssl ~= nil then
+        local b, err = check.bool("redis.ssl", o.ssl)
+        if b == nil then
+            return nil, err
+        end
+        ssl = b
+    end
+    if o.ssl_verify ~= nil then
+        local b, err = check.bool("redis.ssl_verify", o.ssl_verify)
+        if b == nil then
+            return nil, err
+        end
+        sslVerify = b
+    end
+    if o.server_name ~= nil then
+        local s, err = check.str("redis.server_name", o.server_name, 255)
+        if s == nil then
+            return nil, err
+        end
+        serverName = s
+    end
+    if ssl and not clientHasTls then
+        return nil, ("dlock: redis.ssl = true needs lua-resty-redis >= 0.28 (resty.redis); the loaded client " .. (client._VERSION or "?")) .. " would silently connect in plaintext"
+    end
+    if not ssl and (sslVerify or serverName ~= nil) then
+        return nil, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true"
+    end
+    local endpoint = path or (host .. ":") .. tostring(port)
+    local db = ints.db
+    local pool = ((("dlock:" .. (ssl and "tls:" or "")) .. endpoint) .. ":") .. tostring(db)
+    if password ~= nil then
+        pool = (pool .. ":") .. string.sub(
+            ngx.md5(((username or "") .. "\0") .. password),
+            1,
+            16
+        )
+    end
+    return {
+        host = host,
+        port = port,
+        path = path,
+        username = username,
+        password = password,
+        db = db,
+        connect_timeout = ints.connect_timeout,
+        read_timeout = ints.read_timeout,
+        pool_size = ints.pool_size,
+        backlog = backlog,
+        keepalive_timeout = ints.keepalive_timeout,
+        ssl = ssl,
+        ssl_verify = sslVerify,
+        server_name = serverName,
+        pool = pool,
+        endpoint = endpoint
+    }, nil
+end
+--- A ready connection from the pool (or a fresh one, authenticated and with the
+-- db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
+function ____exports.connect(conf)
+    local red, nerr = client:new()
+    if red == nil then
+        return nil, "dlock: redis client: " .. tostring(nerr)
+    end
+    if clientHasTls then
+        red:set_timeouts(conf.connect_timeout, conf.read_timeout, conf.read_timeout)
+    else
+        red:set_timeout(conf.connect_timeout)
+    end
+    local opts = {pool = conf.pool, pool_size = conf.pool_size, backlog = conf.backlog}
+    if conf.ssl then
+        opts.ssl = true
+        opts.ssl_verify = conf.ssl_verify
+        opts.server_name = conf.server_name
+    end
+    local ok, err = red:connect(conf.path or conf.host, conf.path ~= nil and opts or conf.port, opts)
+    if ok == nil then
+        return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)
+    end
+    if not clientHasTls then
+        red:set_timeout(conf.read_timeout)
+    end
+    local reused = red:get_reused_times()
+    if reused == 0 then
+        local ierr = init(red, conf)
+        if ierr ~= nil then
+            red:close()
+            return nil, ierr
+        end
+    end
+    return red, nil
+end
+--- Hand the connection back. After a network error lua-resty-redis has already
+-- closed the socket (a read timeout closes it), so only healthy ones are pooled.
+function ____exports.done(red, conf, healthy)
+    if healthy then
+        red:set_keepalive(conf.keepalive_timeout, conf.pool_size)
+    else
+        red:close()
+    end
+end
+return ____exports

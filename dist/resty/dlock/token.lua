@@ -1,0 +1,72 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local ffi = require("ffi")
+pcall(ffi.cdef, "long getrandom(void *buf, size_t buflen, unsigned int flags);")
+pcall(ffi.cdef, "int gethostname(char *name, size_t len);")
+local RANDOM_BYTES = 16
+local HEX16 = string.rep("%02x", RANDOM_BYTES)
+local buf = ffi.new("uint8_t[?]", 256)
+local function lookupGetrandom()
+    return ffi.C.getrandom
+end
+local hasGetrandom = pcall(lookupGetrandom)
+local function urandom(n)
+    local f = io.open("/dev/urandom", "rb")
+    if f == nil then
+        return nil
+    end
+    local s = f:read(n)
+    f:close()
+    return s
+end
+--- `n` (<= 256) bytes from the CSPRNG, or nil if the kernel refuses.
+local function randomBytes(n)
+    if hasGetrandom then
+        if ffi.C.getrandom(buf, n, 0) == n then
+            return ffi.string(buf, n)
+        end
+    end
+    return urandom(n)
+end
+--- A fresh unguessable 128-bit token as 32 hex characters, or nil, err.
+function ____exports.random()
+    local s = randomBytes(RANDOM_BYTES)
+    if s == nil or #s ~= RANDOM_BYTES then
+        return nil, "dlock: cannot read random bytes from the kernel"
+    end
+    return string.format(
+        HEX16,
+        string.byte(s, 1, RANDOM_BYTES)
+    ), nil
+end
+local function hostname()
+    if ffi.C.gethostname(buf, 255) == 0 then
+        local name = string.match(
+            ffi.string(buf),
+            "^[%w%.%-_]+"
+        )
+        if name ~= nil then
+            return name
+        end
+    end
+    return "localhost"
+end
+local workerToken
+local workerPid = 0
+--- One token per worker process: host, pid and a per-start random part, so it
+-- is unique across a fleet and across restarts (pids get reused). Computed in
+-- the worker, not at require time: a module loaded by init_by_lua runs in the
+-- master first, and forked workers must not inherit the master's token.
+function ____exports.worker()
+    local pid = ngx.worker.pid()
+    if workerToken == nil or workerPid ~= pid then
+        local r, err = ____exports.random()
+        if r == nil then
+            return nil, err
+        end
+        workerToken = (((hostname() .. ":") .. tostring(pid)) .. ":") .. string.sub(r, 1, 16)
+        workerPid = pid
+    end
+    return workerToken, nil
+end
+return ____exports

@@ -1,0 +1,64 @@
+# Shell helpers shared by the spec runner, the demo, the benchmarks and the
+# torture harness: free ports, a private redis-server, nginx configs from
+# templates, and stopping by pid whatever was started.
+
+# A free loopback TCP port (nothing answers on it now).
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+  done
+}
+
+# wait_port PORT [SECONDS]: until something accepts on 127.0.0.1:PORT.
+wait_port() {
+  local i
+  for ((i = 0; i < ${2:-10} * 20; i++)); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on 127.0.0.1:$1" >&2
+  return 1
+}
+
+# start_redis PORT DIR [extra redis-server args...]: a throwaway redis-server in
+# the foreground of a background job, no persistence unless asked; its pid is
+# appended to DIR/pids.
+start_redis() {
+  local port=$1 dir=$2; shift 2
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$dir" --logfile "$dir/logs/redis-$port.log" "$@" &
+  echo $! >> "$dir/pids"
+  wait_port "$port" 10
+}
+
+# render_conf TEMPLATE PREFIX OUT [NAME=VALUE...]: copy TEMPLATE to OUT with
+# @ROOT@, @PREFIX@, @USER@ and each @NAME@ replaced.
+render_conf() {
+  local tpl=$1 prefix=$2 out=$3; shift 3
+  local root user="" args=()
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  # Workers run as nobody by default and could not read a root-owned checkout.
+  [ "$(id -u)" = 0 ] && user="user root;"
+  args=(-e "s|@ROOT@|$root|g" -e "s|@PREFIX@|$prefix|g" -e "s|@USER@|$user|g")
+  local kv
+  for kv in "$@"; do args+=(-e "s|@${kv%%=*}@|${kv#*=}|g"); done
+  mkdir -p "$prefix/logs"
+  sed "${args[@]}" "$tpl" > "$out"
+}
+
+# stop_pids FILE: stop every pid listed in FILE (TERM, then KILL after 3 s).
+stop_pids() {
+  local f=$1 pid i
+  [ -f "$f" ] || return 0
+  for pid in $(tac "$f"); do kill -CONT "$pid" 2>/dev/null; kill -TERM "$pid" 2>/dev/null; done
+  for ((i = 0; i < 30; i++)); do
+    local alive=0
+    for pid in $(cat "$f"); do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && return 0
+    sleep 0.1
+  done
+  for pid in $(cat "$f"); do kill -KILL "$pid" 2>/dev/null; done
+  return 0
+}

@@ -1,0 +1,240 @@
+// Redis connections: option parsing, the client library, pooling, AUTH/SELECT.
+// Every Redis round trip in lua-resty-dlock goes through connect()/done().
+
+import * as check from "./check";
+
+function loadClient(this: void): RestyRedisModule | undefined {
+  // OpenResty ships resty.redis; Debian ships the same library (0.27) as nginx.redis.
+  for (const name of ["resty.redis", "nginx.redis"]) {
+    const [ok, mod] = pcall(require, name);
+    if (ok && type(mod) === "table") {
+      return mod as RestyRedisModule;
+    }
+  }
+  return undefined;
+}
+
+const client = loadClient();
+// set_timeouts and TLS arrived together in lua-resty-redis 0.28; 0.27 silently
+// ignores `ssl = true` and would connect in plaintext.
+const clientHasTls = client !== undefined && rawget(client, "set_timeouts") !== undefined;
+
+export interface RedisConf {
+  readonly host: string;
+  readonly port: number;
+  readonly path: string | undefined;
+  readonly username: string | undefined;
+  readonly password: string | undefined;
+  readonly db: number;
+  readonly connect_timeout: number;
+  readonly read_timeout: number;
+  readonly pool_size: number;
+  readonly backlog: number | undefined;
+  readonly keepalive_timeout: number;
+  readonly ssl: boolean;
+  readonly ssl_verify: boolean;
+  readonly server_name: string | undefined;
+  /** Pool name: endpoint, db, TLS and a credentials digest, so pools never mix. */
+  readonly pool: string;
+  /** "host:port" or the socket path, for messages. */
+  readonly endpoint: string;
+}
+
+const REDIS_OPTIONS = check.set(
+  "host", "port", "path", "username", "password", "db",
+  "connect_timeout", "read_timeout", "pool_size", "backlog", "keepalive_timeout",
+  "ssl", "ssl_verify", "server_name",
+);
+const MAX_MS = 3600000;
+
+/** Validate the `redis` option table of dlock.new and friends. */
+export function parse(v: unknown): LuaMultiReturn<[RedisConf | undefined, string | undefined]> {
+  if (client === undefined) {
+    return $multi(undefined, "dlock: no Redis client library: install lua-resty-redis (resty.redis) or Debian's lua-nginx-redis (nginx.redis)");
+  }
+  const [o, oerr] = check.options("redis", v, REDIS_OPTIONS);
+  if (o === undefined) return $multi(undefined, oerr);
+
+  let host = "127.0.0.1";
+  let port = 6379;
+  let path: string | undefined;
+  if (o.get("path") !== undefined) {
+    if (o.get("host") !== undefined || o.get("port") !== undefined) {
+      return check.fail("redis.path excludes redis.host and redis.port", o.get("path"));
+    }
+    const [p, err] = check.str("redis.path", o.get("path"), 4096);
+    if (p === undefined) return $multi(undefined, err);
+    if (string.sub(p, 1, 5) !== "unix:") {
+      return check.fail("redis.path must start with \"unix:\"", p);
+    }
+    path = p;
+  } else {
+    if (o.get("host") !== undefined) {
+      const [h, err] = check.str("redis.host", o.get("host"), 255);
+      if (h === undefined) return $multi(undefined, err);
+      host = h;
+    }
+    if (o.get("port") !== undefined) {
+      const [p, err] = check.integer("redis.port", o.get("port"), 1, 65535, "an integer port number");
+      if (p === undefined) return $multi(undefined, err);
+      port = p;
+    }
+  }
+
+  let username: string | undefined;
+  let password: string | undefined;
+  if (o.get("username") !== undefined) {
+    const [u, err] = check.str("redis.username", o.get("username"), 1024);
+    if (u === undefined) return $multi(undefined, err);
+    username = u;
+  }
+  if (o.get("password") !== undefined) {
+    if (type(o.get("password")) !== "string") {
+      // Never echo a password back, not even a mistyped one.
+      return $multi(undefined, "dlock: redis.password must be a string, got a " + type(o.get("password")));
+    }
+    password = o.get("password") as string;
+  }
+  if (username !== undefined && password === undefined) {
+    return $multi(undefined, "dlock: redis.username needs redis.password");
+  }
+
+  const ints = new LuaTable<string, number>();
+  const defaults: [string, number, number, number, string][] = [
+    ["db", 0, 0, 1000000, "a non-negative integer"],
+    ["connect_timeout", 1000, 1, MAX_MS, "a positive integer of ms"],
+    ["read_timeout", 1000, 1, MAX_MS, "a positive integer of ms"],
+    ["pool_size", 64, 1, 100000, "a positive integer"],
+    ["keepalive_timeout", 60000, 0, MAX_MS, "a non-negative integer of ms"],
+  ];
+  for (const [name, dflt, min, max, unit] of defaults) {
+    const v = o.get(name);
+    if (v === undefined) {
+      ints.set(name, dflt);
+    } else {
+      const [n, err] = check.integer("redis." + name, v, min, max, unit);
+      if (n === undefined) return $multi(undefined, err);
+      ints.set(name, n);
+    }
+  }
+  let backlog: number | undefined;
+  if (o.get("backlog") !== undefined) {
+    const [n, err] = check.integer("redis.backlog", o.get("backlog"), 0, 100000, "a non-negative integer");
+    if (n === undefined) return $multi(undefined, err);
+    backlog = n;
+  }
+
+  let ssl = false;
+  let sslVerify = false;
+  let serverName: string | undefined;
+  if (o.get("ssl") !== undefined) {
+    const [b, err] = check.bool("redis.ssl", o.get("ssl"));
+    if (b === undefined) return $multi(undefined, err);
+    ssl = b;
+  }
+  if (o.get("ssl_verify") !== undefined) {
+    const [b, err] = check.bool("redis.ssl_verify", o.get("ssl_verify"));
+    if (b === undefined) return $multi(undefined, err);
+    sslVerify = b;
+  }
+  if (o.get("server_name") !== undefined) {
+    const [s, err] = check.str("redis.server_name", o.get("server_name"), 255);
+    if (s === undefined) return $multi(undefined, err);
+    serverName = s;
+  }
+  if (ssl && !clientHasTls) {
+    return $multi(undefined, "dlock: redis.ssl = true needs lua-resty-redis >= 0.28 (resty.redis); the loaded client " +
+      (client._VERSION ?? "?") + " would silently connect in plaintext");
+  }
+  if (!ssl && (sslVerify || serverName !== undefined)) {
+    return $multi(undefined, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true");
+  }
+
+  const endpoint = path ?? host + ":" + port;
+  const db = ints.get("db");
+  let pool = "dlock:" + (ssl ? "tls:" : "") + endpoint + ":" + db;
+  if (password !== undefined) {
+    // A digest, not the secret, ends up in the pool name (it shows in debug logs).
+    pool = pool + ":" + string.sub(ngx.md5((username ?? "") + "\0" + password), 1, 16);
+  }
+  return $multi({
+    host, port, path, username, password, db,
+    connect_timeout: ints.get("connect_timeout"),
+    read_timeout: ints.get("read_timeout"),
+    pool_size: ints.get("pool_size"),
+    backlog,
+    keepalive_timeout: ints.get("keepalive_timeout"),
+    ssl, ssl_verify: sslVerify, server_name: serverName,
+    pool, endpoint,
+  }, undefined);
+}
+
+/**
+ * A ready connection from the pool (or a fresh one, authenticated and with the
+ * db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
+ */
+export function connect(conf: RedisConf): LuaMultiReturn<[RestyRedis | undefined, string | undefined]> {
+  const [red, nerr] = (client as RestyRedisModule).new();
+  if (red === undefined) {
+    return $multi(undefined, "dlock: redis client: " + tostring(nerr));
+  }
+  // Never touch red.set_timeouts on 0.27: its __index would turn the name into a Redis command.
+  if (clientHasTls) {
+    red.set_timeouts!(conf.connect_timeout, conf.read_timeout, conf.read_timeout);
+  } else {
+    red.set_timeout(conf.connect_timeout);
+  }
+  const opts: RedisConnectOptions = { pool: conf.pool, pool_size: conf.pool_size, backlog: conf.backlog };
+  if (conf.ssl) {
+    opts.ssl = true;
+    opts.ssl_verify = conf.ssl_verify;
+    opts.server_name = conf.server_name;
+  }
+  const [ok, err] = red.connect(conf.path ?? conf.host, conf.path !== undefined ? opts : conf.port, opts);
+  if (ok === undefined) {
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err));
+  }
+  if (!clientHasTls) {
+    red.set_timeout(conf.read_timeout);
+  }
+  const [reused] = red.get_reused_times();
+  if (reused === 0) {
+    const ierr = init(red, conf);
+    if (ierr !== undefined) {
+      red.close();
+      return $multi(undefined, ierr);
+    }
+  }
+  return $multi(red, undefined);
+}
+
+/** AUTH and SELECT, once per fresh connection (pooled ones are already set up). */
+function init(red: RestyRedis, conf: RedisConf): string | undefined {
+  if (conf.password !== undefined) {
+    // Two-argument AUTH is the ACL form (Redis >= 6); one argument is requirepass.
+    const args = conf.username !== undefined ? [conf.username, conf.password] : [conf.password];
+    const [ok, err] = red.auth(...args);
+    if (!ok) {
+      return "dlock: redis " + conf.endpoint + ": authentication failed: " + tostring(err);
+    }
+  }
+  if (conf.db !== 0) {
+    const [ok, err] = red.select(conf.db);
+    if (!ok) {
+      return "dlock: redis " + conf.endpoint + ": SELECT " + conf.db + " failed: " + tostring(err);
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Hand the connection back. After a network error lua-resty-redis has already
+ * closed the socket (a read timeout closes it), so only healthy ones are pooled.
+ */
+export function done(red: RestyRedis, conf: RedisConf, healthy: boolean): void {
+  if (healthy) {
+    red.set_keepalive(conf.keepalive_timeout, conf.pool_size);
+  } else {
+    red.close();
+  }
+}

@@ -1,0 +1,81 @@
+// Lock tokens: the value stored in Redis that proves who owns a lease.
+//
+// Random tokens come from the kernel CSPRNG (getrandom(2) through the FFI,
+// /dev/urandom as a fallback): math.random is seeded per worker and guessable,
+// and ngx.now() collides between workers.
+
+const ffi = require("ffi") as FfiModule;
+
+// Another library may have declared the same prototypes; that is fine.
+pcall(ffi.cdef, "long getrandom(void *buf, size_t buflen, unsigned int flags);");
+pcall(ffi.cdef, "int gethostname(char *name, size_t len);");
+
+const RANDOM_BYTES = 16;
+const HEX16 = string.rep("%02x", RANDOM_BYTES);
+const buf = ffi.new("uint8_t[?]", 256);
+
+function lookupGetrandom(this: void): (this: void, b: FfiBuffer, len: number, flags: number) => number {
+  return ffi.C.getrandom;
+}
+const [hasGetrandom] = pcall(lookupGetrandom);
+
+function urandom(n: number): string | undefined {
+  const [f] = io.open("/dev/urandom", "rb");
+  if (f === undefined) {
+    return undefined;
+  }
+  const s = f.read(n);
+  f.close();
+  return s;
+}
+
+/** `n` (<= 256) bytes from the CSPRNG, or nil if the kernel refuses. */
+function randomBytes(n: number): string | undefined {
+  if (hasGetrandom) {
+    if (ffi.C.getrandom(buf, n, 0) === n) {
+      return ffi.string(buf, n);
+    }
+  }
+  return urandom(n);
+}
+
+/** A fresh unguessable 128-bit token as 32 hex characters, or nil, err. */
+export function random(): LuaMultiReturn<[string | undefined, string | undefined]> {
+  const s = randomBytes(RANDOM_BYTES);
+  if (s === undefined || s.length !== RANDOM_BYTES) {
+    return $multi(undefined, "dlock: cannot read random bytes from the kernel");
+  }
+  return $multi(string.format(HEX16, ...string.byte(s, 1, RANDOM_BYTES)), undefined);
+}
+
+function hostname(): string {
+  if (ffi.C.gethostname(buf, 255) === 0) {
+    const [name] = string.match(ffi.string(buf), "^[%w%.%-_]+");
+    if (name !== undefined) {
+      return name;
+    }
+  }
+  return "localhost";
+}
+
+let workerToken: string | undefined;
+let workerPid = 0;
+
+/**
+ * One token per worker process: host, pid and a per-start random part, so it
+ * is unique across a fleet and across restarts (pids get reused). Computed in
+ * the worker, not at require time: a module loaded by init_by_lua runs in the
+ * master first, and forked workers must not inherit the master's token.
+ */
+export function worker(): LuaMultiReturn<[string | undefined, string | undefined]> {
+  const pid = ngx.worker.pid();
+  if (workerToken === undefined || workerPid !== pid) {
+    const [r, err] = random();
+    if (r === undefined) {
+      return $multi(undefined, err);
+    }
+    workerToken = hostname() + ":" + pid + ":" + string.sub(r, 1, 16);
+    workerPid = pid;
+  }
+  return $multi(workerToken, undefined);
+}

@@ -1,0 +1,21 @@
+// The few LuaJIT FFI pieces lua-resty-dlock uses, reached through require "ffi"
+// (ffi is not a global inside nginx).
+
+/** A cdata buffer, e.g. ffi.new("uint8_t[?]", n). */
+interface FfiBuffer {
+  readonly __ffiBufferBrand: unique symbol;
+}
+
+/** @noSelf */
+interface LibC {
+  getrandom(buf: FfiBuffer, len: number, flags: number): number;
+  gethostname(buf: FfiBuffer, len: number): number;
+}
+
+/** @noSelf */
+interface FfiModule {
+  cdef(defs: string): void;
+  readonly C: LibC;
+  "new"(ct: string, n: number): FfiBuffer;
+  string(buf: FfiBuffer, len?: number): string;
+}

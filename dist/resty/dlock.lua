@@ -43,34 +43,6 @@ end
 local function checkKey(v)
     return check.str("key", v, ____exports.MAX_KEY_LEN)
 end
---- Best effort delete of a lease whose acquire reply was lost: owner-checked, from a timer.
-local function cleanup(premature, conf, rkey, tok)
-    if premature then
-        return
-    end
-    local red, err = redis.connect(conf)
-    if red == nil then
-        ngx.log(
-            ngx.WARN,
-            "dlock: cleanup of ",
-            rkey,
-            " skipped, it expires on its own: ",
-            err
-        )
-        return
-    end
-    local res, rerr = scripts.run(red, scripts.RELEASE, rkey, tok)
-    redis.done(red, conf, res ~= nil)
-    if res == nil or res == false then
-        ngx.log(
-            ngx.WARN,
-            "dlock: cleanup of ",
-            rkey,
-            " failed, it expires on its own: ",
-            rerr
-        )
-    end
-end
 --- One owner-checked script round trip. Returns the reply, or nil and an error
 -- that names the endpoint; `lost` is true when the request may have reached
 -- Redis but the reply did not come back (its outcome is unknown).
@@ -88,6 +60,40 @@ local function call(conf, s, rkey, ...)
         return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err), false
     end
     return res, nil, false
+end
+--- Delete a lease whose acquire reply was lost, owner-checked, from a timer.
+-- Redis may be paused or unreachable right now (that is often why the reply was
+-- lost), so retry with backoff until the lease would have expired anyway.
+local function cleanup(premature, conf, rkey, tok, deadline, delay)
+    if premature then
+        return
+    end
+    local res, err = call(conf, scripts.RELEASE, rkey, tok)
+    if res ~= nil then
+        if res == 1 then
+            ngx.log(ngx.NOTICE, "dlock: removed ", rkey, " acquired by a request whose reply was lost")
+        end
+        return
+    end
+    if ngx.now() + delay >= deadline then
+        ngx.log(
+            ngx.WARN,
+            "dlock: giving up cleanup of ",
+            rkey,
+            ", it expires on its own: ",
+            err
+        )
+        return
+    end
+    ngx.timer.at(
+        delay,
+        cleanup,
+        conf,
+        rkey,
+        tok,
+        deadline,
+        math.min(delay * 2, 5)
+    )
 end
 local leaseMethods = {
     release = function(self)
@@ -206,7 +212,9 @@ local locksMethods = {
                         cleanup,
                         self.redis,
                         rkey,
-                        tok
+                        tok,
+                        ngx.now() + ttl / 1000,
+                        0.1
                     )
                     return nil, tostring(err) .. "; acquire outcome unknown, owner-checked cleanup scheduled", nil
                 end

@@ -62,23 +62,6 @@ function checkKey(v: unknown): LuaMultiReturn<[string | undefined, string | unde
   return check.str("key", v, MAX_KEY_LEN);
 }
 
-/** Best effort delete of a lease whose acquire reply was lost: owner-checked, from a timer. */
-function cleanup(this: void, premature: boolean, conf: redis.RedisConf, rkey: string, tok: string): void {
-  if (premature) {
-    return;
-  }
-  const [red, err] = redis.connect(conf);
-  if (red === undefined) {
-    ngx.log(ngx.WARN, "dlock: cleanup of ", rkey, " skipped, it expires on its own: ", err);
-    return;
-  }
-  const [res, rerr] = scripts.run(red, scripts.RELEASE, rkey, tok);
-  redis.done(red, conf, res !== undefined);
-  if (res === undefined || res === false) {
-    ngx.log(ngx.WARN, "dlock: cleanup of ", rkey, " failed, it expires on its own: ", rerr);
-  }
-}
-
 /**
  * One owner-checked script round trip. Returns the reply, or nil and an error
  * that names the endpoint; `lost` is true when the request may have reached
@@ -98,6 +81,29 @@ function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err), false);
   }
   return $multi(res, undefined, false);
+}
+
+/**
+ * Delete a lease whose acquire reply was lost, owner-checked, from a timer.
+ * Redis may be paused or unreachable right now (that is often why the reply was
+ * lost), so retry with backoff until the lease would have expired anyway.
+ */
+function cleanup(this: void, premature: boolean, conf: redis.RedisConf, rkey: string, tok: string, deadline: number, delay: number): void {
+  if (premature) {
+    return;
+  }
+  const [res, err] = call(conf, scripts.RELEASE, rkey, tok);
+  if (res !== undefined) {
+    if (res === 1) {
+      ngx.log(ngx.NOTICE, "dlock: removed ", rkey, " acquired by a request whose reply was lost");
+    }
+    return;
+  }
+  if (ngx.now() + delay >= deadline) {
+    ngx.log(ngx.WARN, "dlock: giving up cleanup of ", rkey, ", it expires on its own: ", err);
+    return;
+  }
+  ngx.timer.at(delay, cleanup, conf, rkey, tok, deadline, math.min(delay * 2, 5));
 }
 
 const leaseMethods = {
@@ -195,7 +201,7 @@ const locksMethods = {
       if (res === undefined) {
         if (lost) {
           // The SET may have landed: delete it if it did, so it cannot block others for a whole ttl.
-          ngx.timer.at(0, cleanup, this.redis, rkey, tok);
+          ngx.timer.at(0, cleanup, this.redis, rkey, tok, ngx.now() + ttl / 1000, 0.1);
           return $multi(undefined, err + "; acquire outcome unknown, owner-checked cleanup scheduled", undefined);
         }
         return $multi(undefined, err, undefined);

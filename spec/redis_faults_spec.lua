@@ -1,0 +1,141 @@
+-- What callers see when Redis misbehaves: flushed scripts, a stopped or paused
+-- server, wrong credentials, someone else's data on the key, other databases.
+local h = require "helpers"
+local dlock = require "resty.dlock"
+
+local function elapsed(fn)
+  ngx.update_time()
+  local t0 = ngx.now()
+  local a, b, c = fn()
+  ngx.update_time()
+  return ngx.now() - t0, a, b, c
+end
+
+describe("redis faults", function()
+  it("recovers from SCRIPT FLUSH (NOSCRIPT) with one EVAL per script, then EVALSHA again", function()
+    local locks = h.locks()
+    local function evals()
+      return tonumber(h.cmd(nil, "info", "commandstats"):match("cmdstat_eval:calls=(%d+)") or "0")
+    end
+    assert(locks:acquire("warm")):release()
+    assert.equal("OK", h.cmd(nil, "script", "flush"))
+    local e0 = evals()
+    local lease, err = locks:acquire("a")
+    assert.is_nil(err)
+    assert.is_true(lease:extend(5000))
+    assert.is_true(lease:release())
+    assert.equal(e0 + 3, evals())
+    -- The fallback cached them again: the next cycle runs on EVALSHA alone.
+    lease = assert(locks:acquire("b"))
+    assert.is_true(lease:extend(5000))
+    assert.is_true(lease:release())
+    assert.equal(e0 + 3, evals())
+  end)
+
+  it("reports a stopped Redis as a clear error within the connect timeout", function()
+    local r = h.start_redis()
+    r.stop()
+    local locks = assert(dlock.new({ dict = "dlock", redis = { port = r.port, connect_timeout = 300 } }))
+    local t, lease, err = elapsed(function() return locks:acquire("a") end)
+    assert.is_nil(lease)
+    assert.equal("dlock: redis 127.0.0.1:" .. r.port .. ": connection refused", err)
+    assert.is_true(t < 0.35, "took " .. t)
+  end)
+
+  it("reports an unreachable Redis host within the connect timeout", function()
+    -- 10.255.255.1 is unroutable here: the SYN goes nowhere.
+    local locks = assert(dlock.new({ dict = "dlock", redis = { host = "10.255.255.1", connect_timeout = 200 } }))
+    local t, lease, err = elapsed(function() return locks:acquire("a") end)
+    assert.is_nil(lease)
+    assert.matches("^dlock: redis 10.255.255.1:6379: ", err)
+    assert.is_true(t < 0.5, "took " .. t)
+  end)
+
+  it("reports a paused Redis as an unknown outcome and removes the lock once it resumes", function()
+    local r = h.start_redis()
+    local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("paused"),
+      redis = { port = r.port, read_timeout = 200 } }))
+    r.signal("STOP")
+    local t, lease, err = elapsed(function() return locks:acquire("a", { ttl = 20000 }) end)
+    r.signal("CONT")
+    assert.is_nil(lease)
+    assert.matches("timeout during acquire; acquire outcome unknown, owner%-checked cleanup scheduled$", err)
+    assert.is_true(t < 0.5, "took " .. t)
+    -- The queued SET landed when Redis resumed; the cleanup timer deletes it well before its 20 s ttl.
+    local gone = false
+    for _ = 1, 40 do
+      ngx.sleep(0.1)
+      if h.cmd(r.port, "exists", locks.prefix .. "a") == 0 then gone = true break end
+    end
+    assert.is_true(gone)
+    assert(locks:acquire("a")):release()
+    r.stop()
+  end)
+
+  describe("with a password", function()
+    local r
+    setup(function() r = h.start_redis(nil, "--requirepass", "s3cret") end)
+    teardown(function() r.stop() end)
+
+    it("fails clearly on a wrong password", function()
+      local locks = assert(dlock.new({ dict = "dlock", redis = { port = r.port, password = "wrong" } }))
+      local lease, err = locks:acquire("a")
+      assert.is_nil(lease)
+      assert.matches("^dlock: redis 127.0.0.1:" .. r.port .. ": authentication failed: WRONGPASS", err)
+      assert.is_nil(err:find("wrong", 1, true))
+    end)
+
+    it("fails clearly without a password", function()
+      local locks = assert(dlock.new({ dict = "dlock", redis = { port = r.port } }))
+      local lease, err = locks:acquire("a")
+      assert.is_nil(lease)
+      assert.matches("NOAUTH", err)
+    end)
+
+    it("works with the right password, also as ACL user default", function()
+      local a = assert(dlock.new({ dict = "dlock", redis = { port = r.port, password = "s3cret" } }))
+      assert(a:acquire("a")):release()
+      local b = assert(dlock.new({ dict = "dlock", redis = { port = r.port, username = "default", password = "s3cret" } }))
+      assert(b:acquire("a")):release()
+    end)
+
+    it("keeps pools apart: a wrong password never borrows an authenticated connection", function()
+      local good = assert(dlock.new({ dict = "dlock", redis = { port = r.port, password = "s3cret" } }))
+      assert(good:acquire("x")):release()
+      local bad = assert(dlock.new({ dict = "dlock", redis = { port = r.port, password = "nope" } }))
+      local lease, err = bad:acquire("x")
+      assert.is_nil(lease)
+      assert.matches("authentication failed", err)
+    end)
+  end)
+
+  it("reports someone else's non-string data on the key as an error, never as busy", function()
+    local locks = h.locks()
+    h.cmd(nil, "rpush", locks.prefix .. "list", "x")
+    local lease, err = locks:acquire("list", { wait = 200 })
+    assert.is_nil(lease)
+    assert.matches("^dlock: redis .*WRONGTYPE lock key .*list holds a list, not a lock", err)
+  end)
+
+  it("selects the configured database on fresh connections only, and keeps db pools apart", function()
+    local p = h.unique("db")
+    local one = assert(dlock.new({ dict = "dlock", prefix = p, redis = h.redis_opts({ db = 1 }) }))
+    local zero = assert(dlock.new({ dict = "dlock", prefix = p, redis = h.redis_opts() }))
+    local l1 = assert(one:acquire("a"))
+    local l0 = assert(zero:acquire("a"))   -- same key, other database: not busy
+    local red = require("nginx.redis"):new()
+    assert(red:connect("127.0.0.1", h.redis_port))
+    red:select(1)
+    assert.equal(l1.token, red:get(p .. "a"))
+    red:select(0)
+    assert.equal(l0.token, red:get(p .. "a"))
+    red:close()
+    l1:release(); l0:release()
+  end)
+
+  it("refuses TLS when the client library would silently connect in plaintext", function()
+    local locks, err = dlock.new({ dict = "dlock", redis = { ssl = true } })
+    assert.is_nil(locks)
+    assert.matches("^dlock: redis.ssl = true needs lua%-resty%-redis >= 0.28", err)
+  end)
+end)

@@ -1,0 +1,116 @@
+-- Bad input: every public entry point answers nil and a message that names
+-- the problem and the value, never raises, never falls back to a default.
+local h = require "helpers"
+local dlock = require "resty.dlock"
+
+local function new_err(opts)
+  local ok, locks, err = pcall(dlock.new, opts)
+  assert.is_true(ok, locks)
+  assert.is_nil(locks)
+  return err
+end
+
+describe("bad input", function()
+  describe("dlock.new", function()
+    local cases = {
+      { nil, "dlock: new needs an options table with at least dict" },
+      { "dlock", 'dlock: dlock.new options must be a table, got "dlock"' },
+      { {}, "dlock: dict must be a string, got nil" },
+      { { dict = "nope" }, 'dlock: no lua_shared_dict named nope (declare it in nginx.conf), got "nope"' },
+      { { dict = "" }, 'dlock: dict must not be empty, got ""' },
+      { { dict = "dlock", ttl_ms = 5 }, 'dlock: unknown option in dlock.new options, got "ttl_ms"' },
+      { { dict = "dlock", [1] = true }, "dlock: unknown option in dlock.new options, got 1" },
+      { { dict = "dlock", owner = "request" }, 'dlock: owner must be "random" or "worker", got "request"' },
+      { { dict = "dlock", prefix = "" }, 'dlock: prefix must not be empty, got ""' },
+      { { dict = "dlock", ttl = -5 }, "dlock: ttl must be a positive integer of ms, got -5" },
+      { { dict = "dlock", ttl = 0 }, "dlock: ttl must be a positive integer of ms, got 0" },
+      { { dict = "dlock", ttl = 1.5 }, "dlock: ttl must be a positive integer of ms, got 1.5" },
+      { { dict = "dlock", ttl = "10" }, 'dlock: ttl must be a positive integer of ms, got "10"' },
+      { { dict = "dlock", ttl = 0 / 0 }, "dlock: ttl must be a positive integer of ms, got nan" },
+      { { dict = "dlock", ttl = math.huge }, "dlock: ttl must be at most 86400000, got inf" },
+      { { dict = "dlock", ttl = 1e12 }, "dlock: ttl must be at most 86400000, got 1000000000000" },
+      { { dict = "dlock", wait = -1 }, "dlock: wait must be a non-negative integer of ms, got -1" },
+      { { dict = "dlock", redis = "127.0.0.1" }, 'dlock: redis must be a table, got "127.0.0.1"' },
+      { { dict = "dlock", redis = { hots = "x" } }, 'dlock: unknown option in redis, got "hots"' },
+      { { dict = "dlock", redis = { port = "6379" } }, 'dlock: redis.port must be an integer port number, got "6379"' },
+      { { dict = "dlock", redis = { port = 70000 } }, "dlock: redis.port must be at most 65535, got 70000" },
+      { { dict = "dlock", redis = { host = "" } }, 'dlock: redis.host must not be empty, got ""' },
+      { { dict = "dlock", redis = { path = "/tmp/r.sock" } }, 'dlock: redis.path must start with "unix:", got "/tmp/r.sock"' },
+      { { dict = "dlock", redis = { path = "unix:/r.sock", port = 1 } }, 'dlock: redis.path excludes redis.host and redis.port, got "unix:/r.sock"' },
+      { { dict = "dlock", redis = { connect_timeout = 0 } }, "dlock: redis.connect_timeout must be a positive integer of ms, got 0" },
+      { { dict = "dlock", redis = { read_timeout = -1 } }, "dlock: redis.read_timeout must be a positive integer of ms, got -1" },
+      { { dict = "dlock", redis = { db = -1 } }, "dlock: redis.db must be a non-negative integer, got -1" },
+      { { dict = "dlock", redis = { pool_size = 0 } }, "dlock: redis.pool_size must be a positive integer, got 0" },
+      { { dict = "dlock", redis = { username = "u" } }, "dlock: redis.username needs redis.password" },
+      { { dict = "dlock", redis = { password = 1234 } }, "dlock: redis.password must be a string, got a number" },
+      { { dict = "dlock", redis = { ssl = "yes" } }, 'dlock: redis.ssl must be a boolean, got "yes"' },
+      { { dict = "dlock", redis = { ssl_verify = true } }, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true" },
+    }
+    for i, c in ipairs(cases) do
+      it("rejects case " .. i .. ": " .. c[2], function()
+        assert.equal(c[2], new_err(c[1]))
+      end)
+    end
+  end)
+
+  describe("acquire", function()
+    local locks
+    setup(function() locks = h.locks() end)
+
+    local function acquire_err(key, opts)
+      local ok, lease, err = pcall(locks.acquire, locks, key, opts)
+      assert.is_true(ok, lease)
+      assert.is_nil(lease)
+      return err
+    end
+
+    it("rejects a missing key", function()
+      assert.equal("dlock: key must be a string, got nil", acquire_err(nil))
+    end)
+    it("rejects an empty key", function()
+      assert.equal('dlock: key must not be empty, got ""', acquire_err(""))
+    end)
+    it("rejects a non-string key", function()
+      assert.equal("dlock: key must be a string, got 42", acquire_err(42))
+      assert.equal("dlock: key must be a string, got a table", acquire_err({}))
+    end)
+    it("rejects a key over " .. dlock.MAX_KEY_LEN .. " bytes", function()
+      assert.equal("dlock: key must be at most 512 bytes, got 513 bytes", acquire_err(string.rep("k", 513)))
+      local lease = assert(locks:acquire(string.rep("k", 512)))
+      lease:release()
+    end)
+    it("accepts binary keys as they are", function()
+      local lease = assert(locks:acquire("\0\255\n key"))
+      assert.equal(lease.token, h.cmd(nil, "get", locks.prefix .. "\0\255\n key"))
+      lease:release()
+    end)
+    it("rejects bad ttl and wait", function()
+      assert.equal("dlock: ttl must be a positive integer of ms, got -5", acquire_err("a", { ttl = -5 }))
+      assert.equal("dlock: ttl must be at most 86400000, got 86400001", acquire_err("a", { ttl = 86400001 }))
+      assert.equal("dlock: wait must be a non-negative integer of ms, got -1", acquire_err("a", { wait = -1 }))
+      assert.equal("dlock: wait must be a non-negative integer of ms, got nan", acquire_err("a", { wait = 0 / 0 }))
+    end)
+    it("rejects unknown and misspelt options", function()
+      assert.equal('dlock: unknown option in acquire options, got "wiat"', acquire_err("a", { wiat = 100 }))
+      assert.equal('dlock: acquire options must be a table, got "fast"', acquire_err("a", "fast"))
+    end)
+  end)
+
+  describe("lease and with", function()
+    it("rejects a bad ttl on extend and keeps the lease", function()
+      local locks = h.locks()
+      local lease = assert(locks:acquire("a", { ttl = 5000 }))
+      local ok, err = lease:extend(-1)
+      assert.is_nil(ok)
+      assert.equal("dlock: ttl must be a positive integer of ms, got -1", err)
+      assert.equal(5000, lease.ttl)
+      assert.is_true(lease:release())
+    end)
+    it("rejects a with() without a function", function()
+      local locks = h.locks()
+      local ok, err = locks:with("a", nil, "not a function")
+      assert.is_nil(ok)
+      assert.equal('dlock: with needs a function, got "not a function"', err)
+    end)
+  end)
+end)

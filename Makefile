@@ -3,7 +3,7 @@ SHELL := /bin/bash
 DEBS := nginx libnginx-mod-http-lua lua-resty-core lua-nginx-redis lua-busted luajit2 redis-server
 BENCH_DEBS := wrk gnuplot-nox
 
-.PHONY: all deps build check test spec run bench bench-smoke torture clean
+.PHONY: all deps build test spec run bench bench-smoke torture clean test-docker
 
 all: build
 
@@ -41,3 +41,8 @@ torture: deps
 
 clean:
 	rm -rf /tmp/dlock-spec.* /tmp/dlock-demo.* /tmp/dlock-bench.*
+
+# The same specs in the official openresty image (needs a Docker engine; CI here has none).
+test-docker:
+	docker build -f spec/docker/Dockerfile -t lua-resty-dlock-test .
+	docker run --rm lua-resty-dlock-test

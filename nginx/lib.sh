@@ -2,6 +2,15 @@
 # torture harness: free ports, a private redis-server, nginx configs from
 # templates, and stopping by pid whatever was started.
 
+# The nginx binary: Debian's nginx loads the Lua module dynamically; set
+# DLOCK_NGINX=openresty (or a path) to use an OpenResty build with Lua built in.
+NGINX_BIN=${DLOCK_NGINX:-nginx}
+if [ -z "${DLOCK_NGINX:-}" ]; then
+  LUA_MODULES="load_module /usr/lib/nginx/modules/ndk_http_module.so; load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;"
+else
+  LUA_MODULES=""
+fi
+
 # A free loopback TCP port (nothing answers on it now).
 free_port() {
   local p
@@ -34,14 +43,14 @@ start_redis() {
 }
 
 # render_conf TEMPLATE PREFIX OUT [NAME=VALUE...]: copy TEMPLATE to OUT with
-# @ROOT@, @PREFIX@, @USER@ and each @NAME@ replaced.
+# @ROOT@, @PREFIX@, @USER@, @LUA_MODULES@ and each @NAME@ replaced.
 render_conf() {
   local tpl=$1 prefix=$2 out=$3; shift 3
   local root user="" args=()
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   # Workers run as nobody by default and could not read a root-owned checkout.
   [ "$(id -u)" = 0 ] && user="user root;"
-  args=(-e "s|@ROOT@|$root|g" -e "s|@PREFIX@|$prefix|g" -e "s|@USER@|$user|g")
+  args=(-e "s|@ROOT@|$root|g" -e "s|@PREFIX@|$prefix|g" -e "s|@USER@|$user|g" -e "s|@LUA_MODULES@|$LUA_MODULES|g")
   local kv
   for kv in "$@"; do args+=(-e "s|@${kv%%=*}@|${kv#*=}|g"); done
   mkdir -p "$prefix/logs"

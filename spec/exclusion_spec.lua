@@ -17,7 +17,7 @@ describe("mutual exclusion", function()
   it("holds across 40 light threads and 4 workers of another nginx on 3 keys: zero overlaps", function()
     local locks = h.locks()
     local prefix = locks.prefix
-    local redis = require "nginx.redis"
+    local redis = h.redis
     local keys, rounds = 3, 25
 
     local function local_client()

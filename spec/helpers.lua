@@ -2,9 +2,11 @@
 -- a tiny HTTP client on cosockets. Every process started here is appended to
 -- <prefix>/pids, so spec/runner/run stops it even when a spec fails midway.
 local env = require "testenv"
-local redis = require "nginx.redis"
+-- OpenResty ships resty.redis, Debian nginx.redis: the same client library.
+local found, redis = pcall(require, "resty.redis")
+if not found then redis = require "nginx.redis" end
 
-local _M = { env = env, root = env.root, prefix = env.prefix, redis_port = env.redis_port }
+local _M = { env = env, root = env.root, prefix = env.prefix, redis_port = env.redis_port, redis = redis }
 
 local seq = 0
 --- A key namespace of its own for each call, so specs never see each other's keys.
@@ -115,7 +117,7 @@ function _M.start_nginx(template, vars)
   local cmd = string.format("bash -c '. %s/nginx/lib.sh; render_conf %s/nginx/%s %s %s/nginx.conf %s'",
     env.root, env.root, template, prefix, prefix, table.concat(kv, " "))
   assert(_M.sh(cmd), "render_conf failed")
-  assert(_M.sh("nginx -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -g 'daemon on;' 2>>" .. prefix .. "/logs/start.log"),
+  assert(_M.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -g 'daemon on;' 2>>" .. prefix .. "/logs/start.log"),
     "nginx did not start: " .. tostring(read_file(prefix .. "/logs/start.log")))
   local pid
   for _ = 1, 100 do

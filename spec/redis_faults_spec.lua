@@ -123,7 +123,7 @@ describe("redis faults", function()
     local zero = assert(dlock.new({ dict = "dlock", prefix = p, redis = h.redis_opts() }))
     local l1 = assert(one:acquire("a"))
     local l0 = assert(zero:acquire("a"))   -- same key, other database: not busy
-    local red = require("nginx.redis"):new()
+    local red = h.redis:new()
     assert(red:connect("127.0.0.1", h.redis_port))
     red:select(1)
     assert.equal(l1.token, red:get(p .. "a"))

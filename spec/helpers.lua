@@ -60,6 +60,17 @@ local function read_file(path)
 end
 _M.read_file = read_file
 
+--- Signal pid (resumed first, in case it is stopped) and wait up to 5 s for it to exit, then KILL.
+function _M.stop_pid(pid, sig)
+  _M.sh("kill -CONT " .. pid .. " 2>/dev/null; kill -" .. sig .. " " .. pid .. " 2>/dev/null")
+  for _ = 1, 100 do
+    if not _M.sh("kill -0 " .. pid .. " 2>/dev/null") then return true end
+    ngx.sleep(0.05)
+  end
+  _M.sh("kill -KILL " .. pid)
+  return true
+end
+
 local function free_port()
   local p = io.popen("bash -c '. " .. env.root .. "/nginx/lib.sh; free_port'")
   local port = tonumber(p:read("*l"))
@@ -87,15 +98,7 @@ function _M.start_redis(port, ...)
   track(pid)
   local r = { port = port, pid = pid, dir = dir }
   function r.signal(sig) return _M.sh("kill -" .. sig .. " " .. pid) end
-  function r.stop()
-    _M.sh("kill -CONT " .. pid .. " 2>/dev/null; kill -TERM " .. pid)
-    for _ = 1, 100 do
-      if not _M.sh("kill -0 " .. pid .. " 2>/dev/null") then return true end
-      ngx.sleep(0.05)
-    end
-    _M.sh("kill -KILL " .. pid)
-    return true
-  end
+  function r.stop() return _M.stop_pid(pid, "TERM") end
   return r
 end
 
@@ -128,15 +131,7 @@ function _M.start_nginx(template, vars)
   assert(pid, "nginx wrote no pid file")
   track(pid)
   local n = { port = port, prefix = prefix, pid = pid }
-  function n.stop()
-    _M.sh("kill -QUIT " .. pid)
-    for _ = 1, 100 do
-      if not _M.sh("kill -0 " .. pid .. " 2>/dev/null") then return true end
-      ngx.sleep(0.05)
-    end
-    _M.sh("kill -KILL " .. pid)
-    return true
-  end
+  function n.stop() return _M.stop_pid(pid, "QUIT") end
   function n.workers()
     local p = io.popen("pgrep -P " .. pid)
     local out = {}

@@ -2,19 +2,23 @@
 local ____exports = {}
 local RECORD = "l:"
 local SERIAL = "serial"
+--- The dict key of a lease's record.
+function ____exports.recordKey(rkey, token, shared)
+    return shared and ((RECORD .. rkey) .. " ") .. token or RECORD .. rkey
+end
 local function encode(serial, token, key, ttl)
     local expires = math.floor(ngx.now() * 1000) + ttl
     return (((((((tostring(serial) .. " ") .. tostring(ngx.worker.pid())) .. " ") .. tostring(expires)) .. " ") .. token) .. " ") .. key
 end
 --- Record a new lease; returns its serial (0 when the dict could not take it).
-function ____exports.record(dict, rkey, token, key, ttl)
+function ____exports.record(dict, rec, token, key, ttl)
     local serial, ierr = dict:incr(SERIAL, 1, 0)
     if serial == nil then
         ngx.log(ngx.WARN, "dlock: shared dict: cannot count leases: ", ierr)
         return 0
     end
     local ok, err = dict:safe_set(
-        RECORD .. rkey,
+        rec,
         encode(serial, token, key, ttl),
         ttl / 1000
     )
@@ -29,8 +33,8 @@ function ____exports.record(dict, rkey, token, key, ttl)
     end
     return serial
 end
-local function serialOf(dict, rkey)
-    local v = dict:get(RECORD .. rkey)
+local function serialOf(dict, rec)
+    local v = dict:get(rec)
     if type(v) ~= "string" then
         return nil
     end
@@ -44,15 +48,15 @@ local function serialOf(dict, rkey)
     return ____temp_0
 end
 --- True when this nginx records a different, newer lease on the same key.
-function ____exports.superseded(dict, rkey, serial)
-    local current = serialOf(dict, rkey)
+function ____exports.superseded(dict, rec, serial)
+    local current = serialOf(dict, rec)
     return current ~= nil and current ~= serial
 end
 --- Move the record's expiry after a successful extend.
-function ____exports.renew(dict, rkey, serial, token, key, ttl)
-    if serialOf(dict, rkey) == serial then
+function ____exports.renew(dict, rec, serial, token, key, ttl)
+    if serialOf(dict, rec) == serial then
         dict:safe_set(
-            RECORD .. rkey,
+            rec,
             encode(serial, token, key, ttl),
             ttl / 1000
         )
@@ -61,9 +65,9 @@ end
 --- Drop the record if it is still this lease's. Called before the Redis release:
 -- while we still hold the key in Redis nobody can write a newer record, so the
 -- get-then-delete cannot remove a successor's record.
-function ____exports.forget(dict, rkey, serial)
-    if serialOf(dict, rkey) == serial then
-        dict:delete(RECORD .. rkey)
+function ____exports.forget(dict, rec, serial)
+    if serialOf(dict, rec) == serial then
+        dict:delete(rec)
     end
 end
 --- Every lease recorded now. Walks the dict's keys: meant for status pages, not hot paths.

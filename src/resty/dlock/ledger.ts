@@ -1,6 +1,7 @@
 // Local bookkeeping of the leases this nginx instance holds, in a lua_shared_dict
-// so every worker (and the status endpoint) sees them. One record per Redis key:
-//   "l:" .. redis key  ->  "<serial> <pid> <expires_ms> <token> <key>"
+// so every worker (and the status endpoint) sees them. One record per lock key,
+// one per permit for semaphores (several holders share a key):
+//   "l:" .. redis key [.. " " .. token]  ->  "<serial> <pid> <expires_ms> <token> <key>"
 // The record expires with the lease, so a crashed worker leaves nothing behind.
 // The serial tells two leases of the same worker apart: with per-worker tokens a
 // stale lease carries the same token as its successor, and only the serial shows
@@ -19,27 +20,32 @@ export interface HeldLease {
   ttl: number;
 }
 
+/** The dict key of a lease's record. */
+export function recordKey(rkey: string, token: string, shared: boolean): string {
+  return shared ? RECORD + rkey + " " + token : RECORD + rkey;
+}
+
 function encode(serial: number, token: string, key: string, ttl: number): string {
   const expires = math.floor(ngx.now() * 1000) + ttl;
   return serial + " " + ngx.worker.pid() + " " + expires + " " + token + " " + key;
 }
 
 /** Record a new lease; returns its serial (0 when the dict could not take it). */
-export function record(dict: NgxSharedDict, rkey: string, token: string, key: string, ttl: number): number {
+export function record(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): number {
   const [serial, ierr] = dict.incr(SERIAL, 1, 0);
   if (serial === undefined) {
     ngx.log(ngx.WARN, "dlock: shared dict: cannot count leases: ", ierr);
     return 0;
   }
-  const [ok, err] = dict.safe_set(RECORD + rkey, encode(serial, token, key, ttl), ttl / 1000);
+  const [ok, err] = dict.safe_set(rec, encode(serial, token, key, ttl), ttl / 1000);
   if (!ok) {
     ngx.log(ngx.WARN, "dlock: shared dict: cannot record lease of ", key, ": ", err);
   }
   return serial;
 }
 
-function serialOf(dict: NgxSharedDict, rkey: string): number | undefined {
-  const [v] = dict.get(RECORD + rkey);
+function serialOf(dict: NgxSharedDict, rec: string): number | undefined {
+  const [v] = dict.get(rec);
   if (type(v) !== "string") {
     return undefined;
   }
@@ -48,15 +54,15 @@ function serialOf(dict: NgxSharedDict, rkey: string): number | undefined {
 }
 
 /** True when this nginx records a different, newer lease on the same key. */
-export function superseded(dict: NgxSharedDict, rkey: string, serial: number): boolean {
-  const current = serialOf(dict, rkey);
+export function superseded(dict: NgxSharedDict, rec: string, serial: number): boolean {
+  const current = serialOf(dict, rec);
   return current !== undefined && current !== serial;
 }
 
 /** Move the record's expiry after a successful extend. */
-export function renew(dict: NgxSharedDict, rkey: string, serial: number, token: string, key: string, ttl: number): void {
-  if (serialOf(dict, rkey) === serial) {
-    dict.safe_set(RECORD + rkey, encode(serial, token, key, ttl), ttl / 1000);
+export function renew(dict: NgxSharedDict, rec: string, serial: number, token: string, key: string, ttl: number): void {
+  if (serialOf(dict, rec) === serial) {
+    dict.safe_set(rec, encode(serial, token, key, ttl), ttl / 1000);
   }
 }
 
@@ -65,9 +71,9 @@ export function renew(dict: NgxSharedDict, rkey: string, serial: number, token: 
  * while we still hold the key in Redis nobody can write a newer record, so the
  * get-then-delete cannot remove a successor's record.
  */
-export function forget(dict: NgxSharedDict, rkey: string, serial: number): void {
-  if (serialOf(dict, rkey) === serial) {
-    dict.delete(RECORD + rkey);
+export function forget(dict: NgxSharedDict, rec: string, serial: number): void {
+  if (serialOf(dict, rec) === serial) {
+    dict.delete(rec);
   }
 }
 

@@ -49,6 +49,51 @@ end
 return 0
 `);
 
+// Counting semaphore: a sorted set of holders, member = token, score = expiry
+// in Redis time (ms). Expired holders are pruned on every acquire, so a crashed
+// nginx never leaks capacity: its permits simply run out.
+const NOW = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
+
+/**
+ * KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] permits.
+ * "OK" when a permit was taken, else ms until the earliest permit expires.
+ */
+export const SEM_ACQUIRE = script("semaphore acquire", NOW + `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[1], last[2])
+  return 'OK'
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return tonumber(first[2]) - now
+`);
+
+/** KEYS[1] set, ARGV[1] token. 1 when our live permit was returned, else 0. */
+export const SEM_RELEASE = script("semaphore release", NOW + `
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not exp then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if tonumber(exp) <= now then return 0 end
+return 1
+`);
+
+/** KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0. */
+export const SEM_EXTEND = script("semaphore extend", NOW + `
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not exp or tonumber(exp) <= now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 0
+end
+local until_ms = now + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIREAT', KEYS[1], until_ms)
+end
+return 1
+`);
+
 /** Run a single-key script; replies and errors exactly as lua-resty-redis returns them. */
 export function run(red: RestyRedis, s: Script, key: string, ...args: (string | number)[]): RedisResult {
   const [res, err] = red.evalsha(s.sha, 1, key, ...args);

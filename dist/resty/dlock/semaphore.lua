@@ -1,0 +1,81 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.check")
+local lease = require("resty.dlock.lease")
+local ledger = require("resty.dlock.ledger")
+local scripts = require("resty.dlock.scripts")
+local token = require("resty.dlock.token")
+____exports._VERSION = "0.1.0"
+--- Most permits per key.
+____exports.MAX_PERMITS = 100000
+local PERMIT = {acquire = scripts.SEM_ACQUIRE, release = scripts.SEM_RELEASE, extend = scripts.SEM_EXTEND, shared = true}
+local NEW_OPTIONS = check.set(
+    "dict",
+    "redis",
+    "prefix",
+    "permits",
+    "ttl",
+    "wait"
+)
+local semaphoreMethods = {
+    acquire = function(self, key, opts)
+        local k, ttlOrErr, wait = lease.parseAcquire(self, key, opts)
+        if k == nil then
+            return nil, ttlOrErr, nil
+        end
+        local tok, terr = token.random()
+        if tok == nil then
+            return nil, terr, nil
+        end
+        return lease.acquire(
+            self,
+            PERMIT,
+            k,
+            tok,
+            ttlOrErr,
+            wait,
+            self.permits
+        )
+    end,
+    held = function(self)
+        return ledger.held(self.dict)
+    end,
+    with = lease.withLease
+}
+local semaphoreMt = {__index = semaphoreMethods}
+--- Create a semaphore factory. Returns it, or nil and an error naming the bad option.
+-- 
+-- @customName new
+function ____exports.new(opts)
+    if opts == nil then
+        return nil, "dlock: semaphore.new needs an options table with at least dict and permits"
+    end
+    local o, oerr = check.options("semaphore.new options", opts, NEW_OPTIONS)
+    if o == nil then
+        return nil, oerr
+    end
+    local permits, perr = check.integer(
+        "permits",
+        o.permits,
+        1,
+        ____exports.MAX_PERMITS,
+        "a positive integer"
+    )
+    if permits == nil then
+        return nil, perr
+    end
+    local store, serr = lease.parseStore(o, "dlock:sem:")
+    if store == nil then
+        return nil, serr
+    end
+    local sem = {
+        dict = store.dict,
+        redis = store.redis,
+        prefix = store.prefix,
+        ttl = store.ttl,
+        wait = store.wait,
+        permits = permits
+    }
+    return setmetatable(sem, semaphoreMt), nil
+end
+return ____exports

@@ -1,0 +1,71 @@
+// resty.dlock.semaphore: at most `permits` holders per key across the fleet.
+//
+//   local semaphore = require "resty.dlock.semaphore"
+//   local sem = assert(semaphore.new({ dict = "dlock", permits = 3, redis = { ... } }))
+//   local permit, err, retry_after = sem:acquire("reports:" .. ngx.var.remote_addr, { ttl = 60000, wait = 2000 })
+//   ...
+//   permit:release()
+//
+// Each permit is a lease of its own (random token, ttl, owner-checked release
+// and extend), so capacity held by a crashed nginx comes back when its permits expire.
+
+import * as check from "./check";
+import * as lease from "./lease";
+import * as ledger from "./ledger";
+import * as scripts from "./scripts";
+import * as token from "./token";
+
+export const _VERSION = "0.1.0";
+/** Most permits per key. */
+export const MAX_PERMITS = 100000;
+
+export interface Semaphore extends lease.Store {
+  readonly permits: number;
+  acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
+  held(): ledger.HeldLease[];
+  with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
+}
+
+const PERMIT: lease.Kind = { acquire: scripts.SEM_ACQUIRE, release: scripts.SEM_RELEASE, extend: scripts.SEM_EXTEND, shared: true };
+const NEW_OPTIONS = check.set("dict", "redis", "prefix", "permits", "ttl", "wait");
+
+const semaphoreMethods = {
+  /**
+   * permit, nil; nil, "busy", retry_after (wait = 0, all permits taken);
+   * nil, "timeout", retry_after; nil, "dlock: ..." on bad input or Redis failure.
+   * retry_after: ms until the earliest permit of the key expires.
+   */
+  acquire(this: Semaphore, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
+    const [k, ttlOrErr, wait] = lease.parseAcquire(this, key, opts);
+    if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
+    const [tok, terr] = token.random();
+    if (tok === undefined) return $multi(undefined, terr, undefined);
+    return lease.acquire(this, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
+  },
+
+  /** Permits (and locks) this nginx instance holds now, from the shared dict. */
+  held(this: Semaphore): ledger.HeldLease[] {
+    return ledger.held(this.dict);
+  },
+
+  with: lease.withLease,
+};
+const semaphoreMt = { __index: semaphoreMethods };
+
+/**
+ * Create a semaphore factory. Returns it, or nil and an error naming the bad option.
+ * @customName new
+ */
+export function create(this: void, opts: unknown): LuaMultiReturn<[Semaphore | undefined, string | undefined]> {
+  if (opts === undefined) {
+    return $multi(undefined, "dlock: semaphore.new needs an options table with at least dict and permits");
+  }
+  const [o, oerr] = check.options("semaphore.new options", opts, NEW_OPTIONS);
+  if (o === undefined) return $multi(undefined, oerr);
+  const [permits, perr] = check.integer("permits", o.get("permits"), 1, MAX_PERMITS, "a positive integer");
+  if (permits === undefined) return $multi(undefined, perr);
+  const [store, serr] = lease.parseStore(o, "dlock:sem:");
+  if (store === undefined) return $multi(undefined, serr);
+  const sem = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, permits };
+  return $multi(setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
+}

@@ -115,8 +115,11 @@ function _M.start_nginx(template, vars)
   seq = seq + 1
   local prefix = env.prefix .. "/nginx-" .. seq
   os.execute("mkdir -p " .. prefix .. "/logs")
-  local kv = { "HTTP_PORT=" .. port, "REDIS_PORT=" .. env.redis_port }
+  -- The first substitution of a name wins, so the caller's values go first.
+  local kv = {}
   for k, v in pairs(vars or {}) do kv[#kv + 1] = k .. "=" .. tostring(v) end
+  kv[#kv + 1] = "HTTP_PORT=" .. port
+  kv[#kv + 1] = "REDIS_PORT=" .. env.redis_port
   local cmd = string.format("bash -c '. %s/nginx/lib.sh; render_conf %s/nginx/%s %s %s/nginx.conf %s'",
     env.root, env.root, template, prefix, prefix, table.concat(kv, " "))
   assert(_M.sh(cmd), "render_conf failed")

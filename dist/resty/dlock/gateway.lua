@@ -1,0 +1,479 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.check")
+local dlock = require("resty.dlock")
+local semaphore = require("resty.dlock.semaphore")
+local stats = require("resty.dlock.stats")
+____exports._VERSION = "0.1.0"
+local MODES = {}
+MODES.dedup = {status = 409, wait = false}
+MODES.concurrency = {status = 429, wait = true}
+MODES.throttle = {status = 429, wait = false}
+MODES.mutex = {status = 503, wait = true}
+local OPTIONS = check.set(
+    "name",
+    "mode",
+    "key",
+    "dict",
+    "redis",
+    "prefix",
+    "ttl",
+    "hold",
+    "permits",
+    "wait",
+    "renew",
+    "on_missing",
+    "on_error",
+    "reject_status",
+    "missing_status",
+    "error_status",
+    "headers",
+    "breaker_failures",
+    "breaker_cooldown"
+)
+local registry = {}
+--- Guards created so far in this worker (in creation order), for status pages.
+function ____exports.guards()
+    return registry
+end
+local function hex(s)
+    return string.format(
+        string.rep("%02x", #s),
+        string.byte(s, 1, #s)
+    )
+end
+--- Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var...
+local function compileKey(tpl)
+    local parts = {}
+    local pos = 1
+    local n = 0
+    while true do
+        local s, e, name = string.find(tpl, "%$([%a_][%w_]*)", pos)
+        if s == nil then
+            break
+        end
+        parts[n + 1] = string.sub(tpl, pos, s - 1)
+        parts[n + 2] = name
+        n = n + 2
+        pos = e + 1
+    end
+    if n == 0 then
+        return check.fail("key must name at least one nginx variable ($http_x, $arg_x, $remote_addr...) or be a function", tpl)
+    end
+    parts[n + 1] = string.sub(tpl, pos)
+    return parts, nil
+end
+--- The request's raw key, or nil when a variable is missing or empty.
+local function keyOf(g)
+    if g.keyFn ~= nil then
+        local ok, v = pcall(g.keyFn)
+        if not ok then
+            ngx.log(
+                ngx.ERR,
+                "dlock: guard ",
+                g.name,
+                ": key function failed: ",
+                tostring(v)
+            )
+            return nil
+        end
+        return type(v) == "string" and #v > 0 and v or nil
+    end
+    local parts = g.parts
+    local out = parts[1]
+    for i = 2, #parts, 2 do
+        local v = ngx.var[parts[i]]
+        if v == nil or v == "" then
+            return nil
+        end
+        out = (out .. v) .. parts[i + 1]
+    end
+    return out
+end
+local function reject(g, status, retryAfterMs)
+    if retryAfterMs ~= nil then
+        ngx.header["Retry-After"] = math.max(
+            1,
+            math.ceil(retryAfterMs / 1000)
+        )
+    end
+    if g.headers ~= nil then
+        for k, v in pairs(g.headers) do
+            ngx.header[k] = v
+        end
+    end
+    return ngx.exit(status)
+end
+local function onRedisFailure(g)
+    if g.onError == "allow" then
+        stats.incr(g.dict, g.name, "failed_open")
+        return
+    end
+    stats.incr(g.dict, g.name, "failed_closed")
+    reject(g, g.errorStatus, nil)
+end
+local function renew(premature, g, f)
+    if premature or f.done then
+        return
+    end
+    local ok, err = f.lease:extend()
+    if f.done then
+        return
+    end
+    if ok then
+        stats.incr(g.dict, g.name, "renewed")
+    elseif err == "not_owner" then
+        stats.incr(g.dict, g.name, "lost")
+        ngx.log(
+            ngx.ERR,
+            "dlock: guard ",
+            g.name,
+            ": lease on ",
+            f.lease.key,
+            " lost while its request is in flight"
+        )
+        return
+    else
+        stats.incr(g.dict, g.name, "redis_errors")
+        ngx.log(
+            ngx.WARN,
+            "dlock: guard ",
+            g.name,
+            ": renewing ",
+            f.lease.key,
+            ": ",
+            err
+        )
+    end
+    ngx.timer.at(g.ttl / 3000, renew, g, f)
+end
+local function finish(premature, g, l, hold)
+    local ok
+    local err
+    if hold > 0 then
+        ok, err = l:extend(hold)
+    else
+        ok, err = l:release()
+    end
+    if ok == nil and err ~= "not_owner" then
+        stats.incr(g.dict, g.name, "redis_errors")
+        ngx.log(
+            ngx.WARN,
+            "dlock: guard ",
+            g.name,
+            ": releasing ",
+            l.key,
+            " failed, it expires on its own: ",
+            err
+        )
+    end
+end
+local guardMethods = {
+    access = function(self)
+        local raw = keyOf(self)
+        if raw == nil then
+            stats.incr(self.dict, self.name, "missing_key")
+            if self.onMissing == "reject" then
+                reject(self, self.missingStatus, nil)
+            end
+            return
+        end
+        if stats.breakerOpen(self.dict, self.name) then
+            stats.incr(self.dict, self.name, "short_circuited")
+            onRedisFailure(self)
+            return
+        end
+        local key = hex(ngx.sha1_bin(raw))
+        local l, err, retryAfter = self.locks:acquire(key, self.tryOpts)
+        if l == nil and err == "busy" and self.wait > 0 then
+            stats.incr(self.dict, self.name, "waited")
+            l, err, retryAfter = self.locks:acquire(key, self.waitOpts)
+        end
+        if l ~= nil then
+            stats.success(self.dict, self.name)
+            stats.incr(self.dict, self.name, "acquired")
+            if self.mode ~= "throttle" then
+                local f = {lease = l, done = false}
+                ngx.ctx[self.ctxKey] = f
+                if self.renew then
+                    ngx.timer.at(self.ttl / 3000, renew, self, f)
+                end
+            end
+            return
+        end
+        if err == "busy" or err == "timeout" then
+            stats.success(self.dict, self.name)
+            stats.incr(self.dict, self.name, err == "busy" and "rejected" or "timed_out")
+            reject(self, self.rejectStatus, retryAfter)
+            return
+        end
+        stats.incr(self.dict, self.name, "redis_errors")
+        stats.failure(self.dict, self.name, self.breakerFailures, self.breakerCooldown)
+        ngx.log(
+            ngx.ERR,
+            "dlock: guard ",
+            self.name,
+            ": ",
+            err
+        )
+        onRedisFailure(self)
+    end,
+    log = function(self)
+        local f = ngx.ctx[self.ctxKey]
+        if f == nil or f.done then
+            return
+        end
+        f.done = true
+        local status = ngx.status
+        local hold = self.hold > 0 and status >= 200 and status < 300 and self.hold or 0
+        local ok, err = ngx.timer.at(
+            0,
+            finish,
+            self,
+            f.lease,
+            hold
+        )
+        if not ok then
+            ngx.log(
+                ngx.ERR,
+                "dlock: guard ",
+                self.name,
+                ": cannot schedule release of ",
+                f.lease.key,
+                " (it expires on its own): ",
+                err
+            )
+        end
+    end
+}
+local guardMt = {__index = guardMethods}
+local function status(o, name, dflt)
+    local ____check_integer_2 = check.integer
+    local ____name_1 = name
+    local ____o_name_0 = o[name]
+    if ____o_name_0 == nil then
+        ____o_name_0 = dflt
+    end
+    return ____check_integer_2(
+        ____name_1,
+        ____o_name_0,
+        200,
+        599,
+        "an HTTP status code"
+    )
+end
+--- Create a guard (once, in init_by_lua). Returns it, or nil and an error naming the bad option.
+-- 
+-- @customName new
+function ____exports.new(opts)
+    if opts == nil then
+        return nil, "dlock: gateway.new needs an options table with mode, key and on_error"
+    end
+    local o, oerr = check.options("gateway.new options", opts, OPTIONS)
+    if o == nil then
+        return nil, oerr
+    end
+    local mode = o.mode
+    local spec = type(mode) == "string" and MODES[mode] or nil
+    if spec == nil then
+        return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\" or \"mutex\"", mode)
+    end
+    local name = (mode .. "#") .. tostring(#registry + 1)
+    if o.name ~= nil then
+        local n, err = check.str("name", o.name, 64)
+        if n == nil then
+            return nil, err
+        end
+        local bad = string.find(n, "[^%w_%-%.]")
+        if bad ~= nil then
+            return check.fail("name may hold letters, digits, '_', '-' and '.' only", n)
+        end
+        name = n
+    end
+    for ____, other in ipairs(registry) do
+        if other.name == name then
+            return check.fail("a guard with this name exists already", name)
+        end
+    end
+    local parts
+    local keyFn
+    local key = o.key
+    if type(key) == "function" then
+        keyFn = key
+    elseif type(key) == "string" then
+        local p, err = compileKey(key)
+        if p == nil then
+            return nil, err
+        end
+        parts = p
+    else
+        return check.fail("key must be a string of nginx variables (\"$http_idempotency_key\") or a function", key)
+    end
+    local onError = o.on_error
+    if onError ~= "allow" and onError ~= "deny" then
+        return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError)
+    end
+    local ____o_on_missing_3 = o.on_missing
+    if ____o_on_missing_3 == nil then
+        ____o_on_missing_3 = "pass"
+    end
+    local onMissing = ____o_on_missing_3
+    if onMissing ~= "pass" and onMissing ~= "reject" then
+        return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing)
+    end
+    if o.hold ~= nil and mode ~= "dedup" then
+        return check.fail(
+            "hold applies to mode dedup only, not " .. tostring(mode),
+            o.hold
+        )
+    end
+    if o.permits ~= nil and mode ~= "concurrency" then
+        return check.fail(
+            "permits applies to mode concurrency only, not " .. tostring(mode),
+            o.permits
+        )
+    end
+    if o.wait ~= nil and not spec.wait then
+        return check.fail(
+            "wait applies to modes concurrency and mutex only, not " .. tostring(mode),
+            o.wait
+        )
+    end
+    if o.renew ~= nil and mode == "throttle" then
+        return check.fail("renew does not apply to mode throttle (its lock is never released)", o.renew)
+    end
+    local hold = 0
+    if o.hold ~= nil then
+        local n, err = check.integer(
+            "hold",
+            o.hold,
+            0,
+            dlock.MAX_TTL,
+            "a non-negative integer of ms"
+        )
+        if n == nil then
+            return nil, err
+        end
+        hold = n
+    end
+    local renewOn = mode ~= "throttle"
+    if o.renew ~= nil then
+        local b, err = check.bool("renew", o.renew)
+        if b == nil then
+            return nil, err
+        end
+        renewOn = b
+    end
+    local rejectStatus, e1 = status(o, "reject_status", spec.status)
+    if rejectStatus == nil then
+        return nil, e1
+    end
+    local missingStatus, e2 = status(o, "missing_status", 400)
+    if missingStatus == nil then
+        return nil, e2
+    end
+    local errorStatus, e3 = status(o, "error_status", 503)
+    if errorStatus == nil then
+        return nil, e3
+    end
+    local headers
+    if o.headers ~= nil then
+        local h = o.headers
+        if type(h) ~= "table" then
+            return check.fail("headers must be a table of name = value strings", h)
+        end
+        for k, v in pairs(h) do
+            if type(k) ~= "string" or type(v) ~= "string" then
+                return check.fail("headers must be a table of name = value strings", k)
+            end
+        end
+        headers = h
+    end
+    local ____check_integer_5 = check.integer
+    local ____o_breaker_failures_4 = o.breaker_failures
+    if ____o_breaker_failures_4 == nil then
+        ____o_breaker_failures_4 = 3
+    end
+    local breakerFailures, e4 = ____check_integer_5(
+        "breaker_failures",
+        ____o_breaker_failures_4,
+        1,
+        1000000,
+        "a positive integer"
+    )
+    if breakerFailures == nil then
+        return nil, e4
+    end
+    local ____check_integer_7 = check.integer
+    local ____o_breaker_cooldown_6 = o.breaker_cooldown
+    if ____o_breaker_cooldown_6 == nil then
+        ____o_breaker_cooldown_6 = 5000
+    end
+    local breakerCooldown, e5 = ____check_integer_7(
+        "breaker_cooldown",
+        ____o_breaker_cooldown_6,
+        1,
+        3600000,
+        "a positive integer of ms"
+    )
+    if breakerCooldown == nil then
+        return nil, e5
+    end
+    local base = {}
+    local ____o_dict_8 = o.dict
+    if ____o_dict_8 == nil then
+        ____o_dict_8 = "dlock"
+    end
+    base.dict = ____o_dict_8
+    base.redis = o.redis
+    local ____o_prefix_9 = o.prefix
+    if ____o_prefix_9 == nil then
+        ____o_prefix_9 = ("dlock:gw:" .. name) .. ":"
+    end
+    base.prefix = ____o_prefix_9
+    base.ttl = o.ttl
+    base.wait = o.wait
+    local locks
+    local lerr
+    if mode == "concurrency" then
+        base.permits = o.permits
+        locks, lerr = semaphore.new(base)
+    else
+        locks, lerr = dlock.new(base)
+    end
+    if locks == nil then
+        return nil, lerr
+    end
+    local store = locks
+    local tryOpts = {}
+    tryOpts.wait = 0
+    local waitOpts = {}
+    waitOpts.wait = store.wait
+    local g = {
+        name = name,
+        mode = mode,
+        parts = parts,
+        keyFn = keyFn,
+        locks = locks,
+        dict = store.dict,
+        ttl = store.ttl,
+        hold = hold,
+        wait = store.wait,
+        renew = renewOn,
+        onMissing = onMissing,
+        onError = onError,
+        rejectStatus = rejectStatus,
+        missingStatus = missingStatus,
+        errorStatus = errorStatus,
+        headers = headers,
+        breakerFailures = breakerFailures,
+        breakerCooldown = breakerCooldown,
+        tryOpts = tryOpts,
+        waitOpts = waitOpts,
+        ctxKey = "dlock.gateway." .. name
+    }
+    local guard = setmetatable(g, guardMt)
+    registry[#registry + 1] = guard
+    return guard, nil
+end
+return ____exports

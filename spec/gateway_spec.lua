@@ -1,0 +1,243 @@
+-- The gateway guards over real HTTP: two nginx instances (nginx/gateway.conf,
+-- 2 workers each) share one Redis and one slow backend; the backend measures
+-- what actually reached it.
+local h = require "helpers"
+local cjson = require "cjson.safe"
+
+local redis, a, b, backend_port
+
+local function get(gw, path, opts)
+  local res, err = h.http(gw.port, path, opts)
+  assert(res, err)
+  return res
+end
+
+local function backend_stats(key)
+  local res = assert(h.http(backend_port, "/stats?key=" .. key))
+  local hits, max, inflight = res.body:match("^(%d+) (%d+) (%d+)")
+  return tonumber(hits), tonumber(max), tonumber(inflight)
+end
+
+local function status(gw)
+  return assert(cjson.decode(get(gw, "/dlock/status").body))
+end
+
+local function now()
+  ngx.update_time()
+  return ngx.now()
+end
+
+describe("gateway", function()
+  setup(function()
+    redis = h.start_redis()
+    backend_port = h.free_port()
+    a = h.start_nginx("gateway.conf", { REDIS_PORT = redis.port, OWN_BACKEND_PORT = backend_port, BACKEND_PORT = backend_port })
+    b = h.start_nginx("gateway.conf", { REDIS_PORT = redis.port, OWN_BACKEND_PORT = h.free_port(), BACKEND_PORT = backend_port })
+  end)
+
+  teardown(function()
+    if a then a.stop() end
+    if b then b.stop() end
+    if redis then redis.stop() end
+  end)
+
+  describe("dedup", function()
+    it("lets exactly one of 50 concurrent requests with one Idempotency-Key through; the rest get 409 + Retry-After", function()
+      local key = h.unique("idem")
+      local res = h.parallel(50, function(i)
+        return get(i % 2 == 0 and a or b, "/orders?ms=300&key=" .. key, { headers = { ["Idempotency-Key"] = key } })
+      end)
+      local ok, conflict = 0, 0
+      for _, r in ipairs(res) do
+        if r.status == 200 then ok = ok + 1 end
+        if r.status == 409 then
+          conflict = conflict + 1
+          assert.is_true(tonumber(r.headers["retry-after"]) >= 1)
+        end
+      end
+      assert.equal(1, ok)
+      assert.equal(49, conflict)
+      assert.equal(1, (backend_stats(key)))
+    end)
+
+    it("holds the key after a 2xx so an immediate retry is a 409, and lets it through after `hold`", function()
+      local key = h.unique("idem")
+      local hdr = { headers = { ["Idempotency-Key"] = key } }
+      assert.equal(200, get(a, "/orders?key=" .. key, hdr).status)
+      local retry = get(b, "/orders?key=" .. key, hdr)
+      assert.equal(409, retry.status)
+      assert.equal("2", retry.headers["retry-after"])
+      ngx.sleep(2.1)
+      assert.equal(200, get(a, "/orders?key=" .. key, hdr).status)
+      assert.equal(2, (backend_stats(key)))
+    end)
+
+    it("rejects a request without the key with 400 (on_missing = reject)", function()
+      assert.equal(400, get(a, "/orders").status)
+    end)
+
+    it("releases at once when the client aborts mid-request", function()
+      local key = h.unique("abort")
+      local hdr = { ["Idempotency-Key"] = key }
+      get(a, "/orders?ms=5000&key=" .. key, { headers = hdr, abort_after = 300 })
+      ngx.sleep(0.1)
+      local t0 = now()
+      local res = get(b, "/orders?key=" .. key .. "-2", { headers = hdr })
+      assert.equal(200, res.status)
+      assert.is_true(now() - t0 < 0.5)
+    end)
+
+    it("keeps the lock of a request that runs longer than its ttl (renewal)", function()
+      local key = h.unique("long")
+      local hdr = { headers = { ["Idempotency-Key"] = key } }
+      local before = status(a).guards.orders
+      local slow = ngx.thread.spawn(get, a, "/orders?ms=4500&key=" .. key, hdr)
+      ngx.sleep(3.6)   -- past the 3000 ms ttl
+      assert.equal(409, get(b, "/orders?key=" .. key, hdr).status)
+      local _, res = ngx.thread.wait(slow)
+      assert.equal(200, res.status)
+      local after = status(a).guards.orders
+      assert.is_true(after.renewed - before.renewed >= 2)
+      assert.equal(before.lost, after.lost)
+    end)
+  end)
+
+  describe("concurrency", function()
+    it("never lets more than 3 of 30 concurrent slow requests per key reach the backend across 2 nginx", function()
+      local key = h.unique("conc")
+      local t0 = now()
+      local res = h.parallel(30, function(i)
+        local r = get(i % 2 == 0 and a or b, "/reports?user=alice&ms=400&key=" .. key)
+        r.took = now() - t0
+        return r
+      end)
+      local ok, limited = 0, 0
+      for _, r in ipairs(res) do
+        if r.status == 200 then ok = ok + 1 end
+        if r.status == 429 then
+          limited = limited + 1
+          assert.is_true(r.took >= 1.5, "429 before the wait ran out: " .. r.took)
+          assert.is_truthy(r.headers["retry-after"])
+        end
+      end
+      local hits, max, inflight = backend_stats(key)
+      assert.equal(3, max)
+      assert.equal(ok, hits)
+      assert.equal(0, inflight)
+      assert.equal(30, ok + limited)
+      -- Waiters got through as capacity freed: far more than the first 3, not all 30.
+      assert.is_true(ok >= 9, ok .. " passed")
+      assert.is_true(limited >= 1, limited .. " limited")
+    end)
+
+    it("counts per key: another user is not limited", function()
+      local key = h.unique("conc")
+      local res = h.parallel(6, function(i)
+        return get(a, "/reports?user=u" .. i .. "&ms=200&key=" .. key)
+      end)
+      for _, r in ipairs(res) do assert.equal(200, r.status) end
+      local _, max = backend_stats(key)
+      assert.equal(6, max)
+    end)
+  end)
+
+  describe("throttle", function()
+    it("lets one request per key per ttl through, and says when to retry", function()
+      local user = h.unique("user")
+      assert.equal(200, get(a, "/refresh?user=" .. user).status)
+      local again = get(b, "/refresh?user=" .. user)
+      assert.equal(429, again.status)
+      assert.equal("1", again.headers["retry-after"])
+      assert.equal(200, get(a, "/refresh?user=" .. user .. "x").status)
+      ngx.sleep(1.05)
+      assert.equal(200, get(b, "/refresh?user=" .. user).status)
+    end)
+  end)
+
+  describe("mutex", function()
+    it("runs requests with the same key one at a time, each waiting for the previous", function()
+      local key = h.unique("mutex")
+      local res = h.parallel(4, function(i)
+        return get(i % 2 == 0 and a or b, "/jobs?job=" .. key .. "&ms=200&key=" .. key)
+      end)
+      for _, r in ipairs(res) do assert.equal(200, r.status) end
+      local hits, max = backend_stats(key)
+      assert.equal(4, hits)
+      assert.equal(1, max)
+    end)
+
+    it("keeps a lock past its ttl while the request runs, releases it at the end", function()
+      local key = h.unique("mutex")
+      local t0 = now()
+      local first = ngx.thread.spawn(get, a, "/jobs?job=" .. key .. "&ms=4000&key=" .. key)
+      ngx.sleep(3.5)   -- the 3000 ms ttl is over: only renewal keeps the lock
+      local second = get(b, "/jobs?job=" .. key .. "&ms=10&key=" .. key)
+      local took = now() - t0
+      assert.equal(200, second.status)
+      assert.is_true(took >= 4.0, "second got in at " .. took)
+      local _, r1 = ngx.thread.wait(first)
+      assert.equal(200, r1.status)
+      local _, max = backend_stats(key)
+      assert.equal(1, max)
+    end)
+  end)
+
+  describe("when Redis dies", function()
+    it("follows on_error, opens the breaker, and closes it once Redis is back", function()
+      local before = status(a).guards
+      redis.stop()
+      -- refresh: on_error = "allow" (fail open)
+      assert.equal(200, get(a, "/refresh?user=" .. h.unique("u")).status)
+      -- jobs: on_error = "deny" (fail closed), breaker after 2 failures, 1000 ms cool-down
+      for _ = 1, 4 do
+        assert.equal(503, get(a, "/jobs?job=" .. h.unique("j")).status)
+      end
+      local during = status(a).guards
+      assert.equal("open", during.jobs.breaker)
+      assert.is_true(during.jobs.short_circuited - before.jobs.short_circuited >= 1)
+      assert.equal(1, during.jobs.breaker_opened - before.jobs.breaker_opened)
+      assert.is_true(during.refresh.failed_open - before.refresh.failed_open >= 1)
+      -- While open, Redis is not even tried: no connect attempt, an immediate 503.
+      local t0 = now()
+      assert.equal(503, get(a, "/jobs?job=x").status)
+      assert.is_true(now() - t0 < 0.1)
+
+      redis = h.start_redis(redis.port)
+      ngx.sleep(1.1)
+      local key = h.unique("back")
+      assert.equal(200, get(a, "/jobs?job=" .. key .. "&key=" .. key).status)
+      assert.equal("closed", status(a).guards.jobs.breaker)
+      -- Nothing stuck: the same keys work on both gateways at once.
+      assert.equal(200, get(b, "/jobs?job=" .. key .. "&key=" .. key).status)
+      assert.equal(200, get(b, "/refresh?user=" .. h.unique("u")).status)
+    end)
+  end)
+
+  describe("status and metrics", function()
+    it("report the numbers the requests produced, and the leases held now", function()
+      local before = status(a).guards.orders
+      local key = h.unique("stat")
+      local slow = ngx.thread.spawn(get, a, "/orders?ms=600&key=" .. key, { headers = { ["Idempotency-Key"] = key } })
+      ngx.sleep(0.2)
+      for _ = 1, 4 do
+        assert.equal(409, get(a, "/orders", { headers = { ["Idempotency-Key"] = key } }).status)
+      end
+      local s = status(a)
+      assert.equal(before.acquired + 1, s.guards.orders.acquired)
+      assert.equal(before.rejected + 4, s.guards.orders.rejected)
+      assert.equal("dedup", s.guards.orders.mode)
+      assert.equal("closed", s.guards.orders.breaker)
+      assert.is_true(#s.held >= 1)
+      for _, l in ipairs(s.held) do
+        assert.is_nil(l.token)
+        assert.equal("dlock", l.dict)
+      end
+      local metrics = get(a, "/dlock/metrics").body
+      local m = tonumber(metrics:match('dlock_guard_events_total{guard="orders",mode="dedup",event="rejected"} (%d+)'))
+      assert.equal(s.guards.orders.rejected, m)
+      assert.matches('dlock_guard_breaker_open{guard="jobs"} 0', metrics, 1, true)
+      assert.matches("dlock_held_leases{dict=\"dlock\"} %d+", metrics)
+      ngx.thread.wait(slow)
+    end)
+  end)
+end)

@@ -1,0 +1,379 @@
+// resty.dlock.gateway: request guards for nginx.conf, built on locks and semaphores.
+//
+//   init_by_lua_block {
+//     local gateway = require "resty.dlock.gateway"
+//     guards = { orders = assert(gateway.new({ name = "orders", mode = "dedup",
+//                  key = "$http_idempotency_key", ttl = 30000, hold = 5000, on_error = "allow" })) }
+//   }
+//   location /orders { access_by_lua_block { guards.orders:access() }
+//                      log_by_lua_block    { guards.orders:log() }  proxy_pass ...; }
+//
+// Modes: dedup (409 while the same key is in flight, optionally `hold` ms after a
+// 2xx), concurrency (at most `permits` in flight per key, 429 after `wait`),
+// throttle (one request per key per `ttl`, 429), mutex (one at a time, 503 after `wait`).
+
+import * as check from "./check";
+import * as dlock from "../dlock";
+import type * as lease from "./lease";
+import * as semaphore from "./semaphore";
+import * as stats from "./stats";
+
+export const _VERSION = "0.1.0";
+
+type Mode = "dedup" | "concurrency" | "throttle" | "mutex";
+type KeyFn = (this: void) => unknown;
+
+interface Acquirer {
+  acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
+}
+
+export interface Guard {
+  readonly name: string;
+  readonly mode: Mode;
+  /** Key template: literal parts and nginx variable names, alternating (literal first). */
+  readonly parts: LuaTable<number, string> | undefined;
+  readonly keyFn: KeyFn | undefined;
+  readonly locks: Acquirer;
+  readonly dict: NgxSharedDict;
+  readonly ttl: number;
+  readonly hold: number;
+  readonly wait: number;
+  readonly renew: boolean;
+  readonly onMissing: "pass" | "reject";
+  readonly onError: "allow" | "deny";
+  readonly rejectStatus: number;
+  readonly missingStatus: number;
+  readonly errorStatus: number;
+  readonly headers: LuaTable<string, string> | undefined;
+  readonly breakerFailures: number;
+  readonly breakerCooldown: number;
+  /** Reused acquire options: first try without waiting, then with the wait budget. */
+  readonly tryOpts: LuaTable<string, unknown>;
+  readonly waitOpts: LuaTable<string, unknown>;
+  readonly ctxKey: string;
+  access(): void;
+  log(): void;
+}
+
+/** What a request keeps in ngx.ctx between access and log, and shares with its renew timer. */
+interface InFlight {
+  lease: lease.Lease;
+  done: boolean;
+}
+
+const MODES = new LuaTable<string, { status: number; wait: boolean }>();
+MODES.set("dedup", { status: 409, wait: false });
+MODES.set("concurrency", { status: 429, wait: true });
+MODES.set("throttle", { status: 429, wait: false });
+MODES.set("mutex", { status: 503, wait: true });
+
+const OPTIONS = check.set(
+  "name", "mode", "key", "dict", "redis", "prefix", "ttl", "hold", "permits", "wait",
+  "renew", "on_missing", "on_error", "reject_status", "missing_status", "error_status",
+  "headers", "breaker_failures", "breaker_cooldown",
+);
+
+const registry: Guard[] = [];
+
+/** Guards created so far in this worker (in creation order), for status pages. */
+export function guards(): Guard[] {
+  return registry;
+}
+
+function hex(s: string): string {
+  return string.format(string.rep("%02x", s.length), ...string.byte(s, 1, s.length));
+}
+
+/** Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var... */
+function compileKey(tpl: string): LuaMultiReturn<[LuaTable<number, string> | undefined, string | undefined]> {
+  const parts = new LuaTable<number, string>();
+  let pos = 1;
+  let n = 0;
+  while (true) {
+    const [s, e, name] = string.find(tpl, "%$([%a_][%w_]*)", pos);
+    if (s === undefined) break;
+    parts.set(n + 1, string.sub(tpl, pos, s - 1));
+    parts.set(n + 2, name as string);
+    n += 2;
+    pos = e! + 1;
+  }
+  if (n === 0) {
+    return check.fail("key must name at least one nginx variable ($http_x, $arg_x, $remote_addr...) or be a function", tpl);
+  }
+  parts.set(n + 1, string.sub(tpl, pos));
+  return $multi(parts, undefined);
+}
+
+/** The request's raw key, or nil when a variable is missing or empty. */
+function keyOf(g: Guard): string | undefined {
+  if (g.keyFn !== undefined) {
+    const [ok, v] = pcall(g.keyFn);
+    if (!ok) {
+      ngx.log(ngx.ERR, "dlock: guard ", g.name, ": key function failed: ", tostring(v));
+      return undefined;
+    }
+    return type(v) === "string" && (v as string).length > 0 ? (v as string) : undefined;
+  }
+  const parts = g.parts!;
+  let out = parts.get(1);
+  for (const i of $range(2, parts.length(), 2)) {
+    const v = ngx.var.get(parts.get(i));
+    if (v === undefined || v === "") {
+      return undefined;
+    }
+    out = out + v + parts.get(i + 1);
+  }
+  return out;
+}
+
+function reject(g: Guard, status: number, retryAfterMs: number | undefined): never {
+  if (retryAfterMs !== undefined) {
+    ngx.header.set("Retry-After", math.max(1, math.ceil(retryAfterMs / 1000)));
+  }
+  if (g.headers !== undefined) {
+    for (const [k, v] of g.headers) {
+      ngx.header.set(k, v);
+    }
+  }
+  return ngx.exit(status);
+}
+
+function onRedisFailure(g: Guard): void {
+  if (g.onError === "allow") {
+    stats.incr(g.dict, g.name, "failed_open");
+    return;
+  }
+  stats.incr(g.dict, g.name, "failed_closed");
+  reject(g, g.errorStatus, undefined);
+}
+
+function renew(this: void, premature: boolean, g: Guard, f: InFlight): void {
+  if (premature || f.done) {
+    return;
+  }
+  const [ok, err] = f.lease.extend();
+  if (f.done) {
+    return;
+  }
+  if (ok) {
+    stats.incr(g.dict, g.name, "renewed");
+  } else if (err === "not_owner") {
+    stats.incr(g.dict, g.name, "lost");
+    ngx.log(ngx.ERR, "dlock: guard ", g.name, ": lease on ", f.lease.key, " lost while its request is in flight");
+    return;
+  } else {
+    // Redis hiccup: try again at the next tick; if the lease runs out meanwhile, that attempt reports it lost.
+    stats.incr(g.dict, g.name, "redis_errors");
+    ngx.log(ngx.WARN, "dlock: guard ", g.name, ": renewing ", f.lease.key, ": ", err);
+  }
+  ngx.timer.at(g.ttl / 3000, renew, g, f);
+}
+
+function finish(this: void, premature: boolean, g: Guard, l: lease.Lease, hold: number): void {
+  // Runs also when premature (worker shutting down): cosockets still work here.
+  let ok: true | undefined;
+  let err: string | undefined;
+  if (hold > 0) {
+    [ok, err] = l.extend(hold);
+  } else {
+    [ok, err] = l.release();
+  }
+  if (ok === undefined && err !== "not_owner") {
+    stats.incr(g.dict, g.name, "redis_errors");
+    ngx.log(ngx.WARN, "dlock: guard ", g.name, ": releasing ", l.key, " failed, it expires on its own: ", err);
+  }
+}
+
+const guardMethods = {
+  /** In access_by_lua: let the request through, or end it with the guard's status. */
+  access(this: Guard): void {
+    const raw = keyOf(this);
+    if (raw === undefined) {
+      stats.incr(this.dict, this.name, "missing_key");
+      if (this.onMissing === "reject") {
+        reject(this, this.missingStatus, undefined);
+      }
+      return;
+    }
+    if (stats.breakerOpen(this.dict, this.name)) {
+      stats.incr(this.dict, this.name, "short_circuited");
+      onRedisFailure(this);
+      return;
+    }
+    // Client-controlled: hash it, so any size and any bytes map to a bounded key.
+    const key = hex(ngx.sha1_bin(raw));
+    let [l, err, retryAfter] = this.locks.acquire(key, this.tryOpts);
+    if (l === undefined && err === "busy" && this.wait > 0) {
+      stats.incr(this.dict, this.name, "waited");
+      [l, err, retryAfter] = this.locks.acquire(key, this.waitOpts);
+    }
+    if (l !== undefined) {
+      stats.success(this.dict, this.name);
+      stats.incr(this.dict, this.name, "acquired");
+      if (this.mode !== "throttle") {
+        const f: InFlight = { lease: l, done: false };
+        ngx.ctx.set(this.ctxKey, f);
+        if (this.renew) {
+          ngx.timer.at(this.ttl / 3000, renew, this, f);
+        }
+      }
+      return;
+    }
+    if (err === "busy" || err === "timeout") {
+      stats.success(this.dict, this.name);
+      stats.incr(this.dict, this.name, err === "busy" ? "rejected" : "timed_out");
+      reject(this, this.rejectStatus, retryAfter);
+      return;
+    }
+    stats.incr(this.dict, this.name, "redis_errors");
+    stats.failure(this.dict, this.name, this.breakerFailures, this.breakerCooldown);
+    ngx.log(ngx.ERR, "dlock: guard ", this.name, ": ", err);
+    onRedisFailure(this);
+  },
+
+  /** In log_by_lua: stop renewing and release (or, dedup after a 2xx, hold) from a timer. */
+  log(this: Guard): void {
+    const f = ngx.ctx.get(this.ctxKey) as InFlight | undefined;
+    if (f === undefined || f.done) {
+      return;
+    }
+    f.done = true;
+    const status = ngx.status;
+    const hold = this.hold > 0 && status >= 200 && status < 300 ? this.hold : 0;
+    const [ok, err] = ngx.timer.at(0, finish, this, f.lease, hold);
+    if (!ok) {
+      ngx.log(ngx.ERR, "dlock: guard ", this.name, ": cannot schedule release of ", f.lease.key, " (it expires on its own): ", err);
+    }
+  },
+};
+const guardMt = { __index: guardMethods };
+
+function status(o: LuaTable<string, unknown>, name: string, dflt: number): LuaMultiReturn<[number | undefined, string | undefined]> {
+  return check.integer(name, o.get(name) ?? dflt, 200, 599, "an HTTP status code");
+}
+
+/**
+ * Create a guard (once, in init_by_lua). Returns it, or nil and an error naming the bad option.
+ * @customName new
+ */
+export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undefined, string | undefined]> {
+  if (opts === undefined) return $multi(undefined, "dlock: gateway.new needs an options table with mode, key and on_error");
+  const [o, oerr] = check.options("gateway.new options", opts, OPTIONS);
+  if (o === undefined) return $multi(undefined, oerr);
+
+  const mode = o.get("mode");
+  const spec = type(mode) === "string" ? MODES.get(mode as string) : undefined;
+  if (spec === undefined) {
+    return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\" or \"mutex\"", mode);
+  }
+  let name = (mode as string) + "#" + (registry.length + 1);
+  if (o.get("name") !== undefined) {
+    const [n, err] = check.str("name", o.get("name"), 64);
+    if (n === undefined) return $multi(undefined, err);
+    const [bad] = string.find(n, "[^%w_%-%.]");
+    if (bad !== undefined) return check.fail("name may hold letters, digits, '_', '-' and '.' only", n);
+    name = n;
+  }
+  for (const other of registry) {
+    if (other.name === name) return check.fail("a guard with this name exists already", name);
+  }
+
+  let parts: LuaTable<number, string> | undefined;
+  let keyFn: KeyFn | undefined;
+  const key = o.get("key");
+  if (type(key) === "function") {
+    keyFn = key as KeyFn;
+  } else if (type(key) === "string") {
+    const [p, err] = compileKey(key as string);
+    if (p === undefined) return $multi(undefined, err);
+    parts = p;
+  } else {
+    return check.fail("key must be a string of nginx variables (\"$http_idempotency_key\") or a function", key);
+  }
+
+  const onError = o.get("on_error");
+  if (onError !== "allow" && onError !== "deny") {
+    return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError);
+  }
+  const onMissing = o.get("on_missing") ?? "pass";
+  if (onMissing !== "pass" && onMissing !== "reject") {
+    return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing);
+  }
+
+  // Options that only mean something in some modes are errors elsewhere, not silently ignored.
+  if (o.get("hold") !== undefined && mode !== "dedup") {
+    return check.fail("hold applies to mode dedup only, not " + mode, o.get("hold"));
+  }
+  if (o.get("permits") !== undefined && mode !== "concurrency") {
+    return check.fail("permits applies to mode concurrency only, not " + mode, o.get("permits"));
+  }
+  if (o.get("wait") !== undefined && !spec.wait) {
+    return check.fail("wait applies to modes concurrency and mutex only, not " + mode, o.get("wait"));
+  }
+  if (o.get("renew") !== undefined && mode === "throttle") {
+    return check.fail("renew does not apply to mode throttle (its lock is never released)", o.get("renew"));
+  }
+  let hold = 0;
+  if (o.get("hold") !== undefined) {
+    const [n, err] = check.integer("hold", o.get("hold"), 0, dlock.MAX_TTL, "a non-negative integer of ms");
+    if (n === undefined) return $multi(undefined, err);
+    hold = n;
+  }
+  let renewOn = mode !== "throttle";
+  if (o.get("renew") !== undefined) {
+    const [b, err] = check.bool("renew", o.get("renew"));
+    if (b === undefined) return $multi(undefined, err);
+    renewOn = b;
+  }
+  const [rejectStatus, e1] = status(o, "reject_status", spec.status);
+  if (rejectStatus === undefined) return $multi(undefined, e1);
+  const [missingStatus, e2] = status(o, "missing_status", 400);
+  if (missingStatus === undefined) return $multi(undefined, e2);
+  const [errorStatus, e3] = status(o, "error_status", 503);
+  if (errorStatus === undefined) return $multi(undefined, e3);
+  let headers: LuaTable<string, string> | undefined;
+  if (o.get("headers") !== undefined) {
+    const h = o.get("headers");
+    if (type(h) !== "table") return check.fail("headers must be a table of name = value strings", h);
+    for (const [k, v] of pairs(h as LuaTable<AnyNotNil, unknown>)) {
+      if (type(k) !== "string" || type(v) !== "string") return check.fail("headers must be a table of name = value strings", k);
+    }
+    headers = h as LuaTable<string, string>;
+  }
+  const [breakerFailures, e4] = check.integer("breaker_failures", o.get("breaker_failures") ?? 3, 1, 1000000, "a positive integer");
+  if (breakerFailures === undefined) return $multi(undefined, e4);
+  const [breakerCooldown, e5] = check.integer("breaker_cooldown", o.get("breaker_cooldown") ?? 5000, 1, 3600000, "a positive integer of ms");
+  if (breakerCooldown === undefined) return $multi(undefined, e5);
+
+  // The lock (or semaphore) underneath validates dict, redis, prefix, ttl, wait and permits.
+  const base = new LuaTable<string, unknown>();
+  base.set("dict", o.get("dict") ?? "dlock");
+  base.set("redis", o.get("redis"));
+  base.set("prefix", o.get("prefix") ?? "dlock:gw:" + name + ":");
+  base.set("ttl", o.get("ttl"));
+  base.set("wait", o.get("wait"));
+  let locks: Acquirer | undefined;
+  let lerr: string | undefined;
+  if (mode === "concurrency") {
+    base.set("permits", o.get("permits"));
+    [locks, lerr] = semaphore.create(base);
+  } else {
+    [locks, lerr] = dlock.create(base);
+  }
+  if (locks === undefined) return $multi(undefined, lerr);
+  const store = locks as unknown as lease.Store;
+
+  const tryOpts = new LuaTable<string, unknown>();
+  tryOpts.set("wait", 0);
+  const waitOpts = new LuaTable<string, unknown>();
+  waitOpts.set("wait", store.wait);
+
+  const g = {
+    name, mode: mode as Mode, parts, keyFn, locks, dict: store.dict, ttl: store.ttl, hold,
+    wait: store.wait, renew: renewOn, onMissing, onError, rejectStatus, missingStatus, errorStatus, headers,
+    breakerFailures, breakerCooldown, tryOpts, waitOpts, ctxKey: "dlock.gateway." + name,
+  };
+  const guard = setmetatable(g, guardMt) as unknown as Guard;
+  registry.push(guard);
+  return $multi(guard, undefined);
+}

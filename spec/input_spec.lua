@@ -114,3 +114,52 @@ describe("bad input", function()
     end)
   end)
 end)
+
+describe("bad gateway options", function()
+  local gateway = require "resty.dlock.gateway"
+  local function err_of(opts)
+    local ok, g, err = pcall(gateway.new, opts)
+    assert.is_true(ok, g)
+    assert.is_nil(g)
+    return err
+  end
+  local base = { mode = "dedup", key = "$http_idempotency_key", on_error = "allow", redis = { port = h.redis_port } }
+  local function with(over)
+    local o = {}
+    for k, v in pairs(base) do o[k] = v end
+    for k, v in pairs(over) do o[k] = v end
+    return o
+  end
+
+  local cases = {
+    { nil, "dlock: gateway.new needs an options table with mode, key and on_error" },
+    { with({ mode = "lock" }), 'dlock: mode must be "dedup", "concurrency", "throttle" or "mutex", got "lock"' },
+    { with({ key = "idempotency_key" }), 'dlock: key must name at least one nginx variable ($http_x, $arg_x, $remote_addr...) or be a function, got "idempotency_key"' },
+    { with({ key = 42 }), 'dlock: key must be a string of nginx variables ("$http_idempotency_key") or a function, got 42' },
+    { { mode = "dedup", key = "$http_x" }, 'dlock: on_error must be "allow" (fail open) or "deny" (fail closed), got nil' },
+    { with({ on_error = "open" }), 'dlock: on_error must be "allow" (fail open) or "deny" (fail closed), got "open"' },
+    { with({ on_missing = "skip" }), 'dlock: on_missing must be "pass" or "reject", got "skip"' },
+    { with({ permits = 3 }), "dlock: permits applies to mode concurrency only, not dedup, got 3" },
+    { with({ wait = 100 }), "dlock: wait applies to modes concurrency and mutex only, not dedup, got 100" },
+    { with({ mode = "throttle", hold = 100 }), "dlock: hold applies to mode dedup only, not throttle, got 100" },
+    { with({ mode = "throttle", renew = true }), "dlock: renew does not apply to mode throttle (its lock is never released), got true" },
+    { with({ mode = "concurrency" }), "dlock: permits must be a positive integer, got nil" },
+    { with({ reject_status = 99 }), "dlock: reject_status must be an HTTP status code, got 99" },
+    { with({ breaker_cooldown = 0 }), "dlock: breaker_cooldown must be a positive integer of ms, got 0" },
+    { with({ headers = { ["X-A"] = 1 } }), 'dlock: headers must be a table of name = value strings, got "X-A"' },
+    { with({ name = "has space" }), "dlock: name may hold letters, digits, '_', '-' and '.' only, got \"has space\"" },
+    { with({ ttl = -1 }), "dlock: ttl must be a positive integer of ms, got -1" },
+    { with({ dict = "missing" }), 'dlock: no lua_shared_dict named missing (declare it in nginx.conf), got "missing"' },
+    { with({ holdd = 5 }), 'dlock: unknown option in gateway.new options, got "holdd"' },
+  }
+  for i, c in ipairs(cases) do
+    it("rejects case " .. i .. ": " .. c[2], function()
+      assert.equal(c[2], err_of(c[1]))
+    end)
+  end
+
+  it("rejects a second guard with the same name", function()
+    assert(gateway.new(with({ name = "twice" })))
+    assert.equal('dlock: a guard with this name exists already, got "twice"', err_of(with({ name = "twice" })))
+  end)
+end)

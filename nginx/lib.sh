@@ -11,11 +11,12 @@ else
   LUA_MODULES=""
 fi
 
-# A free loopback TCP port (nothing answers on it now).
+# A free loopback TCP port (nothing answers on it now), below the kernel's
+# ephemeral range (32768+ here), where outgoing sockets could already hold it.
 free_port() {
   local p
   while :; do
-    p=$((20000 + RANDOM % 40000))
+    p=$((10000 + RANDOM % 22000))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
   done
 }

@@ -1,5 +1,10 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+--- tostring that cannot raise: a __tostring that fails or returns no string gives the type.
+function ____exports.text(v)
+    local ok, s = pcall(tostring, v)
+    return ok and type(s) == "string" and s or "a " .. type(v)
+end
 --- Render any Lua value for an error message, bounded and printable.
 function ____exports.show(v)
     local t = type(v)
@@ -14,7 +19,7 @@ function ____exports.show(v)
     if t == "table" or t == "userdata" or t == "function" or t == "thread" then
         return "a " .. t
     end
-    return tostring(v)
+    return ____exports.text(v)
 end
 function ____exports.fail(what, v)
     return nil, (("dlock: " .. what) .. ", got ") .. ____exports.show(v)

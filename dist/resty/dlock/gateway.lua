@@ -2,6 +2,7 @@
 local ____exports = {}
 local check = require("resty.dlock.check")
 local dlock = require("resty.dlock")
+local inflight = require("resty.dlock.inflight")
 local semaphore = require("resty.dlock.semaphore")
 local stats = require("resty.dlock.stats")
 ____exports._VERSION = "0.1.0"
@@ -112,62 +113,6 @@ local function onRedisFailure(g)
     stats.incr(g.dict, g.name, "failed_closed")
     reject(g, g.errorStatus, nil)
 end
-local function renew(premature, g, f)
-    if premature or f.done then
-        return
-    end
-    local ok, err = f.lease:extend()
-    if f.done then
-        return
-    end
-    if ok then
-        stats.incr(g.dict, g.name, "renewed")
-    elseif err == "not_owner" then
-        stats.incr(g.dict, g.name, "lost")
-        ngx.log(
-            ngx.ERR,
-            "dlock: guard ",
-            g.name,
-            ": lease on ",
-            f.lease.key,
-            " lost while its request is in flight"
-        )
-        return
-    else
-        stats.incr(g.dict, g.name, "redis_errors")
-        ngx.log(
-            ngx.WARN,
-            "dlock: guard ",
-            g.name,
-            ": renewing ",
-            f.lease.key,
-            ": ",
-            err
-        )
-    end
-    ngx.timer.at(g.ttl / 3000, renew, g, f)
-end
-local function finish(premature, g, l, hold)
-    local ok
-    local err
-    if hold > 0 then
-        ok, err = l:extend(hold)
-    else
-        ok, err = l:release()
-    end
-    if ok == nil and err ~= "not_owner" then
-        stats.incr(g.dict, g.name, "redis_errors")
-        ngx.log(
-            ngx.WARN,
-            "dlock: guard ",
-            g.name,
-            ": releasing ",
-            l.key,
-            " failed, it expires on its own: ",
-            err
-        )
-    end
-end
 local guardMethods = {
     access = function(self)
         local raw = keyOf(self)
@@ -193,11 +138,11 @@ local guardMethods = {
             stats.success(self.dict, self.name)
             stats.incr(self.dict, self.name, "acquired")
             if self.mode ~= "throttle" then
-                local f = {lease = l, done = false}
+                local f = {
+                    lease = l,
+                    tracked = self.renew and inflight.track(self, l) or nil
+                }
                 ngx.ctx[self.ctxKey] = f
-                if self.renew then
-                    ngx.timer.at(self.ttl / 3000, renew, self, f)
-                end
             end
             return
         end
@@ -220,30 +165,13 @@ local guardMethods = {
     end,
     log = function(self)
         local f = ngx.ctx[self.ctxKey]
-        if f == nil or f.done then
+        if f == nil then
             return
         end
-        f.done = true
+        ngx.ctx[self.ctxKey] = nil
         local status = ngx.status
         local hold = self.hold > 0 and status >= 200 and status < 300 and self.hold or 0
-        local ok, err = ngx.timer.at(
-            0,
-            finish,
-            self,
-            f.lease,
-            hold
-        )
-        if not ok then
-            ngx.log(
-                ngx.ERR,
-                "dlock: guard ",
-                self.name,
-                ": cannot schedule release of ",
-                f.lease.key,
-                " (it expires on its own): ",
-                err
-            )
-        end
+        inflight.finish(self, f.tracked, f.lease, hold)
     end
 }
 local guardMt = {__index = guardMethods}

@@ -293,7 +293,7 @@ local function finish(lease, ...)
     lease:release()
     local ok, e = select(1, ...)
     if ok ~= true then
-        return nil, (("dlock: callback failed while holding " .. lease.key) .. ": ") .. tostring(e)
+        return nil, (("dlock: callback failed while holding " .. lease.key) .. ": ") .. check.text(e)
     end
     return select(2, ...)
 end

@@ -2,6 +2,12 @@
 // `value, nil` or `nil, "dlock: <what is wrong>, got <value>"`, so callers can
 // hand the error straight back to the Lua user.
 
+/** tostring that cannot raise: a __tostring that fails or returns no string gives the type. */
+export function text(v: unknown): string {
+  const [ok, s] = pcall(tostring, v);
+  return ok && type(s) === "string" ? s : "a " + type(v);
+}
+
 /** Render any Lua value for an error message, bounded and printable. */
 export function show(v: unknown): string {
   const t = type(v);
@@ -16,7 +22,7 @@ export function show(v: unknown): string {
   if (t === "table" || t === "userdata" || t === "function" || t === "thread") {
     return "a " + t;
   }
-  return tostring(v);
+  return text(v);
 }
 
 export function fail(what: string, v: unknown): LuaMultiReturn<[undefined, string]> {

@@ -14,6 +14,7 @@
 
 import * as check from "./check";
 import * as dlock from "../dlock";
+import * as inflight from "./inflight";
 import type * as lease from "./lease";
 import * as semaphore from "./semaphore";
 import * as stats from "./stats";
@@ -55,10 +56,10 @@ export interface Guard {
   log(): void;
 }
 
-/** What a request keeps in ngx.ctx between access and log, and shares with its renew timer. */
+/** What a request keeps in ngx.ctx between access and log. */
 interface InFlight {
   lease: lease.Lease;
-  done: boolean;
+  tracked: inflight.Tracked | undefined;
 }
 
 const MODES = new LuaTable<string, { status: number; wait: boolean }>();
@@ -147,43 +148,6 @@ function onRedisFailure(g: Guard): void {
   reject(g, g.errorStatus, undefined);
 }
 
-function renew(this: void, premature: boolean, g: Guard, f: InFlight): void {
-  if (premature || f.done) {
-    return;
-  }
-  const [ok, err] = f.lease.extend();
-  if (f.done) {
-    return;
-  }
-  if (ok) {
-    stats.incr(g.dict, g.name, "renewed");
-  } else if (err === "not_owner") {
-    stats.incr(g.dict, g.name, "lost");
-    ngx.log(ngx.ERR, "dlock: guard ", g.name, ": lease on ", f.lease.key, " lost while its request is in flight");
-    return;
-  } else {
-    // Redis hiccup: try again at the next tick; if the lease runs out meanwhile, that attempt reports it lost.
-    stats.incr(g.dict, g.name, "redis_errors");
-    ngx.log(ngx.WARN, "dlock: guard ", g.name, ": renewing ", f.lease.key, ": ", err);
-  }
-  ngx.timer.at(g.ttl / 3000, renew, g, f);
-}
-
-function finish(this: void, premature: boolean, g: Guard, l: lease.Lease, hold: number): void {
-  // Runs also when premature (worker shutting down): cosockets still work here.
-  let ok: true | undefined;
-  let err: string | undefined;
-  if (hold > 0) {
-    [ok, err] = l.extend(hold);
-  } else {
-    [ok, err] = l.release();
-  }
-  if (ok === undefined && err !== "not_owner") {
-    stats.incr(g.dict, g.name, "redis_errors");
-    ngx.log(ngx.WARN, "dlock: guard ", g.name, ": releasing ", l.key, " failed, it expires on its own: ", err);
-  }
-}
-
 const guardMethods = {
   /** In access_by_lua: let the request through, or end it with the guard's status. */
   access(this: Guard): void {
@@ -211,11 +175,8 @@ const guardMethods = {
       stats.success(this.dict, this.name);
       stats.incr(this.dict, this.name, "acquired");
       if (this.mode !== "throttle") {
-        const f: InFlight = { lease: l, done: false };
+        const f: InFlight = { lease: l, tracked: this.renew ? inflight.track(this, l) : undefined };
         ngx.ctx.set(this.ctxKey, f);
-        if (this.renew) {
-          ngx.timer.at(this.ttl / 3000, renew, this, f);
-        }
       }
       return;
     }
@@ -231,19 +192,16 @@ const guardMethods = {
     onRedisFailure(this);
   },
 
-  /** In log_by_lua: stop renewing and release (or, dedup after a 2xx, hold) from a timer. */
+  /** In log_by_lua: stop renewing and release (or, dedup after a 2xx, hold) off the log phase. */
   log(this: Guard): void {
     const f = ngx.ctx.get(this.ctxKey) as InFlight | undefined;
-    if (f === undefined || f.done) {
+    if (f === undefined) {
       return;
     }
-    f.done = true;
+    ngx.ctx.set(this.ctxKey, undefined);
     const status = ngx.status;
     const hold = this.hold > 0 && status >= 200 && status < 300 ? this.hold : 0;
-    const [ok, err] = ngx.timer.at(0, finish, this, f.lease, hold);
-    if (!ok) {
-      ngx.log(ngx.ERR, "dlock: guard ", this.name, ": cannot schedule release of ", f.lease.key, " (it expires on its own): ", err);
-    }
+    inflight.finish(this, f.tracked, f.lease, hold);
   },
 };
 const guardMt = { __index: guardMethods };

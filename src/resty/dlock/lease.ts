@@ -259,7 +259,7 @@ function finish(this: void, lease: Lease, ...pcalled: unknown[]): LuaMultiReturn
   lease.release();
   const [ok, e] = select(1, ...pcalled);
   if (ok !== true) {
-    return $multi(undefined, "dlock: callback failed while holding " + lease.key + ": " + tostring(e));
+    return $multi(undefined, "dlock: callback failed while holding " + lease.key + ": " + check.text(e));
   }
   return select(2, ...pcalled);
 }

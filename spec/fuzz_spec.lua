@@ -1,0 +1,988 @@
+-- Fuzzing the public API with hostile input from a fixed-seed PRNG.
+--
+-- The promise under test: every call returns a result, or nil and an error
+-- string that is exactly "busy", "timeout" or "not_owner", or starts with
+-- "dlock: ". Nothing raises, nothing hangs (each call returns within 2 s), and
+-- no Redis key outside the configured prefix is ever created.
+--
+-- Each `it` reseeds the PRNG with SEED + its own number, so every test replays
+-- the same inputs on every run, alone or with the others. A failure message
+-- shows the offending call with its arguments (cycles and binary bytes escaped).
+-- The specs use a redis-server of their own so the keyspace check at the end
+-- sees only what these calls wrote.
+local h = require "helpers"
+local ffi = require "ffi"
+local dlock = require "resty.dlock"
+local semaphore = require "resty.dlock.semaphore"
+local gateway = require "resty.dlock.gateway"
+local status = require "resty.dlock.status"
+
+local SEED = 20240611
+local CALL_LIMIT_S = 2        -- no single call may take longer
+local MAX_ERR_LEN = 2048      -- error strings are bounded, never an echo of a 100 KB input
+local MAX_TTL = dlock.MAX_TTL
+local MAX_KEY = dlock.MAX_KEY_LEN
+local PREFIX = "fz:"          -- every object that talks to the fuzz Redis lives under it
+
+local N_NEW, N_SEM_NEW, N_GW_NEW = 1000, 1000, 1000
+local N_ACQUIRE, N_SEM_ACQUIRE = 1500, 1500
+local N_HELD_KEY = 200
+local N_EXTEND = 500
+local N_WITH = 1000
+local N_STATUS = 500
+
+------------------------------------------------------------------------------
+-- Deterministic PRNG (Park-Miller minimal standard; exact in doubles).
+------------------------------------------------------------------------------
+local state = SEED
+local function reseed(n) state = (SEED + n * 7919) % 2147483646 + 1 end
+local function rand()
+  state = state * 16807 % 2147483647
+  return state / 2147483647
+end
+local function int(lo, hi) return lo + math.floor(rand() * (hi - lo + 1)) end
+local function chance(p) return rand() < p end
+local function pick(list) return list[int(1, #list)] end
+
+------------------------------------------------------------------------------
+-- Printing inputs: a bounded serializer for failure messages.
+------------------------------------------------------------------------------
+local NAMES = setmetatable({}, { __mode = "k" }) -- value -> readable name (functions, userdata...)
+local function named(name, v) NAMES[v] = name return v end
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+local function esc(s)
+  return (s:gsub("[%c\"\\\128-\255]", function(c) return string.format("\\%03d", c:byte()) end))
+end
+
+local ser
+ser = function(v, seen, depth)
+  local t = type(v)
+  if t == "nil" or t == "boolean" then return tostring(v) end
+  if t == "number" then
+    if v ~= v then return "0/0" end
+    if v == math.huge then return "math.huge" end
+    if v == -math.huge then return "-math.huge" end
+    if v == 0 and 1 / v < 0 then return "-0.0" end
+    if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return string.format("%d", v) end
+    return string.format("%.17g", v)
+  end
+  if t == "string" then
+    if #v <= 80 then return '"' .. esc(v) .. '"' end
+    return '"' .. esc(v:sub(1, 40)) .. '"...<' .. #v .. " bytes>"
+  end
+  if NAMES[v] then return NAMES[v] end
+  if t ~= "table" then return "<" .. t .. " " .. tostring(v) .. ">" end
+  seen = seen or {}
+  depth = depth or 0
+  if seen[v] then return "<cycle>" end
+  if depth >= 5 then return "{...}" end
+  seen[v] = true
+  local parts, n = {}, 0
+  for k, x in pairs(v) do
+    n = n + 1
+    if n > 12 then parts[#parts + 1] = "..." break end
+    local ks = type(k) == "string" and k:match("^[%a_][%w_]*$") and k or "[" .. ser(k, seen, depth + 1) .. "]"
+    parts[#parts + 1] = ks .. "=" .. ser(x, seen, depth + 1)
+  end
+  seen[v] = nil
+  local mt = getmetatable(v)
+  return (mt and "setmetatable(" or "") .. "{" .. table.concat(parts, ", ") .. "}" .. (mt and ", {...})" or "")
+end
+
+local function args_of(r)
+  local out = {}
+  for i = 1, r.n do out[i] = ser(r[i]) end
+  return table.concat(out, ", ")
+end
+
+------------------------------------------------------------------------------
+-- Hostile values.
+------------------------------------------------------------------------------
+local NUMBERS = {
+  0, -1, 1, 2, 7, 42, 0.5, 1.5, -2.5, 1e-300, -0.0, 2 ^ 31, 2 ^ 31 - 1, -2 ^ 31, 2 ^ 32, 2 ^ 53, 2 ^ 53 + 2,
+  1e308, -1e308, 0 / 0, math.huge, -math.huge, 199, 200, 599, 600, 65535, 65536, 100000, 100001,
+  1000000, 1000001, 3600000, 3600001, 86400000, 86400001,
+}
+local STRINGS = {
+  "", "a", "0", "10", "-1", "1.5", "nan", "inf", "true", "nil", "\0", "\0\255", "\255\254\253", "%", "%s%d%%",
+  "%z%b()", "[%a-z]*$^().+-?", "$", "$$", "$1", "$http_x", "$remote_addr:$uri", "a b", "\n", "\r\n",
+  "dlock", "dlock_other", "nope", "random", "worker", "dedup", "concurrency", "throttle", "mutex", "allow",
+  "deny", "pass", "reject", "unix:", "unix:/nonexistent/redis.sock", "/tmp/r.sock", "127.0.0.1", "::1",
+  "localhost", "fz:", "ttl", "wait", "__index", "__gc", "ключ", "\xff\xfe\0\0",
+}
+local TYPOS = { "ttl_ms", "wiat", "TTL", "Wait", "timeout", "expire", "hots", "dicts", "name ", "", "prefix\0" }
+
+local MISC = {
+  named("function() end", function() end),
+  named("function() return 1 end", function() return 1 end),
+  named("function() error('boom') end", function() error("boom") end),
+  named("coroutine.create(f)", coroutine.create(function() end)),
+  named("ngx.null", ngx.null),
+  named("newproxy(true)", newproxy(true)),
+  named("io.stdout", io.stdout),
+  named("ffi.new('int64_t', 5)", ffi.new("int64_t", 5)),
+  named("ffi.new('uint64_t', -1)", ffi.new("uint64_t", -1)),
+  named("ffi.new('double[1]')", ffi.new("double[1]")),
+  named("ffi.cast('void *', 0)", ffi.cast("void *", 0)), -- NULL: compares equal to nil in LuaJIT
+  named("callable table", setmetatable({}, { __call = function() return "called" end })),
+}
+do -- a finished coroutine too
+  local dead = coroutine.create(function() end)
+  coroutine.resume(dead)
+  MISC[#MISC + 1] = named("dead coroutine", dead)
+end
+
+local function bytes(n)
+  local t = {}
+  for i = 1, n do t[i] = string.char(int(0, 255)) end
+  return table.concat(t)
+end
+local function printable(n)
+  local t = {}
+  for i = 1, n do t[i] = string.char(int(32, 126)) end
+  return table.concat(t)
+end
+
+local function hostile_string()
+  local k = int(1, 10)
+  if k <= 5 then return pick(STRINGS) end
+  if k == 6 then return bytes(int(1, 600)) end
+  if k == 7 then return printable(int(1, 80)) end
+  if k == 8 then return pick({ string.rep("k", MAX_KEY), string.rep("k", MAX_KEY + 1), string.rep("%", 257) }) end
+  if k == 9 then return string.rep(pick({ "x", "\0", "$a", "%" }), int(1, 100 * 1024)) end
+  return string.rep("\0\255", 50 * 1024) -- 100 KB of binary
+end
+
+local hostile
+local function hostile_table(depth)
+  local k = int(1, 9)
+  if k == 1 then return {} end
+  if k == 2 then
+    local t = {}
+    for i = 1, int(1, 5) do t[i] = hostile(depth - 1) end
+    return t
+  end
+  if k == 3 then
+    local t = {}
+    t.self, t[1], t[t] = t, t, t
+    return t
+  end
+  if k == 4 then -- deep nesting
+    local t = {}
+    for _ = 1, int(10, 300) do t = { x = t, ttl = t } end
+    return t
+  end
+  if k == 5 then -- keys that are not strings
+    local t = {}
+    t[pick({ 1, 1.5, -1, math.huge, true, false })] = hostile(depth - 1)
+    t[{}] = true
+    t[pick(MISC)] = 1
+    return t
+  end
+  if k == 6 then
+    local t = {}
+    for _ = 1, int(1, 4) do t[pick(STRINGS) .. ""] = hostile(depth - 1) end
+    return t
+  end
+  if k == 7 then -- looks like options
+    return { ttl = hostile(depth - 1), wait = hostile(depth - 1) }
+  end
+  if k == 8 then
+    local t = {}
+    for i = 1, 1000 do t[i] = i end
+    return t
+  end
+  return setmetatable({}, { __index = function() return nil end }) -- a proxy that never raises
+end
+
+hostile = function(depth)
+  depth = depth or 2
+  local k = int(1, 100)
+  if k <= 8 then return nil end
+  if k <= 14 then return k % 2 == 0 end
+  if k <= 38 then return pick(NUMBERS) end
+  if k <= 68 then return hostile_string() end
+  if k <= 86 then return depth > 0 and hostile_table(depth) or {} end
+  return pick(MISC)
+end
+
+------------------------------------------------------------------------------
+-- Valid values, so that many calls get through.
+------------------------------------------------------------------------------
+local redis_port, closed_port
+local SAFE = setmetatable({}, { __mode = "k" }) -- redis tables pointing at the fuzz Redis (or nowhere)
+
+local function valid_ttl() return pick({ 1, 2, 999, 1000, 5000, 30000, MAX_TTL, int(1, MAX_TTL) }) end
+local function valid_wait() return pick({ 0, 0, 1, 50, MAX_TTL, int(0, MAX_TTL) }) end
+
+local function valid_key()
+  local k = int(1, 10)
+  if k == 1 then return pick({ "a", "b", "k", "0", "%", "$", " " }) end
+  if k == 2 then return printable(int(1, 40)) end
+  if k == 3 then return bytes(int(1, 64)) end
+  if k == 4 then return string.rep("k", MAX_KEY) end
+  if k == 5 then return bytes(int(1, MAX_KEY)) end
+  if k == 6 then return "\0" end
+  if k == 7 then return "key with spaces\n\r\t" end
+  if k == 8 then return "%s%d%%[^%a]" end
+  if k == 9 then return "ключ:" .. int(1, 99) end
+  return "$http_x:" .. printable(int(1, 8))
+end
+local function any_key()
+  if chance(0.6) then return valid_key() end
+  return hostile()
+end
+
+--- A redis option table that is valid and safe to use: it points at the fuzz
+--- Redis (sometimes with a db, a wrong password or a failing SELECT), or at
+--- nothing (a closed port, a missing socket), so any Redis error comes quickly.
+local function safe_redis()
+  local k = int(1, 10)
+  local r
+  if k == 1 then r = { port = redis_port }
+  elseif k == 2 then
+    r = { host = "127.0.0.1", port = redis_port, connect_timeout = int(50, 1000), read_timeout = int(50, 1000) }
+  elseif k == 3 then r = { port = redis_port, db = int(0, 15) }
+  elseif k == 4 then r = { port = redis_port, db = 1000000 }
+  elseif k == 5 then r = { port = redis_port, password = "fz-secret-" .. int(1000, 1003) }
+  elseif k == 6 then r = { port = redis_port, username = "fz-user", password = "fz-secret-" .. int(1000, 1003) }
+  elseif k == 7 then
+    r = { port = redis_port, pool_size = int(1, 100), keepalive_timeout = pick({ 0, int(1, 60000) }), backlog = int(0, 10) }
+  elseif k == 8 then r = { port = closed_port, connect_timeout = int(50, 1000) }
+  elseif k == 9 then r = { path = "unix:/nonexistent/fz-redis.sock" }
+  else r = { port = redis_port, ssl = false, read_timeout = pick({ 1, 2, 1000 }) }
+  end
+  SAFE[r] = true
+  return r
+end
+
+--- A redis option that is not known to be valid and safe: valid-looking or
+--- hostile fields, or no table at all. The fuzz never reaches a server with it.
+local REDIS_FIELDS = {
+  host = function() return pick({ "127.0.0.1", "localhost", "redis.invalid", "::1" }) end,
+  port = function() return int(1, 65535) end,
+  path = function() return "unix:/tmp/" .. printable(int(1, 20)) end,
+  username = function() return "u" end,
+  password = function() return pick({ "", "p", "fz-secret" }) end,
+  db = function() return int(0, 1000000) end,
+  connect_timeout = function() return int(1, 3600000) end,
+  read_timeout = function() return int(1, 3600000) end,
+  pool_size = function() return int(1, 100000) end,
+  backlog = function() return int(0, 100000) end,
+  keepalive_timeout = function() return int(0, 3600000) end,
+  ssl = function() return chance(0.5) end,
+  ssl_verify = function() return chance(0.5) end,
+  server_name = function() return "redis.example" end,
+}
+local REDIS_NAMES = {}
+for name in pairs(REDIS_FIELDS) do REDIS_NAMES[#REDIS_NAMES + 1] = name end
+table.sort(REDIS_NAMES)
+
+local function any_redis()
+  local k = int(1, 10)
+  if k <= 3 then return hostile() end
+  local r = {}
+  for _, name in ipairs(REDIS_NAMES) do
+    if chance(0.15) then r[name] = chance(0.7) and REDIS_FIELDS[name]() or hostile(1) end
+  end
+  if chance(0.1) then r[pick(TYPOS)] = 1 end
+  return r
+end
+
+--- An options table built from `fields` ({ name, valid generator, required,
+--- chance to appear, generator of bad values (default: any hostile value) }).
+--- Returns opts and two facts about it: `valid` (every part came from a valid
+--- generator) and `typo` (an unknown top-level name is in it).
+local function gen_opts(fields, p_field, p_bad)
+  if chance(0.06) then return hostile(), false, false end
+  local o, valid, typo = {}, true, false
+  for _, f in ipairs(fields) do
+    if f[3] or chance(f[4] or p_field) then
+      if chance(p_bad) then
+        o[f[1]] = (f[5] or hostile)()
+        valid = false
+      else
+        o[f[1]] = f[2]()
+      end
+    end
+  end
+  if chance(0.05) then
+    local name = pick(TYPOS)
+    o[name] = hostile(1)
+    valid, typo = false, o[name] ~= nil
+  end
+  if chance(0.03) then
+    o[pick({ 1, true, 2.5 })] = "x"
+    valid, typo = false, true
+  end
+  return o, valid, typo
+end
+
+local function gen_acquire_opts()
+  local k = int(1, 10)
+  if k <= 2 then return nil end
+  if k == 3 then return hostile() end
+  local o = (gen_opts({ { "ttl", valid_ttl }, { "wait", valid_wait } }, 0.5, 0.35))
+  return o
+end
+
+------------------------------------------------------------------------------
+-- The contract.
+------------------------------------------------------------------------------
+local stats = { calls = 0, results = 0, errors = 0, accepted = {}, leases = 0, unknown = 0 }
+
+local function violated(msg)
+  assert.is_true(false, msg)
+end
+
+local function is_int_in(v, lo, hi)
+  return type(v) == "number" and v == v and v == math.floor(v) and v >= lo and v <= hi
+end
+
+--- Call fn(...) through pcall; returns the packed pcall results.
+--- Raising or taking longer than CALL_LIMIT_S is a violation.
+local function call(what, fn, ...)
+  ngx.update_time()
+  local t0 = ngx.now()
+  local r = pack(pcall(fn, ...))
+  ngx.update_time()
+  local dt = ngx.now() - t0
+  stats.calls = stats.calls + 1
+  if not r[1] then violated(what() .. " raised: " .. tostring(r[2])) end
+  if dt > CALL_LIMIT_S then violated(string.format("%s took %.3f s (limit %d s)", what(), dt, CALL_LIMIT_S)) end
+  return r, dt
+end
+
+--- The error half of the contract: err is "busy", "timeout", "not_owner" or "dlock: ...".
+local function check_err(what, err)
+  if type(err) ~= "string" then
+    violated(what() .. " returned nil and a " .. type(err) .. " instead of an error string: " .. ser(err))
+  end
+  if not (err == "busy" or err == "timeout" or err == "not_owner" or err:sub(1, 7) == "dlock: ") then
+    violated(what() .. ' returned an error that is not "busy", "timeout", "not_owner" nor "dlock: ...": ' .. ser(err))
+  end
+  if #err > MAX_ERR_LEN then
+    violated(what() .. " returned an error of " .. #err .. " bytes: " .. ser(err))
+  end
+end
+
+--- Call and check: a non-nil result, or nil and a well-formed error. Returns res, err, third.
+local function kept(what, fn, ...)
+  local r, dt = call(what, fn, ...)
+  if r[2] ~= nil then
+    stats.results = stats.results + 1
+    return r[2], nil, r[4], dt
+  end
+  check_err(what, r[3])
+  stats.errors = stats.errors + 1
+  return nil, r[3], r[4], dt
+end
+
+local function valid_acquire(key, opts)
+  if type(key) ~= "string" or #key < 1 or #key > MAX_KEY then return false end
+  if opts == nil then return true end -- also the FFI NULL pointer, which == nil
+  if type(opts) ~= "table" then return false end
+  for k in pairs(opts) do
+    if k ~= "ttl" and k ~= "wait" then return false end
+  end
+  if opts.ttl ~= nil and not is_int_in(opts.ttl, 1, MAX_TTL) then return false end
+  if opts.wait ~= nil and not is_int_in(opts.wait, 0, MAX_TTL) then return false end
+  return true
+end
+
+local function effective_ttl(obj, opts)
+  if type(opts) == "table" and opts.ttl ~= nil then return opts.ttl end
+  return obj.ttl
+end
+
+--- One command to the fuzz Redis on a pooled connection (fresh connections
+--- would leave thousands of sockets in TIME_WAIT).
+local function rcmd(name, ...)
+  local red = h.redis:new()
+  red:set_timeout(2000)
+  assert(red:connect("127.0.0.1", redis_port))
+  local res, err = red[name](red, ...)
+  red:set_keepalive(10000, 4)
+  return res, err
+end
+
+--- Every Redis key in every database of the fuzz Redis, as { db, key }.
+local function keyspace()
+  local red = h.redis:new()
+  red:set_timeout(2000)
+  assert(red:connect("127.0.0.1", redis_port))
+  local info = assert(red:info("keyspace"))
+  local out = {}
+  for db in info:gmatch("db(%d+):keys=") do
+    assert(red:select(db))
+    for _, k in ipairs(assert(red:keys("*"))) do out[#out + 1] = { db = tonumber(db), key = k } end
+  end
+  red:close()
+  return out
+end
+
+--- Release a lease the fuzz got: true, or "not_owner" when its ttl was short enough to run out.
+local function release_now(what, lease, live_ttl)
+  local ok, err = kept(function() return what() .. " then lease:release()" end, lease.release, lease)
+  if ok ~= true and not (err == "not_owner" and live_ttl <= 1000) then
+    violated(what() .. " then lease:release() returned " .. ser(ok) .. ", " .. ser(err))
+  end
+end
+
+------------------------------------------------------------------------------
+-- The specs.
+------------------------------------------------------------------------------
+describe("the public API under fuzzing (seed " .. SEED .. ")", function()
+  local server, locks, wlocks, sem
+  local started
+
+  setup(function()
+    server = h.start_redis()
+    redis_port = server.port
+    closed_port = h.free_port()
+    local ropts = { port = redis_port, connect_timeout = 1000, read_timeout = 1000 }
+    locks = assert(dlock.new({ dict = "dlock", redis = ropts, prefix = PREFIX .. "lock:" }))
+    wlocks = assert(dlock.new({ dict = "dlock_other", redis = ropts, prefix = PREFIX .. "wlock:", owner = "worker" }))
+    sem = assert(semaphore.new({ dict = "dlock", redis = ropts, prefix = PREFIX .. "sem:", permits = 2 }))
+    NAMES[locks], NAMES[wlocks], NAMES[sem] = "locks", "worker_locks", "sem"
+    ngx.update_time()
+    started = ngx.now()
+  end)
+
+  teardown(function()
+    if server then server.stop() end
+  end)
+
+  describe("factories", function()
+    local NEW_FIELDS = {
+      { "dict", function() return pick({ "dlock", "dlock_other" }) end, true },
+      { "redis", safe_redis, false, 0.8, any_redis },
+      { "prefix", function() return PREFIX .. "new:" .. pick({ "", "a:", "\0\255:", "%s:", int(1, 99) .. ":" }) end, false, 0.8 },
+      { "owner", function() return pick({ "random", "worker" }) end },
+      { "ttl", valid_ttl },
+      { "wait", valid_wait },
+    }
+    local SEM_FIELDS = {
+      { "dict", function() return pick({ "dlock", "dlock_other" }) end, true },
+      { "permits", function() return pick({ 1, 2, semaphore.MAX_PERMITS, int(1, semaphore.MAX_PERMITS) }) end, true },
+      { "redis", safe_redis, false, 0.8, any_redis },
+      { "prefix", function() return PREFIX .. "new:sem:" .. pick({ "", "b:", "\0:" }) end, false, 0.8 },
+      { "ttl", valid_ttl },
+      { "wait", valid_wait },
+    }
+
+    --- One acquire and release on a factory the fuzz created, when its options
+    --- point at the fuzz Redis (or nowhere) under PREFIX: a lease, or an error.
+    local function try_factory(kind, i, opts, obj)
+      if type(opts) ~= "table" or not SAFE[opts.redis] then return end
+      if type(opts.prefix) ~= "string" or opts.prefix:sub(1, #PREFIX) ~= PREFIX then return end
+      local key = "n" .. kind .. i
+      local what = function() return kind .. ".new(" .. ser(opts) .. "):acquire(" .. ser(key) .. ", { wait = 0 })" end
+      local lease, err = kept(what, obj.acquire, obj, key, { wait = 0 })
+      if lease then
+        stats.leases = stats.leases + 1
+        -- A fuzzed Redis config may time out here (read_timeout = 1): any kept promise will do.
+        kept(function() return what() .. " then lease:release()" end, lease.release, lease)
+      elseif err == "busy" or err == "timeout" or err == "not_owner" then
+        violated(what() .. " said " .. err .. " on a key nobody holds")
+      elseif err:find("outcome unknown", 1, true) then
+        stats.unknown = stats.unknown + 1
+      end
+      local pw = opts.redis.password
+      if err and pw and err:find(pw, 1, true) then
+        violated(what() .. " put the password in its error: " .. ser(err))
+      end
+    end
+
+    local function fuzz_factory(kind, new, fields, n, base)
+      reseed(base)
+      local accepted = 0
+      for i = 1, n do
+        local opts, valid, typo = gen_opts(fields, 0.4, 0.3)
+        local what = function() return kind .. ".new(" .. ser(opts) .. ")" end
+        local obj, err = kept(what, new, opts)
+        if obj then
+          accepted = accepted + 1
+          if type(obj) ~= "table" or type(obj.acquire) ~= "function" or type(obj.with) ~= "function" then
+            violated(what() .. " returned " .. ser(obj) .. " instead of a factory")
+          end
+          if typo then violated(what() .. " ignored an unknown option") end
+          try_factory(kind, i, opts, obj)
+        else
+          if valid then violated(what() .. " refused valid options: " .. err) end
+          if typo and not err:find("^dlock: unknown option") then
+            violated(what() .. ' should name the unknown option, said: ' .. err)
+          end
+        end
+      end
+      stats.accepted[#stats.accepted + 1] = kind .. ".new " .. accepted .. "/" .. n
+      assert.is_true(accepted > n / 10, kind .. ".new accepted only " .. accepted .. " of " .. n)
+    end
+
+    it("dlock.new answers " .. N_NEW .. " random option tables with a factory or a \"dlock: \" error, " ..
+       "accepts every valid one, names every unknown option", function()
+      fuzz_factory("dlock", dlock.new, NEW_FIELDS, N_NEW, 1)
+    end)
+
+    it("semaphore.new answers " .. N_SEM_NEW .. " random option tables the same way", function()
+      fuzz_factory("semaphore", semaphore.new, SEM_FIELDS, N_SEM_NEW, 2)
+    end)
+
+    it("gateway.new answers " .. N_GW_NEW .. " random guard definitions with a guard or a \"dlock: \" error, " ..
+       "accepts every valid one", function()
+      reseed(3)
+      local seq = 0
+      local names = {}
+      local function fresh_name()
+        if #names > 0 and chance(0.05) then return names[int(1, #names)] end -- taken already
+        seq = seq + 1
+        return "fz-gw-" .. seq
+      end
+      local status_code = function() return int(200, 599) end
+      local COMMON = {
+        { "name", fresh_name },
+        { "key", function() return pick({ "$http_idempotency_key", "$remote_addr:$uri", "job:$arg_job",
+                                            named("key fn", function() return "k" end) }) end, true },
+        { "on_error", function() return pick({ "allow", "deny" }) end, true },
+        { "on_missing", function() return pick({ "pass", "reject" }) end },
+        { "dict", function() return pick({ "dlock", "dlock_other" }) end },
+        { "redis", safe_redis, false, nil, any_redis },
+        { "prefix", function() return PREFIX .. "gw:" end },
+        { "ttl", valid_ttl },
+        { "reject_status", status_code },
+        { "missing_status", status_code },
+        { "error_status", status_code },
+        { "headers", function() return pick({ {}, { ["X-Fz"] = "1" }, { ["Retry-Reason"] = "busy", A = "" } }) end },
+        { "breaker_failures", function() return int(1, 1000000) end },
+        { "breaker_cooldown", function() return int(1, 3600000) end },
+      }
+      local PER_MODE = {
+        dedup = { { "hold", function() return int(0, MAX_TTL) end }, { "renew", function() return chance(0.5) end } },
+        concurrency = { { "permits", function() return int(1, 100000) end, true }, { "wait", valid_wait },
+                        { "renew", function() return chance(0.5) end } },
+        throttle = {},
+        mutex = { { "wait", valid_wait }, { "renew", function() return chance(0.5) end } },
+      }
+      local accepted = 0
+      for i = 1, N_GW_NEW do
+        local mode = pick({ "dedup", "concurrency", "throttle", "mutex" })
+        local fields = {}
+        for _, f in ipairs(COMMON) do fields[#fields + 1] = f end
+        for _, f in ipairs(PER_MODE[mode]) do fields[#fields + 1] = f end
+        local opts, valid, typo = gen_opts(fields, 0.25, 0.25)
+        if type(opts) == "table" then
+          if chance(0.9) then opts.mode = mode else opts.mode = hostile(); valid = false end
+          if chance(0.05) then -- an option of another mode
+            local f = pick({ "hold", "permits", "wait", "renew" })
+            local applies = (f == "hold" and mode == "dedup") or (f == "permits" and mode == "concurrency")
+              or (f == "wait" and (mode == "concurrency" or mode == "mutex")) or (f == "renew" and mode ~= "throttle")
+            if not applies then
+              opts[f] = f == "renew" and true or 1
+              valid = false
+            end
+          end
+          if valid and type(opts.name) == "string" then
+            for _, n in ipairs(names) do if n == opts.name then valid = false end end
+          end
+        end
+        local what = function() return "gateway.new(" .. ser(opts) .. ")" end
+        local g, err = kept(what, gateway.new, opts)
+        if g then
+          accepted = accepted + 1
+          if typo then violated(what() .. " ignored an unknown option") end
+          if type(g.access) ~= "function" or type(g.log) ~= "function" then
+            violated(what() .. " returned " .. ser(g) .. " instead of a guard")
+          end
+          names[#names + 1] = g.name
+        elseif valid then
+          violated(what() .. " refused a valid guard: " .. err)
+        end
+        if i % 100 == 0 then
+          local report = kept(function() return "status.report() after " .. i .. " guards" end, status.report)
+          assert.is_table(report)
+        end
+      end
+      stats.accepted[#stats.accepted + 1] = "gateway.new " .. accepted .. "/" .. N_GW_NEW
+      assert.is_true(accepted > N_GW_NEW / 20, "gateway.new accepted only " .. accepted)
+    end)
+  end)
+
+  describe("acquire", function()
+    --- n random acquire calls on obj while nothing is held: every valid call
+    --- gets a lease (released at once), every invalid one a "dlock: " error.
+    local function fuzz_acquire(obj, n, base)
+      reseed(base)
+      local granted = 0
+      for i = 1, n do
+        local key, opts = any_key(), gen_acquire_opts()
+        local what = function() return NAMES[obj] .. ":acquire(" .. ser(key) .. ", " .. ser(opts) .. ")" end
+        local lease, err = kept(what, obj.acquire, obj, key, opts)
+        if valid_acquire(key, opts) then
+          if not lease then violated(what() .. " refused a valid call on a free key: " .. ser(err)) end
+          granted = granted + 1
+          local ttl = effective_ttl(obj, opts)
+          if lease.key ~= key or lease.ttl ~= ttl or type(lease.token) ~= "string" then
+            violated(what() .. " returned a lease with key " .. ser(lease.key) .. ", ttl " .. ser(lease.ttl))
+          end
+          if i % 10 == 0 and ttl > 1000 then
+            local n_ = rcmd("exists", obj.prefix .. key)
+            if n_ ~= 1 then violated(what() .. " left no key " .. ser(obj.prefix .. key) .. " in Redis") end
+          end
+          release_now(what, lease, ttl)
+        elseif lease then
+          release_now(what, lease, lease.ttl)
+          violated(what() .. " accepted an invalid call")
+        elseif err == "busy" or err == "timeout" or err == "not_owner" then
+          violated(what() .. " answered " .. err .. " to invalid input instead of a \"dlock: \" error")
+        end
+      end
+      assert.is_true(granted > n / 5, "only " .. granted .. " of " .. n .. " calls were valid")
+    end
+
+    --- n random calls on a key that is held: valid ones answer "busy" (wait 0)
+    --- or "timeout" (wait > 0) with the holder's remaining ttl, never a lease.
+    local function fuzz_held(obj, n, base)
+      reseed(base)
+      for i = 1, n do
+        local key = chance(0.75) and "held" or any_key()
+        local opts = gen_acquire_opts()
+        if type(opts) == "table" and is_int_in(opts.wait, 51, math.huge) then opts.wait = int(0, 50) end
+        local what = function() return NAMES[obj] .. ":acquire(" .. ser(key) .. ", " .. ser(opts) .. ") on a held key" end
+        local lease, err, retry_after, dt = kept(what, obj.acquire, obj, key, opts)
+        local valid = valid_acquire(key, opts)
+        if valid and key == "held" then
+          local wait = type(opts) == "table" and opts.wait ~= nil and opts.wait or 0 -- the FFI NULL == nil
+          local expect = wait == 0 and "busy" or "timeout"
+          if lease then
+            lease:release()
+            violated(what() .. " handed out a held key")
+          end
+          if err ~= expect then violated(what() .. " said " .. ser(err) .. ", expected " .. expect) end
+          if not (type(retry_after) == "number" and retry_after > 0 and retry_after <= 60000) then
+            violated(what() .. " gave retry_after " .. ser(retry_after))
+          end
+          if dt > wait / 1000 + 0.5 then violated(what() .. " waited " .. dt .. " s") end
+        elseif valid then
+          if not lease then violated(what() .. " refused a valid call on a free key: " .. ser(err)) end
+          release_now(what, lease, effective_ttl(obj, opts))
+        elseif lease then
+          lease:release()
+          violated(what() .. " accepted an invalid call")
+        end
+      end
+    end
+
+    it("locks:acquire gives a lease for each valid key and options and a \"dlock: \" error for each " ..
+       "invalid one, on " .. N_ACQUIRE .. " random calls", function()
+      fuzz_acquire(locks, N_ACQUIRE * 2 / 3, 10)
+      fuzz_acquire(wlocks, N_ACQUIRE / 3, 11)
+    end)
+
+    it("sem:acquire does the same on " .. N_SEM_ACQUIRE .. " random calls", function()
+      fuzz_acquire(sem, N_SEM_ACQUIRE, 12)
+    end)
+
+    it("never hands out a held lock: " .. N_HELD_KEY .. " random calls answer busy, timeout or a \"dlock: \" error", function()
+      local holder = assert(locks:acquire("held", { ttl = 60000 }))
+      finally(function() holder:release() end)
+      fuzz_held(locks, N_HELD_KEY, 13)
+    end)
+
+    it("never hands out a permit beyond the limit: " .. N_HELD_KEY .. " random calls on a full semaphore", function()
+      local a = assert(sem:acquire("held", { ttl = 60000 }))
+      local b = assert(sem:acquire("held", { ttl = 60000 }))
+      finally(function() a:release() b:release() end)
+      fuzz_held(sem, N_HELD_KEY, 14)
+    end)
+  end)
+
+  describe("leases", function()
+    it("extend with random ttls on " .. N_EXTEND .. " real leases and permits returns true, \"not_owner\" or a " ..
+       "\"dlock: \" error, and bad input leaves the lease as it was", function()
+      reseed(20)
+      for i = 1, N_EXTEND do
+        local obj = pick({ locks, wlocks, sem })
+        local key = "ext:" .. i
+        local lease = assert(obj:acquire(key, { ttl = 5000 }))
+        local live = 5000
+        local log = { NAMES[obj] .. ":acquire(" .. ser(key) .. ", { ttl = 5000 })" }
+        local what = function() return table.concat(log, " then ") end
+        for _ = 1, int(1, 3) do
+          local ttl = chance(0.15) and nil or (chance(0.5) and valid_ttl() or hostile(1))
+          log[#log + 1] = "lease:extend(" .. ser(ttl) .. ")"
+          local before = lease.ttl
+          local ok, err = kept(what, lease.extend, lease, ttl)
+          if ttl == nil or is_int_in(ttl, 1, MAX_TTL) then
+            if ok == true then
+              live = ttl == nil and before or ttl -- ttl may be the FFI NULL, which == nil
+              if lease.ttl ~= live then violated(what() .. " left lease.ttl at " .. ser(lease.ttl)) end
+            elseif not (err == "not_owner" and live <= 1000) then
+              violated(what() .. " returned " .. ser(ok) .. ", " .. ser(err))
+            end
+          else
+            if ok ~= nil or not err:find("^dlock: ttl must be") then
+              violated(what() .. " accepted a bad ttl or named another problem: " .. ser(ok) .. ", " .. ser(err))
+            end
+            if lease.ttl ~= before then violated(what() .. " changed lease.ttl to " .. ser(lease.ttl)) end
+          end
+        end
+        log[#log + 1] = "lease:release()"
+        release_now(what, lease, live)
+        if chance(0.3) then -- a released lease is no longer ours
+          local again = pick({ "release", "extend" })
+          log[#log + 1] = "lease:" .. again .. "()"
+          local ok, err = kept(what, lease[again], lease)
+          if ok ~= nil or err ~= "not_owner" then
+            violated(what() .. " on a released lease returned " .. ser(ok) .. ", " .. ser(err))
+          end
+        end
+      end
+    end)
+  end)
+
+  describe("with", function()
+    it("runs fn under the lock and hands back its results or its error, releases the key whatever fn does, " ..
+       "refuses what is not a function, on " .. N_WITH .. " random calls", function()
+      reseed(30)
+      -- Callbacks; each call wraps one so the spec knows whether it ran, what it
+      -- returned and whether it raised.
+      local FNS = {
+        { "echo", function() return function(...) return ... end end },
+        { "constant", function() return function() return "done", 42 end end },
+        { "nothing", function() return function() end end },
+        { "raise a string", function() return function() error("boom %s \0\255", 0) end end },
+        { "raise a table", function() return function() error({ code = 1 }) end end },
+        { "raise nil", function() return function() error(nil) end end },
+        { "raise a number", function() return function() error(42) end end },
+        { "sleep 1 ms", function() return function() ngx.sleep(0.001) return true end end },
+        { "try the key again", function(rec, obj, key)
+          return function()
+            local l2, e2 = obj:acquire(key, { wait = 0 })
+            rec.inside = l2 and "lease" or e2
+            if l2 then l2:release() end
+            return "checked"
+          end
+        end },
+        { "nested with", function(_, obj, key)
+          return function() return obj:with(key .. ":inner", nil, function() return "inner" end) end
+        end },
+      }
+      local function watched(rec, inner)
+        return function(...)
+          rec.ran = true
+          local res = pack(pcall(inner, ...))
+          if not res[1] then
+            rec.raised = true
+            error(res[2], 0)
+          end
+          rec.results = pack(unpack(res, 2, res.n))
+          return unpack(res, 2, res.n)
+        end
+      end
+      local freed = 0
+      for i = 1, N_WITH do
+        local obj = pick({ locks, wlocks, sem })
+        local key = chance(0.8) and valid_key() or hostile()
+        local opts = gen_acquire_opts()
+        local rec = {}
+        local fn, fname
+        if chance(0.85) then
+          local f = pick(FNS)
+          fname, fn = f[1], watched(rec, f[2](rec, obj, key))
+        else
+          fn = hostile(1)
+          fname = ser(fn)
+          if type(fn) == "function" then fn = watched(rec, fn) end
+        end
+        local args = {}
+        local nargs = int(0, 4)
+        for j = 1, nargs do args[j] = hostile(1) end
+        local what = function()
+          return string.format("%s:with(%s, %s, <%s>%s)", NAMES[obj], ser(key), ser(opts), fname,
+            nargs > 0 and ", " .. args_of({ n = nargs, unpack(args, 1, nargs) }) or "")
+        end
+        local r = call(what, obj.with, obj, key, opts, fn, unpack(args, 1, nargs))
+        if type(fn) ~= "function" then
+          if r[2] ~= nil or type(r[3]) ~= "string" or not r[3]:find("^dlock: with needs a function") then
+            violated(what() .. " returned " .. args_of({ n = r.n - 1, unpack(r, 2, r.n) }))
+          end
+        elseif not valid_acquire(key, opts) then
+          if rec.ran then violated(what() .. " ran fn on invalid input") end
+          if r[2] ~= nil then violated(what() .. " returned a result for invalid input: " .. ser(r[2])) end
+          check_err(what, r[3])
+        else
+          if not rec.ran then violated(what() .. " did not run fn on a free key: " .. ser(r[3])) end
+          if rec.raised then
+            local prefix = "dlock: callback failed while holding " .. key .. ": "
+            if r[2] ~= nil or type(r[3]) ~= "string" or r[3]:sub(1, #prefix) ~= prefix then
+              violated(what() .. " should report fn's error, returned " .. args_of({ n = r.n - 1, unpack(r, 2, r.n) }))
+            end
+          else
+            local want = rec.results
+            local same = r.n - 1 == want.n
+            for j = 1, want.n do
+              local a, b = r[j + 1], want[j]
+              if not (a == b or (a ~= a and b ~= b)) then same = false end
+            end
+            if not same then
+              violated(what() .. " returned " .. args_of({ n = r.n - 1, unpack(r, 2, r.n) }) ..
+                " instead of fn's " .. args_of(want))
+            end
+          end
+          if rec.inside ~= nil and obj ~= sem and rec.inside ~= "busy" then
+            violated(what() .. ": inside fn the key was not held, acquire said " .. ser(rec.inside))
+          end
+          -- Released whatever fn did: the key is free again at once.
+          local again, aerr = kept(function() return what() .. " then acquire again" end, obj.acquire, obj, key, { wait = 0 })
+          if not again then violated(what() .. " left the key held: " .. ser(aerr)) end
+          release_now(what, again, again.ttl)
+          freed = freed + 1
+        end
+      end
+      assert.is_true(freed > N_WITH / 5, "only " .. freed .. " with() calls ran fn")
+    end)
+  end)
+
+  describe("held and status.report", function()
+    it("held() lists well-formed leases and status.report answers " .. N_STATUS .. " random option tables " ..
+       "with a report without tokens or a \"dlock: \" error", function()
+      reseed(40)
+      local DICTS = { dlock = true, dlock_other = true }
+      for i = 1, N_STATUS do
+        local opts
+        local k = int(1, 10)
+        if k <= 2 then opts = nil
+        elseif k <= 4 then opts = hostile()
+        else
+          local list = {}
+          for j = 1, int(0, 3) do list[j] = chance(0.7) and pick({ "dlock", "dlock_other" }) or hostile(1) end
+          opts = (gen_opts({ { "dicts", function() return list end } }, 0.8, 0.15))
+        end
+        local what = function() return "status.report(" .. ser(opts) .. ")" end
+        local valid = opts == nil
+        if type(opts) == "table" then
+          valid = true
+          for name in pairs(opts) do if name ~= "dicts" then valid = false end end
+          local d = opts.dicts
+          if d ~= nil then
+            if type(d) ~= "table" then valid = false
+            else
+              for _, n in ipairs(d) do if type(n) ~= "string" or not DICTS[n] then valid = false end end
+            end
+          end
+        end
+        local report, err = kept(what, status.report, opts)
+        if valid then
+          if not report then violated(what() .. " refused valid options: " .. ser(err)) end
+          if type(report.dicts) ~= "table" or type(report.held) ~= "table" or type(report.guards) ~= "table" then
+            violated(what() .. " returned " .. ser(report))
+          end
+          for _, l in ipairs(report.held) do
+            if l.token ~= nil then violated(what() .. " shows a lease token") end
+          end
+        elseif report then
+          violated(what() .. " accepted invalid options")
+        end
+        if i % 10 == 0 then
+          local obj = pick({ locks, wlocks, sem })
+          local list = kept(function() return NAMES[obj] .. ":held()" end, obj.held, obj, hostile(1))
+          for _, l in ipairs(list) do
+            if type(l.key) ~= "string" or type(l.token) ~= "string" or type(l.pid) ~= "number"
+              or type(l.ttl) ~= "number" or l.ttl < 0 or type(l.expires_at) ~= "number" then
+              violated(NAMES[obj] .. ":held() listed " .. ser(l))
+            end
+          end
+        end
+      end
+    end)
+  end)
+
+  -- Found by this fuzzing (and fixed): values whose tostring misbehaves.
+  describe("values whose __tostring misbehaves", function()
+    --- Run every case; collect the broken promises so the message shows them all.
+    local function all_kept(cases)
+      local broken = {}
+      for _, c in ipairs(cases) do
+        local r = pack(pcall(c[2]))
+        if not r[1] then
+          broken[#broken + 1] = c[1] .. " raised: " .. tostring(r[2])
+        elseif r[2] == nil and not (type(r[3]) == "string" and r[3]:sub(1, 7) == "dlock: ") then
+          broken[#broken + 1] = c[1] .. " returned " .. ser(r[2]) .. ", " .. ser(r[3])
+        end
+      end
+      assert.is_true(#broken == 0, #broken .. " of " .. #cases .. " calls broke the contract:\n  " ..
+        table.concat(broken, "\n  "))
+    end
+
+    it("with() returns nil, \"dlock: callback failed ...\" when fn raises an error value whose __tostring " ..
+       "returns nil, returns a table or raises, and releases the lease", function()
+      local values = {
+        { "__tostring returns nil", setmetatable({}, { __tostring = function() end }) },
+        { "__tostring returns a table", setmetatable({}, { __tostring = function() return {} end }) },
+        { "__tostring raises", setmetatable({}, { __tostring = function() error("tostring failed") end }) },
+      }
+      local cases = {}
+      for i, v in ipairs(values) do
+        cases[i] = { 'locks:with("bug:' .. i .. '", nil, function() error(<' .. v[1] .. '>) end)',
+          function() return locks:with("bug:" .. i, nil, function() error(v[2]) end) end }
+      end
+      all_kept(cases)
+      for i = 1, #values do -- what works: the key was released before the raise
+        assert(locks:acquire("bug:" .. i, { wait = 0 })):release()
+      end
+    end)
+
+    it("every validation error is returned, not raised, when the bad value is FFI cdata whose " ..
+       "__tostring raises or returns nil", function()
+      local raising = ffi.metatype("struct { int fz_raise; }", { __tostring = function() error("tostring failed") end })
+      local silent = ffi.metatype("struct { int fz_nil; }", { __tostring = function() return nil end })
+      local cases = {}
+      for _, c in ipairs({ { "<cdata, __tostring raises>", raising() }, { "<cdata, __tostring returns nil>", silent() } }) do
+        local label, v = c[1], c[2]
+        local calls = {
+          { "dlock.new({ dict = %s })", function() return dlock.new({ dict = v }) end },
+          { "locks:acquire(%s)", function() return locks:acquire(v) end },
+          { 'locks:acquire("k", { ttl = %s })', function() return locks:acquire("k", { ttl = v }) end },
+          { 'semaphore.new({ dict = "dlock", permits = %s })', function() return semaphore.new({ dict = "dlock", permits = v }) end },
+          { "gateway.new({ mode = %s })", function() return gateway.new({ mode = v }) end },
+          { "status.report({ dicts = { %s } })", function() return status.report({ dicts = { v } }) end },
+          { "lease:extend(%s)", function()
+            local lease = assert(locks:acquire("bug:extend"))
+            local r = pack(pcall(lease.extend, lease, v))
+            lease:release()
+            if not r[1] then error(r[2], 0) end
+            return unpack(r, 2, r.n)
+          end },
+        }
+        for _, k in ipairs(calls) do cases[#cases + 1] = { k[1]:format(label), k[2] } end
+      end
+      all_kept(cases)
+    end)
+  end)
+
+  describe("the Redis keyspace after all of the above", function()
+    it("holds no key outside the prefix " .. PREFIX .. " in any database", function()
+      local outside = {}
+      for _, e in ipairs(keyspace()) do
+        if e.key:sub(1, #PREFIX) ~= PREFIX then outside[#outside + 1] = "db" .. e.db .. " " .. ser(e.key) end
+      end
+      assert.is_true(#outside == 0, #outside .. " keys outside " .. PREFIX .. ": " .. table.concat(outside, ", ", 1, math.min(#outside, 20)))
+    end)
+
+    it("holds nothing under the prefixes of the objects whose leases were all released", function()
+      local left = {}
+      for _, e in ipairs(keyspace()) do
+        for _, o in ipairs({ locks, wlocks, sem }) do
+          if e.db == 0 and e.key:sub(1, #o.prefix) == o.prefix then left[#left + 1] = ser(e.key) end
+        end
+      end
+      assert.is_true(#left == 0, #left .. " keys left: " .. table.concat(left, ", ", 1, math.min(#left, 20)))
+      ngx.update_time()
+      io.stdout:write(string.format("fuzz: seed %d, %d calls (%d results, %d errors) in %.1f s; accepted %s; " ..
+        "%d leases and %d lost replies from fuzzed factories\n", SEED, stats.calls, stats.results, stats.errors,
+        ngx.now() - started, table.concat(stats.accepted, ", "), stats.leases, stats.unknown))
+    end)
+  end)
+end)

@@ -42,7 +42,7 @@ describe("redis faults", function()
     assert.is_true(t < 0.35, "took " .. t)
   end)
 
-  it("reports an unreachable Redis host within the connect timeout", function()
+  it("reports an unreachable (or not-Redis) host as a clear error within the timeouts", function()
     -- 10.255.255.1 is unroutable here: the SYN goes nowhere.
     local locks = assert(dlock.new({ dict = "dlock", redis = { host = "10.255.255.1", connect_timeout = 200 } }))
     local t, lease, err = elapsed(function() return locks:acquire("a") end)
@@ -56,19 +56,67 @@ describe("redis faults", function()
     local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("paused"),
       redis = { port = r.port, read_timeout = 200 } }))
     r.signal("STOP")
-    local t, lease, err = elapsed(function() return locks:acquire("a", { ttl = 20000 }) end)
-    r.signal("CONT")
+    local t, lease, err = elapsed(function() return locks:acquire("a", { ttl = 2000 }) end)
     assert.is_nil(lease)
     assert.matches("timeout during acquire; acquire outcome unknown, owner%-checked cleanup scheduled$", err)
     assert.is_true(t < 0.5, "took " .. t)
-    -- The queued SET landed when Redis resumed; the cleanup timer deletes it well before its 20 s ttl.
+    -- Paused for longer than the lease: the queued SET only runs (and its 2 s ttl
+    -- only starts) when Redis resumes; the cleanup must still be trying by then.
+    ngx.sleep(2.5)
+    r.signal("CONT")
     local gone = false
-    for _ = 1, 40 do
+    for _ = 1, 10 do
       ngx.sleep(0.1)
       if h.cmd(r.port, "exists", locks.prefix .. "a") == 0 then gone = true break end
     end
     assert.is_true(gone)
     assert(locks:acquire("a")):release()
+    r.stop()
+  end)
+
+  it("keeps cleaning up a lost acquire until Redis answers, even when it stays unreachable past the ttl", function()
+    -- A full accept queue: while Redis is stopped, new connections time out, so
+    -- no cleanup attempt reaches it; only the pooled connection of the acquire does.
+    local r = h.start_redis(nil, "--tcp-backlog", "1")
+    local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("unreach"),
+      redis = { port = r.port, read_timeout = 200, connect_timeout = 100 } }))
+    assert(locks:acquire("warm")):release()   -- leaves one pooled connection
+    r.signal("STOP")
+    local fillers = {}
+    for i = 1, 8 do
+      local s = ngx.socket.tcp()
+      s:settimeout(100)
+      if s:connect("127.0.0.1", r.port) then fillers[#fillers + 1] = s end
+    end
+    local lease, err = locks:acquire("a", { ttl = 2000 })
+    assert.is_nil(lease)
+    assert.matches("outcome unknown", err)
+    ngx.sleep(2.5)
+    for _, s in ipairs(fillers) do s:close() end
+    r.signal("CONT")
+    local gone = false
+    for _ = 1, 10 do
+      ngx.sleep(0.1)
+      if h.cmd(r.port, "exists", locks.prefix .. "a") == 0 then gone = true break end
+    end
+    assert.is_true(gone)
+    r.stop()
+  end)
+
+  it("retries a Redis that answers BUSY (a long script) while waiting, and reports it when not waiting", function()
+    local r = h.start_redis(nil, "--busy-reply-threshold", "50")
+    local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("busy"), redis = { port = r.port, read_timeout = 2000 } }))
+    local SPIN = "local s = redis.call('TIME') while true do local n = redis.call('TIME') " ..
+                 "if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 400000 then return 1 end end"
+    local spinner = ngx.thread.spawn(h.cmd, r.port, "eval", SPIN, 0)
+    ngx.sleep(0.1)
+    local none, err = locks:acquire("a", { wait = 0 })
+    assert.is_nil(none)
+    assert.matches("^dlock: redis 127.0.0.1:%d+: BUSY", err)
+    local lease, werr = locks:acquire("a", { wait = 2000 })
+    assert.is_nil(werr)
+    assert.is_true(lease:release())
+    ngx.thread.wait(spinner)
     r.stop()
   end)
 

@@ -104,58 +104,89 @@ function ____exports.parseAcquire(store, key, opts)
     end
     return k, ttl, wait
 end
---- One script round trip on a pooled connection. Returns the reply, or nil and
--- an error that names the endpoint; `lost` is true when the request may have
--- reached Redis but the reply did not come back (its outcome is unknown).
+local TRANSIENT = check.set(
+    "LOADING",
+    "BUSY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "CLUSTERDOWN"
+)
+--- One script round trip on a pooled connection. Returns the reply, or nil, an
+-- error that names the endpoint, and the kind of fault.
 function ____exports.call(conf, s, rkey, ...)
     local red, cerr = redis.connect(conf)
     if red == nil then
-        return nil, cerr, false
+        return nil, cerr, "failed"
     end
     local res, err = scripts.run(red, s, rkey, ...)
     redis.done(red, conf, res ~= nil)
     if res == nil then
-        return nil, (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)) .. " during ") .. s.name, true
+        return nil, (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)) .. " during ") .. s.name, "lost"
     end
     if res == false then
-        return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err), false
-    end
-    return res, nil, false
-end
---- Delete a lease whose acquire reply was lost, owner-checked, from a timer.
--- Redis may be paused or unreachable right now (that is often why the reply was
--- lost), so retry with backoff until the lease would have expired anyway.
-local function cleanup(premature, conf, s, rkey, tok, deadline, delay)
-    if premature then
-        return
-    end
-    local res, err = ____exports.call(conf, s, rkey, tok)
-    if res ~= nil then
-        if res == 1 then
-            ngx.log(ngx.NOTICE, "dlock: removed ", rkey, " acquired by a request whose reply was lost")
-        end
-        return
-    end
-    if ngx.now() + delay >= deadline then
-        ngx.log(
-            ngx.WARN,
-            "dlock: giving up cleanup of ",
-            rkey,
-            ", it expires on its own: ",
-            err
+        local code = string.match(
+            tostring(err),
+            "^(%u+)"
         )
+        local fault = code ~= nil and TRANSIENT[code] ~= nil and "transient" or "failed"
+        return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err), fault
+    end
+    return res, nil, nil
+end
+local CLEANUP_FOR = 600
+local MAX_SWEEP_DELAY = 0.5
+local orphans = {}
+local sweeping = false
+local function sweepOrphans(premature, delay)
+    local batch = orphans
+    orphans = {}
+    local down = {}
+    for ____, o in ipairs(batch) do
+        if down[o.conf.pool] ~= nil then
+            orphans[#orphans + 1] = o
+        elseif ngx.now() > o["until"] then
+            ngx.log(
+                ngx.WARN,
+                "dlock: giving up cleanup of ",
+                o.rkey,
+                " after ",
+                CLEANUP_FOR,
+                " s, it expires on its own"
+            )
+        else
+            local res, ____, fault = ____exports.call(o.conf, o.release, o.rkey, o.token)
+            if res == 1 then
+                ngx.log(ngx.NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost")
+            elseif res == nil then
+                orphans[#orphans + 1] = o
+                if fault ~= "transient" then
+                    down[o.conf.pool] = true
+                end
+            end
+        end
+    end
+    if #orphans == 0 or premature then
+        sweeping = false
         return
     end
-    ngx.timer.at(
-        delay,
-        cleanup,
-        conf,
-        s,
-        rkey,
-        tok,
-        deadline,
-        math.min(delay * 2, 5)
-    )
+    local next = math.min(delay * 2, MAX_SWEEP_DELAY)
+    local ok = ngx.timer.at(next, sweepOrphans, next)
+    if not ok then
+        sweeping = false
+    end
+end
+local function adopt(conf, release, rkey, token)
+    orphans[#orphans + 1] = {
+        conf = conf,
+        release = release,
+        rkey = rkey,
+        token = token,
+        ["until"] = ngx.now() + CLEANUP_FOR
+    }
+    if not sweeping then
+        local ok = ngx.timer.at(0, sweepOrphans, 0.05)
+        sweeping = ok ~= nil
+    end
 end
 local leaseMethods = {
     release = function(self)
@@ -221,7 +252,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
     local deadline = ngx.now() * 1000 + wait
     local backoff = FIRST_BACKOFF
     while true do
-        local res, err, lost = ____exports.call(
+        local res, err, fault = ____exports.call(
             store.redis,
             kind.acquire,
             rkey,
@@ -229,23 +260,16 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
             ttl,
             ...
         )
+        local retryAfter
         if res == nil then
-            if lost then
-                ngx.timer.at(
-                    0,
-                    cleanup,
-                    store.redis,
-                    kind.release,
-                    rkey,
-                    tok,
-                    ngx.now() + ttl / 1000,
-                    0.1
-                )
+            if fault == "lost" then
+                adopt(store.redis, kind.release, rkey, tok)
                 return nil, tostring(err) .. "; acquire outcome unknown, owner-checked cleanup scheduled", nil
             end
-            return nil, err, nil
-        end
-        if res == "OK" then
+            if fault ~= "transient" or wait == 0 or deadline - ngx.now() * 1000 <= 0 then
+                return nil, err, nil
+            end
+        elseif res == "OK" then
             local rec = ledger.recordKey(rkey, tok, kind.shared)
             local serial = ledger.record(
                 store.dict,
@@ -266,14 +290,18 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
                 released = false
             }
             return setmetatable(lease, leaseMt), nil, nil
-        end
-        local retryAfter = type(res) == "number" and res >= 0 and res or nil
-        if wait == 0 then
-            return nil, "busy", retryAfter
+        else
+            retryAfter = type(res) == "number" and res >= 0 and res or nil
+            if wait == 0 then
+                return nil, "busy", retryAfter
+            end
         end
         ngx.update_time()
         local left = deadline - ngx.now() * 1000
         if left <= 0 then
+            if res == nil then
+                return nil, err, nil
+            end
             return nil, "timeout", retryAfter
         end
         local nap = backoff / 2 + math.random() * backoff / 2

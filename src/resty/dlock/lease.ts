@@ -115,47 +115,97 @@ export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMult
 }
 
 /**
- * One script round trip on a pooled connection. Returns the reply, or nil and
- * an error that names the endpoint; `lost` is true when the request may have
- * reached Redis but the reply did not come back (its outcome is unknown).
+ * How a failed call failed. "lost": the request may have reached Redis but the
+ * reply did not come back (its outcome is unknown). "transient": Redis said it
+ * cannot serve right now (loading its data set, busy script, failover) and did
+ * nothing; worth another try while waiting. "failed": anything else.
  */
-export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): LuaMultiReturn<[RedisValue | undefined, string | undefined, boolean]> {
+export type Fault = "lost" | "transient" | "failed";
+
+const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN");
+
+/**
+ * One script round trip on a pooled connection. Returns the reply, or nil, an
+ * error that names the endpoint, and the kind of fault.
+ */
+export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): LuaMultiReturn<[RedisValue | undefined, string | undefined, Fault | undefined]> {
   const [red, cerr] = redis.connect(conf);
   if (red === undefined) {
-    return $multi(undefined, cerr, false);
+    return $multi(undefined, cerr, "failed");
   }
   const [res, err] = scripts.run(red, s, rkey, ...args);
   redis.done(red, conf, res !== undefined);
   if (res === undefined) {
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err) + " during " + s.name, true);
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err) + " during " + s.name, "lost");
   }
   if (res === false) {
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err), false);
+    const [code] = string.match(tostring(err), "^(%u+)");
+    const fault: Fault = code !== undefined && TRANSIENT.has(code) ? "transient" : "failed";
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err), fault);
   }
-  return $multi(res, undefined, false);
+  return $multi(res, undefined, undefined);
 }
 
-/**
- * Delete a lease whose acquire reply was lost, owner-checked, from a timer.
- * Redis may be paused or unreachable right now (that is often why the reply was
- * lost), so retry with backoff until the lease would have expired anyway.
- */
-function cleanup(this: void, premature: boolean, conf: redis.RedisConf, s: scripts.Script, rkey: string, tok: string, deadline: number, delay: number): void {
-  if (premature) {
-    return;
-  }
-  const [res, err] = call(conf, s, rkey, tok);
-  if (res !== undefined) {
-    if (res === 1) {
-      ngx.log(ngx.NOTICE, "dlock: removed ", rkey, " acquired by a request whose reply was lost");
+// Acquires whose reply was lost ("orphans"): the SET may have landed, and then
+// the key would block everyone for a whole ttl. One sweep per worker deletes
+// them, owner-checked, retrying until Redis answers: Redis may be paused or
+// unreachable right now (that is often why the reply was lost), and a SET
+// queued in a paused Redis runs when Redis resumes, with its ttl starting then.
+// One timer for all orphans, not one each: an outage can orphan thousands.
+const CLEANUP_FOR = 600; // seconds an orphan is retried
+const MAX_SWEEP_DELAY = 0.5; // seconds between sweeps, at most
+
+interface Orphan {
+  readonly conf: redis.RedisConf;
+  readonly release: scripts.Script;
+  readonly rkey: string;
+  readonly token: string;
+  readonly until: number;
+}
+
+let orphans: Orphan[] = [];
+let sweeping = false;
+
+function sweepOrphans(this: void, premature: boolean, delay: number): void {
+  // Adoptions during this sweep (it yields) go to a fresh list.
+  const batch = orphans;
+  orphans = [];
+  // Endpoints (pools) that failed in this sweep: their other orphans would only wait for the same timeouts.
+  const down = new LuaSet<string>();
+  for (const o of batch) {
+    if (down.has(o.conf.pool)) {
+      orphans.push(o);
+    } else if (ngx.now() > o.until) {
+      ngx.log(ngx.WARN, "dlock: giving up cleanup of ", o.rkey, " after ", CLEANUP_FOR, " s, it expires on its own");
+    } else {
+      const [res, , fault] = call(o.conf, o.release, o.rkey, o.token);
+      if (res === 1) {
+        ngx.log(ngx.NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost");
+      } else if (res === undefined) {
+        orphans.push(o);
+        if (fault !== "transient") {
+          down.add(o.conf.pool);
+        }
+      }
     }
+  }
+  if (orphans.length === 0 || premature) {
+    sweeping = false;
     return;
   }
-  if (ngx.now() + delay >= deadline) {
-    ngx.log(ngx.WARN, "dlock: giving up cleanup of ", rkey, ", it expires on its own: ", err);
-    return;
+  const next = math.min(delay * 2, MAX_SWEEP_DELAY);
+  const [ok] = ngx.timer.at(next, sweepOrphans, next);
+  if (!ok) {
+    sweeping = false;
   }
-  ngx.timer.at(delay, cleanup, conf, s, rkey, tok, deadline, math.min(delay * 2, 5));
+}
+
+function adopt(conf: redis.RedisConf, release: scripts.Script, rkey: string, token: string): void {
+  orphans.push({ conf, release, rkey, token, until: ngx.now() + CLEANUP_FOR });
+  if (!sweeping) {
+    const [ok] = ngx.timer.at(0, sweepOrphans, 0.05);
+    sweeping = ok !== undefined;
+  }
 }
 
 const leaseMethods = {
@@ -213,28 +263,34 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
   const deadline = ngx.now() * 1000 + wait;
   let backoff = FIRST_BACKOFF;
   while (true) {
-    const [res, err, lost] = call(store.redis, kind.acquire, rkey, tok, ttl, ...extra);
+    const [res, err, fault] = call(store.redis, kind.acquire, rkey, tok, ttl, ...extra);
+    let retryAfter: number | undefined;
     if (res === undefined) {
-      if (lost) {
+      if (fault === "lost") {
         // The write may have landed: delete it if it did, so it cannot block others for a whole ttl.
-        ngx.timer.at(0, cleanup, store.redis, kind.release, rkey, tok, ngx.now() + ttl / 1000, 0.1);
+        adopt(store.redis, kind.release, rkey, tok);
         return $multi(undefined, err + "; acquire outcome unknown, owner-checked cleanup scheduled", undefined);
       }
-      return $multi(undefined, err, undefined);
-    }
-    if (res === "OK") {
+      if (fault !== "transient" || wait === 0 || deadline - ngx.now() * 1000 <= 0) {
+        return $multi(undefined, err, undefined);
+      }
+    } else if (res === "OK") {
       const rec = ledger.recordKey(rkey, tok, kind.shared);
       const serial = ledger.record(store.dict, rec, tok, key, ttl);
       const lease = { key, token: tok, ttl, store, kind, rkey, rec, serial, released: false };
       return $multi(setmetatable(lease, leaseMt) as Lease, undefined, undefined);
-    }
-    const retryAfter = type(res) === "number" && (res as number) >= 0 ? (res as number) : undefined;
-    if (wait === 0) {
-      return $multi(undefined, "busy", retryAfter);
+    } else {
+      retryAfter = type(res) === "number" && (res as number) >= 0 ? (res as number) : undefined;
+      if (wait === 0) {
+        return $multi(undefined, "busy", retryAfter);
+      }
     }
     ngx.update_time();
     const left = deadline - ngx.now() * 1000;
     if (left <= 0) {
+      if (res === undefined) {
+        return $multi(undefined, err, undefined); // Redis never became able to answer: say why
+      }
       return $multi(undefined, "timeout", retryAfter);
     }
     // Jittered exponential backoff, never past the holder's expiry nor our deadline.

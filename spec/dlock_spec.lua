@@ -79,9 +79,42 @@ describe("resty.dlock", function()
       local _, released_at = ngx.thread.wait(releaser)
       assert.is_nil(err)
       assert.is_table(got)
-      -- Not a whole ttl later: within the backoff cap (64 ms) of the release.
-      assert.is_true(acquired_at - released_at < 0.1, "hand-off took " .. (acquired_at - released_at))
+      -- Same worker: the release wakes the waiter, no backoff nap in between.
+      assert.is_true(acquired_at - released_at < 0.02, "hand-off took " .. (acquired_at - released_at))
       got:release()
+    end)
+
+    it("serves waiters of one worker first come, first served", function()
+      local locks = h.locks()
+      local lease = assert(locks:acquire("q", { ttl = 10000 }))
+      local order = {}
+      local threads = {}
+      for i = 1, 5 do
+        threads[i] = ngx.thread.spawn(function()
+          local l = assert(locks:acquire("q", { wait = 5000 }))
+          order[#order + 1] = i
+          ngx.sleep(0.01)
+          l:release()
+        end)
+        ngx.sleep(0.005)
+      end
+      lease:release()
+      for i = 1, 5 do assert(ngx.thread.wait(threads[i])) end
+      assert.same({ 1, 2, 3, 4, 5 }, order)
+    end)
+
+    it("does not poll Redis while the holder is in this nginx", function()
+      local locks = h.locks()
+      local lease = assert(locks:acquire("quiet", { ttl = 10000 }))
+      local function evalshas()
+        return tonumber(h.cmd(nil, "info", "commandstats"):match("cmdstat_evalsha:calls=(%d+)"))
+      end
+      local before = evalshas()
+      local _, err = locks:acquire("quiet", { wait = 500 })
+      assert.equal("timeout", err)
+      -- A Redis poller on a 2..64 ms backoff would have asked about 10 times.
+      assert.is_true(evalshas() - before <= 1, (evalshas() - before) .. " EVALSHA while waiting")
+      lease:release()
     end)
 
     it("returns \"timeout\" at the deadline when the holder keeps the lock", function()

@@ -155,7 +155,7 @@ interface NgxSemaphore {
 
 /** @noSelf */
 interface NgxSemaphoreModule {
-  new(n?: number): LuaMultiReturn<[NgxSemaphore | undefined, string | undefined]>;
+  "new"(n?: number): LuaMultiReturn<[NgxSemaphore | undefined, string | undefined]>;
 }
 
 /** @noSelf */

@@ -11,6 +11,34 @@ ____exports.MAX_TTL = 86400000
 local DEFAULT_TTL = 30000
 local FIRST_BACKOFF = 2
 local MAX_BACKOFF = 64
+local MAX_LOCAL_BACKOFF = 8
+local semaphore = require("ngx.semaphore")
+local waiting = {}
+--- Sleep up to `ms`, or less if a release of rkey in this worker wakes us.
+local function pause(rkey, ms)
+    local w = waiting[rkey]
+    if w == nil then
+        local sem = semaphore.new(0)
+        if sem == nil then
+            ngx.sleep(ms / 1000)
+            return
+        end
+        w = {sem = sem, count = 0}
+        waiting[rkey] = w
+    end
+    w.count = w.count + 1
+    w.sem:wait(ms / 1000)
+    w.count = w.count - 1
+    if w.count == 0 and waiting[rkey] == w then
+        waiting[rkey] = nil
+    end
+end
+local function wake(rkey)
+    local w = waiting[rkey]
+    if w ~= nil and w.count > 0 then
+        w.sem:post(1)
+    end
+end
 function ____exports.checkTtl(v)
     return check.integer(
         "ttl",
@@ -197,6 +225,7 @@ local leaseMethods = {
         self.released = true
         ledger.forget(self.store.dict, self.rec, self.serial)
         local res, err = ____exports.call(self.store.redis, self.kind.release, self.rkey, self.token)
+        wake(self.rkey)
         if res == nil then
             return nil, err
         end
@@ -244,6 +273,46 @@ local leaseMethods = {
     end
 }
 local leaseMt = {__index = leaseMethods}
+--- While a worker of this nginx holds the key, wait without polling Redis: a
+-- holder in this worker wakes one waiter when it releases (waiters queue on a
+-- semaphore, first come first served); a holder in another worker drops its
+-- shared-dict record, which costs nothing to watch. "none": no holder here;
+-- "free": try Redis now; "timeout": the deadline passed.
+local function awaitLocalHolder(dict, rkey, deadline)
+    local rec = ledger.recordKey(rkey, "", false)
+    local step = 1
+    local seen = false
+    while true do
+        local pid, expires = ledger.holder(dict, rec)
+        if pid == nil then
+            return seen and "free" or "none"
+        end
+        seen = true
+        ngx.update_time()
+        local now = ngx.now() * 1000
+        if now >= deadline then
+            return "timeout"
+        end
+        if pid == ngx.worker.pid() then
+            pause(
+                rkey,
+                math.min(
+                    deadline - now,
+                    math.max(1, expires - now + 1)
+                )
+            )
+            return "free"
+        end
+        pause(
+            rkey,
+            math.min(
+                deadline - now,
+                step / 2 + math.random() * step / 2
+            )
+        )
+        step = math.min(step * 2, MAX_LOCAL_BACKOFF)
+    end
+end
 --- Try, and while `wait` allows, try again: lease on success; nil, "busy",
 -- retry_after when wait = 0; nil, "timeout", retry_after at the deadline;
 -- nil, "dlock: ..." on a Redis failure. `extra` goes to the script after ttl.
@@ -251,6 +320,10 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
     local rkey = store.prefix .. key
     local deadline = ngx.now() * 1000 + wait
     local backoff = FIRST_BACKOFF
+    local retryAfter
+    if wait > 0 and not kind.shared and awaitLocalHolder(store.dict, rkey, deadline) == "timeout" then
+        return nil, "timeout", nil
+    end
     while true do
         local res, err, fault = ____exports.call(
             store.redis,
@@ -260,7 +333,6 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
             ttl,
             ...
         )
-        local retryAfter
         if res == nil then
             if fault == "lost" then
                 adopt(store.redis, kind.release, rkey, tok)
@@ -304,15 +376,21 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
             end
             return nil, "timeout", retryAfter
         end
-        local nap = backoff / 2 + math.random() * backoff / 2
-        if retryAfter ~= nil and retryAfter + 1 < nap then
-            nap = retryAfter + 1
+        local ____local = kind.shared and "none" or awaitLocalHolder(store.dict, rkey, deadline)
+        if ____local == "timeout" then
+            return nil, "timeout", retryAfter
         end
-        if left < nap then
-            nap = left
+        if ____local == "none" then
+            local nap = backoff / 2 + math.random() * backoff / 2
+            if retryAfter ~= nil and retryAfter + 1 < nap then
+                nap = retryAfter + 1
+            end
+            if left < nap then
+                nap = left
+            end
+            pause(rkey, nap)
+            backoff = math.min(backoff * 2, MAX_BACKOFF)
         end
-        ngx.sleep(nap / 1000)
-        backoff = math.min(backoff * 2, MAX_BACKOFF)
     end
 end
 local protect = pcall

@@ -47,6 +47,18 @@ local function serialOf(dict, rec)
     end
     return ____temp_0
 end
+--- The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx.
+function ____exports.holder(dict, rec)
+    local v = dict:get(rec)
+    if type(v) ~= "string" then
+        return nil, 0
+    end
+    local pid, expires = string.match(v, "^%d+ (%d+) (%d+) ")
+    if pid == nil then
+        return nil, 0
+    end
+    return tonumber(pid), tonumber(expires) or 0
+end
 --- True when this nginx records a different, newer lease on the same key.
 function ____exports.superseded(dict, rec, serial)
     local current = serialOf(dict, rec)

@@ -15,7 +15,47 @@ export const MAX_TTL = 86400000;
 
 const DEFAULT_TTL = 30000;
 const FIRST_BACKOFF = 2; // ms
-const MAX_BACKOFF = 64; // ms
+const MAX_BACKOFF = 64; // ms, between Redis polls while a holder elsewhere has the key
+const MAX_LOCAL_BACKOFF = 8; // ms, between shared-dict checks while a holder in this nginx has it
+
+const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
+
+/**
+ * Waiters of this worker, per Redis key. A release in this worker wakes one of
+ * them at once (hand-off in one round trip instead of a backoff nap).
+ */
+interface Waiters {
+  readonly sem: NgxSemaphore;
+  count: number;
+}
+const waiting = new LuaTable<string, Waiters>();
+
+/** Sleep up to `ms`, or less if a release of rkey in this worker wakes us. */
+function pause(rkey: string, ms: number): void {
+  let w = waiting.get(rkey);
+  if (w === undefined) {
+    const [sem] = semaphore.new(0);
+    if (sem === undefined) {
+      ngx.sleep(ms / 1000);
+      return;
+    }
+    w = { sem, count: 0 };
+    waiting.set(rkey, w);
+  }
+  w.count++;
+  w.sem.wait(ms / 1000);
+  w.count--;
+  if (w.count === 0 && waiting.get(rkey) === w) {
+    waiting.delete(rkey);
+  }
+}
+
+function wake(rkey: string): void {
+  const w = waiting.get(rkey);
+  if (w !== undefined && w.count > 0) {
+    w.sem.post(1);
+  }
+}
 
 /** The scripts of one kind of lease. */
 export interface Kind {
@@ -218,6 +258,7 @@ const leaseMethods = {
     this.released = true;
     ledger.forget(this.store.dict, this.rec, this.serial);
     const [res, err] = call(this.store.redis, this.kind.release, this.rkey, this.token);
+    wake(this.rkey);
     if (res === undefined) {
       return $multi(undefined, err);
     }
@@ -254,6 +295,38 @@ const leaseMethods = {
 const leaseMt = { __index: leaseMethods };
 
 /**
+ * While a worker of this nginx holds the key, wait without polling Redis: a
+ * holder in this worker wakes one waiter when it releases (waiters queue on a
+ * semaphore, first come first served); a holder in another worker drops its
+ * shared-dict record, which costs nothing to watch. "none": no holder here;
+ * "free": try Redis now; "timeout": the deadline passed.
+ */
+function awaitLocalHolder(dict: NgxSharedDict, rkey: string, deadline: number): "none" | "free" | "timeout" {
+  const rec = ledger.recordKey(rkey, "", false);
+  let step = 1;
+  let seen = false;
+  while (true) {
+    const [pid, expires] = ledger.holder(dict, rec);
+    if (pid === undefined) {
+      return seen ? "free" : "none";
+    }
+    seen = true;
+    ngx.update_time();
+    const now = ngx.now() * 1000;
+    if (now >= deadline) {
+      return "timeout";
+    }
+    if (pid === ngx.worker.pid()) {
+      // Woken by its release, or at its expiry if it never releases.
+      pause(rkey, math.min(deadline - now, math.max(1, expires - now + 1)));
+      return "free";
+    }
+    pause(rkey, math.min(deadline - now, step / 2 + math.random() * step / 2));
+    step = math.min(step * 2, MAX_LOCAL_BACKOFF);
+  }
+}
+
+/**
  * Try, and while `wait` allows, try again: lease on success; nil, "busy",
  * retry_after when wait = 0; nil, "timeout", retry_after at the deadline;
  * nil, "dlock: ..." on a Redis failure. `extra` goes to the script after ttl.
@@ -262,9 +335,14 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
   const rkey = store.prefix + key;
   const deadline = ngx.now() * 1000 + wait;
   let backoff = FIRST_BACKOFF;
+  let retryAfter: number | undefined;
+  // A waiter that finds the key held in this nginx queues up locally at once:
+  // asking Redis first would only hear "busy". (Without `wait`, Redis answers.)
+  if (wait > 0 && !kind.shared && awaitLocalHolder(store.dict, rkey, deadline) === "timeout") {
+    return $multi(undefined, "timeout", undefined);
+  }
   while (true) {
     const [res, err, fault] = call(store.redis, kind.acquire, rkey, tok, ttl, ...extra);
-    let retryAfter: number | undefined;
     if (res === undefined) {
       if (fault === "lost") {
         // The write may have landed: delete it if it did, so it cannot block others for a whole ttl.
@@ -293,12 +371,19 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
       }
       return $multi(undefined, "timeout", retryAfter);
     }
-    // Jittered exponential backoff, never past the holder's expiry nor our deadline.
-    let nap = backoff / 2 + math.random() * backoff / 2;
-    if (retryAfter !== undefined && retryAfter + 1 < nap) nap = retryAfter + 1;
-    if (left < nap) nap = left;
-    ngx.sleep(nap / 1000);
-    backoff = math.min(backoff * 2, MAX_BACKOFF);
+    const local = kind.shared ? "none" : awaitLocalHolder(store.dict, rkey, deadline);
+    if (local === "timeout") {
+      return $multi(undefined, "timeout", retryAfter);
+    }
+    if (local === "none") {
+      // The holder is elsewhere: poll Redis with jittered exponential backoff,
+      // never past the holder's expiry nor our deadline.
+      let nap = backoff / 2 + math.random() * backoff / 2;
+      if (retryAfter !== undefined && retryAfter + 1 < nap) nap = retryAfter + 1;
+      if (left < nap) nap = left;
+      pause(rkey, nap);
+      backoff = math.min(backoff * 2, MAX_BACKOFF);
+    }
   }
 }
 

@@ -53,6 +53,19 @@ function serialOf(dict: NgxSharedDict, rec: string): number | undefined {
   return s === undefined ? undefined : tonumber(s);
 }
 
+/** The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx. */
+export function holder(dict: NgxSharedDict, rec: string): LuaMultiReturn<[number | undefined, number]> {
+  const [v] = dict.get(rec);
+  if (type(v) !== "string") {
+    return $multi(undefined, 0);
+  }
+  const [pid, expires] = string.match(v as string, "^%d+ (%d+) (%d+) ");
+  if (pid === undefined) {
+    return $multi(undefined, 0);
+  }
+  return $multi(tonumber(pid), tonumber(expires) ?? 0);
+}
+
 /** True when this nginx records a different, newer lease on the same key. */
 export function superseded(dict: NgxSharedDict, rec: string, serial: number): boolean {
   const current = serialOf(dict, rec);

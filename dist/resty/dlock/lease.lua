@@ -218,12 +218,13 @@ local function adopt(conf, release, rkey, token)
 end
 local leaseMethods = {
     release = function(self)
-        if self.released or ledger.superseded(self.store.dict, self.rec, self.serial) then
-            self.released = true
+        if self.released then
             return nil, "not_owner"
         end
         self.released = true
-        ledger.forget(self.store.dict, self.rec, self.serial)
+        if not ledger.forget(self.store.dict, self.rec, self.serial) then
+            return nil, "not_owner"
+        end
         local res, err = ____exports.call(self.store.redis, self.kind.release, self.rkey, self.token)
         wake(self.rkey)
         if res == nil then

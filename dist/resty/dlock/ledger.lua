@@ -74,13 +74,16 @@ function ____exports.renew(dict, rec, serial, token, key, ttl)
         )
     end
 end
---- Drop the record if it is still this lease's. Called before the Redis release:
+--- Drop the record if it is still this lease's; false when a newer lease of this
+-- nginx owns the key (then this one must not touch it). Called before the Redis release:
 -- while we still hold the key in Redis nobody can write a newer record, so the
 -- get-then-delete cannot remove a successor's record.
 function ____exports.forget(dict, rec, serial)
-    if serialOf(dict, rec) == serial then
+    local current = serialOf(dict, rec)
+    if current == serial then
         dict:delete(rec)
     end
+    return current == nil or current == serial
 end
 --- Every lease recorded now. Walks the dict's keys: meant for status pages, not hot paths.
 function ____exports.held(dict)

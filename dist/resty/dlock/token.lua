@@ -6,6 +6,9 @@ pcall(ffi.cdef, "int gethostname(char *name, size_t len);")
 local RANDOM_BYTES = 16
 local HEX16 = string.rep("%02x", RANDOM_BYTES)
 local buf = ffi.new("uint8_t[?]", 256)
+local POOL = 256
+local pool = ""
+local poolPos = POOL + 1
 local function lookupGetrandom()
     return ffi.C.getrandom
 end
@@ -30,13 +33,19 @@ local function randomBytes(n)
 end
 --- A fresh unguessable 128-bit token as 32 hex characters, or nil, err.
 function ____exports.random()
-    local s = randomBytes(RANDOM_BYTES)
-    if s == nil or #s ~= RANDOM_BYTES then
-        return nil, "dlock: cannot read random bytes from the kernel"
+    if poolPos + RANDOM_BYTES - 1 > POOL then
+        local s = randomBytes(POOL)
+        if s == nil or #s ~= POOL then
+            return nil, "dlock: cannot read random bytes from the kernel"
+        end
+        pool = s
+        poolPos = 1
     end
+    local first = poolPos
+    poolPos = poolPos + RANDOM_BYTES
     return string.format(
         HEX16,
-        string.byte(s, 1, RANDOM_BYTES)
+        string.byte(pool, first, first + RANDOM_BYTES - 1)
     ), nil
 end
 local function hostname()

@@ -251,12 +251,13 @@ function adopt(conf: redis.RedisConf, release: scripts.Script, rkey: string, tok
 const leaseMethods = {
   /** true, or nil, "not_owner" when the lease expired and the key is gone or someone else's. */
   release(this: Lease): LuaMultiReturn<[true | undefined, string | undefined]> {
-    if (this.released || ledger.superseded(this.store.dict, this.rec, this.serial)) {
-      this.released = true;
+    if (this.released) {
       return $multi(undefined, "not_owner");
     }
     this.released = true;
-    ledger.forget(this.store.dict, this.rec, this.serial);
+    if (!ledger.forget(this.store.dict, this.rec, this.serial)) {
+      return $multi(undefined, "not_owner");
+    }
     const [res, err] = call(this.store.redis, this.kind.release, this.rkey, this.token);
     wake(this.rkey);
     if (res === undefined) {

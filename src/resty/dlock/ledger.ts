@@ -80,14 +80,17 @@ export function renew(dict: NgxSharedDict, rec: string, serial: number, token: s
 }
 
 /**
- * Drop the record if it is still this lease's. Called before the Redis release:
+ * Drop the record if it is still this lease's; false when a newer lease of this
+ * nginx owns the key (then this one must not touch it). Called before the Redis release:
  * while we still hold the key in Redis nobody can write a newer record, so the
  * get-then-delete cannot remove a successor's record.
  */
-export function forget(dict: NgxSharedDict, rec: string, serial: number): void {
-  if (serialOf(dict, rec) === serial) {
+export function forget(dict: NgxSharedDict, rec: string, serial: number): boolean {
+  const current = serialOf(dict, rec);
+  if (current === serial) {
     dict.delete(rec);
   }
+  return current === undefined || current === serial;
 }
 
 /** Every lease recorded now. Walks the dict's keys: meant for status pages, not hot paths. */

@@ -13,6 +13,10 @@ pcall(ffi.cdef, "int gethostname(char *name, size_t len);");
 const RANDOM_BYTES = 16;
 const HEX16 = string.rep("%02x", RANDOM_BYTES);
 const buf = ffi.new("uint8_t[?]", 256);
+// One getrandom(2) call fills a pool for 16 tokens; each byte is used once.
+const POOL = 256;
+let pool = "";
+let poolPos = POOL + 1;
 
 function lookupGetrandom(this: void): (this: void, b: FfiBuffer, len: number, flags: number) => number {
   return ffi.C.getrandom;
@@ -41,11 +45,17 @@ function randomBytes(n: number): string | undefined {
 
 /** A fresh unguessable 128-bit token as 32 hex characters, or nil, err. */
 export function random(): LuaMultiReturn<[string | undefined, string | undefined]> {
-  const s = randomBytes(RANDOM_BYTES);
-  if (s === undefined || s.length !== RANDOM_BYTES) {
-    return $multi(undefined, "dlock: cannot read random bytes from the kernel");
+  if (poolPos + RANDOM_BYTES - 1 > POOL) {
+    const s = randomBytes(POOL);
+    if (s === undefined || s.length !== POOL) {
+      return $multi(undefined, "dlock: cannot read random bytes from the kernel");
+    }
+    pool = s;
+    poolPos = 1;
   }
-  return $multi(string.format(HEX16, ...string.byte(s, 1, RANDOM_BYTES)), undefined);
+  const first = poolPos;
+  poolPos += RANDOM_BYTES;
+  return $multi(string.format(HEX16, ...string.byte(pool, first, first + RANDOM_BYTES - 1)), undefined);
 }
 
 function hostname(): string {

@@ -117,6 +117,17 @@ function wrk(url, conns, seconds, extra = []) {
   };
 }
 
+// Until Redis has seen no command for 100 ms (at most 5 s).
+async function quiet(port) {
+  let prev = redisCalls(port);
+  for (let i = 0; i < 50; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    const now = redisCalls(port);
+    if (now === prev) return;
+    prev = now;
+  }
+}
+
 const median = (xs) => {
   const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
   return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN;
@@ -164,7 +175,7 @@ async function main() {
       const pidsNow = [...l.server(), redis.pid];
       const c0 = redisCalls(redisPort), t0 = cpuSeconds(pidsNow);
       const w = wrk(l.url, cfg.conns, cfg.seconds);
-      await new Promise((r) => setTimeout(r, 200)); // log-phase releases land
+      await quiet(redisPort); // queued log-phase releases land in this line's numbers, not the next one's
       const c1 = redisCalls(redisPort), t1 = cpuSeconds(pidsNow);
       runs[l.id].push({ ...w, cmdsPerReq: (c1 - c0) / w.requests, cpuMsPer1k: ((t1 - t0) * 1e6) / w.requests });
       log(`  round ${round + 1} ${l.name}: ${fmt(w.rps)} req/s p50 ${fmt(w.p50, 2)} ms p99 ${fmt(w.p99, 2)} ms, errors ${w.errors}`);

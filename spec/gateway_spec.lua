@@ -72,6 +72,22 @@ describe("gateway", function()
       assert.equal(2, (backend_stats(key)))
     end)
 
+    it("still releases after SCRIPT FLUSH (queued releases go out pipelined, NOSCRIPT falls back to EVAL)", function()
+      assert.equal("OK", h.cmd(redis.port, "script", "flush"))
+      local keys = {}
+      local res = h.parallel(10, function(i)
+        keys[i] = h.unique("flush")
+        return get(a, "/jobs?job=" .. keys[i] .. "&key=" .. keys[i])
+      end)
+      for _, r in ipairs(res) do assert.equal(200, r.status) end
+      ngx.sleep(0.2)
+      for i = 1, 10 do
+        local again = get(b, "/jobs?job=" .. keys[i] .. "&key=" .. keys[i], { timeout = 5000 })
+        assert.equal(200, again.status)
+      end
+      assert.same({}, h.cmd(redis.port, "keys", "dlock:gw:jobs:*"))
+    end)
+
     it("rejects a request without the key with 400 (on_missing = reject)", function()
       assert.equal(400, get(a, "/orders").status)
     end)

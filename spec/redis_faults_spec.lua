@@ -11,6 +11,15 @@ local function elapsed(fn)
   return ngx.now() - t0, a, b, c
 end
 
+--- True once key is gone from the Redis on port, polling for up to `seconds`.
+local function gone_within(seconds, port, key)
+  for _ = 1, seconds * 10 do
+    ngx.sleep(0.1)
+    if h.cmd(port, "exists", key) == 0 then return true end
+  end
+  return false
+end
+
 describe("redis faults", function()
   it("recovers from SCRIPT FLUSH (NOSCRIPT) with one EVAL per script, then EVALSHA again", function()
     local locks = h.locks()
@@ -64,12 +73,7 @@ describe("redis faults", function()
     -- only starts) when Redis resumes; the cleanup must still be trying by then.
     ngx.sleep(2.5)
     r.signal("CONT")
-    local gone = false
-    for _ = 1, 10 do
-      ngx.sleep(0.1)
-      if h.cmd(r.port, "exists", locks.prefix .. "a") == 0 then gone = true break end
-    end
-    assert.is_true(gone)
+    assert.is_true(gone_within(1, r.port, locks.prefix .. "a"))
     assert(locks:acquire("a")):release()
     r.stop()
   end)
@@ -94,12 +98,7 @@ describe("redis faults", function()
     ngx.sleep(2.5)
     for _, s in ipairs(fillers) do s:close() end
     r.signal("CONT")
-    local gone = false
-    for _ = 1, 10 do
-      ngx.sleep(0.1)
-      if h.cmd(r.port, "exists", locks.prefix .. "a") == 0 then gone = true break end
-    end
-    assert.is_true(gone)
+    assert.is_true(gone_within(1, r.port, locks.prefix .. "a"))
     r.stop()
   end)
 

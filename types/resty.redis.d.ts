@@ -37,6 +37,11 @@ interface RestyRedis {
   eval(script: string, numKeys: number, ...args: (string | number)[]): RedisResult;
   evalsha(sha: string, numKeys: number, ...args: (string | number)[]): RedisResult;
   script(subcommand: string, ...args: string[]): RedisResult;
+
+  /** Queue the following commands instead of sending them (their calls return "OK" at once). */
+  init_pipeline(n?: number): void;
+  /** Send the queue in one write; replies in order, a failed command as { false, err }. */
+  commit_pipeline(): LuaMultiReturn<[LuaTable<number, RedisValue | LuaTable<number, false | string>> | undefined, string | undefined]>;
 }
 
 /** The module table returned by require "resty.redis" / "nginx.redis". */

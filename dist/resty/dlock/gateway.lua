@@ -5,6 +5,7 @@ local dlock = require("resty.dlock")
 local inflight = require("resty.dlock.inflight")
 local semaphore = require("resty.dlock.semaphore")
 local stats = require("resty.dlock.stats")
+local token = require("resty.dlock.token")
 ____exports._VERSION = "0.1.0"
 local MODES = {}
 MODES.dedup = {status = 409, wait = false}
@@ -36,12 +37,6 @@ local registry = {}
 --- Guards created so far in this worker (in creation order), for status pages.
 function ____exports.guards()
     return registry
-end
-local function hex(s)
-    return string.format(
-        string.rep("%02x", #s),
-        string.byte(s, 1, #s)
-    )
 end
 --- Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var...
 local function compileKey(tpl)
@@ -128,7 +123,7 @@ local guardMethods = {
             onRedisFailure(self)
             return
         end
-        local key = hex(ngx.sha1_bin(raw))
+        local key = token.hex(ngx.sha1_bin(raw))
         local l, err, retryAfter = self.locks:acquire(key, self.tryOpts)
         if l == nil and err == "busy" and self.wait > 0 then
             stats.incr(self.dict, self.name, "waited")
@@ -175,16 +170,18 @@ local guardMethods = {
     end
 }
 local guardMt = {__index = guardMethods}
-local function status(o, name, dflt)
-    local ____check_integer_2 = check.integer
-    local ____name_1 = name
-    local ____o_name_0 = o[name]
-    if ____o_name_0 == nil then
-        ____o_name_0 = dflt
+--- o[name] or its default.
+local function opt(o, name, dflt)
+    local v = o[name]
+    if v == nil then
+        return dflt
     end
-    return ____check_integer_2(
-        ____name_1,
-        ____o_name_0,
+    return v
+end
+local function status(o, name, dflt)
+    return check.integer(
+        name,
+        opt(o, name, dflt),
         200,
         599,
         "an HTTP status code"
@@ -241,11 +238,7 @@ function ____exports.new(opts)
     if onError ~= "allow" and onError ~= "deny" then
         return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError)
     end
-    local ____o_on_missing_3 = o.on_missing
-    if ____o_on_missing_3 == nil then
-        ____o_on_missing_3 = "pass"
-    end
-    local onMissing = ____o_on_missing_3
+    local onMissing = opt(o, "on_missing", "pass")
     if onMissing ~= "pass" and onMissing ~= "reject" then
         return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing)
     end
@@ -317,14 +310,9 @@ function ____exports.new(opts)
         end
         headers = h
     end
-    local ____check_integer_5 = check.integer
-    local ____o_breaker_failures_4 = o.breaker_failures
-    if ____o_breaker_failures_4 == nil then
-        ____o_breaker_failures_4 = 3
-    end
-    local breakerFailures, e4 = ____check_integer_5(
+    local breakerFailures, e4 = check.integer(
         "breaker_failures",
-        ____o_breaker_failures_4,
+        opt(o, "breaker_failures", 3),
         1,
         1000000,
         "a positive integer"
@@ -332,14 +320,9 @@ function ____exports.new(opts)
     if breakerFailures == nil then
         return nil, e4
     end
-    local ____check_integer_7 = check.integer
-    local ____o_breaker_cooldown_6 = o.breaker_cooldown
-    if ____o_breaker_cooldown_6 == nil then
-        ____o_breaker_cooldown_6 = 5000
-    end
-    local breakerCooldown, e5 = ____check_integer_7(
+    local breakerCooldown, e5 = check.integer(
         "breaker_cooldown",
-        ____o_breaker_cooldown_6,
+        opt(o, "breaker_cooldown", 5000),
         1,
         3600000,
         "a positive integer of ms"
@@ -348,17 +331,9 @@ function ____exports.new(opts)
         return nil, e5
     end
     local base = {}
-    local ____o_dict_8 = o.dict
-    if ____o_dict_8 == nil then
-        ____o_dict_8 = "dlock"
-    end
-    base.dict = ____o_dict_8
+    base.dict = opt(o, "dict", "dlock")
     base.redis = o.redis
-    local ____o_prefix_9 = o.prefix
-    if ____o_prefix_9 == nil then
-        ____o_prefix_9 = ("dlock:gw:" .. name) .. ":"
-    end
-    base.prefix = ____o_prefix_9
+    base.prefix = opt(o, "prefix", ("dlock:gw:" .. name) .. ":")
     base.ttl = o.ttl
     base.wait = o.wait
     local locks

@@ -1,6 +1,20 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local failed
+local lease = require("resty.dlock.lease")
 local stats = require("resty.dlock.stats")
+function failed(owner, what, err)
+    stats.incr(owner.dict, owner.name, "redis_errors")
+    ngx.log(
+        ngx.WARN,
+        "dlock: guard ",
+        owner.name,
+        ": releasing ",
+        what,
+        " failed, it expires on its own: ",
+        err
+    )
+end
 --- Per guard name: the tracked leases of this worker (a set).
 local tracked = {}
 local queue = {}
@@ -83,29 +97,40 @@ function ____exports.track(owner, l)
     set[t] = true
     return t
 end
+local BATCH = 64
 local function drain(premature)
     while head <= tail do
-        local f = queue[head]
-        queue[head] = nil
-        head = head + 1
-        local ok
-        local err
-        if f.hold > 0 then
-            ok, err = f.lease:extend(f.hold)
-        else
-            ok, err = f.lease:release()
+        local byOwner = {}
+        for _ = 1, BATCH do
+            if head > tail then
+                break
+            end
+            local f = queue[head]
+            queue[head] = nil
+            head = head + 1
+            if f.hold > 0 then
+                local ok, err = f.lease:extend(f.hold)
+                if ok == nil and err ~= "not_owner" then
+                    failed(f.owner, f.lease.key, err)
+                end
+            else
+                local list = byOwner[f.owner]
+                if list == nil then
+                    list = {}
+                    byOwner[f.owner] = list
+                end
+                list[#list + 1] = f.lease
+            end
         end
-        if ok == nil and err ~= "not_owner" then
-            stats.incr(f.owner.dict, f.owner.name, "redis_errors")
-            ngx.log(
-                ngx.WARN,
-                "dlock: guard ",
-                f.owner.name,
-                ": releasing ",
-                f.lease.key,
-                " failed, it expires on its own: ",
-                err
-            )
+        for owner, list in pairs(byOwner) do
+            local n, err = lease.releaseAll(list)
+            if n > 0 then
+                failed(
+                    owner,
+                    tostring(n) .. " lease(s)",
+                    err
+                )
+            end
         end
     end
     draining = draining - 1
@@ -115,9 +140,9 @@ end
 function ____exports.finish(owner, t, l, hold)
     if t ~= nil then
         t.done = true
-        local ____opt_0 = tracked[owner.name]
-        if ____opt_0 ~= nil then
-            ____opt_0[t] = nil
+        local set = tracked[owner.name]
+        if set ~= nil then
+            set[t] = nil
         end
     end
     tail = tail + 1

@@ -274,6 +274,54 @@ local leaseMethods = {
     end
 }
 local leaseMt = {__index = leaseMethods}
+--- Release many leases that share one Redis endpoint in one round trip (a
+-- pipeline of the owner-checked release script): how queued releases of a busy
+-- gateway keep up. Returns how many could not be confirmed and the last error.
+function ____exports.releaseAll(list)
+    local todo = {}
+    for ____, l in ipairs(list) do
+        if not l.released then
+            l.released = true
+            if ledger.forget(l.store.dict, l.rec, l.serial) then
+                todo[#todo + 1] = l
+            end
+        end
+    end
+    local first = todo[1]
+    if first == nil then
+        return 0, nil
+    end
+    local conf = first.store.redis
+    local red, cerr = redis.connect(conf)
+    if red == nil then
+        return #todo, cerr
+    end
+    red:init_pipeline(#todo)
+    for ____, l in ipairs(todo) do
+        red:evalsha(l.kind.release.sha, 1, l.rkey, l.token)
+    end
+    local replies, perr = red:commit_pipeline()
+    redis.done(red, conf, replies ~= nil)
+    local failed = 0
+    local lastErr
+    if replies == nil then
+        failed = #todo
+        lastErr = ((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(perr)) .. " during release"
+    end
+    for i = 1, #todo do
+        local l = todo[i]
+        local r = replies ~= nil and replies[i] or nil
+        if type(r) == "table" then
+            local res, err = ____exports.call(conf, l.kind.release, l.rkey, l.token)
+            if res == nil then
+                failed = failed + 1
+                lastErr = err
+            end
+        end
+        wake(l.rkey)
+    end
+    return failed, lastErr
+end
 --- While a worker of this nginx holds the key, wait without polling Redis: a
 -- holder in this worker wakes one waiter when it releases (waiters queue on a
 -- semaphore, first come first served); a holder in another worker drops its
@@ -377,11 +425,11 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
             end
             return nil, "timeout", retryAfter
         end
-        local ____local = kind.shared and "none" or awaitLocalHolder(store.dict, rkey, deadline)
-        if ____local == "timeout" then
+        local here = kind.shared and "none" or awaitLocalHolder(store.dict, rkey, deadline)
+        if here == "timeout" then
             return nil, "timeout", retryAfter
         end
-        if ____local == "none" then
+        if here == "none" then
             local nap = backoff / 2 + math.random() * backoff / 2
             if retryAfter ~= nil and retryAfter + 1 < nap then
                 nap = retryAfter + 1

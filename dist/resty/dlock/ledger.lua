@@ -39,13 +39,10 @@ local function serialOf(dict, rec)
         return nil
     end
     local s = string.match(v, "^(%d+) ")
-    local ____temp_0
     if s == nil then
-        ____temp_0 = nil
-    else
-        ____temp_0 = tonumber(s)
+        return nil
     end
-    return ____temp_0
+    return tonumber(s)
 end
 --- The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx.
 function ____exports.holder(dict, rec)

@@ -1,16 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local function hex(s)
-    return string.format(
-        string.rep("%02x", #s),
-        string.byte(s, 1, #s)
-    )
-end
+local token = require("resty.dlock.token")
 local function script(name, src)
     return {
         name = name,
         src = src,
-        sha = hex(ngx.sha1_bin(src))
+        sha = token.hex(ngx.sha1_bin(src))
     }
 end
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms.

@@ -31,6 +31,13 @@ local function randomBytes(n)
     end
     return urandom(n)
 end
+--- Lower-case hex of a (short) binary string.
+function ____exports.hex(s)
+    return string.format(
+        string.rep("%02x", #s),
+        string.byte(s, 1, #s)
+    )
+end
 --- A fresh unguessable 128-bit token as 32 hex characters, or nil, err.
 function ____exports.random()
     if poolPos + RANDOM_BYTES - 1 > POOL then

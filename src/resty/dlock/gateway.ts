@@ -18,6 +18,7 @@ import * as inflight from "./inflight";
 import type * as lease from "./lease";
 import * as semaphore from "./semaphore";
 import * as stats from "./stats";
+import * as token from "./token";
 
 export const _VERSION = "0.1.0";
 
@@ -79,10 +80,6 @@ const registry: Guard[] = [];
 /** Guards created so far in this worker (in creation order), for status pages. */
 export function guards(): Guard[] {
   return registry;
-}
-
-function hex(s: string): string {
-  return string.format(string.rep("%02x", s.length), ...string.byte(s, 1, s.length));
 }
 
 /** Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var... */
@@ -165,7 +162,7 @@ const guardMethods = {
       return;
     }
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
-    const key = hex(ngx.sha1_bin(raw));
+    const key = token.hex(ngx.sha1_bin(raw));
     let [l, err, retryAfter] = this.locks.acquire(key, this.tryOpts);
     if (l === undefined && err === "busy" && this.wait > 0) {
       stats.incr(this.dict, this.name, "waited");
@@ -206,8 +203,17 @@ const guardMethods = {
 };
 const guardMt = { __index: guardMethods };
 
+/** o[name] or its default. */
+function opt(o: LuaTable<string, unknown>, name: string, dflt: unknown): unknown {
+  const v = o.get(name);
+  if (v === undefined) {
+    return dflt;
+  }
+  return v;
+}
+
 function status(o: LuaTable<string, unknown>, name: string, dflt: number): LuaMultiReturn<[number | undefined, string | undefined]> {
-  return check.integer(name, o.get(name) ?? dflt, 200, 599, "an HTTP status code");
+  return check.integer(name, opt(o, name, dflt), 200, 599, "an HTTP status code");
 }
 
 /**
@@ -253,7 +259,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undef
   if (onError !== "allow" && onError !== "deny") {
     return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError);
   }
-  const onMissing = o.get("on_missing") ?? "pass";
+  const onMissing = opt(o, "on_missing", "pass");
   if (onMissing !== "pass" && onMissing !== "reject") {
     return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing);
   }
@@ -298,16 +304,16 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undef
     }
     headers = h as LuaTable<string, string>;
   }
-  const [breakerFailures, e4] = check.integer("breaker_failures", o.get("breaker_failures") ?? 3, 1, 1000000, "a positive integer");
+  const [breakerFailures, e4] = check.integer("breaker_failures", opt(o, "breaker_failures", 3), 1, 1000000, "a positive integer");
   if (breakerFailures === undefined) return $multi(undefined, e4);
-  const [breakerCooldown, e5] = check.integer("breaker_cooldown", o.get("breaker_cooldown") ?? 5000, 1, 3600000, "a positive integer of ms");
+  const [breakerCooldown, e5] = check.integer("breaker_cooldown", opt(o, "breaker_cooldown", 5000), 1, 3600000, "a positive integer of ms");
   if (breakerCooldown === undefined) return $multi(undefined, e5);
 
   // The lock (or semaphore) underneath validates dict, redis, prefix, ttl, wait and permits.
   const base = new LuaTable<string, unknown>();
-  base.set("dict", o.get("dict") ?? "dlock");
+  base.set("dict", opt(o, "dict", "dlock"));
   base.set("redis", o.get("redis"));
-  base.set("prefix", o.get("prefix") ?? "dlock:gw:" + name + ":");
+  base.set("prefix", opt(o, "prefix", "dlock:gw:" + name + ":"));
   base.set("ttl", o.get("ttl"));
   base.set("wait", o.get("wait"));
   let locks: Acquirer | undefined;

@@ -7,7 +7,7 @@
 // - log() queues the release (cosockets do not work in log_by_lua) and a few
 //   drain timers, started on demand, work the queue off.
 
-import type * as lease from "./lease";
+import * as lease from "./lease";
 import * as stats from "./stats";
 
 /** What the sweeps and drains need of a guard. */
@@ -95,25 +95,45 @@ export function track(owner: Owner, l: lease.Lease): Tracked {
   return t;
 }
 
+const BATCH = 64;
+
 function drain(this: void, premature: boolean): void {
   // Runs also when premature (worker shutting down): cosockets still work here.
   while (head <= tail) {
-    const f = queue.get(head);
-    queue.delete(head);
-    head++;
-    let ok: true | undefined;
-    let err: string | undefined;
-    if (f.hold > 0) {
-      [ok, err] = f.lease.extend(f.hold);
-    } else {
-      [ok, err] = f.lease.release();
+    // Releases of one guard go out together, one pipeline per guard; holds one by one.
+    const byOwner = new LuaMap<Owner, lease.Lease[]>();
+    for (const _ of $range(1, BATCH)) {
+      if (head > tail) break;
+      const f = queue.get(head);
+      queue.delete(head);
+      head++;
+      if (f.hold > 0) {
+        const [ok, err] = f.lease.extend(f.hold);
+        if (ok === undefined && err !== "not_owner") {
+          failed(f.owner, f.lease.key, err);
+        }
+      } else {
+        let list = byOwner.get(f.owner);
+        if (list === undefined) {
+          list = [];
+          byOwner.set(f.owner, list);
+        }
+        list.push(f.lease);
+      }
     }
-    if (ok === undefined && err !== "not_owner") {
-      stats.incr(f.owner.dict, f.owner.name, "redis_errors");
-      ngx.log(ngx.WARN, "dlock: guard ", f.owner.name, ": releasing ", f.lease.key, " failed, it expires on its own: ", err);
+    for (const [owner, list] of byOwner) {
+      const [n, err] = lease.releaseAll(list);
+      if (n > 0) {
+        failed(owner, n + " lease(s)", err);
+      }
     }
   }
   draining--;
+}
+
+function failed(owner: Owner, what: string, err: string | undefined): void {
+  stats.incr(owner.dict, owner.name, "redis_errors");
+  ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": releasing ", what, " failed, it expires on its own: ", err);
 }
 
 /**
@@ -123,7 +143,10 @@ function drain(this: void, premature: boolean): void {
 export function finish(owner: Owner, t: Tracked | undefined, l: lease.Lease, hold: number): void {
   if (t !== undefined) {
     t.done = true;
-    tracked.get(owner.name)?.delete(t);
+    const set = tracked.get(owner.name);
+    if (set !== undefined) {
+      set.delete(t);
+    }
   }
   tail++;
   queue.set(tail, { owner, lease: l, hold });

@@ -296,6 +296,58 @@ const leaseMethods = {
 const leaseMt = { __index: leaseMethods };
 
 /**
+ * Release many leases that share one Redis endpoint in one round trip (a
+ * pipeline of the owner-checked release script): how queued releases of a busy
+ * gateway keep up. Returns how many could not be confirmed and the last error.
+ */
+export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | undefined]> {
+  const todo: Lease[] = [];
+  for (const l of list) {
+    if (!l.released) {
+      l.released = true;
+      if (ledger.forget(l.store.dict, l.rec, l.serial)) {
+        todo.push(l);
+      }
+    }
+  }
+  const first = todo[0];
+  if (first === undefined) {
+    return $multi(0, undefined);
+  }
+  const conf = first.store.redis;
+  const [red, cerr] = redis.connect(conf);
+  if (red === undefined) {
+    return $multi(todo.length, cerr);
+  }
+  red.init_pipeline(todo.length);
+  for (const l of todo) {
+    red.evalsha(l.kind.release.sha, 1, l.rkey, l.token);
+  }
+  const [replies, perr] = red.commit_pipeline();
+  redis.done(red, conf, replies !== undefined);
+  let failed = 0;
+  let lastErr: string | undefined;
+  if (replies === undefined) {
+    failed = todo.length;
+    lastErr = "dlock: redis " + conf.endpoint + ": " + tostring(perr) + " during release";
+  }
+  for (const i of $range(1, todo.length)) {
+    const l = todo[i - 1]!;
+    const r = replies !== undefined ? replies.get(i) : undefined;
+    if (type(r) === "table") {
+      // An error reply; NOSCRIPT (scripts flushed) gets one more try on its own, with EVAL.
+      const [res, err] = call(conf, l.kind.release, l.rkey, l.token);
+      if (res === undefined) {
+        failed++;
+        lastErr = err;
+      }
+    }
+    wake(l.rkey);
+  }
+  return $multi(failed, lastErr);
+}
+
+/**
  * While a worker of this nginx holds the key, wait without polling Redis: a
  * holder in this worker wakes one waiter when it releases (waiters queue on a
  * semaphore, first come first served); a holder in another worker drops its
@@ -372,11 +424,11 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
       }
       return $multi(undefined, "timeout", retryAfter);
     }
-    const local = kind.shared ? "none" : awaitLocalHolder(store.dict, rkey, deadline);
-    if (local === "timeout") {
+    const here = kind.shared ? "none" : awaitLocalHolder(store.dict, rkey, deadline);
+    if (here === "timeout") {
       return $multi(undefined, "timeout", retryAfter);
     }
-    if (local === "none") {
+    if (here === "none") {
       // The holder is elsewhere: poll Redis with jittered exponential backoff,
       // never past the holder's expiry nor our deadline.
       let nap = backoff / 2 + math.random() * backoff / 2;

@@ -50,7 +50,10 @@ function serialOf(dict: NgxSharedDict, rec: string): number | undefined {
     return undefined;
   }
   const [s] = string.match(v as string, "^(%d+) ");
-  return s === undefined ? undefined : tonumber(s);
+  if (s === undefined) {
+    return undefined;
+  }
+  return tonumber(s);
 }
 
 /** The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx. */

@@ -3,18 +3,16 @@
 // SCRIPT FLUSH, a Redis restart or a failover), which also caches it again.
 // All scripts touch a single key, so they stay valid under Redis Cluster.
 
+import * as token from "./token";
+
 export interface Script {
   readonly name: string;
   readonly src: string;
   readonly sha: string;
 }
 
-function hex(s: string): string {
-  return string.format(string.rep("%02x", s.length), ...string.byte(s, 1, s.length));
-}
-
 function script(name: string, src: string): Script {
-  return { name, src, sha: hex(ngx.sha1_bin(src)) };
+  return { name, src, sha: token.hex(ngx.sha1_bin(src)) };
 }
 
 /**

@@ -43,6 +43,11 @@ function randomBytes(n: number): string | undefined {
   return urandom(n);
 }
 
+/** Lower-case hex of a (short) binary string. */
+export function hex(s: string): string {
+  return string.format(string.rep("%02x", s.length), ...string.byte(s, 1, s.length));
+}
+
 /** A fresh unguessable 128-bit token as 32 hex characters, or nil, err. */
 export function random(): LuaMultiReturn<[string | undefined, string | undefined]> {
   if (poolPos + RANDOM_BYTES - 1 > POOL) {

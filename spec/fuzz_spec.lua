@@ -831,7 +831,9 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
                 " instead of fn's " .. args_of(want))
             end
           end
-          if rec.inside ~= nil and obj ~= sem and rec.inside ~= "busy" then
+          -- A lease of a few ms may run out while fn runs; then the key is free, as it should be.
+          local ttl = type(opts) == "table" and type(opts.ttl) == "number" and opts.ttl or obj.ttl
+          if rec.inside ~= nil and obj ~= sem and rec.inside ~= "busy" and ttl >= 1000 then
             violated(what() .. ": inside fn the key was not held, acquire said " .. ser(rec.inside))
           end
           -- Released whatever fn did: the key is free again at once.

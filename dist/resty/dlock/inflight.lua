@@ -1,8 +1,36 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local failed
+local renewed, failed
 local lease = require("resty.dlock.lease")
 local stats = require("resty.dlock.stats")
+function renewed(owner, set, t, ok, err)
+    if ok then
+        t.renewedAt = ngx.now()
+        stats.incr(owner.dict, owner.name, "renewed")
+    elseif err == "not_owner" then
+        set[t] = nil
+        stats.incr(owner.dict, owner.name, "lost")
+        ngx.log(
+            ngx.ERR,
+            "dlock: guard ",
+            owner.name,
+            ": lease on ",
+            t.lease.key,
+            " lost while its request is in flight"
+        )
+    else
+        stats.incr(owner.dict, owner.name, "redis_errors")
+        ngx.log(
+            ngx.WARN,
+            "dlock: guard ",
+            owner.name,
+            ": renewing ",
+            t.lease.key,
+            ": ",
+            err
+        )
+    end
+end
 function failed(owner, what, err)
     stats.incr(owner.dict, owner.name, "redis_errors")
     ngx.log(
@@ -41,30 +69,12 @@ local function sweep(premature, owner)
     for ____, t in ipairs(batch) do
         if not t.done then
             local ok, err = t.lease:extend()
-            if t.done then
-            elseif ok then
-                t.renewedAt = ngx.now()
-                stats.incr(owner.dict, owner.name, "renewed")
-            elseif err == "not_owner" then
-                set[t] = nil
-                stats.incr(owner.dict, owner.name, "lost")
-                ngx.log(
-                    ngx.ERR,
-                    "dlock: guard ",
-                    owner.name,
-                    ": lease on ",
-                    t.lease.key,
-                    " lost while its request is in flight"
-                )
-            else
-                stats.incr(owner.dict, owner.name, "redis_errors")
-                ngx.log(
-                    ngx.WARN,
-                    "dlock: guard ",
-                    owner.name,
-                    ": renewing ",
-                    t.lease.key,
-                    ": ",
+            if not t.done then
+                renewed(
+                    owner,
+                    set,
+                    t,
+                    ok,
                     err
                 )
             end

@@ -172,7 +172,7 @@ local function sweepOrphans(premature, delay)
     for ____, o in ipairs(batch) do
         if down[o.conf.pool] ~= nil then
             orphans[#orphans + 1] = o
-        elseif ngx.now() > o["until"] then
+        elseif ngx.now() > o.deadline then
             ngx.log(
                 ngx.WARN,
                 "dlock: giving up cleanup of ",
@@ -197,8 +197,8 @@ local function sweepOrphans(premature, delay)
         sweeping = false
         return
     end
-    local next = math.min(delay * 2, MAX_SWEEP_DELAY)
-    local ok = ngx.timer.at(next, sweepOrphans, next)
+    local later = math.min(delay * 2, MAX_SWEEP_DELAY)
+    local ok = ngx.timer.at(later, sweepOrphans, later)
     if not ok then
         sweeping = false
     end
@@ -209,7 +209,7 @@ local function adopt(conf, release, rkey, token)
         release = release,
         rkey = rkey,
         token = token,
-        ["until"] = ngx.now() + CLEANUP_FOR
+        deadline = ngx.now() + CLEANUP_FOR
     }
     if not sweeping then
         local ok = ngx.timer.at(0, sweepOrphans, 0.05)
@@ -326,7 +326,8 @@ end
 -- holder in this worker wakes one waiter when it releases (waiters queue on a
 -- semaphore, first come first served); a holder in another worker drops its
 -- shared-dict record, which costs nothing to watch. "none": no holder here;
--- "free": try Redis now; "timeout": the deadline passed.
+-- "free": try Redis now; "timeout": the deadline passed, and then the ms until
+-- the holder's lease ends (retry_after).
 local function awaitLocalHolder(dict, rkey, deadline)
     local rec = ledger.recordKey(rkey, "", false)
     local step = 1
@@ -334,13 +335,16 @@ local function awaitLocalHolder(dict, rkey, deadline)
     while true do
         local pid, expires = ledger.holder(dict, rec)
         if pid == nil then
-            return seen and "free" or "none"
+            return seen and "free" or "none", nil
         end
         seen = true
         ngx.update_time()
         local now = ngx.now() * 1000
         if now >= deadline then
-            return "timeout"
+            return "timeout", math.max(
+                0,
+                math.floor(expires - now)
+            )
         end
         if pid == ngx.worker.pid() then
             pause(
@@ -350,7 +354,7 @@ local function awaitLocalHolder(dict, rkey, deadline)
                     math.max(1, expires - now + 1)
                 )
             )
-            return "free"
+            return "free", nil
         end
         pause(
             rkey,
@@ -370,8 +374,11 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
     local deadline = ngx.now() * 1000 + wait
     local backoff = FIRST_BACKOFF
     local retryAfter
-    if wait > 0 and not kind.shared and awaitLocalHolder(store.dict, rkey, deadline) == "timeout" then
-        return nil, "timeout", nil
+    if wait > 0 and not kind.shared then
+        local state, left = awaitLocalHolder(store.dict, rkey, deadline)
+        if state == "timeout" then
+            return nil, "timeout", left
+        end
     end
     while true do
         local res, err, fault = ____exports.call(
@@ -425,9 +432,13 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
             end
             return nil, "timeout", retryAfter
         end
-        local here = kind.shared and "none" or awaitLocalHolder(store.dict, rkey, deadline)
-        if here == "timeout" then
-            return nil, "timeout", retryAfter
+        local here = "none"
+        if not kind.shared then
+            local holderLeft
+            here, holderLeft = awaitLocalHolder(store.dict, rkey, deadline)
+            if here == "timeout" then
+                return nil, "timeout", holderLeft
+            end
         end
         if here == "none" then
             local nap = backoff / 2 + math.random() * backoff / 2

@@ -60,21 +60,26 @@ function sweep(this: void, premature: boolean, owner: Owner): void {
   for (const t of batch) {
     if (!t.done) {
       const [ok, err] = t.lease.extend();
-      if (t.done) {
-        // The request ended meanwhile; its release is queued already.
-      } else if (ok) {
-        t.renewedAt = ngx.now();
-        stats.incr(owner.dict, owner.name, "renewed");
-      } else if (err === "not_owner") {
-        set.delete(t);
-        stats.incr(owner.dict, owner.name, "lost");
-        ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": lease on ", t.lease.key, " lost while its request is in flight");
-      } else {
-        // A Redis hiccup: the next sweep tries again; if the lease runs out meanwhile, that one reports it lost.
-        stats.incr(owner.dict, owner.name, "redis_errors");
-        ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": renewing ", t.lease.key, ": ", err);
+      // A request that ended meanwhile has its release queued already.
+      if (!t.done) {
+        renewed(owner, set, t, ok, err);
       }
     }
+  }
+}
+
+function renewed(owner: Owner, set: LuaTable<Tracked, true>, t: Tracked, ok: true | undefined, err: string | undefined): void {
+  if (ok) {
+    t.renewedAt = ngx.now();
+    stats.incr(owner.dict, owner.name, "renewed");
+  } else if (err === "not_owner") {
+    set.delete(t);
+    stats.incr(owner.dict, owner.name, "lost");
+    ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": lease on ", t.lease.key, " lost while its request is in flight");
+  } else {
+    // A Redis hiccup: the next sweep tries again; if the lease runs out meanwhile, that one reports it lost.
+    stats.incr(owner.dict, owner.name, "redis_errors");
+    ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": renewing ", t.lease.key, ": ", err);
   }
 }
 

@@ -200,7 +200,7 @@ interface Orphan {
   readonly release: scripts.Script;
   readonly rkey: string;
   readonly token: string;
-  readonly until: number;
+  readonly deadline: number;
 }
 
 let orphans: Orphan[] = [];
@@ -215,7 +215,7 @@ function sweepOrphans(this: void, premature: boolean, delay: number): void {
   for (const o of batch) {
     if (down.has(o.conf.pool)) {
       orphans.push(o);
-    } else if (ngx.now() > o.until) {
+    } else if (ngx.now() > o.deadline) {
       ngx.log(ngx.WARN, "dlock: giving up cleanup of ", o.rkey, " after ", CLEANUP_FOR, " s, it expires on its own");
     } else {
       const [res, , fault] = call(o.conf, o.release, o.rkey, o.token);
@@ -233,15 +233,15 @@ function sweepOrphans(this: void, premature: boolean, delay: number): void {
     sweeping = false;
     return;
   }
-  const next = math.min(delay * 2, MAX_SWEEP_DELAY);
-  const [ok] = ngx.timer.at(next, sweepOrphans, next);
+  const later = math.min(delay * 2, MAX_SWEEP_DELAY);
+  const [ok] = ngx.timer.at(later, sweepOrphans, later);
   if (!ok) {
     sweeping = false;
   }
 }
 
 function adopt(conf: redis.RedisConf, release: scripts.Script, rkey: string, token: string): void {
-  orphans.push({ conf, release, rkey, token, until: ngx.now() + CLEANUP_FOR });
+  orphans.push({ conf, release, rkey, token, deadline: ngx.now() + CLEANUP_FOR });
   if (!sweeping) {
     const [ok] = ngx.timer.at(0, sweepOrphans, 0.05);
     sweeping = ok !== undefined;
@@ -352,27 +352,28 @@ export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | unde
  * holder in this worker wakes one waiter when it releases (waiters queue on a
  * semaphore, first come first served); a holder in another worker drops its
  * shared-dict record, which costs nothing to watch. "none": no holder here;
- * "free": try Redis now; "timeout": the deadline passed.
+ * "free": try Redis now; "timeout": the deadline passed, and then the ms until
+ * the holder's lease ends (retry_after).
  */
-function awaitLocalHolder(dict: NgxSharedDict, rkey: string, deadline: number): "none" | "free" | "timeout" {
+function awaitLocalHolder(dict: NgxSharedDict, rkey: string, deadline: number): LuaMultiReturn<["none" | "free" | "timeout", number | undefined]> {
   const rec = ledger.recordKey(rkey, "", false);
   let step = 1;
   let seen = false;
   while (true) {
     const [pid, expires] = ledger.holder(dict, rec);
     if (pid === undefined) {
-      return seen ? "free" : "none";
+      return $multi(seen ? "free" : "none", undefined);
     }
     seen = true;
     ngx.update_time();
     const now = ngx.now() * 1000;
     if (now >= deadline) {
-      return "timeout";
+      return $multi("timeout", math.max(0, math.floor(expires - now)));
     }
     if (pid === ngx.worker.pid()) {
       // Woken by its release, or at its expiry if it never releases.
       pause(rkey, math.min(deadline - now, math.max(1, expires - now + 1)));
-      return "free";
+      return $multi("free", undefined);
     }
     pause(rkey, math.min(deadline - now, step / 2 + math.random() * step / 2));
     step = math.min(step * 2, MAX_LOCAL_BACKOFF);
@@ -391,8 +392,11 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
   let retryAfter: number | undefined;
   // A waiter that finds the key held in this nginx queues up locally at once:
   // asking Redis first would only hear "busy". (Without `wait`, Redis answers.)
-  if (wait > 0 && !kind.shared && awaitLocalHolder(store.dict, rkey, deadline) === "timeout") {
-    return $multi(undefined, "timeout", undefined);
+  if (wait > 0 && !kind.shared) {
+    const [state, left] = awaitLocalHolder(store.dict, rkey, deadline);
+    if (state === "timeout") {
+      return $multi(undefined, "timeout", left);
+    }
   }
   while (true) {
     const [res, err, fault] = call(store.redis, kind.acquire, rkey, tok, ttl, ...extra);
@@ -424,9 +428,13 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
       }
       return $multi(undefined, "timeout", retryAfter);
     }
-    const here = kind.shared ? "none" : awaitLocalHolder(store.dict, rkey, deadline);
-    if (here === "timeout") {
-      return $multi(undefined, "timeout", retryAfter);
+    let here: "none" | "free" | "timeout" = "none";
+    if (!kind.shared) {
+      let holderLeft: number | undefined;
+      [here, holderLeft] = awaitLocalHolder(store.dict, rkey, deadline);
+      if (here === "timeout") {
+        return $multi(undefined, "timeout", holderLeft);
+      }
     }
     if (here === "none") {
       // The holder is elsewhere: poll Redis with jittered exponential backoff,

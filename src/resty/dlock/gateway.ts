@@ -25,7 +25,8 @@ export const _VERSION = "0.1.0";
 type Mode = "dedup" | "concurrency" | "throttle" | "mutex";
 type KeyFn = (this: void) => unknown;
 
-interface Acquirer {
+/** A lock factory or a semaphore: what a guard acquires from. */
+interface Acquirer extends lease.Store {
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
 }
 
@@ -325,7 +326,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undef
     [locks, lerr] = dlock.create(base);
   }
   if (locks === undefined) return $multi(undefined, lerr);
-  const store = locks as unknown as lease.Store;
+  const store: lease.Store = locks;
 
   const tryOpts = new LuaTable<string, unknown>();
   tryOpts.set("wait", 0);

@@ -104,8 +104,30 @@ function ____exports.parseStore(o, defaultPrefix)
     }, nil
 end
 local ACQUIRE_OPTIONS = check.set("ttl", "wait")
+local COSOCKET_PHASES = check.set(
+    "rewrite",
+    "server_rewrite",
+    "access",
+    "content",
+    "timer",
+    "ssl_cert",
+    "ssl_session_fetch",
+    "ssl_client_hello",
+    "preread"
+)
+local function phaseError(op)
+    local phase = ngx.get_phase()
+    if COSOCKET_PHASES[phase] ~= nil then
+        return nil
+    end
+    return ((("dlock: " .. op) .. " needs cosockets, which nginx does not allow in the ") .. phase) .. " phase (use it in access/content, or from ngx.timer.at)"
+end
 --- key, ttl, wait of an acquire call, with the factory's defaults.
 function ____exports.parseAcquire(store, key, opts)
+    local perr = phaseError("acquire")
+    if perr ~= nil then
+        return nil, perr, 0
+    end
     local k, kerr = check.str("key", key, ____exports.MAX_KEY_LEN)
     if k == nil then
         return nil, kerr, 0
@@ -218,6 +240,10 @@ local function adopt(conf, release, rkey, token)
 end
 local leaseMethods = {
     release = function(self)
+        local perr = phaseError("release")
+        if perr ~= nil then
+            return nil, perr
+        end
         if self.released then
             return nil, "not_owner"
         end
@@ -236,6 +262,10 @@ local leaseMethods = {
         return true, nil
     end,
     extend = function(self, ttl)
+        local perr = phaseError("extend")
+        if perr ~= nil then
+            return nil, perr
+        end
         local ms = self.ttl
         if ttl ~= nil then
             local n, terr = ____exports.checkTtl(ttl)

@@ -133,8 +133,24 @@ export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string):
 
 const ACQUIRE_OPTIONS = check.set("ttl", "wait");
 
+// Where ngx_lua allows cosockets. Elsewhere (init, set, header/body filter, log,
+// balancer) a Redis call would raise; say so as an error instead.
+const COSOCKET_PHASES = check.set("rewrite", "server_rewrite", "access", "content", "timer",
+  "ssl_cert", "ssl_session_fetch", "ssl_client_hello", "preread");
+
+function phaseError(op: string): string | undefined {
+  const phase = ngx.get_phase();
+  if (COSOCKET_PHASES.has(phase)) {
+    return undefined;
+  }
+  return "dlock: " + op + " needs cosockets, which nginx does not allow in the " + phase +
+    " phase (use it in access/content, or from ngx.timer.at)";
+}
+
 /** key, ttl, wait of an acquire call, with the factory's defaults. */
 export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMultiReturn<[string | undefined, string | number, number]> {
+  const perr = phaseError("acquire");
+  if (perr !== undefined) return $multi(undefined, perr, 0);
   const [k, kerr] = check.str("key", key, MAX_KEY_LEN);
   if (k === undefined) return $multi(undefined, kerr!, 0);
   const [o, oerr] = check.options("acquire options", opts, ACQUIRE_OPTIONS);
@@ -251,6 +267,8 @@ function adopt(conf: redis.RedisConf, release: scripts.Script, rkey: string, tok
 const leaseMethods = {
   /** true, or nil, "not_owner" when the lease expired and the key is gone or someone else's. */
   release(this: Lease): LuaMultiReturn<[true | undefined, string | undefined]> {
+    const perr = phaseError("release");
+    if (perr !== undefined) return $multi(undefined, perr);
     if (this.released) {
       return $multi(undefined, "not_owner");
     }
@@ -271,6 +289,8 @@ const leaseMethods = {
 
   /** Reset the lease to `ttl` ms from now (default: its current ttl). */
   extend(this: Lease, ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]> {
+    const perr = phaseError("extend");
+    if (perr !== undefined) return $multi(undefined, perr);
     let ms = this.ttl;
     if (ttl !== undefined) {
       const [n, terr] = checkTtl(ttl);

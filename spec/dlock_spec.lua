@@ -266,6 +266,52 @@ describe("resty.dlock", function()
     end)
   end)
 
+  describe("fencing", function()
+    it("gives every lease of a key a fence larger than all before it", function()
+      local locks = h.locks({ fencing = true })
+      local last = 0
+      for _ = 1, 5 do
+        local lease = assert(locks:acquire("f"))
+        assert.is_true(lease.fence > last)
+        last = lease.fence
+        lease:release()
+      end
+      local other = assert(locks:acquire("g"))
+      assert.equal(1, other.fence)   -- counted per key
+      other:release()
+      -- The counter outlives every lease: it has no ttl.
+      assert.equal(-1, h.cmd(nil, "pttl", locks.prefix .. "f:fence"))
+    end)
+
+    it("lets a resource turn away a holder whose lease ran out", function()
+      local locks = h.locks({ fencing = true })
+      local resource = { max_fence = 0, writes = {} }
+      local function write(lease, value)
+        if lease.fence < resource.max_fence then return nil, "stale fence" end
+        resource.max_fence = lease.fence
+        resource.writes[#resource.writes + 1] = value
+        return true
+      end
+      local paused = assert(locks:acquire("r", { ttl = 100 }))
+      ngx.sleep(0.15)   -- the holder stalls past its ttl
+      local next_holder = assert(locks:acquire("r", { ttl = 5000 }))
+      assert.is_true(write(next_holder, "new"))
+      local ok, err = write(paused, "old")   -- it wakes up and tries to write
+      assert.is_nil(ok)
+      assert.equal("stale fence", err)
+      assert.same({ "new" }, resource.writes)
+      next_holder:release()
+    end)
+
+    it("is off by default, and fencing must be a boolean", function()
+      local lease = assert(h.locks():acquire("n"))
+      assert.is_nil(lease.fence)
+      lease:release()
+      local _, err = dlock.new({ dict = "dlock", fencing = "yes" })
+      assert.equal('dlock: fencing must be a boolean, got "yes"', err)
+    end)
+  end)
+
   describe("held", function()
     it("lists the leases this nginx holds and forgets released ones", function()
       local locks = h.locks()

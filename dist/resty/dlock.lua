@@ -8,14 +8,28 @@ local token = require("resty.dlock.token")
 ____exports._VERSION = "0.1.0"
 ____exports.MAX_KEY_LEN = lease.MAX_KEY_LEN
 ____exports.MAX_TTL = lease.MAX_TTL
-local LOCK = {acquire = scripts.ACQUIRE, release = scripts.RELEASE, extend = scripts.EXTEND, shared = false}
+local LOCK = {
+    acquire = scripts.ACQUIRE,
+    release = scripts.RELEASE,
+    extend = scripts.EXTEND,
+    shared = false,
+    fenced = false
+}
+local FENCED_LOCK = {
+    acquire = scripts.ACQUIRE_FENCED,
+    release = scripts.RELEASE,
+    extend = scripts.EXTEND,
+    shared = false,
+    fenced = true
+}
 local NEW_OPTIONS = check.set(
     "dict",
     "redis",
     "prefix",
     "owner",
     "ttl",
-    "wait"
+    "wait",
+    "fencing"
 )
 local locksMethods = {
     acquire = function(self, key, opts)
@@ -29,7 +43,7 @@ local locksMethods = {
         end
         return lease.acquire(
             self,
-            LOCK,
+            self.kind,
             k,
             tok,
             ttlOrErr,
@@ -65,13 +79,23 @@ function ____exports.new(opts)
         end
         owner = ov
     end
+    local fencing = false
+    if o.fencing ~= nil then
+        local b, err = check.bool("fencing", o.fencing)
+        if b == nil then
+            return nil, err
+        end
+        fencing = b
+    end
+    local kind = fencing and FENCED_LOCK or LOCK
     local locks = {
         dict = store.dict,
         redis = store.redis,
         prefix = store.prefix,
         ttl = store.ttl,
         wait = store.wait,
-        owner = owner
+        owner = owner,
+        kind = kind
     }
     return setmetatable(locks, locksMt), nil
 end

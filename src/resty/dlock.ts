@@ -18,13 +18,16 @@ export const MAX_TTL = lease.MAX_TTL;
 
 export interface Locks extends lease.Store {
   readonly owner: "random" | "worker";
+  /** The kind of lease it hands out: with or without fencing. */
+  readonly kind: lease.Kind;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
 }
 
-const LOCK: lease.Kind = { acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false };
-const NEW_OPTIONS = check.set("dict", "redis", "prefix", "owner", "ttl", "wait");
+const LOCK: lease.Kind = { acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: false };
+const FENCED_LOCK: lease.Kind = { acquire: scripts.ACQUIRE_FENCED, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: true };
+const NEW_OPTIONS = check.set("dict", "redis", "prefix", "owner", "ttl", "wait", "fencing");
 
 const locksMethods = {
   /**
@@ -37,7 +40,7 @@ const locksMethods = {
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     const [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
     if (tok === undefined) return $multi(undefined, terr, undefined);
-    return lease.acquire(this, LOCK, k, tok, ttlOrErr as number, wait);
+    return lease.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
   },
 
   /** Leases this nginx instance holds now (all workers), from the shared dict. */
@@ -69,6 +72,13 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     }
     owner = ov;
   }
-  const locks = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner };
+  let fencing = false;
+  if (o.get("fencing") !== undefined) {
+    const [b, err] = check.bool("fencing", o.get("fencing"));
+    if (b === undefined) return $multi(undefined, err);
+    fencing = b;
+  }
+  const kind = fencing ? FENCED_LOCK : LOCK;
+  const locks = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner, kind };
   return $multi(setmetatable(locks, locksMt) as unknown as Locks, undefined);
 }

@@ -39,6 +39,8 @@ local function wake(rkey)
         w.sem:post(1)
     end
 end
+--- Suffix of the fence counter's key (next to the lock key).
+____exports.FENCE_SUFFIX = ":fence"
 function ____exports.checkTtl(v)
     return check.integer(
         "ttl",
@@ -411,14 +413,34 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
         end
     end
     while true do
-        local res, err, fault = ____exports.call(
-            store.redis,
-            kind.acquire,
-            rkey,
-            tok,
-            ttl,
-            ...
-        )
+        local res
+        local err
+        local fault
+        local fence
+        if kind.fenced then
+            res, err, fault = ____exports.call(
+                store.redis,
+                kind.acquire,
+                rkey,
+                rkey .. ____exports.FENCE_SUFFIX,
+                tok,
+                ttl
+            )
+        else
+            res, err, fault = ____exports.call(
+                store.redis,
+                kind.acquire,
+                rkey,
+                tok,
+                ttl,
+                ...
+            )
+        end
+        if type(res) == "table" then
+            local reply = res
+            fence = reply[2]
+            res = reply[1]
+        end
         if res == nil then
             if fault == "lost" then
                 adopt(store.redis, kind.release, rkey, tok)
@@ -445,6 +467,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
                 rkey = rkey,
                 rec = rec,
                 serial = serial,
+                fence = fence,
                 released = false
             }
             return setmetatable(lease, leaseMt), nil, nil

@@ -1,17 +1,26 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local token = require("resty.dlock.token")
-local function script(name, src)
+local function script(name, src, keys)
+    if keys == nil then
+        keys = 1
+    end
     return {
         name = name,
         src = src,
-        sha = token.hex(ngx.sha1_bin(src))
+        sha = token.hex(ngx.sha1_bin(src)),
+        keys = keys
     }
 end
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms.
 -- Returns "OK" when acquired, else the holder's PTTL (-1: the key has no TTL).
 -- A key of another type is an error, not "busy": someone else's data sits there.
 ____exports.ACQUIRE = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 'OK'\nend\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t ~= 'string' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')\nend\nreturn redis.call('PTTL', KEYS[1])\n")
+--- Fencing: as ACQUIRE, with KEYS[2] a counter that only grows (it never
+-- expires). Returns { "OK", fence } when acquired: the fence is larger than
+-- that of every earlier holder of the key, so a resource that remembers the
+-- largest fence it has seen can turn away a holder whose lease ran out.
+____exports.ACQUIRE_FENCED = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t ~= 'string' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')\nend\nreturn redis.call('PTTL', KEYS[1])\n", 2)
 --- KEYS[1] lock key, ARGV[1] token. 1 when deleted, 0 when the key is not ours.
 ____exports.RELEASE = script("release", "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('DEL', KEYS[1])\nend\nreturn 0\n")
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
@@ -24,11 +33,11 @@ ____exports.SEM_ACQUIRE = script("semaphore acquire", NOW .. "\nredis.call('ZREM
 ____exports.SEM_RELEASE = script("semaphore release", NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(exp) <= now then return 0 end\nreturn 1\n")
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0.
 ____exports.SEM_EXTEND = script("semaphore extend", NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', KEYS[1], ARGV[1])\n  return 0\nend\nlocal until_ms = now + tonumber(ARGV[2])\nredis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])\nif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n  redis.call('PEXPIREAT', KEYS[1], until_ms)\nend\nreturn 1\n")
---- Run a single-key script; replies and errors exactly as lua-resty-redis returns them.
+--- Run a script (its keys first, then its arguments); replies and errors exactly as lua-resty-redis returns them.
 function ____exports.run(red, s, key, ...)
-    local res, err = red:evalsha(s.sha, 1, key, ...)
+    local res, err = red:evalsha(s.sha, s.keys, key, ...)
     if res == false and err ~= nil and string.sub(err, 1, 8) == "NOSCRIPT" then
-        return red:eval(s.src, 1, key, ...)
+        return red:eval(s.src, s.keys, key, ...)
     end
     return res, err
 end

@@ -8,7 +8,13 @@ local token = require("resty.dlock.token")
 ____exports._VERSION = "0.1.0"
 --- Most permits per key.
 ____exports.MAX_PERMITS = 100000
-local PERMIT = {acquire = scripts.SEM_ACQUIRE, release = scripts.SEM_RELEASE, extend = scripts.SEM_EXTEND, shared = true}
+local PERMIT = {
+    acquire = scripts.SEM_ACQUIRE,
+    release = scripts.SEM_RELEASE,
+    extend = scripts.SEM_EXTEND,
+    shared = true,
+    fenced = false
+}
 local NEW_OPTIONS = check.set(
     "dict",
     "redis",

@@ -64,7 +64,12 @@ export interface Kind {
   readonly extend: scripts.Script;
   /** Several holders per key (permits): bookkeeping per token, not per key. */
   readonly shared: boolean;
+  /** The acquire script also counts fences in the key `<lock key>:fence`. */
+  readonly fenced: boolean;
 }
+
+/** Suffix of the fence counter's key (next to the lock key). */
+export const FENCE_SUFFIX = ":fence";
 
 /** What a factory (locks, semaphore) gives its leases. */
 export interface Store {
@@ -85,6 +90,8 @@ export interface Lease {
   /** Its record in the shared dict (see ledger). */
   readonly rec: string;
   readonly serial: number;
+  /** With fencing: larger than the fence of every earlier holder of the key. */
+  readonly fence: number | undefined;
   released: boolean;
   release(): LuaMultiReturn<[true | undefined, string | undefined]>;
   extend(ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]>;
@@ -419,7 +426,21 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
     }
   }
   while (true) {
-    const [res, err, fault] = call(store.redis, kind.acquire, rkey, tok, ttl, ...extra);
+    let res: RedisValue | undefined;
+    let err: string | undefined;
+    let fault: Fault | undefined;
+    let fence: number | undefined;
+    if (kind.fenced) {
+      [res, err, fault] = call(store.redis, kind.acquire, rkey, rkey + FENCE_SUFFIX, tok, ttl);
+    } else {
+      [res, err, fault] = call(store.redis, kind.acquire, rkey, tok, ttl, ...extra);
+    }
+    if (type(res) === "table") {
+      // { "OK", fence } from the fenced script
+      const reply = res as LuaTable<number, string | number>;
+      fence = reply.get(2) as number;
+      res = reply.get(1);
+    }
     if (res === undefined) {
       if (fault === "lost") {
         // The write may have landed: delete it if it did, so it cannot block others for a whole ttl.
@@ -432,7 +453,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
     } else if (res === "OK") {
       const rec = ledger.recordKey(rkey, tok, kind.shared);
       const serial = ledger.record(store.dict, rec, tok, key, ttl);
-      const lease = { key, token: tok, ttl, store, kind, rkey, rec, serial, released: false };
+      const lease = { key, token: tok, ttl, store, kind, rkey, rec, serial, fence, released: false };
       return $multi(setmetatable(lease, leaseMt) as Lease, undefined, undefined);
     } else {
       retryAfter = type(res) === "number" && (res as number) >= 0 ? (res as number) : undefined;

@@ -9,10 +9,12 @@ export interface Script {
   readonly name: string;
   readonly src: string;
   readonly sha: string;
+  /** How many of the arguments are keys (KEYS[1..n]); the rest is ARGV. */
+  readonly keys: number;
 }
 
-function script(name: string, src: string): Script {
-  return { name, src, sha: token.hex(ngx.sha1_bin(src)) };
+function script(name: string, src: string, keys = 1): Script {
+  return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys };
 }
 
 /**
@@ -30,6 +32,23 @@ if t ~= 'string' then
 end
 return redis.call('PTTL', KEYS[1])
 `);
+
+/**
+ * Fencing: as ACQUIRE, with KEYS[2] a counter that only grows (it never
+ * expires). Returns { "OK", fence } when acquired: the fence is larger than
+ * that of every earlier holder of the key, so a resource that remembers the
+ * largest fence it has seen can turn away a holder whose lease ran out.
+ */
+export const ACQUIRE_FENCED = script("acquire", `
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return { 'OK', redis.call('INCR', KEYS[2]) }
+end
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
+end
+return redis.call('PTTL', KEYS[1])
+`, 2);
 
 /** KEYS[1] lock key, ARGV[1] token. 1 when deleted, 0 when the key is not ours. */
 export const RELEASE = script("release", `
@@ -92,11 +111,11 @@ end
 return 1
 `);
 
-/** Run a single-key script; replies and errors exactly as lua-resty-redis returns them. */
+/** Run a script (its keys first, then its arguments); replies and errors exactly as lua-resty-redis returns them. */
 export function run(red: RestyRedis, s: Script, key: string, ...args: (string | number)[]): RedisResult {
-  const [res, err] = red.evalsha(s.sha, 1, key, ...args);
+  const [res, err] = red.evalsha(s.sha, s.keys, key, ...args);
   if (res === false && err !== undefined && string.sub(err, 1, 8) === "NOSCRIPT") {
-    return red.eval(s.src, 1, key, ...args);
+    return red.eval(s.src, s.keys, key, ...args);
   }
   return $multi(res, err);
 }

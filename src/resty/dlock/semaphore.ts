@@ -26,7 +26,7 @@ export interface Semaphore extends lease.Store {
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
 }
 
-const PERMIT: lease.Kind = { acquire: scripts.SEM_ACQUIRE, release: scripts.SEM_RELEASE, extend: scripts.SEM_EXTEND, shared: true };
+const PERMIT: lease.Kind = { acquire: scripts.SEM_ACQUIRE, release: scripts.SEM_RELEASE, extend: scripts.SEM_EXTEND, shared: true, fenced: false };
 const NEW_OPTIONS = check.set("dict", "redis", "prefix", "permits", "ttl", "wait");
 
 const semaphoreMethods = {

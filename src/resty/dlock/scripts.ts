@@ -17,6 +17,16 @@ function script(name: string, src: string, keys = 1): Script {
   return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys };
 }
 
+// The tail of both acquire scripts, when the key is taken: the holder's PTTL
+// (-1: the key has no TTL), or an error when someone else's data sits there.
+const BUSY = `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
+end
+return redis.call('PTTL', KEYS[1])
+`;
+
 /**
  * KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms.
  * Returns "OK" when acquired, else the holder's PTTL (-1: the key has no TTL).
@@ -25,13 +35,7 @@ function script(name: string, src: string, keys = 1): Script {
 export const ACQUIRE = script("acquire", `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 'OK'
-end
-local t = redis.call('TYPE', KEYS[1]).ok
-if t ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
-end
-return redis.call('PTTL', KEYS[1])
-`);
+end` + BUSY);
 
 /**
  * Fencing: as ACQUIRE, with KEYS[2] a counter that only grows (it never
@@ -42,13 +46,7 @@ return redis.call('PTTL', KEYS[1])
 export const ACQUIRE_FENCED = script("acquire", `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return { 'OK', redis.call('INCR', KEYS[2]) }
-end
-local t = redis.call('TYPE', KEYS[1]).ok
-if t ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
-end
-return redis.call('PTTL', KEYS[1])
-`, 2);
+end` + BUSY, 2);
 
 /** KEYS[1] lock key, ARGV[1] token. 1 when deleted, 0 when the key is not ours. */
 export const RELEASE = script("release", `

@@ -14,7 +14,7 @@ const root = path.resolve(__dirname, "..");
 const smoke = process.argv.includes("--smoke");
 const cfg = smoke
   ? { rounds: 1, seconds: 1, conns: 32, contendClients: 20, contendSeconds: 2, hold: 5, memRequests: 20000, dictLeases: 2000 }
-  : { rounds: 3, seconds: 8, conns: 50, contendClients: 50, contendSeconds: 10, hold: 5, memRequests: 1000000, dictLeases: 10000 };
+  : { rounds: 5, seconds: 5, conns: 50, contendClients: 50, contendSeconds: 6, hold: 5, memRequests: 1000000, dictLeases: 10000 };
 const outDir = path.join(root, "bench", "results");
 const prefix = fs.mkdtempSync("/tmp/dlock-bench.");
 fs.chmodSync(prefix, 0o755);

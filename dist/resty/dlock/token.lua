@@ -9,6 +9,7 @@ local buf = ffi.new("uint8_t[?]", 256)
 local POOL = 256
 local pool = ""
 local poolPos = POOL + 1
+local poolPid = 0
 local function lookupGetrandom()
     return ffi.C.getrandom
 end
@@ -40,13 +41,15 @@ function ____exports.hex(s)
 end
 --- A fresh unguessable 128-bit token as 32 hex characters, or nil, err.
 function ____exports.random()
-    if poolPos + RANDOM_BYTES - 1 > POOL then
+    local pid = ngx.worker.pid()
+    if poolPos + RANDOM_BYTES - 1 > POOL or poolPid ~= pid then
         local s = randomBytes(POOL)
         if s == nil or #s ~= POOL then
             return nil, "dlock: cannot read random bytes from the kernel"
         end
         pool = s
         poolPos = 1
+        poolPid = pid
     end
     local first = poolPos
     poolPos = poolPos + RANDOM_BYTES

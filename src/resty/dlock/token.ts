@@ -14,9 +14,12 @@ const RANDOM_BYTES = 16;
 const HEX16 = string.rep("%02x", RANDOM_BYTES);
 const buf = ffi.new("uint8_t[?]", 256);
 // One getrandom(2) call fills a pool for 16 tokens; each byte is used once.
+// The pool belongs to one process: a fork (the master forking workers) must
+// not hand the same bytes to two of them.
 const POOL = 256;
 let pool = "";
 let poolPos = POOL + 1;
+let poolPid = 0;
 
 function lookupGetrandom(this: void): (this: void, b: FfiBuffer, len: number, flags: number) => number {
   return ffi.C.getrandom;
@@ -50,13 +53,15 @@ export function hex(s: string): string {
 
 /** A fresh unguessable 128-bit token as 32 hex characters, or nil, err. */
 export function random(): LuaMultiReturn<[string | undefined, string | undefined]> {
-  if (poolPos + RANDOM_BYTES - 1 > POOL) {
+  const pid = ngx.worker.pid();
+  if (poolPos + RANDOM_BYTES - 1 > POOL || poolPid !== pid) {
     const s = randomBytes(POOL);
     if (s === undefined || s.length !== POOL) {
       return $multi(undefined, "dlock: cannot read random bytes from the kernel");
     }
     pool = s;
     poolPos = 1;
+    poolPid = pid;
   }
   const first = poolPos;
   poolPos += RANDOM_BYTES;

@@ -296,7 +296,7 @@ async function witnessReset() {
 async function collect() {
   const w = await Resp.connect(WITNESS_PORT);
   try {
-    const out = { acquisitions: 0, overlaps: 0, maxGapUs: -1, maxGapKey: null, maxGapFromUs: null, perKey: {}, leftInside: [] };
+    const out = { acquisitions: 0, overlaps: 0, staleRefused: 0, maxGapUs: -1, maxGapKey: null, maxGapFromUs: null, perKey: {}, leftInside: [] };
     for (const k of KEYS) {
       const acq = Number(await w.cmd("GET", "acq:" + k)) || 0;
       const ov = Number(await w.cmd("GET", "overlaps:" + k)) || 0;
@@ -306,6 +306,7 @@ async function collect() {
       out.perKey[k] = { acquisitions: acq, overlaps: ov, maxGapMs: g === null ? null : Number(g) / 1000 };
       out.acquisitions += acq;
       out.overlaps += ov;
+      out.staleRefused += Number(await w.cmd("GET", "stale:" + k)) || 0;
       if (g !== null && Number(g) > out.maxGapUs) { out.maxGapUs = Number(g); out.maxGapKey = k; out.maxGapFromUs = Number(at); }
       for (const m of inside) out.leftInside.push(k + " " + m);
     }
@@ -462,7 +463,7 @@ const SCENARIOS = [
   },
   {
     id: "worker-sigstop", title: "nginx worker holding a lock SIGSTOP 2.5 s (> ttl)", promised: false,
-    about: "overlaps EXPECTED: the stopped holder's lease expired and the key went to someone else while it still believed it held the lock. A lease cannot protect against this without fencing (a token the protected resource checks)",
+    about: "overlaps EXPECTED: the stopped holder's lease expired and the key went to someone else while it still believed it held the lock. A lease alone cannot protect against this; fencing can: the stalled holder's write carries an old fence and the witness refuses it (stale writes column)",
     async fault(f) {
       const h = await pickHolder(MASTERS[0]);
       process.kill(h.pid, "SIGSTOP");
@@ -522,7 +523,7 @@ async function runScenario(sc, n) {
   const pct = (q) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(q * lat.length))]) : null);
   const row = {
     n, id: sc.id, scenario: sc.title, promised: sc.promised,
-    acquisitions: w.acquisitions, overlaps: w.overlaps,
+    acquisitions: w.acquisitions, overlaps: w.overlaps, staleRefused: w.staleRefused,
     ok: counts.ok, errors: counts.err, timeouts: counts.timeout, busy: counts.busy,
     witnessErrors: counts.werr, httpFailures: counts.http + counts.other,
     // Client-side time of /crit requests answered "ok": waiting + 20 ms inside + release.
@@ -582,11 +583,11 @@ function esc(s) { return String(s).replace(/\|/g, "\\|"); }
 
 function table(rows) {
   const out = [
-    "| # | scenario | promised | acquisitions | overlaps | errors (err / timeout) | longest gap (ms) | result | note |",
-    "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
+    "| # | scenario | promised | acquisitions | overlaps | stale writes refused by fence | errors (err / timeout) | longest gap (ms) | result | note |",
+    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
   ];
   for (const r of rows) {
-    out.push(`| ${r.n} | ${esc(r.scenario)} | ${r.promised ? "yes" : "no"} | ${r.acquisitions} | ${r.overlaps} | ${r.errors} / ${r.timeouts} | ${r.maxGapMs === null ? "-" : r.maxGapMs.toFixed(0)} | ${r.result} | ${esc(r.note)} |`);
+    out.push(`| ${r.n} | ${esc(r.scenario)} | ${r.promised ? "yes" : "no"} | ${r.acquisitions} | ${r.overlaps} | ${r.staleRefused} | ${r.errors} / ${r.timeouts} | ${r.maxGapMs === null ? "-" : r.maxGapMs.toFixed(0)} | ${r.result} | ${esc(r.note)} |`);
   }
   return out.join("\n");
 }
@@ -631,7 +632,9 @@ async function main() {
     `\`/crit?key=K\` (${KEYS.length} keys): acquire with ttl ${LOCK.ttl} ms and wait ${LOCK.wait} ms (read_timeout ${LOCK.read_timeout} ms),`,
     `${LOCK.hold} ms inside, release. A separate witness Redis, untouched by faults, sees every holder enter and leave:`,
     "**overlaps** = entries while another live holder of the key was inside; **longest gap** = longest time between",
-    "one holder leaving a key and the next entering it (a key locked with no live holder, or Redis unavailable).",
+    "one holder leaving a key and the next entering it (a key locked with no live holder, or Redis unavailable);",
+    "**stale writes refused** = writes at the end of a critical section that the witness turned away because their",
+    "lease's fence (\`fencing = true\`) was smaller than one it had already accepted for the key.",
     `Each scenario: ${DURATION / 1000} s of load, fault at ${FAULT_AT / 1000} s. errors = \`err\` answers (Redis failures), timeout = waited ${LOCK.wait} ms in vain.`,
     "",
     table(rows),

@@ -119,6 +119,22 @@ describe("gateway", function()
     end)
   end)
 
+  describe("renewal", function()
+    it("logs and counts a lease that vanished while its request was in flight", function()
+      local before = status(a).guards.orders.lost
+      local key = h.unique("vanish")
+      local slow = ngx.thread.spawn(get, a, "/orders?ms=2500&key=" .. key, { headers = { ["Idempotency-Key"] = key } })
+      ngx.sleep(0.3)
+      -- Someone (an operator, a failover) deletes the lock under the running request.
+      for _, k in ipairs(h.cmd(redis.port, "keys", "dlock:gw:orders:*")) do h.cmd(redis.port, "del", k) end
+      ngx.sleep(1.5)   -- the next renewal sweep (every ttl/3 = 1 s) finds it gone
+      assert.equal(before + 1, status(a).guards.orders.lost)
+      assert.matches("lease on %x+ lost while its request is in flight", a.error_log())
+      local _, res = ngx.thread.wait(slow)
+      assert.equal(200, res.status)
+    end)
+  end)
+
   describe("concurrency", function()
     it("never lets more than 3 of 30 concurrent slow requests per key reach the backend across 2 nginx", function()
       local key = h.unique("conc")

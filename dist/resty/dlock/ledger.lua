@@ -108,4 +108,11 @@ function ____exports.held(dict)
     end
     return out
 end
+--- Dict key counting leases whose record the dict could not take (it was full).
+____exports.UNRECORDED = "c:ledger:unrecorded"
+--- How many leases this nginx could not record since it started (the dict was full).
+function ____exports.unrecorded(dict)
+    local v = dict:get(____exports.UNRECORDED)
+    return type(v) == "number" and v or 0
+end
 return ____exports

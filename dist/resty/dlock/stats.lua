@@ -66,4 +66,13 @@ function ____exports.success(dict, guard)
         dict:delete("b:fail:" .. guard)
     end
 end
+--- Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx.
+function ____exports.adjust(dict, guard, gauge, delta)
+    dict:incr((("g:" .. guard) .. ":") .. gauge, delta, 0)
+end
+--- A per-guard gauge's value now (0 when never moved).
+function ____exports.gauge(dict, guard, name)
+    local v = dict:get((("g:" .. guard) .. ":") .. name)
+    return type(v) == "number" and v or 0
+end
 return ____exports

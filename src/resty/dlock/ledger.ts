@@ -116,3 +116,12 @@ export function held(dict: NgxSharedDict): HeldLease[] {
   }
   return out;
 }
+
+/** Dict key counting leases whose record the dict could not take (it was full). */
+export const UNRECORDED = "c:ledger:unrecorded";
+
+/** How many leases this nginx could not record since it started (the dict was full). */
+export function unrecorded(dict: NgxSharedDict): number {
+  const [v] = dict.get(UNRECORDED);
+  return type(v) === "number" ? (v as number) : 0;
+}

@@ -70,3 +70,14 @@ export function success(dict: NgxSharedDict, guard: string): void {
     dict.delete("b:fail:" + guard);
   }
 }
+
+/** Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx. */
+export function adjust(dict: NgxSharedDict, guard: string, gauge: string, delta: number): void {
+  dict.incr("g:" + guard + ":" + gauge, delta, 0);
+}
+
+/** A per-guard gauge's value now (0 when never moved). */
+export function gauge(dict: NgxSharedDict, guard: string, name: string): number {
+  const [v] = dict.get("g:" + guard + ":" + name);
+  return type(v) === "number" ? (v as number) : 0;
+}

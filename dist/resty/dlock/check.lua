@@ -5,6 +5,12 @@ function ____exports.text(v)
     local ok, s = pcall(tostring, v)
     return ok and type(s) == "string" and s or "a " .. type(v)
 end
+--- An error of ours without its "dlock: " prefix, for a log line that already
+-- starts with one ("dlock: guard jobs: redis ...", not "dlock: guard jobs: dlock: redis ...").
+function ____exports.reason(err)
+    local s = ____exports.text(err)
+    return string.sub(s, 1, 7) == "dlock: " and string.sub(s, 8) or s
+end
 --- Render any Lua value for an error message, bounded and printable.
 function ____exports.show(v)
     local t = type(v)

@@ -3,6 +3,7 @@ local ____exports = {}
 local check = require("resty.dlock.check")
 local dlock = require("resty.dlock")
 local inflight = require("resty.dlock.inflight")
+local request = require("resty.dlock.request")
 local semaphore = require("resty.dlock.semaphore")
 local stats = require("resty.dlock.stats")
 local token = require("resty.dlock.token")
@@ -31,7 +32,8 @@ local OPTIONS = check.set(
     "error_status",
     "headers",
     "breaker_failures",
-    "breaker_cooldown"
+    "breaker_cooldown",
+    "read_body"
 )
 local registry = {}
 --- Guards created so far in this worker (in creation order), for status pages.
@@ -110,6 +112,12 @@ local function onRedisFailure(g)
 end
 local guardMethods = {
     access = function(self)
+        if inflight.holds(self) then
+            return
+        end
+        if self.readBody then
+            ngx.req.read_body()
+        end
         local raw = keyOf(self)
         if raw == nil then
             stats.incr(self.dict, self.name, "missing_key")
@@ -132,12 +140,9 @@ local guardMethods = {
         if l ~= nil then
             stats.success(self.dict, self.name)
             stats.incr(self.dict, self.name, "acquired")
-            if self.mode ~= "throttle" then
-                local f = {
-                    lease = l,
-                    tracked = self.renew and inflight.track(self, l) or nil
-                }
-                ngx.ctx[self.ctxKey] = f
+            local a = request.anchor()
+            if a ~= nil then
+                inflight.track(self, l, a)
             end
             return
         end
@@ -154,19 +159,12 @@ local guardMethods = {
             "dlock: guard ",
             self.name,
             ": ",
-            err
+            check.reason(err)
         )
         onRedisFailure(self)
     end,
     log = function(self)
-        local f = ngx.ctx[self.ctxKey]
-        if f == nil then
-            return
-        end
-        ngx.ctx[self.ctxKey] = nil
-        local status = ngx.status
-        local hold = self.hold > 0 and status >= 200 and status < 300 and self.hold or 0
-        inflight.finish(self, f.tracked, f.lease, hold)
+        inflight.finish(self)
     end
 }
 local guardMt = {__index = guardMethods}
@@ -260,6 +258,9 @@ function ____exports.new(opts)
             o.wait
         )
     end
+    if o.read_body ~= nil and mode == "throttle" then
+        return check.fail("read_body does not apply to mode throttle (it holds nothing while the request runs)", o.read_body)
+    end
     if o.renew ~= nil and mode == "throttle" then
         return check.fail("renew does not apply to mode throttle (its lock is never released)", o.renew)
     end
@@ -284,6 +285,14 @@ function ____exports.new(opts)
             return nil, err
         end
         renewOn = b
+    end
+    local readBody = false
+    if o.read_body ~= nil then
+        local b, err = check.bool("read_body", o.read_body)
+        if b == nil then
+            return nil, err
+        end
+        readBody = b
     end
     local rejectStatus, e1 = status(o, "reject_status", spec.status)
     if rejectStatus == nil then
@@ -363,6 +372,8 @@ function ____exports.new(opts)
         hold = hold,
         wait = store.wait,
         renew = renewOn,
+        release = mode ~= "throttle",
+        readBody = readBody,
         onMissing = onMissing,
         onError = onError,
         rejectStatus = rejectStatus,
@@ -372,11 +383,15 @@ function ____exports.new(opts)
         breakerFailures = breakerFailures,
         breakerCooldown = breakerCooldown,
         tryOpts = tryOpts,
-        waitOpts = waitOpts,
-        ctxKey = "dlock.gateway." .. name
+        waitOpts = waitOpts
     }
     local guard = setmetatable(g, guardMt)
     registry[#registry + 1] = guard
     return guard, nil
+end
+--- log_by_lua at http (or server) level: ends the leases of every guard the
+-- request passed, in whatever location it finished, also after internal redirects.
+function ____exports.log()
+    inflight.finish(nil)
 end
 return ____exports

@@ -1,115 +1,15 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local renewed, failed
+local drainSome, drain, schedule, failed, renewed, queue, head, tail, draining, MAX_DRAINERS, BATCH, DRAIN_ROUNDS
+local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
+local request = require("resty.dlock.request")
 local stats = require("resty.dlock.stats")
-function renewed(owner, set, t, ok, err)
-    if ok then
-        t.renewedAt = ngx.now()
-        stats.incr(owner.dict, owner.name, "renewed")
-    elseif err == "not_owner" then
-        set[t] = nil
-        stats.incr(owner.dict, owner.name, "lost")
-        ngx.log(
-            ngx.ERR,
-            "dlock: guard ",
-            owner.name,
-            ": lease on ",
-            t.lease.key,
-            " lost while its request is in flight"
-        )
-    else
-        stats.incr(owner.dict, owner.name, "redis_errors")
-        ngx.log(
-            ngx.WARN,
-            "dlock: guard ",
-            owner.name,
-            ": renewing ",
-            t.lease.key,
-            ": ",
-            err
-        )
-    end
-end
-function failed(owner, what, err)
-    stats.incr(owner.dict, owner.name, "redis_errors")
-    ngx.log(
-        ngx.WARN,
-        "dlock: guard ",
-        owner.name,
-        ": releasing ",
-        what,
-        " failed, it expires on its own: ",
-        err
-    )
-end
---- Per guard name: the tracked leases of this worker (a set).
-local tracked = {}
-local queue = {}
-local head = 1
-local tail = 0
-local draining = 0
-local MAX_DRAINERS = 8
-local function sweep(premature, owner)
-    if premature then
-        return
-    end
-    local set = tracked[owner.name]
-    if set == nil then
-        return
-    end
-    ngx.update_time()
-    local due = ngx.now() - owner.ttl / 3000 * 0.9
-    local batch = {}
-    for t in pairs(set) do
-        if t.renewedAt <= due then
-            batch[#batch + 1] = t
+function drainSome()
+    for _ = 1, DRAIN_ROUNDS do
+        if head > tail then
+            return
         end
-    end
-    for ____, t in ipairs(batch) do
-        if not t.done then
-            local ok, err = t.lease:extend()
-            if not t.done then
-                renewed(
-                    owner,
-                    set,
-                    t,
-                    ok,
-                    err
-                )
-            end
-        end
-    end
-end
---- Register a request's lease for renewal (starts this worker's sweep for the guard on first use).
-function ____exports.track(owner, l)
-    local set = tracked[owner.name]
-    if set == nil then
-        set = {}
-        tracked[owner.name] = set
-        local ok, err = ngx.timer.every(owner.ttl / 3000, sweep, owner)
-        if not ok then
-            tracked[owner.name] = nil
-            ngx.log(
-                ngx.ERR,
-                "dlock: guard ",
-                owner.name,
-                ": cannot start lease renewal: ",
-                err
-            )
-        end
-    end
-    local t = {
-        lease = l,
-        renewedAt = ngx.now(),
-        done = false
-    }
-    set[t] = true
-    return t
-end
-local BATCH = 64
-local function drain(premature)
-    while head <= tail do
         local byOwner = {}
         for _ = 1, BATCH do
             if head > tail then
@@ -121,7 +21,7 @@ local function drain(premature)
             if f.hold > 0 then
                 local ok, err = f.lease:extend(f.hold)
                 if ok == nil and err ~= "not_owner" then
-                    failed(f.owner, f.lease.key, err)
+                    failed(f.owner, "holding " .. f.lease.key, err)
                 end
             else
                 local list = byOwner[f.owner]
@@ -137,39 +37,314 @@ local function drain(premature)
             if n > 0 then
                 failed(
                     owner,
-                    tostring(n) .. " lease(s)",
+                    ("releasing " .. tostring(n)) .. " lease(s)",
                     err
                 )
             end
         end
     end
-    draining = draining - 1
 end
---- The request is over (log phase): stop renewing, and release the lease, or
--- keep the key `hold` more ms, from a timer.
-function ____exports.finish(owner, t, l, hold)
-    if t ~= nil then
-        t.done = true
-        local set = tracked[owner.name]
-        if set ~= nil then
-            set[t] = nil
-        end
+function drain(premature)
+    local ok, err = pcall(drainSome)
+    draining = draining - 1
+    if not ok then
+        ngx.log(
+            ngx.ERR,
+            "dlock: gateway release queue: ",
+            check.text(err)
+        )
     end
+    schedule()
+end
+function schedule()
+    if head > tail or draining >= MAX_DRAINERS or draining >= tail - head + 1 then
+        return
+    end
+    local ok, err = ngx.timer.at(0, drain)
+    if ok then
+        draining = draining + 1
+    elseif draining == 0 then
+        ngx.log(
+            ngx.ERR,
+            "dlock: gateway: cannot schedule ",
+            tail - head + 1,
+            " release(s), they expire on their own: ",
+            err
+        )
+    end
+end
+function failed(owner, what, err)
+    stats.incr(owner.dict, owner.name, "redis_errors")
+    ngx.log(
+        ngx.WARN,
+        "dlock: guard ",
+        owner.name,
+        ": ",
+        what,
+        " failed (retried until Redis answers or the lease expires): ",
+        check.reason(err)
+    )
+end
+function renewed(owner, h, ok, err)
+    if ok then
+        h.renewedAt = ngx.now()
+        stats.incr(owner.dict, owner.name, "renewed")
+    elseif err == "not_owner" then
+        h.done = true
+        stats.adjust(owner.dict, owner.name, "in_flight", -1)
+        stats.incr(owner.dict, owner.name, "lost")
+        ngx.log(
+            ngx.ERR,
+            "dlock: guard ",
+            owner.name,
+            ": lease on ",
+            h.lease.key,
+            " lost while its request is in flight"
+        )
+    else
+        stats.incr(owner.dict, owner.name, "redis_errors")
+        ngx.log(
+            ngx.WARN,
+            "dlock: guard ",
+            owner.name,
+            ": renewing ",
+            h.lease.key,
+            ": ",
+            check.reason(err)
+        )
+    end
+end
+--- In-flight requests of this worker that hold a guard's lease, by request id.
+local requests = {}
+local count = 0
+queue = {}
+head = 1
+tail = 0
+draining = 0
+MAX_DRAINERS = 8
+BATCH = 64
+DRAIN_ROUNDS = 32
+local function enqueue(owner, l, hold)
     tail = tail + 1
     queue[tail] = {owner = owner, lease = l, hold = hold}
-    if draining < MAX_DRAINERS and draining < tail - head + 1 then
-        local ok, err = ngx.timer.at(0, drain)
-        if ok then
-            draining = draining + 1
-        elseif draining == 0 then
+    schedule()
+end
+local warnedUnlogged = {}
+local function endHeld(h, how, status)
+    if h.done then
+        return
+    end
+    h.done = true
+    local o = h.owner
+    stats.adjust(o.dict, o.name, "in_flight", -1)
+    if not o.release then
+        return
+    end
+    if how == "aborted" then
+        stats.incr(o.dict, o.name, "aborted")
+        return
+    end
+    if how == "unlogged" then
+        stats.incr(o.dict, o.name, "unlogged")
+        if not (warnedUnlogged[o.name] ~= nil) then
+            warnedUnlogged[o.name] = true
             ngx.log(
-                ngx.ERR,
+                ngx.WARN,
                 "dlock: guard ",
-                owner.name,
-                ": cannot schedule releases (they expire on their own): ",
-                err
+                o.name,
+                ": a request ended without log() (its final location runs none, ",
+                "e.g. after error_page, try_files or X-Accel-Redirect); its lease was released late and a client abort ",
+                "could not be seen: add log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level"
             )
         end
     end
+    enqueue(o, h.lease, how == "logged" and o.hold > 0 and status >= 200 and status < 300 and o.hold or 0)
+end
+local function endReq(rid, req, how, status)
+    requests[rid] = nil
+    count = count - 1
+    for ____, h in ipairs(req.held) do
+        endHeld(h, how, status)
+    end
+end
+--- How the current request (in its log phase) ended: aborted by the client while an upstream worked, or logged.
+local function outcome()
+    if ngx.var.request_completion ~= "OK" then
+        local upstream = ngx.var.upstream_addr
+        if upstream ~= nil and upstream ~= "" then
+            return "aborted"
+        end
+    end
+    return "logged"
+end
+--- The current request (log phase) is over: end the leases it holds of `owner`,
+-- or of every guard when owner is nil.
+function ____exports.finish(owner)
+    local rid = request.id()
+    if rid == nil then
+        return
+    end
+    local req = requests[rid]
+    if req == nil then
+        return
+    end
+    if not request.alive(req.anchor) then
+        endReq(rid, req, "unlogged", 0)
+        return
+    end
+    local how = outcome()
+    local status = ngx.status
+    if owner == nil then
+        endReq(rid, req, how, status)
+        return
+    end
+    local open = 0
+    for ____, h in ipairs(req.held) do
+        if h.owner == owner then
+            endHeld(h, how, status)
+        elseif not h.done then
+            open = open + 1
+        end
+    end
+    if open == 0 then
+        requests[rid] = nil
+        count = count - 1
+    end
+end
+--- In access: does the current request hold a lease of `owner` already? True
+-- when it passes the guard again after an internal redirect (try_files to a
+-- named location with the same guard, error_page...): it must not queue
+-- behind itself. A request that is gone and had the same address is ended here.
+function ____exports.holds(owner)
+    local rid = request.id()
+    if rid == nil then
+        return false
+    end
+    local req = requests[rid]
+    if req == nil then
+        return false
+    end
+    if not request.alive(req.anchor) then
+        endReq(rid, req, "unlogged", 0)
+        return false
+    end
+    for ____, h in ipairs(req.held) do
+        if h.owner == owner and not h.done then
+            return true
+        end
+    end
+    return false
+end
+--- Seconds between keeper rounds: a sixth of the shortest ttl, within these bounds.
+local MIN_TICK = 0.05
+local MAX_TICK = 0.5
+--- Seconds one keeper timer runs before it hands over to a fresh one.
+local HANDOVER = 60
+local tick = MAX_TICK
+local keeping = false
+local function renew(owner, list)
+    for ____, h in ipairs(list) do
+        if not h.done then
+            local ok, err = h.lease:extend()
+            if not h.done then
+                renewed(owner, h, ok, err)
+            end
+        end
+    end
+end
+--- One round: end requests that are gone, renew the leases that are due.
+local function round()
+    ngx.update_time()
+    local now = ngx.now()
+    local gone = {}
+    local due = {}
+    for rid, req in pairs(requests) do
+        if not request.alive(req.anchor) then
+            gone[#gone + 1] = rid
+        else
+            for ____, h in ipairs(req.held) do
+                if not h.done and h.owner.renew and now - h.renewedAt >= h.owner.ttl / 3000 * 0.9 then
+                    local list = due[h.owner]
+                    if list == nil then
+                        list = {}
+                        due[h.owner] = list
+                    end
+                    list[#list + 1] = h
+                end
+            end
+        end
+    end
+    for ____, rid in ipairs(gone) do
+        local req = requests[rid]
+        if req ~= nil and not request.alive(req.anchor) then
+            endReq(rid, req, "unlogged", 0)
+        end
+    end
+    for owner, list in pairs(due) do
+        renew(owner, list)
+    end
+end
+local function keeper(premature)
+    local started = ngx.now()
+    while count > 0 do
+        ngx.sleep(tick)
+        local ok, err = pcall(round)
+        if not ok then
+            ngx.log(
+                ngx.ERR,
+                "dlock: gateway keeper: ",
+                check.text(err)
+            )
+        end
+        if ngx.now() - started >= HANDOVER and count > 0 then
+            local handed = ngx.timer.at(0, keeper)
+            if handed then
+                return
+            end
+        end
+    end
+    keeping = false
+end
+local function keep(owner)
+    tick = math.min(
+        tick,
+        math.max(MIN_TICK, owner.ttl / 6000)
+    )
+    if keeping then
+        return
+    end
+    local ok, err = ngx.timer.at(0, keeper)
+    if ok then
+        keeping = true
+    else
+        ngx.log(
+            ngx.ERR,
+            "dlock: guard ",
+            owner.name,
+            ": cannot start the lease keeper: ",
+            err
+        )
+    end
+end
+--- In access: the current request now holds `l` for `owner`.
+function ____exports.track(owner, l, anchor)
+    local req = requests[anchor.id]
+    if req == nil or req.anchor.ctx ~= anchor.ctx then
+        if req ~= nil then
+            endReq(anchor.id, req, "unlogged", 0)
+        end
+        req = {anchor = anchor, held = {}}
+        requests[anchor.id] = req
+        count = count + 1
+    end
+    local ____req_held_0 = req.held
+    ____req_held_0[#____req_held_0 + 1] = {
+        owner = owner,
+        lease = l,
+        renewedAt = ngx.now(),
+        done = false
+    }
+    stats.adjust(owner.dict, owner.name, "in_flight", 1)
+    keep(owner)
 end
 return ____exports

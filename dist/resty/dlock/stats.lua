@@ -8,6 +8,8 @@ ____exports.EVENTS = {
     "timed_out",
     "renewed",
     "lost",
+    "aborted",
+    "unlogged",
     "redis_errors",
     "failed_open",
     "failed_closed",

@@ -8,6 +8,15 @@ export function text(v: unknown): string {
   return ok && type(s) === "string" ? s : "a " + type(v);
 }
 
+/**
+ * An error of ours without its "dlock: " prefix, for a log line that already
+ * starts with one ("dlock: guard jobs: redis ...", not "dlock: guard jobs: dlock: redis ...").
+ */
+export function reason(err: unknown): string {
+  const s = text(err);
+  return string.sub(s, 1, 7) === "dlock: " ? string.sub(s, 8) : s;
+}
+
 /** Render any Lua value for an error message, bounded and printable. */
 export function show(v: unknown): string {
   const t = type(v);

@@ -5,8 +5,8 @@
 //     guards = { orders = assert(gateway.new({ name = "orders", mode = "dedup",
 //                  key = "$http_idempotency_key", ttl = 30000, hold = 5000, on_error = "allow" })) }
 //   }
-//   location /orders { access_by_lua_block { guards.orders:access() }
-//                      log_by_lua_block    { guards.orders:log() }  proxy_pass ...; }
+//   log_by_lua_block { require("resty.dlock.gateway").log() }   -- http level: every request's end
+//   location /orders { access_by_lua_block { guards.orders:access() }  proxy_pass ...; }
 //
 // Modes: dedup (409 while the same key is in flight, optionally `hold` ms after a
 // 2xx), concurrency (at most `permits` in flight per key, 429 after `wait`),
@@ -16,6 +16,7 @@ import * as check from "./check";
 import * as dlock from "../dlock";
 import * as inflight from "./inflight";
 import type * as lease from "./lease";
+import * as request from "./request";
 import * as semaphore from "./semaphore";
 import * as stats from "./stats";
 import * as token from "./token";
@@ -42,6 +43,10 @@ export interface Guard {
   readonly hold: number;
   readonly wait: number;
   readonly renew: boolean;
+  /** Release when the request ends (not throttle: its key stays for the ttl). */
+  readonly release: boolean;
+  /** Read the request body before taking the lease (slow uploads hold no permit). */
+  readonly readBody: boolean;
   readonly onMissing: "pass" | "reject";
   readonly onError: "allow" | "deny";
   readonly rejectStatus: number;
@@ -53,15 +58,8 @@ export interface Guard {
   /** Reused acquire options: first try without waiting, then with the wait budget. */
   readonly tryOpts: LuaTable<string, unknown>;
   readonly waitOpts: LuaTable<string, unknown>;
-  readonly ctxKey: string;
   access(): void;
   log(): void;
-}
-
-/** What a request keeps in ngx.ctx between access and log. */
-interface InFlight {
-  lease: lease.Lease;
-  tracked: inflight.Tracked | undefined;
 }
 
 const MODES = new LuaTable<string, { status: number; wait: boolean }>();
@@ -73,7 +71,7 @@ MODES.set("mutex", { status: 503, wait: true });
 const OPTIONS = check.set(
   "name", "mode", "key", "dict", "redis", "prefix", "ttl", "hold", "permits", "wait",
   "renew", "on_missing", "on_error", "reject_status", "missing_status", "error_status",
-  "headers", "breaker_failures", "breaker_cooldown",
+  "headers", "breaker_failures", "breaker_cooldown", "read_body",
 );
 
 const registry: Guard[] = [];
@@ -149,6 +147,14 @@ function onRedisFailure(g: Guard): void {
 const guardMethods = {
   /** In access_by_lua: let the request through, or end it with the guard's status. */
   access(this: Guard): void {
+    if (inflight.holds(this)) {
+      // The same request again, after an internal redirect: it holds the key already.
+      return;
+    }
+    if (this.readBody) {
+      // A permit held while a slow client trickles its body in would starve the key.
+      ngx.req.read_body();
+    }
     const raw = keyOf(this);
     if (raw === undefined) {
       stats.incr(this.dict, this.name, "missing_key");
@@ -172,9 +178,9 @@ const guardMethods = {
     if (l !== undefined) {
       stats.success(this.dict, this.name);
       stats.incr(this.dict, this.name, "acquired");
-      if (this.mode !== "throttle") {
-        const f: InFlight = { lease: l, tracked: this.renew ? inflight.track(this, l) : undefined };
-        ngx.ctx.set(this.ctxKey, f);
+      const a = request.anchor();
+      if (a !== undefined) {
+        inflight.track(this, l, a);
       }
       return;
     }
@@ -186,20 +192,17 @@ const guardMethods = {
     }
     stats.incr(this.dict, this.name, "redis_errors");
     stats.failure(this.dict, this.name, this.breakerFailures, this.breakerCooldown);
-    ngx.log(ngx.ERR, "dlock: guard ", this.name, ": ", err);
+    ngx.log(ngx.ERR, "dlock: guard ", this.name, ": ", check.reason(err));
     onRedisFailure(this);
   },
 
-  /** In log_by_lua: stop renewing and release (or, dedup after a 2xx, hold) off the log phase. */
+  /**
+   * In log_by_lua: the request is over; release this guard's lease (dedup after
+   * a 2xx: hold it), or keep it unrenewed when the client went away while an
+   * upstream was working. Finds the lease in whatever location the request ends.
+   */
   log(this: Guard): void {
-    const f = ngx.ctx.get(this.ctxKey) as InFlight | undefined;
-    if (f === undefined) {
-      return;
-    }
-    ngx.ctx.set(this.ctxKey, undefined);
-    const status = ngx.status;
-    const hold = this.hold > 0 && status >= 200 && status < 300 ? this.hold : 0;
-    inflight.finish(this, f.tracked, f.lease, hold);
+    inflight.finish(this);
   },
 };
 const guardMt = { __index: guardMethods };
@@ -275,6 +278,9 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undef
   if (o.get("wait") !== undefined && !spec.wait) {
     return check.fail("wait applies to modes concurrency and mutex only, not " + mode, o.get("wait"));
   }
+  if (o.get("read_body") !== undefined && mode === "throttle") {
+    return check.fail("read_body does not apply to mode throttle (it holds nothing while the request runs)", o.get("read_body"));
+  }
   if (o.get("renew") !== undefined && mode === "throttle") {
     return check.fail("renew does not apply to mode throttle (its lock is never released)", o.get("renew"));
   }
@@ -289,6 +295,12 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undef
     const [b, err] = check.bool("renew", o.get("renew"));
     if (b === undefined) return $multi(undefined, err);
     renewOn = b;
+  }
+  let readBody = false;
+  if (o.get("read_body") !== undefined) {
+    const [b, err] = check.bool("read_body", o.get("read_body"));
+    if (b === undefined) return $multi(undefined, err);
+    readBody = b;
   }
   const [rejectStatus, e1] = status(o, "reject_status", spec.status);
   if (rejectStatus === undefined) return $multi(undefined, e1);
@@ -335,10 +347,18 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undef
 
   const g = {
     name, mode: mode as Mode, parts, keyFn, locks, dict: store.dict, ttl: store.ttl, hold,
-    wait: store.wait, renew: renewOn, onMissing, onError, rejectStatus, missingStatus, errorStatus, headers,
-    breakerFailures, breakerCooldown, tryOpts, waitOpts, ctxKey: "dlock.gateway." + name,
+    wait: store.wait, renew: renewOn, release: mode !== "throttle", readBody, onMissing, onError, rejectStatus, missingStatus, errorStatus, headers,
+    breakerFailures, breakerCooldown, tryOpts, waitOpts,
   };
   const guard = setmetatable(g, guardMt) as unknown as Guard;
   registry.push(guard);
   return $multi(guard, undefined);
+}
+
+/**
+ * log_by_lua at http (or server) level: ends the leases of every guard the
+ * request passed, in whatever location it finished, also after internal redirects.
+ */
+export function log(this: void): void {
+  inflight.finish(undefined);
 }

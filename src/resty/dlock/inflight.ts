@@ -1,110 +1,78 @@
-// Leases of in-flight requests, per worker: renewal while the request runs and
-// the release once it is logged, without a timer per request. A busy gateway
-// serves thousands of requests a second; one renew timer plus one release
-// timer each would exhaust lua_max_pending_timers (1024 by default). Instead:
-// - one recurring sweep per guard and worker renews the leases that have been
-//   in flight for about a third of their ttl;
-// - log() queues the release (cosockets do not work in log_by_lua) and a few
-//   drain timers, started on demand, work the queue off.
+// The leases of in-flight gateway requests, per worker: found again by request
+// (not by ngx.ctx, which an internal redirect replaces), renewed while the
+// request runs, and ended when the request ends, however it ends:
+// - log() of any guard, or the module-level gateway.log(), in whatever location
+//   the request finishes: release (or, dedup after a 2xx, hold the key);
+// - a client that went away while an upstream was working: the backend may
+//   still be running, so the key is kept until its lease runs out, unrenewed;
+// - a request that ended without any log() (its final location has none): the
+//   keeper notices it is gone and releases.
+//
+// One keeper loop per worker renews and watches every in-flight request, in
+// rounds: a timer per request or per guard would exhaust lua_max_pending_timers
+// on a busy gateway, ngx.timer.every lets rounds overlap when Redis is slow, and
+// it stops when the worker starts exiting (nginx -s reload / quit) while that
+// worker still has requests running. The loop runs while there is anything to
+// watch, also in an exiting worker, and hands over to a fresh timer now and
+// then. Releases cannot go out from the log phase (no cosockets there): they
+// are queued and drained by a few timers, one pipeline per guard.
 
+import * as check from "./check";
 import * as lease from "./lease";
+import * as request from "./request";
 import * as stats from "./stats";
 
-/** What the sweeps and drains need of a guard. */
+/** What the keeper and the drains need of a guard. */
 export interface Owner {
   readonly name: string;
   readonly dict: NgxSharedDict;
   readonly ttl: number;
+  /** Extend the lease while the request runs. */
+  readonly renew: boolean;
+  /** Release when the request ends (throttle keeps its key for the whole ttl). */
+  readonly release: boolean;
+  /** ms to keep the key after a 2xx (dedup `hold`), 0 to release. */
+  readonly hold: number;
 }
 
-export interface Tracked {
+interface Held {
+  readonly owner: Owner;
   readonly lease: lease.Lease;
   /** ngx.now() of the acquire or the last renewal. */
   renewedAt: number;
   done: boolean;
 }
 
+interface Req {
+  readonly anchor: request.Anchor;
+  readonly held: Held[];
+}
+
+/** In-flight requests of this worker that hold a guard's lease, by request id. */
+const requests = new LuaTable<number, Req>();
+let count = 0;
+
+// ------------------------------------------------------------ the release queue
+
 interface Finish {
   owner: Owner;
   lease: lease.Lease;
-  /** ms to keep the key after the request (dedup `hold`), 0 to release. */
+  /** ms to keep the key instead of releasing it. */
   hold: number;
 }
-
-/** Per guard name: the tracked leases of this worker (a set). */
-const tracked = new LuaTable<string, LuaTable<Tracked, true>>();
 
 const queue = new LuaTable<number, Finish>();
 let head = 1;
 let tail = 0;
 let draining = 0;
 const MAX_DRAINERS = 8;
-
-function sweep(this: void, premature: boolean, owner: Owner): void {
-  if (premature) {
-    return;
-  }
-  const set = tracked.get(owner.name);
-  if (set === undefined) {
-    return;
-  }
-  ngx.update_time();
-  const due = ngx.now() - owner.ttl / 3000 * 0.9;
-  // Renewing yields, and requests add to the set meanwhile: walk a snapshot.
-  const batch: Tracked[] = [];
-  for (const [t] of set) {
-    if (t.renewedAt <= due) {
-      batch.push(t);
-    }
-  }
-  for (const t of batch) {
-    if (!t.done) {
-      const [ok, err] = t.lease.extend();
-      // A request that ended meanwhile has its release queued already.
-      if (!t.done) {
-        renewed(owner, set, t, ok, err);
-      }
-    }
-  }
-}
-
-function renewed(owner: Owner, set: LuaTable<Tracked, true>, t: Tracked, ok: true | undefined, err: string | undefined): void {
-  if (ok) {
-    t.renewedAt = ngx.now();
-    stats.incr(owner.dict, owner.name, "renewed");
-  } else if (err === "not_owner") {
-    set.delete(t);
-    stats.incr(owner.dict, owner.name, "lost");
-    ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": lease on ", t.lease.key, " lost while its request is in flight");
-  } else {
-    // A Redis hiccup: the next sweep tries again; if the lease runs out meanwhile, that one reports it lost.
-    stats.incr(owner.dict, owner.name, "redis_errors");
-    ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": renewing ", t.lease.key, ": ", err);
-  }
-}
-
-/** Register a request's lease for renewal (starts this worker's sweep for the guard on first use). */
-export function track(owner: Owner, l: lease.Lease): Tracked {
-  let set = tracked.get(owner.name);
-  if (set === undefined) {
-    set = new LuaTable<Tracked, true>();
-    tracked.set(owner.name, set);
-    const [ok, err] = ngx.timer.every(owner.ttl / 3000, sweep, owner);
-    if (!ok) {
-      tracked.delete(owner.name);
-      ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": cannot start lease renewal: ", err);
-    }
-  }
-  const t: Tracked = { lease: l, renewedAt: ngx.now(), done: false };
-  set.set(t, true);
-  return t;
-}
-
 const BATCH = 64;
+/** Batches one drain timer works off before it hands over to a fresh one. */
+const DRAIN_ROUNDS = 32;
 
-function drain(this: void, premature: boolean): void {
-  // Runs also when premature (worker shutting down): cosockets still work here.
-  while (head <= tail) {
+function drainSome(): void {
+  for (const _ of $range(1, DRAIN_ROUNDS)) {
+    if (head > tail) return;
     // Releases of one guard go out together, one pipeline per guard; holds one by one.
     const byOwner = new LuaMap<Owner, lease.Lease[]>();
     for (const _ of $range(1, BATCH)) {
@@ -115,7 +83,7 @@ function drain(this: void, premature: boolean): void {
       if (f.hold > 0) {
         const [ok, err] = f.lease.extend(f.hold);
         if (ok === undefined && err !== "not_owner") {
-          failed(f.owner, f.lease.key, err);
+          failed(f.owner, "holding " + f.lease.key, err);
         }
       } else {
         let list = byOwner.get(f.owner);
@@ -129,38 +97,274 @@ function drain(this: void, premature: boolean): void {
     for (const [owner, list] of byOwner) {
       const [n, err] = lease.releaseAll(list);
       if (n > 0) {
-        failed(owner, n + " lease(s)", err);
+        failed(owner, "releasing " + n + " lease(s)", err);
       }
     }
   }
+}
+
+function drain(this: void, premature: boolean): void {
+  // Runs also when premature (the worker is exiting): cosockets still work here.
+  const [ok, err] = pcall(drainSome);
   draining--;
+  if (!ok) {
+    ngx.log(ngx.ERR, "dlock: gateway release queue: ", check.text(err));
+  }
+  schedule();
+}
+
+/** Start drain timers for what is queued (at most MAX_DRAINERS at once). */
+function schedule(): void {
+  if (head > tail || draining >= MAX_DRAINERS || draining >= tail - head + 1) {
+    return;
+  }
+  // A delay of 0 is the one nginx still allows in a worker that is exiting.
+  const [ok, err] = ngx.timer.at(0, drain);
+  if (ok) {
+    draining++;
+  } else if (draining === 0) {
+    ngx.log(ngx.ERR, "dlock: gateway: cannot schedule ", tail - head + 1,
+      " release(s), they expire on their own: ", err);
+  }
+}
+
+function enqueue(owner: Owner, l: lease.Lease, hold: number): void {
+  tail++;
+  queue.set(tail, { owner, lease: l, hold });
+  schedule();
 }
 
 function failed(owner: Owner, what: string, err: string | undefined): void {
   stats.incr(owner.dict, owner.name, "redis_errors");
-  ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": releasing ", what, " failed, it expires on its own: ", err);
+  ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": ", what, " failed (retried until Redis answers or the lease expires): ",
+    check.reason(err));
+}
+
+// ------------------------------------------------------------ ending requests
+
+/** How a request ended, for the leases it holds. */
+type End = "logged" | "aborted" | "unlogged";
+
+const warnedUnlogged = new LuaSet<string>();
+
+function endHeld(h: Held, how: End, status: number): void {
+  if (h.done) {
+    return;
+  }
+  h.done = true;
+  const o = h.owner;
+  stats.adjust(o.dict, o.name, "in_flight", -1);
+  if (!o.release) {
+    return;
+  }
+  if (how === "aborted") {
+    // The client went away while an upstream worked on the request; nginx cut
+    // that connection but the backend may still be running. Keep the key until
+    // its lease runs out (no more renewals) rather than let a retry in beside it.
+    stats.incr(o.dict, o.name, "aborted");
+    return;
+  }
+  if (how === "unlogged") {
+    stats.incr(o.dict, o.name, "unlogged");
+    if (!warnedUnlogged.has(o.name)) {
+      warnedUnlogged.add(o.name);
+      ngx.log(ngx.WARN, "dlock: guard ", o.name, ": a request ended without log() (its final location runs none, ",
+        "e.g. after error_page, try_files or X-Accel-Redirect); its lease was released late and a client abort ",
+        "could not be seen: add log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level");
+    }
+  }
+  enqueue(o, h.lease, how === "logged" && o.hold > 0 && status >= 200 && status < 300 ? o.hold : 0);
+}
+
+function endReq(rid: number, req: Req, how: End, status: number): void {
+  requests.delete(rid);
+  count--;
+  for (const h of req.held) {
+    endHeld(h, how, status);
+  }
+}
+
+/** How the current request (in its log phase) ended: aborted by the client while an upstream worked, or logged. */
+function outcome(): End {
+  if (ngx.var.get("request_completion") !== "OK") {
+    const upstream = ngx.var.get("upstream_addr");
+    if (upstream !== undefined && upstream !== "") {
+      return "aborted";
+    }
+  }
+  return "logged";
 }
 
 /**
- * The request is over (log phase): stop renewing, and release the lease, or
- * keep the key `hold` more ms, from a timer.
+ * The current request (log phase) is over: end the leases it holds of `owner`,
+ * or of every guard when owner is nil.
  */
-export function finish(owner: Owner, t: Tracked | undefined, l: lease.Lease, hold: number): void {
-  if (t !== undefined) {
-    t.done = true;
-    const set = tracked.get(owner.name);
-    if (set !== undefined) {
-      set.delete(t);
+export function finish(owner: Owner | undefined): void {
+  const rid = request.id();
+  if (rid === undefined) return;
+  const req = requests.get(rid);
+  if (req === undefined) return;
+  if (!request.alive(req.anchor)) {
+    // A request that is gone had this address before us and ended unseen.
+    endReq(rid, req, "unlogged", 0);
+    return;
+  }
+  const how = outcome();
+  const status = ngx.status;
+  if (owner === undefined) {
+    endReq(rid, req, how, status);
+    return;
+  }
+  let open = 0;
+  for (const h of req.held) {
+    if (h.owner === owner) {
+      endHeld(h, how, status);
+    } else if (!h.done) {
+      open++;
     }
   }
-  tail++;
-  queue.set(tail, { owner, lease: l, hold });
-  if (draining < MAX_DRAINERS && draining < tail - head + 1) {
-    const [ok, err] = ngx.timer.at(0, drain);
-    if (ok) {
-      draining++;
-    } else if (draining === 0) {
-      ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": cannot schedule releases (they expire on their own): ", err);
+  if (open === 0) {
+    requests.delete(rid);
+    count--;
+  }
+}
+
+/**
+ * In access: does the current request hold a lease of `owner` already? True
+ * when it passes the guard again after an internal redirect (try_files to a
+ * named location with the same guard, error_page...): it must not queue
+ * behind itself. A request that is gone and had the same address is ended here.
+ */
+export function holds(owner: Owner): boolean {
+  const rid = request.id();
+  if (rid === undefined) return false;
+  const req = requests.get(rid);
+  if (req === undefined) return false;
+  if (!request.alive(req.anchor)) {
+    endReq(rid, req, "unlogged", 0);
+    return false;
+  }
+  for (const h of req.held) {
+    if (h.owner === owner && !h.done) return true;
+  }
+  return false;
+}
+
+// ------------------------------------------------------------ the keeper
+
+/** Seconds between keeper rounds: a sixth of the shortest ttl, within these bounds. */
+const MIN_TICK = 0.05;
+const MAX_TICK = 0.5;
+/** Seconds one keeper timer runs before it hands over to a fresh one. */
+const HANDOVER = 60;
+
+let tick = MAX_TICK;
+let keeping = false;
+
+function renew(owner: Owner, list: Held[]): void {
+  for (const h of list) {
+    if (!h.done) {
+      const [ok, err] = h.lease.extend();
+      // A request that ended meanwhile has its lease ended (or queued) already.
+      if (!h.done) {
+        renewed(owner, h, ok, err);
+      }
     }
   }
+}
+
+function renewed(owner: Owner, h: Held, ok: true | undefined, err: string | undefined): void {
+  if (ok) {
+    h.renewedAt = ngx.now();
+    stats.incr(owner.dict, owner.name, "renewed");
+  } else if (err === "not_owner") {
+    h.done = true;
+    stats.adjust(owner.dict, owner.name, "in_flight", -1);
+    stats.incr(owner.dict, owner.name, "lost");
+    ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": lease on ", h.lease.key, " lost while its request is in flight");
+  } else {
+    // A Redis hiccup: the next round tries again; if the lease runs out meanwhile, that one reports it lost.
+    stats.incr(owner.dict, owner.name, "redis_errors");
+    ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": renewing ", h.lease.key, ": ", check.reason(err));
+  }
+}
+
+/** One round: end requests that are gone, renew the leases that are due. */
+function round(): void {
+  ngx.update_time();
+  const now = ngx.now();
+  const gone: number[] = [];
+  const due = new LuaMap<Owner, Held[]>();
+  for (const [rid, req] of requests) {
+    if (!request.alive(req.anchor)) {
+      gone.push(rid);
+    } else {
+      for (const h of req.held) {
+        if (!h.done && h.owner.renew && now - h.renewedAt >= h.owner.ttl / 3000 * 0.9) {
+          let list = due.get(h.owner);
+          if (list === undefined) {
+            list = [];
+            due.set(h.owner, list);
+          }
+          list.push(h);
+        }
+      }
+    }
+  }
+  for (const rid of gone) {
+    const req = requests.get(rid);
+    if (req !== undefined && !request.alive(req.anchor)) {
+      endReq(rid, req, "unlogged", 0);
+    }
+  }
+  // Renewing yields; requests come and go meanwhile, so this works on the lists made above.
+  for (const [owner, list] of due) {
+    renew(owner, list);
+  }
+}
+
+function keeper(this: void, premature: boolean): void {
+  // Premature means the worker is exiting: keep going, its requests still run.
+  const started = ngx.now();
+  while (count > 0) {
+    ngx.sleep(tick);
+    const [ok, err] = pcall(round);
+    if (!ok) {
+      ngx.log(ngx.ERR, "dlock: gateway keeper: ", check.text(err));
+    }
+    if (ngx.now() - started >= HANDOVER && count > 0) {
+      const [handed] = ngx.timer.at(0, keeper);
+      if (handed) return;
+    }
+  }
+  // Nothing left to watch: stop, so an exiting worker can exit. track() starts a new one.
+  keeping = false;
+}
+
+function keep(owner: Owner): void {
+  tick = math.min(tick, math.max(MIN_TICK, owner.ttl / 6000));
+  if (keeping) return;
+  const [ok, err] = ngx.timer.at(0, keeper);
+  if (ok) {
+    keeping = true;
+  } else {
+    ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": cannot start the lease keeper: ", err);
+  }
+}
+
+/** In access: the current request now holds `l` for `owner`. */
+export function track(owner: Owner, l: lease.Lease, anchor: request.Anchor): void {
+  let req = requests.get(anchor.id);
+  if (req === undefined || req.anchor.ctx !== anchor.ctx) {
+    if (req !== undefined) {
+      // Its address belonged to a request that is gone and ended unseen.
+      endReq(anchor.id, req, "unlogged", 0);
+    }
+    req = { anchor, held: [] };
+    requests.set(anchor.id, req);
+    count++;
+  }
+  req.held.push({ owner, lease: l, renewedAt: ngx.now(), done: false });
+  stats.adjust(owner.dict, owner.name, "in_flight", 1);
+  keep(owner);
 }

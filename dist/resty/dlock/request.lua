@@ -1,0 +1,52 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local ffi = require("ffi")
+local base = require("resty.core.base")
+pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);")
+local function lookupGetCtxRef()
+    return ffi.C.ngx_http_lua_ffi_get_ctx_ref
+end
+local hasCtxRef, found = pcall(lookupGetCtxRef)
+local getCtxRef = found
+local inSsl = ffi.new("int[1]", 1)
+local sslRef = ffi.new("int[1]", 1)
+local function lookupCtxTables()
+    local t = debug.getregistry().ngx_lua_ctx_tables
+    return type(t) == "table" and t or nil
+end
+local ctxTables = lookupCtxTables()
+--- False when this nginx cannot tell whether a request is over (then only log() ends leases).
+____exports.canWatch = hasCtxRef and ctxTables ~= nil
+--- The current request's id (its address), or nil outside a request.
+function ____exports.id()
+    local r = base.get_request()
+    if r == nil then
+        return nil
+    end
+    return tonumber(ffi.cast("uintptr_t", r))
+end
+--- The current request, anchored so that alive() can tell when it is over.
+function ____exports.anchor()
+    local r = base.get_request()
+    if r == nil then
+        return nil
+    end
+    local rid = tonumber(ffi.cast("uintptr_t", r))
+    local ctx = ngx.ctx
+    local ref = -1
+    if ____exports.canWatch then
+        local n = getCtxRef(r, inSsl, sslRef)
+        if n >= 0 and ctxTables[n] == ctx then
+            ref = n
+        end
+    end
+    return {id = rid, ctx = ctx, ref = ref}
+end
+--- Is the request still running (up to and including its log phase)? True when it cannot be told.
+function ____exports.alive(a)
+    if a.ref < 0 then
+        return true
+    end
+    return ctxTables[a.ref] == a.ctx
+end
+return ____exports

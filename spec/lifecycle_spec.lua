@@ -1,0 +1,297 @@
+-- The guards keep their promise through everything nginx does to a request:
+-- internal redirects, client aborts, reload and quit, slow request bodies.
+-- Real nginx (nginx/spec-lifecycle.conf, 2 workers), real HTTP, one Redis, and a
+-- backend that counts what reaches it. Leases are 1000 ms, so a request longer
+-- than that keeps its key only through renewal.
+local h = require "helpers"
+local cjson = require "cjson.safe"
+
+local redis
+local gw   -- gateway.log() at http level: the recommended form
+local op   -- guard:log() in the first location only, nothing in the final one
+
+local function start(vars)
+  local own = h.free_port()
+  local v = { REDIS_PORT = redis.port, OWN_BACKEND_PORT = own, BACKEND_PORT = own, DEAD_PORT = h.free_port() }
+  for k, x in pairs(vars) do v[k] = x end
+  local n = h.start_nginx("spec-lifecycle.conf", v)
+  n.backend = own
+  return n
+end
+
+local function get(n, path, opts)
+  local res, err = h.http(n.port, path, opts)
+  assert(res, err)
+  return res
+end
+
+local function backend(n, key)
+  local res = assert(h.http(n.backend, "/stats?key=" .. key))
+  local hits, max, inflight = res.body:match("^(%d+) (%d+) (%d+)")
+  return tonumber(hits), tonumber(max), tonumber(inflight)
+end
+
+local function guard(n, name)
+  return assert(cjson.decode(get(n, "/dlock/status").body)).guards[name]
+end
+
+local function lock_keys(name)
+  return h.cmd(redis.port, "keys", "dlock:gw:" .. name .. ":*")
+end
+
+local function now()
+  ngx.update_time()
+  return ngx.now()
+end
+
+--- Seconds until no lock key of guard `name` is left in Redis (nil if some still are after `within` s).
+local function released_within(name, within)
+  local t0 = now()
+  repeat
+    if #lock_keys(name) == 0 then return now() - t0 end
+    ngx.sleep(0.02)
+  until now() - t0 > within
+  return nil
+end
+
+describe("gateway lifecycle", function()
+  setup(function()
+    redis = h.start_redis()
+    gw = start({ GW_LOG = "", LOC_LOG = "#" })
+    op = start({ GW_LOG = "#", LOC_LOG = "" })
+  end)
+
+  teardown(function()
+    if gw then gw.stop() end
+    if op then op.stop() end
+    if redis then redis.stop() end
+  end)
+
+  local redirects = {
+    { path = "/intercept", what = "error_page after the backend's 500 (proxy_intercept_errors)" },
+    { path = "/dead", what = "error_page 502 for an upstream that is down" },
+    { path = "/accel", what = "X-Accel-Redirect from the backend" },
+    -- @app runs the guard's own log(): nothing for the keeper to notice there.
+    { path = "/files", what = "try_files to a named location", final_logs = true },
+  }
+
+  describe("internal redirects, with gateway.log() at http level", function()
+    for _, r in ipairs(redirects) do
+      it("releases the lease as soon as the request ends in the other location: " .. r.what, function()
+        local before = guard(gw, "jobs")
+        local key = h.unique("redir")
+        local res = get(gw, r.path .. "?key=" .. key .. "&ms=200")
+        assert.equal(200, res.status)
+        assert.is_truthy(released_within("jobs", 0.3), "lock still in Redis 300 ms after the response")
+        local after = guard(gw, "jobs")
+        assert.equal(before.acquired + 1, after.acquired)
+        assert.equal(before.unlogged, after.unlogged)
+        assert.equal(0, after.in_flight)
+        assert.equal(200, get(gw, "/jobs?key=" .. key).status)
+      end)
+    end
+
+    it("lets a request pass the same guard twice (try_files to a guarded @app) without waiting for itself", function()
+      local key = h.unique("twice")
+      local res = get(gw, "/files?key=" .. key .. "&ms=50")
+      assert.equal(200, res.status)
+      assert.equal("served " .. key .. "\n", res.body)
+      assert.equal(1, (backend(gw, key)))
+    end)
+
+    it("renews a lease through a redirect: a 2.5 s request behind try_files keeps its key past the 1 s ttl", function()
+      local key = h.unique("long")
+      local before = guard(gw, "jobs")
+      local slow = ngx.thread.spawn(get, gw, "/files?key=" .. key .. "&ms=2500")
+      ngx.sleep(1.6)
+      assert.equal(503, get(op, "/jobs?key=" .. key).status)
+      local _, res = ngx.thread.wait(slow)
+      assert.equal(200, res.status)
+      assert.is_truthy(released_within("jobs", 0.3))
+      local after = guard(gw, "jobs")
+      assert.is_true(after.renewed - before.renewed >= 3, "renewed " .. (after.renewed - before.renewed))
+      assert.equal(before.lost, after.lost)
+    end)
+  end)
+
+  describe("internal redirects, with guard:log() in the first location only", function()
+    for _, r in ipairs(redirects) do
+      if not r.final_logs then
+      it("releases once the keeper sees the request is gone, and counts it unlogged: " .. r.what, function()
+        local before = guard(op, "jobs")
+        local key = h.unique("unlogged")
+        assert.equal(200, get(op, r.path .. "?key=" .. key .. "&ms=100").status)
+        -- The keeper looks every ttl/6 (about 170 ms here).
+        assert.is_truthy(released_within("jobs", 1.0), "lock still in Redis 1 s after the response")
+        local after = guard(op, "jobs")
+        assert.equal(before.unlogged + 1, after.unlogged)
+        assert.equal(0, after.in_flight)
+      end)
+      end
+    end
+
+    it("releases at once when the final location runs the guard's log() itself (try_files to @app)", function()
+      local before = guard(op, "jobs")
+      local key = h.unique("applog")
+      assert.equal(200, get(op, "/files?key=" .. key .. "&ms=100").status)
+      assert.is_truthy(released_within("jobs", 0.15), "lock still in Redis 150 ms after the response")
+      assert.equal(before.unlogged, guard(op, "jobs").unlogged)
+    end)
+
+    it("says once per guard and worker how to see every request's end", function()
+      local log = op.error_log()
+      local _, n = log:gsub("guard jobs: a request ended without log%(%)", "")
+      assert.is_true(n >= 1 and n <= 2, n .. " lines")
+      assert.matches('log_by_lua_block { require("resty.dlock.gateway").log() } at http level', log, 1, true)
+    end)
+  end)
+
+  describe("client aborts", function()
+    it("keep a concurrency permit until its lease runs out: never more than `permits` at the backend", function()
+      local key = h.unique("abort")
+      local before = guard(gw, "reports")
+      -- Three clients give up after 200 ms; their backends go on for 800 ms.
+      for _ = 1, 3 do
+        ngx.thread.spawn(get, gw, "/reports?key=" .. key .. "&ms=800", { abort_after = 200 })
+      end
+      ngx.sleep(0.4)
+      local res = h.parallel(4, function() return get(gw, "/reports?key=" .. key .. "&ms=10") end)
+      for _, r in ipairs(res) do assert.equal(429, r.status) end
+      local _, max = backend(gw, key)
+      assert.equal(3, max)
+      assert.equal(before.aborted + 3, guard(gw, "reports").aborted)
+      -- Kept, not renewed: the permits come back when their leases run out.
+      ngx.sleep(1.0)
+      assert.equal(200, get(gw, "/reports?key=" .. key .. "&ms=10").status)
+      local hits, max2, inflight = backend(gw, key)
+      assert.equal(4, hits)
+      assert.equal(3, max2)
+      assert.equal(0, inflight)
+    end)
+
+    it("answer a dedup retry of an aborted request with 409 while the backend still runs it", function()
+      local key = h.unique("idem")
+      local hdr = { ["Idempotency-Key"] = key }
+      get(gw, "/orders?key=" .. key .. "&ms=800", { headers = hdr, abort_after = 200 })
+      local retry = get(gw, "/orders?key=" .. key .. "&ms=10", { headers = hdr })
+      assert.equal(409, retry.status)
+      local _, _, inflight = backend(gw, key)
+      assert.equal(1, inflight)
+      ngx.sleep(1.0)
+      assert.equal(200, get(gw, "/orders?key=" .. key .. "&ms=10", { headers = hdr }).status)
+      local hits, max = backend(gw, key)
+      assert.equal(2, hits)
+      assert.equal(1, max)
+    end)
+
+    it("do not let a second run of a mutex job start beside the first", function()
+      local key = h.unique("job")
+      get(op, "/jobs?key=" .. key .. "&ms=800", { abort_after = 200 })
+      assert.equal(503, get(gw, "/jobs?key=" .. key .. "&ms=10").status)
+      ngx.sleep(1.0)
+      assert.equal(200, get(gw, "/jobs?key=" .. key .. "&ms=10").status)
+      local hits, max = backend(op, key)
+      assert.equal(1, hits)
+      assert.equal(1, max)
+      assert.equal(1, (backend(gw, key)))
+    end)
+  end)
+
+  describe("nginx -s reload and -s quit", function()
+    it("go on renewing in the old workers until their last request ends: no duplicate, nothing lost", function()
+      local keys, threads = {}, {}
+      local before = guard(gw, "orders")
+      for i = 1, 4 do
+        keys[i] = h.unique("reload")
+        threads[i] = ngx.thread.spawn(get, gw, "/orders?key=" .. keys[i] .. "&ms=2500",
+          { headers = { ["Idempotency-Key"] = keys[i] } })
+      end
+      ngx.sleep(0.3)
+      local old = gw.workers()
+      assert(h.sh(h.env.nginx .. " -p " .. gw.prefix .. " -c " .. gw.prefix .. "/nginx.conf -s reload"))
+      ngx.sleep(1.5)   -- past the 1 s ttl: only the old workers' renewals hold the keys
+      for i = 1, 4 do
+        local retry = get(op, "/orders?key=" .. keys[i] .. "&ms=10", { headers = { ["Idempotency-Key"] = keys[i] } })
+        assert.equal(409, retry.status)
+      end
+      for i = 1, 4 do
+        local _, res = ngx.thread.wait(threads[i])
+        assert.equal(200, res.status)
+        assert.equal(1, (backend(gw, keys[i])))
+      end
+      assert.is_truthy(released_within("orders", 0.5))
+      -- Counters live in the shared dict, which the reload keeps.
+      local after = guard(gw, "orders")
+      assert.equal(before.lost, after.lost)
+      assert.is_true(after.renewed - before.renewed >= 8, "renewed " .. (after.renewed - before.renewed))
+      -- With nothing left to renew, the keeper stops and the old workers can exit.
+      for _, pid in ipairs(old) do
+        for _ = 1, 50 do
+          if not h.sh("kill -0 " .. pid .. " 2>/dev/null") then break end
+          ngx.sleep(0.05)
+        end
+        assert.is_false(h.sh("kill -0 " .. pid .. " 2>/dev/null"), "old worker " .. pid .. " still running")
+      end
+    end)
+
+    it("keep the leases of an nginx that quits until its requests are over", function()
+      local q = start({ GW_LOG = "", LOC_LOG = "#" })
+      local key = h.unique("quit")
+      local hdr = { headers = { ["Idempotency-Key"] = key } }
+      local slow = ngx.thread.spawn(get, q, "/orders?key=" .. key .. "&ms=2500", hdr)
+      ngx.sleep(0.3)
+      assert(h.sh("kill -QUIT " .. q.pid))
+      ngx.sleep(1.5)
+      assert.equal(409, get(op, "/orders?key=" .. key .. "&ms=10", hdr).status)
+      local _, res = ngx.thread.wait(slow)
+      assert.equal(200, res.status)
+      assert.is_truthy(released_within("orders", 0.5))
+      assert.equal(200, get(op, "/orders?key=" .. key .. "&ms=10", hdr).status)
+      for _ = 1, 50 do
+        if not h.sh("kill -0 " .. q.pid .. " 2>/dev/null") then break end
+        ngx.sleep(0.1)
+      end
+      assert.is_false(h.sh("kill -0 " .. q.pid .. " 2>/dev/null"), "the quitting nginx did not exit after its last request")
+    end)
+  end)
+
+  describe("slow request bodies", function()
+    --- POST with a body trickled in over `secs` seconds; returns the response status.
+    local function slow_post(n, path, secs)
+      local sock = ngx.socket.tcp()
+      sock:settimeout(10000)
+      assert(sock:connect("127.0.0.1", n.port))
+      assert(sock:send("POST " .. path .. " HTTP/1.0\r\nHost: x\r\nContent-Length: 10\r\n\r\n"))
+      for _ = 1, 10 do
+        ngx.sleep(secs / 10)
+        assert(sock:send("x"))
+      end
+      local line = sock:receive("*l")
+      sock:close()
+      return tonumber(line:match("^HTTP/%d%.%d (%d+)"))
+    end
+
+    it("with read_body = true, hold no permit while the body comes in", function()
+      local key = h.unique("upload")
+      local slow = ngx.thread.spawn(slow_post, gw, "/upload?key=" .. key .. "&ms=10", 1.5)
+      ngx.sleep(0.2)
+      local t0 = now()
+      local res = get(gw, "/upload?key=" .. key .. "&ms=10", { method = "POST", headers = { ["Content-Length"] = "0" } })
+      assert.equal(200, res.status)
+      assert.is_true(now() - t0 < 0.5, "the fast upload waited " .. (now() - t0) .. " s")
+      local _, status = ngx.thread.wait(slow)
+      assert.equal(200, status)
+    end)
+
+    it("without it, take the permit before the body: a slow upload makes the next one wait", function()
+      local key = h.unique("early")
+      local slow = ngx.thread.spawn(slow_post, gw, "/upload-early?key=" .. key .. "&ms=10", 1.5)
+      ngx.sleep(0.2)
+      local t0 = now()
+      local res = get(gw, "/upload-early?key=" .. key .. "&ms=10", { method = "POST", headers = { ["Content-Length"] = "0" } })
+      assert.equal(200, res.status)
+      assert.is_true(now() - t0 >= 1.0, "the fast upload did not wait: " .. (now() - t0) .. " s")
+      ngx.thread.wait(slow)
+    end)
+  end)
+end)

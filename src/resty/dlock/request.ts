@@ -1,0 +1,90 @@
+// Which request is running, and is a request seen earlier still alive?
+//
+// The gateway must find a request's leases again in its log phase and must
+// notice a request that ended without running its log(). ngx.ctx cannot do
+// either: an internal redirect (error_page, try_files, X-Accel-Redirect,
+// ngx.exec) starts the request over with a fresh ngx.ctx, and the final
+// location may have no log_by_lua at all.
+//
+// What does survive is (a) the ngx_http_request_t itself: its address stays
+// the same through internal redirects, and no two live requests of a worker
+// share it; and (b) the ngx.ctx table of the access phase: ngx_lua keeps it in
+// the registry (lua-resty-core's `ngx_lua_ctx_tables`, slot `ref`) until the
+// request's pool is freed at the very end of the request, redirects or not.
+// So "slot `ref` still holds that table" means "that request is still alive"
+// (a slot is reused only after the request that had it is gone, and then it
+// holds another table). An address alone is not enough: a later request can
+// get the address of one that is gone.
+
+const ffi = require("ffi") as FfiModule;
+const base = require("resty.core.base") as RestyCoreBase;
+
+// lua-resty-core declares it already; the pcall makes us independent of the order.
+pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);");
+
+interface CtxRefC {
+  ngx_http_lua_ffi_get_ctx_ref(this: void, r: NgxRequestPtr, inSsl: FfiBuffer, sslRef: FfiBuffer): number;
+}
+
+function lookupGetCtxRef(this: void): CtxRefC["ngx_http_lua_ffi_get_ctx_ref"] {
+  return (ffi.C as unknown as CtxRefC).ngx_http_lua_ffi_get_ctx_ref;
+}
+const [hasCtxRef, found] = pcall(lookupGetCtxRef);
+const getCtxRef = found as CtxRefC["ngx_http_lua_ffi_get_ctx_ref"];
+const inSsl = ffi.new("int[1]", 1);
+const sslRef = ffi.new("int[1]", 1);
+
+function lookupCtxTables(): LuaTable<number, unknown> | undefined {
+  const t = (debug.getregistry() as unknown as LuaTable<string, unknown>).get("ngx_lua_ctx_tables");
+  return type(t) === "table" ? (t as LuaTable<number, unknown>) : undefined;
+}
+// Set once by lua-resty-core when it loads (before any init_by_lua code).
+const ctxTables = lookupCtxTables();
+
+/** A request as seen from its access phase. */
+export interface Anchor {
+  /** The request's address: the same in every location it passes through. */
+  readonly id: number;
+  /** Its ngx.ctx of that phase, and where the registry keeps it (-1: unknown). */
+  readonly ctx: LuaTable<string, unknown>;
+  readonly ref: number;
+}
+
+/** False when this nginx cannot tell whether a request is over (then only log() ends leases). */
+export const canWatch = hasCtxRef && ctxTables !== undefined;
+
+/** The current request's id (its address), or nil outside a request. */
+export function id(): number | undefined {
+  const r = base.get_request();
+  if (r === undefined) {
+    return undefined;
+  }
+  return tonumber(ffi.cast("uintptr_t", r));
+}
+
+/** The current request, anchored so that alive() can tell when it is over. */
+export function anchor(): Anchor | undefined {
+  const r = base.get_request();
+  if (r === undefined) {
+    return undefined;
+  }
+  const rid = tonumber(ffi.cast("uintptr_t", r))!;
+  // Reading ngx.ctx creates the table and registers it, so its slot exists afterwards.
+  const ctx = ngx.ctx;
+  let ref = -1;
+  if (canWatch) {
+    const n = getCtxRef(r, inSsl, sslRef);
+    if (n >= 0 && ctxTables!.get(n) === ctx) {
+      ref = n;
+    }
+  }
+  return { id: rid, ctx, ref };
+}
+
+/** Is the request still running (up to and including its log phase)? True when it cannot be told. */
+export function alive(a: Anchor): boolean {
+  if (a.ref < 0) {
+    return true;
+  }
+  return ctxTables!.get(a.ref) === a.ctx;
+}

@@ -2,6 +2,7 @@
 -- server, wrong credentials, someone else's data on the key, other databases.
 local h = require "helpers"
 local dlock = require "resty.dlock"
+local lease_mod = require "resty.dlock.lease"
 
 local function elapsed(fn)
   ngx.update_time()
@@ -18,6 +19,48 @@ local function gone_within(seconds, port, key)
     if h.cmd(port, "exists", key) == 0 then return true end
   end
   return false
+end
+
+--- True once lease.released, polling for up to `seconds`.
+local function over_within(seconds, lease)
+  for _ = 1, seconds * 100 do
+    if lease.released then return true end
+    ngx.sleep(0.01)
+  end
+  return false
+end
+
+--- Whether this nginx's held() lists the lease.
+local function listed(locks, lease)
+  for _, l in ipairs(locks:held()) do
+    if l.token == lease.token then return true end
+  end
+  return false
+end
+
+--- Pause r and fill its accept queue (start it with --tcp-backlog 1): new
+--- connections time out, so no request reaches it. (A request sent to a paused
+--- Redis still runs when it resumes: that would delete the key on its own.)
+--- Returns resume().
+local function cut_off(r)
+  r.signal("STOP")
+  local fillers = {}
+  for _ = 1, 8 do
+    local s = ngx.socket.tcp()
+    s:settimeout(100)
+    if s:connect("127.0.0.1", r.port) then fillers[#fillers + 1] = s end
+  end
+  return function()
+    for _, s in ipairs(fillers) do s:close() end
+    r.signal("CONT")
+  end
+end
+
+--- Locks on r that keep no idle connection (keepalive 1 ms): after a short
+--- pause every call connects afresh, so cut_off(r) reaches all of them.
+local function unpooled_locks(r)
+  return assert(dlock.new({ dict = "dlock", prefix = h.unique("cut"),
+    redis = { port = r.port, read_timeout = 200, connect_timeout = 100, keepalive_timeout = 1 } }))
 end
 
 describe("redis faults", function()
@@ -64,6 +107,8 @@ describe("redis faults", function()
     local r = h.start_redis()
     local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("paused"),
       redis = { port = r.port, read_timeout = 200 } }))
+    -- A pooled connection (its first use also ran the eviction check): the acquire's script is what goes unanswered.
+    assert(locks:acquire("warm")):release()
     r.signal("STOP")
     local t, lease, err = elapsed(function() return locks:acquire("a", { ttl = 2000 }) end)
     assert.is_nil(lease)
@@ -179,10 +224,96 @@ describe("redis faults", function()
     red:close()
     l1:release(); l0:release()
   end)
+  -- TLS (refused with a client that would talk plaintext, used with one that can): spec/tls_spec.lua.
 
-  it("refuses TLS when the client library would silently connect in plaintext", function()
-    local locks, err = dlock.new({ dict = "dlock", redis = { ssl = true } })
-    assert.is_nil(locks)
-    assert.matches("^dlock: redis.ssl = true needs lua%-resty%-redis >= 0.28", err)
+  describe("a release Redis did not confirm", function()
+    local r
+    before_each(function() r = h.start_redis(nil, "--tcp-backlog", "1") end)
+    after_each(function() r.stop() end)
+
+    it("leaves the lease ours, so that release() can be called again once Redis answers", function()
+      local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("retry"), redis = { port = r.port, read_timeout = 200 } }))
+      assert.is_true(assert(locks:acquire("warm")):release())   -- Redis has the release script
+      local lease = assert(locks:acquire("a", { ttl = 10000 }))
+      r.signal("STOP")
+      local ok, err = lease:release()
+      assert.is_nil(ok)
+      assert.matches("^dlock: redis 127.0.0.1:%d+: timeout during release$", err)
+      assert.is_false(lease.released)
+      assert.is_true(listed(locks, lease))
+      r.signal("CONT")
+      ngx.sleep(0.05)
+      -- The release sent in time ran when Redis resumed: the key is gone, and released it is.
+      assert.equal(0, h.cmd(r.port, "exists", locks.prefix .. "a"))
+      assert.same({ true }, { lease:release() })
+      assert.equal(0, h.cmd(r.port, "exists", locks.prefix .. "a"))
+      assert.is_false(listed(locks, lease))
+      assert.same({ nil, "not_owner" }, { lease:release() })
+    end)
+
+    it("answers not_owner on the retry when the lease ran out before the failed release was sent", function()
+      local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("late"), redis = { port = r.port, read_timeout = 200 } }))
+      assert.is_true(assert(locks:acquire("warm")):release())
+      local lease = assert(locks:acquire("a", { ttl = 300 }))
+      r.signal("STOP")
+      ngx.sleep(0.35)
+      local ok, err = lease:release()
+      assert.is_nil(ok)
+      assert.matches("timeout during release$", err)
+      r.signal("CONT")
+      assert.same({ nil, "not_owner" }, { lease:release() })
+    end)
+
+    it("by releaseAll is retried in the background: the key is gone soon after Redis is back, long before its ttl", function()
+      local locks = unpooled_locks(r)
+      local list = { assert(locks:acquire("a", { ttl = 10000 })), assert(locks:acquire("b", { ttl = 10000 })) }
+      ngx.sleep(0.01)
+      local resume = cut_off(r)
+      local failed, err = lease_mod.releaseAll(list)
+      assert.equal(2, failed)
+      assert.matches("^dlock: redis 127.0.0.1:%d+: timeout$", err)   -- could not even connect: nothing reached Redis
+      assert.is_false(list[1].released)
+      assert.is_true(listed(locks, list[1]))
+      ngx.sleep(1)
+      resume()
+      ngx.update_time()
+      local t0 = ngx.now()
+      assert.is_true(over_within(1.5, list[1]) and over_within(0.1, list[2]), "still held after Redis came back")
+      ngx.update_time()
+      assert.is_true(ngx.now() - t0 < 1.5)
+      assert.equal(0, h.cmd(r.port, "exists", locks.prefix .. "a"))
+      assert.equal(0, h.cmd(r.port, "exists", locks.prefix .. "b"))
+      assert.is_false(listed(locks, list[1]))
+      assert.is_false(listed(locks, list[2]))
+    end)
+
+    it("by with() is its result when fn succeeded, and is retried in the background", function()
+      local locks = unpooled_locks(r)
+      local resume
+      local res, err = locks:with("a", { ttl = 10000 }, function()
+        ngx.sleep(0.01)
+        resume = cut_off(r)
+        return "done"
+      end)
+      assert.is_nil(res)
+      assert.matches("^dlock: could not release a after the callback %(retried until it expires%): " ..
+        "redis 127.0.0.1:%d+: timeout$", err)
+      resume()
+      assert.is_true(gone_within(1.5, r.port, locks.prefix .. "a"))
+    end)
+
+    it("by with() leaves fn's error as the result when fn raised, and is retried in the background", function()
+      local locks = unpooled_locks(r)
+      local resume
+      local res, err = locks:with("a", { ttl = 10000 }, function()
+        ngx.sleep(0.01)
+        resume = cut_off(r)
+        error("boom")
+      end)
+      assert.is_nil(res)
+      assert.matches("^dlock: callback failed while holding a: .*boom$", err)
+      resume()
+      assert.is_true(gone_within(1.5, r.port, locks.prefix .. "a"))
+    end)
   end)
 end)

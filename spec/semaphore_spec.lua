@@ -94,6 +94,39 @@ describe("resty.dlock.semaphore", function()
     assert.equal(3, max)
   end)
 
+  it("extends and releases permits and locks of one list together (extendAll, releaseAll)", function()
+    local lease_mod = require "resty.dlock.lease"
+    local s = sem({ permits = 2 })
+    local locks = h.locks()
+    local list = { assert(s:acquire("k", { ttl = 1000 })), assert(locks:acquire("k", { ttl = 2000 })),
+                   assert(s:acquire("k", { ttl = 3000 })) }
+    assert.same({ true, true, true }, lease_mod.extendAll(list))
+    local score = tonumber(h.cmd(nil, "zscore", s.prefix .. "k", list[3].token))
+    local first = tonumber(h.cmd(nil, "zscore", s.prefix .. "k", list[1].token))
+    assert.is_true(score - first > 1900 and score - first <= 2000, "each permit to its own ttl")
+    assert.is_true(h.cmd(nil, "pttl", locks.prefix .. "k") > 1900)
+    assert.same({ 0, nil }, { lease_mod.releaseAll(list) })
+    assert.equal(0, h.cmd(nil, "exists", s.prefix .. "k"))
+    assert.equal(0, h.cmd(nil, "exists", locks.prefix .. "k"))
+    for _, l in ipairs(list) do assert.same({ nil, "not_owner" }, { l:release() }) end
+  end)
+
+  it("keeps a permit whose release failed, so that release() can be retried once Redis answers", function()
+    local r = h.start_redis()
+    finally(r.stop)
+    local s = assert(semaphore.new({ dict = "dlock", prefix = h.unique("sem"), permits = 1,
+                                     redis = { port = r.port, read_timeout = 200 } }))
+    local p = assert(s:acquire("k", { ttl = 10000 }))
+    r.signal("STOP")
+    local ok, err = p:release()
+    assert.is_nil(ok)
+    assert.matches("timeout during semaphore release$", err)
+    r.signal("CONT")
+    assert.same({ true }, { p:release() })
+    assert.equal(0, h.cmd(r.port, "exists", s.prefix .. "k"))
+    assert(s:acquire("k", { wait = 0 })):release()
+  end)
+
   it("rejects bad permits and unknown options", function()
     local _, err = semaphore.new({ dict = "dlock", permits = 0 })
     assert.equal("dlock: permits must be a positive integer, got 0", err)

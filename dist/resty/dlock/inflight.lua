@@ -1,14 +1,30 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local drainSome, drain, schedule, failed, renewed, queue, head, tail, draining, MAX_DRAINERS, BATCH, DRAIN_ROUNDS
+local hold, releaseList, drain, raised, schedule, failed, renewed, queue, head, tail, draining, MAX_DRAINERS, BATCH, DRAIN_ROUNDS
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
 local request = require("resty.dlock.request")
 local stats = require("resty.dlock.stats")
-function drainSome()
+function hold(f)
+    local ok, err = f.lease:extend(f.hold)
+    if ok == nil and err ~= "not_owner" then
+        failed(f.owner, "holding " .. f.lease.key, err)
+    end
+end
+function releaseList(owner, list)
+    local n, err = lease.releaseAll(list)
+    if n > 0 then
+        failed(
+            owner,
+            ("releasing " .. tostring(n)) .. " lease(s)",
+            err
+        )
+    end
+end
+function drain(premature)
     for _ = 1, DRAIN_ROUNDS do
         if head > tail then
-            return
+            break
         end
         local byOwner = {}
         for _ = 1, BATCH do
@@ -19,9 +35,9 @@ function drainSome()
             queue[head] = nil
             head = head + 1
             if f.hold > 0 then
-                local ok, err = f.lease:extend(f.hold)
-                if ok == nil and err ~= "not_owner" then
-                    failed(f.owner, "holding " .. f.lease.key, err)
+                local ok, err = pcall(hold, f)
+                if not ok then
+                    raised(err)
                 end
             else
                 local list = byOwner[f.owner]
@@ -33,28 +49,21 @@ function drainSome()
             end
         end
         for owner, list in pairs(byOwner) do
-            local n, err = lease.releaseAll(list)
-            if n > 0 then
-                failed(
-                    owner,
-                    ("releasing " .. tostring(n)) .. " lease(s)",
-                    err
-                )
+            local ok, err = pcall(releaseList, owner, list)
+            if not ok then
+                raised(err)
             end
         end
     end
-end
-function drain(premature)
-    local ok, err = pcall(drainSome)
     draining = draining - 1
-    if not ok then
-        ngx.log(
-            ngx.ERR,
-            "dlock: gateway release queue: ",
-            check.text(err)
-        )
-    end
     schedule()
+end
+function raised(err)
+    ngx.log(
+        ngx.ERR,
+        "dlock: gateway release queue: ",
+        check.text(err)
+    )
 end
 function schedule()
     if head > tail or draining >= MAX_DRAINERS or draining >= tail - head + 1 then
@@ -85,11 +94,11 @@ function failed(owner, what, err)
         check.reason(err)
     )
 end
-function renewed(owner, h, ok, err)
-    if ok then
+function renewed(owner, h, result)
+    if result == true then
         h.renewedAt = ngx.now()
         stats.incr(owner.dict, owner.name, "renewed")
-    elseif err == "not_owner" then
+    elseif result == "not_owner" then
         h.done = true
         stats.adjust(owner.dict, owner.name, "in_flight", -1)
         stats.incr(owner.dict, owner.name, "lost")
@@ -110,7 +119,7 @@ function renewed(owner, h, ok, err)
             ": renewing ",
             h.lease.key,
             ": ",
-            check.reason(err)
+            check.reason(result)
         )
     end
 end
@@ -124,7 +133,8 @@ draining = 0
 MAX_DRAINERS = 8
 BATCH = 64
 DRAIN_ROUNDS = 32
-local function enqueue(owner, l, hold)
+--- Queue the end of a lease for a timer: release it, or keep it `hold` more ms.
+function ____exports.enqueue(owner, l, hold)
     tail = tail + 1
     queue[tail] = {owner = owner, lease = l, hold = hold}
     schedule()
@@ -158,7 +168,7 @@ local function endHeld(h, how, status)
             )
         end
     end
-    enqueue(o, h.lease, how == "logged" and o.hold > 0 and status >= 200 and status < 300 and o.hold or 0)
+    ____exports.enqueue(o, h.lease, how == "logged" and o.hold > 0 and status >= 200 and status < 300 and o.hold or 0)
 end
 local function endReq(rid, req, how, status)
     requests[rid] = nil
@@ -242,13 +252,24 @@ local MAX_TICK = 0.5
 local HANDOVER = 60
 local tick = MAX_TICK
 local keeping = false
-local function renew(owner, list)
-    for ____, h in ipairs(list) do
+--- Renew one guard's due leases: one pipeline per Redis endpoint, not a round trip each.
+local function renew(owner, due)
+    local list = {}
+    local leases = {}
+    for ____, h in ipairs(due) do
         if not h.done then
-            local ok, err = h.lease:extend()
-            if not h.done then
-                renewed(owner, h, ok, err)
-            end
+            list[#list + 1] = h
+            leases[#leases + 1] = h.lease
+        end
+    end
+    if #list == 0 then
+        return
+    end
+    local results = lease.extendAll(leases)
+    for i = 1, #list do
+        local h = list[i]
+        if not h.done then
+            renewed(owner, h, results[i])
         end
     end
 end
@@ -326,8 +347,13 @@ local function keep(owner)
         )
     end
 end
+local warnedBlind = false
 --- In access: the current request now holds `l` for `owner`.
 function ____exports.track(owner, l, anchor)
+    if anchor.ref < 0 and not warnedBlind then
+        warnedBlind = true
+        ngx.log(ngx.WARN, "dlock: gateway: this ngx_lua does not let us see when a request is over: only log() ", "ends a lease, so put log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level")
+    end
     local req = requests[anchor.id]
     if req == nil or req.anchor.ctx ~= anchor.ctx then
         if req ~= nil then

@@ -2,8 +2,9 @@
 local ____exports = {}
 local check = require("resty.dlock.check")
 local ledger = require("resty.dlock.ledger")
+local orphans = require("resty.dlock.orphans")
+local pipeline = require("resty.dlock.pipeline")
 local redis = require("resty.dlock.redis")
-local scripts = require("resty.dlock.scripts")
 --- Longest key accepted, in bytes (before the prefix).
 ____exports.MAX_KEY_LEN = 512
 --- Longest lease, in ms: one day. Longer jobs renew with lease:extend().
@@ -69,7 +70,7 @@ function ____exports.parseStore(o, defaultPrefix)
     if dict == nil then
         return check.fail(("no lua_shared_dict named " .. dictName) .. " (declare it in nginx.conf)", dictName)
     end
-    local conf, rerr = redis.parse(o.redis)
+    local conf, rerr = redis.parse(o.redis, dict)
     if conf == nil then
         return nil, rerr
     end
@@ -97,6 +98,7 @@ function ____exports.parseStore(o, defaultPrefix)
         end
         wait = n
     end
+    ledger.prepare(dict)
     return {
         dict = dict,
         redis = conf,
@@ -156,89 +158,87 @@ function ____exports.parseAcquire(store, key, opts)
     end
     return k, ttl, wait
 end
-local TRANSIENT = check.set(
-    "LOADING",
-    "BUSY",
-    "TRYAGAIN",
-    "MASTERDOWN",
-    "CLUSTERDOWN"
-)
---- One script round trip on a pooled connection. Returns the reply, or nil, an
--- error that names the endpoint, and the kind of fault.
-function ____exports.call(conf, s, rkey, ...)
-    local red, cerr = redis.connect(conf)
-    if red == nil then
-        return nil, cerr, "failed"
-    end
-    local res, err = scripts.run(red, s, rkey, ...)
-    redis.done(red, conf, res ~= nil)
-    if res == nil then
-        return nil, (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)) .. " during ") .. s.name, "lost"
-    end
-    if res == false then
-        local code = string.match(
-            tostring(err),
-            "^(%u+)"
-        )
-        local fault = code ~= nil and TRANSIENT[code] ~= nil and "transient" or "failed"
-        return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err), fault
-    end
-    return res, nil, nil
+local call = pipeline.call
+--- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
+local function nowMs()
+    ngx.update_time()
+    return ngx.now() * 1000
 end
-local CLEANUP_FOR = 600
-local MAX_SWEEP_DELAY = 0.5
-local orphans = {}
-local sweeping = false
-local function sweepOrphans(premature, delay)
-    local batch = orphans
-    orphans = {}
-    local down = {}
-    for ____, o in ipairs(batch) do
-        if down[o.conf.pool] ~= nil then
-            orphans[#orphans + 1] = o
-        elseif ngx.now() > o.deadline then
-            ngx.log(
-                ngx.WARN,
-                "dlock: giving up cleanup of ",
-                o.rkey,
-                " after ",
-                CLEANUP_FOR,
-                " s, it expires on its own"
-            )
-        else
-            local res, ____, fault = ____exports.call(o.conf, o.release, o.rkey, o.token)
-            if res == 1 then
-                ngx.log(ngx.NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost")
-            elseif res == nil then
-                orphans[#orphans + 1] = o
-                if fault ~= "transient" then
-                    down[o.conf.pool] = true
-                end
-            end
-        end
-    end
-    if #orphans == 0 or premature then
-        sweeping = false
+--- An extend or a release of l failed: what its outcome may have changed in Redis.
+local function unconfirmed(l, fault, release)
+    if fault ~= "lost" then
         return
     end
-    local later = math.min(delay * 2, MAX_SWEEP_DELAY)
-    local ok = ngx.timer.at(later, sweepOrphans, later)
-    if not ok then
-        sweeping = false
+    if release then
+        if nowMs() < l.validUntil then
+            l.releaseSent = true
+        end
+    else
+        l.expires = math.max(
+            l.expires,
+            nowMs() + orphans.LOST_HORIZON * 1000
+        )
     end
 end
-local function adopt(conf, release, rkey, token)
-    orphans[#orphans + 1] = {
-        conf = conf,
-        release = release,
-        rkey = rkey,
-        token = token,
-        deadline = ngx.now() + CLEANUP_FOR
-    }
-    if not sweeping then
-        local ok = ngx.timer.at(0, sweepOrphans, 0.05)
-        sweeping = ok ~= nil
+--- Redis answered the owner-checked release of l (1: deleted, else not ours):
+-- the lease is over. A key found gone after a release reached Redis in time
+-- was deleted by that release (or expired after it was asked to go), so that
+-- still counts as released.
+local function settle(l, reply)
+    l.released = true
+    ledger.forget(l.store.dict, l.rec, l.token)
+    wake(l.rkey)
+    if reply == 1 or l.releaseSent then
+        return true, nil
     end
+    return nil, "not_owner"
+end
+--- Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`.
+local function extended(l, reply, ms, sent)
+    if reply ~= 1 then
+        l.released = true
+        ledger.forget(l.store.dict, l.rec, l.token)
+        return nil, "not_owner"
+    end
+    l.ttl = ms
+    l.validUntil = sent + ms
+    l.expires = math.max(
+        l.expires,
+        nowMs() + ms
+    )
+    ledger.renew(
+        l.store.dict,
+        l.rec,
+        l.token,
+        l.key,
+        ms
+    )
+    return true, nil
+end
+local function swept(o, reply)
+    local l = o.lease
+    if not l.released then
+        if reply == nil then
+            l.released = true
+            ledger.forget(l.store.dict, l.rec, l.token)
+        else
+            settle(l, reply)
+        end
+    end
+end
+--- Hand a lease whose release Redis did not confirm to the sweep, which retries it until the key expires.
+local function orphan(l)
+    local o = {
+        lost = "release",
+        conf = l.store.redis,
+        release = l.kind.release,
+        rkey = l.rkey,
+        token = l.token,
+        deadline = l.expires / 1000,
+        settle = swept,
+        lease = l
+    }
+    orphans.adopt(o)
 end
 local leaseMethods = {
     release = function(self)
@@ -249,19 +249,12 @@ local leaseMethods = {
         if self.released then
             return nil, "not_owner"
         end
-        self.released = true
-        if not ledger.forget(self.store.dict, self.rec, self.serial) then
-            return nil, "not_owner"
-        end
-        local res, err = ____exports.call(self.store.redis, self.kind.release, self.rkey, self.token)
-        wake(self.rkey)
+        local res, err, fault = call(self.store.redis, self.kind.release, self.rkey, self.token)
         if res == nil then
+            unconfirmed(self, fault, true)
             return nil, err
         end
-        if res ~= 1 then
-            return nil, "not_owner"
-        end
-        return true, nil
+        return settle(self, res)
     end,
     extend = function(self, ttl)
         local perr = phaseError("extend")
@@ -276,10 +269,11 @@ local leaseMethods = {
             end
             ms = n
         end
-        if self.released or ledger.superseded(self.store.dict, self.rec, self.serial) then
+        if self.released then
             return nil, "not_owner"
         end
-        local res, err = ____exports.call(
+        local sent = ngx.now() * 1000
+        local res, err, fault = call(
             self.store.redis,
             self.kind.extend,
             self.rkey,
@@ -287,72 +281,107 @@ local leaseMethods = {
             ms
         )
         if res == nil then
+            unconfirmed(self, fault, false)
             return nil, err
         end
-        if res ~= 1 then
-            ledger.forget(self.store.dict, self.rec, self.serial)
-            return nil, "not_owner"
-        end
-        self.ttl = ms
-        ledger.renew(
-            self.store.dict,
-            self.rec,
-            self.serial,
-            self.token,
-            self.key,
-            ms
-        )
-        return true, nil
+        return extended(self, res, ms, sent)
     end
 }
 local leaseMt = {__index = leaseMethods}
---- Release many leases that share one Redis endpoint in one round trip (a
--- pipeline of the owner-checked release script): how queued releases of a busy
--- gateway keep up. Returns how many could not be confirmed and the last error.
-function ____exports.releaseAll(list)
-    local todo = {}
-    for ____, l in ipairs(list) do
+--- Leases of the list grouped for pipelining: one group per Redis endpoint and
+-- script (locks and permits run different scripts), each with the indexes of
+-- its leases in the list.
+local function byEndpoint(list, script)
+    local groups = {}
+    for i = 1, #list do
+        local l = list[i]
         if not l.released then
-            l.released = true
-            if ledger.forget(l.store.dict, l.rec, l.serial) then
-                todo[#todo + 1] = l
+            local g = (l.store.redis.pool .. " ") .. script(l).sha
+            local idx = groups[g]
+            if idx == nil then
+                idx = {}
+                groups[g] = idx
             end
+            idx[#idx + 1] = i
         end
     end
-    local first = todo[1]
-    if first == nil then
-        return 0, nil
-    end
-    local conf = first.store.redis
-    local red, cerr = redis.connect(conf)
-    if red == nil then
-        return #todo, cerr
-    end
-    red:init_pipeline(#todo)
-    for ____, l in ipairs(todo) do
-        red:evalsha(l.kind.release.sha, 1, l.rkey, l.token)
-    end
-    local replies, perr = red:commit_pipeline()
-    redis.done(red, conf, replies ~= nil)
+    return groups
+end
+local function releaseScript(l)
+    return l.kind.release
+end
+local function extendScript(l)
+    return l.kind.extend
+end
+--- Release many leases in one round trip per Redis endpoint (a pipeline of the
+-- owner-checked release script): how queued releases of a busy gateway keep
+-- up. A release Redis did not confirm leaves its lease to a background sweep
+-- that retries it until Redis answers or the key expires; the lease ends when
+-- the sweep gets an answer. Returns how many were not confirmed now, and the
+-- last error.
+function ____exports.releaseAll(list)
     local failed = 0
     local lastErr
-    if replies == nil then
-        failed = #todo
-        lastErr = ((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(perr)) .. " during release"
-    end
-    for i = 1, #todo do
-        local l = todo[i]
-        local r = replies ~= nil and replies[i] or nil
-        if type(r) == "table" then
-            local res, err = ____exports.call(conf, l.kind.release, l.rkey, l.token)
-            if res == nil then
+    for ____, idx in pairs(byEndpoint(list, releaseScript)) do
+        local group = {}
+        for ____, i in ipairs(idx) do
+            group[#group + 1] = list[i]
+        end
+        local first = group[1]
+        local out = pipeline.batch(first.store.redis, first.kind.release, group)
+        for j = 1, #group do
+            local l = group[j]
+            local reply = out.replies[j]
+            if reply == nil then
+                unconfirmed(l, out.faults[j], true)
                 failed = failed + 1
-                lastErr = err
+                lastErr = out.errors[j]
+                orphan(l)
+            else
+                settle(l, reply)
             end
         end
-        wake(l.rkey)
     end
     return failed, lastErr
+end
+--- Extend many leases, each to its own ttl, in one round trip per Redis
+-- endpoint: how a gateway renews the leases of its in-flight requests. Results
+-- are aligned with the list: true, "not_owner" (the lease ran out; it is over,
+-- as after extend()), or an error message ("dlock: redis ...").
+function ____exports.extendAll(list)
+    local results = {}
+    for ____, _ in ipairs(list) do
+        results[#results + 1] = "not_owner"
+    end
+    local sent = ngx.now() * 1000
+    for ____, idx in pairs(byEndpoint(list, extendScript)) do
+        local group = {}
+        local ms = {}
+        for ____, i in ipairs(idx) do
+            local l = list[i]
+            group[#group + 1] = l
+            ms[#ms + 1] = l.ttl
+        end
+        local first = group[1]
+        local out = pipeline.batch(first.store.redis, first.kind.extend, group, ms)
+        for j = 1, #group do
+            local l = group[j]
+            local reply = out.replies[j]
+            local i = idx[j]
+            if reply == nil then
+                unconfirmed(l, out.faults[j], false)
+                results[i] = out.errors[j]
+            else
+                local ok, err = extended(l, reply, l.ttl, sent)
+                if ok then
+                    results[i] = true
+                else
+                    results[i] = err
+                end
+            end
+        end
+    end
+    return results
 end
 --- While a worker of this nginx holds the key, wait without polling Redis: a
 -- holder in this worker wakes one waiter when it releases (waiters queue on a
@@ -417,8 +446,9 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
         local err
         local fault
         local fence
+        local sent = ngx.now() * 1000
         if kind.fenced then
-            res, err, fault = ____exports.call(
+            res, err, fault = call(
                 store.redis,
                 kind.acquire,
                 rkey,
@@ -427,7 +457,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
                 ttl
             )
         else
-            res, err, fault = ____exports.call(
+            res, err, fault = call(
                 store.redis,
                 kind.acquire,
                 rkey,
@@ -443,7 +473,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
         end
         if res == nil then
             if fault == "lost" then
-                adopt(store.redis, kind.release, rkey, tok)
+                orphans.adoptAcquire(store.redis, kind.release, rkey, tok)
                 return nil, tostring(err) .. "; acquire outcome unknown, owner-checked cleanup scheduled", nil
             end
             if fault ~= "transient" or wait == 0 or deadline - ngx.now() * 1000 <= 0 then
@@ -451,7 +481,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
             end
         elseif res == "OK" then
             local rec = ledger.recordKey(rkey, tok, kind.shared)
-            local serial = ledger.record(
+            ledger.record(
                 store.dict,
                 rec,
                 tok,
@@ -466,9 +496,11 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
                 kind = kind,
                 rkey = rkey,
                 rec = rec,
-                serial = serial,
                 fence = fence,
-                released = false
+                released = false,
+                validUntil = sent + ttl,
+                expires = nowMs() + ttl,
+                releaseSent = false
             }
             return setmetatable(lease, leaseMt), nil, nil
         else
@@ -507,18 +539,27 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
     end
 end
 local protect = pcall
---- Release, then hand on fn's results (pcall's `ok, ...`) or its error.
+--- Release, then hand on fn's results (pcall's `ok, ...`) or its error. A
+-- release Redis did not confirm goes to the background sweep and, when fn
+-- succeeded, is the result: the caller must not believe the key free.
 local function finish(lease, ...)
-    lease:release()
+    local released, rerr = lease:release()
+    local stuck = released == nil and rerr ~= "not_owner"
+    if stuck then
+        orphan(lease)
+    end
     local ok, e = select(1, ...)
     if ok ~= true then
         return nil, (("dlock: callback failed while holding " .. lease.key) .. ": ") .. check.text(e)
+    end
+    if stuck then
+        return nil, (("dlock: could not release " .. lease.key) .. " after the callback (retried until it expires): ") .. check.reason(rerr)
     end
     return select(2, ...)
 end
 --- The `with` method of locks and semaphores: run fn(...) while holding key; the
 -- lease is released whatever fn does. Returns fn's results, or nil, err when
--- the lease was not acquired or fn raised.
+-- the lease was not acquired, fn raised, or the release failed.
 function ____exports.withLease(self, key, opts, fn, ...)
     if type(fn) ~= "function" then
         return check.fail("with needs a function", fn)

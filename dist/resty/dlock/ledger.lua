@@ -1,48 +1,121 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local RECORD = "l:"
-local SERIAL = "serial"
+local parse, RECORD
+function parse(v, nowMs)
+    if type(v) ~= "string" then
+        return nil
+    end
+    local pid, expires, token, key = string.match(v, "^(%d+) (%d+) (%S+) (.*)$")
+    if key == nil then
+        return nil
+    end
+    local exp = tonumber(expires) or 0
+    return {
+        key = key,
+        token = token,
+        pid = tonumber(pid) or 0,
+        expires_at = exp / 1000,
+        ttl = math.max(0, exp - nowMs)
+    }
+end
+--- At most `max` leases recorded now (0: all, walking the whole dict), and
+-- whether there are (or may be) more. get_keys(n) returns the first n keys of
+-- the whole dict, counters and other data included, and locks the dict while
+-- it copies them: ask for some more than needed and double while that is not
+-- enough, looking at 4 * max + 1024 keys at most, so a status page stays cheap
+-- however many leases are held.
+function ____exports.list(dict, max)
+    local bound = max == 0 and 0 or max * 4 + 1024
+    local nowMs = ngx.now() * 1000
+    local n = max == 0 and 0 or math.min(max + 64, bound)
+    while true do
+        local keys = dict:get_keys(n)
+        local found = {}
+        local more = false
+        for i = 1, #keys do
+            local k = keys[i]
+            if string.sub(k, 1, 2) == RECORD then
+                local l = parse((dict:get(k)), nowMs)
+                if l ~= nil then
+                    if max > 0 and #found == max then
+                        more = true
+                        break
+                    end
+                    found[#found + 1] = l
+                end
+            end
+        end
+        if n == 0 or more or #keys < n or n >= bound then
+            return found, more or n > 0 and #keys >= n
+        end
+        n = math.min(n * 2, bound)
+    end
+end
+RECORD = "l:"
+--- Seconds between two warnings of one worker about a full dict.
+local WARN_EVERY = 10
+--- Dict key counting leases whose record the dict could not take (it was full).
+____exports.UNRECORDED = "c:ledger:unrecorded"
+--- How many leases this nginx could not record since it started (the dict was full).
+function ____exports.unrecorded(dict)
+    local v = dict:get(____exports.UNRECORDED)
+    return type(v) == "number" and v or 0
+end
+--- Get a dict ready for records: create the UNRECORDED counter now, while there
+-- is room, so that counting works once the dict is full (an incr of an
+-- existing number needs no memory).
+function ____exports.prepare(dict)
+    dict:safe_add(____exports.UNRECORDED, 0)
+end
 --- The dict key of a lease's record.
 function ____exports.recordKey(rkey, token, shared)
     return shared and ((RECORD .. rkey) .. " ") .. token or RECORD .. rkey
 end
-local function encode(serial, token, key, ttl)
+local function encode(token, key, ttl)
     local expires = math.floor(ngx.now() * 1000) + ttl
-    return (((((((tostring(serial) .. " ") .. tostring(ngx.worker.pid())) .. " ") .. tostring(expires)) .. " ") .. token) .. " ") .. key
+    return (((((tostring(ngx.worker.pid()) .. " ") .. tostring(expires)) .. " ") .. token) .. " ") .. key
 end
---- Record a new lease; returns its serial (0 when the dict could not take it).
-function ____exports.record(dict, rec, token, key, ttl)
-    local serial, ierr = dict:incr(SERIAL, 1, 0)
-    if serial == nil then
-        ngx.log(ngx.WARN, "dlock: shared dict: cannot count leases: ", ierr)
-        return 0
+local missed = 0
+local warnedAt = -WARN_EVERY
+local function unrecordable(dict, key, err)
+    dict:incr(____exports.UNRECORDED, 1, 0)
+    missed = missed + 1
+    local now = ngx.now()
+    if now - warnedAt >= WARN_EVERY then
+        ngx.log(
+            ngx.WARN,
+            "dlock: shared dict full: ",
+            missed,
+            " lease(s) not recorded since the last warning (latest ",
+            key,
+            ": ",
+            err,
+            "); held(), status and local waiting miss them, exclusion is unaffected"
+        )
+        missed = 0
+        warnedAt = now
     end
+end
+--- Record a new lease; false when the dict could not take it (counted in UNRECORDED).
+function ____exports.record(dict, rec, token, key, ttl)
     local ok, err = dict:safe_set(
         rec,
-        encode(serial, token, key, ttl),
+        encode(token, key, ttl),
         ttl / 1000
     )
     if not ok then
-        ngx.log(
-            ngx.WARN,
-            "dlock: shared dict: cannot record lease of ",
-            key,
-            ": ",
-            err
-        )
+        unrecordable(dict, key, err)
+        return false
     end
-    return serial
+    return true
 end
-local function serialOf(dict, rec)
+local function tokenOf(dict, rec)
     local v = dict:get(rec)
     if type(v) ~= "string" then
         return nil
     end
-    local s = string.match(v, "^(%d+) ")
-    if s == nil then
-        return nil
-    end
-    return tonumber(s)
+    local t = string.match(v, "^%d+ %d+ (%S+) ")
+    return t
 end
 --- The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx.
 function ____exports.holder(dict, rec)
@@ -50,69 +123,34 @@ function ____exports.holder(dict, rec)
     if type(v) ~= "string" then
         return nil, 0
     end
-    local pid, expires = string.match(v, "^%d+ (%d+) (%d+) ")
+    local pid, expires = string.match(v, "^(%d+) (%d+) ")
     if pid == nil then
         return nil, 0
     end
     return tonumber(pid), tonumber(expires) or 0
 end
---- True when this nginx records a different, newer lease on the same key.
-function ____exports.superseded(dict, rec, serial)
-    local current = serialOf(dict, rec)
-    return current ~= nil and current ~= serial
-end
---- Move the record's expiry after a successful extend.
-function ____exports.renew(dict, rec, serial, token, key, ttl)
-    if serialOf(dict, rec) == serial then
+--- Move the record's expiry after a successful extend (only if the record is this lease's).
+function ____exports.renew(dict, rec, token, key, ttl)
+    if tokenOf(dict, rec) == token then
         dict:safe_set(
             rec,
-            encode(serial, token, key, ttl),
+            encode(token, key, ttl),
             ttl / 1000
         )
     end
 end
---- Drop the record if it is still this lease's; false when a newer lease of this
--- nginx owns the key (then this one must not touch it). Called before the Redis release:
--- while we still hold the key in Redis nobody can write a newer record, so the
--- get-then-delete cannot remove a successor's record.
-function ____exports.forget(dict, rec, serial)
-    local current = serialOf(dict, rec)
-    if current == serial then
+--- Drop the record if it is still this lease's (a newer lease of the key, in any
+-- worker, has a token of its own). The get and the delete are two dict calls:
+-- a successor in another worker that records in between loses its record,
+-- which costs bookkeeping, never exclusion.
+function ____exports.forget(dict, rec, token)
+    if tokenOf(dict, rec) == token then
         dict:delete(rec)
     end
-    return current == nil or current == serial
 end
---- Every lease recorded now. Walks the dict's keys: meant for status pages, not hot paths.
+--- Every lease recorded now. Walks the dict's keys: meant for held(), not hot paths nor scrapes.
 function ____exports.held(dict)
-    local out = {}
-    local nowMs = ngx.now() * 1000
-    local keys = dict:get_keys(0)
-    for i = 1, #keys do
-        local k = keys[i]
-        if string.sub(k, 1, 2) == RECORD then
-            local v = dict:get(k)
-            if type(v) == "string" then
-                local ____, pid, expires, token, key = string.match(v, "^(%d+) (%d+) (%d+) (%S+) (.*)$")
-                if key ~= nil then
-                    local exp = tonumber(expires) or 0
-                    out[#out + 1] = {
-                        key = key,
-                        token = token,
-                        pid = tonumber(pid) or 0,
-                        expires_at = exp / 1000,
-                        ttl = math.max(0, exp - nowMs)
-                    }
-                end
-            end
-        end
-    end
-    return out
-end
---- Dict key counting leases whose record the dict could not take (it was full).
-____exports.UNRECORDED = "c:ledger:unrecorded"
---- How many leases this nginx could not record since it started (the dict was full).
-function ____exports.unrecorded(dict)
-    local v = dict:get(____exports.UNRECORDED)
-    return type(v) == "number" and v or 0
+    local all = ____exports.list(dict, 0)
+    return all
 end
 return ____exports

@@ -70,22 +70,28 @@ local function hostname()
     end
     return "localhost"
 end
-local workerToken
+local workerId
 local workerPid = 0
---- One token per worker process: host, pid and a per-start random part, so it
--- is unique across a fleet and across restarts (pids get reused). Computed in
--- the worker, not at require time: a module loaded by init_by_lua runs in the
--- master first, and forked workers must not inherit the master's token.
+local workerSerial = 0
+--- A token that names this worker process and is still unique per lease:
+-- "host:pid:random:n". Host, pid and a per-start random part make the worker
+-- unique across a fleet and across restarts (pids get reused); n counts the
+-- worker's leases, so a stale lease never carries its successor's token and
+-- Redis alone tells them apart. Computed in the worker, not at require time: a
+-- module loaded by init_by_lua runs in the master first, and forked workers
+-- must not inherit the master's identity.
 function ____exports.worker()
     local pid = ngx.worker.pid()
-    if workerToken == nil or workerPid ~= pid then
+    if workerId == nil or workerPid ~= pid then
         local r, err = ____exports.random()
         if r == nil then
             return nil, err
         end
-        workerToken = (((hostname() .. ":") .. tostring(pid)) .. ":") .. string.sub(r, 1, 16)
+        workerId = ((((hostname() .. ":") .. tostring(pid)) .. ":") .. string.sub(r, 1, 16)) .. ":"
         workerPid = pid
+        workerSerial = 0
     end
-    return workerToken, nil
+    workerSerial = workerSerial + 1
+    return workerId .. tostring(workerSerial), nil
 end
 return ____exports

@@ -70,9 +70,26 @@ const BATCH = 64;
 /** Batches one drain timer works off before it hands over to a fresh one. */
 const DRAIN_ROUNDS = 32;
 
-function drainSome(): void {
+function hold(this: void, f: Finish): void {
+  const [ok, err] = f.lease.extend(f.hold);
+  if (ok === undefined && err !== "not_owner") {
+    failed(f.owner, "holding " + f.lease.key, err);
+  }
+}
+
+function releaseList(this: void, owner: Owner, list: lease.Lease[]): void {
+  const [n, err] = lease.releaseAll(list);
+  if (n > 0) {
+    failed(owner, "releasing " + n + " lease(s)", err);
+  }
+}
+
+function drain(this: void, premature: boolean): void {
+  // Runs also when premature (the worker is exiting): cosockets still work here.
+  // Each piece of work is protected: one that raises must neither take the rest
+  // of its batch down nor leave `draining` counted up for good.
   for (const _ of $range(1, DRAIN_ROUNDS)) {
-    if (head > tail) return;
+    if (head > tail) break;
     // Releases of one guard go out together, one pipeline per guard; holds one by one.
     const byOwner = new LuaMap<Owner, lease.Lease[]>();
     for (const _ of $range(1, BATCH)) {
@@ -81,10 +98,8 @@ function drainSome(): void {
       queue.delete(head);
       head++;
       if (f.hold > 0) {
-        const [ok, err] = f.lease.extend(f.hold);
-        if (ok === undefined && err !== "not_owner") {
-          failed(f.owner, "holding " + f.lease.key, err);
-        }
+        const [ok, err] = pcall(hold, f);
+        if (!ok) raised(err);
       } else {
         let list = byOwner.get(f.owner);
         if (list === undefined) {
@@ -95,22 +110,17 @@ function drainSome(): void {
       }
     }
     for (const [owner, list] of byOwner) {
-      const [n, err] = lease.releaseAll(list);
-      if (n > 0) {
-        failed(owner, "releasing " + n + " lease(s)", err);
-      }
+      const [ok, err] = pcall(releaseList, owner, list);
+      if (!ok) raised(err);
     }
   }
+  draining--;
+  // More than one timer's share is queued: a fresh timer takes over.
+  schedule();
 }
 
-function drain(this: void, premature: boolean): void {
-  // Runs also when premature (the worker is exiting): cosockets still work here.
-  const [ok, err] = pcall(drainSome);
-  draining--;
-  if (!ok) {
-    ngx.log(ngx.ERR, "dlock: gateway release queue: ", check.text(err));
-  }
-  schedule();
+function raised(err: unknown): void {
+  ngx.log(ngx.ERR, "dlock: gateway release queue: ", check.text(err));
 }
 
 /** Start drain timers for what is queued (at most MAX_DRAINERS at once). */
@@ -128,7 +138,8 @@ function schedule(): void {
   }
 }
 
-function enqueue(owner: Owner, l: lease.Lease, hold: number): void {
+/** Queue the end of a lease for a timer: release it, or keep it `hold` more ms. */
+export function enqueue(owner: Owner, l: lease.Lease, hold: number): void {
   tail++;
   queue.set(tail, { owner, lease: l, hold });
   schedule();
@@ -261,23 +272,33 @@ const HANDOVER = 60;
 let tick = MAX_TICK;
 let keeping = false;
 
-function renew(owner: Owner, list: Held[]): void {
-  for (const h of list) {
+/** Renew one guard's due leases: one pipeline per Redis endpoint, not a round trip each. */
+function renew(owner: Owner, due: Held[]): void {
+  const list: Held[] = [];
+  const leases: lease.Lease[] = [];
+  for (const h of due) {
+    // Ended while an earlier guard's renewals were on their way.
     if (!h.done) {
-      const [ok, err] = h.lease.extend();
-      // A request that ended meanwhile has its lease ended (or queued) already.
-      if (!h.done) {
-        renewed(owner, h, ok, err);
-      }
+      list.push(h);
+      leases.push(h.lease);
+    }
+  }
+  if (list.length === 0) return;
+  const results = lease.extendAll(leases);
+  for (const i of $range(1, list.length)) {
+    const h = list[i - 1]!;
+    // A request that ended meanwhile has its lease ended (or queued) already.
+    if (!h.done) {
+      renewed(owner, h, results[i - 1]!);
     }
   }
 }
 
-function renewed(owner: Owner, h: Held, ok: true | undefined, err: string | undefined): void {
-  if (ok) {
+function renewed(owner: Owner, h: Held, result: true | string): void {
+  if (result === true) {
     h.renewedAt = ngx.now();
     stats.incr(owner.dict, owner.name, "renewed");
-  } else if (err === "not_owner") {
+  } else if (result === "not_owner") {
     h.done = true;
     stats.adjust(owner.dict, owner.name, "in_flight", -1);
     stats.incr(owner.dict, owner.name, "lost");
@@ -285,7 +306,7 @@ function renewed(owner: Owner, h: Held, ok: true | undefined, err: string | unde
   } else {
     // A Redis hiccup: the next round tries again; if the lease runs out meanwhile, that one reports it lost.
     stats.incr(owner.dict, owner.name, "redis_errors");
-    ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": renewing ", h.lease.key, ": ", check.reason(err));
+    ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": renewing ", h.lease.key, ": ", check.reason(result));
   }
 }
 
@@ -352,8 +373,15 @@ function keep(owner: Owner): void {
   }
 }
 
+let warnedBlind = false;
+
 /** In access: the current request now holds `l` for `owner`. */
 export function track(owner: Owner, l: lease.Lease, anchor: request.Anchor): void {
+  if (anchor.ref < 0 && !warnedBlind) {
+    warnedBlind = true;
+    ngx.log(ngx.WARN, "dlock: gateway: this ngx_lua does not let us see when a request is over: only log() ",
+      "ends a lease, so put log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level");
+  }
   let req = requests.get(anchor.id);
   if (req === undefined || req.anchor.ctx !== anchor.ctx) {
     if (req !== undefined) {

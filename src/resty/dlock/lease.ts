@@ -1,10 +1,12 @@
 // Leases: what resty.dlock locks and resty.dlock.semaphore permits have in
 // common. Options shared by both factories, the acquire loop (one script round
 // trip per attempt, jittered backoff while waiting), owner-checked release and
-// extend, the cleanup of acquires whose reply was lost, and `with`.
+// extend (one lease, or many in one round trip), and `with`.
 
 import * as check from "./check";
 import * as ledger from "./ledger";
+import * as orphans from "./orphans";
+import * as pipeline from "./pipeline";
 import * as redis from "./redis";
 import * as scripts from "./scripts";
 
@@ -89,10 +91,22 @@ export interface Lease {
   readonly rkey: string;
   /** Its record in the shared dict (see ledger). */
   readonly rec: string;
-  readonly serial: number;
   /** With fencing: larger than the fence of every earlier holder of the key. */
   readonly fence: number | undefined;
+  /** Over: Redis confirmed the release, or said the key is not ours. */
   released: boolean;
+  /**
+   * Epoch ms before which the key cannot have expired in Redis: ttl counted
+   * from when the acquire or the last confirmed extend was sent.
+   */
+  validUntil: number;
+  /**
+   * Epoch ms by which the key is gone from Redis at the latest, as far as this
+   * worker knows: how long a release Redis did not confirm is retried.
+   */
+  expires: number;
+  /** A release reached Redis in time, but its reply was lost: it may have deleted the key. */
+  releaseSent: boolean;
   release(): LuaMultiReturn<[true | undefined, string | undefined]>;
   extend(ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]>;
 }
@@ -115,7 +129,7 @@ export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string):
   if (dict === undefined) {
     return check.fail("no lua_shared_dict named " + dictName + " (declare it in nginx.conf)", dictName);
   }
-  const [conf, rerr] = redis.parse(o.get("redis"));
+  const [conf, rerr] = redis.parse(o.get("redis"), dict);
   if (conf === undefined) return $multi(undefined, rerr);
   let prefix = defaultPrefix;
   if (o.get("prefix") !== undefined) {
@@ -135,6 +149,7 @@ export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string):
     if (n === undefined) return $multi(undefined, err);
     wait = n;
   }
+  ledger.prepare(dict);
   return $multi({ dict, redis: conf, prefix, ttl, wait }, undefined);
 }
 
@@ -177,121 +192,106 @@ export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMult
   return $multi(k, ttl, wait);
 }
 
-/**
- * How a failed call failed. "lost": the request may have reached Redis but the
- * reply did not come back (its outcome is unknown). "transient": Redis said it
- * cannot serve right now (loading its data set, busy script, failover) and did
- * nothing; worth another try while waiting. "failed": anything else.
- */
-export type Fault = "lost" | "transient" | "failed";
+type Fault = pipeline.Fault;
+const call = pipeline.call;
 
-const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN");
-
-/**
- * One script round trip on a pooled connection. Returns the reply, or nil, an
- * error that names the endpoint, and the kind of fault.
- */
-export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): LuaMultiReturn<[RedisValue | undefined, string | undefined, Fault | undefined]> {
-  const [red, cerr] = redis.connect(conf);
-  if (red === undefined) {
-    return $multi(undefined, cerr, "failed");
-  }
-  const [res, err] = scripts.run(red, s, rkey, ...args);
-  redis.done(red, conf, res !== undefined);
-  if (res === undefined) {
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err) + " during " + s.name, "lost");
-  }
-  if (res === false) {
-    const [code] = string.match(tostring(err), "^(%u+)");
-    const fault: Fault = code !== undefined && TRANSIENT.has(code) ? "transient" : "failed";
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err), fault);
-  }
-  return $multi(res, undefined, undefined);
+/** Epoch ms now, fresh (not the time cached at the start of this event loop cycle). */
+function nowMs(): number {
+  ngx.update_time();
+  return ngx.now() * 1000;
 }
 
-// Acquires whose reply was lost ("orphans"): the SET may have landed, and then
-// the key would block everyone for a whole ttl. One sweep per worker deletes
-// them, owner-checked, retrying until Redis answers: Redis may be paused or
-// unreachable right now (that is often why the reply was lost), and a SET
-// queued in a paused Redis runs when Redis resumes, with its ttl starting then.
-// One timer for all orphans, not one each: an outage can orphan thousands.
-const CLEANUP_FOR = 600; // seconds an orphan is retried
-const MAX_SWEEP_DELAY = 0.5; // seconds between sweeps, at most
-
-interface Orphan {
-  readonly conf: redis.RedisConf;
-  readonly release: scripts.Script;
-  readonly rkey: string;
-  readonly token: string;
-  readonly deadline: number;
-}
-
-let orphans: Orphan[] = [];
-let sweeping = false;
-
-function sweepOrphans(this: void, premature: boolean, delay: number): void {
-  // Adoptions during this sweep (it yields) go to a fresh list.
-  const batch = orphans;
-  orphans = [];
-  // Endpoints (pools) that failed in this sweep: their other orphans would only wait for the same timeouts.
-  const down = new LuaSet<string>();
-  for (const o of batch) {
-    if (down.has(o.conf.pool)) {
-      orphans.push(o);
-    } else if (ngx.now() > o.deadline) {
-      ngx.log(ngx.WARN, "dlock: giving up cleanup of ", o.rkey, " after ", CLEANUP_FOR, " s, it expires on its own");
-    } else {
-      const [res, , fault] = call(o.conf, o.release, o.rkey, o.token);
-      if (res === 1) {
-        ngx.log(ngx.NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost");
-      } else if (res === undefined) {
-        orphans.push(o);
-        if (fault !== "transient") {
-          down.add(o.conf.pool);
-        }
-      }
-    }
-  }
-  if (orphans.length === 0 || premature) {
-    sweeping = false;
+/** An extend or a release of l failed: what its outcome may have changed in Redis. */
+function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean): void {
+  if (fault !== "lost") {
     return;
   }
-  const later = math.min(delay * 2, MAX_SWEEP_DELAY);
-  const [ok] = ngx.timer.at(later, sweepOrphans, later);
-  if (!ok) {
-    sweeping = false;
+  if (release) {
+    // Sent (at the latest now) while the key could not have expired yet.
+    if (nowMs() < l.validUntil) {
+      l.releaseSent = true;
+    }
+  } else {
+    // A PEXPIRE queued in a paused Redis runs when Redis resumes, whenever that is.
+    l.expires = math.max(l.expires, nowMs() + orphans.LOST_HORIZON * 1000);
   }
 }
 
-function adopt(conf: redis.RedisConf, release: scripts.Script, rkey: string, token: string): void {
-  orphans.push({ conf, release, rkey, token, deadline: ngx.now() + CLEANUP_FOR });
-  if (!sweeping) {
-    const [ok] = ngx.timer.at(0, sweepOrphans, 0.05);
-    sweeping = ok !== undefined;
+/**
+ * Redis answered the owner-checked release of l (1: deleted, else not ours):
+ * the lease is over. A key found gone after a release reached Redis in time
+ * was deleted by that release (or expired after it was asked to go), so that
+ * still counts as released.
+ */
+function settle(l: Lease, reply: RedisValue): LuaMultiReturn<[true | undefined, string | undefined]> {
+  l.released = true;
+  ledger.forget(l.store.dict, l.rec, l.token);
+  wake(l.rkey);
+  if (reply === 1 || l.releaseSent) {
+    return $multi(true as const, undefined);
   }
+  return $multi(undefined, "not_owner");
+}
+
+/** Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`. */
+function extended(l: Lease, reply: RedisValue, ms: number, sent: number): LuaMultiReturn<[true | undefined, string | undefined]> {
+  if (reply !== 1) {
+    // Never ours again: tokens are unique per lease.
+    l.released = true;
+    ledger.forget(l.store.dict, l.rec, l.token);
+    return $multi(undefined, "not_owner");
+  }
+  l.ttl = ms;
+  l.validUntil = sent + ms;
+  l.expires = math.max(l.expires, nowMs() + ms);
+  ledger.renew(l.store.dict, l.rec, l.token, l.key, ms);
+  return $multi(true as const, undefined);
+}
+
+interface Unreleased extends orphans.Orphan {
+  readonly lease: Lease;
+}
+
+function swept(this: void, o: orphans.Orphan, reply: RedisValue | undefined): void {
+  const l = (o as Unreleased).lease;
+  if (!l.released) {
+    if (reply === undefined) {
+      // Given up at its expiry: the key is gone by now.
+      l.released = true;
+      ledger.forget(l.store.dict, l.rec, l.token);
+    } else {
+      settle(l, reply);
+    }
+  }
+}
+
+/** Hand a lease whose release Redis did not confirm to the sweep, which retries it until the key expires. */
+function orphan(l: Lease): void {
+  const o: Unreleased = {
+    lost: "release", conf: l.store.redis, release: l.kind.release, rkey: l.rkey, token: l.token,
+    deadline: l.expires / 1000, settle: swept, lease: l,
+  };
+  orphans.adopt(o);
 }
 
 const leaseMethods = {
-  /** true, or nil, "not_owner" when the lease expired and the key is gone or someone else's. */
+  /**
+   * true, or nil, "not_owner" when the lease expired and the key is gone or
+   * someone else's. On a Redis failure nil, "dlock: redis ...": the lease is
+   * still ours as far as we know, and release() may be called again.
+   */
   release(this: Lease): LuaMultiReturn<[true | undefined, string | undefined]> {
     const perr = phaseError("release");
     if (perr !== undefined) return $multi(undefined, perr);
     if (this.released) {
       return $multi(undefined, "not_owner");
     }
-    this.released = true;
-    if (!ledger.forget(this.store.dict, this.rec, this.serial)) {
-      return $multi(undefined, "not_owner");
-    }
-    const [res, err] = call(this.store.redis, this.kind.release, this.rkey, this.token);
-    wake(this.rkey);
+    const [res, err, fault] = call(this.store.redis, this.kind.release, this.rkey, this.token);
     if (res === undefined) {
+      unconfirmed(this, fault, true);
       return $multi(undefined, err);
     }
-    if (res !== 1) {
-      return $multi(undefined, "not_owner");
-    }
-    return $multi(true as const, undefined);
+    return settle(this, res);
   },
 
   /** Reset the lease to `ttl` ms from now (default: its current ttl). */
@@ -304,74 +304,124 @@ const leaseMethods = {
       if (n === undefined) return $multi(undefined, terr);
       ms = n;
     }
-    if (this.released || ledger.superseded(this.store.dict, this.rec, this.serial)) {
+    if (this.released) {
       return $multi(undefined, "not_owner");
     }
-    const [res, err] = call(this.store.redis, this.kind.extend, this.rkey, this.token, ms);
+    const sent = ngx.now() * 1000;
+    const [res, err, fault] = call(this.store.redis, this.kind.extend, this.rkey, this.token, ms);
     if (res === undefined) {
+      unconfirmed(this, fault, false);
       return $multi(undefined, err);
     }
-    if (res !== 1) {
-      ledger.forget(this.store.dict, this.rec, this.serial);
-      return $multi(undefined, "not_owner");
-    }
-    this.ttl = ms;
-    ledger.renew(this.store.dict, this.rec, this.serial, this.token, this.key, ms);
-    return $multi(true as const, undefined);
+    return extended(this, res, ms, sent);
   },
 };
 const leaseMt = { __index: leaseMethods };
 
 /**
- * Release many leases that share one Redis endpoint in one round trip (a
- * pipeline of the owner-checked release script): how queued releases of a busy
- * gateway keep up. Returns how many could not be confirmed and the last error.
+ * Leases of the list grouped for pipelining: one group per Redis endpoint and
+ * script (locks and permits run different scripts), each with the indexes of
+ * its leases in the list.
+ */
+function byEndpoint(list: Lease[], script: (this: void, l: Lease) => scripts.Script): LuaTable<string, number[]> {
+  const groups = new LuaTable<string, number[]>();
+  for (const i of $range(1, list.length)) {
+    const l = list[i - 1]!;
+    if (!l.released) {
+      const g = l.store.redis.pool + " " + script(l).sha;
+      let idx = groups.get(g);
+      if (idx === undefined) {
+        idx = [];
+        groups.set(g, idx);
+      }
+      idx.push(i);
+    }
+  }
+  return groups;
+}
+
+function releaseScript(this: void, l: Lease): scripts.Script {
+  return l.kind.release;
+}
+
+function extendScript(this: void, l: Lease): scripts.Script {
+  return l.kind.extend;
+}
+
+/**
+ * Release many leases in one round trip per Redis endpoint (a pipeline of the
+ * owner-checked release script): how queued releases of a busy gateway keep
+ * up. A release Redis did not confirm leaves its lease to a background sweep
+ * that retries it until Redis answers or the key expires; the lease ends when
+ * the sweep gets an answer. Returns how many were not confirmed now, and the
+ * last error.
  */
 export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | undefined]> {
-  const todo: Lease[] = [];
-  for (const l of list) {
-    if (!l.released) {
-      l.released = true;
-      if (ledger.forget(l.store.dict, l.rec, l.serial)) {
-        todo.push(l);
-      }
-    }
-  }
-  const first = todo[0];
-  if (first === undefined) {
-    return $multi(0, undefined);
-  }
-  const conf = first.store.redis;
-  const [red, cerr] = redis.connect(conf);
-  if (red === undefined) {
-    return $multi(todo.length, cerr);
-  }
-  red.init_pipeline(todo.length);
-  for (const l of todo) {
-    red.evalsha(l.kind.release.sha, 1, l.rkey, l.token);
-  }
-  const [replies, perr] = red.commit_pipeline();
-  redis.done(red, conf, replies !== undefined);
   let failed = 0;
   let lastErr: string | undefined;
-  if (replies === undefined) {
-    failed = todo.length;
-    lastErr = "dlock: redis " + conf.endpoint + ": " + tostring(perr) + " during release";
-  }
-  for (const i of $range(1, todo.length)) {
-    const l = todo[i - 1]!;
-    const r = replies !== undefined ? replies.get(i) : undefined;
-    if (type(r) === "table") {
-      // An error reply; NOSCRIPT (scripts flushed) gets one more try on its own, with EVAL.
-      const [res, err] = call(conf, l.kind.release, l.rkey, l.token);
-      if (res === undefined) {
+  for (const [, idx] of byEndpoint(list, releaseScript)) {
+    const group: Lease[] = [];
+    for (const i of idx) {
+      group.push(list[i - 1]!);
+    }
+    const first = group[0]!;
+    const out = pipeline.batch(first.store.redis, first.kind.release, group);
+    for (const j of $range(1, group.length)) {
+      const l = group[j - 1]!;
+      const reply = out.replies.get(j);
+      if (reply === undefined) {
+        unconfirmed(l, out.faults.get(j), true);
         failed++;
-        lastErr = err;
+        lastErr = out.errors.get(j);
+        orphan(l);
+      } else {
+        settle(l, reply);
       }
     }
-    wake(l.rkey);
   }
   return $multi(failed, lastErr);
+}
+
+/**
+ * Extend many leases, each to its own ttl, in one round trip per Redis
+ * endpoint: how a gateway renews the leases of its in-flight requests. Results
+ * are aligned with the list: true, "not_owner" (the lease ran out; it is over,
+ * as after extend()), or an error message ("dlock: redis ...").
+ */
+export function extendAll(list: Lease[]): (true | string)[] {
+  const results: (true | string)[] = [];
+  for (const _ of list) {
+    results.push("not_owner");
+  }
+  const sent = ngx.now() * 1000;
+  for (const [, idx] of byEndpoint(list, extendScript)) {
+    const group: Lease[] = [];
+    const ms: number[] = [];
+    for (const i of idx) {
+      const l = list[i - 1]!;
+      group.push(l);
+      ms.push(l.ttl);
+    }
+    const first = group[0]!;
+    const out = pipeline.batch(first.store.redis, first.kind.extend, group, ms);
+    for (const j of $range(1, group.length)) {
+      const l = group[j - 1]!;
+      const reply = out.replies.get(j);
+      const i = idx[j - 1]!;
+      if (reply === undefined) {
+        unconfirmed(l, out.faults.get(j), false);
+        results[i - 1] = out.errors.get(j)!;
+      } else {
+        const [ok, err] = extended(l, reply, l.ttl, sent);
+        if (ok) {
+          results[i - 1] = true;
+        } else {
+          results[i - 1] = err!;
+        }
+      }
+    }
+  }
+  return results;
 }
 
 /**
@@ -430,6 +480,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
     let err: string | undefined;
     let fault: Fault | undefined;
     let fence: number | undefined;
+    const sent = ngx.now() * 1000;
     if (kind.fenced) {
       [res, err, fault] = call(store.redis, kind.acquire, rkey, rkey + FENCE_SUFFIX, tok, ttl);
     } else {
@@ -444,7 +495,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
     if (res === undefined) {
       if (fault === "lost") {
         // The write may have landed: delete it if it did, so it cannot block others for a whole ttl.
-        adopt(store.redis, kind.release, rkey, tok);
+        orphans.adoptAcquire(store.redis, kind.release, rkey, tok);
         return $multi(undefined, err + "; acquire outcome unknown, owner-checked cleanup scheduled", undefined);
       }
       if (fault !== "transient" || wait === 0 || deadline - ngx.now() * 1000 <= 0) {
@@ -452,8 +503,11 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
       }
     } else if (res === "OK") {
       const rec = ledger.recordKey(rkey, tok, kind.shared);
-      const serial = ledger.record(store.dict, rec, tok, key, ttl);
-      const lease = { key, token: tok, ttl, store, kind, rkey, rec, serial, fence, released: false };
+      ledger.record(store.dict, rec, tok, key, ttl);
+      const lease = {
+        key, token: tok, ttl, store, kind, rkey, rec, fence, released: false,
+        validUntil: sent + ttl, expires: nowMs() + ttl, releaseSent: false,
+      };
       return $multi(setmetatable(lease, leaseMt) as Lease, undefined, undefined);
     } else {
       retryAfter = type(res) === "number" && (res as number) >= 0 ? (res as number) : undefined;
@@ -497,12 +551,24 @@ interface Acquirer {
 // pcall typed for any number of results, so they pass through without a table.
 const protect = pcall as unknown as (this: void, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]) => LuaMultiReturn<unknown[]>;
 
-/** Release, then hand on fn's results (pcall's `ok, ...`) or its error. */
+/**
+ * Release, then hand on fn's results (pcall's `ok, ...`) or its error. A
+ * release Redis did not confirm goes to the background sweep and, when fn
+ * succeeded, is the result: the caller must not believe the key free.
+ */
 function finish(this: void, lease: Lease, ...pcalled: unknown[]): LuaMultiReturn<unknown[]> {
-  lease.release();
+  const [released, rerr] = lease.release();
+  const stuck = released === undefined && rerr !== "not_owner";
+  if (stuck) {
+    orphan(lease);
+  }
   const [ok, e] = select(1, ...pcalled);
   if (ok !== true) {
     return $multi(undefined, "dlock: callback failed while holding " + lease.key + ": " + check.text(e));
+  }
+  if (stuck) {
+    return $multi(undefined, "dlock: could not release " + lease.key + " after the callback (retried until it expires): " +
+      check.reason(rerr));
   }
   return select(2, ...pcalled);
 }
@@ -510,7 +576,7 @@ function finish(this: void, lease: Lease, ...pcalled: unknown[]): LuaMultiReturn
 /**
  * The `with` method of locks and semaphores: run fn(...) while holding key; the
  * lease is released whatever fn does. Returns fn's results, or nil, err when
- * the lease was not acquired or fn raised.
+ * the lease was not acquired, fn raised, or the release failed.
  */
 export function withLease(this: Acquirer, key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]> {
   if (type(fn) !== "function") {

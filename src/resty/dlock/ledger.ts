@@ -1,14 +1,15 @@
 // Local bookkeeping of the leases this nginx instance holds, in a lua_shared_dict
 // so every worker (and the status endpoint) sees them. One record per lock key,
 // one per permit for semaphores (several holders share a key):
-//   "l:" .. redis key [.. " " .. token]  ->  "<serial> <pid> <expires_ms> <token> <key>"
+//   "l:" .. redis key [.. " " .. token]  ->  "<pid> <expires_ms> <token> <key>"
 // The record expires with the lease, so a crashed worker leaves nothing behind.
-// The serial tells two leases of the same worker apart: with per-worker tokens a
-// stale lease carries the same token as its successor, and only the serial shows
-// that it must not release or extend it.
+// Records only serve held(), status pages and local waiting; exclusion never
+// depends on them (the token in Redis decides), so a full dict loses records,
+// not safety.
 
 const RECORD = "l:";
-const SERIAL = "serial";
+/** Seconds between two warnings of one worker about a full dict. */
+const WARN_EVERY = 10;
 
 export interface HeldLease {
   key: string;
@@ -20,103 +21,6 @@ export interface HeldLease {
   ttl: number;
 }
 
-/** The dict key of a lease's record. */
-export function recordKey(rkey: string, token: string, shared: boolean): string {
-  return shared ? RECORD + rkey + " " + token : RECORD + rkey;
-}
-
-function encode(serial: number, token: string, key: string, ttl: number): string {
-  const expires = math.floor(ngx.now() * 1000) + ttl;
-  return serial + " " + ngx.worker.pid() + " " + expires + " " + token + " " + key;
-}
-
-/** Record a new lease; returns its serial (0 when the dict could not take it). */
-export function record(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): number {
-  const [serial, ierr] = dict.incr(SERIAL, 1, 0);
-  if (serial === undefined) {
-    ngx.log(ngx.WARN, "dlock: shared dict: cannot count leases: ", ierr);
-    return 0;
-  }
-  const [ok, err] = dict.safe_set(rec, encode(serial, token, key, ttl), ttl / 1000);
-  if (!ok) {
-    ngx.log(ngx.WARN, "dlock: shared dict: cannot record lease of ", key, ": ", err);
-  }
-  return serial;
-}
-
-function serialOf(dict: NgxSharedDict, rec: string): number | undefined {
-  const [v] = dict.get(rec);
-  if (type(v) !== "string") {
-    return undefined;
-  }
-  const [s] = string.match(v as string, "^(%d+) ");
-  if (s === undefined) {
-    return undefined;
-  }
-  return tonumber(s);
-}
-
-/** The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx. */
-export function holder(dict: NgxSharedDict, rec: string): LuaMultiReturn<[number | undefined, number]> {
-  const [v] = dict.get(rec);
-  if (type(v) !== "string") {
-    return $multi(undefined, 0);
-  }
-  const [pid, expires] = string.match(v as string, "^%d+ (%d+) (%d+) ");
-  if (pid === undefined) {
-    return $multi(undefined, 0);
-  }
-  return $multi(tonumber(pid), tonumber(expires) ?? 0);
-}
-
-/** True when this nginx records a different, newer lease on the same key. */
-export function superseded(dict: NgxSharedDict, rec: string, serial: number): boolean {
-  const current = serialOf(dict, rec);
-  return current !== undefined && current !== serial;
-}
-
-/** Move the record's expiry after a successful extend. */
-export function renew(dict: NgxSharedDict, rec: string, serial: number, token: string, key: string, ttl: number): void {
-  if (serialOf(dict, rec) === serial) {
-    dict.safe_set(rec, encode(serial, token, key, ttl), ttl / 1000);
-  }
-}
-
-/**
- * Drop the record if it is still this lease's; false when a newer lease of this
- * nginx owns the key (then this one must not touch it). Called before the Redis release:
- * while we still hold the key in Redis nobody can write a newer record, so the
- * get-then-delete cannot remove a successor's record.
- */
-export function forget(dict: NgxSharedDict, rec: string, serial: number): boolean {
-  const current = serialOf(dict, rec);
-  if (current === serial) {
-    dict.delete(rec);
-  }
-  return current === undefined || current === serial;
-}
-
-/** Every lease recorded now. Walks the dict's keys: meant for status pages, not hot paths. */
-export function held(dict: NgxSharedDict): HeldLease[] {
-  const out: HeldLease[] = [];
-  const nowMs = ngx.now() * 1000;
-  const keys = dict.get_keys(0);
-  for (const i of $range(1, keys.length())) {
-    const k = keys.get(i);
-    if (string.sub(k, 1, 2) === RECORD) {
-      const [v] = dict.get(k);
-      if (type(v) === "string") {
-        const [, pid, expires, token, key] = string.match(v as string, "^(%d+) (%d+) (%d+) (%S+) (.*)$");
-        if (key !== undefined) {
-          const exp = tonumber(expires) ?? 0;
-          out.push({ key, token: token!, pid: tonumber(pid) ?? 0, expires_at: exp / 1000, ttl: math.max(0, exp - nowMs) });
-        }
-      }
-    }
-  }
-  return out;
-}
-
 /** Dict key counting leases whose record the dict could not take (it was full). */
 export const UNRECORDED = "c:ledger:unrecorded";
 
@@ -125,3 +29,143 @@ export function unrecorded(dict: NgxSharedDict): number {
   const [v] = dict.get(UNRECORDED);
   return type(v) === "number" ? (v as number) : 0;
 }
+
+/**
+ * Get a dict ready for records: create the UNRECORDED counter now, while there
+ * is room, so that counting works once the dict is full (an incr of an
+ * existing number needs no memory).
+ */
+export function prepare(dict: NgxSharedDict): void {
+  dict.safe_add(UNRECORDED, 0);
+}
+
+/** The dict key of a lease's record. */
+export function recordKey(rkey: string, token: string, shared: boolean): string {
+  return shared ? RECORD + rkey + " " + token : RECORD + rkey;
+}
+
+function encode(token: string, key: string, ttl: number): string {
+  const expires = math.floor(ngx.now() * 1000) + ttl;
+  return ngx.worker.pid() + " " + expires + " " + token + " " + key;
+}
+
+// A full dict fails every acquire: one warning per worker and WARN_EVERY
+// seconds, saying how many leases went unrecorded since the previous one.
+let missed = 0;
+let warnedAt = -WARN_EVERY;
+
+function unrecordable(dict: NgxSharedDict, key: string, err: string | undefined): void {
+  dict.incr(UNRECORDED, 1, 0);
+  missed++;
+  const now = ngx.now();
+  if (now - warnedAt >= WARN_EVERY) {
+    ngx.log(ngx.WARN, "dlock: shared dict full: ", missed, " lease(s) not recorded since the last warning (latest ",
+      key, ": ", err, "); held(), status and local waiting miss them, exclusion is unaffected");
+    missed = 0;
+    warnedAt = now;
+  }
+}
+
+/** Record a new lease; false when the dict could not take it (counted in UNRECORDED). */
+export function record(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): boolean {
+  const [ok, err] = dict.safe_set(rec, encode(token, key, ttl), ttl / 1000);
+  if (!ok) {
+    unrecordable(dict, key, err);
+    return false;
+  }
+  return true;
+}
+
+function tokenOf(dict: NgxSharedDict, rec: string): string | undefined {
+  const [v] = dict.get(rec);
+  if (type(v) !== "string") {
+    return undefined;
+  }
+  const [t] = string.match(v as string, "^%d+ %d+ (%S+) ");
+  return t;
+}
+
+/** The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx. */
+export function holder(dict: NgxSharedDict, rec: string): LuaMultiReturn<[number | undefined, number]> {
+  const [v] = dict.get(rec);
+  if (type(v) !== "string") {
+    return $multi(undefined, 0);
+  }
+  const [pid, expires] = string.match(v as string, "^(%d+) (%d+) ");
+  if (pid === undefined) {
+    return $multi(undefined, 0);
+  }
+  return $multi(tonumber(pid), tonumber(expires) ?? 0);
+}
+
+/** Move the record's expiry after a successful extend (only if the record is this lease's). */
+export function renew(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): void {
+  if (tokenOf(dict, rec) === token) {
+    dict.safe_set(rec, encode(token, key, ttl), ttl / 1000);
+  }
+}
+
+/**
+ * Drop the record if it is still this lease's (a newer lease of the key, in any
+ * worker, has a token of its own). The get and the delete are two dict calls:
+ * a successor in another worker that records in between loses its record,
+ * which costs bookkeeping, never exclusion.
+ */
+export function forget(dict: NgxSharedDict, rec: string, token: string): void {
+  if (tokenOf(dict, rec) === token) {
+    dict.delete(rec);
+  }
+}
+
+/** The lease a record stands for, or nil when `v` is not a record. */
+function parse(v: unknown, nowMs: number): HeldLease | undefined {
+  if (type(v) !== "string") return undefined;
+  const [pid, expires, token, key] = string.match(v as string, "^(%d+) (%d+) (%S+) (.*)$");
+  if (key === undefined) return undefined;
+  const exp = tonumber(expires) ?? 0;
+  return { key, token: token!, pid: tonumber(pid) ?? 0, expires_at: exp / 1000, ttl: math.max(0, exp - nowMs) };
+}
+
+/** Every lease recorded now. Walks the dict's keys: meant for held(), not hot paths nor scrapes. */
+export function held(dict: NgxSharedDict): HeldLease[] {
+  const [all] = list(dict, 0);
+  return all;
+}
+
+/**
+ * At most `max` leases recorded now (0: all, walking the whole dict), and
+ * whether there are (or may be) more. get_keys(n) returns the first n keys of
+ * the whole dict, counters and other data included, and locks the dict while
+ * it copies them: ask for some more than needed and double while that is not
+ * enough, looking at 4 * max + 1024 keys at most, so a status page stays cheap
+ * however many leases are held.
+ */
+export function list(dict: NgxSharedDict, max: number): LuaMultiReturn<[HeldLease[], boolean]> {
+  const bound = max === 0 ? 0 : max * 4 + 1024;
+  const nowMs = ngx.now() * 1000;
+  let n = max === 0 ? 0 : math.min(max + 64, bound);
+  while (true) {
+    const keys = dict.get_keys(n);
+    const found: HeldLease[] = [];
+    let more = false;
+    for (const i of $range(1, keys.length())) {
+      const k = keys.get(i);
+      if (string.sub(k, 1, 2) === RECORD) {
+        const l = parse(dict.get(k)[0], nowMs);
+        if (l !== undefined) {
+          if (max > 0 && found.length === max) {
+            more = true;
+            break;
+          }
+          found.push(l);
+        }
+      }
+    }
+    // Done with one lease too many, when every key was seen, or at the bound.
+    if (n === 0 || more || keys.length() < n || n >= bound) {
+      return $multi(found, more || (n > 0 && keys.length() >= n));
+    }
+    n = math.min(n * 2, bound);
+  }
+}
+

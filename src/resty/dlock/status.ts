@@ -3,25 +3,40 @@
 //   location = /dlock/status  { content_by_lua_block { require("resty.dlock.status").serve() } }
 //   location = /dlock/metrics { content_by_lua_block { require("resty.dlock.status").metrics() } }
 //
-// serve() answers JSON: { held = [ {key, pid, ttl, expires_at} ], guards = { name = {mode, breaker, <events>} } };
-// metrics() answers the same numbers in the Prometheus text format.
+// serve() answers JSON (GET /dlock/status?limit=N lists up to N leases, at most MAX_LIMIT):
+//   { "held": [ {dict, key, pid, ttl, expires_at} ],   up to `limit` leases, never tokens
+//     "held_listed": 3, "held_limit": 100, "held_truncated": false,
+//     "dicts": { "dlock": { "unrecorded_leases": 0 } },
+//     "redis": { "127.0.0.1:6379": { "checked": true, "maxmemory_policy": "allkeys-lru", "maxmemory": 10485760,
+//                                    "policy_evicts": true, "can_evict_locks": true, "checked_at": 1764000000.5,
+//                                    "advice": "..." } },
+//     "guards": { "<name>": { mode, breaker, in_flight, <events> } } }
+// metrics() answers the counters in the Prometheus text format. A scrape reads a
+// fixed number of dict keys per guard, dict and Redis endpoint: it never walks the
+// held leases, which a busy gateway has tens of thousands of.
 // Both read the shared dicts of the guards (and any dict named in `dicts`).
 
 import * as check from "./check";
 import * as gateway from "./gateway";
 import * as ledger from "./ledger";
+import * as redis from "./redis";
 import * as stats from "./stats";
 
 export const _VERSION = "0.1.0";
 
+/** Leases serve() and report() list unless asked for another number. */
+export const DEFAULT_LIMIT = 100;
+/** The most a request may ask for: listing walks the dict, a bound keeps the page cheap. */
+export const MAX_LIMIT = 10000;
+
 const cjson = require("cjson.safe") as CjsonSafeModule;
 
-const OPTIONS = check.set("dicts");
+const REPORT_OPTIONS = check.set("dicts", "limit");
+const METRICS_OPTIONS = check.set("dicts");
+const ADVICE = "set maxmemory-policy noeviction, or give locks a Redis of their own";
 
-/** Dict names to report: those of the guards, plus opts.dicts (default { "dlock" } when there are no guards). */
-function dictNames(opts: unknown): LuaMultiReturn<[string[] | undefined, string | undefined]> {
-  const [o, err] = check.options("status options", opts, OPTIONS);
-  if (o === undefined) return $multi(undefined, err);
+/** Dict names to report: those of the guards, plus o.dicts (default { "dlock" } when there are no guards). */
+function dictNames(o: LuaTable<string, unknown>): LuaMultiReturn<[string[] | undefined, string | undefined]> {
   const names: string[] = [];
   const seen = new LuaSet<string>();
   const add = (n: string): void => {
@@ -49,6 +64,10 @@ function dictNames(opts: unknown): LuaMultiReturn<[string[] | undefined, string 
   return $multi(names, undefined);
 }
 
+function checkLimit(v: unknown): LuaMultiReturn<[number | undefined, string | undefined]> {
+  return check.integer("limit", v, 0, MAX_LIMIT, "an integer from 0 to " + MAX_LIMIT);
+}
+
 interface HeldView {
   dict: string;
   key: string;
@@ -59,45 +78,180 @@ interface HeldView {
 
 interface Report {
   dicts: string[];
+  /** At most `held_limit` leases. */
   held: HeldView[];
+  held_listed: number;
+  held_limit: number;
+  /** More leases are held than listed (or may be: the search stopped before the end of a dict). */
+  held_truncated: boolean;
+  /** Per dict: leases this nginx could not record (the dict was full). */
+  unrecorded: LuaTable<string, number>;
+  /** Per Redis endpoint: can it evict lock keys. */
+  redis: LuaTable<string, LuaTable<string, unknown>>;
   guards: LuaTable<string, LuaTable<string, unknown>>;
 }
 
-/** The numbers serve() and metrics() show. Tokens are left out: they are capabilities. */
-export function report(opts?: unknown): LuaMultiReturn<[Report | undefined, string | undefined]> {
-  const [names, err] = dictNames(opts);
-  if (names === undefined) return $multi(undefined, err);
-  const held: HeldView[] = [];
+/** Append at most `max` leases of one dict to `out` (tokens left out); true when it holds more. */
+function listHeld(name: string, dict: NgxSharedDict, max: number, out: HeldView[]): boolean {
+  if (max === 0) {
+    // Nothing to list, but say whether anything is held.
+    const [one] = ledger.list(dict, 1);
+    return one.length > 0;
+  }
+  const [found, more] = ledger.list(dict, max);
+  for (const l of found) {
+    out.push({ dict: name, key: l.key, pid: l.pid, ttl: l.ttl, expires_at: l.expires_at });
+  }
+  return more;
+}
+
+function evictionView(e: redis.Eviction): LuaTable<string, unknown> {
+  const v = new LuaTable<string, unknown>();
+  v.set("checked", e.checked);
+  v.set("checked_at", e.checkedAt);
+  if (!e.checked) {
+    v.set("reason", e.why);
+    return v;
+  }
+  v.set("maxmemory_policy", e.policy);
+  v.set("maxmemory", e.maxmemory);
+  v.set("policy_evicts", e.policyEvicts);
+  v.set("can_evict_locks", e.canEvict);
+  if (e.policyEvicts) v.set("advice", ADVICE);
+  return v;
+}
+
+/** What serve() and metrics() both show: guards, unrecorded leases per dict, Redis eviction. No held leases. */
+function counters(names: string[]): Report {
+  const dicts: NgxSharedDict[] = [];
+  const unrecorded = new LuaTable<string, number>();
   for (const name of names) {
-    for (const l of ledger.held(ngx.shared.get(name)!)) {
-      held.push({ dict: name, key: l.key, pid: l.pid, ttl: l.ttl, expires_at: l.expires_at });
-    }
+    const d = ngx.shared.get(name)!;
+    dicts.push(d);
+    unrecorded.set(name, ledger.unrecorded(d));
+  }
+  const ev = new LuaTable<string, LuaTable<string, unknown>>();
+  for (const [ep, e] of redis.evictions(dicts)) {
+    ev.set(ep, evictionView(e));
   }
   const guards = new LuaTable<string, LuaTable<string, unknown>>();
   for (const g of gateway.guards()) {
     const row = new LuaTable<string, unknown>();
     row.set("mode", g.mode);
     row.set("breaker", stats.breakerState(g.dict, g.name));
-    for (const ev of stats.EVENTS) {
-      row.set(ev, stats.count(g.dict, g.name, ev));
+    row.set("in_flight", stats.gauge(g.dict, g.name, "in_flight"));
+    for (const e of stats.EVENTS) {
+      row.set(e, stats.count(g.dict, g.name, e));
     }
     guards.set(g.name, row);
   }
-  return $multi({ dicts: names, held, guards }, undefined);
+  return {
+    dicts: names, held: [], held_listed: 0, held_limit: 0, held_truncated: false,
+    unrecorded, redis: ev, guards,
+  };
 }
 
-/** content_by_lua: the report as JSON. */
-export function serve(opts?: unknown): void {
-  const [r, err] = report(opts);
+/**
+ * The numbers serve() shows, with at most opts.limit (default 100) held leases.
+ * Tokens are left out: they are capabilities.
+ */
+export function report(opts?: unknown): LuaMultiReturn<[Report | undefined, string | undefined]> {
+  const [o, oerr] = check.options("status options", opts, REPORT_OPTIONS);
+  if (o === undefined) return $multi(undefined, oerr);
+  let limit = DEFAULT_LIMIT;
+  if (o.get("limit") !== undefined) {
+    const [n, err] = checkLimit(o.get("limit"));
+    if (n === undefined) return $multi(undefined, err);
+    limit = n;
+  }
+  const [names, err] = dictNames(o);
+  if (names === undefined) return $multi(undefined, err);
+  const r = counters(names);
+  let truncated = false;
+  for (const name of names) {
+    if (listHeld(name, ngx.shared.get(name)!, limit - r.held.length, r.held)) {
+      truncated = true;
+    }
+  }
+  r.held_listed = r.held.length;
+  r.held_limit = limit;
+  r.held_truncated = truncated;
+  return $multi(r, undefined);
+}
+
+/** One "name":value member of a JSON object (names are ours: plain identifiers). */
+function member(name: string, value: unknown): string | undefined {
+  const [v] = cjson.encode(value);
+  if (v === undefined) return undefined;
+  return "\"" + name + "\":" + v;
+}
+
+/** The report as a JSON object, its members in a fixed order. */
+function encode(r: Report): LuaMultiReturn<[string | undefined, string | undefined]> {
+  const dicts = new LuaTable<string, LuaTable<string, number>>();
+  for (const name of r.dicts) {
+    const d = new LuaTable<string, number>();
+    d.set("unrecorded_leases", r.unrecorded.get(name));
+    dicts.set(name, d);
+  }
+  // Written by hand when empty: Debian's lua-cjson has no empty_array, and an
+  // empty table would become {} (or the member would be dropped). "held" is always a list.
+  const parts: string[] = [r.held.length > 0 ? member("held", r.held) ?? "" : "\"held\":[]"];
+  const rest: [string, unknown][] = [
+    ["held_listed", r.held_listed],
+    ["held_limit", r.held_limit],
+    ["held_truncated", r.held_truncated],
+    ["dicts", dicts],
+    ["redis", r.redis],
+    ["guards", r.guards],
+  ];
+  for (const [name, value] of rest) {
+    parts.push(member(name, value) ?? "");
+  }
+  for (const p of parts) {
+    if (p === "") return $multi(undefined, "dlock: status: cannot encode the report as JSON");
+  }
+  return $multi("{" + table.concat(parts, ",") + "}", undefined);
+}
+
+function fail(status: number, err: string): void {
+  ngx.status = status;
   ngx.header.set("Content-Type", "application/json");
+  ngx.say(cjson.encode({ error: err })[0] ?? "{}");
+}
+
+/** content_by_lua: the report as JSON; ?limit=N lists up to N held leases (instead of opts.limit or 100). */
+export function serve(opts?: unknown): void {
+  let o = opts;
+  const arg = ngx.var.get("arg_limit");
+  if (arg !== undefined) {
+    const [n, lerr] = checkLimit(tonumber(arg) ?? arg);
+    if (n === undefined) {
+      fail(400, lerr!);
+      return;
+    }
+    if (opts === undefined || type(opts) === "table") {
+      // A copy: opts is the caller's table, shared by every request.
+      const copy = new LuaTable<AnyNotNil, unknown>();
+      if (opts !== undefined) {
+        for (const [k, v] of pairs(opts as LuaTable<AnyNotNil, unknown>)) copy.set(k, v);
+      }
+      copy.set("limit", n);
+      o = copy;
+    }
+  }
+  const [r, err] = report(o);
   if (r === undefined) {
-    ngx.status = 500;
-    ngx.say(cjson.encode({ error: err })[0] ?? "{}");
+    fail(500, err!);
     return;
   }
-  // An empty list must stay a JSON list, not become {}.
-  const [body, jerr] = cjson.encode({ held: r.held.length > 0 ? r.held : cjson.empty_array, guards: r.guards });
-  ngx.say(body ?? "{\"error\":\"" + tostring(jerr) + "\"}");
+  const [body, jerr] = encode(r);
+  if (body === undefined) {
+    fail(500, jerr!);
+    return;
+  }
+  ngx.header.set("Content-Type", "application/json");
+  ngx.say(body);
 }
 
 function label(s: string): string {
@@ -105,14 +259,16 @@ function label(s: string): string {
   return escaped;
 }
 
-/** content_by_lua: the report in the Prometheus text format (version 0.0.4). */
-export function metrics(opts?: unknown): void {
-  const [r, err] = report(opts);
-  if (r === undefined) {
-    ngx.status = 500;
-    ngx.say("# ", err!);
-    return;
-  }
+/**
+ * The metrics in the Prometheus text format (version 0.0.4), or nil and an error.
+ * Reads a fixed number of dict keys per guard, dict and Redis endpoint; never the leases.
+ */
+export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined, string | undefined]> {
+  const [o, oerr] = check.options("metrics options", opts, METRICS_OPTIONS);
+  if (o === undefined) return $multi(undefined, oerr);
+  const [names, err] = dictNames(o);
+  if (names === undefined) return $multi(undefined, err);
+  const r = counters(names);
   const lines: string[] = [
     "# HELP dlock_guard_events_total Gateway guard outcomes since this nginx started.",
     "# TYPE dlock_guard_events_total counter",
@@ -121,6 +277,10 @@ export function metrics(opts?: unknown): void {
     "# HELP dlock_guard_breaker_open 1 while the guard's Redis circuit breaker is open.",
     "# TYPE dlock_guard_breaker_open gauge",
   ];
+  const inFlight: string[] = [
+    "# HELP dlock_guard_in_flight Requests the guard let through that have not ended yet.",
+    "# TYPE dlock_guard_in_flight gauge",
+  ];
   for (const [gname, row] of r.guards) {
     const name = label(gname);
     for (const ev of stats.EVENTS) {
@@ -128,17 +288,35 @@ export function metrics(opts?: unknown): void {
         row.get(ev));
     }
     breakers.push("dlock_guard_breaker_open{guard=\"" + name + "\"} " + (row.get("breaker") === "open" ? 1 : 0));
+    inFlight.push("dlock_guard_in_flight{guard=\"" + name + "\"} " + row.get("in_flight"));
   }
-  for (const b of breakers) lines.push(b);
-  lines.push("# HELP dlock_held_leases Leases this nginx instance holds now.");
-  lines.push("# TYPE dlock_held_leases gauge");
+  for (const l of breakers) lines.push(l);
+  for (const l of inFlight) lines.push(l);
+  lines.push("# HELP dlock_unrecorded_leases_total Leases this nginx could not record in the shared dict (it was full).");
+  lines.push("# TYPE dlock_unrecorded_leases_total counter");
   for (const name of r.dicts) {
-    let n = 0;
-    for (const l of r.held) {
-      if (l.dict === name) n++;
+    lines.push("dlock_unrecorded_leases_total{dict=\"" + label(name) + "\"} " + r.unrecorded.get(name));
+  }
+  lines.push("# HELP dlock_redis_can_evict_locks 1 when the Redis has maxmemory set and a policy that evicts keys " +
+    "with a ttl (lock keys); endpoints whose settings could not be read are left out.");
+  lines.push("# TYPE dlock_redis_can_evict_locks gauge");
+  for (const [ep, v] of r.redis) {
+    if (v.get("checked") === true) {
+      lines.push("dlock_redis_can_evict_locks{endpoint=\"" + label(ep) + "\",policy=\"" + label(v.get("maxmemory_policy") as string) +
+        "\"} " + (v.get("can_evict_locks") === true ? 1 : 0));
     }
-    lines.push("dlock_held_leases{dict=\"" + label(name) + "\"} " + n);
+  }
+  return $multi(table.concat(lines, "\n"), undefined);
+}
+
+/** content_by_lua: metrics_text() as the response. */
+export function metrics(opts?: unknown): void {
+  const [text, err] = metrics_text(opts);
+  if (text === undefined) {
+    ngx.status = 500;
+    ngx.say("# ", err!);
+    return;
   }
   ngx.header.set("Content-Type", "text/plain; version=0.0.4");
-  ngx.say(table.concat(lines, "\n"));
+  ngx.say(text);
 }

@@ -78,24 +78,30 @@ function hostname(): string {
   return "localhost";
 }
 
-let workerToken: string | undefined;
+let workerId: string | undefined;
 let workerPid = 0;
+let workerSerial = 0;
 
 /**
- * One token per worker process: host, pid and a per-start random part, so it
- * is unique across a fleet and across restarts (pids get reused). Computed in
- * the worker, not at require time: a module loaded by init_by_lua runs in the
- * master first, and forked workers must not inherit the master's token.
+ * A token that names this worker process and is still unique per lease:
+ * "host:pid:random:n". Host, pid and a per-start random part make the worker
+ * unique across a fleet and across restarts (pids get reused); n counts the
+ * worker's leases, so a stale lease never carries its successor's token and
+ * Redis alone tells them apart. Computed in the worker, not at require time: a
+ * module loaded by init_by_lua runs in the master first, and forked workers
+ * must not inherit the master's identity.
  */
 export function worker(): LuaMultiReturn<[string | undefined, string | undefined]> {
   const pid = ngx.worker.pid();
-  if (workerToken === undefined || workerPid !== pid) {
+  if (workerId === undefined || workerPid !== pid) {
     const [r, err] = random();
     if (r === undefined) {
       return $multi(undefined, err);
     }
-    workerToken = hostname() + ":" + pid + ":" + string.sub(r, 1, 16);
+    workerId = hostname() + ":" + pid + ":" + string.sub(r, 1, 16) + ":";
     workerPid = pid;
+    workerSerial = 0;
   }
-  return $multi(workerToken, undefined);
+  workerSerial++;
+  return $multi(workerId + workerSerial, undefined);
 }

@@ -1,0 +1,141 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.check")
+local redis = require("resty.dlock.redis")
+local scripts = require("resty.dlock.scripts")
+local TRANSIENT = check.set(
+    "LOADING",
+    "BUSY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "CLUSTERDOWN"
+)
+local function refused(conf, err)
+    local code = string.match(
+        tostring(err),
+        "^(%u+)"
+    )
+    local fault = code ~= nil and TRANSIENT[code] ~= nil and "transient" or "failed"
+    return (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err), fault
+end
+--- One script round trip on a pooled connection. Returns the reply, or nil, an
+-- error that names the endpoint, and the kind of fault.
+function ____exports.call(conf, s, rkey, ...)
+    local red, cerr = redis.connect(conf)
+    if red == nil then
+        return nil, cerr, "failed"
+    end
+    local res, err = scripts.run(red, s, rkey, ...)
+    redis.done(red, conf, res ~= nil)
+    if res == nil then
+        return nil, (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)) .. " during ") .. s.name, "lost"
+    end
+    if res == false then
+        local msg, fault = refused(conf, err)
+        return nil, msg, fault
+    end
+    return res, nil, nil
+end
+local function isError(r)
+    return type(r) == "table" and r[1] == false
+end
+--- Queue s for the targets listed in `which` (indexes into targets), by SHA or with its body.
+local function queue(red, s, targets, ms, which, body)
+    red:init_pipeline(#which)
+    for ____, i in ipairs(which) do
+        local t = targets[i]
+        local m
+        if ms ~= nil then
+            m = ms[i]
+        end
+        if body and m ~= nil then
+            red:eval(
+                s.src,
+                1,
+                t.rkey,
+                t.token,
+                m
+            )
+        elseif body then
+            red:eval(s.src, 1, t.rkey, t.token)
+        elseif m ~= nil then
+            red:evalsha(
+                s.sha,
+                1,
+                t.rkey,
+                t.token,
+                m
+            )
+        else
+            red:evalsha(s.sha, 1, t.rkey, t.token)
+        end
+    end
+end
+--- Run one single-key script (ARGV[1] the token, ARGV[2] ms[i] when given) for
+-- every target in one round trip. Replies that say NOSCRIPT (scripts flushed,
+-- a restart, a failover) get a second round trip with the script's body.
+function ____exports.batch(conf, s, targets, ms)
+    local out = {replies = {}, errors = {}, faults = {}}
+    local n = #targets
+    if n == 0 then
+        return out
+    end
+    local all = {}
+    for i = 1, n do
+        all[#all + 1] = i
+    end
+    local red, cerr = redis.connect(conf)
+    if red == nil then
+        for ____, i in ipairs(all) do
+            out.errors[i] = cerr
+            out.faults[i] = "failed"
+        end
+        return out
+    end
+    local todo = all
+    local body = false
+    while #todo > 0 do
+        queue(
+            red,
+            s,
+            targets,
+            ms,
+            todo,
+            body
+        )
+        local replies, err = red:commit_pipeline()
+        if replies == nil then
+            redis.done(red, conf, false)
+            for ____, i in ipairs(todo) do
+                out.errors[i] = (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)) .. " during ") .. s.name
+                out.faults[i] = "lost"
+            end
+            return out
+        end
+        local again = {}
+        for j = 1, #todo do
+            local i = todo[j]
+            local r = replies[j]
+            if isError(r) then
+                local msg = tostring(r[2])
+                if not body and string.sub(msg, 1, 8) == "NOSCRIPT" then
+                    again[#again + 1] = i
+                else
+                    local e, fault = refused(conf, msg)
+                    out.errors[i] = e
+                    out.faults[i] = fault
+                end
+            elseif r == nil then
+                out.errors[i] = (("dlock: redis " .. conf.endpoint) .. ": no reply during ") .. s.name
+                out.faults[i] = "lost"
+            else
+                out.replies[i] = r
+            end
+        end
+        todo = again
+        body = true
+    end
+    redis.done(red, conf, true)
+    return out
+end
+return ____exports

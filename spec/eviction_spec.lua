@@ -1,0 +1,243 @@
+-- A Redis that may evict keys (maxmemory with any policy but noeviction) can drop
+-- a held lock and let a second holder in. lua-resty-dlock asks each Redis for its
+-- memory settings once per worker and pool, on the first fresh connection, logs
+-- what it found once per endpoint and worker, and shows it in status and metrics.
+local h = require "helpers"
+local cjson = require "cjson.safe"
+local status = require "resty.dlock.status"
+
+-- INFO calls this spec sends itself, per port, so that counts show only dlock's.
+local own_info = {}
+local function info(port, section)
+  own_info[port] = (own_info[port] or 0) + 1
+  return assert(h.cmd(port, "info", section))
+end
+
+--- INFO and CONFIG GET calls the Redis on `port` has served to others than this spec.
+local function introspections(port)
+  local s = info(port, "commandstats")
+  local function calls(name)
+    return tonumber(s:match("cmdstat_" .. name .. ":calls=(%d+)") or "0")
+  end
+  -- Redis counts a call once it is done: this INFO is not in its own answer.
+  return calls("info") + calls("config|get") - (own_info[port] - 1)
+end
+
+local function connections(port)
+  return tonumber(info(port, "stats"):match("total_connections_received:(%d+)"))
+end
+
+local function locks_on(r, extra)
+  local o = { port = r.port, connect_timeout = 500, read_timeout = 1000 }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return h.locks({ redis = o })
+end
+
+--- Eviction lines of log_file about the Redis on `port`, at `level` ("[error]", "[warn]", ...; "" for any).
+local function lines(log_file, port, level)
+  local out = {}
+  for line in ((h.read_file(log_file) or "") .. "\n"):gmatch("([^\n]*)\n") do
+    if line:find("dlock: redis 127.0.0.1:" .. port, 1, true) and line:find("evict", 1, true)
+      and line:find(level, 1, true) then
+      out[#out + 1] = line
+    end
+  end
+  return out
+end
+
+local spec_log = h.prefix .. "/logs/error.log"
+local notice_log = h.prefix .. "/logs/notice.log"
+
+local function endpoint_status(port, report)
+  report = report or assert(status.report({ limit = 0 }))
+  return report.redis["127.0.0.1:" .. port]
+end
+
+describe("eviction check", function()
+  it("logs one error per worker for a Redis with maxmemory and allkeys-lru, however many fresh connections; " ..
+     "status and metrics show it", function()
+    local r = h.start_redis(nil, "--maxmemory 10mb --maxmemory-policy allkeys-lru")
+    finally(function() r.stop() end)
+    local locks = locks_on(r, { pool_size = 1 })
+    local conns0, calls0 = connections(r.port), introspections(r.port)
+    -- 40 at once with a pool of 1: nearly every call opens (and closes) a fresh connection.
+    for round = 1, 5 do
+      h.parallel(40, function(i)
+        local lease = assert(locks:acquire("k" .. round .. ":" .. i))
+        assert(lease:release())
+      end)
+    end
+    assert.is_true(connections(r.port) - conns0 > 40, "the spec meant to open many fresh connections")
+    assert.equal(calls0 + 1, introspections(r.port))
+
+    local errs = lines(spec_log, r.port, "[error]")
+    assert.equal(1, #errs)
+    assert.matches("dlock: redis 127.0.0.1:" .. r.port .. " can evict lock keys (maxmemory-policy allkeys-lru, " ..
+      "maxmemory 10485760): an evicted lock lets a second holder in; set maxmemory-policy noeviction, " ..
+      "or give locks a Redis of their own", errs[1], 1, true)
+
+    local s = endpoint_status(r.port)
+    assert.same({ checked = true, maxmemory_policy = "allkeys-lru", maxmemory = 10485760, policy_evicts = true,
+      can_evict_locks = true, checked_at = s.checked_at,
+      advice = "set maxmemory-policy noeviction, or give locks a Redis of their own" }, s)
+    local text = assert(status.metrics_text())
+    assert.matches('\ndlock_redis_can_evict_locks{endpoint="127.0.0.1:' .. r.port .. '",policy="allkeys-lru"} 1\n',
+      text .. "\n", 1, true)
+  end)
+
+  it("logs nothing for noeviction and shows that the Redis cannot evict lock keys", function()
+    local r = h.start_redis(nil, "--maxmemory 10mb --maxmemory-policy noeviction")
+    finally(function() r.stop() end)
+    local locks = locks_on(r)
+    for i = 1, 20 do assert(assert(locks:acquire("k" .. i)):release()) end
+    assert.same({}, lines(spec_log, r.port, ""))
+    local s = endpoint_status(r.port)
+    assert.is_true(s.checked)
+    assert.equal("noeviction", s.maxmemory_policy)
+    assert.is_false(s.policy_evicts)
+    assert.is_false(s.can_evict_locks)
+    assert.is_nil(s.advice)
+    assert.matches('\ndlock_redis_can_evict_locks{endpoint="127.0.0.1:' .. r.port .. '",policy="noeviction"} 0\n',
+      assert(status.metrics_text()) .. "\n", 1, true)
+  end)
+
+  it("warns (not errors) for an evicting policy without maxmemory: nothing can be evicted until maxmemory is set", function()
+    local r = h.start_redis(nil, "--maxmemory 0 --maxmemory-policy volatile-lru")
+    finally(function() r.stop() end)
+    local locks = locks_on(r)
+    for i = 1, 10 do assert(assert(locks:acquire("k" .. i)):release()) end
+    assert.same({}, lines(spec_log, r.port, "[error]"))
+    local warns = lines(spec_log, r.port, "[warn]")
+    assert.equal(1, #warns)
+    assert.matches("has maxmemory-policy volatile-lru but no maxmemory: lock keys cannot be evicted yet, they can as " ..
+      "soon as maxmemory is set; set maxmemory-policy noeviction, or give locks a Redis of their own", warns[1], 1, true)
+    local s = endpoint_status(r.port)
+    assert.equal("volatile-lru", s.maxmemory_policy)
+    assert.equal(0, s.maxmemory)
+    assert.is_true(s.policy_evicts)
+    assert.is_false(s.can_evict_locks)
+  end)
+
+  it("checks each pool (here db 0 and db 1 of one Redis) once and logs once per endpoint", function()
+    local r = h.start_redis(nil, "--maxmemory 10mb --maxmemory-policy allkeys-random")
+    finally(function() r.stop() end)
+    local calls0 = introspections(r.port)
+    for _, db in ipairs({ 0, 1 }) do
+      local locks = locks_on(r, { db = db })
+      for i = 1, 10 do assert(assert(locks:acquire("k" .. i)):release()) end
+    end
+    assert.equal(calls0 + 2, introspections(r.port))
+    assert.equal(1, #lines(spec_log, r.port, "[error]"))
+  end)
+
+  it("falls back to CONFIG GET when INFO is refused, and says once (notice) when neither answers; " ..
+     "locks still work", function()
+    -- ACL users: "cfg" may run CONFIG but not INFO, "none" neither.
+    local r = h.start_redis(nil, "--user cfg on '>pw' '~*' '&*' '+@all' '-info'")
+    finally(function() r.stop() end)
+    local cfg = locks_on(r, { username = "cfg", password = "pw" })
+    assert(assert(cfg:acquire("a")):release())
+    local s = endpoint_status(r.port)
+    assert.is_true(s.checked)
+    assert.equal("noeviction", s.maxmemory_policy)
+
+    local r2 = h.start_redis(nil, "--user none on '>pw' '~*' '&*' '+@all' '-info' '-config'")
+    finally(function() r2.stop() end)
+    local none = locks_on(r2, { username = "none", password = "pw" })
+    for i = 1, 10 do assert(assert(none:acquire("k" .. i)):release()) end
+    s = endpoint_status(r2.port)
+    assert.is_false(s.checked)
+    assert.is_nil(s.can_evict_locks)
+    assert.matches("^INFO memory: NOPERM .*; CONFIG GET: NOPERM ", s.reason)
+    local notes = lines(notice_log, r2.port, "[notice]")
+    assert.equal(1, #notes)
+    assert.matches(": could not check whether it can evict lock keys (INFO memory: NOPERM", notes[1], 1, true)
+    assert.matches("make sure its maxmemory-policy is noeviction", notes[1], 1, true)
+    assert.same({}, lines(spec_log, r2.port, "[error]"))
+    -- Not checkable is not a metric value: the endpoint is left out of the gauge.
+    assert.is_nil(assert(status.metrics_text()):find('endpoint="127.0.0.1:' .. r2.port .. '"', 1, true))
+  end)
+
+  it("asks again on the next fresh connection when the check itself timed out (Redis paused)", function()
+    local r = h.start_redis(nil, "--maxmemory 10mb --maxmemory-policy allkeys-lfu")
+    finally(function() r.stop() end)
+    local locks = locks_on(r, { read_timeout = 200 })
+    r.signal("STOP")
+    local lease, err = locks:acquire("a")
+    r.signal("CONT")
+    assert.is_nil(lease)
+    assert.equal("dlock: redis 127.0.0.1:" .. r.port .. ": timeout during the eviction check", err)
+    assert.is_nil(endpoint_status(r.port))
+    assert(assert(locks:acquire("b")):release())
+    assert.equal("allkeys-lfu", endpoint_status(r.port).maxmemory_policy)
+    assert.equal(1, #lines(spec_log, r.port, "[error]"))
+  end)
+
+  it("shares the finding through the shared dict: a worker that never connected shows it", function()
+    local r = h.start_redis(nil, "--maxmemory 10mb --maxmemory-policy volatile-ttl")
+    finally(function() r.stop() end)
+    assert(assert(locks_on(r):acquire("a")):release())
+    -- A fresh copy of the redis and status modules has no finding of its own, like another worker.
+    local saved_redis, saved_status = package.loaded["resty.dlock.redis"], package.loaded["resty.dlock.status"]
+    package.loaded["resty.dlock.redis"], package.loaded["resty.dlock.status"] = nil, nil
+    local ok, other = pcall(require, "resty.dlock.status")
+    package.loaded["resty.dlock.redis"], package.loaded["resty.dlock.status"] = saved_redis, saved_status
+    assert(ok, other)
+    assert.are_not.equal(status, other)
+    local s = endpoint_status(r.port, assert(other.report({ limit = 0 })))
+    assert.same({ "volatile-ttl", 10485760, true }, { s.maxmemory_policy, s.maxmemory, s.can_evict_locks })
+  end)
+end)
+
+describe("eviction check in a gateway of 2 workers", function()
+  local r, gw
+
+  setup(function()
+    r = h.start_redis(nil, "--maxmemory 10mb --maxmemory-policy allkeys-lru")
+    local backend = h.free_port()
+    gw = h.start_nginx("gateway.conf", { REDIS_PORT = r.port, OWN_BACKEND_PORT = backend, BACKEND_PORT = backend })
+  end)
+
+  teardown(function()
+    if gw then gw.stop() end
+    if r then r.stop() end
+  end)
+
+  it("logs exactly one error line per worker after many guarded requests, and every status answer shows it", function()
+    local log = gw.prefix .. "/logs/error.log"
+    local workers = gw.workers()
+    assert.equal(2, #workers)
+    local function per_worker()
+      local n = {}
+      for _, line in ipairs(lines(log, r.port, "[error]")) do
+        local pid = tonumber(line:match("%[error%] (%d+)#"))
+        n[pid] = (n[pid] or 0) + 1
+      end
+      return n
+    end
+    -- Requests until both workers have served some (nginx gives no way to pick one), then many more.
+    local round = 0
+    repeat
+      round = round + 1
+      h.parallel(50, function(i)
+        local key = h.unique("ev") .. i
+        local res = assert(h.http(gw.port, "/orders?key=" .. key, { headers = { ["Idempotency-Key"] = key } }))
+        assert.equal(200, res.status)
+      end)
+      local n = per_worker()
+    until (n[workers[1]] and n[workers[2]]) or round == 20
+    h.parallel(100, function(i)
+      assert(h.http(gw.port, "/jobs?job=" .. h.unique("j") .. i))
+    end)
+    local n = per_worker()
+    assert.same({ [workers[1]] = 1, [workers[2]] = 1 }, n)
+    for _ = 1, 10 do
+      local res = assert(h.http(gw.port, "/dlock/status"))
+      local s = assert(cjson.decode(res.body)).redis["127.0.0.1:" .. r.port]
+      assert.same({ "allkeys-lru", 10485760, true }, { s.maxmemory_policy, s.maxmemory, s.can_evict_locks })
+      local m = assert(h.http(gw.port, "/dlock/metrics")).body
+      assert.matches('dlock_redis_can_evict_locks{endpoint="127.0.0.1:' .. r.port .. '",policy="allkeys-lru"} 1',
+        m, 1, true)
+    end
+  end)
+end)

@@ -1,0 +1,151 @@
+// Running scripts on a pooled connection: one call, or one script for many keys
+// in one round trip (a pipeline). Failures say how they failed, because only a
+// request that may have reached Redis can have had an effect there.
+
+import * as check from "./check";
+import * as redis from "./redis";
+import * as scripts from "./scripts";
+
+/**
+ * How a failed call failed. "lost": the request may have reached Redis but the
+ * reply did not come back (its outcome is unknown). "transient": Redis said it
+ * cannot serve right now (loading its data set, busy script, failover) and did
+ * nothing; worth another try while waiting. "failed": anything else (the
+ * request never left, or Redis refused it).
+ */
+export type Fault = "lost" | "transient" | "failed";
+
+const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN");
+
+function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn<[string, Fault]> {
+  const [code] = string.match(tostring(err), "^(%u+)");
+  const fault: Fault = code !== undefined && TRANSIENT.has(code) ? "transient" : "failed";
+  return $multi("dlock: redis " + conf.endpoint + ": " + tostring(err), fault);
+}
+
+/**
+ * One script round trip on a pooled connection. Returns the reply, or nil, an
+ * error that names the endpoint, and the kind of fault.
+ */
+export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): LuaMultiReturn<[RedisValue | undefined, string | undefined, Fault | undefined]> {
+  const [red, cerr] = redis.connect(conf);
+  if (red === undefined) {
+    return $multi(undefined, cerr, "failed");
+  }
+  const [res, err] = scripts.run(red, s, rkey, ...args);
+  redis.done(red, conf, res !== undefined);
+  if (res === undefined) {
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err) + " during " + s.name, "lost");
+  }
+  if (res === false) {
+    const [msg, fault] = refused(conf, err);
+    return $multi(undefined, msg, fault);
+  }
+  return $multi(res, undefined, undefined);
+}
+
+/** A key and the token that owns it: what an owner-checked script needs (leases and orphans are targets). */
+export interface Target {
+  readonly rkey: string;
+  readonly token: string;
+}
+
+/**
+ * Per target of a batch, aligned with the list: the reply, or (when it is nil)
+ * the error and the kind of fault.
+ */
+export interface Outcome {
+  readonly replies: LuaTable<number, RedisValue>;
+  readonly errors: LuaTable<number, string>;
+  readonly faults: LuaTable<number, Fault>;
+}
+
+// Pipelined replies: an error reply comes back as { false, "ERR ..." }, which
+// no real reply of our scripts looks like.
+type Piped = RedisValue | LuaTable<number, false | string>;
+
+function isError(r: Piped | undefined): r is LuaTable<number, false | string> {
+  return type(r) === "table" && (r as LuaTable<number, unknown>).get(1) === false;
+}
+
+/** Queue s for the targets listed in `which` (indexes into targets), by SHA or with its body. */
+function queue(red: RestyRedis, s: scripts.Script, targets: Target[], ms: number[] | undefined, which: number[], body: boolean): void {
+  red.init_pipeline(which.length);
+  for (const i of which) {
+    const t = targets[i - 1]!;
+    let m: number | undefined;
+    if (ms !== undefined) m = ms[i - 1];
+    if (body && m !== undefined) {
+      red.eval(s.src, 1, t.rkey, t.token, m);
+    } else if (body) {
+      red.eval(s.src, 1, t.rkey, t.token);
+    } else if (m !== undefined) {
+      red.evalsha(s.sha, 1, t.rkey, t.token, m);
+    } else {
+      red.evalsha(s.sha, 1, t.rkey, t.token);
+    }
+  }
+}
+
+/**
+ * Run one single-key script (ARGV[1] the token, ARGV[2] ms[i] when given) for
+ * every target in one round trip. Replies that say NOSCRIPT (scripts flushed,
+ * a restart, a failover) get a second round trip with the script's body.
+ */
+export function batch(conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Outcome {
+  const out: Outcome = { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() };
+  const n = targets.length;
+  if (n === 0) {
+    return out;
+  }
+  const all: number[] = [];
+  for (const i of $range(1, n)) {
+    all.push(i);
+  }
+  const [red, cerr] = redis.connect(conf);
+  if (red === undefined) {
+    for (const i of all) {
+      out.errors.set(i, cerr!);
+      out.faults.set(i, "failed");
+    }
+    return out;
+  }
+  let todo = all;
+  let body = false;
+  while (todo.length > 0) {
+    queue(red, s, targets, ms, todo, body);
+    const [replies, err] = red.commit_pipeline();
+    if (replies === undefined) {
+      redis.done(red, conf, false);
+      for (const i of todo) {
+        out.errors.set(i, "dlock: redis " + conf.endpoint + ": " + tostring(err) + " during " + s.name);
+        out.faults.set(i, "lost");
+      }
+      return out;
+    }
+    const again: number[] = [];
+    for (const j of $range(1, todo.length)) {
+      const i = todo[j - 1]!;
+      const r = replies.get(j) as Piped | undefined;
+      if (isError(r)) {
+        const msg = tostring(r.get(2));
+        if (!body && string.sub(msg, 1, 8) === "NOSCRIPT") {
+          again.push(i);
+        } else {
+          const [e, fault] = refused(conf, msg);
+          out.errors.set(i, e);
+          out.faults.set(i, fault);
+        }
+      } else if (r === undefined) {
+        out.errors.set(i, "dlock: redis " + conf.endpoint + ": no reply during " + s.name);
+        out.faults.set(i, "lost");
+      } else {
+        out.replies.set(i, r);
+      }
+    }
+    todo = again;
+    body = true;
+  }
+  redis.done(red, conf, true);
+  return out;
+}

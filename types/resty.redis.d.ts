@@ -42,6 +42,10 @@ interface RestyRedis {
   init_pipeline(n?: number): void;
   /** Send the queue in one write; replies in order, a failed command as { false, err }. */
   commit_pipeline(): LuaMultiReturn<[LuaTable<number, RedisValue | LuaTable<number, false | string>> | undefined, string | undefined]>;
+  /** INFO <section> (the eviction check). */
+  info(section: string): RedisResult<string>;
+  /** CONFIG GET ... (the eviction check, when INFO is not allowed). */
+  config(subcommand: string, ...args: string[]): RedisResult;
 }
 
 /** The module table returned by require "resty.redis" / "nginx.redis". */

@@ -1,9 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.check")
+local eviction = require("resty.dlock.eviction")
 local gateway = require("resty.dlock.gateway")
 local ledger = require("resty.dlock.ledger")
-local redis = require("resty.dlock.redis")
 local stats = require("resty.dlock.stats")
 ____exports._VERSION = "0.1.0"
 --- Leases serve() and report() list unless asked for another number.
@@ -102,7 +102,7 @@ local function counters(names)
         unrecorded[name] = ledger.unrecorded(d)
     end
     local ev = {}
-    for ep, e in pairs(redis.evictions(dicts)) do
+    for ep, e in pairs(eviction.evictions(dicts)) do
         ev[ep] = evictionView(e)
     end
     local guards = {}

@@ -17,9 +17,9 @@
 // Both read the shared dicts of the guards (and any dict named in `dicts`).
 
 import * as check from "./check";
+import * as eviction from "./eviction";
 import * as gateway from "./gateway";
 import * as ledger from "./ledger";
-import * as redis from "./redis";
 import * as stats from "./stats";
 
 export const _VERSION = "0.1.0";
@@ -105,7 +105,7 @@ function listHeld(name: string, dict: NgxSharedDict, max: number, out: HeldView[
   return more;
 }
 
-function evictionView(e: redis.Eviction): LuaTable<string, unknown> {
+function evictionView(e: eviction.Eviction): LuaTable<string, unknown> {
   const v = new LuaTable<string, unknown>();
   v.set("checked", e.checked);
   v.set("checked_at", e.checkedAt);
@@ -131,7 +131,7 @@ function counters(names: string[]): Report {
     unrecorded.set(name, ledger.unrecorded(d));
   }
   const ev = new LuaTable<string, LuaTable<string, unknown>>();
-  for (const [ep, e] of redis.evictions(dicts)) {
+  for (const [ep, e] of eviction.evictions(dicts)) {
     ev.set(ep, evictionView(e));
   }
   const guards = new LuaTable<string, LuaTable<string, unknown>>();

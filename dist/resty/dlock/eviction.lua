@@ -1,0 +1,253 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local EVICTION_KEY = "redis:ep:"
+local EVICTION_COUNT = "redis:n"
+local EVICTION_INDEX = "redis:i:"
+--- Pools this worker has checked (or is checking).
+local checkedPools = {}
+--- This worker's findings, per endpoint.
+local findings = {}
+--- "<endpoint> <kind>" this worker has logged.
+local logged = {}
+--- Per shared dict: the finding (per endpoint) this worker last put there.
+local sharedTo = {}
+local function finding(checked, policy, maxmemory, why, checkedAt)
+    local policyEvicts = checked and policy ~= "noeviction"
+    return {
+        checked = checked,
+        policy = policy,
+        maxmemory = maxmemory,
+        policyEvicts = policyEvicts,
+        canEvict = policyEvicts and maxmemory > 0,
+        why = why,
+        checkedAt = checkedAt
+    }
+end
+--- Keep the finding for this worker; log it once per endpoint and worker.
+local function remember(conf, e)
+    local ep = conf.endpoint
+    local old = findings[ep]
+    if e.checked or old == nil or not old.checked then
+        findings[ep] = e
+    end
+    local kind = "ok"
+    if not e.checked then
+        kind = "unknown"
+    elseif e.canEvict then
+        kind = "evicts"
+    elseif e.policyEvicts then
+        kind = "dormant"
+    end
+    if kind ~= "ok" and not (logged[(ep .. " ") .. kind] ~= nil) then
+        logged[(ep .. " ") .. kind] = true
+        if kind == "evicts" then
+            ngx.log(
+                ngx.ERR,
+                "dlock: redis ",
+                ep,
+                " can evict lock keys (maxmemory-policy ",
+                e.policy,
+                ", maxmemory ",
+                e.maxmemory,
+                "): an evicted lock lets a second holder in; set maxmemory-policy noeviction, or give locks a Redis of their own"
+            )
+        elseif kind == "dormant" then
+            ngx.log(
+                ngx.WARN,
+                "dlock: redis ",
+                ep,
+                " has maxmemory-policy ",
+                e.policy,
+                " but no maxmemory: lock keys cannot be ",
+                "evicted yet, they can as soon as maxmemory is set; set maxmemory-policy noeviction, or give locks a Redis of their own"
+            )
+        else
+            ngx.log(
+                ngx.NOTICE,
+                "dlock: redis ",
+                ep,
+                ": could not check whether it can evict lock keys (",
+                e.why,
+                "); make sure its maxmemory-policy is noeviction"
+            )
+        end
+    end
+end
+--- Put this worker's finding about conf's endpoint into conf's shared dict, when
+-- that dict does not have it yet. Runs on fresh connections only: the check of a
+-- pool runs once, but another factory (another dict) may share its pool.
+local function share(conf)
+    local ep = conf.endpoint
+    local e = findings[ep]
+    local dict = conf.dict or ngx.shared.dlock
+    if e == nil or dict == nil then
+        return
+    end
+    local done = sharedTo[dict]
+    if done == nil then
+        done = {}
+        sharedTo[dict] = done
+    end
+    if done[ep] == e then
+        return
+    end
+    local at = math.floor(e.checkedAt * 1000)
+    local v = (("0 " .. tostring(at)) .. " ") .. e.why
+    if e.checked then
+        v = (((("1 " .. tostring(at)) .. " ") .. tostring(e.maxmemory)) .. " ") .. e.policy
+    end
+    local added, err = dict:safe_add(EVICTION_KEY .. ep, v)
+    local stored = added == true
+    if added then
+        local n = dict:incr(EVICTION_COUNT, 1, 0)
+        if n ~= nil then
+            dict:safe_set(
+                EVICTION_INDEX .. tostring(n),
+                ep
+            )
+        end
+    elseif err == "exists" then
+        stored = not e.checked or (dict:safe_set(EVICTION_KEY .. ep, v)) == true
+    end
+    if stored then
+        done[ep] = e
+    end
+end
+--- Ask Redis for maxmemory and maxmemory-policy, log and record the finding.
+-- Returns an error only when the connection failed (then the next fresh connection asks again).
+local function ask(red, conf)
+    checkedPools[conf.pool] = true
+    local policy
+    local maxmemory
+    local info, ierr = red:info("memory")
+    if info == nil then
+        checkedPools[conf.pool] = nil
+        return ((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(ierr)) .. " during the eviction check"
+    end
+    if type(info) == "string" then
+        local p = string.match(info, "[\r\n]maxmemory_policy:([%w%-]+)")
+        local m = string.match(info, "[\r\n]maxmemory:(%d+)")
+        policy = p
+        maxmemory = tonumber(m)
+    end
+    local why = ""
+    if policy == nil or maxmemory == nil then
+        why = "INFO memory: " .. (info == false and tostring(ierr) or "no maxmemory fields")
+        local cfg, cerr = red:config("get", "maxmemory*")
+        if cfg == nil then
+            checkedPools[conf.pool] = nil
+            return ((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(cerr)) .. " during the eviction check"
+        end
+        if type(cfg) == "table" then
+            local t = cfg
+            for i = 1, #t - 1, 2 do
+                if t[i] == "maxmemory-policy" then
+                    policy = tostring(t[i + 1])
+                end
+                if t[i] == "maxmemory" then
+                    maxmemory = tonumber(t[i + 1])
+                end
+            end
+        end
+        if policy == nil or maxmemory == nil then
+            why = (why .. "; CONFIG GET: ") .. (cfg == false and tostring(cerr) or "no maxmemory fields")
+        end
+    end
+    if policy ~= nil and maxmemory ~= nil then
+        remember(
+            conf,
+            finding(
+                true,
+                policy,
+                maxmemory,
+                "",
+                ngx.now()
+            )
+        )
+    else
+        remember(
+            conf,
+            finding(
+                false,
+                "",
+                0,
+                why,
+                ngx.now()
+            )
+        )
+    end
+    return nil
+end
+local function decode(v)
+    if type(v) ~= "string" then
+        return nil
+    end
+    local at, maxmemory, policy = string.match(v, "^1 (%d+) (%d+) (%S+)$")
+    if policy ~= nil then
+        return finding(
+            true,
+            policy,
+            tonumber(maxmemory) or 0,
+            "",
+            (tonumber(at) or 0) / 1000
+        )
+    end
+    local uat, why = string.match(v, "^0 (%d+) (.*)$")
+    if why ~= nil then
+        return finding(
+            false,
+            "",
+            0,
+            why,
+            (tonumber(uat) or 0) / 1000
+        )
+    end
+    return nil
+end
+--- Prefer an answer over "could not check", then the newest.
+local function better(a, b)
+    if b == nil then
+        return true
+    end
+    if a.checked ~= b.checked then
+        return a.checked
+    end
+    return a.checkedAt > b.checkedAt
+end
+--- Eviction findings per endpoint: this worker's and those other workers shared
+-- in `dicts`. Reads a few keys per endpoint, never walks a dict.
+function ____exports.evictions(dicts)
+    local out = {}
+    for ep, e in pairs(findings) do
+        out[ep] = e
+    end
+    for ____, dict in ipairs(dicts) do
+        local n = dict:get(EVICTION_COUNT)
+        if type(n) == "number" then
+            for i = 1, n do
+                local ep = dict:get(EVICTION_INDEX .. tostring(i))
+                if type(ep) == "string" then
+                    local e = decode((dict:get(EVICTION_KEY .. ep)))
+                    if e ~= nil and better(e, out[ep]) then
+                        out[ep] = e
+                    end
+                end
+            end
+        end
+    end
+    return out
+end
+--- On a fresh connection: ask its Redis, unless this worker has asked for the
+-- pool already, and share the finding with conf's dict. An error only when the
+-- connection failed meanwhile (then the next fresh connection asks again).
+function ____exports.check(red, conf)
+    if not (checkedPools[conf.pool] ~= nil) then
+        local err = ask(red, conf)
+        if err ~= nil then
+            return err
+        end
+    end
+    share(conf)
+    return nil
+end
+return ____exports

@@ -271,6 +271,24 @@ describe("gateway lifecycle", function()
       assert.is_true(guard(gw, "long").redis_errors > before.redis_errors)
     end)
 
+    it("renews the leases of many in-flight requests in one round trip per round, not one each", function()
+      local function reads()
+        return tonumber(h.cmd(redis.port, "info", "stats"):match("total_reads_processed:(%d+)"))
+      end
+      local threads = {}
+      for i = 1, 12 do
+        threads[i] = ngx.thread.spawn(get, gw, "/jobs?key=" .. h.unique("many") .. "&ms=2000")
+      end
+      ngx.sleep(0.2)   -- all acquired; from here on only renewals reach Redis
+      local renewed0, reads0 = guard(gw, "jobs").renewed, reads()
+      ngx.sleep(1.2)
+      local renewed, read = guard(gw, "jobs").renewed - renewed0, reads() - reads0 - 1
+      for i = 1, 12 do ngx.thread.wait(threads[i]) end
+      assert.is_true(renewed >= 24, renewed .. " renewals")
+      -- A keeper round sends one pipeline per worker: a handful of reads for all the renewals.
+      assert.is_true(read * 3 <= renewed, read .. " reads for " .. renewed .. " renewals")
+    end)
+
     it("logs a guard's Redis failure with one dlock: prefix", function()
       assert.equal(200, get(gw, "/down?key=" .. h.unique("down")).status)
       local log = gw.error_log()

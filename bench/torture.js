@@ -1,50 +1,73 @@
 // make torture: the load and the faults of the resty.dlock safety harness.
 // bench/torture starts the processes (lock Redis, witness Redis, two nginx from
-// nginx/torture.conf) and runs this script with their ports and pids. 200 HTTP
-// clients loop on /crit?key=kN (5 keys) over both nginx while one fault per
-// scenario is injected; each critical section reports to the witness Redis,
-// which counts acquisitions, overlaps (two holders inside at once) and the
-// longest gap between one holder leaving and the next entering.
-// Writes bench/results/torture.{md,json}; exits 1 when a scenario where the
-// design promises mutual exclusion saw an overlap (or the harness broke).
+// nginx/torture.conf, a backend nginx from nginx/torture-backend.conf) and runs
+// this script with their ports and pids. The rows are data
+// (bench/torture-scenarios.js); this is the engine: loads, faults, witness.
+//   crit rows:    200 HTTP clients loop on /crit?key=kN (5 keys) over both nginx
+//                 while one fault is injected; each critical section reports to
+//                 the witness Redis, which counts acquisitions, overlaps (two
+//                 holders inside at once) and the longest gap between one holder
+//                 leaving and the next entering.
+//   gateway rows: clients loop on gateway-guarded locations; the backend reports
+//                 every request entering and leaving it per key; the witness
+//                 counts overlaps (more in flight than the guard promises); after
+//                 the load the lock Redis is scanned for guard keys left locked.
+// Writes bench/results/torture*.{md,json}; exits 1 when a row where the design
+// promises exclusion failed its promise (or the harness broke).
 "use strict";
 const { spawn, spawnSync } = require("node:child_process");
+const crypto = require("node:crypto");
 const fs = require("node:fs");
 const http = require("node:http");
 const net = require("node:net");
 const os = require("node:os");
 const path = require("node:path");
+const { GUARDS, VIAS, SCENARIOS } = require("./torture-scenarios");
 
 // ---------------------------------------------------------------- arguments
+const FLAGS = new Set(["short", "gateway", "gateway-log"]);
 function parseArgs(argv) {
-  const o = { short: false };
+  const o = {};
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
-    if (a === "--short") o.short = true;
-    else if (a.startsWith("--")) o[a.slice(2)] = argv[++i];
-    else throw new Error("unknown argument " + a);
+    if (!a.startsWith("--")) throw new Error("unknown argument " + a);
+    if (FLAGS.has(a.slice(2))) o[a.slice(2)] = true;
+    else o[a.slice(2)] = argv[++i];
   }
-  for (const k of ["prefix", "pids", "lock-port", "lock-pid", "witness-port", "http", "master", "nginx", "out"]) {
+  for (const k of ["prefix", "pids", "lock-port", "lock-pid", "witness-port", "http", "master", "nginx", "out",
+    "backend-port"]) {
     if (o[k] === undefined) throw new Error("missing --" + k + " (run bench/torture, not this script)");
   }
   return o;
 }
 const opt = parseArgs(process.argv.slice(2));
-const SHORT = opt.short;
+const SHORT = !!opt.short;
+const GATEWAY_LOG = !!opt["gateway-log"];
+const DIST = opt.dist || null;
 const PREFIX = opt.prefix;
 const LOCK_PORT = Number(opt["lock-port"]);
 const WITNESS_PORT = Number(opt["witness-port"]);
+const BACKEND_PORT = Number(opt["backend-port"]);
 const HTTP_PORTS = opt.http.split(",").map(Number);
+// A row may restart an instance (quit-restart): its new master replaces the old one here.
 const MASTERS = opt.master.split(",").map(Number);
 const CLIENTS = 200;
 const KEYS = ["k1", "k2", "k3", "k4", "k5"];
-const DURATION = SHORT ? 3000 : 8000; // ms of load per scenario
-const FAULT_AT = SHORT ? 1000 : 2000; // ms after the load starts
+const DURATION = SHORT ? 3000 : 8000; // ms of load per crit row
+const FAULT_AT = SHORT ? 1000 : 2000; // ms after the load starts (crit rows)
 const REQUEST_TIMEOUT = 15000;
 const LOCK = { ttl: 1000, wait: 3000, hold: 20, connect_timeout: 200, read_timeout: 300 };
+// Gateway rows: after the load and the backend are done, the release queue gets
+// RELEASE_GRACE ms; guard keys still in the lock Redis then are "left locked",
+// and are watched for LEFT_WATCH ms more to tell how long they stay.
+const RELEASE_GRACE = 1000;
+const LEFT_WATCH = 3000;
+const IDLE_CAP = 20000;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const log = (...a) => console.error("[torture]", ...a);
+const randInt = ([lo, hi]) => lo + Math.floor(Math.random() * (hi - lo + 1));
+const pick = (a) => a[Math.floor(Math.random() * a.length)];
 
 // ---------------------------------------------------------------- a tiny RESP client
 function encode(args) {
@@ -233,7 +256,7 @@ async function killLock(sig) {
   dropPid(pid);
 }
 
-// ---------------------------------------------------------------- load
+// ---------------------------------------------------------------- crit load
 const agent = new http.Agent({ keepAlive: true, maxSockets: 200 });
 
 function crit(port, key) {
@@ -288,6 +311,114 @@ function startLoad(counts) {
   return () => { stopping = true; return all; };
 }
 
+// ---------------------------------------------------------------- gateway load
+/** The raw keys (the guards' $arg_key) a gateway row uses for guard g. */
+function gwKeys(row, g) {
+  return Array.from({ length: row.load.keys }, (_, i) => `${row.id}-${g}-k${i + 1}`);
+}
+
+/**
+ * One request; resolves { status } or { aborted } (the client destroyed the
+ * socket at abortAt ms) or { error }. Never rejects.
+ */
+function gwRequest(port, p, abortAt) {
+  return new Promise((resolve) => {
+    let done = false;
+    let timer = null;
+    const finish = (r) => {
+      if (done) return;
+      done = true;
+      if (timer) clearTimeout(timer);
+      resolve(r);
+    };
+    const req = http.get({ host: "127.0.0.1", port, path: p, agent }, (res) => {
+      res.resume();
+      res.on("end", () => finish({ status: res.statusCode }));
+      res.on("error", (e) => finish({ error: e.code || e.message }));
+    });
+    req.setTimeout(REQUEST_TIMEOUT, () => req.destroy(new Error("client timeout")));
+    req.on("error", (e) => finish({ error: e.code || e.message }));
+    if (abortAt !== null) {
+      timer = setTimeout(() => { finish({ aborted: true }); req.destroy(); }, abortAt);
+    }
+  });
+}
+
+function newGwCounts(row) {
+  const c = {};
+  for (const g of row.load.guards) c[g] = { requests: 0, status: {}, aborted: 0, failover: 0, failed: 0, failures: {} };
+  return c;
+}
+
+/** row.load.clients clients over both nginx, on the row's guards and keys, until stop(). */
+function startGatewayLoad(row, counts) {
+  const L = row.load;
+  const keys = {};
+  for (const g of L.guards) keys[g] = gwKeys(row, g);
+  let stopping = false;
+  const one = async (i) => {
+    const home = i % HTTP_PORTS.length;
+    while (!stopping) {
+      const g = pick(L.guards);
+      const c = counts[g];
+      const fail = L.fail > 0 && Math.random() < L.fail;
+      const abortAt = L.abort && Math.random() < L.abort.p ? randInt(L.abort.atMs) : null;
+      const p = `/gw/${g}/${L.via}?g=${g}&key=${pick(keys[g])}&ms=${randInt(L.backendMs)}${fail ? "&fail=1" : ""}`;
+      c.requests++;
+      let r = await gwRequest(HTTP_PORTS[home], p, abortAt);
+      if (r.error === "ECONNREFUSED") {
+        // The instance is down (quit-restart): the other one, as a load balancer would.
+        c.failover++;
+        r = await gwRequest(HTTP_PORTS[(home + 1) % HTTP_PORTS.length], p, abortAt);
+      }
+      if (r.aborted) c.aborted++;
+      else if (r.status !== undefined) {
+        c.status[r.status] = (c.status[r.status] || 0) + 1;
+        if (r.status === 409 || r.status === 429 || r.status === 503) await sleep(randInt(L.refusalPauseMs));
+      } else {
+        c.failed++;
+        bump(c.failures, r.error);
+        await sleep(50);
+      }
+    }
+  };
+  const all = Promise.all(Array.from({ length: L.clients }, (_, i) => one(i)));
+  return () => { stopping = true; return all; };
+}
+
+function httpText(port, p, ms = 2000) {
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: "127.0.0.1", port, path: p, agent: false }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (d) => (body += d));
+      res.on("end", () => resolve({ status: res.statusCode, body }));
+      res.on("error", reject);
+    });
+    req.setTimeout(ms, () => req.destroy(new Error("timeout")));
+    req.on("error", reject);
+  });
+}
+
+/** The running nginx must have the guards bench/torture-scenarios.js declares. */
+async function checkGuards() {
+  for (const port of HTTP_PORTS) {
+    const { body } = await httpText(port, "/gw/guards");
+    const seen = {};
+    for (const line of body.trim().split("\n")) {
+      const [id, name, mode, permits, ttl] = line.split(" ");
+      seen[id] = { name, mode, permits: Number(permits), ttl: Number(ttl) };
+    }
+    for (const [id, g] of Object.entries(GUARDS)) {
+      if (g.name === null) continue;
+      const s = seen[id];
+      if (!s || s.name !== g.name || s.mode !== g.mode || s.permits !== g.permits || s.ttl !== g.ttl) {
+        throw new Error(`guard ${id} on port ${port} is ${JSON.stringify(s)}, bench/torture-scenarios.js declares ${JSON.stringify(g)}`);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- witness
 async function witnessReset() {
   await once(WITNESS_PORT, "FLUSHALL");
@@ -317,6 +448,53 @@ async function collect() {
   } finally {
     w.close();
   }
+}
+
+const hash = (flat) => {
+  const o = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) o[flat[i]] = Number(flat[i + 1]);
+  return o;
+};
+
+/** What the backend told the witness during a gateway row (nginx/torture-backend.conf). */
+async function collectGateway(row) {
+  const w = await Resp.connect(WITNESS_PORT);
+  try {
+    const reached = hash(await w.cmd("HGETALL", "gw:reached"));
+    const overlaps = hash(await w.cmd("HGETALL", "gw:overlaps"));
+    const maxIn = hash(await w.cmd("HGETALL", "gw:maxin"));
+    const perGuard = {};
+    for (const g of row.load.guards) {
+      const byEndpoint = {};
+      let n = 0;
+      for (const [k, v] of Object.entries(reached)) {
+        const [gg, ep] = k.split("|");
+        if (gg === g) { byEndpoint[ep] = v; n += v; }
+      }
+      perGuard[g] = { promise: GUARDS[g].promise, reached: n, byEndpoint, overlaps: overlaps[g] || 0, maxInFlight: maxIn[g] || 0 };
+    }
+    const leftInside = [];
+    for (const k of await w.cmd("KEYS", "gw:inside:*")) {
+      for (const m of await w.cmd("SMEMBERS", k)) leftInside.push(k.slice("gw:inside:".length) + " " + m);
+    }
+    return {
+      perGuard,
+      reached: Object.values(perGuard).reduce((a, p) => a + p.reached, 0),
+      overlaps: Object.values(perGuard).reduce((a, p) => a + p.overlaps, 0),
+      overlapLog: await w.cmd("LRANGE", "gw:overlaplog", 0, 19),
+      inflight: Number(await w.cmd("GET", "gw:inflight")) || 0,
+      leftInside,
+    };
+  } finally {
+    w.close();
+  }
+}
+
+async function backendStats(reset) {
+  const { body } = await httpText(BACKEND_PORT, "/wstats" + (reset ? "?reset=1" : ""));
+  const m = /werr (\d+) enter (\d+)/.exec(body);
+  if (!m) throw new Error("backend /wstats answered " + JSON.stringify(body));
+  return { witnessErrors: Number(m[1]), entered: Number(m[2]) };
 }
 
 /** A worker of nginx `master` that is inside a critical section right now (the witness says so). */
@@ -356,154 +534,315 @@ async function forgetHolder(pid) {
   return n;
 }
 
-// ---------------------------------------------------------------- error logs
-function logSize(n) {
-  try { return fs.statSync(path.join(PREFIX, `n${n}`, "logs", "error.log")).size; } catch (e) { return 0; }
-}
-function logSlice(n, from) {
+// ---------------------------------------------------------------- guard keys in the lock Redis
+/** Lock Redis key of a guard's raw key (resty.dlock.gateway: prefix dlock:gw:<name>:, SHA1 hex of the key). */
+const lockKeyOf = (g, raw) => `dlock:gw:${GUARDS[g].name}:` + crypto.createHash("sha1").update(raw).digest("hex");
+
+/**
+ * Every gateway guard key in the lock Redis that still holds something: a lock
+ * (string) or live permits (zset members whose expiry is still ahead).
+ * [{ rkey, guard, key, type, permits, pttl }]
+ */
+async function guardKeysNow(names) {
+  const r = await Resp.connect(LOCK_PORT);
   try {
-    const buf = fs.readFileSync(path.join(PREFIX, `n${n}`, "logs", "error.log"));
+    const [sec, usec] = await r.cmd("TIME");
+    const nowMs = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+    const out = [];
+    for (const rkey of await r.cmd("KEYS", "dlock:gw:*")) {
+      const type = await r.cmd("TYPE", rkey);
+      const pttl = await r.cmd("PTTL", rkey);
+      let permits = 1;
+      if (type === "zset") permits = await r.cmd("ZCOUNT", rkey, String(nowMs), "+inf");
+      else if (type === "none") continue; // expired between KEYS and TYPE
+      if (permits === 0) continue; // only expired permits left: the key is about to go
+      const known = names[rkey] || { guard: rkey.split(":")[2], key: "?" };
+      out.push({ rkey, guard: known.guard, key: known.key, type, permits, pttl });
+    }
+    return out;
+  } finally {
+    r.close();
+  }
+}
+
+/** As an operator's leaked lease would look: a lock of guard g, or one permit, that expires in ms. */
+async function plantLock(g, raw, ms) {
+  const rkey = lockKeyOf(g, raw);
+  if (GUARDS[g].mode === "concurrency") {
+    const [sec] = await once(LOCK_PORT, "TIME");
+    const until = Number(sec) * 1000 + ms + 1000;
+    await once(LOCK_PORT, "ZADD", rkey, String(until), "planted");
+    await once(LOCK_PORT, "PEXPIREAT", rkey, String(until));
+  } else {
+    await once(LOCK_PORT, "SET", rkey, "planted", "PX", String(ms));
+  }
+  return rkey;
+}
+
+/**
+ * RELEASE_GRACE ms after idleAt: what is left; then watch it for LEFT_WATCH ms.
+ * Each left key gets heldMs = how long after idleAt it was last seen (null:
+ * still there when the watch ended).
+ */
+async function keysLeft(row, idleAt) {
+  const names = {};
+  for (const g of row.load.guards) {
+    if (GUARDS[g].name === null) continue;
+    for (const k of gwKeys(row, g)) names[lockKeyOf(g, k)] = { guard: g, key: k };
+  }
+  for (const g of (row.control && row.control.plantLocks) || []) names[lockKeyOf(g, `${row.id}-planted`)] = { guard: g, key: `${row.id}-planted` };
+  const wait = idleAt + RELEASE_GRACE - Date.now();
+  if (wait > 0) await sleep(wait);
+  const first = await guardKeysNow(names);
+  const checkMs = Date.now() - idleAt;
+  const seen = new Map(first.map((k) => [k.rkey, { ...k, heldMs: null }]));
+  const watchEnd = Date.now() + LEFT_WATCH;
+  let live = first;
+  while (live.length && Date.now() < watchEnd) {
+    await sleep(100);
+    const now = await guardKeysNow(names);
+    const still = new Set(now.map((k) => k.rkey));
+    for (const k of live) if (!still.has(k.rkey)) seen.get(k.rkey).heldMs = Date.now() - idleAt;
+    live = now.filter((k) => seen.has(k.rkey));
+  }
+  const left = [...seen.values()];
+  return {
+    checkMs,
+    watchMs: LEFT_WATCH,
+    keys: left.length,
+    permits: left.reduce((a, k) => a + k.permits, 0),
+    stillHeld: left.filter((k) => k.heldMs === null).length,
+    longestMs: left.length ? Math.max(...left.map((k) => (k.heldMs === null ? checkMs + LEFT_WATCH : k.heldMs))) : 0,
+    list: left,
+  };
+}
+
+// ---------------------------------------------------------------- idle
+/**
+ * stub_status "Writing" of an nginx: requests in progress, the status request
+ * included; null when it does not answer. The counters live in shared memory and
+ * a SIGKILLed worker never takes its requests off them (row 5), so only the
+ * difference to a baseline taken while nothing runs means anything.
+ */
+async function frontWriting(port) {
+  try {
+    const { body } = await httpText(port, "/gw/status", 1000);
+    const m = /Writing: (\d+)/.exec(body);
+    return m ? Number(m[1]) : null;
+  } catch (e) {
+    return null;
+  }
+}
+
+/**
+ * After a gateway row's load: until the backend has nothing in flight (the
+ * witness), neither nginx is working on more requests than at the baseline
+ * (stub_status, taken before the load), and the guards' longest wait has passed
+ * since the load ended (a request whose client went away may still be waiting
+ * for its key in access()). Returns { idleAt, idle }.
+ */
+async function waitIdle(row, loadEnd, baseline) {
+  const floor = loadEnd + Math.max(...row.load.guards.map((g) => GUARDS[g].wait));
+  const end = Date.now() + IDLE_CAP;
+  for (;;) {
+    const inflight = Number(await once(WITNESS_PORT, "GET", "gw:inflight")) || 0;
+    let busy = 0;
+    for (let i = 0; i < HTTP_PORTS.length; i++) {
+      const w = await frontWriting(HTTP_PORTS[i]);
+      busy += w === null ? 1 : Math.max(0, w - baseline[i]);
+    }
+    if (inflight <= 0 && busy <= 0 && Date.now() >= floor) return { idleAt: Date.now(), idle: true, afterLoadMs: Date.now() - loadEnd };
+    if (Date.now() > end) return { idleAt: Date.now(), idle: false, inflight, busy };
+    await sleep(50);
+  }
+}
+
+// ---------------------------------------------------------------- error logs
+const LOG_DIRS = ["n1", "n2", "backend"];
+function logSize(dir) {
+  try { return fs.statSync(path.join(PREFIX, dir, "logs", "error.log")).size; } catch (e) { return 0; }
+}
+function logSlice(dir, from) {
+  try {
+    const buf = fs.readFileSync(path.join(PREFIX, dir, "logs", "error.log"));
     return buf.subarray(from).toString("utf8");
   } catch (e) { return ""; }
 }
+// The dead_upstream row's primary refuses every connection: nginx logs that, as it should.
+const EXPECTED = /connect\(\) failed \(111: Connection refused\) while connecting to upstream|no live upstreams while connecting to upstream/;
 function logStats(text) {
   const lines = text.split("\n");
-  const bad = lines.filter((l) => /\[(error|crit|alert|emerg)\]/.test(l));
+  const bad = lines.filter((l) => /\[(error|crit|alert|emerg)\]/.test(l) && !EXPECTED.test(l));
   const samples = {};
   for (const l of bad) bump(samples, l.replace(/^.*?\[(error|crit|alert|emerg)\] \d+#\d+: (\*\d+ )?/, "[$1] ").replace(/, client: .*$/, ""));
   const warn = {};
   for (const l of lines.filter((x) => /\[warn\]/.test(x))) bump(warn, l.replace(/^.*?\[warn\] \d+#\d+: (\*\d+ )?/, "").replace(/, client: .*$/, ""));
   return {
     errors: bad.length,
+    deadUpstream: lines.filter((l) => EXPECTED.test(l)).length,
     warnings: Object.entries(warn).sort((a, b) => b[1] - a[1]).slice(0, 5),
     cleanupRemoved: lines.filter((l) => l.includes("acquired by a request whose reply was lost")).length,
     cleanupGaveUp: lines.filter((l) => l.includes("giving up cleanup")).length,
+    leaseLost: lines.filter((l) => l.includes("lost while its request is in flight")).length,
     samples: Object.entries(samples).sort((a, b) => b[1] - a[1]).slice(0, 5),
   };
 }
 
-// ---------------------------------------------------------------- scenarios
+// ---------------------------------------------------------------- faults
 const ms = (a, b) => Math.round(b - a);
+const confArgs = (instance) => {
+  const dir = path.join(PREFIX, "n" + instance);
+  return ["-p", dir, "-c", path.join(dir, "nginx.conf")];
+};
 
-const SCENARIOS = [
-  {
-    id: "no-fault", title: "no fault", promised: true, short: true,
-    about: "baseline; the gap is release + the waiters' backoff (2-64 ms)",
-  },
-  {
-    id: "redis-sigstop", title: "lock Redis SIGSTOP 1.5 s", promised: true,
-    about: "calls in flight hit read_timeout (300 ms) and fail as err; leases run out while Redis is paused",
-    async fault(f) {
+/**
+ * Each fault: run(f, p) injects it (p: the row's fault record) and fills
+ * f.at (when it hit, ms since epoch) and f.detail; prepare(p) / after(p), when
+ * present, run before the row's quiesce / after its collection and return true
+ * when the pools need a warm-up load.
+ */
+const FAULTS = {
+  "redis-sigstop": {
+    async run(f, p) {
       process.kill(lockRedis.pid, "SIGSTOP");
       stopped.add(lockRedis.pid);
       f.at = Date.now();
-      await sleep(1500);
+      await sleep(p.ms);
       process.kill(lockRedis.pid, "SIGCONT");
       stopped.delete(lockRedis.pid);
       f.detail = `redis pid ${lockRedis.pid} stopped ${ms(f.at, Date.now())} ms`;
     },
   },
-  {
-    id: "redis-restart", title: "lock Redis restart, no persistence", promised: false,
-    about: "every lock vanishes with the restart: a holder still inside can be joined by a newcomer (not promised)",
-    async fault(f) {
-      const old = lockRedis.pid;
-      f.at = Date.now();
-      await killLock("SIGKILL");
-      const startMs = await startLock("plain");
-      f.detail = `redis pid ${old} SIGKILLed, pid ${lockRedis.pid} serving again after ${ms(f.at, Date.now())} ms (start ${startMs} ms)`;
-    },
-  },
-  {
-    id: "redis-restart-aof", title: "lock Redis restart, appendfsync always", promised: true,
-    about: "acknowledged locks are fsynced (SET ... PXAT in the AOF) and come back with the restart",
-    async prepare() {
+  "redis-restart": {
+    async prepare(p) {
+      if (p.persistence !== "aof") return false;
       await killLock("SIGTERM");
       await startLock("aof");
       return true; // pools point at the old process: warm up
     },
-    async fault(f) {
+    async run(f, p) {
       const old = lockRedis.pid;
       f.at = Date.now();
       await killLock("SIGKILL");
-      const startMs = await startLock("aof");
-      const keys = await once(LOCK_PORT, "KEYS", "torture:*");
-      f.detail = `redis pid ${old} SIGKILLed, pid ${lockRedis.pid} (same AOF dir) serving again after ${ms(f.at, Date.now())} ms with ${keys.length} lock key(s) restored`;
+      if (p.persistence === "aof") {
+        const startMs = await startLock("aof");
+        const keys = await once(LOCK_PORT, "KEYS", "torture:*");
+        f.detail = `redis pid ${old} SIGKILLed, pid ${lockRedis.pid} (same AOF dir) serving again after ${ms(f.at, Date.now())} ms with ${keys.length} lock key(s) restored`;
+      } else {
+        const startMs = await startLock("plain");
+        f.detail = `redis pid ${old} SIGKILLed, pid ${lockRedis.pid} serving again after ${ms(f.at, Date.now())} ms (start ${startMs} ms)`;
+      }
     },
-    async after() {
+    async after(p) {
+      if (p.persistence !== "aof") return false;
       await killLock("SIGTERM");
       await startLock("plain");
       return true;
     },
   },
-  {
-    id: "worker-kill", title: "nginx worker holding a lock SIGKILLed", promised: true, short: true,
-    about: "the dead worker's lease blocks its key until the ttl (1 s) runs out; the master respawns the worker",
-    async fault(f) {
-      const h = await pickHolder(MASTERS[0]);
+  "worker-kill": {
+    async run(f, p) {
+      const h = await pickHolder(MASTERS[p.instance - 1]);
       process.kill(h.pid, "SIGKILL");
       f.at = Date.now();
       await waitDead(h.pid);
       await sleep(50); // a witness call it sent just before dying has landed by now
       const removed = await forgetHolder(h.pid);
-      f.detail = `worker ${h.pid} of instance 1 killed ${h.holding ? "inside its critical section on " + h.key : "(no holder seen within 1 s: any worker)"}; ${removed} witness entr${removed === 1 ? "y" : "ies"} of it removed`;
+      f.detail = `worker ${h.pid} of instance ${p.instance} killed ${h.holding ? "inside its critical section on " + h.key : "(no holder seen within 1 s: any worker)"}; ${removed} witness entr${removed === 1 ? "y" : "ies"} of it removed`;
       f.holding = h.holding;
     },
   },
-  {
-    id: "reload", title: "nginx -s reload under load", promised: true, short: true,
-    about: "old workers finish their critical sections and release before they exit",
-    async fault(f) {
-      const before = workersOf(MASTERS[0]);
-      const r = spawnSync(opt.nginx, ["-p", path.join(PREFIX, "n1"), "-c", path.join(PREFIX, "n1", "nginx.conf"), "-s", "reload"], { encoding: "utf8" });
+  reload: {
+    async run(f, p) {
+      const before = workersOf(MASTERS[p.instance - 1]);
+      const r = spawnSync(opt.nginx, [...confArgs(p.instance), "-s", "reload"], { encoding: "utf8" });
       f.at = Date.now();
       if (r.status !== 0) throw new Error("nginx -s reload failed: " + r.stderr);
-      f.detail = `instance 1 reloaded (old workers ${before.join(", ")})`;
+      f.detail = `instance ${p.instance} reloaded (old workers ${before.join(", ")})`;
     },
   },
-  {
-    id: "worker-sigstop", title: "nginx worker holding a lock SIGSTOP 2.5 s (> ttl)", promised: false,
-    about: "overlaps EXPECTED: the stopped holder's lease expired and the key went to someone else while it still believed it held the lock. A lease alone cannot protect against this; fencing can: the stalled holder's write carries an old fence and the witness refuses it (stale writes column)",
-    async fault(f) {
-      const h = await pickHolder(MASTERS[0]);
+  "worker-sigstop": {
+    async run(f, p) {
+      const h = await pickHolder(MASTERS[p.instance - 1]);
       process.kill(h.pid, "SIGSTOP");
       stopped.add(h.pid);
       f.at = Date.now();
-      await sleep(2500);
+      await sleep(p.ms);
       process.kill(h.pid, "SIGCONT");
       stopped.delete(h.pid);
-      f.detail = `worker ${h.pid} of instance 1 stopped ${ms(f.at, Date.now())} ms ${h.holding ? "inside its critical section on " + h.key : "(no holder seen within 1 s: any worker)"}`;
+      f.detail = `worker ${h.pid} of instance ${p.instance} stopped ${ms(f.at, Date.now())} ms ${h.holding ? "inside its critical section on " + h.key : "(no holder seen within 1 s: any worker)"}`;
       f.holding = h.holding;
     },
   },
-];
+  // What a deploy with `systemctl restart` does: a graceful stop (the old workers
+  // finish their requests), then a fresh start on the same port and config.
+  "quit-restart": {
+    async run(f, p) {
+      const i = p.instance - 1;
+      const old = MASTERS[i];
+      const workers = workersOf(old);
+      const r = spawnSync(opt.nginx, [...confArgs(p.instance), "-s", "quit"], { encoding: "utf8" });
+      f.at = Date.now();
+      if (r.status !== 0) throw new Error("nginx -s quit failed: " + r.stderr);
+      for (const w of workers) await waitDead(w, 30000);
+      await waitDead(old, 5000);
+      dropPid(old);
+      const downMs = ms(f.at, Date.now());
+      const dir = path.join(PREFIX, "n" + p.instance);
+      const errFd = fs.openSync(path.join(dir, "logs", "stderr.log"), "a");
+      const child = spawn(opt.nginx, [...confArgs(p.instance), "-g", "daemon off;"], { stdio: ["ignore", "ignore", errFd] });
+      fs.closeSync(errFd);
+      child.on("error", (e) => log("nginx:", e.message));
+      child.unref();
+      addPid(child.pid);
+      MASTERS[i] = child.pid;
+      const end = Date.now() + 10000;
+      for (;;) {
+        let pidFile = "";
+        try { pidFile = fs.readFileSync(path.join(dir, "logs", "nginx.pid"), "latin1").trim(); } catch (e) { /* not yet */ }
+        if (Number(pidFile) === child.pid && (await portOpen(HTTP_PORTS[i]))) break;
+        if (!alive(child.pid) || Date.now() > end) throw new Error(`restarted nginx ${p.instance} (pid ${child.pid}) did not come up`);
+        await sleep(20);
+      }
+      f.detail = `instance ${p.instance} (master ${old}) quit gracefully: its last worker left after ${downMs} ms; master ${child.pid} serving again after ${ms(f.at, Date.now())} ms`;
+    },
+  },
+};
 
+// ---------------------------------------------------------------- rows
 async function drainedLoad(msLoad) {
   const stop = startLoad(newCounts());
   await sleep(msLoad);
   await stop();
 }
 
-async function quiesce() {
-  // Between scenarios: both nginx back to 2 workers, no lock or witness state left over.
+async function quiesce(row) {
+  // Between rows: every nginx back to 2 workers, no lock or witness state left over.
   for (const m of MASTERS) await waitWorkers(m);
   await sleep(LOCK.ttl + 100); // lost-reply cleanups and orphaned leases run out
   await once(LOCK_PORT, "FLUSHALL");
   await witnessReset();
+  if (row.load.kind === "gateway") {
+    // Leases an earlier row leaked are still renewed: the flush makes their next
+    // renewal (every ttl/3) fail, and what that logs must not land in this row.
+    await sleep(Math.max(...Object.values(GUARDS).map((g) => g.ttl || 0)) / 3 + 150);
+    await backendStats(true);
+  }
 }
 
-async function runScenario(sc, n) {
+async function runCritRow(sc) {
   const t0 = Date.now();
-  if (sc.prepare && (await sc.prepare())) await drainedLoad(1000);
-  await quiesce();
-  const logFrom = [logSize(1), logSize(2)];
+  const F = sc.fault ? FAULTS[sc.fault.kind] : null;
+  if (F && F.prepare && (await F.prepare(sc.fault))) await drainedLoad(1000);
+  await quiesce(sc);
+  const logFrom = LOG_DIRS.map(logSize);
   const counts = newCounts();
   const f = { at: null, detail: "" };
   const start = Date.now();
   const stop = startLoad(counts);
   let faultErr = null;
-  const faultDone = sc.fault
-    ? sleep(FAULT_AT).then(() => sc.fault(f)).catch((e) => { faultErr = e; })
+  const faultDone = F
+    ? sleep(sc.fault.atMs ?? FAULT_AT).then(() => F.run(f, sc.fault)).catch((e) => { faultErr = e; })
     : Promise.resolve();
   await sleep(DURATION);
   await faultDone;
@@ -512,8 +851,8 @@ async function runScenario(sc, n) {
   const drainMs = ms(loadEnd, Date.now());
   contAll();
   const w = await collect();
-  const logs = logStats(logSlice(1, logFrom[0]) + logSlice(2, logFrom[1]));
-  if (sc.after && (await sc.after())) await drainedLoad(1000);
+  const logs = logStats(LOG_DIRS.map((d, i) => logSlice(d, logFrom[i])).join(""));
+  if (F && F.after && (await F.after(sc.fault))) await drainedLoad(1000);
   if (faultErr) throw new Error(`${sc.title}: fault injection failed: ${faultErr.stack || faultErr}`);
 
   const gapMs = w.maxGapUs < 0 ? null : w.maxGapUs / 1000;
@@ -522,7 +861,7 @@ async function runScenario(sc, n) {
   const lat = counts.okMs.sort((a, b) => a - b);
   const pct = (q) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(q * lat.length))]) : null);
   const row = {
-    n, id: sc.id, scenario: sc.title, promised: sc.promised,
+    n: sc.n, id: sc.id, group: "crit", scenario: sc.title, promised: sc.promised,
     acquisitions: w.acquisitions, overlaps: w.overlaps, staleRefused: w.staleRefused,
     ok: counts.ok, errors: counts.err, timeouts: counts.timeout, busy: counts.busy,
     witnessErrors: counts.werr, httpFailures: counts.http + counts.other,
@@ -531,7 +870,7 @@ async function runScenario(sc, n) {
     maxGapMs: gapMs, maxGapKey: w.maxGapKey, maxGapStartVsFaultMs: gapFromFault,
     releaseNotOwner: w.releaseNotOwner, releaseError: w.releaseError,
     perKey: w.perKey, overlapLog: w.overlapLog, leftInside: w.leftInside,
-    fault: sc.fault ? { atMs: f.at === null ? null : f.at - start, detail: f.detail } : null,
+    fault: sc.fault ? { ...sc.fault, atMs: f.at === null ? null : f.at - start, detail: f.detail } : null,
     topErrors: top(counts.errMsgs), topHttpFailures: top(counts.httpMsgs), topWitnessErrors: top(counts.werrMsgs),
     nginxErrorLog: logs,
     loadMs: loadEnd - start, drainMs, wallMs: Date.now() - t0,
@@ -558,6 +897,98 @@ function noteOf(r) {
   if (r.nginxErrorLog.cleanupRemoved) bits.push(`${r.nginxErrorLog.cleanupRemoved} lost-reply lock(s) removed by the cleanup timer`);
   if (r.witnessErrors) bits.push(`WITNESS ERRORS ${r.witnessErrors}: this row is not trustworthy`);
   if (r.leftInside.length) bits.push(`holders left inside at the end: ${r.leftInside.join(", ")}`);
+  return bits.join("; ");
+}
+
+async function runGatewayRow(sc) {
+  const t0 = Date.now();
+  const F = sc.fault ? FAULTS[sc.fault.kind] : null;
+  await quiesce(sc);
+  for (const g of sc.load.guards) await once(WITNESS_PORT, "SET", "gw:promise:" + g, String(GUARDS[g].promise));
+  const baseline = [];
+  for (const port of HTTP_PORTS) baseline.push((await frontWriting(port)) ?? 1);
+  const logFrom = LOG_DIRS.map(logSize);
+  const counts = newGwCounts(sc);
+  const f = { at: null, detail: "" };
+  const start = Date.now();
+  const stop = startGatewayLoad(sc, counts);
+  let faultErr = null;
+  const faultDone = F
+    ? sleep(sc.fault.atMs).then(() => F.run(f, sc.fault)).catch((e) => { faultErr = e; })
+    : Promise.resolve();
+  await sleep(sc.load.durationMs);
+  await faultDone;
+  const loadEnd = Date.now();
+  await stop();
+  const drainMs = ms(loadEnd, Date.now());
+  const idle = await waitIdle(sc, loadEnd, baseline);
+  if (sc.control && sc.control.plantLocks) {
+    for (const g of sc.control.plantLocks) await plantLock(g, `${sc.id}-planted`, RELEASE_GRACE + 1500);
+  }
+  const left = await keysLeft(sc, idle.idleAt);
+  const w = await collectGateway(sc);
+  const backend = await backendStats(false);
+  const logs = logStats(LOG_DIRS.map((d, i) => logSlice(d, logFrom[i])).join(""));
+  if (faultErr) throw new Error(`${sc.title}: fault injection failed: ${faultErr.stack || faultErr}`);
+
+  const perGuard = {};
+  const total = { requests: 0, ok: 0, refused: 0, other: 0, aborted: 0, failed: 0, failover: 0, status: {} };
+  for (const g of sc.load.guards) {
+    const c = counts[g];
+    const refused = [409, 429, 503].reduce((a, s) => a + (c.status[s] || 0), 0);
+    const ok = Object.entries(c.status).filter(([s]) => s >= 200 && s < 300).reduce((a, [, n]) => a + n, 0);
+    const other = Object.values(c.status).reduce((a, n) => a + n, 0) - refused - ok;
+    const gl = left.list.filter((k) => k.guard === g);
+    perGuard[g] = {
+      ...w.perGuard[g], requests: c.requests, ok, refused, other, status: c.status, aborted: c.aborted,
+      failed: c.failed, failures: c.failures, failover: c.failover,
+      keysLeft: gl.length, permitsLeft: gl.reduce((a, k) => a + k.permits, 0),
+    };
+    for (const k of ["requests", "ok", "refused", "other", "aborted", "failed", "failover"]) total[k] += perGuard[g][k];
+    for (const [s, n] of Object.entries(c.status)) total.status[s] = (total.status[s] || 0) + n;
+  }
+  const row = {
+    n: sc.n, id: sc.id, group: "gateway", scenario: sc.title, promised: sc.promised, control: sc.control || null,
+    via: sc.load.via, viaMeans: VIAS[sc.load.via], load: sc.load,
+    requests: total, reached: w.reached, overlaps: w.overlaps, perGuard,
+    keysLeft: left, overlapLog: w.overlapLog,
+    backendIdle: idle, witnessErrors: backend.witnessErrors, backendEntered: backend.entered,
+    leftInside: w.leftInside,
+    fault: sc.fault ? { ...sc.fault, atMs: f.at === null ? null : f.at - start, detail: f.detail } : null,
+    nginxErrorLog: logs,
+    loadMs: loadEnd - start, drainMs, wallMs: Date.now() - t0,
+    about: sc.about,
+  };
+  row.note = gwNoteOf(row);
+  return row;
+}
+
+function leftText(L) {
+  if (!L.keys) return "0";
+  const held = L.stillHeld ? `${L.stillHeld} still held ${Math.round((L.checkMs + L.watchMs) / 100) / 10} s after the backend went idle` : `gone after ≤ ${Math.round(L.longestMs / 100) / 10} s`;
+  return `${L.keys} (${L.permits} lock(s)/permit(s)); ${held}`;
+}
+
+function gwNoteOf(r) {
+  const bits = [r.about];
+  if (r.fault && r.fault.detail) bits.push(r.fault.detail);
+  bits.push(Object.entries(r.perGuard).map(([g, p]) =>
+    `${g}: ${p.reached} reached${Object.keys(p.byEndpoint).length > 1 ? ` (${Object.entries(p.byEndpoint).map(([e, n]) => e + " " + n).join(", ")})` : ""}, max ${p.maxInFlight} in flight (promised ${p.promise}), ${p.overlaps} overlap(s), ${p.refused} refused, ${p.keysLeft} key(s) left`).join("; "));
+  if (r.keysLeft.keys) {
+    bits.push("left locked: " + r.keysLeft.list.slice(0, 6).map((k) =>
+      `${k.guard} ${k.key} (${k.type}${k.type === "zset" ? ", " + k.permits + " permit(s)" : ""}, ${k.heldMs === null ? "still held" : "gone at +" + k.heldMs + " ms"})`).join(", ") + (r.keysLeft.list.length > 6 ? ", ..." : ""));
+  }
+  if (r.overlapLog.length) bits.push(`first overlaps: ${r.overlapLog.slice(0, 3).join(" | ")}`);
+  if (r.requests.aborted) bits.push(`${r.requests.aborted} request(s) aborted by their client`);
+  if (r.requests.failover) bits.push(`${r.requests.failover} request(s) sent to instance 2 while instance 1 was down`);
+  if (r.requests.failed) bits.push(`${r.requests.failed} HTTP/connection failure(s)`);
+  const others = Object.entries(r.requests.status).filter(([s]) => !(s >= 200 && s < 300) && ![409, 429, 503].includes(Number(s)));
+  if (others.length) bits.push("other statuses: " + others.map(([s, n]) => s + " ×" + n).join(", "));
+  if (r.nginxErrorLog.leaseLost) bits.push(`${r.nginxErrorLog.leaseLost} "lease lost while its request is in flight" line(s)`);
+  if (r.nginxErrorLog.errors) bits.push(`${r.nginxErrorLog.errors} error line(s) in the nginx logs: ${r.nginxErrorLog.samples.slice(0, 2).map(([m, c]) => `"${m.slice(0, 140)}" ×${c}`).join("; ")}`);
+  if (!r.backendIdle.idle) bits.push(`BACKEND NOT IDLE after ${IDLE_CAP / 1000} s (in flight ${r.backendIdle.inflight}, nginx busy ${r.backendIdle.busy})`);
+  if (r.witnessErrors) bits.push(`WITNESS ERRORS ${r.witnessErrors}: this row is not trustworthy`);
+  if (r.leftInside.length) bits.push(`requests the witness still sees inside the backend: ${r.leftInside.slice(0, 5).join(", ")}`);
   return bits.join("; ");
 }
 
@@ -592,42 +1023,67 @@ function table(rows) {
   return out.join("\n");
 }
 
+function gwTable(rows) {
+  const out = [
+    "| # | scenario | exclusion promised | requests: 2xx / refused (409, 429, 503) / aborted | reached backend | overlaps at backend | max in flight per key vs promised | keys left locked (+1 s) | result | note |",
+    "| --- | --- | --- | ---: | ---: | ---: | --- | --- | --- | --- |",
+  ];
+  for (const r of rows) {
+    const q = r.requests;
+    const maxIn = Object.entries(r.perGuard).map(([g, p]) => `${g} ${p.maxInFlight}/${p.promise}`).join(", ");
+    out.push(`| ${r.n} | ${esc(r.scenario)} | ${r.control ? "no (control)" : r.promised ? "yes" : "no"} | ${q.ok} / ${q.refused} / ${q.aborted} | ${r.reached} | ${r.overlaps} | ${maxIn} | ${esc(leftText(r.keysLeft))} | ${r.result} | ${esc(r.note)} |`);
+  }
+  return out.join("\n");
+}
+
 function verdictOf(rows) {
   const failures = [];
+  const fail = (r, why) => { r.result = "FAIL"; failures.push(`row ${r.n} (${r.scenario}): ${why}`); };
   for (const r of rows) {
     r.result = "ok";
-    if (r.promised && r.overlaps > 0) { r.result = "FAIL"; failures.push(`row ${r.n} (${r.scenario}): ${r.overlaps} overlap(s) where mutual exclusion is promised`); }
-    if (r.witnessErrors > 0) { r.result = "FAIL"; failures.push(`row ${r.n} (${r.scenario}): ${r.witnessErrors} witness error(s), the count cannot be trusted`); }
-    if (r.acquisitions === 0) { r.result = "FAIL"; failures.push(`row ${r.n} (${r.scenario}): no acquisitions at all`); }
+    if (r.group === "gateway") {
+      if (r.witnessErrors > 0) fail(r, `${r.witnessErrors} witness error(s) at the backend, the count cannot be trusted`);
+      if (!r.backendIdle.idle || r.leftInside.length) fail(r, "the backend never went idle after the load, the count cannot be trusted");
+      if (r.reached === 0) fail(r, "no request reached the backend");
+      if (r.control) {
+        if (r.overlaps === 0) fail(r, "the control saw no overlap: the witness cannot see one");
+        const planted = r.control.plantLocks.length;
+        const found = r.keysLeft.list.filter((k) => k.key === `${r.id}-planted`).length;
+        if (found !== planted) fail(r, `the scan found ${found} of the ${planted} lock(s) planted in the lock Redis`);
+        if (r.result === "ok") r.result = "ok (control)";
+        continue;
+      }
+      if (r.promised && r.overlaps > 0) fail(r, `${r.overlaps} time(s) more requests in flight at the backend than the guard promises (${Object.entries(r.perGuard).filter(([, p]) => p.overlaps).map(([g, p]) => `${g} ${p.overlaps}, max ${p.maxInFlight} for ${p.promise}`).join("; ")})`);
+      // Nothing may stay locked after the load, whatever the row promises about overlaps.
+      if (r.keysLeft.keys > 0) fail(r, `${r.keysLeft.keys} guard key(s) left locked ${r.keysLeft.checkMs} ms after the backend went idle (${leftText(r.keysLeft)})`);
+      if (r.result === "ok" && !r.promised) r.result = r.overlaps > 0 ? "reported" : "ok (not promised)";
+      continue;
+    }
+    if (r.promised && r.overlaps > 0) fail(r, `${r.overlaps} overlap(s) where mutual exclusion is promised`);
+    if (r.witnessErrors > 0) fail(r, `${r.witnessErrors} witness error(s), the count cannot be trusted`);
+    if (r.acquisitions === 0) fail(r, "no acquisitions at all");
     if (r.result === "ok" && !r.promised) r.result = r.overlaps > 0 ? "reported" : "ok (not promised)";
   }
   return failures;
 }
 
-async function main() {
-  const startedAt = new Date();
-  const list = SCENARIOS.map((s, i) => ({ ...s, n: i + 1 })).filter((s) => !SHORT || s.short);
-  log(`${SHORT ? "short" : "full"} run: ${list.length} scenarios, ${CLIENTS} clients on ports ${HTTP_PORTS.join(" and ")}, keys ${KEYS.join(",")}, ${DURATION} ms each, fault at ${FAULT_AT} ms`);
-  for (const m of MASTERS) await waitWorkers(m);
-  // Warm both nginx (lock pools, witness pools) before the first row.
-  await drainedLoad(500);
-  const rows = [];
-  for (const sc of list) {
-    log(`${sc.n}. ${sc.title} ...`);
-    const row = await runScenario(sc, sc.n);
-    log(`   ${row.acquisitions} acquisitions, ${row.overlaps} overlaps, ${row.errors} err, ${row.timeouts} timeout, ${row.httpFailures} http, gap ${row.maxGapMs} ms, ${row.wallMs} ms`);
-    rows.push(row);
+/** The rows to run: --short, --gateway, --rows 9,gw-reload (numbers or ids), or all. */
+function selectRows() {
+  const all = SCENARIOS.map((s, i) => ({ ...s, n: i + 1 }));
+  if (SHORT) return ["short", all.filter((s) => s.short)];
+  if (opt.gateway) return ["gateway", all.filter((s) => s.group === "gateway")];
+  if (opt.rows) {
+    const want = opt.rows.split(",").filter(Boolean);
+    for (const w of want) {
+      if (!all.some((s) => String(s.n) === w || s.id === w)) throw new Error(`no row ${w} (rows: ${all.map((s) => s.n + " " + s.id).join(", ")})`);
+    }
+    return ["rows", all.filter((s) => want.includes(String(s.n)) || want.includes(s.id))];
   }
-  const failures = verdictOf(rows);
-  const promisedRows = rows.filter((r) => r.promised).map((r) => r.n);
-  const runtimeS = Math.round((Date.now() - startedAt.getTime()) / 100) / 10;
-  const mach = machine();
+  return ["full", all];
+}
 
-  const md = [
-    `# resty.dlock torture run (${SHORT ? "short" : "full"} form)`,
-    "",
-    `${startedAt.toISOString()}; ${mach.nproc} CPUs (${mach.cpu}), ${mach.redis.split(" ").slice(0, 3).join(" ")}, ${mach.nginx}, node ${mach.node}; ${runtimeS} s.`,
-    "",
+function critIntro() {
+  return [
     `Two nginx (2 workers each) share one lock Redis; ${CLIENTS} keep-alive clients spread over both loop on`,
     `\`/crit?key=K\` (${KEYS.length} keys): acquire with ttl ${LOCK.ttl} ms and wait ${LOCK.wait} ms (read_timeout ${LOCK.read_timeout} ms),`,
     `${LOCK.hold} ms inside, release. A separate witness Redis, untouched by faults, sees every holder enter and leave:`,
@@ -636,23 +1092,83 @@ async function main() {
     "**stale writes refused** = writes at the end of a critical section that the witness turned away because their",
     "lease's fence (\`fencing = true\`) was smaller than one it had already accepted for the key.",
     `Each scenario: ${DURATION / 1000} s of load, fault at ${FAULT_AT / 1000} s. errors = \`err\` answers (Redis failures), timeout = waited ${LOCK.wait} ms in vain.`,
+  ];
+}
+
+function gwIntro(rows) {
+  const control = rows.filter((r) => r.control).map((r) => r.n);
+  const g = (id) => GUARDS[id];
+  return [
+    "Gateway guards (nginx/torture.conf) in front of a separate backend nginx (nginx/torture-backend.conf) that tells the",
+    "witness Redis when each request enters and leaves it, per key. Guards: " +
+      `\`${g("mutex").name}\` (mutex, wait ${g("mutex").wait} ms, 503), \`${g("conc").name}\` (concurrency, permits ${g("conc").permits}, wait ${g("conc").wait} ms, 429), ` +
+      `\`${g("dedup").name}\` (dedup, 409); all ttl ${g("mutex").ttl} ms (renewed every ttl/3), key \`$arg_key\`; 3 keys per guard (6 in the reload rows).`,
+    "Each guarded location has the guard's `access()` and `log()`; where the request ends in another location",
+    "(`error_page`, `try_files`, `X-Accel-Redirect`) that location has no `log()`. " +
+      (GATEWAY_LOG ? "**This run has the http-level `log_by_lua_block { require(\"resty.dlock.gateway\").log() }`.**" : "No http-level module `log()` in this run (`--gateway-log` adds it)."),
+    "**overlaps at backend** = requests entering the backend while as many as the guard promises for the key (1 for",
+    "mutex and dedup, 2 for concurrency) were already in flight there; **keys left locked** = guard keys still in the lock",
+    `Redis (a lock, or live permits) ${RELEASE_GRACE / 1000} s after the load ended and the backend went idle, then watched ${LEFT_WATCH / 1000} s more;`,
+    "a key still held after that (ttl 1 s) is being renewed for a request that is gone. Refusals pause the client 20-80 ms.",
+    "A key left locked fails any gateway row; overlaps fail the rows where exclusion is promised." +
+      (control.length ? ` Row ${control.join(", ")} checks the harness itself: with no guard the witness must see overlaps, and the scan must find the locks planted in the lock Redis.` : ""),
+  ];
+}
+
+async function main() {
+  const startedAt = new Date();
+  const [form, list] = selectRows();
+  const gws = list.filter((s) => s.load.kind === "gateway");
+  log(`${form} run: ${list.length} rows (${list.map((s) => s.n).join(",")}), ports ${HTTP_PORTS.join(" and ")}, backend ${BACKEND_PORT}${GATEWAY_LOG ? ", with the module-level gateway log" : ""}`);
+  for (const m of MASTERS) await waitWorkers(m);
+  if (gws.length) await checkGuards();
+  // Warm both nginx (lock pools, witness pools) before the first row.
+  await drainedLoad(500);
+  const rows = [];
+  for (const sc of list) {
+    log(`${sc.n}. ${sc.title} ...`);
+    if (sc.load.kind === "gateway") {
+      const row = await runGatewayRow(sc);
+      log(`   ${row.requests.requests} requests, ${row.reached} reached the backend, ${row.overlaps} overlaps, ${row.requests.refused} refused, ${row.requests.aborted} aborted, ${row.keysLeft.keys} key(s) left locked (${row.keysLeft.stillHeld} still held), witness errors ${row.witnessErrors}, ${row.wallMs} ms`);
+      rows.push(row);
+    } else {
+      const row = await runCritRow(sc);
+      log(`   ${row.acquisitions} acquisitions, ${row.overlaps} overlaps, ${row.errors} err, ${row.timeouts} timeout, ${row.httpFailures} http, gap ${row.maxGapMs} ms, ${row.wallMs} ms`);
+      rows.push(row);
+    }
+  }
+  const failures = verdictOf(rows);
+  const promisedRows = rows.filter((r) => r.promised).map((r) => r.n);
+  const runtimeS = Math.round((Date.now() - startedAt.getTime()) / 100) / 10;
+  const mach = machine();
+  const critRows = rows.filter((r) => r.group === "crit");
+  const gwRows = rows.filter((r) => r.group === "gateway");
+
+  const md = [
+    `# resty.dlock torture run (${form} form${GATEWAY_LOG ? ", with the module-level gateway log" : ""})`,
     "",
-    table(rows),
+    `${startedAt.toISOString()}; ${mach.nproc} CPUs (${mach.cpu}), ${mach.redis.split(" ").slice(0, 3).join(" ")}, ${mach.nginx}, node ${mach.node}; ${runtimeS} s.`,
+    ...(DIST && path.resolve(DIST) !== path.resolve(__dirname, "..", "dist") ? ["", `Lua modules from \`${DIST}\`, not this checkout's dist/.`] : []),
     "",
-    `Mutual exclusion is promised in rows ${promisedRows.join(", ")}: an overlap there fails the run.`,
-    ...(SHORT ? [] : ["Rows 3 (Redis loses its data) and 7 (a holder paused past its ttl) are outside what a Redis lease can promise: reported, not failed."]),
+    ...(critRows.length ? [...critIntro(), "", table(critRows), ""] : []),
+    ...(gwRows.length ? ["## Gateway guards", "", ...gwIntro(gwRows), "", gwTable(gwRows), ""] : []),
+    `Exclusion is promised in rows ${promisedRows.join(", ") || "(none here)"}: an overlap there fails the run${gwRows.length ? ", and so does a gateway key left locked" : ""}.`,
+    ...(form === "full" ? ["Rows 3 (Redis loses its data) and 7 (a holder paused past its ttl) are outside what a Redis lease can promise: reported, not failed."] : []),
     "",
-    failures.length ? "**FAIL**\n\n" + failures.map((f) => "- " + f).join("\n") : "**PASS**: no overlap where mutual exclusion is promised.",
+    failures.length ? "**FAIL**\n\n" + failures.map((f) => "- " + f).join("\n") : "**PASS**: no overlap where exclusion is promised" + (gwRows.length ? ", no gateway key left locked." : "."),
     "",
   ].join("\n");
 
   const json = {
-    timestamp: startedAt.toISOString(), form: SHORT ? "short" : "full", runtimeSeconds: runtimeS,
-    config: { clients: CLIENTS, keys: KEYS, nginxInstances: 2, workersEach: 2, durationMs: DURATION, faultAtMs: FAULT_AT, lock: LOCK },
+    timestamp: startedAt.toISOString(), form, gatewayLog: GATEWAY_LOG, dist: DIST, runtimeSeconds: runtimeS,
+    config: {
+      clients: CLIENTS, keys: KEYS, nginxInstances: 2, workersEach: 2, durationMs: DURATION, faultAtMs: FAULT_AT, lock: LOCK,
+      ...(gwRows.length ? { gateway: { guards: GUARDS, releaseGraceMs: RELEASE_GRACE, leftWatchMs: LEFT_WATCH } } : {}),
+    },
     machine: mach, promisedRows, pass: failures.length === 0, failures, scenarios: rows,
   };
-  // The short form (run by make test) must not overwrite the full run's results.
-  const base = SHORT ? "torture-short" : "torture";
+  // The short form (run by make test) must not overwrite the full run's results; neither must the others.
+  const base = { full: "torture", short: "torture-short", gateway: "torture-gateway", rows: "torture-rows" }[form] + (GATEWAY_LOG ? "-gwlog" : "");
   fs.mkdirSync(opt.out, { recursive: true });
   fs.writeFileSync(path.join(opt.out, base + ".md"), md);
   fs.writeFileSync(path.join(opt.out, base + ".json"), JSON.stringify(json, null, 2) + "\n");

@@ -1,0 +1,147 @@
+// The rows of make torture, as data. bench/torture.js runs them in this order
+// (row number = position) and knows nothing about any single row: a row says
+// what load runs, which fault is injected when, and what is promised.
+//
+//   load.kind "crit":    200 clients loop on /crit?key=K (5 keys) of both nginx;
+//                        the critical section itself reports to the witness.
+//   load.kind "gateway": clients loop on /gw/<guard>/<via>?g=<guard>&key=K&ms=N of
+//                        both nginx (nginx/torture.conf); the backend nginx
+//                        (nginx/torture-backend.conf) reports each request
+//                        entering and leaving it, per key, to the witness.
+//   fault:               one of FAULTS in bench/torture.js, with its parameters;
+//                        atMs after the load starts (crit rows: 1 s short, 2 s full).
+//   promised:            the design promises exclusion: for crit rows no two
+//                        holders inside at once; for gateway rows no more requests
+//                        in flight at the backend per key than the guard promises
+//                        (GUARDS[g].promise) and no key of a guard left locked
+//                        once the load and the backend are done.
+"use strict";
+
+/**
+ * The gateway guards of nginx/torture.conf and what each promises per key at the
+ * backend. The harness checks these against the running nginx (GET /gw/guards).
+ */
+const GUARDS = {
+  mutex: { name: "t_mutex", mode: "mutex", permits: 1, ttl: 1000, wait: 2000, promise: 1, refusal: 503 },
+  conc: { name: "t_conc", mode: "concurrency", permits: 2, ttl: 1000, wait: 2000, promise: 2, refusal: 429 },
+  dedup: { name: "t_dedup", mode: "dedup", permits: 1, ttl: 1000, wait: 0, promise: 1, refusal: 409 },
+  // The control location has no guard: nothing is promised, the witness must see overlaps.
+  none: { name: null, mode: "none", permits: null, ttl: null, wait: 0, promise: 1, refusal: null },
+};
+
+/** How the request ends, per `via` (each guard has /gw/<guard>/<via> in nginx/torture.conf). */
+const VIAS = {
+  plain: "proxy_pass to the backend; the request ends where it came in",
+  error_page: "`proxy_intercept_errors on; error_page 500 502 = @fallback;` (the backend answers 500 to some requests, @fallback proxies to it again)",
+  dead_upstream: "`error_page 502 = @app;` in front of an upstream nothing listens on (@app proxies to the backend)",
+  try_files: "`try_files $uri @app;` (no such file: @app proxies to the backend)",
+  x_accel: "the backend answers `X-Accel-Redirect: /internal/work?...`; `location /internal/ { internal; proxy_pass ...; }`",
+};
+
+const CRIT = { kind: "crit" };
+const ALL = ["mutex", "conc", "dedup"];
+
+/** Gateway load defaults: 200 clients spread over both nginx, every guard of the row, `keys` keys per guard. */
+function gw(o) {
+  return {
+    kind: "gateway", clients: 200, guards: ALL, keys: 3, backendMs: [50, 300], fail: 0, abort: null,
+    durationMs: 4000, refusalPauseMs: [20, 80], ...o,
+  };
+}
+
+const SCENARIOS = [
+  // ---------------------------------------------------------------- the lock API (/crit)
+  {
+    id: "no-fault", title: "no fault", promised: true, short: true, load: CRIT, fault: null,
+    about: "baseline; the gap is release + the waiters' backoff (2-64 ms)",
+  },
+  {
+    id: "redis-sigstop", title: "lock Redis SIGSTOP 1.5 s", promised: true, load: CRIT,
+    fault: { kind: "redis-sigstop", ms: 1500 },
+    about: "calls in flight hit read_timeout (300 ms) and fail as err; leases run out while Redis is paused",
+  },
+  {
+    id: "redis-restart", title: "lock Redis restart, no persistence", promised: false, load: CRIT,
+    fault: { kind: "redis-restart", persistence: "none" },
+    about: "every lock vanishes with the restart: a holder still inside can be joined by a newcomer (not promised)",
+  },
+  {
+    id: "redis-restart-aof", title: "lock Redis restart, appendfsync always", promised: true, load: CRIT,
+    fault: { kind: "redis-restart", persistence: "aof" },
+    about: "acknowledged locks are fsynced (SET ... PXAT in the AOF) and come back with the restart",
+  },
+  {
+    id: "worker-kill", title: "nginx worker holding a lock SIGKILLed", promised: true, short: true, load: CRIT,
+    fault: { kind: "worker-kill", instance: 1 },
+    about: "the dead worker's lease blocks its key until the ttl (1 s) runs out; the master respawns the worker",
+  },
+  {
+    id: "reload", title: "nginx -s reload under load", promised: true, short: true, load: CRIT,
+    fault: { kind: "reload", instance: 1 },
+    about: "old workers finish their critical sections and release before they exit",
+  },
+  {
+    id: "worker-sigstop", title: "nginx worker holding a lock SIGSTOP 2.5 s (> ttl)", promised: false, load: CRIT,
+    fault: { kind: "worker-sigstop", instance: 1, ms: 2500 },
+    about: "overlaps EXPECTED: the stopped holder's lease expired and the key went to someone else while it still believed it held the lock. A lease alone cannot protect against this; fencing can: the stalled holder's write carries an old fence and the witness refuses it (stale writes column)",
+  },
+
+  // ---------------------------------------------------------------- gateway guards (/gw/...)
+  {
+    id: "gw-control", title: "control: no guard in front of the backend", group: "gateway", promised: false,
+    control: { plantLocks: ["mutex", "conc"] },
+    load: gw({ guards: ["none"], via: "plain", clients: 20, keys: 2, backendMs: [50, 150], durationMs: 1500 }),
+    fault: null,
+    about: "checks the harness: without a guard the witness must count overlaps at the backend, and the scan must find the lock key and the permit planted in the lock Redis (as a leaked lease of t_mutex and t_conc would look)",
+  },
+  {
+    id: "gw-error-page", title: "internal redirect: error_page 500 502 = @fallback, proxy_intercept_errors", group: "gateway", promised: true,
+    load: gw({ via: "error_page", fail: 0.3 }),
+    fault: null,
+    about: "30 % of backend answers are 500 and go to @fallback (30 ms more at the backend, same key); the guard's log() is in the first location only",
+  },
+  {
+    id: "gw-dead-upstream", title: "internal redirect: dead upstream, error_page 502 = @app", group: "gateway", promised: true,
+    load: gw({ via: "dead_upstream" }),
+    fault: null,
+    about: "every request's primary upstream refuses the connection; @app serves it from the backend",
+  },
+  {
+    id: "gw-try-files", title: "internal redirect: try_files $uri @app", group: "gateway", promised: true,
+    load: gw({ via: "try_files" }),
+    fault: null,
+    about: "no static file matches: every request ends in @app",
+  },
+  {
+    id: "gw-x-accel", title: "internal redirect: X-Accel-Redirect to an internal location", group: "gateway", promised: true,
+    load: gw({ via: "x_accel" }),
+    fault: null,
+    about: "the backend routes every request to /internal/work (the work is counted there)",
+  },
+  {
+    id: "gw-client-abort", title: "clients abort at random mid-request (backend 0.2-0.9 s < ttl)", group: "gateway", promised: true,
+    load: gw({ via: "plain", backendMs: [200, 900], abort: { p: 0.5, atMs: [20, 1200] }, durationMs: 5000 }),
+    fault: null,
+    about: "half the requests are abandoned (socket destroyed) at a random moment; default nginx (proxy_ignore_client_abort off) answers 499 and cuts the upstream connection while the backend keeps working. Every backend request is shorter than the ttl, so a key kept until its lease runs out covers it",
+  },
+  {
+    id: "gw-client-abort-long", title: "clients abort at random mid-request (backend 1.2-2 s > ttl)", group: "gateway", promised: false,
+    load: gw({ via: "plain", backendMs: [1200, 2000], abort: { p: 0.5, atMs: [20, 1500] }, durationMs: 5000 }),
+    fault: null,
+    about: "as the row above, but the backend outlives the ttl: once the client is gone nothing tells the gateway when the backend is done, and a key kept only until its lease runs out no longer covers it (README: choose a ttl that covers the backend's own timeout). Reported, not failed",
+  },
+  {
+    id: "gw-reload", title: "nginx -s reload under load, ttl 1 s < requests 1.5-3 s", group: "gateway", promised: true,
+    load: gw({ via: "plain", keys: 6, backendMs: [1500, 3000], durationMs: 6000 }),
+    fault: { kind: "reload", instance: 1, atMs: 2000 },
+    about: "leases (ttl 1000 ms) are shorter than the backend requests: only renewal keeps them while the old workers finish",
+  },
+  {
+    id: "gw-quit-restart", title: "nginx -s quit, then start again, under load, ttl 1 s < requests 1.5-3 s", group: "gateway", promised: true,
+    load: gw({ via: "plain", keys: 6, backendMs: [1500, 3000], durationMs: 7000 }),
+    fault: { kind: "quit-restart", instance: 1, atMs: 2000 },
+    about: "instance 1 shuts down gracefully (its workers finish their requests), then starts again on its port; its clients go to instance 2 meanwhile",
+  },
+];
+
+module.exports = { GUARDS, VIAS, SCENARIOS };

@@ -1,64 +1,51 @@
--- TLS to Redis, asserted on behaviour, not on the client's version number.
--- lua-resty-redis >= 0.28 (OpenResty's resty.redis) speaks TLS; Debian's 0.27
--- (nginx.redis) ignores `ssl = true` and would talk plaintext, so dlock.new must
--- refuse TLS with it. The spec asks the installed client itself: can it PING a
--- TLS-only port of a real redis-server (self-signed certificate made here)?
---
--- On Debian, where `make test` runs, the client is 0.27 and only the refusal branch
--- runs. The TLS branch runs with OpenResty's client (DLOCK_NGINX=openresty,
--- make test-docker); it is not exercised on this machine, so keep it correct by
--- reading: it must pass wherever the client can do TLS.
+-- TLS to Redis with the installed client, whichever it is: lua-resty-redis 0.27
+-- (Debian's nginx.redis) has no ssl option, so resty.dlock does the handshake
+-- on the client's socket itself, for both clients. Real redis-servers with a
+-- TLS port, certificates made by spec/runner/run (a test CA that nginx trusts
+-- through lua_ssl_trusted_certificate, and a server certificate it signed).
 local h = require "helpers"
 local dlock = require "resty.dlock"
 
---- PING over TLS with the raw client: true when it answers (the client did the handshake).
-local function client_speaks_tls(port)
-  local red = h.redis:new()
-  red:set_timeout(1000)
-  -- 0.27 hands the options to the socket's connect, which ignores `ssl`.
-  local ok = red:connect("127.0.0.1", port, { ssl = true })
-  if not ok then return false end
-  local pong = red:ping()
-  red:close()
-  return pong == "PONG"
+local TLS = h.prefix .. "/tls"
+
+local function tls_redis(cert, key)
+  local port = h.free_port()
+  local r = h.start_redis(nil, "--tls-port " .. port, "--tls-cert-file " .. cert, "--tls-key-file " .. key,
+    "--tls-ca-cert-file " .. TLS .. "/ca.pem", "--tls-auth-clients no")
+  r.tls_port = port
+  return r
+end
+
+local function received(r)
+  return tonumber(h.cmd(r.port, "info", "stats"):match("total_connections_received:(%d+)"))
 end
 
 describe("TLS", function()
-  local r, tls_port
+  local r, self_signed
 
   setup(function()
-    local dir = h.prefix .. "/tls"
-    assert(h.sh("mkdir -p " .. dir .. " && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost " ..
-      "-keyout " .. dir .. "/key.pem -out " .. dir .. "/cert.pem 2>/dev/null"))
-    tls_port = h.free_port()
-    -- A plaintext port (for checking keys from the spec) and a TLS port (for the locks).
-    r = h.start_redis(nil, "--tls-port " .. tls_port, "--tls-cert-file " .. dir .. "/cert.pem",
-      "--tls-key-file " .. dir .. "/key.pem", "--tls-ca-cert-file " .. dir .. "/cert.pem", "--tls-auth-clients no")
+    r = tls_redis(TLS .. "/server.pem", TLS .. "/server.key")
+    -- A certificate nobody signed: ssl_verify must turn it away.
+    assert(h.sh("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost " ..
+      "-addext subjectAltName=DNS:localhost -keyout " .. TLS .. "/self.key -out " .. TLS .. "/self.pem 2>/dev/null"))
+    self_signed = tls_redis(TLS .. "/self.pem", TLS .. "/self.key")
   end)
 
   teardown(function()
     if r then r.stop() end
+    if self_signed then self_signed.stop() end
   end)
 
-  it("ssl = true: refused with a clear error when the client would talk plaintext, " ..
-     "locks over TLS when it can do TLS", function()
-    local function locks(redis_extra)
-      local o = { port = tls_port, ssl = true, connect_timeout = 1000, read_timeout = 1000 }
-      for k, v in pairs(redis_extra or {}) do o[k] = v end
-      return dlock.new({ dict = "dlock", prefix = h.unique("tls"), redis = o })
-    end
+  local function locks(port, extra)
+    local o = { port = port, ssl = true, connect_timeout = 1000, read_timeout = 1000 }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return assert(dlock.new({ dict = "dlock", prefix = h.unique("tls"), redis = o }))
+  end
 
-    if not client_speaks_tls(tls_port) then
-      local l, err = locks()
-      assert.is_nil(l)
-      assert.equal("dlock: redis.ssl = true needs lua-resty-redis >= 0.28 (resty.redis); the loaded client " ..
-        h.redis._VERSION .. " would silently connect in plaintext", err)
-      return
-    end
-
-    -- The client does TLS: locks work over it, seen from Redis through the plaintext port.
-    local tls = assert(locks())
+  it("takes, extends and releases locks over TLS with the installed client (" .. h.redis._VERSION .. ")", function()
+    local tls = locks(r.tls_port)
     local lease = assert(tls:acquire("a", { ttl = 5000 }))
+    -- Seen from the plaintext port: the lock is in Redis.
     assert.equal(lease.token, h.cmd(r.port, "get", tls.prefix .. "a"))
     local none, err = tls:acquire("a")
     assert.is_nil(none)
@@ -67,15 +54,58 @@ describe("TLS", function()
     assert.is_true(h.cmd(r.port, "pttl", tls.prefix .. "a") > 5000)
     assert.is_true(lease:release())
     assert.equal(0, h.cmd(r.port, "exists", tls.prefix .. "a"))
-    -- The same port without TLS gets nowhere: the lock above really went over TLS.
-    local plain = assert(dlock.new({ dict = "dlock", redis = { port = tls_port, read_timeout = 500 } }))
-    local l, perr = plain:acquire("a")
+  end)
+
+  it("shakes hands on fresh connections only: pooled ones are reused as they are", function()
+    local tls = locks(r.tls_port)
+    assert(tls:acquire("warm", { ttl = 1000 })):release()
+    local before = received(r)
+    for i = 1, 20 do assert(tls:acquire("p" .. i, { ttl = 1000 })):release() end
+    -- One more: the plaintext connection that asks INFO.
+    assert.equal(before + 1, received(r))
+  end)
+
+  it("verifies the chain against lua_ssl_trusted_certificate and the name against server_name", function()
+    local strict = locks(r.tls_port, { ssl_verify = true, server_name = "localhost" })
+    assert.is_true(assert(strict:acquire("v", { ttl = 1000 })):release())
+
+    local wrong = locks(r.tls_port, { ssl_verify = true, server_name = "locks.example" })
+    local l, err = wrong:acquire("v")
     assert.is_nil(l)
-    assert.matches("^dlock: redis 127.0.0.1:" .. tls_port .. ": ", perr)
-    -- ssl_verify checks the certificate: this self-signed one is not trusted (no lua_ssl_trusted_certificate).
-    local strict = assert(locks({ ssl_verify = true, server_name = "localhost" }))
-    local s, serr = strict:acquire("b")
-    assert.is_nil(s)
-    assert.matches("^dlock: redis 127.0.0.1:" .. tls_port .. ": .*certificate", serr)
+    assert.matches("^dlock: redis 127.0.0.1:" .. r.tls_port .. ": TLS handshake failed: .*host mismatch", err)
+  end)
+
+  it("refuses a certificate the trusted CA did not sign, when ssl_verify is on", function()
+    local strict = locks(self_signed.tls_port, { ssl_verify = true, server_name = "localhost" })
+    local l, err = strict:acquire("s")
+    assert.is_nil(l)
+    assert.matches("^dlock: redis 127.0.0.1:" .. self_signed.tls_port .. ": TLS handshake failed: .*certificate", err)
+    -- Without verification the same server is reachable (encrypted, not authenticated).
+    assert.is_true(assert(locks(self_signed.tls_port):acquire("s", { ttl = 1000 })):release())
+  end)
+
+  it("never falls back to plaintext: ssl = true against a plaintext port is an error", function()
+    local plain_port = locks(r.port, { read_timeout = 300 })
+    local l, err = plain_port:acquire("x")
+    assert.is_nil(l)
+    assert.matches("^dlock: redis 127.0.0.1:" .. r.port .. ": TLS handshake failed: ", err)
+    assert.equal(0, h.cmd(r.port, "exists", plain_port.prefix .. "x"))
+  end)
+
+  it("keeps TLS and plaintext connections, and verified and unverified ones, in separate pools", function()
+    local tls = locks(r.tls_port)
+    local plain = assert(dlock.new({ dict = "dlock", prefix = tls.prefix,
+      redis = { port = r.tls_port, read_timeout = 300 } }))
+    assert.is_true(assert(tls:acquire("pool", { ttl = 1000 })):release())
+    -- A plaintext client on the TLS port gets nowhere, even right after a TLS connection was pooled.
+    local l, err = plain:acquire("pool")
+    assert.is_nil(l)
+    assert.matches("^dlock: redis 127.0.0.1:" .. r.tls_port .. ": ", err)
+    assert.is_true(assert(tls:acquire("pool", { ttl = 1000 })):release())
+    -- Connections pooled without verification (or for another name) never serve a factory that verifies.
+    local wrong = locks(r.tls_port, { ssl_verify = true, server_name = "locks.example" })
+    local w, werr = wrong:acquire("pool")
+    assert.is_nil(w)
+    assert.matches("TLS handshake failed: .*host mismatch", werr)
   end)
 end)

@@ -35,7 +35,8 @@ interface NgxTcpSocket {
   send(data: string): LuaMultiReturn<[number | undefined, string | undefined]>;
   receive(pattern?: string | number): LuaMultiReturn<[string | undefined, string | undefined, string | undefined]>;
   close(): LuaMultiReturn<[1 | undefined, string | undefined]>;
-  sslhandshake(reused: boolean, serverName: string | undefined, verify: boolean): LuaMultiReturn<[unknown, string | undefined]>;
+  /** reused: a session to resume, false (no session object back) or nil (a session object back). */
+  sslhandshake(reused: boolean | undefined, serverName: string | undefined, verify: boolean): LuaMultiReturn<[unknown, string | undefined]>;
 }
 
 /** Opaque handle returned by ngx.thread.spawn. */

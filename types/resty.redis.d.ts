@@ -42,6 +42,8 @@ interface RestyRedis {
   init_pipeline(n?: number): void;
   /** Send the queue in one write; replies in order, a failed command as { false, err }. */
   commit_pipeline(): LuaMultiReturn<[LuaTable<number, RedisValue | LuaTable<number, false | string>> | undefined, string | undefined]>;
+  /** PING (after a TLS handshake, to be sure the socket works before it is pooled). */
+  ping(): RedisResult<string>;
   /** INFO <section> (the eviction check). */
   info(section: string): RedisResult<string>;
   /** CONFIG GET ... (the eviction check, when INFO is not allowed). */

@@ -1,8 +1,30 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local init
+local shake, handshake, init
 local check = require("resty.dlock.check")
 local eviction = require("resty.dlock.eviction")
+function shake(sock, serverName, verify)
+    return sock:sslhandshake(nil, serverName, verify)
+end
+function handshake(red, conf)
+    local sock = rawget(red, "_sock")
+    if sock == nil then
+        return ("dlock: redis " .. conf.endpoint) .. ": TLS: the Redis client has no socket"
+    end
+    local ok, session, err = pcall(shake, sock, conf.server_name, conf.ssl_verify)
+    if not ok or session == nil then
+        local why = session
+        if ok then
+            why = err
+        end
+        return (("dlock: redis " .. conf.endpoint) .. ": TLS handshake failed: ") .. check.text(why)
+    end
+    local pong, perr = red:ping()
+    if pong ~= "PONG" then
+        return (("dlock: redis " .. conf.endpoint) .. ": TLS handshake failed: ") .. tostring(perr or pong)
+    end
+    return nil
+end
 function init(red, conf)
     if conf.password ~= nil then
         local args = conf.username ~= nil and ({conf.username, conf.password}) or ({conf.password})
@@ -29,7 +51,7 @@ local function loadClient()
     return nil
 end
 local client = loadClient()
-local clientHasTls = client ~= nil and rawget(client, "set_timeouts") ~= nil
+local clientHasTimeouts = client ~= nil and rawget(client, "set_timeouts") ~= nil
 local REDIS_OPTIONS = check.set(
     "host",
     "port",
@@ -211,15 +233,16 @@ function ____exports.parse(v, dict)
         end
         serverName = s
     end
-    if ssl and not clientHasTls then
-        return nil, ("dlock: redis.ssl = true needs lua-resty-redis >= 0.28 (resty.redis); the loaded client " .. (client._VERSION or "?")) .. " would silently connect in plaintext"
-    end
     if not ssl and (sslVerify or serverName ~= nil) then
         return nil, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true"
     end
     local endpoint = path or (host .. ":") .. tostring(port)
     local db = ints.db
-    local pool = ((("dlock:" .. (ssl and "tls:" or "")) .. endpoint) .. ":") .. tostring(db)
+    local tls = ""
+    if ssl then
+        tls = sslVerify and ("tls+verify=" .. (serverName or "")) .. ":" or "tls:"
+    end
+    local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. tostring(db)
     if password ~= nil then
         pool = (pool .. ":") .. string.sub(
             ngx.md5(((username or "") .. "\0") .. password),
@@ -254,27 +277,31 @@ function ____exports.connect(conf)
     if red == nil then
         return nil, "dlock: redis client: " .. tostring(nerr)
     end
-    if clientHasTls then
+    if clientHasTimeouts then
         red:set_timeouts(conf.connect_timeout, conf.read_timeout, conf.read_timeout)
     else
         red:set_timeout(conf.connect_timeout)
     end
     local opts = {pool = conf.pool, pool_size = conf.pool_size, backlog = conf.backlog}
-    if conf.ssl then
-        opts.ssl = true
-        opts.ssl_verify = conf.ssl_verify
-        opts.server_name = conf.server_name
-    end
     local ok, err = red:connect(conf.path or conf.host, conf.path ~= nil and opts or conf.port, opts)
     if ok == nil then
         return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)
     end
-    if not clientHasTls then
+    if not clientHasTimeouts then
         red:set_timeout(conf.read_timeout)
     end
     local reused = red:get_reused_times()
     if reused == 0 then
-        local ierr = init(red, conf) or eviction.check(red, conf)
+        local ierr
+        if conf.ssl then
+            ierr = handshake(red, conf)
+        end
+        if ierr == nil then
+            ierr = init(red, conf)
+        end
+        if ierr == nil then
+            ierr = eviction.check(red, conf)
+        end
         if ierr ~= nil then
             red:close()
             return nil, ierr

@@ -16,9 +16,9 @@ function loadClient(this: void): RestyRedisModule | undefined {
 }
 
 const client = loadClient();
-// set_timeouts and TLS arrived together in lua-resty-redis 0.28; 0.27 silently
-// ignores `ssl = true` and would connect in plaintext.
-const clientHasTls = client !== undefined && rawget(client, "set_timeouts") !== undefined;
+// set_timeouts arrived in lua-resty-redis 0.28 (with its `ssl` options, which 0.27
+// silently ignores: TLS is done here, on the socket, for both).
+const clientHasTimeouts = client !== undefined && rawget(client, "set_timeouts") !== undefined;
 
 export interface RedisConf {
   readonly host: string;
@@ -148,17 +148,18 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     if (s === undefined) return $multi(undefined, err);
     serverName = s;
   }
-  if (ssl && !clientHasTls) {
-    return $multi(undefined, "dlock: redis.ssl = true needs lua-resty-redis >= 0.28 (resty.redis); the loaded client " +
-      (client._VERSION ?? "?") + " would silently connect in plaintext");
-  }
   if (!ssl && (sslVerify || serverName !== undefined)) {
     return $multi(undefined, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true");
   }
 
   const endpoint = path ?? host + ":" + port;
   const db = ints.get("db");
-  let pool = "dlock:" + (ssl ? "tls:" : "") + endpoint + ":" + db;
+  // A connection verified for one name (or not verified) must not serve a factory that asks for another.
+  let tls = "";
+  if (ssl) {
+    tls = sslVerify ? "tls+verify=" + (serverName ?? "") + ":" : "tls:";
+  }
+  let pool = "dlock:" + tls + endpoint + ":" + db;
   if (password !== undefined) {
     // A digest, not the secret, ends up in the pool name (it shows in debug logs).
     pool = pool + ":" + string.sub(ngx.md5((username ?? "") + "\0" + password), 1, 16);
@@ -186,33 +187,65 @@ export function connect(conf: RedisConf): LuaMultiReturn<[RestyRedis | undefined
     return $multi(undefined, "dlock: redis client: " + tostring(nerr));
   }
   // Never touch red.set_timeouts on 0.27: its __index would turn the name into a Redis command.
-  if (clientHasTls) {
+  if (clientHasTimeouts) {
     red.set_timeouts!(conf.connect_timeout, conf.read_timeout, conf.read_timeout);
   } else {
     red.set_timeout(conf.connect_timeout);
   }
   const opts: RedisConnectOptions = { pool: conf.pool, pool_size: conf.pool_size, backlog: conf.backlog };
-  if (conf.ssl) {
-    opts.ssl = true;
-    opts.ssl_verify = conf.ssl_verify;
-    opts.server_name = conf.server_name;
-  }
   const [ok, err] = red.connect(conf.path ?? conf.host, conf.path !== undefined ? opts : conf.port, opts);
   if (ok === undefined) {
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err));
   }
-  if (!clientHasTls) {
+  if (!clientHasTimeouts) {
     red.set_timeout(conf.read_timeout);
   }
   const [reused] = red.get_reused_times();
   if (reused === 0) {
-    const ierr = init(red, conf) ?? eviction.check(red, conf);
+    let ierr: string | undefined;
+    if (conf.ssl) ierr = handshake(red, conf);
+    if (ierr === undefined) ierr = init(red, conf);
+    if (ierr === undefined) ierr = eviction.check(red, conf);
     if (ierr !== undefined) {
       red.close();
       return $multi(undefined, ierr);
     }
   }
   return $multi(red, undefined);
+}
+
+function shake(this: void, sock: NgxTcpSocket, serverName: string | undefined, verify: boolean): LuaMultiReturn<[unknown, string | undefined]> {
+  return sock.sslhandshake(undefined, serverName, verify);
+}
+
+/**
+ * TLS on a fresh connection (a pooled one did it when it was fresh), on the
+ * client's own socket: lua-resty-redis 0.27 has no ssl option, and this way
+ * both clients behave the same. Never plaintext: any failure is an error and
+ * the connection is closed, never pooled. lua-resty-core 0.1.25's sslhandshake
+ * sometimes raises on a verification failure instead of returning an error,
+ * and has been seen to report success on a failed one: hence the pcall, and a
+ * PING before the connection is used. ssl_verify checks the chain against
+ * lua_ssl_trusted_certificate and the name against server_name.
+ */
+function handshake(red: RestyRedis, conf: RedisConf): string | undefined {
+  // Both 0.27 and 0.28 keep their cosocket in the `_sock` field.
+  const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock");
+  if (sock === undefined) {
+    return "dlock: redis " + conf.endpoint + ": TLS: the Redis client has no socket";
+  }
+  const [ok, session, err] = pcall(shake, sock, conf.server_name, conf.ssl_verify);
+  if (!ok || session === undefined) {
+    // A raise leaves its message where the session would be.
+    let why: unknown = session;
+    if (ok) why = err;
+    return "dlock: redis " + conf.endpoint + ": TLS handshake failed: " + check.text(why);
+  }
+  const [pong, perr] = red.ping();
+  if (pong !== "PONG") {
+    return "dlock: redis " + conf.endpoint + ": TLS handshake failed: " + tostring(perr ?? pong);
+  }
+  return undefined;
 }
 
 /** AUTH and SELECT, once per fresh connection (pooled ones are already set up). */

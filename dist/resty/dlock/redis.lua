@@ -30,7 +30,7 @@ function init(red, conf)
         local args = conf.username ~= nil and ({conf.username, conf.password}) or ({conf.password})
         local ok, err = red:auth(unpack(args))
         if not ok then
-            return (("dlock: redis " .. conf.endpoint) .. ": authentication failed: ") .. tostring(err)
+            return (((("dlock: redis " .. conf.endpoint) .. ": authentication failed for user ") .. (conf.username or "default")) .. ": ") .. tostring(err)
         end
     end
     if conf.db ~= 0 then

@@ -255,7 +255,9 @@ function init(red: RestyRedis, conf: RedisConf): string | undefined {
     const args = conf.username !== undefined ? [conf.username, conf.password] : [conf.password];
     const [ok, err] = red.auth(...args);
     if (!ok) {
-      return "dlock: redis " + conf.endpoint + ": authentication failed: " + tostring(err);
+      // The user, never the password: which of several credentials is wrong.
+      return "dlock: redis " + conf.endpoint + ": authentication failed for user " + (conf.username ?? "default") +
+        ": " + tostring(err);
     }
   }
   if (conf.db !== 0) {

@@ -253,7 +253,7 @@ describe("/dlock/status and /dlock/metrics over HTTP", function()
       assert.is_nil(l.token)
     end
     assert.equal(5, whole.guards.jobs.in_flight)
-    assert.same({ unrecorded_leases = 0 }, whole.dicts.dlock)
+    assert.same({ unrecorded_leases = 0, replica_shortfalls = 0 }, whole.dicts.dlock)
     local m = get("/dlock/metrics").body
     assert.equal(5, metric(m, 'dlock_guard_in_flight{guard="jobs"}'))
     assert.equal(0, metric(m, 'dlock_unrecorded_leases_total{dict="dlock"}'))

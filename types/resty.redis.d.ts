@@ -44,6 +44,8 @@ interface RestyRedis {
   commit_pipeline(): LuaMultiReturn<[LuaTable<number, RedisValue | LuaTable<number, false | string>> | undefined, string | undefined]>;
   /** PING (after a TLS handshake, to be sure the socket works before it is pooled). */
   ping(): RedisResult<string>;
+  /** WAIT numreplicas timeout: how many replicas acknowledged this connection's writes. */
+  wait(replicas: number, timeoutMs: number): RedisResult<number>;
   /** INFO <section> (the eviction check). */
   info(section: string): RedisResult<string>;
   /** CONFIG GET ... (the eviction check, when INFO is not allowed). */

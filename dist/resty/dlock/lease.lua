@@ -472,6 +472,13 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
             res = reply[1]
         end
         if res == nil then
+            if fault == "replicas" then
+                local gone = call(store.redis, kind.release, rkey, tok)
+                if gone == nil then
+                    orphans.adoptAcquire(store.redis, kind.release, rkey, tok)
+                end
+                return nil, tostring(err) .. "; released", nil
+            end
             if fault == "lost" then
                 orphans.adoptAcquire(store.redis, kind.release, rkey, tok)
                 return nil, tostring(err) .. "; acquire outcome unknown, owner-checked cleanup scheduled", nil

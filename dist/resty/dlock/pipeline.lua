@@ -1,8 +1,30 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local replicated
 local check = require("resty.dlock.check")
 local redis = require("resty.dlock.redis")
 local scripts = require("resty.dlock.scripts")
+function replicated(red, conf, s)
+    local n, err = red:wait(conf.replicas, conf.replicas_timeout)
+    redis.done(red, conf, n ~= nil)
+    if type(n) == "number" and n >= conf.replicas then
+        return nil
+    end
+    if conf.dict ~= nil then
+        conf.dict:incr(____exports.SHORTFALLS, 1, 0)
+    end
+    if type(n) == "number" then
+        return string.format(
+            "dlock: redis %s: only %d of %d replica(s) acknowledged the %s within %d ms",
+            conf.endpoint,
+            n,
+            conf.replicas,
+            s.name,
+            conf.replicas_timeout
+        )
+    end
+    return (((("dlock: redis " .. conf.endpoint) .. ": WAIT for replicas after the ") .. s.name) .. " failed: ") .. tostring(err)
+end
 local TRANSIENT = check.set(
     "LOADING",
     "BUSY",
@@ -26,6 +48,12 @@ function ____exports.call(conf, s, rkey, ...)
         return nil, cerr, "failed"
     end
     local res, err = scripts.run(red, s, rkey, ...)
+    if res ~= nil and res ~= false and conf.replicas > 0 and s.written ~= nil and s.written(res) then
+        local short = replicated(red, conf, s)
+        if short ~= nil then
+            return nil, short, "replicas"
+        end
+    end
     redis.done(red, conf, res ~= nil)
     if res == nil then
         return nil, (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)) .. " during ") .. s.name, "lost"
@@ -36,6 +64,8 @@ function ____exports.call(conf, s, rkey, ...)
     end
     return res, nil, nil
 end
+--- Dict key counting writes that fewer replicas than asked acknowledged in time.
+____exports.SHORTFALLS = "c:redis:replica_shortfalls"
 local function isError(r)
     return type(r) == "table" and r[1] == false
 end
@@ -134,6 +164,25 @@ function ____exports.batch(conf, s, targets, ms)
         end
         todo = again
         body = true
+    end
+    if conf.replicas > 0 and s.written ~= nil then
+        local wrote = {}
+        for i, r in pairs(out.replies) do
+            if s.written(r) then
+                wrote[#wrote + 1] = i
+            end
+        end
+        if #wrote > 0 then
+            local short = replicated(red, conf, s)
+            if short ~= nil then
+                for ____, i in ipairs(wrote) do
+                    out.replies[i] = nil
+                    out.errors[i] = short
+                    out.faults[i] = "replicas"
+                end
+            end
+            return out
+        end
     end
     redis.done(red, conf, true)
     return out

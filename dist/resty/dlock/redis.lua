@@ -66,7 +66,9 @@ local REDIS_OPTIONS = check.set(
     "keepalive_timeout",
     "ssl",
     "ssl_verify",
-    "server_name"
+    "server_name",
+    "replicas",
+    "replicas_timeout"
 )
 local MAX_MS = 3600000
 --- Validate the `redis` option table of dlock.new and friends. `dict` is the
@@ -209,6 +211,37 @@ function ____exports.parse(v, dict)
         end
         backlog = n
     end
+    local replicas = 0
+    if o.replicas ~= nil then
+        local n, err = check.integer(
+            "redis.replicas",
+            o.replicas,
+            0,
+            100,
+            "a non-negative integer"
+        )
+        if n == nil then
+            return nil, err
+        end
+        replicas = n
+    end
+    local replicasTimeout = 50
+    if o.replicas_timeout ~= nil then
+        if replicas == 0 then
+            return check.fail("redis.replicas_timeout needs redis.replicas > 0", o.replicas_timeout)
+        end
+        local n, err = check.integer(
+            "redis.replicas_timeout",
+            o.replicas_timeout,
+            1,
+            MAX_MS,
+            "a positive integer of ms"
+        )
+        if n == nil then
+            return nil, err
+        end
+        replicasTimeout = n
+    end
     local ssl = false
     local sslVerify = false
     local serverName
@@ -261,6 +294,8 @@ function ____exports.parse(v, dict)
         read_timeout = ints.read_timeout,
         pool_size = ints.pool_size,
         backlog = backlog,
+        replicas = replicas,
+        replicas_timeout = replicasTimeout,
         keepalive_timeout = ints.keepalive_timeout,
         ssl = ssl,
         ssl_verify = sslVerify,

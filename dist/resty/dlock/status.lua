@@ -4,6 +4,7 @@ local check = require("resty.dlock.check")
 local eviction = require("resty.dlock.eviction")
 local gateway = require("resty.dlock.gateway")
 local ledger = require("resty.dlock.ledger")
+local pipeline = require("resty.dlock.pipeline")
 local stats = require("resty.dlock.stats")
 ____exports._VERSION = "0.1.0"
 --- Leases serve() and report() list unless asked for another number.
@@ -96,10 +97,13 @@ end
 local function counters(names)
     local dicts = {}
     local unrecorded = {}
+    local shortfalls = {}
     for ____, name in ipairs(names) do
         local d = ngx.shared[name]
         dicts[#dicts + 1] = d
         unrecorded[name] = ledger.unrecorded(d)
+        local n = d:get(pipeline.SHORTFALLS)
+        shortfalls[name] = type(n) == "number" and n or 0
     end
     local ev = {}
     for ep, e in pairs(eviction.evictions(dicts)) do
@@ -123,6 +127,7 @@ local function counters(names)
         held_limit = 0,
         held_truncated = false,
         unrecorded = unrecorded,
+        shortfalls = shortfalls,
         redis = ev,
         guards = guards
     }
@@ -172,6 +177,7 @@ local function encode(r)
     for ____, name in ipairs(r.dicts) do
         local d = {}
         d.unrecorded_leases = r.unrecorded[name]
+        d.replica_shortfalls = r.shortfalls[name]
         dicts[name] = d
     end
     local parts = {#r.held > 0 and (member("held", r.held) or "") or "\"held\":[]"}
@@ -275,6 +281,11 @@ function ____exports.metrics_text(opts)
     lines[#lines + 1] = "# TYPE dlock_unrecorded_leases_total counter"
     for ____, name in ipairs(r.dicts) do
         lines[#lines + 1] = (("dlock_unrecorded_leases_total{dict=\"" .. label(name)) .. "\"} ") .. tostring(r.unrecorded[name])
+    end
+    lines[#lines + 1] = "# HELP dlock_replica_shortfalls_total Writes that fewer replicas than redis.replicas acknowledged in time."
+    lines[#lines + 1] = "# TYPE dlock_replica_shortfalls_total counter"
+    for ____, name in ipairs(r.dicts) do
+        lines[#lines + 1] = (("dlock_replica_shortfalls_total{dict=\"" .. label(name)) .. "\"} ") .. tostring(r.shortfalls[name])
     end
     lines[#lines + 1] = "# HELP dlock_redis_can_evict_locks 1 when the Redis has maxmemory set and a policy that evicts keys " .. "with a ttl (lock keys); endpoints whose settings could not be read are left out."
     lines[#lines + 1] = "# TYPE dlock_redis_can_evict_locks gauge"

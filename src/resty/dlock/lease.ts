@@ -493,6 +493,14 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
       res = reply.get(1);
     }
     if (res === undefined) {
+      if (fault === "replicas") {
+        // Taken on the master only: a failover now would hand it to someone else. Give it back.
+        const [gone] = call(store.redis, kind.release, rkey, tok);
+        if (gone === undefined) {
+          orphans.adoptAcquire(store.redis, kind.release, rkey, tok);
+        }
+        return $multi(undefined, err + "; released", undefined);
+      }
       if (fault === "lost") {
         // The write may have landed: delete it if it did, so it cannot block others for a whole ttl.
         orphans.adoptAcquire(store.redis, kind.release, rkey, tok);

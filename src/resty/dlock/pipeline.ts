@@ -11,9 +11,10 @@ import * as scripts from "./scripts";
  * reply did not come back (its outcome is unknown). "transient": Redis said it
  * cannot serve right now (loading its data set, busy script, failover) and did
  * nothing; worth another try while waiting. "failed": anything else (the
- * request never left, or Redis refused it).
+ * request never left, or Redis refused it). "replicas": the script wrote, but
+ * fewer replicas than redis.replicas acknowledged it in time (see replicated).
  */
-export type Fault = "lost" | "transient" | "failed";
+export type Fault = "lost" | "transient" | "failed" | "replicas";
 
 const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN");
 
@@ -33,6 +34,12 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
     return $multi(undefined, cerr, "failed");
   }
   const [res, err] = scripts.run(red, s, rkey, ...args);
+  if (res !== undefined && res !== false && conf.replicas > 0 && s.written !== undefined && s.written(res)) {
+    const short = replicated(red, conf, s);
+    if (short !== undefined) {
+      return $multi(undefined, short, "replicas");
+    }
+  }
   redis.done(red, conf, res !== undefined);
   if (res === undefined) {
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err) + " during " + s.name, "lost");
@@ -42,6 +49,31 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
     return $multi(undefined, msg, fault);
   }
   return $multi(res, undefined, undefined);
+}
+
+/** Dict key counting writes that fewer replicas than asked acknowledged in time. */
+export const SHORTFALLS = "c:redis:replica_shortfalls";
+
+/**
+ * WAIT for conf.replicas replicas to acknowledge this connection's writes.
+ * Replication is asynchronous: a lock on a master that fails over before a
+ * replica has it is lost, and a second holder gets in. nil when enough
+ * acknowledged; else the error (the connection is handed back, or closed).
+ */
+function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): string | undefined {
+  const [n, err] = red.wait(conf.replicas, conf.replicas_timeout);
+  redis.done(red, conf, n !== undefined);
+  if (typeof n === "number" && n >= conf.replicas) {
+    return undefined;
+  }
+  if (conf.dict !== undefined) {
+    conf.dict.incr(SHORTFALLS, 1, 0);
+  }
+  if (typeof n === "number") {
+    return string.format("dlock: redis %s: only %d of %d replica(s) acknowledged the %s within %d ms",
+      conf.endpoint, n, conf.replicas, s.name, conf.replicas_timeout);
+  }
+  return "dlock: redis " + conf.endpoint + ": WAIT for replicas after the " + s.name + " failed: " + tostring(err);
 }
 
 /** A key and the token that owns it: what an owner-checked script needs (leases and orphans are targets). */
@@ -145,6 +177,24 @@ export function batch(conf: redis.RedisConf, s: scripts.Script, targets: Target[
     }
     todo = again;
     body = true;
+  }
+  if (conf.replicas > 0 && s.written !== undefined) {
+    const wrote: number[] = [];
+    for (const [i, r] of out.replies) {
+      if (s.written(r)) wrote.push(i);
+    }
+    if (wrote.length > 0) {
+      // One WAIT covers every write of the pipeline.
+      const short = replicated(red, conf, s);
+      if (short !== undefined) {
+        for (const i of wrote) {
+          out.replies.delete(i);
+          out.errors.set(i, short);
+          out.faults.set(i, "replicas");
+        }
+      }
+      return out;
+    }
   }
   redis.done(red, conf, true);
   return out;

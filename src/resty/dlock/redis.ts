@@ -31,6 +31,9 @@ export interface RedisConf {
   readonly read_timeout: number;
   readonly pool_size: number;
   readonly backlog: number | undefined;
+  /** WAIT for this many replicas after a write that must survive a failover (0: no WAIT). */
+  readonly replicas: number;
+  readonly replicas_timeout: number;
   readonly keepalive_timeout: number;
   readonly ssl: boolean;
   readonly ssl_verify: boolean;
@@ -46,7 +49,7 @@ export interface RedisConf {
 const REDIS_OPTIONS = check.set(
   "host", "port", "path", "username", "password", "db",
   "connect_timeout", "read_timeout", "pool_size", "backlog", "keepalive_timeout",
-  "ssl", "ssl_verify", "server_name",
+  "ssl", "ssl_verify", "server_name", "replicas", "replicas_timeout",
 );
 const MAX_MS = 3600000;
 
@@ -129,6 +132,21 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     if (n === undefined) return $multi(undefined, err);
     backlog = n;
   }
+  let replicas = 0;
+  if (o.get("replicas") !== undefined) {
+    const [n, err] = check.integer("redis.replicas", o.get("replicas"), 0, 100, "a non-negative integer");
+    if (n === undefined) return $multi(undefined, err);
+    replicas = n;
+  }
+  let replicasTimeout = 50;
+  if (o.get("replicas_timeout") !== undefined) {
+    if (replicas === 0) {
+      return check.fail("redis.replicas_timeout needs redis.replicas > 0", o.get("replicas_timeout"));
+    }
+    const [n, err] = check.integer("redis.replicas_timeout", o.get("replicas_timeout"), 1, MAX_MS, "a positive integer of ms");
+    if (n === undefined) return $multi(undefined, err);
+    replicasTimeout = n;
+  }
 
   let ssl = false;
   let sslVerify = false;
@@ -169,7 +187,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     connect_timeout: ints.get("connect_timeout"),
     read_timeout: ints.get("read_timeout"),
     pool_size: ints.get("pool_size"),
-    backlog,
+    backlog, replicas, replicas_timeout: replicasTimeout,
     keepalive_timeout: ints.get("keepalive_timeout"),
     ssl, ssl_verify: sslVerify, server_name: serverName,
     pool, endpoint, dict,

@@ -11,10 +11,27 @@ export interface Script {
   readonly sha: string;
   /** How many of the arguments are keys (KEYS[1..n]); the rest is ARGV. */
   readonly keys: number;
+  /**
+   * For scripts whose write must reach replicas (redis.replicas): does this
+   * reply say the script wrote? Then WAIT follows on the same connection.
+   */
+  readonly written: ((this: void, reply: RedisValue) => boolean) | undefined;
 }
 
-function script(name: string, src: string, keys = 1): Script {
-  return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys };
+function script(name: string, src: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean): Script {
+  return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys, written };
+}
+
+function isOk(this: void, reply: RedisValue): boolean {
+  return reply === "OK";
+}
+
+function isOkFenced(this: void, reply: RedisValue): boolean {
+  return type(reply) === "table";
+}
+
+function isOne(this: void, reply: RedisValue): boolean {
+  return reply === 1;
 }
 
 // The tail of both acquire scripts, when the key is taken: the holder's PTTL
@@ -35,7 +52,7 @@ return redis.call('PTTL', KEYS[1])
 export const ACQUIRE = script("acquire", `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 'OK'
-end` + BUSY);
+end` + BUSY, 1, isOk);
 
 /**
  * Fencing: as ACQUIRE, with KEYS[2] a counter that only grows (it never
@@ -46,7 +63,7 @@ end` + BUSY);
 export const ACQUIRE_FENCED = script("acquire", `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return { 'OK', redis.call('INCR', KEYS[2]) }
-end` + BUSY, 2);
+end` + BUSY, 2, isOkFenced);
 
 /** KEYS[1] lock key, ARGV[1] token. 1 when deleted, 0 when the key is not ours. */
 export const RELEASE = script("release", `
@@ -62,7 +79,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
-`);
+`, 1, isOne);
 
 // Counting semaphore: a sorted set of holders, member = token, score = expiry
 // in Redis time (ms). Expired holders are pruned on every acquire, so a crashed
@@ -83,7 +100,7 @@ if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return tonumber(first[2]) - now
-`);
+`, 1, isOk);
 
 /** KEYS[1] set, ARGV[1] token. 1 when our live permit was returned, else 0. */
 export const SEM_RELEASE = script("semaphore release", NOW + `
@@ -107,7 +124,7 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIREAT', KEYS[1], until_ms)
 end
 return 1
-`);
+`, 1, isOne);
 
 /** Run a script (its keys first, then its arguments); replies and errors exactly as lua-resty-redis returns them. */
 export function run(red: RestyRedis, s: Script, key: string, ...args: (string | number)[]): RedisResult {
@@ -117,3 +134,64 @@ export function run(red: RestyRedis, s: Script, key: string, ...args: (string | 
   }
   return $multi(res, err);
 }
+
+// Idempotency records (gateway mode "idempotency"): one hash per key, fields
+//   state    "running" (claimed, the first request is in flight), "done" (its
+//            response is stored), "unreplayable" (completed, but its response
+//            was too large to store: retries are told so, never run again)
+//   token    the claim's owner
+//   fp       the request fingerprint (method, path, query, body digest)
+//   status, headers, body   the stored response (done only; body empty otherwise)
+
+/**
+ * KEYS[1] record, ARGV[1] token, ARGV[2] lease ms, ARGV[3] fingerprint.
+ * "OK" when claimed (a running record with our token, expiring after the
+ * lease); else the record there: { state, fp, status, headers, body, pttl }.
+ * SET NX and read in one script: two requests can never both miss.
+ */
+export const IDEM_CLAIM = script("idempotency claim", `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'none' then
+  redis.call('HSET', KEYS[1], 'state', 'running', 'token', ARGV[1], 'fp', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 'OK'
+end
+if t ~= 'hash' then
+  return redis.error_reply('WRONGTYPE idempotency key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a record')
+end
+local r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body')
+return { r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', redis.call('PTTL', KEYS[1]) }
+`);
+
+/**
+ * KEYS[1] record, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] state ("done" or
+ * "unreplayable"), ARGV[4] status, ARGV[5] headers, ARGV[6] body.
+ * 1 when our running claim became the completed record, 0 when the claim is
+ * not ours any more (it ran out: a retry may have claimed the key meanwhile).
+ */
+export const IDEM_COMPLETE = script("idempotency complete", `
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`);
+
+/**
+ * KEYS[1] record, ARGV[1] token, ARGV[2] lease ms. Renews our running claim:
+ * 1, or 0 when it is not ours. A record already completed by our own request
+ * (the store raced the keeper's round) answers 1 and keeps its ttl.
+ */
+export const IDEM_EXTEND = script("idempotency extend", `
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[2] ~= ARGV[1] then return 0 end
+if r[1] == 'running' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
+`);
+
+/** KEYS[1] record, ARGV[1] token. Drops our running claim (a response not stored): 1, or 0 when not ours. */
+export const IDEM_RELEASE = script("idempotency release", `
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+`);

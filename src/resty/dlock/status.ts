@@ -20,6 +20,7 @@ import * as check from "./check";
 import * as eviction from "./eviction";
 import * as gateway from "./gateway";
 import * as ledger from "./ledger";
+import * as pipeline from "./pipeline";
 import * as stats from "./stats";
 
 export const _VERSION = "0.1.0";
@@ -86,6 +87,8 @@ interface Report {
   held_truncated: boolean;
   /** Per dict: leases this nginx could not record (the dict was full). */
   unrecorded: LuaTable<string, number>;
+  /** Per dict: writes fewer replicas than redis.replicas acknowledged in time. */
+  shortfalls: LuaTable<string, number>;
   /** Per Redis endpoint: can it evict lock keys. */
   redis: LuaTable<string, LuaTable<string, unknown>>;
   guards: LuaTable<string, LuaTable<string, unknown>>;
@@ -125,10 +128,13 @@ function evictionView(e: eviction.Eviction): LuaTable<string, unknown> {
 function counters(names: string[]): Report {
   const dicts: NgxSharedDict[] = [];
   const unrecorded = new LuaTable<string, number>();
+  const shortfalls = new LuaTable<string, number>();
   for (const name of names) {
     const d = ngx.shared.get(name)!;
     dicts.push(d);
     unrecorded.set(name, ledger.unrecorded(d));
+    const [n] = d.get(pipeline.SHORTFALLS);
+    shortfalls.set(name, type(n) === "number" ? (n as number) : 0);
   }
   const ev = new LuaTable<string, LuaTable<string, unknown>>();
   for (const [ep, e] of eviction.evictions(dicts)) {
@@ -147,7 +153,7 @@ function counters(names: string[]): Report {
   }
   return {
     dicts: names, held: [], held_listed: 0, held_limit: 0, held_truncated: false,
-    unrecorded, redis: ev, guards,
+    unrecorded, shortfalls, redis: ev, guards,
   };
 }
 
@@ -192,6 +198,7 @@ function encode(r: Report): LuaMultiReturn<[string | undefined, string | undefin
   for (const name of r.dicts) {
     const d = new LuaTable<string, number>();
     d.set("unrecorded_leases", r.unrecorded.get(name));
+    d.set("replica_shortfalls", r.shortfalls.get(name));
     dicts.set(name, d);
   }
   // Written by hand when empty: Debian's lua-cjson has no empty_array, and an
@@ -296,6 +303,11 @@ export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined
   lines.push("# TYPE dlock_unrecorded_leases_total counter");
   for (const name of r.dicts) {
     lines.push("dlock_unrecorded_leases_total{dict=\"" + label(name) + "\"} " + r.unrecorded.get(name));
+  }
+  lines.push("# HELP dlock_replica_shortfalls_total Writes that fewer replicas than redis.replicas acknowledged in time.");
+  lines.push("# TYPE dlock_replica_shortfalls_total counter");
+  for (const name of r.dicts) {
+    lines.push("dlock_replica_shortfalls_total{dict=\"" + label(name) + "\"} " + r.shortfalls.get(name));
   }
   lines.push("# HELP dlock_redis_can_evict_locks 1 when the Redis has maxmemory set and a policy that evicts keys " +
     "with a ttl (lock keys); endpoints whose settings could not be read are left out.");

@@ -1,0 +1,96 @@
+-- redis.replicas: WAIT after writes that must survive a failover. A real master
+-- and a real replica; the replica is paused (SIGSTOP) to fall behind.
+local h = require "helpers"
+local dlock = require "resty.dlock"
+
+local function replication(port)
+  return h.cmd(port, "info", "replication") or ""
+end
+
+describe("redis.replicas", function()
+  local master, replica
+
+  setup(function()
+    master = h.start_redis(nil, "--repl-diskless-sync-delay 0")
+    replica = h.start_redis(nil, "--replicaof 127.0.0.1 " .. master.port, "--repl-diskless-sync-delay 0")
+    for _ = 1, 100 do
+      if replication(replica.port):find("master_link_status:up", 1, true)
+        and replication(master.port):find("connected_slaves:1", 1, true) then break end
+      ngx.sleep(0.05)
+    end
+    assert.matches("master_link_status:up", replication(replica.port))
+  end)
+
+  teardown(function()
+    if replica then replica.signal("CONT") replica.stop() end
+    if master then master.stop() end
+  end)
+
+  local function locks(extra)
+    local o = { port = master.port, replicas = 1, read_timeout = 1000 }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return assert(dlock.new({ dict = "dlock", prefix = h.unique("repl"), redis = o }))
+  end
+
+  local function shortfalls()
+    return ngx.shared.dlock:get("c:redis:replica_shortfalls") or 0
+  end
+
+  it("hands out a lock only once a replica has it", function()
+    local l = locks()
+    local lease = assert(l:acquire("a", { ttl = 5000 }))
+    -- Read from the replica right away: WAIT made sure it is there.
+    assert.equal(lease.token, h.cmd(replica.port, "get", l.prefix .. "a"))
+    assert.is_true(lease:release())
+  end)
+
+  it("gives back a lock that no replica acknowledged in time, and says so", function()
+    local l = locks({ replicas_timeout = 100 })
+    local before = shortfalls()
+    replica.signal("STOP")
+    local lease, err = l:acquire("b", { ttl = 5000 })
+    replica.signal("CONT")
+    assert.is_nil(lease)
+    assert.equal("dlock: redis 127.0.0.1:" .. master.port ..
+      ": only 0 of 1 replica(s) acknowledged the acquire within 100 ms; released", err)
+    assert.equal(0, h.cmd(master.port, "exists", l.prefix .. "b"))
+    assert.equal(before + 1, shortfalls())
+    -- Once the replica catches up, the key can be taken again.
+    assert.is_true(assert(l:acquire("b")):release())
+  end)
+
+  it("reports an extend that no replica acknowledged; the lease is still held", function()
+    local l = locks()
+    local lease = assert(l:acquire("c", { ttl = 2000 }))
+    replica.signal("STOP")
+    local ok, err = lease:extend(9000)
+    replica.signal("CONT")
+    assert.is_nil(ok)
+    assert.matches("only 0 of 1 replica%(s%) acknowledged the extend within 50 ms$", err)
+    assert.is_true(h.cmd(master.port, "pttl", l.prefix .. "c") > 5000)
+    assert.is_true(lease:release())
+  end)
+
+  it("waits once for a whole pipeline of renewals", function()
+    local l = locks()
+    local leases = {}
+    for i = 1, 5 do leases[i] = assert(l:acquire("d" .. i, { ttl = 3000 })) end
+    local lease = require "resty.dlock.lease"
+    local results = lease.extendAll(leases)
+    for i = 1, 5 do assert.is_true(results[i]) end
+    replica.signal("STOP")
+    results = lease.extendAll(leases)
+    replica.signal("CONT")
+    for i = 1, 5 do assert.matches("only 0 of 1 replica%(s%) acknowledged the extend", results[i]) end
+    for i = 1, 5 do assert.is_true(leases[i]:release()) end
+  end)
+
+  it("refuses bad replica options, naming them", function()
+    local _, err = dlock.new({ dict = "dlock", redis = { replicas = -1 } })
+    assert.equal("dlock: redis.replicas must be a non-negative integer, got -1", err)
+    _, err = dlock.new({ dict = "dlock", redis = { replicas_timeout = 50 } })
+    assert.equal("dlock: redis.replicas_timeout needs redis.replicas > 0, got 50", err)
+    _, err = dlock.new({ dict = "dlock", redis = { replicas = 1, replicas_timeout = 0 } })
+    assert.equal("dlock: redis.replicas_timeout must be a positive integer of ms, got 0", err)
+  end)
+end)

@@ -2,6 +2,8 @@
 local ____exports = {}
 local check = require("resty.dlock.check")
 local dlock = require("resty.dlock")
+local keys = require("resty.dlock.gateway.key")
+local idempotency = require("resty.dlock.gateway.idempotency")
 local inflight = require("resty.dlock.inflight")
 local request = require("resty.dlock.request")
 local semaphore = require("resty.dlock.semaphore")
@@ -33,60 +35,18 @@ local OPTIONS = check.set(
     "headers",
     "breaker_failures",
     "breaker_cooldown",
-    "read_body"
+    "read_body",
+    "scope",
+    "methods",
+    "lease",
+    "max_body",
+    "max_request_body",
+    "store"
 )
 local registry = {}
 --- Guards created so far in this worker (in creation order), for status pages.
 function ____exports.guards()
     return registry
-end
---- Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var...
-local function compileKey(tpl)
-    local parts = {}
-    local pos = 1
-    local n = 0
-    while true do
-        local s, e, name = string.find(tpl, "%$([%a_][%w_]*)", pos)
-        if s == nil then
-            break
-        end
-        parts[n + 1] = string.sub(tpl, pos, s - 1)
-        parts[n + 2] = name
-        n = n + 2
-        pos = e + 1
-    end
-    if n == 0 then
-        return check.fail("key must name at least one nginx variable ($http_x, $arg_x, $remote_addr...) or be a function", tpl)
-    end
-    parts[n + 1] = string.sub(tpl, pos)
-    return parts, nil
-end
---- The request's raw key, or nil when a variable is missing or empty.
-local function keyOf(g)
-    if g.keyFn ~= nil then
-        local ok, v = pcall(g.keyFn)
-        if not ok then
-            ngx.log(
-                ngx.ERR,
-                "dlock: guard ",
-                g.name,
-                ": key function failed: ",
-                tostring(v)
-            )
-            return nil
-        end
-        return type(v) == "string" and #v > 0 and v or nil
-    end
-    local parts = g.parts
-    local out = parts[1]
-    for i = 2, #parts, 2 do
-        local v = ngx.var[parts[i]]
-        if v == nil or v == "" then
-            return nil
-        end
-        out = (out .. v) .. parts[i + 1]
-    end
-    return out
 end
 local function reject(g, status, retryAfterMs)
     if retryAfterMs ~= nil then
@@ -118,7 +78,7 @@ local guardMethods = {
         if self.readBody then
             ngx.req.read_body()
         end
-        local raw = keyOf(self)
+        local raw = keys.value(self.name, self)
         if raw == nil then
             stats.incr(self.dict, self.name, "missing_key")
             if self.onMissing == "reject" then
@@ -198,8 +158,8 @@ function ____exports.new(opts)
     end
     local mode = o.mode
     local spec = type(mode) == "string" and MODES[mode] or nil
-    if spec == nil then
-        return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\" or \"mutex\"", mode)
+    if spec == nil and mode ~= "idempotency" then
+        return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\", \"mutex\" or \"idempotency\"", mode)
     end
     local name = (mode .. "#") .. tostring(#registry + 1)
     if o.name ~= nil then
@@ -218,20 +178,28 @@ function ____exports.new(opts)
             return check.fail("a guard with this name exists already", name)
         end
     end
-    local parts
-    local keyFn
-    local key = o.key
-    if type(key) == "function" then
-        keyFn = key
-    elseif type(key) == "string" then
-        local p, err = compileKey(key)
-        if p == nil then
-            return nil, err
+    if mode == "idempotency" then
+        local ig, ierr = idempotency.create(o, name)
+        if ig == nil then
+            return nil, ierr
         end
-        parts = p
-    else
-        return check.fail("key must be a string of nginx variables (\"$http_idempotency_key\") or a function", key)
+        registry[#registry + 1] = ig
+        return ig, nil
     end
+    for ____, only in ipairs(idempotency.ONLY) do
+        if o[only] ~= nil then
+            return check.fail(
+                (only .. " applies to mode idempotency only, not ") .. tostring(mode),
+                o[only]
+            )
+        end
+    end
+    local tpl, kerr = keys.compile("key", o.key)
+    if tpl == nil then
+        return nil, kerr
+    end
+    local parts = tpl.parts
+    local keyFn = tpl.keyFn
     local onError = o.on_error
     if onError ~= "allow" and onError ~= "deny" then
         return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError)
@@ -393,5 +361,15 @@ end
 -- request passed, in whatever location it finished, also after internal redirects.
 function ____exports.log()
     inflight.finish(nil)
+    idempotency.finish()
+end
+--- header_filter_by_lua at http (or server) level: idempotency guards note the
+-- status and headers of the response to store. Does nothing for other requests.
+function ____exports.header_filter()
+    idempotency.headerFilter()
+end
+--- body_filter_by_lua at http (or server) level: idempotency guards keep the body to store (up to max_body).
+function ____exports.body_filter()
+    idempotency.bodyFilter()
 end
 return ____exports

@@ -15,7 +15,12 @@ ____exports.EVENTS = {
     "failed_closed",
     "short_circuited",
     "breaker_opened",
-    "missing_key"
+    "missing_key",
+    "stored",
+    "replayed",
+    "conflict",
+    "mismatch",
+    "not_stored"
 }
 function ____exports.incr(dict, guard, event)
     dict:incr((("c:" .. guard) .. ":") .. event, 1, 0)

@@ -14,6 +14,8 @@
 
 import * as check from "./check";
 import * as dlock from "../dlock";
+import * as keys from "./gateway/key";
+import * as idempotency from "./gateway/idempotency";
 import * as inflight from "./inflight";
 import type * as lease from "./lease";
 import * as request from "./request";
@@ -24,7 +26,14 @@ import * as token from "./token";
 export const _VERSION = "0.1.0";
 
 type Mode = "dedup" | "concurrency" | "throttle" | "mutex";
-type KeyFn = (this: void) => unknown;
+type KeyFn = keys.KeyFn;
+
+/** What status pages need of any guard (idempotency guards included). */
+export interface Listed {
+  readonly name: string;
+  readonly mode: string;
+  readonly dict: NgxSharedDict;
+}
 
 /** A lock factory or a semaphore: what a guard acquires from. */
 interface Acquirer extends lease.Store {
@@ -72,55 +81,15 @@ const OPTIONS = check.set(
   "name", "mode", "key", "dict", "redis", "prefix", "ttl", "hold", "permits", "wait",
   "renew", "on_missing", "on_error", "reject_status", "missing_status", "error_status",
   "headers", "breaker_failures", "breaker_cooldown", "read_body",
+  // mode idempotency only (validated in gateway/idempotency)
+  "scope", "methods", "lease", "max_body", "max_request_body", "store",
 );
 
-const registry: Guard[] = [];
+const registry: Listed[] = [];
 
 /** Guards created so far in this worker (in creation order), for status pages. */
-export function guards(): Guard[] {
+export function guards(): Listed[] {
   return registry;
-}
-
-/** Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var... */
-function compileKey(tpl: string): LuaMultiReturn<[LuaTable<number, string> | undefined, string | undefined]> {
-  const parts = new LuaTable<number, string>();
-  let pos = 1;
-  let n = 0;
-  while (true) {
-    const [s, e, name] = string.find(tpl, "%$([%a_][%w_]*)", pos);
-    if (s === undefined) break;
-    parts.set(n + 1, string.sub(tpl, pos, s - 1));
-    parts.set(n + 2, name as string);
-    n += 2;
-    pos = e! + 1;
-  }
-  if (n === 0) {
-    return check.fail("key must name at least one nginx variable ($http_x, $arg_x, $remote_addr...) or be a function", tpl);
-  }
-  parts.set(n + 1, string.sub(tpl, pos));
-  return $multi(parts, undefined);
-}
-
-/** The request's raw key, or nil when a variable is missing or empty. */
-function keyOf(g: Guard): string | undefined {
-  if (g.keyFn !== undefined) {
-    const [ok, v] = pcall(g.keyFn);
-    if (!ok) {
-      ngx.log(ngx.ERR, "dlock: guard ", g.name, ": key function failed: ", tostring(v));
-      return undefined;
-    }
-    return type(v) === "string" && (v as string).length > 0 ? (v as string) : undefined;
-  }
-  const parts = g.parts!;
-  let out = parts.get(1);
-  for (const i of $range(2, parts.length(), 2)) {
-    const v = ngx.var.get(parts.get(i));
-    if (v === undefined || v === "") {
-      return undefined;
-    }
-    out = out + v + parts.get(i + 1);
-  }
-  return out;
 }
 
 function reject(g: Guard, status: number, retryAfterMs: number | undefined): never {
@@ -155,7 +124,7 @@ const guardMethods = {
       // A permit held while a slow client trickles its body in would starve the key.
       ngx.req.read_body();
     }
-    const raw = keyOf(this);
+    const raw = keys.value(this.name, this);
     if (raw === undefined) {
       stats.incr(this.dict, this.name, "missing_key");
       if (this.onMissing === "reject") {
@@ -224,15 +193,15 @@ function status(o: LuaTable<string, unknown>, name: string, dflt: number): LuaMu
  * Create a guard (once, in init_by_lua). Returns it, or nil and an error naming the bad option.
  * @customName new
  */
-export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undefined, string | undefined]> {
+export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idempotency.Guard | undefined, string | undefined]> {
   if (opts === undefined) return $multi(undefined, "dlock: gateway.new needs an options table with mode, key and on_error");
   const [o, oerr] = check.options("gateway.new options", opts, OPTIONS);
   if (o === undefined) return $multi(undefined, oerr);
 
   const mode = o.get("mode");
   const spec = type(mode) === "string" ? MODES.get(mode as string) : undefined;
-  if (spec === undefined) {
-    return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\" or \"mutex\"", mode);
+  if (spec === undefined && mode !== "idempotency") {
+    return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\", \"mutex\" or \"idempotency\"", mode);
   }
   let name = (mode as string) + "#" + (registry.length + 1);
   if (o.get("name") !== undefined) {
@@ -246,18 +215,23 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undef
     if (other.name === name) return check.fail("a guard with this name exists already", name);
   }
 
-  let parts: LuaTable<number, string> | undefined;
-  let keyFn: KeyFn | undefined;
-  const key = o.get("key");
-  if (type(key) === "function") {
-    keyFn = key as KeyFn;
-  } else if (type(key) === "string") {
-    const [p, err] = compileKey(key as string);
-    if (p === undefined) return $multi(undefined, err);
-    parts = p;
-  } else {
-    return check.fail("key must be a string of nginx variables (\"$http_idempotency_key\") or a function", key);
+  if (mode === "idempotency") {
+    // Its own module: options, Redis records and response capture of its own.
+    const [ig, ierr] = idempotency.create(o, name);
+    if (ig === undefined) return $multi(undefined, ierr);
+    registry.push(ig);
+    return $multi(ig, undefined);
   }
+  for (const only of idempotency.ONLY) {
+    if (o.get(only) !== undefined) {
+      return check.fail(only + " applies to mode idempotency only, not " + mode, o.get(only));
+    }
+  }
+
+  const [tpl, kerr] = keys.compile("key", o.get("key"));
+  if (tpl === undefined) return $multi(undefined, kerr);
+  const parts = tpl.parts;
+  const keyFn = tpl.keyFn;
 
   const onError = o.get("on_error");
   if (onError !== "allow" && onError !== "deny") {
@@ -275,7 +249,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undef
   if (o.get("permits") !== undefined && mode !== "concurrency") {
     return check.fail("permits applies to mode concurrency only, not " + mode, o.get("permits"));
   }
-  if (o.get("wait") !== undefined && !spec.wait) {
+  if (o.get("wait") !== undefined && !spec!.wait) {
     return check.fail("wait applies to modes concurrency and mutex only, not " + mode, o.get("wait"));
   }
   if (o.get("read_body") !== undefined && mode === "throttle") {
@@ -302,7 +276,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undef
     if (b === undefined) return $multi(undefined, err);
     readBody = b;
   }
-  const [rejectStatus, e1] = status(o, "reject_status", spec.status);
+  const [rejectStatus, e1] = status(o, "reject_status", spec!.status);
   if (rejectStatus === undefined) return $multi(undefined, e1);
   const [missingStatus, e2] = status(o, "missing_status", 400);
   if (missingStatus === undefined) return $multi(undefined, e2);
@@ -361,4 +335,18 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | undef
  */
 export function log(this: void): void {
   inflight.finish(undefined);
+  idempotency.finish();
+}
+
+/**
+ * header_filter_by_lua at http (or server) level: idempotency guards note the
+ * status and headers of the response to store. Does nothing for other requests.
+ */
+export function header_filter(this: void): void {
+  idempotency.headerFilter();
+}
+
+/** body_filter_by_lua at http (or server) level: idempotency guards keep the body to store (up to max_body). */
+export function body_filter(this: void): void {
+  idempotency.bodyFilter();
 }

@@ -161,7 +161,7 @@ if t ~= 'hash' then
 end
 local r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body')
 return { r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', redis.call('PTTL', KEYS[1]) }
-`);
+`, 1, isOk);
 
 /**
  * KEYS[1] record, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] state ("done" or
@@ -175,7 +175,7 @@ if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
-`);
+`, 1, isOne);
 
 /**
  * KEYS[1] record, ARGV[1] token, ARGV[2] lease ms. Renews our running claim:

@@ -21,6 +21,12 @@ export const EVENTS = [
   "short_circuited", // Redis skipped: breaker open
   "breaker_opened", // times the breaker opened
   "missing_key", // no key in the request
+  // idempotency mode
+  "stored", // a first response was stored for replay
+  "replayed", // a retry got the stored response (Idempotent-Replayed: true)
+  "conflict", // a duplicate of a request still in flight: 409 (or timed out waiting)
+  "mismatch", // the key came with another request (method, path, query or body): 422
+  "not_stored", // a response not stored: a status not in `store`, over max_body, or the store failed
 ] as const;
 
 export type Event = (typeof EVENTS)[number];

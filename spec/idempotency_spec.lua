@@ -1,0 +1,520 @@
+-- The idempotency guard: the first request with a key runs, retries get its
+-- stored response, from any nginx sharing the Redis. Real nginx
+-- (nginx/spec-idempotency.conf, 2 workers), real HTTP, a backend that counts how
+-- often each operation runs.
+local h = require "helpers"
+local cjson = require "cjson.safe"
+
+local redis
+local a, b   -- two nginx of one fleet: b forwards to a's backend, both use one Redis
+
+local function start(backend)
+  local own = h.free_port()
+  local n = h.start_nginx("spec-idempotency.conf", {
+    REDIS_PORT = redis.port, OWN_BACKEND_PORT = own, BACKEND_PORT = backend or own, DEAD_PORT = h.free_port(),
+  })
+  n.backend = backend or own
+  return n
+end
+
+--- One request with an optional body; { status, headers (lower-case names; repeated ones as a list), body }.
+local function request(n, method, path, opts)
+  opts = opts or {}
+  local sock = ngx.socket.tcp()
+  sock:settimeout(opts.timeout or 10000)
+  assert(sock:connect("127.0.0.1", n.port))
+  local body = opts.body or ""
+  local lines = { method .. " " .. path .. " HTTP/1.0", "Host: localhost", "Content-Length: " .. #body }
+  for k, v in pairs(opts.headers or {}) do lines[#lines + 1] = k .. ": " .. v end
+  assert(sock:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. body))
+  if opts.abort_after then
+    ngx.sleep(opts.abort_after / 1000)
+    sock:close()
+    return { aborted = true }
+  end
+  local data, err, partial = sock:receive("*a")
+  sock:close()
+  data = data or partial
+  assert(data and data ~= "", err)
+  local head, rest = data:match("^(.-)\r\n\r\n(.*)$")
+  local res = { status = tonumber(head:match("^HTTP/%d%.%d (%d+)")), headers = {}, body = rest, raw_head = head }
+  for k, v in head:gmatch("\r\n([^:\r\n]+): *([^\r\n]*)") do
+    k = k:lower()
+    local old = res.headers[k]
+    if old == nil then
+      res.headers[k] = v
+    elseif type(old) == "table" then
+      old[#old + 1] = v
+    else
+      res.headers[k] = { old, v }
+    end
+  end
+  return res
+end
+
+local function post(n, path, key, body, extra)
+  local headers = { ["Idempotency-Key"] = key }
+  for k, v in pairs(extra or {}) do headers[k] = v end
+  return request(n, "POST", path, { headers = headers, body = body })
+end
+
+local function executions(n, key)
+  local res = assert(h.http(n.backend, "/stats?key=" .. key))
+  return tonumber(res.body:match("^(%d+)"))
+end
+
+local function guard(n, name)
+  return assert(cjson.decode(request(n, "GET", "/dlock/status").body)).guards[name]
+end
+
+local function problem(res, status, kind)
+  assert.equal(status, res.status)
+  assert.equal("application/problem+json", res.headers["content-type"])
+  local p = assert(cjson.decode(res.body))
+  assert.equal(status, p.status)
+  assert.is_truthy(p.type:find(kind, 1, true), p.type)
+  assert.is_string(p.title)
+  assert.is_string(p.detail)
+  return p
+end
+
+--- A fresh key and the backend key of the operation (the query names it).
+local function fresh(name)
+  local k = h.unique(name):gsub("[^%w]", "-")
+  return k, "?key=" .. k
+end
+
+--- The headers a replay must repeat (what the application sent).
+local function app_headers(res)
+  return { res.headers["content-type"], res.headers["x-execution"], res.headers["set-cookie"] }
+end
+
+describe("gateway mode idempotency", function()
+  setup(function()
+    redis = h.start_redis()
+    a = start()
+    b = start(a.backend)
+  end)
+
+  teardown(function()
+    if a then a.stop() end
+    if b then b.stop() end
+    if redis then redis.stop() end
+  end)
+
+  it("runs 50 concurrent requests with one key once: one answer from the backend, 49 x 409 problem+json with Retry-After", function()
+    local key, q = fresh("burst")
+    local results = h.parallel(50, function()
+      return post(a, "/payments" .. q .. "&ms=500", key, "{}")
+    end)
+    local created, conflicts = 0, 0
+    for _, res in ipairs(results) do
+      if res.status == 201 then
+        created = created + 1
+      else
+        problem(res, 409, "in-flight")
+        assert.equal("1", res.headers["retry-after"])
+        conflicts = conflicts + 1
+      end
+    end
+    assert.equal(1, created)
+    assert.equal(49, conflicts)
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("with wait, gives all 50 concurrent requests the same response from one run", function()
+    local key, q = fresh("wait")
+    local results = h.parallel(50, function()
+      return post(a, "/waiting" .. q .. "&ms=300", key, "{}")
+    end)
+    local replayed = 0
+    for _, res in ipairs(results) do
+      assert.equal(201, res.status)
+      assert.equal(results[1].body, res.body)
+      if res.headers["idempotent-replayed"] == "true" then replayed = replayed + 1 end
+    end
+    assert.equal(49, replayed)
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("with wait, gives duplicates on another nginx the first one's response as soon as it is stored", function()
+    local key, q = fresh("wait-fleet")
+    local first = ngx.thread.spawn(post, a, "/waiting" .. q .. "&ms=400", key, "{}")
+    ngx.sleep(0.05)
+    local t0 = ngx.now()
+    local results = h.parallel(10, function()
+      return post(b, "/waiting" .. q .. "&ms=400", key, "{}")
+    end)
+    ngx.update_time()
+    local _, res1 = ngx.thread.wait(first)
+    for _, res in ipairs(results) do
+      assert.equal(201, res.status)
+      assert.equal(res1.body, res.body)
+      assert.equal("true", res.headers["idempotent-replayed"])
+    end
+    assert.is_true(ngx.now() - t0 < 1, "waited " .. (ngx.now() - t0) .. " s")
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("answers 409 to a duplicate whose wait runs out before the first request completes", function()
+    local key, q = fresh("wait-timeout")
+    local first = ngx.thread.spawn(post, a, "/waiting" .. q .. "&ms=6000", key, "{}")
+    ngx.sleep(0.05)
+    ngx.update_time()
+    local t0 = ngx.now()
+    problem(post(b, "/waiting" .. q .. "&ms=6000", key, "{}"), 409, "in-flight")
+    ngx.update_time()
+    assert.is_true(ngx.now() - t0 >= 4.9, "gave up after " .. (ngx.now() - t0) .. " s")
+    ngx.thread.wait(first)
+  end)
+
+  it("replays a completed request byte for byte: status, headers, body, Idempotent-Replayed: true", function()
+    local key, q = fresh("replay")
+    local first = post(a, "/payments" .. q, key, '{"amount":100}')
+    assert.equal(201, first.status)
+    assert.is_nil(first.headers["idempotent-replayed"])
+    for _ = 1, 3 do
+      local again = post(a, "/payments" .. q, key, '{"amount":100}')
+      assert.equal(first.status, again.status)
+      assert.equal(first.body, again.body)
+      assert.same(app_headers(first), app_headers(again))
+      assert.equal("true", again.headers["idempotent-replayed"])
+    end
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("replays from any nginx of the fleet: the first request on one, the retry on the other", function()
+    local key, q = fresh("fleet")
+    local first = post(a, "/payments" .. q, key, "{}")
+    assert.equal(201, first.status)
+    local again = post(b, "/payments" .. q, key, "{}")
+    assert.equal(first.body, again.body)
+    assert.equal("true", again.headers["idempotent-replayed"])
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("runs duplicates sent to two nginx at once only once", function()
+    local key, q = fresh("fleet-burst")
+    local results = h.parallel(20, function(i)
+      return post(i % 2 == 0 and a or b, "/payments" .. q .. "&ms=300", key, "{}")
+    end)
+    local created = 0
+    for _, res in ipairs(results) do
+      if res.status == 201 then created = created + 1 else assert.equal(409, res.status) end
+    end
+    assert.equal(1, created)
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("answers 422 to the same key with another body, path or query, and runs nothing", function()
+    local key, q = fresh("mismatch")
+    assert.equal(201, post(a, "/payments" .. q, key, '{"amount":100}').status)
+    problem(post(a, "/payments" .. q, key, '{"amount":999}'), 422, "mismatch")
+    problem(post(a, "/payments" .. q .. "&x=1", key, '{"amount":100}'), 422, "mismatch")
+    problem(request(a, "PATCH", "/payments" .. q, { headers = { ["Idempotency-Key"] = key }, body = '{"amount":100}' }),
+      422, "mismatch")
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("answers 422 to a duplicate with another body while the first is still in flight", function()
+    local key, q = fresh("mismatch-inflight")
+    local slow = ngx.thread.spawn(post, a, "/payments" .. q .. "&ms=400", key, "one")
+    ngx.sleep(0.1)
+    problem(post(a, "/payments" .. q .. "&ms=400", key, "two"), 422, "mismatch")
+    local _, first = ngx.thread.wait(slow)
+    assert.equal(201, first.status)
+  end)
+
+  it("keeps tenants apart: the same key with two Authorization headers runs twice", function()
+    local key, q = fresh("tenants")
+    local one = post(a, "/payments" .. q, key, "{}", { Authorization = "Bearer tenant-1" })
+    local two = post(a, "/payments" .. q, key, "{}", { Authorization = "Bearer tenant-2" })
+    assert.equal(201, one.status)
+    assert.equal(201, two.status)
+    assert.is_nil(two.headers["idempotent-replayed"])
+    assert.equal(2, executions(a, key))
+    local again = post(a, "/payments" .. q, key, "{}", { Authorization = "Bearer tenant-1" })
+    assert.equal(one.body, again.body)
+  end)
+
+  it("stores neither the key nor the scope in clear in Redis", function()
+    local key, q = fresh("hashed")
+    post(a, "/payments" .. q, key, "{}", { Authorization = "Bearer secret-tenant" })
+    local found = h.cmd(redis.port, "keys", "dlock:gw:payments:*")
+    assert.is_true(#found > 0)
+    for _, k in ipairs(found) do
+      assert.is_nil(k:find(key, 1, true))
+      assert.is_truthy(k:match("^dlock:gw:payments:%x+$"), k)
+      for _, v in ipairs(h.cmd(redis.port, "hvals", k)) do
+        assert.is_nil(v:find("secret-tenant", 1, true))
+      end
+    end
+  end)
+
+  it("answers 400 problem+json to a missing key (on_missing = reject) and to an invalid one", function()
+    local _, q = fresh("missing")
+    problem(request(a, "POST", "/payments" .. q, { body = "{}" }), 400, "missing-key")
+    problem(post(a, "/payments" .. q, string.rep("k", 256), "{}"), 400, "invalid-key")
+    problem(post(a, "/payments" .. q, '"unterminated', "{}"), 400, "invalid-key")
+    problem(post(a, "/payments" .. q, '"bad " quote"', "{}"), 400, "invalid-key")
+    problem(post(a, "/payments" .. q, "{not-a-token}", "{}"), 400, "invalid-key")
+    assert.equal(0, executions(a, q:sub(6)))
+  end)
+
+  it("takes a key of 255 bytes, and a quoted sf-String as the same key as the bare token", function()
+    local key, q = fresh("sf")
+    local first = post(a, "/payments" .. q, key, "{}")
+    assert.equal(201, first.status)
+    local quoted = post(a, "/payments" .. q, '"' .. key .. '"', "{}")
+    assert.equal("true", quoted.headers["idempotent-replayed"])
+    assert.equal(first.body, quoted.body)
+    assert.equal(201, post(a, "/payments" .. q .. "&long=1", string.rep("k", 255), "{}").status)
+  end)
+
+  it("lets other methods and requests without a key (on_missing = pass) through untouched", function()
+    local key, q = fresh("methods")
+    local get1 = request(a, "GET", "/waiting" .. q, { headers = { ["Idempotency-Key"] = key } })
+    local get2 = request(a, "GET", "/waiting" .. q, { headers = { ["Idempotency-Key"] = key } })
+    assert.equal(201, get1.status)
+    assert.is_nil(get2.headers["idempotent-replayed"])
+    assert.equal(201, request(a, "POST", "/waiting" .. q, { body = "{}" }).status)
+    assert.equal(3, executions(a, key))
+  end)
+
+  it("replays a stored 500, but lets a retry run again after a 503 or a 429 (not stored by default)", function()
+    local key, q = fresh("statuses")
+    local err = post(a, "/payments" .. q .. "&status=500", key, "{}")
+    assert.equal(500, err.status)
+    local again = post(a, "/payments" .. q .. "&status=500", key, "{}")
+    assert.equal(500, again.status)
+    assert.equal("true", again.headers["idempotent-replayed"])
+    assert.equal(err.body, again.body)
+    assert.equal(1, executions(a, key))
+
+    local key2, q2 = fresh("statuses")
+    for _, status in ipairs({ 503, 429 }) do
+      local res = post(a, "/payments" .. q2 .. "&status=" .. status, key2 .. status, "{}")
+      assert.equal(status, res.status)
+      ngx.sleep(0.1)   -- the claim is dropped by a timer
+      local retry = post(a, "/payments" .. q2 .. "&status=" .. status, key2 .. status, "{}")
+      assert.equal(status, retry.status)
+      assert.is_nil(retry.headers["idempotent-replayed"])
+    end
+    assert.equal(4, executions(a, key2))
+  end)
+
+  it("stores and replays a response without a body (204)", function()
+    local key, q = fresh("nobody")
+    local first = post(a, "/payments" .. q .. "&status=204", key, "{}")
+    assert.equal(204, first.status)
+    ngx.sleep(0.1)
+    local again = post(a, "/payments" .. q .. "&status=204", key, "{}")
+    assert.equal(204, again.status)
+    assert.equal("", again.body)
+    assert.equal("true", again.headers["idempotent-replayed"])
+    assert.equal(first.headers["x-execution"], again.headers["x-execution"])
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("lets the duplicates that wait take over when the first response is not stored (503): one more run, not 49", function()
+    local key, q = fresh("takeover")
+    local first = ngx.thread.spawn(post, a, "/waiting" .. q .. "&ms=200&status=503", key, "{}")
+    ngx.sleep(0.05)
+    local results = h.parallel(10, function()
+      return post(a, "/waiting" .. q .. "&ms=200&status=503", key, "{}")
+    end)
+    ngx.thread.wait(first)
+    for _, res in ipairs(results) do
+      assert.is_true(res.status == 503 or res.status == 409, tostring(res.status))
+    end
+    -- Each 503 drops the claim and one waiter takes it: runs happen one after the other, never together.
+    local _, max = assert(h.http(a.backend, "/stats?key=" .. key)).body:match("^(%d+) (%d+)")
+    assert.is_true(executions(a, key) >= 2)
+    assert.equal("1", max)
+  end)
+
+  it("stores what the client got after an internal redirect (error_page of its own)", function()
+    local key, q = fresh("intercept")
+    local first = post(a, "/intercept" .. q, key, "{}")
+    assert.equal(500, first.status)
+    assert.equal("sorry, try later\n", first.body)
+    local again = post(a, "/intercept" .. q, key, "{}")
+    assert.equal("sorry, try later\n", again.body)
+    assert.equal("true", again.headers["idempotent-replayed"])
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("never runs again a request whose response was over max_body: retries get 409 not-replayable", function()
+    local key, q = fresh("big")
+    local first = post(a, "/small" .. q .. "&size=400", key, "{}")
+    assert.equal(201, first.status)
+    assert.equal(400, #first.body)
+    ngx.sleep(0.1)
+    local again = post(a, "/small" .. q .. "&size=400", key, "{}")
+    local p = problem(again, 409, "not-replayable")
+    assert.is_truthy(p.detail:find("201", 1, true))
+    assert.is_nil(again.headers["retry-after"])
+    assert.equal(1, executions(a, key))
+    -- Within max_body: replayed as usual.
+    local key2, q2 = fresh("big")
+    local small = post(a, "/small" .. q2 .. "&size=80", key2, "{}")
+    assert.equal(small.body, post(a, "/small" .. q2 .. "&size=80", key2, "{}").body)
+  end)
+
+  it("refuses a request body over max_request_body with 413, before it reaches the backend", function()
+    local key, q = fresh("upload")
+    problem(post(a, "/small" .. q, key, string.rep("u", 65)), 413, "request-too-large")
+    assert.equal(201, post(a, "/small" .. q, key, string.rep("u", 64)).status)
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("fingerprints a request body that nginx buffered to a temp file", function()
+    local key, q = fresh("file")
+    local big = string.rep("f", 40000)   -- over client_body_buffer_size 16k
+    assert.equal(201, post(a, "/payments" .. q, key, big).status)
+    assert.equal("true", post(a, "/payments" .. q, key, big).headers["idempotent-replayed"])
+    problem(post(a, "/payments" .. q, key, big .. "!"), 422, "mismatch")
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("renews the claim while the request runs: a duplicate 2.5 s into a 3 s request (lease 1 s) gets 409", function()
+    local key, q = fresh("renew")
+    local slow = ngx.thread.spawn(post, a, "/payments" .. q .. "&ms=3000", key, "{}")
+    ngx.sleep(2.5)
+    problem(post(b, "/payments" .. q .. "&ms=3000", key, "{}"), 409, "in-flight")
+    local _, first = ngx.thread.wait(slow)
+    assert.equal(201, first.status)
+    assert.equal(first.body, post(b, "/payments" .. q .. "&ms=3000", key, "{}").body)
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("keeps the claim when the client goes away while the backend works, so a retry cannot run it twice", function()
+    local key, q = fresh("abort")
+    request(a, "POST", "/payments" .. q .. "&ms=800", { headers = { ["Idempotency-Key"] = key }, body = "{}", abort_after = 200 })
+    ngx.sleep(0.3)   -- the client is gone; the backend still works
+    problem(post(a, "/payments" .. q .. "&ms=800", key, "{}"), 409, "in-flight")
+    assert.equal(1, executions(a, key))
+    -- Unrenewed, the claim runs out after its lease (1 s); then a retry runs.
+    ngx.sleep(1.2)
+    assert.equal(201, post(a, "/payments" .. q, key, "{}").status)
+    assert.equal(2, executions(a, key))
+  end)
+
+  it("keeps renewing through nginx -s reload, and the old worker stores the response", function()
+    local c = start()
+    local key, q = fresh("reload")
+    local slow = ngx.thread.spawn(post, c, "/payments" .. q .. "&ms=2500", key, "{}")
+    ngx.sleep(0.3)
+    assert.is_true(h.sh("kill -HUP " .. c.pid))
+    ngx.sleep(1.5)   -- past the 1 s lease: only the old worker's renewals keep the claim
+    problem(post(c, "/payments" .. q .. "&ms=2500", key, "{}"), 409, "in-flight")
+    local _, first = ngx.thread.wait(slow)
+    assert.equal(201, first.status)
+    ngx.sleep(0.1)
+    local again = post(c, "/payments" .. q .. "&ms=2500", key, "{}")
+    local runs = executions(c, key)
+    c.stop()
+    assert.equal(first.body, again.body)
+    assert.equal("true", again.headers["idempotent-replayed"])
+    assert.equal(1, runs)
+  end)
+
+  it("follows on_error when Redis is down: allow runs the request, deny answers 503 problem+json", function()
+    local key, q = fresh("down")
+    assert.equal(201, post(a, "/open" .. q, key, "{}").status)
+    problem(post(a, "/closed" .. q, key, "{}"), 503, "unavailable")
+    assert.equal(1, executions(a, key))
+    local open = guard(a, "open")
+    assert.is_true(open.failed_open >= 1)
+    assert.is_true(guard(a, "closed").failed_closed >= 1)
+  end)
+
+  it("counts stored, replayed, conflict, mismatch and not_stored in status and metrics", function()
+    local before = guard(a, "payments")
+    local key, q = fresh("counters")
+    post(a, "/payments" .. q, key, "{}")
+    ngx.sleep(0.05)
+    post(a, "/payments" .. q, key, "{}")
+    post(a, "/payments" .. q, key, "other")
+    local after = guard(a, "payments")
+    assert.equal("idempotency", after.mode)
+    assert.equal(before.stored + 1, after.stored)
+    assert.equal(before.replayed + 1, after.replayed)
+    assert.equal(before.mismatch + 1, after.mismatch)
+    local metrics = request(a, "GET", "/dlock/status").body
+    assert.is_truthy(metrics:find('"not_stored"', 1, true))
+    assert.is_truthy(metrics:find('"conflict"', 1, true))
+  end)
+end)
+
+describe("gateway.new mode idempotency options", function()
+  local gateway = require "resty.dlock.gateway"
+  local n = 0
+  local function new(o)
+    n = n + 1
+    local opts = { name = "idem-opts-" .. n, mode = "idempotency", key = "$http_idempotency_key", on_error = "deny",
+      redis = h.redis_opts() }
+    for k, v in pairs(o) do opts[k] = v end
+    return gateway.new(opts)
+  end
+
+  it("takes the options of the issue with their defaults", function()
+    local g = assert(new({ scope = "$http_authorization", methods = { "POST" }, on_missing = "reject", ttl = 3600000,
+      lease = 30000, wait = 100, max_body = 10, max_request_body = 10, store = { "2xx", 500 } }))
+    assert.equal("idempotency", g.mode)
+    local d = assert(new({}))
+    assert.equal(86400000, d.ttl)
+    assert.equal(60000, d.lease)
+    assert.equal(1048576, d.maxBody)
+    assert.is_true(d.store[201])
+    assert.is_true(d.store[500])
+    assert.is_nil(d.store[429])
+    assert.is_nil(d.store[502])
+  end)
+
+  it("refuses options of other modes, naming the option and value", function()
+    for name, v in pairs({ hold = 1000, permits = 2, renew = true, read_body = true, reject_status = 409 }) do
+      local g, err = new({ [name] = v })
+      assert.is_nil(g)
+      assert.is_truthy(err:find("dlock: " .. name .. " does not apply to mode idempotency, got", 1, true), err)
+    end
+  end)
+
+  it("refuses options of mode idempotency in other modes", function()
+    for _, name in ipairs({ "scope", "methods", "lease", "max_body", "max_request_body", "store" }) do
+      local g, err = gateway.new({ mode = "dedup", key = "$arg_k", on_error = "allow", [name] = 1 })
+      assert.is_nil(g)
+      assert.is_truthy(err:find(name .. " applies to mode idempotency only, not dedup", 1, true), err)
+    end
+  end)
+
+  it("says what is wrong with a bad value", function()
+    local cases = {
+      { { max_body = -1 }, "dlock: max_body must be a non-negative integer of bytes, got -1" },
+      { { lease = 10 }, "dlock: lease must be an integer of ms (at least 300), got 10" },
+      { { ttl = "1d" }, "dlock: ttl must be an integer of ms (at least 1000), got \"1d\"" },
+      { { methods = { "post" } }, "dlock: methods must be a list of upper-case HTTP methods, got \"post\"" },
+      { { store = { "6xx" } }, "dlock: store must be a list of statuses (200..599) and classes (\"2xx\"..\"5xx\"), got \"6xx\"" },
+      { { on_missing = "drop" }, "dlock: on_missing must be \"pass\" or \"reject\", got \"drop\"" },
+      { { scope = "tenant" }, "dlock: scope must name at least one nginx variable" },
+    }
+    for _, c in ipairs(cases) do
+      local g, err = new(c[1])
+      assert.is_nil(g)
+      assert.is_truthy(err:find(c[2], 1, true), err)
+    end
+  end)
+
+  it("parses keys as sf-Strings or tokens", function()
+    local idem = require "resty.dlock.gateway.idempotency"
+    assert.equal("abc", idem.parseKey('"abc"'))
+    assert.equal('a"b\\c', idem.parseKey('"a\\"b\\\\c"'))
+    assert.equal("8e03978e-40d5-43e8-bc93-6894a57f9324", idem.parseKey("8e03978e-40d5-43e8-bc93-6894a57f9324"))
+    assert.is_nil(idem.parseKey('""'))
+    assert.is_nil(idem.parseKey('"a\\x"'))
+    assert.is_nil(idem.parseKey('"a\\\\"b"'))
+    assert.is_nil(idem.parseKey("a b"))
+    assert.is_nil(idem.parseKey('"caf\195\169"'))
+    assert.is_nil(idem.parseKey('"' .. string.rep("k", 256) .. '"'))
+  end)
+end)

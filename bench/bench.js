@@ -165,6 +165,8 @@ async function main() {
     { id: "none", name: "no lock (ceiling)", url: `http://127.0.0.1:${httpPort}/none`, server: nginxPids },
     { id: "core", name: "resty.dlock acquire+release", url: `http://127.0.0.1:${httpPort}/core`, server: nginxPids },
     { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: nginxPids },
+    { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: nginxPids },
+    { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: nginxPids },
     { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: nginxPids },
     { id: "node", name: "Node.js node-redlock 5 + ioredis", url: `http://127.0.0.1:${nodePort}/`, server: () => [node.pid] },
   ];

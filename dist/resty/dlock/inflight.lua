@@ -175,6 +175,9 @@ local function endReq(rid, req, how, status)
     count = count - 1
     for ____, h in ipairs(req.held) do
         endHeld(h, how, status)
+        if how == "unlogged" and h.owner.unlogged ~= nil then
+            h.owner.unlogged(rid)
+        end
     end
 end
 --- How the current request (in its log phase) ended: aborted by the client while an upstream worked, or logged.

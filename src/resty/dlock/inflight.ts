@@ -33,6 +33,8 @@ export interface Owner {
   readonly release: boolean;
   /** ms to keep the key after a 2xx (dedup `hold`), 0 to release. */
   readonly hold: number;
+  /** Called when a request of this owner ended without any log() (what it kept of the request can go). */
+  readonly unlogged?: (this: void, rid: number) => void;
 }
 
 interface Held {
@@ -192,6 +194,9 @@ function endReq(rid: number, req: Req, how: End, status: number): void {
   count--;
   for (const h of req.held) {
     endHeld(h, how, status);
+    if (how === "unlogged" && h.owner.unlogged !== undefined) {
+      h.owner.unlogged(rid);
+    }
   }
 }
 

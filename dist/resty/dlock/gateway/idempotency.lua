@@ -652,6 +652,14 @@ function ____exports.bodyFilter()
     end
 end
 AMBIGUOUS = check.set("502", "504")
+--- The keeper found a request of ours that ended without log(): drop what was
+-- captured of it (up to max_body of response), which no later phase will.
+local function forget(rid)
+    local c = captures[rid]
+    if c ~= nil and not request.alive(c.anchor) then
+        captures[rid] = nil
+    end
+end
 local warnedFilters = false
 --- log phase: a claim whose response never completed.
 function ____exports.finish()
@@ -939,7 +947,8 @@ function ____exports.create(o, name)
         ttl = leaseMs,
         renew = true,
         release = false,
-        hold = 0
+        hold = 0,
+        unlogged = forget
     }
     local leaseStore = {
         dict = dict,

@@ -602,6 +602,17 @@ function store(this: void, premature: boolean, c: Capture): void {
   }
 }
 
+/**
+ * The keeper found a request of ours that ended without log(): drop what was
+ * captured of it (up to max_body of response), which no later phase will.
+ */
+function forget(this: void, rid: number): void {
+  const c = captures.get(rid);
+  if (c !== undefined && !request.alive(c.anchor)) {
+    captures.delete(rid);
+  }
+}
+
 let warnedFilters = false;
 
 /** log phase: a claim whose response never completed. */
@@ -769,7 +780,7 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
   if (prefix === undefined) return $multi(undefined, perr);
   ledger.prepare(dict);
 
-  const owner: inflight.Owner = { name, dict, ttl: leaseMs, renew: true, release: false, hold: 0 };
+  const owner: inflight.Owner = { name, dict, ttl: leaseMs, renew: true, release: false, hold: 0, unlogged: forget };
   const leaseStore: lease.Store = { dict, redis: conf, prefix, ttl: leaseMs, wait: 0 };
   const g = {
     name, mode: "idempotency" as const, dict, key, scope, methods, onMissing, onError, ttl, lease: leaseMs, wait,

@@ -60,6 +60,18 @@ function ____exports.str(name, v, maxLen)
     end
     return s, nil
 end
+--- A lua_shared_dict by name (the `dict` option of every factory).
+function ____exports.sharedDict(v)
+    local name, err = ____exports.str("dict", v, 256)
+    if name == nil then
+        return nil, err
+    end
+    local dict = ngx.shared[name]
+    if dict == nil then
+        return ____exports.fail(("no lua_shared_dict named " .. name) .. " (declare it in nginx.conf)", name)
+    end
+    return dict, nil
+end
 function ____exports.bool(name, v)
     if type(v) ~= "boolean" then
         return ____exports.fail(name .. " must be a boolean", v)

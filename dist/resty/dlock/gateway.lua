@@ -2,6 +2,7 @@
 local ____exports = {}
 local check = require("resty.dlock.check")
 local dlock = require("resty.dlock")
+local shared = require("resty.dlock.gateway.common")
 local keys = require("resty.dlock.gateway.key")
 local idempotency = require("resty.dlock.gateway.idempotency")
 local inflight = require("resty.dlock.inflight")
@@ -128,14 +129,7 @@ local guardMethods = {
     end
 }
 local guardMt = {__index = guardMethods}
---- o[name] or its default.
-local function opt(o, name, dflt)
-    local v = o[name]
-    if v == nil then
-        return dflt
-    end
-    return v
-end
+local opt = shared.opt
 local function status(o, name, dflt)
     return check.integer(
         name,
@@ -270,42 +264,9 @@ function ____exports.new(opts)
     if missingStatus == nil then
         return nil, e2
     end
-    local errorStatus, e3 = status(o, "error_status", 503)
-    if errorStatus == nil then
-        return nil, e3
-    end
-    local headers
-    if o.headers ~= nil then
-        local h = o.headers
-        if type(h) ~= "table" then
-            return check.fail("headers must be a table of name = value strings", h)
-        end
-        for k, v in pairs(h) do
-            if type(k) ~= "string" or type(v) ~= "string" then
-                return check.fail("headers must be a table of name = value strings", k)
-            end
-        end
-        headers = h
-    end
-    local breakerFailures, e4 = check.integer(
-        "breaker_failures",
-        opt(o, "breaker_failures", 3),
-        1,
-        1000000,
-        "a positive integer"
-    )
-    if breakerFailures == nil then
-        return nil, e4
-    end
-    local breakerCooldown, e5 = check.integer(
-        "breaker_cooldown",
-        opt(o, "breaker_cooldown", 5000),
-        1,
-        3600000,
-        "a positive integer of ms"
-    )
-    if breakerCooldown == nil then
-        return nil, e5
+    local common, ce = shared.parse(o)
+    if common == nil then
+        return nil, ce
     end
     local base = {}
     base.dict = opt(o, "dict", "dlock")
@@ -346,10 +307,10 @@ function ____exports.new(opts)
         onError = onError,
         rejectStatus = rejectStatus,
         missingStatus = missingStatus,
-        errorStatus = errorStatus,
-        headers = headers,
-        breakerFailures = breakerFailures,
-        breakerCooldown = breakerCooldown,
+        errorStatus = common.errorStatus,
+        headers = common.headers,
+        breakerFailures = common.breakerFailures,
+        breakerCooldown = common.breakerCooldown,
         tryOpts = tryOpts,
         waitOpts = waitOpts
     }

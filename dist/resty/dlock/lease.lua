@@ -62,13 +62,9 @@ function ____exports.checkWait(v)
 end
 --- The options every factory takes: dict, redis, prefix, ttl, wait (from a table already checked for unknown names).
 function ____exports.parseStore(o, defaultPrefix)
-    local dictName, derr = check.str("dict", o.dict, 256)
-    if dictName == nil then
-        return nil, derr
-    end
-    local dict = ngx.shared[dictName]
+    local dict, derr = check.sharedDict(o.dict)
     if dict == nil then
-        return check.fail(("no lua_shared_dict named " .. dictName) .. " (declare it in nginx.conf)", dictName)
+        return nil, derr
     end
     local conf, rerr = redis.parse(o.redis, dict)
     if conf == nil then

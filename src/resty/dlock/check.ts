@@ -68,6 +68,17 @@ export function str(name: string, v: unknown, maxLen: number): LuaMultiReturn<[s
   return $multi(s, undefined);
 }
 
+/** A lua_shared_dict by name (the `dict` option of every factory). */
+export function sharedDict(v: unknown): LuaMultiReturn<[NgxSharedDict | undefined, string | undefined]> {
+  const [name, err] = str("dict", v, 256);
+  if (name === undefined) return $multi(undefined, err);
+  const dict = ngx.shared.get(name);
+  if (dict === undefined) {
+    return fail("no lua_shared_dict named " + name + " (declare it in nginx.conf)", name);
+  }
+  return $multi(dict, undefined);
+}
+
 export function bool(name: string, v: unknown): LuaMultiReturn<[boolean | undefined, string | undefined]> {
   if (type(v) !== "boolean") {
     return fail(name + " must be a boolean", v);

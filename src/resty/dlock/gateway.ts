@@ -14,6 +14,7 @@
 
 import * as check from "./check";
 import * as dlock from "../dlock";
+import * as shared from "./gateway/common";
 import * as keys from "./gateway/key";
 import * as idempotency from "./gateway/idempotency";
 import * as inflight from "./inflight";
@@ -176,14 +177,7 @@ const guardMethods = {
 };
 const guardMt = { __index: guardMethods };
 
-/** o[name] or its default. */
-function opt(o: LuaTable<string, unknown>, name: string, dflt: unknown): unknown {
-  const v = o.get(name);
-  if (v === undefined) {
-    return dflt;
-  }
-  return v;
-}
+const opt = shared.opt;
 
 function status(o: LuaTable<string, unknown>, name: string, dflt: number): LuaMultiReturn<[number | undefined, string | undefined]> {
   return check.integer(name, opt(o, name, dflt), 200, 599, "an HTTP status code");
@@ -280,21 +274,8 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idemp
   if (rejectStatus === undefined) return $multi(undefined, e1);
   const [missingStatus, e2] = status(o, "missing_status", 400);
   if (missingStatus === undefined) return $multi(undefined, e2);
-  const [errorStatus, e3] = status(o, "error_status", 503);
-  if (errorStatus === undefined) return $multi(undefined, e3);
-  let headers: LuaTable<string, string> | undefined;
-  if (o.get("headers") !== undefined) {
-    const h = o.get("headers");
-    if (type(h) !== "table") return check.fail("headers must be a table of name = value strings", h);
-    for (const [k, v] of pairs(h as LuaTable<AnyNotNil, unknown>)) {
-      if (type(k) !== "string" || type(v) !== "string") return check.fail("headers must be a table of name = value strings", k);
-    }
-    headers = h as LuaTable<string, string>;
-  }
-  const [breakerFailures, e4] = check.integer("breaker_failures", opt(o, "breaker_failures", 3), 1, 1000000, "a positive integer");
-  if (breakerFailures === undefined) return $multi(undefined, e4);
-  const [breakerCooldown, e5] = check.integer("breaker_cooldown", opt(o, "breaker_cooldown", 5000), 1, 3600000, "a positive integer of ms");
-  if (breakerCooldown === undefined) return $multi(undefined, e5);
+  const [common, ce] = shared.parse(o);
+  if (common === undefined) return $multi(undefined, ce);
 
   // The lock (or semaphore) underneath validates dict, redis, prefix, ttl, wait and permits.
   const base = new LuaTable<string, unknown>();
@@ -321,8 +302,9 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idemp
 
   const g = {
     name, mode: mode as Mode, parts, keyFn, locks, dict: store.dict, ttl: store.ttl, hold,
-    wait: store.wait, renew: renewOn, release: mode !== "throttle", readBody, onMissing, onError, rejectStatus, missingStatus, errorStatus, headers,
-    breakerFailures, breakerCooldown, tryOpts, waitOpts,
+    wait: store.wait, renew: renewOn, release: mode !== "throttle", readBody, onMissing, onError, rejectStatus, missingStatus,
+    errorStatus: common.errorStatus, headers: common.headers, breakerFailures: common.breakerFailures,
+    breakerCooldown: common.breakerCooldown, tryOpts, waitOpts,
   };
   const guard = setmetatable(g, guardMt) as unknown as Guard;
   registry.push(guard);

@@ -123,12 +123,8 @@ export function checkWait(v: unknown): LuaMultiReturn<[number | undefined, strin
 
 /** The options every factory takes: dict, redis, prefix, ttl, wait (from a table already checked for unknown names). */
 export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string): LuaMultiReturn<[Store | undefined, string | undefined]> {
-  const [dictName, derr] = check.str("dict", o.get("dict"), 256);
-  if (dictName === undefined) return $multi(undefined, derr);
-  const dict = ngx.shared.get(dictName);
-  if (dict === undefined) {
-    return check.fail("no lua_shared_dict named " + dictName + " (declare it in nginx.conf)", dictName);
-  }
+  const [dict, derr] = check.sharedDict(o.get("dict"));
+  if (dict === undefined) return $multi(undefined, derr);
   const [conf, rerr] = redis.parse(o.get("redis"), dict);
   if (conf === undefined) return $multi(undefined, rerr);
   let prefix = defaultPrefix;

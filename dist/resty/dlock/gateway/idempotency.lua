@@ -11,6 +11,7 @@ local request = require("resty.dlock.request")
 local scripts = require("resty.dlock.scripts")
 local stats = require("resty.dlock.stats")
 local token = require("resty.dlock.token")
+local shared = require("resty.dlock.gateway.common")
 local keys = require("resty.dlock.gateway.key")
 function notify(rkey, rec)
     local w = watches[rkey]
@@ -708,16 +709,7 @@ local guardMethods = {
     end
 }
 local guardMt = {__index = guardMethods}
-local function opt(o, name, dflt)
-    local v = o[name]
-    local ____temp_1
-    if v == nil then
-        ____temp_1 = dflt
-    else
-        ____temp_1 = v
-    end
-    return ____temp_1
-end
+local opt = shared.opt
 --- Stored by default: what the application decided (2xx, 3xx, 4xx, and 500 as
 -- Stripe does), not what says "not done, try again" (408, 409, 425, 429) nor
 -- gateway errors (502, 503, 504: the operation may or may not have run).
@@ -873,60 +865,13 @@ function ____exports.create(o, name)
     if storeSet == nil then
         return nil, e6
     end
-    local errorStatus, e7 = check.integer(
-        "error_status",
-        opt(o, "error_status", 503),
-        200,
-        599,
-        "an HTTP status code"
-    )
-    if errorStatus == nil then
-        return nil, e7
+    local common, ce = shared.parse(o)
+    if common == nil then
+        return nil, ce
     end
-    local headers
-    if o.headers ~= nil then
-        local h = o.headers
-        if type(h) ~= "table" then
-            return check.fail("headers must be a table of name = value strings", h)
-        end
-        for k, v in pairs(h) do
-            if type(k) ~= "string" or type(v) ~= "string" then
-                return check.fail("headers must be a table of name = value strings", k)
-            end
-        end
-        headers = h
-    end
-    local breakerFailures, e8 = check.integer(
-        "breaker_failures",
-        opt(o, "breaker_failures", 3),
-        1,
-        1000000,
-        "a positive integer"
-    )
-    if breakerFailures == nil then
-        return nil, e8
-    end
-    local breakerCooldown, e9 = check.integer(
-        "breaker_cooldown",
-        opt(o, "breaker_cooldown", 5000),
-        1,
-        3600000,
-        "a positive integer of ms"
-    )
-    if breakerCooldown == nil then
-        return nil, e9
-    end
-    local dictName, derr = check.str(
-        "dict",
-        opt(o, "dict", "dlock"),
-        256
-    )
-    if dictName == nil then
-        return nil, derr
-    end
-    local dict = ngx.shared[dictName]
+    local dict, derr = check.sharedDict(opt(o, "dict", "dlock"))
     if dict == nil then
-        return check.fail(("no lua_shared_dict named " .. dictName) .. " (declare it in nginx.conf)", dictName)
+        return nil, derr
     end
     local conf, rerr = redis.parse(o.redis, dict)
     if conf == nil then
@@ -972,10 +917,10 @@ function ____exports.create(o, name)
         maxBody = maxBody,
         maxRequestBody = maxReq,
         store = storeSet,
-        errorStatus = errorStatus,
-        headers = headers,
-        breakerFailures = breakerFailures,
-        breakerCooldown = breakerCooldown,
+        errorStatus = common.errorStatus,
+        headers = common.headers,
+        breakerFailures = common.breakerFailures,
+        breakerCooldown = common.breakerCooldown,
         conf = conf,
         prefix = prefix,
         owner = owner,

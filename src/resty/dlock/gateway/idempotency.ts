@@ -27,6 +27,7 @@ import * as request from "../request";
 import * as scripts from "../scripts";
 import * as stats from "../stats";
 import * as token from "../token";
+import * as shared from "./common";
 import * as keys from "./key";
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
@@ -660,10 +661,7 @@ const guardMt = { __index: guardMethods };
 
 // ------------------------------------------------------------ options
 
-function opt(o: LuaTable<string, unknown>, name: string, dflt: unknown): unknown {
-  const v = o.get(name);
-  return v === undefined ? dflt : v;
-}
+const opt = shared.opt;
 
 /**
  * Stored by default: what the application decided (2xx, 3xx, 4xx, and 500 as
@@ -752,28 +750,11 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
   if (maxReq === undefined) return $multi(undefined, e5);
   const [storeSet, e6] = parseStoreOpt(o.get("store"));
   if (storeSet === undefined) return $multi(undefined, e6);
-  const [errorStatus, e7] = check.integer("error_status", opt(o, "error_status", 503), 200, 599, "an HTTP status code");
-  if (errorStatus === undefined) return $multi(undefined, e7);
-  let headers: LuaTable<string, string> | undefined;
-  if (o.get("headers") !== undefined) {
-    const h = o.get("headers");
-    if (type(h) !== "table") return check.fail("headers must be a table of name = value strings", h);
-    for (const [k, v] of pairs(h as LuaTable<AnyNotNil, unknown>)) {
-      if (type(k) !== "string" || type(v) !== "string") return check.fail("headers must be a table of name = value strings", k);
-    }
-    headers = h as LuaTable<string, string>;
-  }
-  const [breakerFailures, e8] = check.integer("breaker_failures", opt(o, "breaker_failures", 3), 1, 1000000, "a positive integer");
-  if (breakerFailures === undefined) return $multi(undefined, e8);
-  const [breakerCooldown, e9] = check.integer("breaker_cooldown", opt(o, "breaker_cooldown", 5000), 1, 3600000, "a positive integer of ms");
-  if (breakerCooldown === undefined) return $multi(undefined, e9);
+  const [common, ce] = shared.parse(o);
+  if (common === undefined) return $multi(undefined, ce);
 
-  const [dictName, derr] = check.str("dict", opt(o, "dict", "dlock"), 256);
-  if (dictName === undefined) return $multi(undefined, derr);
-  const dict = ngx.shared.get(dictName);
-  if (dict === undefined) {
-    return check.fail("no lua_shared_dict named " + dictName + " (declare it in nginx.conf)", dictName);
-  }
+  const [dict, derr] = check.sharedDict(opt(o, "dict", "dlock"));
+  if (dict === undefined) return $multi(undefined, derr);
   const [conf, rerr] = redis.parse(o.get("redis"), dict);
   if (conf === undefined) return $multi(undefined, rerr);
   const [prefix, perr] = check.str("prefix", opt(o, "prefix", "dlock:gw:" + name + ":"), 256);
@@ -784,7 +765,8 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
   const leaseStore: lease.Store = { dict, redis: conf, prefix, ttl: leaseMs, wait: 0 };
   const g = {
     name, mode: "idempotency" as const, dict, key, scope, methods, onMissing, onError, ttl, lease: leaseMs, wait,
-    maxBody, maxRequestBody: maxReq, store: storeSet, errorStatus, headers, breakerFailures, breakerCooldown,
+    maxBody, maxRequestBody: maxReq, store: storeSet, errorStatus: common.errorStatus, headers: common.headers,
+    breakerFailures: common.breakerFailures, breakerCooldown: common.breakerCooldown,
     conf, prefix, owner, kind: KIND, leaseStore,
   };
   return $multi(setmetatable(g, guardMt) as unknown as Guard, undefined);

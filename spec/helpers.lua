@@ -79,6 +79,31 @@ local function free_port()
 end
 _M.free_port = free_port
 
+--- Start a daemonized sentinel watching `master` (name) at 127.0.0.1:master_port,
+--- quorum 2, down after 1 s; returns { port, pid, stop() }.
+function _M.start_sentinel(name, master_port)
+  local port = free_port()
+  local dir = env.prefix .. "/sentinel-" .. port
+  os.execute("mkdir -p " .. dir)
+  local f = assert(io.open(dir .. "/sentinel.conf", "w"))
+  f:write(string.format("port %d\nbind 127.0.0.1\ndir %s\npidfile %s/sentinel.pid\nlogfile %s/sentinel.log\n" ..
+    "daemonize yes\nsentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s 1000\n" ..
+    "sentinel failover-timeout %s 3000\n", port, dir, dir, dir, name, master_port, name, name))
+  f:close()
+  assert(_M.sh("redis-server " .. dir .. "/sentinel.conf --sentinel"))
+  local pid
+  for _ = 1, 100 do
+    pid = tonumber(read_file(dir .. "/sentinel.pid") or "")
+    if pid and _M.sh("bash -c '(exec 3<>/dev/tcp/127.0.0.1/" .. port .. ") 2>/dev/null'") then break end
+    ngx.sleep(0.05)
+  end
+  assert(pid, "redis-sentinel did not start on " .. port)
+  track(pid)
+  local s = { port = port, pid = pid, dir = dir }
+  function s.stop() return _M.stop_pid(pid, "TERM") end
+  return s
+end
+
 --- Start a daemonized redis-server; returns { port, pid, stop(), kill(sig) }.
 function _M.start_redis(port, ...)
   port = port or free_port()

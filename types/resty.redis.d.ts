@@ -42,6 +42,10 @@ interface RestyRedis {
   init_pipeline(n?: number): void;
   /** Send the queue in one write; replies in order, a failed command as { false, err }. */
   commit_pipeline(): LuaMultiReturn<[LuaTable<number, RedisValue | LuaTable<number, false | string>> | undefined, string | undefined]>;
+  /** SENTINEL <subcommand> ... (asked of a sentinel). */
+  sentinel(...args: string[]): RedisResult<LuaTable<number, string> | NgxNull>;
+  /** ROLE: { "master" | "slave" | "sentinel", ... }. */
+  role(): RedisResult<LuaTable<number, unknown>>;
   /** PING (after a TLS handshake, to be sure the socket works before it is pooled). */
   ping(): RedisResult<string>;
   /** WAIT numreplicas timeout: how many replicas acknowledged this connection's writes. */

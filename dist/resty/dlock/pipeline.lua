@@ -30,13 +30,17 @@ local TRANSIENT = check.set(
     "BUSY",
     "TRYAGAIN",
     "MASTERDOWN",
-    "CLUSTERDOWN"
+    "CLUSTERDOWN",
+    "READONLY"
 )
 local function refused(conf, err)
     local code = string.match(
         tostring(err),
         "^(%u+)"
     )
+    if code == "READONLY" or code == "LOADING" then
+        redis.stale(conf)
+    end
     local fault = code ~= nil and TRANSIENT[code] ~= nil and "transient" or "failed"
     return (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err), fault
 end

@@ -1,8 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local shake, handshake, init
+local shake, handshake, init, isMaster
 local check = require("resty.dlock.check")
 local eviction = require("resty.dlock.eviction")
+local sentinel = require("resty.dlock.sentinel")
 function shake(sock, serverName, verify)
     return sock:sslhandshake(nil, serverName, verify)
 end
@@ -41,6 +42,22 @@ function init(red, conf)
     end
     return nil
 end
+--- The server may no longer be the master (a connection error, READONLY,
+-- LOADING): with Sentinel, ask the sentinels again on the next connection.
+function ____exports.stale(conf)
+    if conf.sentinel ~= nil then
+        sentinel.forget(conf.pool)
+    end
+end
+function isMaster(red, conf, host, port)
+    local role, err = red:role()
+    if type(role) == "table" and role[1] == "master" then
+        return nil
+    end
+    sentinel.forget(conf.pool)
+    local what = type(role) == "table" and "a " .. tostring(role[1]) or tostring(err)
+    return ((((((("dlock: redis " .. conf.endpoint) .. ": ") .. host) .. ":") .. tostring(port)) .. " is ") .. what) .. ", not the master (a failover is under way); asking the sentinels again"
+end
 local function loadClient()
     for ____, name in ipairs({"resty.redis", "nginx.redis"}) do
         local ok, mod = pcall(require, name)
@@ -68,7 +85,8 @@ local REDIS_OPTIONS = check.set(
     "ssl_verify",
     "server_name",
     "replicas",
-    "replicas_timeout"
+    "replicas_timeout",
+    "sentinel"
 )
 local MAX_MS = 3600000
 --- Validate the `redis` option table of dlock.new and friends. `dict` is the
@@ -84,7 +102,17 @@ function ____exports.parse(v, dict)
     local host = "127.0.0.1"
     local port = 6379
     local path
-    if o.path ~= nil then
+    local sent
+    if o.sentinel ~= nil then
+        if o.host ~= nil or o.port ~= nil or o.path ~= nil then
+            return check.fail("redis.sentinel excludes redis.host, redis.port and redis.path", o.sentinel)
+        end
+        local sc, serr = sentinel.parse(o.sentinel)
+        if sc == nil then
+            return nil, serr
+        end
+        sent = sc
+    elseif o.path ~= nil then
         if o.host ~= nil or o.port ~= nil then
             return check.fail("redis.path excludes redis.host and redis.port", o.path)
         end
@@ -270,12 +298,18 @@ function ____exports.parse(v, dict)
         return nil, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true"
     end
     local endpoint = path or (host .. ":") .. tostring(port)
+    if sent ~= nil then
+        endpoint = "sentinel " .. sent.master
+    end
     local db = ints.db
     local tls = ""
     if ssl then
         tls = sslVerify and ("tls+verify=" .. (serverName or "")) .. ":" or "tls:"
     end
     local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. tostring(db)
+    if sent ~= nil then
+        pool = (pool .. ":") .. sent.id
+    end
     if password ~= nil then
         pool = (pool .. ":") .. string.sub(
             ngx.md5(((username or "") .. "\0") .. password),
@@ -302,7 +336,8 @@ function ____exports.parse(v, dict)
         server_name = serverName,
         pool = pool,
         endpoint = endpoint,
-        dict = dict
+        dict = dict,
+        sentinel = sent
     }, nil
 end
 --- A ready connection from the pool (or a fresh one, authenticated and with the
@@ -317,9 +352,26 @@ function ____exports.connect(conf)
     else
         red:set_timeout(conf.connect_timeout)
     end
-    local opts = {pool = conf.pool, pool_size = conf.pool_size, backlog = conf.backlog}
-    local ok, err = red:connect(conf.path or conf.host, conf.path ~= nil and opts or conf.port, opts)
+    local host = conf.host
+    local port = conf.port
+    local pool = conf.pool
+    if conf.sentinel ~= nil then
+        local m = sentinel.cached(conf.pool)
+        if m == nil then
+            local found, serr = sentinel.discover(conf.pool, conf.sentinel, client, conf.connect_timeout)
+            if found == nil then
+                return nil, serr
+            end
+            m = found
+        end
+        host = m.host
+        port = m.port
+        pool = (((conf.pool .. "@") .. host) .. ":") .. tostring(port)
+    end
+    local opts = {pool = pool, pool_size = conf.pool_size, backlog = conf.backlog}
+    local ok, err = red:connect(conf.path or host, conf.path ~= nil and opts or port, opts)
     if ok == nil then
+        ____exports.stale(conf)
         return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)
     end
     if not clientHasTimeouts then
@@ -330,6 +382,9 @@ function ____exports.connect(conf)
         local ierr
         if conf.ssl then
             ierr = handshake(red, conf)
+        end
+        if ierr == nil and conf.sentinel ~= nil then
+            ierr = isMaster(red, conf, host, port)
         end
         if ierr == nil then
             ierr = init(red, conf)
@@ -351,6 +406,7 @@ function ____exports.done(red, conf, healthy)
         red:set_keepalive(conf.keepalive_timeout, conf.pool_size)
     else
         red:close()
+        ____exports.stale(conf)
     end
 end
 return ____exports

@@ -16,10 +16,14 @@ import * as scripts from "./scripts";
  */
 export type Fault = "lost" | "transient" | "failed" | "replicas";
 
-const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN");
+// READONLY: a master demoted by a failover; the next try goes to the new one.
+const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY");
 
 function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn<[string, Fault]> {
   const [code] = string.match(tostring(err), "^(%u+)");
+  if (code === "READONLY" || code === "LOADING") {
+    redis.stale(conf);
+  }
   const fault: Fault = code !== undefined && TRANSIENT.has(code) ? "transient" : "failed";
   return $multi("dlock: redis " + conf.endpoint + ": " + tostring(err), fault);
 }

@@ -3,6 +3,7 @@
 
 import * as check from "./check";
 import * as eviction from "./eviction";
+import * as sentinel from "./sentinel";
 
 function loadClient(this: void): RestyRedisModule | undefined {
   // OpenResty ships resty.redis; Debian ships the same library (0.27) as nginx.redis.
@@ -42,6 +43,8 @@ export interface RedisConf {
   readonly pool: string;
   /** "host:port" or the socket path, for messages. */
   readonly endpoint: string;
+  /** Discover the master through these sentinels (host and port are unused then). */
+  readonly sentinel: sentinel.SentinelConf | undefined;
   /** Where the eviction check shares its finding with the other workers (see checkEviction). */
   readonly dict: NgxSharedDict | undefined;
 }
@@ -49,7 +52,7 @@ export interface RedisConf {
 const REDIS_OPTIONS = check.set(
   "host", "port", "path", "username", "password", "db",
   "connect_timeout", "read_timeout", "pool_size", "backlog", "keepalive_timeout",
-  "ssl", "ssl_verify", "server_name", "replicas", "replicas_timeout",
+  "ssl", "ssl_verify", "server_name", "replicas", "replicas_timeout", "sentinel",
 );
 const MAX_MS = 3600000;
 
@@ -67,7 +70,15 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   let host = "127.0.0.1";
   let port = 6379;
   let path: string | undefined;
-  if (o.get("path") !== undefined) {
+  let sent: sentinel.SentinelConf | undefined;
+  if (o.get("sentinel") !== undefined) {
+    if (o.get("host") !== undefined || o.get("port") !== undefined || o.get("path") !== undefined) {
+      return check.fail("redis.sentinel excludes redis.host, redis.port and redis.path", o.get("sentinel"));
+    }
+    const [sc, serr] = sentinel.parse(o.get("sentinel"));
+    if (sc === undefined) return $multi(undefined, serr);
+    sent = sc;
+  } else if (o.get("path") !== undefined) {
     if (o.get("host") !== undefined || o.get("port") !== undefined) {
       return check.fail("redis.path excludes redis.host and redis.port", o.get("path"));
     }
@@ -170,7 +181,10 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     return $multi(undefined, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true");
   }
 
-  const endpoint = path ?? host + ":" + port;
+  let endpoint = path ?? host + ":" + port;
+  if (sent !== undefined) {
+    endpoint = "sentinel " + sent.master;
+  }
   const db = ints.get("db");
   // A connection verified for one name (or not verified) must not serve a factory that asks for another.
   let tls = "";
@@ -178,6 +192,9 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     tls = sslVerify ? "tls+verify=" + (serverName ?? "") + ":" : "tls:";
   }
   let pool = "dlock:" + tls + endpoint + ":" + db;
+  if (sent !== undefined) {
+    pool = pool + ":" + sent.id;
+  }
   if (password !== undefined) {
     // A digest, not the secret, ends up in the pool name (it shows in debug logs).
     pool = pool + ":" + string.sub(ngx.md5((username ?? "") + "\0" + password), 1, 16);
@@ -190,7 +207,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     backlog, replicas, replicas_timeout: replicasTimeout,
     keepalive_timeout: ints.get("keepalive_timeout"),
     ssl, ssl_verify: sslVerify, server_name: serverName,
-    pool, endpoint, dict,
+    pool, endpoint, dict, sentinel: sent,
   }, undefined);
 }
 
@@ -210,9 +227,25 @@ export function connect(conf: RedisConf): LuaMultiReturn<[RestyRedis | undefined
   } else {
     red.set_timeout(conf.connect_timeout);
   }
-  const opts: RedisConnectOptions = { pool: conf.pool, pool_size: conf.pool_size, backlog: conf.backlog };
-  const [ok, err] = red.connect(conf.path ?? conf.host, conf.path !== undefined ? opts : conf.port, opts);
+  let host = conf.host;
+  let port = conf.port;
+  let pool = conf.pool;
+  if (conf.sentinel !== undefined) {
+    let m = sentinel.cached(conf.pool);
+    if (m === undefined) {
+      const [found, serr] = sentinel.discover(conf.pool, conf.sentinel, client as RestyRedisModule, conf.connect_timeout);
+      if (found === undefined) return $multi(undefined, serr);
+      m = found;
+    }
+    host = m.host;
+    port = m.port;
+    // One pool per master: connections to a demoted one are never handed out again.
+    pool = conf.pool + "@" + host + ":" + port;
+  }
+  const opts: RedisConnectOptions = { pool, pool_size: conf.pool_size, backlog: conf.backlog };
+  const [ok, err] = red.connect(conf.path ?? host, conf.path !== undefined ? opts : port, opts);
   if (ok === undefined) {
+    stale(conf);
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err));
   }
   if (!clientHasTimeouts) {
@@ -222,6 +255,7 @@ export function connect(conf: RedisConf): LuaMultiReturn<[RestyRedis | undefined
   if (reused === 0) {
     let ierr: string | undefined;
     if (conf.ssl) ierr = handshake(red, conf);
+    if (ierr === undefined && conf.sentinel !== undefined) ierr = isMaster(red, conf, host, port);
     if (ierr === undefined) ierr = init(red, conf);
     if (ierr === undefined) ierr = eviction.check(red, conf);
     if (ierr !== undefined) {
@@ -296,5 +330,28 @@ export function done(red: RestyRedis, conf: RedisConf, healthy: boolean): void {
     red.set_keepalive(conf.keepalive_timeout, conf.pool_size);
   } else {
     red.close();
+    stale(conf);
   }
+}
+
+/**
+ * The server may no longer be the master (a connection error, READONLY,
+ * LOADING): with Sentinel, ask the sentinels again on the next connection.
+ */
+export function stale(conf: RedisConf): void {
+  if (conf.sentinel !== undefined) {
+    sentinel.forget(conf.pool);
+  }
+}
+
+/** ROLE on a fresh connection to the master Sentinel named: a just-demoted one must not take locks. */
+function isMaster(red: RestyRedis, conf: RedisConf, host: string, port: number): string | undefined {
+  const [role, err] = red.role();
+  if (type(role) === "table" && (role as LuaTable<number, unknown>).get(1) === "master") {
+    return undefined;
+  }
+  sentinel.forget(conf.pool);
+  const what = type(role) === "table" ? "a " + tostring((role as LuaTable<number, unknown>).get(1)) : tostring(err);
+  return "dlock: redis " + conf.endpoint + ": " + host + ":" + port + " is " + what +
+    ", not the master (a failover is under way); asking the sentinels again";
 }

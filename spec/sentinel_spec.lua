@@ -1,0 +1,112 @@
+-- redis.sentinel: the master found through real sentinels (a master, a replica,
+-- three sentinels on loopback), and locks that follow a failover.
+local h = require "helpers"
+local dlock = require "resty.dlock"
+
+local function info(port, section)
+  return h.cmd(port, "info", section) or ""
+end
+
+local function master_of(sentinel_port)
+  local addr = h.cmd(sentinel_port, "sentinel", "get-master-addr-by-name", "locks")
+  return type(addr) == "table" and tonumber(addr[2]) or nil
+end
+
+describe("redis.sentinel", function()
+  local master, replica, sentinels = nil, nil, {}
+
+  setup(function()
+    master = h.start_redis(nil, "--repl-diskless-sync-delay 0")
+    replica = h.start_redis(nil, "--replicaof 127.0.0.1 " .. master.port, "--repl-diskless-sync-delay 0")
+    for _ = 1, 100 do
+      if info(replica.port, "replication"):find("master_link_status:up", 1, true) then break end
+      ngx.sleep(0.05)
+    end
+    for i = 1, 3 do sentinels[i] = h.start_sentinel("locks", master.port) end
+    -- The sentinels know each other and the replica after a few hellos.
+    for _ = 1, 100 do
+      local s = info(sentinels[1].port, "sentinel")
+      if s:find("slaves=1,sentinels=3", 1, true) then break end
+      ngx.sleep(0.1)
+    end
+    assert.matches("slaves=1,sentinels=3", info(sentinels[1].port, "sentinel"))
+  end)
+
+  teardown(function()
+    for _, s in ipairs(sentinels) do s.stop() end
+    if replica then replica.stop() end
+    if master then master.stop() end
+  end)
+
+  local function locks(nodes)
+    return assert(dlock.new({ dict = "dlock", prefix = h.unique("sent"), redis = {
+      sentinel = { master = "locks", nodes = nodes }, connect_timeout = 300, read_timeout = 500 } }))
+  end
+
+  local function nodes(...)
+    local out = {}
+    for _, s in ipairs({ ... }) do out[#out + 1] = "127.0.0.1:" .. s.port end
+    return out
+  end
+
+  it("takes locks on the master the sentinels name", function()
+    local l = locks(nodes(sentinels[1], sentinels[2], sentinels[3]))
+    local lease = assert(l:acquire("a", { ttl = 5000 }))
+    assert.equal(lease.token, h.cmd(master_of(sentinels[1].port), "get", l.prefix .. "a"))
+    assert.is_true(lease:release())
+  end)
+
+  it("asks the next sentinel when one is down", function()
+    local dead = h.free_port()
+    local l = locks({ "127.0.0.1:" .. dead, "127.0.0.1:" .. sentinels[2].port })
+    assert.is_true(assert(l:acquire("b", { ttl = 1000 })):release())
+  end)
+
+  it("says which sentinels it asked when none answers", function()
+    local d1, d2 = h.free_port(), h.free_port()
+    local l = locks({ "127.0.0.1:" .. d1, "127.0.0.1:" .. d2 })   -- another sentinel set: nothing cached
+    local lease, err = l:acquire("c")
+    assert.is_nil(lease)
+    assert.matches("^dlock: redis sentinel locks: no sentinel named the master %(127.0.0.1:" .. d1 .. " .*; 127.0.0.1:" .. d2, err)
+  end)
+
+  it("refuses bad sentinel options, naming them", function()
+    local _, err = dlock.new({ dict = "dlock", redis = { host = "x", sentinel = { master = "m", nodes = { "127.0.0.1:1" } } } })
+    assert.matches("^dlock: redis.sentinel excludes redis.host, redis.port and redis.path", err)
+    _, err = dlock.new({ dict = "dlock", redis = { sentinel = { master = "m", nodes = { "nope" } } } })
+    assert.equal('dlock: redis.sentinel.nodes must be "host:port" strings, got "nope"', err)
+    _, err = dlock.new({ dict = "dlock", redis = { sentinel = { master = "m", nodes = {} } } })
+    assert.equal('dlock: redis.sentinel.nodes must be a list of "host:port" strings, got a table', err)
+    _, err = dlock.new({ dict = "dlock", redis = { sentinel = { nodes = { "127.0.0.1:1" } } } })
+    assert.equal("dlock: redis.sentinel.master must be a string, got nil", err)
+    _, err = dlock.new({ dict = "dlock", redis = { sentinel = { master = "m", nodes = { "[::1]:26379" }, mastr = 1 } } })
+    assert.equal('dlock: unknown option in redis.sentinel, got "mastr"', err)
+  end)
+
+  it("follows a failover without a reload: locks resume on the new master within a few seconds", function()
+    local l = locks(nodes(sentinels[1], sentinels[2], sentinels[3]))
+    assert.is_true(assert(l:acquire("before", { ttl = 1000 })):release())
+    local old = master_of(sentinels[1].port)
+    assert.equal("OK", h.cmd(sentinels[1].port, "sentinel", "failover", "locks"))
+    local t0 = ngx.now()
+    local new
+    for _ = 1, 100 do
+      new = master_of(sentinels[1].port)
+      if new and new ~= old then break end
+      ngx.sleep(0.05)
+    end
+    assert.are_not.equal(old, new)
+    -- Acquisitions go on; the first tries may meet the demoted master (READONLY) or a connection it closed.
+    local lease
+    for _ = 1, 60 do
+      lease = l:acquire("after", { ttl = 5000, wait = 100 })
+      if lease then break end
+      ngx.sleep(0.05)
+      ngx.update_time()
+    end
+    assert.is_truthy(lease, "no lock within 3 s of the failover")
+    assert.is_true(ngx.now() - t0 < 5)
+    assert.equal(lease.token, h.cmd(new, "get", l.prefix .. "after"))
+    assert.is_true(lease:release())
+  end)
+end)

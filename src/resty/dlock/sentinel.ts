@@ -1,0 +1,148 @@
+// Redis Sentinel: which server is the master of `redis.sentinel.master` now?
+// Asked of the sentinels in order (one that answers moves to the front), then
+// confirmed with ROLE on the server itself before use: a master just demoted by
+// a failover still answers, and must not take locks. The answer is cached per
+// worker and forgotten on connection errors, READONLY and LOADING, so after a
+// failover locks resume on the new master without an nginx reload.
+
+import * as check from "./check";
+
+export interface Node {
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface SentinelConf {
+  readonly master: string;
+  /** The nodes as configured, for the pool name: two Sentinel sets may both watch a "mymaster". */
+  readonly id: string;
+  /** In the order to ask them; reordered as sentinels answer or fail. */
+  readonly nodes: Node[];
+  readonly username: string | undefined;
+  readonly password: string | undefined;
+}
+
+const OPTIONS = check.set("master", "nodes", "username", "password");
+
+/** "host:port" or "[v6]:port". */
+export function parseNode(name: string, v: unknown): LuaMultiReturn<[Node | undefined, string | undefined]> {
+  if (type(v) !== "string") return check.fail(name + " must be \"host:port\" strings", v);
+  let [host, port] = string.match(v as string, "^%[([%x:%.]+)%]:(%d+)$");
+  if (host === undefined) {
+    [host, port] = string.match(v as string, "^([%w%.%-_]+):(%d+)$");
+  }
+  const p = tonumber(port);
+  if (host === undefined || p === undefined || p < 1 || p > 65535) {
+    return check.fail(name + " must be \"host:port\" strings", v);
+  }
+  return $multi({ host, port: p }, undefined);
+}
+
+/** The `redis.sentinel` option table. */
+export function parse(v: unknown): LuaMultiReturn<[SentinelConf | undefined, string | undefined]> {
+  const [o, err] = check.options("redis.sentinel", v, OPTIONS);
+  if (o === undefined) return $multi(undefined, err);
+  const [master, merr] = check.str("redis.sentinel.master", o.get("master"), 255);
+  if (master === undefined) return $multi(undefined, merr);
+  const list = o.get("nodes");
+  if (type(list) !== "table" || (list as unknown[]).length === 0) {
+    return check.fail("redis.sentinel.nodes must be a list of \"host:port\" strings", list);
+  }
+  const nodes: Node[] = [];
+  for (const n of list as unknown[]) {
+    const [node, nerr] = parseNode("redis.sentinel.nodes", n);
+    if (node === undefined) return $multi(undefined, nerr);
+    nodes.push(node);
+  }
+  let username: string | undefined;
+  let password: string | undefined;
+  if (o.get("username") !== undefined) {
+    const [u, uerr] = check.str("redis.sentinel.username", o.get("username"), 1024);
+    if (u === undefined) return $multi(undefined, uerr);
+    username = u;
+  }
+  if (o.get("password") !== undefined) {
+    if (type(o.get("password")) !== "string") {
+      return $multi(undefined, "dlock: redis.sentinel.password must be a string, got a " + type(o.get("password")));
+    }
+    password = o.get("password") as string;
+  }
+  if (username !== undefined && password === undefined) {
+    return $multi(undefined, "dlock: redis.sentinel.username needs redis.sentinel.password");
+  }
+  const names: string[] = [];
+  for (const n of nodes) names.push(n.host + ":" + n.port);
+  return $multi({ master, id: table.concat(names, ","), nodes, username, password }, undefined);
+}
+
+/**
+ * Seconds a worker trusts the sentinels' last answer. A failover is announced
+ * by the sentinels at once, but the old master goes on taking writes for
+ * several seconds before it is demoted: asking again every second moves every
+ * worker to the new master within a second, without waiting for an error.
+ */
+const FRESH = 1;
+
+/** Per worker: the master found for a sentinel set (by pool name), and when. */
+const masters = new LuaTable<string, { node: Node; at: number }>();
+
+/** The master the sentinels named less than FRESH seconds ago, if any. */
+export function cached(pool: string): Node | undefined {
+  const m = masters.get(pool);
+  if (m === undefined || ngx.now() - m.at > FRESH) return undefined;
+  return m.node;
+}
+
+/** Forget the master of this pool: the next connection asks the sentinels again. */
+export function forget(pool: string): void {
+  masters.delete(pool);
+}
+
+/**
+ * Ask the sentinels for the master's address. `client` makes a fresh
+ * lua-resty-redis object; timeouts are the factory's.
+ */
+export function discover(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number): LuaMultiReturn<[Node | undefined, string | undefined]> {
+  const errors: string[] = [];
+  for (const i of $range(1, s.nodes.length)) {
+    const node = s.nodes[i - 1]!;
+    const [red] = client.new();
+    if (red !== undefined) {
+      red.set_timeout(timeout);
+      const [ok, cerr] = red.connect(node.host, node.port);
+      let why = tostring(cerr);
+      if (ok !== undefined) {
+        let authed = true;
+        if (s.password !== undefined) {
+          const args = s.username !== undefined ? [s.username, s.password] : [s.password];
+          const [a, aerr] = red.auth(...args);
+          authed = a !== undefined && a !== false;
+          why = "authentication failed for user " + (s.username ?? "default") + ": " + tostring(aerr);
+        }
+        if (authed) {
+          const [addr, serr] = red.sentinel("get-master-addr-by-name", s.master);
+          red.close();
+          if (type(addr) === "table") {
+            const t = addr as LuaTable<number, string>;
+            const port = tonumber(t.get(2));
+            if (port !== undefined) {
+              // Ask this one first next time.
+              if (i > 1) {
+                table.remove(s.nodes, i);
+                table.insert(s.nodes, 1, node);
+              }
+              const m = { host: t.get(1), port };
+              masters.set(pool, { node: m, at: ngx.now() });
+              return $multi(m, undefined);
+            }
+          }
+          why = addr === ngx.null ? "does not know master " + s.master : tostring(serr ?? addr);
+        } else {
+          red.close();
+        }
+      }
+      errors.push(node.host + ":" + node.port + " " + why);
+    }
+  }
+  return $multi(undefined, "dlock: redis sentinel " + s.master + ": no sentinel named the master (" + table.concat(errors, "; ") + ")");
+}

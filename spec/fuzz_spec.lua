@@ -275,6 +275,17 @@ local REDIS_FIELDS = {
   ssl = function() return chance(0.5) end,
   ssl_verify = function() return chance(0.5) end,
   server_name = function() return "redis.example" end,
+  replicas = function() return int(0, 100) end,
+  replicas_timeout = function() return int(1, 3600000) end,
+  sentinel = function()
+    return pick({
+      { master = "m", nodes = { "127.0.0.1:" .. closed_port } },
+      { master = "m", nodes = { "[::1]:" .. int(1, 65535), "h:" .. int(0, 70000) } },
+      { master = hostile(1), nodes = hostile(1), username = hostile(1), password = hostile(1) },
+      { nodes = {} },
+      hostile(1),
+    })
+  end,
 }
 local REDIS_NAMES = {}
 for name in pairs(REDIS_FIELDS) do REDIS_NAMES[#REDIS_NAMES + 1] = name end

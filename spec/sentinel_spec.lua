@@ -108,5 +108,10 @@ describe("redis.sentinel", function()
     assert.is_true(ngx.now() - t0 < 5)
     assert.equal(lease.token, h.cmd(new, "get", l.prefix .. "after"))
     assert.is_true(lease:release())
+    -- The status page shows how the endpoint is reached, and the master this worker uses now.
+    local ep = assert(require("resty.dlock.status").report()).topology["sentinel locks"]
+    assert.equal("sentinel", ep.kind)
+    assert.equal("127.0.0.1:" .. new, ep.master)
+    assert.is_false(ep.tls)
   end)
 end)

@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local shake, handshake, init, isMaster
+local shake, handshake, init, isMaster, known
 local check = require("resty.dlock.check")
 local eviction = require("resty.dlock.eviction")
 local sentinel = require("resty.dlock.sentinel")
@@ -317,7 +317,7 @@ function ____exports.parse(v, dict)
             16
         )
     end
-    return {
+    local conf = {
         host = host,
         port = port,
         path = path,
@@ -338,7 +338,17 @@ function ____exports.parse(v, dict)
         endpoint = endpoint,
         dict = dict,
         sentinel = sent
-    }, nil
+    }
+    if not (known[endpoint] ~= nil) then
+        known[endpoint] = conf
+    end
+    return conf, nil
+end
+--- Per endpoint, the first configuration seen for it: what status pages show of the topology.
+known = {}
+--- The Redis endpoints factories of this worker were made for (bounded by distinct configurations).
+function ____exports.endpoints()
+    return known
 end
 --- A ready connection from the pool (or a fresh one, authenticated and with the
 -- db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".

@@ -84,6 +84,17 @@ function ____exports.cached(pool)
     end
     return m.node
 end
+--- The master the sentinels named last (however long ago), for status pages.
+function ____exports.last(pool)
+    local m = masters[pool]
+    local ____temp_0
+    if m == nil then
+        ____temp_0 = nil
+    else
+        ____temp_0 = m.node
+    end
+    return ____temp_0
+end
 --- Forget the master of this pool: the next connection asks the sentinels again.
 function ____exports.forget(pool)
     masters[pool] = nil

@@ -5,6 +5,8 @@ local eviction = require("resty.dlock.eviction")
 local gateway = require("resty.dlock.gateway")
 local ledger = require("resty.dlock.ledger")
 local pipeline = require("resty.dlock.pipeline")
+local redis = require("resty.dlock.redis")
+local sentinel = require("resty.dlock.sentinel")
 local stats = require("resty.dlock.stats")
 ____exports._VERSION = "0.1.0"
 --- Leases serve() and report() list unless asked for another number.
@@ -109,6 +111,19 @@ local function counters(names)
     for ep, e in pairs(eviction.evictions(dicts)) do
         ev[ep] = evictionView(e)
     end
+    local topology = {}
+    for ep, conf in pairs(redis.endpoints()) do
+        local v = {}
+        topology[ep] = v
+        v.kind = conf.sentinel ~= nil and "sentinel" or (conf.path ~= nil and "unix" or "standalone")
+        v.tls = conf.ssl
+        v.tls_verify = conf.ssl_verify
+        v.replicas = conf.replicas
+        if conf.sentinel ~= nil then
+            local m = sentinel.last(conf.pool)
+            v.master = m == nil and "unknown" or (m.host .. ":") .. tostring(m.port)
+        end
+    end
     local guards = {}
     for ____, g in ipairs(gateway.guards()) do
         local row = {}
@@ -129,6 +144,7 @@ local function counters(names)
         unrecorded = unrecorded,
         shortfalls = shortfalls,
         redis = ev,
+        topology = topology,
         guards = guards
     }
 end
@@ -187,6 +203,7 @@ local function encode(r)
         {"held_truncated", r.held_truncated},
         {"dicts", dicts},
         {"redis", r.redis},
+        {"topology", r.topology},
         {"guards", r.guards}
     }
     for ____, ____value in ipairs(rest) do

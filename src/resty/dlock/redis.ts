@@ -199,7 +199,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     // A digest, not the secret, ends up in the pool name (it shows in debug logs).
     pool = pool + ":" + string.sub(ngx.md5((username ?? "") + "\0" + password), 1, 16);
   }
-  return $multi({
+  const conf: RedisConf = {
     host, port, path, username, password, db,
     connect_timeout: ints.get("connect_timeout"),
     read_timeout: ints.get("read_timeout"),
@@ -208,7 +208,19 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     keepalive_timeout: ints.get("keepalive_timeout"),
     ssl, ssl_verify: sslVerify, server_name: serverName,
     pool, endpoint, dict, sentinel: sent,
-  }, undefined);
+  };
+  if (!known.has(endpoint)) {
+    known.set(endpoint, conf);
+  }
+  return $multi(conf, undefined);
+}
+
+/** Per endpoint, the first configuration seen for it: what status pages show of the topology. */
+const known = new LuaTable<string, RedisConf>();
+
+/** The Redis endpoints factories of this worker were made for (bounded by distinct configurations). */
+export function endpoints(): LuaTable<string, RedisConf> {
+  return known;
 }
 
 

@@ -93,6 +93,12 @@ export function cached(pool: string): Node | undefined {
   return m.node;
 }
 
+/** The master the sentinels named last (however long ago), for status pages. */
+export function last(pool: string): Node | undefined {
+  const m = masters.get(pool);
+  return m === undefined ? undefined : m.node;
+}
+
 /** Forget the master of this pool: the next connection asks the sentinels again. */
 export function forget(pool: string): void {
   masters.delete(pool);

@@ -21,6 +21,8 @@ import * as eviction from "./eviction";
 import * as gateway from "./gateway";
 import * as ledger from "./ledger";
 import * as pipeline from "./pipeline";
+import * as redis from "./redis";
+import * as sentinel from "./sentinel";
 import * as stats from "./stats";
 
 export const _VERSION = "0.1.0";
@@ -91,6 +93,8 @@ interface Report {
   shortfalls: LuaTable<string, number>;
   /** Per Redis endpoint: can it evict lock keys. */
   redis: LuaTable<string, LuaTable<string, unknown>>;
+  /** Per Redis endpoint: how it is reached (kind, TLS, replicas, the Sentinel master). */
+  topology: LuaTable<string, LuaTable<string, unknown>>;
   guards: LuaTable<string, LuaTable<string, unknown>>;
 }
 
@@ -140,6 +144,20 @@ function counters(names: string[]): Report {
   for (const [ep, e] of eviction.evictions(dicts)) {
     ev.set(ep, evictionView(e));
   }
+  // How each endpoint is reached: this worker's view (a Sentinel master is this worker's latest answer).
+  const topology = new LuaTable<string, LuaTable<string, unknown>>();
+  for (const [ep, conf] of redis.endpoints()) {
+    const v = new LuaTable<string, unknown>();
+    topology.set(ep, v);
+    v.set("kind", conf.sentinel !== undefined ? "sentinel" : conf.path !== undefined ? "unix" : "standalone");
+    v.set("tls", conf.ssl);
+    v.set("tls_verify", conf.ssl_verify);
+    v.set("replicas", conf.replicas);
+    if (conf.sentinel !== undefined) {
+      const m = sentinel.last(conf.pool);
+      v.set("master", m === undefined ? "unknown" : m.host + ":" + m.port);
+    }
+  }
   const guards = new LuaTable<string, LuaTable<string, unknown>>();
   for (const g of gateway.guards()) {
     const row = new LuaTable<string, unknown>();
@@ -153,7 +171,7 @@ function counters(names: string[]): Report {
   }
   return {
     dicts: names, held: [], held_listed: 0, held_limit: 0, held_truncated: false,
-    unrecorded, shortfalls, redis: ev, guards,
+    unrecorded, shortfalls, redis: ev, topology, guards,
   };
 }
 
@@ -210,6 +228,7 @@ function encode(r: Report): LuaMultiReturn<[string | undefined, string | undefin
     ["held_truncated", r.held_truncated],
     ["dicts", dicts],
     ["redis", r.redis],
+    ["topology", r.topology],
     ["guards", r.guards],
   ];
   for (const [name, value] of rest) {

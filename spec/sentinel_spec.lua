@@ -72,7 +72,7 @@ describe("redis.sentinel", function()
 
   it("refuses bad sentinel options, naming them", function()
     local _, err = dlock.new({ dict = "dlock", redis = { host = "x", sentinel = { master = "m", nodes = { "127.0.0.1:1" } } } })
-    assert.matches("^dlock: redis.sentinel excludes redis.host, redis.port and redis.path", err)
+    assert.matches("^dlock: redis.sentinel excludes redis.host", err)
     _, err = dlock.new({ dict = "dlock", redis = { sentinel = { master = "m", nodes = { "nope" } } } })
     assert.equal('dlock: redis.sentinel.nodes must be "host:port" strings, got "nope"', err)
     _, err = dlock.new({ dict = "dlock", redis = { sentinel = { master = "m", nodes = {} } } })

@@ -4,6 +4,48 @@ local shake, handshake, init, isMaster, known
 local check = require("resty.dlock.check")
 local eviction = require("resty.dlock.eviction")
 local sentinel = require("resty.dlock.sentinel")
+--- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
+-- TLS, timeouts, pools per endpoint) for host:port alone.
+function ____exports.node(conf, host, port)
+    local endpoint = (host .. ":") .. tostring(port)
+    local tls = ""
+    if conf.ssl then
+        tls = conf.ssl_verify and ("tls+verify=" .. (conf.server_name or "")) .. ":" or "tls:"
+    end
+    local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. tostring(conf.db)
+    if conf.password ~= nil then
+        pool = (pool .. ":") .. string.sub(
+            ngx.md5(((conf.username or "") .. "\0") .. conf.password),
+            1,
+            16
+        )
+    end
+    return {
+        host = host,
+        port = port,
+        path = nil,
+        username = conf.username,
+        password = conf.password,
+        db = conf.db,
+        connect_timeout = conf.connect_timeout,
+        read_timeout = conf.read_timeout,
+        pool_size = conf.pool_size,
+        backlog = conf.backlog,
+        replicas = conf.replicas,
+        replicas_timeout = conf.replicas_timeout,
+        keepalive_timeout = conf.keepalive_timeout,
+        ssl = conf.ssl,
+        ssl_verify = conf.ssl_verify,
+        server_name = conf.server_name,
+        pool = pool,
+        endpoint = endpoint,
+        dict = conf.dict,
+        sentinel = nil,
+        topology = "standalone",
+        nodes = nil,
+        max_redirects = conf.max_redirects
+    }
+end
 function shake(sock, serverName, verify)
     return sock:sslhandshake(nil, serverName, verify)
 end
@@ -86,8 +128,11 @@ local REDIS_OPTIONS = check.set(
     "server_name",
     "replicas",
     "replicas_timeout",
-    "sentinel"
+    "sentinel",
+    "cluster",
+    "redlock"
 )
+local CLUSTER_OPTIONS = check.set("nodes", "max_redirects")
 local MAX_MS = 3600000
 --- Validate the `redis` option table of dlock.new and friends. `dict` is the
 -- factory's lua_shared_dict: the eviction finding is shared there.
@@ -103,7 +148,64 @@ function ____exports.parse(v, dict)
     local port = 6379
     local path
     local sent
-    if o.sentinel ~= nil then
+    local seeds
+    local maxRedirects = 5
+    local topology = "standalone"
+    local exclusive = {
+        "host",
+        "port",
+        "path",
+        "sentinel",
+        "cluster",
+        "redlock"
+    }
+    for ____, a in ipairs({"sentinel", "cluster", "redlock"}) do
+        if o[a] ~= nil then
+            for ____, b in ipairs(exclusive) do
+                if b ~= a and o[b] ~= nil and not (a == "sentinel" and b == "sentinel") then
+                    return check.fail((("redis." .. a) .. " excludes redis.") .. b, o[b])
+                end
+            end
+        end
+    end
+    if o.cluster ~= nil then
+        local c, cerr = check.options("redis.cluster", o.cluster, CLUSTER_OPTIONS)
+        if c == nil then
+            return nil, cerr
+        end
+        local list, lerr = sentinel.parseNodes("redis.cluster.nodes", c.nodes)
+        if list == nil then
+            return nil, lerr
+        end
+        seeds = list
+        if c.max_redirects ~= nil then
+            local n, err = check.integer(
+                "redis.cluster.max_redirects",
+                c.max_redirects,
+                1,
+                16,
+                "a positive integer"
+            )
+            if n == nil then
+                return nil, err
+            end
+            maxRedirects = n
+        end
+        if o.db ~= nil and o.db ~= 0 then
+            return check.fail("redis.db is refused with redis.cluster (Redis Cluster has one database)", o.db)
+        end
+        topology = "cluster"
+    elseif o.redlock ~= nil then
+        local list, lerr = sentinel.parseNodes("redis.redlock", o.redlock)
+        if list == nil then
+            return nil, lerr
+        end
+        if #list < 3 then
+            return check.fail("redis.redlock needs at least 3 independent masters", #list)
+        end
+        seeds = list
+        topology = "redlock"
+    elseif o.sentinel ~= nil then
         if o.host ~= nil or o.port ~= nil or o.path ~= nil then
             return check.fail("redis.sentinel excludes redis.host, redis.port and redis.path", o.sentinel)
         end
@@ -112,6 +214,7 @@ function ____exports.parse(v, dict)
             return nil, serr
         end
         sent = sc
+        topology = "sentinel"
     elseif o.path ~= nil then
         if o.host ~= nil or o.port ~= nil then
             return check.fail("redis.path excludes redis.host and redis.port", o.path)
@@ -124,6 +227,7 @@ function ____exports.parse(v, dict)
             return check.fail("redis.path must start with \"unix:\"", p)
         end
         path = p
+        topology = "unix"
     else
         if o.host ~= nil then
             local h, err = check.str("redis.host", o.host, 255)
@@ -300,6 +404,12 @@ function ____exports.parse(v, dict)
     local endpoint = path or (host .. ":") .. tostring(port)
     if sent ~= nil then
         endpoint = "sentinel " .. sent.master
+    elseif seeds ~= nil then
+        local names = {}
+        for ____, n in ipairs(seeds) do
+            names[#names + 1] = (n.host .. ":") .. tostring(n.port)
+        end
+        endpoint = (topology .. " ") .. table.concat(names, ",")
     end
     local db = ints.db
     local tls = ""
@@ -337,8 +447,18 @@ function ____exports.parse(v, dict)
         pool = pool,
         endpoint = endpoint,
         dict = dict,
-        sentinel = sent
+        sentinel = sent,
+        topology = topology,
+        nodes = nil,
+        max_redirects = maxRedirects
     }
+    if seeds ~= nil then
+        local nodes = {}
+        for ____, n in ipairs(seeds) do
+            nodes[#nodes + 1] = ____exports.node(conf, n.host, n.port)
+        end
+        conf.nodes = nodes
+    end
     if not (known[endpoint] ~= nil) then
         known[endpoint] = conf
     end

@@ -17,6 +17,21 @@ function ____exports.parseNode(name, v)
     end
     return {host = host, port = p}, nil
 end
+--- A non-empty list of "host:port" strings.
+function ____exports.parseNodes(name, list)
+    if type(list) ~= "table" or #list == 0 then
+        return check.fail(name .. " must be a list of \"host:port\" strings", list)
+    end
+    local nodes = {}
+    for ____, n in ipairs(list) do
+        local node, nerr = ____exports.parseNode(name, n)
+        if node == nil then
+            return nil, nerr
+        end
+        nodes[#nodes + 1] = node
+    end
+    return nodes, nil
+end
 --- The `redis.sentinel` option table.
 function ____exports.parse(v)
     local o, err = check.options("redis.sentinel", v, OPTIONS)
@@ -27,17 +42,9 @@ function ____exports.parse(v)
     if master == nil then
         return nil, merr
     end
-    local list = o.nodes
-    if type(list) ~= "table" or #list == 0 then
-        return check.fail("redis.sentinel.nodes must be a list of \"host:port\" strings", list)
-    end
-    local nodes = {}
-    for ____, n in ipairs(list) do
-        local node, nerr = ____exports.parseNode("redis.sentinel.nodes", n)
-        if node == nil then
-            return nil, nerr
-        end
-        nodes[#nodes + 1] = node
+    local nodes, nerr = ____exports.parseNodes("redis.sentinel.nodes", o.nodes)
+    if nodes == nil then
+        return nil, nerr
     end
     local username
     local password

@@ -47,13 +47,22 @@ export interface RedisConf {
   readonly sentinel: sentinel.SentinelConf | undefined;
   /** Where the eviction check shares its finding with the other workers (see checkEviction). */
   readonly dict: NgxSharedDict | undefined;
+  /** Which backend serves this configuration (see backend.ts). */
+  readonly topology: Topology;
+  /** Cluster: the seed nodes; Redlock: the independent masters. Each a standalone configuration. */
+  readonly nodes: RedisConf[] | undefined;
+  /** Cluster: MOVED/ASK redirections followed per call before giving up. */
+  readonly max_redirects: number;
 }
+
+export type Topology = "standalone" | "unix" | "sentinel" | "cluster" | "redlock";
 
 const REDIS_OPTIONS = check.set(
   "host", "port", "path", "username", "password", "db",
   "connect_timeout", "read_timeout", "pool_size", "backlog", "keepalive_timeout",
-  "ssl", "ssl_verify", "server_name", "replicas", "replicas_timeout", "sentinel",
+  "ssl", "ssl_verify", "server_name", "replicas", "replicas_timeout", "sentinel", "cluster", "redlock",
 );
+const CLUSTER_OPTIONS = check.set("nodes", "max_redirects");
 const MAX_MS = 3600000;
 
 /**
@@ -71,13 +80,47 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   let port = 6379;
   let path: string | undefined;
   let sent: sentinel.SentinelConf | undefined;
-  if (o.get("sentinel") !== undefined) {
-    if (o.get("host") !== undefined || o.get("port") !== undefined || o.get("path") !== undefined) {
-      return check.fail("redis.sentinel excludes redis.host, redis.port and redis.path", o.get("sentinel"));
+  let seeds: sentinel.Node[] | undefined;
+  let maxRedirects = 5;
+  let topology: Topology = "standalone";
+  const exclusive = ["host", "port", "path", "sentinel", "cluster", "redlock"];
+  for (const a of ["sentinel", "cluster", "redlock"]) {
+    if (o.get(a) !== undefined) {
+      for (const b of exclusive) {
+        if (b !== a && o.get(b) !== undefined) {
+          return check.fail("redis." + a + " excludes redis." + b, o.get(b));
+        }
+      }
     }
+  }
+  if (o.get("cluster") !== undefined) {
+    const [c, cerr] = check.options("redis.cluster", o.get("cluster"), CLUSTER_OPTIONS);
+    if (c === undefined) return $multi(undefined, cerr);
+    const [list, lerr] = sentinel.parseNodes("redis.cluster.nodes", c.get("nodes"));
+    if (list === undefined) return $multi(undefined, lerr);
+    seeds = list;
+    if (c.get("max_redirects") !== undefined) {
+      const [n, err] = check.integer("redis.cluster.max_redirects", c.get("max_redirects"), 1, 16, "a positive integer");
+      if (n === undefined) return $multi(undefined, err);
+      maxRedirects = n;
+    }
+    if (o.get("db") !== undefined && o.get("db") !== 0) {
+      return check.fail("redis.db is refused with redis.cluster (Redis Cluster has one database)", o.get("db"));
+    }
+    topology = "cluster";
+  } else if (o.get("redlock") !== undefined) {
+    const [list, lerr] = sentinel.parseNodes("redis.redlock", o.get("redlock"));
+    if (list === undefined) return $multi(undefined, lerr);
+    if (list.length < 3) {
+      return check.fail("redis.redlock needs at least 3 independent masters", list.length);
+    }
+    seeds = list;
+    topology = "redlock";
+  } else if (o.get("sentinel") !== undefined) {
     const [sc, serr] = sentinel.parse(o.get("sentinel"));
     if (sc === undefined) return $multi(undefined, serr);
     sent = sc;
+    topology = "sentinel";
   } else if (o.get("path") !== undefined) {
     if (o.get("host") !== undefined || o.get("port") !== undefined) {
       return check.fail("redis.path excludes redis.host and redis.port", o.get("path"));
@@ -88,6 +131,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
       return check.fail("redis.path must start with \"unix:\"", p);
     }
     path = p;
+    topology = "unix";
   } else {
     if (o.get("host") !== undefined) {
       const [h, err] = check.str("redis.host", o.get("host"), 255);
@@ -184,6 +228,10 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   let endpoint = path ?? host + ":" + port;
   if (sent !== undefined) {
     endpoint = "sentinel " + sent.master;
+  } else if (seeds !== undefined) {
+    const names: string[] = [];
+    for (const n of seeds) names.push(n.host + ":" + n.port);
+    endpoint = topology + " " + table.concat(names, ",");
   }
   const db = ints.get("db");
   // A connection verified for one name (or not verified) must not serve a factory that asks for another.
@@ -208,11 +256,43 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     keepalive_timeout: ints.get("keepalive_timeout"),
     ssl, ssl_verify: sslVerify, server_name: serverName,
     pool, endpoint, dict, sentinel: sent,
+    topology, nodes: undefined, max_redirects: maxRedirects,
   };
+  if (seeds !== undefined) {
+    const nodes: RedisConf[] = [];
+    for (const n of seeds) nodes.push(node(conf, n.host, n.port));
+    (conf as { nodes: RedisConf[] | undefined }).nodes = nodes;
+  }
   if (!known.has(endpoint)) {
     known.set(endpoint, conf);
   }
   return $multi(conf, undefined);
+}
+
+/**
+ * One server of a cluster or a Redlock set: the settings of `conf` (credentials,
+ * TLS, timeouts, pools per endpoint) for host:port alone.
+ */
+export function node(conf: RedisConf, host: string, port: number): RedisConf {
+  const endpoint = host + ":" + port;
+  let tls = "";
+  if (conf.ssl) {
+    tls = conf.ssl_verify ? "tls+verify=" + (conf.server_name ?? "") + ":" : "tls:";
+  }
+  let pool = "dlock:" + tls + endpoint + ":" + conf.db;
+  if (conf.password !== undefined) {
+    pool = pool + ":" + string.sub(ngx.md5((conf.username ?? "") + "\0" + conf.password), 1, 16);
+  }
+  return {
+    host, port, path: undefined, username: conf.username, password: conf.password, db: conf.db,
+    connect_timeout: conf.connect_timeout, read_timeout: conf.read_timeout,
+    pool_size: conf.pool_size, backlog: conf.backlog,
+    replicas: conf.replicas, replicas_timeout: conf.replicas_timeout,
+    keepalive_timeout: conf.keepalive_timeout,
+    ssl: conf.ssl, ssl_verify: conf.ssl_verify, server_name: conf.server_name,
+    pool, endpoint, dict: conf.dict, sentinel: undefined,
+    topology: "standalone", nodes: undefined, max_redirects: conf.max_redirects,
+  };
 }
 
 /** Per endpoint, the first configuration seen for it: what status pages show of the topology. */

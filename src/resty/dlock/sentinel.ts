@@ -38,22 +38,28 @@ export function parseNode(name: string, v: unknown): LuaMultiReturn<[Node | unde
   return $multi({ host, port: p }, undefined);
 }
 
+/** A non-empty list of "host:port" strings. */
+export function parseNodes(name: string, list: unknown): LuaMultiReturn<[Node[] | undefined, string | undefined]> {
+  if (type(list) !== "table" || (list as unknown[]).length === 0) {
+    return check.fail(name + " must be a list of \"host:port\" strings", list);
+  }
+  const nodes: Node[] = [];
+  for (const n of list as unknown[]) {
+    const [node, nerr] = parseNode(name, n);
+    if (node === undefined) return $multi(undefined, nerr);
+    nodes.push(node);
+  }
+  return $multi(nodes, undefined);
+}
+
 /** The `redis.sentinel` option table. */
 export function parse(v: unknown): LuaMultiReturn<[SentinelConf | undefined, string | undefined]> {
   const [o, err] = check.options("redis.sentinel", v, OPTIONS);
   if (o === undefined) return $multi(undefined, err);
   const [master, merr] = check.str("redis.sentinel.master", o.get("master"), 255);
   if (master === undefined) return $multi(undefined, merr);
-  const list = o.get("nodes");
-  if (type(list) !== "table" || (list as unknown[]).length === 0) {
-    return check.fail("redis.sentinel.nodes must be a list of \"host:port\" strings", list);
-  }
-  const nodes: Node[] = [];
-  for (const n of list as unknown[]) {
-    const [node, nerr] = parseNode("redis.sentinel.nodes", n);
-    if (node === undefined) return $multi(undefined, nerr);
-    nodes.push(node);
-  }
+  const [nodes, nerr] = parseNodes("redis.sentinel.nodes", o.get("nodes"));
+  if (nodes === undefined) return $multi(undefined, nerr);
   let username: string | undefined;
   let password: string | undefined;
   if (o.get("username") !== undefined) {

@@ -19,3 +19,12 @@ interface FfiModule {
   "new"(ct: string, n: number): FfiBuffer;
   string(buf: FfiBuffer, len?: number): string;
 }
+
+/** LuaJIT's bit module, reached through require "bit". @noSelf */
+interface BitModule {
+  band(...x: number[]): number;
+  bor(...x: number[]): number;
+  bxor(...x: number[]): number;
+  lshift(x: number, n: number): number;
+  rshift(x: number, n: number): number;
+}

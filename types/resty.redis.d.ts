@@ -50,6 +50,10 @@ interface RestyRedis {
   ping(): RedisResult<string>;
   /** WAIT numreplicas timeout: how many replicas acknowledged this connection's writes. */
   wait(replicas: number, timeoutMs: number): RedisResult<number>;
+  /** ASKING: the next command may touch a slot this cluster node is importing. */
+  asking(): RedisResult<string>;
+  /** CLUSTER <subcommand> ... (CLUSTER SLOTS: the slot map). */
+  cluster(subcommand: string, ...args: string[]): RedisResult<LuaTable<number, unknown>>;
   /** INFO <section> (the eviction check). */
   info(section: string): RedisResult<string>;
   /** CONFIG GET ... (the eviction check, when INFO is not allowed). */

@@ -1,5 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
 local ledger = require("resty.dlock.ledger")
@@ -86,6 +87,12 @@ function ____exports.new(opts)
             return nil, err
         end
         fencing = b
+    end
+    if fencing then
+        local refused = backend.refuses(store.redis, "fencing")
+        if refused ~= nil then
+            return nil, refused
+        end
     end
     local kind = fencing and FENCED_LOCK or LOCK
     local locks = {

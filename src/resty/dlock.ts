@@ -6,6 +6,7 @@
 //   ...
 //   lease:release()
 
+import * as backend from "./dlock/backend";
 import * as check from "./dlock/check";
 import * as lease from "./dlock/lease";
 import * as ledger from "./dlock/ledger";
@@ -77,6 +78,10 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     const [b, err] = check.bool("fencing", o.get("fencing"));
     if (b === undefined) return $multi(undefined, err);
     fencing = b;
+  }
+  if (fencing) {
+    const refused = backend.refuses(store.redis, "fencing");
+    if (refused !== undefined) return $multi(undefined, refused);
   }
   const kind = fencing ? FENCED_LOCK : LOCK;
   const locks = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner, kind };

@@ -3,7 +3,7 @@ local ____exports = {}
 local check = require("resty.dlock.check")
 local ledger = require("resty.dlock.ledger")
 local orphans = require("resty.dlock.orphans")
-local pipeline = require("resty.dlock.pipeline")
+local backend = require("resty.dlock.backend")
 local redis = require("resty.dlock.redis")
 --- Longest key accepted, in bytes (before the prefix).
 ____exports.MAX_KEY_LEN = 512
@@ -40,8 +40,6 @@ local function wake(rkey)
         w.sem:post(1)
     end
 end
---- Suffix of the fence counter's key (next to the lock key).
-____exports.FENCE_SUFFIX = ":fence"
 function ____exports.checkTtl(v)
     return check.integer(
         "ttl",
@@ -154,7 +152,7 @@ function ____exports.parseAcquire(store, key, opts)
     end
     return k, ttl, wait
 end
-local call = pipeline.call
+local call = backend.call
 --- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
 local function nowMs()
     ngx.update_time()
@@ -197,7 +195,7 @@ local function extended(l, reply, ms, sent)
         return nil, "not_owner"
     end
     l.ttl = ms
-    l.validUntil = sent + ms
+    l.validUntil = sent + backend.validity(l.store.redis, ms)
     l.expires = math.max(
         l.expires,
         nowMs() + ms
@@ -324,7 +322,7 @@ function ____exports.releaseAll(list)
             group[#group + 1] = list[i]
         end
         local first = group[1]
-        local out = pipeline.batch(first.store.redis, first.kind.release, group)
+        local out = backend.batch(first.store.redis, first.kind.release, group)
         for j = 1, #group do
             local l = group[j]
             local reply = out.replies[j]
@@ -359,7 +357,7 @@ function ____exports.extendAll(list)
             ms[#ms + 1] = l.ttl
         end
         local first = group[1]
-        local out = pipeline.batch(first.store.redis, first.kind.extend, group, ms)
+        local out = backend.batch(first.store.redis, first.kind.extend, group, ms)
         for j = 1, #group do
             local l = group[j]
             local reply = out.replies[j]
@@ -448,7 +446,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
                 store.redis,
                 kind.acquire,
                 rkey,
-                rkey .. ____exports.FENCE_SUFFIX,
+                backend.fenceKey(store.redis, rkey),
                 tok,
                 ttl
             )
@@ -501,7 +499,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
                 rec = rec,
                 fence = fence,
                 released = false,
-                validUntil = sent + ttl,
+                validUntil = sent + backend.validity(store.redis, ttl),
                 expires = nowMs() + ttl,
                 releaseSent = false
             }

@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local pipeline = require("resty.dlock.pipeline")
+local backend = require("resty.dlock.backend")
 --- Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
 -- (and its ttl only starts) when Redis resumes, whenever that is.
 ____exports.LOST_HORIZON = 600
@@ -39,7 +39,7 @@ local function sweepOnce()
     end
     for ____, list in pairs(groups) do
         local first = list[1]
-        local out = pipeline.batch(first.conf, first.release, list)
+        local out = backend.batch(first.conf, first.release, list)
         for i = 1, #list do
             local o = list[i]
             local reply = out.replies[i]

@@ -1,5 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
 local ledger = require("resty.dlock.ledger")
@@ -73,6 +74,10 @@ function ____exports.new(opts)
     local store, serr = lease.parseStore(o, "dlock:sem:")
     if store == nil then
         return nil, serr
+    end
+    local refused = backend.refuses(store.redis, "semaphore")
+    if refused ~= nil then
+        return nil, refused
     end
     local sem = {
         dict = store.dict,

@@ -1,13 +1,49 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local label, topologyLines
 local check = require("resty.dlock.check")
 local eviction = require("resty.dlock.eviction")
 local gateway = require("resty.dlock.gateway")
 local ledger = require("resty.dlock.ledger")
-local pipeline = require("resty.dlock.pipeline")
+local backend = require("resty.dlock.backend")
 local redis = require("resty.dlock.redis")
 local sentinel = require("resty.dlock.sentinel")
 local stats = require("resty.dlock.stats")
+function label(s)
+    local escaped = string.gsub(
+        s,
+        "[\\\"\n]",
+        function(c) return c == "\n" and "\\n" or "\\" .. c end
+    )
+    return escaped
+end
+function topologyLines(lines)
+    local info = {"# HELP dlock_redis_topology_info How each Redis endpoint is reached (always 1).", "# TYPE dlock_redis_topology_info gauge"}
+    local redirects = {"# HELP dlock_redis_cluster_redirects_total MOVED and ASK redirections followed (all workers).", "# TYPE dlock_redis_cluster_redirects_total counter"}
+    local ages = {"# HELP dlock_redis_cluster_slot_map_age_seconds Seconds since a worker last read the cluster's slot map.", "# TYPE dlock_redis_cluster_slot_map_age_seconds gauge"}
+    local failures = {"# HELP dlock_redis_redlock_node_failures_total Calls to a Redlock master that failed (all workers).", "# TYPE dlock_redis_redlock_node_failures_total counter"}
+    for ep, conf in pairs(redis.endpoints()) do
+        local e = label(ep)
+        info[#info + 1] = ((((("dlock_redis_topology_info{endpoint=\"" .. e) .. "\",kind=\"") .. conf.topology) .. "\",tls=\"") .. (conf.ssl and "on" or "off")) .. "\"} 1"
+        local kind, counts = backend.shared(conf)
+        if kind == "cluster" then
+            redirects[#redirects + 1] = (("dlock_redis_cluster_redirects_total{endpoint=\"" .. e) .. "\"} ") .. tostring(counts.redirects)
+            local age = counts.slot_map_age
+            if age ~= nil then
+                ages[#ages + 1] = (("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" .. e) .. "\"} ") .. string.format("%.3f", age)
+            end
+        elseif kind == "redlock" then
+            for node, n in pairs(counts) do
+                failures[#failures + 1] = (((("dlock_redis_redlock_node_failures_total{endpoint=\"" .. e) .. "\",node=\"") .. label(node)) .. "\"} ") .. tostring(n)
+            end
+        end
+    end
+    for ____, group in ipairs({info, redirects, ages, failures}) do
+        for ____, l in ipairs(group) do
+            lines[#lines + 1] = l
+        end
+    end
+end
 ____exports._VERSION = "0.1.0"
 --- Leases serve() and report() list unless asked for another number.
 ____exports.DEFAULT_LIMIT = 100
@@ -104,7 +140,7 @@ local function counters(names)
         local d = ngx.shared[name]
         dicts[#dicts + 1] = d
         unrecorded[name] = ledger.unrecorded(d)
-        local n = d:get(pipeline.SHORTFALLS)
+        local n = d:get(backend.SHORTFALLS)
         shortfalls[name] = type(n) == "number" and n or 0
     end
     local ev = {}
@@ -115,13 +151,23 @@ local function counters(names)
     for ep, conf in pairs(redis.endpoints()) do
         local v = {}
         topology[ep] = v
-        v.kind = conf.sentinel ~= nil and "sentinel" or (conf.path ~= nil and "unix" or "standalone")
+        v.kind = conf.topology
         v.tls = conf.ssl
         v.tls_verify = conf.ssl_verify
         v.replicas = conf.replicas
         if conf.sentinel ~= nil then
             local m = sentinel.last(conf.pool)
             v.master = m == nil and "unknown" or (m.host .. ":") .. tostring(m.port)
+        end
+        local more = backend.describe(conf)
+        if more ~= nil then
+            for k, x in pairs(more) do
+                v[k] = x
+            end
+        end
+        local kind, counts = backend.shared(conf)
+        if kind == "cluster" then
+            v.redirects = counts.redirects
         end
     end
     local guards = {}
@@ -257,14 +303,6 @@ function ____exports.serve(opts)
     ngx.header["Content-Type"] = "application/json"
     ngx.say(body)
 end
-local function label(s)
-    local escaped = string.gsub(
-        s,
-        "[\\\"\n]",
-        function(c) return c == "\n" and "\\n" or "\\" .. c end
-    )
-    return escaped
-end
 --- The metrics in the Prometheus text format (version 0.0.4), or nil and an error.
 -- Reads a fixed number of dict keys per guard, dict and Redis endpoint; never the leases.
 function ____exports.metrics_text(opts)
@@ -311,6 +349,7 @@ function ____exports.metrics_text(opts)
             lines[#lines + 1] = (((("dlock_redis_can_evict_locks{endpoint=\"" .. label(ep)) .. "\",policy=\"") .. label(v.maxmemory_policy)) .. "\"} ") .. tostring(v.can_evict_locks == true and 1 or 0)
         end
     end
+    topologyLines(lines)
     return table.concat(lines, "\n"), nil
 end
 --- content_by_lua: metrics_text() as the response.

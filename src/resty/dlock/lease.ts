@@ -6,7 +6,7 @@
 import * as check from "./check";
 import * as ledger from "./ledger";
 import * as orphans from "./orphans";
-import * as pipeline from "./pipeline";
+import * as backend from "./backend";
 import * as redis from "./redis";
 import * as scripts from "./scripts";
 
@@ -66,12 +66,10 @@ export interface Kind {
   readonly extend: scripts.Script;
   /** Several holders per key (permits): bookkeeping per token, not per key. */
   readonly shared: boolean;
-  /** The acquire script also counts fences in the key `<lock key>:fence`. */
+  /** The acquire script also counts fences, in backend.fenceKey(lock key). */
   readonly fenced: boolean;
 }
 
-/** Suffix of the fence counter's key (next to the lock key). */
-export const FENCE_SUFFIX = ":fence";
 
 /** What a factory (locks, semaphore) gives its leases. */
 export interface Store {
@@ -188,8 +186,8 @@ export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMult
   return $multi(k, ttl, wait);
 }
 
-type Fault = pipeline.Fault;
-const call = pipeline.call;
+type Fault = backend.Fault;
+const call = backend.call;
 
 /** Epoch ms now, fresh (not the time cached at the start of this event loop cycle). */
 function nowMs(): number {
@@ -238,7 +236,7 @@ function extended(l: Lease, reply: RedisValue, ms: number, sent: number): LuaMul
     return $multi(undefined, "not_owner");
   }
   l.ttl = ms;
-  l.validUntil = sent + ms;
+  l.validUntil = sent + backend.validity(l.store.redis, ms);
   l.expires = math.max(l.expires, nowMs() + ms);
   ledger.renew(l.store.dict, l.rec, l.token, l.key, ms);
   return $multi(true as const, undefined);
@@ -361,7 +359,7 @@ export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | unde
       group.push(list[i - 1]!);
     }
     const first = group[0]!;
-    const out = pipeline.batch(first.store.redis, first.kind.release, group);
+    const out = backend.batch(first.store.redis, first.kind.release, group);
     for (const j of $range(1, group.length)) {
       const l = group[j - 1]!;
       const reply = out.replies.get(j);
@@ -399,7 +397,7 @@ export function extendAll(list: Lease[]): (true | string)[] {
       ms.push(l.ttl);
     }
     const first = group[0]!;
-    const out = pipeline.batch(first.store.redis, first.kind.extend, group, ms);
+    const out = backend.batch(first.store.redis, first.kind.extend, group, ms);
     for (const j of $range(1, group.length)) {
       const l = group[j - 1]!;
       const reply = out.replies.get(j);
@@ -478,7 +476,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
     let fence: number | undefined;
     const sent = ngx.now() * 1000;
     if (kind.fenced) {
-      [res, err, fault] = call(store.redis, kind.acquire, rkey, rkey + FENCE_SUFFIX, tok, ttl);
+      [res, err, fault] = call(store.redis, kind.acquire, rkey, backend.fenceKey(store.redis, rkey), tok, ttl);
     } else {
       [res, err, fault] = call(store.redis, kind.acquire, rkey, tok, ttl, ...extra);
     }
@@ -510,7 +508,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
       ledger.record(store.dict, rec, tok, key, ttl);
       const lease = {
         key, token: tok, ttl, store, kind, rkey, rec, fence, released: false,
-        validUntil: sent + ttl, expires: nowMs() + ttl, releaseSent: false,
+        validUntil: sent + backend.validity(store.redis, ttl), expires: nowMs() + ttl, releaseSent: false,
       };
       return $multi(setmetatable(lease, leaseMt) as Lease, undefined, undefined);
     } else {

@@ -7,7 +7,7 @@
 // pipeline per endpoint for all of them, not one each: an outage can orphan
 // thousands.
 
-import * as pipeline from "./pipeline";
+import * as backend from "./backend";
 import * as redis from "./redis";
 import * as scripts from "./scripts";
 
@@ -19,7 +19,7 @@ export const LOST_HORIZON = 600;
 const FIRST_SWEEP_DELAY = 0.05; // seconds
 const MAX_SWEEP_DELAY = 0.5; // seconds between sweeps, at most
 
-export interface Orphan extends pipeline.Target {
+export interface Orphan extends backend.Target {
   /** What Redis did not confirm: the SET of an acquire, or the delete of a release. */
   readonly lost: "acquire" | "release";
   readonly conf: redis.RedisConf;
@@ -58,7 +58,7 @@ function sweepOnce(this: void): void {
   }
   for (const [, list] of groups) {
     const first = list[0]!;
-    const out = pipeline.batch(first.conf, first.release, list);
+    const out = backend.batch(first.conf, first.release, list);
     for (const i of $range(1, list.length)) {
       const o = list[i - 1]!;
       const reply = out.replies.get(i);

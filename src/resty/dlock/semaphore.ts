@@ -9,6 +9,7 @@
 // Each permit is a lease of its own (random token, ttl, owner-checked release
 // and extend), so capacity held by a crashed nginx comes back when its permits expire.
 
+import * as backend from "./backend";
 import * as check from "./check";
 import * as lease from "./lease";
 import * as ledger from "./ledger";
@@ -66,6 +67,8 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Semaphore | u
   if (permits === undefined) return $multi(undefined, perr);
   const [store, serr] = lease.parseStore(o, "dlock:sem:");
   if (store === undefined) return $multi(undefined, serr);
+  const refused = backend.refuses(store.redis, "semaphore");
+  if (refused !== undefined) return $multi(undefined, refused);
   const sem = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, permits };
   return $multi(setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
 }

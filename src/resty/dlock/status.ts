@@ -20,7 +20,7 @@ import * as check from "./check";
 import * as eviction from "./eviction";
 import * as gateway from "./gateway";
 import * as ledger from "./ledger";
-import * as pipeline from "./pipeline";
+import * as backend from "./backend";
 import * as redis from "./redis";
 import * as sentinel from "./sentinel";
 import * as stats from "./stats";
@@ -137,7 +137,7 @@ function counters(names: string[]): Report {
     const d = ngx.shared.get(name)!;
     dicts.push(d);
     unrecorded.set(name, ledger.unrecorded(d));
-    const [n] = d.get(pipeline.SHORTFALLS);
+    const [n] = d.get(backend.SHORTFALLS);
     shortfalls.set(name, type(n) === "number" ? (n as number) : 0);
   }
   const ev = new LuaTable<string, LuaTable<string, unknown>>();
@@ -149,13 +149,22 @@ function counters(names: string[]): Report {
   for (const [ep, conf] of redis.endpoints()) {
     const v = new LuaTable<string, unknown>();
     topology.set(ep, v);
-    v.set("kind", conf.sentinel !== undefined ? "sentinel" : conf.path !== undefined ? "unix" : "standalone");
+    v.set("kind", conf.topology);
     v.set("tls", conf.ssl);
     v.set("tls_verify", conf.ssl_verify);
     v.set("replicas", conf.replicas);
     if (conf.sentinel !== undefined) {
       const m = sentinel.last(conf.pool);
       v.set("master", m === undefined ? "unknown" : m.host + ":" + m.port);
+    }
+    const more = backend.describe(conf);
+    if (more !== undefined) {
+      for (const [k, x] of more) v.set(k, x);
+    }
+    const [kind, counts] = backend.shared(conf);
+    if (kind === "cluster") {
+      // All workers' redirects, not only this one's.
+      v.set("redirects", counts.get("redirects"));
     }
   }
   const guards = new LuaTable<string, LuaTable<string, unknown>>();
@@ -337,7 +346,48 @@ export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined
         "\"} " + (v.get("can_evict_locks") === true ? 1 : 0));
     }
   }
+  topologyLines(lines);
   return $multi(table.concat(lines, "\n"), undefined);
+}
+
+/** Per Redis endpoint: how it is reached; Cluster redirects and slot map age; Redlock failures per master. */
+function topologyLines(lines: string[]): void {
+  const info: string[] = [
+    "# HELP dlock_redis_topology_info How each Redis endpoint is reached (always 1).",
+    "# TYPE dlock_redis_topology_info gauge",
+  ];
+  const redirects: string[] = [
+    "# HELP dlock_redis_cluster_redirects_total MOVED and ASK redirections followed (all workers).",
+    "# TYPE dlock_redis_cluster_redirects_total counter",
+  ];
+  const ages: string[] = [
+    "# HELP dlock_redis_cluster_slot_map_age_seconds Seconds since a worker last read the cluster's slot map.",
+    "# TYPE dlock_redis_cluster_slot_map_age_seconds gauge",
+  ];
+  const failures: string[] = [
+    "# HELP dlock_redis_redlock_node_failures_total Calls to a Redlock master that failed (all workers).",
+    "# TYPE dlock_redis_redlock_node_failures_total counter",
+  ];
+  for (const [ep, conf] of redis.endpoints()) {
+    const e = label(ep);
+    info.push("dlock_redis_topology_info{endpoint=\"" + e + "\",kind=\"" + conf.topology + "\",tls=\"" +
+      (conf.ssl ? "on" : "off") + "\"} 1");
+    const [kind, counts] = backend.shared(conf);
+    if (kind === "cluster") {
+      redirects.push("dlock_redis_cluster_redirects_total{endpoint=\"" + e + "\"} " + counts.get("redirects"));
+      const age = counts.get("slot_map_age");
+      if (age !== undefined) {
+        ages.push("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" + e + "\"} " + string.format("%.3f", age));
+      }
+    } else if (kind === "redlock") {
+      for (const [node, n] of counts) {
+        failures.push("dlock_redis_redlock_node_failures_total{endpoint=\"" + e + "\",node=\"" + label(node) + "\"} " + n);
+      }
+    }
+  }
+  for (const group of [info, redirects, ages, failures]) {
+    for (const l of group) lines.push(l);
+  }
 }
 
 /** content_by_lua: metrics_text() as the response. */

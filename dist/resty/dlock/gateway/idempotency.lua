@@ -1,11 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local notify, schedule, store, watches, AMBIGUOUS
+local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local inflight = require("resty.dlock.inflight")
 local ledger = require("resty.dlock.ledger")
 local orphans = require("resty.dlock.orphans")
-local pipeline = require("resty.dlock.pipeline")
 local redis = require("resty.dlock.redis")
 local request = require("resty.dlock.request")
 local scripts = require("resty.dlock.scripts")
@@ -47,7 +47,7 @@ function store(premature, c)
         if AMBIGUOUS[tostring(status)] ~= nil then
             return
         end
-        local res, err = pipeline.call(g.conf, scripts.IDEM_RELEASE, l.rkey, l.token)
+        local res, err = backend.call(g.conf, scripts.IDEM_RELEASE, l.rkey, l.token)
         if res == nil then
             ngx.log(
                 ngx.WARN,
@@ -68,7 +68,7 @@ function store(premature, c)
     local deadline = ngx.now() + g.lease / 1000
     local pause = 0.05
     while true do
-        local res, err = pipeline.call(
+        local res, err = backend.call(
             g.conf,
             scripts.IDEM_COMPLETE,
             l.rkey,
@@ -364,7 +364,7 @@ local function fingerprint(method, b)
     return token.hex(ngx.sha1_bin((((method .. "\n") .. (ngx.var.request_uri or "")) .. "\n") .. ngx.sha1_bin(b)))
 end
 local function claim(g, rkey, tok, fp)
-    local res, err, fault = pipeline.call(
+    local res, err, fault = backend.call(
         g.conf,
         scripts.IDEM_CLAIM,
         rkey,
@@ -876,6 +876,10 @@ function ____exports.create(o, name)
     local conf, rerr = redis.parse(o.redis, dict)
     if conf == nil then
         return nil, rerr
+    end
+    local refused = backend.refuses(conf, "idempotency")
+    if refused ~= nil then
+        return nil, refused
     end
     local prefix, perr = check.str(
         "prefix",

@@ -16,12 +16,12 @@
 //   the upstream works, a cut upstream) keeps its claim until the lease runs
 //   out, unrenewed: the backend may still be running it.
 
+import * as backend from "../backend";
 import * as check from "../check";
 import * as inflight from "../inflight";
 import type * as lease from "../lease";
 import * as ledger from "../ledger";
 import * as orphans from "../orphans";
-import * as pipeline from "../pipeline";
 import * as redis from "../redis";
 import * as request from "../request";
 import * as scripts from "../scripts";
@@ -318,7 +318,7 @@ function fingerprint(method: string, b: string): string {
 type Claim = LuaMultiReturn<["claimed" | "error" | "record" | "timeout", Rec | undefined, string | undefined]>;
 
 function claim(g: Guard, rkey: string, tok: string, fp: string): Claim {
-  const [res, err, fault] = pipeline.call(g.conf, scripts.IDEM_CLAIM, rkey, tok, g.lease, fp);
+  const [res, err, fault] = backend.call(g.conf, scripts.IDEM_CLAIM, rkey, tok, g.lease, fp);
   if (res === undefined) {
     if (fault === "lost") {
       // The claim may have landed with nobody to complete it: drop it (owner-checked) rather than
@@ -563,7 +563,7 @@ function store(this: void, premature: boolean, c: Capture): void {
       return;
     }
     // The application said it did not do it (409, 429, 503...): retries may run it.
-    const [res, err] = pipeline.call(g.conf, scripts.IDEM_RELEASE, l.rkey, l.token);
+    const [res, err] = backend.call(g.conf, scripts.IDEM_RELEASE, l.rkey, l.token);
     if (res === undefined) {
       ngx.log(ngx.WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
     }
@@ -578,7 +578,7 @@ function store(this: void, premature: boolean, c: Capture): void {
   const deadline = ngx.now() + g.lease / 1000;
   let pause = 0.05;
   while (true) {
-    const [res, err] = pipeline.call(g.conf, scripts.IDEM_COMPLETE, l.rkey, l.token, g.ttl, state, status, c.headers, b);
+    const [res, err] = backend.call(g.conf, scripts.IDEM_COMPLETE, l.rkey, l.token, g.ttl, state, status, c.headers, b);
     if (res === 1) {
       stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
       ledger.forget(g.dict, l.rec, l.token);
@@ -757,6 +757,8 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
   if (dict === undefined) return $multi(undefined, derr);
   const [conf, rerr] = redis.parse(o.get("redis"), dict);
   if (conf === undefined) return $multi(undefined, rerr);
+  const refused = backend.refuses(conf, "idempotency");
+  if (refused !== undefined) return $multi(undefined, refused);
   const [prefix, perr] = check.str("prefix", opt(o, "prefix", "dlock:gw:" + name + ":"), 256);
   if (prefix === undefined) return $multi(undefined, perr);
   ledger.prepare(dict);

@@ -1,9 +1,56 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local replicated
+local refused, replicated, TRANSIENT
 local check = require("resty.dlock.check")
 local redis = require("resty.dlock.redis")
 local scripts = require("resty.dlock.scripts")
+function refused(conf, err)
+    local code = string.match(
+        tostring(err),
+        "^(%u+)"
+    )
+    if code == "READONLY" or code == "LOADING" then
+        redis.stale(conf)
+    end
+    local fault = "failed"
+    if code == "MOVED" or code == "ASK" then
+        fault = "redirect"
+    elseif code ~= nil and TRANSIENT[code] ~= nil then
+        fault = "transient"
+    end
+    return (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err), fault
+end
+--- As call; `asking` sends ASKING first on the same connection (a cluster slot
+-- being imported by this node serves a key only to a client that asks so).
+function ____exports.exec(conf, asking, s, rkey, ...)
+    local red, cerr = redis.connect(conf)
+    if red == nil then
+        return nil, cerr, "failed"
+    end
+    if asking then
+        local ok, aerr = red:asking()
+        if ok == nil then
+            redis.done(red, conf, false)
+            return nil, ((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(aerr)) .. " during ASKING", "failed"
+        end
+    end
+    local res, err = scripts.run(red, s, rkey, ...)
+    if res ~= nil and res ~= false and conf.replicas > 0 and s.written ~= nil and s.written(res) then
+        local short = replicated(red, conf, s)
+        if short ~= nil then
+            return nil, short, "replicas"
+        end
+    end
+    redis.done(red, conf, res ~= nil)
+    if res == nil then
+        return nil, (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)) .. " during ") .. s.name, "lost"
+    end
+    if res == false then
+        local msg, fault = refused(conf, err)
+        return nil, msg, fault
+    end
+    return res, nil, nil
+end
 function replicated(red, conf, s)
     local n, err = red:wait(conf.replicas, conf.replicas_timeout)
     redis.done(red, conf, n ~= nil)
@@ -25,7 +72,7 @@ function replicated(red, conf, s)
     end
     return (((("dlock: redis " .. conf.endpoint) .. ": WAIT for replicas after the ") .. s.name) .. " failed: ") .. tostring(err)
 end
-local TRANSIENT = check.set(
+TRANSIENT = check.set(
     "LOADING",
     "BUSY",
     "TRYAGAIN",
@@ -33,40 +80,16 @@ local TRANSIENT = check.set(
     "CLUSTERDOWN",
     "READONLY"
 )
-local function refused(conf, err)
-    local code = string.match(
-        tostring(err),
-        "^(%u+)"
-    )
-    if code == "READONLY" or code == "LOADING" then
-        redis.stale(conf)
-    end
-    local fault = code ~= nil and TRANSIENT[code] ~= nil and "transient" or "failed"
-    return (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err), fault
-end
 --- One script round trip on a pooled connection. Returns the reply, or nil, an
 -- error that names the endpoint, and the kind of fault.
 function ____exports.call(conf, s, rkey, ...)
-    local red, cerr = redis.connect(conf)
-    if red == nil then
-        return nil, cerr, "failed"
-    end
-    local res, err = scripts.run(red, s, rkey, ...)
-    if res ~= nil and res ~= false and conf.replicas > 0 and s.written ~= nil and s.written(res) then
-        local short = replicated(red, conf, s)
-        if short ~= nil then
-            return nil, short, "replicas"
-        end
-    end
-    redis.done(red, conf, res ~= nil)
-    if res == nil then
-        return nil, (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)) .. " during ") .. s.name, "lost"
-    end
-    if res == false then
-        local msg, fault = refused(conf, err)
-        return nil, msg, fault
-    end
-    return res, nil, nil
+    return ____exports.exec(
+        conf,
+        false,
+        s,
+        rkey,
+        ...
+    )
 end
 --- Dict key counting writes that fewer replicas than asked acknowledged in time.
 ____exports.SHORTFALLS = "c:redis:replica_shortfalls"

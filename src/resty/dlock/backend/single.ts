@@ -1,20 +1,11 @@
-// Running scripts on a pooled connection: one call, or one script for many keys
-// in one round trip (a pipeline). Failures say how they failed, because only a
-// request that may have reached Redis can have had an effect there.
+// One Redis server (standalone, unix socket, or the master Sentinel names):
+// one script on a pooled connection, or one script for many keys in one round
+// trip (a pipeline). The cluster and Redlock backends are built on these calls.
 
-import * as check from "./check";
-import * as redis from "./redis";
-import * as scripts from "./scripts";
-
-/**
- * How a failed call failed. "lost": the request may have reached Redis but the
- * reply did not come back (its outcome is unknown). "transient": Redis said it
- * cannot serve right now (loading its data set, busy script, failover) and did
- * nothing; worth another try while waiting. "failed": anything else (the
- * request never left, or Redis refused it). "replicas": the script wrote, but
- * fewer replicas than redis.replicas acknowledged it in time (see replicated).
- */
-export type Fault = "lost" | "transient" | "failed" | "replicas";
+import type { Fault, Outcome, Target } from "../backend";
+import * as check from "../check";
+import * as redis from "../redis";
+import * as scripts from "../scripts";
 
 // READONLY: a master demoted by a failover; the next try goes to the new one.
 const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY");
@@ -24,7 +15,12 @@ function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn
   if (code === "READONLY" || code === "LOADING") {
     redis.stale(conf);
   }
-  const fault: Fault = code !== undefined && TRANSIENT.has(code) ? "transient" : "failed";
+  let fault: Fault = "failed";
+  if (code === "MOVED" || code === "ASK") {
+    fault = "redirect";
+  } else if (code !== undefined && TRANSIENT.has(code)) {
+    fault = "transient";
+  }
   return $multi("dlock: redis " + conf.endpoint + ": " + tostring(err), fault);
 }
 
@@ -33,9 +29,24 @@ function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn
  * error that names the endpoint, and the kind of fault.
  */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): LuaMultiReturn<[RedisValue | undefined, string | undefined, Fault | undefined]> {
+  return exec(conf, false, s, rkey, ...args);
+}
+
+/**
+ * As call; `asking` sends ASKING first on the same connection (a cluster slot
+ * being imported by this node serves a key only to a client that asks so).
+ */
+export function exec(conf: redis.RedisConf, asking: boolean, s: scripts.Script, rkey: string, ...args: (string | number)[]): LuaMultiReturn<[RedisValue | undefined, string | undefined, Fault | undefined]> {
   const [red, cerr] = redis.connect(conf);
   if (red === undefined) {
     return $multi(undefined, cerr, "failed");
+  }
+  if (asking) {
+    const [ok, aerr] = red.asking();
+    if (ok === undefined) {
+      redis.done(red, conf, false);
+      return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(aerr) + " during ASKING", "failed");
+    }
   }
   const [res, err] = scripts.run(red, s, rkey, ...args);
   if (res !== undefined && res !== false && conf.replicas > 0 && s.written !== undefined && s.written(res)) {
@@ -78,22 +89,6 @@ function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): 
       conf.endpoint, n, conf.replicas, s.name, conf.replicas_timeout);
   }
   return "dlock: redis " + conf.endpoint + ": WAIT for replicas after the " + s.name + " failed: " + tostring(err);
-}
-
-/** A key and the token that owns it: what an owner-checked script needs (leases and orphans are targets). */
-export interface Target {
-  readonly rkey: string;
-  readonly token: string;
-}
-
-/**
- * Per target of a batch, aligned with the list: the reply, or (when it is nil)
- * the error and the kind of fault.
- */
-export interface Outcome {
-  readonly replies: LuaTable<number, RedisValue>;
-  readonly errors: LuaTable<number, string>;
-  readonly faults: LuaTable<number, Fault>;
 }
 
 // Pipelined replies: an error reply comes back as { false, "ERR ..." }, which

@@ -16,6 +16,8 @@ ____exports.REDIRECTS = "c:redis:redirects:"
 ____exports.MAP_AT = "t:redis:slot_map:"
 --- Seconds between two reads of the slot map prompted by errors.
 local REFRESH_GAP = 0.1
+--- Seconds between tries of a script Redis answered TRYAGAIN (its slot is migrating).
+local TRYAGAIN_PAUSE = 0.02
 local CRC = {}
 for i = 0, 255 do
     local c = lshift(i, 8)
@@ -201,7 +203,7 @@ function ____exports.call(conf, s, rkey, ...)
     end
     local node = first
     local asking = false
-    for _ = 0, conf.max_redirects do
+    for i = 0, conf.max_redirects do
         local res, err, fault = single.exec(
             node,
             asking,
@@ -209,33 +211,42 @@ function ____exports.call(conf, s, rkey, ...)
             rkey,
             ...
         )
-        if fault ~= "redirect" then
+        local retry = fault == "transient" and i < conf.max_redirects and ({find(
+            tostring(err),
+            ": TRYAGAIN",
+            1,
+            true
+        )}) ~= nil
+        if retry then
+            ngx.sleep(TRYAGAIN_PAUSE)
+        elseif fault ~= "redirect" then
             if suspicious(fault) then
                 c.stale = true
             end
             return res, err, fault
-        end
-        local kind, ____, host, port = string.match(
-            tostring(err),
-            "(%u+) (%d+) (%S+):(%d+)$"
-        )
-        if kind == nil then
-            return nil, err, "failed"
-        end
-        c.redirects = c.redirects + 1
-        if conf.dict ~= nil then
-            conf.dict:incr(____exports.REDIRECTS .. conf.endpoint, 1, 0)
-        end
-        node = nodeOf(
-            conf,
-            c,
-            host,
-            tonumber(port)
-        )
-        asking = kind == "ASK"
-        if not asking then
-            c.slots[sl] = node
-            c.stale = true
+        else
+            local kind, ____, host, port = string.match(
+                tostring(err),
+                "(%u+) (%d+) (%S+):(%d+)$"
+            )
+            if kind == nil then
+                return nil, err, "failed"
+            end
+            c.redirects = c.redirects + 1
+            if conf.dict ~= nil then
+                conf.dict:incr(____exports.REDIRECTS .. conf.endpoint, 1, 0)
+            end
+            node = nodeOf(
+                conf,
+                c,
+                host,
+                tonumber(port)
+            )
+            asking = kind == "ASK"
+            if not asking then
+                c.slots[sl] = node
+                c.stale = true
+            end
         end
     end
     return nil, string.format("dlock: redis %s: key %s redirected more than %d times (redis.cluster.max_redirects)", conf.endpoint, rkey, conf.max_redirects), "failed"

@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local refused, replicated, TRANSIENT
+local refused, askingRun, replicated, TRANSIENT
 local check = require("resty.dlock.check")
 local redis = require("resty.dlock.redis")
 local scripts = require("resty.dlock.scripts")
@@ -23,18 +23,23 @@ end
 --- As call; `asking` sends ASKING first on the same connection (a cluster slot
 -- being imported by this node serves a key only to a client that asks so).
 function ____exports.exec(conf, asking, s, rkey, ...)
+    local args = {...}
     local red, cerr = redis.connect(conf)
     if red == nil then
         return nil, cerr, "failed"
     end
+    local res
+    local err
     if asking then
-        local ok, aerr = red:asking()
-        if ok == nil then
-            redis.done(red, conf, false)
-            return nil, ((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(aerr)) .. " during ASKING", "failed"
-        end
+        res, err = askingRun(red, s, rkey, args)
+    else
+        res, err = scripts.run(
+            red,
+            s,
+            rkey,
+            unpack(args)
+        )
     end
-    local res, err = scripts.run(red, s, rkey, ...)
     if res ~= nil and res ~= false and conf.replicas > 0 and s.written ~= nil and s.written(res) then
         local short = replicated(red, conf, s)
         if short ~= nil then
@@ -50,6 +55,28 @@ function ____exports.exec(conf, asking, s, rkey, ...)
         return nil, msg, fault
     end
     return res, nil, nil
+end
+function askingRun(red, s, rkey, args)
+    local ok, aerr = red:asking()
+    if ok == nil then
+        return nil, tostring(aerr) .. " during ASKING"
+    end
+    local res, err = red:evalsha(
+        s.sha,
+        s.keys,
+        rkey,
+        unpack(args)
+    )
+    if res == false and err ~= nil and string.sub(err, 1, 8) == "NOSCRIPT" then
+        red:asking()
+        return red:eval(
+            s.src,
+            s.keys,
+            rkey,
+            unpack(args)
+        )
+    end
+    return res, err
 end
 function replicated(red, conf, s)
     local n, err = red:wait(conf.replicas, conf.replicas_timeout)

@@ -27,6 +27,8 @@ export const REDIRECTS = "c:redis:redirects:";
 export const MAP_AT = "t:redis:slot_map:";
 /** Seconds between two reads of the slot map prompted by errors. */
 const REFRESH_GAP = 0.1;
+/** Seconds between tries of a script Redis answered TRYAGAIN (its slot is migrating). */
+const TRYAGAIN_PAUSE = 0.02;
 
 // CRC16-CCITT (XMODEM): what Redis Cluster hashes keys with. Table-driven.
 const CRC = new LuaTable<number, number>();
@@ -207,23 +209,29 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
   if (first === undefined) return $multi(undefined, rerr, "failed");
   let node = first;
   let asking = false;
-  for (const _ of $range(0, conf.max_redirects)) {
+  for (const i of $range(0, conf.max_redirects)) {
     const [res, err, fault] = single.exec(node, asking, s, rkey, ...args);
-    if (fault !== "redirect") {
+    const retry = fault === "transient" && i < conf.max_redirects && find(tostring(err), ": TRYAGAIN", 1, true) !== undefined;
+    if (retry) {
+      // A multi-key script (the fenced acquire) while its slot migrates: the
+      // keys are split between the nodes for a moment. Ask the same node again.
+      ngx.sleep(TRYAGAIN_PAUSE);
+    } else if (fault !== "redirect") {
       if (suspicious(fault)) c.stale = true;
       return $multi(res, err, fault);
-    }
-    const [kind, , host, port] = string.match(tostring(err), "(%u+) (%d+) (%S+):(%d+)$");
-    if (kind === undefined) {
-      return $multi(undefined, err, "failed");
-    }
-    c.redirects = c.redirects + 1;
-    if (conf.dict !== undefined) conf.dict.incr(REDIRECTS + conf.endpoint, 1, 0);
-    node = nodeOf(conf, c, host!, tonumber(port)!);
-    asking = kind === "ASK";
-    if (!asking) {
-      c.slots.set(sl, node);
-      c.stale = true;
+    } else {
+      const [kind, , host, port] = string.match(tostring(err), "(%u+) (%d+) (%S+):(%d+)$");
+      if (kind === undefined) {
+        return $multi(undefined, err, "failed");
+      }
+      c.redirects = c.redirects + 1;
+      if (conf.dict !== undefined) conf.dict.incr(REDIRECTS + conf.endpoint, 1, 0);
+      node = nodeOf(conf, c, host!, tonumber(port)!);
+      asking = kind === "ASK";
+      if (!asking) {
+        c.slots.set(sl, node);
+        c.stale = true;
+      }
     }
   }
   return $multi(undefined, string.format("dlock: redis %s: key %s redirected more than %d times (redis.cluster.max_redirects)",

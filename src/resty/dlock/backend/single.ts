@@ -41,14 +41,13 @@ export function exec(conf: redis.RedisConf, asking: boolean, s: scripts.Script, 
   if (red === undefined) {
     return $multi(undefined, cerr, "failed");
   }
+  let res: RedisValue | false | undefined;
+  let err: string | undefined;
   if (asking) {
-    const [ok, aerr] = red.asking();
-    if (ok === undefined) {
-      redis.done(red, conf, false);
-      return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(aerr) + " during ASKING", "failed");
-    }
+    [res, err] = askingRun(red, s, rkey, args);
+  } else {
+    [res, err] = scripts.run(red, s, rkey, ...args);
   }
-  const [res, err] = scripts.run(red, s, rkey, ...args);
   if (res !== undefined && res !== false && conf.replicas > 0 && s.written !== undefined && s.written(res)) {
     const short = replicated(red, conf, s);
     if (short !== undefined) {
@@ -64,6 +63,21 @@ export function exec(conf: redis.RedisConf, asking: boolean, s: scripts.Script, 
     return $multi(undefined, msg, fault);
   }
   return $multi(res, undefined, undefined);
+}
+
+/**
+ * ASKING holds for the one command after it, and a NOSCRIPT reply uses it up:
+ * the EVAL that follows needs its own.
+ */
+function askingRun(red: RestyRedis, s: scripts.Script, rkey: string, args: (string | number)[]): RedisResult {
+  const [ok, aerr] = red.asking();
+  if (ok === undefined) return $multi(undefined, tostring(aerr) + " during ASKING");
+  const [res, err] = red.evalsha(s.sha, s.keys, rkey, ...args);
+  if (res === false && err !== undefined && string.sub(err, 1, 8) === "NOSCRIPT") {
+    red.asking();
+    return red.eval(s.src, s.keys, rkey, ...args);
+  }
+  return $multi(res, err);
 }
 
 /** Dict key counting writes that fewer replicas than asked acknowledged in time. */

@@ -71,11 +71,20 @@ function _M.stop_pid(pid, sig)
   return true
 end
 
+-- Ports handed out in this run: never twice, so a spec's log lines about a
+-- port cannot be mistaken for another spec's that happened to get it again.
+local given = {}
 local function free_port()
-  local p = io.popen("bash -c '. " .. env.root .. "/nginx/lib.sh; free_port'")
-  local port = tonumber(p:read("*l"))
-  p:close()
-  return port
+  for _ = 1, 50 do
+    local p = io.popen("bash -c '. " .. env.root .. "/nginx/lib.sh; free_port'")
+    local port = tonumber(p:read("*l"))
+    p:close()
+    if port and not given[port] then
+      given[port] = true
+      return port
+    end
+  end
+  error("no free port that was not used before in this run")
 end
 _M.free_port = free_port
 
@@ -216,6 +225,304 @@ function _M.parallel(n, fn)
     out[i] = res
   end
   return out
+end
+
+--- Connect to 127.0.0.1:port, send ASKING, then one command on the same
+--- connection: how to read a key on the importing node of a slot mid-migration.
+function _M.cmd_asking(port, name, ...)
+  local red = redis:new()
+  red:set_timeout(2000)
+  local ok, err = red:connect("127.0.0.1", port)
+  if not ok then return nil, err end
+  local _, aerr = red:asking()
+  if aerr then red:close() return nil, aerr end
+  local res, cerr = red[name](red, ...)
+  red:close()
+  return res, cerr
+end
+
+--- A port p for a cluster node: p and its cluster bus port p + 10000 both free,
+--- both below the ephemeral range (32768+), and not in `taken`.
+local function free_cluster_port(taken)
+  for _ = 1, 1000 do
+    local p = free_port()
+    if p + 10000 < 32768 and not taken[p] and not taken[p + 10000] then
+      local sock = ngx.socket.tcp()
+      sock:settimeout(200)
+      local busy = sock:connect("127.0.0.1", p + 10000)
+      sock:close()
+      if not busy then return p end
+    end
+  end
+  error("no free port pair (port, port + 10000) for a cluster node")
+end
+
+--- Lines of CLUSTER NODES, parsed: { id, port, flags = { master = true, ... }, master_id, slots = "0-5460 ..." }.
+local function cluster_nodes(port)
+  local text, err = _M.cmd(port, "cluster", "nodes")
+  if type(text) ~= "string" then return nil, err end
+  local out = {}
+  for line in text:gmatch("[^\n]+") do
+    local id, addr, flags, master = line:match("^(%S+) (%S+) (%S+) (%S+)")
+    if id then
+      local f = {}
+      for flag in flags:gmatch("[^,]+") do f[flag] = true end
+      out[#out + 1] = { id = id, port = tonumber(addr:match(":(%d+)@")), flags = f,
+        master_id = master ~= "-" and master or nil, line = line }
+    end
+  end
+  return out
+end
+_M.cluster_nodes = cluster_nodes
+
+--- Whether one node sees the cluster whole: state ok, all 16384 slots served,
+--- `want` nodes known, none in handshake or failing, and every replica
+--- attached to a master; for a master, its replica online.
+local function node_settled(port, want)
+  local info = _M.cmd(port, "cluster", "info")
+  if type(info) ~= "string" or not info:find("cluster_state:ok", 1, true)
+     or not info:find("cluster_slots_ok:16384", 1, true)
+     or not info:find("cluster_known_nodes:" .. want, 1, true) then
+    return false
+  end
+  local nodes = cluster_nodes(port)
+  if not nodes then return false end
+  local me
+  for _, n in ipairs(nodes) do
+    if n.flags.handshake or n.flags.fail or n.flags["fail?"] or n.flags.noaddr then return false end
+    if n.flags.slave and not n.master_id then return false end
+    if n.flags.myself then me = n end
+  end
+  if not me then return false end
+  local repl = _M.cmd(port, "info", "replication") or ""
+  if me.flags.master then
+    return repl:find("slave0:[^\n]*state=online") ~= nil
+  end
+  return repl:find("master_link_status:up", 1, true) ~= nil
+end
+
+--- Start a Redis Cluster of 6 redis-servers on loopback (3 masters, 1 replica
+--- each; cluster-node-timeout 1000 ms) and wait until every node sees it whole.
+--- opts.args: extra redis-server arguments for every node. Returns
+--- { nodes = { {port, pid, dir, signal, stop}... }, seeds = {"127.0.0.1:p1", "127.0.0.1:p2"},
+---   masters(), replicas(), slot_owner(key), keyslot(key), node_id(port), alive(), stop(), started_in }.
+function _M.start_cluster(opts)
+  opts = opts or {}
+  ngx.update_time()
+  local t0 = ngx.now()
+  local taken, ports = {}, {}
+  for i = 1, 6 do
+    ports[i] = free_cluster_port(taken)
+    taken[ports[i]], taken[ports[i] + 10000] = true, true
+  end
+  local args = { "--cluster-enabled yes", "--cluster-config-file nodes.conf", "--cluster-node-timeout 1000",
+    "--repl-diskless-sync-delay 0" }
+  for _, a in ipairs(opts.args or {}) do args[#args + 1] = a end
+  local nodes = _M.parallel(6, function(i) return _M.start_redis(ports[i], unpack(args)) end)
+  local c = { nodes = nodes, seeds = { "127.0.0.1:" .. ports[1], "127.0.0.1:" .. ports[2] } }
+
+  --- The live nodes (answering PING), in start order.
+  function c.alive()
+    local out = {}
+    for _, n in ipairs(nodes) do
+      if not n.dead and _M.cmd(n.port, "ping") == "PONG" then out[#out + 1] = n end
+    end
+    return out
+  end
+  local function ask(...)
+    local last
+    for _, n in ipairs(nodes) do
+      if not n.dead then
+        local res, err = _M.cmd(n.port, ...)
+        if res ~= nil then return res end
+        last = err
+      end
+    end
+    return nil, last
+  end
+  function c.node_id(port)
+    return assert(_M.cmd(port, "cluster", "myid"))
+  end
+  function c.keyslot(key)
+    return assert(ask("cluster", "keyslot", key))
+  end
+  --- Ports of the masters a live node lists (not failed), sorted.
+  function c.masters()
+    for _, n in ipairs(nodes) do
+      local list = not n.dead and cluster_nodes(n.port)
+      if list then
+        local out = {}
+        for _, x in ipairs(list) do
+          if x.flags.master and not x.flags.fail and not x.flags["fail?"] then out[#out + 1] = x.port end
+        end
+        table.sort(out)
+        return out
+      end
+    end
+    error("no live cluster node answers CLUSTER NODES")
+  end
+  function c.replicas()
+    for _, n in ipairs(nodes) do
+      local list = not n.dead and cluster_nodes(n.port)
+      if list then
+        local out = {}
+        for _, x in ipairs(list) do
+          if x.flags.slave and not x.flags.fail then out[#out + 1] = x.port end
+        end
+        table.sort(out)
+        return out
+      end
+    end
+    error("no live cluster node answers CLUSTER NODES")
+  end
+  --- The port of the master that owns slot (a number) in a live node's CLUSTER SLOTS.
+  function c.slot_port(slot)
+    local slots = assert(ask("cluster", "slots"))
+    for _, range in ipairs(slots) do
+      if slot >= range[1] and slot <= range[2] then return tonumber(range[3][2]) end
+    end
+    return nil
+  end
+  function c.slot_owner(key)
+    return c.slot_port(c.keyslot(key))
+  end
+  --- Wait until every live node sees the cluster whole (state ok, replicas online); true or false.
+  function c.wait_settled(seconds, want)
+    for _ = 1, math.max(1, (seconds or 10) * 20) do
+      local all = true
+      for _, n in ipairs(nodes) do
+        if not n.dead and not node_settled(n.port, want or 6) then all = false break end
+      end
+      if all then return true end
+      ngx.sleep(0.05)
+    end
+    return false
+  end
+  --- Until every live node says cluster_state:ok (and serves all slots); true or false.
+  function c.wait_ok(seconds)
+    for _ = 1, math.max(1, (seconds or 10) * 20) do
+      local all = true
+      for _, n in ipairs(nodes) do
+        if not n.dead then
+          local info = _M.cmd(n.port, "cluster", "info")
+          if type(info) ~= "string" or not info:find("cluster_state:ok", 1, true)
+             or not info:find("cluster_slots_ok:16384", 1, true) then all = false break end
+        end
+      end
+      if all then return true end
+      ngx.sleep(0.05)
+    end
+    return false
+  end
+  --- Until no live node names the master on `port` as the owner of any slot
+  --- (its replica took over) and every live node says cluster_state:ok; true or false.
+  function c.wait_failover(port, seconds)
+    for _ = 1, math.max(1, (seconds or 10) * 20) do
+      local moved = true
+      for _, n in ipairs(nodes) do
+        if not n.dead then
+          local slots = _M.cmd(n.port, "cluster", "slots")
+          if type(slots) ~= "table" then moved = false break end
+          for _, range in ipairs(slots) do
+            if tonumber(range[3][2]) == port then moved = false break end
+          end
+          if not moved then break end
+        end
+      end
+      if moved and c.wait_ok(0.05) then return true end
+      ngx.sleep(0.05)
+    end
+    return false
+  end
+  --- SIGKILL node n (one of c.nodes); it is skipped from then on.
+  function c.kill(n)
+    n.dead = true
+    return n.signal("KILL")
+  end
+  function c.stop()
+    _M.parallel(#nodes, function(i) if not nodes[i].dead then nodes[i].stop() end return true end)
+  end
+
+  -- redis-cli --cluster create waits for the nodes to join (polling every second):
+  -- run it in the background, so this worker keeps serving while it does.
+  local dir = env.prefix .. "/cluster-" .. ports[1]
+  os.execute("mkdir -p " .. dir)
+  local addrs = {}
+  for i = 1, 6 do addrs[i] = "127.0.0.1:" .. ports[i] end
+  assert(_M.sh(string.format("(redis-cli --cluster create %s --cluster-replicas 1 --cluster-yes > %s/create.log 2>&1; " ..
+    "echo $? > %s/create.rc) </dev/null >/dev/null 2>&1 &", table.concat(addrs, " "), dir, dir)))
+  local rc
+  for _ = 1, 600 do
+    rc = read_file(dir .. "/create.rc")
+    if rc and rc:match("%d") then break end
+    ngx.sleep(0.02)
+  end
+  assert(rc and tonumber(rc:match("%d+")) == 0,
+    "redis-cli --cluster create failed: " .. tostring(read_file(dir .. "/create.log")))
+  assert(c.wait_settled(15), "the cluster did not settle within 15 s (see " .. dir .. ")")
+  ngx.update_time()
+  c.started_in = ngx.now() - t0
+  return c
+end
+
+--- Move `slot` from the master on from_port to the master on to_port, one step
+--- at a time, so a spec can look at the cluster in between:
+---   "begin":  the target IMPORTING from the source, the source MIGRATING to the target
+---             (the source answers ASK for keys of the slot it no longer has);
+---   "keys":   MIGRATE the slot's keys from the source to the target;
+---   "finish": the slot assigned to the target, on the target, the source and every other master
+---             (the source answers MOVED from then on).
+---   "all":    the three in order.
+function _M.migrate_slot(cluster, slot, from_port, to_port, step)
+  local from_id, to_id = cluster.node_id(from_port), cluster.node_id(to_port)
+  if step == "begin" or step == "all" then
+    assert(_M.cmd(to_port, "cluster", "setslot", slot, "importing", from_id))
+    assert(_M.cmd(from_port, "cluster", "setslot", slot, "migrating", to_id))
+  end
+  if step == "keys" or step == "all" then
+    while true do
+      local keys = assert(_M.cmd(from_port, "cluster", "getkeysinslot", slot, 100))
+      if #keys == 0 then break end
+      assert(_M.cmd(from_port, "migrate", "127.0.0.1", to_port, "", 0, 5000, "KEYS", unpack(keys)))
+    end
+  end
+  if step == "finish" or step == "all" then
+    assert(_M.cmd(to_port, "cluster", "setslot", slot, "node", to_id))
+    assert(_M.cmd(from_port, "cluster", "setslot", slot, "node", to_id))
+    for _, m in ipairs(cluster.masters()) do
+      if m ~= from_port and m ~= to_port then assert(_M.cmd(m, "cluster", "setslot", slot, "node", to_id)) end
+    end
+  end
+  if step ~= "begin" and step ~= "keys" and step ~= "finish" and step ~= "all" then
+    error("migrate_slot: step must be begin, keys, finish or all, got " .. tostring(step))
+  end
+  return true
+end
+
+--- n independent redis-servers (no replication between them), for Redlock.
+--- Returns { nodes = { {port, pid, dir, signal, stop}... }, ports = {...},
+--- addrs = { "127.0.0.1:port"... }, stop(), started_in }.
+function _M.start_redlock(n, ...)
+  ngx.update_time()
+  local t0 = ngx.now()
+  local ports, taken = {}, {}
+  for i = 1, n do
+    local p
+    repeat p = free_port() until not taken[p]
+    taken[p] = true
+    ports[i] = p
+  end
+  local extra = { ... }
+  local nodes = _M.parallel(n, function(i) return _M.start_redis(ports[i], unpack(extra)) end)
+  local addrs = {}
+  for i = 1, n do addrs[i] = "127.0.0.1:" .. ports[i] end
+  local r = { nodes = nodes, ports = ports, addrs = addrs }
+  function r.stop()
+    _M.parallel(n, function(i) return nodes[i].stop() end)
+  end
+  ngx.update_time()
+  r.started_in = ngx.now() - t0
+  return r
 end
 
 return _M

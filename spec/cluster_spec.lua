@@ -1,0 +1,310 @@
+-- redis.cluster: locks on a real Redis Cluster (3 masters, 1 replica each, on
+-- loopback): each key on the master of its slot, fences beside their locks,
+-- MOVED and ASK followed while a slot moves, a master's death survived.
+local h = require "helpers"
+local dlock = require "resty.dlock"
+local semaphore = require "resty.dlock.semaphore"
+local status = require "resty.dlock.status"
+
+--- Seconds since t0 (ngx.now() scale), with a fresh clock.
+local function since(t0)
+  ngx.update_time()
+  return ngx.now() - t0
+end
+
+describe("redis.cluster", function()
+  local c
+
+  setup(function()
+    c = h.start_cluster()
+  end)
+
+  teardown(function()
+    if c then c.stop() end
+  end)
+
+  --- The cluster options of every factory here, with `extra` in redis.cluster.
+  local function redis_opts(extra)
+    local cluster = { nodes = c.seeds, max_redirects = 5 }
+    for k, v in pairs(extra or {}) do cluster[k] = v end
+    return { cluster = cluster, connect_timeout = 300, read_timeout = 1000 }
+  end
+
+  local function locks(opts, cluster_extra)
+    local o = { dict = "dlock", prefix = h.unique("clu"), redis = redis_opts(cluster_extra) }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return assert(dlock.new(o))
+  end
+
+  --- A key name whose lock key (prefix .. name) hashes to a slot of the master on `port`
+  --- (any master when port is nil); returns the name, its slot and that master.
+  local function key_on(l, port, tag)
+    for i = 1, 1000 do
+      local name = (tag or "k") .. i
+      local owner = c.slot_owner(l.prefix .. name)
+      if port == nil or owner == port then return name, c.keyslot(l.prefix .. name), owner end
+    end
+    error("no key name hashes to a slot of 127.0.0.1:" .. tostring(port))
+  end
+
+  --- A master other than the one on `port`.
+  local function other_master(port)
+    for _, m in ipairs(c.masters()) do
+      if m ~= port then return m end
+    end
+  end
+
+  --- This endpoint's topology row on the status page.
+  local function topology(l)
+    return assert(status.report({ limit = 0 })).topology[l.redis.endpoint]
+  end
+
+  --- Commands refused by the server on `port` (MOVED, ASK, ...), all commands together (INFO commandstats).
+  local function rejected(port)
+    local n = 0
+    for calls in (h.cmd(port, "info", "commandstats") or ""):gmatch("rejected_calls=(%d+)") do
+      n = n + tonumber(calls)
+    end
+    return n
+  end
+
+  it("starts a cluster of 3 masters with a replica each (the harness)", function()
+    assert.equal(3, #c.masters())
+    assert.equal(3, #c.replicas())
+    assert.is_true(c.started_in < 10, "the cluster took " .. c.started_in .. " s to start")
+  end)
+
+  it("takes each lock on the master that owns its key's slot, spread over all masters", function()
+    local l = locks()
+    local leases, owners = {}, {}
+    for i = 1, 30 do
+      local lease, err = l:acquire("spread" .. i, { ttl = 5000 })
+      assert.is_nil(err)
+      leases[i] = lease
+      local owner = c.slot_owner(l.prefix .. lease.key)
+      owners[owner] = true
+      assert.equal(lease.token, h.cmd(owner, "get", l.prefix .. lease.key))
+      local pttl = h.cmd(owner, "pttl", l.prefix .. lease.key)
+      assert.is_true(pttl > 4000 and pttl <= 5000)
+    end
+    local masters = {}
+    for port in pairs(owners) do masters[#masters + 1] = port end
+    table.sort(masters)
+    assert.same(c.masters(), masters)
+    for _, lease in ipairs(leases) do
+      assert.is_true(lease:release())
+      assert.equal(0, h.cmd(c.slot_owner(l.prefix .. lease.key), "exists", l.prefix .. lease.key))
+    end
+  end)
+
+  it("keeps a held key exclusive: another nginx gets \"busy\" with the holder's remaining ttl until the release", function()
+    local l = locks()
+    -- Another dict: nothing of this lease in it, only the cluster knows (like another nginx).
+    local elsewhere = locks({ dict = "dlock_other", prefix = l.prefix })
+    local lease = assert(l:acquire("x", { ttl = 3000 }))
+    local none, err, retry_after = elsewhere:acquire("x", { wait = 0 })
+    assert.is_nil(none)
+    assert.equal("busy", err)
+    assert.is_true(retry_after > 2000 and retry_after <= 3000, "retry_after " .. tostring(retry_after))
+    assert.is_true(lease:release())
+    local next_holder, nerr = elsewhere:acquire("x", { wait = 0 })
+    assert.is_nil(nerr)
+    assert.equal(next_holder.token, h.cmd(c.slot_owner(l.prefix .. "x"), "get", l.prefix .. "x"))
+    assert.is_true(next_holder:release())
+  end)
+
+  it("does not let a lease whose key was taken over release or extend its successor (not_owner)", function()
+    local l = locks()
+    local old = assert(l:acquire("y", { ttl = 100 }))
+    ngx.sleep(0.15)
+    local new = assert(l:acquire("y", { ttl = 5000 }))
+    assert.same({ nil, "not_owner" }, { old:release() })
+    assert.same({ nil, "not_owner" }, { old:extend(5000) })
+    assert.equal(new.token, h.cmd(c.slot_owner(l.prefix .. "y"), "get", l.prefix .. "y"))
+    assert.is_true(new:release())
+  end)
+
+  describe("fencing", function()
+    it("gives growing fences from a counter {<prefix><key>}:fence in the lock key's slot", function()
+      local l = locks({ fencing = true })
+      local rkey = l.prefix .. "f"
+      local last = 0
+      for _ = 1, 5 do
+        local lease, err = l:acquire("f", { ttl = 5000 })
+        assert.is_nil(err)
+        assert.is_true(lease.fence > last)
+        last = lease.fence
+        assert.is_true(lease:release())
+      end
+      local fence_key = "{" .. rkey .. "}:fence"
+      assert.equal(c.keyslot(rkey), c.keyslot(fence_key))
+      local owner = c.slot_owner(rkey)
+      assert.equal(tostring(last), h.cmd(owner, "get", fence_key))
+      assert.equal(-1, h.cmd(owner, "pttl", fence_key))   -- it outlives every lease
+    end)
+
+    it("keeps <prefix><key>:fence for a key with a hash tag of its own (same slot already)", function()
+      local l = locks({ fencing = true })
+      local rkey = l.prefix .. "user{42}:x"
+      local a = assert(l:acquire("user{42}:x", { ttl = 5000 }))
+      assert.is_true(a:release())
+      local b = assert(l:acquire("user{42}:x", { ttl = 5000 }))
+      assert.is_true(b.fence > a.fence)
+      local owner = c.slot_owner(rkey)
+      assert.equal(c.keyslot("42"), c.keyslot(rkey))
+      assert.equal(c.keyslot(rkey), c.keyslot(rkey .. ":fence"))
+      assert.equal(tostring(b.fence), h.cmd(owner, "get", rkey .. ":fence"))
+      local wrapped = "{" .. rkey .. "}:fence"   -- what wrapping the whole key would have made
+      assert.equal(0, h.cmd(c.slot_owner(wrapped), "exists", wrapped))
+      assert.is_true(b:release())
+    end)
+  end)
+
+  it("counts semaphore permits per key on the key's master, for keys in different slots", function()
+    local s = assert(semaphore.new({ dict = "dlock", prefix = h.unique("clusem"), redis = redis_opts(), permits = 2 }))
+    local k1, slot1, m1 = key_on(s, nil, "sem")
+    local k2, slot2, m2 = key_on(s, other_master(m1), "sem")
+    assert.are_not.equal(slot1, slot2)
+    for _, k in ipairs({ { k1, m1 }, { k2, m2 } }) do
+      local key, owner = k[1], k[2]
+      local a = assert(s:acquire(key, { ttl = 5000 }))
+      local b = assert(s:acquire(key, { ttl = 5000 }))
+      local none, err, retry_after = s:acquire(key, { ttl = 5000, wait = 0 })
+      assert.is_nil(none)
+      assert.equal("busy", err)
+      assert.is_true(retry_after > 4000 and retry_after <= 5000)
+      assert.equal(2, h.cmd(owner, "zcard", s.prefix .. key))
+      assert.is_true(a:release())
+      local again = assert(s:acquire(key, { ttl = 5000, wait = 0 }))
+      assert.is_true(b:release())
+      assert.is_true(again:release())
+      assert.equal(0, h.cmd(owner, "exists", s.prefix .. key))
+    end
+  end)
+
+  it("follows MOVED to the new master of a slot that moved, once, and counts the redirect", function()
+    local l = locks()
+    local key, slot, from = key_on(l)
+    local to = other_master(from)
+    local rkey = l.prefix .. key
+    assert(l:acquire(key)):release()   -- this worker's slot map now says `from`
+    h.migrate_slot(c, slot, from, to, "begin")
+    h.migrate_slot(c, slot, from, to, "keys")
+    h.migrate_slot(c, slot, from, to, "finish")
+    local _, moved = h.cmd(from, "get", rkey)
+    assert.equal("MOVED " .. slot .. " 127.0.0.1:" .. to, moved)
+    local before = topology(l)
+    assert.equal("cluster", before.kind)
+    assert.is_number(before.redirects)
+    local lease, err = l:acquire(key, { ttl = 5000 })
+    assert.is_nil(err)
+    assert.equal(lease.token, h.cmd(to, "get", rkey))
+    assert.is_true(lease:release())
+    assert.equal(0, h.cmd(to, "exists", rkey))
+    local after = topology(l)
+    assert.is_true(after.redirects > before.redirects, "redirects " .. before.redirects .. " -> " .. after.redirects)
+    -- The map learned where the slot went: the next calls go straight there.
+    assert.is_true(assert(l:acquire(key)):release())
+    assert.equal(after.redirects, topology(l).redirects)
+  end)
+
+  it("follows ASK to the importing master while a slot migrates: the new lock lives there, stays exclusive, extends and releases", function()
+    local l = locks()
+    local elsewhere = locks({ dict = "dlock_other", prefix = l.prefix })
+    local key, slot, from = key_on(l)
+    local to = other_master(from)
+    local rkey = l.prefix .. key
+    assert(l:acquire(key)):release()   -- this worker's slot map says `from`
+    h.migrate_slot(c, slot, from, to, "begin")
+    finally(function()
+      h.migrate_slot(c, slot, from, to, "keys")
+      h.migrate_slot(c, slot, from, to, "finish")
+    end)
+    -- The target has no scripts cached: EVALSHA meets NOSCRIPT there, and the EVAL after it needs ASKING too.
+    assert.equal("OK", h.cmd(to, "script", "flush"))
+    local lease, err = l:acquire(key, { ttl = 5000 })
+    assert.is_nil(err)
+    -- Not on the source (it answers ASK for keys it does not have), on the target (read with ASKING).
+    local _, ask = h.cmd(from, "get", rkey)
+    assert.equal("ASK " .. slot .. " 127.0.0.1:" .. to, ask)
+    assert.equal(lease.token, h.cmd_asking(to, "get", rkey))
+    local none, berr = elsewhere:acquire(key, { wait = 0 })
+    assert.is_nil(none)
+    assert.equal("busy", berr)
+    assert.is_true(lease:extend(8000))
+    assert.is_true(h.cmd_asking(to, "pttl", rkey) > 7000)
+    assert.is_true(lease:release())
+    assert.equal(0, h.cmd_asking(to, "exists", rkey))
+    -- ASK is for one request only: the slot still belongs to the source.
+    assert.equal(from, c.slot_owner(rkey))
+  end)
+
+  it("gives up after max_redirects redirections when two masters send a key back and forth", function()
+    local l1 = locks(nil, { max_redirects = 1 })
+    local l3 = locks({ prefix = l1.prefix }, { max_redirects = 3 })
+    local key, slot, a = key_on(l1)
+    local b = other_master(a)
+    assert(l1:acquire(key)):release()   -- this worker's slot map says `a`
+    -- `a` now says `b` owns the slot; `b` (like every other node) still says `a` does.
+    assert.equal("OK", h.cmd(a, "cluster", "setslot", slot, "node", c.node_id(b)))
+    finally(function() h.cmd(a, "cluster", "setslot", slot, "node", c.node_id(a)) end)
+    local _, ma = h.cmd(a, "get", l1.prefix .. key)
+    local _, mb = h.cmd(b, "get", l1.prefix .. key)
+    assert.equal("MOVED " .. slot .. " 127.0.0.1:" .. b, ma)
+    assert.equal("MOVED " .. slot .. " 127.0.0.1:" .. a, mb)
+    for _, case in ipairs({ { l1, 1 }, { l3, 3 } }) do
+      local l, max = case[1], case[2]
+      local r0 = rejected(a) + rejected(b)
+      ngx.update_time()
+      local t0 = ngx.now()
+      local lease, err = l:acquire(key, { ttl = 5000, wait = 0 })
+      assert.is_nil(lease)
+      assert.matches("redirect", err)
+      -- The first try and `max` redirections followed, each refused with MOVED; then it stops.
+      assert.equal(max + 1, rejected(a) + rejected(b) - r0)
+      assert.is_true(since(t0) < 1, "gave up after " .. since(t0) .. " s")
+    end
+  end)
+
+  it("finds the new master after a master dies (its replica promoted), without a new factory", function()
+    local l = locks()
+    -- The first seed, if it is a master: the factory must then find the cluster through the other seed.
+    local victim_port = tonumber(c.seeds[1]:match(":(%d+)$"))
+    local masters = c.masters()
+    local seed_is_master = false
+    for _, m in ipairs(masters) do
+      if m == victim_port then seed_is_master = true end
+    end
+    if not seed_is_master then victim_port = masters[1] end
+    local victim
+    for _, n in ipairs(c.nodes) do
+      if n.port == victim_port then victim = n end
+    end
+    local key = key_on(l, victim.port)
+    local rkey = l.prefix .. key
+    local elsewhere = key_on(l, other_master(victim.port), "alive")
+    assert(l:acquire(key)):release()   -- this worker's slot map says `victim`
+    c.kill(victim)
+    ngx.update_time()
+    local t0 = ngx.now()
+    assert.is_true(c.wait_failover(victim.port, 10), "no replica took over within 10 s")
+    local failover = since(t0)
+    local new = c.slot_owner(rkey)
+    assert.are_not.equal(victim.port, new)
+    ngx.update_time()
+    local t1 = ngx.now()
+    local lease
+    for _ = 1, 60 do
+      lease = l:acquire(key, { ttl = 5000, wait = 100 })
+      if lease then break end
+      ngx.sleep(0.05)
+    end
+    assert.is_truthy(lease, "no lock within 3 s of the failover (which took " .. failover .. " s)")
+    assert.is_true(since(t1) < 3, "the lock came " .. since(t1) .. " s after the failover")
+    assert.equal(lease.token, h.cmd(new, "get", rkey))
+    assert.is_true(lease:release())
+    assert.equal(0, h.cmd(new, "exists", rkey))
+    -- Keys of the other masters never stopped working.
+    assert.is_true(assert(l:acquire(elsewhere, { wait = 0 })):release())
+  end)
+end)

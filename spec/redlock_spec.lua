@@ -1,0 +1,194 @@
+-- redis.redlock: one lock on a majority of independent masters (three
+-- redis-servers on loopback, no replication): taken and released on all,
+-- a majority enough, less than a majority never a lease.
+local h = require "helpers"
+local dlock = require "resty.dlock"
+local semaphore = require "resty.dlock.semaphore"
+local status = require "resty.dlock.status"
+
+--- Elapsed seconds of fn(), and what it returned.
+local function elapsed(fn)
+  ngx.update_time()
+  local t0 = ngx.now()
+  local a, b, c = fn()
+  ngx.update_time()
+  return ngx.now() - t0, a, b, c
+end
+
+describe("redis.redlock", function()
+  local r
+
+  setup(function()
+    r = h.start_redlock(3)
+  end)
+
+  teardown(function()
+    if r then r.stop() end
+  end)
+
+  local function redis_opts()
+    return { redlock = r.addrs, connect_timeout = 50, read_timeout = 50 }
+  end
+
+  local function locks(opts)
+    local o = { dict = "dlock", prefix = h.unique("rl"), redis = redis_opts() }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return assert(dlock.new(o))
+  end
+
+  --- The value of key on each master, in order (ngx.null where absent).
+  local function values(key)
+    local out = {}
+    for i, port in ipairs(r.ports) do out[i] = h.cmd(port, "get", key) end
+    return out
+  end
+
+  -- Every master runs again after each test, whatever the test paused.
+  after_each(function()
+    for _, n in ipairs(r.nodes) do n.signal("CONT") end
+  end)
+
+  --- Pause master i (SIGSTOP) until the test ends.
+  local function pause(i)
+    r.nodes[i].signal("STOP")
+  end
+
+  it("takes the key on every master and deletes it on every master at release", function()
+    local l = locks()
+    local lease, err = l:acquire("a", { ttl = 5000 })
+    assert.is_nil(err)
+    assert.same({ lease.token, lease.token, lease.token }, values(l.prefix .. "a"))
+    for _, port in ipairs(r.ports) do
+      local pttl = h.cmd(port, "pttl", l.prefix .. "a")
+      assert.is_true(pttl > 4000 and pttl <= 5000, "pttl " .. pttl .. " on " .. port)
+    end
+    assert.same({ true, nil }, { lease:release() })
+    assert.same({ ngx.null, ngx.null, ngx.null }, values(l.prefix .. "a"))
+    assert.same({ nil, "not_owner" }, { lease:release() })
+  end)
+
+  it("keeps a key exclusive across factories: another nginx over the same masters gets \"busy\"", function()
+    local l = locks()
+    -- Another dict: nothing of this lease in it, only the masters know (like another nginx).
+    local elsewhere = locks({ dict = "dlock_other", prefix = l.prefix })
+    local lease = assert(l:acquire("x", { ttl = 3000 }))
+    local none, err, retry_after = elsewhere:acquire("x", { wait = 0 })
+    assert.is_nil(none)
+    assert.equal("busy", err)
+    assert.is_true(retry_after > 2000 and retry_after <= 3000, "retry_after " .. tostring(retry_after))
+    -- The refused acquirer left the holder's key alone everywhere.
+    assert.same({ lease.token, lease.token, lease.token }, values(l.prefix .. "x"))
+    assert.is_true(lease:release())
+    local next_holder, nerr = elsewhere:acquire("x", { wait = 0 })
+    assert.is_nil(nerr)
+    assert.is_true(next_holder:release())
+  end)
+
+  it("takes the lock on a majority when one master is paused, within the timeouts", function()
+    local l = locks()
+    assert(l:acquire("warm")):release()   -- pooled connections to all three
+    pause(1)
+    local t, lease, err = elapsed(function() return l:acquire("m", { ttl = 5000 }) end)
+    assert.is_nil(err)
+    assert.is_table(lease)
+    assert.is_true(t < 0.3, "took " .. t .. " s with 50 ms timeouts")
+    assert.equal(lease.token, h.cmd(r.ports[2], "get", l.prefix .. "m"))
+    assert.equal(lease.token, h.cmd(r.ports[3], "get", l.prefix .. "m"))
+    assert.is_true(lease:release())
+    assert.equal(0, h.cmd(r.ports[2], "exists", l.prefix .. "m"))
+    assert.equal(0, h.cmd(r.ports[3], "exists", l.prefix .. "m"))
+  end)
+
+  it("gives no lease without a majority, and leaves no key behind on the master that answered", function()
+    local l = locks()
+    assert(l:acquire("warm")):release()
+    pause(1)
+    pause(2)
+    local t, lease, err = elapsed(function() return l:acquire("n", { ttl = 5000, wait = 0 }) end)
+    assert.is_nil(lease)
+    assert.is_string(err)
+    assert.matches("^dlock: ", err)
+    assert.are_not.equal("busy", err)
+    assert.is_true(t < 0.5, "took " .. t .. " s with 50 ms timeouts")
+    -- Given back where it was taken before acquire returned: the key does not block the live master for its ttl.
+    assert.equal(0, h.cmd(r.ports[3], "exists", l.prefix .. "n"), "the key is still on 127.0.0.1:" .. r.ports[3])
+  end)
+
+  it("says busy when someone else holds the key on 2 of 3 masters, and takes it when they hold 1", function()
+    local l = locks()
+    local k2, k1 = l.prefix .. "two", l.prefix .. "one"
+    assert.equal("OK", h.cmd(r.ports[1], "set", k2, "someone", "px", 5000))
+    assert.equal("OK", h.cmd(r.ports[2], "set", k2, "someone", "px", 5000))
+    local none, err, retry_after = l:acquire("two", { wait = 0 })
+    assert.is_nil(none)
+    assert.equal("busy", err)
+    assert.is_number(retry_after)
+    assert.same({ "someone", "someone", ngx.null }, values(k2))
+
+    assert.equal("OK", h.cmd(r.ports[1], "set", k1, "someone", "px", 5000))
+    local lease, lerr = l:acquire("one", { ttl = 5000, wait = 0 })
+    assert.is_nil(lerr)
+    assert.same({ "someone", lease.token, lease.token }, values(k1))
+    -- The release is owner-checked on every master: the other holder's key stays.
+    assert.is_true(lease:release())
+    assert.same({ "someone", ngx.null, ngx.null }, values(k1))
+  end)
+
+  it("extends on a majority, and says not_owner once the key is gone from 2 masters", function()
+    local l = locks()
+    local key = l.prefix .. "e"
+    local lease = assert(l:acquire("e", { ttl = 1000 }))
+    assert.is_true(lease:extend(8000))
+    for _, port in ipairs(r.ports) do assert.is_true(h.cmd(port, "pttl", key) > 7000) end
+    assert.equal(1, h.cmd(r.ports[1], "del", key))
+    assert.is_true(lease:extend(9000))
+    assert.is_true(h.cmd(r.ports[2], "pttl", key) > 8000)
+    assert.is_true(h.cmd(r.ports[3], "pttl", key) > 8000)
+    assert.equal(1, h.cmd(r.ports[2], "del", key))
+    assert.same({ nil, "not_owner" }, { lease:extend(9000) })
+  end)
+
+  it("refuses fencing at new(), naming the option (fence counters on independent masters do not grow together)", function()
+    local locks_, err = dlock.new({ dict = "dlock", redis = redis_opts(), fencing = true })
+    assert.equal("nil", type(locks_), "new() made fenced locks over redis.redlock")
+    assert.matches("^dlock: fencing", err)
+    assert.matches("redis.redlock", err, 1, true)
+  end)
+
+  it("refuses semaphores at new() (a quorum of counting semaphores does not bound the holders)", function()
+    local sem, serr = semaphore.new({ dict = "dlock", redis = redis_opts(), permits = 2 })
+    assert.equal("nil", type(sem), "semaphore.new() made a semaphore over redis.redlock")
+    assert.matches("^dlock: semaphore", serr)
+    assert.matches("redis.redlock", serr, 1, true)
+  end)
+
+  it("shows the endpoint as redlock on the status page, with each master's health", function()
+    local l = locks()
+    assert(l:acquire("s1")):release()
+    local function row()
+      return assert(status.report({ limit = 0 })).topology[l.redis.endpoint]
+    end
+    local function by_endpoint(ep)
+      local out = {}
+      for _, m in ipairs(ep.masters) do out[m.endpoint] = m end
+      return out
+    end
+    local ep = row()
+    assert.equal("redlock", ep.kind)
+    assert.equal(2, ep.majority)
+    assert.equal(3, #ep.masters)
+    local before = by_endpoint(ep)
+    for _, addr in ipairs(r.addrs) do assert.is_table(before[addr], addr .. " is not listed") end
+    pause(1)
+    assert(l:acquire("s2")):release()
+    local after = by_endpoint(row())
+    local down = r.addrs[1]
+    assert.is_true(after[down].failed > (before[down].failed or 0))
+    assert.is_string(after[down].last_error)
+    for i = 2, 3 do
+      local up = r.addrs[i]
+      assert.equal(before[up].failed or 0, after[up].failed or 0)
+      assert.is_true(after[up].ok > before[up].ok)
+    end
+  end)
+end)

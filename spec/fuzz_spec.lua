@@ -25,6 +25,7 @@ local MAX_KEY = dlock.MAX_KEY_LEN
 local PREFIX = "fz:"          -- every object that talks to the fuzz Redis lives under it
 
 local N_NEW, N_SEM_NEW, N_GW_NEW = 1000, 1000, 1000
+local N_TOPO = 1000
 local N_ACQUIRE, N_SEM_ACQUIRE = 1500, 1500
 local N_HELD_KEY = 200
 local N_EXTEND = 500
@@ -286,6 +287,24 @@ local REDIS_FIELDS = {
       hostile(1),
     })
   end,
+  cluster = function()
+    return pick({
+      { nodes = { "127.0.0.1:" .. closed_port } },
+      { nodes = { "[::1]:" .. int(1, 65535), "h:" .. int(0, 70000) }, max_redirects = int(0, 17) },
+      { nodes = hostile(1), max_redirects = hostile(1) },
+      { max_redirects = 5 },
+      hostile(1),
+    })
+  end,
+  redlock = function()
+    return pick({
+      { "127.0.0.1:" .. closed_port, "[::1]:" .. closed_port, "localhost:" .. closed_port },
+      { "h:" .. int(0, 70000), "h:1" },
+      { hostile(1), hostile(1), hostile(1) },
+      {},
+      hostile(1),
+    })
+  end,
 }
 local REDIS_NAMES = {}
 for name in pairs(REDIS_FIELDS) do REDIS_NAMES[#REDIS_NAMES + 1] = name end
@@ -539,6 +558,109 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
 
     it("semaphore.new answers " .. N_SEM_NEW .. " random option tables the same way", function()
       fuzz_factory("semaphore", semaphore.new, SEM_FIELDS, N_SEM_NEW, 2)
+    end)
+
+    --- An oracle for redis.cluster and redis.redlock, written apart from the schema that checks them.
+    local function is_node(v)
+      if type(v) ~= "string" then return false end
+      local host, port = v:match("^%[([%x:%.]+)%]:(%d+)$")
+      if not host then host, port = v:match("^([%w%.%-_]+):(%d+)$") end
+      port = tonumber(port)
+      return host ~= nil and port ~= nil and port >= 1 and port <= 65535
+    end
+    local function nodes_ok(list, min)
+      if type(list) ~= "table" or #list == 0 then return false end
+      local n = 0
+      for _, v in ipairs(list) do
+        if not is_node(v) then return false end
+        n = n + 1
+      end
+      return n >= min
+    end
+    local function cluster_ok(c)
+      if c == nil then return true end -- also the FFI NULL pointer: no cluster at all
+      if type(c) ~= "table" then return false end
+      for k in pairs(c) do
+        if k ~= "nodes" and k ~= "max_redirects" then return false end
+      end
+      return nodes_ok(c.nodes, 1) and (c.max_redirects == nil or is_int_in(c.max_redirects, 1, 16))
+    end
+    local function redlock_ok(list)
+      if list == nil then return true end
+      if not nodes_ok(list, 3) then return false end
+      local seen = {}
+      for _, v in ipairs(list) do
+        local host, port = v:match("^%[([%x:%.]+)%]:(%d+)$")
+        if not host then host, port = v:match("^(.+):(%d+)$") end
+        local name = host .. ":" .. tonumber(port)
+        if seen[name] then return false end -- one master named twice is not independent
+        seen[name] = true
+      end
+      return true
+    end
+
+    local function any_nodes(lo, hi)
+      local t = {}
+      for i = 1, int(lo, hi) do
+        if chance(0.85) then
+          t[i] = pick({ "127.0.0.1:" .. closed_port, "[::1]:" .. int(1, 65535), "redis-" .. i .. ".example:" .. int(1, 65535) })
+        else
+          t[i] = pick({ "h:0", "h:65536", "h:" .. string.rep("9", 40), "[::1]", "h:", ":1", "h :1", "h:1x", "[zz]:1",
+                        "h:-1", "h:1.5", "h:0x10", hostile(1) })
+        end
+      end
+      return t
+    end
+    local function any_cluster()
+      if chance(0.1) then return hostile(1) end
+      local c = {}
+      if chance(0.9) then c.nodes = chance(0.85) and any_nodes(0, 4) or hostile(1) end
+      if chance(0.5) then c.max_redirects = chance(0.6) and int(0, 17) or hostile(1) end
+      if chance(0.05) then c[pick(TYPOS)] = 1 end
+      return c
+    end
+
+    it("refuses every bad redis.cluster and redis.redlock table with nil and a \"dlock: \" error naming it, " ..
+       "accepts every good one, never raises", function()
+      reseed(4)
+      local accepted, refused = 0, 0
+      for i = 1, N_TOPO do
+        local r, ok = {}, true
+        if chance(0.5) then
+          r.cluster = any_cluster()
+          ok = cluster_ok(r.cluster)
+        else
+          r.redlock = chance(0.9) and any_nodes(0, 5) or hostile(1)
+          ok = redlock_ok(r.redlock)
+        end
+        if chance(0.1) then -- one address only
+          r.host = "127.0.0.1"
+          if r.cluster ~= nil or r.redlock ~= nil then ok = false end
+        end
+        if chance(0.2) then -- a cluster has one database
+          r.db = int(0, 2)
+          if r.cluster ~= nil and r.db ~= 0 then ok = false end
+        end
+        if chance(0.2) then -- a Redlock majority does not WAIT
+          r.replicas = int(0, 2)
+          if r.redlock ~= nil and r.replicas ~= 0 then ok = false end
+        end
+        if chance(0.1) then r.ssl = true end
+        local opts = { dict = "dlock", redis = r, prefix = PREFIX .. "topo:" }
+        local what = function() return "dlock.new(" .. ser(opts) .. ")" end
+        local obj, err = kept(what, dlock.new, opts)
+        if obj then
+          accepted = accepted + 1
+          if not ok then violated(what() .. " accepted a bad redis table") end
+        else
+          refused = refused + 1
+          if ok then violated(what() .. " refused a good redis table: " .. err) end
+          if not err:find("redis", 1, true) then violated(what() .. " did not name the redis option: " .. err) end
+        end
+      end
+      stats.accepted[#stats.accepted + 1] = "dlock.new (cluster/redlock) " .. accepted .. "/" .. N_TOPO
+      assert.is_true(accepted > N_TOPO / 10, "only " .. accepted .. " of " .. N_TOPO .. " accepted")
+      assert.is_true(refused > N_TOPO / 4, "only " .. refused .. " of " .. N_TOPO .. " refused")
     end)
 
     it("gateway.new answers " .. N_GW_NEW .. " random guard definitions with a guard or a \"dlock: \" error, " ..

@@ -45,12 +45,131 @@ describe("bad input", function()
       { { dict = "dlock", redis = { password = 1234 } }, "dlock: redis.password must be a string, got a number" },
       { { dict = "dlock", redis = { ssl = "yes" } }, 'dlock: redis.ssl must be a boolean, got "yes"' },
       { { dict = "dlock", redis = { ssl_verify = true } }, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true" },
+      { { dict = "dlock", redis = { server_name = "redis.example" } }, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true" },
+      { { dict = "dlock", redis = { password = {} } }, "dlock: redis.password must be a string, got a table" },
+      { { dict = "dlock", redis = { cluster = { nodes = { "127.0.0.1:7000" } }, host = "x" } },
+        'dlock: redis.cluster excludes redis.host, got "x"' },
+      { { dict = "dlock", redis = { cluster = { nodes = { "127.0.0.1:7000" } }, path = "unix:/r.sock" } },
+        'dlock: redis.cluster excludes redis.path, got "unix:/r.sock"' },
+      { { dict = "dlock", redis = { cluster = { nodes = { "127.0.0.1:7000" } }, db = 1 } },
+        "dlock: redis.db is refused with redis.cluster (Redis Cluster has one database), got 1" },
+      { { dict = "dlock", redis = { cluster = { nodes = { "127.0.0.1:7000" }, max_redirects = 0 } } },
+        "dlock: redis.cluster.max_redirects must be a positive integer, got 0" },
+      { { dict = "dlock", redis = { cluster = { nodes = { "127.0.0.1:7000" }, max_redirects = "x" } } },
+        'dlock: redis.cluster.max_redirects must be a positive integer, got "x"' },
+      { { dict = "dlock", redis = { cluster = { nodes = { "127.0.0.1:7000" }, max_redirects = 17 } } },
+        "dlock: redis.cluster.max_redirects must be at most 16, got 17" },
+      { { dict = "dlock", redis = { cluster = { nodes = { "127.0.0.1:7000" }, max_redirect = 3 } } },
+        'dlock: unknown option in redis.cluster, got "max_redirect"' },
+      { { dict = "dlock", redis = { cluster = { max_redirects = 3 } } },
+        'dlock: redis.cluster.nodes must be a list of "host:port" strings, got nil' },
+      { { dict = "dlock", redis = { cluster = "127.0.0.1:7000" } }, 'dlock: redis.cluster must be a table, got "127.0.0.1:7000"' },
+      { { dict = "dlock", redis = { redlock = { "127.0.0.1:7000", "127.0.0.1:7001" } } },
+        "dlock: redis.redlock needs at least 3 independent masters, got 2" },
+      { { dict = "dlock", redis = { redlock = { "127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7000" } } },
+        'dlock: redis.redlock names 127.0.0.1:7000 twice: its masters must be independent, got "127.0.0.1:7000"' },
+      { { dict = "dlock", redis = { redlock = { "127.0.0.1:7000", "127.0.0.1:7001", "nope" } } },
+        'dlock: redis.redlock must be "host:port" strings, got "nope"' },
+      { { dict = "dlock", redis = { redlock = { "127.0.0.1:7000", "127.0.0.1:7001", "[::1]:70000" } } },
+        'dlock: redis.redlock must be "host:port" strings, got "[::1]:70000"' },
+      { { dict = "dlock", redis = { redlock = { "127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002" }, replicas = 1 } },
+        "dlock: redis.replicas is refused with redis.redlock (a Redlock majority is its replication: WAIT does not apply), got 1" },
+      { { dict = "dlock", redis = { redlock = { "127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002" }, port = 6379 } },
+        "dlock: redis.redlock excludes redis.port, got 6379" },
+      { { dict = "dlock", redis = { sentinel = { master = "m", nodes = { "127.0.0.1:1" } }, cluster = { nodes = { "127.0.0.1:7000" } } } },
+        "dlock: redis.sentinel excludes redis.cluster, got a table" },
+      { { dict = "dlock", redis = { sentinel = { master = "m", nodes = { "127.0.0.1:1" }, password = 5 } } },
+        "dlock: redis.sentinel.password must be a string, got a number" },
+      { { dict = "dlock", redis = { sentinel = { master = "m", nodes = { "127.0.0.1:1" }, username = "u" } } },
+        "dlock: redis.sentinel.username needs redis.sentinel.password" },
     }
     for i, c in ipairs(cases) do
       it("rejects case " .. i .. ": " .. c[2], function()
         assert.equal(c[2], new_err(c[1]))
       end)
     end
+  end)
+
+  describe("redis option defaults", function()
+    local redis = require "resty.dlock.redis"
+
+    it("fills in every default of an empty redis table", function()
+      local conf = assert(redis.parse({}))
+      assert.equal("127.0.0.1", conf.host)
+      assert.equal(6379, conf.port)
+      assert.equal(0, conf.db)
+      assert.equal(1000, conf.connect_timeout)
+      assert.equal(1000, conf.read_timeout)
+      assert.equal(64, conf.pool_size)
+      assert.equal(60000, conf.keepalive_timeout)
+      assert.equal(0, conf.replicas)
+      assert.equal(50, conf.replicas_timeout)
+      assert.is_false(conf.ssl)
+      assert.is_false(conf.ssl_verify)
+      assert.is_nil(conf.backlog)
+      assert.is_nil(conf.path)
+      assert.is_nil(conf.password)
+      assert.equal(5, conf.max_redirects)
+      assert.equal("standalone", conf.topology)
+      assert.equal("127.0.0.1:6379", conf.endpoint)
+      assert.equal("dlock:127.0.0.1:6379:0", conf.pool)
+      assert.same(conf, assert(redis.parse(nil)))
+    end)
+
+    it("gives a factory made without connect_timeout 1000 ms, and leaves the caller's table alone", function()
+      local opts = { port = h.redis_port }
+      local locks = assert(dlock.new({ dict = "dlock", redis = opts }))
+      assert.equal(1000, locks.redis.connect_timeout)
+      assert.same({ port = h.redis_port }, opts)
+    end)
+
+    it("gives a cluster max_redirects 5 and each seed node the factory's settings", function()
+      local conf = assert(redis.parse({ cluster = { nodes = { "10.0.0.1:7000", "[::1]:7001" } }, password = "pw", read_timeout = 300 }))
+      assert.equal("cluster", conf.topology)
+      assert.equal(5, conf.max_redirects)
+      assert.equal("cluster 10.0.0.1:7000,::1:7001", conf.endpoint)
+      assert.equal(2, #conf.nodes)
+      assert.equal("::1", conf.nodes[2].host)
+      assert.equal(7001, conf.nodes[2].port)
+      assert.equal(300, conf.nodes[2].read_timeout)
+      assert.equal("pw", conf.nodes[2].password)
+      assert.equal(16, assert(redis.parse({ cluster = { nodes = { "h:1" }, max_redirects = 16 }, db = 0 })).max_redirects)
+    end)
+
+    it("takes three Redlock masters, and replicas = 0 beside them", function()
+      local conf = assert(redis.parse({ redlock = { "a:1", "b:2", "c:3" }, replicas = 0 }))
+      assert.equal("redlock", conf.topology)
+      assert.equal(3, #conf.nodes)
+      assert.equal("redlock a:1,b:2,c:3", conf.endpoint)
+    end)
+  end)
+
+  describe("option schemas", function()
+    local schema = require "resty.dlock.schema"
+
+    it("refuses, at compile time, a spec that names an option the schema lacks", function()
+      local ok, err = pcall(schema.compile, "t", { { name = "a", kind = "boolean", excludes = { "b" } } })
+      assert.is_false(ok)
+      assert.matches("dlock: schema t: a refers to no option b", err, 1, true)
+    end)
+
+    it("hands back a fresh table with defaults, never the caller's", function()
+      local check = schema.compile("t", {
+        { name = "n", kind = "integer", min = 1, max = 9, unit = "a digit", default = 5 },
+        { name = "s", kind = "string", maxLen = 3, secret = true },
+      })
+      local given = { s = "abc" }
+      local out = assert(check(given))
+      assert.are_not.equal(given, out)
+      assert.same({ n = 5, s = "abc" }, out)
+      assert.same({ s = "abc" }, given)
+      local _, err = check({ s = "abcd" })
+      assert.equal("dlock: t.s must be at most 3 bytes, got 4 bytes", err)
+      _, err = check({ s = true })
+      assert.equal("dlock: t.s must be a string, got a boolean", err)
+      _, err = check({ n = 10 })
+      assert.equal("dlock: t.n must be at most 9, got 10", err)
+    end)
   end)
 
   describe("acquire", function()

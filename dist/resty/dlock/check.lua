@@ -30,6 +30,10 @@ end
 function ____exports.fail(what, v)
     return nil, (("dlock: " .. what) .. ", got ") .. ____exports.show(v)
 end
+--- fail() for a secret: its type, never its value, not even a mistyped one.
+function ____exports.hidden(what, v)
+    return nil, (("dlock: " .. what) .. ", got a ") .. type(v)
+end
 --- Integer in [min, max]; `unit` finishes the sentence ("a positive integer of ms").
 function ____exports.integer(name, v, min, max, unit)
     if type(v) ~= "number" then

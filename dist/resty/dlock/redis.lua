@@ -1,8 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local shake, handshake, init, isMaster, known
+local masterOf, shake, handshake, init, isMaster, known, sentinelMasters
 local check = require("resty.dlock.check")
 local eviction = require("resty.dlock.eviction")
+local schema = require("resty.dlock.schema")
 local sentinel = require("resty.dlock.sentinel")
 --- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
 -- TLS, timeouts, pools per endpoint) for host:port alone.
@@ -45,6 +46,15 @@ function ____exports.node(conf, host, port)
         nodes = nil,
         max_redirects = conf.max_redirects
     }
+end
+function masterOf(conf, host, port)
+    local name = (((conf.pool .. "@") .. host) .. ":") .. tostring(port)
+    local m = sentinelMasters[name]
+    if m == nil then
+        m = ____exports.node(conf, host, port)
+        sentinelMasters[name] = m
+    end
+    return m
 end
 function shake(sock, serverName, verify)
     return sock:sslhandshake(nil, serverName, verify)
@@ -111,297 +121,179 @@ local function loadClient()
 end
 local client = loadClient()
 local clientHasTimeouts = client ~= nil and rawget(client, "set_timeouts") ~= nil
-local REDIS_OPTIONS = check.set(
-    "host",
-    "port",
-    "path",
-    "username",
-    "password",
-    "db",
-    "connect_timeout",
-    "read_timeout",
-    "pool_size",
-    "backlog",
-    "keepalive_timeout",
-    "ssl",
-    "ssl_verify",
-    "server_name",
-    "replicas",
-    "replicas_timeout",
-    "sentinel",
-    "cluster",
-    "redlock"
-)
-local CLUSTER_OPTIONS = check.set("nodes", "max_redirects")
 local MAX_MS = 3600000
+--- Cluster: MOVED/ASK redirections followed per call when redis.cluster.max_redirects is not given.
+local MAX_REDIRECTS = 5
+local clusterOptions = schema.compile("redis.cluster", {{name = "nodes", kind = "nodes", required = true}, {
+    name = "max_redirects",
+    kind = "integer",
+    min = 1,
+    max = 16,
+    unit = "a positive integer",
+    default = MAX_REDIRECTS
+}})
+--- ssl_verify and server_name mean nothing without TLS: one message for both.
+local NEEDS_SSL = {option = "ssl", must = "true", shared = {"ssl_verify", "server_name"}}
+local redisOptions = schema.compile("redis", {
+    {name = "sentinel", kind = "table", table = sentinel.parse, excludes = {
+        "host",
+        "port",
+        "path",
+        "cluster",
+        "redlock"
+    }},
+    {name = "cluster", kind = "table", table = clusterOptions, excludes = {
+        "host",
+        "port",
+        "path",
+        "sentinel",
+        "redlock"
+    }},
+    {
+        name = "redlock",
+        kind = "nodes",
+        min = 3,
+        unit = "independent masters",
+        excludes = {
+            "host",
+            "port",
+            "path",
+            "sentinel",
+            "cluster"
+        }
+    },
+    {
+        name = "path",
+        kind = "string",
+        maxLen = 4096,
+        prefix = "unix:",
+        excludes = {"host", "port"},
+        excludesAsOne = true
+    },
+    {name = "host", kind = "string", maxLen = 255, default = "127.0.0.1"},
+    {
+        name = "port",
+        kind = "integer",
+        min = 1,
+        max = 65535,
+        unit = "an integer port number",
+        default = 6379
+    },
+    {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}},
+    {name = "password", kind = "string", secret = true},
+    {
+        name = "db",
+        kind = "integer",
+        min = 0,
+        max = 1000000,
+        unit = "a non-negative integer",
+        default = 0,
+        idle = 0,
+        requires = {{option = "cluster", must = "unset", why = "Redis Cluster has one database"}}
+    },
+    {
+        name = "connect_timeout",
+        kind = "integer",
+        min = 1,
+        max = MAX_MS,
+        unit = "a positive integer of ms",
+        default = 1000
+    },
+    {
+        name = "read_timeout",
+        kind = "integer",
+        min = 1,
+        max = MAX_MS,
+        unit = "a positive integer of ms",
+        default = 1000
+    },
+    {
+        name = "pool_size",
+        kind = "integer",
+        min = 1,
+        max = 100000,
+        unit = "a positive integer",
+        default = 64
+    },
+    {
+        name = "keepalive_timeout",
+        kind = "integer",
+        min = 0,
+        max = MAX_MS,
+        unit = "a non-negative integer of ms",
+        default = 60000
+    },
+    {
+        name = "backlog",
+        kind = "integer",
+        min = 0,
+        max = 100000,
+        unit = "a non-negative integer"
+    },
+    {
+        name = "replicas",
+        kind = "integer",
+        min = 0,
+        max = 100,
+        unit = "a non-negative integer",
+        default = 0,
+        idle = 0,
+        requires = {{option = "redlock", must = "unset", why = "a Redlock majority is its replication: WAIT does not apply"}}
+    },
+    {
+        name = "replicas_timeout",
+        kind = "integer",
+        min = 1,
+        max = MAX_MS,
+        unit = "a positive integer of ms",
+        default = 50,
+        requires = {{option = "replicas", must = "positive"}}
+    },
+    {name = "ssl", kind = "boolean", default = false},
+    {
+        name = "ssl_verify",
+        kind = "boolean",
+        default = false,
+        idle = false,
+        requires = {NEEDS_SSL}
+    },
+    {name = "server_name", kind = "string", maxLen = 255, requires = {NEEDS_SSL}}
+})
 --- Validate the `redis` option table of dlock.new and friends. `dict` is the
 -- factory's lua_shared_dict: the eviction finding is shared there.
 function ____exports.parse(v, dict)
     if client == nil then
         return nil, "dlock: no Redis client library: install lua-resty-redis (resty.redis) or Debian's lua-nginx-redis (nginx.redis)"
     end
-    local o, oerr = check.options("redis", v, REDIS_OPTIONS)
+    local o, oerr = redisOptions(v)
     if o == nil then
         return nil, oerr
     end
-    local host = "127.0.0.1"
-    local port = 6379
-    local path
-    local sent
-    local seeds
-    local maxRedirects = 5
     local topology = "standalone"
-    local exclusive = {
-        "host",
-        "port",
-        "path",
-        "sentinel",
-        "cluster",
-        "redlock"
-    }
-    for ____, a in ipairs({"sentinel", "cluster", "redlock"}) do
-        if o[a] ~= nil then
-            for ____, b in ipairs(exclusive) do
-                if b ~= a and o[b] ~= nil and not (a == "sentinel" and b == "sentinel") then
-                    return check.fail((("redis." .. a) .. " excludes redis.") .. b, o[b])
-                end
-            end
-        end
-    end
+    local seeds
+    local maxRedirects = MAX_REDIRECTS
     if o.cluster ~= nil then
-        local c, cerr = check.options("redis.cluster", o.cluster, CLUSTER_OPTIONS)
-        if c == nil then
-            return nil, cerr
-        end
-        local list, lerr = sentinel.parseNodes("redis.cluster.nodes", c.nodes)
-        if list == nil then
-            return nil, lerr
-        end
-        seeds = list
-        if c.max_redirects ~= nil then
-            local n, err = check.integer(
-                "redis.cluster.max_redirects",
-                c.max_redirects,
-                1,
-                16,
-                "a positive integer"
-            )
-            if n == nil then
-                return nil, err
-            end
-            maxRedirects = n
-        end
-        if o.db ~= nil and o.db ~= 0 then
-            return check.fail("redis.db is refused with redis.cluster (Redis Cluster has one database)", o.db)
-        end
         topology = "cluster"
+        seeds = o.cluster.nodes
+        maxRedirects = o.cluster.max_redirects
     elseif o.redlock ~= nil then
-        local list, lerr = sentinel.parseNodes("redis.redlock", o.redlock)
-        if list == nil then
-            return nil, lerr
-        end
-        if #list < 3 then
-            return check.fail("redis.redlock needs at least 3 independent masters", #list)
-        end
-        seeds = list
         topology = "redlock"
+        seeds = o.redlock
+        local seen = {}
+        for ____, n in ipairs(seeds) do
+            local name = (n.host .. ":") .. tostring(n.port)
+            if seen[name] ~= nil then
+                return check.fail(("redis.redlock names " .. name) .. " twice: its masters must be independent", name)
+            end
+            seen[name] = true
+        end
     elseif o.sentinel ~= nil then
-        if o.host ~= nil or o.port ~= nil or o.path ~= nil then
-            return check.fail("redis.sentinel excludes redis.host, redis.port and redis.path", o.sentinel)
-        end
-        local sc, serr = sentinel.parse(o.sentinel)
-        if sc == nil then
-            return nil, serr
-        end
-        sent = sc
         topology = "sentinel"
     elseif o.path ~= nil then
-        if o.host ~= nil or o.port ~= nil then
-            return check.fail("redis.path excludes redis.host and redis.port", o.path)
-        end
-        local p, err = check.str("redis.path", o.path, 4096)
-        if p == nil then
-            return nil, err
-        end
-        if string.sub(p, 1, 5) ~= "unix:" then
-            return check.fail("redis.path must start with \"unix:\"", p)
-        end
-        path = p
         topology = "unix"
-    else
-        if o.host ~= nil then
-            local h, err = check.str("redis.host", o.host, 255)
-            if h == nil then
-                return nil, err
-            end
-            host = h
-        end
-        if o.port ~= nil then
-            local p, err = check.integer(
-                "redis.port",
-                o.port,
-                1,
-                65535,
-                "an integer port number"
-            )
-            if p == nil then
-                return nil, err
-            end
-            port = p
-        end
     end
-    local username
-    local password
-    if o.username ~= nil then
-        local u, err = check.str("redis.username", o.username, 1024)
-        if u == nil then
-            return nil, err
-        end
-        username = u
-    end
-    if o.password ~= nil then
-        if type(o.password) ~= "string" then
-            return nil, "dlock: redis.password must be a string, got a " .. type(o.password)
-        end
-        password = o.password
-    end
-    if username ~= nil and password == nil then
-        return nil, "dlock: redis.username needs redis.password"
-    end
-    local ints = {}
-    local defaults = {
-        {
-            "db",
-            0,
-            0,
-            1000000,
-            "a non-negative integer"
-        },
-        {
-            "connect_timeout",
-            1000,
-            1,
-            MAX_MS,
-            "a positive integer of ms"
-        },
-        {
-            "read_timeout",
-            1000,
-            1,
-            MAX_MS,
-            "a positive integer of ms"
-        },
-        {
-            "pool_size",
-            64,
-            1,
-            100000,
-            "a positive integer"
-        },
-        {
-            "keepalive_timeout",
-            60000,
-            0,
-            MAX_MS,
-            "a non-negative integer of ms"
-        }
-    }
-    for ____, ____value in ipairs(defaults) do
-        local name = ____value[1]
-        local dflt = ____value[2]
-        local min = ____value[3]
-        local max = ____value[4]
-        local unit = ____value[5]
-        local v = o[name]
-        if v == nil then
-            ints[name] = dflt
-        else
-            local n, err = check.integer(
-                "redis." .. name,
-                v,
-                min,
-                max,
-                unit
-            )
-            if n == nil then
-                return nil, err
-            end
-            ints[name] = n
-        end
-    end
-    local backlog
-    if o.backlog ~= nil then
-        local n, err = check.integer(
-            "redis.backlog",
-            o.backlog,
-            0,
-            100000,
-            "a non-negative integer"
-        )
-        if n == nil then
-            return nil, err
-        end
-        backlog = n
-    end
-    local replicas = 0
-    if o.replicas ~= nil then
-        local n, err = check.integer(
-            "redis.replicas",
-            o.replicas,
-            0,
-            100,
-            "a non-negative integer"
-        )
-        if n == nil then
-            return nil, err
-        end
-        replicas = n
-    end
-    local replicasTimeout = 50
-    if o.replicas_timeout ~= nil then
-        if replicas == 0 then
-            return check.fail("redis.replicas_timeout needs redis.replicas > 0", o.replicas_timeout)
-        end
-        local n, err = check.integer(
-            "redis.replicas_timeout",
-            o.replicas_timeout,
-            1,
-            MAX_MS,
-            "a positive integer of ms"
-        )
-        if n == nil then
-            return nil, err
-        end
-        replicasTimeout = n
-    end
-    local ssl = false
-    local sslVerify = false
-    local serverName
-    if o.ssl ~= nil then
-        local b, err = check.bool("redis.ssl", o.ssl)
-        if b == nil then
-            return nil, err
-        end
-        ssl = b
-    end
-    if o.ssl_verify ~= nil then
-        local b, err = check.bool("redis.ssl_verify", o.ssl_verify)
-        if b == nil then
-            return nil, err
-        end
-        sslVerify = b
-    end
-    if o.server_name ~= nil then
-        local s, err = check.str("redis.server_name", o.server_name, 255)
-        if s == nil then
-            return nil, err
-        end
-        serverName = s
-    end
-    if not ssl and (sslVerify or serverName ~= nil) then
-        return nil, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true"
-    end
-    local endpoint = path or (host .. ":") .. tostring(port)
+    local sent = o.sentinel
+    local endpoint = o.path or (o.host .. ":") .. tostring(o.port)
     if sent ~= nil then
         endpoint = "sentinel " .. sent.master
     elseif seeds ~= nil then
@@ -411,39 +303,38 @@ function ____exports.parse(v, dict)
         end
         endpoint = (topology .. " ") .. table.concat(names, ",")
     end
-    local db = ints.db
     local tls = ""
-    if ssl then
-        tls = sslVerify and ("tls+verify=" .. (serverName or "")) .. ":" or "tls:"
+    if o.ssl then
+        tls = o.ssl_verify and ("tls+verify=" .. (o.server_name or "")) .. ":" or "tls:"
     end
-    local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. tostring(db)
+    local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. tostring(o.db)
     if sent ~= nil then
         pool = (pool .. ":") .. sent.id
     end
-    if password ~= nil then
+    if o.password ~= nil then
         pool = (pool .. ":") .. string.sub(
-            ngx.md5(((username or "") .. "\0") .. password),
+            ngx.md5(((o.username or "") .. "\0") .. o.password),
             1,
             16
         )
     end
     local conf = {
-        host = host,
-        port = port,
-        path = path,
-        username = username,
-        password = password,
-        db = db,
-        connect_timeout = ints.connect_timeout,
-        read_timeout = ints.read_timeout,
-        pool_size = ints.pool_size,
-        backlog = backlog,
-        replicas = replicas,
-        replicas_timeout = replicasTimeout,
-        keepalive_timeout = ints.keepalive_timeout,
-        ssl = ssl,
-        ssl_verify = sslVerify,
-        server_name = serverName,
+        host = o.host,
+        port = o.port,
+        path = o.path,
+        username = o.username,
+        password = o.password,
+        db = o.db,
+        connect_timeout = o.connect_timeout,
+        read_timeout = o.read_timeout,
+        pool_size = o.pool_size,
+        backlog = o.backlog,
+        replicas = o.replicas,
+        replicas_timeout = o.replicas_timeout,
+        keepalive_timeout = o.keepalive_timeout,
+        ssl = o.ssl,
+        ssl_verify = o.ssl_verify,
+        server_name = o.server_name,
         pool = pool,
         endpoint = endpoint,
         dict = dict,
@@ -520,7 +411,10 @@ function ____exports.connect(conf)
             ierr = init(red, conf)
         end
         if ierr == nil then
-            ierr = eviction.check(red, conf)
+            ierr = eviction.check(
+                red,
+                conf.sentinel ~= nil and masterOf(conf, host, port) or conf
+            )
         end
         if ierr ~= nil then
             red:close()
@@ -529,6 +423,7 @@ function ____exports.connect(conf)
     end
     return red, nil
 end
+sentinelMasters = {}
 --- Hand the connection back. After a network error lua-resty-redis has already
 -- closed the socket (a read timeout closes it), so only healthy ones are pooled.
 function ____exports.done(red, conf, healthy)

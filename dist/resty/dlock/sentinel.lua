@@ -1,79 +1,23 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.check")
-local OPTIONS = check.set("master", "nodes", "username", "password")
---- "host:port" or "[v6]:port".
-function ____exports.parseNode(name, v)
-    if type(v) ~= "string" then
-        return check.fail(name .. " must be \"host:port\" strings", v)
-    end
-    local host, port = string.match(v, "^%[([%x:%.]+)%]:(%d+)$")
-    if host == nil then
-        host, port = string.match(v, "^([%w%.%-_]+):(%d+)$")
-    end
-    local p = tonumber(port)
-    if host == nil or p == nil or p < 1 or p > 65535 then
-        return check.fail(name .. " must be \"host:port\" strings", v)
-    end
-    return {host = host, port = p}, nil
-end
---- A non-empty list of "host:port" strings.
-function ____exports.parseNodes(name, list)
-    if type(list) ~= "table" or #list == 0 then
-        return check.fail(name .. " must be a list of \"host:port\" strings", list)
-    end
-    local nodes = {}
-    for ____, n in ipairs(list) do
-        local node, nerr = ____exports.parseNode(name, n)
-        if node == nil then
-            return nil, nerr
-        end
-        nodes[#nodes + 1] = node
-    end
-    return nodes, nil
-end
+local schema = require("resty.dlock.schema")
+local validate = schema.compile("redis.sentinel", {{name = "master", kind = "string", maxLen = 255, required = true}, {name = "nodes", kind = "nodes", required = true}, {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}}, {name = "password", kind = "string", secret = true}})
 --- The `redis.sentinel` option table.
 function ____exports.parse(v)
-    local o, err = check.options("redis.sentinel", v, OPTIONS)
+    local o, err = validate(v)
     if o == nil then
         return nil, err
     end
-    local master, merr = check.str("redis.sentinel.master", o.master, 255)
-    if master == nil then
-        return nil, merr
-    end
-    local nodes, nerr = ____exports.parseNodes("redis.sentinel.nodes", o.nodes)
-    if nodes == nil then
-        return nil, nerr
-    end
-    local username
-    local password
-    if o.username ~= nil then
-        local u, uerr = check.str("redis.sentinel.username", o.username, 1024)
-        if u == nil then
-            return nil, uerr
-        end
-        username = u
-    end
-    if o.password ~= nil then
-        if type(o.password) ~= "string" then
-            return nil, "dlock: redis.sentinel.password must be a string, got a " .. type(o.password)
-        end
-        password = o.password
-    end
-    if username ~= nil and password == nil then
-        return nil, "dlock: redis.sentinel.username needs redis.sentinel.password"
-    end
     local names = {}
-    for ____, n in ipairs(nodes) do
+    for ____, n in ipairs(o.nodes) do
         names[#names + 1] = (n.host .. ":") .. tostring(n.port)
     end
     return {
-        master = master,
+        master = o.master,
         id = table.concat(names, ","),
-        nodes = nodes,
-        username = username,
-        password = password
+        nodes = o.nodes,
+        username = o.username,
+        password = o.password
     }, nil
 end
 --- Seconds a worker trusts the sentinels' last answer. A failover is announced

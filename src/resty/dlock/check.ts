@@ -38,6 +38,11 @@ export function fail(what: string, v: unknown): LuaMultiReturn<[undefined, strin
   return $multi(undefined, "dlock: " + what + ", got " + show(v));
 }
 
+/** fail() for a secret: its type, never its value, not even a mistyped one. */
+export function hidden(what: string, v: unknown): LuaMultiReturn<[undefined, string]> {
+  return $multi(undefined, "dlock: " + what + ", got a " + type(v));
+}
+
 /** Integer in [min, max]; `unit` finishes the sentence ("a positive integer of ms"). */
 export function integer(name: string, v: unknown, min: number, max: number, unit: string): LuaMultiReturn<[number | undefined, string | undefined]> {
   if (type(v) !== "number") {

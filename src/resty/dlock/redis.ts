@@ -3,6 +3,7 @@
 
 import * as check from "./check";
 import * as eviction from "./eviction";
+import * as schema from "./schema";
 import * as sentinel from "./sentinel";
 
 function loadClient(this: void): RestyRedisModule | undefined {
@@ -57,13 +58,80 @@ export interface RedisConf {
 
 export type Topology = "standalone" | "unix" | "sentinel" | "cluster" | "redlock";
 
-const REDIS_OPTIONS = check.set(
-  "host", "port", "path", "username", "password", "db",
-  "connect_timeout", "read_timeout", "pool_size", "backlog", "keepalive_timeout",
-  "ssl", "ssl_verify", "server_name", "replicas", "replicas_timeout", "sentinel", "cluster", "redlock",
-);
-const CLUSTER_OPTIONS = check.set("nodes", "max_redirects");
 const MAX_MS = 3600000;
+/** Cluster: MOVED/ASK redirections followed per call when redis.cluster.max_redirects is not given. */
+const MAX_REDIRECTS = 5;
+
+interface ClusterOptions {
+  readonly nodes: schema.Node[];
+  readonly max_redirects: number;
+}
+
+/** What the `redis` schema hands back, before parse() derives the topology, pools and nodes. */
+interface Options {
+  readonly sentinel: sentinel.SentinelConf | undefined;
+  readonly cluster: ClusterOptions | undefined;
+  readonly redlock: schema.Node[] | undefined;
+  readonly path: string | undefined;
+  readonly host: string;
+  readonly port: number;
+  readonly username: string | undefined;
+  readonly password: string | undefined;
+  readonly db: number;
+  readonly connect_timeout: number;
+  readonly read_timeout: number;
+  readonly pool_size: number;
+  readonly keepalive_timeout: number;
+  readonly backlog: number | undefined;
+  readonly replicas: number;
+  readonly replicas_timeout: number;
+  readonly ssl: boolean;
+  readonly ssl_verify: boolean;
+  readonly server_name: string | undefined;
+}
+
+const clusterOptions = schema.compile<ClusterOptions>("redis.cluster", [
+  { name: "nodes", kind: "nodes", required: true },
+  { name: "max_redirects", kind: "integer", min: 1, max: 16, unit: "a positive integer", default: MAX_REDIRECTS },
+]);
+
+/** ssl_verify and server_name mean nothing without TLS: one message for both. */
+const NEEDS_SSL: schema.Rule = { option: "ssl", must: "true", shared: ["ssl_verify", "server_name"] };
+
+// One address per factory: host and port, a socket path, sentinels, a cluster or Redlock masters.
+const redisOptions = schema.compile<Options>("redis", [
+  { name: "sentinel", kind: "table", table: sentinel.parse, excludes: ["host", "port", "path", "cluster", "redlock"] },
+  { name: "cluster", kind: "table", table: clusterOptions, excludes: ["host", "port", "path", "sentinel", "redlock"] },
+  {
+    name: "redlock", kind: "nodes", min: 3, unit: "independent masters",
+    excludes: ["host", "port", "path", "sentinel", "cluster"],
+  },
+  { name: "path", kind: "string", maxLen: 4096, prefix: "unix:", excludes: ["host", "port"], excludesAsOne: true },
+  { name: "host", kind: "string", maxLen: 255, default: "127.0.0.1" },
+  { name: "port", kind: "integer", min: 1, max: 65535, unit: "an integer port number", default: 6379 },
+  { name: "username", kind: "string", maxLen: 1024, requires: [{ option: "password", must: "set" }] },
+  { name: "password", kind: "string", secret: true },
+  {
+    name: "db", kind: "integer", min: 0, max: 1000000, unit: "a non-negative integer", default: 0, idle: 0,
+    requires: [{ option: "cluster", must: "unset", why: "Redis Cluster has one database" }],
+  },
+  { name: "connect_timeout", kind: "integer", min: 1, max: MAX_MS, unit: "a positive integer of ms", default: 1000 },
+  { name: "read_timeout", kind: "integer", min: 1, max: MAX_MS, unit: "a positive integer of ms", default: 1000 },
+  { name: "pool_size", kind: "integer", min: 1, max: 100000, unit: "a positive integer", default: 64 },
+  { name: "keepalive_timeout", kind: "integer", min: 0, max: MAX_MS, unit: "a non-negative integer of ms", default: 60000 },
+  { name: "backlog", kind: "integer", min: 0, max: 100000, unit: "a non-negative integer" },
+  {
+    name: "replicas", kind: "integer", min: 0, max: 100, unit: "a non-negative integer", default: 0, idle: 0,
+    requires: [{ option: "redlock", must: "unset", why: "a Redlock majority is its replication: WAIT does not apply" }],
+  },
+  {
+    name: "replicas_timeout", kind: "integer", min: 1, max: MAX_MS, unit: "a positive integer of ms", default: 50,
+    requires: [{ option: "replicas", must: "positive" }],
+  },
+  { name: "ssl", kind: "boolean", default: false },
+  { name: "ssl_verify", kind: "boolean", default: false, idle: false, requires: [NEEDS_SSL] },
+  { name: "server_name", kind: "string", maxLen: 255, requires: [NEEDS_SSL] },
+]);
 
 /**
  * Validate the `redis` option table of dlock.new and friends. `dict` is the
@@ -73,159 +141,36 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   if (client === undefined) {
     return $multi(undefined, "dlock: no Redis client library: install lua-resty-redis (resty.redis) or Debian's lua-nginx-redis (nginx.redis)");
   }
-  const [o, oerr] = check.options("redis", v, REDIS_OPTIONS);
+  const [o, oerr] = redisOptions(v);
   if (o === undefined) return $multi(undefined, oerr);
 
-  let host = "127.0.0.1";
-  let port = 6379;
-  let path: string | undefined;
-  let sent: sentinel.SentinelConf | undefined;
-  let seeds: sentinel.Node[] | undefined;
-  let maxRedirects = 5;
   let topology: Topology = "standalone";
-  const exclusive = ["host", "port", "path", "sentinel", "cluster", "redlock"];
-  for (const a of ["sentinel", "cluster", "redlock"]) {
-    if (o.get(a) !== undefined) {
-      for (const b of exclusive) {
-        if (b !== a && o.get(b) !== undefined) {
-          return check.fail("redis." + a + " excludes redis." + b, o.get(b));
-        }
-      }
-    }
-  }
-  if (o.get("cluster") !== undefined) {
-    const [c, cerr] = check.options("redis.cluster", o.get("cluster"), CLUSTER_OPTIONS);
-    if (c === undefined) return $multi(undefined, cerr);
-    const [list, lerr] = sentinel.parseNodes("redis.cluster.nodes", c.get("nodes"));
-    if (list === undefined) return $multi(undefined, lerr);
-    seeds = list;
-    if (c.get("max_redirects") !== undefined) {
-      const [n, err] = check.integer("redis.cluster.max_redirects", c.get("max_redirects"), 1, 16, "a positive integer");
-      if (n === undefined) return $multi(undefined, err);
-      maxRedirects = n;
-    }
-    if (o.get("db") !== undefined && o.get("db") !== 0) {
-      return check.fail("redis.db is refused with redis.cluster (Redis Cluster has one database)", o.get("db"));
-    }
+  let seeds: schema.Node[] | undefined;
+  let maxRedirects = MAX_REDIRECTS;
+  if (o.cluster !== undefined) {
     topology = "cluster";
-  } else if (o.get("redlock") !== undefined) {
-    const [list, lerr] = sentinel.parseNodes("redis.redlock", o.get("redlock"));
-    if (list === undefined) return $multi(undefined, lerr);
-    if (list.length < 3) {
-      return check.fail("redis.redlock needs at least 3 independent masters", list.length);
-    }
-    seeds = list;
+    seeds = o.cluster.nodes;
+    maxRedirects = o.cluster.max_redirects;
+  } else if (o.redlock !== undefined) {
     topology = "redlock";
-  } else if (o.get("sentinel") !== undefined) {
-    const [sc, serr] = sentinel.parse(o.get("sentinel"));
-    if (sc === undefined) return $multi(undefined, serr);
-    sent = sc;
+    seeds = o.redlock;
+    // One server named twice would count twice toward a majority it alone decides.
+    const seen = new LuaTable<string, boolean>();
+    for (const n of seeds) {
+      const name = n.host + ":" + n.port;
+      if (seen.has(name)) {
+        return check.fail("redis.redlock names " + name + " twice: its masters must be independent", name);
+      }
+      seen.set(name, true);
+    }
+  } else if (o.sentinel !== undefined) {
     topology = "sentinel";
-  } else if (o.get("path") !== undefined) {
-    if (o.get("host") !== undefined || o.get("port") !== undefined) {
-      return check.fail("redis.path excludes redis.host and redis.port", o.get("path"));
-    }
-    const [p, err] = check.str("redis.path", o.get("path"), 4096);
-    if (p === undefined) return $multi(undefined, err);
-    if (string.sub(p, 1, 5) !== "unix:") {
-      return check.fail("redis.path must start with \"unix:\"", p);
-    }
-    path = p;
+  } else if (o.path !== undefined) {
     topology = "unix";
-  } else {
-    if (o.get("host") !== undefined) {
-      const [h, err] = check.str("redis.host", o.get("host"), 255);
-      if (h === undefined) return $multi(undefined, err);
-      host = h;
-    }
-    if (o.get("port") !== undefined) {
-      const [p, err] = check.integer("redis.port", o.get("port"), 1, 65535, "an integer port number");
-      if (p === undefined) return $multi(undefined, err);
-      port = p;
-    }
   }
 
-  let username: string | undefined;
-  let password: string | undefined;
-  if (o.get("username") !== undefined) {
-    const [u, err] = check.str("redis.username", o.get("username"), 1024);
-    if (u === undefined) return $multi(undefined, err);
-    username = u;
-  }
-  if (o.get("password") !== undefined) {
-    if (type(o.get("password")) !== "string") {
-      // Never echo a password back, not even a mistyped one.
-      return $multi(undefined, "dlock: redis.password must be a string, got a " + type(o.get("password")));
-    }
-    password = o.get("password") as string;
-  }
-  if (username !== undefined && password === undefined) {
-    return $multi(undefined, "dlock: redis.username needs redis.password");
-  }
-
-  const ints = new LuaTable<string, number>();
-  const defaults: [string, number, number, number, string][] = [
-    ["db", 0, 0, 1000000, "a non-negative integer"],
-    ["connect_timeout", 1000, 1, MAX_MS, "a positive integer of ms"],
-    ["read_timeout", 1000, 1, MAX_MS, "a positive integer of ms"],
-    ["pool_size", 64, 1, 100000, "a positive integer"],
-    ["keepalive_timeout", 60000, 0, MAX_MS, "a non-negative integer of ms"],
-  ];
-  for (const [name, dflt, min, max, unit] of defaults) {
-    const v = o.get(name);
-    if (v === undefined) {
-      ints.set(name, dflt);
-    } else {
-      const [n, err] = check.integer("redis." + name, v, min, max, unit);
-      if (n === undefined) return $multi(undefined, err);
-      ints.set(name, n);
-    }
-  }
-  let backlog: number | undefined;
-  if (o.get("backlog") !== undefined) {
-    const [n, err] = check.integer("redis.backlog", o.get("backlog"), 0, 100000, "a non-negative integer");
-    if (n === undefined) return $multi(undefined, err);
-    backlog = n;
-  }
-  let replicas = 0;
-  if (o.get("replicas") !== undefined) {
-    const [n, err] = check.integer("redis.replicas", o.get("replicas"), 0, 100, "a non-negative integer");
-    if (n === undefined) return $multi(undefined, err);
-    replicas = n;
-  }
-  let replicasTimeout = 50;
-  if (o.get("replicas_timeout") !== undefined) {
-    if (replicas === 0) {
-      return check.fail("redis.replicas_timeout needs redis.replicas > 0", o.get("replicas_timeout"));
-    }
-    const [n, err] = check.integer("redis.replicas_timeout", o.get("replicas_timeout"), 1, MAX_MS, "a positive integer of ms");
-    if (n === undefined) return $multi(undefined, err);
-    replicasTimeout = n;
-  }
-
-  let ssl = false;
-  let sslVerify = false;
-  let serverName: string | undefined;
-  if (o.get("ssl") !== undefined) {
-    const [b, err] = check.bool("redis.ssl", o.get("ssl"));
-    if (b === undefined) return $multi(undefined, err);
-    ssl = b;
-  }
-  if (o.get("ssl_verify") !== undefined) {
-    const [b, err] = check.bool("redis.ssl_verify", o.get("ssl_verify"));
-    if (b === undefined) return $multi(undefined, err);
-    sslVerify = b;
-  }
-  if (o.get("server_name") !== undefined) {
-    const [s, err] = check.str("redis.server_name", o.get("server_name"), 255);
-    if (s === undefined) return $multi(undefined, err);
-    serverName = s;
-  }
-  if (!ssl && (sslVerify || serverName !== undefined)) {
-    return $multi(undefined, "dlock: redis.ssl_verify and redis.server_name need redis.ssl = true");
-  }
-
-  let endpoint = path ?? host + ":" + port;
+  const sent = o.sentinel;
+  let endpoint = o.path ?? o.host + ":" + o.port;
   if (sent !== undefined) {
     endpoint = "sentinel " + sent.master;
   } else if (seeds !== undefined) {
@@ -233,28 +178,27 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     for (const n of seeds) names.push(n.host + ":" + n.port);
     endpoint = topology + " " + table.concat(names, ",");
   }
-  const db = ints.get("db");
   // A connection verified for one name (or not verified) must not serve a factory that asks for another.
   let tls = "";
-  if (ssl) {
-    tls = sslVerify ? "tls+verify=" + (serverName ?? "") + ":" : "tls:";
+  if (o.ssl) {
+    tls = o.ssl_verify ? "tls+verify=" + (o.server_name ?? "") + ":" : "tls:";
   }
-  let pool = "dlock:" + tls + endpoint + ":" + db;
+  let pool = "dlock:" + tls + endpoint + ":" + o.db;
   if (sent !== undefined) {
     pool = pool + ":" + sent.id;
   }
-  if (password !== undefined) {
+  if (o.password !== undefined) {
     // A digest, not the secret, ends up in the pool name (it shows in debug logs).
-    pool = pool + ":" + string.sub(ngx.md5((username ?? "") + "\0" + password), 1, 16);
+    pool = pool + ":" + string.sub(ngx.md5((o.username ?? "") + "\0" + o.password), 1, 16);
   }
   const conf: RedisConf = {
-    host, port, path, username, password, db,
-    connect_timeout: ints.get("connect_timeout"),
-    read_timeout: ints.get("read_timeout"),
-    pool_size: ints.get("pool_size"),
-    backlog, replicas, replicas_timeout: replicasTimeout,
-    keepalive_timeout: ints.get("keepalive_timeout"),
-    ssl, ssl_verify: sslVerify, server_name: serverName,
+    host: o.host, port: o.port, path: o.path, username: o.username, password: o.password, db: o.db,
+    connect_timeout: o.connect_timeout,
+    read_timeout: o.read_timeout,
+    pool_size: o.pool_size,
+    backlog: o.backlog, replicas: o.replicas, replicas_timeout: o.replicas_timeout,
+    keepalive_timeout: o.keepalive_timeout,
+    ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name,
     pool, endpoint, dict, sentinel: sent,
     topology, nodes: undefined, max_redirects: maxRedirects,
   };
@@ -349,13 +293,28 @@ export function connect(conf: RedisConf): LuaMultiReturn<[RestyRedis | undefined
     if (conf.ssl) ierr = handshake(red, conf);
     if (ierr === undefined && conf.sentinel !== undefined) ierr = isMaster(red, conf, host, port);
     if (ierr === undefined) ierr = init(red, conf);
-    if (ierr === undefined) ierr = eviction.check(red, conf);
+    // With Sentinel, each master it names is checked on its own: a failover can
+    // land on a server configured differently.
+    if (ierr === undefined) ierr = eviction.check(red, conf.sentinel !== undefined ? masterOf(conf, host, port) : conf);
     if (ierr !== undefined) {
       red.close();
       return $multi(undefined, ierr);
     }
   }
   return $multi(red, undefined);
+}
+
+/** Per Sentinel pool and master address: that master as a server of its own (for the eviction check). */
+const sentinelMasters = new LuaTable<string, RedisConf>();
+
+function masterOf(conf: RedisConf, host: string, port: number): RedisConf {
+  const name = conf.pool + "@" + host + ":" + port;
+  let m = sentinelMasters.get(name);
+  if (m === undefined) {
+    m = node(conf, host, port);
+    sentinelMasters.set(name, m);
+  }
+  return m;
 }
 
 function shake(this: void, sock: NgxTcpSocket, serverName: string | undefined, verify: boolean): LuaMultiReturn<[unknown, string | undefined]> {

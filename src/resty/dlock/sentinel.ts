@@ -5,7 +5,7 @@
 // worker and forgotten on connection errors, READONLY and LOADING, so after a
 // failover locks resume on the new master without an nginx reload.
 
-import * as check from "./check";
+import * as schema from "./schema";
 
 export interface Node {
   readonly host: string;
@@ -22,63 +22,28 @@ export interface SentinelConf {
   readonly password: string | undefined;
 }
 
-const OPTIONS = check.set("master", "nodes", "username", "password");
-
-/** "host:port" or "[v6]:port". */
-export function parseNode(name: string, v: unknown): LuaMultiReturn<[Node | undefined, string | undefined]> {
-  if (type(v) !== "string") return check.fail(name + " must be \"host:port\" strings", v);
-  let [host, port] = string.match(v as string, "^%[([%x:%.]+)%]:(%d+)$");
-  if (host === undefined) {
-    [host, port] = string.match(v as string, "^([%w%.%-_]+):(%d+)$");
-  }
-  const p = tonumber(port);
-  if (host === undefined || p === undefined || p < 1 || p > 65535) {
-    return check.fail(name + " must be \"host:port\" strings", v);
-  }
-  return $multi({ host, port: p }, undefined);
+/** What the `redis.sentinel` schema hands back: a SentinelConf but for its id. */
+interface Options {
+  readonly master: string;
+  readonly nodes: Node[];
+  readonly username: string | undefined;
+  readonly password: string | undefined;
 }
 
-/** A non-empty list of "host:port" strings. */
-export function parseNodes(name: string, list: unknown): LuaMultiReturn<[Node[] | undefined, string | undefined]> {
-  if (type(list) !== "table" || (list as unknown[]).length === 0) {
-    return check.fail(name + " must be a list of \"host:port\" strings", list);
-  }
-  const nodes: Node[] = [];
-  for (const n of list as unknown[]) {
-    const [node, nerr] = parseNode(name, n);
-    if (node === undefined) return $multi(undefined, nerr);
-    nodes.push(node);
-  }
-  return $multi(nodes, undefined);
-}
+const validate = schema.compile<Options>("redis.sentinel", [
+  { name: "master", kind: "string", maxLen: 255, required: true },
+  { name: "nodes", kind: "nodes", required: true },
+  { name: "username", kind: "string", maxLen: 1024, requires: [{ option: "password", must: "set" }] },
+  { name: "password", kind: "string", secret: true },
+]);
 
 /** The `redis.sentinel` option table. */
-export function parse(v: unknown): LuaMultiReturn<[SentinelConf | undefined, string | undefined]> {
-  const [o, err] = check.options("redis.sentinel", v, OPTIONS);
+export function parse(this: void, v: unknown): LuaMultiReturn<[SentinelConf | undefined, string | undefined]> {
+  const [o, err] = validate(v);
   if (o === undefined) return $multi(undefined, err);
-  const [master, merr] = check.str("redis.sentinel.master", o.get("master"), 255);
-  if (master === undefined) return $multi(undefined, merr);
-  const [nodes, nerr] = parseNodes("redis.sentinel.nodes", o.get("nodes"));
-  if (nodes === undefined) return $multi(undefined, nerr);
-  let username: string | undefined;
-  let password: string | undefined;
-  if (o.get("username") !== undefined) {
-    const [u, uerr] = check.str("redis.sentinel.username", o.get("username"), 1024);
-    if (u === undefined) return $multi(undefined, uerr);
-    username = u;
-  }
-  if (o.get("password") !== undefined) {
-    if (type(o.get("password")) !== "string") {
-      return $multi(undefined, "dlock: redis.sentinel.password must be a string, got a " + type(o.get("password")));
-    }
-    password = o.get("password") as string;
-  }
-  if (username !== undefined && password === undefined) {
-    return $multi(undefined, "dlock: redis.sentinel.username needs redis.sentinel.password");
-  }
   const names: string[] = [];
-  for (const n of nodes) names.push(n.host + ":" + n.port);
-  return $multi({ master, id: table.concat(names, ","), nodes, username, password }, undefined);
+  for (const n of o.nodes) names.push(n.host + ":" + n.port);
+  return $multi({ master: o.master, id: table.concat(names, ","), nodes: o.nodes, username: o.username, password: o.password }, undefined);
 }
 
 /**

@@ -5,6 +5,7 @@ local ledger = require("resty.dlock.ledger")
 local orphans = require("resty.dlock.orphans")
 local backend = require("resty.dlock.backend")
 local redis = require("resty.dlock.redis")
+local waits = require("resty.dlock.wait")
 --- Longest key accepted, in bytes (before the prefix).
 ____exports.MAX_KEY_LEN = 512
 --- Longest lease, in ms: one day. Longer jobs renew with lease:extend().
@@ -12,34 +13,6 @@ ____exports.MAX_TTL = 86400000
 local DEFAULT_TTL = 30000
 local FIRST_BACKOFF = 2
 local MAX_BACKOFF = 64
-local MAX_LOCAL_BACKOFF = 8
-local semaphore = require("ngx.semaphore")
-local waiting = {}
---- Sleep up to `ms`, or less if a release of rkey in this worker wakes us.
-local function pause(rkey, ms)
-    local w = waiting[rkey]
-    if w == nil then
-        local sem = semaphore.new(0)
-        if sem == nil then
-            ngx.sleep(ms / 1000)
-            return
-        end
-        w = {sem = sem, count = 0}
-        waiting[rkey] = w
-    end
-    w.count = w.count + 1
-    w.sem:wait(ms / 1000)
-    w.count = w.count - 1
-    if w.count == 0 and waiting[rkey] == w then
-        waiting[rkey] = nil
-    end
-end
-local function wake(rkey)
-    local w = waiting[rkey]
-    if w ~= nil and w.count > 0 then
-        w.sem:post(1)
-    end
-end
 function ____exports.checkTtl(v)
     return check.integer(
         "ttl",
@@ -181,7 +154,7 @@ end
 local function settle(l, reply)
     l.released = true
     ledger.forget(l.store.dict, l.rec, l.token)
-    wake(l.rkey)
+    waits.wake(l.rkey)
     if reply == 1 or l.releaseSent then
         return true, nil
     end
@@ -377,50 +350,6 @@ function ____exports.extendAll(list)
     end
     return results
 end
---- While a worker of this nginx holds the key, wait without polling Redis: a
--- holder in this worker wakes one waiter when it releases (waiters queue on a
--- semaphore, first come first served); a holder in another worker drops its
--- shared-dict record, which costs nothing to watch. "none": no holder here;
--- "free": try Redis now; "timeout": the deadline passed, and then the ms until
--- the holder's lease ends (retry_after).
-local function awaitLocalHolder(dict, rkey, deadline)
-    local rec = ledger.recordKey(rkey, "", false)
-    local step = 1
-    local seen = false
-    while true do
-        local pid, expires = ledger.holder(dict, rec)
-        if pid == nil then
-            return seen and "free" or "none", nil
-        end
-        seen = true
-        ngx.update_time()
-        local now = ngx.now() * 1000
-        if now >= deadline then
-            return "timeout", math.max(
-                0,
-                math.floor(expires - now)
-            )
-        end
-        if pid == ngx.worker.pid() then
-            pause(
-                rkey,
-                math.min(
-                    deadline - now,
-                    math.max(1, expires - now + 1)
-                )
-            )
-            return "free", nil
-        end
-        pause(
-            rkey,
-            math.min(
-                deadline - now,
-                step / 2 + math.random() * step / 2
-            )
-        )
-        step = math.min(step * 2, MAX_LOCAL_BACKOFF)
-    end
-end
 --- Try, and while `wait` allows, try again: lease on success; nil, "busy",
 -- retry_after when wait = 0; nil, "timeout", retry_after at the deadline;
 -- nil, "dlock: ..." on a Redis failure. `extra` goes to the script after ttl.
@@ -430,7 +359,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
     local backoff = FIRST_BACKOFF
     local retryAfter
     if wait > 0 and not kind.shared then
-        local state, left = awaitLocalHolder(store.dict, rkey, deadline)
+        local state, left = waits.awaitLocalHolder(store.dict, rkey, deadline)
         if state == "timeout" then
             return nil, "timeout", left
         end
@@ -521,7 +450,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
         local here = "none"
         if not kind.shared then
             local holderLeft
-            here, holderLeft = awaitLocalHolder(store.dict, rkey, deadline)
+            here, holderLeft = waits.awaitLocalHolder(store.dict, rkey, deadline)
             if here == "timeout" then
                 return nil, "timeout", holderLeft
             end
@@ -534,7 +463,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
             if left < nap then
                 nap = left
             end
-            pause(rkey, nap)
+            waits.pause(rkey, nap)
             backoff = math.min(backoff * 2, MAX_BACKOFF)
         end
     end

@@ -1,7 +1,7 @@
 // Leases: what resty.dlock locks and resty.dlock.semaphore permits have in
 // common. Options shared by both factories, the acquire loop (one script round
-// trip per attempt, jittered backoff while waiting), owner-checked release and
-// extend (one lease, or many in one round trip), and `with`.
+// trip per attempt; how to wait between attempts is wait.ts's), owner-checked
+// release and extend (one lease, or many in one round trip), and `with`.
 
 import * as check from "./check";
 import * as ledger from "./ledger";
@@ -9,6 +9,7 @@ import * as orphans from "./orphans";
 import * as backend from "./backend";
 import * as redis from "./redis";
 import * as scripts from "./scripts";
+import * as waits from "./wait";
 
 /** Longest key accepted, in bytes (before the prefix). */
 export const MAX_KEY_LEN = 512;
@@ -18,46 +19,6 @@ export const MAX_TTL = 86400000;
 const DEFAULT_TTL = 30000;
 const FIRST_BACKOFF = 2; // ms
 const MAX_BACKOFF = 64; // ms, between Redis polls while a holder elsewhere has the key
-const MAX_LOCAL_BACKOFF = 8; // ms, between shared-dict checks while a holder in this nginx has it
-
-const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
-
-/**
- * Waiters of this worker, per Redis key. A release in this worker wakes one of
- * them at once (hand-off in one round trip instead of a backoff nap).
- */
-interface Waiters {
-  readonly sem: NgxSemaphore;
-  count: number;
-}
-const waiting = new LuaTable<string, Waiters>();
-
-/** Sleep up to `ms`, or less if a release of rkey in this worker wakes us. */
-function pause(rkey: string, ms: number): void {
-  let w = waiting.get(rkey);
-  if (w === undefined) {
-    const [sem] = semaphore.new(0);
-    if (sem === undefined) {
-      ngx.sleep(ms / 1000);
-      return;
-    }
-    w = { sem, count: 0 };
-    waiting.set(rkey, w);
-  }
-  w.count++;
-  w.sem.wait(ms / 1000);
-  w.count--;
-  if (w.count === 0 && waiting.get(rkey) === w) {
-    waiting.delete(rkey);
-  }
-}
-
-function wake(rkey: string): void {
-  const w = waiting.get(rkey);
-  if (w !== undefined && w.count > 0) {
-    w.sem.post(1);
-  }
-}
 
 /** The scripts of one kind of lease. */
 export interface Kind {
@@ -220,7 +181,7 @@ function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean): void
 function settle(l: Lease, reply: RedisValue): LuaMultiReturn<[true | undefined, string | undefined]> {
   l.released = true;
   ledger.forget(l.store.dict, l.rec, l.token);
-  wake(l.rkey);
+  waits.wake(l.rkey);
   if (reply === 1 || l.releaseSent) {
     return $multi(true as const, undefined);
   }
@@ -419,39 +380,6 @@ export function extendAll(list: Lease[]): (true | string)[] {
 }
 
 /**
- * While a worker of this nginx holds the key, wait without polling Redis: a
- * holder in this worker wakes one waiter when it releases (waiters queue on a
- * semaphore, first come first served); a holder in another worker drops its
- * shared-dict record, which costs nothing to watch. "none": no holder here;
- * "free": try Redis now; "timeout": the deadline passed, and then the ms until
- * the holder's lease ends (retry_after).
- */
-function awaitLocalHolder(dict: NgxSharedDict, rkey: string, deadline: number): LuaMultiReturn<["none" | "free" | "timeout", number | undefined]> {
-  const rec = ledger.recordKey(rkey, "", false);
-  let step = 1;
-  let seen = false;
-  while (true) {
-    const [pid, expires] = ledger.holder(dict, rec);
-    if (pid === undefined) {
-      return $multi(seen ? "free" : "none", undefined);
-    }
-    seen = true;
-    ngx.update_time();
-    const now = ngx.now() * 1000;
-    if (now >= deadline) {
-      return $multi("timeout", math.max(0, math.floor(expires - now)));
-    }
-    if (pid === ngx.worker.pid()) {
-      // Woken by its release, or at its expiry if it never releases.
-      pause(rkey, math.min(deadline - now, math.max(1, expires - now + 1)));
-      return $multi("free", undefined);
-    }
-    pause(rkey, math.min(deadline - now, step / 2 + math.random() * step / 2));
-    step = math.min(step * 2, MAX_LOCAL_BACKOFF);
-  }
-}
-
-/**
  * Try, and while `wait` allows, try again: lease on success; nil, "busy",
  * retry_after when wait = 0; nil, "timeout", retry_after at the deadline;
  * nil, "dlock: ..." on a Redis failure. `extra` goes to the script after ttl.
@@ -464,7 +392,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
   // A waiter that finds the key held in this nginx queues up locally at once:
   // asking Redis first would only hear "busy". (Without `wait`, Redis answers.)
   if (wait > 0 && !kind.shared) {
-    const [state, left] = awaitLocalHolder(store.dict, rkey, deadline);
+    const [state, left] = waits.awaitLocalHolder(store.dict, rkey, deadline);
     if (state === "timeout") {
       return $multi(undefined, "timeout", left);
     }
@@ -528,7 +456,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
     let here: "none" | "free" | "timeout" = "none";
     if (!kind.shared) {
       let holderLeft: number | undefined;
-      [here, holderLeft] = awaitLocalHolder(store.dict, rkey, deadline);
+      [here, holderLeft] = waits.awaitLocalHolder(store.dict, rkey, deadline);
       if (here === "timeout") {
         return $multi(undefined, "timeout", holderLeft);
       }
@@ -539,7 +467,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
       let nap = backoff / 2 + math.random() * backoff / 2;
       if (retryAfter !== undefined && retryAfter + 1 < nap) nap = retryAfter + 1;
       if (left < nap) nap = left;
-      pause(rkey, nap);
+      waits.pause(rkey, nap);
       backoff = math.min(backoff * 2, MAX_BACKOFF);
     }
   }

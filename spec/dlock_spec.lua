@@ -37,6 +37,19 @@ describe("resty.dlock", function()
       assert.is_true(lease:release())
     end)
 
+    it("takes the key under its own name with prefix = \"\" (shared with other clients' locks)", function()
+      local locks = h.locks({ prefix = "" })
+      local key = h.unique("bare")
+      local lease = assert(locks:acquire(key, { ttl = 5000 }))
+      assert.equal(lease.token, h.cmd(nil, "get", key))
+      -- Another client's lock on that name (SET NX PX by hand, as node-redlock does) keeps it busy.
+      assert.is_true(lease:release())
+      assert.equal("OK", h.cmd(nil, "set", key, "theirs", "NX", "PX", 5000))
+      local _, err = locks:acquire(key, { ttl = 5000 })
+      assert.equal("busy", err)
+      h.cmd(nil, "del", key)
+    end)
+
     it("makes random tokens of 32 hex characters, different for every lease", function()
       local locks = h.locks()
       local seen = {}

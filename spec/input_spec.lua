@@ -21,7 +21,6 @@ describe("bad input", function()
       { { dict = "dlock", ttl_ms = 5 }, 'dlock: unknown option in dlock.new options, got "ttl_ms"' },
       { { dict = "dlock", [1] = true }, "dlock: unknown option in dlock.new options, got 1" },
       { { dict = "dlock", owner = "request" }, 'dlock: owner must be "random" or "worker", got "request"' },
-      { { dict = "dlock", prefix = "" }, 'dlock: prefix must not be empty, got ""' },
       { { dict = "dlock", ttl = -5 }, "dlock: ttl must be a positive integer of ms, got -5" },
       { { dict = "dlock", ttl = 0 }, "dlock: ttl must be a positive integer of ms, got 0" },
       { { dict = "dlock", ttl = 1.5 }, "dlock: ttl must be a positive integer of ms, got 1.5" },

@@ -6,6 +6,7 @@ local lease = require("resty.dlock.lease")
 local ledger = require("resty.dlock.ledger")
 local scripts = require("resty.dlock.scripts")
 local token = require("resty.dlock.token")
+local watchdog = require("resty.dlock.watchdog")
 ____exports._VERSION = "0.1.0"
 ____exports.MAX_KEY_LEN = lease.MAX_KEY_LEN
 ____exports.MAX_TTL = lease.MAX_TTL
@@ -34,7 +35,7 @@ local NEW_OPTIONS = check.set(
 )
 local locksMethods = {
     acquire = function(self, key, opts)
-        local k, ttlOrErr, wait = lease.parseAcquire(self, key, opts)
+        local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(self, key, opts)
         if k == nil then
             return nil, ttlOrErr, nil
         end
@@ -42,7 +43,7 @@ local locksMethods = {
         if tok == nil then
             return nil, terr, nil
         end
-        return lease.acquire(
+        local l, err, retryAfter = lease.acquire(
             self,
             self.kind,
             k,
@@ -50,6 +51,10 @@ local locksMethods = {
             ttlOrErr,
             wait
         )
+        if l == nil or not renew then
+            return l, err, retryAfter
+        end
+        return watchdog.hold(l, onLost)
     end,
     held = function(self)
         return ledger.held(self.dict)

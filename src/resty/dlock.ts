@@ -12,6 +12,7 @@ import * as lease from "./dlock/lease";
 import * as ledger from "./dlock/ledger";
 import * as scripts from "./dlock/scripts";
 import * as token from "./dlock/token";
+import * as watchdog from "./dlock/watchdog";
 
 export const _VERSION = "0.1.0";
 export const MAX_KEY_LEN = lease.MAX_KEY_LEN;
@@ -37,11 +38,13 @@ const locksMethods = {
    * on bad input or Redis failure. retry_after: ms until the holder's lease ends.
    */
   acquire(this: Locks, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
-    const [k, ttlOrErr, wait] = lease.parseAcquire(this, key, opts);
+    const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     const [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
     if (tok === undefined) return $multi(undefined, terr, undefined);
-    return lease.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
+    const [l, err, retryAfter] = lease.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
+    if (l === undefined || !renew) return $multi(l, err, retryAfter);
+    return watchdog.hold(l, onLost);
   },
 
   /** Leases this nginx instance holds now (all workers), from the shared dict. */

@@ -42,7 +42,9 @@ function ____exports.parseStore(o, defaultPrefix)
         return nil, rerr
     end
     local prefix = defaultPrefix
-    if o.prefix ~= nil then
+    if o.prefix == "" then
+        prefix = ""
+    elseif o.prefix ~= nil then
         local p, err = check.str("prefix", o.prefix, 256)
         if p == nil then
             return nil, err
@@ -74,7 +76,7 @@ function ____exports.parseStore(o, defaultPrefix)
         wait = wait
     }, nil
 end
-local ACQUIRE_OPTIONS = check.set("ttl", "wait")
+local ACQUIRE_OPTIONS = check.set("ttl", "wait", "renew", "on_lost")
 local COSOCKET_PHASES = check.set(
     "rewrite",
     "server_rewrite",
@@ -93,25 +95,26 @@ local function phaseError(op)
     end
     return ((("dlock: " .. op) .. " needs cosockets, which nginx does not allow in the ") .. phase) .. " phase (use it in access/content, or from ngx.timer.at)"
 end
---- key, ttl, wait of an acquire call, with the factory's defaults.
+--- key, ttl, wait, renew, on_lost of an acquire call, with the factory's
+-- defaults; nil and the error (in place of ttl) when the input is bad.
 function ____exports.parseAcquire(store, key, opts)
     local perr = phaseError("acquire")
     if perr ~= nil then
-        return nil, perr, 0
+        return nil, perr, 0, false, nil
     end
     local k, kerr = check.str("key", key, ____exports.MAX_KEY_LEN)
     if k == nil then
-        return nil, kerr, 0
+        return nil, kerr, 0, false, nil
     end
     local o, oerr = check.options("acquire options", opts, ACQUIRE_OPTIONS)
     if o == nil then
-        return nil, oerr, 0
+        return nil, oerr, 0, false, nil
     end
     local ttl = store.ttl
     if o.ttl ~= nil then
         local n, err = ____exports.checkTtl(o.ttl)
         if n == nil then
-            return nil, err, 0
+            return nil, err, 0, false, nil
         end
         ttl = n
     end
@@ -119,11 +122,29 @@ function ____exports.parseAcquire(store, key, opts)
     if o.wait ~= nil then
         local n, err = ____exports.checkWait(o.wait)
         if n == nil then
-            return nil, err, 0
+            return nil, err, 0, false, nil
         end
         wait = n
     end
-    return k, ttl, wait
+    local renew = false
+    if o.renew ~= nil then
+        local b, err = check.bool("renew", o.renew)
+        if b == nil then
+            return nil, err, 0, false, nil
+        end
+        renew = b
+    end
+    local onLost = o.on_lost
+    if onLost ~= nil then
+        if type(onLost) ~= "function" then
+            local ____, err = check.fail("on_lost must be a function", onLost)
+            return nil, err, 0, false, nil
+        end
+        if not renew then
+            return nil, "dlock: on_lost needs renew = true", 0, false, nil
+        end
+    end
+    return k, ttl, wait, renew, onLost
 end
 local call = backend.call
 --- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
@@ -207,6 +228,12 @@ local function orphan(l)
     }
     orphans.adopt(o)
 end
+--- lease:valid(): may the holder still act on it? No round trip: false once it
+-- is released or lost, or when its ttl has run out by the local clock since
+-- the acquire or the last renewal Redis confirmed.
+local function valid(self)
+    return not self.released and not self.lost and nowMs() < self.validUntil
+end
 local leaseMethods = {
     release = function(self)
         local perr = phaseError("release")
@@ -216,6 +243,7 @@ local leaseMethods = {
         if self.released then
             return nil, "not_owner"
         end
+        self.releasing = true
         local res, err, fault = call(self.store.redis, self.kind.release, self.rkey, self.token)
         if res == nil then
             unconfirmed(self, fault, true)
@@ -223,6 +251,7 @@ local leaseMethods = {
         end
         return settle(self, res)
     end,
+    valid = valid,
     extend = function(self, ttl)
         local perr = phaseError("extend")
         if perr ~= nil then
@@ -430,7 +459,10 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
                 released = false,
                 validUntil = sent + backend.validity(store.redis, ttl),
                 expires = nowMs() + ttl,
-                releaseSent = false
+                releaseSent = false,
+                releasing = false,
+                lost = false,
+                onLost = nil
             }
             return setmetatable(lease, leaseMt), nil, nil
         else

@@ -6,6 +6,7 @@ local lease = require("resty.dlock.lease")
 local ledger = require("resty.dlock.ledger")
 local scripts = require("resty.dlock.scripts")
 local token = require("resty.dlock.token")
+local watchdog = require("resty.dlock.watchdog")
 ____exports._VERSION = "0.1.0"
 --- Most permits per key.
 ____exports.MAX_PERMITS = 100000
@@ -26,7 +27,7 @@ local NEW_OPTIONS = check.set(
 )
 local semaphoreMethods = {
     acquire = function(self, key, opts)
-        local k, ttlOrErr, wait = lease.parseAcquire(self, key, opts)
+        local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(self, key, opts)
         if k == nil then
             return nil, ttlOrErr, nil
         end
@@ -34,7 +35,7 @@ local semaphoreMethods = {
         if tok == nil then
             return nil, terr, nil
         end
-        return lease.acquire(
+        local l, err, retryAfter = lease.acquire(
             self,
             PERMIT,
             k,
@@ -43,6 +44,10 @@ local semaphoreMethods = {
             wait,
             self.permits
         )
+        if l == nil or not renew then
+            return l, err, retryAfter
+        end
+        return watchdog.hold(l, onLost)
     end,
     held = function(self)
         return ledger.held(self.dict)

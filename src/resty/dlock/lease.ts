@@ -66,6 +66,13 @@ export interface Lease {
   expires: number;
   /** A release reached Redis in time, but its reply was lost: it may have deleted the key. */
   releaseSent: boolean;
+  /** release() was called: the watchdog stops renewing it, and a failed renewal is not a loss. */
+  releasing: boolean;
+  /** The watchdog found it gone, or could not renew it before it expired. */
+  lost: boolean;
+  /** Told once when the lease is lost (renew = true only). */
+  onLost: OnLost | undefined;
+  valid(): boolean;
   release(): LuaMultiReturn<[true | undefined, string | undefined]>;
   extend(ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]>;
 }
@@ -87,7 +94,10 @@ export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string):
   const [conf, rerr] = redis.parse(o.get("redis"), dict);
   if (conf === undefined) return $multi(undefined, rerr);
   let prefix = defaultPrefix;
-  if (o.get("prefix") !== undefined) {
+  // "" is a choice: keys shared with other clients' locks (node-redlock, redis-py) under their own names.
+  if (o.get("prefix") === "") {
+    prefix = "";
+  } else if (o.get("prefix") !== undefined) {
     const [p, err] = check.str("prefix", o.get("prefix"), 256);
     if (p === undefined) return $multi(undefined, err);
     prefix = p;
@@ -108,7 +118,7 @@ export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string):
   return $multi({ dict, redis: conf, prefix, ttl, wait }, undefined);
 }
 
-const ACQUIRE_OPTIONS = check.set("ttl", "wait");
+const ACQUIRE_OPTIONS = check.set("ttl", "wait", "renew", "on_lost");
 
 // Where ngx_lua allows cosockets. Elsewhere (init, set, header/body filter, log,
 // balancer) a Redis call would raise; say so as an error instead.
@@ -124,27 +134,50 @@ function phaseError(op: string): string | undefined {
     " phase (use it in access/content, or from ngx.timer.at)";
 }
 
-/** key, ttl, wait of an acquire call, with the factory's defaults. */
-export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMultiReturn<[string | undefined, string | number, number]> {
+/** What the lease's holder is told when the watchdog finds it lost. */
+export type OnLost = (this: void, lease: Lease, why: string) => void;
+
+/**
+ * key, ttl, wait, renew, on_lost of an acquire call, with the factory's
+ * defaults; nil and the error (in place of ttl) when the input is bad.
+ */
+export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMultiReturn<[string | undefined, string | number, number, boolean, OnLost | undefined]> {
   const perr = phaseError("acquire");
-  if (perr !== undefined) return $multi(undefined, perr, 0);
+  if (perr !== undefined) return $multi(undefined, perr, 0, false, undefined);
   const [k, kerr] = check.str("key", key, MAX_KEY_LEN);
-  if (k === undefined) return $multi(undefined, kerr!, 0);
+  if (k === undefined) return $multi(undefined, kerr!, 0, false, undefined);
   const [o, oerr] = check.options("acquire options", opts, ACQUIRE_OPTIONS);
-  if (o === undefined) return $multi(undefined, oerr!, 0);
+  if (o === undefined) return $multi(undefined, oerr!, 0, false, undefined);
   let ttl = store.ttl;
   if (o.get("ttl") !== undefined) {
     const [n, err] = checkTtl(o.get("ttl"));
-    if (n === undefined) return $multi(undefined, err!, 0);
+    if (n === undefined) return $multi(undefined, err!, 0, false, undefined);
     ttl = n;
   }
   let wait = store.wait;
   if (o.get("wait") !== undefined) {
     const [n, err] = checkWait(o.get("wait"));
-    if (n === undefined) return $multi(undefined, err!, 0);
+    if (n === undefined) return $multi(undefined, err!, 0, false, undefined);
     wait = n;
   }
-  return $multi(k, ttl, wait);
+  let renew = false;
+  if (o.get("renew") !== undefined) {
+    const [b, err] = check.bool("renew", o.get("renew"));
+    if (b === undefined) return $multi(undefined, err!, 0, false, undefined);
+    renew = b;
+  }
+  const onLost = o.get("on_lost");
+  if (onLost !== undefined) {
+    if (type(onLost) !== "function") {
+      const [, err] = check.fail("on_lost must be a function", onLost);
+      return $multi(undefined, err, 0, false, undefined);
+    }
+    if (!renew) {
+      // Nothing would ever notice the loss.
+      return $multi(undefined, "dlock: on_lost needs renew = true", 0, false, undefined);
+    }
+  }
+  return $multi(k, ttl, wait, renew, onLost as OnLost | undefined);
 }
 
 type Fault = backend.Fault;
@@ -229,6 +262,15 @@ function orphan(l: Lease): void {
   orphans.adopt(o);
 }
 
+/**
+ * lease:valid(): may the holder still act on it? No round trip: false once it
+ * is released or lost, or when its ttl has run out by the local clock since
+ * the acquire or the last renewal Redis confirmed.
+ */
+function valid(this: Lease): boolean {
+  return !this.released && !this.lost && nowMs() < this.validUntil;
+}
+
 const leaseMethods = {
   /**
    * true, or nil, "not_owner" when the lease expired and the key is gone or
@@ -241,6 +283,7 @@ const leaseMethods = {
     if (this.released) {
       return $multi(undefined, "not_owner");
     }
+    this.releasing = true;
     const [res, err, fault] = call(this.store.redis, this.kind.release, this.rkey, this.token);
     if (res === undefined) {
       unconfirmed(this, fault, true);
@@ -248,6 +291,8 @@ const leaseMethods = {
     }
     return settle(this, res);
   },
+
+  valid,
 
   /** Reset the lease to `ttl` ms from now (default: its current ttl). */
   extend(this: Lease, ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]> {
@@ -272,6 +317,7 @@ const leaseMethods = {
   },
 };
 const leaseMt = { __index: leaseMethods };
+
 
 /**
  * Leases of the list grouped for pipelining: one group per Redis endpoint and
@@ -437,6 +483,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
       const lease = {
         key, token: tok, ttl, store, kind, rkey, rec, fence, released: false,
         validUntil: sent + backend.validity(store.redis, ttl), expires: nowMs() + ttl, releaseSent: false,
+        releasing: false, lost: false, onLost: undefined,
       };
       return $multi(setmetatable(lease, leaseMt) as Lease, undefined, undefined);
     } else {

@@ -15,6 +15,7 @@ import * as lease from "./lease";
 import * as ledger from "./ledger";
 import * as scripts from "./scripts";
 import * as token from "./token";
+import * as watchdog from "./watchdog";
 
 export const _VERSION = "0.1.0";
 /** Most permits per key. */
@@ -37,11 +38,13 @@ const semaphoreMethods = {
    * retry_after: ms until the earliest permit of the key expires.
    */
   acquire(this: Semaphore, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
-    const [k, ttlOrErr, wait] = lease.parseAcquire(this, key, opts);
+    const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     const [tok, terr] = token.random();
     if (tok === undefined) return $multi(undefined, terr, undefined);
-    return lease.acquire(this, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
+    const [l, err, retryAfter] = lease.acquire(this, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
+    if (l === undefined || !renew) return $multi(l, err, retryAfter);
+    return watchdog.hold(l, onLost);
   },
 
   /** Permits (and locks) this nginx instance holds now, from the shared dict. */

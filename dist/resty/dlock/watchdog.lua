@@ -1,0 +1,170 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.check")
+local lease = require("resty.dlock.lease")
+local request = require("resty.dlock.request")
+local watched = {}
+local count = 0
+local running = false
+--- Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds.
+local MIN_TICK = 0.01
+local MAX_TICK = 0.5
+--- Seconds one sweep timer runs before it hands over to a fresh one.
+local HANDOVER = 60
+local tick = MAX_TICK
+local function drop(l)
+    if watched[l] ~= nil then
+        watched[l] = nil
+        count = count - 1
+    end
+end
+--- The lease is lost: say so once, and tell its holder.
+local function lost(l, why)
+    drop(l)
+    if l.lost then
+        return
+    end
+    l.lost = true
+    ngx.log(
+        ngx.ERR,
+        "dlock: lease on ",
+        l.key,
+        " lost: ",
+        why
+    )
+    local onLost = l.onLost
+    if onLost ~= nil then
+        local ok, err = pcall(onLost, l, why)
+        if not ok then
+            ngx.log(
+                ngx.ERR,
+                "dlock: on_lost of the lease on ",
+                l.key,
+                " raised: ",
+                check.text(err)
+            )
+        end
+    end
+end
+--- Has what took the lease ended (a request that is over, a timer whose function returned)?
+local function orphaned(w)
+    if w.anchor ~= nil then
+        return not request.alive(w.anchor)
+    end
+    return w.co ~= nil and coroutine.status(w.co) == "dead"
+end
+local function round()
+    ngx.update_time()
+    local now = ngx.now()
+    local due = {}
+    local forgotten = {}
+    for l, w in pairs(watched) do
+        if l.released or l.releasing or l.lost then
+            drop(l)
+        elseif orphaned(w) then
+            forgotten[#forgotten + 1] = l
+        elseif now - w.renewedAt >= l.ttl / 3000 * 0.9 then
+            due[#due + 1] = l
+        end
+    end
+    for ____, l in ipairs(forgotten) do
+        drop(l)
+        ngx.log(ngx.WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
+        lease.releaseAll({l})
+    end
+    if #due == 0 then
+        return
+    end
+    local results = lease.extendAll(due)
+    for i = 1, #due do
+        local l = due[i]
+        local w = watched[l]
+        local r = results[i]
+        if w ~= nil and not l.releasing then
+            if r == true then
+                w.renewedAt = ngx.now()
+            elseif r == "not_owner" then
+                lost(l, "the key is gone from Redis, or someone else's")
+            elseif ngx.now() * 1000 >= l.validUntil then
+                lost(
+                    l,
+                    ("Redis could not renew it before it expired (" .. check.reason(r)) .. ")"
+                )
+            else
+                ngx.log(
+                    ngx.WARN,
+                    "dlock: renewing the lease on ",
+                    l.key,
+                    ": ",
+                    check.reason(r),
+                    " (trying again)"
+                )
+            end
+        end
+    end
+end
+local function sweep(premature)
+    local started = ngx.now()
+    while count > 0 do
+        ngx.sleep(tick)
+        local ok, err = pcall(round)
+        if not ok then
+            ngx.log(
+                ngx.ERR,
+                "dlock: watchdog: ",
+                check.text(err)
+            )
+        end
+        if ngx.now() - started >= HANDOVER and count > 0 then
+            local handed = ngx.timer.at(0, sweep)
+            if handed then
+                return
+            end
+        end
+    end
+    running = false
+end
+--- Keep l alive until it is released, lost, or what took it ends.
+local function watch(l)
+    local co
+    local anchor = request.anchor()
+    if anchor == nil then
+        co = coroutine.running()
+    end
+    watched[l] = {
+        lease = l,
+        anchor = anchor,
+        co = co,
+        renewedAt = ngx.now()
+    }
+    count = count + 1
+    tick = math.min(
+        tick,
+        math.max(MIN_TICK, l.ttl / 6000)
+    )
+    if not running then
+        local ok, err = ngx.timer.at(0, sweep)
+        if not ok then
+            drop(l)
+            return "dlock: cannot start the lease watchdog: " .. tostring(err)
+        end
+        running = true
+    end
+    return nil
+end
+--- The end of an acquire with renew = true: the lease, watched from now on; or,
+-- when the watchdog cannot run, nil and why (the lease is given back).
+function ____exports.hold(l, onLost)
+    l.onLost = onLost
+    local err = watch(l)
+    if err ~= nil then
+        l:release()
+        return nil, err, nil
+    end
+    return l, nil, nil
+end
+--- Leases the watchdog of this worker renews now (for status pages).
+function ____exports.size()
+    return count
+end
+return ____exports

@@ -1,0 +1,128 @@
+-- The watchdog: acquire(key, { renew = true, on_lost = fn }) keeps a lease
+-- alive from one sweep per worker until it is released; a lease found gone,
+-- or not renewable before it expires, is lost: lease:valid() turns false and
+-- on_lost runs once. Against the real test Redis (and one that gets paused).
+local h = require "helpers"
+local dlock = require "resty.dlock"
+local semaphore = require "resty.dlock.semaphore"
+
+local function now()
+  ngx.update_time()
+  return ngx.now()
+end
+
+--- Wait up to `s` seconds for fn() to be truthy.
+local function eventually(s, fn)
+  local deadline = now() + s
+  while now() < deadline do
+    if fn() then return true end
+    ngx.sleep(0.01)
+  end
+  return fn()
+end
+
+describe("watchdog", function()
+  it("keeps a renewed lease alive well past its ttl, until it is released", function()
+    local locks = h.locks()
+    local lease = assert(locks:acquire("long", { ttl = 300, renew = true }))
+    ngx.sleep(1.2)  -- four ttls
+    assert.equal(lease.token, h.cmd(nil, "get", locks.prefix .. "long"))
+    assert.is_true(lease:valid())
+    local _, err = h.locks({ prefix = locks.prefix }):acquire("long", { ttl = 300 })
+    assert.equal("busy", err)
+    assert.is_true(lease:release())
+    assert.equal(ngx.null, h.cmd(nil, "get", locks.prefix .. "long"))
+    assert.is_false(lease:valid())
+  end)
+
+  it("does not renew a lease taken without renew: it expires at its ttl", function()
+    local locks = h.locks()
+    local lease = assert(locks:acquire("short", { ttl = 200 }))
+    assert.is_true(lease:valid())
+    ngx.sleep(0.35)
+    assert.equal(ngx.null, h.cmd(nil, "get", locks.prefix .. "short"))
+    -- valid() knows it from the local clock alone, without asking Redis.
+    assert.is_false(lease:valid())
+  end)
+
+  it("tells the holder once when the key is deleted under it: on_lost(lease, why), valid() false, an error log line", function()
+    local locks = h.locks()
+    local calls = {}
+    local lease = assert(locks:acquire("stolen", { ttl = 300, renew = true, on_lost = function(l, why)
+      calls[#calls + 1] = { l, why }
+    end }))
+    assert.equal(1, h.cmd(nil, "del", locks.prefix .. "stolen"))
+    assert.is_true(eventually(1, function() return #calls > 0 end), "on_lost was not called")
+    ngx.sleep(0.3)  -- more sweeps: still only once
+    assert.equal(1, #calls)
+    assert.equal(lease, calls[1][1])
+    assert.matches("gone from Redis", calls[1][2])
+    assert.is_false(lease:valid())
+    assert.is_true(lease.lost)
+    local _, err = lease:release()
+    assert.equal("not_owner", err)
+  end)
+
+  it("reports a lease lost when Redis cannot renew it before it expires (Redis paused)", function()
+    local r = h.start_redis()
+    finally(function() r.signal("CONT"); r.stop() end)
+    local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("wd"),
+      redis = { port = r.port, read_timeout = 100, connect_timeout = 100 } }))
+    local why
+    local lease = assert(locks:acquire("paused", { ttl = 300, renew = true, on_lost = function(_, w) why = w end }))
+    r.signal("STOP")
+    local t0 = now()
+    assert.is_true(eventually(1.5, function() return why ~= nil end), "on_lost was not called")
+    -- Not before the lease could have expired, and soon after.
+    assert.is_true(now() - t0 >= 0.2)
+    assert.matches("could not renew it before it expired", why)
+    assert.is_false(lease:valid())
+  end)
+
+  it("does not call on_lost for a lease its holder released", function()
+    local locks = h.locks()
+    local called = false
+    local lease = assert(locks:acquire("mine", { ttl = 150, renew = true, on_lost = function() called = true end }))
+    ngx.sleep(0.2)
+    assert.is_true(lease:release())
+    ngx.sleep(0.3)
+    assert.is_false(called)
+  end)
+
+  it("renews semaphore permits too", function()
+    local sem = assert(semaphore.new({ dict = "dlock", redis = h.redis_opts(), prefix = h.unique("wdsem"), permits = 1 }))
+    local permit = assert(sem:acquire("p", { ttl = 200, renew = true }))
+    ngx.sleep(0.7)
+    local _, err = sem:acquire("p", { ttl = 200 })
+    assert.equal("busy", err)
+    assert.is_true(permit:valid())
+    assert.is_true(permit:release())
+  end)
+
+  it("releases a renewed lease whose timer returned without releasing it, instead of renewing it forever", function()
+    local locks = h.locks()
+    local token, returned
+    assert(ngx.timer.at(0, function()
+      local lease = assert(locks:acquire("forgotten", { ttl = 300, renew = true }))
+      token = lease.token
+      ngx.sleep(0.5)  -- renewed while the timer runs
+      returned = now()
+    end))
+    ngx.sleep(0.45)
+    assert.is_string(token)
+    assert.equal(token, h.cmd(nil, "get", locks.prefix .. "forgotten"))
+    assert.is_true(eventually(1, function() return returned ~= nil end))
+    -- Released by the watchdog soon after, well before the ttl would have run out.
+    assert.is_true(eventually(0.25, function() return h.cmd(nil, "get", locks.prefix .. "forgotten") == ngx.null end))
+  end)
+
+  it("refuses bad renew and on_lost options, naming them", function()
+    local locks = h.locks()
+    local _, err = locks:acquire("x", { renew = "yes" })
+    assert.equal('dlock: renew must be a boolean, got "yes"', err)
+    _, err = locks:acquire("x", { on_lost = function() end })
+    assert.equal("dlock: on_lost needs renew = true", err)
+    _, err = locks:acquire("x", { renew = true, on_lost = 5 })
+    assert.equal("dlock: on_lost must be a function, got 5", err)
+  end)
+end)

@@ -8,6 +8,12 @@
 //                        both nginx (nginx/torture.conf); the backend nginx
 //                        (nginx/torture-backend.conf) reports each request
 //                        entering and leaving it, per key, to the witness.
+//   topology:            (crit rows only) lock not on the lock Redis but on this
+//                        Redis topology, one of TOPOLOGIES in bench/torture.js:
+//                        started for the row with a pair of nginx pointed at it
+//                        (`redis` below is /crit's option, beside what the harness
+//                        fills in: sentinel nodes, cluster seeds, redlock masters).
+//                        group "topology": run by --topologies and the full run.
 //   fault:               one of FAULTS in bench/torture.js, with its parameters;
 //                        atMs after the load starts (crit rows: 1 s short, 2 s full).
 //   promised:            the design promises exclusion: for crit rows no two
@@ -39,6 +45,31 @@ const VIAS = {
 };
 
 const CRIT = { kind: "crit" };
+
+// ---- the Redis topologies of the topology rows (bench/torture.js TOPOLOGIES starts them)
+/**
+ * A master, two replicas, three sentinels (quorum 2), as spec/sentinel_spec.lua
+ * starts them. replicas = 1: an acquire (or extend) counts only once a replica
+ * acknowledged it (WAIT 1 within 200 ms), else it is given back. Two replicas,
+ * because right after a failover the new master has one replica left only if
+ * there were two: with one, WAIT 1 fails on the new master until the old one
+ * is reconfigured as its replica (about 11 s).
+ */
+const SENTINEL = {
+  kind: "sentinel", master: "locks", replicas: 2, sentinels: 3, quorum: 2, downAfterMs: 1000, failoverTimeoutMs: 3000,
+  redis: { replicas: 1, replicas_timeout: 200, connect_timeout: 200, read_timeout: 300 },
+};
+/**
+ * redis-cli --cluster create: 3 masters with a replica each, cluster-node-timeout
+ * 1 s; /crit gets the first 3 nodes as seeds. The 5 load keys (torture:k1..k5)
+ * land on all three masters' slot ranges (the harness checks at least two).
+ */
+const CLUSTER = {
+  kind: "cluster", masters: 3, replicasEach: 1, nodeTimeoutMs: 1000, seeds: 3,
+  redis: { connect_timeout: 200, read_timeout: 300 },
+};
+/** Three independent masters, short timeouts as Redlock wants (each much shorter than the ttl); no fencing (refused). */
+const REDLOCK = { kind: "redlock", masters: 3, fencing: false, redis: { connect_timeout: 50, read_timeout: 50 } };
 const ALL = ["mutex", "conc", "dedup"];
 
 /** Gateway load defaults: 200 clients spread over both nginx, every guard of the row, `keys` keys per guard. */
@@ -141,6 +172,54 @@ const SCENARIOS = [
     load: gw({ via: "plain", keys: 6, backendMs: [1500, 3000], durationMs: 7000 }),
     fault: { kind: "quit-restart", instance: 1, atMs: 2000 },
     about: "instance 1 shuts down gracefully (its workers finish their requests), then starts again on its port; its clients go to instance 2 meanwhile",
+  },
+
+  // ---------------------------------------------------------------- Redis topologies (/crit on Sentinel, Cluster, Redlock)
+  {
+    id: "sentinel-failover", title: "Sentinel: SENTINEL FAILOVER under load (replicas = 1, 2 replicas)", group: "topology",
+    promised: true, load: CRIT, topology: SENTINEL,
+    fault: { kind: "sentinel-failover" },
+    about: "promised: every lock handed out was on a replica too (WAIT 1), and the sentinels promote the replica with the largest replication offset; " +
+      "the old master stays a writable master for about 11 s, but once the sentinels point the other replica at the new master it has no replica to acknowledge WAIT 1, " +
+      "so acquires there are given back (\"only 0 of 1 replica(s) acknowledged\"), and new acquires reach the new master as soon as a worker asks the sentinels again (every second, and on READONLY). " +
+      "What it rests on: a lock acknowledged only by the replica that is not promoted, in the moment before that replica follows the new master, is lost (it resyncs from the new master), and its holder could be joined by a newcomer there; " +
+      "the row shows whether that window is hit (a release answering not_owner is such a lost lock: NEAR MISS in the note; an overlap fails the row). " +
+      "The price is availability: acquisitions fail while the lock moves (the longest time with no acquisition at all)",
+  },
+  {
+    id: "sentinel-master-kill", title: "Sentinel: master SIGKILLed under load (replicas = 1, 2 replicas)", group: "topology",
+    promised: false, load: CRIT, topology: SENTINEL,
+    fault: { kind: "sentinel-master-kill" },
+    about: "not promised: replication is asynchronous and WAIT 1 says only that one replica has the lock; if the sentinels promote the other one, " +
+      "a lock whose holder is still inside is gone and a newcomer can take it. (With 20 ms critical sections and a failover that takes at least " +
+      "down-after-milliseconds, 1 s, every holder has left before the new master answers, so overlaps are unlikely here; a longer critical section, or a ttl longer than the failover, makes them possible.) " +
+      "Shown: how long nothing can be locked (detection 1 s + election + the workers asking the sentinels again)",
+  },
+  {
+    id: "cluster-migration", title: "Cluster: slots of load keys migrated under load (MOVED, ASK, TRYAGAIN)", group: "topology",
+    promised: true, load: CRIT, topology: CLUSTER,
+    fault: { kind: "cluster-migrate", slots: 2, holdMs: 800 },
+    about: "promised: MIGRATE moves a lock key with its value and remaining ttl, atomically (the source is blocked while it copies and deletes), and while a slot migrates " +
+      "each key is served by exactly one node: the source while the key is there, the target (ASK, then ASKING) once it is not; a script that finds one of its keys (the lock, its fence counter " +
+      "in the same slot by hash tag) but not the other is answered TRYAGAIN and not run. No replica or failover is involved: nothing is lost, so two holders can never coexist. " +
+      "The migrated keys cannot be acquired while their slot is in migration (TRYAGAIN): their gap is about the migration's length",
+  },
+  {
+    id: "cluster-master-kill", title: "Cluster: a master SIGKILLed under load, its replica promoted", group: "topology",
+    promised: false, load: CRIT, topology: CLUSTER,
+    fault: { kind: "cluster-master-kill" },
+    about: "not promised: a cluster replicates asynchronously (no WAIT here), so a lock written to the master just before it died may not be on the replica that takes over, " +
+      "and a newcomer can take it while its holder is inside (unlikely with 20 ms sections and a failover of over a second, as above). With cluster-require-full-coverage (the default) " +
+      "the whole cluster answers CLUSTERDOWN from the moment the master is marked failed until its replica is promoted (cluster-node-timeout 1 s + election); shown: that gap",
+  },
+  {
+    id: "redlock-node-paused", title: "Redlock: 1 of 3 masters SIGSTOPped 1.5 s", group: "topology",
+    promised: true, load: CRIT, topology: REDLOCK,
+    fault: { kind: "redlock-node-sigstop", node: 1, ms: 1500 },
+    about: "promised: a lock is a majority (2 of 3) taken within its validity (ttl − elapsed − drift allowance), and any two majorities share a master, which holds the key for one owner at a time; " +
+      "the paused master costs each call its 50 ms read timeout, the other two still decide. Commands it received while paused run when it wakes up: an acquire whose caller gave up " +
+      "may set the key there, but a key on one master never makes a majority, and it expires by the wall clock like the rest. Not covered (and not tested): a master restarted without its data " +
+      "(the algorithm asks for a delayed restart) and clock jumps. No fencing: Redlock refuses it, fence counters on independent masters are not monotonic",
   },
 ];
 

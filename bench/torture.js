@@ -12,6 +12,11 @@
 //                 every request entering and leaving it per key; the witness
 //                 counts overlaps (more in flight than the guard promises); after
 //                 the load the lock Redis is scanned for guard keys left locked.
+//   topology rows: crit rows whose lock is not the lock Redis but a Sentinel set,
+//                 a Redis Cluster or Redlock masters (TOPOLOGIES): started here for
+//                 the row, with a pair of nginx of their own (nginx/torture.conf
+//                 rendered with that `redis` option) that the load goes to; both
+//                 are stopped after the row.
 // Writes bench/results/torture*.{md,json}; exits 1 when a row where the design
 // promises exclusion failed its promise (or the harness broke).
 "use strict";
@@ -25,7 +30,7 @@ const path = require("node:path");
 const { GUARDS, VIAS, SCENARIOS } = require("./torture-scenarios");
 
 // ---------------------------------------------------------------- arguments
-const FLAGS = new Set(["short", "gateway", "gateway-log"]);
+const FLAGS = new Set(["short", "gateway", "topologies", "gateway-log"]);
 function parseArgs(argv) {
   const o = {};
   for (let i = 0; i < argv.length; i++) {
@@ -51,8 +56,11 @@ const BACKEND_PORT = Number(opt["backend-port"]);
 const HTTP_PORTS = opt.http.split(",").map(Number);
 // A row may restart an instance (quit-restart): its new master replaces the old one here.
 const MASTERS = opt.master.split(",").map(Number);
+const DEAD_PORT = opt["dead-port"] ? Number(opt["dead-port"]) : null;
 const CLIENTS = 200;
 const KEYS = ["k1", "k2", "k3", "k4", "k5"];
+// nginx/torture.conf's /crit lock: its keys in Redis are this prefix and the key.
+const LOCK_PREFIX = "torture:";
 const DURATION = SHORT ? 3000 : 8000; // ms of load per crit row
 const FAULT_AT = SHORT ? 1000 : 2000; // ms after the load starts (crit rows)
 const REQUEST_TIMEOUT = 15000;
@@ -256,6 +264,18 @@ async function killLock(sig) {
   dropPid(pid);
 }
 
+// ---------------------------------------------------------------- where the crit load goes
+/**
+ * The nginx pair a crit row loads, with its keys, and how to empty its lock
+ * store: the two nginx of bench/torture and the lock Redis, or (for a topology
+ * row) the pair started for that row's topology.
+ */
+const BASE = {
+  name: "lock Redis", ports: HTTP_PORTS, masters: MASTERS, dirs: ["n1", "n2", "backend"], keys: KEYS, topo: null,
+  flush: () => once(LOCK_PORT, "FLUSHALL"),
+};
+let target = BASE;
+
 // ---------------------------------------------------------------- crit load
 const agent = new http.Agent({ keepAlive: true, maxSockets: 200 });
 
@@ -274,30 +294,32 @@ function crit(port, key) {
 }
 
 function newCounts() {
-  return { ok: 0, busy: 0, timeout: 0, err: 0, werr: 0, http: 0, other: 0, errMsgs: {}, httpMsgs: {}, werrMsgs: {}, okMs: [] };
+  return { ok: 0, busy: 0, timeout: 0, err: 0, werr: 0, http: 0, other: 0, errMsgs: {}, errRaw: {}, httpMsgs: {}, werrMsgs: {}, okMs: [], okAt: [] };
 }
 
-function bump(map, msg) {
-  // Group messages that differ only in numbers (ports, ms).
+function bump(map, msg, raw) {
+  // Group messages that differ only in numbers (ports, ms); raw keeps the first of each group whole.
   const k = msg.replace(/\d+/g, "N").slice(0, 160);
   map[k] = (map[k] || 0) + 1;
+  if (raw && !(k in raw)) raw[k] = msg;
 }
 
-/** 200 clients, split over both nginx, until stop() says so. */
+/** 200 clients, split over both nginx of the target, until stop() says so. */
 function startLoad(counts) {
   let stopping = false;
+  const { ports, keys } = target;
   const one = async (i) => {
-    const port = HTTP_PORTS[i % HTTP_PORTS.length];
+    const port = ports[i % ports.length];
     while (!stopping) {
-      const key = KEYS[Math.floor(Math.random() * KEYS.length)];
+      const key = keys[Math.floor(Math.random() * keys.length)];
       try {
         const t = process.hrtime.bigint();
         const { status, body } = await crit(port, key);
         if (status !== 200) { counts.http++; bump(counts.httpMsgs, "HTTP " + status); }
-        else if (body === "ok") { counts.ok++; counts.okMs.push(Number(process.hrtime.bigint() - t) / 1e6); }
+        else if (body === "ok") { counts.ok++; counts.okMs.push(Number(process.hrtime.bigint() - t) / 1e6); counts.okAt.push(Date.now()); }
         else if (body === "busy") counts.busy++;
         else if (body === "timeout") counts.timeout++;
-        else if (body.startsWith("err ")) { counts.err++; bump(counts.errMsgs, body.slice(4)); }
+        else if (body.startsWith("err ")) { counts.err++; bump(counts.errMsgs, body.slice(4), counts.errRaw); }
         else if (body.startsWith("werr ")) { counts.werr++; bump(counts.werrMsgs, body.slice(5)); }
         else { counts.other++; bump(counts.httpMsgs, "body " + body.slice(0, 60)); }
       } catch (e) {
@@ -428,7 +450,7 @@ async function collect() {
   const w = await Resp.connect(WITNESS_PORT);
   try {
     const out = { acquisitions: 0, overlaps: 0, staleRefused: 0, maxGapUs: -1, maxGapKey: null, maxGapFromUs: null, perKey: {}, leftInside: [] };
-    for (const k of KEYS) {
+    for (const k of target.keys) {
       const acq = Number(await w.cmd("GET", "acq:" + k)) || 0;
       const ov = Number(await w.cmd("GET", "overlaps:" + k)) || 0;
       const g = await w.cmd("GET", "maxgap:" + k);
@@ -444,6 +466,10 @@ async function collect() {
     out.overlapLog = await w.cmd("LRANGE", "overlaplog", 0, 19);
     out.releaseNotOwner = Number(await w.cmd("GET", "release:not_owner")) || 0;
     out.releaseError = Number(await w.cmd("GET", "release:error")) || 0;
+    // The longest time with no acquisition of any key (nginx/torture.conf's ENTER).
+    const st = await w.cmd("GET", "maxstall");
+    out.maxStallUs = st === null ? -1 : Number(st);
+    out.maxStallFromUs = st === null ? null : Number(await w.cmd("GET", "maxstallat"));
     return out;
   } finally {
     w.close();
@@ -504,7 +530,7 @@ async function pickHolder(master) {
   try {
     const end = Date.now() + 1000;
     while (Date.now() < end) {
-      for (const k of KEYS) {
+      for (const k of target.keys) {
         for (const m of await w.cmd("SMEMBERS", "inside:" + k)) {
           const pid = Number(m.split(":")[0]);
           if (workers.includes(pid)) return { pid, key: k, holding: true };
@@ -523,7 +549,7 @@ async function forgetHolder(pid) {
   const w = await Resp.connect(WITNESS_PORT);
   let n = 0;
   try {
-    for (const k of KEYS) {
+    for (const k of target.keys) {
       for (const m of await w.cmd("SMEMBERS", "inside:" + k)) {
         if (m.startsWith(pid + ":")) n += await w.cmd("SREM", "inside:" + k, m);
       }
@@ -688,6 +714,442 @@ function logStats(text) {
   };
 }
 
+// ---------------------------------------------------------------- Redis topologies
+// What the topology rows lock on, started for the row (in PREFIX/<row id>-redis,
+// every pid in the pids file, so bench/torture stops them whatever happens) and
+// stopped after it; plus the pair of nginx from nginx/torture.conf pointed at it
+// (PREFIX/<row id>-n1 and -n2). Each topology's up() answers a handle:
+//   lua        the `redis` option of /crit's dlock.new, as a Lua table literal
+//   fencing    /crit's `fencing` (Redlock refuses it)
+//   nodes      the redis-servers holding data ({ port, pid }), for error counts and teardown
+//   flush()    empty the lock store between warm-up and load
+// Every process up() starts is in rowProcs, stopped after the row even when up() fails.
+
+/** The redis-servers and sentinels started for the current topology row (stopped after it). */
+const rowProcs = [];
+
+/** Ports in use or spoken for (bench/torture's, and everything started here). */
+const usedPorts = new Set([...HTTP_PORTS, LOCK_PORT, WITNESS_PORT, BACKEND_PORT, ...(DEAD_PORT ? [DEAD_PORT] : [])]);
+
+/**
+ * A free loopback port below the ephemeral range (as nginx/lib.sh free_port).
+ * bus: a cluster node, whose bus listens on port + 10000: that one must be free
+ * too, and stay below 32768 as well.
+ */
+async function pickPort(bus = false) {
+  for (;;) {
+    const p = 10000 + Math.floor(Math.random() * (bus ? 12000 : 22000));
+    if (usedPorts.has(p) || (bus && usedPorts.has(p + 10000))) continue;
+    if (await portOpen(p)) continue;
+    if (bus && (await portOpen(p + 10000))) continue;
+    usedPorts.add(p);
+    if (bus) usedPorts.add(p + 10000);
+    return p;
+  }
+}
+
+/** Until the server on port answers PING (false when its process died first, or after ms). */
+async function answers(port, pid, ms = 5000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (!alive(pid)) return false;
+    try { await once(port, "PING"); return true; } catch (e) { await sleep(20); }
+  }
+  return false;
+}
+
+/** Stop one process we started (continue it first, TERM, KILL after 5 s) and forget it. */
+async function stopProc(pid) {
+  if (alive(pid)) {
+    try { process.kill(pid, "SIGCONT"); process.kill(pid, "SIGTERM"); } catch (e) { /* gone */ }
+    try { await waitDead(pid, 5000); } catch (e) { try { process.kill(pid, "SIGKILL"); } catch (e2) { /* gone */ } await waitDead(pid, 2000).catch(() => {}); }
+  }
+  stopped.delete(pid);
+  dropPid(pid);
+}
+
+/**
+ * A redis-server in dir (extra(port): its arguments beyond the common ones), on
+ * a fresh port; three tries on fresh ports. Returns { port, pid }.
+ */
+async function redisUp(dir, extra, { bus = false, sentinel = false } = {}) {
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    const port = await pickPort(bus);
+    let args;
+    if (sentinel) {
+      // A sentinel rewrites its config file: one file per sentinel.
+      const conf = path.join(dir, `sentinel-${port}.conf`);
+      fs.writeFileSync(conf, [`port ${port}`, "bind 127.0.0.1", `dir ${dir}`, `logfile ${path.join(dir, `sentinel-${port}.log`)}`, ...extra(port)].join("\n") + "\n");
+      args = [conf, "--sentinel"];
+    } else {
+      // A config file (empty: the flags say it all), as in production, so the
+      // CONFIG REWRITE a sentinel sends with a reconfiguration succeeds.
+      const conf = path.join(dir, `redis-${port}.conf`);
+      fs.writeFileSync(conf, "");
+      args = [conf, "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--dir", dir, "--logfile", path.join(dir, `redis-${port}.log`), ...extra(port)];
+    }
+    const child = spawn("redis-server", args, { stdio: "ignore" });
+    child.on("error", (e) => log("redis-server:", e.message));
+    child.unref();
+    addPid(child.pid);
+    if (await answers(port, child.pid)) {
+      rowProcs.push({ port, pid: child.pid });
+      return { port, pid: child.pid };
+    }
+    try { process.kill(child.pid, "SIGKILL"); } catch (e) { /* gone */ }
+    await waitDead(child.pid, 2000).catch(() => {});
+    dropPid(child.pid);
+    log(`${sentinel ? "sentinel" : "redis-server"} did not come up on ${port}, trying another port`);
+  }
+  throw new Error(`no ${sentinel ? "sentinel" : "redis-server"} came up in ${dir}`);
+}
+
+/** Poll check() until it answers truthy; throw what after ms. */
+async function until(check, ms, what, every = 50) {
+  const end = Date.now() + ms;
+  let last;
+  for (;;) {
+    try { last = await check(); if (last) return last; } catch (e) { last = e.message; }
+    if (Date.now() > end) throw new Error(`${what}: not after ${ms} ms (last: ${JSON.stringify(last)})`);
+    await sleep(every);
+  }
+}
+
+/** A JS value as a Lua table constructor (strings, numbers, booleans, arrays, plain objects). */
+function luaValue(v) {
+  if (Array.isArray(v)) return "{ " + v.map(luaValue).join(", ") + " }";
+  if (v !== null && typeof v === "object") return "{ " + Object.entries(v).map(([k, x]) => `${k} = ${luaValue(x)}`).join(", ") + " }";
+  if (typeof v === "string") return JSON.stringify(v);
+  return String(v);
+}
+
+const addr = (port) => "127.0.0.1:" + port;
+const lineOf = (info, name) => { const m = new RegExp("^" + name + ":(.*)$", "m").exec(info); return m ? m[1].trim() : null; };
+
+/**
+ * Redis error replies by kind (INFO errorstats: MOVED, ASK, TRYAGAIN, READONLY...)
+ * summed over the live data nodes since resetStats(), and the commands that got
+ * them (INFO commandstats: rejected_calls + failed_calls), as "KIND ×n".
+ */
+async function errorStatsOf(nodes) {
+  const kinds = {}, commands = {};
+  for (const n of nodes) {
+    if (!alive(n.pid) || stopped.has(n.pid)) continue;
+    let info;
+    try { info = await once(n.port, "INFO", "errorstats") + await once(n.port, "INFO", "commandstats"); } catch (e) { continue; }
+    for (const m of info.matchAll(/^errorstat_([A-Z]+):count=(\d+)/gm)) kinds[m[1]] = (kinds[m[1]] || 0) + Number(m[2]);
+    for (const m of info.matchAll(/^cmdstat_([^:]+):.*rejected_calls=(\d+),failed_calls=(\d+)/gm)) {
+      const c = Number(m[2]) + Number(m[3]);
+      if (c) commands[m[1]] = (commands[m[1]] || 0) + c;
+    }
+  }
+  return { kinds, commands };
+}
+
+async function resetStatsOf(nodes) {
+  for (const n of nodes) if (alive(n.pid)) await once(n.port, "CONFIG", "RESETSTAT").catch(() => {});
+}
+
+/** Parse CLUSTER NODES: [{ id, port, flags, master (id or "-"), slots: [[lo, hi]] }]. */
+function parseClusterNodes(text) {
+  return text.trim().split("\n").map((line) => {
+    const f = line.split(" ");
+    const slots = [];
+    for (const r of f.slice(8)) {
+      if (r.startsWith("[")) continue; // a slot being migrated or imported
+      const [lo, hi] = r.split("-").map(Number);
+      slots.push([lo, hi ?? lo]);
+    }
+    return { id: f[0], port: Number(f[1].split("@")[0].split(":")[1]), flags: f[2].split(","), master: f[3], slots };
+  });
+}
+
+const TOPOLOGIES = {
+  // A master, its replicas (diskless sync at once), and sentinels that fail over
+  // after down-after-milliseconds; /crit finds the master through the sentinels.
+  async sentinel(t, dir) {
+    const repl = ["--repl-diskless-sync-delay", "0"];
+    const master = await redisUp(dir, () => repl);
+    const replicas = [];
+    for (let i = 0; i < t.replicas; i++) replicas.push(await redisUp(dir, () => ["--replicaof", "127.0.0.1", String(master.port), ...repl]));
+    await until(async () => (((await once(master.port, "INFO", "replication")).match(/state=online/g)) || []).length === t.replicas,
+      10000, `${t.replicas} replica(s) online on the master`);
+    const sentinels = [];
+    for (let i = 0; i < t.sentinels; i++) {
+      sentinels.push(await redisUp(dir, () => [`sentinel monitor ${t.master} 127.0.0.1 ${master.port} ${t.quorum}`,
+        `sentinel down-after-milliseconds ${t.master} ${t.downAfterMs}`, `sentinel failover-timeout ${t.master} ${t.failoverTimeoutMs}`], { sentinel: true }));
+    }
+    // Each sentinel knows the replicas and the other sentinels after a few hellos.
+    await until(async () => {
+      for (const s of sentinels) {
+        if (!(await once(s.port, "INFO", "sentinel")).includes(`slaves=${t.replicas},sentinels=${t.sentinels}`)) return false;
+      }
+      return true;
+    }, 15000, `every sentinel sees ${t.replicas} replica(s) and ${t.sentinels} sentinels`, 100);
+    const nodes = [master, ...replicas];
+    const topo = {
+      kind: "sentinel", name: t.master, nodes, sentinels,
+      lua: luaValue({ sentinel: { master: t.master, nodes: sentinels.map((s) => addr(s.port)) }, ...t.redis }),
+      fencing: t.fencing !== false,
+      /** The master the sentinels name now (asked of the first one that answers). */
+      async masterPort() {
+        for (const s of sentinels) {
+          try { return Number((await once(s.port, "SENTINEL", "get-master-addr-by-name", t.master))[1]); } catch (e) { /* next */ }
+        }
+        throw new Error("no sentinel answered");
+      },
+      node(port) { return nodes.find((n) => n.port === port); },
+      async flush() { await once(await topo.masterPort(), "FLUSHALL"); },
+      resetStats: () => resetStatsOf(nodes),
+      errorStats: () => errorStatsOf(nodes),
+      describe: () => `master ${addr(master.port)}, replicas ${replicas.map((r) => addr(r.port)).join(", ")}, sentinels ${sentinels.map((s) => addr(s.port)).join(", ")} (quorum ${t.quorum}, down-after ${t.downAfterMs} ms, failover-timeout ${t.failoverTimeoutMs} ms)`,
+    };
+    return topo;
+  },
+
+  // redis-cli --cluster create: masters and their replicas; cluster-node-timeout
+  // decides when a dead master's replica takes over. /crit gets `seeds` of the
+  // nodes as its seed list; the load keys must land on at least 2 masters.
+  async cluster(t, dir, keys) {
+    const n = t.masters * (1 + t.replicasEach);
+    const nodes = [];
+    for (let i = 0; i < n; i++) {
+      nodes.push(await redisUp(dir, (port) => ["--cluster-enabled", "yes", "--cluster-config-file", `nodes-${port}.conf`,
+        "--cluster-node-timeout", String(t.nodeTimeoutMs), "--repl-diskless-sync-delay", "0"], { bus: true }));
+    }
+    const created = spawnSync("redis-cli", ["--cluster", "create", ...nodes.map((x) => addr(x.port)),
+      "--cluster-replicas", String(t.replicasEach), "--cluster-yes"], { encoding: "utf8", timeout: 30000 });
+    if (created.status !== 0) throw new Error("redis-cli --cluster create failed: " + (created.stdout + created.stderr).trim().split("\n").slice(-5).join(" | "));
+    await until(async () => {
+      for (const x of nodes) {
+        const info = await once(x.port, "CLUSTER", "INFO");
+        if (lineOf(info, "cluster_state") !== "ok" || lineOf(info, "cluster_known_nodes") !== String(n) || lineOf(info, "cluster_slots_ok") !== "16384") return false;
+      }
+      const map = parseClusterNodes(await once(nodes[0].port, "CLUSTER", "NODES"));
+      for (const r of map.filter((x) => x.flags.includes("slave"))) {
+        if (lineOf(await once(r.port, "INFO", "replication"), "master_link_status") !== "up") return false;
+      }
+      return map.filter((x) => x.flags.includes("master")).length === t.masters;
+    }, 15000, `cluster of ${n} nodes ok, every replica linked`, 100);
+    const topo = {
+      kind: "cluster", nodes,
+      lua: luaValue({ cluster: { nodes: nodes.slice(0, t.seeds).map((x) => addr(x.port)) }, ...t.redis }),
+      fencing: t.fencing !== false,
+      /** The cluster as a live node sees it now. */
+      async map() {
+        for (const x of nodes) {
+          if (!alive(x.pid) || stopped.has(x.pid)) continue;
+          try { return parseClusterNodes(await once(x.port, "CLUSTER", "NODES")); } catch (e) { /* next */ }
+        }
+        throw new Error("no cluster node answered");
+      },
+      async masters() { return (await topo.map()).filter((x) => x.flags.includes("master") && !x.flags.some((fl) => fl.startsWith("fail"))); },
+      node(port) { return nodes.find((x) => x.port === port); },
+      /** Load key → { slot, master (port) }. */
+      async keyMap() {
+        const masters = await topo.masters();
+        const out = {};
+        for (const k of keys) {
+          const slot = await once(nodes[0].port, "CLUSTER", "KEYSLOT", LOCK_PREFIX + k);
+          const m = masters.find((x) => x.slots.some(([lo, hi]) => slot >= lo && slot <= hi));
+          out[k] = { slot, master: m ? m.port : null, masterId: m ? m.id : null };
+        }
+        return out;
+      },
+      async flush() { for (const m of await topo.masters()) await once(m.port, "FLUSHALL"); },
+      resetStats: () => resetStatsOf(nodes),
+      errorStats: () => errorStatsOf(nodes),
+      describe: () => topo.layout,
+    };
+    const km = await topo.keyMap();
+    const spread = new Set(Object.values(km).map((x) => x.master));
+    const layout = (await topo.map()).filter((x) => x.flags.includes("master")).map((m) =>
+      `${addr(m.port)} (slots ${m.slots.map(([lo, hi]) => lo + "-" + hi).join(",")}; keys ${keys.filter((k) => km[k].master === m.port).join(",") || "none"})`);
+    topo.layout = `${t.masters} masters with ${t.replicasEach} replica(s) each, cluster-node-timeout ${t.nodeTimeoutMs} ms: ${layout.join(", ")}`;
+    if (spread.size < 2) throw new Error(`the load keys all land on one master (${topo.layout}): use more keys`);
+    return topo;
+  },
+
+  // Independent masters, nothing shared: a lock is a majority of them.
+  async redlock(t, dir) {
+    const nodes = [];
+    for (let i = 0; i < t.masters; i++) nodes.push(await redisUp(dir, () => []));
+    const topo = {
+      kind: "redlock", nodes,
+      lua: luaValue({ redlock: nodes.map((x) => addr(x.port)), ...t.redis }),
+      fencing: t.fencing !== false,
+      async flush() { for (const x of nodes) await once(x.port, "FLUSHALL"); },
+      resetStats: () => resetStatsOf(nodes),
+      errorStats: () => errorStatsOf(nodes),
+      describe: () => `${t.masters} independent masters ${nodes.map((x) => addr(x.port)).join(", ")}`,
+    };
+    return topo;
+  },
+};
+
+const TORTURE_CONF = path.join(__dirname, "..", "nginx", "torture.conf");
+const LIB_SH = path.join(__dirname, "..", "nginx", "lib.sh");
+
+/** nginx/lib.sh render_conf, so @USER@ and @LUA_MODULES@ come out as bench/torture renders them. */
+function renderConf(tpl, prefix, out, vars) {
+  const r = spawnSync("bash", ["-c", '. "$0"; render_conf "$@"', LIB_SH, tpl, prefix, out,
+    ...Object.entries(vars).map(([k, v]) => `${k}=${v}`)], { encoding: "utf8" });
+  if (r.status !== 0) throw new Error("render_conf failed: " + r.stderr);
+}
+
+/** An nginx from nginx/torture.conf in dir whose /crit locks on topo; three tries on fresh ports. */
+async function frontUp(dir, topo) {
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    const port = await pickPort();
+    const conf = path.join(dir, "nginx.conf");
+    renderConf(TORTURE_CONF, dir, conf, {
+      HTTP_PORT: port, REDIS_PORT: LOCK_PORT, WITNESS_PORT, BACKEND_PORT, DEAD_PORT: DEAD_PORT ?? 1,
+      GATEWAY_LOG: "# (the topology rows use /crit only)", DIST: DIST || path.resolve(__dirname, "..", "dist"),
+      LOCK_REDIS: topo.lua, FENCING: topo.fencing ? "true" : "false",
+    });
+    const errFd = fs.openSync(path.join(dir, "logs", "stderr.log"), "a");
+    const child = spawn(opt.nginx, ["-p", dir, "-c", conf, "-g", "daemon off;"], { stdio: ["ignore", "ignore", errFd] });
+    fs.closeSync(errFd);
+    child.on("error", (e) => log("nginx:", e.message));
+    child.unref();
+    addPid(child.pid);
+    const end = Date.now() + 10000;
+    while (alive(child.pid) && Date.now() < end) {
+      let pidFile = "";
+      try { pidFile = fs.readFileSync(path.join(dir, "logs", "nginx.pid"), "latin1").trim(); } catch (e) { /* not yet */ }
+      if (Number(pidFile) === child.pid && (await portOpen(port))) return { port, pid: child.pid };
+      await sleep(20);
+    }
+    try { process.kill(child.pid, "SIGKILL"); } catch (e) { /* gone */ }
+    await waitDead(child.pid, 2000).catch(() => {});
+    dropPid(child.pid);
+    log(`nginx ${dir} did not come up on ${port}:`, sh("tail", ["-n", "3", path.join(dir, "logs", "error.log"), path.join(dir, "logs", "stderr.log")]));
+  }
+  throw new Error(`no nginx came up in ${dir}`);
+}
+
+async function frontDown(pid) {
+  const workers = workersOf(pid);
+  await stopProc(pid);
+  for (const w of workers) await waitDead(w, 5000).catch(() => { try { process.kill(w, "SIGKILL"); } catch (e) { /* gone */ } });
+}
+
+/**
+ * After a failover began (f.at): when the sentinels named another master, and,
+ * for a graceful one, what became of the old master (its replicas, its role)
+ * until the load ends (f.deadline).
+ */
+async function watchSentinel(topo, old, f, killed) {
+  const w = { from: old, to: null, announcedMs: null, oldReplicasAtAnnounce: null, oldAloneMs: null, demotedMs: null, newReplicaMs: null,
+    perSentinelMs: topo.sentinels.map(() => null) };
+  while (Date.now() < f.deadline) {
+    const now = () => Date.now() - f.at;
+    // Each sentinel on its own: the others learn the new configuration from the
+    // one that did the failover (hello messages), and until then name the old master.
+    for (let i = 0; i < topo.sentinels.length; i++) {
+      if (w.perSentinelMs[i] !== null) continue;
+      const a = await once(topo.sentinels[i].port, "SENTINEL", "get-master-addr-by-name", topo.name).catch(() => null);
+      if (a && Number(a[1]) !== old) {
+        w.perSentinelMs[i] = now();
+        if (w.to === null) { w.to = Number(a[1]); w.announcedMs = now(); }
+      }
+    }
+    if (w.to !== null) {
+      if (w.newReplicaMs === null) {
+        const ni = await once(w.to, "INFO", "replication").catch(() => "");
+        if (Number(lineOf(ni, "connected_slaves")) > 0) w.newReplicaMs = now();
+      }
+      if (!killed && w.demotedMs === null) {
+        const oi = await once(old, "INFO", "replication").catch(() => "");
+        const n = Number(lineOf(oi, "connected_slaves"));
+        if (w.oldReplicasAtAnnounce === null) w.oldReplicasAtAnnounce = n;
+        if (lineOf(oi, "role") === "slave") w.demotedMs = now();
+        else if (n === 0 && w.oldAloneMs === null) w.oldAloneMs = now();
+      }
+      if (w.newReplicaMs !== null && (killed || w.demotedMs !== null) && !w.perSentinelMs.includes(null)) break;
+    }
+    await sleep(w.to === null ? 20 : 50);
+  }
+  const bits = [w.to === null ? "the sentinels named no new master before the load ended"
+    : `the sentinels named ${addr(w.to)} at +${w.announcedMs} ms`];
+  if (w.to !== null) {
+    bits.push("each sentinel named it at " + w.perSentinelMs.map((x) => (x === null ? "(not by the end of the load)" : `+${x}`)).join(", ") + " ms");
+    bits.push(w.newReplicaMs === null ? "it had no replica by the end of the load" : `it had a replica at +${w.newReplicaMs} ms`);
+  }
+  if (!killed && w.to !== null) {
+    bits.push(`the old master had ${w.oldReplicasAtAnnounce} replica(s) then` + (w.oldAloneMs === null ? "" : `, none from +${w.oldAloneMs} ms`));
+    bits.push(w.demotedMs === null ? "it was still a writable master when the load ended" : `it became a replica at +${w.demotedMs} ms`);
+  }
+  w.text = bits.join("; ");
+  return w;
+}
+
+/** Move slot from src to dst ({ id, port } masters) under load; holdMs in migration at least. */
+async function migrateSlot(masters, slot, src, dst, holdMs) {
+  const t0 = Date.now();
+  await once(dst.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", src.id);
+  await once(src.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst.id);
+  let keys = 0, calls = 0;
+  const moveAll = async () => {
+    for (;;) {
+      const batch = await once(src.port, "CLUSTER", "GETKEYSINSLOT", slot, 100);
+      if (!batch.length) return;
+      // MIGRATE copies each key with its value and its remaining ttl, then deletes it here, atomically.
+      await once(src.port, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", ...batch);
+      keys += batch.length;
+      calls++;
+    }
+  };
+  // The keys still here: scripts that find one of their keys but not the other
+  // get TRYAGAIN, commands on missing keys ASK for the target.
+  await sleep(holdMs / 2);
+  await moveAll();
+  // Every key on the target: everything is ASKed there until the slot is handed over.
+  await sleep(holdMs / 2);
+  await moveAll();
+  await once(dst.port, "CLUSTER", "SETSLOT", slot, "NODE", dst.id);
+  await once(src.port, "CLUSTER", "SETSLOT", slot, "NODE", dst.id);
+  for (const m of masters) {
+    if (m.port !== src.port && m.port !== dst.port) await once(m.port, "CLUSTER", "SETSLOT", slot, "NODE", dst.id).catch(() => {});
+  }
+  return { slot, from: src.port, to: dst.port, keys, calls, ms: Date.now() - t0 };
+}
+
+/** A topology row: its topology and nginx pair up, the crit row on them, both down again. */
+async function runTopologyRow(sc) {
+  const t0 = Date.now();
+  const keys = sc.load.keys || KEYS;
+  const rdir = path.join(PREFIX, `${sc.id}-redis`);
+  fs.mkdirSync(rdir, { recursive: true });
+  const fronts = [];
+  let topo = null;
+  try {
+    topo = await TOPOLOGIES[sc.topology.kind](sc.topology, rdir, keys);
+    const upMs = Date.now() - t0;
+    const dirs = ["n1", "n2"].map((n) => `${sc.id}-${n}`);
+    for (const d of dirs) {
+      fs.mkdirSync(path.join(PREFIX, d, "logs"), { recursive: true });
+      fronts.push(await frontUp(path.join(PREFIX, d), topo));
+    }
+    target = { name: sc.topology.kind, ports: fronts.map((x) => x.port), masters: fronts.map((x) => x.pid), dirs, keys, topo, flush: () => topo.flush() };
+    for (const m of target.masters) await waitWorkers(m);
+    // Warm the pools (and the slot maps, the master found through the sentinels).
+    await drainedLoad(1000);
+    const row = await runCritRow(sc);
+    row.group = "topology";
+    row.topology = { ...sc.topology, started: topo.describe(), upMs, lua: topo.lua };
+    row.wallMs = Date.now() - t0;
+    row.note = noteOf(row);
+    return row;
+  } finally {
+    target = BASE;
+    for (const x of fronts) await frontDown(x.pid);
+    // Sentinels first (the last started), so none fails over what is being stopped.
+    for (const x of rowProcs.splice(0).reverse()) await stopProc(x.pid);
+  }
+}
+
 // ---------------------------------------------------------------- faults
 const ms = (a, b) => Math.round(b - a);
 const confArgs = (instance) => {
@@ -742,7 +1204,7 @@ const FAULTS = {
   },
   "worker-kill": {
     async run(f, p) {
-      const h = await pickHolder(MASTERS[p.instance - 1]);
+      const h = await pickHolder(target.masters[p.instance - 1]);
       process.kill(h.pid, "SIGKILL");
       f.at = Date.now();
       await waitDead(h.pid);
@@ -763,7 +1225,7 @@ const FAULTS = {
   },
   "worker-sigstop": {
     async run(f, p) {
-      const h = await pickHolder(MASTERS[p.instance - 1]);
+      const h = await pickHolder(target.masters[p.instance - 1]);
       process.kill(h.pid, "SIGSTOP");
       stopped.add(h.pid);
       f.at = Date.now();
@@ -807,6 +1269,101 @@ const FAULTS = {
       f.detail = `instance ${p.instance} (master ${old}) quit gracefully: its last worker left after ${downMs} ms; master ${child.pid} serving again after ${ms(f.at, Date.now())} ms`;
     },
   },
+  // ---- the topology rows' faults (tg: the row's target; tg.topo its topology, tg.keys its load keys)
+  // A graceful failover: the sentinels promote a replica and reconfigure the rest.
+  "sentinel-failover": {
+    async run(f, p, tg) {
+      const topo = tg.topo;
+      const old = await topo.masterPort();
+      const ok = await once(topo.sentinels[0].port, "SENTINEL", "FAILOVER", topo.name);
+      f.at = Date.now();
+      if (ok !== "OK") throw new Error("SENTINEL FAILOVER answered " + JSON.stringify(ok));
+      const w = await watchSentinel(topo, old, f, false);
+      f.failover = w;
+      f.detail = `SENTINEL FAILOVER: ${w.text}`;
+    },
+  },
+  "sentinel-master-kill": {
+    async run(f, p, tg) {
+      const topo = tg.topo;
+      const old = await topo.masterPort();
+      const node = topo.node(old);
+      process.kill(node.pid, "SIGKILL");
+      f.at = Date.now();
+      await waitDead(node.pid);
+      const w = await watchSentinel(topo, old, f, true);
+      f.failover = w;
+      f.detail = `master ${addr(old)} SIGKILLed: ${w.text}`;
+    },
+  },
+  // Slots of load keys move to another master while the load runs: IMPORTING on
+  // the target, MIGRATING on the source, MIGRATE of the slot's keys, SETSLOT NODE.
+  "cluster-migrate": {
+    async run(f, p, tg) {
+      const topo = tg.topo;
+      const km = await topo.keyMap();
+      const masters = await topo.masters();
+      // One load key per master (distinct slots), as many as p.slots.
+      const picks = [];
+      for (const k of tg.keys) {
+        const x = km[k];
+        if (picks.some((q) => q.master === x.master || q.slot === x.slot)) continue;
+        picks.push({ key: k, ...x });
+        if (picks.length === p.slots) break;
+      }
+      f.at = Date.now();
+      const moves = await Promise.all(picks.map((q) => {
+        const i = masters.findIndex((m) => m.port === q.master);
+        return migrateSlot(masters, q.slot, masters[i], masters[(i + 1) % masters.length], p.holdMs).then((r) => ({ key: q.key, ...r }));
+      }));
+      f.moves = moves;
+      f.detail = moves.map((m) => `slot ${m.slot} (${m.key}) ${addr(m.from)} → ${addr(m.to)}: ${m.keys} key(s) in ${m.calls} MIGRATE call(s), ${m.ms} ms from IMPORTING to the last SETSLOT NODE`).join("; ");
+    },
+  },
+  "cluster-master-kill": {
+    async run(f, p, tg) {
+      const topo = tg.topo;
+      const km = await topo.keyMap();
+      const per = {};
+      for (const k of tg.keys) per[km[k].master] = [...(per[km[k].master] || []), k];
+      // The master serving the most load keys.
+      const [port, keys] = Object.entries(per).sort((a, b) => b[1].length - a[1].length)[0];
+      const map = await topo.map();
+      const victim = map.find((x) => x.port === Number(port));
+      const replica = map.find((x) => x.master === victim.id);
+      const node = topo.node(victim.port);
+      process.kill(node.pid, "SIGKILL");
+      f.at = Date.now();
+      await waitDead(node.pid);
+      let failMs = null, promotedMs = null, okMs = null;
+      while (Date.now() < f.deadline && okMs === null) {
+        try {
+          const info = await once(replica.port, "CLUSTER", "INFO");
+          const state = lineOf(info, "cluster_state");
+          if (state !== "ok" && failMs === null) failMs = Date.now() - f.at;
+          if (promotedMs === null && lineOf(await once(replica.port, "INFO", "replication"), "role") === "master") promotedMs = Date.now() - f.at;
+          if (promotedMs !== null && state === "ok") okMs = Date.now() - f.at;
+        } catch (e) { /* ask again */ }
+        await sleep(25);
+      }
+      f.detail = `master ${addr(victim.port)} (keys ${keys.join(",")}) SIGKILLed; ` +
+        (failMs === null ? "" : `cluster_state fail from +${failMs} ms; `) +
+        (promotedMs === null ? `its replica ${addr(replica.port)} not promoted by the end of the load` : `its replica ${addr(replica.port)} promoted at +${promotedMs} ms`) +
+        (okMs === null ? "" : `, cluster_state ok again at +${okMs} ms`);
+    },
+  },
+  "redlock-node-sigstop": {
+    async run(f, p, tg) {
+      const n = tg.topo.nodes[p.node - 1];
+      process.kill(n.pid, "SIGSTOP");
+      stopped.add(n.pid);
+      f.at = Date.now();
+      await sleep(p.ms);
+      process.kill(n.pid, "SIGCONT");
+      stopped.delete(n.pid);
+      f.detail = `master ${p.node} of ${tg.topo.nodes.length} (${addr(n.port)}) stopped ${ms(f.at, Date.now())} ms`;
+    },
+  },
 };
 
 // ---------------------------------------------------------------- rows
@@ -818,9 +1375,10 @@ async function drainedLoad(msLoad) {
 
 async function quiesce(row) {
   // Between rows: every nginx back to 2 workers, no lock or witness state left over.
-  for (const m of MASTERS) await waitWorkers(m);
+  for (const m of target.masters) await waitWorkers(m);
   await sleep(LOCK.ttl + 100); // lost-reply cleanups and orphaned leases run out
-  await once(LOCK_PORT, "FLUSHALL");
+  await target.flush();
+  if (target.topo) await target.topo.resetStats();
   await witnessReset();
   if (row.load.kind === "gateway") {
     // Leases an earlier row leaked are still renewed: the flush makes their next
@@ -835,28 +1393,46 @@ async function runCritRow(sc) {
   const F = sc.fault ? FAULTS[sc.fault.kind] : null;
   if (F && F.prepare && (await F.prepare(sc.fault))) await drainedLoad(1000);
   await quiesce(sc);
-  const logFrom = LOG_DIRS.map(logSize);
+  const dirs = target.dirs;
+  const logFrom = dirs.map(logSize);
   const counts = newCounts();
-  const f = { at: null, detail: "" };
   const start = Date.now();
+  const duration = sc.load.durationMs ?? DURATION;
+  // deadline: a fault that watches what follows it (a failover) stops watching when the load ends.
+  const f = { at: null, detail: "", deadline: start + duration };
   const stop = startLoad(counts);
   let faultErr = null;
   const faultDone = F
-    ? sleep(sc.fault.atMs ?? FAULT_AT).then(() => F.run(f, sc.fault)).catch((e) => { faultErr = e; })
+    ? sleep(sc.fault.atMs ?? FAULT_AT).then(() => F.run(f, sc.fault, target)).catch((e) => { faultErr = e; })
     : Promise.resolve();
-  await sleep(DURATION);
+  await sleep(duration);
   await faultDone;
   const loadEnd = Date.now();
   await stop();
   const drainMs = ms(loadEnd, Date.now());
   contAll();
   const w = await collect();
-  const logs = logStats(LOG_DIRS.map((d, i) => logSlice(d, logFrom[i])).join(""));
+  const redisErrors = target.topo ? await target.topo.errorStats() : null;
+  const logs = logStats(dirs.map((d, i) => logSlice(d, logFrom[i])).join(""));
   if (F && F.after && (await F.after(sc.fault))) await drainedLoad(1000);
   if (faultErr) throw new Error(`${sc.title}: fault injection failed: ${faultErr.stack || faultErr}`);
 
   const gapMs = w.maxGapUs < 0 ? null : w.maxGapUs / 1000;
   const gapFromFault = f.at !== null && w.maxGapFromUs !== null ? Math.round(w.maxGapFromUs / 1000 - f.at) : null;
+  const stallMs = w.maxStallUs < 0 ? null : w.maxStallUs / 1000;
+  const stallFromFault = f.at !== null && w.maxStallFromUs !== null ? Math.round(w.maxStallFromUs / 1000 - f.at) : null;
+  // Acquisitions the fault cost: the rate before it, carried on to the end of the
+  // load, against the "ok" answers after it (client side: answers, not entries).
+  let throughput = null;
+  if (f.at !== null && f.at > start && loadEnd > f.at) {
+    const before = counts.okAt.filter((t) => t < f.at).length;
+    const after = counts.okAt.filter((t) => t >= f.at && t <= loadEnd).length;
+    const rate = before / (f.at - start);
+    throughput = {
+      beforePerS: Math.round(rate * 1000), afterPerS: Math.round(after / (loadEnd - f.at) * 1000),
+      lostEstimate: Math.max(0, Math.round(rate * (loadEnd - f.at) - after)),
+    };
+  }
   const top = (m) => Object.entries(m).sort((a, b) => b[1] - a[1]).slice(0, 3);
   const lat = counts.okMs.sort((a, b) => a - b);
   const pct = (q) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(q * lat.length))]) : null);
@@ -868,11 +1444,12 @@ async function runCritRow(sc) {
     // Client-side time of /crit requests answered "ok": waiting + 20 ms inside + release.
     okLatencyMs: { p50: pct(0.5), p90: pct(0.9), p99: pct(0.99), max: lat.length ? Math.round(lat[lat.length - 1]) : null },
     maxGapMs: gapMs, maxGapKey: w.maxGapKey, maxGapStartVsFaultMs: gapFromFault,
+    maxStallMs: stallMs, maxStallStartVsFaultMs: stallFromFault, throughput,
     releaseNotOwner: w.releaseNotOwner, releaseError: w.releaseError,
     perKey: w.perKey, overlapLog: w.overlapLog, leftInside: w.leftInside,
     fault: sc.fault ? { ...sc.fault, atMs: f.at === null ? null : f.at - start, detail: f.detail } : null,
-    topErrors: top(counts.errMsgs), topHttpFailures: top(counts.httpMsgs), topWitnessErrors: top(counts.werrMsgs),
-    nginxErrorLog: logs,
+    topErrors: top(counts.errMsgs), errorSamples: top(counts.errMsgs).map(([k]) => counts.errRaw[k]), topHttpFailures: top(counts.httpMsgs), topWitnessErrors: top(counts.werrMsgs),
+    nginxErrorLog: logs, redisErrorReplies: redisErrors,
     loadMs: loadEnd - start, drainMs, wallMs: Date.now() - t0,
     about: sc.about,
   };
@@ -882,7 +1459,22 @@ async function runCritRow(sc) {
 
 function noteOf(r) {
   const bits = [r.about];
+  if (r.topology) bits.push(`${r.topology.kind}: ${r.topology.started}, ready in ${r.topology.upMs} ms`);
   if (r.fault && r.fault.detail) bits.push(r.fault.detail);
+  if (r.group === "topology") {
+    if (r.maxStallMs !== null) {
+      const d = r.maxStallStartVsFaultMs;
+      bits.push(`longest time with no acquisition of any key ${Math.round(r.maxStallMs)} ms` + (d === null ? "" : ` (from ${Math.abs(d)} ms ${d < 0 ? "before" : "after"} the fault)`));
+    }
+    if (r.throughput) bits.push(`acquisitions lost to the fault ≈ ${r.throughput.lostEstimate} (${r.throughput.beforePerS}/s before it, ${r.throughput.afterPerS}/s after)`);
+    bits.push(`${r.releaseNotOwner} lock(s) gone before their holder released (release answered not_owner)`);
+    if (r.promised && r.releaseNotOwner > 0) {
+      bits.push(`NEAR MISS: ${r.releaseNotOwner} lock(s) handed out were no longer where their holder released them: a newcomer could have been let in beside the holder (the witness saw ${r.overlaps} overlap(s))`);
+    }
+    const list = (o) => Object.entries(o).sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ×${n}`).join(", ");
+    const re = r.redisErrorReplies || { kinds: {}, commands: {} };
+    if (Object.keys(re.kinds).length) bits.push(`Redis error replies: ${list(re.kinds)} (to ${list(re.commands)})`);
+  }
   if (!r.fault) bits.push(`"ok" requests took p50 ${r.okLatencyMs.p50} / p99 ${r.okLatencyMs.p99} / max ${r.okLatencyMs.max} ms; ${r.timeouts} of ${r.ok + r.timeouts} waited 3 s in vain`);
   if (r.maxGapStartVsFaultMs !== null && r.maxGapMs !== null && r.maxGapMs > 150) {
     const d = r.maxGapStartVsFaultMs;
@@ -890,7 +1482,7 @@ function noteOf(r) {
   }
   if (r.id === "redis-restart" && r.overlaps === 0) bits.push(`none seen here: the restart outlasted the ${LOCK.hold} ms critical section, so every holder had left before the fresh Redis granted anything`);
   if (r.id === "worker-sigstop" && r.overlaps === 0) bits.push("none seen this time: the stopped worker's key was not taken over before it woke");
-  if (r.releaseNotOwner) bits.push(`${r.releaseNotOwner} release(s) answered not_owner`);
+  if (r.releaseNotOwner && r.group !== "topology") bits.push(`${r.releaseNotOwner} release(s) answered not_owner`);
   if (r.releaseError) bits.push(`${r.releaseError} release(s) failed on Redis`);
   if (r.httpFailures) bits.push(`${r.httpFailures} HTTP/connection failure(s) (${r.topHttpFailures.map(([m, c]) => m + " ×" + c).join(", ")})`);
   if (r.errors) bits.push(`top err: ${r.topErrors.slice(0, 2).map(([m, c]) => `"${m}" ×${c}`).join("; ")}`);
@@ -1036,6 +1628,31 @@ function gwTable(rows) {
   return out.join("\n");
 }
 
+function topoTable(rows) {
+  const out = [
+    "| # | scenario | promised | acquisitions | overlaps | locks gone under their holder | acquisitions lost to the fault (≈) | errors (err / timeout) | longest gap per key (ms) | longest time with no acquisition at all (ms) | result | note |",
+    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+  ];
+  const n = (x) => (x === null || x === undefined ? "-" : Math.round(x));
+  for (const r of rows) {
+    out.push(`| ${r.n} | ${esc(r.scenario)} | ${r.promised ? "yes" : "no"} | ${r.acquisitions} | ${r.overlaps} | ${r.releaseNotOwner} | ${r.throughput ? r.throughput.lostEstimate : "-"} | ${r.errors} / ${r.timeouts} | ${n(r.maxGapMs)} | ${n(r.maxStallMs)} | ${r.result} | ${esc(r.note)} |`);
+  }
+  return out.join("\n");
+}
+
+function topoIntro(rows) {
+  return [
+    "The same load and witness as the lock rows, but /crit locks on a Redis topology started for the row (and stopped",
+    "after it), through a pair of nginx of its own (nginx/torture.conf rendered with that `redis` option, 2 workers each):",
+    "a Sentinel set, a Redis Cluster or independent Redlock masters. Fencing is on except over Redlock, which refuses it.",
+    `Each row: ${DURATION / 1000} s of load, fault at ${FAULT_AT / 1000} s (unless the row says otherwise).`,
+    "**locks gone under their holder** = releases answered `not_owner` (the lock was no longer there, or someone else's,",
+    "when its holder let go: the topology lost it); **acquisitions lost to the fault** = the rate of \"ok\" answers before",
+    "the fault carried on to the end of the load, minus the \"ok\" answers after it; **longest time with no acquisition at",
+    "all** = the longest stretch in which no key was acquired by anyone (the witness), i.e. when nothing could be locked.",
+  ];
+}
+
 function verdictOf(rows) {
   const failures = [];
   const fail = (r, why) => { r.result = "FAIL"; failures.push(`row ${r.n} (${r.scenario}): ${why}`); };
@@ -1067,11 +1684,12 @@ function verdictOf(rows) {
   return failures;
 }
 
-/** The rows to run: --short, --gateway, --rows 9,gw-reload (numbers or ids), or all. */
+/** The rows to run: --short, --gateway, --topologies, --rows 9,gw-reload (numbers or ids), or all. */
 function selectRows() {
   const all = SCENARIOS.map((s, i) => ({ ...s, n: i + 1 }));
   if (SHORT) return ["short", all.filter((s) => s.short)];
   if (opt.gateway) return ["gateway", all.filter((s) => s.group === "gateway")];
+  if (opt.topologies) return ["topologies", all.filter((s) => s.group === "topology")];
   if (opt.rows) {
     const want = opt.rows.split(",").filter(Boolean);
     for (const w of want) {
@@ -1127,7 +1745,11 @@ async function main() {
   const rows = [];
   for (const sc of list) {
     log(`${sc.n}. ${sc.title} ...`);
-    if (sc.load.kind === "gateway") {
+    if (sc.topology) {
+      const row = await runTopologyRow(sc);
+      log(`   ${row.acquisitions} acquisitions, ${row.overlaps} overlaps, ${row.errors} err, ${row.timeouts} timeout, ${row.httpFailures} http, gap ${row.maxGapMs} ms, stall ${row.maxStallMs} ms, ${row.wallMs} ms`);
+      rows.push(row);
+    } else if (sc.load.kind === "gateway") {
       const row = await runGatewayRow(sc);
       log(`   ${row.requests.requests} requests, ${row.reached} reached the backend, ${row.overlaps} overlaps, ${row.requests.refused} refused, ${row.requests.aborted} aborted, ${row.keysLeft.keys} key(s) left locked (${row.keysLeft.stillHeld} still held), witness errors ${row.witnessErrors}, ${row.wallMs} ms`);
       rows.push(row);
@@ -1143,6 +1765,7 @@ async function main() {
   const mach = machine();
   const critRows = rows.filter((r) => r.group === "crit");
   const gwRows = rows.filter((r) => r.group === "gateway");
+  const topoRows = rows.filter((r) => r.group === "topology");
 
   const md = [
     `# resty.dlock torture run (${form} form${GATEWAY_LOG ? ", with the module-level gateway log" : ""})`,
@@ -1152,8 +1775,10 @@ async function main() {
     "",
     ...(critRows.length ? [...critIntro(), "", table(critRows), ""] : []),
     ...(gwRows.length ? ["## Gateway guards", "", ...gwIntro(gwRows), "", gwTable(gwRows), ""] : []),
+    ...(topoRows.length ? ["## Redis topologies", "", ...topoIntro(topoRows), "", topoTable(topoRows), ""] : []),
     `Exclusion is promised in rows ${promisedRows.join(", ") || "(none here)"}: an overlap there fails the run${gwRows.length ? ", and so does a gateway key left locked" : ""}.`,
     ...(form === "full" ? ["Rows 3 (Redis loses its data) and 7 (a holder paused past its ttl) are outside what a Redis lease can promise: reported, not failed."] : []),
+    ...(topoRows.some((r) => !r.promised) ? [`Rows ${topoRows.filter((r) => !r.promised).map((r) => r.n).join(" and ")} (a master SIGKILLed) can lose locks that only the dead master had, with replication asynchronous: reported, not failed.`] : []),
     "",
     failures.length ? "**FAIL**\n\n" + failures.map((f) => "- " + f).join("\n") : "**PASS**: no overlap where exclusion is promised" + (gwRows.length ? ", no gateway key left locked." : "."),
     "",
@@ -1168,7 +1793,7 @@ async function main() {
     machine: mach, promisedRows, pass: failures.length === 0, failures, scenarios: rows,
   };
   // The short form (run by make test) must not overwrite the full run's results; neither must the others.
-  const base = { full: "torture", short: "torture-short", gateway: "torture-gateway", rows: "torture-rows" }[form] + (GATEWAY_LOG ? "-gwlog" : "");
+  const base = { full: "torture", short: "torture-short", gateway: "torture-gateway", topologies: "torture-topologies", rows: "torture-rows" }[form] + (GATEWAY_LOG ? "-gwlog" : "");
   fs.mkdirSync(opt.out, { recursive: true });
   fs.writeFileSync(path.join(opt.out, base + ".md"), md);
   fs.writeFileSync(path.join(opt.out, base + ".json"), JSON.stringify(json, null, 2) + "\n");

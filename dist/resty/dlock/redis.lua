@@ -107,8 +107,10 @@ function isMaster(red, conf, host, port)
         return nil
     end
     sentinel.forget(conf.pool)
-    local what = type(role) == "table" and "a " .. tostring(role[1]) or tostring(err)
-    return ((((((("dlock: redis " .. conf.endpoint) .. ": ") .. host) .. ":") .. tostring(port)) .. " is ") .. what) .. ", not the master (a failover is under way); asking the sentinels again"
+    if type(role) ~= "table" then
+        return ((((((("dlock: redis " .. conf.endpoint) .. ": ROLE on ") .. host) .. ":") .. tostring(port)) .. " failed: ") .. tostring(err)) .. "; asking the sentinels again"
+    end
+    return ((((((("dlock: redis " .. conf.endpoint) .. ": ") .. host) .. ":") .. tostring(port)) .. " is a ") .. tostring(role[1])) .. ", not the master (a failover is under way); asking the sentinels again"
 end
 local function loadClient()
     for ____, name in ipairs({"resty.redis", "nginx.redis"}) do

@@ -402,7 +402,10 @@ function isMaster(red: RestyRedis, conf: RedisConf, host: string, port: number):
     return undefined;
   }
   sentinel.forget(conf.pool);
-  const what = type(role) === "table" ? "a " + tostring((role as LuaTable<number, unknown>).get(1)) : tostring(err);
-  return "dlock: redis " + conf.endpoint + ": " + host + ":" + port + " is " + what +
+  if (type(role) !== "table") {
+    return "dlock: redis " + conf.endpoint + ": ROLE on " + host + ":" + port + " failed: " + tostring(err) +
+      "; asking the sentinels again";
+  }
+  return "dlock: redis " + conf.endpoint + ": " + host + ":" + port + " is a " + tostring((role as LuaTable<number, unknown>).get(1)) +
     ", not the master (a failover is under way); asking the sentinels again";
 }

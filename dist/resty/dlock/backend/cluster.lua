@@ -193,6 +193,14 @@ end
 local function suspicious(fault)
     return fault ~= nil and fault ~= "replicas"
 end
+--- Did the node answer (an error reply such as "ERR ..." or "WRONGTYPE ..."), rather than not being reached?
+local function replied(node, err)
+    local code = string.match(
+        tostring(err),
+        ("^dlock: redis " .. (string.gsub(node.endpoint, "%p", "%%%0"))) .. ": (%u%u+) "
+    )
+    return code ~= nil and code ~= "TLS"
+end
 --- Run s for rkey on the master of its slot, following MOVED and ASK.
 function ____exports.call(conf, s, rkey, ...)
     local c = state(conf)
@@ -223,6 +231,9 @@ function ____exports.call(conf, s, rkey, ...)
             if suspicious(fault) then
                 c.stale = true
             end
+            if fault == "failed" and not replied(node, err) then
+                return res, err, "transient"
+            end
             return res, err, fault
         else
             local kind, ____, host, port = string.match(
@@ -249,7 +260,7 @@ function ____exports.call(conf, s, rkey, ...)
             end
         end
     end
-    return nil, string.format("dlock: redis %s: key %s redirected more than %d times (redis.cluster.max_redirects)", conf.endpoint, rkey, conf.max_redirects), "failed"
+    return nil, string.format("dlock: redis %s: key %s redirected more than %d times (redis.cluster.max_redirects)", conf.endpoint, rkey, conf.max_redirects), "transient"
 end
 --- One pipeline per master for the targets whose slots it serves; a target
 -- sent elsewhere (MOVED, ASK) is retried alone through call().

@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local majority, nowMs, errorsOf, faultOf, count, decideAcquire
+local majority, nowMs, errorsOf, count, decideAcquire
 local scripts = require("resty.dlock.scripts")
 local single = require("resty.dlock.backend.single")
 --- The allowance for clock drift between masters over a ttl, in ms (redis.io: 1 % plus 2 ms).
@@ -24,14 +24,6 @@ function errorsOf(conf, v)
     end
     return table.concat(list, "; ")
 end
-function faultOf(conf, v)
-    for i = 1, #conf.nodes do
-        if v.faults[i] == "lost" then
-            return "lost"
-        end
-    end
-    return "failed"
-end
 function count(conf, v, want)
     local yes = 0
     local answered = 0
@@ -54,24 +46,17 @@ function decideAcquire(conf, v, rkey, tok, ttl, started)
     if took >= need and elapsed + ____exports.drift(ttl) < ttl then
         return "OK", nil, nil
     end
-    local undo = {}
-    for i = 1, n do
-        if v.replies[i] == "OK" or v.faults[i] == "lost" then
-            undo[i] = true
-        end
-    end
     local undone = true
-    for i in pairs(undo) do
-        local r, ____, f = single.call(conf.nodes[i], scripts.RELEASE, rkey, tok)
-        if r == nil and f == "lost" then
-            undone = false
+    local unknown = false
+    for i = 1, n do
+        if v.replies[i] == "OK" then
+            local r = single.call(conf.nodes[i], scripts.RELEASE, rkey, tok)
+            if r == nil then
+                undone = false
+            end
+        elseif v.faults[i] == "lost" then
+            unknown = true
         end
-    end
-    if not undone then
-        return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. tostring(took)) .. " of ") .. tostring(n)) .. " masters, then could not give all back (") .. errorsOf(conf, v)) .. ")", "lost"
-    end
-    if took >= need then
-        return nil, string.format("dlock: redis %s: took the key on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
     end
     local pttls = {}
     for i = 1, n do
@@ -80,12 +65,17 @@ function decideAcquire(conf, v, rkey, tok, ttl, started)
             pttls[#pttls + 1] = r
         end
     end
-    local wanted = need - took
-    if #pttls >= wanted then
+    if #pttls > n - need and undone then
         table.sort(pttls)
-        return pttls[wanted], nil, nil
+        return pttls[#pttls - (n - need)], nil, nil
     end
-    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. tostring(took)) .. " of ") .. tostring(n)) .. " masters, a majority is ") .. tostring(need)) .. " (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
+    if not undone or unknown then
+        return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. tostring(took)) .. " of ") .. tostring(n)) .. " masters, and some may still hold it (") .. errorsOf(conf, v)) .. ")", "lost"
+    end
+    if took >= need then
+        return nil, string.format("dlock: redis %s: took the key on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
+    end
+    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. tostring(took)) .. " of ") .. tostring(n)) .. " masters, a majority is ") .. tostring(need)) .. " (") .. errorsOf(conf, v)) .. ")", "transient"
 end
 --- Is this script one a quorum can decide?
 function ____exports.kindSupported(s)
@@ -172,6 +162,15 @@ local function everywhere(conf, s, rkey, args)
         end
     end
     return v
+end
+--- The fault of a decision that failed for want of answers: "lost" when any master may have acted.
+local function faultOf(conf, v)
+    for i = 1, #conf.nodes do
+        if v.faults[i] == "lost" then
+            return "lost"
+        end
+    end
+    return "failed"
 end
 --- Release (1: deleted somewhere, 0: not ours anywhere) once a majority answered.
 local function decideRelease(conf, v)

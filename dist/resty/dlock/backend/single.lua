@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local refused, askingRun, replicated, TRANSIENT
+local refused, unreachable, askingRun, replicated, TRANSIENT
 local check = require("resty.dlock.check")
 local redis = require("resty.dlock.redis")
 local scripts = require("resty.dlock.scripts")
@@ -20,13 +20,16 @@ function refused(conf, err)
     end
     return (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err), fault
 end
+function unreachable(conf)
+    return conf.sentinel ~= nil and "transient" or "failed"
+end
 --- As call; `asking` sends ASKING first on the same connection (a cluster slot
 -- being imported by this node serves a key only to a client that asks so).
 function ____exports.exec(conf, asking, s, rkey, ...)
     local args = {...}
     local red, cerr = redis.connect(conf)
     if red == nil then
-        return nil, cerr, "failed"
+        return nil, cerr, unreachable(conf)
     end
     local res
     local err
@@ -172,7 +175,7 @@ function ____exports.batch(conf, s, targets, ms)
     if red == nil then
         for ____, i in ipairs(all) do
             out.errors[i] = cerr
-            out.faults[i] = "failed"
+            out.faults[i] = unreachable(conf)
         end
         return out
     end

@@ -201,6 +201,12 @@ function suspicious(fault: Fault | undefined): boolean {
   return fault !== undefined && fault !== "replicas";
 }
 
+/** Did the node answer (an error reply such as "ERR ..." or "WRONGTYPE ..."), rather than not being reached? */
+function replied(node: redis.RedisConf, err: string | undefined): boolean {
+  const [code] = string.match(tostring(err), "^dlock: redis " + string.gsub(node.endpoint, "%p", "%%%0")[0] + ": (%u%u+) ");
+  return code !== undefined && code !== "TLS";
+}
+
 /** Run s for rkey on the master of its slot, following MOVED and ASK. */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
   const c = state(conf);
@@ -218,6 +224,11 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
       ngx.sleep(TRYAGAIN_PAUSE);
     } else if (fault !== "redirect") {
       if (suspicious(fault)) c.stale = true;
+      if (fault === "failed" && !replied(node, err)) {
+        // The master could not be reached: most likely dead and about to be
+        // replaced by its replica. Nothing was sent; a waiting acquire tries again.
+        return $multi(res, err, "transient");
+      }
       return $multi(res, err, fault);
     } else {
       const [kind, , host, port] = string.match(tostring(err), "(%u+) (%d+) (%S+):(%d+)$");
@@ -234,8 +245,9 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
       }
     }
   }
+  // A slot on the move (ASK, TRYAGAIN, MOVED in turn) is "not now": a waiting acquire tries again.
   return $multi(undefined, string.format("dlock: redis %s: key %s redirected more than %d times (redis.cluster.max_redirects)",
-    conf.endpoint, rkey, conf.max_redirects), "failed");
+    conf.endpoint, rkey, conf.max_redirects), "transient");
 }
 
 /**

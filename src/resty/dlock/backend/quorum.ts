@@ -162,9 +162,13 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
 }
 
 /**
- * Acquire: "OK" when a majority took the key in time. Otherwise every master
- * that took it (or may have: a lost reply) gives it back, and the answer is
- * the ms until enough holders expire for a majority to be free, or an error.
+ * Acquire: "OK" when a majority took the key in time. Otherwise the masters
+ * that took it give it back, and the answer is "busy" (the ms until enough
+ * holders expire for a majority to be free) when enough masters said the key
+ * is taken that no majority was possible; else an error: "lost" when a master
+ * that did not answer may have taken it (the caller has it cleaned up,
+ * owner-checked, everywhere), "transient" when too few masters could be
+ * reached or it took too long (a waiting acquire tries again).
  */
 function decideAcquire(conf: redis.RedisConf, v: Votes, rkey: string, tok: string, ttl: number, started: number): CallResult {
   const n = conf.nodes!.length;
@@ -173,37 +177,37 @@ function decideAcquire(conf: redis.RedisConf, v: Votes, rkey: string, tok: strin
   const elapsed = nowMs() - started;
   if (took >= need && elapsed + drift(ttl) < ttl) return $multi("OK", undefined, undefined);
 
-  const undo = new LuaTable<number, boolean>();
-  for (const i of $range(1, n)) {
-    if (v.replies.get(i) === "OK" || v.faults.get(i) === "lost") undo.set(i, true);
-  }
   let undone = true;
-  for (const [i] of undo) {
-    const [r, , f] = single.call(conf.nodes![i - 1]!, scripts.RELEASE, rkey, tok);
-    if (r === undefined && f === "lost") undone = false;
+  let unknown = false;
+  for (const i of $range(1, n)) {
+    if (v.replies.get(i) === "OK") {
+      const [r] = single.call(conf.nodes![i - 1]!, scripts.RELEASE, rkey, tok);
+      if (r === undefined) undone = false;
+    } else if (v.faults.get(i) === "lost") {
+      unknown = true;
+    }
   }
-  if (!undone) {
-    // Some master may still hold it: the caller schedules an owner-checked cleanup.
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": took the key on " + took + " of " + n +
-      " masters, then could not give all back (" + errorsOf(conf, v) + ")", "lost");
-  }
-  if (took >= need) {
-    return $multi(undefined, string.format("dlock: redis %s: took the key on a majority, but only after %d ms of a %d ms ttl",
-      conf.endpoint, elapsed, ttl), "transient");
-  }
-  // Busy: holders' PTTLs, smallest first; a majority is free once enough of them expire.
   const pttls: number[] = [];
   for (const i of $range(1, n)) {
     const r = v.replies.get(i);
     if (type(r) === "number") pttls.push(r as number);
   }
-  const wanted = need - took;
-  if (pttls.length >= wanted) {
+  if (pttls.length > n - need && undone) {
+    // Held by others on enough masters that no majority was possible, whatever
+    // the silent ones did (a key one of them took is a minority's, until its ttl).
     table.sort(pttls);
-    return $multi(pttls[wanted - 1]!, undefined, undefined);
+    return $multi(pttls[pttls.length - (n - need) - 1]!, undefined, undefined);
+  }
+  if (!undone || unknown) {
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": took the key on " + took + " of " + n +
+      " masters, and some may still hold it (" + errorsOf(conf, v) + ")", "lost");
+  }
+  if (took >= need) {
+    return $multi(undefined, string.format("dlock: redis %s: took the key on a majority, but only after %d ms of a %d ms ttl",
+      conf.endpoint, elapsed, ttl), "transient");
   }
   return $multi(undefined, "dlock: redis " + conf.endpoint + ": took the key on " + took + " of " + n +
-    " masters, a majority is " + need + " (" + errorsOf(conf, v) + ")", faultOf(conf, v));
+    " masters, a majority is " + need + " (" + errorsOf(conf, v) + ")", "transient");
 }
 
 /** single.batch, shaped for ngx.thread.spawn. */

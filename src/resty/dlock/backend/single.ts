@@ -25,6 +25,15 @@ function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn
 }
 
 /**
+ * The fault of a connection that could not be made (nothing was sent). Behind
+ * Sentinel a master that cannot be reached is most likely being replaced: the
+ * sentinels are asked again, and a waiting acquire tries again ("transient").
+ */
+function unreachable(conf: redis.RedisConf): Fault {
+  return conf.sentinel !== undefined ? "transient" : "failed";
+}
+
+/**
  * One script round trip on a pooled connection. Returns the reply, or nil, an
  * error that names the endpoint, and the kind of fault.
  */
@@ -39,7 +48,7 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
 export function exec(conf: redis.RedisConf, asking: boolean, s: scripts.Script, rkey: string, ...args: (string | number)[]): LuaMultiReturn<[RedisValue | undefined, string | undefined, Fault | undefined]> {
   const [red, cerr] = redis.connect(conf);
   if (red === undefined) {
-    return $multi(undefined, cerr, "failed");
+    return $multi(undefined, cerr, unreachable(conf));
   }
   let res: RedisValue | false | undefined;
   let err: string | undefined;
@@ -151,7 +160,7 @@ export function batch(conf: redis.RedisConf, s: scripts.Script, targets: Target[
   if (red === undefined) {
     for (const i of all) {
       out.errors.set(i, cerr!);
-      out.faults.set(i, "failed");
+      out.faults.set(i, unreachable(conf));
     }
     return out;
   }

@@ -4,6 +4,7 @@ local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
 local ledger = require("resty.dlock.ledger")
+local reentrant = require("resty.dlock.reentrant")
 local scripts = require("resty.dlock.scripts")
 local token = require("resty.dlock.token")
 local watchdog = require("resty.dlock.watchdog")
@@ -31,7 +32,8 @@ local NEW_OPTIONS = check.set(
     "owner",
     "ttl",
     "wait",
-    "fencing"
+    "fencing",
+    "reentrant"
 )
 local locksMethods = {
     acquire = function(self, key, opts)
@@ -43,6 +45,12 @@ local locksMethods = {
         if tok == nil then
             return nil, terr, nil
         end
+        if self.reentrant then
+            local again = reentrant.nested(self.id, self.prefix .. k)
+            if again ~= nil then
+                return again, nil, nil
+            end
+        end
         local l, err, retryAfter = lease.acquire(
             self,
             self.kind,
@@ -51,10 +59,13 @@ local locksMethods = {
             ttlOrErr,
             wait
         )
-        if l == nil or not renew then
-            return l, err, retryAfter
+        if l ~= nil and renew then
+            l, err, retryAfter = watchdog.hold(l, onLost)
         end
-        return watchdog.hold(l, onLost)
+        if l ~= nil and self.reentrant then
+            l = reentrant.enter(self.id, l)
+        end
+        return l, err, retryAfter
     end,
     held = function(self)
         return ledger.held(self.dict)
@@ -62,6 +73,8 @@ local locksMethods = {
     with = lease.withLease
 }
 local locksMt = {__index = locksMethods}
+--- Factories made in this process: their ids for reentrant holds.
+local factories = 0
 --- Create a lock factory. Returns locks, or nil and an error naming the bad option.
 -- 
 -- @customName new
@@ -100,6 +113,15 @@ function ____exports.new(opts)
         end
     end
     local kind = fencing and FENCED_LOCK or LOCK
+    local reent = false
+    if o.reentrant ~= nil then
+        local b, err = check.bool("reentrant", o.reentrant)
+        if b == nil then
+            return nil, err
+        end
+        reent = b
+    end
+    factories = factories + 1
     local locks = {
         dict = store.dict,
         redis = store.redis,
@@ -107,7 +129,9 @@ function ____exports.new(opts)
         ttl = store.ttl,
         wait = store.wait,
         owner = owner,
-        kind = kind
+        kind = kind,
+        reentrant = reent,
+        id = tostring(factories)
     }
     return setmetatable(locks, locksMt), nil
 end

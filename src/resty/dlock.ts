@@ -10,6 +10,7 @@ import * as backend from "./dlock/backend";
 import * as check from "./dlock/check";
 import * as lease from "./dlock/lease";
 import * as ledger from "./dlock/ledger";
+import * as reentrant from "./dlock/reentrant";
 import * as scripts from "./dlock/scripts";
 import * as token from "./dlock/token";
 import * as watchdog from "./dlock/watchdog";
@@ -22,6 +23,9 @@ export interface Locks extends lease.Store {
   readonly owner: "random" | "worker";
   /** The kind of lease it hands out: with or without fencing. */
   readonly kind: lease.Kind;
+  /** A caller that holds a key gets nested leases on it (see reentrant.ts). */
+  readonly reentrant: boolean;
+  readonly id: string;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
@@ -29,7 +33,7 @@ export interface Locks extends lease.Store {
 
 const LOCK: lease.Kind = { acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: false };
 const FENCED_LOCK: lease.Kind = { acquire: scripts.ACQUIRE_FENCED, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: true };
-const NEW_OPTIONS = check.set("dict", "redis", "prefix", "owner", "ttl", "wait", "fencing");
+const NEW_OPTIONS = check.set("dict", "redis", "prefix", "owner", "ttl", "wait", "fencing", "reentrant");
 
 const locksMethods = {
   /**
@@ -42,9 +46,14 @@ const locksMethods = {
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     const [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
     if (tok === undefined) return $multi(undefined, terr, undefined);
-    const [l, err, retryAfter] = lease.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
-    if (l === undefined || !renew) return $multi(l, err, retryAfter);
-    return watchdog.hold(l, onLost);
+    if (this.reentrant) {
+      const again = reentrant.nested(this.id, this.prefix + k);
+      if (again !== undefined) return $multi(again, undefined, undefined);
+    }
+    let [l, err, retryAfter] = lease.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
+    if (l !== undefined && renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
+    if (l !== undefined && this.reentrant) l = reentrant.enter(this.id, l);
+    return $multi(l, err, retryAfter);
   },
 
   /** Leases this nginx instance holds now (all workers), from the shared dict. */
@@ -55,6 +64,8 @@ const locksMethods = {
   with: lease.withLease,
 };
 const locksMt = { __index: locksMethods };
+/** Factories made in this process: their ids for reentrant holds. */
+let factories = 0;
 
 /**
  * Create a lock factory. Returns locks, or nil and an error naming the bad option.
@@ -87,6 +98,16 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     if (refused !== undefined) return $multi(undefined, refused);
   }
   const kind = fencing ? FENCED_LOCK : LOCK;
-  const locks = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner, kind };
+  let reent = false;
+  if (o.get("reentrant") !== undefined) {
+    const [b, err] = check.bool("reentrant", o.get("reentrant"));
+    if (b === undefined) return $multi(undefined, err);
+    reent = b;
+  }
+  factories++;
+  const locks = {
+    dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner, kind,
+    reentrant: reent, id: tostring(factories),
+  };
   return $multi(setmetatable(locks, locksMt) as unknown as Locks, undefined);
 }

@@ -4,6 +4,7 @@ local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
 local ledger = require("resty.dlock.ledger")
+local recovery = require("resty.dlock.recovery")
 local reentrant = require("resty.dlock.reentrant")
 local scripts = require("resty.dlock.scripts")
 local token = require("resty.dlock.token")
@@ -37,6 +38,7 @@ local NEW_OPTIONS = check.set(
 )
 local locksMethods = {
     acquire = function(self, key, opts)
+        recovery.start()
         local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(self, key, opts)
         if k == nil then
             return nil, ttlOrErr, nil
@@ -133,6 +135,17 @@ function ____exports.new(opts)
         reentrant = reent,
         id = tostring(factories)
     }
+    recovery.register(store, kind)
     return setmetatable(locks, locksMt), nil
+end
+--- For init_worker_by_lua: release, owner-checked, the leases a worker that
+-- died (SIGKILL, a crash) left in Redis, as soon as nginx replaces it (without
+-- it this happens at the worker's first acquire). Returns true, or nil, err.
+function ____exports.init_worker()
+    local err = recovery.start()
+    if err ~= nil then
+        return nil, err
+    end
+    return true, nil
 end
 return ____exports

@@ -10,6 +10,7 @@ import * as backend from "./dlock/backend";
 import * as check from "./dlock/check";
 import * as lease from "./dlock/lease";
 import * as ledger from "./dlock/ledger";
+import * as recovery from "./dlock/recovery";
 import * as reentrant from "./dlock/reentrant";
 import * as scripts from "./dlock/scripts";
 import * as token from "./dlock/token";
@@ -42,6 +43,7 @@ const locksMethods = {
    * on bad input or Redis failure. retry_after: ms until the holder's lease ends.
    */
   acquire(this: Locks, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
+    recovery.start();
     const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     const [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
@@ -109,5 +111,17 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner, kind,
     reentrant: reent, id: tostring(factories),
   };
+  recovery.register(store, kind);
   return $multi(setmetatable(locks, locksMt) as unknown as Locks, undefined);
+}
+
+/**
+ * For init_worker_by_lua: release, owner-checked, the leases a worker that
+ * died (SIGKILL, a crash) left in Redis, as soon as nginx replaces it (without
+ * it this happens at the worker's first acquire). Returns true, or nil, err.
+ */
+export function init_worker(this: void): LuaMultiReturn<[true | undefined, string | undefined]> {
+  const err = recovery.start();
+  if (err !== undefined) return $multi(undefined, err);
+  return $multi(true as const, undefined);
 }

@@ -148,6 +148,32 @@ function ____exports.forget(dict, rec, token)
         dict:delete(rec)
     end
 end
+--- Every record now, with its Redis key. Walks the whole dict: once per worker start, never per request.
+function ____exports.records(dict)
+    local out = {}
+    local keys = dict:get_keys(0)
+    local nowMs = ngx.now() * 1000
+    for i = 1, #keys do
+        local k = keys[i]
+        if string.sub(k, 1, 2) == RECORD then
+            local l = parse((dict:get(k)), nowMs)
+            if l ~= nil then
+                local tail = " " .. l.token
+                local shared = string.sub(k, -#tail) == tail
+                local rkey = shared and string.sub(k, 3, -#tail - 1) or string.sub(k, 3)
+                out[#out + 1] = {
+                    rec = k,
+                    rkey = rkey,
+                    key = l.key,
+                    token = l.token,
+                    pid = l.pid,
+                    shared = shared
+                }
+            end
+        end
+    end
+    return out
+end
 --- Every lease recorded now. Walks the dict's keys: meant for held(), not hot paths nor scrapes.
 function ____exports.held(dict)
     local all = ____exports.list(dict, 0)

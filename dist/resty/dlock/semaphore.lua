@@ -5,6 +5,7 @@ local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
 local ledger = require("resty.dlock.ledger")
 local scripts = require("resty.dlock.scripts")
+local recovery = require("resty.dlock.recovery")
 local token = require("resty.dlock.token")
 local watchdog = require("resty.dlock.watchdog")
 ____exports._VERSION = "0.1.0"
@@ -27,6 +28,7 @@ local NEW_OPTIONS = check.set(
 )
 local semaphoreMethods = {
     acquire = function(self, key, opts)
+        recovery.start()
         local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(self, key, opts)
         if k == nil then
             return nil, ttlOrErr, nil
@@ -84,6 +86,7 @@ function ____exports.new(opts)
     if refused ~= nil then
         return nil, refused
     end
+    recovery.register(store, PERMIT)
     local sem = {
         dict = store.dict,
         redis = store.redis,

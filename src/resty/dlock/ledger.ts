@@ -126,6 +126,37 @@ function parse(v: unknown, nowMs: number): HeldLease | undefined {
   return { key, token: token!, pid: tonumber(pid) ?? 0, expires_at: exp / 1000, ttl: math.max(0, exp - nowMs) };
 }
 
+/** A record as crash recovery needs it: where it is, and the Redis key and token of its lease. */
+export interface Record {
+  readonly rec: string;
+  readonly rkey: string;
+  readonly key: string;
+  readonly token: string;
+  readonly pid: number;
+  /** A permit's record (one per holder: the token ends its dict key). */
+  readonly shared: boolean;
+}
+
+/** Every record now, with its Redis key. Walks the whole dict: once per worker start, never per request. */
+export function records(dict: NgxSharedDict): LuaMultiReturn<[Record[]]> {
+  const out: Record[] = [];
+  const keys = dict.get_keys(0);
+  const nowMs = ngx.now() * 1000;
+  for (const i of $range(1, keys.length())) {
+    const k = keys.get(i);
+    if (string.sub(k, 1, 2) === RECORD) {
+      const l = parse(dict.get(k)[0], nowMs);
+      if (l !== undefined) {
+        const tail = " " + l.token;
+        const shared = string.sub(k, -tail.length) === tail;
+        const rkey = shared ? string.sub(k, 3, -tail.length - 1) : string.sub(k, 3);
+        out.push({ rec: k, rkey, key: l.key, token: l.token, pid: l.pid, shared });
+      }
+    }
+  }
+  return $multi(out);
+}
+
 /** Every lease recorded now. Walks the dict's keys: meant for held(), not hot paths nor scrapes. */
 export function held(dict: NgxSharedDict): HeldLease[] {
   const [all] = list(dict, 0);

@@ -14,6 +14,7 @@ import * as check from "./check";
 import * as lease from "./lease";
 import * as ledger from "./ledger";
 import * as scripts from "./scripts";
+import * as recovery from "./recovery";
 import * as token from "./token";
 import * as watchdog from "./watchdog";
 
@@ -38,6 +39,7 @@ const semaphoreMethods = {
    * retry_after: ms until the earliest permit of the key expires.
    */
   acquire(this: Semaphore, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
+    recovery.start();
     const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     const [tok, terr] = token.random();
@@ -72,6 +74,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Semaphore | u
   if (store === undefined) return $multi(undefined, serr);
   const refused = backend.refuses(store.redis, "semaphore");
   if (refused !== undefined) return $multi(undefined, refused);
+  recovery.register(store, PERMIT);
   const sem = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, permits };
   return $multi(setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
 }

@@ -1,0 +1,110 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local backend = require("resty.dlock.backend")
+local check = require("resty.dlock.check")
+local ledger = require("resty.dlock.ledger")
+local ffi = require("ffi")
+pcall(ffi.cdef, "int kill(int pid, int sig);")
+local ESRCH = 3
+--- Registered factories whose dead workers' leases this worker has not looked for yet.
+local pending = {}
+--- Remember a factory: its dead workers' leases can be released.
+function ____exports.register(store, kind)
+    pending[#pending + 1] = {store = store, kind = kind}
+end
+--- Is there no process with this pid (kill(pid, 0) says ESRCH)?
+local function dead(pid)
+    local libc = ffi.C
+    return libc.kill(pid, 0) ~= 0 and ffi.errno() == ESRCH
+end
+--- The leases of dead workers recorded in the dicts of these factories, released.
+local function sweep(premature, factories)
+    if premature then
+        return
+    end
+    local byDict = {}
+    for ____, f in ipairs(factories) do
+        local list = byDict[f.store.dict]
+        if list == nil then
+            list = {}
+            byDict[f.store.dict] = list
+        end
+        list[#list + 1] = f
+    end
+    for dict, list in pairs(byDict) do
+        local records = ledger.records(dict)
+        local deadPids = {}
+        local todo = {}
+        for ____, r in ipairs(records) do
+            local isDead = deadPids[r.pid]
+            if isDead == nil then
+                isDead = r.pid ~= ngx.worker.pid() and dead(r.pid)
+                deadPids[r.pid] = isDead
+            end
+            if isDead then
+                for ____, f in ipairs(list) do
+                    if f.store.prefix .. r.key == r.rkey and f.kind.shared == r.shared then
+                        local t = todo[f]
+                        if t == nil then
+                            t = {}
+                            todo[f] = t
+                        end
+                        t[#t + 1] = {rec = r.rec, target = {rkey = r.rkey, token = r.token}}
+                    end
+                end
+            end
+        end
+        for f, items in pairs(todo) do
+            local targets = {}
+            for ____, it in ipairs(items) do
+                targets[#targets + 1] = it.target
+            end
+            local out = backend.batch(f.store.redis, f.kind.release, targets)
+            local released = 0
+            for i = 1, #items do
+                local it = items[i]
+                if out.replies[i] ~= nil then
+                    ledger.forget(dict, it.rec, it.target.token)
+                    if out.replies[i] == 1 then
+                        released = released + 1
+                    end
+                else
+                    ngx.log(
+                        ngx.WARN,
+                        "dlock: recovery: releasing ",
+                        it.target.rkey,
+                        " of a dead worker: ",
+                        check.reason(out.errors[i]),
+                        " (it expires by its ttl)"
+                    )
+                end
+            end
+            if released > 0 then
+                ngx.log(
+                    ngx.NOTICE,
+                    "dlock: recovery: released ",
+                    released,
+                    " lease(s) of dead worker(s) on ",
+                    f.store.redis.endpoint
+                )
+            end
+        end
+    end
+end
+--- Look for leases of dead workers, once per worker and factory: from
+-- init_worker, and at an acquire after a factory was made. Cheap when there
+-- is nothing new. Returns an error when the timer cannot be started.
+function ____exports.start()
+    if #pending == 0 then
+        return nil
+    end
+    local batch = pending
+    pending = {}
+    local ok, err = ngx.timer.at(0, sweep, batch)
+    if not ok then
+        pending = batch
+        return "dlock: cannot start the recovery sweep: " .. tostring(err)
+    end
+    return nil
+end
+return ____exports

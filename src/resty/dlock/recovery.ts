@@ -1,0 +1,116 @@
+// Crash recovery: a worker that dies without running its Lua (SIGKILL, a
+// segfault, the OOM killer) leaves its leases taken in Redis until their ttl
+// runs out. nginx starts a replacement at once; that worker reads the dead
+// one's records from the shared dict (they carry its pid, the key and the
+// token) and releases them, owner-checked, so a successor that already took
+// a key is never touched. Every factory made in this process is registered
+// with what its records need: the dict, the prefix, the Redis it uses and its
+// release script. The leases of a whole nginx that died (the dict dies with
+// it) still expire by their ttl.
+//
+// Run from init_worker_by_lua (dlock.init_worker()), and otherwise at a
+// worker's first acquire.
+
+import * as backend from "./backend";
+import * as check from "./check";
+import type * as lease from "./lease";
+import * as ledger from "./ledger";
+
+const ffi = require("ffi") as FfiModule;
+pcall(ffi.cdef, "int kill(int pid, int sig);");
+const ESRCH = 3;
+
+interface Factory {
+  readonly store: lease.Store;
+  readonly kind: lease.Kind;
+}
+
+/** Registered factories whose dead workers' leases this worker has not looked for yet. */
+let pending: Factory[] = [];
+
+/** Remember a factory: its dead workers' leases can be released. */
+export function register(store: lease.Store, kind: lease.Kind): void {
+  pending.push({ store, kind });
+}
+
+/** Is there no process with this pid (kill(pid, 0) says ESRCH)? */
+function dead(pid: number): boolean {
+  const libc = ffi.C as unknown as { kill(this: void, pid: number, sig: number): number };
+  return libc.kill(pid, 0) !== 0 && (ffi as unknown as { errno(this: void): number }).errno() === ESRCH;
+}
+
+/** The leases of dead workers recorded in the dicts of these factories, released. */
+function sweep(this: void, premature: boolean, factories: Factory[]): void {
+  if (premature) return;
+  const byDict = new LuaTable<NgxSharedDict, Factory[]>();
+  for (const f of factories) {
+    let list = byDict.get(f.store.dict);
+    if (list === undefined) {
+      list = [];
+      byDict.set(f.store.dict, list);
+    }
+    list.push(f);
+  }
+  for (const [dict, list] of byDict) {
+    const [records] = ledger.records(dict);
+    const deadPids = new LuaTable<number, boolean>();
+    // Per factory (that is, per Redis and release script), the leases to give back.
+    const todo = new LuaTable<Factory, { rec: string; target: backend.Target }[]>();
+    for (const r of records) {
+      let isDead = deadPids.get(r.pid);
+      if (isDead === undefined) {
+        isDead = r.pid !== ngx.worker.pid() && dead(r.pid);
+        deadPids.set(r.pid, isDead);
+      }
+      if (isDead) {
+        for (const f of list) {
+          // Owner-checked: when prefixes overlap, a factory that never had the key just hears "not ours".
+          if (f.store.prefix + r.key === r.rkey && f.kind.shared === r.shared) {
+            let t = todo.get(f);
+            if (t === undefined) {
+              t = [];
+              todo.set(f, t);
+            }
+            t.push({ rec: r.rec, target: { rkey: r.rkey, token: r.token } });
+          }
+        }
+      }
+    }
+    for (const [f, items] of todo) {
+      const targets: backend.Target[] = [];
+      for (const it of items) targets.push(it.target);
+      const out = backend.batch(f.store.redis, f.kind.release, targets);
+      let released = 0;
+      for (const i of $range(1, items.length)) {
+        const it = items[i - 1]!;
+        if (out.replies.get(i) !== undefined) {
+          ledger.forget(dict, it.rec, it.target.token);
+          if (out.replies.get(i) === 1) released++;
+        } else {
+          ngx.log(ngx.WARN, "dlock: recovery: releasing ", it.target.rkey, " of a dead worker: ",
+            check.reason(out.errors.get(i)), " (it expires by its ttl)");
+        }
+      }
+      if (released > 0) {
+        ngx.log(ngx.NOTICE, "dlock: recovery: released ", released, " lease(s) of dead worker(s) on ", f.store.redis.endpoint);
+      }
+    }
+  }
+}
+
+/**
+ * Look for leases of dead workers, once per worker and factory: from
+ * init_worker, and at an acquire after a factory was made. Cheap when there
+ * is nothing new. Returns an error when the timer cannot be started.
+ */
+export function start(): string | undefined {
+  if (pending.length === 0) return undefined;
+  const batch = pending;
+  pending = [];
+  const [ok, err] = ngx.timer.at(0, sweep, batch);
+  if (!ok) {
+    pending = batch;
+    return "dlock: cannot start the recovery sweep: " + tostring(err);
+  }
+  return undefined;
+}

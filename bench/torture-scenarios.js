@@ -104,7 +104,7 @@ const SCENARIOS = [
   {
     id: "worker-kill", title: "nginx worker holding a lock SIGKILLed", promised: true, short: true, load: CRIT,
     fault: { kind: "worker-kill", instance: 1 },
-    about: "the dead worker's lease blocks its key until the ttl (1 s) runs out; the master respawns the worker",
+    about: "the master respawns the worker, and the new worker's crash recovery (dlock.init_worker) releases the dead one's leases, owner-checked: the gap is the respawn and one round trip, not the ttl (1 s)",
   },
   {
     id: "reload", title: "nginx -s reload under load", promised: true, short: true, load: CRIT,

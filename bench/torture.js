@@ -1205,6 +1205,9 @@ const FAULTS = {
   "worker-kill": {
     async run(f, p) {
       const h = await pickHolder(target.masters[p.instance - 1]);
+      // Marked dead first: the witness drops its entries at the next entry on
+      // their key (crash recovery can free the key before forgetHolder runs).
+      await once(WITNESS_PORT, "SADD", "deadpids", String(h.pid));
       process.kill(h.pid, "SIGKILL");
       f.at = Date.now();
       await waitDead(h.pid);

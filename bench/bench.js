@@ -90,10 +90,18 @@ function children(pid) {
   return r.stdout.split("\n").filter(Boolean).map(Number);
 }
 
-function redisCalls(port) {
-  const out = execFileSync("redis-cli", ["-p", String(port), "info", "commandstats"], { encoding: "utf8" });
+// Commands a redis-server (or sentinel) has run, from INFO commandstats (subcommands
+// such as cluster|slots included; INFO itself, which this bench sends, left out).
+// background: also leave out what replicas and sentinels send on their own
+// (PING, REPLCONF ACK, hello PUBLISH), for quiet(): they never stop.
+const BACKGROUND = new Set(["info", "ping", "replconf", "publish"]);
+function redisCalls(port, { tls, background = true } = {}) {
+  const args = tls ? ["--tls", "--cacert", tls, "-h", "127.0.0.1"] : [];
+  const out = execFileSync("redis-cli", [...args, "-p", String(port), "info", "commandstats"], { encoding: "utf8" });
   let calls = 0;
-  for (const m of out.matchAll(/cmdstat_(\w+):calls=(\d+)/g)) if (m[1] !== "info") calls += Number(m[2]);
+  for (const m of out.matchAll(/cmdstat_([\w|-]+):calls=(\d+)/g)) {
+    if (m[1] !== "info" && (background || !BACKGROUND.has(m[1]))) calls += Number(m[2]);
+  }
   return calls;
 }
 
@@ -117,15 +125,196 @@ function wrk(url, conns, seconds, extra = []) {
   };
 }
 
-// Until Redis has seen no command for 100 ms (at most 5 s).
-async function quiet(port) {
-  let prev = redisCalls(port);
+// Until the store's Redis servers have seen no command for 100 ms (at most 5 s).
+async function quiet(store) {
+  let prev = store.calls(false);
   for (let i = 0; i < 50; i++) {
     await new Promise((r) => setTimeout(r, 100));
-    const now = redisCalls(port);
+    const now = store.calls(false);
     if (now === prev) return;
     prev = now;
   }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function canConnect(port) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, "127.0.0.1");
+    s.once("connect", () => { s.destroy(); resolve(true); });
+    s.once("error", () => resolve(false));
+  });
+}
+
+function canListen(port) {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.once("error", () => resolve(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
+  });
+}
+
+async function waitPort(port, seconds = 10) {
+  for (let i = 0; i < seconds * 20; i++) {
+    if (await canConnect(port)) return;
+    await sleep(50);
+  }
+  throw new Error(`nothing listens on 127.0.0.1:${port}`);
+}
+
+// Until test() (synchronous; a throw counts as "not yet") returns true.
+async function until(what, seconds, test) {
+  let last;
+  for (let i = 0; i < seconds * 10; i++) {
+    try { if (test()) return; } catch (e) { last = e.message; }
+    await sleep(100);
+  }
+  throw new Error(`${what}: not within ${seconds} s${last ? " (" + last.trim() + ")" : ""}`);
+}
+
+// A port p for a cluster node: p and its cluster bus port p + 10000 both free,
+// both below the kernel's ephemeral range (32768+ here).
+async function freeClusterPort(taken) {
+  for (let i = 0; i < 1000; i++) {
+    const p = 10000 + Math.floor(Math.random() * 12000);
+    if (taken.has(p) || taken.has(p + 10000)) continue;
+    if ((await canListen(p)) && (await canListen(p + 10000))) {
+      taken.add(p);
+      taken.add(p + 10000);
+      return p;
+    }
+  }
+  throw new Error("no free port pair (port, port + 10000) for a cluster node");
+}
+
+function cli(port, ...args) {
+  return execFileSync("redis-cli", ["-p", String(port), ...args], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
+}
+
+// A throwaway redis-server in the foreground (its pid tracked), in its own dir under the prefix.
+function redisServer(name, args) {
+  const dir = path.join(prefix, name);
+  fs.mkdirSync(dir, { recursive: true });
+  return start("redis-server", ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+    "--logfile", path.join(dir, "redis.log"), ...args]);
+}
+
+// A command run to its end (pid tracked while it runs); resolves to { code, out }.
+function run(cmd, args, seconds) {
+  return new Promise((resolve) => {
+    const p = spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"] });
+    pids.push(p.pid);
+    let out = "";
+    p.stdout.on("data", (c) => (out += c));
+    p.stderr.on("data", (c) => (out += c));
+    const timer = setTimeout(() => p.kill("SIGKILL"), seconds * 1000);
+    p.on("close", (code) => {
+      clearTimeout(timer);
+      pids.splice(pids.indexOf(p.pid), 1);
+      resolve({ code, out });
+    });
+  });
+}
+
+// What a line's requests land on. masters: the servers holding the keys (their
+// commands and CPU are the line's, as the standalone redis-server's are);
+// others: what only keeps the topology up (replicas, sentinels), CPU counted apart.
+function store(kind, masters, { tls, others = [], sentinelPorts = [], check } = {}) {
+  return {
+    kind,
+    pids: masters.map((m) => m.pid),
+    otherPids: others.map((o) => o.pid),
+    callsEach: (background = true) => masters.map((m) => redisCalls(m.port, { tls, background })),
+    calls(background = true) { return this.callsEach(background).reduce((a, b) => a + b, 0); },
+    // SENTINEL queries the lock sent (get-master-addr-by-name), over all sentinels.
+    sentinelQueries: () => sentinelPorts.reduce((a, p) => {
+      const out = cli(p, "info", "commandstats");
+      for (const m of out.matchAll(/cmdstat_sentinel\|get-master-addr-by-name:calls=(\d+)/g)) a += Number(m[1]);
+      return a;
+    }, 0),
+    check: check || (() => ""),
+  };
+}
+
+// A test CA and a server certificate it signed (localhost, 127.0.0.1), the same
+// openssl commands as spec/runner/run: nginx trusts the CA (lua_ssl_trusted_certificate).
+function makeCerts(tls) {
+  fs.mkdirSync(tls, { recursive: true });
+  execFileSync("bash", ["-c", `set -e; cd '${tls}'
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=dlock-test-ca -keyout ca.key -out ca.pem
+    openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key -out server.csr
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.pem`],
+  { stdio: ["ignore", "ignore", "pipe"] }); // a failure's error carries openssl's stderr
+}
+
+// TLS only (--port 0): the lock connects with ssl_verify = true, server_name = "localhost".
+async function startTls(port, tls) {
+  const p = redisServer("redis-tls", ["--port", "0", "--tls-port", String(port), "--tls-cert-file", path.join(tls, "server.pem"),
+    "--tls-key-file", path.join(tls, "server.key"), "--tls-ca-cert-file", path.join(tls, "ca.pem"), "--tls-auth-clients", "no"]);
+  await waitPort(port);
+  return store("tls", [{ port, pid: p.pid }], { tls: path.join(tls, "ca.pem") });
+}
+
+// Master, one replica, three sentinels (quorum 2) watching "locks". down-after 5 s
+// (not the specs' 1 s): a CPU-starved sentinel on this 2-core machine must not
+// fail the master over in the middle of a line; check() says if one happened.
+async function startSentinel({ master, replica, sentinels }) {
+  const repl = ["--repl-diskless-sync-delay", "0"];
+  const m = redisServer("sentinel-master", ["--port", String(master), ...repl]);
+  await waitPort(master);
+  const r = redisServer("sentinel-replica", ["--port", String(replica), "--replicaof", "127.0.0.1", String(master), ...repl]);
+  const sents = sentinels.map((port) => {
+    const dir = path.join(prefix, "sentinel-" + port);
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, "sentinel.conf"), [`port ${port}`, "bind 127.0.0.1", `dir ${dir}`,
+      `logfile ${dir}/sentinel.log`, `sentinel monitor locks 127.0.0.1 ${master} 2`,
+      "sentinel down-after-milliseconds locks 5000", "sentinel failover-timeout locks 10000", ""].join("\n"));
+    return { port, pid: start("redis-server", [path.join(dir, "sentinel.conf"), "--sentinel"]).pid };
+  });
+  await until("sentinel replica online", 20, () => /slave0:[^\n]*state=online/.test(cli(master, "info", "replication")));
+  for (const s of sents) {
+    await until(`sentinel ${s.port} names the master`, 10, () => cli(s.port, "sentinel", "get-master-addr-by-name", "locks").includes(String(master)));
+  }
+  const check = () => {
+    const now = cli(sentinels[0], "sentinel", "get-master-addr-by-name", "locks").split("\n")[1];
+    return now === String(master) ? "" : `the sentinels failed the master over during the run (now ${now})`;
+  };
+  return store("sentinel", [{ port: master, pid: m.pid }], { others: [{ pid: r.pid }, ...sents], sentinelPorts: sentinels, check });
+}
+
+// Six nodes, three masters with one replica each (redis-cli --cluster create),
+// until every node says cluster_state:ok with all slots served and every master
+// has its replica online. cluster-node-timeout 5 s (not the specs' 1 s), for the
+// same reason as down-after above.
+async function startCluster(ports) {
+  const nodes = ports.map((port) => ({ port, pid: redisServer("cluster-" + port, ["--port", String(port), "--cluster-enabled", "yes",
+    "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000", "--repl-diskless-sync-delay", "0"]).pid }));
+  for (const n of nodes) await waitPort(n.port);
+  const c = await run("redis-cli", ["--cluster", "create", ...ports.map((p) => "127.0.0.1:" + p), "--cluster-replicas", "1", "--cluster-yes"], 60);
+  if (c.code !== 0) throw new Error("redis-cli --cluster create failed:\n" + c.out);
+  const roles = () => {
+    const masters = [], replicas = [];
+    for (const line of cli(ports[0], "cluster", "nodes").split("\n").filter(Boolean)) {
+      const [, addr, flags] = line.split(" ");
+      const port = Number(/:(\d+)@/.exec(addr)[1]);
+      (flags.split(",").includes("master") ? masters : replicas).push(port);
+    }
+    return { masters: masters.sort((a, b) => a - b), replicas };
+  };
+  await until("cluster_state:ok on all six nodes", 30, () => ports.every((p) => {
+    const info = cli(p, "cluster", "info");
+    return info.includes("cluster_state:ok") && info.includes("cluster_slots_ok:16384") && info.includes("cluster_known_nodes:6");
+  }));
+  await until("cluster replicas online", 30, () => roles().masters.length === 3 &&
+    roles().masters.every((p) => /slave0:[^\n]*state=online/.test(cli(p, "info", "replication"))));
+  const { masters } = roles();
+  const byPort = Object.fromEntries(nodes.map((n) => [n.port, n]));
+  const check = () => {
+    const now = roles().masters;
+    return now.join() === masters.join() ? "" : `a cluster failover happened during the run (masters ${masters} -> ${now})`;
+  };
+  return store("cluster", masters.map((p) => byPort[p]), { others: nodes.filter((n) => !masters.includes(n.port)), check });
 }
 
 const median = (xs) => {
@@ -143,15 +332,40 @@ async function main() {
   const httpPort = await freePort();
   const nodePort = await freePort();
 
+  // The Redis topologies beside the standalone redis-server (section 1b). Ports
+  // now: nginx.conf names them. Certificates now: nginx reads the CA at start.
+  const tlsDir = path.join(prefix, "tls");
+  makeCerts(tlsDir);
+  const topoPorts = {
+    tls: await freePort(),
+    sentinel: { master: await freePort(), replica: await freePort(), sentinels: [await freePort(), await freePort(), await freePort()] },
+    cluster: [],
+  };
+  const clusterModule = fs.existsSync(path.join(root, "dist", "resty", "dlock", "backend", "cluster.lua"));
+  // Cluster: full run only (creating it takes ~5 s, over the smoke run's budget).
+  const clusterSkip = !clusterModule ? "not available: dist/resty/dlock/backend/cluster.lua is not built yet"
+    : smoke ? "full run only (creating a cluster takes several seconds)" : "";
+  if (!clusterSkip) {
+    const taken = new Set();
+    for (let i = 0; i < 6; i++) topoPorts.cluster.push(await freeClusterPort(taken));
+  }
+
   const redis = start("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
     "--dir", prefix, "--logfile", path.join(prefix, "logs", "redis.log")]);
-  execFileSync("bash", ["-c", `. '${root}/nginx/lib.sh'; wait_port ${redisPort} 10 && render_conf '${root}/nginx/bench.conf' '${prefix}' '${prefix}/nginx.conf' HTTP_PORT=${httpPort} REDIS_PORT=${redisPort}`]);
+  execFileSync("bash", ["-c", `. '${root}/nginx/lib.sh'; wait_port ${redisPort} 10 && render_conf '${root}/nginx/bench.conf' '${prefix}' '${prefix}/nginx.conf' HTTP_PORT=${httpPort} REDIS_PORT=${redisPort} ` +
+    `TLS_PORT=${topoPorts.tls} SENTINEL_NODES=${topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(",")} ` +
+    `CLUSTER_NODES=${topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",")}`]);
   const nginxBin = process.env.DLOCK_NGINX || "nginx";
   const nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
   const node = start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(nodePort), String(redisPort)]);
+  const t0Topo = Date.now();
+  const [tlsStore, sentinelStore, clusterStore] = await Promise.all([
+    startTls(topoPorts.tls, tlsDir), startSentinel(topoPorts.sentinel), clusterSkip ? null : startCluster(topoPorts.cluster)]);
+  log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
   await waitFor(httpPort);
   await waitFor(nodePort);
   const nginxPids = () => [nginx.pid, ...children(nginx.pid)];
+  const standalone = store("standalone", [{ port: redisPort, pid: redis.pid }]);
 
   const setRps = (() => {
     const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
@@ -160,40 +374,75 @@ async function main() {
   })();
   log(`redis-benchmark SET (${cfg.conns} clients): ${fmt(setRps)} req/s`);
 
-  // 1. Uncontended throughput, distinct key per request.
+  // 1. Uncontended throughput, distinct key per request. The topology lines run
+  // the /core handler on another Redis, interleaved with the rest.
   const lines = [
     { id: "none", name: "no lock (ceiling)", url: `http://127.0.0.1:${httpPort}/none`, server: nginxPids },
     { id: "core", name: "resty.dlock acquire+release", url: `http://127.0.0.1:${httpPort}/core`, server: nginxPids },
+    { id: "core_tls", topo: true, name: "resty.dlock acquire+release, TLS (ssl_verify on)", url: `http://127.0.0.1:${httpPort}/core-tls`, server: nginxPids, store: tlsStore },
+    { id: "core_sentinel", topo: true, name: "resty.dlock acquire+release, Sentinel (master + 1 replica, 3 sentinels)", url: `http://127.0.0.1:${httpPort}/core-sentinel`, server: nginxPids, store: sentinelStore },
+    { id: "core_cluster", topo: true, name: "resty.dlock acquire+release, Cluster (3 masters + 3 replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster`, server: nginxPids, store: clusterStore, skip: clusterSkip },
     { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: nginxPids },
     { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: nginxPids },
     { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: nginxPids },
     { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: nginxPids },
     { id: "node", name: "Node.js node-redlock 5 + ioredis", url: `http://127.0.0.1:${nodePort}/`, server: () => [node.pid] },
   ];
-  for (const l of lines) wrk(l.url, cfg.conns, 1); // warm-up: JIT, pools, scripts cached
+  const active = lines.filter((l) => !l.skip);
+  for (const l of active.filter((x) => x.topo)) {
+    const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
+    if (r.status !== 200) throw new Error(`${l.name}: ${r.status} ${r.body.trim()} (see ${prefix}/logs/error.log)`);
+  }
+  for (const l of active) wrk(l.url, cfg.conns, 1); // warm-up: JIT, pools, scripts cached
   const runs = Object.fromEntries(lines.map((l) => [l.id, []]));
   for (let round = 0; round < cfg.rounds; round++) {
-    for (const l of lines) {
-      const pidsNow = [...l.server(), redis.pid];
-      const c0 = redisCalls(redisPort), t0 = cpuSeconds(pidsNow);
+    for (const l of active) {
+      const st = l.store || standalone;
+      const srv = l.server();
+      const c0 = st.callsEach(), s0 = st.sentinelQueries();
+      const t0 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
       const w = wrk(l.url, cfg.conns, cfg.seconds);
-      await quiet(redisPort); // queued log-phase releases land in this line's numbers, not the next one's
-      const c1 = redisCalls(redisPort), t1 = cpuSeconds(pidsNow);
-      runs[l.id].push({ ...w, cmdsPerReq: (c1 - c0) / w.requests, cpuMsPer1k: ((t1 - t0) * 1e6) / w.requests });
+      await quiet(st); // queued log-phase releases land in this line's numbers, not the next one's
+      const c1 = st.callsEach(), s1 = st.sentinelQueries();
+      const t1 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
+      const per1k = (i) => ((t1[i] - t0[i]) * 1e6) / w.requests;
+      const each = c1.map((c, i) => c - c0[i]), total = each.reduce((a, b) => a + b, 0);
+      runs[l.id].push({ ...w, cmdsPerReq: total / w.requests, cpuMsPer1k: per1k(0) + per1k(1),
+        serverCpuMsPer1k: per1k(0), redisCpuMsPer1k: per1k(1), othersCpuMsPer1k: per1k(2),
+        masterShares: each.map((c) => c / total), sentinelQueriesPer1k: ((s1 - s0) * 1000) / w.requests });
       log(`  round ${round + 1} ${l.name}: ${fmt(w.rps)} req/s p50 ${fmt(w.p50, 2)} ms p99 ${fmt(w.p99, 2)} ms, errors ${w.errors}`);
     }
   }
   const ceiling = median(runs.none.map((r) => r.rps));
-  const throughput = lines.map((l) => {
+  const summary = (l) => {
     const rs = runs[l.id];
     const rps = median(rs.map((r) => r.rps));
     return {
       line: l.name, id: l.id, rps, vs_ceiling: rps / ceiling, vs_redis_set: rps / setRps,
       p50_ms: median(rs.map((r) => r.p50)), p99_ms: median(rs.map((r) => r.p99)),
       redis_cmds_per_req: median(rs.map((r) => r.cmdsPerReq)), cpu_ms_per_1k: median(rs.map((r) => r.cpuMsPer1k)),
+      server_cpu_ms_per_1k: median(rs.map((r) => r.serverCpuMsPer1k)), redis_cpu_ms_per_1k: median(rs.map((r) => r.redisCpuMsPer1k)),
       errors: rs.reduce((a, r) => a + r.errors, 0),
     };
-  });
+  };
+  const throughput = lines.filter((l) => !l.topo).map(summary);
+  // 1b. The same acquire+release on other topologies, as ratios to the standalone line.
+  const core = throughput.find((l) => l.id === "core");
+  const topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
+  for (const l of lines.filter((x) => x.topo)) {
+    if (l.skip) {
+      topologies.push({ line: l.name, id: l.id, topology: l.id.replace("core_", ""), skipped: l.skip });
+      continue;
+    }
+    const rs = runs[l.id], s = summary(l);
+    const shares = rs[0].masterShares.map((_, i) => median(rs.map((r) => r.masterShares[i])));
+    const note = l.store.check();
+    topologies.push({ ...s, topology: l.store.kind, vs_standalone: s.rps / core.rps, cpu_vs_standalone: s.cpu_ms_per_1k / core.cpu_ms_per_1k,
+      others_cpu_ms_per_1k: median(rs.map((r) => r.othersCpuMsPer1k)),
+      ...(shares.length > 1 ? { master_cmd_shares: shares } : {}),
+      ...(l.store.kind === "sentinel" ? { sentinel_queries_per_1k: median(rs.map((r) => r.sentinelQueriesPer1k)) } : {}),
+      ...(note ? { note } : {}) });
+  }
 
   // 2. Contention: C clients on one key, each holding it h ms.
   const contLines = [
@@ -236,7 +485,7 @@ async function main() {
     when: new Date().toISOString(), smoke, config: cfg,
     machine: { cpus: os.cpus().length, redis: execFileSync("redis-server", ["--version"], { encoding: "utf8" }).trim(),
       nginx: spawnSync(nginxBin, ["-v"], { encoding: "utf8" }).stderr.trim(), node: process.version },
-    redis_set_rps: setRps, throughput, contention, memory,
+    redis_set_rps: setRps, throughput, topologies, contention, memory,
   };
   report(result);
 }
@@ -246,7 +495,7 @@ function report(r) {
   t.push(`# make bench${r.smoke ? " (smoke: short, numbers indicative only)" : ""}`);
   t.push("");
   t.push(`${r.when}, ${r.machine.cpus} CPUs, ${r.machine.nginx}, ${r.machine.redis.split(" ").slice(0, 3).join(" ")}, Node ${r.machine.node}.`);
-  t.push(`Medians of ${r.config.rounds} interleaved round(s). One nginx worker, one Node process, one redis-server, wrk on loopback.`);
+  t.push(`Medians of ${r.config.rounds} interleaved round(s). One nginx worker, one Node process, one redis-server (plus the topologies of 1b), wrk on loopback.`);
   t.push("");
   t.push(`## 1. Uncontended: acquire + release around a trivial handler, distinct key per request (${r.config.conns} connections)`);
   t.push("");
@@ -260,6 +509,32 @@ function report(r) {
   const core = r.throughput.find((l) => l.id === "core"), seed = r.throughput.find((l) => l.id === "seed"), nodeL = r.throughput.find((l) => l.id === "node");
   t.push("");
   t.push(`resty.dlock / seed Lua = ${fmt(core.rps / seed.rps, 2)}; resty.dlock / node-redlock = ${fmt(core.rps / nodeL.rps, 2)}.`);
+  t.push("");
+  t.push(`## 1b. Redis topologies: the same acquire+release (/core handler), interleaved with the lines above`);
+  t.push("");
+  t.push("Ratios are to the standalone line of this run. CPU per 1000 requests: nginx, the Redis servers holding the keys " +
+    "(the standalone redis-server, the TLS one, the Sentinel master, the three Cluster masters), and apart what only keeps " +
+    "the topology up (replicas, sentinels). Redis cmds/req: on the servers holding the keys.");
+  t.push("");
+  t.push("| topology | req/s | vs standalone | p50 ms | p99 ms | Redis cmds/req | CPU nginx | CPU Redis (keys) | nginx + Redis vs standalone | CPU replicas + sentinels | errors |");
+  t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+  const notes = [];
+  for (const l of r.topologies) {
+    if (l.skipped) {
+      t.push(`| ${l.line} | skipped: ${l.skipped} | | | | | | | | | |`);
+      notes.push(`${l.topology}: skipped, ${l.skipped}.`);
+      continue;
+    }
+    t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_standalone, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ` +
+      `${fmt(l.server_cpu_ms_per_1k, 1)} | ${fmt(l.redis_cpu_ms_per_1k, 1)} | ${fmt(l.cpu_vs_standalone, 2)} | ${fmt(l.others_cpu_ms_per_1k, 1)} | ${l.errors} |`);
+    if (l.master_cmd_shares) notes.push(`${l.topology}: commands per master ${l.master_cmd_shares.map((x) => fmt(x * 100) + " %").join(" / ")}.`);
+    if (l.sentinel_queries_per_1k !== undefined) notes.push(`${l.topology}: ${fmt(l.sentinel_queries_per_1k, 2)} sentinel queries (get-master-addr-by-name) per 1000 requests.`);
+    if (l.note) notes.push(`${l.topology}: ${l.note}.`);
+  }
+  if (notes.length) {
+    t.push("");
+    for (const n of notes) t.push(`- ${n}`);
+  }
   t.push("");
   t.push(`## 2. Contention: ${r.contention[0].clients} clients on one key, each holding it ${r.contention[0].hold_ms} ms`);
   t.push("");
@@ -286,7 +561,9 @@ function report(r) {
 
 function plot(r) {
   const dat = path.join(prefix, "plot.dat");
-  fs.writeFileSync(dat, r.throughput.map((l) => `"${l.line}" ${l.rps} ${l.p99_ms}`).join("\n") + "\n");
+  const plotted = [...r.throughput, ...r.topologies.filter((l) => l.topology !== "standalone" && !l.skipped)
+    .map((l) => ({ ...l, line: "resty.dlock, " + l.topology }))];
+  fs.writeFileSync(dat, plotted.map((l) => `"${l.line}" ${l.rps} ${l.p99_ms}`).join("\n") + "\n");
   const cdat = path.join(prefix, "contend.dat");
   fs.writeFileSync(cdat, r.contention.map((l) => `"${l.id}" ${l.handoff_p50_ms} ${l.handoff_p99_ms} ${l.acq_per_sec}`).join("\n") + "\n");
   const gp = `

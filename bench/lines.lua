@@ -23,6 +23,33 @@ function _M.locks()
   return locks_obj
 end
 
+-- resty.dlock on another Redis topology ("tls", "sentinel", "cluster"), the
+-- addresses set by bench.conf's init_by_lua; the same options as locks() otherwise.
+local topo_locks = {}
+function _M.locks_on(kind)
+  if topo_locks[kind] then return topo_locks[kind] end
+  local d = ngx.shared.bench
+  local function nodes(name)
+    local list = {}
+    for addr in (d:get(name) or ""):gmatch("[^,]+") do list[#list + 1] = addr end
+    return list
+  end
+  local opts
+  if kind == "tls" then
+    opts = { host = "127.0.0.1", port = d:get("tls_port"), ssl = true, ssl_verify = true, server_name = "localhost" }
+  elseif kind == "sentinel" then
+    opts = { sentinel = { master = "locks", nodes = nodes("sentinel_nodes") } }
+  elseif kind == "cluster" then
+    opts = { cluster = { nodes = nodes("cluster_nodes") } }
+  else
+    return nil, "no such topology: " .. tostring(kind)
+  end
+  local locks, err = dlock.new({ dict = "dlock", prefix = "bench:", redis = opts })
+  if not locks then return nil, err end
+  topo_locks[kind] = locks
+  return locks
+end
+
 function _M.port()
   return ngx.shared.bench:get("redis_port")
 end

@@ -98,11 +98,15 @@ describe("metrics", function()
     local junk = {}
     finally(function() for _, k in ipairs(junk) do d:delete(k) end end)
     -- Fill the dict (safe_add never evicts), then acquire: the locks work, their records do not fit.
-    local big = string.rep("x", 4000)
-    while true do
-      local k = "status-spec-junk:" .. #junk
-      if not d:safe_add(k, big) then break end
-      junk[#junk + 1] = k
+    -- Big values first, then smaller ones: free chunks of small size classes (left by
+    -- earlier specs' records in this dict) must be used up too, or a record still fits.
+    for _, size in ipairs({ 4000, 500, 100, 10 }) do
+      local v = string.rep("x", size)
+      while true do
+        local k = "status-spec-junk:" .. #junk
+        if not d:safe_add(k, v) then break end
+        junk[#junk + 1] = k
+      end
     end
     local before = ledger.unrecorded(d)
     for i = 1, 3 do assert(assert(locks:acquire("full" .. i)):release()) end

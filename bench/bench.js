@@ -226,12 +226,13 @@ function store(kind, masters, { tls, others = [], sentinelPorts = [], check } = 
     otherPids: others.map((o) => o.pid),
     callsEach: (background = true) => masters.map((m) => redisCalls(m.port, { tls, background })),
     calls(background = true) { return this.callsEach(background).reduce((a, b) => a + b, 0); },
-    // SENTINEL queries the lock sent (get-master-addr-by-name), over all sentinels.
-    sentinelQueries: () => sentinelPorts.reduce((a, p) => {
-      const out = cli(p, "info", "commandstats");
-      for (const m of out.matchAll(/cmdstat_sentinel\|get-master-addr-by-name:calls=(\d+)/g)) a += Number(m[1]);
-      return a;
-    }, 0),
+    // Connections the sentinels accepted, over all of them: the lock asks one on a
+    // connection of its own each time (get-master-addr-by-name, then close), the
+    // sentinels' links to each other stay up, and a sentinel has no commandstats.
+    // Includes this call's own connection to each sentinel.
+    sentinelConnections: () => sentinelPorts.reduce((a, p) =>
+      a + Number(/total_connections_received:(\d+)/.exec(cli(p, "info", "stats"))[1]), 0),
+    sentinelPorts,
     check: check || (() => ""),
   };
 }
@@ -399,17 +400,18 @@ async function main() {
     for (const l of active) {
       const st = l.store || standalone;
       const srv = l.server();
-      const c0 = st.callsEach(), s0 = st.sentinelQueries();
+      const c0 = st.callsEach(), s0 = st.sentinelConnections();
       const t0 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
       const w = wrk(l.url, cfg.conns, cfg.seconds);
       await quiet(st); // queued log-phase releases land in this line's numbers, not the next one's
-      const c1 = st.callsEach(), s1 = st.sentinelQueries();
+      const c1 = st.callsEach(), s1 = st.sentinelConnections() - st.sentinelPorts.length;
       const t1 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
       const per1k = (i) => ((t1[i] - t0[i]) * 1e6) / w.requests;
       const each = c1.map((c, i) => c - c0[i]), total = each.reduce((a, b) => a + b, 0);
       runs[l.id].push({ ...w, cmdsPerReq: total / w.requests, cpuMsPer1k: per1k(0) + per1k(1),
         serverCpuMsPer1k: per1k(0), redisCpuMsPer1k: per1k(1), othersCpuMsPer1k: per1k(2),
-        masterShares: each.map((c) => c / total), sentinelQueriesPer1k: ((s1 - s0) * 1000) / w.requests });
+        masterShares: each.map((c) => c / total), sentinelQueriesPer1k: ((s1 - s0) * 1000) / w.requests,
+        sentinelQueriesPerSec: (s1 - s0) / cfg.seconds });
       log(`  round ${round + 1} ${l.name}: ${fmt(w.rps)} req/s p50 ${fmt(w.p50, 2)} ms p99 ${fmt(w.p99, 2)} ms, errors ${w.errors}`);
     }
   }
@@ -440,7 +442,8 @@ async function main() {
     topologies.push({ ...s, topology: l.store.kind, vs_standalone: s.rps / core.rps, cpu_vs_standalone: s.cpu_ms_per_1k / core.cpu_ms_per_1k,
       others_cpu_ms_per_1k: median(rs.map((r) => r.othersCpuMsPer1k)),
       ...(shares.length > 1 ? { master_cmd_shares: shares } : {}),
-      ...(l.store.kind === "sentinel" ? { sentinel_queries_per_1k: median(rs.map((r) => r.sentinelQueriesPer1k)) } : {}),
+      ...(l.store.kind === "sentinel" ? { sentinel_queries_per_1k: median(rs.map((r) => r.sentinelQueriesPer1k)),
+        sentinel_queries_per_sec: median(rs.map((r) => r.sentinelQueriesPerSec)) } : {}),
       ...(note ? { note } : {}) });
   }
 
@@ -528,7 +531,8 @@ function report(r) {
     t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_standalone, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ` +
       `${fmt(l.server_cpu_ms_per_1k, 1)} | ${fmt(l.redis_cpu_ms_per_1k, 1)} | ${fmt(l.cpu_vs_standalone, 2)} | ${fmt(l.others_cpu_ms_per_1k, 1)} | ${l.errors} |`);
     if (l.master_cmd_shares) notes.push(`${l.topology}: commands per master ${l.master_cmd_shares.map((x) => fmt(x * 100) + " %").join(" / ")}.`);
-    if (l.sentinel_queries_per_1k !== undefined) notes.push(`${l.topology}: ${fmt(l.sentinel_queries_per_1k, 2)} sentinel queries (get-master-addr-by-name) per 1000 requests.`);
+    if (l.sentinel_queries_per_1k !== undefined) notes.push(`${l.topology}: the sentinels were asked for the master ${fmt(l.sentinel_queries_per_sec, 1)} times a second ` +
+      `(${fmt(l.sentinel_queries_per_1k, 3)} per 1000 requests; connections the sentinels accepted during the line).`);
     if (l.note) notes.push(`${l.topology}: ${l.note}.`);
   }
   if (notes.length) {

@@ -215,6 +215,22 @@ describe("redis faults", function()
       assert.is_true(lease:release())
     end)
 
+    it("waits for a key held elsewhere by polling when the user may not subscribe to release channels", function()
+      local opts = { port = r.port, username = "locker", password = "pw" }
+      local key = h.unique("aclwait")
+      local holder = assert(dlock.new({ dict = "dlock_other", prefix = "locks:", redis = opts }))
+      local waiter = assert(dlock.new({ dict = "dlock", prefix = "locks:", redis = opts }))
+      local lease = assert(holder:acquire(key, { ttl = 10000 }))
+      local got
+      local th = ngx.thread.spawn(function() got = waiter:acquire(key, { wait = 3000 }) end)
+      ngx.sleep(0.3)
+      -- The release script's PUBLISH is refused to this user: the release works all the same.
+      assert.is_true(lease:release())
+      assert(ngx.thread.wait(th))
+      assert.is_truthy(got, "the waiter did not get the key by polling")
+      assert.is_true(got:release())
+    end)
+
     it("names the endpoint and the user, never the password, when the credentials are wrong", function()
       local locks = assert(dlock.new({ dict = "dlock", prefix = "locks:", redis = { port = r.port, username = "locker", password = "not-it" } }))
       local lease, err = locks:acquire("a")

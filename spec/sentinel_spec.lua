@@ -83,6 +83,25 @@ describe("redis.sentinel", function()
     assert.equal('dlock: unknown option in redis.sentinel, got "mastr"', err)
   end)
 
+  it("asks the sentinels once per second and worker, not once per request in flight", function()
+    local l = locks(nodes(sentinels[1], sentinels[2], sentinels[3]))
+    assert.is_true(assert(l:acquire("warm", { ttl = 1000 })):release())
+    local function accepted()
+      local n = 0
+      for _, s in ipairs(sentinels) do n = n + tonumber(info(s.port, "stats"):match("total_connections_received:(%d+)")) end
+      return n
+    end
+    ngx.sleep(1.1)  -- the answer is older than a second: due to be asked again
+    local before = accepted()
+    local ok = h.parallel(50, function(i)
+      local lease = l:acquire("herd" .. i, { ttl = 1000 })
+      return lease and lease:release()
+    end)
+    for i = 1, 50 do assert.is_true(ok[i]) end
+    -- One question (on a connection of its own), plus our own INFO connection to each sentinel.
+    assert.is_true(accepted() - before - #sentinels <= 1, "sentinel connections: " .. (accepted() - before - #sentinels))
+  end)
+
   it("follows a failover without a reload: locks resume on the new master within a few seconds", function()
     local l = locks(nodes(sentinels[1], sentinels[2], sentinels[3]))
     assert.is_true(assert(l:acquire("before", { ttl = 1000 })):release())

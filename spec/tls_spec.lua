@@ -81,7 +81,12 @@ describe("TLS", function()
     local strict = locks(self_signed.tls_port, { ssl_verify = true, server_name = "localhost" })
     local l, err = strict:acquire("s")
     assert.is_nil(l)
-    assert.matches("^dlock: redis 127.0.0.1:" .. self_signed.tls_port .. ": TLS handshake failed: .*certificate", err)
+    assert.matches("^dlock: redis 127.0.0.1:" .. self_signed.tls_port .. ": TLS handshake failed: ", err)
+    -- The reason is the certificate; about 1 in 100 times lua-resty-core 0.1.25's
+    -- sslhandshake raises an assertion instead of saying so (still a refusal).
+    if not err:find("certificate", 1, true) then
+      assert.matches("resty/core/socket.lua:%d+: assertion failed!", err)
+    end
     -- Without verification the same server is reachable (encrypted, not authenticated).
     assert.is_true(assert(locks(self_signed.tls_port):acquire("s", { ttl = 1000 })):release())
   end)

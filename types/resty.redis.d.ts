@@ -50,6 +50,8 @@ interface RestyRedis {
   ping(): RedisResult<string>;
   /** WAIT numreplicas timeout: how many replicas acknowledged this connection's writes. */
   wait(replicas: number, timeoutMs: number): RedisResult<number>;
+  /** The next reply of a subscribed connection (a read timeout leaves it open). */
+  read_reply(): LuaMultiReturn<[unknown, string | undefined]>;
   /** ASKING: the next command may touch a slot this cluster node is importing. */
   asking(): RedisResult<string>;
   /** CLUSTER <subcommand> ... (CLUSTER SLOTS: the slot map). */

@@ -32,16 +32,22 @@ ____exports.ACQUIRE = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1]
 -- that of every earlier holder of the key, so a resource that remembers the
 -- largest fence it has seen can turn away a holder whose lease ran out.
 ____exports.ACQUIRE_FENCED = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend" .. BUSY, 2, isOkFenced)
---- KEYS[1] lock key, ARGV[1] token. 1 when deleted, 0 when the key is not ours.
-____exports.RELEASE = script("release", "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('DEL', KEYS[1])\nend\nreturn 0\n")
+--- Releases are announced on CHANNEL .. <lock key>: waiters anywhere in the
+-- fleet subscribe per key (wakeups.ts); with nobody subscribed, PUBLISH costs
+-- Redis a hash lookup. redis.pcall: an ACL user without channel permissions
+-- (Redis 7 users get none by default) still releases; its waiters poll.
+____exports.CHANNEL = "dlock:released:"
+local PUBLISH = ("redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n"
+--- KEYS[1] lock key, ARGV[1] token. 1 when deleted (and announced), 0 when the key is not ours.
+____exports.RELEASE = script("release", ("\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  " .. PUBLISH) .. "  return 1\nend\nreturn 0\n")
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
 ____exports.EXTEND = script("extend", "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\nend\nreturn 0\n", 1, isOne)
 local NOW = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] permits.
 -- "OK" when a permit was taken, else ms until the earliest permit expires.
 ____exports.SEM_ACQUIRE = script("semaphore acquire", NOW .. "\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return 'OK'\nend\nlocal first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\nreturn tonumber(first[2]) - now\n", 1, isOk)
---- KEYS[1] set, ARGV[1] token. 1 when our live permit was returned, else 0.
-____exports.SEM_RELEASE = script("semaphore release", NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(exp) <= now then return 0 end\nreturn 1\n")
+--- KEYS[1] set, ARGV[1] token. 1 when our live permit was returned (and announced), else 0.
+____exports.SEM_RELEASE = script("semaphore release", ((NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(exp) <= now then return 0 end\n") .. PUBLISH) .. "return 1\n")
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0.
 ____exports.SEM_EXTEND = script("semaphore extend", NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', KEYS[1], ARGV[1])\n  return 0\nend\nlocal until_ms = now + tonumber(ARGV[2])\nredis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])\nif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n  redis.call('PEXPIREAT', KEYS[1], until_ms)\nend\nreturn 1\n", 1, isOne)
 --- Run a script (its keys first, then its arguments); replies and errors exactly as lua-resty-redis returns them.

@@ -1,58 +1,8 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local ask, masters
 local schema = require("resty.dlock.schema")
-local validate = schema.compile("redis.sentinel", {{name = "master", kind = "string", maxLen = 255, required = true}, {name = "nodes", kind = "nodes", required = true}, {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}}, {name = "password", kind = "string", secret = true}})
---- The `redis.sentinel` option table.
-function ____exports.parse(v)
-    local o, err = validate(v)
-    if o == nil then
-        return nil, err
-    end
-    local names = {}
-    for ____, n in ipairs(o.nodes) do
-        names[#names + 1] = (n.host .. ":") .. tostring(n.port)
-    end
-    return {
-        master = o.master,
-        id = table.concat(names, ","),
-        nodes = o.nodes,
-        username = o.username,
-        password = o.password
-    }, nil
-end
---- Seconds a worker trusts the sentinels' last answer. A failover is announced
--- by the sentinels at once, but the old master goes on taking writes for
--- several seconds before it is demoted: asking again every second moves every
--- worker to the new master within a second, without waiting for an error.
-local FRESH = 1
---- Per worker: the master found for a sentinel set (by pool name), and when.
-local masters = {}
---- The master the sentinels named less than FRESH seconds ago, if any.
-function ____exports.cached(pool)
-    local m = masters[pool]
-    if m == nil or ngx.now() - m.at > FRESH then
-        return nil
-    end
-    return m.node
-end
---- The master the sentinels named last (however long ago), for status pages.
-function ____exports.last(pool)
-    local m = masters[pool]
-    local ____temp_0
-    if m == nil then
-        ____temp_0 = nil
-    else
-        ____temp_0 = m.node
-    end
-    return ____temp_0
-end
---- Forget the master of this pool: the next connection asks the sentinels again.
-function ____exports.forget(pool)
-    masters[pool] = nil
-end
---- Ask the sentinels for the master's address. `client` makes a fresh
--- lua-resty-redis object; timeouts are the factory's.
-function ____exports.discover(pool, s, client, timeout)
+function ask(pool, s, client, timeout)
     local errors = {}
     for i = 1, #s.nodes do
         local node = s.nodes[i]
@@ -97,5 +47,69 @@ function ____exports.discover(pool, s, client, timeout)
         end
     end
     return nil, ((("dlock: redis sentinel " .. s.master) .. ": no sentinel named the master (") .. table.concat(errors, "; ")) .. ")"
+end
+local validate = schema.compile("redis.sentinel", {{name = "master", kind = "string", maxLen = 255, required = true}, {name = "nodes", kind = "nodes", required = true}, {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}}, {name = "password", kind = "string", secret = true}})
+--- The `redis.sentinel` option table.
+function ____exports.parse(v)
+    local o, err = validate(v)
+    if o == nil then
+        return nil, err
+    end
+    local names = {}
+    for ____, n in ipairs(o.nodes) do
+        names[#names + 1] = (n.host .. ":") .. tostring(n.port)
+    end
+    return {
+        master = o.master,
+        id = table.concat(names, ","),
+        nodes = o.nodes,
+        username = o.username,
+        password = o.password
+    }, nil
+end
+--- Seconds a worker trusts the sentinels' last answer. A failover is announced
+-- by the sentinels at once, but the old master goes on taking writes for
+-- several seconds before it is demoted: asking again every second moves every
+-- worker to the new master within a second, without waiting for an error.
+local FRESH = 1
+masters = {}
+--- Pools whose sentinels a coroutine of this worker is asking right now.
+local asking = {}
+--- The master to use now: the sentinels' answer of less than FRESH seconds ago;
+-- or, while another coroutine of this worker is asking them again, the
+-- previous answer (one question per worker and second, not one per request in
+-- flight). nil: ask (discover).
+function ____exports.cached(pool)
+    local m = masters[pool]
+    if m == nil then
+        return nil
+    end
+    if ngx.now() - m.at <= FRESH or asking[pool] ~= nil then
+        return m.node
+    end
+    return nil
+end
+--- The master the sentinels named last (however long ago), for status pages.
+function ____exports.last(pool)
+    local m = masters[pool]
+    local ____temp_0
+    if m == nil then
+        ____temp_0 = nil
+    else
+        ____temp_0 = m.node
+    end
+    return ____temp_0
+end
+--- Forget the master of this pool: the next connection asks the sentinels again.
+function ____exports.forget(pool)
+    masters[pool] = nil
+end
+--- Ask the sentinels for the master's address. `client` makes a fresh
+-- lua-resty-redis object; timeouts are the factory's.
+function ____exports.discover(pool, s, client, timeout)
+    asking[pool] = true
+    local m, err = ask(pool, s, client, timeout)
+    asking[pool] = nil
+    return m, err
 end
 return ____exports

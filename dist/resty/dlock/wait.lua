@@ -23,10 +23,23 @@ function ____exports.pause(rkey, ms)
         waiting[rkey] = nil
     end
 end
+--- How many waiters of this worker wait for rkey now.
+function ____exports.waiters(rkey)
+    local w = waiting[rkey]
+    return w == nil and 0 or w.count
+end
+--- A release of rkey: the next waiter of this worker tries now.
 function ____exports.wake(rkey)
     local w = waiting[rkey]
     if w ~= nil and w.count > 0 then
         w.sem:post(1)
+    end
+end
+--- Every waiter of rkey in this worker tries now (see wakeups.ts: a subscription just went live).
+function ____exports.wakeAll(rkey)
+    local w = waiting[rkey]
+    if w ~= nil and w.count > 0 then
+        w.sem:post(w.count)
     end
 end
 --- While a worker of this nginx holds the key, wait without polling Redis: a

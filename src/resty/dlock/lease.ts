@@ -10,6 +10,7 @@ import * as backend from "./backend";
 import * as redis from "./redis";
 import * as scripts from "./scripts";
 import * as waits from "./wait";
+import * as wakeups from "./wakeups";
 
 /** Longest key accepted, in bytes (before the prefix). */
 export const MAX_KEY_LEN = 512;
@@ -431,10 +432,39 @@ export function extendAll(list: Lease[]): (true | string)[] {
  * nil, "dlock: ..." on a Redis failure. `extra` goes to the script after ttl.
  */
 export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl: number, wait: number, ...extra: (string | number)[]): AcquireResult {
+  const sub: Subscription = { on: false };
+  const rkey = store.prefix + key;
+  const [l, err, retryAfter] = attempts(sub, store, kind, key, tok, ttl, wait, ...extra);
+  if (sub.on) {
+    wakeups.done(store.redis, rkey);
+    // Gave up (timeout, error) while others of this worker wait: the next one takes its turn.
+    if (l === undefined) waits.wake(rkey);
+  }
+  return $multi(l, err, retryAfter);
+}
+
+/** ms a waiter that joins this worker's queue for a key sleeps, at most, before it asks Redis itself. */
+const QUEUE_CAP = 1000;
+
+/** Did this acquire ask for the releases of its key (wakeups.want)? Then it says when it is done. */
+interface Subscription {
+  on: boolean;
+}
+
+function attempts(sub: Subscription, store: Store, kind: Kind, key: string, tok: string, ttl: number, wait: number, ...extra: (string | number)[]): AcquireResult {
   const rkey = store.prefix + key;
   const deadline = ngx.now() * 1000 + wait;
   let backoff = FIRST_BACKOFF;
   let retryAfter: number | undefined;
+  // One Redis contender per worker and key: a waiter that finds others of this
+  // worker already waiting for a key held elsewhere, with its releases coming
+  // (a live subscription), queues behind them without asking Redis; releases
+  // wake them one at a time, first come first served.
+  if (wait > 0 && waits.waiters(rkey) > 0 && wakeups.live(store.redis, rkey)) {
+    sub.on = true;
+    wakeups.want(store.redis, rkey);
+    waits.pause(rkey, math.min(wait, QUEUE_CAP));
+  }
   // A waiter that finds the key held in this nginx queues up locally at once:
   // asking Redis first would only hear "busy". (Without `wait`, Redis answers.)
   if (wait > 0 && !kind.shared) {
@@ -509,13 +539,23 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
       }
     }
     if (here === "none") {
-      // The holder is elsewhere: poll Redis with jittered exponential backoff,
-      // never past the holder's expiry nor our deadline.
-      let nap = backoff / 2 + math.random() * backoff / 2;
-      if (retryAfter !== undefined && retryAfter + 1 < nap) nap = retryAfter + 1;
+      // The holder is elsewhere: its release wakes us (wakeups.ts) once our
+      // subscription is live; until then, or without one, poll Redis with
+      // jittered exponential backoff. Never past the holder's expiry nor our deadline.
+      if (!sub.on) {
+        sub.on = true;
+        wakeups.want(store.redis, rkey);
+      }
+      let nap: number;
+      if (retryAfter !== undefined && wakeups.live(store.redis, rkey)) {
+        nap = retryAfter + 1;
+      } else {
+        nap = backoff / 2 + math.random() * backoff / 2;
+        if (retryAfter !== undefined && retryAfter + 1 < nap) nap = retryAfter + 1;
+        backoff = math.min(backoff * 2, MAX_BACKOFF);
+      }
       if (left < nap) nap = left;
       waits.pause(rkey, nap);
-      backoff = math.min(backoff * 2, MAX_BACKOFF);
     }
   }
 }

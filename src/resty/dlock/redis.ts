@@ -239,6 +239,24 @@ export function node(conf: RedisConf, host: string, port: number): RedisConf {
   };
 }
 
+/**
+ * The same configuration with a pool of its own and no backlog: for a
+ * connection held for a long time (the wake-up subscriber), which must never
+ * take a slot of the pool that requests queue for.
+ */
+export function apart(conf: RedisConf, suffix: string): RedisConf {
+  return {
+    host: conf.host, port: conf.port, path: conf.path, username: conf.username, password: conf.password, db: conf.db,
+    connect_timeout: conf.connect_timeout, read_timeout: conf.read_timeout,
+    pool_size: conf.pool_size, backlog: undefined,
+    replicas: conf.replicas, replicas_timeout: conf.replicas_timeout,
+    keepalive_timeout: conf.keepalive_timeout,
+    ssl: conf.ssl, ssl_verify: conf.ssl_verify, server_name: conf.server_name,
+    pool: conf.pool + ":" + suffix, endpoint: conf.endpoint, dict: conf.dict, sentinel: conf.sentinel,
+    topology: conf.topology, nodes: conf.nodes, max_redirects: conf.max_redirects,
+  };
+}
+
 /** Per endpoint, the first configuration seen for it: what status pages show of the topology. */
 const known = new LuaTable<string, RedisConf>();
 

@@ -65,10 +65,20 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return { 'OK', redis.call('INCR', KEYS[2]) }
 end` + BUSY, 2, isOkFenced);
 
-/** KEYS[1] lock key, ARGV[1] token. 1 when deleted, 0 when the key is not ours. */
+/**
+ * Releases are announced on CHANNEL .. <lock key>: waiters anywhere in the
+ * fleet subscribe per key (wakeups.ts); with nobody subscribed, PUBLISH costs
+ * Redis a hash lookup. redis.pcall: an ACL user without channel permissions
+ * (Redis 7 users get none by default) still releases; its waiters poll.
+ */
+export const CHANNEL = "dlock:released:";
+const PUBLISH = "redis.pcall('PUBLISH', '" + CHANNEL + "' .. KEYS[1], '')\n";
+
+/** KEYS[1] lock key, ARGV[1] token. 1 when deleted (and announced), 0 when the key is not ours. */
 export const RELEASE = script("release", `
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  ` + PUBLISH + `  return 1
 end
 return 0
 `);
@@ -102,13 +112,13 @@ local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return tonumber(first[2]) - now
 `, 1, isOk);
 
-/** KEYS[1] set, ARGV[1] token. 1 when our live permit was returned, else 0. */
+/** KEYS[1] set, ARGV[1] token. 1 when our live permit was returned (and announced), else 0. */
 export const SEM_RELEASE = script("semaphore release", NOW + `
 local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not exp then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if tonumber(exp) <= now then return 0 end
-return 1
+` + PUBLISH + `return 1
 `);
 
 /** KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0. */

@@ -57,11 +57,20 @@ const FRESH = 1;
 /** Per worker: the master found for a sentinel set (by pool name), and when. */
 const masters = new LuaTable<string, { node: Node; at: number }>();
 
-/** The master the sentinels named less than FRESH seconds ago, if any. */
+/** Pools whose sentinels a coroutine of this worker is asking right now. */
+const asking = new LuaTable<string, boolean>();
+
+/**
+ * The master to use now: the sentinels' answer of less than FRESH seconds ago;
+ * or, while another coroutine of this worker is asking them again, the
+ * previous answer (one question per worker and second, not one per request in
+ * flight). nil: ask (discover).
+ */
 export function cached(pool: string): Node | undefined {
   const m = masters.get(pool);
-  if (m === undefined || ngx.now() - m.at > FRESH) return undefined;
-  return m.node;
+  if (m === undefined) return undefined;
+  if (ngx.now() - m.at <= FRESH || asking.has(pool)) return m.node;
+  return undefined;
 }
 
 /** The master the sentinels named last (however long ago), for status pages. */
@@ -80,6 +89,13 @@ export function forget(pool: string): void {
  * lua-resty-redis object; timeouts are the factory's.
  */
 export function discover(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number): LuaMultiReturn<[Node | undefined, string | undefined]> {
+  asking.set(pool, true);
+  const [m, err] = ask(pool, s, client, timeout);
+  asking.delete(pool);
+  return $multi(m, err);
+}
+
+function ask(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number): LuaMultiReturn<[Node | undefined, string | undefined]> {
   const errors: string[] = [];
   for (const i of $range(1, s.nodes.length)) {
     const node = s.nodes[i - 1]!;

@@ -40,10 +40,25 @@ export function pause(rkey: string, ms: number): void {
   }
 }
 
+/** How many waiters of this worker wait for rkey now. */
+export function waiters(rkey: string): number {
+  const w = waiting.get(rkey);
+  return w === undefined ? 0 : w.count;
+}
+
+/** A release of rkey: the next waiter of this worker tries now. */
 export function wake(rkey: string): void {
   const w = waiting.get(rkey);
   if (w !== undefined && w.count > 0) {
     w.sem.post(1);
+  }
+}
+
+/** Every waiter of rkey in this worker tries now (see wakeups.ts: a subscription just went live). */
+export function wakeAll(rkey: string): void {
+  const w = waiting.get(rkey);
+  if (w !== undefined && w.count > 0) {
+    w.sem.post(w.count);
   }
 }
 

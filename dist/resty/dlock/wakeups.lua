@@ -1,0 +1,216 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.check")
+local redis = require("resty.dlock.redis")
+local scripts = require("resty.dlock.scripts")
+local waits = require("resty.dlock.wait")
+local CHANNEL = scripts.CHANNEL
+--- Seconds a subscriber read waits before it looks for subscription changes.
+local TICK = 0.01
+--- Seconds a subscriber with nothing to watch stays connected before it stops.
+local IDLE = 10
+--- Seconds between reconnection attempts after the connection failed.
+local RETRY = 0.5
+local subscribers = {}
+local function command(words)
+    local parts = {("*" .. tostring(#words)) .. "\r\n"}
+    for ____, w in ipairs(words) do
+        parts[#parts + 1] = ((("$" .. tostring(#w)) .. "\r\n") .. w) .. "\r\n"
+    end
+    return table.concat(parts)
+end
+--- Where the subscriber connects: the server itself, or (Cluster, Redlock) the
+-- first node (PUBLISH reaches every node of a cluster). A pool of its own: the
+-- connection is held for as long as there are waiters.
+local function endpointOf(conf)
+    return redis.apart(conf.nodes ~= nil and conf.nodes[1] or conf, "wakeups")
+end
+--- Bring the connection's subscriptions in line with what is wanted.
+local function sync(s, sock)
+    local add = {"subscribe"}
+    local drop = {"unsubscribe"}
+    for rkey in pairs(s.wanted) do
+        if not (s.sent[rkey] ~= nil) then
+            add[#add + 1] = CHANNEL .. rkey
+            s.sent[rkey] = true
+        end
+    end
+    for rkey in pairs(s.sent) do
+        if not (s.wanted[rkey] ~= nil) then
+            drop[#drop + 1] = CHANNEL .. rkey
+            s.sent[rkey] = nil
+            s.live[rkey] = nil
+        end
+    end
+    for ____, words in ipairs({add, drop}) do
+        if #words > 1 then
+            local ok, err = sock:send(command(words))
+            if ok == nil then
+                return tostring(err)
+            end
+        end
+    end
+    return nil
+end
+local function count(t)
+    local n = 0
+    for _k in pairs(t) do
+        n = n + 1
+    end
+    return n
+end
+--- One connection's life: subscribe, read, wake; returns why it ended (nil: nothing left to watch).
+local function session(s)
+    local red, err = redis.connect(endpointOf(s.conf))
+    if red == nil then
+        return err
+    end
+    s.connects = s.connects + 1
+    local sock = rawget(red, "_sock")
+    local flags = red
+    red:set_timeout(TICK * 1000)
+    local idleSince = ngx.now()
+    while true do
+        flags._subscribed = true
+        local serr = sync(s, sock)
+        if serr ~= nil then
+            red:close()
+            return serr
+        end
+        if count(s.wanted) > 0 then
+            idleSince = ngx.now()
+        elseif ngx.now() - idleSince >= IDLE or ngx.worker.exiting() then
+            red:close()
+            return nil
+        end
+        local msg, rerr = red:read_reply()
+        if type(msg) == "table" then
+            local m = msg
+            local kind = m[1]
+            local rkey = string.sub(
+                tostring(m[2]),
+                #CHANNEL + 1
+            )
+            if kind == "message" then
+                s.messages = s.messages + 1
+                waits.wake(rkey)
+            elseif kind == "subscribe" and s.sent[rkey] ~= nil then
+                s.live[rkey] = true
+                waits.wake(rkey)
+            end
+        elseif string.sub(
+            tostring(rerr),
+            1,
+            6
+        ) == "NOPERM" then
+            red:close()
+            s.refused = true
+            ngx.log(
+                ngx.WARN,
+                "dlock: redis ",
+                s.conf.endpoint,
+                ": the user may not subscribe to ",
+                CHANNEL,
+                "*: waiters poll instead of being woken (grant it with ACL SETUSER <user> &",
+                CHANNEL,
+                "*): ",
+                rerr
+            )
+            return nil
+        elseif rerr ~= "timeout" then
+            red:close()
+            return (("dlock: redis " .. s.conf.endpoint) .. ": wake-up subscription: ") .. tostring(rerr)
+        end
+    end
+end
+local function run(premature, s)
+    while not premature do
+        local err = session(s)
+        for k in pairs(s.sent) do
+            s.sent[k] = nil
+        end
+        local wasLive = {}
+        for k in pairs(s.live) do
+            wasLive[#wasLive + 1] = k
+        end
+        for ____, k in ipairs(wasLive) do
+            s.live[k] = nil
+        end
+        for ____, k in ipairs(wasLive) do
+            waits.wakeAll(k)
+        end
+        if err == nil then
+            break
+        end
+        ngx.log(
+            ngx.WARN,
+            "dlock: ",
+            check.reason(err),
+            " (waiters poll meanwhile)"
+        )
+        ngx.sleep(RETRY)
+        if count(s.wanted) == 0 or ngx.worker.exiting() then
+            break
+        end
+    end
+    s.running = false
+end
+local function subscriber(conf)
+    local s = subscribers[conf.pool]
+    if s == nil then
+        s = {
+            conf = conf,
+            wanted = {},
+            live = {},
+            sent = {},
+            running = false,
+            refused = false,
+            messages = 0,
+            connects = 0
+        }
+        subscribers[conf.pool] = s
+    end
+    return s
+end
+--- A waiter of this worker waits for rkey (held elsewhere): have its releases
+-- wake us. True when the subscription is live (then sleeping until the
+-- holder's PTTL is safe); false while it is being set up or down (poll).
+function ____exports.want(conf, rkey)
+    local s = subscriber(conf)
+    if s.refused then
+        return false
+    end
+    s.wanted[rkey] = (s.wanted[rkey] or 0) + 1
+    if not s.running then
+        local ok = ngx.timer.at(0, run, s)
+        s.running = ok ~= nil
+    end
+    return s.live[rkey] ~= nil
+end
+--- Is the subscription for rkey live now?
+function ____exports.live(conf, rkey)
+    local s = subscribers[conf.pool]
+    return s ~= nil and s.live[rkey] ~= nil
+end
+--- The waiter is done waiting for rkey (acquired, timed out, or failed).
+function ____exports.done(conf, rkey)
+    local s = subscribers[conf.pool]
+    if s == nil or s.refused then
+        return
+    end
+    local n = (s.wanted[rkey] or 1) - 1
+    if n <= 0 then
+        s.wanted[rkey] = nil
+    else
+        s.wanted[rkey] = n
+    end
+end
+--- Messages and connections of this worker's subscriber for conf (status, specs).
+function ____exports.stats(conf)
+    local s = subscribers[conf.pool]
+    if s == nil then
+        return 0, 0
+    end
+    return s.messages, s.connects
+end
+return ____exports

@@ -1,0 +1,207 @@
+// Wake-ups across the fleet: a release publishes on the key's channel (inside
+// the release script, so it costs no extra round trip), and each worker keeps
+// ONE subscriber connection per Redis endpoint (not one per waiter or per key:
+// a connection per waiter is how subscription pools run dry) for the keys its
+// waiters wait for. A message wakes one local waiter of that key through
+// wait.ts, within about one round trip of the release anywhere in the fleet.
+//
+// The subscriber is a timer that owns its connection: waiters only say which
+// keys they want, and it sends SUBSCRIBE/UNSUBSCRIBE between reads (a read
+// times out every TICK seconds to look for changes). Once Redis confirms a
+// key's subscription, that key's waiters are woken to try once more: a
+// release that happened before the subscription was live cannot be missed.
+// While no subscription is live (not confirmed yet, connection down), waiters
+// poll as before; with one, they sleep until a wake-up or the holder's PTTL.
+
+import * as check from "./check";
+import * as redis from "./redis";
+import * as scripts from "./scripts";
+import * as waits from "./wait";
+
+const CHANNEL = scripts.CHANNEL;
+/** Seconds a subscriber read waits before it looks for subscription changes. */
+const TICK = 0.01;
+/** Seconds a subscriber with nothing to watch stays connected before it stops. */
+const IDLE = 10;
+/** Seconds between reconnection attempts after the connection failed. */
+const RETRY = 0.5;
+
+interface Subscriber {
+  readonly conf: redis.RedisConf;
+  /** Keys waited for here, and how many waiters want each. */
+  readonly wanted: LuaTable<string, number>;
+  /** Keys whose subscription Redis confirmed on the current connection. */
+  readonly live: LuaTable<string, boolean>;
+  /** Keys subscribed (or asked for) on the current connection. */
+  readonly sent: LuaTable<string, boolean>;
+  running: boolean;
+  /** Redis refused the subscription (ACL): never try again on this endpoint. */
+  refused: boolean;
+  /** Messages received, reconnections: for status pages and specs. */
+  messages: number;
+  connects: number;
+}
+
+const subscribers = new LuaTable<string, Subscriber>();
+
+function command(words: string[]): string {
+  const parts: string[] = ["*" + words.length + "\r\n"];
+  for (const w of words) parts.push("$" + w.length + "\r\n" + w + "\r\n");
+  return table.concat(parts);
+}
+
+/**
+ * Where the subscriber connects: the server itself, or (Cluster, Redlock) the
+ * first node (PUBLISH reaches every node of a cluster). A pool of its own: the
+ * connection is held for as long as there are waiters.
+ */
+function endpointOf(conf: redis.RedisConf): redis.RedisConf {
+  return redis.apart(conf.nodes !== undefined ? conf.nodes[0]! : conf, "wakeups");
+}
+
+/** Bring the connection's subscriptions in line with what is wanted. */
+function sync(s: Subscriber, sock: NgxTcpSocket): string | undefined {
+  const add: string[] = ["subscribe"];
+  const drop: string[] = ["unsubscribe"];
+  for (const [rkey] of s.wanted) {
+    if (!s.sent.has(rkey)) {
+      add.push(CHANNEL + rkey);
+      s.sent.set(rkey, true);
+    }
+  }
+  for (const [rkey] of s.sent) {
+    if (!s.wanted.has(rkey)) {
+      drop.push(CHANNEL + rkey);
+      s.sent.delete(rkey);
+      s.live.delete(rkey);
+    }
+  }
+  for (const words of [add, drop]) {
+    if (words.length > 1) {
+      const [ok, err] = sock.send(command(words));
+      if (ok === undefined) return tostring(err);
+    }
+  }
+  return undefined;
+}
+
+function count(t: LuaTable<string, number>): number {
+  let n = 0;
+  for (const [_k] of pairs(t)) n++;
+  return n;
+}
+
+/** One connection's life: subscribe, read, wake; returns why it ended (nil: nothing left to watch). */
+function session(s: Subscriber): string | undefined {
+  const [red, err] = redis.connect(endpointOf(s.conf));
+  if (red === undefined) return err;
+  s.connects++;
+  const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock")!;
+  const flags = red as unknown as { _subscribed: boolean };
+  red.set_timeout(TICK * 1000);
+  let idleSince = ngx.now();
+  while (true) {
+    // lua-resty-redis reads the replies; marked subscribed, a read timeout leaves
+    // the connection open (it unmarks it when the last channel is unsubscribed).
+    flags._subscribed = true;
+    const serr = sync(s, sock);
+    if (serr !== undefined) {
+      red.close();
+      return serr;
+    }
+    if (count(s.wanted) > 0) {
+      idleSince = ngx.now();
+    } else if (ngx.now() - idleSince >= IDLE || ngx.worker.exiting()) {
+      red.close();
+      return undefined;
+    }
+    const [msg, rerr] = red.read_reply();
+    if (type(msg) === "table") {
+      const m = msg as LuaTable<number, unknown>;
+      const kind = m.get(1);
+      const rkey = string.sub(tostring(m.get(2)), CHANNEL.length + 1);
+      if (kind === "message") {
+        s.messages++;
+        waits.wake(rkey);
+      } else if (kind === "subscribe" && s.sent.has(rkey)) {
+        s.live.set(rkey, true);
+        // A release may have come before the subscription: the first waiter looks once more.
+        waits.wake(rkey);
+      }
+    } else if (string.sub(tostring(rerr), 1, 6) === "NOPERM") {
+      // An ACL user without channel permissions: no wake-ups on this endpoint, ever; its waiters poll.
+      red.close();
+      s.refused = true;
+      ngx.log(ngx.WARN, "dlock: redis ", s.conf.endpoint, ": the user may not subscribe to ", CHANNEL,
+        "*: waiters poll instead of being woken (grant it with ACL SETUSER <user> &", CHANNEL, "*): ", rerr);
+      return undefined;
+    } else if (rerr !== "timeout") {
+      red.close();
+      return "dlock: redis " + s.conf.endpoint + ": wake-up subscription: " + tostring(rerr);
+    }
+  }
+}
+
+function run(this: void, premature: boolean, s: Subscriber): void {
+  while (!premature) {
+    const err = session(s);
+    for (const [k] of s.sent) s.sent.delete(k);
+    const wasLive: string[] = [];
+    for (const [k] of s.live) wasLive.push(k);
+    for (const k of wasLive) s.live.delete(k);
+    // Waiters sleeping until their holder's PTTL would not hear a release now: they poll again.
+    for (const k of wasLive) waits.wakeAll(k);
+    if (err === undefined) break;
+    ngx.log(ngx.WARN, "dlock: ", check.reason(err), " (waiters poll meanwhile)");
+    ngx.sleep(RETRY);
+    if (count(s.wanted) === 0 || ngx.worker.exiting()) break;
+  }
+  s.running = false;
+}
+
+function subscriber(conf: redis.RedisConf): Subscriber {
+  let s = subscribers.get(conf.pool);
+  if (s === undefined) {
+    s = { conf, wanted: new LuaTable(), live: new LuaTable(), sent: new LuaTable(), running: false, refused: false, messages: 0, connects: 0 };
+    subscribers.set(conf.pool, s);
+  }
+  return s;
+}
+
+/**
+ * A waiter of this worker waits for rkey (held elsewhere): have its releases
+ * wake us. True when the subscription is live (then sleeping until the
+ * holder's PTTL is safe); false while it is being set up or down (poll).
+ */
+export function want(conf: redis.RedisConf, rkey: string): boolean {
+  const s = subscriber(conf);
+  if (s.refused) return false;
+  s.wanted.set(rkey, (s.wanted.get(rkey) ?? 0) + 1);
+  if (!s.running) {
+    const [ok] = ngx.timer.at(0, run, s);
+    s.running = ok !== undefined;
+  }
+  return s.live.has(rkey);
+}
+
+/** Is the subscription for rkey live now? */
+export function live(conf: redis.RedisConf, rkey: string): boolean {
+  const s = subscribers.get(conf.pool);
+  return s !== undefined && s.live.has(rkey);
+}
+
+/** The waiter is done waiting for rkey (acquired, timed out, or failed). */
+export function done(conf: redis.RedisConf, rkey: string): void {
+  const s = subscribers.get(conf.pool);
+  if (s === undefined || s.refused) return;
+  const n = (s.wanted.get(rkey) ?? 1) - 1;
+  if (n <= 0) s.wanted.delete(rkey);
+  else s.wanted.set(rkey, n);
+}
+
+/** Messages and connections of this worker's subscriber for conf (status, specs). */
+export function stats(conf: redis.RedisConf): LuaMultiReturn<[number, number]> {
+  const s = subscribers.get(conf.pool);
+  if (s === undefined) return $multi(0, 0);
+  return $multi(s.messages, s.connects);
+}

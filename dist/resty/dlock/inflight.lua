@@ -1,10 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local hold, releaseList, drain, raised, schedule, failed, renewed, queue, head, tail, draining, MAX_DRAINERS, BATCH, DRAIN_ROUNDS
+local hold, releaseList, drain, raised, schedule, failed, queue, head, tail, draining, MAX_DRAINERS, BATCH, DRAIN_ROUNDS, heldOf
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
 local request = require("resty.dlock.request")
 local stats = require("resty.dlock.stats")
+local watchdog = require("resty.dlock.watchdog")
 function hold(f)
     local ok, err = f.lease:extend(f.hold)
     if ok == nil and err ~= "not_owner" then
@@ -94,35 +95,6 @@ function failed(owner, what, err)
         check.reason(err)
     )
 end
-function renewed(owner, h, result)
-    if result == true then
-        h.renewedAt = ngx.now()
-        stats.incr(owner.dict, owner.name, "renewed")
-    elseif result == "not_owner" then
-        h.done = true
-        stats.adjust(owner.dict, owner.name, "in_flight", -1)
-        stats.incr(owner.dict, owner.name, "lost")
-        ngx.log(
-            ngx.ERR,
-            "dlock: guard ",
-            owner.name,
-            ": lease on ",
-            h.lease.key,
-            " lost while its request is in flight"
-        )
-    else
-        stats.incr(owner.dict, owner.name, "redis_errors")
-        ngx.log(
-            ngx.WARN,
-            "dlock: guard ",
-            owner.name,
-            ": renewing ",
-            h.lease.key,
-            ": ",
-            check.reason(result)
-        )
-    end
-end
 --- In-flight requests of this worker that hold a guard's lease, by request id.
 local requests = {}
 local count = 0
@@ -145,6 +117,8 @@ local function endHeld(h, how, status)
         return
     end
     h.done = true
+    watchdog.unwatch(h.lease)
+    heldOf[h.lease] = nil
     local o = h.owner
     stats.adjust(o.dict, o.name, "in_flight", -1)
     if not o.release then
@@ -255,47 +229,58 @@ local MAX_TICK = 0.5
 local HANDOVER = 60
 local tick = MAX_TICK
 local keeping = false
---- Renew one guard's due leases: one pipeline per Redis endpoint, not a round trip each.
-local function renew(owner, due)
-    local list = {}
-    local leases = {}
-    for ____, h in ipairs(due) do
-        if not h.done then
-            list[#list + 1] = h
-            leases[#leases + 1] = h.lease
-        end
+--- Leases the watchdog renews for in-flight requests, and whose they are.
+heldOf = {}
+--- Per guard, what the watchdog tells about its renewals.
+local hooksOf = {}
+local function hooks(owner)
+    local hk = hooksOf[owner]
+    if hk == nil then
+        hk = {
+            renewed = function()
+                stats.incr(owner.dict, owner.name, "renewed")
+            end,
+            lost = function(l)
+                local h = heldOf[l]
+                heldOf[l] = nil
+                if h == nil or h.done then
+                    return
+                end
+                h.done = true
+                stats.adjust(owner.dict, owner.name, "in_flight", -1)
+                stats.incr(owner.dict, owner.name, "lost")
+                ngx.log(
+                    ngx.ERR,
+                    "dlock: guard ",
+                    owner.name,
+                    ": lease on ",
+                    l.key,
+                    " lost while its request is in flight"
+                )
+            end,
+            failed = function(l, err)
+                stats.incr(owner.dict, owner.name, "redis_errors")
+                ngx.log(
+                    ngx.WARN,
+                    "dlock: guard ",
+                    owner.name,
+                    ": renewing ",
+                    l.key,
+                    ": ",
+                    check.reason(err)
+                )
+            end
+        }
+        hooksOf[owner] = hk
     end
-    if #list == 0 then
-        return
-    end
-    local results = lease.extendAll(leases)
-    for i = 1, #list do
-        local h = list[i]
-        if not h.done then
-            renewed(owner, h, results[i])
-        end
-    end
+    return hk
 end
---- One round: end requests that are gone, renew the leases that are due.
+--- One round: end the requests that are gone (the watchdog renews the leases of the others).
 local function round()
-    ngx.update_time()
-    local now = ngx.now()
     local gone = {}
-    local due = {}
     for rid, req in pairs(requests) do
         if not request.alive(req.anchor) then
             gone[#gone + 1] = rid
-        else
-            for ____, h in ipairs(req.held) do
-                if not h.done and h.owner.renew and now - h.renewedAt >= h.owner.ttl / 3000 * 0.9 then
-                    local list = due[h.owner]
-                    if list == nil then
-                        list = {}
-                        due[h.owner] = list
-                    end
-                    list[#list + 1] = h
-                end
-            end
         end
     end
     for ____, rid in ipairs(gone) do
@@ -303,9 +288,6 @@ local function round()
         if req ~= nil and not request.alive(req.anchor) then
             endReq(rid, req, "unlogged", 0)
         end
-    end
-    for owner, list in pairs(due) do
-        renew(owner, list)
     end
 end
 local function keeper(premature)
@@ -366,14 +348,26 @@ function ____exports.track(owner, l, anchor)
         requests[anchor.id] = req
         count = count + 1
     end
+    local h = {owner = owner, lease = l, done = false}
     local ____req_held_0 = req.held
-    ____req_held_0[#____req_held_0 + 1] = {
-        owner = owner,
-        lease = l,
-        renewedAt = ngx.now(),
-        done = false
-    }
+    ____req_held_0[#____req_held_0 + 1] = h
     stats.adjust(owner.dict, owner.name, "in_flight", 1)
+    if owner.renew then
+        heldOf[l] = h
+        local werr = watchdog.watch(
+            l,
+            hooks(owner)
+        )
+        if werr ~= nil then
+            ngx.log(
+                ngx.ERR,
+                "dlock: guard ",
+                owner.name,
+                ": ",
+                check.reason(werr)
+            )
+        end
+    end
     keep(owner)
 end
 return ____exports

@@ -19,12 +19,16 @@ local function drop(l)
     end
 end
 --- The lease is lost: say so once, and tell its holder.
-local function lost(l, why)
+local function lost(l, why, hooks)
     drop(l)
     if l.lost then
         return
     end
     l.lost = true
+    if hooks ~= nil then
+        hooks.lost(l, why)
+        return
+    end
     ngx.log(
         ngx.ERR,
         "dlock: lease on ",
@@ -48,6 +52,9 @@ local function lost(l, why)
 end
 --- Has what took the lease ended (a request that is over, a timer whose function returned)?
 local function orphaned(w)
+    if w.hooks ~= nil then
+        return false
+    end
     if w.anchor ~= nil then
         return not request.alive(w.anchor)
     end
@@ -81,15 +88,22 @@ local function round()
         local w = watched[l]
         local r = results[i]
         if w ~= nil and not l.releasing then
+            local hooks = w.hooks
             if r == true then
                 w.renewedAt = ngx.now()
+                if hooks ~= nil then
+                    hooks.renewed(l)
+                end
             elseif r == "not_owner" then
-                lost(l, "the key is gone from Redis, or someone else's")
+                lost(l, "the key is gone from Redis, or someone else's", hooks)
             elseif ngx.now() * 1000 >= l.validUntil then
                 lost(
                     l,
-                    ("Redis could not renew it before it expired (" .. check.reason(r)) .. ")"
+                    ("Redis could not renew it before it expired (" .. check.reason(r)) .. ")",
+                    hooks
                 )
+            elseif hooks ~= nil then
+                hooks.failed(l, r)
             else
                 ngx.log(
                     ngx.WARN,
@@ -124,20 +138,27 @@ local function sweep(premature)
     end
     running = false
 end
---- Keep l alive until it is released, lost, or what took it ends.
-local function watch(l)
+--- Keep l alive until it is released, lost, unwatched, or (without hooks) what
+-- took it ends. With hooks, the caller hears of every renewal.
+function ____exports.watch(l, hooks)
     local co
-    local anchor = request.anchor()
-    if anchor == nil then
-        co = coroutine.running()
+    local anchor
+    if hooks == nil then
+        anchor = request.anchor()
+        if anchor == nil then
+            co = coroutine.running()
+        end
+    end
+    if not (watched[l] ~= nil) then
+        count = count + 1
     end
     watched[l] = {
         lease = l,
         anchor = anchor,
         co = co,
+        hooks = hooks,
         renewedAt = ngx.now()
     }
-    count = count + 1
     tick = math.min(
         tick,
         math.max(MIN_TICK, l.ttl / 6000)
@@ -156,12 +177,16 @@ end
 -- when the watchdog cannot run, nil and why (the lease is given back).
 function ____exports.hold(l, onLost)
     l.onLost = onLost
-    local err = watch(l)
+    local err = ____exports.watch(l)
     if err ~= nil then
         l:release()
         return nil, err, nil
     end
     return l, nil, nil
+end
+--- Stop renewing l (its holder keeps it as it is, or ends it).
+function ____exports.unwatch(l)
+    drop(l)
 end
 --- Leases the watchdog of this worker renews now (for status pages).
 function ____exports.size()

@@ -8,8 +8,8 @@
 // - a request that ended without any log() (its final location has none): the
 //   keeper notices it is gone and releases.
 //
-// One keeper loop per worker renews and watches every in-flight request, in
-// rounds: a timer per request or per guard would exhaust lua_max_pending_timers
+// One keeper loop per worker watches every in-flight request, in rounds (the
+// watchdog, one sweep per worker too, renews their leases): a timer per request or per guard would exhaust lua_max_pending_timers
 // on a busy gateway, ngx.timer.every lets rounds overlap when Redis is slow, and
 // it stops when the worker starts exiting (nginx -s reload / quit) while that
 // worker still has requests running. The loop runs while there is anything to
@@ -21,6 +21,7 @@ import * as check from "./check";
 import * as lease from "./lease";
 import * as request from "./request";
 import * as stats from "./stats";
+import * as watchdog from "./watchdog";
 
 /** What the keeper and the drains need of a guard. */
 export interface Owner {
@@ -40,8 +41,6 @@ export interface Owner {
 interface Held {
   readonly owner: Owner;
   readonly lease: lease.Lease;
-  /** ngx.now() of the acquire or the last renewal. */
-  renewedAt: number;
   done: boolean;
 }
 
@@ -165,6 +164,9 @@ function endHeld(h: Held, how: End, status: number): void {
     return;
   }
   h.done = true;
+  // No more renewals: released or held below, or (aborted) kept until it runs out.
+  watchdog.unwatch(h.lease);
+  heldOf.delete(h.lease);
   const o = h.owner;
   stats.adjust(o.dict, o.name, "in_flight", -1);
   if (!o.release) {
@@ -277,64 +279,44 @@ const HANDOVER = 60;
 let tick = MAX_TICK;
 let keeping = false;
 
-/** Renew one guard's due leases: one pipeline per Redis endpoint, not a round trip each. */
-function renew(owner: Owner, due: Held[]): void {
-  const list: Held[] = [];
-  const leases: lease.Lease[] = [];
-  for (const h of due) {
-    // Ended while an earlier guard's renewals were on their way.
-    if (!h.done) {
-      list.push(h);
-      leases.push(h.lease);
-    }
+/** Leases the watchdog renews for in-flight requests, and whose they are. */
+const heldOf = new LuaTable<lease.Lease, Held>();
+/** Per guard, what the watchdog tells about its renewals. */
+const hooksOf = new LuaMap<Owner, watchdog.Hooks>();
+
+function hooks(owner: Owner): watchdog.Hooks {
+  let hk = hooksOf.get(owner);
+  if (hk === undefined) {
+    hk = {
+      renewed(this: void): void {
+        stats.incr(owner.dict, owner.name, "renewed");
+      },
+      lost(this: void, l: lease.Lease): void {
+        const h = heldOf.get(l);
+        heldOf.delete(l);
+        if (h === undefined || h.done) return;
+        h.done = true;
+        stats.adjust(owner.dict, owner.name, "in_flight", -1);
+        stats.incr(owner.dict, owner.name, "lost");
+        ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": lease on ", l.key, " lost while its request is in flight");
+      },
+      failed(this: void, l: lease.Lease, err: string): void {
+        // A Redis hiccup: the next sweep tries again; if the lease runs out meanwhile, it is reported lost.
+        stats.incr(owner.dict, owner.name, "redis_errors");
+        ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": renewing ", l.key, ": ", check.reason(err));
+      },
+    };
+    hooksOf.set(owner, hk);
   }
-  if (list.length === 0) return;
-  const results = lease.extendAll(leases);
-  for (const i of $range(1, list.length)) {
-    const h = list[i - 1]!;
-    // A request that ended meanwhile has its lease ended (or queued) already.
-    if (!h.done) {
-      renewed(owner, h, results[i - 1]!);
-    }
-  }
+  return hk;
 }
 
-function renewed(owner: Owner, h: Held, result: true | string): void {
-  if (result === true) {
-    h.renewedAt = ngx.now();
-    stats.incr(owner.dict, owner.name, "renewed");
-  } else if (result === "not_owner") {
-    h.done = true;
-    stats.adjust(owner.dict, owner.name, "in_flight", -1);
-    stats.incr(owner.dict, owner.name, "lost");
-    ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": lease on ", h.lease.key, " lost while its request is in flight");
-  } else {
-    // A Redis hiccup: the next round tries again; if the lease runs out meanwhile, that one reports it lost.
-    stats.incr(owner.dict, owner.name, "redis_errors");
-    ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": renewing ", h.lease.key, ": ", check.reason(result));
-  }
-}
-
-/** One round: end requests that are gone, renew the leases that are due. */
+/** One round: end the requests that are gone (the watchdog renews the leases of the others). */
 function round(): void {
-  ngx.update_time();
-  const now = ngx.now();
   const gone: number[] = [];
-  const due = new LuaMap<Owner, Held[]>();
   for (const [rid, req] of requests) {
     if (!request.alive(req.anchor)) {
       gone.push(rid);
-    } else {
-      for (const h of req.held) {
-        if (!h.done && h.owner.renew && now - h.renewedAt >= h.owner.ttl / 3000 * 0.9) {
-          let list = due.get(h.owner);
-          if (list === undefined) {
-            list = [];
-            due.set(h.owner, list);
-          }
-          list.push(h);
-        }
-      }
     }
   }
   for (const rid of gone) {
@@ -342,10 +324,6 @@ function round(): void {
     if (req !== undefined && !request.alive(req.anchor)) {
       endReq(rid, req, "unlogged", 0);
     }
-  }
-  // Renewing yields; requests come and go meanwhile, so this works on the lists made above.
-  for (const [owner, list] of due) {
-    renew(owner, list);
   }
 }
 
@@ -397,7 +375,13 @@ export function track(owner: Owner, l: lease.Lease, anchor: request.Anchor): voi
     requests.set(anchor.id, req);
     count++;
   }
-  req.held.push({ owner, lease: l, renewedAt: ngx.now(), done: false });
+  const h: Held = { owner, lease: l, done: false };
+  req.held.push(h);
   stats.adjust(owner.dict, owner.name, "in_flight", 1);
+  if (owner.renew) {
+    heldOf.set(l, h);
+    const werr = watchdog.watch(l, hooks(owner));
+    if (werr !== undefined) ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": ", check.reason(werr));
+  }
   keep(owner);
 }

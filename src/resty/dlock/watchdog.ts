@@ -16,11 +16,23 @@ import * as check from "./check";
 import * as lease from "./lease";
 import * as request from "./request";
 
+/**
+ * For leases whose holder manages their life itself (the gateway's in-flight
+ * requests): told what each renewal found, instead of the lease's on_lost and
+ * the watchdog's own log lines; and never released for outliving a request.
+ */
+export interface Hooks {
+  renewed(this: void, l: lease.Lease): void;
+  lost(this: void, l: lease.Lease, why: string): void;
+  failed(this: void, l: lease.Lease, err: string): void;
+}
+
 interface Watched {
   readonly lease: lease.Lease;
   /** The request that took it, or (outside requests) the coroutine that did. */
   readonly anchor: request.Anchor | undefined;
   readonly co: LuaThread | undefined;
+  readonly hooks: Hooks | undefined;
   /** ngx.now() of the acquire or the last renewal. */
   renewedAt: number;
 }
@@ -44,10 +56,14 @@ function drop(l: lease.Lease): void {
 }
 
 /** The lease is lost: say so once, and tell its holder. */
-function lost(l: lease.Lease, why: string): void {
+function lost(l: lease.Lease, why: string, hooks: Hooks | undefined): void {
   drop(l);
   if (l.lost) return;
   l.lost = true;
+  if (hooks !== undefined) {
+    hooks.lost(l, why);
+    return;
+  }
   ngx.log(ngx.ERR, "dlock: lease on ", l.key, " lost: ", why);
   const onLost = l.onLost;
   if (onLost !== undefined) {
@@ -60,6 +76,7 @@ function lost(l: lease.Lease, why: string): void {
 
 /** Has what took the lease ended (a request that is over, a timer whose function returned)? */
 function orphaned(w: Watched): boolean {
+  if (w.hooks !== undefined) return false;
   if (w.anchor !== undefined) return !request.alive(w.anchor);
   return w.co !== undefined && coroutine.status(w.co) === "dead";
 }
@@ -89,14 +106,18 @@ function round(): void {
     const l = due[i - 1]!;
     const w = watched.get(l);
     const r = results[i - 1]!;
-    // Released (or being released) while the renewal was on its way: nothing was lost.
+    // Released (or being released, or no longer watched) while the renewal was on its way: nothing was lost.
     if (w !== undefined && !l.releasing) {
+      const hooks = w.hooks;
       if (r === true) {
         w.renewedAt = ngx.now();
+        if (hooks !== undefined) hooks.renewed(l);
       } else if (r === "not_owner") {
-        lost(l, "the key is gone from Redis, or someone else's");
+        lost(l, "the key is gone from Redis, or someone else's", hooks);
       } else if (ngx.now() * 1000 >= l.validUntil) {
-        lost(l, "Redis could not renew it before it expired (" + check.reason(r) + ")");
+        lost(l, "Redis could not renew it before it expired (" + check.reason(r) + ")", hooks);
+      } else if (hooks !== undefined) {
+        hooks.failed(l, r);
       } else {
         ngx.log(ngx.WARN, "dlock: renewing the lease on ", l.key, ": ", check.reason(r), " (trying again)");
       }
@@ -121,15 +142,19 @@ function sweep(this: void, premature: boolean): void {
   running = false;
 }
 
-/** Keep l alive until it is released, lost, or what took it ends. */
-function watch(l: lease.Lease): string | undefined {
+/**
+ * Keep l alive until it is released, lost, unwatched, or (without hooks) what
+ * took it ends. With hooks, the caller hears of every renewal.
+ */
+export function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
   let co: LuaThread | undefined;
-  const anchor = request.anchor();
-  if (anchor === undefined) {
-    co = coroutine.running();
+  let anchor: request.Anchor | undefined;
+  if (hooks === undefined) {
+    anchor = request.anchor();
+    if (anchor === undefined) co = coroutine.running();
   }
-  watched.set(l, { lease: l, anchor, co, renewedAt: ngx.now() });
-  count++;
+  if (!watched.has(l)) count++;
+  watched.set(l, { lease: l, anchor, co, hooks, renewedAt: ngx.now() });
   tick = math.min(tick, math.max(MIN_TICK, l.ttl / 6000));
   if (!running) {
     const [ok, err] = ngx.timer.at(0, sweep);
@@ -154,6 +179,11 @@ export function hold(l: lease.Lease, onLost: lease.OnLost | undefined): lease.Ac
     return $multi(undefined, err, undefined);
   }
   return $multi(l, undefined, undefined);
+}
+
+/** Stop renewing l (its holder keeps it as it is, or ends it). */
+export function unwatch(l: lease.Lease): void {
+  drop(l);
 }
 
 /** Leases the watchdog of this worker renews now (for status pages). */

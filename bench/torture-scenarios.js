@@ -16,6 +16,17 @@
 //                        group "topology": run by --topologies and the full run.
 //   fault:               one of FAULTS in bench/torture.js, with its parameters;
 //                        atMs after the load starts (crit rows: 1 s short, 2 s full).
+//   load.kind "contention": (group "contention": run by --contention and the full
+//                        run, not by --short) clientsPerKey clients per key of
+//                        `keys`, half on each nginx, each keeping to its key, loop
+//                        on the phase's location (/crit, /crit-poll, /crit-abortable
+//                        of nginx/torture.conf) for each of `phases` in turn;
+//                        shortWait / abort: that share of the requests asks with a
+//                        short random `wait` / is abandoned by its client. A phase
+//                        with `leftovers` checks the lock Redis settleMs after the
+//                        load: no lock key, no release channel subscribed. The
+//                        row's fault hits the first phase. `goals` are reported
+//                        (met / missed) for the resty.dlock phase, never failed.
 //   promised:            the design promises exclusion: for crit rows no two
 //                        holders inside at once; for gateway rows no more requests
 //                        in flight at the backend per key than the guard promises
@@ -84,7 +95,7 @@ const SCENARIOS = [
   // ---------------------------------------------------------------- the lock API (/crit)
   {
     id: "no-fault", title: "no fault", promised: true, short: true, load: CRIT, fault: null,
-    about: "baseline; the gap is release + the waiters' backoff (2-64 ms)",
+    about: "baseline; the gap is the release and the next waiter's wake-up (or, while its wake-up subscription is not live, its 2-64 ms polling backoff)",
   },
   {
     id: "redis-sigstop", title: "lock Redis SIGSTOP 1.5 s", promised: true, load: CRIT,
@@ -220,6 +231,39 @@ const SCENARIOS = [
       "the paused master costs each call its 50 ms read timeout, the other two still decide. Commands it received while paused run when it wakes up: an acquire whose caller gave up " +
       "may set the key there, but a key on one master never makes a majority, and it expires by the wall clock like the rest. Not covered (and not tested): a master restarted without its data " +
       "(the algorithm asks for a delayed restart) and clock jumps. No fencing: Redlock refuses it, fence counters on independent masters are not monotonic",
+  },
+
+  // ---------------------------------------------------------------- contention (many waiters per key, measured)
+  {
+    id: "contention", title: "contention: 40 waiters per key over both nginx, no fault", group: "contention", promised: true,
+    load: {
+      kind: "contention", keys: ["c1", "c2"], clientsPerKey: 40,
+      phases: [
+        { name: "resty.dlock (wake-ups)", path: "/crit", durationMs: 8000, leftovers: { settleMs: 1000, watchMs: 3000 } },
+        { name: "polling baseline (SET NX, 2→64 ms backoff)", path: "/crit-poll", durationMs: 5000, baseline: true },
+      ],
+    },
+    goals: { handoffP99Ms: 3, commandsPerAcquisition: 3 },
+    fault: null,
+    about: "2 keys × 40 clients (20 per nginx, 10 per worker), wait 3000 ms: the queue of a key drains in 40 × 20 ms = 0.8 s, well within the wait. " +
+      "resty.dlock waits on the release channel (one subscriber connection per worker, one local waiter woken per message, the others of the worker queued behind it); " +
+      "the baseline polls Redis",
+  },
+  {
+    id: "waiters-give-up", title: "waiters give up: clients abort while waiting, short waits time out, a worker SIGKILLed", group: "contention", promised: true,
+    load: {
+      kind: "contention", keys: ["g1", "g2", "g3"], clientsPerKey: 30,
+      shortWait: { p: 0.3, ms: [10, 300] }, abort: { p: 0.3, atMs: [5, 800] },
+      phases: [
+        { name: "resty.dlock (wake-ups)", path: "/crit-abortable", durationMs: 6000, leftovers: { settleMs: 3000, watchMs: 4000 }, probe: 8 },
+      ],
+    },
+    fault: { kind: "worker-kill", instance: null, atMs: 3000 },
+    about: "3 keys × 30 clients on /crit-abortable (lua_check_client_abort on): 30 % of the requests wait 10-300 ms only and time out; 30 % are abandoned by their client 5-800 ms in, " +
+      "and a request still waiting then is ended where it waits (its abort handler calls ngx.exit(499), which kills the coroutine inside acquire(): no code of the library runs after that), " +
+      "one that already holds the lock runs to its release; one worker (either nginx) SIGKILLed at 3 s. Promised: no overlap, and 3 s after the load nothing left in the lock Redis: " +
+      "no lock key, no release channel anyone subscribes to (PUBSUB CHANNELS dlock:released:*, PUBSUB NUMSUB of the load keys' channels). " +
+      "Then 8 requests per key one at a time: nobody waits any more, so each should take one acquire, 20 ms and a release",
   },
 ];
 

@@ -17,6 +17,14 @@
 //                 the row, with a pair of nginx of their own (nginx/torture.conf
 //                 rendered with that `redis` option) that the load goes to; both
 //                 are stopped after the row.
+//   contention rows: many waiters per key (each client keeps to its key), measured:
+//                 acquisitions/s against the ideal, every hand-off gap (the
+//                 witness logs them), wait timeouts, and the commands nginx sent
+//                 the lock Redis per acquisition (MONITOR), for resty.dlock and a
+//                 plain polling lock (/crit-poll) in the same run; and waiters
+//                 that give up (client aborts, short waits, a worker killed),
+//                 after which nothing may be left in the lock Redis (no lock key,
+//                 no wake-up subscription).
 // Writes bench/results/torture*.{md,json}; exits 1 when a row where the design
 // promises exclusion failed its promise (or the harness broke).
 "use strict";
@@ -30,7 +38,7 @@ const path = require("node:path");
 const { GUARDS, VIAS, SCENARIOS } = require("./torture-scenarios");
 
 // ---------------------------------------------------------------- arguments
-const FLAGS = new Set(["short", "gateway", "topologies", "gateway-log"]);
+const FLAGS = new Set(["short", "gateway", "topologies", "contention", "gateway-log"]);
 function parseArgs(argv) {
   const o = {};
   for (let i = 0; i < argv.length; i++) {
@@ -121,13 +129,27 @@ function parseReply(buf, pos) {
 
 class RedisError extends Error {}
 
+/**
+ * Local ports of the harness's own open connections to the lock Redis: a
+ * MONITOR (the contention rows) counts what nginx sends, not these.
+ */
+const harnessLockPorts = new Set();
+
 class Resp {
   static connect(port, timeoutMs = 2000) {
     return new Promise((resolve, reject) => {
       const sock = net.createConnection({ host: "127.0.0.1", port });
       const timer = setTimeout(() => { sock.destroy(); reject(new Error("connect timeout to " + port)); }, timeoutMs);
       sock.once("error", (e) => { clearTimeout(timer); reject(e); });
-      sock.once("connect", () => { clearTimeout(timer); resolve(new Resp(sock)); });
+      sock.once("connect", () => {
+        clearTimeout(timer);
+        if (port === LOCK_PORT) {
+          const lp = sock.localPort;
+          harnessLockPorts.add(lp);
+          sock.once("close", () => harnessLockPorts.delete(lp));
+        }
+        resolve(new Resp(sock));
+      });
     });
   }
   constructor(sock) {
@@ -1204,7 +1226,9 @@ const FAULTS = {
   },
   "worker-kill": {
     async run(f, p) {
-      const h = await pickHolder(target.masters[p.instance - 1]);
+      // instance null: either nginx, at random.
+      const instance = p.instance ?? 1 + Math.floor(Math.random() * target.masters.length);
+      const h = await pickHolder(target.masters[instance - 1]);
       // Marked dead first: the witness drops its entries at the next entry on
       // their key (crash recovery can free the key before forgetHolder runs).
       await once(WITNESS_PORT, "SADD", "deadpids", String(h.pid));
@@ -1213,7 +1237,7 @@ const FAULTS = {
       await waitDead(h.pid);
       await sleep(50); // a witness call it sent just before dying has landed by now
       const removed = await forgetHolder(h.pid);
-      f.detail = `worker ${h.pid} of instance ${p.instance} killed ${h.holding ? "inside its critical section on " + h.key : "(no holder seen within 1 s: any worker)"}; ${removed} witness entr${removed === 1 ? "y" : "ies"} of it removed`;
+      f.detail = `worker ${h.pid} of instance ${instance} killed ${h.holding ? "inside its critical section on " + h.key : "(no holder seen within 1 s: any worker)"}; ${removed} witness entr${removed === 1 ? "y" : "ies"} of it removed`;
       f.holding = h.holding;
     },
   },
@@ -1587,6 +1611,504 @@ function gwNoteOf(r) {
   return bits.join("; ");
 }
 
+// ---------------------------------------------------------------- contention rows
+// Many waiters per key over both nginx, each client keeping to its key, and
+// measured rather than only checked: acquisitions/s against the ideal (one
+// holder after another, 20 ms each), every hand-off (one holder leaving, the
+// next entering: the witness's handoffs:K log), wait timeouts, and what nginx
+// sent to the lock Redis per acquisition (MONITOR over the phase). A row runs
+// its phases one after the other on the same clients and keys: the contention
+// row loads /crit (resty.dlock: wake-ups) and then /crit-poll (a plain polling
+// lock), so both compare within one run. waiters-give-up has clients that
+// abort or time out while waiting (and a worker killed), and then checks that
+// nothing is left in the lock Redis: no lock key, no wake-up subscription.
+
+/** resty.dlock's release channel (src/resty/dlock/scripts.ts CHANNEL): CHANNEL .. <lock key>. */
+const RELEASED_CHANNEL = "dlock:released:";
+
+/** MONITOR on the lock Redis: what every client but the harness's own connections sends, by command. */
+class Monitor {
+  static start(port) {
+    return new Promise((resolve, reject) => {
+      const sock = net.createConnection({ host: "127.0.0.1", port });
+      sock.once("error", reject);
+      sock.once("connect", () => {
+        const mon = new Monitor(sock, resolve);
+        mon.sock.write(encode(["MONITOR"]));
+      });
+    });
+  }
+  constructor(sock, ready) {
+    this.sock = sock;
+    this.localPort = sock.localPort;
+    harnessLockPorts.add(this.localPort);
+    this.commands = {}; // nginx's, by name: "evalsha (2 keys)", "subscribe", ...
+    this.total = 0;
+    this.inScripts = {}; // run by scripts ([0 lua] lines): PUBLISH
+    this.harness = 0; // lines of the harness's own connections, not counted
+    this.clients = new Set();
+    // Acquire attempts (a 2-key script, or SET) by the time since the last
+    // release (a 1-key script) of the same key, in ms: what wakes the contenders.
+    this.lastRelease = {};
+    this.afterRelease = { "< 1 ms": 0, "1-3 ms": 0, "3-10 ms": 0, "10-20 ms": 0, "≥ 20 ms": 0, "before any release": 0 };
+    let rest = "";
+    sock.setEncoding("latin1");
+    sock.on("data", (d) => {
+      rest += d;
+      let i;
+      while ((i = rest.indexOf("\r\n")) >= 0) {
+        const line = rest.slice(0, i);
+        rest = rest.slice(i + 2);
+        if (line === "+OK") ready(this);
+        else this.line(line);
+      }
+    });
+    sock.on("error", () => {});
+  }
+  // +1700000000.123456 [0 127.0.0.1:54321] "evalsha" "<sha>" "2" "torture:c1" ...
+  line(l) {
+    const m = /^\+(\d+\.\d+) \[\d+ ([^\]]+)\] (.*)$/.exec(l);
+    if (!m) return;
+    const [, at, client, rest] = m;
+    const args = [...rest.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((x) => x[1]);
+    const cmd = (args[0] || "?").toLowerCase();
+    if (client === "lua") { this.inScripts[cmd] = (this.inScripts[cmd] || 0) + 1; return; }
+    if (harnessLockPorts.has(Number(client.split(":").pop()))) { this.harness++; return; }
+    const scripted = cmd === "eval" || cmd === "evalsha";
+    const name = scripted ? `${cmd} (${args[2]} key${args[2] === "1" ? "" : "s"})` : cmd;
+    this.commands[name] = (this.commands[name] || 0) + 1;
+    this.total++;
+    this.clients.add(client);
+    const ts = Number(at) * 1000;
+    if (scripted && args[2] === "1") this.lastRelease[args[3]] = ts;
+    else if ((scripted && args[2] === "2") || cmd === "set") {
+      const last = this.lastRelease[scripted ? args[3] : args[1]];
+      const d = ts - last;
+      const b = last === undefined ? "before any release" : d < 1 ? "< 1 ms" : d < 3 ? "1-3 ms" : d < 10 ? "3-10 ms" : d < 20 ? "10-20 ms" : "≥ 20 ms";
+      this.afterRelease[b]++;
+    }
+  }
+  stop() {
+    this.sock.destroy();
+    harnessLockPorts.delete(this.localPort);
+  }
+}
+
+/** One request; { status, body }, { aborted } (the client destroyed the socket at abortAt ms) or { error }. Never rejects. */
+function critRequest(port, p, abortAt) {
+  return new Promise((resolve) => {
+    let done = false;
+    let timer = null;
+    const finish = (r) => {
+      if (done) return;
+      done = true;
+      if (timer) clearTimeout(timer);
+      resolve(r);
+    };
+    const req = http.get({ host: "127.0.0.1", port, path: p, agent }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (c) => (body += c));
+      res.on("end", () => finish({ status: res.statusCode, body: body.trim() }));
+      res.on("error", (e) => finish({ error: e.code || e.message }));
+    });
+    req.setTimeout(REQUEST_TIMEOUT, () => req.destroy(new Error("client timeout")));
+    req.on("error", (e) => finish({ error: e.code || e.message }));
+    if (abortAt !== null) timer = setTimeout(() => { finish({ aborted: true }); req.destroy(); }, abortAt);
+  });
+}
+
+/**
+ * L.clientsPerKey clients per key of L.keys, alternating between both nginx,
+ * each keeping to its key, looping on path?key=K until stop(). L.shortWait: that
+ * share of the requests asks with a short random `wait` (ms); L.abort: that
+ * share is abandoned by its client at a random moment (after atMs).
+ */
+function startContentionLoad(L, p, counts) {
+  let stopping = false;
+  const { ports } = target;
+  const one = async (i) => {
+    const port = ports[i % ports.length];
+    const key = L.keys[Math.floor(i / ports.length) % L.keys.length];
+    while (!stopping) {
+      let q = "", abortAt = null, kind = "full";
+      const r = Math.random();
+      const shortP = L.shortWait ? L.shortWait.p : 0;
+      if (r < shortP) { q = "&wait=" + randInt(L.shortWait.ms); kind = "short"; }
+      else if (L.abort && r < shortP + L.abort.p) { abortAt = randInt(L.abort.atMs); kind = "aborted"; }
+      counts.byKind[kind]++;
+      const t = process.hrtime.bigint();
+      const res = await critRequest(port, `${p}?key=${key}${q}`, abortAt);
+      if (res.aborted) { counts.aborted++; continue; }
+      if (res.error) { counts.http++; bump(counts.httpMsgs, res.error); await sleep(10); continue; }
+      const { status, body } = res;
+      if (status !== 200) { counts.http++; bump(counts.httpMsgs, "HTTP " + status); }
+      else if (body === "ok") { counts.ok++; counts.okMs.push(Number(process.hrtime.bigint() - t) / 1e6); counts.okAt.push(Date.now()); }
+      else if (body === "timeout") { counts.timeout++; counts.timeoutBy[kind]++; if (kind === "full") counts.timeoutAt.push(Date.now()); }
+      else if (body === "busy") counts.busy++;
+      else if (body.startsWith("err ")) { counts.err++; bump(counts.errMsgs, body.slice(4), counts.errRaw); }
+      else if (body.startsWith("werr ")) { counts.werr++; bump(counts.werrMsgs, body.slice(5)); }
+      else { counts.other++; bump(counts.httpMsgs, "body " + body.slice(0, 60)); }
+    }
+  };
+  const all = Promise.all(Array.from({ length: L.clientsPerKey * L.keys.length }, (_, i) => one(i)));
+  return () => { stopping = true; return all; };
+}
+
+/** Worker pid → nginx instance (1, 2) of the target's masters now. */
+function workerMap(into = new Map()) {
+  target.masters.forEach((m, i) => { for (const pid of workersOf(m)) into.set(pid, i + 1); });
+  return into;
+}
+
+/** The witness's hand-off log of keys: [{ key, gapUs, prevPid, pid, atUs (the entry) }]. */
+async function collectHandoffs(keys) {
+  const w = await Resp.connect(WITNESS_PORT);
+  try {
+    const out = [];
+    for (const k of keys) {
+      for (const e of await w.cmd("LRANGE", "handoffs:" + k, 0, -1)) {
+        const [gap, prev, me, at] = e.split(" ");
+        out.push({ key: k, gapUs: Number(gap), prevPid: Number(prev.split(":")[0]) || null, pid: Number(me.split(":")[0]), atUs: Number(at) });
+      }
+    }
+    return out;
+  } finally {
+    w.close();
+  }
+}
+
+const round2 = (x) => (x === null ? null : Math.round(x * 100) / 100);
+function gapStats(us) {
+  const s = us.map((x) => x / 1000).sort((a, b) => a - b);
+  const q = (f) => (s.length ? round2(s[Math.min(s.length - 1, Math.floor(f * s.length))]) : null);
+  return { n: s.length, p50: q(0.5), p90: q(0.9), p99: q(0.99), max: s.length ? round2(s[s.length - 1]) : null,
+    mean: s.length ? round2(s.reduce((a, b) => a + b, 0) / s.length) : null };
+}
+
+/** Hand-off gaps, all and by where the next holder was: the same worker, another worker of the same nginx, the other nginx. */
+function handoffStats(list, pids) {
+  const by = { all: [], sameWorker: [], sameInstance: [], otherInstance: [], unknown: [] };
+  for (const h of list) {
+    by.all.push(h.gapUs);
+    const a = pids.get(h.prevPid), b = pids.get(h.pid);
+    if (h.prevPid === h.pid) by.sameWorker.push(h.gapUs);
+    else if (a === undefined || b === undefined) by.unknown.push(h.gapUs);
+    else by[a === b ? "sameInstance" : "otherInstance"].push(h.gapUs);
+  }
+  const out = {};
+  for (const [k, v] of Object.entries(by)) out[k] = gapStats(v);
+  return out;
+}
+
+/**
+ * What is left in the lock Redis: keys other than fence counters (a lock, or
+ * anything else), release channels anyone still subscribes to (PUBSUB CHANNELS),
+ * subscribers of the load keys' channels (PUBSUB NUMSUB), and subscriber
+ * connections (kept open IDLE s on purpose; shown, not a leftover).
+ */
+async function leftBehind(keys) {
+  const r = await Resp.connect(LOCK_PORT);
+  try {
+    const lockKeys = [];
+    for (const k of await r.cmd("KEYS", "*")) {
+      if (k.endsWith(":fence")) continue;
+      lockKeys.push(`${k} (pttl ${await r.cmd("PTTL", k)})`);
+    }
+    const channels = await r.cmd("PUBSUB", "CHANNELS", RELEASED_CHANNEL + "*");
+    const numsub = hash(await r.cmd("PUBSUB", "NUMSUB", ...keys.map((k) => RELEASED_CHANNEL + LOCK_PREFIX + k)));
+    const subscribed = Object.values(numsub).reduce((a, b) => a + b, 0);
+    const conns = String(await r.cmd("CLIENT", "LIST", "TYPE", "pubsub")).split("\n").filter(Boolean);
+    const subConns = conns.map((l) => Number((/ sub=(\d+)/.exec(l) || [0, 0])[1]));
+    return {
+      lockKeys, channels, numsub, subscribed,
+      subscriberConnections: subConns.length, subscriberConnectionsWithSubscriptions: subConns.filter((n) => n > 0).length,
+      clean: lockKeys.length === 0 && channels.length === 0 && subscribed === 0,
+    };
+  } finally {
+    r.close();
+  }
+}
+
+/**
+ * From the end of the load (from, ms since epoch) to from + settleMs: the lock
+ * Redis every 100 ms; the verdict is its state then. Left-overs are watched
+ * watchMs longer, to tell whether they go by themselves.
+ */
+async function watchLeftovers(keys, from, { settleMs, watchMs = 0 }) {
+  let firstClean = null, last = null;
+  while (Date.now() < from + settleMs) {
+    last = await leftBehind(keys);
+    if (last.clean && firstClean === null) firstClean = Date.now() - from;
+    if (!last.clean) firstClean = null;
+    await sleep(100);
+  }
+  const atCheck = await leftBehind(keys);
+  const out = { settleMs, atCheck, cleanAtCheck: atCheck.clean, cleanSinceMs: atCheck.clean ? firstClean ?? Date.now() - from : null, goneAtMs: null, watchMs };
+  if (!atCheck.clean) {
+    const end = Date.now() + watchMs;
+    while (Date.now() < end) {
+      await sleep(250);
+      last = await leftBehind(keys);
+      if (last.clean) { out.goneAtMs = Date.now() - from; break; }
+    }
+    out.atEnd = last || atCheck;
+  }
+  return out;
+}
+
+/**
+ * After the load: requests one at a time (nobody else waits), each on a new
+ * connection (any worker), n per key; their times. A worker that believes
+ * others still wait for a key makes a newcomer queue behind them first.
+ */
+async function probe(keys, n) {
+  const times = [];
+  for (const k of keys) {
+    for (let i = 0; i < n; i++) {
+      const t = Date.now();
+      const { body } = await httpText(target.ports[i % target.ports.length], `/crit?key=${k}`, 5000);
+      times.push({ key: k, ms: Date.now() - t, body: body.trim() });
+    }
+  }
+  const sorted = times.map((x) => x.ms).sort((a, b) => a - b);
+  return {
+    requests: times.length, ok: times.filter((x) => x.body === "ok").length,
+    p50: sorted[Math.floor(sorted.length / 2)], max: sorted[sorted.length - 1],
+    over100ms: times.filter((x) => x.ms > 100).length,
+  };
+}
+
+/**
+ * How many waiters each worker's resty.dlock believes wait for each key
+ * (/crit-waiters), asked on new connections until every worker answered (or 60
+ * tries): { pid: { key: n } }.
+ */
+async function waitersNow(keys) {
+  const seen = {};
+  const want = target.masters.reduce((a, m) => a + workersOf(m).length, 0);
+  for (let i = 0; i < 60 && Object.keys(seen).length < want; i++) {
+    try {
+      const { body } = await httpText(target.ports[i % target.ports.length], `/crit-waiters?keys=${keys.join(",")}`, 1000);
+      const [pid, ...kv] = body.trim().split(" ");
+      seen[pid] = Object.fromEntries(kv.map((x) => x.split("=")).map(([k, n]) => [k, n === "-" ? null : Number(n)]));
+    } catch (e) { /* next */ }
+  }
+  return seen;
+}
+
+async function critStats(reset) {
+  const out = { abortedWaiting: 0, abortedInside: 0 };
+  for (const port of target.ports) {
+    const { body } = await httpText(port, "/crit-stats" + (reset ? "?reset=1" : ""));
+    const m = /aborted_waiting (\d+) aborted_inside (\d+)/.exec(body);
+    if (!m) throw new Error("/crit-stats answered " + JSON.stringify(body));
+    out.abortedWaiting += Number(m[1]);
+    out.abortedInside += Number(m[2]);
+  }
+  return out;
+}
+
+/** One phase of a contention row: the load on ph.path, the row's fault (first phase only), what it cost. */
+async function runPhase(sc, ph, withFault) {
+  const L = sc.load;
+  const F = withFault && sc.fault ? FAULTS[sc.fault.kind] : null;
+  await quiesce(sc);
+  await once(WITNESS_PORT, "SET", "handoffs:on", "1");
+  await critStats(true);
+  const logFrom = target.dirs.map(logSize);
+  const pids = workerMap();
+  const counts = { ...newCounts(), aborted: 0, byKind: { full: 0, short: 0, aborted: 0 }, timeoutBy: { full: 0, short: 0, aborted: 0 }, timeoutAt: [] };
+  const mon = await Monitor.start(LOCK_PORT);
+  const duration = ph.durationMs;
+  const start = Date.now();
+  const f = { at: null, detail: "", deadline: start + duration };
+  const stop = startContentionLoad(L, ph.path, counts);
+  let faultErr = null;
+  const faultDone = F ? sleep(sc.fault.atMs).then(() => F.run(f, sc.fault, target)).catch((e) => { faultErr = e; }) : Promise.resolve();
+  await sleep(duration);
+  await faultDone;
+  const loadEnd = Date.now();
+  await stop();
+  const drainMs = ms(loadEnd, Date.now());
+  // Unsubscribing follows the last waiter within a subscriber tick (10 ms): counted too.
+  await sleep(300);
+  mon.stop();
+  contAll();
+  const left = ph.leftovers ? await watchLeftovers(L.keys, loadEnd + drainMs, ph.leftovers) : null;
+  const w = await collect();
+  const handoffs = await collectHandoffs(L.keys);
+  const waitersAfter = ph.leftovers ? await waitersNow(L.keys) : null;
+  const probed = ph.probe ? await probe(L.keys, ph.probe) : null;
+  workerMap(pids); // a worker started during the phase (the fault) too
+  const aborts = await critStats(false);
+  const logs = logStats(target.dirs.map((d, i) => logSlice(d, logFrom[i])).join(""));
+  if (faultErr) throw new Error(`${sc.title}: fault injection failed: ${faultErr.stack || faultErr}`);
+
+  const okInLoad = counts.okAt.filter((t) => t <= loadEnd).length;
+  const lat = counts.okMs.sort((a, b) => a - b);
+  const pct = (q) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(q * lat.length))]) : null);
+  const perAcq = (n) => (w.acquisitions ? Math.round(n / w.acquisitions * 100) / 100 : null);
+  const ideal = L.keys.length * 1000 / LOCK.hold;
+  const rate = okInLoad / (duration / 1000);
+  return {
+    name: ph.name, path: ph.path, baseline: !!ph.baseline, durationMs: duration,
+    acquisitions: w.acquisitions, overlaps: w.overlaps, staleRefused: w.staleRefused,
+    ok: counts.ok, timeouts: counts.timeout, timeoutsBy: counts.timeoutBy, requestsBy: counts.byKind,
+    // Full-wait timeouts answered within the first wait + 1 s of the load (every client arrived at once) and later.
+    fullWaitTimeoutsEarly: counts.timeoutAt.filter((t) => t < start + LOCK.wait + 1000).length,
+    errors: counts.err, busy: counts.busy, witnessErrors: counts.werr, httpFailures: counts.http + counts.other,
+    aborted: counts.aborted, abortHandler: aborts,
+    ratePerS: Math.round(rate * 10) / 10, idealPerS: ideal, ofIdeal: Math.round(rate / ideal * 1000) / 10,
+    handoffs: handoffStats(handoffs, pids),
+    longestHandoff: handoffs.length ? (({ key, gapUs, atUs }) => ({ key, ms: round2(gapUs / 1000), fromLoadStartMs: Math.round((atUs - gapUs) / 1000 - start) }))(handoffs.reduce((a, h) => (h.gapUs > a.gapUs ? h : a))) : null,
+    commands: {
+      total: mon.total, perAcquisition: perAcq(mon.total), byCommand: mon.commands,
+      perAcquisitionBy: Object.fromEntries(Object.entries(mon.commands).sort((a, b) => b[1] - a[1]).map(([k, n]) => [k, perAcq(n)])),
+      inScripts: mon.inScripts, clientConnections: mon.clients.size, harnessLinesExcluded: mon.harness,
+      acquireAttemptsAfterRelease: mon.afterRelease,
+    },
+    okLatencyMs: { p50: pct(0.5), p99: pct(0.99), max: lat.length ? Math.round(lat[lat.length - 1]) : null },
+    releaseNotOwner: w.releaseNotOwner, releaseError: w.releaseError, leftInside: w.leftInside, overlapLog: w.overlapLog,
+    leftovers: left, waitersAfter, probe: probed,
+    fault: F ? { ...sc.fault, atMs: f.at === null ? null : f.at - start, detail: f.detail } : null,
+    topErrors: Object.entries(counts.errMsgs).sort((a, b) => b[1] - a[1]).slice(0, 3),
+    topHttpFailures: Object.entries(counts.httpMsgs).sort((a, b) => b[1] - a[1]).slice(0, 3),
+    nginxErrorLog: logs, loadMs: loadEnd - start, drainMs,
+  };
+}
+
+/** The issue's goals for waiting under contention, checked on a resty.dlock phase. */
+function goalsOf(g, p) {
+  if (!g || p.baseline) return null;
+  const cross = p.handoffs.otherInstance;
+  return [
+    { goal: `hand-off p99 across instances < ${g.handoffP99Ms} ms`, value: cross.p99, met: cross.p99 !== null && cross.p99 < g.handoffP99Ms },
+    { goal: `≤ ${g.commandsPerAcquisition} Redis commands per acquisition (release included)`, value: p.commands.perAcquisition, met: p.commands.perAcquisition !== null && p.commands.perAcquisition <= g.commandsPerAcquisition },
+    { goal: "no wait timeouts (the queue drains within the wait)", value: p.timeouts, met: p.timeouts === 0 },
+  ];
+}
+
+async function runContentionRow(sc) {
+  const t0 = Date.now();
+  const L = sc.load;
+  target = { ...BASE, keys: L.keys };
+  try {
+    const phases = [];
+    for (const [i, ph] of L.phases.entries()) {
+      const p = await runPhase(sc, ph, i === 0);
+      p.goals = goalsOf(sc.goals, p);
+      phases.push(p);
+      log(`   ${p.name}: ${p.acquisitions} acquisitions (${p.ratePerS}/s, ideal ${p.idealPerS}/s), ${p.overlaps} overlaps, hand-off p50 ${p.handoffs.all.p50} / p99 ${p.handoffs.all.p99} ms (across instances p99 ${p.handoffs.otherInstance.p99}), ${p.timeouts} timeout, ${p.commands.perAcquisition} commands/acquisition` +
+        (p.leftovers ? `, left behind: ${p.leftovers.cleanAtCheck ? "nothing" : JSON.stringify(p.leftovers.atCheck)}` : ""));
+    }
+    const sum = (k) => phases.reduce((a, p) => a + p[k], 0);
+    const row = {
+      n: sc.n, id: sc.id, group: "contention", scenario: sc.title, promised: sc.promised, load: L, goals: sc.goals || null,
+      acquisitions: sum("acquisitions"), overlaps: sum("overlaps"), witnessErrors: sum("witnessErrors"),
+      errors: sum("errors"), timeouts: sum("timeouts"), phases,
+      leftInside: phases.flatMap((p) => p.leftInside),
+      wallMs: Date.now() - t0, about: sc.about,
+    };
+    row.note = contentionNoteOf(row);
+    return row;
+  } finally {
+    target = BASE;
+  }
+}
+
+const fmt = (x) => (x === null || x === undefined ? "-" : String(x));
+
+function leftoversText(L) {
+  if (!L) return "-";
+  if (L.cleanAtCheck) return `nothing (+${(L.settleMs / 1000).toFixed(0)} s)`;
+  const a = L.atCheck;
+  const bits = [];
+  if (a.lockKeys.length) bits.push(`${a.lockKeys.length} key(s): ${a.lockKeys.slice(0, 3).join(", ")}`);
+  if (a.channels.length) bits.push(`${a.channels.length} channel(s) subscribed: ${a.channels.slice(0, 3).join(", ")}`);
+  if (a.subscribed) bits.push(`NUMSUB ${Object.entries(a.numsub).filter(([, n]) => n).map(([c, n]) => c + " " + n).join(", ")}`);
+  return `at +${(L.settleMs / 1000).toFixed(0)} s: ${bits.join("; ")}; ` + (L.goneAtMs !== null ? `gone at +${(L.goneAtMs / 1000).toFixed(1)} s` : `still there at +${((L.settleMs + L.watchMs) / 1000).toFixed(0)} s`);
+}
+
+function phaseNote(p) {
+  const bits = [];
+  const c = p.commands;
+  bits.push(`${p.path}: ${c.total} commands from ${c.clientConnections} nginx connection(s), per acquisition ` +
+    Object.entries(c.perAcquisitionBy).map(([k, n]) => `${k} ${n}`).join(", ") +
+    (Object.keys(c.inScripts).length ? ` (inside scripts: ${Object.entries(c.inScripts).map(([k, n]) => `${k} ×${n}`).join(", ")})` : ""));
+  bits.push("acquire attempts by the time since the key's last release: " + Object.entries(c.acquireAttemptsAfterRelease).filter(([, n]) => n).map(([b, n]) => `${b} ${n}`).join(", "));
+  const h = p.handoffs;
+  const hs = (x) => (x.n ? `${x.n} p50 ${x.p50} / p99 ${x.p99} / max ${x.max} ms` : "none");
+  bits.push(`hand-offs to the same worker ${hs(h.sameWorker)}; to another worker of the same nginx ${hs(h.sameInstance)}; to the other nginx ${hs(h.otherInstance)}` + (h.unknown.n ? `; involving a killed or new worker ${hs(h.unknown)}` : ""));
+  if (p.longestHandoff && p.longestHandoff.ms > 20) {
+    const lh = p.longestHandoff, fa = p.fault && p.fault.atMs !== null ? lh.fromLoadStartMs - p.fault.atMs : null;
+    bits.push(`longest hand-off ${lh.ms} ms on ${lh.key}, from ${(lh.fromLoadStartMs / 1000).toFixed(2)} s into the load` + (fa === null ? "" : ` (${Math.abs(fa)} ms ${fa < 0 ? "before" : "after"} the fault)`));
+  }
+  bits.push(`"ok" requests took p50 ${p.okLatencyMs.p50} / p99 ${p.okLatencyMs.p99} / max ${p.okLatencyMs.max} ms`);
+  const rq = p.requestsBy;
+  if (rq.short || rq.aborted) {
+    bits.push(`requests: ${rq.full} with wait 3000 ms (${p.timeoutsBy.full} timed out), ${rq.short} with a short wait (${p.timeoutsBy.short} timed out), ${rq.aborted} to be aborted (${p.aborted} were, before their answer; the abort handler ended ${p.abortHandler.abortedWaiting} waiting request(s), ${p.abortHandler.abortedInside} aborted inside ran to their release)`);
+  } else {
+    bits.push(`${p.timeouts} of ${p.ok + p.timeouts} waited ${LOCK.wait} ms in vain (${p.fullWaitTimeoutsEarly} of them answered in the first ${(LOCK.wait + 1000) / 1000} s of the load, when all clients had arrived at once)`);
+  }
+  if (p.fault && p.fault.detail) bits.push(p.fault.detail);
+  if (p.goals) bits.push("goals: " + p.goals.map((g) => `${g.goal}: ${fmt(g.value)} ${g.met ? "met" : "MISSED"}`).join("; "));
+  if (p.leftovers && !p.leftovers.cleanAtCheck) bits.push("LEFT BEHIND " + leftoversText(p.leftovers));
+  if (p.leftovers && p.leftovers.cleanAtCheck) bits.push(`lock Redis clean (no lock key, no release channel subscribed) from +${(p.leftovers.cleanSinceMs / 1000).toFixed(1)} s after the load; ${p.leftovers.atCheck.subscriberConnections} subscriber connection(s) open then`);
+  if (p.waitersAfter) {
+    const phantom = Object.entries(p.waitersAfter).filter(([, ks]) => Object.values(ks).some((n) => n));
+    const asked = Object.keys(p.waitersAfter).length;
+    bits.push(phantom.length
+      ? `WAITERS STILL COUNTED after the load (nobody waits): ${phantom.map(([pid, ks]) => `worker ${pid} ${Object.entries(ks).filter(([, n]) => n).map(([k, n]) => k + " " + n).join(", ")}`).join("; ")} (of ${asked} worker(s) asked)`
+      : `no waiter counted by any of the ${asked} worker(s) asked after the load`);
+  }
+  if (p.probe) bits.push(`afterwards, ${p.probe.requests} uncontended /crit requests one at a time (new connections): p50 ${p.probe.p50} / max ${p.probe.max} ms, ${p.probe.over100ms} over 100 ms, ${p.probe.ok} ok`);
+  if (p.releaseNotOwner) bits.push(`${p.releaseNotOwner} release(s) answered not_owner`);
+  if (p.errors) bits.push(`${p.errors} err: ${p.topErrors.slice(0, 2).map(([m, n]) => `"${m}" ×${n}`).join("; ")}`);
+  if (p.httpFailures) bits.push(`${p.httpFailures} HTTP/connection failure(s) (${p.topHttpFailures.map(([m, n]) => m + " ×" + n).join(", ")})`);
+  if (p.nginxErrorLog.errors) bits.push(`${p.nginxErrorLog.errors} error line(s) in the nginx logs: ${p.nginxErrorLog.samples.slice(0, 2).map(([m, n]) => `"${m.slice(0, 140)}" ×${n}`).join("; ")}`);
+  if (p.nginxErrorLog.warnings.length) bits.push(`warnings: ${p.nginxErrorLog.warnings.slice(0, 2).map(([m, n]) => `"${m.slice(0, 140)}" ×${n}`).join("; ")}`);
+  if (p.witnessErrors) bits.push(`WITNESS ERRORS ${p.witnessErrors}: not trustworthy`);
+  if (p.leftInside.length) bits.push(`holders left inside at the end: ${p.leftInside.join(", ")}`);
+  return bits.join("; ");
+}
+
+function contentionNoteOf(r) {
+  return r.about;
+}
+
+function contentionTable(rows) {
+  const out = [
+    "| # | scenario | lock | promised | acquisitions | overlaps | acquisitions/s (ideal) | hand-off p50 / p99 / max (ms) | hand-off to the other nginx p50 / p99 (ms) | wait timeouts | Redis commands per acquisition | left behind | result | note |",
+    "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |",
+  ];
+  for (const r of rows) {
+    for (const [i, p] of r.phases.entries()) {
+      const h = p.handoffs;
+      out.push(`| ${r.n} | ${i === 0 ? esc(r.scenario) : "〃"} | ${esc(p.name)} | ${r.promised ? "yes" : "no"} | ${p.acquisitions} | ${p.overlaps} | ${p.ratePerS} (${p.idealPerS}, ${p.ofIdeal} %) | ${fmt(h.all.p50)} / ${fmt(h.all.p99)} / ${fmt(h.all.max)} | ${fmt(h.otherInstance.p50)} / ${fmt(h.otherInstance.p99)} | ${p.timeouts} of ${p.ok + p.timeouts} | ${fmt(p.commands.perAcquisition)} | ${esc(leftoversText(p.leftovers))} | ${p.baseline ? "baseline" : r.result} | ${esc((i === 0 ? r.note + "; " : "") + phaseNote(p))} |`);
+    }
+  }
+  return out.join("\n");
+}
+
+function contentionIntro(rows) {
+  return [
+    "Many waiters per key, each client keeping to its key (half of them on each nginx, 2 workers each), looping on",
+    "acquire (ttl 1000 ms), 20 ms inside, release; the same witness as above. Measured, not only checked:",
+    "**acquisitions/s** = \"ok\" answers during the load per second, against the ideal of one holder after another",
+    `(1000 / ${LOCK.hold} ms per key); **hand-off** = each time between one holder leaving a key (before its release) and the next`,
+    "entering it (the witness's clock, per hand-off: p50 / p99 / max), also for the next holder on the other nginx only;",
+    "**Redis commands per acquisition** = every command line nginx sent to the lock Redis during the load (MONITOR; EVALSHA,",
+    "EVAL, SET, SUBSCRIBE, UNSUBSCRIBE...; not the harness's own connections; PUBLISH runs inside the release script and is",
+    "not a command sent) divided by the acquisitions. The contention row runs the same load on resty.dlock (`/crit`) and",
+    "then on a plain polling lock (`/crit-poll`: SET NX PX, sleep 2→64 ms jittered exponential backoff while busy, the",
+    "schedule resty.dlock falls back to without a live subscription; compare-and-delete EVAL), so the two compare within one run.",
+    "**left behind** = keys other than fence counters still in the lock Redis, release channels still subscribed",
+    "(`PUBSUB CHANNELS dlock:released:*`, `PUBSUB NUMSUB` of the load keys' channels), that long after the load.",
+    "Overlaps fail a row, and so does anything left behind; the goals are reported, not failed.",
+  ];
+}
+
 // ---------------------------------------------------------------- report
 function sh(cmd, args) {
   const r = spawnSync(cmd, args, { encoding: "utf8" });
@@ -1679,6 +2201,15 @@ function verdictOf(rows) {
       if (r.result === "ok" && !r.promised) r.result = r.overlaps > 0 ? "reported" : "ok (not promised)";
       continue;
     }
+    if (r.group === "contention") {
+      if (r.promised && r.overlaps > 0) fail(r, `${r.overlaps} overlap(s) where mutual exclusion is promised`);
+      if (r.witnessErrors > 0) fail(r, `${r.witnessErrors} witness error(s), the count cannot be trusted`);
+      for (const p of r.phases) {
+        if (p.acquisitions === 0) fail(r, `${p.name}: no acquisitions at all`);
+        if (p.leftovers && !p.leftovers.cleanAtCheck) fail(r, `${p.name}: left behind in the lock Redis ${leftoversText(p.leftovers)}`);
+      }
+      continue;
+    }
     if (r.promised && r.overlaps > 0) fail(r, `${r.overlaps} overlap(s) where mutual exclusion is promised`);
     if (r.witnessErrors > 0) fail(r, `${r.witnessErrors} witness error(s), the count cannot be trusted`);
     if (r.acquisitions === 0) fail(r, "no acquisitions at all");
@@ -1687,12 +2218,13 @@ function verdictOf(rows) {
   return failures;
 }
 
-/** The rows to run: --short, --gateway, --topologies, --rows 9,gw-reload (numbers or ids), or all. */
+/** The rows to run: --short, --gateway, --topologies, --contention, --rows 9,gw-reload (numbers or ids), or all. */
 function selectRows() {
   const all = SCENARIOS.map((s, i) => ({ ...s, n: i + 1 }));
   if (SHORT) return ["short", all.filter((s) => s.short)];
   if (opt.gateway) return ["gateway", all.filter((s) => s.group === "gateway")];
   if (opt.topologies) return ["topologies", all.filter((s) => s.group === "topology")];
+  if (opt.contention) return ["contention", all.filter((s) => s.group === "contention")];
   if (opt.rows) {
     const want = opt.rows.split(",").filter(Boolean);
     for (const w of want) {
@@ -1748,7 +2280,11 @@ async function main() {
   const rows = [];
   for (const sc of list) {
     log(`${sc.n}. ${sc.title} ...`);
-    if (sc.topology) {
+    if (sc.group === "contention") {
+      const row = await runContentionRow(sc);
+      log(`   ${row.wallMs} ms`);
+      rows.push(row);
+    } else if (sc.topology) {
       const row = await runTopologyRow(sc);
       log(`   ${row.acquisitions} acquisitions, ${row.overlaps} overlaps, ${row.errors} err, ${row.timeouts} timeout, ${row.httpFailures} http, gap ${row.maxGapMs} ms, stall ${row.maxStallMs} ms, ${row.wallMs} ms`);
       rows.push(row);
@@ -1769,6 +2305,7 @@ async function main() {
   const critRows = rows.filter((r) => r.group === "crit");
   const gwRows = rows.filter((r) => r.group === "gateway");
   const topoRows = rows.filter((r) => r.group === "topology");
+  const contRows = rows.filter((r) => r.group === "contention");
 
   const md = [
     `# resty.dlock torture run (${form} form${GATEWAY_LOG ? ", with the module-level gateway log" : ""})`,
@@ -1779,11 +2316,12 @@ async function main() {
     ...(critRows.length ? [...critIntro(), "", table(critRows), ""] : []),
     ...(gwRows.length ? ["## Gateway guards", "", ...gwIntro(gwRows), "", gwTable(gwRows), ""] : []),
     ...(topoRows.length ? ["## Redis topologies", "", ...topoIntro(topoRows), "", topoTable(topoRows), ""] : []),
-    `Exclusion is promised in rows ${promisedRows.join(", ") || "(none here)"}: an overlap there fails the run${gwRows.length ? ", and so does a gateway key left locked" : ""}.`,
+    ...(contRows.length ? ["## Contention", "", ...contentionIntro(contRows), "", contentionTable(contRows), ""] : []),
+    `Exclusion is promised in rows ${promisedRows.join(", ") || "(none here)"}: an overlap there fails the run${gwRows.length ? ", and so does a gateway key left locked" : ""}${contRows.length ? `${gwRows.length ? "," : ""} and so does a lock key or a wake-up subscription left behind by a contention row` : ""}.`,
     ...(form === "full" ? ["Rows 3 (Redis loses its data) and 7 (a holder paused past its ttl) are outside what a Redis lease can promise: reported, not failed."] : []),
     ...(topoRows.some((r) => !r.promised) ? [`Rows ${topoRows.filter((r) => !r.promised).map((r) => r.n).join(" and ")} (a master SIGKILLed) can lose locks that only the dead master had, with replication asynchronous: reported, not failed.`] : []),
     "",
-    failures.length ? "**FAIL**\n\n" + failures.map((f) => "- " + f).join("\n") : "**PASS**: no overlap where exclusion is promised" + (gwRows.length ? ", no gateway key left locked." : "."),
+    failures.length ? "**FAIL**\n\n" + failures.map((f) => "- " + f).join("\n") : "**PASS**: no overlap where exclusion is promised" + (gwRows.length ? ", no gateway key left locked" : "") + (contRows.length ? ", nothing left in the lock Redis after the contention rows" : "") + ".",
     "",
   ].join("\n");
 
@@ -1792,11 +2330,12 @@ async function main() {
     config: {
       clients: CLIENTS, keys: KEYS, nginxInstances: 2, workersEach: 2, durationMs: DURATION, faultAtMs: FAULT_AT, lock: LOCK,
       ...(gwRows.length ? { gateway: { guards: GUARDS, releaseGraceMs: RELEASE_GRACE, leftWatchMs: LEFT_WATCH } } : {}),
+      ...(contRows.length ? { contention: { releasedChannel: RELEASED_CHANNEL } } : {}),
     },
     machine: mach, promisedRows, pass: failures.length === 0, failures, scenarios: rows,
   };
   // The short form (run by make test) must not overwrite the full run's results; neither must the others.
-  const base = { full: "torture", short: "torture-short", gateway: "torture-gateway", topologies: "torture-topologies", rows: "torture-rows" }[form] + (GATEWAY_LOG ? "-gwlog" : "");
+  const base = { full: "torture", short: "torture-short", gateway: "torture-gateway", topologies: "torture-topologies", contention: "torture-contention", rows: "torture-rows" }[form] + (GATEWAY_LOG ? "-gwlog" : "");
   fs.mkdirSync(opt.out, { recursive: true });
   fs.writeFileSync(path.join(opt.out, base + ".md"), md);
   fs.writeFileSync(path.join(opt.out, base + ".json"), JSON.stringify(json, null, 2) + "\n");

@@ -126,10 +126,8 @@ function attempts(sub, store, kind, key, tok, ttl, wait, ...)
             end
         end
         if here == "none" then
-            if not sub.on then
-                sub.on = true
-                wakeups.want(store.redis, rkey)
-            end
+            sub.on = true
+            wakeups.want(store.redis, rkey)
             local nap
             if retryAfter ~= nil and wakeups.live(store.redis, rkey) then
                 nap = retryAfter + 1
@@ -311,7 +309,9 @@ end
 local function settle(l, reply)
     l.released = true
     ledger.forget(l.store.dict, l.rec, l.token)
-    waits.wake(l.rkey)
+    if not wakeups.live(l.store.redis, l.rkey) then
+        waits.wake(l.rkey)
+    end
     if reply == 1 or l.releaseSent then
         return true, nil
     end

@@ -3,43 +3,53 @@ local ____exports = {}
 local ledger = require("resty.dlock.ledger")
 local MAX_LOCAL_BACKOFF = 8
 local semaphore = require("ngx.semaphore")
+--- Waiters of this worker, per Redis key: a semaphore each. A release in this
+-- worker wakes one of them at once (hand-off in one round trip instead of a
+-- backoff nap). How many wait is the semaphore's own count: ngx.semaphore
+-- forgets a waiter whose request was killed (ngx.exit from an abort handler),
+-- which a counter of ours would not.
 local waiting = {}
 --- Sleep up to `ms`, or less if a release of rkey in this worker wakes us.
 function ____exports.pause(rkey, ms)
-    local w = waiting[rkey]
-    if w == nil then
-        local sem = semaphore.new(0)
-        if sem == nil then
+    local sem = waiting[rkey]
+    if sem == nil then
+        local made = semaphore.new(0)
+        if made == nil then
             ngx.sleep(ms / 1000)
             return
         end
-        w = {sem = sem, count = 0}
-        waiting[rkey] = w
+        sem = made
+        waiting[rkey] = sem
     end
-    w.count = w.count + 1
-    w.sem:wait(ms / 1000)
-    w.count = w.count - 1
-    if w.count == 0 and waiting[rkey] == w then
+    sem:wait(ms / 1000)
+    if sem:count() >= 0 and waiting[rkey] == sem then
         waiting[rkey] = nil
     end
 end
 --- How many waiters of this worker wait for rkey now.
 function ____exports.waiters(rkey)
-    local w = waiting[rkey]
-    return w == nil and 0 or w.count
+    local sem = waiting[rkey]
+    if sem == nil then
+        return 0
+    end
+    local n = -sem:count()
+    if n <= 0 then
+        waiting[rkey] = nil
+        return 0
+    end
+    return n
 end
 --- A release of rkey: the next waiter of this worker tries now.
 function ____exports.wake(rkey)
-    local w = waiting[rkey]
-    if w ~= nil and w.count > 0 then
-        w.sem:post(1)
+    if ____exports.waiters(rkey) > 0 then
+        waiting[rkey]:post(1)
     end
 end
---- Every waiter of rkey in this worker tries now (see wakeups.ts: a subscription just went live).
+--- Every waiter of rkey in this worker tries now (a subscription went down: they poll).
 function ____exports.wakeAll(rkey)
-    local w = waiting[rkey]
-    if w ~= nil and w.count > 0 then
-        w.sem:post(w.count)
+    local n = ____exports.waiters(rkey)
+    if n > 0 then
+        waiting[rkey]:post(n)
     end
 end
 --- While a worker of this nginx holds the key, wait without polling Redis: a

@@ -7,6 +7,8 @@ local waits = require("resty.dlock.wait")
 local CHANNEL = scripts.CHANNEL
 --- Seconds a subscriber read waits before it looks for subscription changes.
 local TICK = 0.01
+--- Seconds a key stays subscribed after its last waiter of this worker.
+local GRACE = 2
 --- Seconds a subscriber with nothing to watch stays connected before it stops.
 local IDLE = 10
 --- Seconds between reconnection attempts after the connection failed.
@@ -29,6 +31,16 @@ end
 local function sync(s, sock)
     local add = {"subscribe"}
     local drop = {"unsubscribe"}
+    local now = ngx.now()
+    local stale = {}
+    for rkey, at in pairs(s.wanted) do
+        if now - at > GRACE and waits.waiters(rkey) == 0 then
+            stale[#stale + 1] = rkey
+        end
+    end
+    for ____, rkey in ipairs(stale) do
+        s.wanted[rkey] = nil
+    end
     for rkey in pairs(s.wanted) do
         if not (s.sent[rkey] ~= nil) then
             add[#add + 1] = CHANNEL .. rkey
@@ -180,7 +192,7 @@ function ____exports.want(conf, rkey)
     if s.refused then
         return false
     end
-    s.wanted[rkey] = (s.wanted[rkey] or 0) + 1
+    s.wanted[rkey] = ngx.now()
     if not s.running then
         local ok = ngx.timer.at(0, run, s)
         s.running = ok ~= nil
@@ -198,11 +210,8 @@ function ____exports.done(conf, rkey)
     if s == nil or s.refused then
         return
     end
-    local n = (s.wanted[rkey] or 1) - 1
-    if n <= 0 then
+    if waits.waiters(rkey) == 0 then
         s.wanted[rkey] = nil
-    else
-        s.wanted[rkey] = n
     end
 end
 --- Messages and connections of this worker's subscriber for conf (status, specs).

@@ -215,7 +215,9 @@ function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean): void
 function settle(l: Lease, reply: RedisValue): LuaMultiReturn<[true | undefined, string | undefined]> {
   l.released = true;
   ledger.forget(l.store.dict, l.rec, l.token);
-  waits.wake(l.rkey);
+  // With a live subscription the release's PUBLISH wakes our waiters; waking
+  // one here too would send two of this worker's waiters after the key.
+  if (!wakeups.live(l.store.redis, l.rkey)) waits.wake(l.rkey);
   if (reply === 1 || l.releaseSent) {
     return $multi(true as const, undefined);
   }
@@ -542,10 +544,8 @@ function attempts(sub: Subscription, store: Store, kind: Kind, key: string, tok:
       // The holder is elsewhere: its release wakes us (wakeups.ts) once our
       // subscription is live; until then, or without one, poll Redis with
       // jittered exponential backoff. Never past the holder's expiry nor our deadline.
-      if (!sub.on) {
-        sub.on = true;
-        wakeups.want(store.redis, rkey);
-      }
+      sub.on = true;
+      wakeups.want(store.redis, rkey);
       let nap: number;
       if (retryAfter !== undefined && wakeups.live(store.redis, rkey)) {
         nap = retryAfter + 1;

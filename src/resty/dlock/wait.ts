@@ -11,54 +11,57 @@ const MAX_LOCAL_BACKOFF = 8; // ms, between shared-dict checks while a holder in
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
 /**
- * Waiters of this worker, per Redis key. A release in this worker wakes one of
- * them at once (hand-off in one round trip instead of a backoff nap).
+ * Waiters of this worker, per Redis key: a semaphore each. A release in this
+ * worker wakes one of them at once (hand-off in one round trip instead of a
+ * backoff nap). How many wait is the semaphore's own count: ngx.semaphore
+ * forgets a waiter whose request was killed (ngx.exit from an abort handler),
+ * which a counter of ours would not.
  */
-interface Waiters {
-  readonly sem: NgxSemaphore;
-  count: number;
-}
-const waiting = new LuaTable<string, Waiters>();
+const waiting = new LuaTable<string, NgxSemaphore>();
 
 /** Sleep up to `ms`, or less if a release of rkey in this worker wakes us. */
 export function pause(rkey: string, ms: number): void {
-  let w = waiting.get(rkey);
-  if (w === undefined) {
-    const [sem] = semaphore.new(0);
-    if (sem === undefined) {
+  let sem = waiting.get(rkey);
+  if (sem === undefined) {
+    const [made] = semaphore.new(0);
+    if (made === undefined) {
       ngx.sleep(ms / 1000);
       return;
     }
-    w = { sem, count: 0 };
-    waiting.set(rkey, w);
+    sem = made;
+    waiting.set(rkey, sem);
   }
-  w.count++;
-  w.sem.wait(ms / 1000);
-  w.count--;
-  if (w.count === 0 && waiting.get(rkey) === w) {
+  sem.wait(ms / 1000);
+  if (sem.count() >= 0 && waiting.get(rkey) === sem) {
     waiting.delete(rkey);
   }
 }
 
 /** How many waiters of this worker wait for rkey now. */
 export function waiters(rkey: string): number {
-  const w = waiting.get(rkey);
-  return w === undefined ? 0 : w.count;
+  const sem = waiting.get(rkey);
+  if (sem === undefined) return 0;
+  const n = -sem.count();
+  if (n <= 0) {
+    // Its last waiters were killed while waiting: nobody left to clean up.
+    waiting.delete(rkey);
+    return 0;
+  }
+  return n;
 }
 
 /** A release of rkey: the next waiter of this worker tries now. */
 export function wake(rkey: string): void {
-  const w = waiting.get(rkey);
-  if (w !== undefined && w.count > 0) {
-    w.sem.post(1);
+  if (waiters(rkey) > 0) {
+    waiting.get(rkey).post(1);
   }
 }
 
-/** Every waiter of rkey in this worker tries now (see wakeups.ts: a subscription just went live). */
+/** Every waiter of rkey in this worker tries now (a subscription went down: they poll). */
 export function wakeAll(rkey: string): void {
-  const w = waiting.get(rkey);
-  if (w !== undefined && w.count > 0) {
-    w.sem.post(w.count);
+  const n = waiters(rkey);
+  if (n > 0) {
+    waiting.get(rkey).post(n);
   }
 }
 

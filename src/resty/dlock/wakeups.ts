@@ -21,6 +21,8 @@ import * as waits from "./wait";
 const CHANNEL = scripts.CHANNEL;
 /** Seconds a subscriber read waits before it looks for subscription changes. */
 const TICK = 0.01;
+/** Seconds a key stays subscribed after its last waiter of this worker. */
+const GRACE = 2;
 /** Seconds a subscriber with nothing to watch stays connected before it stops. */
 const IDLE = 10;
 /** Seconds between reconnection attempts after the connection failed. */
@@ -28,7 +30,12 @@ const RETRY = 0.5;
 
 interface Subscriber {
   readonly conf: redis.RedisConf;
-  /** Keys waited for here, and how many waiters want each. */
+  /**
+   * Keys waited for here, and when a waiter last said so: a key stays
+   * subscribed while this worker has waiters for it or for GRACE seconds after
+   * (a waiter between two attempts is in no queue). Nothing depends on waiters
+   * saying goodbye: one whose request was killed cannot.
+   */
   readonly wanted: LuaTable<string, number>;
   /** Keys whose subscription Redis confirmed on the current connection. */
   readonly live: LuaTable<string, boolean>;
@@ -63,6 +70,12 @@ function endpointOf(conf: redis.RedisConf): redis.RedisConf {
 function sync(s: Subscriber, sock: NgxTcpSocket): string | undefined {
   const add: string[] = ["subscribe"];
   const drop: string[] = ["unsubscribe"];
+  const now = ngx.now();
+  const stale: string[] = [];
+  for (const [rkey, at] of s.wanted) {
+    if (now - at > GRACE && waits.waiters(rkey) === 0) stale.push(rkey);
+  }
+  for (const rkey of stale) s.wanted.delete(rkey);
   for (const [rkey] of s.wanted) {
     if (!s.sent.has(rkey)) {
       add.push(CHANNEL + rkey);
@@ -176,7 +189,7 @@ function subscriber(conf: redis.RedisConf): Subscriber {
 export function want(conf: redis.RedisConf, rkey: string): boolean {
   const s = subscriber(conf);
   if (s.refused) return false;
-  s.wanted.set(rkey, (s.wanted.get(rkey) ?? 0) + 1);
+  s.wanted.set(rkey, ngx.now());
   if (!s.running) {
     const [ok] = ngx.timer.at(0, run, s);
     s.running = ok !== undefined;
@@ -194,9 +207,7 @@ export function live(conf: redis.RedisConf, rkey: string): boolean {
 export function done(conf: redis.RedisConf, rkey: string): void {
   const s = subscribers.get(conf.pool);
   if (s === undefined || s.refused) return;
-  const n = (s.wanted.get(rkey) ?? 1) - 1;
-  if (n <= 0) s.wanted.delete(rkey);
-  else s.wanted.set(rkey, n);
+  if (waits.waiters(rkey) === 0) s.wanted.delete(rkey);
 }
 
 /** Messages and connections of this worker's subscriber for conf (status, specs). */

@@ -130,7 +130,7 @@ function attempts(sub, store, kind, key, tok, ttl, wait, ...)
             wakeups.want(store.redis, rkey)
             local nap
             if retryAfter ~= nil and wakeups.live(store.redis, rkey) then
-                nap = retryAfter + 1
+                nap = (waits.first(rkey) or waits.waiters(rkey) == 0) and retryAfter + 1 or math.min(retryAfter + 1, QUEUE_CAP)
             else
                 nap = backoff / 2 + math.random() * backoff / 2
                 if retryAfter ~= nil and retryAfter + 1 < nap then
@@ -531,6 +531,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
         wait,
         ...
     )
+    waits.leave(rkey)
     if sub.on then
         wakeups.done(store.redis, rkey)
         if l == nil then

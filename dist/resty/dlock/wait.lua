@@ -1,55 +1,110 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local ledger = require("resty.dlock.ledger")
+local request = require("resty.dlock.request")
 local MAX_LOCAL_BACKOFF = 8
 local semaphore = require("ngx.semaphore")
---- Waiters of this worker, per Redis key: a semaphore each. A release in this
--- worker wakes one of them at once (hand-off in one round trip instead of a
--- backoff nap). How many wait is the semaphore's own count: ngx.semaphore
--- forgets a waiter whose request was killed (ngx.exit from an abort handler),
--- which a counter of ours would not.
-local waiting = {}
---- Sleep up to `ms`, or less if a release of rkey in this worker wakes us.
+local lines = {}
+local function gone(w)
+    if w.anchor ~= nil then
+        return not request.alive(w.anchor)
+    end
+    return coroutine.status(w.co) == "dead"
+end
+--- The line of rkey without the waiters that are gone; nil when nobody waits.
+local function line(rkey)
+    local l = lines[rkey]
+    if l == nil then
+        return nil
+    end
+    local i = 1
+    while i <= #l do
+        if gone(l[i]) then
+            table.remove(l, i)
+        else
+            i = i + 1
+        end
+    end
+    if #l == 0 then
+        lines[rkey] = nil
+        return nil
+    end
+    return l
+end
+local function mine(l)
+    local co = coroutine.running()
+    for ____, w in ipairs(l) do
+        if w.co == co then
+            return w
+        end
+    end
+    return nil
+end
+--- Sleep up to `ms`, or less when woken as the first of rkey's line in this worker.
 function ____exports.pause(rkey, ms)
-    local sem = waiting[rkey]
-    if sem == nil then
-        local made = semaphore.new(0)
-        if made == nil then
+    local l = lines[rkey]
+    if l == nil then
+        l = {}
+        lines[rkey] = l
+    end
+    local w = mine(l)
+    if w == nil then
+        local sem = semaphore.new(0)
+        if sem == nil then
             ngx.sleep(ms / 1000)
             return
         end
-        sem = made
-        waiting[rkey] = sem
+        w = {
+            sem = sem,
+            co = coroutine.running(),
+            anchor = request.anchor()
+        }
+        l[#l + 1] = w
     end
-    sem:wait(ms / 1000)
-    if sem:count() >= 0 and waiting[rkey] == sem then
-        waiting[rkey] = nil
+    w.sem:wait(ms / 1000)
+end
+--- The caller's acquire is over (acquired, timed out, failed): it leaves the line of rkey.
+function ____exports.leave(rkey)
+    local l = lines[rkey]
+    if l == nil then
+        return
+    end
+    local co = coroutine.running()
+    for i = 1, #l do
+        if l[i].co == co then
+            table.remove(l, i)
+            break
+        end
+    end
+    if #l == 0 then
+        lines[rkey] = nil
     end
 end
 --- How many waiters of this worker wait for rkey now.
 function ____exports.waiters(rkey)
-    local sem = waiting[rkey]
-    if sem == nil then
-        return 0
-    end
-    local n = -sem:count()
-    if n <= 0 then
-        waiting[rkey] = nil
-        return 0
-    end
-    return n
+    local l = line(rkey)
+    return l == nil and 0 or #l
 end
---- A release of rkey: the next waiter of this worker tries now.
+--- Is the caller first in rkey's line (the one waiter of this worker that asks Redis)?
+function ____exports.first(rkey)
+    local l = line(rkey)
+    return l ~= nil and l[1].co == coroutine.running()
+end
+--- A release of rkey: the first waiter of this worker tries now.
 function ____exports.wake(rkey)
-    if ____exports.waiters(rkey) > 0 then
-        waiting[rkey]:post(1)
+    local l = line(rkey)
+    if l ~= nil then
+        l[1].sem:post(1)
     end
 end
 --- Every waiter of rkey in this worker tries now (a subscription went down: they poll).
 function ____exports.wakeAll(rkey)
-    local n = ____exports.waiters(rkey)
-    if n > 0 then
-        waiting[rkey]:post(n)
+    local l = line(rkey)
+    if l == nil then
+        return
+    end
+    for ____, w in ipairs(l) do
+        w.sem:post(1)
     end
 end
 --- While a worker of this nginx holds the key, wait without polling Redis: a

@@ -437,6 +437,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
   const sub: Subscription = { on: false };
   const rkey = store.prefix + key;
   const [l, err, retryAfter] = attempts(sub, store, kind, key, tok, ttl, wait, ...extra);
+  waits.leave(rkey);
   if (sub.on) {
     wakeups.done(store.redis, rkey);
     // Gave up (timeout, error) while others of this worker wait: the next one takes its turn.
@@ -548,7 +549,10 @@ function attempts(sub: Subscription, store: Store, kind: Kind, key: string, tok:
       wakeups.want(store.redis, rkey);
       let nap: number;
       if (retryAfter !== undefined && wakeups.live(store.redis, rkey)) {
-        nap = retryAfter + 1;
+        // The first of this worker's line sleeps until a release wakes it (or
+        // the holder's lease ends); the others until they are first, looking
+        // now and then in case the first is stuck.
+        nap = waits.first(rkey) || waits.waiters(rkey) === 0 ? retryAfter + 1 : math.min(retryAfter + 1, QUEUE_CAP);
       } else {
         nap = backoff / 2 + math.random() * backoff / 2;
         if (retryAfter !== undefined && retryAfter + 1 < nap) nap = retryAfter + 1;

@@ -5,64 +5,122 @@
 // its shared-dict record instead of asking Redis.
 
 import * as ledger from "./ledger";
+import * as request from "./request";
 
 const MAX_LOCAL_BACKOFF = 8; // ms, between shared-dict checks while a holder in this nginx has it
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
 /**
- * Waiters of this worker, per Redis key: a semaphore each. A release in this
- * worker wakes one of them at once (hand-off in one round trip instead of a
- * backoff nap). How many wait is the semaphore's own count: ngx.semaphore
- * forgets a waiter whose request was killed (ngx.exit from an abort handler),
- * which a counter of ours would not.
+ * Waiters of this worker, per Redis key, in line: first come, first served.
+ * A waiter keeps its place from its first nap until its acquire returns, and
+ * a release wakes the first of the line only, so a waiter that was woken and
+ * lost the key to another worker is still first next time (with one shared
+ * queue it would go to the back, and waiting would be a lottery), and only
+ * one waiter per worker and key asks Redis. Each waiter naps on a semaphore of
+ * its own; a post that comes while it is awake is kept for its next nap, so no
+ * wake-up is lost. A waiter whose request was killed while it waited
+ * (ngx.exit from an abort handler) cannot leave the line: it is recognised as
+ * gone and skipped.
  */
-const waiting = new LuaTable<string, NgxSemaphore>();
+interface Waiter {
+  readonly sem: NgxSemaphore;
+  readonly co: LuaThread;
+  /** Its request (nil outside requests: then its coroutine tells). */
+  readonly anchor: request.Anchor | undefined;
+}
 
-/** Sleep up to `ms`, or less if a release of rkey in this worker wakes us. */
+const lines = new LuaTable<string, Waiter[]>();
+
+function gone(w: Waiter): boolean {
+  if (w.anchor !== undefined) return !request.alive(w.anchor);
+  return coroutine.status(w.co) === "dead";
+}
+
+/** The line of rkey without the waiters that are gone; nil when nobody waits. */
+function line(rkey: string): Waiter[] | undefined {
+  const l = lines.get(rkey);
+  if (l === undefined) return undefined;
+  let i = 1;
+  while (i <= l.length) {
+    if (gone(l[i - 1]!)) {
+      table.remove(l, i);
+    } else {
+      i++;
+    }
+  }
+  if (l.length === 0) {
+    lines.delete(rkey);
+    return undefined;
+  }
+  return l;
+}
+
+function mine(l: Waiter[]): Waiter | undefined {
+  const co = coroutine.running();
+  for (const w of l) {
+    if (w.co === co) return w;
+  }
+  return undefined;
+}
+
+/** Sleep up to `ms`, or less when woken as the first of rkey's line in this worker. */
 export function pause(rkey: string, ms: number): void {
-  let sem = waiting.get(rkey);
-  if (sem === undefined) {
-    const [made] = semaphore.new(0);
-    if (made === undefined) {
+  let l = lines.get(rkey);
+  if (l === undefined) {
+    l = [];
+    lines.set(rkey, l);
+  }
+  let w = mine(l);
+  if (w === undefined) {
+    const [sem] = semaphore.new(0);
+    if (sem === undefined) {
       ngx.sleep(ms / 1000);
       return;
     }
-    sem = made;
-    waiting.set(rkey, sem);
+    w = { sem, co: coroutine.running() as LuaThread, anchor: request.anchor() };
+    l.push(w);
   }
-  sem.wait(ms / 1000);
-  if (sem.count() >= 0 && waiting.get(rkey) === sem) {
-    waiting.delete(rkey);
+  w.sem.wait(ms / 1000);
+}
+
+/** The caller's acquire is over (acquired, timed out, failed): it leaves the line of rkey. */
+export function leave(rkey: string): void {
+  const l = lines.get(rkey);
+  if (l === undefined) return;
+  const co = coroutine.running();
+  for (const i of $range(1, l.length)) {
+    if (l[i - 1]!.co === co) {
+      table.remove(l, i);
+      break;
+    }
   }
+  if (l.length === 0) lines.delete(rkey);
 }
 
 /** How many waiters of this worker wait for rkey now. */
 export function waiters(rkey: string): number {
-  const sem = waiting.get(rkey);
-  if (sem === undefined) return 0;
-  const n = -sem.count();
-  if (n <= 0) {
-    // Its last waiters were killed while waiting: nobody left to clean up.
-    waiting.delete(rkey);
-    return 0;
-  }
-  return n;
+  const l = line(rkey);
+  return l === undefined ? 0 : l.length;
 }
 
-/** A release of rkey: the next waiter of this worker tries now. */
+/** Is the caller first in rkey's line (the one waiter of this worker that asks Redis)? */
+export function first(rkey: string): boolean {
+  const l = line(rkey);
+  return l !== undefined && l[0]!.co === coroutine.running();
+}
+
+/** A release of rkey: the first waiter of this worker tries now. */
 export function wake(rkey: string): void {
-  if (waiters(rkey) > 0) {
-    waiting.get(rkey).post(1);
-  }
+  const l = line(rkey);
+  if (l !== undefined) l[0]!.sem.post(1);
 }
 
 /** Every waiter of rkey in this worker tries now (a subscription went down: they poll). */
 export function wakeAll(rkey: string): void {
-  const n = waiters(rkey);
-  if (n > 0) {
-    waiting.get(rkey).post(n);
-  }
+  const l = line(rkey);
+  if (l === undefined) return;
+  for (const w of l) w.sem.post(1);
 }
 
 /**

@@ -430,7 +430,9 @@ local function waitFor(g, rkey, tok, fp)
             w.polling = false
             if got == "record" and rec.state ~= "running" then
                 w.rec = rec
-                w.sem:post(w.waiters - 1)
+                if w.waiters > 1 then
+                    w.sem:post(w.waiters - 1)
+                end
                 what = "record"
                 found = rec
                 break

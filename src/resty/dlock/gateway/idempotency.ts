@@ -374,7 +374,8 @@ function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim {
       w.polling = false;
       if (got === "record" && rec!.state !== "running") {
         w.rec = rec;
-        w.sem.post(w.waiters - 1);
+        // The others of this worker (ngx.semaphore refuses to post 0).
+        if (w.waiters > 1) w.sem.post(w.waiters - 1);
         what = "record";
         found = rec;
         break;

@@ -3,6 +3,7 @@ local ____exports = {}
 local hold, releaseList, drain, raised, schedule, failed, queue, head, tail, draining, MAX_DRAINERS, BATCH, DRAIN_ROUNDS, heldOf
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
+local loop = require("resty.dlock.loop")
 local request = require("resty.dlock.request")
 local stats = require("resty.dlock.stats")
 local watchdog = require("resty.dlock.watchdog")
@@ -225,10 +226,7 @@ end
 --- Seconds between keeper rounds: a sixth of the shortest ttl, within these bounds.
 local MIN_TICK = 0.05
 local MAX_TICK = 0.5
---- Seconds one keeper timer runs before it hands over to a fresh one.
-local HANDOVER = 60
 local tick = MAX_TICK
-local keeping = false
 --- Leases the watchdog renews for in-flight requests, and whose they are.
 heldOf = {}
 --- Per guard, what the watchdog tells about its renewals.
@@ -290,45 +288,26 @@ local function round()
         end
     end
 end
-local function keeper(premature)
-    local started = ngx.now()
-    while count > 0 do
-        ngx.sleep(tick)
-        local ok, err = pcall(round)
-        if not ok then
-            ngx.log(
-                ngx.ERR,
-                "dlock: gateway keeper: ",
-                check.text(err)
-            )
-        end
-        if ngx.now() - started >= HANDOVER and count > 0 then
-            local handed = ngx.timer.at(0, keeper)
-            if handed then
-                return
-            end
-        end
-    end
-    keeping = false
-end
+local keeper = {
+    name = "gateway keeper",
+    busy = function() return count > 0 end,
+    tick = function() return tick end,
+    round = round,
+    running = false
+}
 local function keep(owner)
     tick = math.min(
         tick,
         math.max(MIN_TICK, owner.ttl / 6000)
     )
-    if keeping then
-        return
-    end
-    local ok, err = ngx.timer.at(0, keeper)
-    if ok then
-        keeping = true
-    else
+    local err = loop.start(keeper)
+    if err ~= nil then
         ngx.log(
             ngx.ERR,
             "dlock: guard ",
             owner.name,
-            ": cannot start the lease keeper: ",
-            err
+            ": ",
+            check.reason(err)
         )
     end
 end

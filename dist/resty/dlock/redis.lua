@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local masterOf, shake, handshake, init, isMaster, known, sentinelMasters
+local copy, masterOf, shake, handshake, init, isMaster, known, sentinelMasters
 local check = require("resty.dlock.check")
 local eviction = require("resty.dlock.eviction")
 local schema = require("resty.dlock.schema")
@@ -8,43 +8,53 @@ local sentinel = require("resty.dlock.sentinel")
 --- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
 -- TLS, timeouts, pools per endpoint) for host:port alone.
 function ____exports.node(conf, host, port)
-    local endpoint = (host .. ":") .. tostring(port)
+    local n = copy(conf)
+    n.host = host
+    n.port = port
+    n.path = nil
+    n.endpoint = (host .. ":") .. tostring(port)
     local tls = ""
     if conf.ssl then
         tls = conf.ssl_verify and ("tls+verify=" .. (conf.server_name or "")) .. ":" or "tls:"
     end
-    local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. tostring(conf.db)
+    n.pool = ((("dlock:" .. tls) .. n.endpoint) .. ":") .. tostring(conf.db)
     if conf.password ~= nil then
-        pool = (pool .. ":") .. string.sub(
+        n.pool = (n.pool .. ":") .. string.sub(
             ngx.md5(((conf.username or "") .. "\0") .. conf.password),
             1,
             16
         )
     end
+    n.sentinel = nil
+    n.topology = "standalone"
+    n.nodes = nil
+    return n
+end
+function copy(c)
     return {
-        host = host,
-        port = port,
-        path = nil,
-        username = conf.username,
-        password = conf.password,
-        db = conf.db,
-        connect_timeout = conf.connect_timeout,
-        read_timeout = conf.read_timeout,
-        pool_size = conf.pool_size,
-        backlog = conf.backlog,
-        replicas = conf.replicas,
-        replicas_timeout = conf.replicas_timeout,
-        keepalive_timeout = conf.keepalive_timeout,
-        ssl = conf.ssl,
-        ssl_verify = conf.ssl_verify,
-        server_name = conf.server_name,
-        pool = pool,
-        endpoint = endpoint,
-        dict = conf.dict,
-        sentinel = nil,
-        topology = "standalone",
-        nodes = nil,
-        max_redirects = conf.max_redirects
+        host = c.host,
+        port = c.port,
+        path = c.path,
+        username = c.username,
+        password = c.password,
+        db = c.db,
+        connect_timeout = c.connect_timeout,
+        read_timeout = c.read_timeout,
+        pool_size = c.pool_size,
+        backlog = c.backlog,
+        replicas = c.replicas,
+        replicas_timeout = c.replicas_timeout,
+        keepalive_timeout = c.keepalive_timeout,
+        ssl = c.ssl,
+        ssl_verify = c.ssl_verify,
+        server_name = c.server_name,
+        pool = c.pool,
+        endpoint = c.endpoint,
+        dict = c.dict,
+        sentinel = c.sentinel,
+        topology = c.topology,
+        nodes = c.nodes,
+        max_redirects = c.max_redirects
     }
 end
 function masterOf(conf, host, port)
@@ -361,31 +371,10 @@ end
 -- connection held for a long time (the wake-up subscriber), which must never
 -- take a slot of the pool that requests queue for.
 function ____exports.apart(conf, suffix)
-    return {
-        host = conf.host,
-        port = conf.port,
-        path = conf.path,
-        username = conf.username,
-        password = conf.password,
-        db = conf.db,
-        connect_timeout = conf.connect_timeout,
-        read_timeout = conf.read_timeout,
-        pool_size = conf.pool_size,
-        backlog = nil,
-        replicas = conf.replicas,
-        replicas_timeout = conf.replicas_timeout,
-        keepalive_timeout = conf.keepalive_timeout,
-        ssl = conf.ssl,
-        ssl_verify = conf.ssl_verify,
-        server_name = conf.server_name,
-        pool = (conf.pool .. ":") .. suffix,
-        endpoint = conf.endpoint,
-        dict = conf.dict,
-        sentinel = conf.sentinel,
-        topology = conf.topology,
-        nodes = conf.nodes,
-        max_redirects = conf.max_redirects
-    }
+    local n = copy(conf)
+    n.pool = (conf.pool .. ":") .. suffix
+    n.backlog = nil
+    return n
 end
 --- Per endpoint, the first configuration seen for it: what status pages show of the topology.
 known = {}

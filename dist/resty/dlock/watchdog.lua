@@ -2,15 +2,13 @@
 local ____exports = {}
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
+local loop = require("resty.dlock.loop")
 local request = require("resty.dlock.request")
 local watched = {}
 local count = 0
-local running = false
 --- Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds.
 local MIN_TICK = 0.01
 local MAX_TICK = 0.5
---- Seconds one sweep timer runs before it hands over to a fresh one.
-local HANDOVER = 60
 local tick = MAX_TICK
 local function drop(l)
     if watched[l] ~= nil then
@@ -117,27 +115,13 @@ local function round()
         end
     end
 end
-local function sweep(premature)
-    local started = ngx.now()
-    while count > 0 do
-        ngx.sleep(tick)
-        local ok, err = pcall(round)
-        if not ok then
-            ngx.log(
-                ngx.ERR,
-                "dlock: watchdog: ",
-                check.text(err)
-            )
-        end
-        if ngx.now() - started >= HANDOVER and count > 0 then
-            local handed = ngx.timer.at(0, sweep)
-            if handed then
-                return
-            end
-        end
-    end
+local sweeper = {
+    name = "lease watchdog",
+    busy = function() return count > 0 end,
+    tick = function() return tick end,
+    round = round,
     running = false
-end
+}
 --- Keep l alive until it is released, lost, unwatched, or (without hooks) what
 -- took it ends. With hooks, the caller hears of every renewal.
 function ____exports.watch(l, hooks)
@@ -163,15 +147,11 @@ function ____exports.watch(l, hooks)
         tick,
         math.max(MIN_TICK, l.ttl / 6000)
     )
-    if not running then
-        local ok, err = ngx.timer.at(0, sweep)
-        if not ok then
-            drop(l)
-            return "dlock: cannot start the lease watchdog: " .. tostring(err)
-        end
-        running = true
+    local err = loop.start(sweeper)
+    if err ~= nil then
+        drop(l)
     end
-    return nil
+    return err
 end
 --- The end of an acquire with renew = true: the lease, watched from now on; or,
 -- when the watchdog cannot run, nil and why (the lease is given back).

@@ -19,6 +19,7 @@
 
 import * as check from "./check";
 import * as lease from "./lease";
+import * as loop from "./loop";
 import * as request from "./request";
 import * as stats from "./stats";
 import * as watchdog from "./watchdog";
@@ -273,11 +274,8 @@ export function holds(owner: Owner): boolean {
 /** Seconds between keeper rounds: a sixth of the shortest ttl, within these bounds. */
 const MIN_TICK = 0.05;
 const MAX_TICK = 0.5;
-/** Seconds one keeper timer runs before it hands over to a fresh one. */
-const HANDOVER = 60;
 
 let tick = MAX_TICK;
-let keeping = false;
 
 /** Leases the watchdog renews for in-flight requests, and whose they are. */
 const heldOf = new LuaTable<lease.Lease, Held>();
@@ -327,33 +325,18 @@ function round(): void {
   }
 }
 
-function keeper(this: void, premature: boolean): void {
-  // Premature means the worker is exiting: keep going, its requests still run.
-  const started = ngx.now();
-  while (count > 0) {
-    ngx.sleep(tick);
-    const [ok, err] = pcall(round);
-    if (!ok) {
-      ngx.log(ngx.ERR, "dlock: gateway keeper: ", check.text(err));
-    }
-    if (ngx.now() - started >= HANDOVER && count > 0) {
-      const [handed] = ngx.timer.at(0, keeper);
-      if (handed) return;
-    }
-  }
-  // Nothing left to watch: stop, so an exiting worker can exit. track() starts a new one.
-  keeping = false;
-}
+const keeper: loop.Loop = {
+  name: "gateway keeper",
+  busy: () => count > 0,
+  tick: () => tick,
+  round,
+  running: false,
+};
 
 function keep(owner: Owner): void {
   tick = math.min(tick, math.max(MIN_TICK, owner.ttl / 6000));
-  if (keeping) return;
-  const [ok, err] = ngx.timer.at(0, keeper);
-  if (ok) {
-    keeping = true;
-  } else {
-    ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": cannot start the lease keeper: ", err);
-  }
+  const err = loop.start(keeper);
+  if (err !== undefined) ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": ", check.reason(err));
 }
 
 let warnedBlind = false;

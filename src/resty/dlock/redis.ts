@@ -218,25 +218,23 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
  * TLS, timeouts, pools per endpoint) for host:port alone.
  */
 export function node(conf: RedisConf, host: string, port: number): RedisConf {
-  const endpoint = host + ":" + port;
+  const n = copy(conf);
+  n.host = host;
+  n.port = port;
+  n.path = undefined;
+  n.endpoint = host + ":" + port;
   let tls = "";
   if (conf.ssl) {
     tls = conf.ssl_verify ? "tls+verify=" + (conf.server_name ?? "") + ":" : "tls:";
   }
-  let pool = "dlock:" + tls + endpoint + ":" + conf.db;
+  n.pool = "dlock:" + tls + n.endpoint + ":" + conf.db;
   if (conf.password !== undefined) {
-    pool = pool + ":" + string.sub(ngx.md5((conf.username ?? "") + "\0" + conf.password), 1, 16);
+    n.pool = n.pool + ":" + string.sub(ngx.md5((conf.username ?? "") + "\0" + conf.password), 1, 16);
   }
-  return {
-    host, port, path: undefined, username: conf.username, password: conf.password, db: conf.db,
-    connect_timeout: conf.connect_timeout, read_timeout: conf.read_timeout,
-    pool_size: conf.pool_size, backlog: conf.backlog,
-    replicas: conf.replicas, replicas_timeout: conf.replicas_timeout,
-    keepalive_timeout: conf.keepalive_timeout,
-    ssl: conf.ssl, ssl_verify: conf.ssl_verify, server_name: conf.server_name,
-    pool, endpoint, dict: conf.dict, sentinel: undefined,
-    topology: "standalone", nodes: undefined, max_redirects: conf.max_redirects,
-  };
+  n.sentinel = undefined;
+  n.topology = "standalone";
+  n.nodes = undefined;
+  return n;
 }
 
 /**
@@ -245,15 +243,22 @@ export function node(conf: RedisConf, host: string, port: number): RedisConf {
  * take a slot of the pool that requests queue for.
  */
 export function apart(conf: RedisConf, suffix: string): RedisConf {
+  const n = copy(conf);
+  n.pool = conf.pool + ":" + suffix;
+  n.backlog = undefined;
+  return n;
+}
+
+type Fields = { -readonly [K in keyof RedisConf]: RedisConf[K] };
+
+/** A field-by-field copy to derive a configuration from. */
+function copy(c: RedisConf): Fields {
   return {
-    host: conf.host, port: conf.port, path: conf.path, username: conf.username, password: conf.password, db: conf.db,
-    connect_timeout: conf.connect_timeout, read_timeout: conf.read_timeout,
-    pool_size: conf.pool_size, backlog: undefined,
-    replicas: conf.replicas, replicas_timeout: conf.replicas_timeout,
-    keepalive_timeout: conf.keepalive_timeout,
-    ssl: conf.ssl, ssl_verify: conf.ssl_verify, server_name: conf.server_name,
-    pool: conf.pool + ":" + suffix, endpoint: conf.endpoint, dict: conf.dict, sentinel: conf.sentinel,
-    topology: conf.topology, nodes: conf.nodes, max_redirects: conf.max_redirects,
+    host: c.host, port: c.port, path: c.path, username: c.username, password: c.password, db: c.db,
+    connect_timeout: c.connect_timeout, read_timeout: c.read_timeout, pool_size: c.pool_size, backlog: c.backlog,
+    replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
+    ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, pool: c.pool, endpoint: c.endpoint,
+    dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
   };
 }
 

@@ -14,6 +14,7 @@
 
 import * as check from "./check";
 import * as lease from "./lease";
+import * as loop from "./loop";
 import * as request from "./request";
 
 /**
@@ -39,13 +40,10 @@ interface Watched {
 
 const watched = new LuaTable<lease.Lease, Watched>();
 let count = 0;
-let running = false;
 
 /** Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds. */
 const MIN_TICK = 0.01;
 const MAX_TICK = 0.5;
-/** Seconds one sweep timer runs before it hands over to a fresh one. */
-const HANDOVER = 60;
 let tick = MAX_TICK;
 
 function drop(l: lease.Lease): void {
@@ -125,22 +123,13 @@ function round(): void {
   }
 }
 
-function sweep(this: void, premature: boolean): void {
-  // Premature: the worker is exiting (reload, quit); leases still held are still renewed.
-  const started = ngx.now();
-  while (count > 0) {
-    ngx.sleep(tick);
-    const [ok, err] = pcall(round);
-    if (!ok) {
-      ngx.log(ngx.ERR, "dlock: watchdog: ", check.text(err));
-    }
-    if (ngx.now() - started >= HANDOVER && count > 0) {
-      const [handed] = ngx.timer.at(0, sweep);
-      if (handed) return;
-    }
-  }
-  running = false;
-}
+const sweeper: loop.Loop = {
+  name: "lease watchdog",
+  busy: () => count > 0,
+  tick: () => tick,
+  round,
+  running: false,
+};
 
 /**
  * Keep l alive until it is released, lost, unwatched, or (without hooks) what
@@ -156,15 +145,9 @@ export function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
   if (!watched.has(l)) count++;
   watched.set(l, { lease: l, anchor, co, hooks, renewedAt: ngx.now() });
   tick = math.min(tick, math.max(MIN_TICK, l.ttl / 6000));
-  if (!running) {
-    const [ok, err] = ngx.timer.at(0, sweep);
-    if (!ok) {
-      drop(l);
-      return "dlock: cannot start the lease watchdog: " + tostring(err);
-    }
-    running = true;
-  }
-  return undefined;
+  const err = loop.start(sweeper);
+  if (err !== undefined) drop(l);
+  return err;
 }
 
 /**

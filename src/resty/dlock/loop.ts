@@ -1,0 +1,51 @@
+// A loop per worker that works in rounds (the watchdog's renewals, the
+// gateway keeper's watch): one timer that sleeps between rounds, so rounds
+// never overlap (ngx.timer.every would let them when Redis is slow), that
+// goes on in a worker that is exiting after nginx -s reload or quit
+// (ngx.timer.every stops then; ngx.sleep inside a running timer does not),
+// that stops when there is nothing left to do, and hands over to a fresh
+// timer now and then, as lua-nginx-module advises for long-lived timers.
+
+import * as check from "./check";
+
+export interface Loop {
+  /** For log lines: "watchdog", "gateway keeper". */
+  readonly name: string;
+  /** Is there anything to do? The loop stops when not. */
+  busy(this: void): boolean;
+  /** Seconds to sleep before the next round. */
+  tick(this: void): number;
+  /** One round; a raise is logged and the loop goes on. */
+  round(this: void): void;
+  running: boolean;
+}
+
+/** Seconds one timer runs before it hands over to a fresh one. */
+const HANDOVER = 60;
+
+function run(this: void, premature: boolean, l: Loop): void {
+  // Premature: the worker is exiting; what is still held still needs the rounds.
+  const started = ngx.now();
+  while (l.busy()) {
+    ngx.sleep(l.tick());
+    const [ok, err] = pcall(l.round);
+    if (!ok) {
+      ngx.log(ngx.ERR, "dlock: ", l.name, ": ", check.text(err));
+    }
+    if (ngx.now() - started >= HANDOVER && l.busy()) {
+      const [handed] = ngx.timer.at(0, run, l);
+      if (handed) return;
+    }
+  }
+  // Nothing left: stop, so an exiting worker can exit. start() makes a new one.
+  l.running = false;
+}
+
+/** Run the loop unless it runs already; nil, or why its timer could not start. */
+export function start(l: Loop): string | undefined {
+  if (l.running) return undefined;
+  const [ok, err] = ngx.timer.at(0, run, l);
+  if (!ok) return "dlock: cannot start the " + l.name + ": " + tostring(err);
+  l.running = true;
+  return undefined;
+}

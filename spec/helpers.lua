@@ -214,6 +214,22 @@ function _M.http(port, path, opts)
   return { status = status, headers = headers, body = body or "" }
 end
 
+--- ngx.now() with a fresh clock.
+function _M.now()
+  ngx.update_time()
+  return ngx.now()
+end
+
+--- Wait up to `s` seconds for fn() to be truthy; returns its last answer.
+function _M.eventually(s, fn)
+  local deadline = _M.now() + s
+  while _M.now() < deadline do
+    if fn() then return true end
+    ngx.sleep(0.01)
+  end
+  return fn()
+end
+
 --- Run fn(i) in n light threads at once; returns the list of first results.
 function _M.parallel(n, fn)
   local threads = {}

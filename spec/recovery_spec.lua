@@ -16,10 +16,7 @@ local function hold(port, key)
   end
 end
 
-local function now()
-  ngx.update_time()
-  return ngx.now()
-end
+local now = h.now
 
 describe("crash recovery", function()
   local peer

@@ -4,20 +4,7 @@
 -- shared dict and releases through Redis alone, as another nginx would.
 local h = require "helpers"
 
-local function now()
-  ngx.update_time()
-  return ngx.now()
-end
-
---- Wait up to `s` seconds for fn() to be truthy.
-local function eventually(s, fn)
-  local deadline = now() + s
-  while now() < deadline do
-    if fn() then return true end
-    ngx.sleep(0.01)
-  end
-  return fn()
-end
+local now, eventually = h.now, h.eventually
 
 --- Release as another nginx would: the release script run in Redis, nothing in this worker told.
 local RELEASE = require("resty.dlock.scripts").RELEASE.src

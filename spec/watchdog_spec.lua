@@ -6,20 +6,7 @@ local h = require "helpers"
 local dlock = require "resty.dlock"
 local semaphore = require "resty.dlock.semaphore"
 
-local function now()
-  ngx.update_time()
-  return ngx.now()
-end
-
---- Wait up to `s` seconds for fn() to be truthy.
-local function eventually(s, fn)
-  local deadline = now() + s
-  while now() < deadline do
-    if fn() then return true end
-    ngx.sleep(0.01)
-  end
-  return fn()
-end
+local now, eventually = h.now, h.eventually
 
 describe("watchdog", function()
   it("keeps a renewed lease alive well past its ttl, until it is released", function()

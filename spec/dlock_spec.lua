@@ -137,7 +137,7 @@ describe("resty.dlock", function()
       assert.same({ 1, 2, 3, 4, 5 }, order)
     end)
 
-    it("does not poll Redis while the holder is in this nginx", function()
+    it("waits without polling Redis: it takes a ticket, and looks once more when its wake-up subscription is live", function()
       local locks = h.locks()
       local lease = assert(locks:acquire("quiet", { ttl = 10000 }))
       local function evalshas()
@@ -147,7 +147,7 @@ describe("resty.dlock", function()
       local _, err = locks:acquire("quiet", { wait = 500 })
       assert.equal("timeout", err)
       -- A Redis poller on a 2..64 ms backoff would have asked about 10 times.
-      assert.is_true(evalshas() - before <= 1, (evalshas() - before) .. " EVALSHA while waiting")
+      assert.is_true(evalshas() - before <= 2, (evalshas() - before) .. " EVALSHA while waiting")
       lease:release()
     end)
 

@@ -1,5 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local acquire = require("resty.dlock.acquire")
 local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
@@ -13,18 +14,28 @@ ____exports._VERSION = "0.1.0"
 ____exports.MAX_KEY_LEN = lease.MAX_KEY_LEN
 ____exports.MAX_TTL = lease.MAX_TTL
 local LOCK = {
+    acquire = scripts.ACQUIRE_QUEUED,
+    release = scripts.RELEASE_QUEUED,
+    extend = scripts.EXTEND,
+    shared = false,
+    fenced = false,
+    drop = scripts.DROP
+}
+local FENCED_LOCK = {
+    acquire = scripts.ACQUIRE_QUEUED_FENCED,
+    release = scripts.RELEASE_QUEUED,
+    extend = scripts.EXTEND,
+    shared = false,
+    fenced = true,
+    drop = scripts.DROP
+}
+local MAJORITY_LOCK = {
     acquire = scripts.ACQUIRE,
     release = scripts.RELEASE,
     extend = scripts.EXTEND,
     shared = false,
-    fenced = false
-}
-local FENCED_LOCK = {
-    acquire = scripts.ACQUIRE_FENCED,
-    release = scripts.RELEASE,
-    extend = scripts.EXTEND,
-    shared = false,
-    fenced = true
+    fenced = false,
+    drop = nil
 }
 local NEW_OPTIONS = check.set(
     "dict",
@@ -53,7 +64,7 @@ local locksMethods = {
                 return again, nil, nil
             end
         end
-        local l, err, retryAfter = lease.acquire(
+        local l, err, retryAfter = acquire.acquire(
             self,
             self.kind,
             k,
@@ -114,7 +125,7 @@ function ____exports.new(opts)
             return nil, refused
         end
     end
-    local kind = fencing and FENCED_LOCK or LOCK
+    local kind = store.redis.topology == "redlock" and MAJORITY_LOCK or (fencing and FENCED_LOCK or LOCK)
     local reent = false
     if o.reentrant ~= nil then
         local b, err = check.bool("reentrant", o.reentrant)

@@ -6,6 +6,7 @@
 //   ...
 //   lease:release()
 
+import * as acquire from "./dlock/acquire";
 import * as backend from "./dlock/backend";
 import * as check from "./dlock/check";
 import * as lease from "./dlock/lease";
@@ -32,8 +33,19 @@ export interface Locks extends lease.Store {
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
 }
 
-const LOCK: lease.Kind = { acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: false };
-const FENCED_LOCK: lease.Kind = { acquire: scripts.ACQUIRE_FENCED, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: true };
+// Locks wait in line (scripts.ts): first come, first served across the fleet.
+const LOCK: lease.Kind = {
+  acquire: scripts.ACQUIRE_QUEUED, release: scripts.RELEASE_QUEUED, extend: scripts.EXTEND, shared: false, fenced: false,
+  drop: scripts.DROP,
+};
+const FENCED_LOCK: lease.Kind = {
+  acquire: scripts.ACQUIRE_QUEUED_FENCED, release: scripts.RELEASE_QUEUED, extend: scripts.EXTEND, shared: false, fenced: true,
+  drop: scripts.DROP,
+};
+// Under Redlock a queue would live on every master with no one order: waiters take turns instead (acquire.ts).
+const MAJORITY_LOCK: lease.Kind = {
+  acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: false, drop: undefined,
+};
 const NEW_OPTIONS = check.set("dict", "redis", "prefix", "owner", "ttl", "wait", "fencing", "reentrant");
 
 const locksMethods = {
@@ -52,7 +64,7 @@ const locksMethods = {
       const again = reentrant.nested(this.id, this.prefix + k);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
-    let [l, err, retryAfter] = lease.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
+    let [l, err, retryAfter] = acquire.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
     if (l !== undefined && renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
     if (l !== undefined && this.reentrant) l = reentrant.enter(this.id, l);
     return $multi(l, err, retryAfter);
@@ -99,7 +111,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     const refused = backend.refuses(store.redis, "fencing");
     if (refused !== undefined) return $multi(undefined, refused);
   }
-  const kind = fencing ? FENCED_LOCK : LOCK;
+  const kind = store.redis.topology === "redlock" ? MAJORITY_LOCK : fencing ? FENCED_LOCK : LOCK;
   let reent = false;
   if (o.get("reentrant") !== undefined) {
     const [b, err] = check.bool("reentrant", o.get("reentrant"));

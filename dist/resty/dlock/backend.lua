@@ -1,5 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local scripts = require("resty.dlock.scripts")
 local cluster = require("resty.dlock.backend.cluster")
 local quorum = require("resty.dlock.backend.quorum")
 local single = require("resty.dlock.backend.single")
@@ -26,12 +27,23 @@ function ____exports.batch(conf, s, targets, ms)
     end
     return single.batch(conf, s, targets, ms)
 end
+--- Run a per-target script (release, extend, drop) for one target, as batch() would.
+function ____exports.own(conf, s, rkey, token, ms)
+    return scripts.forTarget(
+        ____exports.call,
+        conf,
+        s,
+        rkey,
+        token,
+        ms
+    )
+end
 --- The key of the fence counter of lock key rkey. The acquire script touches
 -- both, so under Cluster they must share a slot: a hash tag of the whole lock
 -- key, unless it has one already (then the suffix keeps it). Elsewhere the
 -- counter stays where earlier versions kept it, so fences never go back.
 function ____exports.fenceKey(conf, rkey)
-    if conf.topology == "cluster" and not cluster.tagged(rkey) then
+    if conf.topology == "cluster" and not scripts.tagged(rkey) then
         return ("{" .. rkey) .. "}:fence"
     end
     return rkey .. ":fence"

@@ -1,6 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local nowMs, attempts, FIRST_BACKOFF, MAX_BACKOFF, call, leaseMt, QUEUE_CAP
 local check = require("resty.dlock.check")
 local ledger = require("resty.dlock.ledger")
 local orphans = require("resty.dlock.orphans")
@@ -8,150 +7,11 @@ local backend = require("resty.dlock.backend")
 local redis = require("resty.dlock.redis")
 local waits = require("resty.dlock.wait")
 local wakeups = require("resty.dlock.wakeups")
-function nowMs()
-    ngx.update_time()
-    return ngx.now() * 1000
-end
-function attempts(sub, store, kind, key, tok, ttl, wait, ...)
-    local rkey = store.prefix .. key
-    local deadline = ngx.now() * 1000 + wait
-    local backoff = FIRST_BACKOFF
-    local retryAfter
-    if wait > 0 and waits.waiters(rkey) > 0 and wakeups.live(store.redis, rkey) then
-        sub.on = true
-        wakeups.want(store.redis, rkey)
-        waits.pause(
-            rkey,
-            math.min(wait, QUEUE_CAP)
-        )
-    end
-    if wait > 0 and not kind.shared then
-        local state, left = waits.awaitLocalHolder(store.dict, rkey, deadline)
-        if state == "timeout" then
-            return nil, "timeout", left
-        end
-    end
-    while true do
-        local res
-        local err
-        local fault
-        local fence
-        local sent = ngx.now() * 1000
-        if kind.fenced then
-            res, err, fault = call(
-                store.redis,
-                kind.acquire,
-                rkey,
-                backend.fenceKey(store.redis, rkey),
-                tok,
-                ttl
-            )
-        else
-            res, err, fault = call(
-                store.redis,
-                kind.acquire,
-                rkey,
-                tok,
-                ttl,
-                ...
-            )
-        end
-        if type(res) == "table" then
-            local reply = res
-            fence = reply[2]
-            res = reply[1]
-        end
-        if res == nil then
-            if fault == "replicas" then
-                local gone = call(store.redis, kind.release, rkey, tok)
-                if gone == nil then
-                    orphans.adoptAcquire(store.redis, kind.release, rkey, tok)
-                end
-                return nil, tostring(err) .. "; released", nil
-            end
-            if fault == "lost" then
-                orphans.adoptAcquire(store.redis, kind.release, rkey, tok)
-                return nil, tostring(err) .. "; acquire outcome unknown, owner-checked cleanup scheduled", nil
-            end
-            if fault ~= "transient" or wait == 0 or deadline - ngx.now() * 1000 <= 0 then
-                return nil, err, nil
-            end
-        elseif res == "OK" then
-            local rec = ledger.recordKey(rkey, tok, kind.shared)
-            ledger.record(
-                store.dict,
-                rec,
-                tok,
-                key,
-                ttl
-            )
-            local lease = {
-                key = key,
-                token = tok,
-                ttl = ttl,
-                store = store,
-                kind = kind,
-                rkey = rkey,
-                rec = rec,
-                fence = fence,
-                released = false,
-                validUntil = sent + backend.validity(store.redis, ttl),
-                expires = nowMs() + ttl,
-                releaseSent = false,
-                releasing = false,
-                lost = false,
-                onLost = nil
-            }
-            return setmetatable(lease, leaseMt), nil, nil
-        else
-            retryAfter = type(res) == "number" and res >= 0 and res or nil
-            if wait == 0 then
-                return nil, "busy", retryAfter
-            end
-        end
-        ngx.update_time()
-        local left = deadline - ngx.now() * 1000
-        if left <= 0 then
-            if res == nil then
-                return nil, err, nil
-            end
-            return nil, "timeout", retryAfter
-        end
-        local here = "none"
-        if not kind.shared then
-            local holderLeft
-            here, holderLeft = waits.awaitLocalHolder(store.dict, rkey, deadline)
-            if here == "timeout" then
-                return nil, "timeout", holderLeft
-            end
-        end
-        if here == "none" then
-            sub.on = true
-            wakeups.want(store.redis, rkey)
-            local nap
-            if retryAfter ~= nil and wakeups.live(store.redis, rkey) then
-                nap = (waits.first(rkey) or waits.waiters(rkey) == 0) and retryAfter + 1 or math.min(retryAfter + 1, QUEUE_CAP)
-            else
-                nap = backoff / 2 + math.random() * backoff / 2
-                if retryAfter ~= nil and retryAfter + 1 < nap then
-                    nap = retryAfter + 1
-                end
-                backoff = math.min(backoff * 2, MAX_BACKOFF)
-            end
-            if left < nap then
-                nap = left
-            end
-            waits.pause(rkey, nap)
-        end
-    end
-end
 --- Longest key accepted, in bytes (before the prefix).
 ____exports.MAX_KEY_LEN = 512
 --- Longest lease, in ms: one day. Longer jobs renew with lease:extend().
 ____exports.MAX_TTL = 86400000
 local DEFAULT_TTL = 30000
-FIRST_BACKOFF = 2
-MAX_BACKOFF = 64
 function ____exports.checkTtl(v)
     return check.integer(
         "ttl",
@@ -285,7 +145,11 @@ function ____exports.parseAcquire(store, key, opts)
     end
     return k, ttl, wait, renew, onLost
 end
-call = backend.call
+--- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
+local function nowMs()
+    ngx.update_time()
+    return ngx.now() * 1000
+end
 --- An extend or a release of l failed: what its outcome may have changed in Redis.
 local function unconfirmed(l, fault, release)
     if fault ~= "lost" then
@@ -309,6 +173,10 @@ end
 local function settle(l, reply)
     l.released = true
     ledger.forget(l.store.dict, l.rec, l.token)
+    if type(reply) == "string" then
+        waits.wakeToken(l.rkey, reply)
+        return true, nil
+    end
     if not wakeups.live(l.store.redis, l.rkey) then
         waits.wake(l.rkey)
     end
@@ -380,7 +248,7 @@ local leaseMethods = {
             return nil, "not_owner"
         end
         self.releasing = true
-        local res, err, fault = call(self.store.redis, self.kind.release, self.rkey, self.token)
+        local res, err, fault = backend.own(self.store.redis, self.kind.release, self.rkey, self.token)
         if res == nil then
             unconfirmed(self, fault, true)
             return nil, err
@@ -405,7 +273,7 @@ local leaseMethods = {
             return nil, "not_owner"
         end
         local sent = ngx.now() * 1000
-        local res, err, fault = call(
+        local res, err, fault = backend.own(
             self.store.redis,
             self.kind.extend,
             self.rkey,
@@ -419,7 +287,7 @@ local leaseMethods = {
         return extended(self, res, ms, sent)
     end
 }
-leaseMt = {__index = leaseMethods}
+local leaseMt = {__index = leaseMethods}
 --- Leases of the list grouped for pipelining: one group per Redis endpoint and
 -- script (locks and permits run different scripts), each with the indexes of
 -- its leases in the list.
@@ -515,32 +383,36 @@ function ____exports.extendAll(list)
     end
     return results
 end
---- Try, and while `wait` allows, try again: lease on success; nil, "busy",
--- retry_after when wait = 0; nil, "timeout", retry_after at the deadline;
--- nil, "dlock: ..." on a Redis failure. `extra` goes to the script after ttl.
-function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
-    local sub = {on = false}
+--- A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds).
+function ____exports.make(store, kind, key, tok, ttl, sent, fence)
     local rkey = store.prefix .. key
-    local l, err, retryAfter = attempts(
-        sub,
-        store,
-        kind,
-        key,
+    local rec = ledger.recordKey(rkey, tok, kind.shared)
+    ledger.record(
+        store.dict,
+        rec,
         tok,
-        ttl,
-        wait,
-        ...
+        key,
+        ttl
     )
-    waits.leave(rkey)
-    if sub.on then
-        wakeups.done(store.redis, rkey)
-        if l == nil then
-            waits.wake(rkey)
-        end
-    end
-    return l, err, retryAfter
+    local lease = {
+        key = key,
+        token = tok,
+        ttl = ttl,
+        store = store,
+        kind = kind,
+        rkey = rkey,
+        rec = rec,
+        fence = fence,
+        released = false,
+        validUntil = sent + backend.validity(store.redis, ttl),
+        expires = nowMs() + ttl,
+        releaseSent = false,
+        releasing = false,
+        lost = false,
+        onLost = nil
+    }
+    return setmetatable(lease, leaseMt)
 end
-QUEUE_CAP = 1000
 local protect = pcall
 --- Release, then hand on fn's results (pcall's `ok, ...`) or its error. A
 -- release Redis did not confirm goes to the background sweep and, when fn

@@ -52,6 +52,8 @@ function ____exports.list(dict, max)
     end
 end
 RECORD = "l:"
+--- Tickets of waiters in a key's queue in Redis: "w:" .. redis key .. " " .. token, valued as leases.
+local WAITING = "w:"
 --- Seconds between two warnings of one worker about a full dict.
 local WARN_EVERY = 10
 --- Dict key counting leases whose record the dict could not take (it was full).
@@ -109,6 +111,18 @@ function ____exports.record(dict, rec, token, key, ttl)
     end
     return true
 end
+--- Record a waiter's ticket in its key's queue, for as long as it waits: if its
+-- worker dies, crash recovery takes the ticket back. The record's dict key, or
+-- nil when the dict is full (then the ticket is skipped at its deadline).
+function ____exports.waiting(dict, rkey, token, key, ms)
+    local rec = ((WAITING .. rkey) .. " ") .. token
+    local ok = dict:safe_set(
+        rec,
+        encode(token, key, ms),
+        ms / 1000
+    )
+    return ok and rec or nil
+end
 local function tokenOf(dict, rec)
     local v = dict:get(rec)
     if type(v) ~= "string" then
@@ -155,19 +169,22 @@ function ____exports.records(dict)
     local nowMs = ngx.now() * 1000
     for i = 1, #keys do
         local k = keys[i]
-        if string.sub(k, 1, 2) == RECORD then
+        local what = string.sub(k, 1, 2)
+        if what == RECORD or what == WAITING then
             local l = parse((dict:get(k)), nowMs)
             if l ~= nil then
                 local tail = " " .. l.token
-                local shared = string.sub(k, -#tail) == tail
-                local rkey = shared and string.sub(k, 3, -#tail - 1) or string.sub(k, 3)
+                local tokened = string.sub(k, -#tail) == tail
+                local rkey = tokened and string.sub(k, 3, -#tail - 1) or string.sub(k, 3)
+                local waiting = what == WAITING
                 out[#out + 1] = {
                     rec = k,
                     rkey = rkey,
                     key = l.key,
                     token = l.token,
                     pid = l.pid,
-                    shared = shared
+                    shared = tokened and not waiting,
+                    waiting = waiting
                 }
             end
         end

@@ -46,9 +46,10 @@ local function sweepOnce()
             if reply == nil then
                 orphans[#orphans + 1] = o
             else
-                if reply == 1 and o.lost == "acquire" then
+                local deleted = reply ~= 0
+                if deleted and o.lost == "acquire" then
                     ngx.log(ngx.NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost")
-                elseif reply == 1 then
+                elseif deleted and o.lost == "release" then
                     ngx.log(ngx.NOTICE, "dlock: released ", o.rkey, " once Redis answered again")
                 end
                 if o.settle ~= nil then

@@ -17,7 +17,54 @@ local function dead(pid)
     local libc = ffi.C
     return libc.kill(pid, 0) ~= 0 and ffi.errno() == ESRCH
 end
---- The leases of dead workers recorded in the dicts of these factories, released.
+--- Give back, in one batch, what dead workers of factory f left: leases (its release script) or tickets (its drop).
+local function giveBack(dict, f, s, items)
+    local targets = {}
+    for ____, it in ipairs(items) do
+        targets[#targets + 1] = it.target
+    end
+    local out = backend.batch(f.store.redis, s, targets)
+    local released = 0
+    for i = 1, #items do
+        local it = items[i]
+        if out.replies[i] ~= nil then
+            ledger.forget(dict, it.rec, it.target.token)
+            if out.replies[i] ~= 0 then
+                released = released + 1
+            end
+        else
+            ngx.log(
+                ngx.WARN,
+                "dlock: recovery: ",
+                s == f.kind.drop and "dropping the ticket for " or "releasing ",
+                it.target.rkey,
+                " of a dead worker: ",
+                check.reason(out.errors[i]),
+                " (it expires by its ttl)"
+            )
+        end
+    end
+    if released > 0 then
+        ngx.log(
+            ngx.NOTICE,
+            "dlock: recovery: ",
+            s == f.kind.drop and "dropped the tickets (or passed on the keys) of " or "released ",
+            released,
+            s == f.kind.drop and " waiter(s)" or " lease(s)",
+            " of dead worker(s) on ",
+            f.store.redis.endpoint
+        )
+    end
+end
+local function add(todo, f, r)
+    local t = todo[f]
+    if t == nil then
+        t = {}
+        todo[f] = t
+    end
+    t[#t + 1] = {rec = r.rec, target = {rkey = r.rkey, token = r.token}}
+end
+--- The leases (and waiters' tickets) of dead workers recorded in the dicts of these factories, given back.
 local function sweep(premature, factories)
     if premature then
         return
@@ -34,7 +81,8 @@ local function sweep(premature, factories)
     for dict, list in pairs(byDict) do
         local records = ledger.records(dict)
         local deadPids = {}
-        local todo = {}
+        local leases = {}
+        local tickets = {}
         for ____, r in ipairs(records) do
             local isDead = deadPids[r.pid]
             if isDead == nil then
@@ -44,50 +92,20 @@ local function sweep(premature, factories)
             if isDead then
                 for ____, f in ipairs(list) do
                     if f.store.prefix .. r.key == r.rkey and f.kind.shared == r.shared then
-                        local t = todo[f]
-                        if t == nil then
-                            t = {}
-                            todo[f] = t
+                        if not r.waiting then
+                            add(leases, f, r)
+                        elseif f.kind.drop ~= nil then
+                            add(tickets, f, r)
                         end
-                        t[#t + 1] = {rec = r.rec, target = {rkey = r.rkey, token = r.token}}
                     end
                 end
             end
         end
-        for f, items in pairs(todo) do
-            local targets = {}
-            for ____, it in ipairs(items) do
-                targets[#targets + 1] = it.target
-            end
-            local out = backend.batch(f.store.redis, f.kind.release, targets)
-            local released = 0
-            for i = 1, #items do
-                local it = items[i]
-                if out.replies[i] ~= nil then
-                    ledger.forget(dict, it.rec, it.target.token)
-                    if out.replies[i] == 1 then
-                        released = released + 1
-                    end
-                else
-                    ngx.log(
-                        ngx.WARN,
-                        "dlock: recovery: releasing ",
-                        it.target.rkey,
-                        " of a dead worker: ",
-                        check.reason(out.errors[i]),
-                        " (it expires by its ttl)"
-                    )
-                end
-            end
-            if released > 0 then
-                ngx.log(
-                    ngx.NOTICE,
-                    "dlock: recovery: released ",
-                    released,
-                    " lease(s) of dead worker(s) on ",
-                    f.store.redis.endpoint
-                )
-            end
+        for f, items in pairs(leases) do
+            giveBack(dict, f, f.kind.release, items)
+        end
+        for f, items in pairs(tickets) do
+            giveBack(dict, f, f.kind.drop, items)
         end
     end
 end

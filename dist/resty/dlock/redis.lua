@@ -54,7 +54,8 @@ function copy(c)
         sentinel = c.sentinel,
         topology = c.topology,
         nodes = c.nodes,
-        max_redirects = c.max_redirects
+        max_redirects = c.max_redirects,
+        slotted = c.slotted
     }
 end
 function masterOf(conf, host, port)
@@ -353,7 +354,8 @@ function ____exports.parse(v, dict)
         sentinel = sent,
         topology = topology,
         nodes = nil,
-        max_redirects = maxRedirects
+        max_redirects = maxRedirects,
+        slotted = topology == "cluster"
     }
     if seeds ~= nil then
         local nodes = {}

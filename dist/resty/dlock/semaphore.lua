@@ -1,5 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local acquire = require("resty.dlock.acquire")
 local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
@@ -16,7 +17,8 @@ local PERMIT = {
     release = scripts.SEM_RELEASE,
     extend = scripts.SEM_EXTEND,
     shared = true,
-    fenced = false
+    fenced = false,
+    drop = nil
 }
 local NEW_OPTIONS = check.set(
     "dict",
@@ -37,7 +39,7 @@ local semaphoreMethods = {
         if tok == nil then
             return nil, terr, nil
         end
-        local l, err, retryAfter = lease.acquire(
+        local l, err, retryAfter = acquire.acquire(
             self,
             PERMIT,
             k,

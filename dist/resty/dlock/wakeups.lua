@@ -40,6 +40,7 @@ local function sync(s, sock)
     end
     for ____, rkey in ipairs(stale) do
         s.wanted[rkey] = nil
+        s.due[rkey] = nil
     end
     for rkey in pairs(s.wanted) do
         if not (s.sent[rkey] ~= nil) then
@@ -70,6 +71,51 @@ local function count(t)
         n = n + 1
     end
     return n
+end
+--- Seconds of slack on a due time: the claim or release announcing it is on its way.
+local SLACK = 0.005
+--- A message on rkey's channel: "" a release with nobody in line (the first
+-- waiter here tries), "g<ms> <token>" the key handed to the waiter holding
+-- token for ms, "c<ms>" the key claimed by a waiter for ms.
+local function heard(s, rkey, payload)
+    local c = string.sub(payload, 1, 1)
+    if c == "g" then
+        local ms, tok = string.match(payload, "^g(%d+) (.*)$")
+        s.due[rkey] = ngx.now() + (tonumber(ms) or 0) / 1000 + SLACK
+        if tok ~= nil then
+            waits.wakeToken(rkey, tok)
+        end
+    elseif c == "c" then
+        s.due[rkey] = ngx.now() + (tonumber(string.sub(payload, 2)) or 0) / 1000 + SLACK
+    else
+        s.due[rkey] = nil
+        waits.wake(rkey)
+    end
+end
+--- Keys whose due time passed without a word: the first waiter here asks Redis
+-- (which passes the key on). And waiters killed while they waited are noticed
+-- here, within a TICK, so that their tickets are dropped before their turn.
+local function overdue(s)
+    for rkey in pairs(s.wanted) do
+        waits.waiters(rkey)
+    end
+    local now = ngx.now()
+    local late
+    for rkey, at in pairs(s.due) do
+        if now >= at then
+            if late == nil then
+                late = {}
+            end
+            late[#late + 1] = rkey
+        end
+    end
+    if late == nil then
+        return
+    end
+    for ____, rkey in ipairs(late) do
+        s.due[rkey] = nil
+        waits.wake(rkey)
+    end
 end
 --- One connection's life: subscribe, read, wake; returns why it ended (nil: nothing left to watch).
 local function session(s)
@@ -105,10 +151,14 @@ local function session(s)
             )
             if kind == "message" then
                 s.messages = s.messages + 1
-                waits.wake(rkey)
+                heard(
+                    s,
+                    rkey,
+                    tostring(m[3])
+                )
             elseif kind == "subscribe" and s.sent[rkey] ~= nil then
                 s.live[rkey] = true
-                waits.wake(rkey)
+                waits.recheck(rkey)
             end
         elseif string.sub(
             tostring(rerr),
@@ -133,11 +183,19 @@ local function session(s)
             red:close()
             return (("dlock: redis " .. s.conf.endpoint) .. ": wake-up subscription: ") .. tostring(rerr)
         end
+        overdue(s)
     end
 end
 local function run(premature, s)
     while not premature do
-        local err = session(s)
+        local ok, res = pcall(session, s)
+        local ____ok_0
+        if ok then
+            ____ok_0 = res
+        else
+            ____ok_0 = "dlock: wake-up subscriber failed: " .. tostring(res)
+        end
+        local err = ____ok_0
         for k in pairs(s.sent) do
             s.sent[k] = nil
         end
@@ -150,6 +208,11 @@ local function run(premature, s)
         end
         for ____, k in ipairs(wasLive) do
             waits.wakeAll(k)
+        end
+        for k in pairs(s.wanted) do
+            if not (s.live[k] ~= nil) then
+                waits.wakeAll(k)
+            end
         end
         if err == nil then
             break
@@ -173,6 +236,7 @@ local function subscriber(conf)
         s = {
             conf = conf,
             wanted = {},
+            due = {},
             live = {},
             sent = {},
             running = false,
@@ -199,6 +263,20 @@ function ____exports.want(conf, rkey)
     end
     return s.live[rkey] ~= nil
 end
+--- A waiter here saw rkey held for ms more (its PTTL; -1: no expiry): unless
+-- word comes first, look again then.
+function ____exports.expect(conf, rkey, ms)
+    local s = subscribers[conf.pool]
+    if s == nil or ms < 0 then
+        return
+    end
+    s.due[rkey] = ngx.now() + ms / 1000 + SLACK
+end
+--- Is a subscription for rkey on its way (asked for, the subscriber connecting)? Its confirmation wakes the waiters.
+function ____exports.coming(conf, rkey)
+    local s = subscribers[conf.pool]
+    return s ~= nil and s.running and not s.refused and s.wanted[rkey] ~= nil and not (s.live[rkey] ~= nil)
+end
 --- Is the subscription for rkey live now?
 function ____exports.live(conf, rkey)
     local s = subscribers[conf.pool]
@@ -212,6 +290,7 @@ function ____exports.done(conf, rkey)
     end
     if waits.waiters(rkey) == 0 then
         s.wanted[rkey] = nil
+        s.due[rkey] = nil
     end
 end
 --- Messages and connections of this worker's subscriber for conf (status, specs).

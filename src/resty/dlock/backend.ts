@@ -6,7 +6,7 @@
 // Every implementation answers with the same outcomes and the same faults.
 
 import * as redis from "./redis";
-import type * as scripts from "./scripts";
+import * as scripts from "./scripts";
 import * as cluster from "./backend/cluster";
 import * as quorum from "./backend/quorum";
 import * as single from "./backend/single";
@@ -60,6 +60,11 @@ export function batch(conf: redis.RedisConf, s: scripts.Script, targets: Target[
   return single.batch(conf, s, targets, ms);
 }
 
+/** Run a per-target script (release, extend, drop) for one target, as batch() would. */
+export function own(conf: redis.RedisConf, s: scripts.Script, rkey: string, token: string, ms?: number): CallResult {
+  return scripts.forTarget(call, conf, s, rkey, token, ms);
+}
+
 /**
  * The key of the fence counter of lock key rkey. The acquire script touches
  * both, so under Cluster they must share a slot: a hash tag of the whole lock
@@ -67,7 +72,7 @@ export function batch(conf: redis.RedisConf, s: scripts.Script, targets: Target[
  * counter stays where earlier versions kept it, so fences never go back.
  */
 export function fenceKey(conf: redis.RedisConf, rkey: string): string {
-  if (conf.topology === "cluster" && !cluster.tagged(rkey)) {
+  if (conf.topology === "cluster" && !scripts.tagged(rkey)) {
     return "{" + rkey + "}:fence";
   }
   return rkey + ":fence";

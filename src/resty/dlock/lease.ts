@@ -18,8 +18,6 @@ export const MAX_KEY_LEN = 512;
 export const MAX_TTL = 86400000;
 
 const DEFAULT_TTL = 30000;
-const FIRST_BACKOFF = 2; // ms
-const MAX_BACKOFF = 64; // ms, between Redis polls while a holder elsewhere has the key
 
 /** The scripts of one kind of lease. */
 export interface Kind {
@@ -30,6 +28,11 @@ export interface Kind {
   readonly shared: boolean;
   /** The acquire script also counts fences, in backend.fenceKey(lock key). */
   readonly fenced: boolean;
+  /**
+   * Waiters take tickets in the key's queue and the release hands the key to
+   * the first (scripts.ts): then `drop` takes a ticket (or a handed key) back.
+   */
+  readonly drop: scripts.Script | undefined;
 }
 
 
@@ -182,7 +185,6 @@ export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMult
 }
 
 type Fault = backend.Fault;
-const call = backend.call;
 
 /** Epoch ms now, fresh (not the time cached at the start of this event loop cycle). */
 function nowMs(): number {
@@ -215,6 +217,12 @@ function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean): void
 function settle(l: Lease, reply: RedisValue): LuaMultiReturn<[true | undefined, string | undefined]> {
   l.released = true;
   ledger.forget(l.store.dict, l.rec, l.token);
+  if (type(reply) === "string") {
+    // Handed to the first waiter in line (its token): if it waits in this
+    // worker, it goes now, without waiting for the announcement to come back.
+    waits.wakeToken(l.rkey, reply as string);
+    return $multi(true as const, undefined);
+  }
   // With a live subscription the release's PUBLISH wakes our waiters; waking
   // one here too would send two of this worker's waiters after the key.
   if (!wakeups.live(l.store.redis, l.rkey)) waits.wake(l.rkey);
@@ -287,7 +295,7 @@ const leaseMethods = {
       return $multi(undefined, "not_owner");
     }
     this.releasing = true;
-    const [res, err, fault] = call(this.store.redis, this.kind.release, this.rkey, this.token);
+    const [res, err, fault] = backend.own(this.store.redis, this.kind.release, this.rkey, this.token);
     if (res === undefined) {
       unconfirmed(this, fault, true);
       return $multi(undefined, err);
@@ -311,7 +319,7 @@ const leaseMethods = {
       return $multi(undefined, "not_owner");
     }
     const sent = ngx.now() * 1000;
-    const [res, err, fault] = call(this.store.redis, this.kind.extend, this.rkey, this.token, ms);
+    const [res, err, fault] = backend.own(this.store.redis, this.kind.extend, this.rkey, this.token, ms);
     if (res === undefined) {
       unconfirmed(this, fault, false);
       return $multi(undefined, err);
@@ -428,140 +436,17 @@ export function extendAll(list: Lease[]): (true | string)[] {
   return results;
 }
 
-/**
- * Try, and while `wait` allows, try again: lease on success; nil, "busy",
- * retry_after when wait = 0; nil, "timeout", retry_after at the deadline;
- * nil, "dlock: ..." on a Redis failure. `extra` goes to the script after ttl.
- */
-export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl: number, wait: number, ...extra: (string | number)[]): AcquireResult {
-  const sub: Subscription = { on: false };
+/** A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds). */
+export function make(store: Store, kind: Kind, key: string, tok: string, ttl: number, sent: number, fence: number | undefined): Lease {
   const rkey = store.prefix + key;
-  const [l, err, retryAfter] = attempts(sub, store, kind, key, tok, ttl, wait, ...extra);
-  waits.leave(rkey);
-  if (sub.on) {
-    wakeups.done(store.redis, rkey);
-    // Gave up (timeout, error) while others of this worker wait: the next one takes its turn.
-    if (l === undefined) waits.wake(rkey);
-  }
-  return $multi(l, err, retryAfter);
-}
-
-/** ms a waiter that joins this worker's queue for a key sleeps, at most, before it asks Redis itself. */
-const QUEUE_CAP = 1000;
-
-/** Did this acquire ask for the releases of its key (wakeups.want)? Then it says when it is done. */
-interface Subscription {
-  on: boolean;
-}
-
-function attempts(sub: Subscription, store: Store, kind: Kind, key: string, tok: string, ttl: number, wait: number, ...extra: (string | number)[]): AcquireResult {
-  const rkey = store.prefix + key;
-  const deadline = ngx.now() * 1000 + wait;
-  let backoff = FIRST_BACKOFF;
-  let retryAfter: number | undefined;
-  // One Redis contender per worker and key: a waiter that finds others of this
-  // worker already waiting for a key held elsewhere, with its releases coming
-  // (a live subscription), queues behind them without asking Redis; releases
-  // wake them one at a time, first come first served.
-  if (wait > 0 && waits.waiters(rkey) > 0 && wakeups.live(store.redis, rkey)) {
-    sub.on = true;
-    wakeups.want(store.redis, rkey);
-    waits.pause(rkey, math.min(wait, QUEUE_CAP));
-  }
-  // A waiter that finds the key held in this nginx queues up locally at once:
-  // asking Redis first would only hear "busy". (Without `wait`, Redis answers.)
-  if (wait > 0 && !kind.shared) {
-    const [state, left] = waits.awaitLocalHolder(store.dict, rkey, deadline);
-    if (state === "timeout") {
-      return $multi(undefined, "timeout", left);
-    }
-  }
-  while (true) {
-    let res: RedisValue | undefined;
-    let err: string | undefined;
-    let fault: Fault | undefined;
-    let fence: number | undefined;
-    const sent = ngx.now() * 1000;
-    if (kind.fenced) {
-      [res, err, fault] = call(store.redis, kind.acquire, rkey, backend.fenceKey(store.redis, rkey), tok, ttl);
-    } else {
-      [res, err, fault] = call(store.redis, kind.acquire, rkey, tok, ttl, ...extra);
-    }
-    if (type(res) === "table") {
-      // { "OK", fence } from the fenced script
-      const reply = res as LuaTable<number, string | number>;
-      fence = reply.get(2) as number;
-      res = reply.get(1);
-    }
-    if (res === undefined) {
-      if (fault === "replicas") {
-        // Taken on the master only: a failover now would hand it to someone else. Give it back.
-        const [gone] = call(store.redis, kind.release, rkey, tok);
-        if (gone === undefined) {
-          orphans.adoptAcquire(store.redis, kind.release, rkey, tok);
-        }
-        return $multi(undefined, err + "; released", undefined);
-      }
-      if (fault === "lost") {
-        // The write may have landed: delete it if it did, so it cannot block others for a whole ttl.
-        orphans.adoptAcquire(store.redis, kind.release, rkey, tok);
-        return $multi(undefined, err + "; acquire outcome unknown, owner-checked cleanup scheduled", undefined);
-      }
-      if (fault !== "transient" || wait === 0 || deadline - ngx.now() * 1000 <= 0) {
-        return $multi(undefined, err, undefined);
-      }
-    } else if (res === "OK") {
-      const rec = ledger.recordKey(rkey, tok, kind.shared);
-      ledger.record(store.dict, rec, tok, key, ttl);
-      const lease = {
-        key, token: tok, ttl, store, kind, rkey, rec, fence, released: false,
-        validUntil: sent + backend.validity(store.redis, ttl), expires: nowMs() + ttl, releaseSent: false,
-        releasing: false, lost: false, onLost: undefined,
-      };
-      return $multi(setmetatable(lease, leaseMt) as Lease, undefined, undefined);
-    } else {
-      retryAfter = type(res) === "number" && (res as number) >= 0 ? (res as number) : undefined;
-      if (wait === 0) {
-        return $multi(undefined, "busy", retryAfter);
-      }
-    }
-    ngx.update_time();
-    const left = deadline - ngx.now() * 1000;
-    if (left <= 0) {
-      if (res === undefined) {
-        return $multi(undefined, err, undefined); // Redis never became able to answer: say why
-      }
-      return $multi(undefined, "timeout", retryAfter);
-    }
-    let here: "none" | "free" | "timeout" = "none";
-    if (!kind.shared) {
-      let holderLeft: number | undefined;
-      [here, holderLeft] = waits.awaitLocalHolder(store.dict, rkey, deadline);
-      if (here === "timeout") {
-        return $multi(undefined, "timeout", holderLeft);
-      }
-    }
-    if (here === "none") {
-      // The holder is elsewhere: its release wakes us (wakeups.ts) once our
-      // subscription is live; until then, or without one, poll Redis with
-      // jittered exponential backoff. Never past the holder's expiry nor our deadline.
-      sub.on = true;
-      wakeups.want(store.redis, rkey);
-      let nap: number;
-      if (retryAfter !== undefined && wakeups.live(store.redis, rkey)) {
-        // The first of this worker's line sleeps until a release wakes it (or
-        // the holder's lease ends); the others until they are first, looking
-        // now and then in case the first is stuck.
-        nap = waits.first(rkey) || waits.waiters(rkey) === 0 ? retryAfter + 1 : math.min(retryAfter + 1, QUEUE_CAP);
-      } else {
-        nap = backoff / 2 + math.random() * backoff / 2;
-        if (retryAfter !== undefined && retryAfter + 1 < nap) nap = retryAfter + 1;
-        backoff = math.min(backoff * 2, MAX_BACKOFF);
-      }
-      if (left < nap) nap = left;
-      waits.pause(rkey, nap);
-    }
-  }
+  const rec = ledger.recordKey(rkey, tok, kind.shared);
+  ledger.record(store.dict, rec, tok, key, ttl);
+  const lease = {
+    key, token: tok, ttl, store, kind, rkey, rec, fence, released: false,
+    validUntil: sent + backend.validity(store.redis, ttl), expires: nowMs() + ttl, releaseSent: false,
+    releasing: false, lost: false, onLost: undefined,
+  };
+  return setmetatable(lease, leaseMt) as Lease;
 }
 
 /** Anything with an acquire method: locks, semaphores. */

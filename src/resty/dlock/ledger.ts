@@ -8,6 +8,8 @@
 // not safety.
 
 const RECORD = "l:";
+/** Tickets of waiters in a key's queue in Redis: "w:" .. redis key .. " " .. token, valued as leases. */
+const WAITING = "w:";
 /** Seconds between two warnings of one worker about a full dict. */
 const WARN_EVERY = 10;
 
@@ -76,6 +78,17 @@ export function record(dict: NgxSharedDict, rec: string, token: string, key: str
   return true;
 }
 
+/**
+ * Record a waiter's ticket in its key's queue, for as long as it waits: if its
+ * worker dies, crash recovery takes the ticket back. The record's dict key, or
+ * nil when the dict is full (then the ticket is skipped at its deadline).
+ */
+export function waiting(dict: NgxSharedDict, rkey: string, token: string, key: string, ms: number): string | undefined {
+  const rec = WAITING + rkey + " " + token;
+  const [ok] = dict.safe_set(rec, encode(token, key, ms), ms / 1000);
+  return ok ? rec : undefined;
+}
+
 function tokenOf(dict: NgxSharedDict, rec: string): string | undefined {
   const [v] = dict.get(rec);
   if (type(v) !== "string") {
@@ -135,6 +148,8 @@ export interface Record {
   readonly pid: number;
   /** A permit's record (one per holder: the token ends its dict key). */
   readonly shared: boolean;
+  /** A waiter's ticket, not a lease. */
+  readonly waiting: boolean;
 }
 
 /** Every record now, with its Redis key. Walks the whole dict: once per worker start, never per request. */
@@ -144,13 +159,15 @@ export function records(dict: NgxSharedDict): LuaMultiReturn<[Record[]]> {
   const nowMs = ngx.now() * 1000;
   for (const i of $range(1, keys.length())) {
     const k = keys.get(i);
-    if (string.sub(k, 1, 2) === RECORD) {
+    const what = string.sub(k, 1, 2);
+    if (what === RECORD || what === WAITING) {
       const l = parse(dict.get(k)[0], nowMs);
       if (l !== undefined) {
         const tail = " " + l.token;
-        const shared = string.sub(k, -tail.length) === tail;
-        const rkey = shared ? string.sub(k, 3, -tail.length - 1) : string.sub(k, 3);
-        out.push({ rec: k, rkey, key: l.key, token: l.token, pid: l.pid, shared });
+        const tokened = string.sub(k, -tail.length) === tail;
+        const rkey = tokened ? string.sub(k, 3, -tail.length - 1) : string.sub(k, 3);
+        const waiting = what === WAITING;
+        out.push({ rec: k, rkey, key: l.key, token: l.token, pid: l.pid, shared: tokened && !waiting, waiting });
       }
     }
   }

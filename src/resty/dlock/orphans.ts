@@ -20,8 +20,11 @@ const FIRST_SWEEP_DELAY = 0.05; // seconds
 const MAX_SWEEP_DELAY = 0.5; // seconds between sweeps, at most
 
 export interface Orphan extends backend.Target {
-  /** What Redis did not confirm: the SET of an acquire, or the delete of a release. */
-  readonly lost: "acquire" | "release";
+  /**
+   * What Redis did not confirm: the SET of an acquire, or the delete of a
+   * release; or a waiter's ticket to take back (it gave up, or is gone).
+   */
+  readonly lost: "acquire" | "release" | "ticket";
   readonly conf: redis.RedisConf;
   /** The owner-checked delete: reply 1 when it deleted our key, 0 when the key is not ours. */
   readonly release: scripts.Script;
@@ -65,9 +68,11 @@ function sweepOnce(this: void): void {
       if (reply === undefined) {
         orphans.push(o);
       } else {
-        if (reply === 1 && o.lost === "acquire") {
+        // 1, or (keys with waiters in line) the token of the waiter it went on to: deleted.
+        const deleted = reply !== 0;
+        if (deleted && o.lost === "acquire") {
           ngx.log(ngx.NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost");
-        } else if (reply === 1) {
+        } else if (deleted && o.lost === "release") {
           ngx.log(ngx.NOTICE, "dlock: released ", o.rkey, " once Redis answered again");
         }
         if (o.settle !== undefined) o.settle(o, reply);

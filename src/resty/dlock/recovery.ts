@@ -15,6 +15,7 @@ import * as backend from "./backend";
 import * as check from "./check";
 import type * as lease from "./lease";
 import * as ledger from "./ledger";
+import type * as scripts from "./scripts";
 
 const ffi = require("ffi") as FfiModule;
 pcall(ffi.cdef, "int kill(int pid, int sig);");
@@ -39,7 +40,43 @@ function dead(pid: number): boolean {
   return libc.kill(pid, 0) !== 0 && (ffi as unknown as { errno(this: void): number }).errno() === ESRCH;
 }
 
-/** The leases of dead workers recorded in the dicts of these factories, released. */
+interface Item {
+  readonly rec: string;
+  readonly target: backend.Target;
+}
+
+/** Give back, in one batch, what dead workers of factory f left: leases (its release script) or tickets (its drop). */
+function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Item[]): void {
+  const targets: backend.Target[] = [];
+  for (const it of items) targets.push(it.target);
+  const out = backend.batch(f.store.redis, s, targets);
+  let released = 0;
+  for (const i of $range(1, items.length)) {
+    const it = items[i - 1]!;
+    if (out.replies.get(i) !== undefined) {
+      ledger.forget(dict, it.rec, it.target.token);
+      if (out.replies.get(i) !== 0) released++;
+    } else {
+      ngx.log(ngx.WARN, "dlock: recovery: ", s === f.kind.drop ? "dropping the ticket for " : "releasing ",
+        it.target.rkey, " of a dead worker: ", check.reason(out.errors.get(i)), " (it expires by its ttl)");
+    }
+  }
+  if (released > 0) {
+    ngx.log(ngx.NOTICE, "dlock: recovery: ", s === f.kind.drop ? "dropped the tickets (or passed on the keys) of " : "released ",
+      released, s === f.kind.drop ? " waiter(s)" : " lease(s)", " of dead worker(s) on ", f.store.redis.endpoint);
+  }
+}
+
+function add(todo: LuaTable<Factory, Item[]>, f: Factory, r: ledger.Record): void {
+  let t = todo.get(f);
+  if (t === undefined) {
+    t = [];
+    todo.set(f, t);
+  }
+  t.push({ rec: r.rec, target: { rkey: r.rkey, token: r.token } });
+}
+
+/** The leases (and waiters' tickets) of dead workers recorded in the dicts of these factories, given back. */
 function sweep(this: void, premature: boolean, factories: Factory[]): void {
   if (premature) return;
   const byDict = new LuaTable<NgxSharedDict, Factory[]>();
@@ -54,8 +91,9 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
   for (const [dict, list] of byDict) {
     const [records] = ledger.records(dict);
     const deadPids = new LuaTable<number, boolean>();
-    // Per factory (that is, per Redis and release script), the leases to give back.
-    const todo = new LuaTable<Factory, { rec: string; target: backend.Target }[]>();
+    // Per factory (that is, per Redis and script), the leases to release and the tickets to drop.
+    const leases = new LuaTable<Factory, Item[]>();
+    const tickets = new LuaTable<Factory, Item[]>();
     for (const r of records) {
       let isDead = deadPids.get(r.pid);
       if (isDead === undefined) {
@@ -66,35 +104,14 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
         for (const f of list) {
           // Owner-checked: when prefixes overlap, a factory that never had the key just hears "not ours".
           if (f.store.prefix + r.key === r.rkey && f.kind.shared === r.shared) {
-            let t = todo.get(f);
-            if (t === undefined) {
-              t = [];
-              todo.set(f, t);
-            }
-            t.push({ rec: r.rec, target: { rkey: r.rkey, token: r.token } });
+            if (!r.waiting) add(leases, f, r);
+            else if (f.kind.drop !== undefined) add(tickets, f, r);
           }
         }
       }
     }
-    for (const [f, items] of todo) {
-      const targets: backend.Target[] = [];
-      for (const it of items) targets.push(it.target);
-      const out = backend.batch(f.store.redis, f.kind.release, targets);
-      let released = 0;
-      for (const i of $range(1, items.length)) {
-        const it = items[i - 1]!;
-        if (out.replies.get(i) !== undefined) {
-          ledger.forget(dict, it.rec, it.target.token);
-          if (out.replies.get(i) === 1) released++;
-        } else {
-          ngx.log(ngx.WARN, "dlock: recovery: releasing ", it.target.rkey, " of a dead worker: ",
-            check.reason(out.errors.get(i)), " (it expires by its ttl)");
-        }
-      }
-      if (released > 0) {
-        ngx.log(ngx.NOTICE, "dlock: recovery: released ", released, " lease(s) of dead worker(s) on ", f.store.redis.endpoint);
-      }
-    }
+    for (const [f, items] of leases) giveBack(dict, f, f.kind.release, items);
+    for (const [f, items] of tickets) giveBack(dict, f, f.kind.drop!, items);
   }
 }
 

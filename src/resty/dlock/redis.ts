@@ -54,6 +54,8 @@ export interface RedisConf {
   readonly nodes: RedisConf[] | undefined;
   /** Cluster: MOVED/ASK redirections followed per call before giving up. */
   readonly max_redirects: number;
+  /** Keys a script touches must share a slot: a cluster, or one of its nodes. */
+  readonly slotted: boolean;
 }
 
 export type Topology = "standalone" | "unix" | "sentinel" | "cluster" | "redlock";
@@ -200,7 +202,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     keepalive_timeout: o.keepalive_timeout,
     ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name,
     pool, endpoint, dict, sentinel: sent,
-    topology, nodes: undefined, max_redirects: maxRedirects,
+    topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster",
   };
   if (seeds !== undefined) {
     const nodes: RedisConf[] = [];
@@ -259,6 +261,7 @@ function copy(c: RedisConf): Fields {
     replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
     ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, pool: c.pool, endpoint: c.endpoint,
     dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
+    slotted: c.slotted,
   };
 }
 

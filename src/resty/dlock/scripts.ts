@@ -1,7 +1,8 @@
-// Every Redis script lua-resty-dlock runs, and the one way to run them:
-// EVALSHA with the SHA1 computed locally, EVAL once on NOSCRIPT (after
-// SCRIPT FLUSH, a Redis restart or a failover), which also caches it again.
-// All scripts touch a single key, so they stay valid under Redis Cluster.
+// Every Redis script lua-resty-dlock runs, where their keys live, and the one
+// way to run them: EVALSHA with the SHA1 computed locally, EVAL once on
+// NOSCRIPT (after SCRIPT FLUSH, a Redis restart or a failover), which also
+// caches it again. A script touches one lock key and the keys built on it
+// (its waiters' queue, its fence counter), all in one Cluster slot.
 
 import * as token from "./token";
 
@@ -16,10 +17,17 @@ export interface Script {
    * reply say the script wrote? Then WAIT follows on the same connection.
    */
   readonly written: ((this: void, reply: RedisValue) => boolean) | undefined;
+  /**
+   * For scripts whose last key is the waiters' queue: the same without it.
+   * While a Cluster slot migrates, Redis answers TRYAGAIN to a script whose
+   * keys are not all on one node; the lock key alone still works (the queue
+   * is skipped for that while, never exclusion).
+   */
+  readonly alone: Script | undefined;
 }
 
-function script(name: string, src: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean): Script {
-  return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys, written };
+function script(name: string, src: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script): Script {
+  return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys, written, alone };
 }
 
 function isOk(this: void, reply: RedisValue): boolean {
@@ -27,7 +35,7 @@ function isOk(this: void, reply: RedisValue): boolean {
 }
 
 function isOkFenced(this: void, reply: RedisValue): boolean {
-  return type(reply) === "table";
+  return type(reply) === "table" && (reply as LuaTable<number, unknown>).get(1) === "OK";
 }
 
 function isOne(this: void, reply: RedisValue): boolean {
@@ -83,6 +91,175 @@ end
 return 0
 `);
 
+// Waiting in line, fleet-wide (locks, except under Redlock). Waiters of a key
+// take a ticket in its queue, a sorted set next to the lock key: score = when
+// the ticket was issued (Redis time, us), member = "<deadline ms> <token>",
+// the deadline being when its waiter stops waiting. A release does not just
+// free the key: it hands it to the first live ticket's holder for GRANT ms
+// (SET key <its token> PX GRANT) and says so on the release channel
+// ("g<GRANT> <token>"), so exactly one waiter of the fleet comes for it and
+// nobody can cut in. The waiter claims it ("c<ttl>" on the channel: the
+// others know the key's new expiry without asking). A waiter that dies holding
+// a grant costs GRANT ms; one whose wait ends leaves its ticket behind until
+// its deadline, when it is skipped; dead workers' tickets are dropped by crash
+// recovery, abandoned ones by DROP. The queue key expires with its last
+// deadline, so nothing outlives the waiters.
+
+/**
+ * ms a key handed to the first waiter in line stays reserved for it. A woken
+ * waiter comes within a round trip; one without a live subscription polls at
+ * most every 64 ms (lease.ts MAX_BACKOFF).
+ */
+export const GRANT = 100;
+
+/** The part of a key Redis Cluster hashes: the inside of the first non-empty {...}, else the whole key. */
+export function hashed(key: string): string {
+  const [open] = string.find(key, "{", 1, true);
+  if (open !== undefined) {
+    const [close] = string.find(key, "}", open + 1, true);
+    if (close !== undefined && close > open + 1) {
+      return string.sub(key, open + 1, close - 1);
+    }
+  }
+  return key;
+}
+
+/** Does the key carry a hash tag of its own (then keys built on it share its slot)? */
+export function tagged(key: string): boolean {
+  return hashed(key) !== key;
+}
+
+/**
+ * The waiters' queue of lock key rkey. Under Cluster it must share the lock
+ * key's slot: a hash tag of the whole key, unless it has one (then the suffix
+ * keeps it). Elsewhere it starts with the lock key, so ACL key patterns that
+ * let a user at the locks (~dlock:*) let it at their queues.
+ */
+export function queueKey(rkey: string, slotted: boolean): string {
+  return slotted && !tagged(rkey) ? "{" + rkey + "}:queue" : rkey + ":queue";
+}
+
+const CLOCK = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
+
+// The first live ticket of the queue Q, the last key (skipping, and
+// removing, those whose waiters stopped waiting), and handing the key to it.
+const LINE = `local Q = KEYS[#KEYS]
+local function head()
+  while true do
+    local h = redis.call('ZRANGE', Q, 0, 0)[1]
+    if not h then return nil end
+    if tonumber(string.match(h, '^(%d+) ')) > now then return h end
+    redis.call('ZREM', Q, h)
+  end
+end
+local function pass_on()
+  local h = head()
+  if not h then
+    redis.pcall('PUBLISH', '${CHANNEL}' .. KEYS[1], '')
+    return 1
+  end
+  local who = string.match(h, '^%d+ (.*)$')
+  redis.call('SET', KEYS[1], who, 'PX', ${GRANT})
+  redis.call('ZREM', Q, h)
+  redis.pcall('PUBLISH', '${CHANNEL}' .. KEYS[1], 'g${GRANT} ' .. who)
+  return who
+end
+`;
+
+// KEYS[1] lock, (KEYS[2] fence counter,) the queue last; ARGV[1] token, ARGV[2]
+// ttl ms, ARGV[3] ms the caller will wait (0: take it or leave), ARGV[4] its
+// ticket ("<issued> <deadline>", "" before it has one). TAKE is what taking
+// the key returns.
+function queuedAcquire(take: string): string {
+  return CLOCK + LINE + `
+local mine
+if ARGV[4] ~= '' then
+  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')
+  mine = deadline .. ' ' .. ARGV[1]
+  -- back in line at its old place, had its turn come and gone while it was away
+  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then
+    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end
+  end
+end
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')
+end
+local take = false
+if v == ARGV[1] then
+  take = true  -- handed to us by the previous holder
+elseif not v then
+  local h = head()
+  if h == nil or h == mine then take = true else pass_on() end
+end
+if take then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if mine then
+    redis.call('ZREM', Q, mine)
+    redis.pcall('PUBLISH', '${CHANNEL}' .. KEYS[1], 'c' .. ARGV[2])
+  end
+  return ${take}
+end
+local ticket = ARGV[4]
+local wait = tonumber(ARGV[3])
+if ticket == '' and wait > 0 then
+  local issued = t[1] .. string.format('%06d', t[2])
+  ticket = issued .. ' ' .. (now + wait)
+  mine = (now + wait) .. ' ' .. ARGV[1]
+  redis.call('ZADD', Q, issued, mine)
+  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end
+end
+return { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }
+`;
+}
+
+/**
+ * Locks that queue (see above). Returns "OK" when taken; else { PTTL of the
+ * holder (-1: no TTL), ticket, place } where the ticket ("" when not waiting)
+ * is what the caller sends back with its next attempt, and place is how many
+ * wait ahead of it (-1 without a ticket).
+ */
+export const ACQUIRE_QUEUED = script("acquire", queuedAcquire("'OK'"), 2, isOk, ACQUIRE);
+
+/** As ACQUIRE_QUEUED, with KEYS[2] the fence counter (the queue KEYS[3]): { "OK", fence } when taken. */
+export const ACQUIRE_QUEUED_FENCED = script("acquire", queuedAcquire("{ 'OK', redis.call('INCR', KEYS[2]) }"), 3, isOkFenced,
+  ACQUIRE_FENCED);
+
+/**
+ * KEYS[1] lock key, KEYS[2] queue, ARGV[1] token. When deleted: the token of
+ * the first waiter in line, handed the key, or 1 with nobody in line (the
+ * release announced); 0 when the key is not ours.
+ */
+export const RELEASE_QUEUED = script("release", CLOCK + LINE + `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return pass_on()
+end
+return 0
+`, 2, undefined, RELEASE);
+
+/**
+ * KEYS[1] lock key, Q queue, ARGV[1] token: a waiter that is gone (gave
+ * up, killed, its worker dead) or an acquire whose reply was lost. Its ticket
+ * leaves the queue, and a key handed (or taken) by it is passed on: 1 or the
+ * next waiter's token then (as RELEASE_QUEUED), else 0.
+ */
+export const DROP = script("drop", CLOCK + LINE + `
+local tail = ' ' .. ARGV[1]
+local dropped = 0
+for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
+  if string.sub(m, -#tail) == tail then
+    dropped = redis.call('ZREM', Q, m)
+    break
+  end
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return pass_on()
+end
+return dropped
+`, 2, undefined, RELEASE);
+
 /** KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours. */
 export const EXTEND = script("extend", `
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -135,6 +312,25 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
 end
 return 1
 `, 1, isOne);
+
+/** A backend's call: run s with rkey as KEYS[1] (more keys, then arguments, in args). */
+export type Caller<C, R> = (this: void, conf: C, s: Script, rkey: string, ...args: (string | number)[]) => R;
+
+/**
+ * Run a per-target script (release, extend, drop) for one target through a
+ * backend's call, with the keys and arguments batches send: KEYS[1] the key
+ * (and KEYS[2] its waiters' queue for two-key scripts), ARGV[1] the token (and
+ * ARGV[2] ms, when given).
+ */
+export function forTarget<C extends { readonly slotted: boolean }, R>(call: Caller<C, R>, conf: C, s: Script, rkey: string, token: string, ms?: number): R {
+  if (s.keys === 2) {
+    const q = queueKey(rkey, conf.slotted);
+    if (ms === undefined) return call(conf, s, rkey, q, token);
+    return call(conf, s, rkey, q, token, ms);
+  }
+  if (ms === undefined) return call(conf, s, rkey, token);
+  return call(conf, s, rkey, token, ms);
+}
 
 /** Run a script (its keys first, then its arguments); replies and errors exactly as lua-resty-redis returns them. */
 export function run(red: RestyRedis, s: Script, key: string, ...args: (string | number)[]): RedisResult {

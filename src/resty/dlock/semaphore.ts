@@ -9,6 +9,7 @@
 // Each permit is a lease of its own (random token, ttl, owner-checked release
 // and extend), so capacity held by a crashed nginx comes back when its permits expire.
 
+import * as acquire from "./acquire";
 import * as backend from "./backend";
 import * as check from "./check";
 import * as lease from "./lease";
@@ -29,7 +30,7 @@ export interface Semaphore extends lease.Store {
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
 }
 
-const PERMIT: lease.Kind = { acquire: scripts.SEM_ACQUIRE, release: scripts.SEM_RELEASE, extend: scripts.SEM_EXTEND, shared: true, fenced: false };
+const PERMIT: lease.Kind = { acquire: scripts.SEM_ACQUIRE, release: scripts.SEM_RELEASE, extend: scripts.SEM_EXTEND, shared: true, fenced: false, drop: undefined };
 const NEW_OPTIONS = check.set("dict", "redis", "prefix", "permits", "ttl", "wait");
 
 const semaphoreMethods = {
@@ -44,7 +45,7 @@ const semaphoreMethods = {
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     const [tok, terr] = token.random();
     if (tok === undefined) return $multi(undefined, terr, undefined);
-    const [l, err, retryAfter] = lease.acquire(this, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
+    const [l, err, retryAfter] = acquire.acquire(this, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
     if (l === undefined || !renew) return $multi(l, err, retryAfter);
     return watchdog.hold(l, onLost);
   },

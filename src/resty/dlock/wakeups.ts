@@ -37,6 +37,13 @@ interface Subscriber {
    * saying goodbye: one whose request was killed cannot.
    */
   readonly wanted: LuaTable<string, number>;
+  /**
+   * Keys held elsewhere, and when (ngx.now()) their holder's lease ends or
+   * a key handed to a waiter elsewhere must have been claimed: if no word
+   * comes by then (a holder that died, a waiter that never came), the first
+   * waiter here asks Redis, which passes the key on. Nobody else polls.
+   */
+  readonly due: LuaTable<string, number>;
   /** Keys whose subscription Redis confirmed on the current connection. */
   readonly live: LuaTable<string, boolean>;
   /** Keys subscribed (or asked for) on the current connection. */
@@ -75,7 +82,10 @@ function sync(s: Subscriber, sock: NgxTcpSocket): string | undefined {
   for (const [rkey, at] of s.wanted) {
     if (now - at > GRACE && waits.waiters(rkey) === 0) stale.push(rkey);
   }
-  for (const rkey of stale) s.wanted.delete(rkey);
+  for (const rkey of stale) {
+    s.wanted.delete(rkey);
+    s.due.delete(rkey);
+  }
   for (const [rkey] of s.wanted) {
     if (!s.sent.has(rkey)) {
       add.push(CHANNEL + rkey);
@@ -102,6 +112,50 @@ function count(t: LuaTable<string, number>): number {
   let n = 0;
   for (const [_k] of pairs(t)) n++;
   return n;
+}
+
+/** Seconds of slack on a due time: the claim or release announcing it is on its way. */
+const SLACK = 0.005;
+
+/**
+ * A message on rkey's channel: "" a release with nobody in line (the first
+ * waiter here tries), "g<ms> <token>" the key handed to the waiter holding
+ * token for ms, "c<ms>" the key claimed by a waiter for ms.
+ */
+function heard(s: Subscriber, rkey: string, payload: string): void {
+  const c = string.sub(payload, 1, 1);
+  if (c === "g") {
+    const [ms, tok] = string.match(payload, "^g(%d+) (.*)$");
+    s.due.set(rkey, ngx.now() + (tonumber(ms) ?? 0) / 1000 + SLACK);
+    if (tok !== undefined) waits.wakeToken(rkey, tok);
+  } else if (c === "c") {
+    s.due.set(rkey, ngx.now() + (tonumber(string.sub(payload, 2)) ?? 0) / 1000 + SLACK);
+  } else {
+    s.due.delete(rkey);
+    waits.wake(rkey);
+  }
+}
+
+/**
+ * Keys whose due time passed without a word: the first waiter here asks Redis
+ * (which passes the key on). And waiters killed while they waited are noticed
+ * here, within a TICK, so that their tickets are dropped before their turn.
+ */
+function overdue(s: Subscriber): void {
+  for (const [rkey] of s.wanted) waits.waiters(rkey);
+  const now = ngx.now();
+  let late: string[] | undefined;
+  for (const [rkey, at] of s.due) {
+    if (now >= at) {
+      if (late === undefined) late = [];
+      late.push(rkey);
+    }
+  }
+  if (late === undefined) return;
+  for (const rkey of late) {
+    s.due.delete(rkey);
+    waits.wake(rkey);
+  }
 }
 
 /** One connection's life: subscribe, read, wake; returns why it ended (nil: nothing left to watch). */
@@ -135,11 +189,11 @@ function session(s: Subscriber): string | undefined {
       const rkey = string.sub(tostring(m.get(2)), CHANNEL.length + 1);
       if (kind === "message") {
         s.messages++;
-        waits.wake(rkey);
+        heard(s, rkey, tostring(m.get(3)));
       } else if (kind === "subscribe" && s.sent.has(rkey)) {
         s.live.set(rkey, true);
-        // A release may have come before the subscription: the first waiter looks once more.
-        waits.wake(rkey);
+        // A release, or a key handed to one of them, may have come before the subscription: they look once more.
+        waits.recheck(rkey);
       }
     } else if (string.sub(tostring(rerr), 1, 6) === "NOPERM") {
       // An ACL user without channel permissions: no wake-ups on this endpoint, ever; its waiters poll.
@@ -152,18 +206,22 @@ function session(s: Subscriber): string | undefined {
       red.close();
       return "dlock: redis " + s.conf.endpoint + ": wake-up subscription: " + tostring(rerr);
     }
+    overdue(s);
   }
 }
 
 function run(this: void, premature: boolean, s: Subscriber): void {
   while (!premature) {
-    const err = session(s);
+    // A raise must not leave `running` set with nobody running: wake-ups would stop for good.
+    const [ok, res] = pcall(session, s);
+    const err = ok ? res as string | undefined : "dlock: wake-up subscriber failed: " + tostring(res);
     for (const [k] of s.sent) s.sent.delete(k);
     const wasLive: string[] = [];
     for (const [k] of s.live) wasLive.push(k);
     for (const k of wasLive) s.live.delete(k);
-    // Waiters sleeping until their holder's PTTL would not hear a release now: they poll again.
+    // Waiters sleeping until word comes (or the subscription does) would not hear it now: they poll again.
     for (const k of wasLive) waits.wakeAll(k);
+    for (const [k] of s.wanted) if (!s.live.has(k)) waits.wakeAll(k);
     if (err === undefined) break;
     ngx.log(ngx.WARN, "dlock: ", check.reason(err), " (waiters poll meanwhile)");
     ngx.sleep(RETRY);
@@ -175,7 +233,7 @@ function run(this: void, premature: boolean, s: Subscriber): void {
 function subscriber(conf: redis.RedisConf): Subscriber {
   let s = subscribers.get(conf.pool);
   if (s === undefined) {
-    s = { conf, wanted: new LuaTable(), live: new LuaTable(), sent: new LuaTable(), running: false, refused: false, messages: 0, connects: 0 };
+    s = { conf, wanted: new LuaTable(), due: new LuaTable(), live: new LuaTable(), sent: new LuaTable(), running: false, refused: false, messages: 0, connects: 0 };
     subscribers.set(conf.pool, s);
   }
   return s;
@@ -197,6 +255,22 @@ export function want(conf: redis.RedisConf, rkey: string): boolean {
   return s.live.has(rkey);
 }
 
+/**
+ * A waiter here saw rkey held for ms more (its PTTL; -1: no expiry): unless
+ * word comes first, look again then.
+ */
+export function expect(conf: redis.RedisConf, rkey: string, ms: number): void {
+  const s = subscribers.get(conf.pool);
+  if (s === undefined || ms < 0) return;
+  s.due.set(rkey, ngx.now() + ms / 1000 + SLACK);
+}
+
+/** Is a subscription for rkey on its way (asked for, the subscriber connecting)? Its confirmation wakes the waiters. */
+export function coming(conf: redis.RedisConf, rkey: string): boolean {
+  const s = subscribers.get(conf.pool);
+  return s !== undefined && s.running && !s.refused && s.wanted.has(rkey) && !s.live.has(rkey);
+}
+
 /** Is the subscription for rkey live now? */
 export function live(conf: redis.RedisConf, rkey: string): boolean {
   const s = subscribers.get(conf.pool);
@@ -207,7 +281,10 @@ export function live(conf: redis.RedisConf, rkey: string): boolean {
 export function done(conf: redis.RedisConf, rkey: string): void {
   const s = subscribers.get(conf.pool);
   if (s === undefined || s.refused) return;
-  if (waits.waiters(rkey) === 0) s.wanted.delete(rkey);
+  if (waits.waiters(rkey) === 0) {
+    s.wanted.delete(rkey);
+    s.due.delete(rkey);
+  }
 }
 
 /** Messages and connections of this worker's subscriber for conf (status, specs). */

@@ -1,6 +1,7 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local redis = require("resty.dlock.redis")
+local scripts = require("resty.dlock.scripts")
 local single = require("resty.dlock.backend.single")
 local ____bit = require("bit")
 local band = ____bit.band
@@ -8,8 +9,8 @@ local bxor = ____bit.bxor
 local lshift = ____bit.lshift
 local rshift = ____bit.rshift
 local byte = string.byte
+local hashed = scripts.hashed
 local find = string.find
-local sub = string.sub
 local SLOTS = 16384
 --- Shared dict keys (all workers): redirects followed, when a worker last read the slot map.
 ____exports.REDIRECTS = "c:redis:redirects:"
@@ -34,21 +35,6 @@ for i = 0, 255 do
         )
     end
     CRC[i] = c
-end
---- The part of a key Redis hashes: the inside of the first non-empty {...}, else the whole key.
-local function hashed(key)
-    local open = find(key, "{", 1, true)
-    if open ~= nil then
-        local close = find(key, "}", open + 1, true)
-        if close ~= nil and close > open + 1 then
-            return sub(key, open + 1, close - 1)
-        end
-    end
-    return key
-end
---- Does the key carry a hash tag of its own (then keys built on it share its slot)?
-function ____exports.tagged(key)
-    return hashed(key) ~= key
 end
 --- The cluster slot of a key, as Redis computes it (CLUSTER KEYSLOT).
 function ____exports.slot(key)
@@ -201,8 +187,19 @@ local function replied(node, err)
     )
     return code ~= nil and code ~= "TLS"
 end
+--- args (the keys after the first, then the arguments) without the one at position `at`.
+local function withoutKey(args, at)
+    local out = {}
+    for i = 1, #args do
+        if i ~= at then
+            out[#out + 1] = args[i]
+        end
+    end
+    return out
+end
 --- Run s for rkey on the master of its slot, following MOVED and ASK.
 function ____exports.call(conf, s, rkey, ...)
+    local args = {...}
     local c = state(conf)
     local sl = ____exports.slot(rkey)
     local first, rerr = route(conf, c, sl)
@@ -211,21 +208,26 @@ function ____exports.call(conf, s, rkey, ...)
     end
     local node = first
     local asking = false
+    local script = s
+    local rest = args
     for i = 0, conf.max_redirects do
         local res, err, fault = single.exec(
             node,
             asking,
-            s,
+            script,
             rkey,
-            ...
+            unpack(rest)
         )
-        local retry = fault == "transient" and i < conf.max_redirects and ({find(
+        local tryagain = fault == "transient" and ({find(
             tostring(err),
             ": TRYAGAIN",
             1,
             true
         )}) ~= nil
-        if retry then
+        if tryagain and script.alone ~= nil then
+            rest = withoutKey(rest, script.keys - 1)
+            script = script.alone
+        elseif tryagain and i < conf.max_redirects then
             ngx.sleep(TRYAGAIN_PAUSE)
         elseif fault ~= "redirect" then
             if suspicious(fault) then
@@ -308,16 +310,17 @@ function ____exports.batch(conf, s, targets, ms)
             local fault = o.faults[j]
             if fault == "redirect" then
                 local t = targets[i]
-                local res, err, f = unpack(
-                    subMs ~= nil and ({____exports.call(
-                        conf,
-                        s,
-                        t.rkey,
-                        t.token,
-                        subMs[j]
-                    )}) or ({____exports.call(conf, s, t.rkey, t.token)}),
-                    1,
-                    3
+                local m
+                if subMs ~= nil then
+                    m = subMs[j]
+                end
+                local res, err, f = scripts.forTarget(
+                    ____exports.call,
+                    conf,
+                    s,
+                    t.rkey,
+                    t.token,
+                    m
                 )
                 if res ~= nil then
                     out.replies[i] = res

@@ -126,40 +126,59 @@ ____exports.SHORTFALLS = "c:redis:replica_shortfalls"
 local function isError(r)
     return type(r) == "table" and r[1] == false
 end
---- Queue s for the targets listed in `which` (indexes into targets), by SHA or with its body.
-local function queue(red, s, targets, ms, which, body)
+--- Queue s for the targets listed in `which` (indexes into targets), by SHA or
+-- with its body: KEYS[1] the target's key (and KEYS[2] its waiters' queue,
+-- for two-key scripts), ARGV[1] its token (and ARGV[2] ms[i], when given).
+local function queue(red, conf, s, targets, ms, which, body)
     red:init_pipeline(#which)
+    local send = body and red.eval or red.evalsha
+    local code = body and s.src or s.sha
     for ____, i in ipairs(which) do
         local t = targets[i]
         local m
         if ms ~= nil then
             m = ms[i]
         end
-        if body and m ~= nil then
-            red:eval(
-                s.src,
-                1,
+        if s.keys == 2 and m ~= nil then
+            send(
+                red,
+                code,
+                2,
                 t.rkey,
+                scripts.queueKey(t.rkey, conf.slotted),
                 t.token,
                 m
             )
-        elseif body then
-            red:eval(s.src, 1, t.rkey, t.token)
+        elseif s.keys == 2 then
+            send(
+                red,
+                code,
+                2,
+                t.rkey,
+                scripts.queueKey(t.rkey, conf.slotted),
+                t.token
+            )
         elseif m ~= nil then
-            red:evalsha(
-                s.sha,
+            send(
+                red,
+                code,
                 1,
                 t.rkey,
                 t.token,
                 m
             )
         else
-            red:evalsha(s.sha, 1, t.rkey, t.token)
+            send(
+                red,
+                code,
+                1,
+                t.rkey,
+                t.token
+            )
         end
     end
 end
---- Run one single-key script (ARGV[1] the token, ARGV[2] ms[i] when given) for
--- every target in one round trip. Replies that say NOSCRIPT (scripts flushed,
+--- Run one per-target script (see queue) for every target in one round trip. Replies that say NOSCRIPT (scripts flushed,
 -- a restart, a failover) get a second round trip with the script's body.
 function ____exports.batch(conf, s, targets, ms)
     local out = {replies = {}, errors = {}, faults = {}}
@@ -184,6 +203,7 @@ function ____exports.batch(conf, s, targets, ms)
     while #todo > 0 do
         queue(
             red,
+            conf,
             s,
             targets,
             ms,

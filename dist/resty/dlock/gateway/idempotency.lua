@@ -773,7 +773,8 @@ local KIND = {
     release = scripts.IDEM_RELEASE,
     extend = scripts.IDEM_EXTEND,
     shared = true,
-    fenced = false
+    fenced = false,
+    drop = nil
 }
 --- Validate the options (already checked against gateway.new's names) and build the guard.
 function ____exports.create(o, name)

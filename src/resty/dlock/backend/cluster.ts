@@ -9,7 +9,7 @@
 
 import type { CallResult, Fault, Outcome, Target } from "../backend";
 import * as redis from "../redis";
-import type * as scripts from "../scripts";
+import * as scripts from "../scripts";
 import * as single from "./single";
 
 const bit = require("bit") as BitModule;
@@ -18,8 +18,8 @@ const bxor = bit.bxor;
 const lshift = bit.lshift;
 const rshift = bit.rshift;
 const byte = string.byte;
+const hashed = scripts.hashed;
 const find = string.find;
-const sub = string.sub;
 
 const SLOTS = 16384;
 /** Shared dict keys (all workers): redirects followed, when a worker last read the slot map. */
@@ -38,23 +38,6 @@ for (const i of $range(0, 255)) {
     c = band(c, 0x8000) !== 0 ? band(bxor(lshift(c, 1), 0x1021), 0xffff) : band(lshift(c, 1), 0xffff);
   }
   CRC.set(i, c);
-}
-
-/** The part of a key Redis hashes: the inside of the first non-empty {...}, else the whole key. */
-function hashed(key: string): string {
-  const [open] = find(key, "{", 1, true);
-  if (open !== undefined) {
-    const [close] = find(key, "}", open + 1, true);
-    if (close !== undefined && close > open + 1) {
-      return sub(key, open + 1, close - 1);
-    }
-  }
-  return key;
-}
-
-/** Does the key carry a hash tag of its own (then keys built on it share its slot)? */
-export function tagged(key: string): boolean {
-  return hashed(key) !== key;
 }
 
 /** The cluster slot of a key, as Redis computes it (CLUSTER KEYSLOT). */
@@ -207,6 +190,15 @@ function replied(node: redis.RedisConf, err: string | undefined): boolean {
   return code !== undefined && code !== "TLS";
 }
 
+/** args (the keys after the first, then the arguments) without the one at position `at`. */
+function withoutKey(args: (string | number)[], at: number): (string | number)[] {
+  const out: (string | number)[] = [];
+  for (const i of $range(1, args.length)) {
+    if (i !== at) out.push(args[i - 1]!);
+  }
+  return out;
+}
+
 /** Run s for rkey on the master of its slot, following MOVED and ASK. */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
   const c = state(conf);
@@ -215,10 +207,17 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
   if (first === undefined) return $multi(undefined, rerr, "failed");
   let node = first;
   let asking = false;
+  let script = s;
+  let rest = args;
   for (const i of $range(0, conf.max_redirects)) {
-    const [res, err, fault] = single.exec(node, asking, s, rkey, ...args);
-    const retry = fault === "transient" && i < conf.max_redirects && find(tostring(err), ": TRYAGAIN", 1, true) !== undefined;
-    if (retry) {
+    const [res, err, fault] = single.exec(node, asking, script, rkey, ...rest);
+    const tryagain = fault === "transient" && find(tostring(err), ": TRYAGAIN", 1, true) !== undefined;
+    if (tryagain && script.alone !== undefined) {
+      // The slot migrates and the lock key and its waiters' queue are not on
+      // one node: the lock key alone (its queue, the last key, waits till after).
+      rest = withoutKey(rest, script.keys - 1);
+      script = script.alone;
+    } else if (tryagain && i < conf.max_redirects) {
       // A multi-key script (the fenced acquire) while its slot migrates: the
       // keys are split between the nodes for a moment. Ask the same node again.
       ngx.sleep(TRYAGAIN_PAUSE);
@@ -289,7 +288,9 @@ export function batch(conf: redis.RedisConf, s: scripts.Script, targets: Target[
       const fault = o.faults.get(j);
       if (fault === "redirect") {
         const t = targets[i - 1]!;
-        const [res, err, f] = subMs !== undefined ? call(conf, s, t.rkey, t.token, subMs[j - 1]!) : call(conf, s, t.rkey, t.token);
+        let m: number | undefined;
+        if (subMs !== undefined) m = subMs[j - 1];
+        const [res, err, f] = scripts.forTarget(call, conf, s, t.rkey, t.token, m);
         if (res !== undefined) out.replies.set(i, res);
         else {
           out.errors.set(i, err!);

@@ -122,28 +122,33 @@ function isError(r: Piped | undefined): r is LuaTable<number, false | string> {
   return type(r) === "table" && (r as LuaTable<number, unknown>).get(1) === false;
 }
 
-/** Queue s for the targets listed in `which` (indexes into targets), by SHA or with its body. */
-function queue(red: RestyRedis, s: scripts.Script, targets: Target[], ms: number[] | undefined, which: number[], body: boolean): void {
+/**
+ * Queue s for the targets listed in `which` (indexes into targets), by SHA or
+ * with its body: KEYS[1] the target's key (and KEYS[2] its waiters' queue,
+ * for two-key scripts), ARGV[1] its token (and ARGV[2] ms[i], when given).
+ */
+function queue(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms: number[] | undefined, which: number[], body: boolean): void {
   red.init_pipeline(which.length);
+  const send = body ? red.eval : red.evalsha;
+  const code = body ? s.src : s.sha;
   for (const i of which) {
     const t = targets[i - 1]!;
     let m: number | undefined;
     if (ms !== undefined) m = ms[i - 1];
-    if (body && m !== undefined) {
-      red.eval(s.src, 1, t.rkey, t.token, m);
-    } else if (body) {
-      red.eval(s.src, 1, t.rkey, t.token);
+    if (s.keys === 2 && m !== undefined) {
+      send.call(red, code, 2, t.rkey, scripts.queueKey(t.rkey, conf.slotted), t.token, m);
+    } else if (s.keys === 2) {
+      send.call(red, code, 2, t.rkey, scripts.queueKey(t.rkey, conf.slotted), t.token);
     } else if (m !== undefined) {
-      red.evalsha(s.sha, 1, t.rkey, t.token, m);
+      send.call(red, code, 1, t.rkey, t.token, m);
     } else {
-      red.evalsha(s.sha, 1, t.rkey, t.token);
+      send.call(red, code, 1, t.rkey, t.token);
     }
   }
 }
 
 /**
- * Run one single-key script (ARGV[1] the token, ARGV[2] ms[i] when given) for
- * every target in one round trip. Replies that say NOSCRIPT (scripts flushed,
+ * Run one per-target script (see queue) for every target in one round trip. Replies that say NOSCRIPT (scripts flushed,
  * a restart, a failover) get a second round trip with the script's body.
  */
 export function batch(conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Outcome {
@@ -167,7 +172,7 @@ export function batch(conf: redis.RedisConf, s: scripts.Script, targets: Target[
   let todo = all;
   let body = false;
   while (todo.length > 0) {
-    queue(red, s, targets, ms, todo, body);
+    queue(red, conf, s, targets, ms, todo, body);
     const [replies, err] = red.commit_pipeline();
     if (replies === undefined) {
       redis.done(red, conf, false);

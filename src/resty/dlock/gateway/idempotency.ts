@@ -703,6 +703,7 @@ function parseStoreOpt(v: unknown): LuaMultiReturn<[LuaTable<number, boolean> | 
 
 const KIND: lease.Kind = {
   acquire: scripts.IDEM_CLAIM, release: scripts.IDEM_RELEASE, extend: scripts.IDEM_EXTEND, shared: true, fenced: false,
+  drop: undefined,
 };
 
 /** Validate the options (already checked against gateway.new's names) and build the guard. */

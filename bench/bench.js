@@ -9,12 +9,15 @@ const http = require("node:http");
 const net = require("node:net");
 const os = require("node:os");
 const path = require("node:path");
+const { Monitor, handoffStats, handoffsOf } = require("./monitor");
 
 const root = path.resolve(__dirname, "..");
 const smoke = process.argv.includes("--smoke");
 const cfg = smoke
-  ? { rounds: 1, seconds: 1, conns: 32, contendClients: 20, contendSeconds: 2, hold: 5, memRequests: 20000, dictLeases: 2000 }
-  : { rounds: 5, seconds: 5, conns: 50, contendClients: 50, contendSeconds: 6, hold: 5, memRequests: 1000000, dictLeases: 10000 };
+  ? { rounds: 1, seconds: 1, conns: 32, contendClients: 40, contendSeconds: 2, memRequests: 20000, dictLeases: 2000 }
+  : { rounds: 5, seconds: 5, conns: 50, contendClients: 40, contendSeconds: 6, memRequests: 1000000, dictLeases: 10000 };
+// Section 2: every request acquires the one key (ttl, waiting at most wait ms), holds it hold ms, releases.
+Object.assign(cfg, { contendHold: 20, contendTtl: 1000, contendWait: 3000, contendWarmup: 0.5 });
 const outDir = path.join(root, "bench", "results");
 const prefix = fs.mkdtempSync("/tmp/dlock-bench.");
 fs.chmodSync(prefix, 0o755);
@@ -322,11 +325,67 @@ const median = (xs) => {
   const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
   return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN;
 };
-const pct = (xs, p) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] : NaN;
-};
 const fmt = (x, d = 0) => (Number.isFinite(x) ? x.toFixed(d) : "-");
+
+// ---- section 2: contention across two instances
+const nowUs = () => Number(process.hrtime.bigint() / 1000n); // CLOCK_MONOTONIC, as nginx's and the peers' sections
+
+// One GET on a keep-alive agent; { status, body } or { error }. Never rejects.
+function getKept(port, p, agent) {
+  return new Promise((resolve) => {
+    const req = http.get({ host: "127.0.0.1", port, path: p, agent }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (c) => (body += c));
+      res.on("end", () => resolve({ status: res.statusCode, body }));
+      res.on("error", (e) => resolve({ error: e.code || e.message }));
+    });
+    req.setTimeout(30000, () => req.destroy(new Error("client timeout")));
+    req.on("error", (e) => resolve({ error: e.code || e.message }));
+  });
+}
+
+// clients HTTP clients, alternating between the line's two instances, each looping
+// on path until the returned stop() (which resolves once every answer is in).
+function contendLoad(ports, p, clients, counts) {
+  const agents = ports.map(() => new http.Agent({ keepAlive: true, maxSockets: Infinity }));
+  let stopping = false;
+  const one = async (i) => {
+    const k = i % ports.length;
+    while (!stopping) {
+      const r = await getKept(ports[k], p, agents[k]);
+      const body = r.error ? "" : r.body.trim();
+      if (body === "ok") counts.ok++;
+      else if (body === "timeout") counts.timeouts++;
+      else {
+        counts.errors++;
+        const msg = r.error || `${r.status} ${body.slice(0, 80)}`;
+        counts.errMsgs[msg] = (counts.errMsgs[msg] || 0) + 1;
+        await sleep(10);
+      }
+    }
+  };
+  const all = Promise.all(Array.from({ length: clients }, (_, i) => one(i)));
+  return async () => {
+    stopping = true;
+    await all;
+    for (const a of agents) a.destroy();
+  };
+}
+
+// The critical sections each instance kept since the last call, merged:
+// [{ enterUs, leaveUs, pid, instance (1, 2) }].
+async function sectionsOf(ports, p) {
+  const out = [];
+  for (const [i, port] of ports.entries()) {
+    const { body } = await get(port, p);
+    for (const line of body.split("\n").filter(Boolean)) {
+      const [enterUs, leaveUs, pid] = line.split(" ").map(Number);
+      out.push({ enterUs, leaveUs, pid, instance: i + 1 });
+    }
+  }
+  return out;
+}
 
 async function main() {
   const redisPort = await freePort();
@@ -358,13 +417,27 @@ async function main() {
     `CLUSTER_NODES=${topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",")}`]);
   const nginxBin = process.env.DLOCK_NGINX || "nginx";
   const nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
-  const node = start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(nodePort), String(redisPort)]);
+  const peer = (port, rport) => start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(port), String(rport)]);
+  const node = peer(nodePort, redisPort);
+  // Section 2: a redis-server of its own (only the contending instances talk to
+  // it, so MONITOR sees nothing else), two nginx (nginx/bench-contend.conf, two
+  // workers each) and two Node.js peers (node-redlock's two instances).
+  const contend = { redisPort: await freePort(), nginxPorts: [await freePort(), await freePort()], peerPorts: [await freePort(), await freePort()] };
+  contend.redis = redisServer("redis-contend", ["--port", String(contend.redisPort)]);
+  await waitPort(contend.redisPort);
+  contend.nginx = contend.nginxPorts.map((port, i) => {
+    const dir = path.join(prefix, "contend-" + (i + 1));
+    execFileSync("bash", ["-c", `. '${root}/nginx/lib.sh'; render_conf '${root}/nginx/bench-contend.conf' '${dir}' '${dir}/nginx.conf' HTTP_PORT=${port} REDIS_PORT=${contend.redisPort}`]);
+    return start(nginxBin, ["-p", dir, "-c", path.join(dir, "nginx.conf"), "-g", "daemon off;"]);
+  });
+  contend.peers = contend.peerPorts.map((port) => peer(port, contend.redisPort));
   const t0Topo = Date.now();
   const [tlsStore, sentinelStore, clusterStore] = await Promise.all([
     startTls(topoPorts.tls, tlsDir), startSentinel(topoPorts.sentinel), clusterSkip ? null : startCluster(topoPorts.cluster)]);
   log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
   await waitFor(httpPort);
   await waitFor(nodePort);
+  for (const p of [...contend.nginxPorts, ...contend.peerPorts]) await waitFor(p);
   const nginxPids = () => [nginx.pid, ...children(nginx.pid)];
   const standalone = store("standalone", [{ port: redisPort, pid: redis.pid }]);
 
@@ -447,32 +520,76 @@ async function main() {
       ...(note ? { note } : {}) });
   }
 
-  // 2. Contention: C clients on one key, each holding it h ms.
+  // 2. Contention across two instances: C clients on one key (half on each
+  // instance), each request acquiring it (waiting at most contendWait ms),
+  // holding it contendHold ms, releasing. Lines interleaved per round.
+  const q = `?h=${cfg.contendHold}&wait=${cfg.contendWait}&ttl=${cfg.contendTtl}`;
+  const nginxPair = () => contend.nginx.flatMap((n) => [n.pid, ...children(n.pid)]);
   const contLines = [
-    { id: "dlock", name: "resty.dlock wait (backoff 2..64 ms, jitter)", path: "/contend/dlock" },
-    { id: "poll", name: "polling lock, lua-resty-lock schedule (1 ms doubling to 500 ms)", path: "/contend/poll" },
+    { id: "dlock", name: "resty.dlock acquire with wait (pub/sub wake-ups)", instances: "2 nginx × 2 workers", ports: contend.nginxPorts, path: "/contend/dlock", sections: "/sections", pids: nginxPair },
+    { id: "poll", name: "polling lock in Lua (SET NX PX, 2→64 ms jittered backoff, EVAL release)", instances: "2 nginx × 2 workers", ports: contend.nginxPorts, path: "/contend/poll", sections: "/sections", pids: nginxPair },
+    { id: "redlock", name: "node-redlock 5 retry loop (retryDelay 20 ms, retryJitter 10 ms, retryCount wait / 20)", instances: "2 Node.js processes", ports: contend.peerPorts, path: "/contend", sections: "/sections", pids: () => contend.peers.map((p) => p.pid) },
   ];
+  const ideal = 1000 / cfg.contendHold;
+  async function contendPhase(l, seconds) {
+    await sectionsOf(l.ports, l.sections); // nothing left over from before
+    const counts = { ok: 0, timeouts: 0, errors: 0, errMsgs: {} };
+    const cpu = () => cpuSeconds(l.pids()) + cpuSeconds([contend.redis.pid]);
+    const mon = await Monitor.start(contend.redisPort);
+    const cpu0 = cpu();
+    const t0 = nowUs();
+    const stop = contendLoad(l.ports, l.path + q, cfg.contendClients, counts);
+    await sleep(seconds * 1000);
+    const t1 = nowUs();
+    await stop(); // the requests in flight run to their end (a wait at most)
+    await sleep(300); // unsubscribes follow the last waiter: counted too
+    mon.stop();
+    const cpu1 = cpu();
+    const secs = await sectionsOf(l.ports, l.sections);
+    return { counts, mon, secs, t0, t1, cpuSeconds: cpu1 - cpu0 };
+  }
+  for (const l of contLines) await contendPhase(l, cfg.contendWarmup); // warm-up: connections, scripts cached, subscribers up
   const cruns = Object.fromEntries(contLines.map((l) => [l.id, []]));
   for (let round = 0; round < cfg.rounds; round++) {
     for (const l of contLines) {
-      await get(httpPort, "/gaps");
-      const c0 = redisCalls(redisPort);
-      wrk(`http://127.0.0.1:${httpPort}${l.path}?h=${cfg.hold}`, cfg.contendClients, cfg.contendSeconds);
-      await new Promise((r) => setTimeout(r, 1500)); // waiters cut off by wrk give up (client abort)
-      const c1 = redisCalls(redisPort);
-      const nums = (await get(httpPort, "/gaps")).body.trim().split(/\s+/).map(Number);
-      const acq = nums[0], gaps = nums.slice(1).map((us) => us / 1000);
-      cruns[l.id].push({ acqPerSec: acq / cfg.contendSeconds, p50: pct(gaps, 50), p99: pct(gaps, 99), cmdsPerAcq: (c1 - c0) / acq });
-      log(`  round ${round + 1} ${l.name}: ${fmt(acq / cfg.contendSeconds)} acq/s, hand-off p50 ${fmt(pct(gaps, 50), 2)} ms p99 ${fmt(pct(gaps, 99), 2)} ms`);
+      const { counts, mon, secs, t0, t1, cpuSeconds: cpuS } = await contendPhase(l, cfg.contendSeconds);
+      const inLoad = (s) => s.enterUs >= t0 && s.enterUs <= t1;
+      const { handoffs, overlaps } = handoffsOf(secs);
+      const pidMap = new Map(secs.map((s) => [s.pid, s.instance]));
+      const h = handoffStats(handoffs.filter((x) => x.atUs >= t0 && x.atUs <= t1), pidMap);
+      const acqPerSec = secs.filter(inLoad).length / ((t1 - t0) / 1e6);
+      const c = mon.perAcquisition(secs.length);
+      cruns[l.id].push({
+        acqPerSec, ofIdeal: acqPerSec / ideal, acquisitions: secs.length, ok: counts.ok, timeouts: counts.timeouts,
+        errors: counts.errors, errMsgs: counts.errMsgs, overlaps, handoffs: h, cmdsPerAcq: c.perAcquisition,
+        attemptsPerAcq: c.acquireAttemptsPerAcquisition, commands: c, cpuMsPerAcq: secs.length ? (cpuS * 1000) / secs.length : NaN,
+      });
+      log(`  round ${round + 1} ${l.name}: ${fmt(acqPerSec)} acq/s, hand-off p50 ${fmt(h.all.p50, 2)} / p99 ${fmt(h.all.p99, 2)} ms ` +
+        `(other instance p50 ${fmt(h.otherInstance.p50, 2)} / p99 ${fmt(h.otherInstance.p99, 2)} ms), ${fmt(c.perAcquisition, 2)} Redis cmds/acq, ` +
+        `${counts.timeouts} wait timeouts, ${counts.errors} errors`);
     }
   }
   const contention = contLines.map((l) => {
     const rs = cruns[l.id];
+    const sumBy = (f) => rs.reduce((a, r) => { for (const [k, n] of Object.entries(f(r))) a[k] = (a[k] || 0) + n; return a; }, {});
+    const acquisitions = rs.reduce((a, r) => a + r.acquisitions, 0);
     return {
-      line: l.name, id: l.id, clients: cfg.contendClients, hold_ms: cfg.hold,
-      acq_per_sec: median(rs.map((r) => r.acqPerSec)), ideal_acq_per_sec: 1000 / cfg.hold,
-      handoff_p50_ms: median(rs.map((r) => r.p50)), handoff_p99_ms: median(rs.map((r) => r.p99)),
-      redis_cmds_per_acq: median(rs.map((r) => r.cmdsPerAcq)),
+      line: l.name, id: l.id, instances: l.instances, clients: cfg.contendClients, hold_ms: cfg.contendHold,
+      ttl_ms: cfg.contendTtl, wait_ms: cfg.contendWait, ideal_acq_per_sec: ideal,
+      acq_per_sec: median(rs.map((r) => r.acqPerSec)), of_ideal: median(rs.map((r) => r.ofIdeal)),
+      handoff_p50_ms: median(rs.map((r) => r.handoffs.all.p50)), handoff_p99_ms: median(rs.map((r) => r.handoffs.all.p99)),
+      handoff_other_p50_ms: median(rs.map((r) => r.handoffs.otherInstance.p50)), handoff_other_p99_ms: median(rs.map((r) => r.handoffs.otherInstance.p99)),
+      handoffs_other_share: median(rs.map((r) => r.handoffs.otherInstance.n / r.handoffs.all.n)),
+      redis_cmds_per_acq: median(rs.map((r) => r.cmdsPerAcq)), acquire_attempts_per_acq: median(rs.map((r) => r.attemptsPerAcq)),
+      cpu_ms_per_acq: median(rs.map((r) => r.cpuMsPerAcq)),
+      wait_timeouts: rs.reduce((a, r) => a + r.timeouts, 0), requests: rs.reduce((a, r) => a + r.ok + r.timeouts + r.errors, 0),
+      errors: rs.reduce((a, r) => a + r.errors, 0), overlaps: rs.reduce((a, r) => a + r.overlaps, 0),
+      // Over all rounds: commands by name per acquisition, acquire attempts by the time since the key's last release.
+      commands_per_acq_by: Object.fromEntries(Object.entries(sumBy((r) => r.commands.byCommand)).sort((a, b) => b[1] - a[1])
+        .map(([k, n]) => [k, Math.round((n / acquisitions) * 100) / 100])),
+      acquire_attempts_after_release: sumBy((r) => r.commands.acquireAttemptsAfterRelease),
+      error_messages: sumBy((r) => r.errMsgs),
+      rounds: rs.map(({ commands, errMsgs, ...r }) => r),
     };
   });
 
@@ -498,7 +615,7 @@ function report(r) {
   t.push(`# make bench${r.smoke ? " (smoke: short, numbers indicative only)" : ""}`);
   t.push("");
   t.push(`${r.when}, ${r.machine.cpus} CPUs, ${r.machine.nginx}, ${r.machine.redis.split(" ").slice(0, 3).join(" ")}, Node ${r.machine.node}.`);
-  t.push(`Medians of ${r.config.rounds} interleaved round(s). One nginx worker, one Node process, one redis-server (plus the topologies of 1b), wrk on loopback.`);
+  t.push(`Medians of ${r.config.rounds} interleaved round(s). One nginx worker, one Node process, one redis-server (plus the topologies of 1b, and the two instances of section 2), wrk on loopback.`);
   t.push("");
   t.push(`## 1. Uncontended: acquire + release around a trivial handler, distinct key per request (${r.config.conns} connections)`);
   t.push("");
@@ -540,14 +657,45 @@ function report(r) {
     for (const n of notes) t.push(`- ${n}`);
   }
   t.push("");
-  t.push(`## 2. Contention: ${r.contention[0].clients} clients on one key, each holding it ${r.contention[0].hold_ms} ms`);
+  const c0 = r.contention[0];
+  t.push(`## 2. Contention across two instances: ${c0.clients} clients on one key, each holding it ${c0.hold_ms} ms`);
   t.push("");
-  t.push(`At most ${fmt(r.contention[0].ideal_acq_per_sec)} acquisitions/s are possible (hold time alone).`);
+  t.push(`Two nginx (\`nginx/bench-contend.conf\`, 2 workers each, on a redis-server of their own), ${c0.clients / 2} clients on each; ` +
+    `every request acquires the one key (ttl ${c0.ttl_ms} ms, waiting at most ${c0.wait_ms} ms), holds it ${c0.hold_ms} ms and releases it. ` +
+    "node-redlock runs in a single Node.js process, which has no workers: its two instances are two peer processes (`bench/peer/gateway.js`, " +
+    "each on one ioredis connection), its wait its own retry loop (retryCount = wait / retryDelay, so it waits about as long as the others). " +
+    `${fmt(c0.ideal_acq_per_sec)} acquisitions/s is the ideal (1000 / hold ms). **Hand-off** = from one holder leaving the key (before its release) to the next entering it ` +
+    "(after its acquire returned), every hand-off of the load, from the critical sections each process logs on CLOCK_MONOTONIC; **to the other instance** = only " +
+    "those where the next holder runs in the other nginx (or Node process). **Redis cmds/acquisition** = every command the instances sent the lock Redis " +
+    "from the start of the load until the requests in flight had ended (MONITOR; a script call counts once, releases and subscriptions included, " +
+    "the commands scripts run inside not), over the acquisitions in that time; **acquire attempts** = SET, or a script call other than a release " +
+    "(one with exactly one argument after its keys). **Wait timeouts** = requests that waited their whole wait in vain, summed over the rounds. " +
+    "CPU: the instances' and the Redis server's, per acquisition. The single-nginx scenario of earlier runs (50 clients, one worker, hold 5 ms) is gone: " +
+    "with one worker every waiter sat in the holder's process, and only this one measures hand-offs between instances.");
   t.push("");
-  t.push("| line | acquisitions/s | of ideal | hand-off p50 ms | hand-off p99 ms | Redis cmds/acquisition |");
-  t.push("| --- | ---: | ---: | ---: | ---: | ---: |");
+  t.push("| line | instances | acquisitions/s | of ideal | hand-off p50 ms | hand-off p99 ms | to the other instance p50 ms | to the other instance p99 ms | Redis cmds/acquisition | acquire attempts/acquisition | wait timeouts | CPU ms/acquisition |");
+  t.push("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   for (const l of r.contention) {
-    t.push(`| ${l.line} | ${fmt(l.acq_per_sec)} | ${fmt(l.acq_per_sec / l.ideal_acq_per_sec, 2)} | ${fmt(l.handoff_p50_ms, 2)} | ${fmt(l.handoff_p99_ms, 2)} | ${fmt(l.redis_cmds_per_acq, 1)} |`);
+    t.push(`| ${l.line} | ${l.instances} | ${fmt(l.acq_per_sec, 1)} | ${fmt(l.of_ideal, 2)} | ${fmt(l.handoff_p50_ms, 2)} | ${fmt(l.handoff_p99_ms, 2)} | ` +
+      `${fmt(l.handoff_other_p50_ms, 2)} | ${fmt(l.handoff_other_p99_ms, 2)} | ${fmt(l.redis_cmds_per_acq, 2)} | ${fmt(l.acquire_attempts_per_acq, 2)} | ` +
+      `${l.wait_timeouts} of ${l.requests} | ${fmt(l.cpu_ms_per_acq, 2)} |`);
+  }
+  const cl = Object.fromEntries(r.contention.map((l) => [l.id, l]));
+  const ratio = (a, b) => fmt(a / b, 2);
+  t.push("");
+  for (const [id, name] of [["poll", "the polling lock"], ["redlock", "node-redlock"]]) {
+    const d = cl.dlock, o = cl[id];
+    t.push(`- resty.dlock / ${name}: acquisitions/s ${ratio(d.acq_per_sec, o.acq_per_sec)}, hand-off p50 ${ratio(d.handoff_p50_ms, o.handoff_p50_ms)} ` +
+      `and p99 ${ratio(d.handoff_p99_ms, o.handoff_p99_ms)} (to the other instance ${ratio(d.handoff_other_p50_ms, o.handoff_other_p50_ms)} and ` +
+      `${ratio(d.handoff_other_p99_ms, o.handoff_other_p99_ms)}), Redis cmds/acquisition ${ratio(d.redis_cmds_per_acq, o.redis_cmds_per_acq)}, ` +
+      `CPU/acquisition ${ratio(d.cpu_ms_per_acq, o.cpu_ms_per_acq)}.`);
+  }
+  for (const l of r.contention) {
+    t.push(`- ${l.id}: per acquisition ${Object.entries(l.commands_per_acq_by).map(([k, n]) => `${k} ${n}`).join(", ")}; ` +
+      `acquire attempts by the time since the key's last release: ${Object.entries(l.acquire_attempts_after_release).filter(([, n]) => n).map(([b, n]) => `${b} ${n}`).join(", ")}; ` +
+      `${fmt(l.handoffs_other_share * 100)} % of the hand-offs went to the other instance` +
+      (l.overlaps ? `; ${l.overlaps} OVERLAP(S): a holder entered before the previous one left` : "") +
+      (l.errors ? `; ${l.errors} error(s): ${Object.entries(l.error_messages).slice(0, 3).map(([m, n]) => `"${m}" ×${n}`).join(", ")}` : "") + ".");
   }
   t.push("");
   t.push("## 3. Memory");
@@ -569,7 +717,7 @@ function plot(r) {
     .map((l) => ({ ...l, line: "resty.dlock, " + l.topology }))];
   fs.writeFileSync(dat, plotted.map((l) => `"${l.line}" ${l.rps} ${l.p99_ms}`).join("\n") + "\n");
   const cdat = path.join(prefix, "contend.dat");
-  fs.writeFileSync(cdat, r.contention.map((l) => `"${l.id}" ${l.handoff_p50_ms} ${l.handoff_p99_ms} ${l.acq_per_sec}`).join("\n") + "\n");
+  fs.writeFileSync(cdat, r.contention.map((l) => `"${l.id}" ${l.handoff_p50_ms} ${l.handoff_p99_ms} ${l.handoff_other_p50_ms} ${l.handoff_other_p99_ms}`).join("\n") + "\n");
   const gp = `
 set terminal pngcairo size 900,450 font ",10"
 set output "${path.join(outDir, "throughput.png")}"
@@ -582,9 +730,9 @@ set yrange [0:*]
 set grid ytics
 plot "${dat}" using 2:xtic(1) notitle linecolor rgb "#3b75af"
 set output "${path.join(outDir, "handoff.png")}"
-set title "Contention: hand-off gap, release to next holder (ms, lower is better)"
+set title "Contention, two instances: hand-off gap, one holder leaving to the next entering (ms, lower is better)"
 set xtics norotate
-plot "${cdat}" using 2:xtic(1) title "p50" linecolor rgb "#3b75af", "" using 3 title "p99" linecolor rgb "#e1812c"
+plot "${cdat}" using 2:xtic(1) title "p50" linecolor rgb "#3b75af", "" using 3 title "p99" linecolor rgb "#e1812c", "" using 4 title "p50, to the other instance" linecolor rgb "#7fa8d1", "" using 5 title "p99, to the other instance" linecolor rgb "#f0b27a"
 `;
   const g = spawnSync("gnuplot", [], { input: gp, encoding: "utf8" });
   if (g.status !== 0) console.error("gnuplot failed:", g.stderr);

@@ -1,5 +1,5 @@
 -- The Lua side of make bench: the baselines (the seeds' SET NX PX + EVAL lock,
--- a lua-resty-lock style polling lock) and the measurements taken inside nginx.
+-- a plain polling lock) and the measurements taken inside nginx.
 -- Not part of the library.
 local ffi = require "ffi"
 local dlock = require "resty.dlock"
@@ -77,69 +77,81 @@ function _M.seed()
   red:set_keepalive(60000, 64)
 end
 
-local function record_acquire(d)
-  local last = d:get("last_release")
-  if last then d:lpush("gaps", now_us() - last) end
-  d:incr("acquisitions", 1, 0)
+-- Section 2, contention (nginx/bench-contend.conf: two instances, two workers
+-- each, one key): /contend/dlock and /contend/poll?h=HOLD_MS&wait=WAIT_MS&ttl=MS acquire
+-- the one key, hold it h ms, release, and answer "ok", "timeout" (waited the
+-- whole wait in vain) or "err ...". Each critical section is kept in the
+-- instance's shared dict as "enter_us leave_us pid" (CLOCK_MONOTONIC, the same
+-- clock in every process of the machine; leave = before the release call), for
+-- bench.js to merge the two instances' sections into hand-offs (GET /sections).
+local function section(enter, leave)
+  ngx.shared.bench:rpush("sections", string.format("%.0f %.0f %d", enter, leave, ngx.worker.pid()))
 end
 
--- wrk cuts its connections at the end of a run; waiters whose client is gone
--- stop waiting (unless they hold the key), so nothing spills into the next line.
-local function stop_waiting_on_abort(state)
-  ngx.on_abort(function() if not state.holding then ngx.exit(499) end end)
+local function hold_wait_ttl()
+  return (tonumber(ngx.var.arg_h) or 20) / 1000, tonumber(ngx.var.arg_wait) or 3000, tonumber(ngx.var.arg_ttl) or 1000
 end
 
--- Contention with resty.dlock: wait for the hot key, hold it h ms, release.
+-- resty.dlock as a handler uses it: acquire with a wait, hold, release.
 function _M.contend_dlock()
-  local d = ngx.shared.bench
-  local hold = (tonumber(ngx.var.arg_h) or 5) / 1000
-  local state = {}
-  stop_waiting_on_abort(state)
-  local lease, err = _M.locks():acquire("hot", { ttl = 1000, wait = 60000 })
-  if not lease then ngx.status = 500 ngx.say(err) return end
-  state.holding = true
-  record_acquire(d)
+  local hold, wait, ttl = hold_wait_ttl()
+  local lease, err = _M.locks():acquire("hot", { ttl = ttl, wait = wait })
+  if not lease then ngx.say(err == "timeout" and "timeout" or "err " .. tostring(err)) return end
+  local enter = now_us()
   ngx.sleep(hold)
-  d:set("last_release", now_us())
-  lease:release()
-  ngx.say("ok")
+  local leave = now_us()
+  local ok, rerr = lease:release()
+  section(enter, leave)
+  ngx.say(ok and "ok" or "err release " .. tostring(rerr))
 end
 
--- Contention with a polling lock on the same Redis, on lua-resty-lock's schedule:
--- first sleep 1 ms, doubling, capped at 500 ms.
+-- The baseline: a plain polling lock as one writes it without resty.dlock (the
+-- same schedule as /crit-poll of nginx/torture.conf): SET K token NX PX ttl, and
+-- while busy sleep with jittered exponential backoff 2 -> 64 ms until `wait`
+-- runs out; release with a compare-and-delete EVAL.
 function _M.contend_poll()
-  local d = ngx.shared.bench
-  local hold = (tonumber(ngx.var.arg_h) or 5) / 1000
+  local hold, wait, ttl = hold_wait_ttl()
   local red, err = connect()
-  if not red then ngx.status = 500 ngx.say(err) return end
-  local state = {}
-  stop_waiting_on_abort(state)
-  local token, step = ngx.var.request_id, 0.001
-  while red:set("poll:hot", token, "NX", "PX", 1000) ~= "OK" do
-    ngx.sleep(step)
-    step = math.min(step * 2, 0.5)
+  if not red then ngx.say("err ", err) return end
+  local key, token = "poll:hot", ngx.var.request_id
+  ngx.update_time()
+  local deadline = ngx.now() * 1000 + wait
+  local backoff = 2
+  while true do
+    local res
+    res, err = red:set(key, token, "NX", "PX", ttl)
+    if res == "OK" then break end
+    if not res then ngx.say("err ", err) return end   -- ngx.null: busy
+    ngx.update_time()
+    local left = deadline - ngx.now() * 1000
+    if left <= 0 then
+      red:set_keepalive(60000, 64)
+      ngx.say("timeout")
+      return
+    end
+    ngx.sleep(math.min(left, backoff / 2 + math.random() * backoff / 2) / 1000)
+    backoff = math.min(backoff * 2, 64)
   end
-  state.holding = true
-  record_acquire(d)
+  local enter = now_us()
   ngx.sleep(hold)
-  d:set("last_release", now_us())
-  red:eval(UNLOCK, 1, "poll:hot", token)
+  local leave = now_us()
+  local n, rerr = red:eval(UNLOCK, 1, key, token)
+  section(enter, leave)
+  if n ~= 1 then ngx.say("err release ", tostring(n == 0 and "not_owner" or rerr)) return end
   red:set_keepalive(60000, 64)
   ngx.say("ok")
 end
 
--- Hand-off gaps (release -> next holder's acquire, µs) collected so far, then reset.
-function _M.gaps()
+-- The critical sections of this instance so far, one a line, then forgotten.
+function _M.sections()
   local d = ngx.shared.bench
-  local out = { d:get("acquisitions") or 0 }
+  local out = {}
   while true do
-    local v = d:rpop("gaps")
+    local v = d:lpop("sections")
     if not v then break end
-    out[#out + 1] = string.format("%.0f", v)
+    out[#out + 1] = v
   end
-  d:delete("acquisitions")
-  d:delete("last_release")
-  ngx.say(table.concat(out, " "))
+  ngx.print(table.concat(out, "\n"))
 end
 
 -- This worker's Lua heap in KB after a full collection.

@@ -36,6 +36,7 @@ const net = require("node:net");
 const os = require("node:os");
 const path = require("node:path");
 const { GUARDS, VIAS, SCENARIOS } = require("./torture-scenarios");
+const { Monitor, handoffStats, round2 } = require("./monitor");
 
 // ---------------------------------------------------------------- arguments
 const FLAGS = new Set(["short", "gateway", "topologies", "contention", "gateway-log"]);
@@ -1626,74 +1627,6 @@ function gwNoteOf(r) {
 /** resty.dlock's release channel (src/resty/dlock/scripts.ts CHANNEL): CHANNEL .. <lock key>. */
 const RELEASED_CHANNEL = "dlock:released:";
 
-/** MONITOR on the lock Redis: what every client but the harness's own connections sends, by command. */
-class Monitor {
-  static start(port) {
-    return new Promise((resolve, reject) => {
-      const sock = net.createConnection({ host: "127.0.0.1", port });
-      sock.once("error", reject);
-      sock.once("connect", () => {
-        const mon = new Monitor(sock, resolve);
-        mon.sock.write(encode(["MONITOR"]));
-      });
-    });
-  }
-  constructor(sock, ready) {
-    this.sock = sock;
-    this.localPort = sock.localPort;
-    harnessLockPorts.add(this.localPort);
-    this.commands = {}; // nginx's, by name: "evalsha (2 keys)", "subscribe", ...
-    this.total = 0;
-    this.inScripts = {}; // run by scripts ([0 lua] lines): PUBLISH
-    this.harness = 0; // lines of the harness's own connections, not counted
-    this.clients = new Set();
-    // Acquire attempts (a 2-key script, or SET) by the time since the last
-    // release (a 1-key script) of the same key, in ms: what wakes the contenders.
-    this.lastRelease = {};
-    this.afterRelease = { "< 1 ms": 0, "1-3 ms": 0, "3-10 ms": 0, "10-20 ms": 0, "≥ 20 ms": 0, "before any release": 0 };
-    let rest = "";
-    sock.setEncoding("latin1");
-    sock.on("data", (d) => {
-      rest += d;
-      let i;
-      while ((i = rest.indexOf("\r\n")) >= 0) {
-        const line = rest.slice(0, i);
-        rest = rest.slice(i + 2);
-        if (line === "+OK") ready(this);
-        else this.line(line);
-      }
-    });
-    sock.on("error", () => {});
-  }
-  // +1700000000.123456 [0 127.0.0.1:54321] "evalsha" "<sha>" "2" "torture:c1" ...
-  line(l) {
-    const m = /^\+(\d+\.\d+) \[\d+ ([^\]]+)\] (.*)$/.exec(l);
-    if (!m) return;
-    const [, at, client, rest] = m;
-    const args = [...rest.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((x) => x[1]);
-    const cmd = (args[0] || "?").toLowerCase();
-    if (client === "lua") { this.inScripts[cmd] = (this.inScripts[cmd] || 0) + 1; return; }
-    if (harnessLockPorts.has(Number(client.split(":").pop()))) { this.harness++; return; }
-    const scripted = cmd === "eval" || cmd === "evalsha";
-    const name = scripted ? `${cmd} (${args[2]} key${args[2] === "1" ? "" : "s"})` : cmd;
-    this.commands[name] = (this.commands[name] || 0) + 1;
-    this.total++;
-    this.clients.add(client);
-    const ts = Number(at) * 1000;
-    if (scripted && args[2] === "1") this.lastRelease[args[3]] = ts;
-    else if ((scripted && args[2] === "2") || cmd === "set") {
-      const last = this.lastRelease[scripted ? args[3] : args[1]];
-      const d = ts - last;
-      const b = last === undefined ? "before any release" : d < 1 ? "< 1 ms" : d < 3 ? "1-3 ms" : d < 10 ? "3-10 ms" : d < 20 ? "10-20 ms" : "≥ 20 ms";
-      this.afterRelease[b]++;
-    }
-  }
-  stop() {
-    this.sock.destroy();
-    harnessLockPorts.delete(this.localPort);
-  }
-}
-
 /** One request; { status, body }, { aborted } (the client destroyed the socket at abortAt ms) or { error }. Never rejects. */
 function critRequest(port, p, abortAt) {
   return new Promise((resolve) => {
@@ -1776,29 +1709,6 @@ async function collectHandoffs(keys) {
   } finally {
     w.close();
   }
-}
-
-const round2 = (x) => (x === null ? null : Math.round(x * 100) / 100);
-function gapStats(us) {
-  const s = us.map((x) => x / 1000).sort((a, b) => a - b);
-  const q = (f) => (s.length ? round2(s[Math.min(s.length - 1, Math.floor(f * s.length))]) : null);
-  return { n: s.length, p50: q(0.5), p90: q(0.9), p99: q(0.99), max: s.length ? round2(s[s.length - 1]) : null,
-    mean: s.length ? round2(s.reduce((a, b) => a + b, 0) / s.length) : null };
-}
-
-/** Hand-off gaps, all and by where the next holder was: the same worker, another worker of the same nginx, the other nginx. */
-function handoffStats(list, pids) {
-  const by = { all: [], sameWorker: [], sameInstance: [], otherInstance: [], unknown: [] };
-  for (const h of list) {
-    by.all.push(h.gapUs);
-    const a = pids.get(h.prevPid), b = pids.get(h.pid);
-    if (h.prevPid === h.pid) by.sameWorker.push(h.gapUs);
-    else if (a === undefined || b === undefined) by.unknown.push(h.gapUs);
-    else by[a === b ? "sameInstance" : "otherInstance"].push(h.gapUs);
-  }
-  const out = {};
-  for (const [k, v] of Object.entries(by)) out[k] = gapStats(v);
-  return out;
 }
 
 /**
@@ -1919,7 +1829,7 @@ async function runPhase(sc, ph, withFault) {
   const logFrom = target.dirs.map(logSize);
   const pids = workerMap();
   const counts = { ...newCounts(), aborted: 0, byKind: { full: 0, short: 0, aborted: 0 }, timeoutBy: { full: 0, short: 0, aborted: 0 }, timeoutAt: [] };
-  const mon = await Monitor.start(LOCK_PORT);
+  const mon = await Monitor.start(LOCK_PORT, { exclude: harnessLockPorts });
   const duration = ph.durationMs;
   const start = Date.now();
   const f = { at: null, detail: "", deadline: start + duration };
@@ -1948,7 +1858,6 @@ async function runPhase(sc, ph, withFault) {
   const okInLoad = counts.okAt.filter((t) => t <= loadEnd).length;
   const lat = counts.okMs.sort((a, b) => a - b);
   const pct = (q) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(q * lat.length))]) : null);
-  const perAcq = (n) => (w.acquisitions ? Math.round(n / w.acquisitions * 100) / 100 : null);
   const ideal = L.keys.length * 1000 / LOCK.hold;
   const rate = okInLoad / (duration / 1000);
   return {
@@ -1962,12 +1871,7 @@ async function runPhase(sc, ph, withFault) {
     ratePerS: Math.round(rate * 10) / 10, idealPerS: ideal, ofIdeal: Math.round(rate / ideal * 1000) / 10,
     handoffs: handoffStats(handoffs, pids),
     longestHandoff: handoffs.length ? (({ key, gapUs, atUs }) => ({ key, ms: round2(gapUs / 1000), fromLoadStartMs: Math.round((atUs - gapUs) / 1000 - start) }))(handoffs.reduce((a, h) => (h.gapUs > a.gapUs ? h : a))) : null,
-    commands: {
-      total: mon.total, perAcquisition: perAcq(mon.total), byCommand: mon.commands,
-      perAcquisitionBy: Object.fromEntries(Object.entries(mon.commands).sort((a, b) => b[1] - a[1]).map(([k, n]) => [k, perAcq(n)])),
-      inScripts: mon.inScripts, clientConnections: mon.clients.size, harnessLinesExcluded: mon.harness,
-      acquireAttemptsAfterRelease: mon.afterRelease,
-    },
+    commands: mon.perAcquisition(w.acquisitions),
     okLatencyMs: { p50: pct(0.5), p99: pct(0.99), max: lat.length ? Math.round(lat[lat.length - 1]) : null },
     releaseNotOwner: w.releaseNotOwner, releaseError: w.releaseError, leftInside: w.leftInside, overlapLog: w.overlapLog,
     leftovers: left, waitersAfter, probe: probed,
@@ -2036,7 +1940,7 @@ function phaseNote(p) {
   bits.push(`${p.path}: ${c.total} commands from ${c.clientConnections} nginx connection(s), per acquisition ` +
     Object.entries(c.perAcquisitionBy).map(([k, n]) => `${k} ${n}`).join(", ") +
     (Object.keys(c.inScripts).length ? ` (inside scripts: ${Object.entries(c.inScripts).map(([k, n]) => `${k} ×${n}`).join(", ")})` : ""));
-  bits.push("acquire attempts by the time since the key's last release: " + Object.entries(c.acquireAttemptsAfterRelease).filter(([, n]) => n).map(([b, n]) => `${b} ${n}`).join(", "));
+  bits.push(`${c.acquireAttempts} acquire attempts (${c.acquireAttemptsPerAcquisition} per acquisition: SET, or a script call with other than one argument after its keys) and ${c.releases} releases (a script call with one); the attempts by the time since the key's last release: ` + Object.entries(c.acquireAttemptsAfterRelease).filter(([, n]) => n).map(([b, n]) => `${b} ${n}`).join(", "));
   const h = p.handoffs;
   const hs = (x) => (x.n ? `${x.n} p50 ${x.p50} / p99 ${x.p99} / max ${x.max} ms` : "none");
   bits.push(`hand-offs to the same worker ${hs(h.sameWorker)}; to another worker of the same nginx ${hs(h.sameInstance)}; to the other nginx ${hs(h.otherInstance)}` + (h.unknown.n ? `; involving a killed or new worker ${hs(h.unknown)}` : ""));

@@ -239,7 +239,7 @@ const SCENARIOS = [
     load: {
       kind: "contention", keys: ["c1", "c2"], clientsPerKey: 40,
       phases: [
-        { name: "resty.dlock (wake-ups)", path: "/crit", durationMs: 8000, leftovers: { settleMs: 1000, watchMs: 3000 } },
+        { name: "resty.dlock (wake-ups)", path: "/crit", durationMs: 8000, leftovers: { settleMs: 3000, watchMs: 3000 } },
         { name: "polling baseline (SET NX, 2→64 ms backoff)", path: "/crit-poll", durationMs: 5000, baseline: true },
       ],
     },

@@ -282,14 +282,16 @@ function ____exports.live(conf, rkey)
     local s = subscribers[conf.pool]
     return s ~= nil and s.live[rkey] ~= nil
 end
---- The waiter is done waiting for rkey (acquired, timed out, or failed).
+--- The waiter is done waiting for rkey (acquired, timed out, or failed). The
+-- key stays subscribed for GRACE seconds after the last one (see sync): under
+-- contention a worker's line empties and fills again all the time, and each
+-- UNSUBSCRIBE/SUBSCRIBE pair would be two more commands for Redis.
 function ____exports.done(conf, rkey)
     local s = subscribers[conf.pool]
     if s == nil or s.refused then
         return
     end
     if waits.waiters(rkey) == 0 then
-        s.wanted[rkey] = nil
         s.due[rkey] = nil
     end
 end

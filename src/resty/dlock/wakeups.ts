@@ -277,14 +277,16 @@ export function live(conf: redis.RedisConf, rkey: string): boolean {
   return s !== undefined && s.live.has(rkey);
 }
 
-/** The waiter is done waiting for rkey (acquired, timed out, or failed). */
+/**
+ * The waiter is done waiting for rkey (acquired, timed out, or failed). The
+ * key stays subscribed for GRACE seconds after the last one (see sync): under
+ * contention a worker's line empties and fills again all the time, and each
+ * UNSUBSCRIBE/SUBSCRIBE pair would be two more commands for Redis.
+ */
 export function done(conf: redis.RedisConf, rkey: string): void {
   const s = subscribers.get(conf.pool);
   if (s === undefined || s.refused) return;
-  if (waits.waiters(rkey) === 0) {
-    s.wanted.delete(rkey);
-    s.due.delete(rkey);
-  }
+  if (waits.waiters(rkey) === 0) s.due.delete(rkey);
 }
 
 /** Messages and connections of this worker's subscriber for conf (status, specs). */

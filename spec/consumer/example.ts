@@ -14,6 +14,7 @@ export function run(this: void, port: number, key: string): string {
   const [, busy] = locks.acquire(key);
   const valid = lease.valid();
   const [released, rerr] = lease.release();
+  ngx.log(ngx.INFO, "example: released ", key);
   const [sem] = semaphore.new({ dict: "dlock", permits: 2, redis: { port } });
   return dlock._VERSION + " " + busy + " " + tostring(valid) + " " + tostring(released ?? rerr) + " " + sem?.permits;
 }

@@ -10,7 +10,10 @@ local reentrant = require("resty.dlock.reentrant")
 local scripts = require("resty.dlock.scripts")
 local token = require("resty.dlock.token")
 local watchdog = require("resty.dlock.watchdog")
-____exports._VERSION = "0.1.0"
+do
+    local ____version = require("resty.dlock.version")
+    ____exports._VERSION = ____version.VERSION
+end
 ____exports.MAX_KEY_LEN = lease.MAX_KEY_LEN
 ____exports.MAX_TTL = lease.MAX_TTL
 local LOCK = {

@@ -17,7 +17,7 @@ import * as scripts from "./dlock/scripts";
 import * as token from "./dlock/token";
 import * as watchdog from "./dlock/watchdog";
 
-export const _VERSION = "0.1.0";
+export { VERSION as _VERSION } from "./dlock/version";
 export const MAX_KEY_LEN = lease.MAX_KEY_LEN;
 export const MAX_TTL = lease.MAX_TTL;
 

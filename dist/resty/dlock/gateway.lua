@@ -10,7 +10,10 @@ local request = require("resty.dlock.request")
 local semaphore = require("resty.dlock.semaphore")
 local stats = require("resty.dlock.stats")
 local token = require("resty.dlock.token")
-____exports._VERSION = "0.1.0"
+do
+    local ____version = require("resty.dlock.version")
+    ____exports._VERSION = ____version.VERSION
+end
 local MODES = {}
 MODES.dedup = {status = 409, wait = false}
 MODES.concurrency = {status = 429, wait = true}

@@ -9,7 +9,10 @@ local scripts = require("resty.dlock.scripts")
 local recovery = require("resty.dlock.recovery")
 local token = require("resty.dlock.token")
 local watchdog = require("resty.dlock.watchdog")
-____exports._VERSION = "0.1.0"
+do
+    local ____version = require("resty.dlock.version")
+    ____exports._VERSION = ____version.VERSION
+end
 --- Most permits per key.
 ____exports.MAX_PERMITS = 100000
 local PERMIT = {

@@ -44,7 +44,10 @@ function topologyLines(lines)
         end
     end
 end
-____exports._VERSION = "0.1.0"
+do
+    local ____version = require("resty.dlock.version")
+    ____exports._VERSION = ____version.VERSION
+end
 --- Leases serve() and report() list unless asked for another number.
 ____exports.DEFAULT_LIMIT = 100
 --- The most a request may ask for: listing walks the dict, a bound keeps the page cheap.

@@ -24,7 +24,7 @@ import * as semaphore from "./semaphore";
 import * as stats from "./stats";
 import * as token from "./token";
 
-export const _VERSION = "0.1.0";
+export { VERSION as _VERSION } from "./version";
 
 type Mode = "dedup" | "concurrency" | "throttle" | "mutex";
 type KeyFn = keys.KeyFn;

@@ -19,7 +19,7 @@ import * as recovery from "./recovery";
 import * as token from "./token";
 import * as watchdog from "./watchdog";
 
-export const _VERSION = "0.1.0";
+export { VERSION as _VERSION } from "./version";
 /** Most permits per key. */
 export const MAX_PERMITS = 100000;
 

@@ -25,7 +25,7 @@ import * as redis from "./redis";
 import * as sentinel from "./sentinel";
 import * as stats from "./stats";
 
-export const _VERSION = "0.1.0";
+export { VERSION as _VERSION } from "./version";
 
 /** Leases serve() and report() list unless asked for another number. */
 export const DEFAULT_LIMIT = 100;

@@ -1,0 +1,341 @@
+// TypeScript declarations of lua-resty-dlock's Lua API, for TypeScriptToLua
+// projects: `import * as dlock from "resty.dlock"` compiles to
+// `local dlock = require("resty.dlock")`. They describe the Lua side as nginx
+// loads it from dist/: module functions take no self (this: void), objects'
+// methods are called with ':' (this: the object). Option tables are typed so a
+// misspelt option or a value of the wrong type fails to type-check; the Lua
+// side still checks them at run time (ranges, combinations).
+// The ngx global is opt-in: add "lua-resty-dlock/ngx" to compilerOptions.types.
+
+/// <reference types="@typescript-to-lua/language-extensions" />
+
+declare module "resty.dlock" {
+  /** "host:port" or "[v6]:port". */
+  export type Node = string;
+
+  /** Options every Redis topology takes; they apply to each data node. */
+  export interface RedisCommon {
+    username?: string;
+    password?: string;
+    connect_timeout?: number;
+    read_timeout?: number;
+    pool_size?: number;
+    keepalive_timeout?: number;
+    backlog?: number;
+    ssl?: boolean;
+    ssl_verify?: boolean;
+    server_name?: string;
+  }
+
+  /** Writes acknowledged by replicas (WAIT): not with Redlock. */
+  export interface Replicated {
+    replicas?: number;
+    replicas_timeout?: number;
+  }
+
+  export interface SentinelOptions {
+    master: string;
+    nodes: Node[];
+    /** The sentinels' own credentials. */
+    username?: string;
+    password?: string;
+  }
+
+  export interface ClusterOptions {
+    /** Seed nodes. */
+    nodes: Node[];
+    max_redirects?: number;
+  }
+
+  interface NoTopology {
+    host?: never;
+    port?: never;
+    path?: never;
+    sentinel?: never;
+    cluster?: never;
+    redlock?: never;
+  }
+
+  /** One server over TCP (the default: 127.0.0.1:6379). */
+  export interface StandaloneRedis extends RedisCommon, Replicated, Omit<NoTopology, "host" | "port"> {
+    host?: string;
+    port?: number;
+    db?: number;
+  }
+  export interface UnixRedis extends RedisCommon, Replicated, Omit<NoTopology, "path"> {
+    /** "unix:/run/redis.sock" */
+    path: string;
+    db?: number;
+  }
+  export interface SentinelRedis extends RedisCommon, Replicated, Omit<NoTopology, "sentinel"> {
+    sentinel: SentinelOptions;
+    db?: number;
+  }
+  /** A cluster has one database: no db. */
+  export interface ClusterRedis extends RedisCommon, Replicated, Omit<NoTopology, "cluster"> {
+    cluster: ClusterOptions;
+  }
+  /** A majority of at least 3 independent masters; no replicas, fencing or semaphores. */
+  export interface RedlockRedis extends RedisCommon, Omit<NoTopology, "redlock"> {
+    redlock: Node[];
+    db?: number;
+  }
+  /** The five ways to reach Redis exclude each other. */
+  export type RedisOptions = StandaloneRedis | UnixRedis | SentinelRedis | ClusterRedis | RedlockRedis;
+
+  /** What locks and semaphores take alike. */
+  export interface StoreOptions {
+    /** lua_shared_dict for local bookkeeping (required). */
+    dict: string;
+    redis?: RedisOptions;
+    /** Redis key namespace ("" allowed: keys under their own names). */
+    prefix?: string;
+    /** Default lease, ms (1 ms to 1 day). */
+    ttl?: number;
+    /** Default wait, ms. */
+    wait?: number;
+  }
+
+  export interface Options extends StoreOptions {
+    owner?: "random" | "worker";
+    /** Every lease gets lease.fence. */
+    fencing?: boolean;
+    /** A caller holding a key gets nested leases on it. */
+    reentrant?: boolean;
+  }
+
+  /** Told once, in the watchdog's timer, when a renewed lease is lost. */
+  export type OnLost = (this: void, lease: Lease, why: string) => void;
+
+  export interface AcquireOptions {
+    ttl?: number;
+    wait?: number;
+    /** Renewed by the watchdog until released. */
+    renew?: boolean;
+    /** Needs renew = true. */
+    on_lost?: OnLost;
+  }
+
+  /** true; or nil, "not_owner"; or nil, "dlock: ..." (Redis failed: still yours, call again). */
+  export type Outcome = LuaMultiReturn<[true | undefined, string | undefined]>;
+
+  export interface Lease {
+    readonly key: string;
+    readonly token: string;
+    /** ms, as last acquired or extended. */
+    readonly ttl: number;
+    /** With fencing: larger than the fence of every earlier holder of the key. */
+    readonly fence: number | undefined;
+    release(this: Lease): Outcome;
+    /** Reset to ttl ms from now (default: its current ttl). */
+    extend(this: Lease, ttl?: number): Outcome;
+    /** May the holder still act on it? No round trip. */
+    valid(this: Lease): boolean;
+  }
+
+  /**
+   * lease; or nil, "busy" | "timeout", retry_after (ms until the holder's
+   * lease ends, when known); or nil, "dlock: ..." on bad input or a Redis failure.
+   */
+  export type AcquireResult = LuaMultiReturn<[Lease | undefined, string | undefined, number | undefined]>;
+
+  /** A lease this nginx holds, from the shared dict. */
+  export interface HeldLease {
+    readonly key: string;
+    readonly token: string;
+    readonly pid: number;
+    /** Epoch seconds. */
+    readonly expires_at: number;
+    /** ms left. */
+    readonly ttl: number;
+  }
+
+  /** What locks and semaphores have in common. */
+  export interface Acquirer {
+    readonly prefix: string;
+    readonly ttl: number;
+    readonly wait: number;
+    acquire(this: Acquirer, key: string, opts?: AcquireOptions): AcquireResult;
+    held(this: Acquirer): HeldLease[];
+    /**
+     * fn(...args) under the lease, released whatever fn does: fn's results, or
+     * nil, err (not acquired, fn raised, or the release failed) and retry_after.
+     */
+    with<A extends unknown[]>(this: Acquirer, key: string, opts: AcquireOptions | undefined,
+      fn: (this: void, ...args: A) => unknown, ...args: A): LuaMultiReturn<unknown[]>;
+  }
+
+  export interface Locks extends Acquirer {
+    readonly owner: "random" | "worker";
+    readonly reentrant: boolean;
+  }
+
+  export const _VERSION: string;
+  /** Longest key, bytes (before the prefix). */
+  export const MAX_KEY_LEN: number;
+  /** Longest lease, ms (one day). */
+  export const MAX_TTL: number;
+
+  /** A lock factory, or nil and an error naming the bad option. */
+  function create(this: void, opts: Options): LuaMultiReturn<[Locks | undefined, string | undefined]>;
+  export { create as new };
+
+  /** In init_worker_by_lua: release the leases of a worker that died. */
+  export function init_worker(this: void): LuaMultiReturn<[true | undefined, string | undefined]>;
+}
+
+declare module "resty.dlock.semaphore" {
+  import type { Acquirer, StoreOptions, SentinelRedis, StandaloneRedis, UnixRedis, ClusterRedis } from "resty.dlock";
+
+  export interface Options extends StoreOptions {
+    /** Holders per key. */
+    permits: number;
+    /** Not Redlock: a majority of per-master permit sets does not bound holders. */
+    redis?: StandaloneRedis | UnixRedis | SentinelRedis | ClusterRedis;
+  }
+
+  export interface Semaphore extends Acquirer {
+    readonly permits: number;
+  }
+
+  export const _VERSION: string;
+  export const MAX_PERMITS: number;
+
+  function create(this: void, opts: Options): LuaMultiReturn<[Semaphore | undefined, string | undefined]>;
+  export { create as new };
+}
+
+declare module "resty.dlock.gateway" {
+  import type { RedisOptions } from "resty.dlock";
+
+  /** nginx variables with literals ("$http_idempotency_key", "$remote_addr:$uri"), or a function of the request. */
+  export type Key = string | ((this: void) => string | undefined);
+
+  interface Common {
+    /** Name in logs, status and metrics: letters, digits, '_', '-', '.'. */
+    name?: string;
+    key: Key;
+    /** Redis unavailable: let the request through, or answer error_status. */
+    on_error: "allow" | "deny";
+    on_missing?: "pass" | "reject";
+    error_status?: number;
+    /** Extra response headers on every refusal. */
+    headers?: { [name: string]: string };
+    breaker_failures?: number;
+    breaker_cooldown?: number;
+    dict?: string;
+    redis?: RedisOptions;
+    prefix?: string;
+    ttl?: number;
+  }
+
+  interface Refusing extends Common {
+    reject_status?: number;
+    missing_status?: number;
+  }
+
+  export interface DedupOptions extends Refusing {
+    mode: "dedup";
+    /** ms the key stays taken after a 2xx. */
+    hold?: number;
+    renew?: boolean;
+    read_body?: boolean;
+  }
+  export interface ConcurrencyOptions extends Refusing {
+    mode: "concurrency";
+    permits: number;
+    wait?: number;
+    renew?: boolean;
+    read_body?: boolean;
+  }
+  export interface ThrottleOptions extends Refusing {
+    mode: "throttle";
+  }
+  export interface MutexOptions extends Refusing {
+    mode: "mutex";
+    wait?: number;
+    renew?: boolean;
+    read_body?: boolean;
+  }
+  export interface IdempotencyOptions extends Common {
+    mode: "idempotency";
+    /** Tenant part of the lookup (variables or a function), hashed with the key. */
+    scope?: Key;
+    methods?: string[];
+    /** ms of the in-flight claim. */
+    lease?: number;
+    wait?: number;
+    max_body?: number;
+    max_request_body?: number;
+    /** Statuses stored: numbers and classes ("2xx"). */
+    store?: (number | string)[];
+  }
+  export type Options = DedupOptions | ConcurrencyOptions | ThrottleOptions | MutexOptions | IdempotencyOptions;
+
+  export interface Guard {
+    readonly name: string;
+    readonly mode: Options["mode"];
+    /** In access_by_lua: let the request through, or end it with the guard's status. */
+    access(this: Guard): void;
+    /** In a location's own log_by_lua: end this guard's lease. */
+    log(this: Guard): void;
+  }
+
+  export const _VERSION: string;
+
+  /** In init_by_lua: a guard, or nil and an error naming the bad option. */
+  function create(this: void, opts: Options): LuaMultiReturn<[Guard | undefined, string | undefined]>;
+  export { create as new };
+
+  /** log_by_lua at http level: ends the leases of every guard the request passed. */
+  export function log(this: void): void;
+  /** header_filter_by_lua at http level (idempotency guards). */
+  export function header_filter(this: void): void;
+  /** body_filter_by_lua at http level (idempotency guards). */
+  export function body_filter(this: void): void;
+}
+
+declare module "resty.dlock.status" {
+  export interface MetricsOptions {
+    /** lua_shared_dict names reported besides the guards' own. */
+    dicts?: string[];
+  }
+  export interface ReportOptions extends MetricsOptions {
+    /** Held leases listed (default 100, at most 10000). */
+    limit?: number;
+  }
+
+  export interface HeldView {
+    readonly dict: string;
+    readonly key: string;
+    readonly pid: number;
+    readonly ttl: number;
+    readonly expires_at: number;
+  }
+
+  /** What serve() shows as JSON (tokens are never listed). */
+  export interface Report {
+    readonly dicts: string[];
+    readonly held: HeldView[];
+    readonly held_listed: number;
+    readonly held_limit: number;
+    readonly held_truncated: boolean;
+    readonly unrecorded: LuaTable<string, number>;
+    readonly shortfalls: LuaTable<string, number>;
+    readonly redis: LuaTable<string, LuaTable<string, unknown>>;
+    readonly topology: LuaTable<string, LuaTable<string, unknown>>;
+    readonly guards: LuaTable<string, LuaTable<string, unknown>>;
+  }
+
+  export const _VERSION: string;
+  export const DEFAULT_LIMIT: number;
+  export const MAX_LIMIT: number;
+
+  export function report(this: void, opts?: ReportOptions): LuaMultiReturn<[Report | undefined, string | undefined]>;
+  /** content_by_lua: the report as JSON (?limit=N). */
+  export function serve(this: void, opts?: ReportOptions): void;
+  /** The metrics in the Prometheus text format. */
+  export function metrics_text(this: void, opts?: MetricsOptions): LuaMultiReturn<[string | undefined, string | undefined]>;
+  /** content_by_lua: metrics_text() as the response. */
+  export function metrics(this: void, opts?: MetricsOptions): void;
+}

@@ -1,0 +1,48 @@
+-- make run (nginx/demo): the gateway's front page lists what to try, the same
+-- curl lines the demo prints in the terminal.
+local h = require "helpers"
+
+describe("make run's demo gateway", function()
+  local port, pid, printed
+  local out = h.prefix .. "/demo.out"
+
+  setup(function()
+    port = h.free_port()
+    local nginx = h.env.nginx ~= "nginx" and ("DLOCK_NGINX=" .. h.env.nginx .. " ") or ""
+    local p = io.popen("export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; " .. nginx ..
+      "DLOCK_DEMO_PORT=" .. port .. " bash " .. h.root .. "/nginx/demo > " .. out .. " 2>&1 & echo $!")
+    pid = tonumber(p:read("*l"))
+    p:close()
+    -- The runner stops it too, should this spec fail before its teardown.
+    local f = assert(io.open(h.prefix .. "/pids", "a"))
+    f:write(pid, "\n")
+    f:close()
+    assert(h.eventually(15, function()
+      printed = h.read_file(out) or ""
+      return printed:find("Ctrl-C stops", 1, true) ~= nil
+    end), "the demo did not start:\n" .. tostring(printed))
+  end)
+
+  teardown(function()
+    if pid then h.stop_pid(pid, "TERM") end
+  end)
+
+  it("answers / with 200 and the curl lines the demo printed, for its own address", function()
+    local res = assert(h.http(port, "/"))
+    assert.equal(200, res.status)
+    assert.matches("^text/plain", res.headers["content-type"])
+    local url = "http://127.0.0.1:" .. port
+    assert.matches("lua-resty-dlock demo gateway on " .. url .. "\n", res.body, 1, true)
+    for _, path in ipairs({ "/orders?ms=2000", "/reports?user=alice", "/refresh?user=bob", "/jobs?job=nightly",
+                            "/dlock/status", "/dlock/metrics" }) do
+      assert.matches("curl [^\n]*" .. url:gsub("%p", "%%%0") .. path:gsub("%p", "%%%0"), res.body)
+    end
+    assert.is_truthy(printed:find(res.body, 1, true), "the page differs from what the demo printed:\n" .. printed)
+    assert.is_nil(res.body:find("@URL@", 1, true))
+  end)
+
+  it("serves what the page tells to try", function()
+    assert.equal(200, assert(h.http(port, "/dlock/status")).status)
+    assert.equal(200, assert(h.http(port, "/jobs?job=" .. h.unique("demo") .. "&ms=0")).status)
+  end)
+end)

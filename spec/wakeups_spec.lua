@@ -7,9 +7,10 @@ local h = require "helpers"
 local now, eventually = h.now, h.eventually
 
 --- Release as another nginx would: the release script run in Redis, nothing in this worker told.
-local RELEASE = require("resty.dlock.scripts").RELEASE.src
+--- With a waiter in line it answers the token of the waiter it handed the key to.
+local RELEASE = require("resty.dlock.scripts").RELEASE_QUEUED.src
 local function release_elsewhere(lease)
-  return h.cmd(nil, "eval", RELEASE, 1, lease.rkey, lease.token)
+  return h.cmd(nil, "eval", RELEASE, 2, lease.rkey, lease.rkey .. ":queue", lease.token)
 end
 
 local function pubsub_clients()
@@ -40,14 +41,14 @@ describe("wake-ups", function()
     end))
     ngx.sleep(0.3)  -- the waiter now sleeps until the holder's PTTL (10 s) unless woken
     released_at = now()
-    assert.equal(1, release_elsewhere(lease))
+    assert.is_string(release_elsewhere(lease))
     assert(ngx.thread.wait(th))
     assert.is_truthy(got, "the waiter did not get the key")
     local ms = (got_at - released_at) * 1000
     assert.is_true(ms < 50, "woken " .. ms .. " ms after the release")
     assert.is_true(got:release())
-    -- Done waiting: the subscription goes.
-    assert.is_true(eventually(1, function()
+    -- Done waiting: the subscription goes, 2 s after the key's last waiter.
+    assert.is_true(eventually(3, function()
       return h.cmd(nil, "pubsub", "numsub", "dlock:released:" .. prefix .. "k")[2] == 0
     end))
   end)
@@ -68,7 +69,7 @@ describe("wake-ups", function()
     end))
     assert.is_true(pubsub_clients() - before <= 1)
     local t0 = now()
-    for i = 1, 5 do assert.equal(1, release_elsewhere(leases[i])) end
+    for i = 1, 5 do assert.is_string(release_elsewhere(leases[i])) end
     -- Every waiter gets its key in turn (each releases at once), none waits for the ttl.
     for i = 1, 20 do
       local ok, released = ngx.thread.wait(threads[i])
@@ -90,7 +91,7 @@ describe("wake-ups", function()
     ngx.sleep(0.05)
     -- A release while the subscription is down: the waiter polls and still gets the key quickly.
     local t0 = now()
-    assert.equal(1, release_elsewhere(lease))
+    assert.is_string(release_elsewhere(lease))
     assert(ngx.thread.wait(th))
     assert.is_truthy(got)
     assert.is_true(now() - t0 < 0.5, "took " .. (now() - t0) .. " s")

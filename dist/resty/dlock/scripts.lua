@@ -67,10 +67,9 @@ end
 function ____exports.queueKey(rkey, slotted)
     return slotted and not ____exports.tagged(rkey) and ("{" .. rkey) .. "}:queue" or rkey .. ":queue"
 end
-local CLOCK = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
-local LINE = ((((((("local Q = KEYS[#KEYS]\nlocal function head()\n  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\nend\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', ") .. tostring(____exports.GRANT)) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '") .. ____exports.CHANNEL) .. "' .. KEYS[1], 'g") .. tostring(____exports.GRANT)) .. " ' .. who)\n  return who\nend\n"
+local LINE = ((((((("local Q = KEYS[#KEYS]\nlocal t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\nend\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', ") .. tostring(____exports.GRANT)) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '") .. ____exports.CHANNEL) .. "' .. KEYS[1], 'g") .. tostring(____exports.GRANT)) .. " ' .. who)\n  return who\nend\n"
 local function queuedAcquire(take)
-    return (CLOCK .. LINE) .. ((("\nlocal mine\nif ARGV[4] ~= '' then\n  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')\n  mine = deadline .. ' ' .. ARGV[1]\n  -- back in line at its old place, had its turn come and gone while it was away\n  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then\n    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end\n  end\nend\nlocal v = redis.pcall('GET', KEYS[1])\nif type(v) == 'table' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')\nend\nlocal take = false\nif v == ARGV[1] then\n  take = true  -- handed to us by the previous holder\nelseif not v then\n  local h = head()\n  if h == nil or h == mine then take = true else pass_on() end\nend\nif take then\n  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n  if mine then\n    redis.call('ZREM', Q, mine)\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], 'c' .. ARGV[2])\n  end\n  return ") .. take) .. "\nend\nlocal ticket = ARGV[4]\nlocal wait = tonumber(ARGV[3])\nif ticket == '' and wait > 0 then\n  local issued = t[1] .. string.format('%06d', t[2])\n  ticket = issued .. ' ' .. (now + wait)\n  mine = (now + wait) .. ' ' .. ARGV[1]\n  redis.call('ZADD', Q, issued, mine)\n  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end\nend\nreturn { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }\n"
+    return LINE .. ((((("\nif ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return " .. take) .. "  -- nobody in line, and the key free\nend\nclock()\nlocal mine\nif ARGV[4] ~= '' then\n  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')\n  mine = deadline .. ' ' .. ARGV[1]\n  -- back in line at its old place, had its turn come and gone while it was away\n  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then\n    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end\n  end\nend\nlocal v = redis.pcall('GET', KEYS[1])\nif type(v) == 'table' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')\nend\nlocal take = false\nif v == ARGV[1] then\n  take = true  -- handed to us by the previous holder\nelseif not v then\n  local h = head()\n  if h == nil or h == mine then take = true else pass_on() end\nend\nif take then\n  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n  if mine then\n    redis.call('ZREM', Q, mine)\n    redis.pcall('PUBLISH', '") .. ____exports.CHANNEL) .. "' .. KEYS[1], 'c' .. ARGV[2])\n  end\n  return ") .. take) .. "\nend\nlocal ticket = ARGV[4]\nlocal wait = tonumber(ARGV[3])\nif ticket == '' and wait > 0 then\n  local issued = t[1] .. string.format('%06d', t[2])\n  ticket = issued .. ' ' .. (now + wait)\n  mine = (now + wait) .. ' ' .. ARGV[1]\n  redis.call('ZADD', Q, issued, mine)\n  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end\nend\nreturn { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }\n"
 end
 --- Locks that queue (see above). Returns "OK" when taken; else { PTTL of the
 -- holder (-1: no TTL), ticket, place } where the ticket ("" when not waiting)
@@ -92,11 +91,11 @@ ____exports.ACQUIRE_QUEUED_FENCED = script(
     ____exports.ACQUIRE_FENCED
 )
 --- KEYS[1] lock key, KEYS[2] queue, ARGV[1] token. When deleted: the token of
--- the first waiter in line, handed the key, or 1 with nobody in line (the
--- release announced); 0 when the key is not ours.
+-- the first waiter in line, handed the key, or 1 with nobody in line (then
+-- nobody is told: waiters are in line); 0 when the key is not ours.
 ____exports.RELEASE_QUEUED = script(
     "release",
-    (CLOCK .. LINE) .. "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn 0\n",
+    LINE .. "\nif redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return 1 end\nclock()\nreturn pass_on()\n",
     2,
     nil,
     ____exports.RELEASE
@@ -107,7 +106,7 @@ ____exports.RELEASE_QUEUED = script(
 -- next waiter's token then (as RELEASE_QUEUED), else 0.
 ____exports.DROP = script(
     "drop",
-    (CLOCK .. LINE) .. "\nlocal tail = ' ' .. ARGV[1]\nlocal dropped = 0\nfor _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n  if string.sub(m, -#tail) == tail then\n    dropped = redis.call('ZREM', Q, m)\n    break\n  end\nend\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
+    LINE .. "\nclock()\nlocal tail = ' ' .. ARGV[1]\nlocal dropped = 0\nfor _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n  if string.sub(m, -#tail) == tail then\n    dropped = redis.call('ZREM', Q, m)\n    break\n  end\nend\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
     2,
     nil,
     ____exports.RELEASE

@@ -139,11 +139,16 @@ export function queueKey(rkey: string, slotted: boolean): string {
   return slotted && !tagged(rkey) ? "{" + rkey + "}:queue" : rkey + ":queue";
 }
 
-const CLOCK = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
-
 // The first live ticket of the queue Q, the last key (skipping, and
 // removing, those whose waiters stopped waiting), and handing the key to it.
+// Redis time is read (clock()) only when there is a queue: the uncontended
+// path costs what a plain lock costs.
 const LINE = `local Q = KEYS[#KEYS]
+local t, now
+local function clock()
+  t = redis.call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+end
 local function head()
   while true do
     local h = redis.call('ZRANGE', Q, 0, 0)[1]
@@ -171,7 +176,11 @@ end
 // ticket ("<issued> <deadline>", "" before it has one). TAKE is what taking
 // the key returns.
 function queuedAcquire(take: string): string {
-  return CLOCK + LINE + `
+  return LINE + `
+if ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return ${take}  -- nobody in line, and the key free
+end
+clock()
 local mine
 if ARGV[4] ~= '' then
   local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')
@@ -227,15 +236,15 @@ export const ACQUIRE_QUEUED_FENCED = script("acquire", queuedAcquire("{ 'OK', re
 
 /**
  * KEYS[1] lock key, KEYS[2] queue, ARGV[1] token. When deleted: the token of
- * the first waiter in line, handed the key, or 1 with nobody in line (the
- * release announced); 0 when the key is not ours.
+ * the first waiter in line, handed the key, or 1 with nobody in line (then
+ * nobody is told: waiters are in line); 0 when the key is not ours.
  */
-export const RELEASE_QUEUED = script("release", CLOCK + LINE + `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return pass_on()
-end
-return 0
+export const RELEASE_QUEUED = script("release", LINE + `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', Q) == 0 then return 1 end
+clock()
+return pass_on()
 `, 2, undefined, RELEASE);
 
 /**
@@ -244,7 +253,8 @@ return 0
  * leaves the queue, and a key handed (or taken) by it is passed on: 1 or the
  * next waiter's token then (as RELEASE_QUEUED), else 0.
  */
-export const DROP = script("drop", CLOCK + LINE + `
+export const DROP = script("drop", LINE + `
+clock()
 local tail = ' ' .. ARGV[1]
 local dropped = 0
 for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do

@@ -453,6 +453,9 @@ async function main() {
   const lines = [
     { id: "none", name: "no lock (ceiling)", url: `http://127.0.0.1:${httpPort}/none`, server: nginxPids },
     { id: "core", name: "resty.dlock acquire+release", url: `http://127.0.0.1:${httpPort}/core`, server: nginxPids },
+    { id: "core_plain", name: "resty.dlock acquire+release, auto_pipeline = false (a connection per call, as before)", url: `http://127.0.0.1:${httpPort}/core-plain`, server: nginxPids },
+    { id: "core_plain_low", name: "resty.dlock acquire+release, auto_pipeline = false, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core-plain`, server: nginxPids },
+    { id: "core_low", name: "resty.dlock acquire+release, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core`, server: nginxPids },
     { id: "core_tls", topo: true, name: "resty.dlock acquire+release, TLS (ssl_verify on)", url: `http://127.0.0.1:${httpPort}/core-tls`, server: nginxPids, store: tlsStore },
     { id: "core_sentinel", topo: true, name: "resty.dlock acquire+release, Sentinel (master + 1 replica, 3 sentinels)", url: `http://127.0.0.1:${httpPort}/core-sentinel`, server: nginxPids, store: sentinelStore },
     { id: "core_cluster", topo: true, name: "resty.dlock acquire+release, Cluster (3 masters + 3 replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster`, server: nginxPids, store: clusterStore, skip: clusterSkip },
@@ -467,7 +470,7 @@ async function main() {
     const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
     if (r.status !== 200) throw new Error(`${l.name}: ${r.status} ${r.body.trim()} (see ${prefix}/logs/error.log)`);
   }
-  for (const l of active) wrk(l.url, cfg.conns, 1); // warm-up: JIT, pools, scripts cached
+  for (const l of active) wrk(l.url, l.conns || cfg.conns, 1); // warm-up: JIT, pools, scripts cached
   const runs = Object.fromEntries(lines.map((l) => [l.id, []]));
   for (let round = 0; round < cfg.rounds; round++) {
     for (const l of active) {
@@ -475,7 +478,7 @@ async function main() {
       const srv = l.server();
       const c0 = st.callsEach(), s0 = st.sentinelConnections();
       const t0 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
-      const w = wrk(l.url, cfg.conns, cfg.seconds);
+      const w = wrk(l.url, l.conns || cfg.conns, cfg.seconds);
       await quiet(st); // queued log-phase releases land in this line's numbers, not the next one's
       const c1 = st.callsEach(), s1 = st.sentinelConnections() - st.sentinelPorts.length;
       const t1 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
@@ -628,7 +631,17 @@ function report(r) {
   }
   const core = r.throughput.find((l) => l.id === "core"), seed = r.throughput.find((l) => l.id === "seed"), nodeL = r.throughput.find((l) => l.id === "node");
   t.push("");
+  const plain = r.throughput.find((l) => l.id === "core_plain"), low = r.throughput.find((l) => l.id === "core_low"),
+    plainLow = r.throughput.find((l) => l.id === "core_plain_low");
   t.push(`resty.dlock / seed Lua = ${fmt(core.rps / seed.rps, 2)}; resty.dlock / node-redlock = ${fmt(core.rps / nodeL.rps, 2)}.`);
+  if (plain) {
+    t.push("");
+    t.push(`Auto-pipelining (the calls of concurrent requests of the worker share round trips) against auto_pipeline = false ` +
+      `(a pooled connection per call, as before): req/s ${fmt(core.rps / plain.rps, 2)}×, CPU ms / 1000 req (nginx + Redis) ` +
+      `${fmt(core.cpu_ms_per_1k / plain.cpu_ms_per_1k, 2)}×` +
+      (low && plainLow ? `; at 4 connections req/s ${fmt(low.rps / plainLow.rps, 2)}×, p50 ${fmt(low.p50_ms, 2)} against ${fmt(plainLow.p50_ms, 2)} ms, ` +
+        `p99 ${fmt(low.p99_ms, 2)} against ${fmt(plainLow.p99_ms, 2)} ms.` : "."));
+  }
   t.push("");
   t.push(`## 1b. Redis topologies: the same acquire+release (/core handler), interleaved with the lines above`);
   t.push("");

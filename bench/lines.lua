@@ -16,6 +16,17 @@ end
 local _M = {}
 
 local locks_obj
+-- The same factory with auto_pipeline = false: every call on a connection of
+-- its own, as before auto-pipelining (the line to compare it with).
+local plain_obj
+function _M.locks_plain()
+  if not plain_obj then
+    plain_obj = assert(dlock.new({ dict = "dlock", prefix = "bench:", redis = { host = "127.0.0.1", port = _M.port(),
+      auto_pipeline = false } }))
+  end
+  return plain_obj
+end
+
 function _M.locks()
   if not locks_obj then
     locks_obj = assert(dlock.new({ dict = "dlock", prefix = "bench:", redis = { host = "127.0.0.1", port = _M.port() } }))

@@ -58,7 +58,8 @@ describe("eviction check", function()
      "status and metrics show it", function()
     local r = h.start_redis(nil, "--maxmemory 10mb --maxmemory-policy allkeys-lru")
     finally(function() r.stop() end)
-    local locks = locks_on(r, { pool_size = 1 })
+    -- Without auto-pipelining, so that concurrent calls do not share connections.
+    local locks = locks_on(r, { pool_size = 1, auto_pipeline = false })
     local conns0, calls0 = connections(r.port), introspections(r.port)
     -- 40 at once with a pool of 1: nearly every call opens (and closes) a fresh connection.
     for round = 1, 5 do

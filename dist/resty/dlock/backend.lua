@@ -3,6 +3,7 @@ local ____exports = {}
 local scripts = require("resty.dlock.scripts")
 local cluster = require("resty.dlock.backend.cluster")
 local quorum = require("resty.dlock.backend.quorum")
+local pipeline = require("resty.dlock.backend.pipeline")
 local single = require("resty.dlock.backend.single")
 --- Run script s with rkey as KEYS[1] (more keys, then arguments, follow in args).
 function ____exports.call(conf, s, rkey, ...)
@@ -13,7 +14,7 @@ function ____exports.call(conf, s, rkey, ...)
     if t == "redlock" then
         return quorum.call(conf, s, rkey, ...)
     end
-    return single.call(conf, s, rkey, ...)
+    return pipeline.call(conf, s, rkey, ...)
 end
 --- Run the single-key script s (ARGV[1] the token, ARGV[2] ms[i] when given) for
 -- every target, in as few round trips as the topology allows.

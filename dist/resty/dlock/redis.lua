@@ -48,6 +48,7 @@ function copy(c)
         ssl = c.ssl,
         ssl_verify = c.ssl_verify,
         server_name = c.server_name,
+        auto_pipeline = c.auto_pipeline,
         pool = c.pool,
         endpoint = c.endpoint,
         dict = c.dict,
@@ -262,6 +263,7 @@ local redisOptions = schema.compile("redis", {
         default = 50,
         requires = {{option = "replicas", must = "positive"}}
     },
+    {name = "auto_pipeline", kind = "boolean", default = true},
     {name = "ssl", kind = "boolean", default = false},
     {
         name = "ssl_verify",
@@ -348,6 +350,7 @@ function ____exports.parse(v, dict)
         ssl = o.ssl,
         ssl_verify = o.ssl_verify,
         server_name = o.server_name,
+        auto_pipeline = o.auto_pipeline,
         pool = pool,
         endpoint = endpoint,
         dict = dict,

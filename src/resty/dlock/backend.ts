@@ -9,6 +9,7 @@ import * as redis from "./redis";
 import * as scripts from "./scripts";
 import * as cluster from "./backend/cluster";
 import * as quorum from "./backend/quorum";
+import * as pipeline from "./backend/pipeline";
 import * as single from "./backend/single";
 
 /**
@@ -46,7 +47,7 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
   const t = conf.topology;
   if (t === "cluster") return cluster.call(conf, s, rkey, ...args);
   if (t === "redlock") return quorum.call(conf, s, rkey, ...args);
-  return single.call(conf, s, rkey, ...args);
+  return pipeline.call(conf, s, rkey, ...args);
 }
 
 /**

@@ -40,6 +40,8 @@ export interface RedisConf {
   readonly ssl: boolean;
   readonly ssl_verify: boolean;
   readonly server_name: string | undefined;
+  /** Calls of concurrent requests of a worker share round trips (backend/pipeline.ts). */
+  readonly auto_pipeline: boolean;
   /** Pool name: endpoint, db, TLS and a credentials digest, so pools never mix. */
   readonly pool: string;
   /** "host:port" or the socket path, for messages. */
@@ -90,6 +92,7 @@ interface Options {
   readonly ssl: boolean;
   readonly ssl_verify: boolean;
   readonly server_name: string | undefined;
+  readonly auto_pipeline: boolean;
 }
 
 const clusterOptions = schema.compile<ClusterOptions>("redis.cluster", [
@@ -130,6 +133,7 @@ const redisOptions = schema.compile<Options>("redis", [
     name: "replicas_timeout", kind: "integer", min: 1, max: MAX_MS, unit: "a positive integer of ms", default: 50,
     requires: [{ option: "replicas", must: "positive" }],
   },
+  { name: "auto_pipeline", kind: "boolean", default: true },
   { name: "ssl", kind: "boolean", default: false },
   { name: "ssl_verify", kind: "boolean", default: false, idle: false, requires: [NEEDS_SSL] },
   { name: "server_name", kind: "string", maxLen: 255, requires: [NEEDS_SSL] },
@@ -200,7 +204,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     pool_size: o.pool_size,
     backlog: o.backlog, replicas: o.replicas, replicas_timeout: o.replicas_timeout,
     keepalive_timeout: o.keepalive_timeout,
-    ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name,
+    ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name, auto_pipeline: o.auto_pipeline,
     pool, endpoint, dict, sentinel: sent,
     topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster",
   };
@@ -259,7 +263,7 @@ function copy(c: RedisConf): Fields {
     host: c.host, port: c.port, path: c.path, username: c.username, password: c.password, db: c.db,
     connect_timeout: c.connect_timeout, read_timeout: c.read_timeout, pool_size: c.pool_size, backlog: c.backlog,
     replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
-    ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, pool: c.pool, endpoint: c.endpoint,
+    ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, auto_pipeline: c.auto_pipeline, pool: c.pool, endpoint: c.endpoint,
     dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
     slotted: c.slotted,
   };

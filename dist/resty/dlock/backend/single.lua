@@ -1,10 +1,10 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local refused, unreachable, askingRun, replicated, TRANSIENT
+local askingRun, TRANSIENT
 local check = require("resty.dlock.check")
 local redis = require("resty.dlock.redis")
 local scripts = require("resty.dlock.scripts")
-function refused(conf, err)
+function ____exports.refused(conf, err)
     local code = string.match(
         tostring(err),
         "^(%u+)"
@@ -20,7 +20,10 @@ function refused(conf, err)
     end
     return (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err), fault
 end
-function unreachable(conf)
+--- The fault of a connection that could not be made (nothing was sent). Behind
+-- Sentinel a master that cannot be reached is most likely being replaced: the
+-- sentinels are asked again, and a waiting acquire tries again ("transient").
+function ____exports.unreachable(conf)
     return conf.sentinel ~= nil and "transient" or "failed"
 end
 --- As call; `asking` sends ASKING first on the same connection (a cluster slot
@@ -29,7 +32,7 @@ function ____exports.exec(conf, asking, s, rkey, ...)
     local args = {...}
     local red, cerr = redis.connect(conf)
     if red == nil then
-        return nil, cerr, unreachable(conf)
+        return nil, cerr, ____exports.unreachable(conf)
     end
     local res
     local err
@@ -44,7 +47,7 @@ function ____exports.exec(conf, asking, s, rkey, ...)
         )
     end
     if res ~= nil and res ~= false and conf.replicas > 0 and s.written ~= nil and s.written(res) then
-        local short = replicated(red, conf, s)
+        local short = ____exports.replicated(red, conf, s)
         if short ~= nil then
             return nil, short, "replicas"
         end
@@ -54,7 +57,7 @@ function ____exports.exec(conf, asking, s, rkey, ...)
         return nil, (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)) .. " during ") .. s.name, "lost"
     end
     if res == false then
-        local msg, fault = refused(conf, err)
+        local msg, fault = ____exports.refused(conf, err)
         return nil, msg, fault
     end
     return res, nil, nil
@@ -81,7 +84,11 @@ function askingRun(red, s, rkey, args)
     end
     return res, err
 end
-function replicated(red, conf, s)
+--- WAIT for conf.replicas replicas to acknowledge this connection's writes.
+-- Replication is asynchronous: a lock on a master that fails over before a
+-- replica has it is lost, and a second holder gets in. nil when enough
+-- acknowledged; else the error (the connection is handed back, or closed).
+function ____exports.replicated(red, conf, s)
     local n, err = red:wait(conf.replicas, conf.replicas_timeout)
     redis.done(red, conf, n ~= nil)
     if type(n) == "number" and n >= conf.replicas then
@@ -194,7 +201,7 @@ function ____exports.batch(conf, s, targets, ms)
     if red == nil then
         for ____, i in ipairs(all) do
             out.errors[i] = cerr
-            out.faults[i] = unreachable(conf)
+            out.faults[i] = ____exports.unreachable(conf)
         end
         return out
     end
@@ -228,7 +235,7 @@ function ____exports.batch(conf, s, targets, ms)
                 if not body and string.sub(msg, 1, 8) == "NOSCRIPT" then
                     again[#again + 1] = i
                 else
-                    local e, fault = refused(conf, msg)
+                    local e, fault = ____exports.refused(conf, msg)
                     out.errors[i] = e
                     out.faults[i] = fault
                 end
@@ -250,7 +257,7 @@ function ____exports.batch(conf, s, targets, ms)
             end
         end
         if #wrote > 0 then
-            local short = replicated(red, conf, s)
+            local short = ____exports.replicated(red, conf, s)
             if short ~= nil then
                 for ____, i in ipairs(wrote) do
                     out.replies[i] = nil

@@ -10,7 +10,7 @@ import * as scripts from "../scripts";
 // READONLY: a master demoted by a failover; the next try goes to the new one.
 const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY");
 
-function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn<[string, Fault]> {
+export function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn<[string, Fault]> {
   const [code] = string.match(tostring(err), "^(%u+)");
   if (code === "READONLY" || code === "LOADING") {
     redis.stale(conf);
@@ -29,7 +29,7 @@ function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn
  * Sentinel a master that cannot be reached is most likely being replaced: the
  * sentinels are asked again, and a waiting acquire tries again ("transient").
  */
-function unreachable(conf: redis.RedisConf): Fault {
+export function unreachable(conf: redis.RedisConf): Fault {
   return conf.sentinel !== undefined ? "transient" : "failed";
 }
 
@@ -98,7 +98,7 @@ export const SHORTFALLS = "c:redis:replica_shortfalls";
  * replica has it is lost, and a second holder gets in. nil when enough
  * acknowledged; else the error (the connection is handed back, or closed).
  */
-function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): string | undefined {
+export function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): string | undefined {
   const [n, err] = red.wait(conf.replicas, conf.replicas_timeout);
   redis.done(red, conf, n !== undefined);
   if (typeof n === "number" && n >= conf.replicas) {

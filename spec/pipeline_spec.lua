@@ -1,0 +1,121 @@
+-- Auto-pipelining: calls of concurrent requests of one worker to one Redis
+-- share round trips; an idle worker's call goes out at once. Every call keeps
+-- its own outcome, also when the connection breaks in the middle of a batch.
+local h = require "helpers"
+local pipeline = require "resty.dlock.backend.pipeline"
+local redis = require "resty.dlock.redis"
+
+--- A script as the library builds them (the pipeline takes any).
+local function script(name, src)
+  return { name = name, src = src, sha = require("resty.dlock.token").hex(ngx.sha1_bin(src)), keys = 1 }
+end
+
+local SLOW = script("slow", [[
+local t = redis.call('TIME')
+local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1]) * 1000
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
+return ARGV[2]
+]])
+
+--- Calls of this worker on their way to c's Redis, as many as go out on their own: the next calls form a batch.
+local function occupy(c)
+  local threads = {}
+  for i = 1, pipeline.DIRECT do threads[i] = ngx.thread.spawn(pipeline.call, c, SLOW, "p:o" .. i, 30, "busy") end
+  return function() for i = 1, #threads do ngx.thread.wait(threads[i]) end end
+end
+
+local function conf(extra)
+  local c = assert(redis.parse(h.redis_opts(extra), ngx.shared.dlock))
+  return c
+end
+
+describe("auto-pipelining", function()
+  it("sends the calls of a worker at low load at once, each on a connection of its own", function()
+    local locks = h.locks()
+    local c = locks.redis
+    local calls, batches = pipeline.stats(c)
+    h.parallel(pipeline.DIRECT, function(i) local l = assert(locks:acquire("idle" .. i)) return l:release() end)
+    assert.same({ calls, batches }, { pipeline.stats(c) })
+  end)
+
+  it("sends the calls of concurrent requests in shared pipelines, each with its own answer", function()
+    local locks = h.locks()
+    local c = locks.redis
+    local calls, batches = pipeline.stats(c)
+    local got = h.parallel(40, function(i)
+      local l, err = locks:acquire("k" .. i, { ttl = 5000 })
+      if not l then return err end
+      assert(l:release())
+      return l.key
+    end)
+    for i = 1, 40 do assert.equal("k" .. i, got[i]) end
+    local calls2, batches2 = pipeline.stats(c)
+    -- 80 calls (40 acquires, 40 releases); all but the few that went out on their own rode a batch.
+    assert.is_true(calls2 - calls >= 60, (calls2 - calls) .. " calls batched")
+    assert.is_true(batches2 - batches <= (calls2 - calls) / 4, (batches2 - batches) .. " batches for " .. (calls2 - calls) .. " calls")
+  end)
+
+  it("sends every call on its own with auto_pipeline = false", function()
+    local locks = h.locks({ redis = h.redis_opts({ auto_pipeline = false }) })
+    local calls = pipeline.stats(locks.redis)
+    h.parallel(20, function(i) local l = assert(locks:acquire("k" .. i)) return l:release() end)
+    assert.equal(calls, (pipeline.stats(locks.redis)))
+  end)
+
+  it("gives every call of a batch its own answer: an error reply fails that call only", function()
+    local locks = h.locks()
+    h.cmd(nil, "hset", locks.prefix .. "taken", "f", "v")   -- someone else's data on one key
+    local done = occupy(locks.redis)
+    local threads = {}
+    for i, key in ipairs({ "a", "taken", "b" }) do
+      threads[i] = ngx.thread.spawn(function()
+        local l, err = locks:acquire(key)
+        if not l then return err end
+        assert(l:release())
+        return "ok"
+      end)
+    end
+    local got = {}
+    for i = 1, 3 do
+      local ok, r = ngx.thread.wait(threads[i])
+      assert(ok, r)
+      got[i] = r
+    end
+    done()
+    assert.equal("ok", got[1])
+    assert.matches("WRONGTYPE lock key " .. locks.prefix .. "taken holds a hash", got[2], 1, true)
+    assert.equal("ok", got[3])
+  end)
+
+  it("reports the calls of a batch whose replies never came as of unknown outcome, and no others", function()
+    local c = conf({ read_timeout = 150 })
+    assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
+    local done = occupy(c)
+    -- One batch: Redis sends a batch's replies when it is done with all of it,
+    -- so the slow script keeps every reply of the batch past the read timeout.
+    local batch = {}
+    for i, ms in ipairs({ 0, 400, 0 }) do batch[i] = ngx.thread.spawn(pipeline.call, c, SLOW, "p:" .. i, ms, "r" .. i) end
+    for i = 1, 3 do
+      local _, r, e, f = ngx.thread.wait(batch[i])
+      assert.is_nil(r)
+      assert.equal("lost", f)
+      assert.matches("timeout during slow", e, 1, true)
+    end
+    done()
+    ngx.sleep(0.4)   -- the slow script ends
+    -- The worker's next call finds the lane idle and goes out on a sound connection.
+    local r, e, f = pipeline.call(c, SLOW, "p:z", 0, "after")
+    assert.equal("after", r, tostring(e) .. " " .. tostring(f))
+  end)
+
+  it("answers NOSCRIPT inside a batch by sending the script's body for the calls that met it", function()
+    local locks = h.locks()
+    assert.equal("OK", h.cmd(nil, "script", "flush"))
+    local got = h.parallel(10, function(i)
+      local l, err = locks:acquire("n" .. i)
+      if not l then return err end
+      return l:release()
+    end)
+    for i = 1, 10 do assert.is_true(got[i], tostring(got[i])) end
+  end)
+end)

@@ -108,6 +108,26 @@ describe("auto-pipelining", function()
     assert.equal("after", r, tostring(e) .. " " .. tostring(f))
   end)
 
+  it("does not keep batching after requests were killed in the middle of their calls (a client abort)", function()
+    local c = conf({ connect_timeout = 100, read_timeout = 300 })
+    assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
+    -- As many calls as go out on their own, each killed while it waits for Redis: no code after the call runs.
+    for i = 1, pipeline.DIRECT do
+      local t = ngx.thread.spawn(pipeline.call, c, SLOW, "p:k" .. i, 50, "killed")
+      assert(ngx.thread.kill(t))
+    end
+    ngx.sleep(0.1)
+    -- Until their time is up (connect + two round trips + WAIT + 1 s) the worker counts them: the next call rides a batch.
+    local calls = pipeline.stats(c)
+    assert.equal("soon", (pipeline.call(c, SLOW, "p:s", 0, "soon")))
+    assert.equal(calls + 1, (pipeline.stats(c)))
+    -- Then it goes out on its own again.
+    ngx.sleep(1.8)
+    calls = pipeline.stats(c)
+    assert.equal("later", (pipeline.call(c, SLOW, "p:l", 0, "later")))
+    assert.equal(calls, (pipeline.stats(c)))
+  end)
+
   it("answers NOSCRIPT inside a batch by sending the script's body for the calls that met it", function()
     local locks = h.locks()
     assert.equal("OK", h.cmd(nil, "script", "flush"))

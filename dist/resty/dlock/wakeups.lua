@@ -2,6 +2,7 @@
 local ____exports = {}
 local check = require("resty.dlock.check")
 local redis = require("resty.dlock.redis")
+local resp = require("resty.dlock.resp")
 local scripts = require("resty.dlock.scripts")
 local waits = require("resty.dlock.wait")
 local CHANNEL = scripts.CHANNEL
@@ -14,13 +15,6 @@ local IDLE = 10
 --- Seconds between reconnection attempts after the connection failed.
 local RETRY = 0.5
 local subscribers = {}
-local function command(words)
-    local parts = {("*" .. tostring(#words)) .. "\r\n"}
-    for ____, w in ipairs(words) do
-        parts[#parts + 1] = ((("$" .. tostring(#w)) .. "\r\n") .. w) .. "\r\n"
-    end
-    return table.concat(parts)
-end
 --- Where the subscriber connects: the server itself, or (Cluster, Redlock) the
 -- first node (PUBLISH reaches every node of a cluster). A pool of its own: the
 -- connection is held for as long as there are waiters.
@@ -57,7 +51,7 @@ local function sync(s, sock)
     end
     for ____, words in ipairs({add, drop}) do
         if #words > 1 then
-            local ok, err = sock:send(command(words))
+            local ok, err = sock:send(resp.encode(words))
             if ok == nil then
                 return tostring(err)
             end

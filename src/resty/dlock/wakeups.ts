@@ -15,6 +15,7 @@
 
 import * as check from "./check";
 import * as redis from "./redis";
+import * as resp from "./resp";
 import * as scripts from "./scripts";
 import * as waits from "./wait";
 
@@ -58,12 +59,6 @@ interface Subscriber {
 
 const subscribers = new LuaTable<string, Subscriber>();
 
-function command(words: string[]): string {
-  const parts: string[] = ["*" + words.length + "\r\n"];
-  for (const w of words) parts.push("$" + w.length + "\r\n" + w + "\r\n");
-  return table.concat(parts);
-}
-
 /**
  * Where the subscriber connects: the server itself, or (Cluster, Redlock) the
  * first node (PUBLISH reaches every node of a cluster). A pool of its own: the
@@ -101,7 +96,7 @@ function sync(s: Subscriber, sock: NgxTcpSocket): string | undefined {
   }
   for (const words of [add, drop]) {
     if (words.length > 1) {
-      const [ok, err] = sock.send(command(words));
+      const [ok, err] = sock.send(resp.encode(words));
       if (ok === undefined) return tostring(err);
     }
   }

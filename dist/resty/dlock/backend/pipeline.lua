@@ -23,7 +23,9 @@ local function laneOf(conf)
         end
         l = {
             conf = conf,
-            busy = 0,
+            direct = {},
+            slots = 0,
+            batching = false,
             open = nil,
             sending = false,
             work = work,
@@ -145,7 +147,7 @@ local function flush(lane)
     while lane.open ~= nil do
         local b = lane.open
         lane.open = nil
-        lane.busy = lane.busy + 1
+        lane.batching = true
         lane.batches = lane.batches + 1
         lane.batched = lane.batched + #b.jobs
         local ok, err = pcall(run, lane.conf, b)
@@ -156,7 +158,7 @@ local function flush(lane)
                 "lost"
             )
         end
-        lane.busy = lane.busy - 1
+        lane.batching = false
         b.sem:post(#b.jobs)
     end
 end
@@ -181,7 +183,24 @@ local function sender(premature, lane)
     end
     lane.sending = false
 end
---- Run s for rkey: at once when nothing of this worker is on its way to this Redis, else in the next pipeline.
+--- Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some.
+local function patience(conf)
+    return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1
+end
+--- Calls of this worker on their way to this Redis now (forgetting those whose time is up).
+local function inFlight(lane)
+    local now = ngx.now()
+    local n = lane.batching and 1 or 0
+    for slot, ____until in pairs(lane.direct) do
+        if ____until < now then
+            lane.direct[slot] = nil
+        else
+            n = n + 1
+        end
+    end
+    return n
+end
+--- Run s for rkey: at once while few calls of this worker are on their way to this Redis, else in the next pipeline.
 function ____exports.call(conf, s, rkey, ...)
     local args = {...}
     local ____conf_auto_pipeline_0
@@ -194,10 +213,12 @@ function ____exports.call(conf, s, rkey, ...)
     if lane == nil then
         return single.call(conf, s, rkey, ...)
     end
-    if lane.busy < ____exports.DIRECT then
-        lane.busy = lane.busy + 1
+    if inFlight(lane) < ____exports.DIRECT then
+        lane.slots = lane.slots + 1
+        local slot = lane.slots
+        lane.direct[slot] = ngx.now() + patience(conf)
         local res, err, fault = single.call(conf, s, rkey, ...)
-        lane.busy = lane.busy - 1
+        lane.direct[slot] = nil
         return res, err, fault
     end
     local b = lane.open
@@ -235,10 +256,10 @@ function ____exports.call(conf, s, rkey, ...)
     }
     local ____b_jobs_1 = b.jobs
     ____b_jobs_1[#____b_jobs_1 + 1] = job
-    local patience = (conf.connect_timeout + 3 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1
-    local woken = b.sem:wait(patience)
+    local wait = 2 * patience(conf)
+    local woken = b.sem:wait(wait)
     if not woken and job.res == nil and job.fault == nil then
-        return nil, (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. tostring(patience)) .. " s during ") .. s.name, "lost"
+        return nil, (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. tostring(wait)) .. " s during ") .. s.name, "lost"
     end
     return job.res, job.err, job.fault
 end

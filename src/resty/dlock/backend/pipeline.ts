@@ -53,8 +53,17 @@ interface Batch {
 
 interface Lane {
   readonly conf: redis.RedisConf;
-  /** Calls (or batches) of this worker on their way to this Redis now. */
-  busy: number;
+  /**
+   * Calls of this worker on their way to this Redis on connections of their
+   * own: slot -> when it has returned at the latest. Not a counter: a request
+   * killed in the middle of its call (a client abort with
+   * lua_check_client_abort) never runs the code after it, and would leave a
+   * counter up for good.
+   */
+  readonly direct: LuaTable<number, number>;
+  slots: number;
+  /** A batch is on its way. */
+  batching: boolean;
   /** The batch calls join now; sent when the sender gets to it. */
   open: Batch | undefined;
   /** The sender's timer runs, sleeping on `work` between batches. */
@@ -75,7 +84,7 @@ function laneOf(conf: redis.RedisConf): Lane | undefined {
   if (l === undefined) {
     const [work] = semaphore.new(0);
     if (work === undefined) return undefined;
-    l = { conf, busy: 0, open: undefined, sending: false, work, batched: 0, batches: 0 };
+    l = { conf, direct: new LuaTable(), slots: 0, batching: false, open: undefined, sending: false, work, batched: 0, batches: 0 };
     lanes.set(conf, l);
   }
   return l;
@@ -177,12 +186,12 @@ function flush(lane: Lane): void {
   while (lane.open !== undefined) {
     const b = lane.open;
     lane.open = undefined;
-    lane.busy++;
+    lane.batching = true;
     lane.batches++;
     lane.batched += b.jobs.length;
     const [ok, err] = pcall(run, lane.conf, b);
     if (!ok) fail(b.jobs, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + tostring(err), "lost");
-    lane.busy--;
+    lane.batching = false;
     b.sem.post(b.jobs.length);
   }
 }
@@ -207,14 +216,32 @@ function sender(this: void, premature: boolean, lane: Lane): void {
   lane.sending = false;
 }
 
-/** Run s for rkey: at once when nothing of this worker is on its way to this Redis, else in the next pipeline. */
+/** Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some. */
+function patience(conf: redis.RedisConf): number {
+  return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1;
+}
+
+/** Calls of this worker on their way to this Redis now (forgetting those whose time is up). */
+function inFlight(lane: Lane): number {
+  const now = ngx.now();
+  let n = lane.batching ? 1 : 0;
+  for (const [slot, until] of lane.direct) {
+    if (until < now) lane.direct.delete(slot);
+    else n++;
+  }
+  return n;
+}
+
+/** Run s for rkey: at once while few calls of this worker are on their way to this Redis, else in the next pipeline. */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
   const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
   if (lane === undefined) return single.call(conf, s, rkey, ...args);
-  if (lane.busy < DIRECT) {
-    lane.busy++;
+  if (inFlight(lane) < DIRECT) {
+    lane.slots++;
+    const slot = lane.slots;
+    lane.direct.set(slot, ngx.now() + patience(conf));
     const [res, err, fault] = single.call(conf, s, rkey, ...args);
-    lane.busy--;
+    lane.direct.delete(slot);
     return $multi(res, err, fault);
   }
   let b = lane.open;
@@ -240,11 +267,11 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
   }
   const job: Job = { s, rkey, args, anchor: request.anchor(), res: undefined, err: undefined, fault: undefined };
   b.jobs.push(job);
-  // Connect, two round trips (NOSCRIPT), a WAIT, and room for the batch ahead of this one.
-  const patience = (conf.connect_timeout + 3 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1;
-  const [woken] = b.sem.wait(patience);
+  // Its batch's time, and the time of the batch ahead of it.
+  const wait = 2 * patience(conf);
+  const [woken] = b.sem.wait(wait);
   if (!woken && job.res === undefined && job.fault === undefined) {
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + patience + " s during " + s.name, "lost");
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + wait + " s during " + s.name, "lost");
   }
   return $multi(job.res, job.err, job.fault);
 }

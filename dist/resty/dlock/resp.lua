@@ -1,13 +1,30 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+--- Append the head of a command of n words.
+function ____exports.command(parts, n)
+    local i = #parts
+    parts[i + 1] = "*"
+    parts[i + 2] = n
+    parts[i + 3] = "\r\n"
+end
+--- Append one word of a command.
+function ____exports.arg(parts, w)
+    local s = tostring(w)
+    local i = #parts
+    parts[i + 1] = "$"
+    parts[i + 2] = #s
+    parts[i + 3] = "\r\n"
+    parts[i + 4] = s
+    parts[i + 5] = "\r\n"
+end
 local concat = table.concat
 local sub = string.sub
 --- One command, encoded.
 function ____exports.encode(words)
-    local parts = {("*" .. tostring(#words)) .. "\r\n"}
+    local parts = {}
+    ____exports.command(parts, #words)
     for ____, w in ipairs(words) do
-        local s = tostring(w)
-        parts[#parts + 1] = ((("$" .. tostring(#s)) .. "\r\n") .. s) .. "\r\n"
+        ____exports.arg(parts, w)
     end
     return concat(parts)
 end

@@ -6,14 +6,34 @@
 const concat = table.concat;
 const sub = string.sub;
 
+/** A command buffer: pieces joined once, when it is sent. */
+export type Buffer = LuaTable<number, string | number>;
+
 /** One command, encoded. */
 export function encode(words: (string | number)[]): string {
-  const parts: string[] = ["*" + words.length + "\r\n"];
-  for (const w of words) {
-    const s = tostring(w);
-    parts.push("$" + s.length + "\r\n" + s + "\r\n");
-  }
-  return concat(parts);
+  const parts: Buffer = new LuaTable();
+  command(parts, words.length);
+  for (const w of words) arg(parts, w);
+  return concat(parts as unknown as string[]);
+}
+
+/** Append the head of a command of n words. */
+export function command(parts: Buffer, n: number): void {
+  const i = parts.length();
+  parts.set(i + 1, "*");
+  parts.set(i + 2, n);
+  parts.set(i + 3, "\r\n");
+}
+
+/** Append one word of a command. */
+export function arg(parts: Buffer, w: string | number): void {
+  const s = tostring(w);
+  const i = parts.length();
+  parts.set(i + 1, "$");
+  parts.set(i + 2, s.length);
+  parts.set(i + 3, "\r\n");
+  parts.set(i + 4, s);
+  parts.set(i + 5, "\r\n");
 }
 
 /**

@@ -1,42 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local fail, roundTrip, run, flush, sender, patience, join, semaphore, IDLE
 local redis = require("resty.dlock.redis")
 local request = require("resty.dlock.request")
 local resp = require("resty.dlock.resp")
 local single = require("resty.dlock.backend.single")
-local semaphore = require("ngx.semaphore")
---- Calls in one pipeline, at most: a larger batch waits for the next round trip.
-local MAX_BATCH = 256
---- Calls of a worker that go out on connections of their own before the next
--- ones join a batch: at low load every call goes at once, as without
--- auto-pipelining; past it, a batch costs one round trip for all its calls.
-____exports.DIRECT = 4
---- Seconds the per-endpoint sender waits for work before its timer ends.
-local IDLE = 10
-local lanes = setmetatable({}, {__mode = "k"})
-local function laneOf(conf)
-    local l = lanes[conf]
-    if l == nil then
-        local work = semaphore.new(0)
-        if work == nil then
-            return nil
-        end
-        l = {
-            conf = conf,
-            direct = {},
-            slots = 0,
-            batching = false,
-            open = nil,
-            sending = false,
-            work = work,
-            batched = 0,
-            batches = 0
-        }
-        lanes[conf] = l
-    end
-    return l
-end
-local function fail(jobs, err, fault)
+function fail(jobs, err, fault)
     for ____, j in ipairs(jobs) do
         if j.fault == nil and j.res == nil then
             j.err = err
@@ -44,15 +13,18 @@ local function fail(jobs, err, fault)
         end
     end
 end
---- Send the jobs' scripts (by SHA, or with their bodies) in one write, and read their replies in turn.
-local function roundTrip(conf, sock, jobs, body)
+function roundTrip(conf, sock, jobs, body)
     local parts = {}
+    local verb = body and "EVAL" or "EVALSHA"
     for ____, j in ipairs(jobs) do
-        local words = {body and "EVAL" or "EVALSHA", body and j.s.src or j.s.sha, j.s.keys, j.rkey}
+        resp.command(parts, 4 + #j.args)
+        resp.arg(parts, verb)
+        resp.arg(parts, body and j.s.src or j.s.sha)
+        resp.arg(parts, j.s.keys)
+        resp.arg(parts, j.rkey)
         for ____, a in ipairs(j.args) do
-            words[#words + 1] = a
+            resp.arg(parts, a)
         end
-        parts[#parts + 1] = resp.encode(words)
     end
     local sent, serr = sock:send(table.concat(parts))
     if sent == nil then
@@ -93,7 +65,7 @@ local function roundTrip(conf, sock, jobs, body)
     end
     return again
 end
-local function run(conf, b)
+function run(conf, b)
     local jobs = {}
     for ____, j in ipairs(b.jobs) do
         if j.anchor ~= nil and not request.alive(j.anchor) then
@@ -142,8 +114,7 @@ local function run(conf, b)
     end
     redis.done(red, conf, not broken)
 end
---- Send the open batch, and the next, until there is none.
-local function flush(lane)
+function flush(lane)
     while lane.open ~= nil do
         local b = lane.open
         lane.open = nil
@@ -162,10 +133,7 @@ local function flush(lane)
         b.sem:post(#b.jobs)
     end
 end
---- The sender: one timer per endpoint and worker, alive while there is work
--- (a timer per batch would cost more than the batch saves), gone after IDLE
--- seconds without any or when the worker exits.
-local function sender(premature, lane)
+function sender(premature, lane)
     while not premature do
         flush(lane)
         if ngx.worker.exiting() then
@@ -183,9 +151,85 @@ local function sender(premature, lane)
     end
     lane.sending = false
 end
---- Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some.
-local function patience(conf)
+function patience(conf)
     return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1
+end
+function join(lane, open, s, rkey, args)
+    local conf = lane.conf
+    local b = open
+    if b == nil then
+        local sem, serr = semaphore.new(0)
+        if sem == nil then
+            return nil, "dlock: ngx.semaphore: " .. tostring(serr), "failed"
+        end
+        b = {jobs = {}, sem = sem}
+        lane.open = b
+    end
+    if #b.jobs == 0 then
+        if lane.sending then
+            lane.work:post(1)
+        else
+            local started = ngx.timer.at(0, sender, lane)
+            if started == nil then
+                lane.open = nil
+                return single.call(
+                    conf,
+                    s,
+                    rkey,
+                    unpack(args)
+                )
+            end
+            lane.sending = true
+        end
+    end
+    local job = {
+        s = s,
+        rkey = rkey,
+        args = args,
+        anchor = request.anchor(),
+        res = nil,
+        err = nil,
+        fault = nil
+    }
+    local ____b_jobs_1 = b.jobs
+    ____b_jobs_1[#____b_jobs_1 + 1] = job
+    local wait = 2 * patience(conf)
+    local woken = b.sem:wait(wait)
+    if not woken and job.res == nil and job.fault == nil then
+        return nil, (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. tostring(wait)) .. " s during ") .. s.name, "lost"
+    end
+    return job.res, job.err, job.fault
+end
+semaphore = require("ngx.semaphore")
+--- Calls in one pipeline, at most: a larger batch waits for the next round trip.
+local MAX_BATCH = 256
+--- Calls of a worker that go out on connections of their own before the next
+-- ones join a batch: at low load every call goes at once, as without
+-- auto-pipelining; past it, a batch costs one round trip for all its calls.
+____exports.DIRECT = 4
+IDLE = 10
+local lanes = setmetatable({}, {__mode = "k"})
+local function laneOf(conf)
+    local l = lanes[conf]
+    if l == nil then
+        local work = semaphore.new(0)
+        if work == nil then
+            return nil
+        end
+        l = {
+            conf = conf,
+            direct = {},
+            slots = 0,
+            batching = false,
+            open = nil,
+            sending = false,
+            work = work,
+            batched = 0,
+            batches = 0
+        }
+        lanes[conf] = l
+    end
+    return l
 end
 --- Calls of this worker on their way to this Redis now (forgetting those whose time is up).
 local function inFlight(lane)
@@ -202,7 +246,6 @@ local function inFlight(lane)
 end
 --- Run s for rkey: at once while few calls of this worker are on their way to this Redis, else in the next pipeline.
 function ____exports.call(conf, s, rkey, ...)
-    local args = {...}
     local ____conf_auto_pipeline_0
     if conf.auto_pipeline then
         ____conf_auto_pipeline_0 = laneOf(conf)
@@ -225,43 +268,13 @@ function ____exports.call(conf, s, rkey, ...)
     if b ~= nil and #b.jobs >= MAX_BATCH then
         return single.call(conf, s, rkey, ...)
     end
-    if b == nil then
-        local sem, serr = semaphore.new(0)
-        if sem == nil then
-            return nil, "dlock: ngx.semaphore: " .. tostring(serr), "failed"
-        end
-        b = {jobs = {}, sem = sem}
-        lane.open = b
-    end
-    if #b.jobs == 0 then
-        if lane.sending then
-            lane.work:post(1)
-        else
-            local started = ngx.timer.at(0, sender, lane)
-            if started == nil then
-                lane.open = nil
-                return single.call(conf, s, rkey, ...)
-            end
-            lane.sending = true
-        end
-    end
-    local job = {
-        s = s,
-        rkey = rkey,
-        args = args,
-        anchor = request.anchor(),
-        res = nil,
-        err = nil,
-        fault = nil
-    }
-    local ____b_jobs_1 = b.jobs
-    ____b_jobs_1[#____b_jobs_1 + 1] = job
-    local wait = 2 * patience(conf)
-    local woken = b.sem:wait(wait)
-    if not woken and job.res == nil and job.fault == nil then
-        return nil, (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. tostring(wait)) .. " s during ") .. s.name, "lost"
-    end
-    return job.res, job.err, job.fault
+    return join(
+        lane,
+        b,
+        s,
+        rkey,
+        {...}
+    )
 end
 --- Calls sent in batches, and batches, by this worker to conf's Redis.
 function ____exports.stats(conf)

@@ -101,13 +101,17 @@ function fail(jobs: Job[], err: string, fault: Fault): void {
 
 /** Send the jobs' scripts (by SHA, or with their bodies) in one write, and read their replies in turn. */
 function roundTrip(conf: redis.RedisConf, sock: NgxTcpSocket, jobs: Job[], body: boolean): Job[] {
-  const parts: string[] = [];
+  const parts: resp.Buffer = new LuaTable();
+  const verb = body ? "EVAL" : "EVALSHA";
   for (const j of jobs) {
-    const words: (string | number)[] = [body ? "EVAL" : "EVALSHA", body ? j.s.src : j.s.sha, j.s.keys, j.rkey];
-    for (const a of j.args) words.push(a);
-    parts.push(resp.encode(words));
+    resp.command(parts, 4 + j.args.length);
+    resp.arg(parts, verb);
+    resp.arg(parts, body ? j.s.src : j.s.sha);
+    resp.arg(parts, j.s.keys);
+    resp.arg(parts, j.rkey);
+    for (const a of j.args) resp.arg(parts, a);
   }
-  const [sent, serr] = sock.send(table.concat(parts));
+  const [sent, serr] = sock.send(table.concat(parts as unknown as string[]));
   if (sent === undefined) {
     // Nothing or part of it left: none of them may have reached Redis, or all.
     fail(jobs, "dlock: redis " + conf.endpoint + ": " + tostring(serr) + " during a pipeline", "lost");
@@ -244,9 +248,17 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
     lane.direct.delete(slot);
     return $multi(res, err, fault);
   }
-  let b = lane.open;
+  const b = lane.open;
   // A full batch goes as it is; this call goes on its own.
   if (b !== undefined && b.jobs.length >= MAX_BATCH) return single.call(conf, s, rkey, ...args);
+  // The arguments become a table only here: the calls that go out at once make none.
+  return join(lane, b, s, rkey, [...args]);
+}
+
+/** Wait for the call's answer in the open batch (b, or a new one). */
+function join(lane: Lane, open: Batch | undefined, s: scripts.Script, rkey: string, args: (string | number)[]): CallResult {
+  const conf = lane.conf;
+  let b = open;
   if (b === undefined) {
     const [sem, serr] = semaphore.new(0);
     if (sem === undefined) return $multi(undefined, "dlock: ngx.semaphore: " + tostring(serr), "failed");

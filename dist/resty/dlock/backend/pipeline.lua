@@ -1,11 +1,42 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local fail, roundTrip, run, flush, sender, patience, join, semaphore, IDLE
 local redis = require("resty.dlock.redis")
 local request = require("resty.dlock.request")
 local resp = require("resty.dlock.resp")
 local single = require("resty.dlock.backend.single")
-function fail(jobs, err, fault)
+local semaphore = require("ngx.semaphore")
+--- Calls in one pipeline, at most: a larger batch waits for the next round trip.
+local MAX_BATCH = 256
+--- Calls of a worker that go out on connections of their own before the next
+-- ones join a batch: at low load every call goes at once, as without
+-- auto-pipelining; past it, a batch costs one round trip for all its calls.
+____exports.DIRECT = 4
+--- Seconds the per-endpoint sender waits for work before its timer ends.
+local IDLE = 10
+local lanes = setmetatable({}, {__mode = "k"})
+local function laneOf(conf)
+    local l = lanes[conf]
+    if l == nil then
+        local work = semaphore.new(0)
+        if work == nil then
+            return nil
+        end
+        l = {
+            conf = conf,
+            direct = {},
+            slots = 0,
+            batching = false,
+            open = nil,
+            sending = false,
+            work = work,
+            batched = 0,
+            batches = 0
+        }
+        lanes[conf] = l
+    end
+    return l
+end
+local function fail(jobs, err, fault)
     for ____, j in ipairs(jobs) do
         if j.fault == nil and j.res == nil then
             j.err = err
@@ -13,7 +44,8 @@ function fail(jobs, err, fault)
         end
     end
 end
-function roundTrip(conf, sock, jobs, body)
+--- Send the jobs' scripts (by SHA, or with their bodies) in one write, and read their replies in turn.
+local function roundTrip(conf, sock, jobs, body)
     local parts = {}
     local verb = body and "EVAL" or "EVALSHA"
     for ____, j in ipairs(jobs) do
@@ -65,7 +97,7 @@ function roundTrip(conf, sock, jobs, body)
     end
     return again
 end
-function run(conf, b)
+local function run(conf, b)
     local jobs = {}
     for ____, j in ipairs(b.jobs) do
         if j.anchor ~= nil and not request.alive(j.anchor) then
@@ -114,7 +146,8 @@ function run(conf, b)
     end
     redis.done(red, conf, not broken)
 end
-function flush(lane)
+--- Send the open batch, and the next, until there is none.
+local function flush(lane)
     while lane.open ~= nil do
         local b = lane.open
         lane.open = nil
@@ -133,7 +166,10 @@ function flush(lane)
         b.sem:post(#b.jobs)
     end
 end
-function sender(premature, lane)
+--- The sender: one timer per endpoint and worker, alive while there is work
+-- (a timer per batch would cost more than the batch saves), gone after IDLE
+-- seconds without any or when the worker exits.
+local function sender(premature, lane)
     while not premature do
         flush(lane)
         if ngx.worker.exiting() then
@@ -151,10 +187,25 @@ function sender(premature, lane)
     end
     lane.sending = false
 end
-function patience(conf)
+--- Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some.
+local function patience(conf)
     return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1
 end
-function join(lane, open, s, rkey, args)
+--- Calls of this worker on their way to this Redis now (forgetting those whose time is up).
+local function inFlight(lane)
+    local now = ngx.now()
+    local n = lane.batching and 1 or 0
+    for slot, ____until in pairs(lane.direct) do
+        if ____until < now then
+            lane.direct[slot] = nil
+        else
+            n = n + 1
+        end
+    end
+    return n
+end
+--- Wait for the call's answer in the open batch (b, or a new one).
+local function join(lane, open, s, rkey, args)
     local conf = lane.conf
     local b = open
     if b == nil then
@@ -191,8 +242,8 @@ function join(lane, open, s, rkey, args)
         err = nil,
         fault = nil
     }
-    local ____b_jobs_1 = b.jobs
-    ____b_jobs_1[#____b_jobs_1 + 1] = job
+    local ____b_jobs_0 = b.jobs
+    ____b_jobs_0[#____b_jobs_0 + 1] = job
     local wait = 2 * patience(conf)
     local woken = b.sem:wait(wait)
     if not woken and job.res == nil and job.fault == nil then
@@ -200,59 +251,15 @@ function join(lane, open, s, rkey, args)
     end
     return job.res, job.err, job.fault
 end
-semaphore = require("ngx.semaphore")
---- Calls in one pipeline, at most: a larger batch waits for the next round trip.
-local MAX_BATCH = 256
---- Calls of a worker that go out on connections of their own before the next
--- ones join a batch: at low load every call goes at once, as without
--- auto-pipelining; past it, a batch costs one round trip for all its calls.
-____exports.DIRECT = 4
-IDLE = 10
-local lanes = setmetatable({}, {__mode = "k"})
-local function laneOf(conf)
-    local l = lanes[conf]
-    if l == nil then
-        local work = semaphore.new(0)
-        if work == nil then
-            return nil
-        end
-        l = {
-            conf = conf,
-            direct = {},
-            slots = 0,
-            batching = false,
-            open = nil,
-            sending = false,
-            work = work,
-            batched = 0,
-            batches = 0
-        }
-        lanes[conf] = l
-    end
-    return l
-end
---- Calls of this worker on their way to this Redis now (forgetting those whose time is up).
-local function inFlight(lane)
-    local now = ngx.now()
-    local n = lane.batching and 1 or 0
-    for slot, ____until in pairs(lane.direct) do
-        if ____until < now then
-            lane.direct[slot] = nil
-        else
-            n = n + 1
-        end
-    end
-    return n
-end
 --- Run s for rkey: at once while few calls of this worker are on their way to this Redis, else in the next pipeline.
 function ____exports.call(conf, s, rkey, ...)
-    local ____conf_auto_pipeline_0
+    local ____conf_auto_pipeline_1
     if conf.auto_pipeline then
-        ____conf_auto_pipeline_0 = laneOf(conf)
+        ____conf_auto_pipeline_1 = laneOf(conf)
     else
-        ____conf_auto_pipeline_0 = nil
+        ____conf_auto_pipeline_1 = nil
     end
-    local lane = ____conf_auto_pipeline_0
+    local lane = ____conf_auto_pipeline_1
     if lane == nil then
         return single.call(conf, s, rkey, ...)
     end

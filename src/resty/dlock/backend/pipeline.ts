@@ -236,25 +236,6 @@ function inFlight(lane: Lane): number {
   return n;
 }
 
-/** Run s for rkey: at once while few calls of this worker are on their way to this Redis, else in the next pipeline. */
-export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
-  if (lane === undefined) return single.call(conf, s, rkey, ...args);
-  if (inFlight(lane) < DIRECT) {
-    lane.slots++;
-    const slot = lane.slots;
-    lane.direct.set(slot, ngx.now() + patience(conf));
-    const [res, err, fault] = single.call(conf, s, rkey, ...args);
-    lane.direct.delete(slot);
-    return $multi(res, err, fault);
-  }
-  const b = lane.open;
-  // A full batch goes as it is; this call goes on its own.
-  if (b !== undefined && b.jobs.length >= MAX_BATCH) return single.call(conf, s, rkey, ...args);
-  // The arguments become a table only here: the calls that go out at once make none.
-  return join(lane, b, s, rkey, [...args]);
-}
-
 /** Wait for the call's answer in the open batch (b, or a new one). */
 function join(lane: Lane, open: Batch | undefined, s: scripts.Script, rkey: string, args: (string | number)[]): CallResult {
   const conf = lane.conf;
@@ -286,6 +267,25 @@ function join(lane: Lane, open: Batch | undefined, s: scripts.Script, rkey: stri
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + wait + " s during " + s.name, "lost");
   }
   return $multi(job.res, job.err, job.fault);
+}
+
+/** Run s for rkey: at once while few calls of this worker are on their way to this Redis, else in the next pipeline. */
+export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+  const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
+  if (lane === undefined) return single.call(conf, s, rkey, ...args);
+  if (inFlight(lane) < DIRECT) {
+    lane.slots++;
+    const slot = lane.slots;
+    lane.direct.set(slot, ngx.now() + patience(conf));
+    const [res, err, fault] = single.call(conf, s, rkey, ...args);
+    lane.direct.delete(slot);
+    return $multi(res, err, fault);
+  }
+  const b = lane.open;
+  // A full batch goes as it is; this call goes on its own.
+  if (b !== undefined && b.jobs.length >= MAX_BATCH) return single.call(conf, s, rkey, ...args);
+  // The arguments become a table only here: the calls that go out at once make none.
+  return join(lane, b, s, rkey, [...args]);
 }
 
 /** Calls sent in batches, and batches, by this worker to conf's Redis. */

@@ -292,8 +292,8 @@ end
 _M.cluster_nodes = cluster_nodes
 
 --- Whether one node sees the cluster whole: state ok, all 16384 slots served,
---- `want` nodes known, none in handshake or failing, and every replica
---- attached to a master; for a master, its replica online.
+--- `want` nodes known, none in handshake or failing, three masters, and every
+--- replica attached to a master; for a master, its replica online.
 local function node_settled(port, want)
   local info = _M.cmd(port, "cluster", "info")
   if type(info) ~= "string" or not info:find("cluster_state:ok", 1, true)
@@ -303,13 +303,15 @@ local function node_settled(port, want)
   end
   local nodes = cluster_nodes(port)
   if not nodes then return false end
-  local me
+  local me, masters = nil, 0
   for _, n in ipairs(nodes) do
     if n.flags.handshake or n.flags.fail or n.flags["fail?"] or n.flags.noaddr then return false end
     if n.flags.slave and not n.master_id then return false end
+    if n.flags.master then masters = masters + 1 end
     if n.flags.myself then me = n end
   end
-  if not me then return false end
+  -- Gossip tells a node late that the others became replicas: until then it lists them as masters.
+  if not me or masters ~= 3 then return false end
   local repl = _M.cmd(port, "info", "replication") or ""
   if me.flags.master then
     return repl:find("slave0:[^\n]*state=online") ~= nil

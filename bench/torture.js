@@ -363,10 +363,10 @@ function gwKeys(row, g) {
 }
 
 /**
- * One request; resolves { status } or { aborted } (the client destroyed the
- * socket at abortAt ms) or { error }. Never rejects.
+ * One request; resolves { status, body } or { aborted } (the client destroyed
+ * the socket at abortAt ms) or { error }. Never rejects.
  */
-function gwRequest(port, p, abortAt) {
+function request(port, p, abortAt) {
   return new Promise((resolve) => {
     let done = false;
     let timer = null;
@@ -377,8 +377,10 @@ function gwRequest(port, p, abortAt) {
       resolve(r);
     };
     const req = http.get({ host: "127.0.0.1", port, path: p, agent }, (res) => {
-      res.resume();
-      res.on("end", () => finish({ status: res.statusCode }));
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (c) => (body += c));
+      res.on("end", () => finish({ status: res.statusCode, body: body.trim() }));
       res.on("error", (e) => finish({ error: e.code || e.message }));
     });
     req.setTimeout(REQUEST_TIMEOUT, () => req.destroy(new Error("client timeout")));
@@ -410,11 +412,11 @@ function startGatewayLoad(row, counts) {
       const abortAt = L.abort && Math.random() < L.abort.p ? randInt(L.abort.atMs) : null;
       const p = `/gw/${g}/${L.via}?g=${g}&key=${pick(keys[g])}&ms=${randInt(L.backendMs)}${fail ? "&fail=1" : ""}`;
       c.requests++;
-      let r = await gwRequest(HTTP_PORTS[home], p, abortAt);
+      let r = await request(HTTP_PORTS[home], p, abortAt);
       if (r.error === "ECONNREFUSED") {
         // The instance is down (quit-restart): the other one, as a load balancer would.
         c.failover++;
-        r = await gwRequest(HTTP_PORTS[(home + 1) % HTTP_PORTS.length], p, abortAt);
+        r = await request(HTTP_PORTS[(home + 1) % HTTP_PORTS.length], p, abortAt);
       }
       if (r.aborted) c.aborted++;
       else if (r.status !== undefined) {
@@ -1627,30 +1629,6 @@ function gwNoteOf(r) {
 /** resty.dlock's release channel (src/resty/dlock/scripts.ts CHANNEL): CHANNEL .. <lock key>. */
 const RELEASED_CHANNEL = "dlock:released:";
 
-/** One request; { status, body }, { aborted } (the client destroyed the socket at abortAt ms) or { error }. Never rejects. */
-function critRequest(port, p, abortAt) {
-  return new Promise((resolve) => {
-    let done = false;
-    let timer = null;
-    const finish = (r) => {
-      if (done) return;
-      done = true;
-      if (timer) clearTimeout(timer);
-      resolve(r);
-    };
-    const req = http.get({ host: "127.0.0.1", port, path: p, agent }, (res) => {
-      let body = "";
-      res.setEncoding("utf8");
-      res.on("data", (c) => (body += c));
-      res.on("end", () => finish({ status: res.statusCode, body: body.trim() }));
-      res.on("error", (e) => finish({ error: e.code || e.message }));
-    });
-    req.setTimeout(REQUEST_TIMEOUT, () => req.destroy(new Error("client timeout")));
-    req.on("error", (e) => finish({ error: e.code || e.message }));
-    if (abortAt !== null) timer = setTimeout(() => { finish({ aborted: true }); req.destroy(); }, abortAt);
-  });
-}
-
 /**
  * L.clientsPerKey clients per key of L.keys, alternating between both nginx,
  * each keeping to its key, looping on path?key=K until stop(). L.shortWait: that
@@ -1671,7 +1649,7 @@ function startContentionLoad(L, p, counts) {
       else if (L.abort && r < shortP + L.abort.p) { abortAt = randInt(L.abort.atMs); kind = "aborted"; }
       counts.byKind[kind]++;
       const t = process.hrtime.bigint();
-      const res = await critRequest(port, `${p}?key=${key}${q}`, abortAt);
+      const res = await request(port, `${p}?key=${key}${q}`, abortAt);
       if (res.aborted) { counts.aborted++; continue; }
       if (res.error) { counts.http++; bump(counts.httpMsgs, res.error); await sleep(10); continue; }
       const { status, body } = res;

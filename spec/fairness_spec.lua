@@ -13,6 +13,22 @@ local function here()
   return assert(dlock.new({ dict = "dlock", prefix = "crash:", redis = h.redis_opts() }))
 end
 
+--- A fresh key held here: the locks, the key, the holder's lease.
+local function held()
+  local locks = here()
+  local key = h.unique("fair")
+  return locks, key, assert(locks:acquire(key, { ttl = 10000 }))
+end
+
+--- Release the holder: seconds until the waiter in `thread` had the key (at_of reads that time from its result).
+local function handoff(holder, thread, at_of)
+  local released = now()
+  assert(holder:release())
+  local ok, r = ngx.thread.wait(thread)
+  assert(ok, r)
+  return at_of(r) - released
+end
+
 local function evalshas()
   return tonumber(h.cmd(nil, "info", "commandstats"):match("cmdstat_evalsha:calls=(%d+)")) or 0
 end
@@ -31,9 +47,7 @@ describe("waiting in line", function()
   end
 
   it("serves waiters in the order they came, across this worker and both workers of another nginx", function()
-    local locks = here()
-    local key = h.unique("fair")
-    local holder = assert(locks:acquire(key, { ttl = 10000 }))
+    local locks, key, holder = held()
     local threads, kinds = {}, {}
     for i = 1, 10 do
       if i % 3 == 0 then
@@ -71,9 +85,7 @@ describe("waiting in line", function()
   end)
 
   it("sends Redis one ticket, one claim and one release per waiter: the key goes to one waiter only", function()
-    local locks = here()
-    local key = h.unique("fair")
-    local holder = assert(locks:acquire(key, { ttl = 10000 }))
+    local locks, key, holder = held()
     local threads = {}
     for i = 1, 8 do
       threads[i] = ngx.thread.spawn(remote, key, 10)
@@ -90,9 +102,7 @@ describe("waiting in line", function()
   end)
 
   it("skips a waiter killed while it waits (its client went away): the next one gets the key at once", function()
-    local locks = here()
-    local key = h.unique("fair")
-    local holder = assert(locks:acquire(key, { ttl = 10000 }))
+    local locks, key, holder = held()
     -- First in line: a peer request whose client gives up after 200 ms (its abort handler ends it where it waits).
     local quitter = ngx.thread.spawn(h.http, peer.port, "/wait-turn?key=" .. key, { abort_after = 200 })
     ngx.sleep(0.05)
@@ -104,36 +114,26 @@ describe("waiting in line", function()
     end)
     assert(ngx.thread.wait(quitter))
     ngx.sleep(0.2)   -- the peer notices its killed waiter and drops the ticket
-    local released = now()
-    assert(holder:release())
-    local ok, at = ngx.thread.wait(second)
-    assert(ok, at)
+    local took = handoff(holder, second, function(at) return at end)
     -- Not a hand-off to the dead waiter first (it would hold the key for the grant's 100 ms).
-    assert.is_true(at - released < 0.05, string.format("the key came %.3f s after the release", at - released))
+    assert.is_true(took < 0.05, string.format("the key came %.3f s after the release", took))
     assert.equal(0, h.cmd(nil, "exists", "crash:" .. key .. ":queue"))
   end)
 
   it("skips a waiter whose wait ran out, without a word from it", function()
-    local locks = here()
-    local key = h.unique("fair")
-    local holder = assert(locks:acquire(key, { ttl = 10000 }))
+    local locks, key, holder = held()
     local early = ngx.thread.spawn(function() return select(2, locks:acquire(key, { wait = 100 })) end)
     ngx.sleep(0.02)
     local later = ngx.thread.spawn(remote, key, 0)
     local _, err = ngx.thread.wait(early)
     assert.equal("timeout", err)
     ngx.sleep(0.05)
-    local released = now()
-    assert(holder:release())
-    local ok, r = ngx.thread.wait(later)
-    assert(ok, r)
-    assert.is_true(r.at - released < 0.05, string.format("the key came %.3f s after the release", r.at - released))
+    local took = handoff(holder, later, function(r) return r.at end)
+    assert.is_true(took < 0.05, string.format("the key came %.3f s after the release", took))
   end)
 
   it("drops the tickets of a SIGKILLed worker's waiters when nginx replaces it", function()
-    local locks = here()
-    local key = h.unique("fair")
-    local holder = assert(locks:acquire(key, { ttl = 10000 }))
+    local locks, key, holder = held()
     -- A peer waiter; which worker took it shows in the ledger-free way: the queue's only ticket.
     local doomed = ngx.thread.spawn(h.http, peer.port, "/wait-turn?key=" .. key, { timeout = 3000 })
     assert.is_true(h.eventually(1, function() return h.cmd(nil, "zcard", "crash:" .. key .. ":queue") == 1 end))
@@ -143,7 +143,6 @@ describe("waiting in line", function()
     assert.is_true(h.eventually(1.5, function() return h.cmd(nil, "exists", "crash:" .. key .. ":queue") == 0 end),
       "the dead waiter's ticket is still in line")
     assert(holder:release())
-    assert.is_nil(h.cmd(nil, "get", "crash:" .. key) ~= ngx.null and h.cmd(nil, "get", "crash:" .. key) or nil,
-      "the key was handed to the dead waiter")
+    assert.equal(ngx.null, h.cmd(nil, "get", "crash:" .. key), "the key was handed to the dead waiter")
   end)
 end)

@@ -225,10 +225,9 @@ local function queued(store, kind, key, tok, ttl, wait)
         ticket = "",
         rec = nil,
         ahead = -1,
-        wait = wait,
-        turn = waits.turn(rkey, tok)
+        turn = wait > 0 and waits.turn(rkey, tok) or nil
     }
-    if wait > 0 and wakeups.live(store.redis, rkey) then
+    if place.turn ~= nil and wakeups.live(store.redis, rkey) then
         waits.enter(place.turn)
     end
     local l, err, retryAfter = inLine(
@@ -241,8 +240,8 @@ local function queued(store, kind, key, tok, ttl, wait)
         ttl,
         wait
     )
-    waits.leave(place.turn)
-    if wait > 0 then
+    if place.turn ~= nil then
+        waits.leave(place.turn)
         wakeups.done(store.redis, rkey)
     end
     if place.rec ~= nil then
@@ -254,7 +253,7 @@ local function queued(store, kind, key, tok, ttl, wait)
             kind,
             rkey,
             tok,
-            place.wait
+            wait
         ))
     end
     return l, err, retryAfter

@@ -85,10 +85,8 @@ interface Place {
   rec: string | undefined;
   /** How many waited ahead of us when we took the ticket. */
   ahead: number;
-  /** ms we wait, at most, from the first attempt. */
-  readonly wait: number;
-  /** Our place in this worker's line for the key. */
-  readonly turn: waits.Turn;
+  /** Our place in this worker's line for the key (only a waiting acquire has one: wait > 0). */
+  readonly turn: waits.Turn | undefined;
 }
 
 /** Take our ticket back: in the background, and at once (a key handed to us meanwhile goes on to the next). */
@@ -142,7 +140,7 @@ function inLine(place: Place, store: Store, kind: Kind, key: string, rkey: strin
         place.ticket = t;
         place.ahead = reply.get(3) as number;
         place.rec = ledger.waiting(store.dict, rkey, tok, key, wait);
-        waits.holdTicket(place.turn, dropOf(store, kind, rkey, tok, wait), place.ahead);
+        waits.holdTicket(place.turn!, dropOf(store, kind, rkey, tok, wait), place.ahead);
       }
     } else {
       // Busy, from the script without the queue (scripts.ts `alone`): the holder's PTTL.
@@ -173,7 +171,7 @@ function inLine(place: Place, store: Store, kind: Kind, key: string, rkey: strin
       nap = poll(backoff, retryAfter);
       backoff = math.min(backoff * 2, MAX_BACKOFF);
     }
-    if (!waits.pause(place.turn, math.min(nap, rest)) && nap >= rest) {
+    if (!waits.pause(place.turn!, math.min(nap, rest)) && nap >= rest) {
       // Slept to the deadline with no word: the key was not handed to us.
       return $multi(undefined, "timeout", retryAfter === undefined ? undefined : math.max(0, math.floor(retryAfter - rest)));
     }
@@ -182,18 +180,20 @@ function inLine(place: Place, store: Store, kind: Kind, key: string, rkey: strin
 
 function queued(store: Store, kind: Kind, key: string, tok: string, ttl: number, wait: number): AcquireResult {
   const rkey = store.prefix + key;
-  const place: Place = { ticket: "", rec: undefined, ahead: -1, wait, turn: waits.turn(rkey, tok) };
+  const place: Place = { ticket: "", rec: undefined, ahead: -1, turn: wait > 0 ? waits.turn(rkey, tok) : undefined };
   // The key may be handed to us by name while our first question is on its
   // way: be in this worker's line by then, if word can come here at all.
-  if (wait > 0 && wakeups.live(store.redis, rkey)) waits.enter(place.turn);
+  if (place.turn !== undefined && wakeups.live(store.redis, rkey)) waits.enter(place.turn);
   const [l, err, retryAfter] = inLine(place, store, kind, key, rkey, tok, ttl, wait);
-  waits.leave(place.turn);
-  if (wait > 0) wakeups.done(store.redis, rkey);
+  if (place.turn !== undefined) {
+    waits.leave(place.turn);
+    wakeups.done(store.redis, rkey);
+  }
   if (place.rec !== undefined) ledger.forget(store.dict, place.rec, tok);
   if (l === undefined && place.ticket !== "" && err !== "timeout") {
     // Gave up in line before our deadline (a Redis error): leave now, and pass on a key handed to us meanwhile.
     // At the deadline, Redis skips our ticket by itself.
-    orphans.adopt(dropOf(store, kind, rkey, tok, place.wait));
+    orphans.adopt(dropOf(store, kind, rkey, tok, wait));
   }
   return $multi(l, err, retryAfter);
 }

@@ -34,6 +34,8 @@ interface NgxTcpSocket {
   settimeouts(connectMs: number, sendMs: number, readMs: number): void;
   send(data: string): LuaMultiReturn<[number | undefined, string | undefined]>;
   receive(pattern?: string | number): LuaMultiReturn<[string | undefined, string | undefined, string | undefined]>;
+  /** Whatever has arrived, up to max bytes (waits for at least one). */
+  receiveany(max: number): LuaMultiReturn<[string | undefined, string | undefined]>;
   close(): LuaMultiReturn<[1 | undefined, string | undefined]>;
   /** reused: a session to resume, false (no session object back) or nil (a session object back). */
   sslhandshake(reused: boolean | undefined, serverName: string | undefined, verify: boolean): LuaMultiReturn<[unknown, string | undefined]>;

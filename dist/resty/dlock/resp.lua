@@ -28,51 +28,83 @@ function ____exports.encode(words)
     end
     return concat(parts)
 end
---- One reply from sock, as lua-resty-redis returns it: the value (ngx.null for
--- a nil bulk or array), or false and the message of an error reply; nil and
--- the socket's error when the connection failed.
-function ____exports.read(sock)
-    local line, err = sock:receive("*l")
-    if line == nil then
-        return nil, err
+function ____exports.reader(sock)
+    return {sock = sock, buf = "", pos = 1}
+end
+--- Nothing is left unread (a connection fit to go back to the pool).
+function ____exports.drained(r)
+    return r.pos > #r.buf
+end
+local byte = string.byte
+local find = string.find
+local CHUNK = 65536
+--- The reply at pos of buf: value, error message (of an error reply), and the
+-- position after it; no position when buf ends before the reply does.
+local function parse(buf, pos)
+    local eol = find(buf, "\r\n", pos, true)
+    if eol == nil then
+        return nil, nil, nil
     end
-    local kind = sub(line, 1, 1)
-    local rest = sub(line, 2)
-    if kind == "+" then
-        return rest, nil
+    local kind = byte(buf, pos)
+    local line = sub(buf, pos + 1, eol - 1)
+    local after = eol + 2
+    if kind == 43 then
+        return line, nil, after
     end
-    if kind == "-" then
-        return false, rest
+    if kind == 45 then
+        return false, line, after
     end
-    if kind == ":" then
-        return tonumber(rest), nil
+    if kind == 58 then
+        return tonumber(line), nil, after
     end
-    if kind == "$" then
-        local n = tonumber(rest) or -1
+    if kind == 36 then
+        local n = tonumber(line) or -1
         if n < 0 then
-            return ngx.null, nil
+            return ngx.null, nil, after
         end
-        local data, derr = sock:receive(n + 2)
-        if data == nil then
-            return nil, derr
+        if #buf < after + n + 1 then
+            return nil, nil, nil
         end
-        return sub(data, 1, n), nil
+        return sub(buf, after, after + n - 1), nil, after + n + 2
     end
-    if kind == "*" then
-        local n = tonumber(rest) or -1
+    if kind == 42 then
+        local n = tonumber(line) or -1
         if n < 0 then
-            return ngx.null, nil
+            return ngx.null, nil, after
         end
         local out = {}
+        local p = after
         for i = 1, n do
-            local v, verr = ____exports.read(sock)
-            if v == nil then
-                return nil, verr
+            local v, verr, next = parse(buf, p)
+            if next == nil then
+                return nil, nil, nil
             end
             out[i] = v == false and ({false, verr}) or v
+            p = next
         end
-        return out, nil
+        return out, nil, p
     end
-    return nil, "bad reply: " .. line
+    return nil, "bad reply: " .. line, -1
+end
+--- The next reply, as lua-resty-redis returns one: the value (ngx.null for a
+-- nil bulk or array), or false and the message of an error reply; nil and
+-- the socket's error when the connection failed.
+function ____exports.read(r)
+    while true do
+        local v, err, next = parse(r.buf, r.pos)
+        if next ~= nil then
+            if next < 0 then
+                return nil, err
+            end
+            r.pos = next
+            return v, err
+        end
+        local data, rerr = r.sock:receiveany(CHUNK)
+        if data == nil then
+            return nil, rerr
+        end
+        r.buf = r.pos > #r.buf and data or sub(r.buf, r.pos) .. data
+        r.pos = 1
+    end
 end
 return ____exports

@@ -37,36 +37,83 @@ export function arg(parts: Buffer, w: string | number): void {
 }
 
 /**
- * One reply from sock, as lua-resty-redis returns it: the value (ngx.null for
- * a nil bulk or array), or false and the message of an error reply; nil and
- * the socket's error when the connection failed.
+ * Replies read in chunks (receiveany) and parsed here: one call into the
+ * cosocket for a whole batch of short replies, where receive("*l") makes one
+ * per reply (each a C function, which also ends LuaJIT's trace).
  */
-export function read(sock: NgxTcpSocket): LuaMultiReturn<[RedisValue | false | undefined, string | undefined]> {
-  const [line, err] = sock.receive("*l");
-  if (line === undefined) return $multi(undefined, err);
-  const kind = sub(line, 1, 1);
-  const rest = sub(line, 2);
-  if (kind === "+") return $multi(rest, undefined);
-  if (kind === "-") return $multi(false, rest);
-  if (kind === ":") return $multi(tonumber(rest), undefined);
-  if (kind === "$") {
-    const n = tonumber(rest) ?? -1;
-    if (n < 0) return $multi(ngx.null as unknown as RedisValue, undefined);
-    const [data, derr] = sock.receive(n + 2);
-    if (data === undefined) return $multi(undefined, derr);
-    return $multi(sub(data, 1, n), undefined);
+export interface Reader {
+  readonly sock: NgxTcpSocket;
+  buf: string;
+  pos: number;
+}
+
+export function reader(sock: NgxTcpSocket): Reader {
+  return { sock, buf: "", pos: 1 };
+}
+
+/** Nothing is left unread (a connection fit to go back to the pool). */
+export function drained(r: Reader): boolean {
+  return r.pos > r.buf.length;
+}
+
+const byte = string.byte;
+const find = string.find;
+const CHUNK = 65536;
+
+type Parsed = LuaMultiReturn<[RedisValue | false | undefined, string | undefined, number | undefined]>;
+
+/**
+ * The reply at pos of buf: value, error message (of an error reply), and the
+ * position after it; no position when buf ends before the reply does.
+ */
+function parse(buf: string, pos: number): Parsed {
+  const [eol] = find(buf, "\r\n", pos, true);
+  if (eol === undefined) return $multi(undefined, undefined, undefined);
+  const kind = byte(buf, pos);
+  const line = sub(buf, pos + 1, eol - 1);
+  const after = eol + 2;
+  if (kind === 43) return $multi(line, undefined, after); // +
+  if (kind === 45) return $multi(false, line, after); // -
+  if (kind === 58) return $multi(tonumber(line), undefined, after); // :
+  if (kind === 36) { // $
+    const n = tonumber(line) ?? -1;
+    if (n < 0) return $multi(ngx.null as unknown as RedisValue, undefined, after);
+    if (buf.length < after + n + 1) return $multi(undefined, undefined, undefined);
+    return $multi(sub(buf, after, after + n - 1), undefined, after + n + 2);
   }
-  if (kind === "*") {
-    const n = tonumber(rest) ?? -1;
-    if (n < 0) return $multi(ngx.null as unknown as RedisValue, undefined);
+  if (kind === 42) { // *
+    const n = tonumber(line) ?? -1;
+    if (n < 0) return $multi(ngx.null as unknown as RedisValue, undefined, after);
     const out = new LuaTable<number, unknown>();
+    let p = after;
     for (const i of $range(1, n)) {
-      const [v, verr] = read(sock);
-      if (v === undefined) return $multi(undefined, verr);
+      const [v, verr, next] = parse(buf, p);
+      if (next === undefined) return $multi(undefined, undefined, undefined);
       // An error inside an array (a script's table reply) stays a value, as lua-resty-redis keeps it.
       out.set(i, v === false ? [false, verr] : v);
+      p = next;
     }
-    return $multi(out as unknown as RedisValue, undefined);
+    return $multi(out as unknown as RedisValue, undefined, p);
   }
-  return $multi(undefined, "bad reply: " + line);
+  return $multi(undefined, "bad reply: " + line, -1);
+}
+
+/**
+ * The next reply, as lua-resty-redis returns one: the value (ngx.null for a
+ * nil bulk or array), or false and the message of an error reply; nil and
+ * the socket's error when the connection failed.
+ */
+export function read(r: Reader): LuaMultiReturn<[RedisValue | false | undefined, string | undefined]> {
+  while (true) {
+    const [v, err, next] = parse(r.buf, r.pos);
+    if (next !== undefined) {
+      if (next < 0) return $multi(undefined, err);
+      r.pos = next;
+      return $multi(v, err);
+    }
+    const [data, rerr] = r.sock.receiveany(CHUNK);
+    if (data === undefined) return $multi(undefined, rerr);
+    r.buf = r.pos > r.buf.length ? data : sub(r.buf, r.pos) + data;
+    r.pos = 1;
+  }
 }

@@ -13,6 +13,12 @@ local MAX_BATCH = 256
 ____exports.DIRECT = 4
 --- Seconds the per-endpoint sender waits for work before its timer ends.
 local IDLE = 10
+--- Seconds after a batch of several calls during which calls join batches even
+-- with fewer than DIRECT on their way (as they do while a batch is open or on
+-- its way): the callers a batch wakes all call again at once, and a
+-- connection of its own for each of the first DIRECT costs more than their
+-- place in the next batch.
+local LOADED = 0.002
 local lanes = setmetatable({}, {__mode = "k"})
 local function laneOf(conf)
     local l = lanes[conf]
@@ -29,12 +35,77 @@ local function laneOf(conf)
             open = nil,
             sending = false,
             work = work,
+            loaded = 0,
             batched = 0,
             batches = 0
         }
         lanes[conf] = l
     end
     return l
+end
+local heads = setmetatable({}, {__mode = "k"})
+local bodies = setmetatable({}, {__mode = "k"})
+local function headOf(cache, s, words, body)
+    local byWords = cache[s]
+    if byWords == nil then
+        byWords = {}
+        cache[s] = byWords
+    end
+    local h = byWords[words]
+    if h == nil then
+        local parts = {}
+        resp.command(parts, 3 + words)
+        resp.arg(parts, body and "EVAL" or "EVALSHA")
+        resp.arg(parts, body and s.src or s.sha)
+        resp.arg(parts, s.keys)
+        h = table.concat(parts)
+        byWords[words] = h
+    end
+    return h
+end
+--- Add a call to b: its command goes into the buffer at once (no table of its arguments).
+local function add(b, anchor, s, rkey, ...)
+    local parts = b.parts
+    local n = select("#", ...)
+    local words = 1 + n
+    local from = #parts + 1
+    parts[from] = headOf(heads, s, words, false)
+    resp.arg(parts, rkey)
+    local a1, a2, a3, a4, a5, a6 = select(1, ...)
+    if n >= 1 then
+        resp.arg(parts, a1)
+    end
+    if n >= 2 then
+        resp.arg(parts, a2)
+    end
+    if n >= 3 then
+        resp.arg(parts, a3)
+    end
+    if n >= 4 then
+        resp.arg(parts, a4)
+    end
+    if n >= 5 then
+        resp.arg(parts, a5)
+    end
+    if n >= 6 then
+        resp.arg(parts, a6)
+    end
+    for i = 7, n do
+        local a = select(i, ...)
+        resp.arg(parts, a)
+    end
+    local job = {
+        s = s,
+        from = from,
+        words = words,
+        anchor = anchor,
+        res = nil,
+        err = nil,
+        fault = nil
+    }
+    local ____b_jobs_0 = b.jobs
+    ____b_jobs_0[#____b_jobs_0 + 1] = job
+    return job
 end
 local function fail(jobs, err, fault)
     for ____, j in ipairs(jobs) do
@@ -44,89 +115,121 @@ local function fail(jobs, err, fault)
         end
     end
 end
---- Send the jobs' scripts (by SHA, or with their bodies) in one write, and read their replies in turn.
-local function roundTrip(conf, sock, jobs, body)
-    local parts = {}
-    local verb = body and "EVAL" or "EVALSHA"
-    for ____, j in ipairs(jobs) do
-        resp.command(parts, 4 + #j.args)
-        resp.arg(parts, verb)
-        resp.arg(parts, body and j.s.src or j.s.sha)
-        resp.arg(parts, j.s.keys)
-        resp.arg(parts, j.rkey)
-        for ____, a in ipairs(j.args) do
-            resp.arg(parts, a)
-        end
+--- The pieces of b's buffer that make up job i's command (after its head).
+local function copyWords(out, b, i)
+    local from = b.jobs[i].from + 1
+    local next = b.jobs[i + 1]
+    local to = next ~= nil and next.from - 1 or #b.parts
+    local n = #out
+    for k = from, to do
+        n = n + 1
+        out[n] = b.parts[k]
     end
-    local sent, serr = sock:send(table.concat(parts))
+end
+--- The commands of some of b's jobs (by index), EVAL with the script's body when `body`.
+local function commands(b, which, body)
+    local out = {}
+    for ____, i in ipairs(which) do
+        local j = b.jobs[i]
+        out[#out + 1] = headOf(body and bodies or heads, j.s, j.words, body)
+        copyWords(out, b, i)
+    end
+    return table.concat(out)
+end
+--- Send the commands (EVAL when `body`), and read the replies of the jobs `which` (indexes into b.jobs) in turn.
+local function roundTrip(conf, sock, b, which, payload, body)
+    local sent, serr = sock:send(payload)
     if sent == nil then
-        fail(
-            jobs,
-            ((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(serr)) .. " during a pipeline",
-            "lost"
-        )
+        for ____, i in ipairs(which) do
+            local j = b.jobs[i]
+            j.err = (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(serr)) .. " during ") .. j.s.name
+            j.fault = "lost"
+        end
         return {}
     end
+    local r = resp.reader(sock)
     local again = {}
-    for i = 1, #jobs do
-        local j = jobs[i]
-        local r, rerr = resp.read(sock)
-        if r == nil then
-            for k = i, #jobs do
-                local lost = jobs[k]
+    for k = 1, #which do
+        local j = b.jobs[which[k]]
+        local v, rerr = resp.read(r)
+        if v == nil then
+            for m = k, #which do
+                local lost = b.jobs[which[m]]
                 lost.err = (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(rerr)) .. " during ") .. lost.s.name
                 lost.fault = "lost"
             end
             return {}
         end
-        if r == false then
+        if v == false then
             if not body and string.sub(
                 tostring(rerr),
                 1,
                 8
             ) == "NOSCRIPT" then
-                again[#again + 1] = j
+                again[#again + 1] = which[k]
             else
                 local e, f = single.refused(conf, rerr)
                 j.err = e
                 j.fault = f
             end
         else
-            j.res = r
+            j.res = v
         end
+    end
+    if not resp.drained(r) then
+        fail(b.jobs, ("dlock: redis " .. conf.endpoint) .. ": unexpected data after the replies", "lost")
     end
     return again
 end
+--- Send b's calls as one pipeline on a pooled connection (EVAL for those Redis has no script for), then one WAIT.
 local function run(conf, b)
-    local jobs = {}
-    for ____, j in ipairs(b.jobs) do
+    local which = {}
+    local all = true
+    for i = 1, #b.jobs do
+        local j = b.jobs[i]
         if j.anchor ~= nil and not request.alive(j.anchor) then
             j.err = ("dlock: the request ended before its call to redis " .. conf.endpoint) .. " was sent"
             j.fault = "failed"
+            all = false
         else
-            jobs[#jobs + 1] = j
+            which[#which + 1] = i
         end
     end
-    if #jobs == 0 then
+    if #which == 0 then
         return
     end
     local red, cerr = redis.connect(conf)
     if red == nil then
         fail(
-            jobs,
+            b.jobs,
             cerr,
             single.unreachable(conf)
         )
         return
     end
     local sock = rawget(red, "_sock")
-    local again = roundTrip(conf, sock, jobs, false)
+    local payload = all and table.concat(b.parts) or commands(b, which, false)
+    local again = roundTrip(
+        conf,
+        sock,
+        b,
+        which,
+        payload,
+        false
+    )
     if #again > 0 then
-        roundTrip(conf, sock, again, true)
+        roundTrip(
+            conf,
+            sock,
+            b,
+            again,
+            commands(b, again, true),
+            true
+        )
     end
     local broken = false
     local wrote = {}
-    for ____, j in ipairs(jobs) do
+    for ____, j in ipairs(b.jobs) do
         if j.fault == "lost" then
             broken = true
         elseif j.res ~= nil and conf.replicas > 0 and j.s.written ~= nil and j.s.written(j.res) then
@@ -163,6 +266,9 @@ local function flush(lane)
             )
         end
         lane.batching = false
+        if #b.jobs > 1 then
+            lane.loaded = ngx.now() + LOADED
+        end
         b.sem:post(#b.jobs)
     end
 end
@@ -204,8 +310,21 @@ local function inFlight(lane)
     end
     return n
 end
+--- A call sent at once by its caller, on a pooled connection of its own: a batch of one.
+local function alone(conf, s, rkey, ...)
+    local b = {parts = {}, jobs = {}, sem = nil}
+    local job = add(
+        b,
+        nil,
+        s,
+        rkey,
+        ...
+    )
+    run(conf, b)
+    return job.res, job.err, job.fault
+end
 --- Wait for the call's answer in the open batch (b, or a new one).
-local function join(lane, open, s, rkey, args)
+local function join(lane, open, s, rkey, ...)
     local conf = lane.conf
     local b = open
     if b == nil then
@@ -213,7 +332,7 @@ local function join(lane, open, s, rkey, args)
         if sem == nil then
             return nil, "dlock: ngx.semaphore: " .. tostring(serr), "failed"
         end
-        b = {jobs = {}, sem = sem}
+        b = {parts = {}, jobs = {}, sem = sem}
         lane.open = b
     end
     if #b.jobs == 0 then
@@ -223,27 +342,18 @@ local function join(lane, open, s, rkey, args)
             local started = ngx.timer.at(0, sender, lane)
             if started == nil then
                 lane.open = nil
-                return single.call(
-                    conf,
-                    s,
-                    rkey,
-                    unpack(args)
-                )
+                return alone(conf, s, rkey, ...)
             end
             lane.sending = true
         end
     end
-    local job = {
-        s = s,
-        rkey = rkey,
-        args = args,
-        anchor = request.anchor(),
-        res = nil,
-        err = nil,
-        fault = nil
-    }
-    local ____b_jobs_0 = b.jobs
-    ____b_jobs_0[#____b_jobs_0 + 1] = job
+    local job = add(
+        b,
+        request.anchor(),
+        s,
+        rkey,
+        ...
+    )
     local wait = 2 * patience(conf)
     local woken = b.sem:wait(wait)
     if not woken and job.res == nil and job.fault == nil then
@@ -251,7 +361,7 @@ local function join(lane, open, s, rkey, args)
     end
     return job.res, job.err, job.fault
 end
---- Run s for rkey: at once while few calls of this worker are on their way to this Redis, else in the next pipeline.
+--- Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline.
 function ____exports.call(conf, s, rkey, ...)
     local ____conf_auto_pipeline_1
     if conf.auto_pipeline then
@@ -263,24 +373,24 @@ function ____exports.call(conf, s, rkey, ...)
     if lane == nil then
         return single.call(conf, s, rkey, ...)
     end
-    if inFlight(lane) < ____exports.DIRECT then
+    if not lane.batching and lane.open == nil and ngx.now() >= lane.loaded and inFlight(lane) < ____exports.DIRECT then
         lane.slots = lane.slots + 1
         local slot = lane.slots
         lane.direct[slot] = ngx.now() + patience(conf)
-        local res, err, fault = single.call(conf, s, rkey, ...)
+        local res, err, fault = alone(conf, s, rkey, ...)
         lane.direct[slot] = nil
         return res, err, fault
     end
     local b = lane.open
     if b ~= nil and #b.jobs >= MAX_BATCH then
-        return single.call(conf, s, rkey, ...)
+        return alone(conf, s, rkey, ...)
     end
     return join(
         lane,
         b,
         s,
         rkey,
-        {...}
+        ...
     )
 end
 --- Calls sent in batches, and batches, by this worker to conf's Redis.

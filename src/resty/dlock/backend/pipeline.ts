@@ -3,12 +3,13 @@
 // belongs to the request (or timer) that made it, so requests cannot share a
 // connection. Instead:
 //   - while fewer than DIRECT calls of this worker are on their way to this
-//     Redis, a call goes out at once on a pooled connection of its own (a
-//     worker at low load adds no latency and no hop);
-//   - past that, a call joins the next batch and sleeps on the batch's
-//     semaphore. A per-endpoint timer (the sender), the only user of its
-//     connection, sends each batch as one pipeline as soon as the previous one
-//     is answered, reads the replies one by one and wakes the callers.
+//     Redis, and none rides a batch, a call goes out at once on a pooled
+//     connection of its own (a worker at low load adds no latency and no hop);
+//   - past that, a call is encoded into the next batch's buffer and sleeps on
+//     the batch's semaphore. A per-endpoint timer (the sender), the only user
+//     of its connection, sends each batch as one pipeline as soon as the
+//     previous one is answered, reads the replies (in chunks, resp.ts) and
+//     wakes the callers.
 // Every call keeps its own outcome: a reply read is that call's answer; when
 // the connection breaks, the calls whose replies were not read are "outcome
 // unknown" ("lost") and the others are not; NOSCRIPT is answered by sending
@@ -35,11 +36,21 @@ const MAX_BATCH = 256;
 export const DIRECT = 4;
 /** Seconds the per-endpoint sender waits for work before its timer ends. */
 const IDLE = 10;
+/**
+ * Seconds after a batch of several calls during which calls join batches even
+ * with fewer than DIRECT on their way (as they do while a batch is open or on
+ * its way): the callers a batch wakes all call again at once, and a
+ * connection of its own for each of the first DIRECT costs more than their
+ * place in the next batch.
+ */
+const LOADED = 0.002;
 
+/** One call: its command is in its batch's buffer from `from` on (the head, then a piece per word after KEYS count). */
 interface Job {
   readonly s: scripts.Script;
-  readonly rkey: string;
-  readonly args: (string | number)[];
+  readonly from: number;
+  /** Words after the script's SHA and key count: the key and the arguments. */
+  readonly words: number;
   readonly anchor: request.Anchor | undefined;
   res: RedisValue | undefined;
   err: string | undefined;
@@ -47,8 +58,11 @@ interface Job {
 }
 
 interface Batch {
+  /** The calls' EVALSHA commands, encoded as they join; joined once, when sent. */
+  readonly parts: resp.Buffer;
   readonly jobs: Job[];
-  readonly sem: NgxSemaphore;
+  /** Wakes the callers (nil for a call sent by its caller). */
+  readonly sem: NgxSemaphore | undefined;
 }
 
 interface Lane {
@@ -69,6 +83,8 @@ interface Lane {
   /** The sender's timer runs, sleeping on `work` between batches. */
   sending: boolean;
   readonly work: NgxSemaphore;
+  /** Until when calls join batches whatever is on its way (see LOADED). */
+  loaded: number;
   /** Calls sent in batches and batches sent, for status and specs. */
   batched: number;
   batches: number;
@@ -84,10 +100,61 @@ function laneOf(conf: redis.RedisConf): Lane | undefined {
   if (l === undefined) {
     const [work] = semaphore.new(0);
     if (work === undefined) return undefined;
-    l = { conf, direct: new LuaTable(), slots: 0, batching: false, open: undefined, sending: false, work, batched: 0, batches: 0 };
+    l = { conf, direct: new LuaTable(), slots: 0, batching: false, open: undefined, sending: false, work, loaded: 0, batched: 0, batches: 0 };
     lanes.set(conf, l);
   }
   return l;
+}
+
+// The fixed start of a call's command, per script and word count: the array
+// head, EVALSHA (or EVAL), the SHA (or body) and the key count, as one piece.
+const heads = setmetatable(new LuaTable<scripts.Script, LuaTable<number, string>>(), { __mode: "k" });
+const bodies = setmetatable(new LuaTable<scripts.Script, LuaTable<number, string>>(), { __mode: "k" });
+
+function headOf(cache: LuaTable<scripts.Script, LuaTable<number, string>>, s: scripts.Script, words: number, body: boolean): string {
+  let byWords = cache.get(s);
+  if (byWords === undefined) {
+    byWords = new LuaTable();
+    cache.set(s, byWords);
+  }
+  let h = byWords.get(words);
+  if (h === undefined) {
+    const parts: resp.Buffer = new LuaTable();
+    resp.command(parts, 3 + words);
+    resp.arg(parts, body ? "EVAL" : "EVALSHA");
+    resp.arg(parts, body ? s.src : s.sha);
+    resp.arg(parts, s.keys);
+    h = table.concat(parts as unknown as string[]);
+    byWords.set(words, h);
+  }
+  return h;
+}
+
+/** Add a call to b: its command goes into the buffer at once (no table of its arguments). */
+function add(b: Batch, anchor: request.Anchor | undefined, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
+  const parts = b.parts;
+  const n = select("#", ...args);
+  const words = 1 + n;
+  const from = parts.length() + 1;
+  parts.set(from, headOf(heads, s, words, false));
+  resp.arg(parts, rkey);
+  // The arguments as locals: select(i, ...) in a loop copies the rest each
+  // time and keeps the function out of the JIT (a profile put 7 % of the
+  // worker's samples on it). Six cover every script but one.
+  const [a1, a2, a3, a4, a5, a6] = select(1, ...args);
+  if (n >= 1) resp.arg(parts, a1!);
+  if (n >= 2) resp.arg(parts, a2!);
+  if (n >= 3) resp.arg(parts, a3!);
+  if (n >= 4) resp.arg(parts, a4!);
+  if (n >= 5) resp.arg(parts, a5!);
+  if (n >= 6) resp.arg(parts, a6!);
+  for (const i of $range(7, n)) {
+    const [a] = select(i, ...args);
+    resp.arg(parts, a!);
+  }
+  const job: Job = { s, from, words, anchor, res: undefined, err: undefined, fault: undefined };
+  b.jobs.push(job);
+  return job;
 }
 
 function fail(jobs: Job[], err: string, fault: Fault): void {
@@ -99,74 +166,101 @@ function fail(jobs: Job[], err: string, fault: Fault): void {
   }
 }
 
-/** Send the jobs' scripts (by SHA, or with their bodies) in one write, and read their replies in turn. */
-function roundTrip(conf: redis.RedisConf, sock: NgxTcpSocket, jobs: Job[], body: boolean): Job[] {
-  const parts: resp.Buffer = new LuaTable();
-  const verb = body ? "EVAL" : "EVALSHA";
-  for (const j of jobs) {
-    resp.command(parts, 4 + j.args.length);
-    resp.arg(parts, verb);
-    resp.arg(parts, body ? j.s.src : j.s.sha);
-    resp.arg(parts, j.s.keys);
-    resp.arg(parts, j.rkey);
-    for (const a of j.args) resp.arg(parts, a);
+/** The pieces of b's buffer that make up job i's command (after its head). */
+function copyWords(out: resp.Buffer, b: Batch, i: number): void {
+  const from = b.jobs[i - 1]!.from + 1;
+  const next = b.jobs[i];
+  const to = next !== undefined ? next.from - 1 : b.parts.length();
+  let n = out.length();
+  for (const k of $range(from, to)) {
+    n++;
+    out.set(n, b.parts.get(k)!);
   }
-  const [sent, serr] = sock.send(table.concat(parts as unknown as string[]));
+}
+
+/** The commands of some of b's jobs (by index), EVAL with the script's body when `body`. */
+function commands(b: Batch, which: number[], body: boolean): string {
+  const out: resp.Buffer = new LuaTable();
+  for (const i of which) {
+    const j = b.jobs[i - 1]!;
+    out.set(out.length() + 1, headOf(body ? bodies : heads, j.s, j.words, body));
+    copyWords(out, b, i);
+  }
+  return table.concat(out as unknown as string[]);
+}
+
+/** Send the commands (EVAL when `body`), and read the replies of the jobs `which` (indexes into b.jobs) in turn. */
+function roundTrip(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: number[], payload: string, body: boolean): number[] {
+  const [sent, serr] = sock.send(payload);
   if (sent === undefined) {
     // Nothing or part of it left: none of them may have reached Redis, or all.
-    fail(jobs, "dlock: redis " + conf.endpoint + ": " + tostring(serr) + " during a pipeline", "lost");
+    for (const i of which) {
+      const j = b.jobs[i - 1]!;
+      j.err = "dlock: redis " + conf.endpoint + ": " + tostring(serr) + " during " + j.s.name;
+      j.fault = "lost";
+    }
     return [];
   }
-  const again: Job[] = [];
-  for (const i of $range(1, jobs.length)) {
-    const j = jobs[i - 1]!;
-    const [r, rerr] = resp.read(sock);
-    if (r === undefined) {
+  const r = resp.reader(sock);
+  const again: number[] = [];
+  for (const k of $range(1, which.length)) {
+    const j = b.jobs[which[k - 1]! - 1]!;
+    const [v, rerr] = resp.read(r);
+    if (v === undefined) {
       // These and the ones after them were sent; their replies never came.
-      for (const k of $range(i, jobs.length)) {
-        const lost = jobs[k - 1]!;
+      for (const m of $range(k, which.length)) {
+        const lost = b.jobs[which[m - 1]! - 1]!;
         lost.err = "dlock: redis " + conf.endpoint + ": " + tostring(rerr) + " during " + lost.s.name;
         lost.fault = "lost";
       }
       return [];
     }
-    if (r === false) {
+    if (v === false) {
       if (!body && string.sub(tostring(rerr), 1, 8) === "NOSCRIPT") {
-        again.push(j);
+        again.push(which[k - 1]!);
       } else {
         const [e, f] = single.refused(conf, rerr);
         j.err = e;
         j.fault = f;
       }
     } else {
-      j.res = r;
+      j.res = v;
     }
+  }
+  if (!resp.drained(r)) {
+    // More bytes than replies: nothing can be trusted on this connection any more.
+    fail(b.jobs, "dlock: redis " + conf.endpoint + ": unexpected data after the replies", "lost");
   }
   return again;
 }
 
+/** Send b's calls as one pipeline on a pooled connection (EVAL for those Redis has no script for), then one WAIT. */
 function run(conf: redis.RedisConf, b: Batch): void {
-  const jobs: Job[] = [];
-  for (const j of b.jobs) {
+  const which: number[] = [];
+  let all = true;
+  for (const i of $range(1, b.jobs.length)) {
+    const j = b.jobs[i - 1]!;
     if (j.anchor !== undefined && !request.alive(j.anchor)) {
       j.err = "dlock: the request ended before its call to redis " + conf.endpoint + " was sent";
       j.fault = "failed";
+      all = false;
     } else {
-      jobs.push(j);
+      which.push(i);
     }
   }
-  if (jobs.length === 0) return;
+  if (which.length === 0) return;
   const [red, cerr] = redis.connect(conf);
   if (red === undefined) {
-    fail(jobs, cerr!, single.unreachable(conf));
+    fail(b.jobs, cerr!, single.unreachable(conf));
     return;
   }
   const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock")!;
-  const again = roundTrip(conf, sock, jobs, false);
-  if (again.length > 0) roundTrip(conf, sock, again, true);
+  const payload = all ? table.concat(b.parts as unknown as string[]) : commands(b, which, false);
+  const again = roundTrip(conf, sock, b, which, payload, false);
+  if (again.length > 0) roundTrip(conf, sock, b, again, commands(b, again, true), true);
   let broken = false;
   const wrote: Job[] = [];
-  for (const j of jobs) {
+  for (const j of b.jobs) {
     if (j.fault === "lost") broken = true;
     else if (j.res !== undefined && conf.replicas > 0 && j.s.written !== undefined && j.s.written(j.res)) wrote.push(j);
   }
@@ -184,7 +278,6 @@ function run(conf: redis.RedisConf, b: Batch): void {
   }
   redis.done(red, conf, !broken);
 }
-
 /** Send the open batch, and the next, until there is none. */
 function flush(lane: Lane): void {
   while (lane.open !== undefined) {
@@ -196,7 +289,8 @@ function flush(lane: Lane): void {
     const [ok, err] = pcall(run, lane.conf, b);
     if (!ok) fail(b.jobs, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + tostring(err), "lost");
     lane.batching = false;
-    b.sem.post(b.jobs.length);
+    if (b.jobs.length > 1) lane.loaded = ngx.now() + LOADED;
+    b.sem!.post(b.jobs.length);
   }
 }
 
@@ -214,7 +308,7 @@ function sender(this: void, premature: boolean, lane: Lane): void {
   }
   if (lane.open !== undefined) {
     fail(lane.open.jobs, "dlock: nginx worker exiting before the call to redis " + lane.conf.endpoint + " was sent", "failed");
-    lane.open.sem.post(lane.open.jobs.length);
+    lane.open.sem!.post(lane.open.jobs.length);
     lane.open = undefined;
   }
   lane.sending = false;
@@ -236,14 +330,22 @@ function inFlight(lane: Lane): number {
   return n;
 }
 
+/** A call sent at once by its caller, on a pooled connection of its own: a batch of one. */
+function alone(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+  const b: Batch = { parts: new LuaTable(), jobs: [], sem: undefined };
+  const job = add(b, undefined, s, rkey, ...args);
+  run(conf, b);
+  return $multi(job.res, job.err, job.fault);
+}
+
 /** Wait for the call's answer in the open batch (b, or a new one). */
-function join(lane: Lane, open: Batch | undefined, s: scripts.Script, rkey: string, args: (string | number)[]): CallResult {
+function join(lane: Lane, open: Batch | undefined, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
   const conf = lane.conf;
   let b = open;
   if (b === undefined) {
     const [sem, serr] = semaphore.new(0);
     if (sem === undefined) return $multi(undefined, "dlock: ngx.semaphore: " + tostring(serr), "failed");
-    b = { jobs: [], sem };
+    b = { parts: new LuaTable(), jobs: [], sem };
     lane.open = b;
   }
   if (b.jobs.length === 0) {
@@ -253,39 +355,37 @@ function join(lane: Lane, open: Batch | undefined, s: scripts.Script, rkey: stri
       const [started] = ngx.timer.at(0, sender, lane);
       if (started === undefined) {
         lane.open = undefined;
-        return single.call(conf, s, rkey, ...args);
+        return alone(conf, s, rkey, ...args);
       }
       lane.sending = true;
     }
   }
-  const job: Job = { s, rkey, args, anchor: request.anchor(), res: undefined, err: undefined, fault: undefined };
-  b.jobs.push(job);
+  const job = add(b, request.anchor(), s, rkey, ...args);
   // Its batch's time, and the time of the batch ahead of it.
   const wait = 2 * patience(conf);
-  const [woken] = b.sem.wait(wait);
+  const [woken] = b.sem!.wait(wait);
   if (!woken && job.res === undefined && job.fault === undefined) {
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + wait + " s during " + s.name, "lost");
   }
   return $multi(job.res, job.err, job.fault);
 }
 
-/** Run s for rkey: at once while few calls of this worker are on their way to this Redis, else in the next pipeline. */
+/** Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline. */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
   const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
   if (lane === undefined) return single.call(conf, s, rkey, ...args);
-  if (inFlight(lane) < DIRECT) {
+  if (!lane.batching && lane.open === undefined && ngx.now() >= lane.loaded && inFlight(lane) < DIRECT) {
     lane.slots++;
     const slot = lane.slots;
     lane.direct.set(slot, ngx.now() + patience(conf));
-    const [res, err, fault] = single.call(conf, s, rkey, ...args);
+    const [res, err, fault] = alone(conf, s, rkey, ...args);
     lane.direct.delete(slot);
     return $multi(res, err, fault);
   }
   const b = lane.open;
   // A full batch goes as it is; this call goes on its own.
-  if (b !== undefined && b.jobs.length >= MAX_BATCH) return single.call(conf, s, rkey, ...args);
-  // The arguments become a table only here: the calls that go out at once make none.
-  return join(lane, b, s, rkey, [...args]);
+  if (b !== undefined && b.jobs.length >= MAX_BATCH) return alone(conf, s, rkey, ...args);
+  return join(lane, b, s, rkey, ...args);
 }
 
 /** Calls sent in batches, and batches, by this worker to conf's Redis. */

@@ -128,7 +128,7 @@ describe("the npm package", function()
     local files = must("tar -tzf " .. tarball .. " | sort")
     for _, f in ipairs({ "package/dist/resty/dlock.lua", "package/dist/resty/dlock/version.lua",
                          "package/api/index.d.ts", "package/api/ngx.d.ts", "package/types/ngx.d.ts",
-                         "package/package.json", "package/README.md", "package/CHANGELOG.md" }) do
+                         "package/package.json", "package/README.md", "package/CHANGELOG.md", "package/LICENSE" }) do
       assert.truthy(("\n" .. files):find("\n" .. f .. "\n", 1, true), f .. " is not in the tarball")
     end
     for f in files:gmatch("[^\n]+") do

@@ -177,7 +177,13 @@ local function roundTrip(conf, sock, b, which, payload, body)
         end
     end
     if not resp.drained(r) then
-        fail(b.jobs, ("dlock: redis " .. conf.endpoint) .. ": unexpected data after the replies", "lost")
+        for ____, i in ipairs(which) do
+            local j = b.jobs[i]
+            j.res = nil
+            j.err = (("dlock: redis " .. conf.endpoint) .. ": more data than replies during ") .. j.s.name
+            j.fault = "lost"
+        end
+        return {}
     end
     return again
 end

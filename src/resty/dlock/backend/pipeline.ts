@@ -228,8 +228,15 @@ function roundTrip(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: n
     }
   }
   if (!resp.drained(r)) {
-    // More bytes than replies: nothing can be trusted on this connection any more.
-    fail(b.jobs, "dlock: redis " + conf.endpoint + ": unexpected data after the replies", "lost");
+    // More bytes than replies: the replies may not be the ones they seemed,
+    // and the connection is not fit for the pool. Nothing read here stands.
+    for (const i of which) {
+      const j = b.jobs[i - 1]!;
+      j.res = undefined;
+      j.err = "dlock: redis " + conf.endpoint + ": more data than replies during " + j.s.name;
+      j.fault = "lost";
+    }
+    return [];
   }
   return again;
 }

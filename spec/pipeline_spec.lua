@@ -61,6 +61,30 @@ describe("auto-pipelining", function()
     assert.equal(calls2, (pipeline.stats(c)))
   end)
 
+  it("sends the next calls of the callers a batch woke in a batch too, not each on a connection of its own", function()
+    local c = conf()
+    assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
+    -- As many calls on their own as go out at once, done (5 ms each) well before the batch behind them (30 ms).
+    local threads = {}
+    for i = 1, pipeline.DIRECT do threads[i] = ngx.thread.spawn(pipeline.call, c, SLOW, "p:d" .. i, 5, "direct") end
+    local calls = pipeline.stats(c)
+    local callers = {}
+    for i = 1, 10 do
+      callers[i] = ngx.thread.spawn(function()
+        assert.equal("first", (pipeline.call(c, SLOW, "p:w" .. i, i == 1 and 30 or 0, "first")))
+        -- Woken with the whole batch, nothing else on its way: the next call joins the next batch.
+        return (pipeline.call(c, SLOW, "p:w" .. i, 0, "second"))
+      end)
+    end
+    for i = 1, #threads do assert(ngx.thread.wait(threads[i])) end
+    for i = 1, 10 do
+      local ok, r = ngx.thread.wait(callers[i])
+      assert(ok, r)
+      assert.equal("second", r)
+    end
+    assert.equal(calls + 20, (pipeline.stats(c)))
+  end)
+
   it("hands every call its reply however the replies are cut into reads (a 200 KB reply amid short ones)", function()
     local c = conf()
     local BIG = script("big", "return string.rep(ARGV[1], tonumber(ARGV[2]))")

@@ -4,9 +4,9 @@ local ffi = require("ffi")
 pcall(ffi.cdef, "long getrandom(void *buf, size_t buflen, unsigned int flags);")
 pcall(ffi.cdef, "int gethostname(char *name, size_t len);")
 local RANDOM_BYTES = 16
-local HEX16 = string.rep("%02x", RANDOM_BYTES)
 local buf = ffi.new("uint8_t[?]", 256)
 local POOL = 256
+local HEX_POOL = string.rep("%02x", POOL)
 local pool = ""
 local poolPos = POOL + 1
 local poolPid = 0
@@ -47,16 +47,16 @@ function ____exports.random()
         if s == nil or #s ~= POOL then
             return nil, "dlock: cannot read random bytes from the kernel"
         end
-        pool = s
+        pool = string.format(
+            HEX_POOL,
+            string.byte(s, 1, POOL)
+        )
         poolPos = 1
         poolPid = pid
     end
-    local first = poolPos
+    local first = 2 * poolPos - 1
     poolPos = poolPos + RANDOM_BYTES
-    return string.format(
-        HEX16,
-        string.byte(pool, first, first + RANDOM_BYTES - 1)
-    ), nil
+    return string.sub(pool, first, first + 2 * RANDOM_BYTES - 1), nil
 end
 local function hostname()
     if ffi.C.gethostname(buf, 255) == 0 then

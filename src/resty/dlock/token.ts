@@ -11,12 +11,13 @@ pcall(ffi.cdef, "long getrandom(void *buf, size_t buflen, unsigned int flags);")
 pcall(ffi.cdef, "int gethostname(char *name, size_t len);");
 
 const RANDOM_BYTES = 16;
-const HEX16 = string.rep("%02x", RANDOM_BYTES);
 const buf = ffi.new("uint8_t[?]", 256);
-// One getrandom(2) call fills a pool for 16 tokens; each byte is used once.
-// The pool belongs to one process: a fork (the master forking workers) must
-// not hand the same bytes to two of them.
+// One getrandom(2) call fills a pool for 16 tokens, kept as hex (formatted
+// once per pool, not per token); each byte is used once. The pool belongs to
+// one process: a fork (the master forking workers) must not hand the same
+// bytes to two of them.
 const POOL = 256;
+const HEX_POOL = string.rep("%02x", POOL);
 let pool = "";
 let poolPos = POOL + 1;
 let poolPid = 0;
@@ -59,13 +60,13 @@ export function random(): LuaMultiReturn<[string | undefined, string | undefined
     if (s === undefined || s.length !== POOL) {
       return $multi(undefined, "dlock: cannot read random bytes from the kernel");
     }
-    pool = s;
+    pool = string.format(HEX_POOL, ...string.byte(s, 1, POOL));
     poolPos = 1;
     poolPid = pid;
   }
-  const first = poolPos;
+  const first = 2 * poolPos - 1;
   poolPos += RANDOM_BYTES;
-  return $multi(string.format(HEX16, ...string.byte(pool, first, first + RANDOM_BYTES - 1)), undefined);
+  return $multi(string.sub(pool, first, first + 2 * RANDOM_BYTES - 1), undefined);
 }
 
 function hostname(): string {

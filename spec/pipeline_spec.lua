@@ -199,6 +199,41 @@ describe("auto-pipelining", function()
     assert.equal(calls, (pipeline.stats(c)))
   end)
 
+  it("takes back the acquires of a request that ended while they were on their way (a client abort)", function()
+    local peer = h.start_nginx("spec-peer.conf", { WORKERS = 1 })
+    assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
+    local key = h.unique("abandon")
+    -- Connections in the worker's pool, as on a server that has been up a while
+    -- (a new one would wait for Redis before it sent anything).
+    assert.equal(200, h.http(peer.port, "/abandon?key=" .. key .. "warm&n=8").status)
+    local function held()
+      local out = {}
+      for i = 1, 8 do out[i] = h.cmd(nil, "exists", "crash:" .. key .. i) end
+      return out
+    end
+    -- Redis busy for 700 ms: the request's 8 acquires wait for it, the first
+    -- DIRECT on connections of their own, the others in one batch. The
+    -- client leaves after 250 ms, and its request ends there.
+    local busy = ngx.thread.spawn(h.cmd, nil, "evalsha", SLOW.sha, 1, "p:busy", 700, "busy")
+    ngx.sleep(0.05)
+    assert.is_true(h.http(peer.port, "/abandon?key=" .. key .. "&n=8", { abort_after = 250 }).aborted)
+    assert(ngx.thread.wait(busy))
+    -- The batch's replies were read by its sender: its acquires are taken back at once.
+    ngx.sleep(0.3)
+    local direct = pipeline.DIRECT
+    local want = {}
+    for i = 1, 8 do want[i] = i <= direct and 1 or 0 end
+    assert.same(want, held())
+    -- The ones sent at once were taken (Redis ran them after the client left) and
+    -- are taken back once their calls' time is up, not after their 30 s ttl.
+    assert.is_true(h.cmd(nil, "pttl", "crash:" .. key .. 1) > 25000)
+    local t0 = h.now()
+    h.eventually(8, function() return table.concat(held()) == "00000000" end)
+    assert.same({ 0, 0, 0, 0, 0, 0, 0, 0 }, held())
+    assert.is_true(h.now() - t0 < 6, (h.now() - t0) .. " s")
+    peer.stop()
+  end)
+
   it("answers NOSCRIPT inside a batch by sending the script's body for the calls that met it", function()
     local locks = h.locks()
     assert.equal("OK", h.cmd(nil, "script", "flush"))

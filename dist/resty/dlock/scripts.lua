@@ -11,7 +11,8 @@ local function script(name, src, keys, written, alone)
         sha = token.hex(ngx.sha1_bin(src)),
         keys = keys,
         written = written,
-        alone = alone
+        alone = alone,
+        undo = nil
     }
 end
 local function isOk(reply)
@@ -181,4 +182,10 @@ ____exports.IDEM_COMPLETE = script("idempotency complete", "\nlocal r = redis.ca
 ____exports.IDEM_EXTEND = script("idempotency extend", "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[2] ~= ARGV[1] then return 0 end\nif r[1] == 'running' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\nreturn 1\n")
 --- KEYS[1] record, ARGV[1] token. Drops our running claim (a response not stored): 1, or 0 when not ours.
 ____exports.IDEM_RELEASE = script("idempotency release", "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end\nreturn redis.call('DEL', KEYS[1])\n")
+____exports.ACQUIRE.undo = ____exports.RELEASE
+____exports.ACQUIRE_FENCED.undo = ____exports.RELEASE
+____exports.ACQUIRE_QUEUED.undo = ____exports.DROP
+____exports.ACQUIRE_QUEUED_FENCED.undo = ____exports.DROP
+____exports.SEM_ACQUIRE.undo = ____exports.SEM_RELEASE
+____exports.IDEM_CLAIM.undo = ____exports.IDEM_RELEASE
 return ____exports

@@ -24,10 +24,17 @@ export interface Script {
    * is skipped for that while, never exclusion).
    */
   readonly alone: Script | undefined;
+  /**
+   * For acquires (ARGV[1] the token): the owner-checked script that takes back
+   * what this one may have taken for that token, should its caller be gone
+   * (its request ended: a client abort) before it read the reply. Set once
+   * every script exists (the end of this file).
+   */
+  undo: Script | undefined;
 }
 
 function script(name: string, src: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script): Script {
-  return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys, written, alone };
+  return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys, written, alone, undo: undefined };
 }
 
 function isOk(this: void, reply: RedisValue): boolean {
@@ -411,3 +418,13 @@ local r = redis.call('HMGET', KEYS[1], 'state', 'token')
 if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])
 `);
+
+// What takes back each acquire whose caller is gone before its reply came:
+// the release (the drop for a lock that queues: it also leaves the line and
+// passes on a key handed to it).
+ACQUIRE.undo = RELEASE;
+ACQUIRE_FENCED.undo = RELEASE;
+ACQUIRE_QUEUED.undo = DROP;
+ACQUIRE_QUEUED_FENCED.undo = DROP;
+SEM_ACQUIRE.undo = SEM_RELEASE;
+IDEM_CLAIM.undo = IDEM_RELEASE;

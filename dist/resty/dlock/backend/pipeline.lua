@@ -3,6 +3,7 @@ local ____exports = {}
 local redis = require("resty.dlock.redis")
 local request = require("resty.dlock.request")
 local resp = require("resty.dlock.resp")
+local scripts = require("resty.dlock.scripts")
 local single = require("resty.dlock.backend.single")
 local semaphore = require("ngx.semaphore")
 --- Calls in one pipeline, at most: a larger batch waits for the next round trip.
@@ -36,6 +37,8 @@ local function laneOf(conf)
         l = {
             conf = conf,
             direct = {},
+            acquires = {},
+            watching = false,
             slots = 0,
             batching = 0,
             open = nil,
@@ -262,6 +265,68 @@ local function run(conf, b)
     end
     redis.done(red, conf, not broken)
 end
+--- A call sent at once by its caller (or a timer), on a pooled connection of its own: a batch of one.
+local function alone(conf, s, rkey, ...)
+    local b = {parts = {}, jobs = {}, sem = nil}
+    local job = add(
+        b,
+        nil,
+        s,
+        rkey,
+        ...
+    )
+    run(conf, b)
+    return job.res, job.err, job.fault
+end
+--- Word n of job j's command after its key count (1: KEYS[1]), from b's buffer (resp.arg: five pieces a word, the word fourth).
+local function wordOf(b, j, n)
+    return tostring(b.parts[j.from + 5 * (n - 1) + 4])
+end
+--- Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will.
+local function takeBackOne(conf, b, j)
+    local rkey = wordOf(b, j, 1)
+    local res, err = scripts.forTarget(
+        alone,
+        conf,
+        j.s.undo,
+        rkey,
+        wordOf(b, j, j.s.keys + 1)
+    )
+    if res == nil then
+        ngx.log(
+            ngx.WARN,
+            "dlock: ",
+            rkey,
+            " may be held by a request that ended before the ",
+            j.s.name,
+            " reply came, and cannot be taken back (",
+            err,
+            "): it expires on its own"
+        )
+    elseif res ~= 0 then
+        ngx.log(
+            ngx.NOTICE,
+            "dlock: took back ",
+            rkey,
+            ": its request ended before the ",
+            j.s.name,
+            " reply came"
+        )
+    end
+end
+--- Take back the acquires of a batch whose requests ended while it was on its
+-- way. Only those whose replies were read: nothing of theirs can land later.
+-- (A lost reply of a request that is gone is left to its ttl, as before.)
+local function takeBack(conf, b)
+    for ____, j in ipairs(b.jobs) do
+        if j.s.undo ~= nil and j.res ~= nil and j.anchor ~= nil and not request.alive(j.anchor) then
+            local ok, err = pcall(takeBackOne, conf, b, j)
+            if not ok then
+                ngx.log(ngx.ERR, "dlock: take-back failed: ", err)
+            end
+        end
+    end
+end
 --- Send the open batch, and the next, until there is none.
 local function flush(lane)
     while lane.open ~= nil do
@@ -283,6 +348,7 @@ local function flush(lane)
             lane.loaded = ngx.now() + LOADED
         end
         b.sem:post(#b.jobs)
+        takeBack(lane.conf, b)
     end
 end
 --- A sender: a timer of the endpoint's lane in this worker, alive while there
@@ -325,27 +391,14 @@ local function inFlight(lane)
     end
     return n
 end
---- A call sent at once by its caller, on a pooled connection of its own: a batch of one.
-local function alone(conf, s, rkey, ...)
-    local b = {parts = {}, jobs = {}, sem = nil}
-    local job = add(
-        b,
-        nil,
-        s,
-        rkey,
-        ...
-    )
-    run(conf, b)
-    return job.res, job.err, job.fault
-end
---- Wait for the call's answer in the open batch (b, or a new one).
-local function join(lane, open, s, rkey, ...)
-    local conf = lane.conf
-    local b = open
+--- The batch calls join now (a new one when none is open), with a sender woken
+-- or started for it; nil when neither a semaphore nor a sender can be had.
+local function opened(lane)
+    local b = lane.open
     if b == nil then
-        local sem, serr = semaphore.new(0)
+        local sem = semaphore.new(0)
         if sem == nil then
-            return nil, "dlock: ngx.semaphore: " .. tostring(serr), "failed"
+            return nil
         end
         b = {parts = {}, jobs = {}, sem = sem}
         lane.open = b
@@ -359,9 +412,18 @@ local function join(lane, open, s, rkey, ...)
                 lane.senders = lane.senders + 1
             elseif lane.senders == 0 then
                 lane.open = nil
-                return alone(conf, s, rkey, ...)
+                return nil
             end
         end
+    end
+    return b
+end
+--- Wait for the call's answer in the open batch (or on its own, when no batch can be had).
+local function join(lane, s, rkey, ...)
+    local conf = lane.conf
+    local b = opened(lane)
+    if b == nil then
+        return alone(conf, s, rkey, ...)
     end
     local job = add(
         b,
@@ -377,6 +439,61 @@ local function join(lane, open, s, rkey, ...)
     end
     return job.res, job.err, job.fault
 end
+--- Seconds between looks for acquires sent at once whose callers never came back.
+local WATCH = 1
+--- Acquires sent at once whose callers never came back for the answer: their
+-- request ended in the middle (a client abort) or their thread was killed.
+-- A slot still there when its time is up says so without a look at the
+-- request: every step of a call is bounded by a timeout, and its time
+-- (patience) is their sum and a second more. Waiting for it matters too: the
+-- connection was closed with the command perhaps not yet run, and by then it
+-- has run (or Redis has been stuck that long).
+local function watcher(premature, lane)
+    local now = ngx.now()
+    local gone = {}
+    for slot, b in pairs(lane.acquires) do
+        local ____until = lane.direct[slot]
+        if ____until == nil or ____until < now then
+            lane.acquires[slot] = nil
+            lane.direct[slot] = nil
+            gone[#gone + 1] = b
+        end
+    end
+    for ____, b in ipairs(gone) do
+        local ok, err = pcall(takeBackOne, lane.conf, b, b.jobs[1])
+        if not ok then
+            ngx.log(ngx.ERR, "dlock: take-back failed: ", err)
+        end
+    end
+    if premature or (next(lane.acquires)) == nil or (ngx.timer.at(WATCH, watcher, lane)) == nil then
+        lane.watching = false
+    end
+end
+--- A call sent at once on a pooled connection of its own, counted in lane.direct while on its way.
+local function direct(lane, s, rkey, ...)
+    local conf = lane.conf
+    lane.slots = lane.slots + 1
+    local slot = lane.slots
+    lane.direct[slot] = ngx.now() + patience(conf)
+    local b = {parts = {}, jobs = {}, sem = nil}
+    local job = add(
+        b,
+        nil,
+        s,
+        rkey,
+        ...
+    )
+    if s.undo ~= nil then
+        lane.acquires[slot] = b
+        if not lane.watching then
+            lane.watching = (ngx.timer.at(WATCH, watcher, lane)) ~= nil
+        end
+    end
+    run(conf, b)
+    lane.direct[slot] = nil
+    lane.acquires[slot] = nil
+    return job.res, job.err, job.fault
+end
 --- Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline.
 function ____exports.call(conf, s, rkey, ...)
     local ____conf_auto_pipeline_1
@@ -390,24 +507,13 @@ function ____exports.call(conf, s, rkey, ...)
         return single.call(conf, s, rkey, ...)
     end
     if lane.batching == 0 and lane.open == nil and ngx.now() >= lane.loaded and inFlight(lane) < ____exports.DIRECT then
-        lane.slots = lane.slots + 1
-        local slot = lane.slots
-        lane.direct[slot] = ngx.now() + patience(conf)
-        local res, err, fault = alone(conf, s, rkey, ...)
-        lane.direct[slot] = nil
-        return res, err, fault
+        return direct(lane, s, rkey, ...)
     end
     local b = lane.open
     if b ~= nil and #b.jobs >= MAX_BATCH then
         return alone(conf, s, rkey, ...)
     end
-    return join(
-        lane,
-        b,
-        s,
-        rkey,
-        ...
-    )
+    return join(lane, s, rkey, ...)
 end
 --- Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis.
 function ____exports.stats(conf)

@@ -15,13 +15,14 @@
 // unknown" ("lost") and the others are not; NOSCRIPT is answered by sending
 // the script's body for the calls that met it; with redis.replicas one WAIT
 // follows the writes of the batch. A call whose request ended before its
-// batch went out is not sent.
+// batch went out is not sent; an acquire whose request ended before its reply
+// came is taken back (scripts' `undo`): nobody would ever release it.
 
 import type { CallResult, Fault } from "../backend";
 import * as redis from "../redis";
 import * as request from "../request";
 import * as resp from "../resp";
-import type * as scripts from "../scripts";
+import * as scripts from "../scripts";
 import * as single from "./single";
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
@@ -83,6 +84,10 @@ interface Lane {
    * counter up for good.
    */
   readonly direct: LuaTable<number, number>;
+  /** The acquires among them (batches of one): what to take back should their callers never return. */
+  readonly acquires: LuaTable<number, Batch>;
+  /** A timer looks for such acquires while there are any. */
+  watching: boolean;
   slots: number;
   /** Batches on their way. */
   batching: number;
@@ -109,7 +114,7 @@ function laneOf(conf: redis.RedisConf): Lane | undefined {
   if (l === undefined) {
     const [work] = semaphore.new(0);
     if (work === undefined) return undefined;
-    l = { conf, direct: new LuaTable(), slots: 0, batching: 0, open: undefined, senders: 0, idle: 0, work, loaded: 0, batched: 0, batches: 0 };
+    l = { conf, direct: new LuaTable(), acquires: new LuaTable(), watching: false, slots: 0, batching: 0, open: undefined, senders: 0, idle: 0, work, loaded: 0, batched: 0, batches: 0 };
     lanes.set(conf, l);
   }
   return l;
@@ -294,6 +299,47 @@ function run(conf: redis.RedisConf, b: Batch): void {
   }
   redis.done(red, conf, !broken);
 }
+/** A call sent at once by its caller (or a timer), on a pooled connection of its own: a batch of one. */
+function alone(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+  const b: Batch = { parts: new LuaTable(), jobs: [], sem: undefined };
+  const job = add(b, undefined, s, rkey, ...args);
+  run(conf, b);
+  return $multi(job.res, job.err, job.fault);
+}
+
+/** Word n of job j's command after its key count (1: KEYS[1]), from b's buffer (resp.arg: five pieces a word, the word fourth). */
+function wordOf(b: Batch, j: Job, n: number): string {
+  return tostring(b.parts.get(j.from + 5 * (n - 1) + 4));
+}
+
+/** Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will. */
+function takeBackOne(conf: redis.RedisConf, b: Batch, j: Job): void {
+  const rkey = wordOf(b, j, 1);
+  // ARGV[1], the token, follows the keys.
+  const [res, err] = scripts.forTarget(alone, conf, j.s.undo!, rkey, wordOf(b, j, j.s.keys + 1));
+  if (res === undefined) {
+    ngx.log(ngx.WARN, "dlock: ", rkey, " may be held by a request that ended before the ", j.s.name, " reply came, and cannot be taken back (",
+      err, "): it expires on its own");
+  } else if (res !== 0) {
+    ngx.log(ngx.NOTICE, "dlock: took back ", rkey, ": its request ended before the ", j.s.name, " reply came");
+  }
+}
+
+/**
+ * Take back the acquires of a batch whose requests ended while it was on its
+ * way. Only those whose replies were read: nothing of theirs can land later.
+ * (A lost reply of a request that is gone is left to its ttl, as before.)
+ */
+function takeBack(conf: redis.RedisConf, b: Batch): void {
+  for (const j of b.jobs) {
+    if (j.s.undo !== undefined && j.res !== undefined && j.anchor !== undefined && !request.alive(j.anchor)) {
+      // Whatever it runs into, the sender must go on.
+      const [ok, err] = pcall(takeBackOne, conf, b, j);
+      if (!ok) ngx.log(ngx.ERR, "dlock: take-back failed: ", err);
+    }
+  }
+}
+
 /** Send the open batch, and the next, until there is none. */
 function flush(lane: Lane): void {
   while (lane.open !== undefined) {
@@ -307,6 +353,7 @@ function flush(lane: Lane): void {
     lane.batching--;
     if (b.jobs.length > 1) lane.loaded = ngx.now() + LOADED;
     b.sem!.post(b.jobs.length);
+    takeBack(lane.conf, b);
   }
 }
 
@@ -348,21 +395,15 @@ function inFlight(lane: Lane): number {
   return n;
 }
 
-/** A call sent at once by its caller, on a pooled connection of its own: a batch of one. */
-function alone(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const b: Batch = { parts: new LuaTable(), jobs: [], sem: undefined };
-  const job = add(b, undefined, s, rkey, ...args);
-  run(conf, b);
-  return $multi(job.res, job.err, job.fault);
-}
-
-/** Wait for the call's answer in the open batch (b, or a new one). */
-function join(lane: Lane, open: Batch | undefined, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const conf = lane.conf;
-  let b = open;
+/**
+ * The batch calls join now (a new one when none is open), with a sender woken
+ * or started for it; nil when neither a semaphore nor a sender can be had.
+ */
+function opened(lane: Lane): Batch | undefined {
+  let b = lane.open;
   if (b === undefined) {
-    const [sem, serr] = semaphore.new(0);
-    if (sem === undefined) return $multi(undefined, "dlock: ngx.semaphore: " + tostring(serr), "failed");
+    const [sem] = semaphore.new(0);
+    if (sem === undefined) return undefined;
     b = { parts: new LuaTable(), jobs: [], sem };
     lane.open = b;
   }
@@ -376,12 +417,20 @@ function join(lane: Lane, open: Batch | undefined, s: scripts.Script, rkey: stri
       if (started !== undefined) {
         lane.senders++;
       } else if (lane.senders === 0) {
-        // No timer to send it (lua_max_pending_timers): this call goes alone.
+        // No timer to send it (lua_max_pending_timers).
         lane.open = undefined;
-        return alone(conf, s, rkey, ...args);
+        return undefined;
       }
     }
   }
+  return b;
+}
+
+/** Wait for the call's answer in the open batch (or on its own, when no batch can be had). */
+function join(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+  const conf = lane.conf;
+  const b = opened(lane);
+  if (b === undefined) return alone(conf, s, rkey, ...args);
   const job = add(b, request.anchor(), s, rkey, ...args);
   // Its batch's time, and the time of the batch ahead of it.
   const wait = 2 * patience(conf);
@@ -392,22 +441,67 @@ function join(lane: Lane, open: Batch | undefined, s: scripts.Script, rkey: stri
   return $multi(job.res, job.err, job.fault);
 }
 
+/** Seconds between looks for acquires sent at once whose callers never came back. */
+const WATCH = 1;
+
+/**
+ * Acquires sent at once whose callers never came back for the answer: their
+ * request ended in the middle (a client abort) or their thread was killed.
+ * A slot still there when its time is up says so without a look at the
+ * request: every step of a call is bounded by a timeout, and its time
+ * (patience) is their sum and a second more. Waiting for it matters too: the
+ * connection was closed with the command perhaps not yet run, and by then it
+ * has run (or Redis has been stuck that long).
+ */
+function watcher(this: void, premature: boolean, lane: Lane): void {
+  const now = ngx.now();
+  // Taking back yields: collect first (no new keys in a table while pairs() walks it).
+  const gone: Batch[] = [];
+  for (const [slot, b] of lane.acquires) {
+    // inFlight() forgets the slots whose time is up.
+    const until = lane.direct.get(slot);
+    if (until === undefined || until < now) {
+      lane.acquires.delete(slot);
+      lane.direct.delete(slot);
+      gone.push(b);
+    }
+  }
+  for (const b of gone) {
+    const [ok, err] = pcall(takeBackOne, lane.conf, b, b.jobs[0]!);
+    if (!ok) ngx.log(ngx.ERR, "dlock: take-back failed: ", err);
+  }
+  if (premature || next(lane.acquires)[0] === undefined || ngx.timer.at(WATCH, watcher, lane)[0] === undefined) lane.watching = false;
+}
+
+/** A call sent at once on a pooled connection of its own, counted in lane.direct while on its way. */
+function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+  const conf = lane.conf;
+  lane.slots++;
+  const slot = lane.slots;
+  lane.direct.set(slot, ngx.now() + patience(conf));
+  const b: Batch = { parts: new LuaTable(), jobs: [], sem: undefined };
+  const job = add(b, undefined, s, rkey, ...args);
+  if (s.undo !== undefined) {
+    lane.acquires.set(slot, b);
+    if (!lane.watching) lane.watching = ngx.timer.at(WATCH, watcher, lane)[0] !== undefined;
+  }
+  run(conf, b);
+  lane.direct.delete(slot);
+  lane.acquires.delete(slot);
+  return $multi(job.res, job.err, job.fault);
+}
+
 /** Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline. */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
   const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
   if (lane === undefined) return single.call(conf, s, rkey, ...args);
   if (lane.batching === 0 && lane.open === undefined && ngx.now() >= lane.loaded && inFlight(lane) < DIRECT) {
-    lane.slots++;
-    const slot = lane.slots;
-    lane.direct.set(slot, ngx.now() + patience(conf));
-    const [res, err, fault] = alone(conf, s, rkey, ...args);
-    lane.direct.delete(slot);
-    return $multi(res, err, fault);
+    return direct(lane, s, rkey, ...args);
   }
   const b = lane.open;
   // A full batch goes as it is; this call goes on its own.
   if (b !== undefined && b.jobs.length >= MAX_BATCH) return alone(conf, s, rkey, ...args);
-  return join(lane, b, s, rkey, ...args);
+  return join(lane, s, rkey, ...args);
 }
 
 /** Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis. */

@@ -70,176 +70,202 @@ local function dropOf(store, kind, rkey, tok, wait)
         settle = nil
     }
 end
-local function inLine(place, store, kind, key, rkey, tok, ttl, wait)
+--- Ask Redis for the key once (our ticket along, once we have one).
+local function attempt(place)
+    local store = place.store
+    local kind = place.kind
+    local rkey = place.rkey
+    local tok = place.tok
+    local ttl = place.ttl
+    local wait = place.wait
+    local deadline = place.deadline
     local conf = store.redis
-    local qkey = scripts.queueKey(rkey, conf.slotted)
-    local fkey = kind.fenced and backend.fenceKey(conf, rkey) or nil
-    local deadline = ngx.now() * 1000 + wait
-    local backoff = FIRST_BACKOFF
-    local retryAfter
-    while true do
-        local sent = ngx.now() * 1000
-        local left = wait > 0 and math.max(
-            1,
-            math.floor(deadline - sent) - MARGIN
-        ) or 0
-        local res
-        local err
-        local fault
-        if fkey ~= nil then
-            res, err, fault = call(
-                conf,
-                kind.acquire,
-                rkey,
-                fkey,
-                qkey,
-                tok,
-                ttl,
-                left,
-                place.ticket
-            )
-        else
-            res, err, fault = call(
-                conf,
-                kind.acquire,
-                rkey,
-                qkey,
-                tok,
-                ttl,
-                left,
-                place.ticket
-            )
-        end
-        if res == nil then
-            local e = failed(
-                store,
-                kind,
-                rkey,
-                tok,
-                err,
-                fault,
-                wait,
-                deadline,
-                kind.drop
-            )
-            if e ~= nil then
-                if fault == "lost" then
-                    place.ticket = ""
-                end
-                return nil, e, nil
+    local sent = ngx.now() * 1000
+    local left = wait > 0 and math.max(
+        1,
+        math.floor(deadline - sent) - MARGIN
+    ) or 0
+    local res
+    local err
+    local fault
+    if place.fkey ~= nil then
+        res, err, fault = call(
+            conf,
+            kind.acquire,
+            rkey,
+            place.fkey,
+            place.qkey,
+            tok,
+            ttl,
+            left,
+            place.ticket
+        )
+    else
+        res, err, fault = call(
+            conf,
+            kind.acquire,
+            rkey,
+            place.qkey,
+            tok,
+            ttl,
+            left,
+            place.ticket
+        )
+    end
+    place.answered = res ~= nil
+    if res == nil then
+        local e = failed(
+            store,
+            kind,
+            rkey,
+            tok,
+            err,
+            fault,
+            wait,
+            deadline,
+            kind.drop
+        )
+        if e ~= nil then
+            if fault == "lost" then
+                place.ticket = ""
             end
-        elseif res == "OK" then
-            return lease.make(
+            return true, nil, e, nil
+        end
+        place.failure = err
+        return false, nil, nil, nil
+    end
+    if res == "OK" then
+        return true, lease.make(
+            store,
+            kind,
+            place.key,
+            tok,
+            ttl,
+            sent,
+            nil
+        ), nil, nil
+    end
+    if type(res) == "table" then
+        local reply = res
+        if reply[1] == "OK" then
+            return true, lease.make(
                 store,
                 kind,
-                key,
+                place.key,
                 tok,
                 ttl,
                 sent,
-                nil
+                reply[2]
             ), nil, nil
-        elseif type(res) == "table" then
-            local reply = res
-            if reply[1] == "OK" then
-                return lease.make(
+        end
+        local pttl = reply[1]
+        place.retryAfter = pttl >= 0 and pttl or nil
+        if wait == 0 then
+            return true, nil, "busy", place.retryAfter
+        end
+        local t = reply[2]
+        if t ~= "" and place.ticket == "" then
+            place.ticket = t
+            place.ahead = reply[3]
+            place.rec = ledger.waiting(
+                store.dict,
+                rkey,
+                tok,
+                place.key,
+                wait
+            )
+            waits.holdTicket(
+                place.turn,
+                dropOf(
                     store,
                     kind,
-                    key,
-                    tok,
-                    ttl,
-                    sent,
-                    reply[2]
-                ), nil, nil
-            end
-            local pttl = reply[1]
-            retryAfter = pttl >= 0 and pttl or nil
-            if wait == 0 then
-                return nil, "busy", retryAfter
-            end
-            local t = reply[2]
-            if t ~= "" and place.ticket == "" then
-                place.ticket = t
-                place.ahead = reply[3]
-                place.rec = ledger.waiting(
-                    store.dict,
                     rkey,
                     tok,
-                    key,
                     wait
-                )
-                waits.holdTicket(
-                    place.turn,
-                    dropOf(
-                        store,
-                        kind,
-                        rkey,
-                        tok,
-                        wait
-                    ),
-                    place.ahead
-                )
-            end
-        else
-            retryAfter = pttlOf(res)
-            if wait == 0 then
-                return nil, "busy", retryAfter
-            end
+                ),
+                place.ahead
+            )
         end
-        ngx.update_time()
-        local rest = deadline - ngx.now() * 1000
-        if rest <= 0 then
-            return ended(res, err, retryAfter)
-        end
-        local nap
-        local live = wakeups.want(conf, rkey)
-        local coming = not live and wakeups.coming(conf, rkey)
-        if res ~= nil and retryAfter ~= nil and (live or coming and place.ahead > 0) then
-            wakeups.expect(conf, rkey, retryAfter)
-            nap = HORIZON + math.random() * HORIZON / 4
-        elseif res ~= nil and retryAfter ~= nil and coming then
-            nap = math.min(SETUP, retryAfter + 1)
-        else
-            nap = poll(backoff, retryAfter)
-            backoff = math.min(backoff * 2, MAX_BACKOFF)
-        end
-        if not waits.pause(
-            place.turn,
-            math.min(nap, rest)
-        ) and nap >= rest then
-            local ____temp_0
-            if retryAfter == nil then
-                ____temp_0 = nil
-            else
-                ____temp_0 = math.max(
-                    0,
-                    math.floor(retryAfter - rest)
-                )
-            end
-            return nil, "timeout", ____temp_0
+    else
+        place.retryAfter = pttlOf(res)
+        if wait == 0 then
+            return true, nil, "busy", place.retryAfter
         end
     end
+    return false, nil, nil, nil
+end
+--- Between attempts: sleep until the key may be ours (or our deadline). True and the results when the wait is over.
+local function between(place)
+    local conf = place.store.redis
+    local rkey = place.rkey
+    ngx.update_time()
+    local rest = place.deadline - ngx.now() * 1000
+    local retryAfter = place.retryAfter
+    if rest <= 0 then
+        if not place.answered then
+            return true, nil, place.failure, nil
+        end
+        return true, nil, "timeout", retryAfter
+    end
+    local nap
+    local live = wakeups.want(conf, rkey)
+    local coming = not live and wakeups.coming(conf, rkey)
+    if place.answered and retryAfter ~= nil and (live or coming and place.ahead > 0) then
+        wakeups.expect(conf, rkey, retryAfter)
+        nap = HORIZON + math.random() * HORIZON / 4
+    elseif place.answered and retryAfter ~= nil and coming then
+        nap = math.min(SETUP, retryAfter + 1)
+    else
+        nap = poll(place.backoff, retryAfter)
+        place.backoff = math.min(place.backoff * 2, MAX_BACKOFF)
+    end
+    if not waits.pause(
+        place.turn,
+        math.min(nap, rest)
+    ) and nap >= rest then
+        local left
+        if retryAfter ~= nil then
+            left = math.max(
+                0,
+                math.floor(retryAfter - rest)
+            )
+        end
+        return true, nil, "timeout", left
+    end
+    return false, nil, nil, nil
 end
 local function queued(store, kind, key, tok, ttl, wait)
     local rkey = store.prefix .. key
     local place = {
+        store = store,
+        kind = kind,
+        key = key,
+        rkey = rkey,
+        qkey = scripts.queueKey(rkey, store.redis.slotted),
+        fkey = kind.fenced and backend.fenceKey(store.redis, rkey) or nil,
+        tok = tok,
+        ttl = ttl,
+        wait = wait,
+        deadline = ngx.now() * 1000 + wait,
         ticket = "",
         rec = nil,
         ahead = -1,
-        turn = wait > 0 and waits.turn(rkey, tok) or nil
+        turn = wait > 0 and waits.turn(rkey, tok) or nil,
+        answered = false,
+        failure = nil,
+        retryAfter = nil,
+        backoff = FIRST_BACKOFF
     }
     if place.turn ~= nil and wakeups.live(store.redis, rkey) then
         waits.enter(place.turn)
     end
-    local l, err, retryAfter = inLine(
-        place,
-        store,
-        kind,
-        key,
-        rkey,
-        tok,
-        ttl,
-        wait
-    )
+    local over, l, err, retryAfter = attempt(place)
+    while not over do
+        over, l, err, retryAfter = between(place)
+        if not over then
+            over, l, err, retryAfter = attempt(place)
+        end
+    end
     if place.turn ~= nil then
         waits.leave(place.turn)
         wakeups.done(store.redis, rkey)

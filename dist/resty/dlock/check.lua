@@ -99,6 +99,23 @@ function ____exports.options(name, v, allowed)
     end
     return t, nil
 end
+local function loadNkeys()
+    local ok, f = pcall(require, "table.nkeys")
+    return ok and type(f) == "function" and f or nil
+end
+local nkeys = loadNkeys()
+--- For a hot path that read its options by name: nil when the table t holds
+-- those `found` options and nothing else, else the error options() gives.
+-- Counting instead of walking the table keeps the caller loop-free: LuaJIT
+-- will not compile a function whose trace runs into a loop (a root trace
+-- cannot hold an inner one), and the acquire path ran interpreted for it.
+function ____exports.onlyKnown(name, t, found, allowed)
+    if nkeys ~= nil and nkeys(t) == found then
+        return nil
+    end
+    local ____, err = ____exports.options(name, t, allowed)
+    return err
+end
 function ____exports.set(...)
     local names = {...}
     local s = {}

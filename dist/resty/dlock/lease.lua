@@ -105,35 +105,47 @@ function ____exports.parseAcquire(store, key, opts)
     if k == nil then
         return nil, kerr, 0, false, nil
     end
-    local o, oerr = check.options("acquire options", opts, ACQUIRE_OPTIONS)
-    if o == nil then
-        return nil, oerr, 0, false, nil
+    if opts == nil then
+        return k, store.ttl, store.wait, false, nil
+    end
+    if type(opts) ~= "table" then
+        local ____, err = check.fail("acquire options must be a table", opts)
+        return nil, err, 0, false, nil
+    end
+    local o = opts
+    local t = o.ttl
+    local w = o.wait
+    local r = o.renew
+    local onLost = o.on_lost
+    local found = (t ~= nil and 1 or 0) + (w ~= nil and 1 or 0) + (r ~= nil and 1 or 0) + (onLost ~= nil and 1 or 0)
+    local uerr = check.onlyKnown("acquire options", o, found, ACQUIRE_OPTIONS)
+    if uerr ~= nil then
+        return nil, uerr, 0, false, nil
     end
     local ttl = store.ttl
-    if o.ttl ~= nil then
-        local n, err = ____exports.checkTtl(o.ttl)
+    if t ~= nil then
+        local n, err = ____exports.checkTtl(t)
         if n == nil then
             return nil, err, 0, false, nil
         end
         ttl = n
     end
     local wait = store.wait
-    if o.wait ~= nil then
-        local n, err = ____exports.checkWait(o.wait)
+    if w ~= nil then
+        local n, err = ____exports.checkWait(w)
         if n == nil then
             return nil, err, 0, false, nil
         end
         wait = n
     end
     local renew = false
-    if o.renew ~= nil then
-        local b, err = check.bool("renew", o.renew)
+    if r ~= nil then
+        local b, err = check.bool("renew", r)
         if b == nil then
             return nil, err, 0, false, nil
         end
         renew = b
     end
-    local onLost = o.on_lost
     if onLost ~= nil then
         if type(onLost) ~= "function" then
             local ____, err = check.fail("on_lost must be a function", onLost)

@@ -74,8 +74,13 @@ function ____exports.recordKey(rkey, token, shared)
     return shared and ((RECORD .. rkey) .. " ") .. token or RECORD .. rkey
 end
 local function encode(token, key, ttl)
-    local expires = math.floor(ngx.now() * 1000) + ttl
-    return (((((tostring(ngx.worker.pid()) .. " ") .. tostring(expires)) .. " ") .. token) .. " ") .. key
+    return string.format(
+        "%d %d %s %s",
+        ngx.worker.pid(),
+        math.floor(ngx.now() * 1000) + ttl,
+        token,
+        key
+    )
 end
 local missed = 0
 local warnedAt = -WARN_EVERY

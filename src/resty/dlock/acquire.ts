@@ -77,8 +77,20 @@ function ended(res: RedisValue | undefined, err: string | undefined, retryAfter:
 
 // ------------------------------------------------------------------ in line
 
-/** What an acquire in line leaves to clean up. */
+/** An acquire in line: what it asks for, what it leaves to clean up, and where its attempts stand. */
 interface Place {
+  readonly store: Store;
+  readonly kind: Kind;
+  readonly key: string;
+  readonly rkey: string;
+  /** The key's waiters' queue, and its fence counter (fenced kinds). */
+  readonly qkey: string;
+  readonly fkey: string | undefined;
+  readonly tok: string;
+  readonly ttl: number;
+  readonly wait: number;
+  /** Epoch ms when the wait ends. */
+  readonly deadline: number;
   /** Our ticket ("<issued> <deadline>"), "" while we have none. */
   ticket: string;
   /** Its ledger record, for crash recovery. */
@@ -87,6 +99,13 @@ interface Place {
   ahead: number;
   /** Our place in this worker's line for the key (only a waiting acquire has one: wait > 0). */
   readonly turn: waits.Turn | undefined;
+  /** Did Redis answer the last attempt? If not, why. */
+  answered: boolean;
+  failure: string | undefined;
+  /** ms until the holder's lease ends, from the last busy answer. */
+  retryAfter: number | undefined;
+  /** The next poll's backoff (ms), when no wake-up can come. */
+  backoff: number;
 }
 
 /** Take our ticket back: in the background, and at once (a key handed to us meanwhile goes on to the next). */
@@ -97,94 +116,130 @@ function dropOf(store: Store, kind: Kind, rkey: string, tok: string, wait: numbe
   };
 }
 
-function inLine(place: Place, store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number, wait: number): AcquireResult {
+/** An attempt's outcome: true and the acquire's results when it is over, false to wait and try again. */
+type Attempt = LuaMultiReturn<[boolean, lease.Lease | undefined, string | undefined, number | undefined]>;
+
+/** Ask Redis for the key once (our ticket along, once we have one). */
+function attempt(place: Place): Attempt {
+  const store = place.store;
+  const kind = place.kind;
+  const rkey = place.rkey;
+  const tok = place.tok;
+  const ttl = place.ttl;
+  const wait = place.wait;
+  const deadline = place.deadline;
   const conf = store.redis;
-  const qkey = scripts.queueKey(rkey, conf.slotted);
-  const fkey = kind.fenced ? backend.fenceKey(conf, rkey) : undefined;
-  const deadline = ngx.now() * 1000 + wait;
-  let backoff = FIRST_BACKOFF;
-  let retryAfter: number | undefined;
-  while (true) {
-    const sent = ngx.now() * 1000;
-    // How long our ticket lasts: MARGIN less than we wait, so that Redis
-    // skips it before we give up, never hands the key to us as we leave.
-    const left = wait > 0 ? math.max(1, math.floor(deadline - sent) - MARGIN) : 0;
-    let res: RedisValue | undefined;
-    let err: string | undefined;
-    let fault: Fault | undefined;
-    if (fkey !== undefined) {
-      [res, err, fault] = call(conf, kind.acquire, rkey, fkey, qkey, tok, ttl, left, place.ticket);
-    } else {
-      [res, err, fault] = call(conf, kind.acquire, rkey, qkey, tok, ttl, left, place.ticket);
-    }
-    if (res === undefined) {
-      const e = failed(store, kind, rkey, tok, err, fault, wait, deadline, kind.drop!);
-      if (e !== undefined) {
-        // A cleanup of a lost reply drops the ticket too.
-        if (fault === "lost") place.ticket = "";
-        return $multi(undefined, e, undefined);
-      }
-    } else if (res === "OK") {
-      return $multi(lease.make(store, kind, key, tok, ttl, sent, undefined), undefined, undefined);
-    } else if (type(res) === "table") {
-      const reply = res as LuaTable<number, string | number>;
-      if (reply.get(1) === "OK") {
-        return $multi(lease.make(store, kind, key, tok, ttl, sent, reply.get(2) as number), undefined, undefined);
-      }
-      // Busy: the holder's PTTL, and our ticket.
-      const pttl = reply.get(1) as number;
-      retryAfter = pttl >= 0 ? pttl : undefined;
-      if (wait === 0) return $multi(undefined, "busy", retryAfter);
-      const t = reply.get(2) as string;
-      if (t !== "" && place.ticket === "") {
-        place.ticket = t;
-        place.ahead = reply.get(3) as number;
-        place.rec = ledger.waiting(store.dict, rkey, tok, key, wait);
-        waits.holdTicket(place.turn!, dropOf(store, kind, rkey, tok, wait), place.ahead);
-      }
-    } else {
-      // Busy, from the script without the queue (scripts.ts `alone`): the holder's PTTL.
-      retryAfter = pttlOf(res);
-      if (wait === 0) return $multi(undefined, "busy", retryAfter);
-    }
-    ngx.update_time();
-    const rest = deadline - ngx.now() * 1000;
-    if (rest <= 0) return ended(res, err, retryAfter);
-    let nap: number;
-    const live = wakeups.want(conf, rkey);
-    const coming = !live && wakeups.coming(conf, rkey);
-    if (res !== undefined && retryAfter !== undefined && (live || (coming && place.ahead > 0))) {
-      // Asleep until the key is handed to us by name (with others ahead of us,
-      // that comes after the subscription does). Should the holder die, or a
-      // waiter it was handed to never come, the subscriber wakes the first
-      // waiter here once that is overdue, and Redis passes the key on. Should
-      // we have missed our turn all the same, we look again after HORIZON and
-      // are back at our place.
-      wakeups.expect(conf, rkey, retryAfter);
-      nap = HORIZON + math.random() * HORIZON / 4;
-    } else if (res !== undefined && retryAfter !== undefined && coming) {
-      // First in line: the key may come to us before the subscription does. Its confirmation wakes us to look.
-      nap = math.min(SETUP, retryAfter + 1);
-    } else {
-      // No wake-up can come (not subscribed yet, subscription down, a holder
-      // whose key has no expiry): poll, well within a handed key's GRANT.
-      nap = poll(backoff, retryAfter);
-      backoff = math.min(backoff * 2, MAX_BACKOFF);
-    }
-    if (!waits.pause(place.turn!, math.min(nap, rest)) && nap >= rest) {
-      // Slept to the deadline with no word: the key was not handed to us.
-      return $multi(undefined, "timeout", retryAfter === undefined ? undefined : math.max(0, math.floor(retryAfter - rest)));
-    }
+  const sent = ngx.now() * 1000;
+  // How long our ticket lasts: MARGIN less than we wait, so that Redis
+  // skips it before we give up, never hands the key to us as we leave.
+  const left = wait > 0 ? math.max(1, math.floor(deadline - sent) - MARGIN) : 0;
+  let res: RedisValue | undefined;
+  let err: string | undefined;
+  let fault: Fault | undefined;
+  if (place.fkey !== undefined) {
+    [res, err, fault] = call(conf, kind.acquire, rkey, place.fkey, place.qkey, tok, ttl, left, place.ticket);
+  } else {
+    [res, err, fault] = call(conf, kind.acquire, rkey, place.qkey, tok, ttl, left, place.ticket);
   }
+  place.answered = res !== undefined;
+  if (res === undefined) {
+    const e = failed(store, kind, rkey, tok, err, fault, wait, deadline, kind.drop!);
+    if (e !== undefined) {
+      // A cleanup of a lost reply drops the ticket too.
+      if (fault === "lost") place.ticket = "";
+      return $multi(true, undefined, e, undefined);
+    }
+    place.failure = err;
+    return $multi(false, undefined, undefined, undefined);
+  }
+  if (res === "OK") {
+    return $multi(true, lease.make(store, kind, place.key, tok, ttl, sent, undefined), undefined, undefined);
+  }
+  if (type(res) === "table") {
+    const reply = res as LuaTable<number, string | number>;
+    if (reply.get(1) === "OK") {
+      return $multi(true, lease.make(store, kind, place.key, tok, ttl, sent, reply.get(2) as number), undefined, undefined);
+    }
+    // Busy: the holder's PTTL, and our ticket.
+    const pttl = reply.get(1) as number;
+    place.retryAfter = pttl >= 0 ? pttl : undefined;
+    if (wait === 0) return $multi(true, undefined, "busy", place.retryAfter);
+    const t = reply.get(2) as string;
+    if (t !== "" && place.ticket === "") {
+      place.ticket = t;
+      place.ahead = reply.get(3) as number;
+      place.rec = ledger.waiting(store.dict, rkey, tok, place.key, wait);
+      waits.holdTicket(place.turn!, dropOf(store, kind, rkey, tok, wait), place.ahead);
+    }
+  } else {
+    // Busy, from the script without the queue (scripts.ts `alone`): the holder's PTTL.
+    place.retryAfter = pttlOf(res);
+    if (wait === 0) return $multi(true, undefined, "busy", place.retryAfter);
+  }
+  return $multi(false, undefined, undefined, undefined);
+}
+
+/** Between attempts: sleep until the key may be ours (or our deadline). True and the results when the wait is over. */
+function between(place: Place): Attempt {
+  const conf = place.store.redis;
+  const rkey = place.rkey;
+  ngx.update_time();
+  const rest = place.deadline - ngx.now() * 1000;
+  const retryAfter = place.retryAfter;
+  if (rest <= 0) {
+    // The deadline passed: why the last attempt failed (Redis never able to answer), or "timeout".
+    if (!place.answered) return $multi(true, undefined, place.failure, undefined);
+    return $multi(true, undefined, "timeout", retryAfter);
+  }
+  let nap: number;
+  const live = wakeups.want(conf, rkey);
+  const coming = !live && wakeups.coming(conf, rkey);
+  if (place.answered && retryAfter !== undefined && (live || (coming && place.ahead > 0))) {
+    // Asleep until the key is handed to us by name (with others ahead of us,
+    // that comes after the subscription does). Should the holder die, or a
+    // waiter it was handed to never come, the subscriber wakes the first
+    // waiter here once that is overdue, and Redis passes the key on. Should
+    // we have missed our turn all the same, we look again after HORIZON and
+    // are back at our place.
+    wakeups.expect(conf, rkey, retryAfter);
+    nap = HORIZON + math.random() * HORIZON / 4;
+  } else if (place.answered && retryAfter !== undefined && coming) {
+    // First in line: the key may come to us before the subscription does. Its confirmation wakes us to look.
+    nap = math.min(SETUP, retryAfter + 1);
+  } else {
+    // No wake-up can come (not subscribed yet, subscription down, a holder
+    // whose key has no expiry): poll, well within a handed key's GRANT.
+    nap = poll(place.backoff, retryAfter);
+    place.backoff = math.min(place.backoff * 2, MAX_BACKOFF);
+  }
+  if (!waits.pause(place.turn!, math.min(nap, rest)) && nap >= rest) {
+    // Slept to the deadline with no word: the key was not handed to us.
+    let left: number | undefined;
+    if (retryAfter !== undefined) left = math.max(0, math.floor(retryAfter - rest));
+    return $multi(true, undefined, "timeout", left);
+  }
+  return $multi(false, undefined, undefined, undefined);
 }
 
 function queued(store: Store, kind: Kind, key: string, tok: string, ttl: number, wait: number): AcquireResult {
   const rkey = store.prefix + key;
-  const place: Place = { ticket: "", rec: undefined, ahead: -1, turn: wait > 0 ? waits.turn(rkey, tok) : undefined };
+  const place: Place = {
+    store, kind, key, rkey, qkey: scripts.queueKey(rkey, store.redis.slotted),
+    fkey: kind.fenced ? backend.fenceKey(store.redis, rkey) : undefined, tok, ttl, wait,
+    deadline: ngx.now() * 1000 + wait,
+    ticket: "", rec: undefined, ahead: -1, turn: wait > 0 ? waits.turn(rkey, tok) : undefined, answered: false,
+    failure: undefined, retryAfter: undefined, backoff: FIRST_BACKOFF,
+  };
   // The key may be handed to us by name while our first question is on its
   // way: be in this worker's line by then, if word can come here at all.
   if (place.turn !== undefined && wakeups.live(store.redis, rkey)) waits.enter(place.turn);
-  const [l, err, retryAfter] = inLine(place, store, kind, key, rkey, tok, ttl, wait);
+  // The first attempt comes before the loop: an uncontended acquire never
+  // reaches it, and LuaJIT compiles a path that runs into no loop (check.onlyKnown).
+  let [over, l, err, retryAfter] = attempt(place);
+  while (!over) {
+    [over, l, err, retryAfter] = between(place);
+    if (!over) [over, l, err, retryAfter] = attempt(place);
+  }
   if (place.turn !== undefined) {
     waits.leave(place.turn);
     wakeups.done(store.redis, rkey);

@@ -111,6 +111,26 @@ export function options(name: string, v: unknown, allowed: LuaSet<string>): LuaM
   return $multi(t as unknown as LuaTable<string, unknown>, undefined);
 }
 
+function loadNkeys(this: void): ((this: void, t: LuaTable<AnyNotNil, unknown>) => number) | undefined {
+  const [ok, f] = pcall(require, "table.nkeys");
+  return ok && type(f) === "function" ? f as (this: void, t: LuaTable<AnyNotNil, unknown>) => number : undefined;
+}
+// OpenResty's LuaJIT counts a table's entries without a loop (and compiles the call).
+const nkeys = loadNkeys();
+
+/**
+ * For a hot path that read its options by name: nil when the table t holds
+ * those `found` options and nothing else, else the error options() gives.
+ * Counting instead of walking the table keeps the caller loop-free: LuaJIT
+ * will not compile a function whose trace runs into a loop (a root trace
+ * cannot hold an inner one), and the acquire path ran interpreted for it.
+ */
+export function onlyKnown(name: string, t: LuaTable<string, unknown>, found: number, allowed: LuaSet<string>): string | undefined {
+  if (nkeys !== undefined && nkeys(t as unknown as LuaTable<AnyNotNil, unknown>) === found) return undefined;
+  const [, err] = options(name, t, allowed);
+  return err;
+}
+
 export function set(...names: string[]): LuaSet<string> {
   const s = new LuaSet<string>();
   for (const n of names) {

@@ -150,27 +150,38 @@ export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMult
   if (perr !== undefined) return $multi(undefined, perr, 0, false, undefined);
   const [k, kerr] = check.str("key", key, MAX_KEY_LEN);
   if (k === undefined) return $multi(undefined, kerr!, 0, false, undefined);
-  const [o, oerr] = check.options("acquire options", opts, ACQUIRE_OPTIONS);
-  if (o === undefined) return $multi(undefined, oerr!, 0, false, undefined);
+  if (opts === undefined) return $multi(k, store.ttl, store.wait, false, undefined);
+  if (type(opts) !== "table") {
+    const [, err] = check.fail("acquire options must be a table", opts);
+    return $multi(undefined, err, 0, false, undefined);
+  }
+  // Read by name, then counted: no walk over the table on every acquire (check.onlyKnown).
+  const o = opts as LuaTable<string, unknown>;
+  const t = o.get("ttl");
+  const w = o.get("wait");
+  const r = o.get("renew");
+  const onLost = o.get("on_lost");
+  const found = (t !== undefined ? 1 : 0) + (w !== undefined ? 1 : 0) + (r !== undefined ? 1 : 0) + (onLost !== undefined ? 1 : 0);
+  const uerr = check.onlyKnown("acquire options", o, found, ACQUIRE_OPTIONS);
+  if (uerr !== undefined) return $multi(undefined, uerr, 0, false, undefined);
   let ttl = store.ttl;
-  if (o.get("ttl") !== undefined) {
-    const [n, err] = checkTtl(o.get("ttl"));
+  if (t !== undefined) {
+    const [n, err] = checkTtl(t);
     if (n === undefined) return $multi(undefined, err!, 0, false, undefined);
     ttl = n;
   }
   let wait = store.wait;
-  if (o.get("wait") !== undefined) {
-    const [n, err] = checkWait(o.get("wait"));
+  if (w !== undefined) {
+    const [n, err] = checkWait(w);
     if (n === undefined) return $multi(undefined, err!, 0, false, undefined);
     wait = n;
   }
   let renew = false;
-  if (o.get("renew") !== undefined) {
-    const [b, err] = check.bool("renew", o.get("renew"));
+  if (r !== undefined) {
+    const [b, err] = check.bool("renew", r);
     if (b === undefined) return $multi(undefined, err!, 0, false, undefined);
     renew = b;
   }
-  const onLost = o.get("on_lost");
   if (onLost !== undefined) {
     if (type(onLost) !== "function") {
       const [, err] = check.fail("on_lost must be a function", onLost);

@@ -47,8 +47,8 @@ export function recordKey(rkey: string, token: string, shared: boolean): string 
 }
 
 function encode(token: string, key: string, ttl: number): string {
-  const expires = math.floor(ngx.now() * 1000) + ttl;
-  return ngx.worker.pid() + " " + expires + " " + token + " " + key;
+  // One format, not a chain of concatenations (one CAT each).
+  return string.format("%d %d %s %s", ngx.worker.pid(), math.floor(ngx.now() * 1000) + ttl, token, key);
 }
 
 // A full dict fails every acquire: one warning per worker and WARN_EVERY

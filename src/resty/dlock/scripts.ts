@@ -146,12 +146,15 @@ export function queueKey(rkey: string, slotted: boolean): string {
   return slotted && !tagged(rkey) ? "{" + rkey + "}:queue" : rkey + ":queue";
 }
 
-// The first live ticket of the queue Q, the last key (skipping, and
-// removing, those whose waiters stopped waiting), and handing the key to it.
-// Redis time is read (clock()) only when there is a queue: the uncontended
-// path costs what a plain lock costs.
-const LINE = `local Q = KEYS[#KEYS]
-local t, now
+// The queue, the last key.
+const QUEUE = "local Q = KEYS[#KEYS]\n";
+// The first live ticket of the queue Q (skipping, and removing, those whose
+// waiters stopped waiting), and handing the key to it. Redis time is read
+// (clock()) only when there is a queue, and scripts define these after their
+// uncontended path: the three closures cost Redis a fifth of an acquire
+// (redis-benchmark, 7.8 against 6.2 us a call), which an uncontended lock
+// never needs.
+const LINE = `local t, now
 local function clock()
   t = redis.call('TIME')
   now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -183,11 +186,10 @@ end
 // ticket ("<issued> <deadline>", "" before it has one). TAKE is what taking
 // the key returns.
 function queuedAcquire(take: string): string {
-  return LINE + `
-if ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return QUEUE + `if ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return ${take}  -- nobody in line, and the key free
 end
-clock()
+` + LINE + `clock()
 local mine
 if ARGV[4] ~= '' then
   local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')
@@ -246,11 +248,10 @@ export const ACQUIRE_QUEUED_FENCED = script("acquire", queuedAcquire("{ 'OK', re
  * the first waiter in line, handed the key, or 1 with nobody in line (then
  * nobody is told: waiters are in line); 0 when the key is not ours.
  */
-export const RELEASE_QUEUED = script("release", LINE + `
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+export const RELEASE_QUEUED = script("release", QUEUE + `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 if redis.call('EXISTS', Q) == 0 then return 1 end
-clock()
+` + LINE + `clock()
 return pass_on()
 `, 2, undefined, RELEASE);
 
@@ -260,8 +261,7 @@ return pass_on()
  * leaves the queue, and a key handed (or taken) by it is passed on: 1 or the
  * next waiter's token then (as RELEASE_QUEUED), else 0.
  */
-export const DROP = script("drop", LINE + `
-clock()
+export const DROP = script("drop", QUEUE + LINE + `clock()
 local tail = ' ' .. ARGV[1]
 local dropped = 0
 for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do

@@ -1,7 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local redis = require("resty.dlock.redis")
-local request = require("resty.dlock.request")
 local resp = require("resty.dlock.resp")
 local scripts = require("resty.dlock.scripts")
 local single = require("resty.dlock.backend.single")
@@ -74,7 +73,7 @@ local function headOf(cache, s, words, body)
     return h
 end
 --- Add a call to b: its command goes into the buffer at once (no table of its arguments).
-local function add(b, anchor, s, rkey, ...)
+local function add(b, s, rkey, ...)
     local parts = b.parts
     local n = select("#", ...)
     local words = 1 + n
@@ -108,13 +107,16 @@ local function add(b, anchor, s, rkey, ...)
         s = s,
         from = from,
         words = words,
-        anchor = anchor,
+        back = false,
         res = nil,
         err = nil,
         fault = nil
     }
     local ____b_jobs_0 = b.jobs
     ____b_jobs_0[#____b_jobs_0 + 1] = job
+    if s.undo ~= nil then
+        b.undos = b.undos + 1
+    end
     return job
 end
 local function fail(jobs, err, fault)
@@ -200,19 +202,8 @@ end
 --- Send b's calls as one pipeline on a pooled connection (EVAL for those Redis has no script for), then one WAIT.
 local function run(conf, b)
     local which = {}
-    local all = true
     for i = 1, #b.jobs do
-        local j = b.jobs[i]
-        if j.anchor ~= nil and not request.alive(j.anchor) then
-            j.err = ("dlock: the request ended before its call to redis " .. conf.endpoint) .. " was sent"
-            j.fault = "failed"
-            all = false
-        else
-            which[#which + 1] = i
-        end
-    end
-    if #which == 0 then
-        return
+        which[#which + 1] = i
     end
     local red, cerr = redis.connect(conf)
     if red == nil then
@@ -224,13 +215,12 @@ local function run(conf, b)
         return
     end
     local sock = rawget(red, "_sock")
-    local payload = all and table.concat(b.parts) or commands(b, which, false)
     local again = roundTrip(
         conf,
         sock,
         b,
         which,
-        payload,
+        table.concat(b.parts),
         false
     )
     if #again > 0 then
@@ -267,14 +257,8 @@ local function run(conf, b)
 end
 --- A call sent at once by its caller (or a timer), on a pooled connection of its own: a batch of one.
 local function alone(conf, s, rkey, ...)
-    local b = {parts = {}, jobs = {}, sem = nil}
-    local job = add(
-        b,
-        nil,
-        s,
-        rkey,
-        ...
-    )
+    local b = {parts = {}, jobs = {}, sem = nil, undos = 0}
+    local job = add(b, s, rkey, ...)
     run(conf, b)
     return job.res, job.err, job.fault
 end
@@ -314,16 +298,32 @@ local function takeBackOne(conf, b, j)
         )
     end
 end
---- Take back the acquires of a batch whose requests ended while it was on its
--- way. Only those whose replies were read: nothing of theirs can land later.
--- (A lost reply of a request that is gone is left to its ttl, as before.)
-local function takeBack(conf, b)
+--- Take back the acquires of batch b whose callers did not come back for their
+-- replies: a timer started once the callers were woken, so every caller still
+-- there has been back. Only those whose replies were read: nothing of theirs
+-- can land later. (A lost reply of a caller that is gone is left to its ttl.)
+local function settle(premature, conf, b)
     for ____, j in ipairs(b.jobs) do
-        if j.s.undo ~= nil and j.res ~= nil and j.anchor ~= nil and not request.alive(j.anchor) then
+        if j.s.undo ~= nil and j.res ~= nil and not j.back then
             local ok, err = pcall(takeBackOne, conf, b, j)
             if not ok then
                 ngx.log(ngx.ERR, "dlock: take-back failed: ", err)
             end
+        end
+    end
+end
+--- Wake b's callers. A caller whose request ended (a client abort, a killed
+-- thread) or whose wait timed out left the semaphore's queue, so resources
+-- left over say that some did not come back; which ones is known once the
+-- others have run. Asking costs the common case one FFI call, where a look
+-- at each caller's request cost every call an ngx.ctx.
+local function wake(conf, b)
+    local sem = b.sem
+    sem:post(#b.jobs)
+    if b.undos > 0 and sem:count() > 0 then
+        local ok, err = ngx.timer.at(0, settle, conf, b)
+        if ok == nil then
+            ngx.log(ngx.ERR, "dlock: cannot take back the acquires of gone callers: ", err)
         end
     end
 end
@@ -347,8 +347,7 @@ local function flush(lane)
         if #b.jobs > 1 then
             lane.loaded = ngx.now() + LOADED
         end
-        b.sem:post(#b.jobs)
-        takeBack(lane.conf, b)
+        wake(lane.conf, b)
     end
 end
 --- A sender: a timer of the endpoint's lane in this worker, alive while there
@@ -400,7 +399,7 @@ local function opened(lane)
         if sem == nil then
             return nil
         end
-        b = {parts = {}, jobs = {}, sem = sem}
+        b = {parts = {}, jobs = {}, sem = sem, undos = 0}
         lane.open = b
     end
     if #b.jobs == 0 then
@@ -425,15 +424,10 @@ local function join(lane, s, rkey, ...)
     if b == nil then
         return alone(conf, s, rkey, ...)
     end
-    local job = add(
-        b,
-        request.anchor(),
-        s,
-        rkey,
-        ...
-    )
+    local job = add(b, s, rkey, ...)
     local wait = 2 * patience(conf)
     local woken = b.sem:wait(wait)
+    job.back = true
     if not woken and job.res == nil and job.fault == nil then
         return nil, (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. tostring(wait)) .. " s during ") .. s.name, "lost"
     end
@@ -475,14 +469,8 @@ local function direct(lane, s, rkey, ...)
     lane.slots = lane.slots + 1
     local slot = lane.slots
     lane.direct[slot] = ngx.now() + patience(conf)
-    local b = {parts = {}, jobs = {}, sem = nil}
-    local job = add(
-        b,
-        nil,
-        s,
-        rkey,
-        ...
-    )
+    local b = {parts = {}, jobs = {}, sem = nil, undos = 0}
+    local job = add(b, s, rkey, ...)
     if s.undo ~= nil then
         lane.acquires[slot] = b
         if not lane.watching then

@@ -14,13 +14,12 @@
 // the connection breaks, the calls whose replies were not read are "outcome
 // unknown" ("lost") and the others are not; NOSCRIPT is answered by sending
 // the script's body for the calls that met it; with redis.replicas one WAIT
-// follows the writes of the batch. A call whose request ended before its
-// batch went out is not sent; an acquire whose request ended before its reply
-// came is taken back (scripts' `undo`): nobody would ever release it.
+// follows the writes of the batch. An acquire whose caller never came back
+// for its reply (its request ended: a client abort) is taken back (scripts'
+// `undo`): nobody would ever release it.
 
 import type { CallResult, Fault } from "../backend";
 import * as redis from "../redis";
-import * as request from "../request";
 import * as resp from "../resp";
 import * as scripts from "../scripts";
 import * as single from "./single";
@@ -60,7 +59,8 @@ interface Job {
   readonly from: number;
   /** Words after the script's SHA and key count: the key and the arguments. */
   readonly words: number;
-  readonly anchor: request.Anchor | undefined;
+  /** Its caller came back for the answer (see settle). */
+  back: boolean;
   res: RedisValue | undefined;
   err: string | undefined;
   fault: Fault | undefined;
@@ -72,6 +72,8 @@ interface Batch {
   readonly jobs: Job[];
   /** Wakes the callers (nil for a call sent by its caller). */
   readonly sem: NgxSemaphore | undefined;
+  /** Calls whose script has an undo (acquires). */
+  undos: number;
 }
 
 interface Lane {
@@ -145,7 +147,7 @@ function headOf(cache: LuaTable<scripts.Script, LuaTable<number, string>>, s: sc
 }
 
 /** Add a call to b: its command goes into the buffer at once (no table of its arguments). */
-function add(b: Batch, anchor: request.Anchor | undefined, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
+function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
   const parts = b.parts;
   const n = select("#", ...args);
   const words = 1 + n;
@@ -166,8 +168,9 @@ function add(b: Batch, anchor: request.Anchor | undefined, s: scripts.Script, rk
     const [a] = select(i, ...args);
     resp.arg(parts, a!);
   }
-  const job: Job = { s, from, words, anchor, res: undefined, err: undefined, fault: undefined };
+  const job: Job = { s, from, words, back: false, res: undefined, err: undefined, fault: undefined };
   b.jobs.push(job);
+  if (s.undo !== undefined) b.undos++;
   return job;
 }
 
@@ -258,26 +261,16 @@ function roundTrip(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: n
 /** Send b's calls as one pipeline on a pooled connection (EVAL for those Redis has no script for), then one WAIT. */
 function run(conf: redis.RedisConf, b: Batch): void {
   const which: number[] = [];
-  let all = true;
   for (const i of $range(1, b.jobs.length)) {
-    const j = b.jobs[i - 1]!;
-    if (j.anchor !== undefined && !request.alive(j.anchor)) {
-      j.err = "dlock: the request ended before its call to redis " + conf.endpoint + " was sent";
-      j.fault = "failed";
-      all = false;
-    } else {
-      which.push(i);
-    }
+    which.push(i);
   }
-  if (which.length === 0) return;
   const [red, cerr] = redis.connect(conf);
   if (red === undefined) {
     fail(b.jobs, cerr!, single.unreachable(conf));
     return;
   }
   const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock")!;
-  const payload = all ? table.concat(b.parts as unknown as string[]) : commands(b, which, false);
-  const again = roundTrip(conf, sock, b, which, payload, false);
+  const again = roundTrip(conf, sock, b, which, table.concat(b.parts as unknown as string[]), false);
   if (again.length > 0) roundTrip(conf, sock, b, again, commands(b, again, true), true);
   let broken = false;
   const wrote: Job[] = [];
@@ -301,8 +294,8 @@ function run(conf: redis.RedisConf, b: Batch): void {
 }
 /** A call sent at once by its caller (or a timer), on a pooled connection of its own: a batch of one. */
 function alone(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const b: Batch = { parts: new LuaTable(), jobs: [], sem: undefined };
-  const job = add(b, undefined, s, rkey, ...args);
+  const b: Batch = { parts: new LuaTable(), jobs: [], sem: undefined, undos: 0 };
+  const job = add(b, s, rkey, ...args);
   run(conf, b);
   return $multi(job.res, job.err, job.fault);
 }
@@ -326,17 +319,34 @@ function takeBackOne(conf: redis.RedisConf, b: Batch, j: Job): void {
 }
 
 /**
- * Take back the acquires of a batch whose requests ended while it was on its
- * way. Only those whose replies were read: nothing of theirs can land later.
- * (A lost reply of a request that is gone is left to its ttl, as before.)
+ * Take back the acquires of batch b whose callers did not come back for their
+ * replies: a timer started once the callers were woken, so every caller still
+ * there has been back. Only those whose replies were read: nothing of theirs
+ * can land later. (A lost reply of a caller that is gone is left to its ttl.)
  */
-function takeBack(conf: redis.RedisConf, b: Batch): void {
+function settle(this: void, premature: boolean, conf: redis.RedisConf, b: Batch): void {
   for (const j of b.jobs) {
-    if (j.s.undo !== undefined && j.res !== undefined && j.anchor !== undefined && !request.alive(j.anchor)) {
-      // Whatever it runs into, the sender must go on.
+    if (j.s.undo !== undefined && j.res !== undefined && !j.back) {
+      // Whatever one runs into, the others are still taken back.
       const [ok, err] = pcall(takeBackOne, conf, b, j);
       if (!ok) ngx.log(ngx.ERR, "dlock: take-back failed: ", err);
     }
+  }
+}
+
+/**
+ * Wake b's callers. A caller whose request ended (a client abort, a killed
+ * thread) or whose wait timed out left the semaphore's queue, so resources
+ * left over say that some did not come back; which ones is known once the
+ * others have run. Asking costs the common case one FFI call, where a look
+ * at each caller's request cost every call an ngx.ctx.
+ */
+function wake(conf: redis.RedisConf, b: Batch): void {
+  const sem = b.sem!;
+  sem.post(b.jobs.length);
+  if (b.undos > 0 && sem.count() > 0) {
+    const [ok, err] = ngx.timer.at(0, settle, conf, b);
+    if (ok === undefined) ngx.log(ngx.ERR, "dlock: cannot take back the acquires of gone callers: ", err);
   }
 }
 
@@ -352,8 +362,7 @@ function flush(lane: Lane): void {
     if (!ok) fail(b.jobs, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + tostring(err), "lost");
     lane.batching--;
     if (b.jobs.length > 1) lane.loaded = ngx.now() + LOADED;
-    b.sem!.post(b.jobs.length);
-    takeBack(lane.conf, b);
+    wake(lane.conf, b);
   }
 }
 
@@ -404,7 +413,7 @@ function opened(lane: Lane): Batch | undefined {
   if (b === undefined) {
     const [sem] = semaphore.new(0);
     if (sem === undefined) return undefined;
-    b = { parts: new LuaTable(), jobs: [], sem };
+    b = { parts: new LuaTable(), jobs: [], sem, undos: 0 };
     lane.open = b;
   }
   // A new batch: wake a free sender, or start one; with every sender busy,
@@ -431,10 +440,11 @@ function join(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | nu
   const conf = lane.conf;
   const b = opened(lane);
   if (b === undefined) return alone(conf, s, rkey, ...args);
-  const job = add(b, request.anchor(), s, rkey, ...args);
+  const job = add(b, s, rkey, ...args);
   // Its batch's time, and the time of the batch ahead of it.
   const wait = 2 * patience(conf);
   const [woken] = b.sem!.wait(wait);
+  job.back = true;
   if (!woken && job.res === undefined && job.fault === undefined) {
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + wait + " s during " + s.name, "lost");
   }
@@ -479,8 +489,8 @@ function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | 
   lane.slots++;
   const slot = lane.slots;
   lane.direct.set(slot, ngx.now() + patience(conf));
-  const b: Batch = { parts: new LuaTable(), jobs: [], sem: undefined };
-  const job = add(b, undefined, s, rkey, ...args);
+  const b: Batch = { parts: new LuaTable(), jobs: [], sem: undefined, undos: 0 };
+  const job = add(b, s, rkey, ...args);
   if (s.undo !== undefined) {
     lane.acquires.set(slot, b);
     if (!lane.watching) lane.watching = ngx.timer.at(WATCH, watcher, lane)[0] !== undefined;

@@ -69,3 +69,16 @@ describe("the RESP reader", function()
     assert.matches("bad reply: TTP/1.1 400", err, 1, true)
   end)
 end)
+
+describe("the RESP encoder", function()
+  it("finds every word of an encoded command again, also words holding CRLF, digits or nothing", function()
+    local words = { "EVALSHA", "abc", "2", "lock:{a}\r\nb", "q", "", "10000", "x y" }
+    local cmd = resp.encode(words)
+    local head = resp.encode({ "EVALSHA" })
+    -- Words after the first, counted from where the second starts ("*8" and "*1" are as long).
+    local pos = #head + 1
+    for n = 2, #words do
+      assert.equal(words[n], resp.word(cmd, pos, n - 1))
+    end
+  end)
+end)

@@ -28,6 +28,20 @@ function ____exports.encode(words)
     end
     return concat(parts)
 end
+--- Word n of an encoded command whose words start at pos ("$<length>\r\n<word>\r\n" each).
+function ____exports.word(cmd, pos, n)
+    local p = pos
+    for _ = 2, n do
+        local eol = string.find(cmd, "\r\n", p, true)
+        p = eol + 2 + tonumber(string.sub(cmd, p + 1, eol - 1)) + 2
+    end
+    local eol = string.find(cmd, "\r\n", p, true)
+    return string.sub(
+        cmd,
+        eol + 2,
+        eol + 1 + tonumber(string.sub(cmd, p + 1, eol - 1))
+    )
+end
 function ____exports.reader(sock)
     return {sock = sock, buf = "", pos = 1}
 end

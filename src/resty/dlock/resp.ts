@@ -36,6 +36,17 @@ export function arg(parts: Buffer, w: string | number): void {
   parts.set(i + 5, "\r\n");
 }
 
+/** Word n of an encoded command whose words start at pos ("$<length>\r\n<word>\r\n" each). */
+export function word(cmd: string, pos: number, n: number): string {
+  let p = pos;
+  for (const _ of $range(2, n)) {
+    const [eol] = string.find(cmd, "\r\n", p, true);
+    p = eol! + 2 + tonumber(string.sub(cmd, p + 1, eol! - 1))! + 2;
+  }
+  const [eol] = string.find(cmd, "\r\n", p, true);
+  return string.sub(cmd, eol! + 2, eol! + 1 + tonumber(string.sub(cmd, p + 1, eol! - 1))!);
+}
+
 /**
  * Replies read in chunks (receiveany) and parsed here: one call into the
  * cosocket for a whole batch of short replies, where receive("*l") makes one

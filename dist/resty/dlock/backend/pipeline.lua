@@ -72,40 +72,64 @@ local function headOf(cache, s, words, body)
     end
     return h
 end
+local WORD = "$%d\r\n%s\r\n"
+local FORMATS = {}
+for n = 1, 7 do
+    FORMATS[n] = "%s" .. string.rep(WORD, n)
+end
+--- The words of a command (up to seven: the key and six arguments), with its head.
+local function encode(head, n, w1, w2, w3, w4, w5, w6, w7)
+    return string.format(
+        FORMATS[n],
+        head,
+        #w1,
+        w1,
+        #w2,
+        w2,
+        #w3,
+        w3,
+        #w4,
+        w4,
+        #w5,
+        w5,
+        #w6,
+        w6,
+        #w7,
+        w7
+    )
+end
 --- Add a call to b: its command goes into the buffer at once (no table of its arguments).
 local function add(b, s, rkey, ...)
-    local parts = b.parts
     local n = select("#", ...)
     local words = 1 + n
-    local from = #parts + 1
-    parts[from] = headOf(heads, s, words, false)
-    resp.arg(parts, rkey)
-    local a1, a2, a3, a4, a5, a6 = select(1, ...)
-    if n >= 1 then
-        resp.arg(parts, a1)
-    end
-    if n >= 2 then
-        resp.arg(parts, a2)
-    end
-    if n >= 3 then
-        resp.arg(parts, a3)
-    end
-    if n >= 4 then
-        resp.arg(parts, a4)
-    end
-    if n >= 5 then
-        resp.arg(parts, a5)
-    end
-    if n >= 6 then
-        resp.arg(parts, a6)
-    end
-    for i = 7, n do
-        local a = select(i, ...)
-        resp.arg(parts, a)
+    local head = headOf(heads, s, words, false)
+    local cmd
+    if n <= 6 then
+        local a1, a2, a3, a4, a5, a6 = select(1, ...)
+        cmd = encode(
+            head,
+            words,
+            rkey,
+            n >= 1 and tostring(a1) or "",
+            n >= 2 and tostring(a2) or "",
+            n >= 3 and tostring(a3) or "",
+            n >= 4 and tostring(a4) or "",
+            n >= 5 and tostring(a5) or "",
+            n >= 6 and tostring(a6) or ""
+        )
+    else
+        local parts = {}
+        parts[1] = head
+        resp.arg(parts, rkey)
+        for i = 1, n do
+            local a = select(i, ...)
+            resp.arg(parts, a)
+        end
+        cmd = table.concat(parts)
     end
     local job = {
         s = s,
-        from = from,
+        cmd = cmd,
         words = words,
         back = false,
         res = nil,
@@ -114,6 +138,8 @@ local function add(b, s, rkey, ...)
     }
     local ____b_jobs_0 = b.jobs
     ____b_jobs_0[#____b_jobs_0 + 1] = job
+    local ____b_parts_1 = b.parts
+    ____b_parts_1[#____b_parts_1 + 1] = cmd
     if s.undo ~= nil then
         b.undos = b.undos + 1
     end
@@ -127,24 +153,17 @@ local function fail(jobs, err, fault)
         end
     end
 end
---- The pieces of b's buffer that make up job i's command (after its head).
-local function copyWords(out, b, i)
-    local from = b.jobs[i].from + 1
-    local next = b.jobs[i + 1]
-    local to = next ~= nil and next.from - 1 or #b.parts
-    local n = #out
-    for k = from, to do
-        n = n + 1
-        out[n] = b.parts[k]
-    end
-end
 --- The commands of some of b's jobs (by index), EVAL with the script's body when `body`.
 local function commands(b, which, body)
     local out = {}
     for ____, i in ipairs(which) do
         local j = b.jobs[i]
-        out[#out + 1] = headOf(body and bodies or heads, j.s, j.words, body)
-        copyWords(out, b, i)
+        if body then
+            local sha = headOf(heads, j.s, j.words, false)
+            out[#out + 1] = headOf(bodies, j.s, j.words, true) .. string.sub(j.cmd, #sha + 1)
+        else
+            out[#out + 1] = j.cmd
+        end
     end
     return table.concat(out)
 end
@@ -262,19 +281,23 @@ local function alone(conf, s, rkey, ...)
     run(conf, b)
     return job.res, job.err, job.fault
 end
---- Word n of job j's command after its key count (1: KEYS[1]), from b's buffer (resp.arg: five pieces a word, the word fourth).
-local function wordOf(b, j, n)
-    return tostring(b.parts[j.from + 5 * (n - 1) + 4])
+--- Word n of job j's command after its key count (1: KEYS[1]).
+local function wordOf(j, n)
+    return resp.word(
+        j.cmd,
+        #headOf(heads, j.s, j.words, false) + 1,
+        n
+    )
 end
 --- Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will.
-local function takeBackOne(conf, b, j)
-    local rkey = wordOf(b, j, 1)
+local function takeBackOne(conf, j)
+    local rkey = wordOf(j, 1)
     local res, err = scripts.forTarget(
         alone,
         conf,
         j.s.undo,
         rkey,
-        wordOf(b, j, j.s.keys + 1)
+        wordOf(j, j.s.keys + 1)
     )
     if res == nil then
         ngx.log(
@@ -305,7 +328,7 @@ end
 local function settle(premature, conf, b)
     for ____, j in ipairs(b.jobs) do
         if j.s.undo ~= nil and j.res ~= nil and not j.back then
-            local ok, err = pcall(takeBackOne, conf, b, j)
+            local ok, err = pcall(takeBackOne, conf, j)
             if not ok then
                 ngx.log(ngx.ERR, "dlock: take-back failed: ", err)
             end
@@ -454,7 +477,7 @@ local function watcher(premature, lane)
         end
     end
     for ____, b in ipairs(gone) do
-        local ok, err = pcall(takeBackOne, lane.conf, b, b.jobs[1])
+        local ok, err = pcall(takeBackOne, lane.conf, b.jobs[1])
         if not ok then
             ngx.log(ngx.ERR, "dlock: take-back failed: ", err)
         end
@@ -484,13 +507,13 @@ local function direct(lane, s, rkey, ...)
 end
 --- Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline.
 function ____exports.call(conf, s, rkey, ...)
-    local ____conf_auto_pipeline_1
+    local ____conf_auto_pipeline_2
     if conf.auto_pipeline then
-        ____conf_auto_pipeline_1 = laneOf(conf)
+        ____conf_auto_pipeline_2 = laneOf(conf)
     else
-        ____conf_auto_pipeline_1 = nil
+        ____conf_auto_pipeline_2 = nil
     end
-    local lane = ____conf_auto_pipeline_1
+    local lane = ____conf_auto_pipeline_2
     if lane == nil then
         return single.call(conf, s, rkey, ...)
     end

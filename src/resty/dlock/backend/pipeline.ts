@@ -53,10 +53,11 @@ const IDLE = 10;
  */
 const LOADED = 0.002;
 
-/** One call: its command is in its batch's buffer from `from` on (the head, then a piece per word after KEYS count). */
+/** One call. */
 interface Job {
   readonly s: scripts.Script;
-  readonly from: number;
+  /** Its command, encoded (EVALSHA, the SHA, the key count, then the words). */
+  readonly cmd: string;
   /** Words after the script's SHA and key count: the key and the arguments. */
   readonly words: number;
   /** Its caller came back for the answer (see settle). */
@@ -67,8 +68,8 @@ interface Job {
 }
 
 interface Batch {
-  /** The calls' EVALSHA commands, encoded as they join; joined once, when sent. */
-  readonly parts: resp.Buffer;
+  /** The calls' EVALSHA commands, one string each as they join; joined once, when sent. */
+  readonly parts: string[];
   readonly jobs: Job[];
   /** Wakes the callers (nil for a call sent by its caller). */
   readonly sem: NgxSemaphore | undefined;
@@ -146,30 +147,46 @@ function headOf(cache: LuaTable<scripts.Script, LuaTable<number, string>>, s: sc
   return h;
 }
 
+// A call's command after its head, per number of words: one string.format
+// makes it. (Five table slots per word grew the batch buffer in the hot
+// trace, and the side traces of its resizes never compiled: "register
+// coalescing too complex", hundreds of aborts a second.) Arguments beyond the
+// words a format names are ignored by string.format.
+const WORD = "$%d\r\n%s\r\n";
+const FORMATS = new LuaTable<number, string>();
+for (const n of $range(1, 7)) FORMATS.set(n, "%s" + string.rep(WORD, n));
+
+/** The words of a command (up to seven: the key and six arguments), with its head. */
+function encode(head: string, n: number, w1: string, w2: string, w3: string, w4: string, w5: string, w6: string, w7: string): string {
+  return string.format(FORMATS.get(n)!, head, w1.length, w1, w2.length, w2, w3.length, w3, w4.length, w4, w5.length, w5,
+    w6.length, w6, w7.length, w7);
+}
+
 /** Add a call to b: its command goes into the buffer at once (no table of its arguments). */
 function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
-  const parts = b.parts;
   const n = select("#", ...args);
   const words = 1 + n;
-  const from = parts.length() + 1;
-  parts.set(from, headOf(heads, s, words, false));
-  resp.arg(parts, rkey);
-  // The arguments as locals: select(i, ...) in a loop copies the rest each
-  // time and keeps the function out of the JIT (a profile put 7 % of the
-  // worker's samples on it). Six cover every script but one.
-  const [a1, a2, a3, a4, a5, a6] = select(1, ...args);
-  if (n >= 1) resp.arg(parts, a1!);
-  if (n >= 2) resp.arg(parts, a2!);
-  if (n >= 3) resp.arg(parts, a3!);
-  if (n >= 4) resp.arg(parts, a4!);
-  if (n >= 5) resp.arg(parts, a5!);
-  if (n >= 6) resp.arg(parts, a6!);
-  for (const i of $range(7, n)) {
-    const [a] = select(i, ...args);
-    resp.arg(parts, a!);
+  const head = headOf(heads, s, words, false);
+  let cmd: string;
+  if (n <= 6) {
+    // The arguments as locals: select(i, ...) in a loop copies the rest each
+    // time and keeps the function out of the JIT. Six cover every script.
+    const [a1, a2, a3, a4, a5, a6] = select(1, ...args);
+    cmd = encode(head, words, rkey, n >= 1 ? tostring(a1) : "", n >= 2 ? tostring(a2) : "", n >= 3 ? tostring(a3) : "",
+      n >= 4 ? tostring(a4) : "", n >= 5 ? tostring(a5) : "", n >= 6 ? tostring(a6) : "");
+  } else {
+    const parts: resp.Buffer = new LuaTable();
+    parts.set(1, head);
+    resp.arg(parts, rkey);
+    for (const i of $range(1, n)) {
+      const [a] = select(i, ...args);
+      resp.arg(parts, a!);
+    }
+    cmd = table.concat(parts as unknown as string[]);
   }
-  const job: Job = { s, from, words, back: false, res: undefined, err: undefined, fault: undefined };
+  const job: Job = { s, cmd, words, back: false, res: undefined, err: undefined, fault: undefined };
   b.jobs.push(job);
+  b.parts.push(cmd);
   if (s.undo !== undefined) b.undos++;
   return job;
 }
@@ -183,27 +200,19 @@ function fail(jobs: Job[], err: string, fault: Fault): void {
   }
 }
 
-/** The pieces of b's buffer that make up job i's command (after its head). */
-function copyWords(out: resp.Buffer, b: Batch, i: number): void {
-  const from = b.jobs[i - 1]!.from + 1;
-  const next = b.jobs[i];
-  const to = next !== undefined ? next.from - 1 : b.parts.length();
-  let n = out.length();
-  for (const k of $range(from, to)) {
-    n++;
-    out.set(n, b.parts.get(k)!);
-  }
-}
-
 /** The commands of some of b's jobs (by index), EVAL with the script's body when `body`. */
 function commands(b: Batch, which: number[], body: boolean): string {
-  const out: resp.Buffer = new LuaTable();
+  const out: string[] = [];
   for (const i of which) {
     const j = b.jobs[i - 1]!;
-    out.set(out.length() + 1, headOf(body ? bodies : heads, j.s, j.words, body));
-    copyWords(out, b, i);
+    if (body) {
+      const sha = headOf(heads, j.s, j.words, false);
+      out.push(headOf(bodies, j.s, j.words, true) + string.sub(j.cmd, sha.length + 1));
+    } else {
+      out.push(j.cmd);
+    }
   }
-  return table.concat(out as unknown as string[]);
+  return table.concat(out);
 }
 
 /** Send the commands (EVAL when `body`), and read the replies of the jobs `which` (indexes into b.jobs) in turn. */
@@ -270,7 +279,7 @@ function run(conf: redis.RedisConf, b: Batch): void {
     return;
   }
   const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock")!;
-  const again = roundTrip(conf, sock, b, which, table.concat(b.parts as unknown as string[]), false);
+  const again = roundTrip(conf, sock, b, which, table.concat(b.parts), false);
   if (again.length > 0) roundTrip(conf, sock, b, again, commands(b, again, true), true);
   let broken = false;
   const wrote: Job[] = [];
@@ -294,22 +303,22 @@ function run(conf: redis.RedisConf, b: Batch): void {
 }
 /** A call sent at once by its caller (or a timer), on a pooled connection of its own: a batch of one. */
 function alone(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const b: Batch = { parts: new LuaTable(), jobs: [], sem: undefined, undos: 0 };
+  const b: Batch = { parts: [], jobs: [], sem: undefined, undos: 0 };
   const job = add(b, s, rkey, ...args);
   run(conf, b);
   return $multi(job.res, job.err, job.fault);
 }
 
-/** Word n of job j's command after its key count (1: KEYS[1]), from b's buffer (resp.arg: five pieces a word, the word fourth). */
-function wordOf(b: Batch, j: Job, n: number): string {
-  return tostring(b.parts.get(j.from + 5 * (n - 1) + 4));
+/** Word n of job j's command after its key count (1: KEYS[1]). */
+function wordOf(j: Job, n: number): string {
+  return resp.word(j.cmd, headOf(heads, j.s, j.words, false).length + 1, n);
 }
 
 /** Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will. */
-function takeBackOne(conf: redis.RedisConf, b: Batch, j: Job): void {
-  const rkey = wordOf(b, j, 1);
+function takeBackOne(conf: redis.RedisConf, j: Job): void {
+  const rkey = wordOf(j, 1);
   // ARGV[1], the token, follows the keys.
-  const [res, err] = scripts.forTarget(alone, conf, j.s.undo!, rkey, wordOf(b, j, j.s.keys + 1));
+  const [res, err] = scripts.forTarget(alone, conf, j.s.undo!, rkey, wordOf(j, j.s.keys + 1));
   if (res === undefined) {
     ngx.log(ngx.WARN, "dlock: ", rkey, " may be held by a request that ended before the ", j.s.name, " reply came, and cannot be taken back (",
       err, "): it expires on its own");
@@ -328,7 +337,7 @@ function settle(this: void, premature: boolean, conf: redis.RedisConf, b: Batch)
   for (const j of b.jobs) {
     if (j.s.undo !== undefined && j.res !== undefined && !j.back) {
       // Whatever one runs into, the others are still taken back.
-      const [ok, err] = pcall(takeBackOne, conf, b, j);
+      const [ok, err] = pcall(takeBackOne, conf, j);
       if (!ok) ngx.log(ngx.ERR, "dlock: take-back failed: ", err);
     }
   }
@@ -413,7 +422,7 @@ function opened(lane: Lane): Batch | undefined {
   if (b === undefined) {
     const [sem] = semaphore.new(0);
     if (sem === undefined) return undefined;
-    b = { parts: new LuaTable(), jobs: [], sem, undos: 0 };
+    b = { parts: [], jobs: [], sem, undos: 0 };
     lane.open = b;
   }
   // A new batch: wake a free sender, or start one; with every sender busy,
@@ -477,7 +486,7 @@ function watcher(this: void, premature: boolean, lane: Lane): void {
     }
   }
   for (const b of gone) {
-    const [ok, err] = pcall(takeBackOne, lane.conf, b, b.jobs[0]!);
+    const [ok, err] = pcall(takeBackOne, lane.conf, b.jobs[0]!);
     if (!ok) ngx.log(ngx.ERR, "dlock: take-back failed: ", err);
   }
   if (premature || next(lane.acquires)[0] === undefined || ngx.timer.at(WATCH, watcher, lane)[0] === undefined) lane.watching = false;
@@ -489,7 +498,7 @@ function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | 
   lane.slots++;
   const slot = lane.slots;
   lane.direct.set(slot, ngx.now() + patience(conf));
-  const b: Batch = { parts: new LuaTable(), jobs: [], sem: undefined, undos: 0 };
+  const b: Batch = { parts: [], jobs: [], sem: undefined, undos: 0 };
   const job = add(b, s, rkey, ...args);
   if (s.undo !== undefined) {
     lane.acquires.set(slot, b);

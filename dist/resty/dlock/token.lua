@@ -6,7 +6,6 @@ pcall(ffi.cdef, "int gethostname(char *name, size_t len);")
 local RANDOM_BYTES = 16
 local buf = ffi.new("uint8_t[?]", 256)
 local POOL = 256
-local HEX_POOL = string.rep("%02x", POOL)
 local pool = ""
 local poolPos = POOL + 1
 local poolPid = 0
@@ -32,6 +31,17 @@ local function randomBytes(n)
     end
     return urandom(n)
 end
+local BYTE_HEX = {}
+for b = 0, 255 do
+    BYTE_HEX[b] = string.format("%02x", b)
+end
+local digits = {}
+local function hexPool(s)
+    for i = 1, POOL do
+        digits[i] = BYTE_HEX[string.byte(s, i)]
+    end
+    return table.concat(digits)
+end
 --- Lower-case hex of a (short) binary string.
 function ____exports.hex(s)
     return string.format(
@@ -47,10 +57,7 @@ function ____exports.random()
         if s == nil or #s ~= POOL then
             return nil, "dlock: cannot read random bytes from the kernel"
         end
-        pool = string.format(
-            HEX_POOL,
-            string.byte(s, 1, POOL)
-        )
+        pool = hexPool(s)
         poolPos = 1
         poolPid = pid
     end

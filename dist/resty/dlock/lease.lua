@@ -423,7 +423,8 @@ function ____exports.make(store, kind, key, tok, ttl, sent, fence)
         lost = false,
         onLost = nil
     }
-    return setmetatable(lease, leaseMt)
+    local l = setmetatable(lease, leaseMt)
+    return l
 end
 local protect = pcall
 --- Release, then hand on fn's results (pcall's `ok, ...`) or its error. A

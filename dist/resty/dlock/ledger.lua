@@ -74,13 +74,14 @@ function ____exports.recordKey(rkey, token, shared)
     return shared and ((RECORD .. rkey) .. " ") .. token or RECORD .. rkey
 end
 local function encode(token, key, ttl)
-    return string.format(
+    local v = string.format(
         "%d %d %s %s",
         ngx.worker.pid(),
         math.floor(ngx.now() * 1000) + ttl,
         token,
         key
     )
+    return v
 end
 local missed = 0
 local warnedAt = -WARN_EVERY

@@ -100,11 +100,15 @@ local function parse(buf, pos)
     end
     return nil, "bad reply: " .. line, -1
 end
---- The next reply, as lua-resty-redis returns one: the value (ngx.null for a
--- nil bulk or array), or false and the message of an error reply; nil and
--- the socket's error when the connection failed.
-function ____exports.read(r)
+--- The next reply, once buf holds no whole reply: read chunks until it does.
+local function readMore(r)
     while true do
+        local data, rerr = r.sock:receiveany(CHUNK)
+        if data == nil then
+            return nil, rerr
+        end
+        r.buf = r.pos > #r.buf and data or sub(r.buf, r.pos) .. data
+        r.pos = 1
         local v, err, next = parse(r.buf, r.pos)
         if next ~= nil then
             if next < 0 then
@@ -113,12 +117,21 @@ function ____exports.read(r)
             r.pos = next
             return v, err
         end
-        local data, rerr = r.sock:receiveany(CHUNK)
-        if data == nil then
-            return nil, rerr
-        end
-        r.buf = r.pos > #r.buf and data or sub(r.buf, r.pos) .. data
-        r.pos = 1
     end
+end
+--- The next reply, as lua-resty-redis returns one: the value (ngx.null for a
+-- nil bulk or array), or false and the message of an error reply; nil and
+-- the socket's error when the connection failed. A reply already read comes
+-- without a loop: the sender's loop over a batch's replies stays one trace.
+function ____exports.read(r)
+    local v, err, next = parse(r.buf, r.pos)
+    if next == nil then
+        return readMore(r)
+    end
+    if next < 0 then
+        return nil, err
+    end
+    r.pos = next
+    return v, err
 end
 return ____exports

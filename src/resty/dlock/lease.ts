@@ -457,7 +457,10 @@ export function make(store: Store, kind: Kind, key: string, tok: string, ttl: nu
     validUntil: sent + backend.validity(store.redis, ttl), expires: nowMs() + ttl, releaseSent: false,
     releasing: false, lost: false, onLost: undefined,
   };
-  return setmetatable(lease, leaseMt) as Lease;
+  // Not a tail call: LuaJIT gives up a trace that tail-calls a builtin on its
+  // way out ("leaving loop in root trace"), and leaves the function interpreted.
+  const l = setmetatable(lease, leaseMt) as Lease;
+  return l;
 }
 
 /** Anything with an acquire method: locks, semaphores. */

@@ -47,8 +47,9 @@ export function recordKey(rkey: string, token: string, shared: boolean): string 
 }
 
 function encode(token: string, key: string, ttl: number): string {
-  // One format, not a chain of concatenations (one CAT each).
-  return string.format("%d %d %s %s", ngx.worker.pid(), math.floor(ngx.now() * 1000) + ttl, token, key);
+  // One format, not a chain of concatenations (one CAT each); not a tail call (see lease.make).
+  const v = string.format("%d %d %s %s", ngx.worker.pid(), math.floor(ngx.now() * 1000) + ttl, token, key);
+  return v;
 }
 
 // A full dict fails every acquire: one warning per worker and WARN_EVERY

@@ -109,22 +109,32 @@ function parse(buf: string, pos: number): Parsed {
   return $multi(undefined, "bad reply: " + line, -1);
 }
 
-/**
- * The next reply, as lua-resty-redis returns one: the value (ngx.null for a
- * nil bulk or array), or false and the message of an error reply; nil and
- * the socket's error when the connection failed.
- */
-export function read(r: Reader): LuaMultiReturn<[RedisValue | false | undefined, string | undefined]> {
+/** The next reply, once buf holds no whole reply: read chunks until it does. */
+function readMore(r: Reader): LuaMultiReturn<[RedisValue | false | undefined, string | undefined]> {
   while (true) {
+    const [data, rerr] = r.sock.receiveany(CHUNK);
+    if (data === undefined) return $multi(undefined, rerr);
+    r.buf = r.pos > r.buf.length ? data : sub(r.buf, r.pos) + data;
+    r.pos = 1;
     const [v, err, next] = parse(r.buf, r.pos);
     if (next !== undefined) {
       if (next < 0) return $multi(undefined, err);
       r.pos = next;
       return $multi(v, err);
     }
-    const [data, rerr] = r.sock.receiveany(CHUNK);
-    if (data === undefined) return $multi(undefined, rerr);
-    r.buf = r.pos > r.buf.length ? data : sub(r.buf, r.pos) + data;
-    r.pos = 1;
   }
+}
+
+/**
+ * The next reply, as lua-resty-redis returns one: the value (ngx.null for a
+ * nil bulk or array), or false and the message of an error reply; nil and
+ * the socket's error when the connection failed. A reply already read comes
+ * without a loop: the sender's loop over a batch's replies stays one trace.
+ */
+export function read(r: Reader): LuaMultiReturn<[RedisValue | false | undefined, string | undefined]> {
+  const [v, err, next] = parse(r.buf, r.pos);
+  if (next === undefined) return readMore(r);
+  if (next < 0) return $multi(undefined, err);
+  r.pos = next;
+  return $multi(v, err);
 }

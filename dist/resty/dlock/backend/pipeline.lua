@@ -77,9 +77,9 @@ local FORMATS = {}
 for n = 1, 7 do
     FORMATS[n] = "%s" .. string.rep(WORD, n)
 end
---- The words of a command (up to seven: the key and six arguments), with its head.
+--- The words of a command (up to seven: the key and six arguments), with its head. Not a tail call (see lease.make).
 local function encode(head, n, w1, w2, w3, w4, w5, w6, w7)
-    return string.format(
+    local cmd = string.format(
         FORMATS[n],
         head,
         #w1,
@@ -97,6 +97,7 @@ local function encode(head, n, w1, w2, w3, w4, w5, w6, w7)
         #w7,
         w7
     )
+    return cmd
 end
 --- Add a call to b: its command goes into the buffer at once (no table of its arguments).
 local function add(b, s, rkey, ...)

@@ -156,10 +156,11 @@ const WORD = "$%d\r\n%s\r\n";
 const FORMATS = new LuaTable<number, string>();
 for (const n of $range(1, 7)) FORMATS.set(n, "%s" + string.rep(WORD, n));
 
-/** The words of a command (up to seven: the key and six arguments), with its head. */
+/** The words of a command (up to seven: the key and six arguments), with its head. Not a tail call (see lease.make). */
 function encode(head: string, n: number, w1: string, w2: string, w3: string, w4: string, w5: string, w6: string, w7: string): string {
-  return string.format(FORMATS.get(n)!, head, w1.length, w1, w2.length, w2, w3.length, w3, w4.length, w4, w5.length, w5,
+  const cmd = string.format(FORMATS.get(n)!, head, w1.length, w1, w2.length, w2, w3.length, w3, w4.length, w4, w5.length, w5,
     w6.length, w6, w7.length, w7);
+  return cmd;
 }
 
 /** Add a call to b: its command goes into the buffer at once (no table of its arguments). */

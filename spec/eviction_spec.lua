@@ -244,3 +244,58 @@ describe("eviction check in a gateway of 2 workers", function()
     end
   end)
 end)
+
+describe("a Redis that refuses writes", function()
+  local semaphore = require "resty.dlock.semaphore"
+
+  --- A lock factory, a fenced one and a semaphore on the Redis at `port`.
+  local function factories(port)
+    local o = { port = port, connect_timeout = 500, read_timeout = 1000 }
+    return {
+      lock = h.locks({ redis = o }),
+      fenced = h.locks({ redis = o, fencing = true }),
+      permit = assert(semaphore.new({ dict = "dlock", permits = 3, prefix = h.unique("sem"), redis = o })),
+    }
+  end
+
+  it("out of memory (maxmemory, noeviction): locks, fenced locks and permits are refused whole, waiting or not, " ..
+     "and write nothing; leases taken before still extend and release", function()
+    local r = h.start_redis(nil, "--maxmemory-policy noeviction")
+    finally(function() r.stop() end)
+    local all = factories(r.port)
+    local held = {}
+    for name, f in pairs(all) do held[name] = assert(f:acquire("held", { ttl = 10000 })) end
+    -- Any write that needs memory is now refused: used memory is above 1 byte.
+    assert.equal("OK", h.cmd(r.port, "config", "set", "maxmemory", "1"))
+    local before = h.cmd(r.port, "dbsize")
+    for name, f in pairs(all) do
+      for _, wait in ipairs({ 0, 200 }) do
+        local lease, err = f:acquire("new", { wait = wait })
+        assert.is_nil(lease, name)
+        assert.matches("OOM command not allowed", err, 1, true)
+      end
+      -- A key held by someone: busy would need no memory, but a ticket in line would.
+      local lease, err = f:acquire("held", { wait = 0 })
+      assert.is_nil(lease, name)
+      assert.is_truthy(err == "busy" or err:find("OOM command not allowed", 1, true), name .. ": " .. tostring(err))
+    end
+    assert.equal(before, h.cmd(r.port, "dbsize"))
+    for name, l in pairs(held) do
+      assert.is_true(l:extend(20000), name)
+      assert.is_true(l:release(), name)
+    end
+    assert.is_true(h.cmd(r.port, "dbsize") < before)
+    assert.equal("OK", h.cmd(r.port, "config", "set", "maxmemory", "0"))
+    for _, f in pairs(all) do assert(assert(f:acquire("new")):release()) end
+  end)
+
+  it("read-only (a replica): locks, fenced locks and permits answer READONLY and write nothing", function()
+    local r = h.start_redis(nil, "--replicaof 127.0.0.1 " .. h.redis_port)
+    finally(function() r.stop() end)
+    for name, f in pairs(factories(r.port)) do
+      local lease, err = f:acquire("k", { wait = 0 })
+      assert.is_nil(lease, name)
+      assert.matches("READONLY", err, 1, true)
+    end
+  end)
+end)

@@ -1,10 +1,16 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local token = require("resty.dlock.token")
-local function script(name, src, keys, written, alone)
+local WRITES = "#!lua\n"
+local FREES = "#!lua flags=allow-oom\n"
+local function script(name, body, keys, written, alone, flags)
     if keys == nil then
         keys = 1
     end
+    if flags == nil then
+        flags = WRITES
+    end
+    local src = flags .. body
     return {
         name = name,
         src = src,
@@ -41,7 +47,14 @@ ____exports.ACQUIRE_FENCED = script("acquire", "\nif redis.call('SET', KEYS[1], 
 ____exports.CHANNEL = "dlock:released:"
 local PUBLISH = ("redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n"
 --- KEYS[1] lock key, ARGV[1] token. 1 when deleted (and announced), 0 when the key is not ours.
-____exports.RELEASE = script("release", ("\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  " .. PUBLISH) .. "  return 1\nend\nreturn 0\n")
+____exports.RELEASE = script(
+    "release",
+    ("\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  " .. PUBLISH) .. "  return 1\nend\nreturn 0\n",
+    1,
+    nil,
+    nil,
+    FREES
+)
 --- ms a key handed to the first waiter in line stays reserved for it. A woken
 -- waiter comes within a round trip; one without a live subscription polls at
 -- most every 64 ms (lease.ts MAX_BACKOFF).
@@ -100,7 +113,8 @@ ____exports.RELEASE_QUEUED = script(
     ((QUEUE .. "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return 1 end\n") .. LINE) .. "clock()\nreturn pass_on()\n",
     2,
     nil,
-    ____exports.RELEASE
+    ____exports.RELEASE,
+    FREES
 )
 --- KEYS[1] lock key, Q queue, ARGV[1] token: a waiter that is gone (gave
 -- up, killed, its worker dead) or an acquire whose reply was lost. Its ticket
@@ -111,18 +125,40 @@ ____exports.DROP = script(
     (QUEUE .. LINE) .. "clock()\nlocal tail = ' ' .. ARGV[1]\nlocal dropped = 0\nfor _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n  if string.sub(m, -#tail) == tail then\n    dropped = redis.call('ZREM', Q, m)\n    break\n  end\nend\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
     2,
     nil,
-    ____exports.RELEASE
+    ____exports.RELEASE,
+    FREES
 )
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
-____exports.EXTEND = script("extend", "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\nend\nreturn 0\n", 1, isOne)
+____exports.EXTEND = script(
+    "extend",
+    "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\nend\nreturn 0\n",
+    1,
+    isOne,
+    nil,
+    FREES
+)
 local NOW = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] permits.
 -- "OK" when a permit was taken, else ms until the earliest permit expires.
 ____exports.SEM_ACQUIRE = script("semaphore acquire", NOW .. "\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return 'OK'\nend\nlocal first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\nreturn tonumber(first[2]) - now\n", 1, isOk)
 --- KEYS[1] set, ARGV[1] token. 1 when our live permit was returned (and announced), else 0.
-____exports.SEM_RELEASE = script("semaphore release", ((NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(exp) <= now then return 0 end\n") .. PUBLISH) .. "return 1\n")
+____exports.SEM_RELEASE = script(
+    "semaphore release",
+    ((NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(exp) <= now then return 0 end\n") .. PUBLISH) .. "return 1\n",
+    1,
+    nil,
+    nil,
+    FREES
+)
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0.
-____exports.SEM_EXTEND = script("semaphore extend", NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', KEYS[1], ARGV[1])\n  return 0\nend\nlocal until_ms = now + tonumber(ARGV[2])\nredis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])\nif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n  redis.call('PEXPIREAT', KEYS[1], until_ms)\nend\nreturn 1\n", 1, isOne)
+____exports.SEM_EXTEND = script(
+    "semaphore extend",
+    NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', KEYS[1], ARGV[1])\n  return 0\nend\nlocal until_ms = now + tonumber(ARGV[2])\nredis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])\nif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n  redis.call('PEXPIREAT', KEYS[1], until_ms)\nend\nreturn 1\n",
+    1,
+    isOne,
+    nil,
+    FREES
+)
 --- Run a per-target script (release, extend, drop) for one target through a
 -- backend's call, with the keys and arguments batches send: KEYS[1] the key
 -- (and KEYS[2] its waiters' queue for two-key scripts), ARGV[1] the token (and
@@ -180,9 +216,23 @@ ____exports.IDEM_COMPLETE = script("idempotency complete", "\nlocal r = redis.ca
 --- KEYS[1] record, ARGV[1] token, ARGV[2] lease ms. Renews our running claim:
 -- 1, or 0 when it is not ours. A record already completed by our own request
 -- (the store raced the keeper's round) answers 1 and keeps its ttl.
-____exports.IDEM_EXTEND = script("idempotency extend", "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[2] ~= ARGV[1] then return 0 end\nif r[1] == 'running' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\nreturn 1\n")
+____exports.IDEM_EXTEND = script(
+    "idempotency extend",
+    "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[2] ~= ARGV[1] then return 0 end\nif r[1] == 'running' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\nreturn 1\n",
+    1,
+    nil,
+    nil,
+    FREES
+)
 --- KEYS[1] record, ARGV[1] token. Drops our running claim (a response not stored): 1, or 0 when not ours.
-____exports.IDEM_RELEASE = script("idempotency release", "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end\nreturn redis.call('DEL', KEYS[1])\n")
+____exports.IDEM_RELEASE = script(
+    "idempotency release",
+    "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end\nreturn redis.call('DEL', KEYS[1])\n",
+    1,
+    nil,
+    nil,
+    FREES
+)
 ____exports.ACQUIRE.undo = ____exports.RELEASE
 ____exports.ACQUIRE_FENCED.undo = ____exports.RELEASE
 ____exports.ACQUIRE_QUEUED.undo = ____exports.DROP

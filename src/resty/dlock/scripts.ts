@@ -33,7 +33,26 @@ export interface Script {
   undo: Script | undefined;
 }
 
-function script(name: string, src: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script): Script {
+// Every script declares itself to Redis 7 (a shebang line with flags), so that
+// Redis decides before the script runs, not at its first write:
+//   WRITES   takes memory (a lock, a permit, a ticket, a record). Refused whole
+//            when Redis is out of memory (maxmemory with noeviction: "OOM
+//            command not allowed") or read-only (a replica: READONLY), so no
+//            mode can write part of its work. Without flags Redis only refuses
+//            a script's first write: the semaphore's prune counted as one, and
+//            its ZADD then granted permits past maxmemory.
+//   FREES    gives back (release, drop) or only moves an expiry (extend): runs
+//            out of memory too (allow-oom), or a full Redis would keep every
+//            held key until its ttl.
+// Scripts touch only the keys they are given (KEYS), all in one Cluster slot,
+// as Redis 7 requires of scripts with flags. Redis 6 does not know the shebang
+// (it answers a compile error): see the README.
+const WRITES = "#!lua\n";
+const FREES = "#!lua flags=allow-oom\n";
+
+function script(name: string, body: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script,
+  flags = WRITES): Script {
+  const src = flags + body;
   return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys, written, alone, undo: undefined };
 }
 
@@ -96,7 +115,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   ` + PUBLISH + `  return 1
 end
 return 0
-`);
+`, 1, undefined, undefined, FREES);
 
 // Waiting in line, fleet-wide (locks, except under Redlock). Waiters of a key
 // take a ticket in its queue, a sorted set next to the lock key: score = when
@@ -253,7 +272,7 @@ redis.call('DEL', KEYS[1])
 if redis.call('EXISTS', Q) == 0 then return 1 end
 ` + LINE + `clock()
 return pass_on()
-`, 2, undefined, RELEASE);
+`, 2, undefined, RELEASE, FREES);
 
 /**
  * KEYS[1] lock key, Q queue, ARGV[1] token: a waiter that is gone (gave
@@ -275,7 +294,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return pass_on()
 end
 return dropped
-`, 2, undefined, RELEASE);
+`, 2, undefined, RELEASE, FREES);
 
 /** KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours. */
 export const EXTEND = script("extend", `
@@ -283,7 +302,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
-`, 1, isOne);
+`, 1, isOne, undefined, FREES);
 
 // Counting semaphore: a sorted set of holders, member = token, score = expiry
 // in Redis time (ms). Expired holders are pruned on every acquire, so a crashed
@@ -313,7 +332,7 @@ if not exp then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if tonumber(exp) <= now then return 0 end
 ` + PUBLISH + `return 1
-`);
+`, 1, undefined, undefined, FREES);
 
 /** KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0. */
 export const SEM_EXTEND = script("semaphore extend", NOW + `
@@ -328,7 +347,7 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIREAT', KEYS[1], until_ms)
 end
 return 1
-`, 1, isOne);
+`, 1, isOne, undefined, FREES);
 
 /** A backend's call: run s with rkey as KEYS[1] (more keys, then arguments, in args). */
 export type Caller<C, R> = (this: void, conf: C, s: Script, rkey: string, ...args: (string | number)[]) => R;
@@ -410,14 +429,14 @@ local r = redis.call('HMGET', KEYS[1], 'state', 'token')
 if r[2] ~= ARGV[1] then return 0 end
 if r[1] == 'running' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 1
-`);
+`, 1, undefined, undefined, FREES);
 
 /** KEYS[1] record, ARGV[1] token. Drops our running claim (a response not stored): 1, or 0 when not ours. */
 export const IDEM_RELEASE = script("idempotency release", `
 local r = redis.call('HMGET', KEYS[1], 'state', 'token')
 if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])
-`);
+`, 1, undefined, undefined, FREES);
 
 // What takes back each acquire whose caller is gone before its reply came:
 // the release (the drop for a lock that queues: it also leaves the line and

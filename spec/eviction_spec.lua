@@ -181,10 +181,12 @@ describe("eviction check", function()
     finally(function() r.stop() end)
     assert(assert(locks_on(r):acquire("a")):release())
     -- A fresh copy of the redis and status modules has no finding of its own, like another worker.
-    local saved_redis, saved_status = package.loaded["resty.dlock.redis"], package.loaded["resty.dlock.status"]
-    package.loaded["resty.dlock.redis"], package.loaded["resty.dlock.status"] = nil, nil
+    local fresh = { "resty.dlock.redis", "resty.dlock.status", "resty.dlock.status.common", "resty.dlock.status.json",
+      "resty.dlock.status.exposition" }
+    local saved = {}
+    for i, m in ipairs(fresh) do saved[i], package.loaded[m] = package.loaded[m], nil end
     local ok, other = pcall(require, "resty.dlock.status")
-    package.loaded["resty.dlock.redis"], package.loaded["resty.dlock.status"] = saved_redis, saved_status
+    for i, m in ipairs(fresh) do package.loaded[m] = saved[i] end
     assert(ok, other)
     assert.are_not.equal(status, other)
     local s = endpoint_status(r.port, assert(other.report({ limit = 0 })))

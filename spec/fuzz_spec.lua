@@ -491,12 +491,14 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
       { "redis", safe_redis, false, 0.8, any_redis },
       { "prefix", function() return PREFIX .. "new:" .. pick({ "", "a:", "\0\255:", "%s:", int(1, 99) .. ":" }) end, false, 0.8 },
       { "owner", function() return pick({ "random", "worker" }) end },
+      { "name", function() return pick({ "orders", "a.b-c_1", "n" .. int(1, 9) }) end },
       { "ttl", valid_ttl },
       { "wait", valid_wait },
     }
     local SEM_FIELDS = {
       { "dict", function() return pick({ "dlock", "dlock_other" }) end, true },
       { "permits", function() return pick({ 1, 2, semaphore.MAX_PERMITS, int(1, semaphore.MAX_PERMITS) }) end, true },
+      { "name", function() return pick({ "reports", "s.1", "n" .. int(1, 9) }) end },
       { "redis", safe_redis, false, 0.8, any_redis },
       { "prefix", function() return PREFIX .. "new:sem:" .. pick({ "", "b:", "\0:" }) end, false, 0.8 },
       { "ttl", valid_ttl },

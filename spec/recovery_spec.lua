@@ -72,3 +72,55 @@ describe("crash recovery", function()
     h.cmd(nil, "del", "crash:" .. prefix)
   end)
 end)
+
+describe("the API in phases without cosockets", function()
+  local n
+  setup(function() n = h.start_nginx("spec-phases.conf", {}) end)
+  teardown(function() if n then n.stop() end end)
+
+  local function result(phase, call)
+    return (assert(h.http(n.port, "/result?k=" .. ngx.escape_uri(phase .. " " .. call))).body:gsub("\n$", ""))
+  end
+
+  it("answers nil and an error naming the phase, and raises nothing, in init, init_worker, set, filters and log", function()
+    assert.equal(200, h.http(n.port, "/phases").status)
+    ngx.sleep(0.1)
+    for _, phase in ipairs({ "init", "init_worker", "set", "header_filter", "body_filter", "log" }) do
+      for _, call in ipairs({ "acquire", "sem_acquire", "with" }) do
+        assert.equal("false nil dlock: acquire needs cosockets, which nginx does not allow in the " .. phase ..
+          " phase (use it in access/content, or from ngx.timer.at)", result(phase, call), phase .. " " .. call)
+      end
+      for _, call in ipairs({ "serve", "metrics" }) do
+        assert.equal("false nil dlock: status." .. call .. " answers a request: call it from content_by_lua, not the " ..
+          phase .. " phase", result(phase, call), phase .. " " .. call)
+      end
+      assert.equal("false 0 nil", result(phase, "held"))
+      assert.equal("false report nil", result(phase, "report"))
+      assert.equal("false text nil", result(phase, "metrics_text"))
+    end
+    assert.equal("false nil dlock: init_worker is not available in the init phase (no timers): call it from init_worker_by_lua",
+      result("init", "init_worker"))
+    assert.equal("false true nil", result("init_worker", "init_worker"))
+    assert.equal("false true nil", result("log", "init_worker"))
+  end)
+
+  it("still releases the leases of a SIGKILLed worker after an acquire in init_by_lua", function()
+    local key = h.unique("p")
+    local a = hold(n.port, key)
+    assert.equal(a.lock, h.cmd(nil, "get", "phase:" .. key))
+    local t0 = now()
+    assert(h.sh("kill -KILL " .. a.pid))
+    local freed
+    while now() - t0 < 3 do
+      if h.cmd(nil, "get", "phase:" .. key) == ngx.null
+        and h.cmd(nil, "zscore", "phase:sem:" .. key, a.permit) == ngx.null then
+        freed = now() - t0
+        break
+      end
+      ngx.sleep(0.02)
+    end
+    a.sock:close()
+    assert.is_truthy(freed, "the dead worker's lock and permit are still taken after 3 s (ttl 60 s)")
+    assert.is_true(freed < 1, "freed after " .. tostring(freed) .. " s")
+  end)
+end)

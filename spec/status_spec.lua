@@ -50,7 +50,8 @@ describe("metrics", function()
     assert.equal(0, calls)
     assert.is_string(text)
     assert.matches('dlock_guard_events_total{guard="' .. g.name .. '",mode="mutex",event="acquired"} 0', text, 1, true)
-    assert.is_nil(text:find("dlock_held_leases", 1, true))
+    -- The held leases are counted, not walked.
+    assert.is_true(metric(text, 'dlock_held_leases{factory="dlock"}') >= 50)
     -- The trap does catch a walk: the status page (which lists leases) trips it.
     assert.has_error(function()
       with_dict_method("get_keys", trap, function() return status.report() end)
@@ -62,7 +63,12 @@ describe("metrics", function()
     new_guard()
     local function gets()
       local n = 0
-      with_dict_method("get", function(d, k) n = n + 1; return getmetatable(d).__index.get(d, k) end,
+      -- Not the held gauge's expiry seconds: how many of those a scrape reads depends on
+      -- the time since the last one (at most 3600), not on how many leases are held.
+      with_dict_method("get", function(d, k)
+        if not k:match("^m:.*:e%d+$") then n = n + 1 end
+        return getmetatable(d).__index.get(d, k)
+      end,
         function() assert(status.metrics_text()) end)
       return n
     end
@@ -280,5 +286,171 @@ describe("/dlock/status and /dlock/metrics over HTTP", function()
     res = get("/dlock/status?limit=10001")
     assert.equal(400, res.status)
     assert.same({ error = "dlock: limit must be at most 10000, got 10001" }, cjson.decode(res.body))
+  end)
+end)
+
+describe("metrics of the core API", function()
+  local dlock = require "resty.dlock"
+  local semaphore = require "resty.dlock.semaphore"
+  local seq = 0
+
+  --- A lock factory (or a semaphore) of a name of its own, on the test Redis.
+  local function named(kind, extra)
+    seq = seq + 1
+    local name = "core-" .. ngx.worker.pid() .. "-" .. seq
+    local o = { dict = "dlock", name = name, prefix = h.unique("core"), redis = h.redis_opts() }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    if kind == "semaphore" then
+      o.permits = o.permits or 1
+      return assert(semaphore.new(o)), name
+    end
+    return assert(dlock.new(o)), name
+  end
+
+  local function value(name, series)
+    return metric(assert(status.metrics_text()), series:gsub("@", name)) or 0
+  end
+
+  --- Every sample line of the scrape: { name, labels, value }, checked against the format as it goes.
+  local function samples(text)
+    local families, out, seen = {}, {}, {}
+    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+      local help = line:match("^# HELP ([%a_:][%w_:]*) .+$")
+      local tname, ttype = line:match("^# TYPE ([%a_:][%w_:]*) (%a+)$")
+      if tname then
+        assert.is_nil(families[tname], "two TYPE lines for " .. tname)
+        assert.truthy(({ counter = true, gauge = true, histogram = true })[ttype], line)
+        families[tname] = ttype
+      elseif not help then
+        local name, labels, v = line:match("^([%a_:][%w_:]*){(.-)} (%S+)$")
+        assert.truthy(name, "not a sample line: " .. line)
+        assert.is_number(tonumber(v) or (v == "+Inf" and math.huge), line)
+        for pair in (labels .. ","):gmatch("([^,]*),") do
+          assert.truthy(pair:match('^[%a_][%w_]*="[^"]*"$'), "label " .. pair .. " in " .. line)
+        end
+        local base = name:gsub("_bucket$", ""):gsub("_sum$", ""):gsub("_count$", "")
+        assert.truthy(families[name] or families[base] == "histogram", "no TYPE before " .. line)
+        assert.is_nil(seen[name .. "{" .. labels .. "}"], "a series twice: " .. line)
+        seen[name .. "{" .. labels .. "}"] = true
+        out[#out + 1] = { name = name, labels = labels, value = tonumber(v) }
+      end
+    end
+    return out
+  end
+
+  it("are valid Prometheus text: TYPE before samples, well-formed labels, no series twice, cumulative buckets " ..
+     "ending in +Inf = _count", function()
+    local locks = named("lock")
+    for i = 1, 5 do
+      local l = assert(locks:acquire("v" .. i))
+      ngx.sleep(0.002 * i)
+      assert(l:release())
+    end
+    local all = samples(assert(status.metrics_text()))
+    assert.is_true(#all > 20)
+    local hist = 0
+    for _, family in ipairs({ "dlock_acquire_wait_seconds", "dlock_lease_hold_seconds" }) do
+      local last, count, inf = {}, {}, {}
+      for _, sm in ipairs(all) do
+        if sm.name == family .. "_bucket" then
+          local series = sm.labels:gsub(',le="[^"]*"', "")
+          assert.is_true(sm.value >= (last[series] or 0), "buckets of " .. series .. " not cumulative")
+          last[series] = sm.value
+          if sm.labels:find('le="+Inf"', 1, true) then inf[series] = sm.value end
+        elseif sm.name == family .. "_count" then
+          count[sm.labels] = sm.value
+        end
+      end
+      for series, n in pairs(count) do
+        hist = hist + 1
+        assert.equal(n, inf[series], family .. "{" .. series .. "}")
+      end
+    end
+    assert.is_true(hist >= 2)
+  end)
+
+  it("count acquired, busy, timeout and error per factory name, and the wait and hold histograms", function()
+    local locks, name = named("lock")
+    local other, other_name = named("lock")
+    local l = assert(locks:acquire("k", { ttl = 5000 }))
+    assert.equal(1, value(name, 'dlock_acquires_total{factory="@",outcome="acquired"}'))
+    assert.equal(1, value(name, 'dlock_acquire_wait_seconds_count{factory="@"}'))
+    assert.equal(nil, locks:acquire("k", { wait = 0 }))
+    assert.equal(1, value(name, 'dlock_acquires_total{factory="@",outcome="busy"}'))
+    local _, err = locks:acquire("k", { wait = 50 })
+    assert.equal("timeout", err)
+    assert.equal(1, value(name, 'dlock_acquires_total{factory="@",outcome="timeout"}'))
+    ngx.sleep(0.02)
+    assert(l:release())
+    assert.equal(1, value(name, 'dlock_lease_hold_seconds_count{factory="@"}'))
+    local sum = value(name, 'dlock_lease_hold_seconds_sum{factory="@"}')
+    assert.is_true(sum >= 0.07 and sum < 1, tostring(sum))
+    -- Held 70 ms and more (the timeout waited 50): not in the buckets up to 50 ms, in those from 100 ms.
+    assert.equal(0, value(name, 'dlock_lease_hold_seconds_bucket{factory="@",le="0.05"}'))
+    assert.equal(1, value(name, 'dlock_lease_hold_seconds_bucket{factory="@",le="0.5"}'))
+    -- Another name counts on its own.
+    assert.equal(0, value(other_name, 'dlock_acquires_total{factory="@",outcome="acquired"}'))
+    assert(assert(other:acquire("k")):release())
+    assert.equal(1, value(other_name, 'dlock_acquires_total{factory="@",outcome="acquired"}'))
+    assert.equal(1, value(name, 'dlock_acquires_total{factory="@",outcome="acquired"}'))
+    -- A Redis that is not there: error.
+    local dead, dead_name = named("lock", { redis = { port = h.free_port(), connect_timeout = 100 } })
+    assert.is_nil(dead:acquire("k"))
+    assert.equal(1, value(dead_name, 'dlock_acquires_total{factory="@",outcome="error"}'))
+    local r = assert(status.report({ limit = 0 }))
+    assert.same({ held = 0, acquired = 1, busy = 1, timeout = 1, error = 0, lost = 0 }, {
+      held = r.factories[name].held, acquired = r.factories[name].acquired, busy = r.factories[name].busy,
+      timeout = r.factories[name].timeout, error = r.factories[name].error, lost = r.factories[name].lost })
+  end)
+
+  it("count a wait in the wait histogram: a lock that came after 100 ms lands above 0.1 s", function()
+    local locks, name = named("lock")
+    local l = assert(locks:acquire("w", { ttl = 5000 }))
+    local waiter = ngx.thread.spawn(function() return locks:acquire("w", { wait = 2000 }) end)
+    ngx.sleep(0.15)
+    assert(l:release())
+    local _, got = ngx.thread.wait(waiter)
+    assert(got)
+    assert(got:release())
+    assert.equal(1, value(name, 'dlock_acquire_wait_seconds_bucket{factory="@",le="0.1"}'))
+    assert.equal(2, value(name, 'dlock_acquire_wait_seconds_bucket{factory="@",le="0.25"}'))
+    assert.is_true(value(name, 'dlock_acquire_wait_seconds_sum{factory="@"}') >= 0.15)
+  end)
+
+  it("move the held gauge up and down: acquire, release, and a lease left to expire leaves it too", function()
+    local sem, name = named("semaphore", { permits = 3 })
+    local before = assert(status.report({ limit = 0 })).held_total
+    local a = assert(sem:acquire("g", { ttl = 10000 }))
+    local b = assert(sem:acquire("g", { ttl = 300 }))
+    assert.equal(2, value(name, 'dlock_held_leases{factory="@"}'))
+    assert.equal(before + 2, assert(status.report({ limit = 0 })).held_total)
+    assert(a:release())
+    assert.equal(1, value(name, 'dlock_held_leases{factory="@"}'))
+    -- b is never released: its record expires after 300 ms, and the gauge lets it go once its second is past.
+    assert.is_true(h.eventually(5, function() return value(name, 'dlock_held_leases{factory="@"}') == 0 end))
+    assert.equal(before, assert(status.report({ limit = 0 })).held_total)
+    assert.is_nil(b:release())
+  end)
+
+  it("count a lease lost: its release found the key no longer ours", function()
+    local locks, name = named("lock")
+    local l = assert(locks:acquire("x", { ttl = 50 }))
+    ngx.sleep(0.1)
+    local ok, err = l:release()
+    assert.is_nil(ok)
+    assert.equal("not_owner", err)
+    assert.equal(1, value(name, 'dlock_leases_lost_total{factory="@"}'))
+    assert.equal(0, value(name, 'dlock_lease_hold_seconds_count{factory="@"}'))
+  end)
+
+  it("count factories of one name together, and refuse names that are no label", function()
+    local a, name = named("lock")
+    local b = assert(dlock.new({ dict = "dlock", name = name, prefix = h.unique("same"), redis = h.redis_opts() }))
+    assert(assert(a:acquire("n")):release())
+    assert(assert(b:acquire("n")):release())
+    assert.equal(2, value(name, 'dlock_acquires_total{factory="@",outcome="acquired"}'))
+    assert.same({ nil, "dlock: name may hold letters, digits, '_', '-' and '.' only, got \"a b\"" },
+      { dlock.new({ dict = "dlock", name = "a b" }) })
+    assert.same({ nil, "dlock: name must be a string, got 5" }, { semaphore.new({ dict = "dlock", permits = 1, name = 5 }) })
   end)
 end)

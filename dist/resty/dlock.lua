@@ -5,6 +5,7 @@ local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
 local ledger = require("resty.dlock.ledger")
+local meter = require("resty.dlock.meter")
 local recovery = require("resty.dlock.recovery")
 local reentrant = require("resty.dlock.reentrant")
 local scripts = require("resty.dlock.scripts")
@@ -48,7 +49,8 @@ local NEW_OPTIONS = check.set(
     "ttl",
     "wait",
     "fencing",
-    "reentrant"
+    "reentrant",
+    "name"
 )
 local locksMethods = {
     acquire = function(self, key, opts)
@@ -57,15 +59,18 @@ local locksMethods = {
         if k == nil then
             return nil, ttlOrErr, nil
         end
-        local tok, terr = (self.owner == "worker" and token.worker or token.random)()
-        if tok == nil then
-            return nil, terr, nil
-        end
         if self.reentrant then
             local again = reentrant.nested(self.id, self.prefix .. k)
             if again ~= nil then
                 return again, nil, nil
             end
+        end
+        ngx.update_time()
+        local t0 = ngx.now()
+        local tok, terr = (self.owner == "worker" and token.worker or token.random)()
+        if tok == nil then
+            meter.refused(self.meter, terr)
+            return nil, terr, nil
         end
         local l, err, retryAfter = acquire.acquire(
             self,
@@ -75,7 +80,12 @@ local locksMethods = {
             ttlOrErr,
             wait
         )
-        if l ~= nil and renew then
+        if l == nil then
+            meter.refused(self.meter, err)
+            return l, err, retryAfter
+        end
+        meter.acquired(self.meter, l.since / 1000 - t0)
+        if renew then
             l, err, retryAfter = watchdog.hold(l, onLost)
         end
         if l ~= nil and self.reentrant then
@@ -102,7 +112,7 @@ function ____exports.new(opts)
     if o == nil then
         return nil, oerr
     end
-    local store, serr = lease.parseStore(o, "dlock:")
+    local store, serr = lease.parseStore(o, "dlock:", "dlock")
     if store == nil then
         return nil, serr
     end
@@ -144,6 +154,7 @@ function ____exports.new(opts)
         prefix = store.prefix,
         ttl = store.ttl,
         wait = store.wait,
+        meter = store.meter,
         owner = owner,
         kind = kind,
         reentrant = reent,

@@ -11,6 +11,7 @@ import * as backend from "./dlock/backend";
 import * as check from "./dlock/check";
 import * as lease from "./dlock/lease";
 import * as ledger from "./dlock/ledger";
+import * as meter from "./dlock/meter";
 import * as recovery from "./dlock/recovery";
 import * as reentrant from "./dlock/reentrant";
 import * as scripts from "./dlock/scripts";
@@ -46,7 +47,7 @@ const FENCED_LOCK: lease.Kind = {
 const MAJORITY_LOCK: lease.Kind = {
   acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: false, drop: undefined,
 };
-const NEW_OPTIONS = check.set("dict", "redis", "prefix", "owner", "ttl", "wait", "fencing", "reentrant");
+const NEW_OPTIONS = check.set("dict", "redis", "prefix", "owner", "ttl", "wait", "fencing", "reentrant", "name");
 
 const locksMethods = {
   /**
@@ -58,14 +59,24 @@ const locksMethods = {
     recovery.start();
     const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
-    const [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
-    if (tok === undefined) return $multi(undefined, terr, undefined);
     if (this.reentrant) {
       const again = reentrant.nested(this.id, this.prefix + k);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
+    ngx.update_time();
+    const t0 = ngx.now();
+    const [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
+    if (tok === undefined) {
+      meter.refused(this.meter, terr);
+      return $multi(undefined, terr, undefined);
+    }
     let [l, err, retryAfter] = acquire.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
-    if (l !== undefined && renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
+    if (l === undefined) {
+      meter.refused(this.meter, err);
+      return $multi(l, err, retryAfter);
+    }
+    meter.acquired(this.meter, l.since / 1000 - t0);
+    if (renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
     if (l !== undefined && this.reentrant) l = reentrant.enter(this.id, l);
     return $multi(l, err, retryAfter);
   },
@@ -91,7 +102,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
   }
   const [o, oerr] = check.options("dlock.new options", opts, NEW_OPTIONS);
   if (o === undefined) return $multi(undefined, oerr);
-  const [store, serr] = lease.parseStore(o, "dlock:");
+  const [store, serr] = lease.parseStore(o, "dlock:", "dlock");
   if (store === undefined) return $multi(undefined, serr);
   let owner: "random" | "worker" = "random";
   const ov = o.get("owner");
@@ -120,8 +131,8 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
   }
   factories++;
   const locks = {
-    dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner, kind,
-    reentrant: reent, id: tostring(factories),
+    dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter,
+    owner, kind, reentrant: reent, id: tostring(factories),
   };
   recovery.register(store, kind);
   return $multi(setmetatable(locks, locksMt) as unknown as Locks, undefined);

@@ -277,6 +277,7 @@ function ____exports.new(opts)
     base.prefix = opt(o, "prefix", ("dlock:gw:" .. name) .. ":")
     base.ttl = o.ttl
     base.wait = o.wait
+    base.name = (string.gsub(name, "[^%w_%-%.]", "_"))
     local locks
     local lerr
     if mode == "concurrency" then

@@ -2,6 +2,7 @@
 local ____exports = {}
 local check = require("resty.dlock.check")
 local ledger = require("resty.dlock.ledger")
+local meter = require("resty.dlock.meter")
 local orphans = require("resty.dlock.orphans")
 local backend = require("resty.dlock.backend")
 local redis = require("resty.dlock.redis")
@@ -30,11 +31,19 @@ function ____exports.checkWait(v)
         "a non-negative integer of ms"
     )
 end
---- The options every factory takes: dict, redis, prefix, ttl, wait (from a table already checked for unknown names).
-function ____exports.parseStore(o, defaultPrefix)
+--- The options every factory takes: dict, redis, prefix, ttl, wait, name (from a table already checked for unknown names).
+function ____exports.parseStore(o, defaultPrefix, defaultName)
     local dict, derr = check.sharedDict(o.dict)
     if dict == nil then
         return nil, derr
+    end
+    local name = defaultName
+    if o.name ~= nil then
+        local n, err = meter.checkName(o.name)
+        if n == nil then
+            return nil, err
+        end
+        name = n
     end
     local conf, rerr = redis.parse(o.redis, dict)
     if conf == nil then
@@ -72,7 +81,8 @@ function ____exports.parseStore(o, defaultPrefix)
         redis = conf,
         prefix = prefix,
         ttl = ttl,
-        wait = wait
+        wait = wait,
+        meter = meter.make(dict, name)
     }, nil
 end
 local ACQUIRE_OPTIONS = check.set("ttl", "wait", "renew", "on_lost")
@@ -178,30 +188,53 @@ local function unconfirmed(l, fault, release)
         )
     end
 end
+--- Its record out of the shared dict, and out of the held gauge.
+local function forget(l)
+    local expires = ledger.forget(l.store.dict, l.rec, l.token)
+    if expires ~= nil then
+        meter.forgotten(l.store.meter, expires)
+    end
+end
+--- Redis says the key is not ours any more: counted lost, unless the watchdog did already.
+local function gone(l)
+    if not l.lost then
+        meter.lost(l.store.meter)
+    end
+end
 --- Redis answered the owner-checked release of l (1: deleted, else not ours):
 -- the lease is over. A key found gone after a release reached Redis in time
 -- was deleted by that release (or expired after it was asked to go), so that
 -- still counts as released.
 local function settle(l, reply)
     l.released = true
-    ledger.forget(l.store.dict, l.rec, l.token)
+    forget(l)
     if type(reply) == "string" then
         waits.wakeToken(l.rkey, reply)
+        meter.released(
+            l.store.meter,
+            (nowMs() - l.since) / 1000
+        )
         return true, nil
     end
     if not wakeups.live(l.store.redis, l.rkey) then
         waits.wake(l.rkey)
     end
     if reply == 1 or l.releaseSent then
+        meter.released(
+            l.store.meter,
+            (nowMs() - l.since) / 1000
+        )
         return true, nil
     end
+    gone(l)
     return nil, "not_owner"
 end
 --- Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`.
 local function extended(l, reply, ms, sent)
     if reply ~= 1 then
         l.released = true
-        ledger.forget(l.store.dict, l.rec, l.token)
+        forget(l)
+        gone(l)
         return nil, "not_owner"
     end
     l.ttl = ms
@@ -210,13 +243,16 @@ local function extended(l, reply, ms, sent)
         l.expires,
         nowMs() + ms
     )
-    ledger.renew(
+    local from, to = ledger.renew(
         l.store.dict,
         l.rec,
         l.token,
         l.key,
         ms
     )
+    if from ~= nil then
+        meter.moved(l.store.meter, from, to)
+    end
     return true, nil
 end
 local function swept(o, reply)
@@ -224,7 +260,7 @@ local function swept(o, reply)
     if not l.released then
         if reply == nil then
             l.released = true
-            ledger.forget(l.store.dict, l.rec, l.token)
+            forget(l)
         else
             settle(l, reply)
         end
@@ -399,13 +435,17 @@ end
 function ____exports.make(store, kind, key, tok, ttl, sent, fence)
     local rkey = store.prefix .. key
     local rec = ledger.recordKey(rkey, tok, kind.shared)
-    ledger.record(
+    local recorded = ledger.record(
         store.dict,
         rec,
         tok,
         key,
         ttl
     )
+    if recorded ~= nil then
+        meter.recorded(store.meter, recorded)
+    end
+    local now = nowMs()
     local lease = {
         key = key,
         token = tok,
@@ -417,11 +457,12 @@ function ____exports.make(store, kind, key, tok, ttl, sent, fence)
         fence = fence,
         released = false,
         validUntil = sent + backend.validity(store.redis, ttl),
-        expires = nowMs() + ttl,
+        expires = now + ttl,
         releaseSent = false,
         releasing = false,
         lost = false,
-        onLost = nil
+        onLost = nil,
+        since = now
     }
     local l = setmetatable(lease, leaseMt)
     return l

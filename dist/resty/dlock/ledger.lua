@@ -73,11 +73,11 @@ end
 function ____exports.recordKey(rkey, token, shared)
     return shared and ((RECORD .. rkey) .. " ") .. token or RECORD .. rkey
 end
-local function encode(token, key, ttl)
+local function encode(token, key, expires)
     local v = string.format(
         "%d %d %s %s",
         ngx.worker.pid(),
-        math.floor(ngx.now() * 1000) + ttl,
+        expires,
         token,
         key
     )
@@ -104,18 +104,19 @@ local function unrecordable(dict, key, err)
         warnedAt = now
     end
 end
---- Record a new lease; false when the dict could not take it (counted in UNRECORDED).
+--- Record a new lease: when its record expires (epoch ms), or nil when the dict could not take it (counted in UNRECORDED).
 function ____exports.record(dict, rec, token, key, ttl)
+    local expires = math.floor(ngx.now() * 1000) + ttl
     local ok, err = dict:safe_set(
         rec,
-        encode(token, key, ttl),
+        encode(token, key, expires),
         ttl / 1000
     )
     if not ok then
         unrecordable(dict, key, err)
-        return false
+        return nil
     end
-    return true
+    return expires
 end
 --- Record a waiter's ticket in its key's queue, for as long as it waits: if its
 -- worker dies, crash recovery takes the ticket back. The record's dict key, or
@@ -124,18 +125,23 @@ function ____exports.waiting(dict, rkey, token, key, ms)
     local rec = ((WAITING .. rkey) .. " ") .. token
     local ok = dict:safe_set(
         rec,
-        encode(token, key, ms),
+        encode(
+            token,
+            key,
+            math.floor(ngx.now() * 1000) + ms
+        ),
         ms / 1000
     )
     return ok and rec or nil
 end
+--- The token of the record, and when it expires (epoch ms).
 local function tokenOf(dict, rec)
     local v = dict:get(rec)
     if type(v) ~= "string" then
-        return nil
+        return nil, 0
     end
-    local t = string.match(v, "^%d+ %d+ (%S+) ")
-    return t
+    local e, t = string.match(v, "^%d+ (%d+) (%S+) ")
+    return t, tonumber(e) or 0
 end
 --- The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx.
 function ____exports.holder(dict, rec)
@@ -149,24 +155,35 @@ function ____exports.holder(dict, rec)
     end
     return tonumber(pid), tonumber(expires) or 0
 end
---- Move the record's expiry after a successful extend (only if the record is this lease's).
+--- Move the record's expiry after a successful extend (only if the record is
+-- this lease's): its old expiry and its new one (epoch ms), or nil when it was not moved.
 function ____exports.renew(dict, rec, token, key, ttl)
-    if tokenOf(dict, rec) == token then
-        dict:safe_set(
-            rec,
-            encode(token, key, ttl),
-            ttl / 1000
-        )
+    local t, was = tokenOf(dict, rec)
+    if t ~= token then
+        return nil, 0
     end
+    local expires = math.floor(ngx.now() * 1000) + ttl
+    if not (dict:safe_set(
+        rec,
+        encode(token, key, expires),
+        ttl / 1000
+    )) then
+        return nil, 0
+    end
+    return was, expires
 end
 --- Drop the record if it is still this lease's (a newer lease of the key, in any
 -- worker, has a token of its own). The get and the delete are two dict calls:
 -- a successor in another worker that records in between loses its record,
--- which costs bookkeeping, never exclusion.
+-- which costs bookkeeping, never exclusion. Returns when the deleted record
+-- would have expired (epoch ms), or nil when there was none of this lease.
 function ____exports.forget(dict, rec, token)
-    if tokenOf(dict, rec) == token then
-        dict:delete(rec)
+    local t, expires = tokenOf(dict, rec)
+    if t ~= token then
+        return nil
     end
+    dict:delete(rec)
+    return expires
 end
 --- Every record now, with its Redis key. Walks the whole dict: once per worker start, never per request.
 function ____exports.records(dict)

@@ -3,6 +3,7 @@ local ____exports = {}
 local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local ledger = require("resty.dlock.ledger")
+local meter = require("resty.dlock.meter")
 local ffi = require("ffi")
 pcall(ffi.cdef, "int kill(int pid, int sig);")
 local ESRCH = 3
@@ -28,7 +29,10 @@ local function giveBack(dict, f, s, items)
     for i = 1, #items do
         local it = items[i]
         if out.replies[i] ~= nil then
-            ledger.forget(dict, it.rec, it.target.token)
+            local expires = ledger.forget(dict, it.rec, it.target.token)
+            if expires ~= nil and s ~= f.kind.drop then
+                meter.forgotten(f.store.meter, expires)
+            end
             if out.replies[i] ~= 0 then
                 released = released + 1
             end
@@ -116,12 +120,22 @@ function ____exports.start()
     if #pending == 0 then
         return nil
     end
+    if ngx.get_phase() == "init" then
+        return "dlock: init_worker is not available in the init phase (no timers): call it from init_worker_by_lua"
+    end
     local batch = pending
     pending = {}
-    local ok, err = ngx.timer.at(0, sweep, batch)
-    if not ok then
+    local called, ok, err = pcall(ngx.timer.at, 0, sweep, batch)
+    if not called or not ok then
         pending = batch
-        return "dlock: cannot start the recovery sweep: " .. tostring(err)
+        local ____tostring_1 = tostring
+        local ____called_0
+        if called then
+            ____called_0 = err
+        else
+            ____called_0 = ok
+        end
+        return "dlock: cannot start the recovery sweep: " .. ____tostring_1(____called_0)
     end
     return nil
 end

@@ -5,6 +5,7 @@ local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local lease = require("resty.dlock.lease")
 local ledger = require("resty.dlock.ledger")
+local meter = require("resty.dlock.meter")
 local scripts = require("resty.dlock.scripts")
 local recovery = require("resty.dlock.recovery")
 local token = require("resty.dlock.token")
@@ -29,7 +30,8 @@ local NEW_OPTIONS = check.set(
     "prefix",
     "permits",
     "ttl",
-    "wait"
+    "wait",
+    "name"
 )
 local semaphoreMethods = {
     acquire = function(self, key, opts)
@@ -38,8 +40,11 @@ local semaphoreMethods = {
         if k == nil then
             return nil, ttlOrErr, nil
         end
+        ngx.update_time()
+        local t0 = ngx.now()
         local tok, terr = token.random()
         if tok == nil then
+            meter.refused(self.meter, terr)
             return nil, terr, nil
         end
         local l, err, retryAfter = acquire.acquire(
@@ -51,7 +56,12 @@ local semaphoreMethods = {
             wait,
             self.permits
         )
-        if l == nil or not renew then
+        if l == nil then
+            meter.refused(self.meter, err)
+            return l, err, retryAfter
+        end
+        meter.acquired(self.meter, l.since / 1000 - t0)
+        if not renew then
             return l, err, retryAfter
         end
         return watchdog.hold(l, onLost)
@@ -83,7 +93,7 @@ function ____exports.new(opts)
     if permits == nil then
         return nil, perr
     end
-    local store, serr = lease.parseStore(o, "dlock:sem:")
+    local store, serr = lease.parseStore(o, "dlock:sem:", "semaphore")
     if store == nil then
         return nil, serr
     end
@@ -98,6 +108,7 @@ function ____exports.new(opts)
         prefix = store.prefix,
         ttl = store.ttl,
         wait = store.wait,
+        meter = store.meter,
         permits = permits
     }
     return setmetatable(sem, semaphoreMt), nil

@@ -1,6 +1,7 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.check")
+local meter = require("resty.dlock.meter")
 local lease = require("resty.dlock.lease")
 local loop = require("resty.dlock.loop")
 local request = require("resty.dlock.request")
@@ -23,6 +24,7 @@ local function lost(l, why, hooks)
         return
     end
     l.lost = true
+    meter.lost(l.store.meter)
     if hooks ~= nil then
         hooks.lost(l, why)
         return

@@ -284,6 +284,8 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idemp
   base.set("prefix", opt(o, "prefix", "dlock:gw:" + name + ":"));
   base.set("ttl", o.get("ttl"));
   base.set("wait", o.get("wait"));
+  // Its counters and histograms under the guard's name ("mutex#1" as "mutex_1").
+  base.set("name", string.gsub(name, "[^%w_%-%.]", "_")[0]);
   let locks: Acquirer | undefined;
   let lerr: string | undefined;
   if (mode === "concurrency") {

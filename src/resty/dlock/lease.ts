@@ -5,6 +5,7 @@
 
 import * as check from "./check";
 import * as ledger from "./ledger";
+import * as meter from "./meter";
 import * as orphans from "./orphans";
 import * as backend from "./backend";
 import * as redis from "./redis";
@@ -43,6 +44,8 @@ export interface Store {
   readonly prefix: string;
   readonly ttl: number;
   readonly wait: number;
+  /** Its counters and histograms, under its name. */
+  readonly meter: meter.Meter;
 }
 
 export interface Lease {
@@ -76,6 +79,8 @@ export interface Lease {
   lost: boolean;
   /** Told once when the lease is lost (renew = true only). */
   onLost: OnLost | undefined;
+  /** Epoch ms when it was taken (for the hold-time histogram). */
+  readonly since: number;
   valid(): boolean;
   release(): LuaMultiReturn<[true | undefined, string | undefined]>;
   extend(ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]>;
@@ -91,10 +96,16 @@ export function checkWait(v: unknown): LuaMultiReturn<[number | undefined, strin
   return check.integer("wait", v, 0, MAX_TTL, "a non-negative integer of ms");
 }
 
-/** The options every factory takes: dict, redis, prefix, ttl, wait (from a table already checked for unknown names). */
-export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string): LuaMultiReturn<[Store | undefined, string | undefined]> {
+/** The options every factory takes: dict, redis, prefix, ttl, wait, name (from a table already checked for unknown names). */
+export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string, defaultName: string): LuaMultiReturn<[Store | undefined, string | undefined]> {
   const [dict, derr] = check.sharedDict(o.get("dict"));
   if (dict === undefined) return $multi(undefined, derr);
+  let name = defaultName;
+  if (o.get("name") !== undefined) {
+    const [n, err] = meter.checkName(o.get("name"));
+    if (n === undefined) return $multi(undefined, err);
+    name = n;
+  }
   const [conf, rerr] = redis.parse(o.get("redis"), dict);
   if (conf === undefined) return $multi(undefined, rerr);
   let prefix = defaultPrefix;
@@ -119,7 +130,7 @@ export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string):
     wait = n;
   }
   ledger.prepare(dict);
-  return $multi({ dict, redis: conf, prefix, ttl, wait }, undefined);
+  return $multi({ dict, redis: conf, prefix, ttl, wait, meter: meter.make(dict, name) }, undefined);
 }
 
 const ACQUIRE_OPTIONS = check.set("ttl", "wait", "renew", "on_lost");
@@ -219,6 +230,17 @@ function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean): void
   }
 }
 
+/** Its record out of the shared dict, and out of the held gauge. */
+function forget(l: Lease): void {
+  const expires = ledger.forget(l.store.dict, l.rec, l.token);
+  if (expires !== undefined) meter.forgotten(l.store.meter, expires);
+}
+
+/** Redis says the key is not ours any more: counted lost, unless the watchdog did already. */
+function gone(l: Lease): void {
+  if (!l.lost) meter.lost(l.store.meter);
+}
+
 /**
  * Redis answered the owner-checked release of l (1: deleted, else not ours):
  * the lease is over. A key found gone after a release reached Redis in time
@@ -227,34 +249,40 @@ function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean): void
  */
 function settle(l: Lease, reply: RedisValue): LuaMultiReturn<[true | undefined, string | undefined]> {
   l.released = true;
-  ledger.forget(l.store.dict, l.rec, l.token);
+  forget(l);
   if (type(reply) === "string") {
     // Handed to the first waiter in line (its token): if it waits in this
     // worker, it goes now, without waiting for the announcement to come back.
     waits.wakeToken(l.rkey, reply as string);
+    meter.released(l.store.meter, (nowMs() - l.since) / 1000);
     return $multi(true as const, undefined);
   }
   // With a live subscription the release's PUBLISH wakes our waiters; waking
   // one here too would send two of this worker's waiters after the key.
   if (!wakeups.live(l.store.redis, l.rkey)) waits.wake(l.rkey);
   if (reply === 1 || l.releaseSent) {
+    meter.released(l.store.meter, (nowMs() - l.since) / 1000);
     return $multi(true as const, undefined);
   }
+  gone(l);
   return $multi(undefined, "not_owner");
 }
+
 
 /** Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`. */
 function extended(l: Lease, reply: RedisValue, ms: number, sent: number): LuaMultiReturn<[true | undefined, string | undefined]> {
   if (reply !== 1) {
     // Never ours again: tokens are unique per lease.
     l.released = true;
-    ledger.forget(l.store.dict, l.rec, l.token);
+    forget(l);
+    gone(l);
     return $multi(undefined, "not_owner");
   }
   l.ttl = ms;
   l.validUntil = sent + backend.validity(l.store.redis, ms);
   l.expires = math.max(l.expires, nowMs() + ms);
-  ledger.renew(l.store.dict, l.rec, l.token, l.key, ms);
+  const [from, to] = ledger.renew(l.store.dict, l.rec, l.token, l.key, ms);
+  if (from !== undefined) meter.moved(l.store.meter, from, to);
   return $multi(true as const, undefined);
 }
 
@@ -268,7 +296,7 @@ function swept(this: void, o: orphans.Orphan, reply: RedisValue | undefined): vo
     if (reply === undefined) {
       // Given up at its expiry: the key is gone by now.
       l.released = true;
-      ledger.forget(l.store.dict, l.rec, l.token);
+      forget(l);
     } else {
       settle(l, reply);
     }
@@ -451,11 +479,13 @@ export function extendAll(list: Lease[]): (true | string)[] {
 export function make(store: Store, kind: Kind, key: string, tok: string, ttl: number, sent: number, fence: number | undefined): Lease {
   const rkey = store.prefix + key;
   const rec = ledger.recordKey(rkey, tok, kind.shared);
-  ledger.record(store.dict, rec, tok, key, ttl);
+  const recorded = ledger.record(store.dict, rec, tok, key, ttl);
+  if (recorded !== undefined) meter.recorded(store.meter, recorded);
+  const now = nowMs();
   const lease = {
     key, token: tok, ttl, store, kind, rkey, rec, fence, released: false,
-    validUntil: sent + backend.validity(store.redis, ttl), expires: nowMs() + ttl, releaseSent: false,
-    releasing: false, lost: false, onLost: undefined,
+    validUntil: sent + backend.validity(store.redis, ttl), expires: now + ttl, releaseSent: false,
+    releasing: false, lost: false, onLost: undefined, since: now,
   };
   // Not a tail call: LuaJIT gives up a trace that tail-calls a builtin on its
   // way out ("leaving loop in root trace"), and leaves the function interpreted.

@@ -46,9 +46,9 @@ export function recordKey(rkey: string, token: string, shared: boolean): string 
   return shared ? RECORD + rkey + " " + token : RECORD + rkey;
 }
 
-function encode(token: string, key: string, ttl: number): string {
+function encode(token: string, key: string, expires: number): string {
   // One format, not a chain of concatenations (one CAT each); not a tail call (see lease.make).
-  const v = string.format("%d %d %s %s", ngx.worker.pid(), math.floor(ngx.now() * 1000) + ttl, token, key);
+  const v = string.format("%d %d %s %s", ngx.worker.pid(), expires, token, key);
   return v;
 }
 
@@ -69,14 +69,15 @@ function unrecordable(dict: NgxSharedDict, key: string, err: string | undefined)
   }
 }
 
-/** Record a new lease; false when the dict could not take it (counted in UNRECORDED). */
-export function record(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): boolean {
-  const [ok, err] = dict.safe_set(rec, encode(token, key, ttl), ttl / 1000);
+/** Record a new lease: when its record expires (epoch ms), or nil when the dict could not take it (counted in UNRECORDED). */
+export function record(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): number | undefined {
+  const expires = math.floor(ngx.now() * 1000) + ttl;
+  const [ok, err] = dict.safe_set(rec, encode(token, key, expires), ttl / 1000);
   if (!ok) {
     unrecordable(dict, key, err);
-    return false;
+    return undefined;
   }
-  return true;
+  return expires;
 }
 
 /**
@@ -86,17 +87,18 @@ export function record(dict: NgxSharedDict, rec: string, token: string, key: str
  */
 export function waiting(dict: NgxSharedDict, rkey: string, token: string, key: string, ms: number): string | undefined {
   const rec = WAITING + rkey + " " + token;
-  const [ok] = dict.safe_set(rec, encode(token, key, ms), ms / 1000);
+  const [ok] = dict.safe_set(rec, encode(token, key, math.floor(ngx.now() * 1000) + ms), ms / 1000);
   return ok ? rec : undefined;
 }
 
-function tokenOf(dict: NgxSharedDict, rec: string): string | undefined {
+/** The token of the record, and when it expires (epoch ms). */
+function tokenOf(dict: NgxSharedDict, rec: string): LuaMultiReturn<[string | undefined, number]> {
   const [v] = dict.get(rec);
   if (type(v) !== "string") {
-    return undefined;
+    return $multi(undefined, 0);
   }
-  const [t] = string.match(v as string, "^%d+ %d+ (%S+) ");
-  return t;
+  const [e, t] = string.match(v as string, "^%d+ (%d+) (%S+) ");
+  return $multi(t, tonumber(e) ?? 0);
 }
 
 /** The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx. */
@@ -112,23 +114,30 @@ export function holder(dict: NgxSharedDict, rec: string): LuaMultiReturn<[number
   return $multi(tonumber(pid), tonumber(expires) ?? 0);
 }
 
-/** Move the record's expiry after a successful extend (only if the record is this lease's). */
-export function renew(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): void {
-  if (tokenOf(dict, rec) === token) {
-    dict.safe_set(rec, encode(token, key, ttl), ttl / 1000);
-  }
+/**
+ * Move the record's expiry after a successful extend (only if the record is
+ * this lease's): its old expiry and its new one (epoch ms), or nil when it was not moved.
+ */
+export function renew(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): LuaMultiReturn<[number | undefined, number]> {
+  const [t, was] = tokenOf(dict, rec);
+  if (t !== token) return $multi(undefined, 0);
+  const expires = math.floor(ngx.now() * 1000) + ttl;
+  if (!dict.safe_set(rec, encode(token, key, expires), ttl / 1000)[0]) return $multi(undefined, 0);
+  return $multi(was, expires);
 }
 
 /**
  * Drop the record if it is still this lease's (a newer lease of the key, in any
  * worker, has a token of its own). The get and the delete are two dict calls:
  * a successor in another worker that records in between loses its record,
- * which costs bookkeeping, never exclusion.
+ * which costs bookkeeping, never exclusion. Returns when the deleted record
+ * would have expired (epoch ms), or nil when there was none of this lease.
  */
-export function forget(dict: NgxSharedDict, rec: string, token: string): void {
-  if (tokenOf(dict, rec) === token) {
-    dict.delete(rec);
-  }
+export function forget(dict: NgxSharedDict, rec: string, token: string): number | undefined {
+  const [t, expires] = tokenOf(dict, rec);
+  if (t !== token) return undefined;
+  dict.delete(rec);
+  return expires;
 }
 
 /** The lease a record stands for, or nil when `v` is not a record. */

@@ -15,6 +15,7 @@ import * as backend from "./backend";
 import * as check from "./check";
 import type * as lease from "./lease";
 import * as ledger from "./ledger";
+import * as meter from "./meter";
 import type * as scripts from "./scripts";
 
 const ffi = require("ffi") as FfiModule;
@@ -54,7 +55,9 @@ function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Ite
   for (const i of $range(1, items.length)) {
     const it = items[i - 1]!;
     if (out.replies.get(i) !== undefined) {
-      ledger.forget(dict, it.rec, it.target.token);
+      const expires = ledger.forget(dict, it.rec, it.target.token);
+      // A lease's record leaves the held gauge; a waiter's ticket was never in it.
+      if (expires !== undefined && s !== f.kind.drop) meter.forgotten(f.store.meter, expires);
       if (out.replies.get(i) !== 0) released++;
     } else {
       ngx.log(ngx.WARN, "dlock: recovery: ", s === f.kind.drop ? "dropping the ticket for " : "releasing ",
@@ -122,12 +125,17 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
  */
 export function start(): string | undefined {
   if (pending.length === 0) return undefined;
+  // No timers before the workers exist (ngx.timer.at raises "no request"
+  // there): the factories stay pending, for each worker to sweep once it runs.
+  if (ngx.get_phase() === "init") {
+    return "dlock: init_worker is not available in the init phase (no timers): call it from init_worker_by_lua";
+  }
   const batch = pending;
   pending = [];
-  const [ok, err] = ngx.timer.at(0, sweep, batch);
-  if (!ok) {
+  const [called, ok, err] = pcall(ngx.timer.at, 0, sweep, batch);
+  if (!called || !ok) {
     pending = batch;
-    return "dlock: cannot start the recovery sweep: " + tostring(err);
+    return "dlock: cannot start the recovery sweep: " + tostring(called ? err : ok);
   }
   return undefined;
 }

@@ -14,6 +14,7 @@ import * as backend from "./backend";
 import * as check from "./check";
 import * as lease from "./lease";
 import * as ledger from "./ledger";
+import * as meter from "./meter";
 import * as scripts from "./scripts";
 import * as recovery from "./recovery";
 import * as token from "./token";
@@ -31,7 +32,7 @@ export interface Semaphore extends lease.Store {
 }
 
 const PERMIT: lease.Kind = { acquire: scripts.SEM_ACQUIRE, release: scripts.SEM_RELEASE, extend: scripts.SEM_EXTEND, shared: true, fenced: false, drop: undefined };
-const NEW_OPTIONS = check.set("dict", "redis", "prefix", "permits", "ttl", "wait");
+const NEW_OPTIONS = check.set("dict", "redis", "prefix", "permits", "ttl", "wait", "name");
 
 const semaphoreMethods = {
   /**
@@ -43,10 +44,20 @@ const semaphoreMethods = {
     recovery.start();
     const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
+    ngx.update_time();
+    const t0 = ngx.now();
     const [tok, terr] = token.random();
-    if (tok === undefined) return $multi(undefined, terr, undefined);
+    if (tok === undefined) {
+      meter.refused(this.meter, terr);
+      return $multi(undefined, terr, undefined);
+    }
     const [l, err, retryAfter] = acquire.acquire(this, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
-    if (l === undefined || !renew) return $multi(l, err, retryAfter);
+    if (l === undefined) {
+      meter.refused(this.meter, err);
+      return $multi(l, err, retryAfter);
+    }
+    meter.acquired(this.meter, l.since / 1000 - t0);
+    if (!renew) return $multi(l, err, retryAfter);
     return watchdog.hold(l, onLost);
   },
 
@@ -71,11 +82,11 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Semaphore | u
   if (o === undefined) return $multi(undefined, oerr);
   const [permits, perr] = check.integer("permits", o.get("permits"), 1, MAX_PERMITS, "a positive integer");
   if (permits === undefined) return $multi(undefined, perr);
-  const [store, serr] = lease.parseStore(o, "dlock:sem:");
+  const [store, serr] = lease.parseStore(o, "dlock:sem:", "semaphore");
   if (store === undefined) return $multi(undefined, serr);
   const refused = backend.refuses(store.redis, "semaphore");
   if (refused !== undefined) return $multi(undefined, refused);
   recovery.register(store, PERMIT);
-  const sem = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, permits };
+  const sem = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter, permits };
   return $multi(setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
 }

@@ -13,6 +13,7 @@
 // is how a watchdog turns a forgotten unlock into a lock held forever.
 
 import * as check from "./check";
+import * as meter from "./meter";
 import * as lease from "./lease";
 import * as loop from "./loop";
 import * as request from "./request";
@@ -58,6 +59,7 @@ function lost(l: lease.Lease, why: string, hooks: Hooks | undefined): void {
   drop(l);
   if (l.lost) return;
   l.lost = true;
+  meter.lost(l.store.meter);
   if (hooks !== undefined) {
     hooks.lost(l, why);
     return;

@@ -1,10 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local notify, schedule, store, watches, AMBIGUOUS
+local notify, unrecord, schedule, store, watches, AMBIGUOUS
 local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local inflight = require("resty.dlock.inflight")
 local ledger = require("resty.dlock.ledger")
+local meter = require("resty.dlock.meter")
 local orphans = require("resty.dlock.orphans")
 local redis = require("resty.dlock.redis")
 local request = require("resty.dlock.request")
@@ -22,6 +23,12 @@ function notify(rkey, rec)
         w.rec = rec
     end
     w.sem:post(w.waiters)
+end
+function unrecord(g, l)
+    local expires = ledger.forget(g.dict, l.rec, l.token)
+    if expires ~= nil then
+        meter.forgotten(g.leaseStore.meter, expires)
+    end
 end
 function schedule(c)
     c.complete = true
@@ -58,7 +65,7 @@ function store(premature, c)
                 " (it runs out after the lease)"
             )
         end
-        ledger.forget(g.dict, l.rec, l.token)
+        unrecord(g, l)
         notify(l.rkey, nil)
         return
     end
@@ -81,7 +88,7 @@ function store(premature, c)
         )
         if res == 1 then
             stats.incr(g.dict, g.name, c.tooLarge and "not_stored" or "stored")
-            ledger.forget(g.dict, l.rec, l.token)
+            unrecord(g, l)
             notify(l.rkey, {
                 state = state,
                 fp = c.fp,
@@ -463,13 +470,16 @@ local function hold(g, rkey, tok, fp)
         return
     end
     local rec = ledger.recordKey(rkey, tok, true)
-    ledger.record(
+    local recorded = ledger.record(
         g.dict,
         rec,
         tok,
         rkey,
         g.lease
     )
+    if recorded ~= nil then
+        meter.recorded(g.leaseStore.meter, recorded)
+    end
     local now = ngx.now() * 1000
     local l = {
         key = rkey,
@@ -483,7 +493,8 @@ local function hold(g, rkey, tok, fp)
         released = false,
         validUntil = now + g.lease,
         expires = now + g.lease,
-        releaseSent = false
+        releaseSent = false,
+        since = now
     }
     inflight.track(g.owner, l, a)
     captures[a.id] = {
@@ -907,7 +918,8 @@ function ____exports.create(o, name)
         redis = conf,
         prefix = prefix,
         ttl = leaseMs,
-        wait = 0
+        wait = 0,
+        meter = meter.make(dict, name)
     }
     local g = {
         name = name,

@@ -21,6 +21,7 @@ import * as check from "../check";
 import * as inflight from "../inflight";
 import type * as lease from "../lease";
 import * as ledger from "../ledger";
+import * as meter from "../meter";
 import * as orphans from "../orphans";
 import * as redis from "../redis";
 import * as request from "../request";
@@ -396,18 +397,25 @@ function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim {
   return $multi(what, found, err);
 }
 
+/** The claim's record out of the shared dict, and out of the guard's held gauge. */
+function unrecord(g: Guard, l: lease.Lease): void {
+  const expires = ledger.forget(g.dict, l.rec, l.token);
+  if (expires !== undefined) meter.forgotten(g.leaseStore.meter, expires);
+}
+
 /** We hold the claim: renew it while the request runs, capture the response. */
 function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   stats.incr(g.dict, g.name, "acquired");
   const a = request.anchor();
   if (a === undefined) return;
   const rec = ledger.recordKey(rkey, tok, true);
-  ledger.record(g.dict, rec, tok, rkey, g.lease);
+  const recorded = ledger.record(g.dict, rec, tok, rkey, g.lease);
+  if (recorded !== undefined) meter.recorded(g.leaseStore.meter, recorded);
   const now = ngx.now() * 1000;
   // Shaped as a lease of the lock, so the keeper renews it with the others (one pipeline per guard).
   const l = {
     key: rkey, token: tok, ttl: g.lease, store: g.leaseStore, kind: g.kind, rkey, rec, fence: undefined,
-    released: false, validUntil: now + g.lease, expires: now + g.lease, releaseSent: false,
+    released: false, validUntil: now + g.lease, expires: now + g.lease, releaseSent: false, since: now,
   } as unknown as lease.Lease;
   inflight.track(g.owner, l, a);
   captures.set(a.id, {
@@ -568,7 +576,7 @@ function store(this: void, premature: boolean, c: Capture): void {
     if (res === undefined) {
       ngx.log(ngx.WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
     }
-    ledger.forget(g.dict, l.rec, l.token);
+    unrecord(g, l);
     notify(l.rkey, undefined);
     return;
   }
@@ -582,7 +590,7 @@ function store(this: void, premature: boolean, c: Capture): void {
     const [res, err] = backend.call(g.conf, scripts.IDEM_COMPLETE, l.rkey, l.token, g.ttl, state, status, c.headers, b);
     if (res === 1) {
       stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
-      ledger.forget(g.dict, l.rec, l.token);
+      unrecord(g, l);
       notify(l.rkey, { state, fp: c.fp, status, headers: c.headers, body: b });
       return;
     }
@@ -766,7 +774,7 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
   ledger.prepare(dict);
 
   const owner: inflight.Owner = { name, dict, ttl: leaseMs, renew: true, release: false, hold: 0, unlogged: forget };
-  const leaseStore: lease.Store = { dict, redis: conf, prefix, ttl: leaseMs, wait: 0 };
+  const leaseStore: lease.Store = { dict, redis: conf, prefix, ttl: leaseMs, wait: 0, meter: meter.make(dict, name) };
   const g = {
     name, mode: "idempotency" as const, dict, key, scope, methods, onMissing, onError, ttl, lease: leaseMs, wait,
     maxBody, maxRequestBody: maxReq, store: storeSet, errorStatus: common.errorStatus, headers: common.headers,

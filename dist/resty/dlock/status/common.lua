@@ -1,0 +1,188 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local backend = require("resty.dlock.backend")
+local check = require("resty.dlock.check")
+local eviction = require("resty.dlock.eviction")
+local gateway = require("resty.dlock.gateway")
+local ledger = require("resty.dlock.ledger")
+local meter = require("resty.dlock.meter")
+local redis = require("resty.dlock.redis")
+local sentinel = require("resty.dlock.sentinel")
+local stats = require("resty.dlock.stats")
+local ADVICE = "set maxmemory-policy noeviction, or give locks a Redis of their own"
+--- Phases in which a handler may answer the request (ngx.say, ngx.var).
+local ANSWERING = check.set("rewrite", "server_rewrite", "access", "content")
+--- nil in a phase that can answer a request, else the error `fn` returns there.
+function ____exports.phaseError(fn)
+    local phase = ngx.get_phase()
+    if ANSWERING[phase] ~= nil then
+        return nil
+    end
+    return ((("dlock: status." .. fn) .. " answers a request: call it from content_by_lua, not the ") .. phase) .. " phase"
+end
+--- Dict names to report: those of the guards and factories of this worker, plus o.dicts (default { "dlock" }).
+function ____exports.dictNames(o)
+    local names = {}
+    local seen = {}
+    local function add(n)
+        if not (seen[n] ~= nil) then
+            seen[n] = true
+            names[#names + 1] = n
+        end
+    end
+    local extra = o.dicts
+    if extra ~= nil then
+        if type(extra) ~= "table" then
+            return check.fail("dicts must be a list of lua_shared_dict names", extra)
+        end
+        for ____, n in ipairs(extra) do
+            if type(n) ~= "string" or ngx.shared[n] == nil then
+                return check.fail("dicts must name lua_shared_dicts", n)
+            end
+            add(n)
+        end
+    end
+    local mine = {}
+    for ____, g in ipairs(gateway.guards()) do
+        mine[#mine + 1] = g.dict
+    end
+    for ____, d in ipairs(meter.known()) do
+        mine[#mine + 1] = d
+    end
+    for ____, d in ipairs(mine) do
+        for name, sd in pairs(ngx.shared) do
+            if sd == d then
+                add(name)
+            end
+        end
+    end
+    if #names == 0 and ngx.shared.dlock ~= nil then
+        add("dlock")
+    end
+    return names, nil
+end
+local function evictionView(e)
+    local v = {}
+    v.checked = e.checked
+    v.checked_at = e.checkedAt
+    if not e.checked then
+        v.reason = e.why
+        return v
+    end
+    v.maxmemory_policy = e.policy
+    v.maxmemory = e.maxmemory
+    v.policy_evicts = e.policyEvicts
+    v.can_evict_locks = e.canEvict
+    if e.policyEvicts then
+        v.advice = ADVICE
+    end
+    return v
+end
+local function addReading(into, r)
+    into.held = into.held + r.held
+    into.acquired = into.acquired + r.acquired
+    into.busy = into.busy + r.busy
+    into.timeout = into.timeout + r.timeout
+    into.error = into.error + r.error
+    into.lost = into.lost + r.lost
+    into.waitSum = into.waitSum + r.waitSum
+    into.holdSum = into.holdSum + r.holdSum
+    for i = 1, #r.wait do
+        into.wait[i] = into.wait[i] + r.wait[i]
+    end
+    for i = 1, #r.hold do
+        into.hold[i] = into.hold[i] + r.hold[i]
+    end
+end
+--- Every factory counted in the dicts (by any worker), summed by name.
+local function factories(dicts)
+    local byName = {}
+    local order = {}
+    local held = 0
+    for ____, d in ipairs(dicts) do
+        for ____, name in ipairs(meter.names(d)) do
+            local r = meter.read(d, name)
+            held = held + r.held
+            local had = byName[name]
+            if had == nil then
+                byName[name] = r
+                order[#order + 1] = name
+            else
+                addReading(had, r)
+            end
+        end
+    end
+    return byName, order, held
+end
+--- How each endpoint is reached: this worker's view (a Sentinel master is this worker's latest answer).
+local function topologies()
+    local topology = {}
+    for ep, conf in pairs(redis.endpoints()) do
+        local v = {}
+        topology[ep] = v
+        v.kind = conf.topology
+        v.tls = conf.ssl
+        v.tls_verify = conf.ssl_verify
+        v.replicas = conf.replicas
+        if conf.sentinel ~= nil then
+            local m = sentinel.last(conf.pool)
+            v.master = m == nil and "unknown" or (m.host .. ":") .. tostring(m.port)
+        end
+        local more = backend.describe(conf)
+        if more ~= nil then
+            for k, x in pairs(more) do
+                v[k] = x
+            end
+        end
+        local kind, counts = backend.shared(conf)
+        if kind == "cluster" then
+            v.redirects = counts.redirects
+        end
+    end
+    return topology
+end
+--- What serve() and metrics() both show: guards, factories, unrecorded leases per dict, Redis. No held leases.
+function ____exports.counters(names)
+    local dicts = {}
+    local unrecorded = {}
+    local shortfalls = {}
+    for ____, name in ipairs(names) do
+        local d = ngx.shared[name]
+        dicts[#dicts + 1] = d
+        unrecorded[name] = ledger.unrecorded(d)
+        local n = d:get(backend.SHORTFALLS)
+        shortfalls[name] = type(n) == "number" and n or 0
+    end
+    local ev = {}
+    for ep, e in pairs(eviction.evictions(dicts)) do
+        ev[ep] = evictionView(e)
+    end
+    local guards = {}
+    for ____, g in ipairs(gateway.guards()) do
+        local row = {}
+        row.mode = g.mode
+        row.breaker = stats.breakerState(g.dict, g.name)
+        row.in_flight = stats.gauge(g.dict, g.name, "in_flight")
+        for ____, e in ipairs(stats.EVENTS) do
+            row[e] = stats.count(g.dict, g.name, e)
+        end
+        guards[g.name] = row
+    end
+    local byName, order, heldTotal = factories(dicts)
+    return {
+        dicts = names,
+        held = {},
+        held_listed = 0,
+        held_limit = 0,
+        held_truncated = false,
+        held_total = heldTotal,
+        unrecorded = unrecorded,
+        shortfalls = shortfalls,
+        redis = ev,
+        topology = topologies(),
+        guards = guards,
+        factories = byName,
+        factoryNames = order
+    }
+end
+return ____exports

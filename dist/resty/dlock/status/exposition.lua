@@ -1,0 +1,175 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local label, header, topologyLines
+local backend = require("resty.dlock.backend")
+local check = require("resty.dlock.check")
+local meter = require("resty.dlock.meter")
+local redis = require("resty.dlock.redis")
+local stats = require("resty.dlock.stats")
+local common = require("resty.dlock.status.common")
+function label(s)
+    local escaped = string.gsub(
+        s,
+        "[\\\"\n]",
+        function(c) return c == "\n" and "\\n" or "\\" .. c end
+    )
+    return escaped
+end
+function header(lines, name, kind, help)
+    lines[#lines + 1] = (("# HELP " .. name) .. " ") .. help
+    lines[#lines + 1] = (("# TYPE " .. name) .. " ") .. kind
+end
+function topologyLines(lines)
+    local info = {}
+    header(info, "dlock_redis_topology_info", "gauge", "How each Redis endpoint is reached (always 1).")
+    local redirects = {}
+    header(redirects, "dlock_redis_cluster_redirects_total", "counter", "MOVED and ASK redirections followed (all workers).")
+    local ages = {}
+    header(ages, "dlock_redis_cluster_slot_map_age_seconds", "gauge", "Seconds since a worker last read the cluster's slot map.")
+    local failures = {}
+    header(failures, "dlock_redis_redlock_node_failures_total", "counter", "Calls to a Redlock master that failed (all workers).")
+    for ep, conf in pairs(redis.endpoints()) do
+        local e = label(ep)
+        info[#info + 1] = ((((("dlock_redis_topology_info{endpoint=\"" .. e) .. "\",kind=\"") .. conf.topology) .. "\",tls=\"") .. (conf.ssl and "on" or "off")) .. "\"} 1"
+        local kind, counts = backend.shared(conf)
+        if kind == "cluster" then
+            redirects[#redirects + 1] = (("dlock_redis_cluster_redirects_total{endpoint=\"" .. e) .. "\"} ") .. tostring(counts.redirects)
+            local age = counts.slot_map_age
+            if age ~= nil then
+                ages[#ages + 1] = (("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" .. e) .. "\"} ") .. string.format("%.3f", age)
+            end
+        elseif kind == "redlock" then
+            for node, n in pairs(counts) do
+                failures[#failures + 1] = (((("dlock_redis_redlock_node_failures_total{endpoint=\"" .. e) .. "\",node=\"") .. label(node)) .. "\"} ") .. tostring(n)
+            end
+        end
+    end
+    for ____, group in ipairs({info, redirects, ages, failures}) do
+        for ____, l in ipairs(group) do
+            lines[#lines + 1] = l
+        end
+    end
+end
+local METRICS_OPTIONS = check.set("dicts")
+--- A histogram's series: cumulative buckets (stored apart), then _sum and _count.
+local function histogram(lines, name, labels, bounds, counts, sum)
+    local total = 0
+    for i = 1, #counts do
+        total = total + counts[i]
+        local le = i <= #bounds and tostring(bounds[i]) or "+Inf"
+        lines[#lines + 1] = (((((name .. "_bucket{") .. labels) .. ",le=\"") .. le) .. "\"} ") .. tostring(total)
+    end
+    lines[#lines + 1] = (((name .. "_sum{") .. labels) .. "} ") .. string.format("%.6f", sum)
+    lines[#lines + 1] = (((name .. "_count{") .. labels) .. "} ") .. tostring(total)
+end
+--- The core API per factory name (guards' factories carry the guard's name).
+local function factoryLines(lines, r)
+    header(lines, "dlock_acquires_total", "counter", "Acquire calls of locks and semaphores by outcome (acquired, busy, timeout, error) since this nginx started.")
+    for ____, name in ipairs(r.factoryNames) do
+        local f = r.factories[name]
+        local l = ("dlock_acquires_total{factory=\"" .. label(name)) .. "\",outcome=\""
+        lines[#lines + 1] = (l .. "acquired\"} ") .. tostring(f.acquired)
+        lines[#lines + 1] = (l .. "busy\"} ") .. tostring(f.busy)
+        lines[#lines + 1] = (l .. "timeout\"} ") .. tostring(f.timeout)
+        lines[#lines + 1] = (l .. "error\"} ") .. tostring(f.error)
+    end
+    header(lines, "dlock_leases_lost_total", "counter", "Leases found gone before their holder released them (renewal failed, or the release found the key not ours).")
+    for ____, name in ipairs(r.factoryNames) do
+        lines[#lines + 1] = (("dlock_leases_lost_total{factory=\"" .. label(name)) .. "\"} ") .. tostring(r.factories[name].lost)
+    end
+    header(lines, "dlock_held_leases", "gauge", "Leases this nginx holds now (all workers).")
+    for ____, name in ipairs(r.factoryNames) do
+        lines[#lines + 1] = (("dlock_held_leases{factory=\"" .. label(name)) .. "\"} ") .. tostring(r.factories[name].held)
+    end
+    header(lines, "dlock_acquire_wait_seconds", "histogram", "Time from an acquire call to its lease, for acquires that got one.")
+    for ____, name in ipairs(r.factoryNames) do
+        local f = r.factories[name]
+        histogram(
+            lines,
+            "dlock_acquire_wait_seconds",
+            ("factory=\"" .. label(name)) .. "\"",
+            meter.WAIT_BOUNDS,
+            f.wait,
+            f.waitSum
+        )
+    end
+    header(lines, "dlock_lease_hold_seconds", "histogram", "Time from taking a lease to its confirmed release.")
+    for ____, name in ipairs(r.factoryNames) do
+        local f = r.factories[name]
+        histogram(
+            lines,
+            "dlock_lease_hold_seconds",
+            ("factory=\"" .. label(name)) .. "\"",
+            meter.HOLD_BOUNDS,
+            f.hold,
+            f.holdSum
+        )
+    end
+end
+--- The metrics in the Prometheus text format (version 0.0.4), or nil and an error.
+-- Reads a fixed number of dict keys per guard, factory, dict and Redis endpoint; never the leases.
+function ____exports.metrics_text(opts)
+    local o, oerr = check.options("metrics options", opts, METRICS_OPTIONS)
+    if o == nil then
+        return nil, oerr
+    end
+    local names, err = common.dictNames(o)
+    if names == nil then
+        return nil, err
+    end
+    local r = common.counters(names)
+    local lines = {}
+    header(lines, "dlock_guard_events_total", "counter", "Gateway guard outcomes since this nginx started.")
+    local breakers = {}
+    header(breakers, "dlock_guard_breaker_open", "gauge", "1 while the guard's Redis circuit breaker is open.")
+    local inFlight = {}
+    header(inFlight, "dlock_guard_in_flight", "gauge", "Requests the guard let through that have not ended yet.")
+    for gname, row in pairs(r.guards) do
+        local name = label(gname)
+        for ____, ev in ipairs(stats.EVENTS) do
+            lines[#lines + 1] = (((((("dlock_guard_events_total{guard=\"" .. name) .. "\",mode=\"") .. tostring(row.mode)) .. "\",event=\"") .. ev) .. "\"} ") .. tostring(row[ev])
+        end
+        breakers[#breakers + 1] = (("dlock_guard_breaker_open{guard=\"" .. name) .. "\"} ") .. tostring(row.breaker == "open" and 1 or 0)
+        inFlight[#inFlight + 1] = (("dlock_guard_in_flight{guard=\"" .. name) .. "\"} ") .. tostring(row.in_flight)
+    end
+    for ____, l in ipairs(breakers) do
+        lines[#lines + 1] = l
+    end
+    for ____, l in ipairs(inFlight) do
+        lines[#lines + 1] = l
+    end
+    factoryLines(lines, r)
+    header(lines, "dlock_unrecorded_leases_total", "counter", "Leases this nginx could not record in the shared dict (it was full).")
+    for ____, name in ipairs(r.dicts) do
+        lines[#lines + 1] = (("dlock_unrecorded_leases_total{dict=\"" .. label(name)) .. "\"} ") .. tostring(r.unrecorded[name])
+    end
+    header(lines, "dlock_replica_shortfalls_total", "counter", "Writes that fewer replicas than redis.replicas acknowledged in time.")
+    for ____, name in ipairs(r.dicts) do
+        lines[#lines + 1] = (("dlock_replica_shortfalls_total{dict=\"" .. label(name)) .. "\"} ") .. tostring(r.shortfalls[name])
+    end
+    header(lines, "dlock_redis_can_evict_locks", "gauge", "1 when the Redis has maxmemory set and a policy that evicts keys " .. "with a ttl (lock keys); endpoints whose settings could not be read are left out.")
+    for ep, v in pairs(r.redis) do
+        if v.checked == true then
+            lines[#lines + 1] = (((("dlock_redis_can_evict_locks{endpoint=\"" .. label(ep)) .. "\",policy=\"") .. label(v.maxmemory_policy)) .. "\"} ") .. tostring(v.can_evict_locks == true and 1 or 0)
+        end
+    end
+    topologyLines(lines)
+    return table.concat(lines, "\n"), nil
+end
+--- content_by_lua: metrics_text() as the response. Outside a request: nil, err.
+function ____exports.metrics(opts)
+    local perr = common.phaseError("metrics")
+    if perr ~= nil then
+        return nil, perr
+    end
+    local text, err = ____exports.metrics_text(opts)
+    if text == nil then
+        ngx.status = 500
+        ngx.say("# ", err)
+        return true, nil
+    end
+    ngx.header["Content-Type"] = "text/plain; version=0.0.4"
+    ngx.say(text)
+    return true, nil
+end
+return ____exports

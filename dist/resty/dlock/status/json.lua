@@ -1,0 +1,167 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.check")
+local ledger = require("resty.dlock.ledger")
+local common = require("resty.dlock.status.common")
+--- Leases serve() and report() list unless asked for another number.
+____exports.DEFAULT_LIMIT = 100
+--- The most a request may ask for: listing walks the dict, a bound keeps the page cheap.
+____exports.MAX_LIMIT = 10000
+local cjson = require("cjson.safe")
+local REPORT_OPTIONS = check.set("dicts", "limit")
+local function checkLimit(v)
+    return check.integer(
+        "limit",
+        v,
+        0,
+        ____exports.MAX_LIMIT,
+        "an integer from 0 to " .. tostring(____exports.MAX_LIMIT)
+    )
+end
+--- Append at most `max` leases of one dict to `out` (tokens left out); true when it holds more.
+local function listHeld(name, dict, max, out)
+    if max == 0 then
+        local one = ledger.list(dict, 1)
+        return #one > 0
+    end
+    local found, more = ledger.list(dict, max)
+    for ____, l in ipairs(found) do
+        out[#out + 1] = {
+            dict = name,
+            key = l.key,
+            pid = l.pid,
+            ttl = l.ttl,
+            expires_at = l.expires_at
+        }
+    end
+    return more
+end
+--- The numbers serve() shows, with at most opts.limit (default 100) held leases.
+-- Tokens are left out: they are capabilities.
+function ____exports.report(opts)
+    local o, oerr = check.options("status options", opts, REPORT_OPTIONS)
+    if o == nil then
+        return nil, oerr
+    end
+    local limit = ____exports.DEFAULT_LIMIT
+    if o.limit ~= nil then
+        local n, err = checkLimit(o.limit)
+        if n == nil then
+            return nil, err
+        end
+        limit = n
+    end
+    local names, err = common.dictNames(o)
+    if names == nil then
+        return nil, err
+    end
+    local r = common.counters(names)
+    local truncated = false
+    for ____, name in ipairs(names) do
+        if listHeld(name, ngx.shared[name], limit - #r.held, r.held) then
+            truncated = true
+        end
+    end
+    r.held_listed = #r.held
+    r.held_limit = limit
+    r.held_truncated = truncated
+    return r, nil
+end
+--- One "name":value member of a JSON object (names are ours: plain identifiers).
+local function member(name, value)
+    local v = cjson.encode(value)
+    if v == nil then
+        return nil
+    end
+    return (("\"" .. name) .. "\":") .. v
+end
+--- The report as a JSON object, its members in a fixed order.
+local function encode(r)
+    local dicts = {}
+    for ____, name in ipairs(r.dicts) do
+        local d = {}
+        d.unrecorded_leases = r.unrecorded[name]
+        d.replica_shortfalls = r.shortfalls[name]
+        dicts[name] = d
+    end
+    local factories = {}
+    for name, f in pairs(r.factories) do
+        local row = {}
+        row.held = f.held
+        row.acquired = f.acquired
+        row.busy = f.busy
+        row.timeout = f.timeout
+        row.error = f.error
+        row.lost = f.lost
+        factories[name] = row
+    end
+    local parts = {#r.held > 0 and (member("held", r.held) or "") or "\"held\":[]"}
+    local rest = {
+        {"held_listed", r.held_listed},
+        {"held_limit", r.held_limit},
+        {"held_truncated", r.held_truncated},
+        {"held_total", r.held_total},
+        {"dicts", dicts},
+        {"redis", r.redis},
+        {"topology", r.topology},
+        {"guards", r.guards},
+        {"factories", factories}
+    }
+    for ____, ____value in ipairs(rest) do
+        local name = ____value[1]
+        local value = ____value[2]
+        parts[#parts + 1] = member(name, value) or ""
+    end
+    for ____, p in ipairs(parts) do
+        if p == "" then
+            return nil, "dlock: status: cannot encode the report as JSON"
+        end
+    end
+    return ("{" .. table.concat(parts, ",")) .. "}", nil
+end
+local function fail(status, err)
+    ngx.status = status
+    ngx.header["Content-Type"] = "application/json"
+    ngx.say((cjson.encode({error = err})) or "{}")
+end
+--- content_by_lua: the report as JSON; ?limit=N lists up to N held leases
+-- (instead of opts.limit or 100). Outside a request: nil, err.
+function ____exports.serve(opts)
+    local perr = common.phaseError("serve")
+    if perr ~= nil then
+        return nil, perr
+    end
+    local o = opts
+    local arg = ngx.var.arg_limit
+    if arg ~= nil then
+        local n, lerr = checkLimit(tonumber(arg) or arg)
+        if n == nil then
+            fail(400, lerr)
+            return true, nil
+        end
+        if opts == nil or type(opts) == "table" then
+            local copy = {}
+            if opts ~= nil then
+                for k, v in pairs(opts) do
+                    copy[k] = v
+                end
+            end
+            copy.limit = n
+            o = copy
+        end
+    end
+    local r, err = ____exports.report(o)
+    if r == nil then
+        fail(500, err)
+        return true, nil
+    end
+    local body, jerr = encode(r)
+    if body == nil then
+        fail(500, jerr)
+        return true, nil
+    end
+    ngx.header["Content-Type"] = "application/json"
+    ngx.say(body)
+    return true, nil
+end
+return ____exports

@@ -1,0 +1,202 @@
+// What the status page (JSON) and the metrics (Prometheus text) both read: the
+// dicts to report, and per dict, guard, factory and Redis endpoint a fixed
+// number of dict keys. Never the held leases themselves (json.ts lists a
+// bounded number of those), which a busy gateway has tens of thousands of.
+
+import * as backend from "../backend";
+import * as check from "../check";
+import * as eviction from "../eviction";
+import * as gateway from "../gateway";
+import * as ledger from "../ledger";
+import * as meter from "../meter";
+import * as redis from "../redis";
+import * as sentinel from "../sentinel";
+import * as stats from "../stats";
+
+const ADVICE = "set maxmemory-policy noeviction, or give locks a Redis of their own";
+
+/** Phases in which a handler may answer the request (ngx.say, ngx.var). */
+const ANSWERING = check.set("rewrite", "server_rewrite", "access", "content");
+
+/** nil in a phase that can answer a request, else the error `fn` returns there. */
+export function phaseError(fn: string): string | undefined {
+  const phase = ngx.get_phase();
+  if (ANSWERING.has(phase)) return undefined;
+  return "dlock: status." + fn + " answers a request: call it from content_by_lua, not the " + phase + " phase";
+}
+
+/** Dict names to report: those of the guards and factories of this worker, plus o.dicts (default { "dlock" }). */
+export function dictNames(o: LuaTable<string, unknown>): LuaMultiReturn<[string[] | undefined, string | undefined]> {
+  const names: string[] = [];
+  const seen = new LuaSet<string>();
+  const add = (n: string): void => {
+    if (!seen.has(n)) {
+      seen.add(n);
+      names.push(n);
+    }
+  };
+  const extra = o.get("dicts");
+  if (extra !== undefined) {
+    if (type(extra) !== "table") return check.fail("dicts must be a list of lua_shared_dict names", extra);
+    for (const n of extra as unknown[]) {
+      if (type(n) !== "string" || ngx.shared.get(n as string) === undefined) {
+        return check.fail("dicts must name lua_shared_dicts", n);
+      }
+      add(n as string);
+    }
+  }
+  const mine: NgxSharedDict[] = [];
+  for (const g of gateway.guards()) mine.push(g.dict);
+  for (const d of meter.known()) mine.push(d);
+  for (const d of mine) {
+    for (const [name, sd] of pairs(ngx.shared)) {
+      if (sd === d) add(name);
+    }
+  }
+  if (names.length === 0 && ngx.shared.get("dlock") !== undefined) add("dlock");
+  return $multi(names, undefined);
+}
+
+export interface HeldView {
+  dict: string;
+  key: string;
+  pid: number;
+  ttl: number;
+  expires_at: number;
+}
+
+export interface Report {
+  dicts: string[];
+  /** At most `held_limit` leases. */
+  held: HeldView[];
+  held_listed: number;
+  held_limit: number;
+  /** More leases are held than listed (or may be: the search stopped before the end of a dict). */
+  held_truncated: boolean;
+  /** Leases held now, all factories of all reported dicts (the held gauges, not a walk). */
+  held_total: number;
+  /** Per dict: leases this nginx could not record (the dict was full). */
+  unrecorded: LuaTable<string, number>;
+  /** Per dict: writes fewer replicas than redis.replicas acknowledged in time. */
+  shortfalls: LuaTable<string, number>;
+  /** Per Redis endpoint: can it evict lock keys. */
+  redis: LuaTable<string, LuaTable<string, unknown>>;
+  /** Per Redis endpoint: how it is reached (kind, TLS, replicas, the Sentinel master). */
+  topology: LuaTable<string, LuaTable<string, unknown>>;
+  guards: LuaTable<string, LuaTable<string, unknown>>;
+  /** Per factory name: its readings, summed over the reported dicts. */
+  factories: LuaTable<string, meter.Reading>;
+  /** Factory names in the order first seen. */
+  factoryNames: string[];
+}
+
+function evictionView(e: eviction.Eviction): LuaTable<string, unknown> {
+  const v = new LuaTable<string, unknown>();
+  v.set("checked", e.checked);
+  v.set("checked_at", e.checkedAt);
+  if (!e.checked) {
+    v.set("reason", e.why);
+    return v;
+  }
+  v.set("maxmemory_policy", e.policy);
+  v.set("maxmemory", e.maxmemory);
+  v.set("policy_evicts", e.policyEvicts);
+  v.set("can_evict_locks", e.canEvict);
+  if (e.policyEvicts) v.set("advice", ADVICE);
+  return v;
+}
+
+function addReading(into: meter.Reading, r: meter.Reading): void {
+  into.held += r.held;
+  into.acquired += r.acquired;
+  into.busy += r.busy;
+  into.timeout += r.timeout;
+  into.error += r.error;
+  into.lost += r.lost;
+  into.waitSum += r.waitSum;
+  into.holdSum += r.holdSum;
+  for (const i of $range(1, r.wait.length)) into.wait[i - 1] = into.wait[i - 1]! + r.wait[i - 1]!;
+  for (const i of $range(1, r.hold.length)) into.hold[i - 1] = into.hold[i - 1]! + r.hold[i - 1]!;
+}
+
+/** Every factory counted in the dicts (by any worker), summed by name. */
+function factories(dicts: NgxSharedDict[]): LuaMultiReturn<[LuaTable<string, meter.Reading>, string[], number]> {
+  const byName = new LuaTable<string, meter.Reading>();
+  const order: string[] = [];
+  let held = 0;
+  for (const d of dicts) {
+    for (const name of meter.names(d)) {
+      const r = meter.read(d, name);
+      held += r.held;
+      const had = byName.get(name);
+      if (had === undefined) {
+        byName.set(name, r);
+        order.push(name);
+      } else {
+        addReading(had, r);
+      }
+    }
+  }
+  return $multi(byName, order, held);
+}
+
+/** How each endpoint is reached: this worker's view (a Sentinel master is this worker's latest answer). */
+function topologies(): LuaTable<string, LuaTable<string, unknown>> {
+  const topology = new LuaTable<string, LuaTable<string, unknown>>();
+  for (const [ep, conf] of redis.endpoints()) {
+    const v = new LuaTable<string, unknown>();
+    topology.set(ep, v);
+    v.set("kind", conf.topology);
+    v.set("tls", conf.ssl);
+    v.set("tls_verify", conf.ssl_verify);
+    v.set("replicas", conf.replicas);
+    if (conf.sentinel !== undefined) {
+      const m = sentinel.last(conf.pool);
+      v.set("master", m === undefined ? "unknown" : m.host + ":" + m.port);
+    }
+    const more = backend.describe(conf);
+    if (more !== undefined) {
+      for (const [k, x] of more) v.set(k, x);
+    }
+    const [kind, counts] = backend.shared(conf);
+    if (kind === "cluster") {
+      // All workers' redirects, not only this one's.
+      v.set("redirects", counts.get("redirects"));
+    }
+  }
+  return topology;
+}
+
+/** What serve() and metrics() both show: guards, factories, unrecorded leases per dict, Redis. No held leases. */
+export function counters(names: string[]): Report {
+  const dicts: NgxSharedDict[] = [];
+  const unrecorded = new LuaTable<string, number>();
+  const shortfalls = new LuaTable<string, number>();
+  for (const name of names) {
+    const d = ngx.shared.get(name)!;
+    dicts.push(d);
+    unrecorded.set(name, ledger.unrecorded(d));
+    const [n] = d.get(backend.SHORTFALLS);
+    shortfalls.set(name, type(n) === "number" ? (n as number) : 0);
+  }
+  const ev = new LuaTable<string, LuaTable<string, unknown>>();
+  for (const [ep, e] of eviction.evictions(dicts)) {
+    ev.set(ep, evictionView(e));
+  }
+  const guards = new LuaTable<string, LuaTable<string, unknown>>();
+  for (const g of gateway.guards()) {
+    const row = new LuaTable<string, unknown>();
+    row.set("mode", g.mode);
+    row.set("breaker", stats.breakerState(g.dict, g.name));
+    row.set("in_flight", stats.gauge(g.dict, g.name, "in_flight"));
+    for (const e of stats.EVENTS) {
+      row.set(e, stats.count(g.dict, g.name, e));
+    }
+    guards.set(g.name, row);
+  }
+  const [byName, order, heldTotal] = factories(dicts);
+  return {
+    dicts: names, held: [], held_listed: 0, held_limit: 0, held_truncated: false, held_total: heldTotal,
+    unrecorded, shortfalls, redis: ev, topology: topologies(), guards, factories: byName, factoryNames: order,
+  };
+}

@@ -1,0 +1,162 @@
+// GET /dlock/metrics: the Prometheus text format (version 0.0.4). A scrape reads
+// a fixed number of dict keys per guard, factory, dict and Redis endpoint; it
+// never walks the held leases.
+
+import * as backend from "../backend";
+import * as check from "../check";
+import * as meter from "../meter";
+import * as redis from "../redis";
+import * as stats from "../stats";
+import * as common from "./common";
+
+const METRICS_OPTIONS = check.set("dicts");
+
+function label(s: string): string {
+  const [escaped] = string.gsub(s, "[\\\"\n]", (c: string) => (c === "\n" ? "\\n" : "\\" + c));
+  return escaped;
+}
+
+function header(lines: string[], name: string, kind: string, help: string): void {
+  lines.push("# HELP " + name + " " + help);
+  lines.push("# TYPE " + name + " " + kind);
+}
+
+/** A histogram's series: cumulative buckets (stored apart), then _sum and _count. */
+function histogram(lines: string[], name: string, labels: string, bounds: number[], counts: number[], sum: number): void {
+  let total = 0;
+  for (const i of $range(1, counts.length)) {
+    total += counts[i - 1]!;
+    const le = i <= bounds.length ? tostring(bounds[i - 1]) : "+Inf";
+    lines.push(name + "_bucket{" + labels + ",le=\"" + le + "\"} " + total);
+  }
+  lines.push(name + "_sum{" + labels + "} " + string.format("%.6f", sum));
+  lines.push(name + "_count{" + labels + "} " + total);
+}
+
+/** The core API per factory name (guards' factories carry the guard's name). */
+function factoryLines(lines: string[], r: common.Report): void {
+  header(lines, "dlock_acquires_total", "counter",
+    "Acquire calls of locks and semaphores by outcome (acquired, busy, timeout, error) since this nginx started.");
+  for (const name of r.factoryNames) {
+    const f = r.factories.get(name);
+    const l = "dlock_acquires_total{factory=\"" + label(name) + "\",outcome=\"";
+    lines.push(l + "acquired\"} " + f.acquired);
+    lines.push(l + "busy\"} " + f.busy);
+    lines.push(l + "timeout\"} " + f.timeout);
+    lines.push(l + "error\"} " + f.error);
+  }
+  header(lines, "dlock_leases_lost_total", "counter",
+    "Leases found gone before their holder released them (renewal failed, or the release found the key not ours).");
+  for (const name of r.factoryNames) {
+    lines.push("dlock_leases_lost_total{factory=\"" + label(name) + "\"} " + r.factories.get(name).lost);
+  }
+  header(lines, "dlock_held_leases", "gauge", "Leases this nginx holds now (all workers).");
+  for (const name of r.factoryNames) {
+    lines.push("dlock_held_leases{factory=\"" + label(name) + "\"} " + r.factories.get(name).held);
+  }
+  header(lines, "dlock_acquire_wait_seconds", "histogram", "Time from an acquire call to its lease, for acquires that got one.");
+  for (const name of r.factoryNames) {
+    const f = r.factories.get(name);
+    histogram(lines, "dlock_acquire_wait_seconds", "factory=\"" + label(name) + "\"", meter.WAIT_BOUNDS, f.wait, f.waitSum);
+  }
+  header(lines, "dlock_lease_hold_seconds", "histogram", "Time from taking a lease to its confirmed release.");
+  for (const name of r.factoryNames) {
+    const f = r.factories.get(name);
+    histogram(lines, "dlock_lease_hold_seconds", "factory=\"" + label(name) + "\"", meter.HOLD_BOUNDS, f.hold, f.holdSum);
+  }
+}
+
+/**
+ * The metrics in the Prometheus text format (version 0.0.4), or nil and an error.
+ * Reads a fixed number of dict keys per guard, factory, dict and Redis endpoint; never the leases.
+ */
+export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined, string | undefined]> {
+  const [o, oerr] = check.options("metrics options", opts, METRICS_OPTIONS);
+  if (o === undefined) return $multi(undefined, oerr);
+  const [names, err] = common.dictNames(o);
+  if (names === undefined) return $multi(undefined, err);
+  const r = common.counters(names);
+  const lines: string[] = [];
+  header(lines, "dlock_guard_events_total", "counter", "Gateway guard outcomes since this nginx started.");
+  const breakers: string[] = [];
+  header(breakers, "dlock_guard_breaker_open", "gauge", "1 while the guard's Redis circuit breaker is open.");
+  const inFlight: string[] = [];
+  header(inFlight, "dlock_guard_in_flight", "gauge", "Requests the guard let through that have not ended yet.");
+  for (const [gname, row] of r.guards) {
+    const name = label(gname);
+    for (const ev of stats.EVENTS) {
+      lines.push("dlock_guard_events_total{guard=\"" + name + "\",mode=\"" + row.get("mode") + "\",event=\"" + ev + "\"} " +
+        row.get(ev));
+    }
+    breakers.push("dlock_guard_breaker_open{guard=\"" + name + "\"} " + (row.get("breaker") === "open" ? 1 : 0));
+    inFlight.push("dlock_guard_in_flight{guard=\"" + name + "\"} " + row.get("in_flight"));
+  }
+  for (const l of breakers) lines.push(l);
+  for (const l of inFlight) lines.push(l);
+  factoryLines(lines, r);
+  header(lines, "dlock_unrecorded_leases_total", "counter", "Leases this nginx could not record in the shared dict (it was full).");
+  for (const name of r.dicts) {
+    lines.push("dlock_unrecorded_leases_total{dict=\"" + label(name) + "\"} " + r.unrecorded.get(name));
+  }
+  header(lines, "dlock_replica_shortfalls_total", "counter", "Writes that fewer replicas than redis.replicas acknowledged in time.");
+  for (const name of r.dicts) {
+    lines.push("dlock_replica_shortfalls_total{dict=\"" + label(name) + "\"} " + r.shortfalls.get(name));
+  }
+  header(lines, "dlock_redis_can_evict_locks", "gauge", "1 when the Redis has maxmemory set and a policy that evicts keys " +
+    "with a ttl (lock keys); endpoints whose settings could not be read are left out.");
+  for (const [ep, v] of r.redis) {
+    if (v.get("checked") === true) {
+      lines.push("dlock_redis_can_evict_locks{endpoint=\"" + label(ep) + "\",policy=\"" + label(v.get("maxmemory_policy") as string) +
+        "\"} " + (v.get("can_evict_locks") === true ? 1 : 0));
+    }
+  }
+  topologyLines(lines);
+  return $multi(table.concat(lines, "\n"), undefined);
+}
+
+/** Per Redis endpoint: how it is reached; Cluster redirects and slot map age; Redlock failures per master. */
+function topologyLines(lines: string[]): void {
+  const info: string[] = [];
+  header(info, "dlock_redis_topology_info", "gauge", "How each Redis endpoint is reached (always 1).");
+  const redirects: string[] = [];
+  header(redirects, "dlock_redis_cluster_redirects_total", "counter", "MOVED and ASK redirections followed (all workers).");
+  const ages: string[] = [];
+  header(ages, "dlock_redis_cluster_slot_map_age_seconds", "gauge", "Seconds since a worker last read the cluster's slot map.");
+  const failures: string[] = [];
+  header(failures, "dlock_redis_redlock_node_failures_total", "counter", "Calls to a Redlock master that failed (all workers).");
+  for (const [ep, conf] of redis.endpoints()) {
+    const e = label(ep);
+    info.push("dlock_redis_topology_info{endpoint=\"" + e + "\",kind=\"" + conf.topology + "\",tls=\"" +
+      (conf.ssl ? "on" : "off") + "\"} 1");
+    const [kind, counts] = backend.shared(conf);
+    if (kind === "cluster") {
+      redirects.push("dlock_redis_cluster_redirects_total{endpoint=\"" + e + "\"} " + counts.get("redirects"));
+      const age = counts.get("slot_map_age");
+      if (age !== undefined) {
+        ages.push("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" + e + "\"} " + string.format("%.3f", age));
+      }
+    } else if (kind === "redlock") {
+      for (const [node, n] of counts) {
+        failures.push("dlock_redis_redlock_node_failures_total{endpoint=\"" + e + "\",node=\"" + label(node) + "\"} " + n);
+      }
+    }
+  }
+  for (const group of [info, redirects, ages, failures]) {
+    for (const l of group) lines.push(l);
+  }
+}
+
+/** content_by_lua: metrics_text() as the response. Outside a request: nil, err. */
+export function metrics(opts?: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
+  const perr = common.phaseError("metrics");
+  if (perr !== undefined) return $multi(undefined, perr);
+  const [text, err] = metrics_text(opts);
+  if (text === undefined) {
+    ngx.status = 500;
+    ngx.say("# ", err!);
+    return $multi(true as const, undefined);
+  }
+  ngx.header.set("Content-Type", "text/plain; version=0.0.4");
+  ngx.say(text);
+  return $multi(true as const, undefined);
+}

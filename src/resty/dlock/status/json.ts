@@ -1,0 +1,157 @@
+// The status page: GET /dlock/status answers JSON (?limit=N lists up to N
+// leases, at most MAX_LIMIT). See ../status.ts for its members.
+
+import * as check from "../check";
+import * as ledger from "../ledger";
+import * as common from "./common";
+
+/** Leases serve() and report() list unless asked for another number. */
+export const DEFAULT_LIMIT = 100;
+/** The most a request may ask for: listing walks the dict, a bound keeps the page cheap. */
+export const MAX_LIMIT = 10000;
+
+const cjson = require("cjson.safe") as CjsonSafeModule;
+
+const REPORT_OPTIONS = check.set("dicts", "limit");
+
+function checkLimit(v: unknown): LuaMultiReturn<[number | undefined, string | undefined]> {
+  return check.integer("limit", v, 0, MAX_LIMIT, "an integer from 0 to " + MAX_LIMIT);
+}
+
+/** Append at most `max` leases of one dict to `out` (tokens left out); true when it holds more. */
+function listHeld(name: string, dict: NgxSharedDict, max: number, out: common.HeldView[]): boolean {
+  if (max === 0) {
+    // Nothing to list, but say whether anything is held.
+    const [one] = ledger.list(dict, 1);
+    return one.length > 0;
+  }
+  const [found, more] = ledger.list(dict, max);
+  for (const l of found) {
+    out.push({ dict: name, key: l.key, pid: l.pid, ttl: l.ttl, expires_at: l.expires_at });
+  }
+  return more;
+}
+
+/**
+ * The numbers serve() shows, with at most opts.limit (default 100) held leases.
+ * Tokens are left out: they are capabilities.
+ */
+export function report(opts?: unknown): LuaMultiReturn<[common.Report | undefined, string | undefined]> {
+  const [o, oerr] = check.options("status options", opts, REPORT_OPTIONS);
+  if (o === undefined) return $multi(undefined, oerr);
+  let limit = DEFAULT_LIMIT;
+  if (o.get("limit") !== undefined) {
+    const [n, err] = checkLimit(o.get("limit"));
+    if (n === undefined) return $multi(undefined, err);
+    limit = n;
+  }
+  const [names, err] = common.dictNames(o);
+  if (names === undefined) return $multi(undefined, err);
+  const r = common.counters(names);
+  let truncated = false;
+  for (const name of names) {
+    if (listHeld(name, ngx.shared.get(name)!, limit - r.held.length, r.held)) {
+      truncated = true;
+    }
+  }
+  r.held_listed = r.held.length;
+  r.held_limit = limit;
+  r.held_truncated = truncated;
+  return $multi(r, undefined);
+}
+
+/** One "name":value member of a JSON object (names are ours: plain identifiers). */
+function member(name: string, value: unknown): string | undefined {
+  const [v] = cjson.encode(value);
+  if (v === undefined) return undefined;
+  return "\"" + name + "\":" + v;
+}
+
+/** The report as a JSON object, its members in a fixed order. */
+function encode(r: common.Report): LuaMultiReturn<[string | undefined, string | undefined]> {
+  const dicts = new LuaTable<string, LuaTable<string, number>>();
+  for (const name of r.dicts) {
+    const d = new LuaTable<string, number>();
+    d.set("unrecorded_leases", r.unrecorded.get(name));
+    d.set("replica_shortfalls", r.shortfalls.get(name));
+    dicts.set(name, d);
+  }
+  const factories = new LuaTable<string, LuaTable<string, number>>();
+  for (const [name, f] of r.factories) {
+    const row = new LuaTable<string, number>();
+    row.set("held", f.held);
+    row.set("acquired", f.acquired);
+    row.set("busy", f.busy);
+    row.set("timeout", f.timeout);
+    row.set("error", f.error);
+    row.set("lost", f.lost);
+    factories.set(name, row);
+  }
+  // Written by hand when empty: Debian's lua-cjson has no empty_array, and an
+  // empty table would become {} (or the member would be dropped). "held" is always a list.
+  const parts: string[] = [r.held.length > 0 ? member("held", r.held) ?? "" : "\"held\":[]"];
+  const rest: [string, unknown][] = [
+    ["held_listed", r.held_listed],
+    ["held_limit", r.held_limit],
+    ["held_truncated", r.held_truncated],
+    ["held_total", r.held_total],
+    ["dicts", dicts],
+    ["redis", r.redis],
+    ["topology", r.topology],
+    ["guards", r.guards],
+    ["factories", factories],
+  ];
+  for (const [name, value] of rest) {
+    parts.push(member(name, value) ?? "");
+  }
+  for (const p of parts) {
+    if (p === "") return $multi(undefined, "dlock: status: cannot encode the report as JSON");
+  }
+  return $multi("{" + table.concat(parts, ",") + "}", undefined);
+}
+
+function fail(status: number, err: string): void {
+  ngx.status = status;
+  ngx.header.set("Content-Type", "application/json");
+  ngx.say(cjson.encode({ error: err })[0] ?? "{}");
+}
+
+/**
+ * content_by_lua: the report as JSON; ?limit=N lists up to N held leases
+ * (instead of opts.limit or 100). Outside a request: nil, err.
+ */
+export function serve(opts?: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
+  const perr = common.phaseError("serve");
+  if (perr !== undefined) return $multi(undefined, perr);
+  let o = opts;
+  const arg = ngx.var.get("arg_limit");
+  if (arg !== undefined) {
+    const [n, lerr] = checkLimit(tonumber(arg) ?? arg);
+    if (n === undefined) {
+      fail(400, lerr!);
+      return $multi(true as const, undefined);
+    }
+    if (opts === undefined || type(opts) === "table") {
+      // A copy: opts is the caller's table, shared by every request.
+      const copy = new LuaTable<AnyNotNil, unknown>();
+      if (opts !== undefined) {
+        for (const [k, v] of pairs(opts as LuaTable<AnyNotNil, unknown>)) copy.set(k, v);
+      }
+      copy.set("limit", n);
+      o = copy;
+    }
+  }
+  const [r, err] = report(o);
+  if (r === undefined) {
+    fail(500, err!);
+    return $multi(true as const, undefined);
+  }
+  const [body, jerr] = encode(r);
+  if (body === undefined) {
+    fail(500, jerr!);
+    return $multi(true as const, undefined);
+  }
+  ngx.header.set("Content-Type", "application/json");
+  ngx.say(body);
+  return $multi(true as const, undefined);
+}

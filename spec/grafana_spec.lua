@@ -130,4 +130,23 @@ describe("the Grafana dashboard", function()
       end
     end
   end)
+
+  it("shows the core API per factory: acquires by outcome, held leases, wait and hold time quantiles, lost leases", function()
+    local all = table.concat(expressions(), "\n")
+    for _, needle in ipairs({ "dlock_acquires_total", "dlock_held_leases", "dlock_leases_lost_total",
+                              "dlock_acquire_wait_seconds_bucket", "dlock_lease_hold_seconds_bucket",
+                              'outcome="error"', "label_values(dlock_acquires_total" }) do
+      assert.matches(needle, all, 1, true)
+    end
+    assert.matches("histogram_quantile(0.99, sum by (factory, le) (rate(dlock_acquire_wait_seconds_bucket", all, 1, true)
+    assert.matches("histogram_quantile(0.99, sum by (factory, le) (rate(dlock_lease_hold_seconds_bucket", all, 1, true)
+    for _, expr in ipairs(expressions()) do
+      if not expr:find("^label_values") and (expr:find("dlock_acquire", 1, true) or expr:find("dlock_lease", 1, true)
+          or expr:find("dlock_held", 1, true)) then
+        assert.matches("by (factory", expr, 1, true)
+      end
+    end
+    -- The guards of the demo gateway show as factories of their names.
+    assert.matches('\ndlock_acquires_total{factory="jobs",outcome="acquired"} ', scrape, 1, true)
+  end)
 end)

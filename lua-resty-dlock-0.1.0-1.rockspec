@@ -49,6 +49,7 @@ build = {
       ["resty.dlock.orphans"] = "dist/resty/dlock/orphans.lua",
       ["resty.dlock.recovery"] = "dist/resty/dlock/recovery.lua",
       ["resty.dlock.redis"] = "dist/resty/dlock/redis.lua",
+      ["resty.dlock.redis.setup"] = "dist/resty/dlock/redis/setup.lua",
       ["resty.dlock.reentrant"] = "dist/resty/dlock/reentrant.lua",
       ["resty.dlock.request"] = "dist/resty/dlock/request.lua",
       ["resty.dlock.resp"] = "dist/resty/dlock/resp.lua",

@@ -39,6 +39,8 @@ declare module "resty.dlock" {
     /** The sentinels' own credentials. */
     username?: string;
     password?: string;
+    /** TLS to the sentinels; unset: as the factory's `ssl`. */
+    ssl?: boolean;
   }
 
   export interface ClusterOptions {

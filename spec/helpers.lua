@@ -29,12 +29,20 @@ function _M.locks(opts)
   return assert(dlock.new(o))
 end
 
+-- Per port, the password a server was started with (--requirepass): specs
+-- administer it with that, as its operator would.
+local passwords = {}
+
 --- One raw Redis command on a fresh connection (not through dlock).
 function _M.cmd(port, name, ...)
   local red = redis:new()
   red:set_timeout(2000)
   local ok, err = red:connect("127.0.0.1", port or env.redis_port)
   if not ok then return nil, err end
+  if passwords[port] then
+    ok, err = red:auth(passwords[port])
+    if not ok then red:close() return nil, err end
+  end
   local res, cerr = red[name](red, ...)
   red:close()
   return res, cerr
@@ -89,8 +97,10 @@ end
 _M.free_port = free_port
 
 --- Start a daemonized sentinel watching `master` (name) at 127.0.0.1:master_port,
---- quorum 2, down after 1 s; returns { port, pid, stop() }.
-function _M.start_sentinel(name, master_port)
+--- quorum 2, down after 1 s; returns { port, pid, stop() }. opts.conf: more
+--- sentinel.conf lines (TLS, auth-pass); opts.password: its own requirepass.
+function _M.start_sentinel(name, master_port, opts)
+  opts = opts or {}
   local port = free_port()
   local dir = env.prefix .. "/sentinel-" .. port
   os.execute("mkdir -p " .. dir)
@@ -98,6 +108,11 @@ function _M.start_sentinel(name, master_port)
   f:write(string.format("port %d\nbind 127.0.0.1\ndir %s\npidfile %s/sentinel.pid\nlogfile %s/sentinel.log\n" ..
     "daemonize yes\nsentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s 1000\n" ..
     "sentinel failover-timeout %s 3000\n", port, dir, dir, dir, name, master_port, name, name))
+  if opts.conf then f:write(opts.conf, "\n") end
+  if opts.password then
+    f:write("requirepass ", opts.password, "\n")
+    passwords[port] = opts.password
+  end
   f:close()
   assert(_M.sh("redis-server " .. dir .. "/sentinel.conf --sentinel"))
   local pid
@@ -113,12 +128,22 @@ function _M.start_sentinel(name, master_port)
   return s
 end
 
+--- redis-server arguments for a TLS port of its own (a free one), with the
+--- certificate spec/runner/run made (localhost, 127.0.0.1, signed by the CA
+--- nginx trusts); replication, the cluster bus and sentinels speak TLS too.
+function _M.tls_args()
+  local tls = env.prefix .. "/tls"
+  return { "--tls-port " .. free_port(), "--tls-cert-file " .. tls .. "/server.pem", "--tls-key-file " .. tls .. "/server.key",
+    "--tls-ca-cert-file " .. tls .. "/ca.pem", "--tls-auth-clients no", "--tls-replication yes" }
+end
+
 --- Start a daemonized redis-server; returns { port, pid, stop(), kill(sig) }.
 function _M.start_redis(port, ...)
   port = port or free_port()
   local dir = env.prefix .. "/redis-" .. port
   os.execute("mkdir -p " .. dir)
   local extra = table.concat({ ... }, " ")
+  passwords[port] = extra:match("%-%-requirepass (%S+)")
   assert(_M.sh(string.format(
     "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir %s " ..
     "--pidfile %s/redis.pid --logfile %s/redis.log %s", port, dir, dir, dir, extra)))
@@ -130,7 +155,7 @@ function _M.start_redis(port, ...)
   end
   assert(pid, "redis-server did not start on " .. port)
   track(pid)
-  local r = { port = port, pid = pid, dir = dir }
+  local r = { port = port, pid = pid, dir = dir, tls_port = tonumber(extra:match("%-%-tls%-port (%d+)")) }
   function r.signal(sig) return _M.sh("kill -" .. sig .. " " .. pid) end
   function r.stop() return _M.stop_pid(pid, "TERM") end
   return r
@@ -321,7 +346,8 @@ end
 
 --- Start a Redis Cluster of 6 redis-servers on loopback (3 masters, 1 replica
 --- each; cluster-node-timeout 1000 ms) and wait until every node sees it whole.
---- opts.args: extra redis-server arguments for every node. Returns
+--- opts.args: extra redis-server arguments for every node; opts.tls: each node
+--- also has a TLS port (node.tls_port; c.tls_seeds), the cluster bus on TLS. Returns
 --- { nodes = { {port, pid, dir, signal, stop}... }, seeds = {"127.0.0.1:p1", "127.0.0.1:p2"},
 ---   masters(), replicas(), slot_owner(key), keyslot(key), node_id(port), alive(), stop(), started_in }.
 function _M.start_cluster(opts)
@@ -336,8 +362,16 @@ function _M.start_cluster(opts)
   local args = { "--cluster-enabled yes", "--cluster-config-file nodes.conf", "--cluster-node-timeout 1000",
     "--repl-diskless-sync-delay 0" }
   for _, a in ipairs(opts.args or {}) do args[#args + 1] = a end
-  local nodes = _M.parallel(6, function(i) return _M.start_redis(ports[i], unpack(args)) end)
+  local nodes = _M.parallel(6, function(i)
+    local a = { unpack(args) }
+    if opts.tls then
+      for _, t in ipairs(_M.tls_args()) do a[#a + 1] = t end
+      a[#a + 1] = "--tls-cluster yes"
+    end
+    return _M.start_redis(ports[i], unpack(a))
+  end)
   local c = { nodes = nodes, seeds = { "127.0.0.1:" .. ports[1], "127.0.0.1:" .. ports[2] } }
+  if opts.tls then c.tls_seeds = { "127.0.0.1:" .. nodes[1].tls_port, "127.0.0.1:" .. nodes[2].tls_port } end
 
   --- The live nodes (answering PING), in start order.
   function c.alive()
@@ -467,8 +501,10 @@ function _M.start_cluster(opts)
   os.execute("mkdir -p " .. dir)
   local addrs = {}
   for i = 1, 6 do addrs[i] = "127.0.0.1:" .. ports[i] end
-  assert(_M.sh(string.format("(redis-cli --cluster create %s --cluster-replicas 1 --cluster-yes > %s/create.log 2>&1; " ..
-    "echo $? > %s/create.rc) </dev/null >/dev/null 2>&1 &", table.concat(addrs, " "), dir, dir)))
+  local pw = passwords[ports[1]]
+  assert(_M.sh(string.format("(%sredis-cli --cluster create %s --cluster-replicas 1 --cluster-yes > %s/create.log 2>&1; " ..
+    "echo $? > %s/create.rc) </dev/null >/dev/null 2>&1 &", pw and "REDISCLI_AUTH=" .. pw .. " " or "",
+    table.concat(addrs, " "), dir, dir)))
   local rc
   for _ = 1, 600 do
     rc = read_file(dir .. "/create.rc")

@@ -1,10 +1,18 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local copy, masterOf, shake, handshake, init, isMaster, known, sentinelMasters
+local digest, copy, masterOf, isMaster, known, sentinelMasters
 local check = require("resty.dlock.check")
 local eviction = require("resty.dlock.eviction")
+local setup = require("resty.dlock.redis.setup")
 local schema = require("resty.dlock.schema")
 local sentinel = require("resty.dlock.sentinel")
+function digest(username, password)
+    return string.sub(
+        ngx.md5(((username or "") .. "\0") .. password),
+        1,
+        16
+    )
+end
 --- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
 -- TLS, timeouts, pools per endpoint) for host:port alone.
 function ____exports.node(conf, host, port)
@@ -19,11 +27,7 @@ function ____exports.node(conf, host, port)
     end
     n.pool = ((("dlock:" .. tls) .. n.endpoint) .. ":") .. tostring(conf.db)
     if conf.password ~= nil then
-        n.pool = (n.pool .. ":") .. string.sub(
-            ngx.md5(((conf.username or "") .. "\0") .. conf.password),
-            1,
-            16
-        )
+        n.pool = (n.pool .. ":") .. digest(conf.username, conf.password)
     end
     n.sentinel = nil
     n.topology = "standalone"
@@ -67,44 +71,6 @@ function masterOf(conf, host, port)
         sentinelMasters[name] = m
     end
     return m
-end
-function shake(sock, serverName, verify)
-    return sock:sslhandshake(nil, serverName, verify)
-end
-function handshake(red, conf)
-    local sock = rawget(red, "_sock")
-    if sock == nil then
-        return ("dlock: redis " .. conf.endpoint) .. ": TLS: the Redis client has no socket"
-    end
-    local ok, session, err = pcall(shake, sock, conf.server_name, conf.ssl_verify)
-    if not ok or session == nil then
-        local why = session
-        if ok then
-            why = err
-        end
-        return (("dlock: redis " .. conf.endpoint) .. ": TLS handshake failed: ") .. check.text(why)
-    end
-    local pong, perr = red:ping()
-    if pong ~= "PONG" then
-        return (("dlock: redis " .. conf.endpoint) .. ": TLS handshake failed: ") .. tostring(perr or pong)
-    end
-    return nil
-end
-function init(red, conf)
-    if conf.password ~= nil then
-        local args = conf.username ~= nil and ({conf.username, conf.password}) or ({conf.password})
-        local ok, err = red:auth(unpack(args))
-        if not ok then
-            return (((("dlock: redis " .. conf.endpoint) .. ": authentication failed for user ") .. (conf.username or "default")) .. ": ") .. tostring(err)
-        end
-    end
-    if conf.db ~= 0 then
-        local ok, err = red:select(conf.db)
-        if not ok then
-            return (((("dlock: redis " .. conf.endpoint) .. ": SELECT ") .. tostring(conf.db)) .. " failed: ") .. tostring(err)
-        end
-    end
-    return nil
 end
 --- The server may no longer be the master (a connection error, READONLY,
 -- LOADING): with Sentinel, ask the sentinels again on the next connection.
@@ -325,13 +291,12 @@ function ____exports.parse(v, dict)
     local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. tostring(o.db)
     if sent ~= nil then
         pool = (pool .. ":") .. sent.id
+        if sent.password ~= nil then
+            pool = (pool .. ":") .. digest(sent.username, sent.password)
+        end
     end
     if o.password ~= nil then
-        pool = (pool .. ":") .. string.sub(
-            ngx.md5(((o.username or "") .. "\0") .. o.password),
-            1,
-            16
-        )
+        pool = (pool .. ":") .. digest(o.username, o.password)
     end
     local conf = {
         host = o.host,
@@ -405,7 +370,13 @@ function ____exports.connect(conf)
     if conf.sentinel ~= nil then
         local m = sentinel.cached(conf.pool)
         if m == nil then
-            local found, serr = sentinel.discover(conf.pool, conf.sentinel, client, conf.connect_timeout)
+            local found, serr = sentinel.discover(
+                conf.pool,
+                conf.sentinel,
+                client,
+                conf.connect_timeout,
+                conf
+            )
             if found == nil then
                 return nil, serr
             end
@@ -426,15 +397,9 @@ function ____exports.connect(conf)
     end
     local reused = red:get_reused_times()
     if reused == 0 then
-        local ierr
-        if conf.ssl then
-            ierr = handshake(red, conf)
-        end
+        local ierr = setup.run(red, conf)
         if ierr == nil and conf.sentinel ~= nil then
             ierr = isMaster(red, conf, host, port)
-        end
-        if ierr == nil then
-            ierr = init(red, conf)
         end
         if ierr == nil then
             ierr = eviction.check(

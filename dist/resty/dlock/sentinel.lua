@@ -2,25 +2,34 @@
 local ____exports = {}
 local ask, masters
 local schema = require("resty.dlock.schema")
-function ask(pool, s, client, timeout)
+local setup = require("resty.dlock.redis.setup")
+function ask(pool, s, client, timeout, tls)
     local errors = {}
+    local ____s_ssl_1 = s.ssl
+    if ____s_ssl_1 == nil then
+        ____s_ssl_1 = tls.ssl
+    end
+    local ssl = ____s_ssl_1
     for i = 1, #s.nodes do
         local node = s.nodes[i]
+        local endpoint = (node.host .. ":") .. tostring(node.port)
         local red = client:new()
         if red ~= nil then
             red:set_timeout(timeout)
             local ok, cerr = red:connect(node.host, node.port)
             local why = tostring(cerr)
             if ok ~= nil then
-                local authed = true
-                if s.password ~= nil then
-                    local args = s.username ~= nil and ({s.username, s.password}) or ({s.password})
-                    local a, aerr = red:auth(unpack(args))
-                    authed = a ~= nil and a ~= false
-                    why = (("authentication failed for user " .. (s.username or "default")) .. ": ") .. tostring(aerr)
-                end
-                if authed then
-                    local addr, serr = red:sentinel("get-master-addr-by-name", s.master)
+                local serr = setup.run(red, {
+                    endpoint = "sentinel " .. endpoint,
+                    ssl = ssl,
+                    ssl_verify = tls.ssl_verify,
+                    server_name = tls.server_name,
+                    username = s.username,
+                    password = s.password,
+                    db = 0
+                })
+                if serr == nil then
+                    local addr, aerr = red:sentinel("get-master-addr-by-name", s.master)
                     red:close()
                     if type(addr) == "table" then
                         local t = addr
@@ -38,17 +47,27 @@ function ask(pool, s, client, timeout)
                             return m, nil
                         end
                     end
-                    why = addr == ngx.null and "does not know master " .. s.master or tostring(serr or addr)
+                    why = addr == ngx.null and "does not know master " .. s.master or tostring(aerr or addr)
                 else
                     red:close()
+                    why = string.sub(
+                        serr,
+                        string.len(("dlock: redis sentinel " .. endpoint) .. ": ") + 1
+                    )
                 end
             end
-            errors[#errors + 1] = (((node.host .. ":") .. tostring(node.port)) .. " ") .. why
+            errors[#errors + 1] = (endpoint .. " ") .. why
         end
     end
     return nil, ((("dlock: redis sentinel " .. s.master) .. ": no sentinel named the master (") .. table.concat(errors, "; ")) .. ")"
 end
-local validate = schema.compile("redis.sentinel", {{name = "master", kind = "string", maxLen = 255, required = true}, {name = "nodes", kind = "nodes", required = true}, {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}}, {name = "password", kind = "string", secret = true}})
+local validate = schema.compile("redis.sentinel", {
+    {name = "master", kind = "string", maxLen = 255, required = true},
+    {name = "nodes", kind = "nodes", required = true},
+    {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}},
+    {name = "password", kind = "string", secret = true},
+    {name = "ssl", kind = "boolean"}
+})
 --- The `redis.sentinel` option table.
 function ____exports.parse(v)
     local o, err = validate(v)
@@ -64,7 +83,8 @@ function ____exports.parse(v)
         id = table.concat(names, ","),
         nodes = o.nodes,
         username = o.username,
-        password = o.password
+        password = o.password,
+        ssl = o.ssl
     }, nil
 end
 --- Seconds a worker trusts the sentinels' last answer. A failover is announced
@@ -105,10 +125,16 @@ function ____exports.forget(pool)
     masters[pool] = nil
 end
 --- Ask the sentinels for the master's address. `client` makes a fresh
--- lua-resty-redis object; timeouts are the factory's.
-function ____exports.discover(pool, s, client, timeout)
+-- lua-resty-redis object; timeouts and TLS settings are the factory's.
+function ____exports.discover(pool, s, client, timeout, tls)
     asking[pool] = true
-    local m, err = ask(pool, s, client, timeout)
+    local m, err = ask(
+        pool,
+        s,
+        client,
+        timeout,
+        tls
+    )
     asking[pool] = nil
     return m, err
 end

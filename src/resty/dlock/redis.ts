@@ -3,6 +3,7 @@
 
 import * as check from "./check";
 import * as eviction from "./eviction";
+import * as setup from "./redis/setup";
 import * as schema from "./schema";
 import * as sentinel from "./sentinel";
 
@@ -192,10 +193,12 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   let pool = "dlock:" + tls + endpoint + ":" + o.db;
   if (sent !== undefined) {
     pool = pool + ":" + sent.id;
+    // Two factories asking the same sentinels with other credentials share no answers.
+    if (sent.password !== undefined) pool = pool + ":" + digest(sent.username, sent.password);
   }
   if (o.password !== undefined) {
     // A digest, not the secret, ends up in the pool name (it shows in debug logs).
-    pool = pool + ":" + string.sub(ngx.md5((o.username ?? "") + "\0" + o.password), 1, 16);
+    pool = pool + ":" + digest(o.username, o.password);
   }
   const conf: RedisConf = {
     host: o.host, port: o.port, path: o.path, username: o.username, password: o.password, db: o.db,
@@ -219,6 +222,11 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   return $multi(conf, undefined);
 }
 
+/** A digest of credentials, never the secret, for pool names (they show in debug logs). */
+function digest(username: string | undefined, password: string): string {
+  return string.sub(ngx.md5((username ?? "") + "\0" + password), 1, 16);
+}
+
 /**
  * One server of a cluster or a Redlock set: the settings of `conf` (credentials,
  * TLS, timeouts, pools per endpoint) for host:port alone.
@@ -235,7 +243,7 @@ export function node(conf: RedisConf, host: string, port: number): RedisConf {
   }
   n.pool = "dlock:" + tls + n.endpoint + ":" + conf.db;
   if (conf.password !== undefined) {
-    n.pool = n.pool + ":" + string.sub(ngx.md5((conf.username ?? "") + "\0" + conf.password), 1, 16);
+    n.pool = n.pool + ":" + digest(conf.username, conf.password);
   }
   n.sentinel = undefined;
   n.topology = "standalone";
@@ -299,7 +307,7 @@ export function connect(conf: RedisConf): LuaMultiReturn<[RestyRedis | undefined
   if (conf.sentinel !== undefined) {
     let m = sentinel.cached(conf.pool);
     if (m === undefined) {
-      const [found, serr] = sentinel.discover(conf.pool, conf.sentinel, client as RestyRedisModule, conf.connect_timeout);
+      const [found, serr] = sentinel.discover(conf.pool, conf.sentinel, client as RestyRedisModule, conf.connect_timeout, conf);
       if (found === undefined) return $multi(undefined, serr);
       m = found;
     }
@@ -319,10 +327,9 @@ export function connect(conf: RedisConf): LuaMultiReturn<[RestyRedis | undefined
   }
   const [reused] = red.get_reused_times();
   if (reused === 0) {
-    let ierr: string | undefined;
-    if (conf.ssl) ierr = handshake(red, conf);
+    // TLS, AUTH and SELECT first: a server with a password answers anything else with NOAUTH.
+    let ierr = setup.run(red, conf);
     if (ierr === undefined && conf.sentinel !== undefined) ierr = isMaster(red, conf, host, port);
-    if (ierr === undefined) ierr = init(red, conf);
     // With Sentinel, each master it names is checked on its own: a failover can
     // land on a server configured differently.
     if (ierr === undefined) ierr = eviction.check(red, conf.sentinel !== undefined ? masterOf(conf, host, port) : conf);
@@ -345,61 +352,6 @@ function masterOf(conf: RedisConf, host: string, port: number): RedisConf {
     sentinelMasters.set(name, m);
   }
   return m;
-}
-
-function shake(this: void, sock: NgxTcpSocket, serverName: string | undefined, verify: boolean): LuaMultiReturn<[unknown, string | undefined]> {
-  return sock.sslhandshake(undefined, serverName, verify);
-}
-
-/**
- * TLS on a fresh connection (a pooled one did it when it was fresh), on the
- * client's own socket: lua-resty-redis 0.27 has no ssl option, and this way
- * both clients behave the same. Never plaintext: any failure is an error and
- * the connection is closed, never pooled. lua-resty-core 0.1.25's sslhandshake
- * sometimes raises on a verification failure instead of returning an error,
- * and has been seen to report success on a failed one: hence the pcall, and a
- * PING before the connection is used. ssl_verify checks the chain against
- * lua_ssl_trusted_certificate and the name against server_name.
- */
-function handshake(red: RestyRedis, conf: RedisConf): string | undefined {
-  // Both 0.27 and 0.28 keep their cosocket in the `_sock` field.
-  const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock");
-  if (sock === undefined) {
-    return "dlock: redis " + conf.endpoint + ": TLS: the Redis client has no socket";
-  }
-  const [ok, session, err] = pcall(shake, sock, conf.server_name, conf.ssl_verify);
-  if (!ok || session === undefined) {
-    // A raise leaves its message where the session would be.
-    let why: unknown = session;
-    if (ok) why = err;
-    return "dlock: redis " + conf.endpoint + ": TLS handshake failed: " + check.text(why);
-  }
-  const [pong, perr] = red.ping();
-  if (pong !== "PONG") {
-    return "dlock: redis " + conf.endpoint + ": TLS handshake failed: " + tostring(perr ?? pong);
-  }
-  return undefined;
-}
-
-/** AUTH and SELECT, once per fresh connection (pooled ones are already set up). */
-function init(red: RestyRedis, conf: RedisConf): string | undefined {
-  if (conf.password !== undefined) {
-    // Two-argument AUTH is the ACL form (Redis >= 6); one argument is requirepass.
-    const args = conf.username !== undefined ? [conf.username, conf.password] : [conf.password];
-    const [ok, err] = red.auth(...args);
-    if (!ok) {
-      // The user, never the password: which of several credentials is wrong.
-      return "dlock: redis " + conf.endpoint + ": authentication failed for user " + (conf.username ?? "default") +
-        ": " + tostring(err);
-    }
-  }
-  if (conf.db !== 0) {
-    const [ok, err] = red.select(conf.db);
-    if (!ok) {
-      return "dlock: redis " + conf.endpoint + ": SELECT " + conf.db + " failed: " + tostring(err);
-    }
-  }
-  return undefined;
 }
 
 /**

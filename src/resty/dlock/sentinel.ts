@@ -6,6 +6,7 @@
 // failover locks resume on the new master without an nginx reload.
 
 import * as schema from "./schema";
+import * as setup from "./redis/setup";
 
 export interface Node {
   readonly host: string;
@@ -20,6 +21,8 @@ export interface SentinelConf {
   readonly nodes: Node[];
   readonly username: string | undefined;
   readonly password: string | undefined;
+  /** TLS to the sentinels; nil: as to the data nodes (redis.ssl). */
+  readonly ssl: boolean | undefined;
 }
 
 /** What the `redis.sentinel` schema hands back: a SentinelConf but for its id. */
@@ -28,6 +31,7 @@ interface Options {
   readonly nodes: Node[];
   readonly username: string | undefined;
   readonly password: string | undefined;
+  readonly ssl: boolean | undefined;
 }
 
 const validate = schema.compile<Options>("redis.sentinel", [
@@ -35,6 +39,7 @@ const validate = schema.compile<Options>("redis.sentinel", [
   { name: "nodes", kind: "nodes", required: true },
   { name: "username", kind: "string", maxLen: 1024, requires: [{ option: "password", must: "set" }] },
   { name: "password", kind: "string", secret: true },
+  { name: "ssl", kind: "boolean" },
 ]);
 
 /** The `redis.sentinel` option table. */
@@ -43,7 +48,7 @@ export function parse(this: void, v: unknown): LuaMultiReturn<[SentinelConf | un
   if (o === undefined) return $multi(undefined, err);
   const names: string[] = [];
   for (const n of o.nodes) names.push(n.host + ":" + n.port);
-  return $multi({ master: o.master, id: table.concat(names, ","), nodes: o.nodes, username: o.username, password: o.password }, undefined);
+  return $multi({ master: o.master, id: table.concat(names, ","), nodes: o.nodes, username: o.username, password: o.password, ssl: o.ssl }, undefined);
 }
 
 /**
@@ -84,36 +89,43 @@ export function forget(pool: string): void {
   masters.delete(pool);
 }
 
+/** The factory's TLS settings: the sentinels use them unless redis.sentinel.ssl says otherwise. */
+export interface Tls {
+  readonly ssl: boolean;
+  readonly ssl_verify: boolean;
+  readonly server_name: string | undefined;
+}
+
 /**
  * Ask the sentinels for the master's address. `client` makes a fresh
- * lua-resty-redis object; timeouts are the factory's.
+ * lua-resty-redis object; timeouts and TLS settings are the factory's.
  */
-export function discover(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number): LuaMultiReturn<[Node | undefined, string | undefined]> {
+export function discover(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
   asking.set(pool, true);
-  const [m, err] = ask(pool, s, client, timeout);
+  const [m, err] = ask(pool, s, client, timeout, tls);
   asking.delete(pool);
   return $multi(m, err);
 }
 
-function ask(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number): LuaMultiReturn<[Node | undefined, string | undefined]> {
+function ask(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
   const errors: string[] = [];
+  const ssl = s.ssl ?? tls.ssl;
   for (const i of $range(1, s.nodes.length)) {
     const node = s.nodes[i - 1]!;
+    const endpoint = node.host + ":" + node.port;
     const [red] = client.new();
     if (red !== undefined) {
       red.set_timeout(timeout);
       const [ok, cerr] = red.connect(node.host, node.port);
       let why = tostring(cerr);
       if (ok !== undefined) {
-        let authed = true;
-        if (s.password !== undefined) {
-          const args = s.username !== undefined ? [s.username, s.password] : [s.password];
-          const [a, aerr] = red.auth(...args);
-          authed = a !== undefined && a !== false;
-          why = "authentication failed for user " + (s.username ?? "default") + ": " + tostring(aerr);
-        }
-        if (authed) {
-          const [addr, serr] = red.sentinel("get-master-addr-by-name", s.master);
+        // The sentinel's own TLS and credentials, in the order every server accepts.
+        const serr = setup.run(red, {
+          endpoint: "sentinel " + endpoint, ssl, ssl_verify: tls.ssl_verify, server_name: tls.server_name,
+          username: s.username, password: s.password, db: 0,
+        });
+        if (serr === undefined) {
+          const [addr, aerr] = red.sentinel("get-master-addr-by-name", s.master);
           red.close();
           if (type(addr) === "table") {
             const t = addr as LuaTable<number, string>;
@@ -129,12 +141,14 @@ function ask(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: n
               return $multi(m, undefined);
             }
           }
-          why = addr === ngx.null ? "does not know master " + s.master : tostring(serr ?? addr);
+          why = addr === ngx.null ? "does not know master " + s.master : tostring(aerr ?? addr);
         } else {
           red.close();
+          // setup's message names the sentinel already; keep only why.
+          why = string.sub(serr, string.len("dlock: redis sentinel " + endpoint + ": ") + 1);
         }
       }
-      errors.push(node.host + ":" + node.port + " " + why);
+      errors.push(endpoint + " " + why);
     }
   }
   return $multi(undefined, "dlock: redis sentinel " + s.master + ": no sentinel named the master (" + table.concat(errors, "; ") + ")");

@@ -1,0 +1,78 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.check")
+local function shake(sock, serverName, verify)
+    return sock:sslhandshake(nil, serverName, verify)
+end
+--- TLS on the client's own socket: lua-resty-redis 0.27 has no ssl option, and
+-- this way both clients behave the same. Never plaintext: any failure is an
+-- error (the caller closes the connection). lua-resty-core 0.1.25's
+-- sslhandshake sometimes raises on a verification failure instead of
+-- returning an error: hence the pcall. ssl_verify checks the chain against
+-- lua_ssl_trusted_certificate and the name against server_name.
+local function tls(red, s)
+    local sock = rawget(red, "_sock")
+    if sock == nil then
+        return ("dlock: redis " .. s.endpoint) .. ": TLS: the Redis client has no socket"
+    end
+    local ok, session, err = pcall(shake, sock, s.server_name, s.ssl_verify)
+    if not ok or session == nil then
+        local why = session
+        if ok then
+            why = err
+        end
+        return (("dlock: redis " .. s.endpoint) .. ": TLS handshake failed: ") .. check.text(why)
+    end
+    return nil
+end
+--- The first reply over TLS proves the handshake: the same lua-resty-core has
+-- been seen to report success on a failed one. A Redis error reply (false)
+-- came through TLS; a socket error (nil) did not.
+local function viaTls(s, ok, err)
+    if s.ssl and ok == nil then
+        return (("dlock: redis " .. s.endpoint) .. ": TLS handshake failed: ") .. tostring(err)
+    end
+    return nil
+end
+--- Set up a fresh connection; nil, or what went wrong (the caller closes it).
+function ____exports.run(red, s)
+    if s.ssl then
+        local terr = tls(red, s)
+        if terr ~= nil then
+            return terr
+        end
+    end
+    if s.password ~= nil then
+        local ok
+        local err
+        if s.username ~= nil then
+            ok, err = red:auth(s.username, s.password)
+        else
+            ok, err = red:auth(s.password)
+        end
+        if not ok then
+            local terr = viaTls(s, ok, err)
+            if terr ~= nil then
+                return terr
+            end
+            return (((("dlock: redis " .. s.endpoint) .. ": authentication failed for user ") .. (s.username or "default")) .. ": ") .. tostring(err)
+        end
+    elseif s.ssl then
+        local pong, err = red:ping()
+        if pong ~= "PONG" then
+            local terr = viaTls(s, pong, err)
+            if terr ~= nil then
+                return terr
+            end
+            return (("dlock: redis " .. s.endpoint) .. ": PING after the TLS handshake failed: ") .. tostring(err)
+        end
+    end
+    if s.db ~= 0 then
+        local ok, err = red:select(s.db)
+        if not ok then
+            return (((("dlock: redis " .. s.endpoint) .. ": SELECT ") .. tostring(s.db)) .. " failed: ") .. tostring(err)
+        end
+    end
+    return nil
+end
+return ____exports

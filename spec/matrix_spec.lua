@@ -1,0 +1,182 @@
+-- Every Redis deployment production runs, with its credentials: {standalone,
+-- Sentinel, Cluster, Redlock} x {plain, TLS with ssl_verify} x {no auth,
+-- requirepass, ACL user}, Sentinel also with the sentinels' own password. Real
+-- servers for each cell; every cell takes a lock that Redis really holds, is
+-- refused by another holder, and releases it. Wrong or missing credentials are
+-- refused with a message naming the user and never the secret.
+local h = require "helpers"
+local dlock = require "resty.dlock"
+
+local PASSWORD = "requirepass-secret-1"
+local USER, USER_PASSWORD = "locker", "acl-secret-2"
+local SENTINEL_PASSWORD = "sentinel-secret-3"
+local MASTER = "matrix"
+
+local function concat(...)
+  local out = {}
+  for _, list in ipairs({ ... }) do
+    for _, v in ipairs(list) do out[#out + 1] = v end
+  end
+  return out
+end
+
+local function addr(port) return "127.0.0.1:" .. port end
+
+-- One set of servers for a {TLS, auth} column: a standalone server (also the
+-- master the sentinels watch and the first Redlock master), two more Redlock
+-- masters, a sentinel without and one with a password of its own, a cluster.
+local function start_set(tls, auth)
+  local args = {}
+  if auth then
+    -- requirepass is the default user's password; the ACL user has its own.
+    args = { "--requirepass " .. PASSWORD, "--masterauth " .. PASSWORD,
+             "--user " .. USER .. " on '>" .. USER_PASSWORD .. "' '~*' '&*' '+@all'" }
+  end
+  local function server()
+    return h.start_redis(nil, unpack(tls and concat(args, h.tls_args()) or args))
+  end
+  local set = { tls = tls, auth = auth }
+  set.servers = h.parallel(3, server)
+  set.main = set.servers[1]
+  local function port(r) return tls and r.tls_port or r.port end
+  local function sconf()
+    local conf = {}
+    if tls then
+      -- The sentinel's own TLS port, and TLS to the master it watches.
+      local t = h.tls_args()
+      for i = 1, #t do conf[#conf + 1] = (t[i]:gsub("^%-%-", "")) end
+    end
+    if auth then conf[#conf + 1] = "sentinel auth-pass " .. MASTER .. " " .. PASSWORD end
+    return table.concat(conf, "\n")
+  end
+  set.sentinel = h.start_sentinel(MASTER, port(set.main), { conf = sconf() })
+  set.guarded_sentinel = h.start_sentinel(MASTER, port(set.main), { conf = sconf(), password = SENTINEL_PASSWORD })
+  set.cluster = h.start_cluster({ args = args, tls = tls })
+  set.port = port
+  return set
+end
+
+-- Sentinels listen for TLS on the port their conf names.
+local function sentinel_addr(set, s)
+  if not set.tls then return addr(s.port) end
+  local f = assert(io.open(s.dir .. "/sentinel.conf"))
+  local text = f:read("*a")
+  f:close()
+  return addr(assert(tonumber(text:match("tls%-port (%d+)"))))
+end
+
+-- The redis option table of one cell; creds: {} / {password} / {username, password}.
+local function redis_opts(set, topology, creds, sentinel_creds)
+  local o = { connect_timeout = 1000, read_timeout = 1000 }
+  if set.tls then
+    o.ssl, o.ssl_verify, o.server_name = true, true, "localhost"
+  end
+  o.username, o.password = creds.username, creds.password
+  if topology == "standalone" then
+    o.port = set.port(set.main)
+  elseif topology == "sentinel" then
+    local s = sentinel_creds and set.guarded_sentinel or set.sentinel
+    o.sentinel = { master = MASTER, nodes = { sentinel_addr(set, s) } }
+    if sentinel_creds then o.sentinel.password = sentinel_creds.password end
+  elseif topology == "cluster" then
+    o.cluster = { nodes = set.tls and set.cluster.tls_seeds or set.cluster.seeds }
+  else
+    local masters = {}
+    for i, r in ipairs(set.servers) do masters[i] = addr(set.port(r)) end
+    o.redlock = masters
+  end
+  return o
+end
+
+-- The servers that must hold a key of this cell (read on their plaintext ports).
+local function holders(set, topology, key)
+  if topology == "redlock" then return { set.servers[1].port, set.servers[2].port, set.servers[3].port } end
+  if topology == "cluster" then return { set.cluster.slot_owner(key) } end
+  return { set.main.port }
+end
+
+local function exercise(set, topology, opts)
+  local prefix = h.unique("matrix")
+  local a, err = dlock.new({ dict = "dlock", prefix = prefix, redis = opts })
+  assert(a, err)
+  local b = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = opts }))
+  local lease, aerr = a:acquire("k", { ttl = 5000 })
+  assert(lease, aerr)
+  for _, port in ipairs(holders(set, topology, prefix .. "k")) do
+    assert.equal(lease.token, h.cmd(port, "get", prefix .. "k"))
+  end
+  local none, berr = b:acquire("k")
+  assert.is_nil(none)
+  assert.equal("busy", berr)
+  assert.is_true(lease:release())
+  for _, port in ipairs(holders(set, topology, prefix .. "k")) do
+    assert.equal(0, h.cmd(port, "exists", prefix .. "k"))
+  end
+  local again = assert(b:acquire("k", { ttl = 5000 }))
+  assert.is_true(again:release())
+end
+
+local function refused(opts, pattern, secret)
+  local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("matrix"), redis = opts }))
+  local lease, err = l:acquire("k", { ttl = 5000 })
+  assert.is_nil(lease)
+  assert.matches(pattern, err)
+  if secret then assert.is_nil(err:find(secret, 1, true), "the error shows the secret: " .. err) end
+  return err
+end
+
+local TOPOLOGIES = { "standalone", "sentinel", "cluster", "redlock" }
+
+for _, tls in ipairs({ false, true }) do
+  local column = tls and "TLS with ssl_verify" or "plain"
+  for _, auth in ipairs({ false, true }) do
+    describe("every topology, " .. column .. ", " .. (auth and "with credentials" or "no auth") .. ":", function()
+      local set
+      setup(function() set = start_set(tls, auth) end)
+      teardown(function()
+        if not set then return end
+        set.sentinel.stop()
+        set.guarded_sentinel.stop()
+        set.cluster.stop()
+        for _, r in ipairs(set.servers) do r.stop() end
+      end)
+
+      local cells = auth and {
+        { "requirepass", { password = PASSWORD } },
+        { "ACL user", { username = USER, password = USER_PASSWORD } },
+      } or { { "no auth", {} } }
+
+      for _, topology in ipairs(TOPOLOGIES) do
+        for _, cell in ipairs(cells) do
+          it(topology .. ", " .. cell[1] .. ": acquires a lock Redis holds, refuses a second holder, releases", function()
+            exercise(set, topology, redis_opts(set, topology, cell[2]))
+          end)
+        end
+      end
+
+      it("sentinel with a password of its own (and " .. (auth and "the masters'" or "no") .. " password): acquires and releases", function()
+        local creds = auth and { password = PASSWORD } or {}
+        exercise(set, "sentinel", redis_opts(set, "sentinel", creds, { password = SENTINEL_PASSWORD }))
+      end)
+
+      it("sentinel with a wrong password of its own: refused naming the sentinel and its user, never the secret", function()
+        local creds = auth and { password = PASSWORD } or {}
+        local err = refused(redis_opts(set, "sentinel", creds, { password = "wrong-sentinel-pw" }),
+          "no sentinel named the master %(.*authentication failed for user default", "wrong-sentinel-pw")
+        assert.matches(sentinel_addr(set, set.guarded_sentinel):gsub("%.", "%%."), err)
+      end)
+
+      if auth then
+        for _, topology in ipairs(TOPOLOGIES) do
+          it(topology .. ", a wrong password: refused naming the user, never the secret", function()
+            refused(redis_opts(set, topology, { username = USER, password = "wrong-pw-4" }),
+              "authentication failed for user " .. USER, "wrong-pw-4")
+          end)
+          it(topology .. ", no password for a server that wants one: refused with Redis' NOAUTH", function()
+            refused(redis_opts(set, topology, {}), "NOAUTH")
+          end)
+        end
+      end
+    end)
+  end
+end

@@ -1,0 +1,98 @@
+// What a fresh connection goes through before its first command, in the one
+// order every Redis accepts: TLS, then AUTH, then SELECT. Servers with a
+// password answer anything else, PING and ROLE included, with NOAUTH, so
+// nothing may be sent ahead of AUTH. Used for data nodes (redis.ts) and for
+// sentinels (sentinel.ts); pooled connections went through it when fresh.
+
+import * as check from "../check";
+
+/** How to set up one connection: the factory's settings, or the sentinels' own. */
+export interface Setup {
+  /** "host:port" or the socket path, for messages. */
+  readonly endpoint: string;
+  readonly ssl: boolean;
+  readonly ssl_verify: boolean;
+  readonly server_name: string | undefined;
+  readonly username: string | undefined;
+  readonly password: string | undefined;
+  /** 0: no SELECT (sentinels have no databases). */
+  readonly db: number;
+}
+
+function shake(this: void, sock: NgxTcpSocket, serverName: string | undefined, verify: boolean): LuaMultiReturn<[unknown, string | undefined]> {
+  return sock.sslhandshake(undefined, serverName, verify);
+}
+
+/**
+ * TLS on the client's own socket: lua-resty-redis 0.27 has no ssl option, and
+ * this way both clients behave the same. Never plaintext: any failure is an
+ * error (the caller closes the connection). lua-resty-core 0.1.25's
+ * sslhandshake sometimes raises on a verification failure instead of
+ * returning an error: hence the pcall. ssl_verify checks the chain against
+ * lua_ssl_trusted_certificate and the name against server_name.
+ */
+function tls(red: RestyRedis, s: Setup): string | undefined {
+  // Both 0.27 and 0.33 keep their cosocket in the `_sock` field.
+  const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock");
+  if (sock === undefined) {
+    return "dlock: redis " + s.endpoint + ": TLS: the Redis client has no socket";
+  }
+  const [ok, session, err] = pcall(shake, sock, s.server_name, s.ssl_verify);
+  if (!ok || session === undefined) {
+    // A raise leaves its message where the session would be.
+    let why: unknown = session;
+    if (ok) why = err;
+    return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + check.text(why);
+  }
+  return undefined;
+}
+
+/**
+ * The first reply over TLS proves the handshake: the same lua-resty-core has
+ * been seen to report success on a failed one. A Redis error reply (false)
+ * came through TLS; a socket error (nil) did not.
+ */
+function viaTls(s: Setup, ok: unknown, err: string | undefined): string | undefined {
+  if (s.ssl && ok === undefined) {
+    return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + tostring(err);
+  }
+  return undefined;
+}
+
+/** Set up a fresh connection; nil, or what went wrong (the caller closes it). */
+export function run(red: RestyRedis, s: Setup): string | undefined {
+  if (s.ssl) {
+    const terr = tls(red, s);
+    if (terr !== undefined) return terr;
+  }
+  if (s.password !== undefined) {
+    // Two-argument AUTH is the ACL form (Redis >= 6); one argument is requirepass.
+    let ok: string | false | undefined;
+    let err: string | undefined;
+    if (s.username !== undefined) {
+      [ok, err] = red.auth(s.username, s.password);
+    } else {
+      [ok, err] = red.auth(s.password);
+    }
+    if (!ok) {
+      const terr = viaTls(s, ok, err);
+      if (terr !== undefined) return terr;
+      // The user, never the password: which of several credentials is wrong.
+      return "dlock: redis " + s.endpoint + ": authentication failed for user " + (s.username ?? "default") + ": " + tostring(err);
+    }
+  } else if (s.ssl) {
+    const [pong, err] = red.ping();
+    if (pong !== "PONG") {
+      const terr = viaTls(s, pong, err);
+      if (terr !== undefined) return terr;
+      return "dlock: redis " + s.endpoint + ": PING after the TLS handshake failed: " + tostring(err);
+    }
+  }
+  if (s.db !== 0) {
+    const [ok, err] = red.select(s.db);
+    if (!ok) {
+      return "dlock: redis " + s.endpoint + ": SELECT " + s.db + " failed: " + tostring(err);
+    }
+  }
+  return undefined;
+}

@@ -36,7 +36,10 @@ describe("gateway guards", function()
     if n then n.stop() end
   end)
 
+  local key_errors_took   -- seconds the requests of the first test took: the log may have one line per worker and second of them
+
   it("refuse the request (on_error = deny: 503) when the key function raises or returns a table, never let it through", function()
+    local t0 = h.now()
     for _, name in ipairs({ "raises", "table_key" }) do
       for _ = 1, 6 do
         assert.equal(503, get("/" .. name .. "?key=" .. name).status)
@@ -45,14 +48,16 @@ describe("gateway guards", function()
       assert.is_true(counters(name).key_errors >= 6)
       assert.equal(0, counters(name).missing_key)
     end
+    key_errors_took = h.now() - t0
   end)
 
   it("log a key that cannot be computed at error level, naming the guard and the problem, once an interval per worker", function()
     local raised = lines("%[error%][^\n]*guard raises: no key: the key function raised: [^\n]*no key today")
     local tbl = lines("%[error%][^\n]*guard table_key: no key: the key function returned a table, not a string")
-    -- 6 requests each, 2 workers, one line per worker and interval (1 s here).
-    assert.is_true(raised >= 1 and raised <= 2, raised .. " lines")
-    assert.is_true(tbl >= 1 and tbl <= 2, tbl .. " lines")
+    -- 6 requests each, 2 workers, one line per worker and interval (1 s here), not one per request.
+    local most = math.min(5, 2 * (math.ceil(key_errors_took) + 1))
+    assert.is_true(raised >= 1 and raised <= most, raised .. " lines")
+    assert.is_true(tbl >= 1 and tbl <= most, tbl .. " lines")
     assert.is_truthy(n.error_log():find("refused with 503 (on_error = \"deny\")", 1, true))
   end)
 

@@ -25,7 +25,10 @@ local function request(n, method, path, opts)
   assert(sock:connect("127.0.0.1", n.port))
   local body = opts.body or ""
   local lines = { method .. " " .. path .. " HTTP/1.0", "Host: localhost", "Content-Length: " .. #body }
-  for k, v in pairs(opts.headers or {}) do lines[#lines + 1] = k .. ": " .. v end
+  local headers = opts.headers or {}
+  -- One client unless a test says otherwise: the guards keep keys per Authorization.
+  if headers.Authorization == nil and not opts.anonymous then lines[#lines + 1] = "Authorization: Bearer spec-client" end
+  for k, v in pairs(headers) do lines[#lines + 1] = k .. ": " .. v end
   assert(sock:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. body))
   if opts.abort_after then
     ngx.sleep(opts.abort_after / 1000)
@@ -50,6 +53,37 @@ local function request(n, method, path, opts)
     end
   end
   return res
+end
+
+--- POST over HTTP/1.1: returns as soon as the last byte of the body is in (chunked or
+--- Content-Length), before nginx ends the request (its log phase, the close).
+local function post11(n, path, key, body)
+  local sock = ngx.socket.tcp()
+  sock:settimeout(10000)
+  assert(sock:connect("127.0.0.1", n.port))
+  assert(sock:send("POST " .. path .. " HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer spec-client\r\n" ..
+    "Idempotency-Key: " .. key .. "\r\nContent-Length: " .. #body .. "\r\n\r\n" .. body))
+  local status = tonumber(assert(sock:receive("*l")):match("^HTTP/1%.1 (%d+)"))
+  local headers = {}
+  while true do
+    local line = assert(sock:receive("*l"))
+    if line == "" then break end
+    local k, v = line:match("^([^:]+): *(.*)$")
+    headers[k:lower()] = v
+  end
+  local parts = {}
+  if headers["content-length"] then
+    parts[1] = assert(sock:receive(tonumber(headers["content-length"])))
+  elseif headers["transfer-encoding"] == "chunked" then
+    while true do
+      local size = tonumber(assert(sock:receive("*l")), 16)
+      if size == 0 then assert(sock:receive("*l")) break end
+      parts[#parts + 1] = assert(sock:receive(size))
+      assert(sock:receive("*l"))
+    end
+  end
+  sock:close()
+  return { status = status, headers = headers, body = table.concat(parts) }
 end
 
 local function post(n, path, key, body, extra)
@@ -84,9 +118,9 @@ local function fresh(name)
   return k, "?key=" .. k
 end
 
---- The headers a replay must repeat (what the application sent).
+--- The headers a replay must repeat (what the application sent, but its cookies).
 local function app_headers(res)
-  return { res.headers["content-type"], res.headers["x-execution"], res.headers["set-cookie"] }
+  return { res.headers["content-type"], res.headers["x-execution"] }
 end
 
 describe("gateway mode idempotency", function()
@@ -102,10 +136,11 @@ describe("gateway mode idempotency", function()
     if redis then redis.stop() end
   end)
 
-  it("runs 50 concurrent requests with one key once: one answer from the backend, 49 x 409 problem+json with Retry-After", function()
+  it("runs 50 concurrent requests with one key once: one answer from the backend, 49 x 409 problem+json with Retry-After after waiting 1 s", function()
     local key, q = fresh("burst")
+    local t0 = h.now()
     local results = h.parallel(50, function()
-      return post(a, "/payments" .. q .. "&ms=500", key, "{}")
+      return post(a, "/payments" .. q .. "&ms=2500", key, "{}")
     end)
     local created, conflicts = 0, 0
     for _, res in ipairs(results) do
@@ -120,7 +155,40 @@ describe("gateway mode idempotency", function()
     assert.equal(1, created)
     assert.equal(49, conflicts)
     assert.equal(1, executions(a, key))
+    assert.is_true(h.now() - t0 >= 2.4)
   end)
+
+  it("gives the duplicates that come while the first request runs its response after it, once it is done within the wait (1 s by default)", function()
+    local key, q = fresh("short-burst")
+    local results = h.parallel(20, function(i)
+      return post(i % 2 == 0 and a or b, "/payments" .. q .. "&ms=300", key, "{}")
+    end)
+    local first, replayed = 0, 0
+    for _, res in ipairs(results) do
+      assert.equal(201, res.status)
+      if res.headers["idempotent-replayed"] == "true" then replayed = replayed + 1 else first = first + 1 end
+      assert.equal(results[1].body, res.body)
+    end
+    assert.equal(1, first)
+    assert.equal(19, replayed)
+    assert.equal(1, executions(a, key))
+  end)
+
+  for _, where in ipairs({ "the same nginx", "another nginx of the fleet" }) do
+    it("answers a retry sent the moment the first response is in with the replay, never 409, from " .. where ..
+       " (50 times, the first worker busy after each response)", function()
+      local other = where == "the same nginx" and a or b
+      for i = 1, 50 do
+        local key, q = fresh("immediate-" .. i)
+        local first = post11(a, "/busy" .. q, key, "{}")
+        assert.equal(201, first.status)
+        local again = post(other, "/busy" .. q, key, "{}")
+        assert.equal(201, again.status, "retry " .. i .. ": " .. tostring(again.body))
+        assert.equal("true", again.headers["idempotent-replayed"])
+        assert.equal(first.body, again.body)
+      end
+    end)
+  end
 
   it("with wait, gives all 50 concurrent requests the same response from one run", function()
     local key, q = fresh("wait")
@@ -196,7 +264,7 @@ describe("gateway mode idempotency", function()
   it("runs duplicates sent to two nginx at once only once", function()
     local key, q = fresh("fleet-burst")
     local results = h.parallel(20, function(i)
-      return post(i % 2 == 0 and a or b, "/payments" .. q .. "&ms=300", key, "{}")
+      return post(i % 2 == 0 and a or b, "/payments" .. q .. "&ms=1500", key, "{}")
     end)
     local created = 0
     for _, res in ipairs(results) do
@@ -223,6 +291,58 @@ describe("gateway mode idempotency", function()
     problem(post(a, "/payments" .. q .. "&ms=400", key, "two"), 422, "mismatch")
     local _, first = ngx.thread.wait(slow)
     assert.equal(201, first.status)
+  end)
+
+  it("refuses a key without the scope that tells clients apart (on_missing = reject): 400, runs nothing", function()
+    local key, q = fresh("no-scope")
+    problem(request(a, "POST", "/payments" .. q, { anonymous = true, headers = { ["Idempotency-Key"] = key }, body = "{}" }),
+      400, "missing-scope")
+    assert.equal(0, executions(a, key))
+  end)
+
+  it("with scope = false, shares keys among all clients", function()
+    local key, q = fresh("shared")
+    local one = post(a, "/waiting" .. q, key, "{}", { Authorization = "Bearer tenant-1" })
+    local two = post(a, "/waiting" .. q, key, "{}", { Authorization = "Bearer tenant-2" })
+    assert.equal(one.body, two.body)
+    assert.equal("true", two.headers["idempotent-replayed"])
+    assert.equal(1, executions(a, key))
+  end)
+
+  it("never stores nor replays Set-Cookie, unless store_headers lists it", function()
+    local key, q = fresh("cookie")
+    local first = post(a, "/payments" .. q, key, "{}")
+    assert.same({ "a=1; Path=/", "b=2; Path=/" }, first.headers["set-cookie"])
+    local again = post(a, "/payments" .. q, key, "{}")
+    assert.equal("true", again.headers["idempotent-replayed"])
+    assert.is_nil(again.headers["set-cookie"])
+    assert.equal(first.headers["x-execution"], again.headers["x-execution"])
+    for _, k in ipairs(h.cmd(redis.port, "keys", "dlock:gw:payments:*")) do
+      for _, v in ipairs(h.cmd(redis.port, "hvals", k)) do assert.is_nil(v:find("a=1; Path", 1, true)) end
+    end
+    local key2, q2 = fresh("cookie")
+    local listed = post(a, "/cookies" .. q2, key2, "{}")
+    local replayed = post(a, "/cookies" .. q2, key2, "{}")
+    assert.equal("true", replayed.headers["idempotent-replayed"])
+    assert.same(listed.headers["set-cookie"], replayed.headers["set-cookie"])
+  end)
+
+  it("follows on_error, not on_missing, when the key or scope function raises or returns a table: 503, runs nothing, logs it once", function()
+    local key, q = fresh("key-fn")
+    for _, path in ipairs({ "/raises", "/table_key", "/scope_raises" }) do
+      for _ = 1, 3 do
+        problem(post(a, path .. q, key, "{}"), 503, "unavailable")
+      end
+    end
+    assert.equal(0, executions(a, key))
+    local log = a.error_log()
+    local _, raised = log:gsub("guard raises: no key: the key function raised: [^\n]*no key today", "")
+    local _, tbl = log:gsub("guard table_key: no key: the key function returned a table, not a string", "")
+    local _, scope = log:gsub("guard scope_raises: no key: scope: the key function raised: [^\n]*no scope", "")
+    -- At most once per worker (2) in the interval, not per request (3).
+    for _, n in ipairs({ raised, tbl, scope }) do assert.is_true(n >= 1 and n <= 2, n .. " lines") end
+    assert.is_truthy(log:find("refused with 503 (on_error = \"deny\")", 1, true))
+    assert.is_true(guard(a, "raises").key_errors >= 3)
   end)
 
   it("keeps tenants apart: the same key with two Authorization headers runs twice", function()
@@ -303,18 +423,20 @@ describe("gateway mode idempotency", function()
     assert.equal(4, executions(a, key2))
   end)
 
-  it("stores and replays a response without a body (204)", function()
-    local key, q = fresh("nobody")
-    local first = post(a, "/payments" .. q .. "&status=204", key, "{}")
-    assert.equal(204, first.status)
-    ngx.sleep(0.1)
-    local again = post(a, "/payments" .. q .. "&status=204", key, "{}")
-    assert.equal(204, again.status)
-    assert.equal("", again.body)
-    assert.equal("true", again.headers["idempotent-replayed"])
-    assert.equal(first.headers["x-execution"], again.headers["x-execution"])
-    assert.equal(1, executions(a, key))
-  end)
+  for _, status in ipairs({ 204, 304 }) do
+    it("stores and replays a response without a body (" .. status .. "), without Content-Length", function()
+      local key, q = fresh("nobody")
+      local first = post(a, "/payments" .. q .. "&status=" .. status, key, "{}")
+      assert.equal(status, first.status)
+      local again = post(a, "/payments" .. q .. "&status=" .. status, key, "{}")
+      assert.equal(status, again.status)
+      assert.equal("", again.body)
+      assert.equal("true", again.headers["idempotent-replayed"])
+      assert.is_nil(again.headers["content-length"], again.raw_head)
+      assert.equal(first.headers["x-execution"], again.headers["x-execution"])
+      assert.equal(1, executions(a, key))
+    end)
+  end
 
   it("lets the duplicates that wait take over when the first response is not stored (503): one more run, not 49", function()
     local key, q = fresh("takeover")
@@ -377,25 +499,25 @@ describe("gateway mode idempotency", function()
     assert.equal(1, executions(a, key))
   end)
 
-  it("renews the claim while the request runs: a duplicate 2.5 s into a 3 s request (lease 1 s) gets 409", function()
+  it("renews the claim while the request runs: a duplicate 2 s into a 4 s request (lease 1.5 s) gets 409 after its 1 s wait", function()
     local key, q = fresh("renew")
-    local slow = ngx.thread.spawn(post, a, "/payments" .. q .. "&ms=3000", key, "{}")
-    ngx.sleep(2.5)
-    problem(post(b, "/payments" .. q .. "&ms=3000", key, "{}"), 409, "in-flight")
+    local slow = ngx.thread.spawn(post, a, "/payments" .. q .. "&ms=4000", key, "{}")
+    ngx.sleep(2)
+    problem(post(b, "/payments" .. q .. "&ms=4000", key, "{}"), 409, "in-flight")
     local _, first = ngx.thread.wait(slow)
     assert.equal(201, first.status)
-    assert.equal(first.body, post(b, "/payments" .. q .. "&ms=3000", key, "{}").body)
+    assert.equal(first.body, post(b, "/payments" .. q .. "&ms=4000", key, "{}").body)
     assert.equal(1, executions(a, key))
   end)
 
   it("keeps the claim when the client goes away while the backend works, so a retry cannot run it twice", function()
     local key, q = fresh("abort")
-    request(a, "POST", "/payments" .. q .. "&ms=800", { headers = { ["Idempotency-Key"] = key }, body = "{}", abort_after = 200 })
-    ngx.sleep(0.3)   -- the client is gone; the backend still works
-    problem(post(a, "/payments" .. q .. "&ms=800", key, "{}"), 409, "in-flight")
+    request(a, "POST", "/payments" .. q .. "&ms=3000", { headers = { ["Idempotency-Key"] = key }, body = "{}", abort_after = 100 })
+    ngx.sleep(0.05)   -- the client is gone; the backend still works
+    problem(post(a, "/payments" .. q .. "&ms=3000", key, "{}"), 409, "in-flight")
     assert.equal(1, executions(a, key))
-    -- Unrenewed, the claim runs out after its lease (1 s); then a retry runs.
-    ngx.sleep(1.2)
+    -- Unrenewed, the claim runs out after its lease (1.5 s); then a retry runs.
+    ngx.sleep(0.6)
     assert.equal(201, post(a, "/payments" .. q, key, "{}").status)
     assert.equal(2, executions(a, key))
   end)
@@ -420,9 +542,9 @@ describe("gateway mode idempotency", function()
   it("warns once when the filters cannot see a response, and lets a retry run after the claim's lease", function()
     local key, q = fresh("ownfilter")
     assert.equal(201, post(a, "/ownfilter" .. q, key, "{}", { Authorization = "Bearer t" }).status)
-    -- Nothing stored: the claim stays until its lease (1 s) runs out, unrenewed.
+    -- Nothing stored: the claim stays until its lease (1.5 s) runs out, unrenewed (the duplicate waits 1 s of it).
     problem(post(a, "/ownfilter" .. q, key, "{}", { Authorization = "Bearer t" }), 409, "in-flight")
-    ngx.sleep(1.2)
+    ngx.sleep(0.7)
     assert.equal(201, post(a, "/ownfilter" .. q, key, "{}", { Authorization = "Bearer t" }).status)
     assert.equal(2, executions(a, key))
     local log = a.error_log()
@@ -433,15 +555,15 @@ describe("gateway mode idempotency", function()
   it("keeps renewing through nginx -s reload, and the old worker stores the response", function()
     local c = start()
     local key, q = fresh("reload")
-    local slow = ngx.thread.spawn(post, c, "/payments" .. q .. "&ms=2500", key, "{}")
+    local slow = ngx.thread.spawn(post, c, "/payments" .. q .. "&ms=4000", key, "{}")
     ngx.sleep(0.3)
     assert.is_true(h.sh("kill -HUP " .. c.pid))
-    ngx.sleep(1.5)   -- past the 1 s lease: only the old worker's renewals keep the claim
-    problem(post(c, "/payments" .. q .. "&ms=2500", key, "{}"), 409, "in-flight")
+    ngx.sleep(1.7)   -- past the 1.5 s lease: only the old worker's renewals keep the claim
+    problem(post(c, "/payments" .. q .. "&ms=4000", key, "{}"), 409, "in-flight")
     local _, first = ngx.thread.wait(slow)
     assert.equal(201, first.status)
     ngx.sleep(0.1)
-    local again = post(c, "/payments" .. q .. "&ms=2500", key, "{}")
+    local again = post(c, "/payments" .. q .. "&ms=4000", key, "{}")
     local runs = executions(c, key)
     c.stop()
     assert.equal(first.body, again.body)
@@ -483,19 +605,25 @@ describe("gateway.new mode idempotency options", function()
   local function new(o)
     n = n + 1
     local opts = { name = "idem-opts-" .. n, mode = "idempotency", key = "$http_idempotency_key", on_error = "deny",
-      redis = h.redis_opts() }
+      scope = "$http_authorization", redis = h.redis_opts() }
     for k, v in pairs(o) do opts[k] = v end
+    if o.scope == "none" then opts.scope = nil end
     return gateway.new(opts)
   end
 
   it("takes the options of the issue with their defaults", function()
     local g = assert(new({ scope = "$http_authorization", methods = { "POST" }, on_missing = "reject", ttl = 3600000,
-      lease = 30000, wait = 100, max_body = 10, max_request_body = 10, store = { "2xx", 500 } }))
+      lease = 30000, wait = 2000, max_body = 10, max_request_body = 10, store = { "2xx", 500 },
+      store_headers = { "set-cookie" } }))
+    assert.is_nil(g.skip["set-cookie"])
     assert.equal("idempotency", g.mode)
     local d = assert(new({}))
     assert.equal(86400000, d.ttl)
     assert.equal(60000, d.lease)
     assert.equal(1048576, d.maxBody)
+    assert.equal(1000, d.wait)
+    assert.is_true(d.skip["set-cookie"])
+    assert.is_nil(assert(new({ scope = false })).scope)
     assert.is_true(d.store[201])
     assert.is_true(d.store[500])
     assert.is_nil(d.store[429])
@@ -511,7 +639,7 @@ describe("gateway.new mode idempotency options", function()
   end)
 
   it("refuses options of mode idempotency in other modes", function()
-    for _, name in ipairs({ "scope", "methods", "lease", "max_body", "max_request_body", "store" }) do
+    for _, name in ipairs({ "scope", "methods", "lease", "max_body", "max_request_body", "store", "store_headers" }) do
       local g, err = gateway.new({ mode = "dedup", key = "$arg_k", on_error = "allow", [name] = 1 })
       assert.is_nil(g)
       assert.is_truthy(err:find(name .. " applies to mode idempotency only, not dedup", 1, true), err)
@@ -527,6 +655,13 @@ describe("gateway.new mode idempotency options", function()
       { { store = { "6xx" } }, "dlock: store must be a list of statuses (200..599) and classes (\"2xx\"..\"5xx\"), got \"6xx\"" },
       { { on_missing = "drop" }, "dlock: on_missing must be \"pass\" or \"reject\", got \"drop\"" },
       { { scope = "tenant" }, "dlock: scope must name at least one nginx variable" },
+      { { scope = "none" }, "dlock: scope is required for mode idempotency: what tells clients apart " ..
+        "(\"$http_authorization\", \"$cookie_session\", a function), or scope = false to share every key among all clients, got nil" },
+      { { wait = 0 }, "dlock: wait must be an integer of ms of at least 1000 (a retry sent right after the first response " ..
+        "must find it stored), got 0" },
+      { { store_headers = { "Content-Type" } }, "dlock: store_headers must be a list of headers not stored by default " ..
+        "(\"Set-Cookie\"); other headers are stored anyway, and hop-by-hop ones never, got \"Content-Type\"" },
+      { { store_headers = "Set-Cookie" }, "dlock: store_headers must be a list of headers not stored by default" },
     }
     for _, c in ipairs(cases) do
       local g, err = new(c[1])

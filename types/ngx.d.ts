@@ -136,6 +136,7 @@ interface Ngx {
   log(level: NgxLogLevel, ...args: (string | number | boolean | undefined)[]): void;
   get_phase(): string;
   exit(status: number): never;
+  send_headers(): LuaMultiReturn<[1 | undefined, string | undefined]>;
   say(...args: (string | number)[]): LuaMultiReturn<[1 | undefined, string | undefined]>;
   print(...args: (string | number)[]): LuaMultiReturn<[1 | undefined, string | undefined]>;
   on_abort(callback: (this: void) => void): LuaMultiReturn<[1 | undefined, string | undefined]>;

@@ -45,9 +45,12 @@ local OPTIONS = check.set(
     "lease",
     "max_body",
     "max_request_body",
-    "store"
+    "store",
+    "store_headers"
 )
 local registry = {}
+--- Where gateway.new may run: before requests (and in timers, which belong to no request).
+local PHASES = check.set("init", "init_worker", "timer")
 --- Guards created so far in this worker (in creation order), for status pages.
 function ____exports.guards()
     return registry
@@ -82,14 +85,24 @@ local guardMethods = {
         if self.readBody then
             ngx.req.read_body()
         end
-        local raw = keys.value(self.name, self)
+        local raw, kerr = keys.value(self)
         if raw == nil then
+            if kerr ~= nil then
+                stats.incr(self.dict, self.name, "key_errors")
+                keys.failed(self.name, kerr, self.errorWhat)
+                if self.onError == "deny" then
+                    reject(self, self.errorStatus, nil)
+                end
+                return
+            end
             stats.incr(self.dict, self.name, "missing_key")
+            keys.note(self.name, self, false, self.missingWhat)
             if self.onMissing == "reject" then
                 reject(self, self.missingStatus, nil)
             end
             return
         end
+        keys.note(self.name, self, true, self.missingWhat)
         if stats.breakerOpen(self.dict, self.name) then
             stats.incr(self.dict, self.name, "short_circuited")
             onRedisFailure(self)
@@ -146,6 +159,10 @@ end
 -- 
 -- @customName new
 function ____exports.new(opts)
+    local phase = ngx.get_phase()
+    if not (PHASES[phase] ~= nil) then
+        return nil, (("dlock: gateway.new in the " .. phase) .. " phase: create guards once, in init_by_lua ") .. "or init_worker_by_lua, not per request (a guard made per request excludes nothing and adds metrics without bound)"
+    end
     if opts == nil then
         return nil, "dlock: gateway.new needs an options table with mode, key and on_error"
     end
@@ -197,6 +214,7 @@ function ____exports.new(opts)
     end
     local parts = tpl.parts
     local keyFn = tpl.keyFn
+    local source = tpl.source
     local onError = o.on_error
     if onError ~= "allow" and onError ~= "deny" then
         return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError)
@@ -294,11 +312,16 @@ function ____exports.new(opts)
     tryOpts.wait = 0
     local waitOpts = {}
     waitOpts.wait = store.wait
+    local missingWhat = onMissing == "reject" and ("refused with " .. tostring(missingStatus)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")"
+    local errorWhat = onError == "deny" and ("refused with " .. tostring(common.errorStatus)) .. " (on_error = \"deny\")" or "let through unguarded (on_error = \"allow\")"
     local g = {
         name = name,
         mode = mode,
         parts = parts,
         keyFn = keyFn,
+        source = source,
+        missingWhat = missingWhat,
+        errorWhat = errorWhat,
         locks = locks,
         dict = store.dict,
         ttl = store.ttl,

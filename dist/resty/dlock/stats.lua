@@ -16,6 +16,7 @@ ____exports.EVENTS = {
     "short_circuited",
     "breaker_opened",
     "missing_key",
+    "key_errors",
     "stored",
     "replayed",
     "conflict",

@@ -47,6 +47,10 @@ export interface Guard {
   /** Key template: literal parts and nginx variable names, alternating (literal first). */
   readonly parts: LuaTable<number, string> | undefined;
   readonly keyFn: KeyFn | undefined;
+  readonly source: string;
+  /** What happens to a request without its key, and to one whose key cannot be computed (for log lines). */
+  readonly missingWhat: string;
+  readonly errorWhat: string;
   readonly locks: Acquirer;
   readonly dict: NgxSharedDict;
   readonly ttl: number;
@@ -83,10 +87,13 @@ const OPTIONS = check.set(
   "renew", "on_missing", "on_error", "reject_status", "missing_status", "error_status",
   "headers", "breaker_failures", "breaker_cooldown", "read_body",
   // mode idempotency only (validated in gateway/idempotency)
-  "scope", "methods", "lease", "max_body", "max_request_body", "store",
+  "scope", "methods", "lease", "max_body", "max_request_body", "store", "store_headers",
 );
 
 const registry: Listed[] = [];
+
+/** Where gateway.new may run: before requests (and in timers, which belong to no request). */
+const PHASES = check.set("init", "init_worker", "timer");
 
 /** Guards created so far in this worker (in creation order), for status pages. */
 export function guards(): Listed[] {
@@ -125,14 +132,23 @@ const guardMethods = {
       // A permit held while a slow client trickles its body in would starve the key.
       ngx.req.read_body();
     }
-    const raw = keys.value(this.name, this);
+    const [raw, kerr] = keys.value(this);
     if (raw === undefined) {
+      if (kerr !== undefined) {
+        // Not a missing key: on_missing = "pass" must not let it through unguarded.
+        stats.incr(this.dict, this.name, "key_errors");
+        keys.failed(this.name, kerr, this.errorWhat);
+        if (this.onError === "deny") reject(this, this.errorStatus, undefined);
+        return;
+      }
       stats.incr(this.dict, this.name, "missing_key");
+      keys.note(this.name, this, false, this.missingWhat);
       if (this.onMissing === "reject") {
         reject(this, this.missingStatus, undefined);
       }
       return;
     }
+    keys.note(this.name, this, true, this.missingWhat);
     if (stats.breakerOpen(this.dict, this.name)) {
       stats.incr(this.dict, this.name, "short_circuited");
       onRedisFailure(this);
@@ -188,6 +204,12 @@ function status(o: LuaTable<string, unknown>, name: string, dflt: number): LuaMu
  * @customName new
  */
 export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idempotency.Guard | undefined, string | undefined]> {
+  const phase = ngx.get_phase();
+  if (!PHASES.has(phase)) {
+    // Each request would get a lock of its own (excluding nothing) and a name of its own in the metrics.
+    return $multi(undefined, "dlock: gateway.new in the " + phase + " phase: create guards once, in init_by_lua " +
+      "or init_worker_by_lua, not per request (a guard made per request excludes nothing and adds metrics without bound)");
+  }
   if (opts === undefined) return $multi(undefined, "dlock: gateway.new needs an options table with mode, key and on_error");
   const [o, oerr] = check.options("gateway.new options", opts, OPTIONS);
   if (o === undefined) return $multi(undefined, oerr);
@@ -226,6 +248,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idemp
   if (tpl === undefined) return $multi(undefined, kerr);
   const parts = tpl.parts;
   const keyFn = tpl.keyFn;
+  const source = tpl.source;
 
   const onError = o.get("on_error");
   if (onError !== "allow" && onError !== "deny") {
@@ -302,8 +325,12 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idemp
   const waitOpts = new LuaTable<string, unknown>();
   waitOpts.set("wait", store.wait);
 
+  const missingWhat = onMissing === "reject" ? "refused with " + missingStatus + " (on_missing = \"reject\")"
+    : "let through unguarded (on_missing = \"pass\")";
+  const errorWhat = onError === "deny" ? "refused with " + common.errorStatus + " (on_error = \"deny\")"
+    : "let through unguarded (on_error = \"allow\")";
   const g = {
-    name, mode: mode as Mode, parts, keyFn, locks, dict: store.dict, ttl: store.ttl, hold,
+    name, mode: mode as Mode, parts, keyFn, source, missingWhat, errorWhat, locks, dict: store.dict, ttl: store.ttl, hold,
     wait: store.wait, renew: renewOn, release: mode !== "throttle", readBody, onMissing, onError, rejectStatus, missingStatus,
     errorStatus: common.errorStatus, headers: common.headers, breakerFailures: common.breakerFailures,
     breakerCooldown: common.breakerCooldown, tryOpts, waitOpts,

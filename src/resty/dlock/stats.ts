@@ -21,6 +21,7 @@ export const EVENTS = [
   "short_circuited", // Redis skipped: breaker open
   "breaker_opened", // times the breaker opened
   "missing_key", // no key in the request
+  "key_errors", // the key could not be computed (its function raised or returned a non-string): on_error
   // idempotency mode
   "stored", // a first response was stored for replay
   "replayed", // a retry got the stored response (Idempotent-Replayed: true)

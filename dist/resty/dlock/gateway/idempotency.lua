@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local notify, unrecord, schedule, store, watches, AMBIGUOUS
+local notify, unrecord, schedule, store, watches, FINISHED, AMBIGUOUS
 local backend = require("resty.dlock.backend")
 local check = require("resty.dlock.check")
 local inflight = require("resty.dlock.inflight")
@@ -34,6 +34,7 @@ function schedule(c)
     c.complete = true
     local ok, err = ngx.timer.at(0, store, c)
     if not ok then
+        c.g.dict:delete(FINISHED .. c.lease.rkey)
         stats.incr(c.g.dict, c.g.name, "not_stored")
         ngx.log(
             ngx.ERR,
@@ -51,6 +52,7 @@ function store(premature, c)
     local status = c.status
     if g.store[status] ~= true then
         stats.incr(g.dict, g.name, "not_stored")
+        g.dict:delete(FINISHED .. l.rkey)
         if AMBIGUOUS[tostring(status)] ~= nil then
             return
         end
@@ -87,6 +89,7 @@ function store(premature, c)
             b
         )
         if res == 1 then
+            g.dict:delete(FINISHED .. l.rkey)
             stats.incr(g.dict, g.name, c.tooLarge and "not_stored" or "stored")
             unrecord(g, l)
             notify(l.rkey, {
@@ -99,6 +102,7 @@ function store(premature, c)
             return
         end
         if res ~= nil then
+            g.dict:delete(FINISHED .. l.rkey)
             stats.incr(g.dict, g.name, "not_stored")
             stats.incr(g.dict, g.name, "lost")
             ngx.log(
@@ -114,6 +118,7 @@ function store(premature, c)
         stats.incr(g.dict, g.name, "redis_errors")
         ngx.update_time()
         if ngx.now() + pause >= deadline then
+            g.dict:delete(FINISHED .. l.rkey)
             stats.incr(g.dict, g.name, "not_stored")
             ngx.log(
                 ngx.ERR,
@@ -137,7 +142,8 @@ ____exports.ONLY = {
     "lease",
     "max_body",
     "max_request_body",
-    "store"
+    "store",
+    "store_headers"
 }
 local OPTIONS = check.set(
     "name",
@@ -152,6 +158,7 @@ local OPTIONS = check.set(
     "max_body",
     "max_request_body",
     "store",
+    "store_headers",
     "on_error",
     "error_status",
     "headers",
@@ -162,6 +169,8 @@ local OPTIONS = check.set(
     "prefix"
 )
 local DAY = 86400000
+--- Least `wait`, ms: the time a response's store may take to reach Redis after the client has the response.
+local MIN_WAIT = 1000
 --- Longest key accepted, in bytes, after unquoting (Stripe's limit).
 local MAX_KEY = 255
 --- Problem types (RFC 9457 `type`), one per refusal.
@@ -240,6 +249,10 @@ local function replay(g, rec)
         end
     end
     ngx.header["Idempotent-Replayed"] = "true"
+    if rec.status == 204 or rec.status == 304 then
+        ngx.send_headers()
+        return ngx.exit(ngx.HTTP_OK)
+    end
     ngx.header["Content-Length"] = #rec.body
     ngx.print(rec.body)
     return ngx.exit(ngx.HTTP_OK)
@@ -278,6 +291,21 @@ local function inFlight(g)
         "A request with this Idempotency-Key is being processed",
         "retry after the first request with this key has completed",
         1
+    )
+end
+--- A key (or scope) that cannot be computed: on_error, never a pass as if it were missing.
+local function keyFailure(g, problemText)
+    stats.incr(g.dict, g.name, "key_errors")
+    keys.failed(g.name, problemText, g.errorWhat)
+    if g.onError == "allow" then
+        return
+    end
+    problem(
+        g,
+        g.errorStatus,
+        "unavailable",
+        "Idempotency keys cannot be checked right now",
+        "the idempotency key of this request could not be computed; retry later with the same key"
     )
 end
 local function onRedisFailure(g, err)
@@ -414,6 +442,7 @@ local function waitFor(g, rkey, tok, fp)
     end
     w.waiters = w.waiters + 1
     local deadline = ngx.now() * 1000 + g.wait
+    local extended = false
     local pause = 5
     local what = "timeout"
     local found
@@ -426,6 +455,15 @@ local function waitFor(g, rkey, tok, fp)
         end
         ngx.update_time()
         local left = deadline - ngx.now() * 1000
+        local mark = nil
+        if left <= 0 and not extended then
+            mark = g.dict:get(FINISHED .. rkey)
+        end
+        if mark ~= nil then
+            extended = true
+            deadline = ngx.now() * 1000 + g.lease
+            left = g.lease
+        end
         if left <= 0 then
             break
         end
@@ -462,6 +500,8 @@ local function waitFor(g, rkey, tok, fp)
     end
     return what, found, err
 end
+--- Shared dict mark of a claim whose holder has sent its whole response (the store is on its way).
+FINISHED = "idem:fin:"
 --- We hold the claim: renew it while the request runs, capture the response.
 local function hold(g, rkey, tok, fp)
     stats.incr(g.dict, g.name, "acquired")
@@ -518,9 +558,14 @@ local function access(g)
     if not (g.methods[method] ~= nil) then
         return
     end
-    local raw = keys.value(g.name, g.key)
+    local raw, kerr = keys.value(g.key)
     if raw == nil then
+        if kerr ~= nil then
+            keyFailure(g, kerr)
+            return
+        end
         stats.incr(g.dict, g.name, "missing_key")
+        keys.note(g.name, g.key, false, g.missingWhat)
         if g.onMissing == "reject" then
             problem(
                 g,
@@ -532,6 +577,7 @@ local function access(g)
         end
         return
     end
+    keys.note(g.name, g.key, true, g.missingWhat)
     local k = ____exports.parseKey(raw)
     if k == nil then
         stats.incr(g.dict, g.name, "missing_key")
@@ -573,7 +619,25 @@ local function access(g)
     end
     local scoped = k
     if g.scope ~= nil then
-        scoped = ngx.sha1_bin(keys.value(g.name, g.scope) or "") .. k
+        local sv, serr = keys.value(g.scope)
+        if sv == nil then
+            if serr ~= nil then
+                keyFailure(g, "scope: " .. serr)
+                return
+            end
+            stats.incr(g.dict, g.name, "missing_key")
+            if g.onMissing == "reject" then
+                problem(
+                    g,
+                    400,
+                    "missing-scope",
+                    "Idempotency-Key without a client identity",
+                    "this endpoint keeps idempotency keys per client, and this request does not say which client it is"
+                )
+            end
+            return
+        end
+        scoped = ngx.sha1_bin(sv) .. k
     end
     local rkey = g.prefix .. token.hex(ngx.sha1_bin(scoped))
     local tok, terr = token.random()
@@ -585,9 +649,6 @@ local function access(g)
     if what == "record" and rec.state == "running" then
         if rec.fp ~= fp then
             answer(g, rec, fp)
-        end
-        if g.wait == 0 then
-            inFlight(g)
         end
         stats.incr(g.dict, g.name, "waited")
         what, rec, err = waitFor(g, rkey, tok, fp)
@@ -606,7 +667,7 @@ local function access(g)
     onRedisFailure(g, err)
 end
 --- Not part of a stored response: hop-by-hop headers, and those nginx sets anew on a replay.
-local SKIP = check.set(
+local SKIP = {
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -619,7 +680,9 @@ local SKIP = check.set(
     "date",
     "server",
     "idempotent-replayed"
-)
+}
+--- Not stored unless store_headers lists them: one client's session must not reach another.
+local PRIVATE = {"set-cookie"}
 function ____exports.headerFilter()
     local c = current()
     if c == nil or c.complete then
@@ -630,7 +693,7 @@ function ____exports.headerFilter()
     local lines = {}
     for name, v in pairs(hs) do
         local n = string.lower(name)
-        if not (SKIP[n] ~= nil) then
+        if not (c.g.skip[n] ~= nil) then
             if type(v) == "table" then
                 for ____, one in ipairs(v) do
                     lines[#lines + 1] = ((n .. ": ") .. one) .. "\n"
@@ -662,9 +725,13 @@ function ____exports.bodyFilter()
         end
     end
     if arg[2] == true then
+        if not (AMBIGUOUS[tostring(c.status)] ~= nil) then
+            c.g.dict:set(FINISHED .. c.lease.rkey, true, c.g.lease / 1000)
+        end
         schedule(c)
     end
 end
+--- Statuses not stored after which the backend may still be working (gateway timeout, cut connection).
 AMBIGUOUS = check.set("502", "504")
 --- The keeper found a request of ours that ended without log(): drop what was
 -- captured of it (up to max_body of response), which no later phase will.
@@ -779,6 +846,40 @@ local function parseStoreOpt(v)
     end
     return s, nil
 end
+--- The headers not stored: SKIP, and PRIVATE ones store_headers does not list.
+local function parseStoreHeaders(v)
+    local skip = {}
+    for ____, n in ipairs(SKIP) do
+        skip[n] = true
+    end
+    for ____, n in ipairs(PRIVATE) do
+        skip[n] = true
+    end
+    if v == nil then
+        return skip, nil
+    end
+    local what = "store_headers must be a list of headers not stored by default (\"Set-Cookie\")"
+    if type(v) ~= "table" then
+        return check.fail(what, v)
+    end
+    for i, x in pairs(v) do
+        if type(i) ~= "number" or type(x) ~= "string" then
+            return check.fail(what, x)
+        end
+        local n = string.lower(x)
+        local known = false
+        for ____, pn in ipairs(PRIVATE) do
+            if pn == n then
+                known = true
+            end
+        end
+        if not known then
+            return check.fail(what .. "; other headers are stored anyway, and hop-by-hop ones never", x)
+        end
+        skip[n] = nil
+    end
+    return skip, nil
+end
 local KIND = {
     acquire = scripts.IDEM_CLAIM,
     release = scripts.IDEM_RELEASE,
@@ -799,8 +900,12 @@ function ____exports.create(o, name)
         return nil, kerr
     end
     local scope
-    if o.scope ~= nil then
-        local s, serr = keys.compile("scope", o.scope)
+    local sc = o.scope
+    if sc == nil then
+        return check.fail("scope is required for mode idempotency: what tells clients apart (\"$http_authorization\", " .. "\"$cookie_session\", a function), or scope = false to share every key among all clients", sc)
+    end
+    if sc ~= false then
+        local s, serr = keys.compile("scope", sc)
         if s == nil then
             return nil, serr
         end
@@ -847,10 +952,10 @@ function ____exports.create(o, name)
     end
     local wait, e3 = check.integer(
         "wait",
-        opt(o, "wait", 0),
-        0,
+        opt(o, "wait", MIN_WAIT),
+        MIN_WAIT,
         DAY,
-        "a non-negative integer of ms"
+        ("an integer of ms of at least " .. tostring(MIN_WAIT)) .. " (a retry sent right after the first response must find it stored)"
     )
     if wait == nil then
         return nil, e3
@@ -878,6 +983,10 @@ function ____exports.create(o, name)
     local storeSet, e6 = parseStoreOpt(o.store)
     if storeSet == nil then
         return nil, e6
+    end
+    local skip, e7 = parseStoreHeaders(o.store_headers)
+    if skip == nil then
+        return nil, e7
     end
     local common, ce = shared.parse(o)
     if common == nil then
@@ -936,6 +1045,9 @@ function ____exports.create(o, name)
         maxBody = maxBody,
         maxRequestBody = maxReq,
         store = storeSet,
+        skip = skip,
+        missingWhat = onMissing == "reject" and "refused with 400 (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
+        errorWhat = onError == "deny" and ("refused with " .. tostring(common.errorStatus)) .. " (on_error = \"deny\")" or "let through unguarded (on_error = \"allow\")",
         errorStatus = common.errorStatus,
         headers = common.headers,
         breakerFailures = common.breakerFailures,

@@ -1,6 +1,8 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.check")
+--- Seconds between two log lines of one guard about its keys (per worker). Settable for tests.
+____exports.settings = {interval = 60}
 --- Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var...
 local function split(name, tpl)
     local parts = {}
@@ -25,42 +27,114 @@ end
 --- Compile option `name` (a template string or a function).
 function ____exports.compile(name, v)
     if type(v) == "function" then
-        return {parts = nil, keyFn = v}, nil
+        return {parts = nil, keyFn = v, source = "a function"}, nil
     end
     if type(v) == "string" then
         local p, err = split(name, v)
         if p == nil then
             return nil, err
         end
-        return {parts = p, keyFn = nil}, nil
+        return {parts = p, keyFn = nil, source = v}, nil
     end
     return check.fail(name .. " must be a string of nginx variables (\"$http_idempotency_key\") or a function", v)
 end
---- The request's value of t, or nil when a variable is missing or empty (or the function fails).
-function ____exports.value(guard, t)
+--- The request's value of t: the key; or nil when it is missing (a variable
+-- missing or empty, the function returned nil or ""); or nil and what went
+-- wrong when it cannot be computed (the function raised or returned a non-string).
+function ____exports.value(t)
     if t.keyFn ~= nil then
         local ok, v = pcall(t.keyFn)
         if not ok then
-            ngx.log(
-                ngx.ERR,
-                "dlock: guard ",
-                guard,
-                ": key function failed: ",
-                tostring(v)
-            )
-            return nil
+            return nil, "the key function raised: " .. tostring(v)
         end
-        return type(v) == "string" and #v > 0 and v or nil
+        if v == nil or v == "" then
+            return nil, nil
+        end
+        if type(v) ~= "string" then
+            return nil, ("the key function returned a " .. type(v)) .. ", not a string"
+        end
+        return v, nil
     end
     local parts = t.parts
     local out = parts[1]
     for i = 2, #parts, 2 do
         local v = ngx.var[parts[i]]
         if v == nil or v == "" then
-            return nil
+            return nil, nil
         end
         out = (out .. v) .. parts[i + 1]
     end
-    return out
+    return out, nil
+end
+local seen = {}
+local function state(guard)
+    local s = seen[guard]
+    if s == nil then
+        s = {
+            since = ngx.now(),
+            present = 0,
+            missing = 0,
+            errorAt = 0,
+            errors = 0
+        }
+        seen[guard] = s
+    end
+    return s
+end
+--- Count a request with (present) or without its key. Once an interval, a guard
+-- that saw its key on none of its requests says so: a misspelt variable would
+-- otherwise leave every request unguarded without a word.
+function ____exports.note(guard, t, present, what)
+    local s = state(guard)
+    local now = ngx.now()
+    if now - s.since >= ____exports.settings.interval then
+        if s.present == 0 and s.missing > 0 then
+            ngx.log(
+                ngx.ERR,
+                "dlock: guard ",
+                guard,
+                ": the key (",
+                t.source,
+                ") was missing on all ",
+                s.missing,
+                " requests of the last ",
+                math.floor(now - s.since),
+                " s in this worker; they were ",
+                what
+            )
+        end
+        s.since = now
+        s.present = 0
+        s.missing = 0
+    end
+    if present then
+        s.present = s.present + 1
+    else
+        s.missing = s.missing + 1
+    end
+end
+--- A key that could not be computed: logged at once, then at most once an interval with the count.
+function ____exports.failed(guard, problem, what)
+    local s = state(guard)
+    local now = ngx.now()
+    s.errors = s.errors + 1
+    if now - s.errorAt < ____exports.settings.interval then
+        return
+    end
+    ngx.log(
+        ngx.ERR,
+        "dlock: guard ",
+        guard,
+        ": no key: ",
+        problem,
+        " (",
+        s.errors,
+        s.errors == 1 and " request" or " requests",
+        " since the last such line in this worker; ",
+        what,
+        ")"
+    )
+    s.errorAt = now
+    s.errors = 0
 end
 return ____exports

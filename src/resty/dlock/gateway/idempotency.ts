@@ -11,7 +11,11 @@
 //   lease (inflight.ts), also through internal redirects and reloads;
 // - header_filter / body_filter: note the status, headers and body (up to
 //   max_body); at the end of the body a timer turns the claim into the stored
-//   record, owner-checked (filters have no cosockets);
+//   record, owner-checked (filters have no cosockets). The client may have the
+//   response, and retry, before that store lands: so a duplicate that finds the
+//   claim running waits for it (wait, at least 1 s, fleet-wide), and on this
+//   nginx a mark in the shared dict, set before the last bytes leave, makes it
+//   wait for as long as the store may take (up to the lease);
 // - log: a request that ended without its full response (client abort while
 //   the upstream works, a cut upstream) keeps its claim until the lease runs
 //   out, unrenewed: the backend may still be running it.
@@ -52,15 +56,17 @@ interface NgxFilter {
 const nreq = ngx.req as unknown as NgxReqBody;
 
 /** Options no other mode takes. */
-export const ONLY = ["scope", "methods", "lease", "max_body", "max_request_body", "store"];
+export const ONLY = ["scope", "methods", "lease", "max_body", "max_request_body", "store", "store_headers"];
 
 const OPTIONS = check.set(
   "name", "mode", "key", "scope", "methods", "on_missing", "ttl", "lease", "wait", "max_body",
-  "max_request_body", "store", "on_error", "error_status", "headers", "breaker_failures",
+  "max_request_body", "store", "store_headers", "on_error", "error_status", "headers", "breaker_failures",
   "breaker_cooldown", "dict", "redis", "prefix",
 );
 
 const DAY = 86400000;
+/** Least `wait`, ms: the time a response's store may take to reach Redis after the client has the response. */
+const MIN_WAIT = 1000;
 /** Longest key accepted, in bytes, after unquoting (Stripe's limit). */
 const MAX_KEY = 255;
 /** Problem types (RFC 9457 `type`), one per refusal. */
@@ -72,6 +78,7 @@ export interface Guard {
   readonly mode: "idempotency";
   readonly dict: NgxSharedDict;
   readonly key: keys.Template;
+  /** nil: one scope shared by every client (scope = false). */
   readonly scope: keys.Template | undefined;
   readonly methods: LuaSet<string>;
   readonly onMissing: "pass" | "reject";
@@ -85,6 +92,10 @@ export interface Guard {
   readonly maxRequestBody: number;
   /** Statuses whose responses are stored. */
   readonly store: LuaTable<number, boolean>;
+  /** Response headers (lower case) not stored: hop-by-hop ones, and Set-Cookie unless store_headers lists it. */
+  readonly skip: LuaSet<string>;
+  readonly missingWhat: string;
+  readonly errorWhat: string;
   readonly errorStatus: number;
   readonly headers: LuaTable<string, string> | undefined;
   readonly breakerFailures: number;
@@ -216,6 +227,12 @@ function replay(g: Guard, rec: Rec): never {
     }
   }
   ngx.header.set("Idempotent-Replayed", "true");
+  if (rec.status === 204 || rec.status === 304) {
+    // RFC 9110: a 204 has no Content-Length, and a 304's would describe the
+    // representation, not this empty answer; ngx.exit on its own would add "0".
+    ngx.send_headers();
+    return ngx.exit(ngx.HTTP_OK);
+  }
   ngx.header.set("Content-Length", rec.body.length);
   ngx.print(rec.body);
   return ngx.exit(ngx.HTTP_OK);
@@ -244,6 +261,15 @@ function inFlight(g: Guard): never {
   stats.incr(g.dict, g.name, "conflict");
   return problem(g, 409, "in-flight", "A request with this Idempotency-Key is being processed",
     "retry after the first request with this key has completed", 1);
+}
+
+/** A key (or scope) that cannot be computed: on_error, never a pass as if it were missing. */
+function keyFailure(g: Guard, problemText: string): void {
+  stats.incr(g.dict, g.name, "key_errors");
+  keys.failed(g.name, problemText, g.errorWhat);
+  if (g.onError === "allow") return;
+  problem(g, g.errorStatus, "unavailable", "Idempotency keys cannot be checked right now",
+    "the idempotency key of this request could not be computed; retry later with the same key");
 }
 
 function onRedisFailure(g: Guard, err: string | undefined): void {
@@ -352,7 +378,8 @@ function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim {
     watches.set(rkey, w);
   }
   w.waiters++;
-  const deadline = ngx.now() * 1000 + g.wait;
+  let deadline = ngx.now() * 1000 + g.wait;
+  let extended = false;
   let pause = 5;
   let what: "claimed" | "error" | "record" | "timeout" = "timeout";
   let found: Rec | undefined;
@@ -364,7 +391,17 @@ function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim {
       break;
     }
     ngx.update_time();
-    const left = deadline - ngx.now() * 1000;
+    let left = deadline - ngx.now() * 1000;
+    let mark: unknown = undefined;
+    if (left <= 0 && !extended) [mark] = g.dict.get(FINISHED + rkey);
+    if (mark !== undefined) {
+      // The first request's response went out from this nginx: it is being
+      // stored, which may take up to the lease (the store retries): a retry
+      // sent after it must get the replay, not a 409.
+      extended = true;
+      deadline = ngx.now() * 1000 + g.lease;
+      left = g.lease;
+    }
     if (left <= 0) break;
     if (w.polling) {
       // Another waiter of this worker asks Redis; it (or the store) wakes us.
@@ -403,6 +440,9 @@ function unrecord(g: Guard, l: lease.Lease): void {
   if (expires !== undefined) meter.forgotten(g.leaseStore.meter, expires);
 }
 
+/** Shared dict mark of a claim whose holder has sent its whole response (the store is on its way). */
+const FINISHED = "idem:fin:";
+
 /** We hold the claim: renew it while the request runs, capture the response. */
 function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   stats.incr(g.dict, g.name, "acquired");
@@ -430,14 +470,20 @@ function access(g: Guard): void {
   }
   const method = ngx.req.get_method();
   if (!g.methods.has(method)) return;
-  const raw = keys.value(g.name, g.key);
+  const [raw, kerr] = keys.value(g.key);
   if (raw === undefined) {
+    if (kerr !== undefined) {
+      keyFailure(g, kerr);
+      return;
+    }
     stats.incr(g.dict, g.name, "missing_key");
+    keys.note(g.name, g.key, false, g.missingWhat);
     if (g.onMissing === "reject") {
       problem(g, 400, "missing-key", "Idempotency-Key missing", "this endpoint requires an Idempotency-Key header");
     }
     return;
   }
+  keys.note(g.name, g.key, true, g.missingWhat);
   const k = parseKey(raw);
   if (k === undefined) {
     stats.incr(g.dict, g.name, "missing_key");
@@ -464,7 +510,22 @@ function access(g: Guard): void {
   // Scope and key both client-controlled: hashed, fixed length, never stored in clear.
   let scoped = k;
   if (g.scope !== undefined) {
-    scoped = ngx.sha1_bin(keys.value(g.name, g.scope) ?? "") + k;
+    const [sv, serr] = keys.value(g.scope);
+    if (sv === undefined) {
+      if (serr !== undefined) {
+        keyFailure(g, "scope: " + serr);
+        return;
+      }
+      // Without it, this client's key would be looked up among every other
+      // scopeless client's: another one's stored response could be replayed to it.
+      stats.incr(g.dict, g.name, "missing_key");
+      if (g.onMissing === "reject") {
+        problem(g, 400, "missing-scope", "Idempotency-Key without a client identity",
+          "this endpoint keeps idempotency keys per client, and this request does not say which client it is");
+      }
+      return;
+    }
+    scoped = ngx.sha1_bin(sv) + k;
   }
   const rkey = g.prefix + token.hex(ngx.sha1_bin(scoped));
   const [tok, terr] = token.random();
@@ -476,9 +537,6 @@ function access(g: Guard): void {
   if (what === "record" && rec!.state === "running") {
     if (rec!.fp !== fp) {
       answer(g, rec!, fp);
-    }
-    if (g.wait === 0) {
-      inFlight(g);
     }
     stats.incr(g.dict, g.name, "waited");
     [what, rec, err] = waitFor(g, rkey, tok, fp);
@@ -500,8 +558,10 @@ function access(g: Guard): void {
 // ------------------------------------------------------------ capturing and storing
 
 /** Not part of a stored response: hop-by-hop headers, and those nginx sets anew on a replay. */
-const SKIP = check.set("connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
-  "upgrade", "proxy-authenticate", "content-length", "date", "server", "idempotent-replayed");
+const SKIP = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
+  "upgrade", "proxy-authenticate", "content-length", "date", "server", "idempotent-replayed"];
+/** Not stored unless store_headers lists them: one client's session must not reach another. */
+const PRIVATE = ["set-cookie"];
 
 export function headerFilter(): void {
   const c = current();
@@ -511,7 +571,7 @@ export function headerFilter(): void {
   const lines: string[] = [];
   for (const [name, v] of pairs(hs)) {
     const n = string.lower(name as string);
-    if (!SKIP.has(n)) {
+    if (!c.g.skip.has(n)) {
       if (type(v) === "table") {
         for (const one of v as unknown as string[]) {
           lines.push(n + ": " + one + "\n");
@@ -543,6 +603,10 @@ export function bodyFilter(): void {
     }
   }
   if (arg.get(2) === true) {
+    if (!AMBIGUOUS.has(tostring(c.status))) {
+      // Before these last bytes leave: a retry reaching this nginx waits for the store, not 409.
+      c.g.dict.set(FINISHED + c.lease.rkey, true, c.g.lease / 1000);
+    }
     schedule(c);
   }
 }
@@ -552,6 +616,7 @@ function schedule(c: Capture): void {
   c.complete = true;
   const [ok, err] = ngx.timer.at(0, store, c);
   if (!ok) {
+    c.g.dict.delete(FINISHED + c.lease.rkey);
     stats.incr(c.g.dict, c.g.name, "not_stored");
     ngx.log(ngx.ERR, "dlock: guard ", c.g.name, ": cannot store the response (the key stays claimed until its lease ",
       "runs out): ", err);
@@ -567,6 +632,7 @@ function store(this: void, premature: boolean, c: Capture): void {
   const status = c.status!;
   if (g.store.get(status) !== true) {
     stats.incr(g.dict, g.name, "not_stored");
+    g.dict.delete(FINISHED + l.rkey);
     if (AMBIGUOUS.has(tostring(status))) {
       // The operation may have run, or may still be running: no retry before the claim runs out.
       return;
@@ -589,12 +655,14 @@ function store(this: void, premature: boolean, c: Capture): void {
   while (true) {
     const [res, err] = backend.call(g.conf, scripts.IDEM_COMPLETE, l.rkey, l.token, g.ttl, state, status, c.headers, b);
     if (res === 1) {
+      g.dict.delete(FINISHED + l.rkey);
       stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
       unrecord(g, l);
       notify(l.rkey, { state, fp: c.fp, status, headers: c.headers, body: b });
       return;
     }
     if (res !== undefined) {
+      g.dict.delete(FINISHED + l.rkey);
       stats.incr(g.dict, g.name, "not_stored");
       stats.incr(g.dict, g.name, "lost");
       ngx.log(ngx.ERR, "dlock: guard ", g.name, ": the claim on ", l.rkey, " ran out before its response could be stored");
@@ -603,6 +671,7 @@ function store(this: void, premature: boolean, c: Capture): void {
     stats.incr(g.dict, g.name, "redis_errors");
     ngx.update_time();
     if (ngx.now() + pause >= deadline) {
+      g.dict.delete(FINISHED + l.rkey);
       stats.incr(g.dict, g.name, "not_stored");
       ngx.log(ngx.ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));
       return;
@@ -709,6 +778,27 @@ function parseStoreOpt(v: unknown): LuaMultiReturn<[LuaTable<number, boolean> | 
   return $multi(s, undefined);
 }
 
+/** The headers not stored: SKIP, and PRIVATE ones store_headers does not list. */
+function parseStoreHeaders(v: unknown): LuaMultiReturn<[LuaSet<string> | undefined, string | undefined]> {
+  const skip = new LuaSet<string>();
+  for (const n of SKIP) skip.add(n);
+  for (const n of PRIVATE) skip.add(n);
+  if (v === undefined) return $multi(skip, undefined);
+  const what = "store_headers must be a list of headers not stored by default (\"Set-Cookie\")";
+  if (type(v) !== "table") return check.fail(what, v);
+  for (const [i, x] of pairs(v as LuaTable<AnyNotNil, unknown>)) {
+    if (type(i) !== "number" || type(x) !== "string") return check.fail(what, x);
+    const n = string.lower(x as string);
+    let known = false;
+    for (const pn of PRIVATE) if (pn === n) known = true;
+    if (!known) {
+      return check.fail(what + "; other headers are stored anyway, and hop-by-hop ones never", x);
+    }
+    skip.delete(n);
+  }
+  return $multi(skip, undefined);
+}
+
 const KIND: lease.Kind = {
   acquire: scripts.IDEM_CLAIM, release: scripts.IDEM_RELEASE, extend: scripts.IDEM_EXTEND, shared: true, fenced: false,
   drop: undefined,
@@ -722,9 +812,16 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
   }
   const [key, kerr] = keys.compile("key", o.get("key"));
   if (key === undefined) return $multi(undefined, kerr);
+  // Per client by default: without a scope, one client's stored response (its
+  // cookies, its data) is replayed to any other that sends the same key.
   let scope: keys.Template | undefined;
-  if (o.get("scope") !== undefined) {
-    const [s, serr] = keys.compile("scope", o.get("scope"));
+  const sc = o.get("scope");
+  if (sc === undefined) {
+    return check.fail("scope is required for mode idempotency: what tells clients apart (\"$http_authorization\", " +
+      "\"$cookie_session\", a function), or scope = false to share every key among all clients", sc);
+  }
+  if (sc !== false) {
+    const [s, serr] = keys.compile("scope", sc);
     if (s === undefined) return $multi(undefined, serr);
     scope = s;
   }
@@ -751,7 +848,10 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
   if (ttl === undefined) return $multi(undefined, e1);
   const [leaseMs, e2] = check.integer("lease", opt(o, "lease", 60000), 300, DAY, "an integer of ms (at least 300)");
   if (leaseMs === undefined) return $multi(undefined, e2);
-  const [wait, e3] = check.integer("wait", opt(o, "wait", 0), 0, DAY, "a non-negative integer of ms");
+  // A retry sent right after the first response may reach Redis before that response's store (a timer):
+  // waiting at least MIN_WAIT answers it with the replay, from any nginx, instead of a 409.
+  const [wait, e3] = check.integer("wait", opt(o, "wait", MIN_WAIT), MIN_WAIT, DAY,
+    "an integer of ms of at least " + MIN_WAIT + " (a retry sent right after the first response must find it stored)");
   if (wait === undefined) return $multi(undefined, e3);
   const [maxBody, e4] = check.integer("max_body", opt(o, "max_body", 1048576), 0, 512 * 1048576, "a non-negative integer of bytes");
   if (maxBody === undefined) return $multi(undefined, e4);
@@ -760,6 +860,8 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
   if (maxReq === undefined) return $multi(undefined, e5);
   const [storeSet, e6] = parseStoreOpt(o.get("store"));
   if (storeSet === undefined) return $multi(undefined, e6);
+  const [skip, e7] = parseStoreHeaders(o.get("store_headers"));
+  if (skip === undefined) return $multi(undefined, e7);
   const [common, ce] = shared.parse(o);
   if (common === undefined) return $multi(undefined, ce);
 
@@ -777,7 +879,10 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
   const leaseStore: lease.Store = { dict, redis: conf, prefix, ttl: leaseMs, wait: 0, meter: meter.make(dict, name) };
   const g = {
     name, mode: "idempotency" as const, dict, key, scope, methods, onMissing, onError, ttl, lease: leaseMs, wait,
-    maxBody, maxRequestBody: maxReq, store: storeSet, errorStatus: common.errorStatus, headers: common.headers,
+    maxBody, maxRequestBody: maxReq, store: storeSet, skip,
+    missingWhat: onMissing === "reject" ? "refused with 400 (on_missing = \"reject\")" : "let through unguarded (on_missing = \"pass\")",
+    errorWhat: onError === "deny" ? "refused with " + common.errorStatus + " (on_error = \"deny\")" : "let through unguarded (on_error = \"allow\")",
+    errorStatus: common.errorStatus, headers: common.headers,
     breakerFailures: common.breakerFailures, breakerCooldown: common.breakerCooldown,
     conf, prefix, owner, kind: KIND, leaseStore,
   };

@@ -1,5 +1,8 @@
 // Key templates of the gateway guards: "$http_idempotency_key",
 // "tenant:$remote_addr:$uri" (nginx variables and literals), or a Lua function.
+// A key that cannot be computed is never taken for a missing one (that would let
+// the request through unguarded): value() tells the two apart, and what goes
+// wrong is logged per guard and worker at most once an interval, never per request.
 
 import * as check from "../check";
 
@@ -9,7 +12,12 @@ export type KeyFn = (this: void) => unknown;
 export interface Template {
   readonly parts: LuaTable<number, string> | undefined;
   readonly keyFn: KeyFn | undefined;
+  /** What the operator wrote, for log lines: the template, or "a function". */
+  readonly source: string;
 }
+
+/** Seconds between two log lines of one guard about its keys (per worker). Settable for tests. */
+export const settings = { interval: 60 };
 
 /** Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var... */
 function split(name: string, tpl: string): LuaMultiReturn<[LuaTable<number, string> | undefined, string | undefined]> {
@@ -34,34 +42,92 @@ function split(name: string, tpl: string): LuaMultiReturn<[LuaTable<number, stri
 /** Compile option `name` (a template string or a function). */
 export function compile(name: string, v: unknown): LuaMultiReturn<[Template | undefined, string | undefined]> {
   if (type(v) === "function") {
-    return $multi({ parts: undefined, keyFn: v as KeyFn }, undefined);
+    return $multi({ parts: undefined, keyFn: v as KeyFn, source: "a function" }, undefined);
   }
   if (type(v) === "string") {
     const [p, err] = split(name, v as string);
     if (p === undefined) return $multi(undefined, err);
-    return $multi({ parts: p, keyFn: undefined }, undefined);
+    return $multi({ parts: p, keyFn: undefined, source: v as string }, undefined);
   }
   return check.fail(name + " must be a string of nginx variables (\"$http_idempotency_key\") or a function", v);
 }
 
-/** The request's value of t, or nil when a variable is missing or empty (or the function fails). */
-export function value(guard: string, t: Template): string | undefined {
+/**
+ * The request's value of t: the key; or nil when it is missing (a variable
+ * missing or empty, the function returned nil or ""); or nil and what went
+ * wrong when it cannot be computed (the function raised or returned a non-string).
+ */
+export function value(t: Template): LuaMultiReturn<[string | undefined, string | undefined]> {
   if (t.keyFn !== undefined) {
     const [ok, v] = pcall(t.keyFn);
-    if (!ok) {
-      ngx.log(ngx.ERR, "dlock: guard ", guard, ": key function failed: ", tostring(v));
-      return undefined;
-    }
-    return type(v) === "string" && (v as string).length > 0 ? (v as string) : undefined;
+    if (!ok) return $multi(undefined, "the key function raised: " + tostring(v));
+    if (v === undefined || v === "") return $multi(undefined, undefined);
+    if (type(v) !== "string") return $multi(undefined, "the key function returned a " + type(v) + ", not a string");
+    return $multi(v as string, undefined);
   }
   const parts = t.parts!;
   let out = parts.get(1);
   for (const i of $range(2, parts.length(), 2)) {
     const v = ngx.var.get(parts.get(i));
     if (v === undefined || v === "") {
-      return undefined;
+      return $multi(undefined, undefined);
     }
     out = out + v + parts.get(i + 1);
   }
-  return out;
+  return $multi(out, undefined);
+}
+
+/** Per guard and worker: what its keys looked like since `since`, and when it last logged a key error. */
+interface Seen {
+  since: number;
+  present: number;
+  missing: number;
+  errorAt: number;
+  errors: number;
+}
+const seen = new LuaTable<string, Seen>();
+
+function state(guard: string): Seen {
+  let s = seen.get(guard);
+  if (s === undefined) {
+    s = { since: ngx.now(), present: 0, missing: 0, errorAt: 0, errors: 0 };
+    seen.set(guard, s);
+  }
+  return s;
+}
+
+/**
+ * Count a request with (present) or without its key. Once an interval, a guard
+ * that saw its key on none of its requests says so: a misspelt variable would
+ * otherwise leave every request unguarded without a word.
+ */
+export function note(guard: string, t: Template, present: boolean, what: string): void {
+  const s = state(guard);
+  const now = ngx.now();
+  if (now - s.since >= settings.interval) {
+    if (s.present === 0 && s.missing > 0) {
+      ngx.log(ngx.ERR, "dlock: guard ", guard, ": the key (", t.source, ") was missing on all ", s.missing,
+        " requests of the last ", math.floor(now - s.since), " s in this worker; they were ", what);
+    }
+    s.since = now;
+    s.present = 0;
+    s.missing = 0;
+  }
+  if (present) {
+    s.present++;
+  } else {
+    s.missing++;
+  }
+}
+
+/** A key that could not be computed: logged at once, then at most once an interval with the count. */
+export function failed(guard: string, problem: string, what: string): void {
+  const s = state(guard);
+  const now = ngx.now();
+  s.errors++;
+  if (now - s.errorAt < settings.interval) return;
+  ngx.log(ngx.ERR, "dlock: guard ", guard, ": no key: ", problem, " (", s.errors,
+    s.errors === 1 ? " request" : " requests", " since the last such line in this worker; ", what, ")");
+  s.errorAt = now;
+  s.errors = 0;
 }

@@ -1,0 +1,157 @@
+-- The guards of resty.dlock.gateway where the key, the phase or the client
+-- does not go as planned: keys that cannot be computed, keys that are never
+-- there, guards made per request, subrequests, and waiters whose client left.
+-- Real nginx (nginx/spec-guards.conf, 2 workers), real HTTP, a backend that counts.
+local h = require "helpers"
+local cjson = require "cjson.safe"
+
+local n
+
+local function get(path, opts)
+  return assert(h.http(n.port, path, opts))
+end
+
+local function hits(key)
+  local res = assert(h.http(n.backend, "/stats?key=" .. key))
+  return tonumber(res.body:match("^(%d+)"))
+end
+
+local function counters(name)
+  return assert(cjson.decode(get("/dlock/status").body)).guards[name]
+end
+
+local function lines(pattern)
+  local _, count = n.error_log():gsub(pattern, "")
+  return count
+end
+
+describe("gateway guards", function()
+  setup(function()
+    local own = h.free_port()
+    n = h.start_nginx("spec-guards.conf", { OWN_BACKEND_PORT = own, BACKEND_PORT = own })
+    n.backend = own
+  end)
+
+  teardown(function()
+    if n then n.stop() end
+  end)
+
+  local key_errors_took   -- seconds the requests of the first test took: the log may have one line per worker and second of them
+
+  it("refuse the request (on_error = deny: 503) when the key function raises or returns a table, never let it through", function()
+    local t0 = h.now()
+    for _, name in ipairs({ "raises", "table_key" }) do
+      for _ = 1, 6 do
+        assert.equal(503, get("/" .. name .. "?key=" .. name).status)
+      end
+      assert.equal(0, hits(name))
+      assert.is_true(counters(name).key_errors >= 6)
+      assert.equal(0, counters(name).missing_key)
+    end
+    key_errors_took = h.now() - t0
+  end)
+
+  it("log a key that cannot be computed at error level, naming the guard and the problem, once an interval per worker", function()
+    local raised = lines("%[error%][^\n]*guard raises: no key: the key function raised: [^\n]*no key today")
+    local tbl = lines("%[error%][^\n]*guard table_key: no key: the key function returned a table, not a string")
+    -- 6 requests each, 2 workers, one line per worker and interval (1 s here), not one per request.
+    local most = math.min(5, 2 * (math.ceil(key_errors_took) + 1))
+    assert.is_true(raised >= 1 and raised <= most, raised .. " lines")
+    assert.is_true(tbl >= 1 and tbl <= most, tbl .. " lines")
+    assert.is_truthy(n.error_log():find("refused with 503 (on_error = \"deny\")", 1, true))
+  end)
+
+  it("let the request through with on_error = allow when the key is not a string (a number), counted as key_errors", function()
+    assert.equal(200, get("/number_key?key=number").status)
+    assert.equal(1, hits("number"))
+    assert.is_true(counters("number_key").key_errors >= 1)
+    h.eventually(2, function() return lines("guard number_key: no key: the key function returned a number") >= 1 end)
+    assert.is_truthy(n.error_log():find("let through unguarded (on_error = \"allow\")", 1, true))
+  end)
+
+  it("say at error level, once an interval, that a guard's key was missing on every request", function()
+    local deadline = h.now() + 2.5
+    while h.now() < deadline do
+      assert.equal(200, get("/misspelt?key=misspelt", { headers = { ["Idempotency-Key"] = "k" } }).status)
+      ngx.sleep(0.02)
+    end
+    local count = lines("%[error%][^\n]*guard misspelt: the key %(%$http_idempotency_kye%) was missing on all %d+ " ..
+      "requests of the last %d+ s in this worker; they were let through unguarded %(on_missing = \"pass\"%)")
+    -- 2.5 s of requests, 1 s intervals, 2 workers: at least one line, never one per request.
+    assert.is_true(count >= 1 and count <= 6, count .. " lines")
+  end)
+
+  it("say nothing of a key that some requests have", function()
+    local deadline = h.now() + 2.5
+    local i = 0
+    while h.now() < deadline do
+      i = i + 1
+      assert.equal(200, get("/optional?key=optional" .. (i % 2 == 0 and "&k=" .. i or "")).status)
+      ngx.sleep(0.02)
+    end
+    assert.equal(0, lines("guard optional: the key"))
+  end)
+
+  it("refuse gateway.new inside a request, naming why", function()
+    local res = get("/new")
+    assert.equal("nil dlock: gateway.new in the content phase: create guards once, in init_by_lua or init_worker_by_lua, " ..
+      "not per request (a guard made per request excludes nothing and adds metrics without bound)\n", res.body)
+  end)
+
+  it("never run in a subrequest from its access phase (ngx.location.capture, auth_request): nginx skips it", function()
+    local before = counters("sub")
+    assert.equal("200\n", get("/capture?to=/sub-access&key=sub-access").body)
+    assert.equal(200, get("/auth?key=sub-access").status)
+    local after = counters("sub")
+    assert.equal(before.acquired, after.acquired)
+    assert.equal(before.missing_key, after.missing_key)
+    assert.equal(1, hits("sub-access"))
+  end)
+
+  it("run in the rewrite phase, of a main request and of a subrequest: two at once with one key, the second refused", function()
+    for _, path in ipairs({ "/main-rewrite?key=rw-main&ms=500", "/capture?to=/sub-rewrite&key=rw-sub&ms=500" }) do
+      local first = ngx.thread.spawn(get, path)
+      ngx.sleep(0.1)
+      local second = get(path)
+      local _, res = ngx.thread.wait(first)
+      assert.equal(200, res.status)
+      if path:find("capture", 1, true) then
+        assert.equal("200\n", res.body)
+        assert.equal("503\n", second.body)
+      else
+        assert.equal(503, second.status)
+      end
+    end
+    assert.equal(1, hits("rw-main"))
+    assert.equal(1, hits("rw-sub"))
+    -- Released when the request ends: the key is free again.
+    h.eventually(1, function() return get("/main-rewrite?key=rw-main").status == 200 end)
+    assert.equal(200, get("/main-rewrite?key=rw-main").status)
+  end)
+
+  it("with lua_check_client_abort on, give up a waiter's place when its client leaves: the next waiter gets the key as soon as it is free", function()
+    local holder = ngx.thread.spawn(get, "/queue?key=queue&ms=1000")
+    ngx.sleep(0.1)
+    get("/queue?key=queue&ms=3000", { abort_after = 200 })   -- waits, then its client leaves
+    local t0 = h.now()
+    local next_res = get("/queue?key=queue&ms=0")
+    local waited = h.now() - t0
+    local _, first = ngx.thread.wait(holder)
+    assert.equal(200, first.status)
+    assert.equal(200, next_res.status)
+    -- The holder ends at about 1 s; the waiter that left never ran.
+    assert.is_true(waited < 1.5, "waited " .. waited .. " s")
+    assert.equal(2, hits("queue"))
+  end)
+
+  it("without lua_check_client_abort, a waiter whose client left still takes its turn, and the key stays taken for its ttl", function()
+    local holder = ngx.thread.spawn(get, "/queue-unchecked?key=unchecked&ms=1000")
+    ngx.sleep(0.1)
+    get("/queue-unchecked?key=unchecked&ms=1000", { abort_after = 200 })
+    local t0 = h.now()
+    assert.equal(200, get("/queue-unchecked?key=unchecked&ms=0").status)
+    ngx.thread.wait(holder)
+    -- The holder ends at about 1 s; the waiter that left took the key then, and kept it (ttl 3 s).
+    assert.is_true(h.now() - t0 >= 2.5, "waited " .. (h.now() - t0) .. " s")
+  end)
+end)

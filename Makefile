@@ -41,7 +41,7 @@ torture: deps
 clean:
 	rm -rf /tmp/dlock-spec.* /tmp/dlock-demo.* /tmp/dlock-bench.*
 
-# The same specs in the official openresty image (needs a Docker engine; CI here has none).
+# The busted specs (make spec) in the official openresty image (needs a Docker engine; CI here has none).
 test-docker:
 	docker build -f spec/docker/Dockerfile -t lua-resty-dlock-test .
 	docker run --rm lua-resty-dlock-test

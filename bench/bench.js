@@ -415,7 +415,8 @@ async function main() {
   execFileSync("bash", ["-c", `. '${root}/nginx/lib.sh'; wait_port ${redisPort} 10 && render_conf '${root}/nginx/bench.conf' '${prefix}' '${prefix}/nginx.conf' HTTP_PORT=${httpPort} REDIS_PORT=${redisPort} ` +
     `TLS_PORT=${topoPorts.tls} SENTINEL_NODES=${topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(",")} ` +
     `CLUSTER_NODES=${topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",")}`]);
-  const nginxBin = process.env.DLOCK_NGINX || "nginx";
+  // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
+  const nginxBin = execFileSync("bash", ["-c", `. '${root}/nginx/lib.sh' && printf %s "$NGINX_BIN"`], { encoding: "utf8" });
   const nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
   const peer = (port, rport) => start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(port), String(rport)]);
   const node = peer(nodePort, redisPort);

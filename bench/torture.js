@@ -1019,7 +1019,7 @@ const LIB_SH = path.join(__dirname, "..", "nginx", "lib.sh");
 /** nginx/lib.sh render_conf, so @USER@ and @LUA_MODULES@ come out as bench/torture renders them. */
 function renderConf(tpl, prefix, out, vars) {
   const r = spawnSync("bash", ["-c", '. "$0"; render_conf "$@"', LIB_SH, tpl, prefix, out,
-    ...Object.entries(vars).map(([k, v]) => `${k}=${v}`)], { encoding: "utf8" });
+    ...Object.entries(vars).map(([k, v]) => `${k}=${v}`)], { encoding: "utf8", env: { ...process.env, DLOCK_NGINX: opt.nginx } });
   if (r.status !== 0) throw new Error("render_conf failed: " + r.stderr);
 }
 

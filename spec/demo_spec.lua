@@ -8,9 +8,8 @@ describe("make run's demo gateway", function()
 
   setup(function()
     port = h.free_port()
-    local nginx = h.env.nginx ~= "nginx" and ("DLOCK_NGINX=" .. h.env.nginx .. " ") or ""
-    local p = io.popen("export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; " .. nginx ..
-      "DLOCK_DEMO_PORT=" .. port .. " bash " .. h.root .. "/nginx/demo > " .. out .. " 2>&1 & echo $!")
+    local p = io.popen("export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; " ..
+      "DLOCK_NGINX=" .. h.env.nginx .. " DLOCK_DEMO_PORT=" .. port .. " bash " .. h.root .. "/nginx/demo > " .. out .. " 2>&1 & echo $!")
     pid = tonumber(p:read("*l"))
     p:close()
     -- The runner stops it too, should this spec fail before its teardown.

@@ -179,8 +179,10 @@ function _M.start_nginx(template, vars)
   for k, v in pairs(vars or {}) do kv[#kv + 1] = k .. "=" .. tostring(v) end
   kv[#kv + 1] = "HTTP_PORT=" .. port
   kv[#kv + 1] = "REDIS_PORT=" .. env.redis_port
-  local cmd = string.format("bash -c '. %s/nginx/lib.sh; render_conf %s/nginx/%s %s %s/nginx.conf %s'",
-    env.root, env.root, template, prefix, prefix, table.concat(kv, " "))
+  -- nginx gives its workers no environment, so the runner's binary is named here:
+  -- render_conf fills @LUA_MODULES@ for that binary (none when Lua is built in).
+  local cmd = string.format("DLOCK_NGINX=%s bash -c '. %s/nginx/lib.sh; render_conf %s/nginx/%s %s %s/nginx.conf %s'",
+    env.nginx, env.root, env.root, template, prefix, prefix, table.concat(kv, " "))
   assert(_M.sh(cmd), "render_conf failed")
   assert(_M.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -g 'daemon on;' 2>>" .. prefix .. "/logs/start.log"),
     "nginx did not start: " .. tostring(read_file(prefix .. "/logs/start.log")))

@@ -97,6 +97,13 @@ describe("the API in phases without cosockets", function()
       assert.equal("false 0 nil", result(phase, "held"))
       assert.equal("false report nil", result(phase, "report"))
       assert.equal("false text nil", result(phase, "metrics_text"))
+      -- A guard has nothing to refuse there: it says so (once per guard) and returns.
+      assert.equal("false nil nil", result(phase, "guard_access"), phase .. " guard_access")
+      assert.equal("false nil nil", result(phase, "idem_access"), phase .. " idem_access")
+    end
+    local log = n.error_log()
+    for _, g in ipairs({ "phase-dedup", "phase-idem" }) do
+      assert.matches("dlock: guard " .. g:gsub("%-", "%%-") .. ": access%(%) called in the %w+ phase, where it can refuse nothing", log)
     end
     assert.equal("false nil dlock: init_worker is not available in the init phase (no timers): call it from init_worker_by_lua",
       result("init", "init_worker"))

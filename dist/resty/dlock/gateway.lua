@@ -79,6 +79,9 @@ local function onRedisFailure(g)
 end
 local guardMethods = {
     access = function(self)
+        if not shared.decides(self.name) then
+            return
+        end
         if inflight.holds(self) then
             return
         end

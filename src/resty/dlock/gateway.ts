@@ -124,6 +124,7 @@ function onRedisFailure(g: Guard): void {
 const guardMethods = {
   /** In access_by_lua: let the request through, or end it with the guard's status. */
   access(this: Guard): void {
+    if (!shared.decides(this.name)) return;
     if (inflight.holds(this)) {
       // The same request again, after an internal redirect: it holds the key already.
       return;

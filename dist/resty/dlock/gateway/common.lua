@@ -59,4 +59,29 @@ function ____exports.parse(o)
     end
     return {errorStatus = errorStatus, headers = headers, breakerFailures = breakerFailures, breakerCooldown = breakerCooldown}, nil
 end
+--- Phases where a guard can decide: it needs cosockets and ngx.exit. Elsewhere
+-- (log, filters, set_by_lua, init) the response is gone or there is no request:
+-- nothing to refuse, so access() says so and returns instead of raising.
+local DECIDES = check.set("rewrite", "access", "content")
+--- Guards that said so, per worker: one line each, not one per request.
+local misplaced = {}
+--- Whether access() of guard `name` can run now; logs once per guard when it cannot.
+function ____exports.decides(name)
+    local phase = ngx.get_phase()
+    if DECIDES[phase] ~= nil then
+        return true
+    end
+    if not (misplaced[name] ~= nil) then
+        misplaced[name] = true
+        ngx.log(
+            ngx.ERR,
+            "dlock: guard ",
+            name,
+            ": access() called in the ",
+            phase,
+            " phase, where it can refuse nothing: call it from access_by_lua or rewrite_by_lua"
+        )
+    end
+    return false
+end
 return ____exports

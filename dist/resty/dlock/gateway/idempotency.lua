@@ -551,6 +551,9 @@ local function hold(g, rkey, tok, fp)
     }
 end
 local function access(g)
+    if not shared.decides(g.name) then
+        return
+    end
     if inflight.holds(g.owner) then
         return
     end

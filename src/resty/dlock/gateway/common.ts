@@ -35,3 +35,25 @@ export function parse(o: LuaTable<string, unknown>): LuaMultiReturn<[Common | un
   if (breakerCooldown === undefined) return $multi(undefined, e3);
   return $multi({ errorStatus, headers, breakerFailures, breakerCooldown }, undefined);
 }
+
+/**
+ * Phases where a guard can decide: it needs cosockets and ngx.exit. Elsewhere
+ * (log, filters, set_by_lua, init) the response is gone or there is no request:
+ * nothing to refuse, so access() says so and returns instead of raising.
+ */
+const DECIDES = check.set("rewrite", "access", "content");
+
+/** Guards that said so, per worker: one line each, not one per request. */
+const misplaced = new LuaTable<string, boolean>();
+
+/** Whether access() of guard `name` can run now; logs once per guard when it cannot. */
+export function decides(name: string): boolean {
+  const phase = ngx.get_phase();
+  if (DECIDES.has(phase)) return true;
+  if (!misplaced.has(name)) {
+    misplaced.set(name, true);
+    ngx.log(ngx.ERR, "dlock: guard ", name, ": access() called in the ", phase,
+      " phase, where it can refuse nothing: call it from access_by_lua or rewrite_by_lua");
+  }
+  return false;
+}

@@ -464,6 +464,7 @@ function hold(g: Guard, rkey: string, tok: string, fp: string): void {
 }
 
 function access(g: Guard): void {
+  if (!shared.decides(g.name)) return;
   if (inflight.holds(g.owner)) {
     // The same request again, after an internal redirect: it holds the claim already.
     return;

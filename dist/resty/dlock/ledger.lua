@@ -22,10 +22,14 @@ end
 -- whether there are (or may be) more. get_keys(n) returns the first n keys of
 -- the whole dict, counters and other data included, and locks the dict while
 -- it copies them: ask for some more than needed and double while that is not
--- enough, looking at 4 * max + 1024 keys at most, so a status page stays cheap
+-- enough, looking at 4 * max + 1024 keys at most (plus `others`: keys the
+-- caller knows the dict holds besides records), so a status page stays cheap
 -- however many leases are held.
-function ____exports.list(dict, max)
-    local bound = max == 0 and 0 or max * 4 + 1024
+function ____exports.list(dict, max, others)
+    if others == nil then
+        others = 0
+    end
+    local bound = max == 0 and 0 or max * 4 + 1024 + others
     local nowMs = ngx.now() * 1000
     local n = max == 0 and 0 or math.min(max + 64, bound)
     while true do

@@ -99,6 +99,12 @@ end
 function ____exports.known()
     return dicts
 end
+--- About how many keys the instruments of every factory take in a dict: the
+-- counters and buckets of each name, and a minute of expiry seconds each.
+function ____exports.keys(dict)
+    local n = dict:get("m:n")
+    return type(n) == "number" and n * (2 * #____exports.WAIT_BOUNDS + 16 + 60) or 0
+end
 --- Factory names counted in a dict (by any worker), in the order they were first made.
 function ____exports.names(dict)
     local out = {}

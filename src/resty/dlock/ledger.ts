@@ -195,11 +195,12 @@ export function held(dict: NgxSharedDict): HeldLease[] {
  * whether there are (or may be) more. get_keys(n) returns the first n keys of
  * the whole dict, counters and other data included, and locks the dict while
  * it copies them: ask for some more than needed and double while that is not
- * enough, looking at 4 * max + 1024 keys at most, so a status page stays cheap
+ * enough, looking at 4 * max + 1024 keys at most (plus `others`: keys the
+ * caller knows the dict holds besides records), so a status page stays cheap
  * however many leases are held.
  */
-export function list(dict: NgxSharedDict, max: number): LuaMultiReturn<[HeldLease[], boolean]> {
-  const bound = max === 0 ? 0 : max * 4 + 1024;
+export function list(dict: NgxSharedDict, max: number, others = 0): LuaMultiReturn<[HeldLease[], boolean]> {
+  const bound = max === 0 ? 0 : max * 4 + 1024 + others;
   const nowMs = ngx.now() * 1000;
   let n = max === 0 ? 0 : math.min(max + 64, bound);
   while (true) {

@@ -88,6 +88,15 @@ export function known(): NgxSharedDict[] {
   return dicts;
 }
 
+/**
+ * About how many keys the instruments of every factory take in a dict: the
+ * counters and buckets of each name, and a minute of expiry seconds each.
+ */
+export function keys(dict: NgxSharedDict): number {
+  const [n] = dict.get("m:n");
+  return type(n) === "number" ? (n as number) * (2 * WAIT_BOUNDS.length + 16 + 60) : 0;
+}
+
 /** Factory names counted in a dict (by any worker), in the order they were first made. */
 export function names(dict: NgxSharedDict): string[] {
   const out: string[] = [];

@@ -2,6 +2,7 @@
 local ____exports = {}
 local check = require("resty.dlock.check")
 local ledger = require("resty.dlock.ledger")
+local meter = require("resty.dlock.meter")
 local common = require("resty.dlock.status.common")
 --- Leases serve() and report() list unless asked for another number.
 ____exports.DEFAULT_LIMIT = 100
@@ -24,7 +25,11 @@ local function listHeld(name, dict, max, out)
         local one = ledger.list(dict, 1)
         return #one > 0
     end
-    local found, more = ledger.list(dict, max)
+    local found, more = ledger.list(
+        dict,
+        max,
+        meter.keys(dict)
+    )
     for ____, l in ipairs(found) do
         out[#out + 1] = {
             dict = name,

@@ -3,6 +3,7 @@
 
 import * as check from "../check";
 import * as ledger from "../ledger";
+import * as meter from "../meter";
 import * as common from "./common";
 
 /** Leases serve() and report() list unless asked for another number. */
@@ -25,7 +26,8 @@ function listHeld(name: string, dict: NgxSharedDict, max: number, out: common.He
     const [one] = ledger.list(dict, 1);
     return one.length > 0;
   }
-  const [found, more] = ledger.list(dict, max);
+  // Factories' instruments share the dict with the records: look past them too.
+  const [found, more] = ledger.list(dict, max, meter.keys(dict));
   for (const l of found) {
     out.push({ dict: name, key: l.key, pid: l.pid, ttl: l.ttl, expires_at: l.expires_at });
   }

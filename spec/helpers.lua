@@ -142,6 +142,9 @@ function _M.main_redis_pid()
   return tonumber(info:match("process_id:(%d+)"))
 end
 
+-- Prefixes of the nginx instances start_nginx started, in order (their error logs are checked).
+local started = {}
+
 --- Start an nginx from a template under nginx/ with @NAME@ values; returns
 --- { port, prefix, stop(), reload() }. It runs daemonized with its own prefix.
 function _M.start_nginx(template, vars)
@@ -167,6 +170,7 @@ function _M.start_nginx(template, vars)
   end
   assert(pid, "nginx wrote no pid file")
   track(pid)
+  started[#started + 1] = prefix
   local n = { port = port, prefix = prefix, pid = pid }
   function n.stop() return _M.stop_pid(pid, "QUIT") end
   function n.workers()
@@ -541,6 +545,74 @@ function _M.start_redlock(n, ...)
   ngx.update_time()
   r.started_in = ngx.now() - t0
   return r
+end
+
+-- Error logs. nginx logs at error level what an operator must look at; in
+-- normal operation there is none. Every spec file ends with
+-- h.check_error_logs(expected), which adds a last test that fails on any
+-- [error], [crit], [alert] or [emerg] line written while the file ran (the
+-- runner's error log from where it stood when the file began, and the logs
+-- of every nginx the file started) that matches none of `expected`: Lua
+-- patterns naming the lines a spec causes on purpose (a Redis it kills, a
+-- request it breaks). Name them narrowly.
+
+local SEVERE = { "%[error%]", "%[crit%]", "%[alert%]", "%[emerg%]" }
+
+local function size(path)
+  local f = io.open(path, "r")
+  if not f then return 0 end
+  local n = f:seek("end")
+  f:close()
+  return n
+end
+
+--- Where the error logs stand now: { runner = bytes, started = nginx started so far }.
+function _M.error_log_mark()
+  return { runner = size(env.prefix .. "/logs/error.log"), started = #started }
+end
+
+local function severe(line)
+  for _, p in ipairs(SEVERE) do
+    if line:find(p) then return true end
+  end
+  return false
+end
+
+--- The [error] (and worse) lines since mark that match none of the patterns in `expected`.
+function _M.unexpected_errors(mark, expected)
+  local files = { { env.prefix .. "/logs/error.log", mark.runner } }
+  for i = mark.started + 1, #started do files[#files + 1] = { started[i] .. "/logs/error.log", 0 } end
+  local out = {}
+  for _, f in ipairs(files) do
+    local fh = io.open(f[1], "r")
+    if fh then
+      fh:seek("set", f[2])
+      for line in fh:lines() do
+        if severe(line) then
+          local known = false
+          for _, p in ipairs(expected or {}) do
+            if line:find(p) then known = true break end
+          end
+          if not known then out[#out + 1] = f[1]:sub(#env.prefix + 2) .. ": " .. line end
+        end
+      end
+      fh:close()
+    end
+  end
+  return out
+end
+
+--- At the end of a spec file (outside its describe blocks): the last test of the file,
+--- "logs no unexpected [error] lines" (see above). `expected`: Lua patterns of the lines it causes on purpose.
+function _M.check_error_logs(expected)
+  local busted = getfenv(2)
+  local mark
+  busted.setup(function() mark = _M.error_log_mark() end)
+  busted.it("logs no unexpected [error], [crit] or [alert] lines", function()
+    local bad = _M.unexpected_errors(mark, expected)
+    busted.assert.is_true(#bad == 0, #bad .. " unexpected line(s) in the nginx error logs:\n" ..
+      table.concat(bad, "\n", 1, math.min(#bad, 20)))
+  end)
 end
 
 return _M

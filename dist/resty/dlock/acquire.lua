@@ -211,7 +211,7 @@ local function between(place)
     local live = wakeups.want(conf, rkey)
     local coming = not live and wakeups.coming(conf, rkey)
     if place.answered and retryAfter ~= nil and (live or coming and place.ahead > 0) then
-        wakeups.expect(conf, rkey, retryAfter)
+        wakeups.expect(conf, rkey, retryAfter, true)
         nap = HORIZON + math.random() * HORIZON / 4
     elseif place.answered and retryAfter ~= nil and coming then
         nap = math.min(SETUP, retryAfter + 1)
@@ -383,6 +383,9 @@ local function byTurns(sub, turn, store, kind, key, tok, ttl, wait, ...)
             local nap
             if retryAfter ~= nil and wakeups.live(store.redis, rkey) then
                 nap = (waits.first(turn) or waits.waiters(rkey) == 0) and retryAfter + 1 or math.min(retryAfter + 1, QUEUE_CAP)
+                if not kind.shared then
+                    wakeups.expect(store.redis, rkey, retryAfter, true)
+                end
             else
                 nap = poll(backoff, retryAfter)
                 backoff = math.min(backoff * 2, MAX_BACKOFF)

@@ -313,3 +313,5 @@ describe("redis.cluster", function()
     assert.is_true(assert(l:acquire(elsewhere, { wait = 0 })):release())
   end)
 end)
+
+h.check_error_logs()

@@ -1121,3 +1121,5 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
     end)
   end)
 end)
+
+h.check_error_logs()

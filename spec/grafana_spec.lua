@@ -131,3 +131,5 @@ describe("the Grafana dashboard", function()
     end
   end)
 end)
+
+h.check_error_logs()

@@ -72,3 +72,7 @@ describe("crash recovery", function()
     h.cmd(nil, "del", "crash:" .. prefix)
   end)
 end)
+
+h.check_error_logs({
+  "worker process %d+ exited on signal 9",  -- the SIGKILLed peer workers
+})

@@ -363,3 +363,5 @@ describe("redis faults", function()
     end)
   end)
 end)
+
+h.check_error_logs()

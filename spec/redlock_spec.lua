@@ -210,3 +210,5 @@ describe("redis.redlock", function()
     end
   end)
 end)
+
+h.check_error_logs()

@@ -143,3 +143,5 @@ describe("redis.sentinel", function()
     h.cmd(new, "config", "set", "maxmemory-policy", "noeviction")
   end)
 end)
+
+h.check_error_logs()

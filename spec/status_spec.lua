@@ -282,3 +282,5 @@ describe("/dlock/status and /dlock/metrics over HTTP", function()
     assert.same({ error = "dlock: limit must be at most 10000, got 10001" }, cjson.decode(res.body))
   end)
 end)
+
+h.check_error_logs()

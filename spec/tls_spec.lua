@@ -116,3 +116,5 @@ describe("TLS", function()
     assert.matches("^dlock: redis 127.0.0.1:" .. r.tls_port .. ": TLS handshake failed: ", werr)
   end)
 end)
+
+h.check_error_logs()

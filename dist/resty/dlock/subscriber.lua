@@ -99,6 +99,11 @@ function tell(s, sess)
 end
 CHANNEL = scripts.CHANNEL
 HEARTBEAT = 5
+--- Seconds without a byte from Redis (six PINGs unanswered, plus the
+-- endpoint's read_timeout) after which the connection is given up: a
+-- partition that leaves it half-open. Waiters meanwhile still wake at their
+-- holder's expiry, and a worker busy elsewhere for a few seconds is no outage.
+local SILENCE = 30
 SWEEP = 0.1
 IDLE = 10
 --- Seconds before the first reconnection attempt after the connection failed,
@@ -181,7 +186,7 @@ local function session(s)
     end
     local sock = rawget(red, "_sock")
     local conf = s.conf
-    sock:settimeouts(conf.connect_timeout, conf.read_timeout, HEARTBEAT * 1000 + conf.read_timeout)
+    sock:settimeouts(conf.connect_timeout, conf.read_timeout, SILENCE * 1000 + conf.read_timeout)
     local sess = {sock = sock, stopping = false, ended = false, failed = nil}
     local ctl = ngx.thread.spawn(control, s, sess)
     local ok, res = pcall(reader, s, sess)

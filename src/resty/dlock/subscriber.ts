@@ -4,9 +4,9 @@
 //
 //   reader    blocks on the connection and hands each message to
 //             subscriptions.ts. It never wakes up to poll: nginx logs every
-//             cosocket read timeout at error level, so its read timeout is
-//             longer than the PING the control thread sends every HEARTBEAT,
-//             and a timeout means Redis is gone (one line per outage).
+//             cosocket read timeout at error level, so Redis answers a PING
+//             the control thread sends every HEARTBEAT, and a read that
+//             times out (SILENCE) means Redis is gone (one line per outage).
 //   control   sends SUBSCRIBE/UNSUBSCRIBE as waiters come and go, wakes the
 //             first waiter of a key whose due time passed, and stops the
 //             session (idle for IDLE seconds, the worker exiting). It sleeps
@@ -29,6 +29,13 @@ import * as waits from "./wait";
 const CHANNEL = scripts.CHANNEL;
 /** Seconds between PINGs: Redis answers, so a read waits at most this long plus a round trip. */
 const HEARTBEAT = 5;
+/**
+ * Seconds without a byte from Redis (six PINGs unanswered, plus the
+ * endpoint's read_timeout) after which the connection is given up: a
+ * partition that leaves it half-open. Waiters meanwhile still wake at their
+ * holder's expiry, and a worker busy elsewhere for a few seconds is no outage.
+ */
+const SILENCE = 30;
 /**
  * Seconds between looks at the worker exiting and at waiters killed while
  * they waited (a key handed to one is passed on when its hand-off is heard).
@@ -176,7 +183,7 @@ function session(s: subs.Subscriber): string | undefined {
   }
   const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock")!;
   const conf = s.conf;
-  sock.settimeouts(conf.connect_timeout, conf.read_timeout, HEARTBEAT * 1000 + conf.read_timeout);
+  sock.settimeouts(conf.connect_timeout, conf.read_timeout, SILENCE * 1000 + conf.read_timeout);
   const sess: Session = { sock, stopping: false, ended: false, failed: undefined };
   const ctl = ngx.thread.spawn(control, s, sess);
   const [ok, res] = pcall(reader, s, sess);

@@ -4,6 +4,7 @@
 -- shared dict and releases through Redis alone, as another nginx would.
 local h = require "helpers"
 
+local subscriptions = require "resty.dlock.subscriptions"
 local wakeups = require "resty.dlock.wakeups"
 local now, eventually = h.now, h.eventually
 
@@ -161,6 +162,23 @@ describe("the subscriber's connection", function()
     -- Its key's grace over, the subscriber lets go of it; then this Redis can go without a word.
     assert.is_true(eventually(4, function() return h.cmd(r.port, "pubsub", "numsub", channel)[2] == 0 end))
     r.stop()
+  end)
+
+  it("stops dialing a Redis that is gone for good once nobody waits for its keys", function()
+    local r = h.start_redis()
+    local prefix = h.unique("gone")
+    local redis = h.redis_opts({ port = r.port })
+    local holder = h.locks({ dict = "dlock_other", redis = redis, prefix = prefix })
+    local waiter = h.locks({ redis = redis, prefix = prefix })
+    assert(holder:acquire("k", { ttl = 10000 }))
+    local _, err = waiter:acquire("k", { wait = 200 })
+    assert.equal("timeout", err)
+    assert.equal(1, h.cmd(r.port, "pubsub", "numsub", "dlock:released:" .. prefix .. "k")[2])
+    r.stop()
+    -- It tries again while the key is in its grace (2 s after its last waiter), then lets go.
+    local s = subscriptions.existing(waiter.redis)
+    assert.is_true(s.running)
+    assert.is_true(eventually(6, function() return not s.running end), "still dialing")
   end)
 
   it("lets a worker exit at once on reload, although its subscription is up", function()

@@ -236,6 +236,7 @@ local function run(premature, s)
         end
         local err = ____ok_1
         subs.lost(s)
+        subs.prune(s)
         if err == nil or subs.idle(s) then
             break
         end
@@ -252,6 +253,7 @@ local function run(premature, s)
             retry = math.min(retry * 2, RETRY_MAX)
         end
         pause(retry)
+        subs.prune(s)
         if subs.idle(s) or ngx.worker.exiting() then
             break
         end

@@ -218,6 +218,9 @@ function run(this: void, premature: boolean, s: subs.Subscriber): void {
     // Waiters sleeping until word comes (or the subscription does) would not hear it now: they poll again.
     subs.lost(s);
     // Nobody waits here any more: no need to say so, nor to connect again.
+    // (Keys are let go of here too: a connection that never comes back must
+    // not keep its keys, and its attempts to connect, for good.)
+    subs.prune(s);
     if (err === undefined || subs.idle(s)) break;
     if (!s.down) {
       // Once per outage: every attempt to reconnect would say the same.
@@ -228,6 +231,7 @@ function run(this: void, premature: boolean, s: subs.Subscriber): void {
       retry = math.min(retry * 2, RETRY_MAX);
     }
     pause(retry);
+    subs.prune(s);
     if (subs.idle(s) || ngx.worker.exiting()) break;
   }
   s.running = false;

@@ -231,6 +231,30 @@ describe("a waiter on a key another client holds (prefix = \"\")", function()
     assert.is_true(l:release())
   end)
 
+  it("gets it within a few hundred ms of the DEL under Redlock too (waiters taking turns)", function()
+    local r = h.start_redlock(3)
+    local redlocks = assert(require("resty.dlock").new({ dict = "dlock", prefix = "",
+      redis = { redlock = r.addrs, connect_timeout = 500, read_timeout = 1000 } }))
+    local key = h.unique("foreign")
+    for _, port in ipairs(r.ports) do assert.equal("OK", h.cmd(port, "set", key, "their-token", "nx", "px", 10000)) end
+    local got_at
+    local th = ngx.thread.spawn(function()
+      local l = redlocks:acquire(key, { wait = 5000, ttl = 5000 })
+      got_at = now()
+      return l
+    end)
+    ngx.sleep(0.8)
+    local deleted_at = now()
+    for _, port in ipairs(r.ports) do assert.equal(1, h.cmd(port, "del", key)) end
+    local ok, l = ngx.thread.wait(th)
+    assert.is_true(ok)
+    assert.is_truthy(l, "the waiter did not get the key")
+    local ms = (got_at - deleted_at) * 1000
+    assert.is_true(ms < 400, string.format("got it %.0f ms after the DEL", ms))
+    assert.is_true(l:release())
+    r.stop()
+  end)
+
   it("asks Redis at most about every 200 ms per worker meanwhile", function()
     local key = h.unique("foreign")
     held_by_another(key)

@@ -313,3 +313,7 @@ describe("redis.cluster", function()
     assert.is_true(assert(l:acquire(elsewhere, { wait = 0 })):release())
   end)
 end)
+
+h.check_error_logs({
+  "connect%(%) failed %(111: Connection refused%), context: ngx%.timer",  -- the nodes killed on purpose
+})

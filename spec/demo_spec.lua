@@ -45,3 +45,5 @@ describe("make run's demo gateway", function()
     assert.equal(200, assert(h.http(port, "/jobs?job=" .. h.unique("demo") .. "&ms=0")).status)
   end)
 end)
+
+h.check_error_logs()

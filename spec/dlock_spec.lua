@@ -591,3 +591,5 @@ describe("resty.dlock", function()
     end)
   end)
 end)
+
+h.check_error_logs()

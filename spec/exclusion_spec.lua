@@ -75,3 +75,5 @@ describe("mutual exclusion", function()
       "(use it in access/content, or from ngx.timer.at)\n", res.body)
   end)
 end)
+
+h.check_error_logs()

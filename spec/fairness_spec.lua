@@ -146,3 +146,7 @@ describe("waiting in line", function()
     assert.equal(ngx.null, h.cmd(nil, "get", "crash:" .. key), "the key was handed to the dead waiter")
   end)
 end)
+
+h.check_error_logs({
+  "worker process %d+ exited on signal 9",  -- the SIGKILLed peer workers
+})

@@ -1123,3 +1123,9 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
     end)
   end)
 end)
+
+h.check_error_logs({
+  -- Random endpoints: nobody listens there.
+  "connect%(%) to unix:/nonexistent/fz%-redis%.sock failed %(2: No such file or directory%)",
+  "connect%(%) failed %(111: Connection refused%), context: ngx%.timer",
+})

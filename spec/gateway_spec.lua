@@ -283,3 +283,11 @@ describe("gateway", function()
     end)
   end)
 end)
+
+h.check_error_logs({
+  "dlock: guard %w+: lease on %x+ lost while its request is in flight",  -- the key deleted under a request
+  -- Guards in front of a Redis that is down, on purpose (on_error, the breaker):
+  "connect%(%) failed %(111: Connection refused%)",
+  "dlock: guard %w+: redis 127%.0%.0%.1:%d+: connection refused",
+  "dlock: guard %w+: Redis keeps failing, not calling it for %d+ ms",
+})

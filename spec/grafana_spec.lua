@@ -150,3 +150,5 @@ describe("the Grafana dashboard", function()
     assert.matches('\ndlock_acquires_total{factory="jobs",outcome="acquired"} ', scrape, 1, true)
   end)
 end)
+
+h.check_error_logs()

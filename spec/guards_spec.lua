@@ -155,3 +155,9 @@ describe("gateway guards", function()
     assert.is_true(h.now() - t0 >= 2.5, "waited " .. (h.now() - t0) .. " s")
   end)
 end)
+
+h.check_error_logs({
+  -- Key functions that raise or return a non-string, and a guard whose key is always missing, on purpose:
+  "dlock: guard %w+: no key: the key function ",
+  "dlock: guard misspelt: the key %(%$http_idempotency_kye%) was missing on all %d+ requests",
+})

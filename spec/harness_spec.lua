@@ -74,3 +74,5 @@ describe("the harness's nginx (nginx/lib.sh)", function()
     assert(ok, err)
   end)
 end)
+
+h.check_error_logs({})

@@ -8,11 +8,17 @@ if not found then redis = require "nginx.redis" end
 
 local _M = { env = env, root = env.root, prefix = env.prefix, redis_port = env.redis_port, redis = redis }
 
-local seq = 0
+-- Busted loads this module afresh for each spec file: what must stay unique
+-- for the whole run (key namespaces, nginx prefixes, ports) is counted in a
+-- shared dict of the runner's nginx, not in module locals.
+local harness = ngx.shared.spec_harness
+local function next_seq()
+  return assert(harness:incr("seq", 1, 0))
+end
+
 --- A key namespace of its own for each call, so specs never see each other's keys.
 function _M.unique(name)
-  seq = seq + 1
-  return (name or "t") .. ":" .. ngx.worker.pid() .. ":" .. seq .. ":"
+  return (name or "t") .. ":" .. ngx.worker.pid() .. ":" .. next_seq() .. ":"
 end
 
 function _M.redis_opts(extra)
@@ -81,14 +87,12 @@ end
 
 -- Ports handed out in this run: never twice, so a spec's log lines about a
 -- port cannot be mistaken for another spec's that happened to get it again.
-local given = {}
 local function free_port()
   for _ = 1, 50 do
     local p = io.popen("bash -c '. " .. env.root .. "/nginx/lib.sh; free_port'")
     local port = tonumber(p:read("*l"))
     p:close()
-    if port and not given[port] then
-      given[port] = true
+    if port and harness:add("port:" .. port, true) then
       return port
     end
   end
@@ -167,18 +171,31 @@ function _M.main_redis_pid()
   return tonumber(info:match("process_id:(%d+)"))
 end
 
+-- The error logs of the nginx instances start_nginx started, in order, and
+-- their size before (see check_error_logs).
+local started = {}
+
+local function size(path)
+  local f = io.open(path, "r")
+  if not f then return 0 end
+  local n = f:seek("end")
+  f:close()
+  return n
+end
+
 --- Start an nginx from a template under nginx/ with @NAME@ values; returns
 --- { port, prefix, stop(), reload() }. It runs daemonized with its own prefix.
 function _M.start_nginx(template, vars)
   local port = free_port()
-  seq = seq + 1
-  local prefix = env.prefix .. "/nginx-" .. seq
+  local prefix = env.prefix .. "/nginx-" .. next_seq()
   os.execute("mkdir -p " .. prefix .. "/logs")
   -- The first substitution of a name wins, so the caller's values go first.
   local kv = {}
   for k, v in pairs(vars or {}) do kv[#kv + 1] = k .. "=" .. tostring(v) end
   kv[#kv + 1] = "HTTP_PORT=" .. port
   kv[#kv + 1] = "REDIS_PORT=" .. env.redis_port
+  -- A later spec file may get the same prefix (busted loads this module afresh per file): its log from here on.
+  started[#started + 1] = { log = prefix .. "/logs/error.log", from = size(prefix .. "/logs/error.log") }
   -- nginx gives its workers no environment, so the runner's binary is named here:
   -- render_conf fills @LUA_MODULES@ for that binary (none when Lua is built in).
   local cmd = string.format("DLOCK_NGINX=%s bash -c '. %s/nginx/lib.sh; render_conf %s/nginx/%s %s %s/nginx.conf %s'",
@@ -579,6 +596,86 @@ function _M.start_redlock(n, ...)
   ngx.update_time()
   r.started_in = ngx.now() - t0
   return r
+end
+
+-- Error logs. nginx logs at error level what an operator must look at; in
+-- normal operation there is none. Every spec file ends with
+-- h.check_error_logs(expected), which adds a last test that fails on any
+-- [error], [crit], [alert] or [emerg] line written while the file ran (the
+-- runner's error log from where it stood when the file began, and the logs
+-- of every nginx the file started) that matches none of `expected`: Lua
+-- patterns naming the lines a spec causes on purpose (a Redis it kills, a
+-- request it breaks). Name them narrowly; { pattern, max = n } allows at most
+-- n such lines (a spec that stops Redis once expects one timeout, not a flood).
+
+local SEVERE = { "%[error%]", "%[crit%]", "%[alert%]", "%[emerg%]" }
+
+--- Where the error logs stand now: { runner = bytes, started = nginx started so far }.
+function _M.error_log_mark()
+  return { runner = size(env.prefix .. "/logs/error.log"), started = #started }
+end
+
+local function severe(line)
+  for _, p in ipairs(SEVERE) do
+    if line:find(p) then return true end
+  end
+  return false
+end
+
+--- The [error] (and worse) lines since mark that match none of the patterns in `expected`.
+function _M.unexpected_errors(mark, expected)
+  local files = { { env.prefix .. "/logs/error.log", mark.runner } }
+  for i = mark.started + 1, #started do files[#files + 1] = { started[i].log, started[i].from } end
+  local out, seen = {}, {}
+  for _, f in ipairs(files) do
+    local fh = io.open(f[1], "r")
+    if fh then
+      fh:seek("set", f[2])
+      for line in fh:lines() do
+        if severe(line) then
+          local known = false
+          for i, e in ipairs(expected or {}) do
+            local p, max = e, nil
+            if type(e) == "table" then p, max = e[1], e.max end
+            if line:find(p) then
+              seen[i] = (seen[i] or 0) + 1
+              known = max == nil or seen[i] <= max
+              break
+            end
+          end
+          if not known then out[#out + 1] = f[1]:sub(#env.prefix + 2) .. ": " .. line end
+        end
+      end
+      fh:close()
+    end
+  end
+  return out
+end
+
+--- At the end of a spec file (outside its describe blocks): the last test of the file,
+--- "logs no unexpected [error] lines" (see above). `expected`: Lua patterns of the lines it causes on purpose.
+function _M.check_error_logs(expected)
+  local busted = getfenv(2)
+  local mark
+  busted.setup(function() mark = _M.error_log_mark() end)
+  -- Busted names a test after where its function is written (here): the spec file goes into its name.
+  local file = debug.getinfo(2, "S").short_src:match("[^/]*$")
+  busted.it(file .. " logs no unexpected [error], [crit] or [alert] lines", function()
+    local bad = _M.unexpected_errors(mark, expected)
+    -- The distinct messages (without time, pid and connection), each with its count and first line.
+    local seen, order = {}, {}
+    for _, line in ipairs(bad) do
+      local msg = line:gsub("^(%S+: )%d+/%d+/%d+ %d+:%d+:%d+ (%[%a+%]) %d+#%d+: %*?%d* ?", "%1%2 ")
+      if not seen[msg] then
+        seen[msg] = 0
+        order[#order + 1] = msg
+      end
+      seen[msg] = seen[msg] + 1
+    end
+    local out = {}
+    for i = 1, math.min(#order, 20) do out[i] = seen[order[i]] .. " x " .. order[i] end
+    busted.assert.is_true(#bad == 0, #bad .. " unexpected line(s) in the nginx error logs:\n" .. table.concat(out, "\n"))
+  end)
 end
 
 return _M

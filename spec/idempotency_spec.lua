@@ -683,3 +683,11 @@ describe("gateway.new mode idempotency options", function()
     assert.is_nil(idem.parseKey('"' .. string.rep("k", 256) .. '"'))
   end)
 end)
+
+h.check_error_logs({
+  -- Key and scope functions that raise or return a table, on purpose:
+  "dlock: guard [%w_]+: no key: ",
+  -- Guards in front of a Redis that is down, on purpose (on_error):
+  "connect%(%) failed %(111: Connection refused%), client:",
+  "dlock: guard %w+: redis 127%.0%.0%.1:%d+: connection refused",
+})

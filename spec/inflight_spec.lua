@@ -39,3 +39,7 @@ describe("the gateway's release queue", function()
     assert.is_true(gone(keys[300], 1.0))
   end)
 end)
+
+h.check_error_logs({
+  "dlock: gateway release queue: spec/inflight_spec%.lua:%d+: broken lease",  -- the work that raises on purpose
+})

@@ -281,3 +281,5 @@ describe("bad gateway options", function()
     assert.equal('dlock: a guard with this name exists already, got "twice"', err_of(with({ name = "twice" })))
   end)
 end)
+
+h.check_error_logs()

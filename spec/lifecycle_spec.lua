@@ -337,3 +337,11 @@ describe("gateway lifecycle", function()
     end)
   end)
 end)
+
+h.check_error_logs({
+  "connect%(%) failed %(111: Connection refused%) while connecting to upstream",  -- the /dead backend
+  { "lua tcp socket read timed out", max = 4 },  -- the releases sent to a paused Redis
+  -- The guard whose Redis is down, on purpose:
+  "connect%(%) failed %(111: Connection refused%), client:",
+  "dlock: guard %w+: redis 127%.0%.0%.1:%d+: connection refused",
+})

@@ -180,3 +180,5 @@ for _, tls in ipairs({ false, true }) do
     end)
   end
 end
+
+h.check_error_logs({})

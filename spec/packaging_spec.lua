@@ -171,3 +171,5 @@ describe("the npm package", function()
     assert.equal(project .. "/node_modules/lua-resty-dlock/dist/resty/dlock.lua", res.body:match("^([^\n]*)"))
   end)
 end)
+
+h.check_error_logs()

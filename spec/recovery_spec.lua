@@ -131,3 +131,9 @@ describe("the API in phases without cosockets", function()
     assert.is_true(freed < 1, "freed after " .. tostring(freed) .. " s")
   end)
 end)
+
+h.check_error_logs({
+  "worker process %d+ exited on signal 9",  -- the SIGKILLed peer workers
+  -- Guards called on purpose where they can refuse nothing (once per guard and worker).
+  "dlock: guard phase%-%a+: access%(%) called in the %w+ phase, where it can refuse nothing",
+})

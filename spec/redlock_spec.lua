@@ -210,3 +210,7 @@ describe("redis.redlock", function()
     end
   end)
 end)
+
+h.check_error_logs({
+  "lua tcp socket read timed out",  -- the master paused on purpose
+})

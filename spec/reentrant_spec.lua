@@ -87,3 +87,5 @@ describe("reentrant locks", function()
     assert.equal("dlock: reentrant must be a boolean, got 1", err)
   end)
 end)
+
+h.check_error_logs()

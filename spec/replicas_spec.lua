@@ -99,3 +99,5 @@ describe("redis.replicas", function()
     assert.equal("dlock: redis.replicas_timeout must be a positive integer of ms, got 0", err)
   end)
 end)
+
+h.check_error_logs()

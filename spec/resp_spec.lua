@@ -1,5 +1,6 @@
 -- The RESP reader of auto-pipelining: replies parsed from whatever the
 -- connection hands over (receiveany), so a reply may end anywhere in a read.
+local h = require "helpers"
 local resp = require "resty.dlock.resp"
 
 --- A connection that hands over `stream` `step` bytes per read, then fails as a closed one does.
@@ -82,3 +83,5 @@ describe("the RESP encoder", function()
     end
   end)
 end)
+
+h.check_error_logs()

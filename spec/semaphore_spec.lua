@@ -136,3 +136,7 @@ describe("resty.dlock.semaphore", function()
     assert.equal('dlock: unknown option in semaphore.new options, got "owner"', err)
   end)
 end)
+
+h.check_error_logs({
+  { "lua tcp socket read timed out", max = 1 },  -- the release sent to a stopped Redis
+})

@@ -143,3 +143,9 @@ describe("redis.sentinel", function()
     h.cmd(new, "config", "set", "maxmemory-policy", "noeviction")
   end)
 end)
+
+h.check_error_logs({
+  "connect%(%) failed %(111: Connection refused%), context: ngx%.timer",  -- the sentinel and the master stopped on purpose
+  -- The promoted replica is configured to evict, on purpose (the check runs on each new master):
+  "can evict lock keys %(maxmemory%-policy allkeys%-lru, maxmemory 104857600%)",
+})

@@ -465,3 +465,5 @@ describe("metrics of the core API", function()
     assert.same({ nil, "dlock: name must be a string, got 5" }, { semaphore.new({ dict = "dlock", permits = 1, name = 5 }) })
   end)
 end)
+
+h.check_error_logs()

@@ -116,3 +116,10 @@ describe("TLS", function()
     assert.matches("^dlock: redis 127.0.0.1:" .. r.tls_port .. ": TLS handshake failed: ", werr)
   end)
 end)
+
+h.check_error_logs({
+  -- Certificates refused on purpose (ssl_verify with a wrong name, no trusted CA):
+  "lua ssl certificate does not match host \"locks%.example\"",
+  "lua ssl certificate verify error: %(18: self%-signed certificate%)",
+  "recv%(%) failed %(104: Connection reset by peer%)",  -- the TLS server hangs up on the refused handshake
+})

@@ -4,6 +4,8 @@
 -- shared dict and releases through Redis alone, as another nginx would.
 local h = require "helpers"
 
+local subscriptions = require "resty.dlock.subscriptions"
+local wakeups = require "resty.dlock.wakeups"
 local now, eventually = h.now, h.eventually
 
 --- Release as another nginx would: the release script run in Redis, nothing in this worker told.
@@ -11,6 +13,10 @@ local now, eventually = h.now, h.eventually
 local RELEASE = require("resty.dlock.scripts").RELEASE_QUEUED.src
 local function release_elsewhere(lease)
   return h.cmd(nil, "eval", RELEASE, 2, lease.rkey, lease.rkey .. ":queue", lease.token)
+end
+
+local function evalshas()
+  return tonumber(h.cmd(nil, "info", "commandstats"):match("cmdstat_evalsha:calls=(%d+)")) or 0
 end
 
 local function pubsub_clients()
@@ -97,4 +103,175 @@ describe("wake-ups", function()
     assert.is_true(now() - t0 < 0.5, "took " .. (now() - t0) .. " s")
     assert.is_true(got:release())
   end)
+
+  it("log nothing while a waiter waits, longer than the subscriber's heartbeat", function()
+    local mark = h.error_log_mark()
+    local lease = assert(holder:acquire("quiet", { ttl = 10000 }))
+    local th = ngx.thread.spawn(function() return select(2, waiter:acquire("quiet", { wait = 6500 })) end)
+    assert.is_true(eventually(1, function()
+      return h.cmd(nil, "pubsub", "numsub", "dlock:released:" .. prefix .. "quiet")[2] == 1
+    end))
+    local ok, err = ngx.thread.wait(th)
+    assert.is_true(ok)
+    assert.equal("timeout", err)
+    assert.is_true(release_elsewhere(lease) ~= nil)
+    local log = (h.read_file(h.prefix .. "/logs/error.log") or ""):sub(mark.runner + 1)
+    assert.is_nil(log:find("[error]", 1, true), log:sub(1, 300))
+    assert.is_nil(log:find("[warn]", 1, true), log:sub(1, 300))
+  end)
 end)
+
+describe("the subscriber's connection", function()
+  it("comes back after a Redis restart, subscribed again, with one line in the log for the outage", function()
+    local r = h.start_redis()
+    local prefix = h.unique("rs")
+    local opts = { redis = h.redis_opts({ port = r.port }), prefix = prefix }
+    local holder = h.locks({ dict = "dlock_other", redis = opts.redis, prefix = prefix })
+    local waiter = h.locks(opts)
+    local channel = "dlock:released:" .. prefix .. "k"
+    assert(holder:acquire("k", { ttl = 10000 }))
+    local _, err = waiter:acquire("k", { wait = 200 })
+    assert.equal("timeout", err)
+    assert.equal(1, h.cmd(r.port, "pubsub", "numsub", channel)[2])
+    -- Someone still waits for the key, as far as the subscriber knows, but
+    -- asks Redis nothing (a waiter would, and log its own refused connects).
+    local waiting = true
+    local keep = ngx.thread.spawn(function()
+      while waiting do
+        wakeups.want(waiter.redis, prefix .. "k")
+        ngx.sleep(0.2)
+      end
+    end)
+    local mark = h.error_log_mark()
+    r.stop()
+    r = h.start_redis(r.port)
+    assert.is_true(eventually(5, function() return h.cmd(r.port, "pubsub", "numsub", channel)[2] == 1 end),
+      "not subscribed again")
+    local log = (h.read_file(h.prefix .. "/logs/error.log") or ""):sub(mark.runner + 1)
+    local errors, warnings = 0, 0
+    for line in log:gmatch("[^\n]+") do
+      if line:find("[error]", 1, true) then errors = errors + 1 end
+      if line:find("[warn]", 1, true) then warnings = warnings + 1 end
+    end
+    -- A reconnection attempt may come before Redis is back (nginx logs the refused connect).
+    assert.is_true(errors <= 1, errors .. " error lines:\n" .. log:sub(1, 600))
+    assert.equal(1, warnings, log:sub(1, 600))
+    assert.matches("wake%-up subscription: closed %(waiters poll until it is back%)", log)
+    waiting = false
+    ngx.thread.wait(keep)
+    -- Its key's grace over, the subscriber lets go of it; then this Redis can go without a word.
+    assert.is_true(eventually(4, function() return h.cmd(r.port, "pubsub", "numsub", channel)[2] == 0 end))
+    r.stop()
+  end)
+
+  it("stops dialing a Redis that is gone for good once nobody waits for its keys", function()
+    local r = h.start_redis()
+    local prefix = h.unique("gone")
+    local redis = h.redis_opts({ port = r.port })
+    local holder = h.locks({ dict = "dlock_other", redis = redis, prefix = prefix })
+    local waiter = h.locks({ redis = redis, prefix = prefix })
+    assert(holder:acquire("k", { ttl = 10000 }))
+    local _, err = waiter:acquire("k", { wait = 200 })
+    assert.equal("timeout", err)
+    assert.equal(1, h.cmd(r.port, "pubsub", "numsub", "dlock:released:" .. prefix .. "k")[2])
+    r.stop()
+    -- It tries again while the key is in its grace (2 s after its last waiter), then lets go.
+    local s = subscriptions.existing(waiter.redis)
+    assert.is_true(s.running)
+    assert.is_true(eventually(6, function() return not s.running end), "still dialing")
+  end)
+
+  it("lets a worker exit at once on reload, although its subscription is up", function()
+    local locks = assert(require("resty.dlock").new({ dict = "dlock", prefix = "crash:", redis = h.redis_opts() }))
+    local peer = h.start_nginx("spec-peer.conf", { WORKERS = 1 })
+    local key = h.unique("reload")
+    local lease = assert(locks:acquire(key, { ttl = 10000 }))
+    local res = assert(h.http(peer.port, "/wait-turn?key=" .. key .. "&wait=300"))
+    assert.equal("err timeout\n", res.body)
+    local old = peer.workers()[1]
+    assert.is_true(h.sh("kill -HUP " .. peer.pid))
+    local t0 = now()
+    assert.is_true(eventually(5, function() return not h.sh("kill -0 " .. old .. " 2>/dev/null") end),
+      "the old worker still runs")
+    assert.is_true(now() - t0 < 1, "exited after " .. (now() - t0) .. " s")
+    assert(lease:release())
+    peer.stop()
+  end)
+end)
+
+describe("a waiter on a key another client holds (prefix = \"\")", function()
+  local locks
+  before_each(function() locks = h.locks({ prefix = "" }) end)
+
+  --- The key as another client holds it: SET key token NX PX ttl, and later DEL.
+  local function held_by_another(key)
+    assert.equal("OK", h.cmd(nil, "set", key, "their-token", "nx", "px", 10000))
+  end
+
+  it("gets it within a few hundred ms of that client's DEL, although the DEL announces nothing", function()
+    local key = h.unique("foreign")
+    held_by_another(key)
+    local got_at
+    local th = ngx.thread.spawn(function()
+      local l = locks:acquire(key, { wait = 5000, ttl = 5000 })
+      got_at = now()
+      return l
+    end)
+    assert.is_true(eventually(1, function()
+      return h.cmd(nil, "pubsub", "numsub", "dlock:released:" .. key)[2] == 1
+    end))
+    ngx.sleep(0.6)   -- the waiter sleeps on a live subscription: no word will come
+    local deleted_at = now()
+    assert.equal(1, h.cmd(nil, "del", key))
+    local ok, l = ngx.thread.wait(th)
+    assert.is_true(ok)
+    assert.is_truthy(l, "the waiter did not get the key")
+    local ms = (got_at - deleted_at) * 1000
+    assert.is_true(ms < 400, string.format("got it %.0f ms after the DEL", ms))
+    assert.is_true(l:release())
+  end)
+
+  it("gets it within a few hundred ms of the DEL under Redlock too (waiters taking turns)", function()
+    local r = h.start_redlock(3)
+    local redlocks = assert(require("resty.dlock").new({ dict = "dlock", prefix = "",
+      redis = { redlock = r.addrs, connect_timeout = 500, read_timeout = 1000 } }))
+    local key = h.unique("foreign")
+    for _, port in ipairs(r.ports) do assert.equal("OK", h.cmd(port, "set", key, "their-token", "nx", "px", 10000)) end
+    local got_at
+    local th = ngx.thread.spawn(function()
+      local l = redlocks:acquire(key, { wait = 5000, ttl = 5000 })
+      got_at = now()
+      return l
+    end)
+    ngx.sleep(0.8)
+    local deleted_at = now()
+    for _, port in ipairs(r.ports) do assert.equal(1, h.cmd(port, "del", key)) end
+    local ok, l = ngx.thread.wait(th)
+    assert.is_true(ok)
+    assert.is_truthy(l, "the waiter did not get the key")
+    local ms = (got_at - deleted_at) * 1000
+    assert.is_true(ms < 400, string.format("got it %.0f ms after the DEL", ms))
+    assert.is_true(l:release())
+    r.stop()
+  end)
+
+  it("asks Redis at most about every 200 ms per worker meanwhile", function()
+    local key = h.unique("foreign")
+    held_by_another(key)
+    local th = ngx.thread.spawn(function() return select(2, locks:acquire(key, { wait = 1500 })) end)
+    ngx.sleep(0.5)
+    local before = evalshas()
+    local ok, err = ngx.thread.wait(th)
+    assert.is_true(ok)
+    assert.equal("timeout", err)
+    local sent = evalshas() - before
+    -- 1 s of waiting: about 5 looks at 200 ms (a waiter that polled would send 15 or more).
+    assert.is_true(sent <= 7, sent .. " scripts in 1 s")
+    h.cmd(nil, "del", key)
+  end)
+end)
+
+h.check_error_logs({
+  -- The Redis restart: a reconnection attempt may come before Redis is back.
+  "connect%(%) failed %(111: Connection refused%), context: ngx%.timer",
+})

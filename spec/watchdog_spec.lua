@@ -113,3 +113,9 @@ describe("watchdog", function()
     assert.equal("dlock: on_lost must be a function, got 5", err)
   end)
 end)
+
+h.check_error_logs({
+  -- Leases lost on purpose: their key deleted, their Redis paused past their ttl.
+  "dlock: lease on %w+ lost: ",
+  { "lua tcp socket read timed out", max = 4 },
+})

@@ -47,6 +47,14 @@ local function failed(store, kind, rkey, tok, err, fault, wait, deadline, cleanu
     end
     return nil
 end
+--- Is rkey held in this nginx (its shared dict says so)? Then its release is announced: it is ours.
+local function heldHere(store, rkey)
+    local pid = ledger.holder(
+        store.dict,
+        ledger.recordKey(rkey, "", false)
+    )
+    return pid ~= nil
+end
 --- A busy reply's PTTL of the holder as retry_after (nil: the key has no expiry).
 local function pttlOf(res)
     return type(res) == "number" and res >= 0 and res or nil
@@ -211,7 +219,12 @@ local function between(place)
     local live = wakeups.want(conf, rkey)
     local coming = not live and wakeups.coming(conf, rkey)
     if place.answered and retryAfter ~= nil and (live or coming and place.ahead > 0) then
-        wakeups.expect(conf, rkey, retryAfter)
+        wakeups.expect(
+            conf,
+            rkey,
+            retryAfter,
+            not heldHere(place.store, rkey)
+        )
         nap = HORIZON + math.random() * HORIZON / 4
     elseif place.answered and retryAfter ~= nil and coming then
         nap = math.min(SETUP, retryAfter + 1)
@@ -383,6 +396,14 @@ local function byTurns(sub, turn, store, kind, key, tok, ttl, wait, ...)
             local nap
             if retryAfter ~= nil and wakeups.live(store.redis, rkey) then
                 nap = (waits.first(turn) or waits.waiters(rkey) == 0) and retryAfter + 1 or math.min(retryAfter + 1, QUEUE_CAP)
+                if not kind.shared then
+                    wakeups.expect(
+                        store.redis,
+                        rkey,
+                        retryAfter,
+                        not heldHere(store, rkey)
+                    )
+                end
             else
                 nap = poll(backoff, retryAfter)
                 backoff = math.min(backoff * 2, MAX_BACKOFF)

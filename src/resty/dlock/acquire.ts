@@ -64,6 +64,12 @@ function failed(store: Store, kind: Kind, rkey: string, tok: string, err: string
   return undefined;
 }
 
+/** Is rkey held in this nginx (its shared dict says so)? Then its release is announced: it is ours. */
+function heldHere(store: Store, rkey: string): boolean {
+  const [pid] = ledger.holder(store.dict, ledger.recordKey(rkey, "", false));
+  return pid !== undefined;
+}
+
 /** A busy reply's PTTL of the holder as retry_after (nil: the key has no expiry). */
 function pttlOf(res: RedisValue): number | undefined {
   return type(res) === "number" && (res as number) >= 0 ? res as number : undefined;
@@ -200,8 +206,9 @@ function between(place: Place): Attempt {
     // waiter it was handed to never come, the subscriber wakes the first
     // waiter here once that is overdue, and Redis passes the key on. Should
     // we have missed our turn all the same, we look again after HORIZON and
-    // are back at our place.
-    wakeups.expect(conf, rkey, retryAfter);
+    // are back at our place. A holder that may be another client's (it
+    // announces nothing) is probed sooner (subscriptions.ts).
+    wakeups.expect(conf, rkey, retryAfter, !heldHere(place.store, rkey));
     nap = HORIZON + math.random() * HORIZON / 4;
   } else if (place.answered && retryAfter !== undefined && coming) {
     // First in line: the key may come to us before the subscription does. Its confirmation wakes us to look.
@@ -333,6 +340,8 @@ function byTurns(sub: Subscription, turn: waits.Turn, store: Store, kind: Kind, 
         // the holder's lease ends); the others until they are first, looking
         // now and then in case the first is stuck.
         nap = waits.first(turn) || waits.waiters(rkey) === 0 ? retryAfter + 1 : math.min(retryAfter + 1, QUEUE_CAP);
+        // A lock's holder may be another client's, which announces nothing: it is probed sooner (subscriptions.ts).
+        if (!kind.shared) wakeups.expect(store.redis, rkey, retryAfter, !heldHere(store, rkey));
       } else {
         nap = poll(backoff, retryAfter);
         backoff = math.min(backoff * 2, MAX_BACKOFF);

@@ -158,6 +158,6 @@ end)
 
 h.check_error_logs({
   -- Key functions that raise or return a non-string, and a guard whose key is always missing, on purpose:
-  "dlock: guard %w+: no key: the key function ",
+  "dlock: guard [%w_]+: no key: the key function ",
   "dlock: guard misspelt: the key %(%$http_idempotency_kye%) was missing on all %d+ requests",
 })

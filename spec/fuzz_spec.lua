@@ -1128,4 +1128,6 @@ h.check_error_logs({
   -- Random endpoints: nobody listens there.
   "connect%(%) to unix:/nonexistent/fz%-redis%.sock failed %(2: No such file or directory%)",
   "connect%(%) failed %(111: Connection refused%), context: ngx%.timer",
+  -- Random read_timeout values down to 1 ms: replies that come later time out.
+  "lua tcp socket read timed out, context: ngx%.timer",
 })

@@ -162,10 +162,11 @@ describe("status.report", function()
       end
       return n
     end
-    local all, r
+    local all, r, cut
     for _ = 1, 5 do
       all = count()
       r = assert(status.report({ dicts = { "dlock_status" }, limit = all }))
+      cut = assert(status.report({ dicts = { "dlock_status" }, limit = all - 1 }))
       if count() == all then break end
     end
     assert.equal(all, r.held_listed)
@@ -173,9 +174,8 @@ describe("status.report", function()
     local keys = {}
     for _, l in ipairs(r.held) do keys[l.key] = true end
     for _, l in ipairs(mine) do assert.is_true(keys[l.key], l.key .. " not listed") end
-    r = assert(status.report({ dicts = { "dlock_status" }, limit = all - 1 }))
-    assert.equal(all - 1, r.held_listed)
-    assert.is_true(r.held_truncated)
+    assert.equal(all - 1, cut.held_listed)
+    assert.is_true(cut.held_truncated)
   end)
 
   it("finds the leases behind other keys of the dict (get_keys(n) counts every key)", function()
@@ -466,4 +466,8 @@ describe("metrics of the core API", function()
   end)
 end)
 
-h.check_error_logs()
+h.check_error_logs({
+  -- The servers sentinel_spec (the file before) stopped on purpose, dialed by
+  -- timers of its factories until their grace ends.
+  { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 4 },
+})

@@ -22,8 +22,12 @@ end
 --- Append at most `max` leases of one dict to `out` (tokens left out); true when it holds more.
 local function listHeld(name, dict, max, out)
     if max == 0 then
-        local one = ledger.list(dict, 1)
-        return #one > 0
+        local one, more = ledger.list(
+            dict,
+            1,
+            meter.keys(dict)
+        )
+        return #one > 0 or more
     end
     local found, more = ledger.list(
         dict,

@@ -23,8 +23,8 @@ function checkLimit(v: unknown): LuaMultiReturn<[number | undefined, string | un
 function listHeld(name: string, dict: NgxSharedDict, max: number, out: common.HeldView[]): boolean {
   if (max === 0) {
     // Nothing to list, but say whether anything is held.
-    const [one] = ledger.list(dict, 1);
-    return one.length > 0;
+    const [one, more] = ledger.list(dict, 1, meter.keys(dict));
+    return one.length > 0 || more;
   }
   // Factories' instruments share the dict with the records: look past them too.
   const [found, more] = ledger.list(dict, max, meter.keys(dict));

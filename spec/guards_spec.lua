@@ -6,6 +6,8 @@ local h = require "helpers"
 local cjson = require "cjson.safe"
 
 local n
+-- OpenResty built without --with-http_auth_request_module has no auth_request.
+local auth_request = h.nginx_has("http_auth_request_module")
 
 local function get(path, opts)
   return assert(h.http(n.port, path, opts))
@@ -28,7 +30,8 @@ end
 describe("gateway guards", function()
   setup(function()
     local own = h.free_port()
-    n = h.start_nginx("spec-guards.conf", { OWN_BACKEND_PORT = own, BACKEND_PORT = own })
+    n = h.start_nginx("spec-guards.conf", { OWN_BACKEND_PORT = own, BACKEND_PORT = own,
+      AUTH_REQUEST = auth_request and "auth_request" or "root" })
     n.backend = own
   end)
 
@@ -101,7 +104,11 @@ describe("gateway guards", function()
   it("never run in a subrequest from its access phase (ngx.location.capture, auth_request): nginx skips it", function()
     local before = counters("sub")
     assert.equal("200\n", get("/capture?to=/sub-access&key=sub-access").body)
-    assert.equal(200, get("/auth?key=sub-access").status)
+    if auth_request then
+      assert.equal(200, get("/auth?key=sub-access").status)
+    else
+      io.stdout:write("guards_spec: this nginx has no auth_request module: its case was not run\n")
+    end
     local after = counters("sub")
     assert.equal(before.acquired, after.acquired)
     assert.equal(before.missing_key, after.missing_key)

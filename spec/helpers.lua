@@ -183,6 +183,15 @@ local function size(path)
   return n
 end
 
+--- Whether the runner's nginx was built with `flag` (as `nginx -V` names it,
+--- e.g. "http_auth_request_module"): Debian's has modules an OpenResty build may not.
+function _M.nginx_has(flag)
+  local p = io.popen(env.nginx .. " -V 2>&1")
+  local out = p:read("*a")
+  p:close()
+  return out:find("--with-" .. flag, 1, true) ~= nil
+end
+
 --- Start an nginx from a template under nginx/ with @NAME@ values; returns
 --- { port, prefix, stop(), reload() }. It runs daemonized with its own prefix.
 function _M.start_nginx(template, vars)

@@ -6,6 +6,7 @@ local shared = require("resty.dlock.gateway.common")
 local keys = require("resty.dlock.gateway.key")
 local idempotency = require("resty.dlock.gateway.idempotency")
 local inflight = require("resty.dlock.inflight")
+local meter = require("resty.dlock.meter")
 local request = require("resty.dlock.request")
 local semaphore = require("resty.dlock.semaphore")
 local stats = require("resty.dlock.stats")
@@ -180,13 +181,9 @@ function ____exports.new(opts)
     end
     local name = (mode .. "#") .. tostring(#registry + 1)
     if o.name ~= nil then
-        local n, err = check.str("name", o.name, 64)
+        local n, err = meter.checkName(o.name)
         if n == nil then
             return nil, err
-        end
-        local bad = string.find(n, "[^%w_%-%.]")
-        if bad ~= nil then
-            return check.fail("name may hold letters, digits, '_', '-' and '.' only", n)
         end
         name = n
     end

@@ -19,6 +19,7 @@ import * as keys from "./gateway/key";
 import * as idempotency from "./gateway/idempotency";
 import * as inflight from "./inflight";
 import type * as lease from "./lease";
+import * as meter from "./meter";
 import * as request from "./request";
 import * as semaphore from "./semaphore";
 import * as stats from "./stats";
@@ -222,10 +223,9 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idemp
   }
   let name = (mode as string) + "#" + (registry.length + 1);
   if (o.get("name") !== undefined) {
-    const [n, err] = check.str("name", o.get("name"), 64);
+    // The same rule as a factory's name: it becomes a label in metrics.
+    const [n, err] = meter.checkName(o.get("name"));
     if (n === undefined) return $multi(undefined, err);
-    const [bad] = string.find(n, "[^%w_%-%.]");
-    if (bad !== undefined) return check.fail("name may hold letters, digits, '_', '-' and '.' only", n);
     name = n;
   }
   for (const other of registry) {

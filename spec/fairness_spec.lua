@@ -63,7 +63,10 @@ describe("waiting in line", function()
         kinds[i] = "peer"
         threads[i] = ngx.thread.spawn(remote, key, 10)
       end
-      ngx.sleep(0.02)   -- each waiter's ticket is taken before the next one comes
+      -- Each waiter's ticket is in the queue before the next one comes (a
+      -- fixed pause was too short for a peer's request on a loaded machine).
+      local deadline = now() + 2
+      while h.cmd(nil, "zcard", "crash:" .. key .. ":queue") < i and now() < deadline do ngx.sleep(0.005) end
     end
     assert(holder:release())
     local got, pids = {}, {}

@@ -1,0 +1,278 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local unrecord, schedule, store, FINISHED, AMBIGUOUS
+local backend = require("resty.dlock.backend")
+local check = require("resty.dlock.check")
+local inflight = require("resty.dlock.inflight")
+local ledger = require("resty.dlock.ledger")
+local meter = require("resty.dlock.meter")
+local request = require("resty.dlock.request")
+local scripts = require("resty.dlock.scripts")
+local stats = require("resty.dlock.stats")
+local claims = require("resty.dlock.gateway.idempotency.claim")
+function unrecord(g, l)
+    local expires = ledger.forget(g.dict, l.rec, l.token)
+    if expires ~= nil then
+        meter.forgotten(g.leaseStore.meter, expires)
+    end
+end
+function schedule(c)
+    c.complete = true
+    local ok, err = ngx.timer.at(0, store, c)
+    if not ok then
+        c.g.dict:delete(FINISHED .. c.lease.rkey)
+        stats.incr(c.g.dict, c.g.name, "not_stored")
+        ngx.log(
+            ngx.ERR,
+            "dlock: guard ",
+            c.g.name,
+            ": cannot store the response (the key stays claimed until its lease ",
+            "runs out): ",
+            err
+        )
+    end
+end
+function store(premature, c)
+    local g = c.g
+    local l = c.lease
+    local status = c.status
+    if g.store[status] ~= true then
+        stats.incr(g.dict, g.name, "not_stored")
+        g.dict:delete(FINISHED .. l.rkey)
+        if AMBIGUOUS[tostring(status)] ~= nil then
+            return
+        end
+        local res, err = backend.call(g.conf, scripts.IDEM_RELEASE, l.rkey, l.token)
+        if res == nil then
+            ngx.log(
+                ngx.WARN,
+                "dlock: guard ",
+                g.name,
+                ": dropping a claim: ",
+                check.reason(err),
+                " (it runs out after the lease)"
+            )
+        end
+        unrecord(g, l)
+        claims.notify(l.rkey, nil)
+        return
+    end
+    local state = c.tooLarge and "unreplayable" or "done"
+    local b = c.tooLarge and "" or table.concat(c.chunks)
+    ngx.update_time()
+    local deadline = ngx.now() + g.lease / 1000
+    local pause = 0.05
+    while true do
+        local res, err = backend.call(
+            g.conf,
+            scripts.IDEM_COMPLETE,
+            l.rkey,
+            l.token,
+            g.ttl,
+            state,
+            status,
+            c.headers,
+            b
+        )
+        if res == 1 then
+            g.dict:delete(FINISHED .. l.rkey)
+            stats.incr(g.dict, g.name, c.tooLarge and "not_stored" or "stored")
+            unrecord(g, l)
+            claims.notify(l.rkey, {
+                state = state,
+                fp = c.fp,
+                status = status,
+                headers = c.headers,
+                body = b
+            })
+            return
+        end
+        if res ~= nil then
+            g.dict:delete(FINISHED .. l.rkey)
+            stats.incr(g.dict, g.name, "not_stored")
+            stats.incr(g.dict, g.name, "lost")
+            ngx.log(
+                ngx.ERR,
+                "dlock: guard ",
+                g.name,
+                ": the claim on ",
+                l.rkey,
+                " ran out before its response could be stored"
+            )
+            return
+        end
+        stats.incr(g.dict, g.name, "redis_errors")
+        ngx.update_time()
+        if ngx.now() + pause >= deadline then
+            g.dict:delete(FINISHED .. l.rkey)
+            stats.incr(g.dict, g.name, "not_stored")
+            ngx.log(
+                ngx.ERR,
+                "dlock: guard ",
+                g.name,
+                ": response not stored, the claim runs out: ",
+                check.reason(err)
+            )
+            return
+        end
+        ngx.sleep(pause)
+        pause = math.min(pause * 2, 1)
+    end
+end
+FINISHED = claims.FINISHED
+--- Requests of this worker that hold a claim, by request id (the same through internal redirects).
+local captures = {}
+local function current()
+    local rid = request.id()
+    if rid == nil then
+        return nil
+    end
+    local c = captures[rid]
+    if c == nil then
+        return nil
+    end
+    if not request.alive(c.anchor) then
+        captures[rid] = nil
+        return nil
+    end
+    return c
+end
+--- We hold the claim: renew it while the request runs, capture the response.
+function ____exports.hold(g, rkey, tok, fp)
+    stats.incr(g.dict, g.name, "acquired")
+    local a = request.anchor()
+    if a == nil then
+        return
+    end
+    local rec = ledger.recordKey(rkey, tok, true)
+    local recorded = ledger.record(
+        g.dict,
+        rec,
+        tok,
+        rkey,
+        g.lease
+    )
+    if recorded ~= nil then
+        meter.recorded(g.leaseStore.meter, recorded)
+    end
+    local now = ngx.now() * 1000
+    local l = {
+        key = rkey,
+        token = tok,
+        ttl = g.lease,
+        store = g.leaseStore,
+        kind = g.kind,
+        rkey = rkey,
+        rec = rec,
+        fence = nil,
+        released = false,
+        validUntil = now + g.lease,
+        expires = now + g.lease,
+        releaseSent = false,
+        since = now
+    }
+    inflight.track(g.owner, l, a)
+    captures[a.id] = {
+        g = g,
+        anchor = a,
+        lease = l,
+        fp = fp,
+        status = nil,
+        headers = "",
+        chunks = {},
+        size = 0,
+        tooLarge = false,
+        complete = false
+    }
+end
+function ____exports.headerFilter()
+    local c = current()
+    if c == nil or c.complete then
+        return
+    end
+    c.status = ngx.status
+    local hs = ngx.resp.get_headers(200)
+    local lines = {}
+    for name, v in pairs(hs) do
+        local n = string.lower(name)
+        if not (c.g.skip[n] ~= nil) then
+            if type(v) == "table" then
+                for ____, one in ipairs(v) do
+                    lines[#lines + 1] = ((n .. ": ") .. one) .. "\n"
+                end
+            else
+                lines[#lines + 1] = ((n .. ": ") .. tostring(v)) .. "\n"
+            end
+        end
+    end
+    table.sort(lines)
+    c.headers = table.concat(lines)
+end
+function ____exports.bodyFilter()
+    local c = current()
+    if c == nil or c.complete or c.status == nil then
+        return
+    end
+    local arg = ngx.arg
+    local chunk = arg[1]
+    if not c.tooLarge and type(chunk) == "string" and #chunk > 0 then
+        local s = chunk
+        c.size = c.size + #s
+        if c.size > c.g.maxBody then
+            c.tooLarge = true
+            c.chunks = {}
+        else
+            local ____c_chunks_0 = c.chunks
+            ____c_chunks_0[#____c_chunks_0 + 1] = s
+        end
+    end
+    if arg[2] == true then
+        if not (AMBIGUOUS[tostring(c.status)] ~= nil) then
+            c.g.dict:set(FINISHED .. c.lease.rkey, true, c.g.lease / 1000)
+        end
+        schedule(c)
+    end
+end
+--- Statuses not stored after which the backend may still be working (gateway timeout, cut connection).
+AMBIGUOUS = check.set("502", "504")
+--- The keeper found a request of ours that ended without log(): drop what was
+-- captured of it (up to max_body of response), which no later phase will.
+function ____exports.forget(rid)
+    local c = captures[rid]
+    if c ~= nil and not request.alive(c.anchor) then
+        captures[rid] = nil
+    end
+end
+local warnedFilters = false
+--- log phase: a claim whose response never completed.
+function ____exports.finish()
+    local rid = request.id()
+    if rid == nil then
+        return
+    end
+    local c = captures[rid]
+    if c == nil then
+        return
+    end
+    captures[rid] = nil
+    if c.complete or not request.alive(c.anchor) then
+        return
+    end
+    local g = c.g
+    stats.incr(g.dict, g.name, "not_stored")
+    if c.status == nil and ngx.var.request_completion == "OK" and not warnedFilters then
+        warnedFilters = true
+        ngx.log(
+            ngx.WARN,
+            "dlock: guard ",
+            g.name,
+            ": a response went by unseen, so it was not stored: add ",
+            "header_filter_by_lua_block { require(\"resty.dlock.gateway\").header_filter() } and ",
+            "body_filter_by_lua_block { require(\"resty.dlock.gateway\").body_filter() } at http level"
+        )
+    end
+    if ngx.var.request_completion ~= "OK" then
+        stats.incr(g.dict, g.name, "aborted")
+    end
+end
+return ____exports

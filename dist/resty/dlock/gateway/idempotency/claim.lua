@@ -1,0 +1,125 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local backend = require("resty.dlock.backend")
+local orphans = require("resty.dlock.orphans")
+local scripts = require("resty.dlock.scripts")
+local stats = require("resty.dlock.stats")
+local semaphore = require("ngx.semaphore")
+--- Shared dict mark of a claim whose holder has sent its whole response (the store is on its way).
+local FINISHED = "idem:fin:"
+____exports.FINISHED = FINISHED
+local watches = {}
+--- The stored record of rkey is known (or, rec nil, the claim was dropped): wake the waiters.
+function ____exports.notify(rkey, rec)
+    local w = watches[rkey]
+    if w == nil or w.waiters == 0 then
+        return
+    end
+    if rec ~= nil then
+        w.rec = rec
+    end
+    w.sem:post(w.waiters)
+end
+function ____exports.claim(g, rkey, tok, fp)
+    local res, err, fault = backend.call(
+        g.conf,
+        scripts.IDEM_CLAIM,
+        rkey,
+        tok,
+        g.lease,
+        fp
+    )
+    if res == nil then
+        if fault == "lost" then
+            orphans.adoptAcquire(g.conf, scripts.IDEM_RELEASE, rkey, tok)
+        end
+        return "error", nil, err
+    end
+    stats.success(g.dict, g.name)
+    if res == "OK" then
+        return "claimed", nil, nil
+    end
+    local r = res
+    local rec = {
+        state = tostring(r[1]),
+        fp = tostring(r[2]),
+        status = tonumber(r[3]) or 0,
+        headers = tostring(r[4]),
+        body = tostring(r[5])
+    }
+    return "record", rec, nil
+end
+--- Wait up to g.wait ms for the first request's response. Returns "record" with
+-- it, "claimed" when the first request's claim was dropped and we took the key,
+-- "timeout", or "error".
+function ____exports.waitFor(g, rkey, tok, fp)
+    local w = watches[rkey]
+    if w == nil then
+        local sem, serr = semaphore.new(0)
+        if sem == nil then
+            return "error", nil, "dlock: ngx.semaphore: " .. tostring(serr)
+        end
+        w = {sem = sem, waiters = 0, polling = false, rec = nil}
+        watches[rkey] = w
+    end
+    w.waiters = w.waiters + 1
+    local deadline = ngx.now() * 1000 + g.wait
+    local extended = false
+    local pause = 5
+    local what = "timeout"
+    local found
+    local err
+    while true do
+        if w.rec ~= nil then
+            what = "record"
+            found = w.rec
+            break
+        end
+        ngx.update_time()
+        local left = deadline - ngx.now() * 1000
+        local mark = nil
+        if left <= 0 and not extended then
+            mark = g.dict:get(FINISHED .. rkey)
+        end
+        if mark ~= nil then
+            extended = true
+            deadline = ngx.now() * 1000 + g.lease
+            left = g.lease
+        end
+        if left <= 0 then
+            break
+        end
+        if w.polling then
+            w.sem:wait(math.min(left, 250) / 1000)
+        else
+            w.polling = true
+            local got, rec, cerr = ____exports.claim(g, rkey, tok, fp)
+            w.polling = false
+            if got == "record" and rec.state ~= "running" then
+                w.rec = rec
+                if w.waiters > 1 then
+                    w.sem:post(w.waiters - 1)
+                end
+                what = "record"
+                found = rec
+                break
+            end
+            if got ~= "record" then
+                if w.waiters > 1 then
+                    w.sem:post(1)
+                end
+                what = got
+                err = cerr
+                break
+            end
+            w.sem:wait(math.min(left, pause) / 1000)
+            pause = math.min(pause * 2, 100)
+        end
+    end
+    w.waiters = w.waiters - 1
+    if w.waiters == 0 and watches[rkey] == w then
+        watches[rkey] = nil
+    end
+    return what, found, err
+end
+return ____exports

@@ -1,0 +1,122 @@
+// What a request the guard does not let through is sent: the stored response
+// (a replay), or an RFC 9457 problem saying why not. Each ends the request.
+
+import * as check from "../../check";
+import * as stats from "../../stats";
+import * as keys from "../key";
+import type * as claims from "./claim";
+import type * as options from "./options";
+
+type Guard = options.Guard;
+
+/** Problem types (RFC 9457 `type`), one per refusal. */
+// A URN: no page of ours to point at, and clients match the string, not its content.
+const TYPE = "urn:resty-dlock:idempotency:";
+
+function jsonStr(s: string): string {
+  const [q] = string.gsub(s, "[%c\"\\]", (c: string) => string.format("\\u%04x", string.byte(c)));
+  return "\"" + q + "\"";
+}
+
+/** An RFC 9457 problem details answer, and the end of the request. */
+export function problem(g: Guard, status: number, kind: string, title: string, detail: string, retryAfter?: number): never {
+  ngx.status = status;
+  ngx.header.set("Content-Type", "application/problem+json");
+  if (retryAfter !== undefined) {
+    ngx.header.set("Retry-After", retryAfter);
+  }
+  if (g.headers !== undefined) {
+    for (const [k, v] of g.headers) {
+      ngx.header.set(k, v);
+    }
+  }
+  const body = string.format("{\"type\":%s,\"title\":%s,\"status\":%d,\"detail\":%s}\n",
+    jsonStr(TYPE + kind), jsonStr(title), status, jsonStr(detail));
+  ngx.header.set("Content-Length", body.length);
+  ngx.print(body);
+  return ngx.exit(ngx.HTTP_OK);
+}
+
+/** Answer with the stored response. */
+function replay(g: Guard, rec: claims.Rec): never {
+  stats.incr(g.dict, g.name, "replayed");
+  ngx.status = rec.status;
+  // Header lines "name: value\n", a name repeated for each of its values (Set-Cookie...).
+  const multi = new LuaTable<string, string[]>();
+  for (const [n, v] of string.gmatch(rec.headers, "([^:\n]+): ([^\n]*)\n")) {
+    const name = n as string;
+    let list = multi.get(name);
+    if (list === undefined) {
+      list = [];
+      multi.set(name, list);
+    }
+    list.push(v as string);
+  }
+  for (const [name, list] of multi) {
+    if (list.length === 1) {
+      ngx.header.set(name, list[0]!);
+    } else {
+      ngx.header.set(name, list as unknown as string);
+    }
+  }
+  ngx.header.set("Idempotent-Replayed", "true");
+  if (rec.status === 204 || rec.status === 304) {
+    // RFC 9110: a 204 has no Content-Length, and a 304's would describe the
+    // representation, not this empty answer; ngx.exit on its own would add "0".
+    ngx.send_headers();
+    return ngx.exit(ngx.HTTP_OK);
+  }
+  ngx.header.set("Content-Length", rec.body.length);
+  ngx.print(rec.body);
+  return ngx.exit(ngx.HTTP_OK);
+}
+
+/** A completed record for this request: replay it, or say why it cannot be. */
+export function answer(g: Guard, rec: claims.Rec, fp: string): never {
+  if (rec.fp !== fp) {
+    stats.incr(g.dict, g.name, "mismatch");
+    return problem(g, 422, "mismatch", "Idempotency-Key reused with another request",
+      "this key was first used with another method, path, query or body");
+  }
+  if (rec.state === "done") {
+    return replay(g, rec);
+  }
+  // Completed, but its response was not kept (larger than max_body): the
+  // operation ran, so it must not run again; tell the client so, for good.
+  stats.incr(g.dict, g.name, "replayed");
+  ngx.header.set("Idempotent-Replayed", "true");
+  return problem(g, 409, "not-replayable", "Request already processed, its response is not replayable",
+    "the first request with this key completed with status " + rec.status +
+    "; its response was too large to store, so it cannot be replayed");
+}
+
+export function inFlight(g: Guard): never {
+  stats.incr(g.dict, g.name, "conflict");
+  return problem(g, 409, "in-flight", "A request with this Idempotency-Key is being processed",
+    "retry after the first request with this key has completed", 1);
+}
+
+/** A key (or scope) that cannot be computed: on_error, never a pass as if it were missing. */
+export function keyFailure(g: Guard, problemText: string): void {
+  stats.incr(g.dict, g.name, "key_errors");
+  keys.failed(g.name, problemText, g.errorWhat);
+  if (g.onError === "allow") return;
+  problem(g, g.errorStatus, "unavailable", "Idempotency keys cannot be checked right now",
+    "the idempotency key of this request could not be computed; retry later with the same key");
+}
+
+export function onRedisFailure(g: Guard, err: string | undefined): void {
+  if (err !== undefined) {
+    stats.incr(g.dict, g.name, "redis_errors");
+    stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
+    ngx.log(ngx.ERR, "dlock: guard ", g.name, ": ", check.reason(err));
+  }
+  if (g.onError === "allow") {
+    // Runs without protection against a second execution: counted, logged above.
+    stats.incr(g.dict, g.name, "failed_open");
+    return;
+  }
+  stats.incr(g.dict, g.name, "failed_closed");
+  problem(g, g.errorStatus, "unavailable", "Idempotency keys cannot be checked right now",
+    "the store of idempotency keys is unavailable; retry later with the same key");
+}

@@ -1,0 +1,245 @@
+// A request that holds a claim: the keeper renews the claim while it runs, the
+// header and body filters note its response (up to max_body), and at the end
+// of the body a timer turns the claim into the stored record (filters have no
+// cosockets). The captures table (requests of this worker holding a claim)
+// lives here alone.
+
+import * as backend from "../../backend";
+import * as check from "../../check";
+import * as inflight from "../../inflight";
+import type * as lease from "../../lease";
+import * as ledger from "../../ledger";
+import * as meter from "../../meter";
+import * as request from "../../request";
+import * as scripts from "../../scripts";
+import * as stats from "../../stats";
+import * as claims from "./claim";
+import type * as options from "./options";
+
+type Guard = options.Guard;
+
+// The parts of the ngx API only the filters use.
+/** @noSelf */
+interface NgxResp {
+  get_headers(max?: number): LuaMultiReturn<[LuaTable<string, string | LuaTable<number, string>>, string | undefined]>;
+}
+interface NgxFilter {
+  /** body_filter: [1] the chunk, [2] true at the end of the body. */
+  readonly arg: LuaTable<number, unknown>;
+  readonly resp: NgxResp;
+}
+
+const FINISHED = claims.FINISHED;
+
+/** The response of a request that holds a claim, as the filters see it. */
+interface Capture {
+  readonly g: Guard;
+  readonly anchor: request.Anchor;
+  readonly lease: lease.Lease;
+  /** The request's fingerprint, stored with its response. */
+  readonly fp: string;
+  status: number | undefined;
+  headers: string;
+  chunks: string[];
+  size: number;
+  tooLarge: boolean;
+  /** The whole body went by: handed to a timer to store. */
+  complete: boolean;
+}
+
+/** Requests of this worker that hold a claim, by request id (the same through internal redirects). */
+const captures = new LuaTable<number, Capture>();
+
+function current(): Capture | undefined {
+  const rid = request.id();
+  if (rid === undefined) return undefined;
+  const c = captures.get(rid);
+  if (c === undefined) return undefined;
+  if (!request.alive(c.anchor)) {
+    // A request that is gone had this address before: it ended unseen.
+    captures.delete(rid);
+    return undefined;
+  }
+  return c;
+}
+
+/** The claim's record out of the shared dict, and out of the guard's held gauge. */
+function unrecord(g: Guard, l: lease.Lease): void {
+  const expires = ledger.forget(g.dict, l.rec, l.token);
+  if (expires !== undefined) meter.forgotten(g.leaseStore.meter, expires);
+}
+
+/** We hold the claim: renew it while the request runs, capture the response. */
+export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
+  stats.incr(g.dict, g.name, "acquired");
+  const a = request.anchor();
+  if (a === undefined) return;
+  const rec = ledger.recordKey(rkey, tok, true);
+  const recorded = ledger.record(g.dict, rec, tok, rkey, g.lease);
+  if (recorded !== undefined) meter.recorded(g.leaseStore.meter, recorded);
+  const now = ngx.now() * 1000;
+  // Shaped as a lease of the lock, so the keeper renews it with the others (one pipeline per guard).
+  const l = {
+    key: rkey, token: tok, ttl: g.lease, store: g.leaseStore, kind: g.kind, rkey, rec, fence: undefined,
+    released: false, validUntil: now + g.lease, expires: now + g.lease, releaseSent: false, since: now,
+  } as unknown as lease.Lease;
+  inflight.track(g.owner, l, a);
+  captures.set(a.id, {
+    g, anchor: a, lease: l, fp, status: undefined, headers: "", chunks: [], size: 0, tooLarge: false, complete: false,
+  });
+}
+
+export function headerFilter(): void {
+  const c = current();
+  if (c === undefined || c.complete) return;
+  c.status = ngx.status;
+  const [hs] = (ngx as unknown as NgxFilter).resp.get_headers(200);
+  const lines: string[] = [];
+  for (const [name, v] of pairs(hs)) {
+    const n = string.lower(name as string);
+    if (!c.g.skip.has(n)) {
+      if (type(v) === "table") {
+        for (const one of v as unknown as string[]) {
+          lines.push(n + ": " + one + "\n");
+        }
+      } else {
+        lines.push(n + ": " + tostring(v) + "\n");
+      }
+    }
+  }
+  // A stable order: the same response stores the same bytes.
+  table.sort(lines);
+  c.headers = table.concat(lines);
+}
+
+export function bodyFilter(): void {
+  const c = current();
+  if (c === undefined || c.complete || c.status === undefined) return;
+  const arg = (ngx as unknown as NgxFilter).arg;
+  const chunk = arg.get(1);
+  if (!c.tooLarge && type(chunk) === "string" && (chunk as string).length > 0) {
+    const s = chunk as string;
+    c.size += s.length;
+    if (c.size > c.g.maxBody) {
+      // Not silently: the record says the operation completed, retries are told it is not replayable.
+      c.tooLarge = true;
+      c.chunks = [];
+    } else {
+      c.chunks.push(s);
+    }
+  }
+  if (arg.get(2) === true) {
+    if (!AMBIGUOUS.has(tostring(c.status))) {
+      // Before these last bytes leave: a retry reaching this nginx waits for the store, not 409.
+      c.g.dict.set(FINISHED + c.lease.rkey, true, c.g.lease / 1000);
+    }
+    schedule(c);
+  }
+}
+
+/** The response is complete: a timer stores it (no cosockets in the filters or the log phase). */
+function schedule(c: Capture): void {
+  c.complete = true;
+  const [ok, err] = ngx.timer.at(0, store, c);
+  if (!ok) {
+    c.g.dict.delete(FINISHED + c.lease.rkey);
+    stats.incr(c.g.dict, c.g.name, "not_stored");
+    ngx.log(ngx.ERR, "dlock: guard ", c.g.name, ": cannot store the response (the key stays claimed until its lease ",
+      "runs out): ", err);
+  }
+}
+
+/** Statuses not stored after which the backend may still be working (gateway timeout, cut connection). */
+const AMBIGUOUS = check.set("502", "504");
+
+function store(this: void, premature: boolean, c: Capture): void {
+  const g = c.g;
+  const l = c.lease;
+  const status = c.status!;
+  if (g.store.get(status) !== true) {
+    stats.incr(g.dict, g.name, "not_stored");
+    g.dict.delete(FINISHED + l.rkey);
+    if (AMBIGUOUS.has(tostring(status))) {
+      // The operation may have run, or may still be running: no retry before the claim runs out.
+      return;
+    }
+    // The application said it did not do it (409, 429, 503...): retries may run it.
+    const [res, err] = backend.call(g.conf, scripts.IDEM_RELEASE, l.rkey, l.token);
+    if (res === undefined) {
+      ngx.log(ngx.WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
+    }
+    unrecord(g, l);
+    claims.notify(l.rkey, undefined);
+    return;
+  }
+  const state = c.tooLarge ? "unreplayable" : "done";
+  const b = c.tooLarge ? "" : table.concat(c.chunks);
+  // Until the claim would run out: Redis may come back meanwhile.
+  ngx.update_time();
+  const deadline = ngx.now() + g.lease / 1000;
+  let pause = 0.05;
+  while (true) {
+    const [res, err] = backend.call(g.conf, scripts.IDEM_COMPLETE, l.rkey, l.token, g.ttl, state, status, c.headers, b);
+    if (res === 1) {
+      g.dict.delete(FINISHED + l.rkey);
+      stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
+      unrecord(g, l);
+      claims.notify(l.rkey, { state, fp: c.fp, status, headers: c.headers, body: b });
+      return;
+    }
+    if (res !== undefined) {
+      g.dict.delete(FINISHED + l.rkey);
+      stats.incr(g.dict, g.name, "not_stored");
+      stats.incr(g.dict, g.name, "lost");
+      ngx.log(ngx.ERR, "dlock: guard ", g.name, ": the claim on ", l.rkey, " ran out before its response could be stored");
+      return;
+    }
+    stats.incr(g.dict, g.name, "redis_errors");
+    ngx.update_time();
+    if (ngx.now() + pause >= deadline) {
+      g.dict.delete(FINISHED + l.rkey);
+      stats.incr(g.dict, g.name, "not_stored");
+      ngx.log(ngx.ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));
+      return;
+    }
+    ngx.sleep(pause);
+    pause = math.min(pause * 2, 1);
+  }
+}
+
+/**
+ * The keeper found a request of ours that ended without log(): drop what was
+ * captured of it (up to max_body of response), which no later phase will.
+ */
+export function forget(this: void, rid: number): void {
+  const c = captures.get(rid);
+  if (c !== undefined && !request.alive(c.anchor)) {
+    captures.delete(rid);
+  }
+}
+
+let warnedFilters = false;
+
+/** log phase: a claim whose response never completed. */
+export function finish(): void {
+  const rid = request.id();
+  if (rid === undefined) return;
+  const c = captures.get(rid);
+  if (c === undefined) return;
+  captures.delete(rid);
+  if (c.complete || !request.alive(c.anchor)) return;
+  const g = c.g;
+  stats.incr(g.dict, g.name, "not_stored");
+  if (c.status === undefined && ngx.var.get("request_completion") === "OK" && !warnedFilters) {
+    warnedFilters = true;
+    ngx.log(ngx.WARN, "dlock: guard ", g.name, ": a response went by unseen, so it was not stored: add ",
+      "header_filter_by_lua_block { require(\"resty.dlock.gateway\").header_filter() } and ",
+      "body_filter_by_lua_block { require(\"resty.dlock.gateway\").body_filter() } at http level");
+  }
+  if (ngx.var.get("request_completion") !== "OK") {
+    stats.incr(g.dict, g.name, "aborted");
+  }
+  // No full response (client gone while the upstream works, upstream cut): the
+  // backend may still run it, so the claim stays until its lease runs out,
+  // unrenewed (the keeper stops at the end of the request).
+}

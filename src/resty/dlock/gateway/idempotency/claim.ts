@@ -1,0 +1,139 @@
+// Claiming a key in Redis, and waiting for the first request's response when
+// the key is claimed already. The watch table (duplicates of one key waiting
+// in this worker) lives here: the store (capture.ts) wakes it through notify.
+
+import * as backend from "../../backend";
+import * as orphans from "../../orphans";
+import * as scripts from "../../scripts";
+import * as stats from "../../stats";
+import type * as options from "./options";
+
+type Guard = options.Guard;
+
+const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
+
+/** Shared dict mark of a claim whose holder has sent its whole response (the store is on its way). */
+const FINISHED = "idem:fin:";
+export { FINISHED };
+
+/** A completed record, as the claim script returns it. */
+export interface Rec {
+  readonly state: string;
+  readonly fp: string;
+  readonly status: number;
+  readonly headers: string;
+  readonly body: string;
+}
+
+/**
+ * Duplicates of one key waiting in this worker: one of them polls Redis (with
+ * a growing pause), the others sleep on the semaphore until the poller or the
+ * store of the first request in this worker hands them the record.
+ */
+interface Watch {
+  readonly sem: NgxSemaphore;
+  waiters: number;
+  polling: boolean;
+  rec: Rec | undefined;
+}
+const watches = new LuaTable<string, Watch>();
+
+/** The stored record of rkey is known (or, rec nil, the claim was dropped): wake the waiters. */
+export function notify(rkey: string, rec: Rec | undefined): void {
+  const w = watches.get(rkey);
+  if (w === undefined || w.waiters === 0) return;
+  if (rec !== undefined) w.rec = rec;
+  w.sem.post(w.waiters);
+}
+
+export type Claim = LuaMultiReturn<["claimed" | "error" | "record" | "timeout", Rec | undefined, string | undefined]>;
+
+export function claim(g: Guard, rkey: string, tok: string, fp: string): Claim {
+  const [res, err, fault] = backend.call(g.conf, scripts.IDEM_CLAIM, rkey, tok, g.lease, fp);
+  if (res === undefined) {
+    if (fault === "lost") {
+      // The claim may have landed with nobody to complete it: drop it (owner-checked) rather than
+      // let it refuse retries for a whole lease.
+      orphans.adoptAcquire(g.conf, scripts.IDEM_RELEASE, rkey, tok);
+    }
+    return $multi("error", undefined, err);
+  }
+  stats.success(g.dict, g.name);
+  if (res === "OK") return $multi("claimed", undefined, undefined);
+  const r = res as LuaTable<number, string | number>;
+  const rec: Rec = {
+    state: tostring(r.get(1)), fp: tostring(r.get(2)), status: tonumber(r.get(3)) ?? 0,
+    headers: tostring(r.get(4)), body: tostring(r.get(5)),
+  };
+  return $multi("record", rec, undefined);
+}
+
+/**
+ * Wait up to g.wait ms for the first request's response. Returns "record" with
+ * it, "claimed" when the first request's claim was dropped and we took the key,
+ * "timeout", or "error".
+ */
+export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim {
+  let w = watches.get(rkey);
+  if (w === undefined) {
+    const [sem, serr] = semaphore.new(0);
+    if (sem === undefined) return $multi("error", undefined, "dlock: ngx.semaphore: " + tostring(serr));
+    w = { sem, waiters: 0, polling: false, rec: undefined };
+    watches.set(rkey, w);
+  }
+  w.waiters++;
+  let deadline = ngx.now() * 1000 + g.wait;
+  let extended = false;
+  let pause = 5;
+  let what: "claimed" | "error" | "record" | "timeout" = "timeout";
+  let found: Rec | undefined;
+  let err: string | undefined;
+  while (true) {
+    if (w.rec !== undefined) {
+      what = "record";
+      found = w.rec;
+      break;
+    }
+    ngx.update_time();
+    let left = deadline - ngx.now() * 1000;
+    let mark: unknown = undefined;
+    if (left <= 0 && !extended) [mark] = g.dict.get(FINISHED + rkey);
+    if (mark !== undefined) {
+      // The first request's response went out from this nginx: it is being
+      // stored, which may take up to the lease (the store retries): a retry
+      // sent after it must get the replay, not a 409.
+      extended = true;
+      deadline = ngx.now() * 1000 + g.lease;
+      left = g.lease;
+    }
+    if (left <= 0) break;
+    if (w.polling) {
+      // Another waiter of this worker asks Redis; it (or the store) wakes us.
+      w.sem.wait(math.min(left, 250) / 1000);
+    } else {
+      w.polling = true;
+      const [got, rec, cerr] = claim(g, rkey, tok, fp);
+      w.polling = false;
+      if (got === "record" && rec!.state !== "running") {
+        w.rec = rec;
+        // The others of this worker (ngx.semaphore refuses to post 0).
+        if (w.waiters > 1) w.sem.post(w.waiters - 1);
+        what = "record";
+        found = rec;
+        break;
+      }
+      if (got !== "record") {
+        // Claimed for ourselves, or Redis failed: another waiter polls from now on.
+        if (w.waiters > 1) w.sem.post(1);
+        what = got;
+        err = cerr;
+        break;
+      }
+      w.sem.wait(math.min(left, pause) / 1000);
+      pause = math.min(pause * 2, 100);
+    }
+  }
+  w.waiters--;
+  if (w.waiters === 0 && watches.get(rkey) === w) watches.delete(rkey);
+  return $multi(what, found, err);
+}

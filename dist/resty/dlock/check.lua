@@ -116,6 +116,11 @@ function ____exports.onlyKnown(name, t, found, allowed)
     local ____, err = ____exports.options(name, t, allowed)
     return err
 end
+--- Whether the Lua pattern matches somewhere in s.
+function ____exports.found(s, pattern)
+    local at = string.find(s, pattern)
+    return at ~= nil
+end
 function ____exports.set(...)
     local names = {...}
     local s = {}

@@ -131,6 +131,12 @@ export function onlyKnown(name: string, t: LuaTable<string, unknown>, found: num
   return err;
 }
 
+/** Whether the Lua pattern matches somewhere in s. */
+export function found(s: string, pattern: string): boolean {
+  const [at] = string.find(s, pattern);
+  return at !== undefined;
+}
+
 export function set(...names: string[]): LuaSet<string> {
   const s = new LuaSet<string>();
   for (const n of names) {

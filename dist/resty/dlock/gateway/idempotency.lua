@@ -1,5 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local check = require("resty.dlock.check")
 local inflight = require("resty.dlock.inflight")
 local stats = require("resty.dlock.stats")
 local token = require("resty.dlock.token")
@@ -16,10 +17,7 @@ ____exports.finish = capture.finish
 local nreq = ngx.req
 --- Longest key accepted, in bytes, after unquoting (Stripe's limit).
 local MAX_KEY = 255
-local function found(s, pattern)
-    local at = string.find(s, pattern)
-    return at ~= nil
-end
+local found = check.found
 --- The key as sent: an sf-String ("...", \" and \\ escaped) unquoted, or a bare token. nil when invalid.
 function ____exports.parseKey(raw)
     local k

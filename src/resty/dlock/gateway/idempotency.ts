@@ -26,6 +26,7 @@
 // idempotency/answers.ts (replays and problem+json refusals); this face reads
 // the request and decides among them.
 
+import * as check from "../check";
 import * as inflight from "../inflight";
 import * as stats from "../stats";
 import * as token from "../token";
@@ -54,10 +55,7 @@ const nreq = ngx.req as unknown as NgxReqBody;
 /** Longest key accepted, in bytes, after unquoting (Stripe's limit). */
 const MAX_KEY = 255;
 
-function found(s: string, pattern: string): boolean {
-  const [at] = string.find(s, pattern);
-  return at !== undefined;
-}
+const found = check.found;
 
 /** The key as sent: an sf-String ("...", \" and \\ escaped) unquoted, or a bare token. nil when invalid. */
 export function parseKey(raw: string): string | undefined {

@@ -62,10 +62,7 @@ local SKIP = {
 --- Not stored unless store_headers lists them: one client's session must not reach another.
 local PRIVATE = {"set-cookie"}
 local opt = shared.opt
-local function found(s, pattern)
-    local at = string.find(s, pattern)
-    return at ~= nil
-end
+local found = check.found
 --- Stored by default: what the application decided (2xx, 3xx, 4xx, and 500 as
 -- Stripe does), not what says "not done, try again" (408, 409, 425, 429) nor
 -- gateway errors (502, 503, 504: the operation may or may not have run).

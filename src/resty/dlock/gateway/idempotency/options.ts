@@ -76,10 +76,7 @@ const PRIVATE = ["set-cookie"];
 
 const opt = shared.opt;
 
-function found(s: string, pattern: string): boolean {
-  const [at] = string.find(s, pattern);
-  return at !== undefined;
-}
+const found = check.found;
 
 /**
  * Stored by default: what the application decided (2xx, 3xx, 4xx, and 500 as

@@ -131,7 +131,10 @@ describe("bad input", function()
       assert.equal("::1", conf.nodes[2].host)
       assert.equal(7001, conf.nodes[2].port)
       assert.equal(300, conf.nodes[2].read_timeout)
-      assert.equal("pw", conf.nodes[2].password)
+      -- The factory's credentials (the password itself is readable from neither).
+      assert.is_truthy(conf.credentials)
+      assert.equal(conf.credentials, conf.nodes[2].credentials)
+      assert.is_nil(conf.nodes[2].password)
       assert.equal(16, assert(redis.parse({ cluster = { nodes = { "h:1" }, max_redirects = 16 }, db = 0 })).max_redirects)
     end)
 

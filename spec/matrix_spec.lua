@@ -167,6 +167,33 @@ for _, tls in ipairs({ false, true }) do
       end)
 
       if auth then
+        it("keeps every password out of reach: no table a factory or its lease leads to holds one", function()
+          -- Everything reachable from the factory and a lease: fields, keys and metatables.
+          local function secrets_in(root)
+            local seen, found = {}, {}
+            local function walk(v)
+              if type(v) == "string" then
+                if v == PASSWORD or v == USER_PASSWORD or v == SENTINEL_PASSWORD then found[#found + 1] = v end
+              elseif type(v) == "table" and not seen[v] then
+                seen[v] = true
+                for k, x in pairs(v) do walk(k) walk(x) end
+                walk(getmetatable(v))
+              end
+            end
+            walk(root)
+            return found
+          end
+          for _, topology in ipairs(TOPOLOGIES) do
+            local opts = redis_opts(set, topology, { username = USER, password = USER_PASSWORD },
+              topology == "sentinel" and { password = SENTINEL_PASSWORD } or nil)
+            local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("matrix"), redis = opts }))
+            local lease = assert(l:acquire("k", { ttl = 5000 }))
+            assert.same({}, secrets_in(l), topology)
+            assert.same({}, secrets_in(lease), topology)
+            assert.is_true(lease:release())
+          end
+        end)
+
         for _, topology in ipairs(TOPOLOGIES) do
           it(topology .. ", a wrong password: refused naming the user, never the secret", function()
             refused(redis_opts(set, topology, { username = USER, password = "wrong-pw-4" }),

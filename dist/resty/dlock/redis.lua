@@ -1,18 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local digest, copy, masterOf, isMaster, known, sentinelMasters
+local copy, masterOf, isMaster, known, sentinelMasters
 local check = require("resty.dlock.check")
 local eviction = require("resty.dlock.eviction")
 local setup = require("resty.dlock.redis.setup")
 local schema = require("resty.dlock.schema")
 local sentinel = require("resty.dlock.sentinel")
-function digest(username, password)
-    return string.sub(
-        ngx.md5(((username or "") .. "\0") .. password),
-        1,
-        16
-    )
-end
 --- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
 -- TLS, timeouts, pools per endpoint) for host:port alone.
 function ____exports.node(conf, host, port)
@@ -26,8 +19,8 @@ function ____exports.node(conf, host, port)
         tls = conf.ssl_verify and ("tls+verify=" .. (conf.server_name or "")) .. ":" or "tls:"
     end
     n.pool = ((("dlock:" .. tls) .. n.endpoint) .. ":") .. tostring(conf.db)
-    if conf.password ~= nil then
-        n.pool = (n.pool .. ":") .. digest(conf.username, conf.password)
+    if conf.credentials ~= nil then
+        n.pool = (n.pool .. ":") .. conf.credentials.digest
     end
     n.sentinel = nil
     n.topology = "standalone"
@@ -39,8 +32,7 @@ function copy(c)
         host = c.host,
         port = c.port,
         path = c.path,
-        username = c.username,
-        password = c.password,
+        credentials = c.credentials,
         db = c.db,
         connect_timeout = c.connect_timeout,
         read_timeout = c.read_timeout,
@@ -291,19 +283,19 @@ function ____exports.parse(v, dict)
     local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. tostring(o.db)
     if sent ~= nil then
         pool = (pool .. ":") .. sent.id
-        if sent.password ~= nil then
-            pool = (pool .. ":") .. digest(sent.username, sent.password)
+        if sent.credentials ~= nil then
+            pool = (pool .. ":") .. sent.credentials.digest
         end
     end
-    if o.password ~= nil then
-        pool = (pool .. ":") .. digest(o.username, o.password)
+    local credentials = setup.credentials(o.username, o.password)
+    if credentials ~= nil then
+        pool = (pool .. ":") .. credentials.digest
     end
     local conf = {
         host = o.host,
         port = o.port,
         path = o.path,
-        username = o.username,
-        password = o.password,
+        credentials = credentials,
         db = o.db,
         connect_timeout = o.connect_timeout,
         read_timeout = o.read_timeout,

@@ -24,8 +24,7 @@ function ask(pool, s, client, timeout, tls)
                     ssl = ssl,
                     ssl_verify = tls.ssl_verify,
                     server_name = tls.server_name,
-                    username = s.username,
-                    password = s.password,
+                    credentials = s.credentials,
                     db = 0
                 })
                 if serr == nil then
@@ -82,8 +81,7 @@ function ____exports.parse(v)
         master = o.master,
         id = table.concat(names, ","),
         nodes = o.nodes,
-        username = o.username,
-        password = o.password,
+        credentials = setup.credentials(o.username, o.password),
         ssl = o.ssl
     }, nil
 end

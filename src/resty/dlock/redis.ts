@@ -27,8 +27,8 @@ export interface RedisConf {
   readonly host: string;
   readonly port: number;
   readonly path: string | undefined;
-  readonly username: string | undefined;
-  readonly password: string | undefined;
+  /** AUTH's user and a digest; the password is kept by redis/setup.ts. */
+  readonly credentials: setup.Credentials | undefined;
   readonly db: number;
   readonly connect_timeout: number;
   readonly read_timeout: number;
@@ -194,14 +194,15 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   if (sent !== undefined) {
     pool = pool + ":" + sent.id;
     // Two factories asking the same sentinels with other credentials share no answers.
-    if (sent.password !== undefined) pool = pool + ":" + digest(sent.username, sent.password);
+    if (sent.credentials !== undefined) pool = pool + ":" + sent.credentials.digest;
   }
-  if (o.password !== undefined) {
+  const credentials = setup.credentials(o.username, o.password);
+  if (credentials !== undefined) {
     // A digest, not the secret, ends up in the pool name (it shows in debug logs).
-    pool = pool + ":" + digest(o.username, o.password);
+    pool = pool + ":" + credentials.digest;
   }
   const conf: RedisConf = {
-    host: o.host, port: o.port, path: o.path, username: o.username, password: o.password, db: o.db,
+    host: o.host, port: o.port, path: o.path, credentials, db: o.db,
     connect_timeout: o.connect_timeout,
     read_timeout: o.read_timeout,
     pool_size: o.pool_size,
@@ -222,11 +223,6 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   return $multi(conf, undefined);
 }
 
-/** A digest of credentials, never the secret, for pool names (they show in debug logs). */
-function digest(username: string | undefined, password: string): string {
-  return string.sub(ngx.md5((username ?? "") + "\0" + password), 1, 16);
-}
-
 /**
  * One server of a cluster or a Redlock set: the settings of `conf` (credentials,
  * TLS, timeouts, pools per endpoint) for host:port alone.
@@ -242,8 +238,8 @@ export function node(conf: RedisConf, host: string, port: number): RedisConf {
     tls = conf.ssl_verify ? "tls+verify=" + (conf.server_name ?? "") + ":" : "tls:";
   }
   n.pool = "dlock:" + tls + n.endpoint + ":" + conf.db;
-  if (conf.password !== undefined) {
-    n.pool = n.pool + ":" + digest(conf.username, conf.password);
+  if (conf.credentials !== undefined) {
+    n.pool = n.pool + ":" + conf.credentials.digest;
   }
   n.sentinel = undefined;
   n.topology = "standalone";
@@ -268,7 +264,7 @@ type Fields = { -readonly [K in keyof RedisConf]: RedisConf[K] };
 /** A field-by-field copy to derive a configuration from. */
 function copy(c: RedisConf): Fields {
   return {
-    host: c.host, port: c.port, path: c.path, username: c.username, password: c.password, db: c.db,
+    host: c.host, port: c.port, path: c.path, credentials: c.credentials, db: c.db,
     connect_timeout: c.connect_timeout, read_timeout: c.read_timeout, pool_size: c.pool_size, backlog: c.backlog,
     replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
     ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, auto_pipeline: c.auto_pipeline, pool: c.pool, endpoint: c.endpoint,

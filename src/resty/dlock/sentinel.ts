@@ -19,8 +19,8 @@ export interface SentinelConf {
   readonly id: string;
   /** In the order to ask them; reordered as sentinels answer or fail. */
   readonly nodes: Node[];
-  readonly username: string | undefined;
-  readonly password: string | undefined;
+  /** The sentinels' own; the password is kept by redis/setup.ts. */
+  readonly credentials: setup.Credentials | undefined;
   /** TLS to the sentinels; nil: as to the data nodes (redis.ssl). */
   readonly ssl: boolean | undefined;
 }
@@ -48,7 +48,8 @@ export function parse(this: void, v: unknown): LuaMultiReturn<[SentinelConf | un
   if (o === undefined) return $multi(undefined, err);
   const names: string[] = [];
   for (const n of o.nodes) names.push(n.host + ":" + n.port);
-  return $multi({ master: o.master, id: table.concat(names, ","), nodes: o.nodes, username: o.username, password: o.password, ssl: o.ssl }, undefined);
+  return $multi({ master: o.master, id: table.concat(names, ","), nodes: o.nodes,
+    credentials: setup.credentials(o.username, o.password), ssl: o.ssl }, undefined);
 }
 
 /**
@@ -122,7 +123,7 @@ function ask(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: n
         // The sentinel's own TLS and credentials, in the order every server accepts.
         const serr = setup.run(red, {
           endpoint: "sentinel " + endpoint, ssl, ssl_verify: tls.ssl_verify, server_name: tls.server_name,
-          username: s.username, password: s.password, db: 0,
+          credentials: s.credentials, db: 0,
         });
         if (serr === undefined) {
           const [addr, aerr] = red.sentinel("get-master-addr-by-name", s.master);

@@ -1,6 +1,23 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.check")
+local secrets = setmetatable({}, {__mode = "k"})
+--- Credentials for AUTH, or nil without a password.
+function ____exports.credentials(username, password)
+    if password == nil then
+        return nil
+    end
+    local c = {
+        username = username,
+        digest = string.sub(
+            ngx.md5(((username or "") .. "\0") .. password),
+            1,
+            16
+        )
+    }
+    secrets[c] = password
+    return c
+end
 local function shake(sock, serverName, verify)
     return sock:sslhandshake(nil, serverName, verify)
 end
@@ -42,20 +59,22 @@ function ____exports.run(red, s)
             return terr
         end
     end
-    if s.password ~= nil then
+    local c = s.credentials
+    if c ~= nil then
+        local password = secrets[c]
         local ok
         local err
-        if s.username ~= nil then
-            ok, err = red:auth(s.username, s.password)
+        if c.username ~= nil then
+            ok, err = red:auth(c.username, password)
         else
-            ok, err = red:auth(s.password)
+            ok, err = red:auth(password)
         end
         if not ok then
             local terr = viaTls(s, ok, err)
             if terr ~= nil then
                 return terr
             end
-            return (((("dlock: redis " .. s.endpoint) .. ": authentication failed for user ") .. (s.username or "default")) .. ": ") .. tostring(err)
+            return (((("dlock: redis " .. s.endpoint) .. ": authentication failed for user ") .. (c.username or "default")) .. ": ") .. tostring(err)
         end
     elseif s.ssl then
         local pong, err = red:ping()

@@ -6,6 +6,27 @@
 
 import * as check from "../check";
 
+/**
+ * Who to AUTH as. The password itself stays in this module (a weak table keyed
+ * by these credentials): no factory, lease or configuration table a caller can
+ * reach holds it.
+ */
+export interface Credentials {
+  readonly username: string | undefined;
+  /** A digest of user and password, for pool names (they show in debug logs). */
+  readonly digest: string;
+}
+
+const secrets = setmetatable(new LuaTable<Credentials, string>(), { __mode: "k" });
+
+/** Credentials for AUTH, or nil without a password. */
+export function credentials(username: string | undefined, password: string | undefined): Credentials | undefined {
+  if (password === undefined) return undefined;
+  const c: Credentials = { username, digest: string.sub(ngx.md5((username ?? "") + "\0" + password), 1, 16) };
+  secrets.set(c, password);
+  return c;
+}
+
 /** How to set up one connection: the factory's settings, or the sentinels' own. */
 export interface Setup {
   /** "host:port" or the socket path, for messages. */
@@ -13,8 +34,7 @@ export interface Setup {
   readonly ssl: boolean;
   readonly ssl_verify: boolean;
   readonly server_name: string | undefined;
-  readonly username: string | undefined;
-  readonly password: string | undefined;
+  readonly credentials: Credentials | undefined;
   /** 0: no SELECT (sentinels have no databases). */
   readonly db: number;
 }
@@ -65,20 +85,22 @@ export function run(red: RestyRedis, s: Setup): string | undefined {
     const terr = tls(red, s);
     if (terr !== undefined) return terr;
   }
-  if (s.password !== undefined) {
+  const c = s.credentials;
+  if (c !== undefined) {
+    const password = secrets.get(c);
     // Two-argument AUTH is the ACL form (Redis >= 6); one argument is requirepass.
     let ok: string | false | undefined;
     let err: string | undefined;
-    if (s.username !== undefined) {
-      [ok, err] = red.auth(s.username, s.password);
+    if (c.username !== undefined) {
+      [ok, err] = red.auth(c.username, password);
     } else {
-      [ok, err] = red.auth(s.password);
+      [ok, err] = red.auth(password);
     }
     if (!ok) {
       const terr = viaTls(s, ok, err);
       if (terr !== undefined) return terr;
       // The user, never the password: which of several credentials is wrong.
-      return "dlock: redis " + s.endpoint + ": authentication failed for user " + (s.username ?? "default") + ": " + tostring(err);
+      return "dlock: redis " + s.endpoint + ": authentication failed for user " + (c.username ?? "default") + ": " + tostring(err);
     }
   } else if (s.ssl) {
     const [pong, err] = red.ping();

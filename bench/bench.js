@@ -403,7 +403,7 @@ async function main() {
   };
   const clusterModule = fs.existsSync(path.join(root, "dist", "resty", "dlock", "backend", "cluster.lua"));
   // Cluster: full run only (creating it takes ~5 s, over the smoke run's budget).
-  const clusterSkip = !clusterModule ? "not available: dist/resty/dlock/backend/cluster.lua is not built yet"
+  const clusterSkip = !clusterModule ? "not available: dist/resty/dlock/redis/cluster.lua is not built yet"
     : smoke ? "full run only (creating a cluster takes several seconds)" : "";
   if (!clusterSkip) {
     const taken = new Set();

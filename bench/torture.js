@@ -1626,7 +1626,7 @@ function gwNoteOf(r) {
 // abort or time out while waiting (and a worker killed), and then checks that
 // nothing is left in the lock Redis: no lock key, no wake-up subscription.
 
-/** resty.dlock's release channel (src/resty/dlock/scripts.ts CHANNEL): CHANNEL .. <lock key>. */
+/** resty.dlock's release channel (src/resty/dlock/redis/scripts.ts CHANNEL): CHANNEL .. <lock key>. */
 const RELEASED_CHANNEL = "dlock:released:";
 
 /**

@@ -2,8 +2,8 @@
 -- ownership, bookkeeping. Cross-process exclusion is in exclusion_spec.lua.
 local h = require "helpers"
 local dlock = require "resty.dlock"
-local lease_mod = require "resty.dlock.lease"
-local ledger = require "resty.dlock.ledger"
+local lease_mod = require "resty.dlock.core.lease"
+local ledger = require "resty.dlock.core.ledger"
 
 --- held() as a table by token: leases of other specs may share a key name.
 local function held_by_token(locks)

@@ -181,7 +181,7 @@ describe("eviction check", function()
     finally(function() r.stop() end)
     assert(assert(locks_on(r):acquire("a")):release())
     -- A fresh copy of the redis and status modules has no finding of its own, like another worker.
-    local fresh = { "resty.dlock.redis", "resty.dlock.status", "resty.dlock.status.common", "resty.dlock.status.json",
+    local fresh = { "resty.dlock.redis.client", "resty.dlock.status", "resty.dlock.status.common", "resty.dlock.status.json",
       "resty.dlock.status.exposition" }
     local saved = {}
     for i, m in ipairs(fresh) do saved[i], package.loaded[m] = package.loaded[m], nil end

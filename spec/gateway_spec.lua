@@ -264,7 +264,7 @@ describe("gateway", function()
       assert.equal("dedup", s.guards.orders.mode)
       assert.equal("closed", s.guards.orders.breaker)
       -- The request's lease is listed (under the hashed key), without its token.
-      local hashed = require("resty.dlock.token").hex(ngx.sha1_bin(key))
+      local hashed = require("resty.dlock.core.token").hex(ngx.sha1_bin(key))
       local mine = {}
       for _, l in ipairs(s.held) do
         assert.is_nil(l.token)

@@ -1,7 +1,7 @@
 -- The gateway's release queue, driven directly from the spec worker (a timer,
 -- like the drains): real leases in the test Redis.
 local h = require "helpers"
-local inflight = require "resty.dlock.inflight"
+local inflight = require "resty.dlock.gateway.inflight"
 
 local function gone(key, within)
   local t0 = ngx.now()

@@ -90,7 +90,7 @@ describe("bad input", function()
   end)
 
   describe("redis option defaults", function()
-    local redis = require "resty.dlock.redis"
+    local redis = require "resty.dlock.redis.client"
 
     it("fills in every default of an empty redis table", function()
       local conf = assert(redis.parse({}))
@@ -147,7 +147,7 @@ describe("bad input", function()
   end)
 
   describe("option schemas", function()
-    local schema = require "resty.dlock.schema"
+    local schema = require "resty.dlock.core.schema"
 
     it("refuses, at compile time, a spec that names an option the schema lacks", function()
       local ok, err = pcall(schema.compile, "t", { { name = "a", kind = "boolean", excludes = { "b" } } })

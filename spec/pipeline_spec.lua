@@ -2,12 +2,12 @@
 -- share round trips; an idle worker's call goes out at once. Every call keeps
 -- its own outcome, also when the connection breaks in the middle of a batch.
 local h = require "helpers"
-local pipeline = require "resty.dlock.backend.pipeline"
-local redis = require "resty.dlock.redis"
+local pipeline = require "resty.dlock.redis.pipeline"
+local redis = require "resty.dlock.redis.client"
 
 --- A script as the library builds them (the pipeline takes any).
 local function script(name, src)
-  return { name = name, src = src, sha = require("resty.dlock.token").hex(ngx.sha1_bin(src)), keys = 1 }
+  return { name = name, src = src, sha = require("resty.dlock.core.token").hex(ngx.sha1_bin(src)), keys = 1 }
 end
 
 local SLOW = script("slow", [[

@@ -2,7 +2,7 @@
 -- server, wrong credentials, someone else's data on the key, other databases.
 local h = require "helpers"
 local dlock = require "resty.dlock"
-local lease_mod = require "resty.dlock.lease"
+local lease_mod = require "resty.dlock.core.lease"
 
 local function elapsed(fn)
   ngx.update_time()

@@ -80,7 +80,7 @@ describe("redis.replicas", function()
     local l = locks()
     local leases = {}
     for i = 1, 5 do leases[i] = assert(l:acquire("d" .. i, { ttl = 3000 })) end
-    local lease = require "resty.dlock.lease"
+    local lease = require "resty.dlock.core.lease"
     local results = lease.extendAll(leases)
     for i = 1, 5 do assert.is_true(results[i]) end
     replica.signal("STOP")

@@ -1,7 +1,7 @@
 -- The RESP reader of auto-pipelining: replies parsed from whatever the
 -- connection hands over (receiveany), so a reply may end anywhere in a read.
 local h = require "helpers"
-local resp = require "resty.dlock.resp"
+local resp = require "resty.dlock.redis.resp"
 
 --- A connection that hands over `stream` `step` bytes per read, then fails as a closed one does.
 local function conn(stream, step)

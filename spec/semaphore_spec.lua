@@ -95,7 +95,7 @@ describe("resty.dlock.semaphore", function()
   end)
 
   it("extends and releases permits and locks of one list together (extendAll, releaseAll)", function()
-    local lease_mod = require "resty.dlock.lease"
+    local lease_mod = require "resty.dlock.core.lease"
     local s = sem({ permits = 2 })
     local locks = h.locks()
     local list = { assert(s:acquire("k", { ttl = 1000 })), assert(locks:acquire("k", { ttl = 2000 })),

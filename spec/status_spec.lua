@@ -4,8 +4,8 @@
 local h = require "helpers"
 local cjson = require "cjson.safe"
 local gateway = require "resty.dlock.gateway"
-local ledger = require "resty.dlock.ledger"
-local stats = require "resty.dlock.stats"
+local ledger = require "resty.dlock.core.ledger"
+local stats = require "resty.dlock.gateway.stats"
 local status = require "resty.dlock.status"
 
 local guard_seq = 0

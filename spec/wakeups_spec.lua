@@ -4,13 +4,13 @@
 -- shared dict and releases through Redis alone, as another nginx would.
 local h = require "helpers"
 
-local subscriptions = require "resty.dlock.subscriptions"
-local wakeups = require "resty.dlock.wakeups"
+local subscriptions = require "resty.dlock.core.subscriptions"
+local wakeups = require "resty.dlock.core.wakeups"
 local now, eventually = h.now, h.eventually
 
 --- Release as another nginx would: the release script run in Redis, nothing in this worker told.
 --- With a waiter in line it answers the token of the waiter it handed the key to.
-local RELEASE = require("resty.dlock.scripts").RELEASE_QUEUED.src
+local RELEASE = require("resty.dlock.redis.scripts").RELEASE_QUEUED.src
 local function release_elsewhere(lease)
   return h.cmd(nil, "eval", RELEASE, 2, lease.rkey, lease.rkey .. ":queue", lease.token)
 end

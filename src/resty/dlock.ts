@@ -6,17 +6,17 @@
 //   ...
 //   lease:release()
 
-import * as acquire from "./dlock/acquire";
-import * as backend from "./dlock/backend";
-import * as check from "./dlock/check";
-import * as lease from "./dlock/lease";
-import * as ledger from "./dlock/ledger";
-import * as meter from "./dlock/meter";
-import * as recovery from "./dlock/recovery";
-import * as reentrant from "./dlock/reentrant";
-import * as scripts from "./dlock/scripts";
-import * as token from "./dlock/token";
-import * as watchdog from "./dlock/watchdog";
+import * as acquire from "./dlock/core/acquire";
+import * as backend from "./dlock/redis/backend";
+import * as check from "./dlock/core/check";
+import * as lease from "./dlock/core/lease";
+import * as ledger from "./dlock/core/ledger";
+import * as meter from "./dlock/core/meter";
+import * as recovery from "./dlock/core/recovery";
+import * as reentrant from "./dlock/core/reentrant";
+import * as scripts from "./dlock/redis/scripts";
+import * as token from "./dlock/core/token";
+import * as watchdog from "./dlock/core/watchdog";
 
 export { VERSION as _VERSION } from "./dlock/version";
 export const MAX_KEY_LEN = lease.MAX_KEY_LEN;

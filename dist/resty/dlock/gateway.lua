@@ -1,16 +1,16 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.check")
+local check = require("resty.dlock.core.check")
 local dlock = require("resty.dlock")
 local shared = require("resty.dlock.gateway.common")
 local keys = require("resty.dlock.gateway.key")
 local idempotency = require("resty.dlock.gateway.idempotency")
-local inflight = require("resty.dlock.inflight")
-local meter = require("resty.dlock.meter")
-local request = require("resty.dlock.request")
+local inflight = require("resty.dlock.gateway.inflight")
+local meter = require("resty.dlock.core.meter")
+local request = require("resty.dlock.gateway.request")
 local semaphore = require("resty.dlock.semaphore")
-local stats = require("resty.dlock.stats")
-local token = require("resty.dlock.token")
+local stats = require("resty.dlock.gateway.stats")
+local token = require("resty.dlock.core.token")
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION

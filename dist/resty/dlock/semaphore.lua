@@ -1,15 +1,15 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local acquire = require("resty.dlock.acquire")
-local backend = require("resty.dlock.backend")
-local check = require("resty.dlock.check")
-local lease = require("resty.dlock.lease")
-local ledger = require("resty.dlock.ledger")
-local meter = require("resty.dlock.meter")
-local scripts = require("resty.dlock.scripts")
-local recovery = require("resty.dlock.recovery")
-local token = require("resty.dlock.token")
-local watchdog = require("resty.dlock.watchdog")
+local acquire = require("resty.dlock.core.acquire")
+local backend = require("resty.dlock.redis.backend")
+local check = require("resty.dlock.core.check")
+local lease = require("resty.dlock.core.lease")
+local ledger = require("resty.dlock.core.ledger")
+local meter = require("resty.dlock.core.meter")
+local scripts = require("resty.dlock.redis.scripts")
+local recovery = require("resty.dlock.core.recovery")
+local token = require("resty.dlock.core.token")
+local watchdog = require("resty.dlock.core.watchdog")
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION

@@ -12,18 +12,18 @@
 // 2xx), concurrency (at most `permits` in flight per key, 429 after `wait`),
 // throttle (one request per key per `ttl`, 429), mutex (one at a time, 503 after `wait`).
 
-import * as check from "./check";
+import * as check from "./core/check";
 import * as dlock from "../dlock";
 import * as shared from "./gateway/common";
 import * as keys from "./gateway/key";
 import * as idempotency from "./gateway/idempotency";
-import * as inflight from "./inflight";
-import type * as lease from "./lease";
-import * as meter from "./meter";
-import * as request from "./request";
+import * as inflight from "./gateway/inflight";
+import type * as lease from "./core/lease";
+import * as meter from "./core/meter";
+import * as request from "./gateway/request";
 import * as semaphore from "./semaphore";
-import * as stats from "./stats";
-import * as token from "./token";
+import * as stats from "./gateway/stats";
+import * as token from "./core/token";
 
 export { VERSION as _VERSION } from "./version";
 

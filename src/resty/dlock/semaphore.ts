@@ -9,16 +9,16 @@
 // Each permit is a lease of its own (random token, ttl, owner-checked release
 // and extend), so capacity held by a crashed nginx comes back when its permits expire.
 
-import * as acquire from "./acquire";
-import * as backend from "./backend";
-import * as check from "./check";
-import * as lease from "./lease";
-import * as ledger from "./ledger";
-import * as meter from "./meter";
-import * as scripts from "./scripts";
-import * as recovery from "./recovery";
-import * as token from "./token";
-import * as watchdog from "./watchdog";
+import * as acquire from "./core/acquire";
+import * as backend from "./redis/backend";
+import * as check from "./core/check";
+import * as lease from "./core/lease";
+import * as ledger from "./core/ledger";
+import * as meter from "./core/meter";
+import * as scripts from "./redis/scripts";
+import * as recovery from "./core/recovery";
+import * as token from "./core/token";
+import * as watchdog from "./core/watchdog";
 
 export { VERSION as _VERSION } from "./version";
 /** Most permits per key. */

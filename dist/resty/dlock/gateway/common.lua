@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.check")
+local check = require("resty.dlock.core.check")
 --- o[name], or dflt when it is nil.
 function ____exports.opt(o, name, dflt)
     local v = o[name]

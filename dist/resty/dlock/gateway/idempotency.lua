@@ -1,9 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.check")
-local inflight = require("resty.dlock.inflight")
-local stats = require("resty.dlock.stats")
-local token = require("resty.dlock.token")
+local check = require("resty.dlock.core.check")
+local inflight = require("resty.dlock.gateway.inflight")
+local stats = require("resty.dlock.gateway.stats")
+local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
 local answers = require("resty.dlock.gateway.idempotency.answers")
 local capture = require("resty.dlock.gateway.idempotency.capture")

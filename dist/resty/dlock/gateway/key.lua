@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.check")
+local check = require("resty.dlock.core.check")
 --- Seconds between two log lines of one guard about its keys (per worker). Settable for tests.
 ____exports.settings = {interval = 60}
 --- Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var...

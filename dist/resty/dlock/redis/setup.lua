@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.check")
+local check = require("resty.dlock.core.check")
 local secrets = setmetatable({}, {__mode = "k"})
 --- Credentials for AUTH, or nil without a password.
 function ____exports.credentials(username, password)

@@ -1,14 +1,14 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local backend = require("resty.dlock.backend")
-local check = require("resty.dlock.check")
-local eviction = require("resty.dlock.eviction")
+local backend = require("resty.dlock.redis.backend")
+local check = require("resty.dlock.core.check")
+local eviction = require("resty.dlock.redis.eviction")
 local gateway = require("resty.dlock.gateway")
-local ledger = require("resty.dlock.ledger")
-local meter = require("resty.dlock.meter")
-local redis = require("resty.dlock.redis")
-local sentinel = require("resty.dlock.sentinel")
-local stats = require("resty.dlock.stats")
+local ledger = require("resty.dlock.core.ledger")
+local meter = require("resty.dlock.core.meter")
+local redis = require("resty.dlock.redis.client")
+local sentinel = require("resty.dlock.redis.sentinel")
+local stats = require("resty.dlock.gateway.stats")
 local ADVICE = "set maxmemory-policy noeviction, or give locks a Redis of their own"
 --- Phases in which a handler may answer the request (ngx.say, ngx.var).
 local ANSWERING = check.set("rewrite", "server_rewrite", "access", "content")

@@ -1,11 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local label, header, topologyLines
-local backend = require("resty.dlock.backend")
-local check = require("resty.dlock.check")
-local meter = require("resty.dlock.meter")
-local redis = require("resty.dlock.redis")
-local stats = require("resty.dlock.stats")
+local backend = require("resty.dlock.redis.backend")
+local check = require("resty.dlock.core.check")
+local meter = require("resty.dlock.core.meter")
+local redis = require("resty.dlock.redis.client")
+local stats = require("resty.dlock.gateway.stats")
 local common = require("resty.dlock.status.common")
 function label(s)
     local escaped = string.gsub(

@@ -1,8 +1,8 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.check")
-local ledger = require("resty.dlock.ledger")
-local meter = require("resty.dlock.meter")
+local check = require("resty.dlock.core.check")
+local ledger = require("resty.dlock.core.ledger")
+local meter = require("resty.dlock.core.meter")
 local common = require("resty.dlock.status.common")
 --- Leases serve() and report() list unless asked for another number.
 ____exports.DEFAULT_LIMIT = 100

@@ -1,7 +1,7 @@
 // Options every guard takes, whatever its mode: how it refuses (error_status,
 // extra headers) and when it stops calling a Redis that keeps failing.
 
-import * as check from "../check";
+import * as check from "../core/check";
 
 export interface Common {
   readonly errorStatus: number;

@@ -26,10 +26,10 @@
 // idempotency/answers.ts (replays and problem+json refusals); this face reads
 // the request and decides among them.
 
-import * as check from "../check";
-import * as inflight from "../inflight";
-import * as stats from "../stats";
-import * as token from "../token";
+import * as check from "../core/check";
+import * as inflight from "./inflight";
+import * as stats from "./stats";
+import * as token from "../core/token";
 import * as shared from "./common";
 import * as answers from "./idempotency/answers";
 import * as capture from "./idempotency/capture";

@@ -4,7 +4,7 @@
 // the request through unguarded): value() tells the two apart, and what goes
 // wrong is logged per guard and worker at most once an interval, never per request.
 
-import * as check from "../check";
+import * as check from "../core/check";
 
 export type KeyFn = (this: void) => unknown;
 

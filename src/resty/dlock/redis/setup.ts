@@ -4,7 +4,7 @@
 // nothing may be sent ahead of AUTH. Used for data nodes (redis.ts) and for
 // sentinels (sentinel.ts); pooled connections went through it when fresh.
 
-import * as check from "../check";
+import * as check from "../core/check";
 
 /**
  * Who to AUTH as. The password itself stays in this module (a weak table keyed

@@ -3,15 +3,15 @@
 // number of dict keys. Never the held leases themselves (json.ts lists a
 // bounded number of those), which a busy gateway has tens of thousands of.
 
-import * as backend from "../backend";
-import * as check from "../check";
-import * as eviction from "../eviction";
+import * as backend from "../redis/backend";
+import * as check from "../core/check";
+import * as eviction from "../redis/eviction";
 import * as gateway from "../gateway";
-import * as ledger from "../ledger";
-import * as meter from "../meter";
-import * as redis from "../redis";
-import * as sentinel from "../sentinel";
-import * as stats from "../stats";
+import * as ledger from "../core/ledger";
+import * as meter from "../core/meter";
+import * as redis from "../redis/client";
+import * as sentinel from "../redis/sentinel";
+import * as stats from "../gateway/stats";
 
 const ADVICE = "set maxmemory-policy noeviction, or give locks a Redis of their own";
 

@@ -2,11 +2,11 @@
 // a fixed number of dict keys per guard, factory, dict and Redis endpoint; it
 // never walks the held leases.
 
-import * as backend from "../backend";
-import * as check from "../check";
-import * as meter from "../meter";
-import * as redis from "../redis";
-import * as stats from "../stats";
+import * as backend from "../redis/backend";
+import * as check from "../core/check";
+import * as meter from "../core/meter";
+import * as redis from "../redis/client";
+import * as stats from "../gateway/stats";
 import * as common from "./common";
 
 const METRICS_OPTIONS = check.set("dicts");

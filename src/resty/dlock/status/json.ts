@@ -1,9 +1,9 @@
 // The status page: GET /dlock/status answers JSON (?limit=N lists up to N
 // leases, at most MAX_LIMIT). See ../status.ts for its members.
 
-import * as check from "../check";
-import * as ledger from "../ledger";
-import * as meter from "../meter";
+import * as check from "../core/check";
+import * as ledger from "../core/ledger";
+import * as meter from "../core/meter";
 import * as common from "./common";
 
 /** Leases serve() and report() list unless asked for another number. */

@@ -1,7 +1,7 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.check")
-local stats = require("resty.dlock.stats")
+local check = require("resty.dlock.core.check")
+local stats = require("resty.dlock.gateway.stats")
 local keys = require("resty.dlock.gateway.key")
 --- Problem types (RFC 9457 `type`), one per refusal.
 local TYPE = "urn:resty-dlock:idempotency:"

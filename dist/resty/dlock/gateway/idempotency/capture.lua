@@ -1,14 +1,14 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local unrecord, schedule, store, FINISHED, AMBIGUOUS
-local backend = require("resty.dlock.backend")
-local check = require("resty.dlock.check")
-local inflight = require("resty.dlock.inflight")
-local ledger = require("resty.dlock.ledger")
-local meter = require("resty.dlock.meter")
-local request = require("resty.dlock.request")
-local scripts = require("resty.dlock.scripts")
-local stats = require("resty.dlock.stats")
+local backend = require("resty.dlock.redis.backend")
+local check = require("resty.dlock.core.check")
+local inflight = require("resty.dlock.gateway.inflight")
+local ledger = require("resty.dlock.core.ledger")
+local meter = require("resty.dlock.core.meter")
+local request = require("resty.dlock.gateway.request")
+local scripts = require("resty.dlock.redis.scripts")
+local stats = require("resty.dlock.gateway.stats")
 local claims = require("resty.dlock.gateway.idempotency.claim")
 function unrecord(g, l)
     local expires = ledger.forget(g.dict, l.rec, l.token)

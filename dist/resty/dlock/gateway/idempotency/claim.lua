@@ -1,9 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local backend = require("resty.dlock.backend")
-local orphans = require("resty.dlock.orphans")
-local scripts = require("resty.dlock.scripts")
-local stats = require("resty.dlock.stats")
+local backend = require("resty.dlock.redis.backend")
+local orphans = require("resty.dlock.core.orphans")
+local scripts = require("resty.dlock.redis.scripts")
+local stats = require("resty.dlock.gateway.stats")
 local semaphore = require("ngx.semaphore")
 --- Shared dict mark of a claim whose holder has sent its whole response (the store is on its way).
 local FINISHED = "idem:fin:"

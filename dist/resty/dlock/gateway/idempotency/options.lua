@@ -1,11 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local backend = require("resty.dlock.backend")
-local check = require("resty.dlock.check")
-local ledger = require("resty.dlock.ledger")
-local meter = require("resty.dlock.meter")
-local redis = require("resty.dlock.redis")
-local scripts = require("resty.dlock.scripts")
+local backend = require("resty.dlock.redis.backend")
+local check = require("resty.dlock.core.check")
+local ledger = require("resty.dlock.core.ledger")
+local meter = require("resty.dlock.core.meter")
+local redis = require("resty.dlock.redis.client")
+local scripts = require("resty.dlock.redis.scripts")
 local shared = require("resty.dlock.gateway.common")
 local keys = require("resty.dlock.gateway.key")
 --- Options no other mode takes.

@@ -1,8 +1,8 @@
 // What a request the guard does not let through is sent: the stored response
 // (a replay), or an RFC 9457 problem saying why not. Each ends the request.
 
-import * as check from "../../check";
-import * as stats from "../../stats";
+import * as check from "../../core/check";
+import * as stats from "../stats";
 import * as keys from "../key";
 import type * as claims from "./claim";
 import type * as options from "./options";

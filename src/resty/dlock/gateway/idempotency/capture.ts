@@ -4,15 +4,15 @@
 // cosockets). The captures table (requests of this worker holding a claim)
 // lives here alone.
 
-import * as backend from "../../backend";
-import * as check from "../../check";
-import * as inflight from "../../inflight";
-import type * as lease from "../../lease";
-import * as ledger from "../../ledger";
-import * as meter from "../../meter";
-import * as request from "../../request";
-import * as scripts from "../../scripts";
-import * as stats from "../../stats";
+import * as backend from "../../redis/backend";
+import * as check from "../../core/check";
+import * as inflight from "../inflight";
+import type * as lease from "../../core/lease";
+import * as ledger from "../../core/ledger";
+import * as meter from "../../core/meter";
+import * as request from "../request";
+import * as scripts from "../../redis/scripts";
+import * as stats from "../stats";
 import * as claims from "./claim";
 import type * as options from "./options";
 

@@ -2,10 +2,10 @@
 // the key is claimed already. The watch table (duplicates of one key waiting
 // in this worker) lives here: the store (capture.ts) wakes it through notify.
 
-import * as backend from "../../backend";
-import * as orphans from "../../orphans";
-import * as scripts from "../../scripts";
-import * as stats from "../../stats";
+import * as backend from "../../redis/backend";
+import * as orphans from "../../core/orphans";
+import * as scripts from "../../redis/scripts";
+import * as stats from "../stats";
 import type * as options from "./options";
 
 type Guard = options.Guard;

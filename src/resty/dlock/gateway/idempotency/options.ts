@@ -1,14 +1,14 @@
 // The options of mode idempotency, checked once at gateway.new: what the
 // guard's fields are made of. Nothing here runs per request.
 
-import * as backend from "../../backend";
-import * as check from "../../check";
-import type * as inflight from "../../inflight";
-import type * as lease from "../../lease";
-import * as ledger from "../../ledger";
-import * as meter from "../../meter";
-import * as redis from "../../redis";
-import * as scripts from "../../scripts";
+import * as backend from "../../redis/backend";
+import * as check from "../../core/check";
+import type * as inflight from "../inflight";
+import type * as lease from "../../core/lease";
+import * as ledger from "../../core/ledger";
+import * as meter from "../../core/meter";
+import * as redis from "../../redis/client";
+import * as scripts from "../../redis/scripts";
 import * as shared from "../common";
 import * as keys from "../key";
 

@@ -1,0 +1,97 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local backend = require("resty.dlock.redis.backend")
+--- Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
+-- (and its ttl only starts) when Redis resumes, whenever that is.
+____exports.LOST_HORIZON = 600
+local FIRST_SWEEP_DELAY = 0.05
+local MAX_SWEEP_DELAY = 0.5
+local orphans = {}
+local sweeping = false
+local function sweepOnce()
+    local batch = orphans
+    orphans = {}
+    ngx.update_time()
+    local now = ngx.now()
+    local groups = {}
+    for ____, o in ipairs(batch) do
+        if now > o.deadline then
+            ngx.log(
+                ngx.WARN,
+                "dlock: giving up cleanup of ",
+                o.rkey,
+                " (",
+                o.lost,
+                " not confirmed), it expires on its own"
+            )
+            if o.settle ~= nil then
+                o.settle(o, nil)
+            end
+        else
+            local g = (o.conf.pool .. " ") .. o.release.sha
+            local list = groups[g]
+            if list == nil then
+                list = {}
+                groups[g] = list
+            end
+            list[#list + 1] = o
+        end
+    end
+    for ____, list in pairs(groups) do
+        local first = list[1]
+        local out = backend.batch(first.conf, first.release, list)
+        for i = 1, #list do
+            local o = list[i]
+            local reply = out.replies[i]
+            if reply == nil then
+                orphans[#orphans + 1] = o
+            else
+                local deleted = reply ~= 0
+                if deleted and o.lost == "acquire" then
+                    ngx.log(ngx.NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost")
+                elseif deleted and o.lost == "release" then
+                    ngx.log(ngx.NOTICE, "dlock: released ", o.rkey, " once Redis answered again")
+                end
+                if o.settle ~= nil then
+                    o.settle(o, reply)
+                end
+            end
+        end
+    end
+end
+local function sweep(premature, delay)
+    local ok, err = pcall(sweepOnce)
+    if not ok then
+        ngx.log(ngx.ERR, "dlock: cleanup sweep failed: ", err)
+    end
+    if #orphans == 0 or premature then
+        sweeping = false
+        return
+    end
+    local later = math.min(delay * 2, MAX_SWEEP_DELAY)
+    local scheduled = ngx.timer.at(later, sweep, later)
+    if not scheduled then
+        sweeping = false
+    end
+end
+--- Keep trying to delete o's key (owner-checked) until Redis answers or o.deadline passes.
+function ____exports.adopt(o)
+    orphans[#orphans + 1] = o
+    if not sweeping then
+        local ok = ngx.timer.at(0, sweep, FIRST_SWEEP_DELAY)
+        sweeping = ok ~= nil
+    end
+end
+--- An acquire whose reply was lost: its SET may have landed, or may still land.
+function ____exports.adoptAcquire(conf, release, rkey, token)
+    ____exports.adopt({
+        lost = "acquire",
+        conf = conf,
+        release = release,
+        rkey = rkey,
+        token = token,
+        deadline = ngx.now() + ____exports.LOST_HORIZON,
+        settle = nil
+    })
+end
+return ____exports

@@ -1,0 +1,142 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local backend = require("resty.dlock.redis.backend")
+local check = require("resty.dlock.core.check")
+local ledger = require("resty.dlock.core.ledger")
+local meter = require("resty.dlock.core.meter")
+local ffi = require("ffi")
+pcall(ffi.cdef, "int kill(int pid, int sig);")
+local ESRCH = 3
+--- Registered factories whose dead workers' leases this worker has not looked for yet.
+local pending = {}
+--- Remember a factory: its dead workers' leases can be released.
+function ____exports.register(store, kind)
+    pending[#pending + 1] = {store = store, kind = kind}
+end
+--- Is there no process with this pid (kill(pid, 0) says ESRCH)?
+local function dead(pid)
+    local libc = ffi.C
+    return libc.kill(pid, 0) ~= 0 and ffi.errno() == ESRCH
+end
+--- Give back, in one batch, what dead workers of factory f left: leases (its release script) or tickets (its drop).
+local function giveBack(dict, f, s, items)
+    local targets = {}
+    for ____, it in ipairs(items) do
+        targets[#targets + 1] = it.target
+    end
+    local out = backend.batch(f.store.redis, s, targets)
+    local released = 0
+    for i = 1, #items do
+        local it = items[i]
+        if out.replies[i] ~= nil then
+            local expires = ledger.forget(dict, it.rec, it.target.token)
+            if expires ~= nil and s ~= f.kind.drop then
+                meter.forgotten(f.store.meter, expires)
+            end
+            if out.replies[i] ~= 0 then
+                released = released + 1
+            end
+        else
+            ngx.log(
+                ngx.WARN,
+                "dlock: recovery: ",
+                s == f.kind.drop and "dropping the ticket for " or "releasing ",
+                it.target.rkey,
+                " of a dead worker: ",
+                check.reason(out.errors[i]),
+                " (it expires by its ttl)"
+            )
+        end
+    end
+    if released > 0 then
+        ngx.log(
+            ngx.NOTICE,
+            "dlock: recovery: ",
+            s == f.kind.drop and "dropped the tickets (or passed on the keys) of " or "released ",
+            released,
+            s == f.kind.drop and " waiter(s)" or " lease(s)",
+            " of dead worker(s) on ",
+            f.store.redis.endpoint
+        )
+    end
+end
+local function add(todo, f, r)
+    local t = todo[f]
+    if t == nil then
+        t = {}
+        todo[f] = t
+    end
+    t[#t + 1] = {rec = r.rec, target = {rkey = r.rkey, token = r.token}}
+end
+--- The leases (and waiters' tickets) of dead workers recorded in the dicts of these factories, given back.
+local function sweep(premature, factories)
+    if premature then
+        return
+    end
+    local byDict = {}
+    for ____, f in ipairs(factories) do
+        local list = byDict[f.store.dict]
+        if list == nil then
+            list = {}
+            byDict[f.store.dict] = list
+        end
+        list[#list + 1] = f
+    end
+    for dict, list in pairs(byDict) do
+        local records = ledger.records(dict)
+        local deadPids = {}
+        local leases = {}
+        local tickets = {}
+        for ____, r in ipairs(records) do
+            local isDead = deadPids[r.pid]
+            if isDead == nil then
+                isDead = r.pid ~= ngx.worker.pid() and dead(r.pid)
+                deadPids[r.pid] = isDead
+            end
+            if isDead then
+                for ____, f in ipairs(list) do
+                    if f.store.prefix .. r.key == r.rkey and f.kind.shared == r.shared then
+                        if not r.waiting then
+                            add(leases, f, r)
+                        elseif f.kind.drop ~= nil then
+                            add(tickets, f, r)
+                        end
+                    end
+                end
+            end
+        end
+        for f, items in pairs(leases) do
+            giveBack(dict, f, f.kind.release, items)
+        end
+        for f, items in pairs(tickets) do
+            giveBack(dict, f, f.kind.drop, items)
+        end
+    end
+end
+--- Look for leases of dead workers, once per worker and factory: from
+-- init_worker, and at an acquire after a factory was made. Cheap when there
+-- is nothing new. Returns an error when the timer cannot be started.
+function ____exports.start()
+    if #pending == 0 then
+        return nil
+    end
+    if ngx.get_phase() == "init" then
+        return "dlock: init_worker is not available in the init phase (no timers): call it from init_worker_by_lua"
+    end
+    local batch = pending
+    pending = {}
+    local called, ok, err = pcall(ngx.timer.at, 0, sweep, batch)
+    if not called or not ok then
+        pending = batch
+        local ____tostring_1 = tostring
+        local ____called_0
+        if called then
+            ____called_0 = err
+        else
+            ____called_0 = ok
+        end
+        return "dlock: cannot start the recovery sweep: " .. ____tostring_1(____called_0)
+    end
+    return nil
+end
+return ____exports

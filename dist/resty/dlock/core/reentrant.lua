@@ -1,0 +1,124 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local request = require("resty.dlock.gateway.request")
+--- Holds of this worker, by "<owner>\0<factory>\0<redis key>".
+local holds = {}
+--- enter() calls since holds whose owner is gone were last dropped.
+local entered = 0
+local PRUNE_EVERY = 64
+local handleMethods = {
+    release = function(self)
+        if self.done then
+            return nil, "not_owner"
+        end
+        local h = self.hold
+        if h.count > 1 then
+            h.count = h.count - 1
+            self.done = true
+            return true, nil
+        end
+        local ok, err = h.root:release()
+        if ok ~= nil or err == "not_owner" then
+            self.done = true
+            h.count = 0
+            if holds[h.slot] == h then
+                holds[h.slot] = nil
+            end
+        end
+        return ok, err
+    end,
+    extend = function(self, ttl)
+        if self.done then
+            return nil, "not_owner"
+        end
+        return self.hold.root:extend(ttl)
+    end,
+    valid = function(self)
+        return not self.done and self.hold.root:valid()
+    end
+}
+local handleMt = {__index = handleMethods}
+local function handle(h)
+    local r = h.root
+    local x = {
+        key = r.key,
+        token = r.token,
+        ttl = r.ttl,
+        fence = r.fence,
+        hold = h,
+        done = false
+    }
+    return setmetatable(x, handleMt)
+end
+--- Who is asking: the request (by address), else the running coroutine.
+local function owner()
+    local a = request.anchor()
+    if a ~= nil then
+        return "r" .. tostring(a.id), a, nil
+    end
+    local co = coroutine.running()
+    return tostring(co), nil, co
+end
+--- A nested lease when the caller already holds rkey through this factory's
+-- `factory` id, else nil. A hold whose lease is over (released, lost, expired)
+-- or whose owner is gone is dropped.
+function ____exports.nested(factory, rkey)
+    local who, anchor, co = owner()
+    local slot = (((who .. "\0") .. factory) .. "\0") .. rkey
+    local h = holds[slot]
+    if h == nil then
+        return nil
+    end
+    local ____temp_0
+    if h.anchor ~= nil then
+        ____temp_0 = anchor ~= nil and request.alive(h.anchor) and h.anchor.id == anchor.id
+    else
+        ____temp_0 = h.co == co
+    end
+    local same = ____temp_0
+    if not same or not h.root:valid() then
+        holds[slot] = nil
+        return nil
+    end
+    h.count = h.count + 1
+    return handle(h)
+end
+local function gone(h)
+    if h.anchor ~= nil then
+        return not request.alive(h.anchor)
+    end
+    return h.co == nil or coroutine.status(h.co) == "dead"
+end
+--- Drop holds of requests and timers that ended without releasing: their
+-- leases expire in Redis by their ttl; here they would only take memory.
+local function prune()
+    local dead = {}
+    for slot, h in pairs(holds) do
+        if h.count == 0 or gone(h) or h.root.released then
+            dead[#dead + 1] = slot
+        end
+    end
+    for ____, slot in ipairs(dead) do
+        holds[slot] = nil
+    end
+end
+--- The first lease of rkey by this caller: registered, and handed out as a handle.
+function ____exports.enter(factory, root)
+    entered = entered + 1
+    if entered >= PRUNE_EVERY then
+        entered = 0
+        prune()
+    end
+    local who, anchor, co = owner()
+    local slot = (((who .. "\0") .. factory) .. "\0") .. root.rkey
+    local h = {
+        root = root,
+        count = 1,
+        anchor = anchor,
+        co = co,
+        slot = slot
+    }
+    holds[slot] = h
+    return handle(h)
+end
+return ____exports

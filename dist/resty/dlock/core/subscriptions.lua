@@ -1,0 +1,191 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local waits = require("resty.dlock.core.wait")
+--- Seconds a key stays subscribed after its last waiter of this worker.
+local GRACE = 2
+--- Seconds of slack on a due time: the claim or release announcing it is on its way.
+local SLACK = 0.005
+--- Seconds until the first look at a key whose holder nobody vouched for, and the most between looks.
+local PROBE = 0.05
+local PROBE_MAX = 0.2
+local semaphore = require("ngx.semaphore")
+local subscribers = {}
+--- Wake the control thread (once: it looks at everything when it wakes).
+function ____exports.ring(s)
+    if s.rung then
+        return
+    end
+    s.rung = true
+    s.bell:post(1)
+end
+local function count(t)
+    local n = 0
+    for _k in pairs(t) do
+        n = n + 1
+    end
+    return n
+end
+--- Does this worker wait for any key of s?
+function ____exports.idle(s)
+    return count(s.wanted) == 0
+end
+--- Forget what was known of rkey's holder.
+local function forget(s, rkey)
+    s.due[rkey] = nil
+    s.vouched[rkey] = nil
+    s.probe[rkey] = nil
+end
+--- Keys no waiter of this worker wanted for GRACE seconds: out of `wanted`,
+-- to be unsubscribed; and waiters killed while they waited are noticed here
+-- (wait.ts drops their tickets).
+function ____exports.prune(s)
+    local now = ngx.now()
+    local stale
+    for rkey, at in pairs(s.wanted) do
+        if waits.waiters(rkey) == 0 and now - at > GRACE then
+            if stale == nil then
+                stale = {}
+            end
+            stale[#stale + 1] = rkey
+        end
+    end
+    if stale == nil then
+        return
+    end
+    for ____, rkey in ipairs(stale) do
+        s.wanted[rkey] = nil
+        forget(s, rkey)
+    end
+end
+--- A message on rkey's channel: "" a release with nobody in line (the first
+-- waiter here tries), "g<ms> <token>" the key handed to the waiter holding
+-- token for ms, "c<ms>" the key claimed by a waiter for ms.
+function ____exports.heard(s, rkey, payload)
+    s.messages = s.messages + 1
+    local c = string.sub(payload, 1, 1)
+    if c == "g" then
+        local ms, tok = string.match(payload, "^g(%d+) (.*)$")
+        s.vouched[rkey] = true
+        s.due[rkey] = ngx.now() + (tonumber(ms) or 0) / 1000 + SLACK
+        if tok ~= nil then
+            waits.wakeToken(rkey, tok)
+        end
+    elseif c == "c" then
+        s.vouched[rkey] = true
+        s.due[rkey] = ngx.now() + (tonumber(string.sub(payload, 2)) or 0) / 1000 + SLACK
+    else
+        forget(s, rkey)
+        waits.wake(rkey)
+    end
+end
+--- Keys whose due time passed without a word: the first waiter here asks Redis (which passes the key on).
+function ____exports.overdue(s)
+    local now = ngx.now()
+    local late
+    for rkey, at in pairs(s.due) do
+        if now >= at then
+            if late == nil then
+                late = {}
+            end
+            late[#late + 1] = rkey
+        end
+    end
+    if late == nil then
+        return
+    end
+    for ____, rkey in ipairs(late) do
+        s.due[rkey] = nil
+        if s.vouched[rkey] ~= nil then
+            s.vouched[rkey] = nil
+            s.probe[rkey] = nil
+        end
+        waits.wake(rkey)
+    end
+end
+--- When the control thread must look again, at the latest `until`: the first due time, or the end of a grace.
+function ____exports.nextLook(s, ____until)
+    local at = ____until
+    for rkey, since in pairs(s.wanted) do
+        if waits.waiters(rkey) == 0 then
+            at = math.min(at, since + GRACE)
+        end
+    end
+    for _rkey, due in pairs(s.due) do
+        at = math.min(at, due)
+    end
+    return at
+end
+--- A subscription went down (its connection ended): waiters sleeping until word comes poll again.
+function ____exports.lost(s)
+    for k in pairs(s.sent) do
+        s.sent[k] = nil
+    end
+    local wasLive = {}
+    for k in pairs(s.live) do
+        wasLive[#wasLive + 1] = k
+    end
+    for ____, k in ipairs(wasLive) do
+        s.live[k] = nil
+    end
+    for ____, k in ipairs(wasLive) do
+        waits.wakeAll(k)
+    end
+    for k in pairs(s.wanted) do
+        if not (s.live[k] ~= nil) then
+            waits.wakeAll(k)
+        end
+    end
+end
+--- This worker's subscriber for conf, made on first use (nil when no semaphore can be made).
+function ____exports.subscriber(conf)
+    local s = subscribers[conf.pool]
+    if s == nil then
+        local bell = semaphore.new(0)
+        if bell == nil then
+            return nil
+        end
+        s = {
+            conf = conf,
+            wanted = {},
+            due = {},
+            vouched = {},
+            probe = {},
+            live = {},
+            sent = {},
+            bell = bell,
+            rung = false,
+            wakeAt = 0,
+            running = false,
+            refused = false,
+            down = false,
+            messages = 0,
+            connects = 0
+        }
+        subscribers[conf.pool] = s
+    end
+    return s
+end
+--- This worker's subscriber for conf, if it has one.
+function ____exports.existing(conf)
+    return subscribers[conf.pool]
+end
+--- A waiter here saw rkey held for ms more (its PTTL; -1: no expiry): unless
+-- word comes first, look again then; and sooner should the holder not be
+-- vouched for and `foreign` holders be possible.
+function ____exports.expect(s, rkey, ms, foreign)
+    local wait = ms >= 0 and ms / 1000 or nil
+    if foreign and not (s.vouched[rkey] ~= nil) then
+        local p = s.probe[rkey] or PROBE
+        s.probe[rkey] = math.min(p * 2, PROBE_MAX)
+        wait = wait == nil and p or math.min(wait, p)
+    end
+    if wait == nil then
+        return
+    end
+    local at = ngx.now() + wait + SLACK
+    s.due[rkey] = at
+    if at < s.wakeAt then
+        ____exports.ring(s)
+    end
+end
+return ____exports

@@ -1,0 +1,210 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local ledger = require("resty.dlock.core.ledger")
+local orphans = require("resty.dlock.core.orphans")
+local request = require("resty.dlock.gateway.request")
+local MAX_LOCAL_BACKOFF = 8
+local semaphore = require("ngx.semaphore")
+local lines = {}
+local function gone(w)
+    if w.anchor ~= nil then
+        return not request.alive(w.anchor)
+    end
+    return coroutine.status(w.co) == "dead"
+end
+--- The line of rkey without the waiters that are gone; nil when nobody waits.
+local function line(rkey)
+    local l = lines[rkey]
+    if l == nil then
+        return nil
+    end
+    local i = 1
+    while i <= #l do
+        local w = l[i]
+        if gone(w) then
+            if w.ticket ~= nil then
+                orphans.adopt(w.ticket)
+            end
+            table.remove(l, i)
+        else
+            i = i + 1
+        end
+    end
+    if #l == 0 then
+        lines[rkey] = nil
+        return nil
+    end
+    return l
+end
+--- A place at the end of rkey's line; nil when no semaphore can be made (then naps are plain sleeps).
+local function join(rkey, token)
+    local sem = semaphore.new(0)
+    if sem == nil then
+        return nil
+    end
+    local w = {
+        rkey = rkey,
+        sem = sem,
+        co = coroutine.running(),
+        anchor = request.anchor(),
+        token = token,
+        ticket = nil,
+        unsure = true
+    }
+    local l = lines[rkey]
+    if l == nil then
+        l = {}
+        lines[rkey] = l
+    end
+    l[#l + 1] = w
+    return w
+end
+--- A turn for an acquire of rkey; its place in line is taken at its first nap, or by enter().
+function ____exports.turn(rkey, token)
+    return {rkey = rkey, token = token, w = nil}
+end
+--- Take the turn's place in line now: a key handed to its token while its question is on its way is not missed.
+function ____exports.enter(t)
+    if t.w == nil then
+        t.w = join(t.rkey, t.token)
+    end
+end
+--- The turn holds a ticket in its key's queue in Redis, with `ahead` waiters
+-- before it: should it go without a word, drop the ticket.
+function ____exports.holdTicket(t, ticket, ahead)
+    ____exports.enter(t)
+    if t.w ~= nil then
+        t.w.ticket = ticket
+        t.w.unsure = ahead <= 0
+    end
+end
+--- Sleep up to `ms`, or less when woken as the first of the line in this worker (or by name): woken?
+function ____exports.pause(t, ms)
+    ____exports.enter(t)
+    if t.w == nil then
+        ngx.sleep(ms / 1000)
+        return false
+    end
+    local ok = t.w.sem:wait(ms / 1000)
+    return ok == true
+end
+--- The acquire is over (acquired, timed out, failed): its place in line is given up.
+function ____exports.leave(t)
+    local w = t.w
+    if w == nil then
+        return
+    end
+    t.w = nil
+    local l = lines[w.rkey]
+    if l == nil then
+        return
+    end
+    for i = 1, #l do
+        if l[i] == w then
+            table.remove(l, i)
+            break
+        end
+    end
+    if #l == 0 then
+        lines[w.rkey] = nil
+    end
+end
+--- How many waiters of this worker wait for rkey now.
+function ____exports.waiters(rkey)
+    local l = line(rkey)
+    return l == nil and 0 or #l
+end
+--- Is the turn first in its key's line (the one waiter of this worker that asks Redis)?
+function ____exports.first(t)
+    local l = line(t.rkey)
+    return l ~= nil and t.w ~= nil and l[1] == t.w
+end
+--- A release of rkey: the first waiter of this worker tries now.
+function ____exports.wake(rkey)
+    local l = line(rkey)
+    if l ~= nil then
+        l[1].sem:post(1)
+    end
+end
+--- rkey was handed to the waiter holding `token`: wake it, if it waits here.
+function ____exports.wakeToken(rkey, token)
+    local l = line(rkey)
+    if l == nil then
+        return false
+    end
+    for ____, w in ipairs(l) do
+        if w.token == token then
+            w.sem:post(1)
+            return true
+        end
+    end
+    return false
+end
+--- rkey's subscription is live: the waiters here that may have missed a
+-- release or a key handed to them while it was not look once more.
+function ____exports.recheck(rkey)
+    local l = line(rkey)
+    if l == nil then
+        return
+    end
+    for ____, w in ipairs(l) do
+        if w.unsure then
+            w.sem:post(1)
+        end
+    end
+end
+--- Every waiter of rkey in this worker tries now (a subscription went down: they poll).
+function ____exports.wakeAll(rkey)
+    local l = line(rkey)
+    if l == nil then
+        return
+    end
+    for ____, w in ipairs(l) do
+        w.sem:post(1)
+    end
+end
+--- While a worker of this nginx holds the key, wait without polling Redis: a
+-- holder in this worker wakes one waiter when it releases (waiters queue on a
+-- semaphore, first come first served); a holder in another worker drops its
+-- shared-dict record, which costs nothing to watch. "none": no holder here;
+-- "free": try Redis now; "timeout": the deadline passed, and then the ms until
+-- the holder's lease ends (retry_after).
+function ____exports.awaitLocalHolder(dict, t, deadline)
+    local rec = ledger.recordKey(t.rkey, "", false)
+    local step = 1
+    local seen = false
+    while true do
+        local pid, expires = ledger.holder(dict, rec)
+        if pid == nil then
+            return seen and "free" or "none", nil
+        end
+        seen = true
+        ngx.update_time()
+        local now = ngx.now() * 1000
+        if now >= deadline then
+            return "timeout", math.max(
+                0,
+                math.floor(expires - now)
+            )
+        end
+        if pid == ngx.worker.pid() then
+            ____exports.pause(
+                t,
+                math.min(
+                    deadline - now,
+                    math.max(1, expires - now + 1)
+                )
+            )
+            return "free", nil
+        end
+        ____exports.pause(
+            t,
+            math.min(
+                deadline - now,
+                step / 2 + math.random() * step / 2
+            )
+        )
+        step = math.min(step * 2, MAX_LOCAL_BACKOFF)
+    end
+end
+return ____exports

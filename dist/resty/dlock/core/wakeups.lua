@@ -1,0 +1,63 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local subscriber = require("resty.dlock.redis.subscriber")
+local subs = require("resty.dlock.core.subscriptions")
+local waits = require("resty.dlock.core.wait")
+--- A waiter of this worker waits for rkey (held elsewhere): have its releases
+-- wake us. True when the subscription is live (then sleeping until the
+-- holder's PTTL is safe); false while it is being set up or down (poll).
+function ____exports.want(conf, rkey)
+    local s = subs.subscriber(conf)
+    if s == nil or s.refused then
+        return false
+    end
+    s.wanted[rkey] = ngx.now()
+    if not s.running then
+        subscriber.start(s)
+    elseif not (s.sent[rkey] ~= nil) then
+        subs.ring(s)
+    end
+    return s.live[rkey] ~= nil
+end
+--- A waiter here saw rkey held for ms more (its PTTL; -1: no expiry): unless
+-- word comes first, look again then; and sooner when the holder may be
+-- another client's (`foreign`; never for semaphores, whose holders are all
+-- ours) and nobody vouched for it.
+function ____exports.expect(conf, rkey, ms, foreign)
+    local s = subs.existing(conf)
+    if s ~= nil then
+        subs.expect(s, rkey, ms, foreign)
+    end
+end
+--- Is a subscription for rkey on its way (asked for, the subscriber connecting)? Its confirmation wakes the waiters.
+function ____exports.coming(conf, rkey)
+    local s = subs.existing(conf)
+    return s ~= nil and s.running and not s.refused and s.wanted[rkey] ~= nil and not (s.live[rkey] ~= nil)
+end
+--- Is the subscription for rkey live now?
+function ____exports.live(conf, rkey)
+    local s = subs.existing(conf)
+    return s ~= nil and s.live[rkey] ~= nil
+end
+--- The waiter is done waiting for rkey (acquired, timed out, or failed). The
+-- key stays subscribed for GRACE seconds after the last one (subscriptions.ts
+-- prune): under contention a worker's line empties and fills again all the
+-- time, and each UNSUBSCRIBE/SUBSCRIBE pair would be two more commands for Redis.
+function ____exports.done(conf, rkey)
+    local s = subs.existing(conf)
+    if s == nil or s.refused then
+        return
+    end
+    if waits.waiters(rkey) == 0 then
+        s.due[rkey] = nil
+    end
+end
+--- Messages and connections of this worker's subscriber for conf (status, specs).
+function ____exports.stats(conf)
+    local s = subs.existing(conf)
+    if s == nil then
+        return 0, 0
+    end
+    return s.messages, s.connects
+end
+return ____exports

@@ -1,0 +1,177 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.core.check")
+local meter = require("resty.dlock.core.meter")
+local lease = require("resty.dlock.core.lease")
+local loop = require("resty.dlock.core.loop")
+local request = require("resty.dlock.gateway.request")
+local watched = {}
+local count = 0
+--- Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds.
+local MIN_TICK = 0.01
+local MAX_TICK = 0.5
+local tick = MAX_TICK
+local function drop(l)
+    if watched[l] ~= nil then
+        watched[l] = nil
+        count = count - 1
+    end
+end
+--- The lease is lost: say so once, and tell its holder.
+local function lost(l, why, hooks)
+    drop(l)
+    if l.lost then
+        return
+    end
+    l.lost = true
+    meter.lost(l.store.meter)
+    if hooks ~= nil then
+        hooks.lost(l, why)
+        return
+    end
+    ngx.log(
+        ngx.ERR,
+        "dlock: lease on ",
+        l.key,
+        " lost: ",
+        why
+    )
+    local onLost = l.onLost
+    if onLost ~= nil then
+        local ok, err = pcall(onLost, l, why)
+        if not ok then
+            ngx.log(
+                ngx.ERR,
+                "dlock: on_lost of the lease on ",
+                l.key,
+                " raised: ",
+                check.text(err)
+            )
+        end
+    end
+end
+--- Has what took the lease ended (a request that is over, a timer whose function returned)?
+local function orphaned(w)
+    if w.hooks ~= nil then
+        return false
+    end
+    if w.anchor ~= nil then
+        return not request.alive(w.anchor)
+    end
+    return w.co ~= nil and coroutine.status(w.co) == "dead"
+end
+local function round()
+    ngx.update_time()
+    local now = ngx.now()
+    local due = {}
+    local forgotten = {}
+    for l, w in pairs(watched) do
+        if l.released or l.releasing or l.lost then
+            drop(l)
+        elseif orphaned(w) then
+            forgotten[#forgotten + 1] = l
+        elseif now - w.renewedAt >= l.ttl / 3000 * 0.9 then
+            due[#due + 1] = l
+        end
+    end
+    for ____, l in ipairs(forgotten) do
+        drop(l)
+        ngx.log(ngx.WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
+        lease.releaseAll({l})
+    end
+    if #due == 0 then
+        return
+    end
+    local results = lease.extendAll(due)
+    for i = 1, #due do
+        local l = due[i]
+        local w = watched[l]
+        local r = results[i]
+        if w ~= nil and not l.releasing then
+            local hooks = w.hooks
+            if r == true then
+                w.renewedAt = ngx.now()
+                if hooks ~= nil then
+                    hooks.renewed(l)
+                end
+            elseif r == "not_owner" then
+                lost(l, "the key is gone from Redis, or someone else's", hooks)
+            elseif ngx.now() * 1000 >= l.validUntil then
+                lost(
+                    l,
+                    ("Redis could not renew it before it expired (" .. check.reason(r)) .. ")",
+                    hooks
+                )
+            elseif hooks ~= nil then
+                hooks.failed(l, r)
+            else
+                ngx.log(
+                    ngx.WARN,
+                    "dlock: renewing the lease on ",
+                    l.key,
+                    ": ",
+                    check.reason(r),
+                    " (trying again)"
+                )
+            end
+        end
+    end
+end
+local sweeper = {
+    name = "lease watchdog",
+    busy = function() return count > 0 end,
+    tick = function() return tick end,
+    round = round,
+    running = false
+}
+--- Keep l alive until it is released, lost, unwatched, or (without hooks) what
+-- took it ends. With hooks, the caller hears of every renewal.
+function ____exports.watch(l, hooks)
+    local co
+    local anchor
+    if hooks == nil then
+        anchor = request.anchor()
+        if anchor == nil then
+            co = coroutine.running()
+        end
+    end
+    if not (watched[l] ~= nil) then
+        count = count + 1
+    end
+    watched[l] = {
+        lease = l,
+        anchor = anchor,
+        co = co,
+        hooks = hooks,
+        renewedAt = ngx.now()
+    }
+    tick = math.min(
+        tick,
+        math.max(MIN_TICK, l.ttl / 6000)
+    )
+    local err = loop.start(sweeper)
+    if err ~= nil then
+        drop(l)
+    end
+    return err
+end
+--- The end of an acquire with renew = true: the lease, watched from now on; or,
+-- when the watchdog cannot run, nil and why (the lease is given back).
+function ____exports.hold(l, onLost)
+    l.onLost = onLost
+    local err = ____exports.watch(l)
+    if err ~= nil then
+        l:release()
+        return nil, err, nil
+    end
+    return l, nil, nil
+end
+--- Stop renewing l (its holder keeps it as it is, or ends it).
+function ____exports.unwatch(l)
+    drop(l)
+end
+--- Leases the watchdog of this worker renews now (for status pages).
+function ____exports.size()
+    return count
+end
+return ____exports

@@ -1,0 +1,420 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local copy, masterOf, isMaster, known, sentinelMasters
+local check = require("resty.dlock.core.check")
+local eviction = require("resty.dlock.redis.eviction")
+local setup = require("resty.dlock.redis.setup")
+local schema = require("resty.dlock.core.schema")
+local sentinel = require("resty.dlock.redis.sentinel")
+--- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
+-- TLS, timeouts, pools per endpoint) for host:port alone.
+function ____exports.node(conf, host, port)
+    local n = copy(conf)
+    n.host = host
+    n.port = port
+    n.path = nil
+    n.endpoint = (host .. ":") .. tostring(port)
+    local tls = ""
+    if conf.ssl then
+        tls = conf.ssl_verify and ("tls+verify=" .. (conf.server_name or "")) .. ":" or "tls:"
+    end
+    n.pool = ((("dlock:" .. tls) .. n.endpoint) .. ":") .. tostring(conf.db)
+    if conf.credentials ~= nil then
+        n.pool = (n.pool .. ":") .. conf.credentials.digest
+    end
+    n.sentinel = nil
+    n.topology = "standalone"
+    n.nodes = nil
+    return n
+end
+function copy(c)
+    return {
+        host = c.host,
+        port = c.port,
+        path = c.path,
+        credentials = c.credentials,
+        db = c.db,
+        connect_timeout = c.connect_timeout,
+        read_timeout = c.read_timeout,
+        pool_size = c.pool_size,
+        backlog = c.backlog,
+        replicas = c.replicas,
+        replicas_timeout = c.replicas_timeout,
+        keepalive_timeout = c.keepalive_timeout,
+        ssl = c.ssl,
+        ssl_verify = c.ssl_verify,
+        server_name = c.server_name,
+        auto_pipeline = c.auto_pipeline,
+        pool = c.pool,
+        endpoint = c.endpoint,
+        dict = c.dict,
+        sentinel = c.sentinel,
+        topology = c.topology,
+        nodes = c.nodes,
+        max_redirects = c.max_redirects,
+        slotted = c.slotted
+    }
+end
+function masterOf(conf, host, port)
+    local name = (((conf.pool .. "@") .. host) .. ":") .. tostring(port)
+    local m = sentinelMasters[name]
+    if m == nil then
+        m = ____exports.node(conf, host, port)
+        sentinelMasters[name] = m
+    end
+    return m
+end
+--- The server may no longer be the master (a connection error, READONLY,
+-- LOADING): with Sentinel, ask the sentinels again on the next connection.
+function ____exports.stale(conf)
+    if conf.sentinel ~= nil then
+        sentinel.forget(conf.pool)
+    end
+end
+function isMaster(red, conf, host, port)
+    local role, err = red:role()
+    if type(role) == "table" and role[1] == "master" then
+        return nil
+    end
+    sentinel.forget(conf.pool)
+    if type(role) ~= "table" then
+        return ((((((("dlock: redis " .. conf.endpoint) .. ": ROLE on ") .. host) .. ":") .. tostring(port)) .. " failed: ") .. tostring(err)) .. "; asking the sentinels again"
+    end
+    return ((((((("dlock: redis " .. conf.endpoint) .. ": ") .. host) .. ":") .. tostring(port)) .. " is a ") .. tostring(role[1])) .. ", not the master (a failover is under way); asking the sentinels again"
+end
+local function loadClient()
+    for ____, name in ipairs({"resty.redis", "nginx.redis"}) do
+        local ok, mod = pcall(require, name)
+        if ok and type(mod) == "table" then
+            return mod
+        end
+    end
+    return nil
+end
+local client = loadClient()
+local clientHasTimeouts = client ~= nil and rawget(client, "set_timeouts") ~= nil
+local MAX_MS = 3600000
+--- Cluster: MOVED/ASK redirections followed per call when redis.cluster.max_redirects is not given.
+local MAX_REDIRECTS = 5
+local clusterOptions = schema.compile("redis.cluster", {{name = "nodes", kind = "nodes", required = true}, {
+    name = "max_redirects",
+    kind = "integer",
+    min = 1,
+    max = 16,
+    unit = "a positive integer",
+    default = MAX_REDIRECTS
+}})
+--- ssl_verify and server_name mean nothing without TLS: one message for both.
+local NEEDS_SSL = {option = "ssl", must = "true", shared = {"ssl_verify", "server_name"}}
+local redisOptions = schema.compile("redis", {
+    {name = "sentinel", kind = "table", table = sentinel.parse, excludes = {
+        "host",
+        "port",
+        "path",
+        "cluster",
+        "redlock"
+    }},
+    {name = "cluster", kind = "table", table = clusterOptions, excludes = {
+        "host",
+        "port",
+        "path",
+        "sentinel",
+        "redlock"
+    }},
+    {
+        name = "redlock",
+        kind = "nodes",
+        min = 3,
+        unit = "independent masters",
+        excludes = {
+            "host",
+            "port",
+            "path",
+            "sentinel",
+            "cluster"
+        }
+    },
+    {
+        name = "path",
+        kind = "string",
+        maxLen = 4096,
+        prefix = "unix:",
+        excludes = {"host", "port"},
+        excludesAsOne = true
+    },
+    {name = "host", kind = "string", maxLen = 255, default = "127.0.0.1"},
+    {
+        name = "port",
+        kind = "integer",
+        min = 1,
+        max = 65535,
+        unit = "an integer port number",
+        default = 6379
+    },
+    {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}},
+    {name = "password", kind = "string", secret = true},
+    {
+        name = "db",
+        kind = "integer",
+        min = 0,
+        max = 1000000,
+        unit = "a non-negative integer",
+        default = 0,
+        idle = 0,
+        requires = {{option = "cluster", must = "unset", why = "Redis Cluster has one database"}}
+    },
+    {
+        name = "connect_timeout",
+        kind = "integer",
+        min = 1,
+        max = MAX_MS,
+        unit = "a positive integer of ms",
+        default = 1000
+    },
+    {
+        name = "read_timeout",
+        kind = "integer",
+        min = 1,
+        max = MAX_MS,
+        unit = "a positive integer of ms",
+        default = 1000
+    },
+    {
+        name = "pool_size",
+        kind = "integer",
+        min = 1,
+        max = 100000,
+        unit = "a positive integer",
+        default = 64
+    },
+    {
+        name = "keepalive_timeout",
+        kind = "integer",
+        min = 0,
+        max = MAX_MS,
+        unit = "a non-negative integer of ms",
+        default = 60000
+    },
+    {
+        name = "backlog",
+        kind = "integer",
+        min = 0,
+        max = 100000,
+        unit = "a non-negative integer"
+    },
+    {
+        name = "replicas",
+        kind = "integer",
+        min = 0,
+        max = 100,
+        unit = "a non-negative integer",
+        default = 0,
+        idle = 0,
+        requires = {{option = "redlock", must = "unset", why = "a Redlock majority is its replication: WAIT does not apply"}}
+    },
+    {
+        name = "replicas_timeout",
+        kind = "integer",
+        min = 1,
+        max = MAX_MS,
+        unit = "a positive integer of ms",
+        default = 50,
+        requires = {{option = "replicas", must = "positive"}}
+    },
+    {name = "auto_pipeline", kind = "boolean", default = true},
+    {name = "ssl", kind = "boolean", default = false},
+    {
+        name = "ssl_verify",
+        kind = "boolean",
+        default = false,
+        idle = false,
+        requires = {NEEDS_SSL}
+    },
+    {name = "server_name", kind = "string", maxLen = 255, requires = {NEEDS_SSL}}
+})
+--- Validate the `redis` option table of dlock.new and friends. `dict` is the
+-- factory's lua_shared_dict: the eviction finding is shared there.
+function ____exports.parse(v, dict)
+    if client == nil then
+        return nil, "dlock: no Redis client library: install lua-resty-redis (resty.redis) or Debian's lua-nginx-redis (nginx.redis)"
+    end
+    local o, oerr = redisOptions(v)
+    if o == nil then
+        return nil, oerr
+    end
+    local topology = "standalone"
+    local seeds
+    local maxRedirects = MAX_REDIRECTS
+    if o.cluster ~= nil then
+        topology = "cluster"
+        seeds = o.cluster.nodes
+        maxRedirects = o.cluster.max_redirects
+    elseif o.redlock ~= nil then
+        topology = "redlock"
+        seeds = o.redlock
+        local seen = {}
+        for ____, n in ipairs(seeds) do
+            local name = (n.host .. ":") .. tostring(n.port)
+            if seen[name] ~= nil then
+                return check.fail(("redis.redlock names " .. name) .. " twice: its masters must be independent", name)
+            end
+            seen[name] = true
+        end
+    elseif o.sentinel ~= nil then
+        topology = "sentinel"
+    elseif o.path ~= nil then
+        topology = "unix"
+    end
+    local sent = o.sentinel
+    local endpoint = o.path or (o.host .. ":") .. tostring(o.port)
+    if sent ~= nil then
+        endpoint = "sentinel " .. sent.master
+    elseif seeds ~= nil then
+        local names = {}
+        for ____, n in ipairs(seeds) do
+            names[#names + 1] = (n.host .. ":") .. tostring(n.port)
+        end
+        endpoint = (topology .. " ") .. table.concat(names, ",")
+    end
+    local tls = ""
+    if o.ssl then
+        tls = o.ssl_verify and ("tls+verify=" .. (o.server_name or "")) .. ":" or "tls:"
+    end
+    local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. tostring(o.db)
+    if sent ~= nil then
+        pool = (pool .. ":") .. sent.id
+        if sent.credentials ~= nil then
+            pool = (pool .. ":") .. sent.credentials.digest
+        end
+    end
+    local credentials = setup.credentials(o.username, o.password)
+    if credentials ~= nil then
+        pool = (pool .. ":") .. credentials.digest
+    end
+    local conf = {
+        host = o.host,
+        port = o.port,
+        path = o.path,
+        credentials = credentials,
+        db = o.db,
+        connect_timeout = o.connect_timeout,
+        read_timeout = o.read_timeout,
+        pool_size = o.pool_size,
+        backlog = o.backlog,
+        replicas = o.replicas,
+        replicas_timeout = o.replicas_timeout,
+        keepalive_timeout = o.keepalive_timeout,
+        ssl = o.ssl,
+        ssl_verify = o.ssl_verify,
+        server_name = o.server_name,
+        auto_pipeline = o.auto_pipeline,
+        pool = pool,
+        endpoint = endpoint,
+        dict = dict,
+        sentinel = sent,
+        topology = topology,
+        nodes = nil,
+        max_redirects = maxRedirects,
+        slotted = topology == "cluster"
+    }
+    if seeds ~= nil then
+        local nodes = {}
+        for ____, n in ipairs(seeds) do
+            nodes[#nodes + 1] = ____exports.node(conf, n.host, n.port)
+        end
+        conf.nodes = nodes
+    end
+    if not (known[endpoint] ~= nil) then
+        known[endpoint] = conf
+    end
+    return conf, nil
+end
+--- The same configuration with a pool of its own and no backlog: for a
+-- connection held for a long time (the wake-up subscriber), which must never
+-- take a slot of the pool that requests queue for.
+function ____exports.apart(conf, suffix)
+    local n = copy(conf)
+    n.pool = (conf.pool .. ":") .. suffix
+    n.backlog = nil
+    return n
+end
+--- Per endpoint, the first configuration seen for it: what status pages show of the topology.
+known = {}
+--- The Redis endpoints factories of this worker were made for (bounded by distinct configurations).
+function ____exports.endpoints()
+    return known
+end
+--- A ready connection from the pool (or a fresh one, authenticated and with the
+-- db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
+function ____exports.connect(conf)
+    local red, nerr = client:new()
+    if red == nil then
+        return nil, "dlock: redis client: " .. tostring(nerr)
+    end
+    if clientHasTimeouts then
+        red:set_timeouts(conf.connect_timeout, conf.read_timeout, conf.read_timeout)
+    else
+        red:set_timeout(conf.connect_timeout)
+    end
+    local host = conf.host
+    local port = conf.port
+    local pool = conf.pool
+    if conf.sentinel ~= nil then
+        local m = sentinel.cached(conf.pool)
+        if m == nil then
+            local found, serr = sentinel.discover(
+                conf.pool,
+                conf.sentinel,
+                client,
+                conf.connect_timeout,
+                conf
+            )
+            if found == nil then
+                return nil, serr
+            end
+            m = found
+        end
+        host = m.host
+        port = m.port
+        pool = (((conf.pool .. "@") .. host) .. ":") .. tostring(port)
+    end
+    local opts = {pool = pool, pool_size = conf.pool_size, backlog = conf.backlog}
+    local ok, err = red:connect(conf.path or host, conf.path ~= nil and opts or port, opts)
+    if ok == nil then
+        ____exports.stale(conf)
+        return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)
+    end
+    if not clientHasTimeouts then
+        red:set_timeout(conf.read_timeout)
+    end
+    local reused = red:get_reused_times()
+    if reused == 0 then
+        local ierr = setup.run(red, conf)
+        if ierr == nil and conf.sentinel ~= nil then
+            ierr = isMaster(red, conf, host, port)
+        end
+        if ierr == nil then
+            ierr = eviction.check(
+                red,
+                conf.sentinel ~= nil and masterOf(conf, host, port) or conf
+            )
+        end
+        if ierr ~= nil then
+            red:close()
+            return nil, ierr
+        end
+    end
+    return red, nil
+end
+sentinelMasters = {}
+--- Hand the connection back. After a network error lua-resty-redis has already
+-- closed the socket (a read timeout closes it), so only healthy ones are pooled.
+function ____exports.done(red, conf, healthy)
+    if healthy then
+        red:set_keepalive(conf.keepalive_timeout, conf.pool_size)
+    else
+        red:close()
+        ____exports.stale(conf)
+    end
+end
+return ____exports

@@ -1,0 +1,271 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local sync, tell, CHANNEL, HEARTBEAT, SWEEP, IDLE
+local check = require("resty.dlock.core.check")
+local redis = require("resty.dlock.redis.client")
+local resp = require("resty.dlock.redis.resp")
+local scripts = require("resty.dlock.redis.scripts")
+local subs = require("resty.dlock.core.subscriptions")
+local waits = require("resty.dlock.core.wait")
+function sync(s, sock)
+    subs.prune(s)
+    local add
+    local drop
+    for rkey in pairs(s.wanted) do
+        if not (s.sent[rkey] ~= nil) then
+            if add == nil then
+                add = {"subscribe"}
+            end
+            add[#add + 1] = CHANNEL .. rkey
+            s.sent[rkey] = true
+        end
+    end
+    local gone
+    for rkey in pairs(s.sent) do
+        if not (s.wanted[rkey] ~= nil) then
+            if drop == nil then
+                drop = {"unsubscribe"}
+            end
+            drop[#drop + 1] = CHANNEL .. rkey
+            if gone == nil then
+                gone = {}
+            end
+            gone[#gone + 1] = rkey
+        end
+    end
+    if gone ~= nil then
+        for ____, rkey in ipairs(gone) do
+            s.sent[rkey] = nil
+            s.live[rkey] = nil
+        end
+    end
+    if add ~= nil then
+        local ok, err = sock:send(resp.encode(add))
+        if ok == nil then
+            return tostring(err)
+        end
+    end
+    if drop ~= nil then
+        local ok, err = sock:send(resp.encode(drop))
+        if ok == nil then
+            return tostring(err)
+        end
+    end
+    return nil
+end
+function tell(s, sess)
+    local pinged = ngx.now()
+    local idleSince = ngx.now()
+    while not sess.ended do
+        s.rung = false
+        ngx.update_time()
+        local now = ngx.now()
+        if subs.idle(s) then
+            if now - idleSince >= IDLE or ngx.worker.exiting() then
+                break
+            end
+        elseif ngx.worker.exiting() then
+            break
+        else
+            idleSince = now
+        end
+        local err = sync(s, sess.sock)
+        if err ~= nil then
+            return err
+        end
+        subs.overdue(s)
+        if now - pinged >= HEARTBEAT then
+            local ok, perr = sess.sock:send(resp.encode({"ping"}))
+            if ok == nil then
+                return tostring(perr)
+            end
+            pinged = now
+        end
+        local ____until = math.min(pinged + HEARTBEAT, now + SWEEP)
+        if subs.idle(s) then
+            ____until = math.min(____until, idleSince + IDLE)
+        end
+        s.wakeAt = subs.nextLook(s, ____until)
+        if not s.rung then
+            s.bell:wait(math.max(0.001, s.wakeAt - now))
+        end
+    end
+    if sess.ended then
+        return nil
+    end
+    sess.stopping = true
+    local ok, err = sess.sock:send(resp.encode({"ping"}))
+    return ok == nil and tostring(err) or nil
+end
+CHANNEL = scripts.CHANNEL
+HEARTBEAT = 5
+--- Seconds without a byte from Redis (six PINGs unanswered, plus the
+-- endpoint's read_timeout) after which the connection is given up: a
+-- partition that leaves it half-open. Waiters meanwhile still wake at their
+-- holder's expiry, and a worker busy elsewhere for a few seconds is no outage.
+local SILENCE = 30
+SWEEP = 0.1
+IDLE = 10
+--- Seconds before the first reconnection attempt after the connection failed,
+-- and the most between attempts: nginx logs each refused connect at error
+-- level, and a restarting Redis is back within about a second.
+local RETRY = 1
+local RETRY_MAX = 8
+--- The control thread: changes go out, due keys are looked at (sess.failed: why a write failed).
+local function control(s, sess)
+    sess.failed = tell(s, sess)
+end
+--- The reader: messages in; nil when asked to stop, else why the connection ended.
+local function reader(s, sess)
+    local r = resp.reader(sess.sock)
+    while true do
+        local msg, rerr = resp.read(r)
+        if sess.stopping then
+            return nil
+        end
+        if msg == nil then
+            return (("dlock: redis " .. s.conf.endpoint) .. ": wake-up subscription: ") .. tostring(rerr)
+        end
+        if msg == false then
+            if string.sub(
+                tostring(rerr),
+                1,
+                6
+            ) == "NOPERM" then
+                s.refused = true
+                ngx.log(
+                    ngx.WARN,
+                    "dlock: redis ",
+                    s.conf.endpoint,
+                    ": the user may not subscribe to ",
+                    CHANNEL,
+                    "*: waiters poll instead of being woken (grant it with ACL SETUSER <user> &",
+                    CHANNEL,
+                    "*): ",
+                    rerr
+                )
+                return nil
+            end
+            return (("dlock: redis " .. s.conf.endpoint) .. ": wake-up subscription: ") .. tostring(rerr)
+        end
+        if type(msg) == "table" then
+            local m = msg
+            local kind = m[1]
+            if kind == "message" then
+                subs.heard(
+                    s,
+                    string.sub(
+                        tostring(m[2]),
+                        #CHANNEL + 1
+                    ),
+                    tostring(m[3])
+                )
+            elseif kind == "subscribe" then
+                local rkey = string.sub(
+                    tostring(m[2]),
+                    #CHANNEL + 1
+                )
+                if s.sent[rkey] ~= nil then
+                    s.live[rkey] = true
+                    waits.recheck(rkey)
+                end
+            end
+        end
+    end
+end
+--- One connection's life: returns why it ended (nil: nothing left to watch, or the worker exits).
+local function session(s)
+    local red, err = redis.connect(redis.apart(s.conf.nodes ~= nil and s.conf.nodes[1] or s.conf, "wakeups"))
+    if red == nil then
+        return err
+    end
+    s.connects = s.connects + 1
+    if s.down then
+        s.down = false
+        ngx.log(ngx.NOTICE, "dlock: redis ", s.conf.endpoint, ": wake-up subscription connected again")
+    end
+    local sock = rawget(red, "_sock")
+    local conf = s.conf
+    sock:settimeouts(conf.connect_timeout, conf.read_timeout, SILENCE * 1000 + conf.read_timeout)
+    local sess = {sock = sock, stopping = false, ended = false, failed = nil}
+    local ctl = ngx.thread.spawn(control, s, sess)
+    local ok, res = pcall(reader, s, sess)
+    sess.ended = true
+    s.rung = false
+    subs.ring(s)
+    local waited, cerr = ngx.thread.wait(ctl)
+    red:close()
+    if not ok then
+        return "dlock: wake-up subscriber failed: " .. check.text(res)
+    end
+    if not waited then
+        return "dlock: wake-up subscriber failed: " .. check.text(cerr)
+    end
+    if res ~= nil then
+        return res
+    end
+    local ____temp_0
+    if sess.failed == nil then
+        ____temp_0 = nil
+    else
+        ____temp_0 = (("dlock: redis " .. conf.endpoint) .. ": wake-up subscription: ") .. sess.failed
+    end
+    return ____temp_0
+end
+--- Sleep up to `seconds`, less when the worker starts exiting.
+local function pause(seconds)
+    local ____until = ngx.now() + seconds
+    while not ngx.worker.exiting() do
+        ngx.update_time()
+        local left = ____until - ngx.now()
+        if left < 0.001 then
+            return
+        end
+        ngx.sleep(math.min(left, SWEEP))
+    end
+end
+local function run(premature, s)
+    local retry = RETRY
+    while not premature do
+        local ok, res = pcall(session, s)
+        local ____ok_1
+        if ok then
+            ____ok_1 = res
+        else
+            ____ok_1 = "dlock: wake-up subscriber failed: " .. check.text(res)
+        end
+        local err = ____ok_1
+        subs.lost(s)
+        subs.prune(s)
+        if err == nil or subs.idle(s) then
+            break
+        end
+        if not s.down then
+            s.down = true
+            retry = RETRY
+            ngx.log(
+                ngx.WARN,
+                "dlock: ",
+                check.reason(err),
+                " (waiters poll until it is back)"
+            )
+        else
+            retry = math.min(retry * 2, RETRY_MAX)
+        end
+        pause(retry)
+        subs.prune(s)
+        if subs.idle(s) or ngx.worker.exiting() then
+            break
+        end
+    end
+    s.running = false
+end
+--- Start the subscriber of s (its timer), unless it runs.
+function ____exports.start(s)
+    if s.running then
+        return
+    end
+    local ok = ngx.timer.at(0, run, s)
+    s.running = ok ~= nil
+end
+return ____exports

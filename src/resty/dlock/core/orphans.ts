@@ -1,0 +1,114 @@
+// Keys that may still be ours in Redis although nobody will release them:
+// acquires whose reply was lost (the SET may have landed) and releases that
+// Redis never confirmed (the gateway's queued releases, with()). Left alone,
+// each blocks its key for a whole ttl. One sweep per worker deletes them,
+// owner-checked, retrying until Redis answers: Redis may be paused or
+// unreachable right now (that is often why the call failed). One timer and one
+// pipeline per endpoint for all of them, not one each: an outage can orphan
+// thousands.
+
+import * as backend from "../redis/backend";
+import * as redis from "../redis/client";
+import * as scripts from "../redis/scripts";
+
+/**
+ * Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
+ * (and its ttl only starts) when Redis resumes, whenever that is.
+ */
+export const LOST_HORIZON = 600;
+const FIRST_SWEEP_DELAY = 0.05; // seconds
+const MAX_SWEEP_DELAY = 0.5; // seconds between sweeps, at most
+
+export interface Orphan extends backend.Target {
+  /**
+   * What Redis did not confirm: the SET of an acquire, or the delete of a
+   * release; or a waiter's ticket to take back (it gave up, or is gone).
+   */
+  readonly lost: "acquire" | "release" | "ticket";
+  readonly conf: redis.RedisConf;
+  /** The owner-checked delete: reply 1 when it deleted our key, 0 when the key is not ours. */
+  readonly release: scripts.Script;
+  /** ngx.now() after which the key has expired on its own: stop trying. */
+  readonly deadline: number;
+  /** Told once Redis answered the delete (its reply), or with nil when the deadline passed. */
+  readonly settle: ((this: void, o: Orphan, reply: RedisValue | undefined) => void) | undefined;
+}
+
+let orphans: Orphan[] = [];
+let sweeping = false;
+
+function sweepOnce(this: void): void {
+  // Adoptions during this sweep (it yields) go to a fresh list.
+  const batch = orphans;
+  orphans = [];
+  ngx.update_time();
+  const now = ngx.now();
+  // One pipeline per endpoint and script.
+  const groups = new LuaTable<string, Orphan[]>();
+  for (const o of batch) {
+    if (now > o.deadline) {
+      ngx.log(ngx.WARN, "dlock: giving up cleanup of ", o.rkey, " (", o.lost, " not confirmed), it expires on its own");
+      if (o.settle !== undefined) o.settle(o, undefined);
+    } else {
+      const g = o.conf.pool + " " + o.release.sha;
+      let list = groups.get(g);
+      if (list === undefined) {
+        list = [];
+        groups.set(g, list);
+      }
+      list.push(o);
+    }
+  }
+  for (const [, list] of groups) {
+    const first = list[0]!;
+    const out = backend.batch(first.conf, first.release, list);
+    for (const i of $range(1, list.length)) {
+      const o = list[i - 1]!;
+      const reply = out.replies.get(i);
+      if (reply === undefined) {
+        orphans.push(o);
+      } else {
+        // 1, or (keys with waiters in line) the token of the waiter it went on to: deleted.
+        const deleted = reply !== 0;
+        if (deleted && o.lost === "acquire") {
+          ngx.log(ngx.NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost");
+        } else if (deleted && o.lost === "release") {
+          ngx.log(ngx.NOTICE, "dlock: released ", o.rkey, " once Redis answered again");
+        }
+        if (o.settle !== undefined) o.settle(o, reply);
+      }
+    }
+  }
+}
+
+function sweep(this: void, premature: boolean, delay: number): void {
+  // Whatever a sweep runs into, the next one must still be scheduled:
+  // a stuck `sweeping` flag would stop all cleanup in this worker for good.
+  const [ok, err] = pcall(sweepOnce);
+  if (!ok) {
+    ngx.log(ngx.ERR, "dlock: cleanup sweep failed: ", err);
+  }
+  if (orphans.length === 0 || premature) {
+    sweeping = false;
+    return;
+  }
+  const later = math.min(delay * 2, MAX_SWEEP_DELAY);
+  const [scheduled] = ngx.timer.at(later, sweep, later);
+  if (!scheduled) {
+    sweeping = false;
+  }
+}
+
+/** Keep trying to delete o's key (owner-checked) until Redis answers or o.deadline passes. */
+export function adopt(o: Orphan): void {
+  orphans.push(o);
+  if (!sweeping) {
+    const [ok] = ngx.timer.at(0, sweep, FIRST_SWEEP_DELAY);
+    sweeping = ok !== undefined;
+  }
+}
+
+/** An acquire whose reply was lost: its SET may have landed, or may still land. */
+export function adoptAcquire(conf: redis.RedisConf, release: scripts.Script, rkey: string, token: string): void {
+  adopt({ lost: "acquire", conf, release, rkey, token, deadline: ngx.now() + LOST_HORIZON, settle: undefined });
+}

@@ -1,0 +1,141 @@
+// Crash recovery: a worker that dies without running its Lua (SIGKILL, a
+// segfault, the OOM killer) leaves its leases taken in Redis until their ttl
+// runs out. nginx starts a replacement at once; that worker reads the dead
+// one's records from the shared dict (they carry its pid, the key and the
+// token) and releases them, owner-checked, so a successor that already took
+// a key is never touched. Every factory made in this process is registered
+// with what its records need: the dict, the prefix, the Redis it uses and its
+// release script. The leases of a whole nginx that died (the dict dies with
+// it) still expire by their ttl.
+//
+// Run from init_worker_by_lua (dlock.init_worker()), and otherwise at a
+// worker's first acquire.
+
+import * as backend from "../redis/backend";
+import * as check from "./check";
+import type * as lease from "./lease";
+import * as ledger from "./ledger";
+import * as meter from "./meter";
+import type * as scripts from "../redis/scripts";
+
+const ffi = require("ffi") as FfiModule;
+pcall(ffi.cdef, "int kill(int pid, int sig);");
+const ESRCH = 3;
+
+interface Factory {
+  readonly store: lease.Store;
+  readonly kind: lease.Kind;
+}
+
+/** Registered factories whose dead workers' leases this worker has not looked for yet. */
+let pending: Factory[] = [];
+
+/** Remember a factory: its dead workers' leases can be released. */
+export function register(store: lease.Store, kind: lease.Kind): void {
+  pending.push({ store, kind });
+}
+
+/** Is there no process with this pid (kill(pid, 0) says ESRCH)? */
+function dead(pid: number): boolean {
+  const libc = ffi.C as unknown as { kill(this: void, pid: number, sig: number): number };
+  return libc.kill(pid, 0) !== 0 && (ffi as unknown as { errno(this: void): number }).errno() === ESRCH;
+}
+
+interface Item {
+  readonly rec: string;
+  readonly target: backend.Target;
+}
+
+/** Give back, in one batch, what dead workers of factory f left: leases (its release script) or tickets (its drop). */
+function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Item[]): void {
+  const targets: backend.Target[] = [];
+  for (const it of items) targets.push(it.target);
+  const out = backend.batch(f.store.redis, s, targets);
+  let released = 0;
+  for (const i of $range(1, items.length)) {
+    const it = items[i - 1]!;
+    if (out.replies.get(i) !== undefined) {
+      const expires = ledger.forget(dict, it.rec, it.target.token);
+      // A lease's record leaves the held gauge; a waiter's ticket was never in it.
+      if (expires !== undefined && s !== f.kind.drop) meter.forgotten(f.store.meter, expires);
+      if (out.replies.get(i) !== 0) released++;
+    } else {
+      ngx.log(ngx.WARN, "dlock: recovery: ", s === f.kind.drop ? "dropping the ticket for " : "releasing ",
+        it.target.rkey, " of a dead worker: ", check.reason(out.errors.get(i)), " (it expires by its ttl)");
+    }
+  }
+  if (released > 0) {
+    ngx.log(ngx.NOTICE, "dlock: recovery: ", s === f.kind.drop ? "dropped the tickets (or passed on the keys) of " : "released ",
+      released, s === f.kind.drop ? " waiter(s)" : " lease(s)", " of dead worker(s) on ", f.store.redis.endpoint);
+  }
+}
+
+function add(todo: LuaTable<Factory, Item[]>, f: Factory, r: ledger.Record): void {
+  let t = todo.get(f);
+  if (t === undefined) {
+    t = [];
+    todo.set(f, t);
+  }
+  t.push({ rec: r.rec, target: { rkey: r.rkey, token: r.token } });
+}
+
+/** The leases (and waiters' tickets) of dead workers recorded in the dicts of these factories, given back. */
+function sweep(this: void, premature: boolean, factories: Factory[]): void {
+  if (premature) return;
+  const byDict = new LuaTable<NgxSharedDict, Factory[]>();
+  for (const f of factories) {
+    let list = byDict.get(f.store.dict);
+    if (list === undefined) {
+      list = [];
+      byDict.set(f.store.dict, list);
+    }
+    list.push(f);
+  }
+  for (const [dict, list] of byDict) {
+    const [records] = ledger.records(dict);
+    const deadPids = new LuaTable<number, boolean>();
+    // Per factory (that is, per Redis and script), the leases to release and the tickets to drop.
+    const leases = new LuaTable<Factory, Item[]>();
+    const tickets = new LuaTable<Factory, Item[]>();
+    for (const r of records) {
+      let isDead = deadPids.get(r.pid);
+      if (isDead === undefined) {
+        isDead = r.pid !== ngx.worker.pid() && dead(r.pid);
+        deadPids.set(r.pid, isDead);
+      }
+      if (isDead) {
+        for (const f of list) {
+          // Owner-checked: when prefixes overlap, a factory that never had the key just hears "not ours".
+          if (f.store.prefix + r.key === r.rkey && f.kind.shared === r.shared) {
+            if (!r.waiting) add(leases, f, r);
+            else if (f.kind.drop !== undefined) add(tickets, f, r);
+          }
+        }
+      }
+    }
+    for (const [f, items] of leases) giveBack(dict, f, f.kind.release, items);
+    for (const [f, items] of tickets) giveBack(dict, f, f.kind.drop!, items);
+  }
+}
+
+/**
+ * Look for leases of dead workers, once per worker and factory: from
+ * init_worker, and at an acquire after a factory was made. Cheap when there
+ * is nothing new. Returns an error when the timer cannot be started.
+ */
+export function start(): string | undefined {
+  if (pending.length === 0) return undefined;
+  // No timers before the workers exist (ngx.timer.at raises "no request"
+  // there): the factories stay pending, for each worker to sweep once it runs.
+  if (ngx.get_phase() === "init") {
+    return "dlock: init_worker is not available in the init phase (no timers): call it from init_worker_by_lua";
+  }
+  const batch = pending;
+  pending = [];
+  const [called, ok, err] = pcall(ngx.timer.at, 0, sweep, batch);
+  if (!called || !ok) {
+    pending = batch;
+    return "dlock: cannot start the recovery sweep: " + tostring(called ? err : ok);
+  }
+  return undefined;
+}

@@ -1,0 +1,228 @@
+// Waiting for a key: how an acquire that found the key taken spends the time
+// until it may try again. Waiters of one worker queue per key on an
+// ngx.semaphore, and a release in that worker wakes the next one at once;
+// while a holder in another worker of this nginx has the key, waiters watch
+// its shared-dict record instead of asking Redis.
+
+import * as ledger from "./ledger";
+import * as orphans from "./orphans";
+import * as request from "../gateway/request";
+
+const MAX_LOCAL_BACKOFF = 8; // ms, between shared-dict checks while a holder in this nginx has it
+
+const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
+
+/**
+ * Waiters of this worker, per Redis key, in line: first come, first served.
+ * A waiter keeps its place until its acquire returns, and a release wakes the
+ * first of the line only, so a waiter that was woken and lost the key to
+ * another worker is still first next time (with one shared queue it would go
+ * to the back, and waiting would be a lottery), and only one waiter per
+ * worker and key asks Redis. Each waiter naps on a semaphore of its own; a
+ * post that comes while it is awake is kept for its next nap, so no wake-up is
+ * lost. A waiter whose request was killed while it waited (ngx.exit from an
+ * abort handler) cannot leave the line: it is recognised as gone and skipped.
+ *
+ * The acquire holds its Waiter and names it at every step: ngx_lua recycles
+ * coroutines (lua_thread_cache_max_entries), so a killed waiter's coroutine
+ * may already run another request, and must not be taken for it.
+ */
+export interface Waiter {
+  readonly rkey: string;
+  readonly sem: NgxSemaphore;
+  readonly co: LuaThread;
+  /** Its request (nil outside requests: then its coroutine tells). */
+  readonly anchor: request.Anchor | undefined;
+  /** Its lease's token: a key handed to it by name (scripts.ts, waiting in line) wakes it. */
+  readonly token: string | undefined;
+  /** Its ticket in the key's queue in Redis, dropped in the background should it go without a word. */
+  ticket: orphans.Orphan | undefined;
+  /**
+   * Could a wake-up have been missed before the key's subscription was live?
+   * Not for a ticket with others ahead of it: the key goes to them first.
+   */
+  unsure: boolean;
+}
+
+/** An acquire's place in a line: taken at its first nap (or before its first question, in line). */
+export interface Turn {
+  readonly rkey: string;
+  readonly token: string | undefined;
+  w: Waiter | undefined;
+}
+
+const lines = new LuaTable<string, Waiter[]>();
+
+function gone(w: Waiter): boolean {
+  if (w.anchor !== undefined) return !request.alive(w.anchor);
+  return coroutine.status(w.co) === "dead";
+}
+
+/** The line of rkey without the waiters that are gone; nil when nobody waits. */
+function line(rkey: string): Waiter[] | undefined {
+  const l = lines.get(rkey);
+  if (l === undefined) return undefined;
+  let i = 1;
+  while (i <= l.length) {
+    const w = l[i - 1]!;
+    if (gone(w)) {
+      // Killed while waiting: nothing of it runs any more, so its ticket is dropped from here.
+      if (w.ticket !== undefined) orphans.adopt(w.ticket);
+      table.remove(l, i);
+    } else {
+      i++;
+    }
+  }
+  if (l.length === 0) {
+    lines.delete(rkey);
+    return undefined;
+  }
+  return l;
+}
+
+/** A place at the end of rkey's line; nil when no semaphore can be made (then naps are plain sleeps). */
+function join(rkey: string, token: string | undefined): Waiter | undefined {
+  const [sem] = semaphore.new(0);
+  if (sem === undefined) return undefined;
+  const w: Waiter = { rkey, sem, co: coroutine.running() as LuaThread, anchor: request.anchor(), token, ticket: undefined, unsure: true };
+  let l = lines.get(rkey);
+  if (l === undefined) {
+    l = [];
+    lines.set(rkey, l);
+  }
+  l.push(w);
+  return w;
+}
+
+/** A turn for an acquire of rkey; its place in line is taken at its first nap, or by enter(). */
+export function turn(rkey: string, token?: string): Turn {
+  return { rkey, token, w: undefined };
+}
+
+/** Take the turn's place in line now: a key handed to its token while its question is on its way is not missed. */
+export function enter(t: Turn): void {
+  if (t.w === undefined) t.w = join(t.rkey, t.token);
+}
+
+/**
+ * The turn holds a ticket in its key's queue in Redis, with `ahead` waiters
+ * before it: should it go without a word, drop the ticket.
+ */
+export function holdTicket(t: Turn, ticket: orphans.Orphan, ahead: number): void {
+  enter(t);
+  if (t.w !== undefined) {
+    t.w.ticket = ticket;
+    t.w.unsure = ahead <= 0;
+  }
+}
+
+/** Sleep up to `ms`, or less when woken as the first of the line in this worker (or by name): woken? */
+export function pause(t: Turn, ms: number): boolean {
+  enter(t);
+  if (t.w === undefined) {
+    ngx.sleep(ms / 1000);
+    return false;
+  }
+  const [ok] = t.w.sem.wait(ms / 1000);
+  return ok === true;
+}
+
+/** The acquire is over (acquired, timed out, failed): its place in line is given up. */
+export function leave(t: Turn): void {
+  const w = t.w;
+  if (w === undefined) return;
+  t.w = undefined;
+  const l = lines.get(w.rkey);
+  if (l === undefined) return;
+  for (const i of $range(1, l.length)) {
+    if (l[i - 1] === w) {
+      table.remove(l, i);
+      break;
+    }
+  }
+  if (l.length === 0) lines.delete(w.rkey);
+}
+
+/** How many waiters of this worker wait for rkey now. */
+export function waiters(rkey: string): number {
+  const l = line(rkey);
+  return l === undefined ? 0 : l.length;
+}
+
+/** Is the turn first in its key's line (the one waiter of this worker that asks Redis)? */
+export function first(t: Turn): boolean {
+  const l = line(t.rkey);
+  return l !== undefined && t.w !== undefined && l[0] === t.w;
+}
+
+/** A release of rkey: the first waiter of this worker tries now. */
+export function wake(rkey: string): void {
+  const l = line(rkey);
+  if (l !== undefined) l[0]!.sem.post(1);
+}
+
+/** rkey was handed to the waiter holding `token`: wake it, if it waits here. */
+export function wakeToken(rkey: string, token: string): boolean {
+  const l = line(rkey);
+  if (l === undefined) return false;
+  for (const w of l) {
+    if (w.token === token) {
+      w.sem.post(1);
+      return true;
+    }
+  }
+  return false;
+}
+
+/**
+ * rkey's subscription is live: the waiters here that may have missed a
+ * release or a key handed to them while it was not look once more.
+ */
+export function recheck(rkey: string): void {
+  const l = line(rkey);
+  if (l === undefined) return;
+  for (const w of l) {
+    if (w.unsure) w.sem.post(1);
+  }
+}
+
+/** Every waiter of rkey in this worker tries now (a subscription went down: they poll). */
+export function wakeAll(rkey: string): void {
+  const l = line(rkey);
+  if (l === undefined) return;
+  for (const w of l) w.sem.post(1);
+}
+
+/**
+ * While a worker of this nginx holds the key, wait without polling Redis: a
+ * holder in this worker wakes one waiter when it releases (waiters queue on a
+ * semaphore, first come first served); a holder in another worker drops its
+ * shared-dict record, which costs nothing to watch. "none": no holder here;
+ * "free": try Redis now; "timeout": the deadline passed, and then the ms until
+ * the holder's lease ends (retry_after).
+ */
+export function awaitLocalHolder(dict: NgxSharedDict, t: Turn, deadline: number): LuaMultiReturn<["none" | "free" | "timeout", number | undefined]> {
+  const rec = ledger.recordKey(t.rkey, "", false);
+  let step = 1;
+  let seen = false;
+  while (true) {
+    const [pid, expires] = ledger.holder(dict, rec);
+    if (pid === undefined) {
+      return $multi(seen ? "free" : "none", undefined);
+    }
+    seen = true;
+    ngx.update_time();
+    const now = ngx.now() * 1000;
+    if (now >= deadline) {
+      return $multi("timeout", math.max(0, math.floor(expires - now)));
+    }
+    if (pid === ngx.worker.pid()) {
+      // Woken by its release, or at its expiry if it never releases.
+      pause(t, math.min(deadline - now, math.max(1, expires - now + 1)));
+      return $multi("free", undefined);
+    }
+    pause(t, math.min(deadline - now, step / 2 + math.random() * step / 2));
+    step = math.min(step * 2, MAX_LOCAL_BACKOFF);
+  }
+}
+

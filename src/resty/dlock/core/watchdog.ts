@@ -1,0 +1,177 @@
+// The watchdog: leases taken with `renew = true` are extended by one sweep per
+// worker (not a timer per lease: a busy worker would run out of
+// lua_max_pending_timers), a third of their ttl after the last renewal, one
+// pipeline per Redis endpoint. When a renewal finds the key gone or someone
+// else's, or Redis cannot be reached until the lease has run out by the local
+// clock, the lease is lost: lease:valid() says false from then on, the error
+// log says so, and the lease's on_lost runs once.
+//
+// A renewed lease lives as long as what took it: a request (until it ends,
+// internal redirects included) or a timer or light thread (until its function
+// returns). A lease its holder forgot to release is released then, with a
+// warning, instead of being kept alive for as long as the worker runs, which
+// is how a watchdog turns a forgotten unlock into a lock held forever.
+
+import * as check from "./check";
+import * as meter from "./meter";
+import * as lease from "./lease";
+import * as loop from "./loop";
+import * as request from "../gateway/request";
+
+/**
+ * For leases whose holder manages their life itself (the gateway's in-flight
+ * requests): told what each renewal found, instead of the lease's on_lost and
+ * the watchdog's own log lines; and never released for outliving a request.
+ */
+export interface Hooks {
+  renewed(this: void, l: lease.Lease): void;
+  lost(this: void, l: lease.Lease, why: string): void;
+  failed(this: void, l: lease.Lease, err: string): void;
+}
+
+interface Watched {
+  readonly lease: lease.Lease;
+  /** The request that took it, or (outside requests) the coroutine that did. */
+  readonly anchor: request.Anchor | undefined;
+  readonly co: LuaThread | undefined;
+  readonly hooks: Hooks | undefined;
+  /** ngx.now() of the acquire or the last renewal. */
+  renewedAt: number;
+}
+
+const watched = new LuaTable<lease.Lease, Watched>();
+let count = 0;
+
+/** Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds. */
+const MIN_TICK = 0.01;
+const MAX_TICK = 0.5;
+let tick = MAX_TICK;
+
+function drop(l: lease.Lease): void {
+  if (watched.has(l)) {
+    watched.delete(l);
+    count--;
+  }
+}
+
+/** The lease is lost: say so once, and tell its holder. */
+function lost(l: lease.Lease, why: string, hooks: Hooks | undefined): void {
+  drop(l);
+  if (l.lost) return;
+  l.lost = true;
+  meter.lost(l.store.meter);
+  if (hooks !== undefined) {
+    hooks.lost(l, why);
+    return;
+  }
+  ngx.log(ngx.ERR, "dlock: lease on ", l.key, " lost: ", why);
+  const onLost = l.onLost;
+  if (onLost !== undefined) {
+    const [ok, err] = pcall(onLost, l, why);
+    if (!ok) {
+      ngx.log(ngx.ERR, "dlock: on_lost of the lease on ", l.key, " raised: ", check.text(err));
+    }
+  }
+}
+
+/** Has what took the lease ended (a request that is over, a timer whose function returned)? */
+function orphaned(w: Watched): boolean {
+  if (w.hooks !== undefined) return false;
+  if (w.anchor !== undefined) return !request.alive(w.anchor);
+  return w.co !== undefined && coroutine.status(w.co) === "dead";
+}
+
+function round(): void {
+  ngx.update_time();
+  const now = ngx.now();
+  const due: lease.Lease[] = [];
+  const forgotten: lease.Lease[] = [];
+  for (const [l, w] of watched) {
+    if (l.released || l.releasing || l.lost) {
+      drop(l);
+    } else if (orphaned(w)) {
+      forgotten.push(l);
+    } else if (now - w.renewedAt >= l.ttl / 3000 * 0.9) {
+      due.push(l);
+    }
+  }
+  for (const l of forgotten) {
+    drop(l);
+    ngx.log(ngx.WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released");
+    lease.releaseAll([l]);
+  }
+  if (due.length === 0) return;
+  const results = lease.extendAll(due);
+  for (const i of $range(1, due.length)) {
+    const l = due[i - 1]!;
+    const w = watched.get(l);
+    const r = results[i - 1]!;
+    // Released (or being released, or no longer watched) while the renewal was on its way: nothing was lost.
+    if (w !== undefined && !l.releasing) {
+      const hooks = w.hooks;
+      if (r === true) {
+        w.renewedAt = ngx.now();
+        if (hooks !== undefined) hooks.renewed(l);
+      } else if (r === "not_owner") {
+        lost(l, "the key is gone from Redis, or someone else's", hooks);
+      } else if (ngx.now() * 1000 >= l.validUntil) {
+        lost(l, "Redis could not renew it before it expired (" + check.reason(r) + ")", hooks);
+      } else if (hooks !== undefined) {
+        hooks.failed(l, r);
+      } else {
+        ngx.log(ngx.WARN, "dlock: renewing the lease on ", l.key, ": ", check.reason(r), " (trying again)");
+      }
+    }
+  }
+}
+
+const sweeper: loop.Loop = {
+  name: "lease watchdog",
+  busy: () => count > 0,
+  tick: () => tick,
+  round,
+  running: false,
+};
+
+/**
+ * Keep l alive until it is released, lost, unwatched, or (without hooks) what
+ * took it ends. With hooks, the caller hears of every renewal.
+ */
+export function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
+  let co: LuaThread | undefined;
+  let anchor: request.Anchor | undefined;
+  if (hooks === undefined) {
+    anchor = request.anchor();
+    if (anchor === undefined) co = coroutine.running();
+  }
+  if (!watched.has(l)) count++;
+  watched.set(l, { lease: l, anchor, co, hooks, renewedAt: ngx.now() });
+  tick = math.min(tick, math.max(MIN_TICK, l.ttl / 6000));
+  const err = loop.start(sweeper);
+  if (err !== undefined) drop(l);
+  return err;
+}
+
+/**
+ * The end of an acquire with renew = true: the lease, watched from now on; or,
+ * when the watchdog cannot run, nil and why (the lease is given back).
+ */
+export function hold(l: lease.Lease, onLost: lease.OnLost | undefined): lease.AcquireResult {
+  l.onLost = onLost;
+  const err = watch(l);
+  if (err !== undefined) {
+    l.release();
+    return $multi(undefined, err, undefined);
+  }
+  return $multi(l, undefined, undefined);
+}
+
+/** Stop renewing l (its holder keeps it as it is, or ends it). */
+export function unwatch(l: lease.Lease): void {
+  drop(l);
+}
+
+/** Leases the watchdog of this worker renews now (for status pages). */
+export function size(): number {
+  return count;
+}

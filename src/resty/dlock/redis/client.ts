@@ -1,0 +1,389 @@
+// Redis connections: option parsing, the client library, pooling, AUTH/SELECT.
+// Every Redis round trip in lua-resty-dlock goes through connect()/done().
+
+import * as check from "../core/check";
+import * as eviction from "./eviction";
+import * as setup from "./setup";
+import * as schema from "../core/schema";
+import * as sentinel from "./sentinel";
+
+function loadClient(this: void): RestyRedisModule | undefined {
+  // OpenResty ships resty.redis; Debian ships the same library (0.27) as nginx.redis.
+  for (const name of ["resty.redis", "nginx.redis"]) {
+    const [ok, mod] = pcall(require, name);
+    if (ok && type(mod) === "table") {
+      return mod as RestyRedisModule;
+    }
+  }
+  return undefined;
+}
+
+const client = loadClient();
+// set_timeouts arrived in lua-resty-redis 0.28 (with its `ssl` options, which 0.27
+// silently ignores: TLS is done here, on the socket, for both).
+const clientHasTimeouts = client !== undefined && rawget(client, "set_timeouts") !== undefined;
+
+export interface RedisConf {
+  readonly host: string;
+  readonly port: number;
+  readonly path: string | undefined;
+  /** AUTH's user and a digest; the password is kept by redis/setup.ts. */
+  readonly credentials: setup.Credentials | undefined;
+  readonly db: number;
+  readonly connect_timeout: number;
+  readonly read_timeout: number;
+  readonly pool_size: number;
+  readonly backlog: number | undefined;
+  /** WAIT for this many replicas after a write that must survive a failover (0: no WAIT). */
+  readonly replicas: number;
+  readonly replicas_timeout: number;
+  readonly keepalive_timeout: number;
+  readonly ssl: boolean;
+  readonly ssl_verify: boolean;
+  readonly server_name: string | undefined;
+  /** Calls of concurrent requests of a worker share round trips (backend/pipeline.ts). */
+  readonly auto_pipeline: boolean;
+  /** Pool name: endpoint, db, TLS and a credentials digest, so pools never mix. */
+  readonly pool: string;
+  /** "host:port" or the socket path, for messages. */
+  readonly endpoint: string;
+  /** Discover the master through these sentinels (host and port are unused then). */
+  readonly sentinel: sentinel.SentinelConf | undefined;
+  /** Where the eviction check shares its finding with the other workers (see checkEviction). */
+  readonly dict: NgxSharedDict | undefined;
+  /** Which backend serves this configuration (see backend.ts). */
+  readonly topology: Topology;
+  /** Cluster: the seed nodes; Redlock: the independent masters. Each a standalone configuration. */
+  readonly nodes: RedisConf[] | undefined;
+  /** Cluster: MOVED/ASK redirections followed per call before giving up. */
+  readonly max_redirects: number;
+  /** Keys a script touches must share a slot: a cluster, or one of its nodes. */
+  readonly slotted: boolean;
+}
+
+export type Topology = "standalone" | "unix" | "sentinel" | "cluster" | "redlock";
+
+const MAX_MS = 3600000;
+/** Cluster: MOVED/ASK redirections followed per call when redis.cluster.max_redirects is not given. */
+const MAX_REDIRECTS = 5;
+
+interface ClusterOptions {
+  readonly nodes: schema.Node[];
+  readonly max_redirects: number;
+}
+
+/** What the `redis` schema hands back, before parse() derives the topology, pools and nodes. */
+interface Options {
+  readonly sentinel: sentinel.SentinelConf | undefined;
+  readonly cluster: ClusterOptions | undefined;
+  readonly redlock: schema.Node[] | undefined;
+  readonly path: string | undefined;
+  readonly host: string;
+  readonly port: number;
+  readonly username: string | undefined;
+  readonly password: string | undefined;
+  readonly db: number;
+  readonly connect_timeout: number;
+  readonly read_timeout: number;
+  readonly pool_size: number;
+  readonly keepalive_timeout: number;
+  readonly backlog: number | undefined;
+  readonly replicas: number;
+  readonly replicas_timeout: number;
+  readonly ssl: boolean;
+  readonly ssl_verify: boolean;
+  readonly server_name: string | undefined;
+  readonly auto_pipeline: boolean;
+}
+
+const clusterOptions = schema.compile<ClusterOptions>("redis.cluster", [
+  { name: "nodes", kind: "nodes", required: true },
+  { name: "max_redirects", kind: "integer", min: 1, max: 16, unit: "a positive integer", default: MAX_REDIRECTS },
+]);
+
+/** ssl_verify and server_name mean nothing without TLS: one message for both. */
+const NEEDS_SSL: schema.Rule = { option: "ssl", must: "true", shared: ["ssl_verify", "server_name"] };
+
+// One address per factory: host and port, a socket path, sentinels, a cluster or Redlock masters.
+const redisOptions = schema.compile<Options>("redis", [
+  { name: "sentinel", kind: "table", table: sentinel.parse, excludes: ["host", "port", "path", "cluster", "redlock"] },
+  { name: "cluster", kind: "table", table: clusterOptions, excludes: ["host", "port", "path", "sentinel", "redlock"] },
+  {
+    name: "redlock", kind: "nodes", min: 3, unit: "independent masters",
+    excludes: ["host", "port", "path", "sentinel", "cluster"],
+  },
+  { name: "path", kind: "string", maxLen: 4096, prefix: "unix:", excludes: ["host", "port"], excludesAsOne: true },
+  { name: "host", kind: "string", maxLen: 255, default: "127.0.0.1" },
+  { name: "port", kind: "integer", min: 1, max: 65535, unit: "an integer port number", default: 6379 },
+  { name: "username", kind: "string", maxLen: 1024, requires: [{ option: "password", must: "set" }] },
+  { name: "password", kind: "string", secret: true },
+  {
+    name: "db", kind: "integer", min: 0, max: 1000000, unit: "a non-negative integer", default: 0, idle: 0,
+    requires: [{ option: "cluster", must: "unset", why: "Redis Cluster has one database" }],
+  },
+  { name: "connect_timeout", kind: "integer", min: 1, max: MAX_MS, unit: "a positive integer of ms", default: 1000 },
+  { name: "read_timeout", kind: "integer", min: 1, max: MAX_MS, unit: "a positive integer of ms", default: 1000 },
+  { name: "pool_size", kind: "integer", min: 1, max: 100000, unit: "a positive integer", default: 64 },
+  { name: "keepalive_timeout", kind: "integer", min: 0, max: MAX_MS, unit: "a non-negative integer of ms", default: 60000 },
+  { name: "backlog", kind: "integer", min: 0, max: 100000, unit: "a non-negative integer" },
+  {
+    name: "replicas", kind: "integer", min: 0, max: 100, unit: "a non-negative integer", default: 0, idle: 0,
+    requires: [{ option: "redlock", must: "unset", why: "a Redlock majority is its replication: WAIT does not apply" }],
+  },
+  {
+    name: "replicas_timeout", kind: "integer", min: 1, max: MAX_MS, unit: "a positive integer of ms", default: 50,
+    requires: [{ option: "replicas", must: "positive" }],
+  },
+  { name: "auto_pipeline", kind: "boolean", default: true },
+  { name: "ssl", kind: "boolean", default: false },
+  { name: "ssl_verify", kind: "boolean", default: false, idle: false, requires: [NEEDS_SSL] },
+  { name: "server_name", kind: "string", maxLen: 255, requires: [NEEDS_SSL] },
+]);
+
+/**
+ * Validate the `redis` option table of dlock.new and friends. `dict` is the
+ * factory's lua_shared_dict: the eviction finding is shared there.
+ */
+export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisConf | undefined, string | undefined]> {
+  if (client === undefined) {
+    return $multi(undefined, "dlock: no Redis client library: install lua-resty-redis (resty.redis) or Debian's lua-nginx-redis (nginx.redis)");
+  }
+  const [o, oerr] = redisOptions(v);
+  if (o === undefined) return $multi(undefined, oerr);
+
+  let topology: Topology = "standalone";
+  let seeds: schema.Node[] | undefined;
+  let maxRedirects = MAX_REDIRECTS;
+  if (o.cluster !== undefined) {
+    topology = "cluster";
+    seeds = o.cluster.nodes;
+    maxRedirects = o.cluster.max_redirects;
+  } else if (o.redlock !== undefined) {
+    topology = "redlock";
+    seeds = o.redlock;
+    // One server named twice would count twice toward a majority it alone decides.
+    const seen = new LuaTable<string, boolean>();
+    for (const n of seeds) {
+      const name = n.host + ":" + n.port;
+      if (seen.has(name)) {
+        return check.fail("redis.redlock names " + name + " twice: its masters must be independent", name);
+      }
+      seen.set(name, true);
+    }
+  } else if (o.sentinel !== undefined) {
+    topology = "sentinel";
+  } else if (o.path !== undefined) {
+    topology = "unix";
+  }
+
+  const sent = o.sentinel;
+  let endpoint = o.path ?? o.host + ":" + o.port;
+  if (sent !== undefined) {
+    endpoint = "sentinel " + sent.master;
+  } else if (seeds !== undefined) {
+    const names: string[] = [];
+    for (const n of seeds) names.push(n.host + ":" + n.port);
+    endpoint = topology + " " + table.concat(names, ",");
+  }
+  // A connection verified for one name (or not verified) must not serve a factory that asks for another.
+  let tls = "";
+  if (o.ssl) {
+    tls = o.ssl_verify ? "tls+verify=" + (o.server_name ?? "") + ":" : "tls:";
+  }
+  let pool = "dlock:" + tls + endpoint + ":" + o.db;
+  if (sent !== undefined) {
+    pool = pool + ":" + sent.id;
+    // Two factories asking the same sentinels with other credentials share no answers.
+    if (sent.credentials !== undefined) pool = pool + ":" + sent.credentials.digest;
+  }
+  const credentials = setup.credentials(o.username, o.password);
+  if (credentials !== undefined) {
+    // A digest, not the secret, ends up in the pool name (it shows in debug logs).
+    pool = pool + ":" + credentials.digest;
+  }
+  const conf: RedisConf = {
+    host: o.host, port: o.port, path: o.path, credentials, db: o.db,
+    connect_timeout: o.connect_timeout,
+    read_timeout: o.read_timeout,
+    pool_size: o.pool_size,
+    backlog: o.backlog, replicas: o.replicas, replicas_timeout: o.replicas_timeout,
+    keepalive_timeout: o.keepalive_timeout,
+    ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name, auto_pipeline: o.auto_pipeline,
+    pool, endpoint, dict, sentinel: sent,
+    topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster",
+  };
+  if (seeds !== undefined) {
+    const nodes: RedisConf[] = [];
+    for (const n of seeds) nodes.push(node(conf, n.host, n.port));
+    (conf as { nodes: RedisConf[] | undefined }).nodes = nodes;
+  }
+  if (!known.has(endpoint)) {
+    known.set(endpoint, conf);
+  }
+  return $multi(conf, undefined);
+}
+
+/**
+ * One server of a cluster or a Redlock set: the settings of `conf` (credentials,
+ * TLS, timeouts, pools per endpoint) for host:port alone.
+ */
+export function node(conf: RedisConf, host: string, port: number): RedisConf {
+  const n = copy(conf);
+  n.host = host;
+  n.port = port;
+  n.path = undefined;
+  n.endpoint = host + ":" + port;
+  let tls = "";
+  if (conf.ssl) {
+    tls = conf.ssl_verify ? "tls+verify=" + (conf.server_name ?? "") + ":" : "tls:";
+  }
+  n.pool = "dlock:" + tls + n.endpoint + ":" + conf.db;
+  if (conf.credentials !== undefined) {
+    n.pool = n.pool + ":" + conf.credentials.digest;
+  }
+  n.sentinel = undefined;
+  n.topology = "standalone";
+  n.nodes = undefined;
+  return n;
+}
+
+/**
+ * The same configuration with a pool of its own and no backlog: for a
+ * connection held for a long time (the wake-up subscriber), which must never
+ * take a slot of the pool that requests queue for.
+ */
+export function apart(conf: RedisConf, suffix: string): RedisConf {
+  const n = copy(conf);
+  n.pool = conf.pool + ":" + suffix;
+  n.backlog = undefined;
+  return n;
+}
+
+type Fields = { -readonly [K in keyof RedisConf]: RedisConf[K] };
+
+/** A field-by-field copy to derive a configuration from. */
+function copy(c: RedisConf): Fields {
+  return {
+    host: c.host, port: c.port, path: c.path, credentials: c.credentials, db: c.db,
+    connect_timeout: c.connect_timeout, read_timeout: c.read_timeout, pool_size: c.pool_size, backlog: c.backlog,
+    replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
+    ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, auto_pipeline: c.auto_pipeline, pool: c.pool, endpoint: c.endpoint,
+    dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
+    slotted: c.slotted,
+  };
+}
+
+/** Per endpoint, the first configuration seen for it: what status pages show of the topology. */
+const known = new LuaTable<string, RedisConf>();
+
+/** The Redis endpoints factories of this worker were made for (bounded by distinct configurations). */
+export function endpoints(): LuaTable<string, RedisConf> {
+  return known;
+}
+
+
+/**
+ * A ready connection from the pool (or a fresh one, authenticated and with the
+ * db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
+ */
+export function connect(conf: RedisConf): LuaMultiReturn<[RestyRedis | undefined, string | undefined]> {
+  const [red, nerr] = (client as RestyRedisModule).new();
+  if (red === undefined) {
+    return $multi(undefined, "dlock: redis client: " + tostring(nerr));
+  }
+  // Never touch red.set_timeouts on 0.27: its __index would turn the name into a Redis command.
+  if (clientHasTimeouts) {
+    red.set_timeouts!(conf.connect_timeout, conf.read_timeout, conf.read_timeout);
+  } else {
+    red.set_timeout(conf.connect_timeout);
+  }
+  let host = conf.host;
+  let port = conf.port;
+  let pool = conf.pool;
+  if (conf.sentinel !== undefined) {
+    let m = sentinel.cached(conf.pool);
+    if (m === undefined) {
+      const [found, serr] = sentinel.discover(conf.pool, conf.sentinel, client as RestyRedisModule, conf.connect_timeout, conf);
+      if (found === undefined) return $multi(undefined, serr);
+      m = found;
+    }
+    host = m.host;
+    port = m.port;
+    // One pool per master: connections to a demoted one are never handed out again.
+    pool = conf.pool + "@" + host + ":" + port;
+  }
+  const opts: RedisConnectOptions = { pool, pool_size: conf.pool_size, backlog: conf.backlog };
+  const [ok, err] = red.connect(conf.path ?? host, conf.path !== undefined ? opts : port, opts);
+  if (ok === undefined) {
+    stale(conf);
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err));
+  }
+  if (!clientHasTimeouts) {
+    red.set_timeout(conf.read_timeout);
+  }
+  const [reused] = red.get_reused_times();
+  if (reused === 0) {
+    // TLS, AUTH and SELECT first: a server with a password answers anything else with NOAUTH.
+    let ierr = setup.run(red, conf);
+    if (ierr === undefined && conf.sentinel !== undefined) ierr = isMaster(red, conf, host, port);
+    // With Sentinel, each master it names is checked on its own: a failover can
+    // land on a server configured differently.
+    if (ierr === undefined) ierr = eviction.check(red, conf.sentinel !== undefined ? masterOf(conf, host, port) : conf);
+    if (ierr !== undefined) {
+      red.close();
+      return $multi(undefined, ierr);
+    }
+  }
+  return $multi(red, undefined);
+}
+
+/** Per Sentinel pool and master address: that master as a server of its own (for the eviction check). */
+const sentinelMasters = new LuaTable<string, RedisConf>();
+
+function masterOf(conf: RedisConf, host: string, port: number): RedisConf {
+  const name = conf.pool + "@" + host + ":" + port;
+  let m = sentinelMasters.get(name);
+  if (m === undefined) {
+    m = node(conf, host, port);
+    sentinelMasters.set(name, m);
+  }
+  return m;
+}
+
+/**
+ * Hand the connection back. After a network error lua-resty-redis has already
+ * closed the socket (a read timeout closes it), so only healthy ones are pooled.
+ */
+export function done(red: RestyRedis, conf: RedisConf, healthy: boolean): void {
+  if (healthy) {
+    red.set_keepalive(conf.keepalive_timeout, conf.pool_size);
+  } else {
+    red.close();
+    stale(conf);
+  }
+}
+
+/**
+ * The server may no longer be the master (a connection error, READONLY,
+ * LOADING): with Sentinel, ask the sentinels again on the next connection.
+ */
+export function stale(conf: RedisConf): void {
+  if (conf.sentinel !== undefined) {
+    sentinel.forget(conf.pool);
+  }
+}
+
+/** ROLE on a fresh connection to the master Sentinel named: a just-demoted one must not take locks. */
+function isMaster(red: RestyRedis, conf: RedisConf, host: string, port: number): string | undefined {
+  const [role, err] = red.role();
+  if (type(role) === "table" && (role as LuaTable<number, unknown>).get(1) === "master") {
+    return undefined;
+  }
+  sentinel.forget(conf.pool);
+  if (type(role) !== "table") {
+    return "dlock: redis " + conf.endpoint + ": ROLE on " + host + ":" + port + " failed: " + tostring(err) +
+      "; asking the sentinels again";
+  }
+  return "dlock: redis " + conf.endpoint + ": " + host + ":" + port + " is a " + tostring((role as LuaTable<number, unknown>).get(1)) +
+    ", not the master (a failover is under way); asking the sentinels again";
+}

@@ -1,0 +1,449 @@
+// Every Redis script lua-resty-dlock runs, where their keys live, and the one
+// way to run them: EVALSHA with the SHA1 computed locally, EVAL once on
+// NOSCRIPT (after SCRIPT FLUSH, a Redis restart or a failover), which also
+// caches it again. A script touches one lock key and the keys built on it
+// (its waiters' queue, its fence counter), all in one Cluster slot.
+
+import * as token from "../core/token";
+
+export interface Script {
+  readonly name: string;
+  readonly src: string;
+  readonly sha: string;
+  /** How many of the arguments are keys (KEYS[1..n]); the rest is ARGV. */
+  readonly keys: number;
+  /**
+   * For scripts whose write must reach replicas (redis.replicas): does this
+   * reply say the script wrote? Then WAIT follows on the same connection.
+   */
+  readonly written: ((this: void, reply: RedisValue) => boolean) | undefined;
+  /**
+   * For scripts whose last key is the waiters' queue: the same without it.
+   * While a Cluster slot migrates, Redis answers TRYAGAIN to a script whose
+   * keys are not all on one node; the lock key alone still works (the queue
+   * is skipped for that while, never exclusion).
+   */
+  readonly alone: Script | undefined;
+  /**
+   * For acquires (ARGV[1] the token): the owner-checked script that takes back
+   * what this one may have taken for that token, should its caller be gone
+   * (its request ended: a client abort) before it read the reply. Set once
+   * every script exists (the end of this file).
+   */
+  undo: Script | undefined;
+}
+
+// Every script declares itself to Redis 7 (a shebang line with flags), so that
+// Redis decides before the script runs, not at its first write:
+//   WRITES   takes memory (a lock, a permit, a ticket, a record). Refused whole
+//            when Redis is out of memory (maxmemory with noeviction: "OOM
+//            command not allowed") or read-only (a replica: READONLY), so no
+//            mode can write part of its work. Without flags Redis only refuses
+//            a script's first write: the semaphore's prune counted as one, and
+//            its ZADD then granted permits past maxmemory.
+//   FREES    gives back (release, drop) or only moves an expiry (extend): runs
+//            out of memory too (allow-oom), or a full Redis would keep every
+//            held key until its ttl.
+// Scripts touch only the keys they are given (KEYS), all in one Cluster slot,
+// as Redis 7 requires of scripts with flags. Redis 6 does not know the shebang
+// (it answers a compile error): see the README.
+const WRITES = "#!lua\n";
+const FREES = "#!lua flags=allow-oom\n";
+
+function script(name: string, body: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script,
+  flags = WRITES): Script {
+  const src = flags + body;
+  return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys, written, alone, undo: undefined };
+}
+
+function isOk(this: void, reply: RedisValue): boolean {
+  return reply === "OK";
+}
+
+function isOkFenced(this: void, reply: RedisValue): boolean {
+  return type(reply) === "table" && (reply as LuaTable<number, unknown>).get(1) === "OK";
+}
+
+function isOne(this: void, reply: RedisValue): boolean {
+  return reply === 1;
+}
+
+// The tail of both acquire scripts, when the key is taken: the holder's PTTL
+// (-1: the key has no TTL), or an error when someone else's data sits there.
+const BUSY = `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
+end
+return redis.call('PTTL', KEYS[1])
+`;
+
+/**
+ * KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms.
+ * Returns "OK" when acquired, else the holder's PTTL (-1: the key has no TTL).
+ * A key of another type is an error, not "busy": someone else's data sits there.
+ */
+export const ACQUIRE = script("acquire", `
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 'OK'
+end` + BUSY, 1, isOk);
+
+/**
+ * Fencing: as ACQUIRE, with KEYS[2] a counter that only grows (it never
+ * expires). Returns { "OK", fence } when acquired: the fence is larger than
+ * that of every earlier holder of the key, so a resource that remembers the
+ * largest fence it has seen can turn away a holder whose lease ran out.
+ */
+export const ACQUIRE_FENCED = script("acquire", `
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return { 'OK', redis.call('INCR', KEYS[2]) }
+end` + BUSY, 2, isOkFenced);
+
+/**
+ * Releases are announced on CHANNEL .. <lock key>: waiters anywhere in the
+ * fleet subscribe per key (wakeups.ts); with nobody subscribed, PUBLISH costs
+ * Redis a hash lookup. redis.pcall: an ACL user without channel permissions
+ * (Redis 7 users get none by default) still releases; its waiters poll.
+ */
+export const CHANNEL = "dlock:released:";
+const PUBLISH = "redis.pcall('PUBLISH', '" + CHANNEL + "' .. KEYS[1], '')\n";
+
+/** KEYS[1] lock key, ARGV[1] token. 1 when deleted (and announced), 0 when the key is not ours. */
+export const RELEASE = script("release", `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  ` + PUBLISH + `  return 1
+end
+return 0
+`, 1, undefined, undefined, FREES);
+
+// Waiting in line, fleet-wide (locks, except under Redlock). Waiters of a key
+// take a ticket in its queue, a sorted set next to the lock key: score = when
+// the ticket was issued (Redis time, us), member = "<deadline ms> <token>",
+// the deadline being when its waiter stops waiting. A release does not just
+// free the key: it hands it to the first live ticket's holder for GRANT ms
+// (SET key <its token> PX GRANT) and says so on the release channel
+// ("g<GRANT> <token>"), so exactly one waiter of the fleet comes for it and
+// nobody can cut in. The waiter claims it ("c<ttl>" on the channel: the
+// others know the key's new expiry without asking). A waiter that dies holding
+// a grant costs GRANT ms; one whose wait ends leaves its ticket behind until
+// its deadline, when it is skipped; dead workers' tickets are dropped by crash
+// recovery, abandoned ones by DROP. The queue key expires with its last
+// deadline, so nothing outlives the waiters.
+
+/**
+ * ms a key handed to the first waiter in line stays reserved for it. A woken
+ * waiter comes within a round trip; one without a live subscription polls at
+ * most every 64 ms (lease.ts MAX_BACKOFF).
+ */
+export const GRANT = 100;
+
+/** The part of a key Redis Cluster hashes: the inside of the first non-empty {...}, else the whole key. */
+export function hashed(key: string): string {
+  const [open] = string.find(key, "{", 1, true);
+  if (open !== undefined) {
+    const [close] = string.find(key, "}", open + 1, true);
+    if (close !== undefined && close > open + 1) {
+      return string.sub(key, open + 1, close - 1);
+    }
+  }
+  return key;
+}
+
+/** Does the key carry a hash tag of its own (then keys built on it share its slot)? */
+export function tagged(key: string): boolean {
+  return hashed(key) !== key;
+}
+
+/**
+ * The waiters' queue of lock key rkey. Under Cluster it must share the lock
+ * key's slot: a hash tag of the whole key, unless it has one (then the suffix
+ * keeps it). Elsewhere it starts with the lock key, so ACL key patterns that
+ * let a user at the locks (~dlock:*) let it at their queues.
+ */
+export function queueKey(rkey: string, slotted: boolean): string {
+  return slotted && !tagged(rkey) ? "{" + rkey + "}:queue" : rkey + ":queue";
+}
+
+// The queue, the last key.
+const QUEUE = "local Q = KEYS[#KEYS]\n";
+// The first live ticket of the queue Q (skipping, and removing, those whose
+// waiters stopped waiting), and handing the key to it. Redis time is read
+// (clock()) only when there is a queue, and scripts define these after their
+// uncontended path: the three closures cost Redis a fifth of an acquire
+// (redis-benchmark, 7.8 against 6.2 us a call), which an uncontended lock
+// never needs.
+const LINE = `local t, now
+local function clock()
+  t = redis.call('TIME')
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
+end
+local function head()
+  while true do
+    local h = redis.call('ZRANGE', Q, 0, 0)[1]
+    if not h then return nil end
+    if tonumber(string.match(h, '^(%d+) ')) > now then return h end
+    redis.call('ZREM', Q, h)
+  end
+end
+local function pass_on()
+  local h = head()
+  if not h then
+    redis.pcall('PUBLISH', '${CHANNEL}' .. KEYS[1], '')
+    return 1
+  end
+  local who = string.match(h, '^%d+ (.*)$')
+  redis.call('SET', KEYS[1], who, 'PX', ${GRANT})
+  redis.call('ZREM', Q, h)
+  redis.pcall('PUBLISH', '${CHANNEL}' .. KEYS[1], 'g${GRANT} ' .. who)
+  return who
+end
+`;
+
+// KEYS[1] lock, (KEYS[2] fence counter,) the queue last; ARGV[1] token, ARGV[2]
+// ttl ms, ARGV[3] ms the caller will wait (0: take it or leave), ARGV[4] its
+// ticket ("<issued> <deadline>", "" before it has one). TAKE is what taking
+// the key returns.
+function queuedAcquire(take: string): string {
+  return QUEUE + `if ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return ${take}  -- nobody in line, and the key free
+end
+` + LINE + `clock()
+local mine
+if ARGV[4] ~= '' then
+  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')
+  mine = deadline .. ' ' .. ARGV[1]
+  -- back in line at its old place, had its turn come and gone while it was away
+  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then
+    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end
+  end
+end
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')
+end
+local take = false
+if v == ARGV[1] then
+  take = true  -- handed to us by the previous holder
+elseif not v then
+  local h = head()
+  if h == nil or h == mine then take = true else pass_on() end
+end
+if take then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if mine then
+    redis.call('ZREM', Q, mine)
+    redis.pcall('PUBLISH', '${CHANNEL}' .. KEYS[1], 'c' .. ARGV[2])
+  end
+  return ${take}
+end
+local ticket = ARGV[4]
+local wait = tonumber(ARGV[3])
+if ticket == '' and wait > 0 then
+  local issued = t[1] .. string.format('%06d', t[2])
+  ticket = issued .. ' ' .. (now + wait)
+  mine = (now + wait) .. ' ' .. ARGV[1]
+  redis.call('ZADD', Q, issued, mine)
+  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end
+end
+return { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }
+`;
+}
+
+/**
+ * Locks that queue (see above). Returns "OK" when taken; else { PTTL of the
+ * holder (-1: no TTL), ticket, place } where the ticket ("" when not waiting)
+ * is what the caller sends back with its next attempt, and place is how many
+ * wait ahead of it (-1 without a ticket).
+ */
+export const ACQUIRE_QUEUED = script("acquire", queuedAcquire("'OK'"), 2, isOk, ACQUIRE);
+
+/** As ACQUIRE_QUEUED, with KEYS[2] the fence counter (the queue KEYS[3]): { "OK", fence } when taken. */
+export const ACQUIRE_QUEUED_FENCED = script("acquire", queuedAcquire("{ 'OK', redis.call('INCR', KEYS[2]) }"), 3, isOkFenced,
+  ACQUIRE_FENCED);
+
+/**
+ * KEYS[1] lock key, KEYS[2] queue, ARGV[1] token. When deleted: the token of
+ * the first waiter in line, handed the key, or 1 with nobody in line (then
+ * nobody is told: waiters are in line); 0 when the key is not ours.
+ */
+export const RELEASE_QUEUED = script("release", QUEUE + `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', Q) == 0 then return 1 end
+` + LINE + `clock()
+return pass_on()
+`, 2, undefined, RELEASE, FREES);
+
+/**
+ * KEYS[1] lock key, Q queue, ARGV[1] token: a waiter that is gone (gave
+ * up, killed, its worker dead) or an acquire whose reply was lost. Its ticket
+ * leaves the queue, and a key handed (or taken) by it is passed on: 1 or the
+ * next waiter's token then (as RELEASE_QUEUED), else 0.
+ */
+export const DROP = script("drop", QUEUE + LINE + `clock()
+local tail = ' ' .. ARGV[1]
+local dropped = 0
+for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
+  if string.sub(m, -#tail) == tail then
+    dropped = redis.call('ZREM', Q, m)
+    break
+  end
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return pass_on()
+end
+return dropped
+`, 2, undefined, RELEASE, FREES);
+
+/** KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours. */
+export const EXTEND = script("extend", `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`, 1, isOne, undefined, FREES);
+
+// Counting semaphore: a sorted set of holders, member = token, score = expiry
+// in Redis time (ms). Expired holders are pruned on every acquire, so a crashed
+// nginx never leaks capacity: its permits simply run out.
+const NOW = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
+
+/**
+ * KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] permits.
+ * "OK" when a permit was taken, else ms until the earliest permit expires.
+ */
+export const SEM_ACQUIRE = script("semaphore acquire", NOW + `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[1], last[2])
+  return 'OK'
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return tonumber(first[2]) - now
+`, 1, isOk);
+
+/** KEYS[1] set, ARGV[1] token. 1 when our live permit was returned (and announced), else 0. */
+export const SEM_RELEASE = script("semaphore release", NOW + `
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not exp then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if tonumber(exp) <= now then return 0 end
+` + PUBLISH + `return 1
+`, 1, undefined, undefined, FREES);
+
+/** KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0. */
+export const SEM_EXTEND = script("semaphore extend", NOW + `
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not exp or tonumber(exp) <= now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 0
+end
+local until_ms = now + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIREAT', KEYS[1], until_ms)
+end
+return 1
+`, 1, isOne, undefined, FREES);
+
+/** A backend's call: run s with rkey as KEYS[1] (more keys, then arguments, in args). */
+export type Caller<C, R> = (this: void, conf: C, s: Script, rkey: string, ...args: (string | number)[]) => R;
+
+/**
+ * Run a per-target script (release, extend, drop) for one target through a
+ * backend's call, with the keys and arguments batches send: KEYS[1] the key
+ * (and KEYS[2] its waiters' queue for two-key scripts), ARGV[1] the token (and
+ * ARGV[2] ms, when given).
+ */
+export function forTarget<C extends { readonly slotted: boolean }, R>(call: Caller<C, R>, conf: C, s: Script, rkey: string, token: string, ms?: number): R {
+  if (s.keys === 2) {
+    const q = queueKey(rkey, conf.slotted);
+    if (ms === undefined) return call(conf, s, rkey, q, token);
+    return call(conf, s, rkey, q, token, ms);
+  }
+  if (ms === undefined) return call(conf, s, rkey, token);
+  return call(conf, s, rkey, token, ms);
+}
+
+/** Run a script (its keys first, then its arguments); replies and errors exactly as lua-resty-redis returns them. */
+export function run(red: RestyRedis, s: Script, key: string, ...args: (string | number)[]): RedisResult {
+  const [res, err] = red.evalsha(s.sha, s.keys, key, ...args);
+  if (res === false && err !== undefined && string.sub(err, 1, 8) === "NOSCRIPT") {
+    return red.eval(s.src, s.keys, key, ...args);
+  }
+  return $multi(res, err);
+}
+
+// Idempotency records (gateway mode "idempotency"): one hash per key, fields
+//   state    "running" (claimed, the first request is in flight), "done" (its
+//            response is stored), "unreplayable" (completed, but its response
+//            was too large to store: retries are told so, never run again)
+//   token    the claim's owner
+//   fp       the request fingerprint (method, path, query, body digest)
+//   status, headers, body   the stored response (done only; body empty otherwise)
+
+/**
+ * KEYS[1] record, ARGV[1] token, ARGV[2] lease ms, ARGV[3] fingerprint.
+ * "OK" when claimed (a running record with our token, expiring after the
+ * lease); else the record there: { state, fp, status, headers, body, pttl }.
+ * SET NX and read in one script: two requests can never both miss.
+ */
+export const IDEM_CLAIM = script("idempotency claim", `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'none' then
+  redis.call('HSET', KEYS[1], 'state', 'running', 'token', ARGV[1], 'fp', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 'OK'
+end
+if t ~= 'hash' then
+  return redis.error_reply('WRONGTYPE idempotency key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a record')
+end
+local r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body')
+return { r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', redis.call('PTTL', KEYS[1]) }
+`, 1, isOk);
+
+/**
+ * KEYS[1] record, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] state ("done" or
+ * "unreplayable"), ARGV[4] status, ARGV[5] headers, ARGV[6] body.
+ * 1 when our running claim became the completed record, 0 when the claim is
+ * not ours any more (it ran out: a retry may have claimed the key meanwhile).
+ */
+export const IDEM_COMPLETE = script("idempotency complete", `
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`, 1, isOne);
+
+/**
+ * KEYS[1] record, ARGV[1] token, ARGV[2] lease ms. Renews our running claim:
+ * 1, or 0 when it is not ours. A record already completed by our own request
+ * (the store raced the keeper's round) answers 1 and keeps its ttl.
+ */
+export const IDEM_EXTEND = script("idempotency extend", `
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[2] ~= ARGV[1] then return 0 end
+if r[1] == 'running' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
+`, 1, undefined, undefined, FREES);
+
+/** KEYS[1] record, ARGV[1] token. Drops our running claim (a response not stored): 1, or 0 when not ours. */
+export const IDEM_RELEASE = script("idempotency release", `
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+`, 1, undefined, undefined, FREES);
+
+// What takes back each acquire whose caller is gone before its reply came:
+// the release (the drop for a lock that queues: it also leaves the line and
+// passes on a key handed to it).
+ACQUIRE.undo = RELEASE;
+ACQUIRE_FENCED.undo = RELEASE;
+ACQUIRE_QUEUED.undo = DROP;
+ACQUIRE_QUEUED_FENCED.undo = DROP;
+SEM_ACQUIRE.undo = SEM_RELEASE;
+IDEM_CLAIM.undo = IDEM_RELEASE;

@@ -1,0 +1,156 @@
+// Redis Sentinel: which server is the master of `redis.sentinel.master` now?
+// Asked of the sentinels in order (one that answers moves to the front), then
+// confirmed with ROLE on the server itself before use: a master just demoted by
+// a failover still answers, and must not take locks. The answer is cached per
+// worker and forgotten on connection errors, READONLY and LOADING, so after a
+// failover locks resume on the new master without an nginx reload.
+
+import * as schema from "../core/schema";
+import * as setup from "./setup";
+
+export interface Node {
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface SentinelConf {
+  readonly master: string;
+  /** The nodes as configured, for the pool name: two Sentinel sets may both watch a "mymaster". */
+  readonly id: string;
+  /** In the order to ask them; reordered as sentinels answer or fail. */
+  readonly nodes: Node[];
+  /** The sentinels' own; the password is kept by redis/setup.ts. */
+  readonly credentials: setup.Credentials | undefined;
+  /** TLS to the sentinels; nil: as to the data nodes (redis.ssl). */
+  readonly ssl: boolean | undefined;
+}
+
+/** What the `redis.sentinel` schema hands back: a SentinelConf but for its id. */
+interface Options {
+  readonly master: string;
+  readonly nodes: Node[];
+  readonly username: string | undefined;
+  readonly password: string | undefined;
+  readonly ssl: boolean | undefined;
+}
+
+const validate = schema.compile<Options>("redis.sentinel", [
+  { name: "master", kind: "string", maxLen: 255, required: true },
+  { name: "nodes", kind: "nodes", required: true },
+  { name: "username", kind: "string", maxLen: 1024, requires: [{ option: "password", must: "set" }] },
+  { name: "password", kind: "string", secret: true },
+  { name: "ssl", kind: "boolean" },
+]);
+
+/** The `redis.sentinel` option table. */
+export function parse(this: void, v: unknown): LuaMultiReturn<[SentinelConf | undefined, string | undefined]> {
+  const [o, err] = validate(v);
+  if (o === undefined) return $multi(undefined, err);
+  const names: string[] = [];
+  for (const n of o.nodes) names.push(n.host + ":" + n.port);
+  return $multi({ master: o.master, id: table.concat(names, ","), nodes: o.nodes,
+    credentials: setup.credentials(o.username, o.password), ssl: o.ssl }, undefined);
+}
+
+/**
+ * Seconds a worker trusts the sentinels' last answer. A failover is announced
+ * by the sentinels at once, but the old master goes on taking writes for
+ * several seconds before it is demoted: asking again every second moves every
+ * worker to the new master within a second, without waiting for an error.
+ */
+const FRESH = 1;
+
+/** Per worker: the master found for a sentinel set (by pool name), and when. */
+const masters = new LuaTable<string, { node: Node; at: number }>();
+
+/** Pools whose sentinels a coroutine of this worker is asking right now. */
+const asking = new LuaTable<string, boolean>();
+
+/**
+ * The master to use now: the sentinels' answer of less than FRESH seconds ago;
+ * or, while another coroutine of this worker is asking them again, the
+ * previous answer (one question per worker and second, not one per request in
+ * flight). nil: ask (discover).
+ */
+export function cached(pool: string): Node | undefined {
+  const m = masters.get(pool);
+  if (m === undefined) return undefined;
+  if (ngx.now() - m.at <= FRESH || asking.has(pool)) return m.node;
+  return undefined;
+}
+
+/** The master the sentinels named last (however long ago), for status pages. */
+export function last(pool: string): Node | undefined {
+  const m = masters.get(pool);
+  return m === undefined ? undefined : m.node;
+}
+
+/** Forget the master of this pool: the next connection asks the sentinels again. */
+export function forget(pool: string): void {
+  masters.delete(pool);
+}
+
+/** The factory's TLS settings: the sentinels use them unless redis.sentinel.ssl says otherwise. */
+export interface Tls {
+  readonly ssl: boolean;
+  readonly ssl_verify: boolean;
+  readonly server_name: string | undefined;
+}
+
+/**
+ * Ask the sentinels for the master's address. `client` makes a fresh
+ * lua-resty-redis object; timeouts and TLS settings are the factory's.
+ */
+export function discover(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
+  asking.set(pool, true);
+  const [m, err] = ask(pool, s, client, timeout, tls);
+  asking.delete(pool);
+  return $multi(m, err);
+}
+
+function ask(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
+  const errors: string[] = [];
+  const ssl = s.ssl ?? tls.ssl;
+  for (const i of $range(1, s.nodes.length)) {
+    const node = s.nodes[i - 1]!;
+    const endpoint = node.host + ":" + node.port;
+    const [red] = client.new();
+    if (red !== undefined) {
+      red.set_timeout(timeout);
+      const [ok, cerr] = red.connect(node.host, node.port);
+      let why = tostring(cerr);
+      if (ok !== undefined) {
+        // The sentinel's own TLS and credentials, in the order every server accepts.
+        const serr = setup.run(red, {
+          endpoint: "sentinel " + endpoint, ssl, ssl_verify: tls.ssl_verify, server_name: tls.server_name,
+          credentials: s.credentials, db: 0,
+        });
+        if (serr === undefined) {
+          const [addr, aerr] = red.sentinel("get-master-addr-by-name", s.master);
+          red.close();
+          if (type(addr) === "table") {
+            const t = addr as LuaTable<number, string>;
+            const port = tonumber(t.get(2));
+            if (port !== undefined) {
+              // Ask this one first next time.
+              if (i > 1) {
+                table.remove(s.nodes, i);
+                table.insert(s.nodes, 1, node);
+              }
+              const m = { host: t.get(1), port };
+              masters.set(pool, { node: m, at: ngx.now() });
+              return $multi(m, undefined);
+            }
+          }
+          why = addr === ngx.null ? "does not know master " + s.master : tostring(aerr ?? addr);
+        } else {
+          red.close();
+          // setup's message names the sentinel already; keep only why.
+          why = string.sub(serr, string.len("dlock: redis sentinel " + endpoint + ": ") + 1);
+        }
+      }
+      errors.push(endpoint + " " + why);
+    }
+  }
+  return $multi(undefined, "dlock: redis sentinel " + s.master + ": no sentinel named the master (" + table.concat(errors, "; ") + ")");
+}

@@ -1,24 +1,31 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.core.check")
+local ngx_now = ngx.now
+local ngx_sleep = ngx.sleep
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local timer_at = ngx.timer.at
+local lua_pcall = pcall
+local lua_tostring = tostring
 --- Seconds one timer runs before it hands over to a fresh one.
 local HANDOVER = 60
 local function run(premature, l)
-    local started = ngx.now()
+    local started = ngx_now()
     while l.busy() do
-        ngx.sleep(l.tick())
-        local ok, err = pcall(l.round)
+        ngx_sleep(l.tick())
+        local ok, err = lua_pcall(l.round)
         if not ok then
-            ngx.log(
-                ngx.ERR,
+            ngx_log(
+                ERR,
                 "dlock: ",
                 l.name,
                 ": ",
                 check.text(err)
             )
         end
-        if ngx.now() - started >= HANDOVER and l.busy() then
-            local handed = ngx.timer.at(0, run, l)
+        if ngx_now() - started >= HANDOVER and l.busy() then
+            local handed = timer_at(0, run, l)
             if handed then
                 return
             end
@@ -31,9 +38,9 @@ function ____exports.start(l)
     if l.running then
         return nil
     end
-    local ok, err = ngx.timer.at(0, run, l)
+    local ok, err = timer_at(0, run, l)
     if not ok then
-        return (("dlock: cannot start the " .. l.name) .. ": ") .. tostring(err)
+        return (("dlock: cannot start the " .. l.name) .. ": ") .. lua_tostring(err)
     end
     l.running = true
     return nil

@@ -8,6 +8,14 @@
 
 import * as check from "./check";
 
+const ngx_now = ngx.now;
+const ngx_sleep = ngx.sleep;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const timer_at = ngx.timer.at;
+const lua_pcall = pcall;
+const lua_tostring = tostring;
+
 export interface Loop {
   /** For log lines: "watchdog", "gateway keeper". */
   readonly name: string;
@@ -25,15 +33,15 @@ const HANDOVER = 60;
 
 function run(this: void, premature: boolean, l: Loop): void {
   // Premature: the worker is exiting; what is still held still needs the rounds.
-  const started = ngx.now();
+  const started = ngx_now();
   while (l.busy()) {
-    ngx.sleep(l.tick());
-    const [ok, err] = pcall(l.round);
+    ngx_sleep(l.tick());
+    const [ok, err] = lua_pcall(l.round);
     if (!ok) {
-      ngx.log(ngx.ERR, "dlock: ", l.name, ": ", check.text(err));
+      ngx_log(ERR, "dlock: ", l.name, ": ", check.text(err));
     }
-    if (ngx.now() - started >= HANDOVER && l.busy()) {
-      const [handed] = ngx.timer.at(0, run, l);
+    if (ngx_now() - started >= HANDOVER && l.busy()) {
+      const [handed] = timer_at(0, run, l);
       if (handed) return;
     }
   }
@@ -44,8 +52,8 @@ function run(this: void, premature: boolean, l: Loop): void {
 /** Run the loop unless it runs already; nil, or why its timer could not start. */
 export function start(l: Loop): string | undefined {
   if (l.running) return undefined;
-  const [ok, err] = ngx.timer.at(0, run, l);
-  if (!ok) return "dlock: cannot start the " + l.name + ": " + tostring(err);
+  const [ok, err] = timer_at(0, run, l);
+  if (!ok) return "dlock: cannot start the " + l.name + ": " + lua_tostring(err);
   l.running = true;
   return undefined;
 }

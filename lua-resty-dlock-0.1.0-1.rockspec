@@ -46,6 +46,7 @@ build = {
       ["resty.dlock.core.watchdog"] = "dist/resty/dlock/core/watchdog.lua",
       ["resty.dlock.gateway"] = "dist/resty/dlock/gateway.lua",
       ["resty.dlock.gateway.common"] = "dist/resty/dlock/gateway/common.lua",
+      ["resty.dlock.gateway.guard"] = "dist/resty/dlock/gateway/guard.lua",
       ["resty.dlock.gateway.idempotency"] = "dist/resty/dlock/gateway/idempotency.lua",
       ["resty.dlock.gateway.idempotency.answers"] = "dist/resty/dlock/gateway/idempotency/answers.lua",
       ["resty.dlock.gateway.idempotency.capture"] = "dist/resty/dlock/gateway/idempotency/capture.lua",

@@ -6,11 +6,9 @@ local shared = require("resty.dlock.gateway.common")
 local keys = require("resty.dlock.gateway.key")
 local idempotency = require("resty.dlock.gateway.idempotency")
 local inflight = require("resty.dlock.gateway.inflight")
+local guard = require("resty.dlock.gateway.guard")
 local meter = require("resty.dlock.core.meter")
-local request = require("resty.dlock.gateway.request")
 local semaphore = require("resty.dlock.semaphore")
-local stats = require("resty.dlock.gateway.stats")
-local token = require("resty.dlock.core.token")
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
@@ -56,99 +54,6 @@ local PHASES = check.set("init", "init_worker", "timer")
 function ____exports.guards()
     return registry
 end
-local function reject(g, status, retryAfterMs)
-    if retryAfterMs ~= nil then
-        ngx.header["Retry-After"] = math.max(
-            1,
-            math.ceil(retryAfterMs / 1000)
-        )
-    end
-    if g.headers ~= nil then
-        for k, v in pairs(g.headers) do
-            ngx.header[k] = v
-        end
-    end
-    return ngx.exit(status)
-end
-local function onRedisFailure(g)
-    if g.onError == "allow" then
-        stats.incr(g.dict, g.name, "failed_open")
-        return
-    end
-    stats.incr(g.dict, g.name, "failed_closed")
-    reject(g, g.errorStatus, nil)
-end
-local guardMethods = {
-    access = function(self)
-        if not shared.decides(self.name) then
-            return
-        end
-        if inflight.holds(self) then
-            return
-        end
-        if self.readBody then
-            ngx.req.read_body()
-        end
-        local raw, kerr = keys.value(self)
-        if raw == nil then
-            if kerr ~= nil then
-                stats.incr(self.dict, self.name, "key_errors")
-                keys.failed(self.name, kerr, self.errorWhat)
-                if self.onError == "deny" then
-                    reject(self, self.errorStatus, nil)
-                end
-                return
-            end
-            stats.incr(self.dict, self.name, "missing_key")
-            keys.note(self.name, self, false, self.missingWhat)
-            if self.onMissing == "reject" then
-                reject(self, self.missingStatus, nil)
-            end
-            return
-        end
-        keys.note(self.name, self, true, self.missingWhat)
-        if stats.breakerOpen(self.dict, self.name) then
-            stats.incr(self.dict, self.name, "short_circuited")
-            onRedisFailure(self)
-            return
-        end
-        local key = token.hex(ngx.sha1_bin(raw))
-        local l, err, retryAfter = self.locks:acquire(key, self.tryOpts)
-        if l == nil and err == "busy" and self.wait > 0 then
-            stats.incr(self.dict, self.name, "waited")
-            l, err, retryAfter = self.locks:acquire(key, self.waitOpts)
-        end
-        if l ~= nil then
-            stats.success(self.dict, self.name)
-            stats.incr(self.dict, self.name, "acquired")
-            local a = request.anchor()
-            if a ~= nil then
-                inflight.track(self, l, a)
-            end
-            return
-        end
-        if err == "busy" or err == "timeout" then
-            stats.success(self.dict, self.name)
-            stats.incr(self.dict, self.name, err == "busy" and "rejected" or "timed_out")
-            reject(self, self.rejectStatus, retryAfter)
-            return
-        end
-        stats.incr(self.dict, self.name, "redis_errors")
-        stats.failure(self.dict, self.name, self.breakerFailures, self.breakerCooldown)
-        ngx.log(
-            ngx.ERR,
-            "dlock: guard ",
-            self.name,
-            ": ",
-            check.reason(err)
-        )
-        onRedisFailure(self)
-    end,
-    log = function(self)
-        inflight.finish(self)
-    end
-}
-local guardMt = {__index = guardMethods}
 local opt = shared.opt
 local function status(o, name, dflt)
     return check.integer(
@@ -341,9 +246,9 @@ function ____exports.new(opts)
         tryOpts = tryOpts,
         waitOpts = waitOpts
     }
-    local guard = setmetatable(g, guardMt)
-    registry[#registry + 1] = guard
-    return guard, nil
+    local made = setmetatable(g, guard.mt)
+    registry[#registry + 1] = made
+    return made, nil
 end
 --- log_by_lua at http (or server) level: ends the leases of every guard the
 -- request passed, in whatever location it finished, also after internal redirects.

@@ -18,64 +18,13 @@ import * as shared from "./gateway/common";
 import * as keys from "./gateway/key";
 import * as idempotency from "./gateway/idempotency";
 import * as inflight from "./gateway/inflight";
+import * as guard from "./gateway/guard";
 import type * as lease from "./core/lease";
 import * as meter from "./core/meter";
-import * as request from "./gateway/request";
 import * as semaphore from "./semaphore";
-import * as stats from "./gateway/stats";
-import * as token from "./core/token";
 
 export { VERSION as _VERSION } from "./version";
-
-type Mode = "dedup" | "concurrency" | "throttle" | "mutex";
-type KeyFn = keys.KeyFn;
-
-/** What status pages need of any guard (idempotency guards included). */
-export interface Listed {
-  readonly name: string;
-  readonly mode: string;
-  readonly dict: NgxSharedDict;
-}
-
-/** A lock factory or a semaphore: what a guard acquires from. */
-interface Acquirer extends lease.Store {
-  acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
-}
-
-export interface Guard {
-  readonly name: string;
-  readonly mode: Mode;
-  /** Key template: literal parts and nginx variable names, alternating (literal first). */
-  readonly parts: LuaTable<number, string> | undefined;
-  readonly keyFn: KeyFn | undefined;
-  readonly source: string;
-  /** What happens to a request without its key, and to one whose key cannot be computed (for log lines). */
-  readonly missingWhat: string;
-  readonly errorWhat: string;
-  readonly locks: Acquirer;
-  readonly dict: NgxSharedDict;
-  readonly ttl: number;
-  readonly hold: number;
-  readonly wait: number;
-  readonly renew: boolean;
-  /** Release when the request ends (not throttle: its key stays for the ttl). */
-  readonly release: boolean;
-  /** Read the request body before taking the lease (slow uploads hold no permit). */
-  readonly readBody: boolean;
-  readonly onMissing: "pass" | "reject";
-  readonly onError: "allow" | "deny";
-  readonly rejectStatus: number;
-  readonly missingStatus: number;
-  readonly errorStatus: number;
-  readonly headers: LuaTable<string, string> | undefined;
-  readonly breakerFailures: number;
-  readonly breakerCooldown: number;
-  /** Reused acquire options: first try without waiting, then with the wait budget. */
-  readonly tryOpts: LuaTable<string, unknown>;
-  readonly waitOpts: LuaTable<string, unknown>;
-  access(): void;
-  log(): void;
-}
+export type { Listed } from "./gateway/guard";
 
 const MODES = new LuaTable<string, { status: number; wait: boolean }>();
 MODES.set("dedup", { status: 409, wait: false });
@@ -91,109 +40,15 @@ const OPTIONS = check.set(
   "scope", "methods", "lease", "max_body", "max_request_body", "store", "store_headers",
 );
 
-const registry: Listed[] = [];
+const registry: guard.Listed[] = [];
 
 /** Where gateway.new may run: before requests (and in timers, which belong to no request). */
 const PHASES = check.set("init", "init_worker", "timer");
 
 /** Guards created so far in this worker (in creation order), for status pages. */
-export function guards(): Listed[] {
+export function guards(): guard.Listed[] {
   return registry;
 }
-
-function reject(g: Guard, status: number, retryAfterMs: number | undefined): never {
-  if (retryAfterMs !== undefined) {
-    ngx.header.set("Retry-After", math.max(1, math.ceil(retryAfterMs / 1000)));
-  }
-  if (g.headers !== undefined) {
-    for (const [k, v] of g.headers) {
-      ngx.header.set(k, v);
-    }
-  }
-  return ngx.exit(status);
-}
-
-function onRedisFailure(g: Guard): void {
-  if (g.onError === "allow") {
-    stats.incr(g.dict, g.name, "failed_open");
-    return;
-  }
-  stats.incr(g.dict, g.name, "failed_closed");
-  reject(g, g.errorStatus, undefined);
-}
-
-const guardMethods = {
-  /** In access_by_lua: let the request through, or end it with the guard's status. */
-  access(this: Guard): void {
-    if (!shared.decides(this.name)) return;
-    if (inflight.holds(this)) {
-      // The same request again, after an internal redirect: it holds the key already.
-      return;
-    }
-    if (this.readBody) {
-      // A permit held while a slow client trickles its body in would starve the key.
-      ngx.req.read_body();
-    }
-    const [raw, kerr] = keys.value(this);
-    if (raw === undefined) {
-      if (kerr !== undefined) {
-        // Not a missing key: on_missing = "pass" must not let it through unguarded.
-        stats.incr(this.dict, this.name, "key_errors");
-        keys.failed(this.name, kerr, this.errorWhat);
-        if (this.onError === "deny") reject(this, this.errorStatus, undefined);
-        return;
-      }
-      stats.incr(this.dict, this.name, "missing_key");
-      keys.note(this.name, this, false, this.missingWhat);
-      if (this.onMissing === "reject") {
-        reject(this, this.missingStatus, undefined);
-      }
-      return;
-    }
-    keys.note(this.name, this, true, this.missingWhat);
-    if (stats.breakerOpen(this.dict, this.name)) {
-      stats.incr(this.dict, this.name, "short_circuited");
-      onRedisFailure(this);
-      return;
-    }
-    // Client-controlled: hash it, so any size and any bytes map to a bounded key.
-    const key = token.hex(ngx.sha1_bin(raw));
-    let [l, err, retryAfter] = this.locks.acquire(key, this.tryOpts);
-    if (l === undefined && err === "busy" && this.wait > 0) {
-      stats.incr(this.dict, this.name, "waited");
-      [l, err, retryAfter] = this.locks.acquire(key, this.waitOpts);
-    }
-    if (l !== undefined) {
-      stats.success(this.dict, this.name);
-      stats.incr(this.dict, this.name, "acquired");
-      const a = request.anchor();
-      if (a !== undefined) {
-        inflight.track(this, l, a);
-      }
-      return;
-    }
-    if (err === "busy" || err === "timeout") {
-      stats.success(this.dict, this.name);
-      stats.incr(this.dict, this.name, err === "busy" ? "rejected" : "timed_out");
-      reject(this, this.rejectStatus, retryAfter);
-      return;
-    }
-    stats.incr(this.dict, this.name, "redis_errors");
-    stats.failure(this.dict, this.name, this.breakerFailures, this.breakerCooldown);
-    ngx.log(ngx.ERR, "dlock: guard ", this.name, ": ", check.reason(err));
-    onRedisFailure(this);
-  },
-
-  /**
-   * In log_by_lua: the request is over; release this guard's lease (dedup after
-   * a 2xx: hold it), or keep it unrenewed when the client went away while an
-   * upstream was working. Finds the lease in whatever location the request ends.
-   */
-  log(this: Guard): void {
-    inflight.finish(this);
-  },
-};
-const guardMt = { __index: guardMethods };
 
 const opt = shared.opt;
 
@@ -205,7 +60,7 @@ function status(o: LuaTable<string, unknown>, name: string, dflt: number): LuaMu
  * Create a guard (once, in init_by_lua). Returns it, or nil and an error naming the bad option.
  * @customName new
  */
-export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idempotency.Guard | undefined, string | undefined]> {
+export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard | idempotency.Guard | undefined, string | undefined]> {
   const phase = ngx.get_phase();
   if (!PHASES.has(phase)) {
     // Each request would get a lock of its own (excluding nothing) and a name of its own in the metrics.
@@ -310,7 +165,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idemp
   base.set("wait", o.get("wait"));
   // Its counters and histograms under the guard's name ("mutex#1" as "mutex_1").
   base.set("name", string.gsub(name, "[^%w_%-%.]", "_")[0]);
-  let locks: Acquirer | undefined;
+  let locks: guard.Acquirer | undefined;
   let lerr: string | undefined;
   if (mode === "concurrency") {
     base.set("permits", o.get("permits"));
@@ -331,14 +186,14 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Guard | idemp
   const errorWhat = onError === "deny" ? "refused with " + common.errorStatus + " (on_error = \"deny\")"
     : "let through unguarded (on_error = \"allow\")";
   const g = {
-    name, mode: mode as Mode, parts, keyFn, source, missingWhat, errorWhat, locks, dict: store.dict, ttl: store.ttl, hold,
+    name, mode: mode as guard.Mode, parts, keyFn, source, missingWhat, errorWhat, locks, dict: store.dict, ttl: store.ttl, hold,
     wait: store.wait, renew: renewOn, release: mode !== "throttle", readBody, onMissing, onError, rejectStatus, missingStatus,
     errorStatus: common.errorStatus, headers: common.headers, breakerFailures: common.breakerFailures,
     breakerCooldown: common.breakerCooldown, tryOpts, waitOpts,
   };
-  const guard = setmetatable(g, guardMt) as unknown as Guard;
-  registry.push(guard);
-  return $multi(guard, undefined);
+  const made = setmetatable(g, guard.mt) as unknown as guard.Guard;
+  registry.push(made);
+  return $multi(made, undefined);
 }
 
 /**

@@ -29,6 +29,7 @@ build = {
    type = "builtin",
    modules = {
       ["resty.dlock"] = "dist/resty/dlock.lua",
+      ["resty.dlock.compat"] = "dist/resty/dlock/compat.lua",
       ["resty.dlock.core.acquire"] = "dist/resty/dlock/core/acquire.lua",
       ["resty.dlock.core.check"] = "dist/resty/dlock/core/check.lua",
       ["resty.dlock.core.lease"] = "dist/resty/dlock/core/lease.lua",

@@ -341,3 +341,39 @@ declare module "resty.dlock.status" {
   /** content_by_lua: metrics_text() as the response. */
   export function metrics(this: void, opts?: MetricsOptions): void;
 }
+
+declare module "resty.dlock.compat" {
+  import type { RedisOptions } from "resty.dlock";
+
+  /** lua-resty-lock's options, in seconds. step, ratio and max_step are checked and not needed (waiters are woken). */
+  export interface Options {
+    exptime?: number;
+    timeout?: number;
+    step?: number;
+    ratio?: number;
+    max_step?: number;
+  }
+
+  export interface ConfigureOptions {
+    redis?: RedisOptions;
+    prefix?: string;
+    name?: string;
+  }
+
+  export interface Lock {
+    /** Seconds waited (0: taken at once); nil and "timeout", "locked", "nil key" or "dlock: ...". */
+    lock(key: string): LuaMultiReturn<[number | undefined, string | undefined]>;
+    /** 1; nil and "unlocked", "not_owner" or "dlock: ..." (Redis failed: call again). */
+    unlock(): LuaMultiReturn<[number | undefined, string | undefined]>;
+    /** Reset the expiry to time seconds (default exptime): true; nil and "unlocked", "not_owner" or "dlock: ...". */
+    expire(time?: number): LuaMultiReturn<[true | undefined, string | undefined]>;
+  }
+
+  export const _VERSION: string;
+
+  /** Where locks live (once, in init_by_lua); the local Redis without it. */
+  export function configure(this: void, opts: ConfigureOptions): LuaMultiReturn<[true | undefined, string | undefined]>;
+  /** Called as resty_lock:new(dict_name, opts), like lua-resty-lock. */
+  function create(this: unknown, dict_name: string, opts?: Options): LuaMultiReturn<[Lock | undefined, string | undefined]>;
+  export { create as new };
+}

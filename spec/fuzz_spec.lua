@@ -14,6 +14,7 @@ local h = require "helpers"
 local ffi = require "ffi"
 local dlock = require "resty.dlock"
 local semaphore = require "resty.dlock.semaphore"
+local resty_lock = require "resty.dlock.compat"
 local gateway = require "resty.dlock.gateway"
 local status = require "resty.dlock.status"
 
@@ -31,6 +32,7 @@ local N_HELD_KEY = 200
 local N_EXTEND = 500
 local N_WITH = 1000
 local N_STATUS = 500
+local N_COMPAT = 500
 
 ------------------------------------------------------------------------------
 -- Deterministic PRNG (Park-Miller minimal standard; exact in doubles).
@@ -1096,6 +1098,71 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
         for _, k in ipairs(calls) do cases[#cases + 1] = { k[1]:format(label), k[2] } end
       end
       all_kept(cases)
+    end)
+  end)
+
+  describe("the lua-resty-lock facade", function()
+    -- lua-resty-lock's own answers, plus ours ("not_owner", "dlock: ...").
+    local COMPAT_ERRORS = { ["timeout"] = true, ["locked"] = true, ["nil key"] = true, ["unlocked"] = true,
+                            ["not_owner"] = true, ["dictionary not found"] = true }
+
+    local function compat_kept(what, fn, ...)
+      local r = call(what, fn, ...)
+      if r[2] ~= nil then return r[2], nil end
+      local err = r[3]
+      if type(err) ~= "string" or not (COMPAT_ERRORS[err] or err:sub(1, 7) == "dlock: ") or #err > MAX_ERR_LEN then
+        violated(what() .. " returned nil and " .. ser(err))
+      end
+      return nil, err
+    end
+
+    it("new, lock, expire and unlock with " .. N_COMPAT .. " random inputs return a result or one of its errors, " ..
+       "and never leave a key behind", function()
+      reseed(40)
+      local taken = 0
+      assert(resty_lock.configure({ redis = { port = redis_port }, prefix = PREFIX .. "compat:" }))
+      for i = 1, N_COMPAT do
+        local dict = chance(0.8) and pick({ "dlock", "dlock_other" }) or hostile(1)
+        local opts = gen_opts({
+          { "exptime", function() return pick({ 0.001, 0.5, 5, 30, int(1, 86400) }) end },
+          { "timeout", function() return pick({ 0, 0.01, 0.1 }) end },
+          { "step", function() return pick({ 0.001, 0.1 }) end },
+          { "ratio", function() return pick({ 1, 2 }) end },
+          { "max_step", function() return pick({ 0.5 }) end },
+        }, 0.5, 0.3)
+        local log = { "resty_lock:new(" .. ser(dict) .. ", " .. ser(opts) .. ")" }
+        local what = function() return table.concat(log, " then ") end
+        local lock = compat_kept(what, resty_lock.new, resty_lock, dict, opts)
+        if lock then
+          local key = chance(0.8) and ("c" .. int(1, 20)) or hostile(1)
+          log[#log + 1] = "lock(" .. ser(key) .. ")"
+          local elapsed = compat_kept(what, lock.lock, lock, key)
+          if elapsed ~= nil then taken = taken + 1 end
+          if elapsed ~= nil and not (type(elapsed) == "number" and elapsed >= 0) then
+            violated(what() .. " returned " .. ser(elapsed))
+          end
+          if chance(0.5) then
+            local t = hostile(1)
+            if chance(0.5) then t = pick({ 1, 30 }) elseif chance(0.3) then t = nil end
+            log[#log + 1] = "expire(" .. ser(t) .. ")"
+            compat_kept(what, lock.expire, lock, t)
+          end
+          log[#log + 1] = "unlock()"
+          local ok, err = compat_kept(what, lock.unlock, lock)
+          if elapsed ~= nil and ok ~= 1 and err ~= "not_owner" then
+            violated(what() .. " held the key but unlock returned " .. ser(ok) .. ", " .. ser(err))
+          end
+          if elapsed == nil and ok ~= nil then violated(what() .. " unlocked what it never held") end
+        end
+      end
+      local left = {}
+      for _, e in ipairs(keyspace()) do
+        if e.key:sub(1, #PREFIX + 7) == PREFIX .. "compat:" then left[#left + 1] = ser(e.key) end
+      end
+      assert.is_true(#left == 0, #left .. " keys left: " .. table.concat(left, ", ", 1, math.min(#left, 20)))
+      -- Valid inputs are common enough that real locks were taken and freed.
+      assert.is_true(taken >= N_COMPAT / 10, "only " .. taken .. " locks taken")
+      io.stdout:write("fuzz: compat ", taken, " locks taken of ", N_COMPAT, "\n")
     end)
   end)
 

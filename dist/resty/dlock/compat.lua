@@ -1,0 +1,211 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local dlock = require("resty.dlock")
+local check = require("resty.dlock.core.check")
+local meter = require("resty.dlock.core.meter")
+local client = require("resty.dlock.redis.client")
+do
+    local ____version = require("resty.dlock.version")
+    ____exports._VERSION = ____version.VERSION
+end
+local lua_type = type
+local lua_setmetatable = setmetatable
+local math_floor = math.floor
+local math_max = math.max
+local math_min = math.min
+local str_format = string.format
+local ngx_shared = ngx.shared
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local CONFIGURE_OPTIONS = check.set("redis", "prefix", "name")
+local NEW_OPTIONS = check.set(
+    "exptime",
+    "timeout",
+    "step",
+    "ratio",
+    "max_step"
+)
+--- lua-resty-lock's polling options: accepted, checked, and not needed (waiters are woken by the release).
+local POLLING = {"step", "ratio", "max_step"}
+local settings = {redis = nil, prefix = "dlock:compat:", name = "compat"}
+--- The options of a new() given none (read only).
+local NONE = {}
+--- A factory per shared dict, made at the first new() that names it.
+local factories = {}
+--- Where the locks live, for every object made after it: redis (as for dlock.new),
+-- prefix (default "dlock:compat:"), name (metrics; default "compat"). true, or nil, err.
+function ____exports.configure(opts)
+    local o, oerr = check.options("compat.configure options", opts, CONFIGURE_OPTIONS)
+    if o == nil then
+        return nil, oerr
+    end
+    local prefix = o.prefix == nil and "dlock:compat:" or o.prefix
+    if lua_type(prefix) ~= "string" then
+        return check.fail("prefix must be a string", prefix)
+    end
+    local conf, rerr = client.parse(o.redis)
+    if conf == nil then
+        return nil, rerr
+    end
+    local name, nerr = meter.checkName(o.name == nil and "compat" or o.name)
+    if name == nil then
+        return nil, nerr
+    end
+    settings = {redis = o.redis, prefix = prefix, name = name}
+    factories = {}
+    return true, nil
+end
+local function makeFactory(dictName)
+    local o = {}
+    o.dict = dictName
+    o.redis = settings.redis
+    o.prefix = settings.prefix
+    o.name = settings.name
+    return dlock.new(o)
+end
+--- Seconds, as lua-resty-lock takes them (0.001 s precision), in ms; nil, err when out of range.
+local function seconds(name, v, dflt, min)
+    if v == nil then
+        return dflt, nil
+    end
+    if lua_type(v) ~= "number" or v ~= v or v < min or v * 1000 > dlock.MAX_TTL then
+        return check.fail(
+            str_format("%s must be a number of seconds from %s to %d", name, min, dlock.MAX_TTL / 1000),
+            v
+        )
+    end
+    return math_floor(v * 1000 + 0.5), nil
+end
+local methods = {
+    lock = function(self, key)
+        if key == nil then
+            return nil, "nil key"
+        end
+        if self._lease ~= nil then
+            return nil, "locked"
+        end
+        local l, err = self._locks:acquire(key, self._try)
+        if l ~= nil then
+            self._lease = l
+            return 0, nil
+        end
+        if err == "busy" and self._wait ~= nil then
+            ngx_update_time()
+            local t0 = ngx_now()
+            l, err = self._locks:acquire(key, self._wait)
+            if l ~= nil then
+                self._lease = l
+                ngx_update_time()
+                return math_max(
+                    0.001,
+                    ngx_now() - t0
+                ), nil
+            end
+        end
+        if err == "busy" or err == "timeout" then
+            return nil, "timeout"
+        end
+        return nil, err
+    end,
+    unlock = function(self)
+        local l = self._lease
+        if l == nil then
+            return nil, "unlocked"
+        end
+        local ok, err = l:release()
+        if ok then
+            self._lease = nil
+            return 1, nil
+        end
+        if err == "not_owner" then
+            self._lease = nil
+        end
+        return nil, err
+    end,
+    expire = function(self, time)
+        local l = self._lease
+        if l == nil then
+            return nil, "unlocked"
+        end
+        local ms, terr = seconds("time", time, self._exptime, 0.001)
+        if ms == nil then
+            return nil, terr
+        end
+        local ok, err = l:extend(ms)
+        if not ok then
+            if err == "not_owner" then
+                self._lease = nil
+            end
+            return nil, err
+        end
+        return true, nil
+    end
+}
+local mt = {__index = methods}
+--- lock:new(dict_name, opts): a lock object, or nil, err ("dictionary not found",
+-- or "dlock: ..." naming a bad option). opts: exptime (s, default 30), timeout
+-- (s, default 5, at most exptime), step, ratio, max_step (checked, not used:
+-- waiters are woken when the key is released instead of polling).
+-- 
+-- @customName new
+function ____exports.new(_module, dictName, opts)
+    if lua_type(dictName) ~= "string" or ngx_shared[dictName] == nil then
+        return nil, "dictionary not found"
+    end
+    local o = NONE
+    if opts ~= nil then
+        local checked, oerr = check.options("compat new options", opts, NEW_OPTIONS)
+        if checked == nil then
+            return nil, oerr
+        end
+        o = checked
+    end
+    local exptime, e1 = seconds("exptime", o.exptime, 30000, 0.001)
+    if exptime == nil then
+        return nil, e1
+    end
+    local timeout, e2 = seconds("timeout", o.timeout, 5000, 0)
+    if timeout == nil then
+        return nil, e2
+    end
+    do
+        local i = 0
+        while i < #POLLING do
+            local name = POLLING[i + 1]
+            local v = o[name]
+            if v ~= nil and (lua_type(v) ~= "number" or not (v > 0)) then
+                return check.fail(name .. " must be a positive number", v)
+            end
+            i = i + 1
+        end
+    end
+    local locks = factories[dictName]
+    if locks == nil then
+        local f, ferr = makeFactory(dictName)
+        if f == nil then
+            return nil, ferr
+        end
+        factories[dictName] = f
+        locks = f
+    end
+    local ttl = exptime
+    local wait = math_min(timeout, ttl)
+    local tryOpts = {}
+    tryOpts.ttl = ttl
+    tryOpts.wait = 0
+    local waitOpts
+    if wait > 0 then
+        waitOpts = {}
+        waitOpts.ttl = ttl
+        waitOpts.wait = wait
+    end
+    local ____self = {
+        _locks = locks,
+        _exptime = exptime,
+        _try = tryOpts,
+        _wait = waitOpts,
+        _lease = nil
+    }
+    return lua_setmetatable(____self, mt), nil
+end
+return ____exports

@@ -1,0 +1,206 @@
+// resty.dlock.compat: lua-resty-lock's API, fleet-wide. Code written for the
+// in-nginx lock changes one require and then excludes every nginx sharing the
+// Redis, not only the workers of one:
+//
+//   local resty_lock = require "resty.dlock.compat"   -- was "resty.lock"
+//   local lock, err = resty_lock:new("my_locks", { exptime = 10, timeout = 2 })
+//   local elapsed, err = lock:lock(key)      -- 0 when taken at once, "timeout" when waiting ran out
+//   ...
+//   lock:unlock()
+//
+// The shared dict named in new() keeps this nginx's bookkeeping; Redis decides
+// who holds a key. Redis is the local one unless configure() says otherwise,
+// once, in init_by_lua. One lock factory per dict serves every object, since
+// lua-resty-lock's users make an object per request.
+
+import * as dlock from "../dlock";
+import * as check from "./core/check";
+import * as meter from "./core/meter";
+import * as client from "./redis/client";
+import type * as lease from "./core/lease";
+
+export { VERSION as _VERSION } from "./version";
+
+const lua_type = type;
+const lua_setmetatable = setmetatable;
+const math_floor = math.floor;
+const math_max = math.max;
+const math_min = math.min;
+const str_format = string.format;
+const ngx_shared = ngx.shared;
+const ngx_now = ngx.now;
+const ngx_update_time = ngx.update_time;
+
+interface Settings {
+  readonly redis: unknown;
+  readonly prefix: string;
+  readonly name: string;
+}
+
+/** The lock of one object: lua-resty-lock's fields are its own business too. */
+interface CompatLock {
+  readonly _locks: dlock.Locks;
+  readonly _exptime: number;
+  /** Reused acquire options: first a try without waiting, then the wait budget. */
+  readonly _try: LuaTable<string, unknown>;
+  readonly _wait: LuaTable<string, unknown> | undefined;
+  _lease: lease.Lease | undefined;
+}
+
+const CONFIGURE_OPTIONS = check.set("redis", "prefix", "name");
+const NEW_OPTIONS = check.set("exptime", "timeout", "step", "ratio", "max_step");
+/** lua-resty-lock's polling options: accepted, checked, and not needed (waiters are woken by the release). */
+const POLLING = ["step", "ratio", "max_step"];
+
+let settings: Settings = { redis: undefined, prefix: "dlock:compat:", name: "compat" };
+/** The options of a new() given none (read only). */
+const NONE = new LuaTable<string, unknown>();
+/** A factory per shared dict, made at the first new() that names it. */
+let factories = new LuaTable<string, dlock.Locks>();
+
+/**
+ * Where the locks live, for every object made after it: redis (as for dlock.new),
+ * prefix (default "dlock:compat:"), name (metrics; default "compat"). true, or nil, err.
+ */
+export function configure(this: void, opts: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
+  const [o, oerr] = check.options("compat.configure options", opts, CONFIGURE_OPTIONS);
+  if (o === undefined) return $multi(undefined, oerr);
+  const prefix = o.get("prefix") === undefined ? "dlock:compat:" : o.get("prefix");
+  if (lua_type(prefix) !== "string") return check.fail("prefix must be a string", prefix);
+  // Checked now, so that a mistake shows in init_by_lua rather than at the first lock.
+  const [conf, rerr] = client.parse(o.get("redis"));
+  if (conf === undefined) return $multi(undefined, rerr);
+  const [name, nerr] = meter.checkName(o.get("name") === undefined ? "compat" : o.get("name"));
+  if (name === undefined) return $multi(undefined, nerr);
+  settings = { redis: o.get("redis"), prefix: prefix as string, name };
+  factories = new LuaTable();
+  return $multi(true as const, undefined);
+}
+
+function makeFactory(dictName: string): LuaMultiReturn<[dlock.Locks | undefined, string | undefined]> {
+  const o = new LuaTable<string, unknown>();
+  o.set("dict", dictName);
+  o.set("redis", settings.redis);
+  o.set("prefix", settings.prefix);
+  o.set("name", settings.name);
+  return dlock.create(o);
+}
+
+/** Seconds, as lua-resty-lock takes them (0.001 s precision), in ms; nil, err when out of range. */
+function seconds(name: string, v: unknown, dflt: number, min: number): LuaMultiReturn<[number | undefined, string | undefined]> {
+  if (v === undefined) return $multi(dflt, undefined);
+  if (lua_type(v) !== "number" || (v as number) !== (v as number) || (v as number) < min || (v as number) * 1000 > dlock.MAX_TTL) {
+    return check.fail(str_format("%s must be a number of seconds from %s to %d", name, min, dlock.MAX_TTL / 1000), v);
+  }
+  return $multi(math_floor((v as number) * 1000 + 0.5), undefined);
+}
+
+const methods = {
+  /**
+   * Take key, waiting up to the timeout: the seconds waited (0 when taken at once),
+   * or nil and "timeout", "locked" (this object holds a key already), "nil key",
+   * or "dlock: ..." (Redis failed, bad key).
+   */
+  lock(this: CompatLock, key: unknown): LuaMultiReturn<[number | undefined, string | undefined]> {
+    if (key === undefined) return $multi(undefined, "nil key");
+    if (this._lease !== undefined) return $multi(undefined, "locked");
+    let [l, err] = this._locks.acquire(key as string, this._try);
+    if (l !== undefined) {
+      this._lease = l;
+      return $multi(0, undefined);
+    }
+    if (err === "busy" && this._wait !== undefined) {
+      ngx_update_time();
+      const t0 = ngx_now();
+      [l, err] = this._locks.acquire(key as string, this._wait);
+      if (l !== undefined) {
+        this._lease = l;
+        ngx_update_time();
+        // Never 0: callers read 0 as "nobody held it" (and skip re-checking their cache).
+        return $multi(math_max(0.001, ngx_now() - t0), undefined);
+      }
+    }
+    if (err === "busy" || err === "timeout") return $multi(undefined, "timeout");
+    return $multi(undefined, err);
+  },
+
+  /** Release the key: 1, or nil and "unlocked" (nothing held), "not_owner" (it ran out and was taken), "dlock: ..." (Redis failed: call again). */
+  unlock(this: CompatLock): LuaMultiReturn<[number | undefined, string | undefined]> {
+    const l = this._lease;
+    if (l === undefined) return $multi(undefined, "unlocked");
+    const [ok, err] = l.release();
+    if (ok) {
+      this._lease = undefined;
+      return $multi(1, undefined);
+    }
+    // Redis did not answer: the key may still be ours, so unlock() can be called again.
+    if (err === "not_owner") this._lease = undefined;
+    return $multi(undefined, err);
+  },
+
+  /** Reset the held key's expiry to time seconds (default: exptime): true, or nil and "unlocked", "not_owner", "dlock: ...". */
+  expire(this: CompatLock, time: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
+    const l = this._lease;
+    if (l === undefined) return $multi(undefined, "unlocked");
+    const [ms, terr] = seconds("time", time, this._exptime, 0.001);
+    if (ms === undefined) return $multi(undefined, terr);
+    const [ok, err] = l.extend(ms);
+    if (!ok) {
+      if (err === "not_owner") this._lease = undefined;
+      return $multi(undefined, err);
+    }
+    return $multi(true as const, undefined);
+  },
+};
+const mt = { __index: methods };
+
+/**
+ * lock:new(dict_name, opts): a lock object, or nil, err ("dictionary not found",
+ * or "dlock: ..." naming a bad option). opts: exptime (s, default 30), timeout
+ * (s, default 5, at most exptime), step, ratio, max_step (checked, not used:
+ * waiters are woken when the key is released instead of polling).
+ * @customName new
+ */
+export function create(this: void, _module: unknown, dictName: unknown, opts?: unknown): LuaMultiReturn<[CompatLock | undefined, string | undefined]> {
+  if (lua_type(dictName) !== "string" || ngx_shared.get(dictName as string) === undefined) {
+    return $multi(undefined, "dictionary not found");
+  }
+  let o = NONE;
+  if (opts !== undefined) {
+    const [checked, oerr] = check.options("compat new options", opts, NEW_OPTIONS);
+    if (checked === undefined) return $multi(undefined, oerr);
+    o = checked;
+  }
+  const [exptime, e1] = seconds("exptime", o.get("exptime"), 30000, 0.001);
+  if (exptime === undefined) return $multi(undefined, e1);
+  const [timeout, e2] = seconds("timeout", o.get("timeout"), 5000, 0);
+  if (timeout === undefined) return $multi(undefined, e2);
+  for (let i = 0; i < POLLING.length; i++) {
+    const name = POLLING[i]!;
+    const v = o.get(name);
+    if (v !== undefined && (lua_type(v) !== "number" || !((v as number) > 0))) {
+      return check.fail(name + " must be a positive number", v);
+    }
+  }
+  let locks = factories.get(dictName as string);
+  if (locks === undefined) {
+    const [f, ferr] = makeFactory(dictName as string);
+    if (f === undefined) return $multi(undefined, ferr);
+    factories.set(dictName as string, f);
+    locks = f;
+  }
+  const ttl = exptime;
+  // lua-resty-lock never waits longer than the lock it waits for lives.
+  const wait = math_min(timeout, ttl);
+  const tryOpts = new LuaTable<string, unknown>();
+  tryOpts.set("ttl", ttl);
+  tryOpts.set("wait", 0);
+  let waitOpts: LuaTable<string, unknown> | undefined;
+  if (wait > 0) {
+    waitOpts = new LuaTable();
+    waitOpts.set("ttl", ttl);
+    waitOpts.set("wait", wait);
+  }
+  const self: CompatLock = { _locks: locks, _exptime: exptime, _try: tryOpts, _wait: waitOpts, _lease: undefined };
+  return $multi(lua_setmetatable(self, mt) as CompatLock, undefined);
+}

@@ -334,12 +334,12 @@ declare module "resty.dlock.status" {
   export const MAX_LIMIT: number;
 
   export function report(this: void, opts?: ReportOptions): LuaMultiReturn<[Report | undefined, string | undefined]>;
-  /** content_by_lua: the report as JSON (?limit=N). */
-  export function serve(this: void, opts?: ReportOptions): void;
+  /** content_by_lua: the report as JSON (?limit=N); true, or nil, err (bad options, a phase with no response to write). */
+  export function serve(this: void, opts?: ReportOptions): LuaMultiReturn<[true | undefined, string | undefined]>;
   /** The metrics in the Prometheus text format. */
   export function metrics_text(this: void, opts?: MetricsOptions): LuaMultiReturn<[string | undefined, string | undefined]>;
-  /** content_by_lua: metrics_text() as the response. */
-  export function metrics(this: void, opts?: MetricsOptions): void;
+  /** content_by_lua: metrics_text() as the response; true, or nil, err. */
+  export function metrics(this: void, opts?: MetricsOptions): LuaMultiReturn<[true | undefined, string | undefined]>;
 }
 
 declare module "resty.dlock.compat" {

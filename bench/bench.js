@@ -3,13 +3,14 @@
 // bench/results/latest.{md,json} and PNG plots. `--smoke` is a short run for
 // make test (numbers printed, never asserted).
 "use strict";
-const { spawn, spawnSync, execFileSync } = require("node:child_process");
+const { spawnSync, execFileSync } = require("node:child_process");
 const fs = require("node:fs");
 const http = require("node:http");
-const net = require("node:net");
 const os = require("node:os");
 const path = require("node:path");
 const { Monitor, handoffStats, handoffsOf } = require("./monitor");
+const lib = require("./lib");
+const { sleep, freePort, Ports, children, cpuSeconds, Procs, cli, redisCalls, renderConf, nginxBin: libNginxBin, topology } = lib;
 
 const root = path.resolve(__dirname, "..");
 const smoke = process.argv.includes("--smoke");
@@ -22,34 +23,20 @@ const outDir = path.join(root, "bench", "results");
 const prefix = fs.mkdtempSync("/tmp/dlock-bench.");
 fs.chmodSync(prefix, 0o755);
 fs.mkdirSync(path.join(prefix, "logs"));
-const pids = [];
 
 function log(...a) {
   console.log(...a);
 }
 
+// Everything started here (bench/lib Procs), stopped on exit.
+const procs = new Procs({ log: console.error });
+const env = { procs, ports: new Ports(), log: console.error };
 function cleanup() {
-  for (const pid of pids.reverse()) {
-    try { process.kill(pid, "SIGTERM"); } catch (e) { /* gone already */ }
-  }
-  spawnSync("sleep", ["0.5"]);
-  for (const pid of pids) {
-    try { process.kill(pid, "SIGKILL"); } catch (e) { /* gone already */ }
-  }
+  procs.stopAllSync();
   fs.rmSync(prefix, { recursive: true, force: true });
 }
 process.on("exit", cleanup);
 for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => process.exit(130));
-
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 function get(port, p) {
   return new Promise((resolve, reject) => {
@@ -64,48 +51,16 @@ function get(port, p) {
 async function waitFor(port) {
   for (let i = 0; i < 200; i++) {
     try { if ((await get(port, "/ping")).status === 200) return; } catch (e) { /* not yet */ }
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
   }
   throw new Error("nothing answers on " + port);
 }
 
-function start(cmd, args, opts = {}) {
-  const p = spawn(cmd, args, { stdio: ["ignore", "ignore", "inherit"], ...opts });
-  pids.push(p.pid);
-  return p;
-}
+const start = (cmd, args) => procs.start(cmd, args);
 
-// /proc/<pid>/stat utime + stime of pid and its children, in seconds.
-function cpuSeconds(pidList) {
-  const tick = 100;
-  let sum = 0;
-  for (const pid of pidList) {
-    try {
-      const f = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-      sum += (Number(f[11]) + Number(f[12])) / tick;
-    } catch (e) { /* exited */ }
-  }
-  return sum;
-}
-
-function children(pid) {
-  const r = spawnSync("pgrep", ["-P", String(pid)], { encoding: "utf8" });
-  return r.stdout.split("\n").filter(Boolean).map(Number);
-}
-
-// Commands a redis-server (or sentinel) has run, from INFO commandstats (subcommands
-// such as cluster|slots included; INFO itself, which this bench sends, left out).
-// background: also leave out what replicas and sentinels send on their own
-// (PING, REPLCONF ACK, hello PUBLISH), for quiet(): they never stop.
-const BACKGROUND = new Set(["info", "ping", "replconf", "publish"]);
-function redisCalls(port, { tls, background = true } = {}) {
-  const args = tls ? ["--tls", "--cacert", tls, "-h", "127.0.0.1"] : [];
-  const out = execFileSync("redis-cli", [...args, "-p", String(port), "info", "commandstats"], { encoding: "utf8" });
-  let calls = 0;
-  for (const m of out.matchAll(/cmdstat_([\w|-]+):calls=(\d+)/g)) {
-    if (m[1] !== "info" && (background || !BACKGROUND.has(m[1]))) calls += Number(m[2]);
-  }
-  return calls;
+// A throwaway redis-server in its own dir under the prefix, on port.
+function redisServer(name, port) {
+  return lib.redisUp(env, path.join(prefix, name), () => [], { port });
 }
 
 function toMs(s) {
@@ -132,91 +87,11 @@ function wrk(url, conns, seconds, extra = []) {
 async function quiet(store) {
   let prev = store.calls(false);
   for (let i = 0; i < 50; i++) {
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     const now = store.calls(false);
     if (now === prev) return;
     prev = now;
   }
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function canConnect(port) {
-  return new Promise((resolve) => {
-    const s = net.connect(port, "127.0.0.1");
-    s.once("connect", () => { s.destroy(); resolve(true); });
-    s.once("error", () => resolve(false));
-  });
-}
-
-function canListen(port) {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.once("error", () => resolve(false));
-    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
-  });
-}
-
-async function waitPort(port, seconds = 10) {
-  for (let i = 0; i < seconds * 20; i++) {
-    if (await canConnect(port)) return;
-    await sleep(50);
-  }
-  throw new Error(`nothing listens on 127.0.0.1:${port}`);
-}
-
-// Until test() (synchronous; a throw counts as "not yet") returns true.
-async function until(what, seconds, test) {
-  let last;
-  for (let i = 0; i < seconds * 10; i++) {
-    try { if (test()) return; } catch (e) { last = e.message; }
-    await sleep(100);
-  }
-  throw new Error(`${what}: not within ${seconds} s${last ? " (" + last.trim() + ")" : ""}`);
-}
-
-// A port p for a cluster node: p and its cluster bus port p + 10000 both free,
-// both below the kernel's ephemeral range (32768+ here).
-async function freeClusterPort(taken) {
-  for (let i = 0; i < 1000; i++) {
-    const p = 10000 + Math.floor(Math.random() * 12000);
-    if (taken.has(p) || taken.has(p + 10000)) continue;
-    if ((await canListen(p)) && (await canListen(p + 10000))) {
-      taken.add(p);
-      taken.add(p + 10000);
-      return p;
-    }
-  }
-  throw new Error("no free port pair (port, port + 10000) for a cluster node");
-}
-
-function cli(port, ...args) {
-  return execFileSync("redis-cli", ["-p", String(port), ...args], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
-}
-
-// A throwaway redis-server in the foreground (its pid tracked), in its own dir under the prefix.
-function redisServer(name, args) {
-  const dir = path.join(prefix, name);
-  fs.mkdirSync(dir, { recursive: true });
-  return start("redis-server", ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
-    "--logfile", path.join(dir, "redis.log"), ...args]);
-}
-
-// A command run to its end (pid tracked while it runs); resolves to { code, out }.
-function run(cmd, args, seconds) {
-  return new Promise((resolve) => {
-    const p = spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"] });
-    pids.push(p.pid);
-    let out = "";
-    p.stdout.on("data", (c) => (out += c));
-    p.stderr.on("data", (c) => (out += c));
-    const timer = setTimeout(() => p.kill("SIGKILL"), seconds * 1000);
-    p.on("close", (code) => {
-      clearTimeout(timer);
-      pids.splice(pids.indexOf(p.pid), 1);
-      resolve({ code, out });
-    });
-  });
 }
 
 // What a line's requests land on. masters: the servers holding the keys (their
@@ -240,85 +115,42 @@ function store(kind, masters, { tls, others = [], sentinelPorts = [], check } = 
   };
 }
 
-// A test CA and a server certificate it signed (localhost, 127.0.0.1), the same
-// openssl commands as spec/runner/run: nginx trusts the CA (lua_ssl_trusted_certificate).
-function makeCerts(tls) {
-  fs.mkdirSync(tls, { recursive: true });
-  execFileSync("bash", ["-c", `set -e; cd '${tls}'
-    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=dlock-test-ca -keyout ca.key -out ca.pem
-    openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key -out server.csr
-    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out server.pem`],
-  { stdio: ["ignore", "ignore", "pipe"] }); // a failure's error carries openssl's stderr
-}
+const makeCerts = topology.makeCerts;
 
 // TLS only (--port 0): the lock connects with ssl_verify = true, server_name = "localhost".
 async function startTls(port, tls) {
-  const p = redisServer("redis-tls", ["--port", "0", "--tls-port", String(port), "--tls-cert-file", path.join(tls, "server.pem"),
-    "--tls-key-file", path.join(tls, "server.key"), "--tls-ca-cert-file", path.join(tls, "ca.pem"), "--tls-auth-clients", "no"]);
-  await waitPort(port);
-  return store("tls", [{ port, pid: p.pid }], { tls: path.join(tls, "ca.pem") });
+  const t = await topology.up(env, { kind: "tls", port, certs: tls }, path.join(prefix, "redis-tls"));
+  return store("tls", t.nodes, { tls: t.ca });
 }
 
-// Master, one replica, three sentinels (quorum 2) watching "locks". down-after 5 s
-// (not the specs' 1 s): a CPU-starved sentinel on this 2-core machine must not
-// fail the master over in the middle of a line; check() says if one happened.
+// Master, one replica, three sentinels (quorum 2) watching "locks" (bench/lib
+// topology). down-after 5 s (not the specs' 1 s): a CPU-starved sentinel on this
+// 2-core machine must not fail the master over in the middle of a line; check() says if one happened.
 async function startSentinel({ master, replica, sentinels }) {
-  const repl = ["--repl-diskless-sync-delay", "0"];
-  const m = redisServer("sentinel-master", ["--port", String(master), ...repl]);
-  await waitPort(master);
-  const r = redisServer("sentinel-replica", ["--port", String(replica), "--replicaof", "127.0.0.1", String(master), ...repl]);
-  const sents = sentinels.map((port) => {
-    const dir = path.join(prefix, "sentinel-" + port);
-    fs.mkdirSync(dir, { recursive: true });
-    fs.writeFileSync(path.join(dir, "sentinel.conf"), [`port ${port}`, "bind 127.0.0.1", `dir ${dir}`,
-      `logfile ${dir}/sentinel.log`, `sentinel monitor locks 127.0.0.1 ${master} 2`,
-      "sentinel down-after-milliseconds locks 5000", "sentinel failover-timeout locks 10000", ""].join("\n"));
-    return { port, pid: start("redis-server", [path.join(dir, "sentinel.conf"), "--sentinel"]).pid };
-  });
-  await until("sentinel replica online", 20, () => /slave0:[^\n]*state=online/.test(cli(master, "info", "replication")));
-  for (const s of sents) {
-    await until(`sentinel ${s.port} names the master`, 10, () => cli(s.port, "sentinel", "get-master-addr-by-name", "locks").includes(String(master)));
-  }
+  const t = await topology.up(env, { kind: "sentinel", master: "locks", replicas: 1, sentinels: sentinels.length, quorum: 2,
+    downAfterMs: 5000, failoverTimeoutMs: 10000, ports: { master, replicas: [replica], sentinels } }, path.join(prefix, "sentinel"));
   const check = () => {
     const now = cli(sentinels[0], "sentinel", "get-master-addr-by-name", "locks").split("\n")[1];
     return now === String(master) ? "" : `the sentinels failed the master over during the run (now ${now})`;
   };
-  return store("sentinel", [{ port: master, pid: m.pid }], { others: [{ pid: r.pid }, ...sents], sentinelPorts: sentinels, check });
+  return store("sentinel", [t.master], { others: [...t.replicas, ...t.sentinels], sentinelPorts: sentinels, check });
 }
 
-// Six nodes, three masters with one replica each (redis-cli --cluster create),
-// until every node says cluster_state:ok with all slots served and every master
-// has its replica online. cluster-node-timeout 5 s (not the specs' 1 s), for the
-// same reason as down-after above.
+// Six nodes, three masters with one replica each (bench/lib topology: redis-cli
+// --cluster create, until every node says cluster_state:ok with all slots served
+// and every replica is linked). cluster-node-timeout 5 s (not the specs' 1 s),
+// for the same reason as down-after above.
 async function startCluster(ports) {
-  const nodes = ports.map((port) => ({ port, pid: redisServer("cluster-" + port, ["--port", String(port), "--cluster-enabled", "yes",
-    "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000", "--repl-diskless-sync-delay", "0"]).pid }));
-  for (const n of nodes) await waitPort(n.port);
-  const c = await run("redis-cli", ["--cluster", "create", ...ports.map((p) => "127.0.0.1:" + p), "--cluster-replicas", "1", "--cluster-yes"], 60);
-  if (c.code !== 0) throw new Error("redis-cli --cluster create failed:\n" + c.out);
-  const roles = () => {
-    const masters = [], replicas = [];
-    for (const line of cli(ports[0], "cluster", "nodes").split("\n").filter(Boolean)) {
-      const [, addr, flags] = line.split(" ");
-      const port = Number(/:(\d+)@/.exec(addr)[1]);
-      (flags.split(",").includes("master") ? masters : replicas).push(port);
-    }
-    return { masters: masters.sort((a, b) => a - b), replicas };
-  };
-  await until("cluster_state:ok on all six nodes", 30, () => ports.every((p) => {
-    const info = cli(p, "cluster", "info");
-    return info.includes("cluster_state:ok") && info.includes("cluster_slots_ok:16384") && info.includes("cluster_known_nodes:6");
-  }));
-  await until("cluster replicas online", 30, () => roles().masters.length === 3 &&
-    roles().masters.every((p) => /slave0:[^\n]*state=online/.test(cli(p, "info", "replication"))));
-  const { masters } = roles();
-  const byPort = Object.fromEntries(nodes.map((n) => [n.port, n]));
+  const t = await topology.up(env, { kind: "cluster", masters: 3, replicasEach: 1, nodeTimeoutMs: 5000, seeds: 2, ports, readyMs: 30000 },
+    path.join(prefix, "cluster"));
+  const roles = async () => (await t.masters()).map((m) => m.port).sort((a, b) => a - b);
+  const masters = await roles();
+  const byPort = Object.fromEntries(t.nodes.map((n) => [n.port, n]));
   const check = () => {
-    const now = roles().masters;
+    const now = lib.parseClusterNodes(cli(ports[0], "cluster", "nodes")).filter((x) => x.flags.includes("master")).map((x) => x.port).sort((a, b) => a - b);
     return now.join() === masters.join() ? "" : `a cluster failover happened during the run (masters ${masters} -> ${now})`;
   };
-  return store("cluster", masters.map((p) => byPort[p]), { others: nodes.filter((n) => !masters.includes(n.port)), check });
+  return store("cluster", masters.map((p) => byPort[p]), { others: t.nodes.filter((n) => !masters.includes(n.port)), check });
 }
 
 const median = (xs) => {
@@ -401,22 +233,20 @@ async function main() {
     sentinel: { master: await freePort(), replica: await freePort(), sentinels: [await freePort(), await freePort(), await freePort()] },
     cluster: [],
   };
-  const clusterModule = fs.existsSync(path.join(root, "dist", "resty", "dlock", "backend", "cluster.lua"));
+  const clusterModule = fs.existsSync(path.join(root, "dist", "resty", "dlock", "redis", "cluster.lua"));
   // Cluster: full run only (creating it takes ~5 s, over the smoke run's budget).
   const clusterSkip = !clusterModule ? "not available: dist/resty/dlock/redis/cluster.lua is not built yet"
     : smoke ? "full run only (creating a cluster takes several seconds)" : "";
   if (!clusterSkip) {
-    const taken = new Set();
-    for (let i = 0; i < 6; i++) topoPorts.cluster.push(await freeClusterPort(taken));
+    for (let i = 0; i < 6; i++) topoPorts.cluster.push(await env.ports.pick({ bus: true }));
   }
 
-  const redis = start("redis-server", ["--port", String(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-    "--dir", prefix, "--logfile", path.join(prefix, "logs", "redis.log")]);
-  execFileSync("bash", ["-c", `. '${root}/nginx/lib.sh'; wait_port ${redisPort} 10 && render_conf '${root}/nginx/bench.conf' '${prefix}' '${prefix}/nginx.conf' HTTP_PORT=${httpPort} REDIS_PORT=${redisPort} ` +
-    `TLS_PORT=${topoPorts.tls} SENTINEL_NODES=${topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(",")} ` +
-    `CLUSTER_NODES=${topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",")}`]);
+  const redis = await redisServer("redis", redisPort);
+  renderConf(path.join(root, "nginx", "bench.conf"), prefix, path.join(prefix, "nginx.conf"), { HTTP_PORT: httpPort, REDIS_PORT: redisPort,
+    TLS_PORT: topoPorts.tls, SENTINEL_NODES: topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(","),
+    CLUSTER_NODES: topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",") });
   // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
-  const nginxBin = execFileSync("bash", ["-c", `. '${root}/nginx/lib.sh' && printf %s "$NGINX_BIN"`], { encoding: "utf8" });
+  const nginxBin = libNginxBin();
   const nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
   const peer = (port, rport) => start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(port), String(rport)]);
   const node = peer(nodePort, redisPort);
@@ -424,11 +254,10 @@ async function main() {
   // it, so MONITOR sees nothing else), two nginx (nginx/bench-contend.conf, two
   // workers each) and two Node.js peers (node-redlock's two instances).
   const contend = { redisPort: await freePort(), nginxPorts: [await freePort(), await freePort()], peerPorts: [await freePort(), await freePort()] };
-  contend.redis = redisServer("redis-contend", ["--port", String(contend.redisPort)]);
-  await waitPort(contend.redisPort);
+  contend.redis = await redisServer("redis-contend", contend.redisPort);
   contend.nginx = contend.nginxPorts.map((port, i) => {
     const dir = path.join(prefix, "contend-" + (i + 1));
-    execFileSync("bash", ["-c", `. '${root}/nginx/lib.sh'; render_conf '${root}/nginx/bench-contend.conf' '${dir}' '${dir}/nginx.conf' HTTP_PORT=${port} REDIS_PORT=${contend.redisPort}`]);
+    renderConf(path.join(root, "nginx", "bench-contend.conf"), dir, path.join(dir, "nginx.conf"), { HTTP_PORT: port, REDIS_PORT: contend.redisPort });
     return start(nginxBin, ["-p", dir, "-c", path.join(dir, "nginx.conf"), "-g", "daemon off;"]);
   });
   contend.peers = contend.peerPorts.map((port) => peer(port, contend.redisPort));

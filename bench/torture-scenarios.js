@@ -27,6 +27,8 @@
 //                        load: no lock key, no release channel subscribed. The
 //                        row's fault hits the first phase. `goals` are reported
 //                        (met / missed) for the resty.dlock phase, never failed.
+//   noneSeen:            (rows not promised) added to the note when the row saw no overlap.
+//   outside:             (rows not promised) why, in a few words, for the report's footer.
 //   promised:            the design promises exclusion: for crit rows no two
 //                        holders inside at once; for gateway rows no more requests
 //                        in flight at the backend per key than the guard promises
@@ -55,6 +57,17 @@ const VIAS = {
   x_accel: "the backend answers `X-Accel-Redirect: /internal/work?...`; `location /internal/ { internal; proxy_pass ...; }`",
 };
 
+/**
+ * The crit load (load.kind "crit"): CLIENTS keep-alive clients over both nginx
+ * loop on /crit?key=K of `keys`, durationMs of load per row with the fault at
+ * faultAtMs (--short or the full run). `lock` is what nginx/torture.conf's /crit
+ * does (its dlock.new and acquire options, hold ms inside), as the report says it.
+ */
+const CRIT_LOAD = {
+  clients: 200, keys: ["k1", "k2", "k3", "k4", "k5"], requestTimeoutMs: 15000,
+  durationMs: { short: 3000, full: 8000 }, faultAtMs: { short: 1000, full: 2000 },
+  lock: { ttl: 1000, wait: 3000, hold: 20, connect_timeout: 200, read_timeout: 300 },
+};
 const CRIT = { kind: "crit" };
 
 // ---- the Redis topologies of the topology rows (bench/torture.js TOPOLOGIES starts them)
@@ -105,6 +118,8 @@ const SCENARIOS = [
   {
     id: "redis-restart", title: "lock Redis restart, no persistence", promised: false, load: CRIT,
     fault: { kind: "redis-restart", persistence: "none" },
+    outside: "Redis loses its data",
+    noneSeen: `none seen here: the restart outlasted the ${CRIT_LOAD.lock.hold} ms critical section, so every holder had left before the fresh Redis granted anything`,
     about: "every lock vanishes with the restart: a holder still inside can be joined by a newcomer (not promised)",
   },
   {
@@ -125,6 +140,8 @@ const SCENARIOS = [
   {
     id: "worker-sigstop", title: "nginx worker holding a lock SIGSTOP 2.5 s (> ttl)", promised: false, load: CRIT,
     fault: { kind: "worker-sigstop", instance: 1, ms: 2500 },
+    outside: "a holder paused past its ttl",
+    noneSeen: "none seen this time: the stopped worker's key was not taken over before it woke",
     about: "overlaps EXPECTED: the stopped holder's lease expired and the key went to someone else while it still believed it held the lock. A lease alone cannot protect against this; fencing can: the stalled holder's write carries an old fence and the witness refuses it (stale writes column)",
   },
 
@@ -267,4 +284,4 @@ const SCENARIOS = [
   },
 ];
 
-module.exports = { GUARDS, VIAS, SCENARIOS };
+module.exports = { GUARDS, VIAS, SCENARIOS, CRIT_LOAD };

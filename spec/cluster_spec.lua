@@ -1,9 +1,9 @@
 -- redis.cluster: locks on a real Redis Cluster (3 masters, 1 replica each, on
--- loopback): each key on the master of its slot, fences beside their locks,
--- MOVED and ASK followed while a slot moves, a master's death survived.
+-- loopback): the core behaviours of spec/topology/suite.lua, and what is the
+-- Cluster's own: locks spread over the masters, fences beside their locks in the
+-- same slot, MOVED and ASK followed while a slot moves, a master's death survived.
 local h = require "helpers"
-local dlock = require "resty.dlock"
-local semaphore = require "resty.dlock.semaphore"
+local suite = require "topology.suite"
 local status = require "resty.dlock.status"
 
 --- Seconds since t0 (ngx.now() scale), with a fresh clock.
@@ -13,46 +13,21 @@ local function since(t0)
 end
 
 describe("redis.cluster", function()
+  local t = suite.topology("cluster")
   local c
 
   setup(function()
-    c = h.start_cluster()
+    t.start()
+    c = t.handle
   end)
 
   teardown(function()
-    if c then c.stop() end
+    t.stop()
   end)
 
-  --- The cluster options of every factory here, with `extra` in redis.cluster.
-  local function redis_opts(extra)
-    local cluster = { nodes = c.seeds, max_redirects = 5 }
-    for k, v in pairs(extra or {}) do cluster[k] = v end
-    return { cluster = cluster, connect_timeout = 300, read_timeout = 1000 }
-  end
+  suite.run(t)
 
-  local function locks(opts, cluster_extra)
-    local o = { dict = "dlock", prefix = h.unique("clu"), redis = redis_opts(cluster_extra) }
-    for k, v in pairs(opts or {}) do o[k] = v end
-    return assert(dlock.new(o))
-  end
-
-  --- A key name whose lock key (prefix .. name) hashes to a slot of the master on `port`
-  --- (any master when port is nil); returns the name, its slot and that master.
-  local function key_on(l, port, tag)
-    for i = 1, 1000 do
-      local name = (tag or "k") .. i
-      local owner = c.slot_owner(l.prefix .. name)
-      if port == nil or owner == port then return name, c.keyslot(l.prefix .. name), owner end
-    end
-    error("no key name hashes to a slot of 127.0.0.1:" .. tostring(port))
-  end
-
-  --- A master other than the one on `port`.
-  local function other_master(port)
-    for _, m in ipairs(c.masters()) do
-      if m ~= port then return m end
-    end
-  end
+  local locks, key_on, other_master = t.locks, t.key_on, t.other_master
 
   --- This endpoint's topology row on the status page.
   local function topology(l)
@@ -97,50 +72,17 @@ describe("redis.cluster", function()
     end
   end)
 
-  it("keeps a held key exclusive: another nginx gets \"busy\" with the holder's remaining ttl until the release", function()
-    local l = locks()
-    -- Another dict: nothing of this lease in it, only the cluster knows (like another nginx).
-    local elsewhere = locks({ dict = "dlock_other", prefix = l.prefix })
-    local lease = assert(l:acquire("x", { ttl = 3000 }))
-    local none, err, retry_after = elsewhere:acquire("x", { wait = 0 })
-    assert.is_nil(none)
-    assert.equal("busy", err)
-    assert.is_true(retry_after > 2000 and retry_after <= 3000, "retry_after " .. tostring(retry_after))
-    assert.is_true(lease:release())
-    local next_holder, nerr = elsewhere:acquire("x", { wait = 0 })
-    assert.is_nil(nerr)
-    assert.equal(next_holder.token, h.cmd(c.slot_owner(l.prefix .. "x"), "get", l.prefix .. "x"))
-    assert.is_true(next_holder:release())
-  end)
-
-  it("does not let a lease whose key was taken over release or extend its successor (not_owner)", function()
-    local l = locks()
-    local old = assert(l:acquire("y", { ttl = 100 }))
-    ngx.sleep(0.15)
-    local new = assert(l:acquire("y", { ttl = 5000 }))
-    assert.same({ nil, "not_owner" }, { old:release() })
-    assert.same({ nil, "not_owner" }, { old:extend(5000) })
-    assert.equal(new.token, h.cmd(c.slot_owner(l.prefix .. "y"), "get", l.prefix .. "y"))
-    assert.is_true(new:release())
-  end)
-
   describe("fencing", function()
-    it("gives growing fences from a counter {<prefix><key>}:fence in the lock key's slot", function()
+    -- (fences grow, and their counter outlives every lease: the suite's fencing test)
+    it("keeps the fence counter {<prefix><key>}:fence in the lock key's slot, on its master", function()
       local l = locks({ fencing = true })
       local rkey = l.prefix .. "f"
-      local last = 0
-      for _ = 1, 5 do
-        local lease, err = l:acquire("f", { ttl = 5000 })
-        assert.is_nil(err)
-        assert.is_true(lease.fence > last)
-        last = lease.fence
-        assert.is_true(lease:release())
-      end
+      local lease = assert(l:acquire("f", { ttl = 5000 }))
+      assert.is_true(lease:release())
       local fence_key = "{" .. rkey .. "}:fence"
       assert.equal(c.keyslot(rkey), c.keyslot(fence_key))
       local owner = c.slot_owner(rkey)
-      assert.equal(tostring(last), h.cmd(owner, "get", fence_key))
-      assert.equal(-1, h.cmd(owner, "pttl", fence_key))   -- it outlives every lease
+      assert.equal(tostring(lease.fence), h.cmd(owner, "get", fence_key))
     end)
 
     it("keeps <prefix><key>:fence for a key with a hash tag of its own (same slot already)", function()
@@ -158,28 +100,6 @@ describe("redis.cluster", function()
       assert.equal(0, h.cmd(c.slot_owner(wrapped), "exists", wrapped))
       assert.is_true(b:release())
     end)
-  end)
-
-  it("counts semaphore permits per key on the key's master, for keys in different slots", function()
-    local s = assert(semaphore.new({ dict = "dlock", prefix = h.unique("clusem"), redis = redis_opts(), permits = 2 }))
-    local k1, slot1, m1 = key_on(s, nil, "sem")
-    local k2, slot2, m2 = key_on(s, other_master(m1), "sem")
-    assert.are_not.equal(slot1, slot2)
-    for _, k in ipairs({ { k1, m1 }, { k2, m2 } }) do
-      local key, owner = k[1], k[2]
-      local a = assert(s:acquire(key, { ttl = 5000 }))
-      local b = assert(s:acquire(key, { ttl = 5000 }))
-      local none, err, retry_after = s:acquire(key, { ttl = 5000, wait = 0 })
-      assert.is_nil(none)
-      assert.equal("busy", err)
-      assert.is_true(retry_after > 4000 and retry_after <= 5000)
-      assert.equal(2, h.cmd(owner, "zcard", s.prefix .. key))
-      assert.is_true(a:release())
-      local again = assert(s:acquire(key, { ttl = 5000, wait = 0 }))
-      assert.is_true(b:release())
-      assert.is_true(again:release())
-      assert.equal(0, h.cmd(owner, "exists", s.prefix .. key))
-    end
   end)
 
   it("follows MOVED to the new master of a slot that moved, once, and counts the redirect", function()
@@ -271,7 +191,8 @@ describe("redis.cluster", function()
     -- config epochs that can keep the masters from electing a replica.
     local shared = c
     c = h.start_cluster()
-    finally(function() c.stop(); c = shared end)
+    t.handle = c
+    finally(function() c.stop(); c = shared; t.handle = shared end)
     local l = locks()
     -- The first seed, if it is a master: the factory must then find the cluster through the other seed.
     local victim_port = tonumber(c.seeds[1]:match(":(%d+)$"))

@@ -1,9 +1,10 @@
 -- redis.redlock: one lock on a majority of independent masters (three
--- redis-servers on loopback, no replication): taken and released on all,
--- a majority enough, less than a majority never a lease.
+-- redis-servers on loopback, no replication): the core behaviours of
+-- spec/topology/suite.lua (taken and released on all, exclusive, no fencing, no
+-- semaphores), and what is Redlock's own: a majority enough, less than a
+-- majority never a lease.
 local h = require "helpers"
-local dlock = require "resty.dlock"
-local semaphore = require "resty.dlock.semaphore"
+local suite = require "topology.suite"
 local status = require "resty.dlock.status"
 
 --- Elapsed seconds of fn(), and what it returned.
@@ -16,25 +17,19 @@ local function elapsed(fn)
 end
 
 describe("redis.redlock", function()
+  local t = suite.topology("redlock")
   local r
 
   setup(function()
-    r = h.start_redlock(3)
+    t.start()
+    r = t.handle
   end)
 
   teardown(function()
-    if r then r.stop() end
+    t.stop()
   end)
 
-  local function redis_opts()
-    return { redlock = r.addrs, connect_timeout = 50, read_timeout = 50 }
-  end
-
-  local function locks(opts)
-    local o = { dict = "dlock", prefix = h.unique("rl"), redis = redis_opts() }
-    for k, v in pairs(opts or {}) do o[k] = v end
-    return assert(dlock.new(o))
-  end
+  local locks = t.locks
 
   --- The value of key on each master, in order (ngx.null where absent).
   local function values(key)
@@ -48,41 +43,12 @@ describe("redis.redlock", function()
     for _, n in ipairs(r.nodes) do n.signal("CONT") end
   end)
 
+  suite.run(t)
+
   --- Pause master i (SIGSTOP) until the test ends.
   local function pause(i)
     r.nodes[i].signal("STOP")
   end
-
-  it("takes the key on every master and deletes it on every master at release", function()
-    local l = locks()
-    local lease, err = l:acquire("a", { ttl = 5000 })
-    assert.is_nil(err)
-    assert.same({ lease.token, lease.token, lease.token }, values(l.prefix .. "a"))
-    for _, port in ipairs(r.ports) do
-      local pttl = h.cmd(port, "pttl", l.prefix .. "a")
-      assert.is_true(pttl > 4000 and pttl <= 5000, "pttl " .. pttl .. " on " .. port)
-    end
-    assert.same({ true, nil }, { lease:release() })
-    assert.same({ ngx.null, ngx.null, ngx.null }, values(l.prefix .. "a"))
-    assert.same({ nil, "not_owner" }, { lease:release() })
-  end)
-
-  it("keeps a key exclusive across factories: another nginx over the same masters gets \"busy\"", function()
-    local l = locks()
-    -- Another dict: nothing of this lease in it, only the masters know (like another nginx).
-    local elsewhere = locks({ dict = "dlock_other", prefix = l.prefix })
-    local lease = assert(l:acquire("x", { ttl = 3000 }))
-    local none, err, retry_after = elsewhere:acquire("x", { wait = 0 })
-    assert.is_nil(none)
-    assert.equal("busy", err)
-    assert.is_true(retry_after > 2000 and retry_after <= 3000, "retry_after " .. tostring(retry_after))
-    -- The refused acquirer left the holder's key alone everywhere.
-    assert.same({ lease.token, lease.token, lease.token }, values(l.prefix .. "x"))
-    assert.is_true(lease:release())
-    local next_holder, nerr = elsewhere:acquire("x", { wait = 0 })
-    assert.is_nil(nerr)
-    assert.is_true(next_holder:release())
-  end)
 
   it("takes the lock on a majority when one master is paused, within the timeouts", function()
     local l = locks()
@@ -164,20 +130,6 @@ describe("redis.redlock", function()
     assert.is_true(h.cmd(r.ports[3], "pttl", key) > 8000)
     assert.equal(1, h.cmd(r.ports[2], "del", key))
     assert.same({ nil, "not_owner" }, { lease:extend(9000) })
-  end)
-
-  it("refuses fencing at new(), naming the option (fence counters on independent masters do not grow together)", function()
-    local locks_, err = dlock.new({ dict = "dlock", redis = redis_opts(), fencing = true })
-    assert.equal("nil", type(locks_), "new() made fenced locks over redis.redlock")
-    assert.matches("^dlock: fencing", err)
-    assert.matches("redis.redlock", err, 1, true)
-  end)
-
-  it("refuses semaphores at new() (a quorum of counting semaphores does not bound the holders)", function()
-    local sem, serr = semaphore.new({ dict = "dlock", redis = redis_opts(), permits = 2 })
-    assert.equal("nil", type(sem), "semaphore.new() made a semaphore over redis.redlock")
-    assert.matches("^dlock: semaphore", serr)
-    assert.matches("redis.redlock", serr, 1, true)
   end)
 
   it("shows the endpoint as redlock on the status page, with each master's health", function()

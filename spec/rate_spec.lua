@@ -12,12 +12,23 @@ local function new(redis, opts)
   return assert(rate.new(o))
 end
 
+--- What the exactness tests measured, for the record (<prefix>/rate-exactness.txt; DLOCK_KEEP=1 keeps it).
+local function note(what, admitted, refused, elapsed, bound)
+  local f = io.open(h.prefix .. "/rate-exactness.txt", "a")
+  f:write(string.format("%s: %d admitted, %s refused in %.3f s; bound %.1f\n", what, admitted, tostring(refused), elapsed, bound))
+  f:close()
+end
+
+-- One Redis Cluster for the whole file, started when first needed.
+local cluster
+
 --- Every topology the harness offers rate limits on: a name and the redis options.
 local topologies = {
   { "standalone", function() return h.redis_opts() end },
   { "cluster", function(ctx)
-      ctx.c = ctx.c or h.start_cluster()
-      return { cluster = { nodes = ctx.c.seeds }, connect_timeout = 300, read_timeout = 1000 }
+      cluster = cluster or h.start_cluster()
+      ctx.c = cluster
+      return { cluster = { nodes = cluster.seeds }, connect_timeout = 300, read_timeout = 1000 }
     end },
 }
 
@@ -27,7 +38,6 @@ for _, topo in ipairs(topologies) do
   describe("rate limits on " .. tname, function()
     local ctx, redis = {}, nil
     setup(function() redis = redis_of(ctx) end)
-    teardown(function() if ctx.c then ctx.c.stop() end end)
 
     it("admit burst requests at once from idle, each saying what remains, then refuse with the ms until the next fits", function()
       local lim = new(redis, { rate = 5, period = 1000, burst = 5 })
@@ -131,6 +141,7 @@ for _, topo in ipairs(topologies) do
         end
       end)
       local elapsed = h.now() - t0
+      note("one nginx", admitted, nil, elapsed, 5 + 20 * elapsed)
       assert.is_true(admitted <= 5 + 20 * elapsed, admitted .. " admitted in " .. elapsed .. " s")
       -- And the limit is not starved either: at least the steady rate over most of the time.
       assert.is_true(admitted >= 5 + 20 * 0.8, admitted .. " admitted in " .. elapsed .. " s")
@@ -146,6 +157,196 @@ for _, topo in ipairs(topologies) do
     end)
   end)
 end
+
+--- Two nginx of one fleet (nginx/spec-rate.conf, 2 workers each) on the topology's Redis.
+local function fleet(seeds)
+  local vars = { CLUSTER_SEEDS = seeds or "", DOWN_PORT = h.free_port(), PREFIX_KEYS = h.unique("gw") }
+  local out = {}
+  for i = 1, 2 do
+    local v = { BACKEND_PORT = h.free_port() }
+    for k, x in pairs(vars) do v[k] = x end
+    out[i] = h.start_nginx("spec-rate.conf", v)
+  end
+  return out
+end
+
+for _, topo in ipairs(topologies) do
+  local tname, redis_of = topo[1], topo[2]
+
+  describe("gateway mode rate on " .. tname, function()
+    local a, b
+    setup(function()
+      local ctx = {}
+      redis_of(ctx)
+      local seeds = ctx.c and table.concat(ctx.c.seeds, ",") or nil
+      a, b = unpack(fleet(seeds))
+    end)
+    teardown(function()
+      if a then a.stop() end
+      if b then b.stop() end
+    end)
+
+    local function get(n, path) return assert(h.http(n.port, path)) end
+
+    it("admit no more than burst + rate x elapsed / period across two nginx of 2 workers each, offered 3x and more", function()
+      -- api: 20 per 1000 ms, burst 10; 16 clients alternating the two nginx for 2.5 s.
+      local admitted, refused, other = 0, 0, 0
+      local t0 = h.now()
+      h.parallel(16, function(i)
+        local n = (i % 2 == 0) and a or b
+        while h.now() < t0 + 2.5 do
+          local res = get(n, "/g/api?key=exact")
+          if res.status == 200 then admitted = admitted + 1
+          elseif res.status == 429 and res.headers["retry-after"] == "1" then refused = refused + 1
+          else other = other + 1 end
+          ngx.sleep(0.01)
+        end
+      end)
+      local elapsed = h.now() - t0
+      note("two nginx", admitted, refused, elapsed, 10 + 20 * elapsed)
+      assert.equal(0, other)
+      assert.is_true(admitted <= 10 + 20 * elapsed, admitted .. " admitted in " .. elapsed .. " s")
+      assert.is_true(admitted >= 10 + 20 * elapsed * 0.7, admitted .. " admitted in " .. elapsed .. " s")
+      assert.is_true(refused >= 2 * admitted, refused .. " refused, " .. admitted .. " admitted: offered less than 3x")
+    end)
+
+    it("say the policy and what remains in RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11)", function()
+      local res = get(a, "/g/api?key=fields")
+      assert.equal(200, res.status)
+      assert.equal('"20-per-1s";q=20;w=1;dlock-burst=10', res.headers["ratelimit-policy"])
+      assert.equal('"20-per-1s";r=9;t=1', res.headers["ratelimit"])
+      res = get(b, "/g/api?key=fields")
+      assert.equal('"20-per-1s";r=8;t=1', res.headers["ratelimit"])
+      -- A period of no whole seconds has no window parameter (w is in seconds).
+      res = get(a, "/g/odd?key=fields")
+      assert.equal('"3-per-1500ms";q=3;dlock-burst=1', res.headers["ratelimit-policy"])
+      assert.equal('"3-per-1500ms";r=0;t=1', res.headers["ratelimit"])
+      -- Through a proxied response too.
+      res = get(b, "/proxied?key=fields")
+      assert.equal(200, res.status)
+      assert.equal("served fields\n", res.body)
+      assert.equal('"20-per-1s";r=7;t=1', res.headers["ratelimit"])
+    end)
+
+    it("refuse with 429, Retry-After in whole seconds and the fields, charging nothing for the refusal", function()
+      assert.equal(200, get(a, "/g/odd?key=retry").status)
+      local res = get(b, "/g/odd?key=retry")
+      assert.equal(429, res.status)
+      assert.equal("1", res.headers["retry-after"])
+      assert.equal('"3-per-1500ms";r=0;t=1', res.headers["ratelimit"])
+      -- One interval (500 ms) after the admitted one, whatever was refused meanwhile.
+      ngx.sleep(0.55)
+      assert.equal(200, get(b, "/g/odd?key=retry").status)
+    end)
+
+    it("decide several limits together: the tightest refuses, its Retry-After, and every policy in the fields", function()
+      for i = 1, 5 do
+        local res = get(i % 2 == 0 and a or b, "/g/multi?key=m")
+        assert.equal(200, res.status)
+      end
+      local res = get(a, "/g/multi?key=m")
+      assert.equal(429, res.status)
+      assert.equal("1", res.headers["retry-after"])
+      assert.equal('"persec";q=5;w=1, "permin";q=8;w=60', res.headers["ratelimit-policy"])
+      assert.matches('^"persec";r=0;t=1, "permin";r=3;t=%d+$', res.headers["ratelimit"])
+      ngx.sleep(1.05)
+      for _ = 1, 3 do assert.equal(200, get(b, "/g/multi?key=m").status) end
+      res = get(a, "/g/multi?key=m")
+      assert.equal(429, res.status)
+      -- 8 per minute: the next one in 7.5 s, less the second that passed.
+      local ra = tonumber(res.headers["retry-after"])
+      assert.is_true(ra >= 6 and ra <= 8, tostring(ra))
+      assert.matches('"permin";r=0;t=%d+$', res.headers["ratelimit"])
+    end)
+
+    it("charge cost units per request (cost = 4 of 10 per minute)", function()
+      assert.equal('"10-per-1m";r=6;t=24', get(a, "/g/costly?key=c").headers["ratelimit"])
+      assert.matches('^"10%-per%-1m";r=2;t=4%d$', get(b, "/g/costly?key=c").headers["ratelimit"])
+      local res = get(a, "/g/costly?key=c")
+      assert.equal(429, res.status)
+      assert.equal("12", res.headers["retry-after"])
+    end)
+
+    it("leave the fields out with ratelimit_headers = false, and add the guard's own headers to refusals", function()
+      for _ = 1, 2 do
+        local res = get(a, "/g/quiet?key=q")
+        assert.equal(200, res.status)
+        assert.is_nil(res.headers["ratelimit"])
+        assert.is_nil(res.headers["ratelimit-policy"])
+      end
+      local res = get(b, "/g/quiet?key=q")
+      assert.equal(429, res.status)
+      assert.equal("yes", res.headers["x-limited"])
+      assert.is_not_nil(res.headers["retry-after"])
+    end)
+
+    it("charge a request once, even when an internal redirect brings it to the guard again", function()
+      assert.equal(200, get(a, "/twice?key=t").status)
+      assert.equal(200, get(a, "/g/twice?key=t").status)
+      assert.equal(429, get(b, "/g/twice?key=t").status)
+    end)
+
+    it("let a request without its key through unguarded (on_missing = pass), without fields", function()
+      local res = get(a, "/g/api")
+      assert.equal(200, res.status)
+      assert.is_nil(res.headers["ratelimit"])
+    end)
+
+    it("count admitted (acquired) and refused (rejected) requests per guard on the status page", function()
+      local cjson = require "cjson.safe"
+      local row = assert(cjson.decode(get(a, "/dlock/status").body)).guards.quiet
+      assert.equal("rate", row.mode)
+      assert.equal(2, row.acquired)
+      assert.equal(0, row.rejected)
+      row = assert(cjson.decode(get(b, "/dlock/status").body)).guards.quiet
+      assert.equal(0, row.acquired)
+      assert.equal(1, row.rejected)
+    end)
+
+    if tname == "standalone" then
+      it("refuse with error_status (on_error = deny) or let through (allow) while Redis is down, then stop calling it", function()
+        for _ = 1, 4 do
+          assert.equal(503, get(a, "/g/down_deny?key=d").status)
+          assert.equal(200, get(a, "/g/down_allow?key=d").status)
+        end
+        local cjson = require "cjson.safe"
+        local g = assert(cjson.decode(get(a, "/dlock/status").body)).guards
+        assert.equal("open", g.down_deny.breaker)
+        assert.equal(4, g.down_deny.failed_closed)
+        assert.equal(4, g.down_allow.failed_open)
+        assert.is_true(g.down_deny.short_circuited >= 1)
+      end)
+    end
+  end)
+end
+
+describe("gateway.new mode rate", function()
+  local gateway = require "resty.dlock.gateway"
+  local function err_of(o)
+    local base = { mode = "rate", key = "$arg_k", on_error = "deny", redis = h.redis_opts(), rate = 5 }
+    for k, v in pairs(o) do base[k] = v end
+    for k, v in pairs(o) do if v == "nil" then base[k] = nil end end
+    local g, err = gateway.new(base)
+    assert.is_nil(g)
+    return err
+  end
+
+  it("refuse bad options with messages naming the option and the value", function()
+    assert.equal("dlock: rate must be a positive integer, got 0", err_of({ rate = 0 }))
+    assert.equal("dlock: period must be a positive integer of ms, got 0.5", err_of({ period = 0.5 }))
+    assert.equal("dlock: cost must be a positive integer, at most the smallest burst (5), got 6", err_of({ cost = 6 }))
+    assert.equal("dlock: cost must be a positive integer, at most the smallest burst (2), got 3",
+      err_of({ rate = "nil", limits = { { rate = 5 }, { rate = 10, period = 60000, burst = 2 } }, cost = 3 }))
+    assert.equal("dlock: ratelimit_headers must be a boolean, got 1", err_of({ ratelimit_headers = 1 }))
+    assert.equal("dlock: ttl does not apply to mode rate, got 1000", err_of({ ttl = 1000 }))
+    assert.equal("dlock: wait does not apply to mode rate, got 10", err_of({ wait = 10 }))
+    assert.equal('dlock: on_error must be "allow" (fail open) or "deny" (fail closed), got "local"', err_of({ on_error = "local" }))
+    assert.equal(core.REDLOCK, err_of({ redis = { redlock = { "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3" } } }))
+    local g, err = gateway.new({ mode = "dedup", key = "$arg_k", on_error = "deny", rate = 5 })
+    assert.is_nil(g)
+    assert.equal("dlock: rate applies to mode rate only, not dedup, got 5", err)
+  end)
+end)
 
 describe("resty.dlock.rate", function()
   it("answer nil and the error when Redis is unreachable", function()
@@ -190,5 +391,13 @@ describe("resty.dlock.rate", function()
   end)
 end)
 
--- The unreachable Redis of one test: its connect failure, logged by the cosocket.
-h.check_error_logs({ { "connect%(%) failed %(111: Connection refused%)", max = 1 } })
+describe("the end of the file", function()
+  it("stops the cluster", function()
+    if cluster then cluster.stop() end
+  end)
+end)
+
+-- The unreachable Redis of the limiter and of the down_* guards: connect failures, the guards' lines.
+h.check_error_logs({ { "connect%(%) failed %(111: Connection refused%)", max = 12 },
+  { "dlock: guard down_%a+: redis 127%.0%.0%.1:%d+: connect", max = 8 },
+  { "dlock: guard down_%a+: Redis keeps failing", max = 4 } })

@@ -56,6 +56,7 @@ build = {
       ["resty.dlock.gateway.inflight"] = "dist/resty/dlock/gateway/inflight.lua",
       ["resty.dlock.gateway.key"] = "dist/resty/dlock/gateway/key.lua",
       ["resty.dlock.gateway.rate"] = "dist/resty/dlock/gateway/rate.lua",
+      ["resty.dlock.gateway.rate_local"] = "dist/resty/dlock/gateway/rate_local.lua",
       ["resty.dlock.gateway.request"] = "dist/resty/dlock/gateway/request.lua",
       ["resty.dlock.gateway.stats"] = "dist/resty/dlock/gateway/stats.lua",
       ["resty.dlock.rate"] = "dist/resty/dlock/rate.lua",

@@ -320,6 +320,86 @@ for _, topo in ipairs(topologies) do
   end)
 end
 
+describe("gateway mode rate with on_error = local", function()
+  local r, a, b
+  setup(function()
+    r = h.start_redis()
+    local vars = { REDIS_PORT = r.port, CLUSTER_SEEDS = "", DOWN_PORT = h.free_port(), PREFIX_KEYS = h.unique("fb") }
+    local ns = {}
+    for i = 1, 2 do
+      local v = { BACKEND_PORT = h.free_port() }
+      for k, x in pairs(vars) do v[k] = x end
+      ns[i] = h.start_nginx("spec-rate.conf", v)
+    end
+    a, b = ns[1], ns[2]
+  end)
+  teardown(function()
+    if r then r.signal("CONT") end
+    if a then a.stop() end
+    if b then b.stop() end
+    if r then r.stop() end
+  end)
+
+  local cjson = require "cjson.safe"
+  local function row(n)
+    return assert(cjson.decode(assert(h.http(n.port, "/dlock/status")).body)).guards.fallback
+  end
+
+  it("admit per nginx its share (rate / fleet, burst / fleet) while Redis is paused: the fleet stays within the limit, " ..
+     "no request waits once the breaker is open, and Redis decides again after the cool-down", function()
+    assert.equal('"20-per-1s";r=9;t=1', assert(h.http(a.port, "/g/fallback?key=f")).headers["ratelimit"])
+    assert.is_true(r.signal("STOP"))
+    local admitted, refused, other, slow = 0, 0, 0, 0
+    local t0 = h.now()
+    h.parallel(16, function(i)
+      local n = (i % 2 == 0) and a or b
+      while h.now() < t0 + 2 do
+        local sent = h.now()
+        local res = assert(h.http(n.port, "/g/fallback?key=f"))
+        local took = h.now() - sent
+        if res.status == 200 then admitted = admitted + 1
+        elseif res.status == 429 and res.headers["retry-after"] then refused = refused + 1
+        else other = other + 1 end
+        -- Once the breaker is open (the first failure, after read_timeout 200 ms), nobody waits for Redis.
+        if sent > t0 + 0.5 and took >= 0.2 then slow = slow + 1 end
+        ngx.sleep(0.01)
+      end
+    end)
+    local elapsed = h.now() - t0
+    note("two nginx, Redis paused, on_error = local", admitted, refused, elapsed, 10 + 20 * elapsed)
+    assert.equal(0, other)
+    assert.equal(0, slow)
+    assert.is_true(admitted <= 10 + 20 * elapsed, admitted .. " admitted in " .. elapsed .. " s")
+    assert.is_true(admitted >= 10 + 20 * elapsed * 0.5, admitted .. " admitted in " .. elapsed .. " s")
+    assert.is_true(refused > admitted)
+    local ra, rb = row(a), row(b)
+    assert.equal("open", ra.breaker)
+    assert.equal(admitted, ra.local_admitted + rb.local_admitted)
+    assert.equal(refused, ra.local_rejected + rb.local_rejected)
+
+    assert.is_true(r.signal("CONT"))
+    -- Back on Redis within a cool-down (1000 ms) and a margin: the breaker closes, local decisions stop.
+    assert.is_true(h.eventually(3, function()
+      h.http(a.port, "/g/fallback?key=back")
+      return row(a).breaker == "closed"
+    end))
+    local before = row(a).local_admitted
+    local res = assert(h.http(a.port, "/g/fallback?key=back2"))
+    assert.equal(200, res.status)
+    assert.equal('"20-per-1s";r=9;t=1', res.headers["ratelimit"])
+    assert.equal(before, row(a).local_admitted)
+  end)
+
+  it("refuse on_error = local without fleet, and fleet without on_error = local", function()
+    local gateway = require "resty.dlock.gateway"
+    local o = { mode = "rate", key = "$arg_k", on_error = "local", rate = 5, redis = h.redis_opts() }
+    assert.equal('dlock: fleet must be a positive integer with on_error = "local" (how many nginx share the limit), got nil',
+      select(2, gateway.new(o)))
+    o.on_error, o.fleet = "deny", 3
+    assert.equal('dlock: fleet applies with on_error = "local" only, got 3', select(2, gateway.new(o)))
+  end)
+end)
+
 describe("gateway.new mode rate", function()
   local gateway = require "resty.dlock.gateway"
   local function err_of(o)
@@ -340,7 +420,8 @@ describe("gateway.new mode rate", function()
     assert.equal("dlock: ratelimit_headers must be a boolean, got 1", err_of({ ratelimit_headers = 1 }))
     assert.equal("dlock: ttl does not apply to mode rate, got 1000", err_of({ ttl = 1000 }))
     assert.equal("dlock: wait does not apply to mode rate, got 10", err_of({ wait = 10 }))
-    assert.equal('dlock: on_error must be "allow" (fail open) or "deny" (fail closed), got "local"', err_of({ on_error = "local" }))
+    assert.equal('dlock: on_error must be "allow" (fail open), "deny" (fail closed) or "local" (this nginx\'s share of the limit), got "open"',
+      err_of({ on_error = "open" }))
     assert.equal(core.REDLOCK, err_of({ redis = { redlock = { "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3" } } }))
     local g, err = gateway.new({ mode = "dedup", key = "$arg_k", on_error = "deny", rate = 5 })
     assert.is_nil(g)
@@ -400,4 +481,8 @@ end)
 -- The unreachable Redis of the limiter and of the down_* guards: connect failures, the guards' lines.
 h.check_error_logs({ { "connect%(%) failed %(111: Connection refused%)", max = 12 },
   { "dlock: guard down_%a+: redis 127%.0%.0%.1:%d+: connect", max = 8 },
-  { "dlock: guard down_%a+: Redis keeps failing", max = 4 } })
+  { "dlock: guard down_%a+: Redis keeps failing", max = 4 },
+  -- The paused Redis of on_error = local: each worker's calls in flight when it stopped time out, the breaker opens.
+  { "lua tcp socket read timed out", max = 40 },
+  { "dlock: guard fallback: redis 127%.0%.0%.1:%d+: [^\n]*timeout", max = 40 },
+  { "dlock: guard fallback: Redis keeps failing", max = 8 } })

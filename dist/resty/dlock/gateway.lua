@@ -52,7 +52,8 @@ local OPTIONS = check.set(
     "burst",
     "limits",
     "cost",
-    "ratelimit_headers"
+    "ratelimit_headers",
+    "fleet"
 )
 local registry = {}
 --- Where gateway.new may run: before requests (and in timers, which belong to no request).

@@ -41,7 +41,7 @@ const OPTIONS = check.set(
   // mode idempotency only (validated in gateway/idempotency)
   "scope", "methods", "lease", "max_body", "max_request_body", "store", "store_headers",
   // mode rate only (validated in gateway/rate)
-  "rate", "period", "burst", "limits", "cost", "ratelimit_headers",
+  "rate", "period", "burst", "limits", "cost", "ratelimit_headers", "fleet",
 );
 
 const registry: guard.Listed[] = [];

@@ -1,17 +1,33 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local fields, str_format, tbl_concat, math_ceil, ngx_
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
 local redis = require("resty.dlock.redis.client")
 local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
 local keys = require("resty.dlock.gateway.key")
+local fallback = require("resty.dlock.gateway.rate_local")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
+function fields(g, reply)
+    local header = ngx_.header
+    header["RateLimit-Policy"] = g.policy
+    local parts = g.parts
+    local items = g.items
+    for i = 1, #items do
+        parts[i] = items[i] .. str_format(
+            "%d;t=%d",
+            reply[1 + 2 * i],
+            math_ceil(reply[2 + 2 * i] / 1000)
+        )
+    end
+    header.RateLimit = tbl_concat(parts, ", ")
+end
 local decide = core.decide
-local str_format = string.format
-local tbl_concat = table.concat
-local math_ceil = math.ceil
+str_format = string.format
+tbl_concat = table.concat
+math_ceil = math.ceil
 local math_max = math.max
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -22,7 +38,7 @@ local lua_tostring = tostring
 local lua_type = type
 local math_floor = math.floor
 local lua_setmetatable = setmetatable
-local ngx_ = ngx
+ngx_ = ngx
 local incr = stats.incr
 --- Options only mode rate takes (errors in the other modes).
 ____exports.ONLY = {
@@ -31,7 +47,8 @@ ____exports.ONLY = {
     "burst",
     "limits",
     "cost",
-    "ratelimit_headers"
+    "ratelimit_headers",
+    "fleet"
 }
 local OPTIONS = check.set(
     "name",
@@ -46,6 +63,7 @@ local OPTIONS = check.set(
     "limits",
     "cost",
     "ratelimit_headers",
+    "fleet",
     "on_missing",
     "on_error",
     "reject_status",
@@ -72,28 +90,25 @@ local function finish(g, status, retryAfterMs)
     end
     return ngx_.exit(status)
 end
-local function onRedisFailure(g)
+local function onRedisFailure(g, k)
+    if g.shares ~= nil then
+        local reply = fallback.decide(g.dict, k, g.shares, g.cost)
+        if g.policy ~= nil then
+            fields(g, reply)
+        end
+        if reply[1] == 0 then
+            incr(g.dict, g.name, "local_rejected")
+            finish(g, g.rejectStatus, reply[2])
+        end
+        incr(g.dict, g.name, "local_admitted")
+        return
+    end
     if g.onError == "allow" then
         incr(g.dict, g.name, "failed_open")
         return
     end
     incr(g.dict, g.name, "failed_closed")
     finish(g, g.errorStatus, nil)
-end
---- The RateLimit fields of a reply.
-local function fields(g, reply)
-    local header = ngx_.header
-    header["RateLimit-Policy"] = g.policy
-    local parts = g.parts
-    local items = g.items
-    for i = 1, #items do
-        parts[i] = items[i] .. str_format(
-            "%d;t=%d",
-            reply[1 + 2 * i],
-            math_ceil(reply[2 + 2 * i] / 1000)
-        )
-    end
-    header.RateLimit = tbl_concat(parts, ", ")
 end
 --- Has this request been decided for already (it came back through an internal redirect)? Marks it when not.
 local function again(g)
@@ -134,7 +149,7 @@ local function access(g)
         if kerr ~= nil then
             incr(g.dict, g.name, "key_errors")
             keys.failed(g.name, kerr, g.errorWhat)
-            if g.onError == "deny" then
+            if g.onError ~= "allow" then
                 finish(g, g.errorStatus, nil)
             end
             return
@@ -147,14 +162,15 @@ local function access(g)
         return
     end
     keys.note(g.name, g.key, true, g.missingWhat)
-    if stats.breakerOpen(g.dict, g.name) then
+    local k = hex(sha1_bin(raw))
+    if stats.breakerOpen(g.dict, g.name) or g.shares ~= nil and not fallback.probe(g) then
         incr(g.dict, g.name, "short_circuited")
-        onRedisFailure(g)
+        onRedisFailure(g, k)
         return
     end
     local reply, err = decide(
         g.conf,
-        g.prefix .. hex(sha1_bin(raw)),
+        g.prefix .. k,
         g.limits,
         "1",
         g.cost
@@ -169,7 +185,7 @@ local function access(g)
             ": ",
             check.reason(err)
         )
-        onRedisFailure(g)
+        onRedisFailure(g, k)
         return
     end
     stats.success(g.dict, g.name)
@@ -231,8 +247,24 @@ function ____exports.create(o, name)
         )
     end
     local onError = o.on_error
-    if onError ~= "allow" and onError ~= "deny" then
-        return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError)
+    if onError ~= "allow" and onError ~= "deny" and onError ~= "local" then
+        return check.fail("on_error must be \"allow\" (fail open), \"deny\" (fail closed) or \"local\" " .. "(this nginx's share of the limit)", onError)
+    end
+    local shares
+    if onError == "local" then
+        local fleet, ferr = check.integer(
+            "fleet",
+            o.fleet,
+            1,
+            10000,
+            "a positive integer with on_error = \"local\" (how many nginx share the limit)"
+        )
+        if fleet == nil then
+            return nil, ferr
+        end
+        shares = fallback.shares(ls, fleet, name)
+    elseif o.fleet ~= nil then
+        return check.fail("fleet applies with on_error = \"local\" only", o.fleet)
     end
     local onMissing = shared.opt(o, "on_missing", "pass")
     if onMissing ~= "pass" and onMissing ~= "reject" then
@@ -305,9 +337,11 @@ function ____exports.create(o, name)
         items = items,
         parts = {},
         missingWhat = onMissing == "reject" and ("refused with " .. lua_tostring(missingStatus)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
-        errorWhat = onError == "deny" and ("refused with " .. lua_tostring(common.errorStatus)) .. " (on_error = \"deny\")" or "let through unguarded (on_error = \"allow\")",
+        errorWhat = onError == "allow" and "let through unguarded (on_error = \"allow\")" or ((("refused with " .. lua_tostring(common.errorStatus)) .. " (on_error = \"") .. onError) .. "\")",
         onMissing = onMissing,
         onError = onError,
+        shares = shares,
+        probeFor = (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1,
         rejectStatus = rejectStatus,
         missingStatus = missingStatus,
         errorStatus = common.errorStatus,

@@ -11,6 +11,9 @@
 // policy, t the seconds until it is whole again. A burst other than the rate
 // is said as dlock-burst (the draft asks for vendor-prefixed parameters).
 //
+// on_error = "local" with `fleet`: while Redis cannot decide, each nginx
+// enforces its share of the limits from its shared dict (rate_local.ts).
+//
 // A rate guard holds nothing while the request runs: nothing to release in
 // log(). Its options are checked here, not in gateway.ts.
 
@@ -20,6 +23,7 @@ import * as redis from "../redis/client";
 import * as token from "../core/token";
 import * as shared from "./common";
 import * as keys from "./key";
+import * as fallback from "./rate_local";
 import * as request from "./request";
 import * as stats from "./stats";
 
@@ -41,10 +45,10 @@ const ngx_ = ngx;
 const incr = stats.incr;
 
 /** Options only mode rate takes (errors in the other modes). */
-export const ONLY = ["rate", "period", "burst", "limits", "cost", "ratelimit_headers"];
+export const ONLY = ["rate", "period", "burst", "limits", "cost", "ratelimit_headers", "fleet"];
 
 const OPTIONS = check.set(
-  "name", "mode", "key", "dict", "redis", "prefix", "rate", "period", "burst", "limits", "cost", "ratelimit_headers",
+  "name", "mode", "key", "dict", "redis", "prefix", "rate", "period", "burst", "limits", "cost", "ratelimit_headers", "fleet",
   "on_missing", "on_error", "reject_status", "missing_status", "error_status", "headers", "breaker_failures",
   "breaker_cooldown",
 );
@@ -67,7 +71,11 @@ export interface Guard {
   readonly missingWhat: string;
   readonly errorWhat: string;
   readonly onMissing: "pass" | "reject";
-  readonly onError: "allow" | "deny";
+  readonly onError: "allow" | "deny" | "local";
+  /** on_error = "local": this nginx's share of each limit. */
+  readonly shares: fallback.Share[] | undefined;
+  /** Seconds one probe of a half-open breaker has before another request may probe. */
+  readonly probeFor: number;
   readonly rejectStatus: number;
   readonly missingStatus: number;
   readonly errorStatus: number;
@@ -93,7 +101,17 @@ function finish(g: Guard, status: number, retryAfterMs: number | undefined): nev
   return ngx_.exit(status);
 }
 
-function onRedisFailure(g: Guard): void {
+function onRedisFailure(g: Guard, k: string): void {
+  if (g.shares !== undefined) {
+    const reply = fallback.decide(g.dict, k, g.shares, g.cost);
+    if (g.policy !== undefined) fields(g, reply);
+    if (reply.get(1) === 0) {
+      incr(g.dict, g.name, "local_rejected");
+      finish(g, g.rejectStatus, reply.get(2));
+    }
+    incr(g.dict, g.name, "local_admitted");
+    return;
+  }
   if (g.onError === "allow") {
     incr(g.dict, g.name, "failed_open");
     return;
@@ -144,7 +162,7 @@ function access(g: Guard): void {
     if (kerr !== undefined) {
       incr(g.dict, g.name, "key_errors");
       keys.failed(g.name, kerr, g.errorWhat);
-      if (g.onError === "deny") finish(g, g.errorStatus, undefined);
+      if (g.onError !== "allow") finish(g, g.errorStatus, undefined);
       return;
     }
     incr(g.dict, g.name, "missing_key");
@@ -153,18 +171,19 @@ function access(g: Guard): void {
     return;
   }
   keys.note(g.name, g.key, true, g.missingWhat);
-  if (stats.breakerOpen(g.dict, g.name)) {
+  // Client-controlled: hashed, so any size and any bytes map to a bounded key.
+  const k = hex(sha1_bin(raw));
+  if (stats.breakerOpen(g.dict, g.name) || (g.shares !== undefined && !fallback.probe(g))) {
     incr(g.dict, g.name, "short_circuited");
-    onRedisFailure(g);
+    onRedisFailure(g, k);
     return;
   }
-  // Client-controlled: hashed, so any size and any bytes map to a bounded key.
-  const [reply, err] = decide(g.conf, g.prefix + hex(sha1_bin(raw)), g.limits, "1", g.cost);
+  const [reply, err] = decide(g.conf, g.prefix + k, g.limits, "1", g.cost);
   if (reply === undefined) {
     incr(g.dict, g.name, "redis_errors");
     stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
     ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
-    onRedisFailure(g);
+    onRedisFailure(g, k);
     return;
   }
   stats.success(g.dict, g.name);
@@ -217,8 +236,18 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
     return check.fail("cost must be a positive integer, at most the smallest burst (" + lua_tostring(ls.most) + ")", cost);
   }
   const onError = o.get("on_error");
-  if (onError !== "allow" && onError !== "deny") {
-    return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError);
+  if (onError !== "allow" && onError !== "deny" && onError !== "local") {
+    return check.fail("on_error must be \"allow\" (fail open), \"deny\" (fail closed) or \"local\" " +
+      "(this nginx's share of the limit)", onError);
+  }
+  let shares: fallback.Share[] | undefined;
+  if (onError === "local") {
+    const [fleet, ferr] = check.integer("fleet", o.get("fleet"), 1, 10000,
+      "a positive integer with on_error = \"local\" (how many nginx share the limit)");
+    if (fleet === undefined) return $multi(undefined, ferr);
+    shares = fallback.shares(ls, fleet, name);
+  } else if (o.get("fleet") !== undefined) {
+    return check.fail("fleet applies with on_error = \"local\" only", o.get("fleet"));
   }
   const onMissing = shared.opt(o, "on_missing", "pass");
   if (onMissing !== "pass" && onMissing !== "reject") {
@@ -247,9 +276,10 @@ export function create(o: LuaTable<string, unknown>, name: string): LuaMultiRetu
     policy: headersOn ? policyOf(ls) : undefined, items, parts: [] as string[],
     missingWhat: onMissing === "reject" ? "refused with " + lua_tostring(missingStatus) + " (on_missing = \"reject\")"
       : "let through unguarded (on_missing = \"pass\")",
-    errorWhat: onError === "deny" ? "refused with " + lua_tostring(common.errorStatus) + " (on_error = \"deny\")"
-      : "let through unguarded (on_error = \"allow\")",
-    onMissing: onMissing as "pass" | "reject", onError, rejectStatus, missingStatus, errorStatus: common.errorStatus, headers: common.headers,
+    errorWhat: onError === "allow" ? "let through unguarded (on_error = \"allow\")"
+      : "refused with " + lua_tostring(common.errorStatus) + " (on_error = \"" + onError + "\")",
+    onMissing: onMissing as "pass" | "reject", onError, shares,
+    probeFor: (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1, rejectStatus, missingStatus, errorStatus: common.errorStatus, headers: common.headers,
     breakerFailures: common.breakerFailures, breakerCooldown: common.breakerCooldown,
     seen: new LuaTable<number, request.Anchor>(), seenCount: 0,
   };

@@ -254,7 +254,7 @@ describe("bad gateway options", function()
 
   local cases = {
     { nil, "dlock: gateway.new needs an options table with mode, key and on_error" },
-    { with({ mode = "lock" }), 'dlock: mode must be "dedup", "concurrency", "throttle", "mutex" or "idempotency", got "lock"' },
+    { with({ mode = "lock" }), 'dlock: mode must be "dedup", "concurrency", "throttle", "mutex", "idempotency" or "rate", got "lock"' },
     { with({ key = "idempotency_key" }), 'dlock: key must name at least one nginx variable ($http_x, $arg_x, $remote_addr...) or be a function, got "idempotency_key"' },
     { with({ key = 42 }), 'dlock: key must be a string of nginx variables ("$http_idempotency_key") or a function, got 42' },
     { { mode = "dedup", key = "$http_x" }, 'dlock: on_error must be "allow" (fail open) or "deny" (fail closed), got nil' },

@@ -7,6 +7,7 @@ local keys = require("resty.dlock.gateway.key")
 local idempotency = require("resty.dlock.gateway.idempotency")
 local inflight = require("resty.dlock.gateway.inflight")
 local guard = require("resty.dlock.gateway.guard")
+local rate = require("resty.dlock.gateway.rate")
 local meter = require("resty.dlock.core.meter")
 local semaphore = require("resty.dlock.semaphore")
 do
@@ -45,7 +46,14 @@ local OPTIONS = check.set(
     "max_body",
     "max_request_body",
     "store",
-    "store_headers"
+    "store_headers",
+    "rate",
+    "period",
+    "burst",
+    "limits",
+    "cost",
+    "ratelimit_headers",
+    "fleet"
 )
 local registry = {}
 --- Where gateway.new may run: before requests (and in timers, which belong to no request).
@@ -81,8 +89,8 @@ function ____exports.new(opts)
     end
     local mode = o.mode
     local spec = type(mode) == "string" and MODES[mode] or nil
-    if spec == nil and mode ~= "idempotency" then
-        return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\", \"mutex\" or \"idempotency\"", mode)
+    if spec == nil and mode ~= "idempotency" and mode ~= "rate" then
+        return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\", \"mutex\", \"idempotency\" or \"rate\"", mode)
     end
     local name = (mode .. "#") .. tostring(#registry + 1)
     if o.name ~= nil then
@@ -105,10 +113,26 @@ function ____exports.new(opts)
         registry[#registry + 1] = ig
         return ig, nil
     end
+    if mode == "rate" then
+        local rg, rerr = rate.create(o, name)
+        if rg == nil then
+            return nil, rerr
+        end
+        registry[#registry + 1] = rg
+        return rg, nil
+    end
     for ____, only in ipairs(idempotency.ONLY) do
         if o[only] ~= nil then
             return check.fail(
                 (only .. " applies to mode idempotency only, not ") .. tostring(mode),
+                o[only]
+            )
+        end
+    end
+    for ____, only in ipairs(rate.ONLY) do
+        if o[only] ~= nil then
+            return check.fail(
+                (only .. " applies to mode rate only, not ") .. tostring(mode),
                 o[only]
             )
         end

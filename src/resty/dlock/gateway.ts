@@ -10,7 +10,8 @@
 //
 // Modes: dedup (409 while the same key is in flight, optionally `hold` ms after a
 // 2xx), concurrency (at most `permits` in flight per key, 429 after `wait`),
-// throttle (one request per key per `ttl`, 429), mutex (one at a time, 503 after `wait`).
+// throttle (one request per key per `ttl`, 429), mutex (one at a time, 503 after `wait`),
+// idempotency (gateway/idempotency.ts), rate (`rate` per `period` ms per key, 429: gateway/rate.ts).
 
 import * as check from "./core/check";
 import * as dlock from "../dlock";
@@ -19,6 +20,7 @@ import * as keys from "./gateway/key";
 import * as idempotency from "./gateway/idempotency";
 import * as inflight from "./gateway/inflight";
 import * as guard from "./gateway/guard";
+import * as rate from "./gateway/rate";
 import type * as lease from "./core/lease";
 import * as meter from "./core/meter";
 import * as semaphore from "./semaphore";
@@ -38,6 +40,8 @@ const OPTIONS = check.set(
   "headers", "breaker_failures", "breaker_cooldown", "read_body",
   // mode idempotency only (validated in gateway/idempotency)
   "scope", "methods", "lease", "max_body", "max_request_body", "store", "store_headers",
+  // mode rate only (validated in gateway/rate)
+  "rate", "period", "burst", "limits", "cost", "ratelimit_headers", "fleet",
 );
 
 const registry: guard.Listed[] = [];
@@ -60,7 +64,7 @@ function status(o: LuaTable<string, unknown>, name: string, dflt: number): LuaMu
  * Create a guard (once, in init_by_lua). Returns it, or nil and an error naming the bad option.
  * @customName new
  */
-export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard | idempotency.Guard | undefined, string | undefined]> {
+export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard | idempotency.Guard | rate.Guard | undefined, string | undefined]> {
   const phase = ngx.get_phase();
   if (!PHASES.has(phase)) {
     // Each request would get a lock of its own (excluding nothing) and a name of its own in the metrics.
@@ -73,8 +77,8 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
 
   const mode = o.get("mode");
   const spec = type(mode) === "string" ? MODES.get(mode as string) : undefined;
-  if (spec === undefined && mode !== "idempotency") {
-    return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\", \"mutex\" or \"idempotency\"", mode);
+  if (spec === undefined && mode !== "idempotency" && mode !== "rate") {
+    return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\", \"mutex\", \"idempotency\" or \"rate\"", mode);
   }
   let name = (mode as string) + "#" + (registry.length + 1);
   if (o.get("name") !== undefined) {
@@ -94,10 +98,20 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     registry.push(ig);
     return $multi(ig, undefined);
   }
+  if (mode === "rate") {
+    // Its own module: options and Redis script of its own.
+    const [rg, rerr] = rate.create(o, name);
+    if (rg === undefined) return $multi(undefined, rerr);
+    registry.push(rg);
+    return $multi(rg, undefined);
+  }
   for (const only of idempotency.ONLY) {
     if (o.get(only) !== undefined) {
       return check.fail(only + " applies to mode idempotency only, not " + mode, o.get(only));
     }
+  }
+  for (const only of rate.ONLY) {
+    if (o.get(only) !== undefined) return check.fail(only + " applies to mode rate only, not " + mode, o.get(only));
   }
 
   const [tpl, kerr] = keys.compile("key", o.get("key"));

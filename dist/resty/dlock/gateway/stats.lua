@@ -21,7 +21,9 @@ ____exports.EVENTS = {
     "replayed",
     "conflict",
     "mismatch",
-    "not_stored"
+    "not_stored",
+    "local_admitted",
+    "local_rejected"
 }
 function ____exports.incr(dict, guard, event)
     dict:incr((("c:" .. guard) .. ":") .. event, 1, 0)

@@ -1,0 +1,221 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local backend = require("resty.dlock.redis.backend")
+local token = require("resty.dlock.core.token")
+local check = require("resty.dlock.core.check")
+local call = backend.call
+local str_format = string.format
+local lua_type = type
+local lua_tostring = tostring
+local math_floor = math.floor
+local str_sub = string.sub
+local lua_pairs = pairs
+local lua_unpack = unpack
+local SRC = "#!lua\nlocal t = redis.call('TIME')\nlocal now = t[1] * 1000000 + t[2]\nlocal mode = ARGV[1]\nlocal cost = tonumber(ARGV[2])\nlocal n = (#ARGV - 2) / 2\nlocal fields = {}\nfor i = 1, n do fields[i] = i end\nlocal tats = redis.call('HMGET', KEYS[1], unpack(fields))\nlocal iv, cap, base, nxt = {}, {}, {}, {}\nlocal over = 0\nfor i = 1, n do\n  iv[i] = tonumber(ARGV[1 + 2 * i])\n  cap[i] = tonumber(ARGV[2 + 2 * i]) * iv[i]\n  local tat = tonumber(tats[i]) or now\n  if tat < now then tat = now end\n  base[i] = tat\n  if mode == '-1' then\n    local b = tat - cost * iv[i]\n    if b < now then b = now end\n    nxt[i] = b\n  else\n    nxt[i] = tat + cost * iv[i]\n    local o = nxt[i] - now - cap[i]\n    if o > 1 and o > over then over = o end\n  end\nend\nlocal ok = over == 0\nlocal write = (ok and mode == '1') or mode == '-1'\nif write then\n  local set, far = {}, 0\n  for i = 1, n do\n    set[2 * i - 1] = i\n    set[2 * i] = string.format('%.17g', nxt[i])\n    if nxt[i] - now > far then far = nxt[i] - now end\n  end\n  if far <= 0 then\n    redis.call('DEL', KEYS[1])\n  else\n    redis.call('HSET', KEYS[1], unpack(set))\n    redis.call('PEXPIRE', KEYS[1], math.ceil(far / 1000))\n  end\nend\nlocal out = { 0, math.ceil(over / 1000) }\nif ok then out[1] = (write and mode == '1') and 1 or 2 end\nfor i = 1, n do\n  local d = (ok and nxt[i] or base[i]) - now\n  local r = math.floor((cap[i] - d) / iv[i] + 0.000001)\n  if r < 0 then r = 0 end\n  out[#out + 1] = r\n  out[#out + 1] = math.ceil(d / 1000)\nend\nreturn out\n"
+local function isCharged(reply)
+    return lua_type(reply) == "table" and reply[1] == 1
+end
+--- The GCRA script: its charged answers are writes that WAIT for replicas (redis.replicas).
+____exports.SCRIPT = {
+    name = "rate",
+    src = SRC,
+    sha = token.hex(ngx.sha1_bin(SRC)),
+    keys = 1,
+    written = isCharged,
+    alone = nil,
+    undo = nil
+}
+--- Longest period: 30 days, in ms.
+____exports.MAX_PERIOD = 30 * 86400000
+local MAX_RATE = 1000000000
+--- A short policy name for a limit: "100-per-1m", "10-per-1s", "5-per-250ms".
+local function nameOf(rate, period)
+    local p = lua_tostring(period) .. "ms"
+    if period % 86400000 == 0 then
+        p = lua_tostring(period / 86400000) .. "d"
+    elseif period % 3600000 == 0 then
+        p = lua_tostring(period / 3600000) .. "h"
+    elseif period % 60000 == 0 then
+        p = lua_tostring(period / 60000) .. "m"
+    elseif period % 1000 == 0 then
+        p = lua_tostring(period / 1000) .. "s"
+    end
+    return (lua_tostring(rate) .. "-per-") .. p
+end
+--- One limit from rate, period, burst and name (burst defaults to rate: a
+-- client idle for a period may spend it at once). `where` prefixes the
+-- option names in messages ("limits[2].").
+function ____exports.limit(where, rate, period, burst, name)
+    local r, e1 = check.integer(
+        where .. "rate",
+        rate,
+        1,
+        MAX_RATE,
+        "a positive integer"
+    )
+    if r == nil then
+        return nil, e1
+    end
+    local p, e2 = check.integer(
+        where .. "period",
+        period == nil and 1000 or period,
+        1,
+        ____exports.MAX_PERIOD,
+        "a positive integer of ms"
+    )
+    if p == nil then
+        return nil, e2
+    end
+    local b, e3 = check.integer(
+        where .. "burst",
+        burst == nil and r or burst,
+        1,
+        MAX_RATE,
+        "a positive integer"
+    )
+    if b == nil then
+        return nil, e3
+    end
+    local n = nameOf(r, p)
+    if name ~= nil then
+        local s, e4 = check.str(where .. "name", name, 64)
+        if s == nil then
+            return nil, e4
+        end
+        if check.found(s, "[^%w%-_%.:/]") then
+            return check.fail(where .. "name must be letters, digits and -_.:/", s)
+        end
+        n = s
+    end
+    return {rate = r, period = p, burst = b, name = n}, nil
+end
+--- The limits a decision is under, with the arguments the script gets for them.
+function ____exports.limits(list)
+    local args = {}
+    local most = list[1].burst
+    local seen = {}
+    for i = 1, #list do
+        local l = list[i]
+        if seen[l.name] ~= nil then
+            return check.fail(("two limits share the policy name " .. l.name) .. " (give each a name)", l.name)
+        end
+        seen[l.name] = true
+        args[2 * i - 2 + 1] = str_format("%.17g", l.period * 1000 / l.rate)
+        args[2 * i] = l.burst
+        if l.burst < most then
+            most = l.burst
+        end
+    end
+    return {list = list, args = args, most = most}, nil
+end
+--- Redlock cannot bound a rate: new() returns this.
+____exports.REDLOCK = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " .. "bound the total (use redis.sentinel or redis.cluster)"
+--- The script's reply for key rkey under ls: mode "1" (decide, charge when
+-- admitted), "0" (decide only) or "-1" (give cost back). nil, err and the
+-- fault when Redis failed.
+function ____exports.decide(conf, rkey, ls, mode, cost)
+    local res, err, fault = call(
+        conf,
+        ____exports.SCRIPT,
+        rkey,
+        mode,
+        cost,
+        lua_unpack(ls.args)
+    )
+    if res == nil then
+        return nil, err, fault
+    end
+    if lua_type(res) ~= "table" then
+        return nil, "dlock: rate script answered " .. check.show(res), "failed"
+    end
+    return res, nil, nil
+end
+--- Remaining requests under limit i (1-based) of a reply.
+function ____exports.remaining(reply, i)
+    return reply[1 + 2 * i]
+end
+--- ms until limit i of a reply is full again.
+function ____exports.full(reply, i)
+    return reply[2 + 2 * i]
+end
+--- The smallest remaining of a reply, over n limits.
+function ____exports.least(reply, n)
+    local r = reply[3]
+    for i = 2, n do
+        local x = reply[1 + 2 * i]
+        if x < r then
+            r = x
+        end
+    end
+    return math_floor(r)
+end
+--- Most limits on one decision.
+local MAX_LIMITS = 8
+local SINGLE = {"rate", "period", "burst"}
+local LIMIT_OPTIONS = check.set("rate", "period", "burst", "name")
+--- The limits of an options table: rate, period and burst for one, or
+-- `limits = { { rate =, period =, burst =, name = }, ... }` for several (not both).
+function ____exports.parse(o)
+    local many = o.limits
+    if many == nil then
+        if o.rate == nil then
+            return check.fail("rate must be a positive integer (requests per period), or limits a list of { rate =, period = }", nil)
+        end
+        local l, err = ____exports.limit(
+            "",
+            o.rate,
+            o.period,
+            o.burst,
+            nil
+        )
+        if l == nil then
+            return nil, err
+        end
+        return ____exports.limits({l})
+    end
+    for i = 1, 3 do
+        local k = SINGLE[i]
+        if o[k] ~= nil then
+            return check.fail((k .. " and limits exclude each other: give each limit its own ") .. k, o[k])
+        end
+    end
+    local what = "limits must be a list of 1 to 8 tables { rate =, period =, burst =, name = }"
+    if lua_type(many) ~= "table" then
+        return check.fail(what, many)
+    end
+    local t = many
+    local n = #t
+    if n < 1 or n > MAX_LIMITS then
+        return check.fail(what, many)
+    end
+    for k in lua_pairs(t) do
+        if lua_type(k) ~= "number" or k < 1 or k > n or k ~= math_floor(k) then
+            return check.fail(what, k)
+        end
+    end
+    local list = {}
+    for i = 1, n do
+        local where = ("limits[" .. lua_tostring(i)) .. "]."
+        local e, eerr = check.options(
+            str_sub(where, 1, -2),
+            t[i],
+            LIMIT_OPTIONS
+        )
+        if e == nil then
+            return nil, eerr
+        end
+        local l, err = ____exports.limit(
+            where,
+            e.rate,
+            e.period,
+            e.burst,
+            e.name
+        )
+        if l == nil then
+            return nil, err
+        end
+        list[i] = l
+    end
+    return ____exports.limits(list)
+end
+return ____exports

@@ -1,0 +1,356 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local fields, str_format, tbl_concat, math_ceil, ngx_
+local check = require("resty.dlock.core.check")
+local core = require("resty.dlock.core.rate")
+local redis = require("resty.dlock.redis.client")
+local token = require("resty.dlock.core.token")
+local shared = require("resty.dlock.gateway.common")
+local keys = require("resty.dlock.gateway.key")
+local fallback = require("resty.dlock.gateway.rate_local")
+local request = require("resty.dlock.gateway.request")
+local stats = require("resty.dlock.gateway.stats")
+function fields(g, reply)
+    local header = ngx_.header
+    header["RateLimit-Policy"] = g.policy
+    local parts = g.parts
+    local items = g.items
+    for i = 1, #items do
+        parts[i] = items[i] .. str_format(
+            "%d;t=%d",
+            reply[1 + 2 * i],
+            math_ceil(reply[2 + 2 * i] / 1000)
+        )
+    end
+    header.RateLimit = tbl_concat(parts, ", ")
+end
+local decide = core.decide
+str_format = string.format
+tbl_concat = table.concat
+math_ceil = math.ceil
+local math_max = math.max
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local sha1_bin = ngx.sha1_bin
+local hex = token.hex
+local lua_pairs = pairs
+local lua_tostring = tostring
+local lua_type = type
+local math_floor = math.floor
+local lua_setmetatable = setmetatable
+ngx_ = ngx
+local incr = stats.incr
+--- Options only mode rate takes (errors in the other modes).
+____exports.ONLY = {
+    "rate",
+    "period",
+    "burst",
+    "limits",
+    "cost",
+    "ratelimit_headers",
+    "fleet"
+}
+local OPTIONS = check.set(
+    "name",
+    "mode",
+    "key",
+    "dict",
+    "redis",
+    "prefix",
+    "rate",
+    "period",
+    "burst",
+    "limits",
+    "cost",
+    "ratelimit_headers",
+    "fleet",
+    "on_missing",
+    "on_error",
+    "reject_status",
+    "missing_status",
+    "error_status",
+    "headers",
+    "breaker_failures",
+    "breaker_cooldown"
+)
+--- Entries of `seen` before the dead ones are swept.
+local SEEN_SWEEP = 1000
+local function finish(g, status, retryAfterMs)
+    local header = ngx_.header
+    if retryAfterMs ~= nil then
+        header["Retry-After"] = math_max(
+            1,
+            math_ceil(retryAfterMs / 1000)
+        )
+    end
+    if g.headers ~= nil then
+        for k, v in lua_pairs(g.headers) do
+            header[k] = v
+        end
+    end
+    return ngx_.exit(status)
+end
+local function onRedisFailure(g, k)
+    if g.shares ~= nil then
+        local reply = fallback.decide(g.dict, k, g.shares, g.cost)
+        if g.policy ~= nil then
+            fields(g, reply)
+        end
+        if reply[1] == 0 then
+            incr(g.dict, g.name, "local_rejected")
+            finish(g, g.rejectStatus, reply[2])
+        end
+        incr(g.dict, g.name, "local_admitted")
+        return
+    end
+    if g.onError == "allow" then
+        incr(g.dict, g.name, "failed_open")
+        return
+    end
+    incr(g.dict, g.name, "failed_closed")
+    finish(g, g.errorStatus, nil)
+end
+--- Has this request been decided for already (it came back through an internal redirect)? Marks it when not.
+local function again(g)
+    local rid = request.id()
+    if rid == nil then
+        return false
+    end
+    local a = g.seen[rid]
+    if a ~= nil and request.alive(a) then
+        return true
+    end
+    if g.seenCount >= SEEN_SWEEP then
+        for k, v in lua_pairs(g.seen) do
+            if not request.alive(v) then
+                g.seen[k] = nil
+                g.seenCount = g.seenCount - 1
+            end
+        end
+    end
+    local an = request.anchor()
+    if an ~= nil and an.ref >= 0 then
+        if a == nil then
+            g.seenCount = g.seenCount + 1
+        end
+        g.seen[rid] = an
+    end
+    return false
+end
+local function access(g)
+    if not shared.decides(g.name) then
+        return
+    end
+    if again(g) then
+        return
+    end
+    local raw, kerr = keys.value(g.key)
+    if raw == nil then
+        if kerr ~= nil then
+            incr(g.dict, g.name, "key_errors")
+            keys.failed(g.name, kerr, g.errorWhat)
+            if g.onError ~= "allow" then
+                finish(g, g.errorStatus, nil)
+            end
+            return
+        end
+        incr(g.dict, g.name, "missing_key")
+        keys.note(g.name, g.key, false, g.missingWhat)
+        if g.onMissing == "reject" then
+            finish(g, g.missingStatus, nil)
+        end
+        return
+    end
+    keys.note(g.name, g.key, true, g.missingWhat)
+    local k = hex(sha1_bin(raw))
+    if stats.breakerOpen(g.dict, g.name) or g.shares ~= nil and not fallback.probe(g) then
+        incr(g.dict, g.name, "short_circuited")
+        onRedisFailure(g, k)
+        return
+    end
+    local reply, err = decide(
+        g.conf,
+        g.prefix .. k,
+        g.limits,
+        "1",
+        g.cost
+    )
+    if reply == nil then
+        incr(g.dict, g.name, "redis_errors")
+        stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown)
+        ngx_log(
+            ERR,
+            "dlock: guard ",
+            g.name,
+            ": ",
+            check.reason(err)
+        )
+        onRedisFailure(g, k)
+        return
+    end
+    stats.success(g.dict, g.name)
+    if g.policy ~= nil then
+        fields(g, reply)
+    end
+    if reply[1] == 0 then
+        incr(g.dict, g.name, "rejected")
+        finish(g, g.rejectStatus, reply[2])
+        return
+    end
+    incr(g.dict, g.name, "acquired")
+end
+local guardMethods = {
+    access = function(self)
+        access(self)
+    end,
+    log = function(self)
+        return
+    end
+}
+local guardMt = {__index = guardMethods}
+--- RateLimit-Policy for these limits.
+local function policyOf(ls)
+    local out = {}
+    for i = 1, #ls.list do
+        local l = ls.list[i]
+        local item = str_format("\"%s\";q=%d", l.name, l.rate)
+        if l.period % 1000 == 0 then
+            item = item .. str_format(";w=%d", l.period / 1000)
+        end
+        if l.burst ~= l.rate then
+            item = item .. str_format(";dlock-burst=%d", l.burst)
+        end
+        out[i] = item
+    end
+    return tbl_concat(out, ", ")
+end
+--- Validate the options (already checked against gateway.new's names) and build the guard.
+function ____exports.create(o, name)
+    for k, v in lua_pairs(o) do
+        if not (OPTIONS[k] ~= nil) then
+            return check.fail(k .. " does not apply to mode rate", v)
+        end
+    end
+    local key, kerr = keys.compile("key", o.key)
+    if key == nil then
+        return nil, kerr
+    end
+    local ls, lerr = core.parse(o)
+    if ls == nil then
+        return nil, lerr
+    end
+    local cost = shared.opt(o, "cost", 1)
+    if lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > ls.most then
+        return check.fail(
+            ("cost must be a positive integer, at most the smallest burst (" .. lua_tostring(ls.most)) .. ")",
+            cost
+        )
+    end
+    local onError = o.on_error
+    if onError ~= "allow" and onError ~= "deny" and onError ~= "local" then
+        return check.fail("on_error must be \"allow\" (fail open), \"deny\" (fail closed) or \"local\" " .. "(this nginx's share of the limit)", onError)
+    end
+    local shares
+    if onError == "local" then
+        local fleet, ferr = check.integer(
+            "fleet",
+            o.fleet,
+            1,
+            10000,
+            "a positive integer with on_error = \"local\" (how many nginx share the limit)"
+        )
+        if fleet == nil then
+            return nil, ferr
+        end
+        shares = fallback.shares(ls, fleet, name)
+    elseif o.fleet ~= nil then
+        return check.fail("fleet applies with on_error = \"local\" only", o.fleet)
+    end
+    local onMissing = shared.opt(o, "on_missing", "pass")
+    if onMissing ~= "pass" and onMissing ~= "reject" then
+        return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing)
+    end
+    local headersOn, herr = check.bool(
+        "ratelimit_headers",
+        shared.opt(o, "ratelimit_headers", true)
+    )
+    if headersOn == nil then
+        return nil, herr
+    end
+    local rejectStatus, e1 = check.integer(
+        "reject_status",
+        shared.opt(o, "reject_status", 429),
+        200,
+        599,
+        "an HTTP status code"
+    )
+    if rejectStatus == nil then
+        return nil, e1
+    end
+    local missingStatus, e2 = check.integer(
+        "missing_status",
+        shared.opt(o, "missing_status", 400),
+        200,
+        599,
+        "an HTTP status code"
+    )
+    if missingStatus == nil then
+        return nil, e2
+    end
+    local common, ce = shared.parse(o)
+    if common == nil then
+        return nil, ce
+    end
+    local dict, derr = check.sharedDict(shared.opt(o, "dict", "dlock"))
+    if dict == nil then
+        return nil, derr
+    end
+    local conf, rerr = redis.parse(o.redis, dict)
+    if conf == nil then
+        return nil, rerr
+    end
+    if conf.topology == "redlock" then
+        return nil, core.REDLOCK
+    end
+    local prefix, perr = check.str(
+        "prefix",
+        shared.opt(o, "prefix", ("dlock:gw:" .. name) .. ":"),
+        256
+    )
+    if prefix == nil then
+        return nil, perr
+    end
+    local items = {}
+    for i = 1, #ls.list do
+        items[i] = str_format("\"%s\";r=", ls.list[i].name)
+    end
+    local g = {
+        name = name,
+        mode = "rate",
+        dict = dict,
+        key = key,
+        conf = conf,
+        prefix = prefix,
+        limits = ls,
+        cost = cost,
+        policy = headersOn and policyOf(ls) or nil,
+        items = items,
+        parts = {},
+        missingWhat = onMissing == "reject" and ("refused with " .. lua_tostring(missingStatus)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
+        errorWhat = onError == "allow" and "let through unguarded (on_error = \"allow\")" or ((("refused with " .. lua_tostring(common.errorStatus)) .. " (on_error = \"") .. onError) .. "\")",
+        onMissing = onMissing,
+        onError = onError,
+        shares = shares,
+        probeFor = (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1,
+        rejectStatus = rejectStatus,
+        missingStatus = missingStatus,
+        errorStatus = common.errorStatus,
+        headers = common.headers,
+        breakerFailures = common.breakerFailures,
+        breakerCooldown = common.breakerCooldown,
+        seen = {},
+        seenCount = 0
+    }
+    return lua_setmetatable(g, guardMt), nil
+end
+return ____exports

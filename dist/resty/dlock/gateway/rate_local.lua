@@ -1,0 +1,118 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.core.check")
+local core = require("resty.dlock.core.rate")
+local stats = require("resty.dlock.gateway.stats")
+local ngx_now = ngx.now
+local math_floor = math.floor
+local math_ceil = math.ceil
+local math_max = math.max
+local str_format = string.format
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local ngx_ = ngx
+--- The shares of guard `name`'s limits on one nginx of `fleet`.
+function ____exports.shares(ls, fleet, name)
+    local out = {}
+    for i = 1, #ls.list do
+        local l = ls.list[i]
+        local interval = l.period * 1000 / l.rate * fleet
+        out[i] = {
+            interval = interval,
+            cap = interval * math_max(
+                1,
+                math_floor(l.burst / fleet)
+            ),
+            key = str_format("rl:%s:%d:", name, i)
+        }
+    end
+    return out
+end
+local tats = {}
+--- Decide for hashed key k as the script would, in dict d:
+-- the same reply shape ({ 1 or 0, retry ms, per limit remaining, ms until full }).
+function ____exports.decide(d, k, sh, cost)
+    local now = ngx_now() * 1000000
+    local n = #sh
+    local over = 0
+    for i = 1, n do
+        local s = sh[i]
+        local v = d:get(s.key .. k)
+        local tat = v == nil and now or v
+        if tat < now then
+            tat = now
+        end
+        tats[i] = tat
+        local o = tat + cost * s.interval - now - s.cap
+        if o > 1 and o > over then
+            over = o
+        end
+    end
+    local ok = over == 0
+    local out = {}
+    out[1] = ok and 1 or 0
+    out[2] = math_ceil(over / 1000)
+    for i = 1, n do
+        local s = sh[i]
+        local t = tats[i]
+        if ok then
+            t = t + cost * s.interval
+            d:set(s.key .. k, t, (t - now) / 1000000 + 0.001)
+        end
+        out[1 + 2 * i] = math_max(
+            0,
+            math_floor((s.cap - (t - now)) / s.interval + 0.000001)
+        )
+        out[2 + 2 * i] = math_ceil((t - now) / 1000)
+    end
+    return out
+end
+--- In a timer: does Redis answer again? A dry run (it charges nothing) closes the breaker, or opens it again.
+local function probeRedis(premature, g)
+    if premature then
+        return
+    end
+    local reply, err = core.decide(
+        g.conf,
+        g.prefix .. "probe",
+        g.limits,
+        "0",
+        1
+    )
+    if reply == nil then
+        stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown)
+        ngx_log(
+            ERR,
+            "dlock: guard ",
+            g.name,
+            ": ",
+            check.reason(err)
+        )
+        return
+    end
+    stats.success(g.dict, g.name)
+end
+--- With on_error = "local", after the cool-down (half open): may this request
+-- ask Redis? Not until a probe in a timer of this nginx has found Redis back
+-- (one at a time, for up to a call's timeouts): meanwhile requests keep
+-- deciding locally, none waits on a Redis that may still be gone.
+function ____exports.probe(g)
+    if stats.breakerState(g.dict, g.name) ~= "half_open" then
+        return true
+    end
+    local first = g.dict:add("b:probe:" .. g.name, true, g.probeFor)
+    if first == true then
+        local ok, err = ngx_.timer.at(0, probeRedis, g)
+        if ok == nil then
+            ngx_log(
+                ERR,
+                "dlock: guard ",
+                g.name,
+                ": cannot start a timer to probe Redis: ",
+                err
+            )
+        end
+    end
+    return false
+end
+return ____exports

@@ -1,0 +1,154 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.core.check")
+local core = require("resty.dlock.core.rate")
+local meter = require("resty.dlock.core.meter")
+local redis = require("resty.dlock.redis.client")
+do
+    local ____version = require("resty.dlock.version")
+    ____exports._VERSION = ____version.VERSION
+end
+local decide = core.decide
+local least = core.least
+local lua_type = type
+local lua_tostring = tostring
+local math_floor = math.floor
+local ngx_ = ngx
+local lua_setmetatable = setmetatable
+local NEW_OPTIONS = check.set(
+    "dict",
+    "redis",
+    "rate",
+    "period",
+    "burst",
+    "limits",
+    "prefix",
+    "name"
+)
+--- Longest key, in bytes (before the prefix).
+local MAX_KEY = 1024
+local COSOCKET_PHASES = check.set(
+    "rewrite",
+    "server_rewrite",
+    "access",
+    "content",
+    "timer",
+    "ssl_cert",
+    "ssl_session_fetch",
+    "ssl_client_hello",
+    "preread"
+)
+--- The Redis key of key, or nil and the error.
+local function keyOf(____self, key, cost, op)
+    local phase = ngx_.get_phase()
+    if not (COSOCKET_PHASES[phase] ~= nil) then
+        return nil, ((("dlock: " .. op) .. " needs cosockets, which nginx does not allow in the ") .. phase) .. " phase (use it in access/content, or from ngx.timer.at)"
+    end
+    if lua_type(key) ~= "string" or #key == 0 or #key > MAX_KEY then
+        local ____, err = check.fail("key must be a non-empty string of at most 1024 bytes", key)
+        return nil, err
+    end
+    if cost ~= 1 and (lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > ____self.limits.most) then
+        local ____, err = check.fail(
+            ("cost must be a positive integer, at most the smallest burst (" .. lua_tostring(____self.limits.most)) .. ")",
+            cost
+        )
+        return nil, err
+    end
+    return ____self.prefix .. key, nil
+end
+local limiterMethods = {
+    incoming = function(self, key, commit, cost)
+        local c = cost == nil and 1 or cost
+        local rkey, err = keyOf(self, key, c, "incoming")
+        if rkey == nil then
+            return nil, err, nil
+        end
+        local reply, rerr = decide(
+            self.redis,
+            rkey,
+            self.limits,
+            commit and "1" or "0",
+            c
+        )
+        if reply == nil then
+            return nil, rerr, nil
+        end
+        if reply[1] == 0 then
+            return nil, "rejected", reply[2]
+        end
+        return 0, least(reply, #self.limits.list), nil
+    end,
+    uncommit = function(self, key, cost)
+        local c = cost == nil and 1 or cost
+        local rkey, err = keyOf(self, key, c, "uncommit")
+        if rkey == nil then
+            return nil, err
+        end
+        local reply, rerr = decide(
+            self.redis,
+            rkey,
+            self.limits,
+            "-1",
+            c
+        )
+        if reply == nil then
+            return nil, rerr
+        end
+        return least(reply, #self.limits.list), nil
+    end
+}
+local limiterMt = {__index = limiterMethods}
+--- syntax: lim, err = rate.new({ dict =, redis =, rate =, period =, burst =, prefix =, name = })
+-- (or limits = { {...}, ... } in place of rate, period and burst).
+-- 
+-- @customName new
+function ____exports.new(opts)
+    if opts == nil then
+        return nil, "dlock: rate.new needs an options table with dict and rate"
+    end
+    local o, oerr = check.options("rate.new options", opts, NEW_OPTIONS)
+    if o == nil then
+        return nil, oerr
+    end
+    local dict, derr = check.sharedDict(o.dict)
+    if dict == nil then
+        return nil, derr
+    end
+    local name = "rate"
+    if o.name ~= nil then
+        local n, err = meter.checkName(o.name)
+        if n == nil then
+            return nil, err
+        end
+        name = n
+    end
+    local ls, lerr = core.parse(o)
+    if ls == nil then
+        return nil, lerr
+    end
+    local conf, rerr = redis.parse(o.redis, dict)
+    if conf == nil then
+        return nil, rerr
+    end
+    if conf.topology == "redlock" then
+        return nil, core.REDLOCK
+    end
+    local prefix = ("dlock:rate:" .. name) .. ":"
+    if o.prefix ~= nil then
+        local p, err = check.str("prefix", o.prefix, 256)
+        if p == nil then
+            return nil, err
+        end
+        prefix = p
+    end
+    local lim = {
+        dict = dict,
+        redis = conf,
+        prefix = prefix,
+        name = name,
+        limits = ls
+    }
+    return lua_setmetatable(lim, limiterMt), nil
+end
+return ____exports

@@ -1,0 +1,498 @@
+-- Rate limits on Redis' clock (resty.dlock.rate, core/rate.ts' GCRA script):
+-- burst at once from idle, then one per interval; refusals and dry runs
+-- charge nothing; several limits pass or fail together; cost; give-back;
+-- on a standalone Redis and on a Redis Cluster. Real Redis, real nginx.
+local h = require "helpers"
+local rate = require "resty.dlock.rate"
+local core = require "resty.dlock.core.rate"
+
+local function new(redis, opts)
+  local o = { dict = "dlock", redis = redis, prefix = h.unique("rate") }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return assert(rate.new(o))
+end
+
+--- What the exactness tests measured, for the record (<prefix>/rate-exactness.txt; DLOCK_KEEP=1 keeps it).
+local function note(what, admitted, refused, elapsed, bound)
+  local f = io.open(h.prefix .. "/rate-exactness.txt", "a")
+  f:write(string.format("%s: %d admitted, %s refused in %.3f s; bound %.1f\n", what, admitted, tostring(refused), elapsed, bound))
+  f:close()
+end
+
+-- One Redis Cluster for the whole file, started when first needed.
+local cluster
+
+--- Every topology the harness offers rate limits on: a name and the redis options.
+local topologies = {
+  { "standalone", function() return h.redis_opts() end },
+  { "cluster", function(ctx)
+      cluster = cluster or h.start_cluster()
+      ctx.c = cluster
+      ctx.port_of = function(key) return cluster.slot_owner(key) end
+      return { cluster = { nodes = cluster.seeds }, connect_timeout = 300, read_timeout = 1000 }
+    end },
+  -- The Lua API only (the gateway's config names a standalone Redis or a cluster).
+  { "sentinel", function(ctx)
+      local master = h.start_redis()
+      local sentinel = h.start_sentinel("rate", master.port)
+      ctx.stop = function() sentinel.stop() master.stop() end
+      ctx.port_of = function() return master.port end
+      return { sentinel = { master = "rate", nodes = { "127.0.0.1:" .. sentinel.port } }, connect_timeout = 300, read_timeout = 1000 }
+    end, api_only = true },
+}
+
+for _, topo in ipairs(topologies) do
+  local tname, redis_of = topo[1], topo[2]
+
+  describe("rate limits on " .. tname, function()
+    local ctx, redis = {}, nil
+    setup(function() redis = redis_of(ctx) end)
+    teardown(function() if ctx.stop then ctx.stop() end end)
+
+    it("admit burst requests at once from idle, each saying what remains, then refuse with the ms until the next fits", function()
+      local lim = new(redis, { rate = 5, period = 1000, burst = 5 })
+      for i = 1, 5 do
+        local delay, remaining = lim:incoming("k", true)
+        assert.equal(0, delay)
+        assert.equal(5 - i, remaining)
+      end
+      local delay, why, retry_after = lim:incoming("k", true)
+      assert.is_nil(delay)
+      assert.equal("rejected", why)
+      -- One interval (200 ms) at most, less the time the five took.
+      assert.is_true(retry_after >= 1 and retry_after <= 200, tostring(retry_after))
+    end)
+
+    it("charge nothing for a refusal: the next request fits one interval later, however many were refused", function()
+      local lim = new(redis, { rate = 2, period = 1000, burst = 1 })
+      assert.equal(0, (lim:incoming("k", true)))
+      local retry
+      for _ = 1, 10 do
+        local d, why, r = lim:incoming("k", true)
+        assert.is_nil(d)
+        assert.equal("rejected", why)
+        retry = r
+      end
+      ngx.sleep((retry + 30) / 1000)
+      assert.equal(0, (lim:incoming("k", true)))
+    end)
+
+    it("charge nothing when commit is false: the answer says whether it would pass, as if charged", function()
+      local lim = new(redis, { rate = 3, period = 60000 })
+      for _ = 1, 10 do
+        local d, remaining = lim:incoming("k", false)
+        assert.equal(0, d)
+        assert.equal(2, remaining)
+      end
+      for i = 1, 3 do assert.equal(3 - i, select(2, lim:incoming("k", true))) end
+      assert.equal("rejected", select(2, lim:incoming("k", false)))
+    end)
+
+    it("give back with uncommit what a committed incoming took (as combine() does when a later limiter refuses)", function()
+      local lim = new(redis, { rate = 3, period = 60000 })
+      for _ = 1, 3 do assert.equal(0, (lim:incoming("k", true))) end
+      assert.equal("rejected", select(2, lim:incoming("k", true)))
+      assert.equal(1, (lim:uncommit("k")))
+      assert.equal(0, (lim:incoming("k", true)))
+      -- Never more than burst: giving back to an idle key leaves it full, not fuller.
+      assert.equal(3, (lim:uncommit("idle")))
+      assert.equal(3, (lim:uncommit("idle")))
+      for _ = 1, 3 do assert.equal(0, (lim:incoming("idle", true))) end
+      assert.equal("rejected", select(2, lim:incoming("idle", true)))
+    end)
+
+    it("charge cost units per request, refuse one that does not fit whole, and refuse a cost above burst as bad input", function()
+      local lim = new(redis, { rate = 10, period = 60000 })
+      assert.equal(6, select(2, lim:incoming("k", true, 4)))
+      assert.equal(2, select(2, lim:incoming("k", true, 4)))
+      local d, why, retry = lim:incoming("k", true, 4)
+      assert.is_nil(d)
+      assert.equal("rejected", why)
+      -- Two more units: two intervals of 6 s, less what passed.
+      assert.is_true(retry > 11000 and retry <= 12000, tostring(retry))
+      assert.equal(0, select(2, lim:incoming("k", true, 2)))
+      local _, err = lim:incoming("k", true, 11)
+      assert.equal("dlock: cost must be a positive integer, at most the smallest burst (10), got 11", err)
+      _, err = lim:incoming("k", true, 0)
+      assert.equal("dlock: cost must be a positive integer, at most the smallest burst (10), got 0", err)
+    end)
+
+    it("decide several limits in one call: all have room and each is charged, or none is", function()
+      local lim = new(redis, { limits = { { rate = 5, period = 60000, name = "permin" }, { rate = 2, period = 60000, name = "few" } } })
+      local conf, ls = lim.redis, lim.limits
+      local key = lim.prefix .. "k"
+      for i = 1, 2 do
+        local reply = assert(core.decide(conf, key, ls, "1", 1))
+        assert.equal(1, reply[1])
+        assert.equal(5 - i, core.remaining(reply, 1))
+        assert.equal(2 - i, core.remaining(reply, 2))
+      end
+      for _ = 1, 3 do
+        local reply = assert(core.decide(conf, key, ls, "1", 1))
+        assert.equal(0, reply[1])
+        -- The limit with room was not charged by the refusals.
+        assert.equal(3, core.remaining(reply, 1))
+        assert.equal(0, core.remaining(reply, 2))
+        assert.is_true(reply[2] > 29000 and reply[2] <= 30000, tostring(reply[2]))
+      end
+      assert.equal("rejected", select(2, lim:incoming("k", false)))
+    end)
+
+    it("never admit more than burst + rate x elapsed / period, with 40 threads of this nginx asking at once", function()
+      local lim = new(redis, { rate = 20, period = 1000, burst = 5 })
+      local admitted = 0
+      local t0 = h.now()
+      h.parallel(40, function()
+        local stop = t0 + 1.2
+        while h.now() < stop do
+          local d, err = lim:incoming("hot", true)
+          if d then admitted = admitted + 1 else assert(err == "rejected", err) end
+          ngx.sleep(0.005)
+        end
+      end)
+      local elapsed = h.now() - t0
+      note("one nginx", admitted, nil, elapsed, 5 + 20 * elapsed)
+      assert.is_true(admitted <= 5 + 20 * elapsed, admitted .. " admitted in " .. elapsed .. " s")
+      -- And the limit is not starved either: at least the steady rate over most of the time.
+      assert.is_true(admitted >= 5 + 20 * 0.8, admitted .. " admitted in " .. elapsed .. " s")
+    end)
+
+    it("keep a key's state no longer than it matters: its hash expires when every limit is full again", function()
+      local lim = new(redis, { rate = 10, period = 1000 })
+      assert.equal(0, (lim:incoming("k", true, 3)))
+      local port
+      if ctx.port_of then port = ctx.port_of(lim.prefix .. "k") end
+      local pttl = tonumber(h.cmd(port, "pttl", lim.prefix .. "k"))
+      assert.is_true(pttl > 0 and pttl <= 300, tostring(pttl))
+    end)
+  end)
+end
+
+--- Two nginx of one fleet (nginx/spec-rate.conf, 2 workers each) on the topology's Redis.
+local function fleet(seeds)
+  local vars = { CLUSTER_SEEDS = seeds or "", DOWN_PORT = h.free_port(), PREFIX_KEYS = h.unique("gw") }
+  local out = {}
+  for i = 1, 2 do
+    local v = { BACKEND_PORT = h.free_port() }
+    for k, x in pairs(vars) do v[k] = x end
+    out[i] = h.start_nginx("spec-rate.conf", v)
+  end
+  return out
+end
+
+for _, topo in ipairs(topologies) do
+  local tname, redis_of = topo[1], topo[2]
+
+  if not topo.api_only then describe("gateway mode rate on " .. tname, function()
+    local a, b
+    setup(function()
+      local ctx = {}
+      redis_of(ctx)
+      local seeds = ctx.c and table.concat(ctx.c.seeds, ",") or nil
+      a, b = unpack(fleet(seeds))
+    end)
+    teardown(function()
+      if a then a.stop() end
+      if b then b.stop() end
+    end)
+
+    local function get(n, path) return assert(h.http(n.port, path)) end
+
+    it("admit no more than burst + rate x elapsed / period across two nginx of 2 workers each, offered 3x and more", function()
+      -- api: 20 per 1000 ms, burst 10; 16 clients alternating the two nginx for 2.5 s.
+      local admitted, refused, other = 0, 0, 0
+      local t0 = h.now()
+      h.parallel(16, function(i)
+        local n = (i % 2 == 0) and a or b
+        while h.now() < t0 + 2.5 do
+          local res = get(n, "/g/api?key=exact")
+          if res.status == 200 then admitted = admitted + 1
+          elseif res.status == 429 and res.headers["retry-after"] == "1" then refused = refused + 1
+          else other = other + 1 end
+          ngx.sleep(0.01)
+        end
+      end)
+      local elapsed = h.now() - t0
+      note("two nginx", admitted, refused, elapsed, 10 + 20 * elapsed)
+      assert.equal(0, other)
+      assert.is_true(admitted <= 10 + 20 * elapsed, admitted .. " admitted in " .. elapsed .. " s")
+      assert.is_true(admitted >= 10 + 20 * elapsed * 0.7, admitted .. " admitted in " .. elapsed .. " s")
+      assert.is_true(refused >= 2 * admitted, refused .. " refused, " .. admitted .. " admitted: offered less than 3x")
+    end)
+
+    it("say the policy and what remains in RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11)", function()
+      local res = get(a, "/g/api?key=fields")
+      assert.equal(200, res.status)
+      assert.equal('"20-per-1s";q=20;w=1;dlock-burst=10', res.headers["ratelimit-policy"])
+      assert.equal('"20-per-1s";r=9;t=1', res.headers["ratelimit"])
+      res = get(b, "/g/api?key=fields")
+      assert.equal('"20-per-1s";r=8;t=1', res.headers["ratelimit"])
+      -- A period of no whole seconds has no window parameter (w is in seconds).
+      res = get(a, "/g/odd?key=fields")
+      assert.equal('"3-per-1500ms";q=3;dlock-burst=1', res.headers["ratelimit-policy"])
+      assert.equal('"3-per-1500ms";r=0;t=1', res.headers["ratelimit"])
+      -- Through a proxied response too.
+      res = get(b, "/proxied?key=fields")
+      assert.equal(200, res.status)
+      assert.equal("served fields\n", res.body)
+      assert.equal('"20-per-1s";r=7;t=1', res.headers["ratelimit"])
+    end)
+
+    it("refuse with 429, Retry-After in whole seconds and the fields, charging nothing for the refusal", function()
+      assert.equal(200, get(a, "/g/odd?key=retry").status)
+      local res = get(b, "/g/odd?key=retry")
+      assert.equal(429, res.status)
+      assert.equal("1", res.headers["retry-after"])
+      assert.equal('"3-per-1500ms";r=0;t=1', res.headers["ratelimit"])
+      -- One interval (500 ms) after the admitted one, whatever was refused meanwhile.
+      ngx.sleep(0.55)
+      assert.equal(200, get(b, "/g/odd?key=retry").status)
+    end)
+
+    it("decide several limits together: the tightest refuses, its Retry-After, and every policy in the fields", function()
+      for i = 1, 5 do
+        local res = get(i % 2 == 0 and a or b, "/g/multi?key=m")
+        assert.equal(200, res.status)
+      end
+      local res = get(a, "/g/multi?key=m")
+      assert.equal(429, res.status)
+      assert.equal("1", res.headers["retry-after"])
+      assert.equal('"persec";q=5;w=1, "permin";q=8;w=60', res.headers["ratelimit-policy"])
+      assert.matches('^"persec";r=0;t=1, "permin";r=3;t=%d+$', res.headers["ratelimit"])
+      ngx.sleep(1.05)
+      for _ = 1, 3 do assert.equal(200, get(b, "/g/multi?key=m").status) end
+      res = get(a, "/g/multi?key=m")
+      assert.equal(429, res.status)
+      -- 8 per minute: the next one in 7.5 s, less the second that passed.
+      local ra = tonumber(res.headers["retry-after"])
+      assert.is_true(ra >= 6 and ra <= 8, tostring(ra))
+      assert.matches('"permin";r=0;t=%d+$', res.headers["ratelimit"])
+    end)
+
+    it("charge cost units per request (cost = 4 of 10 per minute)", function()
+      assert.equal('"10-per-1m";r=6;t=24', get(a, "/g/costly?key=c").headers["ratelimit"])
+      assert.matches('^"10%-per%-1m";r=2;t=4%d$', get(b, "/g/costly?key=c").headers["ratelimit"])
+      local res = get(a, "/g/costly?key=c")
+      assert.equal(429, res.status)
+      assert.equal("12", res.headers["retry-after"])
+    end)
+
+    it("leave the fields out with ratelimit_headers = false, and add the guard's own headers to refusals", function()
+      for _ = 1, 2 do
+        local res = get(a, "/g/quiet?key=q")
+        assert.equal(200, res.status)
+        assert.is_nil(res.headers["ratelimit"])
+        assert.is_nil(res.headers["ratelimit-policy"])
+      end
+      local res = get(b, "/g/quiet?key=q")
+      assert.equal(429, res.status)
+      assert.equal("yes", res.headers["x-limited"])
+      assert.is_not_nil(res.headers["retry-after"])
+    end)
+
+    it("charge a request once, even when an internal redirect brings it to the guard again", function()
+      assert.equal(200, get(a, "/twice?key=t").status)
+      assert.equal(200, get(a, "/g/twice?key=t").status)
+      assert.equal(429, get(b, "/g/twice?key=t").status)
+    end)
+
+    it("let a request without its key through unguarded (on_missing = pass), without fields", function()
+      local res = get(a, "/g/api")
+      assert.equal(200, res.status)
+      assert.is_nil(res.headers["ratelimit"])
+    end)
+
+    it("count admitted (acquired) and refused (rejected) requests per guard on the status page", function()
+      local cjson = require "cjson.safe"
+      local row = assert(cjson.decode(get(a, "/dlock/status").body)).guards.quiet
+      assert.equal("rate", row.mode)
+      assert.equal(2, row.acquired)
+      assert.equal(0, row.rejected)
+      row = assert(cjson.decode(get(b, "/dlock/status").body)).guards.quiet
+      assert.equal(0, row.acquired)
+      assert.equal(1, row.rejected)
+    end)
+
+    if tname == "standalone" then
+      it("refuse with error_status (on_error = deny) or let through (allow) while Redis is down, then stop calling it", function()
+        for _ = 1, 4 do
+          assert.equal(503, get(a, "/g/down_deny?key=d").status)
+          assert.equal(200, get(a, "/g/down_allow?key=d").status)
+        end
+        local cjson = require "cjson.safe"
+        local g = assert(cjson.decode(get(a, "/dlock/status").body)).guards
+        assert.equal("open", g.down_deny.breaker)
+        assert.equal(4, g.down_deny.failed_closed)
+        assert.equal(4, g.down_allow.failed_open)
+        assert.is_true(g.down_deny.short_circuited >= 1)
+      end)
+    end
+  end) end
+end
+
+describe("gateway mode rate with on_error = local", function()
+  local r, a, b
+  setup(function()
+    r = h.start_redis()
+    local vars = { REDIS_PORT = r.port, CLUSTER_SEEDS = "", DOWN_PORT = h.free_port(), PREFIX_KEYS = h.unique("fb") }
+    local ns = {}
+    for i = 1, 2 do
+      local v = { BACKEND_PORT = h.free_port() }
+      for k, x in pairs(vars) do v[k] = x end
+      ns[i] = h.start_nginx("spec-rate.conf", v)
+    end
+    a, b = ns[1], ns[2]
+  end)
+  teardown(function()
+    if r then r.signal("CONT") end
+    if a then a.stop() end
+    if b then b.stop() end
+    if r then r.stop() end
+  end)
+
+  local cjson = require "cjson.safe"
+  local function row(n)
+    return assert(cjson.decode(assert(h.http(n.port, "/dlock/status")).body)).guards.fallback
+  end
+
+  it("admit per nginx its share (rate / fleet, burst / fleet) while Redis is paused: the fleet stays within the limit, " ..
+     "no request waits once the breaker is open, and Redis decides again after the cool-down", function()
+    assert.equal('"20-per-1s";r=9;t=1', assert(h.http(a.port, "/g/fallback?key=f")).headers["ratelimit"])
+    assert.is_true(r.signal("STOP"))
+    local admitted, refused, other, slow = 0, 0, 0, 0
+    local t0 = h.now()
+    h.parallel(16, function(i)
+      local n = (i % 2 == 0) and a or b
+      while h.now() < t0 + 2 do
+        local sent = h.now()
+        local res = assert(h.http(n.port, "/g/fallback?key=f"))
+        local took = h.now() - sent
+        if res.status == 200 then admitted = admitted + 1
+        elseif res.status == 429 and res.headers["retry-after"] then refused = refused + 1
+        else other = other + 1 end
+        -- Once the breaker is open (the first failure, after read_timeout 200 ms), nobody waits for Redis.
+        if sent > t0 + 0.5 and took >= 0.2 then slow = slow + 1 end
+        ngx.sleep(0.01)
+      end
+    end)
+    local elapsed = h.now() - t0
+    note("two nginx, Redis paused, on_error = local", admitted, refused, elapsed, 10 + 20 * elapsed)
+    assert.equal(0, other)
+    assert.equal(0, slow)
+    assert.is_true(admitted <= 10 + 20 * elapsed, admitted .. " admitted in " .. elapsed .. " s")
+    assert.is_true(admitted >= 10 + 20 * elapsed * 0.5, admitted .. " admitted in " .. elapsed .. " s")
+    assert.is_true(refused > admitted)
+    local ra, rb = row(a), row(b)
+    assert.equal("open", ra.breaker)
+    assert.equal(admitted, ra.local_admitted + rb.local_admitted)
+    assert.equal(refused, ra.local_rejected + rb.local_rejected)
+
+    assert.is_true(r.signal("CONT"))
+    -- Back on Redis within a cool-down (1000 ms) and a margin: the breaker closes, local decisions stop.
+    assert.is_true(h.eventually(3, function()
+      h.http(a.port, "/g/fallback?key=back")
+      return row(a).breaker == "closed"
+    end))
+    local before = row(a).local_admitted
+    local res = assert(h.http(a.port, "/g/fallback?key=back2"))
+    assert.equal(200, res.status)
+    assert.equal('"20-per-1s";r=9;t=1', res.headers["ratelimit"])
+    assert.equal(before, row(a).local_admitted)
+  end)
+
+  it("refuse on_error = local without fleet, and fleet without on_error = local", function()
+    local gateway = require "resty.dlock.gateway"
+    local o = { mode = "rate", key = "$arg_k", on_error = "local", rate = 5, redis = h.redis_opts() }
+    assert.equal('dlock: fleet must be a positive integer with on_error = "local" (how many nginx share the limit), got nil',
+      select(2, gateway.new(o)))
+    o.on_error, o.fleet = "deny", 3
+    assert.equal('dlock: fleet applies with on_error = "local" only, got 3', select(2, gateway.new(o)))
+  end)
+end)
+
+describe("gateway.new mode rate", function()
+  local gateway = require "resty.dlock.gateway"
+  local function err_of(o)
+    local base = { mode = "rate", key = "$arg_k", on_error = "deny", redis = h.redis_opts(), rate = 5 }
+    for k, v in pairs(o) do base[k] = v end
+    for k, v in pairs(o) do if v == "nil" then base[k] = nil end end
+    local g, err = gateway.new(base)
+    assert.is_nil(g)
+    return err
+  end
+
+  it("refuse bad options with messages naming the option and the value", function()
+    assert.equal("dlock: rate must be a positive integer, got 0", err_of({ rate = 0 }))
+    assert.equal("dlock: period must be a positive integer of ms, got 0.5", err_of({ period = 0.5 }))
+    assert.equal("dlock: cost must be a positive integer, at most the smallest burst (5), got 6", err_of({ cost = 6 }))
+    assert.equal("dlock: cost must be a positive integer, at most the smallest burst (2), got 3",
+      err_of({ rate = "nil", limits = { { rate = 5 }, { rate = 10, period = 60000, burst = 2 } }, cost = 3 }))
+    assert.equal("dlock: ratelimit_headers must be a boolean, got 1", err_of({ ratelimit_headers = 1 }))
+    assert.equal("dlock: ttl does not apply to mode rate, got 1000", err_of({ ttl = 1000 }))
+    assert.equal("dlock: wait does not apply to mode rate, got 10", err_of({ wait = 10 }))
+    assert.equal('dlock: on_error must be "allow" (fail open), "deny" (fail closed) or "local" (this nginx\'s share of the limit), got "open"',
+      err_of({ on_error = "open" }))
+    assert.equal(core.REDLOCK, err_of({ redis = { redlock = { "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3" } } }))
+    local g, err = gateway.new({ mode = "dedup", key = "$arg_k", on_error = "deny", rate = 5 })
+    assert.is_nil(g)
+    assert.equal("dlock: rate applies to mode rate only, not dedup, got 5", err)
+  end)
+end)
+
+describe("resty.dlock.rate", function()
+  it("answer nil and the error when Redis is unreachable", function()
+    local lim = new({ host = "127.0.0.1", port = h.free_port(), connect_timeout = 200 }, { rate = 1 })
+    local d, err = lim:incoming("k", true)
+    assert.is_nil(d)
+    assert.matches("connection refused", err)
+  end)
+
+  it("refuse bad options with messages naming the option and the value", function()
+    local cases = {
+      { { dict = "dlock", rate = 0 }, "dlock: rate must be a positive integer, got 0" },
+      { { dict = "dlock", rate = 1.5 }, "dlock: rate must be a positive integer, got 1.5" },
+      { { dict = "dlock", rate = 5, period = -1 }, "dlock: period must be a positive integer of ms, got -1" },
+      { { dict = "dlock", rate = 5, burst = "x" }, 'dlock: burst must be a positive integer, got "x"' },
+      { { dict = "dlock" }, "dlock: rate must be a positive integer (requests per period), or limits a list of { rate =, period = }, got nil" },
+      { { dict = "dlock", rate = 5, limit = 3 }, 'dlock: unknown option in rate.new options, got "limit"' },
+      { { dict = "nope", rate = 5 }, 'dlock: no lua_shared_dict named nope (declare it in nginx.conf), got "nope"' },
+      { { dict = "dlock", rate = 5, limits = { { rate = 1 } } }, "dlock: rate and limits exclude each other: give each limit its own rate, got 5" },
+      { { dict = "dlock", limits = {} }, "dlock: limits must be a list of 1 to 8 tables { rate =, period =, burst =, name = }, got a table" },
+      { { dict = "dlock", limits = { { rate = 1 }, { rate = 0 } } }, "dlock: limits[2].rate must be a positive integer, got 0" },
+      { { dict = "dlock", limits = { { rate = 1, per = 5 } } }, 'dlock: unknown option in limits[1], got "per"' },
+      { { dict = "dlock", limits = { { rate = 1 }, { rate = 1 } } }, 'dlock: two limits share the policy name 1-per-1s (give each a name), got "1-per-1s"' },
+      { { dict = "dlock", limits = { { rate = 1, name = "a b" } } }, 'dlock: limits[1].name must be letters, digits and -_.:/, got "a b"' },
+      { { dict = "dlock", rate = 5, redis = { redlock = { "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3" } } }, core.REDLOCK },
+    }
+    for _, c in ipairs(cases) do
+      local lim, err = rate.new(c[1])
+      assert.is_nil(lim)
+      assert.equal(c[2], err)
+    end
+    assert.equal("dlock: rate.new needs an options table with dict and rate", select(2, rate.new()))
+  end)
+
+  it("refuse a key that is not a non-empty string", function()
+    local lim = new(h.redis_opts(), { rate = 5 })
+    for _, k in ipairs({ 42, "", string.rep("x", 1025) }) do
+      local d, err = lim:incoming(k, true)
+      assert.is_nil(d)
+      assert.matches("^dlock: key must be a non%-empty string of at most 1024 bytes, got ", err)
+    end
+  end)
+end)
+
+describe("the end of the file", function()
+  it("stops the cluster", function()
+    if cluster then cluster.stop() end
+  end)
+end)
+
+-- The unreachable Redis of the limiter and of the down_* guards: connect failures, the guards' lines.
+h.check_error_logs({ { "connect%(%) failed %(111: Connection refused%)", max = 12 },
+  { "dlock: guard down_%a+: redis 127%.0%.0%.1:%d+: connect", max = 8 },
+  { "dlock: guard down_%a+: Redis keeps failing", max = 4 },
+  -- The paused Redis of on_error = local: each worker's calls in flight when it stopped time out, the breaker opens.
+  { "lua tcp socket read timed out", max = 40 },
+  { "dlock: guard fallback: redis 127%.0%.0%.1:%d+: [^\n]*timeout", max = 40 },
+  { "dlock: guard fallback: Redis keeps failing", max = 8 } })

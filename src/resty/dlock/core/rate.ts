@@ -1,0 +1,252 @@
+// Rate limits on Redis' clock: GCRA (the generic cell rate algorithm), one
+// script call per decision, however many limits a request is under.
+//
+// Per key, one Redis hash; field i holds limit i's theoretical arrival time
+// (TAT, Redis time in us, a double written with 17 digits so it reads back
+// exactly). A limit of `rate` per `period` ms with `burst` spaces requests
+// `interval` = period * 1000 / rate us apart and lets a client be up to
+// burst * interval ahead of its schedule: from idle, `burst` at once, then one
+// per interval, so in any span of e ms at most burst + rate * e / period pass.
+// No window, hence no window edge to double up on.
+//
+// One key per decision, whatever the number of limits: every topology runs
+// it, Cluster included (no hash tags, no cross-slot keys). Either every limit
+// of a request has room and each is charged, or none is (a refusal writes
+// nothing). Redlock is refused: a majority of independent counters does not
+// bound the total.
+
+import * as backend from "../redis/backend";
+import type * as redis from "../redis/client";
+import type * as scripts from "../redis/scripts";
+import * as token from "./token";
+import * as check from "./check";
+
+const call = backend.call;
+const str_format = string.format;
+const lua_type = type;
+const lua_tostring = tostring;
+const math_floor = math.floor;
+const str_sub = string.sub;
+const lua_pairs = pairs;
+const lua_unpack = unpack as (this: void, t: (string | number)[]) => LuaMultiReturn<(string | number)[]>;
+
+// KEYS[1] the key's hash; ARGV[1] mode ("1" decide and charge, "0" decide
+// only, "-1" give back), ARGV[2] cost, then per limit: interval (us) and burst.
+// Reply: { outcome, retry ms, then per limit: remaining, ms until full }, where
+// outcome is 1 admitted and charged, 2 admitted (nothing written: mode "0" or
+// "-1"), 0 refused. Remaining and ms until full describe the state after the
+// decision (as if charged, for mode "0"). A limit is over when the request
+// would put the client more than 1 us beyond burst * interval ahead: the us
+// absorbs the rounding of the doubles, never a request.
+const SRC = `#!lua
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local mode = ARGV[1]
+local cost = tonumber(ARGV[2])
+local n = (#ARGV - 2) / 2
+local fields = {}
+for i = 1, n do fields[i] = i end
+local tats = redis.call('HMGET', KEYS[1], unpack(fields))
+local iv, cap, base, nxt = {}, {}, {}, {}
+local over = 0
+for i = 1, n do
+  iv[i] = tonumber(ARGV[1 + 2 * i])
+  cap[i] = tonumber(ARGV[2 + 2 * i]) * iv[i]
+  local tat = tonumber(tats[i]) or now
+  if tat < now then tat = now end
+  base[i] = tat
+  if mode == '-1' then
+    local b = tat - cost * iv[i]
+    if b < now then b = now end
+    nxt[i] = b
+  else
+    nxt[i] = tat + cost * iv[i]
+    local o = nxt[i] - now - cap[i]
+    if o > 1 and o > over then over = o end
+  end
+end
+local ok = over == 0
+local write = (ok and mode == '1') or mode == '-1'
+if write then
+  local set, far = {}, 0
+  for i = 1, n do
+    set[2 * i - 1] = i
+    set[2 * i] = string.format('%.17g', nxt[i])
+    if nxt[i] - now > far then far = nxt[i] - now end
+  end
+  if far <= 0 then
+    redis.call('DEL', KEYS[1])
+  else
+    redis.call('HSET', KEYS[1], unpack(set))
+    redis.call('PEXPIRE', KEYS[1], math.ceil(far / 1000))
+  end
+end
+local out = { 0, math.ceil(over / 1000) }
+if ok then out[1] = (write and mode == '1') and 1 or 2 end
+for i = 1, n do
+  local d = (ok and nxt[i] or base[i]) - now
+  local r = math.floor((cap[i] - d) / iv[i] + 0.000001)
+  if r < 0 then r = 0 end
+  out[#out + 1] = r
+  out[#out + 1] = math.ceil(d / 1000)
+end
+return out
+`;
+
+function isCharged(this: void, reply: RedisValue): boolean {
+  return lua_type(reply) === "table" && (reply as LuaTable<number, unknown>).get(1) === 1;
+}
+
+/** The GCRA script: its charged answers are writes that WAIT for replicas (redis.replicas). */
+export const SCRIPT: scripts.Script = {
+  name: "rate", src: SRC, sha: token.hex(ngx.sha1_bin(SRC)), keys: 1, written: isCharged, alone: undefined, undo: undefined,
+};
+
+/** One limit: `rate` requests per `period` ms, `burst` at once; `name` its policy name in RateLimit headers. */
+export interface Limit {
+  readonly rate: number;
+  readonly period: number;
+  readonly burst: number;
+  readonly name: string;
+}
+
+/** The limits of a limiter or guard, with the script arguments they always send, made once. */
+export interface Limits {
+  readonly list: Limit[];
+  /** interval (us), burst, per limit. */
+  readonly args: (string | number)[];
+  /** The smallest burst: no request may cost more. */
+  readonly most: number;
+}
+
+/** Longest period: 30 days, in ms. */
+export const MAX_PERIOD = 30 * 86400000;
+const MAX_RATE = 1000000000;
+
+/** A short policy name for a limit: "100-per-1m", "10-per-1s", "5-per-250ms". */
+function nameOf(rate: number, period: number): string {
+  let p = lua_tostring(period) + "ms";
+  if (period % 86400000 === 0) p = lua_tostring(period / 86400000) + "d";
+  else if (period % 3600000 === 0) p = lua_tostring(period / 3600000) + "h";
+  else if (period % 60000 === 0) p = lua_tostring(period / 60000) + "m";
+  else if (period % 1000 === 0) p = lua_tostring(period / 1000) + "s";
+  return lua_tostring(rate) + "-per-" + p;
+}
+
+/**
+ * One limit from rate, period, burst and name (burst defaults to rate: a
+ * client idle for a period may spend it at once). `where` prefixes the
+ * option names in messages ("limits[2].").
+ */
+export function limit(where: string, rate: unknown, period: unknown, burst: unknown, name: unknown): LuaMultiReturn<[Limit | undefined, string | undefined]> {
+  const [r, e1] = check.integer(where + "rate", rate, 1, MAX_RATE, "a positive integer");
+  if (r === undefined) return $multi(undefined, e1);
+  const [p, e2] = check.integer(where + "period", period === undefined ? 1000 : period, 1, MAX_PERIOD, "a positive integer of ms");
+  if (p === undefined) return $multi(undefined, e2);
+  const [b, e3] = check.integer(where + "burst", burst === undefined ? r : burst, 1, MAX_RATE, "a positive integer");
+  if (b === undefined) return $multi(undefined, e3);
+  let n = nameOf(r, p);
+  if (name !== undefined) {
+    // An sf-String in the RateLimit fields: printable ASCII, quoted; kept to a token's characters.
+    const [s, e4] = check.str(where + "name", name, 64);
+    if (s === undefined) return $multi(undefined, e4);
+    if (check.found(s, "[^%w%-_%.:/]")) return check.fail(where + "name must be letters, digits and -_.:/", s);
+    n = s;
+  }
+  return $multi({ rate: r, period: p, burst: b, name: n }, undefined);
+}
+
+/** The limits a decision is under, with the arguments the script gets for them. */
+export function limits(list: Limit[]): LuaMultiReturn<[Limits | undefined, string | undefined]> {
+  const args: (string | number)[] = [];
+  let most = list[0]!.burst;
+  const seen = new LuaSet<string>();
+  for (const i of $range(1, list.length)) {
+    const l = list[i - 1]!;
+    if (seen.has(l.name)) return check.fail("two limits share the policy name " + l.name + " (give each a name)", l.name);
+    seen.add(l.name);
+    args[2 * i - 2] = str_format("%.17g", l.period * 1000 / l.rate);
+    args[2 * i - 1] = l.burst;
+    if (l.burst < most) most = l.burst;
+  }
+  return $multi({ list, args, most }, undefined);
+}
+
+/** Redlock cannot bound a rate: new() returns this. */
+export const REDLOCK = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " +
+  "bound the total (use redis.sentinel or redis.cluster)";
+
+/**
+ * The script's reply for key rkey under ls: mode "1" (decide, charge when
+ * admitted), "0" (decide only) or "-1" (give cost back). nil, err and the
+ * fault when Redis failed.
+ */
+export function decide(conf: redis.RedisConf, rkey: string, ls: Limits, mode: string, cost: number): LuaMultiReturn<[LuaTable<number, number> | undefined, string | undefined, backend.Fault | undefined]> {
+  const [res, err, fault] = call(conf, SCRIPT, rkey, mode, cost, ...lua_unpack(ls.args));
+  if (res === undefined) return $multi(undefined, err, fault);
+  if (lua_type(res) !== "table") return $multi(undefined, "dlock: rate script answered " + check.show(res), "failed");
+  return $multi(res as unknown as LuaTable<number, number>, undefined, undefined);
+}
+
+/** Remaining requests under limit i (1-based) of a reply. */
+export function remaining(reply: LuaTable<number, number>, i: number): number {
+  return reply.get(1 + 2 * i);
+}
+
+/** ms until limit i of a reply is full again. */
+export function full(reply: LuaTable<number, number>, i: number): number {
+  return reply.get(2 + 2 * i);
+}
+
+/** The smallest remaining of a reply, over n limits. */
+export function least(reply: LuaTable<number, number>, n: number): number {
+  let r = reply.get(3);
+  for (const i of $range(2, n)) {
+    const x = reply.get(1 + 2 * i);
+    if (x < r) r = x;
+  }
+  return math_floor(r);
+}
+
+/** Most limits on one decision. */
+const MAX_LIMITS = 8;
+const SINGLE = ["rate", "period", "burst"];
+const LIMIT_OPTIONS = check.set("rate", "period", "burst", "name");
+
+/**
+ * The limits of an options table: rate, period and burst for one, or
+ * `limits = { { rate =, period =, burst =, name = }, ... }` for several (not both).
+ */
+export function parse(o: LuaTable<string, unknown>): LuaMultiReturn<[Limits | undefined, string | undefined]> {
+  const many = o.get("limits");
+  if (many === undefined) {
+    if (o.get("rate") === undefined) {
+      return check.fail("rate must be a positive integer (requests per period), or limits a list of { rate =, period = }", undefined);
+    }
+    const [l, err] = limit("", o.get("rate"), o.get("period"), o.get("burst"), undefined);
+    if (l === undefined) return $multi(undefined, err);
+    return limits([l]);
+  }
+  for (const i of $range(1, 3)) {
+    const k = SINGLE[i - 1]!;
+    if (o.get(k) !== undefined) return check.fail(k + " and limits exclude each other: give each limit its own " + k, o.get(k));
+  }
+  const what = "limits must be a list of 1 to 8 tables { rate =, period =, burst =, name = }";
+  if (lua_type(many) !== "table") return check.fail(what, many);
+  const t = many as LuaTable<AnyNotNil, unknown>;
+  const n = (t as unknown as unknown[]).length;
+  if (n < 1 || n > MAX_LIMITS) return check.fail(what, many);
+  for (const [k] of lua_pairs(t)) {
+    if (lua_type(k) !== "number" || (k as number) < 1 || (k as number) > n || k !== math_floor(k as number)) return check.fail(what, k);
+  }
+  const list: Limit[] = [];
+  for (const i of $range(1, n)) {
+    const where = "limits[" + lua_tostring(i) + "].";
+    const [e, eerr] = check.options(str_sub(where, 1, -2), t.get(i), LIMIT_OPTIONS);
+    if (e === undefined) return $multi(undefined, eerr);
+    const [l, err] = limit(where, e.get("rate"), e.get("period"), e.get("burst"), e.get("name"));
+    if (l === undefined) return $multi(undefined, err);
+    list[i - 1] = l;
+  }
+  return limits(list);
+}

@@ -1,0 +1,287 @@
+// Gateway mode "rate": `rate` requests per `period` ms per key, `burst` at
+// once, across every nginx sharing the Redis (core/rate.ts: GCRA on Redis'
+// clock, one script call per request, several limits decided together).
+// A refused request gets reject_status (429) with Retry-After; every answer
+// the guard decides carries the IETF httpapi RateLimit fields
+// (draft-ietf-httpapi-ratelimit-headers-11):
+//   RateLimit-Policy: "10-per-1s";q=10;w=1, "1000-per-1h";q=1000;w=3600
+//   RateLimit: "10-per-1s";r=4;t=1, "1000-per-1h";r=990;t=36
+// q the quota (rate) per window w (period, whole seconds only: the draft has no
+// finer unit, so w is left out otherwise), r what remains now under the
+// policy, t the seconds until it is whole again. A burst other than the rate
+// is said as dlock-burst (the draft asks for vendor-prefixed parameters).
+//
+// on_error = "local" with `fleet`: while Redis cannot decide, each nginx
+// enforces its share of the limits from its shared dict (rate_local.ts).
+//
+// A rate guard holds nothing while the request runs: nothing to release in
+// log(). Its options are checked here, not in gateway.ts.
+
+import * as check from "../core/check";
+import * as core from "../core/rate";
+import * as redis from "../redis/client";
+import * as token from "../core/token";
+import * as shared from "./common";
+import * as keys from "./key";
+import * as fallback from "./rate_local";
+import * as request from "./request";
+import * as stats from "./stats";
+
+const decide = core.decide;
+const str_format = string.format;
+const tbl_concat = table.concat;
+const math_ceil = math.ceil;
+const math_max = math.max;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const sha1_bin = ngx.sha1_bin;
+const hex = token.hex;
+const lua_pairs = pairs;
+const lua_tostring = tostring;
+const lua_type = type;
+const math_floor = math.floor;
+const lua_setmetatable = setmetatable;
+const ngx_ = ngx;
+const incr = stats.incr;
+
+/** Options only mode rate takes (errors in the other modes). */
+export const ONLY = ["rate", "period", "burst", "limits", "cost", "ratelimit_headers", "fleet"];
+
+const OPTIONS = check.set(
+  "name", "mode", "key", "dict", "redis", "prefix", "rate", "period", "burst", "limits", "cost", "ratelimit_headers", "fleet",
+  "on_missing", "on_error", "reject_status", "missing_status", "error_status", "headers", "breaker_failures",
+  "breaker_cooldown",
+);
+
+export interface Guard {
+  readonly name: string;
+  readonly mode: "rate";
+  readonly dict: NgxSharedDict;
+  readonly key: keys.Template;
+  readonly conf: redis.RedisConf;
+  readonly prefix: string;
+  readonly limits: core.Limits;
+  readonly cost: number;
+  /** RateLimit-Policy's value (nil: the RateLimit fields are off). */
+  readonly policy: string | undefined;
+  /** Per limit, the start of its RateLimit item: "\"<name>\";r=". */
+  readonly items: string[];
+  /** Reused to build RateLimit (filled and joined without yielding in between). */
+  readonly parts: string[];
+  readonly missingWhat: string;
+  readonly errorWhat: string;
+  readonly onMissing: "pass" | "reject";
+  readonly onError: "allow" | "deny" | "local";
+  /** on_error = "local": this nginx's share of each limit. */
+  readonly shares: fallback.Share[] | undefined;
+  /** Seconds one probe of a half-open breaker has before another request may probe. */
+  readonly probeFor: number;
+  readonly rejectStatus: number;
+  readonly missingStatus: number;
+  readonly errorStatus: number;
+  readonly headers: LuaTable<string, string> | undefined;
+  readonly breakerFailures: number;
+  readonly breakerCooldown: number;
+  /** Requests (by id) this guard decided for, to skip them when an internal redirect brings them back. */
+  readonly seen: LuaTable<number, request.Anchor>;
+  seenCount: number;
+  access(): void;
+  log(): void;
+}
+
+/** Entries of `seen` before the dead ones are swept. */
+const SEEN_SWEEP = 1000;
+
+function finish(g: Guard, status: number, retryAfterMs: number | undefined): never {
+  const header = ngx_.header;
+  if (retryAfterMs !== undefined) header.set("Retry-After", math_max(1, math_ceil(retryAfterMs / 1000)));
+  if (g.headers !== undefined) {
+    for (const [k, v] of lua_pairs(g.headers)) header.set(k, v);
+  }
+  return ngx_.exit(status);
+}
+
+function onRedisFailure(g: Guard, k: string): void {
+  if (g.shares !== undefined) {
+    const reply = fallback.decide(g.dict, k, g.shares, g.cost);
+    if (g.policy !== undefined) fields(g, reply);
+    if (reply.get(1) === 0) {
+      incr(g.dict, g.name, "local_rejected");
+      finish(g, g.rejectStatus, reply.get(2));
+    }
+    incr(g.dict, g.name, "local_admitted");
+    return;
+  }
+  if (g.onError === "allow") {
+    incr(g.dict, g.name, "failed_open");
+    return;
+  }
+  incr(g.dict, g.name, "failed_closed");
+  finish(g, g.errorStatus, undefined);
+}
+
+/** The RateLimit fields of a reply. */
+function fields(g: Guard, reply: LuaTable<number, number>): void {
+  const header = ngx_.header;
+  header.set("RateLimit-Policy", g.policy);
+  const parts = g.parts;
+  const items = g.items;
+  for (const i of $range(1, items.length)) {
+    parts[i - 1] = items[i - 1]! + str_format("%d;t=%d", reply.get(1 + 2 * i), math_ceil(reply.get(2 + 2 * i) / 1000));
+  }
+  header.set("RateLimit", tbl_concat(parts, ", "));
+}
+
+/** Has this request been decided for already (it came back through an internal redirect)? Marks it when not. */
+function again(g: Guard): boolean {
+  const rid = request.id();
+  if (rid === undefined) return false;
+  const a = g.seen.get(rid);
+  if (a !== undefined && request.alive(a)) return true;
+  if (g.seenCount >= SEEN_SWEEP) {
+    for (const [k, v] of lua_pairs(g.seen)) {
+      if (!request.alive(v)) {
+        g.seen.set(k, undefined as unknown as request.Anchor);
+        g.seenCount--;
+      }
+    }
+  }
+  const an = request.anchor();
+  if (an !== undefined && an.ref >= 0) {
+    if (a === undefined) g.seenCount++;
+    g.seen.set(rid, an);
+  }
+  return false;
+}
+
+function access(g: Guard): void {
+  if (!shared.decides(g.name)) return;
+  if (again(g)) return;
+  const [raw, kerr] = keys.value(g.key);
+  if (raw === undefined) {
+    if (kerr !== undefined) {
+      incr(g.dict, g.name, "key_errors");
+      keys.failed(g.name, kerr, g.errorWhat);
+      if (g.onError !== "allow") finish(g, g.errorStatus, undefined);
+      return;
+    }
+    incr(g.dict, g.name, "missing_key");
+    keys.note(g.name, g.key, false, g.missingWhat);
+    if (g.onMissing === "reject") finish(g, g.missingStatus, undefined);
+    return;
+  }
+  keys.note(g.name, g.key, true, g.missingWhat);
+  // Client-controlled: hashed, so any size and any bytes map to a bounded key.
+  const k = hex(sha1_bin(raw));
+  if (stats.breakerOpen(g.dict, g.name) || (g.shares !== undefined && !fallback.probe(g))) {
+    incr(g.dict, g.name, "short_circuited");
+    onRedisFailure(g, k);
+    return;
+  }
+  const [reply, err] = decide(g.conf, g.prefix + k, g.limits, "1", g.cost);
+  if (reply === undefined) {
+    incr(g.dict, g.name, "redis_errors");
+    stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
+    ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
+    onRedisFailure(g, k);
+    return;
+  }
+  stats.success(g.dict, g.name);
+  if (g.policy !== undefined) fields(g, reply);
+  if (reply.get(1) === 0) {
+    incr(g.dict, g.name, "rejected");
+    finish(g, g.rejectStatus, reply.get(2));
+    return;
+  }
+  incr(g.dict, g.name, "acquired");
+}
+
+const guardMethods = {
+  /** In access_by_lua (or rewrite_by_lua): let the request through, or refuse it with reject_status and Retry-After. */
+  access(this: Guard): void {
+    access(this);
+  },
+  /** Nothing to end: a rate guard holds nothing while the request runs. */
+  log(this: Guard): void {
+    return;
+  },
+};
+const guardMt = { __index: guardMethods };
+
+/** RateLimit-Policy for these limits. */
+function policyOf(ls: core.Limits): string {
+  const out: string[] = [];
+  for (const i of $range(1, ls.list.length)) {
+    const l = ls.list[i - 1]!;
+    let item = str_format("\"%s\";q=%d", l.name, l.rate);
+    if (l.period % 1000 === 0) item = item + str_format(";w=%d", l.period / 1000);
+    if (l.burst !== l.rate) item = item + str_format(";dlock-burst=%d", l.burst);
+    out[i - 1] = item;
+  }
+  return tbl_concat(out, ", ");
+}
+
+/** Validate the options (already checked against gateway.new's names) and build the guard. */
+export function create(o: LuaTable<string, unknown>, name: string): LuaMultiReturn<[Guard | undefined, string | undefined]> {
+  for (const [k, v] of lua_pairs(o)) {
+    if (!OPTIONS.has(k)) return check.fail(k + " does not apply to mode rate", v);
+  }
+  const [key, kerr] = keys.compile("key", o.get("key"));
+  if (key === undefined) return $multi(undefined, kerr);
+  const [ls, lerr] = core.parse(o);
+  if (ls === undefined) return $multi(undefined, lerr);
+  const cost = shared.opt(o, "cost", 1);
+  if (lua_type(cost) !== "number" || cost !== math_floor(cost as number) || (cost as number) < 1 || (cost as number) > ls.most) {
+    // More than the smallest burst could never pass.
+    return check.fail("cost must be a positive integer, at most the smallest burst (" + lua_tostring(ls.most) + ")", cost);
+  }
+  const onError = o.get("on_error");
+  if (onError !== "allow" && onError !== "deny" && onError !== "local") {
+    return check.fail("on_error must be \"allow\" (fail open), \"deny\" (fail closed) or \"local\" " +
+      "(this nginx's share of the limit)", onError);
+  }
+  let shares: fallback.Share[] | undefined;
+  if (onError === "local") {
+    const [fleet, ferr] = check.integer("fleet", o.get("fleet"), 1, 10000,
+      "a positive integer with on_error = \"local\" (how many nginx share the limit)");
+    if (fleet === undefined) return $multi(undefined, ferr);
+    shares = fallback.shares(ls, fleet, name);
+  } else if (o.get("fleet") !== undefined) {
+    return check.fail("fleet applies with on_error = \"local\" only", o.get("fleet"));
+  }
+  const onMissing = shared.opt(o, "on_missing", "pass");
+  if (onMissing !== "pass" && onMissing !== "reject") {
+    return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing);
+  }
+  const [headersOn, herr] = check.bool("ratelimit_headers", shared.opt(o, "ratelimit_headers", true));
+  if (headersOn === undefined) return $multi(undefined, herr);
+  const [rejectStatus, e1] = check.integer("reject_status", shared.opt(o, "reject_status", 429), 200, 599, "an HTTP status code");
+  if (rejectStatus === undefined) return $multi(undefined, e1);
+  const [missingStatus, e2] = check.integer("missing_status", shared.opt(o, "missing_status", 400), 200, 599, "an HTTP status code");
+  if (missingStatus === undefined) return $multi(undefined, e2);
+  const [common, ce] = shared.parse(o);
+  if (common === undefined) return $multi(undefined, ce);
+  const [dict, derr] = check.sharedDict(shared.opt(o, "dict", "dlock"));
+  if (dict === undefined) return $multi(undefined, derr);
+  const [conf, rerr] = redis.parse(o.get("redis"), dict);
+  if (conf === undefined) return $multi(undefined, rerr);
+  if (conf.topology === "redlock") return $multi(undefined, core.REDLOCK);
+  const [prefix, perr] = check.str("prefix", shared.opt(o, "prefix", "dlock:gw:" + name + ":"), 256);
+  if (prefix === undefined) return $multi(undefined, perr);
+
+  const items: string[] = [];
+  for (const i of $range(1, ls.list.length)) items[i - 1] = str_format("\"%s\";r=", ls.list[i - 1]!.name);
+  const g = {
+    name, mode: "rate" as const, dict, key, conf, prefix, limits: ls, cost: cost as number,
+    policy: headersOn ? policyOf(ls) : undefined, items, parts: [] as string[],
+    missingWhat: onMissing === "reject" ? "refused with " + lua_tostring(missingStatus) + " (on_missing = \"reject\")"
+      : "let through unguarded (on_missing = \"pass\")",
+    errorWhat: onError === "allow" ? "let through unguarded (on_error = \"allow\")"
+      : "refused with " + lua_tostring(common.errorStatus) + " (on_error = \"" + onError + "\")",
+    onMissing: onMissing as "pass" | "reject", onError, shares,
+    probeFor: (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1, rejectStatus, missingStatus, errorStatus: common.errorStatus, headers: common.headers,
+    breakerFailures: common.breakerFailures, breakerCooldown: common.breakerCooldown,
+    seen: new LuaTable<number, request.Anchor>(), seenCount: 0,
+  };
+  return $multi(lua_setmetatable(g, guardMt) as unknown as Guard, undefined);
+}

@@ -1,0 +1,133 @@
+// resty.dlock.rate: rate limits shared by every nginx of a fleet, decided on
+// Redis' clock (GCRA, core/rate.ts), shaped like lua-resty-limit-traffic's
+// limiters so that resty.limit.traffic.combine() takes them alongside
+// resty.limit.req / count / conn.
+//
+//   local rate = require "resty.dlock.rate"
+//   local lim = assert(rate.new({ dict = "dlock", redis = { host = "127.0.0.1" }, rate = 100, period = 60000, burst = 20 }))
+//   local delay, remaining, retry_after = lim:incoming(ngx.var.http_x_api_key, true)
+//   if not delay then
+//     if remaining == "rejected" then return ngx.exit(429) end   -- retry_after ms from now
+//     ngx.log(ngx.ERR, remaining) return ngx.exit(500)            -- Redis failed
+//   end
+
+import * as check from "./core/check";
+import * as core from "./core/rate";
+import * as meter from "./core/meter";
+import * as redis from "./redis/client";
+
+export { VERSION as _VERSION } from "./version";
+
+const decide = core.decide;
+const least = core.least;
+const lua_type = type;
+const lua_tostring = tostring;
+const math_floor = math.floor;
+const ngx_ = ngx;
+const lua_setmetatable = setmetatable;
+
+const NEW_OPTIONS = check.set("dict", "redis", "rate", "period", "burst", "limits", "prefix", "name");
+/** Longest key, in bytes (before the prefix). */
+const MAX_KEY = 1024;
+
+// Where ngx_lua allows cosockets.
+const COSOCKET_PHASES = check.set("rewrite", "server_rewrite", "access", "content", "timer",
+  "ssl_cert", "ssl_session_fetch", "ssl_client_hello", "preread");
+
+export interface Limiter {
+  readonly dict: NgxSharedDict;
+  readonly redis: redis.RedisConf;
+  readonly prefix: string;
+  readonly name: string;
+  readonly limits: core.Limits;
+  incoming(key: string, commit: boolean, cost?: number): LuaMultiReturn<[number | undefined, number | string | undefined, number | undefined]>;
+  uncommit(key: string, cost?: number): LuaMultiReturn<[number | undefined, string | undefined]>;
+}
+
+/** The Redis key of key, or nil and the error. */
+function keyOf(self: Limiter, key: unknown, cost: unknown, op: string): LuaMultiReturn<[string | undefined, string | undefined]> {
+  const phase = ngx_.get_phase();
+  if (!COSOCKET_PHASES.has(phase)) {
+    return $multi(undefined, "dlock: " + op + " needs cosockets, which nginx does not allow in the " + phase +
+      " phase (use it in access/content, or from ngx.timer.at)");
+  }
+  if (lua_type(key) !== "string" || (key as string).length === 0 || (key as string).length > MAX_KEY) {
+    const [, err] = check.fail("key must be a non-empty string of at most 1024 bytes", key);
+    return $multi(undefined, err);
+  }
+  if (cost !== 1 && (lua_type(cost) !== "number" || cost !== math_floor(cost as number) || (cost as number) < 1 ||
+    (cost as number) > self.limits.most)) {
+    // More than the smallest burst could never pass: bad input, not a refusal.
+    const [, err] = check.fail("cost must be a positive integer, at most the smallest burst (" +
+      lua_tostring(self.limits.most) + ")", cost);
+    return $multi(undefined, err);
+  }
+  return $multi(self.prefix + (key as string), undefined);
+}
+
+const limiterMethods = {
+  /**
+   * syntax: delay, remaining = lim:incoming(key, commit, cost?)
+   * Admitted: 0 (a rate limit never delays) and the requests that remain under
+   * the tightest limit. Refused: nil, "rejected" and the ms until this request
+   * would be admitted. Redis failed or bad input: nil and the error. With
+   * commit false nothing is charged: the answer is whether it would pass.
+   */
+  incoming(this: Limiter, key: string, commit: boolean, cost?: number): LuaMultiReturn<[number | undefined, number | string | undefined, number | undefined]> {
+    const c = cost === undefined ? 1 : cost;
+    const [rkey, err] = keyOf(this, key, c, "incoming");
+    if (rkey === undefined) return $multi(undefined, err, undefined);
+    const [reply, rerr] = decide(this.redis, rkey, this.limits, commit ? "1" : "0", c);
+    if (reply === undefined) return $multi(undefined, rerr, undefined);
+    if (reply.get(1) === 0) return $multi(undefined, "rejected", reply.get(2));
+    return $multi(0, least(reply, this.limits.list.length), undefined);
+  },
+
+  /**
+   * syntax: remaining = lim:uncommit(key, cost?)
+   * Gives back what a committed incoming() took (combine() calls it when a
+   * later limiter refuses): the key's schedule moves back by cost requests,
+   * never before now. Returns the requests that remain, or nil and the error.
+   */
+  uncommit(this: Limiter, key: string, cost?: number): LuaMultiReturn<[number | undefined, string | undefined]> {
+    const c = cost === undefined ? 1 : cost;
+    const [rkey, err] = keyOf(this, key, c, "uncommit");
+    if (rkey === undefined) return $multi(undefined, err);
+    const [reply, rerr] = decide(this.redis, rkey, this.limits, "-1", c);
+    if (reply === undefined) return $multi(undefined, rerr);
+    return $multi(least(reply, this.limits.list.length), undefined);
+  },
+};
+const limiterMt = { __index: limiterMethods };
+
+/**
+ * syntax: lim, err = rate.new({ dict =, redis =, rate =, period =, burst =, prefix =, name = })
+ * (or limits = { {...}, ... } in place of rate, period and burst).
+ * @customName new
+ */
+export function create(this: void, opts: unknown): LuaMultiReturn<[Limiter | undefined, string | undefined]> {
+  if (opts === undefined) return $multi(undefined, "dlock: rate.new needs an options table with dict and rate");
+  const [o, oerr] = check.options("rate.new options", opts, NEW_OPTIONS);
+  if (o === undefined) return $multi(undefined, oerr);
+  const [dict, derr] = check.sharedDict(o.get("dict"));
+  if (dict === undefined) return $multi(undefined, derr);
+  let name = "rate";
+  if (o.get("name") !== undefined) {
+    const [n, err] = meter.checkName(o.get("name"));
+    if (n === undefined) return $multi(undefined, err);
+    name = n;
+  }
+  const [ls, lerr] = core.parse(o);
+  if (ls === undefined) return $multi(undefined, lerr);
+  const [conf, rerr] = redis.parse(o.get("redis"), dict);
+  if (conf === undefined) return $multi(undefined, rerr);
+  if (conf.topology === "redlock") return $multi(undefined, core.REDLOCK);
+  let prefix = "dlock:rate:" + name + ":";
+  if (o.get("prefix") !== undefined) {
+    const [p, err] = check.str("prefix", o.get("prefix"), 256);
+    if (p === undefined) return $multi(undefined, err);
+    prefix = p;
+  }
+  const lim = { dict, redis: conf, prefix, name, limits: ls };
+  return $multi(lua_setmetatable(lim, limiterMt) as unknown as Limiter, undefined);
+}

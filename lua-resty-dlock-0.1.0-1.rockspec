@@ -56,6 +56,7 @@ build = {
       ["resty.dlock.gateway.idempotency.claim"] = "dist/resty/dlock/gateway/idempotency/claim.lua",
       ["resty.dlock.gateway.idempotency.options"] = "dist/resty/dlock/gateway/idempotency/options.lua",
       ["resty.dlock.gateway.inflight"] = "dist/resty/dlock/gateway/inflight.lua",
+      ["resty.dlock.gateway.options"] = "dist/resty/dlock/gateway/options.lua",
       ["resty.dlock.gateway.key"] = "dist/resty/dlock/gateway/key.lua",
       ["resty.dlock.gateway.request"] = "dist/resty/dlock/gateway/request.lua",
       ["resty.dlock.gateway.stats"] = "dist/resty/dlock/gateway/stats.lua",

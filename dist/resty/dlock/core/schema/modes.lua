@@ -6,6 +6,7 @@ local values = require("resty.dlock.core.schema.values")
 local lua_type = type
 local lua_ipairs = ipairs
 local lua_error = error
+local lua_pairs = pairs
 --- Whether `spec` applies to mode `mode`.
 function ____exports.applies(spec, mode)
     if spec.notFor ~= nil and spec.notFor[mode] ~= nil then
@@ -107,5 +108,14 @@ function ____exports.modes(path, option, list, specs)
         end
         return values.value(pick, given[option], out)
     end
+end
+--- `spec` (shared with another table) for some modes only: a copy, made at load time.
+function ____exports.only(spec, list)
+    local copy = {}
+    for k, v in lua_pairs(spec) do
+        copy[k] = v
+    end
+    copy.modes = list
+    return copy
 end
 return ____exports

@@ -9,6 +9,7 @@ import * as values from "./values";
 const lua_type = type;
 const lua_ipairs = ipairs;
 const lua_error = error;
+const lua_pairs = pairs;
 
 type Spec = values.Spec;
 
@@ -102,4 +103,12 @@ export function modes<T>(path: string, option: string, list: Mode[], specs: Spec
     if (odd) return check.fail("unknown option in " + path, k);
     return values.value(pick, given.get(option), out) as LuaMultiReturn<[undefined, string]>;
   };
+}
+
+/** `spec` (shared with another table) for some modes only: a copy, made at load time. */
+export function only<S extends Spec>(spec: S, list: string[]): S {
+  const copy = new LuaTable<string, unknown>();
+  for (const [k, v] of lua_pairs(spec as unknown as LuaTable<string, unknown>)) copy.set(k, v);
+  copy.set("modes", list);
+  return copy as unknown as S;
 }

@@ -8,18 +8,18 @@ local modes = require("resty.dlock.core.schema.modes")
 local lua_type = type
 local lua_pairs = pairs
 ____exports.MODES = {
-    {name = "dedup", status = 409, waits = false},
-    {name = "concurrency", status = 429, waits = true},
-    {name = "throttle", status = 429, waits = false},
-    {name = "mutex", status = 503, waits = true},
-    {name = "idempotency", status = 409, waits = true, apart = true}
+    {name = "dedup", status = 409},
+    {name = "concurrency", status = 429},
+    {name = "throttle", status = 429},
+    {name = "mutex", status = 503},
+    {name = "idempotency", status = 409, apart = true}
 }
 --- The modes that guard with a lock or a semaphore (all but idempotency).
 local LOCKING = {"dedup", "concurrency", "throttle", "mutex"}
 local IDEMPOTENCY = {"idempotency"}
 local DAY = 86400000
 --- Least `wait` of idempotency, ms: the time a response's store may take to reach Redis after the client has the response.
-____exports.MIN_WAIT = 1000
+local MIN_WAIT = 1000
 local function headers(h)
     if h == nil then
         return nil, nil
@@ -132,11 +132,11 @@ ____exports.SPECS = {
     {
         name = "wait",
         kind = "integer",
-        min = ____exports.MIN_WAIT,
+        min = MIN_WAIT,
         max = DAY,
-        default = ____exports.MIN_WAIT,
+        default = MIN_WAIT,
         modes = IDEMPOTENCY,
-        unit = ("an integer of ms of at least " .. tostring(____exports.MIN_WAIT)) .. " (a retry sent right after the first response must find it stored)"
+        unit = ("an integer of ms of at least " .. tostring(MIN_WAIT)) .. " (a retry sent right after the first response must find it stored)"
     },
     {
         name = "max_body",

@@ -3,7 +3,7 @@
 // is the options that apply to it; the options of the other modes are refused
 // by name ("hold applies to mode dedup only, not mutex").
 //
-// A new mode is a line in MODES (its refusal status, whether it waits) and
+// A new mode is a line in MODES (its name, the status it refuses with) and
 // `modes: [...]` on the options only it takes (or a `notFor` entry with why
 // on those that apply to every mode but it); the guard built from the checked
 // table is the face's (gateway.ts).
@@ -22,16 +22,14 @@ const lua_pairs = pairs;
 export interface Mode extends modes.Mode {
   /** The status a refused request gets (reject_status's default). */
   readonly status: number;
-  /** Whether a request may wait for its turn (`wait` applies). */
-  readonly waits: boolean;
 }
 
 export const MODES: Mode[] = [
-  { name: "dedup", status: 409, waits: false },
-  { name: "concurrency", status: 429, waits: true },
-  { name: "throttle", status: 429, waits: false },
-  { name: "mutex", status: 503, waits: true },
-  { name: "idempotency", status: 409, waits: true, apart: true },
+  { name: "dedup", status: 409 },
+  { name: "concurrency", status: 429 },
+  { name: "throttle", status: 429 },
+  { name: "mutex", status: 503 },
+  { name: "idempotency", status: 409, apart: true },
 ];
 
 /** The modes that guard with a lock or a semaphore (all but idempotency). */
@@ -39,7 +37,7 @@ const LOCKING = ["dedup", "concurrency", "throttle", "mutex"];
 const IDEMPOTENCY = ["idempotency"];
 const DAY = 86400000;
 /** Least `wait` of idempotency, ms: the time a response's store may take to reach Redis after the client has the response. */
-export const MIN_WAIT = 1000;
+const MIN_WAIT = 1000;
 
 function headers(this: void, h: unknown): LuaMultiReturn<[unknown, string | undefined]> {
   if (h === undefined) return $multi(undefined, undefined);
@@ -85,7 +83,7 @@ export const SPECS: schema.Spec[] = [
   // waiting at least MIN_WAIT answers it with the replay, from any nginx, instead of a 409.
   {
     name: "wait", kind: "integer", min: MIN_WAIT, max: DAY, default: MIN_WAIT, modes: IDEMPOTENCY,
-    unit: "an integer of ms of at least " + MIN_WAIT + " (a retry sent right after the first response must find it stored)",
+    unit: "an integer of ms of at least " + tostring(MIN_WAIT) + " (a retry sent right after the first response must find it stored)",
   },
   {
     name: "max_body", kind: "integer", min: 0, max: 512 * 1048576, unit: "a non-negative integer of bytes", default: 1048576,

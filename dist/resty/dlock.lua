@@ -2,8 +2,8 @@
 local ____exports = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
-local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
+local options = require("resty.dlock.core.options")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local recovery = require("resty.dlock.core.recovery")
@@ -15,8 +15,8 @@ do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
 end
-____exports.MAX_KEY_LEN = lease.MAX_KEY_LEN
-____exports.MAX_TTL = lease.MAX_TTL
+____exports.MAX_KEY_LEN = options.MAX_KEY_LEN
+____exports.MAX_TTL = options.MAX_TTL
 local LOCK = {
     acquire = scripts.ACQUIRE_QUEUED,
     release = scripts.RELEASE_QUEUED,
@@ -41,21 +41,18 @@ local MAJORITY_LOCK = {
     fenced = false,
     drop = nil
 }
-local NEW_OPTIONS = check.set(
-    "dict",
-    "redis",
-    "prefix",
-    "owner",
-    "ttl",
-    "wait",
-    "fencing",
-    "reentrant",
-    "name"
-)
+local ngx_now = ngx.now
+local update_time = ngx.update_time
+local lua_tostring = tostring
+local lua_setmetatable = setmetatable
 local locksMethods = {
     acquire = function(self, key, opts)
         recovery.start()
-        local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(self, key, opts)
+        local perr = lease.phaseError("acquire")
+        if perr ~= nil then
+            return nil, perr, nil
+        end
+        local k, ttlOrErr, wait, renew, onLost = options.acquire(self, key, opts)
         if k == nil then
             return nil, ttlOrErr, nil
         end
@@ -65,8 +62,8 @@ local locksMethods = {
                 return again, nil, nil
             end
         end
-        ngx.update_time()
-        local t0 = ngx.now()
+        update_time()
+        local t0 = ngx_now()
         local tok, terr = (self.owner == "worker" and token.worker or token.random)()
         if tok == nil then
             meter.refused(self.meter, terr)
@@ -108,45 +105,18 @@ function ____exports.new(opts)
     if opts == nil then
         return nil, "dlock: new needs an options table with at least dict"
     end
-    local o, oerr = check.options("dlock.new options", opts, NEW_OPTIONS)
+    local o, oerr = options.newLocks(opts)
     if o == nil then
         return nil, oerr
     end
-    local store, serr = lease.parseStore(o, "dlock:", "dlock")
-    if store == nil then
-        return nil, serr
-    end
-    local owner = "random"
-    local ov = o.owner
-    if ov ~= nil then
-        if ov ~= "random" and ov ~= "worker" then
-            return check.fail("owner must be \"random\" or \"worker\"", ov)
-        end
-        owner = ov
-    end
-    local fencing = false
-    if o.fencing ~= nil then
-        local b, err = check.bool("fencing", o.fencing)
-        if b == nil then
-            return nil, err
-        end
-        fencing = b
-    end
-    if fencing then
-        local refused = backend.refuses(store.redis, "fencing")
-        if refused ~= nil then
-            return nil, refused
+    if o.fencing then
+        local no = backend.refuses(o.redis, "fencing")
+        if no ~= nil then
+            return nil, no
         end
     end
-    local kind = store.redis.topology == "redlock" and MAJORITY_LOCK or (fencing and FENCED_LOCK or LOCK)
-    local reent = false
-    if o.reentrant ~= nil then
-        local b, err = check.bool("reentrant", o.reentrant)
-        if b == nil then
-            return nil, err
-        end
-        reent = b
-    end
+    local kind = o.redis.topology == "redlock" and MAJORITY_LOCK or (o.fencing and FENCED_LOCK or LOCK)
+    local store = options.store(o)
     factories = factories + 1
     local locks = {
         dict = store.dict,
@@ -155,13 +125,13 @@ function ____exports.new(opts)
         ttl = store.ttl,
         wait = store.wait,
         meter = store.meter,
-        owner = owner,
+        owner = o.owner,
         kind = kind,
-        reentrant = reent,
-        id = tostring(factories)
+        reentrant = o.reentrant,
+        id = lua_tostring(factories)
     }
     recovery.register(store, kind)
-    return setmetatable(locks, locksMt), nil
+    return lua_setmetatable(locks, locksMt), nil
 end
 --- For init_worker_by_lua: release, owner-checked, the leases a worker that
 -- died (SIGKILL, a crash) left in Redis, as soon as nginx replaces it (without

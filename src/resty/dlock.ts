@@ -8,8 +8,8 @@
 
 import * as acquire from "./dlock/core/acquire";
 import * as backend from "./dlock/redis/backend";
-import * as check from "./dlock/core/check";
 import * as lease from "./dlock/core/lease";
+import * as options from "./dlock/core/options";
 import * as ledger from "./dlock/core/ledger";
 import * as meter from "./dlock/core/meter";
 import * as recovery from "./dlock/core/recovery";
@@ -19,8 +19,8 @@ import * as token from "./dlock/core/token";
 import * as watchdog from "./dlock/core/watchdog";
 
 export { VERSION as _VERSION } from "./dlock/version";
-export const MAX_KEY_LEN = lease.MAX_KEY_LEN;
-export const MAX_TTL = lease.MAX_TTL;
+export const MAX_KEY_LEN = options.MAX_KEY_LEN;
+export const MAX_TTL = options.MAX_TTL;
 
 export interface Locks extends lease.Store {
   readonly owner: "random" | "worker";
@@ -47,7 +47,11 @@ const FENCED_LOCK: lease.Kind = {
 const MAJORITY_LOCK: lease.Kind = {
   acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: false, drop: undefined,
 };
-const NEW_OPTIONS = check.set("dict", "redis", "prefix", "owner", "ttl", "wait", "fencing", "reentrant", "name");
+
+const ngx_now = ngx.now;
+const update_time = ngx.update_time;
+const lua_tostring = tostring;
+const lua_setmetatable = setmetatable;
 
 const locksMethods = {
   /**
@@ -57,14 +61,16 @@ const locksMethods = {
    */
   acquire(this: Locks, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
     recovery.start();
-    const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
+    const perr = lease.phaseError("acquire");
+    if (perr !== undefined) return $multi(undefined, perr, undefined);
+    const [k, ttlOrErr, wait, renew, onLost] = options.acquire(this, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     if (this.reentrant) {
       const again = reentrant.nested(this.id, this.prefix + k);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
-    ngx.update_time();
-    const t0 = ngx.now();
+    update_time();
+    const t0 = ngx_now();
     const [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
     if (tok === undefined) {
       meter.refused(this.meter, terr);
@@ -100,42 +106,21 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
   if (opts === undefined) {
     return $multi(undefined, "dlock: new needs an options table with at least dict");
   }
-  const [o, oerr] = check.options("dlock.new options", opts, NEW_OPTIONS);
+  const [o, oerr] = options.newLocks(opts);
   if (o === undefined) return $multi(undefined, oerr);
-  const [store, serr] = lease.parseStore(o, "dlock:", "dlock");
-  if (store === undefined) return $multi(undefined, serr);
-  let owner: "random" | "worker" = "random";
-  const ov = o.get("owner");
-  if (ov !== undefined) {
-    if (ov !== "random" && ov !== "worker") {
-      return check.fail("owner must be \"random\" or \"worker\"", ov);
-    }
-    owner = ov;
+  if (o.fencing) {
+    const no = backend.refuses(o.redis, "fencing");
+    if (no !== undefined) return $multi(undefined, no);
   }
-  let fencing = false;
-  if (o.get("fencing") !== undefined) {
-    const [b, err] = check.bool("fencing", o.get("fencing"));
-    if (b === undefined) return $multi(undefined, err);
-    fencing = b;
-  }
-  if (fencing) {
-    const refused = backend.refuses(store.redis, "fencing");
-    if (refused !== undefined) return $multi(undefined, refused);
-  }
-  const kind = store.redis.topology === "redlock" ? MAJORITY_LOCK : fencing ? FENCED_LOCK : LOCK;
-  let reent = false;
-  if (o.get("reentrant") !== undefined) {
-    const [b, err] = check.bool("reentrant", o.get("reentrant"));
-    if (b === undefined) return $multi(undefined, err);
-    reent = b;
-  }
+  const kind = o.redis.topology === "redlock" ? MAJORITY_LOCK : o.fencing ? FENCED_LOCK : LOCK;
+  const store = options.store(o);
   factories++;
   const locks = {
     dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter,
-    owner, kind, reentrant: reent, id: tostring(factories),
+    owner: o.owner, kind, reentrant: o.reentrant, id: lua_tostring(factories),
   };
   recovery.register(store, kind);
-  return $multi(setmetatable(locks, locksMt) as unknown as Locks, undefined);
+  return $multi(lua_setmetatable(locks, locksMt) as unknown as Locks, undefined);
 }
 
 /**

@@ -2,106 +2,63 @@
 local ____exports = {}
 local check = require("resty.dlock.core.check")
 local dlock = require("resty.dlock")
-local shared = require("resty.dlock.gateway.common")
-local keys = require("resty.dlock.gateway.key")
+local common = require("resty.dlock.gateway.common")
 local idempotency = require("resty.dlock.gateway.idempotency")
 local inflight = require("resty.dlock.gateway.inflight")
 local guard = require("resty.dlock.gateway.guard")
 local rate = require("resty.dlock.gateway.rate")
-local meter = require("resty.dlock.core.meter")
+local options = require("resty.dlock.gateway.options")
 local semaphore = require("resty.dlock.semaphore")
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
 end
-local MODES = {}
-MODES.dedup = {status = 409, wait = false}
-MODES.concurrency = {status = 429, wait = true}
-MODES.throttle = {status = 429, wait = false}
-MODES.mutex = {status = 503, wait = true}
-local OPTIONS = check.set(
-    "name",
-    "mode",
-    "key",
-    "dict",
-    "redis",
-    "prefix",
-    "ttl",
-    "hold",
-    "permits",
-    "wait",
-    "renew",
-    "on_missing",
-    "on_error",
-    "reject_status",
-    "missing_status",
-    "error_status",
-    "headers",
-    "breaker_failures",
-    "breaker_cooldown",
-    "read_body",
-    "scope",
-    "methods",
-    "lease",
-    "max_body",
-    "max_request_body",
-    "store",
-    "store_headers",
-    "rate",
-    "period",
-    "burst",
-    "limits",
-    "cost",
-    "ratelimit_headers",
-    "fleet"
-)
+local lua_tostring = tostring
+local lua_setmetatable = setmetatable
+local str_gsub = string.gsub
+local get_phase = ngx.get_phase
 local registry = {}
---- Where gateway.new may run: before requests (and in timers, which belong to no request).
-local PHASES = check.set("init", "init_worker", "timer")
 --- Guards created so far in this worker (in creation order), for status pages.
 function ____exports.guards()
     return registry
 end
-local opt = shared.opt
-local function status(o, name, dflt)
-    return check.integer(
-        name,
-        opt(o, name, dflt),
-        200,
-        599,
-        "an HTTP status code"
-    )
+--- The options of the lock (or semaphore) underneath: the guard's, as the user gave them.
+local function lockOptions(given, o, name)
+    local base = {}
+    local ____given_dict_0 = given.dict
+    if ____given_dict_0 == nil then
+        ____given_dict_0 = "dlock"
+    end
+    base.dict = ____given_dict_0
+    base.redis = given.redis
+    base.prefix = o.prefix or ("dlock:gw:" .. name) .. ":"
+    base.ttl = o.ttl
+    base.wait = o.wait
+    base.name = (str_gsub(name, "[^%w_%-%.]", "_"))
+    if o.permits ~= nil then
+        base.permits = o.permits
+    end
+    return base
 end
 --- Create a guard (once, in init_by_lua). Returns it, or nil and an error naming the bad option.
 -- 
 -- @customName new
 function ____exports.new(opts)
-    local phase = ngx.get_phase()
-    if not (PHASES[phase] ~= nil) then
+    local phase = get_phase()
+    if phase ~= "init" and phase ~= "init_worker" and phase ~= "timer" then
         return nil, (("dlock: gateway.new in the " .. phase) .. " phase: create guards once, in init_by_lua ") .. "or init_worker_by_lua, not per request (a guard made per request excludes nothing and adds metrics without bound)"
     end
     if opts == nil then
         return nil, "dlock: gateway.new needs an options table with mode, key and on_error"
     end
-    local o, oerr = check.options("gateway.new options", opts, OPTIONS)
+    local o, oerr = options.validate(opts)
     if o == nil then
         return nil, oerr
     end
     local mode = o.mode
-    local spec = type(mode) == "string" and MODES[mode] or nil
-    if spec == nil and mode ~= "idempotency" and mode ~= "rate" then
-        return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\", \"mutex\", \"idempotency\" or \"rate\"", mode)
-    end
-    local name = (mode .. "#") .. tostring(#registry + 1)
-    if o.name ~= nil then
-        local n, err = meter.checkName(o.name)
-        if n == nil then
-            return nil, err
-        end
-        name = n
-    end
-    for ____, other in ipairs(registry) do
-        if other.name == name then
+    local name = o.name or (mode .. "#") .. lua_tostring(#registry + 1)
+    for i = 1, #registry do
+        if registry[i].name == name then
             return check.fail("a guard with this name exists already", name)
         end
     end
@@ -121,114 +78,10 @@ function ____exports.new(opts)
         registry[#registry + 1] = rg
         return rg, nil
     end
-    for ____, only in ipairs(idempotency.ONLY) do
-        if o[only] ~= nil then
-            return check.fail(
-                (only .. " applies to mode idempotency only, not ") .. tostring(mode),
-                o[only]
-            )
-        end
-    end
-    for ____, only in ipairs(rate.ONLY) do
-        if o[only] ~= nil then
-            return check.fail(
-                (only .. " applies to mode rate only, not ") .. tostring(mode),
-                o[only]
-            )
-        end
-    end
-    local tpl, kerr = keys.compile("key", o.key)
-    if tpl == nil then
-        return nil, kerr
-    end
-    local parts = tpl.parts
-    local keyFn = tpl.keyFn
-    local source = tpl.source
-    local onError = o.on_error
-    if onError ~= "allow" and onError ~= "deny" then
-        return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError)
-    end
-    local onMissing = opt(o, "on_missing", "pass")
-    if onMissing ~= "pass" and onMissing ~= "reject" then
-        return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing)
-    end
-    if o.hold ~= nil and mode ~= "dedup" then
-        return check.fail(
-            "hold applies to mode dedup only, not " .. tostring(mode),
-            o.hold
-        )
-    end
-    if o.permits ~= nil and mode ~= "concurrency" then
-        return check.fail(
-            "permits applies to mode concurrency only, not " .. tostring(mode),
-            o.permits
-        )
-    end
-    if o.wait ~= nil and not spec.wait then
-        return check.fail(
-            "wait applies to modes concurrency and mutex only, not " .. tostring(mode),
-            o.wait
-        )
-    end
-    if o.read_body ~= nil and mode == "throttle" then
-        return check.fail("read_body does not apply to mode throttle (it holds nothing while the request runs)", o.read_body)
-    end
-    if o.renew ~= nil and mode == "throttle" then
-        return check.fail("renew does not apply to mode throttle (its lock is never released)", o.renew)
-    end
-    local hold = 0
-    if o.hold ~= nil then
-        local n, err = check.integer(
-            "hold",
-            o.hold,
-            0,
-            dlock.MAX_TTL,
-            "a non-negative integer of ms"
-        )
-        if n == nil then
-            return nil, err
-        end
-        hold = n
-    end
-    local renewOn = mode ~= "throttle"
-    if o.renew ~= nil then
-        local b, err = check.bool("renew", o.renew)
-        if b == nil then
-            return nil, err
-        end
-        renewOn = b
-    end
-    local readBody = false
-    if o.read_body ~= nil then
-        local b, err = check.bool("read_body", o.read_body)
-        if b == nil then
-            return nil, err
-        end
-        readBody = b
-    end
-    local rejectStatus, e1 = status(o, "reject_status", spec.status)
-    if rejectStatus == nil then
-        return nil, e1
-    end
-    local missingStatus, e2 = status(o, "missing_status", 400)
-    if missingStatus == nil then
-        return nil, e2
-    end
-    local common, ce = shared.parse(o)
-    if common == nil then
-        return nil, ce
-    end
-    local base = {}
-    base.dict = opt(o, "dict", "dlock")
-    base.redis = o.redis
-    base.prefix = opt(o, "prefix", ("dlock:gw:" .. name) .. ":")
-    base.ttl = o.ttl
-    base.wait = o.wait
-    base.name = (string.gsub(name, "[^%w_%-%.]", "_"))
+    local base = lockOptions(opts, o, name)
     local locks
     local lerr
     if mode == "concurrency" then
-        base.permits = o.permits
         locks, lerr = semaphore.new(base)
     else
         locks, lerr = dlock.new(base)
@@ -241,36 +94,37 @@ function ____exports.new(opts)
     tryOpts.wait = 0
     local waitOpts = {}
     waitOpts.wait = store.wait
-    local missingWhat = onMissing == "reject" and ("refused with " .. tostring(missingStatus)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")"
-    local errorWhat = onError == "deny" and ("refused with " .. tostring(common.errorStatus)) .. " (on_error = \"deny\")" or "let through unguarded (on_error = \"allow\")"
+    local key = o.key
+    local rejectStatus = o.reject_status or options.mode(mode).status
+    local missingWhat = o.on_missing == "reject" and ("refused with " .. lua_tostring(o.missing_status)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")"
     local g = {
         name = name,
         mode = mode,
-        parts = parts,
-        keyFn = keyFn,
-        source = source,
+        parts = key.parts,
+        keyFn = key.keyFn,
+        source = key.source,
         missingWhat = missingWhat,
-        errorWhat = errorWhat,
+        errorWhat = common.errorWhat(o.on_error, o.error_status),
         locks = locks,
         dict = store.dict,
         ttl = store.ttl,
-        hold = hold,
+        hold = o.hold or 0,
         wait = store.wait,
-        renew = renewOn,
+        renew = o.renew == true,
         release = mode ~= "throttle",
-        readBody = readBody,
-        onMissing = onMissing,
-        onError = onError,
+        readBody = o.read_body == true,
+        onMissing = o.on_missing,
+        onError = o.on_error,
         rejectStatus = rejectStatus,
-        missingStatus = missingStatus,
-        errorStatus = common.errorStatus,
-        headers = common.headers,
-        breakerFailures = common.breakerFailures,
-        breakerCooldown = common.breakerCooldown,
+        missingStatus = o.missing_status,
+        errorStatus = o.error_status,
+        headers = o.headers,
+        breakerFailures = o.breaker_failures,
+        breakerCooldown = o.breaker_cooldown,
         tryOpts = tryOpts,
         waitOpts = waitOpts
     }
-    local made = setmetatable(g, guard.mt)
+    local made = lua_setmetatable(g, guard.mt)
     registry[#registry + 1] = made
     return made, nil
 end

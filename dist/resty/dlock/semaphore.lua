@@ -2,8 +2,8 @@
 local ____exports = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
-local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
+local options = require("resty.dlock.core.options")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local scripts = require("resty.dlock.redis.scripts")
@@ -15,7 +15,10 @@ do
     ____exports._VERSION = ____version.VERSION
 end
 --- Most permits per key.
-____exports.MAX_PERMITS = 100000
+____exports.MAX_PERMITS = options.MAX_PERMITS
+local ngx_now = ngx.now
+local update_time = ngx.update_time
+local lua_setmetatable = setmetatable
 local PERMIT = {
     acquire = scripts.SEM_ACQUIRE,
     release = scripts.SEM_RELEASE,
@@ -24,24 +27,19 @@ local PERMIT = {
     fenced = false,
     drop = nil
 }
-local NEW_OPTIONS = check.set(
-    "dict",
-    "redis",
-    "prefix",
-    "permits",
-    "ttl",
-    "wait",
-    "name"
-)
 local semaphoreMethods = {
     acquire = function(self, key, opts)
         recovery.start()
-        local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(self, key, opts)
+        local perr = lease.phaseError("acquire")
+        if perr ~= nil then
+            return nil, perr, nil
+        end
+        local k, ttlOrErr, wait, renew, onLost = options.acquire(self, key, opts)
         if k == nil then
             return nil, ttlOrErr, nil
         end
-        ngx.update_time()
-        local t0 = ngx.now()
+        update_time()
+        local t0 = ngx_now()
         local tok, terr = token.random()
         if tok == nil then
             meter.refused(self.meter, terr)
@@ -79,28 +77,15 @@ function ____exports.new(opts)
     if opts == nil then
         return nil, "dlock: semaphore.new needs an options table with at least dict and permits"
     end
-    local o, oerr = check.options("semaphore.new options", opts, NEW_OPTIONS)
+    local o, oerr = options.newSemaphore(opts)
     if o == nil then
         return nil, oerr
     end
-    local permits, perr = check.integer(
-        "permits",
-        o.permits,
-        1,
-        ____exports.MAX_PERMITS,
-        "a positive integer"
-    )
-    if permits == nil then
-        return nil, perr
-    end
-    local store, serr = lease.parseStore(o, "dlock:sem:", "semaphore")
-    if store == nil then
-        return nil, serr
-    end
-    local refused = backend.refuses(store.redis, "semaphore")
+    local refused = backend.refuses(o.redis, "semaphore")
     if refused ~= nil then
         return nil, refused
     end
+    local store = options.store(o)
     recovery.register(store, PERMIT)
     local sem = {
         dict = store.dict,
@@ -109,8 +94,8 @@ function ____exports.new(opts)
         ttl = store.ttl,
         wait = store.wait,
         meter = store.meter,
-        permits = permits
+        permits = o.permits
     }
-    return setmetatable(sem, semaphoreMt), nil
+    return lua_setmetatable(sem, semaphoreMt), nil
 end
 return ____exports

@@ -15,49 +15,43 @@
 
 import * as check from "./core/check";
 import * as dlock from "../dlock";
-import * as shared from "./gateway/common";
+import * as common from "./gateway/common";
 import * as keys from "./gateway/key";
 import * as idempotency from "./gateway/idempotency";
 import * as inflight from "./gateway/inflight";
 import * as guard from "./gateway/guard";
 import * as rate from "./gateway/rate";
 import type * as lease from "./core/lease";
-import * as meter from "./core/meter";
+import * as options from "./gateway/options";
 import * as semaphore from "./semaphore";
 
 export { VERSION as _VERSION } from "./version";
 export type { Listed } from "./gateway/guard";
 
-const MODES = new LuaTable<string, { status: number; wait: boolean }>();
-MODES.set("dedup", { status: 409, wait: false });
-MODES.set("concurrency", { status: 429, wait: true });
-MODES.set("throttle", { status: 429, wait: false });
-MODES.set("mutex", { status: 503, wait: true });
-
-const OPTIONS = check.set(
-  "name", "mode", "key", "dict", "redis", "prefix", "ttl", "hold", "permits", "wait",
-  "renew", "on_missing", "on_error", "reject_status", "missing_status", "error_status",
-  "headers", "breaker_failures", "breaker_cooldown", "read_body",
-  // mode idempotency only (validated in gateway/idempotency)
-  "scope", "methods", "lease", "max_body", "max_request_body", "store", "store_headers",
-  // mode rate only (validated in gateway/rate)
-  "rate", "period", "burst", "limits", "cost", "ratelimit_headers", "fleet",
-);
+const lua_tostring = tostring;
+const lua_setmetatable = setmetatable;
+const str_gsub = string.gsub;
+const get_phase = ngx.get_phase;
 
 const registry: guard.Listed[] = [];
-
-/** Where gateway.new may run: before requests (and in timers, which belong to no request). */
-const PHASES = check.set("init", "init_worker", "timer");
 
 /** Guards created so far in this worker (in creation order), for status pages. */
 export function guards(): guard.Listed[] {
   return registry;
 }
 
-const opt = shared.opt;
-
-function status(o: LuaTable<string, unknown>, name: string, dflt: number): LuaMultiReturn<[number | undefined, string | undefined]> {
-  return check.integer(name, opt(o, name, dflt), 200, 599, "an HTTP status code");
+/** The options of the lock (or semaphore) underneath: the guard's, as the user gave them. */
+function lockOptions(given: LuaTable<string, unknown>, o: options.Options, name: string): LuaTable<string, unknown> {
+  const base = new LuaTable<string, unknown>();
+  base.set("dict", given.get("dict") ?? "dlock");
+  base.set("redis", given.get("redis"));
+  base.set("prefix", o.prefix ?? "dlock:gw:" + name + ":");
+  base.set("ttl", o.ttl);
+  base.set("wait", o.wait);
+  // Its counters and histograms under the guard's name ("mutex#1" as "mutex_1").
+  base.set("name", str_gsub(name, "[^%w_%-%.]", "_")[0]);
+  if (o.permits !== undefined) base.set("permits", o.permits);
+  return base;
 }
 
 /**
@@ -65,124 +59,41 @@ function status(o: LuaTable<string, unknown>, name: string, dflt: number): LuaMu
  * @customName new
  */
 export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard | idempotency.Guard | rate.Guard | undefined, string | undefined]> {
-  const phase = ngx.get_phase();
-  if (!PHASES.has(phase)) {
+  const phase = get_phase();
+  if (phase !== "init" && phase !== "init_worker" && phase !== "timer") {
     // Each request would get a lock of its own (excluding nothing) and a name of its own in the metrics.
     return $multi(undefined, "dlock: gateway.new in the " + phase + " phase: create guards once, in init_by_lua " +
       "or init_worker_by_lua, not per request (a guard made per request excludes nothing and adds metrics without bound)");
   }
   if (opts === undefined) return $multi(undefined, "dlock: gateway.new needs an options table with mode, key and on_error");
-  const [o, oerr] = check.options("gateway.new options", opts, OPTIONS);
+  const [o, oerr] = options.validate(opts);
   if (o === undefined) return $multi(undefined, oerr);
-
-  const mode = o.get("mode");
-  const spec = type(mode) === "string" ? MODES.get(mode as string) : undefined;
-  if (spec === undefined && mode !== "idempotency" && mode !== "rate") {
-    return check.fail("mode must be \"dedup\", \"concurrency\", \"throttle\", \"mutex\", \"idempotency\" or \"rate\"", mode);
-  }
-  let name = (mode as string) + "#" + (registry.length + 1);
-  if (o.get("name") !== undefined) {
-    // The same rule as a factory's name: it becomes a label in metrics.
-    const [n, err] = meter.checkName(o.get("name"));
-    if (n === undefined) return $multi(undefined, err);
-    name = n;
-  }
-  for (const other of registry) {
-    if (other.name === name) return check.fail("a guard with this name exists already", name);
+  const mode = o.mode;
+  const name = o.name ?? mode + "#" + lua_tostring(registry.length + 1);
+  for (const i of $range(1, registry.length)) {
+    if (registry[i - 1]!.name === name) return check.fail("a guard with this name exists already", name);
   }
 
   if (mode === "idempotency") {
-    // Its own module: options, Redis records and response capture of its own.
+    // Its own module: Redis records and response capture of its own.
     const [ig, ierr] = idempotency.create(o, name);
     if (ig === undefined) return $multi(undefined, ierr);
     registry.push(ig);
     return $multi(ig, undefined);
   }
   if (mode === "rate") {
-    // Its own module: options and Redis script of its own.
+    // Its own module: a Redis script of its own, nothing held while the request runs.
     const [rg, rerr] = rate.create(o, name);
     if (rg === undefined) return $multi(undefined, rerr);
     registry.push(rg);
     return $multi(rg, undefined);
   }
-  for (const only of idempotency.ONLY) {
-    if (o.get(only) !== undefined) {
-      return check.fail(only + " applies to mode idempotency only, not " + mode, o.get(only));
-    }
-  }
-  for (const only of rate.ONLY) {
-    if (o.get(only) !== undefined) return check.fail(only + " applies to mode rate only, not " + mode, o.get(only));
-  }
 
-  const [tpl, kerr] = keys.compile("key", o.get("key"));
-  if (tpl === undefined) return $multi(undefined, kerr);
-  const parts = tpl.parts;
-  const keyFn = tpl.keyFn;
-  const source = tpl.source;
-
-  const onError = o.get("on_error");
-  if (onError !== "allow" && onError !== "deny") {
-    return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError);
-  }
-  const onMissing = opt(o, "on_missing", "pass");
-  if (onMissing !== "pass" && onMissing !== "reject") {
-    return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing);
-  }
-
-  // Options that only mean something in some modes are errors elsewhere, not silently ignored.
-  if (o.get("hold") !== undefined && mode !== "dedup") {
-    return check.fail("hold applies to mode dedup only, not " + mode, o.get("hold"));
-  }
-  if (o.get("permits") !== undefined && mode !== "concurrency") {
-    return check.fail("permits applies to mode concurrency only, not " + mode, o.get("permits"));
-  }
-  if (o.get("wait") !== undefined && !spec!.wait) {
-    return check.fail("wait applies to modes concurrency and mutex only, not " + mode, o.get("wait"));
-  }
-  if (o.get("read_body") !== undefined && mode === "throttle") {
-    return check.fail("read_body does not apply to mode throttle (it holds nothing while the request runs)", o.get("read_body"));
-  }
-  if (o.get("renew") !== undefined && mode === "throttle") {
-    return check.fail("renew does not apply to mode throttle (its lock is never released)", o.get("renew"));
-  }
-  let hold = 0;
-  if (o.get("hold") !== undefined) {
-    const [n, err] = check.integer("hold", o.get("hold"), 0, dlock.MAX_TTL, "a non-negative integer of ms");
-    if (n === undefined) return $multi(undefined, err);
-    hold = n;
-  }
-  let renewOn = mode !== "throttle";
-  if (o.get("renew") !== undefined) {
-    const [b, err] = check.bool("renew", o.get("renew"));
-    if (b === undefined) return $multi(undefined, err);
-    renewOn = b;
-  }
-  let readBody = false;
-  if (o.get("read_body") !== undefined) {
-    const [b, err] = check.bool("read_body", o.get("read_body"));
-    if (b === undefined) return $multi(undefined, err);
-    readBody = b;
-  }
-  const [rejectStatus, e1] = status(o, "reject_status", spec!.status);
-  if (rejectStatus === undefined) return $multi(undefined, e1);
-  const [missingStatus, e2] = status(o, "missing_status", 400);
-  if (missingStatus === undefined) return $multi(undefined, e2);
-  const [common, ce] = shared.parse(o);
-  if (common === undefined) return $multi(undefined, ce);
-
-  // The lock (or semaphore) underneath validates dict, redis, prefix, ttl, wait and permits.
-  const base = new LuaTable<string, unknown>();
-  base.set("dict", opt(o, "dict", "dlock"));
-  base.set("redis", o.get("redis"));
-  base.set("prefix", opt(o, "prefix", "dlock:gw:" + name + ":"));
-  base.set("ttl", o.get("ttl"));
-  base.set("wait", o.get("wait"));
-  // Its counters and histograms under the guard's name ("mutex#1" as "mutex_1").
-  base.set("name", string.gsub(name, "[^%w_%-%.]", "_")[0]);
+  // The lock (or semaphore) underneath: the options checked above, checked again there (at new() only).
+  const base = lockOptions(opts as LuaTable<string, unknown>, o, name);
   let locks: guard.Acquirer | undefined;
   let lerr: string | undefined;
   if (mode === "concurrency") {
-    base.set("permits", o.get("permits"));
     [locks, lerr] = semaphore.create(base);
   } else {
     [locks, lerr] = dlock.create(base);
@@ -195,17 +106,19 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   const waitOpts = new LuaTable<string, unknown>();
   waitOpts.set("wait", store.wait);
 
-  const missingWhat = onMissing === "reject" ? "refused with " + missingStatus + " (on_missing = \"reject\")"
+  const key: keys.Template = o.key;
+  const rejectStatus = o.reject_status ?? options.mode(mode).status;
+  const missingWhat = o.on_missing === "reject" ? "refused with " + lua_tostring(o.missing_status) + " (on_missing = \"reject\")"
     : "let through unguarded (on_missing = \"pass\")";
-  const errorWhat = onError === "deny" ? "refused with " + common.errorStatus + " (on_error = \"deny\")"
-    : "let through unguarded (on_error = \"allow\")";
   const g = {
-    name, mode: mode as guard.Mode, parts, keyFn, source, missingWhat, errorWhat, locks, dict: store.dict, ttl: store.ttl, hold,
-    wait: store.wait, renew: renewOn, release: mode !== "throttle", readBody, onMissing, onError, rejectStatus, missingStatus,
-    errorStatus: common.errorStatus, headers: common.headers, breakerFailures: common.breakerFailures,
-    breakerCooldown: common.breakerCooldown, tryOpts, waitOpts,
+    name, mode: mode as guard.Mode, parts: key.parts, keyFn: key.keyFn, source: key.source, missingWhat,
+    errorWhat: common.errorWhat(o.on_error, o.error_status), locks, dict: store.dict, ttl: store.ttl, hold: o.hold ?? 0,
+    wait: store.wait, renew: o.renew === true, release: mode !== "throttle", readBody: o.read_body === true,
+    onMissing: o.on_missing, onError: o.on_error, rejectStatus, missingStatus: o.missing_status,
+    errorStatus: o.error_status, headers: o.headers, breakerFailures: o.breaker_failures,
+    breakerCooldown: o.breaker_cooldown, tryOpts, waitOpts,
   };
-  const made = setmetatable(g, guard.mt) as unknown as guard.Guard;
+  const made = lua_setmetatable(g, guard.mt) as unknown as guard.Guard;
   registry.push(made);
   return $multi(made, undefined);
 }

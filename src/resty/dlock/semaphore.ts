@@ -11,8 +11,8 @@
 
 import * as acquire from "./core/acquire";
 import * as backend from "./redis/backend";
-import * as check from "./core/check";
 import * as lease from "./core/lease";
+import * as options from "./core/options";
 import * as ledger from "./core/ledger";
 import * as meter from "./core/meter";
 import * as scripts from "./redis/scripts";
@@ -22,7 +22,11 @@ import * as watchdog from "./core/watchdog";
 
 export { VERSION as _VERSION } from "./version";
 /** Most permits per key. */
-export const MAX_PERMITS = 100000;
+export const MAX_PERMITS = options.MAX_PERMITS;
+
+const ngx_now = ngx.now;
+const update_time = ngx.update_time;
+const lua_setmetatable = setmetatable;
 
 export interface Semaphore extends lease.Store {
   readonly permits: number;
@@ -32,7 +36,6 @@ export interface Semaphore extends lease.Store {
 }
 
 const PERMIT: lease.Kind = { acquire: scripts.SEM_ACQUIRE, release: scripts.SEM_RELEASE, extend: scripts.SEM_EXTEND, shared: true, fenced: false, drop: undefined };
-const NEW_OPTIONS = check.set("dict", "redis", "prefix", "permits", "ttl", "wait", "name");
 
 const semaphoreMethods = {
   /**
@@ -42,10 +45,12 @@ const semaphoreMethods = {
    */
   acquire(this: Semaphore, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
     recovery.start();
-    const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
+    const perr = lease.phaseError("acquire");
+    if (perr !== undefined) return $multi(undefined, perr, undefined);
+    const [k, ttlOrErr, wait, renew, onLost] = options.acquire(this, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
-    ngx.update_time();
-    const t0 = ngx.now();
+    update_time();
+    const t0 = ngx_now();
     const [tok, terr] = token.random();
     if (tok === undefined) {
       meter.refused(this.meter, terr);
@@ -78,15 +83,12 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Semaphore | u
   if (opts === undefined) {
     return $multi(undefined, "dlock: semaphore.new needs an options table with at least dict and permits");
   }
-  const [o, oerr] = check.options("semaphore.new options", opts, NEW_OPTIONS);
+  const [o, oerr] = options.newSemaphore(opts);
   if (o === undefined) return $multi(undefined, oerr);
-  const [permits, perr] = check.integer("permits", o.get("permits"), 1, MAX_PERMITS, "a positive integer");
-  if (permits === undefined) return $multi(undefined, perr);
-  const [store, serr] = lease.parseStore(o, "dlock:sem:", "semaphore");
-  if (store === undefined) return $multi(undefined, serr);
-  const refused = backend.refuses(store.redis, "semaphore");
+  const refused = backend.refuses(o.redis, "semaphore");
   if (refused !== undefined) return $multi(undefined, refused);
+  const store = options.store(o);
   recovery.register(store, PERMIT);
-  const sem = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter, permits };
-  return $multi(setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
+  const sem = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter, permits: o.permits };
+  return $multi(lua_setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
 }

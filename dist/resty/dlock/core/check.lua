@@ -1,23 +1,33 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local lua_type = type
+local lua_pcall = pcall
+local lua_tostring = tostring
+local lua_pairs = pairs
+local lua_require = require
+local str_sub = string.sub
+local str_format = string.format
+local str_find = string.find
+local math_floor = math.floor
+local shared = ngx.shared
 --- tostring that cannot raise: a __tostring that fails or returns no string gives the type.
 function ____exports.text(v)
-    local ok, s = pcall(tostring, v)
-    return ok and type(s) == "string" and s or "a " .. type(v)
+    local ok, s = lua_pcall(lua_tostring, v)
+    return ok and lua_type(s) == "string" and s or "a " .. lua_type(v)
 end
 --- An error of ours without its "dlock: " prefix, for a log line that already
 -- starts with one ("dlock: guard jobs: redis ...", not "dlock: guard jobs: dlock: redis ...").
 function ____exports.reason(err)
     local s = ____exports.text(err)
-    return string.sub(s, 1, 7) == "dlock: " and string.sub(s, 8) or s
+    return str_sub(s, 1, 7) == "dlock: " and str_sub(s, 8) or s
 end
 --- Render any Lua value for an error message, bounded and printable.
 function ____exports.show(v)
-    local t = type(v)
+    local t = lua_type(v)
     if t == "string" then
         local s = v
-        local cut = #s > 40 and string.sub(s, 1, 40) .. "..." or s
-        return string.format("%q", cut)
+        local cut = #s > 40 and str_sub(s, 1, 40) .. "..." or s
+        return str_format("%q", cut)
     end
     if t == "number" and v ~= v then
         return "nan"
@@ -32,27 +42,27 @@ function ____exports.fail(what, v)
 end
 --- fail() for a secret: its type, never its value, not even a mistyped one.
 function ____exports.hidden(what, v)
-    return nil, (("dlock: " .. what) .. ", got a ") .. type(v)
+    return nil, (("dlock: " .. what) .. ", got a ") .. lua_type(v)
 end
 --- Integer in [min, max]; `unit` finishes the sentence ("a positive integer of ms").
 function ____exports.integer(name, v, min, max, unit)
-    if type(v) ~= "number" then
+    if lua_type(v) ~= "number" then
         return ____exports.fail((name .. " must be ") .. unit, v)
     end
     local n = v
-    if n ~= n or n ~= math.floor(n) or n < min then
+    if n ~= n or n ~= math_floor(n) or n < min then
         return ____exports.fail((name .. " must be ") .. unit, v)
     end
     if n > max then
         return ____exports.fail(
-            (name .. " must be at most ") .. tostring(max),
+            (name .. " must be at most ") .. lua_tostring(max),
             v
         )
     end
     return n, nil
 end
 function ____exports.str(name, v, maxLen)
-    if type(v) ~= "string" then
+    if lua_type(v) ~= "string" then
         return ____exports.fail(name .. " must be a string", v)
     end
     local s = v
@@ -60,7 +70,7 @@ function ____exports.str(name, v, maxLen)
         return ____exports.fail(name .. " must not be empty", v)
     end
     if #s > maxLen then
-        return nil, ((((("dlock: " .. name) .. " must be at most ") .. tostring(maxLen)) .. " bytes, got ") .. tostring(#s)) .. " bytes"
+        return nil, ((((("dlock: " .. name) .. " must be at most ") .. lua_tostring(maxLen)) .. " bytes, got ") .. lua_tostring(#s)) .. " bytes"
     end
     return s, nil
 end
@@ -70,14 +80,14 @@ function ____exports.sharedDict(v)
     if name == nil then
         return nil, err
     end
-    local dict = ngx.shared[name]
+    local dict = shared[name]
     if dict == nil then
         return ____exports.fail(("no lua_shared_dict named " .. name) .. " (declare it in nginx.conf)", name)
     end
     return dict, nil
 end
 function ____exports.bool(name, v)
-    if type(v) ~= "boolean" then
+    if lua_type(v) ~= "boolean" then
         return ____exports.fail(name .. " must be a boolean", v)
     end
     return v, nil
@@ -88,44 +98,32 @@ function ____exports.options(name, v, allowed)
     if v == nil then
         return {}, nil
     end
-    if type(v) ~= "table" then
+    if lua_type(v) ~= "table" then
         return ____exports.fail(name .. " must be a table", v)
     end
     local t = v
-    for k in pairs(t) do
-        if type(k) ~= "string" or not (allowed[k] ~= nil) then
+    for k in lua_pairs(t) do
+        if lua_type(k) ~= "string" or not (allowed[k] ~= nil) then
             return ____exports.fail("unknown option in " .. name, k)
         end
     end
     return t, nil
 end
 local function loadNkeys()
-    local ok, f = pcall(require, "table.nkeys")
-    return ok and type(f) == "function" and f or nil
+    local ok, f = lua_pcall(lua_require, "table.nkeys")
+    return ok and lua_type(f) == "function" and f or nil
 end
-local nkeys = loadNkeys()
---- For a hot path that read its options by name: nil when the table t holds
--- those `found` options and nothing else, else the error options() gives.
--- Counting instead of walking the table keeps the caller loop-free: LuaJIT
--- will not compile a function whose trace runs into a loop (a root trace
--- cannot hold an inner one), and the acquire path ran interpreted for it.
-function ____exports.onlyKnown(name, t, found, allowed)
-    if nkeys ~= nil and nkeys(t) == found then
-        return nil
-    end
-    local ____, err = ____exports.options(name, t, allowed)
-    return err
-end
+____exports.nkeys = loadNkeys()
 --- Whether the Lua pattern matches somewhere in s.
 function ____exports.found(s, pattern)
-    local at = string.find(s, pattern)
+    local at = str_find(s, pattern)
     return at ~= nil
 end
 function ____exports.set(...)
     local names = {...}
     local s = {}
-    for ____, n in ipairs(names) do
-        s[n] = true
+    for i = 1, #names do
+        s[names[i]] = true
     end
     return s
 end

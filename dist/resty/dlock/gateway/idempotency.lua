@@ -10,7 +10,6 @@ local capture = require("resty.dlock.gateway.idempotency.capture")
 local claims = require("resty.dlock.gateway.idempotency.claim")
 local options = require("resty.dlock.gateway.idempotency.options")
 local keys = require("resty.dlock.gateway.key")
-____exports.ONLY = options.ONLY
 ____exports.headerFilter = capture.headerFilter
 ____exports.bodyFilter = capture.bodyFilter
 ____exports.finish = capture.finish

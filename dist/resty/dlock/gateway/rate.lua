@@ -3,7 +3,6 @@ local ____exports = {}
 local fields, str_format, tbl_concat, math_ceil, ngx_
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
-local redis = require("resty.dlock.redis.client")
 local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
 local keys = require("resty.dlock.gateway.key")
@@ -40,39 +39,6 @@ local math_floor = math.floor
 local lua_setmetatable = setmetatable
 ngx_ = ngx
 local incr = stats.incr
---- Options only mode rate takes (errors in the other modes).
-____exports.ONLY = {
-    "rate",
-    "period",
-    "burst",
-    "limits",
-    "cost",
-    "ratelimit_headers",
-    "fleet"
-}
-local OPTIONS = check.set(
-    "name",
-    "mode",
-    "key",
-    "dict",
-    "redis",
-    "prefix",
-    "rate",
-    "period",
-    "burst",
-    "limits",
-    "cost",
-    "ratelimit_headers",
-    "fleet",
-    "on_missing",
-    "on_error",
-    "reject_status",
-    "missing_status",
-    "error_status",
-    "headers",
-    "breaker_failures",
-    "breaker_cooldown"
-)
 --- Entries of `seen` before the dead ones are swept.
 local SEEN_SWEEP = 1000
 local function finish(g, status, retryAfterMs)
@@ -226,20 +192,11 @@ local function policyOf(ls)
 end
 --- Validate the options (already checked against gateway.new's names) and build the guard.
 function ____exports.create(o, name)
-    for k, v in lua_pairs(o) do
-        if not (OPTIONS[k] ~= nil) then
-            return check.fail(k .. " does not apply to mode rate", v)
-        end
-    end
-    local key, kerr = keys.compile("key", o.key)
-    if key == nil then
-        return nil, kerr
-    end
     local ls, lerr = core.parse(o)
     if ls == nil then
         return nil, lerr
     end
-    local cost = shared.opt(o, "cost", 1)
+    local cost = o.cost == nil and 1 or o.cost
     if lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > ls.most then
         return check.fail(
             ("cost must be a positive integer, at most the smallest burst (" .. lua_tostring(ls.most)) .. ")",
@@ -247,9 +204,6 @@ function ____exports.create(o, name)
         )
     end
     local onError = o.on_error
-    if onError ~= "allow" and onError ~= "deny" and onError ~= "local" then
-        return check.fail("on_error must be \"allow\" (fail open), \"deny\" (fail closed) or \"local\" " .. "(this nginx's share of the limit)", onError)
-    end
     local shares
     if onError == "local" then
         local fleet, ferr = check.integer(
@@ -266,60 +220,18 @@ function ____exports.create(o, name)
     elseif o.fleet ~= nil then
         return check.fail("fleet applies with on_error = \"local\" only", o.fleet)
     end
-    local onMissing = shared.opt(o, "on_missing", "pass")
-    if onMissing ~= "pass" and onMissing ~= "reject" then
-        return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing)
-    end
-    local headersOn, herr = check.bool(
-        "ratelimit_headers",
-        shared.opt(o, "ratelimit_headers", true)
-    )
-    if headersOn == nil then
-        return nil, herr
-    end
-    local rejectStatus, e1 = check.integer(
-        "reject_status",
-        shared.opt(o, "reject_status", 429),
-        200,
-        599,
-        "an HTTP status code"
-    )
-    if rejectStatus == nil then
-        return nil, e1
-    end
-    local missingStatus, e2 = check.integer(
-        "missing_status",
-        shared.opt(o, "missing_status", 400),
-        200,
-        599,
-        "an HTTP status code"
-    )
-    if missingStatus == nil then
-        return nil, e2
-    end
-    local common, ce = shared.parse(o)
-    if common == nil then
-        return nil, ce
-    end
-    local dict, derr = check.sharedDict(shared.opt(o, "dict", "dlock"))
-    if dict == nil then
-        return nil, derr
-    end
-    local conf, rerr = redis.parse(o.redis, dict)
-    if conf == nil then
-        return nil, rerr
-    end
+    local conf = o.redis
     if conf.topology == "redlock" then
         return nil, core.REDLOCK
     end
-    local prefix, perr = check.str(
-        "prefix",
-        shared.opt(o, "prefix", ("dlock:gw:" .. name) .. ":"),
-        256
-    )
-    if prefix == nil then
-        return nil, perr
-    end
+    local key = o.key
+    local dict = o.dict
+    local prefix = o.prefix == nil and ("dlock:gw:" .. name) .. ":" or o.prefix
+    local rejectStatus = o.reject_status == nil and 429 or o.reject_status
+    local missingStatus = o.missing_status
+    local onMissing = o.on_missing
+    local headersOn = o.ratelimit_headers
+    local common = {errorStatus = o.error_status, headers = o.headers, breakerFailures = o.breaker_failures, breakerCooldown = o.breaker_cooldown}
     local items = {}
     for i = 1, #ls.list do
         items[i] = str_format("\"%s\";r=", ls.list[i].name)

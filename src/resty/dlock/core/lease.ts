@@ -1,24 +1,18 @@
 // Leases: what resty.dlock locks and resty.dlock.semaphore permits have in
-// common. Options shared by both factories, the acquire loop (one script round
+// common (their options: options.ts): the acquire loop (one script round
 // trip per attempt; how to wait between attempts is wait.ts's), owner-checked
 // release and extend (one lease, or many in one round trip), and `with`.
 
 import * as check from "./check";
 import * as ledger from "./ledger";
 import * as meter from "./meter";
+import * as options from "./options";
 import * as orphans from "./orphans";
 import * as backend from "../redis/backend";
 import * as redis from "../redis/client";
 import * as scripts from "../redis/scripts";
 import * as waits from "./wait";
 import * as wakeups from "./wakeups";
-
-/** Longest key accepted, in bytes (before the prefix). */
-export const MAX_KEY_LEN = 512;
-/** Longest lease, in ms: one day. Longer jobs renew with lease:extend(). */
-export const MAX_TTL = 86400000;
-
-const DEFAULT_TTL = 30000;
 
 /** The scripts of one kind of lease. */
 export interface Kind {
@@ -88,59 +82,12 @@ export interface Lease {
 
 export type AcquireResult = LuaMultiReturn<[Lease | undefined, string | undefined, number | undefined]>;
 
-export function checkTtl(v: unknown): LuaMultiReturn<[number | undefined, string | undefined]> {
-  return check.integer("ttl", v, 1, MAX_TTL, "a positive integer of ms");
-}
-
-export function checkWait(v: unknown): LuaMultiReturn<[number | undefined, string | undefined]> {
-  return check.integer("wait", v, 0, MAX_TTL, "a non-negative integer of ms");
-}
-
-/** The options every factory takes: dict, redis, prefix, ttl, wait, name (from a table already checked for unknown names). */
-export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string, defaultName: string): LuaMultiReturn<[Store | undefined, string | undefined]> {
-  const [dict, derr] = check.sharedDict(o.get("dict"));
-  if (dict === undefined) return $multi(undefined, derr);
-  let name = defaultName;
-  if (o.get("name") !== undefined) {
-    const [n, err] = meter.checkName(o.get("name"));
-    if (n === undefined) return $multi(undefined, err);
-    name = n;
-  }
-  const [conf, rerr] = redis.parse(o.get("redis"), dict);
-  if (conf === undefined) return $multi(undefined, rerr);
-  let prefix = defaultPrefix;
-  // "" is a choice: keys shared with other clients' locks (node-redlock, redis-py) under their own names.
-  if (o.get("prefix") === "") {
-    prefix = "";
-  } else if (o.get("prefix") !== undefined) {
-    const [p, err] = check.str("prefix", o.get("prefix"), 256);
-    if (p === undefined) return $multi(undefined, err);
-    prefix = p;
-  }
-  let ttl = DEFAULT_TTL;
-  if (o.get("ttl") !== undefined) {
-    const [n, err] = checkTtl(o.get("ttl"));
-    if (n === undefined) return $multi(undefined, err);
-    ttl = n;
-  }
-  let wait = 0;
-  if (o.get("wait") !== undefined) {
-    const [n, err] = checkWait(o.get("wait"));
-    if (n === undefined) return $multi(undefined, err);
-    wait = n;
-  }
-  ledger.prepare(dict);
-  return $multi({ dict, redis: conf, prefix, ttl, wait, meter: meter.make(dict, name) }, undefined);
-}
-
-const ACQUIRE_OPTIONS = check.set("ttl", "wait", "renew", "on_lost");
-
 // Where ngx_lua allows cosockets. Elsewhere (init, set, header/body filter, log,
 // balancer) a Redis call would raise; say so as an error instead.
 const COSOCKET_PHASES = check.set("rewrite", "server_rewrite", "access", "content", "timer",
   "ssl_cert", "ssl_session_fetch", "ssl_client_hello", "preread");
 
-function phaseError(op: string): string | undefined {
+export function phaseError(op: string): string | undefined {
   const phase = ngx.get_phase();
   if (COSOCKET_PHASES.has(phase)) {
     return undefined;
@@ -151,60 +98,6 @@ function phaseError(op: string): string | undefined {
 
 /** What the lease's holder is told when the watchdog finds it lost. */
 export type OnLost = (this: void, lease: Lease, why: string) => void;
-
-/**
- * key, ttl, wait, renew, on_lost of an acquire call, with the factory's
- * defaults; nil and the error (in place of ttl) when the input is bad.
- */
-export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMultiReturn<[string | undefined, string | number, number, boolean, OnLost | undefined]> {
-  const perr = phaseError("acquire");
-  if (perr !== undefined) return $multi(undefined, perr, 0, false, undefined);
-  const [k, kerr] = check.str("key", key, MAX_KEY_LEN);
-  if (k === undefined) return $multi(undefined, kerr!, 0, false, undefined);
-  if (opts === undefined) return $multi(k, store.ttl, store.wait, false, undefined);
-  if (type(opts) !== "table") {
-    const [, err] = check.fail("acquire options must be a table", opts);
-    return $multi(undefined, err, 0, false, undefined);
-  }
-  // Read by name, then counted: no walk over the table on every acquire (check.onlyKnown).
-  const o = opts as LuaTable<string, unknown>;
-  const t = o.get("ttl");
-  const w = o.get("wait");
-  const r = o.get("renew");
-  const onLost = o.get("on_lost");
-  const found = (t !== undefined ? 1 : 0) + (w !== undefined ? 1 : 0) + (r !== undefined ? 1 : 0) + (onLost !== undefined ? 1 : 0);
-  const uerr = check.onlyKnown("acquire options", o, found, ACQUIRE_OPTIONS);
-  if (uerr !== undefined) return $multi(undefined, uerr, 0, false, undefined);
-  let ttl = store.ttl;
-  if (t !== undefined) {
-    const [n, err] = checkTtl(t);
-    if (n === undefined) return $multi(undefined, err!, 0, false, undefined);
-    ttl = n;
-  }
-  let wait = store.wait;
-  if (w !== undefined) {
-    const [n, err] = checkWait(w);
-    if (n === undefined) return $multi(undefined, err!, 0, false, undefined);
-    wait = n;
-  }
-  let renew = false;
-  if (r !== undefined) {
-    const [b, err] = check.bool("renew", r);
-    if (b === undefined) return $multi(undefined, err!, 0, false, undefined);
-    renew = b;
-  }
-  if (onLost !== undefined) {
-    if (type(onLost) !== "function") {
-      const [, err] = check.fail("on_lost must be a function", onLost);
-      return $multi(undefined, err, 0, false, undefined);
-    }
-    if (!renew) {
-      // Nothing would ever notice the loss.
-      return $multi(undefined, "dlock: on_lost needs renew = true", 0, false, undefined);
-    }
-  }
-  return $multi(k, ttl, wait, renew, onLost as OnLost | undefined);
-}
 
 type Fault = backend.Fault;
 
@@ -350,7 +243,7 @@ const leaseMethods = {
     if (perr !== undefined) return $multi(undefined, perr);
     let ms = this.ttl;
     if (ttl !== undefined) {
-      const [n, terr] = checkTtl(ttl);
+      const [n, terr] = options.checkTtl(ttl);
       if (n === undefined) return $multi(undefined, terr);
       ms = n;
     }

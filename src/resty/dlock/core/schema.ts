@@ -1,86 +1,27 @@
 // Declarative option tables. A schema lists each option once (its kind, bounds,
-// default, what it excludes or needs) and is compiled at module load; the
-// validator it gives checks a user's table in one pass and hands back a fresh
-// table with the defaults filled in, or nil and "dlock: <message naming the
-// option>". Messages are built only when something is wrong, so a valid table
-// costs its result and nothing else.
+// default, what it excludes or needs, the modes it applies to) and is compiled
+// at module load; the validator it gives checks a user's table in one pass and
+// hands back a fresh table with the defaults filled in, or nil and
+// "dlock: <message naming the option>". Messages are built only when something
+// is wrong, so a valid table costs its result and nothing else. The kinds of
+// option, and the checking of one value, are in schema/values.ts.
 
 import * as check from "./check";
+import * as values from "./schema/values";
 
-export interface Node {
-  readonly host: string;
-  readonly port: number;
-}
+export type { Node, Validator, Check, Rule, Spec, IntegerSpec, StringSpec, BooleanSpec, EnumSpec, FunctionSpec, NodesSpec, TableSpec, CheckSpec } from "./schema/values";
+export const node = values.node;
+type Spec = values.Spec;
+type Rule = values.Rule;
+type Option = values.Option;
+type Validator<T> = values.Validator<T>;
 
-export type Validator<T> = (this: void, v: unknown) => LuaMultiReturn<[T | undefined, string | undefined]>;
-
-/**
- * What an option needs of another one (of the same table) when it is given
- * and not idle. "set"/"true"/"positive": the other must be given, true, > 0;
- * "unset": the other must be absent ("db is refused with cluster").
- */
-export interface Rule {
-  readonly option: string;
-  readonly must: "set" | "unset" | "true" | "positive";
-  /** Why a refusal: the user should not have to guess. */
-  readonly why?: string;
-  /** The options that share this rule, named together in one message (ssl_verify and server_name). */
-  readonly shared?: string[];
-}
-
-interface Common {
-  readonly name: string;
-  /** Checked even when absent: the message then says "got nil". */
-  readonly required?: boolean;
-  /** Never shown in a message, not even mistyped (a password): only its type is. */
-  readonly secret?: boolean;
-  /** A value that asks for nothing, so `requires` does not apply to it (db = 0, ssl_verify = false). */
-  readonly idle?: number | boolean;
-  /** Options refused beside this one: "<this> excludes <other>, got <other's value>". */
-  readonly excludes?: string[];
-  /** The excluded options make one thing (host and port): named together, and this option's value shown. */
-  readonly excludesAsOne?: boolean;
-  readonly requires?: Rule[];
-}
-
-export interface IntegerSpec extends Common {
-  readonly kind: "integer";
-  readonly min: number;
-  readonly max: number;
-  /** Ends "must be ...": "a positive integer of ms". */
-  readonly unit: string;
-  readonly default?: number;
-}
-
-export interface StringSpec extends Common {
-  readonly kind: "string";
-  /** Non-empty and at most this many bytes; without it any string will do (a password is Redis's to judge). */
-  readonly maxLen?: number;
-  /** How it must start: "unix:" tells a socket path from a host name. */
-  readonly prefix?: string;
-  readonly default?: string;
-}
-
-export interface BooleanSpec extends Common {
-  readonly kind: "boolean";
-  readonly default?: boolean;
-}
-
-/** A non-empty list of "host:port" or "[v6]:port" strings, at least `min` of them. */
-export interface NodesSpec extends Common {
-  readonly kind: "nodes";
-  readonly min?: number;
-  /** Ends "needs at least <min> ...": "independent masters". */
-  readonly unit?: string;
-}
-
-/** A nested option table, checked by its own validator (a compiled schema, or a parser built on one). */
-export interface TableSpec extends Common {
-  readonly kind: "table";
-  readonly table: Validator<unknown>;
-}
-
-export type Spec = IntegerSpec | StringSpec | BooleanSpec | NodesSpec | TableSpec;
+const lua_type = type;
+const lua_ipairs = ipairs;
+const lua_error = error;
+const concat = table.concat;
+const value = values.value;
+const refuse = values.refuse;
 
 interface Exclusion {
   readonly option: string;
@@ -97,91 +38,20 @@ interface Requirement {
   readonly show: boolean;
 }
 
-interface Option {
+interface Compiled {
+  readonly opt: Option;
   readonly spec: Spec;
-  /** "redis.port": every message names the option by its full path. */
-  readonly label: string;
-  readonly default: unknown;
   readonly excludes: Exclusion[];
   readonly requires: Requirement[];
 }
 
 interface Schema {
   readonly path: string;
-  readonly options: Option[];
-  readonly byName: LuaTable<string, Option>;
-}
-
-/** What an absent option table validates as: read, never written. */
-const NONE = new LuaTable<AnyNotNil, unknown>();
-
-/** "dlock: <what>, got <v>", or only v's type when v is a secret. */
-function refuse(what: string, v: unknown, secret: boolean): LuaMultiReturn<[undefined, string]> {
-  if (secret) return check.hidden(what, v);
-  return check.fail(what, v);
-}
-
-/** The port whose digits run from `at` to the end of s: read in place, a substring would be garbage. */
-function port(s: string, at: number): number | undefined {
-  let p = 0;
-  for (const i of $range(at, s.length)) {
-    p = p * 10 + string.byte(s, i) - 48;
-    if (p > 65535) return undefined;
-  }
-  return p >= 1 ? p : undefined;
-}
-
-/** "host:port" or "[v6]:port"; `label` names the list it came from. */
-export function node(label: string, v: unknown): LuaMultiReturn<[Node | undefined, string | undefined]> {
-  if (type(v) !== "string") return check.fail(label + " must be \"host:port\" strings", v);
-  // The () captures are positions: numbers, where the port digits start.
-  let [host, at] = string.match(v as string, "^%[([%x:%.]+)%]:()%d+$");
-  if (host === undefined) {
-    [host, at] = string.match(v as string, "^([%w%.%-_]+):()%d+$");
-  }
-  if (host === undefined) return check.fail(label + " must be \"host:port\" strings", v);
-  const p = port(v as string, at as unknown as number);
-  if (p === undefined) return check.fail(label + " must be \"host:port\" strings", v);
-  return $multi({ host, port: p }, undefined);
-}
-
-function nodes(o: Option, spec: NodesSpec, list: unknown): LuaMultiReturn<[Node[] | undefined, string | undefined]> {
-  if (type(list) !== "table" || (list as unknown[]).length === 0) {
-    return check.fail(o.label + " must be a list of \"host:port\" strings", list);
-  }
-  const out: Node[] = [];
-  for (const v of list as unknown[]) {
-    const [n, err] = node(o.label, v);
-    if (n === undefined) return $multi(undefined, err);
-    out.push(n);
-  }
-  if (spec.min !== undefined && out.length < spec.min) {
-    return check.fail(o.label + " needs at least " + spec.min + " " + (spec.unit ?? "nodes"), out.length);
-  }
-  return $multi(out, undefined);
-}
-
-/** One given value (or nil for a required option), checked against its spec. */
-function value(o: Option, v: unknown): LuaMultiReturn<[unknown, string | undefined]> {
-  const spec = o.spec;
-  if (spec.kind === "integer") {
-    return check.integer(o.label, v, spec.min, spec.max, spec.unit);
-  } else if (spec.kind === "string") {
-    if (type(v) !== "string") return refuse(o.label + " must be a string", v, spec.secret === true);
-    if (spec.maxLen === undefined) return $multi(v, undefined);
-    // Past the type check its messages show nothing of a secret but its length.
-    const [s, err] = check.str(o.label, v, spec.maxLen);
-    if (s === undefined) return $multi(undefined, err);
-    if (spec.prefix !== undefined && string.sub(s, 1, spec.prefix.length) !== spec.prefix) {
-      return refuse(o.label + " must start with " + string.format("%q", spec.prefix), s, spec.secret === true);
-    }
-    return $multi(s, undefined);
-  } else if (spec.kind === "boolean") {
-    return check.bool(o.label, v);
-  } else if (spec.kind === "nodes") {
-    return nodes(o, spec, v);
-  }
-  return spec.table(v);
+  readonly options: Compiled[];
+  readonly byName: LuaTable<string, Compiled>;
+  /** Names this table refuses although they are options elsewhere (of another mode), each with why. */
+  readonly elsewhere: Elsewhere[];
+  readonly foreign: LuaTable<string, string> | undefined;
 }
 
 /** Whether `other` (validated, defaults filled) is what `rule` needs of it. */
@@ -189,26 +59,32 @@ function met(rule: Rule, other: unknown): boolean {
   if (rule.must === "set") return other !== undefined;
   if (rule.must === "unset") return other === undefined;
   if (rule.must === "true") return other === true;
-  return type(other) === "number" && (other as number) > 0;
+  return lua_type(other) === "number" && (other as number) > 0;
 }
 
 function validate(s: Schema, v: unknown): LuaMultiReturn<[LuaTable<string, unknown> | undefined, string | undefined]> {
-  let given = NONE;
+  let given = values.NONE;
   if (v !== undefined) {
-    if (type(v) !== "table") return check.fail(s.path + " must be a table", v);
+    if (lua_type(v) !== "table") return check.fail(s.path + " must be a table", v);
     given = v as LuaTable<AnyNotNil, unknown>;
   }
-  // A misspelt name is an error, never a silently ignored option.
-  for (const [k] of pairs(given)) {
-    if (type(k) !== "string" || !s.byName.has(k as string)) {
-      return check.fail("unknown option in " + s.path, k);
-    }
+  const [odd, k] = values.stranger(given, s.byName, s.foreign);
+  if (odd) return check.fail("unknown option in " + s.path, k);
+  const options = s.options;
+  const n = options.length;
+  // Options of other modes next: "hold applies to mode dedup only" says more than hold's value would.
+  for (const i of $range(1, s.elsewhere.length)) {
+    const e = s.elsewhere[i - 1]!;
+    const theirs = given.get(e.name);
+    if (theirs !== undefined) return check.fail(e.why, theirs);
   }
   // Exclusions first: a value is not worth checking beside one that rules it out.
-  for (const o of s.options) {
+  for (const i of $range(1, n)) {
+    const o = options[i - 1]!;
     const mine = given.get(o.spec.name);
     if (mine !== undefined) {
-      for (const x of o.excludes) {
+      for (const j of $range(1, o.excludes.length)) {
+        const x = o.excludes[j - 1]!;
         const theirs = given.get(x.option);
         if (theirs !== undefined) {
           if (x.own) return refuse(x.message, mine, o.spec.secret === true);
@@ -218,21 +94,25 @@ function validate(s: Schema, v: unknown): LuaMultiReturn<[LuaTable<string, unkno
     }
   }
   const out = new LuaTable<string, unknown>();
-  for (const o of s.options) {
-    const v = given.get(o.spec.name);
-    if (v === undefined && o.spec.required !== true) {
-      out.set(o.spec.name, o.default);
+  for (const i of $range(1, n)) {
+    const o = options[i - 1]!;
+    const x = given.get(o.spec.name);
+    // A check of its own sees every value, the default too: it may turn either into what the caller uses.
+    if (x === undefined && o.spec.required !== true && o.spec.kind !== "check") {
+      out.set(o.spec.name, o.opt.default);
     } else {
-      const [x, err] = value(o, v);
+      const [y, err] = value(o.opt, x === undefined ? o.opt.default : x, out);
       if (err !== undefined) return $multi(undefined, err);
-      out.set(o.spec.name, x);
+      out.set(o.spec.name, y);
     }
   }
   // Rules last, on checked values: "replicas > 0" is a number by now. A default never trips one.
-  for (const o of s.options) {
+  for (const i of $range(1, n)) {
+    const o = options[i - 1]!;
     const x = out.get(o.spec.name);
     if (given.get(o.spec.name) !== undefined && x !== o.spec.idle) {
-      for (const r of o.requires) {
+      for (const j of $range(1, o.requires.length)) {
+        const r = o.requires[j - 1]!;
         if (!met(r.rule, out.get(r.rule.option))) {
           if (r.show) return refuse(r.message, x, o.spec.secret === true);
           return $multi(undefined, "dlock: " + r.message);
@@ -247,15 +127,15 @@ function validate(s: Schema, v: unknown): LuaMultiReturn<[LuaTable<string, unkno
 function known(path: string, specs: LuaTable<string, Spec>, name: string, other: string): Spec {
   const spec = specs.get(other);
   if (spec === undefined) {
-    error("dlock: schema " + path + ": " + name + " refers to no option " + other);
+    lua_error("dlock: schema " + path + ": " + name + " refers to no option " + other);
   }
   return spec;
 }
 
-function requirement(path: string, specs: LuaTable<string, Spec>, spec: Spec, rule: Rule): Requirement {
+function requirement(path: string, labels: string, specs: LuaTable<string, Spec>, spec: Spec, rule: Rule): Requirement {
   known(path, specs, spec.name, rule.option);
-  const label = path + "." + spec.name;
-  const other = path + "." + rule.option;
+  const label = labels + spec.name;
+  const other = labels + rule.option;
   if (rule.must === "unset") {
     const why = rule.why !== undefined ? " (" + rule.why + ")" : "";
     return { rule, message: label + " is refused with " + other + why, show: true };
@@ -263,11 +143,11 @@ function requirement(path: string, specs: LuaTable<string, Spec>, spec: Spec, ru
   let subject = label + " needs ";
   if (rule.shared !== undefined) {
     const names: string[] = [];
-    for (const n of rule.shared) {
+    for (const [, n] of lua_ipairs(rule.shared)) {
       known(path, specs, spec.name, n);
-      names.push(path + "." + n);
+      names.push(labels + n);
     }
-    subject = table.concat(names, " and ") + " need ";
+    subject = concat(names, " and ") + " need ";
   }
   // The value is fine in itself here (it is the other option that is missing or off),
   // except beside a number the other one must exceed.
@@ -276,44 +156,75 @@ function requirement(path: string, specs: LuaTable<string, Spec>, spec: Spec, ru
   return { rule, message: subject + other + " > 0", show: true };
 }
 
-function exclusions(path: string, specs: LuaTable<string, Spec>, spec: Spec): Exclusion[] {
+function exclusions(path: string, labels: string, specs: LuaTable<string, Spec>, spec: Spec): Exclusion[] {
   const list: Exclusion[] = [];
   if (spec.excludes === undefined) return list;
-  const label = path + "." + spec.name;
-  const labels: string[] = [];
-  for (const n of spec.excludes) labels.push(path + "." + n);
-  const together = label + " excludes " + table.concat(labels, " and ");
+  const label = labels + spec.name;
+  const names: string[] = [];
+  for (const [, n] of lua_ipairs(spec.excludes)) names.push(labels + n);
+  const together = label + " excludes " + concat(names, " and ");
   const asOne = spec.excludesAsOne === true;
-  for (const n of spec.excludes) {
+  for (const [, n] of lua_ipairs(spec.excludes)) {
     const other = known(path, specs, spec.name, n);
-    const message = asOne ? together : label + " excludes " + path + "." + n;
+    const message = asOne ? together : label + " excludes " + labels + n;
     list.push({ option: n, message, own: asOne, secret: other.secret === true });
   }
   return list;
 }
 
+/** An option of other modes, refused here. */
+export interface Elsewhere {
+  readonly name: string;
+  /** "hold applies to mode dedup only, not mutex". */
+  readonly why: string;
+}
+
+export interface How {
+  /** What every option's name starts with in a message: "redis." (the default: path + "."), or "" for a factory's own options. */
+  readonly labels?: string;
+  /** Names refused here although they are options elsewhere, each with the message that says why. */
+  readonly elsewhere?: Elsewhere[];
+}
+
 /**
- * A validator for the option table named `path` ("redis", "redis.cluster").
- * Options are checked, and their errors reported, in the order given.
- * A spec that names an option the schema lacks raises here, at module load.
+ * A validator for the option table named `path` ("redis", "redis.cluster",
+ * "dlock.new options"). Options are checked, and their errors reported, in
+ * the order given. A spec that names an option the schema lacks raises here,
+ * at module load.
  */
-export function compile<T>(path: string, specs: Spec[]): Validator<T> {
+export function compile<T>(path: string, specs: Spec[], how?: How): Validator<T> {
+  const labels = how?.labels ?? path + ".";
   const byName = new LuaTable<string, Spec>();
-  for (const spec of specs) byName.set(spec.name, spec);
-  const options: Option[] = [];
-  const index = new LuaTable<string, Option>();
-  for (const spec of specs) {
+  for (const [, spec] of lua_ipairs(specs)) {
+    if (byName.has(spec.name)) lua_error("dlock: schema " + path + ": " + spec.name + " is declared twice");
+    byName.set(spec.name, spec);
+  }
+  const options: Compiled[] = [];
+  const index = new LuaTable<string, Compiled>();
+  for (const [, spec] of lua_ipairs(specs)) {
     const requires: Requirement[] = [];
     if (spec.requires !== undefined) {
-      for (const r of spec.requires) requires.push(requirement(path, byName, spec, r));
+      for (const [, r] of lua_ipairs(spec.requires)) requires.push(requirement(path, labels, byName, spec, r));
     }
-    const o: Option = {
-      spec, label: path + "." + spec.name, default: (spec as { default?: unknown }).default,
-      excludes: exclusions(path, byName, spec), requires,
+    const o: Compiled = {
+      opt: values.option(spec, labels + spec.name), spec, excludes: exclusions(path, labels, byName, spec), requires,
     };
     options.push(o);
     index.set(spec.name, o);
   }
-  const s: Schema = { path, options, byName: index };
+  const elsewhere = how?.elsewhere ?? [];
+  let foreign: LuaTable<string, string> | undefined;
+  for (const [, e] of lua_ipairs(elsewhere)) {
+    foreign ??= new LuaTable<string, string>();
+    foreign.set(e.name, e.why);
+  }
+  const s: Schema = { path, options, byName: index, elsewhere, foreign };
   return (v: unknown) => validate(s, v) as LuaMultiReturn<[T | undefined, string | undefined]>;
+}
+
+/** The check of one option alone, for a hot path that reads its options by name (acquire, extend). */
+export function one<T>(spec: Spec, label?: string): (this: void, v: unknown) => LuaMultiReturn<[T | undefined, string | undefined]> {
+  const o = values.option(spec, label ?? spec.name);
+  const out = new LuaTable<string, unknown>();
+  return (v: unknown) => value(o, v, out) as LuaMultiReturn<[T | undefined, string | undefined]>;
 }

@@ -35,10 +35,10 @@ import * as answers from "./idempotency/answers";
 import * as capture from "./idempotency/capture";
 import * as claims from "./idempotency/claim";
 import * as options from "./idempotency/options";
+import type * as gwoptions from "./options";
 import * as keys from "./key";
 
 export type Guard = options.Guard;
-export const ONLY = options.ONLY;
 export const headerFilter = capture.headerFilter;
 export const bodyFilter = capture.bodyFilter;
 export const finish = capture.finish;
@@ -217,7 +217,7 @@ const guardMethods = {
 const guardMt = { __index: guardMethods };
 
 /** Validate the options (already checked against gateway.new's names) and build the guard. */
-export function create(o: LuaTable<string, unknown>, name: string): LuaMultiReturn<[Guard | undefined, string | undefined]> {
+export function create(o: gwoptions.Options, name: string): LuaMultiReturn<[Guard | undefined, string | undefined]> {
   const [f, err] = options.parse(o, name, capture.forget);
   if (f === undefined) return $multi(undefined, err);
   return $multi(setmetatable(f, guardMt) as unknown as Guard, undefined);

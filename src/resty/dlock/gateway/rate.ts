@@ -22,6 +22,7 @@ import * as core from "../core/rate";
 import * as redis from "../redis/client";
 import * as token from "../core/token";
 import * as shared from "./common";
+import type * as options from "./options";
 import * as keys from "./key";
 import * as fallback from "./rate_local";
 import * as request from "./request";
@@ -44,14 +45,6 @@ const lua_setmetatable = setmetatable;
 const ngx_ = ngx;
 const incr = stats.incr;
 
-/** Options only mode rate takes (errors in the other modes). */
-export const ONLY = ["rate", "period", "burst", "limits", "cost", "ratelimit_headers", "fleet"];
-
-const OPTIONS = check.set(
-  "name", "mode", "key", "dict", "redis", "prefix", "rate", "period", "burst", "limits", "cost", "ratelimit_headers", "fleet",
-  "on_missing", "on_error", "reject_status", "missing_status", "error_status", "headers", "breaker_failures",
-  "breaker_cooldown",
-);
 
 export interface Guard {
   readonly name: string;
@@ -222,52 +215,34 @@ function policyOf(ls: core.Limits): string {
 }
 
 /** Validate the options (already checked against gateway.new's names) and build the guard. */
-export function create(o: LuaTable<string, unknown>, name: string): LuaMultiReturn<[Guard | undefined, string | undefined]> {
-  for (const [k, v] of lua_pairs(o)) {
-    if (!OPTIONS.has(k)) return check.fail(k + " does not apply to mode rate", v);
-  }
-  const [key, kerr] = keys.compile("key", o.get("key"));
-  if (key === undefined) return $multi(undefined, kerr);
-  const [ls, lerr] = core.parse(o);
+export function create(o: options.Options, name: string): LuaMultiReturn<[Guard | undefined, string | undefined]> {
+  const [ls, lerr] = core.parse(o as unknown as LuaTable<string, unknown>);
   if (ls === undefined) return $multi(undefined, lerr);
-  const cost = shared.opt(o, "cost", 1);
+  const cost = o.cost === undefined ? 1 : o.cost;
   if (lua_type(cost) !== "number" || cost !== math_floor(cost as number) || (cost as number) < 1 || (cost as number) > ls.most) {
     // More than the smallest burst could never pass.
     return check.fail("cost must be a positive integer, at most the smallest burst (" + lua_tostring(ls.most) + ")", cost);
   }
-  const onError = o.get("on_error");
-  if (onError !== "allow" && onError !== "deny" && onError !== "local") {
-    return check.fail("on_error must be \"allow\" (fail open), \"deny\" (fail closed) or \"local\" " +
-      "(this nginx's share of the limit)", onError);
-  }
+  const onError = o.on_error as string as "allow" | "deny" | "local";
   let shares: fallback.Share[] | undefined;
   if (onError === "local") {
-    const [fleet, ferr] = check.integer("fleet", o.get("fleet"), 1, 10000,
+    const [fleet, ferr] = check.integer("fleet", o.fleet, 1, 10000,
       "a positive integer with on_error = \"local\" (how many nginx share the limit)");
     if (fleet === undefined) return $multi(undefined, ferr);
     shares = fallback.shares(ls, fleet, name);
-  } else if (o.get("fleet") !== undefined) {
-    return check.fail("fleet applies with on_error = \"local\" only", o.get("fleet"));
+  } else if (o.fleet !== undefined) {
+    return check.fail("fleet applies with on_error = \"local\" only", o.fleet);
   }
-  const onMissing = shared.opt(o, "on_missing", "pass");
-  if (onMissing !== "pass" && onMissing !== "reject") {
-    return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing);
-  }
-  const [headersOn, herr] = check.bool("ratelimit_headers", shared.opt(o, "ratelimit_headers", true));
-  if (headersOn === undefined) return $multi(undefined, herr);
-  const [rejectStatus, e1] = check.integer("reject_status", shared.opt(o, "reject_status", 429), 200, 599, "an HTTP status code");
-  if (rejectStatus === undefined) return $multi(undefined, e1);
-  const [missingStatus, e2] = check.integer("missing_status", shared.opt(o, "missing_status", 400), 200, 599, "an HTTP status code");
-  if (missingStatus === undefined) return $multi(undefined, e2);
-  const [common, ce] = shared.parse(o);
-  if (common === undefined) return $multi(undefined, ce);
-  const [dict, derr] = check.sharedDict(shared.opt(o, "dict", "dlock"));
-  if (dict === undefined) return $multi(undefined, derr);
-  const [conf, rerr] = redis.parse(o.get("redis"), dict);
-  if (conf === undefined) return $multi(undefined, rerr);
+  const conf = o.redis;
   if (conf.topology === "redlock") return $multi(undefined, core.REDLOCK);
-  const [prefix, perr] = check.str("prefix", shared.opt(o, "prefix", "dlock:gw:" + name + ":"), 256);
-  if (prefix === undefined) return $multi(undefined, perr);
+  const key = o.key;
+  const dict = o.dict;
+  const prefix = o.prefix === undefined ? "dlock:gw:" + name + ":" : o.prefix;
+  const rejectStatus = o.reject_status === undefined ? 429 : o.reject_status;
+  const missingStatus = o.missing_status;
+  const onMissing = o.on_missing;
+  const headersOn = o.ratelimit_headers;
+  const common = { errorStatus: o.error_status, headers: o.headers, breakerFailures: o.breaker_failures, breakerCooldown: o.breaker_cooldown };
 
   const items: string[] = [];
   for (const i of $range(1, ls.list.length)) items[i - 1] = str_format("\"%s\";r=", ls.list[i - 1]!.name);

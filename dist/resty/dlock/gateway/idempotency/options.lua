@@ -2,48 +2,18 @@
 local ____exports = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
+local common = require("resty.dlock.gateway.common")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
-local redis = require("resty.dlock.redis.client")
 local scripts = require("resty.dlock.redis.scripts")
-local shared = require("resty.dlock.gateway.common")
 local keys = require("resty.dlock.gateway.key")
---- Options no other mode takes.
-____exports.ONLY = {
-    "scope",
-    "methods",
-    "lease",
-    "max_body",
-    "max_request_body",
-    "store",
-    "store_headers"
-}
-local OPTIONS = check.set(
-    "name",
-    "mode",
-    "key",
-    "scope",
-    "methods",
-    "on_missing",
-    "ttl",
-    "lease",
-    "wait",
-    "max_body",
-    "max_request_body",
-    "store",
-    "store_headers",
-    "on_error",
-    "error_status",
-    "headers",
-    "breaker_failures",
-    "breaker_cooldown",
-    "dict",
-    "redis",
-    "prefix"
-)
-local DAY = 86400000
---- Least `wait`, ms: the time a response's store may take to reach Redis after the client has the response.
-local MIN_WAIT = 1000
+local lua_type = type
+local lua_pairs = pairs
+local lua_tostring = tostring
+local lua_tonumber = tonumber
+local str_match = string.match
+local str_lower = string.lower
+local found = check.found
 --- Not part of a stored response: hop-by-hop headers, and those nginx sets anew on a replay.
 local SKIP = {
     "connection",
@@ -61,8 +31,6 @@ local SKIP = {
 }
 --- Not stored unless store_headers lists them: one client's session must not reach another.
 local PRIVATE = {"set-cookie"}
-local opt = shared.opt
-local found = check.found
 --- Stored by default: what the application decided (2xx, 3xx, 4xx, and 500 as
 -- Stripe does), not what says "not done, try again" (408, 409, 425, 429) nor
 -- gateway errors (502, 503, 504: the operation may or may not have run).
@@ -78,20 +46,21 @@ local function defaultStore()
     s[500] = true
     return s
 end
-local function parseStoreOpt(v)
+--- The `store` option: statuses and classes, as a table of statuses.
+function ____exports.store(v)
     if v == nil then
         return defaultStore(), nil
     end
     local what = "store must be a list of statuses (200..599) and classes (\"2xx\"..\"5xx\")"
-    if type(v) ~= "table" then
+    if lua_type(v) ~= "table" then
         return check.fail(what, v)
     end
     local s = {}
-    for i, x in pairs(v) do
-        if type(i) ~= "number" then
+    for i, x in lua_pairs(v) do
+        if lua_type(i) ~= "number" then
             return check.fail(what, i)
         end
-        if type(x) == "number" then
+        if lua_type(x) == "number" then
             local n, err = check.integer(
                 "store",
                 x,
@@ -104,14 +73,14 @@ local function parseStoreOpt(v)
             end
             s[n] = true
         else
-            local d = string.match(
-                tostring(x),
+            local d = str_match(
+                lua_tostring(x),
                 "^([2-5])xx$"
             )
-            if type(x) ~= "string" or d == nil then
+            if lua_type(x) ~= "string" or d == nil then
                 return check.fail(what, x)
             end
-            local base = tonumber(d) * 100
+            local base = lua_tonumber(d) * 100
             for j = base, base + 99 do
                 s[j] = true
             end
@@ -120,29 +89,29 @@ local function parseStoreOpt(v)
     return s, nil
 end
 --- The headers not stored: SKIP, and PRIVATE ones store_headers does not list.
-local function parseStoreHeaders(v)
+function ____exports.storeHeaders(v)
     local skip = {}
-    for ____, n in ipairs(SKIP) do
-        skip[n] = true
+    for i = 1, #SKIP do
+        skip[SKIP[i]] = true
     end
-    for ____, n in ipairs(PRIVATE) do
-        skip[n] = true
+    for i = 1, #PRIVATE do
+        skip[PRIVATE[i]] = true
     end
     if v == nil then
         return skip, nil
     end
     local what = "store_headers must be a list of headers not stored by default (\"Set-Cookie\")"
-    if type(v) ~= "table" then
+    if lua_type(v) ~= "table" then
         return check.fail(what, v)
     end
-    for i, x in pairs(v) do
-        if type(i) ~= "number" or type(x) ~= "string" then
+    for i, x in lua_pairs(v) do
+        if lua_type(i) ~= "number" or lua_type(x) ~= "string" then
             return check.fail(what, x)
         end
-        local n = string.lower(x)
+        local n = str_lower(x)
         local known = false
-        for ____, pn in ipairs(PRIVATE) do
-            if pn == n then
+        for j = 1, #PRIVATE do
+            if PRIVATE[j] == n then
                 known = true
             end
         end
@@ -161,133 +130,46 @@ local KIND = {
     fenced = false,
     drop = nil
 }
---- Validate the options (already checked against gateway.new's names) into a
--- guard's fields. unlogged: what the keeper calls for a request of the guard
--- that ended without log() (inflight.Owner).
-function ____exports.parse(o, name, unlogged)
-    for k, v in pairs(o) do
-        if not (OPTIONS[k] ~= nil) then
-            return check.fail(k .. " does not apply to mode idempotency", v)
-        end
+--- The `scope` option: required, since without one a client's stored response
+-- (its cookies, its data) is replayed to any other that sends the same key;
+-- false shares every key among all clients (nil in the guard).
+function ____exports.scope(v)
+    if v == nil then
+        return check.fail("scope is required for mode idempotency: what tells clients apart (\"$http_authorization\", " .. "\"$cookie_session\", a function), or scope = false to share every key among all clients", v)
     end
-    local key, kerr = keys.compile("key", o.key)
-    if key == nil then
-        return nil, kerr
+    if v == false then
+        return nil, nil
     end
-    local scope
-    local sc = o.scope
-    if sc == nil then
-        return check.fail("scope is required for mode idempotency: what tells clients apart (\"$http_authorization\", " .. "\"$cookie_session\", a function), or scope = false to share every key among all clients", sc)
-    end
-    if sc ~= false then
-        local s, serr = keys.compile("scope", sc)
-        if s == nil then
-            return nil, serr
-        end
-        scope = s
-    end
-    local methods = {}
-    local m = opt(o, "methods", {"POST", "PATCH"})
-    if type(m) ~= "table" or #m == 0 then
+    return keys.compile("scope", v)
+end
+--- The `methods` option: a list of methods, as a set.
+function ____exports.methods(m)
+    if lua_type(m) ~= "table" or #m == 0 then
         return check.fail("methods must be a list of HTTP methods ({ \"POST\", \"PATCH\" })", m)
     end
-    for ____, x in ipairs(m) do
-        if type(x) ~= "string" or not found(x, "^%u+$") then
+    local set = {}
+    local list = m
+    for i = 1, #list do
+        local x = list[i]
+        if lua_type(x) ~= "string" or not found(x, "^%u+$") then
             return check.fail("methods must be a list of upper-case HTTP methods", x)
         end
-        methods[x] = true
+        set[x] = true
     end
-    local onError = o.on_error
-    if onError ~= "allow" and onError ~= "deny" then
-        return check.fail("on_error must be \"allow\" (fail open) or \"deny\" (fail closed)", onError)
-    end
-    local onMissing = opt(o, "on_missing", "pass")
-    if onMissing ~= "pass" and onMissing ~= "reject" then
-        return check.fail("on_missing must be \"pass\" or \"reject\"", onMissing)
-    end
-    local ttl, e1 = check.integer(
-        "ttl",
-        opt(o, "ttl", DAY),
-        1000,
-        30 * DAY,
-        "an integer of ms (at least 1000)"
-    )
-    if ttl == nil then
-        return nil, e1
-    end
-    local leaseMs, e2 = check.integer(
-        "lease",
-        opt(o, "lease", 60000),
-        300,
-        DAY,
-        "an integer of ms (at least 300)"
-    )
-    if leaseMs == nil then
-        return nil, e2
-    end
-    local wait, e3 = check.integer(
-        "wait",
-        opt(o, "wait", MIN_WAIT),
-        MIN_WAIT,
-        DAY,
-        ("an integer of ms of at least " .. tostring(MIN_WAIT)) .. " (a retry sent right after the first response must find it stored)"
-    )
-    if wait == nil then
-        return nil, e3
-    end
-    local maxBody, e4 = check.integer(
-        "max_body",
-        opt(o, "max_body", 1048576),
-        0,
-        512 * 1048576,
-        "a non-negative integer of bytes"
-    )
-    if maxBody == nil then
-        return nil, e4
-    end
-    local maxReq, e5 = check.integer(
-        "max_request_body",
-        opt(o, "max_request_body", 1048576),
-        0,
-        512 * 1048576,
-        "a non-negative integer of bytes"
-    )
-    if maxReq == nil then
-        return nil, e5
-    end
-    local storeSet, e6 = parseStoreOpt(o.store)
-    if storeSet == nil then
-        return nil, e6
-    end
-    local skip, e7 = parseStoreHeaders(o.store_headers)
-    if skip == nil then
-        return nil, e7
-    end
-    local common, ce = shared.parse(o)
-    if common == nil then
-        return nil, ce
-    end
-    local dict, derr = check.sharedDict(opt(o, "dict", "dlock"))
-    if dict == nil then
-        return nil, derr
-    end
-    local conf, rerr = redis.parse(o.redis, dict)
-    if conf == nil then
-        return nil, rerr
-    end
+    return set, nil
+end
+--- The guard's fields, of options checked by ../options.ts. unlogged: what the
+-- keeper calls for a request of the guard that ended without log() (inflight.Owner).
+function ____exports.parse(o, name, unlogged)
+    local conf = o.redis
     local refused = backend.refuses(conf, "idempotency")
     if refused ~= nil then
         return nil, refused
     end
-    local prefix, perr = check.str(
-        "prefix",
-        opt(o, "prefix", ("dlock:gw:" .. name) .. ":"),
-        256
-    )
-    if prefix == nil then
-        return nil, perr
-    end
+    local dict = o.dict
+    local prefix = o.prefix or ("dlock:gw:" .. name) .. ":"
     ledger.prepare(dict)
+    local leaseMs = o.lease
     local owner = {
         name = name,
         dict = dict,
@@ -309,24 +191,24 @@ function ____exports.parse(o, name, unlogged)
         name = name,
         mode = "idempotency",
         dict = dict,
-        key = key,
-        scope = scope,
-        methods = methods,
-        onMissing = onMissing,
-        onError = onError,
-        ttl = ttl,
+        key = o.key,
+        scope = o.scope,
+        methods = o.methods,
+        onMissing = o.on_missing,
+        onError = o.on_error,
+        ttl = o.ttl,
         lease = leaseMs,
-        wait = wait,
-        maxBody = maxBody,
-        maxRequestBody = maxReq,
-        store = storeSet,
-        skip = skip,
-        missingWhat = onMissing == "reject" and "refused with 400 (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
-        errorWhat = onError == "deny" and ("refused with " .. tostring(common.errorStatus)) .. " (on_error = \"deny\")" or "let through unguarded (on_error = \"allow\")",
-        errorStatus = common.errorStatus,
-        headers = common.headers,
-        breakerFailures = common.breakerFailures,
-        breakerCooldown = common.breakerCooldown,
+        wait = o.wait,
+        maxBody = o.max_body,
+        maxRequestBody = o.max_request_body,
+        store = o.store,
+        skip = o.store_headers,
+        missingWhat = o.on_missing == "reject" and "refused with 400 (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
+        errorWhat = common.errorWhat(o.on_error, o.error_status),
+        errorStatus = o.error_status,
+        headers = o.headers,
+        breakerFailures = o.breaker_failures,
+        breakerCooldown = o.breaker_cooldown,
         conf = conf,
         prefix = prefix,
         owner = owner,

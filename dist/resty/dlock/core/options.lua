@@ -1,0 +1,175 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.core.check")
+local ledger = require("resty.dlock.core.ledger")
+local meter = require("resty.dlock.core.meter")
+local redis = require("resty.dlock.redis.client")
+local schema = require("resty.dlock.core.schema")
+local lua_type = type
+local math_floor = math.floor
+local check_str = check.str
+--- Longest key accepted, in bytes (before the prefix).
+local MAX_KEY = 512
+____exports.MAX_KEY_LEN = MAX_KEY
+--- Longest lease, in ms: one day. Longer jobs renew with lease:extend().
+____exports.MAX_TTL = 86400000
+--- Most permits per key.
+____exports.MAX_PERMITS = 100000
+____exports.TTL = {
+    name = "ttl",
+    kind = "integer",
+    min = 1,
+    max = ____exports.MAX_TTL,
+    unit = "a positive integer of ms",
+    default = 30000
+}
+____exports.WAIT = {
+    name = "wait",
+    kind = "integer",
+    min = 0,
+    max = ____exports.MAX_TTL,
+    unit = "a non-negative integer of ms",
+    default = 0
+}
+____exports.PERMITS = {
+    name = "permits",
+    kind = "integer",
+    min = 1,
+    max = ____exports.MAX_PERMITS,
+    unit = "a positive integer",
+    required = true
+}
+--- A lua_shared_dict by name: the dict itself is what the factory keeps.
+____exports.DICT = {name = "dict", kind = "check", check = check.sharedDict, required = true}
+--- The `redis` table (redis/client.ts declares its options); the eviction finding is kept in the dict checked before it.
+____exports.REDIS = {
+    name = "redis",
+    kind = "check",
+    doc = "local Redis",
+    check = function(v, out) return redis.parse(v, out.dict) end
+}
+--- A name given: it becomes a label in metrics. Absent, the face picks one.
+function ____exports.checkName(v)
+    if v == nil then
+        return nil, nil
+    end
+    return meter.checkName(v)
+end
+local function name(dflt)
+    return {name = "name", kind = "check", check = ____exports.checkName, default = dflt}
+end
+local function prefix(dflt)
+    return {
+        name = "prefix",
+        kind = "string",
+        maxLen = 256,
+        empty = true,
+        default = dflt
+    }
+end
+____exports.NEW_LOCKS = {
+    ____exports.DICT,
+    name("dlock"),
+    ____exports.REDIS,
+    prefix("dlock:"),
+    ____exports.TTL,
+    ____exports.WAIT,
+    {name = "owner", kind = "enum", values = {"random", "worker"}, default = "random"},
+    {name = "fencing", kind = "boolean", default = false},
+    {name = "reentrant", kind = "boolean", default = false}
+}
+____exports.NEW_SEMAPHORE = {
+    ____exports.PERMITS,
+    ____exports.DICT,
+    name("semaphore"),
+    ____exports.REDIS,
+    prefix("dlock:sem:"),
+    ____exports.TTL,
+    ____exports.WAIT
+}
+--- An acquire's own ttl and wait; absent, the factory's.
+local ACQUIRE_TTL = {
+    name = "ttl",
+    kind = "integer",
+    min = ____exports.TTL.min,
+    max = ____exports.TTL.max,
+    unit = ____exports.TTL.unit,
+    doc = "the factory's `ttl`"
+}
+local ACQUIRE_WAIT = {
+    name = "wait",
+    kind = "integer",
+    min = ____exports.WAIT.min,
+    max = ____exports.WAIT.max,
+    unit = ____exports.WAIT.unit,
+    doc = "the factory's `wait`"
+}
+____exports.ACQUIRE = {ACQUIRE_TTL, ACQUIRE_WAIT, {name = "renew", kind = "boolean", default = false}, {name = "on_lost", kind = "function", requires = {{option = "renew", must = "true"}}}}
+____exports.newLocks = schema.compile("dlock.new options", ____exports.NEW_LOCKS, {labels = ""})
+____exports.newSemaphore = schema.compile("semaphore.new options", ____exports.NEW_SEMAPHORE, {labels = ""})
+--- lease:extend(ttl): the ttl of an acquire.
+____exports.checkTtl = schema.one(____exports.TTL)
+--- What a factory's leases need of its options; its shared dict made ready.
+function ____exports.store(o)
+    ledger.prepare(o.dict)
+    return {
+        dict = o.dict,
+        redis = o.redis,
+        prefix = o.prefix,
+        ttl = o.ttl,
+        wait = o.wait,
+        meter = meter.make(o.dict, o.name)
+    }
+end
+local acquireOptions = schema.compile("acquire options", ____exports.ACQUIRE, {labels = ""})
+local nkeys = check.nkeys
+local TTL_MIN = ACQUIRE_TTL.min
+local TTL_MAX = ACQUIRE_TTL.max
+local WAIT_MIN = ACQUIRE_WAIT.min
+local WAIT_MAX = ACQUIRE_WAIT.max
+local function within(v, min, max)
+    return lua_type(v) == "number" and v >= min and v <= max and math_floor(v) == v
+end
+--- key, ttl, wait, renew, on_lost of an acquire call, with the factory's
+-- defaults; nil and the error (in place of ttl) when the input is bad.
+-- 
+-- This runs on every acquire, so options that are fine are read by name and
+-- counted (table.nkeys), with no table built and no walk over the caller's:
+-- LuaJIT will not compile a function whose trace runs into a loop (a root
+-- trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
+-- which says what is wrong in the words of every other option table.
+function ____exports.acquire(store, key, opts)
+    local k, kerr = check_str("key", key, MAX_KEY)
+    if k == nil then
+        return nil, kerr, 0, false, nil
+    end
+    if opts == nil then
+        return k, store.ttl, store.wait, false, nil
+    end
+    if lua_type(opts) == "table" then
+        local o = opts
+        local t = o.ttl
+        local w = o.wait
+        local r = o.renew
+        local onLost = o.on_lost
+        local found = (t ~= nil and 1 or 0) + (w ~= nil and 1 or 0) + (r ~= nil and 1 or 0) + (onLost ~= nil and 1 or 0)
+        if nkeys ~= nil and nkeys(o) == found and (t == nil or within(t, TTL_MIN, TTL_MAX)) and (w == nil or within(w, WAIT_MIN, WAIT_MAX)) and (r == nil or r == true or r == false) and (onLost == nil or r == true and lua_type(onLost) == "function") then
+            local ____k_2 = k
+            local ____t_0 = t
+            if ____t_0 == nil then
+                ____t_0 = store.ttl
+            end
+            local ____w_1 = w
+            if ____w_1 == nil then
+                ____w_1 = store.wait
+            end
+            return ____k_2, ____t_0, ____w_1, r == true, onLost
+        end
+    end
+    local v, err = acquireOptions(opts)
+    if v == nil then
+        return nil, err, 0, false, nil
+    end
+    return k, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost
+end
+return ____exports

@@ -1,0 +1,121 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.core.check")
+local schema = require("resty.dlock.core.schema")
+local values = require("resty.dlock.core.schema.values")
+local lua_type = type
+local lua_ipairs = ipairs
+local lua_error = error
+local lua_pairs = pairs
+--- Whether `spec` applies to mode `mode`.
+function ____exports.applies(spec, mode)
+    if spec.notFor ~= nil and spec.notFor[mode] ~= nil then
+        return false
+    end
+    if spec.modes == nil then
+        return true
+    end
+    for ____, m in lua_ipairs(spec.modes) do
+        if m == mode then
+            return true
+        end
+    end
+    return false
+end
+--- Why `name`, an option of other modes, is refused in `mode`.
+local function refusal(name, mode, list, specs)
+    if mode.apart == true then
+        return (name .. " does not apply to mode ") .. mode.name
+    end
+    for ____, s in lua_ipairs(specs) do
+        local ____opt_0 = s.notFor
+        local why = ____opt_0 and ____opt_0[mode.name]
+        if s.name == name and why ~= nil then
+            return ((((name .. " does not apply to mode ") .. mode.name) .. " (") .. why) .. ")"
+        end
+    end
+    local taking = {}
+    local apart = {}
+    for ____, m in lua_ipairs(list) do
+        for ____, s in lua_ipairs(specs) do
+            if s.name == name and ____exports.applies(s, m.name) then
+                local ____temp_2 = m.apart == true and apart or taking
+                ____temp_2[#____temp_2 + 1] = m.name
+                break
+            end
+        end
+    end
+    local named = #taking > 0 and taking or apart
+    return ((((name .. " applies to mode") .. (#named > 1 and "s " or " ")) .. values.listed(named, "and")) .. " only, not ") .. mode.name
+end
+--- One validator for a table whose option `option` picks one of `list`: each
+-- mode is a schema of the specs that apply to it (`modes`, `notFor`), in
+-- which the options of the other modes are refused by name. A new mode is a
+-- line in `list`, and `modes` entries on the options it takes.
+function ____exports.modes(path, option, list, specs)
+    local all = {}
+    local picker
+    for ____, s in lua_ipairs(specs) do
+        all[s.name] = true
+        if s.name == option then
+            picker = s
+        end
+    end
+    if picker == nil then
+        lua_error(((("dlock: schema " .. path) .. ": no option ") .. option) .. " picks the mode")
+    end
+    local byMode = {}
+    for ____, m in lua_ipairs(list) do
+        local mine = {}
+        local names = {}
+        for ____, s in lua_ipairs(specs) do
+            if ____exports.applies(s, m.name) then
+                mine[#mine + 1] = s
+                names[s.name] = true
+            end
+        end
+        local elsewhere = {}
+        for ____, s in lua_ipairs(specs) do
+            if not (names[s.name] ~= nil) then
+                names[s.name] = true
+                elsewhere[#elsewhere + 1] = {
+                    name = s.name,
+                    why = refusal(s.name, m, list, specs)
+                }
+            end
+        end
+        byMode[m.name] = schema.compile(path, mine, {labels = "", elsewhere = elsewhere})
+    end
+    local pick = values.option(picker, option)
+    local out = {}
+    return function(v)
+        if lua_type(v) == "table" then
+            local which = byMode[v[option]]
+            if which ~= nil then
+                return which(v)
+            end
+        elseif v ~= nil then
+            return check.fail(path .. " must be a table", v)
+        end
+        local ____v_3 = v
+        if ____v_3 == nil then
+            ____v_3 = values.NONE
+        end
+        local given = ____v_3
+        local odd, k = values.stranger(given, all, nil)
+        if odd then
+            return check.fail("unknown option in " .. path, k)
+        end
+        return values.value(pick, given[option], out)
+    end
+end
+--- `spec` (shared with another table) for some modes only: a copy, made at load time.
+function ____exports.only(spec, list)
+    local copy = {}
+    for k, v in lua_pairs(spec) do
+        copy[k] = v
+    end
+    copy.modes = list
+    return copy
+end
+return ____exports

@@ -1,0 +1,160 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.core.check")
+local lua_type = type
+local lua_ipairs = ipairs
+local str_byte = string.byte
+local str_match = string.match
+local str_sub = string.sub
+local str_format = string.format
+local lua_tostring = tostring
+local lua_pairs = pairs
+local concat = table.concat
+--- "a", "a or b", "a, b or c".
+function ____exports.listed(names, last)
+    local n = #names
+    if n == 1 then
+        return names[1]
+    end
+    local head = {}
+    for i = 1, n - 1 do
+        head[#head + 1] = names[i]
+    end
+    return (((concat(head, ", ") .. " ") .. last) .. " ") .. names[n]
+end
+function ____exports.option(spec, label)
+    local unit = ""
+    if spec.kind == "enum" then
+        local quoted = {}
+        for ____, v in lua_ipairs(spec.values) do
+            quoted[#quoted + 1] = ("\"" .. v) .. "\""
+        end
+        unit = spec.unit or ____exports.listed(quoted, "or")
+    end
+    return {spec = spec, label = label, default = spec.default, unit = unit}
+end
+--- What an absent option table validates as: read, never written.
+____exports.NONE = {}
+--- A misspelt name is an error, never a silently ignored option: the name of the first unknown key, if any.
+function ____exports.stranger(given, byName, elsewhere)
+    for k in lua_pairs(given) do
+        if lua_type(k) ~= "string" or not (byName[k] ~= nil) and (elsewhere == nil or not (elsewhere[k] ~= nil)) then
+            return true, k
+        end
+    end
+    return false, nil
+end
+--- "dlock: <what>, got <v>", or only v's type when v is a secret.
+function ____exports.refuse(what, v, secret)
+    if secret then
+        return check.hidden(what, v)
+    end
+    return check.fail(what, v)
+end
+--- The port whose digits run from `at` to the end of s: read in place, a substring would be garbage.
+local function port(s, at)
+    local p = 0
+    for i = at, #s do
+        p = p * 10 + str_byte(s, i) - 48
+        if p > 65535 then
+            return nil
+        end
+    end
+    return p >= 1 and p or nil
+end
+--- "host:port" or "[v6]:port"; `label` names the list it came from.
+function ____exports.node(label, v)
+    if lua_type(v) ~= "string" then
+        return check.fail(label .. " must be \"host:port\" strings", v)
+    end
+    local host, at = str_match(v, "^%[([%x:%.]+)%]:()%d+$")
+    if host == nil then
+        host, at = str_match(v, "^([%w%.%-_]+):()%d+$")
+    end
+    if host == nil then
+        return check.fail(label .. " must be \"host:port\" strings", v)
+    end
+    local p = port(v, at)
+    if p == nil then
+        return check.fail(label .. " must be \"host:port\" strings", v)
+    end
+    return {host = host, port = p}, nil
+end
+local function nodes(o, spec, list)
+    if lua_type(list) ~= "table" or #list == 0 then
+        return check.fail(o.label .. " must be a list of \"host:port\" strings", list)
+    end
+    local out = {}
+    local given = list
+    for i = 1, #given do
+        local n, err = ____exports.node(o.label, given[i])
+        if n == nil then
+            return nil, err
+        end
+        out[#out + 1] = n
+    end
+    if spec.min ~= nil and #out < spec.min then
+        return check.fail(
+            (((o.label .. " needs at least ") .. lua_tostring(spec.min)) .. " ") .. (spec.unit or "nodes"),
+            #out
+        )
+    end
+    return out, nil
+end
+local function str(o, spec, v)
+    if lua_type(v) ~= "string" then
+        return ____exports.refuse(o.label .. " must be a string", v, spec.secret == true)
+    end
+    if spec.maxLen == nil or v == "" and spec.empty == true then
+        return v, nil
+    end
+    local s, err = check.str(o.label, v, spec.maxLen)
+    if s == nil then
+        return nil, err
+    end
+    if spec.prefix ~= nil and str_sub(s, 1, #spec.prefix) ~= spec.prefix then
+        return ____exports.refuse(
+            (o.label .. " must start with ") .. str_format("%q", spec.prefix),
+            s,
+            spec.secret == true
+        )
+    end
+    return s, nil
+end
+--- One value (the given one, or the default of a check), checked against its spec; `out`: the options checked before it.
+function ____exports.value(o, v, out)
+    local spec = o.spec
+    if spec.kind == "integer" then
+        return check.integer(
+            o.label,
+            v,
+            spec.min,
+            spec.max,
+            spec.unit
+        )
+    elseif spec.kind == "string" then
+        return str(o, spec, v)
+    elseif spec.kind == "boolean" then
+        return check.bool(o.label, v)
+    elseif spec.kind == "enum" then
+        if lua_type(v) == "string" then
+            for i = 1, #spec.values do
+                if spec.values[i] == v then
+                    return v, nil
+                end
+            end
+        end
+        return check.fail((o.label .. " must be ") .. o.unit, v)
+    elseif spec.kind == "function" then
+        if lua_type(v) ~= "function" then
+            return check.fail(o.label .. " must be a function", v)
+        end
+        return v, nil
+    elseif spec.kind == "nodes" then
+        return nodes(o, spec, v)
+    elseif spec.kind == "check" then
+        return spec.check(v, out)
+    end
+    return spec.table(v)
+end
+return ____exports

@@ -1,0 +1,163 @@
+// The option tables of the lock faces, declared once (schema.ts): dlock.new,
+// semaphore.new and the options of an acquire. The gateway takes some of
+// these declarations for its own table (gateway/options.ts); the README's
+// tables are checked against them (spec/options_spec.lua).
+
+import * as check from "./check";
+import type * as lease from "./lease";
+import * as ledger from "./ledger";
+import * as meter from "./meter";
+import * as redis from "../redis/client";
+import * as schema from "./schema";
+
+const lua_type = type;
+const math_floor = math.floor;
+const check_str = check.str;
+
+/** Longest key accepted, in bytes (before the prefix). */
+const MAX_KEY = 512;
+export const MAX_KEY_LEN = MAX_KEY;
+/** Longest lease, in ms: one day. Longer jobs renew with lease:extend(). */
+export const MAX_TTL = 86400000;
+/** Most permits per key. */
+export const MAX_PERMITS = 100000;
+
+// ------------------------------------------------------------------ declarations
+
+export const TTL: schema.IntegerSpec = {
+  name: "ttl", kind: "integer", min: 1, max: MAX_TTL, unit: "a positive integer of ms", default: 30000,
+};
+export const WAIT: schema.IntegerSpec = {
+  name: "wait", kind: "integer", min: 0, max: MAX_TTL, unit: "a non-negative integer of ms", default: 0,
+};
+export const PERMITS: schema.IntegerSpec = {
+  name: "permits", kind: "integer", min: 1, max: MAX_PERMITS, unit: "a positive integer", required: true,
+};
+
+/** A lua_shared_dict by name: the dict itself is what the factory keeps. */
+export const DICT: schema.CheckSpec = { name: "dict", kind: "check", check: check.sharedDict, required: true };
+
+/** The `redis` table (redis/client.ts declares its options); the eviction finding is kept in the dict checked before it. */
+export const REDIS: schema.CheckSpec = {
+  name: "redis", kind: "check", doc: "local Redis",
+  check: (v, out) => redis.parse(v, out.get("dict") as NgxSharedDict | undefined),
+};
+
+/** A name given: it becomes a label in metrics. Absent, the face picks one. */
+export function checkName(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefined]> {
+  if (v === undefined) return $multi(undefined, undefined);
+  return meter.checkName(v);
+}
+
+function name(dflt: string): schema.CheckSpec {
+  return { name: "name", kind: "check", check: checkName, default: dflt };
+}
+
+// "" is a choice: keys shared with other clients' locks (node-redlock, redis-py) under their own names.
+function prefix(dflt: string): schema.StringSpec {
+  return { name: "prefix", kind: "string", maxLen: 256, empty: true, default: dflt };
+}
+
+/** What dlock.new's schema hands back. */
+export interface NewLocks {
+  readonly dict: NgxSharedDict;
+  readonly name: string;
+  readonly redis: redis.RedisConf;
+  readonly prefix: string;
+  readonly ttl: number;
+  readonly wait: number;
+  readonly owner: "random" | "worker";
+  readonly fencing: boolean;
+  readonly reentrant: boolean;
+}
+
+export type NewSemaphore = Omit<NewLocks, "owner" | "fencing" | "reentrant"> & { readonly permits: number };
+
+export const NEW_LOCKS: schema.Spec[] = [
+  DICT, name("dlock"), REDIS, prefix("dlock:"), TTL, WAIT,
+  { name: "owner", kind: "enum", values: ["random", "worker"], default: "random" },
+  { name: "fencing", kind: "boolean", default: false },
+  { name: "reentrant", kind: "boolean", default: false },
+];
+
+export const NEW_SEMAPHORE: schema.Spec[] = [PERMITS, DICT, name("semaphore"), REDIS, prefix("dlock:sem:"), TTL, WAIT];
+
+/** An acquire's own ttl and wait; absent, the factory's. */
+const ACQUIRE_TTL: schema.IntegerSpec = {
+  name: "ttl", kind: "integer", min: TTL.min, max: TTL.max, unit: TTL.unit, doc: "the factory's `ttl`",
+};
+const ACQUIRE_WAIT: schema.IntegerSpec = {
+  name: "wait", kind: "integer", min: WAIT.min, max: WAIT.max, unit: WAIT.unit, doc: "the factory's `wait`",
+};
+
+export const ACQUIRE: schema.Spec[] = [
+  ACQUIRE_TTL, ACQUIRE_WAIT,
+  { name: "renew", kind: "boolean", default: false },
+  // Without renewals nothing would ever notice the loss.
+  { name: "on_lost", kind: "function", requires: [{ option: "renew", must: "true" }] },
+];
+
+export const newLocks = schema.compile<NewLocks>("dlock.new options", NEW_LOCKS, { labels: "" });
+export const newSemaphore = schema.compile<NewSemaphore>("semaphore.new options", NEW_SEMAPHORE, { labels: "" });
+/** lease:extend(ttl): the ttl of an acquire. */
+export const checkTtl = schema.one<number>(TTL);
+
+// ------------------------------------------------------------------ factories
+
+/** What a factory's leases need of its options; its shared dict made ready. */
+export function store(o: NewLocks | NewSemaphore): lease.Store {
+  ledger.prepare(o.dict);
+  return { dict: o.dict, redis: o.redis, prefix: o.prefix, ttl: o.ttl, wait: o.wait, meter: meter.make(o.dict, o.name) };
+}
+
+// ------------------------------------------------------------------ acquire
+
+interface Acquire {
+  readonly ttl: number | undefined;
+  readonly wait: number | undefined;
+  readonly renew: boolean;
+  readonly on_lost: lease.OnLost | undefined;
+}
+
+const acquireOptions = schema.compile<Acquire>("acquire options", ACQUIRE, { labels: "" });
+const nkeys = check.nkeys;
+const TTL_MIN = ACQUIRE_TTL.min;
+const TTL_MAX = ACQUIRE_TTL.max;
+const WAIT_MIN = ACQUIRE_WAIT.min;
+const WAIT_MAX = ACQUIRE_WAIT.max;
+
+function within(v: unknown, min: number, max: number): boolean {
+  return lua_type(v) === "number" && (v as number) >= min && (v as number) <= max && math_floor(v as number) === v;
+}
+
+/**
+ * key, ttl, wait, renew, on_lost of an acquire call, with the factory's
+ * defaults; nil and the error (in place of ttl) when the input is bad.
+ *
+ * This runs on every acquire, so options that are fine are read by name and
+ * counted (table.nkeys), with no table built and no walk over the caller's:
+ * LuaJIT will not compile a function whose trace runs into a loop (a root
+ * trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
+ * which says what is wrong in the words of every other option table.
+ */
+export function acquire(store: lease.Store, key: unknown, opts: unknown): LuaMultiReturn<[string | undefined, string | number, number, boolean, lease.OnLost | undefined]> {
+  const [k, kerr] = check_str("key", key, MAX_KEY);
+  if (k === undefined) return $multi(undefined, kerr!, 0, false, undefined);
+  if (opts === undefined) return $multi(k, store.ttl, store.wait, false, undefined);
+  if (lua_type(opts) === "table") {
+    const o = opts as LuaTable<string, unknown>;
+    const t = o.get("ttl");
+    const w = o.get("wait");
+    const r = o.get("renew");
+    const onLost = o.get("on_lost");
+    const found = (t !== undefined ? 1 : 0) + (w !== undefined ? 1 : 0) + (r !== undefined ? 1 : 0) + (onLost !== undefined ? 1 : 0);
+    if (nkeys !== undefined && nkeys(o as unknown as LuaTable<AnyNotNil, unknown>) === found &&
+      (t === undefined || within(t, TTL_MIN, TTL_MAX)) && (w === undefined || within(w, WAIT_MIN, WAIT_MAX)) &&
+      (r === undefined || r === true || r === false) && (onLost === undefined || (r === true && lua_type(onLost) === "function"))) {
+      return $multi(k, (t ?? store.ttl) as number, (w ?? store.wait) as number, r === true, onLost as lease.OnLost | undefined);
+    }
+  }
+  const [v, err] = acquireOptions(opts);
+  if (v === undefined) return $multi(undefined, err!, 0, false, undefined);
+  return $multi(k, v.ttl ?? store.ttl, v.wait ?? store.wait, v.renew, v.on_lost);
+}

@@ -131,9 +131,9 @@ describe("gateway guards", function()
     end
     assert.equal(1, hits("rw-main"))
     assert.equal(1, hits("rw-sub"))
-    -- Released when the request ends: the key is free again.
+    -- Released when the request ends (its log phase, after the response: a request sent the moment
+    -- the response arrives may still find the key taken): free again soon after.
     h.eventually(1, function() return get("/main-rewrite?key=rw-main").status == 200 end)
-    assert.equal(200, get("/main-rewrite?key=rw-main").status)
   end)
 
   it("with lua_check_client_abort on, give up a waiter's place when its client leaves: the next waiter gets the key as soon as it is free", function()

@@ -57,27 +57,27 @@ describe("redis.redlock", function()
     local l = locks()
     local lease, err = l:acquire("a", { ttl = 5000 })
     assert.is_nil(err)
-    assert.same({ lease.token, lease.token, lease.token }, values(l.prefix .. "a"))
+    assert.same({ lease.token, lease.token, lease.token }, values(l._store.prefix .. "a"))
     for _, port in ipairs(r.ports) do
-      local pttl = h.cmd(port, "pttl", l.prefix .. "a")
+      local pttl = h.cmd(port, "pttl", l._store.prefix .. "a")
       assert.is_true(pttl > 4000 and pttl <= 5000, "pttl " .. pttl .. " on " .. port)
     end
     assert.same({ true, nil }, { lease:release() })
-    assert.same({ ngx.null, ngx.null, ngx.null }, values(l.prefix .. "a"))
+    assert.same({ ngx.null, ngx.null, ngx.null }, values(l._store.prefix .. "a"))
     assert.same({ nil, "not_owner" }, { lease:release() })
   end)
 
   it("keeps a key exclusive across factories: another nginx over the same masters gets \"busy\"", function()
     local l = locks()
     -- Another dict: nothing of this lease in it, only the masters know (like another nginx).
-    local elsewhere = locks({ dict = "dlock_other", prefix = l.prefix })
+    local elsewhere = locks({ dict = "dlock_other", prefix = l._store.prefix })
     local lease = assert(l:acquire("x", { ttl = 3000 }))
     local none, err, retry_after = elsewhere:acquire("x", { wait = 0 })
     assert.is_nil(none)
     assert.equal("busy", err)
     assert.is_true(retry_after > 2000 and retry_after <= 3000, "retry_after " .. tostring(retry_after))
     -- The refused acquirer left the holder's key alone everywhere.
-    assert.same({ lease.token, lease.token, lease.token }, values(l.prefix .. "x"))
+    assert.same({ lease.token, lease.token, lease.token }, values(l._store.prefix .. "x"))
     assert.is_true(lease:release())
     local next_holder, nerr = elsewhere:acquire("x", { wait = 0 })
     assert.is_nil(nerr)
@@ -92,11 +92,11 @@ describe("redis.redlock", function()
     assert.is_nil(err)
     assert.is_table(lease)
     assert.is_true(t < 0.3, "took " .. t .. " s with 50 ms timeouts")
-    assert.equal(lease.token, h.cmd(r.ports[2], "get", l.prefix .. "m"))
-    assert.equal(lease.token, h.cmd(r.ports[3], "get", l.prefix .. "m"))
+    assert.equal(lease.token, h.cmd(r.ports[2], "get", l._store.prefix .. "m"))
+    assert.equal(lease.token, h.cmd(r.ports[3], "get", l._store.prefix .. "m"))
     assert.is_true(lease:release())
-    assert.equal(0, h.cmd(r.ports[2], "exists", l.prefix .. "m"))
-    assert.equal(0, h.cmd(r.ports[3], "exists", l.prefix .. "m"))
+    assert.equal(0, h.cmd(r.ports[2], "exists", l._store.prefix .. "m"))
+    assert.equal(0, h.cmd(r.ports[3], "exists", l._store.prefix .. "m"))
   end)
 
   it("gives no lease without a majority, and leaves no key behind on the master that answered", function()
@@ -111,12 +111,12 @@ describe("redis.redlock", function()
     assert.are_not.equal("busy", err)
     assert.is_true(t < 0.5, "took " .. t .. " s with 50 ms timeouts")
     -- Given back where it was taken before acquire returned: the key does not block the live master for its ttl.
-    assert.equal(0, h.cmd(r.ports[3], "exists", l.prefix .. "n"), "the key is still on 127.0.0.1:" .. r.ports[3])
+    assert.equal(0, h.cmd(r.ports[3], "exists", l._store.prefix .. "n"), "the key is still on 127.0.0.1:" .. r.ports[3])
   end)
 
   it("says busy (not an error) when the key is held on the masters that answer and one master is paused", function()
     local holder = locks()
-    local other = locks({ prefix = holder.prefix })
+    local other = locks({ prefix = holder._store.prefix })
     local lease = assert(holder:acquire("held", { ttl = 5000 }))
     pause(1)
     local none, err, retry_after = other:acquire("held", { wait = 0 })
@@ -134,7 +134,7 @@ describe("redis.redlock", function()
 
   it("says busy when someone else holds the key on 2 of 3 masters, and takes it when they hold 1", function()
     local l = locks()
-    local k2, k1 = l.prefix .. "two", l.prefix .. "one"
+    local k2, k1 = l._store.prefix .. "two", l._store.prefix .. "one"
     assert.equal("OK", h.cmd(r.ports[1], "set", k2, "someone", "px", 5000))
     assert.equal("OK", h.cmd(r.ports[2], "set", k2, "someone", "px", 5000))
     local none, err, retry_after = l:acquire("two", { wait = 0 })
@@ -154,7 +154,7 @@ describe("redis.redlock", function()
 
   it("extends on a majority, and says not_owner once the key is gone from 2 masters", function()
     local l = locks()
-    local key = l.prefix .. "e"
+    local key = l._store.prefix .. "e"
     local lease = assert(l:acquire("e", { ttl = 1000 }))
     assert.is_true(lease:extend(8000))
     for _, port in ipairs(r.ports) do assert.is_true(h.cmd(port, "pttl", key) > 7000) end
@@ -184,7 +184,7 @@ describe("redis.redlock", function()
     local l = locks()
     assert(l:acquire("s1")):release()
     local function row()
-      return assert(status.report({ limit = 0 })).topology[l.redis.endpoint]
+      return assert(status.report({ limit = 0 })).topology[l._store.redis.endpoint]
     end
     local function by_endpoint(ep)
       local out = {}

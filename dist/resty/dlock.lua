@@ -55,46 +55,47 @@ local NEW_OPTIONS = check.set(
 local locksMethods = {
     acquire = function(self, key, opts)
         recovery.start()
-        local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(self, key, opts)
+        local store = self._store
+        local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(store, key, opts)
         if k == nil then
             return nil, ttlOrErr, nil
         end
-        if self.reentrant then
-            local again = reentrant.nested(self.id, self.prefix .. k)
+        if self._reentrant then
+            local again = reentrant.nested(self._id, store.prefix .. k)
             if again ~= nil then
                 return again, nil, nil
             end
         end
         ngx.update_time()
         local t0 = ngx.now()
-        local tok, terr = (self.owner == "worker" and token.worker or token.random)()
+        local tok, terr = (self._owner == "worker" and token.worker or token.random)()
         if tok == nil then
-            meter.refused(self.meter, terr)
+            meter.refused(store.meter, terr)
             return nil, terr, nil
         end
         local l, err, retryAfter = acquire.acquire(
-            self,
-            self.kind,
+            store,
+            self._kind,
             k,
             tok,
             ttlOrErr,
             wait
         )
         if l == nil then
-            meter.refused(self.meter, err)
+            meter.refused(store.meter, err)
             return l, err, retryAfter
         end
-        meter.acquired(self.meter, l.since / 1000 - t0)
+        meter.acquired(store.meter, l._since / 1000 - t0)
         if renew then
             l, err, retryAfter = watchdog.hold(l, onLost)
         end
-        if l ~= nil and self.reentrant then
-            l = reentrant.enter(self.id, l)
+        if l ~= nil and self._reentrant then
+            l = reentrant.enter(self._id, l)
         end
         return l, err, retryAfter
     end,
     held = function(self)
-        return ledger.held(self.dict)
+        return ledger.held(self._store.dict)
     end,
     with = lease.withLease
 }
@@ -149,16 +150,11 @@ function ____exports.new(opts)
     end
     factories = factories + 1
     local locks = {
-        dict = store.dict,
-        redis = store.redis,
-        prefix = store.prefix,
-        ttl = store.ttl,
-        wait = store.wait,
-        meter = store.meter,
-        owner = owner,
-        kind = kind,
-        reentrant = reent,
-        id = tostring(factories)
+        _store = store,
+        _owner = owner,
+        _kind = kind,
+        _reentrant = reent,
+        _id = tostring(factories)
     }
     recovery.register(store, kind)
     return setmetatable(locks, locksMt), nil

@@ -22,13 +22,18 @@ export { VERSION as _VERSION } from "./dlock/version";
 export const MAX_KEY_LEN = lease.MAX_KEY_LEN;
 export const MAX_TTL = lease.MAX_TTL;
 
-export interface Locks extends lease.Store {
-  readonly owner: "random" | "worker";
+/**
+ * A lock factory: its methods are the API; its state is the library's (`_`
+ * fields), the Redis configuration (password included) with it.
+ */
+export interface Locks {
+  readonly _store: lease.Store;
+  readonly _owner: "random" | "worker";
   /** The kind of lease it hands out: with or without fencing. */
-  readonly kind: lease.Kind;
+  readonly _kind: lease.Kind;
   /** A caller that holds a key gets nested leases on it (see reentrant.ts). */
-  readonly reentrant: boolean;
-  readonly id: string;
+  readonly _reentrant: boolean;
+  readonly _id: string;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
@@ -57,33 +62,34 @@ const locksMethods = {
    */
   acquire(this: Locks, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
     recovery.start();
-    const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
+    const store = this._store;
+    const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(store, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
-    if (this.reentrant) {
-      const again = reentrant.nested(this.id, this.prefix + k);
+    if (this._reentrant) {
+      const again = reentrant.nested(this._id, store.prefix + k);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
     ngx.update_time();
     const t0 = ngx.now();
-    const [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
+    const [tok, terr] = (this._owner === "worker" ? token.worker : token.random)();
     if (tok === undefined) {
-      meter.refused(this.meter, terr);
+      meter.refused(store.meter, terr);
       return $multi(undefined, terr, undefined);
     }
-    let [l, err, retryAfter] = acquire.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
+    let [l, err, retryAfter] = acquire.acquire(store, this._kind, k, tok, ttlOrErr as number, wait);
     if (l === undefined) {
-      meter.refused(this.meter, err);
+      meter.refused(store.meter, err);
       return $multi(l, err, retryAfter);
     }
-    meter.acquired(this.meter, l.since / 1000 - t0);
+    meter.acquired(store.meter, l._since / 1000 - t0);
     if (renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
-    if (l !== undefined && this.reentrant) l = reentrant.enter(this.id, l);
+    if (l !== undefined && this._reentrant) l = reentrant.enter(this._id, l);
     return $multi(l, err, retryAfter);
   },
 
   /** Leases this nginx instance holds now (all workers), from the shared dict. */
   held(this: Locks): ledger.HeldLease[] {
-    return ledger.held(this.dict);
+    return ledger.held(this._store.dict);
   },
 
   with: lease.withLease,
@@ -130,10 +136,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     reent = b;
   }
   factories++;
-  const locks = {
-    dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter,
-    owner, kind, reentrant: reent, id: tostring(factories),
-  };
+  const locks = { _store: store, _owner: owner, _kind: kind, _reentrant: reent, _id: tostring(factories) };
   recovery.register(store, kind);
   return $multi(setmetatable(locks, locksMt) as unknown as Locks, undefined);
 }

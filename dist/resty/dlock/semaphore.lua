@@ -36,7 +36,8 @@ local NEW_OPTIONS = check.set(
 local semaphoreMethods = {
     acquire = function(self, key, opts)
         recovery.start()
-        local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(self, key, opts)
+        local store = self._store
+        local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(store, key, opts)
         if k == nil then
             return nil, ttlOrErr, nil
         end
@@ -44,30 +45,30 @@ local semaphoreMethods = {
         local t0 = ngx.now()
         local tok, terr = token.random()
         if tok == nil then
-            meter.refused(self.meter, terr)
+            meter.refused(store.meter, terr)
             return nil, terr, nil
         end
         local l, err, retryAfter = acquire.acquire(
-            self,
+            store,
             PERMIT,
             k,
             tok,
             ttlOrErr,
             wait,
-            self.permits
+            self._permits
         )
         if l == nil then
-            meter.refused(self.meter, err)
+            meter.refused(store.meter, err)
             return l, err, retryAfter
         end
-        meter.acquired(self.meter, l.since / 1000 - t0)
+        meter.acquired(store.meter, l._since / 1000 - t0)
         if not renew then
             return l, err, retryAfter
         end
         return watchdog.hold(l, onLost)
     end,
     held = function(self)
-        return ledger.held(self.dict)
+        return ledger.held(self._store.dict)
     end,
     with = lease.withLease
 }
@@ -102,15 +103,7 @@ function ____exports.new(opts)
         return nil, refused
     end
     recovery.register(store, PERMIT)
-    local sem = {
-        dict = store.dict,
-        redis = store.redis,
-        prefix = store.prefix,
-        ttl = store.ttl,
-        wait = store.wait,
-        meter = store.meter,
-        permits = permits
-    }
+    local sem = {_store = store, _permits = permits}
     return setmetatable(sem, semaphoreMt), nil
 end
 return ____exports

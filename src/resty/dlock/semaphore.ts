@@ -24,8 +24,10 @@ export { VERSION as _VERSION } from "./version";
 /** Most permits per key. */
 export const MAX_PERMITS = 100000;
 
-export interface Semaphore extends lease.Store {
-  readonly permits: number;
+/** A semaphore factory: its methods are the API, its state the library's (`_` fields). */
+export interface Semaphore {
+  readonly _store: lease.Store;
+  readonly _permits: number;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
@@ -42,28 +44,29 @@ const semaphoreMethods = {
    */
   acquire(this: Semaphore, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
     recovery.start();
-    const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
+    const store = this._store;
+    const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(store, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     ngx.update_time();
     const t0 = ngx.now();
     const [tok, terr] = token.random();
     if (tok === undefined) {
-      meter.refused(this.meter, terr);
+      meter.refused(store.meter, terr);
       return $multi(undefined, terr, undefined);
     }
-    const [l, err, retryAfter] = acquire.acquire(this, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
+    const [l, err, retryAfter] = acquire.acquire(store, PERMIT, k, tok, ttlOrErr as number, wait, this._permits);
     if (l === undefined) {
-      meter.refused(this.meter, err);
+      meter.refused(store.meter, err);
       return $multi(l, err, retryAfter);
     }
-    meter.acquired(this.meter, l.since / 1000 - t0);
+    meter.acquired(store.meter, l._since / 1000 - t0);
     if (!renew) return $multi(l, err, retryAfter);
     return watchdog.hold(l, onLost);
   },
 
   /** Permits (and locks) this nginx instance holds now, from the shared dict. */
   held(this: Semaphore): ledger.HeldLease[] {
-    return ledger.held(this.dict);
+    return ledger.held(this._store.dict);
   },
 
   with: lease.withLease,
@@ -87,6 +90,6 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Semaphore | u
   const refused = backend.refuses(store.redis, "semaphore");
   if (refused !== undefined) return $multi(undefined, refused);
   recovery.register(store, PERMIT);
-  const sem = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter, permits };
+  const sem = { _store: store, _permits: permits };
   return $multi(setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
 }

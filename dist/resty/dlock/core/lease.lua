@@ -178,27 +178,27 @@ local function unconfirmed(l, fault, release)
         return
     end
     if release then
-        if nowMs() < l.validUntil then
-            l.releaseSent = true
+        if nowMs() < l._validUntil then
+            l._releaseSent = true
         end
     else
-        l.expires = math.max(
-            l.expires,
+        l._expires = math.max(
+            l._expires,
             nowMs() + orphans.LOST_HORIZON * 1000
         )
     end
 end
 --- Its record out of the shared dict, and out of the held gauge.
 local function forget(l)
-    local expires = ledger.forget(l.store.dict, l.rec, l.token)
+    local expires = ledger.forget(l._store.dict, l._rec, l.token)
     if expires ~= nil then
-        meter.forgotten(l.store.meter, expires)
+        meter.forgotten(l._store.meter, expires)
     end
 end
 --- Redis says the key is not ours any more: counted lost, unless the watchdog did already.
 local function gone(l)
-    if not l.lost then
-        meter.lost(l.store.meter)
+    if not l._lost then
+        meter.lost(l._store.meter)
     end
 end
 --- Redis answered the owner-checked release of l (1: deleted, else not ours):
@@ -206,23 +206,23 @@ end
 -- was deleted by that release (or expired after it was asked to go), so that
 -- still counts as released.
 local function settle(l, reply)
-    l.released = true
+    l._released = true
     forget(l)
     if type(reply) == "string" then
-        waits.wakeToken(l.rkey, reply)
+        waits.wakeToken(l._rkey, reply)
         meter.released(
-            l.store.meter,
-            (nowMs() - l.since) / 1000
+            l._store.meter,
+            (nowMs() - l._since) / 1000
         )
         return true, nil
     end
-    if not wakeups.live(l.store.redis, l.rkey) then
-        waits.wake(l.rkey)
+    if not wakeups.live(l._store.redis, l._rkey) then
+        waits.wake(l._rkey)
     end
-    if reply == 1 or l.releaseSent then
+    if reply == 1 or l._releaseSent then
         meter.released(
-            l.store.meter,
-            (nowMs() - l.since) / 1000
+            l._store.meter,
+            (nowMs() - l._since) / 1000
         )
         return true, nil
     end
@@ -232,34 +232,34 @@ end
 --- Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`.
 local function extended(l, reply, ms, sent)
     if reply ~= 1 then
-        l.released = true
+        l._released = true
         forget(l)
         gone(l)
         return nil, "not_owner"
     end
     l.ttl = ms
-    l.validUntil = sent + backend.validity(l.store.redis, ms)
-    l.expires = math.max(
-        l.expires,
+    l._validUntil = sent + backend.validity(l._store.redis, ms)
+    l._expires = math.max(
+        l._expires,
         nowMs() + ms
     )
     local from, to = ledger.renew(
-        l.store.dict,
-        l.rec,
+        l._store.dict,
+        l._rec,
         l.token,
         l.key,
         ms
     )
     if from ~= nil then
-        meter.moved(l.store.meter, from, to)
+        meter.moved(l._store.meter, from, to)
     end
     return true, nil
 end
 local function swept(o, reply)
     local l = o.lease
-    if not l.released then
+    if not l._released then
         if reply == nil then
-            l.released = true
+            l._released = true
             forget(l)
         else
             settle(l, reply)
@@ -270,11 +270,11 @@ end
 local function orphan(l)
     local o = {
         lost = "release",
-        conf = l.store.redis,
-        release = l.kind.release,
-        rkey = l.rkey,
+        conf = l._store.redis,
+        release = l._kind.release,
+        rkey = l._rkey,
         token = l.token,
-        deadline = l.expires / 1000,
+        deadline = l._expires / 1000,
         settle = swept,
         lease = l
     }
@@ -284,7 +284,7 @@ end
 -- is released or lost, or when its ttl has run out by the local clock since
 -- the acquire or the last renewal Redis confirmed.
 local function valid(self)
-    return not self.released and not self.lost and nowMs() < self.validUntil
+    return not self._released and not self._lost and nowMs() < self._validUntil
 end
 local leaseMethods = {
     release = function(self)
@@ -292,11 +292,11 @@ local leaseMethods = {
         if perr ~= nil then
             return nil, perr
         end
-        if self.released then
+        if self._released then
             return nil, "not_owner"
         end
-        self.releasing = true
-        local res, err, fault = backend.own(self.store.redis, self.kind.release, self.rkey, self.token)
+        self._releasing = true
+        local res, err, fault = backend.own(self._store.redis, self._kind.release, self._rkey, self.token)
         if res == nil then
             unconfirmed(self, fault, true)
             return nil, err
@@ -317,14 +317,14 @@ local leaseMethods = {
             end
             ms = n
         end
-        if self.released then
+        if self._released then
             return nil, "not_owner"
         end
         local sent = ngx.now() * 1000
         local res, err, fault = backend.own(
-            self.store.redis,
-            self.kind.extend,
-            self.rkey,
+            self._store.redis,
+            self._kind.extend,
+            self._rkey,
             self.token,
             ms
         )
@@ -343,8 +343,8 @@ local function byEndpoint(list, script)
     local groups = {}
     for i = 1, #list do
         local l = list[i]
-        if not l.released then
-            local g = (l.store.redis.pool .. " ") .. script(l).sha
+        if not l._released then
+            local g = (l._store.redis.pool .. " ") .. script(l).sha
             local idx = groups[g]
             if idx == nil then
                 idx = {}
@@ -356,10 +356,10 @@ local function byEndpoint(list, script)
     return groups
 end
 local function releaseScript(l)
-    return l.kind.release
+    return l._kind.release
 end
 local function extendScript(l)
-    return l.kind.extend
+    return l._kind.extend
 end
 --- Release many leases in one round trip per Redis endpoint (a pipeline of the
 -- owner-checked release script): how queued releases of a busy gateway keep
@@ -372,11 +372,14 @@ function ____exports.releaseAll(list)
     local lastErr
     for ____, idx in pairs(byEndpoint(list, releaseScript)) do
         local group = {}
+        local targets = {}
         for ____, i in ipairs(idx) do
-            group[#group + 1] = list[i]
+            local l = list[i]
+            group[#group + 1] = l
+            targets[#targets + 1] = {rkey = l._rkey, token = l.token}
         end
         local first = group[1]
-        local out = backend.batch(first.store.redis, first.kind.release, group)
+        local out = backend.batch(first._store.redis, first._kind.release, targets)
         for j = 1, #group do
             local l = group[j]
             local reply = out.replies[j]
@@ -404,14 +407,16 @@ function ____exports.extendAll(list)
     local sent = ngx.now() * 1000
     for ____, idx in pairs(byEndpoint(list, extendScript)) do
         local group = {}
+        local targets = {}
         local ms = {}
         for ____, i in ipairs(idx) do
             local l = list[i]
             group[#group + 1] = l
+            targets[#targets + 1] = {rkey = l._rkey, token = l.token}
             ms[#ms + 1] = l.ttl
         end
         local first = group[1]
-        local out = backend.batch(first.store.redis, first.kind.extend, group, ms)
+        local out = backend.batch(first._store.redis, first._kind.extend, targets, ms)
         for j = 1, #group do
             local l = group[j]
             local reply = out.replies[j]
@@ -450,19 +455,18 @@ function ____exports.make(store, kind, key, tok, ttl, sent, fence)
         key = key,
         token = tok,
         ttl = ttl,
-        store = store,
-        kind = kind,
-        rkey = rkey,
-        rec = rec,
         fence = fence,
-        released = false,
-        validUntil = sent + backend.validity(store.redis, ttl),
-        expires = now + ttl,
-        releaseSent = false,
-        releasing = false,
-        lost = false,
-        onLost = nil,
-        since = now
+        _store = store,
+        _kind = kind,
+        _rkey = rkey,
+        _rec = rec,
+        _released = false,
+        _validUntil = sent + backend.validity(store.redis, ttl),
+        _expires = now + ttl,
+        _releaseSent = false,
+        _releasing = false,
+        _lost = false,
+        _since = now
     }
     local l = setmetatable(lease, leaseMt)
     return l

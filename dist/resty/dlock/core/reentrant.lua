@@ -8,18 +8,18 @@ local entered = 0
 local PRUNE_EVERY = 64
 local handleMethods = {
     release = function(self)
-        if self.done then
+        if self._done then
             return nil, "not_owner"
         end
-        local h = self.hold
+        local h = self._hold
         if h.count > 1 then
             h.count = h.count - 1
-            self.done = true
+            self._done = true
             return true, nil
         end
         local ok, err = h.root:release()
         if ok ~= nil or err == "not_owner" then
-            self.done = true
+            self._done = true
             h.count = 0
             if holds[h.slot] == h then
                 holds[h.slot] = nil
@@ -28,13 +28,13 @@ local handleMethods = {
         return ok, err
     end,
     extend = function(self, ttl)
-        if self.done then
+        if self._done then
             return nil, "not_owner"
         end
-        return self.hold.root:extend(ttl)
+        return self._hold.root:extend(ttl)
     end,
     valid = function(self)
-        return not self.done and self.hold.root:valid()
+        return not self._done and self._hold.root:valid()
     end
 }
 local handleMt = {__index = handleMethods}
@@ -45,8 +45,8 @@ local function handle(h)
         token = r.token,
         ttl = r.ttl,
         fence = r.fence,
-        hold = h,
-        done = false
+        _hold = h,
+        _done = false
     }
     return setmetatable(x, handleMt)
 end
@@ -94,7 +94,7 @@ end
 local function prune()
     local dead = {}
     for slot, h in pairs(holds) do
-        if h.count == 0 or gone(h) or h.root.released then
+        if h.count == 0 or gone(h) or h.root._released then
             dead[#dead + 1] = slot
         end
     end
@@ -110,7 +110,7 @@ function ____exports.enter(factory, root)
         prune()
     end
     local who, anchor, co = owner()
-    local slot = (((who .. "\0") .. factory) .. "\0") .. root.rkey
+    local slot = (((who .. "\0") .. factory) .. "\0") .. root._rkey
     local h = {
         root = root,
         count = 1,

@@ -20,11 +20,11 @@ end
 --- The lease is lost: say so once, and tell its holder.
 local function lost(l, why, hooks)
     drop(l)
-    if l.lost then
+    if l._lost then
         return
     end
-    l.lost = true
-    meter.lost(l.store.meter)
+    l._lost = true
+    meter.lost(l._store.meter)
     if hooks ~= nil then
         hooks.lost(l, why)
         return
@@ -36,7 +36,7 @@ local function lost(l, why, hooks)
         " lost: ",
         why
     )
-    local onLost = l.onLost
+    local onLost = l._onLost
     if onLost ~= nil then
         local ok, err = pcall(onLost, l, why)
         if not ok then
@@ -66,7 +66,7 @@ local function round()
     local due = {}
     local forgotten = {}
     for l, w in pairs(watched) do
-        if l.released or l.releasing or l.lost then
+        if l._released or l._releasing or l._lost then
             drop(l)
         elseif orphaned(w) then
             forgotten[#forgotten + 1] = l
@@ -87,7 +87,7 @@ local function round()
         local l = due[i]
         local w = watched[l]
         local r = results[i]
-        if w ~= nil and not l.releasing then
+        if w ~= nil and not l._releasing then
             local hooks = w.hooks
             if r == true then
                 w.renewedAt = ngx.now()
@@ -96,7 +96,7 @@ local function round()
                 end
             elseif r == "not_owner" then
                 lost(l, "the key is gone from Redis, or someone else's", hooks)
-            elseif ngx.now() * 1000 >= l.validUntil then
+            elseif ngx.now() * 1000 >= l._validUntil then
                 lost(
                     l,
                     ("Redis could not renew it before it expired (" .. check.reason(r)) .. ")",
@@ -158,7 +158,7 @@ end
 --- The end of an acquire with renew = true: the lease, watched from now on; or,
 -- when the watchdog cannot run, nil and why (the lease is given back).
 function ____exports.hold(l, onLost)
-    l.onLost = onLost
+    l._onLost = onLost
     local err = ____exports.watch(l)
     if err ~= nil then
         l:release()

@@ -48,39 +48,44 @@ export interface Store {
   readonly meter: meter.Meter;
 }
 
+/**
+ * A lease as its holder sees it: key, token, ttl, fence (with fencing) and the
+ * methods. The rest is the library's (`_` fields): a holder that reads them
+ * relies on what may change in any release.
+ */
 export interface Lease {
   readonly key: string;
   readonly token: string;
   ttl: number;
-  readonly store: Store;
-  readonly kind: Kind;
-  readonly rkey: string;
-  /** Its record in the shared dict (see ledger). */
-  readonly rec: string;
   /** With fencing: larger than the fence of every earlier holder of the key. */
   readonly fence: number | undefined;
+  readonly _store: Store;
+  readonly _kind: Kind;
+  readonly _rkey: string;
+  /** Its record in the shared dict (see ledger). */
+  readonly _rec: string;
   /** Over: Redis confirmed the release, or said the key is not ours. */
-  released: boolean;
+  _released: boolean;
   /**
    * Epoch ms before which the key cannot have expired in Redis: ttl counted
    * from when the acquire or the last confirmed extend was sent.
    */
-  validUntil: number;
+  _validUntil: number;
   /**
    * Epoch ms by which the key is gone from Redis at the latest, as far as this
    * worker knows: how long a release Redis did not confirm is retried.
    */
-  expires: number;
+  _expires: number;
   /** A release reached Redis in time, but its reply was lost: it may have deleted the key. */
-  releaseSent: boolean;
+  _releaseSent: boolean;
   /** release() was called: the watchdog stops renewing it, and a failed renewal is not a loss. */
-  releasing: boolean;
+  _releasing: boolean;
   /** The watchdog found it gone, or could not renew it before it expired. */
-  lost: boolean;
+  _lost: boolean;
   /** Told once when the lease is lost (renew = true only). */
-  onLost: OnLost | undefined;
+  _onLost: OnLost | undefined;
   /** Epoch ms when it was taken (for the hold-time histogram). */
-  readonly since: number;
+  readonly _since: number;
   valid(): boolean;
   release(): LuaMultiReturn<[true | undefined, string | undefined]>;
   extend(ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]>;
@@ -221,24 +226,24 @@ function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean): void
   }
   if (release) {
     // Sent (at the latest now) while the key could not have expired yet.
-    if (nowMs() < l.validUntil) {
-      l.releaseSent = true;
+    if (nowMs() < l._validUntil) {
+      l._releaseSent = true;
     }
   } else {
     // A PEXPIRE queued in a paused Redis runs when Redis resumes, whenever that is.
-    l.expires = math.max(l.expires, nowMs() + orphans.LOST_HORIZON * 1000);
+    l._expires = math.max(l._expires, nowMs() + orphans.LOST_HORIZON * 1000);
   }
 }
 
 /** Its record out of the shared dict, and out of the held gauge. */
 function forget(l: Lease): void {
-  const expires = ledger.forget(l.store.dict, l.rec, l.token);
-  if (expires !== undefined) meter.forgotten(l.store.meter, expires);
+  const expires = ledger.forget(l._store.dict, l._rec, l.token);
+  if (expires !== undefined) meter.forgotten(l._store.meter, expires);
 }
 
 /** Redis says the key is not ours any more: counted lost, unless the watchdog did already. */
 function gone(l: Lease): void {
-  if (!l.lost) meter.lost(l.store.meter);
+  if (!l._lost) meter.lost(l._store.meter);
 }
 
 /**
@@ -248,20 +253,20 @@ function gone(l: Lease): void {
  * still counts as released.
  */
 function settle(l: Lease, reply: RedisValue): LuaMultiReturn<[true | undefined, string | undefined]> {
-  l.released = true;
+  l._released = true;
   forget(l);
   if (type(reply) === "string") {
     // Handed to the first waiter in line (its token): if it waits in this
     // worker, it goes now, without waiting for the announcement to come back.
-    waits.wakeToken(l.rkey, reply as string);
-    meter.released(l.store.meter, (nowMs() - l.since) / 1000);
+    waits.wakeToken(l._rkey, reply as string);
+    meter.released(l._store.meter, (nowMs() - l._since) / 1000);
     return $multi(true as const, undefined);
   }
   // With a live subscription the release's PUBLISH wakes our waiters; waking
   // one here too would send two of this worker's waiters after the key.
-  if (!wakeups.live(l.store.redis, l.rkey)) waits.wake(l.rkey);
-  if (reply === 1 || l.releaseSent) {
-    meter.released(l.store.meter, (nowMs() - l.since) / 1000);
+  if (!wakeups.live(l._store.redis, l._rkey)) waits.wake(l._rkey);
+  if (reply === 1 || l._releaseSent) {
+    meter.released(l._store.meter, (nowMs() - l._since) / 1000);
     return $multi(true as const, undefined);
   }
   gone(l);
@@ -273,16 +278,16 @@ function settle(l: Lease, reply: RedisValue): LuaMultiReturn<[true | undefined, 
 function extended(l: Lease, reply: RedisValue, ms: number, sent: number): LuaMultiReturn<[true | undefined, string | undefined]> {
   if (reply !== 1) {
     // Never ours again: tokens are unique per lease.
-    l.released = true;
+    l._released = true;
     forget(l);
     gone(l);
     return $multi(undefined, "not_owner");
   }
   l.ttl = ms;
-  l.validUntil = sent + backend.validity(l.store.redis, ms);
-  l.expires = math.max(l.expires, nowMs() + ms);
-  const [from, to] = ledger.renew(l.store.dict, l.rec, l.token, l.key, ms);
-  if (from !== undefined) meter.moved(l.store.meter, from, to);
+  l._validUntil = sent + backend.validity(l._store.redis, ms);
+  l._expires = math.max(l._expires, nowMs() + ms);
+  const [from, to] = ledger.renew(l._store.dict, l._rec, l.token, l.key, ms);
+  if (from !== undefined) meter.moved(l._store.meter, from, to);
   return $multi(true as const, undefined);
 }
 
@@ -292,10 +297,10 @@ interface Unreleased extends orphans.Orphan {
 
 function swept(this: void, o: orphans.Orphan, reply: RedisValue | undefined): void {
   const l = (o as Unreleased).lease;
-  if (!l.released) {
+  if (!l._released) {
     if (reply === undefined) {
       // Given up at its expiry: the key is gone by now.
-      l.released = true;
+      l._released = true;
       forget(l);
     } else {
       settle(l, reply);
@@ -306,8 +311,8 @@ function swept(this: void, o: orphans.Orphan, reply: RedisValue | undefined): vo
 /** Hand a lease whose release Redis did not confirm to the sweep, which retries it until the key expires. */
 function orphan(l: Lease): void {
   const o: Unreleased = {
-    lost: "release", conf: l.store.redis, release: l.kind.release, rkey: l.rkey, token: l.token,
-    deadline: l.expires / 1000, settle: swept, lease: l,
+    lost: "release", conf: l._store.redis, release: l._kind.release, rkey: l._rkey, token: l.token,
+    deadline: l._expires / 1000, settle: swept, lease: l,
   };
   orphans.adopt(o);
 }
@@ -318,7 +323,7 @@ function orphan(l: Lease): void {
  * the acquire or the last renewal Redis confirmed.
  */
 function valid(this: Lease): boolean {
-  return !this.released && !this.lost && nowMs() < this.validUntil;
+  return !this._released && !this._lost && nowMs() < this._validUntil;
 }
 
 const leaseMethods = {
@@ -330,11 +335,11 @@ const leaseMethods = {
   release(this: Lease): LuaMultiReturn<[true | undefined, string | undefined]> {
     const perr = phaseError("release");
     if (perr !== undefined) return $multi(undefined, perr);
-    if (this.released) {
+    if (this._released) {
       return $multi(undefined, "not_owner");
     }
-    this.releasing = true;
-    const [res, err, fault] = backend.own(this.store.redis, this.kind.release, this.rkey, this.token);
+    this._releasing = true;
+    const [res, err, fault] = backend.own(this._store.redis, this._kind.release, this._rkey, this.token);
     if (res === undefined) {
       unconfirmed(this, fault, true);
       return $multi(undefined, err);
@@ -354,11 +359,11 @@ const leaseMethods = {
       if (n === undefined) return $multi(undefined, terr);
       ms = n;
     }
-    if (this.released) {
+    if (this._released) {
       return $multi(undefined, "not_owner");
     }
     const sent = ngx.now() * 1000;
-    const [res, err, fault] = backend.own(this.store.redis, this.kind.extend, this.rkey, this.token, ms);
+    const [res, err, fault] = backend.own(this._store.redis, this._kind.extend, this._rkey, this.token, ms);
     if (res === undefined) {
       unconfirmed(this, fault, false);
       return $multi(undefined, err);
@@ -378,8 +383,8 @@ function byEndpoint(list: Lease[], script: (this: void, l: Lease) => scripts.Scr
   const groups = new LuaTable<string, number[]>();
   for (const i of $range(1, list.length)) {
     const l = list[i - 1]!;
-    if (!l.released) {
-      const g = l.store.redis.pool + " " + script(l).sha;
+    if (!l._released) {
+      const g = l._store.redis.pool + " " + script(l).sha;
       let idx = groups.get(g);
       if (idx === undefined) {
         idx = [];
@@ -392,11 +397,11 @@ function byEndpoint(list: Lease[], script: (this: void, l: Lease) => scripts.Scr
 }
 
 function releaseScript(this: void, l: Lease): scripts.Script {
-  return l.kind.release;
+  return l._kind.release;
 }
 
 function extendScript(this: void, l: Lease): scripts.Script {
-  return l.kind.extend;
+  return l._kind.extend;
 }
 
 /**
@@ -412,11 +417,14 @@ export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | unde
   let lastErr: string | undefined;
   for (const [, idx] of byEndpoint(list, releaseScript)) {
     const group: Lease[] = [];
+    const targets: backend.Target[] = [];
     for (const i of idx) {
-      group.push(list[i - 1]!);
+      const l = list[i - 1]!;
+      group.push(l);
+      targets.push({ rkey: l._rkey, token: l.token });
     }
     const first = group[0]!;
-    const out = backend.batch(first.store.redis, first.kind.release, group);
+    const out = backend.batch(first._store.redis, first._kind.release, targets);
     for (const j of $range(1, group.length)) {
       const l = group[j - 1]!;
       const reply = out.replies.get(j);
@@ -447,14 +455,16 @@ export function extendAll(list: Lease[]): (true | string)[] {
   const sent = ngx.now() * 1000;
   for (const [, idx] of byEndpoint(list, extendScript)) {
     const group: Lease[] = [];
+    const targets: backend.Target[] = [];
     const ms: number[] = [];
     for (const i of idx) {
       const l = list[i - 1]!;
       group.push(l);
+      targets.push({ rkey: l._rkey, token: l.token });
       ms.push(l.ttl);
     }
     const first = group[0]!;
-    const out = backend.batch(first.store.redis, first.kind.extend, group, ms);
+    const out = backend.batch(first._store.redis, first._kind.extend, targets, ms);
     for (const j of $range(1, group.length)) {
       const l = group[j - 1]!;
       const reply = out.replies.get(j);
@@ -483,9 +493,9 @@ export function make(store: Store, kind: Kind, key: string, tok: string, ttl: nu
   if (recorded !== undefined) meter.recorded(store.meter, recorded);
   const now = nowMs();
   const lease = {
-    key, token: tok, ttl, store, kind, rkey, rec, fence, released: false,
-    validUntil: sent + backend.validity(store.redis, ttl), expires: now + ttl, releaseSent: false,
-    releasing: false, lost: false, onLost: undefined, since: now,
+    key, token: tok, ttl, fence, _store: store, _kind: kind, _rkey: rkey, _rec: rec, _released: false,
+    _validUntil: sent + backend.validity(store.redis, ttl), _expires: now + ttl, _releaseSent: false,
+    _releasing: false, _lost: false, _since: now,
   };
   // Not a tail call: LuaJIT gives up a trace that tail-calls a builtin on its
   // way out ("leaving loop in root trace"), and leaves the function interpreted.

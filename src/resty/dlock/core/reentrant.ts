@@ -32,42 +32,42 @@ interface Handle {
   readonly token: string;
   readonly ttl: number;
   readonly fence: number | undefined;
-  readonly hold: Hold;
+  readonly _hold: Hold;
   /** This handle was released (the key itself may still be held by another). */
-  done: boolean;
+  _done: boolean;
 }
 
 const handleMethods = {
   /** true (the key is freed with the last handle), or the real release's nil, err. */
   release(this: Handle): LuaMultiReturn<[true | undefined, string | undefined]> {
-    if (this.done) return $multi(undefined, "not_owner");
-    const h = this.hold;
+    if (this._done) return $multi(undefined, "not_owner");
+    const h = this._hold;
     if (h.count > 1) {
       h.count--;
-      this.done = true;
+      this._done = true;
       return $multi(true as const, undefined);
     }
     const [ok, err] = h.root.release();
     if (ok !== undefined || err === "not_owner") {
-      this.done = true;
+      this._done = true;
       h.count = 0;
       if (holds.get(h.slot) === h) holds.delete(h.slot);
     }
     return $multi(ok, err);
   },
   extend(this: Handle, ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]> {
-    if (this.done) return $multi(undefined, "not_owner");
-    return this.hold.root.extend(ttl);
+    if (this._done) return $multi(undefined, "not_owner");
+    return this._hold.root.extend(ttl);
   },
   valid(this: Handle): boolean {
-    return !this.done && this.hold.root.valid();
+    return !this._done && this._hold.root.valid();
   },
 };
 const handleMt = { __index: handleMethods };
 
 function handle(h: Hold): lease.Lease {
   const r = h.root;
-  const x: Handle = { key: r.key, token: r.token, ttl: r.ttl, fence: r.fence, hold: h, done: false };
+  const x: Handle = { key: r.key, token: r.token, ttl: r.ttl, fence: r.fence, _hold: h, _done: false };
   return setmetatable(x, handleMt) as unknown as lease.Lease;
 }
 
@@ -112,7 +112,7 @@ function gone(h: Hold): boolean {
 function prune(): void {
   const dead: string[] = [];
   for (const [slot, h] of holds) {
-    if (h.count === 0 || gone(h) || h.root.released) dead.push(slot);
+    if (h.count === 0 || gone(h) || h.root._released) dead.push(slot);
   }
   for (const slot of dead) holds.delete(slot);
 }
@@ -125,7 +125,7 @@ export function enter(factory: string, root: lease.Lease): lease.Lease {
     prune();
   }
   const [who, anchor, co] = owner();
-  const slot = who + "\0" + factory + "\0" + root.rkey;
+  const slot = who + "\0" + factory + "\0" + root._rkey;
   const h: Hold = { root, count: 1, anchor, co, slot };
   holds.set(slot, h);
   return handle(h);

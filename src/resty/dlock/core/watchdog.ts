@@ -57,15 +57,15 @@ function drop(l: lease.Lease): void {
 /** The lease is lost: say so once, and tell its holder. */
 function lost(l: lease.Lease, why: string, hooks: Hooks | undefined): void {
   drop(l);
-  if (l.lost) return;
-  l.lost = true;
-  meter.lost(l.store.meter);
+  if (l._lost) return;
+  l._lost = true;
+  meter.lost(l._store.meter);
   if (hooks !== undefined) {
     hooks.lost(l, why);
     return;
   }
   ngx.log(ngx.ERR, "dlock: lease on ", l.key, " lost: ", why);
-  const onLost = l.onLost;
+  const onLost = l._onLost;
   if (onLost !== undefined) {
     const [ok, err] = pcall(onLost, l, why);
     if (!ok) {
@@ -87,7 +87,7 @@ function round(): void {
   const due: lease.Lease[] = [];
   const forgotten: lease.Lease[] = [];
   for (const [l, w] of watched) {
-    if (l.released || l.releasing || l.lost) {
+    if (l._released || l._releasing || l._lost) {
       drop(l);
     } else if (orphaned(w)) {
       forgotten.push(l);
@@ -107,14 +107,14 @@ function round(): void {
     const w = watched.get(l);
     const r = results[i - 1]!;
     // Released (or being released, or no longer watched) while the renewal was on its way: nothing was lost.
-    if (w !== undefined && !l.releasing) {
+    if (w !== undefined && !l._releasing) {
       const hooks = w.hooks;
       if (r === true) {
         w.renewedAt = ngx.now();
         if (hooks !== undefined) hooks.renewed(l);
       } else if (r === "not_owner") {
         lost(l, "the key is gone from Redis, or someone else's", hooks);
-      } else if (ngx.now() * 1000 >= l.validUntil) {
+      } else if (ngx.now() * 1000 >= l._validUntil) {
         lost(l, "Redis could not renew it before it expired (" + check.reason(r) + ")", hooks);
       } else if (hooks !== undefined) {
         hooks.failed(l, r);
@@ -157,7 +157,7 @@ export function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
  * when the watchdog cannot run, nil and why (the lease is given back).
  */
 export function hold(l: lease.Lease, onLost: lease.OnLost | undefined): lease.AcquireResult {
-  l.onLost = onLost;
+  l._onLost = onLost;
   const err = watch(l);
   if (err !== undefined) {
     l.release();

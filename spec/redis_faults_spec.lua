@@ -2,7 +2,7 @@
 -- server, wrong credentials, someone else's data on the key, other databases.
 local h = require "helpers"
 local dlock = require "resty.dlock"
-local lease_mod = require "resty.dlock.core.lease"
+local batch = require "resty.dlock.core.batch"
 
 local function elapsed(fn)
   ngx.update_time()
@@ -315,7 +315,7 @@ describe("redis faults", function()
       local list = { assert(locks:acquire("a", { ttl = 10000 })), assert(locks:acquire("b", { ttl = 10000 })) }
       ngx.sleep(0.01)
       local resume = cut_off(r)
-      local failed, err = lease_mod.releaseAll(list)
+      local failed, err = batch.releaseAll(list)
       assert.equal(2, failed)
       assert.matches("^dlock: redis 127.0.0.1:%d+: timeout$", err)   -- could not even connect: nothing reached Redis
       assert.is_false(list[1]._released)

@@ -11,6 +11,12 @@ local reentrant = require("resty.dlock.core.reentrant")
 local scripts = require("resty.dlock.redis.scripts")
 local token = require("resty.dlock.core.token")
 local watchdog = require("resty.dlock.core.watchdog")
+local ____with = require("resty.dlock.core.with")
+local withLease = ____with.withLease
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local lua_setmetatable = setmetatable
+local lua_tostring = tostring
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
@@ -66,9 +72,9 @@ local locksMethods = {
                 return again, nil, nil
             end
         end
-        ngx.update_time()
-        local t0 = ngx.now()
-        local tok, terr = (self._owner == "worker" and token.worker or token.random)()
+        ngx_update_time()
+        local t0 = ngx_now()
+        local tok, terr = self._mint()
         if tok == nil then
             meter.refused(store.meter, terr)
             return nil, terr, nil
@@ -97,7 +103,7 @@ local locksMethods = {
     held = function(self)
         return ledger.held(self._store.dict)
     end,
-    with = lease.withLease
+    with = withLease
 }
 local locksMt = {__index = locksMethods}
 --- Factories made in this process: their ids for reentrant holds.
@@ -151,13 +157,13 @@ function ____exports.new(opts)
     factories = factories + 1
     local locks = {
         _store = store,
-        _owner = owner,
+        _mint = owner == "worker" and token.worker or token.random,
         _kind = kind,
         _reentrant = reent,
-        _id = tostring(factories)
+        _id = lua_tostring(factories)
     }
     recovery.register(store, kind)
-    return setmetatable(locks, locksMt), nil
+    return lua_setmetatable(locks, locksMt), nil
 end
 --- For init_worker_by_lua: release, owner-checked, the leases a worker that
 -- died (SIGKILL, a crash) left in Redis, as soon as nginx replaces it (without

@@ -17,6 +17,12 @@ import * as reentrant from "./dlock/core/reentrant";
 import * as scripts from "./dlock/redis/scripts";
 import * as token from "./dlock/core/token";
 import * as watchdog from "./dlock/core/watchdog";
+import { withLease } from "./dlock/core/with";
+
+const ngx_now = ngx.now;
+const ngx_update_time = ngx.update_time;
+const lua_setmetatable = setmetatable;
+const lua_tostring = tostring;
 
 export { VERSION as _VERSION } from "./dlock/version";
 export const MAX_KEY_LEN = lease.MAX_KEY_LEN;
@@ -28,7 +34,8 @@ export const MAX_TTL = lease.MAX_TTL;
  */
 export interface Locks {
   readonly _store: lease.Store;
-  readonly _owner: "random" | "worker";
+  /** Makes its leases' tokens (owner = "random" or "worker"). */
+  readonly _mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>;
   /** The kind of lease it hands out: with or without fencing. */
   readonly _kind: lease.Kind;
   /** A caller that holds a key gets nested leases on it (see reentrant.ts). */
@@ -69,9 +76,9 @@ const locksMethods = {
       const again = reentrant.nested(this._id, store.prefix + k);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
-    ngx.update_time();
-    const t0 = ngx.now();
-    const [tok, terr] = (this._owner === "worker" ? token.worker : token.random)();
+    ngx_update_time();
+    const t0 = ngx_now();
+    const [tok, terr] = this._mint();
     if (tok === undefined) {
       meter.refused(store.meter, terr);
       return $multi(undefined, terr, undefined);
@@ -92,7 +99,7 @@ const locksMethods = {
     return ledger.held(this._store.dict);
   },
 
-  with: lease.withLease,
+  with: withLease,
 };
 const locksMt = { __index: locksMethods };
 /** Factories made in this process: their ids for reentrant holds. */
@@ -136,9 +143,9 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     reent = b;
   }
   factories++;
-  const locks = { _store: store, _owner: owner, _kind: kind, _reentrant: reent, _id: tostring(factories) };
+  const locks = { _store: store, _mint: owner === "worker" ? token.worker : token.random, _kind: kind, _reentrant: reent, _id: lua_tostring(factories) };
   recovery.register(store, kind);
-  return $multi(setmetatable(locks, locksMt) as unknown as Locks, undefined);
+  return $multi(lua_setmetatable(locks, locksMt) as unknown as Locks, undefined);
 }
 
 /**

@@ -10,6 +10,11 @@ local scripts = require("resty.dlock.redis.scripts")
 local recovery = require("resty.dlock.core.recovery")
 local token = require("resty.dlock.core.token")
 local watchdog = require("resty.dlock.core.watchdog")
+local ____with = require("resty.dlock.core.with")
+local withLease = ____with.withLease
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local lua_setmetatable = setmetatable
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
@@ -41,8 +46,8 @@ local semaphoreMethods = {
         if k == nil then
             return nil, ttlOrErr, nil
         end
-        ngx.update_time()
-        local t0 = ngx.now()
+        ngx_update_time()
+        local t0 = ngx_now()
         local tok, terr = token.random()
         if tok == nil then
             meter.refused(store.meter, terr)
@@ -70,7 +75,7 @@ local semaphoreMethods = {
     held = function(self)
         return ledger.held(self._store.dict)
     end,
-    with = lease.withLease
+    with = withLease
 }
 local semaphoreMt = {__index = semaphoreMethods}
 --- Create a semaphore factory. Returns it, or nil and an error naming the bad option.
@@ -104,6 +109,6 @@ function ____exports.new(opts)
     end
     recovery.register(store, PERMIT)
     local sem = {_store = store, _permits = permits}
-    return setmetatable(sem, semaphoreMt), nil
+    return lua_setmetatable(sem, semaphoreMt), nil
 end
 return ____exports

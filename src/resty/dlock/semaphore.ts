@@ -19,6 +19,11 @@ import * as scripts from "./redis/scripts";
 import * as recovery from "./core/recovery";
 import * as token from "./core/token";
 import * as watchdog from "./core/watchdog";
+import { withLease } from "./core/with";
+
+const ngx_now = ngx.now;
+const ngx_update_time = ngx.update_time;
+const lua_setmetatable = setmetatable;
 
 export { VERSION as _VERSION } from "./version";
 /** Most permits per key. */
@@ -47,8 +52,8 @@ const semaphoreMethods = {
     const store = this._store;
     const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(store, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
-    ngx.update_time();
-    const t0 = ngx.now();
+    ngx_update_time();
+    const t0 = ngx_now();
     const [tok, terr] = token.random();
     if (tok === undefined) {
       meter.refused(store.meter, terr);
@@ -69,7 +74,7 @@ const semaphoreMethods = {
     return ledger.held(this._store.dict);
   },
 
-  with: lease.withLease,
+  with: withLease,
 };
 const semaphoreMt = { __index: semaphoreMethods };
 
@@ -91,5 +96,5 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Semaphore | u
   if (refused !== undefined) return $multi(undefined, refused);
   recovery.register(store, PERMIT);
   const sem = { _store: store, _permits: permits };
-  return $multi(setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
+  return $multi(lua_setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
 }

@@ -3,11 +3,13 @@ local ____exports = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
-local orphans = require("resty.dlock.core.orphans")
 local backend = require("resty.dlock.redis.backend")
 local redis = require("resty.dlock.redis.client")
-local waits = require("resty.dlock.core.wait")
-local wakeups = require("resty.dlock.core.wakeups")
+local settle = require("resty.dlock.core.settle")
+local ngx_get_phase = ngx.get_phase
+local ngx_now = ngx.now
+local lua_setmetatable = setmetatable
+local nowMs = settle.nowMs
 --- Longest key accepted, in bytes (before the prefix).
 ____exports.MAX_KEY_LEN = 512
 --- Longest lease, in ms: one day. Longer jobs renew with lease:extend().
@@ -97,8 +99,8 @@ local COSOCKET_PHASES = check.set(
     "ssl_client_hello",
     "preread"
 )
-local function phaseError(op)
-    local phase = ngx.get_phase()
+function ____exports.phaseError(op)
+    local phase = ngx_get_phase()
     if COSOCKET_PHASES[phase] ~= nil then
         return nil
     end
@@ -107,7 +109,7 @@ end
 --- key, ttl, wait, renew, on_lost of an acquire call, with the factory's
 -- defaults; nil and the error (in place of ttl) when the input is bad.
 function ____exports.parseAcquire(store, key, opts)
-    local perr = phaseError("acquire")
+    local perr = ____exports.phaseError("acquire")
     if perr ~= nil then
         return nil, perr, 0, false, nil
     end
@@ -167,119 +169,6 @@ function ____exports.parseAcquire(store, key, opts)
     end
     return k, ttl, wait, renew, onLost
 end
---- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
-local function nowMs()
-    ngx.update_time()
-    return ngx.now() * 1000
-end
---- An extend or a release of l failed: what its outcome may have changed in Redis.
-local function unconfirmed(l, fault, release)
-    if fault ~= "lost" then
-        return
-    end
-    if release then
-        if nowMs() < l._validUntil then
-            l._releaseSent = true
-        end
-    else
-        l._expires = math.max(
-            l._expires,
-            nowMs() + orphans.LOST_HORIZON * 1000
-        )
-    end
-end
---- Its record out of the shared dict, and out of the held gauge.
-local function forget(l)
-    local expires = ledger.forget(l._store.dict, l._rec, l.token)
-    if expires ~= nil then
-        meter.forgotten(l._store.meter, expires)
-    end
-end
---- Redis says the key is not ours any more: counted lost, unless the watchdog did already.
-local function gone(l)
-    if not l._lost then
-        meter.lost(l._store.meter)
-    end
-end
---- Redis answered the owner-checked release of l (1: deleted, else not ours):
--- the lease is over. A key found gone after a release reached Redis in time
--- was deleted by that release (or expired after it was asked to go), so that
--- still counts as released.
-local function settle(l, reply)
-    l._released = true
-    forget(l)
-    if type(reply) == "string" then
-        waits.wakeToken(l._rkey, reply)
-        meter.released(
-            l._store.meter,
-            (nowMs() - l._since) / 1000
-        )
-        return true, nil
-    end
-    if not wakeups.live(l._store.redis, l._rkey) then
-        waits.wake(l._rkey)
-    end
-    if reply == 1 or l._releaseSent then
-        meter.released(
-            l._store.meter,
-            (nowMs() - l._since) / 1000
-        )
-        return true, nil
-    end
-    gone(l)
-    return nil, "not_owner"
-end
---- Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`.
-local function extended(l, reply, ms, sent)
-    if reply ~= 1 then
-        l._released = true
-        forget(l)
-        gone(l)
-        return nil, "not_owner"
-    end
-    l.ttl = ms
-    l._validUntil = sent + backend.validity(l._store.redis, ms)
-    l._expires = math.max(
-        l._expires,
-        nowMs() + ms
-    )
-    local from, to = ledger.renew(
-        l._store.dict,
-        l._rec,
-        l.token,
-        l.key,
-        ms
-    )
-    if from ~= nil then
-        meter.moved(l._store.meter, from, to)
-    end
-    return true, nil
-end
-local function swept(o, reply)
-    local l = o.lease
-    if not l._released then
-        if reply == nil then
-            l._released = true
-            forget(l)
-        else
-            settle(l, reply)
-        end
-    end
-end
---- Hand a lease whose release Redis did not confirm to the sweep, which retries it until the key expires.
-local function orphan(l)
-    local o = {
-        lost = "release",
-        conf = l._store.redis,
-        release = l._kind.release,
-        rkey = l._rkey,
-        token = l.token,
-        deadline = l._expires / 1000,
-        settle = swept,
-        lease = l
-    }
-    orphans.adopt(o)
-end
 --- lease:valid(): may the holder still act on it? No round trip: false once it
 -- is released or lost, or when its ttl has run out by the local clock since
 -- the acquire or the last renewal Redis confirmed.
@@ -288,7 +177,7 @@ local function valid(self)
 end
 local leaseMethods = {
     release = function(self)
-        local perr = phaseError("release")
+        local perr = ____exports.phaseError("release")
         if perr ~= nil then
             return nil, perr
         end
@@ -298,14 +187,14 @@ local leaseMethods = {
         self._releasing = true
         local res, err, fault = backend.own(self._store.redis, self._kind.release, self._rkey, self.token)
         if res == nil then
-            unconfirmed(self, fault, true)
+            settle.unconfirmed(self, fault, true)
             return nil, err
         end
-        return settle(self, res)
+        return settle.released(self, res)
     end,
     valid = valid,
     extend = function(self, ttl)
-        local perr = phaseError("extend")
+        local perr = ____exports.phaseError("extend")
         if perr ~= nil then
             return nil, perr
         end
@@ -320,7 +209,7 @@ local leaseMethods = {
         if self._released then
             return nil, "not_owner"
         end
-        local sent = ngx.now() * 1000
+        local sent = ngx_now() * 1000
         local res, err, fault = backend.own(
             self._store.redis,
             self._kind.extend,
@@ -329,116 +218,15 @@ local leaseMethods = {
             ms
         )
         if res == nil then
-            unconfirmed(self, fault, false)
+            settle.unconfirmed(self, fault, false)
             return nil, err
         end
-        return extended(self, res, ms, sent)
+        return settle.extended(self, res, ms, sent)
     end
 }
 local leaseMt = {__index = leaseMethods}
---- Leases of the list grouped for pipelining: one group per Redis endpoint and
--- script (locks and permits run different scripts), each with the indexes of
--- its leases in the list.
-local function byEndpoint(list, script)
-    local groups = {}
-    for i = 1, #list do
-        local l = list[i]
-        if not l._released then
-            local g = (l._store.redis.pool .. " ") .. script(l).sha
-            local idx = groups[g]
-            if idx == nil then
-                idx = {}
-                groups[g] = idx
-            end
-            idx[#idx + 1] = i
-        end
-    end
-    return groups
-end
-local function releaseScript(l)
-    return l._kind.release
-end
-local function extendScript(l)
-    return l._kind.extend
-end
---- Release many leases in one round trip per Redis endpoint (a pipeline of the
--- owner-checked release script): how queued releases of a busy gateway keep
--- up. A release Redis did not confirm leaves its lease to a background sweep
--- that retries it until Redis answers or the key expires; the lease ends when
--- the sweep gets an answer. Returns how many were not confirmed now, and the
--- last error.
-function ____exports.releaseAll(list)
-    local failed = 0
-    local lastErr
-    for ____, idx in pairs(byEndpoint(list, releaseScript)) do
-        local group = {}
-        local targets = {}
-        for ____, i in ipairs(idx) do
-            local l = list[i]
-            group[#group + 1] = l
-            targets[#targets + 1] = {rkey = l._rkey, token = l.token}
-        end
-        local first = group[1]
-        local out = backend.batch(first._store.redis, first._kind.release, targets)
-        for j = 1, #group do
-            local l = group[j]
-            local reply = out.replies[j]
-            if reply == nil then
-                unconfirmed(l, out.faults[j], true)
-                failed = failed + 1
-                lastErr = out.errors[j]
-                orphan(l)
-            else
-                settle(l, reply)
-            end
-        end
-    end
-    return failed, lastErr
-end
---- Extend many leases, each to its own ttl, in one round trip per Redis
--- endpoint: how a gateway renews the leases of its in-flight requests. Results
--- are aligned with the list: true, "not_owner" (the lease ran out; it is over,
--- as after extend()), or an error message ("dlock: redis ...").
-function ____exports.extendAll(list)
-    local results = {}
-    for ____, _ in ipairs(list) do
-        results[#results + 1] = "not_owner"
-    end
-    local sent = ngx.now() * 1000
-    for ____, idx in pairs(byEndpoint(list, extendScript)) do
-        local group = {}
-        local targets = {}
-        local ms = {}
-        for ____, i in ipairs(idx) do
-            local l = list[i]
-            group[#group + 1] = l
-            targets[#targets + 1] = {rkey = l._rkey, token = l.token}
-            ms[#ms + 1] = l.ttl
-        end
-        local first = group[1]
-        local out = backend.batch(first._store.redis, first._kind.extend, targets, ms)
-        for j = 1, #group do
-            local l = group[j]
-            local reply = out.replies[j]
-            local i = idx[j]
-            if reply == nil then
-                unconfirmed(l, out.faults[j], false)
-                results[i] = out.errors[j]
-            else
-                local ok, err = extended(l, reply, l.ttl, sent)
-                if ok then
-                    results[i] = true
-                else
-                    results[i] = err
-                end
-            end
-        end
-    end
-    return results
-end
 --- A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds).
-function ____exports.make(store, kind, key, tok, ttl, sent, fence)
-    local rkey = store.prefix .. key
+function ____exports.make(store, kind, key, rkey, tok, ttl, sent, fence)
     local rec = ledger.recordKey(rkey, tok, kind.shared)
     local recorded = ledger.record(
         store.dict,
@@ -468,42 +256,7 @@ function ____exports.make(store, kind, key, tok, ttl, sent, fence)
         _lost = false,
         _since = now
     }
-    local l = setmetatable(lease, leaseMt)
+    local l = lua_setmetatable(lease, leaseMt)
     return l
-end
-local protect = pcall
---- Release, then hand on fn's results (pcall's `ok, ...`) or its error. A
--- release Redis did not confirm goes to the background sweep and, when fn
--- succeeded, is the result: the caller must not believe the key free.
-local function finish(lease, ...)
-    local released, rerr = lease:release()
-    local stuck = released == nil and rerr ~= "not_owner"
-    if stuck then
-        orphan(lease)
-    end
-    local ok, e = select(1, ...)
-    if ok ~= true then
-        return nil, (("dlock: callback failed while holding " .. lease.key) .. ": ") .. check.text(e)
-    end
-    if stuck then
-        return nil, (("dlock: could not release " .. lease.key) .. " after the callback (retried until it expires): ") .. check.reason(rerr)
-    end
-    return select(2, ...)
-end
---- The `with` method of locks and semaphores: run fn(...) while holding key; the
--- lease is released whatever fn does. Returns fn's results, or nil, err when
--- the lease was not acquired, fn raised, or the release failed.
-function ____exports.withLease(self, key, opts, fn, ...)
-    if type(fn) ~= "function" then
-        return check.fail("with needs a function", fn)
-    end
-    local lease, err, retryAfter = self:acquire(key, opts)
-    if lease == nil then
-        return nil, err, retryAfter
-    end
-    return finish(
-        lease,
-        protect(fn, ...)
-    )
 end
 return ____exports

@@ -2,7 +2,7 @@
 local ____exports = {}
 local check = require("resty.dlock.core.check")
 local meter = require("resty.dlock.core.meter")
-local lease = require("resty.dlock.core.lease")
+local batch = require("resty.dlock.core.batch")
 local loop = require("resty.dlock.core.loop")
 local request = require("resty.dlock.gateway.request")
 local watched = {}
@@ -77,12 +77,12 @@ local function round()
     for ____, l in ipairs(forgotten) do
         drop(l)
         ngx.log(ngx.WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
-        lease.releaseAll({l})
+        batch.releaseAll({l})
     end
     if #due == 0 then
         return
     end
-    local results = lease.extendAll(due)
+    local results = batch.extendAll(due)
     for i = 1, #due do
         local l = due[i]
         local w = watched[l]

@@ -1,17 +1,21 @@
 // Leases: what resty.dlock locks and resty.dlock.semaphore permits have in
-// common. Options shared by both factories, the acquire loop (one script round
-// trip per attempt; how to wait between attempts is wait.ts's), owner-checked
-// release and extend (one lease, or many in one round trip), and `with`.
+// common. The options shared by both factories and their acquire calls, and
+// the lease object: made by an acquire (acquire.ts), released and extended
+// owner-checked (what Redis's answers do to it is settle.ts's; many leases in
+// one round trip, batch.ts; `with`, with.ts).
 
 import * as check from "./check";
 import * as ledger from "./ledger";
 import * as meter from "./meter";
-import * as orphans from "./orphans";
 import * as backend from "../redis/backend";
 import * as redis from "../redis/client";
 import * as scripts from "../redis/scripts";
-import * as waits from "./wait";
-import * as wakeups from "./wakeups";
+import * as settle from "./settle";
+
+const ngx_get_phase = ngx.get_phase;
+const ngx_now = ngx.now;
+const lua_setmetatable = setmetatable;
+const nowMs = settle.nowMs;
 
 /** Longest key accepted, in bytes (before the prefix). */
 export const MAX_KEY_LEN = 512;
@@ -145,8 +149,8 @@ const ACQUIRE_OPTIONS = check.set("ttl", "wait", "renew", "on_lost");
 const COSOCKET_PHASES = check.set("rewrite", "server_rewrite", "access", "content", "timer",
   "ssl_cert", "ssl_session_fetch", "ssl_client_hello", "preread");
 
-function phaseError(op: string): string | undefined {
-  const phase = ngx.get_phase();
+export function phaseError(op: string): string | undefined {
+  const phase = ngx_get_phase();
   if (COSOCKET_PHASES.has(phase)) {
     return undefined;
   }
@@ -211,112 +215,6 @@ export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMult
   return $multi(k, ttl, wait, renew, onLost as OnLost | undefined);
 }
 
-type Fault = backend.Fault;
-
-/** Epoch ms now, fresh (not the time cached at the start of this event loop cycle). */
-function nowMs(): number {
-  ngx.update_time();
-  return ngx.now() * 1000;
-}
-
-/** An extend or a release of l failed: what its outcome may have changed in Redis. */
-function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean): void {
-  if (fault !== "lost") {
-    return;
-  }
-  if (release) {
-    // Sent (at the latest now) while the key could not have expired yet.
-    if (nowMs() < l._validUntil) {
-      l._releaseSent = true;
-    }
-  } else {
-    // A PEXPIRE queued in a paused Redis runs when Redis resumes, whenever that is.
-    l._expires = math.max(l._expires, nowMs() + orphans.LOST_HORIZON * 1000);
-  }
-}
-
-/** Its record out of the shared dict, and out of the held gauge. */
-function forget(l: Lease): void {
-  const expires = ledger.forget(l._store.dict, l._rec, l.token);
-  if (expires !== undefined) meter.forgotten(l._store.meter, expires);
-}
-
-/** Redis says the key is not ours any more: counted lost, unless the watchdog did already. */
-function gone(l: Lease): void {
-  if (!l._lost) meter.lost(l._store.meter);
-}
-
-/**
- * Redis answered the owner-checked release of l (1: deleted, else not ours):
- * the lease is over. A key found gone after a release reached Redis in time
- * was deleted by that release (or expired after it was asked to go), so that
- * still counts as released.
- */
-function settle(l: Lease, reply: RedisValue): LuaMultiReturn<[true | undefined, string | undefined]> {
-  l._released = true;
-  forget(l);
-  if (type(reply) === "string") {
-    // Handed to the first waiter in line (its token): if it waits in this
-    // worker, it goes now, without waiting for the announcement to come back.
-    waits.wakeToken(l._rkey, reply as string);
-    meter.released(l._store.meter, (nowMs() - l._since) / 1000);
-    return $multi(true as const, undefined);
-  }
-  // With a live subscription the release's PUBLISH wakes our waiters; waking
-  // one here too would send two of this worker's waiters after the key.
-  if (!wakeups.live(l._store.redis, l._rkey)) waits.wake(l._rkey);
-  if (reply === 1 || l._releaseSent) {
-    meter.released(l._store.meter, (nowMs() - l._since) / 1000);
-    return $multi(true as const, undefined);
-  }
-  gone(l);
-  return $multi(undefined, "not_owner");
-}
-
-
-/** Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`. */
-function extended(l: Lease, reply: RedisValue, ms: number, sent: number): LuaMultiReturn<[true | undefined, string | undefined]> {
-  if (reply !== 1) {
-    // Never ours again: tokens are unique per lease.
-    l._released = true;
-    forget(l);
-    gone(l);
-    return $multi(undefined, "not_owner");
-  }
-  l.ttl = ms;
-  l._validUntil = sent + backend.validity(l._store.redis, ms);
-  l._expires = math.max(l._expires, nowMs() + ms);
-  const [from, to] = ledger.renew(l._store.dict, l._rec, l.token, l.key, ms);
-  if (from !== undefined) meter.moved(l._store.meter, from, to);
-  return $multi(true as const, undefined);
-}
-
-interface Unreleased extends orphans.Orphan {
-  readonly lease: Lease;
-}
-
-function swept(this: void, o: orphans.Orphan, reply: RedisValue | undefined): void {
-  const l = (o as Unreleased).lease;
-  if (!l._released) {
-    if (reply === undefined) {
-      // Given up at its expiry: the key is gone by now.
-      l._released = true;
-      forget(l);
-    } else {
-      settle(l, reply);
-    }
-  }
-}
-
-/** Hand a lease whose release Redis did not confirm to the sweep, which retries it until the key expires. */
-function orphan(l: Lease): void {
-  const o: Unreleased = {
-    lost: "release", conf: l._store.redis, release: l._kind.release, rkey: l._rkey, token: l.token,
-    deadline: l._expires / 1000, settle: swept, lease: l,
-  };
-  orphans.adopt(o);
-}
-
 /**
  * lease:valid(): may the holder still act on it? No round trip: false once it
  * is released or lost, or when its ttl has run out by the local clock since
@@ -341,10 +239,10 @@ const leaseMethods = {
     this._releasing = true;
     const [res, err, fault] = backend.own(this._store.redis, this._kind.release, this._rkey, this.token);
     if (res === undefined) {
-      unconfirmed(this, fault, true);
+      settle.unconfirmed(this, fault, true);
       return $multi(undefined, err);
     }
-    return settle(this, res);
+    return settle.released(this, res);
   },
 
   valid,
@@ -362,132 +260,19 @@ const leaseMethods = {
     if (this._released) {
       return $multi(undefined, "not_owner");
     }
-    const sent = ngx.now() * 1000;
+    const sent = ngx_now() * 1000;
     const [res, err, fault] = backend.own(this._store.redis, this._kind.extend, this._rkey, this.token, ms);
     if (res === undefined) {
-      unconfirmed(this, fault, false);
+      settle.unconfirmed(this, fault, false);
       return $multi(undefined, err);
     }
-    return extended(this, res, ms, sent);
+    return settle.extended(this, res, ms, sent);
   },
 };
 const leaseMt = { __index: leaseMethods };
 
-
-/**
- * Leases of the list grouped for pipelining: one group per Redis endpoint and
- * script (locks and permits run different scripts), each with the indexes of
- * its leases in the list.
- */
-function byEndpoint(list: Lease[], script: (this: void, l: Lease) => scripts.Script): LuaTable<string, number[]> {
-  const groups = new LuaTable<string, number[]>();
-  for (const i of $range(1, list.length)) {
-    const l = list[i - 1]!;
-    if (!l._released) {
-      const g = l._store.redis.pool + " " + script(l).sha;
-      let idx = groups.get(g);
-      if (idx === undefined) {
-        idx = [];
-        groups.set(g, idx);
-      }
-      idx.push(i);
-    }
-  }
-  return groups;
-}
-
-function releaseScript(this: void, l: Lease): scripts.Script {
-  return l._kind.release;
-}
-
-function extendScript(this: void, l: Lease): scripts.Script {
-  return l._kind.extend;
-}
-
-/**
- * Release many leases in one round trip per Redis endpoint (a pipeline of the
- * owner-checked release script): how queued releases of a busy gateway keep
- * up. A release Redis did not confirm leaves its lease to a background sweep
- * that retries it until Redis answers or the key expires; the lease ends when
- * the sweep gets an answer. Returns how many were not confirmed now, and the
- * last error.
- */
-export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | undefined]> {
-  let failed = 0;
-  let lastErr: string | undefined;
-  for (const [, idx] of byEndpoint(list, releaseScript)) {
-    const group: Lease[] = [];
-    const targets: backend.Target[] = [];
-    for (const i of idx) {
-      const l = list[i - 1]!;
-      group.push(l);
-      targets.push({ rkey: l._rkey, token: l.token });
-    }
-    const first = group[0]!;
-    const out = backend.batch(first._store.redis, first._kind.release, targets);
-    for (const j of $range(1, group.length)) {
-      const l = group[j - 1]!;
-      const reply = out.replies.get(j);
-      if (reply === undefined) {
-        unconfirmed(l, out.faults.get(j), true);
-        failed++;
-        lastErr = out.errors.get(j);
-        orphan(l);
-      } else {
-        settle(l, reply);
-      }
-    }
-  }
-  return $multi(failed, lastErr);
-}
-
-/**
- * Extend many leases, each to its own ttl, in one round trip per Redis
- * endpoint: how a gateway renews the leases of its in-flight requests. Results
- * are aligned with the list: true, "not_owner" (the lease ran out; it is over,
- * as after extend()), or an error message ("dlock: redis ...").
- */
-export function extendAll(list: Lease[]): (true | string)[] {
-  const results: (true | string)[] = [];
-  for (const _ of list) {
-    results.push("not_owner");
-  }
-  const sent = ngx.now() * 1000;
-  for (const [, idx] of byEndpoint(list, extendScript)) {
-    const group: Lease[] = [];
-    const targets: backend.Target[] = [];
-    const ms: number[] = [];
-    for (const i of idx) {
-      const l = list[i - 1]!;
-      group.push(l);
-      targets.push({ rkey: l._rkey, token: l.token });
-      ms.push(l.ttl);
-    }
-    const first = group[0]!;
-    const out = backend.batch(first._store.redis, first._kind.extend, targets, ms);
-    for (const j of $range(1, group.length)) {
-      const l = group[j - 1]!;
-      const reply = out.replies.get(j);
-      const i = idx[j - 1]!;
-      if (reply === undefined) {
-        unconfirmed(l, out.faults.get(j), false);
-        results[i - 1] = out.errors.get(j)!;
-      } else {
-        const [ok, err] = extended(l, reply, l.ttl, sent);
-        if (ok) {
-          results[i - 1] = true;
-        } else {
-          results[i - 1] = err!;
-        }
-      }
-    }
-  }
-  return results;
-}
-
 /** A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds). */
-export function make(store: Store, kind: Kind, key: string, tok: string, ttl: number, sent: number, fence: number | undefined): Lease {
-  const rkey = store.prefix + key;
+export function make(store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number, sent: number, fence: number | undefined): Lease {
   const rec = ledger.recordKey(rkey, tok, kind.shared);
   const recorded = ledger.record(store.dict, rec, tok, key, ttl);
   if (recorded !== undefined) meter.recorded(store.meter, recorded);
@@ -499,52 +284,6 @@ export function make(store: Store, kind: Kind, key: string, tok: string, ttl: nu
   };
   // Not a tail call: LuaJIT gives up a trace that tail-calls a builtin on its
   // way out ("leaving loop in root trace"), and leaves the function interpreted.
-  const l = setmetatable(lease, leaseMt) as Lease;
+  const l = lua_setmetatable(lease, leaseMt) as Lease;
   return l;
-}
-
-/** Anything with an acquire method: locks, semaphores. */
-interface Acquirer {
-  acquire(key: string, opts?: LuaTable<string, unknown>): AcquireResult;
-}
-
-// pcall typed for any number of results, so they pass through without a table.
-const protect = pcall as unknown as (this: void, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]) => LuaMultiReturn<unknown[]>;
-
-/**
- * Release, then hand on fn's results (pcall's `ok, ...`) or its error. A
- * release Redis did not confirm goes to the background sweep and, when fn
- * succeeded, is the result: the caller must not believe the key free.
- */
-function finish(this: void, lease: Lease, ...pcalled: unknown[]): LuaMultiReturn<unknown[]> {
-  const [released, rerr] = lease.release();
-  const stuck = released === undefined && rerr !== "not_owner";
-  if (stuck) {
-    orphan(lease);
-  }
-  const [ok, e] = select(1, ...pcalled);
-  if (ok !== true) {
-    return $multi(undefined, "dlock: callback failed while holding " + lease.key + ": " + check.text(e));
-  }
-  if (stuck) {
-    return $multi(undefined, "dlock: could not release " + lease.key + " after the callback (retried until it expires): " +
-      check.reason(rerr));
-  }
-  return select(2, ...pcalled);
-}
-
-/**
- * The `with` method of locks and semaphores: run fn(...) while holding key; the
- * lease is released whatever fn does. Returns fn's results, or nil, err when
- * the lease was not acquired, fn raised, or the release failed.
- */
-export function withLease(this: Acquirer, key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]> {
-  if (type(fn) !== "function") {
-    return check.fail("with needs a function", fn);
-  }
-  const [lease, err, retryAfter] = this.acquire(key, opts);
-  if (lease === undefined) {
-    return $multi(undefined, err, retryAfter);
-  }
-  return finish(lease, ...protect(fn, ...args));
 }

@@ -14,7 +14,8 @@
 
 import * as check from "./check";
 import * as meter from "./meter";
-import * as lease from "./lease";
+import * as batch from "./batch";
+import type * as lease from "./lease";
 import * as loop from "./loop";
 import * as request from "../gateway/request";
 
@@ -98,10 +99,10 @@ function round(): void {
   for (const l of forgotten) {
     drop(l);
     ngx.log(ngx.WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released");
-    lease.releaseAll([l]);
+    batch.releaseAll([l]);
   }
   if (due.length === 0) return;
-  const results = lease.extendAll(due);
+  const results = batch.extendAll(due);
   for (const i of $range(1, due.length)) {
     const l = due[i - 1]!;
     const w = watched.get(l);

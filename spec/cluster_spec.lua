@@ -41,8 +41,8 @@ describe("redis.cluster", function()
   local function key_on(l, port, tag)
     for i = 1, 1000 do
       local name = (tag or "k") .. i
-      local owner = c.slot_owner(l._store.prefix .. name)
-      if port == nil or owner == port then return name, c.keyslot(l._store.prefix .. name), owner end
+      local owner = c.slot_owner(l.prefix .. name)
+      if port == nil or owner == port then return name, c.keyslot(l.prefix .. name), owner end
     end
     error("no key name hashes to a slot of 127.0.0.1:" .. tostring(port))
   end
@@ -81,10 +81,10 @@ describe("redis.cluster", function()
       local lease, err = l:acquire("spread" .. i, { ttl = 5000 })
       assert.is_nil(err)
       leases[i] = lease
-      local owner = c.slot_owner(l._store.prefix .. lease.key)
+      local owner = c.slot_owner(l.prefix .. lease.key)
       owners[owner] = true
-      assert.equal(lease.token, h.cmd(owner, "get", l._store.prefix .. lease.key))
-      local pttl = h.cmd(owner, "pttl", l._store.prefix .. lease.key)
+      assert.equal(lease.token, h.cmd(owner, "get", l.prefix .. lease.key))
+      local pttl = h.cmd(owner, "pttl", l.prefix .. lease.key)
       assert.is_true(pttl > 4000 and pttl <= 5000)
     end
     local masters = {}
@@ -93,14 +93,14 @@ describe("redis.cluster", function()
     assert.same(c.masters(), masters)
     for _, lease in ipairs(leases) do
       assert.is_true(lease:release())
-      assert.equal(0, h.cmd(c.slot_owner(l._store.prefix .. lease.key), "exists", l._store.prefix .. lease.key))
+      assert.equal(0, h.cmd(c.slot_owner(l.prefix .. lease.key), "exists", l.prefix .. lease.key))
     end
   end)
 
   it("keeps a held key exclusive: another nginx gets \"busy\" with the holder's remaining ttl until the release", function()
     local l = locks()
     -- Another dict: nothing of this lease in it, only the cluster knows (like another nginx).
-    local elsewhere = locks({ dict = "dlock_other", prefix = l._store.prefix })
+    local elsewhere = locks({ dict = "dlock_other", prefix = l.prefix })
     local lease = assert(l:acquire("x", { ttl = 3000 }))
     local none, err, retry_after = elsewhere:acquire("x", { wait = 0 })
     assert.is_nil(none)
@@ -109,7 +109,7 @@ describe("redis.cluster", function()
     assert.is_true(lease:release())
     local next_holder, nerr = elsewhere:acquire("x", { wait = 0 })
     assert.is_nil(nerr)
-    assert.equal(next_holder.token, h.cmd(c.slot_owner(l._store.prefix .. "x"), "get", l._store.prefix .. "x"))
+    assert.equal(next_holder.token, h.cmd(c.slot_owner(l.prefix .. "x"), "get", l.prefix .. "x"))
     assert.is_true(next_holder:release())
   end)
 
@@ -120,14 +120,14 @@ describe("redis.cluster", function()
     local new = assert(l:acquire("y", { ttl = 5000 }))
     assert.same({ nil, "not_owner" }, { old:release() })
     assert.same({ nil, "not_owner" }, { old:extend(5000) })
-    assert.equal(new.token, h.cmd(c.slot_owner(l._store.prefix .. "y"), "get", l._store.prefix .. "y"))
+    assert.equal(new.token, h.cmd(c.slot_owner(l.prefix .. "y"), "get", l.prefix .. "y"))
     assert.is_true(new:release())
   end)
 
   describe("fencing", function()
     it("gives growing fences from a counter {<prefix><key>}:fence in the lock key's slot", function()
       local l = locks({ fencing = true })
-      local rkey = l._store.prefix .. "f"
+      local rkey = l.prefix .. "f"
       local last = 0
       for _ = 1, 5 do
         local lease, err = l:acquire("f", { ttl = 5000 })
@@ -145,7 +145,7 @@ describe("redis.cluster", function()
 
     it("keeps <prefix><key>:fence for a key with a hash tag of its own (same slot already)", function()
       local l = locks({ fencing = true })
-      local rkey = l._store.prefix .. "user{42}:x"
+      local rkey = l.prefix .. "user{42}:x"
       local a = assert(l:acquire("user{42}:x", { ttl = 5000 }))
       assert.is_true(a:release())
       local b = assert(l:acquire("user{42}:x", { ttl = 5000 }))
@@ -173,12 +173,12 @@ describe("redis.cluster", function()
       assert.is_nil(none)
       assert.equal("busy", err)
       assert.is_true(retry_after > 4000 and retry_after <= 5000)
-      assert.equal(2, h.cmd(owner, "zcard", s._store.prefix .. key))
+      assert.equal(2, h.cmd(owner, "zcard", s.prefix .. key))
       assert.is_true(a:release())
       local again = assert(s:acquire(key, { ttl = 5000, wait = 0 }))
       assert.is_true(b:release())
       assert.is_true(again:release())
-      assert.equal(0, h.cmd(owner, "exists", s._store.prefix .. key))
+      assert.equal(0, h.cmd(owner, "exists", s.prefix .. key))
     end
   end)
 
@@ -186,7 +186,7 @@ describe("redis.cluster", function()
     local l = locks()
     local key, slot, from = key_on(l)
     local to = other_master(from)
-    local rkey = l._store.prefix .. key
+    local rkey = l.prefix .. key
     assert(l:acquire(key)):release()   -- this worker's slot map now says `from`
     h.migrate_slot(c, slot, from, to, "begin")
     h.migrate_slot(c, slot, from, to, "keys")
@@ -210,10 +210,10 @@ describe("redis.cluster", function()
 
   it("follows ASK to the importing master while a slot migrates: the new lock lives there, stays exclusive, extends and releases", function()
     local l = locks()
-    local elsewhere = locks({ dict = "dlock_other", prefix = l._store.prefix })
+    local elsewhere = locks({ dict = "dlock_other", prefix = l.prefix })
     local key, slot, from = key_on(l)
     local to = other_master(from)
-    local rkey = l._store.prefix .. key
+    local rkey = l.prefix .. key
     assert(l:acquire(key)):release()   -- this worker's slot map says `from`
     h.migrate_slot(c, slot, from, to, "begin")
     finally(function()
@@ -241,15 +241,15 @@ describe("redis.cluster", function()
 
   it("gives up after max_redirects redirections when two masters send a key back and forth", function()
     local l1 = locks(nil, { max_redirects = 1 })
-    local l3 = locks({ prefix = l1._store.prefix }, { max_redirects = 3 })
+    local l3 = locks({ prefix = l1.prefix }, { max_redirects = 3 })
     local key, slot, a = key_on(l1)
     local b = other_master(a)
     assert(l1:acquire(key)):release()   -- this worker's slot map says `a`
     -- `a` now says `b` owns the slot; `b` (like every other node) still says `a` does.
     assert.equal("OK", h.cmd(a, "cluster", "setslot", slot, "node", c.node_id(b)))
     finally(function() h.cmd(a, "cluster", "setslot", slot, "node", c.node_id(a)) end)
-    local _, ma = h.cmd(a, "get", l1._store.prefix .. key)
-    local _, mb = h.cmd(b, "get", l1._store.prefix .. key)
+    local _, ma = h.cmd(a, "get", l1.prefix .. key)
+    local _, mb = h.cmd(b, "get", l1.prefix .. key)
     assert.equal("MOVED " .. slot .. " 127.0.0.1:" .. b, ma)
     assert.equal("MOVED " .. slot .. " 127.0.0.1:" .. a, mb)
     for _, case in ipairs({ { l1, 1 }, { l3, 3 } }) do
@@ -286,7 +286,7 @@ describe("redis.cluster", function()
       if n.port == victim_port then victim = n end
     end
     local key = key_on(l, victim.port)
-    local rkey = l._store.prefix .. key
+    local rkey = l.prefix .. key
     local elsewhere = key_on(l, other_master(victim.port), "alive")
     assert(l:acquire(key)):release()   -- this worker's slot map says `victim`
     c.kill(victim)

@@ -16,7 +16,7 @@ describe("mutual exclusion", function()
 
   it("holds across 40 light threads and 4 workers of another nginx on 3 keys: zero overlaps", function()
     local locks = h.locks()
-    local prefix = locks._store.prefix
+    local prefix = locks.prefix
     local redis = h.redis
     local keys, rounds = 3, 25
 

@@ -424,7 +424,7 @@ end
 
 local function effective_ttl(obj, opts)
   if type(opts) == "table" and opts.ttl ~= nil then return opts.ttl end
-  return obj._store.ttl
+  return obj.ttl
 end
 
 --- One command to the fuzz Redis on a pooled connection (fresh connections
@@ -762,8 +762,8 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
             violated(what() .. " returned a lease with key " .. ser(lease.key) .. ", ttl " .. ser(lease.ttl))
           end
           if i % 10 == 0 and ttl > 1000 then
-            local n_ = rcmd("exists", obj._store.prefix .. key)
-            if n_ ~= 1 then violated(what() .. " left no key " .. ser(obj._store.prefix .. key) .. " in Redis") end
+            local n_ = rcmd("exists", obj.prefix .. key)
+            if n_ ~= 1 then violated(what() .. " left no key " .. ser(obj.prefix .. key) .. " in Redis") end
           end
           release_now(what, lease, ttl)
         elseif lease then
@@ -1112,7 +1112,7 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
       local left = {}
       for _, e in ipairs(keyspace()) do
         for _, o in ipairs({ locks, wlocks, sem }) do
-          if e.db == 0 and e.key:sub(1, #o._store.prefix) == o._store.prefix then left[#left + 1] = ser(e.key) end
+          if e.db == 0 and e.key:sub(1, #o.prefix) == o.prefix then left[#left + 1] = ser(e.key) end
         end
       end
       assert.is_true(#left == 0, #left .. " keys left: " .. table.concat(left, ", ", 1, math.min(#left, 20)))

@@ -135,7 +135,7 @@ describe("auto-pipelining", function()
 
   it("gives every call of a batch its own answer: an error reply fails that call only", function()
     local locks = h.locks()
-    h.cmd(nil, "hset", locks._store.prefix .. "taken", "f", "v")   -- someone else's data on one key
+    h.cmd(nil, "hset", locks.prefix .. "taken", "f", "v")   -- someone else's data on one key
     local done = occupy(locks._store.redis)
     local threads = {}
     for i, key in ipairs({ "a", "taken", "b" }) do
@@ -154,7 +154,7 @@ describe("auto-pipelining", function()
     end
     done()
     assert.equal("ok", got[1])
-    assert.matches("WRONGTYPE lock key " .. locks._store.prefix .. "taken holds a hash", got[2], 1, true)
+    assert.matches("WRONGTYPE lock key " .. locks.prefix .. "taken holds a hash", got[2], 1, true)
     assert.equal("ok", got[3])
   end)
 

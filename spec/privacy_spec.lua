@@ -1,6 +1,6 @@
--- What a holder can see: the fields README documents ("## Lua API", "## Semaphores")
--- and nothing else but the library's own, named with a leading "_". Nothing
--- else is a promise.
+-- What a holder can see: the fields README ("## Lua API", "## Semaphores") and
+-- the typed API (api/index.d.ts) document, and nothing else but the library's
+-- own, named with a leading "_". Nothing else is a promise.
 local h = require "helpers"
 local dlock = require "resty.dlock"
 local semaphore = require "resty.dlock.semaphore"
@@ -28,7 +28,8 @@ local function set(...)
 end
 
 local LEASE = set("key", "token", "ttl", "fence", "release", "extend", "valid")
-local FACTORY = set("acquire", "with", "held")
+local LOCKS = set("acquire", "with", "held", "prefix", "ttl", "wait", "owner", "reentrant")
+local SEMAPHORE = set("acquire", "with", "held", "prefix", "ttl", "wait", "permits")
 
 describe("privacy", function()
   it("a lease shows key, token, ttl, fence and its methods; the rest is _-prefixed", function()
@@ -61,12 +62,20 @@ describe("privacy", function()
     assert.is_true(permit:release())
   end)
 
-  it("lock and semaphore factories show acquire, with and held; the rest is _-prefixed", function()
+  it("lock and semaphore factories show their methods and their options; the rest is _-prefixed", function()
     local locks = assert(dlock.new({ dict = "dlock", redis = h.redis_opts(), fencing = true,
       reentrant = true, owner = "worker", name = "privacy" }))
-    assert.same({}, undocumented(locks, FACTORY))
+    assert.same({}, undocumented(locks, LOCKS))
+    assert.same({ "dlock:", 30000, 0, "worker", true }, { locks.prefix, locks.ttl, locks.wait, locks.owner, locks.reentrant })
     local sem = assert(semaphore.new({ dict = "dlock", permits = 2, redis = h.redis_opts() }))
-    assert.same({}, undocumented(sem, FACTORY))
+    assert.same({}, undocumented(sem, SEMAPHORE))
+    assert.same({ "dlock:sem:", 30000, 0, 2 }, { sem.prefix, sem.ttl, sem.wait, sem.permits })
+    -- The Redis configuration (its password) is not among them.
+    for _, f in ipairs({ locks, sem }) do
+      for k, v in pairs(f) do
+        if type(k) == "string" and k:sub(1, 1) ~= "_" then assert.is_not_table(v, k) end
+      end
+    end
   end)
 end)
 

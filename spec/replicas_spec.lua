@@ -45,7 +45,7 @@ describe("redis.replicas", function()
     local l = locks()
     local lease = assert(l:acquire("a", { ttl = 5000 }))
     -- Read from the replica right away: WAIT made sure it is there.
-    assert.equal(lease.token, h.cmd(replica.port, "get", l._store.prefix .. "a"))
+    assert.equal(lease.token, h.cmd(replica.port, "get", l.prefix .. "a"))
     assert.is_true(lease:release())
   end)
 
@@ -58,7 +58,7 @@ describe("redis.replicas", function()
     assert.is_nil(lease)
     assert.equal("dlock: redis 127.0.0.1:" .. master.port ..
       ": only 0 of 1 replica(s) acknowledged the acquire within 100 ms; released", err)
-    assert.equal(0, h.cmd(master.port, "exists", l._store.prefix .. "b"))
+    assert.equal(0, h.cmd(master.port, "exists", l.prefix .. "b"))
     assert.equal(before + 1, shortfalls())
     -- Once the replica catches up, the key can be taken again.
     assert.is_true(assert(l:acquire("b")):release())
@@ -72,7 +72,7 @@ describe("redis.replicas", function()
     replica.signal("CONT")
     assert.is_nil(ok)
     assert.matches("only 0 of 1 replica%(s%) acknowledged the extend within 1000 ms$", err)
-    assert.is_true(h.cmd(master.port, "pttl", l._store.prefix .. "c") > 5000)
+    assert.is_true(h.cmd(master.port, "pttl", l.prefix .. "c") > 5000)
     assert.is_true(lease:release())
   end)
 

@@ -52,7 +52,7 @@ describe("redis.sentinel", function()
   it("takes locks on the master the sentinels name", function()
     local l = locks(nodes(sentinels[1], sentinels[2], sentinels[3]))
     local lease = assert(l:acquire("a", { ttl = 5000 }))
-    assert.equal(lease.token, h.cmd(master_of(sentinels[1].port), "get", l._store.prefix .. "a"))
+    assert.equal(lease.token, h.cmd(master_of(sentinels[1].port), "get", l.prefix .. "a"))
     assert.is_true(lease:release())
   end)
 
@@ -129,7 +129,7 @@ describe("redis.sentinel", function()
     end
     assert.is_truthy(lease, "no lock within 3 s of the failover")
     assert.is_true(ngx.now() - t0 < 5)
-    assert.equal(lease.token, h.cmd(new, "get", l._store.prefix .. "after"))
+    assert.equal(lease.token, h.cmd(new, "get", l.prefix .. "after"))
     assert.is_true(lease:release())
     -- The status page shows how the endpoint is reached, and the master this worker uses now.
     local ep = assert(require("resty.dlock.status").report()).topology["sentinel locks"]

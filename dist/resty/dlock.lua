@@ -66,7 +66,7 @@ local locksMethods = {
         if k == nil then
             return nil, ttlOrErr, nil
         end
-        if self._reentrant then
+        if self.reentrant then
             local again = reentrant.nested(self._id, store.prefix .. k)
             if again ~= nil then
                 return again, nil, nil
@@ -95,7 +95,7 @@ local locksMethods = {
         if renew then
             l, err, retryAfter = watchdog.hold(l, onLost)
         end
-        if l ~= nil and self._reentrant then
+        if l ~= nil and self.reentrant then
             l = reentrant.enter(self._id, l)
         end
         return l, err, retryAfter
@@ -156,10 +156,14 @@ function ____exports.new(opts)
     end
     factories = factories + 1
     local locks = {
+        prefix = store.prefix,
+        ttl = store.ttl,
+        wait = store.wait,
+        owner = owner,
+        reentrant = reent,
         _store = store,
         _mint = owner == "worker" and token.worker or token.random,
         _kind = kind,
-        _reentrant = reent,
         _id = lua_tostring(factories)
     }
     recovery.register(store, kind)

@@ -29,17 +29,23 @@ export const MAX_KEY_LEN = lease.MAX_KEY_LEN;
 export const MAX_TTL = lease.MAX_TTL;
 
 /**
- * A lock factory: its methods are the API; its state is the library's (`_`
- * fields), the Redis configuration (password included) with it.
+ * A lock factory: its methods, and its options as the typed API declares them
+ * (api/index.d.ts: prefix, ttl, wait, owner, reentrant), read-only. The rest
+ * is the library's (`_` fields), the Redis configuration (password included)
+ * with it.
  */
 export interface Locks {
+  readonly prefix: string;
+  readonly ttl: number;
+  readonly wait: number;
+  readonly owner: "random" | "worker";
+  /** A caller that holds a key gets nested leases on it (see reentrant.ts). */
+  readonly reentrant: boolean;
   readonly _store: lease.Store;
   /** Makes its leases' tokens (owner = "random" or "worker"). */
   readonly _mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>;
   /** The kind of lease it hands out: with or without fencing. */
   readonly _kind: lease.Kind;
-  /** A caller that holds a key gets nested leases on it (see reentrant.ts). */
-  readonly _reentrant: boolean;
   readonly _id: string;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
@@ -72,7 +78,7 @@ const locksMethods = {
     const store = this._store;
     const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(store, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
-    if (this._reentrant) {
+    if (this.reentrant) {
       const again = reentrant.nested(this._id, store.prefix + k);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
@@ -90,7 +96,7 @@ const locksMethods = {
     }
     meter.acquired(store.meter, l._since / 1000 - t0);
     if (renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
-    if (l !== undefined && this._reentrant) l = reentrant.enter(this._id, l);
+    if (l !== undefined && this.reentrant) l = reentrant.enter(this._id, l);
     return $multi(l, err, retryAfter);
   },
 
@@ -143,7 +149,10 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     reent = b;
   }
   factories++;
-  const locks = { _store: store, _mint: owner === "worker" ? token.worker : token.random, _kind: kind, _reentrant: reent, _id: lua_tostring(factories) };
+  const locks = {
+    prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner, reentrant: reent,
+    _store: store, _mint: owner === "worker" ? token.worker : token.random, _kind: kind, _id: lua_tostring(factories),
+  };
   recovery.register(store, kind);
   return $multi(lua_setmetatable(locks, locksMt) as unknown as Locks, undefined);
 }

@@ -60,7 +60,7 @@ local semaphoreMethods = {
             tok,
             ttlOrErr,
             wait,
-            self._permits
+            self.permits
         )
         if l == nil then
             meter.refused(store.meter, err)
@@ -108,7 +108,13 @@ function ____exports.new(opts)
         return nil, refused
     end
     recovery.register(store, PERMIT)
-    local sem = {_store = store, _permits = permits}
+    local sem = {
+        prefix = store.prefix,
+        ttl = store.ttl,
+        wait = store.wait,
+        permits = permits,
+        _store = store
+    }
     return lua_setmetatable(sem, semaphoreMt), nil
 end
 return ____exports

@@ -29,10 +29,17 @@ export { VERSION as _VERSION } from "./version";
 /** Most permits per key. */
 export const MAX_PERMITS = 100000;
 
-/** A semaphore factory: its methods are the API, its state the library's (`_` fields). */
+/**
+ * A semaphore factory: its methods, and its options as the typed API declares
+ * them (api/index.d.ts: prefix, ttl, wait, permits), read-only. The rest is
+ * the library's (`_` fields).
+ */
 export interface Semaphore {
+  readonly prefix: string;
+  readonly ttl: number;
+  readonly wait: number;
+  readonly permits: number;
   readonly _store: lease.Store;
-  readonly _permits: number;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
@@ -59,7 +66,7 @@ const semaphoreMethods = {
       meter.refused(store.meter, terr);
       return $multi(undefined, terr, undefined);
     }
-    const [l, err, retryAfter] = acquire.acquire(store, PERMIT, k, tok, ttlOrErr as number, wait, this._permits);
+    const [l, err, retryAfter] = acquire.acquire(store, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
     if (l === undefined) {
       meter.refused(store.meter, err);
       return $multi(l, err, retryAfter);
@@ -95,6 +102,6 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Semaphore | u
   const refused = backend.refuses(store.redis, "semaphore");
   if (refused !== undefined) return $multi(undefined, refused);
   recovery.register(store, PERMIT);
-  const sem = { _store: store, _permits: permits };
+  const sem = { prefix: store.prefix, ttl: store.ttl, wait: store.wait, permits, _store: store };
   return $multi(lua_setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
 }

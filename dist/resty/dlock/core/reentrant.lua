@@ -1,6 +1,12 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local request = require("resty.dlock.gateway.request")
+local co_running = coroutine.running
+local co_status = coroutine.status
+local lua_tostring = tostring
+local lua_setmetatable = setmetatable
+local lua_pairs = pairs
+local lua_ipairs = ipairs
 --- Holds of this worker, by "<owner>\0<factory>\0<redis key>".
 local holds = {}
 --- enter() calls since holds whose owner is gone were last dropped.
@@ -48,16 +54,16 @@ local function handle(h)
         _hold = h,
         _done = false
     }
-    return setmetatable(x, handleMt)
+    return lua_setmetatable(x, handleMt)
 end
 --- Who is asking: the request (by address), else the running coroutine.
 local function owner()
     local a = request.anchor()
     if a ~= nil then
-        return "r" .. tostring(a.id), a, nil
+        return "r" .. lua_tostring(a.id), a, nil
     end
-    local co = coroutine.running()
-    return tostring(co), nil, co
+    local co = co_running()
+    return lua_tostring(co), nil, co
 end
 --- A nested lease when the caller already holds rkey through this factory's
 -- `factory` id, else nil. A hold whose lease is over (released, lost, expired)
@@ -87,18 +93,18 @@ local function gone(h)
     if h.anchor ~= nil then
         return not request.alive(h.anchor)
     end
-    return h.co == nil or coroutine.status(h.co) == "dead"
+    return h.co == nil or co_status(h.co) == "dead"
 end
 --- Drop holds of requests and timers that ended without releasing: their
 -- leases expire in Redis by their ttl; here they would only take memory.
 local function prune()
     local dead = {}
-    for slot, h in pairs(holds) do
+    for slot, h in lua_pairs(holds) do
         if h.count == 0 or gone(h) or h.root._released then
             dead[#dead + 1] = slot
         end
     end
-    for ____, slot in ipairs(dead) do
+    for ____, slot in lua_ipairs(dead) do
         holds[slot] = nil
     end
 end

@@ -5,6 +5,18 @@ local meter = require("resty.dlock.core.meter")
 local batch = require("resty.dlock.core.batch")
 local loop = require("resty.dlock.core.loop")
 local request = require("resty.dlock.gateway.request")
+local ngx_update_time = ngx.update_time
+local ngx_now = ngx.now
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local co_running = coroutine.running
+local co_status = coroutine.status
+local math_max = math.max
+local math_min = math.min
+local lua_pcall = pcall
+local lua_pairs = pairs
+local lua_ipairs = ipairs
 local watched = {}
 local count = 0
 --- Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds.
@@ -29,8 +41,8 @@ local function lost(l, why, hooks)
         hooks.lost(l, why)
         return
     end
-    ngx.log(
-        ngx.ERR,
+    ngx_log(
+        ERR,
         "dlock: lease on ",
         l.key,
         " lost: ",
@@ -38,10 +50,10 @@ local function lost(l, why, hooks)
     )
     local onLost = l._onLost
     if onLost ~= nil then
-        local ok, err = pcall(onLost, l, why)
+        local ok, err = lua_pcall(onLost, l, why)
         if not ok then
-            ngx.log(
-                ngx.ERR,
+            ngx_log(
+                ERR,
                 "dlock: on_lost of the lease on ",
                 l.key,
                 " raised: ",
@@ -58,14 +70,14 @@ local function orphaned(w)
     if w.anchor ~= nil then
         return not request.alive(w.anchor)
     end
-    return w.co ~= nil and coroutine.status(w.co) == "dead"
+    return w.co ~= nil and co_status(w.co) == "dead"
 end
 local function round()
-    ngx.update_time()
-    local now = ngx.now()
+    ngx_update_time()
+    local now = ngx_now()
     local due = {}
     local forgotten = {}
-    for l, w in pairs(watched) do
+    for l, w in lua_pairs(watched) do
         if l._released or l._releasing or l._lost then
             drop(l)
         elseif orphaned(w) then
@@ -74,9 +86,9 @@ local function round()
             due[#due + 1] = l
         end
     end
-    for ____, l in ipairs(forgotten) do
+    for ____, l in lua_ipairs(forgotten) do
         drop(l)
-        ngx.log(ngx.WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
+        ngx_log(WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
         batch.releaseAll({l})
     end
     if #due == 0 then
@@ -90,13 +102,13 @@ local function round()
         if w ~= nil and not l._releasing then
             local hooks = w.hooks
             if r == true then
-                w.renewedAt = ngx.now()
+                w.renewedAt = ngx_now()
                 if hooks ~= nil then
                     hooks.renewed(l)
                 end
             elseif r == "not_owner" then
                 lost(l, "the key is gone from Redis, or someone else's", hooks)
-            elseif ngx.now() * 1000 >= l._validUntil then
+            elseif ngx_now() * 1000 >= l._validUntil then
                 lost(
                     l,
                     ("Redis could not renew it before it expired (" .. check.reason(r)) .. ")",
@@ -105,8 +117,8 @@ local function round()
             elseif hooks ~= nil then
                 hooks.failed(l, r)
             else
-                ngx.log(
-                    ngx.WARN,
+                ngx_log(
+                    WARN,
                     "dlock: renewing the lease on ",
                     l.key,
                     ": ",
@@ -132,7 +144,7 @@ function ____exports.watch(l, hooks)
     if hooks == nil then
         anchor = request.anchor()
         if anchor == nil then
-            co = coroutine.running()
+            co = co_running()
         end
     end
     if not (watched[l] ~= nil) then
@@ -143,11 +155,11 @@ function ____exports.watch(l, hooks)
         anchor = anchor,
         co = co,
         hooks = hooks,
-        renewedAt = ngx.now()
+        renewedAt = ngx_now()
     }
-    tick = math.min(
+    tick = math_min(
         tick,
-        math.max(MIN_TICK, l.ttl / 6000)
+        math_max(MIN_TICK, l.ttl / 6000)
     )
     local err = loop.start(sweeper)
     if err ~= nil then

@@ -13,6 +13,13 @@
 import type * as lease from "./lease";
 import * as request from "../gateway/request";
 
+const co_running = coroutine.running;
+const co_status = coroutine.status;
+const lua_tostring = tostring;
+const lua_setmetatable = setmetatable;
+const lua_pairs = pairs;
+const lua_ipairs = ipairs;
+
 interface Hold {
   readonly root: lease.Lease;
   count: number;
@@ -68,15 +75,15 @@ const handleMt = { __index: handleMethods };
 function handle(h: Hold): lease.Lease {
   const r = h.root;
   const x: Handle = { key: r.key, token: r.token, ttl: r.ttl, fence: r.fence, _hold: h, _done: false };
-  return setmetatable(x, handleMt) as unknown as lease.Lease;
+  return lua_setmetatable(x, handleMt) as unknown as lease.Lease;
 }
 
 /** Who is asking: the request (by address), else the running coroutine. */
 function owner(): LuaMultiReturn<[string, request.Anchor | undefined, LuaThread | undefined]> {
   const a = request.anchor();
-  if (a !== undefined) return $multi("r" + a.id, a, undefined);
-  const co = coroutine.running();
-  return $multi(tostring(co), undefined, co);
+  if (a !== undefined) return $multi("r" + lua_tostring(a.id), a, undefined);
+  const co = co_running();
+  return $multi(lua_tostring(co), undefined, co);
 }
 
 /**
@@ -102,7 +109,7 @@ export function nested(factory: string, rkey: string): lease.Lease | undefined {
 
 function gone(h: Hold): boolean {
   if (h.anchor !== undefined) return !request.alive(h.anchor);
-  return h.co === undefined || coroutine.status(h.co) === "dead";
+  return h.co === undefined || co_status(h.co) === "dead";
 }
 
 /**
@@ -111,10 +118,10 @@ function gone(h: Hold): boolean {
  */
 function prune(): void {
   const dead: string[] = [];
-  for (const [slot, h] of holds) {
+  for (const [slot, h] of lua_pairs(holds)) {
     if (h.count === 0 || gone(h) || h.root._released) dead.push(slot);
   }
-  for (const slot of dead) holds.delete(slot);
+  for (const [, slot] of lua_ipairs(dead)) holds.delete(slot);
 }
 
 /** The first lease of rkey by this caller: registered, and handed out as a handle. */

@@ -283,11 +283,9 @@ function ____exports.queued(store, kind, key, tok, ttl, wait)
     local sent = ngx_now() * 1000
     local deadline = sent + wait
     local turn
-    if wait > 0 then
+    if wait > 0 and wakeups.live(conf, rkey) then
         turn = waits.turn(rkey, tok)
-        if wakeups.live(conf, rkey) then
-            waits.enter(turn)
-        end
+        waits.enter(turn)
     end
     local res, err, fault = ask(
         conf,
@@ -300,9 +298,17 @@ function ____exports.queued(store, kind, key, tok, ttl, wait)
         ticketMs(wait, deadline, sent),
         ""
     )
-    if res == "OK" then
-        if turn ~= nil then
-            waits.leave(turn)
+    local won = res == "OK"
+    local fence
+    if not won and lua_type(res) == "table" and res[1] == "OK" then
+        won = true
+        fence = res[2]
+    end
+    if won then
+        if wait > 0 then
+            if turn ~= nil then
+                waits.leave(turn)
+            end
             wakeups.done(conf, rkey)
         end
         local l = make(
@@ -313,11 +319,11 @@ function ____exports.queued(store, kind, key, tok, ttl, wait)
             tok,
             ttl,
             sent,
-            nil
+            fence
         )
         return l, nil, nil
     end
-    if turn ~= nil then
+    if wait > 0 then
         return inLine(
             store,
             kind,
@@ -329,7 +335,7 @@ function ____exports.queued(store, kind, key, tok, ttl, wait)
             ttl,
             wait,
             deadline,
-            turn,
+            turn or waits.turn(rkey, tok),
             sent,
             res,
             err,
@@ -350,21 +356,7 @@ function ____exports.queued(store, kind, key, tok, ttl, wait)
         ), nil
     end
     if lua_type(res) == "table" then
-        local reply = res
-        if reply[1] == "OK" then
-            local l = make(
-                store,
-                kind,
-                key,
-                rkey,
-                tok,
-                ttl,
-                sent,
-                reply[2]
-            )
-            return l, nil, nil
-        end
-        local pttl = reply[1]
+        local pttl = res[1]
         return nil, "busy", pttl >= 0 and pttl or nil
     end
     return nil, "busy", retry.pttlOf(res)

@@ -224,33 +224,39 @@ export function queued(store: Store, kind: Kind, key: string, tok: string, ttl: 
   const fkey = kind.fenced ? backend.fenceKey(conf, rkey) : undefined;
   const sent = ngx_now() * 1000;
   const deadline = sent + wait;
+  // The key may be handed to us by name while our first question is on its
+  // way: be in this worker's line by then, if word can come here at all.
   let turn: waits.Turn | undefined;
-  if (wait > 0) {
+  if (wait > 0 && wakeups.live(conf, rkey)) {
     turn = waits.turn(rkey, tok);
-    // The key may be handed to us by name while our first question is on its
-    // way: be in this worker's line by then, if word can come here at all.
-    if (wakeups.live(conf, rkey)) waits.enter(turn);
+    waits.enter(turn);
   }
   const [res, err, fault] = ask(conf, kind, rkey, qkey, fkey, tok, ttl, ticketMs(wait, deadline, sent), "");
-  if (res === "OK") {
-    if (turn !== undefined) {
-      waits.leave(turn);
+  // Taken: "OK", or { "OK", fence } from the fenced script.
+  let won = res === "OK";
+  let fence: number | undefined;
+  if (!won && lua_type(res) === "table" && (res as LuaTable<number, string | number>).get(1) === "OK") {
+    won = true;
+    fence = (res as LuaTable<number, string | number>).get(2) as number;
+  }
+  if (won) {
+    if (wait > 0) {
+      if (turn !== undefined) waits.leave(turn);
       wakeups.done(conf, rkey);
     }
-    const l = make(store, kind, key, rkey, tok, ttl, sent, undefined);
+    const l = make(store, kind, key, rkey, tok, ttl, sent, fence);
     return $multi(l, undefined, undefined);
   }
-  if (turn !== undefined) return inLine(store, kind, key, rkey, qkey, fkey, tok, ttl, wait, deadline, turn, sent, res, err, fault);
+  if (wait > 0) {
+    return inLine(store, kind, key, rkey, qkey, fkey, tok, ttl, wait, deadline, turn ?? waits.turn(rkey, tok), sent, res, err, fault);
+  }
   // Not waiting: this answer is the outcome.
   if (res === undefined) return $multi(undefined, retry.failed(store, kind, rkey, tok, err, fault, 0, deadline, kind.drop!), undefined);
   if (lua_type(res) === "table") {
-    const reply = res as LuaTable<number, string | number>;
-    if (reply.get(1) === "OK") {
-      const l = make(store, kind, key, rkey, tok, ttl, sent, reply.get(2) as number);
-      return $multi(l, undefined, undefined);
-    }
-    const pttl = reply.get(1) as number;
+    // Busy: the holder's PTTL (and a ticket we did not ask for).
+    const pttl = (res as LuaTable<number, string | number>).get(1) as number;
     return $multi(undefined, "busy", pttl >= 0 ? pttl : undefined);
   }
+  // Busy, from the script without the queue (scripts.ts `alone`): the holder's PTTL.
   return $multi(undefined, "busy", retry.pttlOf(res));
 }

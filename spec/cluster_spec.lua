@@ -31,7 +31,7 @@ describe("redis.cluster", function()
 
   --- This endpoint's topology row on the status page.
   local function topology(l)
-    return assert(status.report({ limit = 0 })).topology[l.redis.endpoint]
+    return assert(status.report({ limit = 0 })).topology[l._store.redis.endpoint]
   end
 
   --- Commands refused by the server on `port` (MOVED, ASK, ...), all commands together (INFO commandstats).

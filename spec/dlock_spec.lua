@@ -2,7 +2,7 @@
 -- ownership, bookkeeping. Cross-process exclusion is in exclusion_spec.lua.
 local h = require "helpers"
 local dlock = require "resty.dlock"
-local lease_mod = require "resty.dlock.core.lease"
+local batch = require "resty.dlock.core.batch"
 local ledger = require "resty.dlock.core.ledger"
 
 --- held() as a table by token: leases of other specs may share a key name.
@@ -529,7 +529,7 @@ describe("resty.dlock", function()
       assert.is_true(list[1]:extend())   -- the script is cached in Redis from now on
       ngx.sleep(0.5)
       local reads, evalshas = counters()
-      local res = lease_mod.extendAll(list)
+      local res = batch.extendAll(list)
       local reads2, evalshas2 = counters()
       -- One read for the pipeline, one for the INFO that counts it; one by one would be 21.
       assert.is_true(reads2 - reads <= 2, (reads2 - reads) .. " reads for 20 extends")
@@ -549,7 +549,7 @@ describe("resty.dlock", function()
       -- The lost lease is over, as after extend(): forgotten, and not_owner from now on.
       assert.is_nil(held_by_token(locks)[list[7].token])
       assert.same({ nil, "not_owner" }, { list[7]:release() })
-      assert.same({ "not_owner" }, lease_mod.extendAll({ list[7] }))
+      assert.same({ "not_owner" }, batch.extendAll({ list[7] }))
       for i = 1, 20 do
         if i ~= 7 then assert.is_true(list[i]:release()) end
       end
@@ -560,16 +560,16 @@ describe("resty.dlock", function()
       for i = 1, 5 do list[i] = assert(locks:acquire("k" .. i, { ttl = 1000 })) end
       assert.equal("OK", info:script("flush"))
       local _, _, evals = counters()
-      local res = lease_mod.extendAll(list)
+      local res = batch.extendAll(list)
       assert.same({ true, true, true, true, true }, res)
       for i = 1, 5 do assert.is_true(pttl("k" .. i) > 900) end
       local _, _, evals2 = counters()
       assert.equal(evals + 5, evals2)
       assert.equal("OK", info:script("flush"))
-      assert.same({ 0, nil }, { lease_mod.releaseAll(list) })
+      assert.same({ 0, nil }, { batch.releaseAll(list) })
       for i = 1, 5 do
         assert.equal(0, info:exists(locks.prefix .. "k" .. i))
-        assert.is_true(list[i].released)
+        assert.is_true(list[i]._released)
       end
     end)
 
@@ -579,7 +579,7 @@ describe("resty.dlock", function()
       assert.equal(1, info:del(locks.prefix .. "k3"))
       assert.is_true(assert(locks:acquire("warm")):release())   -- the script is cached in Redis
       local reads = counters()
-      assert.same({ 0, nil }, { lease_mod.releaseAll(list) })
+      assert.same({ 0, nil }, { batch.releaseAll(list) })
       local reads2 = counters()
       assert.is_true(reads2 - reads <= 2, (reads2 - reads) .. " reads for 20 releases")
       local mine = held_by_token(locks)

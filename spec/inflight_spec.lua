@@ -24,7 +24,7 @@ describe("the gateway's release queue", function()
     ngx.sleep(0.05)
     local lease = assert(locks:acquire("after-the-broken-ones"))
     inflight.enqueue(owner, lease, 0)
-    assert.is_true(gone(lease.store.prefix .. "after-the-broken-ones", 0.5), "the release never went out")
+    assert.is_true(gone(lease._store.prefix .. "after-the-broken-ones", 0.5), "the release never went out")
   end)
 
   it("releases many queued leases, one pipeline per guard, with more queued than one timer's share", function()
@@ -32,7 +32,7 @@ describe("the gateway's release queue", function()
     local keys = {}
     for i = 1, 300 do
       local lease = assert(locks:acquire("many:" .. i))
-      keys[i] = lease.store.prefix .. "many:" .. i
+      keys[i] = lease._store.prefix .. "many:" .. i
       inflight.enqueue(owner, lease, 0)
     end
     for i = 1, 300, 37 do assert.is_true(gone(keys[i], 1.0), keys[i] .. " still held") end

@@ -118,7 +118,7 @@ describe("bad input", function()
     it("gives a factory made without connect_timeout 1000 ms, and leaves the caller's table alone", function()
       local opts = { port = h.redis_port }
       local locks = assert(dlock.new({ dict = "dlock", redis = opts }))
-      assert.equal(1000, locks.redis.connect_timeout)
+      assert.equal(1000, locks._store.redis.connect_timeout)
       assert.same({ port = h.redis_port }, opts)
     end)
 

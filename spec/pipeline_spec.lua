@@ -32,7 +32,7 @@ end
 describe("auto-pipelining", function()
   it("sends the calls of a worker at low load at once, each on a connection of its own", function()
     local locks = h.locks()
-    local c = locks.redis
+    local c = locks._store.redis
     local calls, batches = pipeline.stats(c)
     h.parallel(pipeline.DIRECT, function(i) local l = assert(locks:acquire("idle" .. i)) return l:release() end)
     local calls2, batches2 = pipeline.stats(c)
@@ -41,7 +41,7 @@ describe("auto-pipelining", function()
 
   it("sends the calls of concurrent requests in shared pipelines, each with its own answer", function()
     local locks = h.locks()
-    local c = locks.redis
+    local c = locks._store.redis
     local calls, batches = pipeline.stats(c)
     local got = h.parallel(40, function(i)
       local l, err = locks:acquire("k" .. i, { ttl = 5000 })
@@ -128,15 +128,15 @@ describe("auto-pipelining", function()
 
   it("sends every call on its own with auto_pipeline = false", function()
     local locks = h.locks({ redis = h.redis_opts({ auto_pipeline = false }) })
-    local calls = pipeline.stats(locks.redis)
+    local calls = pipeline.stats(locks._store.redis)
     h.parallel(20, function(i) local l = assert(locks:acquire("k" .. i)) return l:release() end)
-    assert.equal(calls, (pipeline.stats(locks.redis)))
+    assert.equal(calls, (pipeline.stats(locks._store.redis)))
   end)
 
   it("gives every call of a batch its own answer: an error reply fails that call only", function()
     local locks = h.locks()
     h.cmd(nil, "hset", locks.prefix .. "taken", "f", "v")   -- someone else's data on one key
-    local done = occupy(locks.redis)
+    local done = occupy(locks._store.redis)
     local threads = {}
     for i, key in ipairs({ "a", "taken", "b" }) do
       threads[i] = ngx.thread.spawn(function()

@@ -2,7 +2,7 @@
 -- server, wrong credentials, someone else's data on the key, other databases.
 local h = require "helpers"
 local dlock = require "resty.dlock"
-local lease_mod = require "resty.dlock.core.lease"
+local batch = require "resty.dlock.core.batch"
 
 local function elapsed(fn)
   ngx.update_time()
@@ -21,10 +21,10 @@ local function gone_within(seconds, port, key)
   return false
 end
 
---- True once lease.released, polling for up to `seconds`.
+--- True once lease._released, polling for up to `seconds`.
 local function over_within(seconds, lease)
   for _ = 1, seconds * 100 do
-    if lease.released then return true end
+    if lease._released then return true end
     ngx.sleep(0.01)
   end
   return false
@@ -285,7 +285,7 @@ describe("redis faults", function()
       local ok, err = lease:release()
       assert.is_nil(ok)
       assert.matches("^dlock: redis 127.0.0.1:%d+: timeout during release$", err)
-      assert.is_false(lease.released)
+      assert.is_false(lease._released)
       assert.is_true(listed(locks, lease))
       r.signal("CONT")
       ngx.sleep(0.05)
@@ -315,10 +315,10 @@ describe("redis faults", function()
       local list = { assert(locks:acquire("a", { ttl = 10000 })), assert(locks:acquire("b", { ttl = 10000 })) }
       ngx.sleep(0.01)
       local resume = cut_off(r)
-      local failed, err = lease_mod.releaseAll(list)
+      local failed, err = batch.releaseAll(list)
       assert.equal(2, failed)
       assert.matches("^dlock: redis 127.0.0.1:%d+: timeout$", err)   -- could not even connect: nothing reached Redis
-      assert.is_false(list[1].released)
+      assert.is_false(list[1]._released)
       assert.is_true(listed(locks, list[1]))
       ngx.sleep(1)
       resume()

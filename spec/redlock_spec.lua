@@ -136,7 +136,7 @@ describe("redis.redlock", function()
     local l = locks()
     assert(l:acquire("s1")):release()
     local function row()
-      return assert(status.report({ limit = 0 })).topology[l.redis.endpoint]
+      return assert(status.report({ limit = 0 })).topology[l._store.redis.endpoint]
     end
     local function by_endpoint(ep)
       local out = {}

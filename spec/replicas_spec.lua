@@ -80,11 +80,11 @@ describe("redis.replicas", function()
     local l = locks()
     local leases = {}
     for i = 1, 5 do leases[i] = assert(l:acquire("d" .. i, { ttl = 3000 })) end
-    local lease = require "resty.dlock.core.lease"
-    local results = lease.extendAll(leases)
+    local batch = require "resty.dlock.core.batch"
+    local results = batch.extendAll(leases)
     for i = 1, 5 do assert.is_true(results[i]) end
     replica.signal("STOP")
-    results = lease.extendAll(leases)
+    results = batch.extendAll(leases)
     replica.signal("CONT")
     for i = 1, 5 do assert.matches("only 0 of 1 replica%(s%) acknowledged the extend", results[i]) end
     for i = 1, 5 do assert.is_true(leases[i]:release()) end

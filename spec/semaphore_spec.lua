@@ -95,17 +95,17 @@ describe("resty.dlock.semaphore", function()
   end)
 
   it("extends and releases permits and locks of one list together (extendAll, releaseAll)", function()
-    local lease_mod = require "resty.dlock.core.lease"
+    local batch = require "resty.dlock.core.batch"
     local s = sem({ permits = 2 })
     local locks = h.locks()
     local list = { assert(s:acquire("k", { ttl = 1000 })), assert(locks:acquire("k", { ttl = 2000 })),
                    assert(s:acquire("k", { ttl = 3000 })) }
-    assert.same({ true, true, true }, lease_mod.extendAll(list))
+    assert.same({ true, true, true }, batch.extendAll(list))
     local score = tonumber(h.cmd(nil, "zscore", s.prefix .. "k", list[3].token))
     local first = tonumber(h.cmd(nil, "zscore", s.prefix .. "k", list[1].token))
     assert.is_true(score - first > 1900 and score - first <= 2000, "each permit to its own ttl")
     assert.is_true(h.cmd(nil, "pttl", locks.prefix .. "k") > 1900)
-    assert.same({ 0, nil }, { lease_mod.releaseAll(list) })
+    assert.same({ 0, nil }, { batch.releaseAll(list) })
     assert.equal(0, h.cmd(nil, "exists", s.prefix .. "k"))
     assert.equal(0, h.cmd(nil, "exists", locks.prefix .. "k"))
     for _, l in ipairs(list) do assert.same({ nil, "not_owner" }, { l:release() }) end

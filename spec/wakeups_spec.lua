@@ -12,7 +12,7 @@ local now, eventually = h.now, h.eventually
 --- With a waiter in line it answers the token of the waiter it handed the key to.
 local RELEASE = require("resty.dlock.redis.scripts").RELEASE_QUEUED.src
 local function release_elsewhere(lease)
-  return h.cmd(nil, "eval", RELEASE, 2, lease.rkey, lease.rkey .. ":queue", lease.token)
+  return h.cmd(nil, "eval", RELEASE, 2, lease._rkey, lease._rkey .. ":queue", lease.token)
 end
 
 local function evalshas()
@@ -138,7 +138,7 @@ describe("the subscriber's connection", function()
     local waiting = true
     local keep = ngx.thread.spawn(function()
       while waiting do
-        wakeups.want(waiter.redis, prefix .. "k")
+        wakeups.want(waiter._store.redis, prefix .. "k")
         ngx.sleep(0.2)
       end
     end)
@@ -176,7 +176,7 @@ describe("the subscriber's connection", function()
     assert.equal(1, h.cmd(r.port, "pubsub", "numsub", "dlock:released:" .. prefix .. "k")[2])
     r.stop()
     -- It tries again while the key is in its grace (2 s after its last waiter), then lets go.
-    local s = subscriptions.existing(waiter.redis)
+    local s = subscriptions.existing(waiter._store.redis)
     assert.is_true(s.running)
     assert.is_true(eventually(6, function() return not s.running end), "still dialing")
   end)

@@ -11,6 +11,12 @@ local reentrant = require("resty.dlock.core.reentrant")
 local scripts = require("resty.dlock.redis.scripts")
 local token = require("resty.dlock.core.token")
 local watchdog = require("resty.dlock.core.watchdog")
+local ____with = require("resty.dlock.core.with")
+local withLease = ____with.withLease
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local lua_setmetatable = setmetatable
+local lua_tostring = tostring
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
@@ -41,10 +47,6 @@ local MAJORITY_LOCK = {
     fenced = false,
     drop = nil
 }
-local ngx_now = ngx.now
-local update_time = ngx.update_time
-local lua_tostring = tostring
-local lua_setmetatable = setmetatable
 local locksMethods = {
     acquire = function(self, key, opts)
         recovery.start()
@@ -52,48 +54,49 @@ local locksMethods = {
         if perr ~= nil then
             return nil, perr, nil
         end
-        local k, ttlOrErr, wait, renew, onLost = options.acquire(self, key, opts)
+        local store = self._store
+        local k, ttlOrErr, wait, renew, onLost = options.acquire(store, key, opts)
         if k == nil then
             return nil, ttlOrErr, nil
         end
         if self.reentrant then
-            local again = reentrant.nested(self.id, self.prefix .. k)
+            local again = reentrant.nested(self._id, store.prefix .. k)
             if again ~= nil then
                 return again, nil, nil
             end
         end
-        update_time()
+        ngx_update_time()
         local t0 = ngx_now()
-        local tok, terr = (self.owner == "worker" and token.worker or token.random)()
+        local tok, terr = self._mint()
         if tok == nil then
-            meter.refused(self.meter, terr)
+            meter.refused(store.meter, terr)
             return nil, terr, nil
         end
         local l, err, retryAfter = acquire.acquire(
-            self,
-            self.kind,
+            store,
+            self._kind,
             k,
             tok,
             ttlOrErr,
             wait
         )
         if l == nil then
-            meter.refused(self.meter, err)
+            meter.refused(store.meter, err)
             return l, err, retryAfter
         end
-        meter.acquired(self.meter, l.since / 1000 - t0)
+        meter.acquired(store.meter, l._since / 1000 - t0)
         if renew then
             l, err, retryAfter = watchdog.hold(l, onLost)
         end
         if l ~= nil and self.reentrant then
-            l = reentrant.enter(self.id, l)
+            l = reentrant.enter(self._id, l)
         end
         return l, err, retryAfter
     end,
     held = function(self)
-        return ledger.held(self.dict)
+        return ledger.held(self._store.dict)
     end,
-    with = lease.withLease
+    with = withLease
 }
 local locksMt = {__index = locksMethods}
 --- Factories made in this process: their ids for reentrant holds.
@@ -119,16 +122,15 @@ function ____exports.new(opts)
     local store = options.store(o)
     factories = factories + 1
     local locks = {
-        dict = store.dict,
-        redis = store.redis,
         prefix = store.prefix,
         ttl = store.ttl,
         wait = store.wait,
-        meter = store.meter,
         owner = o.owner,
-        kind = kind,
         reentrant = o.reentrant,
-        id = lua_tostring(factories)
+        _store = store,
+        _mint = o.owner == "worker" and token.worker or token.random,
+        _kind = kind,
+        _id = lua_tostring(factories)
     }
     recovery.register(store, kind)
     return lua_setmetatable(locks, locksMt), nil

@@ -17,18 +17,36 @@ import * as reentrant from "./dlock/core/reentrant";
 import * as scripts from "./dlock/redis/scripts";
 import * as token from "./dlock/core/token";
 import * as watchdog from "./dlock/core/watchdog";
+import { withLease } from "./dlock/core/with";
+
+const ngx_now = ngx.now;
+const ngx_update_time = ngx.update_time;
+const lua_setmetatable = setmetatable;
+const lua_tostring = tostring;
 
 export { VERSION as _VERSION } from "./dlock/version";
 export const MAX_KEY_LEN = options.MAX_KEY_LEN;
 export const MAX_TTL = options.MAX_TTL;
 
-export interface Locks extends lease.Store {
+/**
+ * A lock factory: its methods, and its options as the typed API declares them
+ * (api/index.d.ts: prefix, ttl, wait, owner, reentrant), read-only. The rest
+ * is the library's (`_` fields), the Redis configuration (password included)
+ * with it.
+ */
+export interface Locks {
+  readonly prefix: string;
+  readonly ttl: number;
+  readonly wait: number;
   readonly owner: "random" | "worker";
-  /** The kind of lease it hands out: with or without fencing. */
-  readonly kind: lease.Kind;
   /** A caller that holds a key gets nested leases on it (see reentrant.ts). */
   readonly reentrant: boolean;
-  readonly id: string;
+  readonly _store: lease.Store;
+  /** Makes its leases' tokens (owner = "random" or "worker"). */
+  readonly _mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>;
+  /** The kind of lease it hands out: with or without fencing. */
+  readonly _kind: lease.Kind;
+  readonly _id: string;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
@@ -48,11 +66,6 @@ const MAJORITY_LOCK: lease.Kind = {
   acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: false, drop: undefined,
 };
 
-const ngx_now = ngx.now;
-const update_time = ngx.update_time;
-const lua_tostring = tostring;
-const lua_setmetatable = setmetatable;
-
 const locksMethods = {
   /**
    * lease, nil on success; nil, "busy", retry_after when wait = 0 and the key
@@ -63,36 +76,37 @@ const locksMethods = {
     recovery.start();
     const perr = lease.phaseError("acquire");
     if (perr !== undefined) return $multi(undefined, perr, undefined);
-    const [k, ttlOrErr, wait, renew, onLost] = options.acquire(this, key, opts);
+    const store = this._store;
+    const [k, ttlOrErr, wait, renew, onLost] = options.acquire(store, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     if (this.reentrant) {
-      const again = reentrant.nested(this.id, this.prefix + k);
+      const again = reentrant.nested(this._id, store.prefix + k);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
-    update_time();
+    ngx_update_time();
     const t0 = ngx_now();
-    const [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
+    const [tok, terr] = this._mint();
     if (tok === undefined) {
-      meter.refused(this.meter, terr);
+      meter.refused(store.meter, terr);
       return $multi(undefined, terr, undefined);
     }
-    let [l, err, retryAfter] = acquire.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
+    let [l, err, retryAfter] = acquire.acquire(store, this._kind, k, tok, ttlOrErr as number, wait);
     if (l === undefined) {
-      meter.refused(this.meter, err);
+      meter.refused(store.meter, err);
       return $multi(l, err, retryAfter);
     }
-    meter.acquired(this.meter, l.since / 1000 - t0);
+    meter.acquired(store.meter, l._since / 1000 - t0);
     if (renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
-    if (l !== undefined && this.reentrant) l = reentrant.enter(this.id, l);
+    if (l !== undefined && this.reentrant) l = reentrant.enter(this._id, l);
     return $multi(l, err, retryAfter);
   },
 
   /** Leases this nginx instance holds now (all workers), from the shared dict. */
   held(this: Locks): ledger.HeldLease[] {
-    return ledger.held(this.dict);
+    return ledger.held(this._store.dict);
   },
 
-  with: lease.withLease,
+  with: withLease,
 };
 const locksMt = { __index: locksMethods };
 /** Factories made in this process: their ids for reentrant holds. */
@@ -116,8 +130,8 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
   const store = options.store(o);
   factories++;
   const locks = {
-    dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter,
-    owner: o.owner, kind, reentrant: o.reentrant, id: lua_tostring(factories),
+    prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner: o.owner, reentrant: o.reentrant,
+    _store: store, _mint: o.owner === "worker" ? token.worker : token.random, _kind: kind, _id: lua_tostring(factories),
   };
   recovery.register(store, kind);
   return $multi(lua_setmetatable(locks, locksMt) as unknown as Locks, undefined);

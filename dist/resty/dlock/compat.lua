@@ -133,9 +133,6 @@ local methods = {
         end
         local ok, err = l:extend(ms)
         if not ok then
-            if err == "not_owner" then
-                self._lease = nil
-            end
             return nil, err
         end
         return true, nil

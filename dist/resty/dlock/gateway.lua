@@ -89,7 +89,7 @@ function ____exports.new(opts)
     if locks == nil then
         return nil, lerr
     end
-    local store = locks
+    local store = locks._store
     local tryOpts = {}
     tryOpts.wait = 0
     local waitOpts = {}

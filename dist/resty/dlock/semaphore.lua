@@ -10,15 +10,17 @@ local scripts = require("resty.dlock.redis.scripts")
 local recovery = require("resty.dlock.core.recovery")
 local token = require("resty.dlock.core.token")
 local watchdog = require("resty.dlock.core.watchdog")
+local ____with = require("resty.dlock.core.with")
+local withLease = ____with.withLease
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local lua_setmetatable = setmetatable
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
 end
 --- Most permits per key.
 ____exports.MAX_PERMITS = options.MAX_PERMITS
-local ngx_now = ngx.now
-local update_time = ngx.update_time
-local lua_setmetatable = setmetatable
 local PERMIT = {
     acquire = scripts.SEM_ACQUIRE,
     release = scripts.SEM_RELEASE,
@@ -34,19 +36,20 @@ local semaphoreMethods = {
         if perr ~= nil then
             return nil, perr, nil
         end
-        local k, ttlOrErr, wait, renew, onLost = options.acquire(self, key, opts)
+        local store = self._store
+        local k, ttlOrErr, wait, renew, onLost = options.acquire(store, key, opts)
         if k == nil then
             return nil, ttlOrErr, nil
         end
-        update_time()
+        ngx_update_time()
         local t0 = ngx_now()
         local tok, terr = token.random()
         if tok == nil then
-            meter.refused(self.meter, terr)
+            meter.refused(store.meter, terr)
             return nil, terr, nil
         end
         local l, err, retryAfter = acquire.acquire(
-            self,
+            store,
             PERMIT,
             k,
             tok,
@@ -55,19 +58,19 @@ local semaphoreMethods = {
             self.permits
         )
         if l == nil then
-            meter.refused(self.meter, err)
+            meter.refused(store.meter, err)
             return l, err, retryAfter
         end
-        meter.acquired(self.meter, l.since / 1000 - t0)
+        meter.acquired(store.meter, l._since / 1000 - t0)
         if not renew then
             return l, err, retryAfter
         end
         return watchdog.hold(l, onLost)
     end,
     held = function(self)
-        return ledger.held(self.dict)
+        return ledger.held(self._store.dict)
     end,
-    with = lease.withLease
+    with = withLease
 }
 local semaphoreMt = {__index = semaphoreMethods}
 --- Create a semaphore factory. Returns it, or nil and an error naming the bad option.
@@ -88,13 +91,11 @@ function ____exports.new(opts)
     local store = options.store(o)
     recovery.register(store, PERMIT)
     local sem = {
-        dict = store.dict,
-        redis = store.redis,
         prefix = store.prefix,
         ttl = store.ttl,
         wait = store.wait,
-        meter = store.meter,
-        permits = o.permits
+        permits = o.permits,
+        _store = store
     }
     return lua_setmetatable(sem, semaphoreMt), nil
 end

@@ -145,10 +145,9 @@ const methods = {
     const [ms, terr] = seconds("time", time, this._exptime, 0.001);
     if (ms === undefined) return $multi(undefined, terr);
     const [ok, err] = l.extend(ms);
-    if (!ok) {
-      if (err === "not_owner") this._lease = undefined;
-      return $multi(undefined, err);
-    }
+    // Held on to even when it is no longer ours, as lua-resty-lock keeps its key after a failed expire:
+    // unlock() says what became of it and ends it.
+    if (!ok) return $multi(undefined, err);
     return $multi(true as const, undefined);
   },
 };

@@ -99,7 +99,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     [locks, lerr] = dlock.create(base);
   }
   if (locks === undefined) return $multi(undefined, lerr);
-  const store: lease.Store = locks;
+  const store: lease.Store = locks._store;
 
   const tryOpts = new LuaTable<string, unknown>();
   tryOpts.set("wait", 0);

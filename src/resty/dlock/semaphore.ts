@@ -19,17 +19,27 @@ import * as scripts from "./redis/scripts";
 import * as recovery from "./core/recovery";
 import * as token from "./core/token";
 import * as watchdog from "./core/watchdog";
+import { withLease } from "./core/with";
+
+const ngx_now = ngx.now;
+const ngx_update_time = ngx.update_time;
+const lua_setmetatable = setmetatable;
 
 export { VERSION as _VERSION } from "./version";
 /** Most permits per key. */
 export const MAX_PERMITS = options.MAX_PERMITS;
 
-const ngx_now = ngx.now;
-const update_time = ngx.update_time;
-const lua_setmetatable = setmetatable;
-
-export interface Semaphore extends lease.Store {
+/**
+ * A semaphore factory: its methods, and its options as the typed API declares
+ * them (api/index.d.ts: prefix, ttl, wait, permits), read-only. The rest is
+ * the library's (`_` fields).
+ */
+export interface Semaphore {
+  readonly prefix: string;
+  readonly ttl: number;
+  readonly wait: number;
   readonly permits: number;
+  readonly _store: lease.Store;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
@@ -47,31 +57,32 @@ const semaphoreMethods = {
     recovery.start();
     const perr = lease.phaseError("acquire");
     if (perr !== undefined) return $multi(undefined, perr, undefined);
-    const [k, ttlOrErr, wait, renew, onLost] = options.acquire(this, key, opts);
+    const store = this._store;
+    const [k, ttlOrErr, wait, renew, onLost] = options.acquire(store, key, opts);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
-    update_time();
+    ngx_update_time();
     const t0 = ngx_now();
     const [tok, terr] = token.random();
     if (tok === undefined) {
-      meter.refused(this.meter, terr);
+      meter.refused(store.meter, terr);
       return $multi(undefined, terr, undefined);
     }
-    const [l, err, retryAfter] = acquire.acquire(this, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
+    const [l, err, retryAfter] = acquire.acquire(store, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
     if (l === undefined) {
-      meter.refused(this.meter, err);
+      meter.refused(store.meter, err);
       return $multi(l, err, retryAfter);
     }
-    meter.acquired(this.meter, l.since / 1000 - t0);
+    meter.acquired(store.meter, l._since / 1000 - t0);
     if (!renew) return $multi(l, err, retryAfter);
     return watchdog.hold(l, onLost);
   },
 
   /** Permits (and locks) this nginx instance holds now, from the shared dict. */
   held(this: Semaphore): ledger.HeldLease[] {
-    return ledger.held(this.dict);
+    return ledger.held(this._store.dict);
   },
 
-  with: lease.withLease,
+  with: withLease,
 };
 const semaphoreMt = { __index: semaphoreMethods };
 
@@ -89,6 +100,6 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Semaphore | u
   if (refused !== undefined) return $multi(undefined, refused);
   const store = options.store(o);
   recovery.register(store, PERMIT);
-  const sem = { dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter, permits: o.permits };
+  const sem = { prefix: store.prefix, ttl: store.ttl, wait: store.wait, permits: o.permits, _store: store };
   return $multi(lua_setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
 }

@@ -4,10 +4,12 @@ local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local options = require("resty.dlock.core.options")
-local orphans = require("resty.dlock.core.orphans")
 local backend = require("resty.dlock.redis.backend")
-local waits = require("resty.dlock.core.wait")
-local wakeups = require("resty.dlock.core.wakeups")
+local settle = require("resty.dlock.core.settle")
+local ngx_get_phase = ngx.get_phase
+local ngx_now = ngx.now
+local lua_setmetatable = setmetatable
+local nowMs = settle.nowMs
 local COSOCKET_PHASES = check.set(
     "rewrite",
     "server_rewrite",
@@ -20,130 +22,17 @@ local COSOCKET_PHASES = check.set(
     "preread"
 )
 function ____exports.phaseError(op)
-    local phase = ngx.get_phase()
+    local phase = ngx_get_phase()
     if COSOCKET_PHASES[phase] ~= nil then
         return nil
     end
     return ((("dlock: " .. op) .. " needs cosockets, which nginx does not allow in the ") .. phase) .. " phase (use it in access/content, or from ngx.timer.at)"
 end
---- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
-local function nowMs()
-    ngx.update_time()
-    return ngx.now() * 1000
-end
---- An extend or a release of l failed: what its outcome may have changed in Redis.
-local function unconfirmed(l, fault, release)
-    if fault ~= "lost" then
-        return
-    end
-    if release then
-        if nowMs() < l.validUntil then
-            l.releaseSent = true
-        end
-    else
-        l.expires = math.max(
-            l.expires,
-            nowMs() + orphans.LOST_HORIZON * 1000
-        )
-    end
-end
---- Its record out of the shared dict, and out of the held gauge.
-local function forget(l)
-    local expires = ledger.forget(l.store.dict, l.rec, l.token)
-    if expires ~= nil then
-        meter.forgotten(l.store.meter, expires)
-    end
-end
---- Redis says the key is not ours any more: counted lost, unless the watchdog did already.
-local function gone(l)
-    if not l.lost then
-        meter.lost(l.store.meter)
-    end
-end
---- Redis answered the owner-checked release of l (1: deleted, else not ours):
--- the lease is over. A key found gone after a release reached Redis in time
--- was deleted by that release (or expired after it was asked to go), so that
--- still counts as released.
-local function settle(l, reply)
-    l.released = true
-    forget(l)
-    if type(reply) == "string" then
-        waits.wakeToken(l.rkey, reply)
-        meter.released(
-            l.store.meter,
-            (nowMs() - l.since) / 1000
-        )
-        return true, nil
-    end
-    if not wakeups.live(l.store.redis, l.rkey) then
-        waits.wake(l.rkey)
-    end
-    if reply == 1 or l.releaseSent then
-        meter.released(
-            l.store.meter,
-            (nowMs() - l.since) / 1000
-        )
-        return true, nil
-    end
-    gone(l)
-    return nil, "not_owner"
-end
---- Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`.
-local function extended(l, reply, ms, sent)
-    if reply ~= 1 then
-        l.released = true
-        forget(l)
-        gone(l)
-        return nil, "not_owner"
-    end
-    l.ttl = ms
-    l.validUntil = sent + backend.validity(l.store.redis, ms)
-    l.expires = math.max(
-        l.expires,
-        nowMs() + ms
-    )
-    local from, to = ledger.renew(
-        l.store.dict,
-        l.rec,
-        l.token,
-        l.key,
-        ms
-    )
-    if from ~= nil then
-        meter.moved(l.store.meter, from, to)
-    end
-    return true, nil
-end
-local function swept(o, reply)
-    local l = o.lease
-    if not l.released then
-        if reply == nil then
-            l.released = true
-            forget(l)
-        else
-            settle(l, reply)
-        end
-    end
-end
---- Hand a lease whose release Redis did not confirm to the sweep, which retries it until the key expires.
-local function orphan(l)
-    local o = {
-        lost = "release",
-        conf = l.store.redis,
-        release = l.kind.release,
-        rkey = l.rkey,
-        token = l.token,
-        deadline = l.expires / 1000,
-        settle = swept,
-        lease = l
-    }
-    orphans.adopt(o)
-end
 --- lease:valid(): may the holder still act on it? No round trip: false once it
 -- is released or lost, or when its ttl has run out by the local clock since
 -- the acquire or the last renewal Redis confirmed.
 local function valid(self)
-    return not self.released and not self.lost and nowMs() < self.validUntil
+    return not self._released and not self._lost and nowMs() < self._validUntil
 end
 local leaseMethods = {
     release = function(self)
@@ -151,16 +40,16 @@ local leaseMethods = {
         if perr ~= nil then
             return nil, perr
         end
-        if self.released then
+        if self._released then
             return nil, "not_owner"
         end
-        self.releasing = true
-        local res, err, fault = backend.own(self.store.redis, self.kind.release, self.rkey, self.token)
+        self._releasing = true
+        local res, err, fault = backend.own(self._store.redis, self._kind.release, self._rkey, self.token)
         if res == nil then
-            unconfirmed(self, fault, true)
+            settle.unconfirmed(self, fault, true)
             return nil, err
         end
-        return settle(self, res)
+        return settle.released(self, res)
     end,
     valid = valid,
     extend = function(self, ttl)
@@ -176,123 +65,27 @@ local leaseMethods = {
             end
             ms = n
         end
-        if self.released then
+        if self._released then
             return nil, "not_owner"
         end
-        local sent = ngx.now() * 1000
+        local sent = ngx_now() * 1000
         local res, err, fault = backend.own(
-            self.store.redis,
-            self.kind.extend,
-            self.rkey,
+            self._store.redis,
+            self._kind.extend,
+            self._rkey,
             self.token,
             ms
         )
         if res == nil then
-            unconfirmed(self, fault, false)
+            settle.unconfirmed(self, fault, false)
             return nil, err
         end
-        return extended(self, res, ms, sent)
+        return settle.extended(self, res, ms, sent)
     end
 }
 local leaseMt = {__index = leaseMethods}
---- Leases of the list grouped for pipelining: one group per Redis endpoint and
--- script (locks and permits run different scripts), each with the indexes of
--- its leases in the list.
-local function byEndpoint(list, script)
-    local groups = {}
-    for i = 1, #list do
-        local l = list[i]
-        if not l.released then
-            local g = (l.store.redis.pool .. " ") .. script(l).sha
-            local idx = groups[g]
-            if idx == nil then
-                idx = {}
-                groups[g] = idx
-            end
-            idx[#idx + 1] = i
-        end
-    end
-    return groups
-end
-local function releaseScript(l)
-    return l.kind.release
-end
-local function extendScript(l)
-    return l.kind.extend
-end
---- Release many leases in one round trip per Redis endpoint (a pipeline of the
--- owner-checked release script): how queued releases of a busy gateway keep
--- up. A release Redis did not confirm leaves its lease to a background sweep
--- that retries it until Redis answers or the key expires; the lease ends when
--- the sweep gets an answer. Returns how many were not confirmed now, and the
--- last error.
-function ____exports.releaseAll(list)
-    local failed = 0
-    local lastErr
-    for ____, idx in pairs(byEndpoint(list, releaseScript)) do
-        local group = {}
-        for ____, i in ipairs(idx) do
-            group[#group + 1] = list[i]
-        end
-        local first = group[1]
-        local out = backend.batch(first.store.redis, first.kind.release, group)
-        for j = 1, #group do
-            local l = group[j]
-            local reply = out.replies[j]
-            if reply == nil then
-                unconfirmed(l, out.faults[j], true)
-                failed = failed + 1
-                lastErr = out.errors[j]
-                orphan(l)
-            else
-                settle(l, reply)
-            end
-        end
-    end
-    return failed, lastErr
-end
---- Extend many leases, each to its own ttl, in one round trip per Redis
--- endpoint: how a gateway renews the leases of its in-flight requests. Results
--- are aligned with the list: true, "not_owner" (the lease ran out; it is over,
--- as after extend()), or an error message ("dlock: redis ...").
-function ____exports.extendAll(list)
-    local results = {}
-    for ____, _ in ipairs(list) do
-        results[#results + 1] = "not_owner"
-    end
-    local sent = ngx.now() * 1000
-    for ____, idx in pairs(byEndpoint(list, extendScript)) do
-        local group = {}
-        local ms = {}
-        for ____, i in ipairs(idx) do
-            local l = list[i]
-            group[#group + 1] = l
-            ms[#ms + 1] = l.ttl
-        end
-        local first = group[1]
-        local out = backend.batch(first.store.redis, first.kind.extend, group, ms)
-        for j = 1, #group do
-            local l = group[j]
-            local reply = out.replies[j]
-            local i = idx[j]
-            if reply == nil then
-                unconfirmed(l, out.faults[j], false)
-                results[i] = out.errors[j]
-            else
-                local ok, err = extended(l, reply, l.ttl, sent)
-                if ok then
-                    results[i] = true
-                else
-                    results[i] = err
-                end
-            end
-        end
-    end
-    return results
-end
 --- A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds).
-function ____exports.make(store, kind, key, tok, ttl, sent, fence)
-    local rkey = store.prefix .. key
+function ____exports.make(store, kind, key, rkey, tok, ttl, sent, fence)
     local rec = ledger.recordKey(rkey, tok, kind.shared)
     local recorded = ledger.record(
         store.dict,
@@ -309,56 +102,20 @@ function ____exports.make(store, kind, key, tok, ttl, sent, fence)
         key = key,
         token = tok,
         ttl = ttl,
-        store = store,
-        kind = kind,
-        rkey = rkey,
-        rec = rec,
         fence = fence,
-        released = false,
-        validUntil = sent + backend.validity(store.redis, ttl),
-        expires = now + ttl,
-        releaseSent = false,
-        releasing = false,
-        lost = false,
-        onLost = nil,
-        since = now
+        _store = store,
+        _kind = kind,
+        _rkey = rkey,
+        _rec = rec,
+        _released = false,
+        _validUntil = sent + backend.validity(store.redis, ttl),
+        _expires = now + ttl,
+        _releaseSent = false,
+        _releasing = false,
+        _lost = false,
+        _since = now
     }
-    local l = setmetatable(lease, leaseMt)
+    local l = lua_setmetatable(lease, leaseMt)
     return l
-end
-local protect = pcall
---- Release, then hand on fn's results (pcall's `ok, ...`) or its error. A
--- release Redis did not confirm goes to the background sweep and, when fn
--- succeeded, is the result: the caller must not believe the key free.
-local function finish(lease, ...)
-    local released, rerr = lease:release()
-    local stuck = released == nil and rerr ~= "not_owner"
-    if stuck then
-        orphan(lease)
-    end
-    local ok, e = select(1, ...)
-    if ok ~= true then
-        return nil, (("dlock: callback failed while holding " .. lease.key) .. ": ") .. check.text(e)
-    end
-    if stuck then
-        return nil, (("dlock: could not release " .. lease.key) .. " after the callback (retried until it expires): ") .. check.reason(rerr)
-    end
-    return select(2, ...)
-end
---- The `with` method of locks and semaphores: run fn(...) while holding key; the
--- lease is released whatever fn does. Returns fn's results, or nil, err when
--- the lease was not acquired, fn raised, or the release failed.
-function ____exports.withLease(self, key, opts, fn, ...)
-    if type(fn) ~= "function" then
-        return check.fail("with needs a function", fn)
-    end
-    local lease, err, retryAfter = self:acquire(key, opts)
-    if lease == nil then
-        return nil, err, retryAfter
-    end
-    return finish(
-        lease,
-        protect(fn, ...)
-    )
 end
 return ____exports

@@ -1,21 +1,21 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local parse, RECORD
+local parse, ngx_now, math_max, math_min, str_sub, str_match, lua_type, lua_tonumber, RECORD
 function parse(v, nowMs)
-    if type(v) ~= "string" then
+    if lua_type(v) ~= "string" then
         return nil
     end
-    local pid, expires, token, key = string.match(v, "^(%d+) (%d+) (%S+) (.*)$")
+    local pid, expires, token, key = str_match(v, "^(%d+) (%d+) (%S+) (.*)$")
     if key == nil then
         return nil
     end
-    local exp = tonumber(expires) or 0
+    local exp = lua_tonumber(expires) or 0
     return {
         key = key,
         token = token,
-        pid = tonumber(pid) or 0,
+        pid = lua_tonumber(pid) or 0,
         expires_at = exp / 1000,
-        ttl = math.max(0, exp - nowMs)
+        ttl = math_max(0, exp - nowMs)
     }
 end
 --- At most `max` leases recorded now (0: all, walking the whole dict), and
@@ -30,15 +30,15 @@ function ____exports.list(dict, max, others)
         others = 0
     end
     local bound = max == 0 and 0 or max * 4 + 1024 + others
-    local nowMs = ngx.now() * 1000
-    local n = max == 0 and 0 or math.min(max + 64, bound)
+    local nowMs = ngx_now() * 1000
+    local n = max == 0 and 0 or math_min(max + 64, bound)
     while true do
         local keys = dict:get_keys(n)
         local found = {}
         local more = false
         for i = 1, #keys do
             local k = keys[i]
-            if string.sub(k, 1, 2) == RECORD then
+            if str_sub(k, 1, 2) == RECORD then
                 local l = parse((dict:get(k)), nowMs)
                 if l ~= nil then
                     if max > 0 and #found == max then
@@ -52,9 +52,21 @@ function ____exports.list(dict, max, others)
         if n == 0 or more or #keys < n or n >= bound then
             return found, more or n > 0 and #keys >= n
         end
-        n = math.min(n * 2, bound)
+        n = math_min(n * 2, bound)
     end
 end
+ngx_now = ngx.now
+local worker_pid = ngx.worker.pid
+local ngx_log = ngx.log
+local WARN = ngx.WARN
+local math_floor = math.floor
+math_max = math.max
+math_min = math.min
+local str_format = string.format
+str_sub = string.sub
+str_match = string.match
+lua_type = type
+lua_tonumber = tonumber
 RECORD = "l:"
 --- Tickets of waiters in a key's queue in Redis: "w:" .. redis key .. " " .. token, valued as leases.
 local WAITING = "w:"
@@ -65,7 +77,7 @@ ____exports.UNRECORDED = "c:ledger:unrecorded"
 --- How many leases this nginx could not record since it started (the dict was full).
 function ____exports.unrecorded(dict)
     local v = dict:get(____exports.UNRECORDED)
-    return type(v) == "number" and v or 0
+    return lua_type(v) == "number" and v or 0
 end
 --- Get a dict ready for records: create the UNRECORDED counter now, while there
 -- is room, so that counting works once the dict is full (an incr of an
@@ -75,12 +87,12 @@ function ____exports.prepare(dict)
 end
 --- The dict key of a lease's record.
 function ____exports.recordKey(rkey, token, shared)
-    return shared and ((RECORD .. rkey) .. " ") .. token or RECORD .. rkey
+    return shared and str_format("%s%s %s", RECORD, rkey, token) or RECORD .. rkey
 end
 local function encode(token, key, expires)
-    local v = string.format(
+    local v = str_format(
         "%d %d %s %s",
-        ngx.worker.pid(),
+        worker_pid(),
         expires,
         token,
         key
@@ -92,10 +104,10 @@ local warnedAt = -WARN_EVERY
 local function unrecordable(dict, key, err)
     dict:incr(____exports.UNRECORDED, 1, 0)
     missed = missed + 1
-    local now = ngx.now()
+    local now = ngx_now()
     if now - warnedAt >= WARN_EVERY then
-        ngx.log(
-            ngx.WARN,
+        ngx_log(
+            WARN,
             "dlock: shared dict full: ",
             missed,
             " lease(s) not recorded since the last warning (latest ",
@@ -110,7 +122,7 @@ local function unrecordable(dict, key, err)
 end
 --- Record a new lease: when its record expires (epoch ms), or nil when the dict could not take it (counted in UNRECORDED).
 function ____exports.record(dict, rec, token, key, ttl)
-    local expires = math.floor(ngx.now() * 1000) + ttl
+    local expires = math_floor(ngx_now() * 1000) + ttl
     local ok, err = dict:safe_set(
         rec,
         encode(token, key, expires),
@@ -126,13 +138,13 @@ end
 -- worker dies, crash recovery takes the ticket back. The record's dict key, or
 -- nil when the dict is full (then the ticket is skipped at its deadline).
 function ____exports.waiting(dict, rkey, token, key, ms)
-    local rec = ((WAITING .. rkey) .. " ") .. token
+    local rec = str_format("%s%s %s", WAITING, rkey, token)
     local ok = dict:safe_set(
         rec,
         encode(
             token,
             key,
-            math.floor(ngx.now() * 1000) + ms
+            math_floor(ngx_now() * 1000) + ms
         ),
         ms / 1000
     )
@@ -141,23 +153,23 @@ end
 --- The token of the record, and when it expires (epoch ms).
 local function tokenOf(dict, rec)
     local v = dict:get(rec)
-    if type(v) ~= "string" then
+    if lua_type(v) ~= "string" then
         return nil, 0
     end
-    local e, t = string.match(v, "^%d+ (%d+) (%S+) ")
-    return t, tonumber(e) or 0
+    local e, t = str_match(v, "^%d+ (%d+) (%S+) ")
+    return t, lua_tonumber(e) or 0
 end
 --- The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx.
 function ____exports.holder(dict, rec)
     local v = dict:get(rec)
-    if type(v) ~= "string" then
+    if lua_type(v) ~= "string" then
         return nil, 0
     end
-    local pid, expires = string.match(v, "^(%d+) (%d+) ")
+    local pid, expires = str_match(v, "^(%d+) (%d+) ")
     if pid == nil then
         return nil, 0
     end
-    return tonumber(pid), tonumber(expires) or 0
+    return lua_tonumber(pid), lua_tonumber(expires) or 0
 end
 --- Move the record's expiry after a successful extend (only if the record is
 -- this lease's): its old expiry and its new one (epoch ms), or nil when it was not moved.
@@ -166,7 +178,7 @@ function ____exports.renew(dict, rec, token, key, ttl)
     if t ~= token then
         return nil, 0
     end
-    local expires = math.floor(ngx.now() * 1000) + ttl
+    local expires = math_floor(ngx_now() * 1000) + ttl
     if not (dict:safe_set(
         rec,
         encode(token, key, expires),
@@ -193,16 +205,16 @@ end
 function ____exports.records(dict)
     local out = {}
     local keys = dict:get_keys(0)
-    local nowMs = ngx.now() * 1000
+    local nowMs = ngx_now() * 1000
     for i = 1, #keys do
         local k = keys[i]
-        local what = string.sub(k, 1, 2)
+        local what = str_sub(k, 1, 2)
         if what == RECORD or what == WAITING then
             local l = parse((dict:get(k)), nowMs)
             if l ~= nil then
                 local tail = " " .. l.token
-                local tokened = string.sub(k, -#tail) == tail
-                local rkey = tokened and string.sub(k, 3, -#tail - 1) or string.sub(k, 3)
+                local tokened = str_sub(k, -#tail) == tail
+                local rkey = tokened and str_sub(k, 3, -#tail - 1) or str_sub(k, 3)
                 local waiting = what == WAITING
                 out[#out + 1] = {
                     rec = k,

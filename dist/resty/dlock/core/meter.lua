@@ -1,6 +1,15 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.core.check")
+local ngx_now = ngx.now
+local math_floor = math.floor
+local math_max = math.max
+local math_min = math.min
+local str_find = string.find
+local lua_type = type
+local lua_ipairs = ipairs
+local lua_tostring = tostring
+local str_format = string.format
 --- Upper bounds (s) of the acquire-wait buckets; the last bucket is +Inf.
 ____exports.WAIT_BOUNDS = {
     0.001,
@@ -39,7 +48,7 @@ function ____exports.checkName(v)
     if n == nil then
         return nil, err
     end
-    local bad = string.find(n, "[^%w_%-%.]")
+    local bad = str_find(n, "[^%w_%-%.]")
     if bad ~= nil then
         return check.fail("name may hold letters, digits, '_', '-' and '.' only", n)
     end
@@ -48,7 +57,7 @@ end
 local function buckets(p, n)
     local out = {}
     for i = 1, n do
-        out[#out + 1] = p .. tostring(i)
+        out[#out + 1] = p .. lua_tostring(i)
     end
     return out
 end
@@ -59,18 +68,18 @@ function ____exports.make(dict, name)
         local i = dict:incr("m:n", 1, 0)
         if i ~= nil then
             dict:safe_set(
-                "m:#" .. tostring(i),
+                "m:#" .. lua_tostring(i),
                 name
             )
         end
     end
     dict:safe_add(
         p .. "swept",
-        math.floor(ngx.now()) - 1
+        math_floor(ngx_now()) - 1
     )
     dict:safe_add(p .. "held", 0)
     local known = false
-    for ____, d in ipairs(dicts) do
+    for ____, d in lua_ipairs(dicts) do
         if d == dict then
             known = true
         end
@@ -103,18 +112,18 @@ end
 -- counters and buckets of each name, and a minute of expiry seconds each.
 function ____exports.keys(dict)
     local n = dict:get("m:n")
-    return type(n) == "number" and n * (2 * #____exports.WAIT_BOUNDS + 16 + 60) or 0
+    return lua_type(n) == "number" and n * (2 * #____exports.WAIT_BOUNDS + 16 + 60) or 0
 end
 --- Factory names counted in a dict (by any worker), in the order they were first made.
 function ____exports.names(dict)
     local out = {}
     local n = dict:get("m:n")
-    if type(n) ~= "number" then
+    if lua_type(n) ~= "number" then
         return out
     end
     for i = 1, n do
-        local name = dict:get("m:#" .. tostring(i))
-        if type(name) == "string" then
+        local name = dict:get("m:#" .. lua_tostring(i))
+        if lua_type(name) == "string" then
             out[#out + 1] = name
         end
     end
@@ -184,11 +193,16 @@ end
 function ____exports.lost(m)
     m.dict:incr(m.lost, 1, 0)
 end
+local SECOND = "%s%d"
 --- A lease's record was made, expiring at epoch ms `expires`.
 function ____exports.recorded(m, expires)
     m.dict:incr(m.held, 1, 0)
     m.dict:incr(
-        m.exp .. tostring(math.floor(expires / 1000)),
+        str_format(
+            SECOND,
+            m.exp,
+            math_floor(expires / 1000)
+        ),
         1,
         0
     )
@@ -197,56 +211,60 @@ end
 function ____exports.forgotten(m, expires)
     m.dict:incr(m.held, -1, 0)
     m.dict:incr(
-        m.exp .. tostring(math.floor(expires / 1000)),
+        str_format(
+            SECOND,
+            m.exp,
+            math_floor(expires / 1000)
+        ),
         -1,
         0
     )
 end
 --- A record's expiry moved (extend) from epoch ms `from` to `to`.
 function ____exports.moved(m, from, to)
-    local a = math.floor(from / 1000)
-    local b = math.floor(to / 1000)
+    local a = math_floor(from / 1000)
+    local b = math_floor(to / 1000)
     if a == b then
         return
     end
     m.dict:incr(
-        m.exp .. tostring(a),
+        str_format(SECOND, m.exp, a),
         -1,
         0
     )
     m.dict:incr(
-        m.exp .. tostring(b),
+        str_format(SECOND, m.exp, b),
         1,
         0
     )
 end
 local function num(dict, key)
     local v = dict:get(key)
-    return type(v) == "number" and v or 0
+    return lua_type(v) == "number" and v or 0
 end
 --- Take the records that expired (by their second) off the held gauge of factory
 -- `name`. One worker at a time (a dict key as the lock); one that finds it
 -- taken reads the gauge as it is.
 local function sweep(dict, p)
-    local limit = math.floor(ngx.now()) - GRACE
+    local limit = math_floor(ngx_now()) - GRACE
     local mark = dict:get(p .. "swept")
-    if type(mark) ~= "number" or mark >= limit then
+    if lua_type(mark) ~= "number" or mark >= limit then
         return
     end
     if not (dict:add(p .. "sweeping", true, 1)) then
         return
     end
     local s = num(dict, p .. "swept")
-    local stop = math.min(limit, s + MAX_SWEEP)
+    local stop = math_min(limit, s + MAX_SWEEP)
     local gone = 0
     while s < stop do
         s = s + 1
-        local v = dict:get((p .. "e") .. tostring(s))
+        local v = dict:get((p .. "e") .. lua_tostring(s))
         if v ~= nil then
-            if type(v) == "number" then
+            if lua_type(v) == "number" then
                 gone = gone + v
             end
-            dict:delete((p .. "e") .. tostring(s))
+            dict:delete((p .. "e") .. lua_tostring(s))
         end
     end
     if gone ~= 0 then
@@ -264,7 +282,7 @@ function ____exports.read(dict, name)
     for i = 1, #____exports.WAIT_BOUNDS + 1 do
         local n = num(
             dict,
-            (p .. "w") .. tostring(i)
+            (p .. "w") .. lua_tostring(i)
         )
         wait[#wait + 1] = n
         acquiredN = acquiredN + n
@@ -273,11 +291,11 @@ function ____exports.read(dict, name)
     for i = 1, #____exports.HOLD_BOUNDS + 1 do
         hold[#hold + 1] = num(
             dict,
-            (p .. "h") .. tostring(i)
+            (p .. "h") .. lua_tostring(i)
         )
     end
     return {
-        held = math.max(
+        held = math_max(
             0,
             num(dict, p .. "held")
         ),

@@ -1,6 +1,17 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local backend = require("resty.dlock.redis.backend")
+local ngx_update_time = ngx.update_time
+local ngx_now = ngx.now
+local timer_at = ngx.timer.at
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local NOTICE = ngx.NOTICE
+local math_min = math.min
+local lua_pcall = pcall
+local lua_pairs = pairs
+local lua_ipairs = ipairs
 --- Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
 -- (and its ttl only starts) when Redis resumes, whenever that is.
 ____exports.LOST_HORIZON = 600
@@ -11,13 +22,13 @@ local sweeping = false
 local function sweepOnce()
     local batch = orphans
     orphans = {}
-    ngx.update_time()
-    local now = ngx.now()
+    ngx_update_time()
+    local now = ngx_now()
     local groups = {}
-    for ____, o in ipairs(batch) do
+    for ____, o in lua_ipairs(batch) do
         if now > o.deadline then
-            ngx.log(
-                ngx.WARN,
+            ngx_log(
+                WARN,
                 "dlock: giving up cleanup of ",
                 o.rkey,
                 " (",
@@ -37,7 +48,7 @@ local function sweepOnce()
             list[#list + 1] = o
         end
     end
-    for ____, list in pairs(groups) do
+    for ____, list in lua_pairs(groups) do
         local first = list[1]
         local out = backend.batch(first.conf, first.release, list)
         for i = 1, #list do
@@ -48,9 +59,9 @@ local function sweepOnce()
             else
                 local deleted = reply ~= 0
                 if deleted and o.lost == "acquire" then
-                    ngx.log(ngx.NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost")
+                    ngx_log(NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost")
                 elseif deleted and o.lost == "release" then
-                    ngx.log(ngx.NOTICE, "dlock: released ", o.rkey, " once Redis answered again")
+                    ngx_log(NOTICE, "dlock: released ", o.rkey, " once Redis answered again")
                 end
                 if o.settle ~= nil then
                     o.settle(o, reply)
@@ -60,16 +71,16 @@ local function sweepOnce()
     end
 end
 local function sweep(premature, delay)
-    local ok, err = pcall(sweepOnce)
+    local ok, err = lua_pcall(sweepOnce)
     if not ok then
-        ngx.log(ngx.ERR, "dlock: cleanup sweep failed: ", err)
+        ngx_log(ERR, "dlock: cleanup sweep failed: ", err)
     end
     if #orphans == 0 or premature then
         sweeping = false
         return
     end
-    local later = math.min(delay * 2, MAX_SWEEP_DELAY)
-    local scheduled = ngx.timer.at(later, sweep, later)
+    local later = math_min(delay * 2, MAX_SWEEP_DELAY)
+    local scheduled = timer_at(later, sweep, later)
     if not scheduled then
         sweeping = false
     end
@@ -78,7 +89,7 @@ end
 function ____exports.adopt(o)
     orphans[#orphans + 1] = o
     if not sweeping then
-        local ok = ngx.timer.at(0, sweep, FIRST_SWEEP_DELAY)
+        local ok = timer_at(0, sweep, FIRST_SWEEP_DELAY)
         sweeping = ok ~= nil
     end
 end
@@ -90,7 +101,7 @@ function ____exports.adoptAcquire(conf, release, rkey, token)
         release = release,
         rkey = rkey,
         token = token,
-        deadline = ngx.now() + ____exports.LOST_HORIZON,
+        deadline = ngx_now() + ____exports.LOST_HORIZON,
         settle = nil
     })
 end

@@ -6,6 +6,16 @@ local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local ffi = require("ffi")
 pcall(ffi.cdef, "int kill(int pid, int sig);")
+local ngx_get_phase = ngx.get_phase
+local worker_pid = ngx.worker.pid
+local timer_at = ngx.timer.at
+local ngx_log = ngx.log
+local WARN = ngx.WARN
+local NOTICE = ngx.NOTICE
+local lua_tostring = tostring
+local lua_pcall = pcall
+local lua_pairs = pairs
+local lua_ipairs = ipairs
 local ESRCH = 3
 --- Registered factories whose dead workers' leases this worker has not looked for yet.
 local pending = {}
@@ -21,7 +31,7 @@ end
 --- Give back, in one batch, what dead workers of factory f left: leases (its release script) or tickets (its drop).
 local function giveBack(dict, f, s, items)
     local targets = {}
-    for ____, it in ipairs(items) do
+    for ____, it in lua_ipairs(items) do
         targets[#targets + 1] = it.target
     end
     local out = backend.batch(f.store.redis, s, targets)
@@ -37,8 +47,8 @@ local function giveBack(dict, f, s, items)
                 released = released + 1
             end
         else
-            ngx.log(
-                ngx.WARN,
+            ngx_log(
+                WARN,
                 "dlock: recovery: ",
                 s == f.kind.drop and "dropping the ticket for " or "releasing ",
                 it.target.rkey,
@@ -49,8 +59,8 @@ local function giveBack(dict, f, s, items)
         end
     end
     if released > 0 then
-        ngx.log(
-            ngx.NOTICE,
+        ngx_log(
+            NOTICE,
             "dlock: recovery: ",
             s == f.kind.drop and "dropped the tickets (or passed on the keys) of " or "released ",
             released,
@@ -74,7 +84,7 @@ local function sweep(premature, factories)
         return
     end
     local byDict = {}
-    for ____, f in ipairs(factories) do
+    for ____, f in lua_ipairs(factories) do
         local list = byDict[f.store.dict]
         if list == nil then
             list = {}
@@ -82,19 +92,19 @@ local function sweep(premature, factories)
         end
         list[#list + 1] = f
     end
-    for dict, list in pairs(byDict) do
+    for dict, list in lua_pairs(byDict) do
         local records = ledger.records(dict)
         local deadPids = {}
         local leases = {}
         local tickets = {}
-        for ____, r in ipairs(records) do
+        for ____, r in lua_ipairs(records) do
             local isDead = deadPids[r.pid]
             if isDead == nil then
-                isDead = r.pid ~= ngx.worker.pid() and dead(r.pid)
+                isDead = r.pid ~= worker_pid() and dead(r.pid)
                 deadPids[r.pid] = isDead
             end
             if isDead then
-                for ____, f in ipairs(list) do
+                for ____, f in lua_ipairs(list) do
                     if f.store.prefix .. r.key == r.rkey and f.kind.shared == r.shared then
                         if not r.waiting then
                             add(leases, f, r)
@@ -105,10 +115,10 @@ local function sweep(premature, factories)
                 end
             end
         end
-        for f, items in pairs(leases) do
+        for f, items in lua_pairs(leases) do
             giveBack(dict, f, f.kind.release, items)
         end
-        for f, items in pairs(tickets) do
+        for f, items in lua_pairs(tickets) do
             giveBack(dict, f, f.kind.drop, items)
         end
     end
@@ -120,22 +130,21 @@ function ____exports.start()
     if #pending == 0 then
         return nil
     end
-    if ngx.get_phase() == "init" then
+    if ngx_get_phase() == "init" then
         return "dlock: init_worker is not available in the init phase (no timers): call it from init_worker_by_lua"
     end
     local batch = pending
     pending = {}
-    local called, ok, err = pcall(ngx.timer.at, 0, sweep, batch)
+    local called, ok, err = lua_pcall(timer_at, 0, sweep, batch)
     if not called or not ok then
         pending = batch
-        local ____tostring_1 = tostring
         local ____called_0
         if called then
             ____called_0 = err
         else
             ____called_0 = ok
         end
-        return "dlock: cannot start the recovery sweep: " .. ____tostring_1(____called_0)
+        return "dlock: cannot start the recovery sweep: " .. lua_tostring(____called_0)
     end
     return nil
 end

@@ -1,6 +1,12 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local request = require("resty.dlock.gateway.request")
+local co_running = coroutine.running
+local co_status = coroutine.status
+local lua_tostring = tostring
+local lua_setmetatable = setmetatable
+local lua_pairs = pairs
+local lua_ipairs = ipairs
 --- Holds of this worker, by "<owner>\0<factory>\0<redis key>".
 local holds = {}
 --- enter() calls since holds whose owner is gone were last dropped.
@@ -8,18 +14,18 @@ local entered = 0
 local PRUNE_EVERY = 64
 local handleMethods = {
     release = function(self)
-        if self.done then
+        if self._done then
             return nil, "not_owner"
         end
-        local h = self.hold
+        local h = self._hold
         if h.count > 1 then
             h.count = h.count - 1
-            self.done = true
+            self._done = true
             return true, nil
         end
         local ok, err = h.root:release()
         if ok ~= nil or err == "not_owner" then
-            self.done = true
+            self._done = true
             h.count = 0
             if holds[h.slot] == h then
                 holds[h.slot] = nil
@@ -28,13 +34,13 @@ local handleMethods = {
         return ok, err
     end,
     extend = function(self, ttl)
-        if self.done then
+        if self._done then
             return nil, "not_owner"
         end
-        return self.hold.root:extend(ttl)
+        return self._hold.root:extend(ttl)
     end,
     valid = function(self)
-        return not self.done and self.hold.root:valid()
+        return not self._done and self._hold.root:valid()
     end
 }
 local handleMt = {__index = handleMethods}
@@ -45,19 +51,19 @@ local function handle(h)
         token = r.token,
         ttl = r.ttl,
         fence = r.fence,
-        hold = h,
-        done = false
+        _hold = h,
+        _done = false
     }
-    return setmetatable(x, handleMt)
+    return lua_setmetatable(x, handleMt)
 end
 --- Who is asking: the request (by address), else the running coroutine.
 local function owner()
     local a = request.anchor()
     if a ~= nil then
-        return "r" .. tostring(a.id), a, nil
+        return "r" .. lua_tostring(a.id), a, nil
     end
-    local co = coroutine.running()
-    return tostring(co), nil, co
+    local co = co_running()
+    return lua_tostring(co), nil, co
 end
 --- A nested lease when the caller already holds rkey through this factory's
 -- `factory` id, else nil. A hold whose lease is over (released, lost, expired)
@@ -87,18 +93,18 @@ local function gone(h)
     if h.anchor ~= nil then
         return not request.alive(h.anchor)
     end
-    return h.co == nil or coroutine.status(h.co) == "dead"
+    return h.co == nil or co_status(h.co) == "dead"
 end
 --- Drop holds of requests and timers that ended without releasing: their
 -- leases expire in Redis by their ttl; here they would only take memory.
 local function prune()
     local dead = {}
-    for slot, h in pairs(holds) do
-        if h.count == 0 or gone(h) or h.root.released then
+    for slot, h in lua_pairs(holds) do
+        if h.count == 0 or gone(h) or h.root._released then
             dead[#dead + 1] = slot
         end
     end
-    for ____, slot in ipairs(dead) do
+    for ____, slot in lua_ipairs(dead) do
         holds[slot] = nil
     end
 end
@@ -110,7 +116,7 @@ function ____exports.enter(factory, root)
         prune()
     end
     local who, anchor, co = owner()
-    local slot = (((who .. "\0") .. factory) .. "\0") .. root.rkey
+    local slot = (((who .. "\0") .. factory) .. "\0") .. root._rkey
     local h = {
         root = root,
         count = 1,

@@ -9,6 +9,13 @@ local SLACK = 0.005
 local PROBE = 0.05
 local PROBE_MAX = 0.2
 local semaphore = require("ngx.semaphore")
+local ngx_now = ngx.now
+local math_min = math.min
+local str_sub = string.sub
+local str_match = string.match
+local lua_tonumber = tonumber
+local lua_pairs = pairs
+local lua_ipairs = ipairs
 local subscribers = {}
 --- Wake the control thread (once: it looks at everything when it wakes).
 function ____exports.ring(s)
@@ -20,7 +27,7 @@ function ____exports.ring(s)
 end
 local function count(t)
     local n = 0
-    for _k in pairs(t) do
+    for _k in lua_pairs(t) do
         n = n + 1
     end
     return n
@@ -39,9 +46,9 @@ end
 -- to be unsubscribed; and waiters killed while they waited are noticed here
 -- (wait.ts drops their tickets).
 function ____exports.prune(s)
-    local now = ngx.now()
+    local now = ngx_now()
     local stale
-    for rkey, at in pairs(s.wanted) do
+    for rkey, at in lua_pairs(s.wanted) do
         if waits.waiters(rkey) == 0 and now - at > GRACE then
             if stale == nil then
                 stale = {}
@@ -52,7 +59,7 @@ function ____exports.prune(s)
     if stale == nil then
         return
     end
-    for ____, rkey in ipairs(stale) do
+    for ____, rkey in lua_ipairs(stale) do
         s.wanted[rkey] = nil
         forget(s, rkey)
     end
@@ -62,17 +69,17 @@ end
 -- token for ms, "c<ms>" the key claimed by a waiter for ms.
 function ____exports.heard(s, rkey, payload)
     s.messages = s.messages + 1
-    local c = string.sub(payload, 1, 1)
+    local c = str_sub(payload, 1, 1)
     if c == "g" then
-        local ms, tok = string.match(payload, "^g(%d+) (.*)$")
+        local ms, tok = str_match(payload, "^g(%d+) (.*)$")
         s.vouched[rkey] = true
-        s.due[rkey] = ngx.now() + (tonumber(ms) or 0) / 1000 + SLACK
+        s.due[rkey] = ngx_now() + (lua_tonumber(ms) or 0) / 1000 + SLACK
         if tok ~= nil then
             waits.wakeToken(rkey, tok)
         end
     elseif c == "c" then
         s.vouched[rkey] = true
-        s.due[rkey] = ngx.now() + (tonumber(string.sub(payload, 2)) or 0) / 1000 + SLACK
+        s.due[rkey] = ngx_now() + (lua_tonumber(str_sub(payload, 2)) or 0) / 1000 + SLACK
     else
         forget(s, rkey)
         waits.wake(rkey)
@@ -80,9 +87,9 @@ function ____exports.heard(s, rkey, payload)
 end
 --- Keys whose due time passed without a word: the first waiter here asks Redis (which passes the key on).
 function ____exports.overdue(s)
-    local now = ngx.now()
+    local now = ngx_now()
     local late
-    for rkey, at in pairs(s.due) do
+    for rkey, at in lua_pairs(s.due) do
         if now >= at then
             if late == nil then
                 late = {}
@@ -93,7 +100,7 @@ function ____exports.overdue(s)
     if late == nil then
         return
     end
-    for ____, rkey in ipairs(late) do
+    for ____, rkey in lua_ipairs(late) do
         s.due[rkey] = nil
         if s.vouched[rkey] ~= nil then
             s.vouched[rkey] = nil
@@ -105,32 +112,32 @@ end
 --- When the control thread must look again, at the latest `until`: the first due time, or the end of a grace.
 function ____exports.nextLook(s, ____until)
     local at = ____until
-    for rkey, since in pairs(s.wanted) do
+    for rkey, since in lua_pairs(s.wanted) do
         if waits.waiters(rkey) == 0 then
-            at = math.min(at, since + GRACE)
+            at = math_min(at, since + GRACE)
         end
     end
-    for _rkey, due in pairs(s.due) do
-        at = math.min(at, due)
+    for _rkey, due in lua_pairs(s.due) do
+        at = math_min(at, due)
     end
     return at
 end
 --- A subscription went down (its connection ended): waiters sleeping until word comes poll again.
 function ____exports.lost(s)
-    for k in pairs(s.sent) do
+    for k in lua_pairs(s.sent) do
         s.sent[k] = nil
     end
     local wasLive = {}
-    for k in pairs(s.live) do
+    for k in lua_pairs(s.live) do
         wasLive[#wasLive + 1] = k
     end
-    for ____, k in ipairs(wasLive) do
+    for ____, k in lua_ipairs(wasLive) do
         s.live[k] = nil
     end
-    for ____, k in ipairs(wasLive) do
+    for ____, k in lua_ipairs(wasLive) do
         waits.wakeAll(k)
     end
-    for k in pairs(s.wanted) do
+    for k in lua_pairs(s.wanted) do
         if not (s.live[k] ~= nil) then
             waits.wakeAll(k)
         end
@@ -176,13 +183,13 @@ function ____exports.expect(s, rkey, ms, foreign)
     local wait = ms >= 0 and ms / 1000 or nil
     if foreign and not (s.vouched[rkey] ~= nil) then
         local p = s.probe[rkey] or PROBE
-        s.probe[rkey] = math.min(p * 2, PROBE_MAX)
-        wait = wait == nil and p or math.min(wait, p)
+        s.probe[rkey] = math_min(p * 2, PROBE_MAX)
+        wait = wait == nil and p or math_min(wait, p)
     end
     if wait == nil then
         return
     end
-    local at = ngx.now() + wait + SLACK
+    local at = ngx_now() + wait + SLACK
     s.due[rkey] = at
     if at < s.wakeAt then
         ____exports.ring(s)

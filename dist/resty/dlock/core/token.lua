@@ -3,6 +3,16 @@ local ____exports = {}
 local ffi = require("ffi")
 pcall(ffi.cdef, "long getrandom(void *buf, size_t buflen, unsigned int flags);")
 pcall(ffi.cdef, "int gethostname(char *name, size_t len);")
+local worker_pid = ngx.worker.pid
+local tab_concat = table.concat
+local io_open = io.open
+local str_format = string.format
+local str_sub = string.sub
+local str_match = string.match
+local str_byte = string.byte
+local str_rep = string.rep
+local lua_pcall = pcall
+local lua_tostring = tostring
 local RANDOM_BYTES = 16
 local buf = ffi.new("uint8_t[?]", 256)
 local POOL = 256
@@ -12,9 +22,9 @@ local poolPid = 0
 local function lookupGetrandom()
     return ffi.C.getrandom
 end
-local hasGetrandom = pcall(lookupGetrandom)
+local hasGetrandom = lua_pcall(lookupGetrandom)
 local function urandom(n)
-    local f = io.open("/dev/urandom", "rb")
+    local f = io_open("/dev/urandom", "rb")
     if f == nil then
         return nil
     end
@@ -33,25 +43,25 @@ local function randomBytes(n)
 end
 local BYTE_HEX = {}
 for b = 0, 255 do
-    BYTE_HEX[b] = string.format("%02x", b)
+    BYTE_HEX[b] = str_format("%02x", b)
 end
 local digits = {}
 local function hexPool(s)
     for i = 1, POOL do
-        digits[i] = BYTE_HEX[string.byte(s, i)]
+        digits[i] = BYTE_HEX[str_byte(s, i)]
     end
-    return table.concat(digits)
+    return tab_concat(digits)
 end
 --- Lower-case hex of a (short) binary string.
 function ____exports.hex(s)
-    return string.format(
-        string.rep("%02x", #s),
-        string.byte(s, 1, #s)
+    return str_format(
+        str_rep("%02x", #s),
+        str_byte(s, 1, #s)
     )
 end
 --- A fresh unguessable 128-bit token as 32 hex characters, or nil, err.
 function ____exports.random()
-    local pid = ngx.worker.pid()
+    local pid = worker_pid()
     if poolPos + RANDOM_BYTES - 1 > POOL or poolPid ~= pid then
         local s = randomBytes(POOL)
         if s == nil or #s ~= POOL then
@@ -63,11 +73,11 @@ function ____exports.random()
     end
     local first = 2 * poolPos - 1
     poolPos = poolPos + RANDOM_BYTES
-    return string.sub(pool, first, first + 2 * RANDOM_BYTES - 1), nil
+    return str_sub(pool, first, first + 2 * RANDOM_BYTES - 1), nil
 end
 local function hostname()
     if ffi.C.gethostname(buf, 255) == 0 then
-        local name = string.match(
+        local name = str_match(
             ffi.string(buf),
             "^[%w%.%-_]+"
         )
@@ -88,17 +98,17 @@ local workerSerial = 0
 -- module loaded by init_by_lua runs in the master first, and forked workers
 -- must not inherit the master's identity.
 function ____exports.worker()
-    local pid = ngx.worker.pid()
+    local pid = worker_pid()
     if workerId == nil or workerPid ~= pid then
         local r, err = ____exports.random()
         if r == nil then
             return nil, err
         end
-        workerId = ((((hostname() .. ":") .. tostring(pid)) .. ":") .. string.sub(r, 1, 16)) .. ":"
+        workerId = ((((hostname() .. ":") .. lua_tostring(pid)) .. ":") .. str_sub(r, 1, 16)) .. ":"
         workerPid = pid
         workerSerial = 0
     end
     workerSerial = workerSerial + 1
-    return workerId .. tostring(workerSerial), nil
+    return workerId .. lua_tostring(workerSerial), nil
 end
 return ____exports

@@ -5,12 +5,24 @@ local orphans = require("resty.dlock.core.orphans")
 local request = require("resty.dlock.gateway.request")
 local MAX_LOCAL_BACKOFF = 8
 local semaphore = require("ngx.semaphore")
+local ngx_update_time = ngx.update_time
+local ngx_now = ngx.now
+local ngx_sleep = ngx.sleep
+local worker_pid = ngx.worker.pid
+local co_running = coroutine.running
+local co_status = coroutine.status
+local tab_remove = table.remove
+local math_floor = math.floor
+local math_max = math.max
+local math_min = math.min
+local math_random = math.random
+local lua_ipairs = ipairs
 local lines = {}
 local function gone(w)
     if w.anchor ~= nil then
         return not request.alive(w.anchor)
     end
-    return coroutine.status(w.co) == "dead"
+    return co_status(w.co) == "dead"
 end
 --- The line of rkey without the waiters that are gone; nil when nobody waits.
 local function line(rkey)
@@ -25,7 +37,7 @@ local function line(rkey)
             if w.ticket ~= nil then
                 orphans.adopt(w.ticket)
             end
-            table.remove(l, i)
+            tab_remove(l, i)
         else
             i = i + 1
         end
@@ -45,7 +57,7 @@ local function join(rkey, token)
     local w = {
         rkey = rkey,
         sem = sem,
-        co = coroutine.running(),
+        co = co_running(),
         anchor = request.anchor(),
         token = token,
         ticket = nil,
@@ -82,7 +94,7 @@ end
 function ____exports.pause(t, ms)
     ____exports.enter(t)
     if t.w == nil then
-        ngx.sleep(ms / 1000)
+        ngx_sleep(ms / 1000)
         return false
     end
     local ok = t.w.sem:wait(ms / 1000)
@@ -101,7 +113,7 @@ function ____exports.leave(t)
     end
     for i = 1, #l do
         if l[i] == w then
-            table.remove(l, i)
+            tab_remove(l, i)
             break
         end
     end
@@ -132,7 +144,7 @@ function ____exports.wakeToken(rkey, token)
     if l == nil then
         return false
     end
-    for ____, w in ipairs(l) do
+    for ____, w in lua_ipairs(l) do
         if w.token == token then
             w.sem:post(1)
             return true
@@ -147,7 +159,7 @@ function ____exports.recheck(rkey)
     if l == nil then
         return
     end
-    for ____, w in ipairs(l) do
+    for ____, w in lua_ipairs(l) do
         if w.unsure then
             w.sem:post(1)
         end
@@ -159,7 +171,7 @@ function ____exports.wakeAll(rkey)
     if l == nil then
         return
     end
-    for ____, w in ipairs(l) do
+    for ____, w in lua_ipairs(l) do
         w.sem:post(1)
     end
 end
@@ -179,32 +191,32 @@ function ____exports.awaitLocalHolder(dict, t, deadline)
             return seen and "free" or "none", nil
         end
         seen = true
-        ngx.update_time()
-        local now = ngx.now() * 1000
+        ngx_update_time()
+        local now = ngx_now() * 1000
         if now >= deadline then
-            return "timeout", math.max(
+            return "timeout", math_max(
                 0,
-                math.floor(expires - now)
+                math_floor(expires - now)
             )
         end
-        if pid == ngx.worker.pid() then
+        if pid == worker_pid() then
             ____exports.pause(
                 t,
-                math.min(
+                math_min(
                     deadline - now,
-                    math.max(1, expires - now + 1)
+                    math_max(1, expires - now + 1)
                 )
             )
             return "free", nil
         end
         ____exports.pause(
             t,
-            math.min(
+            math_min(
                 deadline - now,
-                step / 2 + math.random() * step / 2
+                step / 2 + math_random() * step / 2
             )
         )
-        step = math.min(step * 2, MAX_LOCAL_BACKOFF)
+        step = math_min(step * 2, MAX_LOCAL_BACKOFF)
     end
 end
 return ____exports

@@ -3,6 +3,7 @@ local ____exports = {}
 local subscriber = require("resty.dlock.redis.subscriber")
 local subs = require("resty.dlock.core.subscriptions")
 local waits = require("resty.dlock.core.wait")
+local ngx_now = ngx.now
 --- A waiter of this worker waits for rkey (held elsewhere): have its releases
 -- wake us. True when the subscription is live (then sleeping until the
 -- holder's PTTL is safe); false while it is being set up or down (poll).
@@ -11,7 +12,7 @@ function ____exports.want(conf, rkey)
     if s == nil or s.refused then
         return false
     end
-    s.wanted[rkey] = ngx.now()
+    s.wanted[rkey] = ngx_now()
     if not s.running then
         subscriber.start(s)
     elseif not (s.sent[rkey] ~= nil) then

@@ -2,9 +2,21 @@
 local ____exports = {}
 local check = require("resty.dlock.core.check")
 local meter = require("resty.dlock.core.meter")
-local lease = require("resty.dlock.core.lease")
+local batch = require("resty.dlock.core.batch")
 local loop = require("resty.dlock.core.loop")
 local request = require("resty.dlock.gateway.request")
+local ngx_update_time = ngx.update_time
+local ngx_now = ngx.now
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local co_running = coroutine.running
+local co_status = coroutine.status
+local math_max = math.max
+local math_min = math.min
+local lua_pcall = pcall
+local lua_pairs = pairs
+local lua_ipairs = ipairs
 local watched = {}
 local count = 0
 --- Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds.
@@ -20,28 +32,28 @@ end
 --- The lease is lost: say so once, and tell its holder.
 local function lost(l, why, hooks)
     drop(l)
-    if l.lost then
+    if l._lost then
         return
     end
-    l.lost = true
-    meter.lost(l.store.meter)
+    l._lost = true
+    meter.lost(l._store.meter)
     if hooks ~= nil then
         hooks.lost(l, why)
         return
     end
-    ngx.log(
-        ngx.ERR,
+    ngx_log(
+        ERR,
         "dlock: lease on ",
         l.key,
         " lost: ",
         why
     )
-    local onLost = l.onLost
+    local onLost = l._onLost
     if onLost ~= nil then
-        local ok, err = pcall(onLost, l, why)
+        local ok, err = lua_pcall(onLost, l, why)
         if not ok then
-            ngx.log(
-                ngx.ERR,
+            ngx_log(
+                ERR,
                 "dlock: on_lost of the lease on ",
                 l.key,
                 " raised: ",
@@ -58,15 +70,15 @@ local function orphaned(w)
     if w.anchor ~= nil then
         return not request.alive(w.anchor)
     end
-    return w.co ~= nil and coroutine.status(w.co) == "dead"
+    return w.co ~= nil and co_status(w.co) == "dead"
 end
 local function round()
-    ngx.update_time()
-    local now = ngx.now()
+    ngx_update_time()
+    local now = ngx_now()
     local due = {}
     local forgotten = {}
-    for l, w in pairs(watched) do
-        if l.released or l.releasing or l.lost then
+    for l, w in lua_pairs(watched) do
+        if l._released or l._releasing or l._lost then
             drop(l)
         elseif orphaned(w) then
             forgotten[#forgotten + 1] = l
@@ -74,29 +86,29 @@ local function round()
             due[#due + 1] = l
         end
     end
-    for ____, l in ipairs(forgotten) do
+    for ____, l in lua_ipairs(forgotten) do
         drop(l)
-        ngx.log(ngx.WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
-        lease.releaseAll({l})
+        ngx_log(WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
+        batch.releaseAll({l})
     end
     if #due == 0 then
         return
     end
-    local results = lease.extendAll(due)
+    local results = batch.extendAll(due)
     for i = 1, #due do
         local l = due[i]
         local w = watched[l]
         local r = results[i]
-        if w ~= nil and not l.releasing then
+        if w ~= nil and not l._releasing then
             local hooks = w.hooks
             if r == true then
-                w.renewedAt = ngx.now()
+                w.renewedAt = ngx_now()
                 if hooks ~= nil then
                     hooks.renewed(l)
                 end
             elseif r == "not_owner" then
                 lost(l, "the key is gone from Redis, or someone else's", hooks)
-            elseif ngx.now() * 1000 >= l.validUntil then
+            elseif ngx_now() * 1000 >= l._validUntil then
                 lost(
                     l,
                     ("Redis could not renew it before it expired (" .. check.reason(r)) .. ")",
@@ -105,8 +117,8 @@ local function round()
             elseif hooks ~= nil then
                 hooks.failed(l, r)
             else
-                ngx.log(
-                    ngx.WARN,
+                ngx_log(
+                    WARN,
                     "dlock: renewing the lease on ",
                     l.key,
                     ": ",
@@ -132,7 +144,7 @@ function ____exports.watch(l, hooks)
     if hooks == nil then
         anchor = request.anchor()
         if anchor == nil then
-            co = coroutine.running()
+            co = co_running()
         end
     end
     if not (watched[l] ~= nil) then
@@ -143,11 +155,11 @@ function ____exports.watch(l, hooks)
         anchor = anchor,
         co = co,
         hooks = hooks,
-        renewedAt = ngx.now()
+        renewedAt = ngx_now()
     }
-    tick = math.min(
+    tick = math_min(
         tick,
-        math.max(MIN_TICK, l.ttl / 6000)
+        math_max(MIN_TICK, l.ttl / 6000)
     )
     local err = loop.start(sweeper)
     if err ~= nil then
@@ -158,7 +170,7 @@ end
 --- The end of an acquire with renew = true: the lease, watched from now on; or,
 -- when the watchdog cannot run, nil and why (the lease is given back).
 function ____exports.hold(l, onLost)
-    l.onLost = onLost
+    l._onLost = onLost
     local err = ____exports.watch(l)
     if err ~= nil then
         l:release()

@@ -2,7 +2,7 @@
 local ____exports = {}
 local hold, releaseList, drain, raised, schedule, failed, queue, head, tail, draining, MAX_DRAINERS, BATCH, DRAIN_ROUNDS, heldOf
 local check = require("resty.dlock.core.check")
-local lease = require("resty.dlock.core.lease")
+local batch = require("resty.dlock.core.batch")
 local loop = require("resty.dlock.core.loop")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
@@ -14,7 +14,7 @@ function hold(f)
     end
 end
 function releaseList(owner, list)
-    local n, err = lease.releaseAll(list)
+    local n, err = batch.releaseAll(list)
     if n > 0 then
         failed(
             owner,

@@ -1,18 +1,21 @@
 // Leases: what resty.dlock locks and resty.dlock.semaphore permits have in
-// common (their options: options.ts): the acquire loop (one script round
-// trip per attempt; how to wait between attempts is wait.ts's), owner-checked
-// release and extend (one lease, or many in one round trip), and `with`.
+// common (their options: options.ts): the lease object, made by an acquire (acquire.ts), released and extended
+// owner-checked (what Redis's answers do to it is settle.ts's; many leases in
+// one round trip, batch.ts; `with`, with.ts).
 
 import * as check from "./check";
 import * as ledger from "./ledger";
 import * as meter from "./meter";
 import * as options from "./options";
-import * as orphans from "./orphans";
 import * as backend from "../redis/backend";
 import * as redis from "../redis/client";
 import * as scripts from "../redis/scripts";
-import * as waits from "./wait";
-import * as wakeups from "./wakeups";
+import * as settle from "./settle";
+
+const ngx_get_phase = ngx.get_phase;
+const ngx_now = ngx.now;
+const lua_setmetatable = setmetatable;
+const nowMs = settle.nowMs;
 
 /** The scripts of one kind of lease. */
 export interface Kind {
@@ -42,39 +45,44 @@ export interface Store {
   readonly meter: meter.Meter;
 }
 
+/**
+ * A lease as its holder sees it: key, token, ttl, fence (with fencing) and the
+ * methods. The rest is the library's (`_` fields): a holder that reads them
+ * relies on what may change in any release.
+ */
 export interface Lease {
   readonly key: string;
   readonly token: string;
   ttl: number;
-  readonly store: Store;
-  readonly kind: Kind;
-  readonly rkey: string;
-  /** Its record in the shared dict (see ledger). */
-  readonly rec: string;
   /** With fencing: larger than the fence of every earlier holder of the key. */
   readonly fence: number | undefined;
+  readonly _store: Store;
+  readonly _kind: Kind;
+  readonly _rkey: string;
+  /** Its record in the shared dict (see ledger). */
+  readonly _rec: string;
   /** Over: Redis confirmed the release, or said the key is not ours. */
-  released: boolean;
+  _released: boolean;
   /**
    * Epoch ms before which the key cannot have expired in Redis: ttl counted
    * from when the acquire or the last confirmed extend was sent.
    */
-  validUntil: number;
+  _validUntil: number;
   /**
    * Epoch ms by which the key is gone from Redis at the latest, as far as this
    * worker knows: how long a release Redis did not confirm is retried.
    */
-  expires: number;
+  _expires: number;
   /** A release reached Redis in time, but its reply was lost: it may have deleted the key. */
-  releaseSent: boolean;
+  _releaseSent: boolean;
   /** release() was called: the watchdog stops renewing it, and a failed renewal is not a loss. */
-  releasing: boolean;
+  _releasing: boolean;
   /** The watchdog found it gone, or could not renew it before it expired. */
-  lost: boolean;
+  _lost: boolean;
   /** Told once when the lease is lost (renew = true only). */
-  onLost: OnLost | undefined;
+  _onLost: OnLost | undefined;
   /** Epoch ms when it was taken (for the hold-time histogram). */
-  readonly since: number;
+  readonly _since: number;
   valid(): boolean;
   release(): LuaMultiReturn<[true | undefined, string | undefined]>;
   extend(ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]>;
@@ -88,7 +96,7 @@ const COSOCKET_PHASES = check.set("rewrite", "server_rewrite", "access", "conten
   "ssl_cert", "ssl_session_fetch", "ssl_client_hello", "preread");
 
 export function phaseError(op: string): string | undefined {
-  const phase = ngx.get_phase();
+  const phase = ngx_get_phase();
   if (COSOCKET_PHASES.has(phase)) {
     return undefined;
   }
@@ -99,111 +107,6 @@ export function phaseError(op: string): string | undefined {
 /** What the lease's holder is told when the watchdog finds it lost. */
 export type OnLost = (this: void, lease: Lease, why: string) => void;
 
-type Fault = backend.Fault;
-
-/** Epoch ms now, fresh (not the time cached at the start of this event loop cycle). */
-function nowMs(): number {
-  ngx.update_time();
-  return ngx.now() * 1000;
-}
-
-/** An extend or a release of l failed: what its outcome may have changed in Redis. */
-function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean): void {
-  if (fault !== "lost") {
-    return;
-  }
-  if (release) {
-    // Sent (at the latest now) while the key could not have expired yet.
-    if (nowMs() < l.validUntil) {
-      l.releaseSent = true;
-    }
-  } else {
-    // A PEXPIRE queued in a paused Redis runs when Redis resumes, whenever that is.
-    l.expires = math.max(l.expires, nowMs() + orphans.LOST_HORIZON * 1000);
-  }
-}
-
-/** Its record out of the shared dict, and out of the held gauge. */
-function forget(l: Lease): void {
-  const expires = ledger.forget(l.store.dict, l.rec, l.token);
-  if (expires !== undefined) meter.forgotten(l.store.meter, expires);
-}
-
-/** Redis says the key is not ours any more: counted lost, unless the watchdog did already. */
-function gone(l: Lease): void {
-  if (!l.lost) meter.lost(l.store.meter);
-}
-
-/**
- * Redis answered the owner-checked release of l (1: deleted, else not ours):
- * the lease is over. A key found gone after a release reached Redis in time
- * was deleted by that release (or expired after it was asked to go), so that
- * still counts as released.
- */
-function settle(l: Lease, reply: RedisValue): LuaMultiReturn<[true | undefined, string | undefined]> {
-  l.released = true;
-  forget(l);
-  if (type(reply) === "string") {
-    // Handed to the first waiter in line (its token): if it waits in this
-    // worker, it goes now, without waiting for the announcement to come back.
-    waits.wakeToken(l.rkey, reply as string);
-    meter.released(l.store.meter, (nowMs() - l.since) / 1000);
-    return $multi(true as const, undefined);
-  }
-  // With a live subscription the release's PUBLISH wakes our waiters; waking
-  // one here too would send two of this worker's waiters after the key.
-  if (!wakeups.live(l.store.redis, l.rkey)) waits.wake(l.rkey);
-  if (reply === 1 || l.releaseSent) {
-    meter.released(l.store.meter, (nowMs() - l.since) / 1000);
-    return $multi(true as const, undefined);
-  }
-  gone(l);
-  return $multi(undefined, "not_owner");
-}
-
-
-/** Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`. */
-function extended(l: Lease, reply: RedisValue, ms: number, sent: number): LuaMultiReturn<[true | undefined, string | undefined]> {
-  if (reply !== 1) {
-    // Never ours again: tokens are unique per lease.
-    l.released = true;
-    forget(l);
-    gone(l);
-    return $multi(undefined, "not_owner");
-  }
-  l.ttl = ms;
-  l.validUntil = sent + backend.validity(l.store.redis, ms);
-  l.expires = math.max(l.expires, nowMs() + ms);
-  const [from, to] = ledger.renew(l.store.dict, l.rec, l.token, l.key, ms);
-  if (from !== undefined) meter.moved(l.store.meter, from, to);
-  return $multi(true as const, undefined);
-}
-
-interface Unreleased extends orphans.Orphan {
-  readonly lease: Lease;
-}
-
-function swept(this: void, o: orphans.Orphan, reply: RedisValue | undefined): void {
-  const l = (o as Unreleased).lease;
-  if (!l.released) {
-    if (reply === undefined) {
-      // Given up at its expiry: the key is gone by now.
-      l.released = true;
-      forget(l);
-    } else {
-      settle(l, reply);
-    }
-  }
-}
-
-/** Hand a lease whose release Redis did not confirm to the sweep, which retries it until the key expires. */
-function orphan(l: Lease): void {
-  const o: Unreleased = {
-    lost: "release", conf: l.store.redis, release: l.kind.release, rkey: l.rkey, token: l.token,
-    deadline: l.expires / 1000, settle: swept, lease: l,
-  };
-  orphans.adopt(o);
-}
 
 /**
  * lease:valid(): may the holder still act on it? No round trip: false once it
@@ -211,7 +114,7 @@ function orphan(l: Lease): void {
  * the acquire or the last renewal Redis confirmed.
  */
 function valid(this: Lease): boolean {
-  return !this.released && !this.lost && nowMs() < this.validUntil;
+  return !this._released && !this._lost && nowMs() < this._validUntil;
 }
 
 const leaseMethods = {
@@ -223,16 +126,16 @@ const leaseMethods = {
   release(this: Lease): LuaMultiReturn<[true | undefined, string | undefined]> {
     const perr = phaseError("release");
     if (perr !== undefined) return $multi(undefined, perr);
-    if (this.released) {
+    if (this._released) {
       return $multi(undefined, "not_owner");
     }
-    this.releasing = true;
-    const [res, err, fault] = backend.own(this.store.redis, this.kind.release, this.rkey, this.token);
+    this._releasing = true;
+    const [res, err, fault] = backend.own(this._store.redis, this._kind.release, this._rkey, this.token);
     if (res === undefined) {
-      unconfirmed(this, fault, true);
+      settle.unconfirmed(this, fault, true);
       return $multi(undefined, err);
     }
-    return settle(this, res);
+    return settle.released(this, res);
   },
 
   valid,
@@ -247,187 +150,33 @@ const leaseMethods = {
       if (n === undefined) return $multi(undefined, terr);
       ms = n;
     }
-    if (this.released) {
+    if (this._released) {
       return $multi(undefined, "not_owner");
     }
-    const sent = ngx.now() * 1000;
-    const [res, err, fault] = backend.own(this.store.redis, this.kind.extend, this.rkey, this.token, ms);
+    const sent = ngx_now() * 1000;
+    const [res, err, fault] = backend.own(this._store.redis, this._kind.extend, this._rkey, this.token, ms);
     if (res === undefined) {
-      unconfirmed(this, fault, false);
+      settle.unconfirmed(this, fault, false);
       return $multi(undefined, err);
     }
-    return extended(this, res, ms, sent);
+    return settle.extended(this, res, ms, sent);
   },
 };
 const leaseMt = { __index: leaseMethods };
 
-
-/**
- * Leases of the list grouped for pipelining: one group per Redis endpoint and
- * script (locks and permits run different scripts), each with the indexes of
- * its leases in the list.
- */
-function byEndpoint(list: Lease[], script: (this: void, l: Lease) => scripts.Script): LuaTable<string, number[]> {
-  const groups = new LuaTable<string, number[]>();
-  for (const i of $range(1, list.length)) {
-    const l = list[i - 1]!;
-    if (!l.released) {
-      const g = l.store.redis.pool + " " + script(l).sha;
-      let idx = groups.get(g);
-      if (idx === undefined) {
-        idx = [];
-        groups.set(g, idx);
-      }
-      idx.push(i);
-    }
-  }
-  return groups;
-}
-
-function releaseScript(this: void, l: Lease): scripts.Script {
-  return l.kind.release;
-}
-
-function extendScript(this: void, l: Lease): scripts.Script {
-  return l.kind.extend;
-}
-
-/**
- * Release many leases in one round trip per Redis endpoint (a pipeline of the
- * owner-checked release script): how queued releases of a busy gateway keep
- * up. A release Redis did not confirm leaves its lease to a background sweep
- * that retries it until Redis answers or the key expires; the lease ends when
- * the sweep gets an answer. Returns how many were not confirmed now, and the
- * last error.
- */
-export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | undefined]> {
-  let failed = 0;
-  let lastErr: string | undefined;
-  for (const [, idx] of byEndpoint(list, releaseScript)) {
-    const group: Lease[] = [];
-    for (const i of idx) {
-      group.push(list[i - 1]!);
-    }
-    const first = group[0]!;
-    const out = backend.batch(first.store.redis, first.kind.release, group);
-    for (const j of $range(1, group.length)) {
-      const l = group[j - 1]!;
-      const reply = out.replies.get(j);
-      if (reply === undefined) {
-        unconfirmed(l, out.faults.get(j), true);
-        failed++;
-        lastErr = out.errors.get(j);
-        orphan(l);
-      } else {
-        settle(l, reply);
-      }
-    }
-  }
-  return $multi(failed, lastErr);
-}
-
-/**
- * Extend many leases, each to its own ttl, in one round trip per Redis
- * endpoint: how a gateway renews the leases of its in-flight requests. Results
- * are aligned with the list: true, "not_owner" (the lease ran out; it is over,
- * as after extend()), or an error message ("dlock: redis ...").
- */
-export function extendAll(list: Lease[]): (true | string)[] {
-  const results: (true | string)[] = [];
-  for (const _ of list) {
-    results.push("not_owner");
-  }
-  const sent = ngx.now() * 1000;
-  for (const [, idx] of byEndpoint(list, extendScript)) {
-    const group: Lease[] = [];
-    const ms: number[] = [];
-    for (const i of idx) {
-      const l = list[i - 1]!;
-      group.push(l);
-      ms.push(l.ttl);
-    }
-    const first = group[0]!;
-    const out = backend.batch(first.store.redis, first.kind.extend, group, ms);
-    for (const j of $range(1, group.length)) {
-      const l = group[j - 1]!;
-      const reply = out.replies.get(j);
-      const i = idx[j - 1]!;
-      if (reply === undefined) {
-        unconfirmed(l, out.faults.get(j), false);
-        results[i - 1] = out.errors.get(j)!;
-      } else {
-        const [ok, err] = extended(l, reply, l.ttl, sent);
-        if (ok) {
-          results[i - 1] = true;
-        } else {
-          results[i - 1] = err!;
-        }
-      }
-    }
-  }
-  return results;
-}
-
 /** A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds). */
-export function make(store: Store, kind: Kind, key: string, tok: string, ttl: number, sent: number, fence: number | undefined): Lease {
-  const rkey = store.prefix + key;
+export function make(store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number, sent: number, fence: number | undefined): Lease {
   const rec = ledger.recordKey(rkey, tok, kind.shared);
   const recorded = ledger.record(store.dict, rec, tok, key, ttl);
   if (recorded !== undefined) meter.recorded(store.meter, recorded);
   const now = nowMs();
   const lease = {
-    key, token: tok, ttl, store, kind, rkey, rec, fence, released: false,
-    validUntil: sent + backend.validity(store.redis, ttl), expires: now + ttl, releaseSent: false,
-    releasing: false, lost: false, onLost: undefined, since: now,
+    key, token: tok, ttl, fence, _store: store, _kind: kind, _rkey: rkey, _rec: rec, _released: false,
+    _validUntil: sent + backend.validity(store.redis, ttl), _expires: now + ttl, _releaseSent: false,
+    _releasing: false, _lost: false, _since: now,
   };
   // Not a tail call: LuaJIT gives up a trace that tail-calls a builtin on its
   // way out ("leaving loop in root trace"), and leaves the function interpreted.
-  const l = setmetatable(lease, leaseMt) as Lease;
+  const l = lua_setmetatable(lease, leaseMt) as Lease;
   return l;
-}
-
-/** Anything with an acquire method: locks, semaphores. */
-interface Acquirer {
-  acquire(key: string, opts?: LuaTable<string, unknown>): AcquireResult;
-}
-
-// pcall typed for any number of results, so they pass through without a table.
-const protect = pcall as unknown as (this: void, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]) => LuaMultiReturn<unknown[]>;
-
-/**
- * Release, then hand on fn's results (pcall's `ok, ...`) or its error. A
- * release Redis did not confirm goes to the background sweep and, when fn
- * succeeded, is the result: the caller must not believe the key free.
- */
-function finish(this: void, lease: Lease, ...pcalled: unknown[]): LuaMultiReturn<unknown[]> {
-  const [released, rerr] = lease.release();
-  const stuck = released === undefined && rerr !== "not_owner";
-  if (stuck) {
-    orphan(lease);
-  }
-  const [ok, e] = select(1, ...pcalled);
-  if (ok !== true) {
-    return $multi(undefined, "dlock: callback failed while holding " + lease.key + ": " + check.text(e));
-  }
-  if (stuck) {
-    return $multi(undefined, "dlock: could not release " + lease.key + " after the callback (retried until it expires): " +
-      check.reason(rerr));
-  }
-  return select(2, ...pcalled);
-}
-
-/**
- * The `with` method of locks and semaphores: run fn(...) while holding key; the
- * lease is released whatever fn does. Returns fn's results, or nil, err when
- * the lease was not acquired, fn raised, or the release failed.
- */
-export function withLease(this: Acquirer, key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]> {
-  if (type(fn) !== "function") {
-    return check.fail("with needs a function", fn);
-  }
-  const [lease, err, retryAfter] = this.acquire(key, opts);
-  if (lease === undefined) {
-    return $multi(undefined, err, retryAfter);
-  }
-  return finish(lease, ...protect(fn, ...args));
 }

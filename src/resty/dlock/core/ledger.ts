@@ -1,3 +1,17 @@
+
+
+const ngx_now = ngx.now;
+const worker_pid = ngx.worker.pid;
+const ngx_log = ngx.log;
+const WARN = ngx.WARN;
+const math_floor = math.floor;
+const math_max = math.max;
+const math_min = math.min;
+const str_format = string.format;
+const str_sub = string.sub;
+const str_match = string.match;
+const lua_type = type;
+const lua_tonumber = tonumber;
 // Local bookkeeping of the leases this nginx instance holds, in a lua_shared_dict
 // so every worker (and the status endpoint) sees them. One record per lock key,
 // one per permit for semaphores (several holders share a key):
@@ -29,7 +43,7 @@ export const UNRECORDED = "c:ledger:unrecorded";
 /** How many leases this nginx could not record since it started (the dict was full). */
 export function unrecorded(dict: NgxSharedDict): number {
   const [v] = dict.get(UNRECORDED);
-  return type(v) === "number" ? (v as number) : 0;
+  return lua_type(v) === "number" ? (v as number) : 0;
 }
 
 /**
@@ -43,12 +57,13 @@ export function prepare(dict: NgxSharedDict): void {
 
 /** The dict key of a lease's record. */
 export function recordKey(rkey: string, token: string, shared: boolean): string {
-  return shared ? RECORD + rkey + " " + token : RECORD + rkey;
+  // One format, not a chain of concatenations (each makes a string of its own).
+  return shared ? str_format("%s%s %s", RECORD, rkey, token) : RECORD + rkey;
 }
 
 function encode(token: string, key: string, expires: number): string {
   // One format, not a chain of concatenations (one CAT each); not a tail call (see lease.make).
-  const v = string.format("%d %d %s %s", ngx.worker.pid(), expires, token, key);
+  const v = str_format("%d %d %s %s", worker_pid(), expires, token, key);
   return v;
 }
 
@@ -60,9 +75,9 @@ let warnedAt = -WARN_EVERY;
 function unrecordable(dict: NgxSharedDict, key: string, err: string | undefined): void {
   dict.incr(UNRECORDED, 1, 0);
   missed++;
-  const now = ngx.now();
+  const now = ngx_now();
   if (now - warnedAt >= WARN_EVERY) {
-    ngx.log(ngx.WARN, "dlock: shared dict full: ", missed, " lease(s) not recorded since the last warning (latest ",
+    ngx_log(WARN, "dlock: shared dict full: ", missed, " lease(s) not recorded since the last warning (latest ",
       key, ": ", err, "); held(), status and local waiting miss them, exclusion is unaffected");
     missed = 0;
     warnedAt = now;
@@ -71,7 +86,7 @@ function unrecordable(dict: NgxSharedDict, key: string, err: string | undefined)
 
 /** Record a new lease: when its record expires (epoch ms), or nil when the dict could not take it (counted in UNRECORDED). */
 export function record(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): number | undefined {
-  const expires = math.floor(ngx.now() * 1000) + ttl;
+  const expires = math_floor(ngx_now() * 1000) + ttl;
   const [ok, err] = dict.safe_set(rec, encode(token, key, expires), ttl / 1000);
   if (!ok) {
     unrecordable(dict, key, err);
@@ -86,32 +101,32 @@ export function record(dict: NgxSharedDict, rec: string, token: string, key: str
  * nil when the dict is full (then the ticket is skipped at its deadline).
  */
 export function waiting(dict: NgxSharedDict, rkey: string, token: string, key: string, ms: number): string | undefined {
-  const rec = WAITING + rkey + " " + token;
-  const [ok] = dict.safe_set(rec, encode(token, key, math.floor(ngx.now() * 1000) + ms), ms / 1000);
+  const rec = str_format("%s%s %s", WAITING, rkey, token);
+  const [ok] = dict.safe_set(rec, encode(token, key, math_floor(ngx_now() * 1000) + ms), ms / 1000);
   return ok ? rec : undefined;
 }
 
 /** The token of the record, and when it expires (epoch ms). */
 function tokenOf(dict: NgxSharedDict, rec: string): LuaMultiReturn<[string | undefined, number]> {
   const [v] = dict.get(rec);
-  if (type(v) !== "string") {
+  if (lua_type(v) !== "string") {
     return $multi(undefined, 0);
   }
-  const [e, t] = string.match(v as string, "^%d+ (%d+) (%S+) ");
-  return $multi(t, tonumber(e) ?? 0);
+  const [e, t] = str_match(v as string, "^%d+ (%d+) (%S+) ");
+  return $multi(t, lua_tonumber(e) ?? 0);
 }
 
 /** The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx. */
 export function holder(dict: NgxSharedDict, rec: string): LuaMultiReturn<[number | undefined, number]> {
   const [v] = dict.get(rec);
-  if (type(v) !== "string") {
+  if (lua_type(v) !== "string") {
     return $multi(undefined, 0);
   }
-  const [pid, expires] = string.match(v as string, "^(%d+) (%d+) ");
+  const [pid, expires] = str_match(v as string, "^(%d+) (%d+) ");
   if (pid === undefined) {
     return $multi(undefined, 0);
   }
-  return $multi(tonumber(pid), tonumber(expires) ?? 0);
+  return $multi(lua_tonumber(pid), lua_tonumber(expires) ?? 0);
 }
 
 /**
@@ -121,7 +136,7 @@ export function holder(dict: NgxSharedDict, rec: string): LuaMultiReturn<[number
 export function renew(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): LuaMultiReturn<[number | undefined, number]> {
   const [t, was] = tokenOf(dict, rec);
   if (t !== token) return $multi(undefined, 0);
-  const expires = math.floor(ngx.now() * 1000) + ttl;
+  const expires = math_floor(ngx_now() * 1000) + ttl;
   if (!dict.safe_set(rec, encode(token, key, expires), ttl / 1000)[0]) return $multi(undefined, 0);
   return $multi(was, expires);
 }
@@ -142,11 +157,11 @@ export function forget(dict: NgxSharedDict, rec: string, token: string): number 
 
 /** The lease a record stands for, or nil when `v` is not a record. */
 function parse(v: unknown, nowMs: number): HeldLease | undefined {
-  if (type(v) !== "string") return undefined;
-  const [pid, expires, token, key] = string.match(v as string, "^(%d+) (%d+) (%S+) (.*)$");
+  if (lua_type(v) !== "string") return undefined;
+  const [pid, expires, token, key] = str_match(v as string, "^(%d+) (%d+) (%S+) (.*)$");
   if (key === undefined) return undefined;
-  const exp = tonumber(expires) ?? 0;
-  return { key, token: token!, pid: tonumber(pid) ?? 0, expires_at: exp / 1000, ttl: math.max(0, exp - nowMs) };
+  const exp = lua_tonumber(expires) ?? 0;
+  return { key, token: token!, pid: lua_tonumber(pid) ?? 0, expires_at: exp / 1000, ttl: math_max(0, exp - nowMs) };
 }
 
 /** A record as crash recovery needs it: where it is, and the Redis key and token of its lease. */
@@ -166,16 +181,16 @@ export interface Record {
 export function records(dict: NgxSharedDict): LuaMultiReturn<[Record[]]> {
   const out: Record[] = [];
   const keys = dict.get_keys(0);
-  const nowMs = ngx.now() * 1000;
+  const nowMs = ngx_now() * 1000;
   for (const i of $range(1, keys.length())) {
     const k = keys.get(i);
-    const what = string.sub(k, 1, 2);
+    const what = str_sub(k, 1, 2);
     if (what === RECORD || what === WAITING) {
       const l = parse(dict.get(k)[0], nowMs);
       if (l !== undefined) {
         const tail = " " + l.token;
-        const tokened = string.sub(k, -tail.length) === tail;
-        const rkey = tokened ? string.sub(k, 3, -tail.length - 1) : string.sub(k, 3);
+        const tokened = str_sub(k, -tail.length) === tail;
+        const rkey = tokened ? str_sub(k, 3, -tail.length - 1) : str_sub(k, 3);
         const waiting = what === WAITING;
         out.push({ rec: k, rkey, key: l.key, token: l.token, pid: l.pid, shared: tokened && !waiting, waiting });
       }
@@ -201,15 +216,15 @@ export function held(dict: NgxSharedDict): HeldLease[] {
  */
 export function list(dict: NgxSharedDict, max: number, others = 0): LuaMultiReturn<[HeldLease[], boolean]> {
   const bound = max === 0 ? 0 : max * 4 + 1024 + others;
-  const nowMs = ngx.now() * 1000;
-  let n = max === 0 ? 0 : math.min(max + 64, bound);
+  const nowMs = ngx_now() * 1000;
+  let n = max === 0 ? 0 : math_min(max + 64, bound);
   while (true) {
     const keys = dict.get_keys(n);
     const found: HeldLease[] = [];
     let more = false;
     for (const i of $range(1, keys.length())) {
       const k = keys.get(i);
-      if (string.sub(k, 1, 2) === RECORD) {
+      if (str_sub(k, 1, 2) === RECORD) {
         const l = parse(dict.get(k)[0], nowMs);
         if (l !== undefined) {
           if (max > 0 && found.length === max) {
@@ -224,7 +239,7 @@ export function list(dict: NgxSharedDict, max: number, others = 0): LuaMultiRetu
     if (n === 0 || more || keys.length() < n || n >= bound) {
       return $multi(found, more || (n > 0 && keys.length() >= n));
     }
-    n = math.min(n * 2, bound);
+    n = math_min(n * 2, bound);
   }
 }
 

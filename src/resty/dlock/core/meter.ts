@@ -17,6 +17,16 @@
 
 import * as check from "./check";
 
+const ngx_now = ngx.now;
+const math_floor = math.floor;
+const math_max = math.max;
+const math_min = math.min;
+const str_find = string.find;
+const lua_type = type;
+const lua_ipairs = ipairs;
+const lua_tostring = tostring;
+const str_format = string.format;
+
 /** Upper bounds (s) of the acquire-wait buckets; the last bucket is +Inf. */
 export const WAIT_BOUNDS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5];
 /** Upper bounds (s) of the hold-time buckets; the last bucket is +Inf. */
@@ -51,14 +61,14 @@ const dicts: NgxSharedDict[] = [];
 export function checkName(v: unknown): LuaMultiReturn<[string | undefined, string | undefined]> {
   const [n, err] = check.str("name", v, 64);
   if (n === undefined) return $multi(undefined, err);
-  const [bad] = string.find(n, "[^%w_%-%.]");
+  const [bad] = str_find(n, "[^%w_%-%.]");
   if (bad !== undefined) return check.fail("name may hold letters, digits, '_', '-' and '.' only", n);
   return $multi(n, undefined);
 }
 
 function buckets(p: string, n: number): string[] {
   const out: string[] = [];
-  for (const i of $range(1, n)) out.push(p + i);
+  for (const i of $range(1, n)) out.push(p + lua_tostring(i));
   return out;
 }
 
@@ -67,13 +77,13 @@ export function make(dict: NgxSharedDict, name: string): Meter {
   const p = "m:" + name + ":";
   if (dict.safe_add("m:?" + name, true)[0]) {
     const [i] = dict.incr("m:n", 1, 0);
-    if (i !== undefined) dict.safe_set("m:#" + i, name);
+    if (i !== undefined) dict.safe_set("m:#" + lua_tostring(i), name);
   }
   // Swept up to the second before now: no record made from now on expires in it.
-  dict.safe_add(p + "swept", math.floor(ngx.now()) - 1);
+  dict.safe_add(p + "swept", math_floor(ngx_now()) - 1);
   dict.safe_add(p + "held", 0);
   let known = false;
-  for (const d of dicts) if (d === dict) known = true;
+  for (const [, d] of lua_ipairs(dicts)) if (d === dict) known = true;
   if (!known) dicts.push(dict);
   return {
     name, dict, busy: p + "busy", timeout: p + "timeout", error: p + "error", lost: p + "lost",
@@ -94,17 +104,17 @@ export function known(): NgxSharedDict[] {
  */
 export function keys(dict: NgxSharedDict): number {
   const [n] = dict.get("m:n");
-  return type(n) === "number" ? (n as number) * (2 * WAIT_BOUNDS.length + 16 + 60) : 0;
+  return lua_type(n) === "number" ? (n as number) * (2 * WAIT_BOUNDS.length + 16 + 60) : 0;
 }
 
 /** Factory names counted in a dict (by any worker), in the order they were first made. */
 export function names(dict: NgxSharedDict): string[] {
   const out: string[] = [];
   const [n] = dict.get("m:n");
-  if (type(n) !== "number") return out;
+  if (lua_type(n) !== "number") return out;
   for (const i of $range(1, n as number)) {
-    const [name] = dict.get("m:#" + i);
-    if (type(name) === "string") out.push(name as string);
+    const [name] = dict.get("m:#" + lua_tostring(i));
+    if (lua_type(name) === "string") out.push(name as string);
   }
   return out;
 }
@@ -159,30 +169,35 @@ export function lost(m: Meter): void {
   m.dict.incr(m.lost, 1, 0);
 }
 
+// The dict key of an expiry second, in one format: a number turned into a
+// string and then joined would make two strings per lease, this makes one
+// (none when it exists already: every lease of that second shares it).
+const SECOND = "%s%d";
+
 /** A lease's record was made, expiring at epoch ms `expires`. */
 export function recorded(m: Meter, expires: number): void {
   m.dict.incr(m.held, 1, 0);
-  m.dict.incr(m.exp + math.floor(expires / 1000), 1, 0);
+  m.dict.incr(str_format(SECOND, m.exp, math_floor(expires / 1000)), 1, 0);
 }
 
 /** A lease's record, expiring at epoch ms `expires`, was deleted before it expired. */
 export function forgotten(m: Meter, expires: number): void {
   m.dict.incr(m.held, -1, 0);
-  m.dict.incr(m.exp + math.floor(expires / 1000), -1, 0);
+  m.dict.incr(str_format(SECOND, m.exp, math_floor(expires / 1000)), -1, 0);
 }
 
 /** A record's expiry moved (extend) from epoch ms `from` to `to`. */
 export function moved(m: Meter, from: number, to: number): void {
-  const a = math.floor(from / 1000);
-  const b = math.floor(to / 1000);
+  const a = math_floor(from / 1000);
+  const b = math_floor(to / 1000);
   if (a === b) return;
-  m.dict.incr(m.exp + a, -1, 0);
-  m.dict.incr(m.exp + b, 1, 0);
+  m.dict.incr(str_format(SECOND, m.exp, a), -1, 0);
+  m.dict.incr(str_format(SECOND, m.exp, b), 1, 0);
 }
 
 function num(dict: NgxSharedDict, key: string): number {
   const [v] = dict.get(key);
-  return type(v) === "number" ? v as number : 0;
+  return lua_type(v) === "number" ? v as number : 0;
 }
 
 /**
@@ -191,19 +206,19 @@ function num(dict: NgxSharedDict, key: string): number {
  * taken reads the gauge as it is.
  */
 function sweep(dict: NgxSharedDict, p: string): void {
-  const limit = math.floor(ngx.now()) - GRACE;
+  const limit = math_floor(ngx_now()) - GRACE;
   const [mark] = dict.get(p + "swept");
-  if (type(mark) !== "number" || (mark as number) >= limit) return;
+  if (lua_type(mark) !== "number" || (mark as number) >= limit) return;
   if (!dict.add(p + "sweeping", true, 1)[0]) return;
   let s = num(dict, p + "swept");
-  const stop = math.min(limit, s + MAX_SWEEP);
+  const stop = math_min(limit, s + MAX_SWEEP);
   let gone = 0;
   while (s < stop) {
     s++;
-    const [v] = dict.get(p + "e" + s);
+    const [v] = dict.get(p + "e" + lua_tostring(s));
     if (v !== undefined) {
-      if (type(v) === "number") gone += v as number;
-      dict.delete(p + "e" + s);
+      if (lua_type(v) === "number") gone += v as number;
+      dict.delete(p + "e" + lua_tostring(s));
     }
   }
   if (gone !== 0) dict.incr(p + "held", -gone, 0);
@@ -233,14 +248,14 @@ export function read(dict: NgxSharedDict, name: string): Reading {
   const wait: number[] = [];
   let acquiredN = 0;
   for (const i of $range(1, WAIT_BOUNDS.length + 1)) {
-    const n = num(dict, p + "w" + i);
+    const n = num(dict, p + "w" + lua_tostring(i));
     wait.push(n);
     acquiredN += n;
   }
   const hold: number[] = [];
-  for (const i of $range(1, HOLD_BOUNDS.length + 1)) hold.push(num(dict, p + "h" + i));
+  for (const i of $range(1, HOLD_BOUNDS.length + 1)) hold.push(num(dict, p + "h" + lua_tostring(i)));
   return {
-    held: math.max(0, num(dict, p + "held")), acquired: acquiredN, busy: num(dict, p + "busy"),
+    held: math_max(0, num(dict, p + "held")), acquired: acquiredN, busy: num(dict, p + "busy"),
     timeout: num(dict, p + "timeout"), error: num(dict, p + "error"), lost: num(dict, p + "lost"),
     wait, waitSum: num(dict, p + "ws"), hold, holdSum: num(dict, p + "hs"),
   };

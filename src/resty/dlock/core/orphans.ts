@@ -11,6 +11,18 @@ import * as backend from "../redis/backend";
 import * as redis from "../redis/client";
 import * as scripts from "../redis/scripts";
 
+const ngx_update_time = ngx.update_time;
+const ngx_now = ngx.now;
+const timer_at = ngx.timer.at;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const WARN = ngx.WARN;
+const NOTICE = ngx.NOTICE;
+const math_min = math.min;
+const lua_pcall = pcall;
+const lua_pairs = pairs;
+const lua_ipairs = ipairs;
+
 /**
  * Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
  * (and its ttl only starts) when Redis resumes, whenever that is.
@@ -41,13 +53,13 @@ function sweepOnce(this: void): void {
   // Adoptions during this sweep (it yields) go to a fresh list.
   const batch = orphans;
   orphans = [];
-  ngx.update_time();
-  const now = ngx.now();
+  ngx_update_time();
+  const now = ngx_now();
   // One pipeline per endpoint and script.
   const groups = new LuaTable<string, Orphan[]>();
-  for (const o of batch) {
+  for (const [, o] of lua_ipairs(batch)) {
     if (now > o.deadline) {
-      ngx.log(ngx.WARN, "dlock: giving up cleanup of ", o.rkey, " (", o.lost, " not confirmed), it expires on its own");
+      ngx_log(WARN, "dlock: giving up cleanup of ", o.rkey, " (", o.lost, " not confirmed), it expires on its own");
       if (o.settle !== undefined) o.settle(o, undefined);
     } else {
       const g = o.conf.pool + " " + o.release.sha;
@@ -59,7 +71,7 @@ function sweepOnce(this: void): void {
       list.push(o);
     }
   }
-  for (const [, list] of groups) {
+  for (const [, list] of lua_pairs(groups)) {
     const first = list[0]!;
     const out = backend.batch(first.conf, first.release, list);
     for (const i of $range(1, list.length)) {
@@ -71,9 +83,9 @@ function sweepOnce(this: void): void {
         // 1, or (keys with waiters in line) the token of the waiter it went on to: deleted.
         const deleted = reply !== 0;
         if (deleted && o.lost === "acquire") {
-          ngx.log(ngx.NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost");
+          ngx_log(NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost");
         } else if (deleted && o.lost === "release") {
-          ngx.log(ngx.NOTICE, "dlock: released ", o.rkey, " once Redis answered again");
+          ngx_log(NOTICE, "dlock: released ", o.rkey, " once Redis answered again");
         }
         if (o.settle !== undefined) o.settle(o, reply);
       }
@@ -84,16 +96,16 @@ function sweepOnce(this: void): void {
 function sweep(this: void, premature: boolean, delay: number): void {
   // Whatever a sweep runs into, the next one must still be scheduled:
   // a stuck `sweeping` flag would stop all cleanup in this worker for good.
-  const [ok, err] = pcall(sweepOnce);
+  const [ok, err] = lua_pcall(sweepOnce);
   if (!ok) {
-    ngx.log(ngx.ERR, "dlock: cleanup sweep failed: ", err);
+    ngx_log(ERR, "dlock: cleanup sweep failed: ", err);
   }
   if (orphans.length === 0 || premature) {
     sweeping = false;
     return;
   }
-  const later = math.min(delay * 2, MAX_SWEEP_DELAY);
-  const [scheduled] = ngx.timer.at(later, sweep, later);
+  const later = math_min(delay * 2, MAX_SWEEP_DELAY);
+  const [scheduled] = timer_at(later, sweep, later);
   if (!scheduled) {
     sweeping = false;
   }
@@ -103,12 +115,12 @@ function sweep(this: void, premature: boolean, delay: number): void {
 export function adopt(o: Orphan): void {
   orphans.push(o);
   if (!sweeping) {
-    const [ok] = ngx.timer.at(0, sweep, FIRST_SWEEP_DELAY);
+    const [ok] = timer_at(0, sweep, FIRST_SWEEP_DELAY);
     sweeping = ok !== undefined;
   }
 }
 
 /** An acquire whose reply was lost: its SET may have landed, or may still land. */
 export function adoptAcquire(conf: redis.RedisConf, release: scripts.Script, rkey: string, token: string): void {
-  adopt({ lost: "acquire", conf, release, rkey, token, deadline: ngx.now() + LOST_HORIZON, settle: undefined });
+  adopt({ lost: "acquire", conf, release, rkey, token, deadline: ngx_now() + LOST_HORIZON, settle: undefined });
 }

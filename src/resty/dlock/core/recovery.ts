@@ -20,6 +20,17 @@ import type * as scripts from "../redis/scripts";
 
 const ffi = require("ffi") as FfiModule;
 pcall(ffi.cdef, "int kill(int pid, int sig);");
+
+const ngx_get_phase = ngx.get_phase;
+const worker_pid = ngx.worker.pid;
+const timer_at = ngx.timer.at;
+const ngx_log = ngx.log;
+const WARN = ngx.WARN;
+const NOTICE = ngx.NOTICE;
+const lua_tostring = tostring;
+const lua_pcall = pcall;
+const lua_pairs = pairs;
+const lua_ipairs = ipairs;
 const ESRCH = 3;
 
 interface Factory {
@@ -49,7 +60,7 @@ interface Item {
 /** Give back, in one batch, what dead workers of factory f left: leases (its release script) or tickets (its drop). */
 function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Item[]): void {
   const targets: backend.Target[] = [];
-  for (const it of items) targets.push(it.target);
+  for (const [, it] of lua_ipairs(items)) targets.push(it.target);
   const out = backend.batch(f.store.redis, s, targets);
   let released = 0;
   for (const i of $range(1, items.length)) {
@@ -60,12 +71,12 @@ function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Ite
       if (expires !== undefined && s !== f.kind.drop) meter.forgotten(f.store.meter, expires);
       if (out.replies.get(i) !== 0) released++;
     } else {
-      ngx.log(ngx.WARN, "dlock: recovery: ", s === f.kind.drop ? "dropping the ticket for " : "releasing ",
+      ngx_log(WARN, "dlock: recovery: ", s === f.kind.drop ? "dropping the ticket for " : "releasing ",
         it.target.rkey, " of a dead worker: ", check.reason(out.errors.get(i)), " (it expires by its ttl)");
     }
   }
   if (released > 0) {
-    ngx.log(ngx.NOTICE, "dlock: recovery: ", s === f.kind.drop ? "dropped the tickets (or passed on the keys) of " : "released ",
+    ngx_log(NOTICE, "dlock: recovery: ", s === f.kind.drop ? "dropped the tickets (or passed on the keys) of " : "released ",
       released, s === f.kind.drop ? " waiter(s)" : " lease(s)", " of dead worker(s) on ", f.store.redis.endpoint);
   }
 }
@@ -83,7 +94,7 @@ function add(todo: LuaTable<Factory, Item[]>, f: Factory, r: ledger.Record): voi
 function sweep(this: void, premature: boolean, factories: Factory[]): void {
   if (premature) return;
   const byDict = new LuaTable<NgxSharedDict, Factory[]>();
-  for (const f of factories) {
+  for (const [, f] of lua_ipairs(factories)) {
     let list = byDict.get(f.store.dict);
     if (list === undefined) {
       list = [];
@@ -91,20 +102,20 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
     }
     list.push(f);
   }
-  for (const [dict, list] of byDict) {
+  for (const [dict, list] of lua_pairs(byDict)) {
     const [records] = ledger.records(dict);
     const deadPids = new LuaTable<number, boolean>();
     // Per factory (that is, per Redis and script), the leases to release and the tickets to drop.
     const leases = new LuaTable<Factory, Item[]>();
     const tickets = new LuaTable<Factory, Item[]>();
-    for (const r of records) {
+    for (const [, r] of lua_ipairs(records)) {
       let isDead = deadPids.get(r.pid);
       if (isDead === undefined) {
-        isDead = r.pid !== ngx.worker.pid() && dead(r.pid);
+        isDead = r.pid !== worker_pid() && dead(r.pid);
         deadPids.set(r.pid, isDead);
       }
       if (isDead) {
-        for (const f of list) {
+        for (const [, f] of lua_ipairs(list)) {
           // Owner-checked: when prefixes overlap, a factory that never had the key just hears "not ours".
           if (f.store.prefix + r.key === r.rkey && f.kind.shared === r.shared) {
             if (!r.waiting) add(leases, f, r);
@@ -113,8 +124,8 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
         }
       }
     }
-    for (const [f, items] of leases) giveBack(dict, f, f.kind.release, items);
-    for (const [f, items] of tickets) giveBack(dict, f, f.kind.drop!, items);
+    for (const [f, items] of lua_pairs(leases)) giveBack(dict, f, f.kind.release, items);
+    for (const [f, items] of lua_pairs(tickets)) giveBack(dict, f, f.kind.drop!, items);
   }
 }
 
@@ -127,15 +138,15 @@ export function start(): string | undefined {
   if (pending.length === 0) return undefined;
   // No timers before the workers exist (ngx.timer.at raises "no request"
   // there): the factories stay pending, for each worker to sweep once it runs.
-  if (ngx.get_phase() === "init") {
+  if (ngx_get_phase() === "init") {
     return "dlock: init_worker is not available in the init phase (no timers): call it from init_worker_by_lua";
   }
   const batch = pending;
   pending = [];
-  const [called, ok, err] = pcall(ngx.timer.at, 0, sweep, batch);
+  const [called, ok, err] = lua_pcall(timer_at, 0, sweep, batch);
   if (!called || !ok) {
     pending = batch;
-    return "dlock: cannot start the recovery sweep: " + tostring(called ? err : ok);
+    return "dlock: cannot start the recovery sweep: " + lua_tostring(called ? err : ok);
   }
   return undefined;
 }

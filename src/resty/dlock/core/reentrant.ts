@@ -13,6 +13,13 @@
 import type * as lease from "./lease";
 import * as request from "../gateway/request";
 
+const co_running = coroutine.running;
+const co_status = coroutine.status;
+const lua_tostring = tostring;
+const lua_setmetatable = setmetatable;
+const lua_pairs = pairs;
+const lua_ipairs = ipairs;
+
 interface Hold {
   readonly root: lease.Lease;
   count: number;
@@ -32,51 +39,51 @@ interface Handle {
   readonly token: string;
   readonly ttl: number;
   readonly fence: number | undefined;
-  readonly hold: Hold;
+  readonly _hold: Hold;
   /** This handle was released (the key itself may still be held by another). */
-  done: boolean;
+  _done: boolean;
 }
 
 const handleMethods = {
   /** true (the key is freed with the last handle), or the real release's nil, err. */
   release(this: Handle): LuaMultiReturn<[true | undefined, string | undefined]> {
-    if (this.done) return $multi(undefined, "not_owner");
-    const h = this.hold;
+    if (this._done) return $multi(undefined, "not_owner");
+    const h = this._hold;
     if (h.count > 1) {
       h.count--;
-      this.done = true;
+      this._done = true;
       return $multi(true as const, undefined);
     }
     const [ok, err] = h.root.release();
     if (ok !== undefined || err === "not_owner") {
-      this.done = true;
+      this._done = true;
       h.count = 0;
       if (holds.get(h.slot) === h) holds.delete(h.slot);
     }
     return $multi(ok, err);
   },
   extend(this: Handle, ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]> {
-    if (this.done) return $multi(undefined, "not_owner");
-    return this.hold.root.extend(ttl);
+    if (this._done) return $multi(undefined, "not_owner");
+    return this._hold.root.extend(ttl);
   },
   valid(this: Handle): boolean {
-    return !this.done && this.hold.root.valid();
+    return !this._done && this._hold.root.valid();
   },
 };
 const handleMt = { __index: handleMethods };
 
 function handle(h: Hold): lease.Lease {
   const r = h.root;
-  const x: Handle = { key: r.key, token: r.token, ttl: r.ttl, fence: r.fence, hold: h, done: false };
-  return setmetatable(x, handleMt) as unknown as lease.Lease;
+  const x: Handle = { key: r.key, token: r.token, ttl: r.ttl, fence: r.fence, _hold: h, _done: false };
+  return lua_setmetatable(x, handleMt) as unknown as lease.Lease;
 }
 
 /** Who is asking: the request (by address), else the running coroutine. */
 function owner(): LuaMultiReturn<[string, request.Anchor | undefined, LuaThread | undefined]> {
   const a = request.anchor();
-  if (a !== undefined) return $multi("r" + a.id, a, undefined);
-  const co = coroutine.running();
-  return $multi(tostring(co), undefined, co);
+  if (a !== undefined) return $multi("r" + lua_tostring(a.id), a, undefined);
+  const co = co_running();
+  return $multi(lua_tostring(co), undefined, co);
 }
 
 /**
@@ -102,7 +109,7 @@ export function nested(factory: string, rkey: string): lease.Lease | undefined {
 
 function gone(h: Hold): boolean {
   if (h.anchor !== undefined) return !request.alive(h.anchor);
-  return h.co === undefined || coroutine.status(h.co) === "dead";
+  return h.co === undefined || co_status(h.co) === "dead";
 }
 
 /**
@@ -111,10 +118,10 @@ function gone(h: Hold): boolean {
  */
 function prune(): void {
   const dead: string[] = [];
-  for (const [slot, h] of holds) {
-    if (h.count === 0 || gone(h) || h.root.released) dead.push(slot);
+  for (const [slot, h] of lua_pairs(holds)) {
+    if (h.count === 0 || gone(h) || h.root._released) dead.push(slot);
   }
-  for (const slot of dead) holds.delete(slot);
+  for (const [, slot] of lua_ipairs(dead)) holds.delete(slot);
 }
 
 /** The first lease of rkey by this caller: registered, and handed out as a handle. */
@@ -125,7 +132,7 @@ export function enter(factory: string, root: lease.Lease): lease.Lease {
     prune();
   }
   const [who, anchor, co] = owner();
-  const slot = who + "\0" + factory + "\0" + root.rkey;
+  const slot = who + "\0" + factory + "\0" + root._rkey;
   const h: Hold = { root, count: 1, anchor, co, slot };
   holds.set(slot, h);
   return handle(h);

@@ -64,6 +64,14 @@ export interface Subscriber {
 }
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
+
+const ngx_now = ngx.now;
+const math_min = math.min;
+const str_sub = string.sub;
+const str_match = string.match;
+const lua_tonumber = tonumber;
+const lua_pairs = pairs;
+const lua_ipairs = ipairs;
 const subscribers = new LuaTable<string, Subscriber>();
 
 /** Wake the control thread (once: it looks at everything when it wakes). */
@@ -75,7 +83,7 @@ export function ring(s: Subscriber): void {
 
 function count(t: LuaTable<string, number>): number {
   let n = 0;
-  for (const [_k] of pairs(t)) n++;
+  for (const [_k] of lua_pairs(t)) n++;
   return n;
 }
 
@@ -97,16 +105,16 @@ function forget(s: Subscriber, rkey: string): void {
  * (wait.ts drops their tickets).
  */
 export function prune(s: Subscriber): void {
-  const now = ngx.now();
+  const now = ngx_now();
   let stale: string[] | undefined;
-  for (const [rkey, at] of s.wanted) {
+  for (const [rkey, at] of lua_pairs(s.wanted)) {
     if (waits.waiters(rkey) === 0 && now - at > GRACE) {
       if (stale === undefined) stale = [];
       stale.push(rkey);
     }
   }
   if (stale === undefined) return;
-  for (const rkey of stale) {
+  for (const [, rkey] of lua_ipairs(stale)) {
     s.wanted.delete(rkey);
     forget(s, rkey);
   }
@@ -119,15 +127,15 @@ export function prune(s: Subscriber): void {
  */
 export function heard(s: Subscriber, rkey: string, payload: string): void {
   s.messages++;
-  const c = string.sub(payload, 1, 1);
+  const c = str_sub(payload, 1, 1);
   if (c === "g") {
-    const [ms, tok] = string.match(payload, "^g(%d+) (.*)$");
+    const [ms, tok] = str_match(payload, "^g(%d+) (.*)$");
     s.vouched.set(rkey, true);
-    s.due.set(rkey, ngx.now() + (tonumber(ms) ?? 0) / 1000 + SLACK);
+    s.due.set(rkey, ngx_now() + (lua_tonumber(ms) ?? 0) / 1000 + SLACK);
     if (tok !== undefined) waits.wakeToken(rkey, tok);
   } else if (c === "c") {
     s.vouched.set(rkey, true);
-    s.due.set(rkey, ngx.now() + (tonumber(string.sub(payload, 2)) ?? 0) / 1000 + SLACK);
+    s.due.set(rkey, ngx_now() + (lua_tonumber(str_sub(payload, 2)) ?? 0) / 1000 + SLACK);
   } else {
     forget(s, rkey);
     waits.wake(rkey);
@@ -136,16 +144,16 @@ export function heard(s: Subscriber, rkey: string, payload: string): void {
 
 /** Keys whose due time passed without a word: the first waiter here asks Redis (which passes the key on). */
 export function overdue(s: Subscriber): void {
-  const now = ngx.now();
+  const now = ngx_now();
   let late: string[] | undefined;
-  for (const [rkey, at] of s.due) {
+  for (const [rkey, at] of lua_pairs(s.due)) {
     if (now >= at) {
       if (late === undefined) late = [];
       late.push(rkey);
     }
   }
   if (late === undefined) return;
-  for (const rkey of late) {
+  for (const [, rkey] of lua_ipairs(late)) {
     s.due.delete(rkey);
     // Its lease ran out, or it was handed on, without a word: who holds it next is not known.
     if (s.vouched.has(rkey)) {
@@ -159,21 +167,21 @@ export function overdue(s: Subscriber): void {
 /** When the control thread must look again, at the latest `until`: the first due time, or the end of a grace. */
 export function nextLook(s: Subscriber, until: number): number {
   let at = until;
-  for (const [rkey, since] of s.wanted) {
-    if (waits.waiters(rkey) === 0) at = math.min(at, since + GRACE);
+  for (const [rkey, since] of lua_pairs(s.wanted)) {
+    if (waits.waiters(rkey) === 0) at = math_min(at, since + GRACE);
   }
-  for (const [_rkey, due] of s.due) at = math.min(at, due);
+  for (const [_rkey, due] of lua_pairs(s.due)) at = math_min(at, due);
   return at;
 }
 
 /** A subscription went down (its connection ended): waiters sleeping until word comes poll again. */
 export function lost(s: Subscriber): void {
-  for (const [k] of s.sent) s.sent.delete(k);
+  for (const [k] of lua_pairs(s.sent)) s.sent.delete(k);
   const wasLive: string[] = [];
-  for (const [k] of s.live) wasLive.push(k);
-  for (const k of wasLive) s.live.delete(k);
-  for (const k of wasLive) waits.wakeAll(k);
-  for (const [k] of s.wanted) if (!s.live.has(k)) waits.wakeAll(k);
+  for (const [k] of lua_pairs(s.live)) wasLive.push(k);
+  for (const [, k] of lua_ipairs(wasLive)) s.live.delete(k);
+  for (const [, k] of lua_ipairs(wasLive)) waits.wakeAll(k);
+  for (const [k] of lua_pairs(s.wanted)) if (!s.live.has(k)) waits.wakeAll(k);
 }
 
 /** This worker's subscriber for conf, made on first use (nil when no semaphore can be made). */
@@ -206,11 +214,11 @@ export function expect(s: Subscriber, rkey: string, ms: number, foreign: boolean
   let wait = ms >= 0 ? ms / 1000 : undefined;
   if (foreign && !s.vouched.has(rkey)) {
     const p = s.probe.get(rkey) ?? PROBE;
-    s.probe.set(rkey, math.min(p * 2, PROBE_MAX));
-    wait = wait === undefined ? p : math.min(wait, p);
+    s.probe.set(rkey, math_min(p * 2, PROBE_MAX));
+    wait = wait === undefined ? p : math_min(wait, p);
   }
   if (wait === undefined) return;
-  const at = ngx.now() + wait + SLACK;
+  const at = ngx_now() + wait + SLACK;
   s.due.set(rkey, at);
   if (at < s.wakeAt) ring(s);
 }

@@ -10,6 +10,17 @@ const ffi = require("ffi") as FfiModule;
 pcall(ffi.cdef, "long getrandom(void *buf, size_t buflen, unsigned int flags);");
 pcall(ffi.cdef, "int gethostname(char *name, size_t len);");
 
+const worker_pid = ngx.worker.pid;
+const tab_concat = table.concat;
+const io_open = io.open;
+const str_format = string.format;
+const str_sub = string.sub;
+const str_match = string.match;
+const str_byte = string.byte;
+const str_rep = string.rep;
+const lua_pcall = pcall;
+const lua_tostring = tostring;
+
 const RANDOM_BYTES = 16;
 const buf = ffi.new("uint8_t[?]", 256);
 // One getrandom(2) call fills a pool for 16 tokens, kept as hex (formatted
@@ -24,10 +35,10 @@ let poolPid = 0;
 function lookupGetrandom(this: void): (this: void, b: FfiBuffer, len: number, flags: number) => number {
   return ffi.C.getrandom;
 }
-const [hasGetrandom] = pcall(lookupGetrandom);
+const [hasGetrandom] = lua_pcall(lookupGetrandom);
 
 function urandom(n: number): string | undefined {
-  const [f] = io.open("/dev/urandom", "rb");
+  const [f] = io_open("/dev/urandom", "rb");
   if (f === undefined) {
     return undefined;
   }
@@ -50,22 +61,22 @@ function randomBytes(n: number): string | undefined {
 // byte in a loop LuaJIT compiles, where one string.format of 256 arguments ran
 // interpreted (2 % of the worker's samples, for one call per 16 tokens).
 const BYTE_HEX = new LuaTable<number, string>();
-for (const b of $range(0, 255)) BYTE_HEX.set(b, string.format("%02x", b));
+for (const b of $range(0, 255)) BYTE_HEX.set(b, str_format("%02x", b));
 const digits: string[] = [];
 
 function hexPool(s: string): string {
-  for (const i of $range(1, POOL)) digits[i - 1] = BYTE_HEX.get(string.byte(s, i))!;
-  return table.concat(digits);
+  for (const i of $range(1, POOL)) digits[i - 1] = BYTE_HEX.get(str_byte(s, i))!;
+  return tab_concat(digits);
 }
 
 /** Lower-case hex of a (short) binary string. */
 export function hex(s: string): string {
-  return string.format(string.rep("%02x", s.length), ...string.byte(s, 1, s.length));
+  return str_format(str_rep("%02x", s.length), ...str_byte(s, 1, s.length));
 }
 
 /** A fresh unguessable 128-bit token as 32 hex characters, or nil, err. */
 export function random(): LuaMultiReturn<[string | undefined, string | undefined]> {
-  const pid = ngx.worker.pid();
+  const pid = worker_pid();
   if (poolPos + RANDOM_BYTES - 1 > POOL || poolPid !== pid) {
     const s = randomBytes(POOL);
     if (s === undefined || s.length !== POOL) {
@@ -77,12 +88,12 @@ export function random(): LuaMultiReturn<[string | undefined, string | undefined
   }
   const first = 2 * poolPos - 1;
   poolPos += RANDOM_BYTES;
-  return $multi(string.sub(pool, first, first + 2 * RANDOM_BYTES - 1), undefined);
+  return $multi(str_sub(pool, first, first + 2 * RANDOM_BYTES - 1), undefined);
 }
 
 function hostname(): string {
   if (ffi.C.gethostname(buf, 255) === 0) {
-    const [name] = string.match(ffi.string(buf), "^[%w%.%-_]+");
+    const [name] = str_match(ffi.string(buf), "^[%w%.%-_]+");
     if (name !== undefined) {
       return name;
     }
@@ -104,16 +115,16 @@ let workerSerial = 0;
  * must not inherit the master's identity.
  */
 export function worker(): LuaMultiReturn<[string | undefined, string | undefined]> {
-  const pid = ngx.worker.pid();
+  const pid = worker_pid();
   if (workerId === undefined || workerPid !== pid) {
     const [r, err] = random();
     if (r === undefined) {
       return $multi(undefined, err);
     }
-    workerId = hostname() + ":" + pid + ":" + string.sub(r, 1, 16) + ":";
+    workerId = hostname() + ":" + lua_tostring(pid) + ":" + str_sub(r, 1, 16) + ":";
     workerPid = pid;
     workerSerial = 0;
   }
   workerSerial++;
-  return $multi(workerId + workerSerial, undefined);
+  return $multi(workerId + lua_tostring(workerSerial), undefined);
 }

@@ -12,6 +12,19 @@ const MAX_LOCAL_BACKOFF = 8; // ms, between shared-dict checks while a holder in
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
+const ngx_update_time = ngx.update_time;
+const ngx_now = ngx.now;
+const ngx_sleep = ngx.sleep;
+const worker_pid = ngx.worker.pid;
+const co_running = coroutine.running;
+const co_status = coroutine.status;
+const tab_remove = table.remove;
+const math_floor = math.floor;
+const math_max = math.max;
+const math_min = math.min;
+const math_random = math.random;
+const lua_ipairs = ipairs;
+
 /**
  * Waiters of this worker, per Redis key, in line: first come, first served.
  * A waiter keeps its place until its acquire returns, and a release wakes the
@@ -55,7 +68,7 @@ const lines = new LuaTable<string, Waiter[]>();
 
 function gone(w: Waiter): boolean {
   if (w.anchor !== undefined) return !request.alive(w.anchor);
-  return coroutine.status(w.co) === "dead";
+  return co_status(w.co) === "dead";
 }
 
 /** The line of rkey without the waiters that are gone; nil when nobody waits. */
@@ -68,7 +81,7 @@ function line(rkey: string): Waiter[] | undefined {
     if (gone(w)) {
       // Killed while waiting: nothing of it runs any more, so its ticket is dropped from here.
       if (w.ticket !== undefined) orphans.adopt(w.ticket);
-      table.remove(l, i);
+      tab_remove(l, i);
     } else {
       i++;
     }
@@ -84,7 +97,7 @@ function line(rkey: string): Waiter[] | undefined {
 function join(rkey: string, token: string | undefined): Waiter | undefined {
   const [sem] = semaphore.new(0);
   if (sem === undefined) return undefined;
-  const w: Waiter = { rkey, sem, co: coroutine.running() as LuaThread, anchor: request.anchor(), token, ticket: undefined, unsure: true };
+  const w: Waiter = { rkey, sem, co: co_running() as LuaThread, anchor: request.anchor(), token, ticket: undefined, unsure: true };
   let l = lines.get(rkey);
   if (l === undefined) {
     l = [];
@@ -120,7 +133,7 @@ export function holdTicket(t: Turn, ticket: orphans.Orphan, ahead: number): void
 export function pause(t: Turn, ms: number): boolean {
   enter(t);
   if (t.w === undefined) {
-    ngx.sleep(ms / 1000);
+    ngx_sleep(ms / 1000);
     return false;
   }
   const [ok] = t.w.sem.wait(ms / 1000);
@@ -136,7 +149,7 @@ export function leave(t: Turn): void {
   if (l === undefined) return;
   for (const i of $range(1, l.length)) {
     if (l[i - 1] === w) {
-      table.remove(l, i);
+      tab_remove(l, i);
       break;
     }
   }
@@ -165,7 +178,7 @@ export function wake(rkey: string): void {
 export function wakeToken(rkey: string, token: string): boolean {
   const l = line(rkey);
   if (l === undefined) return false;
-  for (const w of l) {
+  for (const [, w] of lua_ipairs(l)) {
     if (w.token === token) {
       w.sem.post(1);
       return true;
@@ -181,7 +194,7 @@ export function wakeToken(rkey: string, token: string): boolean {
 export function recheck(rkey: string): void {
   const l = line(rkey);
   if (l === undefined) return;
-  for (const w of l) {
+  for (const [, w] of lua_ipairs(l)) {
     if (w.unsure) w.sem.post(1);
   }
 }
@@ -190,7 +203,7 @@ export function recheck(rkey: string): void {
 export function wakeAll(rkey: string): void {
   const l = line(rkey);
   if (l === undefined) return;
-  for (const w of l) w.sem.post(1);
+  for (const [, w] of lua_ipairs(l)) w.sem.post(1);
 }
 
 /**
@@ -211,18 +224,18 @@ export function awaitLocalHolder(dict: NgxSharedDict, t: Turn, deadline: number)
       return $multi(seen ? "free" : "none", undefined);
     }
     seen = true;
-    ngx.update_time();
-    const now = ngx.now() * 1000;
+    ngx_update_time();
+    const now = ngx_now() * 1000;
     if (now >= deadline) {
-      return $multi("timeout", math.max(0, math.floor(expires - now)));
+      return $multi("timeout", math_max(0, math_floor(expires - now)));
     }
-    if (pid === ngx.worker.pid()) {
+    if (pid === worker_pid()) {
       // Woken by its release, or at its expiry if it never releases.
-      pause(t, math.min(deadline - now, math.max(1, expires - now + 1)));
+      pause(t, math_min(deadline - now, math_max(1, expires - now + 1)));
       return $multi("free", undefined);
     }
-    pause(t, math.min(deadline - now, step / 2 + math.random() * step / 2));
-    step = math.min(step * 2, MAX_LOCAL_BACKOFF);
+    pause(t, math_min(deadline - now, step / 2 + math_random() * step / 2));
+    step = math_min(step * 2, MAX_LOCAL_BACKOFF);
   }
 }
 

@@ -19,6 +19,8 @@ import * as subscriber from "../redis/subscriber";
 import * as subs from "./subscriptions";
 import * as waits from "./wait";
 
+const ngx_now = ngx.now;
+
 /**
  * A waiter of this worker waits for rkey (held elsewhere): have its releases
  * wake us. True when the subscription is live (then sleeping until the
@@ -27,7 +29,7 @@ import * as waits from "./wait";
 export function want(conf: redis.RedisConf, rkey: string): boolean {
   const s = subs.subscriber(conf);
   if (s === undefined || s.refused) return false;
-  s.wanted.set(rkey, ngx.now());
+  s.wanted.set(rkey, ngx_now());
   if (!s.running) {
     subscriber.start(s);
   } else if (!s.sent.has(rkey)) {

@@ -14,9 +14,23 @@
 
 import * as check from "./check";
 import * as meter from "./meter";
-import * as lease from "./lease";
+import * as batch from "./batch";
+import type * as lease from "./lease";
 import * as loop from "./loop";
 import * as request from "../gateway/request";
+
+const ngx_update_time = ngx.update_time;
+const ngx_now = ngx.now;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const WARN = ngx.WARN;
+const co_running = coroutine.running;
+const co_status = coroutine.status;
+const math_max = math.max;
+const math_min = math.min;
+const lua_pcall = pcall;
+const lua_pairs = pairs;
+const lua_ipairs = ipairs;
 
 /**
  * For leases whose holder manages their life itself (the gateway's in-flight
@@ -57,19 +71,19 @@ function drop(l: lease.Lease): void {
 /** The lease is lost: say so once, and tell its holder. */
 function lost(l: lease.Lease, why: string, hooks: Hooks | undefined): void {
   drop(l);
-  if (l.lost) return;
-  l.lost = true;
-  meter.lost(l.store.meter);
+  if (l._lost) return;
+  l._lost = true;
+  meter.lost(l._store.meter);
   if (hooks !== undefined) {
     hooks.lost(l, why);
     return;
   }
-  ngx.log(ngx.ERR, "dlock: lease on ", l.key, " lost: ", why);
-  const onLost = l.onLost;
+  ngx_log(ERR, "dlock: lease on ", l.key, " lost: ", why);
+  const onLost = l._onLost;
   if (onLost !== undefined) {
-    const [ok, err] = pcall(onLost, l, why);
+    const [ok, err] = lua_pcall(onLost, l, why);
     if (!ok) {
-      ngx.log(ngx.ERR, "dlock: on_lost of the lease on ", l.key, " raised: ", check.text(err));
+      ngx_log(ERR, "dlock: on_lost of the lease on ", l.key, " raised: ", check.text(err));
     }
   }
 }
@@ -78,16 +92,16 @@ function lost(l: lease.Lease, why: string, hooks: Hooks | undefined): void {
 function orphaned(w: Watched): boolean {
   if (w.hooks !== undefined) return false;
   if (w.anchor !== undefined) return !request.alive(w.anchor);
-  return w.co !== undefined && coroutine.status(w.co) === "dead";
+  return w.co !== undefined && co_status(w.co) === "dead";
 }
 
 function round(): void {
-  ngx.update_time();
-  const now = ngx.now();
+  ngx_update_time();
+  const now = ngx_now();
   const due: lease.Lease[] = [];
   const forgotten: lease.Lease[] = [];
-  for (const [l, w] of watched) {
-    if (l.released || l.releasing || l.lost) {
+  for (const [l, w] of lua_pairs(watched)) {
+    if (l._released || l._releasing || l._lost) {
       drop(l);
     } else if (orphaned(w)) {
       forgotten.push(l);
@@ -95,31 +109,31 @@ function round(): void {
       due.push(l);
     }
   }
-  for (const l of forgotten) {
+  for (const [, l] of lua_ipairs(forgotten)) {
     drop(l);
-    ngx.log(ngx.WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released");
-    lease.releaseAll([l]);
+    ngx_log(WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released");
+    batch.releaseAll([l]);
   }
   if (due.length === 0) return;
-  const results = lease.extendAll(due);
+  const results = batch.extendAll(due);
   for (const i of $range(1, due.length)) {
     const l = due[i - 1]!;
     const w = watched.get(l);
     const r = results[i - 1]!;
     // Released (or being released, or no longer watched) while the renewal was on its way: nothing was lost.
-    if (w !== undefined && !l.releasing) {
+    if (w !== undefined && !l._releasing) {
       const hooks = w.hooks;
       if (r === true) {
-        w.renewedAt = ngx.now();
+        w.renewedAt = ngx_now();
         if (hooks !== undefined) hooks.renewed(l);
       } else if (r === "not_owner") {
         lost(l, "the key is gone from Redis, or someone else's", hooks);
-      } else if (ngx.now() * 1000 >= l.validUntil) {
+      } else if (ngx_now() * 1000 >= l._validUntil) {
         lost(l, "Redis could not renew it before it expired (" + check.reason(r) + ")", hooks);
       } else if (hooks !== undefined) {
         hooks.failed(l, r);
       } else {
-        ngx.log(ngx.WARN, "dlock: renewing the lease on ", l.key, ": ", check.reason(r), " (trying again)");
+        ngx_log(WARN, "dlock: renewing the lease on ", l.key, ": ", check.reason(r), " (trying again)");
       }
     }
   }
@@ -142,11 +156,11 @@ export function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
   let anchor: request.Anchor | undefined;
   if (hooks === undefined) {
     anchor = request.anchor();
-    if (anchor === undefined) co = coroutine.running();
+    if (anchor === undefined) co = co_running();
   }
   if (!watched.has(l)) count++;
-  watched.set(l, { lease: l, anchor, co, hooks, renewedAt: ngx.now() });
-  tick = math.min(tick, math.max(MIN_TICK, l.ttl / 6000));
+  watched.set(l, { lease: l, anchor, co, hooks, renewedAt: ngx_now() });
+  tick = math_min(tick, math_max(MIN_TICK, l.ttl / 6000));
   const err = loop.start(sweeper);
   if (err !== undefined) drop(l);
   return err;
@@ -157,7 +171,7 @@ export function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
  * when the watchdog cannot run, nil and why (the lease is given back).
  */
 export function hold(l: lease.Lease, onLost: lease.OnLost | undefined): lease.AcquireResult {
-  l.onLost = onLost;
+  l._onLost = onLost;
   const err = watch(l);
   if (err !== undefined) {
     l.release();

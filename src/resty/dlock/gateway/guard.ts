@@ -22,7 +22,8 @@ export interface Listed {
 }
 
 /** A lock factory or a semaphore: what a guard acquires from. */
-export interface Acquirer extends lease.Store {
+export interface Acquirer {
+  readonly _store: lease.Store;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
 }
 

@@ -18,7 +18,8 @@
 // are queued and drained by a few timers, one pipeline per guard.
 
 import * as check from "../core/check";
-import * as lease from "../core/lease";
+import * as batch from "../core/batch";
+import type * as lease from "../core/lease";
 import * as loop from "../core/loop";
 import * as request from "./request";
 import * as stats from "./stats";
@@ -80,7 +81,7 @@ function hold(this: void, f: Finish): void {
 }
 
 function releaseList(this: void, owner: Owner, list: lease.Lease[]): void {
-  const [n, err] = lease.releaseAll(list);
+  const [n, err] = batch.releaseAll(list);
   if (n > 0) {
     failed(owner, "releasing " + n + " lease(s)", err);
   }

@@ -11,7 +11,7 @@ local scripts = require("resty.dlock.redis.scripts")
 local stats = require("resty.dlock.gateway.stats")
 local claims = require("resty.dlock.gateway.idempotency.claim")
 function unrecord(g, l)
-    local expires = ledger.forget(g.dict, l.rec, l.token)
+    local expires = ledger.forget(g.dict, l._rec, l.token)
     if expires ~= nil then
         meter.forgotten(g.leaseStore.meter, expires)
     end
@@ -20,7 +20,7 @@ function schedule(c)
     c.complete = true
     local ok, err = ngx.timer.at(0, store, c)
     if not ok then
-        c.g.dict:delete(FINISHED .. c.lease.rkey)
+        c.g.dict:delete(FINISHED .. c.lease._rkey)
         stats.incr(c.g.dict, c.g.name, "not_stored")
         ngx.log(
             ngx.ERR,
@@ -38,11 +38,11 @@ function store(premature, c)
     local status = c.status
     if g.store[status] ~= true then
         stats.incr(g.dict, g.name, "not_stored")
-        g.dict:delete(FINISHED .. l.rkey)
+        g.dict:delete(FINISHED .. l._rkey)
         if AMBIGUOUS[tostring(status)] ~= nil then
             return
         end
-        local res, err = backend.call(g.conf, scripts.IDEM_RELEASE, l.rkey, l.token)
+        local res, err = backend.call(g.conf, scripts.IDEM_RELEASE, l._rkey, l.token)
         if res == nil then
             ngx.log(
                 ngx.WARN,
@@ -54,7 +54,7 @@ function store(premature, c)
             )
         end
         unrecord(g, l)
-        claims.notify(l.rkey, nil)
+        claims.notify(l._rkey, nil)
         return
     end
     local state = c.tooLarge and "unreplayable" or "done"
@@ -66,7 +66,7 @@ function store(premature, c)
         local res, err = backend.call(
             g.conf,
             scripts.IDEM_COMPLETE,
-            l.rkey,
+            l._rkey,
             l.token,
             g.ttl,
             state,
@@ -75,10 +75,10 @@ function store(premature, c)
             b
         )
         if res == 1 then
-            g.dict:delete(FINISHED .. l.rkey)
+            g.dict:delete(FINISHED .. l._rkey)
             stats.incr(g.dict, g.name, c.tooLarge and "not_stored" or "stored")
             unrecord(g, l)
-            claims.notify(l.rkey, {
+            claims.notify(l._rkey, {
                 state = state,
                 fp = c.fp,
                 status = status,
@@ -88,7 +88,7 @@ function store(premature, c)
             return
         end
         if res ~= nil then
-            g.dict:delete(FINISHED .. l.rkey)
+            g.dict:delete(FINISHED .. l._rkey)
             stats.incr(g.dict, g.name, "not_stored")
             stats.incr(g.dict, g.name, "lost")
             ngx.log(
@@ -96,7 +96,7 @@ function store(premature, c)
                 "dlock: guard ",
                 g.name,
                 ": the claim on ",
-                l.rkey,
+                l._rkey,
                 " ran out before its response could be stored"
             )
             return
@@ -104,7 +104,7 @@ function store(premature, c)
         stats.incr(g.dict, g.name, "redis_errors")
         ngx.update_time()
         if ngx.now() + pause >= deadline then
-            g.dict:delete(FINISHED .. l.rkey)
+            g.dict:delete(FINISHED .. l._rkey)
             stats.incr(g.dict, g.name, "not_stored")
             ngx.log(
                 ngx.ERR,
@@ -160,16 +160,16 @@ function ____exports.hold(g, rkey, tok, fp)
         key = rkey,
         token = tok,
         ttl = g.lease,
-        store = g.leaseStore,
-        kind = g.kind,
-        rkey = rkey,
-        rec = rec,
         fence = nil,
-        released = false,
-        validUntil = now + g.lease,
-        expires = now + g.lease,
-        releaseSent = false,
-        since = now
+        _store = g.leaseStore,
+        _kind = g.kind,
+        _rkey = rkey,
+        _rec = rec,
+        _released = false,
+        _validUntil = now + g.lease,
+        _expires = now + g.lease,
+        _releaseSent = false,
+        _since = now
     }
     inflight.track(g.owner, l, a)
     captures[a.id] = {
@@ -228,7 +228,7 @@ function ____exports.bodyFilter()
     end
     if arg[2] == true then
         if not (AMBIGUOUS[tostring(c.status)] ~= nil) then
-            c.g.dict:set(FINISHED .. c.lease.rkey, true, c.g.lease / 1000)
+            c.g.dict:set(FINISHED .. c.lease._rkey, true, c.g.lease / 1000)
         end
         schedule(c)
     end

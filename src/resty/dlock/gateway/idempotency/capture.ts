@@ -65,7 +65,7 @@ function current(): Capture | undefined {
 
 /** The claim's record out of the shared dict, and out of the guard's held gauge. */
 function unrecord(g: Guard, l: lease.Lease): void {
-  const expires = ledger.forget(g.dict, l.rec, l.token);
+  const expires = ledger.forget(g.dict, l._rec, l.token);
   if (expires !== undefined) meter.forgotten(g.leaseStore.meter, expires);
 }
 
@@ -80,8 +80,8 @@ export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   const now = ngx.now() * 1000;
   // Shaped as a lease of the lock, so the keeper renews it with the others (one pipeline per guard).
   const l = {
-    key: rkey, token: tok, ttl: g.lease, store: g.leaseStore, kind: g.kind, rkey, rec, fence: undefined,
-    released: false, validUntil: now + g.lease, expires: now + g.lease, releaseSent: false, since: now,
+    key: rkey, token: tok, ttl: g.lease, fence: undefined, _store: g.leaseStore, _kind: g.kind, _rkey: rkey, _rec: rec,
+    _released: false, _validUntil: now + g.lease, _expires: now + g.lease, _releaseSent: false, _since: now,
   } as unknown as lease.Lease;
   inflight.track(g.owner, l, a);
   captures.set(a.id, {
@@ -131,7 +131,7 @@ export function bodyFilter(): void {
   if (arg.get(2) === true) {
     if (!AMBIGUOUS.has(tostring(c.status))) {
       // Before these last bytes leave: a retry reaching this nginx waits for the store, not 409.
-      c.g.dict.set(FINISHED + c.lease.rkey, true, c.g.lease / 1000);
+      c.g.dict.set(FINISHED + c.lease._rkey, true, c.g.lease / 1000);
     }
     schedule(c);
   }
@@ -142,7 +142,7 @@ function schedule(c: Capture): void {
   c.complete = true;
   const [ok, err] = ngx.timer.at(0, store, c);
   if (!ok) {
-    c.g.dict.delete(FINISHED + c.lease.rkey);
+    c.g.dict.delete(FINISHED + c.lease._rkey);
     stats.incr(c.g.dict, c.g.name, "not_stored");
     ngx.log(ngx.ERR, "dlock: guard ", c.g.name, ": cannot store the response (the key stays claimed until its lease ",
       "runs out): ", err);
@@ -158,18 +158,18 @@ function store(this: void, premature: boolean, c: Capture): void {
   const status = c.status!;
   if (g.store.get(status) !== true) {
     stats.incr(g.dict, g.name, "not_stored");
-    g.dict.delete(FINISHED + l.rkey);
+    g.dict.delete(FINISHED + l._rkey);
     if (AMBIGUOUS.has(tostring(status))) {
       // The operation may have run, or may still be running: no retry before the claim runs out.
       return;
     }
     // The application said it did not do it (409, 429, 503...): retries may run it.
-    const [res, err] = backend.call(g.conf, scripts.IDEM_RELEASE, l.rkey, l.token);
+    const [res, err] = backend.call(g.conf, scripts.IDEM_RELEASE, l._rkey, l.token);
     if (res === undefined) {
       ngx.log(ngx.WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
     }
     unrecord(g, l);
-    claims.notify(l.rkey, undefined);
+    claims.notify(l._rkey, undefined);
     return;
   }
   const state = c.tooLarge ? "unreplayable" : "done";
@@ -179,25 +179,25 @@ function store(this: void, premature: boolean, c: Capture): void {
   const deadline = ngx.now() + g.lease / 1000;
   let pause = 0.05;
   while (true) {
-    const [res, err] = backend.call(g.conf, scripts.IDEM_COMPLETE, l.rkey, l.token, g.ttl, state, status, c.headers, b);
+    const [res, err] = backend.call(g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, g.ttl, state, status, c.headers, b);
     if (res === 1) {
-      g.dict.delete(FINISHED + l.rkey);
+      g.dict.delete(FINISHED + l._rkey);
       stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
       unrecord(g, l);
-      claims.notify(l.rkey, { state, fp: c.fp, status, headers: c.headers, body: b });
+      claims.notify(l._rkey, { state, fp: c.fp, status, headers: c.headers, body: b });
       return;
     }
     if (res !== undefined) {
-      g.dict.delete(FINISHED + l.rkey);
+      g.dict.delete(FINISHED + l._rkey);
       stats.incr(g.dict, g.name, "not_stored");
       stats.incr(g.dict, g.name, "lost");
-      ngx.log(ngx.ERR, "dlock: guard ", g.name, ": the claim on ", l.rkey, " ran out before its response could be stored");
+      ngx.log(ngx.ERR, "dlock: guard ", g.name, ": the claim on ", l._rkey, " ran out before its response could be stored");
       return;
     }
     stats.incr(g.dict, g.name, "redis_errors");
     ngx.update_time();
     if (ngx.now() + pause >= deadline) {
-      g.dict.delete(FINISHED + l.rkey);
+      g.dict.delete(FINISHED + l._rkey);
       stats.incr(g.dict, g.name, "not_stored");
       ngx.log(ngx.ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));
       return;

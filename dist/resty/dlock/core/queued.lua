@@ -1,0 +1,364 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local backend = require("resty.dlock.redis.backend")
+local lease = require("resty.dlock.core.lease")
+local ledger = require("resty.dlock.core.ledger")
+local orphans = require("resty.dlock.core.orphans")
+local retry = require("resty.dlock.core.retry")
+local scripts = require("resty.dlock.redis.scripts")
+local waits = require("resty.dlock.core.wait")
+local wakeups = require("resty.dlock.core.wakeups")
+local call = backend.call
+local make = lease.make
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local math_floor = math.floor
+local math_max = math.max
+local math_min = math.min
+local math_random = math.random
+local lua_type = type
+--- ms a ticket ends before its waiter gives up: more than a round trip to Redis.
+local MARGIN = 10
+--- ms a waiter in line sleeps, at most, with no word (see between).
+local HORIZON = 2000
+--- ms a waiter in line waits for its wake-up subscription to be confirmed before it polls.
+local SETUP = 50
+--- Take our ticket back: in the background, and at once (a key handed to us meanwhile goes on to the next).
+local function dropOf(store, kind, rkey, tok, wait)
+    return {
+        lost = "ticket",
+        conf = store.redis,
+        release = kind.drop,
+        rkey = rkey,
+        token = tok,
+        deadline = ngx_now() + wait / 1000 + 1,
+        settle = nil
+    }
+end
+--- Ask Redis for the key once, with our ticket ("" until we have one) lasting `left` ms.
+local function ask(conf, kind, rkey, qkey, fkey, tok, ttl, left, ticket)
+    if fkey ~= nil then
+        return call(
+            conf,
+            kind.acquire,
+            rkey,
+            fkey,
+            qkey,
+            tok,
+            ttl,
+            left,
+            ticket
+        )
+    end
+    return call(
+        conf,
+        kind.acquire,
+        rkey,
+        qkey,
+        tok,
+        ttl,
+        left,
+        ticket
+    )
+end
+--- How long our ticket lasts: MARGIN less than we wait, so that Redis skips it before we give up, never hands the key to us as we leave.
+local function ticketMs(wait, deadline, sent)
+    return wait > 0 and math_max(
+        1,
+        math_floor(deadline - sent) - MARGIN
+    ) or 0
+end
+--- What Redis answered an attempt of the waiting acquire at `place`, sent at `sent`.
+local function heard(place, sent, res, err, fault)
+    local store = place.store
+    local kind = place.kind
+    local rkey = place.rkey
+    local tok = place.tok
+    place.answered = res ~= nil
+    if res == nil then
+        local e = retry.failed(
+            store,
+            kind,
+            rkey,
+            tok,
+            err,
+            fault,
+            place.wait,
+            place.deadline,
+            kind.drop
+        )
+        if e ~= nil then
+            if fault == "lost" then
+                place.ticket = ""
+            end
+            return true, nil, e, nil
+        end
+        place.failure = err
+        return false, nil, nil, nil
+    end
+    if res == "OK" then
+        return true, make(
+            store,
+            kind,
+            place.key,
+            rkey,
+            tok,
+            place.ttl,
+            sent,
+            nil
+        ), nil, nil
+    end
+    if lua_type(res) == "table" then
+        local reply = res
+        if reply[1] == "OK" then
+            return true, make(
+                store,
+                kind,
+                place.key,
+                rkey,
+                tok,
+                place.ttl,
+                sent,
+                reply[2]
+            ), nil, nil
+        end
+        local pttl = reply[1]
+        place.retryAfter = pttl >= 0 and pttl or nil
+        local t = reply[2]
+        if t ~= "" and place.ticket == "" then
+            place.ticket = t
+            place.ahead = reply[3]
+            place.rec = ledger.waiting(
+                store.dict,
+                rkey,
+                tok,
+                place.key,
+                place.wait
+            )
+            waits.holdTicket(
+                place.turn,
+                dropOf(
+                    store,
+                    kind,
+                    rkey,
+                    tok,
+                    place.wait
+                ),
+                place.ahead
+            )
+        end
+    else
+        place.retryAfter = retry.pttlOf(res)
+    end
+    return false, nil, nil, nil
+end
+--- Ask Redis for the key again, our ticket along.
+local function attempt(place)
+    local sent = ngx_now() * 1000
+    local res, err, fault = ask(
+        place.store.redis,
+        place.kind,
+        place.rkey,
+        place.qkey,
+        place.fkey,
+        place.tok,
+        place.ttl,
+        ticketMs(place.wait, place.deadline, sent),
+        place.ticket
+    )
+    return heard(
+        place,
+        sent,
+        res,
+        err,
+        fault
+    )
+end
+--- Between attempts: sleep until the key may be ours (or our deadline). True and the results when the wait is over.
+local function between(place)
+    local conf = place.store.redis
+    local rkey = place.rkey
+    ngx_update_time()
+    local rest = place.deadline - ngx_now() * 1000
+    local retryAfter = place.retryAfter
+    if rest <= 0 then
+        if not place.answered then
+            return true, nil, place.failure, nil
+        end
+        return true, nil, "timeout", retryAfter
+    end
+    local nap
+    local live = wakeups.want(conf, rkey)
+    local coming = not live and wakeups.coming(conf, rkey)
+    if place.answered and retryAfter ~= nil and (live or coming and place.ahead > 0) then
+        wakeups.expect(
+            conf,
+            rkey,
+            retryAfter,
+            not retry.heldHere(place.store, rkey)
+        )
+        nap = HORIZON + math_random() * HORIZON / 4
+    elseif place.answered and retryAfter ~= nil and coming then
+        nap = math_min(SETUP, retryAfter + 1)
+    else
+        nap = retry.poll(place.backoff, retryAfter)
+        place.backoff = math_min(place.backoff * 2, retry.MAX_BACKOFF)
+    end
+    if not waits.pause(
+        place.turn,
+        math_min(nap, rest)
+    ) and nap >= rest then
+        local left
+        if retryAfter ~= nil then
+            left = math_max(
+                0,
+                math_floor(retryAfter - rest)
+            )
+        end
+        return true, nil, "timeout", left
+    end
+    return false, nil, nil, nil
+end
+--- The first answer did not end the acquire: wait in line, from a place that
+-- starts with that answer, until the key is ours, the deadline, or an error.
+local function inLine(store, kind, key, rkey, qkey, fkey, tok, ttl, wait, deadline, turn, sent, res, err, fault)
+    local place = {
+        store = store,
+        kind = kind,
+        key = key,
+        rkey = rkey,
+        qkey = qkey,
+        fkey = fkey,
+        tok = tok,
+        ttl = ttl,
+        wait = wait,
+        deadline = deadline,
+        ticket = "",
+        rec = nil,
+        ahead = -1,
+        turn = turn,
+        answered = false,
+        failure = nil,
+        retryAfter = nil,
+        backoff = retry.FIRST_BACKOFF
+    }
+    local over, l, e, retryAfter = heard(
+        place,
+        sent,
+        res,
+        err,
+        fault
+    )
+    while not over do
+        over, l, e, retryAfter = between(place)
+        if not over then
+            over, l, e, retryAfter = attempt(place)
+        end
+    end
+    waits.leave(turn)
+    wakeups.done(store.redis, rkey)
+    if place.rec ~= nil then
+        ledger.forget(store.dict, place.rec, tok)
+    end
+    if l == nil and place.ticket ~= "" and e ~= "timeout" then
+        orphans.adopt(dropOf(
+            store,
+            kind,
+            rkey,
+            tok,
+            wait
+        ))
+    end
+    return l, e, retryAfter
+end
+--- Acquire in line: lease; nil, "busy", retry_after (wait = 0); nil,
+-- "timeout", retry_after; nil, "dlock: ...". The first question comes
+-- before any bookkeeping: an uncontended acquire allocates nothing but its
+-- lease, and LuaJIT compiles a path that runs into no loop (check.onlyKnown).
+function ____exports.queued(store, kind, key, tok, ttl, wait)
+    local conf = store.redis
+    local rkey = store.prefix .. key
+    local qkey = scripts.queueKey(rkey, conf.slotted)
+    local fkey = kind.fenced and backend.fenceKey(conf, rkey) or nil
+    local sent = ngx_now() * 1000
+    local deadline = sent + wait
+    local turn
+    if wait > 0 and wakeups.live(conf, rkey) then
+        turn = waits.turn(rkey, tok)
+        waits.enter(turn)
+    end
+    local res, err, fault = ask(
+        conf,
+        kind,
+        rkey,
+        qkey,
+        fkey,
+        tok,
+        ttl,
+        ticketMs(wait, deadline, sent),
+        ""
+    )
+    local won = res == "OK"
+    local fence
+    if not won and lua_type(res) == "table" and res[1] == "OK" then
+        won = true
+        fence = res[2]
+    end
+    if won then
+        if wait > 0 then
+            if turn ~= nil then
+                waits.leave(turn)
+            end
+            wakeups.done(conf, rkey)
+        end
+        local l = make(
+            store,
+            kind,
+            key,
+            rkey,
+            tok,
+            ttl,
+            sent,
+            fence
+        )
+        return l, nil, nil
+    end
+    if wait > 0 then
+        return inLine(
+            store,
+            kind,
+            key,
+            rkey,
+            qkey,
+            fkey,
+            tok,
+            ttl,
+            wait,
+            deadline,
+            turn or waits.turn(rkey, tok),
+            sent,
+            res,
+            err,
+            fault
+        )
+    end
+    if res == nil then
+        return nil, retry.failed(
+            store,
+            kind,
+            rkey,
+            tok,
+            err,
+            fault,
+            0,
+            deadline,
+            kind.drop
+        ), nil
+    end
+    if lua_type(res) == "table" then
+        local pttl = res[1]
+        return nil, "busy", pttl >= 0 and pttl or nil
+    end
+    return nil, "busy", retry.pttlOf(res)
+end
+return ____exports

@@ -1,0 +1,131 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local ledger = require("resty.dlock.core.ledger")
+local meter = require("resty.dlock.core.meter")
+local orphans = require("resty.dlock.core.orphans")
+local backend = require("resty.dlock.redis.backend")
+local waits = require("resty.dlock.core.wait")
+local wakeups = require("resty.dlock.core.wakeups")
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local math_max = math.max
+local lua_type = type
+local LOST_HORIZON_MS = orphans.LOST_HORIZON * 1000
+--- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
+function ____exports.nowMs()
+    ngx_update_time()
+    return ngx_now() * 1000
+end
+--- An extend or a release of l failed: what its outcome may have changed in Redis.
+function ____exports.unconfirmed(l, fault, release)
+    if fault ~= "lost" then
+        return
+    end
+    if release then
+        if ____exports.nowMs() < l._validUntil then
+            l._releaseSent = true
+        end
+    else
+        l._expires = math_max(
+            l._expires,
+            ____exports.nowMs() + LOST_HORIZON_MS
+        )
+    end
+end
+--- Its record out of the shared dict, and out of the held gauge.
+local function forget(l)
+    local store = l._store
+    local expires = ledger.forget(store.dict, l._rec, l.token)
+    if expires ~= nil then
+        meter.forgotten(store.meter, expires)
+    end
+end
+--- Redis says the key is not ours any more: counted lost, unless the watchdog did already.
+local function gone(l)
+    if not l._lost then
+        meter.lost(l._store.meter)
+    end
+end
+--- Redis answered the owner-checked release of l (1: deleted, else not ours):
+-- the lease is over. A key found gone after a release reached Redis in time
+-- was deleted by that release (or expired after it was asked to go), so that
+-- still counts as released.
+function ____exports.released(l, reply)
+    l._released = true
+    forget(l)
+    local store = l._store
+    local rkey = l._rkey
+    if lua_type(reply) == "string" then
+        waits.wakeToken(rkey, reply)
+        meter.released(
+            store.meter,
+            (____exports.nowMs() - l._since) / 1000
+        )
+        return true, nil
+    end
+    if not wakeups.live(store.redis, rkey) then
+        waits.wake(rkey)
+    end
+    if reply == 1 or l._releaseSent then
+        meter.released(
+            store.meter,
+            (____exports.nowMs() - l._since) / 1000
+        )
+        return true, nil
+    end
+    gone(l)
+    return nil, "not_owner"
+end
+--- Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`.
+function ____exports.extended(l, reply, ms, sent)
+    if reply ~= 1 then
+        l._released = true
+        forget(l)
+        gone(l)
+        return nil, "not_owner"
+    end
+    local store = l._store
+    l.ttl = ms
+    l._validUntil = sent + backend.validity(store.redis, ms)
+    l._expires = math_max(
+        l._expires,
+        ____exports.nowMs() + ms
+    )
+    local from, to = ledger.renew(
+        store.dict,
+        l._rec,
+        l.token,
+        l.key,
+        ms
+    )
+    if from ~= nil then
+        meter.moved(store.meter, from, to)
+    end
+    return true, nil
+end
+local function swept(o, reply)
+    local l = o.lease
+    if not l._released then
+        if reply == nil then
+            l._released = true
+            forget(l)
+        else
+            ____exports.released(l, reply)
+        end
+    end
+end
+--- Hand a lease whose release Redis did not confirm to the sweep, which retries it until the key expires.
+function ____exports.orphan(l)
+    local o = {
+        lost = "release",
+        conf = l._store.redis,
+        release = l._kind.release,
+        rkey = l._rkey,
+        token = l.token,
+        deadline = l._expires / 1000,
+        settle = swept,
+        lease = l
+    }
+    orphans.adopt(o)
+end
+return ____exports

@@ -1,0 +1,82 @@
+-- What a holder can see: the fields README ("## Lua API", "## Semaphores") and
+-- the typed API (api/index.d.ts) document, and nothing else but the library's
+-- own, named with a leading "_". Nothing else is a promise.
+local h = require "helpers"
+local dlock = require "resty.dlock"
+local semaphore = require "resty.dlock.semaphore"
+
+--- The names in t (its own fields, then those of its metatable's __index) that
+--- are neither in `public` nor start with "_".
+local function undocumented(t, public)
+  local out = {}
+  local function look(tbl)
+    for k in pairs(tbl) do
+      if not public[k] and not (type(k) == "string" and k:sub(1, 1) == "_") then out[#out + 1] = tostring(k) end
+    end
+  end
+  look(t)
+  local mt = getmetatable(t)
+  if mt and type(mt.__index) == "table" then look(mt.__index) end
+  table.sort(out)
+  return out
+end
+
+local function set(...)
+  local s = {}
+  for _, k in ipairs({ ... }) do s[k] = true end
+  return s
+end
+
+local LEASE = set("key", "token", "ttl", "fence", "release", "extend", "valid")
+local LOCKS = set("acquire", "with", "held", "prefix", "ttl", "wait", "owner", "reentrant")
+local SEMAPHORE = set("acquire", "with", "held", "prefix", "ttl", "wait", "permits")
+
+describe("privacy", function()
+  it("a lease shows key, token, ttl, fence and its methods; the rest is _-prefixed", function()
+    local locks = h.locks({ fencing = true })
+    local lease = assert(locks:acquire("a", { ttl = 5000 }))
+    assert.is_number(lease.fence)
+    assert.same({}, undocumented(lease, LEASE))
+    assert.is_true(lease:release())
+    -- Released, and renewed by the watchdog: the same names.
+    local renewed = assert(locks:acquire("b", { ttl = 5000, renew = true, on_lost = function() end }))
+    assert.same({}, undocumented(renewed, LEASE))
+    assert.is_true(renewed:release())
+    assert.same({}, undocumented(renewed, LEASE))
+  end)
+
+  it("a nested lease of a reentrant factory shows the same names", function()
+    local locks = h.locks({ reentrant = true })
+    local outer = assert(locks:acquire("r", { ttl = 5000 }))
+    local inner = assert(locks:acquire("r", { ttl = 5000 }))
+    assert.same({}, undocumented(outer, LEASE))
+    assert.same({}, undocumented(inner, LEASE))
+    assert.is_true(inner:release())
+    assert.is_true(outer:release())
+  end)
+
+  it("a permit shows key, token, ttl and its methods; the rest is _-prefixed", function()
+    local sem = assert(semaphore.new({ dict = "dlock", permits = 2, redis = h.redis_opts(), prefix = h.unique("priv") }))
+    local permit = assert(sem:acquire("p", { ttl = 5000 }))
+    assert.same({}, undocumented(permit, LEASE))
+    assert.is_true(permit:release())
+  end)
+
+  it("lock and semaphore factories show their methods and their options; the rest is _-prefixed", function()
+    local locks = assert(dlock.new({ dict = "dlock", redis = h.redis_opts(), fencing = true,
+      reentrant = true, owner = "worker", name = "privacy" }))
+    assert.same({}, undocumented(locks, LOCKS))
+    assert.same({ "dlock:", 30000, 0, "worker", true }, { locks.prefix, locks.ttl, locks.wait, locks.owner, locks.reentrant })
+    local sem = assert(semaphore.new({ dict = "dlock", permits = 2, redis = h.redis_opts() }))
+    assert.same({}, undocumented(sem, SEMAPHORE))
+    assert.same({ "dlock:sem:", 30000, 0, 2 }, { sem.prefix, sem.ttl, sem.wait, sem.permits })
+    -- The Redis configuration (its password) is not among them.
+    for _, f in ipairs({ locks, sem }) do
+      for k, v in pairs(f) do
+        if type(k) == "string" and k:sub(1, 1) ~= "_" then assert.is_not_table(v, k) end
+      end
+    end
+  end)
+end)
+
+h.check_error_logs({})

@@ -1,0 +1,129 @@
+// What Redis's answer to a release or an extend does to a lease, one lease at
+// a time (lease.ts) or many in one round trip (batch.ts): the lease ends, its
+// record leaves the shared dict, the next waiter is woken; or, when no answer
+// came, what the call may still have done in Redis.
+
+import * as ledger from "./ledger";
+import * as meter from "./meter";
+import * as orphans from "./orphans";
+import * as backend from "../redis/backend";
+import type * as lease from "./lease";
+import * as waits from "./wait";
+import * as wakeups from "./wakeups";
+
+type Lease = lease.Lease;
+type Fault = backend.Fault;
+type Result = LuaMultiReturn<[true | undefined, string | undefined]>;
+
+const ngx_now = ngx.now;
+const ngx_update_time = ngx.update_time;
+const math_max = math.max;
+const lua_type = type;
+const LOST_HORIZON_MS = orphans.LOST_HORIZON * 1000;
+
+/** Epoch ms now, fresh (not the time cached at the start of this event loop cycle). */
+export function nowMs(): number {
+  ngx_update_time();
+  return ngx_now() * 1000;
+}
+
+/** An extend or a release of l failed: what its outcome may have changed in Redis. */
+export function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean): void {
+  if (fault !== "lost") {
+    return;
+  }
+  if (release) {
+    // Sent (at the latest now) while the key could not have expired yet.
+    if (nowMs() < l._validUntil) {
+      l._releaseSent = true;
+    }
+  } else {
+    // A PEXPIRE queued in a paused Redis runs when Redis resumes, whenever that is.
+    l._expires = math_max(l._expires, nowMs() + LOST_HORIZON_MS);
+  }
+}
+
+/** Its record out of the shared dict, and out of the held gauge. */
+function forget(l: Lease): void {
+  const store = l._store;
+  const expires = ledger.forget(store.dict, l._rec, l.token);
+  if (expires !== undefined) meter.forgotten(store.meter, expires);
+}
+
+/** Redis says the key is not ours any more: counted lost, unless the watchdog did already. */
+function gone(l: Lease): void {
+  if (!l._lost) meter.lost(l._store.meter);
+}
+
+/**
+ * Redis answered the owner-checked release of l (1: deleted, else not ours):
+ * the lease is over. A key found gone after a release reached Redis in time
+ * was deleted by that release (or expired after it was asked to go), so that
+ * still counts as released.
+ */
+export function released(l: Lease, reply: RedisValue): Result {
+  l._released = true;
+  forget(l);
+  const store = l._store;
+  const rkey = l._rkey;
+  if (lua_type(reply) === "string") {
+    // Handed to the first waiter in line (its token): if it waits in this
+    // worker, it goes now, without waiting for the announcement to come back.
+    waits.wakeToken(rkey, reply as string);
+    meter.released(store.meter, (nowMs() - l._since) / 1000);
+    return $multi(true as const, undefined);
+  }
+  // With a live subscription the release's PUBLISH wakes our waiters; waking
+  // one here too would send two of this worker's waiters after the key.
+  if (!wakeups.live(store.redis, rkey)) waits.wake(rkey);
+  if (reply === 1 || l._releaseSent) {
+    meter.released(store.meter, (nowMs() - l._since) / 1000);
+    return $multi(true as const, undefined);
+  }
+  gone(l);
+  return $multi(undefined, "not_owner");
+}
+
+/** Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`. */
+export function extended(l: Lease, reply: RedisValue, ms: number, sent: number): Result {
+  if (reply !== 1) {
+    // Never ours again: tokens are unique per lease.
+    l._released = true;
+    forget(l);
+    gone(l);
+    return $multi(undefined, "not_owner");
+  }
+  const store = l._store;
+  l.ttl = ms;
+  l._validUntil = sent + backend.validity(store.redis, ms);
+  l._expires = math_max(l._expires, nowMs() + ms);
+  const [from, to] = ledger.renew(store.dict, l._rec, l.token, l.key, ms);
+  if (from !== undefined) meter.moved(store.meter, from, to);
+  return $multi(true as const, undefined);
+}
+
+interface Unreleased extends orphans.Orphan {
+  readonly lease: Lease;
+}
+
+function swept(this: void, o: orphans.Orphan, reply: RedisValue | undefined): void {
+  const l = (o as Unreleased).lease;
+  if (!l._released) {
+    if (reply === undefined) {
+      // Given up at its expiry: the key is gone by now.
+      l._released = true;
+      forget(l);
+    } else {
+      released(l, reply);
+    }
+  }
+}
+
+/** Hand a lease whose release Redis did not confirm to the sweep, which retries it until the key expires. */
+export function orphan(l: Lease): void {
+  const o: Unreleased = {
+    lost: "release", conf: l._store.redis, release: l._kind.release, rkey: l._rkey, token: l.token,
+    deadline: l._expires / 1000, settle: swept, lease: l,
+  };
+  orphans.adopt(o);
+}

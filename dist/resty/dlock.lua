@@ -8,6 +8,7 @@ local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local recovery = require("resty.dlock.core.recovery")
 local reentrant = require("resty.dlock.core.reentrant")
+local rwscripts = require("resty.dlock.redis.rwscripts")
 local scripts = require("resty.dlock.redis.scripts")
 local token = require("resty.dlock.core.token")
 local watchdog = require("resty.dlock.core.watchdog")
@@ -41,6 +42,26 @@ local MAJORITY_LOCK = {
     fenced = false,
     drop = nil
 }
+local READ_LOCK = {
+    acquire = rwscripts.READ_ACQUIRE,
+    release = rwscripts.READ_RELEASE,
+    extend = rwscripts.READ_EXTEND,
+    shared = true,
+    fenced = false,
+    drop = rwscripts.READ_DROP,
+    reader = true
+}
+local FENCED_READ_LOCK = {
+    acquire = rwscripts.READ_ACQUIRE_FENCED,
+    release = rwscripts.READ_RELEASE,
+    extend = rwscripts.READ_EXTEND,
+    shared = true,
+    fenced = true,
+    drop = rwscripts.READ_DROP,
+    reader = true
+}
+local READERS_REDLOCK = "dlock: shared = true is refused with redis.redlock: holding back readers while a writer " .. "waits takes one line of waiters, which independent masters do not have (writers would starve)"
+local READERS_REENTRANT = "dlock: shared = true is refused by reentrant factories (reentrant = true): a reader " .. "that took its key again as a writer would wait for itself"
 local NEW_OPTIONS = check.set(
     "dict",
     "redis",
@@ -55,9 +76,17 @@ local NEW_OPTIONS = check.set(
 local locksMethods = {
     acquire = function(self, key, opts)
         recovery.start()
-        local k, ttlOrErr, wait, renew, onLost = lease.parseAcquire(self, key, opts)
+        local k, ttlOrErr, wait, renew, onLost, shared = lease.parseAcquire(self, key, opts, true)
         if k == nil then
             return nil, ttlOrErr, nil
+        end
+        local kind = self.kind
+        if shared then
+            local readers = self.readers
+            if type(readers) == "string" then
+                return nil, readers, nil
+            end
+            kind = readers
         end
         if self.reentrant then
             local again = reentrant.nested(self.id, self.prefix .. k)
@@ -72,9 +101,12 @@ local locksMethods = {
             meter.refused(self.meter, terr)
             return nil, terr, nil
         end
+        if shared then
+            tok = rwscripts.READER .. tok
+        end
         local l, err, retryAfter = acquire.acquire(
             self,
-            self.kind,
+            kind,
             k,
             tok,
             ttlOrErr,
@@ -147,6 +179,7 @@ function ____exports.new(opts)
         end
         reent = b
     end
+    local readers = store.redis.topology == "redlock" and READERS_REDLOCK or (reent and READERS_REENTRANT or (fencing and FENCED_READ_LOCK or READ_LOCK))
     factories = factories + 1
     local locks = {
         dict = store.dict,
@@ -157,10 +190,14 @@ function ____exports.new(opts)
         meter = store.meter,
         owner = owner,
         kind = kind,
+        readers = readers,
         reentrant = reent,
         id = tostring(factories)
     }
     recovery.register(store, kind)
+    if type(readers) ~= "string" then
+        recovery.register(store, readers)
+    end
     return setmetatable(locks, locksMt), nil
 end
 --- For init_worker_by_lua: release, owner-checked, the leases a worker that

@@ -14,6 +14,7 @@ import * as ledger from "./dlock/core/ledger";
 import * as meter from "./dlock/core/meter";
 import * as recovery from "./dlock/core/recovery";
 import * as reentrant from "./dlock/core/reentrant";
+import * as rwscripts from "./dlock/redis/rwscripts";
 import * as scripts from "./dlock/redis/scripts";
 import * as token from "./dlock/core/token";
 import * as watchdog from "./dlock/core/watchdog";
@@ -26,6 +27,11 @@ export interface Locks extends lease.Store {
   readonly owner: "random" | "worker";
   /** The kind of lease it hands out: with or without fencing. */
   readonly kind: lease.Kind;
+  /**
+   * (rwlock) The kind of its readers' leases (shared = true); a string: why
+   * this factory refuses readers.
+   */
+  readonly readers: lease.Kind | string;
   /** A caller that holds a key gets nested leases on it (see reentrant.ts). */
   readonly reentrant: boolean;
   readonly id: string;
@@ -47,6 +53,25 @@ const FENCED_LOCK: lease.Kind = {
 const MAJORITY_LOCK: lease.Kind = {
   acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: false, drop: undefined,
 };
+// (rwlock) Readers of shared locks (redis/rwscripts.ts); their writers are the locks above.
+const READ_LOCK: lease.Kind = {
+  acquire: rwscripts.READ_ACQUIRE, release: rwscripts.READ_RELEASE, extend: rwscripts.READ_EXTEND, shared: true,
+  fenced: false, drop: rwscripts.READ_DROP, reader: true,
+};
+const FENCED_READ_LOCK: lease.Kind = {
+  acquire: rwscripts.READ_ACQUIRE_FENCED, release: rwscripts.READ_RELEASE, extend: rwscripts.READ_EXTEND, shared: true,
+  fenced: true, drop: rwscripts.READ_DROP, reader: true,
+};
+// Why readers are refused. Under Redlock: majorities would keep readers from
+// writers (any two majorities share a master), but a writer that waits must
+// hold back new readers, and that takes one line for all, which no majority
+// of independent masters has: writers would starve. Reentrant factories: a
+// reader that takes its key again as a writer would wait for itself, and a
+// nested lease could not say whether it shares.
+const READERS_REDLOCK = "dlock: shared = true is refused with redis.redlock: holding back readers while a writer " +
+  "waits takes one line of waiters, which independent masters do not have (writers would starve)";
+const READERS_REENTRANT = "dlock: shared = true is refused by reentrant factories (reentrant = true): a reader " +
+  "that took its key again as a writer would wait for itself";
 const NEW_OPTIONS = check.set("dict", "redis", "prefix", "owner", "ttl", "wait", "fencing", "reentrant", "name");
 
 const locksMethods = {
@@ -57,20 +82,28 @@ const locksMethods = {
    */
   acquire(this: Locks, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
     recovery.start();
-    const [k, ttlOrErr, wait, renew, onLost] = lease.parseAcquire(this, key, opts);
+    const [k, ttlOrErr, wait, renew, onLost, shared] = lease.parseAcquire(this, key, opts, true);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
+    let kind = this.kind;
+    if (shared) {
+      const readers = this.readers;
+      if (type(readers) === "string") return $multi(undefined, readers as string, undefined);
+      kind = readers as lease.Kind;
+    }
     if (this.reentrant) {
       const again = reentrant.nested(this.id, this.prefix + k);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
     ngx.update_time();
     const t0 = ngx.now();
-    const [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
+    let [tok, terr] = (this.owner === "worker" ? token.worker : token.random)();
     if (tok === undefined) {
       meter.refused(this.meter, terr);
       return $multi(undefined, terr, undefined);
     }
-    let [l, err, retryAfter] = acquire.acquire(this, this.kind, k, tok, ttlOrErr as number, wait);
+    // A reader's token says so: its ticket in line, and a key handed to it (rwscripts.ts).
+    if (shared) tok = rwscripts.READER + tok;
+    let [l, err, retryAfter] = acquire.acquire(this, kind, k, tok, ttlOrErr as number, wait);
     if (l === undefined) {
       meter.refused(this.meter, err);
       return $multi(l, err, retryAfter);
@@ -129,12 +162,16 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     if (b === undefined) return $multi(undefined, err);
     reent = b;
   }
+  const readers = store.redis.topology === "redlock" ? READERS_REDLOCK : reent ? READERS_REENTRANT
+    : fencing ? FENCED_READ_LOCK : READ_LOCK;
   factories++;
   const locks = {
     dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter,
-    owner, kind, reentrant: reent, id: tostring(factories),
+    owner, kind, readers, reentrant: reent, id: tostring(factories),
   };
   recovery.register(store, kind);
+  // Readers' records (one per token) are given back with the readers' release.
+  if (type(readers) !== "string") recovery.register(store, readers as lease.Kind);
   return $multi(setmetatable(locks, locksMt) as unknown as Locks, undefined);
 }
 

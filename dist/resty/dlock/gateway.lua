@@ -39,6 +39,7 @@ local OPTIONS = check.set(
     "breaker_failures",
     "breaker_cooldown",
     "read_body",
+    "shared",
     "scope",
     "methods",
     "lease",
@@ -152,6 +153,26 @@ function ____exports.new(opts)
     if o.renew ~= nil and mode == "throttle" then
         return check.fail("renew does not apply to mode throttle (its lock is never released)", o.renew)
     end
+    local sharedMethods
+    local sh = o.shared
+    if sh ~= nil then
+        if mode ~= "mutex" then
+            return check.fail(
+                "shared applies to mode mutex only, not " .. tostring(mode),
+                sh
+            )
+        end
+        if type(sh) ~= "table" or #sh == 0 then
+            return check.fail("shared must be a list of HTTP methods ({ \"GET\", \"HEAD\" })", sh)
+        end
+        sharedMethods = {}
+        for ____, x in ipairs(sh) do
+            if type(x) ~= "string" or not check.found(x, "^%u+$") then
+                return check.fail("shared must be a list of upper-case HTTP methods", x)
+            end
+            sharedMethods[x] = true
+        end
+    end
     local hold = 0
     if o.hold ~= nil then
         local n, err = check.integer(
@@ -213,6 +234,20 @@ function ____exports.new(opts)
         return nil, lerr
     end
     local store = locks
+    local readers = locks.readers
+    if sharedMethods ~= nil and type(readers) == "string" then
+        return nil, readers
+    end
+    local sharedTry
+    local sharedWait
+    if sharedMethods ~= nil then
+        sharedTry = {}
+        sharedTry.wait = 0
+        sharedTry.shared = true
+        sharedWait = {}
+        sharedWait.wait = store.wait
+        sharedWait.shared = true
+    end
     local tryOpts = {}
     tryOpts.wait = 0
     local waitOpts = {}
@@ -244,7 +279,10 @@ function ____exports.new(opts)
         breakerFailures = common.breakerFailures,
         breakerCooldown = common.breakerCooldown,
         tryOpts = tryOpts,
-        waitOpts = waitOpts
+        waitOpts = waitOpts,
+        sharedMethods = sharedMethods,
+        sharedTry = sharedTry,
+        sharedWait = sharedWait
     }
     local made = setmetatable(g, guard.mt)
     registry[#registry + 1] = made

@@ -36,6 +36,7 @@ const OPTIONS = check.set(
   "name", "mode", "key", "dict", "redis", "prefix", "ttl", "hold", "permits", "wait",
   "renew", "on_missing", "on_error", "reject_status", "missing_status", "error_status",
   "headers", "breaker_failures", "breaker_cooldown", "read_body",
+  "shared", // (rwlock) mode mutex: methods whose requests take the lock shared
   // mode idempotency only (validated in gateway/idempotency)
   "scope", "methods", "lease", "max_body", "max_request_body", "store", "store_headers",
 );
@@ -131,6 +132,22 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   if (o.get("renew") !== undefined && mode === "throttle") {
     return check.fail("renew does not apply to mode throttle (its lock is never released)", o.get("renew"));
   }
+  // (rwlock) Requests of these methods are readers of the mutex: they share it, and exclude the others.
+  let sharedMethods: LuaSet<string> | undefined;
+  const sh = o.get("shared");
+  if (sh !== undefined) {
+    if (mode !== "mutex") return check.fail("shared applies to mode mutex only, not " + mode, sh);
+    if (type(sh) !== "table" || (sh as unknown[]).length === 0) {
+      return check.fail("shared must be a list of HTTP methods ({ \"GET\", \"HEAD\" })", sh);
+    }
+    sharedMethods = new LuaSet<string>();
+    for (const x of sh as unknown[]) {
+      if (type(x) !== "string" || !check.found(x as string, "^%u+$")) {
+        return check.fail("shared must be a list of upper-case HTTP methods", x);
+      }
+      sharedMethods.add(x as string);
+    }
+  }
   let hold = 0;
   if (o.get("hold") !== undefined) {
     const [n, err] = check.integer("hold", o.get("hold"), 0, dlock.MAX_TTL, "a non-negative integer of ms");
@@ -175,6 +192,19 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   }
   if (locks === undefined) return $multi(undefined, lerr);
   const store: lease.Store = locks;
+  // (rwlock) A factory that refuses readers says why (redis.redlock).
+  const readers = (locks as dlock.Locks).readers;
+  if (sharedMethods !== undefined && type(readers) === "string") return $multi(undefined, readers as string);
+  let sharedTry: LuaTable<string, unknown> | undefined;
+  let sharedWait: LuaTable<string, unknown> | undefined;
+  if (sharedMethods !== undefined) {
+    sharedTry = new LuaTable<string, unknown>();
+    sharedTry.set("wait", 0);
+    sharedTry.set("shared", true);
+    sharedWait = new LuaTable<string, unknown>();
+    sharedWait.set("wait", store.wait);
+    sharedWait.set("shared", true);
+  }
 
   const tryOpts = new LuaTable<string, unknown>();
   tryOpts.set("wait", 0);
@@ -189,7 +219,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     name, mode: mode as guard.Mode, parts, keyFn, source, missingWhat, errorWhat, locks, dict: store.dict, ttl: store.ttl, hold,
     wait: store.wait, renew: renewOn, release: mode !== "throttle", readBody, onMissing, onError, rejectStatus, missingStatus,
     errorStatus: common.errorStatus, headers: common.headers, breakerFailures: common.breakerFailures,
-    breakerCooldown: common.breakerCooldown, tryOpts, waitOpts,
+    breakerCooldown: common.breakerCooldown, tryOpts, waitOpts, sharedMethods, sharedTry, sharedWait,
   };
   const made = setmetatable(g, guard.mt) as unknown as guard.Guard;
   registry.push(made);

@@ -96,7 +96,34 @@ local function attempt(place)
     local res
     local err
     local fault
-    if place.fkey ~= nil then
+    if place.skey ~= nil then
+        if place.fkey ~= nil then
+            res, err, fault = call(
+                conf,
+                kind.acquire,
+                rkey,
+                place.skey,
+                place.fkey,
+                place.qkey,
+                tok,
+                ttl,
+                left,
+                place.ticket
+            )
+        else
+            res, err, fault = call(
+                conf,
+                kind.acquire,
+                rkey,
+                place.skey,
+                place.qkey,
+                tok,
+                ttl,
+                left,
+                place.ticket
+            )
+        end
+    elseif place.fkey ~= nil then
         res, err, fault = call(
             conf,
             kind.acquire,
@@ -256,6 +283,7 @@ local function queued(store, kind, key, tok, ttl, wait)
         rkey = rkey,
         qkey = scripts.queueKey(rkey, store.redis.slotted),
         fkey = kind.fenced and backend.fenceKey(store.redis, rkey) or nil,
+        skey = kind.reader == true and scripts.readersKey(rkey, store.redis.slotted) or nil,
         tok = tok,
         ttl = ttl,
         wait = wait,

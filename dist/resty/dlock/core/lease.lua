@@ -85,7 +85,13 @@ function ____exports.parseStore(o, defaultPrefix, defaultName)
         meter = meter.make(dict, name)
     }, nil
 end
-local ACQUIRE_OPTIONS = check.set("ttl", "wait", "renew", "on_lost")
+local ACQUIRE_OPTIONS = check.set(
+    "ttl",
+    "wait",
+    "renew",
+    "on_lost",
+    "shared"
+)
 local COSOCKET_PHASES = check.set(
     "rewrite",
     "server_rewrite",
@@ -104,39 +110,44 @@ local function phaseError(op)
     end
     return ((("dlock: " .. op) .. " needs cosockets, which nginx does not allow in the ") .. phase) .. " phase (use it in access/content, or from ngx.timer.at)"
 end
---- key, ttl, wait, renew, on_lost of an acquire call, with the factory's
--- defaults; nil and the error (in place of ttl) when the input is bad.
-function ____exports.parseAcquire(store, key, opts)
+--- key, ttl, wait, renew, on_lost (and shared: locks only, `sharable`) of an
+-- acquire call, with the factory's defaults; nil and the error (in place of
+-- ttl) when the input is bad.
+function ____exports.parseAcquire(store, key, opts, sharable)
+    if sharable == nil then
+        sharable = false
+    end
     local perr = phaseError("acquire")
     if perr ~= nil then
-        return nil, perr, 0, false, nil
+        return nil, perr, 0, false, nil, false
     end
     local k, kerr = check.str("key", key, ____exports.MAX_KEY_LEN)
     if k == nil then
-        return nil, kerr, 0, false, nil
+        return nil, kerr, 0, false, nil, false
     end
     if opts == nil then
-        return k, store.ttl, store.wait, false, nil
+        return k, store.ttl, store.wait, false, nil, false
     end
     if type(opts) ~= "table" then
         local ____, err = check.fail("acquire options must be a table", opts)
-        return nil, err, 0, false, nil
+        return nil, err, 0, false, nil, false
     end
     local o = opts
     local t = o.ttl
     local w = o.wait
     local r = o.renew
     local onLost = o.on_lost
-    local found = (t ~= nil and 1 or 0) + (w ~= nil and 1 or 0) + (r ~= nil and 1 or 0) + (onLost ~= nil and 1 or 0)
+    local sh = o.shared
+    local found = (t ~= nil and 1 or 0) + (w ~= nil and 1 or 0) + (r ~= nil and 1 or 0) + (onLost ~= nil and 1 or 0) + (sh ~= nil and 1 or 0)
     local uerr = check.onlyKnown("acquire options", o, found, ACQUIRE_OPTIONS)
     if uerr ~= nil then
-        return nil, uerr, 0, false, nil
+        return nil, uerr, 0, false, nil, false
     end
     local ttl = store.ttl
     if t ~= nil then
         local n, err = ____exports.checkTtl(t)
         if n == nil then
-            return nil, err, 0, false, nil
+            return nil, err, 0, false, nil, false
         end
         ttl = n
     end
@@ -144,7 +155,7 @@ function ____exports.parseAcquire(store, key, opts)
     if w ~= nil then
         local n, err = ____exports.checkWait(w)
         if n == nil then
-            return nil, err, 0, false, nil
+            return nil, err, 0, false, nil, false
         end
         wait = n
     end
@@ -152,20 +163,32 @@ function ____exports.parseAcquire(store, key, opts)
     if r ~= nil then
         local b, err = check.bool("renew", r)
         if b == nil then
-            return nil, err, 0, false, nil
+            return nil, err, 0, false, nil, false
         end
         renew = b
     end
     if onLost ~= nil then
         if type(onLost) ~= "function" then
             local ____, err = check.fail("on_lost must be a function", onLost)
-            return nil, err, 0, false, nil
+            return nil, err, 0, false, nil, false
         end
         if not renew then
-            return nil, "dlock: on_lost needs renew = true", 0, false, nil
+            return nil, "dlock: on_lost needs renew = true", 0, false, nil, false
         end
     end
-    return k, ttl, wait, renew, onLost
+    local shared = false
+    if sh ~= nil then
+        if not sharable then
+            local ____, err = check.fail("shared is an option of locks (resty.dlock), not of semaphores, whose permits are all alike", sh)
+            return nil, err, 0, false, nil, false
+        end
+        local b, err = check.bool("shared", sh)
+        if b == nil then
+            return nil, err, 0, false, nil, false
+        end
+        shared = b
+    end
+    return k, ttl, wait, renew, onLost, shared
 end
 --- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
 local function nowMs()
@@ -454,6 +477,7 @@ function ____exports.make(store, kind, key, tok, ttl, sent, fence)
         kind = kind,
         rkey = rkey,
         rec = rec,
+        shared = kind.reader == true,
         fence = fence,
         released = false,
         validUntil = sent + backend.validity(store.redis, ttl),

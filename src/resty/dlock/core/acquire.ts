@@ -92,6 +92,8 @@ interface Place {
   /** The key's waiters' queue, and its fence counter (fenced kinds). */
   readonly qkey: string;
   readonly fkey: string | undefined;
+  /** (rwlock) A reader's: the key's readers (redis/rwscripts.ts). */
+  readonly skey: string | undefined;
   readonly tok: string;
   readonly ttl: number;
   readonly wait: number;
@@ -142,7 +144,14 @@ function attempt(place: Place): Attempt {
   let res: RedisValue | undefined;
   let err: string | undefined;
   let fault: Fault | undefined;
-  if (place.fkey !== undefined) {
+  if (place.skey !== undefined) {
+    // (rwlock) A reader: its keys are the lock, its readers, (the fence counter,) the queue.
+    if (place.fkey !== undefined) {
+      [res, err, fault] = call(conf, kind.acquire, rkey, place.skey, place.fkey, place.qkey, tok, ttl, left, place.ticket);
+    } else {
+      [res, err, fault] = call(conf, kind.acquire, rkey, place.skey, place.qkey, tok, ttl, left, place.ticket);
+    }
+  } else if (place.fkey !== undefined) {
     [res, err, fault] = call(conf, kind.acquire, rkey, place.fkey, place.qkey, tok, ttl, left, place.ticket);
   } else {
     [res, err, fault] = call(conf, kind.acquire, rkey, place.qkey, tok, ttl, left, place.ticket);
@@ -232,7 +241,8 @@ function queued(store: Store, kind: Kind, key: string, tok: string, ttl: number,
   const rkey = store.prefix + key;
   const place: Place = {
     store, kind, key, rkey, qkey: scripts.queueKey(rkey, store.redis.slotted),
-    fkey: kind.fenced ? backend.fenceKey(store.redis, rkey) : undefined, tok, ttl, wait,
+    fkey: kind.fenced ? backend.fenceKey(store.redis, rkey) : undefined,
+    skey: kind.reader === true ? scripts.readersKey(rkey, store.redis.slotted) : undefined, tok, ttl, wait,
     deadline: ngx.now() * 1000 + wait,
     ticket: "", rec: undefined, ahead: -1, turn: wait > 0 ? waits.turn(rkey, tok) : undefined, answered: false,
     failure: undefined, retryAfter: undefined, backoff: FIRST_BACKOFF,

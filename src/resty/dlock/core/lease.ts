@@ -34,6 +34,11 @@ export interface Kind {
    * the first (scripts.ts): then `drop` takes a ticket (or a handed key) back.
    */
   readonly drop: scripts.Script | undefined;
+  /**
+   * (rwlock) A shared lock's reader (redis/rwscripts.ts): its scripts take the
+   * key's readers' set after the lock key, and its leases say `shared`.
+   */
+  readonly reader?: boolean;
 }
 
 
@@ -57,6 +62,8 @@ export interface Lease {
   readonly rkey: string;
   /** Its record in the shared dict (see ledger). */
   readonly rec: string;
+  /** (rwlock) Taken with shared = true: one of the key's readers, beside others, never beside a writer. */
+  readonly shared: boolean;
   /** With fencing: larger than the fence of every earlier holder of the key. */
   readonly fence: number | undefined;
   /** Over: Redis confirmed the release, or said the key is not ours. */
@@ -133,7 +140,7 @@ export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string, 
   return $multi({ dict, redis: conf, prefix, ttl, wait, meter: meter.make(dict, name) }, undefined);
 }
 
-const ACQUIRE_OPTIONS = check.set("ttl", "wait", "renew", "on_lost");
+const ACQUIRE_OPTIONS = check.set("ttl", "wait", "renew", "on_lost", "shared");
 
 // Where ngx_lua allows cosockets. Elsewhere (init, set, header/body filter, log,
 // balancer) a Redis call would raise; say so as an error instead.
@@ -153,18 +160,19 @@ function phaseError(op: string): string | undefined {
 export type OnLost = (this: void, lease: Lease, why: string) => void;
 
 /**
- * key, ttl, wait, renew, on_lost of an acquire call, with the factory's
- * defaults; nil and the error (in place of ttl) when the input is bad.
+ * key, ttl, wait, renew, on_lost (and shared: locks only, `sharable`) of an
+ * acquire call, with the factory's defaults; nil and the error (in place of
+ * ttl) when the input is bad.
  */
-export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMultiReturn<[string | undefined, string | number, number, boolean, OnLost | undefined]> {
+export function parseAcquire(store: Store, key: unknown, opts: unknown, sharable = false): LuaMultiReturn<[string | undefined, string | number, number, boolean, OnLost | undefined, boolean]> {
   const perr = phaseError("acquire");
-  if (perr !== undefined) return $multi(undefined, perr, 0, false, undefined);
+  if (perr !== undefined) return $multi(undefined, perr, 0, false, undefined, false);
   const [k, kerr] = check.str("key", key, MAX_KEY_LEN);
-  if (k === undefined) return $multi(undefined, kerr!, 0, false, undefined);
-  if (opts === undefined) return $multi(k, store.ttl, store.wait, false, undefined);
+  if (k === undefined) return $multi(undefined, kerr!, 0, false, undefined, false);
+  if (opts === undefined) return $multi(k, store.ttl, store.wait, false, undefined, false);
   if (type(opts) !== "table") {
     const [, err] = check.fail("acquire options must be a table", opts);
-    return $multi(undefined, err, 0, false, undefined);
+    return $multi(undefined, err, 0, false, undefined, false);
   }
   // Read by name, then counted: no walk over the table on every acquire (check.onlyKnown).
   const o = opts as LuaTable<string, unknown>;
@@ -172,38 +180,51 @@ export function parseAcquire(store: Store, key: unknown, opts: unknown): LuaMult
   const w = o.get("wait");
   const r = o.get("renew");
   const onLost = o.get("on_lost");
-  const found = (t !== undefined ? 1 : 0) + (w !== undefined ? 1 : 0) + (r !== undefined ? 1 : 0) + (onLost !== undefined ? 1 : 0);
+  const sh = o.get("shared");
+  const found = (t !== undefined ? 1 : 0) + (w !== undefined ? 1 : 0) + (r !== undefined ? 1 : 0) + (onLost !== undefined ? 1 : 0) +
+    (sh !== undefined ? 1 : 0);
   const uerr = check.onlyKnown("acquire options", o, found, ACQUIRE_OPTIONS);
-  if (uerr !== undefined) return $multi(undefined, uerr, 0, false, undefined);
+  if (uerr !== undefined) return $multi(undefined, uerr, 0, false, undefined, false);
   let ttl = store.ttl;
   if (t !== undefined) {
     const [n, err] = checkTtl(t);
-    if (n === undefined) return $multi(undefined, err!, 0, false, undefined);
+    if (n === undefined) return $multi(undefined, err!, 0, false, undefined, false);
     ttl = n;
   }
   let wait = store.wait;
   if (w !== undefined) {
     const [n, err] = checkWait(w);
-    if (n === undefined) return $multi(undefined, err!, 0, false, undefined);
+    if (n === undefined) return $multi(undefined, err!, 0, false, undefined, false);
     wait = n;
   }
   let renew = false;
   if (r !== undefined) {
     const [b, err] = check.bool("renew", r);
-    if (b === undefined) return $multi(undefined, err!, 0, false, undefined);
+    if (b === undefined) return $multi(undefined, err!, 0, false, undefined, false);
     renew = b;
   }
   if (onLost !== undefined) {
     if (type(onLost) !== "function") {
       const [, err] = check.fail("on_lost must be a function", onLost);
-      return $multi(undefined, err, 0, false, undefined);
+      return $multi(undefined, err, 0, false, undefined, false);
     }
     if (!renew) {
       // Nothing would ever notice the loss.
-      return $multi(undefined, "dlock: on_lost needs renew = true", 0, false, undefined);
+      return $multi(undefined, "dlock: on_lost needs renew = true", 0, false, undefined, false);
     }
   }
-  return $multi(k, ttl, wait, renew, onLost as OnLost | undefined);
+  // (rwlock) Readers of shared locks (resty.dlock only).
+  let shared = false;
+  if (sh !== undefined) {
+    if (!sharable) {
+      const [, err] = check.fail("shared is an option of locks (resty.dlock), not of semaphores, whose permits are all alike", sh);
+      return $multi(undefined, err, 0, false, undefined, false);
+    }
+    const [b, err] = check.bool("shared", sh);
+    if (b === undefined) return $multi(undefined, err!, 0, false, undefined, false);
+    shared = b;
+  }
+  return $multi(k, ttl, wait, renew, onLost as OnLost | undefined, shared);
 }
 
 type Fault = backend.Fault;
@@ -483,7 +504,7 @@ export function make(store: Store, kind: Kind, key: string, tok: string, ttl: nu
   if (recorded !== undefined) meter.recorded(store.meter, recorded);
   const now = nowMs();
   const lease = {
-    key, token: tok, ttl, store, kind, rkey, rec, fence, released: false,
+    key, token: tok, ttl, store, kind, rkey, rec, shared: kind.reader === true, fence, released: false,
     validUntil: sent + backend.validity(store.redis, ttl), expires: now + ttl, releaseSent: false,
     releasing: false, lost: false, onLost: undefined, since: now,
   };

@@ -19,13 +19,49 @@ local function spawn(fn, ...)
   end
 end
 
---- The readers' tokens of key (rkey = prefix .. key) in Redis, in expiry order.
-local function readers(rkey)
-  return h.cmd(nil, "zrange", rkey .. ":readers", 0, -1)
+local witness = require "rwwitness"
+
+--- Hammer `keys` keys from 40 light threads here and 16 requests to a peer nginx
+--- (path /rw-hammer), `reads` % readers; the witness's counters (prefix).
+local function hammer(locks, peer, keys, reads, extra)
+  local prefix = locks.prefix
+  local rounds = 20
+  local function local_client()
+    local w = witness.new(h.redis_port, prefix)
+    local got = 0
+    for _ = 1, rounds do
+      local key = "k" .. math.random(keys)
+      local shared = math.random(100) <= reads
+      local lease, err = locks:acquire(key, { ttl = 5000, wait = 10000, shared = shared })
+      assert(lease, err)
+      got = got + 1
+      witness.inside(w, key, shared, 2)
+      assert(lease:release())
+    end
+    witness.close(w)
+    return got
+  end
+  local function remote_client()
+    local res = assert(h.http(peer.port, "/rw-hammer?prefix=" .. ngx.escape_uri(prefix) .. "&keys=" .. keys ..
+      "&rounds=" .. rounds .. "&reads=" .. reads .. (extra or ""), { timeout = 60000 }))
+    assert.equal(200, res.status)
+    local got, errs = res.body:match("^(%d+) (%d+)")
+    assert.equal("0", errs)
+    return tonumber(got)
+  end
+  local threads = {}
+  for _ = 1, 40 do threads[#threads + 1] = spawn(local_client) end
+  for _ = 1, 16 do threads[#threads + 1] = spawn(remote_client) end
+  local total = 0
+  for _, wait in ipairs(threads) do total = total + wait() end
+  assert.equal(56 * rounds, total)
+  local overlaps = h.cmd(nil, "get", prefix .. "overlaps")
+  local shared = tonumber(h.cmd(nil, "get", prefix .. "shared")) or 0
+  return overlaps, shared
 end
 
 --- The tests of behaviour, against a factory made by make(opts) (standalone or Cluster).
-local function behaves(make, cmd)
+local function behaves(make, cmd, readers_key)
   it("lets two readers hold a key at once, each with a lease of its own that says shared", function()
     local locks = make()
     local a = assert(locks:acquire("doc", { shared = true, wait = 0 }))
@@ -36,7 +72,7 @@ local function behaves(make, cmd)
     assert.are_not.equal(a.token, b.token)
     -- The key says readers hold it; the readers are listed beside it.
     assert.equal(MARK, cmd("get", locks.prefix .. "doc"))
-    local r = cmd("zrange", a.rkey .. ":readers", 0, -1)
+    local r = cmd("zrange", readers_key(a.rkey), 0, -1)
     table.sort(r)
     local want = { a.token, b.token }
     table.sort(want)
@@ -46,7 +82,7 @@ local function behaves(make, cmd)
     assert.equal(MARK, cmd("get", locks.prefix .. "doc"))
     assert.is_true(b:release())
     assert.equal(ngx.null, cmd("get", locks.prefix .. "doc"))
-    assert.equal(0, cmd("exists", a.rkey .. ":readers"))
+    assert.equal(0, cmd("exists", readers_key(a.rkey)))
   end)
 
   it("keeps readers and other writers out while a writer holds the key", function()
@@ -215,7 +251,7 @@ local function behaves(make, cmd)
     assert.same({ nil, "not_owner" }, { b:release() })
     assert.same({ nil, "not_owner" }, { b:extend() })
     -- A reader whose place is gone cannot extend its way back in.
-    cmd("zrem", a.rkey .. ":readers", a.token)
+    cmd("zrem", readers_key(a.rkey), a.token)
     assert.same({ nil, "not_owner" }, { a:extend() })
     cmd("del", key)
   end)
@@ -250,7 +286,8 @@ local function behaves(make, cmd)
 end
 
 describe("shared locks", function()
-  behaves(function(opts) return h.locks(opts) end, function(...) return h.cmd(nil, ...) end)
+  behaves(function(opts) return h.locks(opts) end, function(...) return h.cmd(nil, ...) end,
+    function(rkey) return rkey .. ":readers" end)
 
   it("refuses shared for semaphores and reentrant factories, and a shared that is not a boolean", function()
     local sem = assert(semaphore.new({ dict = "dlock", permits = 2, redis = h.redis_opts(), prefix = h.unique("sem") }))
@@ -288,4 +325,111 @@ describe("shared locks", function()
   end)
 end)
 
-h.check_error_logs()
+describe("shared locks across nginx", function()
+  local peer
+  setup(function() peer = h.start_nginx("spec-peer.conf", { WORKERS = 4 }) end)
+  teardown(function() if peer then peer.stop() end end)
+
+  it("never has a writer beside anyone, across 40 light threads and 4 workers of another nginx: readers side by side", function()
+    local overlaps, shared = hammer(h.locks(), peer, 2, 80)
+    assert.equal(ngx.null, overlaps)
+    assert.is_true(shared > 0, "no two readers were ever inside at once")
+    -- The witness works: it sees a writer beside a reader.
+    local w = witness.new(h.redis_port, "probe:" .. h.unique())
+    local t = spawn(witness.inside, w, "x", true, 50)
+    local w2 = witness.new(h.redis_port, w.prefix)
+    witness.inside(w2, "x", false, 1)
+    t()
+    assert.equal("1", h.cmd(nil, "get", w.prefix .. "overlaps"))
+  end)
+
+  it("gives back the reader lease of a SIGKILLed worker, and not the reader of the worker still alive", function()
+    --- GET /crash-read?key=K on a connection kept open: { pid, token, sock }.
+    local function hold(key)
+      local sock = ngx.socket.tcp()
+      sock:settimeout(5000)
+      assert(sock:connect("127.0.0.1", peer.port))
+      assert(sock:send("GET /crash-read?key=" .. key .. " HTTP/1.1\r\nHost: x\r\n\r\n"))
+      while true do
+        local line = assert(sock:receive("*l"))
+        local pid, tok = line:match("^(%d+) (%S+)$")
+        if pid then return { pid = tonumber(pid), token = tok, sock = sock } end
+      end
+    end
+    local key = h.unique("rd")
+    local rkey = "crash:" .. key
+    local a = hold(key)
+    local b
+    for _ = 1, 20 do
+      b = hold(key)
+      if b.pid ~= a.pid then break end
+      b.sock:close()
+      h.cmd(nil, "zrem", rkey .. ":readers", b.token)
+      b = nil
+    end
+    assert.is_truthy(b, "both requests landed in one worker")
+    assert.equal(MARK, h.cmd(nil, "get", rkey))
+    local t0 = now()
+    assert(h.sh("kill -KILL " .. a.pid))
+    -- The ttl is 60 s: only recovery takes the reader out this soon.
+    local gone = h.eventually(3, function() return h.cmd(nil, "zscore", rkey .. ":readers", a.token) == ngx.null end)
+    assert.is_true(gone, "the dead worker's reader is still in after 3 s")
+    assert.is_true(now() - t0 < 1, "taken out after " .. (now() - t0) .. " s")
+    a.sock:close()
+    -- The live worker's reader still holds the key.
+    assert.same({ b.token }, h.cmd(nil, "zrange", rkey .. ":readers", 0, -1))
+    assert.equal(MARK, h.cmd(nil, "get", rkey))
+    b.sock:close()
+    h.cmd(nil, "del", rkey, rkey .. ":readers")
+  end)
+end)
+
+describe("shared locks on redis.cluster", function()
+  local c, peer
+  setup(function()
+    c = h.start_cluster()
+    peer = h.start_nginx("spec-peer.conf", { WORKERS = 2 })
+  end)
+  teardown(function()
+    if peer then peer.stop() end
+    if c then c.stop() end
+  end)
+
+  local function make(opts)
+    local o = { dict = "dlock", prefix = h.unique("rwc"),
+      redis = { cluster = { nodes = c.seeds, max_redirects = 5 }, connect_timeout = 300, read_timeout = 1000 } }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return assert(dlock.new(o))
+  end
+
+  behaves(make, function(name, key, ...) return h.cmd(c.slot_owner(key), name, key, ...) end,
+    function(rkey) return "{" .. rkey .. "}:readers" end)
+
+  it("keeps a key, its readers and its queue in one slot", function()
+    local locks = make()
+    local w = assert(locks:acquire("doc", { ttl = 5000 }))
+    local r = spawn(function() return locks:acquire("doc", { shared = true, wait = 3000 }) end)
+    ngx.sleep(0.05)
+    local rkey = locks.prefix .. "doc"
+    local slot = c.keyslot(rkey)
+    assert.equal(slot, c.keyslot("{" .. rkey .. "}:readers"))
+    assert.equal(slot, c.keyslot("{" .. rkey .. "}:queue"))
+    assert.equal(1, h.cmd(c.slot_owner(rkey), "zcard", "{" .. rkey .. "}:queue"))
+    assert(w:release())
+    local l = assert(r())
+    assert.same({ l.token }, h.cmd(c.slot_owner(rkey), "zrange", "{" .. rkey .. "}:readers", 0, -1))
+    assert(l:release())
+  end)
+
+  it("never has a writer beside anyone across 2 nginx", function()
+    local ports = {}
+    for _, m in ipairs(c.masters()) do ports[#ports + 1] = m end
+    local overlaps, shared = hammer(make(), peer, 3, 80, "&cluster=" .. table.concat(ports, ","))
+    assert.equal(ngx.null, overlaps)
+    assert.is_true(shared > 0, "no two readers were ever inside at once")
+  end)
+end)
+
+h.check_error_logs({
+  "worker process %d+ exited on signal 9",  -- the SIGKILLed peer worker
+})

@@ -430,6 +430,79 @@ describe("shared locks on redis.cluster", function()
   end)
 end)
 
+describe("gateway mutex guards with shared methods", function()
+  local n
+  setup(function()
+    local own = h.free_port()
+    n = h.start_nginx("spec-guards.conf", { OWN_BACKEND_PORT = own, BACKEND_PORT = own,
+      AUTH_REQUEST = h.nginx_has("http_auth_request_module") and "auth_request" or "root" })
+    n.backend = own
+  end)
+  teardown(function() if n then n.stop() end end)
+
+  --- "hits max_in_flight" of the backend for key.
+  local function stats(key)
+    local res = assert(h.http(n.backend, "/stats?key=" .. key))
+    local hits, max = res.body:match("^(%d+) (%d+)")
+    return tonumber(hits), tonumber(max)
+  end
+
+  local function request(method, key, ms)
+    return spawn(function()
+      local res = assert(h.http(n.port, "/rw?key=" .. key .. "&ms=" .. ms, { method = method,
+        headers = { ["Content-Length"] = "0" } }))
+      return res.status, now()
+    end)
+  end
+
+  it("lets GETs through side by side, and a PUT alone, the GETs that came after it waiting for it", function()
+    local key = h.unique("gw"):gsub(":", "_")
+    local gets = {}
+    for i = 1, 4 do gets[i] = request("GET", key, 200) end
+    for i = 1, 4 do assert.equal(200, (gets[i]())) end
+    local hits, max = stats(key)
+    assert.equal(4, hits)
+    assert.equal(4, max)
+    -- A write, then reads while it runs: they wait for it, and then share.
+    key = key .. "_2"
+    local put = request("PUT", key, 300)
+    ngx.sleep(0.1)
+    for i = 1, 3 do gets[i] = request("GET", key, 100) end
+    local status, put_done = put()
+    assert.equal(200, status)
+    for i = 1, 3 do
+      local s, at = gets[i]()
+      assert.equal(200, s)
+      assert.is_true(at > put_done - 0.05, "a GET ended before the PUT it waited for")
+    end
+    hits, max = stats(key)
+    assert.equal(4, hits)
+    assert.equal(3, max)
+  end)
+
+  it("refuses shared outside mode mutex, a list that is not of methods, and under redis.redlock", function()
+    local gateway = require "resty.dlock.gateway"
+    local base = { mode = "dedup", key = "$arg_k", on_error = "deny", redis = h.redis_opts(), shared = { "GET" } }
+    local g, err = gateway.new(base)
+    assert.is_nil(g)
+    assert.matches("shared applies to mode mutex only, not dedup", err, 1, true)
+    base.mode = "mutex"
+    base.shared = { "get" }
+    g, err = gateway.new(base)
+    assert.is_nil(g)
+    assert.matches("shared must be a list of upper-case HTTP methods", err, 1, true)
+    base.shared = "GET"
+    g, err = gateway.new(base)
+    assert.is_nil(g)
+    assert.matches("shared must be a list of HTTP methods", err, 1, true)
+    base.shared = { "GET" }
+    base.redis = { redlock = { "127.0.0.1:" .. h.redis_port, "127.0.0.1:1", "127.0.0.1:2" } }
+    g, err = gateway.new(base)
+    assert.is_nil(g)
+    assert.matches("shared = true is refused with redis.redlock", err, 1, true)
+  end)
+end)
+
 h.check_error_logs({
   "worker process %d+ exited on signal 9",  -- the SIGKILLed peer worker
 })

@@ -463,6 +463,10 @@ describe("gateway mutex guards with shared methods", function()
     local hits, max = stats(key)
     assert.equal(4, hits)
     assert.equal(4, max)
+    -- The readers gave the key back as their requests ended: a write goes through at once.
+    local t0 = now()
+    assert.equal(200, (request("PUT", key, 0)()))
+    assert.is_true(now() - t0 < 1, "the PUT waited " .. (now() - t0) .. " s")
     -- A write, then reads while it runs: they wait for it, and then share.
     key = key .. "_2"
     local put = request("PUT", key, 300)

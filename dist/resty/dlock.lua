@@ -83,8 +83,8 @@ local locksMethods = {
         local kind = self.kind
         if shared then
             local readers = self.readers
-            if type(readers) == "string" then
-                return nil, readers, nil
+            if readers == nil then
+                return nil, self.noReaders, nil
             end
             kind = readers
         end
@@ -179,7 +179,14 @@ function ____exports.new(opts)
         end
         reent = b
     end
-    local readers = store.redis.topology == "redlock" and READERS_REDLOCK or (reent and READERS_REENTRANT or (fencing and FENCED_READ_LOCK or READ_LOCK))
+    local noReaders = store.redis.topology == "redlock" and READERS_REDLOCK or (reent and READERS_REENTRANT or nil)
+    local ____temp_0
+    if noReaders ~= nil then
+        ____temp_0 = nil
+    else
+        ____temp_0 = fencing and FENCED_READ_LOCK or READ_LOCK
+    end
+    local readers = ____temp_0
     factories = factories + 1
     local locks = {
         dict = store.dict,
@@ -191,11 +198,12 @@ function ____exports.new(opts)
         owner = owner,
         kind = kind,
         readers = readers,
+        noReaders = noReaders,
         reentrant = reent,
         id = tostring(factories)
     }
     recovery.register(store, kind)
-    if type(readers) ~= "string" then
+    if readers ~= nil then
         recovery.register(store, readers)
     end
     return setmetatable(locks, locksMt), nil

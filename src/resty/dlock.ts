@@ -27,11 +27,9 @@ export interface Locks extends lease.Store {
   readonly owner: "random" | "worker";
   /** The kind of lease it hands out: with or without fencing. */
   readonly kind: lease.Kind;
-  /**
-   * (rwlock) The kind of its readers' leases (shared = true); a string: why
-   * this factory refuses readers.
-   */
-  readonly readers: lease.Kind | string;
+  /** (rwlock) The kind of its readers' leases (shared = true); nil when it refuses them, for `noReaders`. */
+  readonly readers: lease.Kind | undefined;
+  readonly noReaders: string | undefined;
   /** A caller that holds a key gets nested leases on it (see reentrant.ts). */
   readonly reentrant: boolean;
   readonly id: string;
@@ -87,8 +85,8 @@ const locksMethods = {
     let kind = this.kind;
     if (shared) {
       const readers = this.readers;
-      if (type(readers) === "string") return $multi(undefined, readers as string, undefined);
-      kind = readers as lease.Kind;
+      if (readers === undefined) return $multi(undefined, this.noReaders, undefined);
+      kind = readers;
     }
     if (this.reentrant) {
       const again = reentrant.nested(this.id, this.prefix + k);
@@ -162,16 +160,16 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     if (b === undefined) return $multi(undefined, err);
     reent = b;
   }
-  const readers = store.redis.topology === "redlock" ? READERS_REDLOCK : reent ? READERS_REENTRANT
-    : fencing ? FENCED_READ_LOCK : READ_LOCK;
+  const noReaders = store.redis.topology === "redlock" ? READERS_REDLOCK : reent ? READERS_REENTRANT : undefined;
+  const readers = noReaders !== undefined ? undefined : fencing ? FENCED_READ_LOCK : READ_LOCK;
   factories++;
   const locks = {
     dict: store.dict, redis: store.redis, prefix: store.prefix, ttl: store.ttl, wait: store.wait, meter: store.meter,
-    owner, kind, readers, reentrant: reent, id: tostring(factories),
+    owner, kind, readers, noReaders, reentrant: reent, id: tostring(factories),
   };
   recovery.register(store, kind);
   // Readers' records (one per token) are given back with the readers' release.
-  if (type(readers) !== "string") recovery.register(store, readers as lease.Kind);
+  if (readers !== undefined) recovery.register(store, readers);
   return $multi(setmetatable(locks, locksMt) as unknown as Locks, undefined);
 }
 

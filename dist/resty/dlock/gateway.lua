@@ -234,9 +234,9 @@ function ____exports.new(opts)
         return nil, lerr
     end
     local store = locks
-    local readers = locks.readers
-    if sharedMethods ~= nil and type(readers) == "string" then
-        return nil, readers
+    local noReaders = locks.noReaders
+    if sharedMethods ~= nil and noReaders ~= nil then
+        return nil, noReaders
     end
     local sharedTry
     local sharedWait

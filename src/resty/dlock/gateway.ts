@@ -193,8 +193,8 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   if (locks === undefined) return $multi(undefined, lerr);
   const store: lease.Store = locks;
   // (rwlock) A factory that refuses readers says why (redis.redlock).
-  const readers = (locks as dlock.Locks).readers;
-  if (sharedMethods !== undefined && type(readers) === "string") return $multi(undefined, readers as string);
+  const noReaders = (locks as dlock.Locks).noReaders;
+  if (sharedMethods !== undefined && noReaders !== undefined) return $multi(undefined, noReaders);
   let sharedTry: LuaTable<string, unknown> | undefined;
   let sharedWait: LuaTable<string, unknown> | undefined;
   if (sharedMethods !== undefined) {

@@ -7,6 +7,7 @@ local inflight = require("resty.dlock.gateway.inflight")
 local keys = require("resty.dlock.gateway.key")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
+local req_get_method = ngx.req.get_method
 local function reject(g, status, retryAfterMs)
     if retryAfterMs ~= nil then
         ngx.header["Retry-After"] = math.max(
@@ -64,7 +65,7 @@ local guardMethods = {
             return
         end
         local key = token.hex(ngx.sha1_bin(raw))
-        local reads = self.sharedMethods ~= nil and self.sharedMethods[ngx.req.get_method()] ~= nil
+        local reads = self.sharedMethods ~= nil and self.sharedMethods[req_get_method()] ~= nil
         local ____self_1 = self.locks
         local ____self_1_acquire_2 = ____self_1.acquire
         local ____reads_0

@@ -11,6 +11,9 @@ import * as keys from "./key";
 import * as request from "./request";
 import * as stats from "./stats";
 
+// (rwlock) Read per request by mutex guards with shared methods.
+const req_get_method = ngx.req.get_method;
+
 export type Mode = "dedup" | "concurrency" | "throttle" | "mutex";
 type KeyFn = keys.KeyFn;
 
@@ -123,7 +126,7 @@ const guardMethods = {
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
     const key = token.hex(ngx.sha1_bin(raw));
     // (rwlock) Readers share the key (gateway option shared).
-    const reads = this.sharedMethods !== undefined && this.sharedMethods.has(ngx.req.get_method());
+    const reads = this.sharedMethods !== undefined && this.sharedMethods.has(req_get_method());
     let [l, err, retryAfter] = this.locks.acquire(key, reads ? this.sharedTry : this.tryOpts);
     if (l === undefined && err === "busy" && this.wait > 0) {
       stats.incr(this.dict, this.name, "waited");

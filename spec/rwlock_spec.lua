@@ -57,6 +57,8 @@ local function hammer(locks, peer, keys, reads, extra)
   assert.equal(56 * rounds, total)
   local overlaps = h.cmd(nil, "get", prefix .. "overlaps")
   local shared = tonumber(h.cmd(nil, "get", prefix .. "shared")) or 0
+  io.stdout:write(string.format("rwlock: %d leases (%d %% readers) on %d keys%s: %s overlaps, readers side by side %d times\n",
+    total, reads, keys, extra and " (cluster)" or "", overlaps == ngx.null and "0" or tostring(overlaps), shared))
   return overlaps, shared
 end
 
@@ -204,8 +206,10 @@ local function behaves(make, cmd, readers_key)
     local w, err = locks:acquire("doc", { ttl = 5000, wait = 3000 })
     local waited = now() - t0
     assert.is_truthy(w, err)
-    -- It waited for the readers inside when it came (50 ms) and a round trip or two, not for the stream to end.
-    assert.is_true(waited < 0.3, "the writer waited " .. waited .. " s")
+    -- It waited for the readers inside when it came (50 ms) and a few round trips, not for the stream to end
+    -- (which only ends once it got in: a writer that starved would wait its full 3 s).
+    assert.is_true(waited < 0.5, "the writer waited " .. waited .. " s")
+    io.stdout:write(string.format("rwlock: a writer among readers every 20 ms waited %.3f s\n", waited))
     assert(w:release())
     ngx.sleep(0.1)
     stop = true
@@ -220,7 +224,7 @@ local function behaves(make, cmd, readers_key)
     local w, err = locks:acquire("doc", { wait = 2000 })
     assert.is_truthy(w, err)
     local waited = now() - t0
-    assert.is_true(waited >= 0.25 and waited < 0.6, "the writer waited " .. waited .. " s")
+    assert.is_true(waited >= 0.25 and waited < 0.8, "the writer waited " .. waited .. " s")
     assert.is_false(r:valid())
     assert.same({ nil, "not_owner" }, { r:release() })
     assert(w:release())

@@ -77,6 +77,7 @@ build = {
       ["resty.dlock.redis.pipeline"] = "dist/resty/dlock/redis/pipeline.lua",
       ["resty.dlock.redis.quorum"] = "dist/resty/dlock/redis/quorum.lua",
       ["resty.dlock.redis.resp"] = "dist/resty/dlock/redis/resp.lua",
+      ["resty.dlock.redis.rwscripts"] = "dist/resty/dlock/redis/rwscripts.lua",
       ["resty.dlock.redis.scripts"] = "dist/resty/dlock/redis/scripts.lua",
       ["resty.dlock.redis.sentinel"] = "dist/resty/dlock/redis/sentinel.lua",
       ["resty.dlock.redis.setup"] = "dist/resty/dlock/redis/setup.lua",

@@ -118,6 +118,16 @@ declare module "resty.dlock" {
     on_lost?: OnLost;
   }
 
+  /** A lock's acquire options. */
+  export interface LockAcquireOptions extends AcquireOptions {
+    /**
+     * Take the key as one of its readers: readers share it, a writer (any other
+     * lease) excludes everyone, a waiting writer holds back later readers.
+     * Refused with redis.redlock and by reentrant factories.
+     */
+    shared?: boolean;
+  }
+
   /** true; or nil, "not_owner"; or nil, "dlock: ..." (Redis failed: still yours, call again). */
   export type Outcome = LuaMultiReturn<[true | undefined, string | undefined]>;
 
@@ -128,6 +138,8 @@ declare module "resty.dlock" {
     readonly ttl: number;
     /** With fencing: larger than the fence of every earlier holder of the key. */
     readonly fence: number | undefined;
+    /** Taken with shared = true: one of the key's readers (false for writers and permits). */
+    readonly shared: boolean;
     release(this: Lease): Outcome;
     /** Reset to ttl ms from now (default: its current ttl). */
     extend(this: Lease, ttl?: number): Outcome;
@@ -170,6 +182,9 @@ declare module "resty.dlock" {
   export interface Locks extends Acquirer {
     readonly owner: "random" | "worker";
     readonly reentrant: boolean;
+    acquire(this: Locks, key: string, opts?: LockAcquireOptions): AcquireResult;
+    with<A extends unknown[]>(this: Locks, key: string, opts: LockAcquireOptions | undefined,
+      fn: (this: void, ...args: A) => unknown, ...args: A): LuaMultiReturn<unknown[]>;
   }
 
   export const _VERSION: string;
@@ -258,6 +273,8 @@ declare module "resty.dlock.gateway" {
     wait?: number;
     renew?: boolean;
     read_body?: boolean;
+    /** Methods whose requests take the lock shared ({ "GET", "HEAD" }): they run side by side, others alone. */
+    shared?: string[];
   }
   export interface IdempotencyOptions extends Common {
     mode: "idempotency";

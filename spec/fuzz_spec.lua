@@ -356,7 +356,8 @@ local function gen_acquire_opts()
   local k = int(1, 10)
   if k <= 2 then return nil end
   if k == 3 then return hostile() end
-  local o = (gen_opts({ { "ttl", valid_ttl }, { "wait", valid_wait } }, 0.5, 0.35))
+  local o = (gen_opts({ { "ttl", valid_ttl }, { "wait", valid_wait }, { "shared", function() return chance(0.5) end, false, 0.2 } },
+    0.5, 0.35))
   return o
 end
 
@@ -412,13 +413,15 @@ local function kept(what, fn, ...)
   return nil, r[3], r[4], dt
 end
 
-local function valid_acquire(key, opts)
+--- obj: locks take `shared` (a boolean), semaphores do not.
+local function valid_acquire(key, opts, obj)
   if type(key) ~= "string" or #key < 1 or #key > MAX_KEY then return false end
   if opts == nil then return true end -- also the FFI NULL pointer, which == nil
   if type(opts) ~= "table" then return false end
   for k in pairs(opts) do
-    if k ~= "ttl" and k ~= "wait" then return false end
+    if k ~= "ttl" and k ~= "wait" and k ~= "shared" then return false end
   end
+  if opts.shared ~= nil and (obj.permits ~= nil or type(opts.shared) ~= "boolean") then return false end
   if opts.ttl ~= nil and not is_int_in(opts.ttl, 1, MAX_TTL) then return false end
   if opts.wait ~= nil and not is_int_in(opts.wait, 0, MAX_TTL) then return false end
   return true
@@ -700,7 +703,8 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
         concurrency = { { "permits", function() return int(1, 100000) end, true }, { "wait", valid_wait },
                         { "renew", function() return chance(0.5) end } },
         throttle = {},
-        mutex = { { "wait", valid_wait }, { "renew", function() return chance(0.5) end } },
+        mutex = { { "wait", valid_wait }, { "renew", function() return chance(0.5) end },
+                  { "shared", function() return pick({ { "GET" }, { "GET", "HEAD" }, { "PROPFIND" } }) end } },
       }
       local accepted = 0
       for i = 1, N_GW_NEW do
@@ -712,11 +716,12 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
         if type(opts) == "table" then
           if chance(0.9) then opts.mode = mode else opts.mode = hostile(); valid = false end
           if chance(0.05) then -- an option of another mode
-            local f = pick({ "hold", "permits", "wait", "renew" })
+            local f = pick({ "hold", "permits", "wait", "renew", "shared" })
             local applies = (f == "hold" and mode == "dedup") or (f == "permits" and mode == "concurrency")
               or (f == "wait" and (mode == "concurrency" or mode == "mutex")) or (f == "renew" and mode ~= "throttle")
+              or (f == "shared" and mode == "mutex")
             if not applies then
-              opts[f] = f == "renew" and true or 1
+              opts[f] = f == "renew" and true or f == "shared" and { "GET" } or 1
               valid = false
             end
           end
@@ -756,7 +761,7 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
         local key, opts = any_key(), gen_acquire_opts()
         local what = function() return NAMES[obj] .. ":acquire(" .. ser(key) .. ", " .. ser(opts) .. ")" end
         local lease, err = kept(what, obj.acquire, obj, key, opts)
-        if valid_acquire(key, opts) then
+        if valid_acquire(key, opts, obj) then
           if not lease then violated(what() .. " refused a valid call on a free key: " .. ser(err)) end
           granted = granted + 1
           local ttl = effective_ttl(obj, opts)
@@ -788,7 +793,7 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
         if type(opts) == "table" and is_int_in(opts.wait, 51, math.huge) then opts.wait = int(0, 50) end
         local what = function() return NAMES[obj] .. ":acquire(" .. ser(key) .. ", " .. ser(opts) .. ") on a held key" end
         local lease, err, retry_after, dt = kept(what, obj.acquire, obj, key, opts)
-        local valid = valid_acquire(key, opts)
+        local valid = valid_acquire(key, opts, obj)
         if valid and key == "held" then
           local wait = type(opts) == "table" and opts.wait ~= nil and opts.wait or 0 -- the FFI NULL == nil
           local expect = wait == 0 and "busy" or "timeout"
@@ -945,7 +950,7 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
           if r[2] ~= nil or type(r[3]) ~= "string" or not r[3]:find("^dlock: with needs a function") then
             violated(what() .. " returned " .. args_of({ n = r.n - 1, unpack(r, 2, r.n) }))
           end
-        elseif not valid_acquire(key, opts) then
+        elseif not valid_acquire(key, opts, obj) then
           if rec.ran then violated(what() .. " ran fn on invalid input") end
           if r[2] ~= nil then violated(what() .. " returned a result for invalid input: " .. ser(r[2])) end
           check_err(what, r[3])

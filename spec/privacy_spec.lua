@@ -27,7 +27,7 @@ local function set(...)
   return s
 end
 
-local LEASE = set("key", "token", "ttl", "fence", "release", "extend", "valid")
+local LEASE = set("key", "token", "ttl", "fence", "shared", "release", "extend", "valid")
 local LOCKS = set("acquire", "with", "held", "prefix", "ttl", "wait", "owner", "reentrant")
 local SEMAPHORE = set("acquire", "with", "held", "prefix", "ttl", "wait", "permits")
 

@@ -8,6 +8,7 @@ local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local recovery = require("resty.dlock.core.recovery")
 local reentrant = require("resty.dlock.core.reentrant")
+local rwscripts = require("resty.dlock.redis.rwscripts")
 local scripts = require("resty.dlock.redis.scripts")
 local token = require("resty.dlock.core.token")
 local watchdog = require("resty.dlock.core.watchdog")
@@ -47,6 +48,26 @@ local MAJORITY_LOCK = {
     fenced = false,
     drop = nil
 }
+local READ_LOCK = {
+    acquire = rwscripts.READ_ACQUIRE,
+    release = rwscripts.READ_RELEASE,
+    extend = rwscripts.READ_EXTEND,
+    shared = true,
+    fenced = false,
+    drop = rwscripts.READ_DROP,
+    reader = true
+}
+local FENCED_READ_LOCK = {
+    acquire = rwscripts.READ_ACQUIRE_FENCED,
+    release = rwscripts.READ_RELEASE,
+    extend = rwscripts.READ_EXTEND,
+    shared = true,
+    fenced = true,
+    drop = rwscripts.READ_DROP,
+    reader = true
+}
+local READERS_REDLOCK = "dlock: shared = true is refused with redis.redlock: holding back readers while a writer " .. "waits takes one line of waiters, which independent masters do not have (writers would starve)"
+local READERS_REENTRANT = "dlock: shared = true is refused by reentrant factories (reentrant = true): a reader " .. "that took its key again as a writer would wait for itself"
 local locksMethods = {
     acquire = function(self, key, opts)
         recovery.start()
@@ -55,9 +76,17 @@ local locksMethods = {
             return nil, perr, nil
         end
         local store = self._store
-        local k, ttlOrErr, wait, renew, onLost = options.acquire(store, key, opts)
+        local k, ttlOrErr, wait, renew, onLost, shared = options.acquire(store, key, opts, true)
         if k == nil then
             return nil, ttlOrErr, nil
+        end
+        local kind = self._kind
+        if shared then
+            local readers = self._readers
+            if readers == nil then
+                return nil, self._noReaders, nil
+            end
+            kind = readers
         end
         if self.reentrant then
             local again = reentrant.nested(self._id, store.prefix .. k)
@@ -72,9 +101,12 @@ local locksMethods = {
             meter.refused(store.meter, terr)
             return nil, terr, nil
         end
+        if shared then
+            tok = rwscripts.READER .. tok
+        end
         local l, err, retryAfter = acquire.acquire(
             store,
-            self._kind,
+            kind,
             k,
             tok,
             ttlOrErr,
@@ -120,6 +152,14 @@ function ____exports.new(opts)
     end
     local kind = o.redis.topology == "redlock" and MAJORITY_LOCK or (o.fencing and FENCED_LOCK or LOCK)
     local store = options.store(o)
+    local noReaders = o.redis.topology == "redlock" and READERS_REDLOCK or (o.reentrant and READERS_REENTRANT or nil)
+    local ____temp_0
+    if noReaders ~= nil then
+        ____temp_0 = nil
+    else
+        ____temp_0 = o.fencing and FENCED_READ_LOCK or READ_LOCK
+    end
+    local readers = ____temp_0
     factories = factories + 1
     local locks = {
         prefix = store.prefix,
@@ -130,9 +170,14 @@ function ____exports.new(opts)
         _store = store,
         _mint = o.owner == "worker" and token.worker or token.random,
         _kind = kind,
+        _readers = readers,
+        _noReaders = noReaders,
         _id = lua_tostring(factories)
     }
     recovery.register(store, kind)
+    if readers ~= nil then
+        recovery.register(store, readers)
+    end
     return lua_setmetatable(locks, locksMt), nil
 end
 --- For init_worker_by_lua: release, owner-checked, the leases a worker that

@@ -14,6 +14,7 @@ import * as ledger from "./dlock/core/ledger";
 import * as meter from "./dlock/core/meter";
 import * as recovery from "./dlock/core/recovery";
 import * as reentrant from "./dlock/core/reentrant";
+import * as rwscripts from "./dlock/redis/rwscripts";
 import * as scripts from "./dlock/redis/scripts";
 import * as token from "./dlock/core/token";
 import * as watchdog from "./dlock/core/watchdog";
@@ -46,6 +47,9 @@ export interface Locks {
   readonly _mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>;
   /** The kind of lease it hands out: with or without fencing. */
   readonly _kind: lease.Kind;
+  /** The kind of its readers' leases (shared = true); nil when it refuses them, for `_noReaders`. */
+  readonly _readers: lease.Kind | undefined;
+  readonly _noReaders: string | undefined;
   readonly _id: string;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
@@ -65,6 +69,24 @@ const FENCED_LOCK: lease.Kind = {
 const MAJORITY_LOCK: lease.Kind = {
   acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: false, drop: undefined,
 };
+// Readers of shared locks (redis/rwscripts.ts); their writers are the locks above.
+const READ_LOCK: lease.Kind = {
+  acquire: rwscripts.READ_ACQUIRE, release: rwscripts.READ_RELEASE, extend: rwscripts.READ_EXTEND, shared: true,
+  fenced: false, drop: rwscripts.READ_DROP, reader: true,
+};
+const FENCED_READ_LOCK: lease.Kind = {
+  acquire: rwscripts.READ_ACQUIRE_FENCED, release: rwscripts.READ_RELEASE, extend: rwscripts.READ_EXTEND, shared: true,
+  fenced: true, drop: rwscripts.READ_DROP, reader: true,
+};
+// Why readers are refused. Under Redlock: majorities would keep readers from
+// writers (any two majorities share a master), but a writer that waits must
+// hold back new readers, and that takes one line for all, which no majority
+// of independent masters has: writers would starve. Reentrant factories: a
+// reader that took its key again as a writer would wait for itself.
+const READERS_REDLOCK = "dlock: shared = true is refused with redis.redlock: holding back readers while a writer " +
+  "waits takes one line of waiters, which independent masters do not have (writers would starve)";
+const READERS_REENTRANT = "dlock: shared = true is refused by reentrant factories (reentrant = true): a reader " +
+  "that took its key again as a writer would wait for itself";
 
 const locksMethods = {
   /**
@@ -77,20 +99,28 @@ const locksMethods = {
     const perr = lease.phaseError("acquire");
     if (perr !== undefined) return $multi(undefined, perr, undefined);
     const store = this._store;
-    const [k, ttlOrErr, wait, renew, onLost] = options.acquire(store, key, opts);
+    const [k, ttlOrErr, wait, renew, onLost, shared] = options.acquire(store, key, opts, true);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
+    let kind = this._kind;
+    if (shared) {
+      const readers = this._readers;
+      if (readers === undefined) return $multi(undefined, this._noReaders, undefined);
+      kind = readers;
+    }
     if (this.reentrant) {
       const again = reentrant.nested(this._id, store.prefix + k);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
     ngx_update_time();
     const t0 = ngx_now();
-    const [tok, terr] = this._mint();
+    let [tok, terr] = this._mint();
     if (tok === undefined) {
       meter.refused(store.meter, terr);
       return $multi(undefined, terr, undefined);
     }
-    let [l, err, retryAfter] = acquire.acquire(store, this._kind, k, tok, ttlOrErr as number, wait);
+    // A reader's token says so: its ticket in line, and a key handed to it (rwscripts.ts).
+    if (shared) tok = rwscripts.READER + tok;
+    let [l, err, retryAfter] = acquire.acquire(store, kind, k, tok, ttlOrErr as number, wait);
     if (l === undefined) {
       meter.refused(store.meter, err);
       return $multi(l, err, retryAfter);
@@ -128,12 +158,17 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
   }
   const kind = o.redis.topology === "redlock" ? MAJORITY_LOCK : o.fencing ? FENCED_LOCK : LOCK;
   const store = options.store(o);
+  const noReaders = o.redis.topology === "redlock" ? READERS_REDLOCK : o.reentrant ? READERS_REENTRANT : undefined;
+  const readers = noReaders !== undefined ? undefined : o.fencing ? FENCED_READ_LOCK : READ_LOCK;
   factories++;
   const locks = {
     prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner: o.owner, reentrant: o.reentrant,
-    _store: store, _mint: o.owner === "worker" ? token.worker : token.random, _kind: kind, _id: lua_tostring(factories),
+    _store: store, _mint: o.owner === "worker" ? token.worker : token.random, _kind: kind, _readers: readers, _noReaders: noReaders,
+    _id: lua_tostring(factories),
   };
   recovery.register(store, kind);
+  // Readers' records (one per token) are given back with the readers' release.
+  if (readers !== undefined) recovery.register(store, readers);
   return $multi(lua_setmetatable(locks, locksMt) as unknown as Locks, undefined);
 }
 

@@ -90,6 +90,21 @@ function ____exports.new(opts)
         return nil, lerr
     end
     local store = locks._store
+    local sharedMethods = o.shared
+    local sharedTry
+    local sharedWait
+    if sharedMethods ~= nil then
+        local noReaders = locks._noReaders
+        if noReaders ~= nil then
+            return nil, noReaders
+        end
+        sharedTry = {}
+        sharedTry.wait = 0
+        sharedTry.shared = true
+        sharedWait = {}
+        sharedWait.wait = store.wait
+        sharedWait.shared = true
+    end
     local tryOpts = {}
     tryOpts.wait = 0
     local waitOpts = {}
@@ -122,7 +137,10 @@ function ____exports.new(opts)
         breakerFailures = o.breaker_failures,
         breakerCooldown = o.breaker_cooldown,
         tryOpts = tryOpts,
-        waitOpts = waitOpts
+        waitOpts = waitOpts,
+        sharedMethods = sharedMethods,
+        sharedTry = sharedTry,
+        sharedWait = sharedWait
     }
     local made = lua_setmetatable(g, guard.mt)
     registry[#registry + 1] = made

@@ -37,7 +37,7 @@ local semaphoreMethods = {
             return nil, perr, nil
         end
         local store = self._store
-        local k, ttlOrErr, wait, renew, onLost = options.acquire(store, key, opts)
+        local k, ttlOrErr, wait, renew, onLost = options.acquire(store, key, opts, false)
         if k == nil then
             return nil, ttlOrErr, nil
         end

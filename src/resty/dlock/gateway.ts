@@ -100,6 +100,20 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   }
   if (locks === undefined) return $multi(undefined, lerr);
   const store: lease.Store = locks._store;
+  // A factory that refuses readers says why (redis.redlock).
+  const sharedMethods = o.shared;
+  let sharedTry: LuaTable<string, unknown> | undefined;
+  let sharedWait: LuaTable<string, unknown> | undefined;
+  if (sharedMethods !== undefined) {
+    const noReaders = (locks as dlock.Locks)._noReaders;
+    if (noReaders !== undefined) return $multi(undefined, noReaders);
+    sharedTry = new LuaTable<string, unknown>();
+    sharedTry.set("wait", 0);
+    sharedTry.set("shared", true);
+    sharedWait = new LuaTable<string, unknown>();
+    sharedWait.set("wait", store.wait);
+    sharedWait.set("shared", true);
+  }
 
   const tryOpts = new LuaTable<string, unknown>();
   tryOpts.set("wait", 0);
@@ -116,7 +130,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     wait: store.wait, renew: o.renew === true, release: mode !== "throttle", readBody: o.read_body === true,
     onMissing: o.on_missing, onError: o.on_error, rejectStatus, missingStatus: o.missing_status,
     errorStatus: o.error_status, headers: o.headers, breakerFailures: o.breaker_failures,
-    breakerCooldown: o.breaker_cooldown, tryOpts, waitOpts,
+    breakerCooldown: o.breaker_cooldown, tryOpts, waitOpts, sharedMethods, sharedTry, sharedWait,
   };
   const made = lua_setmetatable(g, guard.mt) as unknown as guard.Guard;
   registry.push(made);

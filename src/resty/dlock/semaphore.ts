@@ -58,7 +58,7 @@ const semaphoreMethods = {
     const perr = lease.phaseError("acquire");
     if (perr !== undefined) return $multi(undefined, perr, undefined);
     const store = this._store;
-    const [k, ttlOrErr, wait, renew, onLost] = options.acquire(store, key, opts);
+    const [k, ttlOrErr, wait, renew, onLost] = options.acquire(store, key, opts, false);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
     ngx_update_time();
     const t0 = ngx_now();

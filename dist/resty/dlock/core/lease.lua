@@ -103,6 +103,7 @@ function ____exports.make(store, kind, key, rkey, tok, ttl, sent, fence)
         token = tok,
         ttl = ttl,
         fence = fence,
+        shared = kind.reader == true,
         _store = store,
         _kind = kind,
         _rkey = rkey,

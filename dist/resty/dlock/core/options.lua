@@ -1,4 +1,30 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Lua Library inline imports
+local function __TS__CountVarargs(...)
+    return select("#", ...)
+end
+
+local function __TS__SparseArrayNew(...)
+    local sparseArray = {...}
+    sparseArray.sparseLength = __TS__CountVarargs(...)
+    return sparseArray
+end
+
+local function __TS__SparseArrayPush(sparseArray, ...)
+    local args = {...}
+    local argsLen = __TS__CountVarargs(...)
+    local listLen = sparseArray.sparseLength
+    for i = 1, argsLen do
+        sparseArray[listLen + i] = args[i]
+    end
+    sparseArray.sparseLength = listLen + argsLen
+end
+
+local function __TS__SparseArraySpread(sparseArray)
+    local _unpack = unpack or table.unpack
+    return _unpack(sparseArray, 1, sparseArray.sparseLength)
+end
+-- End of Lua Library inline imports
 local ____exports = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
@@ -104,7 +130,21 @@ local ACQUIRE_WAIT = {
     unit = ____exports.WAIT.unit,
     doc = "the factory's `wait`"
 }
-____exports.ACQUIRE = {ACQUIRE_TTL, ACQUIRE_WAIT, {name = "renew", kind = "boolean", default = false}, {name = "on_lost", kind = "function", requires = {{option = "renew", must = "true"}}}}
+local ACQUIRE_COMMON = {ACQUIRE_TTL, ACQUIRE_WAIT, {name = "renew", kind = "boolean", default = false}, {name = "on_lost", kind = "function", requires = {{option = "renew", must = "true"}}}}
+local ____array_0 = __TS__SparseArrayNew(unpack(ACQUIRE_COMMON))
+__TS__SparseArrayPush(____array_0, {name = "shared", kind = "boolean", default = false})
+--- A lock's: and shared (a reader of the key: redis/rwscripts.ts).
+____exports.ACQUIRE = {__TS__SparseArraySpread(____array_0)}
+local function notShared(v)
+    if v == nil then
+        return nil, nil
+    end
+    return check.fail("shared is an option of locks (resty.dlock), not of semaphores, whose permits are all alike", v)
+end
+local ____array_1 = __TS__SparseArrayNew(unpack(ACQUIRE_COMMON))
+__TS__SparseArrayPush(____array_1, {name = "shared", kind = "check", check = notShared})
+--- A permit's: shared is refused with why (semaphores: their permits are all alike, none shared).
+local ACQUIRE_PERMIT = {__TS__SparseArraySpread(____array_1)}
 ____exports.newLocks = schema.compile("dlock.new options", ____exports.NEW_LOCKS, {labels = ""})
 ____exports.newSemaphore = schema.compile("semaphore.new options", ____exports.NEW_SEMAPHORE, {labels = ""})
 --- lease:extend(ttl): the ttl of an acquire.
@@ -121,7 +161,8 @@ function ____exports.store(o)
         meter = meter.make(o.dict, o.name)
     }
 end
-local acquireOptions = schema.compile("acquire options", ____exports.ACQUIRE, {labels = ""})
+local lockOptions = schema.compile("acquire options", ____exports.ACQUIRE, {labels = ""})
+local permitOptions = schema.compile("acquire options", ACQUIRE_PERMIT, {labels = ""})
 local nkeys = check.nkeys
 local TTL_MIN = ACQUIRE_TTL.min
 local TTL_MAX = ACQUIRE_TTL.max
@@ -130,21 +171,22 @@ local WAIT_MAX = ACQUIRE_WAIT.max
 local function within(v, min, max)
     return lua_type(v) == "number" and v >= min and v <= max and math_floor(v) == v
 end
---- key, ttl, wait, renew, on_lost of an acquire call, with the factory's
--- defaults; nil and the error (in place of ttl) when the input is bad.
+--- key, ttl, wait, renew, on_lost, shared of an acquire call (shared: locks
+-- only, `sharable`), with the factory's defaults; nil and the error (in place
+-- of ttl) when the input is bad.
 -- 
 -- This runs on every acquire, so options that are fine are read by name and
 -- counted (table.nkeys), with no table built and no walk over the caller's:
 -- LuaJIT will not compile a function whose trace runs into a loop (a root
 -- trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
 -- which says what is wrong in the words of every other option table.
-function ____exports.acquire(store, key, opts)
+function ____exports.acquire(store, key, opts, sharable)
     local k, kerr = check_str("key", key, MAX_KEY)
     if k == nil then
-        return nil, kerr, 0, false, nil
+        return nil, kerr, 0, false, nil, false
     end
     if opts == nil then
-        return k, store.ttl, store.wait, false, nil
+        return k, store.ttl, store.wait, false, nil, false
     end
     if lua_type(opts) == "table" then
         local o = opts
@@ -152,24 +194,31 @@ function ____exports.acquire(store, key, opts)
         local w = o.wait
         local r = o.renew
         local onLost = o.on_lost
-        local found = (t ~= nil and 1 or 0) + (w ~= nil and 1 or 0) + (r ~= nil and 1 or 0) + (onLost ~= nil and 1 or 0)
-        if nkeys ~= nil and nkeys(o) == found and (t == nil or within(t, TTL_MIN, TTL_MAX)) and (w == nil or within(w, WAIT_MIN, WAIT_MAX)) and (r == nil or r == true or r == false) and (onLost == nil or r == true and lua_type(onLost) == "function") then
-            local ____k_2 = k
-            local ____t_0 = t
-            if ____t_0 == nil then
-                ____t_0 = store.ttl
+        local ____sharable_2
+        if sharable then
+            ____sharable_2 = o.shared
+        else
+            ____sharable_2 = nil
+        end
+        local sh = ____sharable_2
+        local found = (t ~= nil and 1 or 0) + (w ~= nil and 1 or 0) + (r ~= nil and 1 or 0) + (onLost ~= nil and 1 or 0) + (sh ~= nil and 1 or 0)
+        if nkeys ~= nil and nkeys(o) == found and (t == nil or within(t, TTL_MIN, TTL_MAX)) and (w == nil or within(w, WAIT_MIN, WAIT_MAX)) and (r == nil or r == true or r == false) and (onLost == nil or r == true and lua_type(onLost) == "function") and (sh == nil or sh == true or sh == false) then
+            local ____k_5 = k
+            local ____t_3 = t
+            if ____t_3 == nil then
+                ____t_3 = store.ttl
             end
-            local ____w_1 = w
-            if ____w_1 == nil then
-                ____w_1 = store.wait
+            local ____w_4 = w
+            if ____w_4 == nil then
+                ____w_4 = store.wait
             end
-            return ____k_2, ____t_0, ____w_1, r == true, onLost
+            return ____k_5, ____t_3, ____w_4, r == true, onLost, sh == true
         end
     end
-    local v, err = acquireOptions(opts)
+    local v, err = (sharable and lockOptions or permitOptions)(opts)
     if v == nil then
-        return nil, err, 0, false, nil
+        return nil, err, 0, false, nil, false
     end
-    return k, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost
+    return k, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost, v.shared == true
 end
 return ____exports

@@ -36,7 +36,34 @@ local function dropOf(store, kind, rkey, tok, wait)
     }
 end
 --- Ask Redis for the key once, with our ticket ("" until we have one) lasting `left` ms.
-local function ask(conf, kind, rkey, qkey, fkey, tok, ttl, left, ticket)
+local function ask(conf, kind, rkey, qkey, fkey, skey, tok, ttl, left, ticket)
+    if skey ~= nil then
+        if fkey ~= nil then
+            return call(
+                conf,
+                kind.acquire,
+                rkey,
+                skey,
+                fkey,
+                qkey,
+                tok,
+                ttl,
+                left,
+                ticket
+            )
+        end
+        return call(
+            conf,
+            kind.acquire,
+            rkey,
+            skey,
+            qkey,
+            tok,
+            ttl,
+            left,
+            ticket
+        )
+    end
     if fkey ~= nil then
         return call(
             conf,
@@ -161,6 +188,7 @@ local function attempt(place)
         place.rkey,
         place.qkey,
         place.fkey,
+        place.skey,
         place.tok,
         place.ttl,
         ticketMs(place.wait, place.deadline, sent),
@@ -221,7 +249,7 @@ local function between(place)
 end
 --- The first answer did not end the acquire: wait in line, from a place that
 -- starts with that answer, until the key is ours, the deadline, or an error.
-local function inLine(store, kind, key, rkey, qkey, fkey, tok, ttl, wait, deadline, turn, sent, res, err, fault)
+local function inLine(store, kind, key, rkey, qkey, fkey, skey, tok, ttl, wait, deadline, turn, sent, res, err, fault)
     local place = {
         store = store,
         kind = kind,
@@ -229,6 +257,7 @@ local function inLine(store, kind, key, rkey, qkey, fkey, tok, ttl, wait, deadli
         rkey = rkey,
         qkey = qkey,
         fkey = fkey,
+        skey = skey,
         tok = tok,
         ttl = ttl,
         wait = wait,
@@ -280,6 +309,7 @@ function ____exports.queued(store, kind, key, tok, ttl, wait)
     local rkey = store.prefix .. key
     local qkey = scripts.queueKey(rkey, conf.slotted)
     local fkey = kind.fenced and backend.fenceKey(conf, rkey) or nil
+    local skey = kind.reader == true and scripts.readersKey(rkey, conf.slotted) or nil
     local sent = ngx_now() * 1000
     local deadline = sent + wait
     local turn
@@ -293,6 +323,7 @@ function ____exports.queued(store, kind, key, tok, ttl, wait)
         rkey,
         qkey,
         fkey,
+        skey,
         tok,
         ttl,
         ticketMs(wait, deadline, sent),
@@ -331,6 +362,7 @@ function ____exports.queued(store, kind, key, tok, ttl, wait)
             rkey,
             qkey,
             fkey,
+            skey,
             tok,
             ttl,
             wait,

@@ -7,6 +7,7 @@ local inflight = require("resty.dlock.gateway.inflight")
 local keys = require("resty.dlock.gateway.key")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
+local req_get_method = ngx.req.get_method
 local function reject(g, status, retryAfterMs)
     if retryAfterMs ~= nil then
         ngx.header["Retry-After"] = math.max(
@@ -64,10 +65,27 @@ local guardMethods = {
             return
         end
         local key = token.hex(ngx.sha1_bin(raw))
-        local l, err, retryAfter = self.locks:acquire(key, self.tryOpts)
+        local reads = self.sharedMethods ~= nil and self.sharedMethods[req_get_method()] ~= nil
+        local ____self_1 = self.locks
+        local ____self_1_acquire_2 = ____self_1.acquire
+        local ____reads_0
+        if reads then
+            ____reads_0 = self.sharedTry
+        else
+            ____reads_0 = self.tryOpts
+        end
+        local l, err, retryAfter = ____self_1_acquire_2(____self_1, key, ____reads_0)
         if l == nil and err == "busy" and self.wait > 0 then
             stats.incr(self.dict, self.name, "waited")
-            l, err, retryAfter = self.locks:acquire(key, self.waitOpts)
+            local ____self_4 = self.locks
+            local ____self_4_acquire_5 = ____self_4.acquire
+            local ____reads_3
+            if reads then
+                ____reads_3 = self.sharedWait
+            else
+                ____reads_3 = self.waitOpts
+            end
+            l, err, retryAfter = ____self_4_acquire_5(____self_4, key, ____reads_3)
         end
         if l ~= nil then
             stats.success(self.dict, self.name)

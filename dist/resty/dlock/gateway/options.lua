@@ -33,6 +33,7 @@ local keys = require("resty.dlock.gateway.key")
 local modes = require("resty.dlock.core.schema.modes")
 local lua_type = type
 local lua_pairs = pairs
+local lua_ipairs = ipairs
 ____exports.MODES = {
     {name = "dedup", status = 409},
     {name = "concurrency", status = 429},
@@ -73,6 +74,23 @@ end
 --- A value checked with the others of its kind where they are used together (rate's limits: core/rate.ts parse).
 local function given(v)
     return v, nil
+end
+--- mode mutex's shared: the methods whose requests take the lock shared (readers), as a set.
+local function methodsShared(v)
+    if v == nil then
+        return nil, nil
+    end
+    if lua_type(v) ~= "table" or #v == 0 then
+        return check.fail("shared must be a list of HTTP methods ({ \"GET\", \"HEAD\" })", v)
+    end
+    local set = {}
+    for ____, x in lua_ipairs(v) do
+        if lua_type(x) ~= "string" or not check.found(x, "^%u+$") then
+            return check.fail("shared must be a list of upper-case HTTP methods", x)
+        end
+        set[x] = true
+    end
+    return set, nil
 end
 local function key(v)
     return keys.compile("key", v)
@@ -172,6 +190,13 @@ __TS__SparseArrayPush(
         modes = RATE
     },
     {name = "on_missing", kind = "enum", values = {"pass", "reject"}, default = "pass"},
+    {
+        name = "shared",
+        kind = "check",
+        check = methodsShared,
+        doc = "none",
+        modes = {"mutex"}
+    },
     {
         name = "hold",
         kind = "integer",

@@ -1,14 +1,14 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local token = require("resty.dlock.core.token")
-local WRITES = "#!lua\n"
-local FREES = "#!lua flags=allow-oom\n"
-local function script(name, body, keys, written, alone, flags)
+____exports.WRITES = "#!lua\n"
+____exports.FREES = "#!lua flags=allow-oom\n"
+function ____exports.script(name, body, keys, written, alone, flags)
     if keys == nil then
         keys = 1
     end
     if flags == nil then
-        flags = WRITES
+        flags = ____exports.WRITES
     end
     local src = flags .. body
     return {
@@ -21,25 +21,25 @@ local function script(name, body, keys, written, alone, flags)
         undo = nil
     }
 end
-local function isOk(reply)
+function ____exports.isOk(reply)
     return reply == "OK"
 end
-local function isOkFenced(reply)
+function ____exports.isOkFenced(reply)
     return type(reply) == "table" and reply[1] == "OK"
 end
-local function isOne(reply)
+function ____exports.isOne(reply)
     return reply == 1
 end
 local BUSY = "\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t ~= 'string' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')\nend\nreturn redis.call('PTTL', KEYS[1])\n"
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms.
 -- Returns "OK" when acquired, else the holder's PTTL (-1: the key has no TTL).
 -- A key of another type is an error, not "busy": someone else's data sits there.
-____exports.ACQUIRE = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 'OK'\nend" .. BUSY, 1, isOk)
+____exports.ACQUIRE = ____exports.script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 'OK'\nend" .. BUSY, 1, ____exports.isOk)
 --- Fencing: as ACQUIRE, with KEYS[2] a counter that only grows (it never
 -- expires). Returns { "OK", fence } when acquired: the fence is larger than
 -- that of every earlier holder of the key, so a resource that remembers the
 -- largest fence it has seen can turn away a holder whose lease ran out.
-____exports.ACQUIRE_FENCED = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend" .. BUSY, 2, isOkFenced)
+____exports.ACQUIRE_FENCED = ____exports.script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend" .. BUSY, 2, ____exports.isOkFenced)
 --- Releases are announced on CHANNEL .. <lock key>: waiters anywhere in the
 -- fleet subscribe per key (wakeups.ts); with nobody subscribed, PUBLISH costs
 -- Redis a hash lookup. redis.pcall: an ACL user without channel permissions
@@ -47,13 +47,13 @@ ____exports.ACQUIRE_FENCED = script("acquire", "\nif redis.call('SET', KEYS[1], 
 ____exports.CHANNEL = "dlock:released:"
 local PUBLISH = ("redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n"
 --- KEYS[1] lock key, ARGV[1] token. 1 when deleted (and announced), 0 when the key is not ours.
-____exports.RELEASE = script(
+____exports.RELEASE = ____exports.script(
     "release",
     ("\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  " .. PUBLISH) .. "  return 1\nend\nreturn 0\n",
     1,
     nil,
     nil,
-    FREES
+    ____exports.FREES
 )
 --- ms a key handed to the first waiter in line stays reserved for it. A woken
 -- waiter comes within a round trip; one without a live subscription polls at
@@ -81,89 +81,116 @@ end
 function ____exports.queueKey(rkey, slotted)
     return slotted and not ____exports.tagged(rkey) and ("{" .. rkey) .. "}:queue" or rkey .. ":queue"
 end
-local QUEUE = "local Q = KEYS[#KEYS]\n"
-local LINE = ((((((("local t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\nend\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', ") .. tostring(____exports.GRANT)) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '") .. ____exports.CHANNEL) .. "' .. KEYS[1], 'g") .. tostring(____exports.GRANT)) .. " ' .. who)\n  return who\nend\n"
+____exports.QUEUE = "local Q = KEYS[#KEYS]\n"
+____exports.LINE = ((((((("local t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\nend\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', ") .. tostring(____exports.GRANT)) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '") .. ____exports.CHANNEL) .. "' .. KEYS[1], 'g") .. tostring(____exports.GRANT)) .. " ' .. who)\n  return who\nend\n"
 local function queuedAcquire(take)
-    return ((QUEUE .. ("if ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return " .. take) .. "  -- nobody in line, and the key free\nend\n") .. LINE) .. ((("clock()\nlocal mine\nif ARGV[4] ~= '' then\n  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')\n  mine = deadline .. ' ' .. ARGV[1]\n  -- back in line at its old place, had its turn come and gone while it was away\n  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then\n    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end\n  end\nend\nlocal v = redis.pcall('GET', KEYS[1])\nif type(v) == 'table' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')\nend\nlocal take = false\nif v == ARGV[1] then\n  take = true  -- handed to us by the previous holder\nelseif not v then\n  local h = head()\n  if h == nil or h == mine then take = true else pass_on() end\nend\nif take then\n  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n  if mine then\n    redis.call('ZREM', Q, mine)\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], 'c' .. ARGV[2])\n  end\n  return ") .. take) .. "\nend\nlocal ticket = ARGV[4]\nlocal wait = tonumber(ARGV[3])\nif ticket == '' and wait > 0 then\n  local issued = t[1] .. string.format('%06d', t[2])\n  ticket = issued .. ' ' .. (now + wait)\n  mine = (now + wait) .. ' ' .. ARGV[1]\n  redis.call('ZADD', Q, issued, mine)\n  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end\nend\nreturn { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }\n"
+    return ((____exports.QUEUE .. ("if ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return " .. take) .. "  -- nobody in line, and the key free\nend\n") .. ____exports.LINE) .. ((("clock()\nlocal mine\nif ARGV[4] ~= '' then\n  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')\n  mine = deadline .. ' ' .. ARGV[1]\n  -- back in line at its old place, had its turn come and gone while it was away\n  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then\n    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end\n  end\nend\nlocal v = redis.pcall('GET', KEYS[1])\nif type(v) == 'table' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')\nend\nlocal take = false\nif v == ARGV[1] then\n  take = true  -- handed to us by the previous holder\nelseif not v then\n  local h = head()\n  if h == nil or h == mine then take = true else pass_on() end\nend\nif take then\n  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n  if mine then\n    redis.call('ZREM', Q, mine)\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], 'c' .. ARGV[2])\n  end\n  return ") .. take) .. "\nend\nlocal ticket = ARGV[4]\nlocal wait = tonumber(ARGV[3])\nif ticket == '' and wait > 0 then\n  local issued = t[1] .. string.format('%06d', t[2])\n  ticket = issued .. ' ' .. (now + wait)\n  mine = (now + wait) .. ' ' .. ARGV[1]\n  redis.call('ZADD', Q, issued, mine)\n  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end\nend\nreturn { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }\n"
 end
 --- Locks that queue (see above). Returns "OK" when taken; else { PTTL of the
 -- holder (-1: no TTL), ticket, place } where the ticket ("" when not waiting)
 -- is what the caller sends back with its next attempt, and place is how many
 -- wait ahead of it (-1 without a ticket).
-____exports.ACQUIRE_QUEUED = script(
+____exports.ACQUIRE_QUEUED = ____exports.script(
     "acquire",
     queuedAcquire("'OK'"),
     2,
-    isOk,
+    ____exports.isOk,
     ____exports.ACQUIRE
 )
 --- As ACQUIRE_QUEUED, with KEYS[2] the fence counter (the queue KEYS[3]): { "OK", fence } when taken.
-____exports.ACQUIRE_QUEUED_FENCED = script(
+____exports.ACQUIRE_QUEUED_FENCED = ____exports.script(
     "acquire",
     queuedAcquire("{ 'OK', redis.call('INCR', KEYS[2]) }"),
     3,
-    isOkFenced,
+    ____exports.isOkFenced,
     ____exports.ACQUIRE_FENCED
 )
 --- KEYS[1] lock key, KEYS[2] queue, ARGV[1] token. When deleted: the token of
 -- the first waiter in line, handed the key, or 1 with nobody in line (then
 -- nobody is told: waiters are in line); 0 when the key is not ours.
-____exports.RELEASE_QUEUED = script(
+____exports.RELEASE_QUEUED = ____exports.script(
     "release",
-    ((QUEUE .. "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return 1 end\n") .. LINE) .. "clock()\nreturn pass_on()\n",
+    ((____exports.QUEUE .. "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return 1 end\n") .. ____exports.LINE) .. "clock()\nreturn pass_on()\n",
     2,
     nil,
     ____exports.RELEASE,
-    FREES
+    ____exports.FREES
 )
 --- KEYS[1] lock key, Q queue, ARGV[1] token: a waiter that is gone (gave
 -- up, killed, its worker dead) or an acquire whose reply was lost. Its ticket
 -- leaves the queue, and a key handed (or taken) by it is passed on: 1 or the
 -- next waiter's token then (as RELEASE_QUEUED), else 0.
-____exports.DROP = script(
+____exports.DROP = ____exports.script(
     "drop",
-    (QUEUE .. LINE) .. "clock()\nlocal tail = ' ' .. ARGV[1]\nlocal dropped = 0\nfor _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n  if string.sub(m, -#tail) == tail then\n    dropped = redis.call('ZREM', Q, m)\n    break\n  end\nend\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
+    (____exports.QUEUE .. ____exports.LINE) .. "clock()\nlocal tail = ' ' .. ARGV[1]\nlocal dropped = 0\nfor _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n  if string.sub(m, -#tail) == tail then\n    dropped = redis.call('ZREM', Q, m)\n    break\n  end\nend\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
     2,
     nil,
     ____exports.RELEASE,
-    FREES
+    ____exports.FREES
 )
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
-____exports.EXTEND = script(
+____exports.EXTEND = ____exports.script(
     "extend",
     "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\nend\nreturn 0\n",
     1,
-    isOne,
+    ____exports.isOne,
     nil,
-    FREES
+    ____exports.FREES
 )
 local NOW = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] permits.
 -- "OK" when a permit was taken, else ms until the earliest permit expires.
-____exports.SEM_ACQUIRE = script("semaphore acquire", NOW .. "\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return 'OK'\nend\nlocal first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\nreturn tonumber(first[2]) - now\n", 1, isOk)
+____exports.SEM_ACQUIRE = ____exports.script("semaphore acquire", NOW .. "\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return 'OK'\nend\nlocal first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\nreturn tonumber(first[2]) - now\n", 1, ____exports.isOk)
 --- KEYS[1] set, ARGV[1] token. 1 when our live permit was returned (and announced), else 0.
-____exports.SEM_RELEASE = script(
+____exports.SEM_RELEASE = ____exports.script(
     "semaphore release",
     ((NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(exp) <= now then return 0 end\n") .. PUBLISH) .. "return 1\n",
     1,
     nil,
     nil,
-    FREES
+    ____exports.FREES
 )
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0.
-____exports.SEM_EXTEND = script(
+____exports.SEM_EXTEND = ____exports.script(
     "semaphore extend",
     NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', KEYS[1], ARGV[1])\n  return 0\nend\nlocal until_ms = now + tonumber(ARGV[2])\nredis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])\nif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n  redis.call('PEXPIREAT', KEYS[1], until_ms)\nend\nreturn 1\n",
     1,
-    isOne,
+    ____exports.isOne,
     nil,
-    FREES
+    ____exports.FREES
 )
+--- The readers of lock key rkey (shared locks): placed as queueKey places the queue.
+function ____exports.readersKey(rkey, slotted)
+    return slotted and not ____exports.tagged(rkey) and ("{" .. rkey) .. "}:readers" or rkey .. ":readers"
+end
 --- Run a per-target script (release, extend, drop) for one target through a
 -- backend's call, with the keys and arguments batches send: KEYS[1] the key
--- (and KEYS[2] its waiters' queue for two-key scripts), ARGV[1] the token (and
--- ARGV[2] ms, when given).
+-- (and KEYS[2] its waiters' queue for two-key scripts; its readers and then
+-- its queue for three-key ones), ARGV[1] the token (and ARGV[2] ms, when given).
 function ____exports.forTarget(call, conf, s, rkey, token, ms)
+    if s.keys == 3 then
+        local q = ____exports.queueKey(rkey, conf.slotted)
+        local r = ____exports.readersKey(rkey, conf.slotted)
+        if ms == nil then
+            return call(
+                conf,
+                s,
+                rkey,
+                r,
+                q,
+                token
+            )
+        end
+        return call(
+            conf,
+            s,
+            rkey,
+            r,
+            q,
+            token,
+            ms
+        )
+    end
     if s.keys == 2 then
         local q = ____exports.queueKey(rkey, conf.slotted)
         if ms == nil then
@@ -207,31 +234,31 @@ end
 -- "OK" when claimed (a running record with our token, expiring after the
 -- lease); else the record there: { state, fp, status, headers, body, pttl }.
 -- SET NX and read in one script: two requests can never both miss.
-____exports.IDEM_CLAIM = script("idempotency claim", "\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t == 'none' then\n  redis.call('HSET', KEYS[1], 'state', 'running', 'token', ARGV[1], 'fp', ARGV[3])\n  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n  return 'OK'\nend\nif t ~= 'hash' then\n  return redis.error_reply('WRONGTYPE idempotency key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a record')\nend\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body')\nreturn { r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', redis.call('PTTL', KEYS[1]) }\n", 1, isOk)
+____exports.IDEM_CLAIM = ____exports.script("idempotency claim", "\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t == 'none' then\n  redis.call('HSET', KEYS[1], 'state', 'running', 'token', ARGV[1], 'fp', ARGV[3])\n  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n  return 'OK'\nend\nif t ~= 'hash' then\n  return redis.error_reply('WRONGTYPE idempotency key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a record')\nend\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body')\nreturn { r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', redis.call('PTTL', KEYS[1]) }\n", 1, ____exports.isOk)
 --- KEYS[1] record, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] state ("done" or
 -- "unreplayable"), ARGV[4] status, ARGV[5] headers, ARGV[6] body.
 -- 1 when our running claim became the completed record, 0 when the claim is
 -- not ours any more (it ran out: a retry may have claimed the key meanwhile).
-____exports.IDEM_COMPLETE = script("idempotency complete", "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end\nredis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\nreturn 1\n", 1, isOne)
+____exports.IDEM_COMPLETE = ____exports.script("idempotency complete", "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end\nredis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\nreturn 1\n", 1, ____exports.isOne)
 --- KEYS[1] record, ARGV[1] token, ARGV[2] lease ms. Renews our running claim:
 -- 1, or 0 when it is not ours. A record already completed by our own request
 -- (the store raced the keeper's round) answers 1 and keeps its ttl.
-____exports.IDEM_EXTEND = script(
+____exports.IDEM_EXTEND = ____exports.script(
     "idempotency extend",
     "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[2] ~= ARGV[1] then return 0 end\nif r[1] == 'running' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\nreturn 1\n",
     1,
     nil,
     nil,
-    FREES
+    ____exports.FREES
 )
 --- KEYS[1] record, ARGV[1] token. Drops our running claim (a response not stored): 1, or 0 when not ours.
-____exports.IDEM_RELEASE = script(
+____exports.IDEM_RELEASE = ____exports.script(
     "idempotency release",
     "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end\nreturn redis.call('DEL', KEYS[1])\n",
     1,
     nil,
     nil,
-    FREES
+    ____exports.FREES
 )
 ____exports.ACQUIRE.undo = ____exports.RELEASE
 ____exports.ACQUIRE_FENCED.undo = ____exports.RELEASE

@@ -135,7 +135,7 @@ local function isError(r)
 end
 --- Queue s for the targets listed in `which` (indexes into targets), by SHA or
 -- with its body: KEYS[1] the target's key (and KEYS[2] its waiters' queue,
--- for two-key scripts), ARGV[1] its token (and ARGV[2] ms[i], when given).
+-- for two-key scripts; its readers and its queue for three-key ones), ARGV[1] its token (and ARGV[2] ms[i], when given).
 local function queue(red, conf, s, targets, ms, which, body)
     red:init_pipeline(#which)
     local send = body and red.eval or red.evalsha
@@ -146,7 +146,32 @@ local function queue(red, conf, s, targets, ms, which, body)
         if ms ~= nil then
             m = ms[i]
         end
-        if s.keys == 2 and m ~= nil then
+        if s.keys == 3 then
+            local q = scripts.queueKey(t.rkey, conf.slotted)
+            local r = scripts.readersKey(t.rkey, conf.slotted)
+            if m ~= nil then
+                send(
+                    red,
+                    code,
+                    3,
+                    t.rkey,
+                    r,
+                    q,
+                    t.token,
+                    m
+                )
+            else
+                send(
+                    red,
+                    code,
+                    3,
+                    t.rkey,
+                    r,
+                    q,
+                    t.token
+                )
+            end
+        elseif s.keys == 2 and m ~= nil then
             send(
                 red,
                 code,

@@ -31,6 +31,11 @@ export interface Kind {
    * the first (scripts.ts): then `drop` takes a ticket (or a handed key) back.
    */
   readonly drop: scripts.Script | undefined;
+  /**
+   * A shared lock's reader (redis/rwscripts.ts): its scripts take the key's
+   * readers' set after the lock key, and its leases say `shared`.
+   */
+  readonly reader?: boolean;
 }
 
 
@@ -56,6 +61,8 @@ export interface Lease {
   ttl: number;
   /** With fencing: larger than the fence of every earlier holder of the key. */
   readonly fence: number | undefined;
+  /** Taken with shared = true: one of the key's readers, beside others, never beside a writer. */
+  readonly shared: boolean;
   readonly _store: Store;
   readonly _kind: Kind;
   readonly _rkey: string;
@@ -171,7 +178,7 @@ export function make(store: Store, kind: Kind, key: string, rkey: string, tok: s
   if (recorded !== undefined) meter.recorded(store.meter, recorded);
   const now = nowMs();
   const lease = {
-    key, token: tok, ttl, fence, _store: store, _kind: kind, _rkey: rkey, _rec: rec, _released: false,
+    key, token: tok, ttl, fence, shared: kind.reader === true, _store: store, _kind: kind, _rkey: rkey, _rec: rec, _released: false,
     _validUntil: sent + backend.validity(store.redis, ttl), _expires: now + ttl, _releaseSent: false,
     _releasing: false, _lost: false, _since: now,
   };

@@ -90,12 +90,23 @@ const ACQUIRE_WAIT: schema.IntegerSpec = {
   name: "wait", kind: "integer", min: WAIT.min, max: WAIT.max, unit: WAIT.unit, doc: "the factory's `wait`",
 };
 
-export const ACQUIRE: schema.Spec[] = [
+const ACQUIRE_COMMON: schema.Spec[] = [
   ACQUIRE_TTL, ACQUIRE_WAIT,
   { name: "renew", kind: "boolean", default: false },
   // Without renewals nothing would ever notice the loss.
   { name: "on_lost", kind: "function", requires: [{ option: "renew", must: "true" }] },
 ];
+
+/** A lock's: and shared (a reader of the key: redis/rwscripts.ts). */
+export const ACQUIRE: schema.Spec[] = [...ACQUIRE_COMMON, { name: "shared", kind: "boolean", default: false }];
+
+function notShared(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefined]> {
+  if (v === undefined) return $multi(undefined, undefined);
+  return check.fail("shared is an option of locks (resty.dlock), not of semaphores, whose permits are all alike", v);
+}
+
+/** A permit's: shared is refused with why (semaphores: their permits are all alike, none shared). */
+const ACQUIRE_PERMIT: schema.Spec[] = [...ACQUIRE_COMMON, { name: "shared", kind: "check", check: notShared }];
 
 export const newLocks = schema.compile<NewLocks>("dlock.new options", NEW_LOCKS, { labels: "" });
 export const newSemaphore = schema.compile<NewSemaphore>("semaphore.new options", NEW_SEMAPHORE, { labels: "" });
@@ -117,9 +128,11 @@ interface Acquire {
   readonly wait: number | undefined;
   readonly renew: boolean;
   readonly on_lost: lease.OnLost | undefined;
+  readonly shared: boolean | undefined;
 }
 
-const acquireOptions = schema.compile<Acquire>("acquire options", ACQUIRE, { labels: "" });
+const lockOptions = schema.compile<Acquire>("acquire options", ACQUIRE, { labels: "" });
+const permitOptions = schema.compile<Acquire>("acquire options", ACQUIRE_PERMIT, { labels: "" });
 const nkeys = check.nkeys;
 const TTL_MIN = ACQUIRE_TTL.min;
 const TTL_MAX = ACQUIRE_TTL.max;
@@ -131,8 +144,9 @@ function within(v: unknown, min: number, max: number): boolean {
 }
 
 /**
- * key, ttl, wait, renew, on_lost of an acquire call, with the factory's
- * defaults; nil and the error (in place of ttl) when the input is bad.
+ * key, ttl, wait, renew, on_lost, shared of an acquire call (shared: locks
+ * only, `sharable`), with the factory's defaults; nil and the error (in place
+ * of ttl) when the input is bad.
  *
  * This runs on every acquire, so options that are fine are read by name and
  * counted (table.nkeys), with no table built and no walk over the caller's:
@@ -140,24 +154,28 @@ function within(v: unknown, min: number, max: number): boolean {
  * trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
  * which says what is wrong in the words of every other option table.
  */
-export function acquire(store: lease.Store, key: unknown, opts: unknown): LuaMultiReturn<[string | undefined, string | number, number, boolean, lease.OnLost | undefined]> {
+export function acquire(store: lease.Store, key: unknown, opts: unknown, sharable: boolean): LuaMultiReturn<[string | undefined, string | number, number, boolean, lease.OnLost | undefined, boolean]> {
   const [k, kerr] = check_str("key", key, MAX_KEY);
-  if (k === undefined) return $multi(undefined, kerr!, 0, false, undefined);
-  if (opts === undefined) return $multi(k, store.ttl, store.wait, false, undefined);
+  if (k === undefined) return $multi(undefined, kerr!, 0, false, undefined, false);
+  if (opts === undefined) return $multi(k, store.ttl, store.wait, false, undefined, false);
   if (lua_type(opts) === "table") {
     const o = opts as LuaTable<string, unknown>;
     const t = o.get("ttl");
     const w = o.get("wait");
     const r = o.get("renew");
     const onLost = o.get("on_lost");
-    const found = (t !== undefined ? 1 : 0) + (w !== undefined ? 1 : 0) + (r !== undefined ? 1 : 0) + (onLost !== undefined ? 1 : 0);
+    const sh = sharable ? o.get("shared") : undefined;
+    const found = (t !== undefined ? 1 : 0) + (w !== undefined ? 1 : 0) + (r !== undefined ? 1 : 0) + (onLost !== undefined ? 1 : 0) +
+      (sh !== undefined ? 1 : 0);
     if (nkeys !== undefined && nkeys(o as unknown as LuaTable<AnyNotNil, unknown>) === found &&
       (t === undefined || within(t, TTL_MIN, TTL_MAX)) && (w === undefined || within(w, WAIT_MIN, WAIT_MAX)) &&
-      (r === undefined || r === true || r === false) && (onLost === undefined || (r === true && lua_type(onLost) === "function"))) {
-      return $multi(k, (t ?? store.ttl) as number, (w ?? store.wait) as number, r === true, onLost as lease.OnLost | undefined);
+      (r === undefined || r === true || r === false) && (onLost === undefined || (r === true && lua_type(onLost) === "function")) &&
+      (sh === undefined || sh === true || sh === false)) {
+      return $multi(k, (t ?? store.ttl) as number, (w ?? store.wait) as number, r === true, onLost as lease.OnLost | undefined,
+        sh === true);
     }
   }
-  const [v, err] = acquireOptions(opts);
-  if (v === undefined) return $multi(undefined, err!, 0, false, undefined);
-  return $multi(k, v.ttl ?? store.ttl, v.wait ?? store.wait, v.renew, v.on_lost);
+  const [v, err] = (sharable ? lockOptions : permitOptions)(opts);
+  if (v === undefined) return $multi(undefined, err!, 0, false, undefined, false);
+  return $multi(k, v.ttl ?? store.ttl, v.wait ?? store.wait, v.renew, v.on_lost, v.shared === true);
 }

@@ -45,6 +45,8 @@ interface Place {
   /** The key's waiters' queue, and its fence counter (fenced kinds). */
   readonly qkey: string;
   readonly fkey: string | undefined;
+  /** A reader's (shared = true): the key's readers (redis/rwscripts.ts). */
+  readonly skey: string | undefined;
   readonly tok: string;
   readonly ttl: number;
   readonly wait: number;
@@ -79,8 +81,13 @@ function dropOf(store: Store, kind: Kind, rkey: string, tok: string, wait: numbe
 type Attempt = LuaMultiReturn<[boolean, lease.Lease | undefined, string | undefined, number | undefined]>;
 
 /** Ask Redis for the key once, with our ticket ("" until we have one) lasting `left` ms. */
-function ask(conf: redis.RedisConf, kind: Kind, rkey: string, qkey: string, fkey: string | undefined, tok: string,
-  ttl: number, left: number, ticket: string): backend.CallResult {
+function ask(conf: redis.RedisConf, kind: Kind, rkey: string, qkey: string, fkey: string | undefined, skey: string | undefined,
+  tok: string, ttl: number, left: number, ticket: string): backend.CallResult {
+  if (skey !== undefined) {
+    // A reader: its keys are the lock, its readers, (the fence counter,) the queue.
+    if (fkey !== undefined) return call(conf, kind.acquire, rkey, skey, fkey, qkey, tok, ttl, left, ticket);
+    return call(conf, kind.acquire, rkey, skey, qkey, tok, ttl, left, ticket);
+  }
   if (fkey !== undefined) return call(conf, kind.acquire, rkey, fkey, qkey, tok, ttl, left, ticket);
   return call(conf, kind.acquire, rkey, qkey, tok, ttl, left, ticket);
 }
@@ -135,7 +142,7 @@ function heard(place: Place, sent: number, res: RedisValue | undefined, err: str
 /** Ask Redis for the key again, our ticket along. */
 function attempt(place: Place): Attempt {
   const sent = ngx_now() * 1000;
-  const [res, err, fault] = ask(place.store.redis, place.kind, place.rkey, place.qkey, place.fkey, place.tok, place.ttl,
+  const [res, err, fault] = ask(place.store.redis, place.kind, place.rkey, place.qkey, place.fkey, place.skey, place.tok, place.ttl,
     ticketMs(place.wait, place.deadline, sent), place.ticket);
   return heard(place, sent, res, err, fault);
 }
@@ -187,11 +194,12 @@ function between(place: Place): Attempt {
  * The first answer did not end the acquire: wait in line, from a place that
  * starts with that answer, until the key is ours, the deadline, or an error.
  */
-function inLine(store: Store, kind: Kind, key: string, rkey: string, qkey: string, fkey: string | undefined, tok: string,
+function inLine(store: Store, kind: Kind, key: string, rkey: string, qkey: string, fkey: string | undefined,
+  skey: string | undefined, tok: string,
   ttl: number, wait: number, deadline: number, turn: waits.Turn, sent: number,
   res: RedisValue | undefined, err: string | undefined, fault: Fault | undefined): AcquireResult {
   const place: Place = {
-    store, kind, key, rkey, qkey, fkey, tok, ttl, wait, deadline,
+    store, kind, key, rkey, qkey, fkey, skey, tok, ttl, wait, deadline,
     ticket: "", rec: undefined, ahead: -1, turn, answered: false,
     failure: undefined, retryAfter: undefined, backoff: retry.FIRST_BACKOFF,
   };
@@ -222,6 +230,7 @@ export function queued(store: Store, kind: Kind, key: string, tok: string, ttl: 
   const rkey = store.prefix + key;
   const qkey = scripts.queueKey(rkey, conf.slotted);
   const fkey = kind.fenced ? backend.fenceKey(conf, rkey) : undefined;
+  const skey = kind.reader === true ? scripts.readersKey(rkey, conf.slotted) : undefined;
   const sent = ngx_now() * 1000;
   const deadline = sent + wait;
   // The key may be handed to us by name while our first question is on its
@@ -231,7 +240,7 @@ export function queued(store: Store, kind: Kind, key: string, tok: string, ttl: 
     turn = waits.turn(rkey, tok);
     waits.enter(turn);
   }
-  const [res, err, fault] = ask(conf, kind, rkey, qkey, fkey, tok, ttl, ticketMs(wait, deadline, sent), "");
+  const [res, err, fault] = ask(conf, kind, rkey, qkey, fkey, skey, tok, ttl, ticketMs(wait, deadline, sent), "");
   // Taken: "OK", or { "OK", fence } from the fenced script.
   let won = res === "OK";
   let fence: number | undefined;
@@ -248,7 +257,7 @@ export function queued(store: Store, kind: Kind, key: string, tok: string, ttl: 
     return $multi(l, undefined, undefined);
   }
   if (wait > 0) {
-    return inLine(store, kind, key, rkey, qkey, fkey, tok, ttl, wait, deadline, turn ?? waits.turn(rkey, tok), sent, res, err, fault);
+    return inLine(store, kind, key, rkey, qkey, fkey, skey, tok, ttl, wait, deadline, turn ?? waits.turn(rkey, tok), sent, res, err, fault);
   }
   // Not waiting: this answer is the outcome.
   if (res === undefined) return $multi(undefined, retry.failed(store, kind, rkey, tok, err, fault, 0, deadline, kind.drop!), undefined);

@@ -11,6 +11,9 @@ import * as keys from "./key";
 import * as request from "./request";
 import * as stats from "./stats";
 
+// (rwlock) Read per request by mutex guards with shared methods.
+const req_get_method = ngx.req.get_method;
+
 export type Mode = "dedup" | "concurrency" | "throttle" | "mutex";
 type KeyFn = keys.KeyFn;
 
@@ -58,6 +61,10 @@ export interface Guard {
   /** Reused acquire options: first try without waiting, then with the wait budget. */
   readonly tryOpts: LuaTable<string, unknown>;
   readonly waitOpts: LuaTable<string, unknown>;
+  /** (rwlock) Mode mutex: methods whose requests take the lock shared, with their acquire options. */
+  readonly sharedMethods: LuaSet<string> | undefined;
+  readonly sharedTry: LuaTable<string, unknown> | undefined;
+  readonly sharedWait: LuaTable<string, unknown> | undefined;
   access(): void;
   log(): void;
 }
@@ -119,10 +126,12 @@ const guardMethods = {
     }
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
     const key = token.hex(ngx.sha1_bin(raw));
-    let [l, err, retryAfter] = this.locks.acquire(key, this.tryOpts);
+    // (rwlock) Readers share the key (gateway option shared).
+    const reads = this.sharedMethods !== undefined && this.sharedMethods.has(req_get_method());
+    let [l, err, retryAfter] = this.locks.acquire(key, reads ? this.sharedTry : this.tryOpts);
     if (l === undefined && err === "busy" && this.wait > 0) {
       stats.incr(this.dict, this.name, "waited");
-      [l, err, retryAfter] = this.locks.acquire(key, this.waitOpts);
+      [l, err, retryAfter] = this.locks.acquire(key, reads ? this.sharedWait : this.waitOpts);
     }
     if (l !== undefined) {
       stats.success(this.dict, this.name);

@@ -18,6 +18,7 @@ import * as modes from "../core/schema/modes";
 
 const lua_type = type;
 const lua_pairs = pairs;
+const lua_ipairs = ipairs;
 
 export interface Mode extends modes.Mode {
   /** The status a refused request gets (reject_status's default). */
@@ -57,6 +58,20 @@ function given(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefi
   return $multi(v, undefined);
 }
 
+/** mode mutex's shared: the methods whose requests take the lock shared (readers), as a set. */
+function methodsShared(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefined]> {
+  if (v === undefined) return $multi(undefined, undefined);
+  if (lua_type(v) !== "table" || (v as unknown[]).length === 0) {
+    return check.fail("shared must be a list of HTTP methods ({ \"GET\", \"HEAD\" })", v);
+  }
+  const set = new LuaTable<string, boolean>();
+  for (const [, x] of lua_ipairs(v as unknown[])) {
+    if (lua_type(x) !== "string" || !check.found(x as string, "^%u+$")) return check.fail("shared must be a list of upper-case HTTP methods", x);
+    set.set(x as string, true);
+  }
+  return $multi(set, undefined);
+}
+
 function key(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefined]> {
   return keys.compile("key", v);
 }
@@ -88,6 +103,8 @@ export const SPECS: schema.Spec[] = [
   { name: "ratelimit_headers", kind: "boolean", default: true, modes: RATE },
   { name: "fleet", kind: "check", check: given, doc: "required there", modes: RATE },
   { name: "on_missing", kind: "enum", values: ["pass", "reject"], default: "pass" },
+  // Requests of these methods are readers of the mutex: they share it, and exclude the others.
+  { name: "shared", kind: "check", check: methodsShared, doc: "none", modes: ["mutex"] },
   { name: "hold", kind: "integer", min: 0, max: core.MAX_TTL, unit: "a non-negative integer of ms", default: 0, modes: ["dedup"] },
   { name: "renew", kind: "boolean", default: true, modes: LOCKING, notFor: { throttle: "its lock is never released" } },
   {
@@ -160,6 +177,8 @@ export interface Options {
   readonly dict: NgxSharedDict;
   readonly redis: redis.RedisConf;
   readonly prefix: string | undefined;
+  /** mode mutex: methods whose requests share the lock. */
+  readonly shared: LuaSet<string> | undefined;
   // mode rate (checked together by gateway/rate.ts)
   readonly rate: unknown;
   readonly period: unknown;

@@ -47,24 +47,24 @@ export interface Script {
 // Scripts touch only the keys they are given (KEYS), all in one Cluster slot,
 // as Redis 7 requires of scripts with flags. Redis 6 does not know the shebang
 // (it answers a compile error): see the README.
-const WRITES = "#!lua\n";
-const FREES = "#!lua flags=allow-oom\n";
+export const WRITES = "#!lua\n";
+export const FREES = "#!lua flags=allow-oom\n";
 
-function script(name: string, body: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script,
+export function script(name: string, body: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script,
   flags = WRITES): Script {
   const src = flags + body;
   return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys, written, alone, undo: undefined };
 }
 
-function isOk(this: void, reply: RedisValue): boolean {
+export function isOk(this: void, reply: RedisValue): boolean {
   return reply === "OK";
 }
 
-function isOkFenced(this: void, reply: RedisValue): boolean {
+export function isOkFenced(this: void, reply: RedisValue): boolean {
   return type(reply) === "table" && (reply as LuaTable<number, unknown>).get(1) === "OK";
 }
 
-function isOne(this: void, reply: RedisValue): boolean {
+export function isOne(this: void, reply: RedisValue): boolean {
   return reply === 1;
 }
 
@@ -166,14 +166,14 @@ export function queueKey(rkey: string, slotted: boolean): string {
 }
 
 // The queue, the last key.
-const QUEUE = "local Q = KEYS[#KEYS]\n";
+export const QUEUE = "local Q = KEYS[#KEYS]\n";
 // The first live ticket of the queue Q (skipping, and removing, those whose
 // waiters stopped waiting), and handing the key to it. Redis time is read
 // (clock()) only when there is a queue, and scripts define these after their
 // uncontended path: the three closures cost Redis a fifth of an acquire
 // (redis-benchmark, 7.8 against 6.2 us a call), which an uncontended lock
 // never needs.
-const LINE = `local t, now
+export const LINE = `local t, now
 local function clock()
   t = redis.call('TIME')
   now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -349,16 +349,30 @@ end
 return 1
 `, 1, isOne, undefined, FREES);
 
+// (rwlock) Shared locks' readers: a sorted set next to the lock key, in its
+// slot like its queue (rwscripts.ts has the scripts).
+/** The readers of lock key rkey (shared locks): placed as queueKey places the queue. */
+export function readersKey(rkey: string, slotted: boolean): string {
+  return slotted && !tagged(rkey) ? "{" + rkey + "}:readers" : rkey + ":readers";
+}
+
 /** A backend's call: run s with rkey as KEYS[1] (more keys, then arguments, in args). */
 export type Caller<C, R> = (this: void, conf: C, s: Script, rkey: string, ...args: (string | number)[]) => R;
 
 /**
  * Run a per-target script (release, extend, drop) for one target through a
  * backend's call, with the keys and arguments batches send: KEYS[1] the key
- * (and KEYS[2] its waiters' queue for two-key scripts), ARGV[1] the token (and
- * ARGV[2] ms, when given).
+ * (and KEYS[2] its waiters' queue for two-key scripts; its readers and then
+ * its queue for three-key ones), ARGV[1] the token (and ARGV[2] ms, when given).
  */
 export function forTarget<C extends { readonly slotted: boolean }, R>(call: Caller<C, R>, conf: C, s: Script, rkey: string, token: string, ms?: number): R {
+  if (s.keys === 3) {
+    // (rwlock) Readers' scripts: the lock key, its readers, its queue.
+    const q = queueKey(rkey, conf.slotted);
+    const r = readersKey(rkey, conf.slotted);
+    if (ms === undefined) return call(conf, s, rkey, r, q, token);
+    return call(conf, s, rkey, r, q, token, ms);
+  }
   if (s.keys === 2) {
     const q = queueKey(rkey, conf.slotted);
     if (ms === undefined) return call(conf, s, rkey, q, token);

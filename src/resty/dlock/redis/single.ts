@@ -125,7 +125,7 @@ function isError(r: Piped | undefined): r is LuaTable<number, false | string> {
 /**
  * Queue s for the targets listed in `which` (indexes into targets), by SHA or
  * with its body: KEYS[1] the target's key (and KEYS[2] its waiters' queue,
- * for two-key scripts), ARGV[1] its token (and ARGV[2] ms[i], when given).
+ * for two-key scripts; its readers and its queue for three-key ones), ARGV[1] its token (and ARGV[2] ms[i], when given).
  */
 function queue(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms: number[] | undefined, which: number[], body: boolean): void {
   red.init_pipeline(which.length);
@@ -135,7 +135,13 @@ function queue(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script, target
     const t = targets[i - 1]!;
     let m: number | undefined;
     if (ms !== undefined) m = ms[i - 1];
-    if (s.keys === 2 && m !== undefined) {
+    if (s.keys === 3) {
+      // (rwlock) Readers' scripts: the lock key, its readers, its queue.
+      const q = scripts.queueKey(t.rkey, conf.slotted);
+      const r = scripts.readersKey(t.rkey, conf.slotted);
+      if (m !== undefined) send.call(red, code, 3, t.rkey, r, q, t.token, m);
+      else send.call(red, code, 3, t.rkey, r, q, t.token);
+    } else if (s.keys === 2 && m !== undefined) {
       send.call(red, code, 2, t.rkey, scripts.queueKey(t.rkey, conf.slotted), t.token, m);
     } else if (s.keys === 2) {
       send.call(red, code, 2, t.rkey, scripts.queueKey(t.rkey, conf.slotted), t.token);

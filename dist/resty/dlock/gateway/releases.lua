@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local failed, raised, hold, holdSafely, releaseList, drain, schedule, ngx_log, ERR, WARN, timer_at, thread_spawn, thread_wait, lua_pcall, lua_pairs, lua_tostring, qOwner, qLease, qHold, head, tail, draining, MAX_DRAINERS, BATCH, DRAIN_ROUNDS
+local failed, raised, finish, finishSafely, drain, schedule, ngx_log, ERR, WARN, timer_at, thread_spawn, thread_wait, lua_pcall, lua_tostring, qOwner, qLease, qHold, head, tail, draining, MAX_DRAINERS, BATCH, DRAIN_ROUNDS
 local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
 local stats = require("resty.dlock.gateway.stats")
@@ -23,35 +23,40 @@ function raised(err)
         check.text(err)
     )
 end
-function hold(owner, l, ms)
-    local ok, err = l:extend(ms)
-    if ok == nil and err ~= "not_owner" then
-        failed(owner, "holding " .. l.key, err)
+function finish(owner, l, ms)
+    if ms > 0 then
+        local ok, err = l:extend(ms)
+        if ok == nil and err ~= "not_owner" then
+            failed(owner, "holding " .. l.key, err)
+        end
+        return
     end
-end
-function holdSafely(owner, l, ms)
-    local ok, err = lua_pcall(hold, owner, l, ms)
-    if not ok then
-        raised(err)
+    local ok, err = l:release()
+    if ok ~= nil or err == "not_owner" then
+        return
     end
-end
-function releaseList(owner, list)
-    local n, err = lease.releaseAll(list)
+    local n, berr = lease.releaseAll({l})
     if n > 0 then
         failed(
             owner,
             ("releasing " .. lua_tostring(n)) .. " lease(s)",
-            err
+            berr
         )
     end
 end
+function finishSafely(owner, l, ms)
+    local ok, err = lua_pcall(finish, owner, l, ms)
+    if not ok then
+        raised(err)
+    end
+end
 function drain(premature)
+    local threads = {}
     for _ = 1, DRAIN_ROUNDS do
         if head > tail then
             break
         end
-        local byOwner = {}
-        local threads
+        local n = 0
         for _ = 1, BATCH do
             if head > tail then
                 break
@@ -63,35 +68,17 @@ function drain(premature)
             qLease[head] = nil
             qHold[head] = nil
             head = head + 1
-            if ms > 0 then
-                local co = thread_spawn(holdSafely, owner, l, ms)
-                if co == nil then
-                    holdSafely(owner, l, ms)
-                else
-                    if threads == nil then
-                        threads = {}
-                    end
-                    threads[#threads + 1] = co
-                end
+            local co = thread_spawn(finishSafely, owner, l, ms)
+            if co == nil then
+                finishSafely(owner, l, ms)
             else
-                local list = byOwner[owner]
-                if list == nil then
-                    list = {}
-                    byOwner[owner] = list
-                end
-                list[#list + 1] = l
+                n = n + 1
+                threads[n] = co
             end
         end
-        for owner, list in lua_pairs(byOwner) do
-            local ok, err = lua_pcall(releaseList, owner, list)
-            if not ok then
-                raised(err)
-            end
-        end
-        if threads ~= nil then
-            for i = 1, #threads do
-                thread_wait(threads[i])
-            end
+        for i = 1, n do
+            thread_wait(threads[i])
+            threads[i] = nil
         end
     end
     draining = draining - 1
@@ -122,7 +109,6 @@ timer_at = ngx.timer.at
 thread_spawn = ngx.thread.spawn
 thread_wait = ngx.thread.wait
 lua_pcall = pcall
-lua_pairs = pairs
 lua_tostring = tostring
 qOwner = {}
 qLease = {}

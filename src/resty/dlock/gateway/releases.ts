@@ -1,12 +1,17 @@
 // The release queue of the gateway: a request's lease ends in its log phase,
 // where there are no cosockets, so the release (or, dedup after a 2xx, the
-// hold) is queued here and sent by a timer, one pipeline per guard.
+// hold) is queued here and sent by a timer.
 //
 // One drain timer goes on while there is work: it takes what was queued while
 // its last batch was on its way, so under load one timer sends every release
 // (a timer per few requests cost more than the releases themselves). Another
 // starts only for a backlog larger than the running ones take at once, up to
-// MAX_DRAINERS; holds (one extend each) go out side by side, in light threads.
+// MAX_DRAINERS. A batch goes out side by side, a light thread per lease, so
+// that auto-pipelining carries it in the round trips of the worker's other
+// calls: a batch call of its own (lease.releaseAll) takes a pooled connection
+// and about 15 KB of garbage each time, four times what the rest of a request
+// makes. A release Redis does not confirm goes that way once more, and is then
+// left to the sweep that retries it until Redis answers or the key expires.
 
 import * as check from "../core/check";
 import * as lease from "../core/lease";
@@ -20,7 +25,6 @@ const timer_at = ngx.timer.at;
 const thread_spawn = ngx.thread.spawn;
 const thread_wait = ngx.thread.wait;
 const lua_pcall = pcall;
-const lua_pairs = pairs;
 const lua_tostring = tostring;
 
 // The queue, in three parallel arrays (no table per queued lease).
@@ -46,35 +50,34 @@ function raised(err: unknown): void {
   ngx_log(ERR, "dlock: gateway release queue: ", check.text(err));
 }
 
-function hold(this: void, owner: Owner, l: lease.Lease, ms: number): void {
-  const [ok, err] = l.extend(ms);
-  if (ok === undefined && err !== "not_owner") {
-    failed(owner, "holding " + l.key, err);
+/** Release l, or keep it ms more. */
+function finish(this: void, owner: Owner, l: lease.Lease, ms: number): void {
+  if (ms > 0) {
+    const [ok, err] = l.extend(ms);
+    if (ok === undefined && err !== "not_owner") failed(owner, "holding " + l.key, err);
+    return;
   }
+  const [ok, err] = l.release();
+  if (ok !== undefined || err === "not_owner") return;
+  // Unconfirmed: releaseAll tries again and hands what Redis still does not confirm to the sweep.
+  const [n, berr] = lease.releaseAll([l]);
+  if (n > 0) failed(owner, "releasing " + lua_tostring(n) + " lease(s)", berr);
 }
 
 /** A light thread's body: never raises (an aborted thread would log its own error line). */
-function holdSafely(this: void, owner: Owner, l: lease.Lease, ms: number): void {
-  const [ok, err] = lua_pcall(hold, owner, l, ms);
+function finishSafely(this: void, owner: Owner, l: lease.Lease, ms: number): void {
+  const [ok, err] = lua_pcall(finish, owner, l, ms);
   if (!ok) raised(err);
 }
 
-function releaseList(this: void, owner: Owner, list: lease.Lease[]): void {
-  const [n, err] = lease.releaseAll(list);
-  if (n > 0) {
-    failed(owner, "releasing " + lua_tostring(n) + " lease(s)", err);
-  }
-}
-
 function drain(this: void, premature: boolean): void {
+  const threads: NgxThread[] = [];
   // Runs also when premature (the worker is exiting): cosockets still work here.
   // Each piece of work is protected: one that raises must neither take the rest
   // of its batch down nor leave `draining` counted up for good.
   for (const _ of $range(1, DRAIN_ROUNDS)) {
     if (head > tail) break;
-    // Releases of one guard go out together, one pipeline per guard; holds side by side.
-    const byOwner = new LuaTable<Owner, lease.Lease[]>();
-    let threads: NgxThread[] | undefined;
+    let n = 0;
     for (const _ of $range(1, BATCH)) {
       if (head > tail) break;
       const owner = qOwner.get(head);
@@ -84,30 +87,18 @@ function drain(this: void, premature: boolean): void {
       qLease.delete(head);
       qHold.delete(head);
       head++;
-      if (ms > 0) {
-        // nil when the thread cannot be made (no memory): then here, in turn.
-        const co = thread_spawn(holdSafely, owner, l, ms) as NgxThread | undefined;
-        if (co === undefined) {
-          holdSafely(owner, l, ms);
-        } else {
-          threads ??= [];
-          threads.push(co);
-        }
+      // nil when the thread cannot be made (no memory): then here, in turn.
+      const co = thread_spawn(finishSafely, owner, l, ms) as NgxThread | undefined;
+      if (co === undefined) {
+        finishSafely(owner, l, ms);
       } else {
-        let list = byOwner.get(owner);
-        if (list === undefined) {
-          list = [];
-          byOwner.set(owner, list);
-        }
-        list.push(l);
+        n++;
+        threads[n - 1] = co;
       }
     }
-    for (const [owner, list] of lua_pairs(byOwner)) {
-      const [ok, err] = lua_pcall(releaseList, owner, list);
-      if (!ok) raised(err);
-    }
-    if (threads !== undefined) {
-      for (const i of $range(1, threads.length)) thread_wait(threads[i - 1]!);
+    for (const i of $range(1, n)) {
+      thread_wait(threads[i - 1]!);
+      threads[i - 1] = undefined!;
     }
   }
   draining--;

@@ -5,7 +5,6 @@ local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
 local inflight = require("resty.dlock.gateway.inflight")
 local keys = require("resty.dlock.gateway.key")
-local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
 local ngx_header = ngx.header
 local ngx_exit = ngx.exit
@@ -83,10 +82,7 @@ local guardMethods = {
         if l ~= nil then
             stats.success(self.dict, self.name)
             incr(self.dict, self.name, "acquired")
-            local a = request.anchor()
-            if a ~= nil then
-                inflight.track(self, l, a)
-            end
+            inflight.track(self, l)
             return
         end
         if err == "busy" or err == "timeout" then

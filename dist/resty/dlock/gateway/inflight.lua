@@ -15,6 +15,7 @@ local math_min = math.min
 local math_max = math.max
 local request_id = request.id
 local request_alive = request.alive
+local request_here = request.here
 local lua_pairs = pairs
 ____exports.enqueue = releases.enqueue
 --- In-flight requests of this worker that hold a guard's lease, by request id.
@@ -95,7 +96,7 @@ local function current()
     if req == nil then
         return nil, rid
     end
-    if not request_alive(req.anchor) then
+    if not request_alive(req) then
         endReq(rid, req, "unlogged", 0)
         return nil, rid
     end
@@ -167,14 +168,14 @@ local tick = MAX_TICK
 local function round()
     local gone = {}
     for rid, req in lua_pairs(requests) do
-        if not request_alive(req.anchor) then
+        if not request_alive(req) then
             gone[#gone + 1] = rid
         end
     end
     for i = 1, #gone do
         local rid = gone[i]
         local req = requests[rid]
-        if req ~= nil and not request_alive(req.anchor) then
+        if req ~= nil and not request_alive(req) then
             endReq(rid, req, "unlogged", 0)
         end
     end
@@ -210,26 +211,33 @@ local function warnBlind()
     warnedBlind = true
     ngx_log(WARN, "dlock: gateway: this ngx_lua does not let us see when a request is over: only log() ", "ends a lease, so put log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level")
 end
---- In access: the current request now holds `l` for `owner`.
-function ____exports.track(owner, l, anchor)
-    if anchor.ref < 0 and not warnedBlind then
+--- In access: the current request now holds `l` for `owner`. Returns the
+-- request's anchor; nil outside a request (then nothing is tracked).
+function ____exports.track(owner, l)
+    local rid, ctx, ref = request_here()
+    if rid == nil then
+        return nil
+    end
+    if ref < 0 and not warnedBlind then
         warnBlind()
     end
-    local req = requests[anchor.id]
-    if req ~= nil and req.anchor.ctx ~= anchor.ctx then
-        endReq(anchor.id, req, "unlogged", 0)
+    local req = requests[rid]
+    if req ~= nil and req.ctx ~= ctx then
+        endReq(rid, req, "unlogged", 0)
         req = nil
     end
     local h
     if req == nil then
         req = {
+            id = rid,
+            ctx = ctx,
+            ref = ref,
             owner = owner,
             lease = l,
             done = false,
-            anchor = anchor,
             more = nil
         }
-        requests[anchor.id] = req
+        requests[rid] = req
         count = count + 1
         h = req
     else
@@ -245,5 +253,6 @@ function ____exports.track(owner, l, anchor)
         renewals.watch(h)
     end
     keep(owner)
+    return req
 end
 return ____exports

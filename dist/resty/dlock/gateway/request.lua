@@ -26,13 +26,13 @@ function ____exports.id()
     end
     return lua_tonumber(ffi_cast("uintptr_t", r))
 end
---- The current request, anchored so that alive() can tell when it is over.
-function ____exports.anchor()
+--- The current request's id, its ngx.ctx and where the registry keeps that
+-- (-1: unknown): an anchor's fields, for a record that is its own anchor. nil outside a request.
+function ____exports.here()
     local r = get_request()
     if r == nil then
-        return nil
+        return nil, nil, -1
     end
-    local rid = lua_tonumber(ffi_cast("uintptr_t", r))
     local ctx = ngx_.ctx
     local ref = -1
     if ____exports.canWatch then
@@ -40,6 +40,14 @@ function ____exports.anchor()
         if n >= 0 and ctxTables[n] == ctx then
             ref = n
         end
+    end
+    return lua_tonumber(ffi_cast("uintptr_t", r)), ctx, ref
+end
+--- The current request, anchored so that alive() can tell when it is over.
+function ____exports.anchor()
+    local rid, ctx, ref = ____exports.here()
+    if rid == nil then
+        return nil
     end
     return {id = rid, ctx = ctx, ref = ref}
 end

@@ -8,7 +8,6 @@ import * as token from "../core/token";
 import * as shared from "./common";
 import * as inflight from "./inflight";
 import * as keys from "./key";
-import * as request from "./request";
 import * as stats from "./stats";
 
 const ngx_header = ngx.header;
@@ -138,10 +137,7 @@ const guardMethods = {
     if (l !== undefined) {
       stats.success(this.dict, this.name);
       incr(this.dict, this.name, "acquired");
-      const a = request.anchor();
-      if (a !== undefined) {
-        inflight.track(this, l, a);
-      }
+      inflight.track(this, l);
       return;
     }
     if (err === "busy" || err === "timeout") {

@@ -35,6 +35,7 @@ const math_min = math.min;
 const math_max = math.max;
 const request_id = request.id;
 const request_alive = request.alive;
+const request_here = request.here;
 const lua_pairs = pairs;
 
 export const enqueue = releases.enqueue;
@@ -57,11 +58,11 @@ export interface Owner {
 type Held = renewals.Held;
 
 /**
- * A request holding leases: its first lease is held in the record itself (one
- * table for the usual request, which passes one guard), the others in `more`.
+ * A request holding leases, its own anchor: its first lease is held in the
+ * record itself (one table for the usual request, which passes one guard), the
+ * others in `more`.
  */
-interface Req extends Held {
-  readonly anchor: request.Anchor;
+interface Req extends Held, request.Anchor {
   more: Held[] | undefined;
 }
 
@@ -144,7 +145,7 @@ function current(): LuaMultiReturn<[Req | undefined, number]> {
   if (rid === undefined) return $multi(undefined, 0);
   const req = requests.get(rid);
   if (req === undefined) return $multi(undefined, rid);
-  if (!request_alive(req.anchor)) {
+  if (!request_alive(req)) {
     // A request that is gone had this address before us and ended unseen.
     endReq(rid, req, "unlogged", 0);
     return $multi(undefined, rid);
@@ -220,14 +221,14 @@ let tick = MAX_TICK;
 function round(): void {
   const gone: number[] = [];
   for (const [rid, req] of lua_pairs(requests)) {
-    if (!request_alive(req.anchor)) {
+    if (!request_alive(req)) {
       gone.push(rid);
     }
   }
   for (const i of $range(1, gone.length)) {
     const rid = gone[i - 1]!;
     const req = requests.get(rid);
-    if (req !== undefined && !request_alive(req.anchor)) {
+    if (req !== undefined && !request_alive(req)) {
       endReq(rid, req, "unlogged", 0);
     }
   }
@@ -256,19 +257,24 @@ function warnBlind(): void {
     "ends a lease, so put log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level");
 }
 
-/** In access: the current request now holds `l` for `owner`. */
-export function track(owner: Owner, l: lease.Lease, anchor: request.Anchor): void {
-  if (anchor.ref < 0 && !warnedBlind) warnBlind();
-  let req: Req | undefined = requests.get(anchor.id);
-  if (req !== undefined && req.anchor.ctx !== anchor.ctx) {
+/**
+ * In access: the current request now holds `l` for `owner`. Returns the
+ * request's anchor; nil outside a request (then nothing is tracked).
+ */
+export function track(owner: Owner, l: lease.Lease): request.Anchor | undefined {
+  const [rid, ctx, ref] = request_here();
+  if (rid === undefined) return undefined;
+  if (ref < 0 && !warnedBlind) warnBlind();
+  let req: Req | undefined = requests.get(rid);
+  if (req !== undefined && req.ctx !== ctx) {
     // Its address belonged to a request that is gone and ended unseen.
-    endReq(anchor.id, req, "unlogged", 0);
+    endReq(rid, req, "unlogged", 0);
     req = undefined;
   }
   let h: Held;
   if (req === undefined) {
-    req = { owner, lease: l, done: false, anchor, more: undefined };
-    requests.set(anchor.id, req);
+    req = { id: rid, ctx, ref, owner, lease: l, done: false, more: undefined };
+    requests.set(rid, req);
     count++;
     h = req;
   } else {
@@ -279,4 +285,5 @@ export function track(owner: Owner, l: lease.Lease, anchor: request.Anchor): voi
   stats.adjust(owner.dict, owner.name, "in_flight", 1);
   if (owner.renew) renewals.watch(h);
   keep(owner);
+  return req;
 }

@@ -64,13 +64,15 @@ export function id(): number | undefined {
   return lua_tonumber(ffi_cast("uintptr_t", r));
 }
 
-/** The current request, anchored so that alive() can tell when it is over. */
-export function anchor(): Anchor | undefined {
+/**
+ * The current request's id, its ngx.ctx and where the registry keeps that
+ * (-1: unknown): an anchor's fields, for a record that is its own anchor. nil outside a request.
+ */
+export function here(): LuaMultiReturn<[number | undefined, LuaTable<string, unknown>, number]> {
   const r = get_request();
   if (r === undefined) {
-    return undefined;
+    return $multi(undefined, undefined!, -1);
   }
-  const rid = lua_tonumber(ffi_cast("uintptr_t", r))!;
   // Reading ngx.ctx creates the table and registers it, so its slot exists afterwards.
   const ctx = ngx_.ctx;
   let ref = -1;
@@ -79,6 +81,15 @@ export function anchor(): Anchor | undefined {
     if (n >= 0 && ctxTables!.get(n) === ctx) {
       ref = n;
     }
+  }
+  return $multi(lua_tonumber(ffi_cast("uintptr_t", r))!, ctx, ref);
+}
+
+/** The current request, anchored so that alive() can tell when it is over. */
+export function anchor(): Anchor | undefined {
+  const [rid, ctx, ref] = here();
+  if (rid === undefined) {
+    return undefined;
   }
   return { id: rid, ctx, ref };
 }

@@ -140,8 +140,7 @@ end
 --- We hold the claim: renew it while the request runs, capture the response.
 function ____exports.hold(g, rkey, tok, fp)
     stats.incr(g.dict, g.name, "acquired")
-    local a = request.anchor()
-    if a == nil then
+    if request.id() == nil then
         return
     end
     local rec = ledger.recordKey(rkey, tok, true)
@@ -171,7 +170,7 @@ function ____exports.hold(g, rkey, tok, fp)
         releaseSent = false,
         since = now
     }
-    inflight.track(g.owner, l, a)
+    local a = inflight.track(g.owner, l)
     captures[a.id] = {
         g = g,
         anchor = a,

@@ -72,8 +72,7 @@ function unrecord(g: Guard, l: lease.Lease): void {
 /** We hold the claim: renew it while the request runs, capture the response. */
 export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   stats.incr(g.dict, g.name, "acquired");
-  const a = request.anchor();
-  if (a === undefined) return;
+  if (request.id() === undefined) return;
   const rec = ledger.recordKey(rkey, tok, true);
   const recorded = ledger.record(g.dict, rec, tok, rkey, g.lease);
   if (recorded !== undefined) meter.recorded(g.leaseStore.meter, recorded);
@@ -83,7 +82,7 @@ export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
     key: rkey, token: tok, ttl: g.lease, store: g.leaseStore, kind: g.kind, rkey, rec, fence: undefined,
     released: false, validUntil: now + g.lease, expires: now + g.lease, releaseSent: false, since: now,
   } as unknown as lease.Lease;
-  inflight.track(g.owner, l, a);
+  const a = inflight.track(g.owner, l)!;
   captures.set(a.id, {
     g, anchor: a, lease: l, fp, status: undefined, headers: "", chunks: [], size: 0, tooLarge: false, complete: false,
   });

@@ -34,10 +34,11 @@ describe("the gateway's release queue", function()
       leases[i] = assert(locks:acquire("one-timer:" .. i))
       keys[i] = leases[i].store.prefix .. "one-timer:" .. i
     end
-    -- Queued in one go, as the log phases of one event loop turn do: the first drain takes them all.
+    -- Queued in one go, as the log phases of one event loop turn do: one drain (or the
+    -- threads of the last one, waiting for work) takes them all.
     local before = ngx.timer.pending_count()
     for i = 1, 50 do inflight.enqueue(owner, leases[i], 0) end
-    assert.equal(1, ngx.timer.pending_count() - before)
+    assert.is_true(ngx.timer.pending_count() - before <= 1)
     for i = 1, 50 do assert.is_true(gone(keys[i], 1.0), keys[i] .. " still held") end
   end)
 

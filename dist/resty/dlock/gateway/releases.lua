@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local failed, raised, finish, finishSafely, drain, schedule, ngx_log, ERR, WARN, timer_at, thread_spawn, thread_wait, lua_pcall, lua_tostring, qOwner, qLease, qHold, head, tail, draining, MAX_DRAINERS, BATCH, DRAIN_ROUNDS
+local failed, raised, finish, finishSafely, work, drain, schedule, ngx_log, ERR, WARN, timer_at, thread_spawn, worker_exiting, math_min, thread_wait, lua_pcall, lua_tostring, semaphore, qOwner, qLease, qHold, head, tail, draining, pending, MAX_DRAINERS, alive, idle, woken, PARALLEL, IDLE, SHARE, sema
 local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
 local stats = require("resty.dlock.gateway.stats")
@@ -50,17 +50,22 @@ function finishSafely(owner, l, ms)
         raised(err)
     end
 end
-function drain(premature)
-    local threads = {}
-    for _ = 1, DRAIN_ROUNDS do
+function work()
+    local done = 0
+    while done < SHARE do
         if head > tail then
-            break
-        end
-        local n = 0
-        for _ = 1, BATCH do
-            if head > tail then
+            if worker_exiting() then
                 break
             end
+            idle = idle + 1
+            local ok = sema:wait(IDLE)
+            idle = idle - 1
+            if ok then
+                woken = woken - 1
+            elseif head > tail then
+                break
+            end
+        else
             local owner = qOwner[head]
             local l = qLease[head]
             local ms = qHold[head]
@@ -68,30 +73,60 @@ function drain(premature)
             qLease[head] = nil
             qHold[head] = nil
             head = head + 1
-            local co = thread_spawn(finishSafely, owner, l, ms)
-            if co == nil then
-                finishSafely(owner, l, ms)
-            else
-                n = n + 1
-                threads[n] = co
-            end
+            finishSafely(owner, l, ms)
+            done = done + 1
         end
-        for i = 1, n do
-            thread_wait(threads[i])
-            threads[i] = nil
+    end
+    alive = alive - 1
+end
+function drain(premature)
+    pending = pending - 1
+    local threads = {}
+    local want = math_min(tail - head + 1, PARALLEL - alive)
+    for _ = 1, want do
+        alive = alive + 1
+        local co = thread_spawn(work)
+        if co == nil then
+            work()
+            break
         end
+        threads[#threads + 1] = co
+    end
+    for i = 1, #threads do
+        thread_wait(threads[i])
     end
     draining = draining - 1
     schedule()
 end
 function schedule()
     local backlog = tail - head + 1
-    if backlog <= 0 or draining >= MAX_DRAINERS or draining * BATCH >= backlog then
+    if backlog <= 0 then
+        return
+    end
+    if sema == nil then
+        local sm, err = semaphore.new(0)
+        if sm == nil then
+            ngx_log(ERR, "dlock: gateway: cannot make the release semaphore, releases expire on their own: ", err)
+            return
+        end
+        sema = sm
+    end
+    local free = idle - woken
+    if free > 0 then
+        local n = math_min(free, backlog)
+        woken = woken + n
+        sema:post(n)
+        if backlog <= n then
+            return
+        end
+    end
+    if pending > 0 or alive >= PARALLEL or draining >= MAX_DRAINERS then
         return
     end
     local ok, err = timer_at(0, drain)
     if ok then
         draining = draining + 1
+        pending = pending + 1
     elseif draining == 0 then
         ngx_log(
             ERR,
@@ -107,18 +142,26 @@ ERR = ngx.ERR
 WARN = ngx.WARN
 timer_at = ngx.timer.at
 thread_spawn = ngx.thread.spawn
+worker_exiting = ngx.worker.exiting
+math_min = math.min
 thread_wait = ngx.thread.wait
 lua_pcall = pcall
 lua_tostring = tostring
+semaphore = require("ngx.semaphore")
 qOwner = {}
 qLease = {}
 qHold = {}
 head = 1
 tail = 0
 draining = 0
+pending = 0
 MAX_DRAINERS = 8
-BATCH = 64
-DRAIN_ROUNDS = 32
+alive = 0
+idle = 0
+woken = 0
+PARALLEL = 128
+IDLE = 0.5
+SHARE = 4096
 --- Queue the end of a lease for a timer: release it, or keep it `hold` more ms.
 function ____exports.enqueue(owner, l, holdMs)
     tail = tail + 1

@@ -1,17 +1,17 @@
 // The release queue of the gateway: a request's lease ends in its log phase,
 // where there are no cosockets, so the release (or, dedup after a 2xx, the
-// hold) is queued here and sent by a timer.
+// hold) is queued here and sent from a timer.
 //
-// One drain timer goes on while there is work: it takes what was queued while
-// its last batch was on its way, so under load one timer sends every release
-// (a timer per few requests cost more than the releases themselves). Another
-// starts only for a backlog larger than the running ones take at once, up to
-// MAX_DRAINERS. A batch goes out side by side, a light thread per lease, so
-// that auto-pipelining carries it in the round trips of the worker's other
-// calls: a batch call of its own (lease.releaseAll) takes a pooled connection
-// and about 15 KB of garbage each time, four times what the rest of a request
-// makes. A release Redis does not confirm goes that way once more, and is then
-// left to the sweep that retries it until Redis answers or the key expires.
+// Light threads of a drain timer send them, one lease at a time each, side by
+// side, so that auto-pipelining carries them in the round trips of the
+// worker's other calls (a batch call of its own, lease.releaseAll, took a
+// pooled connection and about 15 KB of garbage each time, four times what the
+// rest of a request makes). A thread that finds the queue empty waits a while
+// for more (a log phase wakes it through a semaphore) before it ends: under
+// load the same few threads send every release, where a timer or a thread per
+// release cost more than the release itself. A release Redis does not confirm
+// goes through releaseAll once more, and is then left to the sweep that
+// retries it until Redis answers or the key expires.
 
 import * as check from "../core/check";
 import * as lease from "../core/lease";
@@ -23,9 +23,13 @@ const ERR = ngx.ERR;
 const WARN = ngx.WARN;
 const timer_at = ngx.timer.at;
 const thread_spawn = ngx.thread.spawn;
+const worker_exiting = ngx.worker.exiting;
+const math_min = math.min;
 const thread_wait = ngx.thread.wait;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
+
+const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
 // The queue, in three parallel arrays (no table per queued lease).
 const qOwner = new LuaTable<number, Owner>();
@@ -34,11 +38,22 @@ const qLease = new LuaTable<number, lease.Lease>();
 const qHold = new LuaTable<number, number>();
 let head = 1;
 let tail = 0;
+
+/** Drain timers started (at most MAX_DRAINERS), and those of them not running yet. */
 let draining = 0;
+let pending = 0;
 const MAX_DRAINERS = 8;
-const BATCH = 64;
-/** Batches one drain timer works off before it hands over to a fresh one. */
-const DRAIN_ROUNDS = 32;
+/** Release threads alive, at most PARALLEL (releases on their way at once); those waiting for work; posts they have not taken. */
+let alive = 0;
+let idle = 0;
+let woken = 0;
+const PARALLEL = 128;
+/** Seconds a thread waits for work before it ends. */
+const IDLE = 0.5;
+/** Leases one thread sees to before it ends (its timer then hands over to a fresh one). */
+const SHARE = 4096;
+/** Made in the worker, at its first release. */
+let sema: NgxSemaphore | undefined;
 
 function failed(owner: Owner, what: string, err: string | undefined): void {
   stats.incr(owner.dict, owner.name, "redis_errors");
@@ -70,16 +85,23 @@ function finishSafely(this: void, owner: Owner, l: lease.Lease, ms: number): voi
   if (!ok) raised(err);
 }
 
-function drain(this: void, premature: boolean): void {
-  const threads: NgxThread[] = [];
-  // Runs also when premature (the worker is exiting): cosockets still work here.
-  // Each piece of work is protected: one that raises must neither take the rest
-  // of its batch down nor leave `draining` counted up for good.
-  for (const _ of $range(1, DRAIN_ROUNDS)) {
-    if (head > tail) break;
-    let n = 0;
-    for (const _ of $range(1, BATCH)) {
-      if (head > tail) break;
+/** A release thread: sees to queued leases one at a time until the queue stays empty for IDLE s, or its share is done. */
+function work(this: void): void {
+  let done = 0;
+  while (done < SHARE) {
+    if (head > tail) {
+      // An exiting worker keeps no thread waiting for work that will not come.
+      if (worker_exiting()) break;
+      idle++;
+      const [ok] = sema!.wait(IDLE);
+      idle--;
+      if (ok) {
+        woken--;
+      } else if (head > tail) {
+        // A post that came as the wait ran out stays counted: the next wait takes it at once.
+        break;
+      }
+    } else {
       const owner = qOwner.get(head);
       const l = qLease.get(head);
       const ms = qHold.get(head);
@@ -87,35 +109,60 @@ function drain(this: void, premature: boolean): void {
       qLease.delete(head);
       qHold.delete(head);
       head++;
-      // nil when the thread cannot be made (no memory): then here, in turn.
-      const co = thread_spawn(finishSafely, owner, l, ms) as NgxThread | undefined;
-      if (co === undefined) {
-        finishSafely(owner, l, ms);
-      } else {
-        n++;
-        threads[n - 1] = co;
-      }
-    }
-    for (const i of $range(1, n)) {
-      thread_wait(threads[i - 1]!);
-      threads[i - 1] = undefined!;
+      finishSafely(owner, l, ms);
+      done++;
     }
   }
+  alive--;
+}
+
+function drain(this: void, premature: boolean): void {
+  // Runs also when premature (the worker is exiting): cosockets still work here.
+  pending--;
+  const threads: NgxThread[] = [];
+  const want = math_min(tail - head + 1, PARALLEL - alive);
+  for (const _ of $range(1, want)) {
+    alive++;
+    // nil when the thread cannot be made (no memory): then this timer works itself.
+    const co = thread_spawn(work) as NgxThread | undefined;
+    if (co === undefined) {
+      work();
+      break;
+    }
+    threads.push(co);
+  }
+  for (const i of $range(1, threads.length)) thread_wait(threads[i - 1]!);
   draining--;
-  // More than one timer's share is queued: a fresh timer takes over.
+  // Threads that ended at their share left work behind: a fresh timer takes over.
   schedule();
 }
 
-/** Start a drain timer unless the running ones take what is queued (at most MAX_DRAINERS at once). */
+/** Wake idle threads for what is queued; start a drain timer when they are too few. */
 function schedule(): void {
   const backlog = tail - head + 1;
-  if (backlog <= 0 || draining >= MAX_DRAINERS || draining * BATCH >= backlog) {
-    return;
+  if (backlog <= 0) return;
+  if (sema === undefined) {
+    const [sm, err] = semaphore.new(0);
+    if (sm === undefined) {
+      ngx_log(ERR, "dlock: gateway: cannot make the release semaphore, releases expire on their own: ", err);
+      return;
+    }
+    sema = sm;
   }
+  const free = idle - woken;
+  if (free > 0) {
+    const n = math_min(free, backlog);
+    woken += n;
+    sema.post(n);
+    if (backlog <= n) return;
+  }
+  // A timer about to start makes threads for all that is queued then.
+  if (pending > 0 || alive >= PARALLEL || draining >= MAX_DRAINERS) return;
   // A delay of 0 is the one nginx still allows in a worker that is exiting.
   const [ok, err] = timer_at(0, drain);
   if (ok) {
     draining++;
+    pending++;
   } else if (draining === 0) {
     ngx_log(ERR, "dlock: gateway: cannot schedule ", backlog, " release(s), they expire on their own: ", err);
   }

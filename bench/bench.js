@@ -14,6 +14,8 @@ const { sleep, freePort, Ports, children, cpuSeconds, Procs, cli, redisCalls, re
 
 const root = path.resolve(__dirname, "..");
 const smoke = process.argv.includes("--smoke");
+// --only S (repeatable): section 1 alone, the lines whose id is S or whose name contains it; printed, nothing written.
+const only = process.argv.filter((a, i, all) => all[i - 1] === "--only");
 const cfg = smoke
   ? { rounds: 1, seconds: 1, conns: 32, contendClients: 40, contendSeconds: 2, memRequests: 20000, dictLeases: 2000 }
   : { rounds: 5, seconds: 5, conns: 50, contendClients: 40, contendSeconds: 6, memRequests: 1000000, dictLeases: 10000 };
@@ -236,7 +238,7 @@ async function main() {
   const clusterModule = fs.existsSync(path.join(root, "dist", "resty", "dlock", "redis", "cluster.lua"));
   // Cluster: full run only (creating it takes ~5 s, over the smoke run's budget).
   const clusterSkip = !clusterModule ? "not available: dist/resty/dlock/redis/cluster.lua is not built yet"
-    : smoke ? "full run only (creating a cluster takes several seconds)" : "";
+    : smoke ? "full run only (creating a cluster takes several seconds)" : only.length ? "--only" : "";
   if (!clusterSkip) {
     for (let i = 0; i < 6; i++) topoPorts.cluster.push(await env.ports.pick({ bus: true }));
   }
@@ -295,7 +297,7 @@ async function main() {
     { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: nginxPids },
     { id: "node", name: "Node.js node-redlock 5 + ioredis", url: `http://127.0.0.1:${nodePort}/`, server: () => [node.pid] },
   ];
-  const active = lines.filter((l) => !l.skip);
+  const active = lines.filter((l) => !l.skip && (!only.length || only.some((s) => l.id === s || l.name.includes(s))));
   for (const l of active.filter((x) => x.topo)) {
     const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
     if (r.status !== 200) throw new Error(`${l.name}: ${r.status} ${r.body.trim()} (see ${prefix}/logs/error.log)`);
@@ -333,9 +335,13 @@ async function main() {
       errors: rs.reduce((a, r) => a + r.errors, 0),
     };
   };
-  const throughput = lines.filter((l) => !l.topo).map(summary);
+  const throughput = lines.filter((l) => !l.topo && runs[l.id].length).map(summary);
   // 1b. The same acquire+release on other topologies, as ratios to the standalone line.
   const core = throughput.find((l) => l.id === "core");
+  if (only.length) {
+    for (const l of throughput) log(`${l.line}: ${fmt(l.rps)} req/s, ${fmt(l.rps / (core || {}).rps, 2)}× the core line, CPU ${fmt(l.cpu_ms_per_1k, 1)} ms / 1000 req (nginx ${fmt(l.server_cpu_ms_per_1k, 1)})`);
+    return;
+  }
   const topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
   for (const l of lines.filter((x) => x.topo)) {
     if (l.skip) {

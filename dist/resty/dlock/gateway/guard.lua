@@ -5,29 +5,39 @@ local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
 local inflight = require("resty.dlock.gateway.inflight")
 local keys = require("resty.dlock.gateway.key")
-local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
+local ngx_header = ngx.header
+local ngx_exit = ngx.exit
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local read_body = ngx.req.read_body
+local sha1_bin = ngx.sha1_bin
+local math_max = math.max
+local math_ceil = math.ceil
+local hex = token.hex
+local incr = stats.incr
+local lua_pairs = pairs
 local req_get_method = ngx.req.get_method
 local function reject(g, status, retryAfterMs)
     if retryAfterMs ~= nil then
-        ngx.header["Retry-After"] = math.max(
+        ngx_header["Retry-After"] = math_max(
             1,
-            math.ceil(retryAfterMs / 1000)
+            math_ceil(retryAfterMs / 1000)
         )
     end
     if g.headers ~= nil then
-        for k, v in pairs(g.headers) do
-            ngx.header[k] = v
+        for k, v in lua_pairs(g.headers) do
+            ngx_header[k] = v
         end
     end
-    return ngx.exit(status)
+    return ngx_exit(status)
 end
 local function onRedisFailure(g)
     if g.onError == "allow" then
-        stats.incr(g.dict, g.name, "failed_open")
+        incr(g.dict, g.name, "failed_open")
         return
     end
-    stats.incr(g.dict, g.name, "failed_closed")
+    incr(g.dict, g.name, "failed_closed")
     reject(g, g.errorStatus, nil)
 end
 local guardMethods = {
@@ -39,19 +49,19 @@ local guardMethods = {
             return
         end
         if self.readBody then
-            ngx.req.read_body()
+            read_body()
         end
         local raw, kerr = keys.value(self)
         if raw == nil then
             if kerr ~= nil then
-                stats.incr(self.dict, self.name, "key_errors")
+                incr(self.dict, self.name, "key_errors")
                 keys.failed(self.name, kerr, self.errorWhat)
                 if self.onError == "deny" then
                     reject(self, self.errorStatus, nil)
                 end
                 return
             end
-            stats.incr(self.dict, self.name, "missing_key")
+            incr(self.dict, self.name, "missing_key")
             keys.note(self.name, self, false, self.missingWhat)
             if self.onMissing == "reject" then
                 reject(self, self.missingStatus, nil)
@@ -60,11 +70,11 @@ local guardMethods = {
         end
         keys.note(self.name, self, true, self.missingWhat)
         if stats.breakerOpen(self.dict, self.name) then
-            stats.incr(self.dict, self.name, "short_circuited")
+            incr(self.dict, self.name, "short_circuited")
             onRedisFailure(self)
             return
         end
-        local key = token.hex(ngx.sha1_bin(raw))
+        local key = hex(sha1_bin(raw))
         local reads = self.sharedMethods ~= nil and self.sharedMethods[req_get_method()] ~= nil
         local ____self_1 = self.locks
         local ____self_1_acquire_2 = ____self_1.acquire
@@ -76,7 +86,7 @@ local guardMethods = {
         end
         local l, err, retryAfter = ____self_1_acquire_2(____self_1, key, ____reads_0)
         if l == nil and err == "busy" and self.wait > 0 then
-            stats.incr(self.dict, self.name, "waited")
+            incr(self.dict, self.name, "waited")
             local ____self_4 = self.locks
             local ____self_4_acquire_5 = ____self_4.acquire
             local ____reads_3
@@ -89,23 +99,20 @@ local guardMethods = {
         end
         if l ~= nil then
             stats.success(self.dict, self.name)
-            stats.incr(self.dict, self.name, "acquired")
-            local a = request.anchor()
-            if a ~= nil then
-                inflight.track(self, l, a)
-            end
+            incr(self.dict, self.name, "acquired")
+            inflight.track(self, l)
             return
         end
         if err == "busy" or err == "timeout" then
             stats.success(self.dict, self.name)
-            stats.incr(self.dict, self.name, err == "busy" and "rejected" or "timed_out")
+            incr(self.dict, self.name, err == "busy" and "rejected" or "timed_out")
             reject(self, self.rejectStatus, retryAfter)
             return
         end
-        stats.incr(self.dict, self.name, "redis_errors")
+        incr(self.dict, self.name, "redis_errors")
         stats.failure(self.dict, self.name, self.breakerFailures, self.breakerCooldown)
-        ngx.log(
-            ngx.ERR,
+        ngx_log(
+            ERR,
             "dlock: guard ",
             self.name,
             ": ",

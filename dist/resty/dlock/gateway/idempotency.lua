@@ -10,6 +10,18 @@ local capture = require("resty.dlock.gateway.idempotency.capture")
 local claims = require("resty.dlock.gateway.idempotency.claim")
 local options = require("resty.dlock.gateway.idempotency.options")
 local keys = require("resty.dlock.gateway.key")
+local lua_tostring = tostring
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local ngx_var = ngx.var
+local sha1_bin = ngx.sha1_bin
+local req_get_method = ngx.req.get_method
+local str_sub = string.sub
+local str_gsub = string.gsub
+local lua_type = type
+local lua_tonumber = tonumber
+local lua_setmetatable = setmetatable
+local io_open = io.open
 ____exports.headerFilter = capture.headerFilter
 ____exports.bodyFilter = capture.bodyFilter
 ____exports.finish = capture.finish
@@ -20,19 +32,19 @@ local found = check.found
 --- The key as sent: an sf-String ("...", \" and \\ escaped) unquoted, or a bare token. nil when invalid.
 function ____exports.parseKey(raw)
     local k
-    if string.sub(raw, 1, 1) == "\"" then
-        if #raw < 3 or string.sub(raw, -1) ~= "\"" then
+    if str_sub(raw, 1, 1) == "\"" then
+        if #raw < 3 or str_sub(raw, -1) ~= "\"" then
             return nil
         end
-        local inner = string.sub(raw, 2, -2)
+        local inner = str_sub(raw, 2, -2)
         if found(inner, "[^ -~]") then
             return nil
         end
-        local rest = string.gsub(inner, "\\[\"\\]", "")
+        local rest = str_gsub(inner, "\\[\"\\]", "")
         if found(rest, "[\"\\]") then
             return nil
         end
-        k = string.gsub(inner, "\\([\"\\])", "%1")
+        k = str_gsub(inner, "\\([\"\\])", "%1")
     else
         if not found(raw, "^[%w!#%$%%&'%*%+%-%.%^_`|~:/]+$") then
             return nil
@@ -46,7 +58,7 @@ function ____exports.parseKey(raw)
 end
 --- The request body (read now), or nil and the reason when it is larger than max.
 local function body(max)
-    local len = tonumber(ngx.var.content_length)
+    local len = lua_tonumber(ngx_var.content_length)
     if len ~= nil and len > max then
         return nil, "large"
     end
@@ -62,13 +74,13 @@ local function body(max)
     if file == nil then
         return "", nil
     end
-    local f = io.open(file, "rb")
+    local f = io_open(file, "rb")
     if f == nil then
         return nil, "unreadable"
     end
     local s = f:read(max + 1)
     f:close()
-    local text = type(s) == "string" and s or ""
+    local text = lua_type(s) == "string" and s or ""
     if #text > max then
         return nil, "large"
     end
@@ -76,7 +88,7 @@ local function body(max)
 end
 --- Method, path with query as sent, and body: two requests that differ in any of them differ here.
 local function fingerprint(method, b)
-    return token.hex(ngx.sha1_bin((((method .. "\n") .. (ngx.var.request_uri or "")) .. "\n") .. ngx.sha1_bin(b)))
+    return token.hex(sha1_bin((((method .. "\n") .. (ngx_var.request_uri or "")) .. "\n") .. sha1_bin(b)))
 end
 local function access(g)
     if not shared.decides(g.name) then
@@ -85,7 +97,7 @@ local function access(g)
     if inflight.holds(g.owner) then
         return
     end
-    local method = ngx.req.get_method()
+    local method = req_get_method()
     if not (g.methods[method] ~= nil) then
         return
     end
@@ -117,7 +129,7 @@ local function access(g)
             400,
             "invalid-key",
             "Idempotency-Key invalid",
-            ("the key must be a quoted string or a token of 1 to " .. tostring(MAX_KEY)) .. " printable ASCII characters"
+            ("the key must be a quoted string or a token of 1 to " .. lua_tostring(MAX_KEY)) .. " printable ASCII characters"
         )
         return
     end
@@ -129,10 +141,10 @@ local function access(g)
                 413,
                 "request-too-large",
                 "Request body too large for an idempotent request",
-                ("requests with an Idempotency-Key may have bodies of up to " .. tostring(g.maxRequestBody)) .. " bytes"
+                ("requests with an Idempotency-Key may have bodies of up to " .. lua_tostring(g.maxRequestBody)) .. " bytes"
             )
         end
-        ngx.log(ngx.ERR, "dlock: guard ", g.name, ": cannot read the request body back from its temp file")
+        ngx_log(ERR, "dlock: guard ", g.name, ": cannot read the request body back from its temp file")
         answers.problem(
             g,
             500,
@@ -168,9 +180,9 @@ local function access(g)
             end
             return
         end
-        scoped = ngx.sha1_bin(sv) .. k
+        scoped = sha1_bin(sv) .. k
     end
-    local rkey = g.prefix .. token.hex(ngx.sha1_bin(scoped))
+    local rkey = g.prefix .. token.hex(sha1_bin(scoped))
     local tok, terr = token.random()
     if tok == nil then
         answers.onRedisFailure(g, terr)
@@ -219,6 +231,6 @@ function ____exports.create(o, name)
     if f == nil then
         return nil, err
     end
-    return setmetatable(f, guardMt), nil
+    return lua_setmetatable(f, guardMt), nil
 end
 return ____exports

@@ -1,6 +1,16 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.core.check")
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local ngx_now = ngx.now
+local ngx_var = ngx.var
+local math_floor = math.floor
+local str_find = string.find
+local str_sub = string.sub
+local lua_type = type
+local lua_tostring = tostring
+local lua_pcall = pcall
 --- Seconds between two log lines of one guard about its keys (per worker). Settable for tests.
 ____exports.settings = {interval = 60}
 --- Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var...
@@ -9,11 +19,11 @@ local function split(name, tpl)
     local pos = 1
     local n = 0
     while true do
-        local s, e, v = string.find(tpl, "%$([%a_][%w_]*)", pos)
+        local s, e, v = str_find(tpl, "%$([%a_][%w_]*)", pos)
         if s == nil then
             break
         end
-        parts[n + 1] = string.sub(tpl, pos, s - 1)
+        parts[n + 1] = str_sub(tpl, pos, s - 1)
         parts[n + 2] = v
         n = n + 2
         pos = e + 1
@@ -21,15 +31,15 @@ local function split(name, tpl)
     if n == 0 then
         return check.fail(name .. " must name at least one nginx variable ($http_x, $arg_x, $remote_addr...) or be a function", tpl)
     end
-    parts[n + 1] = string.sub(tpl, pos)
+    parts[n + 1] = str_sub(tpl, pos)
     return parts, nil
 end
 --- Compile option `name` (a template string or a function).
 function ____exports.compile(name, v)
-    if type(v) == "function" then
+    if lua_type(v) == "function" then
         return {parts = nil, keyFn = v, source = "a function"}, nil
     end
-    if type(v) == "string" then
+    if lua_type(v) == "string" then
         local p, err = split(name, v)
         if p == nil then
             return nil, err
@@ -43,22 +53,22 @@ end
 -- wrong when it cannot be computed (the function raised or returned a non-string).
 function ____exports.value(t)
     if t.keyFn ~= nil then
-        local ok, v = pcall(t.keyFn)
+        local ok, v = lua_pcall(t.keyFn)
         if not ok then
-            return nil, "the key function raised: " .. tostring(v)
+            return nil, "the key function raised: " .. lua_tostring(v)
         end
         if v == nil or v == "" then
             return nil, nil
         end
-        if type(v) ~= "string" then
-            return nil, ("the key function returned a " .. type(v)) .. ", not a string"
+        if lua_type(v) ~= "string" then
+            return nil, ("the key function returned a " .. lua_type(v)) .. ", not a string"
         end
         return v, nil
     end
     local parts = t.parts
     local out = parts[1]
     for i = 2, #parts, 2 do
-        local v = ngx.var[parts[i]]
+        local v = ngx_var[parts[i]]
         if v == nil or v == "" then
             return nil, nil
         end
@@ -71,7 +81,7 @@ local function state(guard)
     local s = seen[guard]
     if s == nil then
         s = {
-            since = ngx.now(),
+            since = ngx_now(),
             present = 0,
             missing = 0,
             errorAt = 0,
@@ -86,11 +96,11 @@ end
 -- otherwise leave every request unguarded without a word.
 function ____exports.note(guard, t, present, what)
     local s = state(guard)
-    local now = ngx.now()
+    local now = ngx_now()
     if now - s.since >= ____exports.settings.interval then
         if s.present == 0 and s.missing > 0 then
-            ngx.log(
-                ngx.ERR,
+            ngx_log(
+                ERR,
                 "dlock: guard ",
                 guard,
                 ": the key (",
@@ -98,7 +108,7 @@ function ____exports.note(guard, t, present, what)
                 ") was missing on all ",
                 s.missing,
                 " requests of the last ",
-                math.floor(now - s.since),
+                math_floor(now - s.since),
                 " s in this worker; they were ",
                 what
             )
@@ -116,13 +126,13 @@ end
 --- A key that could not be computed: logged at once, then at most once an interval with the count.
 function ____exports.failed(guard, problem, what)
     local s = state(guard)
-    local now = ngx.now()
+    local now = ngx_now()
     s.errors = s.errors + 1
     if now - s.errorAt < ____exports.settings.interval then
         return
     end
-    ngx.log(
-        ngx.ERR,
+    ngx_log(
+        ERR,
         "dlock: guard ",
         guard,
         ": no key: ",

@@ -2,6 +2,10 @@
 local ____exports = {}
 local ffi = require("ffi")
 local base = require("resty.core.base")
+local ngx_ = ngx
+local get_request = base.get_request
+local ffi_cast = ffi.cast
+local lua_tonumber = tonumber
 pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);")
 local function lookupGetCtxRef()
     return ffi.C.ngx_http_lua_ffi_get_ctx_ref
@@ -10,35 +14,40 @@ local hasCtxRef, found = pcall(lookupGetCtxRef)
 local getCtxRef = found
 local inSsl = ffi.new("int[1]", 1)
 local sslRef = ffi.new("int[1]", 1)
-local function lookupCtxTables()
-    local t = debug.getregistry().ngx_lua_ctx_tables
-    return type(t) == "table" and t or nil
-end
-local ctxTables = lookupCtxTables()
+local registered = debug.getregistry().ngx_lua_ctx_tables
+local ctxTables = type(registered) == "table" and registered or nil
 --- False when this nginx cannot tell whether a request is over (then only log() ends leases).
 ____exports.canWatch = hasCtxRef and ctxTables ~= nil
 --- The current request's id (its address), or nil outside a request.
 function ____exports.id()
-    local r = base.get_request()
+    local r = get_request()
     if r == nil then
         return nil
     end
-    return tonumber(ffi.cast("uintptr_t", r))
+    return lua_tonumber(ffi_cast("uintptr_t", r))
 end
---- The current request, anchored so that alive() can tell when it is over.
-function ____exports.anchor()
-    local r = base.get_request()
+--- The current request's id, its ngx.ctx and where the registry keeps that
+-- (-1: unknown): an anchor's fields, for a record that is its own anchor. nil outside a request.
+function ____exports.here()
+    local r = get_request()
     if r == nil then
-        return nil
+        return nil, nil, -1
     end
-    local rid = tonumber(ffi.cast("uintptr_t", r))
-    local ctx = ngx.ctx
+    local ctx = ngx_.ctx
     local ref = -1
     if ____exports.canWatch then
         local n = getCtxRef(r, inSsl, sslRef)
         if n >= 0 and ctxTables[n] == ctx then
             ref = n
         end
+    end
+    return lua_tonumber(ffi_cast("uintptr_t", r)), ctx, ref
+end
+--- The current request, anchored so that alive() can tell when it is over.
+function ____exports.anchor()
+    local rid, ctx, ref = ____exports.here()
+    if rid == nil then
+        return nil
     end
     return {id = rid, ctx = ctx, ref = ref}
 end

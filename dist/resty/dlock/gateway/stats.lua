@@ -1,5 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local NOTICE = ngx.NOTICE
+local lua_type = type
 --- Every event a guard counts, in the order status pages list them.
 ____exports.EVENTS = {
     "acquired",
@@ -25,39 +29,68 @@ ____exports.EVENTS = {
     "local_admitted",
     "local_rejected"
 }
+--- The value of "b:fail:<guard>" between an opening and the next answer from Redis.
+local HALF = "half"
+local keysOf = {}
+local function make(guard)
+    local events = {}
+    for i = 1, #____exports.EVENTS do
+        events[____exports.EVENTS[i]] = (("c:" .. guard) .. ":") .. ____exports.EVENTS[i]
+    end
+    local k = {events = events, gauges = {}, open = "b:open:" .. guard, fail = "b:fail:" .. guard}
+    keysOf[guard] = k
+    return k
+end
+local function keys(guard)
+    return keysOf[guard] or make(guard)
+end
+local function gaugeKey(guard, name)
+    local k = keys(guard)
+    local key = k.gauges[name]
+    if key == nil then
+        key = (("g:" .. guard) .. ":") .. name
+        k.gauges[name] = key
+    end
+    return key
+end
 function ____exports.incr(dict, guard, event)
-    dict:incr((("c:" .. guard) .. ":") .. event, 1, 0)
+    dict:incr(
+        keys(guard).events[event],
+        1,
+        0
+    )
 end
 function ____exports.count(dict, guard, event)
-    local v = dict:get((("c:" .. guard) .. ":") .. event)
-    return type(v) == "number" and v or 0
+    local v = dict:get(keys(guard).events[event])
+    return lua_type(v) == "number" and v or 0
 end
 function ____exports.breakerState(dict, guard)
-    if (dict:get("b:open:" .. guard)) ~= nil then
+    local k = keys(guard)
+    if (dict:get(k.open)) ~= nil then
         return "open"
     end
-    if (dict:get("b:half:" .. guard)) ~= nil then
+    if (dict:get(k.fail)) == HALF then
         return "half_open"
     end
     return "closed"
 end
 function ____exports.breakerOpen(dict, guard)
-    return (dict:get("b:open:" .. guard)) ~= nil
+    return (dict:get(keys(guard).open)) ~= nil
 end
 --- Count a Redis failure; open the breaker after `threshold` in a row, or at once when half open.
 function ____exports.failure(dict, guard, threshold, cooldownMs)
-    local trip = (dict:get("b:half:" .. guard)) ~= nil
+    local k = keys(guard)
+    local trip = (dict:get(k.fail)) == HALF
     if not trip then
-        local n = dict:incr("b:fail:" .. guard, 1, 0)
+        local n = dict:incr(k.fail, 1, 0)
         trip = n ~= nil and n >= threshold
     end
-    if trip and (dict:get("b:open:" .. guard)) == nil then
-        dict:set("b:open:" .. guard, true, cooldownMs / 1000)
-        dict:set("b:half:" .. guard, true)
-        dict:delete("b:fail:" .. guard)
+    if trip and (dict:get(k.open)) == nil then
+        dict:set(k.open, true, cooldownMs / 1000)
+        dict:set(k.fail, HALF)
         ____exports.incr(dict, guard, "breaker_opened")
-        ngx.log(
-            ngx.ERR,
+        ngx_log(
+            ERR,
             "dlock: guard ",
             guard,
             ": Redis keeps failing, not calling it for ",
@@ -66,23 +99,29 @@ function ____exports.failure(dict, guard, threshold, cooldownMs)
         )
     end
 end
---- Redis answered: close the breaker and forget past failures.
+--- Redis answered: close the breaker and forget past failures (one read when there is nothing to forget).
 function ____exports.success(dict, guard)
-    if (dict:get("b:half:" .. guard)) ~= nil then
-        dict:delete("b:half:" .. guard)
-        ngx.log(ngx.NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed")
+    local k = keys(guard)
+    local v = dict:get(k.fail)
+    if v == nil then
+        return
     end
-    if (dict:get("b:fail:" .. guard)) ~= nil then
-        dict:delete("b:fail:" .. guard)
+    dict:delete(k.fail)
+    if v == HALF then
+        ngx_log(NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed")
     end
 end
 --- Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx.
 function ____exports.adjust(dict, guard, gauge, delta)
-    dict:incr((("g:" .. guard) .. ":") .. gauge, delta, 0)
+    dict:incr(
+        gaugeKey(guard, gauge),
+        delta,
+        0
+    )
 end
 --- A per-guard gauge's value now (0 when never moved).
 function ____exports.gauge(dict, guard, name)
-    local v = dict:get((("g:" .. guard) .. ":") .. name)
-    return type(v) == "number" and v or 0
+    local v = dict:get(gaugeKey(guard, name))
+    return lua_type(v) == "number" and v or 0
 end
 return ____exports

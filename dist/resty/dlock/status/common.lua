@@ -9,12 +9,18 @@ local meter = require("resty.dlock.core.meter")
 local redis = require("resty.dlock.redis.client")
 local sentinel = require("resty.dlock.redis.sentinel")
 local stats = require("resty.dlock.gateway.stats")
+local lua_tostring = tostring
+local lua_pairs = pairs
+local lua_ipairs = ipairs
+local ngx_get_phase = ngx.get_phase
+local ngx_shared = ngx.shared
+local lua_type = type
 local ADVICE = "set maxmemory-policy noeviction, or give locks a Redis of their own"
 --- Phases in which a handler may answer the request (ngx.say, ngx.var).
 local ANSWERING = check.set("rewrite", "server_rewrite", "access", "content")
 --- nil in a phase that can answer a request, else the error `fn` returns there.
 function ____exports.phaseError(fn)
-    local phase = ngx.get_phase()
+    local phase = ngx_get_phase()
     if ANSWERING[phase] ~= nil then
         return nil
     end
@@ -32,31 +38,31 @@ function ____exports.dictNames(o)
     end
     local extra = o.dicts
     if extra ~= nil then
-        if type(extra) ~= "table" then
+        if lua_type(extra) ~= "table" then
             return check.fail("dicts must be a list of lua_shared_dict names", extra)
         end
-        for ____, n in ipairs(extra) do
-            if type(n) ~= "string" or ngx.shared[n] == nil then
+        for ____, n in lua_ipairs(extra) do
+            if lua_type(n) ~= "string" or ngx_shared[n] == nil then
                 return check.fail("dicts must name lua_shared_dicts", n)
             end
             add(n)
         end
     end
     local mine = {}
-    for ____, g in ipairs(gateway.guards()) do
+    for ____, g in lua_ipairs(gateway.guards()) do
         mine[#mine + 1] = g.dict
     end
-    for ____, d in ipairs(meter.known()) do
+    for ____, d in lua_ipairs(meter.known()) do
         mine[#mine + 1] = d
     end
-    for ____, d in ipairs(mine) do
-        for name, sd in pairs(ngx.shared) do
+    for ____, d in lua_ipairs(mine) do
+        for name, sd in lua_pairs(ngx_shared) do
             if sd == d then
                 add(name)
             end
         end
     end
-    if #names == 0 and ngx.shared.dlock ~= nil then
+    if #names == 0 and ngx_shared.dlock ~= nil then
         add("dlock")
     end
     return names, nil
@@ -99,8 +105,8 @@ local function factories(dicts)
     local byName = {}
     local order = {}
     local held = 0
-    for ____, d in ipairs(dicts) do
-        for ____, name in ipairs(meter.names(d)) do
+    for ____, d in lua_ipairs(dicts) do
+        for ____, name in lua_ipairs(meter.names(d)) do
             local r = meter.read(d, name)
             held = held + r.held
             local had = byName[name]
@@ -117,7 +123,7 @@ end
 --- How each endpoint is reached: this worker's view (a Sentinel master is this worker's latest answer).
 local function topologies()
     local topology = {}
-    for ep, conf in pairs(redis.endpoints()) do
+    for ep, conf in lua_pairs(redis.endpoints()) do
         local v = {}
         topology[ep] = v
         v.kind = conf.topology
@@ -126,11 +132,11 @@ local function topologies()
         v.replicas = conf.replicas
         if conf.sentinel ~= nil then
             local m = sentinel.last(conf.pool)
-            v.master = m == nil and "unknown" or (m.host .. ":") .. tostring(m.port)
+            v.master = m == nil and "unknown" or (m.host .. ":") .. lua_tostring(m.port)
         end
         local more = backend.describe(conf)
         if more ~= nil then
-            for k, x in pairs(more) do
+            for k, x in lua_pairs(more) do
                 v[k] = x
             end
         end
@@ -146,24 +152,24 @@ function ____exports.counters(names)
     local dicts = {}
     local unrecorded = {}
     local shortfalls = {}
-    for ____, name in ipairs(names) do
-        local d = ngx.shared[name]
+    for ____, name in lua_ipairs(names) do
+        local d = ngx_shared[name]
         dicts[#dicts + 1] = d
         unrecorded[name] = ledger.unrecorded(d)
         local n = d:get(backend.SHORTFALLS)
-        shortfalls[name] = type(n) == "number" and n or 0
+        shortfalls[name] = lua_type(n) == "number" and n or 0
     end
     local ev = {}
-    for ep, e in pairs(eviction.evictions(dicts)) do
+    for ep, e in lua_pairs(eviction.evictions(dicts)) do
         ev[ep] = evictionView(e)
     end
     local guards = {}
-    for ____, g in ipairs(gateway.guards()) do
+    for ____, g in lua_ipairs(gateway.guards()) do
         local row = {}
         row.mode = g.mode
         row.breaker = stats.breakerState(g.dict, g.name)
         row.in_flight = stats.gauge(g.dict, g.name, "in_flight")
-        for ____, e in ipairs(stats.EVENTS) do
+        for ____, e in lua_ipairs(stats.EVENTS) do
             row[e] = stats.count(g.dict, g.name, e)
         end
         guards[g.name] = row

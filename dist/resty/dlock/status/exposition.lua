@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local label, header, topologyLines
+local label, header, topologyLines, lua_pairs, lua_ipairs, str_gsub, str_format, lua_tostring
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local meter = require("resty.dlock.core.meter")
@@ -8,7 +8,7 @@ local redis = require("resty.dlock.redis.client")
 local stats = require("resty.dlock.gateway.stats")
 local common = require("resty.dlock.status.common")
 function label(s)
-    local escaped = string.gsub(
+    local escaped = str_gsub(
         s,
         "[\\\"\n]",
         function(c) return c == "\n" and "\\n" or "\\" .. c end
@@ -28,61 +28,70 @@ function topologyLines(lines)
     header(ages, "dlock_redis_cluster_slot_map_age_seconds", "gauge", "Seconds since a worker last read the cluster's slot map.")
     local failures = {}
     header(failures, "dlock_redis_redlock_node_failures_total", "counter", "Calls to a Redlock master that failed (all workers).")
-    for ep, conf in pairs(redis.endpoints()) do
+    for ep, conf in lua_pairs(redis.endpoints()) do
         local e = label(ep)
         info[#info + 1] = ((((("dlock_redis_topology_info{endpoint=\"" .. e) .. "\",kind=\"") .. conf.topology) .. "\",tls=\"") .. (conf.ssl and "on" or "off")) .. "\"} 1"
         local kind, counts = backend.shared(conf)
         if kind == "cluster" then
-            redirects[#redirects + 1] = (("dlock_redis_cluster_redirects_total{endpoint=\"" .. e) .. "\"} ") .. tostring(counts.redirects)
+            redirects[#redirects + 1] = (("dlock_redis_cluster_redirects_total{endpoint=\"" .. e) .. "\"} ") .. lua_tostring(counts.redirects)
             local age = counts.slot_map_age
             if age ~= nil then
-                ages[#ages + 1] = (("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" .. e) .. "\"} ") .. string.format("%.3f", age)
+                ages[#ages + 1] = (("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" .. e) .. "\"} ") .. str_format("%.3f", age)
             end
         elseif kind == "redlock" then
-            for node, n in pairs(counts) do
-                failures[#failures + 1] = (((("dlock_redis_redlock_node_failures_total{endpoint=\"" .. e) .. "\",node=\"") .. label(node)) .. "\"} ") .. tostring(n)
+            for node, n in lua_pairs(counts) do
+                failures[#failures + 1] = (((("dlock_redis_redlock_node_failures_total{endpoint=\"" .. e) .. "\",node=\"") .. label(node)) .. "\"} ") .. lua_tostring(n)
             end
         end
     end
-    for ____, group in ipairs({info, redirects, ages, failures}) do
-        for ____, l in ipairs(group) do
+    for ____, group in lua_ipairs({info, redirects, ages, failures}) do
+        for ____, l in lua_ipairs(group) do
             lines[#lines + 1] = l
         end
     end
 end
+lua_pairs = pairs
+lua_ipairs = ipairs
+local ngx_header = ngx.header
+local ngx_say = ngx.say
+local ngx_ = ngx
+str_gsub = string.gsub
+str_format = string.format
+local table_concat = table.concat
+lua_tostring = tostring
 local METRICS_OPTIONS = check.set("dicts")
 --- A histogram's series: cumulative buckets (stored apart), then _sum and _count.
 local function histogram(lines, name, labels, bounds, counts, sum)
     local total = 0
     for i = 1, #counts do
         total = total + counts[i]
-        local le = i <= #bounds and tostring(bounds[i]) or "+Inf"
-        lines[#lines + 1] = (((((name .. "_bucket{") .. labels) .. ",le=\"") .. le) .. "\"} ") .. tostring(total)
+        local le = i <= #bounds and lua_tostring(bounds[i]) or "+Inf"
+        lines[#lines + 1] = (((((name .. "_bucket{") .. labels) .. ",le=\"") .. le) .. "\"} ") .. lua_tostring(total)
     end
-    lines[#lines + 1] = (((name .. "_sum{") .. labels) .. "} ") .. string.format("%.6f", sum)
-    lines[#lines + 1] = (((name .. "_count{") .. labels) .. "} ") .. tostring(total)
+    lines[#lines + 1] = (((name .. "_sum{") .. labels) .. "} ") .. str_format("%.6f", sum)
+    lines[#lines + 1] = (((name .. "_count{") .. labels) .. "} ") .. lua_tostring(total)
 end
 --- The core API per factory name (guards' factories carry the guard's name).
 local function factoryLines(lines, r)
     header(lines, "dlock_acquires_total", "counter", "Acquire calls of locks and semaphores by outcome (acquired, busy, timeout, error) since this nginx started.")
-    for ____, name in ipairs(r.factoryNames) do
+    for ____, name in lua_ipairs(r.factoryNames) do
         local f = r.factories[name]
         local l = ("dlock_acquires_total{factory=\"" .. label(name)) .. "\",outcome=\""
-        lines[#lines + 1] = (l .. "acquired\"} ") .. tostring(f.acquired)
-        lines[#lines + 1] = (l .. "busy\"} ") .. tostring(f.busy)
-        lines[#lines + 1] = (l .. "timeout\"} ") .. tostring(f.timeout)
-        lines[#lines + 1] = (l .. "error\"} ") .. tostring(f.error)
+        lines[#lines + 1] = (l .. "acquired\"} ") .. lua_tostring(f.acquired)
+        lines[#lines + 1] = (l .. "busy\"} ") .. lua_tostring(f.busy)
+        lines[#lines + 1] = (l .. "timeout\"} ") .. lua_tostring(f.timeout)
+        lines[#lines + 1] = (l .. "error\"} ") .. lua_tostring(f.error)
     end
     header(lines, "dlock_leases_lost_total", "counter", "Leases found gone before their holder released them (renewal failed, or the release found the key not ours).")
-    for ____, name in ipairs(r.factoryNames) do
-        lines[#lines + 1] = (("dlock_leases_lost_total{factory=\"" .. label(name)) .. "\"} ") .. tostring(r.factories[name].lost)
+    for ____, name in lua_ipairs(r.factoryNames) do
+        lines[#lines + 1] = (("dlock_leases_lost_total{factory=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.factories[name].lost)
     end
     header(lines, "dlock_held_leases", "gauge", "Leases this nginx holds now (all workers).")
-    for ____, name in ipairs(r.factoryNames) do
-        lines[#lines + 1] = (("dlock_held_leases{factory=\"" .. label(name)) .. "\"} ") .. tostring(r.factories[name].held)
+    for ____, name in lua_ipairs(r.factoryNames) do
+        lines[#lines + 1] = (("dlock_held_leases{factory=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.factories[name].held)
     end
     header(lines, "dlock_acquire_wait_seconds", "histogram", "Time from an acquire call to its lease, for acquires that got one.")
-    for ____, name in ipairs(r.factoryNames) do
+    for ____, name in lua_ipairs(r.factoryNames) do
         local f = r.factories[name]
         histogram(
             lines,
@@ -94,7 +103,7 @@ local function factoryLines(lines, r)
         )
     end
     header(lines, "dlock_lease_hold_seconds", "histogram", "Time from taking a lease to its confirmed release.")
-    for ____, name in ipairs(r.factoryNames) do
+    for ____, name in lua_ipairs(r.factoryNames) do
         local f = r.factories[name]
         histogram(
             lines,
@@ -124,37 +133,37 @@ function ____exports.metrics_text(opts)
     header(breakers, "dlock_guard_breaker_open", "gauge", "1 while the guard's Redis circuit breaker is open.")
     local inFlight = {}
     header(inFlight, "dlock_guard_in_flight", "gauge", "Requests the guard let through that have not ended yet.")
-    for gname, row in pairs(r.guards) do
+    for gname, row in lua_pairs(r.guards) do
         local name = label(gname)
-        for ____, ev in ipairs(stats.EVENTS) do
-            lines[#lines + 1] = (((((("dlock_guard_events_total{guard=\"" .. name) .. "\",mode=\"") .. tostring(row.mode)) .. "\",event=\"") .. ev) .. "\"} ") .. tostring(row[ev])
+        for ____, ev in lua_ipairs(stats.EVENTS) do
+            lines[#lines + 1] = (((((("dlock_guard_events_total{guard=\"" .. name) .. "\",mode=\"") .. lua_tostring(row.mode)) .. "\",event=\"") .. ev) .. "\"} ") .. lua_tostring(row[ev])
         end
-        breakers[#breakers + 1] = (("dlock_guard_breaker_open{guard=\"" .. name) .. "\"} ") .. tostring(row.breaker == "open" and 1 or 0)
-        inFlight[#inFlight + 1] = (("dlock_guard_in_flight{guard=\"" .. name) .. "\"} ") .. tostring(row.in_flight)
+        breakers[#breakers + 1] = (("dlock_guard_breaker_open{guard=\"" .. name) .. "\"} ") .. (row.breaker == "open" and "1" or "0")
+        inFlight[#inFlight + 1] = (("dlock_guard_in_flight{guard=\"" .. name) .. "\"} ") .. lua_tostring(row.in_flight)
     end
-    for ____, l in ipairs(breakers) do
+    for ____, l in lua_ipairs(breakers) do
         lines[#lines + 1] = l
     end
-    for ____, l in ipairs(inFlight) do
+    for ____, l in lua_ipairs(inFlight) do
         lines[#lines + 1] = l
     end
     factoryLines(lines, r)
     header(lines, "dlock_unrecorded_leases_total", "counter", "Leases this nginx could not record in the shared dict (it was full).")
-    for ____, name in ipairs(r.dicts) do
-        lines[#lines + 1] = (("dlock_unrecorded_leases_total{dict=\"" .. label(name)) .. "\"} ") .. tostring(r.unrecorded[name])
+    for ____, name in lua_ipairs(r.dicts) do
+        lines[#lines + 1] = (("dlock_unrecorded_leases_total{dict=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.unrecorded[name])
     end
     header(lines, "dlock_replica_shortfalls_total", "counter", "Writes that fewer replicas than redis.replicas acknowledged in time.")
-    for ____, name in ipairs(r.dicts) do
-        lines[#lines + 1] = (("dlock_replica_shortfalls_total{dict=\"" .. label(name)) .. "\"} ") .. tostring(r.shortfalls[name])
+    for ____, name in lua_ipairs(r.dicts) do
+        lines[#lines + 1] = (("dlock_replica_shortfalls_total{dict=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.shortfalls[name])
     end
     header(lines, "dlock_redis_can_evict_locks", "gauge", "1 when the Redis has maxmemory set and a policy that evicts keys " .. "with a ttl (lock keys); endpoints whose settings could not be read are left out.")
-    for ep, v in pairs(r.redis) do
+    for ep, v in lua_pairs(r.redis) do
         if v.checked == true then
-            lines[#lines + 1] = (((("dlock_redis_can_evict_locks{endpoint=\"" .. label(ep)) .. "\",policy=\"") .. label(v.maxmemory_policy)) .. "\"} ") .. tostring(v.can_evict_locks == true and 1 or 0)
+            lines[#lines + 1] = (((("dlock_redis_can_evict_locks{endpoint=\"" .. label(ep)) .. "\",policy=\"") .. label(v.maxmemory_policy)) .. "\"} ") .. (v.can_evict_locks == true and "1" or "0")
         end
     end
     topologyLines(lines)
-    return table.concat(lines, "\n"), nil
+    return table_concat(lines, "\n"), nil
 end
 --- content_by_lua: metrics_text() as the response. Outside a request: nil, err.
 function ____exports.metrics(opts)
@@ -164,12 +173,12 @@ function ____exports.metrics(opts)
     end
     local text, err = ____exports.metrics_text(opts)
     if text == nil then
-        ngx.status = 500
-        ngx.say("# ", err)
+        ngx_.status = 500
+        ngx_say("# ", err)
         return true, nil
     end
-    ngx.header["Content-Type"] = "text/plain; version=0.0.4"
-    ngx.say(text)
+    ngx_header["Content-Type"] = "text/plain; version=0.0.4"
+    ngx_say(text)
     return true, nil
 end
 return ____exports

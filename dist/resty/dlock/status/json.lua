@@ -9,6 +9,17 @@ ____exports.DEFAULT_LIMIT = 100
 --- The most a request may ask for: listing walks the dict, a bound keeps the page cheap.
 ____exports.MAX_LIMIT = 10000
 local cjson = require("cjson.safe")
+local lua_tostring = tostring
+local lua_pairs = pairs
+local lua_ipairs = ipairs
+local ngx_var = ngx.var
+local ngx_header = ngx.header
+local ngx_say = ngx.say
+local ngx_shared = ngx.shared
+local ngx_ = ngx
+local table_concat = table.concat
+local lua_type = type
+local lua_tonumber = tonumber
 local REPORT_OPTIONS = check.set("dicts", "limit")
 local function checkLimit(v)
     return check.integer(
@@ -16,7 +27,7 @@ local function checkLimit(v)
         v,
         0,
         ____exports.MAX_LIMIT,
-        "an integer from 0 to " .. tostring(____exports.MAX_LIMIT)
+        "an integer from 0 to " .. lua_tostring(____exports.MAX_LIMIT)
     )
 end
 --- Append at most `max` leases of one dict to `out` (tokens left out); true when it holds more.
@@ -34,7 +45,7 @@ local function listHeld(name, dict, max, out)
         max,
         meter.keys(dict)
     )
-    for ____, l in ipairs(found) do
+    for ____, l in lua_ipairs(found) do
         out[#out + 1] = {
             dict = name,
             key = l.key,
@@ -66,8 +77,8 @@ function ____exports.report(opts)
     end
     local r = common.counters(names)
     local truncated = false
-    for ____, name in ipairs(names) do
-        if listHeld(name, ngx.shared[name], limit - #r.held, r.held) then
+    for ____, name in lua_ipairs(names) do
+        if listHeld(name, ngx_shared[name], limit - #r.held, r.held) then
             truncated = true
         end
     end
@@ -87,14 +98,14 @@ end
 --- The report as a JSON object, its members in a fixed order.
 local function encode(r)
     local dicts = {}
-    for ____, name in ipairs(r.dicts) do
+    for ____, name in lua_ipairs(r.dicts) do
         local d = {}
         d.unrecorded_leases = r.unrecorded[name]
         d.replica_shortfalls = r.shortfalls[name]
         dicts[name] = d
     end
     local factories = {}
-    for name, f in pairs(r.factories) do
+    for name, f in lua_pairs(r.factories) do
         local row = {}
         row.held = f.held
         row.acquired = f.acquired
@@ -116,22 +127,24 @@ local function encode(r)
         {"guards", r.guards},
         {"factories", factories}
     }
-    for ____, ____value in ipairs(rest) do
-        local name = ____value[1]
-        local value = ____value[2]
+    for ____, ____temp_0 in lua_ipairs(rest) do
+        local value
+        local name
+        name = ____temp_0[1]
+        value = ____temp_0[2]
         parts[#parts + 1] = member(name, value) or ""
     end
-    for ____, p in ipairs(parts) do
+    for ____, p in lua_ipairs(parts) do
         if p == "" then
             return nil, "dlock: status: cannot encode the report as JSON"
         end
     end
-    return ("{" .. table.concat(parts, ",")) .. "}", nil
+    return ("{" .. table_concat(parts, ",")) .. "}", nil
 end
 local function fail(status, err)
-    ngx.status = status
-    ngx.header["Content-Type"] = "application/json"
-    ngx.say((cjson.encode({error = err})) or "{}")
+    ngx_.status = status
+    ngx_header["Content-Type"] = "application/json"
+    ngx_say((cjson.encode({error = err})) or "{}")
 end
 --- content_by_lua: the report as JSON; ?limit=N lists up to N held leases
 -- (instead of opts.limit or 100). Outside a request: nil, err.
@@ -141,17 +154,17 @@ function ____exports.serve(opts)
         return nil, perr
     end
     local o = opts
-    local arg = ngx.var.arg_limit
+    local arg = ngx_var.arg_limit
     if arg ~= nil then
-        local n, lerr = checkLimit(tonumber(arg) or arg)
+        local n, lerr = checkLimit(lua_tonumber(arg) or arg)
         if n == nil then
             fail(400, lerr)
             return true, nil
         end
-        if opts == nil or type(opts) == "table" then
+        if opts == nil or lua_type(opts) == "table" then
             local copy = {}
             if opts ~= nil then
-                for k, v in pairs(opts) do
+                for k, v in lua_pairs(opts) do
                     copy[k] = v
                 end
             end
@@ -169,8 +182,8 @@ function ____exports.serve(opts)
         fail(500, jerr)
         return true, nil
     end
-    ngx.header["Content-Type"] = "application/json"
-    ngx.say(body)
+    ngx_header["Content-Type"] = "application/json"
+    ngx_say(body)
     return true, nil
 end
 return ____exports

@@ -8,10 +8,20 @@ import * as token from "../core/token";
 import * as shared from "./common";
 import * as inflight from "./inflight";
 import * as keys from "./key";
-import * as request from "./request";
 import * as stats from "./stats";
 
-// (rwlock) Read per request by mutex guards with shared methods.
+const ngx_header = ngx.header;
+const ngx_exit = ngx.exit;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const read_body = ngx.req.read_body;
+const sha1_bin = ngx.sha1_bin;
+const math_max = math.max;
+const math_ceil = math.ceil;
+const hex = token.hex;
+const incr = stats.incr;
+const lua_pairs = pairs;
+// Read per request by mutex guards with shared methods (readers).
 const req_get_method = ngx.req.get_method;
 
 export type Mode = "dedup" | "concurrency" | "throttle" | "mutex";
@@ -71,22 +81,22 @@ export interface Guard {
 
 function reject(g: Guard, status: number, retryAfterMs: number | undefined): never {
   if (retryAfterMs !== undefined) {
-    ngx.header.set("Retry-After", math.max(1, math.ceil(retryAfterMs / 1000)));
+    ngx_header.set("Retry-After", math_max(1, math_ceil(retryAfterMs / 1000)));
   }
   if (g.headers !== undefined) {
-    for (const [k, v] of g.headers) {
-      ngx.header.set(k, v);
+    for (const [k, v] of lua_pairs(g.headers)) {
+      ngx_header.set(k, v);
     }
   }
-  return ngx.exit(status);
+  return ngx_exit(status);
 }
 
 function onRedisFailure(g: Guard): void {
   if (g.onError === "allow") {
-    stats.incr(g.dict, g.name, "failed_open");
+    incr(g.dict, g.name, "failed_open");
     return;
   }
-  stats.incr(g.dict, g.name, "failed_closed");
+  incr(g.dict, g.name, "failed_closed");
   reject(g, g.errorStatus, undefined);
 }
 
@@ -100,18 +110,18 @@ const guardMethods = {
     }
     if (this.readBody) {
       // A permit held while a slow client trickles its body in would starve the key.
-      ngx.req.read_body();
+      read_body();
     }
     const [raw, kerr] = keys.value(this);
     if (raw === undefined) {
       if (kerr !== undefined) {
         // Not a missing key: on_missing = "pass" must not let it through unguarded.
-        stats.incr(this.dict, this.name, "key_errors");
+        incr(this.dict, this.name, "key_errors");
         keys.failed(this.name, kerr, this.errorWhat);
         if (this.onError === "deny") reject(this, this.errorStatus, undefined);
         return;
       }
-      stats.incr(this.dict, this.name, "missing_key");
+      incr(this.dict, this.name, "missing_key");
       keys.note(this.name, this, false, this.missingWhat);
       if (this.onMissing === "reject") {
         reject(this, this.missingStatus, undefined);
@@ -120,37 +130,34 @@ const guardMethods = {
     }
     keys.note(this.name, this, true, this.missingWhat);
     if (stats.breakerOpen(this.dict, this.name)) {
-      stats.incr(this.dict, this.name, "short_circuited");
+      incr(this.dict, this.name, "short_circuited");
       onRedisFailure(this);
       return;
     }
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
-    const key = token.hex(ngx.sha1_bin(raw));
-    // (rwlock) Readers share the key (gateway option shared).
+    const key = hex(sha1_bin(raw));
+    // Readers share the key (gateway option shared).
     const reads = this.sharedMethods !== undefined && this.sharedMethods.has(req_get_method());
     let [l, err, retryAfter] = this.locks.acquire(key, reads ? this.sharedTry : this.tryOpts);
     if (l === undefined && err === "busy" && this.wait > 0) {
-      stats.incr(this.dict, this.name, "waited");
+      incr(this.dict, this.name, "waited");
       [l, err, retryAfter] = this.locks.acquire(key, reads ? this.sharedWait : this.waitOpts);
     }
     if (l !== undefined) {
       stats.success(this.dict, this.name);
-      stats.incr(this.dict, this.name, "acquired");
-      const a = request.anchor();
-      if (a !== undefined) {
-        inflight.track(this, l, a);
-      }
+      incr(this.dict, this.name, "acquired");
+      inflight.track(this, l);
       return;
     }
     if (err === "busy" || err === "timeout") {
       stats.success(this.dict, this.name);
-      stats.incr(this.dict, this.name, err === "busy" ? "rejected" : "timed_out");
+      incr(this.dict, this.name, err === "busy" ? "rejected" : "timed_out");
       reject(this, this.rejectStatus, retryAfter);
       return;
     }
-    stats.incr(this.dict, this.name, "redis_errors");
+    incr(this.dict, this.name, "redis_errors");
     stats.failure(this.dict, this.name, this.breakerFailures, this.breakerCooldown);
-    ngx.log(ngx.ERR, "dlock: guard ", this.name, ": ", check.reason(err));
+    ngx_log(ERR, "dlock: guard ", this.name, ": ", check.reason(err));
     onRedisFailure(this);
   },
 

@@ -38,6 +38,19 @@ import * as options from "./idempotency/options";
 import type * as gwoptions from "./options";
 import * as keys from "./key";
 
+const lua_tostring = tostring;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const ngx_var = ngx.var;
+const sha1_bin = ngx.sha1_bin;
+const req_get_method = ngx.req.get_method;
+const str_sub = string.sub;
+const str_gsub = string.gsub;
+const lua_type = type;
+const lua_tonumber = tonumber;
+const lua_setmetatable = setmetatable;
+const io_open = io.open;
+
 export type Guard = options.Guard;
 export const headerFilter = capture.headerFilter;
 export const bodyFilter = capture.bodyFilter;
@@ -60,14 +73,14 @@ const found = check.found;
 /** The key as sent: an sf-String ("...", \" and \\ escaped) unquoted, or a bare token. nil when invalid. */
 export function parseKey(raw: string): string | undefined {
   let k: string;
-  if (string.sub(raw, 1, 1) === "\"") {
-    if (raw.length < 3 || string.sub(raw, -1) !== "\"") return undefined;
-    const inner = string.sub(raw, 2, -2);
+  if (str_sub(raw, 1, 1) === "\"") {
+    if (raw.length < 3 || str_sub(raw, -1) !== "\"") return undefined;
+    const inner = str_sub(raw, 2, -2);
     // Printable ASCII only; a quote or backslash only as part of an escape pair.
     if (found(inner, "[^\x20-\x7e]")) return undefined;
-    const [rest] = string.gsub(inner, "\\[\"\\]", "");
+    const [rest] = str_gsub(inner, "\\[\"\\]", "");
     if (found(rest, "[\"\\]")) return undefined;
-    [k] = string.gsub(inner, "\\([\"\\])", "%1");
+    [k] = str_gsub(inner, "\\([\"\\])", "%1");
   } else {
     // tchar (RFC 9110) plus ":" and "/", as sf-Token allows: a bare UUID too.
     if (!found(raw, "^[%w!#%$%%&'%*%+%-%.%^_`|~:/]+$")) return undefined;
@@ -79,7 +92,7 @@ export function parseKey(raw: string): string | undefined {
 
 /** The request body (read now), or nil and the reason when it is larger than max. */
 function body(max: number): LuaMultiReturn<[string | undefined, string | undefined]> {
-  const len = tonumber(ngx.var.get("content_length"));
+  const len = lua_tonumber(ngx_var.get("content_length"));
   if (len !== undefined && len > max) return $multi(undefined, "large");
   nreq.read_body();
   const data = nreq.get_body_data();
@@ -90,18 +103,18 @@ function body(max: number): LuaMultiReturn<[string | undefined, string | undefin
   const file = nreq.get_body_file();
   if (file === undefined) return $multi("", undefined);
   // Buffered to a file (larger than client_body_buffer_size): read it back, bounded.
-  const [f] = io.open(file, "rb");
+  const [f] = io_open(file, "rb");
   if (f === undefined) return $multi(undefined, "unreadable");
   const s = f.read(max + 1);
   f.close();
-  const text = type(s) === "string" ? (s as string) : "";
+  const text = lua_type(s) === "string" ? (s as string) : "";
   if (text.length > max) return $multi(undefined, "large");
   return $multi(text, undefined);
 }
 
 /** Method, path with query as sent, and body: two requests that differ in any of them differ here. */
 function fingerprint(method: string, b: string): string {
-  return token.hex(ngx.sha1_bin(method + "\n" + (ngx.var.get("request_uri") ?? "") + "\n" + ngx.sha1_bin(b)));
+  return token.hex(sha1_bin(method + "\n" + (ngx_var.get("request_uri") ?? "") + "\n" + sha1_bin(b)));
 }
 
 function access(g: Guard): void {
@@ -110,7 +123,7 @@ function access(g: Guard): void {
     // The same request again, after an internal redirect: it holds the claim already.
     return;
   }
-  const method = ngx.req.get_method();
+  const method = req_get_method();
   if (!g.methods.has(method)) return;
   const [raw, kerr] = keys.value(g.key);
   if (raw === undefined) {
@@ -130,16 +143,16 @@ function access(g: Guard): void {
   if (k === undefined) {
     stats.incr(g.dict, g.name, "missing_key");
     answers.problem(g, 400, "invalid-key", "Idempotency-Key invalid",
-      "the key must be a quoted string or a token of 1 to " + MAX_KEY + " printable ASCII characters");
+      "the key must be a quoted string or a token of 1 to " + lua_tostring(MAX_KEY) + " printable ASCII characters");
     return;
   }
   const [b, berr] = body(g.maxRequestBody);
   if (b === undefined) {
     if (berr === "large") {
       answers.problem(g, 413, "request-too-large", "Request body too large for an idempotent request",
-        "requests with an Idempotency-Key may have bodies of up to " + g.maxRequestBody + " bytes");
+        "requests with an Idempotency-Key may have bodies of up to " + lua_tostring(g.maxRequestBody) + " bytes");
     }
-    ngx.log(ngx.ERR, "dlock: guard ", g.name, ": cannot read the request body back from its temp file");
+    ngx_log(ERR, "dlock: guard ", g.name, ": cannot read the request body back from its temp file");
     answers.problem(g, 500, "unreadable", "Request body unreadable", "the request body could not be read");
     return;
   }
@@ -167,9 +180,9 @@ function access(g: Guard): void {
       }
       return;
     }
-    scoped = ngx.sha1_bin(sv) + k;
+    scoped = sha1_bin(sv) + k;
   }
-  const rkey = g.prefix + token.hex(ngx.sha1_bin(scoped));
+  const rkey = g.prefix + token.hex(sha1_bin(scoped));
   const [tok, terr] = token.random();
   if (tok === undefined) {
     answers.onRedisFailure(g, terr);
@@ -220,5 +233,5 @@ const guardMt = { __index: guardMethods };
 export function create(o: gwoptions.Options, name: string): LuaMultiReturn<[Guard | undefined, string | undefined]> {
   const [f, err] = options.parse(o, name, capture.forget);
   if (f === undefined) return $multi(undefined, err);
-  return $multi(setmetatable(f, guardMt) as unknown as Guard, undefined);
+  return $multi(lua_setmetatable(f, guardMt) as unknown as Guard, undefined);
 }

@@ -9,21 +9,36 @@
 //   keeper notices it is gone and releases.
 //
 // One keeper loop per worker watches every in-flight request, in rounds (the
-// watchdog, one sweep per worker too, renews their leases): a timer per request or per guard would exhaust lua_max_pending_timers
-// on a busy gateway, ngx.timer.every lets rounds overlap when Redis is slow, and
-// it stops when the worker starts exiting (nginx -s reload / quit) while that
-// worker still has requests running. The loop runs while there is anything to
-// watch, also in an exiting worker, and hands over to a fresh timer now and
-// then. Releases cannot go out from the log phase (no cosockets there): they
-// are queued and drained by a few timers, one pipeline per guard.
+// watchdog, one sweep per worker too, renews their leases): a timer per request
+// or per guard would exhaust lua_max_pending_timers on a busy gateway,
+// ngx.timer.every lets rounds overlap when Redis is slow, and it stops when the
+// worker starts exiting (nginx -s reload / quit) while that worker still has
+// requests running. The loop runs while there is anything to watch, also in an
+// exiting worker, and hands over to a fresh timer now and then. Releases cannot
+// go out from the log phase (no cosockets there): releases.ts queues them;
+// renewals.ts has the watchdog renew the leases meanwhile.
 
 import * as check from "../core/check";
-import * as batch from "../core/batch";
 import type * as lease from "../core/lease";
 import * as loop from "../core/loop";
+import * as releases from "./releases";
+import * as renewals from "./renewals";
 import * as request from "./request";
 import * as stats from "./stats";
-import * as watchdog from "../core/watchdog";
+
+const ngx_ = ngx;
+const ngx_var = ngx.var;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const WARN = ngx.WARN;
+const math_min = math.min;
+const math_max = math.max;
+const request_id = request.id;
+const request_alive = request.alive;
+const request_here = request.here;
+const lua_pairs = pairs;
+
+export const enqueue = releases.enqueue;
 
 /** What the keeper and the drains need of a guard. */
 export interface Owner {
@@ -40,119 +55,20 @@ export interface Owner {
   readonly unlogged?: (this: void, rid: number) => void;
 }
 
-interface Held {
-  readonly owner: Owner;
-  readonly lease: lease.Lease;
-  done: boolean;
-}
+type Held = renewals.Held;
 
-interface Req {
-  readonly anchor: request.Anchor;
-  readonly held: Held[];
+/**
+ * A request holding leases, its own anchor: its first lease is held in the
+ * record itself (one table for the usual request, which passes one guard), the
+ * others in `more`.
+ */
+interface Req extends Held, request.Anchor {
+  more: Held[] | undefined;
 }
 
 /** In-flight requests of this worker that hold a guard's lease, by request id. */
 const requests = new LuaTable<number, Req>();
 let count = 0;
-
-// ------------------------------------------------------------ the release queue
-
-interface Finish {
-  owner: Owner;
-  lease: lease.Lease;
-  /** ms to keep the key instead of releasing it. */
-  hold: number;
-}
-
-const queue = new LuaTable<number, Finish>();
-let head = 1;
-let tail = 0;
-let draining = 0;
-const MAX_DRAINERS = 8;
-const BATCH = 64;
-/** Batches one drain timer works off before it hands over to a fresh one. */
-const DRAIN_ROUNDS = 32;
-
-function hold(this: void, f: Finish): void {
-  const [ok, err] = f.lease.extend(f.hold);
-  if (ok === undefined && err !== "not_owner") {
-    failed(f.owner, "holding " + f.lease.key, err);
-  }
-}
-
-function releaseList(this: void, owner: Owner, list: lease.Lease[]): void {
-  const [n, err] = batch.releaseAll(list);
-  if (n > 0) {
-    failed(owner, "releasing " + n + " lease(s)", err);
-  }
-}
-
-function drain(this: void, premature: boolean): void {
-  // Runs also when premature (the worker is exiting): cosockets still work here.
-  // Each piece of work is protected: one that raises must neither take the rest
-  // of its batch down nor leave `draining` counted up for good.
-  for (const _ of $range(1, DRAIN_ROUNDS)) {
-    if (head > tail) break;
-    // Releases of one guard go out together, one pipeline per guard; holds one by one.
-    const byOwner = new LuaMap<Owner, lease.Lease[]>();
-    for (const _ of $range(1, BATCH)) {
-      if (head > tail) break;
-      const f = queue.get(head);
-      queue.delete(head);
-      head++;
-      if (f.hold > 0) {
-        const [ok, err] = pcall(hold, f);
-        if (!ok) raised(err);
-      } else {
-        let list = byOwner.get(f.owner);
-        if (list === undefined) {
-          list = [];
-          byOwner.set(f.owner, list);
-        }
-        list.push(f.lease);
-      }
-    }
-    for (const [owner, list] of byOwner) {
-      const [ok, err] = pcall(releaseList, owner, list);
-      if (!ok) raised(err);
-    }
-  }
-  draining--;
-  // More than one timer's share is queued: a fresh timer takes over.
-  schedule();
-}
-
-function raised(err: unknown): void {
-  ngx.log(ngx.ERR, "dlock: gateway release queue: ", check.text(err));
-}
-
-/** Start drain timers for what is queued (at most MAX_DRAINERS at once). */
-function schedule(): void {
-  if (head > tail || draining >= MAX_DRAINERS || draining >= tail - head + 1) {
-    return;
-  }
-  // A delay of 0 is the one nginx still allows in a worker that is exiting.
-  const [ok, err] = ngx.timer.at(0, drain);
-  if (ok) {
-    draining++;
-  } else if (draining === 0) {
-    ngx.log(ngx.ERR, "dlock: gateway: cannot schedule ", tail - head + 1,
-      " release(s), they expire on their own: ", err);
-  }
-}
-
-/** Queue the end of a lease for a timer: release it, or keep it `hold` more ms. */
-export function enqueue(owner: Owner, l: lease.Lease, hold: number): void {
-  tail++;
-  queue.set(tail, { owner, lease: l, hold });
-  schedule();
-}
-
-function failed(owner: Owner, what: string, err: string | undefined): void {
-  stats.incr(owner.dict, owner.name, "redis_errors");
-  ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": ", what, " failed (retried until Redis answers or the lease expires): ",
-    check.reason(err));
-}
 
 // ------------------------------------------------------------ ending requests
 
@@ -161,15 +77,21 @@ type End = "logged" | "aborted" | "unlogged";
 
 const warnedUnlogged = new LuaSet<string>();
 
+function warnUnlogged(o: Owner): void {
+  warnedUnlogged.add(o.name);
+  ngx_log(WARN, "dlock: guard ", o.name, ": a request ended without log() (its final location runs none, ",
+    "e.g. after error_page, try_files or X-Accel-Redirect); its lease was released late and a client abort ",
+    "could not be seen: add log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level");
+}
+
 function endHeld(h: Held, how: End, status: number): void {
   if (h.done) {
     return;
   }
   h.done = true;
   // No more renewals: released or held below, or (aborted) kept until it runs out.
-  watchdog.unwatch(h.lease);
-  heldOf.delete(h.lease);
   const o = h.owner;
+  if (o.renew) renewals.unwatch(h);
   stats.adjust(o.dict, o.name, "in_flight", -1);
   if (!o.release) {
     return;
@@ -183,31 +105,33 @@ function endHeld(h: Held, how: End, status: number): void {
   }
   if (how === "unlogged") {
     stats.incr(o.dict, o.name, "unlogged");
-    if (!warnedUnlogged.has(o.name)) {
-      warnedUnlogged.add(o.name);
-      ngx.log(ngx.WARN, "dlock: guard ", o.name, ": a request ended without log() (its final location runs none, ",
-        "e.g. after error_page, try_files or X-Accel-Redirect); its lease was released late and a client abort ",
-        "could not be seen: add log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level");
-    }
+    if (!warnedUnlogged.has(o.name)) warnUnlogged(o);
   }
-  enqueue(o, h.lease, how === "logged" && o.hold > 0 && status >= 200 && status < 300 ? o.hold : 0);
+  releases.enqueue(o, h.lease, how === "logged" && o.hold > 0 && status >= 200 && status < 300 ? o.hold : 0);
+}
+
+function endOne(rid: number, h: Held, how: End, status: number): void {
+  endHeld(h, how, status);
+  const unlogged = h.owner.unlogged;
+  if (how === "unlogged" && unlogged !== undefined) {
+    unlogged(rid);
+  }
 }
 
 function endReq(rid: number, req: Req, how: End, status: number): void {
   requests.delete(rid);
   count--;
-  for (const h of req.held) {
-    endHeld(h, how, status);
-    if (how === "unlogged" && h.owner.unlogged !== undefined) {
-      h.owner.unlogged(rid);
-    }
+  endOne(rid, req, how, status);
+  const more = req.more;
+  if (more !== undefined) {
+    for (const i of $range(1, more.length)) endOne(rid, more[i - 1]!, how, status);
   }
 }
 
 /** How the current request (in its log phase) ended: aborted by the client while an upstream worked, or logged. */
 function outcome(): End {
-  if (ngx.var.get("request_completion") !== "OK") {
-    const upstream = ngx.var.get("upstream_addr");
+  if (ngx_var.get("request_completion") !== "OK") {
+    const upstream = ngx_var.get("upstream_addr");
     if (upstream !== undefined && upstream !== "") {
       return "aborted";
     }
@@ -215,32 +139,48 @@ function outcome(): End {
   return "logged";
 }
 
+/** The current request's record, after ending the one of a request that is gone and had its address; and its id. */
+function current(): LuaMultiReturn<[Req | undefined, number]> {
+  const rid = request_id();
+  if (rid === undefined) return $multi(undefined, 0);
+  const req = requests.get(rid);
+  if (req === undefined) return $multi(undefined, rid);
+  if (!request_alive(req)) {
+    // A request that is gone had this address before us and ended unseen.
+    endReq(rid, req, "unlogged", 0);
+    return $multi(undefined, rid);
+  }
+  return $multi(req, rid);
+}
+
 /**
  * The current request (log phase) is over: end the leases it holds of `owner`,
  * or of every guard when owner is nil.
  */
 export function finish(owner: Owner | undefined): void {
-  const rid = request.id();
-  if (rid === undefined) return;
-  const req = requests.get(rid);
+  const [req, rid] = current();
   if (req === undefined) return;
-  if (!request.alive(req.anchor)) {
-    // A request that is gone had this address before us and ended unseen.
-    endReq(rid, req, "unlogged", 0);
-    return;
-  }
   const how = outcome();
-  const status = ngx.status;
+  const status = ngx_.status;
   if (owner === undefined) {
     endReq(rid, req, how, status);
     return;
   }
   let open = 0;
-  for (const h of req.held) {
-    if (h.owner === owner) {
-      endHeld(h, how, status);
-    } else if (!h.done) {
-      open++;
+  if (req.owner === owner) {
+    endHeld(req, how, status);
+  } else if (!req.done) {
+    open++;
+  }
+  const more = req.more;
+  if (more !== undefined) {
+    for (const i of $range(1, more.length)) {
+      const h = more[i - 1]!;
+      if (h.owner === owner) {
+        endHeld(h, how, status);
+      } else if (!h.done) {
+        open++;
+      }
     }
   }
   if (open === 0) {
@@ -256,16 +196,15 @@ export function finish(owner: Owner | undefined): void {
  * behind itself. A request that is gone and had the same address is ended here.
  */
 export function holds(owner: Owner): boolean {
-  const rid = request.id();
-  if (rid === undefined) return false;
-  const req = requests.get(rid);
+  const [req] = current();
   if (req === undefined) return false;
-  if (!request.alive(req.anchor)) {
-    endReq(rid, req, "unlogged", 0);
-    return false;
-  }
-  for (const h of req.held) {
-    if (h.owner === owner && !h.done) return true;
+  if (req.owner === owner && !req.done) return true;
+  const more = req.more;
+  if (more !== undefined) {
+    for (const i of $range(1, more.length)) {
+      const h = more[i - 1]!;
+      if (h.owner === owner && !h.done) return true;
+    }
   }
   return false;
 }
@@ -278,49 +217,18 @@ const MAX_TICK = 0.5;
 
 let tick = MAX_TICK;
 
-/** Leases the watchdog renews for in-flight requests, and whose they are. */
-const heldOf = new LuaTable<lease.Lease, Held>();
-/** Per guard, what the watchdog tells about its renewals. */
-const hooksOf = new LuaMap<Owner, watchdog.Hooks>();
-
-function hooks(owner: Owner): watchdog.Hooks {
-  let hk = hooksOf.get(owner);
-  if (hk === undefined) {
-    hk = {
-      renewed(this: void): void {
-        stats.incr(owner.dict, owner.name, "renewed");
-      },
-      lost(this: void, l: lease.Lease): void {
-        const h = heldOf.get(l);
-        heldOf.delete(l);
-        if (h === undefined || h.done) return;
-        h.done = true;
-        stats.adjust(owner.dict, owner.name, "in_flight", -1);
-        stats.incr(owner.dict, owner.name, "lost");
-        ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": lease on ", l.key, " lost while its request is in flight");
-      },
-      failed(this: void, l: lease.Lease, err: string): void {
-        // A Redis hiccup: the next sweep tries again; if the lease runs out meanwhile, it is reported lost.
-        stats.incr(owner.dict, owner.name, "redis_errors");
-        ngx.log(ngx.WARN, "dlock: guard ", owner.name, ": renewing ", l.key, ": ", check.reason(err));
-      },
-    };
-    hooksOf.set(owner, hk);
-  }
-  return hk;
-}
-
 /** One round: end the requests that are gone (the watchdog renews the leases of the others). */
 function round(): void {
   const gone: number[] = [];
-  for (const [rid, req] of requests) {
-    if (!request.alive(req.anchor)) {
+  for (const [rid, req] of lua_pairs(requests)) {
+    if (!request_alive(req)) {
       gone.push(rid);
     }
   }
-  for (const rid of gone) {
+  for (const i of $range(1, gone.length)) {
+    const rid = gone[i - 1]!;
     const req = requests.get(rid);
-    if (req !== undefined && !request.alive(req.anchor)) {
+    if (req !== undefined && !request_alive(req)) {
       endReq(rid, req, "unlogged", 0);
     }
   }
@@ -335,37 +243,47 @@ const keeper: loop.Loop = {
 };
 
 function keep(owner: Owner): void {
-  tick = math.min(tick, math.max(MIN_TICK, owner.ttl / 6000));
+  tick = math_min(tick, math_max(MIN_TICK, owner.ttl / 6000));
+  if (keeper.running) return;
   const err = loop.start(keeper);
-  if (err !== undefined) ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": ", check.reason(err));
+  if (err !== undefined) ngx_log(ERR, "dlock: guard ", owner.name, ": ", check.reason(err));
 }
 
 let warnedBlind = false;
 
-/** In access: the current request now holds `l` for `owner`. */
-export function track(owner: Owner, l: lease.Lease, anchor: request.Anchor): void {
-  if (anchor.ref < 0 && !warnedBlind) {
-    warnedBlind = true;
-    ngx.log(ngx.WARN, "dlock: gateway: this ngx_lua does not let us see when a request is over: only log() ",
-      "ends a lease, so put log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level");
+function warnBlind(): void {
+  warnedBlind = true;
+  ngx_log(WARN, "dlock: gateway: this ngx_lua does not let us see when a request is over: only log() ",
+    "ends a lease, so put log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level");
+}
+
+/**
+ * In access: the current request now holds `l` for `owner`. Returns the
+ * request's anchor; nil outside a request (then nothing is tracked).
+ */
+export function track(owner: Owner, l: lease.Lease): request.Anchor | undefined {
+  const [rid, ctx, ref] = request_here();
+  if (rid === undefined) return undefined;
+  if (ref < 0 && !warnedBlind) warnBlind();
+  let req: Req | undefined = requests.get(rid);
+  if (req !== undefined && req.ctx !== ctx) {
+    // Its address belonged to a request that is gone and ended unseen.
+    endReq(rid, req, "unlogged", 0);
+    req = undefined;
   }
-  let req = requests.get(anchor.id);
-  if (req === undefined || req.anchor.ctx !== anchor.ctx) {
-    if (req !== undefined) {
-      // Its address belonged to a request that is gone and ended unseen.
-      endReq(anchor.id, req, "unlogged", 0);
-    }
-    req = { anchor, held: [] };
-    requests.set(anchor.id, req);
+  let h: Held;
+  if (req === undefined) {
+    req = { id: rid, ctx, ref, owner, lease: l, done: false, more: undefined };
+    requests.set(rid, req);
     count++;
+    h = req;
+  } else {
+    h = { owner, lease: l, done: false };
+    if (req.more === undefined) req.more = [];
+    req.more.push(h);
   }
-  const h: Held = { owner, lease: l, done: false };
-  req.held.push(h);
   stats.adjust(owner.dict, owner.name, "in_flight", 1);
-  if (owner.renew) {
-    heldOf.set(l, h);
-    const werr = watchdog.watch(l, hooks(owner));
-    if (werr !== undefined) ngx.log(ngx.ERR, "dlock: guard ", owner.name, ": ", check.reason(werr));
-  }
+  if (owner.renew) renewals.watch(h);
   keep(owner);
+  return req;
 }

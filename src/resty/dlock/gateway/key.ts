@@ -6,6 +6,17 @@
 
 import * as check from "../core/check";
 
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const ngx_now = ngx.now;
+const ngx_var = ngx.var;
+const math_floor = math.floor;
+const str_find = string.find;
+const str_sub = string.sub;
+const lua_type = type;
+const lua_tostring = tostring;
+const lua_pcall = pcall;
+
 export type KeyFn = (this: void) => unknown;
 
 /** A compiled key: literal parts and nginx variable names alternating (literal first), or a function. */
@@ -25,9 +36,9 @@ function split(name: string, tpl: string): LuaMultiReturn<[LuaTable<number, stri
   let pos = 1;
   let n = 0;
   while (true) {
-    const [s, e, v] = string.find(tpl, "%$([%a_][%w_]*)", pos);
+    const [s, e, v] = str_find(tpl, "%$([%a_][%w_]*)", pos);
     if (s === undefined) break;
-    parts.set(n + 1, string.sub(tpl, pos, s - 1));
+    parts.set(n + 1, str_sub(tpl, pos, s - 1));
     parts.set(n + 2, v as string);
     n += 2;
     pos = e! + 1;
@@ -35,16 +46,16 @@ function split(name: string, tpl: string): LuaMultiReturn<[LuaTable<number, stri
   if (n === 0) {
     return check.fail(name + " must name at least one nginx variable ($http_x, $arg_x, $remote_addr...) or be a function", tpl);
   }
-  parts.set(n + 1, string.sub(tpl, pos));
+  parts.set(n + 1, str_sub(tpl, pos));
   return $multi(parts, undefined);
 }
 
 /** Compile option `name` (a template string or a function). */
 export function compile(name: string, v: unknown): LuaMultiReturn<[Template | undefined, string | undefined]> {
-  if (type(v) === "function") {
+  if (lua_type(v) === "function") {
     return $multi({ parts: undefined, keyFn: v as KeyFn, source: "a function" }, undefined);
   }
-  if (type(v) === "string") {
+  if (lua_type(v) === "string") {
     const [p, err] = split(name, v as string);
     if (p === undefined) return $multi(undefined, err);
     return $multi({ parts: p, keyFn: undefined, source: v as string }, undefined);
@@ -59,16 +70,16 @@ export function compile(name: string, v: unknown): LuaMultiReturn<[Template | un
  */
 export function value(t: Template): LuaMultiReturn<[string | undefined, string | undefined]> {
   if (t.keyFn !== undefined) {
-    const [ok, v] = pcall(t.keyFn);
-    if (!ok) return $multi(undefined, "the key function raised: " + tostring(v));
+    const [ok, v] = lua_pcall(t.keyFn);
+    if (!ok) return $multi(undefined, "the key function raised: " + lua_tostring(v));
     if (v === undefined || v === "") return $multi(undefined, undefined);
-    if (type(v) !== "string") return $multi(undefined, "the key function returned a " + type(v) + ", not a string");
+    if (lua_type(v) !== "string") return $multi(undefined, "the key function returned a " + lua_type(v) + ", not a string");
     return $multi(v as string, undefined);
   }
   const parts = t.parts!;
   let out = parts.get(1);
   for (const i of $range(2, parts.length(), 2)) {
-    const v = ngx.var.get(parts.get(i));
+    const v = ngx_var.get(parts.get(i));
     if (v === undefined || v === "") {
       return $multi(undefined, undefined);
     }
@@ -90,7 +101,7 @@ const seen = new LuaTable<string, Seen>();
 function state(guard: string): Seen {
   let s = seen.get(guard);
   if (s === undefined) {
-    s = { since: ngx.now(), present: 0, missing: 0, errorAt: 0, errors: 0 };
+    s = { since: ngx_now(), present: 0, missing: 0, errorAt: 0, errors: 0 };
     seen.set(guard, s);
   }
   return s;
@@ -103,11 +114,11 @@ function state(guard: string): Seen {
  */
 export function note(guard: string, t: Template, present: boolean, what: string): void {
   const s = state(guard);
-  const now = ngx.now();
+  const now = ngx_now();
   if (now - s.since >= settings.interval) {
     if (s.present === 0 && s.missing > 0) {
-      ngx.log(ngx.ERR, "dlock: guard ", guard, ": the key (", t.source, ") was missing on all ", s.missing,
-        " requests of the last ", math.floor(now - s.since), " s in this worker; they were ", what);
+      ngx_log(ERR, "dlock: guard ", guard, ": the key (", t.source, ") was missing on all ", s.missing,
+        " requests of the last ", math_floor(now - s.since), " s in this worker; they were ", what);
     }
     s.since = now;
     s.present = 0;
@@ -123,10 +134,10 @@ export function note(guard: string, t: Template, present: boolean, what: string)
 /** A key that could not be computed: logged at once, then at most once an interval with the count. */
 export function failed(guard: string, problem: string, what: string): void {
   const s = state(guard);
-  const now = ngx.now();
+  const now = ngx_now();
   s.errors++;
   if (now - s.errorAt < settings.interval) return;
-  ngx.log(ngx.ERR, "dlock: guard ", guard, ": no key: ", problem, " (", s.errors,
+  ngx_log(ERR, "dlock: guard ", guard, ": no key: ", problem, " (", s.errors,
     s.errors === 1 ? " request" : " requests", " since the last such line in this worker; ", what, ")");
   s.errorAt = now;
   s.errors = 0;

@@ -19,6 +19,11 @@
 const ffi = require("ffi") as FfiModule;
 const base = require("resty.core.base") as RestyCoreBase;
 
+const ngx_ = ngx;
+const get_request = base.get_request;
+const ffi_cast = ffi.cast;
+const lua_tonumber = tonumber;
+
 // lua-resty-core declares it already; the pcall makes us independent of the order.
 pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);");
 
@@ -34,12 +39,9 @@ const getCtxRef = found as CtxRefC["ngx_http_lua_ffi_get_ctx_ref"];
 const inSsl = ffi.new("int[1]", 1);
 const sslRef = ffi.new("int[1]", 1);
 
-function lookupCtxTables(): LuaTable<number, unknown> | undefined {
-  const t = (debug.getregistry() as unknown as LuaTable<string, unknown>).get("ngx_lua_ctx_tables");
-  return type(t) === "table" ? (t as LuaTable<number, unknown>) : undefined;
-}
 // Set once by lua-resty-core when it loads (before any init_by_lua code).
-const ctxTables = lookupCtxTables();
+const registered = (debug.getregistry() as unknown as LuaTable<string, unknown>).get("ngx_lua_ctx_tables");
+const ctxTables = type(registered) === "table" ? (registered as LuaTable<number, unknown>) : undefined;
 
 /** A request as seen from its access phase. */
 export interface Anchor {
@@ -55,28 +57,39 @@ export const canWatch = hasCtxRef && ctxTables !== undefined;
 
 /** The current request's id (its address), or nil outside a request. */
 export function id(): number | undefined {
-  const r = base.get_request();
+  const r = get_request();
   if (r === undefined) {
     return undefined;
   }
-  return tonumber(ffi.cast("uintptr_t", r));
+  return lua_tonumber(ffi_cast("uintptr_t", r));
 }
 
-/** The current request, anchored so that alive() can tell when it is over. */
-export function anchor(): Anchor | undefined {
-  const r = base.get_request();
+/**
+ * The current request's id, its ngx.ctx and where the registry keeps that
+ * (-1: unknown): an anchor's fields, for a record that is its own anchor. nil outside a request.
+ */
+export function here(): LuaMultiReturn<[number | undefined, LuaTable<string, unknown>, number]> {
+  const r = get_request();
   if (r === undefined) {
-    return undefined;
+    return $multi(undefined, undefined!, -1);
   }
-  const rid = tonumber(ffi.cast("uintptr_t", r))!;
   // Reading ngx.ctx creates the table and registers it, so its slot exists afterwards.
-  const ctx = ngx.ctx;
+  const ctx = ngx_.ctx;
   let ref = -1;
   if (canWatch) {
     const n = getCtxRef(r, inSsl, sslRef);
     if (n >= 0 && ctxTables!.get(n) === ctx) {
       ref = n;
     }
+  }
+  return $multi(lua_tonumber(ffi_cast("uintptr_t", r))!, ctx, ref);
+}
+
+/** The current request, anchored so that alive() can tell when it is over. */
+export function anchor(): Anchor | undefined {
+  const [rid, ctx, ref] = here();
+  if (rid === undefined) {
+    return undefined;
   }
   return { id: rid, ctx, ref };
 }

@@ -1,9 +1,18 @@
 // Per-guard event counters and circuit-breaker state, in the shared dict so all
 // workers of an nginx instance share them (and the status endpoint reads them).
 //   "c:<guard>:<event>"  counter
+//   "g:<guard>:<gauge>"  gauge (in_flight)
 //   "b:open:<guard>"     present while the breaker is open (expires after the cool-down)
-//   "b:half:<guard>"     present after an opening until Redis answers again: one more failure re-opens
-//   "b:fail:<guard>"     consecutive failures while closed
+//   "b:fail:<guard>"     consecutive failures while closed; HALF after an opening,
+//                        until Redis answers again (one more failure re-opens)
+// A request that gets through reads two of them and moves two (breaker open?,
+// anything to reset?, acquired, in_flight) and one more when it ends: the keys
+// are made once per guard, not per call.
+
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const NOTICE = ngx.NOTICE;
+const lua_type = type;
 
 /** Every event a guard counts, in the order status pages list them. */
 export const EVENTS = [
@@ -35,61 +44,97 @@ export const EVENTS = [
 
 export type Event = (typeof EVENTS)[number];
 
+/** The value of "b:fail:<guard>" between an opening and the next answer from Redis. */
+const HALF = "half";
+
+/** A guard's dict keys, made once. */
+interface Keys {
+  readonly events: LuaTable<string, string>;
+  readonly gauges: LuaTable<string, string>;
+  readonly open: string;
+  readonly fail: string;
+}
+const keysOf = new LuaTable<string, Keys>();
+
+function make(guard: string): Keys {
+  const events = new LuaTable<string, string>();
+  for (const i of $range(1, EVENTS.length)) events.set(EVENTS[i - 1]!, "c:" + guard + ":" + EVENTS[i - 1]!);
+  const k: Keys = { events, gauges: new LuaTable(), open: "b:open:" + guard, fail: "b:fail:" + guard };
+  keysOf.set(guard, k);
+  return k;
+}
+
+function keys(guard: string): Keys {
+  return keysOf.get(guard) ?? make(guard);
+}
+
+function gaugeKey(guard: string, name: string): string {
+  const k = keys(guard);
+  let key = k.gauges.get(name);
+  if (key === undefined) {
+    key = "g:" + guard + ":" + name;
+    k.gauges.set(name, key);
+  }
+  return key;
+}
+
 export function incr(dict: NgxSharedDict, guard: string, event: Event): void {
-  dict.incr("c:" + guard + ":" + event, 1, 0);
+  dict.incr(keys(guard).events.get(event), 1, 0);
 }
 
 export function count(dict: NgxSharedDict, guard: string, event: Event): number {
-  const [v] = dict.get("c:" + guard + ":" + event);
-  return type(v) === "number" ? (v as number) : 0;
+  const [v] = dict.get(keys(guard).events.get(event));
+  return lua_type(v) === "number" ? (v as number) : 0;
 }
 
 export type BreakerState = "closed" | "open" | "half_open";
 
 export function breakerState(dict: NgxSharedDict, guard: string): BreakerState {
-  if (dict.get("b:open:" + guard)[0] !== undefined) return "open";
-  if (dict.get("b:half:" + guard)[0] !== undefined) return "half_open";
+  const k = keys(guard);
+  if (dict.get(k.open)[0] !== undefined) return "open";
+  if (dict.get(k.fail)[0] === HALF) return "half_open";
   return "closed";
 }
 
 export function breakerOpen(dict: NgxSharedDict, guard: string): boolean {
-  return dict.get("b:open:" + guard)[0] !== undefined;
+  return dict.get(keys(guard).open)[0] !== undefined;
 }
 
 /** Count a Redis failure; open the breaker after `threshold` in a row, or at once when half open. */
 export function failure(dict: NgxSharedDict, guard: string, threshold: number, cooldownMs: number): void {
-  let trip = dict.get("b:half:" + guard)[0] !== undefined;
+  const k = keys(guard);
+  let trip = dict.get(k.fail)[0] === HALF;
   if (!trip) {
-    const [n] = dict.incr("b:fail:" + guard, 1, 0);
+    // nil when another worker made it HALF meanwhile: that one opened the breaker.
+    const [n] = dict.incr(k.fail, 1, 0);
     trip = n !== undefined && n >= threshold;
   }
-  if (trip && dict.get("b:open:" + guard)[0] === undefined) {
-    dict.set("b:open:" + guard, true, cooldownMs / 1000);
-    dict.set("b:half:" + guard, true);
-    dict.delete("b:fail:" + guard);
+  if (trip && dict.get(k.open)[0] === undefined) {
+    dict.set(k.open, true, cooldownMs / 1000);
+    dict.set(k.fail, HALF);
     incr(dict, guard, "breaker_opened");
-    ngx.log(ngx.ERR, "dlock: guard ", guard, ": Redis keeps failing, not calling it for ", cooldownMs, " ms");
+    ngx_log(ERR, "dlock: guard ", guard, ": Redis keeps failing, not calling it for ", cooldownMs, " ms");
   }
 }
 
-/** Redis answered: close the breaker and forget past failures. */
+/** Redis answered: close the breaker and forget past failures (one read when there is nothing to forget). */
 export function success(dict: NgxSharedDict, guard: string): void {
-  if (dict.get("b:half:" + guard)[0] !== undefined) {
-    dict.delete("b:half:" + guard);
-    ngx.log(ngx.NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed");
-  }
-  if (dict.get("b:fail:" + guard)[0] !== undefined) {
-    dict.delete("b:fail:" + guard);
+  const k = keys(guard);
+  const [v] = dict.get(k.fail);
+  if (v === undefined) return;
+  dict.delete(k.fail);
+  if (v === HALF) {
+    ngx_log(NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed");
   }
 }
 
 /** Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx. */
 export function adjust(dict: NgxSharedDict, guard: string, gauge: string, delta: number): void {
-  dict.incr("g:" + guard + ":" + gauge, delta, 0);
+  dict.incr(gaugeKey(guard, gauge), delta, 0);
 }
 
 /** A per-guard gauge's value now (0 when never moved). */
 export function gauge(dict: NgxSharedDict, guard: string, name: string): number {
-  const [v] = dict.get("g:" + guard + ":" + name);
-  return type(v) === "number" ? (v as number) : 0;
+  const [v] = dict.get(gaugeKey(guard, name));
+  return lua_type(v) === "number" ? (v as number) : 0;
 }

@@ -13,6 +13,13 @@ import * as redis from "../redis/client";
 import * as sentinel from "../redis/sentinel";
 import * as stats from "../gateway/stats";
 
+const lua_tostring = tostring;
+const lua_pairs = pairs;
+const lua_ipairs = ipairs;
+const ngx_get_phase = ngx.get_phase;
+const ngx_shared = ngx.shared;
+const lua_type = type;
+
 const ADVICE = "set maxmemory-policy noeviction, or give locks a Redis of their own";
 
 /** Phases in which a handler may answer the request (ngx.say, ngx.var). */
@@ -20,7 +27,7 @@ const ANSWERING = check.set("rewrite", "server_rewrite", "access", "content");
 
 /** nil in a phase that can answer a request, else the error `fn` returns there. */
 export function phaseError(fn: string): string | undefined {
-  const phase = ngx.get_phase();
+  const phase = ngx_get_phase();
   if (ANSWERING.has(phase)) return undefined;
   return "dlock: status." + fn + " answers a request: call it from content_by_lua, not the " + phase + " phase";
 }
@@ -37,23 +44,23 @@ export function dictNames(o: LuaTable<string, unknown>): LuaMultiReturn<[string[
   };
   const extra = o.get("dicts");
   if (extra !== undefined) {
-    if (type(extra) !== "table") return check.fail("dicts must be a list of lua_shared_dict names", extra);
-    for (const n of extra as unknown[]) {
-      if (type(n) !== "string" || ngx.shared.get(n as string) === undefined) {
+    if (lua_type(extra) !== "table") return check.fail("dicts must be a list of lua_shared_dict names", extra);
+    for (const [, n] of lua_ipairs(extra as unknown[])) {
+      if (lua_type(n) !== "string" || ngx_shared.get(n as string) === undefined) {
         return check.fail("dicts must name lua_shared_dicts", n);
       }
       add(n as string);
     }
   }
   const mine: NgxSharedDict[] = [];
-  for (const g of gateway.guards()) mine.push(g.dict);
-  for (const d of meter.known()) mine.push(d);
-  for (const d of mine) {
-    for (const [name, sd] of pairs(ngx.shared)) {
+  for (const [, g] of lua_ipairs(gateway.guards())) mine.push(g.dict);
+  for (const [, d] of lua_ipairs(meter.known())) mine.push(d);
+  for (const [, d] of lua_ipairs(mine)) {
+    for (const [name, sd] of lua_pairs(ngx_shared)) {
       if (sd === d) add(name);
     }
   }
-  if (names.length === 0 && ngx.shared.get("dlock") !== undefined) add("dlock");
+  if (names.length === 0 && ngx_shared.get("dlock") !== undefined) add("dlock");
   return $multi(names, undefined);
 }
 
@@ -124,8 +131,8 @@ function factories(dicts: NgxSharedDict[]): LuaMultiReturn<[LuaTable<string, met
   const byName = new LuaTable<string, meter.Reading>();
   const order: string[] = [];
   let held = 0;
-  for (const d of dicts) {
-    for (const name of meter.names(d)) {
+  for (const [, d] of lua_ipairs(dicts)) {
+    for (const [, name] of lua_ipairs(meter.names(d))) {
       const r = meter.read(d, name);
       held += r.held;
       const had = byName.get(name);
@@ -143,7 +150,7 @@ function factories(dicts: NgxSharedDict[]): LuaMultiReturn<[LuaTable<string, met
 /** How each endpoint is reached: this worker's view (a Sentinel master is this worker's latest answer). */
 function topologies(): LuaTable<string, LuaTable<string, unknown>> {
   const topology = new LuaTable<string, LuaTable<string, unknown>>();
-  for (const [ep, conf] of redis.endpoints()) {
+  for (const [ep, conf] of lua_pairs(redis.endpoints())) {
     const v = new LuaTable<string, unknown>();
     topology.set(ep, v);
     v.set("kind", conf.topology);
@@ -152,11 +159,11 @@ function topologies(): LuaTable<string, LuaTable<string, unknown>> {
     v.set("replicas", conf.replicas);
     if (conf.sentinel !== undefined) {
       const m = sentinel.last(conf.pool);
-      v.set("master", m === undefined ? "unknown" : m.host + ":" + m.port);
+      v.set("master", m === undefined ? "unknown" : m.host + ":" + lua_tostring(m.port));
     }
     const more = backend.describe(conf);
     if (more !== undefined) {
-      for (const [k, x] of more) v.set(k, x);
+      for (const [k, x] of lua_pairs(more)) v.set(k, x);
     }
     const [kind, counts] = backend.shared(conf);
     if (kind === "cluster") {
@@ -172,24 +179,24 @@ export function counters(names: string[]): Report {
   const dicts: NgxSharedDict[] = [];
   const unrecorded = new LuaTable<string, number>();
   const shortfalls = new LuaTable<string, number>();
-  for (const name of names) {
-    const d = ngx.shared.get(name)!;
+  for (const [, name] of lua_ipairs(names)) {
+    const d = ngx_shared.get(name)!;
     dicts.push(d);
     unrecorded.set(name, ledger.unrecorded(d));
     const [n] = d.get(backend.SHORTFALLS);
-    shortfalls.set(name, type(n) === "number" ? (n as number) : 0);
+    shortfalls.set(name, lua_type(n) === "number" ? (n as number) : 0);
   }
   const ev = new LuaTable<string, LuaTable<string, unknown>>();
-  for (const [ep, e] of eviction.evictions(dicts)) {
+  for (const [ep, e] of lua_pairs(eviction.evictions(dicts))) {
     ev.set(ep, evictionView(e));
   }
   const guards = new LuaTable<string, LuaTable<string, unknown>>();
-  for (const g of gateway.guards()) {
+  for (const [, g] of lua_ipairs(gateway.guards())) {
     const row = new LuaTable<string, unknown>();
     row.set("mode", g.mode);
     row.set("breaker", stats.breakerState(g.dict, g.name));
     row.set("in_flight", stats.gauge(g.dict, g.name, "in_flight"));
-    for (const e of stats.EVENTS) {
+    for (const [, e] of lua_ipairs(stats.EVENTS)) {
       row.set(e, stats.count(g.dict, g.name, e));
     }
     guards.set(g.name, row);

@@ -9,10 +9,20 @@ import * as redis from "../redis/client";
 import * as stats from "../gateway/stats";
 import * as common from "./common";
 
+const lua_pairs = pairs;
+const lua_ipairs = ipairs;
+const ngx_header = ngx.header;
+const ngx_say = ngx.say;
+const ngx_ = ngx;
+const str_gsub = string.gsub;
+const str_format = string.format;
+const table_concat = table.concat;
+const lua_tostring = tostring;
+
 const METRICS_OPTIONS = check.set("dicts");
 
 function label(s: string): string {
-  const [escaped] = string.gsub(s, "[\\\"\n]", (c: string) => (c === "\n" ? "\\n" : "\\" + c));
+  const [escaped] = str_gsub(s, "[\\\"\n]", (c: string) => (c === "\n" ? "\\n" : "\\" + c));
   return escaped;
 }
 
@@ -26,41 +36,41 @@ function histogram(lines: string[], name: string, labels: string, bounds: number
   let total = 0;
   for (const i of $range(1, counts.length)) {
     total += counts[i - 1]!;
-    const le = i <= bounds.length ? tostring(bounds[i - 1]) : "+Inf";
-    lines.push(name + "_bucket{" + labels + ",le=\"" + le + "\"} " + total);
+    const le = i <= bounds.length ? lua_tostring(bounds[i - 1]) : "+Inf";
+    lines.push(name + "_bucket{" + labels + ",le=\"" + le + "\"} " + lua_tostring(total));
   }
-  lines.push(name + "_sum{" + labels + "} " + string.format("%.6f", sum));
-  lines.push(name + "_count{" + labels + "} " + total);
+  lines.push(name + "_sum{" + labels + "} " + str_format("%.6f", sum));
+  lines.push(name + "_count{" + labels + "} " + lua_tostring(total));
 }
 
 /** The core API per factory name (guards' factories carry the guard's name). */
 function factoryLines(lines: string[], r: common.Report): void {
   header(lines, "dlock_acquires_total", "counter",
     "Acquire calls of locks and semaphores by outcome (acquired, busy, timeout, error) since this nginx started.");
-  for (const name of r.factoryNames) {
+  for (const [, name] of lua_ipairs(r.factoryNames)) {
     const f = r.factories.get(name);
     const l = "dlock_acquires_total{factory=\"" + label(name) + "\",outcome=\"";
-    lines.push(l + "acquired\"} " + f.acquired);
-    lines.push(l + "busy\"} " + f.busy);
-    lines.push(l + "timeout\"} " + f.timeout);
-    lines.push(l + "error\"} " + f.error);
+    lines.push(l + "acquired\"} " + lua_tostring(f.acquired));
+    lines.push(l + "busy\"} " + lua_tostring(f.busy));
+    lines.push(l + "timeout\"} " + lua_tostring(f.timeout));
+    lines.push(l + "error\"} " + lua_tostring(f.error));
   }
   header(lines, "dlock_leases_lost_total", "counter",
     "Leases found gone before their holder released them (renewal failed, or the release found the key not ours).");
-  for (const name of r.factoryNames) {
-    lines.push("dlock_leases_lost_total{factory=\"" + label(name) + "\"} " + r.factories.get(name).lost);
+  for (const [, name] of lua_ipairs(r.factoryNames)) {
+    lines.push("dlock_leases_lost_total{factory=\"" + label(name) + "\"} " + lua_tostring(r.factories.get(name).lost));
   }
   header(lines, "dlock_held_leases", "gauge", "Leases this nginx holds now (all workers).");
-  for (const name of r.factoryNames) {
-    lines.push("dlock_held_leases{factory=\"" + label(name) + "\"} " + r.factories.get(name).held);
+  for (const [, name] of lua_ipairs(r.factoryNames)) {
+    lines.push("dlock_held_leases{factory=\"" + label(name) + "\"} " + lua_tostring(r.factories.get(name).held));
   }
   header(lines, "dlock_acquire_wait_seconds", "histogram", "Time from an acquire call to its lease, for acquires that got one.");
-  for (const name of r.factoryNames) {
+  for (const [, name] of lua_ipairs(r.factoryNames)) {
     const f = r.factories.get(name);
     histogram(lines, "dlock_acquire_wait_seconds", "factory=\"" + label(name) + "\"", meter.WAIT_BOUNDS, f.wait, f.waitSum);
   }
   header(lines, "dlock_lease_hold_seconds", "histogram", "Time from taking a lease to its confirmed release.");
-  for (const name of r.factoryNames) {
+  for (const [, name] of lua_ipairs(r.factoryNames)) {
     const f = r.factories.get(name);
     histogram(lines, "dlock_lease_hold_seconds", "factory=\"" + label(name) + "\"", meter.HOLD_BOUNDS, f.hold, f.holdSum);
   }
@@ -82,36 +92,36 @@ export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined
   header(breakers, "dlock_guard_breaker_open", "gauge", "1 while the guard's Redis circuit breaker is open.");
   const inFlight: string[] = [];
   header(inFlight, "dlock_guard_in_flight", "gauge", "Requests the guard let through that have not ended yet.");
-  for (const [gname, row] of r.guards) {
+  for (const [gname, row] of lua_pairs(r.guards)) {
     const name = label(gname);
-    for (const ev of stats.EVENTS) {
-      lines.push("dlock_guard_events_total{guard=\"" + name + "\",mode=\"" + row.get("mode") + "\",event=\"" + ev + "\"} " +
-        row.get(ev));
+    for (const [, ev] of lua_ipairs(stats.EVENTS)) {
+      lines.push("dlock_guard_events_total{guard=\"" + name + "\",mode=\"" + lua_tostring(row.get("mode")) + "\",event=\"" + ev + "\"} " +
+        lua_tostring(row.get(ev)));
     }
-    breakers.push("dlock_guard_breaker_open{guard=\"" + name + "\"} " + (row.get("breaker") === "open" ? 1 : 0));
-    inFlight.push("dlock_guard_in_flight{guard=\"" + name + "\"} " + row.get("in_flight"));
+    breakers.push("dlock_guard_breaker_open{guard=\"" + name + "\"} " + (row.get("breaker") === "open" ? "1" : "0"));
+    inFlight.push("dlock_guard_in_flight{guard=\"" + name + "\"} " + lua_tostring(row.get("in_flight")));
   }
-  for (const l of breakers) lines.push(l);
-  for (const l of inFlight) lines.push(l);
+  for (const [, l] of lua_ipairs(breakers)) lines.push(l);
+  for (const [, l] of lua_ipairs(inFlight)) lines.push(l);
   factoryLines(lines, r);
   header(lines, "dlock_unrecorded_leases_total", "counter", "Leases this nginx could not record in the shared dict (it was full).");
-  for (const name of r.dicts) {
-    lines.push("dlock_unrecorded_leases_total{dict=\"" + label(name) + "\"} " + r.unrecorded.get(name));
+  for (const [, name] of lua_ipairs(r.dicts)) {
+    lines.push("dlock_unrecorded_leases_total{dict=\"" + label(name) + "\"} " + lua_tostring(r.unrecorded.get(name)));
   }
   header(lines, "dlock_replica_shortfalls_total", "counter", "Writes that fewer replicas than redis.replicas acknowledged in time.");
-  for (const name of r.dicts) {
-    lines.push("dlock_replica_shortfalls_total{dict=\"" + label(name) + "\"} " + r.shortfalls.get(name));
+  for (const [, name] of lua_ipairs(r.dicts)) {
+    lines.push("dlock_replica_shortfalls_total{dict=\"" + label(name) + "\"} " + lua_tostring(r.shortfalls.get(name)));
   }
   header(lines, "dlock_redis_can_evict_locks", "gauge", "1 when the Redis has maxmemory set and a policy that evicts keys " +
     "with a ttl (lock keys); endpoints whose settings could not be read are left out.");
-  for (const [ep, v] of r.redis) {
+  for (const [ep, v] of lua_pairs(r.redis)) {
     if (v.get("checked") === true) {
       lines.push("dlock_redis_can_evict_locks{endpoint=\"" + label(ep) + "\",policy=\"" + label(v.get("maxmemory_policy") as string) +
-        "\"} " + (v.get("can_evict_locks") === true ? 1 : 0));
+        "\"} " + (v.get("can_evict_locks") === true ? "1" : "0"));
     }
   }
   topologyLines(lines);
-  return $multi(table.concat(lines, "\n"), undefined);
+  return $multi(table_concat(lines, "\n"), undefined);
 }
 
 /** Per Redis endpoint: how it is reached; Cluster redirects and slot map age; Redlock failures per master. */
@@ -124,25 +134,25 @@ function topologyLines(lines: string[]): void {
   header(ages, "dlock_redis_cluster_slot_map_age_seconds", "gauge", "Seconds since a worker last read the cluster's slot map.");
   const failures: string[] = [];
   header(failures, "dlock_redis_redlock_node_failures_total", "counter", "Calls to a Redlock master that failed (all workers).");
-  for (const [ep, conf] of redis.endpoints()) {
+  for (const [ep, conf] of lua_pairs(redis.endpoints())) {
     const e = label(ep);
     info.push("dlock_redis_topology_info{endpoint=\"" + e + "\",kind=\"" + conf.topology + "\",tls=\"" +
       (conf.ssl ? "on" : "off") + "\"} 1");
     const [kind, counts] = backend.shared(conf);
     if (kind === "cluster") {
-      redirects.push("dlock_redis_cluster_redirects_total{endpoint=\"" + e + "\"} " + counts.get("redirects"));
+      redirects.push("dlock_redis_cluster_redirects_total{endpoint=\"" + e + "\"} " + lua_tostring(counts.get("redirects")));
       const age = counts.get("slot_map_age");
       if (age !== undefined) {
-        ages.push("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" + e + "\"} " + string.format("%.3f", age));
+        ages.push("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" + e + "\"} " + str_format("%.3f", age));
       }
     } else if (kind === "redlock") {
-      for (const [node, n] of counts) {
-        failures.push("dlock_redis_redlock_node_failures_total{endpoint=\"" + e + "\",node=\"" + label(node) + "\"} " + n);
+      for (const [node, n] of lua_pairs(counts)) {
+        failures.push("dlock_redis_redlock_node_failures_total{endpoint=\"" + e + "\",node=\"" + label(node) + "\"} " + lua_tostring(n));
       }
     }
   }
-  for (const group of [info, redirects, ages, failures]) {
-    for (const l of group) lines.push(l);
+  for (const [, group] of lua_ipairs([info, redirects, ages, failures])) {
+    for (const [, l] of lua_ipairs(group)) lines.push(l);
   }
 }
 
@@ -152,11 +162,11 @@ export function metrics(opts?: unknown): LuaMultiReturn<[true | undefined, strin
   if (perr !== undefined) return $multi(undefined, perr);
   const [text, err] = metrics_text(opts);
   if (text === undefined) {
-    ngx.status = 500;
-    ngx.say("# ", err!);
+    ngx_.status = 500;
+    ngx_say("# ", err!);
     return $multi(true as const, undefined);
   }
-  ngx.header.set("Content-Type", "text/plain; version=0.0.4");
-  ngx.say(text);
+  ngx_header.set("Content-Type", "text/plain; version=0.0.4");
+  ngx_say(text);
   return $multi(true as const, undefined);
 }

@@ -13,10 +13,22 @@ export const MAX_LIMIT = 10000;
 
 const cjson = require("cjson.safe") as CjsonSafeModule;
 
+const lua_tostring = tostring;
+const lua_pairs = pairs;
+const lua_ipairs = ipairs;
+const ngx_var = ngx.var;
+const ngx_header = ngx.header;
+const ngx_say = ngx.say;
+const ngx_shared = ngx.shared;
+const ngx_ = ngx;
+const table_concat = table.concat;
+const lua_type = type;
+const lua_tonumber = tonumber;
+
 const REPORT_OPTIONS = check.set("dicts", "limit");
 
 function checkLimit(v: unknown): LuaMultiReturn<[number | undefined, string | undefined]> {
-  return check.integer("limit", v, 0, MAX_LIMIT, "an integer from 0 to " + MAX_LIMIT);
+  return check.integer("limit", v, 0, MAX_LIMIT, "an integer from 0 to " + lua_tostring(MAX_LIMIT));
 }
 
 /** Append at most `max` leases of one dict to `out` (tokens left out); true when it holds more. */
@@ -28,7 +40,7 @@ function listHeld(name: string, dict: NgxSharedDict, max: number, out: common.He
   }
   // Factories' instruments share the dict with the records: look past them too.
   const [found, more] = ledger.list(dict, max, meter.keys(dict));
-  for (const l of found) {
+  for (const [, l] of lua_ipairs(found)) {
     out.push({ dict: name, key: l.key, pid: l.pid, ttl: l.ttl, expires_at: l.expires_at });
   }
   return more;
@@ -51,8 +63,8 @@ export function report(opts?: unknown): LuaMultiReturn<[common.Report | undefine
   if (names === undefined) return $multi(undefined, err);
   const r = common.counters(names);
   let truncated = false;
-  for (const name of names) {
-    if (listHeld(name, ngx.shared.get(name)!, limit - r.held.length, r.held)) {
+  for (const [, name] of lua_ipairs(names)) {
+    if (listHeld(name, ngx_shared.get(name)!, limit - r.held.length, r.held)) {
       truncated = true;
     }
   }
@@ -72,14 +84,14 @@ function member(name: string, value: unknown): string | undefined {
 /** The report as a JSON object, its members in a fixed order. */
 function encode(r: common.Report): LuaMultiReturn<[string | undefined, string | undefined]> {
   const dicts = new LuaTable<string, LuaTable<string, number>>();
-  for (const name of r.dicts) {
+  for (const [, name] of lua_ipairs(r.dicts)) {
     const d = new LuaTable<string, number>();
     d.set("unrecorded_leases", r.unrecorded.get(name));
     d.set("replica_shortfalls", r.shortfalls.get(name));
     dicts.set(name, d);
   }
   const factories = new LuaTable<string, LuaTable<string, number>>();
-  for (const [name, f] of r.factories) {
+  for (const [name, f] of lua_pairs(r.factories)) {
     const row = new LuaTable<string, number>();
     row.set("held", f.held);
     row.set("acquired", f.acquired);
@@ -103,19 +115,19 @@ function encode(r: common.Report): LuaMultiReturn<[string | undefined, string | 
     ["guards", r.guards],
     ["factories", factories],
   ];
-  for (const [name, value] of rest) {
+  for (const [, [name, value]] of lua_ipairs(rest)) {
     parts.push(member(name, value) ?? "");
   }
-  for (const p of parts) {
+  for (const [, p] of lua_ipairs(parts)) {
     if (p === "") return $multi(undefined, "dlock: status: cannot encode the report as JSON");
   }
-  return $multi("{" + table.concat(parts, ",") + "}", undefined);
+  return $multi("{" + table_concat(parts, ",") + "}", undefined);
 }
 
 function fail(status: number, err: string): void {
-  ngx.status = status;
-  ngx.header.set("Content-Type", "application/json");
-  ngx.say(cjson.encode({ error: err })[0] ?? "{}");
+  ngx_.status = status;
+  ngx_header.set("Content-Type", "application/json");
+  ngx_say(cjson.encode({ error: err })[0] ?? "{}");
 }
 
 /**
@@ -126,18 +138,18 @@ export function serve(opts?: unknown): LuaMultiReturn<[true | undefined, string 
   const perr = common.phaseError("serve");
   if (perr !== undefined) return $multi(undefined, perr);
   let o = opts;
-  const arg = ngx.var.get("arg_limit");
+  const arg = ngx_var.get("arg_limit");
   if (arg !== undefined) {
-    const [n, lerr] = checkLimit(tonumber(arg) ?? arg);
+    const [n, lerr] = checkLimit(lua_tonumber(arg) ?? arg);
     if (n === undefined) {
       fail(400, lerr!);
       return $multi(true as const, undefined);
     }
-    if (opts === undefined || type(opts) === "table") {
+    if (opts === undefined || lua_type(opts) === "table") {
       // A copy: opts is the caller's table, shared by every request.
       const copy = new LuaTable<AnyNotNil, unknown>();
       if (opts !== undefined) {
-        for (const [k, v] of pairs(opts as LuaTable<AnyNotNil, unknown>)) copy.set(k, v);
+        for (const [k, v] of lua_pairs(opts as LuaTable<AnyNotNil, unknown>)) copy.set(k, v);
       }
       copy.set("limit", n);
       o = copy;
@@ -153,7 +165,7 @@ export function serve(opts?: unknown): LuaMultiReturn<[true | undefined, string 
     fail(500, jerr!);
     return $multi(true as const, undefined);
   }
-  ngx.header.set("Content-Type", "application/json");
-  ngx.say(body);
+  ngx_header.set("Content-Type", "application/json");
+  ngx_say(body);
   return $multi(true as const, undefined);
 }

@@ -3,48 +3,62 @@ local ____exports = {}
 local check = require("resty.dlock.core.check")
 local stats = require("resty.dlock.gateway.stats")
 local keys = require("resty.dlock.gateway.key")
+local lua_tostring = tostring
+local lua_pairs = pairs
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local HTTP_OK = ngx.HTTP_OK
+local ngx_header = ngx.header
+local ngx_exit = ngx.exit
+local ngx_print = ngx.print
+local ngx_send_headers = ngx.send_headers
+local ngx_ = ngx
+local str_gsub = string.gsub
+local str_format = string.format
+local str_byte = string.byte
+local str_gmatch = string.gmatch
 --- Problem types (RFC 9457 `type`), one per refusal.
 local TYPE = "urn:resty-dlock:idempotency:"
 local function jsonStr(s)
-    local q = string.gsub(
+    local q = str_gsub(
         s,
         "[%c\"\\]",
-        function(c) return string.format(
+        function(c) return str_format(
             "\\u%04x",
-            string.byte(c)
+            str_byte(c)
         ) end
     )
     return ("\"" .. q) .. "\""
 end
 --- An RFC 9457 problem details answer, and the end of the request.
 function ____exports.problem(g, status, kind, title, detail, retryAfter)
-    ngx.status = status
-    ngx.header["Content-Type"] = "application/problem+json"
+    ngx_.status = status
+    ngx_header["Content-Type"] = "application/problem+json"
     if retryAfter ~= nil then
-        ngx.header["Retry-After"] = retryAfter
+        ngx_header["Retry-After"] = retryAfter
     end
     if g.headers ~= nil then
-        for k, v in pairs(g.headers) do
-            ngx.header[k] = v
+        for k, v in lua_pairs(g.headers) do
+            ngx_header[k] = v
         end
     end
-    local body = string.format(
+    local body = str_format(
         "{\"type\":%s,\"title\":%s,\"status\":%d,\"detail\":%s}\n",
         jsonStr(TYPE .. kind),
         jsonStr(title),
         status,
         jsonStr(detail)
     )
-    ngx.header["Content-Length"] = #body
-    ngx.print(body)
-    return ngx.exit(ngx.HTTP_OK)
+    ngx_header["Content-Length"] = #body
+    ngx_print(body)
+    return ngx_exit(HTTP_OK)
 end
 --- Answer with the stored response.
 local function replay(g, rec)
     stats.incr(g.dict, g.name, "replayed")
-    ngx.status = rec.status
+    ngx_.status = rec.status
     local multi = {}
-    for n, v in string.gmatch(rec.headers, "([^:\n]+): ([^\n]*)\n") do
+    for n, v in str_gmatch(rec.headers, "([^:\n]+): ([^\n]*)\n") do
         local name = n
         local list = multi[name]
         if list == nil then
@@ -53,21 +67,21 @@ local function replay(g, rec)
         end
         list[#list + 1] = v
     end
-    for name, list in pairs(multi) do
+    for name, list in lua_pairs(multi) do
         if #list == 1 then
-            ngx.header[name] = list[1]
+            ngx_header[name] = list[1]
         else
-            ngx.header[name] = list
+            ngx_header[name] = list
         end
     end
-    ngx.header["Idempotent-Replayed"] = "true"
+    ngx_header["Idempotent-Replayed"] = "true"
     if rec.status == 204 or rec.status == 304 then
-        ngx.send_headers()
-        return ngx.exit(ngx.HTTP_OK)
+        ngx_send_headers()
+        return ngx_exit(HTTP_OK)
     end
-    ngx.header["Content-Length"] = #rec.body
-    ngx.print(rec.body)
-    return ngx.exit(ngx.HTTP_OK)
+    ngx_header["Content-Length"] = #rec.body
+    ngx_print(rec.body)
+    return ngx_exit(HTTP_OK)
 end
 --- A completed record for this request: replay it, or say why it cannot be.
 function ____exports.answer(g, rec, fp)
@@ -85,13 +99,13 @@ function ____exports.answer(g, rec, fp)
         return replay(g, rec)
     end
     stats.incr(g.dict, g.name, "replayed")
-    ngx.header["Idempotent-Replayed"] = "true"
+    ngx_header["Idempotent-Replayed"] = "true"
     return ____exports.problem(
         g,
         409,
         "not-replayable",
         "Request already processed, its response is not replayable",
-        ("the first request with this key completed with status " .. tostring(rec.status)) .. "; its response was too large to store, so it cannot be replayed"
+        ("the first request with this key completed with status " .. lua_tostring(rec.status)) .. "; its response was too large to store, so it cannot be replayed"
     )
 end
 function ____exports.inFlight(g)
@@ -124,8 +138,8 @@ function ____exports.onRedisFailure(g, err)
     if err ~= nil then
         stats.incr(g.dict, g.name, "redis_errors")
         stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown)
-        ngx.log(
-            ngx.ERR,
+        ngx_log(
+            ERR,
             "dlock: guard ",
             g.name,
             ": ",

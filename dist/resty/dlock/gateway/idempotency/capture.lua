@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local unrecord, schedule, store, FINISHED, AMBIGUOUS
+local unrecord, schedule, store, ngx_log, ERR, WARN, ngx_now, ngx_update_time, ngx_sleep, timer_at, math_min, table_concat, lua_tostring, FINISHED, AMBIGUOUS
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local inflight = require("resty.dlock.gateway.inflight")
@@ -18,12 +18,12 @@ function unrecord(g, l)
 end
 function schedule(c)
     c.complete = true
-    local ok, err = ngx.timer.at(0, store, c)
+    local ok, err = timer_at(0, store, c)
     if not ok then
         c.g.dict:delete(FINISHED .. c.lease._rkey)
         stats.incr(c.g.dict, c.g.name, "not_stored")
-        ngx.log(
-            ngx.ERR,
+        ngx_log(
+            ERR,
             "dlock: guard ",
             c.g.name,
             ": cannot store the response (the key stays claimed until its lease ",
@@ -39,13 +39,13 @@ function store(premature, c)
     if g.store[status] ~= true then
         stats.incr(g.dict, g.name, "not_stored")
         g.dict:delete(FINISHED .. l._rkey)
-        if AMBIGUOUS[tostring(status)] ~= nil then
+        if AMBIGUOUS[lua_tostring(status)] ~= nil then
             return
         end
         local res, err = backend.call(g.conf, scripts.IDEM_RELEASE, l._rkey, l.token)
         if res == nil then
-            ngx.log(
-                ngx.WARN,
+            ngx_log(
+                WARN,
                 "dlock: guard ",
                 g.name,
                 ": dropping a claim: ",
@@ -58,9 +58,9 @@ function store(premature, c)
         return
     end
     local state = c.tooLarge and "unreplayable" or "done"
-    local b = c.tooLarge and "" or table.concat(c.chunks)
-    ngx.update_time()
-    local deadline = ngx.now() + g.lease / 1000
+    local b = c.tooLarge and "" or table_concat(c.chunks)
+    ngx_update_time()
+    local deadline = ngx_now() + g.lease / 1000
     local pause = 0.05
     while true do
         local res, err = backend.call(
@@ -91,8 +91,8 @@ function store(premature, c)
             g.dict:delete(FINISHED .. l._rkey)
             stats.incr(g.dict, g.name, "not_stored")
             stats.incr(g.dict, g.name, "lost")
-            ngx.log(
-                ngx.ERR,
+            ngx_log(
+                ERR,
                 "dlock: guard ",
                 g.name,
                 ": the claim on ",
@@ -102,12 +102,12 @@ function store(premature, c)
             return
         end
         stats.incr(g.dict, g.name, "redis_errors")
-        ngx.update_time()
-        if ngx.now() + pause >= deadline then
+        ngx_update_time()
+        if ngx_now() + pause >= deadline then
             g.dict:delete(FINISHED .. l._rkey)
             stats.incr(g.dict, g.name, "not_stored")
-            ngx.log(
-                ngx.ERR,
+            ngx_log(
+                ERR,
                 "dlock: guard ",
                 g.name,
                 ": response not stored, the claim runs out: ",
@@ -115,10 +115,29 @@ function store(premature, c)
             )
             return
         end
-        ngx.sleep(pause)
-        pause = math.min(pause * 2, 1)
+        ngx_sleep(pause)
+        pause = math_min(pause * 2, 1)
     end
 end
+local lua_pairs = pairs
+local lua_ipairs = ipairs
+ngx_log = ngx.log
+ERR = ngx.ERR
+WARN = ngx.WARN
+ngx_now = ngx.now
+ngx_update_time = ngx.update_time
+ngx_sleep = ngx.sleep
+local ngx_var = ngx.var
+timer_at = ngx.timer.at
+local ngx_ = ngx
+math_min = math.min
+local str_lower = string.lower
+local table_sort = table.sort
+table_concat = table.concat
+local lua_type = type
+lua_tostring = tostring
+local ngx_arg = ngx.arg
+local resp_get_headers = ngx.resp.get_headers
 FINISHED = claims.FINISHED
 --- Requests of this worker that hold a claim, by request id (the same through internal redirects).
 local captures = {}
@@ -140,8 +159,7 @@ end
 --- We hold the claim: renew it while the request runs, capture the response.
 function ____exports.hold(g, rkey, tok, fp)
     stats.incr(g.dict, g.name, "acquired")
-    local a = request.anchor()
-    if a == nil then
+    if request.id() == nil then
         return
     end
     local rec = ledger.recordKey(rkey, tok, true)
@@ -155,7 +173,7 @@ function ____exports.hold(g, rkey, tok, fp)
     if recorded ~= nil then
         meter.recorded(g.leaseStore.meter, recorded)
     end
-    local now = ngx.now() * 1000
+    local now = ngx_now() * 1000
     local l = {
         key = rkey,
         token = tok,
@@ -171,7 +189,7 @@ function ____exports.hold(g, rkey, tok, fp)
         _releaseSent = false,
         _since = now
     }
-    inflight.track(g.owner, l, a)
+    local a = inflight.track(g.owner, l)
     captures[a.id] = {
         g = g,
         anchor = a,
@@ -190,32 +208,32 @@ function ____exports.headerFilter()
     if c == nil or c.complete then
         return
     end
-    c.status = ngx.status
-    local hs = ngx.resp.get_headers(200)
+    c.status = ngx_.status
+    local hs = resp_get_headers(200)
     local lines = {}
-    for name, v in pairs(hs) do
-        local n = string.lower(name)
+    for name, v in lua_pairs(hs) do
+        local n = str_lower(name)
         if not (c.g.skip[n] ~= nil) then
-            if type(v) == "table" then
-                for ____, one in ipairs(v) do
+            if lua_type(v) == "table" then
+                for ____, one in lua_ipairs(v) do
                     lines[#lines + 1] = ((n .. ": ") .. one) .. "\n"
                 end
             else
-                lines[#lines + 1] = ((n .. ": ") .. tostring(v)) .. "\n"
+                lines[#lines + 1] = ((n .. ": ") .. lua_tostring(v)) .. "\n"
             end
         end
     end
-    table.sort(lines)
-    c.headers = table.concat(lines)
+    table_sort(lines)
+    c.headers = table_concat(lines)
 end
 function ____exports.bodyFilter()
     local c = current()
     if c == nil or c.complete or c.status == nil then
         return
     end
-    local arg = ngx.arg
+    local arg = ngx_arg
     local chunk = arg[1]
-    if not c.tooLarge and type(chunk) == "string" and #chunk > 0 then
+    if not c.tooLarge and lua_type(chunk) == "string" and #chunk > 0 then
         local s = chunk
         c.size = c.size + #s
         if c.size > c.g.maxBody then
@@ -227,7 +245,7 @@ function ____exports.bodyFilter()
         end
     end
     if arg[2] == true then
-        if not (AMBIGUOUS[tostring(c.status)] ~= nil) then
+        if not (AMBIGUOUS[lua_tostring(c.status)] ~= nil) then
             c.g.dict:set(FINISHED .. c.lease._rkey, true, c.g.lease / 1000)
         end
         schedule(c)
@@ -260,10 +278,10 @@ function ____exports.finish()
     end
     local g = c.g
     stats.incr(g.dict, g.name, "not_stored")
-    if c.status == nil and ngx.var.request_completion == "OK" and not warnedFilters then
+    if c.status == nil and ngx_var.request_completion == "OK" and not warnedFilters then
         warnedFilters = true
-        ngx.log(
-            ngx.WARN,
+        ngx_log(
+            WARN,
             "dlock: guard ",
             g.name,
             ": a response went by unseen, so it was not stored: add ",
@@ -271,7 +289,7 @@ function ____exports.finish()
             "body_filter_by_lua_block { require(\"resty.dlock.gateway\").body_filter() } at http level"
         )
     end
-    if ngx.var.request_completion ~= "OK" then
+    if ngx_var.request_completion ~= "OK" then
         stats.incr(g.dict, g.name, "aborted")
     end
 end

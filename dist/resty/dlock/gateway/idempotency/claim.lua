@@ -5,6 +5,11 @@ local orphans = require("resty.dlock.core.orphans")
 local scripts = require("resty.dlock.redis.scripts")
 local stats = require("resty.dlock.gateway.stats")
 local semaphore = require("ngx.semaphore")
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local math_min = math.min
+local lua_tostring = tostring
+local lua_tonumber = tonumber
 --- Shared dict mark of a claim whose holder has sent its whole response (the store is on its way).
 local FINISHED = "idem:fin:"
 ____exports.FINISHED = FINISHED
@@ -41,11 +46,11 @@ function ____exports.claim(g, rkey, tok, fp)
     end
     local r = res
     local rec = {
-        state = tostring(r[1]),
-        fp = tostring(r[2]),
-        status = tonumber(r[3]) or 0,
-        headers = tostring(r[4]),
-        body = tostring(r[5])
+        state = lua_tostring(r[1]),
+        fp = lua_tostring(r[2]),
+        status = lua_tonumber(r[3]) or 0,
+        headers = lua_tostring(r[4]),
+        body = lua_tostring(r[5])
     }
     return "record", rec, nil
 end
@@ -57,13 +62,13 @@ function ____exports.waitFor(g, rkey, tok, fp)
     if w == nil then
         local sem, serr = semaphore.new(0)
         if sem == nil then
-            return "error", nil, "dlock: ngx.semaphore: " .. tostring(serr)
+            return "error", nil, "dlock: ngx.semaphore: " .. lua_tostring(serr)
         end
         w = {sem = sem, waiters = 0, polling = false, rec = nil}
         watches[rkey] = w
     end
     w.waiters = w.waiters + 1
-    local deadline = ngx.now() * 1000 + g.wait
+    local deadline = ngx_now() * 1000 + g.wait
     local extended = false
     local pause = 5
     local what = "timeout"
@@ -75,22 +80,22 @@ function ____exports.waitFor(g, rkey, tok, fp)
             found = w.rec
             break
         end
-        ngx.update_time()
-        local left = deadline - ngx.now() * 1000
+        ngx_update_time()
+        local left = deadline - ngx_now() * 1000
         local mark = nil
         if left <= 0 and not extended then
             mark = g.dict:get(FINISHED .. rkey)
         end
         if mark ~= nil then
             extended = true
-            deadline = ngx.now() * 1000 + g.lease
+            deadline = ngx_now() * 1000 + g.lease
             left = g.lease
         end
         if left <= 0 then
             break
         end
         if w.polling then
-            w.sem:wait(math.min(left, 250) / 1000)
+            w.sem:wait(math_min(left, 250) / 1000)
         else
             w.polling = true
             local got, rec, cerr = ____exports.claim(g, rkey, tok, fp)
@@ -112,8 +117,8 @@ function ____exports.waitFor(g, rkey, tok, fp)
                 err = cerr
                 break
             end
-            w.sem:wait(math.min(left, pause) / 1000)
-            pause = math.min(pause * 2, 100)
+            w.sem:wait(math_min(left, pause) / 1000)
+            pause = math_min(pause * 2, 100)
         end
     end
     w.waiters = w.waiters - 1

@@ -7,6 +7,21 @@ import * as keys from "../key";
 import type * as claims from "./claim";
 import type * as options from "./options";
 
+const lua_tostring = tostring;
+const lua_pairs = pairs;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const HTTP_OK = ngx.HTTP_OK;
+const ngx_header = ngx.header;
+const ngx_exit = ngx.exit;
+const ngx_print = ngx.print;
+const ngx_send_headers = ngx.send_headers;
+const ngx_ = ngx;
+const str_gsub = string.gsub;
+const str_format = string.format;
+const str_byte = string.byte;
+const str_gmatch = string.gmatch;
+
 type Guard = options.Guard;
 
 /** Problem types (RFC 9457 `type`), one per refusal. */
@@ -14,36 +29,36 @@ type Guard = options.Guard;
 const TYPE = "urn:resty-dlock:idempotency:";
 
 function jsonStr(s: string): string {
-  const [q] = string.gsub(s, "[%c\"\\]", (c: string) => string.format("\\u%04x", string.byte(c)));
+  const [q] = str_gsub(s, "[%c\"\\]", (c: string) => str_format("\\u%04x", str_byte(c)));
   return "\"" + q + "\"";
 }
 
 /** An RFC 9457 problem details answer, and the end of the request. */
 export function problem(g: Guard, status: number, kind: string, title: string, detail: string, retryAfter?: number): never {
-  ngx.status = status;
-  ngx.header.set("Content-Type", "application/problem+json");
+  ngx_.status = status;
+  ngx_header.set("Content-Type", "application/problem+json");
   if (retryAfter !== undefined) {
-    ngx.header.set("Retry-After", retryAfter);
+    ngx_header.set("Retry-After", retryAfter);
   }
   if (g.headers !== undefined) {
-    for (const [k, v] of g.headers) {
-      ngx.header.set(k, v);
+    for (const [k, v] of lua_pairs(g.headers)) {
+      ngx_header.set(k, v);
     }
   }
-  const body = string.format("{\"type\":%s,\"title\":%s,\"status\":%d,\"detail\":%s}\n",
+  const body = str_format("{\"type\":%s,\"title\":%s,\"status\":%d,\"detail\":%s}\n",
     jsonStr(TYPE + kind), jsonStr(title), status, jsonStr(detail));
-  ngx.header.set("Content-Length", body.length);
-  ngx.print(body);
-  return ngx.exit(ngx.HTTP_OK);
+  ngx_header.set("Content-Length", body.length);
+  ngx_print(body);
+  return ngx_exit(HTTP_OK);
 }
 
 /** Answer with the stored response. */
 function replay(g: Guard, rec: claims.Rec): never {
   stats.incr(g.dict, g.name, "replayed");
-  ngx.status = rec.status;
+  ngx_.status = rec.status;
   // Header lines "name: value\n", a name repeated for each of its values (Set-Cookie...).
   const multi = new LuaTable<string, string[]>();
-  for (const [n, v] of string.gmatch(rec.headers, "([^:\n]+): ([^\n]*)\n")) {
+  for (const [n, v] of str_gmatch(rec.headers, "([^:\n]+): ([^\n]*)\n")) {
     const name = n as string;
     let list = multi.get(name);
     if (list === undefined) {
@@ -52,23 +67,23 @@ function replay(g: Guard, rec: claims.Rec): never {
     }
     list.push(v as string);
   }
-  for (const [name, list] of multi) {
+  for (const [name, list] of lua_pairs(multi)) {
     if (list.length === 1) {
-      ngx.header.set(name, list[0]!);
+      ngx_header.set(name, list[0]!);
     } else {
-      ngx.header.set(name, list as unknown as string);
+      ngx_header.set(name, list as unknown as string);
     }
   }
-  ngx.header.set("Idempotent-Replayed", "true");
+  ngx_header.set("Idempotent-Replayed", "true");
   if (rec.status === 204 || rec.status === 304) {
     // RFC 9110: a 204 has no Content-Length, and a 304's would describe the
     // representation, not this empty answer; ngx.exit on its own would add "0".
-    ngx.send_headers();
-    return ngx.exit(ngx.HTTP_OK);
+    ngx_send_headers();
+    return ngx_exit(HTTP_OK);
   }
-  ngx.header.set("Content-Length", rec.body.length);
-  ngx.print(rec.body);
-  return ngx.exit(ngx.HTTP_OK);
+  ngx_header.set("Content-Length", rec.body.length);
+  ngx_print(rec.body);
+  return ngx_exit(HTTP_OK);
 }
 
 /** A completed record for this request: replay it, or say why it cannot be. */
@@ -84,9 +99,9 @@ export function answer(g: Guard, rec: claims.Rec, fp: string): never {
   // Completed, but its response was not kept (larger than max_body): the
   // operation ran, so it must not run again; tell the client so, for good.
   stats.incr(g.dict, g.name, "replayed");
-  ngx.header.set("Idempotent-Replayed", "true");
+  ngx_header.set("Idempotent-Replayed", "true");
   return problem(g, 409, "not-replayable", "Request already processed, its response is not replayable",
-    "the first request with this key completed with status " + rec.status +
+    "the first request with this key completed with status " + lua_tostring(rec.status) +
     "; its response was too large to store, so it cannot be replayed");
 }
 
@@ -109,7 +124,7 @@ export function onRedisFailure(g: Guard, err: string | undefined): void {
   if (err !== undefined) {
     stats.incr(g.dict, g.name, "redis_errors");
     stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
-    ngx.log(ngx.ERR, "dlock: guard ", g.name, ": ", check.reason(err));
+    ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
   }
   if (g.onError === "allow") {
     // Runs without protection against a second execution: counted, logged above.

@@ -16,6 +16,24 @@ import * as stats from "../stats";
 import * as claims from "./claim";
 import type * as options from "./options";
 
+const lua_pairs = pairs;
+const lua_ipairs = ipairs;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const WARN = ngx.WARN;
+const ngx_now = ngx.now;
+const ngx_update_time = ngx.update_time;
+const ngx_sleep = ngx.sleep;
+const ngx_var = ngx.var;
+const timer_at = ngx.timer.at;
+const ngx_ = ngx;
+const math_min = math.min;
+const str_lower = string.lower;
+const table_sort = table.sort;
+const table_concat = table.concat;
+const lua_type = type;
+const lua_tostring = tostring;
+
 type Guard = options.Guard;
 
 // The parts of the ngx API only the filters use.
@@ -28,6 +46,10 @@ interface NgxFilter {
   readonly arg: LuaTable<number, unknown>;
   readonly resp: NgxResp;
 }
+
+// ngx.arg is one table whose fields read the current body_filter call's arguments.
+const ngx_arg = (ngx as unknown as NgxFilter).arg;
+const resp_get_headers = (ngx as unknown as NgxFilter).resp.get_headers;
 
 const FINISHED = claims.FINISHED;
 
@@ -72,18 +94,17 @@ function unrecord(g: Guard, l: lease.Lease): void {
 /** We hold the claim: renew it while the request runs, capture the response. */
 export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   stats.incr(g.dict, g.name, "acquired");
-  const a = request.anchor();
-  if (a === undefined) return;
+  if (request.id() === undefined) return;
   const rec = ledger.recordKey(rkey, tok, true);
   const recorded = ledger.record(g.dict, rec, tok, rkey, g.lease);
   if (recorded !== undefined) meter.recorded(g.leaseStore.meter, recorded);
-  const now = ngx.now() * 1000;
+  const now = ngx_now() * 1000;
   // Shaped as a lease of the lock, so the keeper renews it with the others (one pipeline per guard).
   const l = {
     key: rkey, token: tok, ttl: g.lease, fence: undefined, _store: g.leaseStore, _kind: g.kind, _rkey: rkey, _rec: rec,
     _released: false, _validUntil: now + g.lease, _expires: now + g.lease, _releaseSent: false, _since: now,
   } as unknown as lease.Lease;
-  inflight.track(g.owner, l, a);
+  const a = inflight.track(g.owner, l)!;
   captures.set(a.id, {
     g, anchor: a, lease: l, fp, status: undefined, headers: "", chunks: [], size: 0, tooLarge: false, complete: false,
   });
@@ -92,32 +113,32 @@ export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
 export function headerFilter(): void {
   const c = current();
   if (c === undefined || c.complete) return;
-  c.status = ngx.status;
-  const [hs] = (ngx as unknown as NgxFilter).resp.get_headers(200);
+  c.status = ngx_.status;
+  const [hs] = resp_get_headers(200);
   const lines: string[] = [];
-  for (const [name, v] of pairs(hs)) {
-    const n = string.lower(name as string);
+  for (const [name, v] of lua_pairs(hs)) {
+    const n = str_lower(name as string);
     if (!c.g.skip.has(n)) {
-      if (type(v) === "table") {
-        for (const one of v as unknown as string[]) {
+      if (lua_type(v) === "table") {
+        for (const [, one] of lua_ipairs(v as unknown as string[])) {
           lines.push(n + ": " + one + "\n");
         }
       } else {
-        lines.push(n + ": " + tostring(v) + "\n");
+        lines.push(n + ": " + lua_tostring(v) + "\n");
       }
     }
   }
   // A stable order: the same response stores the same bytes.
-  table.sort(lines);
-  c.headers = table.concat(lines);
+  table_sort(lines);
+  c.headers = table_concat(lines);
 }
 
 export function bodyFilter(): void {
   const c = current();
   if (c === undefined || c.complete || c.status === undefined) return;
-  const arg = (ngx as unknown as NgxFilter).arg;
+  const arg = ngx_arg;
   const chunk = arg.get(1);
-  if (!c.tooLarge && type(chunk) === "string" && (chunk as string).length > 0) {
+  if (!c.tooLarge && lua_type(chunk) === "string" && (chunk as string).length > 0) {
     const s = chunk as string;
     c.size += s.length;
     if (c.size > c.g.maxBody) {
@@ -129,7 +150,7 @@ export function bodyFilter(): void {
     }
   }
   if (arg.get(2) === true) {
-    if (!AMBIGUOUS.has(tostring(c.status))) {
+    if (!AMBIGUOUS.has(lua_tostring(c.status))) {
       // Before these last bytes leave: a retry reaching this nginx waits for the store, not 409.
       c.g.dict.set(FINISHED + c.lease._rkey, true, c.g.lease / 1000);
     }
@@ -140,11 +161,11 @@ export function bodyFilter(): void {
 /** The response is complete: a timer stores it (no cosockets in the filters or the log phase). */
 function schedule(c: Capture): void {
   c.complete = true;
-  const [ok, err] = ngx.timer.at(0, store, c);
+  const [ok, err] = timer_at(0, store, c);
   if (!ok) {
     c.g.dict.delete(FINISHED + c.lease._rkey);
     stats.incr(c.g.dict, c.g.name, "not_stored");
-    ngx.log(ngx.ERR, "dlock: guard ", c.g.name, ": cannot store the response (the key stays claimed until its lease ",
+    ngx_log(ERR, "dlock: guard ", c.g.name, ": cannot store the response (the key stays claimed until its lease ",
       "runs out): ", err);
   }
 }
@@ -159,24 +180,24 @@ function store(this: void, premature: boolean, c: Capture): void {
   if (g.store.get(status) !== true) {
     stats.incr(g.dict, g.name, "not_stored");
     g.dict.delete(FINISHED + l._rkey);
-    if (AMBIGUOUS.has(tostring(status))) {
+    if (AMBIGUOUS.has(lua_tostring(status))) {
       // The operation may have run, or may still be running: no retry before the claim runs out.
       return;
     }
     // The application said it did not do it (409, 429, 503...): retries may run it.
     const [res, err] = backend.call(g.conf, scripts.IDEM_RELEASE, l._rkey, l.token);
     if (res === undefined) {
-      ngx.log(ngx.WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
+      ngx_log(WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
     }
     unrecord(g, l);
     claims.notify(l._rkey, undefined);
     return;
   }
   const state = c.tooLarge ? "unreplayable" : "done";
-  const b = c.tooLarge ? "" : table.concat(c.chunks);
+  const b = c.tooLarge ? "" : table_concat(c.chunks);
   // Until the claim would run out: Redis may come back meanwhile.
-  ngx.update_time();
-  const deadline = ngx.now() + g.lease / 1000;
+  ngx_update_time();
+  const deadline = ngx_now() + g.lease / 1000;
   let pause = 0.05;
   while (true) {
     const [res, err] = backend.call(g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, g.ttl, state, status, c.headers, b);
@@ -191,19 +212,19 @@ function store(this: void, premature: boolean, c: Capture): void {
       g.dict.delete(FINISHED + l._rkey);
       stats.incr(g.dict, g.name, "not_stored");
       stats.incr(g.dict, g.name, "lost");
-      ngx.log(ngx.ERR, "dlock: guard ", g.name, ": the claim on ", l._rkey, " ran out before its response could be stored");
+      ngx_log(ERR, "dlock: guard ", g.name, ": the claim on ", l._rkey, " ran out before its response could be stored");
       return;
     }
     stats.incr(g.dict, g.name, "redis_errors");
-    ngx.update_time();
-    if (ngx.now() + pause >= deadline) {
+    ngx_update_time();
+    if (ngx_now() + pause >= deadline) {
       g.dict.delete(FINISHED + l._rkey);
       stats.incr(g.dict, g.name, "not_stored");
-      ngx.log(ngx.ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));
+      ngx_log(ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));
       return;
     }
-    ngx.sleep(pause);
-    pause = math.min(pause * 2, 1);
+    ngx_sleep(pause);
+    pause = math_min(pause * 2, 1);
   }
 }
 
@@ -230,13 +251,13 @@ export function finish(): void {
   if (c.complete || !request.alive(c.anchor)) return;
   const g = c.g;
   stats.incr(g.dict, g.name, "not_stored");
-  if (c.status === undefined && ngx.var.get("request_completion") === "OK" && !warnedFilters) {
+  if (c.status === undefined && ngx_var.get("request_completion") === "OK" && !warnedFilters) {
     warnedFilters = true;
-    ngx.log(ngx.WARN, "dlock: guard ", g.name, ": a response went by unseen, so it was not stored: add ",
+    ngx_log(WARN, "dlock: guard ", g.name, ": a response went by unseen, so it was not stored: add ",
       "header_filter_by_lua_block { require(\"resty.dlock.gateway\").header_filter() } and ",
       "body_filter_by_lua_block { require(\"resty.dlock.gateway\").body_filter() } at http level");
   }
-  if (ngx.var.get("request_completion") !== "OK") {
+  if (ngx_var.get("request_completion") !== "OK") {
     stats.incr(g.dict, g.name, "aborted");
   }
   // No full response (client gone while the upstream works, upstream cut): the

@@ -12,6 +12,12 @@ type Guard = options.Guard;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
+const ngx_now = ngx.now;
+const ngx_update_time = ngx.update_time;
+const math_min = math.min;
+const lua_tostring = tostring;
+const lua_tonumber = tonumber;
+
 /** Shared dict mark of a claim whose holder has sent its whole response (the store is on its way). */
 const FINISHED = "idem:fin:";
 export { FINISHED };
@@ -62,8 +68,8 @@ export function claim(g: Guard, rkey: string, tok: string, fp: string): Claim {
   if (res === "OK") return $multi("claimed", undefined, undefined);
   const r = res as LuaTable<number, string | number>;
   const rec: Rec = {
-    state: tostring(r.get(1)), fp: tostring(r.get(2)), status: tonumber(r.get(3)) ?? 0,
-    headers: tostring(r.get(4)), body: tostring(r.get(5)),
+    state: lua_tostring(r.get(1)), fp: lua_tostring(r.get(2)), status: lua_tonumber(r.get(3)) ?? 0,
+    headers: lua_tostring(r.get(4)), body: lua_tostring(r.get(5)),
   };
   return $multi("record", rec, undefined);
 }
@@ -77,12 +83,12 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
   let w = watches.get(rkey);
   if (w === undefined) {
     const [sem, serr] = semaphore.new(0);
-    if (sem === undefined) return $multi("error", undefined, "dlock: ngx.semaphore: " + tostring(serr));
+    if (sem === undefined) return $multi("error", undefined, "dlock: ngx.semaphore: " + lua_tostring(serr));
     w = { sem, waiters: 0, polling: false, rec: undefined };
     watches.set(rkey, w);
   }
   w.waiters++;
-  let deadline = ngx.now() * 1000 + g.wait;
+  let deadline = ngx_now() * 1000 + g.wait;
   let extended = false;
   let pause = 5;
   let what: "claimed" | "error" | "record" | "timeout" = "timeout";
@@ -94,8 +100,8 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
       found = w.rec;
       break;
     }
-    ngx.update_time();
-    let left = deadline - ngx.now() * 1000;
+    ngx_update_time();
+    let left = deadline - ngx_now() * 1000;
     let mark: unknown = undefined;
     if (left <= 0 && !extended) [mark] = g.dict.get(FINISHED + rkey);
     if (mark !== undefined) {
@@ -103,13 +109,13 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
       // stored, which may take up to the lease (the store retries): a retry
       // sent after it must get the replay, not a 409.
       extended = true;
-      deadline = ngx.now() * 1000 + g.lease;
+      deadline = ngx_now() * 1000 + g.lease;
       left = g.lease;
     }
     if (left <= 0) break;
     if (w.polling) {
       // Another waiter of this worker asks Redis; it (or the store) wakes us.
-      w.sem.wait(math.min(left, 250) / 1000);
+      w.sem.wait(math_min(left, 250) / 1000);
     } else {
       w.polling = true;
       const [got, rec, cerr] = claim(g, rkey, tok, fp);
@@ -129,8 +135,8 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
         err = cerr;
         break;
       }
-      w.sem.wait(math.min(left, pause) / 1000);
-      pause = math.min(pause * 2, 100);
+      w.sem.wait(math_min(left, pause) / 1000);
+      pause = math_min(pause * 2, 100);
     }
   }
   w.waiters--;

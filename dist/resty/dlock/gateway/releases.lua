@@ -1,0 +1,173 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local failed, raised, finish, finishSafely, work, drain, schedule, ngx_log, ERR, WARN, timer_at, thread_spawn, worker_exiting, math_min, thread_wait, lua_pcall, lua_tostring, semaphore, qOwner, qLease, qHold, head, tail, draining, pending, MAX_DRAINERS, alive, idle, woken, PARALLEL, IDLE, SHARE, sema
+local check = require("resty.dlock.core.check")
+local batch = require("resty.dlock.core.batch")
+local stats = require("resty.dlock.gateway.stats")
+function failed(owner, what, err)
+    stats.incr(owner.dict, owner.name, "redis_errors")
+    ngx_log(
+        WARN,
+        "dlock: guard ",
+        owner.name,
+        ": ",
+        what,
+        " failed (retried until Redis answers or the lease expires): ",
+        check.reason(err)
+    )
+end
+function raised(err)
+    ngx_log(
+        ERR,
+        "dlock: gateway release queue: ",
+        check.text(err)
+    )
+end
+function finish(owner, l, ms)
+    if ms > 0 then
+        local ok, err = l:extend(ms)
+        if ok == nil and err ~= "not_owner" then
+            failed(owner, "holding " .. l.key, err)
+        end
+        return
+    end
+    local ok, err = l:release()
+    if ok ~= nil or err == "not_owner" then
+        return
+    end
+    local n, berr = batch.releaseAll({l})
+    if n > 0 then
+        failed(
+            owner,
+            ("releasing " .. lua_tostring(n)) .. " lease(s)",
+            berr
+        )
+    end
+end
+function finishSafely(owner, l, ms)
+    local ok, err = lua_pcall(finish, owner, l, ms)
+    if not ok then
+        raised(err)
+    end
+end
+function work()
+    local done = 0
+    while done < SHARE do
+        if head > tail then
+            if worker_exiting() then
+                break
+            end
+            idle = idle + 1
+            local ok = sema:wait(IDLE)
+            idle = idle - 1
+            if ok then
+                woken = woken - 1
+            elseif head > tail then
+                break
+            end
+        else
+            local owner = qOwner[head]
+            local l = qLease[head]
+            local ms = qHold[head]
+            qOwner[head] = nil
+            qLease[head] = nil
+            qHold[head] = nil
+            head = head + 1
+            finishSafely(owner, l, ms)
+            done = done + 1
+        end
+    end
+    alive = alive - 1
+end
+function drain(premature)
+    pending = pending - 1
+    local threads = {}
+    local want = math_min(tail - head + 1, PARALLEL - alive)
+    for _ = 1, want do
+        alive = alive + 1
+        local co = thread_spawn(work)
+        if co == nil then
+            work()
+            break
+        end
+        threads[#threads + 1] = co
+    end
+    for i = 1, #threads do
+        thread_wait(threads[i])
+    end
+    draining = draining - 1
+    schedule()
+end
+function schedule()
+    local backlog = tail - head + 1
+    if backlog <= 0 then
+        return
+    end
+    if sema == nil then
+        local sm, err = semaphore.new(0)
+        if sm == nil then
+            ngx_log(ERR, "dlock: gateway: cannot make the release semaphore, releases expire on their own: ", err)
+            return
+        end
+        sema = sm
+    end
+    local free = idle - woken
+    if free > 0 then
+        local n = math_min(free, backlog)
+        woken = woken + n
+        sema:post(n)
+        if backlog <= n then
+            return
+        end
+    end
+    if pending > 0 or alive >= PARALLEL or draining >= MAX_DRAINERS then
+        return
+    end
+    local ok, err = timer_at(0, drain)
+    if ok then
+        draining = draining + 1
+        pending = pending + 1
+    elseif draining == 0 then
+        ngx_log(
+            ERR,
+            "dlock: gateway: cannot schedule ",
+            backlog,
+            " release(s), they expire on their own: ",
+            err
+        )
+    end
+end
+ngx_log = ngx.log
+ERR = ngx.ERR
+WARN = ngx.WARN
+timer_at = ngx.timer.at
+thread_spawn = ngx.thread.spawn
+worker_exiting = ngx.worker.exiting
+math_min = math.min
+thread_wait = ngx.thread.wait
+lua_pcall = pcall
+lua_tostring = tostring
+semaphore = require("ngx.semaphore")
+qOwner = {}
+qLease = {}
+qHold = {}
+head = 1
+tail = 0
+draining = 0
+pending = 0
+MAX_DRAINERS = 8
+alive = 0
+idle = 0
+woken = 0
+PARALLEL = 128
+IDLE = 0.5
+SHARE = 4096
+--- Queue the end of a lease for a timer: release it, or keep it `hold` more ms.
+function ____exports.enqueue(owner, l, holdMs)
+    tail = tail + 1
+    qOwner[tail] = owner
+    qLease[tail] = l
+    qHold[tail] = holdMs
+    schedule()
+end
+return ____exports

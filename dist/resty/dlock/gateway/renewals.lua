@@ -1,0 +1,75 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.core.check")
+local stats = require("resty.dlock.gateway.stats")
+local watchdog = require("resty.dlock.core.watchdog")
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+--- Leases the watchdog renews for in-flight requests, and whose they are.
+local heldOf = {}
+--- Per guard, what the watchdog tells about its renewals.
+local hooksOf = {}
+local function makeHooks(owner)
+    local hk = {
+        renewed = function()
+            stats.incr(owner.dict, owner.name, "renewed")
+        end,
+        lost = function(l)
+            local h = heldOf[l]
+            heldOf[l] = nil
+            if h == nil or h.done then
+                return
+            end
+            h.done = true
+            stats.adjust(owner.dict, owner.name, "in_flight", -1)
+            stats.incr(owner.dict, owner.name, "lost")
+            ngx_log(
+                ERR,
+                "dlock: guard ",
+                owner.name,
+                ": lease on ",
+                l.key,
+                " lost while its request is in flight"
+            )
+        end,
+        failed = function(l, err)
+            stats.incr(owner.dict, owner.name, "redis_errors")
+            ngx_log(
+                WARN,
+                "dlock: guard ",
+                owner.name,
+                ": renewing ",
+                l.key,
+                ": ",
+                check.reason(err)
+            )
+        end
+    }
+    hooksOf[owner] = hk
+    return hk
+end
+--- Renew h's lease while its request runs.
+function ____exports.watch(h)
+    local owner = h.owner
+    heldOf[h.lease] = h
+    local err = watchdog.watch(
+        h.lease,
+        hooksOf[owner] or makeHooks(owner)
+    )
+    if err ~= nil then
+        ngx_log(
+            ERR,
+            "dlock: guard ",
+            owner.name,
+            ": ",
+            check.reason(err)
+        )
+    end
+end
+--- No more renewals of h's lease: its request is over.
+function ____exports.unwatch(h)
+    watchdog.unwatch(h.lease)
+    heldOf[h.lease] = nil
+end
+return ____exports

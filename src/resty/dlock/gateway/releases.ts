@@ -1,0 +1,179 @@
+// The release queue of the gateway: a request's lease ends in its log phase,
+// where there are no cosockets, so the release (or, dedup after a 2xx, the
+// hold) is queued here and sent from a timer.
+//
+// Light threads of a drain timer send them, one lease at a time each, side by
+// side, so that auto-pipelining carries them in the round trips of the
+// worker's other calls (a batch call of its own, lease.releaseAll, took a
+// pooled connection and about 15 KB of garbage each time, four times what the
+// rest of a request makes). A thread that finds the queue empty waits a while
+// for more (a log phase wakes it through a semaphore) before it ends: under
+// load the same few threads send every release, where a timer or a thread per
+// release cost more than the release itself. A release Redis does not confirm
+// goes through releaseAll once more, and is then left to the sweep that
+// retries it until Redis answers or the key expires.
+
+import * as check from "../core/check";
+import * as batch from "../core/batch";
+import type * as lease from "../core/lease";
+import * as stats from "./stats";
+import type { Owner } from "./inflight";
+
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const WARN = ngx.WARN;
+const timer_at = ngx.timer.at;
+const thread_spawn = ngx.thread.spawn;
+const worker_exiting = ngx.worker.exiting;
+const math_min = math.min;
+const thread_wait = ngx.thread.wait;
+const lua_pcall = pcall;
+const lua_tostring = tostring;
+
+const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
+
+// The queue, in three parallel arrays (no table per queued lease).
+const qOwner = new LuaTable<number, Owner>();
+const qLease = new LuaTable<number, lease.Lease>();
+/** ms to keep the key instead of releasing it (0: release). */
+const qHold = new LuaTable<number, number>();
+let head = 1;
+let tail = 0;
+
+/** Drain timers started (at most MAX_DRAINERS), and those of them not running yet. */
+let draining = 0;
+let pending = 0;
+const MAX_DRAINERS = 8;
+/** Release threads alive, at most PARALLEL (releases on their way at once); those waiting for work; posts they have not taken. */
+let alive = 0;
+let idle = 0;
+let woken = 0;
+const PARALLEL = 128;
+/** Seconds a thread waits for work before it ends. */
+const IDLE = 0.5;
+/** Leases one thread sees to before it ends (its timer then hands over to a fresh one). */
+const SHARE = 4096;
+/** Made in the worker, at its first release. */
+let sema: NgxSemaphore | undefined;
+
+function failed(owner: Owner, what: string, err: string | undefined): void {
+  stats.incr(owner.dict, owner.name, "redis_errors");
+  ngx_log(WARN, "dlock: guard ", owner.name, ": ", what, " failed (retried until Redis answers or the lease expires): ",
+    check.reason(err));
+}
+
+function raised(err: unknown): void {
+  ngx_log(ERR, "dlock: gateway release queue: ", check.text(err));
+}
+
+/** Release l, or keep it ms more. */
+function finish(this: void, owner: Owner, l: lease.Lease, ms: number): void {
+  if (ms > 0) {
+    const [ok, err] = l.extend(ms);
+    if (ok === undefined && err !== "not_owner") failed(owner, "holding " + l.key, err);
+    return;
+  }
+  const [ok, err] = l.release();
+  if (ok !== undefined || err === "not_owner") return;
+  // Unconfirmed: releaseAll tries again and hands what Redis still does not confirm to the sweep.
+  const [n, berr] = batch.releaseAll([l]);
+  if (n > 0) failed(owner, "releasing " + lua_tostring(n) + " lease(s)", berr);
+}
+
+/** A light thread's body: never raises (an aborted thread would log its own error line). */
+function finishSafely(this: void, owner: Owner, l: lease.Lease, ms: number): void {
+  const [ok, err] = lua_pcall(finish, owner, l, ms);
+  if (!ok) raised(err);
+}
+
+/** A release thread: sees to queued leases one at a time until the queue stays empty for IDLE s, or its share is done. */
+function work(this: void): void {
+  let done = 0;
+  while (done < SHARE) {
+    if (head > tail) {
+      // An exiting worker keeps no thread waiting for work that will not come.
+      if (worker_exiting()) break;
+      idle++;
+      const [ok] = sema!.wait(IDLE);
+      idle--;
+      if (ok) {
+        woken--;
+      } else if (head > tail) {
+        // A post that came as the wait ran out stays counted: the next wait takes it at once.
+        break;
+      }
+    } else {
+      const owner = qOwner.get(head);
+      const l = qLease.get(head);
+      const ms = qHold.get(head);
+      qOwner.delete(head);
+      qLease.delete(head);
+      qHold.delete(head);
+      head++;
+      finishSafely(owner, l, ms);
+      done++;
+    }
+  }
+  alive--;
+}
+
+function drain(this: void, premature: boolean): void {
+  // Runs also when premature (the worker is exiting): cosockets still work here.
+  pending--;
+  const threads: NgxThread[] = [];
+  const want = math_min(tail - head + 1, PARALLEL - alive);
+  for (const _ of $range(1, want)) {
+    alive++;
+    // nil when the thread cannot be made (no memory): then this timer works itself.
+    const co = thread_spawn(work) as NgxThread | undefined;
+    if (co === undefined) {
+      work();
+      break;
+    }
+    threads.push(co);
+  }
+  for (const i of $range(1, threads.length)) thread_wait(threads[i - 1]!);
+  draining--;
+  // Threads that ended at their share left work behind: a fresh timer takes over.
+  schedule();
+}
+
+/** Wake idle threads for what is queued; start a drain timer when they are too few. */
+function schedule(): void {
+  const backlog = tail - head + 1;
+  if (backlog <= 0) return;
+  if (sema === undefined) {
+    const [sm, err] = semaphore.new(0);
+    if (sm === undefined) {
+      ngx_log(ERR, "dlock: gateway: cannot make the release semaphore, releases expire on their own: ", err);
+      return;
+    }
+    sema = sm;
+  }
+  const free = idle - woken;
+  if (free > 0) {
+    const n = math_min(free, backlog);
+    woken += n;
+    sema.post(n);
+    if (backlog <= n) return;
+  }
+  // A timer about to start makes threads for all that is queued then.
+  if (pending > 0 || alive >= PARALLEL || draining >= MAX_DRAINERS) return;
+  // A delay of 0 is the one nginx still allows in a worker that is exiting.
+  const [ok, err] = timer_at(0, drain);
+  if (ok) {
+    draining++;
+    pending++;
+  } else if (draining === 0) {
+    ngx_log(ERR, "dlock: gateway: cannot schedule ", backlog, " release(s), they expire on their own: ", err);
+  }
+}
+
+/** Queue the end of a lease for a timer: release it, or keep it `hold` more ms. */
+export function enqueue(owner: Owner, l: lease.Lease, holdMs: number): void {
+  tail++;
+  qOwner.set(tail, owner);
+  qLease.set(tail, l);
+  qHold.set(tail, holdMs);
+  schedule();
+}

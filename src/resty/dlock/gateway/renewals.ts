@@ -1,0 +1,66 @@
+// Renewals of the leases of in-flight requests: the watchdog (one sweep per
+// worker) extends them while their requests run, and tells the guard through
+// hooks made once per guard what each renewal found.
+
+import * as check from "../core/check";
+import type * as lease from "../core/lease";
+import * as stats from "./stats";
+import * as watchdog from "../core/watchdog";
+import type { Owner } from "./inflight";
+
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const WARN = ngx.WARN;
+
+/** A lease a request holds for a guard. */
+export interface Held {
+  readonly owner: Owner;
+  readonly lease: lease.Lease;
+  done: boolean;
+}
+
+/** Leases the watchdog renews for in-flight requests, and whose they are. */
+const heldOf = new LuaTable<lease.Lease, Held>();
+
+/** Per guard, what the watchdog tells about its renewals. */
+const hooksOf = new LuaMap<Owner, watchdog.Hooks>();
+
+// Made once per guard, apart from watch(): a function that makes closures is
+// one LuaJIT does not compile, and would take its callers out of the trace.
+function makeHooks(owner: Owner): watchdog.Hooks {
+  const hk: watchdog.Hooks = {
+    renewed(this: void): void {
+      stats.incr(owner.dict, owner.name, "renewed");
+    },
+    lost(this: void, l: lease.Lease): void {
+      const h = heldOf.get(l);
+      heldOf.delete(l);
+      if (h === undefined || h.done) return;
+      h.done = true;
+      stats.adjust(owner.dict, owner.name, "in_flight", -1);
+      stats.incr(owner.dict, owner.name, "lost");
+      ngx_log(ERR, "dlock: guard ", owner.name, ": lease on ", l.key, " lost while its request is in flight");
+    },
+    failed(this: void, l: lease.Lease, err: string): void {
+      // A Redis hiccup: the next sweep tries again; if the lease runs out meanwhile, it is reported lost.
+      stats.incr(owner.dict, owner.name, "redis_errors");
+      ngx_log(WARN, "dlock: guard ", owner.name, ": renewing ", l.key, ": ", check.reason(err));
+    },
+  };
+  hooksOf.set(owner, hk);
+  return hk;
+}
+
+/** Renew h's lease while its request runs. */
+export function watch(h: Held): void {
+  const owner = h.owner;
+  heldOf.set(h.lease, h);
+  const err = watchdog.watch(h.lease, hooksOf.get(owner) ?? makeHooks(owner));
+  if (err !== undefined) ngx_log(ERR, "dlock: guard ", owner.name, ": ", check.reason(err));
+}
+
+/** No more renewals of h's lease: its request is over. */
+export function unwatch(h: Held): void {
+  watchdog.unwatch(h.lease);
+  heldOf.delete(h.lease);
+}

@@ -138,7 +138,7 @@ function ____exports.new(opts)
             return nil, refused
         end
     end
-    local kind = store.redis.topology == "redlock" and MAJORITY_LOCK or (fencing and FENCED_LOCK or LOCK)
+    local kind = not backend.queues(store.redis) and MAJORITY_LOCK or (fencing and FENCED_LOCK or LOCK)
     local reent = false
     if o.reentrant ~= nil then
         local b, err = check.bool("reentrant", o.reentrant)

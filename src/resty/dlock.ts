@@ -122,7 +122,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     const refused = backend.refuses(store.redis, "fencing");
     if (refused !== undefined) return $multi(undefined, refused);
   }
-  const kind = store.redis.topology === "redlock" ? MAJORITY_LOCK : fencing ? FENCED_LOCK : LOCK;
+  const kind = !backend.queues(store.redis) ? MAJORITY_LOCK : fencing ? FENCED_LOCK : LOCK;
   let reent = false;
   if (o.get("reentrant") !== undefined) {
     const [b, err] = check.bool("reentrant", o.get("reentrant"));

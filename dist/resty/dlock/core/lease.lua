@@ -5,7 +5,6 @@ local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local orphans = require("resty.dlock.core.orphans")
 local backend = require("resty.dlock.redis.backend")
-local redis = require("resty.dlock.redis.client")
 local waits = require("resty.dlock.core.wait")
 local wakeups = require("resty.dlock.core.wakeups")
 --- Longest key accepted, in bytes (before the prefix).
@@ -45,7 +44,7 @@ function ____exports.parseStore(o, defaultPrefix, defaultName)
         end
         name = n
     end
-    local conf, rerr = redis.parse(o.redis, dict)
+    local conf, rerr = backend.parse(o.redis, dict)
     if conf == nil then
         return nil, rerr
     end

@@ -1,10 +1,27 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local redis = require("resty.dlock.redis.client")
-local resp = require("resty.dlock.redis.resp")
+local roundtrip = require("resty.dlock.redis.roundtrip")
 local scripts = require("resty.dlock.redis.scripts")
-local single = require("resty.dlock.redis.single")
 local semaphore = require("ngx.semaphore")
+local sem_new = semaphore.new
+local ngx_now = ngx.now
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local NOTICE = ngx.NOTICE
+local timer_at = ngx.timer.at
+local worker_exiting = ngx.worker.exiting
+local lua_pcall = pcall
+local lua_tostring = tostring
+local lua_next = next
+local lua_pairs = pairs
+local add = roundtrip.add
+local run = roundtrip.run
+local fail = roundtrip.fail
+local alone = roundtrip.one
+local wordOf = roundtrip.wordOf
+local batchOf = roundtrip.batchOf
+local forTarget = scripts.forTarget
 --- Calls in one pipeline, at most: a larger batch waits for the next round trip.
 local MAX_BATCH = 256
 --- Calls of a worker that go out on connections of their own before the next
@@ -29,7 +46,7 @@ local lanes = setmetatable({}, {__mode = "k"})
 local function laneOf(conf)
     local l = lanes[conf]
     if l == nil then
-        local work = semaphore.new(0)
+        local work = sem_new(0)
         if work == nil then
             return nil
         end
@@ -52,248 +69,10 @@ local function laneOf(conf)
     end
     return l
 end
-local heads = setmetatable({}, {__mode = "k"})
-local bodies = setmetatable({}, {__mode = "k"})
-local function headOf(cache, s, words, body)
-    local byWords = cache[s]
-    if byWords == nil then
-        byWords = {}
-        cache[s] = byWords
-    end
-    local h = byWords[words]
-    if h == nil then
-        local parts = {}
-        resp.command(parts, 3 + words)
-        resp.arg(parts, body and "EVAL" or "EVALSHA")
-        resp.arg(parts, body and s.src or s.sha)
-        resp.arg(parts, s.keys)
-        h = table.concat(parts)
-        byWords[words] = h
-    end
-    return h
-end
-local WORD = "$%d\r\n%s\r\n"
-local FORMATS = {}
-for n = 1, 7 do
-    FORMATS[n] = "%s" .. string.rep(WORD, n)
-end
---- The words of a command (up to seven: the key and six arguments), with its head. Not a tail call (see lease.make).
-local function encode(head, n, w1, w2, w3, w4, w5, w6, w7)
-    local cmd = string.format(
-        FORMATS[n],
-        head,
-        #w1,
-        w1,
-        #w2,
-        w2,
-        #w3,
-        w3,
-        #w4,
-        w4,
-        #w5,
-        w5,
-        #w6,
-        w6,
-        #w7,
-        w7
-    )
-    return cmd
-end
---- Add a call to b: its command goes into the buffer at once (no table of its arguments).
-local function add(b, s, rkey, ...)
-    local n = select("#", ...)
-    local words = 1 + n
-    local head = headOf(heads, s, words, false)
-    local cmd
-    if n <= 6 then
-        local a1, a2, a3, a4, a5, a6 = select(1, ...)
-        cmd = encode(
-            head,
-            words,
-            rkey,
-            n >= 1 and tostring(a1) or "",
-            n >= 2 and tostring(a2) or "",
-            n >= 3 and tostring(a3) or "",
-            n >= 4 and tostring(a4) or "",
-            n >= 5 and tostring(a5) or "",
-            n >= 6 and tostring(a6) or ""
-        )
-    else
-        local parts = {}
-        parts[1] = head
-        resp.arg(parts, rkey)
-        for i = 1, n do
-            local a = select(i, ...)
-            resp.arg(parts, a)
-        end
-        cmd = table.concat(parts)
-    end
-    local job = {
-        s = s,
-        cmd = cmd,
-        words = words,
-        back = false,
-        res = nil,
-        err = nil,
-        fault = nil
-    }
-    local ____b_jobs_0 = b.jobs
-    ____b_jobs_0[#____b_jobs_0 + 1] = job
-    local ____b_parts_1 = b.parts
-    ____b_parts_1[#____b_parts_1 + 1] = cmd
-    if s.undo ~= nil then
-        b.undos = b.undos + 1
-    end
-    return job
-end
-local function fail(jobs, err, fault)
-    for ____, j in ipairs(jobs) do
-        if j.fault == nil and j.res == nil then
-            j.err = err
-            j.fault = fault
-        end
-    end
-end
---- The commands of some of b's jobs (by index), EVAL with the script's body when `body`.
-local function commands(b, which, body)
-    local out = {}
-    for ____, i in ipairs(which) do
-        local j = b.jobs[i]
-        if body then
-            local sha = headOf(heads, j.s, j.words, false)
-            out[#out + 1] = headOf(bodies, j.s, j.words, true) .. string.sub(j.cmd, #sha + 1)
-        else
-            out[#out + 1] = j.cmd
-        end
-    end
-    return table.concat(out)
-end
---- Send the commands (EVAL when `body`), and read the replies of the jobs `which` (indexes into b.jobs) in turn.
-local function roundTrip(conf, sock, b, which, payload, body)
-    local sent, serr = sock:send(payload)
-    if sent == nil then
-        for ____, i in ipairs(which) do
-            local j = b.jobs[i]
-            j.err = (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(serr)) .. " during ") .. j.s.name
-            j.fault = "lost"
-        end
-        return {}
-    end
-    local r = resp.reader(sock)
-    local again = {}
-    for k = 1, #which do
-        local j = b.jobs[which[k]]
-        local v, rerr = resp.read(r)
-        if v == nil then
-            for m = k, #which do
-                local lost = b.jobs[which[m]]
-                lost.err = (((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(rerr)) .. " during ") .. lost.s.name
-                lost.fault = "lost"
-            end
-            return {}
-        end
-        if v == false then
-            if not body and string.sub(
-                tostring(rerr),
-                1,
-                8
-            ) == "NOSCRIPT" then
-                again[#again + 1] = which[k]
-            else
-                local e, f = single.refused(conf, rerr)
-                j.err = e
-                j.fault = f
-            end
-        else
-            j.res = v
-        end
-    end
-    if not resp.drained(r) then
-        for ____, i in ipairs(which) do
-            local j = b.jobs[i]
-            j.res = nil
-            j.err = (("dlock: redis " .. conf.endpoint) .. ": more data than replies during ") .. j.s.name
-            j.fault = "lost"
-        end
-        return {}
-    end
-    return again
-end
---- Send b's calls as one pipeline on a pooled connection (EVAL for those Redis has no script for), then one WAIT.
-local function run(conf, b)
-    local which = {}
-    for i = 1, #b.jobs do
-        which[#which + 1] = i
-    end
-    local red, cerr = redis.connect(conf)
-    if red == nil then
-        fail(
-            b.jobs,
-            cerr,
-            single.unreachable(conf)
-        )
-        return
-    end
-    local sock = rawget(red, "_sock")
-    local again = roundTrip(
-        conf,
-        sock,
-        b,
-        which,
-        table.concat(b.parts),
-        false
-    )
-    if #again > 0 then
-        roundTrip(
-            conf,
-            sock,
-            b,
-            again,
-            commands(b, again, true),
-            true
-        )
-    end
-    local broken = false
-    local wrote = {}
-    for ____, j in ipairs(b.jobs) do
-        if j.fault == "lost" then
-            broken = true
-        elseif j.res ~= nil and conf.replicas > 0 and j.s.written ~= nil and j.s.written(j.res) then
-            wrote[#wrote + 1] = j
-        end
-    end
-    if not broken and #wrote > 0 then
-        local short = single.replicated(red, conf, wrote[1].s)
-        if short ~= nil then
-            for ____, j in ipairs(wrote) do
-                j.res = nil
-                j.err = short
-                j.fault = "replicas"
-            end
-        end
-        return
-    end
-    redis.done(red, conf, not broken)
-end
---- A call sent at once by its caller (or a timer), on a pooled connection of its own: a batch of one.
-local function alone(conf, s, rkey, ...)
-    local b = {parts = {}, jobs = {}, sem = nil, undos = 0}
-    local job = add(b, s, rkey, ...)
-    run(conf, b)
-    return job.res, job.err, job.fault
-end
---- Word n of job j's command after its key count (1: KEYS[1]).
-local function wordOf(j, n)
-    return resp.word(
-        j.cmd,
-        #headOf(heads, j.s, j.words, false) + 1,
-        n
-    )
-end
 --- Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will.
 local function takeBackOne(conf, j)
     local rkey = wordOf(j, 1)
-    local res, err = scripts.forTarget(
+    local res, err = forTarget(
         alone,
         conf,
         j.s.undo,
@@ -301,8 +80,8 @@ local function takeBackOne(conf, j)
         wordOf(j, j.s.keys + 1)
     )
     if res == nil then
-        ngx.log(
-            ngx.WARN,
+        ngx_log(
+            WARN,
             "dlock: ",
             rkey,
             " may be held by a request that ended before the ",
@@ -312,8 +91,8 @@ local function takeBackOne(conf, j)
             "): it expires on its own"
         )
     elseif res ~= 0 then
-        ngx.log(
-            ngx.NOTICE,
+        ngx_log(
+            NOTICE,
             "dlock: took back ",
             rkey,
             ": its request ended before the ",
@@ -327,11 +106,13 @@ end
 -- there has been back. Only those whose replies were read: nothing of theirs
 -- can land later. (A lost reply of a caller that is gone is left to its ttl.)
 local function settle(premature, conf, b)
-    for ____, j in ipairs(b.jobs) do
+    local jobs = b.jobs
+    for i = 1, #jobs do
+        local j = jobs[i]
         if j.s.undo ~= nil and j.res ~= nil and not j.back then
-            local ok, err = pcall(takeBackOne, conf, j)
+            local ok, err = lua_pcall(takeBackOne, conf, j)
             if not ok then
-                ngx.log(ngx.ERR, "dlock: take-back failed: ", err)
+                ngx_log(ERR, "dlock: take-back failed: ", err)
             end
         end
     end
@@ -345,9 +126,9 @@ local function wake(conf, b)
     local sem = b.sem
     sem:post(#b.jobs)
     if b.undos > 0 and sem:count() > 0 then
-        local ok, err = ngx.timer.at(0, settle, conf, b)
+        local ok, err = timer_at(0, settle, conf, b)
         if ok == nil then
-            ngx.log(ngx.ERR, "dlock: cannot take back the acquires of gone callers: ", err)
+            ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err)
         end
     end
 end
@@ -359,17 +140,17 @@ local function flush(lane)
         lane.batching = lane.batching + 1
         lane.batches = lane.batches + 1
         lane.batched = lane.batched + #b.jobs
-        local ok, err = pcall(run, lane.conf, b)
+        local ok, err = lua_pcall(run, lane.conf, b)
         if not ok then
             fail(
-                b.jobs,
-                (("dlock: pipeline to redis " .. lane.conf.endpoint) .. " failed: ") .. tostring(err),
+                b,
+                (("dlock: pipeline to redis " .. lane.conf.endpoint) .. " failed: ") .. lua_tostring(err),
                 "lost"
             )
         end
         lane.batching = lane.batching - 1
         if #b.jobs > 1 then
-            lane.loaded = ngx.now() + LOADED
+            lane.loaded = ngx_now() + LOADED
         end
         wake(lane.conf, b)
     end
@@ -380,7 +161,7 @@ end
 local function sender(premature, lane)
     while not premature do
         flush(lane)
-        if ngx.worker.exiting() then
+        if worker_exiting() then
             break
         end
         lane.idle = lane.idle + 1
@@ -391,7 +172,7 @@ local function sender(premature, lane)
         end
     end
     if lane.open ~= nil then
-        fail(lane.open.jobs, ("dlock: nginx worker exiting before the call to redis " .. lane.conf.endpoint) .. " was sent", "failed")
+        fail(lane.open, ("dlock: nginx worker exiting before the call to redis " .. lane.conf.endpoint) .. " was sent", "failed")
         lane.open.sem:post(#lane.open.jobs)
         lane.open = nil
     end
@@ -403,9 +184,9 @@ local function patience(conf)
 end
 --- Calls of this worker on their way to this Redis now (forgetting those whose time is up).
 local function inFlight(lane)
-    local now = ngx.now()
+    local now = ngx_now()
     local n = lane.batching
-    for slot, ____until in pairs(lane.direct) do
+    for slot, ____until in lua_pairs(lane.direct) do
         if ____until < now then
             lane.direct[slot] = nil
         else
@@ -419,18 +200,18 @@ end
 local function opened(lane)
     local b = lane.open
     if b == nil then
-        local sem = semaphore.new(0)
+        local sem = sem_new(0)
         if sem == nil then
             return nil
         end
-        b = {parts = {}, jobs = {}, sem = sem, undos = 0}
+        b = batchOf(sem, false)
         lane.open = b
     end
     if #b.jobs == 0 then
         if lane.idle > 0 then
             lane.work:post(1)
         elseif lane.senders < SENDERS then
-            local started = ngx.timer.at(0, sender, lane)
+            local started = timer_at(0, sender, lane)
             if started ~= nil then
                 lane.senders = lane.senders + 1
             elseif lane.senders == 0 then
@@ -453,7 +234,7 @@ local function join(lane, s, rkey, ...)
     local woken = b.sem:wait(wait)
     job.back = true
     if not woken and job.res == nil and job.fault == nil then
-        return nil, (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. tostring(wait)) .. " s during ") .. s.name, "lost"
+        return nil, (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. lua_tostring(wait)) .. " s during ") .. s.name, "lost"
     end
     return job.res, job.err, job.fault
 end
@@ -467,9 +248,9 @@ local WATCH = 1
 -- connection was closed with the command perhaps not yet run, and by then it
 -- has run (or Redis has been stuck that long).
 local function watcher(premature, lane)
-    local now = ngx.now()
+    local now = ngx_now()
     local gone = {}
-    for slot, b in pairs(lane.acquires) do
+    for slot, b in lua_pairs(lane.acquires) do
         local ____until = lane.direct[slot]
         if ____until == nil or ____until < now then
             lane.acquires[slot] = nil
@@ -477,13 +258,13 @@ local function watcher(premature, lane)
             gone[#gone + 1] = b
         end
     end
-    for ____, b in ipairs(gone) do
-        local ok, err = pcall(takeBackOne, lane.conf, b.jobs[1])
+    for i = 1, #gone do
+        local ok, err = lua_pcall(takeBackOne, lane.conf, gone[i].jobs[1])
         if not ok then
-            ngx.log(ngx.ERR, "dlock: take-back failed: ", err)
+            ngx_log(ERR, "dlock: take-back failed: ", err)
         end
     end
-    if premature or (next(lane.acquires)) == nil or (ngx.timer.at(WATCH, watcher, lane)) == nil then
+    if premature or (lua_next(lane.acquires)) == nil or (timer_at(WATCH, watcher, lane)) == nil then
         lane.watching = false
     end
 end
@@ -492,13 +273,13 @@ local function direct(lane, s, rkey, ...)
     local conf = lane.conf
     lane.slots = lane.slots + 1
     local slot = lane.slots
-    lane.direct[slot] = ngx.now() + patience(conf)
-    local b = {parts = {}, jobs = {}, sem = nil, undos = 0}
+    lane.direct[slot] = ngx_now() + patience(conf)
+    local b = batchOf(nil, false)
     local job = add(b, s, rkey, ...)
     if s.undo ~= nil then
         lane.acquires[slot] = b
         if not lane.watching then
-            lane.watching = (ngx.timer.at(WATCH, watcher, lane)) ~= nil
+            lane.watching = (timer_at(WATCH, watcher, lane)) ~= nil
         end
     end
     run(conf, b)
@@ -508,17 +289,17 @@ local function direct(lane, s, rkey, ...)
 end
 --- Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline.
 function ____exports.call(conf, s, rkey, ...)
-    local ____conf_auto_pipeline_2
+    local ____conf_auto_pipeline_0
     if conf.auto_pipeline then
-        ____conf_auto_pipeline_2 = laneOf(conf)
+        ____conf_auto_pipeline_0 = laneOf(conf)
     else
-        ____conf_auto_pipeline_2 = nil
+        ____conf_auto_pipeline_0 = nil
     end
-    local lane = ____conf_auto_pipeline_2
+    local lane = ____conf_auto_pipeline_0
     if lane == nil then
-        return single.call(conf, s, rkey, ...)
+        return alone(conf, s, rkey, ...)
     end
-    if lane.batching == 0 and lane.open == nil and ngx.now() >= lane.loaded and inFlight(lane) < ____exports.DIRECT then
+    if lane.batching == 0 and lane.open == nil and ngx_now() >= lane.loaded and inFlight(lane) < ____exports.DIRECT then
         return direct(lane, s, rkey, ...)
     end
     local b = lane.open

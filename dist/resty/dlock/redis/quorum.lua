@@ -1,18 +1,19 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local majority, nowMs, errorsOf, count, decideAcquire
+local majority, nowMs, errorsOf, count, decideAcquire, pipelined, ngx_now, update_time, lua_type, lua_tostring, math_floor, str_format, tbl_concat, tbl_sort
+local pipeline = require("resty.dlock.redis.pipeline")
+local roundtrip = require("resty.dlock.redis.roundtrip")
 local scripts = require("resty.dlock.redis.scripts")
-local single = require("resty.dlock.redis.single")
 --- The allowance for clock drift between masters over a ttl, in ms (redis.io: 1 % plus 2 ms).
 function ____exports.drift(ttl)
-    return math.floor(ttl * 0.01) + 2
+    return math_floor(ttl * 0.01) + 2
 end
 function majority(conf)
-    return math.floor(#conf.nodes / 2) + 1
+    return math_floor(#conf.nodes / 2) + 1
 end
 function nowMs()
-    ngx.update_time()
-    return ngx.now() * 1000
+    update_time()
+    return ngx_now() * 1000
 end
 function errorsOf(conf, v)
     local list = {}
@@ -22,7 +23,7 @@ function errorsOf(conf, v)
             list[#list + 1] = e
         end
     end
-    return table.concat(list, "; ")
+    return tbl_concat(list, "; ")
 end
 function count(conf, v, want)
     local yes = 0
@@ -50,7 +51,7 @@ function decideAcquire(conf, v, rkey, tok, ttl, started)
     local unknown = false
     for i = 1, n do
         if v.replies[i] == "OK" then
-            local r = single.call(conf.nodes[i], scripts.RELEASE, rkey, tok)
+            local r = pipelined(conf.nodes[i], scripts.RELEASE, rkey, tok)
             if r == nil then
                 undone = false
             end
@@ -61,24 +62,38 @@ function decideAcquire(conf, v, rkey, tok, ttl, started)
     local pttls = {}
     for i = 1, n do
         local r = v.replies[i]
-        if type(r) == "number" then
+        if lua_type(r) == "number" then
             pttls[#pttls + 1] = r
         end
     end
     if #pttls > n - need and undone then
-        table.sort(pttls)
+        tbl_sort(pttls)
         return pttls[#pttls - (n - need)], nil, nil
     end
     if not undone or unknown then
-        return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. tostring(took)) .. " of ") .. tostring(n)) .. " masters, and some may still hold it (") .. errorsOf(conf, v)) .. ")", "lost"
+        return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. lua_tostring(took)) .. " of ") .. lua_tostring(n)) .. " masters, and some may still hold it (") .. errorsOf(conf, v)) .. ")", "lost"
     end
     if took >= need then
-        return nil, string.format("dlock: redis %s: took the key on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
+        return nil, str_format("dlock: redis %s: took the key on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
     end
-    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. tostring(took)) .. " of ") .. tostring(n)) .. " masters, a majority is ") .. tostring(need)) .. " (") .. errorsOf(conf, v)) .. ")", "transient"
+    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. lua_tostring(took)) .. " of ") .. lua_tostring(n)) .. " masters, a majority is ") .. lua_tostring(need)) .. " (") .. errorsOf(conf, v)) .. ")", "transient"
 end
+pipelined = pipeline.call
+local many = roundtrip.many
+local spawn = ngx.thread.spawn
+local thread_wait = ngx.thread.wait
+ngx_now = ngx.now
+update_time = ngx.update_time
+lua_type = type
+local lua_select = select
+lua_tostring = tostring
+local lua_tonumber = tonumber
+math_floor = math.floor
+str_format = string.format
+tbl_concat = table.concat
+tbl_sort = table.sort
 --- Is this script one a quorum can decide?
-function ____exports.kindSupported(s)
+local function kindSupported(s)
     return s == scripts.ACQUIRE or s == scripts.RELEASE or s == scripts.EXTEND
 end
 --- Per worker, per master (by endpoint): what its calls did, for status pages.
@@ -93,7 +108,7 @@ local function note(node, fault, err)
     end
     if fault == nil then
         h.ok = h.ok + 1
-        h.lastOk = ngx.now()
+        h.lastOk = ngx_now()
     else
         h.failed = h.failed + 1
         h.lastError = err
@@ -111,26 +126,21 @@ local function take(v, i, node, r, e, f)
         v.faults[i] = f or "failed"
     end
 end
---- s for rkey on every master at once.
-local function everywhere(conf, s, rkey, args)
+--- s for rkey on every master at once, each on its own auto-pipeline.
+local function everywhere(conf, s, rkey, ...)
     local nodes = conf.nodes
     local v = {replies = {}, errors = {}, faults = {}}
     local threads = {}
     for i = 2, #nodes do
-        threads[i] = ngx.thread.spawn(
-            single.call,
+        threads[i] = spawn(
+            pipelined,
             nodes[i],
             s,
             rkey,
-            unpack(args)
+            ...
         )
     end
-    local r1, e1, f1 = single.call(
-        nodes[1],
-        s,
-        rkey,
-        unpack(args)
-    )
+    local r1, e1, f1 = pipelined(nodes[1], s, rkey, ...)
     take(
         v,
         1,
@@ -140,7 +150,7 @@ local function everywhere(conf, s, rkey, args)
         f1
     )
     for i = 2, #nodes do
-        local ok, r, e, f = ngx.thread.wait(threads[i])
+        local ok, r, e, f = thread_wait(threads[i])
         if ok then
             take(
                 v,
@@ -156,7 +166,7 @@ local function everywhere(conf, s, rkey, args)
                 i,
                 nodes[i],
                 nil,
-                (("dlock: redis " .. nodes[i].endpoint) .. ": ") .. tostring(r),
+                (("dlock: redis " .. nodes[i].endpoint) .. ": ") .. lua_tostring(r),
                 "failed"
             )
         end
@@ -178,7 +188,7 @@ local function decideRelease(conf, v)
     if answered >= majority(conf) then
         return deleted > 0 and 1 or 0, nil, nil
     end
-    return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": only ") .. tostring(answered)) .. " of ") .. tostring(#conf.nodes)) .. " masters answered the release (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
+    return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": only ") .. lua_tostring(answered)) .. " of ") .. lua_tostring(#conf.nodes)) .. " masters answered the release (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
 end
 --- Extend: 1 on a majority within the time; 0 when a majority can no longer say yes.
 local function decideExtend(conf, v, ttl, started)
@@ -190,20 +200,20 @@ local function decideExtend(conf, v, ttl, started)
     if answered - extended > n - majority(conf) then
         return 0, nil, nil
     end
-    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": extended on ") .. tostring(extended)) .. " of ") .. tostring(n)) .. " masters, a majority is ") .. tostring(majority(conf))) .. " (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
+    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": extended on ") .. lua_tostring(extended)) .. " of ") .. lua_tostring(n)) .. " masters, a majority is ") .. lua_tostring(majority(conf))) .. " (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
 end
---- Run s for rkey on the masters and decide by majority.
-function ____exports.call(conf, s, rkey, ...)
-    local args = {...}
-    if not ____exports.kindSupported(s) then
+--- Run s for rkey on the masters and decide by majority (ARGV[1] the token, ARGV[2] the ttl).
+local function call(conf, s, rkey, ...)
+    if not kindSupported(s) then
         return nil, ((("dlock: redis " .. conf.endpoint) .. ": the ") .. s.name) .. " script cannot run on a Redlock quorum", "failed"
     end
     local started = nowMs()
-    local v = everywhere(conf, s, rkey, args)
+    local v = everywhere(conf, s, rkey, ...)
     if s == scripts.RELEASE then
         return decideRelease(conf, v)
     end
-    local ttl = tonumber(args[2]) or 0
+    local tok, ms = lua_select(1, ...)
+    local ttl = lua_tonumber(ms) or 0
     if s == scripts.EXTEND then
         return decideExtend(conf, v, ttl, started)
     end
@@ -211,17 +221,17 @@ function ____exports.call(conf, s, rkey, ...)
         conf,
         v,
         rkey,
-        tostring(args[1]),
+        lua_tostring(tok),
         ttl,
         started
     )
 end
---- single.batch, shaped for ngx.thread.spawn.
+--- roundtrip.many, shaped for ngx.thread.spawn.
 local function batchOn(node, s, targets, ms)
-    return single.batch(node, s, targets, ms)
+    return many(node, s, targets, ms)
 end
 --- Each target on every master (one pipeline per master, all at once), decided per target.
-function ____exports.batch(conf, s, targets, ms)
+local function batch(conf, s, targets, ms)
     local out = {replies = {}, errors = {}, faults = {}}
     if s ~= scripts.RELEASE and s ~= scripts.EXTEND then
         for i = 1, #targets do
@@ -234,7 +244,7 @@ function ____exports.batch(conf, s, targets, ms)
     local started = nowMs()
     local threads = {}
     for j = 2, #nodes do
-        threads[j] = ngx.thread.spawn(
+        threads[j] = spawn(
             batchOn,
             nodes[j],
             s,
@@ -243,9 +253,9 @@ function ____exports.batch(conf, s, targets, ms)
         )
     end
     local per = {}
-    per[1] = single.batch(nodes[1], s, targets, ms)
+    per[1] = many(nodes[1], s, targets, ms)
     for j = 2, #nodes do
-        local ok, o = ngx.thread.wait(threads[j])
+        local ok, o = thread_wait(threads[j])
         per[j] = ok and o or ({replies = {}, errors = {}, faults = {}})
     end
     for i = 1, #targets do
@@ -282,9 +292,11 @@ function ____exports.batch(conf, s, targets, ms)
     return out
 end
 --- For status pages: per master, calls that worked and failed, the last error, seconds since the last answer.
-function ____exports.describe(conf)
+local function describe(conf)
     local list = {}
-    for ____, n in ipairs(conf.nodes) do
+    local nodes = conf.nodes
+    for i = 1, #nodes do
+        local n = nodes[i]
         local h = health[n.endpoint]
         local t = {}
         t.endpoint = n.endpoint
@@ -293,7 +305,7 @@ function ____exports.describe(conf)
             t.failed = h.failed
             t.last_error = h.lastError
             if h.lastOk > 0 then
-                t.last_ok_age = math.floor((ngx.now() - h.lastOk) * 1000) / 1000
+                t.last_ok_age = math_floor((ngx_now() - h.lastOk) * 1000) / 1000
             end
         end
         list[#list + 1] = t
@@ -303,4 +315,45 @@ function ____exports.describe(conf)
     t.majority = majority(conf)
     return t
 end
+local function validity(ttl)
+    return ttl - ____exports.drift(ttl)
+end
+--- A fence counter per master, not one: the key stays where the other topologies keep it.
+local function fenceKey(rkey)
+    return rkey .. ":fence"
+end
+--- Failed calls per master, over every worker.
+local function shared(conf, d)
+    local t = {}
+    local nodes = conf.nodes
+    for i = 1, #nodes do
+        local ep = nodes[i].endpoint
+        local n = d:get(____exports.NODE_FAILURES .. ep)
+        t[ep] = lua_type(n) == "number" and n or 0
+    end
+    return "redlock", t
+end
+local function servers(conf)
+    return conf.nodes
+end
+--- What a quorum of independent masters cannot do. A fence counter per master
+-- is not monotonic across majorities (two majorities share one master, but
+-- not its counter), and a counting semaphore per master does not bound
+-- holders (three holders can each own a majority of permits on three masters
+-- with two permits each).
+local REFUSES = {}
+REFUSES.fencing = "dlock: fencing is refused with redis.redlock: fence counters on independent masters do not grow " .. "monotonically across majorities (use redis.sentinel or redis.cluster with replicas for fenced locks)"
+REFUSES.semaphore = "dlock: semaphores (and concurrency guards) are refused with redis.redlock: counting permits on each " .. "master does not bound the holders of a majority"
+REFUSES.idempotency = "dlock: idempotency guards are refused with redis.redlock: a stored response needs one place to live"
+____exports.backend = {
+    call = call,
+    batch = batch,
+    validity = validity,
+    queues = false,
+    refuses = REFUSES,
+    fenceKey = fenceKey,
+    shared = shared,
+    describe = describe,
+    servers = servers
+}
 return ____exports

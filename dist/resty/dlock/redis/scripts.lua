@@ -1,6 +1,10 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local token = require("resty.dlock.core.token")
+local sha1_bin = ngx.sha1_bin
+local lua_type = type
+local str_find = string.find
+local str_sub = string.sub
 local WRITES = "#!lua\n"
 local FREES = "#!lua flags=allow-oom\n"
 local function script(name, body, keys, written, alone, flags)
@@ -14,7 +18,7 @@ local function script(name, body, keys, written, alone, flags)
     return {
         name = name,
         src = src,
-        sha = token.hex(ngx.sha1_bin(src)),
+        sha = token.hex(sha1_bin(src)),
         keys = keys,
         written = written,
         alone = alone,
@@ -25,7 +29,7 @@ local function isOk(reply)
     return reply == "OK"
 end
 local function isOkFenced(reply)
-    return type(reply) == "table" and reply[1] == "OK"
+    return lua_type(reply) == "table" and reply[1] == "OK"
 end
 local function isOne(reply)
     return reply == 1
@@ -61,11 +65,11 @@ ____exports.RELEASE = script(
 ____exports.GRANT = 100
 --- The part of a key Redis Cluster hashes: the inside of the first non-empty {...}, else the whole key.
 function ____exports.hashed(key)
-    local open = string.find(key, "{", 1, true)
+    local open = str_find(key, "{", 1, true)
     if open ~= nil then
-        local close = string.find(key, "}", open + 1, true)
+        local close = str_find(key, "}", open + 1, true)
         if close ~= nil and close > open + 1 then
-            return string.sub(key, open + 1, close - 1)
+            return str_sub(key, open + 1, close - 1)
         end
     end
     return key
@@ -194,14 +198,6 @@ function ____exports.forTarget(call, conf, s, rkey, token, ms)
         token,
         ms
     )
-end
---- Run a script (its keys first, then its arguments); replies and errors exactly as lua-resty-redis returns them.
-function ____exports.run(red, s, key, ...)
-    local res, err = red:evalsha(s.sha, s.keys, key, ...)
-    if res == false and err ~= nil and string.sub(err, 1, 8) == "NOSCRIPT" then
-        return red:eval(s.src, s.keys, key, ...)
-    end
-    return res, err
 end
 --- KEYS[1] record, ARGV[1] token, ARGV[2] lease ms, ARGV[3] fingerprint.
 -- "OK" when claimed (a running record with our token, expiring after the

@@ -106,7 +106,7 @@ export function parseStore(o: LuaTable<string, unknown>, defaultPrefix: string, 
     if (n === undefined) return $multi(undefined, err);
     name = n;
   }
-  const [conf, rerr] = redis.parse(o.get("redis"), dict);
+  const [conf, rerr] = backend.parse(o.get("redis"), dict);
   if (conf === undefined) return $multi(undefined, rerr);
   let prefix = defaultPrefix;
   // "" is a choice: keys shared with other clients' locks (node-redlock, redis-py) under their own names.

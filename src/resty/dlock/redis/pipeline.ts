@@ -18,13 +18,34 @@
 // for its reply (its request ended: a client abort) is taken back (scripts'
 // `undo`): nobody would ever release it.
 
-import type { CallResult, Fault } from "./backend";
-import * as redis from "./client";
-import * as resp from "./resp";
+import type { CallResult } from "./backend";
+import type * as redis from "./client";
+import * as roundtrip from "./roundtrip";
 import * as scripts from "./scripts";
-import * as single from "./single";
+
+type Batch = roundtrip.Batch;
+type Job = roundtrip.Job;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
+const sem_new = semaphore.new;
+const ngx_now = ngx.now;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const WARN = ngx.WARN;
+const NOTICE = ngx.NOTICE;
+const timer_at = ngx.timer.at;
+const worker_exiting = ngx.worker.exiting;
+const lua_pcall = pcall;
+const lua_tostring = tostring;
+const lua_next = next;
+const lua_pairs = pairs;
+const add = roundtrip.add;
+const run = roundtrip.run;
+const fail = roundtrip.fail;
+const alone = roundtrip.one;
+const wordOf = roundtrip.wordOf;
+const batchOf = roundtrip.batchOf;
+const forTarget = scripts.forTarget;
 
 /** Calls in one pipeline, at most: a larger batch waits for the next round trip. */
 const MAX_BATCH = 256;
@@ -52,30 +73,6 @@ const IDLE = 10;
  * place in the next batch.
  */
 const LOADED = 0.002;
-
-/** One call. */
-interface Job {
-  readonly s: scripts.Script;
-  /** Its command, encoded (EVALSHA, the SHA, the key count, then the words). */
-  readonly cmd: string;
-  /** Words after the script's SHA and key count: the key and the arguments. */
-  readonly words: number;
-  /** Its caller came back for the answer (see settle). */
-  back: boolean;
-  res: RedisValue | undefined;
-  err: string | undefined;
-  fault: Fault | undefined;
-}
-
-interface Batch {
-  /** The calls' EVALSHA commands, one string each as they join; joined once, when sent. */
-  readonly parts: string[];
-  readonly jobs: Job[];
-  /** Wakes the callers (nil for a call sent by its caller). */
-  readonly sem: NgxSemaphore | undefined;
-  /** Calls whose script has an undo (acquires). */
-  undos: number;
-}
 
 interface Lane {
   readonly conf: redis.RedisConf;
@@ -115,7 +112,7 @@ const lanes = setmetatable(new LuaTable<redis.RedisConf, Lane>(), { __mode: "k" 
 function laneOf(conf: redis.RedisConf): Lane | undefined {
   let l = lanes.get(conf);
   if (l === undefined) {
-    const [work] = semaphore.new(0);
+    const [work] = sem_new(0);
     if (work === undefined) return undefined;
     l = { conf, direct: new LuaTable(), acquires: new LuaTable(), watching: false, slots: 0, batching: 0, open: undefined, senders: 0, idle: 0, work, loaded: 0, batched: 0, batches: 0 };
     lanes.set(conf, l);
@@ -123,208 +120,16 @@ function laneOf(conf: redis.RedisConf): Lane | undefined {
   return l;
 }
 
-// The fixed start of a call's command, per script and word count: the array
-// head, EVALSHA (or EVAL), the SHA (or body) and the key count, as one piece.
-const heads = setmetatable(new LuaTable<scripts.Script, LuaTable<number, string>>(), { __mode: "k" });
-const bodies = setmetatable(new LuaTable<scripts.Script, LuaTable<number, string>>(), { __mode: "k" });
-
-function headOf(cache: LuaTable<scripts.Script, LuaTable<number, string>>, s: scripts.Script, words: number, body: boolean): string {
-  let byWords = cache.get(s);
-  if (byWords === undefined) {
-    byWords = new LuaTable();
-    cache.set(s, byWords);
-  }
-  let h = byWords.get(words);
-  if (h === undefined) {
-    const parts: resp.Buffer = new LuaTable();
-    resp.command(parts, 3 + words);
-    resp.arg(parts, body ? "EVAL" : "EVALSHA");
-    resp.arg(parts, body ? s.src : s.sha);
-    resp.arg(parts, s.keys);
-    h = table.concat(parts as unknown as string[]);
-    byWords.set(words, h);
-  }
-  return h;
-}
-
-// A call's command after its head, per number of words: one string.format
-// makes it. (Five table slots per word grew the batch buffer in the hot
-// trace, and the side traces of its resizes never compiled: "register
-// coalescing too complex", hundreds of aborts a second.) Arguments beyond the
-// words a format names are ignored by string.format.
-const WORD = "$%d\r\n%s\r\n";
-const FORMATS = new LuaTable<number, string>();
-for (const n of $range(1, 7)) FORMATS.set(n, "%s" + string.rep(WORD, n));
-
-/** The words of a command (up to seven: the key and six arguments), with its head. Not a tail call (see lease.make). */
-function encode(head: string, n: number, w1: string, w2: string, w3: string, w4: string, w5: string, w6: string, w7: string): string {
-  const cmd = string.format(FORMATS.get(n)!, head, w1.length, w1, w2.length, w2, w3.length, w3, w4.length, w4, w5.length, w5,
-    w6.length, w6, w7.length, w7);
-  return cmd;
-}
-
-/** Add a call to b: its command goes into the buffer at once (no table of its arguments). */
-function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
-  const n = select("#", ...args);
-  const words = 1 + n;
-  const head = headOf(heads, s, words, false);
-  let cmd: string;
-  if (n <= 6) {
-    // The arguments as locals: select(i, ...) in a loop copies the rest each
-    // time and keeps the function out of the JIT. Six cover every script.
-    const [a1, a2, a3, a4, a5, a6] = select(1, ...args);
-    cmd = encode(head, words, rkey, n >= 1 ? tostring(a1) : "", n >= 2 ? tostring(a2) : "", n >= 3 ? tostring(a3) : "",
-      n >= 4 ? tostring(a4) : "", n >= 5 ? tostring(a5) : "", n >= 6 ? tostring(a6) : "");
-  } else {
-    const parts: resp.Buffer = new LuaTable();
-    parts.set(1, head);
-    resp.arg(parts, rkey);
-    for (const i of $range(1, n)) {
-      const [a] = select(i, ...args);
-      resp.arg(parts, a!);
-    }
-    cmd = table.concat(parts as unknown as string[]);
-  }
-  const job: Job = { s, cmd, words, back: false, res: undefined, err: undefined, fault: undefined };
-  b.jobs.push(job);
-  b.parts.push(cmd);
-  if (s.undo !== undefined) b.undos++;
-  return job;
-}
-
-function fail(jobs: Job[], err: string, fault: Fault): void {
-  for (const j of jobs) {
-    if (j.fault === undefined && j.res === undefined) {
-      j.err = err;
-      j.fault = fault;
-    }
-  }
-}
-
-/** The commands of some of b's jobs (by index), EVAL with the script's body when `body`. */
-function commands(b: Batch, which: number[], body: boolean): string {
-  const out: string[] = [];
-  for (const i of which) {
-    const j = b.jobs[i - 1]!;
-    if (body) {
-      const sha = headOf(heads, j.s, j.words, false);
-      out.push(headOf(bodies, j.s, j.words, true) + string.sub(j.cmd, sha.length + 1));
-    } else {
-      out.push(j.cmd);
-    }
-  }
-  return table.concat(out);
-}
-
-/** Send the commands (EVAL when `body`), and read the replies of the jobs `which` (indexes into b.jobs) in turn. */
-function roundTrip(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: number[], payload: string, body: boolean): number[] {
-  const [sent, serr] = sock.send(payload);
-  if (sent === undefined) {
-    // Nothing or part of it left: none of them may have reached Redis, or all.
-    for (const i of which) {
-      const j = b.jobs[i - 1]!;
-      j.err = "dlock: redis " + conf.endpoint + ": " + tostring(serr) + " during " + j.s.name;
-      j.fault = "lost";
-    }
-    return [];
-  }
-  const r = resp.reader(sock);
-  const again: number[] = [];
-  for (const k of $range(1, which.length)) {
-    const j = b.jobs[which[k - 1]! - 1]!;
-    const [v, rerr] = resp.read(r);
-    if (v === undefined) {
-      // These and the ones after them were sent; their replies never came.
-      for (const m of $range(k, which.length)) {
-        const lost = b.jobs[which[m - 1]! - 1]!;
-        lost.err = "dlock: redis " + conf.endpoint + ": " + tostring(rerr) + " during " + lost.s.name;
-        lost.fault = "lost";
-      }
-      return [];
-    }
-    if (v === false) {
-      if (!body && string.sub(tostring(rerr), 1, 8) === "NOSCRIPT") {
-        again.push(which[k - 1]!);
-      } else {
-        const [e, f] = single.refused(conf, rerr);
-        j.err = e;
-        j.fault = f;
-      }
-    } else {
-      j.res = v;
-    }
-  }
-  if (!resp.drained(r)) {
-    // More bytes than replies: the replies may not be the ones they seemed,
-    // and the connection is not fit for the pool. Nothing read here stands.
-    for (const i of which) {
-      const j = b.jobs[i - 1]!;
-      j.res = undefined;
-      j.err = "dlock: redis " + conf.endpoint + ": more data than replies during " + j.s.name;
-      j.fault = "lost";
-    }
-    return [];
-  }
-  return again;
-}
-
-/** Send b's calls as one pipeline on a pooled connection (EVAL for those Redis has no script for), then one WAIT. */
-function run(conf: redis.RedisConf, b: Batch): void {
-  const which: number[] = [];
-  for (const i of $range(1, b.jobs.length)) {
-    which.push(i);
-  }
-  const [red, cerr] = redis.connect(conf);
-  if (red === undefined) {
-    fail(b.jobs, cerr!, single.unreachable(conf));
-    return;
-  }
-  const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock")!;
-  const again = roundTrip(conf, sock, b, which, table.concat(b.parts), false);
-  if (again.length > 0) roundTrip(conf, sock, b, again, commands(b, again, true), true);
-  let broken = false;
-  const wrote: Job[] = [];
-  for (const j of b.jobs) {
-    if (j.fault === "lost") broken = true;
-    else if (j.res !== undefined && conf.replicas > 0 && j.s.written !== undefined && j.s.written(j.res)) wrote.push(j);
-  }
-  if (!broken && wrote.length > 0) {
-    // One WAIT covers every write of the batch; it hands the connection back (or closes it).
-    const short = single.replicated(red, conf, wrote[0]!.s);
-    if (short !== undefined) {
-      for (const j of wrote) {
-        j.res = undefined;
-        j.err = short;
-        j.fault = "replicas";
-      }
-    }
-    return;
-  }
-  redis.done(red, conf, !broken);
-}
-/** A call sent at once by its caller (or a timer), on a pooled connection of its own: a batch of one. */
-function alone(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const b: Batch = { parts: [], jobs: [], sem: undefined, undos: 0 };
-  const job = add(b, s, rkey, ...args);
-  run(conf, b);
-  return $multi(job.res, job.err, job.fault);
-}
-
-/** Word n of job j's command after its key count (1: KEYS[1]). */
-function wordOf(j: Job, n: number): string {
-  return resp.word(j.cmd, headOf(heads, j.s, j.words, false).length + 1, n);
-}
-
 /** Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will. */
 function takeBackOne(conf: redis.RedisConf, j: Job): void {
   const rkey = wordOf(j, 1);
   // ARGV[1], the token, follows the keys.
-  const [res, err] = scripts.forTarget(alone, conf, j.s.undo!, rkey, wordOf(j, j.s.keys + 1));
+  const [res, err] = forTarget(alone, conf, j.s.undo!, rkey, wordOf(j, j.s.keys + 1));
   if (res === undefined) {
-    ngx.log(ngx.WARN, "dlock: ", rkey, " may be held by a request that ended before the ", j.s.name, " reply came, and cannot be taken back (",
+    ngx_log(WARN, "dlock: ", rkey, " may be held by a request that ended before the ", j.s.name, " reply came, and cannot be taken back (",
       err, "): it expires on its own");
   } else if (res !== 0) {
-    ngx.log(ngx.NOTICE, "dlock: took back ", rkey, ": its request ended before the ", j.s.name, " reply came");
+    ngx_log(NOTICE, "dlock: took back ", rkey, ": its request ended before the ", j.s.name, " reply came");
   }
 }
 
@@ -335,11 +140,13 @@ function takeBackOne(conf: redis.RedisConf, j: Job): void {
  * can land later. (A lost reply of a caller that is gone is left to its ttl.)
  */
 function settle(this: void, premature: boolean, conf: redis.RedisConf, b: Batch): void {
-  for (const j of b.jobs) {
+  const jobs = b.jobs;
+  for (const i of $range(1, jobs.length)) {
+    const j = jobs[i - 1]!;
     if (j.s.undo !== undefined && j.res !== undefined && !j.back) {
       // Whatever one runs into, the others are still taken back.
-      const [ok, err] = pcall(takeBackOne, conf, j);
-      if (!ok) ngx.log(ngx.ERR, "dlock: take-back failed: ", err);
+      const [ok, err] = lua_pcall(takeBackOne, conf, j);
+      if (!ok) ngx_log(ERR, "dlock: take-back failed: ", err);
     }
   }
 }
@@ -355,8 +162,8 @@ function wake(conf: redis.RedisConf, b: Batch): void {
   const sem = b.sem!;
   sem.post(b.jobs.length);
   if (b.undos > 0 && sem.count() > 0) {
-    const [ok, err] = ngx.timer.at(0, settle, conf, b);
-    if (ok === undefined) ngx.log(ngx.ERR, "dlock: cannot take back the acquires of gone callers: ", err);
+    const [ok, err] = timer_at(0, settle, conf, b);
+    if (ok === undefined) ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err);
   }
 }
 
@@ -368,10 +175,10 @@ function flush(lane: Lane): void {
     lane.batching++;
     lane.batches++;
     lane.batched += b.jobs.length;
-    const [ok, err] = pcall(run, lane.conf, b);
-    if (!ok) fail(b.jobs, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + tostring(err), "lost");
+    const [ok, err] = lua_pcall(run, lane.conf, b);
+    if (!ok) fail(b, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + lua_tostring(err), "lost");
     lane.batching--;
-    if (b.jobs.length > 1) lane.loaded = ngx.now() + LOADED;
+    if (b.jobs.length > 1) lane.loaded = ngx_now() + LOADED;
     wake(lane.conf, b);
   }
 }
@@ -384,14 +191,14 @@ function flush(lane: Lane): void {
 function sender(this: void, premature: boolean, lane: Lane): void {
   while (!premature) {
     flush(lane);
-    if (ngx.worker.exiting()) break;
+    if (worker_exiting()) break;
     lane.idle++;
     const [woken] = lane.work.wait(IDLE);
     lane.idle--;
     if (!woken && lane.open === undefined) break;
   }
   if (lane.open !== undefined) {
-    fail(lane.open.jobs, "dlock: nginx worker exiting before the call to redis " + lane.conf.endpoint + " was sent", "failed");
+    fail(lane.open, "dlock: nginx worker exiting before the call to redis " + lane.conf.endpoint + " was sent", "failed");
     lane.open.sem!.post(lane.open.jobs.length);
     lane.open = undefined;
   }
@@ -405,9 +212,9 @@ function patience(conf: redis.RedisConf): number {
 
 /** Calls of this worker on their way to this Redis now (forgetting those whose time is up). */
 function inFlight(lane: Lane): number {
-  const now = ngx.now();
+  const now = ngx_now();
   let n = lane.batching;
-  for (const [slot, until] of lane.direct) {
+  for (const [slot, until] of lua_pairs(lane.direct)) {
     if (until < now) lane.direct.delete(slot);
     else n++;
   }
@@ -421,9 +228,9 @@ function inFlight(lane: Lane): number {
 function opened(lane: Lane): Batch | undefined {
   let b = lane.open;
   if (b === undefined) {
-    const [sem] = semaphore.new(0);
+    const [sem] = sem_new(0);
     if (sem === undefined) return undefined;
-    b = { parts: [], jobs: [], sem, undos: 0 };
+    b = batchOf(sem, false);
     lane.open = b;
   }
   // A new batch: wake a free sender, or start one; with every sender busy,
@@ -432,7 +239,7 @@ function opened(lane: Lane): Batch | undefined {
     if (lane.idle > 0) {
       lane.work.post(1);
     } else if (lane.senders < SENDERS) {
-      const [started] = ngx.timer.at(0, sender, lane);
+      const [started] = timer_at(0, sender, lane);
       if (started !== undefined) {
         lane.senders++;
       } else if (lane.senders === 0) {
@@ -456,7 +263,7 @@ function join(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | nu
   const [woken] = b.sem!.wait(wait);
   job.back = true;
   if (!woken && job.res === undefined && job.fault === undefined) {
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + wait + " s during " + s.name, "lost");
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + lua_tostring(wait) + " s during " + s.name, "lost");
   }
   return $multi(job.res, job.err, job.fault);
 }
@@ -474,10 +281,10 @@ const WATCH = 1;
  * has run (or Redis has been stuck that long).
  */
 function watcher(this: void, premature: boolean, lane: Lane): void {
-  const now = ngx.now();
+  const now = ngx_now();
   // Taking back yields: collect first (no new keys in a table while pairs() walks it).
   const gone: Batch[] = [];
-  for (const [slot, b] of lane.acquires) {
+  for (const [slot, b] of lua_pairs(lane.acquires)) {
     // inFlight() forgets the slots whose time is up.
     const until = lane.direct.get(slot);
     if (until === undefined || until < now) {
@@ -486,11 +293,11 @@ function watcher(this: void, premature: boolean, lane: Lane): void {
       gone.push(b);
     }
   }
-  for (const b of gone) {
-    const [ok, err] = pcall(takeBackOne, lane.conf, b.jobs[0]!);
-    if (!ok) ngx.log(ngx.ERR, "dlock: take-back failed: ", err);
+  for (const i of $range(1, gone.length)) {
+    const [ok, err] = lua_pcall(takeBackOne, lane.conf, gone[i - 1]!.jobs[0]!);
+    if (!ok) ngx_log(ERR, "dlock: take-back failed: ", err);
   }
-  if (premature || next(lane.acquires)[0] === undefined || ngx.timer.at(WATCH, watcher, lane)[0] === undefined) lane.watching = false;
+  if (premature || lua_next(lane.acquires)[0] === undefined || timer_at(WATCH, watcher, lane)[0] === undefined) lane.watching = false;
 }
 
 /** A call sent at once on a pooled connection of its own, counted in lane.direct while on its way. */
@@ -498,12 +305,12 @@ function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | 
   const conf = lane.conf;
   lane.slots++;
   const slot = lane.slots;
-  lane.direct.set(slot, ngx.now() + patience(conf));
-  const b: Batch = { parts: [], jobs: [], sem: undefined, undos: 0 };
+  lane.direct.set(slot, ngx_now() + patience(conf));
+  const b = batchOf(undefined, false);
   const job = add(b, s, rkey, ...args);
   if (s.undo !== undefined) {
     lane.acquires.set(slot, b);
-    if (!lane.watching) lane.watching = ngx.timer.at(WATCH, watcher, lane)[0] !== undefined;
+    if (!lane.watching) lane.watching = timer_at(WATCH, watcher, lane)[0] !== undefined;
   }
   run(conf, b);
   lane.direct.delete(slot);
@@ -514,8 +321,8 @@ function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | 
 /** Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline. */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
   const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
-  if (lane === undefined) return single.call(conf, s, rkey, ...args);
-  if (lane.batching === 0 && lane.open === undefined && ngx.now() >= lane.loaded && inFlight(lane) < DIRECT) {
+  if (lane === undefined) return alone(conf, s, rkey, ...args);
+  if (lane.batching === 0 && lane.open === undefined && ngx_now() >= lane.loaded && inFlight(lane) < DIRECT) {
     return direct(lane, s, rkey, ...args);
   }
   const b = lane.open;

@@ -1,10 +1,14 @@
-// Every Redis script lua-resty-dlock runs, where their keys live, and the one
-// way to run them: EVALSHA with the SHA1 computed locally, EVAL once on
-// NOSCRIPT (after SCRIPT FLUSH, a Redis restart or a failover), which also
-// caches it again. A script touches one lock key and the keys built on it
+// Every Redis script lua-resty-dlock runs and where their keys live. They
+// are sent as EVALSHA with the SHA1 computed locally, and EVAL once on
+// NOSCRIPT (roundtrip.ts). A script touches one lock key and the keys built on it
 // (its waiters' queue, its fence counter), all in one Cluster slot.
 
 import * as token from "../core/token";
+
+const sha1_bin = ngx.sha1_bin;
+const lua_type = type;
+const str_find = string.find;
+const str_sub = string.sub;
 
 export interface Script {
   readonly name: string;
@@ -53,7 +57,7 @@ const FREES = "#!lua flags=allow-oom\n";
 function script(name: string, body: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script,
   flags = WRITES): Script {
   const src = flags + body;
-  return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys, written, alone, undo: undefined };
+  return { name, src, sha: token.hex(sha1_bin(src)), keys, written, alone, undo: undefined };
 }
 
 function isOk(this: void, reply: RedisValue): boolean {
@@ -61,7 +65,7 @@ function isOk(this: void, reply: RedisValue): boolean {
 }
 
 function isOkFenced(this: void, reply: RedisValue): boolean {
-  return type(reply) === "table" && (reply as LuaTable<number, unknown>).get(1) === "OK";
+  return lua_type(reply) === "table" && (reply as LuaTable<number, unknown>).get(1) === "OK";
 }
 
 function isOne(this: void, reply: RedisValue): boolean {
@@ -140,11 +144,11 @@ export const GRANT = 100;
 
 /** The part of a key Redis Cluster hashes: the inside of the first non-empty {...}, else the whole key. */
 export function hashed(key: string): string {
-  const [open] = string.find(key, "{", 1, true);
+  const [open] = str_find(key, "{", 1, true);
   if (open !== undefined) {
-    const [close] = string.find(key, "}", open + 1, true);
+    const [close] = str_find(key, "}", open + 1, true);
     if (close !== undefined && close > open + 1) {
-      return string.sub(key, open + 1, close - 1);
+      return str_sub(key, open + 1, close - 1);
     }
   }
   return key;
@@ -366,15 +370,6 @@ export function forTarget<C extends { readonly slotted: boolean }, R>(call: Call
   }
   if (ms === undefined) return call(conf, s, rkey, token);
   return call(conf, s, rkey, token, ms);
-}
-
-/** Run a script (its keys first, then its arguments); replies and errors exactly as lua-resty-redis returns them. */
-export function run(red: RestyRedis, s: Script, key: string, ...args: (string | number)[]): RedisResult {
-  const [res, err] = red.evalsha(s.sha, s.keys, key, ...args);
-  if (res === false && err !== undefined && string.sub(err, 1, 8) === "NOSCRIPT") {
-    return red.eval(s.src, s.keys, key, ...args);
-  }
-  return $multi(res, err);
 }
 
 // Idempotency records (gateway mode "idempotency"): one hash per key, fields

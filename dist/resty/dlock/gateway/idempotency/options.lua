@@ -4,7 +4,6 @@ local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
-local redis = require("resty.dlock.redis.client")
 local scripts = require("resty.dlock.redis.scripts")
 local shared = require("resty.dlock.gateway.common")
 local keys = require("resty.dlock.gateway.key")
@@ -271,7 +270,7 @@ function ____exports.parse(o, name, unlogged)
     if dict == nil then
         return nil, derr
     end
-    local conf, rerr = redis.parse(o.redis, dict)
+    local conf, rerr = backend.parse(o.redis, dict)
     if conf == nil then
         return nil, rerr
     end

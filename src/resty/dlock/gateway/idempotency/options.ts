@@ -210,7 +210,7 @@ export function parse(
 
   const [dict, derr] = check.sharedDict(opt(o, "dict", "dlock"));
   if (dict === undefined) return $multi(undefined, derr);
-  const [conf, rerr] = redis.parse(o.get("redis"), dict);
+  const [conf, rerr] = backend.parse(o.get("redis"), dict);
   if (conf === undefined) return $multi(undefined, rerr);
   const refused = backend.refuses(conf, "idempotency");
   if (refused !== undefined) return $multi(undefined, refused);

@@ -154,7 +154,7 @@ describe("one transport", function()
 
   for _, name in ipairs({ "standalone", "cluster" }) do
     it("leaves only the calls whose replies never came \"outcome unknown\" when a " .. name .. " connection breaks mid-pipeline", function()
-      local l = locks(name, { read_timeout = 150 })
+      local l = locks(name, { read_timeout = 300 })
       local conf = l.redis
       -- Every key in one slot: one master, one pipeline.
       local key = function(i) return l.prefix .. "{mid}" .. i end
@@ -162,13 +162,13 @@ describe("one transport", function()
       for _, p in ipairs(ports(name)) do h.cmd(p, "script", "load", SLOW.src) end
       -- As many calls on their way as go out on their own: the next ones form a batch.
       local busy = {}
-      for i = 1, pipeline.DIRECT do busy[i] = ngx.thread.spawn(backend.call, conf, SLOW, key("o" .. i), 30, "busy") end
+      for i = 1, pipeline.DIRECT do busy[i] = ngx.thread.spawn(backend.call, conf, SLOW, key("o" .. i), 10, "busy") end
       -- The first call's reply is written before Redis has read all of the
-      -- second (its padding is larger than Redis reads at once), whose 400 ms
+      -- second (its padding is larger than Redis reads at once), whose 800 ms
       -- outlast the read timeout: it and the one after it never answer.
       local pad = string.rep("x", 64 * 1024)
       local batch = {}
-      for i, c in ipairs({ { 0, "" }, { 400, pad }, { 0, "" } }) do
+      for i, c in ipairs({ { 0, "" }, { 800, pad }, { 0, "" } }) do
         batch[i] = ngx.thread.spawn(backend.call, conf, SLOW, key(i), c[1], "r" .. i, c[2])
       end
       local got = {}
@@ -180,7 +180,7 @@ describe("one transport", function()
         assert.equal("lost", got[i][3])
         assert.matches("timeout during slow", got[i][2], 1, true)
       end
-      ngx.sleep(0.4)   -- the slow script ends
+      ngx.sleep(0.8)   -- the slow script ends
       assert.equal("after", (backend.call(conf, SLOW, key("z"), 0, "after")))
     end)
   end

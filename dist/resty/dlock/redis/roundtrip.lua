@@ -1,15 +1,13 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.core.check")
+local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
-local scripts = require("resty.dlock.redis.scripts")
 local lua_tostring = tostring
 local lua_type = type
-local lua_select = select
 local str_sub = string.sub
 local str_format = string.format
-local str_rep = string.rep
 local str_match = string.match
 local tbl_concat = table.concat
 local connect = connection.connect
@@ -19,16 +17,11 @@ local socket = connection.socket
 local reader = resp.reader
 local read = resp.read
 local drained = resp.drained
-local queueKey = scripts.queueKey
-function ____exports.batchOf(sem, asking)
-    return {
-        parts = {},
-        jobs = {},
-        sem = sem,
-        undos = 0,
-        asking = asking
-    }
-end
+local add = command.add
+local addTarget = command.addTarget
+local batchOf = command.batchOf
+local commands = command.commands
+local fail = command.fail
 local TRANSIENT = check.set(
     "LOADING",
     "BUSY",
@@ -60,180 +53,22 @@ end
 function ____exports.unreachable(conf)
     return conf.sentinel ~= nil and "transient" or "failed"
 end
-local heads = setmetatable({}, {__mode = "k"})
-local bodies = setmetatable({}, {__mode = "k"})
-local function headOf(cache, s, words, body)
-    local byWords = cache[s]
-    if byWords == nil then
-        byWords = {}
-        cache[s] = byWords
-    end
-    local h = byWords[words]
-    if h == nil then
-        h = resp.encode({body and "EVAL" or "EVALSHA", body and s.src or s.sha, s.keys})
-        h = ("*" .. lua_tostring(3 + words)) .. str_sub(h, 3)
-        byWords[words] = h
-    end
-    return h
-end
-local WORD = "$%d\r\n%s\r\n"
-local FORMATS = {}
-for n = 1, 7 do
-    FORMATS[n] = "%s" .. str_rep(WORD, n)
-end
-local ASKING = resp.encode({"ASKING"})
---- The words of a command (up to seven: the key and six arguments), with its head. Not a tail call (see lease.make).
-local function encode(head, n, w1, w2, w3, w4, w5, w6, w7)
-    local cmd = str_format(
-        FORMATS[n],
-        head,
-        #w1,
-        w1,
-        #w2,
-        w2,
-        #w3,
-        w3,
-        #w4,
-        w4,
-        #w5,
-        w5,
-        #w6,
-        w6,
-        #w7,
-        w7
-    )
-    return cmd
-end
---- Add a call to b: its command goes into the buffer at once (no table of its arguments).
-function ____exports.add(b, s, rkey, ...)
-    local n = lua_select("#", ...)
-    local words = 1 + n
-    local head = headOf(heads, s, words, false)
-    local cmd
-    if n <= 6 then
-        local a1, a2, a3, a4, a5, a6 = lua_select(1, ...)
-        cmd = encode(
-            head,
-            words,
-            rkey,
-            n >= 1 and lua_tostring(a1) or "",
-            n >= 2 and lua_tostring(a2) or "",
-            n >= 3 and lua_tostring(a3) or "",
-            n >= 4 and lua_tostring(a4) or "",
-            n >= 5 and lua_tostring(a5) or "",
-            n >= 6 and lua_tostring(a6) or ""
-        )
-    else
-        local parts = {}
-        parts[1] = head
-        resp.arg(parts, rkey)
-        for i = 1, n do
-            local a = lua_select(i, ...)
-            resp.arg(parts, a)
-        end
-        cmd = tbl_concat(parts)
-    end
-    local job = {
-        s = s,
-        cmd = cmd,
-        words = words,
-        back = false,
-        res = nil,
-        err = nil,
-        fault = nil
-    }
-    local ____b_jobs_0 = b.jobs
-    ____b_jobs_0[#____b_jobs_0 + 1] = job
-    local ____b_parts_1 = b.parts
-    ____b_parts_1[#____b_parts_1 + 1] = cmd
-    if s.undo ~= nil then
-        b.undos = b.undos + 1
-    end
-    return job
-end
---- Add a per-target script call (release, extend, drop): KEYS[1] the key (and
--- KEYS[2] its waiters' queue, for two-key scripts), ARGV[1] the token (and
--- ARGV[2] ms, when given). What scripts.forTarget sends through a backend.
-local function addTarget(b, slotted, s, t, ms)
-    if s.keys == 2 then
-        local q = queueKey(t.rkey, slotted)
-        if ms == nil then
-            ____exports.add(
-                b,
-                s,
-                t.rkey,
-                q,
-                t.token
-            )
-        else
-            ____exports.add(
-                b,
-                s,
-                t.rkey,
-                q,
-                t.token,
-                ms
-            )
-        end
-    elseif ms == nil then
-        ____exports.add(b, s, t.rkey, t.token)
-    else
-        ____exports.add(
-            b,
-            s,
-            t.rkey,
-            t.token,
-            ms
-        )
-    end
-end
---- Every job of b not answered yet fails with err.
-function ____exports.fail(b, err, fault)
-    local jobs = b.jobs
-    for i = 1, #jobs do
-        local j = jobs[i]
-        if j.fault == nil and j.res == nil then
-            j.err = err
-            j.fault = fault
-        end
-    end
-end
---- Word n of job j's command after its key count (1: KEYS[1]).
-function ____exports.wordOf(j, n)
-    return resp.word(
-        j.cmd,
-        #headOf(heads, j.s, j.words, false) + 1,
-        n
-    )
-end
---- The commands of some of b's jobs (by index), EVAL with the script's body when `body`, each after ASKING when b asks.
-local function commands(b, which, body)
-    local out = {}
-    for k = 1, #which do
-        local j = b.jobs[which[k]]
-        if b.asking then
-            out[#out + 1] = ASKING
-        end
-        if body then
-            local sha = headOf(heads, j.s, j.words, false)
-            out[#out + 1] = headOf(bodies, j.s, j.words, true) .. str_sub(j.cmd, #sha + 1)
-        else
-            out[#out + 1] = j.cmd
-        end
-    end
-    return tbl_concat(out)
+--- Index k of the jobs `which` of b (nil: all of them, in order).
+local function at(which, k)
+    return which == nil and k or which[k]
 end
 --- The jobs `which` (from k on) were sent, and their replies never came.
 local function lost(conf, b, which, k, why)
-    for m = k, #which do
-        local j = b.jobs[which[m]]
+    local n = which == nil and #b.jobs or #which
+    for m = k, n do
+        local j = b.jobs[at(which, m)]
         j.res = nil
         j.err = (((("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(why)) .. " during ") .. j.s.name
         j.fault = "lost"
     end
 end
---- Send the commands (EVAL when `body`), and read the replies of the jobs `which` (indexes into b.jobs) in turn.
-local function roundTrip(conf, sock, b, which, payload, body)
+--- Send the commands of the jobs `which`; false when the connection failed (then they are lost).
+local function sendAll(conf, sock, b, which, payload)
     local sent, serr = sock:send(payload)
     if sent == nil then
         lost(
@@ -243,12 +78,17 @@ local function roundTrip(conf, sock, b, which, payload, body)
             1,
             serr
         )
-        return {}
+        return false
     end
+    return true
+end
+--- Read the replies of the jobs `which` in turn; those that met NOSCRIPT (unless `body`: EVAL was sent).
+local function replies(conf, sock, b, which, body)
     local r = reader(sock)
-    local again = {}
-    for k = 1, #which do
-        local j = b.jobs[which[k]]
+    local again
+    local n = which == nil and #b.jobs or #which
+    for k = 1, n do
+        local j = b.jobs[at(which, k)]
         if b.asking then
             local ok, aerr = read(r)
             if ok == nil then
@@ -259,7 +99,7 @@ local function roundTrip(conf, sock, b, which, payload, body)
                     k,
                     aerr
                 )
-                return {}
+                return nil
             end
         end
         local v, rerr = read(r)
@@ -271,7 +111,7 @@ local function roundTrip(conf, sock, b, which, payload, body)
                 k,
                 rerr
             )
-            return {}
+            return nil
         end
         if v == false then
             if not body and str_sub(
@@ -279,7 +119,10 @@ local function roundTrip(conf, sock, b, which, payload, body)
                 1,
                 8
             ) == "NOSCRIPT" then
-                again[#again + 1] = which[k]
+                if again == nil then
+                    again = {}
+                end
+                again[#again + 1] = at(which, k)
             else
                 local e, f = ____exports.refused(conf, rerr)
                 j.err = e
@@ -290,13 +133,13 @@ local function roundTrip(conf, sock, b, which, payload, body)
         end
     end
     if not drained(r) then
-        for k = 1, #which do
-            local j = b.jobs[which[k]]
+        for k = 1, n do
+            local j = b.jobs[at(which, k)]
             j.res = nil
             j.err = (("dlock: redis " .. conf.endpoint) .. ": more data than replies during ") .. j.s.name
             j.fault = "lost"
         end
-        return {}
+        return nil
     end
     return again
 end
@@ -327,52 +170,72 @@ local function replicated(red, conf, s)
     end
     return (((("dlock: redis " .. conf.endpoint) .. ": WAIT for replicas after the ") .. s.name) .. " failed: ") .. lua_tostring(err)
 end
---- Send b's calls as one pipeline on a pooled connection (EVAL for those Redis has no script for), then one WAIT.
-function ____exports.run(conf, b)
-    local jobs = b.jobs
-    local which = {}
-    for i = 1, #jobs do
-        which[#which + 1] = i
-    end
+--- Send b's calls as one pipeline on a pooled connection: the connection to
+-- read their replies from (finish), or nil when it failed (b's calls say so).
+-- Split from finish so that one caller can have calls on their way to several
+-- servers at once (a Redlock quorum).
+function ____exports.send(conf, b)
     local red, cerr = connect(conf)
     if red == nil then
-        ____exports.fail(
+        fail(
             b,
             cerr,
             ____exports.unreachable(conf)
         )
-        return
+        return nil
     end
+    if not sendAll(
+        conf,
+        socket(red),
+        b,
+        nil,
+        b.asking and commands(b, nil, false) or tbl_concat(b.parts)
+    ) then
+        done(red, conf, false)
+        return nil
+    end
+    return red
+end
+--- Read the replies of b's calls sent on red (EVAL for those Redis has no script for), then one WAIT.
+function ____exports.finish(conf, b, red)
     local sock = socket(red)
-    local again = roundTrip(
+    local again = replies(
         conf,
         sock,
         b,
-        which,
-        b.asking and commands(b, which, false) or tbl_concat(b.parts),
+        nil,
         false
     )
-    if #again > 0 then
-        roundTrip(
+    if again ~= nil and sendAll(
+        conf,
+        sock,
+        b,
+        again,
+        commands(b, again, true)
+    ) then
+        replies(
             conf,
             sock,
             b,
             again,
-            commands(b, again, true),
             true
         )
     end
+    local jobs = b.jobs
     local broken = false
-    local wrote = {}
+    local wrote
     for i = 1, #jobs do
         local j = jobs[i]
         if j.fault == "lost" then
             broken = true
         elseif j.res ~= nil and conf.replicas > 0 and j.s.written ~= nil and j.s.written(j.res) then
+            if wrote == nil then
+                wrote = {}
+            end
             wrote[#wrote + 1] = j
         end
     end
-    if not broken and #wrote > 0 then
+    if not broken and wrote ~= nil then
         local short = replicated(red, conf, wrote[1].s)
         if short ~= nil then
             for i = 1, #wrote do
@@ -386,30 +249,31 @@ function ____exports.run(conf, b)
     end
     done(red, conf, not broken)
 end
+--- Send b's calls as one pipeline and read their replies.
+function ____exports.run(conf, b)
+    local red = ____exports.send(conf, b)
+    if red ~= nil then
+        ____exports.finish(conf, b, red)
+    end
+end
 --- One call on a pooled connection of its own: a batch of one.
 function ____exports.one(conf, s, rkey, ...)
-    local b = ____exports.batchOf(nil, false)
-    local job = ____exports.add(b, s, rkey, ...)
+    local b = batchOf(nil, false)
+    local job = add(b, s, rkey, ...)
     ____exports.run(conf, b)
     return job.res, job.err, job.fault
 end
 --- As one(), after ASKING (a Cluster node serves a slot it imports only to a client that asks so).
 function ____exports.asking(conf, s, rkey, ...)
-    local b = ____exports.batchOf(nil, true)
-    local job = ____exports.add(b, s, rkey, ...)
+    local b = batchOf(nil, true)
+    local job = add(b, s, rkey, ...)
     ____exports.run(conf, b)
     return job.res, job.err, job.fault
 end
---- A per-target script (see addTarget) for every target, in one round trip
--- (two when Redis met NOSCRIPT), on one server.
-function ____exports.many(conf, s, targets, ms)
-    local out = {replies = {}, errors = {}, faults = {}}
-    local n = #targets
-    if n == 0 then
-        return out
-    end
-    local b = ____exports.batchOf(nil, false)
-    for i = 1, n do
+--- A per-target script (command.addTarget) for every target, as one batch.
+function ____exports.batchFor(conf, s, targets, ms)
+    local b = batchOf(nil, false)
+    for i = 1, #targets do
         local m
         if ms ~= nil then
             m = ms[i]
@@ -422,8 +286,12 @@ function ____exports.many(conf, s, targets, ms)
             m
         )
     end
-    ____exports.run(conf, b)
-    for i = 1, n do
+    return b
+end
+--- What b's calls came to, per call.
+function ____exports.outcome(b)
+    local out = {replies = {}, errors = {}, faults = {}}
+    for i = 1, #b.jobs do
         local j = b.jobs[i]
         if j.res ~= nil then
             out.replies[i] = j.res
@@ -433,5 +301,13 @@ function ____exports.many(conf, s, targets, ms)
         end
     end
     return out
+end
+--- A per-target script for every target in one round trip (two when Redis met NOSCRIPT), on one server.
+function ____exports.many(conf, s, targets, ms)
+    local b = ____exports.batchFor(conf, s, targets, ms)
+    if #targets > 0 then
+        ____exports.run(conf, b)
+    end
+    return ____exports.outcome(b)
 end
 return ____exports

@@ -20,41 +20,48 @@
 
 import type { CallResult } from "./backend";
 import type * as redis from "./client";
+import * as command from "./command";
+import * as lanes from "./lanes";
 import * as roundtrip from "./roundtrip";
-import * as scripts from "./scripts";
+import type * as scripts from "./scripts";
+import * as takeback from "./takeback";
 
-type Batch = roundtrip.Batch;
-type Job = roundtrip.Job;
+type Batch = command.Batch;
+type Job = command.Job;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const sem_new = semaphore.new;
 const ngx_now = ngx.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
-const WARN = ngx.WARN;
-const NOTICE = ngx.NOTICE;
 const timer_at = ngx.timer.at;
 const worker_exiting = ngx.worker.exiting;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
-const lua_next = next;
 const lua_pairs = pairs;
-const add = roundtrip.add;
+const add = command.add;
+const fail = command.fail;
+const batchOf = command.batchOf;
 const run = roundtrip.run;
-const fail = roundtrip.fail;
+const send = roundtrip.send;
+const finish = roundtrip.finish;
 const alone = roundtrip.one;
-const wordOf = roundtrip.wordOf;
-const batchOf = roundtrip.batchOf;
-const forTarget = scripts.forTarget;
+const settle = takeback.settle;
+const laneOf = lanes.laneOf;
+const patience = lanes.patience;
+const claim = lanes.claim;
+const unclaim = lanes.unclaim;
+const idle = lanes.idle;
+
+type Lane = lanes.Lane;
+
+/** Calls of a worker that go out at once before the next ones join a batch (lanes.ts). */
+export const DIRECT = lanes.DIRECT;
+/** Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis. */
+export const stats = lanes.stats;
 
 /** Calls in one pipeline, at most: a larger batch waits for the next round trip. */
 const MAX_BATCH = 256;
-/**
- * Calls of a worker that go out on connections of their own before the next
- * ones join a batch: at low load every call goes at once, as without
- * auto-pipelining; past it, a batch costs one round trip for all its calls.
- */
-export const DIRECT = 4;
 /**
  * Batches of a worker on their way to one Redis at once, each from a timer
  * of its own on a connection of its own. With one, the next batch waited for
@@ -65,92 +72,6 @@ export const DIRECT = 4;
 const SENDERS = 2;
 /** Seconds a sender waits for work before its timer ends. */
 const IDLE = 10;
-/**
- * Seconds after a batch of several calls during which calls join batches even
- * with fewer than DIRECT on their way (as they do while a batch is open or on
- * its way): the callers a batch wakes all call again at once, and a
- * connection of its own for each of the first DIRECT costs more than their
- * place in the next batch.
- */
-const LOADED = 0.002;
-
-interface Lane {
-  readonly conf: redis.RedisConf;
-  /**
-   * Calls of this worker on their way to this Redis on connections of their
-   * own: slot -> when it has returned at the latest. Not a counter: a request
-   * killed in the middle of its call (a client abort with
-   * lua_check_client_abort) never runs the code after it, and would leave a
-   * counter up for good.
-   */
-  readonly direct: LuaTable<number, number>;
-  /** The acquires among them (batches of one): what to take back should their callers never return. */
-  readonly acquires: LuaTable<number, Batch>;
-  /** A timer looks for such acquires while there are any. */
-  watching: boolean;
-  slots: number;
-  /** Batches on their way. */
-  batching: number;
-  /** The batch calls join now; sent when the sender gets to it. */
-  open: Batch | undefined;
-  /** Senders' timers running, and of those the ones sleeping on `work` between batches. */
-  senders: number;
-  idle: number;
-  readonly work: NgxSemaphore;
-  /** Until when calls join batches whatever is on its way (see LOADED). */
-  loaded: number;
-  /** Calls sent in batches and batches sent, for status and specs. */
-  batched: number;
-  batches: number;
-}
-
-// Per configuration (a factory's), not per pool: two factories on one pool may
-// differ in timeouts or replicas, and a batch runs with its callers' settings.
-// Weak keys: a factory dropped takes its lane along.
-const lanes = setmetatable(new LuaTable<redis.RedisConf, Lane>(), { __mode: "k" });
-
-function laneOf(conf: redis.RedisConf): Lane | undefined {
-  let l = lanes.get(conf);
-  if (l === undefined) {
-    const [work] = sem_new(0);
-    if (work === undefined) return undefined;
-    l = { conf, direct: new LuaTable(), acquires: new LuaTable(), watching: false, slots: 0, batching: 0, open: undefined, senders: 0, idle: 0, work, loaded: 0, batched: 0, batches: 0 };
-    lanes.set(conf, l);
-  }
-  return l;
-}
-
-/** Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will. */
-function takeBackOne(conf: redis.RedisConf, j: Job): void {
-  const rkey = wordOf(j, 1);
-  // ARGV[1], the token, follows the keys.
-  const [res, err] = forTarget(alone, conf, j.s.undo!, rkey, wordOf(j, j.s.keys + 1));
-  if (res === undefined) {
-    ngx_log(WARN, "dlock: ", rkey, " may be held by a request that ended before the ", j.s.name, " reply came, and cannot be taken back (",
-      err, "): it expires on its own");
-  } else if (res !== 0) {
-    ngx_log(NOTICE, "dlock: took back ", rkey, ": its request ended before the ", j.s.name, " reply came");
-  }
-}
-
-/**
- * Take back the acquires of batch b whose callers did not come back for their
- * replies: a timer started once the callers were woken, so every caller still
- * there has been back. Only those whose replies were read: nothing of theirs
- * can land later. (A lost reply of a caller that is gone is left to its ttl.)
- */
-function settle(this: void, premature: boolean, conf: redis.RedisConf, b: Batch): void {
-  const jobs = b.jobs;
-  for (const i of $range(1, jobs.length)) {
-    const j = jobs[i - 1]!;
-    if (j.s.undo !== undefined && j.res !== undefined && !j.back) {
-      // Whatever one runs into, the others are still taken back.
-      const [ok, err] = lua_pcall(takeBackOne, conf, j);
-      if (!ok) ngx_log(ERR, "dlock: take-back failed: ", err);
-    }
-  }
-}
-
 /**
  * Wake b's callers. A caller whose request ended (a client abort, a killed
  * thread) or whose wait timed out left the semaphore's queue, so resources
@@ -178,7 +99,7 @@ function flush(lane: Lane): void {
     const [ok, err] = lua_pcall(run, lane.conf, b);
     if (!ok) fail(b, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + lua_tostring(err), "lost");
     lane.batching--;
-    if (b.jobs.length > 1) lane.loaded = ngx_now() + LOADED;
+    if (b.jobs.length > 1) lane.loaded = ngx_now() + lanes.LOADED;
     wake(lane.conf, b);
   }
 }
@@ -203,22 +124,6 @@ function sender(this: void, premature: boolean, lane: Lane): void {
     lane.open = undefined;
   }
   lane.senders--;
-}
-
-/** Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some. */
-function patience(conf: redis.RedisConf): number {
-  return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1;
-}
-
-/** Calls of this worker on their way to this Redis now (forgetting those whose time is up). */
-function inFlight(lane: Lane): number {
-  const now = ngx_now();
-  let n = lane.batching;
-  for (const [slot, until] of lua_pairs(lane.direct)) {
-    if (until < now) lane.direct.delete(slot);
-    else n++;
-  }
-  return n;
 }
 
 /**
@@ -268,53 +173,13 @@ function join(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | nu
   return $multi(job.res, job.err, job.fault);
 }
 
-/** Seconds between looks for acquires sent at once whose callers never came back. */
-const WATCH = 1;
-
-/**
- * Acquires sent at once whose callers never came back for the answer: their
- * request ended in the middle (a client abort) or their thread was killed.
- * A slot still there when its time is up says so without a look at the
- * request: every step of a call is bounded by a timeout, and its time
- * (patience) is their sum and a second more. Waiting for it matters too: the
- * connection was closed with the command perhaps not yet run, and by then it
- * has run (or Redis has been stuck that long).
- */
-function watcher(this: void, premature: boolean, lane: Lane): void {
-  const now = ngx_now();
-  // Taking back yields: collect first (no new keys in a table while pairs() walks it).
-  const gone: Batch[] = [];
-  for (const [slot, b] of lua_pairs(lane.acquires)) {
-    // inFlight() forgets the slots whose time is up.
-    const until = lane.direct.get(slot);
-    if (until === undefined || until < now) {
-      lane.acquires.delete(slot);
-      lane.direct.delete(slot);
-      gone.push(b);
-    }
-  }
-  for (const i of $range(1, gone.length)) {
-    const [ok, err] = lua_pcall(takeBackOne, lane.conf, gone[i - 1]!.jobs[0]!);
-    if (!ok) ngx_log(ERR, "dlock: take-back failed: ", err);
-  }
-  if (premature || lua_next(lane.acquires)[0] === undefined || timer_at(WATCH, watcher, lane)[0] === undefined) lane.watching = false;
-}
-
 /** A call sent at once on a pooled connection of its own, counted in lane.direct while on its way. */
 function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const conf = lane.conf;
-  lane.slots++;
-  const slot = lane.slots;
-  lane.direct.set(slot, ngx_now() + patience(conf));
   const b = batchOf(undefined, false);
   const job = add(b, s, rkey, ...args);
-  if (s.undo !== undefined) {
-    lane.acquires.set(slot, b);
-    if (!lane.watching) lane.watching = timer_at(WATCH, watcher, lane)[0] !== undefined;
-  }
-  run(conf, b);
-  lane.direct.delete(slot);
-  lane.acquires.delete(slot);
+  const slot = claim(lane, b);
+  run(lane.conf, b);
+  unclaim(lane, slot);
   return $multi(job.res, job.err, job.fault);
 }
 
@@ -322,18 +187,73 @@ function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | 
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
   const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
   if (lane === undefined) return alone(conf, s, rkey, ...args);
-  if (lane.batching === 0 && lane.open === undefined && ngx_now() >= lane.loaded && inFlight(lane) < DIRECT) {
-    return direct(lane, s, rkey, ...args);
-  }
+  if (idle(lane)) return direct(lane, s, rkey, ...args);
   const b = lane.open;
   // A full batch goes as it is; this call goes on its own.
   if (b !== undefined && b.jobs.length >= MAX_BATCH) return alone(conf, s, rkey, ...args);
   return join(lane, s, rkey, ...args);
 }
 
-/** Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis. */
-export function stats(conf: redis.RedisConf): LuaMultiReturn<[number, number, number]> {
-  const l = lanes.get(conf);
-  if (l === undefined) return $multi(0, 0, 0);
-  return $multi(l.batched, l.batches, l.batching);
+/**
+ * Run s for rkey on every server of `confs` at once, each as call() would (at
+ * once on a connection of its own, or in the server's next batch): every call
+ * is on its way before any reply is awaited, with no light thread. The calls,
+ * aligned with confs.
+ */
+export function fanout(confs: redis.RedisConf[], s: scripts.Script, rkey: string, ...args: (string | number)[]): Job[] {
+  const n = confs.length;
+  const jobs: Job[] = [];
+  const own = new LuaTable<number, Batch>();
+  const reds = new LuaTable<number, RestyRedis>();
+  const slots = new LuaTable<number, number>();
+  const joined = new LuaTable<number, Batch>();
+  for (const i of $range(1, n)) {
+    const conf = confs[i - 1]!;
+    const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
+    let b: Batch | undefined;
+    if (lane !== undefined && !idle(lane) && (lane.open === undefined || lane.open.jobs.length < MAX_BATCH)) {
+      b = opened(lane);
+      if (b !== undefined) joined.set(i, b);
+    }
+    if (b === undefined) {
+      b = batchOf(undefined, false);
+      own.set(i, b);
+    }
+    const job = add(b, s, rkey, ...args);
+    jobs.push(job);
+    if (joined.has(i)) {
+      // Its caller comes back for it after the replies of the others, maybe
+      // after this batch's callers were woken: not one to take back (settle).
+      // (Nor is one of a caller killed meanwhile: it is left to its ttl.)
+      job.back = true;
+      if (s.undo !== undefined) b.undos--;
+    } else {
+      if (lane !== undefined) slots.set(i, claim(lane, b));
+      const red = send(conf, b);
+      if (red !== undefined) reds.set(i, red);
+    }
+  }
+  for (const i of $range(1, n)) {
+    const b = own.get(i);
+    if (b !== undefined) {
+      const red = reds.get(i);
+      if (red !== undefined) finish(confs[i - 1]!, b, red);
+      const slot = slots.get(i);
+      if (slot !== undefined) unclaim(laneOf(confs[i - 1]!)!, slot);
+    }
+  }
+  for (const i of $range(1, n)) {
+    const b = joined.get(i);
+    if (b !== undefined) {
+      const job = jobs[i - 1]!;
+      const wait = 2 * patience(confs[i - 1]!);
+      const [woken] = b.sem!.wait(wait);
+      if (!woken && job.res === undefined && job.fault === undefined) {
+        job.err = "dlock: redis " + confs[i - 1]!.endpoint + ": no answer from the pipeline in " + lua_tostring(wait) + " s during " + s.name;
+        job.fault = "lost";
+      }
+    }
+  }
+  return jobs;
 }
+

@@ -1,7 +1,8 @@
 // Redlock over N independent masters (redis.redlock), as the algorithm on
-// redis.io describes it: the script runs on every master at once (one light
-// thread each, so a paused master costs its timeout once, not once per master),
-// and the outcome is the majority's. An acquire counts only when a majority
+// redis.io describes it: the script runs on every master at once (each on its
+// master's auto-pipeline, all sent before any reply is read, so a paused
+// master costs its timeout once, not once per master), and the outcome is the
+// majority's. An acquire counts only when a majority
 // took the key within the validity time (ttl minus the time it took minus the
 // allowance for clock drift); otherwise it is undone, owner-checked, on every
 // master. A release goes to every master; an extend counts on a majority.
@@ -11,29 +12,29 @@
 
 import type { Backend, CallResult, Fault, Outcome, Refusal, Target } from "./backend";
 import type * as redis from "./client";
+import type * as command from "./command";
+import * as votes from "./majority";
 import * as pipeline from "./pipeline";
 import * as roundtrip from "./roundtrip";
 import * as scripts from "./scripts";
 
-const pipelined = pipeline.call;
-const many = roundtrip.many;
-const spawn = ngx.thread.spawn;
-const thread_wait = ngx.thread.wait;
+type Votes = votes.Votes;
+const drift = votes.drift;
+const nowMs = votes.nowMs;
+const decideAcquire = votes.decideAcquire;
+const decideRelease = votes.decideRelease;
+const decideExtend = votes.decideExtend;
+const fanout = pipeline.fanout;
+const batchFor = roundtrip.batchFor;
+const outcome = roundtrip.outcome;
+const send = roundtrip.send;
+const finish = roundtrip.finish;
 const ngx_now = ngx.now;
-const update_time = ngx.update_time;
 const lua_type = type;
 const lua_select = select;
 const lua_tostring = tostring;
 const lua_tonumber = tonumber;
 const math_floor = math.floor;
-const str_format = string.format;
-const tbl_concat = table.concat;
-const tbl_sort = table.sort;
-
-/** The allowance for clock drift between masters over a ttl, in ms (redis.io: 1 % plus 2 ms). */
-export function drift(ttl: number): number {
-  return math_floor(ttl * 0.01) + 2;
-}
 
 /** Is this script one a quorum can decide? */
 function kindSupported(s: scripts.Script): boolean {
@@ -69,22 +70,6 @@ function note(node: redis.RedisConf, fault: Fault | undefined, err: string | und
   }
 }
 
-/** Per master, aligned with conf.nodes: a reply, or the error and fault. */
-interface Votes {
-  readonly replies: LuaTable<number, RedisValue>;
-  readonly errors: LuaTable<number, string>;
-  readonly faults: LuaTable<number, Fault>;
-}
-
-function majority(conf: redis.RedisConf): number {
-  return math_floor(conf.nodes!.length / 2) + 1;
-}
-
-function nowMs(): number {
-  update_time();
-  return ngx_now() * 1000;
-}
-
 function take(v: Votes, i: number, node: redis.RedisConf, r: RedisValue | undefined, e: string | undefined, f: Fault | undefined): void {
   note(node, f, e);
   if (r !== undefined) {
@@ -99,69 +84,12 @@ function take(v: Votes, i: number, node: redis.RedisConf, r: RedisValue | undefi
 function everywhere(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Votes {
   const nodes = conf.nodes!;
   const v: Votes = { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() };
-  const threads = new LuaTable<number, NgxThread>();
-  for (const i of $range(2, nodes.length)) {
-    threads.set(i, spawn(pipelined, nodes[i - 1]!, s, rkey, ...args));
-  }
-  const [r1, e1, f1] = pipelined(nodes[0]!, s, rkey, ...args);
-  take(v, 1, nodes[0]!, r1, e1, f1);
-  for (const i of $range(2, nodes.length)) {
-    const [ok, r, e, f] = thread_wait(threads.get(i));
-    if (ok) {
-      take(v, i, nodes[i - 1]!, r as RedisValue | undefined, e as string | undefined, f as Fault | undefined);
-    } else {
-      take(v, i, nodes[i - 1]!, undefined, "dlock: redis " + nodes[i - 1]!.endpoint + ": " + lua_tostring(r), "failed");
-    }
+  const jobs = fanout(nodes, s, rkey, ...args);
+  for (const i of $range(1, nodes.length)) {
+    const j = jobs[i - 1]!;
+    take(v, i, nodes[i - 1]!, j.res, j.err, j.fault);
   }
   return v;
-}
-
-function errorsOf(conf: redis.RedisConf, v: Votes): string {
-  const list: string[] = [];
-  for (const i of $range(1, conf.nodes!.length)) {
-    const e = v.errors.get(i);
-    if (e !== undefined) list.push(e);
-  }
-  return tbl_concat(list, "; ");
-}
-
-/** The fault of a decision that failed for want of answers: "lost" when any master may have acted. */
-function faultOf(conf: redis.RedisConf, v: Votes): Fault {
-  for (const i of $range(1, conf.nodes!.length)) {
-    if (v.faults.get(i) === "lost") return "lost";
-  }
-  return "failed";
-}
-
-function count(conf: redis.RedisConf, v: Votes, want: RedisValue): LuaMultiReturn<[number, number]> {
-  let yes = 0;
-  let answered = 0;
-  for (const i of $range(1, conf.nodes!.length)) {
-    const r = v.replies.get(i);
-    if (r !== undefined) {
-      answered = answered + 1;
-      if (r === want) yes = yes + 1;
-    }
-  }
-  return $multi(yes, answered);
-}
-
-/** Release (1: deleted somewhere, 0: not ours anywhere) once a majority answered. */
-function decideRelease(conf: redis.RedisConf, v: Votes): CallResult {
-  const [deleted, answered] = count(conf, v, 1);
-  if (answered >= majority(conf)) return $multi(deleted > 0 ? 1 : 0, undefined, undefined);
-  return $multi(undefined, "dlock: redis " + conf.endpoint + ": only " + lua_tostring(answered) + " of " + lua_tostring(conf.nodes!.length) +
-    " masters answered the release (" + errorsOf(conf, v) + ")", faultOf(conf, v));
-}
-
-/** Extend: 1 on a majority within the time; 0 when a majority can no longer say yes. */
-function decideExtend(conf: redis.RedisConf, v: Votes, ttl: number, started: number): CallResult {
-  const [extended, answered] = count(conf, v, 1);
-  const n = conf.nodes!.length;
-  if (extended >= majority(conf) && nowMs() - started + drift(ttl) < ttl) return $multi(1, undefined, undefined);
-  if (answered - extended > n - majority(conf)) return $multi(0, undefined, undefined);
-  return $multi(undefined, "dlock: redis " + conf.endpoint + ": extended on " + lua_tostring(extended) + " of " + lua_tostring(n) +
-    " masters, a majority is " + lua_tostring(majority(conf)) + " (" + errorsOf(conf, v) + ")", faultOf(conf, v));
 }
 
 /** Run s for rkey on the masters and decide by majority (ARGV[1] the token, ARGV[2] the ttl). */
@@ -178,60 +106,6 @@ function call(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string
   return decideAcquire(conf, v, rkey, lua_tostring(tok), ttl, started);
 }
 
-/**
- * Acquire: "OK" when a majority took the key in time. Otherwise the masters
- * that took it give it back, and the answer is "busy" (the ms until enough
- * holders expire for a majority to be free) when enough masters said the key
- * is taken that no majority was possible; else an error: "lost" when a master
- * that did not answer may have taken it (the caller has it cleaned up,
- * owner-checked, everywhere), "transient" when too few masters could be
- * reached or it took too long (a waiting acquire tries again).
- */
-function decideAcquire(conf: redis.RedisConf, v: Votes, rkey: string, tok: string, ttl: number, started: number): CallResult {
-  const n = conf.nodes!.length;
-  const need = majority(conf);
-  const [took] = count(conf, v, "OK");
-  const elapsed = nowMs() - started;
-  if (took >= need && elapsed + drift(ttl) < ttl) return $multi("OK", undefined, undefined);
-
-  let undone = true;
-  let unknown = false;
-  for (const i of $range(1, n)) {
-    if (v.replies.get(i) === "OK") {
-      const [r] = pipelined(conf.nodes![i - 1]!, scripts.RELEASE, rkey, tok);
-      if (r === undefined) undone = false;
-    } else if (v.faults.get(i) === "lost") {
-      unknown = true;
-    }
-  }
-  const pttls: number[] = [];
-  for (const i of $range(1, n)) {
-    const r = v.replies.get(i);
-    if (lua_type(r) === "number") pttls.push(r as number);
-  }
-  if (pttls.length > n - need && undone) {
-    // Held by others on enough masters that no majority was possible, whatever
-    // the silent ones did (a key one of them took is a minority's, until its ttl).
-    tbl_sort(pttls);
-    return $multi(pttls[pttls.length - (n - need) - 1]!, undefined, undefined);
-  }
-  if (!undone || unknown) {
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": took the key on " + lua_tostring(took) + " of " + lua_tostring(n) +
-      " masters, and some may still hold it (" + errorsOf(conf, v) + ")", "lost");
-  }
-  if (took >= need) {
-    return $multi(undefined, str_format("dlock: redis %s: took the key on a majority, but only after %d ms of a %d ms ttl",
-      conf.endpoint, elapsed, ttl), "transient");
-  }
-  return $multi(undefined, "dlock: redis " + conf.endpoint + ": took the key on " + lua_tostring(took) + " of " + lua_tostring(n) +
-    " masters, a majority is " + lua_tostring(need) + " (" + errorsOf(conf, v) + ")", "transient");
-}
-
-/** roundtrip.many, shaped for ngx.thread.spawn. */
-function batchOn(this: void, node: redis.RedisConf, s: scripts.Script, targets: Target[], ms: number[] | undefined): LuaMultiReturn<[Outcome]> {
-  return $multi(many(node, s, targets, ms));
-}
-
 /** Each target on every master (one pipeline per master, all at once), decided per target. */
 function batch(this: void, conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Outcome {
   const out: Outcome = { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() };
@@ -242,22 +116,28 @@ function batch(this: void, conf: redis.RedisConf, s: scripts.Script, targets: Ta
     }
     return out;
   }
+  if (targets.length === 0) return out;
   const nodes = conf.nodes!;
   const started = nowMs();
-  const threads = new LuaTable<number, NgxThread>();
-  for (const j of $range(2, nodes.length)) {
-    threads.set(j, spawn(batchOn, nodes[j - 1]!, s, targets, ms));
+  // One pipeline per master, all on their way before any reply is read.
+  const per = new LuaTable<number, command.Batch>();
+  const reds = new LuaTable<number, RestyRedis>();
+  for (const j of $range(1, nodes.length)) {
+    const b = batchFor(nodes[j - 1]!, s, targets, ms);
+    per.set(j, b);
+    const red = send(nodes[j - 1]!, b);
+    if (red !== undefined) reds.set(j, red);
   }
-  const per = new LuaTable<number, Outcome>();
-  per.set(1, many(nodes[0]!, s, targets, ms));
-  for (const j of $range(2, nodes.length)) {
-    const [ok, o] = thread_wait(threads.get(j));
-    per.set(j, ok ? o as Outcome : { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() });
+  const outs = new LuaTable<number, Outcome>();
+  for (const j of $range(1, nodes.length)) {
+    const red = reds.get(j);
+    if (red !== undefined) finish(nodes[j - 1]!, per.get(j), red);
+    outs.set(j, outcome(per.get(j)));
   }
   for (const i of $range(1, targets.length)) {
     const v: Votes = { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() };
     for (const j of $range(1, nodes.length)) {
-      const o = per.get(j);
+      const o = outs.get(j);
       const r = o.replies.get(i);
       if (r !== undefined) v.replies.set(j, r);
       else {
@@ -280,7 +160,7 @@ function batch(this: void, conf: redis.RedisConf, s: scripts.Script, targets: Ta
     }
   }
   for (const j of $range(1, nodes.length)) {
-    const o = per.get(j);
+    const o = outs.get(j);
     note(nodes[j - 1]!, o.faults.get(1), o.errors.get(1));
   }
   return out;
@@ -305,7 +185,7 @@ function describe(this: void, conf: redis.RedisConf): LuaTable<string, unknown> 
   }
   const t = new LuaTable<string, unknown>();
   t.set("masters", list);
-  t.set("majority", majority(conf));
+  t.set("majority", votes.majority(conf));
   return t;
 }
 

@@ -13,6 +13,11 @@ const { Monitor, handoffStats, handoffsOf } = require("./monitor");
 
 const root = path.resolve(__dirname, "..");
 const smoke = process.argv.includes("--smoke");
+// --only <substrings, comma-separated>: run only the section 1 lines whose names
+// contain one of them (and the standalone line, 1b's reference), print their
+// numbers and stop: no sections 2 and 3, no report written.
+const onlyAt = process.argv.indexOf("--only");
+const only = onlyAt >= 0 ? (process.argv[onlyAt + 1] || "").split(",").filter(Boolean) : undefined;
 const cfg = smoke
   ? { rounds: 1, seconds: 1, conns: 32, contendClients: 40, contendSeconds: 2, memRequests: 20000, dictLeases: 2000 }
   : { rounds: 5, seconds: 5, conns: 50, contendClients: 40, contendSeconds: 6, memRequests: 1000000, dictLeases: 10000 };
@@ -252,6 +257,13 @@ function makeCerts(tls) {
   { stdio: ["ignore", "ignore", "pipe"] }); // a failure's error carries openssl's stderr
 }
 
+// Redlock: three independent redis-servers, the keys on all of them.
+async function startRedlock(ports) {
+  const ms = ports.map((port) => ({ port, pid: redisServer("redlock-" + port, ["--port", String(port)]).pid }));
+  for (const p of ports) await waitPort(p);
+  return store("redlock", ms);
+}
+
 // TLS only (--port 0): the lock connects with ssl_verify = true, server_name = "localhost".
 async function startTls(port, tls) {
   const p = redisServer("redis-tls", ["--port", "0", "--tls-port", String(port), "--tls-cert-file", path.join(tls, "server.pem"),
@@ -400,8 +412,9 @@ async function main() {
     tls: await freePort(),
     sentinel: { master: await freePort(), replica: await freePort(), sentinels: [await freePort(), await freePort(), await freePort()] },
     cluster: [],
+    redlock: [await freePort(), await freePort(), await freePort()],
   };
-  const clusterModule = fs.existsSync(path.join(root, "dist", "resty", "dlock", "backend", "cluster.lua"));
+  const clusterModule = fs.existsSync(path.join(root, "dist", "resty", "dlock", "redis", "cluster.lua"));
   // Cluster: full run only (creating it takes ~5 s, over the smoke run's budget).
   const clusterSkip = !clusterModule ? "not available: dist/resty/dlock/redis/cluster.lua is not built yet"
     : smoke ? "full run only (creating a cluster takes several seconds)" : "";
@@ -414,7 +427,8 @@ async function main() {
     "--dir", prefix, "--logfile", path.join(prefix, "logs", "redis.log")]);
   execFileSync("bash", ["-c", `. '${root}/nginx/lib.sh'; wait_port ${redisPort} 10 && render_conf '${root}/nginx/bench.conf' '${prefix}' '${prefix}/nginx.conf' HTTP_PORT=${httpPort} REDIS_PORT=${redisPort} ` +
     `TLS_PORT=${topoPorts.tls} SENTINEL_NODES=${topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(",")} ` +
-    `CLUSTER_NODES=${topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",")}`]);
+    `CLUSTER_NODES=${topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",")} ` +
+    `REDLOCK_NODES=${topoPorts.redlock.map((p) => "127.0.0.1:" + p).join(",")}`]);
   // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
   const nginxBin = execFileSync("bash", ["-c", `. '${root}/nginx/lib.sh' && printf %s "$NGINX_BIN"`], { encoding: "utf8" });
   const nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
@@ -433,8 +447,9 @@ async function main() {
   });
   contend.peers = contend.peerPorts.map((port) => peer(port, contend.redisPort));
   const t0Topo = Date.now();
-  const [tlsStore, sentinelStore, clusterStore] = await Promise.all([
-    startTls(topoPorts.tls, tlsDir), startSentinel(topoPorts.sentinel), clusterSkip ? null : startCluster(topoPorts.cluster)]);
+  const [tlsStore, sentinelStore, clusterStore, redlockStore] = await Promise.all([
+    startTls(topoPorts.tls, tlsDir), startSentinel(topoPorts.sentinel), clusterSkip ? null : startCluster(topoPorts.cluster),
+    startRedlock(topoPorts.redlock)]);
   log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
   await waitFor(httpPort);
   await waitFor(nodePort);
@@ -460,12 +475,16 @@ async function main() {
     { id: "core_tls", topo: true, name: "resty.dlock acquire+release, TLS (ssl_verify on)", url: `http://127.0.0.1:${httpPort}/core-tls`, server: nginxPids, store: tlsStore },
     { id: "core_sentinel", topo: true, name: "resty.dlock acquire+release, Sentinel (master + 1 replica, 3 sentinels)", url: `http://127.0.0.1:${httpPort}/core-sentinel`, server: nginxPids, store: sentinelStore },
     { id: "core_cluster", topo: true, name: "resty.dlock acquire+release, Cluster (3 masters + 3 replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster`, server: nginxPids, store: clusterStore, skip: clusterSkip },
+    { id: "core_redlock", topo: true, name: "resty.dlock acquire+release, Redlock (3 independent masters)", url: `http://127.0.0.1:${httpPort}/core-redlock`, server: nginxPids, store: redlockStore },
     { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: nginxPids },
     { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: nginxPids },
     { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: nginxPids },
     { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: nginxPids },
     { id: "node", name: "Node.js node-redlock 5 + ioredis", url: `http://127.0.0.1:${nodePort}/`, server: () => [node.pid] },
   ];
+  if (only) {
+    for (const l of lines) if (l.id !== "core" && !only.some((o) => l.name.includes(o))) l.skip = "not selected (--only)";
+  }
   const active = lines.filter((l) => !l.skip);
   for (const l of active.filter((x) => x.topo)) {
     const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
@@ -504,7 +523,7 @@ async function main() {
       errors: rs.reduce((a, r) => a + r.errors, 0),
     };
   };
-  const throughput = lines.filter((l) => !l.topo).map(summary);
+  const throughput = lines.filter((l) => !l.topo && !l.skip).map(summary);
   // 1b. The same acquire+release on other topologies, as ratios to the standalone line.
   const core = throughput.find((l) => l.id === "core");
   const topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
@@ -522,6 +541,15 @@ async function main() {
       ...(l.store.kind === "sentinel" ? { sentinel_queries_per_1k: median(rs.map((r) => r.sentinelQueriesPer1k)),
         sentinel_queries_per_sec: median(rs.map((r) => r.sentinelQueriesPerSec)) } : {}),
       ...(note ? { note } : {}) });
+  }
+
+  if (only) {
+    for (const l of topologies) {
+      log(l.skipped ? `${l.line}: ${l.skipped}` : `${l.line}: ${fmt(l.rps)} req/s, nginx CPU ${fmt(l.server_cpu_ms_per_1k, 1)} ms/1k req, ` +
+        `nginx+Redis CPU ${fmt(l.cpu_ms_per_1k, 1)} ms/1k req` + (l.vs_standalone !== undefined ? `; vs standalone: ${fmt(l.vs_standalone, 2)}x requests/s, ` +
+        `${fmt(l.server_cpu_ms_per_1k / core.server_cpu_ms_per_1k, 2)}x nginx CPU per request, ${fmt(l.cpu_vs_standalone, 2)}x nginx+Redis CPU` : ""));
+    }
+    return;
   }
 
   // 2. Contention across two instances: C clients on one key (half on each

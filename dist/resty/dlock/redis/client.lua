@@ -25,6 +25,7 @@ function ____exports.node(conf, host, port)
     n.topology = "standalone"
     n.nodes = nil
     n.backend = nil
+    n.parent = conf
     return n
 end
 function copy(c)
@@ -53,7 +54,8 @@ function copy(c)
         nodes = c.nodes,
         max_redirects = c.max_redirects,
         slotted = c.slotted,
-        backend = c.backend
+        backend = c.backend,
+        parent = c.parent
     }
 end
 lua_tostring = tostring
@@ -300,7 +302,8 @@ function ____exports.parse(v, dict)
         nodes = nil,
         max_redirects = maxRedirects,
         slotted = topology == "cluster",
-        backend = nil
+        backend = nil,
+        parent = nil
     }
     if seeds ~= nil then
         local nodes = {}

@@ -25,7 +25,6 @@ function ____exports.node(conf, host, port)
     n.topology = "standalone"
     n.nodes = nil
     n.backend = nil
-    n.parent = conf
     return n
 end
 function copy(c)
@@ -54,8 +53,7 @@ function copy(c)
         nodes = c.nodes,
         max_redirects = c.max_redirects,
         slotted = c.slotted,
-        backend = c.backend,
-        parent = c.parent
+        backend = c.backend
     }
 end
 lua_tostring = tostring
@@ -302,8 +300,7 @@ function ____exports.parse(v, dict)
         nodes = nil,
         max_redirects = maxRedirects,
         slotted = topology == "cluster",
-        backend = nil,
-        parent = nil
+        backend = nil
     }
     if seeds ~= nil then
         local nodes = {}

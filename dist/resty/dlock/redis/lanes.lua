@@ -18,17 +18,6 @@ ____exports.DIRECT = 4
 -- place in the next batch.
 ____exports.LOADED = 0.002
 local lanes = setmetatable({}, {__mode = "k"})
---- Per configuration of a factory (a server's, or the Cluster's or Redlock's its servers come from).
-local groups = setmetatable({}, {__mode = "k"})
-local function groupOf(conf)
-    local owner = conf.parent or conf
-    local g = groups[owner]
-    if g == nil then
-        g = {direct = {}, slots = 0, batching = 0, loaded = 0}
-        groups[owner] = g
-    end
-    return g
-end
 function ____exports.laneOf(conf)
     local l = lanes[conf]
     if l == nil then
@@ -38,14 +27,16 @@ function ____exports.laneOf(conf)
         end
         l = {
             conf = conf,
-            group = groupOf(conf),
+            direct = {},
             acquires = {},
             watching = false,
+            slots = 0,
             batching = 0,
             open = nil,
             senders = 0,
             idle = 0,
             work = work,
+            loaded = 0,
             batched = 0,
             batches = 0
         }
@@ -57,13 +48,13 @@ end
 function ____exports.patience(conf)
     return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1
 end
---- Calls of this worker on their way to the group's servers now (forgetting those whose time is up).
-local function inFlight(g)
+--- Calls of this worker on their way to this Redis now (forgetting those whose time is up).
+function ____exports.inFlight(lane)
     local now = ngx_now()
-    local n = g.batching
-    for slot, ____until in lua_pairs(g.direct) do
+    local n = lane.batching
+    for slot, ____until in lua_pairs(lane.direct) do
         if ____until < now then
-            g.direct[slot] = nil
+            lane.direct[slot] = nil
         else
             n = n + 1
         end
@@ -72,10 +63,9 @@ local function inFlight(g)
 end
 --- Count b, a batch of one about to go at once on a connection of its own, in lane.direct while on its way.
 function ____exports.claim(lane, b)
-    local g = lane.group
-    g.slots = g.slots + 1
-    local slot = g.slots
-    g.direct[slot] = ngx_now() + ____exports.patience(lane.conf)
+    lane.slots = lane.slots + 1
+    local slot = lane.slots
+    lane.direct[slot] = ngx_now() + ____exports.patience(lane.conf)
     if b.undos > 0 then
         lane.acquires[slot] = b
         if not lane.watching then
@@ -85,13 +75,12 @@ function ____exports.claim(lane, b)
     return slot
 end
 function ____exports.unclaim(lane, slot)
-    lane.group.direct[slot] = nil
+    lane.direct[slot] = nil
     lane.acquires[slot] = nil
 end
 --- Would a call go out at once (few of this worker's calls on their way, none riding a batch)?
 function ____exports.idle(lane)
-    local g = lane.group
-    return g.batching == 0 and lane.open == nil and ngx_now() >= g.loaded and inFlight(g) < ____exports.DIRECT
+    return lane.batching == 0 and lane.open == nil and ngx_now() >= lane.loaded and ____exports.inFlight(lane) < ____exports.DIRECT
 end
 --- Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis.
 function ____exports.stats(conf)

@@ -62,8 +62,6 @@ local function flush(lane)
         local b = lane.open
         lane.open = nil
         lane.batching = lane.batching + 1
-        local ____lane_group_0, ____batching_1 = lane.group, "batching"
-        ____lane_group_0[____batching_1] = ____lane_group_0[____batching_1] + 1
         lane.batches = lane.batches + 1
         lane.batched = lane.batched + #b.jobs
         local ok, err = lua_pcall(run, lane.conf, b)
@@ -75,10 +73,8 @@ local function flush(lane)
             )
         end
         lane.batching = lane.batching - 1
-        local ____lane_group_2, ____batching_3 = lane.group, "batching"
-        ____lane_group_2[____batching_3] = ____lane_group_2[____batching_3] - 1
         if #b.jobs > 1 then
-            lane.group.loaded = ngx_now() + lanes.LOADED
+            lane.loaded = ngx_now() + lanes.LOADED
         end
         wake(lane.conf, b)
     end
@@ -160,13 +156,13 @@ local function direct(lane, s, rkey, ...)
 end
 --- Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline.
 function ____exports.call(conf, s, rkey, ...)
-    local ____conf_auto_pipeline_4
+    local ____conf_auto_pipeline_0
     if conf.auto_pipeline then
-        ____conf_auto_pipeline_4 = laneOf(conf)
+        ____conf_auto_pipeline_0 = laneOf(conf)
     else
-        ____conf_auto_pipeline_4 = nil
+        ____conf_auto_pipeline_0 = nil
     end
-    local lane = ____conf_auto_pipeline_4
+    local lane = ____conf_auto_pipeline_0
     if lane == nil then
         return alone(conf, s, rkey, ...)
     end
@@ -192,13 +188,13 @@ function ____exports.fanout(confs, s, rkey, ...)
     local joined = {}
     for i = 1, n do
         local conf = confs[i]
-        local ____conf_auto_pipeline_5
+        local ____conf_auto_pipeline_1
         if conf.auto_pipeline then
-            ____conf_auto_pipeline_5 = laneOf(conf)
+            ____conf_auto_pipeline_1 = laneOf(conf)
         else
-            ____conf_auto_pipeline_5 = nil
+            ____conf_auto_pipeline_1 = nil
         end
-        local lane = ____conf_auto_pipeline_5
+        local lane = ____conf_auto_pipeline_1
         local b
         if lane ~= nil and not idle(lane) and (lane.open == nil or #lane.open.jobs < MAX_BATCH) then
             b = opened(lane)

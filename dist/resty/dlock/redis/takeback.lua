@@ -76,10 +76,10 @@ function ____exports.watcher(premature, lane)
     local now = ngx_now()
     local gone = {}
     for slot, b in lua_pairs(lane.acquires) do
-        local ____until = lane.group.direct[slot]
+        local ____until = lane.direct[slot]
         if ____until == nil or ____until < now then
             lane.acquires[slot] = nil
-            lane.group.direct[slot] = nil
+            lane.direct[slot] = nil
             gone[#gone + 1] = b
         end
     end

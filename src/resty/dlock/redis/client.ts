@@ -73,8 +73,6 @@ export interface RedisConf {
   readonly slotted: boolean;
   /** What serves this configuration, chosen once by backend.parse (nil for a server of a cluster or Redlock set). */
   readonly backend: Backend | undefined;
-  /** A server of a Cluster or Redlock set: the configuration it is one of (their auto-pipelines share the load). */
-  readonly parent: RedisConf | undefined;
 }
 
 export type Topology = "standalone" | "unix" | "sentinel" | "cluster" | "redlock";
@@ -227,7 +225,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     keepalive_timeout: o.keepalive_timeout,
     ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name, auto_pipeline: o.auto_pipeline,
     pool, endpoint, dict, sentinel: sent,
-    topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster", backend: undefined, parent: undefined,
+    topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster", backend: undefined,
   };
   if (seeds !== undefined) {
     const nodes: RedisConf[] = [];
@@ -262,7 +260,6 @@ export function node(conf: RedisConf, host: string, port: number): RedisConf {
   n.topology = "standalone";
   n.nodes = undefined;
   n.backend = undefined;
-  n.parent = conf;
   return n;
 }
 
@@ -288,7 +285,7 @@ function copy(c: RedisConf): Fields {
     replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
     ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, auto_pipeline: c.auto_pipeline, pool: c.pool, endpoint: c.endpoint,
     dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
-    slotted: c.slotted, backend: c.backend, parent: c.parent,
+    slotted: c.slotted, backend: c.backend,
   };
 }
 
@@ -299,3 +296,5 @@ const known = new LuaTable<string, RedisConf>();
 export function endpoints(): LuaTable<string, RedisConf> {
   return known;
 }
+
+

@@ -30,35 +30,22 @@ export const DIRECT = 4;
  */
 export const LOADED = 0.002;
 
-/**
- * The worker's load on the servers of one configuration, which their lanes
- * share: one server's, or all masters' of a Cluster or a Redlock set (a
- * request's calls are spread over them, so each master alone sees too few to
- * batch: DIRECT counts for them all).
- */
-export interface Group {
-  /**
-   * Calls of this worker on their way on connections of their own: slot ->
-   * when it has returned at the latest. Not a counter: a request killed in
-   * the middle of its call (a client abort with lua_check_client_abort) never
-   * runs the code after it, and would leave a counter up for good.
-   */
-  readonly direct: LuaTable<number, number>;
-  slots: number;
-  /** Batches on their way. */
-  batching: number;
-  /** Until when calls join batches whatever is on its way (see LOADED). */
-  loaded: number;
-}
-
 export interface Lane {
   readonly conf: redis.RedisConf;
-  readonly group: Group;
-  /** The calls on connections of their own that are acquires (batches of one): what to take back should their callers never return. */
+  /**
+   * Calls of this worker on their way to this Redis on connections of their
+   * own: slot -> when it has returned at the latest. Not a counter: a request
+   * killed in the middle of its call (a client abort with
+   * lua_check_client_abort) never runs the code after it, and would leave a
+   * counter up for good.
+   */
+  readonly direct: LuaTable<number, number>;
+  /** The acquires among them (batches of one): what to take back should their callers never return. */
   readonly acquires: LuaTable<number, Batch>;
   /** A timer looks for such acquires while there are any. */
   watching: boolean;
-  /** Batches of this lane on their way. */
+  slots: number;
+  /** Batches on their way. */
   batching: number;
   /** The batch calls join now; sent when the sender gets to it. */
   open: Batch | undefined;
@@ -66,6 +53,8 @@ export interface Lane {
   senders: number;
   idle: number;
   readonly work: NgxSemaphore;
+  /** Until when calls join batches whatever is on its way (see LOADED). */
+  loaded: number;
   /** Calls sent in batches and batches sent, for status and specs. */
   batched: number;
   batches: number;
@@ -75,25 +64,13 @@ export interface Lane {
 // differ in timeouts or replicas, and a batch runs with its callers' settings.
 // Weak keys: a factory dropped takes its lane along.
 const lanes = setmetatable(new LuaTable<redis.RedisConf, Lane>(), { __mode: "k" });
-/** Per configuration of a factory (a server's, or the Cluster's or Redlock's its servers come from). */
-const groups = setmetatable(new LuaTable<redis.RedisConf, Group>(), { __mode: "k" });
-
-function groupOf(conf: redis.RedisConf): Group {
-  const owner = conf.parent ?? conf;
-  let g = groups.get(owner);
-  if (g === undefined) {
-    g = { direct: new LuaTable(), slots: 0, batching: 0, loaded: 0 };
-    groups.set(owner, g);
-  }
-  return g;
-}
 
 export function laneOf(conf: redis.RedisConf): Lane | undefined {
   let l = lanes.get(conf);
   if (l === undefined) {
     const [work] = sem_new(0);
     if (work === undefined) return undefined;
-    l = { conf, group: groupOf(conf), acquires: new LuaTable(), watching: false, batching: 0, open: undefined, senders: 0, idle: 0, work, batched: 0, batches: 0 };
+    l = { conf, direct: new LuaTable(), acquires: new LuaTable(), watching: false, slots: 0, batching: 0, open: undefined, senders: 0, idle: 0, work, loaded: 0, batched: 0, batches: 0 };
     lanes.set(conf, l);
   }
   return l;
@@ -104,12 +81,12 @@ export function patience(conf: redis.RedisConf): number {
   return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1;
 }
 
-/** Calls of this worker on their way to the group's servers now (forgetting those whose time is up). */
-function inFlight(g: Group): number {
+/** Calls of this worker on their way to this Redis now (forgetting those whose time is up). */
+export function inFlight(lane: Lane): number {
   const now = ngx_now();
-  let n = g.batching;
-  for (const [slot, until] of lua_pairs(g.direct)) {
-    if (until < now) g.direct.delete(slot);
+  let n = lane.batching;
+  for (const [slot, until] of lua_pairs(lane.direct)) {
+    if (until < now) lane.direct.delete(slot);
     else n++;
   }
   return n;
@@ -117,10 +94,9 @@ function inFlight(g: Group): number {
 
 /** Count b, a batch of one about to go at once on a connection of its own, in lane.direct while on its way. */
 export function claim(lane: Lane, b: Batch): number {
-  const g = lane.group;
-  g.slots++;
-  const slot = g.slots;
-  g.direct.set(slot, ngx_now() + patience(lane.conf));
+  lane.slots++;
+  const slot = lane.slots;
+  lane.direct.set(slot, ngx_now() + patience(lane.conf));
   if (b.undos > 0) {
     lane.acquires.set(slot, b);
     if (!lane.watching) lane.watching = timer_at(takeback.WATCH, watcher, lane)[0] !== undefined;
@@ -129,14 +105,13 @@ export function claim(lane: Lane, b: Batch): number {
 }
 
 export function unclaim(lane: Lane, slot: number): void {
-  lane.group.direct.delete(slot);
+  lane.direct.delete(slot);
   lane.acquires.delete(slot);
 }
 
 /** Would a call go out at once (few of this worker's calls on their way, none riding a batch)? */
 export function idle(lane: Lane): boolean {
-  const g = lane.group;
-  return g.batching === 0 && lane.open === undefined && ngx_now() >= g.loaded && inFlight(g) < DIRECT;
+  return lane.batching === 0 && lane.open === undefined && ngx_now() >= lane.loaded && inFlight(lane) < DIRECT;
 }
 
 /** Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis. */

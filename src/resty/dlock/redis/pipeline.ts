@@ -94,14 +94,12 @@ function flush(lane: Lane): void {
     const b = lane.open;
     lane.open = undefined;
     lane.batching++;
-    lane.group.batching++;
     lane.batches++;
     lane.batched += b.jobs.length;
     const [ok, err] = lua_pcall(run, lane.conf, b);
     if (!ok) fail(b, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + lua_tostring(err), "lost");
     lane.batching--;
-    lane.group.batching--;
-    if (b.jobs.length > 1) lane.group.loaded = ngx_now() + lanes.LOADED;
+    if (b.jobs.length > 1) lane.loaded = ngx_now() + lanes.LOADED;
     wake(lane.conf, b);
   }
 }

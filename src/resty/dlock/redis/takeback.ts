@@ -74,10 +74,10 @@ export function watcher(this: void, premature: boolean, lane: Lane): void {
   const gone: Batch[] = [];
   for (const [slot, b] of lua_pairs(lane.acquires)) {
     // inFlight() forgets the slots whose time is up.
-    const until = lane.group.direct.get(slot);
+    const until = lane.direct.get(slot);
     if (until === undefined || until < now) {
       lane.acquires.delete(slot);
-      lane.group.direct.delete(slot);
+      lane.direct.delete(slot);
       gone.push(b);
     }
   }

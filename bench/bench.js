@@ -14,7 +14,8 @@ const { sleep, freePort, Ports, children, cpuSeconds, Procs, cli, redisCalls, re
 
 const root = path.resolve(__dirname, "..");
 const smoke = process.argv.includes("--smoke");
-// --only S (repeatable): section 1 alone, the lines whose id is S or whose name contains it; printed, nothing written.
+// --only S (repeatable): the section 1 and 1b lines whose id is S or whose name
+// contains it (and the core line, the reference of both); printed, nothing written.
 const only = process.argv.filter((a, i, all) => all[i - 1] === "--only");
 const cfg = smoke
   ? { rounds: 1, seconds: 1, conns: 32, contendClients: 40, contendSeconds: 2, memRequests: 20000, dictLeases: 2000 }
@@ -118,6 +119,13 @@ function store(kind, masters, { tls, others = [], sentinelPorts = [], check } = 
 }
 
 const makeCerts = topology.makeCerts;
+
+// Redlock: three independent redis-servers, the keys on all of them.
+async function startRedlock(ports) {
+  const ms = [];
+  for (const port of ports) ms.push(await redisServer("redlock-" + port, port));
+  return store("redlock", ms);
+}
 
 // TLS only (--port 0): the lock connects with ssl_verify = true, server_name = "localhost".
 async function startTls(port, tls) {
@@ -234,11 +242,13 @@ async function main() {
     tls: await freePort(),
     sentinel: { master: await freePort(), replica: await freePort(), sentinels: [await freePort(), await freePort(), await freePort()] },
     cluster: [],
+    redlock: [await freePort(), await freePort(), await freePort()],
   };
   const clusterModule = fs.existsSync(path.join(root, "dist", "resty", "dlock", "redis", "cluster.lua"));
   // Cluster: full run only (creating it takes ~5 s, over the smoke run's budget).
   const clusterSkip = !clusterModule ? "not available: dist/resty/dlock/redis/cluster.lua is not built yet"
-    : smoke ? "full run only (creating a cluster takes several seconds)" : only.length ? "--only" : "";
+    : smoke ? "full run only (creating a cluster takes several seconds)"
+    : only.length && !only.some((o) => /cluster/i.test(o)) ? "--only" : "";
   if (!clusterSkip) {
     for (let i = 0; i < 6; i++) topoPorts.cluster.push(await env.ports.pick({ bus: true }));
   }
@@ -246,7 +256,8 @@ async function main() {
   const redis = await redisServer("redis", redisPort);
   renderConf(path.join(root, "nginx", "bench.conf"), prefix, path.join(prefix, "nginx.conf"), { HTTP_PORT: httpPort, REDIS_PORT: redisPort,
     TLS_PORT: topoPorts.tls, SENTINEL_NODES: topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(","),
-    CLUSTER_NODES: topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",") });
+    CLUSTER_NODES: topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(","),
+    REDLOCK_NODES: topoPorts.redlock.map((p) => "127.0.0.1:" + p).join(",") });
   // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
   const nginxBin = libNginxBin();
   const nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
@@ -264,8 +275,9 @@ async function main() {
   });
   contend.peers = contend.peerPorts.map((port) => peer(port, contend.redisPort));
   const t0Topo = Date.now();
-  const [tlsStore, sentinelStore, clusterStore] = await Promise.all([
-    startTls(topoPorts.tls, tlsDir), startSentinel(topoPorts.sentinel), clusterSkip ? null : startCluster(topoPorts.cluster)]);
+  const [tlsStore, sentinelStore, clusterStore, redlockStore] = await Promise.all([
+    startTls(topoPorts.tls, tlsDir), startSentinel(topoPorts.sentinel), clusterSkip ? null : startCluster(topoPorts.cluster),
+    startRedlock(topoPorts.redlock)]);
   log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
   await waitFor(httpPort);
   await waitFor(nodePort);
@@ -291,13 +303,15 @@ async function main() {
     { id: "core_tls", topo: true, name: "resty.dlock acquire+release, TLS (ssl_verify on)", url: `http://127.0.0.1:${httpPort}/core-tls`, server: nginxPids, store: tlsStore },
     { id: "core_sentinel", topo: true, name: "resty.dlock acquire+release, Sentinel (master + 1 replica, 3 sentinels)", url: `http://127.0.0.1:${httpPort}/core-sentinel`, server: nginxPids, store: sentinelStore },
     { id: "core_cluster", topo: true, name: "resty.dlock acquire+release, Cluster (3 masters + 3 replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster`, server: nginxPids, store: clusterStore, skip: clusterSkip },
+    { id: "core_redlock", topo: true, name: "resty.dlock acquire+release, Redlock (3 independent masters)", url: `http://127.0.0.1:${httpPort}/core-redlock`, server: nginxPids, store: redlockStore },
     { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: nginxPids },
     { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: nginxPids },
     { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: nginxPids },
     { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: nginxPids },
     { id: "node", name: "Node.js node-redlock 5 + ioredis", url: `http://127.0.0.1:${nodePort}/`, server: () => [node.pid] },
   ];
-  const active = lines.filter((l) => !l.skip && (!only.length || only.some((s) => l.id === s || l.name.includes(s))));
+  const picked = (l) => l.id === "core" || only.some((o) => l.id === o || l.name.includes(o));
+  const active = lines.filter((l) => !l.skip && (!only.length || picked(l)));
   for (const l of active.filter((x) => x.topo)) {
     const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
     if (r.status !== 200) throw new Error(`${l.name}: ${r.status} ${r.body.trim()} (see ${prefix}/logs/error.log)`);
@@ -340,12 +354,11 @@ async function main() {
   const core = throughput.find((l) => l.id === "core");
   if (only.length) {
     for (const l of throughput) log(`${l.line}: ${fmt(l.rps)} req/s, ${fmt(l.rps / (core || {}).rps, 2)}× the core line, CPU ${fmt(l.cpu_ms_per_1k, 1)} ms / 1000 req (nginx ${fmt(l.server_cpu_ms_per_1k, 1)})`);
-    return;
   }
   const topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
   for (const l of lines.filter((x) => x.topo)) {
-    if (l.skip) {
-      topologies.push({ line: l.name, id: l.id, topology: l.id.replace("core_", ""), skipped: l.skip });
+    if (l.skip || !runs[l.id].length) {
+      topologies.push({ line: l.name, id: l.id, topology: l.id.replace("core_", ""), skipped: l.skip || "not selected (--only)" });
       continue;
     }
     const rs = runs[l.id], s = summary(l);
@@ -357,6 +370,15 @@ async function main() {
       ...(l.store.kind === "sentinel" ? { sentinel_queries_per_1k: median(rs.map((r) => r.sentinelQueriesPer1k)),
         sentinel_queries_per_sec: median(rs.map((r) => r.sentinelQueriesPerSec)) } : {}),
       ...(note ? { note } : {}) });
+  }
+
+  if (only.length) {
+    for (const l of topologies.slice(1).filter((x) => !x.skipped || only.some((o) => x.id === o || x.line.includes(o)))) {
+      log(l.skipped ? `${l.line}: ${l.skipped}` : `${l.line}: ${fmt(l.rps)} req/s, nginx CPU ${fmt(l.server_cpu_ms_per_1k, 1)} ms/1k req, ` +
+        `nginx+Redis CPU ${fmt(l.cpu_ms_per_1k, 1)} ms/1k req` + (l.vs_standalone !== undefined ? `; vs standalone: ${fmt(l.vs_standalone, 2)}x requests/s, ` +
+        `${fmt(l.server_cpu_ms_per_1k / core.server_cpu_ms_per_1k, 2)}x nginx CPU per request, ${fmt(l.cpu_vs_standalone, 2)}x nginx+Redis CPU` : ""));
+    }
+    return;
   }
 
   // 2. Contention across two instances: C clients on one key (half on each

@@ -34,7 +34,7 @@ function _M.locks()
   return locks_obj
 end
 
--- resty.dlock on another Redis topology ("tls", "sentinel", "cluster"), the
+-- resty.dlock on another Redis topology ("tls", "sentinel", "cluster", "redlock"), the
 -- addresses set by bench.conf's init_by_lua; the same options as locks() otherwise.
 local topo_locks = {}
 function _M.locks_on(kind)
@@ -52,6 +52,8 @@ function _M.locks_on(kind)
     opts = { sentinel = { master = "locks", nodes = nodes("sentinel_nodes") } }
   elseif kind == "cluster" then
     opts = { cluster = { nodes = nodes("cluster_nodes") } }
+  elseif kind == "redlock" then
+    opts = { redlock = nodes("redlock_nodes") }
   else
     return nil, "no such topology: " .. tostring(kind)
   end

@@ -150,7 +150,7 @@ function ____exports.new(opts)
             return nil, no
         end
     end
-    local kind = o.redis.topology == "redlock" and MAJORITY_LOCK or (o.fencing and FENCED_LOCK or LOCK)
+    local kind = not backend.queues(o.redis) and MAJORITY_LOCK or (o.fencing and FENCED_LOCK or LOCK)
     local store = options.store(o)
     local noReaders = o.redis.topology == "redlock" and READERS_REDLOCK or (o.reentrant and READERS_REENTRANT or nil)
     local ____temp_0

@@ -262,8 +262,8 @@ function _M.run(t)
     it("shows its endpoint on the status page as " .. t.kind, function()
       local l = t.locks()
       assert(l:acquire("st")):release()
-      local row = assert(status.report({ limit = 0 })).topology[l.redis.endpoint]
-      assert.is_table(row, "no status row for " .. tostring(l.redis.endpoint))
+      local row = assert(status.report({ limit = 0 })).topology[l._store.redis.endpoint]
+      assert.is_table(row, "no status row for " .. tostring(l._store.redis.endpoint))
       assert.equal(t.kind, row.kind)
     end)
   end)

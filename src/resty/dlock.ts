@@ -156,7 +156,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
     const no = backend.refuses(o.redis, "fencing");
     if (no !== undefined) return $multi(undefined, no);
   }
-  const kind = o.redis.topology === "redlock" ? MAJORITY_LOCK : o.fencing ? FENCED_LOCK : LOCK;
+  const kind = !backend.queues(o.redis) ? MAJORITY_LOCK : o.fencing ? FENCED_LOCK : LOCK;
   const store = options.store(o);
   const noReaders = o.redis.topology === "redlock" ? READERS_REDLOCK : o.reentrant ? READERS_REENTRANT : undefined;
   const readers = noReaders !== undefined ? undefined : o.fencing ? FENCED_READ_LOCK : READ_LOCK;

@@ -3,7 +3,7 @@ local ____exports = {}
 local dlock = require("resty.dlock")
 local check = require("resty.dlock.core.check")
 local meter = require("resty.dlock.core.meter")
-local client = require("resty.dlock.redis.client")
+local backend = require("resty.dlock.redis.backend")
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
@@ -43,7 +43,7 @@ function ____exports.configure(opts)
     if lua_type(prefix) ~= "string" then
         return check.fail("prefix must be a string", prefix)
     end
-    local conf, rerr = client.parse(o.redis)
+    local conf, rerr = backend.parse(o.redis)
     if conf == nil then
         return nil, rerr
     end

@@ -3,7 +3,7 @@ local ____exports = {}
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
 local meter = require("resty.dlock.core.meter")
-local redis = require("resty.dlock.redis.client")
+local backend = require("resty.dlock.redis.backend")
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
@@ -127,7 +127,7 @@ function ____exports.new(opts)
     if ls == nil then
         return nil, lerr
     end
-    local conf, rerr = redis.parse(o.redis, dict)
+    local conf, rerr = backend.parse(o.redis, dict)
     if conf == nil then
         return nil, rerr
     end

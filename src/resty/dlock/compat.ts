@@ -16,7 +16,7 @@
 import * as dlock from "../dlock";
 import * as check from "./core/check";
 import * as meter from "./core/meter";
-import * as client from "./redis/client";
+import * as backend from "./redis/backend";
 import type * as lease from "./core/lease";
 
 export { VERSION as _VERSION } from "./version";
@@ -68,7 +68,7 @@ export function configure(this: void, opts: unknown): LuaMultiReturn<[true | und
   const prefix = o.get("prefix") === undefined ? "dlock:compat:" : o.get("prefix");
   if (lua_type(prefix) !== "string") return check.fail("prefix must be a string", prefix);
   // Checked now, so that a mistake shows in init_by_lua rather than at the first lock.
-  const [conf, rerr] = client.parse(o.get("redis"));
+  const [conf, rerr] = backend.parse(o.get("redis"));
   if (conf === undefined) return $multi(undefined, rerr);
   const [name, nerr] = meter.checkName(o.get("name") === undefined ? "compat" : o.get("name"));
   if (name === undefined) return $multi(undefined, nerr);

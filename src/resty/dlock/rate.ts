@@ -14,7 +14,8 @@
 import * as check from "./core/check";
 import * as core from "./core/rate";
 import * as meter from "./core/meter";
-import * as redis from "./redis/client";
+import * as backend from "./redis/backend";
+import type * as redis from "./redis/client";
 
 export { VERSION as _VERSION } from "./version";
 
@@ -119,7 +120,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Limiter | und
   }
   const [ls, lerr] = core.parse(o);
   if (ls === undefined) return $multi(undefined, lerr);
-  const [conf, rerr] = redis.parse(o.get("redis"), dict);
+  const [conf, rerr] = backend.parse(o.get("redis"), dict);
   if (conf === undefined) return $multi(undefined, rerr);
   if (conf.topology === "redlock") return $multi(undefined, core.REDLOCK);
   let prefix = "dlock:rate:" + name + ":";

@@ -1,35 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
--- Lua Library inline imports
-local function __TS__CountVarargs(...)
-    return select("#", ...)
-end
-
-local function __TS__SparseArrayNew(...)
-    local sparseArray = {...}
-    sparseArray.sparseLength = __TS__CountVarargs(...)
-    return sparseArray
-end
-
-local function __TS__SparseArrayPush(sparseArray, ...)
-    local args = {...}
-    local argsLen = __TS__CountVarargs(...)
-    local listLen = sparseArray.sparseLength
-    for i = 1, argsLen do
-        sparseArray[listLen + i] = args[i]
-    end
-    sparseArray.sparseLength = listLen + argsLen
-end
-
-local function __TS__SparseArraySpread(sparseArray)
-    local _unpack = unpack or table.unpack
-    return _unpack(sparseArray, 1, sparseArray.sparseLength)
-end
--- End of Lua Library inline imports
 local ____exports = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
-local redis = require("resty.dlock.redis.client")
+local backend = require("resty.dlock.redis.backend")
 local schema = require("resty.dlock.core.schema")
 local lua_type = type
 local math_floor = math.floor
@@ -67,12 +41,12 @@ ____exports.PERMITS = {
 }
 --- A lua_shared_dict by name: the dict itself is what the factory keeps.
 ____exports.DICT = {name = "dict", kind = "check", check = check.sharedDict, required = true}
---- The `redis` table (redis/client.ts declares its options); the eviction finding is kept in the dict checked before it.
+--- The `redis` table (redis/client.ts declares its options), with the backend that will serve it (redis/backend.ts); the eviction finding is kept in the dict checked before it.
 ____exports.REDIS = {
     name = "redis",
     kind = "check",
     doc = "local Redis",
-    check = function(v, out) return redis.parse(v, out.dict) end
+    check = function(v, out) return backend.parse(v, out.dict) end
 }
 --- A name given: it becomes a label in metrics. Absent, the face picks one.
 function ____exports.checkName(v)
@@ -130,21 +104,30 @@ local ACQUIRE_WAIT = {
     unit = ____exports.WAIT.unit,
     doc = "the factory's `wait`"
 }
-local ACQUIRE_COMMON = {ACQUIRE_TTL, ACQUIRE_WAIT, {name = "renew", kind = "boolean", default = false}, {name = "on_lost", kind = "function", requires = {{option = "renew", must = "true"}}}}
-local ____array_0 = __TS__SparseArrayNew(unpack(ACQUIRE_COMMON))
-__TS__SparseArrayPush(____array_0, {name = "shared", kind = "boolean", default = false})
---- A lock's: and shared (a reader of the key: redis/rwscripts.ts).
-____exports.ACQUIRE = {__TS__SparseArraySpread(____array_0)}
+local RENEW = {name = "renew", kind = "boolean", default = false}
+local ON_LOST = {name = "on_lost", kind = "function", requires = {{option = "renew", must = "true"}}}
+--- A lock's; shared takes it as one of the key's readers (redis/rwscripts.ts).
+____exports.ACQUIRE = {
+    ACQUIRE_TTL,
+    ACQUIRE_WAIT,
+    RENEW,
+    ON_LOST,
+    {name = "shared", kind = "boolean", default = false}
+}
 local function notShared(v)
     if v == nil then
         return nil, nil
     end
     return check.fail("shared is an option of locks (resty.dlock), not of semaphores, whose permits are all alike", v)
 end
-local ____array_1 = __TS__SparseArrayNew(unpack(ACQUIRE_COMMON))
-__TS__SparseArrayPush(____array_1, {name = "shared", kind = "check", check = notShared})
 --- A permit's: shared is refused with why (semaphores: their permits are all alike, none shared).
-local ACQUIRE_PERMIT = {__TS__SparseArraySpread(____array_1)}
+local ACQUIRE_PERMIT = {
+    ACQUIRE_TTL,
+    ACQUIRE_WAIT,
+    RENEW,
+    ON_LOST,
+    {name = "shared", kind = "check", check = notShared}
+}
 ____exports.newLocks = schema.compile("dlock.new options", ____exports.NEW_LOCKS, {labels = ""})
 ____exports.newSemaphore = schema.compile("semaphore.new options", ____exports.NEW_SEMAPHORE, {labels = ""})
 --- lease:extend(ttl): the ttl of an acquire.
@@ -194,25 +177,25 @@ function ____exports.acquire(store, key, opts, sharable)
         local w = o.wait
         local r = o.renew
         local onLost = o.on_lost
-        local ____sharable_2
+        local ____sharable_0
         if sharable then
-            ____sharable_2 = o.shared
+            ____sharable_0 = o.shared
         else
-            ____sharable_2 = nil
+            ____sharable_0 = nil
         end
-        local sh = ____sharable_2
+        local sh = ____sharable_0
         local found = (t ~= nil and 1 or 0) + (w ~= nil and 1 or 0) + (r ~= nil and 1 or 0) + (onLost ~= nil and 1 or 0) + (sh ~= nil and 1 or 0)
         if nkeys ~= nil and nkeys(o) == found and (t == nil or within(t, TTL_MIN, TTL_MAX)) and (w == nil or within(w, WAIT_MIN, WAIT_MAX)) and (r == nil or r == true or r == false) and (onLost == nil or r == true and lua_type(onLost) == "function") and (sh == nil or sh == true or sh == false) then
-            local ____k_5 = k
-            local ____t_3 = t
-            if ____t_3 == nil then
-                ____t_3 = store.ttl
+            local ____k_3 = k
+            local ____t_1 = t
+            if ____t_1 == nil then
+                ____t_1 = store.ttl
             end
-            local ____w_4 = w
-            if ____w_4 == nil then
-                ____w_4 = store.wait
+            local ____w_2 = w
+            if ____w_2 == nil then
+                ____w_2 = store.wait
             end
-            return ____k_5, ____t_3, ____w_4, r == true, onLost, sh == true
+            return ____k_3, ____t_1, ____w_2, r == true, onLost, sh == true
         end
     end
     local v, err = (sharable and lockOptions or permitOptions)(opts)

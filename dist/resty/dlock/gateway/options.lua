@@ -1,30 +1,4 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
--- Lua Library inline imports
-local function __TS__CountVarargs(...)
-    return select("#", ...)
-end
-
-local function __TS__SparseArrayNew(...)
-    local sparseArray = {...}
-    sparseArray.sparseLength = __TS__CountVarargs(...)
-    return sparseArray
-end
-
-local function __TS__SparseArrayPush(sparseArray, ...)
-    local args = {...}
-    local argsLen = __TS__CountVarargs(...)
-    local listLen = sparseArray.sparseLength
-    for i = 1, argsLen do
-        sparseArray[listLen + i] = args[i]
-    end
-    sparseArray.sparseLength = listLen + argsLen
-end
-
-local function __TS__SparseArraySpread(sparseArray)
-    local _unpack = unpack or table.unpack
-    return _unpack(sparseArray, 1, sparseArray.sparseLength)
-end
--- End of Lua Library inline imports
 local ____exports = {}
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.options")
@@ -96,7 +70,7 @@ local function key(v)
     return keys.compile("key", v)
 end
 local STATUS = "an HTTP status code"
-local ____array_2 = __TS__SparseArrayNew(
+____exports.SPECS = {
     {name = "mode", kind = "enum", values = {
         "dedup",
         "concurrency",
@@ -120,23 +94,20 @@ local ____array_2 = __TS__SparseArrayNew(
         check = idem.methods,
         default = {"POST", "PATCH"},
         modes = IDEMPOTENCY
-    }
-)
-local ____temp_1 = {"allow", "deny"}
-local ____array_0 = __TS__SparseArrayNew(unpack(LOCKING))
-__TS__SparseArrayPush(
-    ____array_0,
-    unpack(IDEMPOTENCY)
-)
-__TS__SparseArrayPush(
-    ____array_2,
+    },
     {
         name = "on_error",
         kind = "enum",
-        values = ____temp_1,
+        values = {"allow", "deny"},
         required = true,
         unit = "\"allow\" (fail open) or \"deny\" (fail closed)",
-        modes = {__TS__SparseArraySpread(____array_0)}
+        modes = {
+            "dedup",
+            "concurrency",
+            "throttle",
+            "mutex",
+            "idempotency"
+        }
     },
     {
         name = "on_error",
@@ -342,8 +313,7 @@ __TS__SparseArrayPush(
     },
     modes.only(core.TTL, LOCKING),
     modes.only(core.WAIT, {"concurrency", "mutex"})
-)
-____exports.SPECS = {__TS__SparseArraySpread(____array_2)}
+}
 ____exports.validate = modes.modes("gateway.new options", "mode", ____exports.MODES, ____exports.SPECS)
 --- The mode named `name` (valid after validate).
 function ____exports.mode(name)

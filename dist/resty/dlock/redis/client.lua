@@ -1,8 +1,7 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local copy, masterOf, isMaster, known, sentinelMasters
+local copy, lua_tostring, known
 local check = require("resty.dlock.core.check")
-local eviction = require("resty.dlock.redis.eviction")
 local setup = require("resty.dlock.redis.setup")
 local schema = require("resty.dlock.core.schema")
 local sentinel = require("resty.dlock.redis.sentinel")
@@ -13,18 +12,19 @@ function ____exports.node(conf, host, port)
     n.host = host
     n.port = port
     n.path = nil
-    n.endpoint = (host .. ":") .. tostring(port)
+    n.endpoint = (host .. ":") .. lua_tostring(port)
     local tls = ""
     if conf.ssl then
         tls = conf.ssl_verify and ("tls+verify=" .. (conf.server_name or "")) .. ":" or "tls:"
     end
-    n.pool = ((("dlock:" .. tls) .. n.endpoint) .. ":") .. tostring(conf.db)
+    n.pool = ((("dlock:" .. tls) .. n.endpoint) .. ":") .. lua_tostring(conf.db)
     if conf.credentials ~= nil then
         n.pool = (n.pool .. ":") .. conf.credentials.digest
     end
     n.sentinel = nil
     n.topology = "standalone"
     n.nodes = nil
+    n.backend = nil
     return n
 end
 function copy(c)
@@ -52,47 +52,30 @@ function copy(c)
         topology = c.topology,
         nodes = c.nodes,
         max_redirects = c.max_redirects,
-        slotted = c.slotted
+        slotted = c.slotted,
+        backend = c.backend
     }
 end
-function masterOf(conf, host, port)
-    local name = (((conf.pool .. "@") .. host) .. ":") .. tostring(port)
-    local m = sentinelMasters[name]
-    if m == nil then
-        m = ____exports.node(conf, host, port)
-        sentinelMasters[name] = m
-    end
-    return m
-end
---- The server may no longer be the master (a connection error, READONLY,
--- LOADING): with Sentinel, ask the sentinels again on the next connection.
-function ____exports.stale(conf)
-    if conf.sentinel ~= nil then
-        sentinel.forget(conf.pool)
-    end
-end
-function isMaster(red, conf, host, port)
-    local role, err = red:role()
-    if type(role) == "table" and role[1] == "master" then
-        return nil
-    end
-    sentinel.forget(conf.pool)
-    if type(role) ~= "table" then
-        return ((((((("dlock: redis " .. conf.endpoint) .. ": ROLE on ") .. host) .. ":") .. tostring(port)) .. " failed: ") .. tostring(err)) .. "; asking the sentinels again"
-    end
-    return ((((((("dlock: redis " .. conf.endpoint) .. ": ") .. host) .. ":") .. tostring(port)) .. " is a ") .. tostring(role[1])) .. ", not the master (a failover is under way); asking the sentinels again"
-end
+lua_tostring = tostring
+local lua_require = require
+local lua_pcall = pcall
+local lua_rawget = rawget
+local lua_type = type
+local tbl_concat = table.concat
 local function loadClient()
-    for ____, name in ipairs({"resty.redis", "nginx.redis"}) do
-        local ok, mod = pcall(require, name)
-        if ok and type(mod) == "table" then
+    local names = {"resty.redis", "nginx.redis"}
+    for i = 1, #names do
+        local name = names[i]
+        local ok, mod = lua_pcall(lua_require, name)
+        if ok and lua_type(mod) == "table" then
             return mod
         end
     end
     return nil
 end
-local client = loadClient()
-local clientHasTimeouts = client ~= nil and rawget(client, "set_timeouts") ~= nil
+--- The client library (connection.ts uses it); nil when neither is installed.
+____exports.library = loadClient()
+____exports.hasTimeouts = ____exports.library ~= nil and lua_rawget(____exports.library, "set_timeouts") ~= nil
 local MAX_MS = 3600000
 --- Cluster: MOVED/ASK redirections followed per call when redis.cluster.max_redirects is not given.
 local MAX_REDIRECTS = 5
@@ -235,7 +218,7 @@ local redisOptions = schema.compile("redis", {
 --- Validate the `redis` option table of dlock.new and friends. `dict` is the
 -- factory's lua_shared_dict: the eviction finding is shared there.
 function ____exports.parse(v, dict)
-    if client == nil then
+    if ____exports.library == nil then
         return nil, "dlock: no Redis client library: install lua-resty-redis (resty.redis) or Debian's lua-nginx-redis (nginx.redis)"
     end
     local o, oerr = redisOptions(v)
@@ -253,8 +236,9 @@ function ____exports.parse(v, dict)
         topology = "redlock"
         seeds = o.redlock
         local seen = {}
-        for ____, n in ipairs(seeds) do
-            local name = (n.host .. ":") .. tostring(n.port)
+        for i = 1, #seeds do
+            local n = seeds[i]
+            local name = (n.host .. ":") .. lua_tostring(n.port)
             if seen[name] ~= nil then
                 return check.fail(("redis.redlock names " .. name) .. " twice: its masters must be independent", name)
             end
@@ -266,21 +250,21 @@ function ____exports.parse(v, dict)
         topology = "unix"
     end
     local sent = o.sentinel
-    local endpoint = o.path or (o.host .. ":") .. tostring(o.port)
+    local endpoint = o.path or (o.host .. ":") .. lua_tostring(o.port)
     if sent ~= nil then
         endpoint = "sentinel " .. sent.master
     elseif seeds ~= nil then
         local names = {}
-        for ____, n in ipairs(seeds) do
-            names[#names + 1] = (n.host .. ":") .. tostring(n.port)
+        for i = 1, #seeds do
+            names[#names + 1] = (seeds[i].host .. ":") .. lua_tostring(seeds[i].port)
         end
-        endpoint = (topology .. " ") .. table.concat(names, ",")
+        endpoint = (topology .. " ") .. tbl_concat(names, ",")
     end
     local tls = ""
     if o.ssl then
         tls = o.ssl_verify and ("tls+verify=" .. (o.server_name or "")) .. ":" or "tls:"
     end
-    local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. tostring(o.db)
+    local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. lua_tostring(o.db)
     if sent ~= nil then
         pool = (pool .. ":") .. sent.id
         if sent.credentials ~= nil then
@@ -315,12 +299,13 @@ function ____exports.parse(v, dict)
         topology = topology,
         nodes = nil,
         max_redirects = maxRedirects,
-        slotted = topology == "cluster"
+        slotted = topology == "cluster",
+        backend = nil
     }
     if seeds ~= nil then
         local nodes = {}
-        for ____, n in ipairs(seeds) do
-            nodes[#nodes + 1] = ____exports.node(conf, n.host, n.port)
+        for i = 1, #seeds do
+            nodes[#nodes + 1] = ____exports.node(conf, seeds[i].host, seeds[i].port)
         end
         conf.nodes = nodes
     end
@@ -343,78 +328,5 @@ known = {}
 --- The Redis endpoints factories of this worker were made for (bounded by distinct configurations).
 function ____exports.endpoints()
     return known
-end
---- A ready connection from the pool (or a fresh one, authenticated and with the
--- db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
-function ____exports.connect(conf)
-    local red, nerr = client:new()
-    if red == nil then
-        return nil, "dlock: redis client: " .. tostring(nerr)
-    end
-    if clientHasTimeouts then
-        red:set_timeouts(conf.connect_timeout, conf.read_timeout, conf.read_timeout)
-    else
-        red:set_timeout(conf.connect_timeout)
-    end
-    local host = conf.host
-    local port = conf.port
-    local pool = conf.pool
-    if conf.sentinel ~= nil then
-        local m = sentinel.cached(conf.pool)
-        if m == nil then
-            local found, serr = sentinel.discover(
-                conf.pool,
-                conf.sentinel,
-                client,
-                conf.connect_timeout,
-                conf
-            )
-            if found == nil then
-                return nil, serr
-            end
-            m = found
-        end
-        host = m.host
-        port = m.port
-        pool = (((conf.pool .. "@") .. host) .. ":") .. tostring(port)
-    end
-    local opts = {pool = pool, pool_size = conf.pool_size, backlog = conf.backlog}
-    local ok, err = red:connect(conf.path or host, conf.path ~= nil and opts or port, opts)
-    if ok == nil then
-        ____exports.stale(conf)
-        return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(err)
-    end
-    if not clientHasTimeouts then
-        red:set_timeout(conf.read_timeout)
-    end
-    local reused = red:get_reused_times()
-    if reused == 0 then
-        local ierr = setup.run(red, conf)
-        if ierr == nil and conf.sentinel ~= nil then
-            ierr = isMaster(red, conf, host, port)
-        end
-        if ierr == nil then
-            ierr = eviction.check(
-                red,
-                conf.sentinel ~= nil and masterOf(conf, host, port) or conf
-            )
-        end
-        if ierr ~= nil then
-            red:close()
-            return nil, ierr
-        end
-    end
-    return red, nil
-end
-sentinelMasters = {}
---- Hand the connection back. After a network error lua-resty-redis has already
--- closed the socket (a read timeout closes it), so only healthy ones are pooled.
-function ____exports.done(red, conf, healthy)
-    if healthy then
-        red:set_keepalive(conf.keepalive_timeout, conf.pool_size)
-    else
-        red:close()
-        ____exports.stale(conf)
-    end
 end
 return ____exports

@@ -1,5 +1,17 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local lua_pairs = pairs
+local ERR = ngx.ERR
+local NOTICE = ngx.NOTICE
+local WARN = ngx.WARN
+local lua_tonumber = tonumber
+local lua_tostring = tostring
+local lua_type = type
+local math_floor = math.floor
+local ngx_log = ngx.log
+local ngx_now = ngx.now
+local ngx_shared = ngx.shared
+local str_match = string.match
 local EVICTION_KEY = "redis:ep:"
 local EVICTION_COUNT = "redis:n"
 local EVICTION_INDEX = "redis:i:"
@@ -41,8 +53,8 @@ local function remember(conf, e)
     if kind ~= "ok" and not (logged[(ep .. " ") .. kind] ~= nil) then
         logged[(ep .. " ") .. kind] = true
         if kind == "evicts" then
-            ngx.log(
-                ngx.ERR,
+            ngx_log(
+                ERR,
                 "dlock: redis ",
                 ep,
                 " can evict lock keys (maxmemory-policy ",
@@ -52,8 +64,8 @@ local function remember(conf, e)
                 "): an evicted lock lets a second holder in; set maxmemory-policy noeviction, or give locks a Redis of their own"
             )
         elseif kind == "dormant" then
-            ngx.log(
-                ngx.WARN,
+            ngx_log(
+                WARN,
                 "dlock: redis ",
                 ep,
                 " has maxmemory-policy ",
@@ -62,8 +74,8 @@ local function remember(conf, e)
                 "evicted yet, they can as soon as maxmemory is set; set maxmemory-policy noeviction, or give locks a Redis of their own"
             )
         else
-            ngx.log(
-                ngx.NOTICE,
+            ngx_log(
+                NOTICE,
                 "dlock: redis ",
                 ep,
                 ": could not check whether it can evict lock keys (",
@@ -79,7 +91,7 @@ end
 local function share(conf)
     local ep = conf.endpoint
     local e = findings[ep]
-    local dict = conf.dict or ngx.shared.dlock
+    local dict = conf.dict or ngx_shared.dlock
     if e == nil or dict == nil then
         return
     end
@@ -91,10 +103,10 @@ local function share(conf)
     if done[ep] == e then
         return
     end
-    local at = math.floor(e.checkedAt * 1000)
-    local v = (("0 " .. tostring(at)) .. " ") .. e.why
+    local at = math_floor(e.checkedAt * 1000)
+    local v = (("0 " .. lua_tostring(at)) .. " ") .. e.why
     if e.checked then
-        v = (((("1 " .. tostring(at)) .. " ") .. tostring(e.maxmemory)) .. " ") .. e.policy
+        v = (((("1 " .. lua_tostring(at)) .. " ") .. lua_tostring(e.maxmemory)) .. " ") .. e.policy
     end
     local added, err = dict:safe_add(EVICTION_KEY .. ep, v)
     local stored = added == true
@@ -102,7 +114,7 @@ local function share(conf)
         local n = dict:incr(EVICTION_COUNT, 1, 0)
         if n ~= nil then
             dict:safe_set(
-                EVICTION_INDEX .. tostring(n),
+                EVICTION_INDEX .. lua_tostring(n),
                 ep
             )
         end
@@ -122,35 +134,35 @@ local function ask(red, conf)
     local info, ierr = red:info("memory")
     if info == nil then
         checkedPools[conf.pool] = nil
-        return ((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(ierr)) .. " during the eviction check"
+        return ((("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(ierr)) .. " during the eviction check"
     end
-    if type(info) == "string" then
-        local p = string.match(info, "[\r\n]maxmemory_policy:([%w%-]+)")
-        local m = string.match(info, "[\r\n]maxmemory:(%d+)")
+    if lua_type(info) == "string" then
+        local p = str_match(info, "[\r\n]maxmemory_policy:([%w%-]+)")
+        local m = str_match(info, "[\r\n]maxmemory:(%d+)")
         policy = p
-        maxmemory = tonumber(m)
+        maxmemory = lua_tonumber(m)
     end
     local why = ""
     if policy == nil or maxmemory == nil then
-        why = "INFO memory: " .. (info == false and tostring(ierr) or "no maxmemory fields")
+        why = "INFO memory: " .. (info == false and lua_tostring(ierr) or "no maxmemory fields")
         local cfg, cerr = red:config("get", "maxmemory*")
         if cfg == nil then
             checkedPools[conf.pool] = nil
-            return ((("dlock: redis " .. conf.endpoint) .. ": ") .. tostring(cerr)) .. " during the eviction check"
+            return ((("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(cerr)) .. " during the eviction check"
         end
-        if type(cfg) == "table" then
+        if lua_type(cfg) == "table" then
             local t = cfg
             for i = 1, #t - 1, 2 do
                 if t[i] == "maxmemory-policy" then
-                    policy = tostring(t[i + 1])
+                    policy = lua_tostring(t[i + 1])
                 end
                 if t[i] == "maxmemory" then
-                    maxmemory = tonumber(t[i + 1])
+                    maxmemory = lua_tonumber(t[i + 1])
                 end
             end
         end
         if policy == nil or maxmemory == nil then
-            why = (why .. "; CONFIG GET: ") .. (cfg == false and tostring(cerr) or "no maxmemory fields")
+            why = (why .. "; CONFIG GET: ") .. (cfg == false and lua_tostring(cerr) or "no maxmemory fields")
         end
     end
     if policy ~= nil and maxmemory ~= nil then
@@ -161,7 +173,7 @@ local function ask(red, conf)
                 policy,
                 maxmemory,
                 "",
-                ngx.now()
+                ngx_now()
             )
         )
     else
@@ -172,34 +184,34 @@ local function ask(red, conf)
                 "",
                 0,
                 why,
-                ngx.now()
+                ngx_now()
             )
         )
     end
     return nil
 end
 local function decode(v)
-    if type(v) ~= "string" then
+    if lua_type(v) ~= "string" then
         return nil
     end
-    local at, maxmemory, policy = string.match(v, "^1 (%d+) (%d+) (%S+)$")
+    local at, maxmemory, policy = str_match(v, "^1 (%d+) (%d+) (%S+)$")
     if policy ~= nil then
         return finding(
             true,
             policy,
-            tonumber(maxmemory) or 0,
+            lua_tonumber(maxmemory) or 0,
             "",
-            (tonumber(at) or 0) / 1000
+            (lua_tonumber(at) or 0) / 1000
         )
     end
-    local uat, why = string.match(v, "^0 (%d+) (.*)$")
+    local uat, why = str_match(v, "^0 (%d+) (.*)$")
     if why ~= nil then
         return finding(
             false,
             "",
             0,
             why,
-            (tonumber(uat) or 0) / 1000
+            (lua_tonumber(uat) or 0) / 1000
         )
     end
     return nil
@@ -218,15 +230,16 @@ end
 -- in `dicts`. Reads a few keys per endpoint, never walks a dict.
 function ____exports.evictions(dicts)
     local out = {}
-    for ep, e in pairs(findings) do
+    for ep, e in lua_pairs(findings) do
         out[ep] = e
     end
-    for ____, dict in ipairs(dicts) do
+    for k = 1, #dicts do
+        local dict = dicts[k]
         local n = dict:get(EVICTION_COUNT)
-        if type(n) == "number" then
+        if lua_type(n) == "number" then
             for i = 1, n do
-                local ep = dict:get(EVICTION_INDEX .. tostring(i))
-                if type(ep) == "string" then
+                local ep = dict:get(EVICTION_INDEX .. lua_tostring(i))
+                if lua_type(ep) == "string" then
                     local e = decode((dict:get(EVICTION_KEY .. ep)))
                     if e ~= nil and better(e, out[ep]) then
                         out[ep] = e

@@ -1,84 +1,27 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local majority, nowMs, errorsOf, count, decideAcquire
+local votes = require("resty.dlock.redis.majority")
+local pipeline = require("resty.dlock.redis.pipeline")
+local roundtrip = require("resty.dlock.redis.roundtrip")
 local scripts = require("resty.dlock.redis.scripts")
-local single = require("resty.dlock.redis.single")
---- The allowance for clock drift between masters over a ttl, in ms (redis.io: 1 % plus 2 ms).
-function ____exports.drift(ttl)
-    return math.floor(ttl * 0.01) + 2
-end
-function majority(conf)
-    return math.floor(#conf.nodes / 2) + 1
-end
-function nowMs()
-    ngx.update_time()
-    return ngx.now() * 1000
-end
-function errorsOf(conf, v)
-    local list = {}
-    for i = 1, #conf.nodes do
-        local e = v.errors[i]
-        if e ~= nil then
-            list[#list + 1] = e
-        end
-    end
-    return table.concat(list, "; ")
-end
-function count(conf, v, want)
-    local yes = 0
-    local answered = 0
-    for i = 1, #conf.nodes do
-        local r = v.replies[i]
-        if r ~= nil then
-            answered = answered + 1
-            if r == want then
-                yes = yes + 1
-            end
-        end
-    end
-    return yes, answered
-end
-function decideAcquire(conf, v, rkey, tok, ttl, started)
-    local n = #conf.nodes
-    local need = majority(conf)
-    local took = count(conf, v, "OK")
-    local elapsed = nowMs() - started
-    if took >= need and elapsed + ____exports.drift(ttl) < ttl then
-        return "OK", nil, nil
-    end
-    local undone = true
-    local unknown = false
-    for i = 1, n do
-        if v.replies[i] == "OK" then
-            local r = single.call(conf.nodes[i], scripts.RELEASE, rkey, tok)
-            if r == nil then
-                undone = false
-            end
-        elseif v.faults[i] == "lost" then
-            unknown = true
-        end
-    end
-    local pttls = {}
-    for i = 1, n do
-        local r = v.replies[i]
-        if type(r) == "number" then
-            pttls[#pttls + 1] = r
-        end
-    end
-    if #pttls > n - need and undone then
-        table.sort(pttls)
-        return pttls[#pttls - (n - need)], nil, nil
-    end
-    if not undone or unknown then
-        return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. tostring(took)) .. " of ") .. tostring(n)) .. " masters, and some may still hold it (") .. errorsOf(conf, v)) .. ")", "lost"
-    end
-    if took >= need then
-        return nil, string.format("dlock: redis %s: took the key on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
-    end
-    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. tostring(took)) .. " of ") .. tostring(n)) .. " masters, a majority is ") .. tostring(need)) .. " (") .. errorsOf(conf, v)) .. ")", "transient"
-end
+local drift = votes.drift
+local nowMs = votes.nowMs
+local decideAcquire = votes.decideAcquire
+local decideRelease = votes.decideRelease
+local decideExtend = votes.decideExtend
+local fanout = pipeline.fanout
+local batchFor = roundtrip.batchFor
+local outcome = roundtrip.outcome
+local send = roundtrip.send
+local finish = roundtrip.finish
+local ngx_now = ngx.now
+local lua_type = type
+local lua_select = select
+local lua_tostring = tostring
+local lua_tonumber = tonumber
+local math_floor = math.floor
 --- Is this script one a quorum can decide?
-function ____exports.kindSupported(s)
+local function kindSupported(s)
     return s == scripts.ACQUIRE or s == scripts.RELEASE or s == scripts.EXTEND
 end
 --- Per worker, per master (by endpoint): what its calls did, for status pages.
@@ -93,7 +36,7 @@ local function note(node, fault, err)
     end
     if fault == nil then
         h.ok = h.ok + 1
-        h.lastOk = ngx.now()
+        h.lastOk = ngx_now()
     else
         h.failed = h.failed + 1
         h.lastError = err
@@ -111,99 +54,36 @@ local function take(v, i, node, r, e, f)
         v.faults[i] = f or "failed"
     end
 end
---- s for rkey on every master at once.
-local function everywhere(conf, s, rkey, args)
+--- s for rkey on every master at once, each on its own auto-pipeline.
+local function everywhere(conf, s, rkey, ...)
     local nodes = conf.nodes
     local v = {replies = {}, errors = {}, faults = {}}
-    local threads = {}
-    for i = 2, #nodes do
-        threads[i] = ngx.thread.spawn(
-            single.call,
+    local jobs = fanout(nodes, s, rkey, ...)
+    for i = 1, #nodes do
+        local j = jobs[i]
+        take(
+            v,
+            i,
             nodes[i],
-            s,
-            rkey,
-            unpack(args)
+            j.res,
+            j.err,
+            j.fault
         )
-    end
-    local r1, e1, f1 = single.call(
-        nodes[1],
-        s,
-        rkey,
-        unpack(args)
-    )
-    take(
-        v,
-        1,
-        nodes[1],
-        r1,
-        e1,
-        f1
-    )
-    for i = 2, #nodes do
-        local ok, r, e, f = ngx.thread.wait(threads[i])
-        if ok then
-            take(
-                v,
-                i,
-                nodes[i],
-                r,
-                e,
-                f
-            )
-        else
-            take(
-                v,
-                i,
-                nodes[i],
-                nil,
-                (("dlock: redis " .. nodes[i].endpoint) .. ": ") .. tostring(r),
-                "failed"
-            )
-        end
     end
     return v
 end
---- The fault of a decision that failed for want of answers: "lost" when any master may have acted.
-local function faultOf(conf, v)
-    for i = 1, #conf.nodes do
-        if v.faults[i] == "lost" then
-            return "lost"
-        end
-    end
-    return "failed"
-end
---- Release (1: deleted somewhere, 0: not ours anywhere) once a majority answered.
-local function decideRelease(conf, v)
-    local deleted, answered = count(conf, v, 1)
-    if answered >= majority(conf) then
-        return deleted > 0 and 1 or 0, nil, nil
-    end
-    return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": only ") .. tostring(answered)) .. " of ") .. tostring(#conf.nodes)) .. " masters answered the release (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
-end
---- Extend: 1 on a majority within the time; 0 when a majority can no longer say yes.
-local function decideExtend(conf, v, ttl, started)
-    local extended, answered = count(conf, v, 1)
-    local n = #conf.nodes
-    if extended >= majority(conf) and nowMs() - started + ____exports.drift(ttl) < ttl then
-        return 1, nil, nil
-    end
-    if answered - extended > n - majority(conf) then
-        return 0, nil, nil
-    end
-    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": extended on ") .. tostring(extended)) .. " of ") .. tostring(n)) .. " masters, a majority is ") .. tostring(majority(conf))) .. " (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
-end
---- Run s for rkey on the masters and decide by majority.
-function ____exports.call(conf, s, rkey, ...)
-    local args = {...}
-    if not ____exports.kindSupported(s) then
+--- Run s for rkey on the masters and decide by majority (ARGV[1] the token, ARGV[2] the ttl).
+local function call(conf, s, rkey, ...)
+    if not kindSupported(s) then
         return nil, ((("dlock: redis " .. conf.endpoint) .. ": the ") .. s.name) .. " script cannot run on a Redlock quorum", "failed"
     end
     local started = nowMs()
-    local v = everywhere(conf, s, rkey, args)
+    local v = everywhere(conf, s, rkey, ...)
     if s == scripts.RELEASE then
         return decideRelease(conf, v)
     end
-    local ttl = tonumber(args[2]) or 0
+    local tok, ms = lua_select(1, ...)
+    local ttl = lua_tonumber(ms) or 0
     if s == scripts.EXTEND then
         return decideExtend(conf, v, ttl, started)
     end
@@ -211,17 +91,13 @@ function ____exports.call(conf, s, rkey, ...)
         conf,
         v,
         rkey,
-        tostring(args[1]),
+        lua_tostring(tok),
         ttl,
         started
     )
 end
---- single.batch, shaped for ngx.thread.spawn.
-local function batchOn(node, s, targets, ms)
-    return single.batch(node, s, targets, ms)
-end
 --- Each target on every master (one pipeline per master, all at once), decided per target.
-function ____exports.batch(conf, s, targets, ms)
+local function batch(conf, s, targets, ms)
     local out = {replies = {}, errors = {}, faults = {}}
     if s ~= scripts.RELEASE and s ~= scripts.EXTEND then
         for i = 1, #targets do
@@ -230,28 +106,33 @@ function ____exports.batch(conf, s, targets, ms)
         end
         return out
     end
+    if #targets == 0 then
+        return out
+    end
     local nodes = conf.nodes
     local started = nowMs()
-    local threads = {}
-    for j = 2, #nodes do
-        threads[j] = ngx.thread.spawn(
-            batchOn,
-            nodes[j],
-            s,
-            targets,
-            ms
-        )
-    end
     local per = {}
-    per[1] = single.batch(nodes[1], s, targets, ms)
-    for j = 2, #nodes do
-        local ok, o = ngx.thread.wait(threads[j])
-        per[j] = ok and o or ({replies = {}, errors = {}, faults = {}})
+    local reds = {}
+    for j = 1, #nodes do
+        local b = batchFor(nodes[j], s, targets, ms)
+        per[j] = b
+        local red = send(nodes[j], b)
+        if red ~= nil then
+            reds[j] = red
+        end
+    end
+    local outs = {}
+    for j = 1, #nodes do
+        local red = reds[j]
+        if red ~= nil then
+            finish(nodes[j], per[j], red)
+        end
+        outs[j] = outcome(per[j])
     end
     for i = 1, #targets do
         local v = {replies = {}, errors = {}, faults = {}}
         for j = 1, #nodes do
-            local o = per[j]
+            local o = outs[j]
             local r = o.replies[i]
             if r ~= nil then
                 v.replies[j] = r
@@ -276,15 +157,17 @@ function ____exports.batch(conf, s, targets, ms)
         end
     end
     for j = 1, #nodes do
-        local o = per[j]
+        local o = outs[j]
         note(nodes[j], o.faults[1], o.errors[1])
     end
     return out
 end
 --- For status pages: per master, calls that worked and failed, the last error, seconds since the last answer.
-function ____exports.describe(conf)
+local function describe(conf)
     local list = {}
-    for ____, n in ipairs(conf.nodes) do
+    local nodes = conf.nodes
+    for i = 1, #nodes do
+        local n = nodes[i]
         local h = health[n.endpoint]
         local t = {}
         t.endpoint = n.endpoint
@@ -293,14 +176,55 @@ function ____exports.describe(conf)
             t.failed = h.failed
             t.last_error = h.lastError
             if h.lastOk > 0 then
-                t.last_ok_age = math.floor((ngx.now() - h.lastOk) * 1000) / 1000
+                t.last_ok_age = math_floor((ngx_now() - h.lastOk) * 1000) / 1000
             end
         end
         list[#list + 1] = t
     end
     local t = {}
     t.masters = list
-    t.majority = majority(conf)
+    t.majority = votes.majority(conf)
     return t
 end
+local function validity(ttl)
+    return ttl - drift(ttl)
+end
+--- A fence counter per master, not one: the key stays where the other topologies keep it.
+local function fenceKey(rkey)
+    return rkey .. ":fence"
+end
+--- Failed calls per master, over every worker.
+local function shared(conf, d)
+    local t = {}
+    local nodes = conf.nodes
+    for i = 1, #nodes do
+        local ep = nodes[i].endpoint
+        local n = d:get(____exports.NODE_FAILURES .. ep)
+        t[ep] = lua_type(n) == "number" and n or 0
+    end
+    return "redlock", t
+end
+local function servers(conf)
+    return conf.nodes
+end
+--- What a quorum of independent masters cannot do. A fence counter per master
+-- is not monotonic across majorities (two majorities share one master, but
+-- not its counter), and a counting semaphore per master does not bound
+-- holders (three holders can each own a majority of permits on three masters
+-- with two permits each).
+local REFUSES = {}
+REFUSES.fencing = "dlock: fencing is refused with redis.redlock: fence counters on independent masters do not grow " .. "monotonically across majorities (use redis.sentinel or redis.cluster with replicas for fenced locks)"
+REFUSES.semaphore = "dlock: semaphores (and concurrency guards) are refused with redis.redlock: counting permits on each " .. "master does not bound the holders of a majority"
+REFUSES.idempotency = "dlock: idempotency guards are refused with redis.redlock: a stored response needs one place to live"
+____exports.backend = {
+    call = call,
+    batch = batch,
+    validity = validity,
+    queues = false,
+    refuses = REFUSES,
+    fenceKey = fenceKey,
+    shared = shared,
+    describe = describe,
+    servers = servers
+}
 return ____exports

@@ -1,5 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local lua_tostring
 --- Append the head of a command of n words.
 function ____exports.command(parts, n)
     local i = #parts
@@ -9,7 +10,7 @@ function ____exports.command(parts, n)
 end
 --- Append one word of a command.
 function ____exports.arg(parts, w)
-    local s = tostring(w)
+    local s = lua_tostring(w)
     local i = #parts
     parts[i + 1] = "$"
     parts[i + 2] = #s
@@ -17,14 +18,19 @@ function ____exports.arg(parts, w)
     parts[i + 4] = s
     parts[i + 5] = "\r\n"
 end
+local lua_tonumber = tonumber
+lua_tostring = tostring
+local ngx_null = ngx.null
+local str_find = string.find
+local str_sub = string.sub
 local concat = table.concat
 local sub = string.sub
 --- One command, encoded.
 function ____exports.encode(words)
     local parts = {}
     ____exports.command(parts, #words)
-    for ____, w in ipairs(words) do
-        ____exports.arg(parts, w)
+    for i = 1, #words do
+        ____exports.arg(parts, words[i])
     end
     return concat(parts)
 end
@@ -32,14 +38,14 @@ end
 function ____exports.word(cmd, pos, n)
     local p = pos
     for _ = 2, n do
-        local eol = string.find(cmd, "\r\n", p, true)
-        p = eol + 2 + tonumber(string.sub(cmd, p + 1, eol - 1)) + 2
+        local eol = str_find(cmd, "\r\n", p, true)
+        p = eol + 2 + lua_tonumber(str_sub(cmd, p + 1, eol - 1)) + 2
     end
-    local eol = string.find(cmd, "\r\n", p, true)
-    return string.sub(
+    local eol = str_find(cmd, "\r\n", p, true)
+    return str_sub(
         cmd,
         eol + 2,
-        eol + 1 + tonumber(string.sub(cmd, p + 1, eol - 1))
+        eol + 1 + lua_tonumber(str_sub(cmd, p + 1, eol - 1))
     )
 end
 function ____exports.reader(sock)
@@ -69,12 +75,12 @@ local function parse(buf, pos)
         return false, line, after
     end
     if kind == 58 then
-        return tonumber(line), nil, after
+        return lua_tonumber(line), nil, after
     end
     if kind == 36 then
-        local n = tonumber(line) or -1
+        local n = lua_tonumber(line) or -1
         if n < 0 then
-            return ngx.null, nil, after
+            return ngx_null, nil, after
         end
         if #buf < after + n + 1 then
             return nil, nil, nil
@@ -82,9 +88,9 @@ local function parse(buf, pos)
         return sub(buf, after, after + n - 1), nil, after + n + 2
     end
     if kind == 42 then
-        local n = tonumber(line) or -1
+        local n = lua_tonumber(line) or -1
         if n < 0 then
-            return ngx.null, nil, after
+            return ngx_null, nil, after
         end
         local out = {}
         local p = after

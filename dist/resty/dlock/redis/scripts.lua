@@ -1,35 +1,24 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local token = require("resty.dlock.core.token")
-____exports.WRITES = "#!lua\n"
-____exports.FREES = "#!lua flags=allow-oom\n"
-function ____exports.script(name, body, keys, written, alone, flags)
-    if keys == nil then
-        keys = 1
-    end
-    if flags == nil then
-        flags = ____exports.WRITES
-    end
-    local src = flags .. body
-    return {
-        name = name,
-        src = src,
-        sha = token.hex(ngx.sha1_bin(src)),
-        keys = keys,
-        written = written,
-        alone = alone,
-        undo = nil
-    }
+local base = require("resty.dlock.redis.script")
+____exports.hashed = base.hashed
+____exports.tagged = base.tagged
+____exports.queueKey = base.queueKey
+____exports.readersKey = base.readersKey
+____exports.forTarget = base.forTarget
+do
+    local ____records = require("resty.dlock.redis.records")
+    ____exports.IDEM_CLAIM = ____records.IDEM_CLAIM
+    ____exports.IDEM_COMPLETE = ____records.IDEM_COMPLETE
+    ____exports.IDEM_EXTEND = ____records.IDEM_EXTEND
+    ____exports.IDEM_RELEASE = ____records.IDEM_RELEASE
 end
-function ____exports.isOk(reply)
-    return reply == "OK"
-end
-function ____exports.isOkFenced(reply)
-    return type(reply) == "table" and reply[1] == "OK"
-end
-function ____exports.isOne(reply)
-    return reply == 1
-end
+____exports.script = base.script
+____exports.isOk = base.isOk
+____exports.isOkFenced = base.isOkFenced
+____exports.isOne = base.isOne
+____exports.WRITES = base.WRITES
+____exports.FREES = base.FREES
 local BUSY = "\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t ~= 'string' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')\nend\nreturn redis.call('PTTL', KEYS[1])\n"
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms.
 -- Returns "OK" when acquired, else the holder's PTTL (-1: the key has no TTL).
@@ -59,28 +48,6 @@ ____exports.RELEASE = ____exports.script(
 -- waiter comes within a round trip; one without a live subscription polls at
 -- most every 64 ms (lease.ts MAX_BACKOFF).
 ____exports.GRANT = 100
---- The part of a key Redis Cluster hashes: the inside of the first non-empty {...}, else the whole key.
-function ____exports.hashed(key)
-    local open = string.find(key, "{", 1, true)
-    if open ~= nil then
-        local close = string.find(key, "}", open + 1, true)
-        if close ~= nil and close > open + 1 then
-            return string.sub(key, open + 1, close - 1)
-        end
-    end
-    return key
-end
---- Does the key carry a hash tag of its own (then keys built on it share its slot)?
-function ____exports.tagged(key)
-    return ____exports.hashed(key) ~= key
-end
---- The waiters' queue of lock key rkey. Under Cluster it must share the lock
--- key's slot: a hash tag of the whole key, unless it has one (then the suffix
--- keeps it). Elsewhere it starts with the lock key, so ACL key patterns that
--- let a user at the locks (~dlock:*) let it at their queues.
-function ____exports.queueKey(rkey, slotted)
-    return slotted and not ____exports.tagged(rkey) and ("{" .. rkey) .. "}:queue" or rkey .. ":queue"
-end
 ____exports.QUEUE = "local Q = KEYS[#KEYS]\n"
 ____exports.LINE = ((((((("local t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\nend\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', ") .. tostring(____exports.GRANT)) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '") .. ____exports.CHANNEL) .. "' .. KEYS[1], 'g") .. tostring(____exports.GRANT)) .. " ' .. who)\n  return who\nend\n"
 local function queuedAcquire(take)
@@ -159,111 +126,9 @@ ____exports.SEM_EXTEND = ____exports.script(
     nil,
     ____exports.FREES
 )
---- The readers of lock key rkey (shared locks): placed as queueKey places the queue.
-function ____exports.readersKey(rkey, slotted)
-    return slotted and not ____exports.tagged(rkey) and ("{" .. rkey) .. "}:readers" or rkey .. ":readers"
-end
---- Run a per-target script (release, extend, drop) for one target through a
--- backend's call, with the keys and arguments batches send: KEYS[1] the key
--- (and KEYS[2] its waiters' queue for two-key scripts; its readers and then
--- its queue for three-key ones), ARGV[1] the token (and ARGV[2] ms, when given).
-function ____exports.forTarget(call, conf, s, rkey, token, ms)
-    if s.keys == 3 then
-        local q = ____exports.queueKey(rkey, conf.slotted)
-        local r = ____exports.readersKey(rkey, conf.slotted)
-        if ms == nil then
-            return call(
-                conf,
-                s,
-                rkey,
-                r,
-                q,
-                token
-            )
-        end
-        return call(
-            conf,
-            s,
-            rkey,
-            r,
-            q,
-            token,
-            ms
-        )
-    end
-    if s.keys == 2 then
-        local q = ____exports.queueKey(rkey, conf.slotted)
-        if ms == nil then
-            return call(
-                conf,
-                s,
-                rkey,
-                q,
-                token
-            )
-        end
-        return call(
-            conf,
-            s,
-            rkey,
-            q,
-            token,
-            ms
-        )
-    end
-    if ms == nil then
-        return call(conf, s, rkey, token)
-    end
-    return call(
-        conf,
-        s,
-        rkey,
-        token,
-        ms
-    )
-end
---- Run a script (its keys first, then its arguments); replies and errors exactly as lua-resty-redis returns them.
-function ____exports.run(red, s, key, ...)
-    local res, err = red:evalsha(s.sha, s.keys, key, ...)
-    if res == false and err ~= nil and string.sub(err, 1, 8) == "NOSCRIPT" then
-        return red:eval(s.src, s.keys, key, ...)
-    end
-    return res, err
-end
---- KEYS[1] record, ARGV[1] token, ARGV[2] lease ms, ARGV[3] fingerprint.
--- "OK" when claimed (a running record with our token, expiring after the
--- lease); else the record there: { state, fp, status, headers, body, pttl }.
--- SET NX and read in one script: two requests can never both miss.
-____exports.IDEM_CLAIM = ____exports.script("idempotency claim", "\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t == 'none' then\n  redis.call('HSET', KEYS[1], 'state', 'running', 'token', ARGV[1], 'fp', ARGV[3])\n  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n  return 'OK'\nend\nif t ~= 'hash' then\n  return redis.error_reply('WRONGTYPE idempotency key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a record')\nend\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body')\nreturn { r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', redis.call('PTTL', KEYS[1]) }\n", 1, ____exports.isOk)
---- KEYS[1] record, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] state ("done" or
--- "unreplayable"), ARGV[4] status, ARGV[5] headers, ARGV[6] body.
--- 1 when our running claim became the completed record, 0 when the claim is
--- not ours any more (it ran out: a retry may have claimed the key meanwhile).
-____exports.IDEM_COMPLETE = ____exports.script("idempotency complete", "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end\nredis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\nreturn 1\n", 1, ____exports.isOne)
---- KEYS[1] record, ARGV[1] token, ARGV[2] lease ms. Renews our running claim:
--- 1, or 0 when it is not ours. A record already completed by our own request
--- (the store raced the keeper's round) answers 1 and keeps its ttl.
-____exports.IDEM_EXTEND = ____exports.script(
-    "idempotency extend",
-    "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[2] ~= ARGV[1] then return 0 end\nif r[1] == 'running' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\nreturn 1\n",
-    1,
-    nil,
-    nil,
-    ____exports.FREES
-)
---- KEYS[1] record, ARGV[1] token. Drops our running claim (a response not stored): 1, or 0 when not ours.
-____exports.IDEM_RELEASE = ____exports.script(
-    "idempotency release",
-    "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end\nreturn redis.call('DEL', KEYS[1])\n",
-    1,
-    nil,
-    nil,
-    ____exports.FREES
-)
 ____exports.ACQUIRE.undo = ____exports.RELEASE
 ____exports.ACQUIRE_FENCED.undo = ____exports.RELEASE
 ____exports.ACQUIRE_QUEUED.undo = ____exports.DROP
 ____exports.ACQUIRE_QUEUED_FENCED.undo = ____exports.DROP
 ____exports.SEM_ACQUIRE.undo = ____exports.SEM_RELEASE
-____exports.IDEM_CLAIM.undo = ____exports.IDEM_RELEASE
 return ____exports

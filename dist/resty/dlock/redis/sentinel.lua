@@ -1,9 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local ask, masters
+local ask, lua_tonumber, lua_tostring, lua_type, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, masters
 local schema = require("resty.dlock.core.schema")
 local setup = require("resty.dlock.redis.setup")
-function ask(pool, s, client, timeout, tls)
+function ask(pool, s, open, timeout, tls)
     local errors = {}
     local ____s_ssl_1 = s.ssl
     if ____s_ssl_1 == nil then
@@ -12,54 +12,60 @@ function ask(pool, s, client, timeout, tls)
     local ssl = ____s_ssl_1
     for i = 1, #s.nodes do
         local node = s.nodes[i]
-        local endpoint = (node.host .. ":") .. tostring(node.port)
-        local red = client:new()
+        local endpoint = (node.host .. ":") .. lua_tostring(node.port)
+        local red, sock, cerr = open(node.host, node.port, timeout)
+        local why = lua_tostring(cerr)
         if red ~= nil then
-            red:set_timeout(timeout)
-            local ok, cerr = red:connect(node.host, node.port)
-            local why = tostring(cerr)
-            if ok ~= nil then
-                local serr = setup.run(red, {
-                    endpoint = "sentinel " .. endpoint,
-                    ssl = ssl,
-                    ssl_verify = tls.ssl_verify,
-                    server_name = tls.server_name,
-                    credentials = s.credentials,
-                    db = 0
-                })
-                if serr == nil then
-                    local addr, aerr = red:sentinel("get-master-addr-by-name", s.master)
-                    red:close()
-                    if type(addr) == "table" then
-                        local t = addr
-                        local port = tonumber(t[2])
-                        if port ~= nil then
-                            if i > 1 then
-                                table.remove(s.nodes, i)
-                                table.insert(s.nodes, 1, node)
-                            end
-                            local m = {host = t[1], port = port}
-                            masters[pool] = {
-                                node = m,
-                                at = ngx.now()
-                            }
-                            return m, nil
+            local serr = setup.run(red, sock, {
+                endpoint = "sentinel " .. endpoint,
+                ssl = ssl,
+                ssl_verify = tls.ssl_verify,
+                server_name = tls.server_name,
+                credentials = s.credentials,
+                db = 0
+            })
+            if serr == nil then
+                local addr, aerr = red:sentinel("get-master-addr-by-name", s.master)
+                red:close()
+                if lua_type(addr) == "table" then
+                    local t = addr
+                    local port = lua_tonumber(t[2])
+                    if port ~= nil then
+                        if i > 1 then
+                            tbl_remove(s.nodes, i)
+                            tbl_insert(s.nodes, 1, node)
                         end
+                        local m = {host = t[1], port = port}
+                        masters[pool] = {
+                            node = m,
+                            at = ngx_now()
+                        }
+                        return m, nil
                     end
-                    why = addr == ngx.null and "does not know master " .. s.master or tostring(aerr or addr)
-                else
-                    red:close()
-                    why = string.sub(
-                        serr,
-                        string.len(("dlock: redis sentinel " .. endpoint) .. ": ") + 1
-                    )
                 end
+                why = addr == ngx_null and "does not know master " .. s.master or lua_tostring(aerr or addr)
+            else
+                red:close()
+                why = str_sub(
+                    serr,
+                    str_len(("dlock: redis sentinel " .. endpoint) .. ": ") + 1
+                )
             end
-            errors[#errors + 1] = (endpoint .. " ") .. why
         end
+        errors[#errors + 1] = (endpoint .. " ") .. why
     end
-    return nil, ((("dlock: redis sentinel " .. s.master) .. ": no sentinel named the master (") .. table.concat(errors, "; ")) .. ")"
+    return nil, ((("dlock: redis sentinel " .. s.master) .. ": no sentinel named the master (") .. tbl_concat(errors, "; ")) .. ")"
 end
+lua_tonumber = tonumber
+lua_tostring = tostring
+lua_type = type
+ngx_now = ngx.now
+ngx_null = ngx.null
+str_len = string.len
+str_sub = string.sub
+tbl_concat = table.concat
+tbl_insert = table.insert
+tbl_remove = table.remove
 local validate = schema.compile("redis.sentinel", {
     {name = "master", kind = "string", maxLen = 255, required = true},
     {name = "nodes", kind = "nodes", required = true},
@@ -74,12 +80,12 @@ function ____exports.parse(v)
         return nil, err
     end
     local names = {}
-    for ____, n in ipairs(o.nodes) do
-        names[#names + 1] = (n.host .. ":") .. tostring(n.port)
+    for i = 1, #o.nodes do
+        names[#names + 1] = (o.nodes[i].host .. ":") .. lua_tostring(o.nodes[i].port)
     end
     return {
         master = o.master,
-        id = table.concat(names, ","),
+        id = tbl_concat(names, ","),
         nodes = o.nodes,
         credentials = setup.credentials(o.username, o.password),
         ssl = o.ssl
@@ -102,7 +108,7 @@ function ____exports.cached(pool)
     if m == nil then
         return nil
     end
-    if ngx.now() - m.at <= FRESH or asking[pool] ~= nil then
+    if ngx_now() - m.at <= FRESH or asking[pool] ~= nil then
         return m.node
     end
     return nil
@@ -122,14 +128,14 @@ end
 function ____exports.forget(pool)
     masters[pool] = nil
 end
---- Ask the sentinels for the master's address. `client` makes a fresh
--- lua-resty-redis object; timeouts and TLS settings are the factory's.
-function ____exports.discover(pool, s, client, timeout, tls)
+--- Ask the sentinels for the master's address, over connections `open` makes;
+-- timeouts and TLS settings are the factory's.
+function ____exports.discover(pool, s, open, timeout, tls)
     asking[pool] = true
     local m, err = ask(
         pool,
         s,
-        client,
+        open,
         timeout,
         tls
     )

@@ -1,7 +1,12 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.core.check")
-local secrets = setmetatable({}, {__mode = "k"})
+local lua_pcall = pcall
+local lua_setmetatable = setmetatable
+local lua_tostring = tostring
+local ngx_md5 = ngx.md5
+local str_sub = string.sub
+local secrets = lua_setmetatable({}, {__mode = "k"})
 --- Credentials for AUTH, or nil without a password.
 function ____exports.credentials(username, password)
     if password == nil then
@@ -9,8 +14,8 @@ function ____exports.credentials(username, password)
     end
     local c = {
         username = username,
-        digest = string.sub(
-            ngx.md5(((username or "") .. "\0") .. password),
+        digest = str_sub(
+            ngx_md5(((username or "") .. "\0") .. password),
             1,
             16
         )
@@ -27,12 +32,11 @@ end
 -- sslhandshake sometimes raises on a verification failure instead of
 -- returning an error: hence the pcall. ssl_verify checks the chain against
 -- lua_ssl_trusted_certificate and the name against server_name.
-local function tls(red, s)
-    local sock = rawget(red, "_sock")
+local function tls(sock, s)
     if sock == nil then
         return ("dlock: redis " .. s.endpoint) .. ": TLS: the Redis client has no socket"
     end
-    local ok, session, err = pcall(shake, sock, s.server_name, s.ssl_verify)
+    local ok, session, err = lua_pcall(shake, sock, s.server_name, s.ssl_verify)
     if not ok or session == nil then
         local why = session
         if ok then
@@ -47,14 +51,14 @@ end
 -- came through TLS; a socket error (nil) did not.
 local function viaTls(s, ok, err)
     if s.ssl and ok == nil then
-        return (("dlock: redis " .. s.endpoint) .. ": TLS handshake failed: ") .. tostring(err)
+        return (("dlock: redis " .. s.endpoint) .. ": TLS handshake failed: ") .. lua_tostring(err)
     end
     return nil
 end
---- Set up a fresh connection; nil, or what went wrong (the caller closes it).
-function ____exports.run(red, s)
+--- Set up a fresh connection (sock: its cosocket, connection.socket); nil, or what went wrong (the caller closes it).
+function ____exports.run(red, sock, s)
     if s.ssl then
-        local terr = tls(red, s)
+        local terr = tls(sock, s)
         if terr ~= nil then
             return terr
         end
@@ -74,7 +78,7 @@ function ____exports.run(red, s)
             if terr ~= nil then
                 return terr
             end
-            return (((("dlock: redis " .. s.endpoint) .. ": authentication failed for user ") .. (c.username or "default")) .. ": ") .. tostring(err)
+            return (((("dlock: redis " .. s.endpoint) .. ": authentication failed for user ") .. (c.username or "default")) .. ": ") .. lua_tostring(err)
         end
     elseif s.ssl then
         local pong, err = red:ping()
@@ -83,13 +87,13 @@ function ____exports.run(red, s)
             if terr ~= nil then
                 return terr
             end
-            return (("dlock: redis " .. s.endpoint) .. ": PING after the TLS handshake failed: ") .. tostring(err)
+            return (("dlock: redis " .. s.endpoint) .. ": PING after the TLS handshake failed: ") .. lua_tostring(err)
         end
     end
     if s.db ~= 0 then
         local ok, err = red:select(s.db)
         if not ok then
-            return (((("dlock: redis " .. s.endpoint) .. ": SELECT ") .. tostring(s.db)) .. " failed: ") .. tostring(err)
+            return (((("dlock: redis " .. s.endpoint) .. ": SELECT ") .. lua_tostring(s.db)) .. " failed: ") .. lua_tostring(err)
         end
     end
     return nil

@@ -1,8 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local sync, tell, CHANNEL, HEARTBEAT, SWEEP, IDLE
+local sync, tell, lua_pairs, lua_tostring, math_max, math_min, ngx_now, update_time, worker_exiting, CHANNEL, HEARTBEAT, SWEEP, IDLE
 local check = require("resty.dlock.core.check")
 local redis = require("resty.dlock.redis.client")
+local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
 local scripts = require("resty.dlock.redis.scripts")
 local subs = require("resty.dlock.core.subscriptions")
@@ -11,7 +12,7 @@ function sync(s, sock)
     subs.prune(s)
     local add
     local drop
-    for rkey in pairs(s.wanted) do
+    for rkey in lua_pairs(s.wanted) do
         if not (s.sent[rkey] ~= nil) then
             if add == nil then
                 add = {"subscribe"}
@@ -21,7 +22,7 @@ function sync(s, sock)
         end
     end
     local gone
-    for rkey in pairs(s.sent) do
+    for rkey in lua_pairs(s.sent) do
         if not (s.wanted[rkey] ~= nil) then
             if drop == nil then
                 drop = {"unsubscribe"}
@@ -34,7 +35,8 @@ function sync(s, sock)
         end
     end
     if gone ~= nil then
-        for ____, rkey in ipairs(gone) do
+        for i = 1, #gone do
+            local rkey = gone[i]
             s.sent[rkey] = nil
             s.live[rkey] = nil
         end
@@ -42,29 +44,29 @@ function sync(s, sock)
     if add ~= nil then
         local ok, err = sock:send(resp.encode(add))
         if ok == nil then
-            return tostring(err)
+            return lua_tostring(err)
         end
     end
     if drop ~= nil then
         local ok, err = sock:send(resp.encode(drop))
         if ok == nil then
-            return tostring(err)
+            return lua_tostring(err)
         end
     end
     return nil
 end
 function tell(s, sess)
-    local pinged = ngx.now()
-    local idleSince = ngx.now()
+    local pinged = ngx_now()
+    local idleSince = ngx_now()
     while not sess.ended do
         s.rung = false
-        ngx.update_time()
-        local now = ngx.now()
+        update_time()
+        local now = ngx_now()
         if subs.idle(s) then
-            if now - idleSince >= IDLE or ngx.worker.exiting() then
+            if now - idleSince >= IDLE or worker_exiting() then
                 break
             end
-        elseif ngx.worker.exiting() then
+        elseif worker_exiting() then
             break
         else
             idleSince = now
@@ -77,17 +79,17 @@ function tell(s, sess)
         if now - pinged >= HEARTBEAT then
             local ok, perr = sess.sock:send(resp.encode({"ping"}))
             if ok == nil then
-                return tostring(perr)
+                return lua_tostring(perr)
             end
             pinged = now
         end
-        local ____until = math.min(pinged + HEARTBEAT, now + SWEEP)
+        local ____until = math_min(pinged + HEARTBEAT, now + SWEEP)
         if subs.idle(s) then
-            ____until = math.min(____until, idleSince + IDLE)
+            ____until = math_min(____until, idleSince + IDLE)
         end
         s.wakeAt = subs.nextLook(s, ____until)
         if not s.rung then
-            s.bell:wait(math.max(0.001, s.wakeAt - now))
+            s.bell:wait(math_max(0.001, s.wakeAt - now))
         end
     end
     if sess.ended then
@@ -95,8 +97,25 @@ function tell(s, sess)
     end
     sess.stopping = true
     local ok, err = sess.sock:send(resp.encode({"ping"}))
-    return ok == nil and tostring(err) or nil
+    return ok == nil and lua_tostring(err) or nil
 end
+lua_pairs = pairs
+local NOTICE = ngx.NOTICE
+local WARN = ngx.WARN
+local lua_pcall = pcall
+lua_tostring = tostring
+local lua_type = type
+math_max = math.max
+math_min = math.min
+local ngx_log = ngx.log
+ngx_now = ngx.now
+local ngx_sleep = ngx.sleep
+local str_sub = string.sub
+local thread_spawn = ngx.thread.spawn
+local thread_wait = ngx.thread.wait
+local timer_at = ngx.timer.at
+update_time = ngx.update_time
+worker_exiting = ngx.worker.exiting
 CHANNEL = scripts.CHANNEL
 HEARTBEAT = 5
 --- Seconds without a byte from Redis (six PINGs unanswered, plus the
@@ -124,17 +143,17 @@ local function reader(s, sess)
             return nil
         end
         if msg == nil then
-            return (("dlock: redis " .. s.conf.endpoint) .. ": wake-up subscription: ") .. tostring(rerr)
+            return (("dlock: redis " .. s.conf.endpoint) .. ": wake-up subscription: ") .. lua_tostring(rerr)
         end
         if msg == false then
-            if string.sub(
-                tostring(rerr),
+            if str_sub(
+                lua_tostring(rerr),
                 1,
                 6
             ) == "NOPERM" then
                 s.refused = true
-                ngx.log(
-                    ngx.WARN,
+                ngx_log(
+                    WARN,
                     "dlock: redis ",
                     s.conf.endpoint,
                     ": the user may not subscribe to ",
@@ -146,23 +165,23 @@ local function reader(s, sess)
                 )
                 return nil
             end
-            return (("dlock: redis " .. s.conf.endpoint) .. ": wake-up subscription: ") .. tostring(rerr)
+            return (("dlock: redis " .. s.conf.endpoint) .. ": wake-up subscription: ") .. lua_tostring(rerr)
         end
-        if type(msg) == "table" then
+        if lua_type(msg) == "table" then
             local m = msg
             local kind = m[1]
             if kind == "message" then
                 subs.heard(
                     s,
-                    string.sub(
-                        tostring(m[2]),
+                    str_sub(
+                        lua_tostring(m[2]),
                         #CHANNEL + 1
                     ),
-                    tostring(m[3])
+                    lua_tostring(m[3])
                 )
             elseif kind == "subscribe" then
-                local rkey = string.sub(
-                    tostring(m[2]),
+                local rkey = str_sub(
+                    lua_tostring(m[2]),
                     #CHANNEL + 1
                 )
                 if s.sent[rkey] ~= nil then
@@ -175,25 +194,25 @@ local function reader(s, sess)
 end
 --- One connection's life: returns why it ended (nil: nothing left to watch, or the worker exits).
 local function session(s)
-    local red, err = redis.connect(redis.apart(s.conf.nodes ~= nil and s.conf.nodes[1] or s.conf, "wakeups"))
+    local red, err = connection.connect(redis.apart(s.conf.nodes ~= nil and s.conf.nodes[1] or s.conf, "wakeups"))
     if red == nil then
         return err
     end
     s.connects = s.connects + 1
     if s.down then
         s.down = false
-        ngx.log(ngx.NOTICE, "dlock: redis ", s.conf.endpoint, ": wake-up subscription connected again")
+        ngx_log(NOTICE, "dlock: redis ", s.conf.endpoint, ": wake-up subscription connected again")
     end
-    local sock = rawget(red, "_sock")
+    local sock = connection.socket(red)
     local conf = s.conf
     sock:settimeouts(conf.connect_timeout, conf.read_timeout, SILENCE * 1000 + conf.read_timeout)
     local sess = {sock = sock, stopping = false, ended = false, failed = nil}
-    local ctl = ngx.thread.spawn(control, s, sess)
-    local ok, res = pcall(reader, s, sess)
+    local ctl = thread_spawn(control, s, sess)
+    local ok, res = lua_pcall(reader, s, sess)
     sess.ended = true
     s.rung = false
     subs.ring(s)
-    local waited, cerr = ngx.thread.wait(ctl)
+    local waited, cerr = thread_wait(ctl)
     red:close()
     if not ok then
         return "dlock: wake-up subscriber failed: " .. check.text(res)
@@ -214,20 +233,20 @@ local function session(s)
 end
 --- Sleep up to `seconds`, less when the worker starts exiting.
 local function pause(seconds)
-    local ____until = ngx.now() + seconds
-    while not ngx.worker.exiting() do
-        ngx.update_time()
-        local left = ____until - ngx.now()
+    local ____until = ngx_now() + seconds
+    while not worker_exiting() do
+        update_time()
+        local left = ____until - ngx_now()
         if left < 0.001 then
             return
         end
-        ngx.sleep(math.min(left, SWEEP))
+        ngx_sleep(math_min(left, SWEEP))
     end
 end
 local function run(premature, s)
     local retry = RETRY
     while not premature do
-        local ok, res = pcall(session, s)
+        local ok, res = lua_pcall(session, s)
         local ____ok_1
         if ok then
             ____ok_1 = res
@@ -243,18 +262,18 @@ local function run(premature, s)
         if not s.down then
             s.down = true
             retry = RETRY
-            ngx.log(
-                ngx.WARN,
+            ngx_log(
+                WARN,
                 "dlock: ",
                 check.reason(err),
                 " (waiters poll until it is back)"
             )
         else
-            retry = math.min(retry * 2, RETRY_MAX)
+            retry = math_min(retry * 2, RETRY_MAX)
         end
         pause(retry)
         subs.prune(s)
-        if subs.idle(s) or ngx.worker.exiting() then
+        if subs.idle(s) or worker_exiting() then
             break
         end
     end
@@ -265,7 +284,7 @@ function ____exports.start(s)
     if s.running then
         return
     end
-    local ok = ngx.timer.at(0, run, s)
+    local ok = timer_at(0, run, s)
     s.running = ok ~= nil
 end
 return ____exports

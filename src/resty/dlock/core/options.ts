@@ -7,7 +7,8 @@ import * as check from "./check";
 import type * as lease from "./lease";
 import * as ledger from "./ledger";
 import * as meter from "./meter";
-import * as redis from "../redis/client";
+import * as backend from "../redis/backend";
+import type * as redis from "../redis/client";
 import * as schema from "./schema";
 
 const lua_type = type;
@@ -37,10 +38,10 @@ export const PERMITS: schema.IntegerSpec = {
 /** A lua_shared_dict by name: the dict itself is what the factory keeps. */
 export const DICT: schema.CheckSpec = { name: "dict", kind: "check", check: check.sharedDict, required: true };
 
-/** The `redis` table (redis/client.ts declares its options); the eviction finding is kept in the dict checked before it. */
+/** The `redis` table (redis/client.ts declares its options), with the backend that will serve it (redis/backend.ts); the eviction finding is kept in the dict checked before it. */
 export const REDIS: schema.CheckSpec = {
   name: "redis", kind: "check", doc: "local Redis",
-  check: (v, out) => redis.parse(v, out.get("dict") as NgxSharedDict | undefined),
+  check: (v, out) => backend.parse(v, out.get("dict") as NgxSharedDict | undefined),
 };
 
 /** A name given: it becomes a label in metrics. Absent, the face picks one. */
@@ -90,15 +91,12 @@ const ACQUIRE_WAIT: schema.IntegerSpec = {
   name: "wait", kind: "integer", min: WAIT.min, max: WAIT.max, unit: WAIT.unit, doc: "the factory's `wait`",
 };
 
-const ACQUIRE_COMMON: schema.Spec[] = [
-  ACQUIRE_TTL, ACQUIRE_WAIT,
-  { name: "renew", kind: "boolean", default: false },
-  // Without renewals nothing would ever notice the loss.
-  { name: "on_lost", kind: "function", requires: [{ option: "renew", must: "true" }] },
-];
+const RENEW: schema.Spec = { name: "renew", kind: "boolean", default: false };
+// Without renewals nothing would ever notice the loss.
+const ON_LOST: schema.Spec = { name: "on_lost", kind: "function", requires: [{ option: "renew", must: "true" }] };
 
-/** A lock's: and shared (a reader of the key: redis/rwscripts.ts). */
-export const ACQUIRE: schema.Spec[] = [...ACQUIRE_COMMON, { name: "shared", kind: "boolean", default: false }];
+/** A lock's; shared takes it as one of the key's readers (redis/rwscripts.ts). */
+export const ACQUIRE: schema.Spec[] = [ACQUIRE_TTL, ACQUIRE_WAIT, RENEW, ON_LOST, { name: "shared", kind: "boolean", default: false }];
 
 function notShared(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefined]> {
   if (v === undefined) return $multi(undefined, undefined);
@@ -106,7 +104,7 @@ function notShared(this: void, v: unknown): LuaMultiReturn<[unknown, string | un
 }
 
 /** A permit's: shared is refused with why (semaphores: their permits are all alike, none shared). */
-const ACQUIRE_PERMIT: schema.Spec[] = [...ACQUIRE_COMMON, { name: "shared", kind: "check", check: notShared }];
+const ACQUIRE_PERMIT: schema.Spec[] = [ACQUIRE_TTL, ACQUIRE_WAIT, RENEW, ON_LOST, { name: "shared", kind: "check", check: notShared }];
 
 export const newLocks = schema.compile<NewLocks>("dlock.new options", NEW_LOCKS, { labels: "" });
 export const newSemaphore = schema.compile<NewSemaphore>("semaphore.new options", NEW_SEMAPHORE, { labels: "" });

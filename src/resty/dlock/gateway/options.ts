@@ -87,7 +87,7 @@ export const SPECS: schema.Spec[] = [
   { name: "methods", kind: "check", check: idem.methods, default: ["POST", "PATCH"], modes: IDEMPOTENCY },
   {
     name: "on_error", kind: "enum", values: ["allow", "deny"], required: true,
-    unit: "\"allow\" (fail open) or \"deny\" (fail closed)", modes: [...LOCKING, ...IDEMPOTENCY],
+    unit: "\"allow\" (fail open) or \"deny\" (fail closed)", modes: ["dedup", "concurrency", "throttle", "mutex", "idempotency"],
   },
   {
     name: "on_error", kind: "enum", values: ["allow", "deny", "local"], required: true, modes: RATE,

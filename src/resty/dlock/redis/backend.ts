@@ -1,15 +1,17 @@
 // The one way into Redis: run this script for this key (call), or this script
-// for many keys (batch). Where the key lives is the topology's business:
-//   standalone, unix, sentinel   one server (backend/single.ts; Sentinel only changes its address)
-//   cluster                      the master of the key's slot (backend/cluster.ts)
-//   redlock                      a majority of independent masters (backend/quorum.ts)
-// Every implementation answers with the same outcomes and the same faults.
+// for many keys (batch). Where the key lives is the backend's business, chosen
+// once per configuration (parse), never per call:
+//   standalone, unix, sentinel   one server (single.ts; Sentinel only changes its address)
+//   cluster                      the master of the key's slot (cluster.ts)
+//   redlock                      a majority of independent masters (quorum.ts)
+// Each talks to its servers the one way (pipeline.ts and roundtrip.ts over
+// connection.ts), and every backend answers with the same outcomes and faults.
 
 import * as redis from "./client";
 import * as scripts from "./scripts";
 import * as cluster from "./cluster";
 import * as quorum from "./quorum";
-import * as pipeline from "./pipeline";
+import * as roundtrip from "./roundtrip";
 import * as single from "./single";
 
 /**
@@ -42,12 +44,49 @@ export interface Outcome {
 
 export type CallResult = LuaMultiReturn<[RedisValue | undefined, string | undefined, Fault | undefined]>;
 
+/** What a topology cannot do safely (see refuses). */
+export type Refusal = "fencing" | "semaphore" | "idempotency";
+
+/** A topology: one object per kind, shared by every configuration of that kind. */
+export interface Backend {
+  /** Run script s with rkey as KEYS[1] (more keys, then arguments, follow in args). */
+  readonly call: (this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]) => CallResult;
+  /** Run the single-key script s (ARGV[1] the token, ARGV[2] ms[i] when given) for every target, in as few round trips as it can. */
+  readonly batch: (this: void, conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]) => Outcome;
+  /** How long a lease taken for ttl ms can be trusted, in ms. */
+  readonly validity: (this: void, ttl: number) => number;
+  /** Waiters of a lock line up in Redis (a queue next to the key); else they take turns. */
+  readonly queues: boolean;
+  /** The error new() returns for what this topology cannot do safely. */
+  readonly refuses: LuaTable<Refusal, string>;
+  /** The key of the fence counter of lock key rkey (the acquire script touches both). */
+  readonly fenceKey: (this: void, rkey: string) => string;
+  /** Counters every worker adds to, for metrics: a kind and per label (a node, the endpoint) a value. */
+  readonly shared: (this: void, conf: redis.RedisConf, d: NgxSharedDict) => LuaMultiReturn<[string, LuaTable<string, number>] | [undefined, undefined]>;
+  /** What status pages show beyond the settings (per worker). */
+  readonly describe: (this: void, conf: redis.RedisConf) => LuaTable<string, unknown> | undefined;
+  /** The servers it talks to now, each a configuration of its own (for specs and status). */
+  readonly servers: (this: void, conf: redis.RedisConf) => redis.RedisConf[];
+}
+
+const BY_TOPOLOGY = new LuaTable<redis.Topology, Backend>();
+BY_TOPOLOGY.set("standalone", single.backend);
+BY_TOPOLOGY.set("unix", single.backend);
+BY_TOPOLOGY.set("sentinel", single.backend);
+BY_TOPOLOGY.set("cluster", cluster.backend);
+BY_TOPOLOGY.set("redlock", quorum.backend);
+
+/** The `redis` option table of a factory (redis.parse), with the backend that will serve it. */
+export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[redis.RedisConf | undefined, string | undefined]> {
+  const [conf, err] = redis.parse(v, dict);
+  if (conf === undefined) return $multi(undefined, err);
+  (conf as { backend: Backend | undefined }).backend = BY_TOPOLOGY.get(conf.topology);
+  return $multi(conf, undefined);
+}
+
 /** Run script s with rkey as KEYS[1] (more keys, then arguments, follow in args). */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const t = conf.topology;
-  if (t === "cluster") return cluster.call(conf, s, rkey, ...args);
-  if (t === "redlock") return quorum.call(conf, s, rkey, ...args);
-  return pipeline.call(conf, s, rkey, ...args);
+  return conf.backend!.call(conf, s, rkey, ...args);
 }
 
 /**
@@ -55,61 +94,36 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
  * every target, in as few round trips as the topology allows.
  */
 export function batch(conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Outcome {
-  const t = conf.topology;
-  if (t === "cluster") return cluster.batch(conf, s, targets, ms);
-  if (t === "redlock") return quorum.batch(conf, s, targets, ms);
-  return single.batch(conf, s, targets, ms);
+  return conf.backend!.batch(conf, s, targets, ms);
 }
 
 /** Run a per-target script (release, extend, drop) for one target, as batch() would. */
 export function own(conf: redis.RedisConf, s: scripts.Script, rkey: string, token: string, ms?: number): CallResult {
-  return scripts.forTarget(call, conf, s, rkey, token, ms);
+  return scripts.forTarget(conf.backend!.call, conf, s, rkey, token, ms);
 }
 
-/**
- * The key of the fence counter of lock key rkey. The acquire script touches
- * both, so under Cluster they must share a slot: a hash tag of the whole lock
- * key, unless it has one already (then the suffix keeps it). Elsewhere the
- * counter stays where earlier versions kept it, so fences never go back.
- */
+/** The key of the fence counter of lock key rkey. */
 export function fenceKey(conf: redis.RedisConf, rkey: string): string {
-  if (conf.topology === "cluster" && !scripts.tagged(rkey)) {
-    return "{" + rkey + "}:fence";
-  }
-  return rkey + ":fence";
+  return conf.backend!.fenceKey(rkey);
 }
 
-/**
- * How long a lease taken at `sent` for ttl ms can be trusted, in ms. Redlock
- * subtracts its allowance for clock drift between the masters.
- */
+/** How long a lease taken for ttl ms can be trusted, in ms (Redlock subtracts its allowance for clock drift). */
 export function validity(conf: redis.RedisConf, ttl: number): number {
-  if (conf.topology === "redlock") return ttl - quorum.drift(ttl);
-  return ttl;
+  return conf.backend!.validity(ttl);
 }
 
-/**
- * What a topology cannot do safely, as the error new() returns; nil when it can.
- * A fence counter per Redlock master is not monotonic across majorities (two
- * majorities share one master, but not its counter), and a counting semaphore
- * per master does not bound holders (three holders can each own a majority of
- * permits on three masters with two permits each).
- */
-export function refuses(conf: redis.RedisConf, what: "fencing" | "semaphore" | "idempotency"): string | undefined {
-  if (conf.topology !== "redlock") return undefined;
-  if (what === "fencing") {
-    return "dlock: fencing is refused with redis.redlock: fence counters on independent masters do not grow " +
-      "monotonically across majorities (use redis.sentinel or redis.cluster with replicas for fenced locks)";
-  }
-  if (what === "semaphore") {
-    return "dlock: semaphores (and concurrency guards) are refused with redis.redlock: counting permits on each " +
-      "master does not bound the holders of a majority";
-  }
-  return "dlock: idempotency guards are refused with redis.redlock: a stored response needs one place to live";
+/** Do waiters of a lock line up in Redis? (Not under Redlock: a queue on every master has no one order.) */
+export function queues(conf: redis.RedisConf): boolean {
+  return conf.backend!.queues;
+}
+
+/** What a topology cannot do safely, as the error new() returns; nil when it can. */
+export function refuses(conf: redis.RedisConf, what: Refusal): string | undefined {
+  return conf.backend!.refuses.get(what);
 }
 
 /** The dict key counting writes that fewer replicas than asked acknowledged in time. */
-export const SHORTFALLS = single.SHORTFALLS;
+export const SHORTFALLS = roundtrip.SHORTFALLS;
 
 /**
  * Counters every worker adds to, for metrics: per label (a node, or the
@@ -119,27 +133,15 @@ export const SHORTFALLS = single.SHORTFALLS;
 export function shared(conf: redis.RedisConf): LuaMultiReturn<[string, LuaTable<string, number>] | [undefined, undefined]> {
   const d = conf.dict;
   if (d === undefined) return $multi(undefined, undefined);
-  const t = new LuaTable<string, number>();
-  if (conf.topology === "cluster") {
-    const [n] = d.get(cluster.REDIRECTS + conf.endpoint);
-    t.set("redirects", type(n) === "number" ? n as number : 0);
-    const [at] = d.get(cluster.MAP_AT + conf.endpoint);
-    if (type(at) === "number") t.set("slot_map_age", ngx.now() - (at as number));
-    return $multi("cluster", t);
-  }
-  if (conf.topology === "redlock") {
-    for (const node of conf.nodes!) {
-      const [n] = d.get(quorum.NODE_FAILURES + node.endpoint);
-      t.set(node.endpoint, type(n) === "number" ? n as number : 0);
-    }
-    return $multi("redlock", t);
-  }
-  return $multi(undefined, undefined);
+  return backendOf(conf).shared(conf, d);
 }
 
 /** What status pages show of this endpoint's topology beyond its settings (per worker). */
 export function describe(conf: redis.RedisConf): LuaTable<string, unknown> | undefined {
-  if (conf.topology === "cluster") return cluster.describe(conf);
-  if (conf.topology === "redlock") return quorum.describe(conf);
-  return undefined;
+  return backendOf(conf).describe(conf);
+}
+
+/** Status pages list every configuration parsed, also those made without a factory (redis.parse). */
+function backendOf(conf: redis.RedisConf): Backend {
+  return conf.backend ?? BY_TOPOLOGY.get(conf.topology);
 }

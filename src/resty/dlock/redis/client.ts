@@ -1,27 +1,39 @@
-// Redis connections: option parsing, the client library, pooling, AUTH/SELECT.
-// Every Redis round trip in lua-resty-dlock goes through connect()/done().
+// The `redis` option table: what a factory's Redis is and how to reach it
+// (a RedisConf), and the client library. Connections are made in
+// connection.ts; the backend that serves a configuration is chosen once, in
+// backend.ts.
 
+import type { Backend } from "./backend";
 import * as check from "../core/check";
-import * as eviction from "./eviction";
 import * as setup from "./setup";
 import * as schema from "../core/schema";
 import * as sentinel from "./sentinel";
 
+const lua_tostring = tostring;
+const lua_require = require;
+const lua_pcall = pcall;
+const lua_rawget = rawget;
+const lua_type = type;
+const tbl_concat = table.concat;
+
 function loadClient(this: void): RestyRedisModule | undefined {
   // OpenResty ships resty.redis; Debian ships the same library (0.27) as nginx.redis.
-  for (const name of ["resty.redis", "nginx.redis"]) {
-    const [ok, mod] = pcall(require, name);
-    if (ok && type(mod) === "table") {
+  const names = ["resty.redis", "nginx.redis"];
+  for (const i of $range(1, names.length)) {
+    const name = names[i - 1]!;
+    const [ok, mod] = lua_pcall(lua_require, name);
+    if (ok && lua_type(mod) === "table") {
       return mod as RestyRedisModule;
     }
   }
   return undefined;
 }
 
-const client = loadClient();
+/** The client library (connection.ts uses it); nil when neither is installed. */
+export const library = loadClient();
 // set_timeouts arrived in lua-resty-redis 0.28 (with its `ssl` options, which 0.27
-// silently ignores: TLS is done here, on the socket, for both).
-const clientHasTimeouts = client !== undefined && rawget(client, "set_timeouts") !== undefined;
+// silently ignores: TLS is done on the socket, in setup.ts, for both).
+export const hasTimeouts = library !== undefined && lua_rawget(library, "set_timeouts") !== undefined;
 
 export interface RedisConf {
   readonly host: string;
@@ -41,7 +53,7 @@ export interface RedisConf {
   readonly ssl: boolean;
   readonly ssl_verify: boolean;
   readonly server_name: string | undefined;
-  /** Calls of concurrent requests of a worker share round trips (backend/pipeline.ts). */
+  /** Calls of concurrent requests of a worker share round trips (pipeline.ts). */
   readonly auto_pipeline: boolean;
   /** Pool name: endpoint, db, TLS and a credentials digest, so pools never mix. */
   readonly pool: string;
@@ -59,6 +71,8 @@ export interface RedisConf {
   readonly max_redirects: number;
   /** Keys a script touches must share a slot: a cluster, or one of its nodes. */
   readonly slotted: boolean;
+  /** What serves this configuration, chosen once by backend.parse (nil for a server of a cluster or Redlock set). */
+  readonly backend: Backend | undefined;
 }
 
 export type Topology = "standalone" | "unix" | "sentinel" | "cluster" | "redlock";
@@ -145,7 +159,7 @@ const redisOptions = schema.compile<Options>("redis", [
  * factory's lua_shared_dict: the eviction finding is shared there.
  */
 export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisConf | undefined, string | undefined]> {
-  if (client === undefined) {
+  if (library === undefined) {
     return $multi(undefined, "dlock: no Redis client library: install lua-resty-redis (resty.redis) or Debian's lua-nginx-redis (nginx.redis)");
   }
   const [o, oerr] = redisOptions(v);
@@ -163,8 +177,9 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     seeds = o.redlock;
     // One server named twice would count twice toward a majority it alone decides.
     const seen = new LuaTable<string, boolean>();
-    for (const n of seeds) {
-      const name = n.host + ":" + n.port;
+    for (const i of $range(1, seeds.length)) {
+      const n = seeds[i - 1]!;
+      const name = n.host + ":" + lua_tostring(n.port);
       if (seen.has(name)) {
         return check.fail("redis.redlock names " + name + " twice: its masters must be independent", name);
       }
@@ -177,20 +192,20 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   }
 
   const sent = o.sentinel;
-  let endpoint = o.path ?? o.host + ":" + o.port;
+  let endpoint = o.path ?? o.host + ":" + lua_tostring(o.port);
   if (sent !== undefined) {
     endpoint = "sentinel " + sent.master;
   } else if (seeds !== undefined) {
     const names: string[] = [];
-    for (const n of seeds) names.push(n.host + ":" + n.port);
-    endpoint = topology + " " + table.concat(names, ",");
+    for (const i of $range(1, seeds.length)) names.push(seeds[i - 1]!.host + ":" + lua_tostring(seeds[i - 1]!.port));
+    endpoint = topology + " " + tbl_concat(names, ",");
   }
   // A connection verified for one name (or not verified) must not serve a factory that asks for another.
   let tls = "";
   if (o.ssl) {
     tls = o.ssl_verify ? "tls+verify=" + (o.server_name ?? "") + ":" : "tls:";
   }
-  let pool = "dlock:" + tls + endpoint + ":" + o.db;
+  let pool = "dlock:" + tls + endpoint + ":" + lua_tostring(o.db);
   if (sent !== undefined) {
     pool = pool + ":" + sent.id;
     // Two factories asking the same sentinels with other credentials share no answers.
@@ -210,11 +225,11 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     keepalive_timeout: o.keepalive_timeout,
     ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name, auto_pipeline: o.auto_pipeline,
     pool, endpoint, dict, sentinel: sent,
-    topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster",
+    topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster", backend: undefined,
   };
   if (seeds !== undefined) {
     const nodes: RedisConf[] = [];
-    for (const n of seeds) nodes.push(node(conf, n.host, n.port));
+    for (const i of $range(1, seeds.length)) nodes.push(node(conf, seeds[i - 1]!.host, seeds[i - 1]!.port));
     (conf as { nodes: RedisConf[] | undefined }).nodes = nodes;
   }
   if (!known.has(endpoint)) {
@@ -232,18 +247,19 @@ export function node(conf: RedisConf, host: string, port: number): RedisConf {
   n.host = host;
   n.port = port;
   n.path = undefined;
-  n.endpoint = host + ":" + port;
+  n.endpoint = host + ":" + lua_tostring(port);
   let tls = "";
   if (conf.ssl) {
     tls = conf.ssl_verify ? "tls+verify=" + (conf.server_name ?? "") + ":" : "tls:";
   }
-  n.pool = "dlock:" + tls + n.endpoint + ":" + conf.db;
+  n.pool = "dlock:" + tls + n.endpoint + ":" + lua_tostring(conf.db);
   if (conf.credentials !== undefined) {
     n.pool = n.pool + ":" + conf.credentials.digest;
   }
   n.sentinel = undefined;
   n.topology = "standalone";
   n.nodes = undefined;
+  n.backend = undefined;
   return n;
 }
 
@@ -269,7 +285,7 @@ function copy(c: RedisConf): Fields {
     replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
     ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, auto_pipeline: c.auto_pipeline, pool: c.pool, endpoint: c.endpoint,
     dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
-    slotted: c.slotted,
+    slotted: c.slotted, backend: c.backend,
   };
 }
 
@@ -282,108 +298,3 @@ export function endpoints(): LuaTable<string, RedisConf> {
 }
 
 
-/**
- * A ready connection from the pool (or a fresh one, authenticated and with the
- * db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
- */
-export function connect(conf: RedisConf): LuaMultiReturn<[RestyRedis | undefined, string | undefined]> {
-  const [red, nerr] = (client as RestyRedisModule).new();
-  if (red === undefined) {
-    return $multi(undefined, "dlock: redis client: " + tostring(nerr));
-  }
-  // Never touch red.set_timeouts on 0.27: its __index would turn the name into a Redis command.
-  if (clientHasTimeouts) {
-    red.set_timeouts!(conf.connect_timeout, conf.read_timeout, conf.read_timeout);
-  } else {
-    red.set_timeout(conf.connect_timeout);
-  }
-  let host = conf.host;
-  let port = conf.port;
-  let pool = conf.pool;
-  if (conf.sentinel !== undefined) {
-    let m = sentinel.cached(conf.pool);
-    if (m === undefined) {
-      const [found, serr] = sentinel.discover(conf.pool, conf.sentinel, client as RestyRedisModule, conf.connect_timeout, conf);
-      if (found === undefined) return $multi(undefined, serr);
-      m = found;
-    }
-    host = m.host;
-    port = m.port;
-    // One pool per master: connections to a demoted one are never handed out again.
-    pool = conf.pool + "@" + host + ":" + port;
-  }
-  const opts: RedisConnectOptions = { pool, pool_size: conf.pool_size, backlog: conf.backlog };
-  const [ok, err] = red.connect(conf.path ?? host, conf.path !== undefined ? opts : port, opts);
-  if (ok === undefined) {
-    stale(conf);
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + tostring(err));
-  }
-  if (!clientHasTimeouts) {
-    red.set_timeout(conf.read_timeout);
-  }
-  const [reused] = red.get_reused_times();
-  if (reused === 0) {
-    // TLS, AUTH and SELECT first: a server with a password answers anything else with NOAUTH.
-    let ierr = setup.run(red, conf);
-    if (ierr === undefined && conf.sentinel !== undefined) ierr = isMaster(red, conf, host, port);
-    // With Sentinel, each master it names is checked on its own: a failover can
-    // land on a server configured differently.
-    if (ierr === undefined) ierr = eviction.check(red, conf.sentinel !== undefined ? masterOf(conf, host, port) : conf);
-    if (ierr !== undefined) {
-      red.close();
-      return $multi(undefined, ierr);
-    }
-  }
-  return $multi(red, undefined);
-}
-
-/** Per Sentinel pool and master address: that master as a server of its own (for the eviction check). */
-const sentinelMasters = new LuaTable<string, RedisConf>();
-
-function masterOf(conf: RedisConf, host: string, port: number): RedisConf {
-  const name = conf.pool + "@" + host + ":" + port;
-  let m = sentinelMasters.get(name);
-  if (m === undefined) {
-    m = node(conf, host, port);
-    sentinelMasters.set(name, m);
-  }
-  return m;
-}
-
-/**
- * Hand the connection back. After a network error lua-resty-redis has already
- * closed the socket (a read timeout closes it), so only healthy ones are pooled.
- */
-export function done(red: RestyRedis, conf: RedisConf, healthy: boolean): void {
-  if (healthy) {
-    red.set_keepalive(conf.keepalive_timeout, conf.pool_size);
-  } else {
-    red.close();
-    stale(conf);
-  }
-}
-
-/**
- * The server may no longer be the master (a connection error, READONLY,
- * LOADING): with Sentinel, ask the sentinels again on the next connection.
- */
-export function stale(conf: RedisConf): void {
-  if (conf.sentinel !== undefined) {
-    sentinel.forget(conf.pool);
-  }
-}
-
-/** ROLE on a fresh connection to the master Sentinel named: a just-demoted one must not take locks. */
-function isMaster(red: RestyRedis, conf: RedisConf, host: string, port: number): string | undefined {
-  const [role, err] = red.role();
-  if (type(role) === "table" && (role as LuaTable<number, unknown>).get(1) === "master") {
-    return undefined;
-  }
-  sentinel.forget(conf.pool);
-  if (type(role) !== "table") {
-    return "dlock: redis " + conf.endpoint + ": ROLE on " + host + ":" + port + " failed: " + tostring(err) +
-      "; asking the sentinels again";
-  }
-  return "dlock: redis " + conf.endpoint + ": " + host + ":" + port + " is a " + tostring((role as LuaTable<number, unknown>).get(1)) +
-    ", not the master (a failover is under way); asking the sentinels again";
-}

@@ -13,6 +13,19 @@
 
 import type { RedisConf } from "./client";
 
+const lua_pairs = pairs;
+const ERR = ngx.ERR;
+const NOTICE = ngx.NOTICE;
+const WARN = ngx.WARN;
+const lua_tonumber = tonumber;
+const lua_tostring = tostring;
+const lua_type = type;
+const math_floor = math.floor;
+const ngx_log = ngx.log;
+const ngx_now = ngx.now;
+const ngx_shared = ngx.shared;
+const str_match = string.match;
+
 /** What one Redis endpoint's memory settings mean for lock keys. */
 export interface Eviction {
   /** False when neither INFO memory nor CONFIG GET answered (ACL, renamed commands). */
@@ -67,13 +80,13 @@ function remember(conf: RedisConf, e: Eviction): void {
   if (kind !== "ok" && !logged.has(ep + " " + kind)) {
     logged.add(ep + " " + kind);
     if (kind === "evicts") {
-      ngx.log(ngx.ERR, "dlock: redis ", ep, " can evict lock keys (maxmemory-policy ", e.policy, ", maxmemory ",
+      ngx_log(ERR, "dlock: redis ", ep, " can evict lock keys (maxmemory-policy ", e.policy, ", maxmemory ",
         e.maxmemory, "): an evicted lock lets a second holder in; set maxmemory-policy noeviction, or give locks a Redis of their own");
     } else if (kind === "dormant") {
-      ngx.log(ngx.WARN, "dlock: redis ", ep, " has maxmemory-policy ", e.policy, " but no maxmemory: lock keys cannot be ",
+      ngx_log(WARN, "dlock: redis ", ep, " has maxmemory-policy ", e.policy, " but no maxmemory: lock keys cannot be ",
         "evicted yet, they can as soon as maxmemory is set; set maxmemory-policy noeviction, or give locks a Redis of their own");
     } else {
-      ngx.log(ngx.NOTICE, "dlock: redis ", ep, ": could not check whether it can evict lock keys (", e.why,
+      ngx_log(NOTICE, "dlock: redis ", ep, ": could not check whether it can evict lock keys (", e.why,
         "); make sure its maxmemory-policy is noeviction");
     }
   }
@@ -88,7 +101,7 @@ function share(conf: RedisConf): void {
   const ep = conf.endpoint;
   const e = findings.get(ep);
   // Factories get their dict from lease.parseStore; "dlock" is the default dict of status and the gateway.
-  const dict = conf.dict ?? ngx.shared.get("dlock");
+  const dict = conf.dict ?? ngx_shared.get("dlock");
   if (e === undefined || dict === undefined) {
     return;
   }
@@ -100,10 +113,10 @@ function share(conf: RedisConf): void {
   if (done.get(ep) === e) {
     return;
   }
-  const at = math.floor(e.checkedAt * 1000);
-  let v = "0 " + at + " " + e.why;
+  const at = math_floor(e.checkedAt * 1000);
+  let v = "0 " + lua_tostring(at) + " " + e.why;
   if (e.checked) {
-    v = "1 " + at + " " + e.maxmemory + " " + e.policy;
+    v = "1 " + lua_tostring(at) + " " + lua_tostring(e.maxmemory) + " " + e.policy;
   }
   // safe_*: a full dict must not evict lease records for this (and then the next fresh connection tries again).
   const [added, err] = dict.safe_add(EVICTION_KEY + ep, v);
@@ -111,7 +124,7 @@ function share(conf: RedisConf): void {
   if (added) {
     const [n] = dict.incr(EVICTION_COUNT, 1, 0);
     if (n !== undefined) {
-      dict.safe_set(EVICTION_INDEX + n, ep);
+      dict.safe_set(EVICTION_INDEX + lua_tostring(n), ep);
     }
   } else if (err === "exists") {
     // An answer replaces what is there (an older answer, or another worker's "could not check");
@@ -135,53 +148,53 @@ function ask(red: RestyRedis, conf: RedisConf): string | undefined {
   const [info, ierr] = red.info("memory");
   if (info === undefined) {
     checkedPools.delete(conf.pool);
-    return "dlock: redis " + conf.endpoint + ": " + tostring(ierr) + " during the eviction check";
+    return "dlock: redis " + conf.endpoint + ": " + lua_tostring(ierr) + " during the eviction check";
   }
-  if (type(info) === "string") {
-    const [p] = string.match(info as string, "[\r\n]maxmemory_policy:([%w%-]+)");
-    const [m] = string.match(info as string, "[\r\n]maxmemory:(%d+)");
+  if (lua_type(info) === "string") {
+    const [p] = str_match(info as string, "[\r\n]maxmemory_policy:([%w%-]+)");
+    const [m] = str_match(info as string, "[\r\n]maxmemory:(%d+)");
     policy = p;
-    maxmemory = tonumber(m);
+    maxmemory = lua_tonumber(m);
   }
   let why = "";
   if (policy === undefined || maxmemory === undefined) {
     // INFO refused (ACL) or without the fields: CONFIG GET, unless renamed or refused too.
-    why = "INFO memory: " + (info === false ? tostring(ierr) : "no maxmemory fields");
+    why = "INFO memory: " + (info === false ? lua_tostring(ierr) : "no maxmemory fields");
     const [cfg, cerr] = red.config("get", "maxmemory*");
     if (cfg === undefined) {
       checkedPools.delete(conf.pool);
-      return "dlock: redis " + conf.endpoint + ": " + tostring(cerr) + " during the eviction check";
+      return "dlock: redis " + conf.endpoint + ": " + lua_tostring(cerr) + " during the eviction check";
     }
-    if (type(cfg) === "table") {
+    if (lua_type(cfg) === "table") {
       const t = cfg as LuaTable<number, string>;
       for (const i of $range(1, t.length() - 1, 2)) {
-        if (t.get(i) === "maxmemory-policy") policy = tostring(t.get(i + 1));
-        if (t.get(i) === "maxmemory") maxmemory = tonumber(t.get(i + 1));
+        if (t.get(i) === "maxmemory-policy") policy = lua_tostring(t.get(i + 1));
+        if (t.get(i) === "maxmemory") maxmemory = lua_tonumber(t.get(i + 1));
       }
     }
     if (policy === undefined || maxmemory === undefined) {
-      why = why + "; CONFIG GET: " + (cfg === false ? tostring(cerr) : "no maxmemory fields");
+      why = why + "; CONFIG GET: " + (cfg === false ? lua_tostring(cerr) : "no maxmemory fields");
     }
   }
   if (policy !== undefined && maxmemory !== undefined) {
-    remember(conf, finding(true, policy, maxmemory, "", ngx.now()));
+    remember(conf, finding(true, policy, maxmemory, "", ngx_now()));
   } else {
-    remember(conf, finding(false, "", 0, why, ngx.now()));
+    remember(conf, finding(false, "", 0, why, ngx_now()));
   }
   return undefined;
 }
 
 function decode(v: unknown): Eviction | undefined {
-  if (type(v) !== "string") {
+  if (lua_type(v) !== "string") {
     return undefined;
   }
-  const [at, maxmemory, policy] = string.match(v as string, "^1 (%d+) (%d+) (%S+)$");
+  const [at, maxmemory, policy] = str_match(v as string, "^1 (%d+) (%d+) (%S+)$");
   if (policy !== undefined) {
-    return finding(true, policy, tonumber(maxmemory) ?? 0, "", (tonumber(at) ?? 0) / 1000);
+    return finding(true, policy, lua_tonumber(maxmemory) ?? 0, "", (lua_tonumber(at) ?? 0) / 1000);
   }
-  const [uat, why] = string.match(v as string, "^0 (%d+) (.*)$");
+  const [uat, why] = str_match(v as string, "^0 (%d+) (.*)$");
   if (why !== undefined) {
-    return finding(false, "", 0, why, (tonumber(uat) ?? 0) / 1000);
+    return finding(false, "", 0, why, (lua_tonumber(uat) ?? 0) / 1000);
   }
   return undefined;
 }
@@ -199,15 +212,16 @@ function better(a: Eviction, b: Eviction | undefined): boolean {
  */
 export function evictions(dicts: NgxSharedDict[]): LuaTable<string, Eviction> {
   const out = new LuaTable<string, Eviction>();
-  for (const [ep, e] of findings) {
+  for (const [ep, e] of lua_pairs(findings)) {
     out.set(ep, e);
   }
-  for (const dict of dicts) {
+  for (const k of $range(1, dicts.length)) {
+    const dict = dicts[k - 1]!;
     const [n] = dict.get(EVICTION_COUNT);
-    if (type(n) === "number") {
+    if (lua_type(n) === "number") {
       for (const i of $range(1, n as number)) {
-        const [ep] = dict.get(EVICTION_INDEX + i);
-        if (type(ep) === "string") {
+        const [ep] = dict.get(EVICTION_INDEX + lua_tostring(i));
+        if (lua_type(ep) === "string") {
           const e = decode(dict.get(EVICTION_KEY + (ep as string))[0]);
           if (e !== undefined && better(e, out.get(ep as string))) {
             out.set(ep as string, e);

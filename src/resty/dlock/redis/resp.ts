@@ -1,3 +1,9 @@
+
+const lua_tonumber = tonumber;
+const lua_tostring = tostring;
+const ngx_null = ngx.null;
+const str_find = string.find;
+const str_sub = string.sub;
 // The Redis protocol (RESP2), for what lua-resty-redis does not expose: a
 // pipeline whose replies are read one at a time, so that a connection that
 // breaks after the third reply leaves the first three calls answered and only
@@ -13,7 +19,7 @@ export type Buffer = LuaTable<number, string | number>;
 export function encode(words: (string | number)[]): string {
   const parts: Buffer = new LuaTable();
   command(parts, words.length);
-  for (const w of words) arg(parts, w);
+  for (const i of $range(1, words.length)) arg(parts, words[i - 1]!);
   return concat(parts as unknown as string[]);
 }
 
@@ -27,7 +33,7 @@ export function command(parts: Buffer, n: number): void {
 
 /** Append one word of a command. */
 export function arg(parts: Buffer, w: string | number): void {
-  const s = tostring(w);
+  const s = lua_tostring(w);
   const i = parts.length();
   parts.set(i + 1, "$");
   parts.set(i + 2, s.length);
@@ -40,11 +46,11 @@ export function arg(parts: Buffer, w: string | number): void {
 export function word(cmd: string, pos: number, n: number): string {
   let p = pos;
   for (const _ of $range(2, n)) {
-    const [eol] = string.find(cmd, "\r\n", p, true);
-    p = eol! + 2 + tonumber(string.sub(cmd, p + 1, eol! - 1))! + 2;
+    const [eol] = str_find(cmd, "\r\n", p, true);
+    p = eol! + 2 + lua_tonumber(str_sub(cmd, p + 1, eol! - 1))! + 2;
   }
-  const [eol] = string.find(cmd, "\r\n", p, true);
-  return string.sub(cmd, eol! + 2, eol! + 1 + tonumber(string.sub(cmd, p + 1, eol! - 1))!);
+  const [eol] = str_find(cmd, "\r\n", p, true);
+  return str_sub(cmd, eol! + 2, eol! + 1 + lua_tonumber(str_sub(cmd, p + 1, eol! - 1))!);
 }
 
 /**
@@ -85,16 +91,16 @@ function parse(buf: string, pos: number): Parsed {
   const after = eol + 2;
   if (kind === 43) return $multi(line, undefined, after); // +
   if (kind === 45) return $multi(false, line, after); // -
-  if (kind === 58) return $multi(tonumber(line), undefined, after); // :
+  if (kind === 58) return $multi(lua_tonumber(line), undefined, after); // :
   if (kind === 36) { // $
-    const n = tonumber(line) ?? -1;
-    if (n < 0) return $multi(ngx.null as unknown as RedisValue, undefined, after);
+    const n = lua_tonumber(line) ?? -1;
+    if (n < 0) return $multi(ngx_null as unknown as RedisValue, undefined, after);
     if (buf.length < after + n + 1) return $multi(undefined, undefined, undefined);
     return $multi(sub(buf, after, after + n - 1), undefined, after + n + 2);
   }
   if (kind === 42) { // *
-    const n = tonumber(line) ?? -1;
-    if (n < 0) return $multi(ngx.null as unknown as RedisValue, undefined, after);
+    const n = lua_tonumber(line) ?? -1;
+    if (n < 0) return $multi(ngx_null as unknown as RedisValue, undefined, after);
     const out = new LuaTable<number, unknown>();
     let p = after;
     for (const i of $range(1, n)) {

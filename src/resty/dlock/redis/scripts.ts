@@ -1,72 +1,27 @@
-// Every Redis script lua-resty-dlock runs, where their keys live, and the one
-// way to run them: EVALSHA with the SHA1 computed locally, EVAL once on
-// NOSCRIPT (after SCRIPT FLUSH, a Redis restart or a failover), which also
-// caches it again. A script touches one lock key and the keys built on it
-// (its waiters' queue, its fence counter), all in one Cluster slot.
+// The Redis scripts of locks and semaphores (script.ts says what a script
+// is; records.ts has those of idempotency records). They are sent as EVALSHA
+// with the SHA1 computed locally, and EVAL once on NOSCRIPT (roundtrip.ts). A
+// script touches one lock key and the keys built on it (its waiters' queue,
+// its fence counter), all in one Cluster slot.
 
-import * as token from "../core/token";
+import * as base from "./script";
 
-export interface Script {
-  readonly name: string;
-  readonly src: string;
-  readonly sha: string;
-  /** How many of the arguments are keys (KEYS[1..n]); the rest is ARGV. */
-  readonly keys: number;
-  /**
-   * For scripts whose write must reach replicas (redis.replicas): does this
-   * reply say the script wrote? Then WAIT follows on the same connection.
-   */
-  readonly written: ((this: void, reply: RedisValue) => boolean) | undefined;
-  /**
-   * For scripts whose last key is the waiters' queue: the same without it.
-   * While a Cluster slot migrates, Redis answers TRYAGAIN to a script whose
-   * keys are not all on one node; the lock key alone still works (the queue
-   * is skipped for that while, never exclusion).
-   */
-  readonly alone: Script | undefined;
-  /**
-   * For acquires (ARGV[1] the token): the owner-checked script that takes back
-   * what this one may have taken for that token, should its caller be gone
-   * (its request ended: a client abort) before it read the reply. Set once
-   * every script exists (the end of this file).
-   */
-  undo: Script | undefined;
-}
+export type Script = base.Script;
+export type Caller<C, R> = base.Caller<C, R>;
+export const hashed = base.hashed;
+export const tagged = base.tagged;
+export const queueKey = base.queueKey;
+export const readersKey = base.readersKey;
+export const forTarget = base.forTarget;
+export { IDEM_CLAIM, IDEM_COMPLETE, IDEM_EXTEND, IDEM_RELEASE } from "./records";
 
-// Every script declares itself to Redis 7 (a shebang line with flags), so that
-// Redis decides before the script runs, not at its first write:
-//   WRITES   takes memory (a lock, a permit, a ticket, a record). Refused whole
-//            when Redis is out of memory (maxmemory with noeviction: "OOM
-//            command not allowed") or read-only (a replica: READONLY), so no
-//            mode can write part of its work. Without flags Redis only refuses
-//            a script's first write: the semaphore's prune counted as one, and
-//            its ZADD then granted permits past maxmemory.
-//   FREES    gives back (release, drop) or only moves an expiry (extend): runs
-//            out of memory too (allow-oom), or a full Redis would keep every
-//            held key until its ttl.
-// Scripts touch only the keys they are given (KEYS), all in one Cluster slot,
-// as Redis 7 requires of scripts with flags. Redis 6 does not know the shebang
-// (it answers a compile error): see the README.
-export const WRITES = "#!lua\n";
-export const FREES = "#!lua flags=allow-oom\n";
-
-export function script(name: string, body: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script,
-  flags = WRITES): Script {
-  const src = flags + body;
-  return { name, src, sha: token.hex(ngx.sha1_bin(src)), keys, written, alone, undo: undefined };
-}
-
-export function isOk(this: void, reply: RedisValue): boolean {
-  return reply === "OK";
-}
-
-export function isOkFenced(this: void, reply: RedisValue): boolean {
-  return type(reply) === "table" && (reply as LuaTable<number, unknown>).get(1) === "OK";
-}
-
-export function isOne(this: void, reply: RedisValue): boolean {
-  return reply === 1;
-}
+// What the scripts of shared locks' readers (rwscripts.ts) are made of too.
+export const script = base.script;
+export const isOk = base.isOk;
+export const isOkFenced = base.isOkFenced;
+export const isOne = base.isOne;
+export const WRITES = base.WRITES;
+export const FREES = base.FREES;
 
 // The tail of both acquire scripts, when the key is taken: the holder's PTTL
 // (-1: the key has no TTL), or an error when someone else's data sits there.
@@ -137,33 +92,6 @@ return 0
  * most every 64 ms (lease.ts MAX_BACKOFF).
  */
 export const GRANT = 100;
-
-/** The part of a key Redis Cluster hashes: the inside of the first non-empty {...}, else the whole key. */
-export function hashed(key: string): string {
-  const [open] = string.find(key, "{", 1, true);
-  if (open !== undefined) {
-    const [close] = string.find(key, "}", open + 1, true);
-    if (close !== undefined && close > open + 1) {
-      return string.sub(key, open + 1, close - 1);
-    }
-  }
-  return key;
-}
-
-/** Does the key carry a hash tag of its own (then keys built on it share its slot)? */
-export function tagged(key: string): boolean {
-  return hashed(key) !== key;
-}
-
-/**
- * The waiters' queue of lock key rkey. Under Cluster it must share the lock
- * key's slot: a hash tag of the whole key, unless it has one (then the suffix
- * keeps it). Elsewhere it starts with the lock key, so ACL key patterns that
- * let a user at the locks (~dlock:*) let it at their queues.
- */
-export function queueKey(rkey: string, slotted: boolean): string {
-  return slotted && !tagged(rkey) ? "{" + rkey + "}:queue" : rkey + ":queue";
-}
 
 // The queue, the last key.
 export const QUEUE = "local Q = KEYS[#KEYS]\n";
@@ -349,109 +277,6 @@ end
 return 1
 `, 1, isOne, undefined, FREES);
 
-// (rwlock) Shared locks' readers: a sorted set next to the lock key, in its
-// slot like its queue (rwscripts.ts has the scripts).
-/** The readers of lock key rkey (shared locks): placed as queueKey places the queue. */
-export function readersKey(rkey: string, slotted: boolean): string {
-  return slotted && !tagged(rkey) ? "{" + rkey + "}:readers" : rkey + ":readers";
-}
-
-/** A backend's call: run s with rkey as KEYS[1] (more keys, then arguments, in args). */
-export type Caller<C, R> = (this: void, conf: C, s: Script, rkey: string, ...args: (string | number)[]) => R;
-
-/**
- * Run a per-target script (release, extend, drop) for one target through a
- * backend's call, with the keys and arguments batches send: KEYS[1] the key
- * (and KEYS[2] its waiters' queue for two-key scripts; its readers and then
- * its queue for three-key ones), ARGV[1] the token (and ARGV[2] ms, when given).
- */
-export function forTarget<C extends { readonly slotted: boolean }, R>(call: Caller<C, R>, conf: C, s: Script, rkey: string, token: string, ms?: number): R {
-  if (s.keys === 3) {
-    // (rwlock) Readers' scripts: the lock key, its readers, its queue.
-    const q = queueKey(rkey, conf.slotted);
-    const r = readersKey(rkey, conf.slotted);
-    if (ms === undefined) return call(conf, s, rkey, r, q, token);
-    return call(conf, s, rkey, r, q, token, ms);
-  }
-  if (s.keys === 2) {
-    const q = queueKey(rkey, conf.slotted);
-    if (ms === undefined) return call(conf, s, rkey, q, token);
-    return call(conf, s, rkey, q, token, ms);
-  }
-  if (ms === undefined) return call(conf, s, rkey, token);
-  return call(conf, s, rkey, token, ms);
-}
-
-/** Run a script (its keys first, then its arguments); replies and errors exactly as lua-resty-redis returns them. */
-export function run(red: RestyRedis, s: Script, key: string, ...args: (string | number)[]): RedisResult {
-  const [res, err] = red.evalsha(s.sha, s.keys, key, ...args);
-  if (res === false && err !== undefined && string.sub(err, 1, 8) === "NOSCRIPT") {
-    return red.eval(s.src, s.keys, key, ...args);
-  }
-  return $multi(res, err);
-}
-
-// Idempotency records (gateway mode "idempotency"): one hash per key, fields
-//   state    "running" (claimed, the first request is in flight), "done" (its
-//            response is stored), "unreplayable" (completed, but its response
-//            was too large to store: retries are told so, never run again)
-//   token    the claim's owner
-//   fp       the request fingerprint (method, path, query, body digest)
-//   status, headers, body   the stored response (done only; body empty otherwise)
-
-/**
- * KEYS[1] record, ARGV[1] token, ARGV[2] lease ms, ARGV[3] fingerprint.
- * "OK" when claimed (a running record with our token, expiring after the
- * lease); else the record there: { state, fp, status, headers, body, pttl }.
- * SET NX and read in one script: two requests can never both miss.
- */
-export const IDEM_CLAIM = script("idempotency claim", `
-local t = redis.call('TYPE', KEYS[1]).ok
-if t == 'none' then
-  redis.call('HSET', KEYS[1], 'state', 'running', 'token', ARGV[1], 'fp', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 'OK'
-end
-if t ~= 'hash' then
-  return redis.error_reply('WRONGTYPE idempotency key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a record')
-end
-local r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body')
-return { r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', redis.call('PTTL', KEYS[1]) }
-`, 1, isOk);
-
-/**
- * KEYS[1] record, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] state ("done" or
- * "unreplayable"), ARGV[4] status, ARGV[5] headers, ARGV[6] body.
- * 1 when our running claim became the completed record, 0 when the claim is
- * not ours any more (it ran out: a retry may have claimed the key meanwhile).
- */
-export const IDEM_COMPLETE = script("idempotency complete", `
-local r = redis.call('HMGET', KEYS[1], 'state', 'token')
-if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-`, 1, isOne);
-
-/**
- * KEYS[1] record, ARGV[1] token, ARGV[2] lease ms. Renews our running claim:
- * 1, or 0 when it is not ours. A record already completed by our own request
- * (the store raced the keeper's round) answers 1 and keeps its ttl.
- */
-export const IDEM_EXTEND = script("idempotency extend", `
-local r = redis.call('HMGET', KEYS[1], 'state', 'token')
-if r[2] ~= ARGV[1] then return 0 end
-if r[1] == 'running' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 1
-`, 1, undefined, undefined, FREES);
-
-/** KEYS[1] record, ARGV[1] token. Drops our running claim (a response not stored): 1, or 0 when not ours. */
-export const IDEM_RELEASE = script("idempotency release", `
-local r = redis.call('HMGET', KEYS[1], 'state', 'token')
-if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
-return redis.call('DEL', KEYS[1])
-`, 1, undefined, undefined, FREES);
-
 // What takes back each acquire whose caller is gone before its reply came:
 // the release (the drop for a lock that queues: it also leaves the line and
 // passes on a key handed to it).
@@ -460,4 +285,3 @@ ACQUIRE_FENCED.undo = RELEASE;
 ACQUIRE_QUEUED.undo = DROP;
 ACQUIRE_QUEUED_FENCED.undo = DROP;
 SEM_ACQUIRE.undo = SEM_RELEASE;
-IDEM_CLAIM.undo = IDEM_RELEASE;

@@ -8,6 +8,17 @@
 import * as schema from "../core/schema";
 import * as setup from "./setup";
 
+const lua_tonumber = tonumber;
+const lua_tostring = tostring;
+const lua_type = type;
+const ngx_now = ngx.now;
+const ngx_null = ngx.null;
+const str_len = string.len;
+const str_sub = string.sub;
+const tbl_concat = table.concat;
+const tbl_insert = table.insert;
+const tbl_remove = table.remove;
+
 export interface Node {
   readonly host: string;
   readonly port: number;
@@ -47,8 +58,8 @@ export function parse(this: void, v: unknown): LuaMultiReturn<[SentinelConf | un
   const [o, err] = validate(v);
   if (o === undefined) return $multi(undefined, err);
   const names: string[] = [];
-  for (const n of o.nodes) names.push(n.host + ":" + n.port);
-  return $multi({ master: o.master, id: table.concat(names, ","), nodes: o.nodes,
+  for (const i of $range(1, o.nodes.length)) names.push(o.nodes[i - 1]!.host + ":" + lua_tostring(o.nodes[i - 1]!.port));
+  return $multi({ master: o.master, id: tbl_concat(names, ","), nodes: o.nodes,
     credentials: setup.credentials(o.username, o.password), ssl: o.ssl }, undefined);
 }
 
@@ -75,7 +86,7 @@ const asking = new LuaTable<string, boolean>();
 export function cached(pool: string): Node | undefined {
   const m = masters.get(pool);
   if (m === undefined) return undefined;
-  if (ngx.now() - m.at <= FRESH || asking.has(pool)) return m.node;
+  if (ngx_now() - m.at <= FRESH || asking.has(pool)) return m.node;
   return undefined;
 }
 
@@ -97,60 +108,60 @@ export interface Tls {
   readonly server_name: string | undefined;
 }
 
+/** A fresh connection to a sentinel: the client and its socket, or why not (connection.ts makes it). */
+export type Opener = (this: void, host: string, port: number, timeout: number) =>
+  LuaMultiReturn<[RestyRedis | undefined, NgxTcpSocket | undefined, string | undefined]>;
+
 /**
- * Ask the sentinels for the master's address. `client` makes a fresh
- * lua-resty-redis object; timeouts and TLS settings are the factory's.
+ * Ask the sentinels for the master's address, over connections `open` makes;
+ * timeouts and TLS settings are the factory's.
  */
-export function discover(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
+export function discover(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
   asking.set(pool, true);
-  const [m, err] = ask(pool, s, client, timeout, tls);
+  const [m, err] = ask(pool, s, open, timeout, tls);
   asking.delete(pool);
   return $multi(m, err);
 }
 
-function ask(pool: string, s: SentinelConf, client: RestyRedisModule, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
+function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
   const errors: string[] = [];
   const ssl = s.ssl ?? tls.ssl;
   for (const i of $range(1, s.nodes.length)) {
     const node = s.nodes[i - 1]!;
-    const endpoint = node.host + ":" + node.port;
-    const [red] = client.new();
+    const endpoint = node.host + ":" + lua_tostring(node.port);
+    const [red, sock, cerr] = open(node.host, node.port, timeout);
+    let why = lua_tostring(cerr);
     if (red !== undefined) {
-      red.set_timeout(timeout);
-      const [ok, cerr] = red.connect(node.host, node.port);
-      let why = tostring(cerr);
-      if (ok !== undefined) {
-        // The sentinel's own TLS and credentials, in the order every server accepts.
-        const serr = setup.run(red, {
-          endpoint: "sentinel " + endpoint, ssl, ssl_verify: tls.ssl_verify, server_name: tls.server_name,
-          credentials: s.credentials, db: 0,
-        });
-        if (serr === undefined) {
-          const [addr, aerr] = red.sentinel("get-master-addr-by-name", s.master);
-          red.close();
-          if (type(addr) === "table") {
-            const t = addr as LuaTable<number, string>;
-            const port = tonumber(t.get(2));
-            if (port !== undefined) {
-              // Ask this one first next time.
-              if (i > 1) {
-                table.remove(s.nodes, i);
-                table.insert(s.nodes, 1, node);
-              }
-              const m = { host: t.get(1), port };
-              masters.set(pool, { node: m, at: ngx.now() });
-              return $multi(m, undefined);
+      // The sentinel's own TLS and credentials, in the order every server accepts.
+      const serr = setup.run(red, sock, {
+        endpoint: "sentinel " + endpoint, ssl, ssl_verify: tls.ssl_verify, server_name: tls.server_name,
+        credentials: s.credentials, db: 0,
+      });
+      if (serr === undefined) {
+        const [addr, aerr] = red.sentinel("get-master-addr-by-name", s.master);
+        red.close();
+        if (lua_type(addr) === "table") {
+          const t = addr as LuaTable<number, string>;
+          const port = lua_tonumber(t.get(2));
+          if (port !== undefined) {
+            // Ask this one first next time.
+            if (i > 1) {
+              tbl_remove(s.nodes, i);
+              tbl_insert(s.nodes, 1, node);
             }
+            const m = { host: t.get(1), port };
+            masters.set(pool, { node: m, at: ngx_now() });
+            return $multi(m, undefined);
           }
-          why = addr === ngx.null ? "does not know master " + s.master : tostring(aerr ?? addr);
-        } else {
-          red.close();
-          // setup's message names the sentinel already; keep only why.
-          why = string.sub(serr, string.len("dlock: redis sentinel " + endpoint + ": ") + 1);
         }
+        why = addr === ngx_null ? "does not know master " + s.master : lua_tostring(aerr ?? addr);
+      } else {
+        red.close();
+        // setup's message names the sentinel already; keep only why.
+        why = str_sub(serr, str_len("dlock: redis sentinel " + endpoint + ": ") + 1);
       }
-      errors.push(endpoint + " " + why);
     }
+    errors.push(endpoint + " " + why);
   }
-  return $multi(undefined, "dlock: redis sentinel " + s.master + ": no sentinel named the master (" + table.concat(errors, "; ") + ")");
+  return $multi(undefined, "dlock: redis sentinel " + s.master + ": no sentinel named the master (" + tbl_concat(errors, "; ") + ")");
 }

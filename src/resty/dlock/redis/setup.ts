@@ -1,10 +1,16 @@
 // What a fresh connection goes through before its first command, in the one
 // order every Redis accepts: TLS, then AUTH, then SELECT. Servers with a
 // password answer anything else, PING and ROLE included, with NOAUTH, so
-// nothing may be sent ahead of AUTH. Used for data nodes (redis.ts) and for
+// nothing may be sent ahead of AUTH. Used for data nodes (connection.ts) and for
 // sentinels (sentinel.ts); pooled connections went through it when fresh.
 
 import * as check from "../core/check";
+
+const lua_pcall = pcall;
+const lua_setmetatable = setmetatable;
+const lua_tostring = tostring;
+const ngx_md5 = ngx.md5;
+const str_sub = string.sub;
 
 /**
  * Who to AUTH as. The password itself stays in this module (a weak table keyed
@@ -17,12 +23,12 @@ export interface Credentials {
   readonly digest: string;
 }
 
-const secrets = setmetatable(new LuaTable<Credentials, string>(), { __mode: "k" });
+const secrets = lua_setmetatable(new LuaTable<Credentials, string>(), { __mode: "k" });
 
 /** Credentials for AUTH, or nil without a password. */
 export function credentials(username: string | undefined, password: string | undefined): Credentials | undefined {
   if (password === undefined) return undefined;
-  const c: Credentials = { username, digest: string.sub(ngx.md5((username ?? "") + "\0" + password), 1, 16) };
+  const c: Credentials = { username, digest: str_sub(ngx_md5((username ?? "") + "\0" + password), 1, 16) };
   secrets.set(c, password);
   return c;
 }
@@ -51,13 +57,11 @@ function shake(this: void, sock: NgxTcpSocket, serverName: string | undefined, v
  * returning an error: hence the pcall. ssl_verify checks the chain against
  * lua_ssl_trusted_certificate and the name against server_name.
  */
-function tls(red: RestyRedis, s: Setup): string | undefined {
-  // Both 0.27 and 0.33 keep their cosocket in the `_sock` field.
-  const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock");
+function tls(sock: NgxTcpSocket | undefined, s: Setup): string | undefined {
   if (sock === undefined) {
     return "dlock: redis " + s.endpoint + ": TLS: the Redis client has no socket";
   }
-  const [ok, session, err] = pcall(shake, sock, s.server_name, s.ssl_verify);
+  const [ok, session, err] = lua_pcall(shake, sock, s.server_name, s.ssl_verify);
   if (!ok || session === undefined) {
     // A raise leaves its message where the session would be.
     let why: unknown = session;
@@ -74,15 +78,15 @@ function tls(red: RestyRedis, s: Setup): string | undefined {
  */
 function viaTls(s: Setup, ok: unknown, err: string | undefined): string | undefined {
   if (s.ssl && ok === undefined) {
-    return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + tostring(err);
+    return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + lua_tostring(err);
   }
   return undefined;
 }
 
-/** Set up a fresh connection; nil, or what went wrong (the caller closes it). */
-export function run(red: RestyRedis, s: Setup): string | undefined {
+/** Set up a fresh connection (sock: its cosocket, connection.socket); nil, or what went wrong (the caller closes it). */
+export function run(red: RestyRedis, sock: NgxTcpSocket | undefined, s: Setup): string | undefined {
   if (s.ssl) {
-    const terr = tls(red, s);
+    const terr = tls(sock, s);
     if (terr !== undefined) return terr;
   }
   const c = s.credentials;
@@ -100,20 +104,20 @@ export function run(red: RestyRedis, s: Setup): string | undefined {
       const terr = viaTls(s, ok, err);
       if (terr !== undefined) return terr;
       // The user, never the password: which of several credentials is wrong.
-      return "dlock: redis " + s.endpoint + ": authentication failed for user " + (c.username ?? "default") + ": " + tostring(err);
+      return "dlock: redis " + s.endpoint + ": authentication failed for user " + (c.username ?? "default") + ": " + lua_tostring(err);
     }
   } else if (s.ssl) {
     const [pong, err] = red.ping();
     if (pong !== "PONG") {
       const terr = viaTls(s, pong, err);
       if (terr !== undefined) return terr;
-      return "dlock: redis " + s.endpoint + ": PING after the TLS handshake failed: " + tostring(err);
+      return "dlock: redis " + s.endpoint + ": PING after the TLS handshake failed: " + lua_tostring(err);
     }
   }
   if (s.db !== 0) {
     const [ok, err] = red.select(s.db);
     if (!ok) {
-      return "dlock: redis " + s.endpoint + ": SELECT " + s.db + " failed: " + tostring(err);
+      return "dlock: redis " + s.endpoint + ": SELECT " + lua_tostring(s.db) + " failed: " + lua_tostring(err);
     }
   }
   return undefined;

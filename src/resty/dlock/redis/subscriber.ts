@@ -21,10 +21,29 @@
 
 import * as check from "../core/check";
 import * as redis from "./client";
+import * as connection from "./connection";
 import * as resp from "./resp";
 import * as scripts from "./scripts";
 import * as subs from "../core/subscriptions";
 import * as waits from "../core/wait";
+
+const lua_pairs = pairs;
+const NOTICE = ngx.NOTICE;
+const WARN = ngx.WARN;
+const lua_pcall = pcall;
+const lua_tostring = tostring;
+const lua_type = type;
+const math_max = math.max;
+const math_min = math.min;
+const ngx_log = ngx.log;
+const ngx_now = ngx.now;
+const ngx_sleep = ngx.sleep;
+const str_sub = string.sub;
+const thread_spawn = ngx.thread.spawn;
+const thread_wait = ngx.thread.wait;
+const timer_at = ngx.timer.at;
+const update_time = ngx.update_time;
+const worker_exiting = ngx.worker.exiting;
 
 const CHANNEL = scripts.CHANNEL;
 /** Seconds between PINGs: Redis answers, so a read waits at most this long plus a round trip. */
@@ -66,7 +85,7 @@ function sync(s: subs.Subscriber, sock: NgxTcpSocket): string | undefined {
   subs.prune(s);
   let add: string[] | undefined;
   let drop: string[] | undefined;
-  for (const [rkey] of s.wanted) {
+  for (const [rkey] of lua_pairs(s.wanted)) {
     if (!s.sent.has(rkey)) {
       if (add === undefined) add = ["subscribe"];
       add.push(CHANNEL + rkey);
@@ -74,7 +93,7 @@ function sync(s: subs.Subscriber, sock: NgxTcpSocket): string | undefined {
     }
   }
   let gone: string[] | undefined;
-  for (const [rkey] of s.sent) {
+  for (const [rkey] of lua_pairs(s.sent)) {
     if (!s.wanted.has(rkey)) {
       if (drop === undefined) drop = ["unsubscribe"];
       drop.push(CHANNEL + rkey);
@@ -83,18 +102,19 @@ function sync(s: subs.Subscriber, sock: NgxTcpSocket): string | undefined {
     }
   }
   if (gone !== undefined) {
-    for (const rkey of gone) {
+    for (const i of $range(1, gone.length)) {
+      const rkey = gone[i - 1]!;
       s.sent.delete(rkey);
       s.live.delete(rkey);
     }
   }
   if (add !== undefined) {
     const [ok, err] = sock.send(resp.encode(add));
-    if (ok === undefined) return tostring(err);
+    if (ok === undefined) return lua_tostring(err);
   }
   if (drop !== undefined) {
     const [ok, err] = sock.send(resp.encode(drop));
-    if (ok === undefined) return tostring(err);
+    if (ok === undefined) return lua_tostring(err);
   }
   return undefined;
 }
@@ -105,15 +125,15 @@ function control(this: void, s: subs.Subscriber, sess: Session): void {
 }
 
 function tell(s: subs.Subscriber, sess: Session): string | undefined {
-  let pinged = ngx.now();
-  let idleSince = ngx.now();
+  let pinged = ngx_now();
+  let idleSince = ngx_now();
   while (!sess.ended) {
     s.rung = false;
-    ngx.update_time();
-    const now = ngx.now();
+    update_time();
+    const now = ngx_now();
     if (subs.idle(s)) {
-      if (now - idleSince >= IDLE || ngx.worker.exiting()) break;
-    } else if (ngx.worker.exiting()) {
+      if (now - idleSince >= IDLE || worker_exiting()) break;
+    } else if (worker_exiting()) {
       break;
     } else {
       idleSince = now;
@@ -123,19 +143,19 @@ function tell(s: subs.Subscriber, sess: Session): string | undefined {
     subs.overdue(s);
     if (now - pinged >= HEARTBEAT) {
       const [ok, perr] = sess.sock.send(resp.encode(["ping"]));
-      if (ok === undefined) return tostring(perr);
+      if (ok === undefined) return lua_tostring(perr);
       pinged = now;
     }
-    let until = math.min(pinged + HEARTBEAT, now + SWEEP);
-    if (subs.idle(s)) until = math.min(until, idleSince + IDLE);
+    let until = math_min(pinged + HEARTBEAT, now + SWEEP);
+    if (subs.idle(s)) until = math_min(until, idleSince + IDLE);
     s.wakeAt = subs.nextLook(s, until);
-    if (!s.rung) s.bell.wait(math.max(0.001, s.wakeAt - now));
+    if (!s.rung) s.bell.wait(math_max(0.001, s.wakeAt - now));
   }
   if (sess.ended) return undefined;
   // Stop the reader: it ends at the next reply, this PING's.
   sess.stopping = true;
   const [ok, err] = sess.sock.send(resp.encode(["ping"]));
-  return ok === undefined ? tostring(err) : undefined;
+  return ok === undefined ? lua_tostring(err) : undefined;
 }
 
 /** The reader: messages in; nil when asked to stop, else why the connection ended. */
@@ -144,24 +164,24 @@ function reader(this: void, s: subs.Subscriber, sess: Session): string | undefin
   while (true) {
     const [msg, rerr] = resp.read(r);
     if (sess.stopping) return undefined;
-    if (msg === undefined) return "dlock: redis " + s.conf.endpoint + ": wake-up subscription: " + tostring(rerr);
+    if (msg === undefined) return "dlock: redis " + s.conf.endpoint + ": wake-up subscription: " + lua_tostring(rerr);
     if (msg === false) {
-      if (string.sub(tostring(rerr), 1, 6) === "NOPERM") {
+      if (str_sub(lua_tostring(rerr), 1, 6) === "NOPERM") {
         // An ACL user without channel permissions: no wake-ups on this endpoint, ever; its waiters poll.
         s.refused = true;
-        ngx.log(ngx.WARN, "dlock: redis ", s.conf.endpoint, ": the user may not subscribe to ", CHANNEL,
+        ngx_log(WARN, "dlock: redis ", s.conf.endpoint, ": the user may not subscribe to ", CHANNEL,
           "*: waiters poll instead of being woken (grant it with ACL SETUSER <user> &", CHANNEL, "*): ", rerr);
         return undefined;
       }
-      return "dlock: redis " + s.conf.endpoint + ": wake-up subscription: " + tostring(rerr);
+      return "dlock: redis " + s.conf.endpoint + ": wake-up subscription: " + lua_tostring(rerr);
     }
-    if (type(msg) === "table") {
+    if (lua_type(msg) === "table") {
       const m = msg as LuaTable<number, unknown>;
       const kind = m.get(1);
       if (kind === "message") {
-        subs.heard(s, string.sub(tostring(m.get(2)), CHANNEL.length + 1), tostring(m.get(3)));
+        subs.heard(s, str_sub(lua_tostring(m.get(2)), CHANNEL.length + 1), lua_tostring(m.get(3)));
       } else if (kind === "subscribe") {
-        const rkey = string.sub(tostring(m.get(2)), CHANNEL.length + 1);
+        const rkey = str_sub(lua_tostring(m.get(2)), CHANNEL.length + 1);
         if (s.sent.has(rkey)) {
           s.live.set(rkey, true);
           // A release, or a key handed to one of them, may have come before the subscription: they look once more.
@@ -174,23 +194,23 @@ function reader(this: void, s: subs.Subscriber, sess: Session): string | undefin
 
 /** One connection's life: returns why it ended (nil: nothing left to watch, or the worker exits). */
 function session(s: subs.Subscriber): string | undefined {
-  const [red, err] = redis.connect(redis.apart(s.conf.nodes !== undefined ? s.conf.nodes[0]! : s.conf, "wakeups"));
+  const [red, err] = connection.connect(redis.apart(s.conf.nodes !== undefined ? s.conf.nodes[0]! : s.conf, "wakeups"));
   if (red === undefined) return err;
   s.connects++;
   if (s.down) {
     s.down = false;
-    ngx.log(ngx.NOTICE, "dlock: redis ", s.conf.endpoint, ": wake-up subscription connected again");
+    ngx_log(NOTICE, "dlock: redis ", s.conf.endpoint, ": wake-up subscription connected again");
   }
-  const sock = rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock")!;
+  const sock = connection.socket(red)!;
   const conf = s.conf;
   sock.settimeouts(conf.connect_timeout, conf.read_timeout, SILENCE * 1000 + conf.read_timeout);
   const sess: Session = { sock, stopping: false, ended: false, failed: undefined };
-  const ctl = ngx.thread.spawn(control, s, sess);
-  const [ok, res] = pcall(reader, s, sess);
+  const ctl = thread_spawn(control, s, sess);
+  const [ok, res] = lua_pcall(reader, s, sess);
   sess.ended = true;
   s.rung = false;
   subs.ring(s);
-  const [waited, cerr] = ngx.thread.wait(ctl);
+  const [waited, cerr] = thread_wait(ctl);
   red.close();
   if (!ok) return "dlock: wake-up subscriber failed: " + check.text(res);
   if (!waited) return "dlock: wake-up subscriber failed: " + check.text(cerr);
@@ -200,12 +220,12 @@ function session(s: subs.Subscriber): string | undefined {
 
 /** Sleep up to `seconds`, less when the worker starts exiting. */
 function pause(seconds: number): void {
-  const until = ngx.now() + seconds;
-  while (!ngx.worker.exiting()) {
-    ngx.update_time();
-    const left = until - ngx.now();
+  const until = ngx_now() + seconds;
+  while (!worker_exiting()) {
+    update_time();
+    const left = until - ngx_now();
     if (left < 0.001) return;
-    ngx.sleep(math.min(left, SWEEP));
+    ngx_sleep(math_min(left, SWEEP));
   }
 }
 
@@ -213,7 +233,7 @@ function run(this: void, premature: boolean, s: subs.Subscriber): void {
   let retry = RETRY;
   while (!premature) {
     // A raise must not leave `running` set with nobody running: wake-ups would stop for good.
-    const [ok, res] = pcall(session, s);
+    const [ok, res] = lua_pcall(session, s);
     const err = ok ? res as string | undefined : "dlock: wake-up subscriber failed: " + check.text(res);
     // Waiters sleeping until word comes (or the subscription does) would not hear it now: they poll again.
     subs.lost(s);
@@ -226,13 +246,13 @@ function run(this: void, premature: boolean, s: subs.Subscriber): void {
       // Once per outage: every attempt to reconnect would say the same.
       s.down = true;
       retry = RETRY;
-      ngx.log(ngx.WARN, "dlock: ", check.reason(err), " (waiters poll until it is back)");
+      ngx_log(WARN, "dlock: ", check.reason(err), " (waiters poll until it is back)");
     } else {
-      retry = math.min(retry * 2, RETRY_MAX);
+      retry = math_min(retry * 2, RETRY_MAX);
     }
     pause(retry);
     subs.prune(s);
-    if (subs.idle(s) || ngx.worker.exiting()) break;
+    if (subs.idle(s) || worker_exiting()) break;
   }
   s.running = false;
 }
@@ -240,6 +260,6 @@ function run(this: void, premature: boolean, s: subs.Subscriber): void {
 /** Start the subscriber of s (its timer), unless it runs. */
 export function start(s: subs.Subscriber): void {
   if (s.running) return;
-  const [ok] = ngx.timer.at(0, run, s);
+  const [ok] = timer_at(0, run, s);
   s.running = ok !== undefined;
 }

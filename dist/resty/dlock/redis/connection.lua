@@ -1,0 +1,141 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local masterOf, isMaster, lua_tostring, lua_type, sentinel_forget, sentinelMasters
+local redis = require("resty.dlock.redis.client")
+local eviction = require("resty.dlock.redis.eviction")
+local sentinel = require("resty.dlock.redis.sentinel")
+local setup = require("resty.dlock.redis.setup")
+function masterOf(conf, host, port)
+    local name = (((conf.pool .. "@") .. host) .. ":") .. lua_tostring(port)
+    local m = sentinelMasters[name]
+    if m == nil then
+        m = redis.node(conf, host, port)
+        sentinelMasters[name] = m
+    end
+    return m
+end
+--- The server may no longer be the master (a connection error, READONLY,
+-- LOADING): with Sentinel, ask the sentinels again on the next connection.
+function ____exports.stale(conf)
+    if conf.sentinel ~= nil then
+        sentinel_forget(conf.pool)
+    end
+end
+function isMaster(red, conf, host, port)
+    local role, err = red:role()
+    if lua_type(role) == "table" and role[1] == "master" then
+        return nil
+    end
+    sentinel_forget(conf.pool)
+    if lua_type(role) ~= "table" then
+        return ((((((("dlock: redis " .. conf.endpoint) .. ": ROLE on ") .. host) .. ":") .. lua_tostring(port)) .. " failed: ") .. lua_tostring(err)) .. "; asking the sentinels again"
+    end
+    return ((((((("dlock: redis " .. conf.endpoint) .. ": ") .. host) .. ":") .. lua_tostring(port)) .. " is a ") .. lua_tostring(role[1])) .. ", not the master (a failover is under way); asking the sentinels again"
+end
+local client = redis.library
+local hasTimeouts = redis.hasTimeouts
+lua_tostring = tostring
+lua_type = type
+local lua_rawget = rawget
+local sentinel_cached = sentinel.cached
+local sentinel_discover = sentinel.discover
+sentinel_forget = sentinel.forget
+local setup_run = setup.run
+local eviction_check = eviction.check
+--- The client's cosocket. Both lua-resty-redis 0.27 and 0.33 keep it in the
+-- private `_sock` field; this is the one place that knows.
+function ____exports.socket(red)
+    return lua_rawget(red, "_sock")
+end
+--- A fresh, unpooled connection to a sentinel (sentinel.ts sets it up with the
+-- sentinels' own credentials): the client and its socket, or the error.
+local function open(host, port, timeout)
+    local red, nerr = client:new()
+    if red == nil then
+        return nil, nil, lua_tostring(nerr)
+    end
+    red:set_timeout(timeout)
+    local ok, err = red:connect(host, port)
+    if ok == nil then
+        return nil, nil, lua_tostring(err)
+    end
+    return red, ____exports.socket(red), nil
+end
+--- A ready connection from the pool (or a fresh one, authenticated and with the
+-- db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
+function ____exports.connect(conf)
+    local red, nerr = client:new()
+    if red == nil then
+        return nil, "dlock: redis client: " .. lua_tostring(nerr)
+    end
+    if hasTimeouts then
+        red:set_timeouts(conf.connect_timeout, conf.read_timeout, conf.read_timeout)
+    else
+        red:set_timeout(conf.connect_timeout)
+    end
+    local host = conf.host
+    local port = conf.port
+    local pool = conf.pool
+    if conf.sentinel ~= nil then
+        local m = sentinel_cached(conf.pool)
+        if m == nil then
+            local found, serr = sentinel_discover(
+                conf.pool,
+                conf.sentinel,
+                open,
+                conf.connect_timeout,
+                conf
+            )
+            if found == nil then
+                return nil, serr
+            end
+            m = found
+        end
+        host = m.host
+        port = m.port
+        pool = (((conf.pool .. "@") .. host) .. ":") .. lua_tostring(port)
+    end
+    local opts = {pool = pool, pool_size = conf.pool_size, backlog = conf.backlog}
+    local ok, err = red:connect(conf.path or host, conf.path ~= nil and opts or port, opts)
+    if ok == nil then
+        ____exports.stale(conf)
+        return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(err)
+    end
+    if not hasTimeouts then
+        red:set_timeout(conf.read_timeout)
+    end
+    local reused = red:get_reused_times()
+    if reused == 0 then
+        local ierr = setup_run(
+            red,
+            ____exports.socket(red),
+            conf
+        )
+        if ierr == nil and conf.sentinel ~= nil then
+            ierr = isMaster(red, conf, host, port)
+        end
+        if ierr == nil then
+            ierr = eviction_check(
+                red,
+                conf.sentinel ~= nil and masterOf(conf, host, port) or conf
+            )
+        end
+        if ierr ~= nil then
+            red:close()
+            return nil, ierr
+        end
+    end
+    return red, nil
+end
+sentinelMasters = {}
+--- Hand the connection back. After a network error lua-resty-redis has already
+-- closed the socket (a read timeout closes it), so only healthy ones are pooled.
+function ____exports.done(red, conf, healthy)
+    if healthy then
+        red:set_keepalive(conf.keepalive_timeout, conf.pool_size)
+    else
+        red:close()
+        ____exports.stale(conf)
+    end
+end
+return ____exports

@@ -1,0 +1,93 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local takeback = require("resty.dlock.redis.takeback")
+local semaphore = require("ngx.semaphore")
+local sem_new = semaphore.new
+local ngx_now = ngx.now
+local timer_at = ngx.timer.at
+local lua_pairs = pairs
+local watcher = takeback.watcher
+--- Calls of a worker that go out on connections of their own before the next
+-- ones join a batch: at low load every call goes at once, as without
+-- auto-pipelining; past it, a batch costs one round trip for all its calls.
+____exports.DIRECT = 4
+--- Seconds after a batch of several calls during which calls join batches even
+-- with fewer than DIRECT on their way (as they do while a batch is open or on
+-- its way): the callers a batch wakes all call again at once, and a
+-- connection of its own for each of the first DIRECT costs more than their
+-- place in the next batch.
+____exports.LOADED = 0.002
+local lanes = setmetatable({}, {__mode = "k"})
+function ____exports.laneOf(conf)
+    local l = lanes[conf]
+    if l == nil then
+        local work = sem_new(0)
+        if work == nil then
+            return nil
+        end
+        l = {
+            conf = conf,
+            direct = {},
+            acquires = {},
+            watching = false,
+            slots = 0,
+            batching = 0,
+            open = nil,
+            senders = 0,
+            idle = 0,
+            work = work,
+            loaded = 0,
+            batched = 0,
+            batches = 0
+        }
+        lanes[conf] = l
+    end
+    return l
+end
+--- Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some.
+function ____exports.patience(conf)
+    return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1
+end
+--- Calls of this worker on their way to this Redis now (forgetting those whose time is up).
+function ____exports.inFlight(lane)
+    local now = ngx_now()
+    local n = lane.batching
+    for slot, ____until in lua_pairs(lane.direct) do
+        if ____until < now then
+            lane.direct[slot] = nil
+        else
+            n = n + 1
+        end
+    end
+    return n
+end
+--- Count b, a batch of one about to go at once on a connection of its own, in lane.direct while on its way.
+function ____exports.claim(lane, b)
+    lane.slots = lane.slots + 1
+    local slot = lane.slots
+    lane.direct[slot] = ngx_now() + ____exports.patience(lane.conf)
+    if b.undos > 0 then
+        lane.acquires[slot] = b
+        if not lane.watching then
+            lane.watching = (timer_at(takeback.WATCH, watcher, lane)) ~= nil
+        end
+    end
+    return slot
+end
+function ____exports.unclaim(lane, slot)
+    lane.direct[slot] = nil
+    lane.acquires[slot] = nil
+end
+--- Would a call go out at once (few of this worker's calls on their way, none riding a batch)?
+function ____exports.idle(lane)
+    return lane.batching == 0 and lane.open == nil and ngx_now() >= lane.loaded and ____exports.inFlight(lane) < ____exports.DIRECT
+end
+--- Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis.
+function ____exports.stats(conf)
+    local l = lanes[conf]
+    if l == nil then
+        return 0, 0, 0
+    end
+    return l.batched, l.batches, l.batching
+end
+return ____exports

@@ -1,0 +1,124 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local pipeline = require("resty.dlock.redis.pipeline")
+local scripts = require("resty.dlock.redis.scripts")
+local pipelined = pipeline.call
+local ngx_now = ngx.now
+local update_time = ngx.update_time
+local lua_type = type
+local lua_tostring = tostring
+local math_floor = math.floor
+local str_format = string.format
+local tbl_concat = table.concat
+local tbl_sort = table.sort
+--- The allowance for clock drift between masters over a ttl, in ms (redis.io: 1 % plus 2 ms).
+function ____exports.drift(ttl)
+    return math_floor(ttl * 0.01) + 2
+end
+function ____exports.majority(conf)
+    return math_floor(#conf.nodes / 2) + 1
+end
+function ____exports.nowMs()
+    update_time()
+    return ngx_now() * 1000
+end
+local function errorsOf(conf, v)
+    local list = {}
+    for i = 1, #conf.nodes do
+        local e = v.errors[i]
+        if e ~= nil then
+            list[#list + 1] = e
+        end
+    end
+    return tbl_concat(list, "; ")
+end
+--- The fault of a decision that failed for want of answers: "lost" when any master may have acted.
+local function faultOf(conf, v)
+    for i = 1, #conf.nodes do
+        if v.faults[i] == "lost" then
+            return "lost"
+        end
+    end
+    return "failed"
+end
+local function count(conf, v, want)
+    local yes = 0
+    local answered = 0
+    for i = 1, #conf.nodes do
+        local r = v.replies[i]
+        if r ~= nil then
+            answered = answered + 1
+            if r == want then
+                yes = yes + 1
+            end
+        end
+    end
+    return yes, answered
+end
+--- Release (1: deleted somewhere, 0: not ours anywhere) once a majority answered.
+function ____exports.decideRelease(conf, v)
+    local deleted, answered = count(conf, v, 1)
+    if answered >= ____exports.majority(conf) then
+        return deleted > 0 and 1 or 0, nil, nil
+    end
+    return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": only ") .. lua_tostring(answered)) .. " of ") .. lua_tostring(#conf.nodes)) .. " masters answered the release (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
+end
+--- Extend: 1 on a majority within the time; 0 when a majority can no longer say yes.
+function ____exports.decideExtend(conf, v, ttl, started)
+    local extended, answered = count(conf, v, 1)
+    local n = #conf.nodes
+    if extended >= ____exports.majority(conf) and ____exports.nowMs() - started + ____exports.drift(ttl) < ttl then
+        return 1, nil, nil
+    end
+    if answered - extended > n - ____exports.majority(conf) then
+        return 0, nil, nil
+    end
+    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": extended on ") .. lua_tostring(extended)) .. " of ") .. lua_tostring(n)) .. " masters, a majority is ") .. lua_tostring(____exports.majority(conf))) .. " (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
+end
+--- Acquire: "OK" when a majority took the key in time. Otherwise the masters
+-- that took it give it back, and the answer is "busy" (the ms until enough
+-- holders expire for a majority to be free) when enough masters said the key
+-- is taken that no majority was possible; else an error: "lost" when a master
+-- that did not answer may have taken it (the caller has it cleaned up,
+-- owner-checked, everywhere), "transient" when too few masters could be
+-- reached or it took too long (a waiting acquire tries again).
+function ____exports.decideAcquire(conf, v, rkey, tok, ttl, started)
+    local n = #conf.nodes
+    local need = ____exports.majority(conf)
+    local took = count(conf, v, "OK")
+    local elapsed = ____exports.nowMs() - started
+    if took >= need and elapsed + ____exports.drift(ttl) < ttl then
+        return "OK", nil, nil
+    end
+    local undone = true
+    local unknown = false
+    for i = 1, n do
+        if v.replies[i] == "OK" then
+            local r = pipelined(conf.nodes[i], scripts.RELEASE, rkey, tok)
+            if r == nil then
+                undone = false
+            end
+        elseif v.faults[i] == "lost" then
+            unknown = true
+        end
+    end
+    local pttls = {}
+    for i = 1, n do
+        local r = v.replies[i]
+        if lua_type(r) == "number" then
+            pttls[#pttls + 1] = r
+        end
+    end
+    if #pttls > n - need and undone then
+        tbl_sort(pttls)
+        return pttls[#pttls - (n - need)], nil, nil
+    end
+    if not undone or unknown then
+        return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. lua_tostring(took)) .. " of ") .. lua_tostring(n)) .. " masters, and some may still hold it (") .. errorsOf(conf, v)) .. ")", "lost"
+    end
+    if took >= need then
+        return nil, str_format("dlock: redis %s: took the key on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
+    end
+    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. lua_tostring(took)) .. " of ") .. lua_tostring(n)) .. " masters, a majority is ") .. lua_tostring(need)) .. " (") .. errorsOf(conf, v)) .. ")", "transient"
+end
+return ____exports

@@ -1,0 +1,313 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.core.check")
+local command = require("resty.dlock.redis.command")
+local connection = require("resty.dlock.redis.connection")
+local resp = require("resty.dlock.redis.resp")
+local lua_tostring = tostring
+local lua_type = type
+local str_sub = string.sub
+local str_format = string.format
+local str_match = string.match
+local tbl_concat = table.concat
+local connect = connection.connect
+local done = connection.done
+local stale = connection.stale
+local socket = connection.socket
+local reader = resp.reader
+local read = resp.read
+local drained = resp.drained
+local add = command.add
+local addTarget = command.addTarget
+local batchOf = command.batchOf
+local commands = command.commands
+local fail = command.fail
+local TRANSIENT = check.set(
+    "LOADING",
+    "BUSY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "READONLY"
+)
+--- An error reply: its message (naming the endpoint) and fault.
+function ____exports.refused(conf, err)
+    local code = str_match(
+        lua_tostring(err),
+        "^(%u+)"
+    )
+    if code == "READONLY" or code == "LOADING" then
+        stale(conf)
+    end
+    local fault = "failed"
+    if code == "MOVED" or code == "ASK" then
+        fault = "redirect"
+    elseif code ~= nil and TRANSIENT[code] ~= nil then
+        fault = "transient"
+    end
+    return (("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(err), fault
+end
+--- The fault of a connection that could not be made (nothing was sent). Behind
+-- Sentinel a master that cannot be reached is most likely being replaced: the
+-- sentinels are asked again, and a waiting acquire tries again ("transient").
+function ____exports.unreachable(conf)
+    return conf.sentinel ~= nil and "transient" or "failed"
+end
+--- Index k of the jobs `which` of b (nil: all of them, in order).
+local function at(which, k)
+    return which == nil and k or which[k]
+end
+--- The jobs `which` (from k on) were sent, and their replies never came.
+local function lost(conf, b, which, k, why)
+    local n = which == nil and #b.jobs or #which
+    for m = k, n do
+        local j = b.jobs[at(which, m)]
+        j.res = nil
+        j.err = (((("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(why)) .. " during ") .. j.s.name
+        j.fault = "lost"
+    end
+end
+--- Send the commands of the jobs `which`; false when the connection failed (then they are lost).
+local function sendAll(conf, sock, b, which, payload)
+    local sent, serr = sock:send(payload)
+    if sent == nil then
+        lost(
+            conf,
+            b,
+            which,
+            1,
+            serr
+        )
+        return false
+    end
+    return true
+end
+--- Read the replies of the jobs `which` in turn; those that met NOSCRIPT (unless `body`: EVAL was sent).
+local function replies(conf, sock, b, which, body)
+    local r = reader(sock)
+    local again
+    local n = which == nil and #b.jobs or #which
+    for k = 1, n do
+        local j = b.jobs[at(which, k)]
+        if b.asking then
+            local ok, aerr = read(r)
+            if ok == nil then
+                lost(
+                    conf,
+                    b,
+                    which,
+                    k,
+                    aerr
+                )
+                return nil
+            end
+        end
+        local v, rerr = read(r)
+        if v == nil then
+            lost(
+                conf,
+                b,
+                which,
+                k,
+                rerr
+            )
+            return nil
+        end
+        if v == false then
+            if not body and str_sub(
+                lua_tostring(rerr),
+                1,
+                8
+            ) == "NOSCRIPT" then
+                if again == nil then
+                    again = {}
+                end
+                again[#again + 1] = at(which, k)
+            else
+                local e, f = ____exports.refused(conf, rerr)
+                j.err = e
+                j.fault = f
+            end
+        else
+            j.res = v
+        end
+    end
+    if not drained(r) then
+        for k = 1, n do
+            local j = b.jobs[at(which, k)]
+            j.res = nil
+            j.err = (("dlock: redis " .. conf.endpoint) .. ": more data than replies during ") .. j.s.name
+            j.fault = "lost"
+        end
+        return nil
+    end
+    return again
+end
+--- Dict key counting writes that fewer replicas than asked acknowledged in time.
+____exports.SHORTFALLS = "c:redis:replica_shortfalls"
+--- WAIT for conf.replicas replicas to acknowledge this connection's writes.
+-- Replication is asynchronous: a lock on a master that fails over before a
+-- replica has it is lost, and a second holder gets in. nil when enough
+-- acknowledged; else the error (the connection is handed back, or closed).
+local function replicated(red, conf, s)
+    local n, err = red:wait(conf.replicas, conf.replicas_timeout)
+    done(red, conf, n ~= nil)
+    if lua_type(n) == "number" and n >= conf.replicas then
+        return nil
+    end
+    if conf.dict ~= nil then
+        conf.dict:incr(____exports.SHORTFALLS, 1, 0)
+    end
+    if lua_type(n) == "number" then
+        return str_format(
+            "dlock: redis %s: only %d of %d replica(s) acknowledged the %s within %d ms",
+            conf.endpoint,
+            n,
+            conf.replicas,
+            s.name,
+            conf.replicas_timeout
+        )
+    end
+    return (((("dlock: redis " .. conf.endpoint) .. ": WAIT for replicas after the ") .. s.name) .. " failed: ") .. lua_tostring(err)
+end
+--- Send b's calls as one pipeline on a pooled connection: the connection to
+-- read their replies from (finish), or nil when it failed (b's calls say so).
+-- Split from finish so that one caller can have calls on their way to several
+-- servers at once (a Redlock quorum).
+function ____exports.send(conf, b)
+    local red, cerr = connect(conf)
+    if red == nil then
+        fail(
+            b,
+            cerr,
+            ____exports.unreachable(conf)
+        )
+        return nil
+    end
+    if not sendAll(
+        conf,
+        socket(red),
+        b,
+        nil,
+        b.asking and commands(b, nil, false) or tbl_concat(b.parts)
+    ) then
+        done(red, conf, false)
+        return nil
+    end
+    return red
+end
+--- Read the replies of b's calls sent on red (EVAL for those Redis has no script for), then one WAIT.
+function ____exports.finish(conf, b, red)
+    local sock = socket(red)
+    local again = replies(
+        conf,
+        sock,
+        b,
+        nil,
+        false
+    )
+    if again ~= nil and sendAll(
+        conf,
+        sock,
+        b,
+        again,
+        commands(b, again, true)
+    ) then
+        replies(
+            conf,
+            sock,
+            b,
+            again,
+            true
+        )
+    end
+    local jobs = b.jobs
+    local broken = false
+    local wrote
+    for i = 1, #jobs do
+        local j = jobs[i]
+        if j.fault == "lost" then
+            broken = true
+        elseif j.res ~= nil and conf.replicas > 0 and j.s.written ~= nil and j.s.written(j.res) then
+            if wrote == nil then
+                wrote = {}
+            end
+            wrote[#wrote + 1] = j
+        end
+    end
+    if not broken and wrote ~= nil then
+        local short = replicated(red, conf, wrote[1].s)
+        if short ~= nil then
+            for i = 1, #wrote do
+                local j = wrote[i]
+                j.res = nil
+                j.err = short
+                j.fault = "replicas"
+            end
+        end
+        return
+    end
+    done(red, conf, not broken)
+end
+--- Send b's calls as one pipeline and read their replies.
+function ____exports.run(conf, b)
+    local red = ____exports.send(conf, b)
+    if red ~= nil then
+        ____exports.finish(conf, b, red)
+    end
+end
+--- One call on a pooled connection of its own: a batch of one.
+function ____exports.one(conf, s, rkey, ...)
+    local b = batchOf(nil, false)
+    local job = add(b, s, rkey, ...)
+    ____exports.run(conf, b)
+    return job.res, job.err, job.fault
+end
+--- As one(), after ASKING (a Cluster node serves a slot it imports only to a client that asks so).
+function ____exports.asking(conf, s, rkey, ...)
+    local b = batchOf(nil, true)
+    local job = add(b, s, rkey, ...)
+    ____exports.run(conf, b)
+    return job.res, job.err, job.fault
+end
+--- A per-target script (command.addTarget) for every target, as one batch.
+function ____exports.batchFor(conf, s, targets, ms)
+    local b = batchOf(nil, false)
+    for i = 1, #targets do
+        local m
+        if ms ~= nil then
+            m = ms[i]
+        end
+        addTarget(
+            b,
+            conf.slotted,
+            s,
+            targets[i],
+            m
+        )
+    end
+    return b
+end
+--- What b's calls came to, per call.
+function ____exports.outcome(b)
+    local out = {replies = {}, errors = {}, faults = {}}
+    for i = 1, #b.jobs do
+        local j = b.jobs[i]
+        if j.res ~= nil then
+            out.replies[i] = j.res
+        else
+            out.errors[i] = j.err
+            out.faults[i] = j.fault
+        end
+    end
+    return out
+end
+--- A per-target script for every target in one round trip (two when Redis met NOSCRIPT), on one server.
+function ____exports.many(conf, s, targets, ms)
+    local b = ____exports.batchFor(conf, s, targets, ms)
+    if #targets > 0 then
+        ____exports.run(conf, b)
+    end
+    return ____exports.outcome(b)
+end
+return ____exports

@@ -1,0 +1,123 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local token = require("resty.dlock.core.token")
+local sha1_bin = ngx.sha1_bin
+local lua_type = type
+local str_find = string.find
+local str_sub = string.sub
+____exports.WRITES = "#!lua\n"
+____exports.FREES = "#!lua flags=allow-oom\n"
+function ____exports.script(name, body, keys, written, alone, flags)
+    if keys == nil then
+        keys = 1
+    end
+    if flags == nil then
+        flags = ____exports.WRITES
+    end
+    local src = flags .. body
+    return {
+        name = name,
+        src = src,
+        sha = token.hex(sha1_bin(src)),
+        keys = keys,
+        written = written,
+        alone = alone,
+        undo = nil
+    }
+end
+function ____exports.isOk(reply)
+    return reply == "OK"
+end
+function ____exports.isOkFenced(reply)
+    return lua_type(reply) == "table" and reply[1] == "OK"
+end
+function ____exports.isOne(reply)
+    return reply == 1
+end
+--- The part of a key Redis Cluster hashes: the inside of the first non-empty {...}, else the whole key.
+function ____exports.hashed(key)
+    local open = str_find(key, "{", 1, true)
+    if open ~= nil then
+        local close = str_find(key, "}", open + 1, true)
+        if close ~= nil and close > open + 1 then
+            return str_sub(key, open + 1, close - 1)
+        end
+    end
+    return key
+end
+--- Does the key carry a hash tag of its own (then keys built on it share its slot)?
+function ____exports.tagged(key)
+    return ____exports.hashed(key) ~= key
+end
+--- The waiters' queue of lock key rkey. Under Cluster it must share the lock
+-- key's slot: a hash tag of the whole key, unless it has one (then the suffix
+-- keeps it). Elsewhere it starts with the lock key, so ACL key patterns that
+-- let a user at the locks (~dlock:*) let it at their queues.
+function ____exports.queueKey(rkey, slotted)
+    return slotted and not ____exports.tagged(rkey) and ("{" .. rkey) .. "}:queue" or rkey .. ":queue"
+end
+--- The readers of lock key rkey (shared locks, rwscripts.ts): a sorted set
+-- placed as queueKey places the queue, in the lock key's slot.
+function ____exports.readersKey(rkey, slotted)
+    return slotted and not ____exports.tagged(rkey) and ("{" .. rkey) .. "}:readers" or rkey .. ":readers"
+end
+--- Run a per-target script (release, extend, drop) for one target through a
+-- backend's call, with the keys and arguments batches send: KEYS[1] the key
+-- (and KEYS[2] its waiters' queue for two-key scripts; its readers and then
+-- its queue for three-key ones), ARGV[1] the token (and ARGV[2] ms, when given).
+function ____exports.forTarget(call, conf, s, rkey, token, ms)
+    if s.keys == 3 then
+        local q = ____exports.queueKey(rkey, conf.slotted)
+        local r = ____exports.readersKey(rkey, conf.slotted)
+        if ms == nil then
+            return call(
+                conf,
+                s,
+                rkey,
+                r,
+                q,
+                token
+            )
+        end
+        return call(
+            conf,
+            s,
+            rkey,
+            r,
+            q,
+            token,
+            ms
+        )
+    end
+    if s.keys == 2 then
+        local q = ____exports.queueKey(rkey, conf.slotted)
+        if ms == nil then
+            return call(
+                conf,
+                s,
+                rkey,
+                q,
+                token
+            )
+        end
+        return call(
+            conf,
+            s,
+            rkey,
+            q,
+            token,
+            ms
+        )
+    end
+    if ms == nil then
+        return call(conf, s, rkey, token)
+    end
+    return call(
+        conf,
+        s,
+        rkey,
+        token,
+        ms
+    )
+end
+return ____exports

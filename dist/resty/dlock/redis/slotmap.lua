@@ -1,0 +1,202 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local redis = require("resty.dlock.redis.client")
+local connection = require("resty.dlock.redis.connection")
+local scripts = require("resty.dlock.redis.scripts")
+local ____bit = require("bit")
+local band = ____bit.band
+local bxor = ____bit.bxor
+local lshift = ____bit.lshift
+local rshift = ____bit.rshift
+local byte = string.byte
+local hashed = scripts.hashed
+local ngx_now = ngx.now
+local lua_type = type
+local lua_tostring = tostring
+local tbl_concat = table.concat
+local connect = connection.connect
+local done = connection.done
+local nodeConf = redis.node
+local SLOTS = 16384
+--- Shared dict keys (all workers): redirects followed, when a worker last read the slot map.
+____exports.REDIRECTS = "c:redis:redirects:"
+____exports.MAP_AT = "t:redis:slot_map:"
+--- Seconds between two reads of the slot map prompted by errors.
+local REFRESH_GAP = 0.1
+local CRC = {}
+for i = 0, 255 do
+    local c = lshift(i, 8)
+    for _ = 1, 8 do
+        c = band(c, 32768) ~= 0 and band(
+            bxor(
+                lshift(c, 1),
+                4129
+            ),
+            65535
+        ) or band(
+            lshift(c, 1),
+            65535
+        )
+    end
+    CRC[i] = c
+end
+--- The cluster slot of a key, as Redis computes it (CLUSTER KEYSLOT).
+function ____exports.slot(key)
+    local h = hashed(key)
+    local crc = 0
+    for i = 1, #h do
+        crc = bxor(
+            band(
+                lshift(crc, 8),
+                65535
+            ),
+            CRC[bxor(
+                rshift(crc, 8),
+                byte(h, i)
+            )]
+        )
+    end
+    return band(crc, SLOTS - 1)
+end
+--- Per worker, per cluster (by pool name): one map, whichever factory read it.
+local clusters = {}
+function ____exports.state(conf)
+    local c = clusters[conf.pool]
+    if c == nil then
+        c = {
+            slots = {},
+            addrs = {},
+            masters = {},
+            at = 0,
+            stale = true,
+            tried = 0,
+            refreshing = false,
+            redirects = 0,
+            refreshes = 0,
+            lastError = nil
+        }
+        clusters[conf.pool] = c
+    end
+    return c
+end
+--- Per configuration (a factory's), its own configuration of each master:
+-- with the factory's timeouts and replicas, and an auto-pipeline of its own,
+-- as a single server's configuration has. Weak keys: a factory dropped takes
+-- them along.
+local views = setmetatable({}, {__mode = "k"})
+--- conf's configuration of the master at endpoint ep ("host:port", an address the map holds).
+function ____exports.nodeAt(conf, c, ep)
+    local view = views[conf]
+    if view == nil then
+        view = {}
+        views[conf] = view
+    end
+    local n = view[ep]
+    if n == nil then
+        local a = c.addrs[ep]
+        n = nodeConf(conf, a.host, a.port)
+        view[ep] = n
+    end
+    return n
+end
+--- conf's configuration of the master at host:port.
+function ____exports.nodeOf(conf, c, host, port)
+    local ep = (host .. ":") .. lua_tostring(port)
+    if not (c.addrs[ep] ~= nil) then
+        c.addrs[ep] = {host = host, port = port}
+    end
+    return ____exports.nodeAt(conf, c, ep)
+end
+--- CLUSTER SLOTS from one node: the map, or an error.
+local function readMap(conf, c, from)
+    local red, cerr = connect(from)
+    if red == nil then
+        return cerr
+    end
+    local ranges, err = red:cluster("slots")
+    done(red, from, ranges ~= nil)
+    if lua_type(ranges) ~= "table" then
+        return (("dlock: redis " .. from.endpoint) .. ": CLUSTER SLOTS failed: ") .. lua_tostring(err)
+    end
+    local slots = {}
+    local masters = {}
+    local seen = {}
+    local list = ranges
+    for i = 1, #list do
+        local r = list[i]
+        local first = r[1]
+        local last = r[2]
+        local m = r[3]
+        local host = lua_tostring(m[1])
+        if host == "" or host == "?" then
+            host = from.host
+        end
+        local n = ____exports.nodeOf(conf, c, host, m[2])
+        for s = first, last do
+            slots[s] = n.endpoint
+        end
+        if not (seen[n.endpoint] ~= nil) then
+            seen[n.endpoint] = true
+            masters[#masters + 1] = n.endpoint
+        end
+    end
+    c.slots = slots
+    c.masters = masters
+    c.at = ngx_now()
+    c.stale = false
+    c.refreshes = c.refreshes + 1
+    if conf.dict ~= nil then
+        conf.dict:set(____exports.MAP_AT .. conf.endpoint, c.at)
+    end
+    return nil
+end
+--- Read the slot map again: from the masters known, then the seed nodes. One
+-- coroutine per worker at a time; the others go on with the map they have
+-- (a MOVED puts any of them right).
+local function refresh(conf, c)
+    if c.refreshing then
+        return nil
+    end
+    c.refreshing = true
+    c.tried = ngx_now()
+    local errors = {}
+    local asked = {}
+    local candidates = {}
+    for i = 1, #c.masters do
+        candidates[#candidates + 1] = ____exports.nodeAt(conf, c, c.masters[i])
+    end
+    local seeds = conf.nodes
+    for i = 1, #seeds do
+        candidates[#candidates + 1] = seeds[i]
+    end
+    local err = "no node to ask"
+    for i = 1, #candidates do
+        local n = candidates[i]
+        if not (asked[n.endpoint] ~= nil) then
+            asked[n.endpoint] = true
+            err = readMap(conf, c, n)
+            if err == nil then
+                break
+            end
+            errors[#errors + 1] = err
+        end
+    end
+    c.refreshing = false
+    if err ~= nil then
+        c.lastError = tbl_concat(errors, "; ")
+        return ((("dlock: redis " .. conf.endpoint) .. ": no node gave the slot map (") .. c.lastError) .. ")"
+    end
+    return nil
+end
+--- The master of a slot, reading the map first when it is due.
+function ____exports.route(conf, c, s)
+    if c.stale and (c.at == 0 or ngx_now() - c.tried >= REFRESH_GAP) then
+        local err = refresh(conf, c)
+        if err ~= nil and c.at == 0 then
+            return nil, err
+        end
+    end
+    local ep = c.slots[s]
+    return ep ~= nil and ____exports.nodeAt(conf, c, ep) or conf.nodes[1], nil
+end
+return ____exports

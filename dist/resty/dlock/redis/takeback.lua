@@ -1,0 +1,96 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local command = require("resty.dlock.redis.command")
+local roundtrip = require("resty.dlock.redis.roundtrip")
+local scripts = require("resty.dlock.redis.scripts")
+local ngx_now = ngx.now
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local NOTICE = ngx.NOTICE
+local timer_at = ngx.timer.at
+local lua_pcall = pcall
+local lua_next = next
+local lua_pairs = pairs
+local wordOf = command.wordOf
+local alone = roundtrip.one
+local forTarget = scripts.forTarget
+--- Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will.
+local function takeBackOne(conf, j)
+    local rkey = wordOf(j, 1)
+    local res, err = forTarget(
+        alone,
+        conf,
+        j.s.undo,
+        rkey,
+        wordOf(j, j.s.keys + 1)
+    )
+    if res == nil then
+        ngx_log(
+            WARN,
+            "dlock: ",
+            rkey,
+            " may be held by a request that ended before the ",
+            j.s.name,
+            " reply came, and cannot be taken back (",
+            err,
+            "): it expires on its own"
+        )
+    elseif res ~= 0 then
+        ngx_log(
+            NOTICE,
+            "dlock: took back ",
+            rkey,
+            ": its request ended before the ",
+            j.s.name,
+            " reply came"
+        )
+    end
+end
+--- Take back the acquires of batch b whose callers did not come back for their
+-- replies: a timer started once the callers were woken, so every caller still
+-- there has been back. Only those whose replies were read: nothing of theirs
+-- can land later. (A lost reply of a caller that is gone is left to its ttl.)
+function ____exports.settle(premature, conf, b)
+    local jobs = b.jobs
+    for i = 1, #jobs do
+        local j = jobs[i]
+        if j.s.undo ~= nil and j.res ~= nil and not j.back then
+            local ok, err = lua_pcall(takeBackOne, conf, j)
+            if not ok then
+                ngx_log(ERR, "dlock: take-back failed: ", err)
+            end
+        end
+    end
+end
+--- Seconds between looks for acquires sent at once whose callers never came back.
+____exports.WATCH = 1
+--- Acquires sent at once whose callers never came back for the answer: their
+-- request ended in the middle (a client abort) or their thread was killed.
+-- A slot still there when its time is up says so without a look at the
+-- request: every step of a call is bounded by a timeout, and its time
+-- (patience) is their sum and a second more. Waiting for it matters too: the
+-- connection was closed with the command perhaps not yet run, and by then it
+-- has run (or Redis has been stuck that long).
+function ____exports.watcher(premature, lane)
+    local now = ngx_now()
+    local gone = {}
+    for slot, b in lua_pairs(lane.acquires) do
+        local ____until = lane.direct[slot]
+        if ____until == nil or ____until < now then
+            lane.acquires[slot] = nil
+            lane.direct[slot] = nil
+            gone[#gone + 1] = b
+        end
+    end
+    for i = 1, #gone do
+        local ok, err = lua_pcall(takeBackOne, lane.conf, gone[i].jobs[1])
+        if not ok then
+            ngx_log(ERR, "dlock: take-back failed: ", err)
+        end
+    end
+    if premature or (lua_next(lane.acquires)) == nil or (timer_at(____exports.WATCH, ____exports.watcher, lane)) == nil then
+        lane.watching = false
+    end
+end
+return ____exports

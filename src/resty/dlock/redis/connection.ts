@@ -1,0 +1,148 @@
+// The one way a connection to Redis is made and handed back: the client
+// library, the pool, a fresh connection's setup (TLS, AUTH, SELECT: setup.ts;
+// ROLE behind Sentinel; the eviction check), and the client's socket, which
+// the transport (roundtrip.ts, pipeline.ts) and the wake-up subscriber read
+// and write themselves. Sentinels are reached through open() below.
+
+import * as redis from "./client";
+import * as eviction from "./eviction";
+import * as sentinel from "./sentinel";
+import * as setup from "./setup";
+
+const client = redis.library;
+const hasTimeouts = redis.hasTimeouts;
+const lua_tostring = tostring;
+const lua_type = type;
+const lua_rawget = rawget;
+const sentinel_cached = sentinel.cached;
+const sentinel_discover = sentinel.discover;
+const sentinel_forget = sentinel.forget;
+const setup_run = setup.run;
+const eviction_check = eviction.check;
+
+/**
+ * The client's cosocket. Both lua-resty-redis 0.27 and 0.33 keep it in the
+ * private `_sock` field; this is the one place that knows.
+ */
+export function socket(red: RestyRedis): NgxTcpSocket | undefined {
+  return lua_rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock");
+}
+
+/**
+ * A fresh, unpooled connection to a sentinel (sentinel.ts sets it up with the
+ * sentinels' own credentials): the client and its socket, or the error.
+ */
+function open(this: void, host: string, port: number, timeout: number): LuaMultiReturn<[RestyRedis | undefined, NgxTcpSocket | undefined, string | undefined]> {
+  const [red, nerr] = (client as RestyRedisModule).new();
+  if (red === undefined) return $multi(undefined, undefined, lua_tostring(nerr));
+  red.set_timeout(timeout);
+  const [ok, err] = red.connect(host, port);
+  if (ok === undefined) return $multi(undefined, undefined, lua_tostring(err));
+  return $multi(red, socket(red), undefined);
+}
+
+/**
+ * A ready connection from the pool (or a fresh one, authenticated and with the
+ * db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
+ */
+export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | undefined, string | undefined]> {
+  const [red, nerr] = (client as RestyRedisModule).new();
+  if (red === undefined) {
+    return $multi(undefined, "dlock: redis client: " + lua_tostring(nerr));
+  }
+  // Never touch red.set_timeouts on 0.27: its __index would turn the name into a Redis command.
+  if (hasTimeouts) {
+    red.set_timeouts!(conf.connect_timeout, conf.read_timeout, conf.read_timeout);
+  } else {
+    red.set_timeout(conf.connect_timeout);
+  }
+  let host = conf.host;
+  let port = conf.port;
+  let pool = conf.pool;
+  if (conf.sentinel !== undefined) {
+    let m = sentinel_cached(conf.pool);
+    if (m === undefined) {
+      const [found, serr] = sentinel_discover(conf.pool, conf.sentinel, open, conf.connect_timeout, conf);
+      if (found === undefined) return $multi(undefined, serr);
+      m = found;
+    }
+    host = m.host;
+    port = m.port;
+    // One pool per master: connections to a demoted one are never handed out again.
+    pool = conf.pool + "@" + host + ":" + lua_tostring(port);
+  }
+  const opts: RedisConnectOptions = { pool, pool_size: conf.pool_size, backlog: conf.backlog };
+  const [ok, err] = red.connect(conf.path ?? host, conf.path !== undefined ? opts : port, opts);
+  if (ok === undefined) {
+    stale(conf);
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + lua_tostring(err));
+  }
+  if (!hasTimeouts) {
+    red.set_timeout(conf.read_timeout);
+  }
+  const [reused] = red.get_reused_times();
+  if (reused === 0) {
+    // TLS, AUTH and SELECT first: a server with a password answers anything else with NOAUTH.
+    let ierr = setup_run(red, socket(red), conf);
+    if (ierr === undefined && conf.sentinel !== undefined) ierr = isMaster(red, conf, host, port);
+    // With Sentinel, each master it names is checked on its own: a failover can
+    // land on a server configured differently.
+    if (ierr === undefined) ierr = eviction_check(red, conf.sentinel !== undefined ? masterOf(conf, host, port) : conf);
+    if (ierr !== undefined) {
+      red.close();
+      return $multi(undefined, ierr);
+    }
+  }
+  return $multi(red, undefined);
+}
+
+/** Per Sentinel pool and master address: that master as a server of its own (for the eviction check). */
+const sentinelMasters = new LuaTable<string, redis.RedisConf>();
+
+function masterOf(conf: redis.RedisConf, host: string, port: number): redis.RedisConf {
+  const name = conf.pool + "@" + host + ":" + lua_tostring(port);
+  let m = sentinelMasters.get(name);
+  if (m === undefined) {
+    m = redis.node(conf, host, port);
+    sentinelMasters.set(name, m);
+  }
+  return m;
+}
+
+/**
+ * Hand the connection back. After a network error lua-resty-redis has already
+ * closed the socket (a read timeout closes it), so only healthy ones are pooled.
+ */
+export function done(red: RestyRedis, conf: redis.RedisConf, healthy: boolean): void {
+  if (healthy) {
+    red.set_keepalive(conf.keepalive_timeout, conf.pool_size);
+  } else {
+    red.close();
+    stale(conf);
+  }
+}
+
+/**
+ * The server may no longer be the master (a connection error, READONLY,
+ * LOADING): with Sentinel, ask the sentinels again on the next connection.
+ */
+export function stale(conf: redis.RedisConf): void {
+  if (conf.sentinel !== undefined) {
+    sentinel_forget(conf.pool);
+  }
+}
+
+/** ROLE on a fresh connection to the master Sentinel named: a just-demoted one must not take locks. */
+function isMaster(red: RestyRedis, conf: redis.RedisConf, host: string, port: number): string | undefined {
+  const [role, err] = red.role();
+  if (lua_type(role) === "table" && (role as LuaTable<number, unknown>).get(1) === "master") {
+    return undefined;
+  }
+  sentinel_forget(conf.pool);
+  if (lua_type(role) !== "table") {
+    return "dlock: redis " + conf.endpoint + ": ROLE on " + host + ":" + lua_tostring(port) + " failed: " + lua_tostring(err) +
+      "; asking the sentinels again";
+  }
+  return "dlock: redis " + conf.endpoint + ": " + host + ":" + lua_tostring(port) + " is a " + lua_tostring((role as LuaTable<number, unknown>).get(1)) +
+    ", not the master (a failover is under way); asking the sentinels again";
+}

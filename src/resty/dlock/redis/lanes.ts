@@ -1,0 +1,122 @@
+// The lanes of auto-pipelining (pipeline.ts): per server configuration and
+// worker, what is on its way there now (calls on connections of their own,
+// batches), so that a call knows whether to go at once or join a batch.
+
+import type * as redis from "./client";
+import type * as command from "./command";
+import * as takeback from "./takeback";
+
+type Batch = command.Batch;
+
+const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
+const sem_new = semaphore.new;
+const ngx_now = ngx.now;
+const timer_at = ngx.timer.at;
+const lua_pairs = pairs;
+const watcher = takeback.watcher;
+
+/**
+ * Calls of a worker that go out on connections of their own before the next
+ * ones join a batch: at low load every call goes at once, as without
+ * auto-pipelining; past it, a batch costs one round trip for all its calls.
+ */
+export const DIRECT = 4;
+/**
+ * Seconds after a batch of several calls during which calls join batches even
+ * with fewer than DIRECT on their way (as they do while a batch is open or on
+ * its way): the callers a batch wakes all call again at once, and a
+ * connection of its own for each of the first DIRECT costs more than their
+ * place in the next batch.
+ */
+export const LOADED = 0.002;
+
+export interface Lane {
+  readonly conf: redis.RedisConf;
+  /**
+   * Calls of this worker on their way to this Redis on connections of their
+   * own: slot -> when it has returned at the latest. Not a counter: a request
+   * killed in the middle of its call (a client abort with
+   * lua_check_client_abort) never runs the code after it, and would leave a
+   * counter up for good.
+   */
+  readonly direct: LuaTable<number, number>;
+  /** The acquires among them (batches of one): what to take back should their callers never return. */
+  readonly acquires: LuaTable<number, Batch>;
+  /** A timer looks for such acquires while there are any. */
+  watching: boolean;
+  slots: number;
+  /** Batches on their way. */
+  batching: number;
+  /** The batch calls join now; sent when the sender gets to it. */
+  open: Batch | undefined;
+  /** Senders' timers running, and of those the ones sleeping on `work` between batches. */
+  senders: number;
+  idle: number;
+  readonly work: NgxSemaphore;
+  /** Until when calls join batches whatever is on its way (see LOADED). */
+  loaded: number;
+  /** Calls sent in batches and batches sent, for status and specs. */
+  batched: number;
+  batches: number;
+}
+
+// Per configuration (a factory's), not per pool: two factories on one pool may
+// differ in timeouts or replicas, and a batch runs with its callers' settings.
+// Weak keys: a factory dropped takes its lane along.
+const lanes = setmetatable(new LuaTable<redis.RedisConf, Lane>(), { __mode: "k" });
+
+export function laneOf(conf: redis.RedisConf): Lane | undefined {
+  let l = lanes.get(conf);
+  if (l === undefined) {
+    const [work] = sem_new(0);
+    if (work === undefined) return undefined;
+    l = { conf, direct: new LuaTable(), acquires: new LuaTable(), watching: false, slots: 0, batching: 0, open: undefined, senders: 0, idle: 0, work, loaded: 0, batched: 0, batches: 0 };
+    lanes.set(conf, l);
+  }
+  return l;
+}
+
+/** Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some. */
+export function patience(conf: redis.RedisConf): number {
+  return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1;
+}
+
+/** Calls of this worker on their way to this Redis now (forgetting those whose time is up). */
+export function inFlight(lane: Lane): number {
+  const now = ngx_now();
+  let n = lane.batching;
+  for (const [slot, until] of lua_pairs(lane.direct)) {
+    if (until < now) lane.direct.delete(slot);
+    else n++;
+  }
+  return n;
+}
+
+/** Count b, a batch of one about to go at once on a connection of its own, in lane.direct while on its way. */
+export function claim(lane: Lane, b: Batch): number {
+  lane.slots++;
+  const slot = lane.slots;
+  lane.direct.set(slot, ngx_now() + patience(lane.conf));
+  if (b.undos > 0) {
+    lane.acquires.set(slot, b);
+    if (!lane.watching) lane.watching = timer_at(takeback.WATCH, watcher, lane)[0] !== undefined;
+  }
+  return slot;
+}
+
+export function unclaim(lane: Lane, slot: number): void {
+  lane.direct.delete(slot);
+  lane.acquires.delete(slot);
+}
+
+/** Would a call go out at once (few of this worker's calls on their way, none riding a batch)? */
+export function idle(lane: Lane): boolean {
+  return lane.batching === 0 && lane.open === undefined && ngx_now() >= lane.loaded && inFlight(lane) < DIRECT;
+}
+
+/** Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis. */
+export function stats(conf: redis.RedisConf): LuaMultiReturn<[number, number, number]> {
+  const l = lanes.get(conf);
+  if (l === undefined) return $multi(0, 0, 0);
+  return $multi(l.batched, l.batches, l.batching);
+}

@@ -1,0 +1,74 @@
+// The scripts of idempotency records (gateway mode "idempotency"), run as
+// every script is (roundtrip.ts).
+
+import * as script from "./script";
+
+const def = script.script;
+const isOk = script.isOk;
+const isOne = script.isOne;
+const FREES = script.FREES;
+
+// Idempotency records (gateway mode "idempotency"): one hash per key, fields
+//   state    "running" (claimed, the first request is in flight), "done" (its
+//            response is stored), "unreplayable" (completed, but its response
+//            was too large to store: retries are told so, never run again)
+//   token    the claim's owner
+//   fp       the request fingerprint (method, path, query, body digest)
+//   status, headers, body   the stored response (done only; body empty otherwise)
+
+/**
+ * KEYS[1] record, ARGV[1] token, ARGV[2] lease ms, ARGV[3] fingerprint.
+ * "OK" when claimed (a running record with our token, expiring after the
+ * lease); else the record there: { state, fp, status, headers, body, pttl }.
+ * SET NX and read in one script: two requests can never both miss.
+ */
+export const IDEM_CLAIM = def("idempotency claim", `
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'none' then
+  redis.call('HSET', KEYS[1], 'state', 'running', 'token', ARGV[1], 'fp', ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 'OK'
+end
+if t ~= 'hash' then
+  return redis.error_reply('WRONGTYPE idempotency key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a record')
+end
+local r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body')
+return { r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', redis.call('PTTL', KEYS[1]) }
+`, 1, isOk);
+
+/**
+ * KEYS[1] record, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] state ("done" or
+ * "unreplayable"), ARGV[4] status, ARGV[5] headers, ARGV[6] body.
+ * 1 when our running claim became the completed record, 0 when the claim is
+ * not ours any more (it ran out: a retry may have claimed the key meanwhile).
+ */
+export const IDEM_COMPLETE = def("idempotency complete", `
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`, 1, isOne);
+
+/**
+ * KEYS[1] record, ARGV[1] token, ARGV[2] lease ms. Renews our running claim:
+ * 1, or 0 when it is not ours. A record already completed by our own request
+ * (the store raced the keeper's round) answers 1 and keeps its ttl.
+ */
+export const IDEM_EXTEND = def("idempotency extend", `
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[2] ~= ARGV[1] then return 0 end
+if r[1] == 'running' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
+`, 1, undefined, undefined, FREES);
+
+/** KEYS[1] record, ARGV[1] token. Drops our running claim (a response not stored): 1, or 0 when not ours. */
+export const IDEM_RELEASE = def("idempotency release", `
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+`, 1, undefined, undefined, FREES);
+
+
+// A claim whose caller is gone before its reply came is dropped (pipeline.ts, takeback.ts).
+IDEM_CLAIM.undo = IDEM_RELEASE;

@@ -1,0 +1,275 @@
+// One round trip of script calls to one server, the only way a script reaches
+// Redis: a batch of calls (one, or many: auto-pipelining's batches, a batch of
+// releases) goes out as one pipeline on a pooled connection, its replies are
+// read one at a time (resp.ts), and every call keeps its own outcome:
+//   - a reply read is that call's answer; an error reply is that call's
+//     refusal, mapped to a fault (refused);
+//   - when the connection breaks, the calls whose replies were not read are
+//     "outcome unknown" ("lost"), and the others are not;
+//   - NOSCRIPT (SCRIPT FLUSH, a restart, a failover) is answered by sending
+//     the script's body (EVAL, which caches it again) for the calls that met it;
+//   - with redis.replicas, one WAIT follows the writes of the batch;
+//   - ASKING precedes each call of a batch for a Cluster slot being imported.
+
+import type { CallResult, Fault, Outcome, Target } from "./backend";
+import type * as redis from "./client";
+import * as check from "../core/check";
+import * as command from "./command";
+import * as connection from "./connection";
+import * as resp from "./resp";
+import type * as scripts from "./scripts";
+
+export type Job = command.Job;
+export type Batch = command.Batch;
+
+const lua_tostring = tostring;
+const lua_type = type;
+const str_sub = string.sub;
+const str_format = string.format;
+const str_match = string.match;
+const tbl_concat = table.concat;
+const connect = connection.connect;
+const done = connection.done;
+const stale = connection.stale;
+const socket = connection.socket;
+const reader = resp.reader;
+const read = resp.read;
+const drained = resp.drained;
+const add = command.add;
+const addTarget = command.addTarget;
+const batchOf = command.batchOf;
+const commands = command.commands;
+const fail = command.fail;
+
+// READONLY: a master demoted by a failover; the next try goes to the new one.
+const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY");
+
+/** An error reply: its message (naming the endpoint) and fault. */
+export function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn<[string, Fault]> {
+  const [code] = str_match(lua_tostring(err), "^(%u+)");
+  if (code === "READONLY" || code === "LOADING") {
+    stale(conf);
+  }
+  let fault: Fault = "failed";
+  if (code === "MOVED" || code === "ASK") {
+    fault = "redirect";
+  } else if (code !== undefined && TRANSIENT.has(code)) {
+    fault = "transient";
+  }
+  return $multi("dlock: redis " + conf.endpoint + ": " + lua_tostring(err), fault);
+}
+
+/**
+ * The fault of a connection that could not be made (nothing was sent). Behind
+ * Sentinel a master that cannot be reached is most likely being replaced: the
+ * sentinels are asked again, and a waiting acquire tries again ("transient").
+ */
+export function unreachable(conf: redis.RedisConf): Fault {
+  return conf.sentinel !== undefined ? "transient" : "failed";
+}
+
+/** Index k of the jobs `which` of b (nil: all of them, in order). */
+function at(which: number[] | undefined, k: number): number {
+  return which === undefined ? k : which[k - 1]!;
+}
+
+/** The jobs `which` (from k on) were sent, and their replies never came. */
+function lost(conf: redis.RedisConf, b: Batch, which: number[] | undefined, k: number, why: string | undefined): void {
+  const n = which === undefined ? b.jobs.length : which.length;
+  for (const m of $range(k, n)) {
+    const j = b.jobs[at(which, m) - 1]!;
+    j.res = undefined;
+    j.err = "dlock: redis " + conf.endpoint + ": " + lua_tostring(why) + " during " + j.s.name;
+    j.fault = "lost";
+  }
+}
+
+/** Send the commands of the jobs `which`; false when the connection failed (then they are lost). */
+function sendAll(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: number[] | undefined, payload: string): boolean {
+  const [sent, serr] = sock.send(payload);
+  if (sent === undefined) {
+    // Nothing or part of it left: none of them may have reached Redis, or all.
+    lost(conf, b, which, 1, serr);
+    return false;
+  }
+  return true;
+}
+
+/** Read the replies of the jobs `which` in turn; those that met NOSCRIPT (unless `body`: EVAL was sent). */
+function replies(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: number[] | undefined, body: boolean): number[] | undefined {
+  const r = reader(sock);
+  let again: number[] | undefined;
+  const n = which === undefined ? b.jobs.length : which.length;
+  for (const k of $range(1, n)) {
+    const j = b.jobs[at(which, k) - 1]!;
+    if (b.asking) {
+      // ASKING's own reply; one it refused leaves the call to be refused (MOVED).
+      const [ok, aerr] = read(r);
+      if (ok === undefined) {
+        lost(conf, b, which, k, aerr);
+        return undefined;
+      }
+    }
+    const [v, rerr] = read(r);
+    if (v === undefined) {
+      // These and the ones after them were sent; their replies never came.
+      lost(conf, b, which, k, rerr);
+      return undefined;
+    }
+    if (v === false) {
+      if (!body && str_sub(lua_tostring(rerr), 1, 8) === "NOSCRIPT") {
+        if (again === undefined) again = [];
+        again.push(at(which, k));
+      } else {
+        const [e, f] = refused(conf, rerr);
+        j.err = e;
+        j.fault = f;
+      }
+    } else {
+      j.res = v;
+    }
+  }
+  if (!drained(r)) {
+    // More bytes than replies: the replies may not be the ones they seemed,
+    // and the connection is not fit for the pool. Nothing read here stands.
+    for (const k of $range(1, n)) {
+      const j = b.jobs[at(which, k) - 1]!;
+      j.res = undefined;
+      j.err = "dlock: redis " + conf.endpoint + ": more data than replies during " + j.s.name;
+      j.fault = "lost";
+    }
+    return undefined;
+  }
+  return again;
+}
+
+/** Dict key counting writes that fewer replicas than asked acknowledged in time. */
+export const SHORTFALLS = "c:redis:replica_shortfalls";
+
+/**
+ * WAIT for conf.replicas replicas to acknowledge this connection's writes.
+ * Replication is asynchronous: a lock on a master that fails over before a
+ * replica has it is lost, and a second holder gets in. nil when enough
+ * acknowledged; else the error (the connection is handed back, or closed).
+ */
+function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): string | undefined {
+  const [n, err] = red.wait(conf.replicas, conf.replicas_timeout);
+  done(red, conf, n !== undefined);
+  if (lua_type(n) === "number" && (n as number) >= conf.replicas) {
+    return undefined;
+  }
+  if (conf.dict !== undefined) {
+    conf.dict.incr(SHORTFALLS, 1, 0);
+  }
+  if (lua_type(n) === "number") {
+    return str_format("dlock: redis %s: only %d of %d replica(s) acknowledged the %s within %d ms",
+      conf.endpoint, n, conf.replicas, s.name, conf.replicas_timeout);
+  }
+  return "dlock: redis " + conf.endpoint + ": WAIT for replicas after the " + s.name + " failed: " + lua_tostring(err);
+}
+
+/**
+ * Send b's calls as one pipeline on a pooled connection: the connection to
+ * read their replies from (finish), or nil when it failed (b's calls say so).
+ * Split from finish so that one caller can have calls on their way to several
+ * servers at once (a Redlock quorum).
+ */
+export function send(conf: redis.RedisConf, b: Batch): RestyRedis | undefined {
+  const [red, cerr] = connect(conf);
+  if (red === undefined) {
+    fail(b, cerr!, unreachable(conf));
+    return undefined;
+  }
+  if (!sendAll(conf, socket(red)!, b, undefined, b.asking ? commands(b, undefined, false) : tbl_concat(b.parts))) {
+    done(red, conf, false);
+    return undefined;
+  }
+  return red;
+}
+
+/** Read the replies of b's calls sent on red (EVAL for those Redis has no script for), then one WAIT. */
+export function finish(conf: redis.RedisConf, b: Batch, red: RestyRedis): void {
+  const sock = socket(red)!;
+  const again = replies(conf, sock, b, undefined, false);
+  if (again !== undefined && sendAll(conf, sock, b, again, commands(b, again, true))) replies(conf, sock, b, again, true);
+  const jobs = b.jobs;
+  let broken = false;
+  let wrote: Job[] | undefined;
+  for (const i of $range(1, jobs.length)) {
+    const j = jobs[i - 1]!;
+    if (j.fault === "lost") broken = true;
+    else if (j.res !== undefined && conf.replicas > 0 && j.s.written !== undefined && j.s.written(j.res)) {
+      if (wrote === undefined) wrote = [];
+      wrote.push(j);
+    }
+  }
+  if (!broken && wrote !== undefined) {
+    // One WAIT covers every write of the batch; it hands the connection back (or closes it).
+    const short = replicated(red, conf, wrote[0]!.s);
+    if (short !== undefined) {
+      for (const i of $range(1, wrote.length)) {
+        const j = wrote[i - 1]!;
+        j.res = undefined;
+        j.err = short;
+        j.fault = "replicas";
+      }
+    }
+    return;
+  }
+  done(red, conf, !broken);
+}
+
+/** Send b's calls as one pipeline and read their replies. */
+export function run(conf: redis.RedisConf, b: Batch): void {
+  const red = send(conf, b);
+  if (red !== undefined) finish(conf, b, red);
+}
+
+/** One call on a pooled connection of its own: a batch of one. */
+export function one(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+  const b = batchOf(undefined, false);
+  const job = add(b, s, rkey, ...args);
+  run(conf, b);
+  return $multi(job.res, job.err, job.fault);
+}
+
+/** As one(), after ASKING (a Cluster node serves a slot it imports only to a client that asks so). */
+export function asking(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+  const b = batchOf(undefined, true);
+  const job = add(b, s, rkey, ...args);
+  run(conf, b);
+  return $multi(job.res, job.err, job.fault);
+}
+
+/** A per-target script (command.addTarget) for every target, as one batch. */
+export function batchFor(conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Batch {
+  const b = batchOf(undefined, false);
+  for (const i of $range(1, targets.length)) {
+    let m: number | undefined;
+    if (ms !== undefined) m = ms[i - 1];
+    addTarget(b, conf.slotted, s, targets[i - 1]!, m);
+  }
+  return b;
+}
+
+/** What b's calls came to, per call. */
+export function outcome(b: Batch): Outcome {
+  const out: Outcome = { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() };
+  for (const i of $range(1, b.jobs.length)) {
+    const j = b.jobs[i - 1]!;
+    if (j.res !== undefined) {
+      out.replies.set(i, j.res);
+    } else {
+      out.errors.set(i, j.err!);
+      out.faults.set(i, j.fault!);
+    }
+  }
+  return out;
+}
+
+/** A per-target script for every target in one round trip (two when Redis met NOSCRIPT), on one server. */
+export function many(this: void, conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Outcome {
+  const b = batchFor(conf, s, targets, ms);
+  if (targets.length > 0) run(conf, b);
+  return outcome(b);
+}

@@ -1,0 +1,90 @@
+// Taking back what an acquire may have taken when its caller never came back
+// for the reply (its request ended: a client abort, a killed thread): nobody
+// would ever release it. The release (or drop) is owner-checked, sent on a
+// connection of its own.
+
+import type * as redis from "./client";
+import * as command from "./command";
+import type { Lane } from "./lanes";
+import * as roundtrip from "./roundtrip";
+import * as scripts from "./scripts";
+
+type Batch = command.Batch;
+type Job = command.Job;
+
+const ngx_now = ngx.now;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const WARN = ngx.WARN;
+const NOTICE = ngx.NOTICE;
+const timer_at = ngx.timer.at;
+const lua_pcall = pcall;
+const lua_next = next;
+const lua_pairs = pairs;
+const wordOf = command.wordOf;
+const alone = roundtrip.one;
+const forTarget = scripts.forTarget;
+
+/** Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will. */
+function takeBackOne(conf: redis.RedisConf, j: Job): void {
+  const rkey = wordOf(j, 1);
+  // ARGV[1], the token, follows the keys.
+  const [res, err] = forTarget(alone, conf, j.s.undo!, rkey, wordOf(j, j.s.keys + 1));
+  if (res === undefined) {
+    ngx_log(WARN, "dlock: ", rkey, " may be held by a request that ended before the ", j.s.name, " reply came, and cannot be taken back (",
+      err, "): it expires on its own");
+  } else if (res !== 0) {
+    ngx_log(NOTICE, "dlock: took back ", rkey, ": its request ended before the ", j.s.name, " reply came");
+  }
+}
+
+/**
+ * Take back the acquires of batch b whose callers did not come back for their
+ * replies: a timer started once the callers were woken, so every caller still
+ * there has been back. Only those whose replies were read: nothing of theirs
+ * can land later. (A lost reply of a caller that is gone is left to its ttl.)
+ */
+export function settle(this: void, premature: boolean, conf: redis.RedisConf, b: Batch): void {
+  const jobs = b.jobs;
+  for (const i of $range(1, jobs.length)) {
+    const j = jobs[i - 1]!;
+    if (j.s.undo !== undefined && j.res !== undefined && !j.back) {
+      // Whatever one runs into, the others are still taken back.
+      const [ok, err] = lua_pcall(takeBackOne, conf, j);
+      if (!ok) ngx_log(ERR, "dlock: take-back failed: ", err);
+    }
+  }
+}
+
+/** Seconds between looks for acquires sent at once whose callers never came back. */
+export const WATCH = 1;
+
+/**
+ * Acquires sent at once whose callers never came back for the answer: their
+ * request ended in the middle (a client abort) or their thread was killed.
+ * A slot still there when its time is up says so without a look at the
+ * request: every step of a call is bounded by a timeout, and its time
+ * (patience) is their sum and a second more. Waiting for it matters too: the
+ * connection was closed with the command perhaps not yet run, and by then it
+ * has run (or Redis has been stuck that long).
+ */
+export function watcher(this: void, premature: boolean, lane: Lane): void {
+  const now = ngx_now();
+  // Taking back yields: collect first (no new keys in a table while pairs() walks it).
+  const gone: Batch[] = [];
+  for (const [slot, b] of lua_pairs(lane.acquires)) {
+    // inFlight() forgets the slots whose time is up.
+    const until = lane.direct.get(slot);
+    if (until === undefined || until < now) {
+      lane.acquires.delete(slot);
+      lane.direct.delete(slot);
+      gone.push(b);
+    }
+  }
+  for (const i of $range(1, gone.length)) {
+    const [ok, err] = lua_pcall(takeBackOne, lane.conf, gone[i - 1]!.jobs[0]!);
+    if (!ok) ngx_log(ERR, "dlock: take-back failed: ", err);
+  }
+  if (premature || lua_next(lane.acquires)[0] === undefined || timer_at(WATCH, watcher, lane)[0] === undefined) lane.watching = false;
+}
+

@@ -44,11 +44,12 @@ function selectRows() {
 }
 
 /** Each kind of row: its runner and its progress line. */
+const rwSay = (r) => (r.rw ? `; readers beside readers ${r.rw.readersBesideReaders} (at most ${r.rw.maxReaders}), longest writer wait ${Math.round(r.rw.maxWriterWaitMs)} ms, writer timeouts ${r.rw.byMode.w.timeout}` : "");
 const KINDS = [
   { is: (sc) => sc.group === "contention", run: runContentionRow, say: (r) => `${r.wallMs} ms` },
   {
     is: (sc) => !!sc.topology, run: runTopologyRow,
-    say: (r) => `${r.acquisitions} acquisitions, ${r.overlaps} overlaps, ${r.errors} err, ${r.timeouts} timeout, ${r.httpFailures} http, gap ${r.maxGapMs} ms, stall ${r.maxStallMs} ms, ${r.wallMs} ms`,
+    say: (r) => `${r.acquisitions} acquisitions, ${r.overlaps} overlaps, ${r.errors} err, ${r.timeouts} timeout, ${r.httpFailures} http, gap ${r.maxGapMs} ms, stall ${r.maxStallMs} ms, ${r.wallMs} ms${rwSay(r)}`,
   },
   {
     is: (sc) => sc.load.kind === "gateway", run: runGatewayRow,
@@ -56,7 +57,7 @@ const KINDS = [
   },
   {
     is: () => true, run: runCritRow,
-    say: (r) => `${r.acquisitions} acquisitions, ${r.overlaps} overlaps, ${r.errors} err, ${r.timeouts} timeout, ${r.httpFailures} http, gap ${r.maxGapMs} ms, ${r.wallMs} ms`,
+    say: (r) => `${r.acquisitions} acquisitions, ${r.overlaps} overlaps, ${r.errors} err, ${r.timeouts} timeout, ${r.httpFailures} http, gap ${r.maxGapMs} ms, ${r.wallMs} ms${rwSay(r)}`,
   },
 ];
 

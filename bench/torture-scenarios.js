@@ -29,6 +29,8 @@
 //                        (met / missed) for the resty.dlock phase, never failed.
 //   noneSeen:            (rows not promised) added to the note when the row saw no overlap.
 //   outside:             (rows not promised) why, in a few words, for the report's footer.
+//   set "rw":            the rows of shared (read-write) locks and the compat facade: run by
+//                        --rw and the full run (the group decides their table).
 //   promised:            the design promises exclusion: for crit rows no two
 //                        holders inside at once; for gateway rows no more requests
 //                        in flight at the backend per key than the guard promises
@@ -289,31 +291,31 @@ const SCENARIOS = [
 
   // ---------------------------------------------------------------- shared and exclusive locks, the compat facade (issue 24)
   {
-    id: "rw-no-fault", title: "read-write, 85 % readers, no fault", group: "rw", promised: true, short: true, load: RW, fault: null,
+    id: "rw-no-fault", set: "rw", title: "read-write, 85 % readers, no fault", group: "rw", promised: true, short: true, load: RW, fault: null,
     about: "readers share a key, a writer has it alone; a waiting writer holds back the readers that come after it, so it gets in once the readers inside leave",
   },
   {
-    id: "rw-reader-kill", title: "read-write: nginx worker holding a read lease SIGKILLed", group: "rw", promised: true, load: RW,
+    id: "rw-reader-kill", set: "rw", title: "read-write: nginx worker holding a read lease SIGKILLed", group: "rw", promised: true, load: RW,
     fault: { kind: "worker-kill", instance: 1, reader: true },
     about: "the killed worker's read leases are given back by the new worker's crash recovery (owner-checked, the reader's entry only): the writers waiting behind it get in without waiting out the ttl",
   },
   {
-    id: "rw-redis-sigstop", title: "read-write: lock Redis SIGSTOP 1.5 s", group: "rw", promised: true, load: RW,
+    id: "rw-redis-sigstop", set: "rw", title: "read-write: lock Redis SIGSTOP 1.5 s", group: "rw", promised: true, load: RW,
     fault: { kind: "redis-sigstop", ms: 1500 },
     about: "calls in flight hit read_timeout (300 ms) and fail as err; read and write leases run out while Redis is paused",
   },
   {
-    id: "rw-cluster", title: "read-write on a Redis Cluster, 85 % readers, no fault", group: "rw", promised: true, load: RW, topology: CLUSTER,
+    id: "rw-cluster", set: "rw", title: "read-write on a Redis Cluster, 85 % readers, no fault", group: "rw", promised: true, load: RW, topology: CLUSTER,
     fault: null,
     about: "the same load on a 3-master Cluster: the lock key, its readers and its line share the key's slot (hash tags)",
   },
   {
-    id: "compat", title: "resty.dlock.compat (lua-resty-lock's API), an object per request", promised: true,
+    id: "compat", set: "rw", title: "resty.dlock.compat (lua-resty-lock's API), an object per request", promised: true,
     load: { kind: "crit", path: "/crit-compat" }, fault: null,
     about: "/crit-compat: `local lock = resty_lock:new(\"dlock\", { exptime = 3, timeout = 3 })`, `lock:lock(key)`, 20 ms inside, `lock:unlock()`, as code written for lua-resty-lock does it, across the workers of both nginx (exptime 3 s: lua-resty-lock caps timeout at exptime, and /crit waits 3 s)",
   },
   {
-    id: "gw-rw", title: "mutex guard whose GETs share (shared = { \"GET\", \"HEAD\" }), 85 % GETs", group: "gateway", promised: true,
+    id: "gw-rw", set: "rw", title: "mutex guard whose GETs share (shared = { \"GET\", \"HEAD\" }), 85 % GETs", group: "gateway", promised: true,
     load: gw({ guards: ["rw"], via: "plain", gets: 0.85, clients: 60, keys: 2, backendMs: [20, 120], durationMs: 4000 }),
     fault: null,
     about: "GETs take the key as readers and reach the backend side by side; a POST takes it alone: never a POST beside anyone at the backend, never a GET beside a POST",

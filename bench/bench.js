@@ -14,11 +14,19 @@ const { sleep, freePort, Ports, children, cpuSeconds, Procs, cli, redisCalls, re
 
 const root = path.resolve(__dirname, "..");
 const smoke = process.argv.includes("--smoke");
+// --only S: only the lines whose id or name contains S (a section without one is
+// skipped with what it needs started); results in bench/results/only.{md,json}.
+const onlyAt = process.argv.indexOf("--only");
+const only = onlyAt >= 0 ? process.argv[onlyAt + 1] : null;
+if (onlyAt >= 0 && !only) throw new Error("--only needs a substring of a line's id or name");
+const wanted = (l) => !only || l.id.includes(only) || l.name.includes(only);
 const cfg = smoke
   ? { rounds: 1, seconds: 1, conns: 32, contendClients: 40, contendSeconds: 2, memRequests: 20000, dictLeases: 2000 }
   : { rounds: 5, seconds: 5, conns: 50, contendClients: 40, contendSeconds: 6, memRequests: 1000000, dictLeases: 10000 };
 // Section 2: every request acquires the one key (ttl, waiting at most wait ms), holds it hold ms, releases.
 Object.assign(cfg, { contendHold: 20, contendTtl: 1000, contendWait: 3000, contendWarmup: 0.5 });
+// Section 2b: the same clients on one key, rwReaders of the requests readers, each holding it rwHold ms.
+Object.assign(cfg, { rwReaders: 0.9, rwHold: 5 });
 const outDir = path.join(root, "bench", "results");
 const prefix = fs.mkdtempSync("/tmp/dlock-bench.");
 fs.chmodSync(prefix, 0o755);
@@ -219,6 +227,77 @@ async function sectionsOf(ports, p) {
   return out;
 }
 
+/**
+ * Section 2b: cfg.contendClients clients over the contending pair, on one key:
+ * each request a reader (cfg.rwReaders of them) or a writer, holding the key
+ * cfg.rwHold ms. Line rw_shared takes the readers with shared = true, line
+ * rw_exclusive exclusively; lines interleaved per round.
+ */
+async function readMostlyLines(rwLines, contend, pids) {
+  const agents = contend.nginxPorts.map(() => new http.Agent({ keepAlive: true, maxSockets: Infinity }));
+  const phase = async (l, seconds) => {
+    const c = { r: { ok: 0, ms: [] }, w: { ok: 0, ms: [] }, timeouts: 0, errors: 0, errMsgs: {} };
+    let stopping = false;
+    const q = `&h=${cfg.rwHold}&wait=${cfg.contendWait}&ttl=${cfg.contendTtl}&shared=${l.shared}`;
+    const one = async (i) => {
+      const k = i % contend.nginxPorts.length;
+      while (!stopping) {
+        const mode = Math.random() < cfg.rwReaders ? "r" : "w";
+        const t = process.hrtime.bigint();
+        const r = await getKept(contend.nginxPorts[k], `/contend/rw?mode=${mode}${q}`, agents[k]);
+        const body = r.error ? "" : r.body.trim();
+        if (body === "ok " + mode) { c[mode].ok++; c[mode].ms.push(Number(process.hrtime.bigint() - t) / 1e6); }
+        else if (body === "timeout") c.timeouts++;
+        else { c.errors++; const m = r.error || `${r.status} ${body.slice(0, 80)}`; c.errMsgs[m] = (c.errMsgs[m] || 0) + 1; await sleep(10); }
+      }
+    };
+    const mon = await Monitor.start(contend.redisPort);
+    const cpu = () => cpuSeconds(pids()) + cpuSeconds([contend.redis.pid]);
+    const cpu0 = cpu(), t0 = Date.now();
+    const all = Promise.all(Array.from({ length: cfg.contendClients }, (_, i) => one(i)));
+    await sleep(seconds * 1000);
+    stopping = true;
+    await all;
+    const secs = (Date.now() - t0) / 1000;
+    await sleep(300);
+    mon.stop();
+    return { c, secs, cmds: mon.total, cpuS: cpu() - cpu0 };
+  };
+  for (const l of rwLines) await phase(l, cfg.contendWarmup);
+  const runs = Object.fromEntries(rwLines.map((l) => [l.id, []]));
+  const pct = (xs, p) => { const a = [...xs].sort((x, y) => x - y); return a.length ? a[Math.min(a.length - 1, Math.floor(p * a.length))] : NaN; };
+  for (let round = 0; round < cfg.rounds; round++) {
+    for (const l of rwLines) {
+      const { c, secs, cmds, cpuS } = await phase(l, cfg.contendSeconds);
+      const n = c.r.ok + c.w.ok;
+      const r = {
+        readsPerSec: c.r.ok / secs, writesPerSec: c.w.ok / secs, readP50: pct(c.r.ms, 0.5), readP99: pct(c.r.ms, 0.99),
+        writeP50: pct(c.w.ms, 0.5), writeP99: pct(c.w.ms, 0.99), writeMax: pct(c.w.ms, 1), timeouts: c.timeouts, errors: c.errors,
+        errMsgs: c.errMsgs, cmdsPerReq: cmds / n, cpuMsPerReq: (cpuS * 1000) / n,
+      };
+      runs[l.id].push(r);
+      log(`  round ${round + 1} ${l.name}: ${fmt(r.readsPerSec)} reads/s, ${fmt(r.writesPerSec)} writes/s, read p99 ${fmt(r.readP99, 1)} ms, ` +
+        `write p99 ${fmt(r.writeP99, 1)} ms, ${c.timeouts} wait timeouts, ${c.errors} errors`);
+    }
+  }
+  for (const a of agents) a.destroy();
+  const lines = rwLines.map((l) => {
+    const rs = runs[l.id];
+    const m = (f) => median(rs.map(f));
+    return {
+      line: l.name, id: l.id, clients: cfg.contendClients, readers_share: cfg.rwReaders, hold_ms: cfg.rwHold,
+      reads_per_sec: m((r) => r.readsPerSec), writes_per_sec: m((r) => r.writesPerSec),
+      read_p50_ms: m((r) => r.readP50), read_p99_ms: m((r) => r.readP99), write_p50_ms: m((r) => r.writeP50), write_p99_ms: m((r) => r.writeP99),
+      write_max_ms: Math.max(...rs.map((r) => r.writeMax)), redis_cmds_per_req: m((r) => r.cmdsPerReq), cpu_ms_per_req: m((r) => r.cpuMsPerReq),
+      wait_timeouts: rs.reduce((a, r) => a + r.timeouts, 0), errors: rs.reduce((a, r) => a + r.errors, 0),
+      error_messages: rs.reduce((a, r) => { for (const [k, n] of Object.entries(r.errMsgs)) a[k] = (a[k] || 0) + n; return a; }, {}),
+      rounds: rs.map(({ errMsgs, ...r }) => r),
+    };
+  });
+  const sh = lines.find((l) => l.id === "rw_shared"), ex = lines.find((l) => l.id === "rw_exclusive");
+  return { lines, reads_ratio: sh && ex ? sh.reads_per_sec / ex.reads_per_sec : null, writes_ratio: sh && ex ? sh.writes_per_sec / ex.writes_per_sec : null };
+}
+
 async function main() {
   const redisPort = await freePort();
   const httpPort = await freePort();
@@ -241,61 +320,88 @@ async function main() {
     for (let i = 0; i < 6; i++) topoPorts.cluster.push(await env.ports.pick({ bus: true }));
   }
 
-  const redis = await redisServer("redis", redisPort);
+  // 1. Uncontended throughput, distinct key per request. The topology lines run
+  // the /core handler on another Redis (storeKind), interleaved with the rest.
+  const lines = [
+    { id: "none", name: "no lock (ceiling)", url: `http://127.0.0.1:${httpPort}/none`, server: () => nginxPids() },
+    { id: "core", name: "resty.dlock acquire+release", url: `http://127.0.0.1:${httpPort}/core`, server: () => nginxPids() },
+    { id: "core_plain", name: "resty.dlock acquire+release, auto_pipeline = false (a connection per call, as before)", url: `http://127.0.0.1:${httpPort}/core-plain`, server: () => nginxPids() },
+    { id: "core_plain_low", name: "resty.dlock acquire+release, auto_pipeline = false, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core-plain`, server: () => nginxPids() },
+    { id: "core_low", name: "resty.dlock acquire+release, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core`, server: () => nginxPids() },
+    { id: "core_tls", topo: true, storeKind: "tls", name: "resty.dlock acquire+release, TLS (ssl_verify on)", url: `http://127.0.0.1:${httpPort}/core-tls`, server: () => nginxPids() },
+    { id: "core_sentinel", topo: true, storeKind: "sentinel", name: "resty.dlock acquire+release, Sentinel (master + 1 replica, 3 sentinels)", url: `http://127.0.0.1:${httpPort}/core-sentinel`, server: () => nginxPids() },
+    { id: "core_cluster", topo: true, storeKind: "cluster", name: "resty.dlock acquire+release, Cluster (3 masters + 3 replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster`, server: () => nginxPids(), skip: clusterSkip },
+    { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: () => nginxPids() },
+    { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: () => nginxPids() },
+    { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: () => nginxPids() },
+    { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: () => nginxPids() },
+    { id: "node", name: "Node.js node-redlock 5 + ioredis", url: `http://127.0.0.1:${nodePort}/`, server: () => [node.pid] },
+  ];
+  // 2. Contention (and 2b, read-mostly): on the contending pair started below.
+  const contend = { redisPort: await freePort(), nginxPorts: [await freePort(), await freePort()], peerPorts: [await freePort(), await freePort()] };
+  const nginxPair = () => contend.nginx.flatMap((n) => [n.pid, ...children(n.pid)]);
+  const contLines = [
+    { id: "dlock", name: "resty.dlock acquire with wait (pub/sub wake-ups)", instances: "2 nginx × 2 workers", ports: contend.nginxPorts, path: "/contend/dlock", sections: "/sections", pids: nginxPair },
+    { id: "poll", name: "polling lock in Lua (SET NX PX, 2→64 ms jittered backoff, EVAL release)", instances: "2 nginx × 2 workers", ports: contend.nginxPorts, path: "/contend/poll", sections: "/sections", pids: nginxPair },
+    { id: "redlock", name: "node-redlock 5 retry loop (retryDelay 20 ms, retryJitter 10 ms, retryCount wait / 20)", instances: "2 Node.js processes", ports: contend.peerPorts, path: "/contend", sections: "/sections", pids: () => contend.peers.map((p) => p.pid) },
+  ].filter(wanted);
+  const rwLines = [
+    { id: "rw_shared", name: "read-mostly: readers with shared = true, writers exclusive", shared: 1 },
+    { id: "rw_exclusive", name: "read-mostly: every request exclusive (the same readers and writers)", shared: 0 },
+  ].filter(wanted);
+  const run1 = lines.some(wanted);
+  const run2 = contLines.length > 0 || rwLines.length > 0;
+  if (!run1 && !run2) throw new Error(`--only ${only}: no line's id or name contains it`);
+  let redis, nginx, node, tlsStore, sentinelStore, clusterStore, standalone, setRps = NaN;
+  const nginxPids = () => [nginx.pid, ...children(nginx.pid)];
+  const nginxBin = libNginxBin();
+  const peer = (port, rport) => start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(port), String(rport)]);
+  if (run1) {
+  redis = await redisServer("redis", redisPort);
   renderConf(path.join(root, "nginx", "bench.conf"), prefix, path.join(prefix, "nginx.conf"), { HTTP_PORT: httpPort, REDIS_PORT: redisPort,
     TLS_PORT: topoPorts.tls, SENTINEL_NODES: topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(","),
     CLUSTER_NODES: topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",") });
   // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
-  const nginxBin = libNginxBin();
-  const nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
-  const peer = (port, rport) => start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(port), String(rport)]);
-  const node = peer(nodePort, redisPort);
+  nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
+  const nodeLine = lines.some((l) => l.id === "node" && wanted(l));
+  if (nodeLine) node = peer(nodePort, redisPort);
+  const needs = (kind) => lines.some((l) => l.storeKind === kind && !l.skip && wanted(l));
+  const t0Topo = Date.now();
+  [tlsStore, sentinelStore, clusterStore] = await Promise.all([
+    needs("tls") ? startTls(topoPorts.tls, tlsDir) : null, needs("sentinel") ? startSentinel(topoPorts.sentinel) : null,
+    needs("cluster") ? startCluster(topoPorts.cluster) : null]);
+  log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
+  await waitFor(httpPort);
+  if (nodeLine) await waitFor(nodePort);
+  standalone = store("standalone", [{ port: redisPort, pid: redis.pid }]);
+  for (const l of lines) if (l.storeKind) l.store = { tls: tlsStore, sentinel: sentinelStore, cluster: clusterStore }[l.storeKind];
+  }
+  if (run2) {
   // Section 2: a redis-server of its own (only the contending instances talk to
   // it, so MONITOR sees nothing else), two nginx (nginx/bench-contend.conf, two
   // workers each) and two Node.js peers (node-redlock's two instances).
-  const contend = { redisPort: await freePort(), nginxPorts: [await freePort(), await freePort()], peerPorts: [await freePort(), await freePort()] };
   contend.redis = await redisServer("redis-contend", contend.redisPort);
   contend.nginx = contend.nginxPorts.map((port, i) => {
     const dir = path.join(prefix, "contend-" + (i + 1));
     renderConf(path.join(root, "nginx", "bench-contend.conf"), dir, path.join(dir, "nginx.conf"), { HTTP_PORT: port, REDIS_PORT: contend.redisPort });
     return start(nginxBin, ["-p", dir, "-c", path.join(dir, "nginx.conf"), "-g", "daemon off;"]);
   });
-  contend.peers = contend.peerPorts.map((port) => peer(port, contend.redisPort));
-  const t0Topo = Date.now();
-  const [tlsStore, sentinelStore, clusterStore] = await Promise.all([
-    startTls(topoPorts.tls, tlsDir), startSentinel(topoPorts.sentinel), clusterSkip ? null : startCluster(topoPorts.cluster)]);
-  log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
-  await waitFor(httpPort);
-  await waitFor(nodePort);
-  for (const p of [...contend.nginxPorts, ...contend.peerPorts]) await waitFor(p);
-  const nginxPids = () => [nginx.pid, ...children(nginx.pid)];
-  const standalone = store("standalone", [{ port: redisPort, pid: redis.pid }]);
+  // node-redlock's two instances: only for its line.
+  const peers = contLines.some((l) => l.id === "redlock");
+  contend.peers = peers ? contend.peerPorts.map((port) => peer(port, contend.redisPort)) : [];
+  for (const p of [...contend.nginxPorts, ...(peers ? contend.peerPorts : [])]) await waitFor(p);
+  }
 
-  const setRps = (() => {
+  let throughput = [], topologies = [];
+  if (run1) {
+  setRps = (() => {
     const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
     const m = /SET: ([\d.]+) requests per second/.exec(r.stdout);
     return m ? Number(m[1]) : NaN;
   })();
   log(`redis-benchmark SET (${cfg.conns} clients): ${fmt(setRps)} req/s`);
 
-  // 1. Uncontended throughput, distinct key per request. The topology lines run
-  // the /core handler on another Redis, interleaved with the rest.
-  const lines = [
-    { id: "none", name: "no lock (ceiling)", url: `http://127.0.0.1:${httpPort}/none`, server: nginxPids },
-    { id: "core", name: "resty.dlock acquire+release", url: `http://127.0.0.1:${httpPort}/core`, server: nginxPids },
-    { id: "core_plain", name: "resty.dlock acquire+release, auto_pipeline = false (a connection per call, as before)", url: `http://127.0.0.1:${httpPort}/core-plain`, server: nginxPids },
-    { id: "core_plain_low", name: "resty.dlock acquire+release, auto_pipeline = false, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core-plain`, server: nginxPids },
-    { id: "core_low", name: "resty.dlock acquire+release, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core`, server: nginxPids },
-    { id: "core_tls", topo: true, name: "resty.dlock acquire+release, TLS (ssl_verify on)", url: `http://127.0.0.1:${httpPort}/core-tls`, server: nginxPids, store: tlsStore },
-    { id: "core_sentinel", topo: true, name: "resty.dlock acquire+release, Sentinel (master + 1 replica, 3 sentinels)", url: `http://127.0.0.1:${httpPort}/core-sentinel`, server: nginxPids, store: sentinelStore },
-    { id: "core_cluster", topo: true, name: "resty.dlock acquire+release, Cluster (3 masters + 3 replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster`, server: nginxPids, store: clusterStore, skip: clusterSkip },
-    { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: nginxPids },
-    { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: nginxPids },
-    { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: nginxPids },
-    { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: nginxPids },
-    { id: "node", name: "Node.js node-redlock 5 + ioredis", url: `http://127.0.0.1:${nodePort}/`, server: () => [node.pid] },
-  ];
-  const active = lines.filter((l) => !l.skip);
+  const active = lines.filter((l) => !l.skip && wanted(l));
   for (const l of active.filter((x) => x.topo)) {
     const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
     if (r.status !== 200) throw new Error(`${l.name}: ${r.status} ${r.body.trim()} (see ${prefix}/logs/error.log)`);
@@ -333,11 +439,11 @@ async function main() {
       errors: rs.reduce((a, r) => a + r.errors, 0),
     };
   };
-  const throughput = lines.filter((l) => !l.topo).map(summary);
+  throughput = lines.filter((l) => !l.topo && wanted(l)).map(summary);
   // 1b. The same acquire+release on other topologies, as ratios to the standalone line.
   const core = throughput.find((l) => l.id === "core");
-  const topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
-  for (const l of lines.filter((x) => x.topo)) {
+  if (core) topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
+  for (const l of lines.filter((x) => x.topo && core && wanted(x))) {
     if (l.skip) {
       topologies.push({ line: l.name, id: l.id, topology: l.id.replace("core_", ""), skipped: l.skip });
       continue;
@@ -352,17 +458,12 @@ async function main() {
         sentinel_queries_per_sec: median(rs.map((r) => r.sentinelQueriesPerSec)) } : {}),
       ...(note ? { note } : {}) });
   }
+  }
 
   // 2. Contention across two instances: C clients on one key (half on each
   // instance), each request acquiring it (waiting at most contendWait ms),
   // holding it contendHold ms, releasing. Lines interleaved per round.
   const q = `?h=${cfg.contendHold}&wait=${cfg.contendWait}&ttl=${cfg.contendTtl}`;
-  const nginxPair = () => contend.nginx.flatMap((n) => [n.pid, ...children(n.pid)]);
-  const contLines = [
-    { id: "dlock", name: "resty.dlock acquire with wait (pub/sub wake-ups)", instances: "2 nginx × 2 workers", ports: contend.nginxPorts, path: "/contend/dlock", sections: "/sections", pids: nginxPair },
-    { id: "poll", name: "polling lock in Lua (SET NX PX, 2→64 ms jittered backoff, EVAL release)", instances: "2 nginx × 2 workers", ports: contend.nginxPorts, path: "/contend/poll", sections: "/sections", pids: nginxPair },
-    { id: "redlock", name: "node-redlock 5 retry loop (retryDelay 20 ms, retryJitter 10 ms, retryCount wait / 20)", instances: "2 Node.js processes", ports: contend.peerPorts, path: "/contend", sections: "/sections", pids: () => contend.peers.map((p) => p.pid) },
-  ];
   const ideal = 1000 / cfg.contendHold;
   async function contendPhase(l, seconds) {
     await sectionsOf(l.ports, l.sections); // nothing left over from before
@@ -426,19 +527,25 @@ async function main() {
     };
   });
 
-  // 3. Memory.
+  // 2b. Read-mostly: a read-write lock against an exclusive one on the same key.
+  const readMostly = rwLines.length ? await readMostlyLines(rwLines, contend, nginxPair) : null;
+
+  // 3. Memory (not with --only).
+  let memory = null;
+  if (!only) {
   const dictBytes = Number((await get(httpPort, `/dictmem?n=${cfg.dictLeases}`)).body);
   const memBefore = Number((await get(httpPort, "/mem")).body);
   let served = 0;
   while (served < cfg.memRequests) served += wrk(`http://127.0.0.1:${httpPort}/core`, cfg.conns, smoke ? 2 : 20).requests;
   const memAfter = Number((await get(httpPort, "/mem")).body);
-  const memory = { dict_bytes_per_lease: dictBytes, leases_measured: cfg.dictLeases, requests: served, lua_kb_before: memBefore, lua_kb_after: memAfter };
+  memory = { dict_bytes_per_lease: dictBytes, leases_measured: cfg.dictLeases, requests: served, lua_kb_before: memBefore, lua_kb_after: memAfter };
+  }
 
   const result = {
     when: new Date().toISOString(), smoke, config: cfg,
     machine: { cpus: os.cpus().length, redis: execFileSync("redis-server", ["--version"], { encoding: "utf8" }).trim(),
       nginx: spawnSync(nginxBin, ["-v"], { encoding: "utf8" }).stderr.trim(), node: process.version },
-    redis_set_rps: setRps, throughput, topologies, contention, memory,
+    only, redis_set_rps: setRps, throughput, topologies, contention, readMostly, memory,
   };
   report(result);
 }
@@ -449,7 +556,9 @@ function report(r) {
   t.push("");
   t.push(`${r.when}, ${r.machine.cpus} CPUs, ${r.machine.nginx}, ${r.machine.redis.split(" ").slice(0, 3).join(" ")}, Node ${r.machine.node}.`);
   t.push(`Medians of ${r.config.rounds} interleaved round(s). One nginx worker, one Node process, one redis-server (plus the topologies of 1b, and the two instances of section 2), wrk on loopback.`);
+  if (r.only) t.push(`Only the lines whose id or name contains "${r.only}" (\`--only\`).`);
   t.push("");
+  if (r.throughput.length) {
   t.push(`## 1. Uncontended: acquire + release around a trivial handler, distinct key per request (${r.config.conns} connections)`);
   t.push("");
   t.push(`Physical ceiling: redis-benchmark SET = ${fmt(r.redis_set_rps)} req/s (a lock needs two round trips: acquire and release).`);
@@ -463,8 +572,8 @@ function report(r) {
   t.push("");
   const plain = r.throughput.find((l) => l.id === "core_plain"), low = r.throughput.find((l) => l.id === "core_low"),
     plainLow = r.throughput.find((l) => l.id === "core_plain_low");
-  t.push(`resty.dlock / seed Lua = ${fmt(core.rps / seed.rps, 2)}; resty.dlock / node-redlock = ${fmt(core.rps / nodeL.rps, 2)}.`);
-  if (plain) {
+  if (core && seed && nodeL) t.push(`resty.dlock / seed Lua = ${fmt(core.rps / seed.rps, 2)}; resty.dlock / node-redlock = ${fmt(core.rps / nodeL.rps, 2)}.`);
+  if (plain && core) {
     t.push("");
     t.push(`Auto-pipelining (the calls of concurrent requests of the worker share round trips) against auto_pipeline = false ` +
       `(a pooled connection per call, as before): req/s ${fmt(core.rps / plain.rps, 2)}×, CPU ms / 1000 req (nginx + Redis) ` +
@@ -473,6 +582,8 @@ function report(r) {
         `p99 ${fmt(low.p99_ms, 2)} against ${fmt(plainLow.p99_ms, 2)} ms.` : "."));
   }
   t.push("");
+  }
+  if (r.topologies.length) {
   t.push(`## 1b. Redis topologies: the same acquire+release (/core handler), interleaved with the lines above`);
   t.push("");
   t.push("Ratios are to the standalone line of this run. CPU per 1000 requests: nginx, the Redis servers holding the keys " +
@@ -500,6 +611,8 @@ function report(r) {
     for (const n of notes) t.push(`- ${n}`);
   }
   t.push("");
+  }
+  if (r.contention.length) {
   const c0 = r.contention[0];
   t.push(`## 2. Contention across two instances: ${c0.clients} clients on one key, each holding it ${c0.hold_ms} ms`);
   t.push("");
@@ -541,17 +654,43 @@ function report(r) {
       (l.errors ? `; ${l.errors} error(s): ${Object.entries(l.error_messages).slice(0, 3).map(([m, n]) => `"${m}" ×${n}`).join(", ")}` : "") + ".");
   }
   t.push("");
+  }
+  if (r.readMostly) {
+    const rm = r.readMostly, l0 = rm.lines[0];
+    t.push(`## 2b. Read-mostly: ${l0.clients} clients on one key, ${fmt(l0.readers_share * 100)} % of the requests readers, each holding it ${l0.hold_ms} ms`);
+    t.push("");
+    t.push(`The contending pair of section 2 (two nginx × 2 workers, one redis-server), ${l0.clients / 2} clients on each; every request is a reader ` +
+      `with probability ${l0.readers_share}, else a writer, and acquires the one key (ttl ${r.config.contendTtl} ms, waiting at most ${r.config.contendWait} ms), ` +
+      `holds it ${l0.hold_ms} ms and releases it. **rw_shared**: readers take it with \`shared = true\` (side by side), writers exclusively; ` +
+      "**rw_exclusive**: the same requests, every one exclusive (what a plain lock gives). Reads/s and writes/s = answered requests per second; " +
+      "latency = the client's, waiting included; Redis cmds/request = every command the instances sent (MONITOR), over the answered requests.");
+    t.push("");
+    t.push("| line | reads/s | writes/s | read p50 / p99 ms | write p50 / p99 / max ms | Redis cmds/request | CPU ms/request | wait timeouts | errors |");
+    t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (const l of rm.lines) {
+      t.push(`| ${l.line} | ${fmt(l.reads_per_sec)} | ${fmt(l.writes_per_sec)} | ${fmt(l.read_p50_ms, 1)} / ${fmt(l.read_p99_ms, 1)} | ` +
+        `${fmt(l.write_p50_ms, 1)} / ${fmt(l.write_p99_ms, 1)} / ${fmt(l.write_max_ms, 0)} | ${fmt(l.redis_cmds_per_req, 2)} | ${fmt(l.cpu_ms_per_req, 2)} | ${l.wait_timeouts} | ${l.errors} |`);
+    }
+    if (rm.reads_ratio !== null) {
+      t.push("");
+      t.push(`rw_shared / rw_exclusive: reads/s ${fmt(rm.reads_ratio, 2)}×, writes/s ${fmt(rm.writes_ratio, 2)}×.`);
+    }
+    t.push("");
+  }
+  if (r.memory) {
   t.push("## 3. Memory");
   t.push("");
   t.push(`- shared dict: ${fmt(r.memory.dict_bytes_per_lease)} bytes per held lease (${r.memory.leases_measured} leases held at once).`);
   t.push(`- worker Lua heap after a full GC: ${fmt(r.memory.lua_kb_before)} KB before, ${fmt(r.memory.lua_kb_after)} KB after ${r.memory.requests} more acquire+release requests.`);
+  }
   const md = t.join("\n") + "\n";
   console.log("\n" + md);
   fs.mkdirSync(outDir, { recursive: true });
-  const base = r.smoke ? "smoke" : "latest";
+  // --only runs never overwrite a full run's results.
+  const base = r.only ? "only" : r.smoke ? "smoke" : "latest";
   fs.writeFileSync(path.join(outDir, base + ".md"), md);
   fs.writeFileSync(path.join(outDir, base + ".json"), JSON.stringify(r, null, 2) + "\n");
-  if (!r.smoke) plot(r);
+  if (!r.smoke && !r.only) plot(r);
 }
 
 function plot(r) {

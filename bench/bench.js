@@ -357,107 +357,107 @@ async function main() {
   const nginxBin = libNginxBin();
   const peer = (port, rport) => start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(port), String(rport)]);
   if (run1) {
-  redis = await redisServer("redis", redisPort);
-  renderConf(path.join(root, "nginx", "bench.conf"), prefix, path.join(prefix, "nginx.conf"), { HTTP_PORT: httpPort, REDIS_PORT: redisPort,
-    TLS_PORT: topoPorts.tls, SENTINEL_NODES: topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(","),
-    CLUSTER_NODES: topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",") });
-  // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
-  nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
-  const nodeLine = lines.some((l) => l.id === "node" && wanted(l));
-  if (nodeLine) node = peer(nodePort, redisPort);
-  const needs = (kind) => lines.some((l) => l.storeKind === kind && !l.skip && wanted(l));
-  const t0Topo = Date.now();
-  [tlsStore, sentinelStore, clusterStore] = await Promise.all([
-    needs("tls") ? startTls(topoPorts.tls, tlsDir) : null, needs("sentinel") ? startSentinel(topoPorts.sentinel) : null,
-    needs("cluster") ? startCluster(topoPorts.cluster) : null]);
-  log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
-  await waitFor(httpPort);
-  if (nodeLine) await waitFor(nodePort);
-  standalone = store("standalone", [{ port: redisPort, pid: redis.pid }]);
-  for (const l of lines) if (l.storeKind) l.store = { tls: tlsStore, sentinel: sentinelStore, cluster: clusterStore }[l.storeKind];
+    redis = await redisServer("redis", redisPort);
+    renderConf(path.join(root, "nginx", "bench.conf"), prefix, path.join(prefix, "nginx.conf"), { HTTP_PORT: httpPort, REDIS_PORT: redisPort,
+      TLS_PORT: topoPorts.tls, SENTINEL_NODES: topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(","),
+      CLUSTER_NODES: topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(",") });
+    // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
+    nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
+    const nodeLine = lines.some((l) => l.id === "node" && wanted(l));
+    if (nodeLine) node = peer(nodePort, redisPort);
+    const needs = (kind) => lines.some((l) => l.storeKind === kind && !l.skip && wanted(l));
+    const t0Topo = Date.now();
+    [tlsStore, sentinelStore, clusterStore] = await Promise.all([
+      needs("tls") ? startTls(topoPorts.tls, tlsDir) : null, needs("sentinel") ? startSentinel(topoPorts.sentinel) : null,
+      needs("cluster") ? startCluster(topoPorts.cluster) : null]);
+    log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
+    await waitFor(httpPort);
+    if (nodeLine) await waitFor(nodePort);
+    standalone = store("standalone", [{ port: redisPort, pid: redis.pid }]);
+    for (const l of lines) if (l.storeKind) l.store = { tls: tlsStore, sentinel: sentinelStore, cluster: clusterStore }[l.storeKind];
   }
   if (run2) {
-  // Section 2: a redis-server of its own (only the contending instances talk to
-  // it, so MONITOR sees nothing else), two nginx (nginx/bench-contend.conf, two
-  // workers each) and two Node.js peers (node-redlock's two instances).
-  contend.redis = await redisServer("redis-contend", contend.redisPort);
-  contend.nginx = contend.nginxPorts.map((port, i) => {
-    const dir = path.join(prefix, "contend-" + (i + 1));
-    renderConf(path.join(root, "nginx", "bench-contend.conf"), dir, path.join(dir, "nginx.conf"), { HTTP_PORT: port, REDIS_PORT: contend.redisPort });
-    return start(nginxBin, ["-p", dir, "-c", path.join(dir, "nginx.conf"), "-g", "daemon off;"]);
-  });
-  // node-redlock's two instances: only for its line.
-  const peers = contLines.some((l) => l.id === "redlock");
-  contend.peers = peers ? contend.peerPorts.map((port) => peer(port, contend.redisPort)) : [];
-  for (const p of [...contend.nginxPorts, ...(peers ? contend.peerPorts : [])]) await waitFor(p);
+    // Section 2: a redis-server of its own (only the contending instances talk to
+    // it, so MONITOR sees nothing else), two nginx (nginx/bench-contend.conf, two
+    // workers each) and two Node.js peers (node-redlock's two instances).
+    contend.redis = await redisServer("redis-contend", contend.redisPort);
+    contend.nginx = contend.nginxPorts.map((port, i) => {
+      const dir = path.join(prefix, "contend-" + (i + 1));
+      renderConf(path.join(root, "nginx", "bench-contend.conf"), dir, path.join(dir, "nginx.conf"), { HTTP_PORT: port, REDIS_PORT: contend.redisPort });
+      return start(nginxBin, ["-p", dir, "-c", path.join(dir, "nginx.conf"), "-g", "daemon off;"]);
+    });
+    // node-redlock's two instances: only for its line.
+    const peers = contLines.some((l) => l.id === "redlock");
+    contend.peers = peers ? contend.peerPorts.map((port) => peer(port, contend.redisPort)) : [];
+    for (const p of [...contend.nginxPorts, ...(peers ? contend.peerPorts : [])]) await waitFor(p);
   }
 
   let throughput = [], topologies = [];
   if (run1) {
-  setRps = (() => {
-    const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
-    const m = /SET: ([\d.]+) requests per second/.exec(r.stdout);
-    return m ? Number(m[1]) : NaN;
-  })();
-  log(`redis-benchmark SET (${cfg.conns} clients): ${fmt(setRps)} req/s`);
+    setRps = (() => {
+      const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
+      const m = /SET: ([\d.]+) requests per second/.exec(r.stdout);
+      return m ? Number(m[1]) : NaN;
+    })();
+    log(`redis-benchmark SET (${cfg.conns} clients): ${fmt(setRps)} req/s`);
 
-  const active = lines.filter((l) => !l.skip && wanted(l));
-  for (const l of active.filter((x) => x.topo)) {
-    const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
-    if (r.status !== 200) throw new Error(`${l.name}: ${r.status} ${r.body.trim()} (see ${prefix}/logs/error.log)`);
-  }
-  for (const l of active) wrk(l.url, l.conns || cfg.conns, 1); // warm-up: JIT, pools, scripts cached
-  const runs = Object.fromEntries(lines.map((l) => [l.id, []]));
-  for (let round = 0; round < cfg.rounds; round++) {
-    for (const l of active) {
-      const st = l.store || standalone;
-      const srv = l.server();
-      const c0 = st.callsEach(), s0 = st.sentinelConnections();
-      const t0 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
-      const w = wrk(l.url, l.conns || cfg.conns, cfg.seconds);
-      await quiet(st); // queued log-phase releases land in this line's numbers, not the next one's
-      const c1 = st.callsEach(), s1 = st.sentinelConnections() - st.sentinelPorts.length;
-      const t1 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
-      const per1k = (i) => ((t1[i] - t0[i]) * 1e6) / w.requests;
-      const each = c1.map((c, i) => c - c0[i]), total = each.reduce((a, b) => a + b, 0);
-      runs[l.id].push({ ...w, cmdsPerReq: total / w.requests, cpuMsPer1k: per1k(0) + per1k(1),
-        serverCpuMsPer1k: per1k(0), redisCpuMsPer1k: per1k(1), othersCpuMsPer1k: per1k(2),
-        masterShares: each.map((c) => c / total), sentinelQueriesPer1k: ((s1 - s0) * 1000) / w.requests,
-        sentinelQueriesPerSec: (s1 - s0) / cfg.seconds });
-      log(`  round ${round + 1} ${l.name}: ${fmt(w.rps)} req/s p50 ${fmt(w.p50, 2)} ms p99 ${fmt(w.p99, 2)} ms, errors ${w.errors}`);
+    const active = lines.filter((l) => !l.skip && wanted(l));
+    for (const l of active.filter((x) => x.topo)) {
+      const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
+      if (r.status !== 200) throw new Error(`${l.name}: ${r.status} ${r.body.trim()} (see ${prefix}/logs/error.log)`);
     }
-  }
-  const ceiling = median(runs.none.map((r) => r.rps));
-  const summary = (l) => {
-    const rs = runs[l.id];
-    const rps = median(rs.map((r) => r.rps));
-    return {
-      line: l.name, id: l.id, rps, vs_ceiling: rps / ceiling, vs_redis_set: rps / setRps,
-      p50_ms: median(rs.map((r) => r.p50)), p99_ms: median(rs.map((r) => r.p99)),
-      redis_cmds_per_req: median(rs.map((r) => r.cmdsPerReq)), cpu_ms_per_1k: median(rs.map((r) => r.cpuMsPer1k)),
-      server_cpu_ms_per_1k: median(rs.map((r) => r.serverCpuMsPer1k)), redis_cpu_ms_per_1k: median(rs.map((r) => r.redisCpuMsPer1k)),
-      errors: rs.reduce((a, r) => a + r.errors, 0),
+    for (const l of active) wrk(l.url, l.conns || cfg.conns, 1); // warm-up: JIT, pools, scripts cached
+    const runs = Object.fromEntries(lines.map((l) => [l.id, []]));
+    for (let round = 0; round < cfg.rounds; round++) {
+      for (const l of active) {
+        const st = l.store || standalone;
+        const srv = l.server();
+        const c0 = st.callsEach(), s0 = st.sentinelConnections();
+        const t0 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
+        const w = wrk(l.url, l.conns || cfg.conns, cfg.seconds);
+        await quiet(st); // queued log-phase releases land in this line's numbers, not the next one's
+        const c1 = st.callsEach(), s1 = st.sentinelConnections() - st.sentinelPorts.length;
+        const t1 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
+        const per1k = (i) => ((t1[i] - t0[i]) * 1e6) / w.requests;
+        const each = c1.map((c, i) => c - c0[i]), total = each.reduce((a, b) => a + b, 0);
+        runs[l.id].push({ ...w, cmdsPerReq: total / w.requests, cpuMsPer1k: per1k(0) + per1k(1),
+          serverCpuMsPer1k: per1k(0), redisCpuMsPer1k: per1k(1), othersCpuMsPer1k: per1k(2),
+          masterShares: each.map((c) => c / total), sentinelQueriesPer1k: ((s1 - s0) * 1000) / w.requests,
+          sentinelQueriesPerSec: (s1 - s0) / cfg.seconds });
+        log(`  round ${round + 1} ${l.name}: ${fmt(w.rps)} req/s p50 ${fmt(w.p50, 2)} ms p99 ${fmt(w.p99, 2)} ms, errors ${w.errors}`);
+      }
+    }
+    const ceiling = median(runs.none.map((r) => r.rps));
+    const summary = (l) => {
+      const rs = runs[l.id];
+      const rps = median(rs.map((r) => r.rps));
+      return {
+        line: l.name, id: l.id, rps, vs_ceiling: rps / ceiling, vs_redis_set: rps / setRps,
+        p50_ms: median(rs.map((r) => r.p50)), p99_ms: median(rs.map((r) => r.p99)),
+        redis_cmds_per_req: median(rs.map((r) => r.cmdsPerReq)), cpu_ms_per_1k: median(rs.map((r) => r.cpuMsPer1k)),
+        server_cpu_ms_per_1k: median(rs.map((r) => r.serverCpuMsPer1k)), redis_cpu_ms_per_1k: median(rs.map((r) => r.redisCpuMsPer1k)),
+        errors: rs.reduce((a, r) => a + r.errors, 0),
+      };
     };
-  };
-  throughput = lines.filter((l) => !l.topo && wanted(l)).map(summary);
-  // 1b. The same acquire+release on other topologies, as ratios to the standalone line.
-  const core = throughput.find((l) => l.id === "core");
-  if (core) topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
-  for (const l of lines.filter((x) => x.topo && core && wanted(x))) {
-    if (l.skip) {
-      topologies.push({ line: l.name, id: l.id, topology: l.id.replace("core_", ""), skipped: l.skip });
-      continue;
+    throughput = lines.filter((l) => !l.topo && wanted(l)).map(summary);
+    // 1b. The same acquire+release on other topologies, as ratios to the standalone line.
+    const core = throughput.find((l) => l.id === "core");
+    if (core) topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
+    for (const l of lines.filter((x) => x.topo && core && wanted(x))) {
+      if (l.skip) {
+        topologies.push({ line: l.name, id: l.id, topology: l.id.replace("core_", ""), skipped: l.skip });
+        continue;
+      }
+      const rs = runs[l.id], s = summary(l);
+      const shares = rs[0].masterShares.map((_, i) => median(rs.map((r) => r.masterShares[i])));
+      const note = l.store.check();
+      topologies.push({ ...s, topology: l.store.kind, vs_standalone: s.rps / core.rps, cpu_vs_standalone: s.cpu_ms_per_1k / core.cpu_ms_per_1k,
+        others_cpu_ms_per_1k: median(rs.map((r) => r.othersCpuMsPer1k)),
+        ...(shares.length > 1 ? { master_cmd_shares: shares } : {}),
+        ...(l.store.kind === "sentinel" ? { sentinel_queries_per_1k: median(rs.map((r) => r.sentinelQueriesPer1k)),
+          sentinel_queries_per_sec: median(rs.map((r) => r.sentinelQueriesPerSec)) } : {}),
+        ...(note ? { note } : {}) });
     }
-    const rs = runs[l.id], s = summary(l);
-    const shares = rs[0].masterShares.map((_, i) => median(rs.map((r) => r.masterShares[i])));
-    const note = l.store.check();
-    topologies.push({ ...s, topology: l.store.kind, vs_standalone: s.rps / core.rps, cpu_vs_standalone: s.cpu_ms_per_1k / core.cpu_ms_per_1k,
-      others_cpu_ms_per_1k: median(rs.map((r) => r.othersCpuMsPer1k)),
-      ...(shares.length > 1 ? { master_cmd_shares: shares } : {}),
-      ...(l.store.kind === "sentinel" ? { sentinel_queries_per_1k: median(rs.map((r) => r.sentinelQueriesPer1k)),
-        sentinel_queries_per_sec: median(rs.map((r) => r.sentinelQueriesPerSec)) } : {}),
-      ...(note ? { note } : {}) });
-  }
   }
 
   // 2. Contention across two instances: C clients on one key (half on each
@@ -533,12 +533,12 @@ async function main() {
   // 3. Memory (not with --only).
   let memory = null;
   if (!only) {
-  const dictBytes = Number((await get(httpPort, `/dictmem?n=${cfg.dictLeases}`)).body);
-  const memBefore = Number((await get(httpPort, "/mem")).body);
-  let served = 0;
-  while (served < cfg.memRequests) served += wrk(`http://127.0.0.1:${httpPort}/core`, cfg.conns, smoke ? 2 : 20).requests;
-  const memAfter = Number((await get(httpPort, "/mem")).body);
-  memory = { dict_bytes_per_lease: dictBytes, leases_measured: cfg.dictLeases, requests: served, lua_kb_before: memBefore, lua_kb_after: memAfter };
+    const dictBytes = Number((await get(httpPort, `/dictmem?n=${cfg.dictLeases}`)).body);
+    const memBefore = Number((await get(httpPort, "/mem")).body);
+    let served = 0;
+    while (served < cfg.memRequests) served += wrk(`http://127.0.0.1:${httpPort}/core`, cfg.conns, smoke ? 2 : 20).requests;
+    const memAfter = Number((await get(httpPort, "/mem")).body);
+    memory = { dict_bytes_per_lease: dictBytes, leases_measured: cfg.dictLeases, requests: served, lua_kb_before: memBefore, lua_kb_after: memAfter };
   }
 
   const result = {
@@ -559,101 +559,101 @@ function report(r) {
   if (r.only) t.push(`Only the lines whose id or name contains "${r.only}" (\`--only\`).`);
   t.push("");
   if (r.throughput.length) {
-  t.push(`## 1. Uncontended: acquire + release around a trivial handler, distinct key per request (${r.config.conns} connections)`);
-  t.push("");
-  t.push(`Physical ceiling: redis-benchmark SET = ${fmt(r.redis_set_rps)} req/s (a lock needs two round trips: acquire and release).`);
-  t.push("");
-  t.push("| line | req/s | vs no lock | vs Redis SET | p50 ms | p99 ms | Redis cmds/req | CPU ms / 1000 req (server + redis) | errors |");
-  t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-  for (const l of r.throughput) {
-    t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_ceiling, 2)} | ${fmt(l.vs_redis_set, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ${fmt(l.cpu_ms_per_1k, 1)} | ${l.errors} |`);
-  }
-  const core = r.throughput.find((l) => l.id === "core"), seed = r.throughput.find((l) => l.id === "seed"), nodeL = r.throughput.find((l) => l.id === "node");
-  t.push("");
-  const plain = r.throughput.find((l) => l.id === "core_plain"), low = r.throughput.find((l) => l.id === "core_low"),
-    plainLow = r.throughput.find((l) => l.id === "core_plain_low");
-  if (core && seed && nodeL) t.push(`resty.dlock / seed Lua = ${fmt(core.rps / seed.rps, 2)}; resty.dlock / node-redlock = ${fmt(core.rps / nodeL.rps, 2)}.`);
-  if (plain && core) {
+    t.push(`## 1. Uncontended: acquire + release around a trivial handler, distinct key per request (${r.config.conns} connections)`);
     t.push("");
-    t.push(`Auto-pipelining (the calls of concurrent requests of the worker share round trips) against auto_pipeline = false ` +
-      `(a pooled connection per call, as before): req/s ${fmt(core.rps / plain.rps, 2)}×, CPU ms / 1000 req (nginx + Redis) ` +
-      `${fmt(core.cpu_ms_per_1k / plain.cpu_ms_per_1k, 2)}×` +
-      (low && plainLow ? `; at 4 connections req/s ${fmt(low.rps / plainLow.rps, 2)}×, p50 ${fmt(low.p50_ms, 2)} against ${fmt(plainLow.p50_ms, 2)} ms, ` +
-        `p99 ${fmt(low.p99_ms, 2)} against ${fmt(plainLow.p99_ms, 2)} ms.` : "."));
-  }
-  t.push("");
+    t.push(`Physical ceiling: redis-benchmark SET = ${fmt(r.redis_set_rps)} req/s (a lock needs two round trips: acquire and release).`);
+    t.push("");
+    t.push("| line | req/s | vs no lock | vs Redis SET | p50 ms | p99 ms | Redis cmds/req | CPU ms / 1000 req (server + redis) | errors |");
+    t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (const l of r.throughput) {
+      t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_ceiling, 2)} | ${fmt(l.vs_redis_set, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ${fmt(l.cpu_ms_per_1k, 1)} | ${l.errors} |`);
+    }
+    const core = r.throughput.find((l) => l.id === "core"), seed = r.throughput.find((l) => l.id === "seed"), nodeL = r.throughput.find((l) => l.id === "node");
+    t.push("");
+    const plain = r.throughput.find((l) => l.id === "core_plain"), low = r.throughput.find((l) => l.id === "core_low"),
+      plainLow = r.throughput.find((l) => l.id === "core_plain_low");
+    if (core && seed && nodeL) t.push(`resty.dlock / seed Lua = ${fmt(core.rps / seed.rps, 2)}; resty.dlock / node-redlock = ${fmt(core.rps / nodeL.rps, 2)}.`);
+    if (plain && core) {
+      t.push("");
+      t.push(`Auto-pipelining (the calls of concurrent requests of the worker share round trips) against auto_pipeline = false ` +
+        `(a pooled connection per call, as before): req/s ${fmt(core.rps / plain.rps, 2)}×, CPU ms / 1000 req (nginx + Redis) ` +
+        `${fmt(core.cpu_ms_per_1k / plain.cpu_ms_per_1k, 2)}×` +
+        (low && plainLow ? `; at 4 connections req/s ${fmt(low.rps / plainLow.rps, 2)}×, p50 ${fmt(low.p50_ms, 2)} against ${fmt(plainLow.p50_ms, 2)} ms, ` +
+          `p99 ${fmt(low.p99_ms, 2)} against ${fmt(plainLow.p99_ms, 2)} ms.` : "."));
+    }
+    t.push("");
   }
   if (r.topologies.length) {
-  t.push(`## 1b. Redis topologies: the same acquire+release (/core handler), interleaved with the lines above`);
-  t.push("");
-  t.push("Ratios are to the standalone line of this run. CPU per 1000 requests: nginx, the Redis servers holding the keys " +
-    "(the standalone redis-server, the TLS one, the Sentinel master, the three Cluster masters), and apart what only keeps " +
-    "the topology up (replicas, sentinels). Redis cmds/req: on the servers holding the keys.");
-  t.push("");
-  t.push("| topology | req/s | vs standalone | p50 ms | p99 ms | Redis cmds/req | CPU nginx | CPU Redis (keys) | nginx + Redis vs standalone | CPU replicas + sentinels | errors |");
-  t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-  const notes = [];
-  for (const l of r.topologies) {
-    if (l.skipped) {
-      t.push(`| ${l.line} | skipped: ${l.skipped} | | | | | | | | | |`);
-      notes.push(`${l.topology}: skipped, ${l.skipped}.`);
-      continue;
-    }
-    t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_standalone, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ` +
-      `${fmt(l.server_cpu_ms_per_1k, 1)} | ${fmt(l.redis_cpu_ms_per_1k, 1)} | ${fmt(l.cpu_vs_standalone, 2)} | ${fmt(l.others_cpu_ms_per_1k, 1)} | ${l.errors} |`);
-    if (l.master_cmd_shares) notes.push(`${l.topology}: commands per master ${l.master_cmd_shares.map((x) => fmt(x * 100) + " %").join(" / ")}.`);
-    if (l.sentinel_queries_per_1k !== undefined) notes.push(`${l.topology}: the sentinels were asked for the master ${fmt(l.sentinel_queries_per_sec, 1)} times a second ` +
-      `(${fmt(l.sentinel_queries_per_1k, 3)} per 1000 requests; connections the sentinels accepted during the line).`);
-    if (l.note) notes.push(`${l.topology}: ${l.note}.`);
-  }
-  if (notes.length) {
+    t.push(`## 1b. Redis topologies: the same acquire+release (/core handler), interleaved with the lines above`);
     t.push("");
-    for (const n of notes) t.push(`- ${n}`);
-  }
-  t.push("");
+    t.push("Ratios are to the standalone line of this run. CPU per 1000 requests: nginx, the Redis servers holding the keys " +
+      "(the standalone redis-server, the TLS one, the Sentinel master, the three Cluster masters), and apart what only keeps " +
+      "the topology up (replicas, sentinels). Redis cmds/req: on the servers holding the keys.");
+    t.push("");
+    t.push("| topology | req/s | vs standalone | p50 ms | p99 ms | Redis cmds/req | CPU nginx | CPU Redis (keys) | nginx + Redis vs standalone | CPU replicas + sentinels | errors |");
+    t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    const notes = [];
+    for (const l of r.topologies) {
+      if (l.skipped) {
+        t.push(`| ${l.line} | skipped: ${l.skipped} | | | | | | | | | |`);
+        notes.push(`${l.topology}: skipped, ${l.skipped}.`);
+        continue;
+      }
+      t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_standalone, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ` +
+        `${fmt(l.server_cpu_ms_per_1k, 1)} | ${fmt(l.redis_cpu_ms_per_1k, 1)} | ${fmt(l.cpu_vs_standalone, 2)} | ${fmt(l.others_cpu_ms_per_1k, 1)} | ${l.errors} |`);
+      if (l.master_cmd_shares) notes.push(`${l.topology}: commands per master ${l.master_cmd_shares.map((x) => fmt(x * 100) + " %").join(" / ")}.`);
+      if (l.sentinel_queries_per_1k !== undefined) notes.push(`${l.topology}: the sentinels were asked for the master ${fmt(l.sentinel_queries_per_sec, 1)} times a second ` +
+        `(${fmt(l.sentinel_queries_per_1k, 3)} per 1000 requests; connections the sentinels accepted during the line).`);
+      if (l.note) notes.push(`${l.topology}: ${l.note}.`);
+    }
+    if (notes.length) {
+      t.push("");
+      for (const n of notes) t.push(`- ${n}`);
+    }
+    t.push("");
   }
   if (r.contention.length) {
-  const c0 = r.contention[0];
-  t.push(`## 2. Contention across two instances: ${c0.clients} clients on one key, each holding it ${c0.hold_ms} ms`);
-  t.push("");
-  t.push(`Two nginx (\`nginx/bench-contend.conf\`, 2 workers each, on a redis-server of their own), ${c0.clients / 2} clients on each; ` +
-    `every request acquires the one key (ttl ${c0.ttl_ms} ms, waiting at most ${c0.wait_ms} ms), holds it ${c0.hold_ms} ms and releases it. ` +
-    "node-redlock runs in a single Node.js process, which has no workers: its two instances are two peer processes (`bench/peer/gateway.js`, " +
-    "each on one ioredis connection), its wait its own retry loop (retryCount = wait / retryDelay, so it waits about as long as the others). " +
-    `${fmt(c0.ideal_acq_per_sec)} acquisitions/s is the ideal (1000 / hold ms). **Hand-off** = from one holder leaving the key (before its release) to the next entering it ` +
-    "(after its acquire returned), every hand-off of the load, from the critical sections each process logs on CLOCK_MONOTONIC; **to the other instance** = only " +
-    "those where the next holder runs in the other nginx (or Node process). **Redis cmds/acquisition** = every command the instances sent the lock Redis " +
-    "from the start of the load until the requests in flight had ended (MONITOR; a script call counts once, releases and subscriptions included, " +
-    "the commands scripts run inside not), over the acquisitions in that time; **acquire attempts** = SET, or a script call other than a release " +
-    "(one with exactly one argument after its keys). **Wait timeouts** = requests that waited their whole wait in vain, summed over the rounds. " +
-    "CPU: the instances' and the Redis server's, per acquisition. The single-nginx scenario of earlier runs (50 clients, one worker, hold 5 ms) is gone: " +
-    "with one worker every waiter sat in the holder's process, and only this one measures hand-offs between instances.");
-  t.push("");
-  t.push("| line | instances | acquisitions/s | of ideal | hand-off p50 ms | hand-off p99 ms | to the other instance p50 ms | to the other instance p99 ms | Redis cmds/acquisition | acquire attempts/acquisition | wait timeouts | CPU ms/acquisition |");
-  t.push("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-  for (const l of r.contention) {
-    t.push(`| ${l.line} | ${l.instances} | ${fmt(l.acq_per_sec, 1)} | ${fmt(l.of_ideal, 2)} | ${fmt(l.handoff_p50_ms, 2)} | ${fmt(l.handoff_p99_ms, 2)} | ` +
-      `${fmt(l.handoff_other_p50_ms, 2)} | ${fmt(l.handoff_other_p99_ms, 2)} | ${fmt(l.redis_cmds_per_acq, 2)} | ${fmt(l.acquire_attempts_per_acq, 2)} | ` +
-      `${l.wait_timeouts} of ${l.requests} | ${fmt(l.cpu_ms_per_acq, 2)} |`);
-  }
-  const cl = Object.fromEntries(r.contention.map((l) => [l.id, l]));
-  const ratio = (a, b) => fmt(a / b, 2);
-  t.push("");
-  for (const [id, name] of [["poll", "the polling lock"], ["redlock", "node-redlock"]]) {
-    const d = cl.dlock, o = cl[id];
-    t.push(`- resty.dlock / ${name}: acquisitions/s ${ratio(d.acq_per_sec, o.acq_per_sec)}, hand-off p50 ${ratio(d.handoff_p50_ms, o.handoff_p50_ms)} ` +
-      `and p99 ${ratio(d.handoff_p99_ms, o.handoff_p99_ms)} (to the other instance ${ratio(d.handoff_other_p50_ms, o.handoff_other_p50_ms)} and ` +
-      `${ratio(d.handoff_other_p99_ms, o.handoff_other_p99_ms)}), Redis cmds/acquisition ${ratio(d.redis_cmds_per_acq, o.redis_cmds_per_acq)}, ` +
-      `CPU/acquisition ${ratio(d.cpu_ms_per_acq, o.cpu_ms_per_acq)}.`);
-  }
-  for (const l of r.contention) {
-    t.push(`- ${l.id}: per acquisition ${Object.entries(l.commands_per_acq_by).map(([k, n]) => `${k} ${n}`).join(", ")}; ` +
-      `acquire attempts by the time since the key's last release: ${Object.entries(l.acquire_attempts_after_release).filter(([, n]) => n).map(([b, n]) => `${b} ${n}`).join(", ")}; ` +
-      `${fmt(l.handoffs_other_share * 100)} % of the hand-offs went to the other instance` +
-      (l.overlaps ? `; ${l.overlaps} OVERLAP(S): a holder entered before the previous one left` : "") +
-      (l.errors ? `; ${l.errors} error(s): ${Object.entries(l.error_messages).slice(0, 3).map(([m, n]) => `"${m}" ×${n}`).join(", ")}` : "") + ".");
-  }
-  t.push("");
+    const c0 = r.contention[0];
+    t.push(`## 2. Contention across two instances: ${c0.clients} clients on one key, each holding it ${c0.hold_ms} ms`);
+    t.push("");
+    t.push(`Two nginx (\`nginx/bench-contend.conf\`, 2 workers each, on a redis-server of their own), ${c0.clients / 2} clients on each; ` +
+      `every request acquires the one key (ttl ${c0.ttl_ms} ms, waiting at most ${c0.wait_ms} ms), holds it ${c0.hold_ms} ms and releases it. ` +
+      "node-redlock runs in a single Node.js process, which has no workers: its two instances are two peer processes (`bench/peer/gateway.js`, " +
+      "each on one ioredis connection), its wait its own retry loop (retryCount = wait / retryDelay, so it waits about as long as the others). " +
+      `${fmt(c0.ideal_acq_per_sec)} acquisitions/s is the ideal (1000 / hold ms). **Hand-off** = from one holder leaving the key (before its release) to the next entering it ` +
+      "(after its acquire returned), every hand-off of the load, from the critical sections each process logs on CLOCK_MONOTONIC; **to the other instance** = only " +
+      "those where the next holder runs in the other nginx (or Node process). **Redis cmds/acquisition** = every command the instances sent the lock Redis " +
+      "from the start of the load until the requests in flight had ended (MONITOR; a script call counts once, releases and subscriptions included, " +
+      "the commands scripts run inside not), over the acquisitions in that time; **acquire attempts** = SET, or a script call other than a release " +
+      "(one with exactly one argument after its keys). **Wait timeouts** = requests that waited their whole wait in vain, summed over the rounds. " +
+      "CPU: the instances' and the Redis server's, per acquisition. The single-nginx scenario of earlier runs (50 clients, one worker, hold 5 ms) is gone: " +
+      "with one worker every waiter sat in the holder's process, and only this one measures hand-offs between instances.");
+    t.push("");
+    t.push("| line | instances | acquisitions/s | of ideal | hand-off p50 ms | hand-off p99 ms | to the other instance p50 ms | to the other instance p99 ms | Redis cmds/acquisition | acquire attempts/acquisition | wait timeouts | CPU ms/acquisition |");
+    t.push("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (const l of r.contention) {
+      t.push(`| ${l.line} | ${l.instances} | ${fmt(l.acq_per_sec, 1)} | ${fmt(l.of_ideal, 2)} | ${fmt(l.handoff_p50_ms, 2)} | ${fmt(l.handoff_p99_ms, 2)} | ` +
+        `${fmt(l.handoff_other_p50_ms, 2)} | ${fmt(l.handoff_other_p99_ms, 2)} | ${fmt(l.redis_cmds_per_acq, 2)} | ${fmt(l.acquire_attempts_per_acq, 2)} | ` +
+        `${l.wait_timeouts} of ${l.requests} | ${fmt(l.cpu_ms_per_acq, 2)} |`);
+    }
+    const cl = Object.fromEntries(r.contention.map((l) => [l.id, l]));
+    const ratio = (a, b) => fmt(a / b, 2);
+    t.push("");
+    for (const [id, name] of [["poll", "the polling lock"], ["redlock", "node-redlock"]]) {
+      const d = cl.dlock, o = cl[id];
+      t.push(`- resty.dlock / ${name}: acquisitions/s ${ratio(d.acq_per_sec, o.acq_per_sec)}, hand-off p50 ${ratio(d.handoff_p50_ms, o.handoff_p50_ms)} ` +
+        `and p99 ${ratio(d.handoff_p99_ms, o.handoff_p99_ms)} (to the other instance ${ratio(d.handoff_other_p50_ms, o.handoff_other_p50_ms)} and ` +
+        `${ratio(d.handoff_other_p99_ms, o.handoff_other_p99_ms)}), Redis cmds/acquisition ${ratio(d.redis_cmds_per_acq, o.redis_cmds_per_acq)}, ` +
+        `CPU/acquisition ${ratio(d.cpu_ms_per_acq, o.cpu_ms_per_acq)}.`);
+    }
+    for (const l of r.contention) {
+      t.push(`- ${l.id}: per acquisition ${Object.entries(l.commands_per_acq_by).map(([k, n]) => `${k} ${n}`).join(", ")}; ` +
+        `acquire attempts by the time since the key's last release: ${Object.entries(l.acquire_attempts_after_release).filter(([, n]) => n).map(([b, n]) => `${b} ${n}`).join(", ")}; ` +
+        `${fmt(l.handoffs_other_share * 100)} % of the hand-offs went to the other instance` +
+        (l.overlaps ? `; ${l.overlaps} OVERLAP(S): a holder entered before the previous one left` : "") +
+        (l.errors ? `; ${l.errors} error(s): ${Object.entries(l.error_messages).slice(0, 3).map(([m, n]) => `"${m}" ×${n}`).join(", ")}` : "") + ".");
+    }
+    t.push("");
   }
   if (r.readMostly) {
     const rm = r.readMostly, l0 = rm.lines[0];
@@ -678,10 +678,10 @@ function report(r) {
     t.push("");
   }
   if (r.memory) {
-  t.push("## 3. Memory");
-  t.push("");
-  t.push(`- shared dict: ${fmt(r.memory.dict_bytes_per_lease)} bytes per held lease (${r.memory.leases_measured} leases held at once).`);
-  t.push(`- worker Lua heap after a full GC: ${fmt(r.memory.lua_kb_before)} KB before, ${fmt(r.memory.lua_kb_after)} KB after ${r.memory.requests} more acquire+release requests.`);
+    t.push("## 3. Memory");
+    t.push("");
+    t.push(`- shared dict: ${fmt(r.memory.dict_bytes_per_lease)} bytes per held lease (${r.memory.leases_measured} leases held at once).`);
+    t.push(`- worker Lua heap after a full GC: ${fmt(r.memory.lua_kb_before)} KB before, ${fmt(r.memory.lua_kb_after)} KB after ${r.memory.requests} more acquire+release requests.`);
   }
   const md = t.join("\n") + "\n";
   console.log("\n" + md);

@@ -14,14 +14,19 @@ const { sleep, freePort, Ports, children, cpuSeconds, Procs, cli, redisCalls, re
 
 const root = path.resolve(__dirname, "..");
 const smoke = process.argv.includes("--smoke");
-// --only S (repeatable): the section 1 and 1b lines whose id is S or whose name
-// contains it (and the core line, the reference of both); printed, nothing written.
+// --only S (repeatable): only the lines whose id or name contains one of them (a
+// section without one is skipped with what it needs started; 1b's ratios need the
+// core line: --only core --only Cluster); results in bench/results/only.{md,json}.
 const only = process.argv.filter((a, i, all) => all[i - 1] === "--only");
+if (process.argv[process.argv.length - 1] === "--only") throw new Error("--only needs a substring of a line's id or name");
+const wanted = (l) => !only.length || only.some((o) => l.id.includes(o) || l.name.includes(o));
 const cfg = smoke
   ? { rounds: 1, seconds: 1, conns: 32, contendClients: 40, contendSeconds: 2, memRequests: 20000, dictLeases: 2000 }
   : { rounds: 5, seconds: 5, conns: 50, contendClients: 40, contendSeconds: 6, memRequests: 1000000, dictLeases: 10000 };
 // Section 2: every request acquires the one key (ttl, waiting at most wait ms), holds it hold ms, releases.
 Object.assign(cfg, { contendHold: 20, contendTtl: 1000, contendWait: 3000, contendWarmup: 0.5 });
+// Section 2b: the same clients on one key, rwReaders of the requests readers, each holding it rwHold ms.
+Object.assign(cfg, { rwReaders: 0.9, rwHold: 5 });
 const outDir = path.join(root, "bench", "results");
 const prefix = fs.mkdtempSync("/tmp/dlock-bench.");
 fs.chmodSync(prefix, 0o755);
@@ -229,6 +234,77 @@ async function sectionsOf(ports, p) {
   return out;
 }
 
+/**
+ * Section 2b: cfg.contendClients clients over the contending pair, on one key:
+ * each request a reader (cfg.rwReaders of them) or a writer, holding the key
+ * cfg.rwHold ms. Line rw_shared takes the readers with shared = true, line
+ * rw_exclusive exclusively; lines interleaved per round.
+ */
+async function readMostlyLines(rwLines, contend, pids) {
+  const agents = contend.nginxPorts.map(() => new http.Agent({ keepAlive: true, maxSockets: Infinity }));
+  const phase = async (l, seconds) => {
+    const c = { r: { ok: 0, ms: [] }, w: { ok: 0, ms: [] }, timeouts: 0, errors: 0, errMsgs: {} };
+    let stopping = false;
+    const q = `&h=${cfg.rwHold}&wait=${cfg.contendWait}&ttl=${cfg.contendTtl}&shared=${l.shared}`;
+    const one = async (i) => {
+      const k = i % contend.nginxPorts.length;
+      while (!stopping) {
+        const mode = Math.random() < cfg.rwReaders ? "r" : "w";
+        const t = process.hrtime.bigint();
+        const r = await getKept(contend.nginxPorts[k], `/contend/rw?mode=${mode}${q}`, agents[k]);
+        const body = r.error ? "" : r.body.trim();
+        if (body === "ok " + mode) { c[mode].ok++; c[mode].ms.push(Number(process.hrtime.bigint() - t) / 1e6); }
+        else if (body === "timeout") c.timeouts++;
+        else { c.errors++; const m = r.error || `${r.status} ${body.slice(0, 80)}`; c.errMsgs[m] = (c.errMsgs[m] || 0) + 1; await sleep(10); }
+      }
+    };
+    const mon = await Monitor.start(contend.redisPort);
+    const cpu = () => cpuSeconds(pids()) + cpuSeconds([contend.redis.pid]);
+    const cpu0 = cpu(), t0 = Date.now();
+    const all = Promise.all(Array.from({ length: cfg.contendClients }, (_, i) => one(i)));
+    await sleep(seconds * 1000);
+    stopping = true;
+    await all;
+    const secs = (Date.now() - t0) / 1000;
+    await sleep(300);
+    mon.stop();
+    return { c, secs, cmds: mon.total, cpuS: cpu() - cpu0 };
+  };
+  for (const l of rwLines) await phase(l, cfg.contendWarmup);
+  const runs = Object.fromEntries(rwLines.map((l) => [l.id, []]));
+  const pct = (xs, p) => { const a = [...xs].sort((x, y) => x - y); return a.length ? a[Math.min(a.length - 1, Math.floor(p * a.length))] : NaN; };
+  for (let round = 0; round < cfg.rounds; round++) {
+    for (const l of rwLines) {
+      const { c, secs, cmds, cpuS } = await phase(l, cfg.contendSeconds);
+      const n = c.r.ok + c.w.ok;
+      const r = {
+        readsPerSec: c.r.ok / secs, writesPerSec: c.w.ok / secs, readP50: pct(c.r.ms, 0.5), readP99: pct(c.r.ms, 0.99),
+        writeP50: pct(c.w.ms, 0.5), writeP99: pct(c.w.ms, 0.99), writeMax: pct(c.w.ms, 1), timeouts: c.timeouts, errors: c.errors,
+        errMsgs: c.errMsgs, cmdsPerReq: cmds / n, cpuMsPerReq: (cpuS * 1000) / n,
+      };
+      runs[l.id].push(r);
+      log(`  round ${round + 1} ${l.name}: ${fmt(r.readsPerSec)} reads/s, ${fmt(r.writesPerSec)} writes/s, read p99 ${fmt(r.readP99, 1)} ms, ` +
+        `write p99 ${fmt(r.writeP99, 1)} ms, ${c.timeouts} wait timeouts, ${c.errors} errors`);
+    }
+  }
+  for (const a of agents) a.destroy();
+  const lines = rwLines.map((l) => {
+    const rs = runs[l.id];
+    const m = (f) => median(rs.map(f));
+    return {
+      line: l.name, id: l.id, clients: cfg.contendClients, readers_share: cfg.rwReaders, hold_ms: cfg.rwHold,
+      reads_per_sec: m((r) => r.readsPerSec), writes_per_sec: m((r) => r.writesPerSec),
+      read_p50_ms: m((r) => r.readP50), read_p99_ms: m((r) => r.readP99), write_p50_ms: m((r) => r.writeP50), write_p99_ms: m((r) => r.writeP99),
+      write_max_ms: Math.max(...rs.map((r) => r.writeMax)), redis_cmds_per_req: m((r) => r.cmdsPerReq), cpu_ms_per_req: m((r) => r.cpuMsPerReq),
+      wait_timeouts: rs.reduce((a, r) => a + r.timeouts, 0), errors: rs.reduce((a, r) => a + r.errors, 0),
+      error_messages: rs.reduce((a, r) => { for (const [k, n] of Object.entries(r.errMsgs)) a[k] = (a[k] || 0) + n; return a; }, {}),
+      rounds: rs.map(({ errMsgs, ...r }) => r),
+    };
+  });
+  const sh = lines.find((l) => l.id === "rw_shared"), ex = lines.find((l) => l.id === "rw_exclusive");
+  return { lines, reads_ratio: sh && ex ? sh.reads_per_sec / ex.reads_per_sec : null, writes_ratio: sh && ex ? sh.writes_per_sec / ex.writes_per_sec : null };
+}
+
 async function main() {
   const redisPort = await freePort();
   const httpPort = await freePort();
@@ -247,150 +323,157 @@ async function main() {
   const clusterModule = fs.existsSync(path.join(root, "dist", "resty", "dlock", "redis", "cluster.lua"));
   // Cluster: full run only (creating it takes ~5 s, over the smoke run's budget).
   const clusterSkip = !clusterModule ? "not available: dist/resty/dlock/redis/cluster.lua is not built yet"
-    : smoke ? "full run only (creating a cluster takes several seconds)"
-    : only.length && !only.some((o) => /cluster/i.test(o)) ? "--only" : "";
+    : smoke ? "full run only (creating a cluster takes several seconds)" : "";
   if (!clusterSkip) {
     for (let i = 0; i < 6; i++) topoPorts.cluster.push(await env.ports.pick({ bus: true }));
   }
 
-  const redis = await redisServer("redis", redisPort);
-  renderConf(path.join(root, "nginx", "bench.conf"), prefix, path.join(prefix, "nginx.conf"), { HTTP_PORT: httpPort, REDIS_PORT: redisPort,
-    TLS_PORT: topoPorts.tls, SENTINEL_NODES: topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(","),
-    CLUSTER_NODES: topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(","),
-    REDLOCK_NODES: topoPorts.redlock.map((p) => "127.0.0.1:" + p).join(",") });
-  // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
-  const nginxBin = libNginxBin();
-  const nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
-  const peer = (port, rport) => start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(port), String(rport)]);
-  const node = peer(nodePort, redisPort);
-  // Section 2: a redis-server of its own (only the contending instances talk to
-  // it, so MONITOR sees nothing else), two nginx (nginx/bench-contend.conf, two
-  // workers each) and two Node.js peers (node-redlock's two instances).
-  const contend = { redisPort: await freePort(), nginxPorts: [await freePort(), await freePort()], peerPorts: [await freePort(), await freePort()] };
-  contend.redis = await redisServer("redis-contend", contend.redisPort);
-  contend.nginx = contend.nginxPorts.map((port, i) => {
-    const dir = path.join(prefix, "contend-" + (i + 1));
-    renderConf(path.join(root, "nginx", "bench-contend.conf"), dir, path.join(dir, "nginx.conf"), { HTTP_PORT: port, REDIS_PORT: contend.redisPort });
-    return start(nginxBin, ["-p", dir, "-c", path.join(dir, "nginx.conf"), "-g", "daemon off;"]);
-  });
-  contend.peers = contend.peerPorts.map((port) => peer(port, contend.redisPort));
-  const t0Topo = Date.now();
-  const [tlsStore, sentinelStore, clusterStore, redlockStore] = await Promise.all([
-    startTls(topoPorts.tls, tlsDir), startSentinel(topoPorts.sentinel), clusterSkip ? null : startCluster(topoPorts.cluster),
-    startRedlock(topoPorts.redlock)]);
-  log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
-  await waitFor(httpPort);
-  await waitFor(nodePort);
-  for (const p of [...contend.nginxPorts, ...contend.peerPorts]) await waitFor(p);
-  const nginxPids = () => [nginx.pid, ...children(nginx.pid)];
-  const standalone = store("standalone", [{ port: redisPort, pid: redis.pid }]);
-
-  const setRps = (() => {
-    const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
-    const m = /SET: ([\d.]+) requests per second/.exec(r.stdout);
-    return m ? Number(m[1]) : NaN;
-  })();
-  log(`redis-benchmark SET (${cfg.conns} clients): ${fmt(setRps)} req/s`);
-
   // 1. Uncontended throughput, distinct key per request. The topology lines run
-  // the /core handler on another Redis, interleaved with the rest.
+  // the /core handler on another Redis (storeKind), interleaved with the rest.
   const lines = [
-    { id: "none", name: "no lock (ceiling)", url: `http://127.0.0.1:${httpPort}/none`, server: nginxPids },
-    { id: "core", name: "resty.dlock acquire+release", url: `http://127.0.0.1:${httpPort}/core`, server: nginxPids },
-    { id: "core_plain", name: "resty.dlock acquire+release, auto_pipeline = false (a connection per call, as before)", url: `http://127.0.0.1:${httpPort}/core-plain`, server: nginxPids },
-    { id: "core_plain_low", name: "resty.dlock acquire+release, auto_pipeline = false, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core-plain`, server: nginxPids },
-    { id: "core_low", name: "resty.dlock acquire+release, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core`, server: nginxPids },
-    { id: "core_tls", topo: true, name: "resty.dlock acquire+release, TLS (ssl_verify on)", url: `http://127.0.0.1:${httpPort}/core-tls`, server: nginxPids, store: tlsStore },
-    { id: "core_sentinel", topo: true, name: "resty.dlock acquire+release, Sentinel (master + 1 replica, 3 sentinels)", url: `http://127.0.0.1:${httpPort}/core-sentinel`, server: nginxPids, store: sentinelStore },
-    { id: "core_cluster", topo: true, name: "resty.dlock acquire+release, Cluster (3 masters + 3 replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster`, server: nginxPids, store: clusterStore, skip: clusterSkip },
-    { id: "core_redlock", topo: true, name: "resty.dlock acquire+release, Redlock (3 independent masters)", url: `http://127.0.0.1:${httpPort}/core-redlock`, server: nginxPids, store: redlockStore },
-    { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: nginxPids },
-    { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: nginxPids },
-    { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: nginxPids },
-    { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: nginxPids },
+    { id: "none", name: "no lock (ceiling)", url: `http://127.0.0.1:${httpPort}/none`, server: () => nginxPids() },
+    { id: "core", name: "resty.dlock acquire+release", url: `http://127.0.0.1:${httpPort}/core`, server: () => nginxPids() },
+    { id: "core_plain", name: "resty.dlock acquire+release, auto_pipeline = false (a connection per call, as before)", url: `http://127.0.0.1:${httpPort}/core-plain`, server: () => nginxPids() },
+    { id: "core_plain_low", name: "resty.dlock acquire+release, auto_pipeline = false, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core-plain`, server: () => nginxPids() },
+    { id: "core_low", name: "resty.dlock acquire+release, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core`, server: () => nginxPids() },
+    { id: "core_tls", topo: true, storeKind: "tls", name: "resty.dlock acquire+release, TLS (ssl_verify on)", url: `http://127.0.0.1:${httpPort}/core-tls`, server: () => nginxPids() },
+    { id: "core_sentinel", topo: true, storeKind: "sentinel", name: "resty.dlock acquire+release, Sentinel (master + 1 replica, 3 sentinels)", url: `http://127.0.0.1:${httpPort}/core-sentinel`, server: () => nginxPids() },
+    { id: "core_cluster", topo: true, storeKind: "cluster", name: "resty.dlock acquire+release, Cluster (3 masters + 3 replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster`, server: () => nginxPids(), skip: clusterSkip },
+    { id: "core_redlock", topo: true, storeKind: "redlock", name: "resty.dlock acquire+release, Redlock (3 independent masters)", url: `http://127.0.0.1:${httpPort}/core-redlock`, server: () => nginxPids() },
+    { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: () => nginxPids() },
+    { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: () => nginxPids() },
+    { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: () => nginxPids() },
+    { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: () => nginxPids() },
     { id: "node", name: "Node.js node-redlock 5 + ioredis", url: `http://127.0.0.1:${nodePort}/`, server: () => [node.pid] },
   ];
-  const picked = (l) => l.id === "core" || only.some((o) => l.id === o || l.name.includes(o));
-  const active = lines.filter((l) => !l.skip && (!only.length || picked(l)));
-  for (const l of active.filter((x) => x.topo)) {
-    const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
-    if (r.status !== 200) throw new Error(`${l.name}: ${r.status} ${r.body.trim()} (see ${prefix}/logs/error.log)`);
+  // 2. Contention (and 2b, read-mostly): on the contending pair started below.
+  const contend = { redisPort: await freePort(), nginxPorts: [await freePort(), await freePort()], peerPorts: [await freePort(), await freePort()] };
+  const nginxPair = () => contend.nginx.flatMap((n) => [n.pid, ...children(n.pid)]);
+  const contLines = [
+    { id: "dlock", name: "resty.dlock acquire with wait (pub/sub wake-ups)", instances: "2 nginx × 2 workers", ports: contend.nginxPorts, path: "/contend/dlock", sections: "/sections", pids: nginxPair },
+    { id: "poll", name: "polling lock in Lua (SET NX PX, 2→64 ms jittered backoff, EVAL release)", instances: "2 nginx × 2 workers", ports: contend.nginxPorts, path: "/contend/poll", sections: "/sections", pids: nginxPair },
+    { id: "redlock", name: "node-redlock 5 retry loop (retryDelay 20 ms, retryJitter 10 ms, retryCount wait / 20)", instances: "2 Node.js processes", ports: contend.peerPorts, path: "/contend", sections: "/sections", pids: () => contend.peers.map((p) => p.pid) },
+  ].filter(wanted);
+  const rwLines = [
+    { id: "rw_shared", name: "read-mostly: readers with shared = true, writers exclusive", shared: 1 },
+    { id: "rw_exclusive", name: "read-mostly: every request exclusive (the same readers and writers)", shared: 0 },
+  ].filter(wanted);
+  const run1 = lines.some(wanted);
+  const run2 = contLines.length > 0 || rwLines.length > 0;
+  if (!run1 && !run2) throw new Error(`--only ${only.join(", ")}: no line's id or name contains it`);
+  let redis, nginx, node, tlsStore, sentinelStore, clusterStore, redlockStore, standalone, setRps = NaN;
+  const nginxPids = () => [nginx.pid, ...children(nginx.pid)];
+  const nginxBin = libNginxBin();
+  const peer = (port, rport) => start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(port), String(rport)]);
+  if (run1) {
+    redis = await redisServer("redis", redisPort);
+    renderConf(path.join(root, "nginx", "bench.conf"), prefix, path.join(prefix, "nginx.conf"), { HTTP_PORT: httpPort, REDIS_PORT: redisPort,
+      TLS_PORT: topoPorts.tls, SENTINEL_NODES: topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(","),
+      CLUSTER_NODES: topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(","),
+      REDLOCK_NODES: topoPorts.redlock.map((p) => "127.0.0.1:" + p).join(",") });
+    // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
+    nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
+    const nodeLine = lines.some((l) => l.id === "node" && wanted(l));
+    if (nodeLine) node = peer(nodePort, redisPort);
+    const needs = (kind) => lines.some((l) => l.storeKind === kind && !l.skip && wanted(l));
+    const t0Topo = Date.now();
+    [tlsStore, sentinelStore, clusterStore, redlockStore] = await Promise.all([
+      needs("tls") ? startTls(topoPorts.tls, tlsDir) : null, needs("sentinel") ? startSentinel(topoPorts.sentinel) : null,
+      needs("cluster") ? startCluster(topoPorts.cluster) : null, needs("redlock") ? startRedlock(topoPorts.redlock) : null]);
+    log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
+    await waitFor(httpPort);
+    if (nodeLine) await waitFor(nodePort);
+    standalone = store("standalone", [{ port: redisPort, pid: redis.pid }]);
+    for (const l of lines) if (l.storeKind) l.store = { tls: tlsStore, sentinel: sentinelStore, cluster: clusterStore, redlock: redlockStore }[l.storeKind];
   }
-  for (const l of active) wrk(l.url, l.conns || cfg.conns, 1); // warm-up: JIT, pools, scripts cached
-  const runs = Object.fromEntries(lines.map((l) => [l.id, []]));
-  for (let round = 0; round < cfg.rounds; round++) {
-    for (const l of active) {
-      const st = l.store || standalone;
-      const srv = l.server();
-      const c0 = st.callsEach(), s0 = st.sentinelConnections();
-      const t0 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
-      const w = wrk(l.url, l.conns || cfg.conns, cfg.seconds);
-      await quiet(st); // queued log-phase releases land in this line's numbers, not the next one's
-      const c1 = st.callsEach(), s1 = st.sentinelConnections() - st.sentinelPorts.length;
-      const t1 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
-      const per1k = (i) => ((t1[i] - t0[i]) * 1e6) / w.requests;
-      const each = c1.map((c, i) => c - c0[i]), total = each.reduce((a, b) => a + b, 0);
-      runs[l.id].push({ ...w, cmdsPerReq: total / w.requests, cpuMsPer1k: per1k(0) + per1k(1),
-        serverCpuMsPer1k: per1k(0), redisCpuMsPer1k: per1k(1), othersCpuMsPer1k: per1k(2),
-        masterShares: each.map((c) => c / total), sentinelQueriesPer1k: ((s1 - s0) * 1000) / w.requests,
-        sentinelQueriesPerSec: (s1 - s0) / cfg.seconds });
-      log(`  round ${round + 1} ${l.name}: ${fmt(w.rps)} req/s p50 ${fmt(w.p50, 2)} ms p99 ${fmt(w.p99, 2)} ms, errors ${w.errors}`);
-    }
-  }
-  const ceiling = median(runs.none.map((r) => r.rps));
-  const summary = (l) => {
-    const rs = runs[l.id];
-    const rps = median(rs.map((r) => r.rps));
-    return {
-      line: l.name, id: l.id, rps, vs_ceiling: rps / ceiling, vs_redis_set: rps / setRps,
-      p50_ms: median(rs.map((r) => r.p50)), p99_ms: median(rs.map((r) => r.p99)),
-      redis_cmds_per_req: median(rs.map((r) => r.cmdsPerReq)), cpu_ms_per_1k: median(rs.map((r) => r.cpuMsPer1k)),
-      server_cpu_ms_per_1k: median(rs.map((r) => r.serverCpuMsPer1k)), redis_cpu_ms_per_1k: median(rs.map((r) => r.redisCpuMsPer1k)),
-      errors: rs.reduce((a, r) => a + r.errors, 0),
-    };
-  };
-  const throughput = lines.filter((l) => !l.topo && runs[l.id].length).map(summary);
-  // 1b. The same acquire+release on other topologies, as ratios to the standalone line.
-  const core = throughput.find((l) => l.id === "core");
-  if (only.length) {
-    for (const l of throughput) log(`${l.line}: ${fmt(l.rps)} req/s, ${fmt(l.rps / (core || {}).rps, 2)}× the core line, CPU ${fmt(l.cpu_ms_per_1k, 1)} ms / 1000 req (nginx ${fmt(l.server_cpu_ms_per_1k, 1)})`);
-  }
-  const topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
-  for (const l of lines.filter((x) => x.topo)) {
-    if (l.skip || !runs[l.id].length) {
-      topologies.push({ line: l.name, id: l.id, topology: l.id.replace("core_", ""), skipped: l.skip || "not selected (--only)" });
-      continue;
-    }
-    const rs = runs[l.id], s = summary(l);
-    const shares = rs[0].masterShares.map((_, i) => median(rs.map((r) => r.masterShares[i])));
-    const note = l.store.check();
-    topologies.push({ ...s, topology: l.store.kind, vs_standalone: s.rps / core.rps, cpu_vs_standalone: s.cpu_ms_per_1k / core.cpu_ms_per_1k,
-      others_cpu_ms_per_1k: median(rs.map((r) => r.othersCpuMsPer1k)),
-      ...(shares.length > 1 ? { master_cmd_shares: shares } : {}),
-      ...(l.store.kind === "sentinel" ? { sentinel_queries_per_1k: median(rs.map((r) => r.sentinelQueriesPer1k)),
-        sentinel_queries_per_sec: median(rs.map((r) => r.sentinelQueriesPerSec)) } : {}),
-      ...(note ? { note } : {}) });
+  if (run2) {
+    // Section 2: a redis-server of its own (only the contending instances talk to
+    // it, so MONITOR sees nothing else), two nginx (nginx/bench-contend.conf, two
+    // workers each) and two Node.js peers (node-redlock's two instances).
+    contend.redis = await redisServer("redis-contend", contend.redisPort);
+    contend.nginx = contend.nginxPorts.map((port, i) => {
+      const dir = path.join(prefix, "contend-" + (i + 1));
+      renderConf(path.join(root, "nginx", "bench-contend.conf"), dir, path.join(dir, "nginx.conf"), { HTTP_PORT: port, REDIS_PORT: contend.redisPort });
+      return start(nginxBin, ["-p", dir, "-c", path.join(dir, "nginx.conf"), "-g", "daemon off;"]);
+    });
+    // node-redlock's two instances: only for its line.
+    const peers = contLines.some((l) => l.id === "redlock");
+    contend.peers = peers ? contend.peerPorts.map((port) => peer(port, contend.redisPort)) : [];
+    for (const p of [...contend.nginxPorts, ...(peers ? contend.peerPorts : [])]) await waitFor(p);
   }
 
-  if (only.length) {
-    for (const l of topologies.slice(1).filter((x) => !x.skipped || only.some((o) => x.id === o || x.line.includes(o)))) {
-      log(l.skipped ? `${l.line}: ${l.skipped}` : `${l.line}: ${fmt(l.rps)} req/s, nginx CPU ${fmt(l.server_cpu_ms_per_1k, 1)} ms/1k req, ` +
-        `nginx+Redis CPU ${fmt(l.cpu_ms_per_1k, 1)} ms/1k req` + (l.vs_standalone !== undefined ? `; vs standalone: ${fmt(l.vs_standalone, 2)}x requests/s, ` +
-        `${fmt(l.server_cpu_ms_per_1k / core.server_cpu_ms_per_1k, 2)}x nginx CPU per request, ${fmt(l.cpu_vs_standalone, 2)}x nginx+Redis CPU` : ""));
+  let throughput = [], topologies = [];
+  if (run1) {
+    setRps = (() => {
+      const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
+      const m = /SET: ([\d.]+) requests per second/.exec(r.stdout);
+      return m ? Number(m[1]) : NaN;
+    })();
+    log(`redis-benchmark SET (${cfg.conns} clients): ${fmt(setRps)} req/s`);
+
+    const active = lines.filter((l) => !l.skip && wanted(l));
+    for (const l of active.filter((x) => x.topo)) {
+      const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
+      if (r.status !== 200) throw new Error(`${l.name}: ${r.status} ${r.body.trim()} (see ${prefix}/logs/error.log)`);
     }
-    return;
+    for (const l of active) wrk(l.url, l.conns || cfg.conns, 1); // warm-up: JIT, pools, scripts cached
+    const runs = Object.fromEntries(lines.map((l) => [l.id, []]));
+    for (let round = 0; round < cfg.rounds; round++) {
+      for (const l of active) {
+        const st = l.store || standalone;
+        const srv = l.server();
+        const c0 = st.callsEach(), s0 = st.sentinelConnections();
+        const t0 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
+        const w = wrk(l.url, l.conns || cfg.conns, cfg.seconds);
+        await quiet(st); // queued log-phase releases land in this line's numbers, not the next one's
+        const c1 = st.callsEach(), s1 = st.sentinelConnections() - st.sentinelPorts.length;
+        const t1 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
+        const per1k = (i) => ((t1[i] - t0[i]) * 1e6) / w.requests;
+        const each = c1.map((c, i) => c - c0[i]), total = each.reduce((a, b) => a + b, 0);
+        runs[l.id].push({ ...w, cmdsPerReq: total / w.requests, cpuMsPer1k: per1k(0) + per1k(1),
+          serverCpuMsPer1k: per1k(0), redisCpuMsPer1k: per1k(1), othersCpuMsPer1k: per1k(2),
+          masterShares: each.map((c) => c / total), sentinelQueriesPer1k: ((s1 - s0) * 1000) / w.requests,
+          sentinelQueriesPerSec: (s1 - s0) / cfg.seconds });
+        log(`  round ${round + 1} ${l.name}: ${fmt(w.rps)} req/s p50 ${fmt(w.p50, 2)} ms p99 ${fmt(w.p99, 2)} ms, errors ${w.errors}`);
+      }
+    }
+    const ceiling = median(runs.none.map((r) => r.rps));
+    const summary = (l) => {
+      const rs = runs[l.id];
+      const rps = median(rs.map((r) => r.rps));
+      return {
+        line: l.name, id: l.id, rps, vs_ceiling: rps / ceiling, vs_redis_set: rps / setRps,
+        p50_ms: median(rs.map((r) => r.p50)), p99_ms: median(rs.map((r) => r.p99)),
+        redis_cmds_per_req: median(rs.map((r) => r.cmdsPerReq)), cpu_ms_per_1k: median(rs.map((r) => r.cpuMsPer1k)),
+        server_cpu_ms_per_1k: median(rs.map((r) => r.serverCpuMsPer1k)), redis_cpu_ms_per_1k: median(rs.map((r) => r.redisCpuMsPer1k)),
+        errors: rs.reduce((a, r) => a + r.errors, 0),
+      };
+    };
+    throughput = lines.filter((l) => !l.topo && wanted(l)).map(summary);
+    // 1b. The same acquire+release on other topologies, as ratios to the standalone line.
+    const core = throughput.find((l) => l.id === "core");
+    if (core) topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
+    for (const l of lines.filter((x) => x.topo && core && wanted(x))) {
+      if (l.skip) {
+        topologies.push({ line: l.name, id: l.id, topology: l.id.replace("core_", ""), skipped: l.skip });
+        continue;
+      }
+      const rs = runs[l.id], s = summary(l);
+      const shares = rs[0].masterShares.map((_, i) => median(rs.map((r) => r.masterShares[i])));
+      const note = l.store.check();
+      topologies.push({ ...s, topology: l.store.kind, vs_standalone: s.rps / core.rps, cpu_vs_standalone: s.cpu_ms_per_1k / core.cpu_ms_per_1k,
+        others_cpu_ms_per_1k: median(rs.map((r) => r.othersCpuMsPer1k)),
+        ...(shares.length > 1 ? { master_cmd_shares: shares } : {}),
+        ...(l.store.kind === "sentinel" ? { sentinel_queries_per_1k: median(rs.map((r) => r.sentinelQueriesPer1k)),
+          sentinel_queries_per_sec: median(rs.map((r) => r.sentinelQueriesPerSec)) } : {}),
+        ...(note ? { note } : {}) });
+    }
   }
 
   // 2. Contention across two instances: C clients on one key (half on each
   // instance), each request acquiring it (waiting at most contendWait ms),
   // holding it contendHold ms, releasing. Lines interleaved per round.
   const q = `?h=${cfg.contendHold}&wait=${cfg.contendWait}&ttl=${cfg.contendTtl}`;
-  const nginxPair = () => contend.nginx.flatMap((n) => [n.pid, ...children(n.pid)]);
-  const contLines = [
-    { id: "dlock", name: "resty.dlock acquire with wait (pub/sub wake-ups)", instances: "2 nginx × 2 workers", ports: contend.nginxPorts, path: "/contend/dlock", sections: "/sections", pids: nginxPair },
-    { id: "poll", name: "polling lock in Lua (SET NX PX, 2→64 ms jittered backoff, EVAL release)", instances: "2 nginx × 2 workers", ports: contend.nginxPorts, path: "/contend/poll", sections: "/sections", pids: nginxPair },
-    { id: "redlock", name: "node-redlock 5 retry loop (retryDelay 20 ms, retryJitter 10 ms, retryCount wait / 20)", instances: "2 Node.js processes", ports: contend.peerPorts, path: "/contend", sections: "/sections", pids: () => contend.peers.map((p) => p.pid) },
-  ];
   const ideal = 1000 / cfg.contendHold;
   async function contendPhase(l, seconds) {
     await sectionsOf(l.ports, l.sections); // nothing left over from before
@@ -454,19 +537,25 @@ async function main() {
     };
   });
 
-  // 3. Memory.
-  const dictBytes = Number((await get(httpPort, `/dictmem?n=${cfg.dictLeases}`)).body);
-  const memBefore = Number((await get(httpPort, "/mem")).body);
-  let served = 0;
-  while (served < cfg.memRequests) served += wrk(`http://127.0.0.1:${httpPort}/core`, cfg.conns, smoke ? 2 : 20).requests;
-  const memAfter = Number((await get(httpPort, "/mem")).body);
-  const memory = { dict_bytes_per_lease: dictBytes, leases_measured: cfg.dictLeases, requests: served, lua_kb_before: memBefore, lua_kb_after: memAfter };
+  // 2b. Read-mostly: a read-write lock against an exclusive one on the same key.
+  const readMostly = rwLines.length ? await readMostlyLines(rwLines, contend, nginxPair) : null;
+
+  // 3. Memory (not with --only).
+  let memory = null;
+  if (!only.length) {
+    const dictBytes = Number((await get(httpPort, `/dictmem?n=${cfg.dictLeases}`)).body);
+    const memBefore = Number((await get(httpPort, "/mem")).body);
+    let served = 0;
+    while (served < cfg.memRequests) served += wrk(`http://127.0.0.1:${httpPort}/core`, cfg.conns, smoke ? 2 : 20).requests;
+    const memAfter = Number((await get(httpPort, "/mem")).body);
+    memory = { dict_bytes_per_lease: dictBytes, leases_measured: cfg.dictLeases, requests: served, lua_kb_before: memBefore, lua_kb_after: memAfter };
+  }
 
   const result = {
     when: new Date().toISOString(), smoke, config: cfg,
     machine: { cpus: os.cpus().length, redis: execFileSync("redis-server", ["--version"], { encoding: "utf8" }).trim(),
       nginx: spawnSync(nginxBin, ["-v"], { encoding: "utf8" }).stderr.trim(), node: process.version },
-    redis_set_rps: setRps, throughput, topologies, contention, memory,
+    only: only.length ? only.join(", ") : null, redis_set_rps: setRps, throughput, topologies, contention, readMostly, memory,
   };
   report(result);
 }
@@ -477,109 +566,141 @@ function report(r) {
   t.push("");
   t.push(`${r.when}, ${r.machine.cpus} CPUs, ${r.machine.nginx}, ${r.machine.redis.split(" ").slice(0, 3).join(" ")}, Node ${r.machine.node}.`);
   t.push(`Medians of ${r.config.rounds} interleaved round(s). One nginx worker, one Node process, one redis-server (plus the topologies of 1b, and the two instances of section 2), wrk on loopback.`);
+  if (r.only) t.push(`Only the lines whose id or name contains "${r.only}" (\`--only\`).`);
   t.push("");
-  t.push(`## 1. Uncontended: acquire + release around a trivial handler, distinct key per request (${r.config.conns} connections)`);
-  t.push("");
-  t.push(`Physical ceiling: redis-benchmark SET = ${fmt(r.redis_set_rps)} req/s (a lock needs two round trips: acquire and release).`);
-  t.push("");
-  t.push("| line | req/s | vs no lock | vs Redis SET | p50 ms | p99 ms | Redis cmds/req | CPU ms / 1000 req (server + redis) | errors |");
-  t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-  for (const l of r.throughput) {
-    t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_ceiling, 2)} | ${fmt(l.vs_redis_set, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ${fmt(l.cpu_ms_per_1k, 1)} | ${l.errors} |`);
-  }
-  const core = r.throughput.find((l) => l.id === "core"), seed = r.throughput.find((l) => l.id === "seed"), nodeL = r.throughput.find((l) => l.id === "node");
-  t.push("");
-  const plain = r.throughput.find((l) => l.id === "core_plain"), low = r.throughput.find((l) => l.id === "core_low"),
-    plainLow = r.throughput.find((l) => l.id === "core_plain_low");
-  t.push(`resty.dlock / seed Lua = ${fmt(core.rps / seed.rps, 2)}; resty.dlock / node-redlock = ${fmt(core.rps / nodeL.rps, 2)}.`);
-  if (plain) {
+  if (r.throughput.length) {
+    t.push(`## 1. Uncontended: acquire + release around a trivial handler, distinct key per request (${r.config.conns} connections)`);
     t.push("");
-    t.push(`Auto-pipelining (the calls of concurrent requests of the worker share round trips) against auto_pipeline = false ` +
-      `(a pooled connection per call, as before): req/s ${fmt(core.rps / plain.rps, 2)}×, CPU ms / 1000 req (nginx + Redis) ` +
-      `${fmt(core.cpu_ms_per_1k / plain.cpu_ms_per_1k, 2)}×` +
-      (low && plainLow ? `; at 4 connections req/s ${fmt(low.rps / plainLow.rps, 2)}×, p50 ${fmt(low.p50_ms, 2)} against ${fmt(plainLow.p50_ms, 2)} ms, ` +
-        `p99 ${fmt(low.p99_ms, 2)} against ${fmt(plainLow.p99_ms, 2)} ms.` : "."));
-  }
-  t.push("");
-  t.push(`## 1b. Redis topologies: the same acquire+release (/core handler), interleaved with the lines above`);
-  t.push("");
-  t.push("Ratios are to the standalone line of this run. CPU per 1000 requests: nginx, the Redis servers holding the keys " +
-    "(the standalone redis-server, the TLS one, the Sentinel master, the three Cluster masters), and apart what only keeps " +
-    "the topology up (replicas, sentinels). Redis cmds/req: on the servers holding the keys.");
-  t.push("");
-  t.push("| topology | req/s | vs standalone | p50 ms | p99 ms | Redis cmds/req | CPU nginx | CPU Redis (keys) | nginx + Redis vs standalone | CPU replicas + sentinels | errors |");
-  t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-  const notes = [];
-  for (const l of r.topologies) {
-    if (l.skipped) {
-      t.push(`| ${l.line} | skipped: ${l.skipped} | | | | | | | | | |`);
-      notes.push(`${l.topology}: skipped, ${l.skipped}.`);
-      continue;
+    t.push(`Physical ceiling: redis-benchmark SET = ${fmt(r.redis_set_rps)} req/s (a lock needs two round trips: acquire and release).`);
+    t.push("");
+    t.push("| line | req/s | vs no lock | vs Redis SET | p50 ms | p99 ms | Redis cmds/req | CPU ms / 1000 req (server + redis) | errors |");
+    t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (const l of r.throughput) {
+      t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_ceiling, 2)} | ${fmt(l.vs_redis_set, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ${fmt(l.cpu_ms_per_1k, 1)} | ${l.errors} |`);
     }
-    t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_standalone, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ` +
-      `${fmt(l.server_cpu_ms_per_1k, 1)} | ${fmt(l.redis_cpu_ms_per_1k, 1)} | ${fmt(l.cpu_vs_standalone, 2)} | ${fmt(l.others_cpu_ms_per_1k, 1)} | ${l.errors} |`);
-    if (l.master_cmd_shares) notes.push(`${l.topology}: commands per master ${l.master_cmd_shares.map((x) => fmt(x * 100) + " %").join(" / ")}.`);
-    if (l.sentinel_queries_per_1k !== undefined) notes.push(`${l.topology}: the sentinels were asked for the master ${fmt(l.sentinel_queries_per_sec, 1)} times a second ` +
-      `(${fmt(l.sentinel_queries_per_1k, 3)} per 1000 requests; connections the sentinels accepted during the line).`);
-    if (l.note) notes.push(`${l.topology}: ${l.note}.`);
-  }
-  if (notes.length) {
+    const core = r.throughput.find((l) => l.id === "core"), seed = r.throughput.find((l) => l.id === "seed"), nodeL = r.throughput.find((l) => l.id === "node");
     t.push("");
-    for (const n of notes) t.push(`- ${n}`);
+    const plain = r.throughput.find((l) => l.id === "core_plain"), low = r.throughput.find((l) => l.id === "core_low"),
+      plainLow = r.throughput.find((l) => l.id === "core_plain_low");
+    if (core && seed && nodeL) t.push(`resty.dlock / seed Lua = ${fmt(core.rps / seed.rps, 2)}; resty.dlock / node-redlock = ${fmt(core.rps / nodeL.rps, 2)}.`);
+    if (plain && core) {
+      t.push("");
+      t.push(`Auto-pipelining (the calls of concurrent requests of the worker share round trips) against auto_pipeline = false ` +
+        `(a pooled connection per call, as before): req/s ${fmt(core.rps / plain.rps, 2)}×, CPU ms / 1000 req (nginx + Redis) ` +
+        `${fmt(core.cpu_ms_per_1k / plain.cpu_ms_per_1k, 2)}×` +
+        (low && plainLow ? `; at 4 connections req/s ${fmt(low.rps / plainLow.rps, 2)}×, p50 ${fmt(low.p50_ms, 2)} against ${fmt(plainLow.p50_ms, 2)} ms, ` +
+          `p99 ${fmt(low.p99_ms, 2)} against ${fmt(plainLow.p99_ms, 2)} ms.` : "."));
+    }
+    t.push("");
   }
-  t.push("");
-  const c0 = r.contention[0];
-  t.push(`## 2. Contention across two instances: ${c0.clients} clients on one key, each holding it ${c0.hold_ms} ms`);
-  t.push("");
-  t.push(`Two nginx (\`nginx/bench-contend.conf\`, 2 workers each, on a redis-server of their own), ${c0.clients / 2} clients on each; ` +
-    `every request acquires the one key (ttl ${c0.ttl_ms} ms, waiting at most ${c0.wait_ms} ms), holds it ${c0.hold_ms} ms and releases it. ` +
-    "node-redlock runs in a single Node.js process, which has no workers: its two instances are two peer processes (`bench/peer/gateway.js`, " +
-    "each on one ioredis connection), its wait its own retry loop (retryCount = wait / retryDelay, so it waits about as long as the others). " +
-    `${fmt(c0.ideal_acq_per_sec)} acquisitions/s is the ideal (1000 / hold ms). **Hand-off** = from one holder leaving the key (before its release) to the next entering it ` +
-    "(after its acquire returned), every hand-off of the load, from the critical sections each process logs on CLOCK_MONOTONIC; **to the other instance** = only " +
-    "those where the next holder runs in the other nginx (or Node process). **Redis cmds/acquisition** = every command the instances sent the lock Redis " +
-    "from the start of the load until the requests in flight had ended (MONITOR; a script call counts once, releases and subscriptions included, " +
-    "the commands scripts run inside not), over the acquisitions in that time; **acquire attempts** = SET, or a script call other than a release " +
-    "(one with exactly one argument after its keys). **Wait timeouts** = requests that waited their whole wait in vain, summed over the rounds. " +
-    "CPU: the instances' and the Redis server's, per acquisition. The single-nginx scenario of earlier runs (50 clients, one worker, hold 5 ms) is gone: " +
-    "with one worker every waiter sat in the holder's process, and only this one measures hand-offs between instances.");
-  t.push("");
-  t.push("| line | instances | acquisitions/s | of ideal | hand-off p50 ms | hand-off p99 ms | to the other instance p50 ms | to the other instance p99 ms | Redis cmds/acquisition | acquire attempts/acquisition | wait timeouts | CPU ms/acquisition |");
-  t.push("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-  for (const l of r.contention) {
-    t.push(`| ${l.line} | ${l.instances} | ${fmt(l.acq_per_sec, 1)} | ${fmt(l.of_ideal, 2)} | ${fmt(l.handoff_p50_ms, 2)} | ${fmt(l.handoff_p99_ms, 2)} | ` +
-      `${fmt(l.handoff_other_p50_ms, 2)} | ${fmt(l.handoff_other_p99_ms, 2)} | ${fmt(l.redis_cmds_per_acq, 2)} | ${fmt(l.acquire_attempts_per_acq, 2)} | ` +
-      `${l.wait_timeouts} of ${l.requests} | ${fmt(l.cpu_ms_per_acq, 2)} |`);
+  if (r.topologies.length) {
+    t.push(`## 1b. Redis topologies: the same acquire+release (/core handler), interleaved with the lines above`);
+    t.push("");
+    t.push("Ratios are to the standalone line of this run. CPU per 1000 requests: nginx, the Redis servers holding the keys " +
+      "(the standalone redis-server, the TLS one, the Sentinel master, the three Cluster masters), and apart what only keeps " +
+      "the topology up (replicas, sentinels). Redis cmds/req: on the servers holding the keys.");
+    t.push("");
+    t.push("| topology | req/s | vs standalone | p50 ms | p99 ms | Redis cmds/req | CPU nginx | CPU Redis (keys) | nginx + Redis vs standalone | CPU replicas + sentinels | errors |");
+    t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    const notes = [];
+    for (const l of r.topologies) {
+      if (l.skipped) {
+        t.push(`| ${l.line} | skipped: ${l.skipped} | | | | | | | | | |`);
+        notes.push(`${l.topology}: skipped, ${l.skipped}.`);
+        continue;
+      }
+      t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_standalone, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ` +
+        `${fmt(l.server_cpu_ms_per_1k, 1)} | ${fmt(l.redis_cpu_ms_per_1k, 1)} | ${fmt(l.cpu_vs_standalone, 2)} | ${fmt(l.others_cpu_ms_per_1k, 1)} | ${l.errors} |`);
+      if (l.master_cmd_shares) notes.push(`${l.topology}: commands per master ${l.master_cmd_shares.map((x) => fmt(x * 100) + " %").join(" / ")}.`);
+      if (l.sentinel_queries_per_1k !== undefined) notes.push(`${l.topology}: the sentinels were asked for the master ${fmt(l.sentinel_queries_per_sec, 1)} times a second ` +
+        `(${fmt(l.sentinel_queries_per_1k, 3)} per 1000 requests; connections the sentinels accepted during the line).`);
+      if (l.note) notes.push(`${l.topology}: ${l.note}.`);
+    }
+    if (notes.length) {
+      t.push("");
+      for (const n of notes) t.push(`- ${n}`);
+    }
+    t.push("");
   }
-  const cl = Object.fromEntries(r.contention.map((l) => [l.id, l]));
-  const ratio = (a, b) => fmt(a / b, 2);
-  t.push("");
-  for (const [id, name] of [["poll", "the polling lock"], ["redlock", "node-redlock"]]) {
-    const d = cl.dlock, o = cl[id];
-    t.push(`- resty.dlock / ${name}: acquisitions/s ${ratio(d.acq_per_sec, o.acq_per_sec)}, hand-off p50 ${ratio(d.handoff_p50_ms, o.handoff_p50_ms)} ` +
-      `and p99 ${ratio(d.handoff_p99_ms, o.handoff_p99_ms)} (to the other instance ${ratio(d.handoff_other_p50_ms, o.handoff_other_p50_ms)} and ` +
-      `${ratio(d.handoff_other_p99_ms, o.handoff_other_p99_ms)}), Redis cmds/acquisition ${ratio(d.redis_cmds_per_acq, o.redis_cmds_per_acq)}, ` +
-      `CPU/acquisition ${ratio(d.cpu_ms_per_acq, o.cpu_ms_per_acq)}.`);
+  if (r.contention.length) {
+    const c0 = r.contention[0];
+    t.push(`## 2. Contention across two instances: ${c0.clients} clients on one key, each holding it ${c0.hold_ms} ms`);
+    t.push("");
+    t.push(`Two nginx (\`nginx/bench-contend.conf\`, 2 workers each, on a redis-server of their own), ${c0.clients / 2} clients on each; ` +
+      `every request acquires the one key (ttl ${c0.ttl_ms} ms, waiting at most ${c0.wait_ms} ms), holds it ${c0.hold_ms} ms and releases it. ` +
+      "node-redlock runs in a single Node.js process, which has no workers: its two instances are two peer processes (`bench/peer/gateway.js`, " +
+      "each on one ioredis connection), its wait its own retry loop (retryCount = wait / retryDelay, so it waits about as long as the others). " +
+      `${fmt(c0.ideal_acq_per_sec)} acquisitions/s is the ideal (1000 / hold ms). **Hand-off** = from one holder leaving the key (before its release) to the next entering it ` +
+      "(after its acquire returned), every hand-off of the load, from the critical sections each process logs on CLOCK_MONOTONIC; **to the other instance** = only " +
+      "those where the next holder runs in the other nginx (or Node process). **Redis cmds/acquisition** = every command the instances sent the lock Redis " +
+      "from the start of the load until the requests in flight had ended (MONITOR; a script call counts once, releases and subscriptions included, " +
+      "the commands scripts run inside not), over the acquisitions in that time; **acquire attempts** = SET, or a script call other than a release " +
+      "(one with exactly one argument after its keys). **Wait timeouts** = requests that waited their whole wait in vain, summed over the rounds. " +
+      "CPU: the instances' and the Redis server's, per acquisition. The single-nginx scenario of earlier runs (50 clients, one worker, hold 5 ms) is gone: " +
+      "with one worker every waiter sat in the holder's process, and only this one measures hand-offs between instances.");
+    t.push("");
+    t.push("| line | instances | acquisitions/s | of ideal | hand-off p50 ms | hand-off p99 ms | to the other instance p50 ms | to the other instance p99 ms | Redis cmds/acquisition | acquire attempts/acquisition | wait timeouts | CPU ms/acquisition |");
+    t.push("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (const l of r.contention) {
+      t.push(`| ${l.line} | ${l.instances} | ${fmt(l.acq_per_sec, 1)} | ${fmt(l.of_ideal, 2)} | ${fmt(l.handoff_p50_ms, 2)} | ${fmt(l.handoff_p99_ms, 2)} | ` +
+        `${fmt(l.handoff_other_p50_ms, 2)} | ${fmt(l.handoff_other_p99_ms, 2)} | ${fmt(l.redis_cmds_per_acq, 2)} | ${fmt(l.acquire_attempts_per_acq, 2)} | ` +
+        `${l.wait_timeouts} of ${l.requests} | ${fmt(l.cpu_ms_per_acq, 2)} |`);
+    }
+    const cl = Object.fromEntries(r.contention.map((l) => [l.id, l]));
+    const ratio = (a, b) => fmt(a / b, 2);
+    t.push("");
+    for (const [id, name] of [["poll", "the polling lock"], ["redlock", "node-redlock"]]) {
+      const d = cl.dlock, o = cl[id];
+      t.push(`- resty.dlock / ${name}: acquisitions/s ${ratio(d.acq_per_sec, o.acq_per_sec)}, hand-off p50 ${ratio(d.handoff_p50_ms, o.handoff_p50_ms)} ` +
+        `and p99 ${ratio(d.handoff_p99_ms, o.handoff_p99_ms)} (to the other instance ${ratio(d.handoff_other_p50_ms, o.handoff_other_p50_ms)} and ` +
+        `${ratio(d.handoff_other_p99_ms, o.handoff_other_p99_ms)}), Redis cmds/acquisition ${ratio(d.redis_cmds_per_acq, o.redis_cmds_per_acq)}, ` +
+        `CPU/acquisition ${ratio(d.cpu_ms_per_acq, o.cpu_ms_per_acq)}.`);
+    }
+    for (const l of r.contention) {
+      t.push(`- ${l.id}: per acquisition ${Object.entries(l.commands_per_acq_by).map(([k, n]) => `${k} ${n}`).join(", ")}; ` +
+        `acquire attempts by the time since the key's last release: ${Object.entries(l.acquire_attempts_after_release).filter(([, n]) => n).map(([b, n]) => `${b} ${n}`).join(", ")}; ` +
+        `${fmt(l.handoffs_other_share * 100)} % of the hand-offs went to the other instance` +
+        (l.overlaps ? `; ${l.overlaps} OVERLAP(S): a holder entered before the previous one left` : "") +
+        (l.errors ? `; ${l.errors} error(s): ${Object.entries(l.error_messages).slice(0, 3).map(([m, n]) => `"${m}" ×${n}`).join(", ")}` : "") + ".");
+    }
+    t.push("");
   }
-  for (const l of r.contention) {
-    t.push(`- ${l.id}: per acquisition ${Object.entries(l.commands_per_acq_by).map(([k, n]) => `${k} ${n}`).join(", ")}; ` +
-      `acquire attempts by the time since the key's last release: ${Object.entries(l.acquire_attempts_after_release).filter(([, n]) => n).map(([b, n]) => `${b} ${n}`).join(", ")}; ` +
-      `${fmt(l.handoffs_other_share * 100)} % of the hand-offs went to the other instance` +
-      (l.overlaps ? `; ${l.overlaps} OVERLAP(S): a holder entered before the previous one left` : "") +
-      (l.errors ? `; ${l.errors} error(s): ${Object.entries(l.error_messages).slice(0, 3).map(([m, n]) => `"${m}" ×${n}`).join(", ")}` : "") + ".");
+  if (r.readMostly) {
+    const rm = r.readMostly, l0 = rm.lines[0];
+    t.push(`## 2b. Read-mostly: ${l0.clients} clients on one key, ${fmt(l0.readers_share * 100)} % of the requests readers, each holding it ${l0.hold_ms} ms`);
+    t.push("");
+    t.push(`The contending pair of section 2 (two nginx × 2 workers, one redis-server), ${l0.clients / 2} clients on each; every request is a reader ` +
+      `with probability ${l0.readers_share}, else a writer, and acquires the one key (ttl ${r.config.contendTtl} ms, waiting at most ${r.config.contendWait} ms), ` +
+      `holds it ${l0.hold_ms} ms and releases it. **rw_shared**: readers take it with \`shared = true\` (side by side), writers exclusively; ` +
+      "**rw_exclusive**: the same requests, every one exclusive (what a plain lock gives). Reads/s and writes/s = answered requests per second; " +
+      "latency = the client's, waiting included; Redis cmds/request = every command the instances sent (MONITOR), over the answered requests.");
+    t.push("");
+    t.push("| line | reads/s | writes/s | read p50 / p99 ms | write p50 / p99 / max ms | Redis cmds/request | CPU ms/request | wait timeouts | errors |");
+    t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (const l of rm.lines) {
+      t.push(`| ${l.line} | ${fmt(l.reads_per_sec)} | ${fmt(l.writes_per_sec)} | ${fmt(l.read_p50_ms, 1)} / ${fmt(l.read_p99_ms, 1)} | ` +
+        `${fmt(l.write_p50_ms, 1)} / ${fmt(l.write_p99_ms, 1)} / ${fmt(l.write_max_ms, 0)} | ${fmt(l.redis_cmds_per_req, 2)} | ${fmt(l.cpu_ms_per_req, 2)} | ${l.wait_timeouts} | ${l.errors} |`);
+    }
+    if (rm.reads_ratio !== null) {
+      t.push("");
+      t.push(`rw_shared / rw_exclusive: reads/s ${fmt(rm.reads_ratio, 2)}×, writes/s ${fmt(rm.writes_ratio, 2)}×.`);
+    }
+    t.push("");
   }
-  t.push("");
-  t.push("## 3. Memory");
-  t.push("");
-  t.push(`- shared dict: ${fmt(r.memory.dict_bytes_per_lease)} bytes per held lease (${r.memory.leases_measured} leases held at once).`);
-  t.push(`- worker Lua heap after a full GC: ${fmt(r.memory.lua_kb_before)} KB before, ${fmt(r.memory.lua_kb_after)} KB after ${r.memory.requests} more acquire+release requests.`);
+  if (r.memory) {
+    t.push("## 3. Memory");
+    t.push("");
+    t.push(`- shared dict: ${fmt(r.memory.dict_bytes_per_lease)} bytes per held lease (${r.memory.leases_measured} leases held at once).`);
+    t.push(`- worker Lua heap after a full GC: ${fmt(r.memory.lua_kb_before)} KB before, ${fmt(r.memory.lua_kb_after)} KB after ${r.memory.requests} more acquire+release requests.`);
+  }
   const md = t.join("\n") + "\n";
   console.log("\n" + md);
   fs.mkdirSync(outDir, { recursive: true });
-  const base = r.smoke ? "smoke" : "latest";
+  // --only runs never overwrite a full run's results.
+  const base = r.only ? "only" : r.smoke ? "smoke" : "latest";
   fs.writeFileSync(path.join(outDir, base + ".md"), md);
   fs.writeFileSync(path.join(outDir, base + ".json"), JSON.stringify(r, null, 2) + "\n");
-  if (!r.smoke) plot(r);
+  if (!r.smoke && !r.only) plot(r);
 }
 
 function plot(r) {

@@ -118,6 +118,20 @@ function _M.contend_dlock()
   ngx.say(ok and "ok" or "err release " .. tostring(rerr))
 end
 
+-- The read-mostly lines: ?mode=r|w&shared=1|0. A reader (mode=r) takes the
+-- key "rwhot" with shared = true when shared=1, exclusively otherwise (the line
+-- to compare with); a writer always exclusively. Answers "ok r" / "ok w".
+function _M.contend_rw()
+  local hold, wait, ttl = hold_wait_ttl()
+  local mode = ngx.var.arg_mode == "w" and "w" or "r"
+  local lease, err = _M.locks():acquire("rwhot", { ttl = ttl, wait = wait,
+    shared = mode == "r" and ngx.var.arg_shared == "1" })
+  if not lease then ngx.say(err == "timeout" and "timeout" or "err " .. tostring(err)) return end
+  ngx.sleep(hold)
+  local ok, rerr = lease:release()
+  ngx.say(ok and "ok " .. mode or "err release " .. tostring(rerr))
+end
+
 -- The baseline: a plain polling lock as one writes it without resty.dlock (the
 -- same schedule as /crit-poll of nginx/torture.conf): SET K token NX PX ttl, and
 -- while busy sleep with jittered exponential backoff 2 -> 64 ms until `wait`

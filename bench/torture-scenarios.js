@@ -29,6 +29,8 @@
 //                        (met / missed) for the resty.dlock phase, never failed.
 //   noneSeen:            (rows not promised) added to the note when the row saw no overlap.
 //   outside:             (rows not promised) why, in a few words, for the report's footer.
+//   set "rw":            the rows of shared (read-write) locks and the compat facade: run by
+//                        --rw and the full run (the group decides their table).
 //   promised:            the design promises exclusion: for crit rows no two
 //                        holders inside at once; for gateway rows no more requests
 //                        in flight at the backend per key than the guard promises
@@ -44,6 +46,8 @@ const GUARDS = {
   mutex: { name: "t_mutex", mode: "mutex", permits: 1, ttl: 1000, wait: 2000, promise: 1, refusal: 503 },
   conc: { name: "t_conc", mode: "concurrency", permits: 2, ttl: 1000, wait: 2000, promise: 2, refusal: 429 },
   dedup: { name: "t_dedup", mode: "dedup", permits: 1, ttl: 1000, wait: 0, promise: 1, refusal: 409 },
+  // A mutex whose GETs and HEADs share the key: "rw" = GETs side by side, any other method alone.
+  rw: { name: "t_rw", mode: "mutex", permits: 1, ttl: 1000, wait: 2000, promise: "rw", refusal: 503 },
   // The control location has no guard: nothing is promised, the witness must see overlaps.
   none: { name: null, mode: "none", permits: null, ttl: null, wait: 0, promise: 1, refusal: null },
 };
@@ -69,6 +73,8 @@ const CRIT_LOAD = {
   lock: { ttl: 1000, wait: 3000, hold: 20, connect_timeout: 200, read_timeout: 300 },
 };
 const CRIT = { kind: "crit" };
+/** The read-write rows: /crit-rw, this share of the requests readers (shared = true), the rest writers. */
+const RW = { kind: "crit", path: "/crit-rw", readers: 0.85 };
 
 // ---- the Redis topologies of the topology rows (bench/torture.js TOPOLOGIES starts them)
 /**
@@ -281,6 +287,38 @@ const SCENARIOS = [
       "one that already holds the lock runs to its release; one worker (either nginx) SIGKILLed at 3 s. Promised: no overlap, and 3 s after the load nothing left in the lock Redis: " +
       "no lock key, no release channel anyone subscribes to (PUBSUB CHANNELS dlock:released:*, PUBSUB NUMSUB of the load keys' channels). " +
       "Then 8 requests per key one at a time: nobody waits any more, so each should take one acquire, 20 ms and a release",
+  },
+
+  // ---------------------------------------------------------------- shared and exclusive locks, the compat facade (issue 24)
+  {
+    id: "rw-no-fault", set: "rw", title: "read-write, 85 % readers, no fault", group: "rw", promised: true, short: true, load: RW, fault: null,
+    about: "readers share a key, a writer has it alone; a waiting writer holds back the readers that come after it, so it gets in once the readers inside leave",
+  },
+  {
+    id: "rw-reader-kill", set: "rw", title: "read-write: nginx worker holding a read lease SIGKILLed", group: "rw", promised: true, load: RW,
+    fault: { kind: "worker-kill", instance: 1, reader: true },
+    about: "the killed worker's read leases are given back by the new worker's crash recovery (owner-checked, the reader's entry only): the writers waiting behind it get in without waiting out the ttl",
+  },
+  {
+    id: "rw-redis-sigstop", set: "rw", title: "read-write: lock Redis SIGSTOP 1.5 s", group: "rw", promised: true, load: RW,
+    fault: { kind: "redis-sigstop", ms: 1500 },
+    about: "calls in flight hit read_timeout (300 ms) and fail as err; read and write leases run out while Redis is paused",
+  },
+  {
+    id: "rw-cluster", set: "rw", title: "read-write on a Redis Cluster, 85 % readers, no fault", group: "rw", promised: true, load: RW, topology: CLUSTER,
+    fault: null,
+    about: "the same load on a 3-master Cluster: the lock key, its readers and its line share the key's slot (hash tags)",
+  },
+  {
+    id: "compat", set: "rw", title: "resty.dlock.compat (lua-resty-lock's API), an object per request", promised: true,
+    load: { kind: "crit", path: "/crit-compat" }, fault: null,
+    about: "/crit-compat: `local lock = resty_lock:new(\"dlock\", { exptime = 3, timeout = 3 })`, `lock:lock(key)`, 20 ms inside, `lock:unlock()`, as code written for lua-resty-lock does it, across the workers of both nginx (exptime 3 s: lua-resty-lock caps timeout at exptime, and /crit waits 3 s)",
+  },
+  {
+    id: "gw-rw", set: "rw", title: "mutex guard whose GETs share (shared = { \"GET\", \"HEAD\" }), 85 % GETs", group: "gateway", promised: true,
+    load: gw({ guards: ["rw"], via: "plain", gets: 0.85, clients: 60, keys: 2, backendMs: [20, 120], durationMs: 4000 }),
+    fault: null,
+    about: "GETs take the key as readers and reach the backend side by side; a POST takes it alone: never a POST beside anyone at the backend, never a GET beside a POST",
   },
 ];
 

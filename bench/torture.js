@@ -26,13 +26,14 @@ const { runTopologyRow } = require("./engine/topologies");
 const { runContentionRow } = require("./engine/contention");
 const { verdictOf, reportOf } = require("./engine/report");
 
-/** The rows to run: --short, --gateway, --topologies, --contention, --rows 9,gw-reload (numbers or ids), or all. */
+/** The rows to run: --short, --gateway, --topologies, --contention, --rw, --rows 9,gw-reload (numbers or ids), or all. */
 function selectRows() {
   const all = SCENARIOS.map((s, i) => ({ ...s, n: i + 1 }));
   if (SHORT) return ["short", all.filter((s) => s.short)];
   if (opt.gateway) return ["gateway", all.filter((s) => s.group === "gateway")];
   if (opt.topologies) return ["topologies", all.filter((s) => s.group === "topology")];
   if (opt.contention) return ["contention", all.filter((s) => s.group === "contention")];
+  if (opt.rw) return ["rw", all.filter((s) => s.set === "rw")];
   if (opt.rows) {
     const want = opt.rows.split(",").filter(Boolean);
     for (const w of want) {
@@ -44,11 +45,12 @@ function selectRows() {
 }
 
 /** Each kind of row: its runner and its progress line. */
+const rwSay = (r) => (r.rw ? `; readers beside readers ${r.rw.readersBesideReaders} (at most ${r.rw.maxReaders}), longest writer wait ${Math.round(r.rw.maxWriterWaitMs)} ms, writer timeouts ${r.rw.byMode.w.timeout}` : "");
 const KINDS = [
   { is: (sc) => sc.group === "contention", run: runContentionRow, say: (r) => `${r.wallMs} ms` },
   {
     is: (sc) => !!sc.topology, run: runTopologyRow,
-    say: (r) => `${r.acquisitions} acquisitions, ${r.overlaps} overlaps, ${r.errors} err, ${r.timeouts} timeout, ${r.httpFailures} http, gap ${r.maxGapMs} ms, stall ${r.maxStallMs} ms, ${r.wallMs} ms`,
+    say: (r) => `${r.acquisitions} acquisitions, ${r.overlaps} overlaps, ${r.errors} err, ${r.timeouts} timeout, ${r.httpFailures} http, gap ${r.maxGapMs} ms, stall ${r.maxStallMs} ms, ${r.wallMs} ms${rwSay(r)}`,
   },
   {
     is: (sc) => sc.load.kind === "gateway", run: runGatewayRow,
@@ -56,7 +58,7 @@ const KINDS = [
   },
   {
     is: () => true, run: runCritRow,
-    say: (r) => `${r.acquisitions} acquisitions, ${r.overlaps} overlaps, ${r.errors} err, ${r.timeouts} timeout, ${r.httpFailures} http, gap ${r.maxGapMs} ms, ${r.wallMs} ms`,
+    say: (r) => `${r.acquisitions} acquisitions, ${r.overlaps} overlaps, ${r.errors} err, ${r.timeouts} timeout, ${r.httpFailures} http, gap ${r.maxGapMs} ms, ${r.wallMs} ms${rwSay(r)}`,
   },
 ];
 
@@ -81,7 +83,7 @@ async function main() {
   const runtimeS = Math.round((Date.now() - startedAt.getTime()) / 100) / 10;
   const { md, json } = reportOf({ form, startedAt, runtimeS, mach: machine(opt.nginx), list, rows, failures });
   // The short form (run by make test) must not overwrite the full run's results; neither must the others.
-  const base = { full: "torture", short: "torture-short", gateway: "torture-gateway", topologies: "torture-topologies", contention: "torture-contention", rows: "torture-rows" }[form] + (GATEWAY_LOG ? "-gwlog" : "");
+  const base = { full: "torture", short: "torture-short", gateway: "torture-gateway", topologies: "torture-topologies", contention: "torture-contention", rw: "torture-rw", rows: "torture-rows" }[form] + (GATEWAY_LOG ? "-gwlog" : "");
   writeResults(opt.out, base, md, json);
   console.log(md);
   console.log(`wrote bench/results/${base}.md and ${base}.json`);

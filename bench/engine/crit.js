@@ -6,6 +6,8 @@ const { FAULTS } = require("./faults");
 const { newCounts, startLoad, drainedLoad } = require("./load");
 const { witnessReset, collect, backendStats, logSize, logSlice, logStats } = require("./witness");
 
+const fmtMs = (x) => (x === null ? "-" : `${Math.round(x)} ms`);
+
 async function quiesce(row) {
   // Between rows: every nginx back to 2 workers, no lock or witness state left over.
   for (const m of S.target.masters) await waitWorkers(m);
@@ -33,7 +35,7 @@ async function runCritRow(sc) {
   const duration = sc.load.durationMs ?? DURATION;
   // deadline: a fault that watches what follows it (a failover) stops watching when the load ends.
   const f = { at: null, detail: "", deadline: start + duration };
-  const stop = startLoad(counts);
+  const stop = startLoad(counts, sc.load);
   let faultErr = null;
   const faultDone = F
     ? sleep(sc.fault.atMs ?? FAULT_AT).then(() => F.run(f, sc.fault, S.target)).catch((e) => { faultErr = e; })
@@ -70,7 +72,12 @@ async function runCritRow(sc) {
   const lat = counts.okMs.sort((a, b) => a - b);
   const pct = (q) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(q * lat.length))]) : null);
   const row = {
-    n: sc.n, id: sc.id, group: "crit", scenario: sc.title, promised: sc.promised,
+    n: sc.n, id: sc.id, group: sc.group === "rw" ? "rw" : "crit", scenario: sc.title, promised: sc.promised,
+    path: sc.load.path || "/crit", readersShare: sc.load.readers ?? null,
+    rw: w.rw && {
+      ...w.rw, maxReaderWaitMs: w.rw.maxReaderWaitUs < 0 ? null : w.rw.maxReaderWaitUs / 1000,
+      maxWriterWaitMs: w.rw.maxWriterWaitUs < 0 ? null : w.rw.maxWriterWaitUs / 1000, byMode: counts.byMode,
+    },
     acquisitions: w.acquisitions, overlaps: w.overlaps, staleRefused: w.staleRefused,
     ok: counts.ok, errors: counts.err, timeouts: counts.timeout, busy: counts.busy,
     witnessErrors: counts.werr, httpFailures: counts.http + counts.other,
@@ -92,6 +99,12 @@ async function runCritRow(sc) {
 
 function noteOf(r) {
   const bits = [r.about];
+  if (r.rw) {
+    const m = r.rw.byMode;
+    bits.push(`${r.rw.readers} reader and ${r.rw.writers} writer entries; a reader entered beside other readers ${r.rw.readersBesideReaders} times, ` +
+      `at most ${r.rw.maxReaders} readers of a key inside at once; longest wait: writer ${fmtMs(r.rw.maxWriterWaitMs)}, reader ${fmtMs(r.rw.maxReaderWaitMs)} (wait ${LOCK.wait} ms); ` +
+      `wait timeouts: writers ${m.w.timeout} of ${m.w.ok + m.w.timeout}, readers ${m.r.timeout} of ${m.r.ok + m.r.timeout}`);
+  }
   if (r.topology) bits.push(`${r.topology.kind}: ${r.topology.started}, ready in ${r.topology.upMs} ms`);
   if (r.fault && r.fault.detail) bits.push(r.fault.detail);
   if (r.group === "topology") {

@@ -58,7 +58,8 @@ const FAULTS = {
     async run(f, p) {
       // instance null: either nginx, at random.
       const instance = p.instance ?? 1 + Math.floor(Math.random() * S.target.masters.length);
-      const h = await pickHolder(S.target.masters[instance - 1]);
+      // p.reader: a worker inside as a reader (a read lease, /crit-rw).
+      const h = await pickHolder(S.target.masters[instance - 1], p.reader ? "r" : null);
       // Marked dead first: the witness drops its entries at the next entry on
       // their key (crash recovery can free the key before forgetHolder runs).
       await once(WITNESS_PORT, "SADD", "deadpids", String(h.pid));
@@ -67,7 +68,7 @@ const FAULTS = {
       await waitDead(h.pid);
       await sleep(50); // a witness call it sent just before dying has landed by now
       const removed = await forgetHolder(h.pid);
-      f.detail = `worker ${h.pid} of instance ${instance} killed ${h.holding ? "inside its critical section on " + h.key : "(no holder seen within 1 s: any worker)"}; ${removed} witness entr${removed === 1 ? "y" : "ies"} of it removed`;
+      f.detail = `worker ${h.pid} of instance ${instance} killed ${h.holding ? `inside its critical section on ${h.key}${h.mode === "r" ? " as a reader" : ""}` : `(no ${p.reader ? "reader" : "holder"} seen within 1 s: any worker)`}; ${removed} witness entr${removed === 1 ? "y" : "ies"} of it removed`;
       f.holding = h.holding;
     },
   },

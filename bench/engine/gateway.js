@@ -106,7 +106,7 @@ async function runGatewayRow(sc) {
     const other = Object.values(c.status).reduce((a, n) => a + n, 0) - refused - ok;
     const gl = left.list.filter((k) => k.guard === g);
     perGuard[g] = {
-      ...w.perGuard[g], requests: c.requests, ok, refused, other, status: c.status, aborted: c.aborted,
+      ...w.perGuard[g], requests: c.requests, byMethod: c.byMethod, ok, refused, other, status: c.status, aborted: c.aborted,
       failed: c.failed, failures: c.failures, failover: c.failover,
       keysLeft: gl.length, permitsLeft: gl.reduce((a, k) => a + k.permits, 0),
     };
@@ -139,7 +139,11 @@ function gwNoteOf(r) {
   const bits = [r.about];
   if (r.fault && r.fault.detail) bits.push(r.fault.detail);
   bits.push(Object.entries(r.perGuard).map(([g, p]) =>
-    `${g}: ${p.reached} reached${Object.keys(p.byEndpoint).length > 1 ? ` (${Object.entries(p.byEndpoint).map(([e, n]) => e + " " + n).join(", ")})` : ""}, max ${p.maxInFlight} in flight (promised ${p.promise}), ${p.overlaps} overlap(s), ${p.refused} refused, ${p.keysLeft} key(s) left`).join("; "));
+    `${g}: ${p.reached} reached${Object.keys(p.byEndpoint).length > 1 ? ` (${Object.entries(p.byEndpoint).map(([e, n]) => e + " " + n).join(", ")})` : ""}, ` +
+    (p.promise === "rw"
+      ? `requests sent ${Object.entries(p.byMethod).map(([m, n]) => `${m} ${n}`).join(", ")}, a GET entered beside other GETs ${p.readersBesideReaders} times, max ${p.maxInFlight} in flight`
+      : `max ${p.maxInFlight} in flight (promised ${p.promise})`) +
+    `, ${p.overlaps} overlap(s), ${p.refused} refused, ${p.keysLeft} key(s) left`).join("; "));
   if (r.keysLeft.keys) {
     bits.push("left locked: " + r.keysLeft.list.slice(0, 6).map((k) =>
       `${k.guard} ${k.key} (${k.type}${k.type === "zset" ? ", " + k.permits + " permit(s)" : ""}, ${k.heldMs === null ? "still held" : "gone at +" + k.heldMs + " ms"})`).join(", ") + (r.keysLeft.list.length > 6 ? ", ..." : ""));

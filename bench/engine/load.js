@@ -7,9 +7,10 @@ const { HTTP_PORTS, CLIENTS, REQUEST_TIMEOUT, randInt, pick, bump, S } = require
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 200 });
 
-function crit(port, key) {
+/** p: the location and its query up to the key ("/crit?key=", "/crit-rw?mode=r&key="). */
+function crit(port, key, p = "/crit?key=") {
   return new Promise((resolve, reject) => {
-    const req = http.get({ host: "127.0.0.1", port, path: "/crit?key=" + key, agent }, (res) => {
+    const req = http.get({ host: "127.0.0.1", port, path: p + key, agent }, (res) => {
       let body = "";
       res.setEncoding("utf8");
       res.on("data", (c) => (body += c));
@@ -22,20 +23,36 @@ function crit(port, key) {
 }
 
 function newCounts() {
-  return { ok: 0, busy: 0, timeout: 0, err: 0, werr: 0, http: 0, other: 0, errMsgs: {}, errRaw: {}, httpMsgs: {}, werrMsgs: {}, okMs: [], okAt: [] };
+  return {
+    ok: 0, busy: 0, timeout: 0, err: 0, werr: 0, http: 0, other: 0, errMsgs: {}, errRaw: {}, httpMsgs: {}, werrMsgs: {}, okMs: [], okAt: [],
+    // Read-write rows: answers by mode (r: readers, w: writers).
+    byMode: { r: { ok: 0, timeout: 0, err: 0 }, w: { ok: 0, timeout: 0, err: 0 } },
+  };
 }
 
-/** 200 clients, split over both nginx of the target, until stop() says so. */
-function startLoad(counts) {
+/**
+ * 200 clients, split over both nginx of the target, until stop() says so. L (a
+ * crit row's load): L.path is the location (default /crit); L.readers, the share
+ * of requests that go as readers (mode=r, the rest mode=w) to a read-write location.
+ */
+function startLoad(counts, L = {}) {
   let stopping = false;
   const { ports, keys } = S.target;
+  const loc = L.path || "/crit";
   const one = async (i) => {
     const port = ports[i % ports.length];
     while (!stopping) {
       const key = keys[Math.floor(Math.random() * keys.length)];
+      const mode = L.readers === undefined ? null : Math.random() < L.readers ? "r" : "w";
       try {
         const t = process.hrtime.bigint();
-        const { status, body } = await crit(port, key);
+        const { status, body } = await crit(port, key, mode ? `${loc}?mode=${mode}&key=` : `${loc}?key=`);
+        const m = mode ? counts.byMode[mode] : null;
+        if (m && status === 200) {
+          if (body === "ok") m.ok++;
+          else if (body === "timeout") m.timeout++;
+          else if (body.startsWith("err ")) m.err++;
+        }
         if (status !== 200) { counts.http++; bump(counts.httpMsgs, "HTTP " + status); }
         else if (body === "ok") { counts.ok++; counts.okMs.push(Number(process.hrtime.bigint() - t) / 1e6); counts.okAt.push(Date.now()); }
         else if (body === "busy") counts.busy++;
@@ -54,8 +71,8 @@ function startLoad(counts) {
   return () => { stopping = true; return all; };
 }
 
-async function drainedLoad(msLoad) {
-  const stop = startLoad(newCounts());
+async function drainedLoad(msLoad, L) {
+  const stop = startLoad(newCounts(), L);
   await sleep(msLoad);
   await stop();
 }
@@ -69,7 +86,7 @@ function gwKeys(row, g) {
  * One request; resolves { status, body } or { aborted } (the client destroyed
  * the socket at abortAt ms) or { error }. Never rejects.
  */
-function request(port, p, abortAt) {
+function request(port, p, abortAt, method = "GET") {
   return new Promise((resolve) => {
     let done = false;
     let timer = null;
@@ -79,13 +96,15 @@ function request(port, p, abortAt) {
       if (timer) clearTimeout(timer);
       resolve(r);
     };
-    const req = http.get({ host: "127.0.0.1", port, path: p, agent }, (res) => {
+    const headers = method === "GET" || method === "HEAD" ? {} : { "content-length": "0" };
+    const req = http.request({ host: "127.0.0.1", port, path: p, agent, method, headers }, (res) => {
       let body = "";
       res.setEncoding("utf8");
       res.on("data", (c) => (body += c));
       res.on("end", () => finish({ status: res.statusCode, body: body.trim() }));
       res.on("error", (e) => finish({ error: e.code || e.message }));
     });
+    req.end();
     req.setTimeout(REQUEST_TIMEOUT, () => req.destroy(new Error("client timeout")));
     req.on("error", (e) => finish({ error: e.code || e.message }));
     if (abortAt !== null) {
@@ -96,7 +115,7 @@ function request(port, p, abortAt) {
 
 function newGwCounts(row) {
   const c = {};
-  for (const g of row.load.guards) c[g] = { requests: 0, status: {}, aborted: 0, failover: 0, failed: 0, failures: {} };
+  for (const g of row.load.guards) c[g] = { requests: 0, status: {}, aborted: 0, failover: 0, failed: 0, failures: {}, byMethod: {} };
   return c;
 }
 
@@ -114,12 +133,15 @@ function startGatewayLoad(row, counts) {
       const fail = L.fail > 0 && Math.random() < L.fail;
       const abortAt = L.abort && Math.random() < L.abort.p ? randInt(L.abort.atMs) : null;
       const p = `/gw/${g}/${L.via}?g=${g}&key=${pick(keys[g])}&ms=${randInt(L.backendMs)}${fail ? "&fail=1" : ""}`;
+      // L.gets: that share of the requests are GETs, the rest POSTs (default all GETs).
+      const method = L.gets === undefined || Math.random() < L.gets ? "GET" : "POST";
       c.requests++;
-      let r = await request(HTTP_PORTS[home], p, abortAt);
+      c.byMethod[method] = (c.byMethod[method] || 0) + 1;
+      let r = await request(HTTP_PORTS[home], p, abortAt, method);
       if (r.error === "ECONNREFUSED") {
         // The instance is down (quit-restart): the other one, as a load balancer would.
         c.failover++;
-        r = await request(HTTP_PORTS[(home + 1) % HTTP_PORTS.length], p, abortAt);
+        r = await request(HTTP_PORTS[(home + 1) % HTTP_PORTS.length], p, abortAt, method);
       }
       if (r.aborted) c.aborted++;
       else if (r.status !== undefined) {

@@ -25,7 +25,8 @@ function gwTable(rows) {
   ];
   for (const r of rows) {
     const q = r.requests;
-    const maxIn = Object.entries(r.perGuard).map(([g, p]) => `${g} ${p.maxInFlight}/${p.promise}`).join(", ");
+    const maxIn = Object.entries(r.perGuard).map(([g, p]) => (p.promise === "rw"
+      ? `${g} ${p.maxInFlight} (GETs side by side; other methods alone)` : `${g} ${p.maxInFlight}/${p.promise}`)).join(", ");
     out.push(`| ${r.n} | ${esc(r.scenario)} | ${r.control ? "no (control)" : r.promised ? "yes" : "no"} | ${q.ok} / ${q.refused} / ${q.aborted} | ${r.reached} | ${r.overlaps} | ${maxIn} | ${esc(leftText(r.keysLeft))} | ${r.result} | ${esc(r.note)} |`);
   }
   return out.join("\n");
@@ -73,6 +74,9 @@ function verdictOf(rows) {
         if (r.result === "ok") r.result = "ok (control)";
         continue;
       }
+      for (const [g, p] of Object.entries(r.perGuard)) {
+        if (p.promise === "rw" && p.reached > 0 && p.readersBesideReaders === 0) fail(r, `${g}: no GET ever entered the backend beside another GET`);
+      }
       if (r.promised && r.overlaps > 0) fail(r, `${r.overlaps} time(s) more requests in flight at the backend than the guard promises (${Object.entries(r.perGuard).filter(([, p]) => p.overlaps).map(([g, p]) => `${g} ${p.overlaps}, max ${p.maxInFlight} for ${p.promise}`).join("; ")})`);
       // Nothing may stay locked after the load, whatever the row promises about overlaps.
       if (r.keysLeft.keys > 0) fail(r, `${r.keysLeft.keys} guard key(s) left locked ${r.keysLeft.checkMs} ms after the backend went idle (${leftText(r.keysLeft)})`);
@@ -91,9 +95,38 @@ function verdictOf(rows) {
     if (r.promised && r.overlaps > 0) fail(r, `${r.overlaps} overlap(s) where mutual exclusion is promised`);
     if (r.witnessErrors > 0) fail(r, `${r.witnessErrors} witness error(s), the count cannot be trusted`);
     if (r.acquisitions === 0) fail(r, "no acquisitions at all");
+    // A read-write lock whose readers never meet is an exclusive lock: not what shared = true promises.
+    if (r.group === "rw" && (!r.rw || r.rw.readersBesideReaders === 0)) fail(r, "no reader ever entered beside another reader");
     if (r.result === "ok" && !r.promised) r.result = r.overlaps > 0 ? "reported" : "ok (not promised)";
   }
   return failures;
+}
+
+function rwTable(rows) {
+  const out = [
+    "| # | scenario | promised | readers / writers entered | overlaps | readers beside readers (most at once) | longest writer wait (ms) | longest reader wait (ms) | wait timeouts: writers / readers | errors | longest gap (ms) | result | note |",
+    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+  ];
+  const n = (x) => (x === null || x === undefined ? "-" : Math.round(x));
+  for (const r of rows) {
+    const w = r.rw || { readers: 0, writers: 0, readersBesideReaders: 0, maxReaders: 0, maxWriterWaitMs: null, maxReaderWaitMs: null, byMode: { r: { timeout: 0 }, w: { timeout: 0 } } };
+    out.push(`| ${r.n} | ${esc(r.scenario)} | ${r.promised ? "yes" : "no"} | ${w.readers} / ${w.writers} | ${r.overlaps} | ${w.readersBesideReaders} (${w.maxReaders}) | ` +
+      `${n(w.maxWriterWaitMs)} | ${n(w.maxReaderWaitMs)} | ${w.byMode.w.timeout} / ${w.byMode.r.timeout} | ${r.errors} | ${n(r.maxGapMs)} | ${r.result} | ${esc(r.note)} |`);
+  }
+  return out.join("\n");
+}
+
+function rwIntro() {
+  return [
+    `The crit load on \`/crit-rw?key=K&mode=r|w\` (${KEYS.length} keys, ${CLIENTS} clients over two nginx × 2 workers): each request is a reader`,
+    "(`locks:acquire(K, { shared = true })`) with the row's probability, else a writer (the same factory, `fencing = true`),",
+    `ttl ${LOCK.ttl} ms, wait ${LOCK.wait} ms, ${LOCK.hold} ms inside. The witness knows who is inside each key and as what:`,
+    "**overlaps** = a writer entering beside anyone, or a reader beside a writer; **readers beside readers** = reader",
+    "entries while other readers were inside (the sharing the lock exists for; a row where it never happens fails), with",
+    "the most readers inside one key at once; **longest writer wait** = the longest a writer's acquire waited before it",
+    "held the key (no writer starves when this stays well within the wait and no writer times out). A writer's",
+    "critical section makes the fenced write; readers write nothing.",
+  ];
 }
 
 function critIntro() {
@@ -116,12 +149,12 @@ function gwIntro(rows) {
     "Gateway guards (nginx/torture.conf) in front of a separate backend nginx (nginx/torture-backend.conf) that tells the",
     "witness Redis when each request enters and leaves it, per key. Guards: " +
       `\`${g("mutex").name}\` (mutex, wait ${g("mutex").wait} ms, 503), \`${g("conc").name}\` (concurrency, permits ${g("conc").permits}, wait ${g("conc").wait} ms, 429), ` +
-      `\`${g("dedup").name}\` (dedup, 409); all ttl ${g("mutex").ttl} ms (renewed every ttl/3), key \`$arg_key\`; 3 keys per guard (6 in the reload rows).`,
+      `\`${g("dedup").name}\` (dedup, 409), \`${g("rw").name}\` (mutex with \`shared = { "GET", "HEAD" }\`, wait ${g("rw").wait} ms, 503); all ttl ${g("mutex").ttl} ms (renewed every ttl/3), key \`$arg_key\`; 3 keys per guard (6 in the reload rows).`,
     "Each guarded location has the guard's `access()` and `log()`; where the request ends in another location",
     "(`error_page`, `try_files`, `X-Accel-Redirect`) that location has no `log()`. " +
       (GATEWAY_LOG ? "**This run has the http-level `log_by_lua_block { require(\"resty.dlock.gateway\").log() }`.**" : "No http-level module `log()` in this run (`--gateway-log` adds it)."),
     "**overlaps at backend** = requests entering the backend while as many as the guard promises for the key (1 for",
-    "mutex and dedup, 2 for concurrency) were already in flight there; **keys left locked** = guard keys still in the lock",
+    "mutex and dedup, 2 for concurrency) were already in flight there (for `t_rw`: a GET beside another method, or any other method beside anyone); **keys left locked** = guard keys still in the lock",
     `Redis (a lock, or live permits) ${RELEASE_GRACE / 1000} s after the load ended and the backend went idle, then watched ${LEFT_WATCH / 1000} s more;`,
     "a key still held after that (ttl 1 s) is being renewed for a request that is gone. Refusals pause the client 20-80 ms.",
     "A key left locked fails any gateway row; overlaps fail the rows where exclusion is promised." +
@@ -136,6 +169,7 @@ function reportOf({ form, startedAt, runtimeS, mach, list, rows, failures }) {
   const gwRows = rows.filter((r) => r.group === "gateway");
   const topoRows = rows.filter((r) => r.group === "topology");
   const contRows = rows.filter((r) => r.group === "contention");
+  const rwRows = rows.filter((r) => r.group === "rw");
   const outside = list.filter((s) => s.outside).map((s) => `${s.n} (${s.outside})`);
   const md = [
     `# resty.dlock torture run (${form} form${GATEWAY_LOG ? ", with the module-level gateway log" : ""})`,
@@ -147,6 +181,7 @@ function reportOf({ form, startedAt, runtimeS, mach, list, rows, failures }) {
     ...(gwRows.length ? ["## Gateway guards", "", ...gwIntro(gwRows), "", gwTable(gwRows), ""] : []),
     ...(topoRows.length ? ["## Redis topologies", "", ...topoIntro(topoRows), "", topoTable(topoRows), ""] : []),
     ...(contRows.length ? ["## Contention", "", ...contentionIntro(contRows), "", contentionTable(contRows), ""] : []),
+    ...(rwRows.length ? ["## Shared and exclusive locks", "", ...rwIntro(), "", rwTable(rwRows), ""] : []),
     `Exclusion is promised in rows ${promisedRows.join(", ") || "(none here)"}: an overlap there fails the run${gwRows.length ? ", and so does a gateway key left locked" : ""}${contRows.length ? `${gwRows.length ? "," : ""} and so does a lock key or a wake-up subscription left behind by a contention row` : ""}.`,
     ...(form === "full" && outside.length ? [`Rows ${outside.join(" and ")} are outside what a Redis lease can promise: reported, not failed.`] : []),
     ...(topoRows.some((r) => !r.promised) ? [`Rows ${topoRows.filter((r) => !r.promised).map((r) => r.n).join(" and ")} (a master SIGKILLed) can lose locks that only the dead master had, with replication asynchronous: reported, not failed.`] : []),

@@ -66,7 +66,8 @@ async function runTopologyRow(sc) {
     // Warm the pools (and the slot maps, the master found through the sentinels).
     await drainedLoad(1000);
     const row = await runCritRow(sc);
-    row.group = "topology";
+    // A read-write row on a topology stays with the read-write rows in the report.
+    row.group = sc.group === "rw" ? "rw" : "topology";
     row.topology = { ...sc.topology, started: topo.describe(), upMs, lua: topo.lua };
     row.wallMs = Date.now() - t0;
     row.note = noteOf(row);

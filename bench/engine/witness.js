@@ -28,6 +28,21 @@ async function collect() {
       if (g !== null && Number(g) > out.maxGapUs) { out.maxGapUs = Number(g); out.maxGapKey = k; out.maxGapFromUs = Number(at); }
       for (const m of inside) out.leftInside.push(k + " " + m);
     }
+    // Read-write rows (nginx/torture.conf's ENTER with a mode): readers and
+    // writers that entered, readers entering beside readers, the most readers
+    // inside a key at once, the longest wait of a reader and of a writer (us).
+    const rw = { readers: 0, writers: 0, readersBesideReaders: 0, maxReaders: 0, maxReaderWaitUs: -1, maxWriterWaitUs: -1, maxWriterWaitKey: null };
+    for (const k of S.target.keys) {
+      rw.readers += Number(await w.cmd("GET", "racq:" + k)) || 0;
+      rw.writers += Number(await w.cmd("GET", "wacq:" + k)) || 0;
+      rw.readersBesideReaders += Number(await w.cmd("GET", "rshared:" + k)) || 0;
+      rw.maxReaders = Math.max(rw.maxReaders, Number(await w.cmd("GET", "maxreaders:" + k)) || 0);
+      const rwait = await w.cmd("GET", "maxrwait:" + k);
+      if (rwait !== null) rw.maxReaderWaitUs = Math.max(rw.maxReaderWaitUs, Number(rwait));
+      const wwait = await w.cmd("GET", "maxwwait:" + k);
+      if (wwait !== null && Number(wwait) > rw.maxWriterWaitUs) { rw.maxWriterWaitUs = Number(wwait); rw.maxWriterWaitKey = k; }
+    }
+    out.rw = rw.readers + rw.writers > 0 ? rw : null;
     out.overlapLog = await w.cmd("LRANGE", "overlaplog", 0, 19);
     out.releaseNotOwner = Number(await w.cmd("GET", "release:not_owner")) || 0;
     out.releaseError = Number(await w.cmd("GET", "release:error")) || 0;
@@ -48,6 +63,7 @@ async function collectGateway(row) {
     const reached = hash(await w.cmd("HGETALL", "gw:reached"));
     const overlaps = hash(await w.cmd("HGETALL", "gw:overlaps"));
     const maxIn = hash(await w.cmd("HGETALL", "gw:maxin"));
+    const shared = hash(await w.cmd("HGETALL", "gw:shared"));
     const perGuard = {};
     for (const g of row.load.guards) {
       const byEndpoint = {};
@@ -56,7 +72,7 @@ async function collectGateway(row) {
         const [gg, ep] = k.split("|");
         if (gg === g) { byEndpoint[ep] = v; n += v; }
       }
-      perGuard[g] = { promise: GUARDS[g].promise, reached: n, byEndpoint, overlaps: overlaps[g] || 0, maxInFlight: maxIn[g] || 0 };
+      perGuard[g] = { promise: GUARDS[g].promise, reached: n, byEndpoint, overlaps: overlaps[g] || 0, maxInFlight: maxIn[g] || 0, readersBesideReaders: shared[g] || 0 };
     }
     const leftInside = [];
     for (const k of await w.cmd("KEYS", "gw:inside:*")) {
@@ -82,8 +98,11 @@ async function backendStats(reset) {
   return { witnessErrors: Number(m[1]), entered: Number(m[2]) };
 }
 
-/** A worker of nginx `master` that is inside a critical section right now (the witness says so). */
-async function pickHolder(master) {
+/**
+ * A worker of nginx `master` that is inside a critical section right now (the
+ * witness says so); mode "r": one inside as a reader (/crit-rw's members end in ":r").
+ */
+async function pickHolder(master, mode) {
   const workers = children(master);
   const w = await Resp.connect(WITNESS_PORT);
   try {
@@ -92,7 +111,8 @@ async function pickHolder(master) {
       for (const k of S.target.keys) {
         for (const m of await w.cmd("SMEMBERS", "inside:" + k)) {
           const pid = Number(m.split(":")[0]);
-          if (workers.includes(pid)) return { pid, key: k, holding: true };
+          if (mode && !m.endsWith(":" + mode)) continue;
+          if (workers.includes(pid)) return { pid, key: k, holding: true, mode: mode || null };
         }
       }
       await sleep(1);

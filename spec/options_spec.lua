@@ -6,6 +6,7 @@ local h = require "helpers"
 local options = require "resty.dlock.core.options"
 local gateway = require "resty.dlock.gateway.options"
 local modes = require "resty.dlock.core.schema.modes"
+local compat = require "resty.dlock.compat"
 
 local readme = assert(h.read_file(h.root .. "/README.md"), "cannot read README.md")
 
@@ -114,6 +115,11 @@ describe("the README's option tables", function()
 
   it("list every option of semaphore.new with its default, and no other", function()
     agree("semaphore.new", rows_of("semaphore.new"), options.NEW_SEMAPHORE)
+  end)
+
+  it("list every option of the lua-resty-lock facade's new and configure with its default, and no other", function()
+    agree("compat.new", rows_of("compat.new"), compat.NEW)
+    agree("compat.configure", rows_of("compat.configure"), compat.CONFIGURE)
   end)
 
   it("list every option of acquire with its default, and no other", function()

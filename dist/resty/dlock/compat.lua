@@ -2,8 +2,8 @@
 local ____exports = {}
 local dlock = require("resty.dlock")
 local check = require("resty.dlock.core.check")
-local meter = require("resty.dlock.core.meter")
-local backend = require("resty.dlock.redis.backend")
+local options = require("resty.dlock.core.options")
+local schema = require("resty.dlock.core.schema")
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
@@ -17,41 +17,84 @@ local str_format = string.format
 local ngx_shared = ngx.shared
 local ngx_now = ngx.now
 local ngx_update_time = ngx.update_time
-local CONFIGURE_OPTIONS = check.set("redis", "prefix", "name")
-local NEW_OPTIONS = check.set(
-    "exptime",
-    "timeout",
-    "step",
-    "ratio",
-    "max_step"
-)
---- lua-resty-lock's polling options: accepted, checked, and not needed (waiters are woken by the release).
-local POLLING = {"step", "ratio", "max_step"}
+--- lua-resty-lock's seconds (0.001 s precision) as ms; its default when absent.
+local function seconds(name, dflt, min)
+    return function(v)
+        if v == nil then
+            return dflt, nil
+        end
+        if lua_type(v) ~= "number" or v ~= v or v < min or v * 1000 > dlock.MAX_TTL then
+            return check.fail(
+                str_format("%s must be a number of seconds from %s to %d", name, min, dlock.MAX_TTL / 1000),
+                v
+            )
+        end
+        return math_floor(v * 1000 + 0.5), nil
+    end
+end
+--- lua-resty-lock's polling steps: checked, not used (a waiter is woken when the key is released).
+local function polling(name)
+    return function(v)
+        if v ~= nil and (lua_type(v) ~= "number" or not (v > 0)) then
+            return check.fail(name .. " must be a positive number", v)
+        end
+        return v, nil
+    end
+end
+--- new(dict, opts): exptime and timeout come back in ms.
+____exports.NEW = {
+    {
+        name = "exptime",
+        kind = "check",
+        check = seconds("exptime", 30000, 0.001),
+        doc = "30"
+    },
+    {
+        name = "timeout",
+        kind = "check",
+        check = seconds("timeout", 5000, 0),
+        doc = "5"
+    },
+    {
+        name = "step",
+        kind = "check",
+        check = polling("step"),
+        doc = "not used"
+    },
+    {
+        name = "ratio",
+        kind = "check",
+        check = polling("ratio"),
+        doc = "not used"
+    },
+    {
+        name = "max_step",
+        kind = "check",
+        check = polling("max_step"),
+        doc = "not used"
+    }
+}
+--- configure(opts): where the locks live.
+____exports.CONFIGURE = {options.REDIS, {
+    name = "prefix",
+    kind = "string",
+    maxLen = 256,
+    empty = true,
+    default = "dlock:compat:"
+}, {name = "name", kind = "check", check = options.checkName, default = "compat"}}
+local newOptions = schema.compile("compat new options", ____exports.NEW, {labels = ""})
+local configureOptions = schema.compile("compat.configure options", ____exports.CONFIGURE, {labels = ""})
 local settings = {redis = nil, prefix = "dlock:compat:", name = "compat"}
---- The options of a new() given none (read only).
-local NONE = {}
 --- A factory per shared dict, made at the first new() that names it.
 local factories = {}
 --- Where the locks live, for every object made after it: redis (as for dlock.new),
 -- prefix (default "dlock:compat:"), name (metrics; default "compat"). true, or nil, err.
 function ____exports.configure(opts)
-    local o, oerr = check.options("compat.configure options", opts, CONFIGURE_OPTIONS)
+    local o, err = configureOptions(opts)
     if o == nil then
-        return nil, oerr
+        return nil, err
     end
-    local prefix = o.prefix == nil and "dlock:compat:" or o.prefix
-    if lua_type(prefix) ~= "string" then
-        return check.fail("prefix must be a string", prefix)
-    end
-    local conf, rerr = backend.parse(o.redis)
-    if conf == nil then
-        return nil, rerr
-    end
-    local name, nerr = meter.checkName(o.name == nil and "compat" or o.name)
-    if name == nil then
-        return nil, nerr
-    end
-    settings = {redis = o.redis, prefix = prefix, name = name}
+    settings = {redis = opts.redis, prefix = o.prefix, name = o.name}
     factories = {}
     return true, nil
 end
@@ -63,19 +106,8 @@ local function makeFactory(dictName)
     o.name = settings.name
     return dlock.new(o)
 end
---- Seconds, as lua-resty-lock takes them (0.001 s precision), in ms; nil, err when out of range.
-local function seconds(name, v, dflt, min)
-    if v == nil then
-        return dflt, nil
-    end
-    if lua_type(v) ~= "number" or v ~= v or v < min or v * 1000 > dlock.MAX_TTL then
-        return check.fail(
-            str_format("%s must be a number of seconds from %s to %d", name, min, dlock.MAX_TTL / 1000),
-            v
-        )
-    end
-    return math_floor(v * 1000 + 0.5), nil
-end
+--- expire()'s time, as exptime is checked (its default is the lock's own exptime).
+local expireSeconds = seconds("time", 0, 0.001)
 local methods = {
     lock = function(self, key)
         if key == nil then
@@ -127,9 +159,13 @@ local methods = {
         if l == nil then
             return nil, "unlocked"
         end
-        local ms, terr = seconds("time", time, self._exptime, 0.001)
-        if ms == nil then
-            return nil, terr
+        local ms = self._exptime
+        if time ~= nil then
+            local given, terr = expireSeconds(time)
+            if terr ~= nil then
+                return nil, terr
+            end
+            ms = given
         end
         local ok, err = l:extend(ms)
         if not ok then
@@ -149,33 +185,12 @@ function ____exports.new(_module, dictName, opts)
     if lua_type(dictName) ~= "string" or ngx_shared[dictName] == nil then
         return nil, "dictionary not found"
     end
-    local o = NONE
-    if opts ~= nil then
-        local checked, oerr = check.options("compat new options", opts, NEW_OPTIONS)
-        if checked == nil then
-            return nil, oerr
-        end
-        o = checked
+    local o, oerr = newOptions(opts)
+    if o == nil then
+        return nil, oerr
     end
-    local exptime, e1 = seconds("exptime", o.exptime, 30000, 0.001)
-    if exptime == nil then
-        return nil, e1
-    end
-    local timeout, e2 = seconds("timeout", o.timeout, 5000, 0)
-    if timeout == nil then
-        return nil, e2
-    end
-    do
-        local i = 0
-        while i < #POLLING do
-            local name = POLLING[i + 1]
-            local v = o[name]
-            if v ~= nil and (lua_type(v) ~= "number" or not (v > 0)) then
-                return check.fail(name .. " must be a positive number", v)
-            end
-            i = i + 1
-        end
-    end
+    local exptime = o.exptime
+    local timeout = o.timeout
     local locks = factories[dictName]
     if locks == nil then
         local f, ferr = makeFactory(dictName)

@@ -15,8 +15,8 @@
 
 import * as dlock from "../dlock";
 import * as check from "./core/check";
-import * as meter from "./core/meter";
-import * as backend from "./redis/backend";
+import * as options from "./core/options";
+import * as schema from "./core/schema";
 import type * as lease from "./core/lease";
 
 export { VERSION as _VERSION } from "./version";
@@ -47,14 +47,55 @@ interface CompatLock {
   _lease: lease.Lease | undefined;
 }
 
-const CONFIGURE_OPTIONS = check.set("redis", "prefix", "name");
-const NEW_OPTIONS = check.set("exptime", "timeout", "step", "ratio", "max_step");
-/** lua-resty-lock's polling options: accepted, checked, and not needed (waiters are woken by the release). */
-const POLLING = ["step", "ratio", "max_step"];
+/** lua-resty-lock's seconds (0.001 s precision) as ms; its default when absent. */
+function seconds(name: string, dflt: number, min: number): (this: void, v: unknown) => LuaMultiReturn<[unknown, string | undefined]> {
+  return (v: unknown) => {
+    if (v === undefined) return $multi(dflt, undefined);
+    if (lua_type(v) !== "number" || (v as number) !== (v as number) || (v as number) < min || (v as number) * 1000 > dlock.MAX_TTL) {
+      return check.fail(str_format("%s must be a number of seconds from %s to %d", name, min, dlock.MAX_TTL / 1000), v);
+    }
+    return $multi(math_floor((v as number) * 1000 + 0.5), undefined);
+  };
+}
+
+/** lua-resty-lock's polling steps: checked, not used (a waiter is woken when the key is released). */
+function polling(name: string): (this: void, v: unknown) => LuaMultiReturn<[unknown, string | undefined]> {
+  return (v: unknown) => {
+    if (v !== undefined && (lua_type(v) !== "number" || !((v as number) > 0))) return check.fail(name + " must be a positive number", v);
+    return $multi(v, undefined);
+  };
+}
+
+/** new(dict, opts): exptime and timeout come back in ms. */
+export const NEW: schema.Spec[] = [
+  { name: "exptime", kind: "check", check: seconds("exptime", 30000, 0.001), doc: "30" },
+  { name: "timeout", kind: "check", check: seconds("timeout", 5000, 0), doc: "5" },
+  { name: "step", kind: "check", check: polling("step"), doc: "not used" },
+  { name: "ratio", kind: "check", check: polling("ratio"), doc: "not used" },
+  { name: "max_step", kind: "check", check: polling("max_step"), doc: "not used" },
+];
+
+/** configure(opts): where the locks live. */
+export const CONFIGURE: schema.Spec[] = [
+  options.REDIS,
+  { name: "prefix", kind: "string", maxLen: 256, empty: true, default: "dlock:compat:" },
+  { name: "name", kind: "check", check: options.checkName, default: "compat" },
+];
+
+interface NewOptions {
+  readonly exptime: number;
+  readonly timeout: number;
+}
+
+interface Configured {
+  readonly prefix: string;
+  readonly name: string;
+}
+
+const newOptions = schema.compile<NewOptions>("compat new options", NEW, { labels: "" });
+const configureOptions = schema.compile<Configured>("compat.configure options", CONFIGURE, { labels: "" });
 
 let settings: Settings = { redis: undefined, prefix: "dlock:compat:", name: "compat" };
-/** The options of a new() given none (read only). */
-const NONE = new LuaTable<string, unknown>();
 /** A factory per shared dict, made at the first new() that names it. */
 let factories = new LuaTable<string, dlock.Locks>();
 
@@ -63,16 +104,11 @@ let factories = new LuaTable<string, dlock.Locks>();
  * prefix (default "dlock:compat:"), name (metrics; default "compat"). true, or nil, err.
  */
 export function configure(this: void, opts: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
-  const [o, oerr] = check.options("compat.configure options", opts, CONFIGURE_OPTIONS);
-  if (o === undefined) return $multi(undefined, oerr);
-  const prefix = o.get("prefix") === undefined ? "dlock:compat:" : o.get("prefix");
-  if (lua_type(prefix) !== "string") return check.fail("prefix must be a string", prefix);
   // Checked now, so that a mistake shows in init_by_lua rather than at the first lock.
-  const [conf, rerr] = backend.parse(o.get("redis"));
-  if (conf === undefined) return $multi(undefined, rerr);
-  const [name, nerr] = meter.checkName(o.get("name") === undefined ? "compat" : o.get("name"));
-  if (name === undefined) return $multi(undefined, nerr);
-  settings = { redis: o.get("redis"), prefix: prefix as string, name };
+  const [o, err] = configureOptions(opts);
+  if (o === undefined) return $multi(undefined, err);
+  // The factories get the table as given: dlock.new checks it again, with their dict.
+  settings = { redis: (opts as LuaTable<string, unknown>).get("redis"), prefix: o.prefix, name: o.name };
   factories = new LuaTable();
   return $multi(true as const, undefined);
 }
@@ -86,14 +122,9 @@ function makeFactory(dictName: string): LuaMultiReturn<[dlock.Locks | undefined,
   return dlock.create(o);
 }
 
-/** Seconds, as lua-resty-lock takes them (0.001 s precision), in ms; nil, err when out of range. */
-function seconds(name: string, v: unknown, dflt: number, min: number): LuaMultiReturn<[number | undefined, string | undefined]> {
-  if (v === undefined) return $multi(dflt, undefined);
-  if (lua_type(v) !== "number" || (v as number) !== (v as number) || (v as number) < min || (v as number) * 1000 > dlock.MAX_TTL) {
-    return check.fail(str_format("%s must be a number of seconds from %s to %d", name, min, dlock.MAX_TTL / 1000), v);
-  }
-  return $multi(math_floor((v as number) * 1000 + 0.5), undefined);
-}
+
+/** expire()'s time, as exptime is checked (its default is the lock's own exptime). */
+const expireSeconds = seconds("time", 0, 0.001);
 
 const methods = {
   /**
@@ -142,8 +173,12 @@ const methods = {
   expire(this: CompatLock, time: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
     const l = this._lease;
     if (l === undefined) return $multi(undefined, "unlocked");
-    const [ms, terr] = seconds("time", time, this._exptime, 0.001);
-    if (ms === undefined) return $multi(undefined, terr);
+    let ms = this._exptime;
+    if (time !== undefined) {
+      const [given, terr] = expireSeconds(time);
+      if (terr !== undefined) return $multi(undefined, terr);
+      ms = given as number;
+    }
     const [ok, err] = l.extend(ms);
     // Held on to even when it is no longer ours, as lua-resty-lock keeps its key after a failed expire:
     // unlock() says what became of it and ends it.
@@ -164,23 +199,10 @@ export function create(this: void, _module: unknown, dictName: unknown, opts?: u
   if (lua_type(dictName) !== "string" || ngx_shared.get(dictName as string) === undefined) {
     return $multi(undefined, "dictionary not found");
   }
-  let o = NONE;
-  if (opts !== undefined) {
-    const [checked, oerr] = check.options("compat new options", opts, NEW_OPTIONS);
-    if (checked === undefined) return $multi(undefined, oerr);
-    o = checked;
-  }
-  const [exptime, e1] = seconds("exptime", o.get("exptime"), 30000, 0.001);
-  if (exptime === undefined) return $multi(undefined, e1);
-  const [timeout, e2] = seconds("timeout", o.get("timeout"), 5000, 0);
-  if (timeout === undefined) return $multi(undefined, e2);
-  for (let i = 0; i < POLLING.length; i++) {
-    const name = POLLING[i]!;
-    const v = o.get(name);
-    if (v !== undefined && (lua_type(v) !== "number" || !((v as number) > 0))) {
-      return check.fail(name + " must be a positive number", v);
-    }
-  }
+  const [o, oerr] = newOptions(opts);
+  if (o === undefined) return $multi(undefined, oerr);
+  const exptime = o.exptime;
+  const timeout = o.timeout;
   let locks = factories.get(dictName as string);
   if (locks === undefined) {
     const [f, ferr] = makeFactory(dictName as string);

@@ -7,6 +7,8 @@ local options = require "resty.dlock.core.options"
 local gateway = require "resty.dlock.gateway.options"
 local modes = require "resty.dlock.core.schema.modes"
 local compat = require "resty.dlock.compat"
+local client = require "resty.dlock.redis.client"
+local sentinel = require "resty.dlock.redis.sentinel"
 
 local readme = assert(h.read_file(h.root .. "/README.md"), "cannot read README.md")
 
@@ -115,6 +117,12 @@ describe("the README's option tables", function()
 
   it("list every option of semaphore.new with its default, and no other", function()
     agree("semaphore.new", rows_of("semaphore.new"), options.NEW_SEMAPHORE)
+  end)
+
+  it("list every option of redis, redis.sentinel and redis.cluster with its default, and no other", function()
+    agree("redis", rows_of("redis"), client.REDIS)
+    agree("redis.sentinel", rows_of("redis.sentinel"), sentinel.SENTINEL)
+    agree("redis.cluster", rows_of("redis.cluster"), client.CLUSTER)
   end)
 
   it("list every option of the lua-resty-lock facade's new and configure with its default, and no other", function()

@@ -79,17 +79,19 @@ ____exports.hasTimeouts = ____exports.library ~= nil and lua_rawget(____exports.
 local MAX_MS = 3600000
 --- Cluster: MOVED/ASK redirections followed per call when redis.cluster.max_redirects is not given.
 local MAX_REDIRECTS = 5
-local clusterOptions = schema.compile("redis.cluster", {{name = "nodes", kind = "nodes", required = true}, {
+--- The `redis.cluster` table (README's tables are checked against these: spec/options_spec.lua).
+____exports.CLUSTER = {{name = "nodes", kind = "nodes", required = true}, {
     name = "max_redirects",
     kind = "integer",
     min = 1,
     max = 16,
     unit = "a positive integer",
     default = MAX_REDIRECTS
-}})
+}}
+local clusterOptions = schema.compile("redis.cluster", ____exports.CLUSTER)
 --- ssl_verify and server_name mean nothing without TLS: one message for both.
 local NEEDS_SSL = {option = "ssl", must = "true", shared = {"ssl_verify", "server_name"}}
-local redisOptions = schema.compile("redis", {
+____exports.REDIS = {
     {name = "sentinel", kind = "table", table = sentinel.parse, excludes = {
         "host",
         "port",
@@ -214,7 +216,8 @@ local redisOptions = schema.compile("redis", {
         requires = {NEEDS_SSL}
     },
     {name = "server_name", kind = "string", maxLen = 255, requires = {NEEDS_SSL}}
-})
+}
+local redisOptions = schema.compile("redis", ____exports.REDIS)
 --- Validate the `redis` option table of dlock.new and friends. `dict` is the
 -- factory's lua_shared_dict: the eviction finding is shared there.
 function ____exports.parse(v, dict)

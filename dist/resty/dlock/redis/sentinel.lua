@@ -66,13 +66,15 @@ str_sub = string.sub
 tbl_concat = table.concat
 tbl_insert = table.insert
 tbl_remove = table.remove
-local validate = schema.compile("redis.sentinel", {
+--- The `redis.sentinel` table (README's table is checked against it: spec/options_spec.lua).
+____exports.SENTINEL = {
     {name = "master", kind = "string", maxLen = 255, required = true},
     {name = "nodes", kind = "nodes", required = true},
     {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}},
     {name = "password", kind = "string", secret = true},
-    {name = "ssl", kind = "boolean"}
-})
+    {name = "ssl", kind = "boolean", doc = "as `redis.ssl`"}
+}
+local validate = schema.compile("redis.sentinel", ____exports.SENTINEL)
 --- The `redis.sentinel` option table.
 function ____exports.parse(v)
     local o, err = validate(v)

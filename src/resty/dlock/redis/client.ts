@@ -110,16 +110,18 @@ interface Options {
   readonly auto_pipeline: boolean;
 }
 
-const clusterOptions = schema.compile<ClusterOptions>("redis.cluster", [
+/** The `redis.cluster` table (README's tables are checked against these: spec/options_spec.lua). */
+export const CLUSTER: schema.Spec[] = [
   { name: "nodes", kind: "nodes", required: true },
   { name: "max_redirects", kind: "integer", min: 1, max: 16, unit: "a positive integer", default: MAX_REDIRECTS },
-]);
+];
+const clusterOptions = schema.compile<ClusterOptions>("redis.cluster", CLUSTER);
 
 /** ssl_verify and server_name mean nothing without TLS: one message for both. */
 const NEEDS_SSL: schema.Rule = { option: "ssl", must: "true", shared: ["ssl_verify", "server_name"] };
 
 // One address per factory: host and port, a socket path, sentinels, a cluster or Redlock masters.
-const redisOptions = schema.compile<Options>("redis", [
+export const REDIS: schema.Spec[] = [
   { name: "sentinel", kind: "table", table: sentinel.parse, excludes: ["host", "port", "path", "cluster", "redlock"] },
   { name: "cluster", kind: "table", table: clusterOptions, excludes: ["host", "port", "path", "sentinel", "redlock"] },
   {
@@ -152,7 +154,8 @@ const redisOptions = schema.compile<Options>("redis", [
   { name: "ssl", kind: "boolean", default: false },
   { name: "ssl_verify", kind: "boolean", default: false, idle: false, requires: [NEEDS_SSL] },
   { name: "server_name", kind: "string", maxLen: 255, requires: [NEEDS_SSL] },
-]);
+];
+const redisOptions = schema.compile<Options>("redis", REDIS);
 
 /**
  * Validate the `redis` option table of dlock.new and friends. `dict` is the

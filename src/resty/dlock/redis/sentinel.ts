@@ -45,13 +45,15 @@ interface Options {
   readonly ssl: boolean | undefined;
 }
 
-const validate = schema.compile<Options>("redis.sentinel", [
+/** The `redis.sentinel` table (README's table is checked against it: spec/options_spec.lua). */
+export const SENTINEL: schema.Spec[] = [
   { name: "master", kind: "string", maxLen: 255, required: true },
   { name: "nodes", kind: "nodes", required: true },
   { name: "username", kind: "string", maxLen: 1024, requires: [{ option: "password", must: "set" }] },
   { name: "password", kind: "string", secret: true },
-  { name: "ssl", kind: "boolean" },
-]);
+  { name: "ssl", kind: "boolean", doc: "as `redis.ssl`" },
+];
+const validate = schema.compile<Options>("redis.sentinel", SENTINEL);
 
 /** The `redis.sentinel` option table. */
 export function parse(this: void, v: unknown): LuaMultiReturn<[SentinelConf | undefined, string | undefined]> {

@@ -1,0 +1,49 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local scripts = require("resty.dlock.redis.scripts")
+local script = scripts.script
+local CHANNEL = scripts.CHANNEL
+local GRANT = scripts.GRANT
+local lua_type = type
+--- The script's reply when every key was taken: "OK", or { "OK", fence1, ..., fenceN } when fenced.
+local function took(reply)
+    return reply == "OK" or lua_type(reply) == "table" and reply[1] == "OK"
+end
+local BODY = ((((((("local n = tonumber(ARGV[3])\nlocal qat = #KEYS - n\nlocal fenced = qat == 2 * n\nlocal t, now\nlocal function head(Q)\n  if not now then\n    t = redis.call('TIME')\n    now = t[1] * 1000 + math.floor(t[2] / 1000)\n  end\n  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\nend\nfor i = 1, n do\n  local k = KEYS[i]\n  local v = redis.pcall('GET', k)\n  if type(v) == 'table' then\n    return redis.error_reply('WRONGTYPE lock key ' .. k .. ' holds a ' .. redis.call('TYPE', k).ok .. ', not a lock')\n  end\n  if v and v ~= ARGV[1] then return { i, redis.call('PTTL', k) } end\n  local Q = KEYS[qat + i]\n  if not v and redis.call('EXISTS', Q) == 1 then\n    local h = head(Q)\n    if h then\n      local who = string.match(h, '^%d+ (.*)$')\n      redis.call('ZREM', Q, h)\n      if who ~= ARGV[1] then\n        redis.call('SET', k, who, 'PX', " .. tostring(GRANT)) .. ")\n        redis.pcall('PUBLISH', '") .. CHANNEL) .. "' .. k, 'g") .. tostring(GRANT)) .. " ' .. who)\n        return { i, ") .. tostring(GRANT)) .. " }\n      end\n    end\n  end\nend\nlocal out = { 'OK' }\nfor i = 1, n do\n  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n  if fenced then out[i + 1] = redis.call('INCR', KEYS[n + i]) end\nend\nif fenced then return out end\nreturn 'OK'\n"
+--- Scripts by key count: the source is one, Redis is told how many of the arguments are keys.
+local bySize = {}
+--- The acquire of n lock keys, with (fenced) or without fence counters: KEYS
+-- as above, `per` keys per lock key (2: key and queue; 3: key, fence, queue).
+-- No `undo`: pipeline.ts takes back a gone caller's acquire by its first key
+-- alone; a set whose caller left before the reply came expires by its ttl.
+function ____exports.acquire(n, per)
+    local size = n * per
+    local s = bySize[size * 4 + per]
+    if s == nil then
+        s = script("acquire_all", BODY, size, took)
+        bySize[size * 4 + per] = s
+    end
+    return s
+end
+--- A busy reply: the index (1-based, in the order sent) of the first key not free, and its holder's PTTL (nil: no TTL).
+function ____exports.busy(reply)
+    if lua_type(reply) ~= "table" then
+        return nil, nil
+    end
+    local r = reply
+    local i = r[1]
+    local pttl = r[2]
+    if lua_type(i) ~= "number" then
+        return nil, nil
+    end
+    return i, lua_type(pttl) == "number" and pttl >= 0 and pttl or nil
+end
+--- The fence of key i (1-based) in a fenced "OK" reply.
+function ____exports.fenceOf(reply, i)
+    if lua_type(reply) ~= "table" then
+        return nil
+    end
+    local f = reply[i + 1]
+    return lua_type(f) == "number" and f or nil
+end
+return ____exports

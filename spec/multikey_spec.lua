@@ -235,6 +235,9 @@ describe("acquire_all", function()
     assert.equal("dlock: ttl must be a positive integer of ms, got -5", err_of({ "a" }, { ttl = -5 }))
     assert.matches("bogus", err_of({ "a" }, { bogus = 1 }))
     assert.matches("^dlock: acquire_all is refused by reentrant factories", select(2, h.locks({ reentrant = true }):acquire_all({ "a" })))
+    local redlock = assert(require("resty.dlock").new({ dict = "dlock",
+      redis = { redlock = { "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3" }, connect_timeout = 50 } }))
+    assert.matches("^dlock: acquire_all is refused with redis.redlock: ", select(2, redlock:acquire_all({ "a" })))
     -- Nothing was taken by any of these.
     assert.same({}, h.cmd(nil, "keys", locks.prefix .. "*"))
     -- shared = false is a lock's default, accepted.
@@ -260,4 +263,165 @@ describe("acquire_all", function()
   end)
 end)
 
-h.check_error_logs({ "lease on b lost", "outlived the request or timer" })
+
+--- GET /crash-hold-all?keys=... on a connection kept open: { pid, token, sock }.
+local function crash_hold(port, keys)
+  local sock = ngx.socket.tcp()
+  sock:settimeout(5000)
+  assert(sock:connect("127.0.0.1", port))
+  assert(sock:send("GET /crash-hold-all?keys=" .. table.concat(keys, ",") .. " HTTP/1.1\r\nHost: x\r\n\r\n"))
+  while true do
+    local line = assert(sock:receive("*l"))
+    local pid, tok = line:match("^(%d+) (%S+)$")
+    if pid then return { pid = tonumber(pid), token = tok, sock = sock } end
+  end
+end
+
+describe("acquire_all across two nginx (standalone)", function()
+  local peer
+  setup(function() peer = h.start_nginx("spec-peer.conf", { WORKERS = 4 }) end)
+  teardown(function() if peer then peer.stop() end end)
+
+  it("never deadlocks nor overlaps with {a,b} and {b,a} taken from 16 clients in 2 nginx, none timing out", function()
+    local locks = h.locks()
+    local rounds = 25
+    local total, here, there, overlaps = opposite_orders(locks, peer, "a", "b", rounds)
+    ngx.log(ngx.NOTICE, "multikey: ", total, " sets taken in opposite orders, ", overlaps, " overlaps")
+    assert.same({}, here)
+    assert.equal(0, there)
+    assert.equal(16 * rounds, total)
+    assert.equal(0, overlaps)
+    -- The witness itself works: it sees two holders when there are two.
+    local w = witness.new(h.redis_port, locks.prefix .. "probe:")
+    assert(w.red:incr(locks.prefix .. "probe:in:a"))
+    witness.inside(w, { "a" }, 1)
+    assert.equal("1", h.cmd(nil, "get", locks.prefix .. "probe:overlaps"))
+    witness.close(w)
+  end)
+
+  it("releases every key of a set whose worker was SIGKILLed, within a second", function()
+    local prefix = h.unique("mk")
+    local held = crash_hold(peer.port, { prefix .. "a", prefix .. "b" })
+    assert.equal(held.token, get("crash:" .. prefix .. "a"))
+    assert.equal(held.token, get("crash:" .. prefix .. "b"))
+    local t0 = h.now()
+    assert(h.sh("kill -KILL " .. held.pid))
+    -- The ttl is 60 s: only recovery frees these keys this soon.
+    assert.is_true(h.eventually(3, function()
+      return get("crash:" .. prefix .. "a") == ngx.null and get("crash:" .. prefix .. "b") == ngx.null
+    end), "the dead worker's set is still taken after 3 s")
+    local freed = h.now() - t0
+    assert.is_true(freed < 1, "freed after " .. freed .. " s")
+    held.sock:close()
+  end)
+end)
+
+describe("acquire_all and node-redlock's multi-resource lock", function()
+  local modules = h.root .. "/bench/peer/node_modules"
+  local have = h.sh("test -d " .. modules .. "/redlock && command -v node >/dev/null")
+
+  --- node-redlock takes keys (one acquire, no retries) and holds them hold_ms: a function returning its output so far.
+  local function redlock(keys, hold_ms)
+    local out = h.prefix .. "/logs/redlock-" .. ngx.now() .. "-" .. math.random(1e9) .. ".out"
+    assert(h.sh("NODE_PATH=" .. modules .. " node " .. h.root .. "/spec/tools/redlock-multi.js " .. h.redis_port .. " " ..
+      hold_ms .. " " .. table.concat(keys, " ") .. " > " .. out .. " 2>&1 &"))
+    return function() return h.read_file(out) or "" end
+  end
+
+  it("excludes each other on shared keys, both ways", function()
+    if not have then
+      pending("node or bench/peer/node_modules (npm ci there) is missing")
+      return
+    end
+    local locks = h.locks()
+    local p = locks.prefix
+    -- node-redlock holds {a, b}: a set naming b is busy and takes nothing; waiting, it gets them once released.
+    local node = redlock({ p .. "a", p .. "b" }, 600)
+    assert.is_true(h.eventually(5, function() return node():match("^held ") ~= nil end), node())
+    local value = node():match("^held (%S+)")
+    assert.equal(value, get(p .. "b"))
+    local l, err = locks:acquire_all({ "c", "b" })
+    assert.is_nil(l)
+    assert.equal("busy", err)
+    assert.equal(ngx.null, get(p .. "c"))
+    local t0 = h.now()
+    local set = assert(locks:acquire_all({ "b", "a" }, { wait = 5000 }))
+    assert.is_true(h.now() - t0 > 0.3)
+    assert.matches("released", node())
+    -- We hold {a, b}: node-redlock's {b, c} is refused, and takes nothing.
+    local node2 = redlock({ p .. "c", p .. "b" }, 0)
+    assert.is_true(h.eventually(5, function() return node2() ~= "" end))
+    assert.equal("busy\n", node2())
+    assert.equal(ngx.null, get(p .. "c"))
+    assert(set:release())
+  end)
+end)
+
+describe("acquire_all on redis.cluster", function()
+  local dlock = require "resty.dlock"
+  local c, peer
+  setup(function()
+    c = h.start_cluster()
+    peer = h.start_nginx("spec-peer.conf", { WORKERS = 2 })
+  end)
+  teardown(function()
+    if peer then peer.stop() end
+    if c then c.stop() end
+  end)
+
+  local function make(opts)
+    local o = { dict = "dlock", prefix = h.unique("mkc"),
+      redis = { cluster = { nodes = c.seeds, max_redirects = 5 }, connect_timeout = 300, read_timeout = 1000 } }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return assert(dlock.new(o))
+  end
+  local function cget(k) return h.cmd(c.slot_owner(k), "get", k) end
+
+  it("takes keys of one slot (a hash tag) in one script, keys of different slots in order, all or nothing", function()
+    local locks = make({ fencing = true })
+    local p = locks.prefix
+    -- One slot.
+    local set = assert(locks:acquire_all({ "{t}x", "{t}y" }, { ttl = 5000 }))
+    assert.equal(set.token, cget(p .. "{t}x"))
+    assert.equal(set.token, cget(p .. "{t}y"))
+    assert.equal(2, #set.fences)
+    assert(set:release())
+    -- Different slots (on different masters).
+    assert.are_not.equal(c.slot_owner(p .. "a"), c.slot_owner(p .. "b"))
+    local single = assert(locks:acquire("b", { ttl = 5000 }))
+    local l, err = locks:acquire_all({ "a", "b", "c" })
+    assert.is_nil(l)
+    assert.equal("busy", err)
+    assert.equal(ngx.null, cget(p .. "a"))
+    assert.equal(ngx.null, cget(p .. "c"))
+    assert(single:release())
+    set = assert(locks:acquire_all({ "c", "b", "a" }, { ttl = 5000 }))
+    assert.same({ "c", "b", "a" }, set.keys)
+    for _, k in ipairs({ "a", "b", "c" }) do assert.equal(set.token, cget(p .. k)) end
+    assert.is_true(set:extend(8000))
+    assert.is_true(h.cmd(c.slot_owner(p .. "a"), "pttl", p .. "a") > 7000)
+    assert(set:release())
+    for _, k in ipairs({ "a", "b", "c" }) do assert.equal(ngx.null, cget(p .. k)) end
+  end)
+
+  for _, case in ipairs({ { "one slot", "{t}a", "{t}b" }, { "different slots", "a", "b" } }) do
+    it("never deadlocks nor overlaps with {a,b} and {b,a} across 2 nginx (" .. case[1] .. ")", function()
+      local ports = {}
+      for _, m in ipairs(c.masters()) do ports[#ports + 1] = m end
+      local locks = make()
+      local rounds = 15
+      local total, here, there, overlaps = opposite_orders(locks, peer, case[2], case[3], rounds,
+        "&cluster=" .. table.concat(ports, ","))
+      ngx.log(ngx.NOTICE, "multikey cluster (", case[1], "): ", total, " sets, ", overlaps, " overlaps")
+      assert.same({}, here)
+      assert.equal(0, there)
+      assert.equal(16 * rounds, total)
+      assert.equal(0, overlaps)
+    end)
+  end
+end)
+
+h.check_error_logs({
+  { "dlock: lease on b lost: the key is gone from Redis, or someone else's", max = 1 },  -- the key taken away on purpose
+  { "worker process %d+ exited on signal 9", max = 1 },  -- the SIGKILLed peer worker
+})

@@ -154,7 +154,7 @@ local function notSharedAll(v)
     return check.fail("shared = true is refused by acquire_all: a set of keys is taken exclusive (take each key " .. "with acquire(key, { shared = true }) to read it)", v)
 end
 local ____array_2 = __TS__SparseArrayNew(unpack(ACQUIRE_COMMON))
-__TS__SparseArrayPush(____array_2, {name = "shared", kind = "check", check = notSharedAll})
+__TS__SparseArrayPush(____array_2, {name = "shared", kind = "check", check = notSharedAll, doc = "false"})
 --- (multikey) acquire_all's: a lock's, shared refused with why.
 ____exports.ACQUIRE_ALL = {__TS__SparseArraySpread(____array_2)}
 ____exports.newLocks = schema.compile("dlock.new options", ____exports.NEW_LOCKS, {labels = ""})

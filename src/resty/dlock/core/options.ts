@@ -119,7 +119,7 @@ function notSharedAll(this: void, v: unknown): LuaMultiReturn<[unknown, string |
 }
 
 /** (multikey) acquire_all's: a lock's, shared refused with why. */
-export const ACQUIRE_ALL: schema.Spec[] = [...ACQUIRE_COMMON, { name: "shared", kind: "check", check: notSharedAll }];
+export const ACQUIRE_ALL: schema.Spec[] = [...ACQUIRE_COMMON, { name: "shared", kind: "check", check: notSharedAll, doc: "false" }];
 
 export const newLocks = schema.compile<NewLocks>("dlock.new options", NEW_LOCKS, { labels: "" });
 export const newSemaphore = schema.compile<NewSemaphore>("semaphore.new options", NEW_SEMAPHORE, { labels: "" });

@@ -216,7 +216,7 @@ declare module "resty.dlock" {
     acquire(this: Locks, key: string, opts?: LockAcquireOptions): AcquireResult;
     /**
      * 1 to 64 distinct keys, all or nothing, without deadlock whatever order
-     * callers name them in. Refused with redis.redlock and by reentrant factories.
+     * callers name them in. Refused by reentrant factories.
      */
     acquire_all(this: Locks, keys: string[], opts?: AcquireAllOptions): AcquireAllResult;
     with<A extends unknown[]>(this: Locks, key: string, opts: LockAcquireOptions | undefined,

@@ -3,23 +3,18 @@ local ____exports = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
 local batch = require("resty.dlock.core.batch")
-local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
 local meter = require("resty.dlock.core.meter")
+local multilease = require("resty.dlock.core.multilease")
+local multiquorum = require("resty.dlock.redis.multiquorum")
 local multiscripts = require("resty.dlock.redis.multiscripts")
 local options = require("resty.dlock.core.options")
 local orphans = require("resty.dlock.core.orphans")
 local retry = require("resty.dlock.core.retry")
 local scripts = require("resty.dlock.redis.scripts")
-local settle = require("resty.dlock.core.settle")
-local watchdog = require("resty.dlock.core.watchdog")
 local ngx_ = ngx
 local ngx_now = ngx.now
 local ngx_update_time = ngx.update_time
-local ngx_log = ngx.log
-local ERR = ngx.ERR
-local lua_setmetatable = setmetatable
-local lua_pcall = pcall
 local lua_pairs = pairs
 local lua_tostring = tostring
 local lua_unpack = unpack
@@ -28,177 +23,14 @@ local math_min = math.min
 local hashed = scripts.hashed
 local queueKey = scripts.queueKey
 local fenceKey = backend.fenceKey
-local REDLOCK = "dlock: acquire_all is refused with redis.redlock: not built yet (taking a set on each master " .. "and deciding by majority would be sound, but the quorum backend runs single-key scripts only)"
 local REENTRANT = "dlock: acquire_all is refused by reentrant factories (reentrant = true): a set is never nested, " .. "and a key of it the caller already held would wait for itself"
---- Release parts (owner-checked, one round trip per endpoint): not_owner when
--- one was not ours (now, or when an extend or the watchdog found it gone), or
--- the last error.
-local function releaseParts(parts)
-    local open = {}
-    local notOwner = false
-    for i = 1, #parts do
-        local p = parts[i]
-        if not p._released then
-            p._releasing = true
-            open[#open + 1] = p
-        elseif not p._releasing then
-            notOwner = true
-        end
-    end
-    if #open == 0 then
-        return nil, "not_owner"
-    end
-    local first = open[1]
-    local targets = {}
-    for i = 1, #open do
-        targets[i] = {rkey = open[i]._rkey, token = first.token}
-    end
-    local out = backend.batch(first._store.redis, first._kind.release, targets)
-    local err
-    for i = 1, #open do
-        local l = open[i]
-        local reply = out.replies[i]
-        if reply == nil then
-            settle.unconfirmed(l, out.faults[i], true)
-            err = out.errors[i]
-        else
-            local ok = settle.released(l, reply)
-            if ok == nil then
-                notOwner = true
-            end
-        end
-    end
-    if err ~= nil then
-        return nil, err
-    end
-    if notOwner then
-        return nil, "not_owner"
-    end
-    return true, nil
-end
-local multiMethods = {
-    valid = function(self)
-        if self._lost then
-            return false
-        end
-        local parts = self._parts
-        for i = 1, #parts do
-            if not parts[i]:valid() then
-                return false
-            end
-        end
-        return true
-    end,
-    release = function(self)
-        local perr = lease.phaseError("release")
-        if perr ~= nil then
-            return nil, perr
-        end
-        return releaseParts(self._parts)
-    end,
-    extend = function(self, ttl)
-        local perr = lease.phaseError("extend")
-        if perr ~= nil then
-            return nil, perr
-        end
-        local ms = self.ttl
-        if ttl ~= nil then
-            local n, terr = options.checkTtl(ttl)
-            if n == nil then
-                return nil, terr
-            end
-            ms = n
-        end
-        local parts = self._parts
-        for i = 1, #parts do
-            if parts[i]._released then
-                releaseParts(parts)
-                return nil, "not_owner"
-            end
-        end
-        local first = parts[1]
-        local targets = {}
-        local mss = {}
-        for i = 1, #parts do
-            targets[i] = {rkey = parts[i]._rkey, token = first.token}
-            mss[i] = ms
-        end
-        local sent = ngx_now() * 1000
-        local out = backend.batch(first._store.redis, first._kind.extend, targets, mss)
-        local err
-        local notOwner = false
-        for i = 1, #parts do
-            local l = parts[i]
-            local reply = out.replies[i]
-            if reply == nil then
-                settle.unconfirmed(l, out.faults[i], false)
-                err = out.errors[i]
-            else
-                local ok = settle.extended(l, reply, ms, sent)
-                if ok == nil then
-                    notOwner = true
-                end
-            end
-        end
-        if notOwner then
-            releaseParts(parts)
-            return nil, "not_owner"
-        end
-        if err ~= nil then
-            return nil, err
-        end
-        self.ttl = ms
-        return true, nil
-    end
-}
-local multiMt = {__index = multiMethods}
---- The watchdog lost one key of m: the set is lost, said once to its holder.
-local function partLost(m, why)
-    if m._lost then
-        return
-    end
-    m._lost = true
-    local onLost = m._onLost
-    if onLost ~= nil then
-        local ok, err = lua_pcall(onLost, m, why)
-        if not ok then
-            ngx_log(
-                ERR,
-                "dlock: on_lost of the lease on ",
-                m.key,
-                " (acquire_all) raised: ",
-                check.text(err)
-            )
-        end
-    end
-end
---- Renew every key of m (renew = true) until it is released; nil, or why the watchdog cannot run (m is given back).
-local function watch(m, onLost)
-    m._onLost = onLost
-    local function told(l, why)
-        return partLost(m, (l.key .. ": ") .. why)
-    end
-    local parts = m._parts
-    for i = 1, #parts do
-        local p = parts[i]
-        p._onLost = told
-        local err = watchdog.watch(p)
-        if err ~= nil then
-            for j = 1, #parts do
-                watchdog.unwatch(parts[j])
-            end
-            releaseParts(parts)
-            return err
-        end
-    end
-    return nil
-end
 --- Run the acquire script for the keys at `idx` (indexes into p.keys), making their leases when taken.
 local function take(p, idx)
     local store = p.store
     local conf = store.redis
     local n = #idx
     local fenced = p.kind.fenced
+    local quorum = conf.topology == "redlock"
     local args = {}
     for j = 2, n do
         args[#args + 1] = p.rkeys[idx[j]]
@@ -208,19 +40,42 @@ local function take(p, idx)
             args[#args + 1] = fenceKey(conf, p.rkeys[idx[j]])
         end
     end
-    for j = 1, n do
-        args[#args + 1] = queueKey(p.rkeys[idx[j]], conf.slotted)
+    if not quorum then
+        for j = 1, n do
+            args[#args + 1] = queueKey(p.rkeys[idx[j]], conf.slotted)
+        end
     end
     args[#args + 1] = p.tok
     args[#args + 1] = p.ttl
     args[#args + 1] = n
+    local s = multiscripts.acquire(n, quorum and 1 or (fenced and 3 or 2))
+    local rkey = p.rkeys[idx[1]]
     local sent = ngx_now() * 1000
-    local res, err, fault = backend.call(
-        conf,
-        multiscripts.acquire(n, fenced and 3 or 2),
-        p.rkeys[idx[1]],
-        lua_unpack(args)
-    )
+    local res
+    local err
+    local fault
+    if quorum then
+        local rkeys = {}
+        for j = 1, n do
+            rkeys[j] = p.rkeys[idx[j]]
+        end
+        res, err, fault = multiquorum.call(
+            conf,
+            s,
+            rkey,
+            args,
+            rkeys,
+            p.tok,
+            p.ttl
+        )
+    else
+        res, err, fault = backend.call(
+            conf,
+            s,
+            rkey,
+            lua_unpack(args)
+        )
+    end
     if res == nil then
         if fault == "lost" or fault == "replicas" then
             local cleanup = p.kind.drop or p.kind.release
@@ -346,29 +201,13 @@ local function takeAll(p, wait)
                     fences[i] = p.fences[i]
                 end
             end
-            local ____p_keys__1_2 = p.keys[1]
-            local ____p_keys_3 = p.keys
-            local ____p_tok_4 = p.tok
-            local ____p_ttl_5 = p.ttl
-            local ____p_kind_fenced_1
-            if p.kind.fenced then
-                ____p_kind_fenced_1 = fences[1]
-            else
-                ____p_kind_fenced_1 = nil
-            end
-            local m = {
-                key = ____p_keys__1_2,
-                keys = ____p_keys_3,
-                token = ____p_tok_4,
-                ttl = ____p_ttl_5,
-                fence = ____p_kind_fenced_1,
-                fences = p.kind.fenced and fences or nil,
-                shared = false,
-                _parts = parts,
-                _lost = false,
-                _onLost = nil
-            }
-            return lua_setmetatable(m, multiMt), nil, nil
+            return multilease.make(
+                p.keys,
+                parts,
+                p.tok,
+                p.ttl,
+                p.kind.fenced and fences or nil
+            ), nil, nil
         end
         giveBack(p)
         ngx_update_time()
@@ -421,9 +260,6 @@ function ____exports.acquireAll(f, keys, opts)
     if list == nil then
         return nil, ttlOrErr, nil
     end
-    if store.redis.topology == "redlock" then
-        return nil, REDLOCK, nil
-    end
     if f.reentrant then
         return nil, REENTRANT, nil
     end
@@ -456,7 +292,7 @@ function ____exports.acquireAll(f, keys, opts)
     end
     meter.acquired(store.meter, m._parts[1]._since / 1000 - t0)
     if renew then
-        local werr = watch(m, onLost)
+        local werr = multilease.watch(m, onLost)
         if werr ~= nil then
             return nil, werr, nil
         end

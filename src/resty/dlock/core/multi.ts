@@ -11,6 +11,8 @@
 //              every key hashes to one slot (the same hash tag).
 //   in order   otherwise (Cluster, keys of different slots): key by key in
 //              sorted order, the keys taken given back at the first busy one.
+//   majority   Redlock: the one script on every master, the majority decides
+//              (redis/multiquorum.ts).
 // Either way nothing is held when an attempt fails. Waiting (wait > 0) stands
 // in the first busy key's line, as a single acquire of that key would, holding
 // nothing else; once that key is ours, the set is tried again with it (a key
@@ -22,16 +24,15 @@
 import * as acquire from "./acquire";
 import * as backend from "../redis/backend";
 import * as batch from "./batch";
-import * as check from "./check";
 import * as lease from "./lease";
 import * as meter from "./meter";
+import * as multilease from "./multilease";
+import * as multiquorum from "../redis/multiquorum";
 import * as multiscripts from "../redis/multiscripts";
 import * as options from "./options";
 import * as orphans from "./orphans";
 import * as retry from "./retry";
 import * as scripts from "../redis/scripts";
-import * as settle from "./settle";
-import * as watchdog from "./watchdog";
 
 type Lease = lease.Lease;
 type Store = lease.Store;
@@ -41,10 +42,6 @@ type Fault = backend.Fault;
 const ngx_ = ngx;
 const ngx_now = ngx.now;
 const ngx_update_time = ngx.update_time;
-const ngx_log = ngx.log;
-const ERR = ngx.ERR;
-const lua_setmetatable = setmetatable;
-const lua_pcall = pcall;
 const lua_pairs = pairs;
 const lua_tostring = tostring;
 const lua_unpack = unpack as (this: void, t: (string | number)[]) => LuaMultiReturn<(string | number)[]>;
@@ -53,34 +50,8 @@ const math_min = math.min;
 const hashed = scripts.hashed;
 const queueKey = scripts.queueKey;
 const fenceKey = backend.fenceKey;
-
-/** What the holder of a set is told once when the watchdog finds one of its keys lost. */
-export type OnLost = (this: void, lease: MultiLease, why: string) => void;
-
-/**
- * The lease of a set of keys: keys (the caller's order), key (the first),
- * token (one for all), ttl, fences (fencing: one per key, aligned with keys;
- * fence is the first key's) and the methods. The rest is the library's.
- */
-export interface MultiLease {
-  readonly key: string;
-  readonly keys: string[];
-  readonly token: string;
-  ttl: number;
-  readonly fence: number | undefined;
-  readonly fences: number[] | undefined;
-  readonly shared: boolean;
-  /** Each key's own lease (aligned with keys): what is recorded, released, renewed and recovered. */
-  readonly _parts: Lease[];
-  /** One of the keys was found lost by the watchdog. */
-  _lost: boolean;
-  _onLost: OnLost | undefined;
-  valid(): boolean;
-  release(): LuaMultiReturn<[true | undefined, string | undefined]>;
-  extend(ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]>;
-}
-
-export type AcquireAllResult = LuaMultiReturn<[MultiLease | undefined, string | undefined, number | undefined]>;
+type MultiLease = multilease.MultiLease;
+export type AcquireAllResult = multilease.AcquireAllResult;
 
 /** What a factory gives acquire_all: locks (dlock.ts). */
 export interface Factory {
@@ -90,158 +61,8 @@ export interface Factory {
   readonly reentrant: boolean;
 }
 
-const REDLOCK = "dlock: acquire_all is refused with redis.redlock: not built yet (taking a set on each master " +
-  "and deciding by majority would be sound, but the quorum backend runs single-key scripts only)";
 const REENTRANT = "dlock: acquire_all is refused by reentrant factories (reentrant = true): a set is never nested, " +
   "and a key of it the caller already held would wait for itself";
-
-// ------------------------------------------------------------------ the lease
-
-/**
- * Release parts (owner-checked, one round trip per endpoint): not_owner when
- * one was not ours (now, or when an extend or the watchdog found it gone), or
- * the last error.
- */
-function releaseParts(parts: Lease[]): LuaMultiReturn<[true | undefined, string | undefined]> {
-  const open: Lease[] = [];
-  let notOwner = false;
-  for (const i of $range(1, parts.length)) {
-    const p = parts[i - 1]!;
-    if (!p._released) {
-      p._releasing = true;
-      open.push(p);
-    } else if (!p._releasing) {
-      // Over before any release of ours: found gone.
-      notOwner = true;
-    }
-  }
-  if (open.length === 0) return $multi(undefined, "not_owner");
-  const first = open[0]!;
-  const targets: backend.Target[] = [];
-  for (const i of $range(1, open.length)) targets[i - 1] = { rkey: open[i - 1]!._rkey, token: first.token };
-  const out = backend.batch(first._store.redis, first._kind.release, targets);
-  let err: string | undefined;
-  for (const i of $range(1, open.length)) {
-    const l = open[i - 1]!;
-    const reply = out.replies.get(i);
-    if (reply === undefined) {
-      settle.unconfirmed(l, out.faults.get(i), true);
-      err = out.errors.get(i);
-    } else {
-      const [ok] = settle.released(l, reply);
-      if (ok === undefined) notOwner = true;
-    }
-  }
-  if (err !== undefined) return $multi(undefined, err);
-  if (notOwner) return $multi(undefined, "not_owner");
-  return $multi(true as const, undefined);
-}
-
-const multiMethods = {
-  /** lease:valid(): every key still ours by the local clock, none released or lost. */
-  valid(this: MultiLease): boolean {
-    if (this._lost) return false;
-    const parts = this._parts;
-    for (const i of $range(1, parts.length)) {
-      if (!parts[i - 1]!.valid()) return false;
-    }
-    return true;
-  },
-
-  /**
-   * Every key, owner-checked, in one round trip per endpoint: true; nil,
-   * "not_owner" when a key was no longer ours (the others are released all
-   * the same); nil, "dlock: redis ..." when Redis did not confirm some (they
-   * are still ours as far as we know: release() may be called again).
-   */
-  release(this: MultiLease): LuaMultiReturn<[true | undefined, string | undefined]> {
-    const perr = lease.phaseError("release");
-    if (perr !== undefined) return $multi(undefined, perr);
-    return releaseParts(this._parts);
-  },
-
-  /**
-   * Every key to `ttl` ms from now (default: the current ttl): true; nil,
-   * "not_owner" when a key is no longer ours (the set is over: the others are
-   * released); nil, "dlock: redis ..." when Redis did not confirm some.
-   */
-  extend(this: MultiLease, ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]> {
-    const perr = lease.phaseError("extend");
-    if (perr !== undefined) return $multi(undefined, perr);
-    let ms = this.ttl;
-    if (ttl !== undefined) {
-      const [n, terr] = options.checkTtl(ttl);
-      if (n === undefined) return $multi(undefined, terr);
-      ms = n;
-    }
-    const parts = this._parts;
-    for (const i of $range(1, parts.length)) {
-      if (parts[i - 1]!._released) {
-        releaseParts(parts);
-        return $multi(undefined, "not_owner");
-      }
-    }
-    const first = parts[0]!;
-    const targets: backend.Target[] = [];
-    const mss: number[] = [];
-    for (const i of $range(1, parts.length)) {
-      targets[i - 1] = { rkey: parts[i - 1]!._rkey, token: first.token };
-      mss[i - 1] = ms;
-    }
-    const sent = ngx_now() * 1000;
-    const out = backend.batch(first._store.redis, first._kind.extend, targets, mss);
-    let err: string | undefined;
-    let notOwner = false;
-    for (const i of $range(1, parts.length)) {
-      const l = parts[i - 1]!;
-      const reply = out.replies.get(i);
-      if (reply === undefined) {
-        settle.unconfirmed(l, out.faults.get(i), false);
-        err = out.errors.get(i);
-      } else {
-        const [ok] = settle.extended(l, reply, ms, sent);
-        if (ok === undefined) notOwner = true;
-      }
-    }
-    if (notOwner) {
-      releaseParts(parts);
-      return $multi(undefined, "not_owner");
-    }
-    if (err !== undefined) return $multi(undefined, err);
-    this.ttl = ms;
-    return $multi(true as const, undefined);
-  },
-};
-const multiMt = { __index: multiMethods };
-
-/** The watchdog lost one key of m: the set is lost, said once to its holder. */
-function partLost(m: MultiLease, why: string): void {
-  if (m._lost) return;
-  m._lost = true;
-  const onLost = m._onLost;
-  if (onLost !== undefined) {
-    const [ok, err] = lua_pcall(onLost, m, why);
-    if (!ok) ngx_log(ERR, "dlock: on_lost of the lease on ", m.key, " (acquire_all) raised: ", check.text(err));
-  }
-}
-
-/** Renew every key of m (renew = true) until it is released; nil, or why the watchdog cannot run (m is given back). */
-function watch(m: MultiLease, onLost: OnLost | undefined): string | undefined {
-  m._onLost = onLost;
-  const told = (l: Lease, why: string): void => partLost(m, l.key + ": " + why);
-  const parts = m._parts;
-  for (const i of $range(1, parts.length)) {
-    const p = parts[i - 1]!;
-    p._onLost = told;
-    const err = watchdog.watch(p);
-    if (err !== undefined) {
-      for (const j of $range(1, parts.length)) watchdog.unwatch(parts[j - 1]!);
-      releaseParts(parts);
-      return err;
-    }
-  }
-  return undefined;
-}
 
 // ------------------------------------------------------------------ taking the keys
 
@@ -268,15 +89,28 @@ function take(p: Plan, idx: number[]): Attempt {
   const conf = store.redis;
   const n = idx.length;
   const fenced = p.kind.fenced;
+  // Redlock locks do not queue (dlock.ts): their keys alone.
+  const quorum = conf.topology === "redlock";
   const args: (string | number)[] = [];
   for (const j of $range(2, n)) args.push(p.rkeys[idx[j - 1]! - 1]!);
   if (fenced) for (const j of $range(1, n)) args.push(fenceKey(conf, p.rkeys[idx[j - 1]! - 1]!));
-  for (const j of $range(1, n)) args.push(queueKey(p.rkeys[idx[j - 1]! - 1]!, conf.slotted));
+  if (!quorum) for (const j of $range(1, n)) args.push(queueKey(p.rkeys[idx[j - 1]! - 1]!, conf.slotted));
   args.push(p.tok);
   args.push(p.ttl);
   args.push(n);
+  const s = multiscripts.acquire(n, quorum ? 1 : fenced ? 3 : 2);
+  const rkey = p.rkeys[idx[0]! - 1]!;
   const sent = ngx_now() * 1000;
-  const [res, err, fault] = backend.call(conf, multiscripts.acquire(n, fenced ? 3 : 2), p.rkeys[idx[0]! - 1]!, ...lua_unpack(args));
+  let res: RedisValue | undefined;
+  let err: string | undefined;
+  let fault: Fault | undefined;
+  if (quorum) {
+    const rkeys: string[] = [];
+    for (const j of $range(1, n)) rkeys[j - 1] = p.rkeys[idx[j - 1]! - 1]!;
+    [res, err, fault] = multiquorum.call(conf, s, rkey, args, rkeys, p.tok, p.ttl);
+  } else {
+    [res, err, fault] = backend.call(conf, s, rkey, ...lua_unpack(args));
+  }
   if (res === undefined) {
     if (fault === "lost" || fault === "replicas") {
       // The keys may be (replicas: are) ours on the master: give them back, owner-checked, in the background.
@@ -365,11 +199,7 @@ function takeAll(p: Plan, wait: number): AcquireAllResult {
         parts[i - 1] = p.parts.get(i);
         if (p.kind.fenced) fences[i - 1] = p.fences.get(i);
       }
-      const m = {
-        key: p.keys[0]!, keys: p.keys, token: p.tok, ttl: p.ttl, fence: p.kind.fenced ? fences[0] : undefined,
-        fences: p.kind.fenced ? fences : undefined, shared: false, _parts: parts, _lost: false, _onLost: undefined,
-      };
-      return $multi(lua_setmetatable(m, multiMt) as unknown as MultiLease, undefined, undefined);
+      return $multi(multilease.make(p.keys, parts, p.tok, p.ttl, p.kind.fenced ? fences : undefined), undefined, undefined);
     }
     // Nothing stays held while we wait, nor when we give up.
     giveBack(p);
@@ -403,7 +233,6 @@ export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAll
   const store = f._store;
   const [list, ttlOrErr, wait, renew, onLost] = options.acquireAll(store, keys, opts);
   if (list === undefined) return $multi(undefined, ttlOrErr as string, undefined);
-  if (store.redis.topology === "redlock") return $multi(undefined, REDLOCK, undefined);
   if (f.reentrant) return $multi(undefined, REENTRANT, undefined);
   ngx_update_time();
   const t0 = ngx_now();
@@ -425,7 +254,7 @@ export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAll
   }
   meter.acquired(store.meter, m._parts[0]!._since / 1000 - t0);
   if (renew) {
-    const werr = watch(m, onLost as unknown as OnLost | undefined);
+    const werr = multilease.watch(m, onLost as unknown as multilease.OnLost | undefined);
     if (werr !== undefined) return $multi(undefined, werr, undefined);
   }
   return $multi(m, undefined, undefined);

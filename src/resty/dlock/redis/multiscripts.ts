@@ -21,7 +21,8 @@ function took(this: void, reply: RedisValue): boolean {
   return reply === "OK" || (lua_type(reply) === "table" && (reply as LuaTable<number, unknown>).get(1) === "OK");
 }
 
-// KEYS: the n lock keys, (their n fence counters,) their n waiters' queues.
+// KEYS: the n lock keys, (their n fence counters,) their n waiters' queues
+// (none under Redlock, whose locks do not queue).
 // ARGV[1] token, ARGV[2] ttl ms, ARGV[3] n. A key is free for the set when it
 // is missing and nobody waits in its line, or when it already holds our token
 // (handed to us in line: core/multi.ts waits for one key at a time). A free
@@ -30,8 +31,9 @@ function took(this: void, reply: RedisValue): boolean {
 // (or { "OK", fences... }) with every key set, else { i, pttl } for the first
 // key that is not free, and nothing was written but that hand-over.
 const BODY = `local n = tonumber(ARGV[3])
-local qat = #KEYS - n
-local fenced = qat == 2 * n
+local per = #KEYS / n
+local fenced = per == 3
+local qat = per > 1 and #KEYS - n
 local t, now
 local function head(Q)
   if not now then
@@ -52,8 +54,8 @@ for i = 1, n do
     return redis.error_reply('WRONGTYPE lock key ' .. k .. ' holds a ' .. redis.call('TYPE', k).ok .. ', not a lock')
   end
   if v and v ~= ARGV[1] then return { i, redis.call('PTTL', k) } end
-  local Q = KEYS[qat + i]
-  if not v and redis.call('EXISTS', Q) == 1 then
+  local Q = qat and KEYS[qat + i]
+  if not v and Q and redis.call('EXISTS', Q) == 1 then
     local h = head(Q)
     if h then
       local who = string.match(h, '^%d+ (.*)$')
@@ -80,7 +82,8 @@ const bySize = new LuaTable<number, scripts.Script>();
 
 /**
  * The acquire of n lock keys, with (fenced) or without fence counters: KEYS
- * as above, `per` keys per lock key (2: key and queue; 3: key, fence, queue).
+ * as above, `per` keys per lock key (1: the key alone; 2: key and queue; 3:
+ * key, fence, queue).
  * No `undo`: pipeline.ts takes back a gone caller's acquire by its first key
  * alone; a set whose caller left before the reply came expires by its ttl.
  */

@@ -206,7 +206,8 @@ local function takeAll(p, wait)
                 parts,
                 p.tok,
                 p.ttl,
-                p.kind.fenced and fences or nil
+                p.kind.fenced and fences or nil,
+                p.order == nil and p.store.redis.topology ~= "redlock"
             ), nil, nil
         end
         giveBack(p)

@@ -3,7 +3,9 @@ local ____exports = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
+local multiscripts = require("resty.dlock.redis.multiscripts")
 local options = require("resty.dlock.core.options")
+local scripts = require("resty.dlock.redis.scripts")
 local settle = require("resty.dlock.core.settle")
 local watchdog = require("resty.dlock.core.watchdog")
 local ngx_now = ngx.now
@@ -11,10 +13,68 @@ local ngx_log = ngx.log
 local ERR = ngx.ERR
 local lua_setmetatable = setmetatable
 local lua_pcall = pcall
---- Release parts (owner-checked, one round trip per endpoint): not_owner when
+local lua_type = type
+local lua_unpack = unpack
+--- The owner-checked release (or extend to ms) of every part, in one script
+-- call when they share one (together), else one round trip per endpoint
+-- (backend.batch): per part (aligned), the reply or the error and fault.
+local function runAll(parts, together, release, ms)
+    local first = parts[1]
+    local conf = first._store.redis
+    local n = #parts
+    if together and n > 1 then
+        local args = {}
+        for i = 2, n do
+            args[#args + 1] = parts[i]._rkey
+        end
+        if release then
+            for i = 1, n do
+                args[#args + 1] = scripts.queueKey(parts[i]._rkey, conf.slotted)
+            end
+        end
+        args[#args + 1] = first.token
+        if not release then
+            args[#args + 1] = ms
+        end
+        local s = release and multiscripts.release(n) or multiscripts.extend(n)
+        local res, err, fault = backend.call(
+            conf,
+            s,
+            first._rkey,
+            lua_unpack(args)
+        )
+        local out = {replies = {}, errors = {}, faults = {}}
+        local t = lua_type(res) == "table" and res or nil
+        for i = 1, n do
+            if t ~= nil then
+                out.replies[i] = t[i]
+            else
+                out.errors[i] = err or "dlock: redis failed"
+                out.faults[i] = fault or "failed"
+            end
+        end
+        return out
+    end
+    local targets = {}
+    local mss = {}
+    for i = 1, n do
+        targets[i] = {rkey = parts[i]._rkey, token = first.token}
+        mss[i] = ms
+    end
+    local ____backend_batch_2 = backend.batch
+    local ____temp_1 = release and first._kind.release or first._kind.extend
+    local ____release_0
+    if release then
+        ____release_0 = nil
+    else
+        ____release_0 = mss
+    end
+    return ____backend_batch_2(conf, ____temp_1, targets, ____release_0)
+end
+--- Release parts (owner-checked, in one call when together): not_owner when
 -- one was not ours (now, or when an extend or the watchdog found it gone), or
 -- the last error.
-local function releaseParts(parts)
+local function releaseParts(parts, together)
     local open = {}
     local notOwner = false
     for i = 1, #parts do
@@ -29,12 +89,7 @@ local function releaseParts(parts)
     if #open == 0 then
         return nil, "not_owner"
     end
-    local first = open[1]
-    local targets = {}
-    for i = 1, #open do
-        targets[i] = {rkey = open[i]._rkey, token = first.token}
-    end
-    local out = backend.batch(first._store.redis, first._kind.release, targets)
+    local out = runAll(open, together, true, 0)
     local err
     for i = 1, #open do
         local l = open[i]
@@ -75,7 +130,7 @@ local multiMethods = {
         if perr ~= nil then
             return nil, perr
         end
-        return releaseParts(self._parts)
+        return releaseParts(self._parts, self._together)
     end,
     extend = function(self, ttl)
         local perr = lease.phaseError("extend")
@@ -93,19 +148,12 @@ local multiMethods = {
         local parts = self._parts
         for i = 1, #parts do
             if parts[i]._released then
-                releaseParts(parts)
+                releaseParts(parts, self._together)
                 return nil, "not_owner"
             end
         end
-        local first = parts[1]
-        local targets = {}
-        local mss = {}
-        for i = 1, #parts do
-            targets[i] = {rkey = parts[i]._rkey, token = first.token}
-            mss[i] = ms
-        end
         local sent = ngx_now() * 1000
-        local out = backend.batch(first._store.redis, first._kind.extend, targets, mss)
+        local out = runAll(parts, self._together, false, ms)
         local err
         local notOwner = false
         for i = 1, #parts do
@@ -122,7 +170,7 @@ local multiMethods = {
             end
         end
         if notOwner then
-            releaseParts(parts)
+            releaseParts(parts, self._together)
             return nil, "not_owner"
         end
         if err ~= nil then
@@ -168,33 +216,34 @@ function ____exports.watch(m, onLost)
             for j = 1, #parts do
                 watchdog.unwatch(parts[j])
             end
-            releaseParts(parts)
+            releaseParts(parts, m._together)
             return err
         end
     end
     return nil
 end
 --- The lease of keys (the caller's order) whose leases are parts (aligned), fences with fencing.
-function ____exports.make(keys, parts, tok, ttl, fences)
-    local ____keys__1_1 = keys[1]
-    local ____keys_2 = keys
-    local ____tok_3 = tok
-    local ____ttl_4 = ttl
-    local ____temp_0
+function ____exports.make(keys, parts, tok, ttl, fences, together)
+    local ____keys__1_4 = keys[1]
+    local ____keys_5 = keys
+    local ____tok_6 = tok
+    local ____ttl_7 = ttl
+    local ____temp_3
     if fences ~= nil then
-        ____temp_0 = fences[1]
+        ____temp_3 = fences[1]
     else
-        ____temp_0 = nil
+        ____temp_3 = nil
     end
     local m = {
-        key = ____keys__1_1,
-        keys = ____keys_2,
-        token = ____tok_3,
-        ttl = ____ttl_4,
-        fence = ____temp_0,
+        key = ____keys__1_4,
+        keys = ____keys_5,
+        token = ____tok_6,
+        ttl = ____ttl_7,
+        fence = ____temp_3,
         fences = fences,
         shared = false,
         _parts = parts,
+        _together = together,
         _lost = false,
         _onLost = nil
     }

@@ -5,6 +5,7 @@ local script = scripts.script
 local CHANNEL = scripts.CHANNEL
 local GRANT = scripts.GRANT
 local lua_type = type
+local lua_pairs = pairs
 --- The script's reply when every key was taken: "OK", or { "OK", fence1, ..., fenceN } when fenced.
 local function took(reply)
     return reply == "OK" or lua_type(reply) == "table" and reply[1] == "OK"
@@ -46,5 +47,52 @@ function ____exports.fenceOf(reply, i)
     end
     local f = reply[i + 1]
     return lua_type(f) == "number" and f or nil
+end
+local function anyOne(reply)
+    if lua_type(reply) ~= "table" then
+        return false
+    end
+    for ____, v in lua_pairs(reply) do
+        if v == 1 then
+            return true
+        end
+    end
+    return false
+end
+local RELEASE_BODY = ((((((("local n = #KEYS / 2\nlocal t, now\nlocal out = {}\nfor i = 1, n do\n  local k, Q = KEYS[i], KEYS[n + i]\n  if redis.call('GET', k) ~= ARGV[1] then\n    out[i] = 0\n  else\n    redis.call('DEL', k)\n    out[i] = 1\n    if redis.call('EXISTS', Q) == 1 then\n      if not now then\n        t = redis.call('TIME')\n        now = t[1] * 1000 + math.floor(t[2] / 1000)\n      end\n      local h\n      while true do\n        h = redis.call('ZRANGE', Q, 0, 0)[1]\n        if not h or tonumber(string.match(h, '^(%d+) ')) > now then break end\n        redis.call('ZREM', Q, h)\n      end\n      if h then\n        local who = string.match(h, '^%d+ (.*)$')\n        redis.call('SET', k, who, 'PX', " .. tostring(GRANT)) .. ")\n        redis.call('ZREM', Q, h)\n        redis.pcall('PUBLISH', '") .. CHANNEL) .. "' .. k, 'g") .. tostring(GRANT)) .. " ' .. who)\n        out[i] = who\n      else\n        redis.pcall('PUBLISH', '") .. CHANNEL) .. "' .. k, '')\n      end\n    end\n  end\nend\nreturn out\n"
+local EXTEND_BODY = "local out = {}\nfor i = 1, #KEYS do\n  if redis.call('GET', KEYS[i]) == ARGV[1] then\n    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2])\n  else\n    out[i] = 0\n  end\nend\nreturn out\n"
+local releases = {}
+local extends_ = {}
+--- The release of a set of n keys whose keys share a call: KEYS the keys then their queues, ARGV[1] the token; a reply per key.
+function ____exports.release(n)
+    local s = releases[n]
+    if s == nil then
+        s = script(
+            "release_all",
+            RELEASE_BODY,
+            2 * n,
+            nil,
+            nil,
+            scripts.FREES
+        )
+        releases[n] = s
+    end
+    return s
+end
+--- The extend of a set of n keys whose keys share a call: KEYS the keys, ARGV[1] the token, ARGV[2] ms; a reply per key.
+function ____exports.extend(n)
+    local s = extends_[n]
+    if s == nil then
+        s = script(
+            "extend_all",
+            EXTEND_BODY,
+            n,
+            anyOne,
+            nil,
+            scripts.FREES
+        )
+        extends_[n] = s
+    end
+    return s
 end
 return ____exports

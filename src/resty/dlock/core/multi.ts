@@ -199,7 +199,8 @@ function takeAll(p: Plan, wait: number): AcquireAllResult {
         parts[i - 1] = p.parts.get(i);
         if (p.kind.fenced) fences[i - 1] = p.fences.get(i);
       }
-      return $multi(multilease.make(p.keys, parts, p.tok, p.ttl, p.kind.fenced ? fences : undefined), undefined, undefined);
+      return $multi(multilease.make(p.keys, parts, p.tok, p.ttl, p.kind.fenced ? fences : undefined,
+        p.order === undefined && p.store.redis.topology !== "redlock"), undefined, undefined);
     }
     // Nothing stays held while we wait, nor when we give up.
     giveBack(p);

@@ -7,7 +7,9 @@
 import * as backend from "../redis/backend";
 import * as check from "./check";
 import * as lease from "./lease";
+import * as multiscripts from "../redis/multiscripts";
 import * as options from "./options";
+import * as scripts from "../redis/scripts";
 import * as settle from "./settle";
 import * as watchdog from "./watchdog";
 
@@ -18,6 +20,8 @@ const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const lua_setmetatable = setmetatable;
 const lua_pcall = pcall;
+const lua_type = type;
+const lua_unpack = unpack as (this: void, t: (string | number)[]) => LuaMultiReturn<(string | number)[]>;
 
 /** What the holder of a set is told once when the watchdog finds one of its keys lost. */
 export type OnLost = (this: void, lease: MultiLease, why: string) => void;
@@ -37,6 +41,8 @@ export interface MultiLease {
   readonly shared: boolean;
   /** Each key's own lease (aligned with keys): what is recorded, released, renewed and recovered. */
   readonly _parts: Lease[];
+  /** Its keys share a script call (not Redlock): one script releases or extends them all. */
+  readonly _together: boolean;
   /** One of the keys was found lost by the watchdog. */
   _lost: boolean;
   _onLost: OnLost | undefined;
@@ -49,11 +55,49 @@ export type AcquireAllResult = LuaMultiReturn<[MultiLease | undefined, string | 
 
 
 /**
- * Release parts (owner-checked, one round trip per endpoint): not_owner when
+ * The owner-checked release (or extend to ms) of every part, in one script
+ * call when they share one (together), else one round trip per endpoint
+ * (backend.batch): per part (aligned), the reply or the error and fault.
+ */
+function runAll(parts: Lease[], together: boolean, release: boolean, ms: number): backend.Outcome {
+  const first = parts[0]!;
+  const conf = first._store.redis;
+  const n = parts.length;
+  if (together && n > 1) {
+    const args: (string | number)[] = [];
+    for (const i of $range(2, n)) args.push(parts[i - 1]!._rkey);
+    if (release) for (const i of $range(1, n)) args.push(scripts.queueKey(parts[i - 1]!._rkey, conf.slotted));
+    args.push(first.token);
+    if (!release) args.push(ms);
+    const s = release ? multiscripts.release(n) : multiscripts.extend(n);
+    const [res, err, fault] = backend.call(conf, s, first._rkey, ...lua_unpack(args));
+    const out: backend.Outcome = { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() };
+    const t = lua_type(res) === "table" ? res as LuaTable<number, RedisValue> : undefined;
+    for (const i of $range(1, n)) {
+      if (t !== undefined) {
+        out.replies.set(i, t.get(i));
+      } else {
+        out.errors.set(i, err ?? "dlock: redis failed");
+        out.faults.set(i, fault ?? "failed");
+      }
+    }
+    return out;
+  }
+  const targets: backend.Target[] = [];
+  const mss: number[] = [];
+  for (const i of $range(1, n)) {
+    targets[i - 1] = { rkey: parts[i - 1]!._rkey, token: first.token };
+    mss[i - 1] = ms;
+  }
+  return backend.batch(conf, release ? first._kind.release : first._kind.extend, targets, release ? undefined : mss);
+}
+
+/**
+ * Release parts (owner-checked, in one call when together): not_owner when
  * one was not ours (now, or when an extend or the watchdog found it gone), or
  * the last error.
  */
-function releaseParts(parts: Lease[]): LuaMultiReturn<[true | undefined, string | undefined]> {
+function releaseParts(parts: Lease[], together: boolean): LuaMultiReturn<[true | undefined, string | undefined]> {
   const open: Lease[] = [];
   let notOwner = false;
   for (const i of $range(1, parts.length)) {
@@ -67,10 +111,7 @@ function releaseParts(parts: Lease[]): LuaMultiReturn<[true | undefined, string 
     }
   }
   if (open.length === 0) return $multi(undefined, "not_owner");
-  const first = open[0]!;
-  const targets: backend.Target[] = [];
-  for (const i of $range(1, open.length)) targets[i - 1] = { rkey: open[i - 1]!._rkey, token: first.token };
-  const out = backend.batch(first._store.redis, first._kind.release, targets);
+  const out = runAll(open, together, true, 0);
   let err: string | undefined;
   for (const i of $range(1, open.length)) {
     const l = open[i - 1]!;
@@ -108,7 +149,7 @@ const multiMethods = {
   release(this: MultiLease): LuaMultiReturn<[true | undefined, string | undefined]> {
     const perr = lease.phaseError("release");
     if (perr !== undefined) return $multi(undefined, perr);
-    return releaseParts(this._parts);
+    return releaseParts(this._parts, this._together);
   },
 
   /**
@@ -128,19 +169,12 @@ const multiMethods = {
     const parts = this._parts;
     for (const i of $range(1, parts.length)) {
       if (parts[i - 1]!._released) {
-        releaseParts(parts);
+        releaseParts(parts, this._together);
         return $multi(undefined, "not_owner");
       }
     }
-    const first = parts[0]!;
-    const targets: backend.Target[] = [];
-    const mss: number[] = [];
-    for (const i of $range(1, parts.length)) {
-      targets[i - 1] = { rkey: parts[i - 1]!._rkey, token: first.token };
-      mss[i - 1] = ms;
-    }
     const sent = ngx_now() * 1000;
-    const out = backend.batch(first._store.redis, first._kind.extend, targets, mss);
+    const out = runAll(parts, this._together, false, ms);
     let err: string | undefined;
     let notOwner = false;
     for (const i of $range(1, parts.length)) {
@@ -155,7 +189,7 @@ const multiMethods = {
       }
     }
     if (notOwner) {
-      releaseParts(parts);
+      releaseParts(parts, this._together);
       return $multi(undefined, "not_owner");
     }
     if (err !== undefined) return $multi(undefined, err);
@@ -187,7 +221,7 @@ export function watch(m: MultiLease, onLost: OnLost | undefined): string | undef
     const err = watchdog.watch(p);
     if (err !== undefined) {
       for (const j of $range(1, parts.length)) watchdog.unwatch(parts[j - 1]!);
-      releaseParts(parts);
+      releaseParts(parts, m._together);
       return err;
     }
   }
@@ -195,10 +229,11 @@ export function watch(m: MultiLease, onLost: OnLost | undefined): string | undef
 }
 
 /** The lease of keys (the caller's order) whose leases are parts (aligned), fences with fencing. */
-export function make(keys: string[], parts: Lease[], tok: string, ttl: number, fences: number[] | undefined): MultiLease {
+export function make(keys: string[], parts: Lease[], tok: string, ttl: number, fences: number[] | undefined,
+  together: boolean): MultiLease {
   const m = {
     key: keys[0]!, keys, token: tok, ttl, fence: fences !== undefined ? fences[0] : undefined,
-    fences, shared: false, _parts: parts, _lost: false, _onLost: undefined,
+    fences, shared: false, _parts: parts, _together: together, _lost: false, _onLost: undefined,
   };
   // Not a tail call (see lease.make).
   const l = lua_setmetatable(m, multiMt) as unknown as MultiLease;

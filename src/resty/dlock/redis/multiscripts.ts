@@ -15,6 +15,7 @@ const script = scripts.script;
 const CHANNEL = scripts.CHANNEL;
 const GRANT = scripts.GRANT;
 const lua_type = type;
+const lua_pairs = pairs;
 
 /** The script's reply when every key was taken: "OK", or { "OK", fence1, ..., fenceN } when fenced. */
 function took(this: void, reply: RedisValue): boolean {
@@ -112,4 +113,86 @@ export function fenceOf(reply: RedisValue, i: number): number | undefined {
   if (lua_type(reply) !== "table") return undefined;
   const f = (reply as LuaTable<number, unknown>).get(i + 1);
   return lua_type(f) === "number" ? f as number : undefined;
+}
+
+function anyOne(this: void, reply: RedisValue): boolean {
+  if (lua_type(reply) !== "table") return false;
+  for (const [, v] of lua_pairs(reply as LuaTable<number, unknown>)) if (v === 1) return true;
+  return false;
+}
+
+// KEYS: the n lock keys of a set, their n queues; ARGV[1] token. Per key, as
+// the single lock's release (scripts.ts RELEASE_QUEUED) answers: 0 when not
+// ours; when deleted, the token of the first waiter in line, handed the key,
+// or 1 with nobody in line.
+const RELEASE_BODY = `local n = #KEYS / 2
+local t, now
+local out = {}
+for i = 1, n do
+  local k, Q = KEYS[i], KEYS[n + i]
+  if redis.call('GET', k) ~= ARGV[1] then
+    out[i] = 0
+  else
+    redis.call('DEL', k)
+    out[i] = 1
+    if redis.call('EXISTS', Q) == 1 then
+      if not now then
+        t = redis.call('TIME')
+        now = t[1] * 1000 + math.floor(t[2] / 1000)
+      end
+      local h
+      while true do
+        h = redis.call('ZRANGE', Q, 0, 0)[1]
+        if not h or tonumber(string.match(h, '^(%d+) ')) > now then break end
+        redis.call('ZREM', Q, h)
+      end
+      if h then
+        local who = string.match(h, '^%d+ (.*)$')
+        redis.call('SET', k, who, 'PX', ${GRANT})
+        redis.call('ZREM', Q, h)
+        redis.pcall('PUBLISH', '${CHANNEL}' .. k, 'g${GRANT} ' .. who)
+        out[i] = who
+      else
+        redis.pcall('PUBLISH', '${CHANNEL}' .. k, '')
+      end
+    end
+  end
+end
+return out
+`;
+
+// KEYS: the n lock keys of a set; ARGV[1] token, ARGV[2] ms. Per key 1 when
+// extended, 0 when not ours (scripts.ts EXTEND).
+const EXTEND_BODY = `local out = {}
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  else
+    out[i] = 0
+  end
+end
+return out
+`;
+
+const releases = new LuaTable<number, scripts.Script>();
+const extends_ = new LuaTable<number, scripts.Script>();
+
+/** The release of a set of n keys whose keys share a call: KEYS the keys then their queues, ARGV[1] the token; a reply per key. */
+export function release(n: number): scripts.Script {
+  let s = releases.get(n);
+  if (s === undefined) {
+    s = script("release_all", RELEASE_BODY, 2 * n, undefined, undefined, scripts.FREES);
+    releases.set(n, s);
+  }
+  return s;
+}
+
+/** The extend of a set of n keys whose keys share a call: KEYS the keys, ARGV[1] the token, ARGV[2] ms; a reply per key. */
+export function extend(n: number): scripts.Script {
+  let s = extends_.get(n);
+  if (s === undefined) {
+    s = script("extend_all", EXTEND_BODY, n, anyOne, undefined, scripts.FREES);
+    extends_.set(n, s);
+  }
+  return s;
 }

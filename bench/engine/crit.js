@@ -22,6 +22,17 @@ async function quiesce(row) {
 }
 
 async function runCritRow(sc) {
+  // A row of its own keys (the sets of acquire_all rows): the witness reads those.
+  const target = S.target;
+  if (sc.load.keys) S.target = { ...target, keys: sc.load.keys };
+  try {
+    return await critRow(sc);
+  } finally {
+    S.target = target;
+  }
+}
+
+async function critRow(sc) {
   const t0 = Date.now();
   const F = sc.fault ? FAULTS[sc.fault.kind] : null;
   if (F && F.prepare && (await F.prepare(sc.fault))) await drainedLoad(1000);
@@ -33,7 +44,7 @@ async function runCritRow(sc) {
   const duration = sc.load.durationMs ?? DURATION;
   // deadline: a fault that watches what follows it (a failover) stops watching when the load ends.
   const f = { at: null, detail: "", deadline: start + duration };
-  const stop = startLoad(counts);
+  const stop = startLoad(counts, sc.load);
   let faultErr = null;
   const faultDone = F
     ? sleep(sc.fault.atMs ?? FAULT_AT).then(() => F.run(f, sc.fault, S.target)).catch((e) => { faultErr = e; })
@@ -70,7 +81,7 @@ async function runCritRow(sc) {
   const lat = counts.okMs.sort((a, b) => a - b);
   const pct = (q) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(q * lat.length))]) : null);
   const row = {
-    n: sc.n, id: sc.id, group: "crit", scenario: sc.title, promised: sc.promised,
+    n: sc.n, id: sc.id, group: "crit", scenario: sc.title, promised: sc.promised, noTimeouts: !!sc.load.noTimeouts,
     acquisitions: w.acquisitions, overlaps: w.overlaps, staleRefused: w.staleRefused,
     ok: counts.ok, errors: counts.err, timeouts: counts.timeout, busy: counts.busy,
     witnessErrors: counts.werr, httpFailures: counts.http + counts.other,

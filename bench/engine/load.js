@@ -7,9 +7,9 @@ const { HTTP_PORTS, CLIENTS, REQUEST_TIMEOUT, randInt, pick, bump, S } = require
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 200 });
 
-function crit(port, key) {
+function crit(port, query) {
   return new Promise((resolve, reject) => {
-    const req = http.get({ host: "127.0.0.1", port, path: "/crit?key=" + key, agent }, (res) => {
+    const req = http.get({ host: "127.0.0.1", port, path: "/crit?" + query, agent }, (res) => {
       let body = "";
       res.setEncoding("utf8");
       res.on("data", (c) => (body += c));
@@ -25,17 +25,21 @@ function newCounts() {
   return { ok: 0, busy: 0, timeout: 0, err: 0, werr: 0, http: 0, other: 0, errMsgs: {}, errRaw: {}, httpMsgs: {}, werrMsgs: {}, okMs: [], okAt: [] };
 }
 
-/** 200 clients, split over both nginx of the target, until stop() says so. */
-function startLoad(counts) {
+/**
+ * 200 clients (load.clients), split over both nginx of the target, until stop()
+ * says so; with load.sets each request takes a random one of the sets (acquire_all).
+ */
+function startLoad(counts, load) {
   let stopping = false;
   const { ports, keys } = S.target;
+  const sets = load && load.sets;
   const one = async (i) => {
     const port = ports[i % ports.length];
     while (!stopping) {
-      const key = keys[Math.floor(Math.random() * keys.length)];
+      const query = sets ? "keys=" + pick(sets).join(",") : "key=" + keys[Math.floor(Math.random() * keys.length)];
       try {
         const t = process.hrtime.bigint();
-        const { status, body } = await crit(port, key);
+        const { status, body } = await crit(port, query);
         if (status !== 200) { counts.http++; bump(counts.httpMsgs, "HTTP " + status); }
         else if (body === "ok") { counts.ok++; counts.okMs.push(Number(process.hrtime.bigint() - t) / 1e6); counts.okAt.push(Date.now()); }
         else if (body === "busy") counts.busy++;
@@ -50,7 +54,7 @@ function startLoad(counts) {
       }
     }
   };
-  const all = Promise.all(Array.from({ length: CLIENTS }, (_, i) => one(i)));
+  const all = Promise.all(Array.from({ length: (load && load.clients) || CLIENTS }, (_, i) => one(i)));
   return () => { stopping = true; return all; };
 }
 

@@ -91,6 +91,8 @@ function verdictOf(rows) {
     if (r.promised && r.overlaps > 0) fail(r, `${r.overlaps} overlap(s) where mutual exclusion is promised`);
     if (r.witnessErrors > 0) fail(r, `${r.witnessErrors} witness error(s), the count cannot be trusted`);
     if (r.acquisitions === 0) fail(r, "no acquisitions at all");
+    // Sets in opposite orders (acquire_all): a deadlock would show as waits running out.
+    if (r.noTimeouts && r.timeouts > 0) fail(r, `${r.timeouts} wait timeout(s) where the waits allow none (a deadlock?)`);
     if (r.result === "ok" && !r.promised) r.result = r.overlaps > 0 ? "reported" : "ok (not promised)";
   }
   return failures;

@@ -12,6 +12,7 @@ local options = require("resty.dlock.core.options")
 local orphans = require("resty.dlock.core.orphans")
 local retry = require("resty.dlock.core.retry")
 local scripts = require("resty.dlock.redis.scripts")
+local settle = require("resty.dlock.core.settle")
 local ngx_ = ngx
 local ngx_now = ngx.now
 local ngx_update_time = ngx.update_time
@@ -159,22 +160,8 @@ end
 local function byRkey(a, b)
     return a[1] < b[1]
 end
---- Cluster keys of more than one slot: the order to take them in (sorted by Redis key); nil when one call can take them all.
-local function orderOf(store, rkeys)
-    if not store.redis.slotted then
-        return nil
-    end
-    local h = hashed(rkeys[1])
-    local one = true
-    for i = 2, #rkeys do
-        if hashed(rkeys[i]) ~= h then
-            one = false
-            break
-        end
-    end
-    if one then
-        return nil
-    end
+--- The keys' indexes sorted by Redis key: the one order every caller takes keys in.
+local function sorted(rkeys)
     local pairsOf = {}
     for i = 1, #rkeys do
         pairsOf[i] = {rkeys[i], i}
@@ -186,29 +173,101 @@ local function orderOf(store, rkeys)
     end
     return order
 end
---- Take the set, waiting in line for one busy key at a time while `wait` allows.
+--- Cluster keys of more than one slot: the order to take them in (sorted by Redis key); nil when one call can take them all.
+local function orderOf(store, rkeys)
+    if not store.redis.slotted then
+        return nil
+    end
+    local h = hashed(rkeys[1])
+    for i = 2, #rkeys do
+        if hashed(rkeys[i]) ~= h then
+            return sorted(rkeys)
+        end
+    end
+    return nil
+end
+--- The set's lease, from the plan's parts.
+local function leaseOf(p)
+    local parts = {}
+    local fences = {}
+    for i = 1, #p.keys do
+        parts[i] = p.parts[i]
+        if p.kind.fenced then
+            fences[i] = p.fences[i]
+        end
+    end
+    return multilease.make(
+        p.keys,
+        parts,
+        p.tok,
+        p.ttl,
+        p.kind.fenced and fences or nil,
+        p.order == nil and p.store.redis.topology ~= "redlock"
+    )
+end
+--- Wait for the keys one at a time in the global order, each in its key's
+-- line, holding those before it: true once all are held; false, why
+-- (timeout, an error) and retry_after otherwise (what is held stays in the plan).
+local function inOrder(p, deadline)
+    local order = p.order or sorted(p.rkeys)
+    for k = 1, #order do
+        local i = order[k]
+        ngx_update_time()
+        local left = deadline - ngx_now() * 1000
+        if left <= 0 then
+            return false, "timeout", nil
+        end
+        local l, err, retryAfter = acquire.acquire(
+            p.store,
+            p.kind,
+            p.keys[i],
+            p.tok,
+            p.ttl,
+            left
+        )
+        if l == nil then
+            return false, err, retryAfter
+        end
+        p.parts[i] = l
+        if l.fence ~= nil then
+            p.fences[i] = l.fence
+        end
+    end
+    return true, nil, nil
+end
+--- Every key held after waiting: renewed to the full ttl at once, owner-checked
+-- (the first keys were taken a while ago). false when one was lost meanwhile
+-- (its ttl ran out while we waited for another), or Redis did not answer.
+local function confirm(p)
+    local list = {}
+    local targets = {}
+    local mss = {}
+    for i = 1, #p.keys do
+        local l = p.parts[i]
+        list[i] = l
+        targets[i] = {rkey = l._rkey, token = p.tok}
+        mss[i] = p.ttl
+    end
+    local sent = ngx_now() * 1000
+    local out = backend.batch(p.store.redis, p.kind.extend, targets, mss)
+    local all = true
+    for i = 1, #list do
+        local reply = out.replies[i]
+        if reply == nil or not (settle.extended(list[i], reply, p.ttl, sent)) then
+            all = false
+        end
+    end
+    return all
+end
+--- Take the set: in one go; when a key is busy and `wait` allows, in the global
+-- order, waiting in each key's line (see the top of this file).
 local function takeAll(p, wait)
     local deadline = ngx_now() * 1000 + wait
     local backoff = retry.FIRST_BACKOFF
     while true do
-        local what, at, pttl, fault = attempt(p)
+        local what, ____, pttl, fault = attempt(p)
         if what == "OK" then
-            local parts = {}
-            local fences = {}
-            for i = 1, #p.keys do
-                parts[i] = p.parts[i]
-                if p.kind.fenced then
-                    fences[i] = p.fences[i]
-                end
-            end
-            return multilease.make(
-                p.keys,
-                parts,
-                p.tok,
-                p.ttl,
-                p.kind.fenced and fences or nil,
-                p.order == nil and p.store.redis.topology ~= "redlock"
-            ), nil, nil
+            return leaseOf(p), nil, nil
         end
         giveBack(p)
         ngx_update_time()
@@ -230,20 +289,13 @@ local function takeAll(p, wait)
             if left <= 0 then
                 return nil, "timeout", pttl
             end
-            local l, err, retryAfter = acquire.acquire(
-                p.store,
-                p.kind,
-                p.keys[at],
-                p.tok,
-                p.ttl,
-                left
-            )
-            if l == nil then
-                return nil, err, retryAfter
+            local held, err, retryAfter = inOrder(p, deadline)
+            if held and confirm(p) then
+                return leaseOf(p), nil, nil
             end
-            p.parts[at] = l
-            if l.fence ~= nil then
-                p.fences[at] = l.fence
+            giveBack(p)
+            if not held then
+                return nil, err, retryAfter or pttl
             end
         end
     end

@@ -13,13 +13,17 @@
 //              sorted order, the keys taken given back at the first busy one.
 //   majority   Redlock: the one script on every master, the majority decides
 //              (redis/multiquorum.ts).
-// Either way nothing is held when an attempt fails. Waiting (wait > 0) stands
-// in the first busy key's line, as a single acquire of that key would, holding
-// nothing else; once that key is ours, the set is tried again with it (a key
-// that holds our token counts as free). Should another key be busy then, the
-// key is given back (passed on to its line) and the wait moves to that key.
-// No caller ever waits while holding a key another waits for, so no two
-// callers deadlock, whatever order they name the keys in.
+// Either way nothing is held when an attempt fails. Waiting (wait > 0), once
+// an attempt found a key busy: the keys are taken one at a time in one global
+// order (sorted by Redis key), each waiting in its key's line (first come,
+// first served) as a single acquire of it does, holding the keys before it in
+// that order. Every waiting caller takes keys in the same order, and a caller
+// taking a set in one go never waits holding anything, so no cycle of waits
+// can form: no deadlock, whatever order callers name the keys in, and each
+// line serves its waiters in turn (no starvation, as giving every key back at
+// each busy one would risk). Once every key is held, all are renewed to the
+// full ttl at once, owner-checked; a key that ran out meanwhile sends the set
+// back to waiting, holding nothing.
 
 import * as acquire from "./acquire";
 import * as backend from "../redis/backend";
@@ -33,6 +37,7 @@ import * as options from "./options";
 import * as orphans from "./orphans";
 import * as retry from "./retry";
 import * as scripts from "../redis/scripts";
+import * as settle from "./settle";
 
 type Lease = lease.Lease;
 type Store = lease.Store;
@@ -166,18 +171,8 @@ function byRkey(this: void, a: [string, number], b: [string, number]): boolean {
   return a[0] < b[0];
 }
 
-/** Cluster keys of more than one slot: the order to take them in (sorted by Redis key); nil when one call can take them all. */
-function orderOf(store: Store, rkeys: string[]): number[] | undefined {
-  if (!store.redis.slotted) return undefined;
-  const h = hashed(rkeys[0]!);
-  let one = true;
-  for (const i of $range(2, rkeys.length)) {
-    if (hashed(rkeys[i - 1]!) !== h) {
-      one = false;
-      break;
-    }
-  }
-  if (one) return undefined;
+/** The keys' indexes sorted by Redis key: the one order every caller takes keys in. */
+function sorted(rkeys: string[]): number[] {
   const pairsOf: [string, number][] = [];
   for (const i of $range(1, rkeys.length)) pairsOf[i - 1] = [rkeys[i - 1]!, i];
   table_sort(pairsOf, byRkey);
@@ -186,23 +181,85 @@ function orderOf(store: Store, rkeys: string[]): number[] | undefined {
   return order;
 }
 
-/** Take the set, waiting in line for one busy key at a time while `wait` allows. */
+/** Cluster keys of more than one slot: the order to take them in (sorted by Redis key); nil when one call can take them all. */
+function orderOf(store: Store, rkeys: string[]): number[] | undefined {
+  if (!store.redis.slotted) return undefined;
+  const h = hashed(rkeys[0]!);
+  for (const i of $range(2, rkeys.length)) {
+    if (hashed(rkeys[i - 1]!) !== h) return sorted(rkeys);
+  }
+  return undefined;
+}
+
+/** The set's lease, from the plan's parts. */
+function leaseOf(p: Plan): MultiLease {
+  const parts: Lease[] = [];
+  const fences: number[] = [];
+  for (const i of $range(1, p.keys.length)) {
+    parts[i - 1] = p.parts.get(i);
+    if (p.kind.fenced) fences[i - 1] = p.fences.get(i);
+  }
+  return multilease.make(p.keys, parts, p.tok, p.ttl, p.kind.fenced ? fences : undefined,
+    p.order === undefined && p.store.redis.topology !== "redlock");
+}
+
+type Waited = LuaMultiReturn<[boolean, string | undefined, number | undefined]>;
+
+/**
+ * Wait for the keys one at a time in the global order, each in its key's
+ * line, holding those before it: true once all are held; false, why
+ * (timeout, an error) and retry_after otherwise (what is held stays in the plan).
+ */
+function inOrder(p: Plan, deadline: number): Waited {
+  const order = p.order ?? sorted(p.rkeys);
+  for (const k of $range(1, order.length)) {
+    const i = order[k - 1]!;
+    ngx_update_time();
+    const left = deadline - ngx_now() * 1000;
+    if (left <= 0) return $multi(false, "timeout", undefined);
+    const [l, err, retryAfter] = acquire.acquire(p.store, p.kind, p.keys[i - 1]!, p.tok, p.ttl, left);
+    if (l === undefined) return $multi(false, err, retryAfter);
+    p.parts.set(i, l);
+    if (l.fence !== undefined) p.fences.set(i, l.fence);
+  }
+  return $multi(true, undefined, undefined);
+}
+
+/**
+ * Every key held after waiting: renewed to the full ttl at once, owner-checked
+ * (the first keys were taken a while ago). false when one was lost meanwhile
+ * (its ttl ran out while we waited for another), or Redis did not answer.
+ */
+function confirm(p: Plan): boolean {
+  const list: Lease[] = [];
+  const targets: backend.Target[] = [];
+  const mss: number[] = [];
+  for (const i of $range(1, p.keys.length)) {
+    const l = p.parts.get(i);
+    list[i - 1] = l;
+    targets[i - 1] = { rkey: l._rkey, token: p.tok };
+    mss[i - 1] = p.ttl;
+  }
+  const sent = ngx_now() * 1000;
+  const out = backend.batch(p.store.redis, p.kind.extend, targets, mss);
+  let all = true;
+  for (const i of $range(1, list.length)) {
+    const reply = out.replies.get(i);
+    if (reply === undefined || !settle.extended(list[i - 1]!, reply, p.ttl, sent)[0]) all = false;
+  }
+  return all;
+}
+
+/**
+ * Take the set: in one go; when a key is busy and `wait` allows, in the global
+ * order, waiting in each key's line (see the top of this file).
+ */
 function takeAll(p: Plan, wait: number): AcquireAllResult {
   const deadline = ngx_now() * 1000 + wait;
   let backoff = retry.FIRST_BACKOFF;
   while (true) {
-    const [what, at, pttl, fault] = attempt(p);
-    if (what === "OK") {
-      const parts: Lease[] = [];
-      const fences: number[] = [];
-      for (const i of $range(1, p.keys.length)) {
-        parts[i - 1] = p.parts.get(i);
-        if (p.kind.fenced) fences[i - 1] = p.fences.get(i);
-      }
-      return $multi(multilease.make(p.keys, parts, p.tok, p.ttl, p.kind.fenced ? fences : undefined,
-        p.order === undefined && p.store.redis.topology !== "redlock"), undefined, undefined);
-    }
-    // Nothing stays held while we wait, nor when we give up.
+    const [what, , pttl, fault] = attempt(p);
+    if (what === "OK") return $multi(leaseOf(p), undefined, undefined);
     giveBack(p);
     ngx_update_time();
     const left = deadline - ngx_now() * 1000;
@@ -214,11 +271,11 @@ function takeAll(p: Plan, wait: number): AcquireAllResult {
     } else {
       if (wait === 0) return $multi(undefined, "busy", pttl);
       if (left <= 0) return $multi(undefined, "timeout", pttl);
-      // In the busy key's line, as its single acquire waits; then the set again, with that key ours.
-      const [l, err, retryAfter] = acquire.acquire(p.store, p.kind, p.keys[at - 1]!, p.tok, p.ttl, left);
-      if (l === undefined) return $multi(undefined, err, retryAfter);
-      p.parts.set(at, l);
-      if (l.fence !== undefined) p.fences.set(at, l.fence);
+      const [held, err, retryAfter] = inOrder(p, deadline);
+      if (held && confirm(p)) return $multi(leaseOf(p), undefined, undefined);
+      // Gave up, or a key was lost while we waited: nothing stays held.
+      giveBack(p);
+      if (!held) return $multi(undefined, err, retryAfter ?? pttl);
     }
   }
 }

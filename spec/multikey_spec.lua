@@ -1,8 +1,8 @@
 -- Several keys, all or nothing (locks:acquire_all): one lease holds every key
 -- or none; the keys are plain lock keys (token, PX expiry), so single-key
 -- holders, plain SET NX PX holders and node-redlock's multi-resource locks
--- exclude a set key by key; waiting never holds a key, so two callers naming
--- the keys in opposite orders never deadlock.
+-- exclude a set key by key; waiting takes the keys in one global order, so two
+-- callers naming the keys in opposite orders never deadlock.
 local h = require "helpers"
 local witness = require "multiwitness"
 

@@ -468,22 +468,27 @@ describe("acquire_all on redis.cluster", function()
     assert.equal(set.token, cget(p .. "{t}y"))
     assert.equal(2, #set.fences)
     assert(set:release())
-    -- Different slots (on different masters).
-    assert.are_not.equal(c.slot_owner(p .. "a"), c.slot_owner(p .. "b"))
-    local single = assert(locks:acquire("b", { ttl = 5000 }))
-    local l, err = locks:acquire_all({ "a", "b", "c" })
+    -- Different slots, on different masters: a key, then one of another master (b), then any (c).
+    local a, b = "a", nil
+    for i = 1, 50 do
+      if c.slot_owner(p .. "b" .. i) ~= c.slot_owner(p .. a) then b = "b" .. i break end
+    end
+    assert.is_truthy(b, "no key on another master than " .. a)
+    local cc = "c"
+    local single = assert(locks:acquire(b, { ttl = 5000 }))
+    local l, err = locks:acquire_all({ a, b, cc })
     assert.is_nil(l)
     assert.equal("busy", err)
-    assert.equal(ngx.null, cget(p .. "a"))
-    assert.equal(ngx.null, cget(p .. "c"))
+    assert.equal(ngx.null, cget(p .. a))
+    assert.equal(ngx.null, cget(p .. cc))
     assert(single:release())
-    set = assert(locks:acquire_all({ "c", "b", "a" }, { ttl = 5000 }))
-    assert.same({ "c", "b", "a" }, set.keys)
-    for _, k in ipairs({ "a", "b", "c" }) do assert.equal(set.token, cget(p .. k)) end
+    set = assert(locks:acquire_all({ cc, b, a }, { ttl = 5000 }))
+    assert.same({ cc, b, a }, set.keys)
+    for _, k in ipairs({ a, b, cc }) do assert.equal(set.token, cget(p .. k)) end
     assert.is_true(set:extend(8000))
-    assert.is_true(h.cmd(c.slot_owner(p .. "a"), "pttl", p .. "a") > 7000)
+    assert.is_true(h.cmd(c.slot_owner(p .. a), "pttl", p .. a) > 7000)
     assert(set:release())
-    for _, k in ipairs({ "a", "b", "c" }) do assert.equal(ngx.null, cget(p .. k)) end
+    for _, k in ipairs({ a, b, cc }) do assert.equal(ngx.null, cget(p .. k)) end
   end)
 
   for _, case in ipairs({ { "one slot", "{t}a", "{t}b" }, { "different slots", "a", "b" } }) do

@@ -179,10 +179,46 @@ declare module "resty.dlock" {
       fn: (this: void, ...args: A) => unknown, ...args: A): LuaMultiReturn<unknown[]>;
   }
 
+  /** acquire_all's options: a lock's, with shared refused when true (a set is taken exclusive). */
+  export interface AcquireAllOptions extends AcquireOptions {
+    shared?: false;
+  }
+
+  /** Several keys held as one: every key or none. */
+  export interface MultiLease {
+    /** The first of keys. */
+    readonly key: string;
+    /** The keys, in the caller's order. */
+    readonly keys: string[];
+    /** One token for every key. */
+    readonly token: string;
+    /** ms, as last acquired or extended. */
+    readonly ttl: number;
+    /** With fencing: the first key's fence. */
+    readonly fence: number | undefined;
+    /** With fencing: one per key, aligned with keys; each larger than every earlier holder's of that key. */
+    readonly fences: number[] | undefined;
+    readonly shared: false;
+    /** Every key; nil, "not_owner" when one was no longer ours (the others are released all the same). */
+    release(this: MultiLease): Outcome;
+    /** Every key to ttl ms from now; nil, "not_owner" when one is gone (the rest is then released). */
+    extend(this: MultiLease, ttl?: number): Outcome;
+    /** Is every key still ours? No round trip. */
+    valid(this: MultiLease): boolean;
+  }
+
+  /** As AcquireResult: busy and timeout name the first busy key's holder's time left. */
+  export type AcquireAllResult = LuaMultiReturn<[MultiLease | undefined, string | undefined, number | undefined]>;
+
   export interface Locks extends Acquirer {
     readonly owner: "random" | "worker";
     readonly reentrant: boolean;
     acquire(this: Locks, key: string, opts?: LockAcquireOptions): AcquireResult;
+    /**
+     * 1 to 64 distinct keys, all or nothing, without deadlock whatever order
+     * callers name them in. Refused by reentrant factories.
+     */
+    acquire_all(this: Locks, keys: string[], opts?: AcquireAllOptions): AcquireAllResult;
     with<A extends unknown[]>(this: Locks, key: string, opts: LockAcquireOptions | undefined,
       fn: (this: void, ...args: A) => unknown, ...args: A): LuaMultiReturn<unknown[]>;
   }

@@ -343,6 +343,11 @@ async function main() {
     { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: () => nginxPids() },
     { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: () => nginxPids() },
     { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: () => nginxPids() },
+    // 1c. Several keys per request (distinct per request): acquire_all against the same keys one by one.
+    { id: "multi2", multi: 2, name: "resty.dlock acquire_all of 2 keys + release", url: `http://127.0.0.1:${httpPort}/multi?n=2`, server: () => nginxPids() },
+    { id: "each2", multi: 2, name: "resty.dlock 2 keys acquired and released one by one", url: `http://127.0.0.1:${httpPort}/each?n=2`, server: () => nginxPids() },
+    { id: "multi8", multi: 8, name: "resty.dlock acquire_all of 8 keys + release", url: `http://127.0.0.1:${httpPort}/multi?n=8`, server: () => nginxPids() },
+    { id: "each8", multi: 8, name: "resty.dlock 8 keys acquired and released one by one", url: `http://127.0.0.1:${httpPort}/each?n=8`, server: () => nginxPids() },
     { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: () => nginxPids() },
     { id: "node", name: "Node.js node-redlock 5 + ioredis", url: `http://127.0.0.1:${nodePort}/`, server: () => [node.pid] },
   ];
@@ -402,7 +407,7 @@ async function main() {
     for (const p of [...contend.nginxPorts, ...(peers ? contend.peerPorts : [])]) await waitFor(p);
   }
 
-  let throughput = [], topologies = [];
+  let throughput = [], topologies = [], multikey = [];
   if (run1) {
     setRps = (() => {
       const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
@@ -449,7 +454,13 @@ async function main() {
         errors: rs.reduce((a, r) => a + r.errors, 0),
       };
     };
-    throughput = lines.filter((l) => !l.topo && wanted(l)).map(summary);
+    throughput = lines.filter((l) => !l.topo && !l.multi && wanted(l)).map(summary);
+    // 1c. acquire_all of n keys against n acquires one by one: round trips (a script call each, in sequence) and the ratio of req/s.
+    multikey = [2, 8].filter((n) => lines.some((l) => l.id === "multi" + n && wanted(l)) && lines.some((l) => l.id === "each" + n && wanted(l)))
+      .map((n) => {
+        const all = summary(lines.find((l) => l.id === "multi" + n)), each = summary(lines.find((l) => l.id === "each" + n));
+        return { keys: n, acquire_all: all, one_by_one: each, rps_ratio: all.rps / each.rps, round_trips: { acquire_all: 2, one_by_one: 2 * n } };
+      });
     // 1b. The same acquire+release on other topologies, as ratios to the standalone line.
     const core = throughput.find((l) => l.id === "core");
     if (core) topologies = [{ ...core, topology: "standalone", vs_standalone: 1, cpu_vs_standalone: 1, others_cpu_ms_per_1k: 0 }];
@@ -555,7 +566,7 @@ async function main() {
     when: new Date().toISOString(), smoke, config: cfg,
     machine: { cpus: os.cpus().length, redis: execFileSync("redis-server", ["--version"], { encoding: "utf8" }).trim(),
       nginx: spawnSync(nginxBin, ["-v"], { encoding: "utf8" }).stderr.trim(), node: process.version },
-    only: only.length ? only.join(", ") : null, redis_set_rps: setRps, throughput, topologies, contention, readMostly, memory,
+    only: only.length ? only.join(", ") : null, redis_set_rps: setRps, throughput, topologies, multikey, contention, readMostly, memory,
   };
   report(result);
 }
@@ -619,6 +630,22 @@ function report(r) {
     if (notes.length) {
       t.push("");
       for (const n of notes) t.push(`- ${n}`);
+    }
+    t.push("");
+  }
+  if ((r.multikey || []).length) {
+    t.push("## 1c. Several keys per request: acquire_all against acquiring them one by one (uncontended, distinct keys per request)");
+    t.push("");
+    t.push("acquire_all takes the keys in one script call and releases them in another; one by one, each acquire and each release is a " +
+      "call of its own, in sequence. Round trips per request by construction; Redis cmds/req measured (a script call counts once).");
+    t.push("");
+    t.push("| keys | acquire_all req/s | one by one req/s | ratio | round trips (all / one by one) | Redis cmds/req (all / one by one) | p50 ms (all / one by one) | CPU ms / 1000 req (all / one by one) | errors |");
+    t.push("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (const m of r.multikey || []) {
+      const a = m.acquire_all, o = m.one_by_one;
+      t.push(`| ${m.keys} | ${fmt(a.rps)} | ${fmt(o.rps)} | ${fmt(m.rps_ratio, 2)} | ${m.round_trips.acquire_all} / ${m.round_trips.one_by_one} | ` +
+        `${fmt(a.redis_cmds_per_req, 2)} / ${fmt(o.redis_cmds_per_req, 2)} | ${fmt(a.p50_ms, 2)} / ${fmt(o.p50_ms, 2)} | ` +
+        `${fmt(a.cpu_ms_per_1k, 1)} / ${fmt(o.cpu_ms_per_1k, 1)} | ${a.errors + o.errors} |`);
     }
     t.push("");
   }

@@ -169,6 +169,34 @@ function _M.contend_poll()
   ngx.say("ok")
 end
 
+-- Several keys per request (section 1c), distinct per request as in section 1:
+-- acquire_all of n keys, or the same n keys acquired one by one (in a fixed
+-- order: how a caller avoids deadlock without acquire_all) and released one by one.
+function _M.multi()
+  local n, id = tonumber(ngx.var.arg_n), ngx.var.request_id
+  local keys = {}
+  for i = 1, n do keys[i] = id .. ":" .. i end
+  local lease, err = _M.locks():acquire_all(keys, { ttl = 10000 })
+  if not lease then ngx.status = 500 ngx.say(err) return end
+  ngx.say("ok")
+  lease:release()
+end
+
+function _M.each()
+  local n, id, locks = tonumber(ngx.var.arg_n), ngx.var.request_id, _M.locks()
+  local leases = {}
+  for i = 1, n do
+    local lease, err = locks:acquire(id .. ":" .. i, { ttl = 10000 })
+    if not lease then
+      for j = 1, i - 1 do leases[j]:release() end
+      ngx.status = 500 ngx.say(err) return
+    end
+    leases[i] = lease
+  end
+  ngx.say("ok")
+  for i = n, 1, -1 do leases[i]:release() end
+end
+
 -- The critical sections of this instance so far, one a line, then forgotten.
 function _M.sections()
   local d = ngx.shared.bench

@@ -27,6 +27,11 @@
 //                        load: no lock key, no release channel subscribed. The
 //                        row's fault hits the first phase. `goals` are reported
 //                        (met / missed) for the resty.dlock phase, never failed.
+//   load.sets:           (crit rows) each request takes a random one of these sets of
+//                        keys with acquire_all (/crit?keys=A,B); load.keys then lists
+//                        every key (what the witness reads, and a Cluster's spread),
+//                        load.clients how many clients, load.noTimeouts fails the row
+//                        on any wait timeout (the waits allow none: a deadlock would).
 //   noneSeen:            (rows not promised) added to the note when the row saw no overlap.
 //   outside:             (rows not promised) why, in a few words, for the report's footer.
 //   set "rw":            the rows of shared (read-write) locks and the compat facade: run by
@@ -75,6 +80,12 @@ const CRIT_LOAD = {
 const CRIT = { kind: "crit" };
 /** The read-write rows: /crit-rw, this share of the requests readers (shared = true), the rest writers. */
 const RW = { kind: "crit", path: "/crit-rw", readers: 0.85 };
+/** acquire_all rows: every pair of m1..m4 in both orders; few enough clients that a 3 s wait never runs out but by a deadlock. */
+const MULTI_KEYS = ["m1", "m2", "m3", "m4"];
+const MULTI = {
+  kind: "crit", clients: 16, keys: MULTI_KEYS, noTimeouts: true,
+  sets: MULTI_KEYS.flatMap((a) => MULTI_KEYS.filter((b) => b !== a).map((b) => [a, b])),
+};
 
 // ---- the Redis topologies of the topology rows (bench/torture.js TOPOLOGIES starts them)
 /**
@@ -319,6 +330,17 @@ const SCENARIOS = [
     load: gw({ guards: ["rw"], via: "plain", gets: 0.85, clients: 60, keys: 2, backendMs: [20, 120], durationMs: 4000 }),
     fault: null,
     about: "GETs take the key as readers and reach the backend side by side; a POST takes it alone: never a POST beside anyone at the backend, never a GET beside a POST",
+  },
+  // ---------------------------------------------------------------- several keys (acquire_all)
+  {
+    id: "multikey", title: "acquire_all: sets of 2 of 4 keys, each pair in both orders, no fault", promised: true,
+    load: MULTI, fault: null,
+    about: `${MULTI.clients} clients each take a random set of 2 of m1..m4, in either order ({m1,m2} and {m2,m1} ...), with acquire_all (one script for the set; waiting, the keys in sorted order); every key of a set is witnessed; no wait may time out (a deadlock would)`,
+  },
+  {
+    id: "cluster-multikey", title: "Cluster: acquire_all of keys on different masters, each pair in both orders", group: "topology",
+    promised: true, load: MULTI, topology: CLUSTER, fault: null,
+    about: "as the row above on a Cluster whose masters the keys spread over: each set is tried key by key in sorted order (the keys taken given back at the first busy one), then waited for in that order; no wait may time out",
   },
 ];
 

@@ -33,6 +33,7 @@ local N_EXTEND = 500
 local N_WITH = 1000
 local N_STATUS = 500
 local N_COMPAT = 500
+local N_ALL = 500
 
 ------------------------------------------------------------------------------
 -- Deterministic PRNG (Park-Miller minimal standard; exact in doubles).
@@ -830,6 +831,62 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
       local holder = assert(locks:acquire("held", { ttl = 60000 }))
       finally(function() holder:release() end)
       fuzz_held(locks, N_HELD_KEY, 13)
+    end)
+
+    --- A key list for acquire_all: mostly 1 to 5 valid keys, else something hostile.
+    local function any_keys()
+      local k = int(1, 10)
+      if k == 1 then return hostile() end
+      if k == 2 then return {} end
+      if k == 3 then
+        local many = {}
+        for i = 1, int(60, 70) do many[i] = "m" .. i end
+        return many
+      end
+      local list = {}
+      for i = 1, int(1, 5) do list[i] = chance(0.9) and valid_key() or hostile() end
+      if chance(0.05) then list[#list + 2] = "hole" end
+      if chance(0.05) then list.x = "field" end
+      if chance(0.05) then list[#list + 1] = list[1] end
+      return list
+    end
+
+    local function valid_keys(keys)
+      if type(keys) ~= "table" or #keys < 1 or #keys > 64 then return false end
+      local n, seen = 0, {}
+      for k, v in pairs(keys) do
+        if type(k) ~= "number" or k < 1 or k > #keys or k ~= math.floor(k) then return false end
+        if type(v) ~= "string" or #v < 1 or #v > MAX_KEY or seen[v] then return false end
+        seen[v] = true
+        n = n + 1
+      end
+      return n == #keys
+    end
+
+    it("locks:acquire_all gives a lease for each valid key list and options and a \"dlock: \" error for each " ..
+       "invalid one, on " .. N_ALL .. " random calls", function()
+      reseed(15)
+      local granted = 0
+      for _ = 1, N_ALL do
+        local keys, opts = any_keys(), gen_acquire_opts()
+        local what = function() return "locks:acquire_all(" .. ser(keys) .. ", " .. ser(opts) .. ")" end
+        local lease, err = kept(what, locks.acquire_all, locks, keys, opts)
+        local valid = valid_keys(keys) and valid_acquire("k", opts, locks) and not (type(opts) == "table" and opts.shared == true)
+        if valid then
+          if not lease then violated(what() .. " refused a valid call on free keys: " .. ser(err)) end
+          granted = granted + 1
+          if #lease.keys ~= #keys or lease.key ~= keys[1] or lease.ttl ~= effective_ttl(locks, opts) then
+            violated(what() .. " returned a lease with keys " .. ser(lease.keys) .. ", ttl " .. ser(lease.ttl))
+          end
+          release_now(what, lease, lease.ttl)
+        elseif lease then
+          release_now(what, lease, lease.ttl)
+          violated(what() .. " accepted an invalid call")
+        elseif err == "busy" or err == "timeout" or err == "not_owner" then
+          violated(what() .. " answered " .. err .. " to invalid input instead of a \"dlock: \" error")
+        end
+      end
+      assert.is_true(granted > N_ALL / 5, "only " .. granted .. " of " .. N_ALL .. " calls were valid")
     end)
 
     it("never hands out a permit beyond the limit: " .. N_HELD_KEY .. " random calls on a full semaphore", function()

@@ -134,6 +134,10 @@ describe("the README's option tables", function()
     agree("acquire", rows_of("acquire"), options.ACQUIRE)
   end)
 
+  it("list every option of acquire_all with its default, and no other", function()
+    agree("acquire_all", rows_of("acquire_all"), options.ACQUIRE_ALL)
+  end)
+
   local locking, apart = {}, {}
   for _, m in ipairs(gateway.MODES) do
     if m.apart then apart[#apart + 1] = m.name else locking[#locking + 1] = m.name end

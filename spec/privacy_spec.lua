@@ -28,7 +28,8 @@ local function set(...)
 end
 
 local LEASE = set("key", "token", "ttl", "fence", "shared", "release", "extend", "valid")
-local LOCKS = set("acquire", "with", "held", "prefix", "ttl", "wait", "owner", "reentrant")
+local LOCKS = set("acquire", "acquire_all", "with", "held", "prefix", "ttl", "wait", "owner", "reentrant")
+local MULTI = set("key", "keys", "token", "ttl", "fence", "fences", "shared", "release", "extend", "valid")
 local SEMAPHORE = set("acquire", "with", "held", "prefix", "ttl", "wait", "permits")
 
 describe("privacy", function()
@@ -43,6 +44,14 @@ describe("privacy", function()
     assert.same({}, undocumented(renewed, LEASE))
     assert.is_true(renewed:release())
     assert.same({}, undocumented(renewed, LEASE))
+  end)
+
+  it("a lease of several keys (acquire_all) shows keys and fences besides a lease's names; the rest is _-prefixed", function()
+    local locks = h.locks({ fencing = true })
+    local lease = assert(locks:acquire_all({ "a", "b" }, { ttl = 5000, renew = true }))
+    assert.same({}, undocumented(lease, MULTI))
+    assert.is_true(lease:release())
+    assert.same({}, undocumented(lease, MULTI))
   end)
 
   it("a nested lease of a reentrant factory shows the same names", function()

@@ -24,6 +24,17 @@ async function quiesce(row) {
 }
 
 async function runCritRow(sc) {
+  // A row of its own keys (the sets of acquire_all rows): the witness reads those.
+  const target = S.target;
+  if (sc.load.keys) S.target = { ...target, keys: sc.load.keys };
+  try {
+    return await critRow(sc);
+  } finally {
+    S.target = target;
+  }
+}
+
+async function critRow(sc) {
   const t0 = Date.now();
   const F = sc.fault ? FAULTS[sc.fault.kind] : null;
   if (F && F.prepare && (await F.prepare(sc.fault))) await drainedLoad(1000);
@@ -73,7 +84,7 @@ async function runCritRow(sc) {
   const pct = (q) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(q * lat.length))]) : null);
   const row = {
     n: sc.n, id: sc.id, group: sc.group === "rw" ? "rw" : "crit", scenario: sc.title, promised: sc.promised,
-    path: sc.load.path || "/crit", readersShare: sc.load.readers ?? null,
+    noTimeouts: !!sc.load.noTimeouts, path: sc.load.path || "/crit", readersShare: sc.load.readers ?? null,
     rw: w.rw && {
       ...w.rw, maxReaderWaitMs: w.rw.maxReaderWaitUs < 0 ? null : w.rw.maxReaderWaitUs / 1000,
       maxWriterWaitMs: w.rw.maxWriterWaitUs < 0 ? null : w.rw.maxWriterWaitUs / 1000, byMode: counts.byMode,

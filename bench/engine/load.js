@@ -7,10 +7,10 @@ const { HTTP_PORTS, CLIENTS, REQUEST_TIMEOUT, randInt, pick, bump, S } = require
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 200 });
 
-/** p: the location and its query up to the key ("/crit?key=", "/crit-rw?mode=r&key="). */
-function crit(port, key, p = "/crit?key=") {
+/** p: the location and its query ("/crit?key=k", "/crit-rw?mode=r&key=k", "/crit?keys=a,b"). */
+function crit(port, p) {
   return new Promise((resolve, reject) => {
-    const req = http.get({ host: "127.0.0.1", port, path: p + key, agent }, (res) => {
+    const req = http.get({ host: "127.0.0.1", port, path: p, agent }, (res) => {
       let body = "";
       res.setEncoding("utf8");
       res.on("data", (c) => (body += c));
@@ -31,22 +31,25 @@ function newCounts() {
 }
 
 /**
- * 200 clients, split over both nginx of the target, until stop() says so. L (a
- * crit row's load): L.path is the location (default /crit); L.readers, the share
- * of requests that go as readers (mode=r, the rest mode=w) to a read-write location.
+ * load.clients (200 by default) clients, split over both nginx of the target, until
+ * stop() says so. L (a crit row's load): L.path is the location (default /crit);
+ * L.readers, the share of requests that go as readers (mode=r, the rest mode=w)
+ * to a read-write location; with L.sets each request takes a random one of the
+ * sets (acquire_all).
  */
 function startLoad(counts, L = {}) {
   let stopping = false;
   const { ports, keys } = S.target;
   const loc = L.path || "/crit";
+  const sets = L.sets;
   const one = async (i) => {
     const port = ports[i % ports.length];
     while (!stopping) {
-      const key = keys[Math.floor(Math.random() * keys.length)];
+      const query = sets ? "keys=" + pick(sets).join(",") : "key=" + keys[Math.floor(Math.random() * keys.length)];
       const mode = L.readers === undefined ? null : Math.random() < L.readers ? "r" : "w";
       try {
         const t = process.hrtime.bigint();
-        const { status, body } = await crit(port, key, mode ? `${loc}?mode=${mode}&key=` : `${loc}?key=`);
+        const { status, body } = await crit(port, mode ? `${loc}?mode=${mode}&${query}` : `${loc}?${query}`);
         const m = mode ? counts.byMode[mode] : null;
         if (m && status === 200) {
           if (body === "ok") m.ok++;
@@ -67,7 +70,7 @@ function startLoad(counts, L = {}) {
       }
     }
   };
-  const all = Promise.all(Array.from({ length: CLIENTS }, (_, i) => one(i)));
+  const all = Promise.all(Array.from({ length: L.clients || CLIENTS }, (_, i) => one(i)));
   return () => { stopping = true; return all; };
 }
 

@@ -97,6 +97,8 @@ function verdictOf(rows) {
     if (r.acquisitions === 0) fail(r, "no acquisitions at all");
     // A read-write lock whose readers never meet is an exclusive lock: not what shared = true promises.
     if (r.group === "rw" && (!r.rw || r.rw.readersBesideReaders === 0)) fail(r, "no reader ever entered beside another reader");
+    // Sets in opposite orders (acquire_all): a deadlock would show as waits running out.
+    if (r.noTimeouts && r.timeouts > 0) fail(r, `${r.timeouts} wait timeout(s) where the waits allow none (a deadlock?)`);
     if (r.result === "ok" && !r.promised) r.result = r.overlaps > 0 ? "reported" : "ok (not promised)";
   }
   return failures;

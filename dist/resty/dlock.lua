@@ -6,6 +6,7 @@ local lease = require("resty.dlock.core.lease")
 local options = require("resty.dlock.core.options")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
+local multi = require("resty.dlock.core.multi")
 local recovery = require("resty.dlock.core.recovery")
 local reentrant = require("resty.dlock.core.reentrant")
 local rwscripts = require("resty.dlock.redis.rwscripts")
@@ -124,6 +125,10 @@ local locksMethods = {
             l = reentrant.enter(self._id, l)
         end
         return l, err, retryAfter
+    end,
+    acquire_all = function(self, keys, opts)
+        recovery.start()
+        return multi.acquireAll(self, keys, opts)
     end,
     held = function(self)
         return ledger.held(self._store.dict)

@@ -12,6 +12,7 @@ import * as lease from "./dlock/core/lease";
 import * as options from "./dlock/core/options";
 import * as ledger from "./dlock/core/ledger";
 import * as meter from "./dlock/core/meter";
+import * as multi from "./dlock/core/multi";
 import * as recovery from "./dlock/core/recovery";
 import * as reentrant from "./dlock/core/reentrant";
 import * as rwscripts from "./dlock/redis/rwscripts";
@@ -52,6 +53,8 @@ export interface Locks {
   readonly _noReaders: string | undefined;
   readonly _id: string;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
+  /** (multikey) Several keys, all or nothing: one lease (core/multi.ts). */
+  acquire_all(keys: string[], opts?: LuaTable<string, unknown>): multi.AcquireAllResult;
   held(): ledger.HeldLease[];
   with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
 }
@@ -129,6 +132,15 @@ const locksMethods = {
     if (renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
     if (l !== undefined && this.reentrant) l = reentrant.enter(this._id, l);
     return $multi(l, err, retryAfter);
+  },
+
+  /**
+   * (multikey) Several keys, all or nothing: one lease holding every key, or
+   * the results of acquire (busy and timeout name the first busy key's holder).
+   */
+  acquire_all(this: Locks, keys: string[], opts?: LuaTable<string, unknown>): multi.AcquireAllResult {
+    recovery.start();
+    return multi.acquireAll(this, keys, opts);
   },
 
   /** Leases this nginx instance holds now (all workers), from the shared dict. */

@@ -6,6 +6,8 @@ local meter = require("resty.dlock.core.meter")
 local backend = require("resty.dlock.redis.backend")
 local schema = require("resty.dlock.core.schema")
 local lua_type = type
+local lua_pairs = pairs
+local lua_tostring = tostring
 local math_floor = math.floor
 local check_str = check.str
 --- Longest key accepted, in bytes (before the prefix).
@@ -128,6 +130,20 @@ local ACQUIRE_PERMIT = {
     ON_LOST,
     {name = "shared", kind = "check", check = notShared}
 }
+local function notSharedAll(v)
+    if v == nil or v == false then
+        return nil, nil
+    end
+    return check.fail("shared = true is refused by acquire_all: a set of keys is taken exclusive (take each key " .. "with acquire(key, { shared = true }) to read it)", v)
+end
+--- (multikey) acquire_all's: a lock's, shared refused with why.
+____exports.ACQUIRE_ALL = {
+    ACQUIRE_TTL,
+    ACQUIRE_WAIT,
+    RENEW,
+    ON_LOST,
+    {name = "shared", kind = "check", check = notSharedAll, doc = "false"}
+}
 ____exports.newLocks = schema.compile("dlock.new options", ____exports.NEW_LOCKS, {labels = ""})
 ____exports.newSemaphore = schema.compile("semaphore.new options", ____exports.NEW_SEMAPHORE, {labels = ""})
 --- lease:extend(ttl): the ttl of an acquire.
@@ -146,6 +162,7 @@ function ____exports.store(o)
 end
 local lockOptions = schema.compile("acquire options", ____exports.ACQUIRE, {labels = ""})
 local permitOptions = schema.compile("acquire options", ACQUIRE_PERMIT, {labels = ""})
+local allOptions = schema.compile("acquire_all options", ____exports.ACQUIRE_ALL, {labels = ""})
 local nkeys = check.nkeys
 local TTL_MIN = ACQUIRE_TTL.min
 local TTL_MAX = ACQUIRE_TTL.max
@@ -203,5 +220,71 @@ function ____exports.acquire(store, key, opts, sharable)
         return nil, err, 0, false, nil, false
     end
     return k, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost, v.shared == true
+end
+--- Most keys one acquire_all takes: one script call carries them all (and their queues and fences).
+____exports.MAX_KEYS = 64
+--- The keys of an acquire_all: a list of 1 to MAX_KEYS distinct valid keys, in
+-- the caller's order; nil and the error naming the bad value otherwise.
+function ____exports.keyList(keys)
+    if lua_type(keys) ~= "table" then
+        return check.fail("acquire_all needs a list of keys", keys)
+    end
+    local t = keys
+    local n = #t
+    if n == 0 then
+        return check.fail("acquire_all needs at least one key", keys)
+    end
+    if n > ____exports.MAX_KEYS then
+        return check.fail(
+            ("acquire_all takes at most " .. lua_tostring(____exports.MAX_KEYS)) .. " keys",
+            n
+        )
+    end
+    local count = 0
+    for k in lua_pairs(t) do
+        if lua_type(k) ~= "number" or k < 1 or k > n or math_floor(k) ~= k then
+            return check.fail("acquire_all's keys must be a list (1..n), with no other fields", k)
+        end
+        count = count + 1
+    end
+    if count ~= n then
+        return check.fail("acquire_all's keys must be a list with no holes", keys)
+    end
+    local out = {}
+    local seen = {}
+    for i = 1, n do
+        local k, kerr = check_str(
+            ("keys[" .. lua_tostring(i)) .. "]",
+            t[i],
+            MAX_KEY
+        )
+        if k == nil then
+            return nil, kerr
+        end
+        if seen[k] ~= nil then
+            return check.fail(
+                ("acquire_all's keys must be distinct: keys[" .. lua_tostring(i)) .. "] repeats an earlier key",
+                k
+            )
+        end
+        seen[k] = true
+        out[#out + 1] = k
+    end
+    return out, nil
+end
+--- keys, ttl, wait, renew, on_lost of an acquire_all, with the factory's defaults; nil and the error (in place of ttl).
+function ____exports.acquireAll(store, keys, opts)
+    local list, lerr = ____exports.keyList(keys)
+    if list == nil then
+        return nil, lerr, 0, false, nil
+    end
+    if opts == nil then
+        return list, store.ttl, store.wait, false, nil
+    end
+    local v, err = allOptions(opts)
+    if v == nil then
+        return nil, err, 0, false, nil
+    end
+    return list, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost
 end
 return ____exports

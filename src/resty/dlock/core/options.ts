@@ -12,6 +12,8 @@ import type * as redis from "../redis/client";
 import * as schema from "./schema";
 
 const lua_type = type;
+const lua_pairs = pairs;
+const lua_tostring = tostring;
 const math_floor = math.floor;
 const check_str = check.str;
 
@@ -106,6 +108,17 @@ function notShared(this: void, v: unknown): LuaMultiReturn<[unknown, string | un
 /** A permit's: shared is refused with why (semaphores: their permits are all alike, none shared). */
 const ACQUIRE_PERMIT: schema.Spec[] = [ACQUIRE_TTL, ACQUIRE_WAIT, RENEW, ON_LOST, { name: "shared", kind: "check", check: notShared }];
 
+// (multikey) Readers of a set would need the readers' set and line of every key in one
+// script, and a writer of one key waiting behind readers of a set: refused until built.
+function notSharedAll(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefined]> {
+  if (v === undefined || v === false) return $multi(undefined, undefined);
+  return check.fail("shared = true is refused by acquire_all: a set of keys is taken exclusive (take each key " +
+    "with acquire(key, { shared = true }) to read it)", v);
+}
+
+/** (multikey) acquire_all's: a lock's, shared refused with why. */
+export const ACQUIRE_ALL: schema.Spec[] = [ACQUIRE_TTL, ACQUIRE_WAIT, RENEW, ON_LOST, { name: "shared", kind: "check", check: notSharedAll, doc: "false" }];
+
 export const newLocks = schema.compile<NewLocks>("dlock.new options", NEW_LOCKS, { labels: "" });
 export const newSemaphore = schema.compile<NewSemaphore>("semaphore.new options", NEW_SEMAPHORE, { labels: "" });
 /** lease:extend(ttl): the ttl of an acquire. */
@@ -131,6 +144,7 @@ interface Acquire {
 
 const lockOptions = schema.compile<Acquire>("acquire options", ACQUIRE, { labels: "" });
 const permitOptions = schema.compile<Acquire>("acquire options", ACQUIRE_PERMIT, { labels: "" });
+const allOptions = schema.compile<Acquire>("acquire_all options", ACQUIRE_ALL, { labels: "" });
 const nkeys = check.nkeys;
 const TTL_MIN = ACQUIRE_TTL.min;
 const TTL_MAX = ACQUIRE_TTL.max;
@@ -176,4 +190,49 @@ export function acquire(store: lease.Store, key: unknown, opts: unknown, sharabl
   const [v, err] = (sharable ? lockOptions : permitOptions)(opts);
   if (v === undefined) return $multi(undefined, err!, 0, false, undefined, false);
   return $multi(k, v.ttl ?? store.ttl, v.wait ?? store.wait, v.renew, v.on_lost, v.shared === true);
+}
+
+// ------------------------------------------------------------------ acquire_all (multikey)
+
+/** Most keys one acquire_all takes: one script call carries them all (and their queues and fences). */
+export const MAX_KEYS = 64;
+
+/**
+ * The keys of an acquire_all: a list of 1 to MAX_KEYS distinct valid keys, in
+ * the caller's order; nil and the error naming the bad value otherwise.
+ */
+export function keyList(keys: unknown): LuaMultiReturn<[string[] | undefined, string | undefined]> {
+  if (lua_type(keys) !== "table") return check.fail("acquire_all needs a list of keys", keys);
+  const t = keys as LuaTable<AnyNotNil, unknown>;
+  const n = (t as unknown as unknown[]).length;
+  if (n === 0) return check.fail("acquire_all needs at least one key", keys);
+  if (n > MAX_KEYS) return check.fail("acquire_all takes at most " + lua_tostring(MAX_KEYS) + " keys", n);
+  let count = 0;
+  for (const [k] of lua_pairs(t)) {
+    if (lua_type(k) !== "number" || (k as number) < 1 || (k as number) > n || math_floor(k as number) !== k) {
+      return check.fail("acquire_all's keys must be a list (1..n), with no other fields", k);
+    }
+    count++;
+  }
+  if (count !== n) return check.fail("acquire_all's keys must be a list with no holes", keys);
+  const out: string[] = [];
+  const seen = new LuaTable<string, boolean>();
+  for (const i of $range(1, n)) {
+    const [k, kerr] = check_str("keys[" + lua_tostring(i) + "]", t.get(i), MAX_KEY);
+    if (k === undefined) return $multi(undefined, kerr);
+    if (seen.has(k)) return check.fail("acquire_all's keys must be distinct: keys[" + lua_tostring(i) + "] repeats an earlier key", k);
+    seen.set(k, true);
+    out.push(k);
+  }
+  return $multi(out, undefined);
+}
+
+/** keys, ttl, wait, renew, on_lost of an acquire_all, with the factory's defaults; nil and the error (in place of ttl). */
+export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): LuaMultiReturn<[string[] | undefined, string | number, number, boolean, lease.OnLost | undefined]> {
+  const [list, lerr] = keyList(keys);
+  if (list === undefined) return $multi(undefined, lerr!, 0, false, undefined);
+  if (opts === undefined) return $multi(list, store.ttl, store.wait, false, undefined);
+  const [v, err] = allOptions(opts);
+  if (v === undefined) return $multi(undefined, err!, 0, false, undefined);
+  return $multi(list, v.ttl ?? store.ttl, v.wait ?? store.wait, v.renew, v.on_lost);
 }

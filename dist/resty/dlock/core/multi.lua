@@ -1,0 +1,355 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local acquire = require("resty.dlock.core.acquire")
+local backend = require("resty.dlock.redis.backend")
+local batch = require("resty.dlock.core.batch")
+local lease = require("resty.dlock.core.lease")
+local meter = require("resty.dlock.core.meter")
+local multilease = require("resty.dlock.core.multilease")
+local multiquorum = require("resty.dlock.redis.multiquorum")
+local multiscripts = require("resty.dlock.redis.multiscripts")
+local options = require("resty.dlock.core.options")
+local orphans = require("resty.dlock.core.orphans")
+local retry = require("resty.dlock.core.retry")
+local scripts = require("resty.dlock.redis.scripts")
+local settle = require("resty.dlock.core.settle")
+local ngx_ = ngx
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local lua_pairs = pairs
+local lua_tostring = tostring
+local lua_unpack = unpack
+local table_sort = table.sort
+local math_min = math.min
+local hashed = scripts.hashed
+local queueKey = scripts.queueKey
+local fenceKey = backend.fenceKey
+local REENTRANT = "dlock: acquire_all is refused by reentrant factories (reentrant = true): a set is never nested, " .. "and a key of it the caller already held would wait for itself"
+--- Run the acquire script for the keys at `idx` (indexes into p.keys), making their leases when taken.
+local function take(p, idx)
+    local store = p.store
+    local conf = store.redis
+    local n = #idx
+    local fenced = p.kind.fenced
+    local quorum = conf.topology == "redlock"
+    local args = {}
+    for j = 2, n do
+        args[#args + 1] = p.rkeys[idx[j]]
+    end
+    if fenced then
+        for j = 1, n do
+            args[#args + 1] = fenceKey(conf, p.rkeys[idx[j]])
+        end
+    end
+    if not quorum then
+        for j = 1, n do
+            args[#args + 1] = queueKey(p.rkeys[idx[j]], conf.slotted)
+        end
+    end
+    args[#args + 1] = p.tok
+    args[#args + 1] = p.ttl
+    args[#args + 1] = n
+    local s = multiscripts.acquire(n, quorum and 1 or (fenced and 3 or 2))
+    local rkey = p.rkeys[idx[1]]
+    local sent = ngx_now() * 1000
+    local res
+    local err
+    local fault
+    if quorum then
+        local rkeys = {}
+        for j = 1, n do
+            rkeys[j] = p.rkeys[idx[j]]
+        end
+        res, err, fault = multiquorum.call(
+            conf,
+            s,
+            rkey,
+            args,
+            rkeys,
+            p.tok,
+            p.ttl
+        )
+    else
+        res, err, fault = backend.call(
+            conf,
+            s,
+            rkey,
+            lua_unpack(args)
+        )
+    end
+    if res == nil then
+        if fault == "lost" or fault == "replicas" then
+            local cleanup = p.kind.drop or p.kind.release
+            for j = 1, n do
+                orphans.adoptAcquire(conf, cleanup, p.rkeys[idx[j]], p.tok)
+            end
+            local what = fault == "lost" and "; acquire outcome unknown, owner-checked cleanup scheduled" or "; released"
+            return lua_tostring(err) .. what, 0, nil, "failed"
+        end
+        return err or "dlock: redis failed", 0, nil, fault or "failed"
+    end
+    local at, pttl = multiscripts.busy(res)
+    if at ~= nil then
+        return "busy", idx[at], pttl, nil
+    end
+    for j = 1, n do
+        local i = idx[j]
+        local ____fenced_0
+        if fenced then
+            ____fenced_0 = multiscripts.fenceOf(res, j)
+        else
+            ____fenced_0 = nil
+        end
+        local fence = ____fenced_0
+        if fence ~= nil then
+            p.fences[i] = fence
+        end
+        if not (p.parts[i] ~= nil) then
+            p.parts[i] = lease.make(
+                store,
+                p.kind,
+                p.keys[i],
+                p.rkeys[i],
+                p.tok,
+                p.ttl,
+                sent,
+                fence
+            )
+        end
+    end
+    return "OK", 0, nil, nil
+end
+--- Try the whole set once: together, or key by key in order (a key already ours is skipped).
+local function attempt(p)
+    local order = p.order
+    if order == nil then
+        local all = {}
+        for i = 1, #p.keys do
+            all[i] = i
+        end
+        return take(p, all)
+    end
+    for k = 1, #order do
+        local i = order[k]
+        local held = p.parts[i]
+        if held ~= nil then
+            if held.fence ~= nil then
+                p.fences[i] = held.fence
+            end
+        else
+            local what, at, pttl, fault = take(p, {i})
+            if what ~= "OK" then
+                return what, at, pttl, fault
+            end
+        end
+    end
+    return "OK", 0, nil, nil
+end
+--- Give back every key the plan holds (owner-checked; unconfirmed ones go to the background sweep).
+local function giveBack(p)
+    local list = {}
+    for ____, l in lua_pairs(p.parts) do
+        list[#list + 1] = l
+    end
+    p.parts = {}
+    p.fences = {}
+    if #list > 0 then
+        batch.releaseAll(list)
+    end
+end
+local function byRkey(a, b)
+    return a[1] < b[1]
+end
+--- The keys' indexes sorted by Redis key: the one order every caller takes keys in.
+local function sorted(rkeys)
+    local pairsOf = {}
+    for i = 1, #rkeys do
+        pairsOf[i] = {rkeys[i], i}
+    end
+    table_sort(pairsOf, byRkey)
+    local order = {}
+    for i = 1, #pairsOf do
+        order[i] = pairsOf[i][2]
+    end
+    return order
+end
+--- Cluster keys of more than one slot: the order to take them in (sorted by Redis key); nil when one call can take them all.
+local function orderOf(store, rkeys)
+    if not store.redis.slotted then
+        return nil
+    end
+    local h = hashed(rkeys[1])
+    for i = 2, #rkeys do
+        if hashed(rkeys[i]) ~= h then
+            return sorted(rkeys)
+        end
+    end
+    return nil
+end
+--- The set's lease, from the plan's parts.
+local function leaseOf(p)
+    local parts = {}
+    local fences = {}
+    for i = 1, #p.keys do
+        parts[i] = p.parts[i]
+        if p.kind.fenced then
+            fences[i] = p.fences[i]
+        end
+    end
+    return multilease.make(
+        p.keys,
+        parts,
+        p.tok,
+        p.ttl,
+        p.kind.fenced and fences or nil,
+        p.order == nil and p.store.redis.topology ~= "redlock"
+    )
+end
+--- Wait for the keys one at a time in the global order, each in its key's
+-- line, holding those before it: true once all are held; false, why
+-- (timeout, an error) and retry_after otherwise (what is held stays in the plan).
+local function inOrder(p, deadline)
+    local order = p.order or sorted(p.rkeys)
+    for k = 1, #order do
+        local i = order[k]
+        ngx_update_time()
+        local left = deadline - ngx_now() * 1000
+        if left <= 0 then
+            return false, "timeout", nil
+        end
+        local l, err, retryAfter = acquire.acquire(
+            p.store,
+            p.kind,
+            p.keys[i],
+            p.tok,
+            p.ttl,
+            left
+        )
+        if l == nil then
+            return false, err, retryAfter
+        end
+        p.parts[i] = l
+        if l.fence ~= nil then
+            p.fences[i] = l.fence
+        end
+    end
+    return true, nil, nil
+end
+--- Every key held after waiting: renewed to the full ttl at once, owner-checked
+-- (the first keys were taken a while ago). false when one was lost meanwhile
+-- (its ttl ran out while we waited for another), or Redis did not answer.
+local function confirm(p)
+    local list = {}
+    local targets = {}
+    local mss = {}
+    for i = 1, #p.keys do
+        local l = p.parts[i]
+        list[i] = l
+        targets[i] = {rkey = l._rkey, token = p.tok}
+        mss[i] = p.ttl
+    end
+    local sent = ngx_now() * 1000
+    local out = backend.batch(p.store.redis, p.kind.extend, targets, mss)
+    local all = true
+    for i = 1, #list do
+        local reply = out.replies[i]
+        if reply == nil or not (settle.extended(list[i], reply, p.ttl, sent)) then
+            all = false
+        end
+    end
+    return all
+end
+--- Take the set: in one go; when a key is busy and `wait` allows, in the global
+-- order, waiting in each key's line (see the top of this file).
+local function takeAll(p, wait)
+    local deadline = ngx_now() * 1000 + wait
+    local backoff = retry.FIRST_BACKOFF
+    while true do
+        local what, ____, pttl, fault = attempt(p)
+        if what == "OK" then
+            return leaseOf(p), nil, nil
+        end
+        giveBack(p)
+        ngx_update_time()
+        local left = deadline - ngx_now() * 1000
+        if what ~= "busy" then
+            if fault ~= "transient" or left <= 0 then
+                return nil, what, nil
+            end
+            local nap = math_min(
+                retry.poll(backoff, nil),
+                left
+            )
+            backoff = math_min(backoff * 2, retry.MAX_BACKOFF)
+            ngx_.sleep(nap / 1000)
+        else
+            if wait == 0 then
+                return nil, "busy", pttl
+            end
+            if left <= 0 then
+                return nil, "timeout", pttl
+            end
+            local held, err, retryAfter = inOrder(p, deadline)
+            if held and confirm(p) then
+                return leaseOf(p), nil, nil
+            end
+            giveBack(p)
+            if not held then
+                return nil, err, retryAfter or pttl
+            end
+        end
+    end
+end
+--- locks:acquire_all(keys, opts): one lease holding every key; nil, "busy",
+-- retry_after (wait = 0, a key held); nil, "timeout", retry_after; nil,
+-- "dlock: ..." on bad input or a Redis failure. Nothing is held but on success.
+function ____exports.acquireAll(f, keys, opts)
+    local perr = lease.phaseError("acquire_all")
+    if perr ~= nil then
+        return nil, perr, nil
+    end
+    local store = f._store
+    local list, ttlOrErr, wait, renew, onLost = options.acquireAll(store, keys, opts)
+    if list == nil then
+        return nil, ttlOrErr, nil
+    end
+    if f.reentrant then
+        return nil, REENTRANT, nil
+    end
+    ngx_update_time()
+    local t0 = ngx_now()
+    local tok, terr = f._mint()
+    if tok == nil then
+        meter.refused(store.meter, terr)
+        return nil, terr, nil
+    end
+    local rkeys = {}
+    for i = 1, #list do
+        rkeys[i] = store.prefix .. list[i]
+    end
+    local p = {
+        store = store,
+        kind = f._kind,
+        keys = list,
+        rkeys = rkeys,
+        order = orderOf(store, rkeys),
+        tok = tok,
+        ttl = ttlOrErr,
+        parts = {},
+        fences = {}
+    }
+    local m, err, retryAfter = takeAll(p, wait)
+    if m == nil then
+        meter.refused(store.meter, err)
+        return nil, err, retryAfter
+    end
+    meter.acquired(store.meter, m._parts[1]._since / 1000 - t0)
+    if renew then
+        local werr = multilease.watch(m, onLost)
+        if werr ~= nil then
+            return nil, werr, nil
+        end
+    end
+    return m, nil, nil
+end
+return ____exports

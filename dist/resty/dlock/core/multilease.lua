@@ -1,0 +1,253 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local backend = require("resty.dlock.redis.backend")
+local check = require("resty.dlock.core.check")
+local lease = require("resty.dlock.core.lease")
+local multiscripts = require("resty.dlock.redis.multiscripts")
+local options = require("resty.dlock.core.options")
+local scripts = require("resty.dlock.redis.scripts")
+local settle = require("resty.dlock.core.settle")
+local watchdog = require("resty.dlock.core.watchdog")
+local ngx_now = ngx.now
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local lua_setmetatable = setmetatable
+local lua_pcall = pcall
+local lua_type = type
+local lua_unpack = unpack
+--- The owner-checked release (or extend to ms) of every part, in one script
+-- call when they share one (together), else one round trip per endpoint
+-- (backend.batch): per part (aligned), the reply or the error and fault.
+local function runAll(parts, together, release, ms)
+    local first = parts[1]
+    local conf = first._store.redis
+    local n = #parts
+    if together and n > 1 then
+        local args = {}
+        for i = 2, n do
+            args[#args + 1] = parts[i]._rkey
+        end
+        if release then
+            for i = 1, n do
+                args[#args + 1] = scripts.queueKey(parts[i]._rkey, conf.slotted)
+            end
+        end
+        args[#args + 1] = first.token
+        if not release then
+            args[#args + 1] = ms
+        end
+        local s = release and multiscripts.release(n) or multiscripts.extend(n)
+        local res, err, fault = backend.call(
+            conf,
+            s,
+            first._rkey,
+            lua_unpack(args)
+        )
+        local out = {replies = {}, errors = {}, faults = {}}
+        local t = lua_type(res) == "table" and res or nil
+        for i = 1, n do
+            if t ~= nil then
+                out.replies[i] = t[i]
+            else
+                out.errors[i] = err or "dlock: redis failed"
+                out.faults[i] = fault or "failed"
+            end
+        end
+        return out
+    end
+    local targets = {}
+    local mss = {}
+    for i = 1, n do
+        targets[i] = {rkey = parts[i]._rkey, token = first.token}
+        mss[i] = ms
+    end
+    local ____backend_batch_2 = backend.batch
+    local ____temp_1 = release and first._kind.release or first._kind.extend
+    local ____release_0
+    if release then
+        ____release_0 = nil
+    else
+        ____release_0 = mss
+    end
+    return ____backend_batch_2(conf, ____temp_1, targets, ____release_0)
+end
+--- Release parts (owner-checked, in one call when together): not_owner when
+-- one was not ours (now, or when an extend or the watchdog found it gone), or
+-- the last error.
+local function releaseParts(parts, together)
+    local open = {}
+    local notOwner = false
+    for i = 1, #parts do
+        local p = parts[i]
+        if not p._released then
+            p._releasing = true
+            open[#open + 1] = p
+        elseif not p._releasing then
+            notOwner = true
+        end
+    end
+    if #open == 0 then
+        return nil, "not_owner"
+    end
+    local out = runAll(open, together, true, 0)
+    local err
+    for i = 1, #open do
+        local l = open[i]
+        local reply = out.replies[i]
+        if reply == nil then
+            settle.unconfirmed(l, out.faults[i], true)
+            err = out.errors[i]
+        else
+            local ok = settle.released(l, reply)
+            if ok == nil then
+                notOwner = true
+            end
+        end
+    end
+    if err ~= nil then
+        return nil, err
+    end
+    if notOwner then
+        return nil, "not_owner"
+    end
+    return true, nil
+end
+local multiMethods = {
+    valid = function(self)
+        if self._lost then
+            return false
+        end
+        local parts = self._parts
+        for i = 1, #parts do
+            if not parts[i]:valid() then
+                return false
+            end
+        end
+        return true
+    end,
+    release = function(self)
+        local perr = lease.phaseError("release")
+        if perr ~= nil then
+            return nil, perr
+        end
+        return releaseParts(self._parts, self._together)
+    end,
+    extend = function(self, ttl)
+        local perr = lease.phaseError("extend")
+        if perr ~= nil then
+            return nil, perr
+        end
+        local ms = self.ttl
+        if ttl ~= nil then
+            local n, terr = options.checkTtl(ttl)
+            if n == nil then
+                return nil, terr
+            end
+            ms = n
+        end
+        local parts = self._parts
+        for i = 1, #parts do
+            if parts[i]._released then
+                releaseParts(parts, self._together)
+                return nil, "not_owner"
+            end
+        end
+        local sent = ngx_now() * 1000
+        local out = runAll(parts, self._together, false, ms)
+        local err
+        local notOwner = false
+        for i = 1, #parts do
+            local l = parts[i]
+            local reply = out.replies[i]
+            if reply == nil then
+                settle.unconfirmed(l, out.faults[i], false)
+                err = out.errors[i]
+            else
+                local ok = settle.extended(l, reply, ms, sent)
+                if ok == nil then
+                    notOwner = true
+                end
+            end
+        end
+        if notOwner then
+            releaseParts(parts, self._together)
+            return nil, "not_owner"
+        end
+        if err ~= nil then
+            return nil, err
+        end
+        self.ttl = ms
+        return true, nil
+    end
+}
+local multiMt = {__index = multiMethods}
+--- The watchdog lost one key of m: the set is lost, said once to its holder.
+local function partLost(m, why)
+    if m._lost then
+        return
+    end
+    m._lost = true
+    local onLost = m._onLost
+    if onLost ~= nil then
+        local ok, err = lua_pcall(onLost, m, why)
+        if not ok then
+            ngx_log(
+                ERR,
+                "dlock: on_lost of the lease on ",
+                m.key,
+                " (acquire_all) raised: ",
+                check.text(err)
+            )
+        end
+    end
+end
+--- Renew every key of m (renew = true) until it is released; nil, or why the watchdog cannot run (m is given back).
+function ____exports.watch(m, onLost)
+    m._onLost = onLost
+    local function told(l, why)
+        return partLost(m, (l.key .. ": ") .. why)
+    end
+    local parts = m._parts
+    for i = 1, #parts do
+        local p = parts[i]
+        p._onLost = told
+        local err = watchdog.watch(p)
+        if err ~= nil then
+            for j = 1, #parts do
+                watchdog.unwatch(parts[j])
+            end
+            releaseParts(parts, m._together)
+            return err
+        end
+    end
+    return nil
+end
+--- The lease of keys (the caller's order) whose leases are parts (aligned), fences with fencing.
+function ____exports.make(keys, parts, tok, ttl, fences, together)
+    local ____keys__1_4 = keys[1]
+    local ____keys_5 = keys
+    local ____tok_6 = tok
+    local ____ttl_7 = ttl
+    local ____temp_3
+    if fences ~= nil then
+        ____temp_3 = fences[1]
+    else
+        ____temp_3 = nil
+    end
+    local m = {
+        key = ____keys__1_4,
+        keys = ____keys_5,
+        token = ____tok_6,
+        ttl = ____ttl_7,
+        fence = ____temp_3,
+        fences = fences,
+        shared = false,
+        _parts = parts,
+        _together = together,
+        _lost = false,
+        _onLost = nil
+    }
+    local l = lua_setmetatable(m, multiMt)
+    return l
+end
+return ____exports

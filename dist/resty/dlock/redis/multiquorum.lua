@@ -1,0 +1,145 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local backend = require("resty.dlock.redis.backend")
+local scripts = require("resty.dlock.redis.scripts")
+local single = require("resty.dlock.redis.single")
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local thread_spawn = ngx.thread.spawn
+local thread_wait = ngx.thread.wait
+local math_floor = math.floor
+local str_format = string.format
+local table_sort = table.sort
+local table_concat = table.concat
+local lua_type = type
+local lua_tostring = tostring
+local lua_unpack = unpack
+local function nowMs()
+    ngx_update_time()
+    return ngx_now() * 1000
+end
+local function callOn(node, s, rkey, args)
+    return single.backend.call(
+        node,
+        s,
+        rkey,
+        lua_unpack(args)
+    )
+end
+--- Run the set's acquire script s (rkey its first key, args the rest) on every
+-- master of conf and decide: "OK" when a majority took every key in time;
+-- { i, pttl } (busy: the first busy key's index as the masters said, and when
+-- enough of its holders expire for a majority to be free) when enough masters
+-- refused that no majority was possible; else an error: "lost" when a master
+-- that did not answer, or could not give the keys back, may hold them (the
+-- caller has them cleaned up everywhere), "transient" otherwise.
+function ____exports.call(conf, s, rkey, args, rkeys, tok, ttl)
+    local nodes = conf.nodes
+    local n = #nodes
+    local need = math_floor(n / 2) + 1
+    local started = nowMs()
+    local threads = {}
+    for j = 2, n do
+        threads[j] = thread_spawn(
+            callOn,
+            nodes[j],
+            s,
+            rkey,
+            args
+        )
+    end
+    local replies = {}
+    local faults = {}
+    local errors = {}
+    for j = 1, n do
+        local r
+        local e
+        local f
+        if j == 1 then
+            r, e, f = callOn(nodes[1], s, rkey, args)
+        else
+            local ok, r2, e2, f2 = thread_wait(threads[j])
+            if ok then
+                r, e, f = r2, e2, f2
+            else
+                r, e, f = nil, (("dlock: redis " .. nodes[j].endpoint) .. ": ") .. lua_tostring(r2), "failed"
+            end
+        end
+        if r ~= nil then
+            replies[j] = r
+        else
+            faults[j] = f or "failed"
+            errors[#errors + 1] = e or ("dlock: redis " .. nodes[j].endpoint) .. ": no reply"
+        end
+    end
+    local took = 0
+    for j = 1, n do
+        if replies[j] == "OK" then
+            took = took + 1
+        end
+    end
+    local elapsed = nowMs() - started
+    local drift = ttl - backend.validity(conf, ttl)
+    if took >= need and elapsed + drift < ttl then
+        return "OK", nil, nil
+    end
+    local undone = true
+    local unknown = false
+    local targets = {}
+    for i = 1, #rkeys do
+        targets[i] = {rkey = rkeys[i], token = tok}
+    end
+    for j = 1, n do
+        if replies[j] == "OK" then
+            local out = single.backend.batch(nodes[j], scripts.RELEASE, targets)
+            for i = 1, #targets do
+                if out.replies[i] == nil then
+                    undone = false
+                end
+            end
+        elseif faults[j] == "lost" then
+            unknown = true
+        end
+    end
+    local pttls = {}
+    local first
+    for j = 1, n do
+        local r = replies[j]
+        if lua_type(r) == "table" then
+            local t = r
+            if first == nil then
+                first = t[1]
+            end
+            pttls[#pttls + 1] = t[2]
+        end
+    end
+    local errs = #errors > 0 and (" (" .. table_concat(errors, "; ")) .. ")" or ""
+    if #pttls > n - need and undone then
+        table_sort(pttls)
+        local busy = {}
+        busy[1] = first
+        busy[2] = pttls[#pttls - (n - need)]
+        return busy, nil, nil
+    end
+    if not undone or unknown then
+        return nil, str_format(
+            "dlock: redis %s: took the keys on %d of %d masters, and some may still hold them%s",
+            conf.endpoint,
+            took,
+            n,
+            errs
+        ), "lost"
+    end
+    if took >= need then
+        return nil, str_format("dlock: redis %s: took the keys on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
+    end
+    return nil, str_format(
+        "dlock: redis %s: took the keys on %d of %d masters, a majority is %d%s",
+        conf.endpoint,
+        took,
+        n,
+        need,
+        errs
+    ), "transient"
+end
+return ____exports

@@ -14,6 +14,9 @@ const { sleep, freePort, Ports, children, cpuSeconds, Procs, cli, redisCalls, re
 
 const root = path.resolve(__dirname, "..");
 const smoke = process.argv.includes("--smoke");
+// --only core,rate: section 1's lines named (ids), nothing else; written to bench/results/lines.{md,json}.
+const onlyAt = process.argv.indexOf("--only");
+const only = onlyAt > 0 ? new Set((process.argv[onlyAt + 1] || "").split(",").filter(Boolean)) : null;
 const cfg = smoke
   ? { rounds: 1, seconds: 1, conns: 32, contendClients: 40, contendSeconds: 2, memRequests: 20000, dictLeases: 2000 }
   : { rounds: 5, seconds: 5, conns: 50, contendClients: 40, contendSeconds: 6, memRequests: 1000000, dictLeases: 10000 };
@@ -290,11 +293,17 @@ async function main() {
     { id: "core_sentinel", topo: true, name: "resty.dlock acquire+release, Sentinel (master + 1 replica, 3 sentinels)", url: `http://127.0.0.1:${httpPort}/core-sentinel`, server: nginxPids, store: sentinelStore },
     { id: "core_cluster", topo: true, name: "resty.dlock acquire+release, Cluster (3 masters + 3 replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster`, server: nginxPids, store: clusterStore, skip: clusterSkip },
     { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: nginxPids },
+    { id: "rate", name: "resty.dlock.gateway rate guard (one GCRA script call per request)", url: `http://127.0.0.1:${httpPort}/rate`, server: nginxPids },
+    { id: "rate_api", name: "resty.dlock.rate incoming(key, true), the Lua API", url: `http://127.0.0.1:${httpPort}/rate-api`, server: nginxPids },
     { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: nginxPids },
     { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: nginxPids },
     { id: "seed", name: "seed Lua: SET NX PX + EVAL", url: `http://127.0.0.1:${httpPort}/seed`, server: nginxPids },
     { id: "node", name: "Node.js node-redlock 5 + ioredis", url: `http://127.0.0.1:${nodePort}/`, server: () => [node.pid] },
   ];
+  if (only) {
+    for (const id of only) if (!lines.some((l) => l.id === id)) throw new Error(`--only: no line ${id} (lines: ${lines.map((l) => l.id).join(", ")})`);
+    for (const l of lines) if (!only.has(l.id)) l.skip = "not asked for (--only)";
+  }
   const active = lines.filter((l) => !l.skip);
   for (const l of active.filter((x) => x.topo)) {
     const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
@@ -321,7 +330,16 @@ async function main() {
       log(`  round ${round + 1} ${l.name}: ${fmt(w.rps)} req/s p50 ${fmt(w.p50, 2)} ms p99 ${fmt(w.p99, 2)} ms, errors ${w.errors}`);
     }
   }
-  const ceiling = median(runs.none.map((r) => r.rps));
+  const ceiling = runs.none.length ? median(runs.none.map((r) => r.rps)) : NaN;
+  if (only) {
+    const summaryOnly = (l) => ({ line: l.name, id: l.id, rps: median(runs[l.id].map((r) => r.rps)), p50_ms: median(runs[l.id].map((r) => r.p50)),
+      p99_ms: median(runs[l.id].map((r) => r.p99)), redis_cmds_per_req: median(runs[l.id].map((r) => r.cmdsPerReq)),
+      cpu_ms_per_1k: median(runs[l.id].map((r) => r.cpuMsPer1k)), server_cpu_ms_per_1k: median(runs[l.id].map((r) => r.serverCpuMsPer1k)),
+      redis_cpu_ms_per_1k: median(runs[l.id].map((r) => r.redisCpuMsPer1k)), errors: runs[l.id].reduce((a, r) => a + r.errors, 0),
+      rounds: runs[l.id].map((r) => ({ rps: r.rps, cpu_ms_per_1k: r.cpuMsPer1k })) });
+    reportOnly({ when: new Date().toISOString(), smoke, config: cfg, redis_set_rps: setRps, throughput: active.map(summaryOnly) });
+    return;
+  }
   const summary = (l) => {
     const rs = runs[l.id];
     const rps = median(rs.map((r) => r.rps));
@@ -441,6 +459,33 @@ async function main() {
     redis_set_rps: setRps, throughput, topologies, contention, memory,
   };
   report(result);
+}
+
+/** --only: section 1's lines asked for, with the rate lines' ratios to acquire+release. */
+function reportOnly(r) {
+  const t = [`# make bench, section 1 lines only (--only ${[...only].join(",")})${r.smoke ? ", smoke" : ""}`, "",
+    `${r.when}; medians of ${r.config.rounds} interleaved round(s), ${r.config.seconds} s each, ${r.config.conns} connections, one nginx worker.` +
+    ` redis-benchmark SET: ${fmt(r.redis_set_rps)} req/s.`, "",
+    "| line | req/s | p50 ms | p99 ms | Redis cmds/req | CPU ms / 1000 req (nginx + Redis) | nginx | Redis | errors |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"];
+  for (const l of r.throughput) {
+    t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ${fmt(l.cpu_ms_per_1k, 1)} | ` +
+      `${fmt(l.server_cpu_ms_per_1k, 1)} | ${fmt(l.redis_cpu_ms_per_1k, 1)} | ${l.errors} |`);
+  }
+  const by = Object.fromEntries(r.throughput.map((l) => [l.id, l]));
+  t.push("");
+  for (const id of ["rate", "rate_api"]) {
+    if (!by[id] || !by.core) continue;
+    const ratios = by[id].rounds.map((x, i) => fmt(x.rps / by.core.rounds[i].rps, 2)).join(", ");
+    t.push(`- ${by[id].line} / acquire + release: req/s ${fmt(by[id].rps / by.core.rps, 2)}× (per round ${ratios}), ` +
+      `CPU per decision ${fmt(by[id].cpu_ms_per_1k / by.core.cpu_ms_per_1k, 2)}× (${fmt(by[id].cpu_ms_per_1k, 1)} µs of CPU against ${fmt(by.core.cpu_ms_per_1k, 1)} µs).`);
+  }
+  const md = t.join("\n") + "\n";
+  console.log("\n" + md);
+  fs.mkdirSync(outDir, { recursive: true });
+  const base = r.smoke ? "lines-smoke" : "lines";
+  fs.writeFileSync(path.join(outDir, base + ".md"), md);
+  fs.writeFileSync(path.join(outDir, base + ".json"), JSON.stringify(r, null, 2) + "\n");
 }
 
 function report(r) {

@@ -6,6 +6,7 @@ const { GATEWAY_LOG, DIST, CLIENTS, KEYS, DURATION, FAULT_AT, LOCK, RELEASE_GRAC
 const { leftoversText, contentionTable, contentionIntro } = require("./contention-report");
 const { RELEASED_CHANNEL } = require("./lockredis");
 const { leftText } = require("./gateway");
+const { rateIntro, rateTable, rateVerdict } = require("./rate");
 
 function table(rows) {
   const out = [
@@ -79,6 +80,10 @@ function verdictOf(rows) {
       if (r.result === "ok" && !r.promised) r.result = r.overlaps > 0 ? "reported" : "ok (not promised)";
       continue;
     }
+    if (r.group === "rate") {
+      rateVerdict(r, fail);
+      continue;
+    }
     if (r.group === "contention") {
       if (r.promised && r.overlaps > 0) fail(r, `${r.overlaps} overlap(s) where mutual exclusion is promised`);
       if (r.witnessErrors > 0) fail(r, `${r.witnessErrors} witness error(s), the count cannot be trusted`);
@@ -131,11 +136,12 @@ function gwIntro(rows) {
 
 /** The report of a run: { md, json }. list: the scenarios run (with their row numbers n). */
 function reportOf({ form, startedAt, runtimeS, mach, list, rows, failures }) {
-  const promisedRows = rows.filter((r) => r.promised).map((r) => r.n);
+  const promisedRows = rows.filter((r) => r.promised && r.group !== "rate").map((r) => r.n);
   const critRows = rows.filter((r) => r.group === "crit");
   const gwRows = rows.filter((r) => r.group === "gateway");
   const topoRows = rows.filter((r) => r.group === "topology");
   const contRows = rows.filter((r) => r.group === "contention");
+  const rateRows = rows.filter((r) => r.group === "rate");
   const outside = list.filter((s) => s.outside).map((s) => `${s.n} (${s.outside})`);
   const md = [
     `# resty.dlock torture run (${form} form${GATEWAY_LOG ? ", with the module-level gateway log" : ""})`,
@@ -147,6 +153,8 @@ function reportOf({ form, startedAt, runtimeS, mach, list, rows, failures }) {
     ...(gwRows.length ? ["## Gateway guards", "", ...gwIntro(gwRows), "", gwTable(gwRows), ""] : []),
     ...(topoRows.length ? ["## Redis topologies", "", ...topoIntro(topoRows), "", topoTable(topoRows), ""] : []),
     ...(contRows.length ? ["## Contention", "", ...contentionIntro(contRows), "", contentionTable(contRows), ""] : []),
+    ...(rateRows.length ? ["## Rate limits", "", ...rateIntro(rateRows), "", rateTable(rateRows), ""] : []),
+    ...(rateRows.length ? [`Rows ${rateRows.map((r) => r.n).join(", ")} promise rate limits, not exclusion: over-admission by mode rate, or more admitted locally over an outage than the fleet's shares allow, fails the run; the baselines are reported.`] : []),
     `Exclusion is promised in rows ${promisedRows.join(", ") || "(none here)"}: an overlap there fails the run${gwRows.length ? ", and so does a gateway key left locked" : ""}${contRows.length ? `${gwRows.length ? "," : ""} and so does a lock key or a wake-up subscription left behind by a contention row` : ""}.`,
     ...(form === "full" && outside.length ? [`Rows ${outside.join(" and ")} are outside what a Redis lease can promise: reported, not failed.`] : []),
     ...(topoRows.some((r) => !r.promised) ? [`Rows ${topoRows.filter((r) => !r.promised).map((r) => r.n).join(" and ")} (a master SIGKILLed) can lose locks that only the dead master had, with replication asynchronous: reported, not failed.`] : []),

@@ -101,7 +101,7 @@ function ____exports.limits(list)
         end
         seen[l.name] = true
         args[2 * i - 2 + 1] = str_format("%.17g", l.period * 1000 / l.rate)
-        args[2 * i] = l.burst
+        args[2 * i] = lua_tostring(l.burst)
         if l.burst < most then
             most = l.burst
         end
@@ -114,14 +114,31 @@ ____exports.REDLOCK = "dlock: rate limits are refused with redis.redlock: counti
 -- admitted), "0" (decide only) or "-1" (give cost back). nil, err and the
 -- fault when Redis failed.
 function ____exports.decide(conf, rkey, ls, mode, cost)
-    local res, err, fault = call(
-        conf,
-        ____exports.SCRIPT,
-        rkey,
-        mode,
-        cost,
-        lua_unpack(ls.args)
-    )
+    local a = ls.args
+    local res
+    local err
+    local fault
+    local c = cost == 1 and "1" or lua_tostring(cost)
+    if #a == 2 then
+        res, err, fault = call(
+            conf,
+            ____exports.SCRIPT,
+            rkey,
+            mode,
+            c,
+            a[1],
+            a[2]
+        )
+    else
+        res, err, fault = call(
+            conf,
+            ____exports.SCRIPT,
+            rkey,
+            mode,
+            c,
+            lua_unpack(a)
+        )
+    end
     if res == nil then
         return nil, err, fault
     end

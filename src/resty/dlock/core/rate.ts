@@ -166,7 +166,7 @@ export function limits(list: Limit[]): LuaMultiReturn<[Limits | undefined, strin
     if (seen.has(l.name)) return check.fail("two limits share the policy name " + l.name + " (give each a name)", l.name);
     seen.add(l.name);
     args[2 * i - 2] = str_format("%.17g", l.period * 1000 / l.rate);
-    args[2 * i - 1] = l.burst;
+    args[2 * i - 1] = lua_tostring(l.burst);
     if (l.burst < most) most = l.burst;
   }
   return $multi({ list, args, most }, undefined);
@@ -182,7 +182,15 @@ export const REDLOCK = "dlock: rate limits are refused with redis.redlock: count
  * fault when Redis failed.
  */
 export function decide(conf: redis.RedisConf, rkey: string, ls: Limits, mode: string, cost: number): LuaMultiReturn<[LuaTable<number, number> | undefined, string | undefined, backend.Fault | undefined]> {
-  const [res, err, fault] = call(conf, SCRIPT, rkey, mode, cost, ...lua_unpack(ls.args));
+  const a = ls.args;
+  let res: RedisValue | undefined;
+  let err: string | undefined;
+  let fault: backend.Fault | undefined;
+  // One limit (the usual case) with a fixed number of arguments: unpack() keeps the call out of LuaJIT's traces.
+  // Every argument a string: the encoder's tostring() of a number is not compiled.
+  const c = cost === 1 ? "1" : lua_tostring(cost);
+  if (a.length === 2) [res, err, fault] = call(conf, SCRIPT, rkey, mode, c, a[0]!, a[1]!);
+  else [res, err, fault] = call(conf, SCRIPT, rkey, mode, c, ...lua_unpack(a));
   if (res === undefined) return $multi(undefined, err, fault);
   if (lua_type(res) !== "table") return $multi(undefined, "dlock: rate script answered " + check.show(res), "failed");
   return $multi(res as unknown as LuaTable<number, number>, undefined, undefined);

@@ -67,6 +67,7 @@ build = {
       ["resty.dlock.gateway.options"] = "dist/resty/dlock/gateway/options.lua",
       ["resty.dlock.gateway.rate"] = "dist/resty/dlock/gateway/rate.lua",
       ["resty.dlock.gateway.rate_local"] = "dist/resty/dlock/gateway/rate_local.lua",
+      ["resty.dlock.gateway.lock_local"] = "dist/resty/dlock/gateway/lock_local.lua",
       ["resty.dlock.gateway.request"] = "dist/resty/dlock/gateway/request.lua",
       ["resty.dlock.gateway.stats"] = "dist/resty/dlock/gateway/stats.lua",
       ["resty.dlock.rate"] = "dist/resty/dlock/rate.lua",

@@ -46,6 +46,8 @@ ____exports.MODES = {
 local LOCKING = {"dedup", "concurrency", "throttle", "mutex"}
 local IDEMPOTENCY = {"idempotency"}
 local RATE = {"rate"}
+--- Lock modes that can fall back on this nginx's share (on_error = "local").
+local SHARED_LOCAL = {"concurrency", "mutex"}
 --- Modes that guard with Redis calls per request and a status of their own when refusing.
 local DECIDING = {
     "dedup",
@@ -120,23 +122,26 @@ local ____array_2 = __TS__SparseArrayNew(
         check = idem.methods,
         default = {"POST", "PATCH"},
         modes = IDEMPOTENCY
-    }
-)
-local ____temp_1 = {"allow", "deny"}
-local ____array_0 = __TS__SparseArrayNew(unpack(LOCKING))
-__TS__SparseArrayPush(
-    ____array_0,
-    unpack(IDEMPOTENCY)
-)
-__TS__SparseArrayPush(
-    ____array_2,
+    },
     {
         name = "on_error",
         kind = "enum",
-        values = ____temp_1,
+        values = {"allow", "deny"},
         required = true,
         unit = "\"allow\" (fail open) or \"deny\" (fail closed)",
-        modes = {__TS__SparseArraySpread(____array_0)}
+        modes = {
+            "dedup",
+            "throttle",
+            unpack(IDEMPOTENCY)
+        }
+    },
+    {
+        name = "on_error",
+        kind = "enum",
+        values = {"allow", "deny", "local"},
+        required = true,
+        modes = SHARED_LOCAL,
+        unit = "\"allow\" (fail open), \"deny\" (fail closed) or \"local\" (this nginx's share of the permits)"
     },
     {
         name = "on_error",
@@ -181,13 +186,22 @@ __TS__SparseArrayPush(
         doc = "1",
         modes = RATE
     },
-    {name = "ratelimit_headers", kind = "boolean", default = true, modes = RATE},
+    {name = "ratelimit_headers", kind = "boolean", default = true, modes = RATE}
+)
+local ____given_1 = given
+local ____array_0 = __TS__SparseArrayNew(unpack(RATE))
+__TS__SparseArrayPush(
+    ____array_0,
+    unpack(SHARED_LOCAL)
+)
+__TS__SparseArrayPush(
+    ____array_2,
     {
         name = "fleet",
         kind = "check",
-        check = given,
+        check = ____given_1,
         doc = "required there",
-        modes = RATE
+        modes = {__TS__SparseArraySpread(____array_0)}
     },
     {name = "on_missing", kind = "enum", values = {"pass", "reject"}, default = "pass"},
     {

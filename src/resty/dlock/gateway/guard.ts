@@ -8,6 +8,7 @@ import * as token from "../core/token";
 import * as shared from "./common";
 import * as inflight from "./inflight";
 import * as keys from "./key";
+import * as lockLocal from "./lock_local";
 import * as request from "./request";
 import * as stats from "./stats";
 
@@ -51,7 +52,9 @@ export interface Guard {
   /** Read the request body before taking the lease (slow uploads hold no permit). */
   readonly readBody: boolean;
   readonly onMissing: "pass" | "reject";
-  readonly onError: "allow" | "deny";
+  readonly onError: "allow" | "deny" | "local";
+  /** on_error = "local" (concurrency, mutex): this nginx's share while Redis cannot decide. */
+  readonly local: lockLocal.Local | undefined;
   readonly rejectStatus: number;
   readonly missingStatus: number;
   readonly errorStatus: number;
@@ -81,7 +84,11 @@ function reject(g: Guard, status: number, retryAfterMs: number | undefined): nev
   return ngx.exit(status);
 }
 
-function onRedisFailure(g: Guard): void {
+function onRedisFailure(g: Guard, key: string): void {
+  if (g.local !== undefined) {
+    lockLocal.access(g, g.local, key, reject);
+    return;
+  }
   if (g.onError === "allow") {
     stats.incr(g.dict, g.name, "failed_open");
     return;
@@ -108,7 +115,7 @@ const guardMethods = {
         // Not a missing key: on_missing = "pass" must not let it through unguarded.
         stats.incr(this.dict, this.name, "key_errors");
         keys.failed(this.name, kerr, this.errorWhat);
-        if (this.onError === "deny") reject(this, this.errorStatus, undefined);
+        if (this.onError !== "allow") reject(this, this.errorStatus, undefined);
         return;
       }
       stats.incr(this.dict, this.name, "missing_key");
@@ -119,13 +126,13 @@ const guardMethods = {
       return;
     }
     keys.note(this.name, this, true, this.missingWhat);
-    if (stats.breakerOpen(this.dict, this.name)) {
-      stats.incr(this.dict, this.name, "short_circuited");
-      onRedisFailure(this);
-      return;
-    }
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
     const key = token.hex(ngx.sha1_bin(raw));
+    if (stats.breakerOpen(this.dict, this.name) || (this.local !== undefined && !lockLocal.probe(this, this.local))) {
+      stats.incr(this.dict, this.name, "short_circuited");
+      onRedisFailure(this, key);
+      return;
+    }
     // (rwlock) Readers share the key (gateway option shared).
     const reads = this.sharedMethods !== undefined && this.sharedMethods.has(req_get_method());
     let [l, err, retryAfter] = this.locks.acquire(key, reads ? this.sharedTry : this.tryOpts);
@@ -151,7 +158,7 @@ const guardMethods = {
     stats.incr(this.dict, this.name, "redis_errors");
     stats.failure(this.dict, this.name, this.breakerFailures, this.breakerCooldown);
     ngx.log(ngx.ERR, "dlock: guard ", this.name, ": ", check.reason(err));
-    onRedisFailure(this);
+    onRedisFailure(this, key);
   },
 
   /**
@@ -161,6 +168,7 @@ const guardMethods = {
    */
   log(this: Guard): void {
     inflight.finish(this);
+    if (this.local !== undefined) lockLocal.finish(this, this.local);
   },
 };
 /** The metatable of every guard of these modes. */

@@ -3,6 +3,8 @@ local ____exports = {}
 local backend = require("resty.dlock.redis.backend")
 local token = require("resty.dlock.core.token")
 local check = require("resty.dlock.core.check")
+local options = require("resty.dlock.core.options")
+local schema = require("resty.dlock.core.schema")
 local call = backend.call
 local str_format = string.format
 local lua_type = type
@@ -235,4 +237,20 @@ function ____exports.parse(o)
     end
     return ____exports.limits(list)
 end
+--- A limit's numbers: checked together by parse() (rate with burst, limits against the other three).
+local function given(v)
+    return v, nil
+end
+--- The option table of rate.new, declared once; the README's table is checked against it (spec/options_spec.lua).
+____exports.NEW_RATE = {
+    options.DICT,
+    {name = "name", kind = "check", check = options.checkName, default = "rate"},
+    options.REDIS,
+    {name = "rate", kind = "check", check = given, doc = "required (or `limits`)"},
+    {name = "period", kind = "check", check = given, doc = "1000"},
+    {name = "burst", kind = "check", check = given, doc = "`rate`"},
+    {name = "limits", kind = "check", check = given, doc = "none"},
+    {name = "prefix", kind = "string", maxLen = 256, doc = "`dlock:rate:<name>:`"}
+}
+____exports.newRate = schema.compile("rate.new options", ____exports.NEW_RATE, {labels = ""})
 return ____exports

@@ -20,6 +20,8 @@ import type * as redis from "../redis/client";
 import type * as scripts from "../redis/scripts";
 import * as token from "./token";
 import * as check from "./check";
+import * as options from "./options";
+import * as schema from "./schema";
 
 const call = backend.call;
 const str_format = string.format;
@@ -258,3 +260,32 @@ export function parse(o: LuaTable<string, unknown>): LuaMultiReturn<[Limits | un
   }
   return limits(list);
 }
+
+// ------------------------------------------------------------------ rate.new's options
+
+/** A limit's numbers: checked together by parse() (rate with burst, limits against the other three). */
+function given(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefined]> {
+  return $multi(v, undefined);
+}
+
+/** The option table of rate.new, declared once; the README's table is checked against it (spec/options_spec.lua). */
+export const NEW_RATE: schema.Spec[] = [
+  options.DICT,
+  { name: "name", kind: "check", check: options.checkName, default: "rate" },
+  options.REDIS,
+  { name: "rate", kind: "check", check: given, doc: "required (or `limits`)" },
+  { name: "period", kind: "check", check: given, doc: "1000" },
+  { name: "burst", kind: "check", check: given, doc: "`rate`" },
+  { name: "limits", kind: "check", check: given, doc: "none" },
+  { name: "prefix", kind: "string", maxLen: 256, doc: "`dlock:rate:<name>:`" },
+];
+
+/** What rate.new's schema hands back. */
+export interface NewRate {
+  readonly dict: NgxSharedDict;
+  readonly name: string;
+  readonly redis: redis.RedisConf;
+  readonly prefix: string | undefined;
+}
+
+export const newRate = schema.compile<NewRate>("rate.new options", NEW_RATE, { labels: "" });

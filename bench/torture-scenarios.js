@@ -259,26 +259,6 @@ const SCENARIOS = [
       "(the algorithm asks for a delayed restart) and clock jumps. No fencing: Redlock refuses it, fence counters on independent masters are not monotonic",
   },
 
-  // ---------------------------------------------------------------- rate limits (/rate/<scheme>, measured against baselines)
-  {
-    id: "rate-exact", title: "rate limit, 3x offered for 12 s: mode rate against a fixed window and a per-nginx leaky bucket", group: "rate",
-    promised: true, rate: RATE,
-    load: { kind: "rate", schemes: ["dlock", "fixed", "local"], promised: ["dlock"], keys: 3, offered: 3, durationMs: 12000, slackMs: 20 },
-    fault: null,
-    about: "3 keys per scheme, each offered 3x the limit (60 requests/s per key) over both nginx for 24 periods. Promised for mode rate only: " +
-      "no span of the run admits more than burst + rate x span / period per key. The fixed window admits its rate on each side of a window edge " +
-      "(up to 2 x rate in a span just over one period); the per-nginx bucket admits the limit on each nginx (2 x over the run)",
-  },
-  {
-    id: "rate-redis-down", title: "rate limit, on_error = \"local\", fleet 2: lock Redis SIGSTOP 4 s under 3x offered load", group: "rate",
-    promised: true, rate: RATE,
-    load: { kind: "rate", schemes: ["fallback"], promised: [], keys: 3, offered: 3, durationMs: 9000, slackMs: 20 },
-    fault: { kind: "redis-sigstop", ms: 4000, atMs: 2500 },
-    about: "promised: while Redis cannot decide, the two nginx together admit no more than the limit over the outage (each its share, from its shared dict), " +
-      "nobody waits on Redis once the breaker is open, and the guard decides on Redis again within a cooldown (1 s) of Redis returning. Reported: the spans " +
-      "around the switches, where a fresh local share (on the way out) and Redis' state from before the pause (on the way back) each allow a burst again",
-  },
-
   // ---------------------------------------------------------------- contention (many waiters per key, measured)
   {
     id: "contention", title: "contention: 40 waiters per key over both nginx, no fault", group: "contention", promised: true,
@@ -310,6 +290,34 @@ const SCENARIOS = [
       "one that already holds the lock runs to its release; one worker (either nginx) SIGKILLed at 3 s. Promised: no overlap, and 3 s after the load nothing left in the lock Redis: " +
       "no lock key, no release channel anyone subscribes to (PUBSUB CHANNELS dlock:released:*, PUBSUB NUMSUB of the load keys' channels). " +
       "Then 8 requests per key one at a time: nobody waits any more, so each should take one acquire, 20 ms and a release",
+  },
+
+  // ---------------------------------------------------------------- rate limits (/rate/<scheme>, measured against baselines)
+  {
+    id: "rate-exact", title: "rate limit, 3x offered for 12 s: mode rate against a fixed window and a per-nginx leaky bucket", group: "rate",
+    promised: true, rate: RATE,
+    load: { kind: "rate", schemes: ["dlock", "fixed", "local"], promised: ["dlock"], keys: 3, offered: 3, durationMs: 12000, slackMs: 20 },
+    fault: null,
+    about: "3 keys per scheme, each offered 3x the limit (60 requests/s per key) over both nginx for 24 periods. Promised for mode rate only: " +
+      "no span of the run admits more than burst + rate x span / period per key. The fixed window admits its rate on each side of a window edge " +
+      "(up to 2 x rate in a span just over one period); the per-nginx bucket admits the limit on each nginx (2 x over the run)",
+  },
+  {
+    id: "rate-exact-bursts", title: "rate limit, 3x offered in bursts of 15 for 12 s: mode rate against a fixed window and a per-nginx leaky bucket", group: "rate",
+    promised: true, rate: RATE,
+    load: { kind: "rate", schemes: ["dlock", "fixed", "local"], promised: ["dlock"], keys: 3, offered: 3, burst: 15, durationMs: 12000, slackMs: 20 },
+    fault: null,
+    about: "the same average as the row above, sent as 15 requests at once every 250 ms per key (clients that spend their quota in bursts): " +
+      "two bursts on either side of a window edge each find a fresh fixed window, which admits rate on each side within 250 ms",
+  },
+  {
+    id: "rate-redis-down", title: "rate limit, on_error = \"local\", fleet 2: lock Redis SIGSTOP 4 s under 3x offered load", group: "rate",
+    promised: true, rate: RATE,
+    load: { kind: "rate", schemes: ["fallback"], promised: [], keys: 3, offered: 3, durationMs: 9000, slackMs: 20 },
+    fault: { kind: "redis-sigstop", ms: 4000, atMs: 2500 },
+    about: "promised: while Redis cannot decide, the two nginx together admit no more than the limit over the outage (each its share, from its shared dict), " +
+      "nobody waits on Redis once the breaker is open, and the guard decides on Redis again within a cooldown (1 s) of Redis returning. Reported: the spans " +
+      "around the switches, where a fresh local share (on the way out) and Redis' state from before the pause (on the way back) each allow a burst again",
   },
 ];
 

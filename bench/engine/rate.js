@@ -47,7 +47,9 @@ const r2 = (x) => (x === null || x === undefined ? null : Math.round(x * 100) / 
  * per request { scheme, key, sentMs (epoch), port, status, ms }.
  */
 function startRateLoad(run, L, R, samples) {
-  const every = R.period / (R.rate * L.offered);
+  // bursts: the same average, sent burst requests at once (a client that spends its quota in bursts).
+  const size = L.burst || 1;
+  const every = (R.period * size) / (R.rate * L.offered);
   let stopping = false;
   const pending = [];
   const loops = [];
@@ -60,11 +62,13 @@ function startRateLoad(run, L, R, samples) {
           const due = t0 + i * every;
           const wait = due - Date.now();
           if (wait > 0) await sleep(wait);
-          const port = HTTP_PORTS[i % HTTP_PORTS.length];
-          const sentMs = Date.now();
-          pending.push(get(port, `/rate/${scheme}?run=${run}&key=${key}`).then((r) => {
-            samples.push({ scheme, key, sentMs, port, status: r.error ? 0 : r.status, ms: r.ms, error: r.error, body: r.body });
-          }));
+          for (let j = 0; j < size; j++) {
+            const port = HTTP_PORTS[(i * size + j) % HTTP_PORTS.length];
+            const sentMs = Date.now();
+            pending.push(get(port, `/rate/${scheme}?run=${run}&key=${key}`).then((r) => {
+              samples.push({ scheme, key, sentMs, port, status: r.error ? 0 : r.status, ms: r.ms, error: r.error, body: r.body });
+            }));
+          }
         }
       })());
     }
@@ -228,7 +232,8 @@ function rateIntro(rows) {
   return [
     `Two nginx (2 workers each) share the lock Redis; one limit, **${R.rate} per ${R.period} ms with burst ${R.burst}**, enforced`,
     "by each scheme of a row on its own keys; clients offer a multiple of the limit per key (open loop: a request every",
-    "period / (rate × offered) ms whatever the answers, alternating the two nginx). Every admission is written to the",
+    "period / (rate × offered) ms whatever the answers, alternating the two nginx; in a bursts row, that many requests",
+    "at once, as often as keeps the same average). Every admission is written to the",
     "witness Redis with the wall-clock time taken right after the decision came back. **over-admission** = the most",
     `admissions of one key, over every span between two of its admissions, beyond burst + rate × span / period (${rows[0].load.slackMs} ms of each span allowed`,
     "for the time between a decision and its record; raw: none allowed). Schemes: `dlock` = mode \"rate\" (GCRA on Redis' clock);",

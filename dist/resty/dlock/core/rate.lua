@@ -159,6 +159,9 @@ function ____exports.full(reply, i)
 end
 --- The smallest remaining of a reply, over n limits.
 function ____exports.least(reply, n)
+    if n == 1 then
+        return math_floor(reply[3])
+    end
     local r = reply[3]
     for i = 2, n do
         local x = reply[1 + 2 * i]

@@ -113,6 +113,15 @@ const CLUSTER = {
 const REDLOCK = { kind: "redlock", masters: 3, fencing: false, redis: { connect_timeout: 50, read_timeout: 50 } };
 const ALL = ["mutex", "conc", "dedup"];
 
+/**
+ * The rate rows' limit (nginx/torture.conf: guards t_rate and t_rate_fb, and the
+ * baselines of bench/torture_rate.lua; checked against t_rate's RateLimit-Policy).
+ * t_rate_fb: on_error = "local", fleet 2, breaker_failures 1, breaker_cooldown
+ * 1000 ms, connect and read timeouts 100 ms; each nginx's share while Redis is
+ * paused is rate / 2 per period and floor(burst / 2) at once.
+ */
+const RATE = { rate: 10, period: 500, burst: 5, fallbackGuard: "t_rate_fb", fallbackCooldown: 1000, fleetShareBurst: 2 * Math.floor(5 / 2) };
+
 /** Gateway load defaults: 200 clients spread over both nginx, every guard of the row, `keys` keys per guard. */
 function gw(o) {
   return {
@@ -342,6 +351,33 @@ const SCENARIOS = [
     promised: true, load: MULTI, topology: CLUSTER, fault: null,
     about: "as the row above on a Cluster whose masters the keys spread over: each set is tried key by key in sorted order (the keys taken given back at the first busy one), then waited for in that order; no wait may time out",
   },
+  // ---------------------------------------------------------------- rate limits (/rate/<scheme>, measured against baselines)
+  {
+    id: "rate-exact", title: "rate limit, 3x offered for 12 s: mode rate against a fixed window and a per-nginx leaky bucket", group: "rate",
+    promised: true, rate: RATE,
+    load: { kind: "rate", schemes: ["dlock", "fixed", "local"], promised: ["dlock"], keys: 3, offered: 3, durationMs: 12000, slackMs: 20 },
+    fault: null,
+    about: "3 keys per scheme, each offered 3x the limit (60 requests/s per key) over both nginx for 24 periods. Promised for mode rate only: " +
+      "no span of the run admits more than burst + rate x span / period per key. The fixed window admits its rate on each side of a window edge " +
+      "(up to 2 x rate in a span just over one period); the per-nginx bucket admits the limit on each nginx (2 x over the run)",
+  },
+  {
+    id: "rate-exact-bursts", title: "rate limit, 3x offered in bursts of 15 for 12 s: mode rate against a fixed window and a per-nginx leaky bucket", group: "rate",
+    promised: true, rate: RATE,
+    load: { kind: "rate", schemes: ["dlock", "fixed", "local"], promised: ["dlock"], keys: 3, offered: 3, burst: 15, durationMs: 12000, slackMs: 20 },
+    fault: null,
+    about: "the same average as the row above, sent as 15 requests at once every 250 ms per key (clients that spend their quota in bursts): " +
+      "two bursts on either side of a window edge each find a fresh fixed window, which admits rate on each side within 250 ms",
+  },
+  {
+    id: "rate-redis-down", title: "rate limit, on_error = \"local\", fleet 2: lock Redis SIGSTOP 4 s under 3x offered load", group: "rate",
+    promised: true, rate: RATE,
+    load: { kind: "rate", schemes: ["fallback"], promised: [], keys: 3, offered: 3, durationMs: 9000, slackMs: 20 },
+    fault: { kind: "redis-sigstop", ms: 4000, atMs: 2500 },
+    about: "promised: while Redis cannot decide, the two nginx together admit no more than the limit over the outage (each its share, from its shared dict), " +
+      "nobody waits on Redis once the breaker is open, and the guard decides on Redis again within a cooldown (1 s) of Redis returning. Reported: the spans " +
+      "around the switches, where a fresh local share (on the way out) and Redis' state from before the pause (on the way back) each allow a burst again",
+  },
 ];
 
-module.exports = { GUARDS, VIAS, SCENARIOS, CRIT_LOAD };
+module.exports = { GUARDS, VIAS, SCENARIOS, CRIT_LOAD, RATE };

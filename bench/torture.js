@@ -24,6 +24,7 @@ const { runCritRow } = require("./engine/crit");
 const { checkGuards, runGatewayRow } = require("./engine/gateway");
 const { runTopologyRow } = require("./engine/topologies");
 const { runContentionRow } = require("./engine/contention");
+const { runRateRow } = require("./engine/rate");
 const { verdictOf, reportOf } = require("./engine/report");
 
 /** The rows to run: --short, --gateway, --topologies, --contention, --rw, --rows 9,gw-reload (numbers or ids), or all. */
@@ -34,6 +35,7 @@ function selectRows() {
   if (opt.topologies) return ["topologies", all.filter((s) => s.group === "topology")];
   if (opt.contention) return ["contention", all.filter((s) => s.group === "contention")];
   if (opt.rw) return ["rw", all.filter((s) => s.set === "rw")];
+  if (opt.rate) return ["rate", all.filter((s) => s.group === "rate")];
   if (opt.rows) {
     const want = opt.rows.split(",").filter(Boolean);
     for (const w of want) {
@@ -48,6 +50,11 @@ function selectRows() {
 const rwSay = (r) => (r.rw ? `; readers beside readers ${r.rw.readersBesideReaders} (at most ${r.rw.maxReaders}), longest writer wait ${Math.round(r.rw.maxWriterWaitMs)} ms, writer timeouts ${r.rw.byMode.w.timeout}` : "");
 const KINDS = [
   { is: (sc) => sc.group === "contention", run: runContentionRow, say: (r) => `${r.wallMs} ms` },
+  {
+    is: (sc) => sc.group === "rate", run: runRateRow,
+    say: (r) => Object.values(r.schemes).map((s) => `${s.scheme}: ${s.offered} offered, ${s.ok} admitted, ${s.refused} refused, ${s.errors} errors, over-admission ${s.overAdmitted} (raw ${s.overRaw}), most in a period ${s.maxPerPeriod}`).join("; ") +
+      (r.fallback ? `; fallback ${JSON.stringify(r.fallback)}` : "") + `, ${r.wallMs} ms`,
+  },
   {
     is: (sc) => !!sc.topology, run: runTopologyRow,
     say: (r) => `${r.acquisitions} acquisitions, ${r.overlaps} overlaps, ${r.errors} err, ${r.timeouts} timeout, ${r.httpFailures} http, gap ${r.maxGapMs} ms, stall ${r.maxStallMs} ms, ${r.wallMs} ms${rwSay(r)}`,
@@ -83,7 +90,7 @@ async function main() {
   const runtimeS = Math.round((Date.now() - startedAt.getTime()) / 100) / 10;
   const { md, json } = reportOf({ form, startedAt, runtimeS, mach: machine(opt.nginx), list, rows, failures });
   // The short form (run by make test) must not overwrite the full run's results; neither must the others.
-  const base = { full: "torture", short: "torture-short", gateway: "torture-gateway", topologies: "torture-topologies", contention: "torture-contention", rw: "torture-rw", rows: "torture-rows" }[form] + (GATEWAY_LOG ? "-gwlog" : "");
+  const base = { full: "torture", short: "torture-short", gateway: "torture-gateway", topologies: "torture-topologies", contention: "torture-contention", rw: "torture-rw", rate: "torture-rate", rows: "torture-rows" }[form] + (GATEWAY_LOG ? "-gwlog" : "");
   writeResults(opt.out, base, md, json);
   console.log(md);
   console.log(`wrote bench/results/${base}.md and ${base}.json`);

@@ -33,7 +33,7 @@ describe("make run's demo gateway", function()
     local url = "http://127.0.0.1:" .. port
     assert.matches("lua-resty-dlock demo gateway on " .. url .. "\n", res.body, 1, true)
     for _, path in ipairs({ "/orders?ms=2000", "/reports?user=alice", "/refresh?user=bob", "/jobs?job=nightly",
-                            "/dlock/status", "/dlock/metrics" }) do
+                            "/api", "/dlock/status", "/dlock/metrics" }) do
       assert.matches("curl [^\n]*" .. url:gsub("%p", "%%%0") .. path:gsub("%p", "%%%0"), res.body)
     end
     assert.is_truthy(printed:find(res.body, 1, true), "the page differs from what the demo printed:\n" .. printed)
@@ -43,6 +43,19 @@ describe("make run's demo gateway", function()
   it("serves what the page tells to try", function()
     assert.equal(200, assert(h.http(port, "/dlock/status")).status)
     assert.equal(200, assert(h.http(port, "/jobs?job=" .. h.unique("demo") .. "&ms=0")).status)
+    -- The rate-limited location: burst 5 at once, then 429 with Retry-After and the RateLimit fields.
+    local key = h.unique("demo-api")
+    local codes = {}
+    for i = 1, 8 do
+      local res = assert(h.http(port, "/api?ms=0", { headers = { ["X-Api-Key"] = key } }))
+      codes[i] = res.status
+      assert.matches('^"10%-per%-1s";r=%d;t=1$', res.headers["ratelimit"])
+      assert.equal('"10-per-1s";q=10;w=1;dlock-burst=5', res.headers["ratelimit-policy"])
+      if res.status == 429 then assert.equal("1", res.headers["retry-after"]) end
+    end
+    assert.same({ 200, 200, 200, 200, 200 }, { unpack(codes, 1, 5) })
+    assert.is_truthy(table.concat(codes, " "):find("429", 1, true))
+    assert.equal(400, assert(h.http(port, "/api?ms=0")).status)
   end)
 end)
 

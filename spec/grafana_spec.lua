@@ -55,7 +55,7 @@ describe("the Grafana dashboard", function()
     gw = h.start_nginx("gateway.conf", { REDIS_PORT = redis.port, OWN_BACKEND_PORT = backend, BACKEND_PORT = backend })
     local key = h.unique("graf")
     for _, path in ipairs({ "/jobs?ms=0&job=" .. key, "/reports?ms=0&user=" .. key, "/refresh?ms=0&user=" .. key,
-                            "/refresh?ms=0&user=" .. key }) do
+                            "/refresh?ms=0&user=" .. key, "/api?ms=0&x=" .. key }) do
       assert(h.http(gw.port, path))
     end
     assert(h.http(gw.port, "/orders?ms=0", { headers = { ["Idempotency-Key"] = key } }))
@@ -129,6 +129,17 @@ describe("the Grafana dashboard", function()
         if t.expr:find("dlock_guard_", 1, true) then assert.matches("by (guard)", t.expr, 1, true) end
       end
     end
+  end)
+
+  it("shows admitted and refused per rate guard, and whether a guard decides on its local share", function()
+    local all = table.concat(expressions(), "\n")
+    for _, needle in ipairs({ 'mode="rate", event=~"acquired|local_admitted"', 'mode="rate", event=~"rejected|local_rejected"',
+                              "dlock_guard_degraded", 'event="local_admitted"', 'event="local_rejected"' }) do
+      assert.matches(needle, all, 1, true)
+    end
+    -- The demo gateway has a rate guard: its series are in the scrape the queries were checked against.
+    assert.matches('\ndlock_guard_events_total{guard="api",mode="rate",event="acquired"} ', scrape, 1, true)
+    assert.matches('\ndlock_guard_degraded{guard="api"} 0', scrape, 1, true)
   end)
 
   it("shows the core API per factory: acquires by outcome, held leases, wait and hold time quantiles, lost leases", function()

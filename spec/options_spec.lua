@@ -1,10 +1,11 @@
 -- The README's option tables say what the schemas say (src/resty/dlock/core/options.ts,
--- src/resty/dlock/gateway/options.ts): every option of a table is in its README table
+-- src/resty/dlock/core/rate.ts, src/resty/dlock/gateway/options.ts): every option of a table is in its README table
 -- with the schema's default, and a README table names no option its schema lacks.
 -- Each README table follows a marker line `<!-- options: <table> -->`.
 local h = require "helpers"
 local options = require "resty.dlock.core.options"
 local gateway = require "resty.dlock.gateway.options"
+local rate = require "resty.dlock.core.rate"
 local modes = require "resty.dlock.core.schema.modes"
 local compat = require "resty.dlock.compat"
 local client = require "resty.dlock.redis.client"
@@ -128,6 +129,10 @@ describe("the README's option tables", function()
   it("list every option of the lua-resty-lock facade's new and configure with its default, and no other", function()
     agree("compat.new", rows_of("compat.new"), compat.NEW)
     agree("compat.configure", rows_of("compat.configure"), compat.CONFIGURE)
+  end)
+
+  it("list every option of rate.new with its default, and no other", function()
+    agree("rate.new", rows_of("rate.new"), rate.NEW_RATE)
   end)
 
   it("list every option of acquire with its default, and no other", function()

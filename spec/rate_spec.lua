@@ -340,6 +340,7 @@ describe("gateway mode rate with on_error = local", function()
       local v = { BACKEND_PORT = h.free_port() }
       for k, x in pairs(vars) do v[k] = x end
       ns[i] = h.start_nginx("spec-rate.conf", v)
+      ns[i].backend_port = v.BACKEND_PORT
     end
     a, b = ns[1], ns[2]
   end)
@@ -398,6 +399,86 @@ describe("gateway mode rate with on_error = local", function()
     assert.equal(200, res.status)
     assert.equal('"20-per-1s";r=9;t=1', res.headers["ratelimit"])
     assert.equal(before, row(a).local_admitted)
+  end)
+
+  local function guard_row(n, name)
+    return assert(cjson.decode(assert(h.http(n.port, "/dlock/status")).body)).guards[name]
+  end
+  local function backend_max(n, key)
+    -- "hits max_in_flight in_flight" of this nginx's own backend
+    local body = assert(h.http(n.backend_port, "/stats?key=" .. key)).body
+    local hits, max = body:match("^(%d+) (%d+)")
+    return tonumber(hits), tonumber(max)
+  end
+
+  for _, case in ipairs({
+    { guard = "conc_local", share = 2, permits = 4, what = "permits / fleet (2 of 4) at once" },
+    { guard = "mutex_local", share = 1, permits = 2, what = "one request at a time (a mutex per nginx)" },
+  }) do
+    it("let through per nginx " .. case.what .. " with " .. case.guard .. " while Redis is paused, " ..
+       "say degraded in status and metrics, wait for no Redis once the breaker is open, and go back to Redis by itself", function()
+      local key = h.unique(case.guard)
+      assert.is_true(r.signal("STOP"))
+      local ok, refused, other, slow = 0, 0, 0, 0
+      local t0 = h.now()
+      h.parallel(12, function(i)
+        local n = (i % 2 == 0) and a or b
+        while h.now() < t0 + 1.5 do
+          local sent = h.now()
+          local res = assert(h.http(n.port, "/l/" .. case.guard .. "?key=" .. key .. "&ms=150"))
+          if res.status == 200 then ok = ok + 1
+          elseif res.status == (case.guard == "mutex_local" and 503 or 429) then refused = refused + 1
+          else other = other + 1 end
+          -- Past the first failure (read_timeout 200 ms) nobody waits for Redis: 150 ms of backend, the mutex's 100 ms wait, a margin.
+          if sent > t0 + 0.5 and h.now() - sent >= 0.45 then slow = slow + 1 end
+          ngx.sleep(0.005)
+        end
+      end)
+      for _, n in ipairs({ a, b }) do
+        local row = guard_row(n, case.guard)
+        assert.is_true(row.degraded)
+        assert.is_not.equal("closed", row.breaker)
+        assert.is_true(row.local_admitted > 0)
+        local metrics = assert(h.http(n.port, "/dlock/metrics")).body
+        assert.matches('dlock_guard_degraded{guard="' .. case.guard .. '"} 1', metrics, 1, true)
+      end
+      local hits_a, max_a = backend_max(a, key)
+      local hits_b, max_b = backend_max(b, key)
+      assert.equal(0, other)
+      assert.equal(0, slow)
+      assert.equal(ok, hits_a + hits_b)
+      assert.is_true(refused > 0)
+      assert.is_true(max_a <= case.share and max_b <= case.share, max_a .. " and " .. max_b .. " at once")
+      assert.is_true(max_a + max_b <= case.permits)
+      assert.equal(case.share, max_a)   -- the share is used, not just bounded
+
+      assert.is_true(r.signal("CONT"))
+      -- Back on Redis after the cool-down (1000 ms) and a probe: the breaker closes, nothing local any more.
+      for _, n in ipairs({ a, b }) do
+        assert.is_true(h.eventually(4, function()
+          h.http(n.port, "/l/" .. case.guard .. "?key=" .. key .. "-back&ms=0")
+          return guard_row(n, case.guard).breaker == "closed"
+        end))
+        local before = guard_row(n, case.guard)
+        assert.is_false(before.degraded)
+        assert.equal(200, assert(h.http(n.port, "/l/" .. case.guard .. "?key=" .. key .. "-redis&ms=0")).status)
+        local after = guard_row(n, case.guard)
+        assert.equal(before.local_admitted, after.local_admitted)
+        assert.equal(before.acquired + 1, after.acquired)
+        assert.matches('dlock_guard_degraded{guard="' .. case.guard .. '"} 0', assert(h.http(n.port, "/dlock/metrics")).body, 1, true)
+      end
+    end)
+  end
+
+  it("refuse on_error = local without fleet, and fleet without on_error = local, for lock guards too", function()
+    local gateway = require "resty.dlock.gateway"
+    local o = { mode = "concurrency", permits = 3, key = "$arg_k", on_error = "local", redis = h.redis_opts() }
+    assert.equal('dlock: fleet must be a positive integer with on_error = "local" (how many nginx share the permits), got nil',
+      select(2, gateway.new(o)))
+    o.on_error, o.fleet = "deny", 3
+    assert.equal('dlock: fleet applies with on_error = "local" only, got 3', select(2, gateway.new(o)))
+    assert.equal('dlock: on_error must be "allow" (fail open) or "deny" (fail closed), got "local"',
+      select(2, gateway.new({ mode = "dedup", key = "$arg_k", on_error = "local", redis = h.redis_opts() })))
   end)
 
   it("refuse on_error = local without fleet, and fleet without on_error = local", function()
@@ -493,6 +574,9 @@ h.check_error_logs({ { "connect%(%) failed %(111: Connection refused%)", max = 1
   { "dlock: guard down_%a+: redis 127%.0%.0%.1:%d+: connect", max = 8 },
   { "dlock: guard down_%a+: Redis keeps failing", max = 4 },
   -- The paused Redis of on_error = local: each worker's calls in flight when it stopped time out, the breaker opens.
-  { "lua tcp socket read timed out", max = 40 },
+  -- The same for conc_local and mutex_local, and their probes (in timers) while Redis is still paused.
+  { "lua tcp socket read timed out", max = 120 },
   { "dlock: guard fallback: redis 127%.0%.0%.1:%d+: [^\n]*timeout", max = 40 },
-  { "dlock: guard fallback: Redis keeps failing", max = 8 } })
+  { "dlock: guard fallback: Redis keeps failing", max = 8 },
+  { "dlock: guard %a+_local: redis 127%.0%.0%.1:%d+: [^\n]*timeout", max = 60 },
+  { "dlock: guard %a+_local: Redis keeps failing", max = 16 } })

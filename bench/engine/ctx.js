@@ -6,7 +6,7 @@ const path = require("node:path");
 const { Procs, Ports, once, ownPorts } = require("../lib");
 const { GUARDS, VIAS, SCENARIOS, CRIT_LOAD } = require("../torture-scenarios");
 
-const FLAGS = new Set(["short", "gateway", "topologies", "contention", "rw", "gateway-log"]);
+const FLAGS = new Set(["short", "gateway", "topologies", "contention", "rw", "rate", "gateway-log"]);
 function parseArgs(argv) {
   const o = {};
   for (let i = 0; i < argv.length; i++) {

@@ -6,6 +6,7 @@ const { GATEWAY_LOG, DIST, CLIENTS, KEYS, DURATION, FAULT_AT, LOCK, RELEASE_GRAC
 const { leftoversText, contentionTable, contentionIntro } = require("./contention-report");
 const { RELEASED_CHANNEL } = require("./lockredis");
 const { leftText } = require("./gateway");
+const { rateIntro, rateTable, rateVerdict } = require("./rate");
 
 function table(rows) {
   const out = [
@@ -81,6 +82,10 @@ function verdictOf(rows) {
       // Nothing may stay locked after the load, whatever the row promises about overlaps.
       if (r.keysLeft.keys > 0) fail(r, `${r.keysLeft.keys} guard key(s) left locked ${r.keysLeft.checkMs} ms after the backend went idle (${leftText(r.keysLeft)})`);
       if (r.result === "ok" && !r.promised) r.result = r.overlaps > 0 ? "reported" : "ok (not promised)";
+      continue;
+    }
+    if (r.group === "rate") {
+      rateVerdict(r, fail);
       continue;
     }
     if (r.group === "contention") {
@@ -166,12 +171,13 @@ function gwIntro(rows) {
 
 /** The report of a run: { md, json }. list: the scenarios run (with their row numbers n). */
 function reportOf({ form, startedAt, runtimeS, mach, list, rows, failures }) {
-  const promisedRows = rows.filter((r) => r.promised).map((r) => r.n);
+  const promisedRows = rows.filter((r) => r.promised && r.group !== "rate").map((r) => r.n);
   const critRows = rows.filter((r) => r.group === "crit");
   const gwRows = rows.filter((r) => r.group === "gateway");
   const topoRows = rows.filter((r) => r.group === "topology");
   const contRows = rows.filter((r) => r.group === "contention");
   const rwRows = rows.filter((r) => r.group === "rw");
+  const rateRows = rows.filter((r) => r.group === "rate");
   const outside = list.filter((s) => s.outside).map((s) => `${s.n} (${s.outside})`);
   const md = [
     `# resty.dlock torture run (${form} form${GATEWAY_LOG ? ", with the module-level gateway log" : ""})`,
@@ -184,6 +190,8 @@ function reportOf({ form, startedAt, runtimeS, mach, list, rows, failures }) {
     ...(topoRows.length ? ["## Redis topologies", "", ...topoIntro(topoRows), "", topoTable(topoRows), ""] : []),
     ...(contRows.length ? ["## Contention", "", ...contentionIntro(contRows), "", contentionTable(contRows), ""] : []),
     ...(rwRows.length ? ["## Shared and exclusive locks", "", ...rwIntro(), "", rwTable(rwRows), ""] : []),
+    ...(rateRows.length ? ["## Rate limits", "", ...rateIntro(rateRows), "", rateTable(rateRows), ""] : []),
+    ...(rateRows.length ? [`Rows ${rateRows.map((r) => r.n).join(", ")} promise rate limits, not exclusion: over-admission by mode rate, or more admitted locally over an outage than the fleet's shares allow, fails the run; the baselines are reported.`] : []),
     `Exclusion is promised in rows ${promisedRows.join(", ") || "(none here)"}: an overlap there fails the run${gwRows.length ? ", and so does a gateway key left locked" : ""}${contRows.length ? `${gwRows.length ? "," : ""} and so does a lock key or a wake-up subscription left behind by a contention row` : ""}.`,
     ...(form === "full" && outside.length ? [`Rows ${outside.join(" and ")} are outside what a Redis lease can promise: reported, not failed.`] : []),
     ...(topoRows.some((r) => !r.promised) ? [`Rows ${topoRows.filter((r) => !r.promised).map((r) => r.n).join(" and ")} (a master SIGKILLed) can lose locks that only the dead master had, with replication asynchronous: reported, not failed.`] : []),

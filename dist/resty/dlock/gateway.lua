@@ -5,6 +5,7 @@ local dlock = require("resty.dlock")
 local common = require("resty.dlock.gateway.common")
 local idempotency = require("resty.dlock.gateway.idempotency")
 local inflight = require("resty.dlock.gateway.inflight")
+local lockLocal = require("resty.dlock.gateway.lock_local")
 local guard = require("resty.dlock.gateway.guard")
 local rate = require("resty.dlock.gateway.rate")
 local options = require("resty.dlock.gateway.options")
@@ -109,6 +110,23 @@ function ____exports.new(opts)
     tryOpts.wait = 0
     local waitOpts = {}
     waitOpts.wait = store.wait
+    local ____local
+    if o.on_error == "local" then
+        local l, llerr = lockLocal.create(
+            mode,
+            o.permits or 1,
+            o.fleet,
+            name,
+            store.ttl,
+            store.redis.connect_timeout + store.redis.read_timeout
+        )
+        if l == nil then
+            return nil, llerr
+        end
+        ____local = l
+    elseif o.fleet ~= nil then
+        return check.fail("fleet applies with on_error = \"local\" only", o.fleet)
+    end
     local key = o.key
     local rejectStatus = o.reject_status or options.mode(mode).status
     local missingWhat = o.on_missing == "reject" and ("refused with " .. lua_tostring(o.missing_status)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")"
@@ -130,6 +148,7 @@ function ____exports.new(opts)
         readBody = o.read_body == true,
         onMissing = o.on_missing,
         onError = o.on_error,
+        ["local"] = ____local,
         rejectStatus = rejectStatus,
         missingStatus = o.missing_status,
         errorStatus = o.error_status,
@@ -143,6 +162,9 @@ function ____exports.new(opts)
         sharedWait = sharedWait
     }
     local made = lua_setmetatable(g, guard.mt)
+    if ____local ~= nil then
+        lockLocal.register(made)
+    end
     registry[#registry + 1] = made
     return made, nil
 end
@@ -150,6 +172,7 @@ end
 -- request passed, in whatever location it finished, also after internal redirects.
 function ____exports.log()
     inflight.finish(nil)
+    lockLocal.finishAll()
     idempotency.finish()
 end
 --- header_filter_by_lua at http (or server) level: idempotency guards note the

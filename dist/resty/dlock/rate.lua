@@ -2,8 +2,6 @@
 local ____exports = {}
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
-local meter = require("resty.dlock.core.meter")
-local backend = require("resty.dlock.redis.backend")
 do
     local ____version = require("resty.dlock.version")
     ____exports._VERSION = ____version.VERSION
@@ -15,16 +13,6 @@ local lua_tostring = tostring
 local math_floor = math.floor
 local ngx_ = ngx
 local lua_setmetatable = setmetatable
-local NEW_OPTIONS = check.set(
-    "dict",
-    "redis",
-    "rate",
-    "period",
-    "burst",
-    "limits",
-    "prefix",
-    "name"
-)
 --- Longest key, in bytes (before the prefix).
 local MAX_KEY = 1024
 local COSOCKET_PHASES = check.set(
@@ -107,41 +95,21 @@ function ____exports.new(opts)
     if opts == nil then
         return nil, "dlock: rate.new needs an options table with dict and rate"
     end
-    local o, oerr = check.options("rate.new options", opts, NEW_OPTIONS)
+    local o, oerr = core.newRate(opts)
     if o == nil then
         return nil, oerr
     end
-    local dict, derr = check.sharedDict(o.dict)
-    if dict == nil then
-        return nil, derr
-    end
-    local name = "rate"
-    if o.name ~= nil then
-        local n, err = meter.checkName(o.name)
-        if n == nil then
-            return nil, err
-        end
-        name = n
-    end
-    local ls, lerr = core.parse(o)
+    local ls, lerr = core.parse(opts)
     if ls == nil then
         return nil, lerr
     end
-    local conf, rerr = backend.parse(o.redis, dict)
-    if conf == nil then
-        return nil, rerr
-    end
+    local conf = o.redis
     if conf.topology == "redlock" then
         return nil, core.REDLOCK
     end
-    local prefix = ("dlock:rate:" .. name) .. ":"
-    if o.prefix ~= nil then
-        local p, err = check.str("prefix", o.prefix, 256)
-        if p == nil then
-            return nil, err
-        end
-        prefix = p
-    end
+    local name = o.name
+    local dict = o.dict
+    local prefix = o.prefix or ("dlock:rate:" .. name) .. ":"
     local lim = {
         dict = dict,
         redis = conf,

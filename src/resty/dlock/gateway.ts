@@ -19,6 +19,7 @@ import * as common from "./gateway/common";
 import * as keys from "./gateway/key";
 import * as idempotency from "./gateway/idempotency";
 import * as inflight from "./gateway/inflight";
+import * as lockLocal from "./gateway/lock_local";
 import * as guard from "./gateway/guard";
 import * as rate from "./gateway/rate";
 import type * as lease from "./core/lease";
@@ -120,6 +121,16 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   const waitOpts = new LuaTable<string, unknown>();
   waitOpts.set("wait", store.wait);
 
+  let local: lockLocal.Local | undefined;
+  if (o.on_error === "local") {
+    const [l, llerr] = lockLocal.create(mode, o.permits ?? 1, o.fleet, name, store.ttl,
+      store.redis.connect_timeout + store.redis.read_timeout);
+    if (l === undefined) return $multi(undefined, llerr);
+    local = l;
+  } else if (o.fleet !== undefined) {
+    return check.fail("fleet applies with on_error = \"local\" only", o.fleet);
+  }
+
   const key: keys.Template = o.key;
   const rejectStatus = o.reject_status ?? options.mode(mode).status;
   const missingWhat = o.on_missing === "reject" ? "refused with " + lua_tostring(o.missing_status) + " (on_missing = \"reject\")"
@@ -128,11 +139,12 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     name, mode: mode as guard.Mode, parts: key.parts, keyFn: key.keyFn, source: key.source, missingWhat,
     errorWhat: common.errorWhat(o.on_error, o.error_status), locks, dict: store.dict, ttl: store.ttl, hold: o.hold ?? 0,
     wait: store.wait, renew: o.renew === true, release: mode !== "throttle", readBody: o.read_body === true,
-    onMissing: o.on_missing, onError: o.on_error, rejectStatus, missingStatus: o.missing_status,
+    onMissing: o.on_missing, onError: o.on_error, local, rejectStatus, missingStatus: o.missing_status,
     errorStatus: o.error_status, headers: o.headers, breakerFailures: o.breaker_failures,
     breakerCooldown: o.breaker_cooldown, tryOpts, waitOpts, sharedMethods, sharedTry, sharedWait,
   };
   const made = lua_setmetatable(g, guard.mt) as unknown as guard.Guard;
+  if (local !== undefined) lockLocal.register(made);
   registry.push(made);
   return $multi(made, undefined);
 }
@@ -143,6 +155,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
  */
 export function log(this: void): void {
   inflight.finish(undefined);
+  lockLocal.finishAll();
   idempotency.finish();
 }
 

@@ -13,8 +13,6 @@
 
 import * as check from "./core/check";
 import * as core from "./core/rate";
-import * as meter from "./core/meter";
-import * as backend from "./redis/backend";
 import type * as redis from "./redis/client";
 
 export { VERSION as _VERSION } from "./version";
@@ -27,7 +25,6 @@ const math_floor = math.floor;
 const ngx_ = ngx;
 const lua_setmetatable = setmetatable;
 
-const NEW_OPTIONS = check.set("dict", "redis", "rate", "period", "burst", "limits", "prefix", "name");
 /** Longest key, in bytes (before the prefix). */
 const MAX_KEY = 1024;
 
@@ -108,27 +105,16 @@ const limiterMt = { __index: limiterMethods };
  */
 export function create(this: void, opts: unknown): LuaMultiReturn<[Limiter | undefined, string | undefined]> {
   if (opts === undefined) return $multi(undefined, "dlock: rate.new needs an options table with dict and rate");
-  const [o, oerr] = check.options("rate.new options", opts, NEW_OPTIONS);
+  const [o, oerr] = core.newRate(opts);
   if (o === undefined) return $multi(undefined, oerr);
-  const [dict, derr] = check.sharedDict(o.get("dict"));
-  if (dict === undefined) return $multi(undefined, derr);
-  let name = "rate";
-  if (o.get("name") !== undefined) {
-    const [n, err] = meter.checkName(o.get("name"));
-    if (n === undefined) return $multi(undefined, err);
-    name = n;
-  }
-  const [ls, lerr] = core.parse(o);
+  // rate, period, burst and limits, checked together.
+  const [ls, lerr] = core.parse(opts as LuaTable<string, unknown>);
   if (ls === undefined) return $multi(undefined, lerr);
-  const [conf, rerr] = backend.parse(o.get("redis"), dict);
-  if (conf === undefined) return $multi(undefined, rerr);
+  const conf = o.redis;
   if (conf.topology === "redlock") return $multi(undefined, core.REDLOCK);
-  let prefix = "dlock:rate:" + name + ":";
-  if (o.get("prefix") !== undefined) {
-    const [p, err] = check.str("prefix", o.get("prefix"), 256);
-    if (p === undefined) return $multi(undefined, err);
-    prefix = p;
-  }
+  const name = o.name;
+  const dict = o.dict;
+  const prefix = o.prefix ?? "dlock:rate:" + name + ":";
   const lim = { dict, redis: conf, prefix, name, limits: ls };
   return $multi(lua_setmetatable(lim, limiterMt) as unknown as Limiter, undefined);
 }

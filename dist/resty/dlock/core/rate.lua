@@ -3,6 +3,8 @@ local ____exports = {}
 local backend = require("resty.dlock.redis.backend")
 local token = require("resty.dlock.core.token")
 local check = require("resty.dlock.core.check")
+local options = require("resty.dlock.core.options")
+local schema = require("resty.dlock.core.schema")
 local call = backend.call
 local str_format = string.format
 local lua_type = type
@@ -101,7 +103,7 @@ function ____exports.limits(list)
         end
         seen[l.name] = true
         args[2 * i - 2 + 1] = str_format("%.17g", l.period * 1000 / l.rate)
-        args[2 * i] = l.burst
+        args[2 * i] = lua_tostring(l.burst)
         if l.burst < most then
             most = l.burst
         end
@@ -114,14 +116,31 @@ ____exports.REDLOCK = "dlock: rate limits are refused with redis.redlock: counti
 -- admitted), "0" (decide only) or "-1" (give cost back). nil, err and the
 -- fault when Redis failed.
 function ____exports.decide(conf, rkey, ls, mode, cost)
-    local res, err, fault = call(
-        conf,
-        ____exports.SCRIPT,
-        rkey,
-        mode,
-        cost,
-        lua_unpack(ls.args)
-    )
+    local a = ls.args
+    local res
+    local err
+    local fault
+    local c = cost == 1 and "1" or lua_tostring(cost)
+    if #a == 2 then
+        res, err, fault = call(
+            conf,
+            ____exports.SCRIPT,
+            rkey,
+            mode,
+            c,
+            a[1],
+            a[2]
+        )
+    else
+        res, err, fault = call(
+            conf,
+            ____exports.SCRIPT,
+            rkey,
+            mode,
+            c,
+            lua_unpack(a)
+        )
+    end
     if res == nil then
         return nil, err, fault
     end
@@ -140,6 +159,9 @@ function ____exports.full(reply, i)
 end
 --- The smallest remaining of a reply, over n limits.
 function ____exports.least(reply, n)
+    if n == 1 then
+        return math_floor(reply[3])
+    end
     local r = reply[3]
     for i = 2, n do
         local x = reply[1 + 2 * i]
@@ -218,4 +240,20 @@ function ____exports.parse(o)
     end
     return ____exports.limits(list)
 end
+--- A limit's numbers: checked together by parse() (rate with burst, limits against the other three).
+local function given(v)
+    return v, nil
+end
+--- The option table of rate.new, declared once; the README's table is checked against it (spec/options_spec.lua).
+____exports.NEW_RATE = {
+    options.DICT,
+    {name = "name", kind = "check", check = options.checkName, default = "rate"},
+    options.REDIS,
+    {name = "rate", kind = "check", check = given, doc = "required (or `limits`)"},
+    {name = "period", kind = "check", check = given, doc = "1000"},
+    {name = "burst", kind = "check", check = given, doc = "`rate`"},
+    {name = "limits", kind = "check", check = given, doc = "none"},
+    {name = "prefix", kind = "string", maxLen = 256, doc = "`dlock:rate:<name>:`"}
+}
+____exports.newRate = schema.compile("rate.new options", ____exports.NEW_RATE, {labels = ""})
 return ____exports

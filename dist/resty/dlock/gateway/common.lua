@@ -7,6 +7,9 @@ local ngx_log = ngx.log
 local ERR = ngx.ERR
 --- What a guard's log lines say it does when Redis fails: "refused with 503 (on_error = \"deny\")".
 function ____exports.errorWhat(onError, errorStatus)
+    if onError == "local" then
+        return ("refused with " .. lua_tostring(errorStatus)) .. " (on_error = \"local\": a key error is not Redis failing)"
+    end
     return onError == "deny" and ("refused with " .. lua_tostring(errorStatus)) .. " (on_error = \"deny\")" or "let through unguarded (on_error = \"allow\")"
 end
 --- Phases where a guard can decide: it needs cosockets and ngx.exit. Elsewhere

@@ -5,6 +5,7 @@ local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
 local inflight = require("resty.dlock.gateway.inflight")
 local keys = require("resty.dlock.gateway.key")
+local lockLocal = require("resty.dlock.gateway.lock_local")
 local stats = require("resty.dlock.gateway.stats")
 local ngx_header = ngx.header
 local ngx_exit = ngx.exit
@@ -32,7 +33,11 @@ local function reject(g, status, retryAfterMs)
     end
     return ngx_exit(status)
 end
-local function onRedisFailure(g)
+local function onRedisFailure(g, key)
+    if g["local"] ~= nil then
+        lockLocal.access(g, g["local"], key, reject)
+        return
+    end
     if g.onError == "allow" then
         incr(g.dict, g.name, "failed_open")
         return
@@ -56,7 +61,7 @@ local guardMethods = {
             if kerr ~= nil then
                 incr(self.dict, self.name, "key_errors")
                 keys.failed(self.name, kerr, self.errorWhat)
-                if self.onError == "deny" then
+                if self.onError ~= "allow" then
                     reject(self, self.errorStatus, nil)
                 end
                 return
@@ -69,12 +74,12 @@ local guardMethods = {
             return
         end
         keys.note(self.name, self, true, self.missingWhat)
-        if stats.breakerOpen(self.dict, self.name) then
+        local key = hex(sha1_bin(raw))
+        if stats.breakerOpen(self.dict, self.name) or self["local"] ~= nil and not lockLocal.probe(self, self["local"]) then
             incr(self.dict, self.name, "short_circuited")
-            onRedisFailure(self)
+            onRedisFailure(self, key)
             return
         end
-        local key = hex(sha1_bin(raw))
         local reads = self.sharedMethods ~= nil and self.sharedMethods[req_get_method()] ~= nil
         local ____self_1 = self.locks
         local ____self_1_acquire_2 = ____self_1.acquire
@@ -118,10 +123,13 @@ local guardMethods = {
             ": ",
             check.reason(err)
         )
-        onRedisFailure(self)
+        onRedisFailure(self, key)
     end,
     log = function(self)
         inflight.finish(self)
+        if self["local"] ~= nil then
+            lockLocal.finish(self, self["local"])
+        end
     end
 }
 --- The metatable of every guard of these modes.

@@ -20,6 +20,8 @@ ____exports.MODES = {
 local LOCKING = {"dedup", "concurrency", "throttle", "mutex"}
 local IDEMPOTENCY = {"idempotency"}
 local RATE = {"rate"}
+--- Lock modes that can fall back on this nginx's share (on_error = "local").
+local SHARED_LOCAL = {"concurrency", "mutex"}
 --- Modes that guard with Redis calls per request and a status of their own when refusing.
 local DECIDING = {
     "dedup",
@@ -101,13 +103,15 @@ ____exports.SPECS = {
         values = {"allow", "deny"},
         required = true,
         unit = "\"allow\" (fail open) or \"deny\" (fail closed)",
-        modes = {
-            "dedup",
-            "concurrency",
-            "throttle",
-            "mutex",
-            "idempotency"
-        }
+        modes = {"dedup", "throttle", "idempotency"}
+    },
+    {
+        name = "on_error",
+        kind = "enum",
+        values = {"allow", "deny", "local"},
+        required = true,
+        modes = SHARED_LOCAL,
+        unit = "\"allow\" (fail open), \"deny\" (fail closed) or \"local\" (this nginx's share of the permits)"
     },
     {
         name = "on_error",
@@ -158,7 +162,7 @@ ____exports.SPECS = {
         kind = "check",
         check = given,
         doc = "required there",
-        modes = RATE
+        modes = {"rate", "concurrency", "mutex"}
     },
     {name = "on_missing", kind = "enum", values = {"pass", "reject"}, default = "pass"},
     {

@@ -12,8 +12,16 @@ local stats = require("resty.dlock.gateway.stats")
 function fields(g, reply)
     local header = ngx_.header
     header["RateLimit-Policy"] = g.policy
-    local parts = g.parts
     local items = g.items
+    if #items == 1 then
+        header.RateLimit = items[1] .. str_format(
+            "%d;t=%d",
+            reply[3],
+            math_ceil(reply[4] / 1000)
+        )
+        return
+    end
+    local parts = g.parts
     for i = 1, #items do
         parts[i] = items[i] .. str_format(
             "%d;t=%d",

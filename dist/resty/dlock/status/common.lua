@@ -167,7 +167,9 @@ function ____exports.counters(names)
     for ____, g in lua_ipairs(gateway.guards()) do
         local row = {}
         row.mode = g.mode
-        row.breaker = stats.breakerState(g.dict, g.name)
+        local breaker = stats.breakerState(g.dict, g.name)
+        row.breaker = breaker
+        row.degraded = breaker ~= "closed" and g.onError == "local"
         row.in_flight = stats.gauge(g.dict, g.name, "in_flight")
         for ____, e in lua_ipairs(stats.EVENTS) do
             row[e] = stats.count(g.dict, g.name, e)

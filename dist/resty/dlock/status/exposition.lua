@@ -131,6 +131,8 @@ function ____exports.metrics_text(opts)
     header(lines, "dlock_guard_events_total", "counter", "Gateway guard outcomes since this nginx started.")
     local breakers = {}
     header(breakers, "dlock_guard_breaker_open", "gauge", "1 while the guard's Redis circuit breaker is open.")
+    local degraded = {}
+    header(degraded, "dlock_guard_degraded", "gauge", "1 while the guard decides on this nginx's share, Redis unreachable (on_error = \"local\").")
     local inFlight = {}
     header(inFlight, "dlock_guard_in_flight", "gauge", "Requests the guard let through that have not ended yet.")
     for gname, row in lua_pairs(r.guards) do
@@ -139,9 +141,13 @@ function ____exports.metrics_text(opts)
             lines[#lines + 1] = (((((("dlock_guard_events_total{guard=\"" .. name) .. "\",mode=\"") .. lua_tostring(row.mode)) .. "\",event=\"") .. ev) .. "\"} ") .. lua_tostring(row[ev])
         end
         breakers[#breakers + 1] = (("dlock_guard_breaker_open{guard=\"" .. name) .. "\"} ") .. (row.breaker == "open" and "1" or "0")
+        degraded[#degraded + 1] = (("dlock_guard_degraded{guard=\"" .. name) .. "\"} ") .. (row.degraded == true and "1" or "0")
         inFlight[#inFlight + 1] = (("dlock_guard_in_flight{guard=\"" .. name) .. "\"} ") .. lua_tostring(row.in_flight)
     end
     for ____, l in lua_ipairs(breakers) do
+        lines[#lines + 1] = l
+    end
+    for ____, l in lua_ipairs(degraded) do
         lines[#lines + 1] = l
     end
     for ____, l in lua_ipairs(inFlight) do

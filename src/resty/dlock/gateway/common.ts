@@ -9,7 +9,8 @@ const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 
 /** What a guard's log lines say it does when Redis fails: "refused with 503 (on_error = \"deny\")". */
-export function errorWhat(onError: "allow" | "deny", errorStatus: number): string {
+export function errorWhat(onError: "allow" | "deny" | "local", errorStatus: number): string {
+  if (onError === "local") return "refused with " + lua_tostring(errorStatus) + " (on_error = \"local\": a key error is not Redis failing)";
   return onError === "deny" ? "refused with " + lua_tostring(errorStatus) + " (on_error = \"deny\")"
     : "let through unguarded (on_error = \"allow\")";
 }

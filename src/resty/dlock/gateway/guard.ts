@@ -8,6 +8,7 @@ import * as token from "../core/token";
 import * as shared from "./common";
 import * as inflight from "./inflight";
 import * as keys from "./key";
+import * as lockLocal from "./lock_local";
 import * as stats from "./stats";
 
 const ngx_header = ngx.header;
@@ -61,7 +62,9 @@ export interface Guard {
   /** Read the request body before taking the lease (slow uploads hold no permit). */
   readonly readBody: boolean;
   readonly onMissing: "pass" | "reject";
-  readonly onError: "allow" | "deny";
+  readonly onError: "allow" | "deny" | "local";
+  /** on_error = "local" (concurrency, mutex): this nginx's share while Redis cannot decide. */
+  readonly local: lockLocal.Local | undefined;
   readonly rejectStatus: number;
   readonly missingStatus: number;
   readonly errorStatus: number;
@@ -91,7 +94,11 @@ function reject(g: Guard, status: number, retryAfterMs: number | undefined): nev
   return ngx_exit(status);
 }
 
-function onRedisFailure(g: Guard): void {
+function onRedisFailure(g: Guard, key: string): void {
+  if (g.local !== undefined) {
+    lockLocal.access(g, g.local, key, reject);
+    return;
+  }
   if (g.onError === "allow") {
     incr(g.dict, g.name, "failed_open");
     return;
@@ -118,7 +125,7 @@ const guardMethods = {
         // Not a missing key: on_missing = "pass" must not let it through unguarded.
         incr(this.dict, this.name, "key_errors");
         keys.failed(this.name, kerr, this.errorWhat);
-        if (this.onError === "deny") reject(this, this.errorStatus, undefined);
+        if (this.onError !== "allow") reject(this, this.errorStatus, undefined);
         return;
       }
       incr(this.dict, this.name, "missing_key");
@@ -129,13 +136,13 @@ const guardMethods = {
       return;
     }
     keys.note(this.name, this, true, this.missingWhat);
-    if (stats.breakerOpen(this.dict, this.name)) {
-      incr(this.dict, this.name, "short_circuited");
-      onRedisFailure(this);
-      return;
-    }
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
     const key = hex(sha1_bin(raw));
+    if (stats.breakerOpen(this.dict, this.name) || (this.local !== undefined && !lockLocal.probe(this, this.local))) {
+      incr(this.dict, this.name, "short_circuited");
+      onRedisFailure(this, key);
+      return;
+    }
     // Readers share the key (gateway option shared).
     const reads = this.sharedMethods !== undefined && this.sharedMethods.has(req_get_method());
     let [l, err, retryAfter] = this.locks.acquire(key, reads ? this.sharedTry : this.tryOpts);
@@ -158,7 +165,7 @@ const guardMethods = {
     incr(this.dict, this.name, "redis_errors");
     stats.failure(this.dict, this.name, this.breakerFailures, this.breakerCooldown);
     ngx_log(ERR, "dlock: guard ", this.name, ": ", check.reason(err));
-    onRedisFailure(this);
+    onRedisFailure(this, key);
   },
 
   /**
@@ -168,6 +175,7 @@ const guardMethods = {
    */
   log(this: Guard): void {
     inflight.finish(this);
+    if (this.local !== undefined) lockLocal.finish(this, this.local);
   },
 };
 /** The metatable of every guard of these modes. */

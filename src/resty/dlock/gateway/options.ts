@@ -38,6 +38,8 @@ export const MODES: Mode[] = [
 const LOCKING = ["dedup", "concurrency", "throttle", "mutex"];
 const IDEMPOTENCY = ["idempotency"];
 const RATE = ["rate"];
+/** Lock modes that can fall back on this nginx's share (on_error = "local"). */
+const SHARED_LOCAL = ["concurrency", "mutex"];
 /** Modes that guard with Redis calls per request and a status of their own when refusing. */
 const DECIDING = ["dedup", "concurrency", "throttle", "mutex", "rate"];
 const DAY = 86400000;
@@ -87,7 +89,11 @@ export const SPECS: schema.Spec[] = [
   { name: "methods", kind: "check", check: idem.methods, default: ["POST", "PATCH"], modes: IDEMPOTENCY },
   {
     name: "on_error", kind: "enum", values: ["allow", "deny"], required: true,
-    unit: "\"allow\" (fail open) or \"deny\" (fail closed)", modes: ["dedup", "concurrency", "throttle", "mutex", "idempotency"],
+    unit: "\"allow\" (fail open) or \"deny\" (fail closed)", modes: ["dedup", "throttle", "idempotency"],
+  },
+  {
+    name: "on_error", kind: "enum", values: ["allow", "deny", "local"], required: true, modes: SHARED_LOCAL,
+    unit: "\"allow\" (fail open), \"deny\" (fail closed) or \"local\" (this nginx's share of the permits)",
   },
   {
     name: "on_error", kind: "enum", values: ["allow", "deny", "local"], required: true, modes: RATE,
@@ -101,7 +107,8 @@ export const SPECS: schema.Spec[] = [
   { name: "limits", kind: "check", check: given, doc: "none", modes: RATE },
   { name: "cost", kind: "check", check: given, doc: "1", modes: RATE },
   { name: "ratelimit_headers", kind: "boolean", default: true, modes: RATE },
-  { name: "fleet", kind: "check", check: given, doc: "required there", modes: RATE },
+  // How many nginx share the limit or the permits: checked with on_error (gateway/rate.ts, gateway/lock_local.ts).
+  { name: "fleet", kind: "check", check: given, doc: "required there", modes: ["rate", "concurrency", "mutex"] },
   { name: "on_missing", kind: "enum", values: ["pass", "reject"], default: "pass" },
   // Requests of these methods are readers of the mutex: they share it, and exclude the others.
   { name: "shared", kind: "check", check: methodsShared, doc: "none", modes: ["mutex"] },
@@ -155,7 +162,7 @@ export interface Options {
   readonly key: keys.Template;
   readonly scope: keys.Template | undefined;
   readonly methods: LuaSet<string>;
-  readonly on_error: "allow" | "deny";
+  readonly on_error: "allow" | "deny" | "local";
   readonly on_missing: "pass" | "reject";
   readonly hold: number | undefined;
   readonly renew: boolean | undefined;

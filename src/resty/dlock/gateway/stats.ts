@@ -37,7 +37,7 @@ export const EVENTS = [
   "conflict", // a duplicate of a request still in flight: 409 (or timed out waiting)
   "mismatch", // the key came with another request (method, path, query or body): 422
   "not_stored", // a response not stored: a status not in `store`, over max_body, or the store failed
-  // rate mode, on_error = "local": decided by this nginx's share while Redis could not decide
+  // on_error = "local" (rate, concurrency, mutex): decided by this nginx's share while Redis could not decide
   "local_admitted",
   "local_rejected",
 ] as const;

@@ -194,7 +194,10 @@ export function counters(names: string[]): Report {
   for (const [, g] of lua_ipairs(gateway.guards())) {
     const row = new LuaTable<string, unknown>();
     row.set("mode", g.mode);
-    row.set("breaker", stats.breakerState(g.dict, g.name));
+    const breaker = stats.breakerState(g.dict, g.name);
+    row.set("breaker", breaker);
+    // on_error = "local": deciding on this nginx's share until the breaker closes again (a half-open one waits for its probe).
+    row.set("degraded", breaker !== "closed" && (g as unknown as { readonly onError?: string }).onError === "local");
     row.set("in_flight", stats.gauge(g.dict, g.name, "in_flight"));
     for (const [, e] of lua_ipairs(stats.EVENTS)) {
       row.set(e, stats.count(g.dict, g.name, e));

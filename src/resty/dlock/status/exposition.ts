@@ -90,6 +90,9 @@ export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined
   header(lines, "dlock_guard_events_total", "counter", "Gateway guard outcomes since this nginx started.");
   const breakers: string[] = [];
   header(breakers, "dlock_guard_breaker_open", "gauge", "1 while the guard's Redis circuit breaker is open.");
+  const degraded: string[] = [];
+  header(degraded, "dlock_guard_degraded", "gauge",
+    "1 while the guard decides on this nginx's share, Redis unreachable (on_error = \"local\").");
   const inFlight: string[] = [];
   header(inFlight, "dlock_guard_in_flight", "gauge", "Requests the guard let through that have not ended yet.");
   for (const [gname, row] of lua_pairs(r.guards)) {
@@ -99,9 +102,11 @@ export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined
         lua_tostring(row.get(ev)));
     }
     breakers.push("dlock_guard_breaker_open{guard=\"" + name + "\"} " + (row.get("breaker") === "open" ? "1" : "0"));
+    degraded.push("dlock_guard_degraded{guard=\"" + name + "\"} " + (row.get("degraded") === true ? "1" : "0"));
     inFlight.push("dlock_guard_in_flight{guard=\"" + name + "\"} " + lua_tostring(row.get("in_flight")));
   }
   for (const [, l] of lua_ipairs(breakers)) lines.push(l);
+  for (const [, l] of lua_ipairs(degraded)) lines.push(l);
   for (const [, l] of lua_ipairs(inFlight)) lines.push(l);
   factoryLines(lines, r);
   header(lines, "dlock_unrecorded_leases_total", "counter", "Leases this nginx could not record in the shared dict (it was full).");

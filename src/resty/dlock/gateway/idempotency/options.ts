@@ -184,7 +184,7 @@ export function parse(
   const leaseStore: lease.Store = { dict, redis: conf, prefix, ttl: leaseMs, wait: 0, meter: meter.make(dict, name) };
   const f: Fields = {
     name, mode: "idempotency" as const, dict, key: o.key, scope: o.scope, methods: o.methods, onMissing: o.on_missing,
-    onError: o.on_error, ttl: o.ttl, lease: leaseMs, wait: o.wait!, maxBody: o.max_body, maxRequestBody: o.max_request_body,
+    onError: o.on_error as "allow" | "deny", ttl: o.ttl, lease: leaseMs, wait: o.wait!, maxBody: o.max_body, maxRequestBody: o.max_request_body,
     store: o.store, skip: o.store_headers,
     missingWhat: o.on_missing === "reject" ? "refused with 400 (on_missing = \"reject\")" : "let through unguarded (on_missing = \"pass\")",
     errorWhat: common.errorWhat(o.on_error, o.error_status),

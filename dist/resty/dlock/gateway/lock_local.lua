@@ -1,0 +1,192 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local check = require("resty.dlock.core.check")
+local request = require("resty.dlock.gateway.request")
+local stats = require("resty.dlock.gateway.stats")
+local ngx_now = ngx.now
+local ngx_sleep = ngx.sleep
+local ngx_update_time = ngx.update_time
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local lua_pairs = pairs
+local lua_tostring = tostring
+local math_max = math.max
+local math_min = math.min
+local math_floor = math.floor
+local incr = stats.incr
+local ngx_ = ngx
+--- The guards of this nginx with a local share (gateway.log() ends their slots too).
+local withLocal = {}
+--- Note a guard made with a local share.
+function ____exports.register(g)
+    withLocal[#withLocal + 1] = g
+end
+--- Entries of `held` before the dead ones are swept.
+local SWEEP = 256
+--- The local share of a guard of mode `mode` with `permits`, for `fleet` nginx; nil and the error for a bad fleet.
+function ____exports.create(mode, permits, fleet, name, ttlMs, callMs)
+    local n, err = check.integer(
+        "fleet",
+        fleet,
+        1,
+        10000,
+        ("a positive integer with on_error = \"local\" (how many nginx share the " .. (mode == "mutex" and "lock" or "permits")) .. ")"
+    )
+    if n == nil then
+        return nil, err
+    end
+    local share = mode == "mutex" and 1 or math_max(
+        1,
+        math_floor(permits / n)
+    )
+    return {
+        share = share,
+        prefix = ("ll:" .. name) .. ":",
+        ttl = ttlMs / 1000,
+        probeFor = callMs / 1000 + 0.1,
+        held = {},
+        count = 0
+    }, nil
+end
+--- Free the slots of requests of this worker that ended without log().
+local function sweep(g, l)
+    for k, h in lua_pairs(l.held) do
+        if not request.alive(h.anchor) then
+            g.dict:delete(h.slot)
+            l.held[k] = nil
+            l.count = l.count - 1
+        end
+    end
+end
+--- A free slot of hashed key k, taken; nil when all `share` are held.
+local function take(g, l, k)
+    for i = 1, l.share do
+        local slot = ((l.prefix .. k) .. ":") .. lua_tostring(i)
+        local ok = g.dict:add(slot, true, l.ttl)
+        if ok == true then
+            return slot
+        end
+    end
+    return nil
+end
+--- Decide for hashed key k on this nginx alone: let the request through holding
+-- a slot (released by finish()), or refuse it with the guard's reject_status
+-- once `wait` ran out.
+function ____exports.access(g, l, k, refuse)
+    local a = request.anchor()
+    local ____temp_0
+    if a == nil then
+        ____temp_0 = nil
+    else
+        ____temp_0 = a.id
+    end
+    local rid = ____temp_0
+    if rid ~= nil then
+        local h = l.held[rid]
+        if h ~= nil and request.alive(h.anchor) then
+            return
+        end
+    end
+    if l.count >= SWEEP then
+        sweep(g, l)
+    end
+    local slot = take(g, l, k)
+    if slot == nil and g.wait > 0 then
+        ngx_update_time()
+        local deadline = ngx_now() + g.wait / 1000
+        local nap = 0.005
+        while slot == nil do
+            local left = deadline - ngx_now()
+            if left <= 0 then
+                break
+            end
+            ngx_sleep(math_min(nap, left))
+            nap = math_min(nap * 2, 0.05)
+            ngx_update_time()
+            slot = take(g, l, k)
+        end
+    end
+    if slot == nil then
+        incr(g.dict, g.name, "local_rejected")
+        refuse(g, g.rejectStatus, nil)
+        return
+    end
+    incr(g.dict, g.name, "local_admitted")
+    if a ~= nil then
+        local old = l.held[a.id]
+        if old == nil then
+            l.count = l.count + 1
+        else
+            g.dict:delete(old.slot)
+        end
+        l.held[a.id] = {anchor = a, slot = slot}
+    end
+end
+--- In log(): give back the slot this request took locally, if any.
+function ____exports.finish(g, l)
+    if l.count == 0 then
+        return
+    end
+    local rid = request.id()
+    if rid == nil then
+        return
+    end
+    local h = l.held[rid]
+    if h == nil then
+        return
+    end
+    g.dict:delete(h.slot)
+    l.held[rid] = nil
+    l.count = l.count - 1
+end
+--- gateway.log(): give back what the request took locally from any guard.
+function ____exports.finishAll()
+    for i = 1, #withLocal do
+        local g = withLocal[i]
+        ____exports.finish(g, g["local"])
+    end
+end
+--- In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again.
+local function probeRedis(premature, g)
+    if premature then
+        return
+    end
+    local lease, err = g.locks:acquire("dlock-probe", g.tryOpts)
+    if lease == nil and err ~= "busy" and err ~= "timeout" then
+        stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown)
+        ngx_log(
+            ERR,
+            "dlock: guard ",
+            g.name,
+            ": ",
+            check.reason(err)
+        )
+        return
+    end
+    if lease ~= nil then
+        lease:release()
+    end
+    stats.success(g.dict, g.name)
+end
+--- After the cool-down (half open): may this request ask Redis? Not until a
+-- probe in a timer of this nginx found Redis back (one at a time).
+function ____exports.probe(g, l)
+    if stats.breakerState(g.dict, g.name) ~= "half_open" then
+        return true
+    end
+    local first = g.dict:add("b:probe:" .. g.name, true, l.probeFor)
+    if first == true then
+        local ok, err = ngx_.timer.at(0, probeRedis, g)
+        if ok == nil then
+            ngx_log(
+                ERR,
+                "dlock: guard ",
+                g.name,
+                ": cannot start a timer to probe Redis: ",
+                err
+            )
+        end
+    end
+    return false
+end
+return ____exports

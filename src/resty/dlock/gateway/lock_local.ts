@@ -1,0 +1,192 @@
+// The bounded fallback of concurrency and mutex guards (on_error = "local"):
+// while Redis cannot decide (a call failed, or the breaker is open), each nginx
+// lets through at most its share of the key's permits at once, counted in its
+// shared dict: permits / fleet (at least 1) for concurrency, one request at a
+// time for mutex (a reader of `shared` methods too: no shared mode locally).
+// With the fleet stated right, the fleet together holds no more than the
+// permits (plus what the rounding up to 1 adds when permits < fleet; a mutex
+// is one per nginx: `fleet` at once over the fleet).
+//
+// A share is `share` slots per key in the dict, "ll:<guard>:<key>:<i>", each
+// taken with add() (atomic across workers) and deleted when the request ends
+// (the guard's log(), or, for a request that ended without it, the next
+// access() of this worker that sweeps). A slot also expires after the guard's
+// ttl, not renewed: a request longer than the ttl loses its slot. Waiting
+// (`wait`) polls the slots, 5 to 50 ms apart, until the wait runs out.
+//
+// After the breaker's cool-down no request asks Redis until a probe in a timer
+// of this nginx (an acquire and release of a key of its own) found Redis back:
+// meanwhile requests keep deciding locally, none waits on a Redis that may
+// still be gone. What was taken locally is not carried over to Redis.
+
+import * as check from "../core/check";
+import type * as guard from "./guard";
+import * as request from "./request";
+import * as stats from "./stats";
+
+const ngx_now = ngx.now;
+const ngx_sleep = ngx.sleep;
+const ngx_update_time = ngx.update_time;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const lua_pairs = pairs;
+const lua_tostring = tostring;
+const math_max = math.max;
+const math_min = math.min;
+const math_floor = math.floor;
+const incr = stats.incr;
+const ngx_ = ngx;
+
+/** A slot this worker's request holds. */
+interface Held {
+  readonly anchor: request.Anchor;
+  readonly slot: string;
+}
+
+/** A guard's local share, with what this worker's requests hold of it. */
+export interface Local {
+  /** Slots per key on this nginx. */
+  readonly share: number;
+  /** Dict key prefix of the slots: "ll:<guard>:". */
+  readonly prefix: string;
+  /** Seconds a slot lasts at most (the guard's ttl). */
+  readonly ttl: number;
+  /** Seconds one probe of a half-open breaker has before another may start. */
+  readonly probeFor: number;
+  /** Per worker, by request id. */
+  readonly held: LuaTable<number, Held>;
+  count: number;
+}
+
+/** The guards of this nginx with a local share (gateway.log() ends their slots too). */
+const withLocal: guard.Guard[] = [];
+
+/** Note a guard made with a local share. */
+export function register(g: guard.Guard): void {
+  withLocal.push(g);
+}
+
+/** Entries of `held` before the dead ones are swept. */
+const SWEEP = 256;
+
+/** The local share of a guard of mode `mode` with `permits`, for `fleet` nginx; nil and the error for a bad fleet. */
+export function create(mode: string, permits: number, fleet: unknown, name: string, ttlMs: number, callMs: number): LuaMultiReturn<[Local | undefined, string | undefined]> {
+  const [n, err] = check.integer("fleet", fleet, 1, 10000,
+    "a positive integer with on_error = \"local\" (how many nginx share the " + (mode === "mutex" ? "lock" : "permits") + ")");
+  if (n === undefined) return $multi(undefined, err);
+  const share = mode === "mutex" ? 1 : math_max(1, math_floor(permits / n));
+  return $multi({
+    share, prefix: "ll:" + name + ":", ttl: ttlMs / 1000, probeFor: callMs / 1000 + 0.1,
+    held: new LuaTable<number, Held>(), count: 0,
+  }, undefined);
+}
+
+/** Free the slots of requests of this worker that ended without log(). */
+function sweep(g: guard.Guard, l: Local): void {
+  for (const [k, h] of lua_pairs(l.held)) {
+    if (!request.alive(h.anchor)) {
+      g.dict.delete(h.slot);
+      l.held.set(k, undefined as unknown as Held);
+      l.count--;
+    }
+  }
+}
+
+/** A free slot of hashed key k, taken; nil when all `share` are held. */
+function take(g: guard.Guard, l: Local, k: string): string | undefined {
+  for (const i of $range(1, l.share)) {
+    const slot = l.prefix + k + ":" + lua_tostring(i);
+    const [ok] = g.dict.add(slot, true, l.ttl);
+    if (ok === true) return slot;
+  }
+  return undefined;
+}
+
+/**
+ * Decide for hashed key k on this nginx alone: let the request through holding
+ * a slot (released by finish()), or refuse it with the guard's reject_status
+ * once `wait` ran out.
+ */
+export function access(g: guard.Guard, l: Local, k: string, refuse: (this: void, g: guard.Guard, status: number, retryAfterMs: number | undefined) => void): void {
+  const a = request.anchor();
+  const rid = a === undefined ? undefined : a.id;
+  if (rid !== undefined) {
+    const h = l.held.get(rid);
+    // Back through an internal redirect: it holds its slot already.
+    if (h !== undefined && request.alive(h.anchor)) return;
+  }
+  if (l.count >= SWEEP) sweep(g, l);
+  let slot = take(g, l, k);
+  if (slot === undefined && g.wait > 0) {
+    ngx_update_time();
+    const deadline = ngx_now() + g.wait / 1000;
+    let nap = 0.005;
+    while (slot === undefined) {
+      const left = deadline - ngx_now();
+      if (left <= 0) break;
+      ngx_sleep(math_min(nap, left));
+      nap = math_min(nap * 2, 0.05);
+      ngx_update_time();
+      slot = take(g, l, k);
+    }
+  }
+  if (slot === undefined) {
+    incr(g.dict, g.name, "local_rejected");
+    refuse(g, g.rejectStatus, undefined);
+    return;
+  }
+  incr(g.dict, g.name, "local_admitted");
+  if (a !== undefined) {
+    const old = l.held.get(a.id);
+    if (old === undefined) l.count++;
+    else g.dict.delete(old.slot);
+    l.held.set(a.id, { anchor: a, slot });
+  }
+}
+
+/** In log(): give back the slot this request took locally, if any. */
+export function finish(g: guard.Guard, l: Local): void {
+  if (l.count === 0) return;
+  const rid = request.id();
+  if (rid === undefined) return;
+  const h = l.held.get(rid);
+  if (h === undefined) return;
+  g.dict.delete(h.slot);
+  l.held.set(rid, undefined as unknown as Held);
+  l.count--;
+}
+
+/** gateway.log(): give back what the request took locally from any guard. */
+export function finishAll(): void {
+  for (const i of $range(1, withLocal.length)) {
+    const g = withLocal[i - 1]!;
+    finish(g, g.local!);
+  }
+}
+
+/** In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again. */
+function probeRedis(this: void, premature: boolean, g: guard.Guard): void {
+  if (premature) return;
+  const [lease, err] = g.locks.acquire("dlock-probe", g.tryOpts);
+  if (lease === undefined && err !== "busy" && err !== "timeout") {
+    stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
+    ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
+    return;
+  }
+  if (lease !== undefined) lease.release();
+  stats.success(g.dict, g.name);
+}
+
+/**
+ * After the cool-down (half open): may this request ask Redis? Not until a
+ * probe in a timer of this nginx found Redis back (one at a time).
+ */
+export function probe(g: guard.Guard, l: Local): boolean {
+  if (stats.breakerState(g.dict, g.name) !== "half_open") return true;
+  const [first] = g.dict.add("b:probe:" + g.name, true, l.probeFor);
+  if (first === true) {
+    const [ok, err] = ngx_.timer.at(0, probeRedis, g);
+    if (ok === undefined) ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
+  }
+  return false;
+}

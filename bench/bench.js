@@ -345,7 +345,7 @@ async function main() {
     { id: "rate_api", name: "resty.dlock.rate incoming(key, true), the Lua API", url: `http://127.0.0.1:${httpPort}/rate-api`, server: () => nginxPids() },
     { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: () => nginxPids() },
     { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: () => nginxPids() },
-    // 1c. Several keys per request (distinct per request): acquire_all against the same keys one by one.
+    // 1d. Several keys per request (distinct per request): acquire_all against the same keys one by one.
     { id: "multi2", multi: 2, name: "resty.dlock acquire_all of 2 keys + release", url: `http://127.0.0.1:${httpPort}/multi?n=2`, server: () => nginxPids() },
     { id: "each2", multi: 2, name: "resty.dlock 2 keys acquired and released one by one", url: `http://127.0.0.1:${httpPort}/each?n=2`, server: () => nginxPids() },
     { id: "multi8", multi: 8, name: "resty.dlock acquire_all of 8 keys + release", url: `http://127.0.0.1:${httpPort}/multi?n=8`, server: () => nginxPids() },
@@ -457,7 +457,7 @@ async function main() {
       };
     };
     throughput = lines.filter((l) => !l.topo && !l.multi && wanted(l)).map(summary);
-    // 1c. acquire_all of n keys against n acquires one by one: round trips (a script call each, in sequence) and the ratio of req/s.
+    // 1d. acquire_all of n keys against n acquires one by one: round trips (a script call each, in sequence) and the ratio of req/s.
     multikey = [2, 8].filter((n) => lines.some((l) => l.id === "multi" + n && wanted(l)) && lines.some((l) => l.id === "each" + n && wanted(l)))
       .map((n) => {
         const all = summary(lines.find((l) => l.id === "multi" + n)), each = summary(lines.find((l) => l.id === "each" + n));
@@ -637,7 +637,7 @@ function report(r) {
     t.push("");
   }
   if ((r.multikey || []).length) {
-    t.push("## 1c. Several keys per request: acquire_all against acquiring them one by one (uncontended, distinct keys per request)");
+    t.push("## 1d. Several keys per request: acquire_all against acquiring them one by one (uncontended, distinct keys per request)");
     t.push("");
     t.push("acquire_all takes the keys in one script call and releases them in another; one by one, each acquire and each release is a " +
       "call of its own, in sequence. Round trips per request by construction; Redis cmds/req measured (a script call counts once).");

@@ -14,7 +14,6 @@ local math_max = math.max
 local math_min = math.min
 local math_floor = math.floor
 local incr = stats.incr
-local ngx_ = ngx
 --- The guards of this nginx with a local share (gateway.log() ends their slots too).
 local withLocal = {}
 --- Note a guard made with a local share.
@@ -171,22 +170,6 @@ end
 --- After the cool-down (half open): may this request ask Redis? Not until a
 -- probe in a timer of this nginx found Redis back (one at a time).
 function ____exports.probe(g, l)
-    if stats.breakerState(g.dict, g.name) ~= "half_open" then
-        return true
-    end
-    local first = g.dict:add("b:probe:" .. g.name, true, l.probeFor)
-    if first == true then
-        local ok, err = ngx_.timer.at(0, probeRedis, g)
-        if ok == nil then
-            ngx_log(
-                ERR,
-                "dlock: guard ",
-                g.name,
-                ": cannot start a timer to probe Redis: ",
-                err
-            )
-        end
-    end
-    return false
+    return stats.probed(g, l.probeFor, probeRedis)
 end
 return ____exports

@@ -10,7 +10,6 @@ local math_max = math.max
 local str_format = string.format
 local ngx_log = ngx.log
 local ERR = ngx.ERR
-local ngx_ = ngx
 --- The shares of guard `name`'s limits on one nginx of `fleet`.
 function ____exports.shares(ls, fleet, name)
     local out = {}
@@ -97,22 +96,6 @@ end
 -- (one at a time, for up to a call's timeouts): meanwhile requests keep
 -- deciding locally, none waits on a Redis that may still be gone.
 function ____exports.probe(g)
-    if stats.breakerState(g.dict, g.name) ~= "half_open" then
-        return true
-    end
-    local first = g.dict:add("b:probe:" .. g.name, true, g.probeFor)
-    if first == true then
-        local ok, err = ngx_.timer.at(0, probeRedis, g)
-        if ok == nil then
-            ngx_log(
-                ERR,
-                "dlock: guard ",
-                g.name,
-                ": cannot start a timer to probe Redis: ",
-                err
-            )
-        end
-    end
-    return false
+    return stats.probed(g, g.probeFor, probeRedis)
 end
 return ____exports

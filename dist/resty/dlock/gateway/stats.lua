@@ -3,6 +3,7 @@ local ____exports = {}
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local NOTICE = ngx.NOTICE
+local ngx_ = ngx
 local lua_type = type
 --- Every event a guard counts, in the order status pages list them.
 ____exports.EVENTS = {
@@ -73,6 +74,29 @@ function ____exports.breakerState(dict, guard)
         return "half_open"
     end
     return "closed"
+end
+--- With on_error = "local", after the cool-down (half open): may this request
+-- ask Redis? Not until `probe`, run in a timer of this nginx (one at a time,
+-- for up to probeFor seconds), has found Redis back: meanwhile requests keep
+-- deciding locally, none waits on a Redis that may still be gone.
+function ____exports.probed(g, probeFor, probe)
+    if ____exports.breakerState(g.dict, g.name) ~= "half_open" then
+        return true
+    end
+    local first = g.dict:add("b:probe:" .. g.name, true, probeFor)
+    if first == true then
+        local ok, err = ngx_.timer.at(0, probe, g)
+        if ok == nil then
+            ngx_log(
+                ERR,
+                "dlock: guard ",
+                g.name,
+                ": cannot start a timer to probe Redis: ",
+                err
+            )
+        end
+    end
+    return false
 end
 function ____exports.breakerOpen(dict, guard)
     return (dict:get(keys(guard).open)) ~= nil

@@ -35,7 +35,6 @@ const math_max = math.max;
 const math_min = math.min;
 const math_floor = math.floor;
 const incr = stats.incr;
-const ngx_ = ngx;
 
 /** A slot this worker's request holds. */
 interface Held {
@@ -182,11 +181,5 @@ function probeRedis(this: void, premature: boolean, g: guard.Guard): void {
  * probe in a timer of this nginx found Redis back (one at a time).
  */
 export function probe(g: guard.Guard, l: Local): boolean {
-  if (stats.breakerState(g.dict, g.name) !== "half_open") return true;
-  const [first] = g.dict.add("b:probe:" + g.name, true, l.probeFor);
-  if (first === true) {
-    const [ok, err] = ngx_.timer.at(0, probeRedis, g);
-    if (ok === undefined) ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
-  }
-  return false;
+  return stats.probed(g, l.probeFor, probeRedis);
 }

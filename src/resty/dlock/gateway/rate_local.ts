@@ -26,7 +26,6 @@ const math_max = math.max;
 const str_format = string.format;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
-const ngx_ = ngx;
 
 /** A limit's share on this nginx: its interval (us), its capacity (interval x burst share), its dict keys' prefix. */
 export interface Share {
@@ -103,11 +102,5 @@ function probeRedis(this: void, premature: boolean, g: rate.Guard): void {
  * deciding locally, none waits on a Redis that may still be gone.
  */
 export function probe(g: rate.Guard): boolean {
-  if (stats.breakerState(g.dict, g.name) !== "half_open") return true;
-  const [first] = g.dict.add("b:probe:" + g.name, true, g.probeFor);
-  if (first === true) {
-    const [ok, err] = ngx_.timer.at(0, probeRedis, g);
-    if (ok === undefined) ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
-  }
-  return false;
+  return stats.probed(g, g.probeFor, probeRedis);
 }

@@ -12,6 +12,8 @@
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const NOTICE = ngx.NOTICE;
+// Read per call: timers are made in the request that needs one.
+const ngx_ = ngx;
 const lua_type = type;
 
 /** Every event a guard counts, in the order status pages list them. */
@@ -94,6 +96,24 @@ export function breakerState(dict: NgxSharedDict, guard: string): BreakerState {
   if (dict.get(k.open)[0] !== undefined) return "open";
   if (dict.get(k.fail)[0] === HALF) return "half_open";
   return "closed";
+}
+
+/**
+ * With on_error = "local", after the cool-down (half open): may this request
+ * ask Redis? Not until `probe`, run in a timer of this nginx (one at a time,
+ * for up to probeFor seconds), has found Redis back: meanwhile requests keep
+ * deciding locally, none waits on a Redis that may still be gone.
+ */
+export function probed<G extends { readonly dict: NgxSharedDict; readonly name: string }>(
+  g: G, probeFor: number, probe: (this: void, premature: boolean, g: G) => void,
+): boolean {
+  if (breakerState(g.dict, g.name) !== "half_open") return true;
+  const [first] = g.dict.add("b:probe:" + g.name, true, probeFor);
+  if (first === true) {
+    const [ok, err] = ngx_.timer.at(0, probe, g);
+    if (ok === undefined) ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
+  }
+  return false;
 }
 
 export function breakerOpen(dict: NgxSharedDict, guard: string): boolean {

@@ -5,6 +5,11 @@ local lua_tostring = tostring
 local get_phase = ngx.get_phase
 local ngx_log = ngx.log
 local ERR = ngx.ERR
+local ngx_header = ngx.header
+local ngx_exit = ngx.exit
+local math_max = math.max
+local math_ceil = math.ceil
+local lua_pairs = pairs
 --- What a guard's log lines say it does when Redis fails: "refused with 503 (on_error = \"deny\")".
 function ____exports.errorWhat(onError, errorStatus)
     if onError == "local" then
@@ -36,5 +41,21 @@ function ____exports.decides(name)
         )
     end
     return false
+end
+--- End the request with a guard's refusal: Retry-After (whole seconds, at least
+-- 1) when the wait is known, and the guard's extra headers.
+function ____exports.refuse(headers, status, retryAfterMs)
+    if retryAfterMs ~= nil then
+        ngx_header["Retry-After"] = math_max(
+            1,
+            math_ceil(retryAfterMs / 1000)
+        )
+    end
+    if headers ~= nil then
+        for k, v in lua_pairs(headers) do
+            ngx_header[k] = v
+        end
+    end
+    return ngx_exit(status)
 end
 return ____exports

@@ -7,31 +7,15 @@ local inflight = require("resty.dlock.gateway.inflight")
 local keys = require("resty.dlock.gateway.key")
 local lockLocal = require("resty.dlock.gateway.lock_local")
 local stats = require("resty.dlock.gateway.stats")
-local ngx_header = ngx.header
-local ngx_exit = ngx.exit
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local read_body = ngx.req.read_body
 local sha1_bin = ngx.sha1_bin
-local math_max = math.max
-local math_ceil = math.ceil
 local hex = token.hex
 local incr = stats.incr
-local lua_pairs = pairs
 local req_get_method = ngx.req.get_method
 local function reject(g, status, retryAfterMs)
-    if retryAfterMs ~= nil then
-        ngx_header["Retry-After"] = math_max(
-            1,
-            math_ceil(retryAfterMs / 1000)
-        )
-    end
-    if g.headers ~= nil then
-        for k, v in lua_pairs(g.headers) do
-            ngx_header[k] = v
-        end
-    end
-    return ngx_exit(status)
+    return shared.refuse(g.headers, status, retryAfterMs)
 end
 local function onRedisFailure(g, key)
     if g["local"] ~= nil then

@@ -35,7 +35,6 @@ local decide = core.decide
 str_format = string.format
 tbl_concat = table.concat
 math_ceil = math.ceil
-local math_max = math.max
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local sha1_bin = ngx.sha1_bin
@@ -50,19 +49,7 @@ local incr = stats.incr
 --- Entries of `seen` before the dead ones are swept.
 local SEEN_SWEEP = 1000
 local function finish(g, status, retryAfterMs)
-    local header = ngx_.header
-    if retryAfterMs ~= nil then
-        header["Retry-After"] = math_max(
-            1,
-            math_ceil(retryAfterMs / 1000)
-        )
-    end
-    if g.headers ~= nil then
-        for k, v in lua_pairs(g.headers) do
-            header[k] = v
-        end
-    end
-    return ngx_.exit(status)
+    return shared.refuse(g.headers, status, retryAfterMs)
 end
 local function onRedisFailure(g, k)
     if g.shares ~= nil then

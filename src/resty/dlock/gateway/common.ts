@@ -7,6 +7,11 @@ const lua_tostring = tostring;
 const get_phase = ngx.get_phase;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
+const ngx_header = ngx.header;
+const ngx_exit = ngx.exit;
+const math_max = math.max;
+const math_ceil = math.ceil;
+const lua_pairs = pairs;
 
 /** What a guard's log lines say it does when Redis fails: "refused with 503 (on_error = \"deny\")". */
 export function errorWhat(onError: "allow" | "deny" | "local", errorStatus: number): string {
@@ -35,4 +40,16 @@ export function decides(name: string): boolean {
       " phase, where it can refuse nothing: call it from access_by_lua or rewrite_by_lua");
   }
   return false;
+}
+
+/**
+ * End the request with a guard's refusal: Retry-After (whole seconds, at least
+ * 1) when the wait is known, and the guard's extra headers.
+ */
+export function refuse(headers: LuaTable<string, string> | undefined, status: number, retryAfterMs: number | undefined): never {
+  if (retryAfterMs !== undefined) ngx_header.set("Retry-After", math_max(1, math_ceil(retryAfterMs / 1000)));
+  if (headers !== undefined) {
+    for (const [k, v] of lua_pairs(headers)) ngx_header.set(k, v);
+  }
+  return ngx_exit(status);
 }

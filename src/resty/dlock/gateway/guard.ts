@@ -11,17 +11,12 @@ import * as keys from "./key";
 import * as lockLocal from "./lock_local";
 import * as stats from "./stats";
 
-const ngx_header = ngx.header;
-const ngx_exit = ngx.exit;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const read_body = ngx.req.read_body;
 const sha1_bin = ngx.sha1_bin;
-const math_max = math.max;
-const math_ceil = math.ceil;
 const hex = token.hex;
 const incr = stats.incr;
-const lua_pairs = pairs;
 // Read per request by mutex guards with shared methods (readers).
 const req_get_method = ngx.req.get_method;
 
@@ -83,15 +78,7 @@ export interface Guard {
 }
 
 function reject(g: Guard, status: number, retryAfterMs: number | undefined): never {
-  if (retryAfterMs !== undefined) {
-    ngx_header.set("Retry-After", math_max(1, math_ceil(retryAfterMs / 1000)));
-  }
-  if (g.headers !== undefined) {
-    for (const [k, v] of lua_pairs(g.headers)) {
-      ngx_header.set(k, v);
-    }
-  }
-  return ngx_exit(status);
+  return shared.refuse(g.headers, status, retryAfterMs);
 }
 
 function onRedisFailure(g: Guard, key: string): void {

@@ -32,7 +32,6 @@ const decide = core.decide;
 const str_format = string.format;
 const tbl_concat = table.concat;
 const math_ceil = math.ceil;
-const math_max = math.max;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const sha1_bin = ngx.sha1_bin;
@@ -86,12 +85,7 @@ export interface Guard {
 const SEEN_SWEEP = 1000;
 
 function finish(g: Guard, status: number, retryAfterMs: number | undefined): never {
-  const header = ngx_.header;
-  if (retryAfterMs !== undefined) header.set("Retry-After", math_max(1, math_ceil(retryAfterMs / 1000)));
-  if (g.headers !== undefined) {
-    for (const [k, v] of lua_pairs(g.headers)) header.set(k, v);
-  }
-  return ngx_.exit(status);
+  return shared.refuse(g.headers, status, retryAfterMs);
 }
 
 function onRedisFailure(g: Guard, k: string): void {

@@ -4,6 +4,7 @@ local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
 local batch = require("resty.dlock.core.batch")
 local lease = require("resty.dlock.core.lease")
+local keyorder = require("resty.dlock.core.keyorder")
 local meter = require("resty.dlock.core.meter")
 local multilease = require("resty.dlock.core.multilease")
 local multiquorum = require("resty.dlock.redis.multiquorum")
@@ -19,9 +20,7 @@ local ngx_update_time = ngx.update_time
 local lua_pairs = pairs
 local lua_tostring = tostring
 local lua_unpack = unpack
-local table_sort = table.sort
 local math_min = math.min
-local hashed = scripts.hashed
 local queueKey = scripts.queueKey
 local fenceKey = backend.fenceKey
 local REENTRANT = "dlock: acquire_all is refused by reentrant factories (reentrant = true): a set is never nested, " .. "and a key of it the caller already held would wait for itself"
@@ -157,35 +156,6 @@ local function giveBack(p)
         batch.releaseAll(list)
     end
 end
-local function byRkey(a, b)
-    return a[1] < b[1]
-end
---- The keys' indexes sorted by Redis key: the one order every caller takes keys in.
-local function sorted(rkeys)
-    local pairsOf = {}
-    for i = 1, #rkeys do
-        pairsOf[i] = {rkeys[i], i}
-    end
-    table_sort(pairsOf, byRkey)
-    local order = {}
-    for i = 1, #pairsOf do
-        order[i] = pairsOf[i][2]
-    end
-    return order
-end
---- Cluster keys of more than one slot: the order to take them in (sorted by Redis key); nil when one call can take them all.
-local function orderOf(store, rkeys)
-    if not store.redis.slotted then
-        return nil
-    end
-    local h = hashed(rkeys[1])
-    for i = 2, #rkeys do
-        if hashed(rkeys[i]) ~= h then
-            return sorted(rkeys)
-        end
-    end
-    return nil
-end
 --- The set's lease, from the plan's parts.
 local function leaseOf(p)
     local parts = {}
@@ -209,7 +179,7 @@ end
 -- line, holding those before it: true once all are held; false, why
 -- (timeout, an error) and retry_after otherwise (what is held stays in the plan).
 local function inOrder(p, deadline)
-    local order = p.order or sorted(p.rkeys)
+    local order = p.order or keyorder.sorted(p.rkeys)
     for k = 1, #order do
         local i = order[k]
         ngx_update_time()
@@ -332,7 +302,7 @@ function ____exports.acquireAll(f, keys, opts)
         kind = f._kind,
         keys = list,
         rkeys = rkeys,
-        order = orderOf(store, rkeys),
+        order = keyorder.of(store.redis.slotted, rkeys),
         tok = tok,
         ttl = ttlOrErr,
         parts = {},

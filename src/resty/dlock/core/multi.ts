@@ -29,6 +29,7 @@ import * as acquire from "./acquire";
 import * as backend from "../redis/backend";
 import * as batch from "./batch";
 import * as lease from "./lease";
+import * as keyorder from "./keyorder";
 import * as meter from "./meter";
 import * as multilease from "./multilease";
 import * as multiquorum from "../redis/multiquorum";
@@ -50,9 +51,7 @@ const ngx_update_time = ngx.update_time;
 const lua_pairs = pairs;
 const lua_tostring = tostring;
 const lua_unpack = unpack as (this: void, t: (string | number)[]) => LuaMultiReturn<(string | number)[]>;
-const table_sort = table.sort;
 const math_min = math.min;
-const hashed = scripts.hashed;
 const queueKey = scripts.queueKey;
 const fenceKey = backend.fenceKey;
 type MultiLease = multilease.MultiLease;
@@ -167,30 +166,6 @@ function giveBack(p: Plan): void {
   if (list.length > 0) batch.releaseAll(list);
 }
 
-function byRkey(this: void, a: [string, number], b: [string, number]): boolean {
-  return a[0] < b[0];
-}
-
-/** The keys' indexes sorted by Redis key: the one order every caller takes keys in. */
-function sorted(rkeys: string[]): number[] {
-  const pairsOf: [string, number][] = [];
-  for (const i of $range(1, rkeys.length)) pairsOf[i - 1] = [rkeys[i - 1]!, i];
-  table_sort(pairsOf, byRkey);
-  const order: number[] = [];
-  for (const i of $range(1, pairsOf.length)) order[i - 1] = pairsOf[i - 1]![1];
-  return order;
-}
-
-/** Cluster keys of more than one slot: the order to take them in (sorted by Redis key); nil when one call can take them all. */
-function orderOf(store: Store, rkeys: string[]): number[] | undefined {
-  if (!store.redis.slotted) return undefined;
-  const h = hashed(rkeys[0]!);
-  for (const i of $range(2, rkeys.length)) {
-    if (hashed(rkeys[i - 1]!) !== h) return sorted(rkeys);
-  }
-  return undefined;
-}
-
 /** The set's lease, from the plan's parts. */
 function leaseOf(p: Plan): MultiLease {
   const parts: Lease[] = [];
@@ -211,7 +186,7 @@ type Waited = LuaMultiReturn<[boolean, string | undefined, number | undefined]>;
  * (timeout, an error) and retry_after otherwise (what is held stays in the plan).
  */
 function inOrder(p: Plan, deadline: number): Waited {
-  const order = p.order ?? sorted(p.rkeys);
+  const order = p.order ?? keyorder.sorted(p.rkeys);
   for (const k of $range(1, order.length)) {
     const i = order[k - 1]!;
     ngx_update_time();
@@ -302,7 +277,7 @@ export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAll
   const rkeys: string[] = [];
   for (const i of $range(1, list.length)) rkeys[i - 1] = store.prefix + list[i - 1]!;
   const p: Plan = {
-    store, kind: f._kind, keys: list, rkeys, order: orderOf(store, rkeys), tok, ttl: ttlOrErr as number,
+    store, kind: f._kind, keys: list, rkeys, order: keyorder.of(store.redis.slotted, rkeys), tok, ttl: ttlOrErr as number,
     parts: new LuaTable(), fences: new LuaTable(),
   };
   const [m, err, retryAfter] = takeAll(p, wait);

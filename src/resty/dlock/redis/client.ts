@@ -1,7 +1,5 @@
-// The `redis` option table: what a factory's Redis is and how to reach it
-// (a RedisConf), and the client library. Connections are made in
-// connection.ts; the backend that serves a configuration is chosen once, in
-// backend.ts.
+// The `redis` option table: what a factory's Redis is and how to reach it (a RedisConf),
+// and the client library. Connections: connection.ts; the backend, once: backend.ts.
 
 import type { Backend } from "./backend";
 import * as check from "../core/check";
@@ -22,9 +20,7 @@ function loadClient(this: void): RestyRedisModule | undefined {
   for (const i of $range(1, names.length)) {
     const name = names[i - 1]!;
     const [ok, mod] = lua_pcall(lua_require, name);
-    if (ok && lua_type(mod) === "table") {
-      return mod as RestyRedisModule;
-    }
+    if (ok && lua_type(mod) === "table") return mod as RestyRedisModule;
   }
   return undefined;
 }

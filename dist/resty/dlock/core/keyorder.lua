@@ -1,0 +1,35 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local scripts = require("resty.dlock.redis.scripts")
+local table_sort = table.sort
+local hashed = scripts.hashed
+local function byRkey(a, b)
+    return a[1] < b[1]
+end
+--- The keys' indexes sorted by Redis key.
+function ____exports.sorted(rkeys)
+    local pairsOf = {}
+    for i = 1, #rkeys do
+        pairsOf[i] = {rkeys[i], i}
+    end
+    table_sort(pairsOf, byRkey)
+    local order = {}
+    for i = 1, #pairsOf do
+        order[i] = pairsOf[i][2]
+    end
+    return order
+end
+--- Cluster keys of more than one slot: the order to take them in; nil when one call can take them all.
+function ____exports.of(slotted, rkeys)
+    if not slotted then
+        return nil
+    end
+    local h = hashed(rkeys[1])
+    for i = 2, #rkeys do
+        if hashed(rkeys[i]) ~= h then
+            return ____exports.sorted(rkeys)
+        end
+    end
+    return nil
+end
+return ____exports

@@ -1,6 +1,8 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.core.check")
+local keys = require("resty.dlock.gateway.key")
+local stats = require("resty.dlock.gateway.stats")
 local lua_tostring = tostring
 local get_phase = ngx.get_phase
 local ngx_log = ngx.log
@@ -57,5 +59,30 @@ function ____exports.refuse(headers, status, retryAfterMs)
         end
     end
     return ngx_exit(status)
+end
+--- The request's key by template t, or nil when there is none and the guard
+-- has answered for it: a key that cannot be computed follows on_error (never
+-- let through by on_missing = "pass"), a missing one on_missing. Counted, and
+-- logged once per interval.
+function ____exports.keyOf(g, t)
+    local raw, kerr = keys.value(t)
+    if raw ~= nil then
+        keys.note(g.name, t, true, g.missingWhat)
+        return raw
+    end
+    if kerr ~= nil then
+        stats.incr(g.dict, g.name, "key_errors")
+        keys.failed(g.name, kerr, g.errorWhat)
+        if g.onError ~= "allow" then
+            ____exports.refuse(g.headers, g.errorStatus, nil)
+        end
+        return nil
+    end
+    stats.incr(g.dict, g.name, "missing_key")
+    keys.note(g.name, t, false, g.missingWhat)
+    if g.onMissing == "reject" then
+        ____exports.refuse(g.headers, g.missingStatus, nil)
+    end
+    return nil
 end
 return ____exports

@@ -4,7 +4,6 @@ local check = require("resty.dlock.core.check")
 local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
 local inflight = require("resty.dlock.gateway.inflight")
-local keys = require("resty.dlock.gateway.key")
 local lockLocal = require("resty.dlock.gateway.lock_local")
 local stats = require("resty.dlock.gateway.stats")
 local ngx_log = ngx.log
@@ -40,24 +39,10 @@ local guardMethods = {
         if self.readBody then
             read_body()
         end
-        local raw, kerr = keys.value(self)
+        local raw = shared.keyOf(self, self)
         if raw == nil then
-            if kerr ~= nil then
-                incr(self.dict, self.name, "key_errors")
-                keys.failed(self.name, kerr, self.errorWhat)
-                if self.onError ~= "allow" then
-                    reject(self, self.errorStatus, nil)
-                end
-                return
-            end
-            incr(self.dict, self.name, "missing_key")
-            keys.note(self.name, self, false, self.missingWhat)
-            if self.onMissing == "reject" then
-                reject(self, self.missingStatus, nil)
-            end
             return
         end
-        keys.note(self.name, self, true, self.missingWhat)
         local key = hex(sha1_bin(raw))
         if stats.breakerOpen(self.dict, self.name) or self["local"] ~= nil and not lockLocal.probe(self, self["local"]) then
             incr(self.dict, self.name, "short_circuited")

@@ -5,7 +5,6 @@ local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
 local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
-local keys = require("resty.dlock.gateway.key")
 local fallback = require("resty.dlock.gateway.rate_local")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
@@ -105,24 +104,10 @@ local function access(g)
     if again(g) then
         return
     end
-    local raw, kerr = keys.value(g.key)
+    local raw = shared.keyOf(g, g.key)
     if raw == nil then
-        if kerr ~= nil then
-            incr(g.dict, g.name, "key_errors")
-            keys.failed(g.name, kerr, g.errorWhat)
-            if g.onError ~= "allow" then
-                finish(g, g.errorStatus, nil)
-            end
-            return
-        end
-        incr(g.dict, g.name, "missing_key")
-        keys.note(g.name, g.key, false, g.missingWhat)
-        if g.onMissing == "reject" then
-            finish(g, g.missingStatus, nil)
-        end
         return
     end
-    keys.note(g.name, g.key, true, g.missingWhat)
     local k = hex(sha1_bin(raw))
     if stats.breakerOpen(g.dict, g.name) or g.shares ~= nil and not fallback.probe(g) then
         incr(g.dict, g.name, "short_circuited")

@@ -2,6 +2,8 @@
 // and where it can decide at all. (Its options: options.ts.)
 
 import * as check from "../core/check";
+import * as keys from "./key";
+import * as stats from "./stats";
 
 const lua_tostring = tostring;
 const get_phase = ngx.get_phase;
@@ -52,4 +54,41 @@ export function refuse(headers: LuaTable<string, string> | undefined, status: nu
     for (const [k, v] of lua_pairs(headers)) ngx_header.set(k, v);
   }
   return ngx_exit(status);
+}
+
+/** What a guard needs to answer a request whose key it cannot have. */
+export interface Keyed {
+  readonly dict: NgxSharedDict;
+  readonly name: string;
+  readonly errorWhat: string;
+  readonly missingWhat: string;
+  readonly onError: string;
+  readonly onMissing: "pass" | "reject";
+  readonly errorStatus: number;
+  readonly missingStatus: number;
+  readonly headers: LuaTable<string, string> | undefined;
+}
+
+/**
+ * The request's key by template t, or nil when there is none and the guard
+ * has answered for it: a key that cannot be computed follows on_error (never
+ * let through by on_missing = "pass"), a missing one on_missing. Counted, and
+ * logged once per interval.
+ */
+export function keyOf(g: Keyed, t: keys.Template): string | undefined {
+  const [raw, kerr] = keys.value(t);
+  if (raw !== undefined) {
+    keys.note(g.name, t, true, g.missingWhat);
+    return raw;
+  }
+  if (kerr !== undefined) {
+    stats.incr(g.dict, g.name, "key_errors");
+    keys.failed(g.name, kerr, g.errorWhat);
+    if (g.onError !== "allow") refuse(g.headers, g.errorStatus, undefined);
+    return undefined;
+  }
+  stats.incr(g.dict, g.name, "missing_key");
+  keys.note(g.name, t, false, g.missingWhat);
+  if (g.onMissing === "reject") refuse(g.headers, g.missingStatus, undefined);
+  return undefined;
 }

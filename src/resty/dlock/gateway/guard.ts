@@ -7,7 +7,7 @@ import type * as lease from "../core/lease";
 import * as token from "../core/token";
 import * as shared from "./common";
 import * as inflight from "./inflight";
-import * as keys from "./key";
+import type * as keys from "./key";
 import * as lockLocal from "./lock_local";
 import * as stats from "./stats";
 
@@ -106,23 +106,8 @@ const guardMethods = {
       // A permit held while a slow client trickles its body in would starve the key.
       read_body();
     }
-    const [raw, kerr] = keys.value(this);
-    if (raw === undefined) {
-      if (kerr !== undefined) {
-        // Not a missing key: on_missing = "pass" must not let it through unguarded.
-        incr(this.dict, this.name, "key_errors");
-        keys.failed(this.name, kerr, this.errorWhat);
-        if (this.onError !== "allow") reject(this, this.errorStatus, undefined);
-        return;
-      }
-      incr(this.dict, this.name, "missing_key");
-      keys.note(this.name, this, false, this.missingWhat);
-      if (this.onMissing === "reject") {
-        reject(this, this.missingStatus, undefined);
-      }
-      return;
-    }
-    keys.note(this.name, this, true, this.missingWhat);
+    const raw = shared.keyOf(this, this);
+    if (raw === undefined) return;
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
     const key = hex(sha1_bin(raw));
     if (stats.breakerOpen(this.dict, this.name) || (this.local !== undefined && !lockLocal.probe(this, this.local))) {

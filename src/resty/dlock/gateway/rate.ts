@@ -23,7 +23,7 @@ import * as redis from "../redis/client";
 import * as token from "../core/token";
 import * as shared from "./common";
 import type * as options from "./options";
-import * as keys from "./key";
+import type * as keys from "./key";
 import * as fallback from "./rate_local";
 import * as request from "./request";
 import * as stats from "./stats";
@@ -149,20 +149,8 @@ function again(g: Guard): boolean {
 function access(g: Guard): void {
   if (!shared.decides(g.name)) return;
   if (again(g)) return;
-  const [raw, kerr] = keys.value(g.key);
-  if (raw === undefined) {
-    if (kerr !== undefined) {
-      incr(g.dict, g.name, "key_errors");
-      keys.failed(g.name, kerr, g.errorWhat);
-      if (g.onError !== "allow") finish(g, g.errorStatus, undefined);
-      return;
-    }
-    incr(g.dict, g.name, "missing_key");
-    keys.note(g.name, g.key, false, g.missingWhat);
-    if (g.onMissing === "reject") finish(g, g.missingStatus, undefined);
-    return;
-  }
-  keys.note(g.name, g.key, true, g.missingWhat);
+  const raw = shared.keyOf(g, g.key);
+  if (raw === undefined) return;
   // Client-controlled: hashed, so any size and any bytes map to a bounded key.
   const k = hex(sha1_bin(raw));
   if (stats.breakerOpen(g.dict, g.name) || (g.shares !== undefined && !fallback.probe(g))) {

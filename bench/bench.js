@@ -19,7 +19,8 @@ const smoke = process.argv.includes("--smoke");
 // core line: --only core --only Cluster); results in bench/results/only.{md,json}.
 const only = process.argv.filter((a, i, all) => all[i - 1] === "--only");
 if (process.argv[process.argv.length - 1] === "--only") throw new Error("--only needs a substring of a line's id or name");
-const wanted = (l) => !only.length || only.some((o) => l.id.includes(o) || l.name.includes(o));
+// "=ID" names one line exactly (--only =core: the core line, not core_tls, core_cluster, ...).
+const wanted = (l) => !only.length || only.some((o) => (o[0] === "=" ? l.id === o.slice(1) : l.id.includes(o) || l.name.includes(o)));
 const cfg = smoke
   ? { rounds: 1, seconds: 1, conns: 32, contendClients: 40, contendSeconds: 2, memRequests: 20000, dictLeases: 2000 }
   : { rounds: 5, seconds: 5, conns: 50, contendClients: 40, contendSeconds: 6, memRequests: 1000000, dictLeases: 10000 };

@@ -71,16 +71,31 @@ describe("the RESP reader", function()
   end)
 end)
 
-describe("the RESP encoder", function()
-  it("finds every word of an encoded command again, also words holding CRLF, digits or nothing", function()
-    local words = { "EVALSHA", "abc", "2", "lock:{a}\r\nb", "q", "", "10000", "x y" }
-    local cmd = resp.encode(words)
-    local head = resp.encode({ "EVALSHA" })
-    -- Words after the first, counted from where the second starts ("*8" and "*1" are as long).
-    local pos = #head + 1
-    for n = 2, #words do
-      assert.equal(words[n], resp.word(cmd, pos, n - 1))
+describe("a batch's commands", function()
+  local command = require "resty.dlock.redis.command"
+  local script = { name = "t", src = "return 1", sha = string.rep("a", 40), keys = 2 }
+
+  it("are the RESP encoding of each call, words holding CRLF, digits or nothing included, and find every word again", function()
+    local b = command.batchOf(nil, false)
+    local first = command.add(b, script, "lock:{a}\r\nb", "q", "", 10000, "x y")
+    local second = command.add(b, script, "k2", "t")
+    assert.equal(resp.encode({ "EVALSHA", script.sha, 2, "lock:{a}\r\nb", "q", "", "10000", "x y" }) ..
+      resp.encode({ "EVALSHA", script.sha, 2, "k2", "t" }), table.concat(b.parts, "", 1, b.n))
+    for n, w in ipairs({ "lock:{a}\r\nb", "q", "", "10000", "x y" }) do
+      assert.equal(w, command.wordOf(first, n))
     end
+    assert.equal("t", command.wordOf(second, 2))
+  end)
+
+  it("are sent again as EVAL with the script's body for the calls that met NOSCRIPT, after ASKING when the batch asks", function()
+    local b = command.batchOf(nil, true)
+    command.add(b, script, "k1", "a")
+    command.add(b, script, "k2", "b")
+    assert.equal(resp.encode({ "ASKING" }) .. resp.encode({ "EVAL", script.src, 2, "k2", "b" }),
+      table.concat(command.commands(b, { 2 }, true)))
+    assert.equal(resp.encode({ "ASKING" }) .. resp.encode({ "EVALSHA", script.sha, 2, "k1", "a" }) ..
+      resp.encode({ "ASKING" }) .. resp.encode({ "EVALSHA", script.sha, 2, "k2", "b" }),
+      table.concat(command.commands(b, nil, false)))
   end)
 end)
 

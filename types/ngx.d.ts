@@ -32,7 +32,8 @@ interface NgxTcpSocket {
   connect(host: string, port: number): LuaMultiReturn<[1 | undefined, string | undefined]>;
   settimeout(ms: number): void;
   settimeouts(connectMs: number, sendMs: number, readMs: number): void;
-  send(data: string): LuaMultiReturn<[number | undefined, string | undefined]>;
+  /** data: a string, or an array of string fragments (sent as one write, never joined in Lua). */
+  send(data: string | LuaTable<number, string>): LuaMultiReturn<[number | undefined, string | undefined]>;
   receive(pattern?: string | number): LuaMultiReturn<[string | undefined, string | undefined, string | undefined]>;
   /** Whatever has arrived, up to max bytes (waits for at least one). */
   receiveany(max: number): LuaMultiReturn<[string | undefined, string | undefined]>;

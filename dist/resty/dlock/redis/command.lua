@@ -5,14 +5,14 @@ local scripts = require("resty.dlock.redis.scripts")
 local lua_tostring = tostring
 local lua_select = select
 local str_sub = string.sub
-local str_format = string.format
-local str_rep = string.rep
-local tbl_concat = table.concat
+local table_new = require("table.new")
 local queueKey = scripts.queueKey
 local readersKey = scripts.readersKey
-function ____exports.batchOf(sem, asking)
+--- A batch; size: fragments it is expected to hold (the buffer never grows inside the hot trace below that).
+function ____exports.batchOf(sem, asking, size)
     return {
-        parts = {},
+        parts = table_new(size or 16, 0),
+        n = 0,
         jobs = {},
         sem = sem,
         undos = 0,
@@ -35,66 +35,92 @@ local function headOf(cache, s, words, body)
     end
     return h
 end
-local WORD = "$%d\r\n%s\r\n"
-local FORMATS = {}
-for n = 1, 7 do
-    FORMATS[n] = "%s" .. str_rep(WORD, n)
+local CRLF = "\r\n"
+local PRE = {}
+local PRE_CACHED = 4096
+--- Put word w at fragments k+1 .. k+3 of parts; the index of the last.
+local function put(parts, k, w)
+    local len = #w
+    local pre = PRE[len]
+    if pre == nil then
+        pre = ("$" .. lua_tostring(len)) .. CRLF
+        if len <= PRE_CACHED then
+            PRE[len] = pre
+        end
+    end
+    parts[k + 1] = pre
+    parts[k + 2] = w
+    parts[k + 3] = CRLF
+    return k + 3
 end
 local ASKING = resp.encode({"ASKING"})
---- The words of a command (up to seven: the key and six arguments), with its head. Not a tail call (see lease.make).
-local function encode(head, n, w1, w2, w3, w4, w5, w6, w7)
-    local cmd = str_format(
-        FORMATS[n],
-        head,
-        #w1,
-        w1,
-        #w2,
-        w2,
-        #w3,
-        w3,
-        #w4,
-        w4,
-        #w5,
-        w5,
-        #w6,
-        w6,
-        #w7,
-        w7
-    )
-    return cmd
-end
 --- Add a call to b: its command goes into the buffer at once (no table of its arguments).
 function ____exports.add(b, s, rkey, ...)
     local n = lua_select("#", ...)
     local words = 1 + n
-    local head = headOf(heads, s, words, false)
-    local cmd
+    local parts = b.parts
+    local at = b.n + 1
+    parts[at] = headOf(heads, s, words, false)
+    local k = put(parts, at, rkey)
     if n <= 6 then
         local a1, a2, a3, a4, a5, a6 = lua_select(1, ...)
-        cmd = encode(
-            head,
-            words,
-            rkey,
-            n >= 1 and lua_tostring(a1) or "",
-            n >= 2 and lua_tostring(a2) or "",
-            n >= 3 and lua_tostring(a3) or "",
-            n >= 4 and lua_tostring(a4) or "",
-            n >= 5 and lua_tostring(a5) or "",
-            n >= 6 and lua_tostring(a6) or ""
-        )
+        if n >= 1 then
+            k = put(
+                parts,
+                k,
+                lua_tostring(a1)
+            )
+        end
+        if n >= 2 then
+            k = put(
+                parts,
+                k,
+                lua_tostring(a2)
+            )
+        end
+        if n >= 3 then
+            k = put(
+                parts,
+                k,
+                lua_tostring(a3)
+            )
+        end
+        if n >= 4 then
+            k = put(
+                parts,
+                k,
+                lua_tostring(a4)
+            )
+        end
+        if n >= 5 then
+            k = put(
+                parts,
+                k,
+                lua_tostring(a5)
+            )
+        end
+        if n >= 6 then
+            k = put(
+                parts,
+                k,
+                lua_tostring(a6)
+            )
+        end
     else
-        local parts = {}
-        parts[1] = head
-        resp.arg(parts, rkey)
         for i = 1, n do
             local a = lua_select(i, ...)
-            resp.arg(parts, a)
+            k = put(
+                parts,
+                k,
+                lua_tostring(a)
+            )
         end
-        cmd = tbl_concat(parts)
     end
+    b.n = k
     local job = {
         s = s,
-        cmd = cmd,
+        parts = parts,
+        at = at,
         words = words,
         back = false,
         res = nil,
@@ -103,8 +129,6 @@ function ____exports.add(b, s, rkey, ...)
     }
     local ____b_jobs_0 = b.jobs
     ____b_jobs_0[#____b_jobs_0 + 1] = job
-    local ____b_parts_1 = b.parts
-    ____b_parts_1[#____b_parts_1 + 1] = cmd
     if s.undo ~= nil then
         b.undos = b.undos + 1
     end
@@ -183,28 +207,27 @@ function ____exports.fail(b, err, fault)
 end
 --- Word n of job j's command after its key count (1: KEYS[1]).
 function ____exports.wordOf(j, n)
-    return resp.word(
-        j.cmd,
-        #headOf(heads, j.s, j.words, false) + 1,
-        n
-    )
+    return j.parts[j.at + 3 * n - 1]
 end
 --- The commands of the jobs `which` of b (nil: all), EVAL with the script's body when `body`, each after ASKING when b asks.
 function ____exports.commands(b, which, body)
-    local out = {}
+    local out = table_new(b.n + 2 * #b.jobs, 0)
+    local k = 0
     local n = which == nil and #b.jobs or #which
-    for k = 1, n do
-        local j = b.jobs[(which == nil and k - 1 or which[k] - 1) + 1]
+    for m = 1, n do
+        local j = b.jobs[(which == nil and m - 1 or which[m] - 1) + 1]
         if b.asking then
-            out[#out + 1] = ASKING
+            k = k + 1
+            out[k] = ASKING
         end
-        if body then
-            local sha = headOf(heads, j.s, j.words, false)
-            out[#out + 1] = headOf(bodies, j.s, j.words, true) .. str_sub(j.cmd, #sha + 1)
-        else
-            out[#out + 1] = j.cmd
+        k = k + 1
+        out[k] = body and headOf(bodies, j.s, j.words, true) or j.parts[j.at]
+        local parts = j.parts
+        for i = j.at + 1, j.at + 3 * j.words do
+            k = k + 1
+            out[k] = parts[i]
         end
     end
-    return tbl_concat(out)
+    return out
 end
 return ____exports

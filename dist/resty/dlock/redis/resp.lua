@@ -21,7 +21,6 @@ end
 local lua_tonumber = tonumber
 lua_tostring = tostring
 local ngx_null = ngx.null
-local str_find = string.find
 local str_sub = string.sub
 local concat = table.concat
 local sub = string.sub
@@ -33,20 +32,6 @@ function ____exports.encode(words)
         ____exports.arg(parts, words[i])
     end
     return concat(parts)
-end
---- Word n of an encoded command whose words start at pos ("$<length>\r\n<word>\r\n" each).
-function ____exports.word(cmd, pos, n)
-    local p = pos
-    for _ = 2, n do
-        local eol = str_find(cmd, "\r\n", p, true)
-        p = eol + 2 + lua_tonumber(str_sub(cmd, p + 1, eol - 1)) + 2
-    end
-    local eol = str_find(cmd, "\r\n", p, true)
-    return str_sub(
-        cmd,
-        eol + 2,
-        eol + 1 + lua_tonumber(str_sub(cmd, p + 1, eol - 1))
-    )
 end
 function ____exports.reader(sock)
     return {sock = sock, buf = "", pos = 1}

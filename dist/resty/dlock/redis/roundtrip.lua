@@ -9,7 +9,6 @@ local lua_type = type
 local str_sub = string.sub
 local str_format = string.format
 local str_match = string.match
-local tbl_concat = table.concat
 local connect = connection.connect
 local done = connection.done
 local stale = connection.stale
@@ -189,7 +188,7 @@ function ____exports.send(conf, b)
         socket(red),
         b,
         nil,
-        b.asking and commands(b, nil, false) or tbl_concat(b.parts)
+        b.asking and commands(b, nil, false) or b.parts
     ) then
         done(red, conf, false)
         return nil

@@ -1,8 +1,13 @@
 // A script call as Redis reads it: EVALSHA, the script's SHA, its key count,
-// then the key and arguments, encoded once, when the call joins a batch (no
-// table of its arguments). EVAL with the script's body replaces the head for
-// calls Redis met with NOSCRIPT; ASKING precedes each call of a batch for a
-// Cluster slot being imported.
+// then the key and arguments, written into the batch's buffer as fragments
+// when the call joins it, and sent as one write (the cosocket joins them in
+// C). No string per call or per batch is made in Lua: LuaJIT interns every
+// string, hashing only four of its 4-byte windows, and the commands of one
+// script differ only between those windows (same head, same tail, same
+// length), so each new one walked a chain of all the others (memcmp): half
+// of the worker's CPU at 20,000 rate checks a second. EVAL with the script's
+// body replaces the head for calls Redis met with NOSCRIPT; ASKING precedes
+// each call of a batch for a Cluster slot being imported.
 
 import type { Fault, Target } from "./backend";
 import * as resp from "./resp";
@@ -11,17 +16,19 @@ import * as scripts from "./scripts";
 const lua_tostring = tostring;
 const lua_select = select;
 const str_sub = string.sub;
-const str_format = string.format;
-const str_rep = string.rep;
-const tbl_concat = table.concat;
+const table_new = require("table.new") as (this: void, narr: number, nrec: number) => LuaTable<number, string>;
 const queueKey = scripts.queueKey;
 const readersKey = scripts.readersKey;
+
+/** Fragments sent as one write. */
+export type Fragments = LuaTable<number, string>;
 
 /** One call. */
 export interface Job {
   readonly s: scripts.Script;
-  /** Its command, encoded (EVALSHA, the SHA, the key count, then the words). */
-  readonly cmd: string;
+  /** The buffer its command is in, from `at` (its head: EVALSHA, the SHA, the key count) on, 3 fragments per word. */
+  readonly parts: Fragments;
+  readonly at: number;
   /** Words after the script's SHA and key count: the key and the arguments. */
   readonly words: number;
   /** Its caller came back for the answer (pipeline.ts). */
@@ -32,8 +39,9 @@ export interface Job {
 }
 
 export interface Batch {
-  /** The calls' EVALSHA commands, one string each as they join; joined once, when sent. */
-  readonly parts: string[];
+  /** The calls' commands, as fragments (parts[1 .. n]). */
+  readonly parts: Fragments;
+  n: number;
   readonly jobs: Job[];
   /** Wakes the callers (nil for calls sent by their caller). */
   readonly sem: NgxSemaphore | undefined;
@@ -43,8 +51,9 @@ export interface Batch {
   readonly asking: boolean;
 }
 
-export function batchOf(sem: NgxSemaphore | undefined, asking: boolean): Batch {
-  return { parts: [], jobs: [], sem, undos: 0, asking };
+/** A batch; size: fragments it is expected to hold (the buffer never grows inside the hot trace below that). */
+export function batchOf(sem: NgxSemaphore | undefined, asking: boolean, size?: number): Batch {
+  return { parts: table_new(size ?? 16, 0), n: 0, jobs: [], sem, undos: 0, asking };
 }
 
 // The fixed start of a call's command, per script and word count: the array
@@ -68,48 +77,54 @@ function headOf(cache: LuaTable<scripts.Script, LuaTable<number, string>>, s: sc
   return h;
 }
 
-// A call's command after its head, per number of words: one string.format
-// makes it. (Five table slots per word grew the batch buffer in the hot
-// trace, and the side traces of its resizes never compiled: "register
-// coalescing too complex", hundreds of aborts a second.) Arguments beyond the
-// words a format names are ignored by string.format.
-const WORD = "$%d\r\n%s\r\n";
-const FORMATS = new LuaTable<number, string>();
-for (const n of $range(1, 7)) FORMATS.set(n, "%s" + str_rep(WORD, n));
-const ASKING = resp.encode(["ASKING"]);
+const CRLF = "\r\n";
+// "$<length>\r\n" per word length, made once (a word's length is at most a key's).
+const PRE = new LuaTable<number, string>();
+const PRE_CACHED = 4096;
 
-/** The words of a command (up to seven: the key and six arguments), with its head. Not a tail call (see lease.make). */
-function encode(head: string, n: number, w1: string, w2: string, w3: string, w4: string, w5: string, w6: string, w7: string): string {
-  const cmd = str_format(FORMATS.get(n)!, head, w1.length, w1, w2.length, w2, w3.length, w3, w4.length, w4, w5.length, w5,
-    w6.length, w6, w7.length, w7);
-  return cmd;
+/** Put word w at fragments k+1 .. k+3 of parts; the index of the last. */
+function put(parts: Fragments, k: number, w: string): number {
+  const len = w.length;
+  let pre = PRE.get(len);
+  if (pre === undefined) {
+    pre = "$" + lua_tostring(len) + CRLF;
+    if (len <= PRE_CACHED) PRE.set(len, pre);
+  }
+  parts.set(k + 1, pre);
+  parts.set(k + 2, w);
+  parts.set(k + 3, CRLF);
+  return k + 3;
 }
+
+const ASKING = resp.encode(["ASKING"]);
 
 /** Add a call to b: its command goes into the buffer at once (no table of its arguments). */
 export function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
   const n = lua_select("#", ...args);
   const words = 1 + n;
-  const head = headOf(heads, s, words, false);
-  let cmd: string;
+  const parts = b.parts;
+  const at = b.n + 1;
+  parts.set(at, headOf(heads, s, words, false));
+  let k = put(parts, at, rkey);
   if (n <= 6) {
     // The arguments as locals: select(i, ...) in a loop copies the rest each
     // time and keeps the function out of the JIT. Six cover every script.
     const [a1, a2, a3, a4, a5, a6] = lua_select(1, ...args);
-    cmd = encode(head, words, rkey, n >= 1 ? lua_tostring(a1) : "", n >= 2 ? lua_tostring(a2) : "", n >= 3 ? lua_tostring(a3) : "",
-      n >= 4 ? lua_tostring(a4) : "", n >= 5 ? lua_tostring(a5) : "", n >= 6 ? lua_tostring(a6) : "");
+    if (n >= 1) k = put(parts, k, lua_tostring(a1));
+    if (n >= 2) k = put(parts, k, lua_tostring(a2));
+    if (n >= 3) k = put(parts, k, lua_tostring(a3));
+    if (n >= 4) k = put(parts, k, lua_tostring(a4));
+    if (n >= 5) k = put(parts, k, lua_tostring(a5));
+    if (n >= 6) k = put(parts, k, lua_tostring(a6));
   } else {
-    const parts: resp.Buffer = new LuaTable();
-    parts.set(1, head);
-    resp.arg(parts, rkey);
     for (const i of $range(1, n)) {
       const [a] = lua_select(i, ...args);
-      resp.arg(parts, a!);
+      k = put(parts, k, lua_tostring(a));
     }
-    cmd = tbl_concat(parts as unknown as string[]);
   }
-  const job: Job = { s, cmd, words, back: false, res: undefined, err: undefined, fault: undefined };
+  b.n = k;
+  const job: Job = { s, parts, at, words, back: false, res: undefined, err: undefined, fault: undefined };
   b.jobs.push(job);
-  b.parts.push(cmd);
   if (s.undo !== undefined) b.undos++;
   return job;
 }
@@ -152,22 +167,27 @@ export function fail(b: Batch, err: string, fault: Fault): void {
 
 /** Word n of job j's command after its key count (1: KEYS[1]). */
 export function wordOf(j: Job, n: number): string {
-  return resp.word(j.cmd, headOf(heads, j.s, j.words, false).length + 1, n);
+  return j.parts.get(j.at + 3 * n - 1);
 }
 
 /** The commands of the jobs `which` of b (nil: all), EVAL with the script's body when `body`, each after ASKING when b asks. */
-export function commands(b: Batch, which: number[] | undefined, body: boolean): string {
-  const out: string[] = [];
+export function commands(b: Batch, which: number[] | undefined, body: boolean): Fragments {
+  const out: Fragments = table_new(b.n + 2 * b.jobs.length, 0);
+  let k = 0;
   const n = which === undefined ? b.jobs.length : which.length;
-  for (const k of $range(1, n)) {
-    const j = b.jobs[which === undefined ? k - 1 : which[k - 1]! - 1]!;
-    if (b.asking) out.push(ASKING);
-    if (body) {
-      const sha = headOf(heads, j.s, j.words, false);
-      out.push(headOf(bodies, j.s, j.words, true) + str_sub(j.cmd, sha.length + 1));
-    } else {
-      out.push(j.cmd);
+  for (const m of $range(1, n)) {
+    const j = b.jobs[which === undefined ? m - 1 : which[m - 1]! - 1]!;
+    if (b.asking) {
+      k++;
+      out.set(k, ASKING);
+    }
+    k++;
+    out.set(k, body ? headOf(bodies, j.s, j.words, true) : j.parts.get(j.at));
+    const parts = j.parts;
+    for (const i of $range(j.at + 1, j.at + 3 * j.words)) {
+      k++;
+      out.set(k, parts.get(i));
     }
   }
-  return tbl_concat(out);
+  return out;
 }

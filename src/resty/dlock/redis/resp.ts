@@ -2,7 +2,6 @@
 const lua_tonumber = tonumber;
 const lua_tostring = tostring;
 const ngx_null = ngx.null;
-const str_find = string.find;
 const str_sub = string.sub;
 // The Redis protocol (RESP2), for what lua-resty-redis does not expose: a
 // pipeline whose replies are read one at a time, so that a connection that
@@ -40,17 +39,6 @@ export function arg(parts: Buffer, w: string | number): void {
   parts.set(i + 3, "\r\n");
   parts.set(i + 4, s);
   parts.set(i + 5, "\r\n");
-}
-
-/** Word n of an encoded command whose words start at pos ("$<length>\r\n<word>\r\n" each). */
-export function word(cmd: string, pos: number, n: number): string {
-  let p = pos;
-  for (const _ of $range(2, n)) {
-    const [eol] = str_find(cmd, "\r\n", p, true);
-    p = eol! + 2 + lua_tonumber(str_sub(cmd, p + 1, eol! - 1))! + 2;
-  }
-  const [eol] = str_find(cmd, "\r\n", p, true);
-  return str_sub(cmd, eol! + 2, eol! + 1 + lua_tonumber(str_sub(cmd, p + 1, eol! - 1))!);
 }
 
 /**

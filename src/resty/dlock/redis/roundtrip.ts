@@ -27,7 +27,6 @@ const lua_type = type;
 const str_sub = string.sub;
 const str_format = string.format;
 const str_match = string.match;
-const tbl_concat = table.concat;
 const connect = connection.connect;
 const done = connection.done;
 const stale = connection.stale;
@@ -85,7 +84,7 @@ function lost(conf: redis.RedisConf, b: Batch, which: number[] | undefined, k: n
 }
 
 /** Send the commands of the jobs `which`; false when the connection failed (then they are lost). */
-function sendAll(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: number[] | undefined, payload: string): boolean {
+function sendAll(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: number[] | undefined, payload: command.Fragments): boolean {
   const [sent, serr] = sock.send(payload);
   if (sent === undefined) {
     // Nothing or part of it left: none of them may have reached Redis, or all.
@@ -180,7 +179,7 @@ export function send(conf: redis.RedisConf, b: Batch): RestyRedis | undefined {
     fail(b, cerr!, unreachable(conf));
     return undefined;
   }
-  if (!sendAll(conf, socket(red)!, b, undefined, b.asking ? commands(b, undefined, false) : tbl_concat(b.parts))) {
+  if (!sendAll(conf, socket(red)!, b, undefined, b.asking ? commands(b, undefined, false) : b.parts)) {
     done(red, conf, false);
     return undefined;
   }

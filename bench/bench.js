@@ -19,6 +19,12 @@ const smoke = process.argv.includes("--smoke");
 // core line: --only core --only Cluster); results in bench/results/only.{md,json}.
 const only = process.argv.filter((a, i, all) => all[i - 1] === "--only");
 if (process.argv[process.argv.length - 1] === "--only") throw new Error("--only needs a substring of a line's id or name");
+// --before REV: the old revision line core_before runs /core on (issue 22's measure is against it).
+// In --smoke too: it adds about 2.5 s (its nginx up in well under a second, a 1 s warm-up, one 1 s round).
+const BEFORE_DEFAULT = "b357923"; // the last commit before issue 22's work
+const beforeAt = process.argv.indexOf("--before");
+if (beforeAt >= 0 && !(process.argv[beforeAt + 1] || "").trim()) throw new Error("--before needs a revision (a commit, tag or branch)");
+const beforeRev = beforeAt >= 0 ? process.argv[beforeAt + 1] : BEFORE_DEFAULT;
 // "=ID" names one line exactly (--only =core: the core line, not core_tls, core_cluster, ...).
 const wanted = (l) => !only.length || only.some((o) => (o[0] === "=" ? l.id === o.slice(1) : l.id.includes(o) || l.name.includes(o)));
 const cfg = smoke
@@ -306,10 +312,34 @@ async function readMostlyLines(rwLines, contend, pids) {
   return { lines, reads_ratio: sh && ex ? sh.reads_per_sec / ex.reads_per_sec : null, writes_ratio: sh && ex ? sh.writes_per_sec / ex.writes_per_sec : null };
 }
 
+/**
+ * Line core_before: the old revision's dist/ and bench/lines.lua, from git (its
+ * dist/ is committed: no build), into dir. { commit } or { skip: why not }: a
+ * clone without that history (shallow) or without git skips the line, never the bench.
+ */
+function extractBefore(rev, dir) {
+  const git = (args, opts = {}) => spawnSync("git", ["-C", root, ...args], { maxBuffer: 256 * 1024 * 1024, ...opts });
+  const found = git(["cat-file", "-e", rev + "^{commit}"]);
+  if (found.error) return { skip: `git is not available (${found.error.code || found.error.message}), so revision ${rev} cannot be read` };
+  if (found.status !== 0) {
+    const shallow = git(["rev-parse", "--is-shallow-repository"], { encoding: "utf8" }).stdout;
+    return { skip: `revision ${rev} is not in this clone's history` + (String(shallow).trim() === "true" ? " (a shallow clone: git fetch --unshallow)" : "") };
+  }
+  const commit = git(["rev-parse", rev + "^{commit}"], { encoding: "utf8" }).stdout.trim();
+  const tar = git(["archive", "--format=tar", commit, "dist", "bench/lines.lua"]);
+  if (tar.status !== 0) return { skip: `git archive ${rev} dist bench/lines.lua failed: ${String(tar.stderr).trim().split("\n")[0]}` };
+  fs.mkdirSync(dir, { recursive: true });
+  const x = spawnSync("tar", ["-x", "-C", dir], { input: tar.stdout });
+  if (x.status !== 0) return { skip: `tar could not extract revision ${rev}: ${String(x.stderr).trim()}` };
+  if (!fs.existsSync(path.join(dir, "dist", "resty", "dlock.lua"))) return { skip: `revision ${rev} has no dist/resty/dlock.lua` };
+  return { commit };
+}
+
 async function main() {
   const redisPort = await freePort();
   const httpPort = await freePort();
   const nodePort = await freePort();
+  const beforePort = await freePort();
 
   // The Redis topologies beside the standalone redis-server (section 1b). Ports
   // now: nginx.conf names them. Certificates now: nginx reads the CA at start.
@@ -333,7 +363,10 @@ async function main() {
   // the /core handler on another Redis (storeKind), interleaved with the rest.
   const lines = [
     { id: "none", name: "no lock (ceiling)", url: `http://127.0.0.1:${httpPort}/none`, server: () => nginxPids() },
-    { id: "core", name: "resty.dlock acquire+release", url: `http://127.0.0.1:${httpPort}/core`, server: () => nginxPids() },
+    { id: "core", name: "resty.dlock acquire+release", url: `http://127.0.0.1:${httpPort}/core`, server: () => nginxPids(), workers: () => children(nginx.pid) },
+    // The same /core handler on the library of an old revision (--before), in a second nginx: issue 22's before/after in one run.
+    { id: "core_before", name: `resty.dlock acquire+release at ${beforeRev}` + (beforeRev === BEFORE_DEFAULT ? " (before issue 22)" : ""),
+      url: `http://127.0.0.1:${beforePort}/core`, server: () => [before.pid, ...children(before.pid)], workers: () => children(before.pid) },
     { id: "core_plain", name: "resty.dlock acquire+release, auto_pipeline = false (a connection per call, as before)", url: `http://127.0.0.1:${httpPort}/core-plain`, server: () => nginxPids() },
     { id: "core_plain_low", name: "resty.dlock acquire+release, auto_pipeline = false, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core-plain`, server: () => nginxPids() },
     { id: "core_low", name: "resty.dlock acquire+release, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core`, server: () => nginxPids() },
@@ -369,6 +402,7 @@ async function main() {
   const run1 = lines.some(wanted);
   const run2 = contLines.length > 0 || rwLines.length > 0;
   if (!run1 && !run2) throw new Error(`--only ${only.join(", ")}: no line's id or name contains it`);
+  let before, beforeCommit = null;
   let redis, nginx, node, tlsStore, sentinelStore, clusterStore, redlockStore, standalone, setRps = NaN;
   const nginxPids = () => [nginx.pid, ...children(nginx.pid)];
   const nginxBin = libNginxBin();
@@ -382,6 +416,20 @@ async function main() {
     // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
     nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
     const nodeLine = lines.some((l) => l.id === "node" && wanted(l));
+    const beforeLine = lines.find((l) => l.id === "core_before");
+    if (wanted(beforeLine)) {
+      const t0Before = Date.now();
+      const dir = path.join(prefix, "before");
+      const x = extractBefore(beforeRev, path.join(dir, "code"));
+      if (x.skip) beforeLine.skip = x.skip;
+      else {
+        beforeCommit = x.commit;
+        before = await lib.nginxUp(env, { bin: nginxBin, dir, template: path.join(root, "nginx", "bench-before.conf"), port: beforePort,
+          vars: { BEFORE: path.join(dir, "code"), REDIS_PORT: redisPort } });
+        log(`nginx at ${beforeRev} (${beforeCommit.slice(0, 12)}) up in ${((Date.now() - t0Before) / 1000).toFixed(1)} s`);
+      }
+      if (beforeLine.skip) log(`${beforeLine.name}: skipped, ${beforeLine.skip}`);
+    }
     if (nodeLine) node = peer(nodePort, redisPort);
     const needs = (kind) => lines.some((l) => l.storeKind === kind && !l.skip && wanted(l));
     const t0Topo = Date.now();
@@ -410,7 +458,7 @@ async function main() {
     for (const p of [...contend.nginxPorts, ...(peers ? contend.peerPorts : [])]) await waitFor(p);
   }
 
-  let throughput = [], topologies = [], multikey = [];
+  let throughput = [], topologies = [], multikey = [], beforeRatio = null;
   if (run1) {
     setRps = (() => {
       const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
@@ -419,6 +467,15 @@ async function main() {
     })();
     log(`redis-benchmark SET (${cfg.conns} clients): ${fmt(setRps)} req/s`);
 
+    if (before) {
+      // The old code must answer as the current one does, or its line says why it is missing.
+      const r = await get(beforePort, "/core");
+      if (r.status !== 200 || r.body.trim() !== "ok") {
+        const l = lines.find((x) => x.id === "core_before");
+        l.skip = `the old revision's /core answered ${r.status} ${r.body.trim().slice(0, 120)} (see ${prefix}/before/logs/error.log)`;
+        log(`${l.name}: skipped, ${l.skip}`);
+      }
+    }
     const active = lines.filter((l) => !l.skip && wanted(l));
     for (const l of active.filter((x) => x.topo)) {
       const r = await get(httpPort, l.url.replace(/^http:\/\/[^/]+/, ""));
@@ -429,19 +486,19 @@ async function main() {
     for (let round = 0; round < cfg.rounds; round++) {
       for (const l of active) {
         const st = l.store || standalone;
-        const srv = l.server();
+        const srv = l.server(), wk = l.workers ? l.workers() : [];
         const c0 = st.callsEach(), s0 = st.sentinelConnections();
-        const t0 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
+        const t0 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids), cpuSeconds(wk)];
         const w = wrk(l.url, l.conns || cfg.conns, cfg.seconds);
         await quiet(st); // queued log-phase releases land in this line's numbers, not the next one's
         const c1 = st.callsEach(), s1 = st.sentinelConnections() - st.sentinelPorts.length;
-        const t1 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids)];
+        const t1 = [cpuSeconds(srv), cpuSeconds(st.pids), cpuSeconds(st.otherPids), cpuSeconds(wk)];
         const per1k = (i) => ((t1[i] - t0[i]) * 1e6) / w.requests;
         const each = c1.map((c, i) => c - c0[i]), total = each.reduce((a, b) => a + b, 0);
         runs[l.id].push({ ...w, cmdsPerReq: total / w.requests, cpuMsPer1k: per1k(0) + per1k(1),
           serverCpuMsPer1k: per1k(0), redisCpuMsPer1k: per1k(1), othersCpuMsPer1k: per1k(2),
           masterShares: each.map((c) => c / total), sentinelQueriesPer1k: ((s1 - s0) * 1000) / w.requests,
-          sentinelQueriesPerSec: (s1 - s0) / cfg.seconds });
+          sentinelQueriesPerSec: (s1 - s0) / cfg.seconds, ...(l.workers ? { workerCpuUsPerReq: per1k(3) } : {}) });
         log(`  round ${round + 1} ${l.name}: ${fmt(w.rps)} req/s p50 ${fmt(w.p50, 2)} ms p99 ${fmt(w.p99, 2)} ms, errors ${w.errors}`);
       }
     }
@@ -455,9 +512,22 @@ async function main() {
         redis_cmds_per_req: median(rs.map((r) => r.cmdsPerReq)), cpu_ms_per_1k: median(rs.map((r) => r.cpuMsPer1k)),
         server_cpu_ms_per_1k: median(rs.map((r) => r.serverCpuMsPer1k)), redis_cpu_ms_per_1k: median(rs.map((r) => r.redisCpuMsPer1k)),
         errors: rs.reduce((a, r) => a + r.errors, 0),
+        // The nginx worker's own /proc CPU (not the master's), in µs per request: what issue 22's before/after compares.
+        ...(l.workers ? { nginx_worker_cpu_us_per_req: median(rs.map((r) => r.workerCpuUsPerReq)) } : {}),
       };
     };
-    throughput = lines.filter((l) => !l.topo && !l.multi && wanted(l)).map(summary);
+    throughput = lines.filter((l) => !l.topo && !l.multi && wanted(l)).map((l) => (l.skip ? { line: l.name, id: l.id, skipped: l.skip } : summary(l)));
+    // now / before: the current /core line against the same handler on the old revision, round by round (interleaved).
+    const nowL = throughput.find((l) => l.id === "core"), beforeL = throughput.find((l) => l.id === "core_before");
+    if (beforeL) beforeL.revision = { asked: beforeRev, commit: beforeCommit };
+    if (nowL && beforeL && !beforeL.skipped) {
+      const perRound = runs.core.map((r, i) => r.workerCpuUsPerReq / runs.core_before[i].workerCpuUsPerReq);
+      beforeRatio = {
+        revision: beforeRev, commit: beforeCommit, rps_ratio: nowL.rps / beforeL.rps,
+        nginx_cpu_per_req_ratio: nowL.nginx_worker_cpu_us_per_req / beforeL.nginx_worker_cpu_us_per_req,
+        nginx_cpu_per_req_ratio_rounds: perRound, nginx_cpu_us_per_req: { now: nowL.nginx_worker_cpu_us_per_req, before: beforeL.nginx_worker_cpu_us_per_req },
+      };
+    }
     // 1d. acquire_all of n keys against n acquires one by one: round trips (a script call each, in sequence) and the ratio of req/s.
     multikey = [2, 8].filter((n) => lines.some((l) => l.id === "multi" + n && wanted(l)) && lines.some((l) => l.id === "each" + n && wanted(l)))
       .map((n) => {
@@ -569,7 +639,7 @@ async function main() {
     when: new Date().toISOString(), smoke, config: cfg,
     machine: { cpus: os.cpus().length, redis: execFileSync("redis-server", ["--version"], { encoding: "utf8" }).trim(),
       nginx: spawnSync(nginxBin, ["-v"], { encoding: "utf8" }).stderr.trim(), node: process.version },
-    only: only.length ? only.join(", ") : null, redis_set_rps: setRps, throughput, topologies, multikey, contention, readMostly, memory,
+    only: only.length ? only.join(", ") : null, redis_set_rps: setRps, throughput, before_ratio: beforeRatio, topologies, multikey, contention, readMostly, memory,
   };
   report(result);
 }
@@ -591,13 +661,24 @@ function report(r) {
     t.push("| line | req/s | vs no lock | vs Redis SET | p50 ms | p99 ms | Redis cmds/req | CPU ms / 1000 req (server + redis) | errors |");
     t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (const l of r.throughput) {
+      if (l.skipped) { t.push(`| ${l.line} | skipped: ${l.skipped} | | | | | | | |`); continue; }
       t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_ceiling, 2)} | ${fmt(l.vs_redis_set, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ${fmt(l.cpu_ms_per_1k, 1)} | ${l.errors} |`);
     }
     const core = r.throughput.find((l) => l.id === "core"), seed = r.throughput.find((l) => l.id === "seed"), nodeL = r.throughput.find((l) => l.id === "node");
     t.push("");
     const plain = r.throughput.find((l) => l.id === "core_plain"), low = r.throughput.find((l) => l.id === "core_low"),
       plainLow = r.throughput.find((l) => l.id === "core_plain_low");
-    if (core && seed && nodeL) t.push(`resty.dlock / seed Lua = ${fmt(core.rps / seed.rps, 2)}; resty.dlock / node-redlock = ${fmt(core.rps / nodeL.rps, 2)}.`);
+    const b = r.before_ratio;
+    if (b) {
+      const rr = b.nginx_cpu_per_req_ratio_rounds.filter(Number.isFinite);
+      t.push(`now / before: req/s ${fmt(b.rps_ratio, 2)}×, nginx CPU per request ${fmt(b.nginx_cpu_per_req_ratio, 2)}× ` +
+        `(${fmt(b.nginx_cpu_us_per_req.now, 1)} against ${fmt(b.nginx_cpu_us_per_req.before, 1)} µs of the nginx worker per request at ${b.revision}; ` +
+        `per round ${fmt(Math.min(...rr), 2)}–${fmt(Math.max(...rr), 2)}×).`);
+    }
+    if (core && seed && nodeL) {
+      if (b) t.push("");
+      t.push(`resty.dlock / seed Lua = ${fmt(core.rps / seed.rps, 2)}; resty.dlock / node-redlock = ${fmt(core.rps / nodeL.rps, 2)}.`);
+    }
     if (plain && core) {
       t.push("");
       t.push(`Auto-pipelining (the calls of concurrent requests of the worker share round trips) against auto_pipeline = false ` +
@@ -736,7 +817,7 @@ function report(r) {
 
 function plot(r) {
   const dat = path.join(prefix, "plot.dat");
-  const plotted = [...r.throughput, ...r.topologies.filter((l) => l.topology !== "standalone" && !l.skipped)
+  const plotted = [...r.throughput.filter((l) => !l.skipped), ...r.topologies.filter((l) => l.topology !== "standalone" && !l.skipped)
     .map((l) => ({ ...l, line: "resty.dlock, " + l.topology }))];
   fs.writeFileSync(dat, plotted.map((l) => `"${l.line}" ${l.rps} ${l.p99_ms}`).join("\n") + "\n");
   const cdat = path.join(prefix, "contend.dat");

@@ -253,6 +253,21 @@ describe("gateway lifecycle", function()
       end
       assert.is_false(h.sh("kill -0 " .. q.pid .. " 2>/dev/null"), "the quitting nginx did not exit after its last request")
     end)
+
+    it("let a worker whose calls rode auto-pipelining's batches exit at once on quit: the idle senders do not hold it", function()
+      local q = start({ GW_LOG = "", LOC_LOG = "#" })
+      local batches = tonumber(get(q, "/burst").body)
+      assert.is_true(batches > 0, "the burst sent no batch: nothing here waits as a sender")
+      local t0 = now()
+      assert(h.sh("kill -QUIT " .. q.pid))
+      for _ = 1, 100 do
+        if not h.sh("kill -0 " .. q.pid .. " 2>/dev/null") then break end
+        ngx.sleep(0.05)
+      end
+      assert.is_false(h.sh("kill -0 " .. q.pid .. " 2>/dev/null"), "nginx still running 5 s after QUIT, with no request")
+      -- A sender looks at the worker every EXIT_CHECK (0.5 s); it waited IDLE (10 s) before.
+      assert.is_true(now() - t0 < 2, "nginx took " .. (now() - t0) .. " s to quit")
+    end)
   end)
 
   describe("Redis trouble", function()

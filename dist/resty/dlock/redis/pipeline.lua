@@ -41,6 +41,8 @@ local MAX_BATCH = 256
 local SENDERS = 2
 --- Seconds a sender waits for work before its timer ends.
 local IDLE = 10
+--- Seconds between an idle sender's looks at whether its worker exits.
+local EXIT_CHECK = 0.5
 --- Wake b's callers. A caller whose request ended (a client abort, a killed
 -- thread) or whose wait timed out left the semaphore's queue, so resources
 -- left over say that some did not come back; which ones is known once the
@@ -89,7 +91,12 @@ local function sender(premature, lane)
             break
         end
         lane.idle = lane.idle + 1
-        local woken = lane.work:wait(IDLE)
+        local woken = false
+        local waited = 0
+        while not woken and waited < IDLE and not worker_exiting() do
+            woken = lane.work:wait(EXIT_CHECK)
+            waited = waited + EXIT_CHECK
+        end
         lane.idle = lane.idle - 1
         if not woken and lane.open == nil then
             break

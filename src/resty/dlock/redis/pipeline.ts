@@ -72,6 +72,8 @@ const MAX_BATCH = 256;
 const SENDERS = 2;
 /** Seconds a sender waits for work before its timer ends. */
 const IDLE = 10;
+/** Seconds between an idle sender's looks at whether its worker exits. */
+const EXIT_CHECK = 0.5;
 /**
  * Wake b's callers. A caller whose request ended (a client abort, a killed
  * thread) or whose wait timed out left the semaphore's queue, so resources
@@ -114,7 +116,15 @@ function sender(this: void, premature: boolean, lane: Lane): void {
     flush(lane);
     if (worker_exiting()) break;
     lane.idle++;
-    const [woken] = lane.work.wait(IDLE);
+    // Idle in slices: nothing wakes a semaphore when the worker starts to
+    // exit, and a graceful quit or reload waits for every running timer (one
+    // waiting IDLE seconds kept old workers alive that long).
+    let woken: boolean | undefined = false;
+    let waited = 0;
+    while (!woken && waited < IDLE && !worker_exiting()) {
+      [woken] = lane.work.wait(EXIT_CHECK);
+      waited += EXIT_CHECK;
+    }
     lane.idle--;
     if (!woken && lane.open === undefined) break;
   }

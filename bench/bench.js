@@ -340,6 +340,7 @@ async function main() {
   const httpPort = await freePort();
   const nodePort = await freePort();
   const beforePort = await freePort();
+  const alonePort = await freePort();
 
   // The Redis topologies beside the standalone redis-server (section 1b). Ports
   // now: nginx.conf names them. Certificates now: nginx reads the CA at start.
@@ -367,6 +368,10 @@ async function main() {
     // The same /core handler on the library of an old revision (--before), in a second nginx: issue 22's before/after in one run.
     { id: "core_before", name: `resty.dlock acquire+release at ${beforeRev}` + (beforeRev === BEFORE_DEFAULT ? " (before issue 22)" : ""),
       url: `http://127.0.0.1:${beforePort}/core`, server: () => [before.pid, ...children(before.pid)], workers: () => children(before.pid) },
+    // This checkout's library in an nginx like the old revision's (nothing else configured: no guards, no other
+    // factories, their timers, nor their records in the dict), so that now / before compares the library alone.
+    { id: "core_alone", name: "resty.dlock acquire+release, in an nginx with only /core (as the line above)",
+      url: `http://127.0.0.1:${alonePort}/core`, server: () => [alone.pid, ...children(alone.pid)], workers: () => children(alone.pid) },
     { id: "core_plain", name: "resty.dlock acquire+release, auto_pipeline = false (a connection per call, as before)", url: `http://127.0.0.1:${httpPort}/core-plain`, server: () => nginxPids() },
     { id: "core_plain_low", name: "resty.dlock acquire+release, auto_pipeline = false, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core-plain`, server: () => nginxPids() },
     { id: "core_low", name: "resty.dlock acquire+release, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/core`, server: () => nginxPids() },
@@ -402,7 +407,7 @@ async function main() {
   const run1 = lines.some(wanted);
   const run2 = contLines.length > 0 || rwLines.length > 0;
   if (!run1 && !run2) throw new Error(`--only ${only.join(", ")}: no line's id or name contains it`);
-  let before, beforeCommit = null;
+  let before, alone, beforeCommit = null;
   let redis, nginx, node, tlsStore, sentinelStore, clusterStore, redlockStore, standalone, setRps = NaN;
   const nginxPids = () => [nginx.pid, ...children(nginx.pid)];
   const nginxBin = libNginxBin();
@@ -429,6 +434,10 @@ async function main() {
         log(`nginx at ${beforeRev} (${beforeCommit.slice(0, 12)}) up in ${((Date.now() - t0Before) / 1000).toFixed(1)} s`);
       }
       if (beforeLine.skip) log(`${beforeLine.name}: skipped, ${beforeLine.skip}`);
+    }
+    if (wanted(lines.find((l) => l.id === "core_alone"))) {
+      alone = await lib.nginxUp(env, { bin: nginxBin, dir: path.join(prefix, "alone"), template: path.join(root, "nginx", "bench-before.conf"),
+        port: alonePort, vars: { BEFORE: root, REDIS_PORT: redisPort } });
     }
     if (nodeLine) node = peer(nodePort, redisPort);
     const needs = (kind) => lines.some((l) => l.storeKind === kind && !l.skip && wanted(l));
@@ -518,12 +527,14 @@ async function main() {
     };
     throughput = lines.filter((l) => !l.topo && !l.multi && wanted(l)).map((l) => (l.skip ? { line: l.name, id: l.id, skipped: l.skip } : summary(l)));
     // now / before: the current /core line against the same handler on the old revision, round by round (interleaved).
-    const nowL = throughput.find((l) => l.id === "core"), beforeL = throughput.find((l) => l.id === "core_before");
+    // Against the line in an nginx like the old revision's when it ran (core_alone), else against /core.
+    const aloneL = throughput.find((l) => l.id === "core_alone" && !l.skipped);
+    const nowL = aloneL || throughput.find((l) => l.id === "core"), beforeL = throughput.find((l) => l.id === "core_before");
     if (beforeL) beforeL.revision = { asked: beforeRev, commit: beforeCommit };
     if (nowL && beforeL && !beforeL.skipped) {
-      const perRound = runs.core.map((r, i) => r.workerCpuUsPerReq / runs.core_before[i].workerCpuUsPerReq);
+      const perRound = runs[nowL.id].map((r, i) => r.workerCpuUsPerReq / runs.core_before[i].workerCpuUsPerReq);
       beforeRatio = {
-        revision: beforeRev, commit: beforeCommit, rps_ratio: nowL.rps / beforeL.rps,
+        now_line: nowL.id, revision: beforeRev, commit: beforeCommit, rps_ratio: nowL.rps / beforeL.rps,
         nginx_cpu_per_req_ratio: nowL.nginx_worker_cpu_us_per_req / beforeL.nginx_worker_cpu_us_per_req,
         nginx_cpu_per_req_ratio_rounds: perRound, nginx_cpu_us_per_req: { now: nowL.nginx_worker_cpu_us_per_req, before: beforeL.nginx_worker_cpu_us_per_req },
       };
@@ -671,7 +682,8 @@ function report(r) {
     const b = r.before_ratio;
     if (b) {
       const rr = b.nginx_cpu_per_req_ratio_rounds.filter(Number.isFinite);
-      t.push(`now / before: req/s ${fmt(b.rps_ratio, 2)}×, nginx CPU per request ${fmt(b.nginx_cpu_per_req_ratio, 2)}× ` +
+      t.push(`now / before (${b.now_line === "core_alone" ? "both in an nginx with only /core" : "the /core line"}): ` +
+        `req/s ${fmt(b.rps_ratio, 2)}×, nginx CPU per request ${fmt(b.nginx_cpu_per_req_ratio, 2)}× ` +
         `(${fmt(b.nginx_cpu_us_per_req.now, 1)} against ${fmt(b.nginx_cpu_us_per_req.before, 1)} µs of the nginx worker per request at ${b.revision}; ` +
         `per round ${fmt(Math.min(...rr), 2)}–${fmt(Math.max(...rr), 2)}×).`);
     }

@@ -23,6 +23,7 @@ function ____exports.node(conf, host, port)
     end
     n.sentinel = nil
     n.topology = "standalone"
+    n.senders = 1
     n.nodes = nil
     n.backend = nil
     return n
@@ -53,7 +54,8 @@ function copy(c)
         nodes = c.nodes,
         max_redirects = c.max_redirects,
         slotted = c.slotted,
-        backend = c.backend
+        backend = c.backend,
+        senders = c.senders
     }
 end
 lua_tostring = tostring
@@ -65,8 +67,7 @@ local tbl_concat = table.concat
 local function loadClient()
     local names = {"resty.redis", "nginx.redis"}
     for i = 1, #names do
-        local name = names[i]
-        local ok, mod = lua_pcall(lua_require, name)
+        local ok, mod = lua_pcall(lua_require, names[i])
         if ok and lua_type(mod) == "table" then
             return mod
         end
@@ -303,7 +304,8 @@ function ____exports.parse(v, dict)
         nodes = nil,
         max_redirects = maxRedirects,
         slotted = topology == "cluster",
-        backend = nil
+        backend = nil,
+        senders = 2
     }
     if seeds ~= nil then
         local nodes = {}

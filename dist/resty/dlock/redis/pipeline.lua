@@ -33,12 +33,6 @@ ____exports.DIRECT = lanes.DIRECT
 ____exports.stats = lanes.stats
 --- Calls in one pipeline, at most: a larger batch waits for the next round trip.
 local MAX_BATCH = 256
---- Batches of a worker on their way to one Redis at once, each from a timer
--- of its own on a connection of its own. With one, the next batch waited for
--- the previous one's replies while the worker sat idle (a third of the
--- time at 50 connections): two filled it (13 % more requests, at the same
--- CPU per request); a third added nothing.
-local SENDERS = 2
 --- Seconds a sender waits for work before its timer ends.
 local IDLE = 10
 --- Seconds between an idle sender's looks at whether its worker exits.
@@ -124,7 +118,7 @@ local function opened(lane)
     if #b.jobs == 0 then
         if lane.idle > 0 then
             lane.work:post(1)
-        elseif lane.senders < SENDERS then
+        elseif lane.senders < lane.conf.senders then
             local started = timer_at(0, sender, lane)
             if started ~= nil then
                 lane.senders = lane.senders + 1

@@ -18,8 +18,7 @@ function loadClient(this: void): RestyRedisModule | undefined {
   // OpenResty ships resty.redis; Debian ships the same library (0.27) as nginx.redis.
   const names = ["resty.redis", "nginx.redis"];
   for (const i of $range(1, names.length)) {
-    const name = names[i - 1]!;
-    const [ok, mod] = lua_pcall(lua_require, name);
+    const [ok, mod] = lua_pcall(lua_require, names[i - 1]!);
     if (ok && lua_type(mod) === "table") return mod as RestyRedisModule;
   }
   return undefined;
@@ -67,6 +66,8 @@ export interface RedisConf {
   readonly max_redirects: number;
   /** Keys a script touches must share a slot: a cluster, or one of its nodes. */
   readonly slotted: boolean;
+  /** Auto-pipelining senders per worker for this server (pipeline.ts): 2 for a lone server, 1 for each master of a set. */
+  readonly senders: number;
   /** What serves this configuration, chosen once by backend.parse (nil for a server of a cluster or Redlock set). */
   readonly backend: Backend | undefined;
 }
@@ -225,15 +226,14 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name, auto_pipeline: o.auto_pipeline,
     pool, endpoint, dict, sentinel: sent,
     topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster", backend: undefined,
+    senders: 2,
   };
   if (seeds !== undefined) {
     const nodes: RedisConf[] = [];
     for (const i of $range(1, seeds.length)) nodes.push(node(conf, seeds[i - 1]!.host, seeds[i - 1]!.port));
     (conf as { nodes: RedisConf[] | undefined }).nodes = nodes;
   }
-  if (!known.has(endpoint)) {
-    known.set(endpoint, conf);
-  }
+  if (!known.has(endpoint)) known.set(endpoint, conf);
   return $multi(conf, undefined);
 }
 
@@ -252,11 +252,10 @@ export function node(conf: RedisConf, host: string, port: number): RedisConf {
     tls = conf.ssl_verify ? "tls+verify=" + (conf.server_name ?? "") + ":" : "tls:";
   }
   n.pool = "dlock:" + tls + n.endpoint + ":" + lua_tostring(conf.db);
-  if (conf.credentials !== undefined) {
-    n.pool = n.pool + ":" + conf.credentials.digest;
-  }
+  if (conf.credentials !== undefined) n.pool = n.pool + ":" + conf.credentials.digest;
   n.sentinel = undefined;
   n.topology = "standalone";
+  n.senders = 1;
   n.nodes = undefined;
   n.backend = undefined;
   return n;
@@ -284,7 +283,7 @@ function copy(c: RedisConf): Fields {
     replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
     ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, auto_pipeline: c.auto_pipeline, pool: c.pool, endpoint: c.endpoint,
     dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
-    slotted: c.slotted, backend: c.backend,
+    slotted: c.slotted, backend: c.backend, senders: c.senders,
   };
 }
 

@@ -5,7 +5,6 @@ local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
 local options = require("resty.dlock.core.options")
 local ledger = require("resty.dlock.core.ledger")
-local meter = require("resty.dlock.core.meter")
 local multi = require("resty.dlock.core.multi")
 local recovery = require("resty.dlock.core.recovery")
 local reentrant = require("resty.dlock.core.reentrant")
@@ -15,8 +14,7 @@ local token = require("resty.dlock.core.token")
 local watchdog = require("resty.dlock.core.watchdog")
 local ____with = require("resty.dlock.core.with")
 local withLease = ____with.withLease
-local ngx_now = ngx.now
-local ngx_update_time = ngx.update_time
+local metered = acquire.metered
 local lua_setmetatable = setmetatable
 local lua_tostring = tostring
 do
@@ -95,29 +93,18 @@ local locksMethods = {
                 return again, nil, nil
             end
         end
-        ngx_update_time()
-        local t0 = ngx_now()
-        local tok, terr = self._mint()
-        if tok == nil then
-            meter.refused(store.meter, terr)
-            return nil, terr, nil
-        end
-        if shared then
-            tok = rwscripts.READER .. tok
-        end
-        local l, err, retryAfter = acquire.acquire(
+        local l, err, retryAfter = metered(
             store,
             kind,
             k,
-            tok,
+            self._mint,
+            shared and rwscripts.READER or nil,
             ttlOrErr,
             wait
         )
         if l == nil then
-            meter.refused(store.meter, err)
             return l, err, retryAfter
         end
-        meter.acquired(store.meter, l._since / 1000 - t0)
         if renew then
             l, err, retryAfter = watchdog.hold(l, onLost)
         end

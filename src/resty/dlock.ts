@@ -11,7 +11,6 @@ import * as backend from "./dlock/redis/backend";
 import * as lease from "./dlock/core/lease";
 import * as options from "./dlock/core/options";
 import * as ledger from "./dlock/core/ledger";
-import * as meter from "./dlock/core/meter";
 import * as multi from "./dlock/core/multi";
 import * as recovery from "./dlock/core/recovery";
 import * as reentrant from "./dlock/core/reentrant";
@@ -21,8 +20,7 @@ import * as token from "./dlock/core/token";
 import * as watchdog from "./dlock/core/watchdog";
 import { withLease } from "./dlock/core/with";
 
-const ngx_now = ngx.now;
-const ngx_update_time = ngx.update_time;
+const metered = acquire.metered;
 const lua_setmetatable = setmetatable;
 const lua_tostring = tostring;
 
@@ -114,21 +112,9 @@ const locksMethods = {
       const again = reentrant.nested(this._id, store.prefix + k);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
-    ngx_update_time();
-    const t0 = ngx_now();
-    let [tok, terr] = this._mint();
-    if (tok === undefined) {
-      meter.refused(store.meter, terr);
-      return $multi(undefined, terr, undefined);
-    }
     // A reader's token says so: its ticket in line, and a key handed to it (rwscripts.ts).
-    if (shared) tok = rwscripts.READER + tok;
-    let [l, err, retryAfter] = acquire.acquire(store, kind, k, tok, ttlOrErr as number, wait);
-    if (l === undefined) {
-      meter.refused(store.meter, err);
-      return $multi(l, err, retryAfter);
-    }
-    meter.acquired(store.meter, l._since / 1000 - t0);
+    let [l, err, retryAfter] = metered(store, kind, k, this._mint, shared ? rwscripts.READER : undefined, ttlOrErr as number, wait);
+    if (l === undefined) return $multi(l, err, retryAfter);
     if (renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
     if (l !== undefined && this.reentrant) l = reentrant.enter(this._id, l);
     return $multi(l, err, retryAfter);

@@ -5,15 +5,13 @@ local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
 local options = require("resty.dlock.core.options")
 local ledger = require("resty.dlock.core.ledger")
-local meter = require("resty.dlock.core.meter")
 local scripts = require("resty.dlock.redis.scripts")
 local recovery = require("resty.dlock.core.recovery")
 local token = require("resty.dlock.core.token")
 local watchdog = require("resty.dlock.core.watchdog")
 local ____with = require("resty.dlock.core.with")
 local withLease = ____with.withLease
-local ngx_now = ngx.now
-local ngx_update_time = ngx.update_time
+local metered = acquire.metered
 local lua_setmetatable = setmetatable
 do
     local ____version = require("resty.dlock.version")
@@ -41,28 +39,17 @@ local semaphoreMethods = {
         if k == nil then
             return nil, ttlOrErr, nil
         end
-        ngx_update_time()
-        local t0 = ngx_now()
-        local tok, terr = token.random()
-        if tok == nil then
-            meter.refused(store.meter, terr)
-            return nil, terr, nil
-        end
-        local l, err, retryAfter = acquire.acquire(
+        local l, err, retryAfter = metered(
             store,
             PERMIT,
             k,
-            tok,
+            token.random,
+            nil,
             ttlOrErr,
             wait,
             self.permits
         )
-        if l == nil then
-            meter.refused(store.meter, err)
-            return l, err, retryAfter
-        end
-        meter.acquired(store.meter, l._since / 1000 - t0)
-        if not renew then
+        if l == nil or not renew then
             return l, err, retryAfter
         end
         return watchdog.hold(l, onLost)

@@ -14,15 +14,13 @@ import * as backend from "./redis/backend";
 import * as lease from "./core/lease";
 import * as options from "./core/options";
 import * as ledger from "./core/ledger";
-import * as meter from "./core/meter";
 import * as scripts from "./redis/scripts";
 import * as recovery from "./core/recovery";
 import * as token from "./core/token";
 import * as watchdog from "./core/watchdog";
 import { withLease } from "./core/with";
 
-const ngx_now = ngx.now;
-const ngx_update_time = ngx.update_time;
+const metered = acquire.metered;
 const lua_setmetatable = setmetatable;
 
 export { VERSION as _VERSION } from "./version";
@@ -60,20 +58,8 @@ const semaphoreMethods = {
     const store = this._store;
     const [k, ttlOrErr, wait, renew, onLost] = options.acquire(store, key, opts, false);
     if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
-    ngx_update_time();
-    const t0 = ngx_now();
-    const [tok, terr] = token.random();
-    if (tok === undefined) {
-      meter.refused(store.meter, terr);
-      return $multi(undefined, terr, undefined);
-    }
-    const [l, err, retryAfter] = acquire.acquire(store, PERMIT, k, tok, ttlOrErr as number, wait, this.permits);
-    if (l === undefined) {
-      meter.refused(store.meter, err);
-      return $multi(l, err, retryAfter);
-    }
-    meter.acquired(store.meter, l._since / 1000 - t0);
-    if (!renew) return $multi(l, err, retryAfter);
+    const [l, err, retryAfter] = metered(store, PERMIT, k, token.random, undefined, ttlOrErr as number, wait, this.permits);
+    if (l === undefined || !renew) return $multi(l, err, retryAfter);
     return watchdog.hold(l, onLost);
   },
 

@@ -2,6 +2,7 @@
 local ____exports = {}
 local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
+local meter = require("resty.dlock.core.meter")
 local queued = require("resty.dlock.core.queued")
 local retry = require("resty.dlock.core.retry")
 local waits = require("resty.dlock.core.wait")
@@ -11,6 +12,8 @@ local ngx_now = ngx.now
 local ngx_update_time = ngx.update_time
 local math_min = math.min
 local lua_type = type
+local refused = meter.refused
+local acquired = meter.acquired
 --- ms a waiter that joins this worker's turn for a key sleeps, at most, before it asks Redis itself.
 local QUEUE_CAP = 1000
 --- The deadline passed: why the last attempt failed (Redis never able to answer), or "timeout".
@@ -181,5 +184,31 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
         end
     end
     return l, err, retryAfter
+end
+--- acquire() as the factories' faces run it: a token minted (with `mark` in
+-- front: a reader's), the key taken, the outcome and the wait metered.
+function ____exports.metered(store, kind, key, mint, mark, ttl, wait, ...)
+    ngx_update_time()
+    local t0 = ngx_now()
+    local tok, terr = mint()
+    if tok == nil then
+        refused(store.meter, terr)
+        return nil, terr, nil
+    end
+    local l, err, retryAfter = ____exports.acquire(
+        store,
+        kind,
+        key,
+        mark == nil and tok or mark .. tok,
+        ttl,
+        wait,
+        ...
+    )
+    if l == nil then
+        refused(store.meter, err)
+        return nil, err, retryAfter
+    end
+    acquired(store.meter, l._since / 1000 - t0)
+    return l, nil, nil
 end
 return ____exports

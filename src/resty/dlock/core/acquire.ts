@@ -7,6 +7,7 @@
 
 import * as backend from "../redis/backend";
 import * as lease from "./lease";
+import * as meter from "./meter";
 import * as queued from "./queued";
 import * as retry from "./retry";
 import * as waits from "./wait";
@@ -21,6 +22,8 @@ const ngx_now = ngx.now;
 const ngx_update_time = ngx.update_time;
 const math_min = math.min;
 const lua_type = type;
+const refused = meter.refused;
+const acquired = meter.acquired;
 
 /** ms a waiter that joins this worker's turn for a key sleeps, at most, before it asks Redis itself. */
 const QUEUE_CAP = 1000;
@@ -143,4 +146,26 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
     if (l === undefined) waits.wake(rkey);
   }
   return $multi(l, err, retryAfter);
+}
+
+/**
+ * acquire() as the factories' faces run it: a token minted (with `mark` in
+ * front: a reader's), the key taken, the outcome and the wait metered.
+ */
+export function metered(store: Store, kind: Kind, key: string, mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>,
+  mark: string | undefined, ttl: number, wait: number, ...extra: (string | number)[]): lease.AcquireResult {
+  ngx_update_time();
+  const t0 = ngx_now();
+  const [tok, terr] = mint();
+  if (tok === undefined) {
+    refused(store.meter, terr);
+    return $multi(undefined, terr, undefined);
+  }
+  const [l, err, retryAfter] = acquire(store, kind, key, mark === undefined ? tok : mark + tok, ttl, wait, ...extra);
+  if (l === undefined) {
+    refused(store.meter, err);
+    return $multi(undefined, err, retryAfter);
+  }
+  acquired(store.meter, l._since / 1000 - t0);
+  return $multi(l, undefined, undefined);
 }

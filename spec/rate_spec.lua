@@ -220,6 +220,32 @@ for _, topo in ipairs(topologies) do
       assert.is_true(refused >= 2 * admitted, refused .. " refused, " .. admitted .. " admitted: offered less than 3x")
     end)
 
+    it("stay exact through nginx -s reload of one nginx under load: the count lives in Redis, no request fails", function()
+      local admitted, refused, other = 0, 0, 0
+      local t0 = h.now()
+      local reloaded = false
+      h.parallel(16, function(i)
+        local n = (i % 2 == 0) and a or b
+        while h.now() < t0 + 2.5 do
+          if i == 1 and not reloaded and h.now() > t0 + 1 then
+            reloaded = true
+            assert(h.sh(h.env.nginx .. " -p " .. a.prefix .. " -c " .. a.prefix .. "/nginx.conf -s reload"))
+          end
+          local res = get(n, "/g/api?key=reload")
+          if res.status == 200 then admitted = admitted + 1
+          elseif res.status == 429 then refused = refused + 1
+          else other = other + 1 end
+          ngx.sleep(0.01)
+        end
+      end)
+      local elapsed = h.now() - t0
+      note("two nginx, one reloaded", admitted, refused, elapsed, 10 + 20 * elapsed)
+      assert.is_true(reloaded)
+      assert.equal(0, other)
+      assert.is_true(admitted <= 10 + 20 * elapsed, admitted .. " admitted in " .. elapsed .. " s")
+      assert.is_true(admitted >= 10 + 20 * elapsed * 0.7, admitted .. " admitted in " .. elapsed .. " s")
+    end)
+
     it("say the policy and what remains in RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11)", function()
       local res = get(a, "/g/api?key=fields")
       assert.equal(200, res.status)

@@ -142,6 +142,59 @@ describe("redis.sentinel", function()
     h.cmd(new, "config", "set", "maxmemory", "0")
     h.cmd(new, "config", "set", "maxmemory-policy", "noeviction")
   end)
+
+  it("keeps rate limits through a failover: the GCRA state, written with WAIT, is on the new master", function()
+    local rate = require "resty.dlock.rate"
+    local lim = assert(rate.new({ dict = "dlock", prefix = h.unique("rate") .. ":", rate = 5, period = 60000, burst = 5,
+      redis = { sentinel = { master = "locks", nodes = nodes(sentinels[1], sentinels[2], sentinels[3]) }, replicas = 1,
+        connect_timeout = 300, read_timeout = 500 } }))
+    -- The last test's failover left the demoted master resyncing: WAIT needs it online as a replica.
+    -- (The sentinels turn it into a replica some seconds after the failover.)
+    local online = false
+    for _ = 1, 150 do
+      online = info(master_of(sentinels[1].port), "replication"):find("state=online", 1, true) ~= nil
+      if online then break end
+      ngx.sleep(0.1)
+    end
+    assert.is_true(online, "the demoted master never came back as a replica")
+    for i = 1, 5 do
+      local d, err = lim:incoming("full", true)
+      assert.equal(0, d, "request " .. i .. ": " .. tostring(err))
+    end
+    local delay, why = lim:incoming("full", true)
+    assert.is_nil(delay)
+    assert.equal("rejected", why)
+    local old = master_of(sentinels[1].port)
+    -- The sentinels take a new failover once the demoted master of the last one is a replica they know.
+    local ok
+    for _ = 1, 150 do
+      ok = h.cmd(sentinels[1].port, "sentinel", "failover", "locks")
+      if ok == "OK" then break end
+      ngx.sleep(0.1)
+    end
+    assert.equal("OK", ok)
+    local new
+    for _ = 1, 100 do
+      new = master_of(sentinels[1].port)
+      if new and new ~= old then break end
+      ngx.sleep(0.05)
+    end
+    assert.are_not.equal(old, new)
+    -- The first calls may meet the demoted master (READONLY) or a connection it closed: ask until Redis decides.
+    for _ = 1, 60 do
+      delay, why = lim:incoming("full", false)
+      if delay or why == "rejected" then break end
+      ngx.sleep(0.05)
+    end
+    assert.is_nil(delay, "the key was full before the failover and is not after it")
+    assert.equal("rejected", why)
+    assert.equal(1, tonumber(h.cmd(new, "exists", lim.prefix .. "full")))
+    -- A key never seen has room on the new master: a dry run (no write, so no WAIT for a replica that may still be
+    -- resyncing) answers 0 and the 4 that would remain after it.
+    local d, remaining = lim:incoming("fresh", false)
+    assert.equal(0, d)
+    assert.equal(4, remaining)
+  end)
 end)
 
 h.check_error_logs({

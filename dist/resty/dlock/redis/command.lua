@@ -1,13 +1,10 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local resp = require("resty.dlock.redis.resp")
-local scripts = require("resty.dlock.redis.scripts")
 local lua_tostring = tostring
 local lua_select = select
 local str_sub = string.sub
 local table_new = require("table.new")
-local queueKey = scripts.queueKey
-local readersKey = scripts.readersKey
 --- A batch; size: fragments it is expected to hold (the buffer never grows inside the hot trace below that).
 function ____exports.batchOf(sem, asking, size)
     return {
@@ -133,66 +130,6 @@ function ____exports.add(b, s, rkey, ...)
         b.undos = b.undos + 1
     end
     return job
-end
---- Add a per-target script call (release, extend, drop): KEYS[1] the key (and
--- KEYS[2] its waiters' queue, for two-key scripts; its readers and its queue
--- for three-key ones), ARGV[1] the token (and
--- ARGV[2] ms, when given). What scripts.forTarget sends through a backend.
-function ____exports.addTarget(b, slotted, s, t, ms)
-    if s.keys == 3 then
-        local q = queueKey(t.rkey, slotted)
-        local r = readersKey(t.rkey, slotted)
-        if ms == nil then
-            ____exports.add(
-                b,
-                s,
-                t.rkey,
-                r,
-                q,
-                t.token
-            )
-        else
-            ____exports.add(
-                b,
-                s,
-                t.rkey,
-                r,
-                q,
-                t.token,
-                ms
-            )
-        end
-    elseif s.keys == 2 then
-        local q = queueKey(t.rkey, slotted)
-        if ms == nil then
-            ____exports.add(
-                b,
-                s,
-                t.rkey,
-                q,
-                t.token
-            )
-        else
-            ____exports.add(
-                b,
-                s,
-                t.rkey,
-                q,
-                t.token,
-                ms
-            )
-        end
-    elseif ms == nil then
-        ____exports.add(b, s, t.rkey, t.token)
-    else
-        ____exports.add(
-            b,
-            s,
-            t.rkey,
-            t.token,
-            ms
-        )
-    end
 end
 --- Every job of b not answered yet fails with err.
 function ____exports.fail(b, err, fault)

@@ -4,6 +4,7 @@ local check = require("resty.dlock.core.check")
 local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
+local scripts = require("resty.dlock.redis.scripts")
 local lua_tostring = tostring
 local lua_type = type
 local str_sub = string.sub
@@ -17,7 +18,7 @@ local reader = resp.reader
 local read = resp.read
 local drained = resp.drained
 local add = command.add
-local addTarget = command.addTarget
+local forTarget = scripts.forTarget
 local batchOf = command.batchOf
 local commands = command.commands
 local fail = command.fail
@@ -269,19 +270,25 @@ function ____exports.asking(conf, s, rkey, ...)
     ____exports.run(conf, b)
     return job.res, job.err, job.fault
 end
---- A per-target script (command.addTarget) for every target, as one batch.
+local function addInto(into, s, rkey, ...)
+    return add(into.b, s, rkey, ...)
+end
+--- A per-target script (scripts.forTarget's keys and arguments) for every target, as one batch.
 function ____exports.batchFor(conf, s, targets, ms)
     local b = batchOf(nil, false)
+    local into = {b = b, slotted = conf.slotted}
     for i = 1, #targets do
+        local t = targets[i]
         local m
         if ms ~= nil then
             m = ms[i]
         end
-        addTarget(
-            b,
-            conf.slotted,
+        forTarget(
+            addInto,
+            into,
             s,
-            targets[i],
+            t.rkey,
+            t.token,
             m
         )
     end

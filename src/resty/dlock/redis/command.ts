@@ -9,7 +9,7 @@
 // body replaces the head for calls Redis met with NOSCRIPT; ASKING precedes
 // each call of a batch for a Cluster slot being imported.
 
-import type { Fault, Target } from "./backend";
+import type { Fault } from "./backend";
 import * as resp from "./resp";
 import * as scripts from "./scripts";
 
@@ -17,8 +17,6 @@ const lua_tostring = tostring;
 const lua_select = select;
 const str_sub = string.sub;
 const table_new = require("table.new") as (this: void, narr: number, nrec: number) => LuaTable<number, string>;
-const queueKey = scripts.queueKey;
-const readersKey = scripts.readersKey;
 
 /** Fragments sent as one write. */
 export type Fragments = LuaTable<number, string>;
@@ -127,30 +125,6 @@ export function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string 
   b.jobs.push(job);
   if (s.undo !== undefined) b.undos++;
   return job;
-}
-
-/**
- * Add a per-target script call (release, extend, drop): KEYS[1] the key (and
- * KEYS[2] its waiters' queue, for two-key scripts; its readers and its queue
- * for three-key ones), ARGV[1] the token (and
- * ARGV[2] ms, when given). What scripts.forTarget sends through a backend.
- */
-export function addTarget(b: Batch, slotted: boolean, s: scripts.Script, t: Target, ms: number | undefined): void {
-  if (s.keys === 3) {
-    // Readers' scripts: the lock key, its readers, its queue.
-    const q = queueKey(t.rkey, slotted);
-    const r = readersKey(t.rkey, slotted);
-    if (ms === undefined) add(b, s, t.rkey, r, q, t.token);
-    else add(b, s, t.rkey, r, q, t.token, ms);
-  } else if (s.keys === 2) {
-    const q = queueKey(t.rkey, slotted);
-    if (ms === undefined) add(b, s, t.rkey, q, t.token);
-    else add(b, s, t.rkey, q, t.token, ms);
-  } else if (ms === undefined) {
-    add(b, s, t.rkey, t.token);
-  } else {
-    add(b, s, t.rkey, t.token, ms);
-  }
 }
 
 /** Every job of b not answered yet fails with err. */

@@ -17,7 +17,7 @@ import * as check from "../core/check";
 import * as command from "./command";
 import * as connection from "./connection";
 import * as resp from "./resp";
-import type * as scripts from "./scripts";
+import * as scripts from "./scripts";
 
 export type Job = command.Job;
 export type Batch = command.Batch;
@@ -35,7 +35,7 @@ const reader = resp.reader;
 const read = resp.read;
 const drained = resp.drained;
 const add = command.add;
-const addTarget = command.addTarget;
+const forTarget = scripts.forTarget;
 const batchOf = command.batchOf;
 const commands = command.commands;
 const fail = command.fail;
@@ -240,13 +240,25 @@ export function asking(this: void, conf: redis.RedisConf, s: scripts.Script, rke
   return $multi(job.res, job.err, job.fault);
 }
 
-/** A per-target script (command.addTarget) for every target, as one batch. */
+/** A batch that per-target calls join, as scripts.forTarget's first argument (it places the keys by `slotted`). */
+interface Into {
+  readonly b: Batch;
+  readonly slotted: boolean;
+}
+
+function addInto(this: void, into: Into, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
+  return add(into.b, s, rkey, ...args);
+}
+
+/** A per-target script (scripts.forTarget's keys and arguments) for every target, as one batch. */
 export function batchFor(conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Batch {
   const b = batchOf(undefined, false);
+  const into: Into = { b, slotted: conf.slotted };
   for (const i of $range(1, targets.length)) {
+    const t = targets[i - 1]!;
     let m: number | undefined;
     if (ms !== undefined) m = ms[i - 1];
-    addTarget(b, conf.slotted, s, targets[i - 1]!, m);
+    forTarget(addInto, into, s, t.rkey, t.token, m);
   }
   return b;
 }

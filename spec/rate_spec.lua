@@ -589,6 +589,38 @@ describe("resty.dlock.rate", function()
   end)
 end)
 
+describe("the GCRA scripts", function()
+  it("decide one limit with its own script as the general script does: the same answers and the same hash, in every mode", function()
+    local s = require "resty.dlock.redis.ratescripts"
+    local one, many = h.unique("gcra1"), h.unique("gcra2")
+    -- interval 1 s, burst 5: the microseconds between the two scripts' calls never move a decision
+    -- or what remains (each is a whole interval from its edge), only the times (TAT, ms) by as much.
+    local iv, burst = "1000000", "5"
+    local steps = { { "1", 1 }, { "1", 3 }, { "0", 1 }, { "1", 1 }, { "0", 2 }, { "1", 2 }, { "-1", 2 },
+      { "1", 1 }, { "-1", 10 }, { "-1", 1 }, { "1", 5 }, { "1", 1 }, { "0", 1 }, { "-1", 4 }, { "1", 4 } }
+    for i, step in ipairs(steps) do
+      local mode, cost = step[1], tostring(step[2])
+      local a = assert(h.cmd(nil, "eval", s.RATE_ONE.src, 1, one, mode, cost, iv, burst))
+      local b = assert(h.cmd(nil, "eval", s.RATE.src, 1, many, mode, cost, iv, burst))
+      local what = "step " .. i .. " (mode " .. mode .. ", cost " .. cost .. ")"
+      assert.equal(4, #a, what)
+      assert.equal(b[1], a[1], what .. ": outcome")
+      assert.is_true(math.abs(b[2] - a[2]) <= 50 and (a[2] == 0) == (b[2] == 0), what .. ": retry ms " .. a[2] .. " and " .. b[2])
+      assert.equal(b[3], a[3], what .. ": remaining")
+      assert.is_true(math.abs(b[4] - a[4]) <= 50, what .. ": ms until full " .. a[4] .. " and " .. b[4])
+      local ka, kb = h.cmd(nil, "hkeys", one), h.cmd(nil, "hkeys", many)
+      assert.same(kb, ka, what .. ": fields")
+      if #ka == 1 then
+        local ta, tb = h.cmd(nil, "hget", one, "1"), h.cmd(nil, "hget", many, "1")
+        assert.truthy(ta:match("^[%d.e+]+$") and tonumber(ta), what .. ": TAT " .. ta)
+        assert.is_true(math.abs(tonumber(ta) - tonumber(tb)) <= 50000, what .. ": TAT " .. ta .. " and " .. tb)
+        local pa, pb = tonumber(h.cmd(nil, "pttl", one)), tonumber(h.cmd(nil, "pttl", many))
+        assert.is_true(pa > 0 and math.abs(pa - pb) <= 50, what .. ": pttl " .. pa .. " and " .. pb)
+      end
+    end
+  end)
+end)
+
 describe("the end of the file", function()
   it("stops the cluster", function()
     if cluster then cluster.stop() end

@@ -1,11 +1,13 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local backend = require("resty.dlock.redis.backend")
-local token = require("resty.dlock.core.token")
+local ratescripts = require("resty.dlock.redis.ratescripts")
 local check = require("resty.dlock.core.check")
 local options = require("resty.dlock.core.options")
 local schema = require("resty.dlock.core.schema")
 local call = backend.call
+local RATE = ratescripts.RATE
+local RATE_ONE = ratescripts.RATE_ONE
 local str_format = string.format
 local lua_type = type
 local lua_tostring = tostring
@@ -13,20 +15,6 @@ local math_floor = math.floor
 local str_sub = string.sub
 local lua_pairs = pairs
 local lua_unpack = unpack
-local SRC = "#!lua\nlocal t = redis.call('TIME')\nlocal now = t[1] * 1000000 + t[2]\nlocal mode = ARGV[1]\nlocal cost = tonumber(ARGV[2])\nlocal n = (#ARGV - 2) / 2\nlocal fields = {}\nfor i = 1, n do fields[i] = i end\nlocal tats = redis.call('HMGET', KEYS[1], unpack(fields))\nlocal iv, cap, base, nxt = {}, {}, {}, {}\nlocal over = 0\nfor i = 1, n do\n  iv[i] = tonumber(ARGV[1 + 2 * i])\n  cap[i] = tonumber(ARGV[2 + 2 * i]) * iv[i]\n  local tat = tonumber(tats[i]) or now\n  if tat < now then tat = now end\n  base[i] = tat\n  if mode == '-1' then\n    local b = tat - cost * iv[i]\n    if b < now then b = now end\n    nxt[i] = b\n  else\n    nxt[i] = tat + cost * iv[i]\n    local o = nxt[i] - now - cap[i]\n    if o > 1 and o > over then over = o end\n  end\nend\nlocal ok = over == 0\nlocal write = (ok and mode == '1') or mode == '-1'\nif write then\n  local set, far = {}, 0\n  for i = 1, n do\n    set[2 * i - 1] = i\n    set[2 * i] = string.format('%.17g', nxt[i])\n    if nxt[i] - now > far then far = nxt[i] - now end\n  end\n  if far <= 0 then\n    redis.call('DEL', KEYS[1])\n  else\n    redis.call('HSET', KEYS[1], unpack(set))\n    redis.call('PEXPIRE', KEYS[1], math.ceil(far / 1000))\n  end\nend\nlocal out = { 0, math.ceil(over / 1000) }\nif ok then out[1] = (write and mode == '1') and 1 or 2 end\nfor i = 1, n do\n  local d = (ok and nxt[i] or base[i]) - now\n  local r = math.floor((cap[i] - d) / iv[i] + 0.000001)\n  if r < 0 then r = 0 end\n  out[#out + 1] = r\n  out[#out + 1] = math.ceil(d / 1000)\nend\nreturn out\n"
-local function isCharged(reply)
-    return lua_type(reply) == "table" and reply[1] == 1
-end
---- The GCRA script: its charged answers are writes that WAIT for replicas (redis.replicas).
-____exports.SCRIPT = {
-    name = "rate",
-    src = SRC,
-    sha = token.hex(ngx.sha1_bin(SRC)),
-    keys = 1,
-    written = isCharged,
-    alone = nil,
-    undo = nil
-}
 --- Longest period: 30 days, in ms.
 ____exports.MAX_PERIOD = 30 * 86400000
 local MAX_RATE = 1000000000
@@ -124,7 +112,7 @@ function ____exports.decide(conf, rkey, ls, mode, cost)
     if #a == 2 then
         res, err, fault = call(
             conf,
-            ____exports.SCRIPT,
+            RATE_ONE,
             rkey,
             mode,
             c,
@@ -134,7 +122,7 @@ function ____exports.decide(conf, rkey, ls, mode, cost)
     else
         res, err, fault = call(
             conf,
-            ____exports.SCRIPT,
+            RATE,
             rkey,
             mode,
             c,

@@ -17,13 +17,14 @@
 
 import * as backend from "../redis/backend";
 import type * as redis from "../redis/client";
-import type * as scripts from "../redis/scripts";
-import * as token from "./token";
+import * as ratescripts from "../redis/ratescripts";
 import * as check from "./check";
 import * as options from "./options";
 import * as schema from "./schema";
 
 const call = backend.call;
+const RATE = ratescripts.RATE;
+const RATE_ONE = ratescripts.RATE_ONE;
 const str_format = string.format;
 const lua_type = type;
 const lua_tostring = tostring;
@@ -31,78 +32,6 @@ const math_floor = math.floor;
 const str_sub = string.sub;
 const lua_pairs = pairs;
 const lua_unpack = unpack as (this: void, t: (string | number)[]) => LuaMultiReturn<(string | number)[]>;
-
-// KEYS[1] the key's hash; ARGV[1] mode ("1" decide and charge, "0" decide
-// only, "-1" give back), ARGV[2] cost, then per limit: interval (us) and burst.
-// Reply: { outcome, retry ms, then per limit: remaining, ms until full }, where
-// outcome is 1 admitted and charged, 2 admitted (nothing written: mode "0" or
-// "-1"), 0 refused. Remaining and ms until full describe the state after the
-// decision (as if charged, for mode "0"). A limit is over when the request
-// would put the client more than 1 us beyond burst * interval ahead: the us
-// absorbs the rounding of the doubles, never a request.
-const SRC = `#!lua
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local mode = ARGV[1]
-local cost = tonumber(ARGV[2])
-local n = (#ARGV - 2) / 2
-local fields = {}
-for i = 1, n do fields[i] = i end
-local tats = redis.call('HMGET', KEYS[1], unpack(fields))
-local iv, cap, base, nxt = {}, {}, {}, {}
-local over = 0
-for i = 1, n do
-  iv[i] = tonumber(ARGV[1 + 2 * i])
-  cap[i] = tonumber(ARGV[2 + 2 * i]) * iv[i]
-  local tat = tonumber(tats[i]) or now
-  if tat < now then tat = now end
-  base[i] = tat
-  if mode == '-1' then
-    local b = tat - cost * iv[i]
-    if b < now then b = now end
-    nxt[i] = b
-  else
-    nxt[i] = tat + cost * iv[i]
-    local o = nxt[i] - now - cap[i]
-    if o > 1 and o > over then over = o end
-  end
-end
-local ok = over == 0
-local write = (ok and mode == '1') or mode == '-1'
-if write then
-  local set, far = {}, 0
-  for i = 1, n do
-    set[2 * i - 1] = i
-    set[2 * i] = string.format('%.17g', nxt[i])
-    if nxt[i] - now > far then far = nxt[i] - now end
-  end
-  if far <= 0 then
-    redis.call('DEL', KEYS[1])
-  else
-    redis.call('HSET', KEYS[1], unpack(set))
-    redis.call('PEXPIRE', KEYS[1], math.ceil(far / 1000))
-  end
-end
-local out = { 0, math.ceil(over / 1000) }
-if ok then out[1] = (write and mode == '1') and 1 or 2 end
-for i = 1, n do
-  local d = (ok and nxt[i] or base[i]) - now
-  local r = math.floor((cap[i] - d) / iv[i] + 0.000001)
-  if r < 0 then r = 0 end
-  out[#out + 1] = r
-  out[#out + 1] = math.ceil(d / 1000)
-end
-return out
-`;
-
-function isCharged(this: void, reply: RedisValue): boolean {
-  return lua_type(reply) === "table" && (reply as LuaTable<number, unknown>).get(1) === 1;
-}
-
-/** The GCRA script: its charged answers are writes that WAIT for replicas (redis.replicas). */
-export const SCRIPT: scripts.Script = {
-  name: "rate", src: SRC, sha: token.hex(ngx.sha1_bin(SRC)), keys: 1, written: isCharged, alone: undefined, undo: undefined,
-};
 
 /** One limit: `rate` requests per `period` ms, `burst` at once; `name` its policy name in RateLimit headers. */
 export interface Limit {
@@ -188,11 +117,11 @@ export function decide(conf: redis.RedisConf, rkey: string, ls: Limits, mode: st
   let res: RedisValue | undefined;
   let err: string | undefined;
   let fault: backend.Fault | undefined;
-  // One limit (the usual case) with a fixed number of arguments: unpack() keeps the call out of LuaJIT's traces.
+  // One limit (the usual case): its own script, with a fixed number of arguments (unpack() keeps the call out of LuaJIT's traces).
   // Every argument a string: the encoder's tostring() of a number is not compiled.
   const c = cost === 1 ? "1" : lua_tostring(cost);
-  if (a.length === 2) [res, err, fault] = call(conf, SCRIPT, rkey, mode, c, a[0]!, a[1]!);
-  else [res, err, fault] = call(conf, SCRIPT, rkey, mode, c, ...lua_unpack(a));
+  if (a.length === 2) [res, err, fault] = call(conf, RATE_ONE, rkey, mode, c, a[0]!, a[1]!);
+  else [res, err, fault] = call(conf, RATE, rkey, mode, c, ...lua_unpack(a));
   if (res === undefined) return $multi(undefined, err, fault);
   if (lua_type(res) !== "table") return $multi(undefined, "dlock: rate script answered " + check.show(res), "failed");
   return $multi(res as unknown as LuaTable<number, number>, undefined, undefined);

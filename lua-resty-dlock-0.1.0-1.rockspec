@@ -88,6 +88,7 @@ build = {
       ["resty.dlock.redis.multiscripts"] = "dist/resty/dlock/redis/multiscripts.lua",
       ["resty.dlock.redis.pipeline"] = "dist/resty/dlock/redis/pipeline.lua",
       ["resty.dlock.redis.quorum"] = "dist/resty/dlock/redis/quorum.lua",
+      ["resty.dlock.redis.ratescripts"] = "dist/resty/dlock/redis/ratescripts.lua",
       ["resty.dlock.redis.records"] = "dist/resty/dlock/redis/records.lua",
       ["resty.dlock.redis.resp"] = "dist/resty/dlock/redis/resp.lua",
       ["resty.dlock.redis.roundtrip"] = "dist/resty/dlock/redis/roundtrip.lua",

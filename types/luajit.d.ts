@@ -10,6 +10,8 @@ interface FfiBuffer {
 interface LibC {
   getrandom(buf: FfiBuffer, len: number, flags: number): number;
   gethostname(buf: FfiBuffer, len: number): number;
+  /** nginx's own (the nginx binary exports it): hex digits of src into dst. */
+  ngx_hex_dump(dst: FfiBuffer, src: string, len: number): FfiBuffer;
 }
 
 /** @noSelf */

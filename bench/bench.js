@@ -382,6 +382,9 @@ async function main() {
     { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: () => nginxPids() },
     { id: "rate", name: "resty.dlock.gateway rate guard (one GCRA script call per request)", url: `http://127.0.0.1:${httpPort}/rate`, server: () => nginxPids() },
     { id: "rate_api", name: "resty.dlock.rate incoming(key, true), the Lua API", url: `http://127.0.0.1:${httpPort}/rate-api`, server: () => nginxPids() },
+    // Where round trips decide (few requests at once, the CPUs not full): one against acquire + release's two (core_low).
+    { id: "rate_low", name: "resty.dlock.gateway rate guard, 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/rate`, server: () => nginxPids() },
+    { id: "rate_api_low", name: "resty.dlock.rate incoming(key, true), 4 connections", conns: 4, url: `http://127.0.0.1:${httpPort}/rate-api`, server: () => nginxPids() },
     { id: "idem", name: "resty.dlock.gateway idempotency, first requests", url: `http://127.0.0.1:${httpPort}/idem`, server: () => nginxPids() },
     { id: "idem_replay", name: "resty.dlock.gateway idempotency, replays", url: `http://127.0.0.1:${httpPort}/idem-replay`, server: () => nginxPids() },
     // 1d. Several keys per request (distinct per request): acquire_all against the same keys one by one.
@@ -698,6 +701,15 @@ function report(r) {
         `${fmt(core.cpu_ms_per_1k / plain.cpu_ms_per_1k, 2)}×` +
         (low && plainLow ? `; at 4 connections req/s ${fmt(low.rps / plainLow.rps, 2)}×, p50 ${fmt(low.p50_ms, 2)} against ${fmt(plainLow.p50_ms, 2)} ms, ` +
           `p99 ${fmt(low.p99_ms, 2)} against ${fmt(plainLow.p99_ms, 2)} ms.` : "."));
+    }
+    const byId = (id) => r.throughput.find((l) => l.id === id && !l.skipped);
+    const rateSaid = [["rate", "core", "the rate guard"], ["rate_api", "core", "rate.new's incoming()"],
+      ["rate_low", "core_low", "the rate guard at 4 connections"], ["rate_api_low", "core_low", "incoming() at 4 connections"]]
+      .filter(([a, c]) => byId(a) && byId(c))
+      .map(([a, c, what]) => `${what} ${fmt(byId(a).rps / byId(c).rps, 2)}× (CPU per decision, nginx + Redis, ${fmt(byId(a).cpu_ms_per_1k / byId(c).cpu_ms_per_1k, 2)}×)`);
+    if (rateSaid.length) {
+      t.push("");
+      t.push(`Rate decisions per second against acquire + release at the same connections (one script call against two): ${rateSaid.join("; ")}.`);
     }
     t.push("");
   }

@@ -162,9 +162,11 @@ async function startSentinel({ master, replica, sentinels }) {
 // --cluster create, until every node says cluster_state:ok with all slots served
 // and every replica is linked). cluster-node-timeout 5 s (not the specs' 1 s),
 // for the same reason as down-after above.
-async function startCluster(ports) {
-  const t = await topology.up(env, { kind: "cluster", masters: 3, replicasEach: 1, nodeTimeoutMs: 5000, seeds: 2, ports, readyMs: 30000 },
-    path.join(prefix, "cluster"));
+// With replicasEach = 0 (core_cluster_bare): the three masters alone, like for
+// like with the standalone line, which has no replica to feed either.
+async function startCluster(ports, replicasEach = 1, name = "cluster") {
+  const t = await topology.up(env, { kind: "cluster", masters: 3, replicasEach, nodeTimeoutMs: 5000, seeds: 2, ports, readyMs: 30000 },
+    path.join(prefix, name));
   const roles = async () => (await t.masters()).map((m) => m.port).sort((a, b) => a - b);
   const masters = await roles();
   const byPort = Object.fromEntries(t.nodes.map((n) => [n.port, n]));
@@ -172,7 +174,7 @@ async function startCluster(ports) {
     const now = lib.parseClusterNodes(cli(ports[0], "cluster", "nodes")).filter((x) => x.flags.includes("master")).map((x) => x.port).sort((a, b) => a - b);
     return now.join() === masters.join() ? "" : `a cluster failover happened during the run (masters ${masters} -> ${now})`;
   };
-  return store("cluster", masters.map((p) => byPort[p]), { others: t.nodes.filter((n) => !masters.includes(n.port)), check });
+  return store(name, masters.map((p) => byPort[p]), { others: t.nodes.filter((n) => !masters.includes(n.port)), check });
 }
 
 const median = (xs) => {
@@ -350,6 +352,7 @@ async function main() {
     tls: await freePort(),
     sentinel: { master: await freePort(), replica: await freePort(), sentinels: [await freePort(), await freePort(), await freePort()] },
     cluster: [],
+    cluster_bare: [],
     redlock: [await freePort(), await freePort(), await freePort()],
   };
   const clusterModule = fs.existsSync(path.join(root, "dist", "resty", "dlock", "redis", "cluster.lua"));
@@ -358,6 +361,7 @@ async function main() {
     : smoke ? "full run only (creating a cluster takes several seconds)" : "";
   if (!clusterSkip) {
     for (let i = 0; i < 6; i++) topoPorts.cluster.push(await env.ports.pick({ bus: true }));
+    for (let i = 0; i < 3; i++) topoPorts.cluster_bare.push(await env.ports.pick({ bus: true }));
   }
 
   // 1. Uncontended throughput, distinct key per request. The topology lines run
@@ -378,6 +382,7 @@ async function main() {
     { id: "core_tls", topo: true, storeKind: "tls", name: "resty.dlock acquire+release, TLS (ssl_verify on)", url: `http://127.0.0.1:${httpPort}/core-tls`, server: () => nginxPids() },
     { id: "core_sentinel", topo: true, storeKind: "sentinel", name: "resty.dlock acquire+release, Sentinel (master + 1 replica, 3 sentinels)", url: `http://127.0.0.1:${httpPort}/core-sentinel`, server: () => nginxPids() },
     { id: "core_cluster", topo: true, storeKind: "cluster", name: "resty.dlock acquire+release, Cluster (3 masters + 3 replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster`, server: () => nginxPids(), skip: clusterSkip },
+    { id: "core_cluster_bare", topo: true, storeKind: "cluster_bare", name: "resty.dlock acquire+release, Cluster (3 masters, no replicas)", url: `http://127.0.0.1:${httpPort}/core-cluster_bare`, server: () => nginxPids(), skip: clusterSkip },
     { id: "core_redlock", topo: true, storeKind: "redlock", name: "resty.dlock acquire+release, Redlock (3 independent masters)", url: `http://127.0.0.1:${httpPort}/core-redlock`, server: () => nginxPids() },
     { id: "dedup", name: "resty.dlock.gateway dedup", url: `http://127.0.0.1:${httpPort}/dedup`, server: () => nginxPids() },
     { id: "rate", name: "resty.dlock.gateway rate guard (one GCRA script call per request)", url: `http://127.0.0.1:${httpPort}/rate`, server: () => nginxPids() },
@@ -411,7 +416,7 @@ async function main() {
   const run2 = contLines.length > 0 || rwLines.length > 0;
   if (!run1 && !run2) throw new Error(`--only ${only.join(", ")}: no line's id or name contains it`);
   let before, alone, beforeCommit = null;
-  let redis, nginx, node, tlsStore, sentinelStore, clusterStore, redlockStore, standalone, setRps = NaN;
+  let redis, nginx, node, tlsStore, sentinelStore, clusterStore, clusterBareStore, redlockStore, standalone, setRps = NaN;
   const nginxPids = () => [nginx.pid, ...children(nginx.pid)];
   const nginxBin = libNginxBin();
   const peer = (port, rport) => start(process.execPath, [path.join(root, "bench", "peer", "gateway.js"), String(port), String(rport)]);
@@ -420,6 +425,7 @@ async function main() {
     renderConf(path.join(root, "nginx", "bench.conf"), prefix, path.join(prefix, "nginx.conf"), { HTTP_PORT: httpPort, REDIS_PORT: redisPort,
       TLS_PORT: topoPorts.tls, SENTINEL_NODES: topoPorts.sentinel.sentinels.map((p) => "127.0.0.1:" + p).join(","),
       CLUSTER_NODES: topoPorts.cluster.slice(0, 2).map((p) => "127.0.0.1:" + p).join(","),
+      CLUSTER_BARE_NODES: topoPorts.cluster_bare.slice(0, 2).map((p) => "127.0.0.1:" + p).join(","),
       REDLOCK_NODES: topoPorts.redlock.map((p) => "127.0.0.1:" + p).join(",") });
     // The binary nginx/lib.sh resolved from DLOCK_NGINX (a name, a path or an OpenResty folder), as render_conf used.
     nginx = start(nginxBin, ["-p", prefix, "-c", path.join(prefix, "nginx.conf"), "-g", "daemon off;"]);
@@ -445,14 +451,16 @@ async function main() {
     if (nodeLine) node = peer(nodePort, redisPort);
     const needs = (kind) => lines.some((l) => l.storeKind === kind && !l.skip && wanted(l));
     const t0Topo = Date.now();
-    [tlsStore, sentinelStore, clusterStore, redlockStore] = await Promise.all([
+    [tlsStore, sentinelStore, clusterStore, clusterBareStore, redlockStore] = await Promise.all([
       needs("tls") ? startTls(topoPorts.tls, tlsDir) : null, needs("sentinel") ? startSentinel(topoPorts.sentinel) : null,
-      needs("cluster") ? startCluster(topoPorts.cluster) : null, needs("redlock") ? startRedlock(topoPorts.redlock) : null]);
+      needs("cluster") ? startCluster(topoPorts.cluster) : null,
+      needs("cluster_bare") ? startCluster(topoPorts.cluster_bare, 0, "cluster_bare") : null,
+      needs("redlock") ? startRedlock(topoPorts.redlock) : null]);
     log(`topologies up in ${((Date.now() - t0Topo) / 1000).toFixed(1)} s`);
     await waitFor(httpPort);
     if (nodeLine) await waitFor(nodePort);
     standalone = store("standalone", [{ port: redisPort, pid: redis.pid }]);
-    for (const l of lines) if (l.storeKind) l.store = { tls: tlsStore, sentinel: sentinelStore, cluster: clusterStore, redlock: redlockStore }[l.storeKind];
+    for (const l of lines) if (l.storeKind) l.store = { tls: tlsStore, sentinel: sentinelStore, cluster: clusterStore, cluster_bare: clusterBareStore, redlock: redlockStore }[l.storeKind];
   }
   if (run2) {
     // Section 2: a redis-server of its own (only the contending instances talk to

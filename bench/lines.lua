@@ -34,7 +34,7 @@ function _M.locks()
   return locks_obj
 end
 
--- resty.dlock on another Redis topology ("tls", "sentinel", "cluster", "redlock"), the
+-- resty.dlock on another Redis topology ("tls", "sentinel", "cluster", "cluster_bare", "redlock"), the
 -- addresses set by bench.conf's init_by_lua; the same options as locks() otherwise.
 local topo_locks = {}
 function _M.locks_on(kind)
@@ -50,8 +50,8 @@ function _M.locks_on(kind)
     opts = { host = "127.0.0.1", port = d:get("tls_port"), ssl = true, ssl_verify = true, server_name = "localhost" }
   elseif kind == "sentinel" then
     opts = { sentinel = { master = "locks", nodes = nodes("sentinel_nodes") } }
-  elseif kind == "cluster" then
-    opts = { cluster = { nodes = nodes("cluster_nodes") } }
+  elseif kind == "cluster" or kind == "cluster_bare" then
+    opts = { cluster = { nodes = nodes(kind .. "_nodes") } }
   elseif kind == "redlock" then
     opts = { redlock = nodes("redlock_nodes") }
   else

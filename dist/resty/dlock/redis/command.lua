@@ -2,8 +2,13 @@
 local ____exports = {}
 local resp = require("resty.dlock.redis.resp")
 local lua_tostring = tostring
+local lua_tonumber = tonumber
 local lua_select = select
 local str_sub = string.sub
+local str_find = string.find
+local str_format = string.format
+local str_rep = string.rep
+local tbl_concat = table.concat
 local table_new = require("table.new")
 --- A batch; size: fragments it is expected to hold (the buffer never grows inside the hot trace below that).
 function ____exports.batchOf(sem, asking, size)
@@ -35,89 +40,77 @@ end
 local CRLF = "\r\n"
 local PRE = {}
 local PRE_CACHED = 4096
---- Put word w at fragments k+1 .. k+3 of parts; the index of the last.
-local function put(parts, k, w)
-    local len = #w
-    local pre = PRE[len]
-    if pre == nil then
-        pre = ("$" .. lua_tostring(len)) .. CRLF
+local function pre(len)
+    local p = PRE[len]
+    if p == nil then
+        p = ("$" .. lua_tostring(len)) .. CRLF
         if len <= PRE_CACHED then
-            PRE[len] = pre
+            PRE[len] = p
         end
     end
-    parts[k + 1] = pre
-    parts[k + 2] = w
-    parts[k + 3] = CRLF
-    return k + 3
+    return p
+end
+local WORD = "$%d\r\n%s\r\n"
+local RESTS = {}
+for n = 0, 6 do
+    RESTS[n] = CRLF .. str_rep(WORD, n)
+end
+--- The rest of a command after its key, for up to six arguments (as strings). Not a tail call (see lease.make).
+local function restOf(n, a1, a2, a3, a4, a5, a6)
+    local r = str_format(
+        RESTS[n],
+        #a1,
+        a1,
+        #a2,
+        a2,
+        #a3,
+        a3,
+        #a4,
+        a4,
+        #a5,
+        a5,
+        #a6,
+        a6
+    )
+    return r
 end
 local ASKING = resp.encode({"ASKING"})
 --- Add a call to b: its command goes into the buffer at once (no table of its arguments).
 function ____exports.add(b, s, rkey, ...)
     local n = lua_select("#", ...)
-    local words = 1 + n
-    local parts = b.parts
-    local at = b.n + 1
-    parts[at] = headOf(heads, s, words, false)
-    local k = put(parts, at, rkey)
+    local rest
     if n <= 6 then
         local a1, a2, a3, a4, a5, a6 = lua_select(1, ...)
-        if n >= 1 then
-            k = put(
-                parts,
-                k,
-                lua_tostring(a1)
-            )
-        end
-        if n >= 2 then
-            k = put(
-                parts,
-                k,
-                lua_tostring(a2)
-            )
-        end
-        if n >= 3 then
-            k = put(
-                parts,
-                k,
-                lua_tostring(a3)
-            )
-        end
-        if n >= 4 then
-            k = put(
-                parts,
-                k,
-                lua_tostring(a4)
-            )
-        end
-        if n >= 5 then
-            k = put(
-                parts,
-                k,
-                lua_tostring(a5)
-            )
-        end
-        if n >= 6 then
-            k = put(
-                parts,
-                k,
-                lua_tostring(a6)
-            )
-        end
+        rest = restOf(
+            n,
+            n >= 1 and lua_tostring(a1) or "",
+            n >= 2 and lua_tostring(a2) or "",
+            n >= 3 and lua_tostring(a3) or "",
+            n >= 4 and lua_tostring(a4) or "",
+            n >= 5 and lua_tostring(a5) or "",
+            n >= 6 and lua_tostring(a6) or ""
+        )
     else
+        local out = {CRLF}
         for i = 1, n do
             local a = lua_select(i, ...)
-            k = put(
-                parts,
-                k,
-                lua_tostring(a)
-            )
+            local w = lua_tostring(a)
+            out[i + 1] = str_format(WORD, #w, w)
         end
+        rest = tbl_concat(out)
     end
-    b.n = k
+    local words = 1 + n
+    local parts = b.parts
+    local k = b.n
+    parts[k + 1] = headOf(heads, s, words, false)
+    parts[k + 2] = pre(#rkey)
+    parts[k + 3] = rkey
+    parts[k + 4] = rest
+    b.n = k + 4
     local job = {
         s = s,
-        parts = parts,
-        at = at,
+        rkey = rkey,
+        rest = rest,
         words = words,
         back = false,
         res = nil,
@@ -142,13 +135,25 @@ function ____exports.fail(b, err, fault)
         end
     end
 end
---- Word n of job j's command after its key count (1: KEYS[1]).
+--- Word n of job j's command after its key count (1: KEYS[1]), read back from its rest (only for a call to take back).
 function ____exports.wordOf(j, n)
-    return j.parts[j.at + 3 * n - 1]
+    if n == 1 then
+        return j.rkey
+    end
+    local rest = j.rest
+    local pos = 3
+    local w = ""
+    for _ = 2, n do
+        local eol = str_find(rest, CRLF, pos, true)
+        local len = lua_tonumber(str_sub(rest, pos + 1, eol - 1))
+        w = str_sub(rest, eol + 2, eol + 1 + len)
+        pos = eol + 2 + len + 2
+    end
+    return w
 end
 --- The commands of the jobs `which` of b (nil: all), EVAL with the script's body when `body`, each after ASKING when b asks.
 function ____exports.commands(b, which, body)
-    local out = table_new(b.n + 2 * #b.jobs, 0)
+    local out = table_new(5 * #b.jobs, 0)
     local k = 0
     local n = which == nil and #b.jobs or #which
     for m = 1, n do
@@ -157,13 +162,11 @@ function ____exports.commands(b, which, body)
             k = k + 1
             out[k] = ASKING
         end
-        k = k + 1
-        out[k] = body and headOf(bodies, j.s, j.words, true) or j.parts[j.at]
-        local parts = j.parts
-        for i = j.at + 1, j.at + 3 * j.words do
-            k = k + 1
-            out[k] = parts[i]
-        end
+        out[k + 1] = headOf(body and bodies or heads, j.s, j.words, body)
+        out[k + 2] = pre(#j.rkey)
+        out[k + 3] = j.rkey
+        out[k + 4] = j.rest
+        k = k + 4
     end
     return out
 end

@@ -1,21 +1,34 @@
 // A script call as Redis reads it: EVALSHA, the script's SHA, its key count,
-// then the key and arguments, written into the batch's buffer as fragments
-// when the call joins it, and sent as one write (the cosocket joins them in
-// C). No string per call or per batch is made in Lua: LuaJIT interns every
-// string, hashing only four of its 4-byte windows, and the commands of one
-// script differ only between those windows (same head, same tail, same
-// length), so each new one walked a chain of all the others (memcmp): half
-// of the worker's CPU at 20,000 rate checks a second. EVAL with the script's
-// body replaces the head for calls Redis met with NOSCRIPT; ASKING precedes
-// each call of a batch for a Cluster slot being imported.
+// then the key and arguments, written into the batch's buffer when the call
+// joins it and sent as one write (the cosocket joins the pieces in C). Four
+// pieces per call: the head (cached per script and word count), the key's
+// "$<length>\r\n" (cached per length), the key, and the rest of the command
+// (one string.format). Why that split:
+//   - LuaJIT interns every string and hashes only four 4-byte windows of it
+//     (first, last, middle, a quarter in). Whole commands of one script differ
+//     only between those windows (same head, same tail, same length): each new
+//     one walked a chain of all the others (memcmp), half of the worker's CPU
+//     at 20,000 rate checks a second. The rest after the key is short and holds
+//     the token (random) wherever it varies, or is the same string every time
+//     (a rate limiter's arguments), which interning finds at once.
+//   - Three pieces per word (length, word, CRLF) cost the cosocket two passes
+//     of Lua C API calls per piece: 1.5 times the worker's instructions per
+//     acquire + release of this layout (callgrind).
+// EVAL with the script's body replaces the head for calls Redis met with
+// NOSCRIPT; ASKING precedes each call of a batch for a Cluster slot being imported.
 
 import type { Fault } from "./backend";
 import * as resp from "./resp";
 import * as scripts from "./scripts";
 
 const lua_tostring = tostring;
+const lua_tonumber = tonumber;
 const lua_select = select;
 const str_sub = string.sub;
+const str_find = string.find;
+const str_format = string.format;
+const str_rep = string.rep;
+const tbl_concat = table.concat;
 const table_new = require("table.new") as (this: void, narr: number, nrec: number) => LuaTable<number, string>;
 
 /** Fragments sent as one write. */
@@ -24,9 +37,10 @@ export type Fragments = LuaTable<number, string>;
 /** One call. */
 export interface Job {
   readonly s: scripts.Script;
-  /** The buffer its command is in, from `at` (its head: EVALSHA, the SHA, the key count) on, 3 fragments per word. */
-  readonly parts: Fragments;
-  readonly at: number;
+  /** KEYS[1]. */
+  readonly rkey: string;
+  /** The command after its key: CRLF, then "$<length>\r\n<word>\r\n" per further word. */
+  readonly rest: string;
   /** Words after the script's SHA and key count: the key and the arguments. */
   readonly words: number;
   /** Its caller came back for the answer (pipeline.ts). */
@@ -76,22 +90,28 @@ function headOf(cache: LuaTable<scripts.Script, LuaTable<number, string>>, s: sc
 }
 
 const CRLF = "\r\n";
-// "$<length>\r\n" per word length, made once (a word's length is at most a key's).
+// "$<length>\r\n" per key length, made once (a key is at most a few hundred bytes).
 const PRE = new LuaTable<number, string>();
 const PRE_CACHED = 4096;
 
-/** Put word w at fragments k+1 .. k+3 of parts; the index of the last. */
-function put(parts: Fragments, k: number, w: string): number {
-  const len = w.length;
-  let pre = PRE.get(len);
-  if (pre === undefined) {
-    pre = "$" + lua_tostring(len) + CRLF;
-    if (len <= PRE_CACHED) PRE.set(len, pre);
+function pre(len: number): string {
+  let p = PRE.get(len);
+  if (p === undefined) {
+    p = "$" + lua_tostring(len) + CRLF;
+    if (len <= PRE_CACHED) PRE.set(len, p);
   }
-  parts.set(k + 1, pre);
-  parts.set(k + 2, w);
-  parts.set(k + 3, CRLF);
-  return k + 3;
+  return p;
+}
+
+// The rest of a command after its key, per number of arguments: one format.
+const WORD = "$%d\r\n%s\r\n";
+const RESTS = new LuaTable<number, string>();
+for (const n of $range(0, 6)) RESTS.set(n, CRLF + str_rep(WORD, n));
+
+/** The rest of a command after its key, for up to six arguments (as strings). Not a tail call (see lease.make). */
+function restOf(n: number, a1: string, a2: string, a3: string, a4: string, a5: string, a6: string): string {
+  const r = str_format(RESTS.get(n)!, a1.length, a1, a2.length, a2, a3.length, a3, a4.length, a4, a5.length, a5, a6.length, a6);
+  return r;
 }
 
 const ASKING = resp.encode(["ASKING"]);
@@ -99,29 +119,31 @@ const ASKING = resp.encode(["ASKING"]);
 /** Add a call to b: its command goes into the buffer at once (no table of its arguments). */
 export function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
   const n = lua_select("#", ...args);
-  const words = 1 + n;
-  const parts = b.parts;
-  const at = b.n + 1;
-  parts.set(at, headOf(heads, s, words, false));
-  let k = put(parts, at, rkey);
+  let rest: string;
   if (n <= 6) {
     // The arguments as locals: select(i, ...) in a loop copies the rest each
     // time and keeps the function out of the JIT. Six cover every script.
     const [a1, a2, a3, a4, a5, a6] = lua_select(1, ...args);
-    if (n >= 1) k = put(parts, k, lua_tostring(a1));
-    if (n >= 2) k = put(parts, k, lua_tostring(a2));
-    if (n >= 3) k = put(parts, k, lua_tostring(a3));
-    if (n >= 4) k = put(parts, k, lua_tostring(a4));
-    if (n >= 5) k = put(parts, k, lua_tostring(a5));
-    if (n >= 6) k = put(parts, k, lua_tostring(a6));
+    rest = restOf(n, n >= 1 ? lua_tostring(a1) : "", n >= 2 ? lua_tostring(a2) : "", n >= 3 ? lua_tostring(a3) : "",
+      n >= 4 ? lua_tostring(a4) : "", n >= 5 ? lua_tostring(a5) : "", n >= 6 ? lua_tostring(a6) : "");
   } else {
+    const out: string[] = [CRLF];
     for (const i of $range(1, n)) {
       const [a] = lua_select(i, ...args);
-      k = put(parts, k, lua_tostring(a));
+      const w = lua_tostring(a);
+      out[i] = str_format(WORD, w.length, w);
     }
+    rest = tbl_concat(out);
   }
-  b.n = k;
-  const job: Job = { s, parts, at, words, back: false, res: undefined, err: undefined, fault: undefined };
+  const words = 1 + n;
+  const parts = b.parts;
+  const k = b.n;
+  parts.set(k + 1, headOf(heads, s, words, false));
+  parts.set(k + 2, pre(rkey.length));
+  parts.set(k + 3, rkey);
+  parts.set(k + 4, rest);
+  b.n = k + 4;
+  const job: Job = { s, rkey, rest, words, back: false, res: undefined, err: undefined, fault: undefined };
   b.jobs.push(job);
   if (s.undo !== undefined) b.undos++;
   return job;
@@ -139,14 +161,24 @@ export function fail(b: Batch, err: string, fault: Fault): void {
   }
 }
 
-/** Word n of job j's command after its key count (1: KEYS[1]). */
+/** Word n of job j's command after its key count (1: KEYS[1]), read back from its rest (only for a call to take back). */
 export function wordOf(j: Job, n: number): string {
-  return j.parts.get(j.at + 3 * n - 1);
+  if (n === 1) return j.rkey;
+  const rest = j.rest;
+  let pos = 3; // after the CRLF that ends the key
+  let w = "";
+  for (const _ of $range(2, n)) {
+    const [eol] = str_find(rest, CRLF, pos, true);
+    const len = lua_tonumber(str_sub(rest, pos + 1, eol! - 1))!;
+    w = str_sub(rest, eol! + 2, eol! + 1 + len);
+    pos = eol! + 2 + len + 2;
+  }
+  return w;
 }
 
 /** The commands of the jobs `which` of b (nil: all), EVAL with the script's body when `body`, each after ASKING when b asks. */
 export function commands(b: Batch, which: number[] | undefined, body: boolean): Fragments {
-  const out: Fragments = table_new(b.n + 2 * b.jobs.length, 0);
+  const out: Fragments = table_new(5 * b.jobs.length, 0);
   let k = 0;
   const n = which === undefined ? b.jobs.length : which.length;
   for (const m of $range(1, n)) {
@@ -155,13 +187,11 @@ export function commands(b: Batch, which: number[] | undefined, body: boolean): 
       k++;
       out.set(k, ASKING);
     }
-    k++;
-    out.set(k, body ? headOf(bodies, j.s, j.words, true) : j.parts.get(j.at));
-    const parts = j.parts;
-    for (const i of $range(j.at + 1, j.at + 3 * j.words)) {
-      k++;
-      out.set(k, parts.get(i));
-    }
+    out.set(k + 1, headOf(body ? bodies : heads, j.s, j.words, body));
+    out.set(k + 2, pre(j.rkey.length));
+    out.set(k + 3, j.rkey);
+    out.set(k + 4, j.rest);
+    k += 4;
   }
   return out;
 }

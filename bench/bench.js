@@ -177,6 +177,29 @@ async function startCluster(ports, replicasEach = 1, name = "cluster") {
   return store(name, masters.map((p) => byPort[p]), { others: t.nodes.filter((n) => !masters.includes(n.port)), check });
 }
 
+// Section 1e: GET /libcpu (bench/cpu/libcpu.lua) on this checkout's nginx (the
+// one with only /core when it runs, else bench.conf's) and,
+// when it runs, on the old revision's (core_before), interleaved, cfg.rounds
+// times; the medians of their best-of rounds, in µs of the worker's CPU per operation.
+async function measureLibCpu(nowPort, beforePortOrNull) {
+  const q = smoke ? "n=40&t=50&r=2" : "n=200&t=50&r=5";
+  const ask = async (port, what) => {
+    const r = await get(port, `/libcpu?what=${what}&${q}`);
+    return r.status === 200 ? Number(r.body.trim()) : NaN;
+  };
+  const got = { core: [], rate: [], core_before: [] };
+  for (let round = 0; round < cfg.rounds; round++) {
+    got.core.push(await ask(nowPort, "core"));
+    if (beforePortOrNull) got.core_before.push(await ask(beforePortOrNull, "core"));
+    got.rate.push(await ask(nowPort, "rate"));
+  }
+  const out = { core_us: median(got.core), rate_us: median(got.rate), rounds: got };
+  if (beforePortOrNull) Object.assign(out, { core_before_us: median(got.core_before), revision: beforeRev });
+  log(`library CPU per operation: acquire+release ${fmt(out.core_us, 2)} µs` + (beforePortOrNull ? ` (at ${beforeRev}: ${fmt(out.core_before_us, 2)} µs)` : "") +
+    `, rate decision ${fmt(out.rate_us, 2)} µs`);
+  return out;
+}
+
 const median = (xs) => {
   const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
   return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN;
@@ -478,7 +501,7 @@ async function main() {
     for (const p of [...contend.nginxPorts, ...(peers ? contend.peerPorts : [])]) await waitFor(p);
   }
 
-  let throughput = [], topologies = [], multikey = [], beforeRatio = null;
+  let throughput = [], topologies = [], multikey = [], beforeRatio = null, libCpu = null;
   if (run1) {
     setRps = (() => {
       const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
@@ -522,6 +545,8 @@ async function main() {
         log(`  round ${round + 1} ${l.name}: ${fmt(w.rps)} req/s p50 ${fmt(w.p50, 2)} ms p99 ${fmt(w.p99, 2)} ms, errors ${w.errors}`);
       }
     }
+    // 1e. The library's own CPU per operation, without HTTP (bench/cpu/libcpu.lua), now and at the old revision, interleaved.
+    if (wanted(lines.find((l) => l.id === "core"))) libCpu = await measureLibCpu(alone ? alone.port : httpPort, before && !lines.find((l) => l.id === "core_before").skip ? before.port : null);
     const ceiling = median(runs.none.map((r) => r.rps));
     const summary = (l) => {
       const rs = runs[l.id];
@@ -661,7 +686,7 @@ async function main() {
     when: new Date().toISOString(), smoke, config: cfg,
     machine: { cpus: os.cpus().length, redis: execFileSync("redis-server", ["--version"], { encoding: "utf8" }).trim(),
       nginx: spawnSync(nginxBin, ["-v"], { encoding: "utf8" }).stderr.trim(), node: process.version },
-    only: only.length ? only.join(", ") : null, redis_set_rps: setRps, throughput, before_ratio: beforeRatio, topologies, multikey, contention, readMostly, memory,
+    only: only.length ? only.join(", ") : null, redis_set_rps: setRps, throughput, before_ratio: beforeRatio, library_cpu: libCpu, topologies, multikey, contention, readMostly, memory,
   };
   report(result);
 }
@@ -715,6 +740,14 @@ function report(r) {
       ["rate_low", "core_low", "the rate guard at 4 connections"], ["rate_api_low", "core_low", "incoming() at 4 connections"]]
       .filter(([a, c]) => byId(a) && byId(c))
       .map(([a, c, what]) => `${what} ${fmt(byId(a).rps / byId(c).rps, 2)}× (CPU per decision, nginx + Redis, ${fmt(byId(a).cpu_ms_per_1k / byId(c).cpu_ms_per_1k, 2)}×)`);
+    const lc = r.library_cpu;
+    if (lc) {
+      t.push("");
+      t.push(`Library CPU per operation (section 1e: 50 light threads in one request, no HTTP; µs of the nginx worker's CPU, ` +
+        `medians of ${r.config.rounds} best-of rounds): acquire + release ${fmt(lc.core_us, 2)}` +
+        (Number.isFinite(lc.core_before_us) ? ` against ${fmt(lc.core_before_us, 2)} at ${lc.revision} (${fmt(lc.core_us / lc.core_before_us, 2)}×)` : "") +
+        `; a rate decision ${fmt(lc.rate_us, 2)} (${fmt(lc.core_us / lc.rate_us, 2)} decisions for the CPU of one acquire + release).`);
+    }
     if (rateSaid.length) {
       t.push("");
       t.push(`Rate decisions per second against acquire + release at the same connections (one script call against two): ${rateSaid.join("; ")}.`);

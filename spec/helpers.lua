@@ -496,6 +496,9 @@ function _M.start_cluster(opts)
     if opts.tls then
       for _, t in ipairs(_M.tls_args()) do a[#a + 1] = t end
       a[#a + 1] = "--tls-cluster yes"
+      -- The bus would be on the TLS port + 10000 (a free port, maybe in the ephemeral range, taken by
+      -- some connection's local end): the bus port reserved above instead.
+      a[#a + 1] = "--cluster-port " .. (ports[i] + 10000)
     end
     return _M.start_redis(ports[i], unpack(a))
   end)

@@ -295,7 +295,8 @@ function _M.nginx_has(flag)
 end
 
 --- Start an nginx from a template under nginx/ with @NAME@ values; returns
---- { port, prefix, stop(), reload() }. It runs daemonized with its own prefix.
+--- { port, prefix, pid, stop(), reload(), workers(), exited(pids), error_log() }. It runs
+--- daemonized with its own prefix.
 function _M.start_nginx(template, vars)
   local port = free_port()
   local prefix = env.prefix .. "/nginx-" .. next_seq()
@@ -332,6 +333,22 @@ function _M.start_nginx(template, vars)
     return out
   end
   function n.error_log() return read_file(prefix .. "/logs/error.log") or "" end
+  --- nginx -s reload: new workers start, the old ones finish their requests and exit.
+  function n.reload()
+    return _M.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -s reload")
+  end
+  --- Until none of `pids` (old workers) is running; true, or false after `seconds`.
+  function n.exited(pids, seconds)
+    return _M.eventually(seconds or 5, function()
+      for _, p in ipairs(pids) do
+        if _M.sh("kill -0 " .. p .. " 2>/dev/null") then
+          ngx.sleep(0.05)
+          return false
+        end
+      end
+      return true
+    end)
+  end
   for _ = 1, 100 do
     local res = _M.http(port, "/ping")
     if res and res.status == 200 then break end
@@ -383,6 +400,39 @@ function _M.eventually(s, fn)
     ngx.sleep(0.01)
   end
   return fn()
+end
+
+--- Load: fn(i) called again and again in n light threads until `seconds` have passed
+--- (each call started before then), and at(t) once in a thread of its own `t` seconds in.
+--- Returns the number of calls that started after at() returned.
+function _M.under_load(seconds, n, fn, t, at)
+  local t0 = _M.now()
+  local done_at
+  local after = 0
+  local threads = {}
+  for i = 1, n do
+    threads[i] = ngx.thread.spawn(function()
+      while _M.now() < t0 + seconds do
+        local late = done_at ~= nil
+        fn(i)
+        if late then after = after + 1 end
+      end
+      return true
+    end)
+  end
+  if at then
+    threads[#threads + 1] = ngx.thread.spawn(function()
+      ngx.sleep(t)
+      at()
+      done_at = _M.now()
+      return true
+    end)
+  end
+  for _, th in ipairs(threads) do
+    local ok, err = ngx.thread.wait(th)
+    assert(ok, err)
+  end
+  return after
 end
 
 --- Run fn(i) in n light threads at once; returns the list of first results.

@@ -165,6 +165,108 @@ function _M.start_redis(port, ...)
   return r
 end
 
+--- A master, `replicas` replicas of it (1 unless told) and three sentinels (quorum 2)
+--- naming it `name` ("locks" unless told): { master, replicas = {...}, sentinels = {...},
+--- nodes() ("host:port" of the sentinels), master_port() (as the first live sentinel
+--- names it), failover() (SENTINEL FAILOVER, once the sentinels take it; the new
+--- master's port), stop() }. The replicas are linked before the sentinels start, so
+--- the sentinels know them from their first look at the master.
+function _M.start_sentinel_set(opts)
+  opts = opts or {}
+  local name, n = opts.name or "locks", opts.replicas or 1
+  local s = { sentinels = {}, replicas = {} }
+  s.master = _M.start_redis(nil, "--repl-diskless-sync-delay 0")
+  s.replicas = _M.parallel(n, function()
+    return _M.start_redis(nil, "--replicaof 127.0.0.1 " .. s.master.port, "--repl-diskless-sync-delay 0")
+  end)
+  assert(_M.eventually(5, function()
+    for _, r in ipairs(s.replicas) do
+      if not (_M.cmd(r.port, "info", "replication") or ""):find("master_link_status:up", 1, true) then return false end
+    end
+    return true
+  end), "the replicas did not link to their master")
+  for i = 1, 3 do s.sentinels[i] = _M.start_sentinel(name, s.master.port) end
+  -- The sentinels know each other and the replicas after a few hellos.
+  local want = "slaves=" .. n .. ",sentinels=3"
+  assert(_M.eventually(10, function()
+    return (_M.cmd(s.sentinels[1].port, "info", "sentinel") or ""):find(want, 1, true)
+  end), "the sentinels did not find the replicas and each other")
+  function s.nodes()
+    local out = {}
+    for i, x in ipairs(s.sentinels) do out[i] = "127.0.0.1:" .. x.port end
+    return out
+  end
+  function s.master_port()
+    for _, x in ipairs(s.sentinels) do
+      local addr = _M.cmd(x.port, "sentinel", "get-master-addr-by-name", name)
+      if type(addr) == "table" then return tonumber(addr[2]) end
+    end
+  end
+  --- Until the sentinels name a master other than `old`; its port, or nil after `seconds`.
+  function s.wait_new_master(old, seconds)
+    local new
+    _M.eventually(seconds or 10, function()
+      new = s.master_port()
+      return new and new ~= old
+    end)
+    return new ~= old and new or nil
+  end
+  function s.failover()
+    local old = s.master_port()
+    -- Refused (NOGOODSLAVE, INPROG) until the sentinels see a replica fit to promote.
+    local ok
+    _M.eventually(15, function()
+      ok = _M.cmd(s.sentinels[1].port, "sentinel", "failover", name)
+      if ok ~= "OK" then ngx.sleep(0.1) end
+      return ok == "OK"
+    end)
+    assert(ok == "OK", "the sentinels took no failover: " .. tostring(ok))
+    return assert(s.wait_new_master(old, 5), "no new master 5 s after SENTINEL FAILOVER")
+  end
+  function s.stop()
+    -- The sentinels first (none takes a failover as the servers go), then the servers, each set at once.
+    _M.parallel(#s.sentinels, function(i) return s.sentinels[i].stop() end)
+    local servers = { s.master, unpack(s.replicas) }
+    _M.parallel(#servers, function(i) return servers[i].stop() end)
+  end
+  return s
+end
+
+-- Is a fresh value SET on the master at `port` acknowledged (WAIT, on the same
+-- connection) by n replicas, and read back from that many of them?
+local function replicated_once(port, n)
+  local value = tostring(next_seq())
+  local red = redis:new()
+  red:set_timeout(1000)
+  if not red:connect("127.0.0.1", port) then return false end
+  local ok = red:set("dlock-spec:replicated", value)
+  local acked = ok and red:wait(n, 100)
+  local info = red:info("replication")
+  red:close()
+  local seen = 0
+  if type(acked) == "number" and acked >= n and type(info) == "string" then
+    for rport in info:gmatch("slave%d+:[^\r\n]*port=(%d+),state=online") do
+      if _M.cmd(tonumber(rport), "get", "dlock-spec:replicated") == value then seen = seen + 1 end
+    end
+  end
+  return seen >= n
+end
+
+--- Until writes on the master at `port` stream to `n` (1) replicas. Neither
+--- "state=online" nor one acknowledged write is sign enough: a write made while
+--- a replica syncs is in the snapshot it loads (acknowledged, and there to read
+--- back), yet after a diskless sync the master streams nothing more to it until
+--- its next REPLCONF ACK, up to a second later. So twice: the second write comes
+--- after the replica loaded the first, and reaches it only by the stream.
+function _M.wait_replicated(port, seconds, n)
+  n = n or 1
+  return _M.eventually(seconds or 15, function()
+    if replicated_once(port, n) and replicated_once(port, n) then return true end
+    ngx.sleep(0.05)
+    return false
+  end)
+end
+
 --- The pid of the runner's Redis (the first process in <prefix>/pids).
 function _M.main_redis_pid()
   local info = _M.cmd(nil, "info", "server")
@@ -193,7 +295,8 @@ function _M.nginx_has(flag)
 end
 
 --- Start an nginx from a template under nginx/ with @NAME@ values; returns
---- { port, prefix, stop(), reload() }. It runs daemonized with its own prefix.
+--- { port, prefix, pid, stop(), reload(), workers(), exited(pids), error_log() }. It runs
+--- daemonized with its own prefix.
 function _M.start_nginx(template, vars)
   local port = free_port()
   local prefix = env.prefix .. "/nginx-" .. next_seq()
@@ -230,6 +333,22 @@ function _M.start_nginx(template, vars)
     return out
   end
   function n.error_log() return read_file(prefix .. "/logs/error.log") or "" end
+  --- nginx -s reload: new workers start, the old ones finish their requests and exit.
+  function n.reload()
+    return _M.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -s reload")
+  end
+  --- Until none of `pids` (old workers) is running; true, or false after `seconds`.
+  function n.exited(pids, seconds)
+    return _M.eventually(seconds or 5, function()
+      for _, p in ipairs(pids) do
+        if _M.sh("kill -0 " .. p .. " 2>/dev/null") then
+          ngx.sleep(0.05)
+          return false
+        end
+      end
+      return true
+    end)
+  end
   for _ = 1, 100 do
     local res = _M.http(port, "/ping")
     if res and res.status == 200 then break end
@@ -281,6 +400,39 @@ function _M.eventually(s, fn)
     ngx.sleep(0.01)
   end
   return fn()
+end
+
+--- Load: fn(i) called again and again in n light threads until `seconds` have passed
+--- (each call started before then), and at(t) once in a thread of its own `t` seconds in.
+--- Returns the number of calls that started after at() returned.
+function _M.under_load(seconds, n, fn, t, at)
+  local t0 = _M.now()
+  local done_at
+  local after = 0
+  local threads = {}
+  for i = 1, n do
+    threads[i] = ngx.thread.spawn(function()
+      while _M.now() < t0 + seconds do
+        local late = done_at ~= nil
+        fn(i)
+        if late then after = after + 1 end
+      end
+      return true
+    end)
+  end
+  if at then
+    threads[#threads + 1] = ngx.thread.spawn(function()
+      ngx.sleep(t)
+      at()
+      done_at = _M.now()
+      return true
+    end)
+  end
+  for _, th in ipairs(threads) do
+    local ok, err = ngx.thread.wait(th)
+    assert(ok, err)
+  end
+  return after
 end
 
 --- Run fn(i) in n light threads at once; returns the list of first results.
@@ -394,6 +546,9 @@ function _M.start_cluster(opts)
     if opts.tls then
       for _, t in ipairs(_M.tls_args()) do a[#a + 1] = t end
       a[#a + 1] = "--tls-cluster yes"
+      -- The bus would be on the TLS port + 10000 (a free port, maybe in the ephemeral range, taken by
+      -- some connection's local end): the bus port reserved above instead.
+      a[#a + 1] = "--cluster-port " .. (ports[i] + 10000)
     end
     return _M.start_redis(ports[i], unpack(a))
   end)

@@ -1,9 +1,12 @@
 -- Every Redis deployment production runs, with its credentials: {standalone,
 -- Sentinel, Cluster, Redlock} x {plain, TLS with ssl_verify} x {no auth,
 -- requirepass, ACL user}, Sentinel also with the sentinels' own password. Real
--- servers for each cell; every cell takes a lock that Redis really holds, is
--- refused by another holder, and releases it. Wrong or missing credentials are
--- refused with a message naming the user and never the secret.
+-- servers for each cell; in every cell a lock, readers of a shared lock
+-- (Redlock refuses them) and a set of keys (acquire_all) each take what Redis
+-- really holds (read back with raw commands), are refused by another holder (a
+-- second lock; a writer beside the readers; a single-key holder of one of the
+-- set's keys), and release it. Wrong or missing credentials are refused with a
+-- message naming the user and never the secret.
 local h = require "helpers"
 local dlock = require "resty.dlock"
 
@@ -95,7 +98,11 @@ local function holders(set, topology, key)
   return { set.main.port }
 end
 
-local function exercise(set, topology, opts)
+-- What each kind of lease takes, is refused by and gives back, on one cell's servers.
+local exercise = {}
+
+-- A lock: its token in the key, a second holder busy, nothing left after the release.
+function exercise.lock(set, topology, opts)
   local prefix = h.unique("matrix")
   local a, err = dlock.new({ dict = "dlock", prefix = prefix, redis = opts })
   assert(a, err)
@@ -115,6 +122,84 @@ local function exercise(set, topology, opts)
   local again = assert(b:acquire("k", { ttl = 5000 }))
   assert.is_true(again:release())
 end
+
+-- Readers: both in the key's readers set (the key says dlock!shared), a writer busy
+-- beside them, nothing left when they are gone, then the writer's token in the key.
+function exercise.shared(set, topology, opts)
+  local prefix = h.unique("matrix")
+  local a = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = opts }))
+  local b = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = opts }))
+  local rkey = prefix .. "doc"
+  local readers = topology == "cluster" and "{" .. rkey .. "}:readers" or rkey .. ":readers"
+  local r1, err = a:acquire("doc", { shared = true, ttl = 5000, wait = 0 })
+  assert(r1, err)
+  local r2 = assert(b:acquire("doc", { shared = true, ttl = 5000, wait = 0 }))
+  local want = { r1.token, r2.token }
+  table.sort(want)
+  local port = holders(set, topology, rkey)[1]
+  assert.equal("dlock!shared", h.cmd(port, "get", rkey))
+  local inside = h.cmd(port, "zrange", readers, 0, -1)
+  table.sort(inside)
+  assert.same(want, inside)
+  local w, werr, retry = b:acquire("doc", { wait = 0 })
+  assert.is_nil(w)
+  assert.equal("busy", werr)
+  assert.is_true(retry > 4000 and retry <= 5000, tostring(retry))
+  assert.is_true(r1:release())
+  assert.equal("dlock!shared", h.cmd(port, "get", rkey))
+  assert.is_true(r2:release())
+  assert.equal(0, h.cmd(port, "exists", rkey, readers))
+  local writer = assert(b:acquire("doc", { ttl = 5000, wait = 0 }))
+  assert.equal(writer.token, h.cmd(port, "get", rkey))
+  assert.is_true(writer:release())
+  assert.equal(0, h.cmd(port, "exists", rkey))
+end
+
+-- A set of three keys (on different Cluster slots): busy beside a single-key holder
+-- of one, taking none of the others; then its token in every key, a single-key
+-- acquire of one busy, nothing left after the release.
+function exercise.set(set, topology, opts)
+  local prefix = h.unique("matrix")
+  local a = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = opts }))
+  local b = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = opts }))
+  local keys = { "x", "y", "z" }
+  local function values(k)
+    local out = {}
+    for _, port in ipairs(holders(set, topology, prefix .. k)) do out[#out + 1] = h.cmd(port, "get", prefix .. k) end
+    return out
+  end
+  local function all(v, n)
+    local out = {}
+    for i = 1, n do out[i] = v end
+    return out
+  end
+  local n = #holders(set, topology, prefix .. "x")
+  local single = assert(b:acquire("y", { ttl = 5000 }))
+  local none, err, retry = a:acquire_all(keys, { ttl = 5000, wait = 0 })
+  assert.is_nil(none)
+  assert.equal("busy", err)
+  assert.is_true(retry > 4000 and retry <= 5000, tostring(retry))
+  assert.same(all(ngx.null, n), values("x"))
+  assert.same(all(ngx.null, n), values("z"))
+  assert.same(all(single.token, n), values("y"))
+  assert.is_true(single:release())
+  local lease, aerr = a:acquire_all(keys, { ttl = 5000, wait = 0 })
+  assert(lease, aerr)
+  for _, k in ipairs(keys) do assert.same(all(lease.token, n), values(k)) end
+  local other, berr = b:acquire("z", { wait = 0 })
+  assert.is_nil(other)
+  assert.equal("busy", berr)
+  assert.is_true(lease:release())
+  for _, k in ipairs(keys) do assert.same(all(ngx.null, n), values(k)) end
+end
+
+-- The kinds of lease each topology offers (Redlock refuses shared: rwlock_spec).
+local KINDS = {
+  { "lock", "acquires a lock Redis holds, refuses a second holder, releases" },
+  { "shared", "shared locks: two readers Redis holds together, a writer refused beside them, both release" },
+  { "set", "acquire_all: refused beside a single-key holder taking nothing, then every key Redis holds, releases" },
+}
+local function offers(topology, kind) return not (topology == "redlock" and kind == "shared") end
 
 local function refused(opts, pattern, secret)
   local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("matrix"), redis = opts }))
@@ -148,16 +233,22 @@ for _, tls in ipairs({ false, true }) do
 
       for _, topology in ipairs(TOPOLOGIES) do
         for _, cell in ipairs(cells) do
-          it(topology .. ", " .. cell[1] .. ": acquires a lock Redis holds, refuses a second holder, releases", function()
-            exercise(set, topology, redis_opts(set, topology, cell[2]))
-          end)
+          for _, kind in ipairs(KINDS) do
+            if offers(topology, kind[1]) then
+              it(topology .. ", " .. cell[1] .. ": " .. kind[2], function()
+                exercise[kind[1]](set, topology, redis_opts(set, topology, cell[2]))
+              end)
+            end
+          end
         end
       end
 
-      it("sentinel with a password of its own (and " .. (auth and "the masters'" or "no") .. " password): acquires and releases", function()
-        local creds = auth and { password = PASSWORD } or {}
-        exercise(set, "sentinel", redis_opts(set, "sentinel", creds, { password = SENTINEL_PASSWORD }))
-      end)
+      for _, kind in ipairs(KINDS) do
+        it("sentinel with a password of its own (and " .. (auth and "the masters'" or "no") .. " password): " .. kind[2], function()
+          local creds = auth and { password = PASSWORD } or {}
+          exercise[kind[1]](set, "sentinel", redis_opts(set, "sentinel", creds, { password = SENTINEL_PASSWORD }))
+        end)
+      end
 
       it("sentinel with a wrong password of its own: refused naming the sentinel and its user, never the secret", function()
         local creds = auth and { password = PASSWORD } or {}

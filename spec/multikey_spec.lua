@@ -324,6 +324,52 @@ describe("acquire_all across two nginx (standalone)", function()
     witness.close(w)
   end)
 
+  it("never lets two sets share a key while the other nginx reloads under load: no request fails, no key is left locked", function()
+    local locks = h.locks()
+    local prefix = locks.prefix
+    local failures, taken = {}, 0
+    local old = peer.workers()
+    local w = {}
+    -- {a,b}, {b,a}, {b,c} and {c,a} from 8 light threads here and 8 clients of the peer (3 sets a request) for
+    -- 2.5 s; the peer reloaded 1 s in: requests in flight finish in its old workers, the next ones go to the new.
+    local sets = { { "a", "b" }, { "b", "a" }, { "b", "c" }, { "c", "a" } }
+    local after = h.under_load(2.5, 16, function(i)
+      local keys = sets[i % 4 + 1]
+      if i <= 8 then
+        w[i] = w[i] or witness.new(h.redis_port, prefix)
+        local lease, err = locks:acquire_all(keys, { ttl = 5000, wait = 20000 })
+        if not lease then failures[#failures + 1] = "here: " .. tostring(err) return end
+        taken = taken + 1
+        witness.inside(w[i], keys, 1)
+        assert(lease:release())
+        return
+      end
+      local res, err = h.http(peer.port, "/multi-hammer?prefix=" .. ngx.escape_uri(prefix) .. "&keys=" ..
+        table.concat(keys, ",") .. "&rounds=3&wait=20000", { timeout = 60000 })
+      local got, errs = (res and res.body or ""):match("^(%d+) (%d+)")
+      if not res or res.status ~= 200 or errs ~= "0" then
+        failures[#failures + 1] = "peer: " .. tostring(res and res.status or err) .. " " .. tostring(res and res.body)
+        return
+      end
+      taken = taken + tonumber(got)
+    end, 1, function() assert.is_true(peer.reload()) end)
+    for _, x in pairs(w) do witness.close(x) end
+    local overlaps = h.cmd(nil, "get", prefix .. "overlaps")
+    ngx.log(ngx.NOTICE, "multikey: ", taken, " sets across a reload (", after, " calls after it), ", overlaps == ngx.null and 0 or overlaps, " overlaps")
+    assert.same({}, failures)
+    assert.is_true(after > 0, "no request started after the reload")
+    assert.equal(ngx.null, overlaps)
+    -- Nothing left: no lock key, no line of waiters.
+    assert.same({}, h.cmd(nil, "keys", prefix .. "[abc]*"))
+    -- The old workers exit (nothing of dlock keeps them), and the new ones answer.
+    assert.is_true(peer.exited(old, 5), "an old worker still runs 5 s after the reload")
+    local now = peer.workers()
+    assert.equal(4, #now)
+    for _, pid in ipairs(now) do
+      for _, o in ipairs(old) do assert.are_not.equal(o, pid) end
+    end
+  end)
+
   it("releases every key of a set whose worker was SIGKILLed, within a second", function()
     local prefix = h.unique("mk")
     local held = crash_hold(peer.port, { prefix .. "a", prefix .. "b" })

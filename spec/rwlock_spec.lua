@@ -347,6 +347,55 @@ describe("shared locks across nginx", function()
     assert.equal("1", h.cmd(nil, "get", w.prefix .. "overlaps"))
   end)
 
+  it("never has a writer beside anyone while the other nginx reloads under load: no request fails, no key is left locked", function()
+    local locks = h.locks()
+    local prefix = locks.prefix
+    local failures, taken = {}, 0
+    local old = peer.workers()
+    local w = {}
+    -- 12 light threads here and 8 clients of the peer (3 rounds a request), 80 % readers on 2 keys, for 2.5 s;
+    -- the peer reloaded 1 s in: requests in flight finish in its old workers, the next ones go to the new.
+    local after = h.under_load(2.5, 20, function(i)
+      if i <= 12 then
+        w[i] = w[i] or witness.new(h.redis_port, prefix)
+        local key = "k" .. math.random(2)
+        local shared = math.random(100) <= 80
+        local lease, err = locks:acquire(key, { ttl = 5000, wait = 10000, shared = shared })
+        if not lease then failures[#failures + 1] = "here: " .. tostring(err) return end
+        taken = taken + 1
+        witness.inside(w[i], key, shared, 2)
+        assert(lease:release())
+        return
+      end
+      local res, err = h.http(peer.port, "/rw-hammer?prefix=" .. ngx.escape_uri(prefix) .. "&keys=2&rounds=3&reads=80",
+        { timeout = 30000 })
+      local got, errs = (res and res.body or ""):match("^(%d+) (%d+)")
+      if not res or res.status ~= 200 or errs ~= "0" then
+        failures[#failures + 1] = "peer: " .. tostring(res and res.status or err) .. " " .. tostring(res and res.body)
+        return
+      end
+      taken = taken + tonumber(got)
+    end, 1, function() assert.is_true(peer.reload()) end)
+    for _, x in pairs(w) do witness.close(x) end
+    assert.same({}, failures)
+    assert.is_true(after > 0, "no request started after the reload")
+    local overlaps = h.cmd(nil, "get", prefix .. "overlaps")
+    local shared = tonumber(h.cmd(nil, "get", prefix .. "shared")) or 0
+    io.stdout:write(string.format("rwlock: %d leases across a reload (%d calls after it), %s overlaps, readers side by side %d times\n",
+      taken, after, overlaps == ngx.null and "0" or tostring(overlaps), shared))
+    assert.equal(ngx.null, overlaps)
+    assert.is_true(shared > 0, "no two readers were ever inside at once")
+    -- Nothing left: no lock key, no readers, no line of waiters.
+    assert.same({}, h.cmd(nil, "keys", prefix .. "k*"))
+    -- The old workers exit (nothing of dlock keeps them), and the new ones answer.
+    assert.is_true(peer.exited(old, 5), "an old worker still runs 5 s after the reload")
+    local now = peer.workers()
+    assert.equal(4, #now)
+    for _, pid in ipairs(now) do
+      for _, o in ipairs(old) do assert.are_not.equal(o, pid) end
+    end
+  end)
+
   it("gives back the reader lease of a SIGKILLed worker, and not the reader of the worker still alive", function()
     --- GET /crash-read?key=K on a connection kept open: { pid, token, sock }.
     local function hold(key)

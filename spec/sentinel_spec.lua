@@ -13,29 +13,15 @@ local function master_of(sentinel_port)
 end
 
 describe("redis.sentinel", function()
-  local master, replica, sentinels = nil, nil, {}
+  local set, master, replica, sentinels
 
   setup(function()
-    master = h.start_redis(nil, "--repl-diskless-sync-delay 0")
-    replica = h.start_redis(nil, "--replicaof 127.0.0.1 " .. master.port, "--repl-diskless-sync-delay 0")
-    for _ = 1, 100 do
-      if info(replica.port, "replication"):find("master_link_status:up", 1, true) then break end
-      ngx.sleep(0.05)
-    end
-    for i = 1, 3 do sentinels[i] = h.start_sentinel("locks", master.port) end
-    -- The sentinels know each other and the replica after a few hellos.
-    for _ = 1, 100 do
-      local s = info(sentinels[1].port, "sentinel")
-      if s:find("slaves=1,sentinels=3", 1, true) then break end
-      ngx.sleep(0.1)
-    end
-    assert.matches("slaves=1,sentinels=3", info(sentinels[1].port, "sentinel"))
+    set = h.start_sentinel_set()
+    master, replica, sentinels = set.master, set.replicas[1], set.sentinels
   end)
 
   teardown(function()
-    for _, s in ipairs(sentinels) do s.stop() end
-    if replica then replica.stop() end
-    if master then master.stop() end
+    if set then set.stop() end
   end)
 
   local function locks(nodes)
@@ -148,15 +134,9 @@ describe("redis.sentinel", function()
     local lim = assert(rate.new({ dict = "dlock", prefix = h.unique("rate") .. ":", rate = 5, period = 60000, burst = 5,
       redis = { sentinel = { master = "locks", nodes = nodes(sentinels[1], sentinels[2], sentinels[3]) }, replicas = 1,
         connect_timeout = 300, read_timeout = 500 } }))
-    -- The last test's failover left the demoted master resyncing: WAIT needs it online as a replica.
+    -- The last test's failover left the demoted master resyncing: WAIT needs it back as a replica that acknowledges.
     -- (The sentinels turn it into a replica some seconds after the failover.)
-    local online = false
-    for _ = 1, 150 do
-      online = info(master_of(sentinels[1].port), "replication"):find("state=online", 1, true) ~= nil
-      if online then break end
-      ngx.sleep(0.1)
-    end
-    assert.is_true(online, "the demoted master never came back as a replica")
+    assert.is_true(h.wait_replicated(master_of(sentinels[1].port)), "the demoted master never came back as a replica")
     for i = 1, 5 do
       local d, err = lim:incoming("full", true)
       assert.equal(0, d, "request " .. i .. ": " .. tostring(err))
@@ -194,6 +174,118 @@ describe("redis.sentinel", function()
     local d, remaining = lim:incoming("fresh", false)
     assert.equal(0, d)
     assert.equal(4, remaining)
+  end)
+end)
+
+-- Shared locks and sets of keys through failovers: a master with two replicas, so
+-- that each failover leaves the new master a replica (the other one, which the
+-- sentinels move over) and WAIT (redis.replicas = 1) works again within seconds.
+describe("redis.sentinel failovers of shared locks and sets", function()
+  local MARK = "dlock!shared"
+  local set
+
+  setup(function() set = h.start_sentinel_set({ replicas = 2 }) end)
+  teardown(function() if set then set.stop() end end)
+
+  --- A factory through the sentinels; replicas: WAIT for that many after each acquire and extend.
+  local function locks(prefix, replicas)
+    return assert(dlock.new({ dict = "dlock", prefix = prefix, redis = { sentinel = { master = "locks", nodes = set.nodes() },
+      replicas = replicas, connect_timeout = 300, read_timeout = 500 } }))
+  end
+
+  --- Call fn until Redis decides (a lease, or busy/timeout): the first calls after a failover may meet the
+  --- demoted master (READONLY) or a connection the dead one left. Its results and when they came.
+  local function decided(seconds, fn)
+    local deadline = h.now() + seconds
+    local lease, err, retry
+    repeat
+      lease, err, retry = fn()
+      if lease or err == "busy" or err == "timeout" then return lease, err, retry, h.now() end
+      ngx.sleep(0.05)
+    until h.now() > deadline
+    return lease, err, retry, h.now()
+  end
+
+  it("keeps a reader's lease (replicas = 1) through a failover: the new master holds it, refuses a writer until it is " ..
+     "released, and takes readers and writers within a few seconds", function()
+    local prefix = h.unique("rwfail")
+    local acked, l = locks(prefix, 1), locks(prefix)
+    local old = set.master_port()
+    assert.is_true(h.wait_replicated(old), "no replica acknowledges the master's writes")
+    local reader = assert(acked:acquire("doc", { shared = true, ttl = 30000 }))
+    local rkey = prefix .. "doc"
+    assert.equal(MARK, h.cmd(old, "get", rkey))
+    assert.same({ reader.token }, h.cmd(old, "zrange", rkey .. ":readers", 0, -1))
+
+    local new = set.failover()
+    local t0 = h.now()
+    assert.equal(MARK, h.cmd(new, "get", rkey))
+    assert.same({ reader.token }, h.cmd(new, "zrange", rkey .. ":readers", 0, -1))
+    -- A writer is refused by the reader the new master holds, with that reader's time left.
+    local w, err, retry, at = decided(5, function() return l:acquire("doc", { wait = 0 }) end)
+    assert.is_nil(w, "a writer got in beside a reader taken before the failover")
+    assert.equal("busy", err)
+    assert.is_true(retry > 20000, tostring(retry))
+    assert.is_true(at - t0 < 5, "Redis decided " .. (at - t0) .. " s after the failover")
+    -- A second reader joins it there, and a writer waiting in line gets in once both are gone.
+    local second = assert(decided(2, function() return l:acquire("doc", { shared = true, ttl = 30000, wait = 0 }) end))
+    local inside = h.cmd(new, "zrange", rkey .. ":readers", 0, -1)
+    table.sort(inside)
+    local want = { reader.token, second.token }
+    table.sort(want)
+    assert.same(want, inside)
+    local writer = ngx.thread.spawn(function() return l:acquire("doc", { ttl = 5000, wait = 3000 }) end)
+    ngx.sleep(0.1)
+    assert.is_true(reader:release())
+    assert.equal(MARK, h.cmd(new, "get", rkey))
+    assert.is_true(second:release())
+    local ok, wl, werr = ngx.thread.wait(writer)
+    assert(ok, wl)
+    assert.is_truthy(wl, werr)
+    assert.equal(wl.token, h.cmd(new, "get", rkey))
+    assert.equal(0, h.cmd(new, "exists", rkey .. ":readers"))
+    assert.is_true(wl:release())
+    assert.equal(0, h.cmd(new, "exists", rkey))
+  end)
+
+  it("keeps a set (replicas = 1) through the failover of a killed master: the new master holds every key, refuses " ..
+     "a single-key holder and a set sharing a key, and takes, extends and releases sets within a few seconds", function()
+    local prefix = h.unique("setfail")
+    local acked, l = locks(prefix, 1), locks(prefix)
+    local old = set.master_port()
+    -- The last test's failover moved the other replica to this master: WAIT works once it acknowledges.
+    assert.is_true(h.wait_replicated(old), "no replica acknowledges the master's writes")
+    local lease = assert(acked:acquire_all({ "a", "b", "c" }, { ttl = 30000 }))
+    for _, k in ipairs({ "a", "b", "c" }) do assert.equal(lease.token, h.cmd(old, "get", prefix .. k)) end
+
+    local victim
+    for _, r in ipairs({ set.master, set.replicas[1], set.replicas[2] }) do
+      if r.port == old then victim = r end
+    end
+    assert(victim.signal("KILL"))
+    local new = assert(set.wait_new_master(old, 15), "no new master 15 s after the master was killed")
+    local t0 = h.now()
+    for _, k in ipairs({ "a", "b", "c" }) do assert.equal(lease.token, h.cmd(new, "get", prefix .. k)) end
+    -- A single-key acquire of one of its keys is busy; so is a set sharing one, which takes nothing.
+    local single, err, _, at = decided(5, function() return l:acquire("b", { wait = 0 }) end)
+    assert.is_nil(single, "a single-key lock got in beside a set taken before the failover")
+    assert.equal("busy", err)
+    assert.is_true(at - t0 < 5, "Redis decided " .. (at - t0) .. " s after the failover")
+    local other, oerr = decided(2, function() return l:acquire_all({ "d", "c" }, { wait = 0 }) end)
+    assert.is_nil(other)
+    assert.equal("busy", oerr)
+    assert.equal(ngx.null, h.cmd(new, "get", prefix .. "d"))
+    -- Sets go on there: a new one is taken, extended and released; the old one is released on the new master.
+    -- (Not extended: with replicas = 1 its extend waits for a replica the new master may not have yet.)
+    local fresh = assert(decided(2, function() return l:acquire_all({ "e", "d" }, { ttl = 5000, wait = 0 }) end))
+    assert.equal(fresh.token, h.cmd(new, "get", prefix .. "d"))
+    assert.equal(fresh.token, h.cmd(new, "get", prefix .. "e"))
+    assert.is_true(fresh:extend(20000))
+    assert.is_true(h.cmd(new, "pttl", prefix .. "e") > 19000)
+    assert.is_true(fresh:release())
+    assert.is_true(lease:release())
+    for _, k in ipairs({ "a", "b", "c", "d", "e" }) do assert.equal(0, h.cmd(new, "exists", prefix .. k)) end
+    assert(assert(l:acquire("b", { wait = 0 })):release())
   end)
 end)
 

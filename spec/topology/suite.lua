@@ -12,19 +12,13 @@
 --   t.fence_key(rkey) the fence counter's key beside it
 --   t.apart(l, tag)   two key names stored apart (on different Cluster masters)
 --   t.fencing, t.semaphores: whether the lock offers them there (Redlock refuses both at new())
---   t.handle          what spec/helpers.lua started (cluster c, redlock r, sentinel { master, replica, sentinels })
+--   t.handle          what spec/helpers.lua started (cluster c, redlock r, sentinel: start_sentinel_set's { master, replicas, sentinels, ... })
 local h = require "helpers"
 local dlock = require "resty.dlock"
 local semaphore = require "resty.dlock.semaphore"
 local status = require "resty.dlock.status"
 
 local _M = {}
-
-local function addrs(servers)
-  local out = {}
-  for i, s in ipairs(servers) do out[i] = "127.0.0.1:" .. s.port end
-  return out
-end
 
 local TOPOLOGIES = {}
 
@@ -35,36 +29,20 @@ function TOPOLOGIES.standalone(t)
   t.fence_key = function(rkey) return rkey .. ":fence" end
 end
 
--- A master, a replica and three sentinels (quorum 2) naming it "locks", as spec/sentinel_spec.lua starts them.
+-- A master, a replica and three sentinels (quorum 2) naming it "locks" (spec/helpers.lua start_sentinel_set).
 function TOPOLOGIES.sentinel(t)
   local s
   function t.start()
-    s = { sentinels = {} }
-    s.master = h.start_redis(nil, "--repl-diskless-sync-delay 0")
-    s.replica = h.start_redis(nil, "--replicaof 127.0.0.1 " .. s.master.port, "--repl-diskless-sync-delay 0")
-    assert(h.eventually(5, function()
-      return (h.cmd(s.replica.port, "info", "replication") or ""):find("master_link_status:up", 1, true)
-    end), "the replica did not link to its master")
-    for i = 1, 3 do s.sentinels[i] = h.start_sentinel("locks", s.master.port) end
-    -- The sentinels know each other and the replica after a few hellos.
-    assert(h.eventually(10, function()
-      return (h.cmd(s.sentinels[1].port, "info", "sentinel") or ""):find("slaves=1,sentinels=3", 1, true)
-    end), "the sentinels did not find the replica and each other")
+    s = h.start_sentinel_set()
     t.handle = s
   end
   function t.stop()
-    if not s then return end
-    for _, x in ipairs(s.sentinels) do x.stop() end
-    if s.replica then s.replica.stop() end
-    if s.master then s.master.stop() end
+    if s then s.stop() end
   end
   t.redis = function()
-    return { sentinel = { master = "locks", nodes = addrs(s.sentinels) }, connect_timeout = 300, read_timeout = 500 }
+    return { sentinel = { master = "locks", nodes = s.nodes() }, connect_timeout = 300, read_timeout = 500 }
   end
-  t.where = function()
-    local a = h.cmd(s.sentinels[1].port, "sentinel", "get-master-addr-by-name", "locks")
-    return { tonumber(a[2]) }
-  end
+  t.where = function() return { s.master_port() } end
   t.fence_key = function(rkey) return rkey .. ":fence" end
 end
 

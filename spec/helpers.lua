@@ -295,7 +295,7 @@ function _M.nginx_has(flag)
 end
 
 --- Start an nginx from a template under nginx/ with @NAME@ values; returns
---- { port, prefix, pid, stop(), reload(), workers(), exited(pids), error_log() }. It runs
+--- { port, prefix, pid, stop(), reload(), workers(), exited(pids), replaced(old, count), error_log() }. It runs
 --- daemonized with its own prefix.
 function _M.start_nginx(template, vars)
   local port = free_port()
@@ -348,6 +348,18 @@ function _M.start_nginx(template, vars)
       end
       return true
     end)
+  end
+  --- After a reload: the old workers (`old`) gone within 5 s and `count` new ones running; true, or false and why.
+  function n.replaced(old, count)
+    if not n.exited(old, 5) then return false, "an old worker still runs 5 s after the reload" end
+    local now = n.workers()
+    if #now ~= count then return false, #now .. " workers run, not " .. count end
+    for _, pid in ipairs(now) do
+      for _, o in ipairs(old) do
+        if o == pid then return false, "worker " .. pid .. " is an old one" end
+      end
+    end
+    return true
   end
   for _ = 1, 100 do
     local res = _M.http(port, "/ping")

@@ -267,6 +267,13 @@ function _M.wait_replicated(port, seconds, n)
   end)
 end
 
+--- `n` copies of v (what every holder of a key should say, for assert.same).
+function _M.rep(v, n)
+  local out = {}
+  for i = 1, n do out[i] = v end
+  return out
+end
+
 --- The pid of the runner's Redis (the first process in <prefix>/pids).
 function _M.main_redis_pid()
   local info = _M.cmd(nil, "info", "server")

@@ -168,29 +168,24 @@ function exercise.set(set, topology, opts)
     for _, port in ipairs(holders(set, topology, prefix .. k)) do out[#out + 1] = h.cmd(port, "get", prefix .. k) end
     return out
   end
-  local function all(v, n)
-    local out = {}
-    for i = 1, n do out[i] = v end
-    return out
-  end
   local n = #holders(set, topology, prefix .. "x")
   local single = assert(b:acquire("y", { ttl = 5000 }))
   local none, err, retry = a:acquire_all(keys, { ttl = 5000, wait = 0 })
   assert.is_nil(none)
   assert.equal("busy", err)
   assert.is_true(retry > 4000 and retry <= 5000, tostring(retry))
-  assert.same(all(ngx.null, n), values("x"))
-  assert.same(all(ngx.null, n), values("z"))
-  assert.same(all(single.token, n), values("y"))
+  assert.same(h.rep(ngx.null, n), values("x"))
+  assert.same(h.rep(ngx.null, n), values("z"))
+  assert.same(h.rep(single.token, n), values("y"))
   assert.is_true(single:release())
   local lease, aerr = a:acquire_all(keys, { ttl = 5000, wait = 0 })
   assert(lease, aerr)
-  for _, k in ipairs(keys) do assert.same(all(lease.token, n), values(k)) end
+  for _, k in ipairs(keys) do assert.same(h.rep(lease.token, n), values(k)) end
   local other, berr = b:acquire("z", { wait = 0 })
   assert.is_nil(other)
   assert.equal("busy", berr)
   assert.is_true(lease:release())
-  for _, k in ipairs(keys) do assert.same(all(ngx.null, n), values(k)) end
+  for _, k in ipairs(keys) do assert.same(h.rep(ngx.null, n), values(k)) end
 end
 
 -- The kinds of lease each topology offers (Redlock refuses shared: rwlock_spec).

@@ -110,12 +110,7 @@ function _M.topology(kind)
   return t
 end
 
---- `n` copies of v.
-local function rep(v, n)
-  local out = {}
-  for i = 1, n do out[i] = v end
-  return out
-end
+local rep = h.rep
 
 --- The shared tests, in the caller's describe block, on topology t.
 function _M.run(t)

@@ -105,6 +105,7 @@ build = {
       ["resty.dlock.status"] = "dist/resty/dlock/status.lua",
       ["resty.dlock.status.common"] = "dist/resty/dlock/status/common.lua",
       ["resty.dlock.status.exposition"] = "dist/resty/dlock/status/exposition.lua",
+      ["resty.dlock.status.meters"] = "dist/resty/dlock/status/meters.lua",
       ["resty.dlock.status.json"] = "dist/resty/dlock/status/json.lua",
       ["resty.dlock.version"] = "dist/resty/dlock/version.lua",
    },

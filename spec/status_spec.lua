@@ -5,6 +5,7 @@ local h = require "helpers"
 local cjson = require "cjson.safe"
 local gateway = require "resty.dlock.gateway"
 local ledger = require "resty.dlock.core.ledger"
+local meter = require "resty.dlock.core.meter"
 local stats = require "resty.dlock.gateway.stats"
 local status = require "resty.dlock.status"
 
@@ -426,6 +427,66 @@ describe("metrics of the core API", function()
     assert.equal(1, value(name, 'dlock_acquire_wait_seconds_bucket{factory="@",le="0.1"}'))
     assert.equal(2, value(name, 'dlock_acquire_wait_seconds_bucket{factory="@",le="0.25"}'))
     assert.is_true(value(name, 'dlock_acquire_wait_seconds_sum{factory="@"}') >= 0.15)
+  end)
+
+  it("count in the worker first: an uncontended acquire + release calls the dict for its record only, and its counts reach the dict within FLUSH without a scrape", function()
+    local locks, name = named("lock")
+    assert(assert(locks:acquire("warm")):release())
+    ngx.sleep(meter.FLUSH + 0.1)
+    local calls = {}
+    local dicts = {}
+    local mine = coroutine.running()
+    for _, d in pairs(ngx.shared) do
+      local methods = getmetatable(d).__index
+      dicts[#dicts + 1] = d
+      for _, m in ipairs({ "get", "set", "safe_set", "add", "safe_add", "incr", "delete" }) do
+        rawset(d, m, function(self, ...)
+          -- This request's calls, not those of timers that run while it waits for Redis.
+          if coroutine.running() == mine then calls[m] = (calls[m] or 0) + 1 end
+          return methods[m](self, ...)
+        end)
+      end
+    end
+    local ok, err = pcall(function() assert(assert(locks:acquire("once", { ttl = 10000 })):release()) end)
+    for _, d in ipairs(dicts) do
+      for _, m in ipairs({ "get", "set", "safe_set", "add", "safe_add", "incr", "delete" }) do rawset(d, m, nil) end
+    end
+    assert(ok, err)
+    -- The record: written at the acquire, read and deleted at the release.
+    assert.same({ safe_set = 1, get = 1, delete = 1 }, calls)
+    local dict = ngx.shared.dlock
+    local prefix = "m:" .. name .. ":"
+    local function sum(bucket)
+      local n = 0
+      for i = 1, 11 do n = n + (dict:get(prefix .. bucket .. i) or 0) end
+      return n
+    end
+    -- The warm-up's counts are in; this one's are not yet.
+    assert.equal(1, sum("w"))
+    assert.equal(1, sum("h"))
+    ngx.sleep(meter.FLUSH + 0.1)
+    assert.equal(2, sum("w"))
+    assert.equal(2, sum("h"))
+    assert.equal(0, dict:get(prefix .. "held"))
+  end)
+
+  it("leave the held gauge alone for records that moved in and out of an expiry second already swept", function()
+    local dict = ngx.shared.dlock
+    local name = "core-" .. ngx.worker.pid() .. "-swept"
+    local m = meter.make(dict, name)
+    local now = math.floor(ngx.now())
+    -- Swept up to the second before the meter was made: a record of 10 s ago was counted gone already.
+    meter.recorded(m, (now - 10) * 1000)
+    meter.forgotten(m, (now - 20) * 1000)
+    meter.moved(m, (now - 30) * 1000, (now + 60) * 1000)
+    meter.flush()
+    -- Only the move out to a second to come counts: that record lives until then.
+    assert.equal(1, dict:get("m:" .. name .. ":held"))
+    assert.equal(1, dict:get("m:" .. name .. ":e" .. (now + 60)))
+    assert.is_nil(dict:get("m:" .. name .. ":e" .. (now - 10)))
+    meter.forgotten(m, (now + 60) * 1000)
+    meter.flush()
+    assert.equal(0, dict:get("m:" .. name .. ":held"))
   end)
 
   it("move the held gauge up and down: acquire, release, and a lease left to expire leaves it too", function()

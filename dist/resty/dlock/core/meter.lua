@@ -1,15 +1,79 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local flushLater, flushSeconds, get_phase, timer_at, worker_exiting, lua_pairs, lua_next, lua_type, str_format, dirty, armed, SECOND
 local check = require("resty.dlock.core.check")
+function flushLater()
+    armed = false
+    ____exports.flush()
+end
+function flushSeconds(m)
+    local dict = m.dict
+    if (lua_next(m.seconds)) == nil then
+        return true
+    end
+    if not (dict:add(m.sweeping, true, 1)) then
+        return false
+    end
+    local mark = dict:get(m.swept)
+    local last = lua_type(mark) == "number" and mark or 0
+    local held = 0
+    for s, n in lua_pairs(m.seconds) do
+        m.seconds[s] = nil
+        if n ~= 0 and s > last then
+            dict:incr(
+                str_format(SECOND, m.exp, s),
+                n,
+                0
+            )
+            held = held + n
+        end
+    end
+    if held ~= 0 then
+        dict:incr(m.held, held, 0)
+    end
+    dict:delete(m.sweeping)
+    return true
+end
+--- Add this worker's counts to the dicts (before a status page reads them, and FLUSH after a count).
+function ____exports.flush()
+    local kept = 0
+    for i = 1, #dirty do
+        local m = dirty[i]
+        dirty[i] = nil
+        for k, n in lua_pairs(m.counts) do
+            if n ~= 0 then
+                m.dict:incr(k, n, 0)
+                m.counts[k] = 0
+            end
+        end
+        if flushSeconds(m) then
+            m.dirty = false
+        else
+            kept = kept + 1
+            dirty[kept] = m
+        end
+    end
+    if kept > 0 and not armed and get_phase() ~= "init" and not worker_exiting() then
+        local ok = timer_at(____exports.FLUSH, flushLater)
+        if ok ~= nil then
+            armed = true
+        end
+    end
+end
 local ngx_now = ngx.now
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+get_phase = ngx.get_phase
+timer_at = ngx.timer.at
+worker_exiting = ngx.worker.exiting
+lua_pairs = pairs
+lua_next = next
 local math_floor = math.floor
-local math_max = math.max
-local math_min = math.min
 local str_find = string.find
-local lua_type = type
+lua_type = type
 local lua_ipairs = ipairs
 local lua_tostring = tostring
-local str_format = string.format
+str_format = string.format
 --- Upper bounds (s) of the acquire-wait buckets; the last bucket is +Inf.
 ____exports.WAIT_BOUNDS = {
     0.001,
@@ -36,10 +100,10 @@ ____exports.HOLD_BOUNDS = {
     60,
     300
 }
---- Seconds an expiry second is left before it is swept: a record outlives its second by the dict's clock skew.
-local GRACE = 2
---- Most seconds one read sweeps (a scrape after a day without one catches up over a few).
-local MAX_SWEEP = 3600
+--- Seconds a worker's counts wait before they are added to the dict.
+____exports.FLUSH = 0.25
+dirty = {}
+armed = false
 --- Dicts of the factories made in this process, for status pages.
 local dicts = {}
 --- A factory name: letters, digits, '_', '-' and '.', at most 64 bytes (a label in metrics).
@@ -101,33 +165,15 @@ function ____exports.make(dict, name)
         held = p .. "held",
         exp = p .. "e",
         swept = p .. "swept",
-        sweeping = p .. "sweeping"
+        sweeping = p .. "sweeping",
+        counts = {},
+        seconds = {},
+        dirty = false
     }
 end
 --- The dicts factories of this process count in.
 function ____exports.known()
     return dicts
-end
---- About how many keys the instruments of every factory take in a dict: the
--- counters and buckets of each name, and a minute of expiry seconds each.
-function ____exports.keys(dict)
-    local n = dict:get("m:n")
-    return lua_type(n) == "number" and n * (2 * #____exports.WAIT_BOUNDS + 16 + 60) or 0
-end
---- Factory names counted in a dict (by any worker), in the order they were first made.
-function ____exports.names(dict)
-    local out = {}
-    local n = dict:get("m:n")
-    if lua_type(n) ~= "number" then
-        return out
-    end
-    for i = 1, n do
-        local name = dict:get("m:#" .. lua_tostring(i))
-        if lua_type(name) == "string" then
-            out[#out + 1] = name
-        end
-    end
-    return out
 end
 local function waitBucket(s)
     if s <= 0.05 then
@@ -168,56 +214,78 @@ local function holdBucket(s)
     end
     return s <= 60 and 9 or (s <= 300 and 10 or 11)
 end
+--- m has counts to flush: see that a flush comes.
+local function touch(m)
+    m.dirty = true
+    dirty[#dirty + 1] = m
+    if armed then
+        return
+    end
+    if get_phase() ~= "init" and not worker_exiting() then
+        local ok, err = timer_at(____exports.FLUSH, flushLater)
+        if ok ~= nil then
+            armed = true
+            return
+        end
+        ngx_log(ERR, "dlock: cannot defer the counts of the lease metrics, adding them at once: ", err)
+    end
+    ____exports.flush()
+end
+--- Count n more of key k of meter m (in this worker, until the flush).
+local function add(m, k, n)
+    local c = m.counts
+    c[k] = (c[k] or 0) + n
+    if not m.dirty then
+        touch(m)
+    end
+end
+--- Move n records in (or out, n < 0) of expiry second s.
+local function moveSecond(m, s, n)
+    local secs = m.seconds
+    secs[s] = (secs[s] or 0) + n
+    if not m.dirty then
+        touch(m)
+    end
+end
 --- An acquire took a lease after `s` seconds.
 function ____exports.acquired(m, s)
-    m.dict:incr(
+    add(
+        m,
         m.wait[waitBucket(s)],
-        1,
-        0
+        1
     )
-    m.dict:incr(m.waitSum, s, 0)
+    add(m, m.waitSum, s)
 end
 --- An acquire ended without a lease: "busy", "timeout", or anything else (an error).
 function ____exports.refused(m, err)
-    m.dict:incr(err == "busy" and m.busy or (err == "timeout" and m.timeout or m.error), 1, 0)
+    add(m, err == "busy" and m.busy or (err == "timeout" and m.timeout or m.error), 1)
 end
 --- A lease was released, confirmed, after `s` seconds held.
 function ____exports.released(m, s)
-    m.dict:incr(
+    add(
+        m,
         m.hold[holdBucket(s)],
-        1,
-        0
+        1
     )
-    m.dict:incr(m.holdSum, s, 0)
+    add(m, m.holdSum, s)
 end
 function ____exports.lost(m)
-    m.dict:incr(m.lost, 1, 0)
+    add(m, m.lost, 1)
 end
-local SECOND = "%s%d"
 --- A lease's record was made, expiring at epoch ms `expires`.
 function ____exports.recorded(m, expires)
-    m.dict:incr(m.held, 1, 0)
-    m.dict:incr(
-        str_format(
-            SECOND,
-            m.exp,
-            math_floor(expires / 1000)
-        ),
-        1,
-        0
+    moveSecond(
+        m,
+        math_floor(expires / 1000),
+        1
     )
 end
 --- A lease's record, expiring at epoch ms `expires`, was deleted before it expired.
 function ____exports.forgotten(m, expires)
-    m.dict:incr(m.held, -1, 0)
-    m.dict:incr(
-        str_format(
-            SECOND,
-            m.exp,
-            math_floor(expires / 1000)
-        ),
-        -1,
-        0
+    moveSecond(
+        m,
+        math_floor(expires / 1000),
+        -1
     )
 end
 --- A record's expiry moved (extend) from epoch ms `from` to `to`.
@@ -227,87 +295,8 @@ function ____exports.moved(m, from, to)
     if a == b then
         return
     end
-    m.dict:incr(
-        str_format(SECOND, m.exp, a),
-        -1,
-        0
-    )
-    m.dict:incr(
-        str_format(SECOND, m.exp, b),
-        1,
-        0
-    )
+    moveSecond(m, a, -1)
+    moveSecond(m, b, 1)
 end
-local function num(dict, key)
-    local v = dict:get(key)
-    return lua_type(v) == "number" and v or 0
-end
---- Take the records that expired (by their second) off the held gauge of factory
--- `name`. One worker at a time (a dict key as the lock); one that finds it
--- taken reads the gauge as it is.
-local function sweep(dict, p)
-    local limit = math_floor(ngx_now()) - GRACE
-    local mark = dict:get(p .. "swept")
-    if lua_type(mark) ~= "number" or mark >= limit then
-        return
-    end
-    if not (dict:add(p .. "sweeping", true, 1)) then
-        return
-    end
-    local s = num(dict, p .. "swept")
-    local stop = math_min(limit, s + MAX_SWEEP)
-    local gone = 0
-    while s < stop do
-        s = s + 1
-        local v = dict:get((p .. "e") .. lua_tostring(s))
-        if v ~= nil then
-            if lua_type(v) == "number" then
-                gone = gone + v
-            end
-            dict:delete((p .. "e") .. lua_tostring(s))
-        end
-    end
-    if gone ~= 0 then
-        dict:incr(p .. "held", -gone, 0)
-    end
-    dict:set(p .. "swept", s)
-    dict:delete(p .. "sweeping")
-end
---- A fixed number of dict reads: the counters, the buckets, the gauge (after a sweep).
-function ____exports.read(dict, name)
-    local p = ("m:" .. name) .. ":"
-    sweep(dict, p)
-    local wait = {}
-    local acquiredN = 0
-    for i = 1, #____exports.WAIT_BOUNDS + 1 do
-        local n = num(
-            dict,
-            (p .. "w") .. lua_tostring(i)
-        )
-        wait[#wait + 1] = n
-        acquiredN = acquiredN + n
-    end
-    local hold = {}
-    for i = 1, #____exports.HOLD_BOUNDS + 1 do
-        hold[#hold + 1] = num(
-            dict,
-            (p .. "h") .. lua_tostring(i)
-        )
-    end
-    return {
-        held = math_max(
-            0,
-            num(dict, p .. "held")
-        ),
-        acquired = acquiredN,
-        busy = num(dict, p .. "busy"),
-        timeout = num(dict, p .. "timeout"),
-        error = num(dict, p .. "error"),
-        lost = num(dict, p .. "lost"),
-        wait = wait,
-        waitSum = num(dict, p .. "ws"),
-        hold = hold,
-        holdSum = num(dict, p .. "hs")
-    }
-end
+SECOND = "%s%d"
 return ____exports

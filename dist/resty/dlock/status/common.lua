@@ -6,6 +6,7 @@ local eviction = require("resty.dlock.redis.eviction")
 local gateway = require("resty.dlock.gateway")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
+local meters = require("resty.dlock.status.meters")
 local redis = require("resty.dlock.redis.client")
 local sentinel = require("resty.dlock.redis.sentinel")
 local stats = require("resty.dlock.gateway.stats")
@@ -106,8 +107,8 @@ local function factories(dicts)
     local order = {}
     local held = 0
     for ____, d in lua_ipairs(dicts) do
-        for ____, name in lua_ipairs(meter.names(d)) do
-            local r = meter.read(d, name)
+        for ____, name in lua_ipairs(meters.names(d)) do
+            local r = meters.read(d, name)
             held = held + r.held
             local had = byName[name]
             if had == nil then
@@ -149,6 +150,7 @@ local function topologies()
 end
 --- What serve() and metrics() both show: guards, factories, unrecorded leases per dict, Redis. No held leases.
 function ____exports.counters(names)
+    meter.flush()
     local dicts = {}
     local unrecorded = {}
     local shortfalls = {}

@@ -2,7 +2,7 @@
 local ____exports = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
-local meter = require("resty.dlock.core.meter")
+local meters = require("resty.dlock.status.meters")
 local common = require("resty.dlock.status.common")
 --- Leases serve() and report() list unless asked for another number.
 ____exports.DEFAULT_LIMIT = 100
@@ -36,14 +36,14 @@ local function listHeld(name, dict, max, out)
         local one, more = ledger.list(
             dict,
             1,
-            meter.keys(dict)
+            meters.keys(dict)
         )
         return #one > 0 or more
     end
     local found, more = ledger.list(
         dict,
         max,
-        meter.keys(dict)
+        meters.keys(dict)
     )
     for ____, l in lua_ipairs(found) do
         out[#out + 1] = {

@@ -9,6 +9,7 @@ import * as eviction from "../redis/eviction";
 import * as gateway from "../gateway";
 import * as ledger from "../core/ledger";
 import * as meter from "../core/meter";
+import * as meters from "./meters";
 import * as redis from "../redis/client";
 import * as sentinel from "../redis/sentinel";
 import * as stats from "../gateway/stats";
@@ -92,7 +93,7 @@ export interface Report {
   topology: LuaTable<string, LuaTable<string, unknown>>;
   guards: LuaTable<string, LuaTable<string, unknown>>;
   /** Per factory name: its readings, summed over the reported dicts. */
-  factories: LuaTable<string, meter.Reading>;
+  factories: LuaTable<string, meters.Reading>;
   /** Factory names in the order first seen. */
   factoryNames: string[];
 }
@@ -113,7 +114,7 @@ function evictionView(e: eviction.Eviction): LuaTable<string, unknown> {
   return v;
 }
 
-function addReading(into: meter.Reading, r: meter.Reading): void {
+function addReading(into: meters.Reading, r: meters.Reading): void {
   into.held += r.held;
   into.acquired += r.acquired;
   into.busy += r.busy;
@@ -127,13 +128,13 @@ function addReading(into: meter.Reading, r: meter.Reading): void {
 }
 
 /** Every factory counted in the dicts (by any worker), summed by name. */
-function factories(dicts: NgxSharedDict[]): LuaMultiReturn<[LuaTable<string, meter.Reading>, string[], number]> {
-  const byName = new LuaTable<string, meter.Reading>();
+function factories(dicts: NgxSharedDict[]): LuaMultiReturn<[LuaTable<string, meters.Reading>, string[], number]> {
+  const byName = new LuaTable<string, meters.Reading>();
   const order: string[] = [];
   let held = 0;
   for (const [, d] of lua_ipairs(dicts)) {
-    for (const [, name] of lua_ipairs(meter.names(d))) {
-      const r = meter.read(d, name);
+    for (const [, name] of lua_ipairs(meters.names(d))) {
+      const r = meters.read(d, name);
       held += r.held;
       const had = byName.get(name);
       if (had === undefined) {
@@ -176,6 +177,8 @@ function topologies(): LuaTable<string, LuaTable<string, unknown>> {
 
 /** What serve() and metrics() both show: guards, factories, unrecorded leases per dict, Redis. No held leases. */
 export function counters(names: string[]): Report {
+  // This worker's counts are in Lua until their flush: add them before reading.
+  meter.flush();
   const dicts: NgxSharedDict[] = [];
   const unrecorded = new LuaTable<string, number>();
   const shortfalls = new LuaTable<string, number>();

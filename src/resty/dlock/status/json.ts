@@ -3,7 +3,7 @@
 
 import * as check from "../core/check";
 import * as ledger from "../core/ledger";
-import * as meter from "../core/meter";
+import * as meters from "./meters";
 import * as common from "./common";
 
 /** Leases serve() and report() list unless asked for another number. */
@@ -35,11 +35,11 @@ function checkLimit(v: unknown): LuaMultiReturn<[number | undefined, string | un
 function listHeld(name: string, dict: NgxSharedDict, max: number, out: common.HeldView[]): boolean {
   if (max === 0) {
     // Nothing to list, but say whether anything is held.
-    const [one, more] = ledger.list(dict, 1, meter.keys(dict));
+    const [one, more] = ledger.list(dict, 1, meters.keys(dict));
     return one.length > 0 || more;
   }
   // Factories' instruments share the dict with the records: look past them too.
-  const [found, more] = ledger.list(dict, max, meter.keys(dict));
+  const [found, more] = ledger.list(dict, max, meters.keys(dict));
   for (const [, l] of lua_ipairs(found)) {
     out.push({ dict: name, key: l.key, pid: l.pid, ttl: l.ttl, expires_at: l.expires_at });
   }

@@ -234,6 +234,24 @@ describe("gateway lifecycle", function()
       end
     end)
 
+    it("keep the lease metrics old workers counted just before the reload: they add them to the dict as they exit", function()
+      local function factory()
+        return assert(cjson.decode(get(gw, "/dlock/status").body)).factories.orders
+      end
+      local before = factory()
+      local old = gw.workers()
+      for _ = 1, 6 do
+        local key = h.unique("counted")
+        assert.equal(200, get(gw, "/orders?key=" .. key .. "&ms=1", { headers = { ["Idempotency-Key"] = key } }).status)
+      end
+      -- At once: a worker counts in Lua and adds its counts to the dict 0.25 s later, or when it exits.
+      assert(h.sh(h.env.nginx .. " -p " .. gw.prefix .. " -c " .. gw.prefix .. "/nginx.conf -s reload"))
+      assert(gw.replaced(old, #old))
+      local after = factory()
+      assert.equal(6, after.acquired - before.acquired)
+      assert.equal(before.held, after.held)
+    end)
+
     it("keep the leases of an nginx that quits until its requests are over", function()
       local q = start({ GW_LOG = "", LOC_LOG = "#" })
       local key = h.unique("quit")

@@ -27,6 +27,28 @@ local function now()
   return ngx.now()
 end
 
+describe("request keys", function()
+  it("hash in C to the Redis key Lua would make: the prefix, then the hex SHA-1 of the key, for any bytes, size and prefix", function()
+    local digest = require "resty.dlock.gateway.digest"
+    local hex = require("resty.dlock.core.token").hex
+    local long_prefix = ("p"):rep(600)
+    local cases = {
+      { "dlock:gw:orders:", "abc" },
+      { "", "abc" },
+      { "dlock:gw:orders:", "" },
+      { "dlock:gw:api:", "\0\255 binary\r\n" .. ("x"):rep(5000) },
+      { "dlock:gw:orders:", "abc" },  -- the first prefix again, after another
+      { long_prefix, "past the buffer: joined in Lua" },
+      { "dlock:gw:orders:", "abd" },
+    }
+    for _, c in ipairs(cases) do
+      local prefix, raw = c[1], c[2]
+      assert.equal(prefix .. hex(ngx.sha1_bin(raw)), digest.key(prefix, raw))
+    end
+    assert.equal("dlock:gw:orders:a9993e364706816aba3e25717850c26c9cd0d89d", digest.key("dlock:gw:orders:", "abc"))
+  end)
+end)
+
 describe("gateway", function()
   setup(function()
     redis = h.start_redis()

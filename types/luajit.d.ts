@@ -11,7 +11,9 @@ interface LibC {
   getrandom(buf: FfiBuffer, len: number, flags: number): number;
   gethostname(buf: FfiBuffer, len: number): number;
   /** nginx's own (the nginx binary exports it): hex digits of src into dst. */
-  ngx_hex_dump(dst: FfiBuffer, src: string, len: number): FfiBuffer;
+  ngx_hex_dump(dst: FfiBuffer, src: string | FfiBuffer, len: number): FfiBuffer;
+  /** lua-nginx-module's (lua-resty-core's ngx.sha1_bin): the 20-byte SHA-1 of src into dst; 1 when done. */
+  ngx_http_lua_ffi_sha1_bin(src: string, len: number, dst: FfiBuffer): number;
 }
 
 /** @noSelf */
@@ -20,6 +22,7 @@ interface FfiModule {
   readonly C: LibC;
   "new"(ct: string, n: number): FfiBuffer;
   string(buf: FfiBuffer, len?: number): string;
+  copy(dst: FfiBuffer, src: string, len: number): void;
 }
 
 /** LuaJIT's bit module, reached through require "bit". @noSelf */

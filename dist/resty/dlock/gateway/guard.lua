@@ -1,16 +1,15 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.core.check")
-local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
+local digest = require("resty.dlock.gateway.digest")
 local inflight = require("resty.dlock.gateway.inflight")
 local lockLocal = require("resty.dlock.gateway.lock_local")
 local stats = require("resty.dlock.gateway.stats")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local read_body = ngx.req.read_body
-local sha1_bin = ngx.sha1_bin
-local hex = token.hex
+local hashed = digest.key
 local incr = stats.incr
 local req_get_method = ngx.req.get_method
 local function reject(g, status, retryAfterMs)
@@ -43,7 +42,7 @@ local guardMethods = {
         if raw == nil then
             return
         end
-        local key = hex(sha1_bin(raw))
+        local key = hashed("", raw)
         if stats.breakerOpen(self.dict, self.name) or self["local"] ~= nil and not lockLocal.probe(self, self["local"]) then
             incr(self.dict, self.name, "short_circuited")
             onRedisFailure(self, key)

@@ -5,6 +5,7 @@ local inflight = require("resty.dlock.gateway.inflight")
 local stats = require("resty.dlock.gateway.stats")
 local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
+local digest = require("resty.dlock.gateway.digest")
 local answers = require("resty.dlock.gateway.idempotency.answers")
 local capture = require("resty.dlock.gateway.idempotency.capture")
 local claims = require("resty.dlock.gateway.idempotency.claim")
@@ -182,7 +183,7 @@ local function access(g)
         end
         scoped = sha1_bin(sv) .. k
     end
-    local rkey = g.prefix .. token.hex(sha1_bin(scoped))
+    local rkey = digest.key(g.prefix, scoped)
     local tok, terr = token.random()
     if tok == nil then
         answers.onRedisFailure(g, terr)

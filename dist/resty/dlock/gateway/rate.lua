@@ -3,8 +3,8 @@ local ____exports = {}
 local fields, str_format, tbl_concat, math_ceil, ngx_
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
-local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
+local digest = require("resty.dlock.gateway.digest")
 local fallback = require("resty.dlock.gateway.rate_local")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
@@ -36,8 +36,8 @@ tbl_concat = table.concat
 math_ceil = math.ceil
 local ngx_log = ngx.log
 local ERR = ngx.ERR
-local sha1_bin = ngx.sha1_bin
-local hex = token.hex
+local hashed = digest.key
+local str_sub = string.sub
 local lua_pairs = pairs
 local lua_tostring = tostring
 local lua_type = type
@@ -108,15 +108,18 @@ local function access(g)
     if raw == nil then
         return
     end
-    local k = hex(sha1_bin(raw))
+    local rkey = hashed(g.prefix, raw)
     if stats.breakerOpen(g.dict, g.name) or g.shares ~= nil and not fallback.probe(g) then
         incr(g.dict, g.name, "short_circuited")
-        onRedisFailure(g, k)
+        onRedisFailure(
+            g,
+            str_sub(rkey, #g.prefix + 1)
+        )
         return
     end
     local reply, err = decide(
         g.conf,
-        g.prefix .. k,
+        rkey,
         g.limits,
         "1",
         g.cost
@@ -131,7 +134,10 @@ local function access(g)
             ": ",
             check.reason(err)
         )
-        onRedisFailure(g, k)
+        onRedisFailure(
+            g,
+            str_sub(rkey, #g.prefix + 1)
+        )
         return
     end
     stats.success(g.dict, g.name)

@@ -4,8 +4,8 @@
 
 import * as check from "../core/check";
 import type * as lease from "../core/lease";
-import * as token from "../core/token";
 import * as shared from "./common";
+import * as digest from "./digest";
 import * as inflight from "./inflight";
 import type * as keys from "./key";
 import * as lockLocal from "./lock_local";
@@ -14,8 +14,7 @@ import * as stats from "./stats";
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const read_body = ngx.req.read_body;
-const sha1_bin = ngx.sha1_bin;
-const hex = token.hex;
+const hashed = digest.key;
 const incr = stats.incr;
 // Read per request by mutex guards with shared methods (readers).
 const req_get_method = ngx.req.get_method;
@@ -109,7 +108,7 @@ const guardMethods = {
     const raw = shared.keyOf(this, this);
     if (raw === undefined) return;
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
-    const key = hex(sha1_bin(raw));
+    const key = hashed("", raw);
     if (stats.breakerOpen(this.dict, this.name) || (this.local !== undefined && !lockLocal.probe(this, this.local))) {
       incr(this.dict, this.name, "short_circuited");
       onRedisFailure(this, key);

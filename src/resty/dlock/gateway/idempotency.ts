@@ -31,6 +31,7 @@ import * as inflight from "./inflight";
 import * as stats from "./stats";
 import * as token from "../core/token";
 import * as shared from "./common";
+import * as digest from "./digest";
 import * as answers from "./idempotency/answers";
 import * as capture from "./idempotency/capture";
 import * as claims from "./idempotency/claim";
@@ -182,7 +183,7 @@ function access(g: Guard): void {
     }
     scoped = sha1_bin(sv) + k;
   }
-  const rkey = g.prefix + token.hex(sha1_bin(scoped));
+  const rkey = digest.key(g.prefix, scoped);
   const [tok, terr] = token.random();
   if (tok === undefined) {
     answers.onRedisFailure(g, terr);

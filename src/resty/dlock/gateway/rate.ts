@@ -20,8 +20,8 @@
 import * as check from "../core/check";
 import * as core from "../core/rate";
 import * as redis from "../redis/client";
-import * as token from "../core/token";
 import * as shared from "./common";
+import * as digest from "./digest";
 import type * as options from "./options";
 import type * as keys from "./key";
 import * as fallback from "./rate_local";
@@ -34,8 +34,8 @@ const tbl_concat = table.concat;
 const math_ceil = math.ceil;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
-const sha1_bin = ngx.sha1_bin;
-const hex = token.hex;
+const hashed = digest.key;
+const str_sub = string.sub;
 const lua_pairs = pairs;
 const lua_tostring = tostring;
 const lua_type = type;
@@ -152,18 +152,18 @@ function access(g: Guard): void {
   const raw = shared.keyOf(g, g.key);
   if (raw === undefined) return;
   // Client-controlled: hashed, so any size and any bytes map to a bounded key.
-  const k = hex(sha1_bin(raw));
+  const rkey = hashed(g.prefix, raw);
   if (stats.breakerOpen(g.dict, g.name) || (g.shares !== undefined && !fallback.probe(g))) {
     incr(g.dict, g.name, "short_circuited");
-    onRedisFailure(g, k);
+    onRedisFailure(g, str_sub(rkey, g.prefix.length + 1));
     return;
   }
-  const [reply, err] = decide(g.conf, g.prefix + k, g.limits, "1", g.cost);
+  const [reply, err] = decide(g.conf, rkey, g.limits, "1", g.cost);
   if (reply === undefined) {
     incr(g.dict, g.name, "redis_errors");
     stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
     ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
-    onRedisFailure(g, k);
+    onRedisFailure(g, str_sub(rkey, g.prefix.length + 1));
     return;
   }
   stats.success(g.dict, g.name);

@@ -4,6 +4,9 @@
 local h = require "helpers"
 local pipeline = require "resty.dlock.redis.pipeline"
 local redis = require "resty.dlock.redis.client"
+local command = require "resty.dlock.redis.command"
+local connection = require "resty.dlock.redis.connection"
+local roundtrip = require "resty.dlock.redis.roundtrip"
 
 --- A script as the library builds them (the pipeline takes any).
 local function script(name, src)
@@ -109,6 +112,42 @@ describe("auto-pipelining", function()
     done()
     _, _, out = pipeline.stats(c)
     assert.equal(0, out)
+  end)
+
+  it("carries batches that come back to back on one connection, gives it back to the pool after a refused call, and the pool hands it out again", function()
+    local r = h.start_redis()
+    finally(function() r.stop() end)
+    local c = assert(redis.parse(h.redis_opts({ port = r.port }), ngx.shared.dlock))
+    assert.equal(SLOW.sha, h.cmd(r.port, "script", "load", SLOW.src))
+    local function accepted()
+      return tonumber(h.cmd(r.port, "info", "stats"):match("total_connections_received:(%d+)"))
+    end
+    local function batch(...)
+      local b, jobs = command.batchOf(nil, false), {}
+      for i, v in ipairs({ ... }) do jobs[i] = command.add(b, SLOW, "p:rt" .. i, v == "bad" and "not a number" or 0, v) end
+      return b, jobs
+    end
+    local before = accepted()
+    local b1, j1 = batch("a", "b")
+    local red = roundtrip.runOn(c, b1, nil)
+    assert.is_truthy(red)
+    assert.same({ "a", "b" }, { j1[1].res, j1[2].res })
+    local b2, j2 = batch("c")
+    assert.equal(red, roundtrip.runOn(c, b2, red))
+    assert.equal("c", j2[1].res)
+    -- One connection for both batches, and the INFO that counts.
+    assert.equal(before + 2, accepted())
+    -- A call Redis refused: the connection goes back to its pool, not on to the next batch.
+    local b3, j3 = batch("d", "bad")
+    assert.is_nil(roundtrip.runOn(c, b3, red))
+    assert.equal("d", j3[1].res)
+    assert.is_truthy(j3[2].fault)
+    local b4, j4 = batch("e")
+    local again = roundtrip.runOn(c, b4, nil)
+    assert.equal("e", j4[1].res)
+    connection.done(again, c, true)
+    -- The pool handed it out again: only the INFO is new.
+    assert.equal(before + 3, accepted())
   end)
 
   it("hands every call its reply however the replies are cut into reads (a 200 KB reply amid short ones)", function()

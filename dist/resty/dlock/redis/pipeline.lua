@@ -1,6 +1,7 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local command = require("resty.dlock.redis.command")
+local connection = require("resty.dlock.redis.connection")
 local lanes = require("resty.dlock.redis.lanes")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local takeback = require("resty.dlock.redis.takeback")
@@ -18,6 +19,8 @@ local add = command.add
 local fail = command.fail
 local batchOf = command.batchOf
 local run = roundtrip.run
+local runOn = roundtrip.runOn
+local done = connection.done
 local send = roundtrip.send
 local finish = roundtrip.finish
 local alone = roundtrip.one
@@ -52,19 +55,24 @@ local function wake(conf, b)
         end
     end
 end
---- Send the open batch, and the next, until there is none.
+--- Send the open batch, and the next, until there is none: back to back on one
+-- connection, which goes back to its pool once no batch is open.
 local function flush(lane)
+    local red
     while lane.open ~= nil do
         local b = lane.open
         lane.open = nil
         lane.batching = lane.batching + 1
         lane.batches = lane.batches + 1
         lane.batched = lane.batched + #b.jobs
-        local ok, err = lua_pcall(run, lane.conf, b)
-        if not ok then
+        local ok, res = lua_pcall(runOn, lane.conf, b, red)
+        red = nil
+        if ok then
+            red = res
+        else
             fail(
                 b,
-                (("dlock: pipeline to redis " .. lane.conf.endpoint) .. " failed: ") .. lua_tostring(err),
+                (("dlock: pipeline to redis " .. lane.conf.endpoint) .. " failed: ") .. lua_tostring(res),
                 "lost"
             )
         end
@@ -73,6 +81,9 @@ local function flush(lane)
             lane.loaded = ngx_now() + lanes.LOADED
         end
         wake(lane.conf, b)
+    end
+    if red ~= nil then
+        done(red, lane.conf, true)
     end
 end
 --- A sender: a timer of the endpoint's lane in this worker, alive while there

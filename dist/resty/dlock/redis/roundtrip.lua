@@ -196,8 +196,12 @@ function ____exports.send(conf, b)
     end
     return red
 end
---- Read the replies of b's calls sent on red (EVAL for those Redis has no script for), then one WAIT.
-function ____exports.finish(conf, b, red)
+--- Read the replies of b's calls sent on red (EVAL for those Redis has no
+-- script for), then one WAIT. With `keep`, red comes back when it may carry
+-- the next batch at once: no reply lost, no call refused (a READONLY master
+-- is asked no more), no WAIT (which hands it back); else it goes back to its
+-- pool (or is closed) here.
+local function complete(conf, b, red, keep)
     local sock = socket(red)
     local again = replies(
         conf,
@@ -223,11 +227,14 @@ function ____exports.finish(conf, b, red)
     end
     local jobs = b.jobs
     local broken = false
+    local refused = false
     local wrote
     for i = 1, #jobs do
         local j = jobs[i]
         if j.fault == "lost" then
             broken = true
+        elseif j.fault ~= nil then
+            refused = true
         elseif j.res ~= nil and conf.replicas > 0 and j.s.written ~= nil and j.s.written(j.res) then
             if wrote == nil then
                 wrote = {}
@@ -245,9 +252,41 @@ function ____exports.finish(conf, b, red)
                 j.fault = "replicas"
             end
         end
-        return
+        return nil
+    end
+    if keep and not broken and not refused then
+        return red
     end
     done(red, conf, not broken)
+    return nil
+end
+--- Read the replies of b's calls sent on red, then hand red back (see complete).
+function ____exports.finish(conf, b, red)
+    complete(conf, b, red, false)
+end
+--- Send b's calls as one pipeline on `red`, the connection the batch before
+-- left fit (nil: a pooled one), and read their replies. The connection when
+-- it may carry the next batch at once, for the caller to hand back with
+-- connection.done when there is none: a sender with batches back to back
+-- keeps one connection instead of taking it from the pool and giving it back
+-- per batch (a client object, a pool lookup and an idle timer each time).
+function ____exports.runOn(conf, b, red)
+    if red == nil then
+        red = ____exports.send(conf, b)
+        if red == nil then
+            return nil
+        end
+    elseif not sendAll(
+        conf,
+        socket(red),
+        b,
+        nil,
+        b.asking and commands(b, nil, false) or b.parts
+    ) then
+        done(red, conf, false)
+        return nil
+    end
+    return complete(conf, b, red, true)
 end
 --- Send b's calls as one pipeline and read their replies.
 function ____exports.run(conf, b)

@@ -21,6 +21,7 @@
 import type { CallResult } from "./backend";
 import type * as redis from "./client";
 import * as command from "./command";
+import * as connection from "./connection";
 import * as lanes from "./lanes";
 import * as roundtrip from "./roundtrip";
 import type * as scripts from "./scripts";
@@ -43,6 +44,8 @@ const add = command.add;
 const fail = command.fail;
 const batchOf = command.batchOf;
 const run = roundtrip.run;
+const runOn = roundtrip.runOn;
+const done = connection.done;
 const send = roundtrip.send;
 const finish = roundtrip.finish;
 const alone = roundtrip.one;
@@ -90,20 +93,30 @@ function wake(conf: redis.RedisConf, b: Batch): void {
   }
 }
 
-/** Send the open batch, and the next, until there is none. */
+/**
+ * Send the open batch, and the next, until there is none: back to back on one
+ * connection, which goes back to its pool once no batch is open.
+ */
 function flush(lane: Lane): void {
+  let red: RestyRedis | undefined;
   while (lane.open !== undefined) {
     const b = lane.open;
     lane.open = undefined;
     lane.batching++;
     lane.batches++;
     lane.batched += b.jobs.length;
-    const [ok, err] = lua_pcall(run, lane.conf, b);
-    if (!ok) fail(b, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + lua_tostring(err), "lost");
+    const [ok, res] = lua_pcall(runOn, lane.conf, b, red);
+    red = undefined;
+    if (ok) {
+      red = res as RestyRedis | undefined;
+    } else {
+      fail(b, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + lua_tostring(res), "lost");
+    }
     lane.batching--;
     if (b.jobs.length > 1) lane.loaded = ngx_now() + lanes.LOADED;
     wake(lane.conf, b);
   }
+  if (red !== undefined) done(red, lane.conf, true);
 }
 
 /**

@@ -186,17 +186,25 @@ export function send(conf: redis.RedisConf, b: Batch): RestyRedis | undefined {
   return red;
 }
 
-/** Read the replies of b's calls sent on red (EVAL for those Redis has no script for), then one WAIT. */
-export function finish(conf: redis.RedisConf, b: Batch, red: RestyRedis): void {
+/**
+ * Read the replies of b's calls sent on red (EVAL for those Redis has no
+ * script for), then one WAIT. With `keep`, red comes back when it may carry
+ * the next batch at once: no reply lost, no call refused (a READONLY master
+ * is asked no more), no WAIT (which hands it back); else it goes back to its
+ * pool (or is closed) here.
+ */
+function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolean): RestyRedis | undefined {
   const sock = socket(red)!;
   const again = replies(conf, sock, b, undefined, false);
   if (again !== undefined && sendAll(conf, sock, b, again, commands(b, again, true))) replies(conf, sock, b, again, true);
   const jobs = b.jobs;
   let broken = false;
+  let refused = false;
   let wrote: Job[] | undefined;
   for (const i of $range(1, jobs.length)) {
     const j = jobs[i - 1]!;
     if (j.fault === "lost") broken = true;
+    else if (j.fault !== undefined) refused = true;
     else if (j.res !== undefined && conf.replicas > 0 && j.s.written !== undefined && j.s.written(j.res)) {
       if (wrote === undefined) wrote = [];
       wrote.push(j);
@@ -213,9 +221,35 @@ export function finish(conf: redis.RedisConf, b: Batch, red: RestyRedis): void {
         j.fault = "replicas";
       }
     }
-    return;
+    return undefined;
   }
+  if (keep && !broken && !refused) return red;
   done(red, conf, !broken);
+  return undefined;
+}
+
+/** Read the replies of b's calls sent on red, then hand red back (see complete). */
+export function finish(conf: redis.RedisConf, b: Batch, red: RestyRedis): void {
+  complete(conf, b, red, false);
+}
+
+/**
+ * Send b's calls as one pipeline on `red`, the connection the batch before
+ * left fit (nil: a pooled one), and read their replies. The connection when
+ * it may carry the next batch at once, for the caller to hand back with
+ * connection.done when there is none: a sender with batches back to back
+ * keeps one connection instead of taking it from the pool and giving it back
+ * per batch (a client object, a pool lookup and an idle timer each time).
+ */
+export function runOn(this: void, conf: redis.RedisConf, b: Batch, red: RestyRedis | undefined): RestyRedis | undefined {
+  if (red === undefined) {
+    red = send(conf, b);
+    if (red === undefined) return undefined;
+  } else if (!sendAll(conf, socket(red)!, b, undefined, b.asking ? commands(b, undefined, false) : b.parts)) {
+    done(red, conf, false);
+    return undefined;
+  }
+  return complete(conf, b, red, true);
 }
 
 /** Send b's calls as one pipeline and read their replies. */

@@ -1,27 +1,85 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local at, lost, sendAll, sendOn, lua_tostring, connect, done, socket, commands, fail
 local check = require("resty.dlock.core.check")
 local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
 local scripts = require("resty.dlock.redis.scripts")
-local lua_tostring = tostring
+--- The fault of a connection that could not be made (nothing was sent). Behind
+-- Sentinel a master that cannot be reached is most likely being replaced: the
+-- sentinels are asked again, and a waiting acquire tries again ("transient").
+function ____exports.unreachable(conf)
+    return conf.sentinel ~= nil and "transient" or "failed"
+end
+function at(which, k)
+    return which == nil and k or which[k]
+end
+function lost(conf, b, which, k, why)
+    local n = which == nil and #b.jobs or #which
+    for m = k, n do
+        local j = b.jobs[at(which, m)]
+        j.res = nil
+        j.err = (((("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(why)) .. " during ") .. j.s.name
+        j.fault = "lost"
+    end
+end
+function sendAll(conf, sock, b, which, payload)
+    local sent, serr = sock:send(payload)
+    if sent == nil then
+        lost(
+            conf,
+            b,
+            which,
+            1,
+            serr
+        )
+        return false
+    end
+    return true
+end
+function sendOn(conf, b, red)
+    if red == nil then
+        local fresh, cerr = connect(conf)
+        if fresh == nil then
+            fail(
+                b,
+                cerr,
+                ____exports.unreachable(conf)
+            )
+            return nil
+        end
+        red = fresh
+    end
+    if not sendAll(
+        conf,
+        socket(red),
+        b,
+        nil,
+        b.asking and commands(b, nil, false) or b.parts
+    ) then
+        done(red, conf, false)
+        return nil
+    end
+    return red
+end
+lua_tostring = tostring
 local lua_type = type
 local str_sub = string.sub
 local str_format = string.format
 local str_match = string.match
-local connect = connection.connect
-local done = connection.done
+connect = connection.connect
+done = connection.done
 local stale = connection.stale
-local socket = connection.socket
+socket = connection.socket
 local reader = resp.reader
 local read = resp.read
 local drained = resp.drained
 local add = command.add
 local forTarget = scripts.forTarget
 local batchOf = command.batchOf
-local commands = command.commands
-local fail = command.fail
+commands = command.commands
+fail = command.fail
 local TRANSIENT = check.set(
     "LOADING",
     "BUSY",
@@ -46,41 +104,6 @@ function ____exports.refused(conf, err)
         fault = "transient"
     end
     return (("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(err), fault
-end
---- The fault of a connection that could not be made (nothing was sent). Behind
--- Sentinel a master that cannot be reached is most likely being replaced: the
--- sentinels are asked again, and a waiting acquire tries again ("transient").
-function ____exports.unreachable(conf)
-    return conf.sentinel ~= nil and "transient" or "failed"
-end
---- Index k of the jobs `which` of b (nil: all of them, in order).
-local function at(which, k)
-    return which == nil and k or which[k]
-end
---- The jobs `which` (from k on) were sent, and their replies never came.
-local function lost(conf, b, which, k, why)
-    local n = which == nil and #b.jobs or #which
-    for m = k, n do
-        local j = b.jobs[at(which, m)]
-        j.res = nil
-        j.err = (((("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(why)) .. " during ") .. j.s.name
-        j.fault = "lost"
-    end
-end
---- Send the commands of the jobs `which`; false when the connection failed (then they are lost).
-local function sendAll(conf, sock, b, which, payload)
-    local sent, serr = sock:send(payload)
-    if sent == nil then
-        lost(
-            conf,
-            b,
-            which,
-            1,
-            serr
-        )
-        return false
-    end
-    return true
 end
 --- Read the replies of the jobs `which` in turn; those that met NOSCRIPT (unless `body`: EVAL was sent).
 local function replies(conf, sock, b, which, body)
@@ -175,26 +198,7 @@ end
 -- Split from finish so that one caller can have calls on their way to several
 -- servers at once (a Redlock quorum).
 function ____exports.send(conf, b)
-    local red, cerr = connect(conf)
-    if red == nil then
-        fail(
-            b,
-            cerr,
-            ____exports.unreachable(conf)
-        )
-        return nil
-    end
-    if not sendAll(
-        conf,
-        socket(red),
-        b,
-        nil,
-        b.asking and commands(b, nil, false) or b.parts
-    ) then
-        done(red, conf, false)
-        return nil
-    end
-    return red
+    return sendOn(conf, b, nil)
 end
 --- Read the replies of b's calls sent on red (EVAL for those Redis has no
 -- script for), then one WAIT. With `keep`, red comes back when it may carry
@@ -271,22 +275,11 @@ end
 -- keeps one connection instead of taking it from the pool and giving it back
 -- per batch (a client object, a pool lookup and an idle timer each time).
 function ____exports.runOn(conf, b, red)
-    if red == nil then
-        red = ____exports.send(conf, b)
-        if red == nil then
-            return nil
-        end
-    elseif not sendAll(
-        conf,
-        socket(red),
-        b,
-        nil,
-        b.asking and commands(b, nil, false) or b.parts
-    ) then
-        done(red, conf, false)
+    local sent = sendOn(conf, b, red)
+    if sent == nil then
         return nil
     end
-    return complete(conf, b, red, true)
+    return complete(conf, b, sent, true)
 end
 --- Send b's calls as one pipeline and read their replies.
 function ____exports.run(conf, b)

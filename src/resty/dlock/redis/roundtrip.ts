@@ -174,10 +174,18 @@ function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): 
  * servers at once (a Redlock quorum).
  */
 export function send(conf: redis.RedisConf, b: Batch): RestyRedis | undefined {
-  const [red, cerr] = connect(conf);
+  return sendOn(conf, b, undefined);
+}
+
+/** As send, on `red` when given (a connection the batch before left fit). */
+function sendOn(conf: redis.RedisConf, b: Batch, red: RestyRedis | undefined): RestyRedis | undefined {
   if (red === undefined) {
-    fail(b, cerr!, unreachable(conf));
-    return undefined;
+    const [fresh, cerr] = connect(conf);
+    if (fresh === undefined) {
+      fail(b, cerr!, unreachable(conf));
+      return undefined;
+    }
+    red = fresh;
   }
   if (!sendAll(conf, socket(red)!, b, undefined, b.asking ? commands(b, undefined, false) : b.parts)) {
     done(red, conf, false);
@@ -242,14 +250,9 @@ export function finish(conf: redis.RedisConf, b: Batch, red: RestyRedis): void {
  * per batch (a client object, a pool lookup and an idle timer each time).
  */
 export function runOn(this: void, conf: redis.RedisConf, b: Batch, red: RestyRedis | undefined): RestyRedis | undefined {
-  if (red === undefined) {
-    red = send(conf, b);
-    if (red === undefined) return undefined;
-  } else if (!sendAll(conf, socket(red)!, b, undefined, b.asking ? commands(b, undefined, false) : b.parts)) {
-    done(red, conf, false);
-    return undefined;
-  }
-  return complete(conf, b, red, true);
+  const sent = sendOn(conf, b, red);
+  if (sent === undefined) return undefined;
+  return complete(conf, b, sent, true);
 }
 
 /** Send b's calls as one pipeline and read their replies. */

@@ -828,6 +828,8 @@ function report(r) {
     t.push("");
     for (const [id, name] of [["poll", "the polling lock"], ["redlock", "node-redlock"]]) {
       const d = cl.dlock, o = cl[id];
+      // --only may have run one of the pair.
+      if (!d || !o) continue;
       t.push(`- resty.dlock / ${name}: acquisitions/s ${ratio(d.acq_per_sec, o.acq_per_sec)}, hand-off p50 ${ratio(d.handoff_p50_ms, o.handoff_p50_ms)} ` +
         `and p99 ${ratio(d.handoff_p99_ms, o.handoff_p99_ms)} (to the other instance ${ratio(d.handoff_other_p50_ms, o.handoff_other_p50_ms)} and ` +
         `${ratio(d.handoff_other_p99_ms, o.handoff_other_p99_ms)}), Redis cmds/acquisition ${ratio(d.redis_cmds_per_acq, o.redis_cmds_per_acq)}, ` +

@@ -455,6 +455,16 @@ function _M.under_load(seconds, n, fn, t, at)
 end
 
 --- Run fn(i) in n light threads at once; returns the list of first results.
+--- GET a peer's hammer location, whose body is "<taken> <errors>": how many it took, or nil and why not.
+function _M.hammered(port, path, timeout)
+  local res, err = _M.http(port, path, { timeout = timeout })
+  local got, errs = (res and res.body or ""):match("^(%d+) (%d+)")
+  if not res or res.status ~= 200 or errs ~= "0" then
+    return nil, "peer: " .. tostring(res and res.status or err) .. " " .. tostring(res and res.body)
+  end
+  return tonumber(got)
+end
+
 function _M.parallel(n, fn)
   local threads = {}
   for i = 1, n do threads[i] = ngx.thread.spawn(fn, i) end

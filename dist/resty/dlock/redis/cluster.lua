@@ -4,6 +4,7 @@ local suspicious, replied, withoutKey, follow, pipelined, asking_call, nodeOf, n
 local map = require("resty.dlock.redis.slotmap")
 local pipeline = require("resty.dlock.redis.pipeline")
 local roundtrip = require("resty.dlock.redis.roundtrip")
+local perTarget = require("resty.dlock.redis.targets")
 local scripts = require("resty.dlock.redis.scripts")
 function suspicious(fault)
     return fault ~= nil and fault ~= "replicas"
@@ -90,7 +91,7 @@ function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
 end
 pipelined = pipeline.call
 asking_call = roundtrip.asking
-local many = roundtrip.many
+local many = perTarget.many
 local forTarget = scripts.forTarget
 local tagged = scripts.tagged
 local state = map.state

@@ -5,7 +5,6 @@ local check = require("resty.dlock.core.check")
 local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
-local scripts = require("resty.dlock.redis.scripts")
 --- The fault of a connection that could not be made (nothing was sent). Behind
 -- Sentinel a master that cannot be reached is most likely being replaced: the
 -- sentinels are asked again, and a waiting acquire tries again ("transient").
@@ -76,7 +75,6 @@ local reader = resp.reader
 local read = resp.read
 local drained = resp.drained
 local add = command.add
-local forTarget = scripts.forTarget
 local batchOf = command.batchOf
 commands = command.commands
 fail = command.fail
@@ -301,51 +299,5 @@ function ____exports.asking(conf, s, rkey, ...)
     local job = add(b, s, rkey, ...)
     ____exports.run(conf, b)
     return job.res, job.err, job.fault
-end
-local function addInto(into, s, rkey, ...)
-    return add(into.b, s, rkey, ...)
-end
---- A per-target script (scripts.forTarget's keys and arguments) for every target, as one batch.
-function ____exports.batchFor(conf, s, targets, ms)
-    local b = batchOf(nil, false)
-    local into = {b = b, slotted = conf.slotted}
-    for i = 1, #targets do
-        local t = targets[i]
-        local m
-        if ms ~= nil then
-            m = ms[i]
-        end
-        forTarget(
-            addInto,
-            into,
-            s,
-            t.rkey,
-            t.token,
-            m
-        )
-    end
-    return b
-end
---- What b's calls came to, per call.
-function ____exports.outcome(b)
-    local out = {replies = {}, errors = {}, faults = {}}
-    for i = 1, #b.jobs do
-        local j = b.jobs[i]
-        if j.res ~= nil then
-            out.replies[i] = j.res
-        else
-            out.errors[i] = j.err
-            out.faults[i] = j.fault
-        end
-    end
-    return out
-end
---- A per-target script for every target in one round trip (two when Redis met NOSCRIPT), on one server.
-function ____exports.many(conf, s, targets, ms)
-    local b = ____exports.batchFor(conf, s, targets, ms)
-    if #targets > 0 then
-        ____exports.run(conf, b)
-    end
-    return ____exports.outcome(b)
 end
 return ____exports

@@ -1,7 +1,7 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local pipeline = require("resty.dlock.redis.pipeline")
-local roundtrip = require("resty.dlock.redis.roundtrip")
+local perTarget = require("resty.dlock.redis.targets")
 local function trusted(ttl)
     return ttl
 end
@@ -20,7 +20,7 @@ local function itself(conf)
 end
 ____exports.backend = {
     call = pipeline.call,
-    batch = roundtrip.many,
+    batch = perTarget.many,
     validity = trusted,
     queues = true,
     refuses = {},

@@ -14,11 +14,12 @@ import type * as redis from "./client";
 import * as map from "./slotmap";
 import * as pipeline from "./pipeline";
 import * as roundtrip from "./roundtrip";
+import * as perTarget from "./targets";
 import * as scripts from "./scripts";
 
 const pipelined = pipeline.call;
 const asking_call = roundtrip.asking;
-const many = roundtrip.many;
+const many = perTarget.many;
 const forTarget = scripts.forTarget;
 const tagged = scripts.tagged;
 const state = map.state;

@@ -16,6 +16,7 @@ import type * as command from "./command";
 import * as votes from "./majority";
 import * as pipeline from "./pipeline";
 import * as roundtrip from "./roundtrip";
+import * as perTarget from "./targets";
 import * as scripts from "./scripts";
 
 type Votes = votes.Votes;
@@ -25,8 +26,8 @@ const decideAcquire = votes.decideAcquire;
 const decideRelease = votes.decideRelease;
 const decideExtend = votes.decideExtend;
 const fanout = pipeline.fanout;
-const batchFor = roundtrip.batchFor;
-const outcome = roundtrip.outcome;
+const batchFor = perTarget.batchFor;
+const outcome = perTarget.outcome;
 const send = roundtrip.send;
 const finish = roundtrip.finish;
 const ngx_now = ngx.now;

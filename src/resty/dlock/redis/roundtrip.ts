@@ -11,7 +11,7 @@
 //   - with redis.replicas, one WAIT follows the writes of the batch;
 //   - ASKING precedes each call of a batch for a Cluster slot being imported.
 
-import type { CallResult, Fault, Outcome, Target } from "./backend";
+import type { CallResult, Fault } from "./backend";
 import type * as redis from "./client";
 import * as check from "../core/check";
 import * as command from "./command";
@@ -35,7 +35,6 @@ const reader = resp.reader;
 const read = resp.read;
 const drained = resp.drained;
 const add = command.add;
-const forTarget = scripts.forTarget;
 const batchOf = command.batchOf;
 const commands = command.commands;
 const fail = command.fail;
@@ -275,49 +274,4 @@ export function asking(this: void, conf: redis.RedisConf, s: scripts.Script, rke
   const job = add(b, s, rkey, ...args);
   run(conf, b);
   return $multi(job.res, job.err, job.fault);
-}
-
-/** A batch that per-target calls join, as scripts.forTarget's first argument (it places the keys by `slotted`). */
-interface Into {
-  readonly b: Batch;
-  readonly slotted: boolean;
-}
-
-function addInto(this: void, into: Into, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
-  return add(into.b, s, rkey, ...args);
-}
-
-/** A per-target script (scripts.forTarget's keys and arguments) for every target, as one batch. */
-export function batchFor(conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Batch {
-  const b = batchOf(undefined, false);
-  const into: Into = { b, slotted: conf.slotted };
-  for (const i of $range(1, targets.length)) {
-    const t = targets[i - 1]!;
-    let m: number | undefined;
-    if (ms !== undefined) m = ms[i - 1];
-    forTarget(addInto, into, s, t.rkey, t.token, m);
-  }
-  return b;
-}
-
-/** What b's calls came to, per call. */
-export function outcome(b: Batch): Outcome {
-  const out: Outcome = { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() };
-  for (const i of $range(1, b.jobs.length)) {
-    const j = b.jobs[i - 1]!;
-    if (j.res !== undefined) {
-      out.replies.set(i, j.res);
-    } else {
-      out.errors.set(i, j.err!);
-      out.faults.set(i, j.fault!);
-    }
-  }
-  return out;
-}
-
-/** A per-target script for every target in one round trip (two when Redis met NOSCRIPT), on one server. */
-export function many(this: void, conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Outcome {
-  const b = batchFor(conf, s, targets, ms);
-  if (targets.length > 0) run(conf, b);
-  return outcome(b);
 }

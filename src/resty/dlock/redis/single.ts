@@ -1,12 +1,12 @@
 // One Redis server (standalone, unix socket, or the master Sentinel names):
 // a call rides the server's auto-pipeline (pipeline.ts), a batch is one
-// round trip (roundtrip.ts). The Cluster and Redlock backends talk to each of
+// round trip (roundtrip.ts, targets.ts). The Cluster and Redlock backends talk to each of
 // their servers the same way.
 
 import type { Backend, Refusal } from "./backend";
 import type * as redis from "./client";
 import * as pipeline from "./pipeline";
-import * as roundtrip from "./roundtrip";
+import * as perTarget from "./targets";
 
 function trusted(this: void, ttl: number): number {
   return ttl;
@@ -31,7 +31,7 @@ function itself(this: void, conf: redis.RedisConf): redis.RedisConf[] {
 
 export const backend: Backend = {
   call: pipeline.call,
-  batch: roundtrip.many,
+  batch: perTarget.many,
   validity: trusted,
   queues: true,
   refuses: new LuaTable<Refusal, string>(),

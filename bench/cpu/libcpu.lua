@@ -2,8 +2,10 @@
 -- alone, without HTTP. One request spawns `threads` light threads that each run
 -- `n` operations on distinct keys (concurrent calls, so auto-pipelining batches
 -- them as it batches concurrent requests); os.clock() around them is this
--- worker's CPU, user and system. Best of `rounds`: the least disturbed by the
--- rest of the machine. Loaded by bench.conf and by bench-before.conf, whose
+-- worker's CPU, user and system; ngx.now() around them the wall time, so the
+-- operations per second one worker completes (with Redis' own time in them:
+-- the throughput a rate check's one round trip buys against a lock's two).
+-- Best of `rounds` for each: the least disturbed by the rest of the machine. Loaded by bench.conf and by bench-before.conf, whose
 -- resty.dlock is an older revision's: only the API both have.
 local dlock = require "resty.dlock"
 
@@ -34,7 +36,7 @@ local ops = {
   end,
 }
 
---- µs of this worker's CPU per operation `what`, as a string; or nil, why.
+--- "<µs of this worker's CPU per operation> <operations per second>" for `what`; or nil, why.
 function _M.run(what, n, threads, rounds)
   local make = ops[what]
   if not make then return nil, "no operation " .. tostring(what) end
@@ -51,14 +53,18 @@ function _M.run(what, n, threads, rounds)
   ngx.update_time()
   local run = string.format("%x:%d:", ngx.worker.pid(), ngx.now() * 1000)
   pass(run .. "warm:", 20)
-  local best = math.huge
+  local best, fastest = math.huge, 0
   for r = 1, rounds do
-    local c0 = os.clock()
+    ngx.update_time()
+    local c0, t0 = os.clock(), ngx.now()
     pass(run .. r .. ":", n)
     local us = (os.clock() - c0) * 1e6 / (n * threads)
+    ngx.update_time()
+    local per_s = n * threads / math.max(ngx.now() - t0, 0.001)
     if us < best then best = us end
+    if per_s > fastest then fastest = per_s end
   end
-  return string.format("%.3f", best)
+  return string.format("%.3f %.0f", best, fastest)
 end
 
 return _M

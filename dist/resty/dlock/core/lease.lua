@@ -87,7 +87,7 @@ local leaseMt = {__index = leaseMethods}
 --- A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds).
 function ____exports.make(store, kind, key, rkey, tok, ttl, sent, fence)
     local rec = ledger.recordKey(rkey, tok, kind.shared)
-    local recorded = ledger.record(
+    local recorded, recv = ledger.record(
         store.dict,
         rec,
         tok,
@@ -108,12 +108,10 @@ function ____exports.make(store, kind, key, rkey, tok, ttl, sent, fence)
         _kind = kind,
         _rkey = rkey,
         _rec = rec,
-        _released = false,
+        _recv = recv,
+        _recAt = recorded or 0,
         _validUntil = sent + backend.validity(store.redis, ttl),
         _expires = now + ttl,
-        _releaseSent = false,
-        _releasing = false,
-        _lost = false,
         _since = now
     }
     local l = lua_setmetatable(lease, leaseMt)

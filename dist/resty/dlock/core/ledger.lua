@@ -120,19 +120,18 @@ local function unrecordable(dict, key, err)
         warnedAt = now
     end
 end
---- Record a new lease: when its record expires (epoch ms), or nil when the dict could not take it (counted in UNRECORDED).
+--- Record a new lease: when its record expires (epoch ms) and the record as
+-- written (drop and move take it back), or nil when the dict could not take it
+-- (counted in UNRECORDED).
 function ____exports.record(dict, rec, token, key, ttl)
     local expires = math_floor(ngx_now() * 1000) + ttl
-    local ok, err = dict:safe_set(
-        rec,
-        encode(token, key, expires),
-        ttl / 1000
-    )
+    local v = encode(token, key, expires)
+    local ok, err = dict:safe_set(rec, v, ttl / 1000)
     if not ok then
         unrecordable(dict, key, err)
-        return nil
+        return nil, nil
     end
-    return expires
+    return expires, v
 end
 --- Record a waiter's ticket in its key's queue, for as long as it waits: if its
 -- worker dies, crash recovery takes the ticket back. The record's dict key, or
@@ -171,28 +170,13 @@ function ____exports.holder(dict, rec)
     end
     return lua_tonumber(pid), lua_tonumber(expires) or 0
 end
---- Move the record's expiry after a successful extend (only if the record is
--- this lease's): its old expiry and its new one (epoch ms), or nil when it was not moved.
-function ____exports.renew(dict, rec, token, key, ttl)
-    local t, was = tokenOf(dict, rec)
-    if t ~= token then
-        return nil, 0
-    end
-    local expires = math_floor(ngx_now() * 1000) + ttl
-    if not (dict:safe_set(
-        rec,
-        encode(token, key, expires),
-        ttl / 1000
-    )) then
-        return nil, 0
-    end
-    return was, expires
-end
 --- Drop the record if it is still this lease's (a newer lease of the key, in any
 -- worker, has a token of its own). The get and the delete are two dict calls:
 -- a successor in another worker that records in between loses its record,
 -- which costs bookkeeping, never exclusion. Returns when the deleted record
 -- would have expired (epoch ms), or nil when there was none of this lease.
+-- For the records of other workers' leases (crash recovery) and of waiters;
+-- a lease's own record goes with drop.
 function ____exports.forget(dict, rec, token)
     local t, expires = tokenOf(dict, rec)
     if t ~= token then
@@ -200,6 +184,33 @@ function ____exports.forget(dict, rec, token)
     end
     dict:delete(rec)
     return expires
+end
+--- Drop a lease's own record, `v` as record() or move() wrote it, if the dict
+-- still holds it: a newer lease of the key, in any worker, wrote a record of
+-- its own (tokens are unique per lease), which stays. As forget, without
+-- reading the record apart: the strings compare as one. True when deleted.
+function ____exports.drop(dict, rec, v)
+    local now = dict:get(rec)
+    if now ~= v then
+        return false
+    end
+    dict:delete(rec)
+    return true
+end
+--- A lease's own record `v` moved to expire ttl ms from now, after a successful
+-- extend: the record as written and its expiry (epoch ms), or nil when the dict
+-- no longer holds v (a newer lease's record) or could not take the new one.
+function ____exports.move(dict, rec, v, token, key, ttl)
+    local now = dict:get(rec)
+    if now ~= v then
+        return nil, 0
+    end
+    local expires = math_floor(ngx_now() * 1000) + ttl
+    local nv = encode(token, key, expires)
+    if not (dict:safe_set(rec, nv, ttl / 1000)) then
+        return nil, 0
+    end
+    return nv, expires
 end
 --- Every record now, with its Redis key. Walks the whole dict: once per worker start, never per request.
 function ____exports.records(dict)

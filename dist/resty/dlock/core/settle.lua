@@ -32,12 +32,16 @@ function ____exports.unconfirmed(l, fault, release)
         )
     end
 end
---- Its record out of the shared dict, and out of the held gauge.
-local function forget(l)
+--- Its record out of the shared dict, and out of the held gauge (once: later calls do nothing).
+function ____exports.forget(l)
+    local v = l._recv
+    if v == nil then
+        return
+    end
+    l._recv = nil
     local store = l._store
-    local expires = ledger.forget(store.dict, l._rec, l.token)
-    if expires ~= nil then
-        meter.forgotten(store.meter, expires)
+    if ledger.drop(store.dict, l._rec, v) then
+        meter.forgotten(store.meter, l._recAt)
     end
 end
 --- Redis says the key is not ours any more: counted lost, unless the watchdog did already.
@@ -52,7 +56,7 @@ end
 -- still counts as released.
 function ____exports.released(l, reply)
     l._released = true
-    forget(l)
+    ____exports.forget(l)
     local store = l._store
     local rkey = l._rkey
     if lua_type(reply) == "string" then
@@ -80,7 +84,7 @@ end
 function ____exports.extended(l, reply, ms, sent)
     if reply ~= 1 then
         l._released = true
-        forget(l)
+        ____exports.forget(l)
         gone(l)
         return nil, "not_owner"
     end
@@ -91,15 +95,21 @@ function ____exports.extended(l, reply, ms, sent)
         l._expires,
         ____exports.nowMs() + ms
     )
-    local from, to = ledger.renew(
-        store.dict,
-        l._rec,
-        l.token,
-        l.key,
-        ms
-    )
-    if from ~= nil then
-        meter.moved(store.meter, from, to)
+    local v = l._recv
+    if v ~= nil then
+        local nv, to = ledger.move(
+            store.dict,
+            l._rec,
+            v,
+            l.token,
+            l.key,
+            ms
+        )
+        if nv ~= nil then
+            meter.moved(store.meter, l._recAt, to)
+        end
+        l._recv = nv
+        l._recAt = to
     end
     return true, nil
 end
@@ -108,7 +118,7 @@ local function swept(o, reply)
     if not l._released then
         if reply == nil then
             l._released = true
-            forget(l)
+            ____exports.forget(l)
         else
             ____exports.released(l, reply)
         end

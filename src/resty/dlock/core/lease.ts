@@ -66,10 +66,14 @@ export interface Lease {
   readonly _store: Store;
   readonly _kind: Kind;
   readonly _rkey: string;
-  /** Its record in the shared dict (see ledger). */
+  /** Its record's key in the shared dict (see ledger). */
   readonly _rec: string;
+  /** Its record as last written (ledger.drop and ledger.move compare it whole), nil when there is none of its own. */
+  _recv: string | undefined;
+  /** When that record expires (epoch ms): the held gauge's second it counts in. */
+  _recAt: number;
   /** Over: Redis confirmed the release, or said the key is not ours. */
-  _released: boolean;
+  _released?: boolean;
   /**
    * Epoch ms before which the key cannot have expired in Redis: ttl counted
    * from when the acquire or the last confirmed extend was sent.
@@ -81,11 +85,11 @@ export interface Lease {
    */
   _expires: number;
   /** A release reached Redis in time, but its reply was lost: it may have deleted the key. */
-  _releaseSent: boolean;
+  _releaseSent?: boolean;
   /** release() was called: the watchdog stops renewing it, and a failed renewal is not a loss. */
-  _releasing: boolean;
+  _releasing?: boolean;
   /** The watchdog found it gone, or could not renew it before it expired. */
-  _lost: boolean;
+  _lost?: boolean;
   /** Told once when the lease is lost (renew = true only). */
   _onLost: OnLost | undefined;
   /** Epoch ms when it was taken (for the hold-time histogram). */
@@ -174,13 +178,16 @@ const leaseMt = { __index: leaseMethods };
 /** A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds). */
 export function make(store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number, sent: number, fence: number | undefined): Lease {
   const rec = ledger.recordKey(rkey, tok, kind.shared);
-  const recorded = ledger.record(store.dict, rec, tok, key, ttl);
+  const [recorded, recv] = ledger.record(store.dict, rec, tok, key, ttl);
   if (recorded !== undefined) meter.recorded(store.meter, recorded);
   const now = nowMs();
+  // The flags (_released, _releaseSent, _releasing, _lost) start nil: 14
+  // fields, 15 with _onLost, keep the table within 16 hash slots; at 17 LuaJIT
+  // gives it 32, 384 bytes more per lease.
   const lease = {
-    key, token: tok, ttl, fence, shared: kind.reader === true, _store: store, _kind: kind, _rkey: rkey, _rec: rec, _released: false,
-    _validUntil: sent + backend.validity(store.redis, ttl), _expires: now + ttl, _releaseSent: false,
-    _releasing: false, _lost: false, _since: now,
+    key, token: tok, ttl, fence, shared: kind.reader === true, _store: store, _kind: kind, _rkey: rkey, _rec: rec,
+    _recv: recv, _recAt: recorded ?? 0,
+    _validUntil: sent + backend.validity(store.redis, ttl), _expires: now + ttl, _since: now,
   };
   // Not a tail call: LuaJIT gives up a trace that tail-calls a builtin on its
   // way out ("leaving loop in root trace"), and leaves the function interpreted.

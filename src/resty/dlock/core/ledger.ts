@@ -84,15 +84,20 @@ function unrecordable(dict: NgxSharedDict, key: string, err: string | undefined)
   }
 }
 
-/** Record a new lease: when its record expires (epoch ms), or nil when the dict could not take it (counted in UNRECORDED). */
-export function record(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): number | undefined {
+/**
+ * Record a new lease: when its record expires (epoch ms) and the record as
+ * written (drop and move take it back), or nil when the dict could not take it
+ * (counted in UNRECORDED).
+ */
+export function record(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): LuaMultiReturn<[number | undefined, string | undefined]> {
   const expires = math_floor(ngx_now() * 1000) + ttl;
-  const [ok, err] = dict.safe_set(rec, encode(token, key, expires), ttl / 1000);
+  const v = encode(token, key, expires);
+  const [ok, err] = dict.safe_set(rec, v, ttl / 1000);
   if (!ok) {
     unrecordable(dict, key, err);
-    return undefined;
+    return $multi(undefined, undefined);
   }
-  return expires;
+  return $multi(expires, v);
 }
 
 /**
@@ -130,29 +135,46 @@ export function holder(dict: NgxSharedDict, rec: string): LuaMultiReturn<[number
 }
 
 /**
- * Move the record's expiry after a successful extend (only if the record is
- * this lease's): its old expiry and its new one (epoch ms), or nil when it was not moved.
- */
-export function renew(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): LuaMultiReturn<[number | undefined, number]> {
-  const [t, was] = tokenOf(dict, rec);
-  if (t !== token) return $multi(undefined, 0);
-  const expires = math_floor(ngx_now() * 1000) + ttl;
-  if (!dict.safe_set(rec, encode(token, key, expires), ttl / 1000)[0]) return $multi(undefined, 0);
-  return $multi(was, expires);
-}
-
-/**
  * Drop the record if it is still this lease's (a newer lease of the key, in any
  * worker, has a token of its own). The get and the delete are two dict calls:
  * a successor in another worker that records in between loses its record,
  * which costs bookkeeping, never exclusion. Returns when the deleted record
  * would have expired (epoch ms), or nil when there was none of this lease.
+ * For the records of other workers' leases (crash recovery) and of waiters;
+ * a lease's own record goes with drop.
  */
 export function forget(dict: NgxSharedDict, rec: string, token: string): number | undefined {
   const [t, expires] = tokenOf(dict, rec);
   if (t !== token) return undefined;
   dict.delete(rec);
   return expires;
+}
+
+/**
+ * Drop a lease's own record, `v` as record() or move() wrote it, if the dict
+ * still holds it: a newer lease of the key, in any worker, wrote a record of
+ * its own (tokens are unique per lease), which stays. As forget, without
+ * reading the record apart: the strings compare as one. True when deleted.
+ */
+export function drop(dict: NgxSharedDict, rec: string, v: string): boolean {
+  const [now] = dict.get(rec);
+  if (now !== v) return false;
+  dict.delete(rec);
+  return true;
+}
+
+/**
+ * A lease's own record `v` moved to expire ttl ms from now, after a successful
+ * extend: the record as written and its expiry (epoch ms), or nil when the dict
+ * no longer holds v (a newer lease's record) or could not take the new one.
+ */
+export function move(dict: NgxSharedDict, rec: string, v: string, token: string, key: string, ttl: number): LuaMultiReturn<[string | undefined, number]> {
+  const [now] = dict.get(rec);
+  if (now !== v) return $multi(undefined, 0);
+  const expires = math_floor(ngx_now() * 1000) + ttl;
+  const nv = encode(token, key, expires);
+  if (!dict.safe_set(rec, nv, ttl / 1000)[0]) return $multi(undefined, 0);
+  return $multi(nv, expires);
 }
 
 /** The lease a record stands for, or nil when `v` is not a record. */

@@ -43,11 +43,13 @@ export function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean
   }
 }
 
-/** Its record out of the shared dict, and out of the held gauge. */
-function forget(l: Lease): void {
+/** Its record out of the shared dict, and out of the held gauge (once: later calls do nothing). */
+export function forget(l: Lease): void {
+  const v = l._recv;
+  if (v === undefined) return;
+  l._recv = undefined;
   const store = l._store;
-  const expires = ledger.forget(store.dict, l._rec, l.token);
-  if (expires !== undefined) meter.forgotten(store.meter, expires);
+  if (ledger.drop(store.dict, l._rec, v)) meter.forgotten(store.meter, l._recAt);
 }
 
 /** Redis says the key is not ours any more: counted lost, unless the watchdog did already. */
@@ -97,8 +99,13 @@ export function extended(l: Lease, reply: RedisValue, ms: number, sent: number):
   l.ttl = ms;
   l._validUntil = sent + backend.validity(store.redis, ms);
   l._expires = math_max(l._expires, nowMs() + ms);
-  const [from, to] = ledger.renew(store.dict, l._rec, l.token, l.key, ms);
-  if (from !== undefined) meter.moved(store.meter, from, to);
+  const v = l._recv;
+  if (v !== undefined) {
+    const [nv, to] = ledger.move(store.dict, l._rec, v, l.token, l.key, ms);
+    if (nv !== undefined) meter.moved(store.meter, l._recAt, to);
+    l._recv = nv;
+    l._recAt = to;
+  }
   return $multi(true as const, undefined);
 }
 

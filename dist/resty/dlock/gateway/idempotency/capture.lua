@@ -1,21 +1,16 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local unrecord, schedule, store, ngx_log, ERR, WARN, ngx_now, ngx_update_time, ngx_sleep, timer_at, math_min, table_concat, lua_tostring, FINISHED, AMBIGUOUS
+local schedule, store, ngx_log, ERR, WARN, ngx_now, ngx_update_time, ngx_sleep, timer_at, math_min, table_concat, lua_tostring, FINISHED, AMBIGUOUS
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local inflight = require("resty.dlock.gateway.inflight")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local request = require("resty.dlock.gateway.request")
+local settle = require("resty.dlock.core.settle")
 local scripts = require("resty.dlock.redis.scripts")
 local stats = require("resty.dlock.gateway.stats")
 local claims = require("resty.dlock.gateway.idempotency.claim")
-function unrecord(g, l)
-    local expires = ledger.forget(g.dict, l._rec, l.token)
-    if expires ~= nil then
-        meter.forgotten(g.leaseStore.meter, expires)
-    end
-end
 function schedule(c)
     c.complete = true
     local ok, err = timer_at(0, store, c)
@@ -53,7 +48,7 @@ function store(premature, c)
                 " (it runs out after the lease)"
             )
         end
-        unrecord(g, l)
+        settle.forget(l)
         claims.notify(l._rkey, nil)
         return
     end
@@ -77,7 +72,7 @@ function store(premature, c)
         if res == 1 then
             g.dict:delete(FINISHED .. l._rkey)
             stats.incr(g.dict, g.name, c.tooLarge and "not_stored" or "stored")
-            unrecord(g, l)
+            settle.forget(l)
             claims.notify(l._rkey, {
                 state = state,
                 fp = c.fp,
@@ -163,7 +158,7 @@ function ____exports.hold(g, rkey, tok, fp)
         return
     end
     local rec = ledger.recordKey(rkey, tok, true)
-    local recorded = ledger.record(
+    local recorded, recv = ledger.record(
         g.dict,
         rec,
         tok,
@@ -183,10 +178,10 @@ function ____exports.hold(g, rkey, tok, fp)
         _kind = g.kind,
         _rkey = rkey,
         _rec = rec,
-        _released = false,
+        _recv = recv,
+        _recAt = recorded or 0,
         _validUntil = now + g.lease,
         _expires = now + g.lease,
-        _releaseSent = false,
         _since = now
     }
     local a = inflight.track(g.owner, l)

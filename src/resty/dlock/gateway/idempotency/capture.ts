@@ -11,6 +11,7 @@ import type * as lease from "../../core/lease";
 import * as ledger from "../../core/ledger";
 import * as meter from "../../core/meter";
 import * as request from "../request";
+import * as settle from "../../core/settle";
 import * as scripts from "../../redis/scripts";
 import * as stats from "../stats";
 import * as claims from "./claim";
@@ -85,24 +86,18 @@ function current(): Capture | undefined {
   return c;
 }
 
-/** The claim's record out of the shared dict, and out of the guard's held gauge. */
-function unrecord(g: Guard, l: lease.Lease): void {
-  const expires = ledger.forget(g.dict, l._rec, l.token);
-  if (expires !== undefined) meter.forgotten(g.leaseStore.meter, expires);
-}
-
 /** We hold the claim: renew it while the request runs, capture the response. */
 export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   stats.incr(g.dict, g.name, "acquired");
   if (request.id() === undefined) return;
   const rec = ledger.recordKey(rkey, tok, true);
-  const recorded = ledger.record(g.dict, rec, tok, rkey, g.lease);
+  const [recorded, recv] = ledger.record(g.dict, rec, tok, rkey, g.lease);
   if (recorded !== undefined) meter.recorded(g.leaseStore.meter, recorded);
   const now = ngx_now() * 1000;
   // Shaped as a lease of the lock, so the keeper renews it with the others (one pipeline per guard).
   const l = {
     key: rkey, token: tok, ttl: g.lease, fence: undefined, _store: g.leaseStore, _kind: g.kind, _rkey: rkey, _rec: rec,
-    _released: false, _validUntil: now + g.lease, _expires: now + g.lease, _releaseSent: false, _since: now,
+    _recv: recv, _recAt: recorded ?? 0, _validUntil: now + g.lease, _expires: now + g.lease, _since: now,
   } as unknown as lease.Lease;
   const a = inflight.track(g.owner, l)!;
   captures.set(a.id, {
@@ -189,7 +184,7 @@ function store(this: void, premature: boolean, c: Capture): void {
     if (res === undefined) {
       ngx_log(WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
     }
-    unrecord(g, l);
+    settle.forget(l);
     claims.notify(l._rkey, undefined);
     return;
   }
@@ -204,7 +199,7 @@ function store(this: void, premature: boolean, c: Capture): void {
     if (res === 1) {
       g.dict.delete(FINISHED + l._rkey);
       stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
-      unrecord(g, l);
+      settle.forget(l);
       claims.notify(l._rkey, { state, fp: c.fp, status, headers: c.headers, body: b });
       return;
     }

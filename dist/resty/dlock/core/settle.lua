@@ -12,7 +12,7 @@ local math_max = math.max
 local lua_type = type
 local LOST_HORIZON_MS = orphans.LOST_HORIZON * 1000
 --- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
-function ____exports.nowMs()
+local function nowMs()
     ngx_update_time()
     return ngx_now() * 1000
 end
@@ -22,18 +22,18 @@ function ____exports.unconfirmed(l, fault, release)
         return
     end
     if release then
-        if ____exports.nowMs() < l._validUntil then
+        if nowMs() < l._validUntil then
             l._releaseSent = true
         end
     else
         l._expires = math_max(
             l._expires,
-            ____exports.nowMs() + LOST_HORIZON_MS
+            nowMs() + LOST_HORIZON_MS
         )
     end
 end
 --- Its record out of the shared dict, and out of the held gauge (once: later calls do nothing).
-function ____exports.forget(l)
+local function forget(l)
     local v = l._recv
     if v == nil then
         return
@@ -56,14 +56,14 @@ end
 -- still counts as released.
 function ____exports.released(l, reply)
     l._released = true
-    ____exports.forget(l)
+    forget(l)
     local store = l._store
     local rkey = l._rkey
     if lua_type(reply) == "string" then
         waits.wakeToken(rkey, reply)
         meter.released(
             store.meter,
-            (____exports.nowMs() - l._since) / 1000
+            (nowMs() - l._since) / 1000
         )
         return true, nil
     end
@@ -73,7 +73,7 @@ function ____exports.released(l, reply)
     if reply == 1 or l._releaseSent then
         meter.released(
             store.meter,
-            (____exports.nowMs() - l._since) / 1000
+            (nowMs() - l._since) / 1000
         )
         return true, nil
     end
@@ -84,7 +84,7 @@ end
 function ____exports.extended(l, reply, ms, sent)
     if reply ~= 1 then
         l._released = true
-        ____exports.forget(l)
+        forget(l)
         gone(l)
         return nil, "not_owner"
     end
@@ -93,7 +93,7 @@ function ____exports.extended(l, reply, ms, sent)
     l._validUntil = sent + backend.validity(store.redis, ms)
     l._expires = math_max(
         l._expires,
-        ____exports.nowMs() + ms
+        nowMs() + ms
     )
     local v = l._recv
     if v ~= nil then
@@ -118,7 +118,7 @@ local function swept(o, reply)
     if not l._released then
         if reply == nil then
             l._released = true
-            ____exports.forget(l)
+            forget(l)
         else
             ____exports.released(l, reply)
         end
@@ -138,4 +138,6 @@ function ____exports.orphan(l)
     }
     orphans.adopt(o)
 end
+____exports.nowMs = nowMs
+____exports.forget = forget
 return ____exports

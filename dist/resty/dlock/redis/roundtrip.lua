@@ -1,14 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local at, lost, sendAll, sendOn, lua_tostring, connect, done, socket, commands, fail
+local unreachable, at, lost, sendAll, sendOn, lua_tostring, connect, done, socket, commands, fail
 local check = require("resty.dlock.core.check")
 local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
---- The fault of a connection that could not be made (nothing was sent). Behind
--- Sentinel a master that cannot be reached is most likely being replaced: the
--- sentinels are asked again, and a waiting acquire tries again ("transient").
-function ____exports.unreachable(conf)
+function unreachable(conf)
     return conf.sentinel ~= nil and "transient" or "failed"
 end
 function at(which, k)
@@ -44,7 +41,7 @@ function sendOn(conf, b, red)
             fail(
                 b,
                 cerr,
-                ____exports.unreachable(conf)
+                unreachable(conf)
             )
             return nil
         end
@@ -87,7 +84,7 @@ local TRANSIENT = check.set(
     "READONLY"
 )
 --- An error reply: its message (naming the endpoint) and fault.
-function ____exports.refused(conf, err)
+local function refused(conf, err)
     local code = str_match(
         lua_tostring(err),
         "^(%u+)"
@@ -145,7 +142,7 @@ local function replies(conf, sock, b, which, body)
                 end
                 again[#again + 1] = at(which, k)
             else
-                local e, f = ____exports.refused(conf, rerr)
+                local e, f = refused(conf, rerr)
                 j.err = e
                 j.fault = f
             end
@@ -195,7 +192,7 @@ end
 -- read their replies from (finish), or nil when it failed (b's calls say so).
 -- Split from finish so that one caller can have calls on their way to several
 -- servers at once (a Redlock quorum).
-function ____exports.send(conf, b)
+local function send(conf, b)
     return sendOn(conf, b, nil)
 end
 --- Read the replies of b's calls sent on red (EVAL for those Redis has no
@@ -263,7 +260,7 @@ local function complete(conf, b, red, keep)
     return nil
 end
 --- Read the replies of b's calls sent on red, then hand red back (see complete).
-function ____exports.finish(conf, b, red)
+local function finish(conf, b, red)
     complete(conf, b, red, false)
 end
 --- Send b's calls as one pipeline on `red`, the connection the batch before
@@ -280,24 +277,29 @@ function ____exports.runOn(conf, b, red)
     return complete(conf, b, sent, true)
 end
 --- Send b's calls as one pipeline and read their replies.
-function ____exports.run(conf, b)
-    local red = ____exports.send(conf, b)
+local function run(conf, b)
+    local red = send(conf, b)
     if red ~= nil then
-        ____exports.finish(conf, b, red)
+        finish(conf, b, red)
     end
 end
 --- One call on a pooled connection of its own: a batch of one.
 function ____exports.one(conf, s, rkey, ...)
     local b = batchOf(nil, false)
     local job = add(b, s, rkey, ...)
-    ____exports.run(conf, b)
+    run(conf, b)
     return job.res, job.err, job.fault
 end
 --- As one(), after ASKING (a Cluster node serves a slot it imports only to a client that asks so).
 function ____exports.asking(conf, s, rkey, ...)
     local b = batchOf(nil, true)
     local job = add(b, s, rkey, ...)
-    ____exports.run(conf, b)
+    run(conf, b)
     return job.res, job.err, job.fault
 end
+____exports.refused = refused
+____exports.unreachable = unreachable
+____exports.send = send
+____exports.finish = finish
+____exports.run = run
 return ____exports

@@ -22,7 +22,7 @@ const lua_type = type;
 const LOST_HORIZON_MS = orphans.LOST_HORIZON * 1000;
 
 /** Epoch ms now, fresh (not the time cached at the start of this event loop cycle). */
-export function nowMs(): number {
+function nowMs(): number {
   ngx_update_time();
   return ngx_now() * 1000;
 }
@@ -44,7 +44,7 @@ export function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean
 }
 
 /** Its record out of the shared dict, and out of the held gauge (once: later calls do nothing). */
-export function forget(l: Lease): void {
+function forget(l: Lease): void {
   const v = l._recv;
   if (v === undefined) return;
   l._recv = undefined;
@@ -134,3 +134,6 @@ export function orphan(l: Lease): void {
   };
   orphans.adopt(o);
 }
+
+// Exported by name, so that the calls within this module stay local functions.
+export { nowMs, forget };

@@ -43,7 +43,7 @@ const fail = command.fail;
 const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY");
 
 /** An error reply: its message (naming the endpoint) and fault. */
-export function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn<[string, Fault]> {
+function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn<[string, Fault]> {
   const [code] = str_match(lua_tostring(err), "^(%u+)");
   if (code === "READONLY" || code === "LOADING") {
     stale(conf);
@@ -62,7 +62,7 @@ export function refused(conf: redis.RedisConf, err: string | undefined): LuaMult
  * Sentinel a master that cannot be reached is most likely being replaced: the
  * sentinels are asked again, and a waiting acquire tries again ("transient").
  */
-export function unreachable(conf: redis.RedisConf): Fault {
+function unreachable(conf: redis.RedisConf): Fault {
   return conf.sentinel !== undefined ? "transient" : "failed";
 }
 
@@ -172,7 +172,7 @@ function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): 
  * Split from finish so that one caller can have calls on their way to several
  * servers at once (a Redlock quorum).
  */
-export function send(conf: redis.RedisConf, b: Batch): RestyRedis | undefined {
+function send(conf: redis.RedisConf, b: Batch): RestyRedis | undefined {
   return sendOn(conf, b, undefined);
 }
 
@@ -236,7 +236,7 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
 }
 
 /** Read the replies of b's calls sent on red, then hand red back (see complete). */
-export function finish(conf: redis.RedisConf, b: Batch, red: RestyRedis): void {
+function finish(conf: redis.RedisConf, b: Batch, red: RestyRedis): void {
   complete(conf, b, red, false);
 }
 
@@ -255,7 +255,7 @@ export function runOn(this: void, conf: redis.RedisConf, b: Batch, red: RestyRed
 }
 
 /** Send b's calls as one pipeline and read their replies. */
-export function run(conf: redis.RedisConf, b: Batch): void {
+function run(conf: redis.RedisConf, b: Batch): void {
   const red = send(conf, b);
   if (red !== undefined) finish(conf, b, red);
 }
@@ -275,3 +275,6 @@ export function asking(this: void, conf: redis.RedisConf, s: scripts.Script, rke
   run(conf, b);
   return $multi(job.res, job.err, job.fault);
 }
+
+// Exported by name, so that the calls within this module stay local functions.
+export { refused, unreachable, send, finish, run };

@@ -230,6 +230,37 @@ local function behaves(make, cmd, readers_key)
     assert(w:release())
   end)
 
+  it("frees the key at once when a reader whose lease runs out as it goes releases it (ttl = 1, 1000 times)", function()
+    -- A reader's lease of 1 ms ends within the ms Redis's clock crosses while
+    -- the acquire sets the expiries: the key must never outlive its readers.
+    local locks = make()
+    local held = {}
+    for i = 1, 1000 do
+      local key = "brief" .. i
+      local r = locks:acquire(key, { shared = true, ttl = 1 })
+      if r then r:release() end
+      local w, err = locks:acquire(key, { wait = 0 })
+      if w then w:release() elseif #held < 3 then
+        local rkey = locks.prefix .. key
+        held[#held + 1] = key .. ": " .. tostring(err) .. ", the key holds " .. tostring(cmd("get", rkey)) ..
+          " for " .. tostring(cmd("pttl", rkey)) .. " ms, readers " .. tostring(cmd("zcard", readers_key(rkey)))
+      end
+    end
+    assert.same({}, held)
+  end)
+
+  it("frees a key left shared with no reader (its readers' set evicted) at the next reader's release", function()
+    local locks = make()
+    local r = assert(locks:acquire("doc", { shared = true, ttl = 5000 }))
+    local key = locks.prefix .. "doc"
+    cmd("del", readers_key(r._rkey))
+    assert.equal(MARK, cmd("get", key))
+    assert.same({ nil, "not_owner" }, { r:release() })
+    assert.equal(ngx.null, cmd("get", key))
+    local w = assert(locks:acquire("doc", { wait = 0 }))
+    assert(w:release())
+  end)
+
   it("refuses a plain SET NX of another client (node-redlock) while readers hold, and readers while it holds", function()
     local locks = make()
     local r = assert(locks:acquire("doc", { shared = true, ttl = 5000 }))

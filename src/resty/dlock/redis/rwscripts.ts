@@ -49,6 +49,9 @@ local MARK = '${MARK}'
 local function is_reader(m) return string.match(m, '^%d+ r~') ~= nil end
 -- Expired readers out; the lock key and the set expire with the latest reader
 -- left. False (and the set gone) when none is left: then the caller frees the key.
+-- The set's expiry is set first: PEXPIREAT of a time Redis's clock has reached
+-- deletes at once, and should the clock cross that ms between the two, the key
+-- must go with the set, never stay MARK without its readers.
 local function sync()
   redis.call('ZREMRANGEBYSCORE', R, '-inf', now)
   local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')
@@ -56,8 +59,8 @@ local function sync()
     redis.call('DEL', R)
     return false
   end
-  redis.call('PEXPIREAT', KEYS[1], last[2])
   redis.call('PEXPIREAT', R, last[2])
+  redis.call('PEXPIREAT', KEYS[1], last[2])
   return true
 end
 -- The readers at the head of the line go in together: a place reserved for
@@ -184,14 +187,17 @@ export const READ_ACQUIRE_FENCED = script("shared acquire", readAcquire("{ 'OK',
  * KEYS[1] lock, KEYS[2] readers, KEYS[3] queue; ARGV[1] token. 1 when our live
  * reader's place was given back; the last reader out hands the key on (then
  * the token of the writer it went to, as RELEASE_QUEUED); 0 when not ours (or
- * run out: then it is only tidied away).
+ * run out: then it is only tidied away). A MARK left with no live reader, ours
+ * or not, is freed: a writer would otherwise find the key busy until it expires.
  */
 export const READ_RELEASE = script("shared release", scripts.QUEUE + scripts.LINE + READERS + `clock()
 if redis.call('GET', KEYS[1]) ~= MARK then return 0 end
 local exp = redis.call('ZSCORE', R, ARGV[1])
-if not exp then return 0 end
-redis.call('ZREM', R, ARGV[1])
-local live = tonumber(exp) > now
+local live = false
+if exp then
+  redis.call('ZREM', R, ARGV[1])
+  live = tonumber(exp) > now
+end
 if sync() then return live and 1 or 0 end
 redis.call('DEL', KEYS[1])
 if redis.call('EXISTS', Q) == 0 then return live and 1 or 0 end
@@ -216,8 +222,8 @@ if not exp or tonumber(exp) <= now then
 end
 redis.call('ZADD', R, 'XX', now + tonumber(ARGV[2]), ARGV[1])
 local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
 redis.call('PEXPIREAT', R, last[2])
+redis.call('PEXPIREAT', KEYS[1], last[2])
 return 1
 `, 3, scripts.isOne, undefined, scripts.FREES);
 

@@ -18,7 +18,8 @@ local resty_lock = require "resty.dlock.compat"
 local gateway = require "resty.dlock.gateway"
 local status = require "resty.dlock.status"
 
-local SEED = 20240611
+-- Another seed explores other inputs: DLOCK_FUZZ_SEED=n spec/runner/run spec/fuzz_spec.lua
+local SEED = require("testenv").fuzz_seed or 20240611
 local CALL_LIMIT_S = 2        -- no single call may take longer
 local MAX_ERR_LEN = 2048      -- error strings are bounded, never an echo of a 100 KB input
 local MAX_TTL = dlock.MAX_TTL

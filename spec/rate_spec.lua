@@ -619,6 +619,37 @@ describe("the GCRA scripts", function()
       end
     end
   end)
+
+  it("store a TAT of whole us as an integer and any other exactly, in both scripts, refusing the request after burst", function()
+    local s = require "resty.dlock.redis.ratescripts"
+    -- 100 per minute (600000 us apart); 3 per second (333333.33... us apart, as rate.limits sends it).
+    for _, iv in ipairs({ "600000", string.format("%.17g", 1000 * 1000 / 3) }) do
+      for _, sc in ipairs({ { "one", s.RATE_ONE }, { "many", s.RATE } }) do
+        local key = h.unique("tat")
+        local what = sc[1] .. ", interval " .. iv
+        local t0 = h.cmd(nil, "time")
+        local start = tonumber(t0[1]) * 1e6 + tonumber(t0[2])
+        for i = 1, 3 do
+          local r = assert(h.cmd(nil, "eval", sc[2].src, 1, key, "1", "1", iv, "3"))
+          assert.equal(1, r[1], what .. ": request " .. i .. " of a burst of 3")
+        end
+        assert.equal(0, assert(h.cmd(nil, "eval", sc[2].src, 1, key, "1", "1", iv, "3"))[1], what .. ": the 4th")
+        local tat = h.cmd(nil, "hget", key, "1")
+        local n = tonumber(tat)
+        if iv == "600000" then
+          assert.truthy(tat:match("^%d+$"), what .. ": TAT written " .. tat)
+        else
+          -- 17 significant digits: the fraction survives, and it reads back as the double written.
+          assert.truthy(tat:match("^%d+%.%d+$"), what .. ": TAT written " .. tat)
+          assert.equal(tat, string.format("%.17g", n), what)
+        end
+        -- Three intervals past the first call's time: at least that, and a few ms at most beyond it.
+        local ahead = n - start - 3 * tonumber(iv)
+        assert.is_true(ahead >= 0 and ahead < 50000, what .. ": TAT " .. tat .. " is " .. ahead .. " us past start + 3 intervals")
+        h.cmd(nil, "del", key)
+      end
+    end
+  end)
 end)
 
 describe("the end of the file", function()

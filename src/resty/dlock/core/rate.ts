@@ -2,8 +2,8 @@
 // script call per decision, however many limits a request is under.
 //
 // Per key, one Redis hash; field i holds limit i's theoretical arrival time
-// (TAT, Redis time in us, a double written with 17 digits so it reads back
-// exactly). A limit of `rate` per `period` ms with `burst` spaces requests
+// (TAT, Redis time in us, written so that it reads back exactly:
+// ratescripts.ts). A limit of `rate` per `period` ms with `burst` spaces requests
 // `interval` = period * 1000 / rate us apart and lets a client be up to
 // burst * interval ahead of its schedule: from idle, `burst` at once, then one
 // per interval, so in any span of e ms at most burst + rate * e / period pass.

@@ -21,7 +21,7 @@ local COSOCKET_PHASES = check.set(
     "ssl_client_hello",
     "preread"
 )
-function ____exports.phaseError(op)
+local function phaseError(op)
     local phase = ngx_get_phase()
     if COSOCKET_PHASES[phase] ~= nil then
         return nil
@@ -36,7 +36,7 @@ local function valid(self)
 end
 local leaseMethods = {
     release = function(self)
-        local perr = ____exports.phaseError("release")
+        local perr = phaseError("release")
         if perr ~= nil then
             return nil, perr
         end
@@ -53,7 +53,7 @@ local leaseMethods = {
     end,
     valid = valid,
     extend = function(self, ttl)
-        local perr = ____exports.phaseError("extend")
+        local perr = phaseError("extend")
         if perr ~= nil then
             return nil, perr
         end
@@ -117,4 +117,5 @@ function ____exports.make(store, kind, key, rkey, tok, ttl, sent, fence)
     local l = lua_setmetatable(lease, leaseMt)
     return l
 end
+____exports.phaseError = phaseError
 return ____exports

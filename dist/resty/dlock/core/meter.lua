@@ -1,10 +1,10 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local flushLater, flushSeconds, get_phase, timer_at, worker_exiting, lua_pairs, lua_next, lua_type, str_format, dirty, armed, SECOND
+local flushLater, flushSeconds, flush, get_phase, timer_at, worker_exiting, lua_pairs, lua_next, lua_type, str_format, FLUSH, dirty, armed, SECOND
 local check = require("resty.dlock.core.check")
 function flushLater()
     armed = false
-    ____exports.flush()
+    flush()
 end
 function flushSeconds(m)
     local dict = m.dict
@@ -34,8 +34,7 @@ function flushSeconds(m)
     dict:delete(m.sweeping)
     return true
 end
---- Add this worker's counts to the dicts (before a status page reads them, and FLUSH after a count).
-function ____exports.flush()
+function flush()
     local kept = 0
     for i = 1, #dirty do
         local m = dirty[i]
@@ -54,7 +53,7 @@ function ____exports.flush()
         end
     end
     if kept > 0 and not armed and get_phase() ~= "init" and not worker_exiting() then
-        local ok = timer_at(____exports.FLUSH, flushLater)
+        local ok = timer_at(FLUSH, flushLater)
         if ok ~= nil then
             armed = true
         end
@@ -100,8 +99,7 @@ ____exports.HOLD_BOUNDS = {
     60,
     300
 }
---- Seconds a worker's counts wait before they are added to the dict.
-____exports.FLUSH = 0.25
+FLUSH = 0.25
 dirty = {}
 armed = false
 --- Dicts of the factories made in this process, for status pages.
@@ -222,14 +220,14 @@ local function touch(m)
         return
     end
     if get_phase() ~= "init" and not worker_exiting() then
-        local ok, err = timer_at(____exports.FLUSH, flushLater)
+        local ok, err = timer_at(FLUSH, flushLater)
         if ok ~= nil then
             armed = true
             return
         end
         ngx_log(ERR, "dlock: cannot defer the counts of the lease metrics, adding them at once: ", err)
     end
-    ____exports.flush()
+    flush()
 end
 --- Count n more of key k of meter m (in this worker, until the flush).
 local function add(m, k, n)
@@ -299,4 +297,6 @@ function ____exports.moved(m, from, to)
     moveSecond(m, b, 1)
 end
 SECOND = "%s%d"
+____exports.flush = flush
+____exports.FLUSH = FLUSH
 return ____exports

@@ -53,7 +53,7 @@ local hexBuf = ffi.new("uint8_t[?]", 2 * HEX_MAX)
 --- Lower-case hex of a (short) binary string. The gateways hash every request's
 -- key: nginx's ngx_hex_dump does it in C, where a string.format of 20
 -- arguments and its format string cost the worker about a microsecond.
-function ____exports.hex(s)
+local function hex(s)
     local n = #s
     if hasHexDump and n <= HEX_MAX then
         ffi_C.ngx_hex_dump(hexBuf, s, n)
@@ -65,14 +65,14 @@ function ____exports.hex(s)
     )
 end
 --- A fresh unguessable 128-bit token as 32 hex characters, or nil, err.
-function ____exports.random()
+local function random()
     local pid = worker_pid()
     if poolPos + RANDOM_BYTES - 1 > POOL or poolPid ~= pid then
         local s = randomBytes(POOL)
         if s == nil or #s ~= POOL then
             return nil, "dlock: cannot read random bytes from the kernel"
         end
-        pool = ____exports.hex(s)
+        pool = hex(s)
         poolPos = 1
         poolPid = pid
     end
@@ -105,7 +105,7 @@ local workerSerial = 0
 function ____exports.worker()
     local pid = worker_pid()
     if workerId == nil or workerPid ~= pid then
-        local r, err = ____exports.random()
+        local r, err = random()
         if r == nil then
             return nil, err
         end
@@ -116,4 +116,6 @@ function ____exports.worker()
     workerSerial = workerSerial + 1
     return workerId .. lua_tostring(workerSerial), nil
 end
+____exports.hex = hex
+____exports.random = random
 return ____exports

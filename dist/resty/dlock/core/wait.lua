@@ -76,7 +76,7 @@ function ____exports.turn(rkey, token)
     return {rkey = rkey, token = token, w = nil}
 end
 --- Take the turn's place in line now: a key handed to its token while its question is on its way is not missed.
-function ____exports.enter(t)
+local function enter(t)
     if t.w == nil then
         t.w = join(t.rkey, t.token)
     end
@@ -84,15 +84,15 @@ end
 --- The turn holds a ticket in its key's queue in Redis, with `ahead` waiters
 -- before it: should it go without a word, drop the ticket.
 function ____exports.holdTicket(t, ticket, ahead)
-    ____exports.enter(t)
+    enter(t)
     if t.w ~= nil then
         t.w.ticket = ticket
         t.w.unsure = ahead <= 0
     end
 end
 --- Sleep up to `ms`, or less when woken as the first of the line in this worker (or by name): woken?
-function ____exports.pause(t, ms)
-    ____exports.enter(t)
+local function pause(t, ms)
+    enter(t)
     if t.w == nil then
         ngx_sleep(ms / 1000)
         return false
@@ -200,7 +200,7 @@ function ____exports.awaitLocalHolder(dict, t, deadline)
             )
         end
         if pid == worker_pid() then
-            ____exports.pause(
+            pause(
                 t,
                 math_min(
                     deadline - now,
@@ -209,7 +209,7 @@ function ____exports.awaitLocalHolder(dict, t, deadline)
             )
             return "free", nil
         end
-        ____exports.pause(
+        pause(
             t,
             math_min(
                 deadline - now,
@@ -219,4 +219,6 @@ function ____exports.awaitLocalHolder(dict, t, deadline)
         step = math_min(step * 2, MAX_LOCAL_BACKOFF)
     end
 end
+____exports.enter = enter
+____exports.pause = pause
 return ____exports

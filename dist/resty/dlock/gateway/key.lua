@@ -12,7 +12,7 @@ local lua_type = type
 local lua_tostring = tostring
 local lua_pcall = pcall
 --- Seconds between two log lines of one guard about its keys (per worker). Settable for tests.
-____exports.settings = {interval = 60}
+local settings = {interval = 60}
 --- Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var...
 local function split(name, tpl)
     local parts = {}
@@ -97,7 +97,7 @@ end
 function ____exports.note(guard, t, present, what)
     local s = state(guard)
     local now = ngx_now()
-    if now - s.since >= ____exports.settings.interval then
+    if now - s.since >= settings.interval then
         if s.present == 0 and s.missing > 0 then
             ngx_log(
                 ERR,
@@ -128,7 +128,7 @@ function ____exports.failed(guard, problem, what)
     local s = state(guard)
     local now = ngx_now()
     s.errors = s.errors + 1
-    if now - s.errorAt < ____exports.settings.interval then
+    if now - s.errorAt < settings.interval then
         return
     end
     ngx_log(
@@ -147,4 +147,5 @@ function ____exports.failed(guard, problem, what)
     s.errorAt = now
     s.errors = 0
 end
+____exports.settings = settings
 return ____exports

@@ -17,7 +17,7 @@ local sslRef = ffi.new("int[1]", 1)
 local registered = debug.getregistry().ngx_lua_ctx_tables
 local ctxTables = type(registered) == "table" and registered or nil
 --- False when this nginx cannot tell whether a request is over (then only log() ends leases).
-____exports.canWatch = hasCtxRef and ctxTables ~= nil
+local canWatch = hasCtxRef and ctxTables ~= nil
 --- The current request's id (its address), or nil outside a request.
 function ____exports.id()
     local r = get_request()
@@ -28,14 +28,14 @@ function ____exports.id()
 end
 --- The current request's id, its ngx.ctx and where the registry keeps that
 -- (-1: unknown): an anchor's fields, for a record that is its own anchor. nil outside a request.
-function ____exports.here()
+local function here()
     local r = get_request()
     if r == nil then
         return nil, nil, -1
     end
     local ctx = ngx_.ctx
     local ref = -1
-    if ____exports.canWatch then
+    if canWatch then
         local n = getCtxRef(r, inSsl, sslRef)
         if n >= 0 and ctxTables[n] == ctx then
             ref = n
@@ -45,7 +45,7 @@ function ____exports.here()
 end
 --- The current request, anchored so that alive() can tell when it is over.
 function ____exports.anchor()
-    local rid, ctx, ref = ____exports.here()
+    local rid, ctx, ref = here()
     if rid == nil then
         return nil
     end
@@ -58,4 +58,6 @@ function ____exports.alive(a)
     end
     return ctxTables[a.ref] == a.ctx
 end
+____exports.canWatch = canWatch
+____exports.here = here
 return ____exports

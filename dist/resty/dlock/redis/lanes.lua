@@ -10,7 +10,7 @@ local watcher = takeback.watcher
 --- Calls of a worker that go out on connections of their own before the next
 -- ones join a batch: at low load every call goes at once, as without
 -- auto-pipelining; past it, a batch costs one round trip for all its calls.
-____exports.DIRECT = 4
+local DIRECT = 4
 --- Seconds after a batch of several calls during which calls join batches even
 -- with fewer than DIRECT on their way (as they do while a batch is open or on
 -- its way): the callers a batch wakes all call again at once, and a
@@ -45,11 +45,11 @@ function ____exports.laneOf(conf)
     return l
 end
 --- Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some.
-function ____exports.patience(conf)
+local function patience(conf)
     return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1
 end
 --- Calls of this worker on their way to this Redis now (forgetting those whose time is up).
-function ____exports.inFlight(lane)
+local function inFlight(lane)
     local now = ngx_now()
     local n = lane.batching
     for slot, ____until in lua_pairs(lane.direct) do
@@ -65,7 +65,7 @@ end
 function ____exports.claim(lane, b)
     lane.slots = lane.slots + 1
     local slot = lane.slots
-    lane.direct[slot] = ngx_now() + ____exports.patience(lane.conf)
+    lane.direct[slot] = ngx_now() + patience(lane.conf)
     if b.undos > 0 then
         lane.acquires[slot] = b
         if not lane.watching then
@@ -80,7 +80,7 @@ function ____exports.unclaim(lane, slot)
 end
 --- Would a call go out at once (few of this worker's calls on their way, none riding a batch)?
 function ____exports.idle(lane)
-    return lane.batching == 0 and lane.open == nil and ngx_now() >= lane.loaded and ____exports.inFlight(lane) < ____exports.DIRECT
+    return lane.batching == 0 and lane.open == nil and ngx_now() >= lane.loaded and inFlight(lane) < DIRECT
 end
 --- Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis.
 function ____exports.stats(conf)
@@ -90,4 +90,7 @@ function ____exports.stats(conf)
     end
     return l.batched, l.batches, l.batching
 end
+____exports.DIRECT = DIRECT
+____exports.patience = patience
+____exports.inFlight = inFlight
 return ____exports

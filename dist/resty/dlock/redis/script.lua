@@ -5,14 +5,14 @@ local sha1_bin = ngx.sha1_bin
 local lua_type = type
 local str_find = string.find
 local str_sub = string.sub
-____exports.WRITES = "#!lua\n"
+local WRITES = "#!lua\n"
 ____exports.FREES = "#!lua flags=allow-oom\n"
 function ____exports.script(name, body, keys, written, alone, flags)
     if keys == nil then
         keys = 1
     end
     if flags == nil then
-        flags = ____exports.WRITES
+        flags = WRITES
     end
     local src = flags .. body
     return {
@@ -46,20 +46,20 @@ function ____exports.hashed(key)
     return key
 end
 --- Does the key carry a hash tag of its own (then keys built on it share its slot)?
-function ____exports.tagged(key)
+local function tagged(key)
     return ____exports.hashed(key) ~= key
 end
 --- The waiters' queue of lock key rkey. Under Cluster it must share the lock
 -- key's slot: a hash tag of the whole key, unless it has one (then the suffix
 -- keeps it). Elsewhere it starts with the lock key, so ACL key patterns that
 -- let a user at the locks (~dlock:*) let it at their queues.
-function ____exports.queueKey(rkey, slotted)
-    return slotted and not ____exports.tagged(rkey) and ("{" .. rkey) .. "}:queue" or rkey .. ":queue"
+local function queueKey(rkey, slotted)
+    return slotted and not tagged(rkey) and ("{" .. rkey) .. "}:queue" or rkey .. ":queue"
 end
 --- The readers of lock key rkey (shared locks, rwscripts.ts): a sorted set
 -- placed as queueKey places the queue, in the lock key's slot.
-function ____exports.readersKey(rkey, slotted)
-    return slotted and not ____exports.tagged(rkey) and ("{" .. rkey) .. "}:readers" or rkey .. ":readers"
+local function readersKey(rkey, slotted)
+    return slotted and not tagged(rkey) and ("{" .. rkey) .. "}:readers" or rkey .. ":readers"
 end
 --- Run a per-target script (release, extend, drop) for one target through a
 -- backend's call, with the keys and arguments batches send: KEYS[1] the key
@@ -67,8 +67,8 @@ end
 -- its queue for three-key ones), ARGV[1] the token (and ARGV[2] ms, when given).
 function ____exports.forTarget(call, conf, s, rkey, token, ms)
     if s.keys == 3 then
-        local q = ____exports.queueKey(rkey, conf.slotted)
-        local r = ____exports.readersKey(rkey, conf.slotted)
+        local q = queueKey(rkey, conf.slotted)
+        local r = readersKey(rkey, conf.slotted)
         if ms == nil then
             return call(
                 conf,
@@ -90,7 +90,7 @@ function ____exports.forTarget(call, conf, s, rkey, token, ms)
         )
     end
     if s.keys == 2 then
-        local q = ____exports.queueKey(rkey, conf.slotted)
+        local q = queueKey(rkey, conf.slotted)
         if ms == nil then
             return call(
                 conf,
@@ -120,4 +120,8 @@ function ____exports.forTarget(call, conf, s, rkey, token, ms)
         ms
     )
 end
+____exports.WRITES = WRITES
+____exports.tagged = tagged
+____exports.queueKey = queueKey
+____exports.readersKey = readersKey
 return ____exports

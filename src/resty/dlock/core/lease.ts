@@ -106,7 +106,7 @@ export type AcquireResult = LuaMultiReturn<[Lease | undefined, string | undefine
 const COSOCKET_PHASES = check.set("rewrite", "server_rewrite", "access", "content", "timer",
   "ssl_cert", "ssl_session_fetch", "ssl_client_hello", "preread");
 
-export function phaseError(op: string): string | undefined {
+function phaseError(op: string): string | undefined {
   const phase = ngx_get_phase();
   if (COSOCKET_PHASES.has(phase)) {
     return undefined;
@@ -194,3 +194,6 @@ export function make(store: Store, kind: Kind, key: string, rkey: string, tok: s
   const l = lua_setmetatable(lease, leaseMt) as Lease;
   return l;
 }
+
+// Exported by name, so that the calls within this module stay local.
+export { phaseError };

@@ -45,7 +45,7 @@ export const WAIT_BOUNDS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 /** Upper bounds (s) of the hold-time buckets; the last bucket is +Inf. */
 export const HOLD_BOUNDS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300];
 /** Seconds a worker's counts wait before they are added to the dict. */
-export const FLUSH = 0.25;
+const FLUSH = 0.25;
 
 export interface Meter {
   readonly name: string;
@@ -255,7 +255,7 @@ function flushSeconds(m: Meter): boolean {
 }
 
 /** Add this worker's counts to the dicts (before a status page reads them, and FLUSH after a count). */
-export function flush(): void {
+function flush(): void {
   let kept = 0;
   for (const i of $range(1, dirty.length)) {
     const m = dirty[i - 1]!;
@@ -279,3 +279,6 @@ export function flush(): void {
     if (ok !== undefined) armed = true;
   }
 }
+
+// Exported by name, so that the calls within this module stay local functions.
+export { flush, FLUSH };

@@ -72,7 +72,7 @@ const hexBuf = ffi.new("uint8_t[?]", 2 * HEX_MAX);
  * key: nginx's ngx_hex_dump does it in C, where a string.format of 20
  * arguments and its format string cost the worker about a microsecond.
  */
-export function hex(s: string): string {
+function hex(s: string): string {
   const n = s.length;
   if (hasHexDump && n <= HEX_MAX) {
     ffi_C.ngx_hex_dump(hexBuf, s, n);
@@ -82,7 +82,7 @@ export function hex(s: string): string {
 }
 
 /** A fresh unguessable 128-bit token as 32 hex characters, or nil, err. */
-export function random(): LuaMultiReturn<[string | undefined, string | undefined]> {
+function random(): LuaMultiReturn<[string | undefined, string | undefined]> {
   const pid = worker_pid();
   if (poolPos + RANDOM_BYTES - 1 > POOL || poolPid !== pid) {
     const s = randomBytes(POOL);
@@ -135,3 +135,6 @@ export function worker(): LuaMultiReturn<[string | undefined, string | undefined
   workerSerial++;
   return $multi(workerId + lua_tostring(workerSerial), undefined);
 }
+
+// Exported by name, so that the calls within this module stay local.
+export { hex, random };

@@ -113,7 +113,7 @@ export function turn(rkey: string, token?: string): Turn {
 }
 
 /** Take the turn's place in line now: a key handed to its token while its question is on its way is not missed. */
-export function enter(t: Turn): void {
+function enter(t: Turn): void {
   if (t.w === undefined) t.w = join(t.rkey, t.token);
 }
 
@@ -130,7 +130,7 @@ export function holdTicket(t: Turn, ticket: orphans.Orphan, ahead: number): void
 }
 
 /** Sleep up to `ms`, or less when woken as the first of the line in this worker (or by name): woken? */
-export function pause(t: Turn, ms: number): boolean {
+function pause(t: Turn, ms: number): boolean {
   enter(t);
   if (t.w === undefined) {
     ngx_sleep(ms / 1000);
@@ -239,3 +239,5 @@ export function awaitLocalHolder(dict: NgxSharedDict, t: Turn, deadline: number)
   }
 }
 
+// Exported by name, so that the calls within this module stay local.
+export { enter, pause };

@@ -28,7 +28,7 @@ export interface Template {
 }
 
 /** Seconds between two log lines of one guard about its keys (per worker). Settable for tests. */
-export const settings = { interval: 60 };
+const settings = { interval: 60 };
 
 /** Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var... */
 function split(name: string, tpl: string): LuaMultiReturn<[LuaTable<number, string> | undefined, string | undefined]> {
@@ -142,3 +142,6 @@ export function failed(guard: string, problem: string, what: string): void {
   s.errorAt = now;
   s.errors = 0;
 }
+
+// Exported by name, so that the calls within this module stay local.
+export { settings };

@@ -53,7 +53,7 @@ export interface Anchor {
 }
 
 /** False when this nginx cannot tell whether a request is over (then only log() ends leases). */
-export const canWatch = hasCtxRef && ctxTables !== undefined;
+const canWatch = hasCtxRef && ctxTables !== undefined;
 
 /** The current request's id (its address), or nil outside a request. */
 export function id(): number | undefined {
@@ -68,7 +68,7 @@ export function id(): number | undefined {
  * The current request's id, its ngx.ctx and where the registry keeps that
  * (-1: unknown): an anchor's fields, for a record that is its own anchor. nil outside a request.
  */
-export function here(): LuaMultiReturn<[number | undefined, LuaTable<string, unknown>, number]> {
+function here(): LuaMultiReturn<[number | undefined, LuaTable<string, unknown>, number]> {
   const r = get_request();
   if (r === undefined) {
     return $multi(undefined, undefined!, -1);
@@ -101,3 +101,6 @@ export function alive(a: Anchor): boolean {
   }
   return ctxTables!.get(a.ref) === a.ctx;
 }
+
+// Exported by name, so that the calls within this module stay local.
+export { canWatch, here };

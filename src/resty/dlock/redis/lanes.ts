@@ -20,7 +20,7 @@ const watcher = takeback.watcher;
  * ones join a batch: at low load every call goes at once, as without
  * auto-pipelining; past it, a batch costs one round trip for all its calls.
  */
-export const DIRECT = 4;
+const DIRECT = 4;
 /**
  * Seconds after a batch of several calls during which calls join batches even
  * with fewer than DIRECT on their way (as they do while a batch is open or on
@@ -77,12 +77,12 @@ export function laneOf(conf: redis.RedisConf): Lane | undefined {
 }
 
 /** Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some. */
-export function patience(conf: redis.RedisConf): number {
+function patience(conf: redis.RedisConf): number {
   return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1;
 }
 
 /** Calls of this worker on their way to this Redis now (forgetting those whose time is up). */
-export function inFlight(lane: Lane): number {
+function inFlight(lane: Lane): number {
   const now = ngx_now();
   let n = lane.batching;
   for (const [slot, until] of lua_pairs(lane.direct)) {
@@ -120,3 +120,6 @@ export function stats(conf: redis.RedisConf): LuaMultiReturn<[number, number, nu
   if (l === undefined) return $multi(0, 0, 0);
   return $multi(l.batched, l.batches, l.batching);
 }
+
+// Exported by name, so that the calls within this module stay local.
+export { DIRECT, patience, inFlight };

@@ -51,7 +51,7 @@ export interface Script {
 // Scripts touch only the keys they are given (KEYS), all in one Cluster slot,
 // as Redis 7 requires of scripts with flags. Redis 6 does not know the shebang
 // (it answers a compile error): see the README.
-export const WRITES = "#!lua\n";
+const WRITES = "#!lua\n";
 export const FREES = "#!lua flags=allow-oom\n";
 
 export function script(name: string, body: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script,
@@ -85,7 +85,7 @@ export function hashed(key: string): string {
 }
 
 /** Does the key carry a hash tag of its own (then keys built on it share its slot)? */
-export function tagged(key: string): boolean {
+function tagged(key: string): boolean {
   return hashed(key) !== key;
 }
 
@@ -95,7 +95,7 @@ export function tagged(key: string): boolean {
  * keeps it). Elsewhere it starts with the lock key, so ACL key patterns that
  * let a user at the locks (~dlock:*) let it at their queues.
  */
-export function queueKey(rkey: string, slotted: boolean): string {
+function queueKey(rkey: string, slotted: boolean): string {
   return slotted && !tagged(rkey) ? "{" + rkey + "}:queue" : rkey + ":queue";
 }
 
@@ -103,7 +103,7 @@ export function queueKey(rkey: string, slotted: boolean): string {
  * The readers of lock key rkey (shared locks, rwscripts.ts): a sorted set
  * placed as queueKey places the queue, in the lock key's slot.
  */
-export function readersKey(rkey: string, slotted: boolean): string {
+function readersKey(rkey: string, slotted: boolean): string {
   return slotted && !tagged(rkey) ? "{" + rkey + "}:readers" : rkey + ":readers";
 }
 
@@ -132,3 +132,6 @@ export function forTarget<C extends { readonly slotted: boolean }, R>(call: Call
   if (ms === undefined) return call(conf, s, rkey, token);
   return call(conf, s, rkey, token, ms);
 }
+
+// Exported by name, so that the calls within this module stay local.
+export { WRITES, tagged, queueKey, readersKey };

@@ -195,5 +195,5 @@ export function make(store: Store, kind: Kind, key: string, rkey: string, tok: s
   return l;
 }
 
-// Exported by name, so that the calls within this module stay local.
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { phaseError };

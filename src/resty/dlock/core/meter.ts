@@ -280,5 +280,5 @@ function flush(): void {
   }
 }
 
-// Exported by name, so that the calls within this module stay local functions.
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { flush, FLUSH };

@@ -135,5 +135,5 @@ export function orphan(l: Lease): void {
   orphans.adopt(o);
 }
 
-// Exported by name, so that the calls within this module stay local functions.
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { nowMs, forget };

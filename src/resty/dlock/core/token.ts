@@ -136,5 +136,5 @@ export function worker(): LuaMultiReturn<[string | undefined, string | undefined
   return $multi(workerId + lua_tostring(workerSerial), undefined);
 }
 
-// Exported by name, so that the calls within this module stay local.
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { hex, random };

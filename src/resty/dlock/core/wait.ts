@@ -239,5 +239,5 @@ export function awaitLocalHolder(dict: NgxSharedDict, t: Turn, deadline: number)
   }
 }
 
-// Exported by name, so that the calls within this module stay local.
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { enter, pause };

@@ -143,5 +143,5 @@ export function failed(guard: string, problem: string, what: string): void {
   s.errors = 0;
 }
 
-// Exported by name, so that the calls within this module stay local.
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { settings };

@@ -102,5 +102,5 @@ export function alive(a: Anchor): boolean {
   return ctxTables!.get(a.ref) === a.ctx;
 }
 
-// Exported by name, so that the calls within this module stay local.
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { canWatch, here };

@@ -121,5 +121,5 @@ export function stats(conf: redis.RedisConf): LuaMultiReturn<[number, number, nu
   return $multi(l.batched, l.batches, l.batching);
 }
 
-// Exported by name, so that the calls within this module stay local.
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { DIRECT, patience, inFlight };

@@ -276,5 +276,5 @@ export function asking(this: void, conf: redis.RedisConf, s: scripts.Script, rke
   return $multi(job.res, job.err, job.fault);
 }
 
-// Exported by name, so that the calls within this module stay local functions.
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { refused, unreachable, send, finish, run };

@@ -133,5 +133,5 @@ export function forTarget<C extends { readonly slotted: boolean }, R>(call: Call
   return call(conf, s, rkey, token, ms);
 }
 
-// Exported by name, so that the calls within this module stay local.
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { WRITES, tagged, queueKey, readersKey };

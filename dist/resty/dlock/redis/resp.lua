@@ -21,7 +21,6 @@ end
 local lua_tonumber = tonumber
 lua_tostring = tostring
 local ngx_null = ngx.null
-local str_sub = string.sub
 local concat = table.concat
 local sub = string.sub
 --- One command, encoded.

@@ -1,4 +1,11 @@
-
+// Local bookkeeping of the leases this nginx instance holds, in a lua_shared_dict
+// so every worker (and the status endpoint) sees them. One record per lock key,
+// one per permit for semaphores (several holders share a key):
+//   "l:" .. redis key [.. " " .. token]  ->  "<pid> <expires_ms> <token> <key>"
+// The record expires with the lease, so a crashed worker leaves nothing behind.
+// Records only serve held(), status pages and local waiting; exclusion never
+// depends on them (the token in Redis decides), so a full dict loses records,
+// not safety.
 
 const ngx_now = ngx.now;
 const worker_pid = ngx.worker.pid;
@@ -12,14 +19,6 @@ const str_sub = string.sub;
 const str_match = string.match;
 const lua_type = type;
 const lua_tonumber = tonumber;
-// Local bookkeeping of the leases this nginx instance holds, in a lua_shared_dict
-// so every worker (and the status endpoint) sees them. One record per lock key,
-// one per permit for semaphores (several holders share a key):
-//   "l:" .. redis key [.. " " .. token]  ->  "<pid> <expires_ms> <token> <key>"
-// The record expires with the lease, so a crashed worker leaves nothing behind.
-// Records only serve held(), status pages and local waiting; exclusion never
-// depends on them (the token in Redis decides), so a full dict loses records,
-// not safety.
 
 const RECORD = "l:";
 /** Tickets of waiters in a key's queue in Redis: "w:" .. redis key .. " " .. token, valued as leases. */

@@ -1,13 +1,11 @@
-
-const lua_tonumber = tonumber;
-const lua_tostring = tostring;
-const ngx_null = ngx.null;
-const str_sub = string.sub;
 // The Redis protocol (RESP2), for what lua-resty-redis does not expose: a
 // pipeline whose replies are read one at a time, so that a connection that
 // breaks after the third reply leaves the first three calls answered and only
 // the rest "outcome unknown" (commit_pipeline reads all or nothing).
 
+const lua_tonumber = tonumber;
+const lua_tostring = tostring;
+const ngx_null = ngx.null;
 const concat = table.concat;
 const sub = string.sub;
 

@@ -3,7 +3,7 @@
 -- spec/cluster_spec.lua, spec/redlock_spec.lua), instead of a copy per topology.
 --   local suite = require "topology.suite"
 --   local t = suite.topology("cluster")        -- inside a describe block:
---   setup(t.start) teardown(t.stop)            -- brought up by spec/helpers.lua
+--   setup(t.start) teardown(t.stop)            -- brought up by spec/harness/
 --   suite.run(t)                               -- the shared tests
 -- A topology answers:
 --   t.kind            its name on the status page (standalone, sentinel, cluster, redlock)
@@ -12,7 +12,7 @@
 --   t.fence_key(rkey) the fence counter's key beside it
 --   t.apart(l, tag)   two key names stored apart (on different Cluster masters)
 --   t.fencing, t.semaphores: whether the lock offers them there (Redlock refuses both at new())
---   t.handle          what spec/helpers.lua started (cluster c, redlock r, sentinel: start_sentinel_set's { master, replicas, sentinels, ... })
+--   t.handle          what spec/harness/ started (cluster c, redlock r, sentinel: start_sentinel_set's { master, replicas, sentinels, ... })
 local h = require "helpers"
 local dlock = require "resty.dlock"
 local semaphore = require "resty.dlock.semaphore"
@@ -29,7 +29,7 @@ function TOPOLOGIES.standalone(t)
   t.fence_key = function(rkey) return rkey .. ":fence" end
 end
 
--- A master, a replica and three sentinels (quorum 2) naming it "locks" (spec/helpers.lua start_sentinel_set).
+-- A master, a replica and three sentinels (quorum 2) naming it "locks" (spec/harness/servers.lua start_sentinel_set).
 function TOPOLOGIES.sentinel(t)
   local s
   function t.start()
@@ -46,7 +46,7 @@ function TOPOLOGIES.sentinel(t)
   t.fence_key = function(rkey) return rkey .. ":fence" end
 end
 
--- 3 masters with a replica each (spec/helpers.lua start_cluster).
+-- 3 masters with a replica each (spec/harness/cluster.lua start_cluster).
 function TOPOLOGIES.cluster(t)
   function t.start() t.handle = h.start_cluster() end
   function t.stop() if t.handle then t.handle.stop() end end
@@ -80,7 +80,7 @@ function TOPOLOGIES.cluster(t)
   end
 end
 
--- Three independent masters, short timeouts as Redlock wants (spec/helpers.lua start_redlock).
+-- Three independent masters, short timeouts as Redlock wants (spec/harness/servers.lua start_redlock).
 function TOPOLOGIES.redlock(t)
   function t.start() t.handle = h.start_redlock(3) end
   function t.stop() if t.handle then t.handle.stop() end end

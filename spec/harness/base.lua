@@ -1,0 +1,196 @@
+-- The harness underneath every spec: the runner's environment, key
+-- namespaces and ports unique for the whole run, raw Redis commands,
+-- processes and waiting. Every process started through it is appended to
+-- <prefix>/pids, so spec/runner/run stops it even when a spec fails midway.
+local env = require "testenv"
+-- OpenResty ships resty.redis, Debian nginx.redis: the same client library.
+local found, redis = pcall(require, "resty.redis")
+if not found then redis = require "nginx.redis" end
+
+local _M = { env = env, root = env.root, prefix = env.prefix, redis_port = env.redis_port, redis = redis }
+
+-- Busted loads this module afresh for each spec file: what must stay unique
+-- for the whole run (key namespaces, nginx prefixes, ports) is counted in a
+-- shared dict of the runner's nginx, not in module locals.
+local harness = ngx.shared.spec_harness
+
+local function next_seq()
+  return assert(harness:incr("seq", 1, 0))
+end
+
+_M.next_seq = next_seq
+
+--- A key namespace of its own for each call, so specs never see each other's keys.
+function _M.unique(name)
+  return (name or "t") .. ":" .. ngx.worker.pid() .. ":" .. next_seq() .. ":"
+end
+
+function _M.redis_opts(extra)
+  local o = { host = "127.0.0.1", port = env.redis_port, connect_timeout = 500, read_timeout = 1000 }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return o
+end
+
+--- dlock.new with the test Redis, the "dlock" dict and a fresh prefix.
+function _M.locks(opts)
+  local dlock = require "resty.dlock"
+  local o = { dict = "dlock", redis = _M.redis_opts(), prefix = _M.unique("spec") }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return assert(dlock.new(o))
+end
+
+-- Per port, the password a server was started with (--requirepass): specs
+-- administer it with that, as its operator would.
+local passwords = {}
+
+_M.passwords = passwords
+
+--- One raw Redis command on a fresh connection (not through dlock).
+function _M.cmd(port, name, ...)
+  local red = redis:new()
+  red:set_timeout(2000)
+  local ok, err = red:connect("127.0.0.1", port or env.redis_port)
+  if not ok then return nil, err end
+  if passwords[port] then
+    ok, err = red:auth(passwords[port])
+    if not ok then red:close() return nil, err end
+  end
+  local res, cerr = red[name](red, ...)
+  red:close()
+  return res, cerr
+end
+
+function _M.sh(cmd)
+  local ok = os.execute(cmd)
+  return ok == true or ok == 0
+end
+
+local function track(pid)
+  local f = assert(io.open(env.prefix .. "/pids", "a"))
+  f:write(pid, "\n")
+  f:close()
+end
+
+_M.track = track
+
+local function read_file(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+_M.read_file = read_file
+
+--- Signal pid (resumed first, in case it is stopped) and wait up to 5 s for it to exit, then KILL.
+function _M.stop_pid(pid, sig)
+  _M.sh("kill -CONT " .. pid .. " 2>/dev/null; kill -" .. sig .. " " .. pid .. " 2>/dev/null")
+  for _ = 1, 100 do
+    if not _M.sh("kill -0 " .. pid .. " 2>/dev/null") then return true end
+    ngx.sleep(0.05)
+  end
+  _M.sh("kill -KILL " .. pid)
+  return true
+end
+
+-- Ports handed out in this run: never twice, so a spec's log lines about a
+-- port cannot be mistaken for another spec's that happened to get it again.
+local function free_port()
+  for _ = 1, 50 do
+    local p = io.popen("bash -c '. " .. env.root .. "/nginx/lib.sh; free_port'")
+    local port = tonumber(p:read("*l"))
+    p:close()
+    if port and harness:add("port:" .. port, true) then
+      return port
+    end
+  end
+  error("no free port that was not used before in this run")
+end
+
+_M.free_port = free_port
+
+--- `n` copies of v (what every holder of a key should say, for assert.same).
+function _M.rep(v, n)
+  local out = {}
+  for i = 1, n do out[i] = v end
+  return out
+end
+
+--- ngx.now() with a fresh clock.
+function _M.now()
+  ngx.update_time()
+  return ngx.now()
+end
+
+--- Wait up to `s` seconds for fn() to be truthy; returns its last answer.
+function _M.eventually(s, fn)
+  local deadline = _M.now() + s
+  while _M.now() < deadline do
+    if fn() then return true end
+    ngx.sleep(0.01)
+  end
+  return fn()
+end
+
+--- Load: fn(i) called again and again in n light threads until `seconds` have passed
+--- (each call started before then), and at(t) once in a thread of its own `t` seconds in.
+--- Returns the number of calls that started after at() returned.
+function _M.under_load(seconds, n, fn, t, at)
+  local t0 = _M.now()
+  local done_at
+  local after = 0
+  local threads = {}
+  for i = 1, n do
+    threads[i] = ngx.thread.spawn(function()
+      while _M.now() < t0 + seconds do
+        local late = done_at ~= nil
+        fn(i)
+        if late then after = after + 1 end
+      end
+      return true
+    end)
+  end
+  if at then
+    threads[#threads + 1] = ngx.thread.spawn(function()
+      ngx.sleep(t)
+      at()
+      done_at = _M.now()
+      return true
+    end)
+  end
+  for _, th in ipairs(threads) do
+    local ok, err = ngx.thread.wait(th)
+    assert(ok, err)
+  end
+  return after
+end
+
+--- Run fn(i) in n light threads at once; returns the list of first results.
+function _M.parallel(n, fn)
+  local threads = {}
+  for i = 1, n do threads[i] = ngx.thread.spawn(fn, i) end
+  local out = {}
+  for i = 1, n do
+    local ok, res = ngx.thread.wait(threads[i])
+    assert(ok, res)
+    out[i] = res
+  end
+  return out
+end
+
+--- Connect to 127.0.0.1:port, send ASKING, then one command on the same
+--- connection: how to read a key on the importing node of a slot mid-migration.
+function _M.cmd_asking(port, name, ...)
+  local red = redis:new()
+  red:set_timeout(2000)
+  local ok, err = red:connect("127.0.0.1", port)
+  if not ok then return nil, err end
+  local _, aerr = red:asking()
+  if aerr then red:close() return nil, aerr end
+  local res, cerr = red[name](red, ...)
+  red:close()
+  return res, cerr
+end
+
+return _M

@@ -1,0 +1,278 @@
+-- Redis Cluster for the specs: six nodes on loopback (three masters with a
+-- replica each), what they say of each other, and slots moved step by step.
+local h = require "harness.base"
+local servers = require "harness.servers"
+
+local env, passwords, read_file, free_port = h.env, h.passwords, h.read_file, h.free_port
+local harness = ngx.shared.spec_harness
+
+local _M = {}
+
+--- A port p for a cluster node: p and its cluster bus port p + 10000 both free,
+--- both below the ephemeral range (32768+), and not in `taken`.
+local function free_cluster_port(taken)
+  for _ = 1, 1000 do
+    local p = free_port()
+    -- The bus port (port + 10000) is handed out too: no TLS port or server may get it later.
+    if p + 10000 < 32768 and not taken[p] and not taken[p + 10000] and harness:add("port:" .. (p + 10000), true) then
+      -- Probed from bash: a refused cosocket connect is an [error] line in nginx's log.
+      local busy = h.sh("bash -c '(exec 3<>/dev/tcp/127.0.0.1/" .. (p + 10000) .. ") 2>/dev/null'")
+      if not busy then return p end
+    end
+  end
+  error("no free port pair (port, port + 10000) for a cluster node")
+end
+
+--- Lines of CLUSTER NODES, parsed: { id, port, flags = { master = true, ... }, master_id, slots = "0-5460 ..." }.
+local function cluster_nodes(port)
+  local text, err = h.cmd(port, "cluster", "nodes")
+  if type(text) ~= "string" then return nil, err end
+  local out = {}
+  for line in text:gmatch("[^\n]+") do
+    local id, addr, flags, master = line:match("^(%S+) (%S+) (%S+) (%S+)")
+    if id then
+      local f = {}
+      for flag in flags:gmatch("[^,]+") do f[flag] = true end
+      out[#out + 1] = { id = id, port = tonumber(addr:match(":(%d+)@")), flags = f,
+        master_id = master ~= "-" and master or nil, line = line }
+    end
+  end
+  return out
+end
+
+_M.cluster_nodes = cluster_nodes
+
+--- Whether one node sees the cluster whole: state ok, all 16384 slots served,
+--- `want` nodes known, none in handshake or failing, three masters, and every
+--- replica attached to a master; for a master, its replica online.
+local function node_settled(port, want)
+  local info = h.cmd(port, "cluster", "info")
+  if type(info) ~= "string" or not info:find("cluster_state:ok", 1, true)
+     or not info:find("cluster_slots_ok:16384", 1, true)
+     or not info:find("cluster_known_nodes:" .. want, 1, true) then
+    return false
+  end
+  local nodes = cluster_nodes(port)
+  if not nodes then return false end
+  local me, masters = nil, 0
+  for _, n in ipairs(nodes) do
+    if n.flags.handshake or n.flags.fail or n.flags["fail?"] or n.flags.noaddr then return false end
+    if n.flags.slave and not n.master_id then return false end
+    if n.flags.master then masters = masters + 1 end
+    if n.flags.myself then me = n end
+  end
+  -- Gossip tells a node late that the others became replicas: until then it lists them as masters.
+  if not me or masters ~= 3 then return false end
+  local repl = h.cmd(port, "info", "replication") or ""
+  if me.flags.master then
+    return repl:find("slave0:[^\n]*state=online") ~= nil
+  end
+  return repl:find("master_link_status:up", 1, true) ~= nil
+end
+
+--- Start a Redis Cluster of 6 redis-servers on loopback (3 masters, 1 replica
+--- each; cluster-node-timeout 1000 ms) and wait until every node sees it whole.
+--- opts.args: extra redis-server arguments for every node; opts.tls: each node
+--- also has a TLS port (node.tls_port; c.tls_seeds), the cluster bus on TLS. Returns
+--- { nodes = { {port, pid, dir, signal, stop}... }, seeds = {"127.0.0.1:p1", "127.0.0.1:p2"},
+---   masters(), replicas(), slot_owner(key), keyslot(key), node_id(port), alive(), stop(), started_in }.
+function _M.start_cluster(opts)
+  opts = opts or {}
+  ngx.update_time()
+  local t0 = ngx.now()
+  local taken, ports = {}, {}
+  for i = 1, 6 do
+    ports[i] = free_cluster_port(taken)
+    taken[ports[i]], taken[ports[i] + 10000] = true, true
+  end
+  local args = { "--cluster-enabled yes", "--cluster-config-file nodes.conf", "--cluster-node-timeout 1000",
+    "--repl-diskless-sync-delay 0" }
+  for _, a in ipairs(opts.args or {}) do args[#args + 1] = a end
+  local nodes = h.parallel(6, function(i)
+    local a = { unpack(args) }
+    if opts.tls then
+      for _, t in ipairs(servers.tls_args()) do a[#a + 1] = t end
+      a[#a + 1] = "--tls-cluster yes"
+      -- The bus would be on the TLS port + 10000 (a free port, maybe in the ephemeral range, taken by
+      -- some connection's local end): the bus port reserved above instead.
+      a[#a + 1] = "--cluster-port " .. (ports[i] + 10000)
+    end
+    return servers.start_redis(ports[i], unpack(a))
+  end)
+  local c = { nodes = nodes, seeds = { "127.0.0.1:" .. ports[1], "127.0.0.1:" .. ports[2] } }
+  if opts.tls then c.tls_seeds = { "127.0.0.1:" .. nodes[1].tls_port, "127.0.0.1:" .. nodes[2].tls_port } end
+
+  --- The live nodes (answering PING), in start order.
+  function c.alive()
+    local out = {}
+    for _, n in ipairs(nodes) do
+      if not n.dead and h.cmd(n.port, "ping") == "PONG" then out[#out + 1] = n end
+    end
+    return out
+  end
+  local function ask(...)
+    local last
+    for _, n in ipairs(nodes) do
+      if not n.dead then
+        local res, err = h.cmd(n.port, ...)
+        if res ~= nil then return res end
+        last = err
+      end
+    end
+    return nil, last
+  end
+  function c.node_id(port)
+    return assert(h.cmd(port, "cluster", "myid"))
+  end
+  function c.keyslot(key)
+    return assert(ask("cluster", "keyslot", key))
+  end
+  --- Ports of the nodes a live node lists whose flags pass keep(flags), sorted.
+  local function listed(keep)
+    for _, n in ipairs(nodes) do
+      local list = not n.dead and cluster_nodes(n.port)
+      if list then
+        local out = {}
+        for _, x in ipairs(list) do
+          if keep(x.flags) then out[#out + 1] = x.port end
+        end
+        table.sort(out)
+        return out
+      end
+    end
+    error("no live cluster node answers CLUSTER NODES")
+  end
+  --- Ports of the masters a live node lists (not failed), sorted.
+  function c.masters()
+    return listed(function(f) return f.master and not f.fail and not f["fail?"] end)
+  end
+  function c.replicas()
+    return listed(function(f) return f.slave and not f.fail end)
+  end
+  --- The port of the master that owns slot (a number) in a live node's CLUSTER SLOTS.
+  function c.slot_port(slot)
+    local slots = assert(ask("cluster", "slots"))
+    for _, range in ipairs(slots) do
+      if slot >= range[1] and slot <= range[2] then return tonumber(range[3][2]) end
+    end
+    return nil
+  end
+  function c.slot_owner(key)
+    return c.slot_port(c.keyslot(key))
+  end
+  --- Wait until every live node sees the cluster whole (state ok, replicas online); true or false.
+  function c.wait_settled(seconds, want)
+    for _ = 1, math.max(1, (seconds or 10) * 20) do
+      local all = true
+      for _, n in ipairs(nodes) do
+        if not n.dead and not node_settled(n.port, want or 6) then all = false break end
+      end
+      if all then return true end
+      ngx.sleep(0.05)
+    end
+    return false
+  end
+  --- Until every live node says cluster_state:ok (and serves all slots); true or false.
+  function c.wait_ok(seconds)
+    for _ = 1, math.max(1, (seconds or 10) * 20) do
+      local all = true
+      for _, n in ipairs(nodes) do
+        if not n.dead then
+          local info = h.cmd(n.port, "cluster", "info")
+          if type(info) ~= "string" or not info:find("cluster_state:ok", 1, true)
+             or not info:find("cluster_slots_ok:16384", 1, true) then all = false break end
+        end
+      end
+      if all then return true end
+      ngx.sleep(0.05)
+    end
+    return false
+  end
+  --- Until no live node names the master on `port` as the owner of any slot
+  --- (its replica took over) and every live node says cluster_state:ok; true or false.
+  function c.wait_failover(port, seconds)
+    for _ = 1, math.max(1, (seconds or 10) * 20) do
+      local moved = true
+      for _, n in ipairs(nodes) do
+        if not n.dead then
+          local slots = h.cmd(n.port, "cluster", "slots")
+          if type(slots) ~= "table" then moved = false break end
+          for _, range in ipairs(slots) do
+            if tonumber(range[3][2]) == port then moved = false break end
+          end
+          if not moved then break end
+        end
+      end
+      if moved and c.wait_ok(0.05) then return true end
+      ngx.sleep(0.05)
+    end
+    return false
+  end
+  --- SIGKILL node n (one of c.nodes); it is skipped from then on.
+  function c.kill(n)
+    n.dead = true
+    return n.signal("KILL")
+  end
+  function c.stop()
+    h.parallel(#nodes, function(i) if not nodes[i].dead then nodes[i].stop() end return true end)
+  end
+
+  -- redis-cli --cluster create waits for the nodes to join (polling every second):
+  -- run it in the background, so this worker keeps serving while it does.
+  local dir = env.prefix .. "/cluster-" .. ports[1]
+  os.execute("mkdir -p " .. dir)
+  local addrs = {}
+  for i = 1, 6 do addrs[i] = "127.0.0.1:" .. ports[i] end
+  local pw = passwords[ports[1]]
+  assert(h.sh(string.format("(%sredis-cli --cluster create %s --cluster-replicas 1 --cluster-yes > %s/create.log 2>&1; " ..
+    "echo $? > %s/create.rc) </dev/null >/dev/null 2>&1 &", pw and "REDISCLI_AUTH=" .. pw .. " " or "",
+    table.concat(addrs, " "), dir, dir)))
+  local rc
+  for _ = 1, 600 do
+    rc = read_file(dir .. "/create.rc")
+    if rc and rc:match("%d") then break end
+    ngx.sleep(0.02)
+  end
+  assert(rc and tonumber(rc:match("%d+")) == 0,
+    "redis-cli --cluster create failed: " .. tostring(read_file(dir .. "/create.log")))
+  assert(c.wait_settled(15), "the cluster did not settle within 15 s (see " .. dir .. ")")
+  ngx.update_time()
+  c.started_in = ngx.now() - t0
+  return c
+end
+
+--- Move `slot` from the master on from_port to the master on to_port, one step
+--- at a time, so a spec can look at the cluster in between:
+---   "begin":  the target IMPORTING from the source, the source MIGRATING to the target
+---             (the source answers ASK for keys of the slot it no longer has);
+---   "keys":   MIGRATE the slot's keys from the source to the target;
+---   "finish": the slot assigned to the target, on the target, the source and every other master
+---             (the source answers MOVED from then on).
+---   "all":    the three in order.
+function _M.migrate_slot(cluster, slot, from_port, to_port, step)
+  local from_id, to_id = cluster.node_id(from_port), cluster.node_id(to_port)
+  if step == "begin" or step == "all" then
+    assert(h.cmd(to_port, "cluster", "setslot", slot, "importing", from_id))
+    assert(h.cmd(from_port, "cluster", "setslot", slot, "migrating", to_id))
+  end
+  if step == "keys" or step == "all" then
+    while true do
+      local keys = assert(h.cmd(from_port, "cluster", "getkeysinslot", slot, 100))
+      if #keys == 0 then break end
+      assert(h.cmd(from_port, "migrate", "127.0.0.1", to_port, "", 0, 5000, "KEYS", unpack(keys)))
+    end
+  end
+  if step == "finish" or step == "all" then
+    assert(h.cmd(to_port, "cluster", "setslot", slot, "node", to_id))
+    assert(h.cmd(from_port, "cluster", "setslot", slot, "node", to_id))
+    for _, m in ipairs(cluster.masters()) do
+      if m ~= from_port and m ~= to_port then assert(h.cmd(m, "cluster", "setslot", slot, "node", to_id)) end
+    end
+  end
+  if step ~= "begin" and step ~= "keys" and step ~= "finish" and step ~= "all" then
+    error("migrate_slot: step must be begin, keys, finish or all, got " .. tostring(step))
+  end
+  return true
+end
+
+return _M

@@ -1,0 +1,88 @@
+-- Error logs. nginx logs at error level what an operator must look at; in
+-- normal operation there is none. Every spec file ends with
+-- h.check_error_logs(expected), which adds a last test that fails on any
+-- [error], [crit], [alert] or [emerg] line written while the file ran (the
+-- runner's error log from where it stood when the file began, and the logs
+-- of every nginx the file started) that matches none of `expected`: Lua
+-- patterns naming the lines a spec causes on purpose (a Redis it kills, a
+-- request it breaks). Name them narrowly; { pattern, max = n } allows at most
+-- n such lines (a spec that stops Redis once expects one timeout, not a flood).
+
+local h = require "harness.base"
+local nginx = require "harness.nginx"
+
+local env, started, size = h.env, nginx.started, nginx.size
+
+local _M = {}
+
+local SEVERE = { "%[error%]", "%[crit%]", "%[alert%]", "%[emerg%]" }
+
+--- Where the error logs stand now: { runner = bytes, started = nginx started so far }.
+function _M.error_log_mark()
+  return { runner = size(env.prefix .. "/logs/error.log"), started = #started }
+end
+
+local function severe(line)
+  for _, p in ipairs(SEVERE) do
+    if line:find(p) then return true end
+  end
+  return false
+end
+
+--- The [error] (and worse) lines since mark that match none of the patterns in `expected`.
+function _M.unexpected_errors(mark, expected)
+  local files = { { env.prefix .. "/logs/error.log", mark.runner } }
+  for i = mark.started + 1, #started do files[#files + 1] = { started[i].log, started[i].from } end
+  local out, seen = {}, {}
+  for _, f in ipairs(files) do
+    local fh = io.open(f[1], "r")
+    if fh then
+      fh:seek("set", f[2])
+      for line in fh:lines() do
+        if severe(line) then
+          local known = false
+          for i, e in ipairs(expected or {}) do
+            local p, max = e, nil
+            if type(e) == "table" then p, max = e[1], e.max end
+            if line:find(p) then
+              seen[i] = (seen[i] or 0) + 1
+              known = max == nil or seen[i] <= max
+              break
+            end
+          end
+          if not known then out[#out + 1] = f[1]:sub(#env.prefix + 2) .. ": " .. line end
+        end
+      end
+      fh:close()
+    end
+  end
+  return out
+end
+
+--- At the end of a spec file (outside its describe blocks): the last test of the file,
+--- "logs no unexpected [error] lines" (see above). `expected`: Lua patterns of the lines it causes on purpose.
+function _M.check_error_logs(expected)
+  local busted = getfenv(2)
+  local mark
+  busted.setup(function() mark = _M.error_log_mark() end)
+  -- Busted names a test after where its function is written (here): the spec file goes into its name.
+  local file = debug.getinfo(2, "S").short_src:match("[^/]*$")
+  busted.it(file .. " logs no unexpected [error], [crit] or [alert] lines", function()
+    local bad = _M.unexpected_errors(mark, expected)
+    -- The distinct messages (without time, pid and connection), each with its count and first line.
+    local seen, order = {}, {}
+    for _, line in ipairs(bad) do
+      local msg = line:gsub("^(%S+: )%d+/%d+/%d+ %d+:%d+:%d+ (%[%a+%]) %d+#%d+: %*?%d* ?", "%1%2 ")
+      if not seen[msg] then
+        seen[msg] = 0
+        order[#order + 1] = msg
+      end
+      seen[msg] = seen[msg] + 1
+    end
+    local out = {}
+    for i = 1, math.min(#order, 20) do out[i] = seen[order[i]] .. " x " .. order[i] end
+    busted.assert.is_true(#bad == 0, #bad .. " unexpected line(s) in the nginx error logs:\n" .. table.concat(out, "\n"))
+  end)
+end
+
+return _M

@@ -1,0 +1,146 @@
+-- nginx instances for the specs, rendered from the templates under nginx/,
+-- and a tiny HTTP client on cosockets to talk to them.
+local h = require "harness.base"
+
+local env, track, read_file, free_port, next_seq = h.env, h.track, h.read_file, h.free_port, h.next_seq
+
+local _M = {}
+
+-- The error logs of the nginx instances start_nginx started, in order, and
+-- their size before (see check_error_logs).
+local started = {}
+
+local function size(path)
+  local f = io.open(path, "r")
+  if not f then return 0 end
+  local n = f:seek("end")
+  f:close()
+  return n
+end
+
+_M.started, _M.size = started, size
+
+--- Whether the runner's nginx was built with `flag` (as `nginx -V` names it,
+--- e.g. "http_auth_request_module"): Debian's has modules an OpenResty build may not.
+function _M.nginx_has(flag)
+  local p = io.popen(env.nginx .. " -V 2>&1")
+  local out = p:read("*a")
+  p:close()
+  return out:find("--with-" .. flag, 1, true) ~= nil
+end
+
+--- Start an nginx from a template under nginx/ with @NAME@ values; returns
+--- { port, prefix, pid, stop(), reload(), workers(), exited(pids), replaced(old, count), error_log() }. It runs
+--- daemonized with its own prefix.
+function _M.start_nginx(template, vars)
+  local port = free_port()
+  local prefix = env.prefix .. "/nginx-" .. next_seq()
+  os.execute("mkdir -p " .. prefix .. "/logs")
+  -- The first substitution of a name wins, so the caller's values go first.
+  local kv = {}
+  for k, v in pairs(vars or {}) do kv[#kv + 1] = k .. "=" .. tostring(v) end
+  kv[#kv + 1] = "HTTP_PORT=" .. port
+  kv[#kv + 1] = "REDIS_PORT=" .. env.redis_port
+  -- A later spec file may get the same prefix (busted loads this module afresh per file): its log from here on.
+  started[#started + 1] = { log = prefix .. "/logs/error.log", from = size(prefix .. "/logs/error.log") }
+  -- nginx gives its workers no environment, so the runner's binary is named here:
+  -- render_conf fills @LUA_MODULES@ for that binary (none when Lua is built in).
+  local cmd = string.format("DLOCK_NGINX=%s bash -c '. %s/nginx/lib.sh; render_conf %s/nginx/%s %s %s/nginx.conf %s'",
+    env.nginx, env.root, env.root, template, prefix, prefix, table.concat(kv, " "))
+  assert(h.sh(cmd), "render_conf failed")
+  assert(h.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -g 'daemon on;' 2>>" .. prefix .. "/logs/start.log"),
+    "nginx did not start: " .. tostring(read_file(prefix .. "/logs/start.log")))
+  local pid
+  for _ = 1, 100 do
+    pid = tonumber(read_file(prefix .. "/logs/nginx.pid") or "")
+    if pid then break end
+    ngx.sleep(0.05)
+  end
+  assert(pid, "nginx wrote no pid file")
+  track(pid)
+  local n = { port = port, prefix = prefix, pid = pid }
+  function n.stop() return h.stop_pid(pid, "QUIT") end
+  function n.workers()
+    local p = io.popen("pgrep -P " .. pid)
+    local out = {}
+    for line in p:lines() do out[#out + 1] = tonumber(line) end
+    p:close()
+    return out
+  end
+  function n.error_log() return read_file(prefix .. "/logs/error.log") or "" end
+  --- nginx -s reload: new workers start, the old ones finish their requests and exit.
+  function n.reload()
+    return h.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -s reload")
+  end
+  --- Until none of `pids` (old workers) is running; true, or false after `seconds`.
+  function n.exited(pids, seconds)
+    return h.eventually(seconds or 5, function()
+      for _, p in ipairs(pids) do
+        if h.sh("kill -0 " .. p .. " 2>/dev/null") then
+          ngx.sleep(0.05)
+          return false
+        end
+      end
+      return true
+    end)
+  end
+  --- After a reload: the old workers (`old`) gone within 5 s and `count` new ones running; true, or false and why.
+  function n.replaced(old, count)
+    if not n.exited(old, 5) then return false, "an old worker still runs 5 s after the reload" end
+    local now = n.workers()
+    if #now ~= count then return false, #now .. " workers run, not " .. count end
+    for _, pid in ipairs(now) do
+      for _, o in ipairs(old) do
+        if o == pid then return false, "worker " .. pid .. " is an old one" end
+      end
+    end
+    return true
+  end
+  for _ = 1, 100 do
+    local res = _M.http(port, "/ping")
+    if res and res.status == 200 then break end
+    ngx.sleep(0.05)
+  end
+  return n
+end
+
+--- GET (or method) over a cosocket; returns { status, headers, body } or nil, err.
+function _M.http(port, path, opts)
+  opts = opts or {}
+  local sock = ngx.socket.tcp()
+  sock:settimeout(opts.timeout or 10000)
+  local ok, err = sock:connect("127.0.0.1", port)
+  if not ok then return nil, err end
+  local lines = { (opts.method or "GET") .. " " .. path .. " HTTP/1.0", "Host: localhost" }
+  for k, v in pairs(opts.headers or {}) do lines[#lines + 1] = k .. ": " .. v end
+  lines[#lines + 1] = "\r\n"
+  local _, serr = sock:send(table.concat(lines, "\r\n"))
+  if serr then sock:close() return nil, serr end
+  if opts.abort_after then
+    -- A client that gives up: close the socket mid-request.
+    ngx.sleep(opts.abort_after / 1000)
+    sock:close()
+    return { aborted = true }
+  end
+  local data, rerr, partial = sock:receive("*a")
+  sock:close()
+  data = data or partial
+  if not data or data == "" then return nil, rerr end
+  local head, body = data:match("^(.-)\r\n\r\n(.*)$")
+  local status = tonumber((head or data):match("^HTTP/%d%.%d (%d+)"))
+  local headers = {}
+  for k, v in (head or ""):gmatch("\r\n([^:\r\n]+): *([^\r\n]*)") do headers[k:lower()] = v end
+  return { status = status, headers = headers, body = body or "" }
+end
+
+--- GET a peer's hammer location, whose body is "<taken> <errors>": how many it took, or nil and why not.
+function _M.hammered(port, path, timeout)
+  local res, err = _M.http(port, path, { timeout = timeout })
+  local got, errs = (res and res.body or ""):match("^(%d+) (%d+)")
+  if not res or res.status ~= 200 or errs ~= "0" then
+    return nil, "peer: " .. tostring(res and res.status or err) .. " " .. tostring(res and res.body)
+  end
+  return tonumber(got)
+end
+
+return _M

@@ -1,0 +1,209 @@
+-- Redis servers for the specs, started as their operators would: standalone
+-- (TLS, passwords), replicas with their sentinels, and the independent
+-- masters of Redlock.
+local h = require "harness.base"
+
+local env, redis, passwords, track, read_file, free_port, next_seq = h.env, h.redis, h.passwords, h.track, h.read_file, h.free_port, h.next_seq
+
+local _M = {}
+
+--- Start a daemonized sentinel watching `master` (name) at 127.0.0.1:master_port,
+--- quorum 2, down after 1 s; returns { port, pid, stop() }. opts.conf: more
+--- sentinel.conf lines (TLS, auth-pass); opts.password: its own requirepass.
+function _M.start_sentinel(name, master_port, opts)
+  opts = opts or {}
+  local port = free_port()
+  local dir = env.prefix .. "/sentinel-" .. port
+  os.execute("mkdir -p " .. dir)
+  local f = assert(io.open(dir .. "/sentinel.conf", "w"))
+  f:write(string.format("port %d\nbind 127.0.0.1\ndir %s\npidfile %s/sentinel.pid\nlogfile %s/sentinel.log\n" ..
+    "daemonize yes\nsentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s 1000\n" ..
+    "sentinel failover-timeout %s 3000\n", port, dir, dir, dir, name, master_port, name, name))
+  if opts.conf then f:write(opts.conf, "\n") end
+  if opts.password then
+    f:write("requirepass ", opts.password, "\n")
+    passwords[port] = opts.password
+  end
+  f:close()
+  assert(h.sh("redis-server " .. dir .. "/sentinel.conf --sentinel"))
+  local pid
+  for _ = 1, 100 do
+    pid = tonumber(read_file(dir .. "/sentinel.pid") or "")
+    if pid and h.sh("bash -c '(exec 3<>/dev/tcp/127.0.0.1/" .. port .. ") 2>/dev/null'") then break end
+    ngx.sleep(0.05)
+  end
+  assert(pid, "redis-sentinel did not start on " .. port)
+  track(pid)
+  local s = { port = port, pid = pid, dir = dir }
+  function s.stop() return h.stop_pid(pid, "TERM") end
+  return s
+end
+
+--- redis-server arguments for a TLS port of its own (a free one), with the
+--- certificate spec/runner/run made (localhost, 127.0.0.1, signed by the CA
+--- nginx trusts); replication, the cluster bus and sentinels speak TLS too.
+function _M.tls_args()
+  local tls = env.prefix .. "/tls"
+  return { "--tls-port " .. free_port(), "--tls-cert-file " .. tls .. "/server.pem", "--tls-key-file " .. tls .. "/server.key",
+    "--tls-ca-cert-file " .. tls .. "/ca.pem", "--tls-auth-clients no", "--tls-replication yes" }
+end
+
+--- Start a daemonized redis-server; returns { port, pid, stop(), kill(sig) }.
+function _M.start_redis(port, ...)
+  port = port or free_port()
+  local dir = env.prefix .. "/redis-" .. port
+  os.execute("mkdir -p " .. dir)
+  local extra = table.concat({ ... }, " ")
+  passwords[port] = extra:match("%-%-requirepass (%S+)")
+  assert(h.sh(string.format(
+    "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir %s " ..
+    "--pidfile %s/redis.pid --logfile %s/redis.log %s", port, dir, dir, dir, extra)))
+  local pid
+  for _ = 1, 100 do
+    pid = tonumber(read_file(dir .. "/redis.pid") or "")
+    if pid and h.sh("bash -c '(exec 3<>/dev/tcp/127.0.0.1/" .. port .. ") 2>/dev/null'") then break end
+    ngx.sleep(0.05)
+  end
+  assert(pid, "redis-server did not start on " .. port)
+  track(pid)
+  local r = { port = port, pid = pid, dir = dir, tls_port = tonumber(extra:match("%-%-tls%-port (%d+)")) }
+  function r.signal(sig) return h.sh("kill -" .. sig .. " " .. pid) end
+  function r.stop() return h.stop_pid(pid, "TERM") end
+  return r
+end
+
+--- A master, `replicas` replicas of it (1 unless told) and three sentinels (quorum 2)
+--- naming it `name` ("locks" unless told): { master, replicas = {...}, sentinels = {...},
+--- nodes() ("host:port" of the sentinels), master_port() (as the first live sentinel
+--- names it), failover() (SENTINEL FAILOVER, once the sentinels take it; the new
+--- master's port), stop() }. The replicas are linked before the sentinels start, so
+--- the sentinels know them from their first look at the master.
+function _M.start_sentinel_set(opts)
+  opts = opts or {}
+  local name, n = opts.name or "locks", opts.replicas or 1
+  local s = { sentinels = {}, replicas = {} }
+  s.master = _M.start_redis(nil, "--repl-diskless-sync-delay 0")
+  s.replicas = h.parallel(n, function()
+    return _M.start_redis(nil, "--replicaof 127.0.0.1 " .. s.master.port, "--repl-diskless-sync-delay 0")
+  end)
+  assert(h.eventually(5, function()
+    for _, r in ipairs(s.replicas) do
+      if not (h.cmd(r.port, "info", "replication") or ""):find("master_link_status:up", 1, true) then return false end
+    end
+    return true
+  end), "the replicas did not link to their master")
+  for i = 1, 3 do s.sentinels[i] = _M.start_sentinel(name, s.master.port) end
+  -- The sentinels know each other and the replicas after a few hellos.
+  local want = "slaves=" .. n .. ",sentinels=3"
+  assert(h.eventually(10, function()
+    return (h.cmd(s.sentinels[1].port, "info", "sentinel") or ""):find(want, 1, true)
+  end), "the sentinels did not find the replicas and each other")
+  function s.nodes()
+    local out = {}
+    for i, x in ipairs(s.sentinels) do out[i] = "127.0.0.1:" .. x.port end
+    return out
+  end
+  function s.master_port()
+    for _, x in ipairs(s.sentinels) do
+      local addr = h.cmd(x.port, "sentinel", "get-master-addr-by-name", name)
+      if type(addr) == "table" then return tonumber(addr[2]) end
+    end
+  end
+  --- Until the sentinels name a master other than `old`; its port, or nil after `seconds`.
+  function s.wait_new_master(old, seconds)
+    local new
+    h.eventually(seconds or 10, function()
+      new = s.master_port()
+      return new and new ~= old
+    end)
+    return new ~= old and new or nil
+  end
+  function s.failover()
+    local old = s.master_port()
+    -- Refused (NOGOODSLAVE, INPROG) until the sentinels see a replica fit to promote.
+    local ok
+    h.eventually(15, function()
+      ok = h.cmd(s.sentinels[1].port, "sentinel", "failover", name)
+      if ok ~= "OK" then ngx.sleep(0.1) end
+      return ok == "OK"
+    end)
+    assert(ok == "OK", "the sentinels took no failover: " .. tostring(ok))
+    return assert(s.wait_new_master(old, 5), "no new master 5 s after SENTINEL FAILOVER")
+  end
+  function s.stop()
+    -- The sentinels first (none takes a failover as the servers go), then the servers, each set at once.
+    h.parallel(#s.sentinels, function(i) return s.sentinels[i].stop() end)
+    local servers = { s.master, unpack(s.replicas) }
+    h.parallel(#servers, function(i) return servers[i].stop() end)
+  end
+  return s
+end
+
+-- Is a fresh value SET on the master at `port` acknowledged (WAIT, on the same
+-- connection) by n replicas, and read back from that many of them?
+local function replicated_once(port, n)
+  local value = tostring(next_seq())
+  local red = redis:new()
+  red:set_timeout(1000)
+  if not red:connect("127.0.0.1", port) then return false end
+  local ok = red:set("dlock-spec:replicated", value)
+  local acked = ok and red:wait(n, 100)
+  local info = red:info("replication")
+  red:close()
+  local seen = 0
+  if type(acked) == "number" and acked >= n and type(info) == "string" then
+    for rport in info:gmatch("slave%d+:[^\r\n]*port=(%d+),state=online") do
+      if h.cmd(tonumber(rport), "get", "dlock-spec:replicated") == value then seen = seen + 1 end
+    end
+  end
+  return seen >= n
+end
+
+--- Until writes on the master at `port` stream to `n` (1) replicas. Neither
+--- "state=online" nor one acknowledged write is sign enough: a write made while
+--- a replica syncs is in the snapshot it loads (acknowledged, and there to read
+--- back), yet after a diskless sync the master streams nothing more to it until
+--- its next REPLCONF ACK, up to a second later. So twice: the second write comes
+--- after the replica loaded the first, and reaches it only by the stream.
+function _M.wait_replicated(port, seconds, n)
+  n = n or 1
+  return h.eventually(seconds or 15, function()
+    if replicated_once(port, n) and replicated_once(port, n) then return true end
+    ngx.sleep(0.05)
+    return false
+  end)
+end
+
+--- The pid of the runner's Redis (the first process in <prefix>/pids).
+function _M.main_redis_pid()
+  local info = h.cmd(nil, "info", "server")
+  return tonumber(info:match("process_id:(%d+)"))
+end
+
+--- n independent redis-servers (no replication between them), for Redlock.
+--- Returns { nodes = { {port, pid, dir, signal, stop}... }, ports = {...},
+--- addrs = { "127.0.0.1:port"... }, stop(), started_in }.
+function _M.start_redlock(n, ...)
+  ngx.update_time()
+  local t0 = ngx.now()
+  local ports, taken = {}, {}
+  for i = 1, n do
+    local p
+    repeat p = free_port() until not taken[p]
+    taken[p] = true
+    ports[i] = p
+  end
+  local extra = { ... }
+  local nodes = h.parallel(n, function(i) return _M.start_redis(ports[i], unpack(extra)) end)
+  local addrs = {}
+  for i = 1, n do addrs[i] = "127.0.0.1:" .. ports[i] end
+  local r = { nodes = nodes, ports = ports, addrs = addrs }
+  function r.stop()
+    h.parallel(n, function(i) return nodes[i].stop() end)
+  end
+  ngx.update_time()
+  r.started_in = ngx.now() - t0
+  return r
+end
+
+return _M

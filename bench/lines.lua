@@ -96,7 +96,7 @@ end
 -- whole wait in vain) or "err ...". Each critical section is kept in the
 -- instance's shared dict as "enter_us leave_us pid" (CLOCK_MONOTONIC, the same
 -- clock in every process of the machine; leave = before the release call), for
--- bench.js to merge the two instances' sections into hand-offs (GET /sections).
+-- bench/perf/contention.js to merge the two instances' sections into hand-offs (GET /sections).
 local function section(enter, leave)
   ngx.shared.bench:rpush("sections", string.format("%.0f %.0f %d", enter, leave, ngx.worker.pid()))
 end

@@ -1,13 +1,10 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.core.check")
 local shared = require("resty.dlock.gateway.common")
 local digest = require("resty.dlock.gateway.digest")
 local inflight = require("resty.dlock.gateway.inflight")
 local lockLocal = require("resty.dlock.gateway.lock_local")
 local stats = require("resty.dlock.gateway.stats")
-local ngx_log = ngx.log
-local ERR = ngx.ERR
 local read_body = ngx.req.read_body
 local hashed = digest.key
 local incr = stats.incr
@@ -20,12 +17,9 @@ local function onRedisFailure(g, key)
         lockLocal.access(g, g["local"], key, reject)
         return
     end
-    if g.onError == "allow" then
-        incr(g.dict, g.name, "failed_open")
-        return
+    if not stats.failedOpen(g) then
+        reject(g, g.errorStatus, nil)
     end
-    incr(g.dict, g.name, "failed_closed")
-    reject(g, g.errorStatus, nil)
 end
 local guardMethods = {
     access = function(self)
@@ -82,15 +76,7 @@ local guardMethods = {
             reject(self, self.rejectStatus, retryAfter)
             return
         end
-        incr(self.dict, self.name, "redis_errors")
-        stats.failure(self.dict, self.name, self.breakerFailures, self.breakerCooldown)
-        ngx_log(
-            ERR,
-            "dlock: guard ",
-            self.name,
-            ": ",
-            check.reason(err)
-        )
+        stats.redisFailed(self, err)
         onRedisFailure(self, key)
     end,
     log = function(self)

@@ -6,8 +6,6 @@ local stats = require("resty.dlock.gateway.stats")
 local ngx_now = ngx.now
 local ngx_sleep = ngx.sleep
 local ngx_update_time = ngx.update_time
-local ngx_log = ngx.log
-local ERR = ngx.ERR
 local lua_pairs = pairs
 local lua_tostring = tostring
 local math_max = math.max
@@ -152,14 +150,7 @@ local function probeRedis(premature, g)
     end
     local lease, err = g.locks:acquire("dlock-probe", g.tryOpts)
     if lease == nil and err ~= "busy" and err ~= "timeout" then
-        stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown)
-        ngx_log(
-            ERR,
-            "dlock: guard ",
-            g.name,
-            ": ",
-            check.reason(err)
-        )
+        stats.noteFailure(g, err)
         return
     end
     if lease ~= nil then

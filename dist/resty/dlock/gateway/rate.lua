@@ -34,8 +34,6 @@ local decide = core.decide
 str_format = string.format
 tbl_concat = table.concat
 math_ceil = math.ceil
-local ngx_log = ngx.log
-local ERR = ngx.ERR
 local hashed = digest.key
 local str_sub = string.sub
 local lua_pairs = pairs
@@ -63,12 +61,9 @@ local function onRedisFailure(g, k)
         incr(g.dict, g.name, "local_admitted")
         return
     end
-    if g.onError == "allow" then
-        incr(g.dict, g.name, "failed_open")
-        return
+    if not stats.failedOpen(g) then
+        finish(g, g.errorStatus, nil)
     end
-    incr(g.dict, g.name, "failed_closed")
-    finish(g, g.errorStatus, nil)
 end
 --- Has this request been decided for already (it came back through an internal redirect)? Marks it when not.
 local function again(g)
@@ -125,15 +120,7 @@ local function access(g)
         g.cost
     )
     if reply == nil then
-        incr(g.dict, g.name, "redis_errors")
-        stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown)
-        ngx_log(
-            ERR,
-            "dlock: guard ",
-            g.name,
-            ": ",
-            check.reason(err)
-        )
+        stats.redisFailed(g, err)
         onRedisFailure(
             g,
             str_sub(rkey, #g.prefix + 1)

@@ -1,6 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
 local stats = require("resty.dlock.gateway.stats")
 local ngx_now = ngx.now
@@ -8,8 +7,6 @@ local math_floor = math.floor
 local math_ceil = math.ceil
 local math_max = math.max
 local str_format = string.format
-local ngx_log = ngx.log
-local ERR = ngx.ERR
 --- The shares of guard `name`'s limits on one nginx of `fleet`.
 function ____exports.shares(ls, fleet, name)
     local out = {}
@@ -79,14 +76,7 @@ local function probeRedis(premature, g)
         1
     )
     if reply == nil then
-        stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown)
-        ngx_log(
-            ERR,
-            "dlock: guard ",
-            g.name,
-            ": ",
-            check.reason(err)
-        )
+        stats.noteFailure(g, err)
         return
     end
     stats.success(g.dict, g.name)

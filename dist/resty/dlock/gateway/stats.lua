@@ -1,5 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
+local check = require("resty.dlock.core.check")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local NOTICE = ngx.NOTICE
@@ -134,6 +135,33 @@ function ____exports.success(dict, guard)
     if v == HALF then
         ngx_log(NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed")
     end
+end
+--- Redis failed a guard: told to the breaker, logged (a probe of a half-open breaker stops here).
+function ____exports.noteFailure(g, err)
+    ____exports.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown)
+    ngx_log(
+        ERR,
+        "dlock: guard ",
+        g.name,
+        ": ",
+        check.reason(err)
+    )
+end
+--- Redis failed a request's call: counted as redis_errors, then as noteFailure.
+function ____exports.redisFailed(g, err)
+    ____exports.incr(g.dict, g.name, "redis_errors")
+    ____exports.noteFailure(g, err)
+end
+--- Redis cannot decide and nothing local does: true when on_error = "allow"
+-- lets the request through (counted failed_open), false when the guard must
+-- refuse it (counted failed_closed).
+function ____exports.failedOpen(g)
+    if g.onError == "allow" then
+        ____exports.incr(g.dict, g.name, "failed_open")
+        return true
+    end
+    ____exports.incr(g.dict, g.name, "failed_closed")
+    return false
 end
 --- Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx.
 function ____exports.adjust(dict, guard, gauge, delta)

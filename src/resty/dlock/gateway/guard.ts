@@ -2,7 +2,6 @@
 // decides for a request, log() ends what it took. Made by gateway.new
 // (gateway.ts), which checks the options and builds the lock underneath.
 
-import * as check from "../core/check";
 import type * as lease from "../core/lease";
 import * as shared from "./common";
 import * as digest from "./digest";
@@ -11,8 +10,6 @@ import type * as keys from "./key";
 import * as lockLocal from "./lock_local";
 import * as stats from "./stats";
 
-const ngx_log = ngx.log;
-const ERR = ngx.ERR;
 const read_body = ngx.req.read_body;
 const hashed = digest.key;
 const incr = stats.incr;
@@ -85,12 +82,7 @@ function onRedisFailure(g: Guard, key: string): void {
     lockLocal.access(g, g.local, key, reject);
     return;
   }
-  if (g.onError === "allow") {
-    incr(g.dict, g.name, "failed_open");
-    return;
-  }
-  incr(g.dict, g.name, "failed_closed");
-  reject(g, g.errorStatus, undefined);
+  if (!stats.failedOpen(g)) reject(g, g.errorStatus, undefined);
 }
 
 const guardMethods = {
@@ -133,9 +125,7 @@ const guardMethods = {
       reject(this, this.rejectStatus, retryAfter);
       return;
     }
-    incr(this.dict, this.name, "redis_errors");
-    stats.failure(this.dict, this.name, this.breakerFailures, this.breakerCooldown);
-    ngx_log(ERR, "dlock: guard ", this.name, ": ", check.reason(err));
+    stats.redisFailed(this, err);
     onRedisFailure(this, key);
   },
 

@@ -27,8 +27,6 @@ import * as stats from "./stats";
 const ngx_now = ngx.now;
 const ngx_sleep = ngx.sleep;
 const ngx_update_time = ngx.update_time;
-const ngx_log = ngx.log;
-const ERR = ngx.ERR;
 const lua_pairs = pairs;
 const lua_tostring = tostring;
 const math_max = math.max;
@@ -168,8 +166,7 @@ function probeRedis(this: void, premature: boolean, g: guard.Guard): void {
   if (premature) return;
   const [lease, err] = g.locks.acquire("dlock-probe", g.tryOpts);
   if (lease === undefined && err !== "busy" && err !== "timeout") {
-    stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
-    ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
+    stats.noteFailure(g, err);
     return;
   }
   if (lease !== undefined) lease.release();

@@ -32,8 +32,6 @@ const decide = core.decide;
 const str_format = string.format;
 const tbl_concat = table.concat;
 const math_ceil = math.ceil;
-const ngx_log = ngx.log;
-const ERR = ngx.ERR;
 const hashed = digest.key;
 const str_sub = string.sub;
 const lua_pairs = pairs;
@@ -99,12 +97,7 @@ function onRedisFailure(g: Guard, k: string): void {
     incr(g.dict, g.name, "local_admitted");
     return;
   }
-  if (g.onError === "allow") {
-    incr(g.dict, g.name, "failed_open");
-    return;
-  }
-  incr(g.dict, g.name, "failed_closed");
-  finish(g, g.errorStatus, undefined);
+  if (!stats.failedOpen(g)) finish(g, g.errorStatus, undefined);
 }
 
 /** The RateLimit fields of a reply. */
@@ -160,9 +153,7 @@ function access(g: Guard): void {
   }
   const [reply, err] = decide(g.conf, rkey, g.limits, "1", g.cost);
   if (reply === undefined) {
-    incr(g.dict, g.name, "redis_errors");
-    stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
-    ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
+    stats.redisFailed(g, err);
     onRedisFailure(g, str_sub(rkey, g.prefix.length + 1));
     return;
   }

@@ -14,7 +14,6 @@
 // over either way: the first Redis decision after the fallback starts from
 // what Redis last knew.
 
-import * as check from "../core/check";
 import * as core from "../core/rate";
 import type * as rate from "./rate";
 import * as stats from "./stats";
@@ -24,8 +23,6 @@ const math_floor = math.floor;
 const math_ceil = math.ceil;
 const math_max = math.max;
 const str_format = string.format;
-const ngx_log = ngx.log;
-const ERR = ngx.ERR;
 
 /** A limit's share on this nginx: its interval (us), its capacity (interval x burst share), its dict keys' prefix. */
 export interface Share {
@@ -88,8 +85,7 @@ function probeRedis(this: void, premature: boolean, g: rate.Guard): void {
   if (premature) return;
   const [reply, err] = core.decide(g.conf, g.prefix + "probe", g.limits, "0", 1);
   if (reply === undefined) {
-    stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
-    ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
+    stats.noteFailure(g, err);
     return;
   }
   stats.success(g.dict, g.name);

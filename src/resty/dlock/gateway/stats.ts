@@ -9,6 +9,8 @@
 // anything to reset?, acquired, in_flight) and one more when it ends: the keys
 // are made once per guard, not per call.
 
+import * as check from "../core/check";
+
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const NOTICE = ngx.NOTICE;
@@ -146,6 +148,41 @@ export function success(dict: NgxSharedDict, guard: string): void {
   if (v === HALF) {
     ngx_log(NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed");
   }
+}
+
+/** What a guard's failure handling needs of it. */
+interface Failing {
+  readonly dict: NgxSharedDict;
+  readonly name: string;
+  readonly breakerFailures: number;
+  readonly breakerCooldown: number;
+  readonly onError: string;
+}
+
+/** Redis failed a guard: told to the breaker, logged (a probe of a half-open breaker stops here). */
+export function noteFailure(g: Failing, err: string | undefined): void {
+  failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
+  ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
+}
+
+/** Redis failed a request's call: counted as redis_errors, then as noteFailure. */
+export function redisFailed(g: Failing, err: string | undefined): void {
+  incr(g.dict, g.name, "redis_errors");
+  noteFailure(g, err);
+}
+
+/**
+ * Redis cannot decide and nothing local does: true when on_error = "allow"
+ * lets the request through (counted failed_open), false when the guard must
+ * refuse it (counted failed_closed).
+ */
+export function failedOpen(g: Failing): boolean {
+  if (g.onError === "allow") {
+    incr(g.dict, g.name, "failed_open");
+    return true;
+  }
+  incr(g.dict, g.name, "failed_closed");
+  return false;
 }
 
 /** Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx. */

@@ -99,16 +99,7 @@ local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')
 end
-local mine
-if ARGV[4] ~= '' then
-  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')
-  mine = deadline .. ' ' .. ARGV[1]
-  -- back in line at its old place, had its turn come and gone while it was away
-  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then
-    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end
-  end
-end
--- MARK with no live reader left (a reservation ran out): the key is free.
+` + scripts.REJOIN + `-- MARK with no live reader left (a reservation ran out): the key is free.
 -- A free key has no readers: whatever the set still holds is stale.
 if v == MARK and not sync() then
   redis.call('DEL', KEYS[1])
@@ -158,17 +149,7 @@ if not v or v == MARK then
     end
   end
 end
-local ticket = ARGV[4]
-local wait = tonumber(ARGV[3])
-if ticket == '' and wait > 0 then
-  local issued = t[1] .. string.format('%06d', t[2])
-  ticket = issued .. ' ' .. (now + wait)
-  mine = (now + wait) .. ' ' .. ARGV[1]
-  redis.call('ZADD', Q, issued, mine)
-  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end
-end
-return { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }
-`;
+` + scripts.TICKET;
 }
 
 /**

@@ -128,6 +128,34 @@ local function pass_on()
 end
 `;
 
+// A waiter back with its ticket (ARGV[4], "<issued> <deadline>") takes its old
+// place in line again (`mine`), unless its deadline has passed. After LINE and clock().
+export const REJOIN = `local mine
+if ARGV[4] ~= '' then
+  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')
+  mine = deadline .. ' ' .. ARGV[1]
+  -- back in line at its old place, had its turn come and gone while it was away
+  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then
+    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end
+  end
+end
+`;
+
+// The reply of an acquire that did not take the key: a waiter without a ticket
+// that will wait (ARGV[3] ms) joins the line and gets one; { PTTL of the holder,
+// ticket, place in line }. The end of a queued acquire's script.
+export const TICKET = `local ticket = ARGV[4]
+local wait = tonumber(ARGV[3])
+if ticket == '' and wait > 0 then
+  local issued = t[1] .. string.format('%06d', t[2])
+  ticket = issued .. ' ' .. (now + wait)
+  mine = (now + wait) .. ' ' .. ARGV[1]
+  redis.call('ZADD', Q, issued, mine)
+  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end
+end
+return { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }
+`;
+
 // KEYS[1] lock, (KEYS[2] fence counter,) the queue last; ARGV[1] token, ARGV[2]
 // ttl ms, ARGV[3] ms the caller will wait (0: take it or leave), ARGV[4] its
 // ticket ("<issued> <deadline>", "" before it has one). TAKE is what taking
@@ -137,16 +165,7 @@ function queuedAcquire(take: string): string {
   return ${take}  -- nobody in line, and the key free
 end
 ` + LINE + `clock()
-local mine
-if ARGV[4] ~= '' then
-  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')
-  mine = deadline .. ' ' .. ARGV[1]
-  -- back in line at its old place, had its turn come and gone while it was away
-  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then
-    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end
-  end
-end
-local v = redis.pcall('GET', KEYS[1])
+` + REJOIN + `local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')
 end
@@ -165,17 +184,7 @@ if take then
   end
   return ${take}
 end
-local ticket = ARGV[4]
-local wait = tonumber(ARGV[3])
-if ticket == '' and wait > 0 then
-  local issued = t[1] .. string.format('%06d', t[2])
-  ticket = issued .. ' ' .. (now + wait)
-  mine = (now + wait) .. ' ' .. ARGV[1]
-  redis.call('ZADD', Q, issued, mine)
-  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end
-end
-return { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }
-`;
+` + TICKET;
 }
 
 /**

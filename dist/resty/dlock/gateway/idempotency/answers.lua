@@ -1,12 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local check = require("resty.dlock.core.check")
 local stats = require("resty.dlock.gateway.stats")
 local keys = require("resty.dlock.gateway.key")
 local lua_tostring = tostring
 local lua_pairs = pairs
-local ngx_log = ngx.log
-local ERR = ngx.ERR
 local HTTP_OK = ngx.HTTP_OK
 local ngx_header = ngx.header
 local ngx_exit = ngx.exit
@@ -136,21 +133,11 @@ function ____exports.keyFailure(g, problemText)
 end
 function ____exports.onRedisFailure(g, err)
     if err ~= nil then
-        stats.incr(g.dict, g.name, "redis_errors")
-        stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown)
-        ngx_log(
-            ERR,
-            "dlock: guard ",
-            g.name,
-            ": ",
-            check.reason(err)
-        )
+        stats.redisFailed(g, err)
     end
-    if g.onError == "allow" then
-        stats.incr(g.dict, g.name, "failed_open")
+    if stats.failedOpen(g) then
         return
     end
-    stats.incr(g.dict, g.name, "failed_closed")
     ____exports.problem(
         g,
         g.errorStatus,

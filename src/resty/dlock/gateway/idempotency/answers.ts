@@ -1,7 +1,6 @@
 // What a request the guard does not let through is sent: the stored response
 // (a replay), or an RFC 9457 problem saying why not. Each ends the request.
 
-import * as check from "../../core/check";
 import * as stats from "../stats";
 import * as keys from "../key";
 import type * as claims from "./claim";
@@ -9,8 +8,6 @@ import type * as options from "./options";
 
 const lua_tostring = tostring;
 const lua_pairs = pairs;
-const ngx_log = ngx.log;
-const ERR = ngx.ERR;
 const HTTP_OK = ngx.HTTP_OK;
 const ngx_header = ngx.header;
 const ngx_exit = ngx.exit;
@@ -121,17 +118,9 @@ export function keyFailure(g: Guard, problemText: string): void {
 }
 
 export function onRedisFailure(g: Guard, err: string | undefined): void {
-  if (err !== undefined) {
-    stats.incr(g.dict, g.name, "redis_errors");
-    stats.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
-    ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
-  }
-  if (g.onError === "allow") {
-    // Runs without protection against a second execution: counted, logged above.
-    stats.incr(g.dict, g.name, "failed_open");
-    return;
-  }
-  stats.incr(g.dict, g.name, "failed_closed");
+  if (err !== undefined) stats.redisFailed(g, err);
+  // on_error = "allow" runs it without protection against a second execution: counted, logged above.
+  if (stats.failedOpen(g)) return;
   problem(g, g.errorStatus, "unavailable", "Idempotency keys cannot be checked right now",
     "the store of idempotency keys is unavailable; retry later with the same key");
 }

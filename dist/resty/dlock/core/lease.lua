@@ -57,13 +57,9 @@ local leaseMethods = {
         if perr ~= nil then
             return nil, perr
         end
-        local ms = self.ttl
-        if ttl ~= nil then
-            local n, terr = options.checkTtl(ttl)
-            if n == nil then
-                return nil, terr
-            end
-            ms = n
+        local ms, terr = options.extendTtl(ttl, self.ttl)
+        if ms == nil then
+            return nil, terr
         end
         if self._released then
             return nil, "not_owner"

@@ -137,13 +137,9 @@ local multiMethods = {
         if perr ~= nil then
             return nil, perr
         end
-        local ms = self.ttl
-        if ttl ~= nil then
-            local n, terr = options.checkTtl(ttl)
-            if n == nil then
-                return nil, terr
-            end
-            ms = n
+        local ms, terr = options.extendTtl(ttl, self.ttl)
+        if ms == nil then
+            return nil, terr
         end
         local parts = self._parts
         for i = 1, #parts do

@@ -148,6 +148,13 @@ ____exports.newLocks = schema.compile("dlock.new options", ____exports.NEW_LOCKS
 ____exports.newSemaphore = schema.compile("semaphore.new options", ____exports.NEW_SEMAPHORE, {labels = ""})
 --- lease:extend(ttl): the ttl of an acquire.
 ____exports.checkTtl = schema.one(____exports.TTL)
+--- An extend's ttl (ms): the one given, checked, or the lease's current one when none is.
+function ____exports.extendTtl(ttl, current)
+    if ttl == nil then
+        return current, nil
+    end
+    return ____exports.checkTtl(ttl)
+end
 --- What a factory's leases need of its options; its shared dict made ready.
 function ____exports.store(o)
     ledger.prepare(o.dict)

@@ -59,7 +59,7 @@ ____exports.READ_EXTEND = script(
 -- the last reader's handing the key on. Replies as scripts.DROP.
 ____exports.READ_DROP = script(
     "shared drop",
-    ((scripts.QUEUE .. scripts.LINE) .. READERS) .. "clock()\nlocal tail = ' ' .. ARGV[1]\nlocal dropped = 0\nfor _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n  if string.sub(m, -#tail) == tail then\n    dropped = redis.call('ZREM', Q, m)\n    break\n  end\nend\nlocal v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return hand_on()\nend\nif v == MARK and redis.call('ZREM', R, ARGV[1]) == 1 then\n  if sync() then return 1 end\n  redis.call('DEL', KEYS[1])\n  return hand_on()\nend\nreturn dropped\n",
+    ((((scripts.QUEUE .. scripts.LINE) .. READERS) .. "clock()\n") .. scripts.LEAVE) .. "local v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return hand_on()\nend\nif v == MARK and redis.call('ZREM', R, ARGV[1]) == 1 then\n  if sync() then return 1 end\n  redis.call('DEL', KEYS[1])\n  return hand_on()\nend\nreturn dropped\n",
     3,
     nil,
     nil,

@@ -155,12 +155,8 @@ const leaseMethods = {
   extend(this: Lease, ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]> {
     const perr = phaseError("extend");
     if (perr !== undefined) return $multi(undefined, perr);
-    let ms = this.ttl;
-    if (ttl !== undefined) {
-      const [n, terr] = options.checkTtl(ttl);
-      if (n === undefined) return $multi(undefined, terr);
-      ms = n;
-    }
+    const [ms, terr] = options.extendTtl(ttl, this.ttl);
+    if (ms === undefined) return $multi(undefined, terr);
     if (this._released) {
       return $multi(undefined, "not_owner");
     }

@@ -160,12 +160,8 @@ const multiMethods = {
   extend(this: MultiLease, ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]> {
     const perr = lease.phaseError("extend");
     if (perr !== undefined) return $multi(undefined, perr);
-    let ms = this.ttl;
-    if (ttl !== undefined) {
-      const [n, terr] = options.checkTtl(ttl);
-      if (n === undefined) return $multi(undefined, terr);
-      ms = n;
-    }
+    const [ms, terr] = options.extendTtl(ttl, this.ttl);
+    if (ms === undefined) return $multi(undefined, terr);
     const parts = this._parts;
     for (const i of $range(1, parts.length)) {
       if (parts[i - 1]!._released) {

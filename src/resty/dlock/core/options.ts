@@ -124,6 +124,12 @@ export const newSemaphore = schema.compile<NewSemaphore>("semaphore.new options"
 /** lease:extend(ttl): the ttl of an acquire. */
 export const checkTtl = schema.one<number>(TTL);
 
+/** An extend's ttl (ms): the one given, checked, or the lease's current one when none is. */
+export function extendTtl(ttl: unknown, current: number): LuaMultiReturn<[number | undefined, string | undefined]> {
+  if (ttl === undefined) return $multi(current, undefined);
+  return checkTtl(ttl);
+}
+
 // ------------------------------------------------------------------ factories
 
 /** What a factory's leases need of its options; its shared dict made ready. */

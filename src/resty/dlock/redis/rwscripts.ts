@@ -215,15 +215,7 @@ return 1
  * the last reader's handing the key on. Replies as scripts.DROP.
  */
 export const READ_DROP = script("shared drop", scripts.QUEUE + scripts.LINE + READERS + `clock()
-local tail = ' ' .. ARGV[1]
-local dropped = 0
-for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
-  if string.sub(m, -#tail) == tail then
-    dropped = redis.call('ZREM', Q, m)
-    break
-  end
-end
-local v = redis.call('GET', KEYS[1])
+` + scripts.LEAVE + `local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return hand_on()

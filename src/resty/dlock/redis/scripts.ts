@@ -156,6 +156,18 @@ end
 return { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }
 `;
 
+// A waiter that is gone leaves the line: its ticket (the member ending in its
+// token, ARGV[1]) is removed; `dropped` says whether it was there. After clock().
+export const LEAVE = `local tail = ' ' .. ARGV[1]
+local dropped = 0
+for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
+  if string.sub(m, -#tail) == tail then
+    dropped = redis.call('ZREM', Q, m)
+    break
+  end
+end
+`;
+
 // KEYS[1] lock, (KEYS[2] fence counter,) the queue last; ARGV[1] token, ARGV[2]
 // ttl ms, ARGV[3] ms the caller will wait (0: take it or leave), ARGV[4] its
 // ticket ("<issued> <deadline>", "" before it has one). TAKE is what taking
@@ -218,15 +230,7 @@ return pass_on()
  * next waiter's token then (as RELEASE_QUEUED), else 0.
  */
 export const DROP = script("drop", QUEUE + LINE + `clock()
-local tail = ' ' .. ARGV[1]
-local dropped = 0
-for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
-  if string.sub(m, -#tail) == tail then
-    dropped = redis.call('ZREM', Q, m)
-    break
-  end
-end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+` + LEAVE + `if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return pass_on()
 end

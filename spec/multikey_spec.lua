@@ -291,15 +291,8 @@ end)
 
 --- GET /crash-hold-all?keys=... on a connection kept open: { pid, token, sock }.
 local function crash_hold(port, keys)
-  local sock = ngx.socket.tcp()
-  sock:settimeout(5000)
-  assert(sock:connect("127.0.0.1", port))
-  assert(sock:send("GET /crash-hold-all?keys=" .. table.concat(keys, ",") .. " HTTP/1.1\r\nHost: x\r\n\r\n"))
-  while true do
-    local line = assert(sock:receive("*l"))
-    local pid, tok = line:match("^(%d+) (%S+)$")
-    if pid then return { pid = tonumber(pid), token = tok, sock = sock } end
-  end
+  local pid, tok, sock = h.hold_open(port, "/crash-hold-all?keys=" .. table.concat(keys, ","), "^(%d+) (%S+)$")
+  return { pid = tonumber(pid), token = tok, sock = sock }
 end
 
 describe("acquire_all across two nginx (standalone)", function()

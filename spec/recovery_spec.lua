@@ -5,15 +5,8 @@ local h = require "helpers"
 
 --- GET /crash-hold?key=K on a connection kept open: { pid, lock token, permit token, sock }.
 local function hold(port, key)
-  local sock = ngx.socket.tcp()
-  sock:settimeout(5000)
-  assert(sock:connect("127.0.0.1", port))
-  assert(sock:send("GET /crash-hold?key=" .. key .. " HTTP/1.1\r\nHost: x\r\n\r\n"))
-  while true do
-    local line = assert(sock:receive("*l"))
-    local pid, lt, pt = line:match("^(%d+) (%S+) (%S+)$")
-    if pid then return { pid = tonumber(pid), lock = lt, permit = pt, sock = sock } end
-  end
+  local pid, lt, pt, sock = h.hold_open(port, "/crash-hold?key=" .. key, "^(%d+) (%S+) (%S+)$")
+  return { pid = tonumber(pid), lock = lt, permit = pt, sock = sock }
 end
 
 local now = h.now

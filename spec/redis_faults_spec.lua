@@ -130,19 +130,12 @@ describe("redis faults", function()
     local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("unreach"),
       redis = { port = r.port, read_timeout = 200, connect_timeout = 100 } }))
     assert(locks:acquire("warm")):release()   -- leaves one pooled connection
-    r.signal("STOP")
-    local fillers = {}
-    for i = 1, 8 do
-      local s = ngx.socket.tcp()
-      s:settimeout(100)
-      if s:connect("127.0.0.1", r.port) then fillers[#fillers + 1] = s end
-    end
+    local resume = cut_off(r)
     local lease, err = locks:acquire("a", { ttl = 2000 })
     assert.is_nil(lease)
     assert.matches("outcome unknown", err)
     ngx.sleep(2.5)
-    for _, s in ipairs(fillers) do s:close() end
-    r.signal("CONT")
+    resume()
     assert.is_true(gone_within(1, r.port, locks.prefix .. "a"))
     r.stop()
   end)

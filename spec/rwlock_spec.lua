@@ -423,15 +423,8 @@ describe("shared locks across nginx", function()
   it("gives back the reader lease of a SIGKILLed worker, and not the reader of the worker still alive", function()
     --- GET /crash-read?key=K on a connection kept open: { pid, token, sock }.
     local function hold(key)
-      local sock = ngx.socket.tcp()
-      sock:settimeout(5000)
-      assert(sock:connect("127.0.0.1", peer.port))
-      assert(sock:send("GET /crash-read?key=" .. key .. " HTTP/1.1\r\nHost: x\r\n\r\n"))
-      while true do
-        local line = assert(sock:receive("*l"))
-        local pid, tok = line:match("^(%d+) (%S+)$")
-        if pid then return { pid = tonumber(pid), token = tok, sock = sock } end
-      end
+      local pid, tok, sock = h.hold_open(peer.port, "/crash-read?key=" .. key, "^(%d+) (%S+)$")
+      return { pid = tonumber(pid), token = tok, sock = sock }
     end
     local key = h.unique("rd")
     local rkey = "crash:" .. key

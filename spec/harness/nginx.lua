@@ -143,4 +143,22 @@ function _M.hammered(port, path, timeout)
   return tonumber(got)
 end
 
+--- GET path on a connection kept open (HTTP/1.1): the crash-hold locations
+--- stream a line saying what they took, then hold it until the worker dies.
+--- Reads lines until one matches `pattern`; returns its captures, then the socket.
+function _M.hold_open(port, path, pattern)
+  local sock = ngx.socket.tcp()
+  sock:settimeout(5000)
+  assert(sock:connect("127.0.0.1", port))
+  assert(sock:send("GET " .. path .. " HTTP/1.1\r\nHost: x\r\n\r\n"))
+  while true do
+    local line = assert(sock:receive("*l"))
+    local got = { line:match(pattern) }
+    if got[1] ~= nil then
+      got[#got + 1] = sock
+      return unpack(got)
+    end
+  end
+end
+
 return _M

@@ -1,14 +1,18 @@
 -- Every Redis deployment production runs, with its credentials: {standalone,
 -- Sentinel, Cluster, Redlock} x {plain, TLS with ssl_verify} x {no auth,
 -- requirepass, ACL user}, Sentinel also with the sentinels' own password. Real
--- servers for each cell; in every cell a lock, readers of a shared lock
--- (Redlock refuses them) and a set of keys (acquire_all) each take what Redis
--- really holds (read back with raw commands), are refused by another holder (a
--- second lock; a writer beside the readers; a single-key holder of one of the
--- set's keys), and release it. Wrong or missing credentials are refused with a
+-- servers for each cell; in every cell a lock, readers of a shared lock, a set
+-- of keys (acquire_all), a semaphore's permits and a fleet rate limit each take
+-- what Redis really holds (read back with raw commands), are refused by another
+-- holder or past their limit (a second lock; a writer beside the readers; a
+-- single-key holder of one of the set's keys; a permit past the count; a request
+-- past the burst), and give it back. Redlock refuses readers, permits and rate
+-- limits, naming why. Wrong or missing credentials are refused with a
 -- message naming the user and never the secret.
 local h = require "helpers"
 local dlock = require "resty.dlock"
+local semaphore = require "resty.dlock.semaphore"
+local rate = require "resty.dlock.rate"
 
 local PASSWORD = "requirepass-secret-1"
 local USER, USER_PASSWORD = "locker", "acl-secret-2"
@@ -188,13 +192,78 @@ function exercise.set(set, topology, opts)
   for _, k in ipairs(keys) do assert.same(h.rep(ngx.null, n), values(k)) end
 end
 
+-- Permits of a semaphore of 2: both members of the key's sorted set, a third
+-- busy until one is released, nothing left when both are.
+function exercise.permits(set, topology, opts)
+  local prefix = h.unique("matrix")
+  local sem, err = semaphore.new({ dict = "dlock", prefix = prefix, permits = 2, redis = opts })
+  assert(sem, err)
+  local p1, aerr = sem:acquire("pool", { ttl = 5000 })
+  assert(p1, aerr)
+  local p2 = assert(sem:acquire("pool", { ttl = 5000 }))
+  local port = holders(set, topology, prefix .. "pool")[1]
+  local inside = h.cmd(port, "zrange", prefix .. "pool", 0, -1)
+  local want = { p1.token, p2.token }
+  table.sort(inside)
+  table.sort(want)
+  assert.same(want, inside)
+  local third, berr, retry = sem:acquire("pool", { ttl = 5000, wait = 0 })
+  assert.is_nil(third)
+  assert.equal("busy", berr)
+  assert.is_true(retry > 4000 and retry <= 5000, tostring(retry))
+  assert.is_true(p1:release())
+  local p3 = assert(sem:acquire("pool", { ttl = 5000, wait = 0 }))
+  assert.is_true(p2:release())
+  assert.is_true(p3:release())
+  assert.equal(0, h.cmd(port, "exists", prefix .. "pool"))
+end
+
+-- A fleet rate limit of 3 a minute: three requests admitted and a TAT in the
+-- key's hash, the fourth refused with the wait for the next and charging nothing,
+-- and uncommit() giving one back.
+function exercise.rate(set, topology, opts)
+  local prefix = h.unique("matrix")
+  local lim, err = rate.new({ dict = "dlock", prefix = prefix, rate = 3, period = 60000, redis = opts })
+  assert(lim, err)
+  for i = 1, 3 do
+    local delay, remaining = lim:incoming("client", true)
+    assert.equal(0, delay, tostring(remaining))
+    assert.equal(3 - i, remaining)
+  end
+  local port = holders(set, topology, prefix .. "client")[1]
+  local tat = h.cmd(port, "hget", prefix .. "client", "1")
+  assert.truthy(tonumber(tat), "a TAT in the key's hash: " .. tostring(tat))
+  local none, why, retry = lim:incoming("client", true)
+  assert.is_nil(none)
+  assert.equal("rejected", why)
+  assert.is_true(retry > 19000 and retry <= 20000, tostring(retry))
+  assert.equal(tat, h.cmd(port, "hget", prefix .. "client", "1"))
+  assert.equal(1, lim:uncommit("client"))
+  local delay, remaining = lim:incoming("client", true)
+  assert.equal(0, delay)
+  assert.equal(0, remaining)
+end
+
+-- Redlock's refusals, in its cells: what cannot be bounded across independent masters.
+local function redlock_refuses(opts)
+  local sem, serr = semaphore.new({ dict = "dlock", permits = 2, redis = opts })
+  assert.is_nil(sem)
+  assert.matches("semaphores %(and concurrency guards%) are refused with redis.redlock", serr)
+  local lim, rerr = rate.new({ dict = "dlock", rate = 3, redis = opts })
+  assert.is_nil(lim)
+  assert.matches("rate limits are refused with redis.redlock", rerr)
+end
+
 -- The kinds of lease each topology offers (Redlock refuses shared: rwlock_spec).
 local KINDS = {
   { "lock", "acquires a lock Redis holds, refuses a second holder, releases" },
   { "shared", "shared locks: two readers Redis holds together, a writer refused beside them, both release" },
   { "set", "acquire_all: refused beside a single-key holder taking nothing, then every key Redis holds, releases" },
+  { "permits", "a semaphore: two permits Redis holds, a third refused until one is released" },
+  { "rate", "a fleet rate limit: the burst admitted, the next request refused with its wait, one given back" },
 }
-local function offers(topology, kind) return not (topology == "redlock" and kind == "shared") end
+local REDLOCK_REFUSES = { shared = true, permits = true, rate = true }
+local function offers(topology, kind) return not (topology == "redlock" and REDLOCK_REFUSES[kind]) end
 
 local function refused(opts, pattern, secret)
   local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("matrix"), redis = opts }))
@@ -234,6 +303,11 @@ for _, tls in ipairs({ false, true }) do
                 exercise[kind[1]](set, topology, redis_opts(set, topology, cell[2]))
               end)
             end
+          end
+          if topology == "redlock" then
+            it("redlock, " .. cell[1] .. ": refuses semaphores and rate limits, saying why", function()
+              redlock_refuses(redis_opts(set, topology, cell[2]))
+            end)
           end
         end
       end

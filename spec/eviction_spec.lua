@@ -249,6 +249,7 @@ end)
 
 describe("a Redis that refuses writes", function()
   local semaphore = require "resty.dlock.semaphore"
+  local rate = require "resty.dlock.rate"
 
   --- A lock factory, a fenced one and a semaphore on the Redis at `port`.
   local function factories(port)
@@ -258,6 +259,12 @@ describe("a Redis that refuses writes", function()
       fenced = h.locks({ redis = o, fencing = true }),
       permit = assert(semaphore.new({ dict = "dlock", permits = 3, prefix = h.unique("sem"), redis = o })),
     }
+  end
+
+  --- A fleet rate limit (100 a minute) on the Redis at `port`.
+  local function limiter(port)
+    return assert(rate.new({ dict = "dlock", prefix = h.unique("rate"), rate = 100, period = 60000,
+      redis = { port = port, connect_timeout = 500, read_timeout = 1000 } }))
   end
 
   it("out of memory (maxmemory, noeviction): locks, fenced locks and permits are refused whole, waiting or not, " ..
@@ -291,7 +298,29 @@ describe("a Redis that refuses writes", function()
     for _, f in pairs(all) do assert(assert(f:acquire("new")):release()) end
   end)
 
-  it("read-only (a replica): locks, fenced locks and permits answer READONLY and write nothing", function()
+  it("out of memory: a fleet rate limit refuses to decide (nil and Redis' OOM), charges nothing, and decides again " ..
+     "once Redis has memory", function()
+    local r = h.start_redis(nil, "--maxmemory-policy noeviction")
+    finally(function() r.stop() end)
+    local lim = limiter(r.port)
+    assert.equal(0, (lim:incoming("seen", true)))
+    local tat = h.cmd(r.port, "hget", lim.prefix .. "seen", "1")
+    assert.equal("OK", h.cmd(r.port, "config", "set", "maxmemory", "1"))
+    local before = h.cmd(r.port, "dbsize")
+    for _, key in ipairs({ "seen", "new" }) do
+      local delay, err = lim:incoming(key, true)
+      assert.is_nil(delay, key)
+      assert.matches("OOM command not allowed", err, 1, true)
+    end
+    assert.equal(before, h.cmd(r.port, "dbsize"))
+    assert.equal(tat, h.cmd(r.port, "hget", lim.prefix .. "seen", "1"))
+    assert.equal("OK", h.cmd(r.port, "config", "set", "maxmemory", "0"))
+    local delay, remaining = lim:incoming("seen", true)
+    assert.equal(0, delay)
+    assert.equal(98, remaining)
+  end)
+
+  it("read-only (a replica): locks, fenced locks, permits and rate limits answer READONLY and write nothing", function()
     local r = h.start_redis(nil, "--replicaof 127.0.0.1 " .. h.redis_port)
     finally(function() r.stop() end)
     for name, f in pairs(factories(r.port)) do
@@ -299,6 +328,11 @@ describe("a Redis that refuses writes", function()
       assert.is_nil(lease, name)
       assert.matches("READONLY", err, 1, true)
     end
+    local lim = limiter(r.port)
+    local delay, err = lim:incoming("k", true)
+    assert.is_nil(delay)
+    assert.matches("READONLY", err, 1, true)
+    assert.equal(0, h.cmd(r.port, "exists", lim.prefix .. "k"))
   end)
 end)
 

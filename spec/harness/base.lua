@@ -83,6 +83,12 @@ end
 
 _M.read_file = read_file
 
+--- Does something accept connections on 127.0.0.1:port? Probed from bash:
+--- a refused cosocket connect is an [error] line in nginx's log.
+function _M.listening(port)
+  return _M.sh("bash -c '(exec 3<>/dev/tcp/127.0.0.1/" .. port .. ") 2>/dev/null'")
+end
+
 --- Signal pid (resumed first, in case it is stopped) and wait up to 5 s for it to exit, then KILL.
 function _M.stop_pid(pid, sig)
   _M.sh("kill -CONT " .. pid .. " 2>/dev/null; kill -" .. sig .. " " .. pid .. " 2>/dev/null")

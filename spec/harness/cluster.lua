@@ -15,9 +15,7 @@ local function free_cluster_port(taken)
     local p = free_port()
     -- The bus port (port + 10000) is handed out too: no TLS port or server may get it later.
     if p + 10000 < 32768 and not taken[p] and not taken[p + 10000] and harness:add("port:" .. (p + 10000), true) then
-      -- Probed from bash: a refused cosocket connect is an [error] line in nginx's log.
-      local busy = h.sh("bash -c '(exec 3<>/dev/tcp/127.0.0.1/" .. (p + 10000) .. ") 2>/dev/null'")
-      if not busy then return p end
+      if not h.listening(p + 10000) then return p end
     end
   end
   error("no free port pair (port, port + 10000) for a cluster node")
@@ -160,53 +158,43 @@ function _M.start_cluster(opts)
   function c.slot_owner(key)
     return c.slot_port(c.keyslot(key))
   end
-  --- Wait until every live node sees the cluster whole (state ok, replicas online); true or false.
-  function c.wait_settled(seconds, want)
+  --- Until ok(port) holds for every live node, polled every 50 ms; true, or false after `seconds` (10).
+  local function all_live(seconds, ok)
     for _ = 1, math.max(1, (seconds or 10) * 20) do
       local all = true
       for _, n in ipairs(nodes) do
-        if not n.dead and not node_settled(n.port, want or 6) then all = false break end
+        if not n.dead and not ok(n.port) then all = false break end
       end
       if all then return true end
       ngx.sleep(0.05)
     end
     return false
   end
+  -- The node says cluster_state:ok and serves all slots.
+  local function node_ok(port)
+    local info = h.cmd(port, "cluster", "info")
+    return type(info) == "string" and info:find("cluster_state:ok", 1, true) ~= nil
+      and info:find("cluster_slots_ok:16384", 1, true) ~= nil
+  end
+  --- Wait until every live node sees the cluster whole (state ok, replicas online); true or false.
+  function c.wait_settled(seconds, want)
+    return all_live(seconds, function(port) return node_settled(port, want or 6) end)
+  end
   --- Until every live node says cluster_state:ok (and serves all slots); true or false.
   function c.wait_ok(seconds)
-    for _ = 1, math.max(1, (seconds or 10) * 20) do
-      local all = true
-      for _, n in ipairs(nodes) do
-        if not n.dead then
-          local info = h.cmd(n.port, "cluster", "info")
-          if type(info) ~= "string" or not info:find("cluster_state:ok", 1, true)
-             or not info:find("cluster_slots_ok:16384", 1, true) then all = false break end
-        end
-      end
-      if all then return true end
-      ngx.sleep(0.05)
-    end
-    return false
+    return all_live(seconds, node_ok)
   end
   --- Until no live node names the master on `port` as the owner of any slot
   --- (its replica took over) and every live node says cluster_state:ok; true or false.
   function c.wait_failover(port, seconds)
-    for _ = 1, math.max(1, (seconds or 10) * 20) do
-      local moved = true
-      for _, n in ipairs(nodes) do
-        if not n.dead then
-          local slots = h.cmd(n.port, "cluster", "slots")
-          if type(slots) ~= "table" then moved = false break end
-          for _, range in ipairs(slots) do
-            if tonumber(range[3][2]) == port then moved = false break end
-          end
-          if not moved then break end
-        end
+    return all_live(seconds, function(p)
+      local slots = h.cmd(p, "cluster", "slots")
+      if type(slots) ~= "table" then return false end
+      for _, range in ipairs(slots) do
+        if tonumber(range[3][2]) == port then return false end
       end
-      if moved and c.wait_ok(0.05) then return true end
-      ngx.sleep(0.05)
-    end
-    return false
+      return node_ok(p)
+    end)
   end
   --- SIGKILL node n (one of c.nodes); it is skipped from then on.
   function c.kill(n)

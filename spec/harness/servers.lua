@@ -7,6 +7,20 @@ local env, redis, passwords, track, read_file, free_port, next_seq = h.env, h.re
 
 local _M = {}
 
+--- The pid of a daemon `what` just started: once its pid file is written and it
+--- accepts connections on port (at most 5 s); tracked for the runner to stop.
+local function started(pidfile, port, what)
+  local pid
+  for _ = 1, 100 do
+    pid = tonumber(read_file(pidfile) or "")
+    if pid and h.listening(port) then break end
+    ngx.sleep(0.05)
+  end
+  assert(pid, what .. " did not start on " .. port)
+  track(pid)
+  return pid
+end
+
 --- Start a daemonized sentinel watching `master` (name) at 127.0.0.1:master_port,
 --- quorum 2, down after 1 s; returns { port, pid, stop() }. opts.conf: more
 --- sentinel.conf lines (TLS, auth-pass); opts.password: its own requirepass.
@@ -26,14 +40,7 @@ function _M.start_sentinel(name, master_port, opts)
   end
   f:close()
   assert(h.sh("redis-server " .. dir .. "/sentinel.conf --sentinel"))
-  local pid
-  for _ = 1, 100 do
-    pid = tonumber(read_file(dir .. "/sentinel.pid") or "")
-    if pid and h.sh("bash -c '(exec 3<>/dev/tcp/127.0.0.1/" .. port .. ") 2>/dev/null'") then break end
-    ngx.sleep(0.05)
-  end
-  assert(pid, "redis-sentinel did not start on " .. port)
-  track(pid)
+  local pid = started(dir .. "/sentinel.pid", port, "redis-sentinel")
   local s = { port = port, pid = pid, dir = dir }
   function s.stop() return h.stop_pid(pid, "TERM") end
   return s
@@ -58,14 +65,7 @@ function _M.start_redis(port, ...)
   assert(h.sh(string.format(
     "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir %s " ..
     "--pidfile %s/redis.pid --logfile %s/redis.log %s", port, dir, dir, dir, extra)))
-  local pid
-  for _ = 1, 100 do
-    pid = tonumber(read_file(dir .. "/redis.pid") or "")
-    if pid and h.sh("bash -c '(exec 3<>/dev/tcp/127.0.0.1/" .. port .. ") 2>/dev/null'") then break end
-    ngx.sleep(0.05)
-  end
-  assert(pid, "redis-server did not start on " .. port)
-  track(pid)
+  local pid = started(dir .. "/redis.pid", port, "redis-server")
   local r = { port = port, pid = pid, dir = dir, tls_port = tonumber(extra:match("%-%-tls%-port (%d+)")) }
   function r.signal(sig) return h.sh("kill -" .. sig .. " " .. pid) end
   function r.stop() return h.stop_pid(pid, "TERM") end

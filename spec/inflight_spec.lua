@@ -2,6 +2,8 @@
 -- like the drains): real leases in the test Redis.
 local h = require "helpers"
 local inflight = require "resty.dlock.gateway.inflight"
+local releases = require "resty.dlock.gateway.releases"
+local pipeline = require "resty.dlock.redis.pipeline"
 
 local function gone(key, within)
   local t0 = ngx.now()
@@ -25,6 +27,32 @@ describe("the gateway's release queue", function()
     local lease = assert(locks:acquire("after-the-broken-ones"))
     inflight.enqueue(owner, lease, 0)
     assert.is_true(gone(lease._store.prefix .. "after-the-broken-ones", 0.5), "the release never went out")
+  end)
+
+  it("sends a request's release in the worker's next pipeline, with no drain timer or thread of its own", function()
+    local locks = h.locks()
+    local lease = assert(locks:acquire("posted"))
+    local key = lease._store.prefix .. "posted"
+    local calls = pipeline.stats(locks._store.redis)
+    releases.done({ owner = owner, lease = lease, done = false }, 0)
+    assert.is_true(gone(key, 0.5), "the release never went out")
+    -- Alone, a call of a timer's thread goes on a connection of its own: only a posted one rides a batch.
+    assert.equal(calls + 1, (pipeline.stats(locks._store.redis)))
+    assert.is_false(lease:valid())
+  end)
+
+  it("keeps a lease held (dedup's hold after a 2xx) through the queue, for the time asked", function()
+    local locks = h.locks()
+    local lease = assert(locks:acquire("held", { ttl = 1000 }))
+    local key = lease._store.prefix .. "held"
+    releases.done({ owner = owner, lease = lease, done = false }, 8000)
+    local t0 = ngx.now()
+    repeat
+      ngx.sleep(0.01)
+      ngx.update_time()
+    until h.cmd(nil, "pttl", key) > 5000 or ngx.now() - t0 > 1
+    assert.is_true(h.cmd(nil, "pttl", key) > 5000, "not held")
+    assert.is_true(lease:release())
   end)
 
   it("queues releases behind one drain timer, not a timer each", function()

@@ -17,6 +17,7 @@ local h = require "helpers"
 local dlock = require "resty.dlock"
 local semaphore = require "resty.dlock.semaphore"
 local status = require "resty.dlock.status"
+local leases = require "resty.dlock.core.lease"
 
 local _M = {}
 
@@ -162,6 +163,32 @@ function _M.run(t)
       assert.same({ nil, "not_owner" }, { old:extend(5000) })
       assert.same(rep(new.token, #t.where(rkey)), t.values(rkey))
       assert.is_true(new:release())
+    end)
+
+    -- The gateway ends a request's lease in its log phase, which has no cosockets.
+    it("sends a release without waiting into the next pipeline to where the key lives, settling the lease from the reply (Redlock: refused, for a timer to call)", function()
+      local l = t.locks()
+      local rkey = l.prefix .. "posted"
+      local lease = assert(l:acquire("posted", { ttl = 5000 }))
+      local job = leases.post(lease)
+      if t.kind == "redlock" then
+        assert.is_nil(job)
+        assert.same(rep(lease.token, #t.where(rkey)), t.values(rkey))
+        assert.is_true(lease:release())
+        return
+      end
+      assert.is_truthy(job, "nothing posted")
+      local outcome
+      job.after = function(j) outcome = { leases.posted(lease, j) } end
+      local t0 = ngx.now()
+      while outcome == nil and ngx.now() - t0 < 2 do
+        ngx.sleep(0.01)
+        ngx.update_time()
+      end
+      assert.same({ true }, outcome)
+      assert.same(rep(ngx.null, #t.where(rkey)), t.values(rkey))
+      assert.is_false(lease:valid())
+      assert.same({ nil, "not_owner" }, { lease:release() })
     end)
 
     it("extends a held lease where its key lives", function()

@@ -113,5 +113,28 @@ function ____exports.make(store, kind, key, rkey, tok, ttl, sent, fence)
     local l = lua_setmetatable(lease, leaseMt)
     return l
 end
+--- Release l without waiting for Redis, from any phase (the gateway's log
+-- phase has no cosockets): its release rides the next pipeline to its server
+-- (backend.post), and the sender hands the call to the caller's `after` once
+-- it is answered, for posted() to settle. nil when it cannot go that way (no
+-- auto-pipelining, Redlock, a Cluster map being read): then release() it from a timer.
+function ____exports.post(l)
+    if l._released then
+        return nil
+    end
+    local j = backend.post(l._store.redis, l._kind.release, l._rkey, l.token)
+    if j ~= nil then
+        l._releasing = true
+    end
+    return j
+end
+--- What a posted release came to, as release() would say it.
+function ____exports.posted(l, j)
+    if j.res == nil then
+        settle.unconfirmed(l, j.fault, true)
+        return nil, j.err
+    end
+    return settle.released(l, j.res)
+end
 ____exports.phaseError = phaseError
 return ____exports

@@ -56,7 +56,7 @@ local function endHeld(h, how, status)
             warnUnlogged(o)
         end
     end
-    releases.enqueue(o, h.lease, how == "logged" and o.hold > 0 and status >= 200 and status < 300 and o.hold or 0)
+    releases.done(h, how == "logged" and o.hold > 0 and status >= 200 and status < 300 and o.hold or 0)
 end
 local function endOne(rid, h, how, status)
     endHeld(h, how, status)

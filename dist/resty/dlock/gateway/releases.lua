@@ -1,8 +1,9 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local failed, raised, finish, finishSafely, work, drain, schedule, ngx_log, ERR, WARN, timer_at, thread_spawn, worker_exiting, math_min, thread_wait, lua_pcall, lua_tostring, semaphore, qOwner, qLease, qHold, head, tail, draining, pending, MAX_DRAINERS, alive, idle, woken, PARALLEL, IDLE, SHARE, sema
+local failed, raised, finish, finishSafely, work, drain, schedule, posted, ngx_log, ERR, WARN, timer_at, thread_spawn, worker_exiting, math_min, thread_wait, lua_pcall, lua_tostring, semaphore, qOwner, qLease, qHold, head, tail, draining, pending, MAX_DRAINERS, alive, idle, woken, PARALLEL, IDLE, SHARE, sema
 local check = require("resty.dlock.core.check")
 local batch = require("resty.dlock.core.batch")
+local lease = require("resty.dlock.core.lease")
 local stats = require("resty.dlock.gateway.stats")
 function failed(owner, what, err)
     stats.incr(owner.dict, owner.name, "redis_errors")
@@ -137,6 +138,24 @@ function schedule()
         )
     end
 end
+function posted(j)
+    local h = j.ctx
+    local ok, err = lease.posted(h.lease, j)
+    if ok ~= nil or err == "not_owner" then
+        return
+    end
+    local o = h.owner
+    stats.incr(o.dict, o.name, "redis_errors")
+    ____exports.enqueue(o, h.lease, 0)
+end
+--- Queue the end of a lease for a timer: release it, or keep it `hold` more ms.
+function ____exports.enqueue(owner, l, holdMs)
+    tail = tail + 1
+    qOwner[tail] = owner
+    qLease[tail] = l
+    qHold[tail] = holdMs
+    schedule()
+end
 ngx_log = ngx.log
 ERR = ngx.ERR
 WARN = ngx.WARN
@@ -162,12 +181,19 @@ woken = 0
 PARALLEL = 128
 IDLE = 0.5
 SHARE = 4096
---- Queue the end of a lease for a timer: release it, or keep it `hold` more ms.
-function ____exports.enqueue(owner, l, holdMs)
-    tail = tail + 1
-    qOwner[tail] = owner
-    qLease[tail] = l
-    qHold[tail] = holdMs
-    schedule()
+--- End a request's lease: release it, or keep it holdMs more. A release rides
+-- the worker's next pipeline with nobody waiting for it (lease.post): no
+-- timer, no thread, no wait for the reply; one that cannot (or that Redis did
+-- not confirm) and a hold go through the queue.
+function ____exports.done(h, holdMs)
+    if holdMs == 0 then
+        local j = lease.post(h.lease)
+        if j ~= nil then
+            j.after = posted
+            j.ctx = h
+            return
+        end
+    end
+    ____exports.enqueue(h.owner, h.lease, holdMs)
 end
 return ____exports

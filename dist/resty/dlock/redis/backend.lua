@@ -45,6 +45,18 @@ function ____exports.own(conf, s, rkey, token, ms)
         ms
     )
 end
+--- Put a per-target script (a release) for one target into the next pipeline
+-- to its server, without waiting for the reply (see pipeline.post): the call,
+-- or nil when it cannot go that way (then own() it from a timer).
+function ____exports.post(conf, s, rkey, token)
+    return scripts.forTarget(
+        conf.backend.post,
+        conf,
+        s,
+        rkey,
+        token
+    )
+end
 --- The key of the fence counter of lock key rkey.
 function ____exports.fenceKey(conf, rkey)
     return conf.backend.fenceKey(rkey)

@@ -90,6 +90,7 @@ function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
     return nil, str_format("dlock: redis %s: key %s redirected more than %d times (redis.cluster.max_redirects)", conf.endpoint, rkey, conf.max_redirects), "transient"
 end
 pipelined = pipeline.call
+local posted = pipeline.post
 asking_call = roundtrip.asking
 local many = perTarget.many
 local forTarget = scripts.forTarget
@@ -133,6 +134,23 @@ local function call(conf, s, rkey, ...)
         res,
         err,
         fault
+    )
+end
+--- Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read.
+local function post(conf, s, rkey, ...)
+    local c = state(conf)
+    if c.stale then
+        return nil
+    end
+    local ep = c.slots[slot(rkey)]
+    if ep == nil then
+        return nil
+    end
+    return posted(
+        map.nodeAt(conf, c, ep),
+        s,
+        rkey,
+        ...
     )
 end
 --- One pipeline per master for the targets whose slots it serves; a target
@@ -255,6 +273,7 @@ local function servers(conf)
 end
 ____exports.backend = {
     call = call,
+    post = post,
     batch = batch,
     validity = trusted,
     queues = true,

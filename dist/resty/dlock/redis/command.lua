@@ -18,6 +18,7 @@ function ____exports.batchOf(sem, asking, size)
         jobs = {},
         sem = sem,
         undos = 0,
+        posted = 0,
         asking = asking
     }
 end
@@ -115,7 +116,9 @@ function ____exports.add(b, s, rkey, ...)
         back = false,
         res = nil,
         err = nil,
-        fault = nil
+        fault = nil,
+        after = nil,
+        ctx = nil
     }
     local ____b_jobs_0 = b.jobs
     ____b_jobs_0[#____b_jobs_0 + 1] = job

@@ -40,6 +40,28 @@ local MAX_BATCH = 256
 local IDLE = 10
 --- Seconds between an idle sender's looks at whether its worker exits.
 local EXIT_CHECK = 0.5
+--- Hand the calls nobody waits for (post) their outcome.
+local function answered(b)
+    local jobs = b.jobs
+    for i = 1, #jobs do
+        local j = jobs[i]
+        local after = j.after
+        if after ~= nil then
+            local ok, err = lua_pcall(after, j)
+            if not ok then
+                ngx_log(
+                    ERR,
+                    "dlock: after the ",
+                    j.s.name,
+                    " of ",
+                    j.rkey,
+                    ": ",
+                    err
+                )
+            end
+        end
+    end
+end
 --- Wake b's callers. A caller whose request ended (a client abort, a killed
 -- thread) or whose wait timed out left the semaphore's queue, so resources
 -- left over say that some did not come back; which ones is known once the
@@ -47,12 +69,18 @@ local EXIT_CHECK = 0.5
 -- at each caller's request cost every call an ngx.ctx.
 local function wake(conf, b)
     local sem = b.sem
-    sem:post(#b.jobs)
+    local waiting = #b.jobs - b.posted
+    if waiting > 0 then
+        sem:post(waiting)
+    end
     if b.undos > 0 and sem:count() > 0 then
         local ok, err = timer_at(0, settle, conf, b)
         if ok == nil then
             ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err)
         end
+    end
+    if b.posted > 0 then
+        answered(b)
     end
 end
 --- Send the open batch, and the next, until there is none: back to back on one
@@ -108,9 +136,10 @@ local function sender(premature, lane)
         end
     end
     if lane.open ~= nil then
-        fail(lane.open, ("dlock: nginx worker exiting before the call to redis " .. lane.conf.endpoint) .. " was sent", "failed")
-        lane.open.sem:post(#lane.open.jobs)
+        local b = lane.open
         lane.open = nil
+        fail(b, ("dlock: nginx worker exiting before the call to redis " .. lane.conf.endpoint) .. " was sent", "failed")
+        wake(lane.conf, b)
     end
     lane.senders = lane.senders - 1
 end
@@ -187,6 +216,35 @@ function ____exports.call(conf, s, rkey, ...)
     end
     return join(lane, s, rkey, ...)
 end
+--- Put s for rkey into conf's next pipeline without waiting for its reply, from
+-- any phase (log_by_lua has no cosockets; a sender's timer has): the call,
+-- whose `after` the sender runs once its outcome is known (set it before
+-- yielding). nil when it cannot go that way (no auto-pipelining, a full batch,
+-- neither a semaphore nor a sender to be had): then call() it from a timer.
+function ____exports.post(conf, s, rkey, ...)
+    local ____conf_auto_pipeline_1
+    if conf.auto_pipeline then
+        ____conf_auto_pipeline_1 = laneOf(conf)
+    else
+        ____conf_auto_pipeline_1 = nil
+    end
+    local lane = ____conf_auto_pipeline_1
+    if lane == nil then
+        return nil
+    end
+    local open = lane.open
+    if open ~= nil and #open.jobs >= MAX_BATCH then
+        return nil
+    end
+    local b = opened(lane)
+    if b == nil then
+        return nil
+    end
+    local job = add(b, s, rkey, ...)
+    job.back = true
+    b.posted = b.posted + 1
+    return job
+end
 --- Run s for rkey on every server of `confs` at once, each as call() would (at
 -- once on a connection of its own, or in the server's next batch): every call
 -- is on its way before any reply is awaited, with no light thread. The calls,
@@ -200,13 +258,13 @@ function ____exports.fanout(confs, s, rkey, ...)
     local joined = {}
     for i = 1, n do
         local conf = confs[i]
-        local ____conf_auto_pipeline_1
+        local ____conf_auto_pipeline_2
         if conf.auto_pipeline then
-            ____conf_auto_pipeline_1 = laneOf(conf)
+            ____conf_auto_pipeline_2 = laneOf(conf)
         else
-            ____conf_auto_pipeline_1 = nil
+            ____conf_auto_pipeline_2 = nil
         end
-        local lane = ____conf_auto_pipeline_1
+        local lane = ____conf_auto_pipeline_2
         local b
         if lane ~= nil and not idle(lane) and (lane.open == nil or #lane.open.jobs < MAX_BATCH) then
             b = opened(lane)

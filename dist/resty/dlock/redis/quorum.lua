@@ -208,17 +208,17 @@ end
 local function servers(conf)
     return conf.nodes
 end
---- What a quorum of independent masters cannot do. A fence counter per master
--- is not monotonic across majorities (two majorities share one master, but
--- not its counter), and a counting semaphore per master does not bound
--- holders (three holders can each own a majority of permits on three masters
--- with two permits each).
+--- Nothing rides one pipeline here: a release must reach a majority, and its votes be counted (a timer calls it).
+local function post()
+    return nil
+end
 local REFUSES = {}
 REFUSES.fencing = "dlock: fencing is refused with redis.redlock: fence counters on independent masters do not grow " .. "monotonically across majorities (use redis.sentinel or redis.cluster with replicas for fenced locks)"
 REFUSES.semaphore = "dlock: semaphores (and concurrency guards) are refused with redis.redlock: counting permits on each " .. "master does not bound the holders of a majority"
 REFUSES.idempotency = "dlock: idempotency guards are refused with redis.redlock: a stored response needs one place to live"
 ____exports.backend = {
     call = call,
+    post = post,
     batch = batch,
     validity = validity,
     queues = false,

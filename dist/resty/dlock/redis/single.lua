@@ -20,6 +20,7 @@ local function itself(conf)
 end
 ____exports.backend = {
     call = pipeline.call,
+    post = pipeline.post,
     batch = perTarget.many,
     validity = trusted,
     queues = true,

@@ -191,5 +191,28 @@ export function make(store: Store, kind: Kind, key: string, rkey: string, tok: s
   return l;
 }
 
+/**
+ * Release l without waiting for Redis, from any phase (the gateway's log
+ * phase has no cosockets): its release rides the next pipeline to its server
+ * (backend.post), and the sender hands the call to the caller's `after` once
+ * it is answered, for posted() to settle. nil when it cannot go that way (no
+ * auto-pipelining, Redlock, a Cluster map being read): then release() it from a timer.
+ */
+export function post(l: Lease): backend.Job | undefined {
+  if (l._released) return undefined;
+  const j = backend.post(l._store.redis, l._kind.release, l._rkey, l.token);
+  if (j !== undefined) l._releasing = true;
+  return j;
+}
+
+/** What a posted release came to, as release() would say it. */
+export function posted(l: Lease, j: backend.Job): LuaMultiReturn<[true | undefined, string | undefined]> {
+  if (j.res === undefined) {
+    settle.unconfirmed(l, j.fault, true);
+    return $multi(undefined, j.err);
+  }
+  return settle.released(l, j.res);
+}
+
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { phaseError };

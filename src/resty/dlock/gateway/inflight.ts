@@ -107,7 +107,7 @@ function endHeld(h: Held, how: End, status: number): void {
     stats.incr(o.dict, o.name, "unlogged");
     if (!warnedUnlogged.has(o.name)) warnUnlogged(o);
   }
-  releases.enqueue(o, h.lease, how === "logged" && o.hold > 0 && status >= 200 && status < 300 ? o.hold : 0);
+  releases.done(h, how === "logged" && o.hold > 0 && status >= 200 && status < 300 ? o.hold : 0);
 }
 
 function endOne(rid: number, h: Held, how: End, status: number): void {

@@ -15,9 +15,11 @@
 
 import * as check from "../core/check";
 import * as batch from "../core/batch";
-import type * as lease from "../core/lease";
+import * as lease from "../core/lease";
+import type * as backend from "../redis/backend";
 import * as stats from "./stats";
 import type { Owner } from "./inflight";
+import type { Held } from "./renewals";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
@@ -167,6 +169,35 @@ function schedule(): void {
   } else if (draining === 0) {
     ngx_log(ERR, "dlock: gateway: cannot schedule ", backlog, " release(s), they expire on their own: ", err);
   }
+}
+
+/**
+ * End a request's lease: release it, or keep it holdMs more. A release rides
+ * the worker's next pipeline with nobody waiting for it (lease.post): no
+ * timer, no thread, no wait for the reply; one that cannot (or that Redis did
+ * not confirm) and a hold go through the queue.
+ */
+export function done(h: Held, holdMs: number): void {
+  if (holdMs === 0) {
+    const j = lease.post(h.lease);
+    if (j !== undefined) {
+      j.after = posted;
+      j.ctx = h;
+      return;
+    }
+  }
+  enqueue(h.owner, h.lease, holdMs);
+}
+
+/** A posted release was answered (in a sender's timer: nothing here may wait). */
+function posted(this: void, j: backend.Job): void {
+  const h = j.ctx as Held;
+  const [ok, err] = lease.posted(h.lease, j);
+  if (ok !== undefined || err === "not_owner") return;
+  // Counted now, logged only should the queue's tries fail too (failed()).
+  const o = h.owner;
+  stats.incr(o.dict, o.name, "redis_errors");
+  enqueue(o, h.lease, 0);
 }
 
 /** Queue the end of a lease for a timer: release it, or keep it `hold` more ms. */

@@ -10,6 +10,7 @@
 import * as redis from "./client";
 import * as scripts from "./scripts";
 import * as cluster from "./cluster";
+import type * as command from "./command";
 import * as quorum from "./quorum";
 import * as roundtrip from "./roundtrip";
 import * as single from "./single";
@@ -25,6 +26,9 @@ import * as single from "./single";
  * outside the cluster backend, when a standalone configuration names a cluster node.
  */
 export type Fault = "lost" | "transient" | "failed" | "replicas" | "redirect";
+
+/** A call put into a pipeline (post), its outcome filled in by the sender. */
+export type Job = command.Job;
 
 /** A key and the token that owns it: what an owner-checked script needs (leases and orphans are targets). */
 export interface Target {
@@ -51,6 +55,8 @@ export type Refusal = "fencing" | "semaphore" | "idempotency";
 export interface Backend {
   /** Run script s with rkey as KEYS[1] (more keys, then arguments, follow in args). */
   readonly call: (this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]) => CallResult;
+  /** Put s for rkey into the next pipeline to its server without waiting (pipeline.post); nil when it cannot go that way. */
+  readonly post: (this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]) => Job | undefined;
   /** Run the single-key script s (ARGV[1] the token, ARGV[2] ms[i] when given) for every target, in as few round trips as it can. */
   readonly batch: (this: void, conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]) => Outcome;
   /** How long a lease taken for ttl ms can be trusted, in ms. */
@@ -100,6 +106,15 @@ export function batch(conf: redis.RedisConf, s: scripts.Script, targets: Target[
 /** Run a per-target script (release, extend, drop) for one target, as batch() would. */
 export function own(conf: redis.RedisConf, s: scripts.Script, rkey: string, token: string, ms?: number): CallResult {
   return scripts.forTarget(conf.backend!.call, conf, s, rkey, token, ms);
+}
+
+/**
+ * Put a per-target script (a release) for one target into the next pipeline
+ * to its server, without waiting for the reply (see pipeline.post): the call,
+ * or nil when it cannot go that way (then own() it from a timer).
+ */
+export function post(conf: redis.RedisConf, s: scripts.Script, rkey: string, token: string): Job | undefined {
+  return scripts.forTarget(conf.backend!.post, conf, s, rkey, token);
 }
 
 /** The key of the fence counter of lock key rkey. */

@@ -9,7 +9,7 @@
 // again too, at most every REFRESH_GAP seconds, so a failover is followed
 // without a reload.
 
-import type { Backend, CallResult, Fault, Outcome, Refusal, Target } from "./backend";
+import type { Backend, CallResult, Fault, Job, Outcome, Refusal, Target } from "./backend";
 import type * as redis from "./client";
 import * as map from "./slotmap";
 import * as pipeline from "./pipeline";
@@ -18,6 +18,7 @@ import * as perTarget from "./targets";
 import * as scripts from "./scripts";
 
 const pipelined = pipeline.call;
+const posted = pipeline.post;
 const asking_call = roundtrip.asking;
 const many = perTarget.many;
 const forTarget = scripts.forTarget;
@@ -73,6 +74,15 @@ function call(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string
   const [res, err, fault] = pipelined(node, s, rkey, ...args);
   if (fault === undefined) return $multi(res, err, fault);
   return follow(conf, c, sl, node, s, rkey, [...args], res, err, fault);
+}
+
+/** Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read. */
+function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {
+  const c = state(conf);
+  if (c.stale) return undefined;
+  const ep = c.slots.get(slot(rkey));
+  if (ep === undefined) return undefined;
+  return posted(map.nodeAt(conf, c, ep), s, rkey, ...args);
 }
 
 /** After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means. */
@@ -232,5 +242,5 @@ function servers(this: void, conf: redis.RedisConf): redis.RedisConf[] {
 }
 
 export const backend: Backend = {
-  call, batch, validity: trusted, queues: true, refuses: new LuaTable<Refusal, string>(), fenceKey, shared, describe, servers,
+  call, post, batch, validity: trusted, queues: true, refuses: new LuaTable<Refusal, string>(), fenceKey, shared, describe, servers,
 };

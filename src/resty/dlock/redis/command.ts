@@ -48,6 +48,10 @@ export interface Job {
   res: RedisValue | undefined;
   err: string | undefined;
   fault: Fault | undefined;
+  /** A call nobody waits for (pipeline.post): run with the call once its outcome is known. */
+  after: ((this: void, j: Job) => void) | undefined;
+  /** What `after` needs to know of the call's sender. */
+  ctx: unknown;
 }
 
 export interface Batch {
@@ -59,13 +63,15 @@ export interface Batch {
   readonly sem: NgxSemaphore | undefined;
   /** Calls whose script has an undo (acquires). */
   undos: number;
+  /** Calls nobody waits for (pipeline.post): not woken through sem. */
+  posted: number;
   /** ASKING before each call (a Cluster slot this node imports). */
   readonly asking: boolean;
 }
 
 /** A batch; size: fragments it is expected to hold (the buffer never grows inside the hot trace below that). */
 export function batchOf(sem: NgxSemaphore | undefined, asking: boolean, size?: number): Batch {
-  return { parts: table_new(size ?? 16, 0), n: 0, jobs: [], sem, undos: 0, asking };
+  return { parts: table_new(size ?? 16, 0), n: 0, jobs: [], sem, undos: 0, posted: 0, asking };
 }
 
 // The fixed start of a call's command, per script and word count: the array
@@ -143,7 +149,7 @@ export function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string 
   parts.set(k + 3, rkey);
   parts.set(k + 4, rest);
   b.n = k + 4;
-  const job: Job = { s, rkey, rest, words, back: false, res: undefined, err: undefined, fault: undefined };
+  const job: Job = { s, rkey, rest, words, back: false, res: undefined, err: undefined, fault: undefined, after: undefined, ctx: undefined };
   b.jobs.push(job);
   if (s.undo !== undefined) b.undos++;
   return job;

@@ -77,6 +77,19 @@ const MAX_BATCH = 256;
 const IDLE = 10;
 /** Seconds between an idle sender's looks at whether its worker exits. */
 const EXIT_CHECK = 0.5;
+/** Hand the calls nobody waits for (post) their outcome. */
+function answered(b: Batch): void {
+  const jobs = b.jobs;
+  for (const i of $range(1, jobs.length)) {
+    const j = jobs[i - 1]!;
+    const after = j.after;
+    if (after !== undefined) {
+      const [ok, err] = lua_pcall(after, j);
+      if (!ok) ngx_log(ERR, "dlock: after the ", j.s.name, " of ", j.rkey, ": ", err);
+    }
+  }
+}
+
 /**
  * Wake b's callers. A caller whose request ended (a client abort, a killed
  * thread) or whose wait timed out left the semaphore's queue, so resources
@@ -86,12 +99,16 @@ const EXIT_CHECK = 0.5;
  */
 function wake(conf: redis.RedisConf, b: Batch): void {
   const sem = b.sem!;
-  sem.post(b.jobs.length);
+  // post(0) raises: a batch of posted calls only wakes nobody.
+  const waiting = b.jobs.length - b.posted;
+  if (waiting > 0) sem.post(waiting);
   if (b.undos > 0 && sem.count() > 0) {
     const [ok, err] = timer_at(0, settle, conf, b);
     if (ok === undefined) ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err);
   }
+  if (b.posted > 0) answered(b);
 }
+
 
 /**
  * Send the open batch, and the next, until there is none: back to back on one
@@ -142,9 +159,10 @@ function sender(this: void, premature: boolean, lane: Lane): void {
     if (!woken && lane.open === undefined) break;
   }
   if (lane.open !== undefined) {
-    fail(lane.open, "dlock: nginx worker exiting before the call to redis " + lane.conf.endpoint + " was sent", "failed");
-    lane.open.sem!.post(lane.open.jobs.length);
+    const b = lane.open;
     lane.open = undefined;
+    fail(b, "dlock: nginx worker exiting before the call to redis " + lane.conf.endpoint + " was sent", "failed");
+    wake(lane.conf, b);
   }
   lane.senders--;
 }
@@ -215,6 +233,26 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
   // A full batch goes as it is; this call goes on its own.
   if (b !== undefined && b.jobs.length >= MAX_BATCH) return alone(conf, s, rkey, ...args);
   return join(lane, s, rkey, ...args);
+}
+
+/**
+ * Put s for rkey into conf's next pipeline without waiting for its reply, from
+ * any phase (log_by_lua has no cosockets; a sender's timer has): the call,
+ * whose `after` the sender runs once its outcome is known (set it before
+ * yielding). nil when it cannot go that way (no auto-pipelining, a full batch,
+ * neither a semaphore nor a sender to be had): then call() it from a timer.
+ */
+export function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {
+  const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
+  if (lane === undefined) return undefined;
+  const open = lane.open;
+  if (open !== undefined && open.jobs.length >= MAX_BATCH) return undefined;
+  const b = opened(lane);
+  if (b === undefined) return undefined;
+  const job = add(b, s, rkey, ...args);
+  job.back = true;
+  b.posted++;
+  return job;
 }
 
 /**

@@ -222,6 +222,11 @@ function servers(this: void, conf: redis.RedisConf): redis.RedisConf[] {
  * holders (three holders can each own a majority of permits on three masters
  * with two permits each).
  */
+/** Nothing rides one pipeline here: a release must reach a majority, and its votes be counted (a timer calls it). */
+function post(this: void): undefined {
+  return undefined;
+}
+
 const REFUSES = new LuaTable<Refusal, string>();
 REFUSES.set("fencing", "dlock: fencing is refused with redis.redlock: fence counters on independent masters do not grow " +
   "monotonically across majorities (use redis.sentinel or redis.cluster with replicas for fenced locks)");
@@ -230,5 +235,5 @@ REFUSES.set("semaphore", "dlock: semaphores (and concurrency guards) are refused
 REFUSES.set("idempotency", "dlock: idempotency guards are refused with redis.redlock: a stored response needs one place to live");
 
 export const backend: Backend = {
-  call, batch, validity, queues: false, refuses: REFUSES, fenceKey, shared, describe, servers,
+  call, post, batch, validity, queues: false, refuses: REFUSES, fenceKey, shared, describe, servers,
 };

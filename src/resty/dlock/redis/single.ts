@@ -31,6 +31,7 @@ function itself(this: void, conf: redis.RedisConf): redis.RedisConf[] {
 
 export const backend: Backend = {
   call: pipeline.call,
+  post: pipeline.post,
   batch: perTarget.many,
   validity: trusted,
   queues: true,

@@ -34,7 +34,7 @@ describe("the gateway's release queue", function()
     local lease = assert(locks:acquire("posted"))
     local key = lease._store.prefix .. "posted"
     local calls = pipeline.stats(locks._store.redis)
-    releases.done({ owner = owner, lease = lease, done = false }, 0)
+    releases.done({ owner = owner, lease = lease, done = false, answered = releases.answered }, 0)
     assert.is_true(gone(key, 0.5), "the release never went out")
     -- Alone, a call of a timer's thread goes on a connection of its own: only a posted one rides a batch.
     assert.equal(calls + 1, (pipeline.stats(locks._store.redis)))
@@ -45,7 +45,7 @@ describe("the gateway's release queue", function()
     local locks = h.locks()
     local lease = assert(locks:acquire("held", { ttl = 1000 }))
     local key = lease._store.prefix .. "held"
-    releases.done({ owner = owner, lease = lease, done = false }, 8000)
+    releases.done({ owner = owner, lease = lease, done = false, answered = releases.answered }, 8000)
     local t0 = ngx.now()
     repeat
       ngx.sleep(0.01)

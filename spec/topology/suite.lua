@@ -179,7 +179,7 @@ function _M.run(t)
       end
       assert.is_truthy(job, "nothing posted")
       local outcome
-      job.after = function(j) outcome = { leases.posted(lease, j) } end
+      job.post = { answered = function(j) outcome = { leases.posted(lease, j) } end }
       local t0 = ngx.now()
       while outcome == nil and ngx.now() - t0 < 2 do
         ngx.sleep(0.01)

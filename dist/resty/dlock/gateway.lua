@@ -135,6 +135,7 @@ function ____exports.new(opts)
         mode = mode,
         parts = key.parts,
         keyFn = key.keyFn,
+        only = key.only,
         source = key.source,
         missingWhat = missingWhat,
         errorWhat = common.errorWhat(o.on_error, o.error_status),

@@ -136,7 +136,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   const missingWhat = o.on_missing === "reject" ? "refused with " + lua_tostring(o.missing_status) + " (on_missing = \"reject\")"
     : "let through unguarded (on_missing = \"pass\")";
   const g = {
-    name, mode: mode as guard.Mode, parts: key.parts, keyFn: key.keyFn, source: key.source, missingWhat,
+    name, mode: mode as guard.Mode, parts: key.parts, keyFn: key.keyFn, only: key.only, source: key.source, missingWhat,
     errorWhat: common.errorWhat(o.on_error, o.error_status), locks, dict: store.dict, ttl: store.ttl, hold: o.hold ?? 0,
     wait: store.wait, renew: o.renew === true, release: mode !== "throttle", readBody: o.read_body === true,
     onMissing: o.on_missing, onError: o.on_error, local, rejectStatus, missingStatus: o.missing_status,

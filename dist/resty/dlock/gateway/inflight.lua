@@ -16,6 +16,7 @@ local math_max = math.max
 local request_id = request.id
 local request_alive = request.alive
 local request_here = request.here
+local answered = releases.answered
 local lua_pairs = pairs
 ____exports.enqueue = releases.enqueue
 --- In-flight requests of this worker that hold a guard's lease, by request id.
@@ -235,13 +236,14 @@ function ____exports.track(owner, l)
             owner = owner,
             lease = l,
             done = false,
+            answered = answered,
             more = nil
         }
         requests[rid] = req
         count = count + 1
         h = req
     else
-        h = {owner = owner, lease = l, done = false}
+        h = {owner = owner, lease = l, done = false, answered = answered}
         if req.more == nil then
             req.more = {}
         end

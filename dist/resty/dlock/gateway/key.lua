@@ -37,14 +37,15 @@ end
 --- Compile option `name` (a template string or a function).
 function ____exports.compile(name, v)
     if lua_type(v) == "function" then
-        return {parts = nil, keyFn = v, source = "a function"}, nil
+        return {parts = nil, keyFn = v, only = nil, source = "a function"}, nil
     end
     if lua_type(v) == "string" then
         local p, err = split(name, v)
         if p == nil then
             return nil, err
         end
-        return {parts = p, keyFn = nil, source = v}, nil
+        local only = #p == 3 and p[1] == "" and p[3] == "" and p[2] or nil
+        return {parts = p, keyFn = nil, only = only, source = v}, nil
     end
     return check.fail(name .. " must be a string of nginx variables (\"$http_idempotency_key\") or a function", v)
 end
@@ -62,6 +63,14 @@ function ____exports.value(t)
         end
         if lua_type(v) ~= "string" then
             return nil, ("the key function returned a " .. lua_type(v)) .. ", not a string"
+        end
+        return v, nil
+    end
+    local only = t.only
+    if only ~= nil then
+        local v = ngx_var[only]
+        if v == nil or v == "" then
+            return nil, nil
         end
         return v, nil
     end

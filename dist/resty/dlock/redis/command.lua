@@ -117,8 +117,7 @@ function ____exports.add(b, s, rkey, ...)
         res = nil,
         err = nil,
         fault = nil,
-        after = nil,
-        ctx = nil
+        post = nil
     }
     local ____b_jobs_0 = b.jobs
     ____b_jobs_0[#____b_jobs_0 + 1] = job

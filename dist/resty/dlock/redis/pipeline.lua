@@ -45,9 +45,9 @@ local function answered(b)
     local jobs = b.jobs
     for i = 1, #jobs do
         local j = jobs[i]
-        local after = j.after
-        if after ~= nil then
-            local ok, err = lua_pcall(after, j)
+        local p = j.post
+        if p ~= nil then
+            local ok, err = lua_pcall(p.answered, j)
             if not ok then
                 ngx_log(
                     ERR,
@@ -218,8 +218,7 @@ function ____exports.call(conf, s, rkey, ...)
 end
 --- Put s for rkey into conf's next pipeline without waiting for its reply, from
 -- any phase (log_by_lua has no cosockets; a sender's timer has): the call,
--- whose `after` the sender runs once its outcome is known (set it before
--- yielding). nil when it cannot go that way (no auto-pipelining, a full batch,
+-- whose `post` the sender reports its outcome to (set it before yielding). nil when it cannot go that way (no auto-pipelining, a full batch,
 -- neither a semaphore nor a sender to be had): then call() it from a timer.
 function ____exports.post(conf, s, rkey, ...)
     local ____conf_auto_pipeline_1

@@ -38,6 +38,7 @@ export interface Guard {
   /** Key template: literal parts and nginx variable names, alternating (literal first). */
   readonly parts: LuaTable<number, string> | undefined;
   readonly keyFn: KeyFn | undefined;
+  readonly only: string | undefined;
   readonly source: string;
   /** What happens to a request without its key, and to one whose key cannot be computed (for log lines). */
   readonly missingWhat: string;

@@ -14,9 +14,10 @@
 // ngx.timer.every lets rounds overlap when Redis is slow, and it stops when the
 // worker starts exiting (nginx -s reload / quit) while that worker still has
 // requests running. The loop runs while there is anything to watch, also in an
-// exiting worker, and hands over to a fresh timer now and then. Releases cannot
-// go out from the log phase (no cosockets there): releases.ts queues them;
-// renewals.ts has the watchdog renew the leases meanwhile.
+// exiting worker, and hands over to a fresh timer now and then. The log phase
+// has no cosockets: releases.ts puts a release into the worker's next pipeline
+// (or queues it, and a hold, for a timer); renewals.ts has the watchdog renew
+// the leases meanwhile.
 
 import * as check from "../core/check";
 import type * as lease from "../core/lease";
@@ -36,6 +37,7 @@ const math_max = math.max;
 const request_id = request.id;
 const request_alive = request.alive;
 const request_here = request.here;
+const answered = releases.answered;
 const lua_pairs = pairs;
 
 export const enqueue = releases.enqueue;
@@ -273,12 +275,12 @@ export function track(owner: Owner, l: lease.Lease): request.Anchor | undefined 
   }
   let h: Held;
   if (req === undefined) {
-    req = { id: rid, ctx, ref, owner, lease: l, done: false, more: undefined };
+    req = { id: rid, ctx, ref, owner, lease: l, done: false, answered, more: undefined };
     requests.set(rid, req);
     count++;
     h = req;
   } else {
-    h = { owner, lease: l, done: false };
+    h = { owner, lease: l, done: false, answered };
     if (req.more === undefined) req.more = [];
     req.more.push(h);
   }

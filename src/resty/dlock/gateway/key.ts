@@ -23,6 +23,8 @@ export type KeyFn = (this: void) => unknown;
 export interface Template {
   readonly parts: LuaTable<number, string> | undefined;
   readonly keyFn: KeyFn | undefined;
+  /** The variable's name when the template is that one variable alone ("$request_id"), the usual case. */
+  readonly only: string | undefined;
   /** What the operator wrote, for log lines: the template, or "a function". */
   readonly source: string;
 }
@@ -53,12 +55,13 @@ function split(name: string, tpl: string): LuaMultiReturn<[LuaTable<number, stri
 /** Compile option `name` (a template string or a function). */
 export function compile(name: string, v: unknown): LuaMultiReturn<[Template | undefined, string | undefined]> {
   if (lua_type(v) === "function") {
-    return $multi({ parts: undefined, keyFn: v as KeyFn, source: "a function" }, undefined);
+    return $multi({ parts: undefined, keyFn: v as KeyFn, only: undefined, source: "a function" }, undefined);
   }
   if (lua_type(v) === "string") {
     const [p, err] = split(name, v as string);
     if (p === undefined) return $multi(undefined, err);
-    return $multi({ parts: p, keyFn: undefined, source: v as string }, undefined);
+    const only = p.length() === 3 && p.get(1) === "" && p.get(3) === "" ? p.get(2) : undefined;
+    return $multi({ parts: p, keyFn: undefined, only, source: v as string }, undefined);
   }
   return check.fail(name + " must be a string of nginx variables (\"$http_idempotency_key\") or a function", v);
 }
@@ -75,6 +78,13 @@ export function value(t: Template): LuaMultiReturn<[string | undefined, string |
     if (v === undefined || v === "") return $multi(undefined, undefined);
     if (lua_type(v) !== "string") return $multi(undefined, "the key function returned a " + lua_type(v) + ", not a string");
     return $multi(v as string, undefined);
+  }
+  const only = t.only;
+  if (only !== undefined) {
+    // The variable's own string, without a loop and a concatenation that makes it again.
+    const v = ngx_var.get(only);
+    if (v === undefined || v === "") return $multi(undefined, undefined);
+    return $multi(v, undefined);
   }
   const parts = t.parts!;
   let out = parts.get(1);

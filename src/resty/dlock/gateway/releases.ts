@@ -181,17 +181,16 @@ export function done(h: Held, holdMs: number): void {
   if (holdMs === 0) {
     const j = lease.post(h.lease);
     if (j !== undefined) {
-      j.after = posted;
-      j.ctx = h;
+      j.post = h;
       return;
     }
   }
   enqueue(h.owner, h.lease, holdMs);
 }
 
-/** A posted release was answered (in a sender's timer: nothing here may wait). */
-function posted(this: void, j: backend.Job): void {
-  const h = j.ctx as Held;
+/** A posted release was answered: every Held's `answered` (in a sender's timer: nothing here may wait). */
+export function answered(this: void, j: backend.Job): void {
+  const h = j.post as Held;
   const [ok, err] = lease.posted(h.lease, j);
   if (ok !== undefined || err === "not_owner") return;
   // Counted now, logged only should the queue's tries fail too (failed()).

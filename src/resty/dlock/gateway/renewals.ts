@@ -4,6 +4,7 @@
 
 import * as check from "../core/check";
 import type * as lease from "../core/lease";
+import type * as backend from "../redis/backend";
 import * as stats from "./stats";
 import * as watchdog from "../core/watchdog";
 import type { Owner } from "./inflight";
@@ -12,8 +13,8 @@ const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
 
-/** A lease a request holds for a guard. */
-export interface Held {
+/** A lease a request holds for a guard; its posted release reports to it (releases.answered). */
+export interface Held extends backend.Posted {
   readonly owner: Owner;
   readonly lease: lease.Lease;
   done: boolean;

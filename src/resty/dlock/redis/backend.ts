@@ -29,6 +29,8 @@ export type Fault = "lost" | "transient" | "failed" | "replicas" | "redirect";
 
 /** A call put into a pipeline (post), its outcome filled in by the sender. */
 export type Job = command.Job;
+/** Who a posted call reports its outcome to. */
+export type Posted = command.Posted;
 
 /** A key and the token that owns it: what an owner-checked script needs (leases and orphans are targets). */
 export interface Target {

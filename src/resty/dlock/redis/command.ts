@@ -48,10 +48,18 @@ export interface Job {
   res: RedisValue | undefined;
   err: string | undefined;
   fault: Fault | undefined;
-  /** A call nobody waits for (pipeline.post): run with the call once its outcome is known. */
-  after: ((this: void, j: Job) => void) | undefined;
-  /** What `after` needs to know of the call's sender. */
-  ctx: unknown;
+  /** Who takes the outcome of a call nobody waits for (pipeline.post). */
+  post: Posted | undefined;
+}
+
+/**
+ * What a call put into a pipeline without a waiting caller reports to: the
+ * sender calls `answered` with the call once its outcome is known. A record
+ * the poster keeps anyway (the gateway's Held) carries it: no closure, no
+ * table per post.
+ */
+export interface Posted {
+  readonly answered: (this: void, j: Job) => void;
 }
 
 export interface Batch {
@@ -149,7 +157,7 @@ export function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string 
   parts.set(k + 3, rkey);
   parts.set(k + 4, rest);
   b.n = k + 4;
-  const job: Job = { s, rkey, rest, words, back: false, res: undefined, err: undefined, fault: undefined, after: undefined, ctx: undefined };
+  const job: Job = { s, rkey, rest, words, back: false, res: undefined, err: undefined, fault: undefined, post: undefined };
   b.jobs.push(job);
   if (s.undo !== undefined) b.undos++;
   return job;

@@ -82,9 +82,9 @@ function answered(b: Batch): void {
   const jobs = b.jobs;
   for (const i of $range(1, jobs.length)) {
     const j = jobs[i - 1]!;
-    const after = j.after;
-    if (after !== undefined) {
-      const [ok, err] = lua_pcall(after, j);
+    const p = j.post;
+    if (p !== undefined) {
+      const [ok, err] = lua_pcall(p.answered, j);
       if (!ok) ngx_log(ERR, "dlock: after the ", j.s.name, " of ", j.rkey, ": ", err);
     }
   }
@@ -238,8 +238,7 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
 /**
  * Put s for rkey into conf's next pipeline without waiting for its reply, from
  * any phase (log_by_lua has no cosockets; a sender's timer has): the call,
- * whose `after` the sender runs once its outcome is known (set it before
- * yielding). nil when it cannot go that way (no auto-pipelining, a full batch,
+ * whose `post` the sender reports its outcome to (set it before yielding). nil when it cannot go that way (no auto-pipelining, a full batch,
  * neither a semaphore nor a sender to be had): then call() it from a timer.
  */
 export function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {

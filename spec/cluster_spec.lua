@@ -128,6 +128,30 @@ describe("redis.cluster", function()
     assert.equal(after.redirects, topology(l).redirects)
   end)
 
+  it("sends a guard's release again through the queue, to the new master, when its slot moved while the release rode a pipeline", function()
+    local releases = require "resty.dlock.gateway.releases"
+    local l = locks()
+    local key, slot, from = key_on(l)
+    local to = other_master(from)
+    local rkey = l.prefix .. key
+    local lease = assert(l:acquire(key, { ttl = 10000 }))   -- this worker's slot map says `from`
+    h.migrate_slot(c, slot, from, to, "begin")
+    h.migrate_slot(c, slot, from, to, "keys")
+    h.migrate_slot(c, slot, from, to, "finish")
+    assert.equal(lease.token, h.cmd(to, "get", rkey))
+    local owner = { name = "cluster-spec", dict = ngx.shared.dlock, ttl = 10000, renew = false, release = true, hold = 0 }
+    local stats = require "resty.dlock.gateway.stats"
+    local before = stats.count(ngx.shared.dlock, "cluster-spec", "redis_errors")
+    -- The gateway's log phase: the release goes to `from`, which answers MOVED.
+    releases.done({ owner = owner, lease = lease, done = false, answered = releases.answered }, 0)
+    local t0 = ngx.now()
+    while h.cmd(to, "exists", rkey) == 1 and since(t0) < 3 do ngx.sleep(0.02) end
+    assert.equal(0, h.cmd(to, "exists", rkey))
+    assert.is_false(lease:valid())
+    -- Redirected, not failed.
+    assert.equal(before, stats.count(ngx.shared.dlock, "cluster-spec", "redis_errors"))
+  end)
+
   it("follows ASK to the importing master while a slot migrates: the new lock lives there, stays exclusive, extends and releases", function()
     local l = locks()
     local elsewhere = locks({ dict = "dlock_other", prefix = l.prefix })

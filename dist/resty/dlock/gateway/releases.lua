@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local failed, raised, finish, finishSafely, work, drain, schedule, ngx_log, ERR, WARN, timer_at, thread_spawn, worker_exiting, math_min, thread_wait, lua_pcall, lua_tostring, semaphore, qOwner, qLease, qHold, head, tail, draining, pending, MAX_DRAINERS, alive, idle, woken, PARALLEL, IDLE, SHARE, sema
+local failed, raised, finish, finishSafely, work, drain, schedule, enqueue, ngx_log, ERR, WARN, timer_at, thread_spawn, worker_exiting, math_min, thread_wait, lua_pcall, lua_tostring, semaphore, qOwner, qLease, qHold, head, tail, draining, pending, MAX_DRAINERS, alive, idle, woken, PARALLEL, IDLE, SHARE, sema
 local check = require("resty.dlock.core.check")
 local batch = require("resty.dlock.core.batch")
 local lease = require("resty.dlock.core.lease")
@@ -138,8 +138,7 @@ function schedule()
         )
     end
 end
---- Queue the end of a lease for a timer: release it, or keep it `hold` more ms.
-function ____exports.enqueue(owner, l, holdMs)
+function enqueue(owner, l, holdMs)
     tail = tail + 1
     qOwner[tail] = owner
     qLease[tail] = l
@@ -175,7 +174,7 @@ SHARE = 4096
 -- the worker's next pipeline with nobody waiting for it (lease.post): no
 -- timer, no thread, no wait for the reply; one that cannot (or that Redis did
 -- not confirm) and a hold go through the queue.
-function ____exports.done(h, holdMs)
+local function done(h, holdMs)
     if holdMs == 0 then
         local j = lease.post(h.lease)
         if j ~= nil then
@@ -183,17 +182,22 @@ function ____exports.done(h, holdMs)
             return
         end
     end
-    ____exports.enqueue(h.owner, h.lease, holdMs)
+    enqueue(h.owner, h.lease, holdMs)
 end
 --- A posted release was answered: every Held's `answered` (in a sender's timer: nothing here may wait).
-function ____exports.answered(j)
+local function answered(j)
     local h = j.post
     local ok, err = lease.posted(h.lease, j)
     if ok ~= nil or err == "not_owner" then
         return
     end
     local o = h.owner
-    stats.incr(o.dict, o.name, "redis_errors")
-    ____exports.enqueue(o, h.lease, 0)
+    if j.fault ~= "redirect" then
+        stats.incr(o.dict, o.name, "redis_errors")
+    end
+    enqueue(o, h.lease, 0)
 end
+____exports.done = done
+____exports.answered = answered
+____exports.enqueue = enqueue
 return ____exports

@@ -99,6 +99,7 @@ local state = map.state
 local route = map.route
 local slot = map.slot
 nodeOf = map.nodeOf
+local nodeAt = map.nodeAt
 local ngx_now = ngx.now
 ngx_sleep = ngx.sleep
 lua_tostring = tostring
@@ -147,7 +148,7 @@ local function post(conf, s, rkey, ...)
         return nil
     end
     return posted(
-        map.nodeAt(conf, c, ep),
+        nodeAt(conf, c, ep),
         s,
         rkey,
         ...
@@ -267,7 +268,7 @@ local function servers(conf)
     local c = state(conf)
     local out = {}
     for i = 1, #c.masters do
-        out[#out + 1] = map.nodeAt(conf, c, c.masters[i])
+        out[#out + 1] = nodeAt(conf, c, c.masters[i])
     end
     return out
 end

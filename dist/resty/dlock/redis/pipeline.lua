@@ -51,11 +51,11 @@ local function answered(b)
             if not ok then
                 ngx_log(
                     ERR,
-                    "dlock: after the ",
+                    "dlock: settling the posted ",
                     j.s.name,
                     " of ",
                     j.rkey,
-                    ": ",
+                    " raised: ",
                     err
                 )
             end

@@ -177,7 +177,7 @@ function schedule(): void {
  * timer, no thread, no wait for the reply; one that cannot (or that Redis did
  * not confirm) and a hold go through the queue.
  */
-export function done(h: Held, holdMs: number): void {
+function done(h: Held, holdMs: number): void {
   if (holdMs === 0) {
     const j = lease.post(h.lease);
     if (j !== undefined) {
@@ -189,21 +189,25 @@ export function done(h: Held, holdMs: number): void {
 }
 
 /** A posted release was answered: every Held's `answered` (in a sender's timer: nothing here may wait). */
-export function answered(this: void, j: backend.Job): void {
+function answered(this: void, j: backend.Job): void {
   const h = j.post as Held;
   const [ok, err] = lease.posted(h.lease, j);
   if (ok !== undefined || err === "not_owner") return;
-  // Counted now, logged only should the queue's tries fail too (failed()).
+  // A failure counts now, and is logged should the queue's tries fail too
+  // (failed()); a Cluster slot that moved is only followed, from the queue.
   const o = h.owner;
-  stats.incr(o.dict, o.name, "redis_errors");
+  if (j.fault !== "redirect") stats.incr(o.dict, o.name, "redis_errors");
   enqueue(o, h.lease, 0);
 }
 
 /** Queue the end of a lease for a timer: release it, or keep it `hold` more ms. */
-export function enqueue(owner: Owner, l: lease.Lease, holdMs: number): void {
+function enqueue(owner: Owner, l: lease.Lease, holdMs: number): void {
   tail++;
   qOwner.set(tail, owner);
   qLease.set(tail, l);
   qHold.set(tail, holdMs);
   schedule();
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { done, answered, enqueue };

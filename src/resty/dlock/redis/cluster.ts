@@ -27,6 +27,7 @@ const state = map.state;
 const route = map.route;
 const slot = map.slot;
 const nodeOf = map.nodeOf;
+const nodeAt = map.nodeAt;
 const ngx_now = ngx.now;
 const ngx_sleep = ngx.sleep;
 const lua_tostring = tostring;
@@ -82,7 +83,7 @@ function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string
   if (c.stale) return undefined;
   const ep = c.slots.get(slot(rkey));
   if (ep === undefined) return undefined;
-  return posted(map.nodeAt(conf, c, ep), s, rkey, ...args);
+  return posted(nodeAt(conf, c, ep), s, rkey, ...args);
 }
 
 /** After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means. */
@@ -237,7 +238,7 @@ function describe(this: void, conf: redis.RedisConf): LuaTable<string, unknown> 
 function servers(this: void, conf: redis.RedisConf): redis.RedisConf[] {
   const c = state(conf);
   const out: redis.RedisConf[] = [];
-  for (const i of $range(1, c.masters.length)) out.push(map.nodeAt(conf, c, c.masters[i - 1]!));
+  for (const i of $range(1, c.masters.length)) out.push(nodeAt(conf, c, c.masters[i - 1]!));
   return out;
 }
 

@@ -85,7 +85,7 @@ function answered(b: Batch): void {
     const p = j.post;
     if (p !== undefined) {
       const [ok, err] = lua_pcall(p.answered, j);
-      if (!ok) ngx_log(ERR, "dlock: after the ", j.s.name, " of ", j.rkey, ": ", err);
+      if (!ok) ngx_log(ERR, "dlock: settling the posted ", j.s.name, " of ", j.rkey, " raised: ", err);
     }
   }
 }

@@ -122,7 +122,7 @@ function ____exports.post(l)
     if l._released then
         return nil
     end
-    local j = backend.post(l._store.redis, l._kind.release, l._rkey, l.token)
+    local j = backend.postOwn(l._store.redis, l._kind.release, l._rkey, l.token)
     if j ~= nil then
         l._releasing = true
     end

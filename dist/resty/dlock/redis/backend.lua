@@ -45,10 +45,14 @@ function ____exports.own(conf, s, rkey, token, ms)
         ms
     )
 end
---- Put a per-target script (a release) for one target into the next pipeline
--- to its server, without waiting for the reply (see pipeline.post): the call,
--- or nil when it cannot go that way (then own() it from a timer).
-function ____exports.post(conf, s, rkey, token)
+--- Put script s for rkey into the next pipeline to its server, without waiting
+-- for the reply (see pipeline.post), from any phase: the call, whose `post`
+-- hears its outcome, or nil when it cannot go that way (then call() it from a timer).
+function ____exports.post(conf, s, rkey, ...)
+    return conf.backend.post(conf, s, rkey, ...)
+end
+--- As post(), for a per-target script (a release) for one target, with the keys and arguments own() sends.
+function ____exports.postOwn(conf, s, rkey, token)
     return scripts.forTarget(
         conf.backend.post,
         conf,

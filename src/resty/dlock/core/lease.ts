@@ -200,7 +200,7 @@ export function make(store: Store, kind: Kind, key: string, rkey: string, tok: s
  */
 export function post(l: Lease): backend.Job | undefined {
   if (l._released) return undefined;
-  const j = backend.post(l._store.redis, l._kind.release, l._rkey, l.token);
+  const j = backend.postOwn(l._store.redis, l._kind.release, l._rkey, l.token);
   if (j !== undefined) l._releasing = true;
   return j;
 }

@@ -111,11 +111,16 @@ export function own(conf: redis.RedisConf, s: scripts.Script, rkey: string, toke
 }
 
 /**
- * Put a per-target script (a release) for one target into the next pipeline
- * to its server, without waiting for the reply (see pipeline.post): the call,
- * or nil when it cannot go that way (then own() it from a timer).
+ * Put script s for rkey into the next pipeline to its server, without waiting
+ * for the reply (see pipeline.post), from any phase: the call, whose `post`
+ * hears its outcome, or nil when it cannot go that way (then call() it from a timer).
  */
-export function post(conf: redis.RedisConf, s: scripts.Script, rkey: string, token: string): Job | undefined {
+export function post(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {
+  return conf.backend!.post(conf, s, rkey, ...args);
+}
+
+/** As post(), for a per-target script (a release) for one target, with the keys and arguments own() sends. */
+export function postOwn(conf: redis.RedisConf, s: scripts.Script, rkey: string, token: string): Job | undefined {
   return scripts.forTarget(conf.backend!.post, conf, s, rkey, token);
 }
 

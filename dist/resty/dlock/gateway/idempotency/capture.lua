@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local schedule, store, ngx_log, ERR, WARN, ngx_now, ngx_update_time, ngx_sleep, timer_at, math_min, table_concat, lua_tostring, FINISHED, AMBIGUOUS
+local schedule, later, stored, answered, store, ngx_log, ERR, WARN, ngx_now, ngx_update_time, ngx_sleep, timer_at, math_min, table_concat, lua_tostring, FINISHED, AMBIGUOUS
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local inflight = require("resty.dlock.gateway.inflight")
@@ -13,6 +13,32 @@ local stats = require("resty.dlock.gateway.stats")
 local claims = require("resty.dlock.gateway.idempotency.claim")
 function schedule(c)
     c.complete = true
+    local g = c.g
+    local status = c.status
+    if g.store[status] == true then
+        c.state = c.tooLarge and "unreplayable" or "done"
+        c.body = c.tooLarge and "" or table_concat(c.chunks)
+        c.chunks = {}
+        local l = c.lease
+        local j = backend.post(
+            g.conf,
+            scripts.IDEM_COMPLETE,
+            l._rkey,
+            l.token,
+            g.ttl,
+            c.state,
+            status,
+            c.headers,
+            c.body
+        )
+        if j ~= nil then
+            j.post = c
+            return
+        end
+    end
+    later(c)
+end
+function later(c)
     local ok, err = timer_at(0, store, c)
     if not ok then
         c.g.dict:delete(FINISHED .. c.lease._rkey)
@@ -26,6 +52,45 @@ function schedule(c)
             err
         )
     end
+end
+function stored(c, res)
+    local g = c.g
+    local l = c.lease
+    if res == nil then
+        return false
+    end
+    g.dict:delete(FINISHED .. l._rkey)
+    if res == 1 then
+        stats.incr(g.dict, g.name, c.tooLarge and "not_stored" or "stored")
+        settle.forget(l)
+        claims.notify(l._rkey, {
+            state = c.state,
+            fp = c.fp,
+            status = c.status,
+            headers = c.headers,
+            body = c.body
+        })
+        return true
+    end
+    stats.incr(g.dict, g.name, "not_stored")
+    stats.incr(g.dict, g.name, "lost")
+    ngx_log(
+        ERR,
+        "dlock: guard ",
+        g.name,
+        ": the claim on ",
+        l._rkey,
+        " ran out before its response could be stored"
+    )
+    return true
+end
+function answered(j)
+    local c = j.post
+    if stored(c, j.res) then
+        return
+    end
+    stats.incr(c.g.dict, c.g.name, "redis_errors")
+    later(c)
 end
 function store(premature, c)
     local g = c.g
@@ -52,8 +117,6 @@ function store(premature, c)
         claims.notify(l._rkey, nil)
         return
     end
-    local state = c.tooLarge and "unreplayable" or "done"
-    local b = c.tooLarge and "" or table_concat(c.chunks)
     ngx_update_time()
     local deadline = ngx_now() + g.lease / 1000
     local pause = 0.05
@@ -64,36 +127,12 @@ function store(premature, c)
             l._rkey,
             l.token,
             g.ttl,
-            state,
+            c.state,
             status,
             c.headers,
-            b
+            c.body
         )
-        if res == 1 then
-            g.dict:delete(FINISHED .. l._rkey)
-            stats.incr(g.dict, g.name, c.tooLarge and "not_stored" or "stored")
-            settle.forget(l)
-            claims.notify(l._rkey, {
-                state = state,
-                fp = c.fp,
-                status = status,
-                headers = c.headers,
-                body = b
-            })
-            return
-        end
-        if res ~= nil then
-            g.dict:delete(FINISHED .. l._rkey)
-            stats.incr(g.dict, g.name, "not_stored")
-            stats.incr(g.dict, g.name, "lost")
-            ngx_log(
-                ERR,
-                "dlock: guard ",
-                g.name,
-                ": the claim on ",
-                l._rkey,
-                " ran out before its response could be stored"
-            )
+        if stored(c, res) then
             return
         end
         stats.incr(g.dict, g.name, "redis_errors")
@@ -195,7 +234,10 @@ function ____exports.hold(g, rkey, tok, fp)
         chunks = {},
         size = 0,
         tooLarge = false,
-        complete = false
+        complete = false,
+        state = "",
+        body = "",
+        answered = answered
     }
 end
 function ____exports.headerFilter()

@@ -66,8 +66,13 @@ interface Capture {
   chunks: string[];
   size: number;
   tooLarge: boolean;
-  /** The whole body went by: handed to a timer to store. */
+  /** The whole body went by: its store is on its way. */
   complete: boolean;
+  /** What the store sends (set when the body is complete). */
+  state: string;
+  body: string;
+  /** The store's reply, when it rode a pipeline (backend.post). */
+  readonly answered: (this: void, j: backend.Job) => void;
 }
 
 /** Requests of this worker that hold a claim, by request id (the same through internal redirects). */
@@ -102,6 +107,7 @@ export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   const a = inflight.track(g.owner, l)!;
   captures.set(a.id, {
     g, anchor: a, lease: l, fp, status: undefined, headers: "", chunks: [], size: 0, tooLarge: false, complete: false,
+    state: "", body: "", answered,
   });
 }
 
@@ -153,9 +159,33 @@ export function bodyFilter(): void {
   }
 }
 
-/** The response is complete: a timer stores it (no cosockets in the filters or the log phase). */
+/**
+ * The response is complete. No cosockets in the filters or the log phase: a
+ * response to store rides the worker's next pipeline (backend.post); what the
+ * store's reply says is seen to by answered(). A timer stores it when it
+ * cannot go that way or Redis did not answer, and drops the claim of a
+ * response not to store.
+ */
 function schedule(c: Capture): void {
   c.complete = true;
+  const g = c.g;
+  const status = c.status!;
+  if (g.store.get(status) === true) {
+    c.state = c.tooLarge ? "unreplayable" : "done";
+    c.body = c.tooLarge ? "" : table_concat(c.chunks);
+    c.chunks = [];
+    const l = c.lease;
+    const j = backend.post(g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, g.ttl, c.state, status, c.headers, c.body);
+    if (j !== undefined) {
+      j.post = c;
+      return;
+    }
+  }
+  later(c);
+}
+
+/** Store c from a timer. */
+function later(c: Capture): void {
   const [ok, err] = timer_at(0, store, c);
   if (!ok) {
     c.g.dict.delete(FINISHED + c.lease._rkey);
@@ -167,6 +197,32 @@ function schedule(c: Capture): void {
 
 /** Statuses not stored after which the backend may still be working (gateway timeout, cut connection). */
 const AMBIGUOUS = check.set("502", "504");
+
+/** What Redis answered to the store of c, seen to; false when it did not answer. */
+function stored(c: Capture, res: RedisValue | undefined): boolean {
+  const g = c.g;
+  const l = c.lease;
+  if (res === undefined) return false;
+  g.dict.delete(FINISHED + l._rkey);
+  if (res === 1) {
+    stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
+    settle.forget(l);
+    claims.notify(l._rkey, { state: c.state, fp: c.fp, status: c.status!, headers: c.headers, body: c.body });
+    return true;
+  }
+  stats.incr(g.dict, g.name, "not_stored");
+  stats.incr(g.dict, g.name, "lost");
+  ngx_log(ERR, "dlock: guard ", g.name, ": the claim on ", l._rkey, " ran out before its response could be stored");
+  return true;
+}
+
+/** A store that rode a pipeline was answered (in the sender's timer: nothing here may wait); a timer tries again when Redis did not answer. */
+function answered(this: void, j: backend.Job): void {
+  const c = j.post as Capture;
+  if (stored(c, j.res)) return;
+  stats.incr(c.g.dict, c.g.name, "redis_errors");
+  later(c);
+}
 
 function store(this: void, premature: boolean, c: Capture): void {
   const g = c.g;
@@ -188,28 +244,13 @@ function store(this: void, premature: boolean, c: Capture): void {
     claims.notify(l._rkey, undefined);
     return;
   }
-  const state = c.tooLarge ? "unreplayable" : "done";
-  const b = c.tooLarge ? "" : table_concat(c.chunks);
   // Until the claim would run out: Redis may come back meanwhile.
   ngx_update_time();
   const deadline = ngx_now() + g.lease / 1000;
   let pause = 0.05;
   while (true) {
-    const [res, err] = backend.call(g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, g.ttl, state, status, c.headers, b);
-    if (res === 1) {
-      g.dict.delete(FINISHED + l._rkey);
-      stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
-      settle.forget(l);
-      claims.notify(l._rkey, { state, fp: c.fp, status, headers: c.headers, body: b });
-      return;
-    }
-    if (res !== undefined) {
-      g.dict.delete(FINISHED + l._rkey);
-      stats.incr(g.dict, g.name, "not_stored");
-      stats.incr(g.dict, g.name, "lost");
-      ngx_log(ERR, "dlock: guard ", g.name, ": the claim on ", l._rkey, " ran out before its response could be stored");
-      return;
-    }
+    const [res, err] = backend.call(g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, g.ttl, c.state, status, c.headers, c.body);
+    if (stored(c, res)) return;
     stats.incr(g.dict, g.name, "redis_errors");
     ngx_update_time();
     if (ngx_now() + pause >= deadline) {

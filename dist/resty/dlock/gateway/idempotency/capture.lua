@@ -1,6 +1,6 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local schedule, later, stored, answered, store, ngx_log, ERR, WARN, ngx_now, ngx_update_time, ngx_sleep, timer_at, math_min, table_concat, lua_tostring, FINISHED, AMBIGUOUS
+local schedule, completing, later, stored, answered, store, ngx_log, ERR, WARN, ngx_now, ngx_update_time, ngx_sleep, timer_at, math_min, table_concat, lua_tostring, FINISHED, AMBIGUOUS
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local inflight = require("resty.dlock.gateway.inflight")
@@ -19,24 +19,27 @@ function schedule(c)
         c.state = c.tooLarge and "unreplayable" or "done"
         c.body = c.tooLarge and "" or table_concat(c.chunks)
         c.chunks = {}
-        local l = c.lease
-        local j = backend.post(
-            g.conf,
-            scripts.IDEM_COMPLETE,
-            l._rkey,
-            l.token,
-            g.ttl,
-            c.state,
-            status,
-            c.headers,
-            c.body
-        )
+        local j = completing(backend.post, c)
         if j ~= nil then
             j.post = c
             return
         end
     end
     later(c)
+end
+function completing(send, c)
+    local l = c.lease
+    return send(
+        c.g.conf,
+        scripts.IDEM_COMPLETE,
+        l._rkey,
+        l.token,
+        c.g.ttl,
+        c.state,
+        c.status,
+        c.headers,
+        c.body
+    )
 end
 function later(c)
     local ok, err = timer_at(0, store, c)
@@ -121,17 +124,7 @@ function store(premature, c)
     local deadline = ngx_now() + g.lease / 1000
     local pause = 0.05
     while true do
-        local res, err = backend.call(
-            g.conf,
-            scripts.IDEM_COMPLETE,
-            l._rkey,
-            l.token,
-            g.ttl,
-            c.state,
-            status,
-            c.headers,
-            c.body
-        )
+        local res, err = completing(backend.call, c)
         if stored(c, res) then
             return
         end

@@ -5,6 +5,7 @@
 // lives here alone.
 
 import * as backend from "../../redis/backend";
+import type * as redis from "../../redis/client";
 import * as check from "../../core/check";
 import * as inflight from "../inflight";
 import type * as lease from "../../core/lease";
@@ -174,14 +175,19 @@ function schedule(c: Capture): void {
     c.state = c.tooLarge ? "unreplayable" : "done";
     c.body = c.tooLarge ? "" : table_concat(c.chunks);
     c.chunks = [];
-    const l = c.lease;
-    const j = backend.post(g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, g.ttl, c.state, status, c.headers, c.body);
+    const j = completing(backend.post, c);
     if (j !== undefined) {
       j.post = c;
       return;
     }
   }
   later(c);
+}
+
+/** The store of c's response, sent through `send` (backend.call, or backend.post). */
+function completing<R>(send: (this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]) => R, c: Capture): R {
+  const l = c.lease;
+  return send(c.g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, c.g.ttl, c.state, c.status!, c.headers, c.body);
 }
 
 /** Store c from a timer. */
@@ -249,7 +255,7 @@ function store(this: void, premature: boolean, c: Capture): void {
   const deadline = ngx_now() + g.lease / 1000;
   let pause = 0.05;
   while (true) {
-    const [res, err] = backend.call(g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, g.ttl, c.state, status, c.headers, c.body);
+    const [res, err] = completing(backend.call, c);
     if (stored(c, res)) return;
     stats.incr(g.dict, g.name, "redis_errors");
     ngx_update_time();

@@ -115,9 +115,10 @@ function ____exports.make(store, kind, key, rkey, tok, ttl, sent, fence)
 end
 --- Release l without waiting for Redis, from any phase (the gateway's log
 -- phase has no cosockets): its release rides the next pipeline to its server
--- (backend.post), and the sender reports the answered call to the job's
--- `post` (set by the caller), for posted() to settle. nil when it cannot go that way (no
--- auto-pipelining, Redlock, a Cluster map being read): then release() it from a timer.
+-- (backend.postOwn), and the sender reports the answered call to the job's
+-- `post` (set by the caller), for posted() to settle. nil when it cannot go
+-- that way (no auto-pipelining, Redlock, a Cluster map being read): then
+-- release() it from a timer.
 function ____exports.post(l)
     if l._released then
         return nil

@@ -194,9 +194,10 @@ export function make(store: Store, kind: Kind, key: string, rkey: string, tok: s
 /**
  * Release l without waiting for Redis, from any phase (the gateway's log
  * phase has no cosockets): its release rides the next pipeline to its server
- * (backend.post), and the sender reports the answered call to the job's
- * `post` (set by the caller), for posted() to settle. nil when it cannot go that way (no
- * auto-pipelining, Redlock, a Cluster map being read): then release() it from a timer.
+ * (backend.postOwn), and the sender reports the answered call to the job's
+ * `post` (set by the caller), for posted() to settle. nil when it cannot go
+ * that way (no auto-pipelining, Redlock, a Cluster map being read): then
+ * release() it from a timer.
  */
 export function post(l: Lease): backend.Job | undefined {
   if (l._released) return undefined;

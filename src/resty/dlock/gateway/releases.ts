@@ -1,6 +1,9 @@
-// The release queue of the gateway: a request's lease ends in its log phase,
-// where there are no cosockets, so the release (or, dedup after a 2xx, the
-// hold) is queued here and sent from a timer.
+// How the gateway ends a request's lease. It ends in the log phase, where
+// there are no cosockets: a release is written into the worker's next
+// auto-pipelined batch (done(), lease.post), whose sender settles it from the
+// reply (answered()). What cannot go that way (Redlock, auto_pipeline off, a
+// Cluster map being read), what Redis did not confirm, and dedup's hold after
+// a 2xx (an extend) go through the release queue below, sent from a timer.
 //
 // Light threads of a drain timer send them, one lease at a time each, side by
 // side, so that auto-pipelining carries them in the round trips of the

@@ -1,8 +1,9 @@
 // A request that holds a claim: the keeper renews the claim while it runs, the
 // header and body filters note its response (up to max_body), and at the end
-// of the body a timer turns the claim into the stored record (filters have no
-// cosockets). The captures table (requests of this worker holding a claim)
-// lives here alone.
+// of the body the claim becomes the stored record, written into the worker's
+// next pipeline (filters have no cosockets; a timer when it cannot go that
+// way). The captures table (requests of this worker holding a claim) lives
+// here alone.
 
 import * as backend from "../../redis/backend";
 import type * as redis from "../../redis/client";

@@ -66,6 +66,7 @@ build = {
       ["resty.dlock.gateway.idempotency.capture"] = "dist/resty/dlock/gateway/idempotency/capture.lua",
       ["resty.dlock.gateway.idempotency.claim"] = "dist/resty/dlock/gateway/idempotency/claim.lua",
       ["resty.dlock.gateway.idempotency.options"] = "dist/resty/dlock/gateway/idempotency/options.lua",
+      ["resty.dlock.gateway.idempotency.record"] = "dist/resty/dlock/gateway/idempotency/record.lua",
       ["resty.dlock.gateway.inflight"] = "dist/resty/dlock/gateway/inflight.lua",
       ["resty.dlock.gateway.key"] = "dist/resty/dlock/gateway/key.lua",
       ["resty.dlock.gateway.lock_local"] = "dist/resty/dlock/gateway/lock_local.lua",

@@ -22,9 +22,10 @@
 //
 // The parts: idempotency/options.ts (the option table, checked once),
 // idempotency/claim.ts (the claim, and duplicates waiting for its response),
-// idempotency/capture.ts (the held claim: the filters and the store),
-// idempotency/answers.ts (replays and problem+json refusals); this face reads
-// the request and decides among them.
+// idempotency/capture.ts (the held claim and its filters),
+// idempotency/record.ts (the store of its response), idempotency/answers.ts
+// (replays and problem+json refusals); this face reads the request and
+// decides among them.
 
 import * as check from "../core/check";
 import * as inflight from "./inflight";

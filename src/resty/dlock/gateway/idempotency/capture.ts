@@ -1,36 +1,25 @@
 // A request that holds a claim: the keeper renews the claim while it runs, the
 // header and body filters note its response (up to max_body), and at the end
-// of the body the claim becomes the stored record, written into the worker's
-// next pipeline (filters have no cosockets; a timer when it cannot go that
-// way). The captures table (requests of this worker holding a claim) lives
-// here alone.
+// of the body the claim becomes the stored record (record.ts). The captures
+// table (requests of this worker holding a claim) lives here alone.
 
-import * as backend from "../../redis/backend";
-import type * as redis from "../../redis/client";
-import * as check from "../../core/check";
 import * as inflight from "../inflight";
 import type * as lease from "../../core/lease";
 import * as ledger from "../../core/ledger";
 import * as meter from "../../core/meter";
 import * as request from "../request";
-import * as settle from "../../core/settle";
-import * as scripts from "../../redis/scripts";
 import * as stats from "../stats";
 import * as claims from "./claim";
+import * as record from "./record";
 import type * as options from "./options";
 
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
 const ngx_log = ngx.log;
-const ERR = ngx.ERR;
 const WARN = ngx.WARN;
 const ngx_now = ngx.now;
-const ngx_update_time = ngx.update_time;
-const ngx_sleep = ngx.sleep;
 const ngx_var = ngx.var;
-const timer_at = ngx.timer.at;
 const ngx_ = ngx;
-const math_min = math.min;
 const str_lower = string.lower;
 const table_sort = table.sort;
 const table_concat = table.concat;
@@ -56,26 +45,8 @@ const resp_get_headers = (ngx as unknown as NgxFilter).resp.get_headers;
 
 const FINISHED = claims.FINISHED;
 
-/** The response of a request that holds a claim, as the filters see it. */
-interface Capture {
-  readonly g: Guard;
-  readonly anchor: request.Anchor;
-  readonly lease: lease.Lease;
-  /** The request's fingerprint, stored with its response. */
-  readonly fp: string;
-  status: number | undefined;
-  headers: string;
-  chunks: string[];
-  size: number;
-  tooLarge: boolean;
-  /** The whole body went by: its store is on its way. */
-  complete: boolean;
-  /** What the store sends (set when the body is complete). */
-  state: string;
-  body: string;
-  /** The store's reply, when it rode a pipeline (backend.post). */
-  readonly answered: (this: void, j: backend.Job) => void;
-}
+type Capture = record.Capture;
+const AMBIGUOUS = record.AMBIGUOUS;
 
 /** Requests of this worker that hold a claim, by request id (the same through internal redirects). */
 const captures = new LuaTable<number, Capture>();
@@ -109,7 +80,7 @@ export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   const a = inflight.track(g.owner, l)!;
   captures.set(a.id, {
     g, anchor: a, lease: l, fp, status: undefined, headers: "", chunks: [], size: 0, tooLarge: false, complete: false,
-    state: "", body: "", answered,
+    state: "", body: "", answered: record.answered,
   });
 }
 
@@ -157,117 +128,7 @@ export function bodyFilter(): void {
       // Before these last bytes leave: a retry reaching this nginx waits for the store, not 409.
       c.g.dict.set(FINISHED + c.lease._rkey, true, c.g.lease / 1000);
     }
-    schedule(c);
-  }
-}
-
-/**
- * The response is complete. No cosockets in the filters or the log phase: a
- * response to store rides the worker's next pipeline (backend.post); what the
- * store's reply says is seen to by answered(). A timer stores it when it
- * cannot go that way or Redis did not answer, and drops the claim of a
- * response not to store.
- */
-function schedule(c: Capture): void {
-  c.complete = true;
-  const g = c.g;
-  const status = c.status!;
-  if (g.store.get(status) === true) {
-    c.state = c.tooLarge ? "unreplayable" : "done";
-    c.body = c.tooLarge ? "" : table_concat(c.chunks);
-    c.chunks = [];
-    const j = completing(backend.post, c);
-    if (j !== undefined) {
-      j.post = c;
-      return;
-    }
-  }
-  later(c);
-}
-
-/** The store of c's response, sent through `send` (backend.call, or backend.post). */
-function completing<R>(send: (this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]) => R, c: Capture): R {
-  const l = c.lease;
-  return send(c.g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, c.g.ttl, c.state, c.status!, c.headers, c.body);
-}
-
-/** Store c from a timer. */
-function later(c: Capture): void {
-  const [ok, err] = timer_at(0, store, c);
-  if (!ok) {
-    c.g.dict.delete(FINISHED + c.lease._rkey);
-    stats.incr(c.g.dict, c.g.name, "not_stored");
-    ngx_log(ERR, "dlock: guard ", c.g.name, ": cannot store the response (the key stays claimed until its lease ",
-      "runs out): ", err);
-  }
-}
-
-/** Statuses not stored after which the backend may still be working (gateway timeout, cut connection). */
-const AMBIGUOUS = check.set("502", "504");
-
-/** What Redis answered to the store of c, seen to; false when it did not answer. */
-function stored(c: Capture, res: RedisValue | undefined): boolean {
-  const g = c.g;
-  const l = c.lease;
-  if (res === undefined) return false;
-  g.dict.delete(FINISHED + l._rkey);
-  if (res === 1) {
-    stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
-    settle.forget(l);
-    claims.notify(l._rkey, { state: c.state, fp: c.fp, status: c.status!, headers: c.headers, body: c.body });
-    return true;
-  }
-  stats.incr(g.dict, g.name, "not_stored");
-  stats.incr(g.dict, g.name, "lost");
-  ngx_log(ERR, "dlock: guard ", g.name, ": the claim on ", l._rkey, " ran out before its response could be stored");
-  return true;
-}
-
-/** A store that rode a pipeline was answered (in the sender's timer: nothing here may wait); a timer tries again when Redis did not answer. */
-function answered(this: void, j: backend.Job): void {
-  const c = j.post as Capture;
-  if (stored(c, j.res)) return;
-  stats.incr(c.g.dict, c.g.name, "redis_errors");
-  later(c);
-}
-
-function store(this: void, premature: boolean, c: Capture): void {
-  const g = c.g;
-  const l = c.lease;
-  const status = c.status!;
-  if (g.store.get(status) !== true) {
-    stats.incr(g.dict, g.name, "not_stored");
-    g.dict.delete(FINISHED + l._rkey);
-    if (AMBIGUOUS.has(lua_tostring(status))) {
-      // The operation may have run, or may still be running: no retry before the claim runs out.
-      return;
-    }
-    // The application said it did not do it (409, 429, 503...): retries may run it.
-    const [res, err] = backend.call(g.conf, scripts.IDEM_RELEASE, l._rkey, l.token);
-    if (res === undefined) {
-      ngx_log(WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
-    }
-    settle.forget(l);
-    claims.notify(l._rkey, undefined);
-    return;
-  }
-  // Until the claim would run out: Redis may come back meanwhile.
-  ngx_update_time();
-  const deadline = ngx_now() + g.lease / 1000;
-  let pause = 0.05;
-  while (true) {
-    const [res, err] = completing(backend.call, c);
-    if (stored(c, res)) return;
-    stats.incr(g.dict, g.name, "redis_errors");
-    ngx_update_time();
-    if (ngx_now() + pause >= deadline) {
-      g.dict.delete(FINISHED + l._rkey);
-      stats.incr(g.dict, g.name, "not_stored");
-      ngx_log(ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));
-      return;
-    }
-    ngx_sleep(pause);
-    pause = math_min(pause * 2, 1);
+    record.schedule(c);
   }
 }
 

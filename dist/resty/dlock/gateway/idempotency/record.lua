@@ -1,0 +1,162 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+local completing, later, stored, store, ngx_log, ERR, WARN, ngx_now, ngx_update_time, ngx_sleep, timer_at, math_min, lua_tostring, FINISHED, AMBIGUOUS
+local backend = require("resty.dlock.redis.backend")
+local check = require("resty.dlock.core.check")
+local settle = require("resty.dlock.core.settle")
+local scripts = require("resty.dlock.redis.scripts")
+local stats = require("resty.dlock.gateway.stats")
+local claims = require("resty.dlock.gateway.idempotency.claim")
+function completing(send, c)
+    local l = c.lease
+    return send(
+        c.g.conf,
+        scripts.IDEM_COMPLETE,
+        l._rkey,
+        l.token,
+        c.g.ttl,
+        c.state,
+        c.status,
+        c.headers,
+        c.body
+    )
+end
+function later(c)
+    local ok, err = timer_at(0, store, c)
+    if not ok then
+        c.g.dict:delete(FINISHED .. c.lease._rkey)
+        stats.incr(c.g.dict, c.g.name, "not_stored")
+        ngx_log(
+            ERR,
+            "dlock: guard ",
+            c.g.name,
+            ": cannot store the response (the key stays claimed until its lease ",
+            "runs out): ",
+            err
+        )
+    end
+end
+function stored(c, res)
+    local g = c.g
+    local l = c.lease
+    if res == nil then
+        return false
+    end
+    g.dict:delete(FINISHED .. l._rkey)
+    if res == 1 then
+        stats.incr(g.dict, g.name, c.tooLarge and "not_stored" or "stored")
+        settle.forget(l)
+        claims.notify(l._rkey, {
+            state = c.state,
+            fp = c.fp,
+            status = c.status,
+            headers = c.headers,
+            body = c.body
+        })
+        return true
+    end
+    stats.incr(g.dict, g.name, "not_stored")
+    stats.incr(g.dict, g.name, "lost")
+    ngx_log(
+        ERR,
+        "dlock: guard ",
+        g.name,
+        ": the claim on ",
+        l._rkey,
+        " ran out before its response could be stored"
+    )
+    return true
+end
+function store(premature, c)
+    local g = c.g
+    local l = c.lease
+    local status = c.status
+    if g.store[status] ~= true then
+        stats.incr(g.dict, g.name, "not_stored")
+        g.dict:delete(FINISHED .. l._rkey)
+        if AMBIGUOUS[lua_tostring(status)] ~= nil then
+            return
+        end
+        local res, err = backend.call(g.conf, scripts.IDEM_RELEASE, l._rkey, l.token)
+        if res == nil then
+            ngx_log(
+                WARN,
+                "dlock: guard ",
+                g.name,
+                ": dropping a claim: ",
+                check.reason(err),
+                " (it runs out after the lease)"
+            )
+        end
+        settle.forget(l)
+        claims.notify(l._rkey, nil)
+        return
+    end
+    ngx_update_time()
+    local deadline = ngx_now() + g.lease / 1000
+    local pause = 0.05
+    while true do
+        local res, err = completing(backend.call, c)
+        if stored(c, res) then
+            return
+        end
+        stats.incr(g.dict, g.name, "redis_errors")
+        ngx_update_time()
+        if ngx_now() + pause >= deadline then
+            g.dict:delete(FINISHED .. l._rkey)
+            stats.incr(g.dict, g.name, "not_stored")
+            ngx_log(
+                ERR,
+                "dlock: guard ",
+                g.name,
+                ": response not stored, the claim runs out: ",
+                check.reason(err)
+            )
+            return
+        end
+        ngx_sleep(pause)
+        pause = math_min(pause * 2, 1)
+    end
+end
+ngx_log = ngx.log
+ERR = ngx.ERR
+WARN = ngx.WARN
+ngx_now = ngx.now
+ngx_update_time = ngx.update_time
+ngx_sleep = ngx.sleep
+timer_at = ngx.timer.at
+math_min = math.min
+local table_concat = table.concat
+lua_tostring = tostring
+FINISHED = claims.FINISHED
+--- The response is complete: store it (or drop the claim of one not to store).
+local function schedule(c)
+    c.complete = true
+    local g = c.g
+    local status = c.status
+    if g.store[status] == true then
+        c.state = c.tooLarge and "unreplayable" or "done"
+        c.body = c.tooLarge and "" or table_concat(c.chunks)
+        c.chunks = {}
+        local j = completing(backend.post, c)
+        if j ~= nil then
+            j.post = c
+            return
+        end
+    end
+    later(c)
+end
+AMBIGUOUS = check.set("502", "504")
+--- A store that rode a pipeline was answered (in the sender's timer: nothing here may wait); a timer tries again when Redis did not answer.
+local function answered(j)
+    local c = j.post
+    if stored(c, j.res) then
+        return
+    end
+    stats.incr(c.g.dict, c.g.name, "redis_errors")
+    later(c)
+end
+____exports.schedule = schedule
+____exports.answered = answered
+____exports.AMBIGUOUS = AMBIGUOUS
+return ____exports

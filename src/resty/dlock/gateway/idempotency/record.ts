@@ -1,0 +1,160 @@
+// The store of a complete response: the claim of a request becomes the
+// stored record. Filters and the log phase have no cosockets: the store rides
+// the worker's next pipeline (backend.post) and its reply is seen to by
+// answered(); a timer stores it when it cannot go that way or Redis did not
+// answer (until the claim would run out), and drops the claim of a response
+// not to store.
+
+import * as backend from "../../redis/backend";
+import type * as redis from "../../redis/client";
+import * as check from "../../core/check";
+import type * as lease from "../../core/lease";
+import type * as request from "../request";
+import * as settle from "../../core/settle";
+import * as scripts from "../../redis/scripts";
+import * as stats from "../stats";
+import * as claims from "./claim";
+import type * as options from "./options";
+
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+const WARN = ngx.WARN;
+const ngx_now = ngx.now;
+const ngx_update_time = ngx.update_time;
+const ngx_sleep = ngx.sleep;
+const timer_at = ngx.timer.at;
+const math_min = math.min;
+const table_concat = table.concat;
+const lua_tostring = tostring;
+
+type Guard = options.Guard;
+
+const FINISHED = claims.FINISHED;
+
+/** The response of a request that holds a claim, as the filters see it. */
+export interface Capture {
+  readonly g: Guard;
+  readonly anchor: request.Anchor;
+  readonly lease: lease.Lease;
+  /** The request's fingerprint, stored with its response. */
+  readonly fp: string;
+  status: number | undefined;
+  headers: string;
+  chunks: string[];
+  size: number;
+  tooLarge: boolean;
+  /** The whole body went by: its store is on its way. */
+  complete: boolean;
+  /** What the store sends (set when the body is complete). */
+  state: string;
+  body: string;
+  /** The store's reply, when it rode a pipeline (backend.post). */
+  readonly answered: (this: void, j: backend.Job) => void;
+}
+
+/** The response is complete: store it (or drop the claim of one not to store). */
+function schedule(c: Capture): void {
+  c.complete = true;
+  const g = c.g;
+  const status = c.status!;
+  if (g.store.get(status) === true) {
+    c.state = c.tooLarge ? "unreplayable" : "done";
+    c.body = c.tooLarge ? "" : table_concat(c.chunks);
+    c.chunks = [];
+    const j = completing(backend.post, c);
+    if (j !== undefined) {
+      j.post = c;
+      return;
+    }
+  }
+  later(c);
+}
+
+/** The store of c's response, sent through `send` (backend.call, or backend.post). */
+function completing<R>(send: (this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]) => R, c: Capture): R {
+  const l = c.lease;
+  return send(c.g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, c.g.ttl, c.state, c.status!, c.headers, c.body);
+}
+
+/** Store c from a timer. */
+function later(c: Capture): void {
+  const [ok, err] = timer_at(0, store, c);
+  if (!ok) {
+    c.g.dict.delete(FINISHED + c.lease._rkey);
+    stats.incr(c.g.dict, c.g.name, "not_stored");
+    ngx_log(ERR, "dlock: guard ", c.g.name, ": cannot store the response (the key stays claimed until its lease ",
+      "runs out): ", err);
+  }
+}
+
+/** Statuses not stored after which the backend may still be working (gateway timeout, cut connection). */
+const AMBIGUOUS = check.set("502", "504");
+
+/** What Redis answered to the store of c, seen to; false when it did not answer. */
+function stored(c: Capture, res: RedisValue | undefined): boolean {
+  const g = c.g;
+  const l = c.lease;
+  if (res === undefined) return false;
+  g.dict.delete(FINISHED + l._rkey);
+  if (res === 1) {
+    stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
+    settle.forget(l);
+    claims.notify(l._rkey, { state: c.state, fp: c.fp, status: c.status!, headers: c.headers, body: c.body });
+    return true;
+  }
+  stats.incr(g.dict, g.name, "not_stored");
+  stats.incr(g.dict, g.name, "lost");
+  ngx_log(ERR, "dlock: guard ", g.name, ": the claim on ", l._rkey, " ran out before its response could be stored");
+  return true;
+}
+
+/** A store that rode a pipeline was answered (in the sender's timer: nothing here may wait); a timer tries again when Redis did not answer. */
+function answered(this: void, j: backend.Job): void {
+  const c = j.post as Capture;
+  if (stored(c, j.res)) return;
+  stats.incr(c.g.dict, c.g.name, "redis_errors");
+  later(c);
+}
+
+function store(this: void, premature: boolean, c: Capture): void {
+  const g = c.g;
+  const l = c.lease;
+  const status = c.status!;
+  if (g.store.get(status) !== true) {
+    stats.incr(g.dict, g.name, "not_stored");
+    g.dict.delete(FINISHED + l._rkey);
+    if (AMBIGUOUS.has(lua_tostring(status))) {
+      // The operation may have run, or may still be running: no retry before the claim runs out.
+      return;
+    }
+    // The application said it did not do it (409, 429, 503...): retries may run it.
+    const [res, err] = backend.call(g.conf, scripts.IDEM_RELEASE, l._rkey, l.token);
+    if (res === undefined) {
+      ngx_log(WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
+    }
+    settle.forget(l);
+    claims.notify(l._rkey, undefined);
+    return;
+  }
+  // Until the claim would run out: Redis may come back meanwhile.
+  ngx_update_time();
+  const deadline = ngx_now() + g.lease / 1000;
+  let pause = 0.05;
+  while (true) {
+    const [res, err] = completing(backend.call, c);
+    if (stored(c, res)) return;
+    stats.incr(g.dict, g.name, "redis_errors");
+    ngx_update_time();
+    if (ngx_now() + pause >= deadline) {
+      g.dict.delete(FINISHED + l._rkey);
+      stats.incr(g.dict, g.name, "not_stored");
+      ngx_log(ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));
+      return;
+    }
+    ngx_sleep(pause);
+    pause = math_min(pause * 2, 1);
+  }
+}
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { schedule, answered, AMBIGUOUS };

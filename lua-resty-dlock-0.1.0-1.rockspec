@@ -84,6 +84,7 @@ build = {
       ["resty.dlock.redis.command"] = "dist/resty/dlock/redis/command.lua",
       ["resty.dlock.redis.connection"] = "dist/resty/dlock/redis/connection.lua",
       ["resty.dlock.redis.eviction"] = "dist/resty/dlock/redis/eviction.lua",
+      ["resty.dlock.redis.fanout"] = "dist/resty/dlock/redis/fanout.lua",
       ["resty.dlock.redis.lanes"] = "dist/resty/dlock/redis/lanes.lua",
       ["resty.dlock.redis.majority"] = "dist/resty/dlock/redis/majority.lua",
       ["resty.dlock.redis.multiquorum"] = "dist/resty/dlock/redis/multiquorum.lua",

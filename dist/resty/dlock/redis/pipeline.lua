@@ -14,15 +14,12 @@ local timer_at = ngx.timer.at
 local worker_exiting = ngx.worker.exiting
 local lua_pcall = pcall
 local lua_tostring = tostring
-local lua_pairs = pairs
 local add = command.add
 local fail = command.fail
 local batchOf = command.batchOf
 local run = roundtrip.run
 local runOn = roundtrip.runOn
 local done = connection.done
-local send = roundtrip.send
-local finish = roundtrip.finish
 local alone = roundtrip.one
 local settle = takeback.settle
 local laneOf = lanes.laneOf
@@ -170,21 +167,36 @@ local function opened(lane)
     end
     return b
 end
---- Wait for the call's answer in the open batch (or on its own, when no batch can be had).
-local function join(lane, s, rkey, ...)
-    local conf = lane.conf
-    local b = opened(lane)
-    if b == nil then
-        return alone(conf, s, rkey, ...)
+--- The lane of conf's calls (nil: auto_pipeline off).
+local function laneFor(conf)
+    local ____conf_auto_pipeline_0
+    if conf.auto_pipeline then
+        ____conf_auto_pipeline_0 = laneOf(conf)
+    else
+        ____conf_auto_pipeline_0 = nil
     end
-    local job = add(b, s, rkey, ...)
+    return ____conf_auto_pipeline_0
+end
+--- The batch a call joins now: the open one, or a new one; nil when the open
+-- one is full (it goes as it is) or neither a semaphore nor a sender can be had.
+local function joinable(lane)
+    local open = lane.open
+    if open ~= nil and #open.jobs >= MAX_BATCH then
+        return nil
+    end
+    return opened(lane)
+end
+--- Wait for job's answer in batch b (its caller was away meanwhile: back): its
+-- batch's time, and the time of the batch ahead of it. A call with no answer
+-- by then is "outcome unknown".
+local function awaited(conf, b, job)
     local wait = 2 * patience(conf)
     local woken = b.sem:wait(wait)
     job.back = true
     if not woken and job.res == nil and job.fault == nil then
-        return nil, (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. lua_tostring(wait)) .. " s during ") .. s.name, "lost"
+        job.err = (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. lua_tostring(wait)) .. " s during ") .. job.s.name
+        job.fault = "lost"
     end
-    return job.res, job.err, job.fault
 end
 --- A call sent at once on a pooled connection of its own, counted in lane.direct while on its way.
 local function direct(lane, s, rkey, ...)
@@ -197,45 +209,32 @@ local function direct(lane, s, rkey, ...)
 end
 --- Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline.
 function ____exports.call(conf, s, rkey, ...)
-    local ____conf_auto_pipeline_0
-    if conf.auto_pipeline then
-        ____conf_auto_pipeline_0 = laneOf(conf)
-    else
-        ____conf_auto_pipeline_0 = nil
-    end
-    local lane = ____conf_auto_pipeline_0
+    local lane = laneFor(conf)
     if lane == nil then
         return alone(conf, s, rkey, ...)
     end
     if idle(lane) then
         return direct(lane, s, rkey, ...)
     end
-    local b = lane.open
-    if b ~= nil and #b.jobs >= MAX_BATCH then
+    local b = joinable(lane)
+    if b == nil then
         return alone(conf, s, rkey, ...)
     end
-    return join(lane, s, rkey, ...)
+    local job = add(b, s, rkey, ...)
+    awaited(conf, b, job)
+    return job.res, job.err, job.fault
 end
 --- Put s for rkey into conf's next pipeline without waiting for its reply, from
 -- any phase (log_by_lua has no cosockets; a sender's timer has): the call,
--- whose `post` the sender reports its outcome to (set it before yielding). nil when it cannot go that way (no auto-pipelining, a full batch,
--- neither a semaphore nor a sender to be had): then call() it from a timer.
+-- whose `post` the sender reports its outcome to (set it before yielding).
+-- nil when it cannot go that way (no auto-pipelining, a full batch, neither a
+-- semaphore nor a sender to be had): then call() it from a timer.
 function ____exports.post(conf, s, rkey, ...)
-    local ____conf_auto_pipeline_1
-    if conf.auto_pipeline then
-        ____conf_auto_pipeline_1 = laneOf(conf)
-    else
-        ____conf_auto_pipeline_1 = nil
-    end
-    local lane = ____conf_auto_pipeline_1
+    local lane = laneFor(conf)
     if lane == nil then
         return nil
     end
-    local open = lane.open
-    if open ~= nil and #open.jobs >= MAX_BATCH then
-        return nil
-    end
-    local b = opened(lane)
+    local b = joinable(lane)
     if b == nil then
         return nil
     end
@@ -244,82 +243,7 @@ function ____exports.post(conf, s, rkey, ...)
     b.posted = b.posted + 1
     return job
 end
---- Run s for rkey on every server of `confs` at once, each as call() would (at
--- once on a connection of its own, or in the server's next batch): every call
--- is on its way before any reply is awaited, with no light thread. The calls,
--- aligned with confs.
-function ____exports.fanout(confs, s, rkey, ...)
-    local n = #confs
-    local jobs = {}
-    local own = {}
-    local reds = {}
-    local slots = {}
-    local joined = {}
-    for i = 1, n do
-        local conf = confs[i]
-        local ____conf_auto_pipeline_2
-        if conf.auto_pipeline then
-            ____conf_auto_pipeline_2 = laneOf(conf)
-        else
-            ____conf_auto_pipeline_2 = nil
-        end
-        local lane = ____conf_auto_pipeline_2
-        local b
-        if lane ~= nil and not idle(lane) and (lane.open == nil or #lane.open.jobs < MAX_BATCH) then
-            b = opened(lane)
-            if b ~= nil then
-                joined[i] = b
-            end
-        end
-        if b == nil then
-            b = batchOf(nil, false)
-            own[i] = b
-        end
-        local job = add(b, s, rkey, ...)
-        jobs[#jobs + 1] = job
-        if joined[i] ~= nil then
-            job.back = true
-            if s.undo ~= nil then
-                b.undos = b.undos - 1
-            end
-        else
-            if lane ~= nil then
-                slots[i] = claim(lane, b)
-            end
-            local red = send(conf, b)
-            if red ~= nil then
-                reds[i] = red
-            end
-        end
-    end
-    for i = 1, n do
-        local b = own[i]
-        if b ~= nil then
-            local red = reds[i]
-            if red ~= nil then
-                finish(confs[i], b, red)
-            end
-            local slot = slots[i]
-            if slot ~= nil then
-                unclaim(
-                    laneOf(confs[i]),
-                    slot
-                )
-            end
-        end
-    end
-    for i = 1, n do
-        local b = joined[i]
-        if b ~= nil then
-            local job = jobs[i]
-            local wait = 2 * patience(confs[i])
-            local woken = b.sem:wait(wait)
-            if not woken and job.res == nil and job.fault == nil then
-                job.err = (((("dlock: redis " .. confs[i].endpoint) .. ": no answer from the pipeline in ") .. lua_tostring(wait)) .. " s during ") .. s.name
-                job.fault = "lost"
-            end
-        end
-    end
-    return jobs
-end
+____exports.laneFor = laneFor
+____exports.joinable = joinable
+____exports.awaited = awaited
 return ____exports

@@ -1,7 +1,7 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local votes = require("resty.dlock.redis.majority")
-local pipeline = require("resty.dlock.redis.pipeline")
+local fanning = require("resty.dlock.redis.fanout")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local perTarget = require("resty.dlock.redis.targets")
 local scripts = require("resty.dlock.redis.scripts")
@@ -10,7 +10,7 @@ local nowMs = votes.nowMs
 local decideAcquire = votes.decideAcquire
 local decideRelease = votes.decideRelease
 local decideExtend = votes.decideExtend
-local fanout = pipeline.fanout
+local fanout = fanning.fanout
 local batchFor = perTarget.batchFor
 local outcome = perTarget.outcome
 local send = roundtrip.send

@@ -39,15 +39,12 @@ const timer_at = ngx.timer.at;
 const worker_exiting = ngx.worker.exiting;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
-const lua_pairs = pairs;
 const add = command.add;
 const fail = command.fail;
 const batchOf = command.batchOf;
 const run = roundtrip.run;
 const runOn = roundtrip.runOn;
 const done = connection.done;
-const send = roundtrip.send;
-const finish = roundtrip.finish;
 const alone = roundtrip.one;
 const settle = takeback.settle;
 const laneOf = lanes.laneOf;
@@ -198,20 +195,34 @@ function opened(lane: Lane): Batch | undefined {
   return b;
 }
 
-/** Wait for the call's answer in the open batch (or on its own, when no batch can be had). */
-function join(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const conf = lane.conf;
-  const b = opened(lane);
-  if (b === undefined) return alone(conf, s, rkey, ...args);
-  const job = add(b, s, rkey, ...args);
-  // Its batch's time, and the time of the batch ahead of it.
+/** The lane of conf's calls (nil: auto_pipeline off). */
+function laneFor(conf: redis.RedisConf): Lane | undefined {
+  return conf.auto_pipeline ? laneOf(conf) : undefined;
+}
+
+/**
+ * The batch a call joins now: the open one, or a new one; nil when the open
+ * one is full (it goes as it is) or neither a semaphore nor a sender can be had.
+ */
+function joinable(lane: Lane): Batch | undefined {
+  const open = lane.open;
+  if (open !== undefined && open.jobs.length >= MAX_BATCH) return undefined;
+  return opened(lane);
+}
+
+/**
+ * Wait for job's answer in batch b (its caller was away meanwhile: back): its
+ * batch's time, and the time of the batch ahead of it. A call with no answer
+ * by then is "outcome unknown".
+ */
+function awaited(conf: redis.RedisConf, b: Batch, job: Job): void {
   const wait = 2 * patience(conf);
   const [woken] = b.sem!.wait(wait);
   job.back = true;
   if (!woken && job.res === undefined && job.fault === undefined) {
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + lua_tostring(wait) + " s during " + s.name, "lost");
+    job.err = "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + lua_tostring(wait) + " s during " + job.s.name;
+    job.fault = "lost";
   }
-  return $multi(job.res, job.err, job.fault);
 }
 
 /** A call sent at once on a pooled connection of its own, counted in lane.direct while on its way. */
@@ -226,27 +237,28 @@ function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | 
 
 /** Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline. */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
+  const lane = laneFor(conf);
   if (lane === undefined) return alone(conf, s, rkey, ...args);
   if (idle(lane)) return direct(lane, s, rkey, ...args);
-  const b = lane.open;
+  const b = joinable(lane);
   // A full batch goes as it is; this call goes on its own.
-  if (b !== undefined && b.jobs.length >= MAX_BATCH) return alone(conf, s, rkey, ...args);
-  return join(lane, s, rkey, ...args);
+  if (b === undefined) return alone(conf, s, rkey, ...args);
+  const job = add(b, s, rkey, ...args);
+  awaited(conf, b, job);
+  return $multi(job.res, job.err, job.fault);
 }
 
 /**
  * Put s for rkey into conf's next pipeline without waiting for its reply, from
  * any phase (log_by_lua has no cosockets; a sender's timer has): the call,
- * whose `post` the sender reports its outcome to (set it before yielding). nil when it cannot go that way (no auto-pipelining, a full batch,
- * neither a semaphore nor a sender to be had): then call() it from a timer.
+ * whose `post` the sender reports its outcome to (set it before yielding).
+ * nil when it cannot go that way (no auto-pipelining, a full batch, neither a
+ * semaphore nor a sender to be had): then call() it from a timer.
  */
 export function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {
-  const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
+  const lane = laneFor(conf);
   if (lane === undefined) return undefined;
-  const open = lane.open;
-  if (open !== undefined && open.jobs.length >= MAX_BATCH) return undefined;
-  const b = opened(lane);
+  const b = joinable(lane);
   if (b === undefined) return undefined;
   const job = add(b, s, rkey, ...args);
   job.back = true;
@@ -254,66 +266,5 @@ export function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey:
   return job;
 }
 
-/**
- * Run s for rkey on every server of `confs` at once, each as call() would (at
- * once on a connection of its own, or in the server's next batch): every call
- * is on its way before any reply is awaited, with no light thread. The calls,
- * aligned with confs.
- */
-export function fanout(confs: redis.RedisConf[], s: scripts.Script, rkey: string, ...args: (string | number)[]): Job[] {
-  const n = confs.length;
-  const jobs: Job[] = [];
-  const own = new LuaTable<number, Batch>();
-  const reds = new LuaTable<number, RestyRedis>();
-  const slots = new LuaTable<number, number>();
-  const joined = new LuaTable<number, Batch>();
-  for (const i of $range(1, n)) {
-    const conf = confs[i - 1]!;
-    const lane = conf.auto_pipeline ? laneOf(conf) : undefined;
-    let b: Batch | undefined;
-    if (lane !== undefined && !idle(lane) && (lane.open === undefined || lane.open.jobs.length < MAX_BATCH)) {
-      b = opened(lane);
-      if (b !== undefined) joined.set(i, b);
-    }
-    if (b === undefined) {
-      b = batchOf(undefined, false);
-      own.set(i, b);
-    }
-    const job = add(b, s, rkey, ...args);
-    jobs.push(job);
-    if (joined.has(i)) {
-      // Its caller comes back for it after the replies of the others, maybe
-      // after this batch's callers were woken: not one to take back (settle).
-      // (Nor is one of a caller killed meanwhile: it is left to its ttl.)
-      job.back = true;
-      if (s.undo !== undefined) b.undos--;
-    } else {
-      if (lane !== undefined) slots.set(i, claim(lane, b));
-      const red = send(conf, b);
-      if (red !== undefined) reds.set(i, red);
-    }
-  }
-  for (const i of $range(1, n)) {
-    const b = own.get(i);
-    if (b !== undefined) {
-      const red = reds.get(i);
-      if (red !== undefined) finish(confs[i - 1]!, b, red);
-      const slot = slots.get(i);
-      if (slot !== undefined) unclaim(laneOf(confs[i - 1]!)!, slot);
-    }
-  }
-  for (const i of $range(1, n)) {
-    const b = joined.get(i);
-    if (b !== undefined) {
-      const job = jobs[i - 1]!;
-      const wait = 2 * patience(confs[i - 1]!);
-      const [woken] = b.sem!.wait(wait);
-      if (!woken && job.res === undefined && job.fault === undefined) {
-        job.err = "dlock: redis " + confs[i - 1]!.endpoint + ": no answer from the pipeline in " + lua_tostring(wait) + " s during " + s.name;
-        job.fault = "lost";
-      }
-    }
-  }
-  return jobs;
-}
-
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { laneFor, joinable, awaited };

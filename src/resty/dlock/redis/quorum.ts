@@ -14,7 +14,7 @@ import type { Backend, CallResult, Fault, Outcome, Refusal, Target } from "./bac
 import type * as redis from "./client";
 import type * as command from "./command";
 import * as votes from "./majority";
-import * as pipeline from "./pipeline";
+import * as fanning from "./fanout";
 import * as roundtrip from "./roundtrip";
 import * as perTarget from "./targets";
 import * as scripts from "./scripts";
@@ -25,7 +25,7 @@ const nowMs = votes.nowMs;
 const decideAcquire = votes.decideAcquire;
 const decideRelease = votes.decideRelease;
 const decideExtend = votes.decideExtend;
-const fanout = pipeline.fanout;
+const fanout = fanning.fanout;
 const batchFor = perTarget.batchFor;
 const outcome = perTarget.outcome;
 const send = roundtrip.send;

@@ -6,13 +6,15 @@
 -- what Redis really holds (read back with raw commands), are refused by another
 -- holder or past their limit (a second lock; a writer beside the readers; a
 -- single-key holder of one of the set's keys; a permit past the count; a request
--- past the burst), and give it back. Redlock refuses readers, permits and rate
+-- past the burst), and give it back; a guard's release sent from the log phase
+-- without waiting leaves the key gone. Redlock refuses readers, permits and rate
 -- limits, naming why. Wrong or missing credentials are refused with a
 -- message naming the user and never the secret.
 local h = require "helpers"
 local dlock = require "resty.dlock"
 local semaphore = require "resty.dlock.semaphore"
 local rate = require "resty.dlock.rate"
+local releases = require "resty.dlock.gateway.releases"
 
 local PASSWORD = "requirepass-secret-1"
 local USER, USER_PASSWORD = "locker", "acl-secret-2"
@@ -192,6 +194,29 @@ function exercise.set(set, topology, opts)
   for _, k in ipairs(keys) do assert.same(h.rep(ngx.null, n), values(k)) end
 end
 
+-- A guard's release from the log phase (gateway/releases.ts): sent without
+-- waiting in the next pipeline to where the key lives (through the release
+-- queue's timer under Redlock), the key gone on every server that held it,
+-- the lease settled from the reply.
+function exercise.posted(set, topology, opts)
+  local prefix = h.unique("matrix")
+  local locks = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = opts }))
+  local lease = assert(locks:acquire("req", { ttl = 10000 }))
+  local ports = holders(set, topology, prefix .. "req")
+  for _, port in ipairs(ports) do assert.equal(lease.token, h.cmd(port, "get", prefix .. "req")) end
+  local owner = { name = "matrix", dict = ngx.shared.dlock, ttl = 10000, renew = false, release = true, hold = 0 }
+  releases.done({ owner = owner, lease = lease, done = false, answered = releases.answered }, 0)
+  local left
+  for _ = 1, 100 do
+    left = 0
+    for _, port in ipairs(ports) do left = left + h.cmd(port, "exists", prefix .. "req") end
+    if left == 0 and not lease:valid() then break end
+    ngx.sleep(0.02)
+  end
+  assert.equal(0, left)
+  assert.is_false(lease:valid())
+end
+
 -- Permits of a semaphore of 2: both members of the key's sorted set, a third
 -- busy until one is released, nothing left when both are.
 function exercise.permits(set, topology, opts)
@@ -261,6 +286,7 @@ local KINDS = {
   { "set", "acquire_all: refused beside a single-key holder taking nothing, then every key Redis holds, releases" },
   { "permits", "a semaphore: two permits Redis holds, a third refused until one is released" },
   { "rate", "a fleet rate limit: the burst admitted, the next request refused with its wait, one given back" },
+  { "posted", "a guard's release from the log phase, sent without waiting: the key gone where it lived" },
 }
 local REDLOCK_REFUSES = { shared = true, permits = true, rate = true }
 local function offers(topology, kind) return not (topology == "redlock" and REDLOCK_REFUSES[kind]) end

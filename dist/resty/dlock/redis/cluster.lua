@@ -100,6 +100,7 @@ local route = map.route
 local slot = map.slot
 nodeOf = map.nodeOf
 local nodeAt = map.nodeAt
+local known = map.known
 local ngx_now = ngx.now
 ngx_sleep = ngx.sleep
 lua_tostring = tostring
@@ -139,20 +140,15 @@ local function call(conf, s, rkey, ...)
 end
 --- Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read.
 local function post(conf, s, rkey, ...)
-    local c = state(conf)
-    if c.stale then
-        return nil
-    end
-    local ep = c.slots[slot(rkey)]
-    if ep == nil then
-        return nil
-    end
-    return posted(
-        nodeAt(conf, c, ep),
-        s,
-        rkey,
-        ...
+    local node = known(
+        conf,
+        state(conf),
+        slot(rkey)
     )
+    if node == nil then
+        return nil
+    end
+    return posted(node, s, rkey, ...)
 end
 --- One pipeline per master for the targets whose slots it serves; a target
 -- sent elsewhere (MOVED, ASK) is retried alone through call().

@@ -188,6 +188,14 @@ local function refresh(conf, c)
     end
     return nil
 end
+--- The master of slot s by the map as it is, without reading it again: nil while it is stale or no master serves s.
+function ____exports.known(conf, c, s)
+    if c.stale then
+        return nil
+    end
+    local ep = c.slots[s]
+    return ep ~= nil and ____exports.nodeAt(conf, c, ep) or nil
+end
 --- The master of a slot, reading the map first when it is due.
 function ____exports.route(conf, c, s)
     if c.stale and (c.at == 0 or ngx_now() - c.tried >= REFRESH_GAP) then

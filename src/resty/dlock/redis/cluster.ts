@@ -28,6 +28,7 @@ const route = map.route;
 const slot = map.slot;
 const nodeOf = map.nodeOf;
 const nodeAt = map.nodeAt;
+const known = map.known;
 const ngx_now = ngx.now;
 const ngx_sleep = ngx.sleep;
 const lua_tostring = tostring;
@@ -79,11 +80,9 @@ function call(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string
 
 /** Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read. */
 function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {
-  const c = state(conf);
-  if (c.stale) return undefined;
-  const ep = c.slots.get(slot(rkey));
-  if (ep === undefined) return undefined;
-  return posted(nodeAt(conf, c, ep), s, rkey, ...args);
+  const node = known(conf, state(conf), slot(rkey));
+  if (node === undefined) return undefined;
+  return posted(node, s, rkey, ...args);
 }
 
 /** After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means. */

@@ -195,6 +195,13 @@ function refresh(conf: redis.RedisConf, c: Cluster): string | undefined {
   return undefined;
 }
 
+/** The master of slot s by the map as it is, without reading it again: nil while it is stale or no master serves s. */
+export function known(conf: redis.RedisConf, c: Cluster, s: number): redis.RedisConf | undefined {
+  if (c.stale) return undefined;
+  const ep = c.slots.get(s);
+  return ep !== undefined ? nodeAt(conf, c, ep) : undefined;
+}
+
 /** The master of a slot, reading the map first when it is due. */
 export function route(conf: redis.RedisConf, c: Cluster, s: number): LuaMultiReturn<[redis.RedisConf | undefined, string | undefined]> {
   if (c.stale && (c.at === 0 || ngx_now() - c.tried >= REFRESH_GAP)) {

@@ -104,7 +104,10 @@ function _M.start_nginx(template, vars)
   return n
 end
 
---- GET (or method) over a cosocket; returns { status, headers, body } or nil, err.
+--- GET (or opts.method) over a cosocket, HTTP/1.0: { status, headers, body, raw_head }, or nil, err.
+--- Header names are lower-cased; a repeated one is a list of its values, as ngx.req.get_headers() gives it.
+--- opts: headers, body (sent with its Content-Length), timeout (ms), abort_after (ms: close the socket then,
+--- mid-request, and return { aborted = true }).
 function _M.http(port, path, opts)
   opts = opts or {}
   local sock = ngx.socket.tcp()
@@ -112,12 +115,11 @@ function _M.http(port, path, opts)
   local ok, err = sock:connect("127.0.0.1", port)
   if not ok then return nil, err end
   local lines = { (opts.method or "GET") .. " " .. path .. " HTTP/1.0", "Host: localhost" }
+  if opts.body then lines[#lines + 1] = "Content-Length: " .. #opts.body end
   for k, v in pairs(opts.headers or {}) do lines[#lines + 1] = k .. ": " .. v end
-  lines[#lines + 1] = "\r\n"
-  local _, serr = sock:send(table.concat(lines, "\r\n"))
+  local _, serr = sock:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. (opts.body or ""))
   if serr then sock:close() return nil, serr end
   if opts.abort_after then
-    -- A client that gives up: close the socket mid-request.
     ngx.sleep(opts.abort_after / 1000)
     sock:close()
     return { aborted = true }
@@ -127,10 +129,20 @@ function _M.http(port, path, opts)
   data = data or partial
   if not data or data == "" then return nil, rerr end
   local head, body = data:match("^(.-)\r\n\r\n(.*)$")
-  local status = tonumber((head or data):match("^HTTP/%d%.%d (%d+)"))
-  local headers = {}
-  for k, v in (head or ""):gmatch("\r\n([^:\r\n]+): *([^\r\n]*)") do headers[k:lower()] = v end
-  return { status = status, headers = headers, body = body or "" }
+  head = head or data
+  local res = { status = tonumber(head:match("^HTTP/%d%.%d (%d+)")), headers = {}, body = body or "", raw_head = head }
+  for k, v in head:gmatch("\r\n([^:\r\n]+): *([^\r\n]*)") do
+    k = k:lower()
+    local seen = res.headers[k]
+    if seen == nil then
+      res.headers[k] = v
+    elseif type(seen) == "table" then
+      seen[#seen + 1] = v
+    else
+      res.headers[k] = { seen, v }
+    end
+  end
+  return res
 end
 
 --- GET a peer's hammer location, whose body is "<taken> <errors>": how many it took, or nil and why not.

@@ -114,6 +114,37 @@ describe("auto-pipelining", function()
     assert.equal(0, out)
   end)
 
+  it("keeps a caller waiting for its own answer when its batch's semaphore wakes it early (a resource another " ..
+     "caller left), and the batches after it still get theirs", function()
+    local lanes = require "resty.dlock.redis.lanes"
+    local c = conf()
+    assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
+    local done = occupy(c)
+    local t0 = h.now()
+    local mine = ngx.thread.spawn(pipeline.call, c, SLOW, "p:stray", 50, "mine")
+    -- The call waits in the open batch, which its sender has not taken yet.
+    local b = assert(lanes.laneOf(c).open, "the call did not join a batch")
+    assert.is_truthy(b.sem)
+    ngx.sleep(0.02)
+    b.sem:post(1)
+    local ok, r, err = ngx.thread.wait(mine)
+    assert.is_true(ok)
+    assert.equal("mine", r, err)
+    -- Its answer came after the 4 x 30 ms of the calls ahead of it and its own 50 ms, not at the stray wake-up.
+    assert.is_true(h.now() - t0 >= 0.15, "answered after " .. (h.now() - t0) .. " s")
+    done()
+    -- Semaphores go round from batch to batch: every caller of the next ones still gets its own answer.
+    local more = occupy(c)
+    local threads = {}
+    for i = 1, 20 do threads[i] = ngx.thread.spawn(pipeline.call, c, SLOW, "p:after" .. i, 0, "after" .. i) end
+    for i = 1, 20 do
+      local tok, tr = ngx.thread.wait(threads[i])
+      assert.is_true(tok)
+      assert.equal("after" .. i, tr)
+    end
+    more()
+  end)
+
   it("carries batches that come back to back on one connection, gives it back to the pool after a refused call, and the pool hands it out again", function()
     local r = h.start_redis()
     finally(function() r.stop() end)

@@ -10,12 +10,16 @@ local str_format = string.format
 local str_rep = string.rep
 local tbl_concat = table.concat
 local table_new = require("table.new")
---- A batch; size: fragments it is expected to hold (the buffer never grows inside the hot trace below that).
-function ____exports.batchOf(sem, asking, size)
+--- A batch, sized for `calls` calls (4 unless told): neither its buffer nor its
+-- list of calls grows below that. Growing inside the hot trace of add() left a
+-- side exit whose trace LuaJIT could not compile, and recorded again and again
+-- (jit.v: hundreds of "register coalescing too complex" in seconds).
+function ____exports.batchOf(sem, asking, calls)
+    local n = calls or 4
     return {
-        parts = table_new(size or 16, 0),
+        parts = table_new(4 * n, 0),
         n = 0,
-        jobs = {},
+        jobs = table_new(n, 0),
         sem = sem,
         undos = 0,
         posted = 0,

@@ -36,6 +36,8 @@ function ____exports.laneOf(conf)
             senders = 0,
             idle = 0,
             work = work,
+            spare = {},
+            spares = 0,
             loaded = 0,
             batched = 0,
             batches = 0

@@ -33,6 +33,10 @@ ____exports.DIRECT = lanes.DIRECT
 ____exports.stats = lanes.stats
 --- Calls in one pipeline, at most: a larger batch waits for the next round trip.
 local MAX_BATCH = 256
+--- Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip.
+local BATCH = 16
+--- Semaphores a lane keeps for its next batches.
+local SPARE = 4
 --- Seconds a sender waits for work before its timer ends.
 local IDLE = 10
 --- Seconds between an idle sender's looks at whether its worker exits.
@@ -64,14 +68,20 @@ end
 -- left over say that some did not come back; which ones is known once the
 -- others have run. Asking costs the common case one FFI call, where a look
 -- at each caller's request cost every call an ngx.ctx.
-local function wake(conf, b)
+local function wake(lane, b)
     local sem = b.sem
     local waiting = #b.jobs - b.posted
     if waiting > 0 then
         sem:post(waiting)
     end
-    if b.undos > 0 and sem:count() > 0 then
-        local ok, err = timer_at(0, settle, conf, b)
+    local left = sem:count()
+    if left == 0 then
+        if lane.spares < SPARE then
+            lane.spares = lane.spares + 1
+            lane.spare[lane.spares] = sem
+        end
+    elseif b.undos > 0 then
+        local ok, err = timer_at(0, settle, lane.conf, b)
         if ok == nil then
             ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err)
         end
@@ -105,7 +115,7 @@ local function flush(lane)
         if #b.jobs > 1 then
             lane.loaded = ngx_now() + lanes.LOADED
         end
-        wake(lane.conf, b)
+        wake(lane, b)
     end
     if red ~= nil then
         done(red, lane.conf, true)
@@ -136,7 +146,7 @@ local function sender(premature, lane)
         local b = lane.open
         lane.open = nil
         fail(b, ("dlock: nginx worker exiting before the call to redis " .. lane.conf.endpoint) .. " was sent", "failed")
-        wake(lane.conf, b)
+        wake(lane, b)
     end
     lane.senders = lane.senders - 1
 end
@@ -145,11 +155,19 @@ end
 local function opened(lane)
     local b = lane.open
     if b == nil then
-        local sem = sem_new(0)
+        local sem
+        if lane.spares > 0 then
+            sem = lane.spare[lane.spares]
+            lane.spare[lane.spares] = nil
+            lane.spares = lane.spares - 1
+        end
+        if sem == nil or sem:count() ~= 0 then
+            sem = sem_new(0)
+        end
         if sem == nil then
             return nil
         end
-        b = batchOf(sem, false)
+        b = batchOf(sem, false, BATCH)
         lane.open = b
     end
     if #b.jobs == 0 then
@@ -191,7 +209,15 @@ end
 -- by then is "outcome unknown".
 local function awaited(conf, b, job)
     local wait = 2 * patience(conf)
-    local woken = b.sem:wait(wait)
+    local sem = b.sem
+    local woken = sem:wait(wait)
+    if woken and job.res == nil and job.fault == nil then
+        local deadline = ngx_now() + wait
+        while woken and job.res == nil and job.fault == nil do
+            local rest = deadline - ngx_now()
+            woken = rest > 0 and (sem:wait(rest))
+        end
+    end
     job.back = true
     if not woken and job.res == nil and job.fault == nil then
         job.err = (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. lua_tostring(wait)) .. " s during ") .. job.s.name
@@ -200,7 +226,7 @@ local function awaited(conf, b, job)
 end
 --- A call sent at once on a pooled connection of its own, counted in lane.direct while on its way.
 local function direct(lane, s, rkey, ...)
-    local b = batchOf(nil, false)
+    local b = batchOf(nil, false, 1)
     local job = add(b, s, rkey, ...)
     local slot = claim(lane, b)
     run(lane.conf, b)

@@ -285,14 +285,14 @@ local function run(conf, b)
 end
 --- One call on a pooled connection of its own: a batch of one.
 function ____exports.one(conf, s, rkey, ...)
-    local b = batchOf(nil, false)
+    local b = batchOf(nil, false, 1)
     local job = add(b, s, rkey, ...)
     run(conf, b)
     return job.res, job.err, job.fault
 end
 --- As one(), after ASKING (a Cluster node serves a slot it imports only to a client that asks so).
 function ____exports.asking(conf, s, rkey, ...)
-    local b = batchOf(nil, true)
+    local b = batchOf(nil, true, 1)
     local job = add(b, s, rkey, ...)
     run(conf, b)
     return job.res, job.err, job.fault

@@ -77,9 +77,15 @@ export interface Batch {
   readonly asking: boolean;
 }
 
-/** A batch; size: fragments it is expected to hold (the buffer never grows inside the hot trace below that). */
-export function batchOf(sem: NgxSemaphore | undefined, asking: boolean, size?: number): Batch {
-  return { parts: table_new(size ?? 16, 0), n: 0, jobs: [], sem, undos: 0, posted: 0, asking };
+/**
+ * A batch, sized for `calls` calls (4 unless told): neither its buffer nor its
+ * list of calls grows below that. Growing inside the hot trace of add() left a
+ * side exit whose trace LuaJIT could not compile, and recorded again and again
+ * (jit.v: hundreds of "register coalescing too complex" in seconds).
+ */
+export function batchOf(sem: NgxSemaphore | undefined, asking: boolean, calls?: number): Batch {
+  const n = calls ?? 4;
+  return { parts: table_new(4 * n, 0), n: 0, jobs: table_new(n, 0) as unknown as Job[], sem, undos: 0, posted: 0, asking };
 }
 
 // The fixed start of a call's command, per script and word count: the array

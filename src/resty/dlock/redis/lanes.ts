@@ -53,6 +53,9 @@ export interface Lane {
   senders: number;
   idle: number;
   readonly work: NgxSemaphore;
+  /** Semaphores of batches done with, for the next batches: spare[1 .. spares]. */
+  readonly spare: LuaTable<number, NgxSemaphore>;
+  spares: number;
   /** Until when calls join batches whatever is on its way (see LOADED). */
   loaded: number;
   /** Calls sent in batches and batches sent, for status and specs. */
@@ -70,7 +73,7 @@ export function laneOf(conf: redis.RedisConf): Lane | undefined {
   if (l === undefined) {
     const [work] = sem_new(0);
     if (work === undefined) return undefined;
-    l = { conf, direct: new LuaTable(), acquires: new LuaTable(), watching: false, slots: 0, batching: 0, open: undefined, senders: 0, idle: 0, work, loaded: 0, batched: 0, batches: 0 };
+    l = { conf, direct: new LuaTable(), acquires: new LuaTable(), watching: false, slots: 0, batching: 0, open: undefined, senders: 0, idle: 0, work, spare: new LuaTable(), spares: 0, loaded: 0, batched: 0, batches: 0 };
     lanes.set(conf, l);
   }
   return l;

@@ -62,6 +62,10 @@ export const stats = lanes.stats;
 
 /** Calls in one pipeline, at most: a larger batch waits for the next round trip. */
 const MAX_BATCH = 256;
+/** Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip. */
+const BATCH = 16;
+/** Semaphores a lane keeps for its next batches. */
+const SPARE = 4;
 // Batches of a worker on their way to one Redis at once (conf.senders), each
 // from a timer of its own on a connection of its own. For a lone server, two:
 // with one, the next batch waited for the previous one's replies while the
@@ -94,13 +98,23 @@ function answered(b: Batch): void {
  * others have run. Asking costs the common case one FFI call, where a look
  * at each caller's request cost every call an ngx.ctx.
  */
-function wake(conf: redis.RedisConf, b: Batch): void {
+function wake(lane: Lane, b: Batch): void {
   const sem = b.sem!;
   // post(0) raises: a batch of posted calls only wakes nobody.
   const waiting = b.jobs.length - b.posted;
   if (waiting > 0) sem.post(waiting);
-  if (b.undos > 0 && sem.count() > 0) {
-    const [ok, err] = timer_at(0, settle, conf, b);
+  const left = sem.count();
+  if (left === 0) {
+    // Every caller is in its queue, each with a resource of its own: the next
+    // batch's callers queue behind them (first in, first woken) and find none
+    // left. A semaphore per batch cost the collector a finalizer each, and a
+    // finalizer aborts whatever trace LuaJIT is recording at that moment.
+    if (lane.spares < SPARE) {
+      lane.spares++;
+      lane.spare.set(lane.spares, sem);
+    }
+  } else if (b.undos > 0) {
+    const [ok, err] = timer_at(0, settle, lane.conf, b);
     if (ok === undefined) ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err);
   }
   if (b.posted > 0) answered(b);
@@ -128,7 +142,7 @@ function flush(lane: Lane): void {
     }
     lane.batching--;
     if (b.jobs.length > 1) lane.loaded = ngx_now() + lanes.LOADED;
-    wake(lane.conf, b);
+    wake(lane, b);
   }
   if (red !== undefined) done(red, lane.conf, true);
 }
@@ -159,7 +173,7 @@ function sender(this: void, premature: boolean, lane: Lane): void {
     const b = lane.open;
     lane.open = undefined;
     fail(b, "dlock: nginx worker exiting before the call to redis " + lane.conf.endpoint + " was sent", "failed");
-    wake(lane.conf, b);
+    wake(lane, b);
   }
   lane.senders--;
 }
@@ -171,9 +185,16 @@ function sender(this: void, premature: boolean, lane: Lane): void {
 function opened(lane: Lane): Batch | undefined {
   let b = lane.open;
   if (b === undefined) {
-    const [sem] = sem_new(0);
+    let sem: NgxSemaphore | undefined;
+    if (lane.spares > 0) {
+      sem = lane.spare.get(lane.spares);
+      lane.spare.delete(lane.spares);
+      lane.spares--;
+    }
+    // One with a resource left over would wake a caller before its answer.
+    if (sem === undefined || sem.count() !== 0) [sem] = sem_new(0);
     if (sem === undefined) return undefined;
-    b = batchOf(sem, false);
+    b = batchOf(sem, false, BATCH);
     lane.open = b;
   }
   // A new batch: wake a free sender, or start one; with every sender busy,
@@ -217,7 +238,18 @@ function joinable(lane: Lane): Batch | undefined {
  */
 function awaited(conf: redis.RedisConf, b: Batch, job: Job): void {
   const wait = 2 * patience(conf);
-  const [woken] = b.sem!.wait(wait);
+  const sem = b.sem!;
+  let [woken] = sem.wait(wait);
+  if (woken && job.res === undefined && job.fault === undefined) {
+    // Woken before its batch was answered: by a resource a caller of the
+    // semaphore's last batch left (its wait timed out as that batch was
+    // answered). Its own comes with its batch's answer.
+    const deadline = ngx_now() + wait;
+    while (woken && job.res === undefined && job.fault === undefined) {
+      const rest = deadline - ngx_now();
+      woken = rest > 0 && sem.wait(rest)[0];
+    }
+  }
   job.back = true;
   if (!woken && job.res === undefined && job.fault === undefined) {
     job.err = "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + lua_tostring(wait) + " s during " + job.s.name;
@@ -227,7 +259,7 @@ function awaited(conf: redis.RedisConf, b: Batch, job: Job): void {
 
 /** A call sent at once on a pooled connection of its own, counted in lane.direct while on its way. */
 function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const b = batchOf(undefined, false);
+  const b = batchOf(undefined, false, 1);
   const job = add(b, s, rkey, ...args);
   const slot = claim(lane, b);
   run(lane.conf, b);

@@ -262,7 +262,7 @@ function run(conf: redis.RedisConf, b: Batch): void {
 
 /** One call on a pooled connection of its own: a batch of one. */
 export function one(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const b = batchOf(undefined, false);
+  const b = batchOf(undefined, false, 1);
   const job = add(b, s, rkey, ...args);
   run(conf, b);
   return $multi(job.res, job.err, job.fault);
@@ -270,7 +270,7 @@ export function one(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: 
 
 /** As one(), after ASKING (a Cluster node serves a slot it imports only to a client that asks so). */
 export function asking(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const b = batchOf(undefined, true);
+  const b = batchOf(undefined, true, 1);
   const job = add(b, s, rkey, ...args);
   run(conf, b);
   return $multi(job.res, job.err, job.fault);

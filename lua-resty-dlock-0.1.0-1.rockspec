@@ -76,6 +76,7 @@ build = {
       ["resty.dlock.gateway.releases"] = "dist/resty/dlock/gateway/releases.lua",
       ["resty.dlock.gateway.renewals"] = "dist/resty/dlock/gateway/renewals.lua",
       ["resty.dlock.gateway.request"] = "dist/resty/dlock/gateway/request.lua",
+      ["resty.dlock.gateway.vars"] = "dist/resty/dlock/gateway/vars.lua",
       ["resty.dlock.gateway.stats"] = "dist/resty/dlock/gateway/stats.lua",
       ["resty.dlock.rate"] = "dist/resty/dlock/rate.lua",
       ["resty.dlock.redis.backend"] = "dist/resty/dlock/redis/backend.lua",

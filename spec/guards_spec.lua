@@ -41,6 +41,23 @@ describe("gateway guards", function()
 
   local key_errors_took   -- seconds the requests of the first test took: the log may have one line per worker and second of them
 
+  it("read a key's nginx variables as ngx.var does: set, unset, unknown, any case, a header, a name past the buffer",
+     function()
+    local names = { "request_method", "uri", "request_uri", "remote_addr", "http_host", "HTTP_HOST",
+      "Http_X_Api_Key", "http_x_api_key", "http_x_not_sent", "arg_names", "arg_none", "cookie_none",
+      "no_such_variable", "1", ("x"):rep(300) }
+    local res = get("/vars?names=" .. table.concat(names, ","), { headers = { ["X-Api-Key"] = "key-1" } })
+    assert.equal(200, res.status)
+    local seen = 0
+    for name, verdict, mine in res.body:gmatch("(%S+) (%S+) (%S+) %S+\n") do
+      seen = seen + 1
+      assert.equal("same", verdict, name)
+      if name:lower() == "http_x_api_key" then assert.equal("key-1", mine) end
+      if name == "http_x_not_sent" then assert.equal("nil", mine) end
+    end
+    assert.equal(#names, seen, res.body)
+  end)
+
   it("refuse the request (on_error = deny: 503) when the key function raises or returns a table, never let it through", function()
     local t0 = h.now()
     for _, name in ipairs({ "raises", "table_key" }) do

@@ -6,8 +6,9 @@ local releases = require("resty.dlock.gateway.releases")
 local renewals = require("resty.dlock.gateway.renewals")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
+local vars = require("resty.dlock.gateway.vars")
 local ngx_ = ngx
-local ngx_var = ngx.var
+local var_get = vars.get
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
@@ -79,8 +80,8 @@ local function endReq(rid, req, how, status)
 end
 --- How the current request (in its log phase) ended: aborted by the client while an upstream worked, or logged.
 local function outcome()
-    if ngx_var.request_completion ~= "OK" then
-        local upstream = ngx_var.upstream_addr
+    if var_get("request_completion") ~= "OK" then
+        local upstream = var_get("upstream_addr")
         if upstream ~= nil and upstream ~= "" then
             return "aborted"
         end

@@ -1,10 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.core.check")
+local vars = require("resty.dlock.gateway.vars")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local ngx_now = ngx.now
-local ngx_var = ngx.var
+local var_get = vars.get
 local math_floor = math.floor
 local str_find = string.find
 local str_sub = string.sub
@@ -68,7 +69,7 @@ function ____exports.value(t)
     end
     local only = t.only
     if only ~= nil then
-        local v = ngx_var[only]
+        local v = var_get(only)
         if v == nil or v == "" then
             return nil, nil
         end
@@ -77,7 +78,7 @@ function ____exports.value(t)
     local parts = t.parts
     local out = parts[1]
     for i = 2, #parts, 2 do
-        local v = ngx_var[parts[i]]
+        local v = var_get(parts[i])
         if v == nil or v == "" then
             return nil, nil
         end

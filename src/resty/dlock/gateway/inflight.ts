@@ -26,9 +26,10 @@ import * as releases from "./releases";
 import * as renewals from "./renewals";
 import * as request from "./request";
 import * as stats from "./stats";
+import * as vars from "./vars";
 
 const ngx_ = ngx;
-const ngx_var = ngx.var;
+const var_get = vars.get;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
@@ -132,8 +133,8 @@ function endReq(rid: number, req: Req, how: End, status: number): void {
 
 /** How the current request (in its log phase) ended: aborted by the client while an upstream worked, or logged. */
 function outcome(): End {
-  if (ngx_var.get("request_completion") !== "OK") {
-    const upstream = ngx_var.get("upstream_addr");
+  if (var_get("request_completion") !== "OK") {
+    const upstream = var_get("upstream_addr");
     if (upstream !== undefined && upstream !== "") {
       return "aborted";
     }

@@ -5,11 +5,12 @@
 // wrong is logged per guard and worker at most once an interval, never per request.
 
 import * as check from "../core/check";
+import * as vars from "./vars";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const ngx_now = ngx.now;
-const ngx_var = ngx.var;
+const var_get = vars.get;
 const math_floor = math.floor;
 const str_find = string.find;
 const str_sub = string.sub;
@@ -82,14 +83,14 @@ export function value(t: Template): LuaMultiReturn<[string | undefined, string |
   const only = t.only;
   if (only !== undefined) {
     // The variable's own string, without a loop and a concatenation that makes it again.
-    const v = ngx_var.get(only);
+    const v = var_get(only);
     if (v === undefined || v === "") return $multi(undefined, undefined);
     return $multi(v, undefined);
   }
   const parts = t.parts!;
   let out = parts.get(1);
   for (const i of $range(2, parts.length(), 2)) {
-    const v = ngx_var.get(parts.get(i));
+    const v = var_get(parts.get(i));
     if (v === undefined || v === "") {
       return $multi(undefined, undefined);
     }

@@ -46,6 +46,33 @@ function ____exports.laneOf(conf)
     end
     return l
 end
+--- Semaphores a lane keeps for its next batches.
+local SPARE = 4
+--- A semaphore for the lane's next batch: one a batch before it was done with,
+-- else a new one; nil when none can be made. A semaphore per batch cost the
+-- collector a finalizer each, and a finalizer aborts whatever trace LuaJIT is
+-- recording at that moment.
+function ____exports.semaphoreOf(lane)
+    local sem
+    if lane.spares > 0 then
+        sem = lane.spare[lane.spares]
+        lane.spare[lane.spares] = nil
+        lane.spares = lane.spares - 1
+    end
+    if sem == nil or sem:count() ~= 0 then
+        sem = sem_new(0)
+    end
+    return sem
+end
+--- Keep the semaphore of a batch whose callers were all woken (count() 0 after
+-- the post: each waits in its queue with a resource of its own). The next
+-- batch's callers queue behind them, first in, first woken, and find none left.
+function ____exports.recycle(lane, sem)
+    if lane.spares < SPARE then
+        lane.spares = lane.spares + 1
+        lane.spare[lane.spares] = sem
+    end
+end
 --- Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some.
 local function patience(conf)
     return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1

@@ -5,8 +5,6 @@ local connection = require("resty.dlock.redis.connection")
 local lanes = require("resty.dlock.redis.lanes")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local takeback = require("resty.dlock.redis.takeback")
-local semaphore = require("ngx.semaphore")
-local sem_new = semaphore.new
 local ngx_now = ngx.now
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -27,6 +25,8 @@ local patience = lanes.patience
 local claim = lanes.claim
 local unclaim = lanes.unclaim
 local idle = lanes.idle
+local semaphoreOf = lanes.semaphoreOf
+local recycle = lanes.recycle
 --- Calls of a worker that go out at once before the next ones join a batch (lanes.ts).
 ____exports.DIRECT = lanes.DIRECT
 --- Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis.
@@ -35,8 +35,6 @@ ____exports.stats = lanes.stats
 local MAX_BATCH = 256
 --- Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip.
 local BATCH = 16
---- Semaphores a lane keeps for its next batches.
-local SPARE = 4
 --- Seconds a sender waits for work before its timer ends.
 local IDLE = 10
 --- Seconds between an idle sender's looks at whether its worker exits.
@@ -74,12 +72,8 @@ local function wake(lane, b)
     if waiting > 0 then
         sem:post(waiting)
     end
-    local left = sem:count()
-    if left == 0 then
-        if lane.spares < SPARE then
-            lane.spares = lane.spares + 1
-            lane.spare[lane.spares] = sem
-        end
+    if sem:count() == 0 then
+        recycle(lane, sem)
     elseif b.undos > 0 then
         local ok, err = timer_at(0, settle, lane.conf, b)
         if ok == nil then
@@ -155,15 +149,7 @@ end
 local function opened(lane)
     local b = lane.open
     if b == nil then
-        local sem
-        if lane.spares > 0 then
-            sem = lane.spare[lane.spares]
-            lane.spare[lane.spares] = nil
-            lane.spares = lane.spares - 1
-        end
-        if sem == nil or sem:count() ~= 0 then
-            sem = sem_new(0)
-        end
+        local sem = semaphoreOf(lane)
         if sem == nil then
             return nil
         end

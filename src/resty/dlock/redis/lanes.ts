@@ -79,6 +79,39 @@ export function laneOf(conf: redis.RedisConf): Lane | undefined {
   return l;
 }
 
+/** Semaphores a lane keeps for its next batches. */
+const SPARE = 4;
+
+/**
+ * A semaphore for the lane's next batch: one a batch before it was done with,
+ * else a new one; nil when none can be made. A semaphore per batch cost the
+ * collector a finalizer each, and a finalizer aborts whatever trace LuaJIT is
+ * recording at that moment.
+ */
+export function semaphoreOf(lane: Lane): NgxSemaphore | undefined {
+  let sem: NgxSemaphore | undefined;
+  if (lane.spares > 0) {
+    sem = lane.spare.get(lane.spares);
+    lane.spare.delete(lane.spares);
+    lane.spares--;
+  }
+  // One with a resource left over would wake a caller before its answer.
+  if (sem === undefined || sem.count() !== 0) [sem] = sem_new(0);
+  return sem;
+}
+
+/**
+ * Keep the semaphore of a batch whose callers were all woken (count() 0 after
+ * the post: each waits in its queue with a resource of its own). The next
+ * batch's callers queue behind them, first in, first woken, and find none left.
+ */
+export function recycle(lane: Lane, sem: NgxSemaphore): void {
+  if (lane.spares < SPARE) {
+    lane.spares++;
+    lane.spare.set(lane.spares, sem);
+  }
+}
+
 /** Seconds a call may take: connect, two round trips (NOSCRIPT), a WAIT, and some. */
 function patience(conf: redis.RedisConf): number {
   return (conf.connect_timeout + 2 * conf.read_timeout + conf.replicas_timeout) / 1000 + 1;

@@ -30,8 +30,6 @@ import * as takeback from "./takeback";
 type Batch = command.Batch;
 type Job = command.Job;
 
-const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
-const sem_new = semaphore.new;
 const ngx_now = ngx.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
@@ -52,6 +50,8 @@ const patience = lanes.patience;
 const claim = lanes.claim;
 const unclaim = lanes.unclaim;
 const idle = lanes.idle;
+const semaphoreOf = lanes.semaphoreOf;
+const recycle = lanes.recycle;
 
 type Lane = lanes.Lane;
 
@@ -64,8 +64,6 @@ export const stats = lanes.stats;
 const MAX_BATCH = 256;
 /** Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip. */
 const BATCH = 16;
-/** Semaphores a lane keeps for its next batches. */
-const SPARE = 4;
 // Batches of a worker on their way to one Redis at once (conf.senders), each
 // from a timer of its own on a connection of its own. For a lone server, two:
 // with one, the next batch waited for the previous one's replies while the
@@ -103,16 +101,8 @@ function wake(lane: Lane, b: Batch): void {
   // post(0) raises: a batch of posted calls only wakes nobody.
   const waiting = b.jobs.length - b.posted;
   if (waiting > 0) sem.post(waiting);
-  const left = sem.count();
-  if (left === 0) {
-    // Every caller is in its queue, each with a resource of its own: the next
-    // batch's callers queue behind them (first in, first woken) and find none
-    // left. A semaphore per batch cost the collector a finalizer each, and a
-    // finalizer aborts whatever trace LuaJIT is recording at that moment.
-    if (lane.spares < SPARE) {
-      lane.spares++;
-      lane.spare.set(lane.spares, sem);
-    }
+  if (sem.count() === 0) {
+    recycle(lane, sem);
   } else if (b.undos > 0) {
     const [ok, err] = timer_at(0, settle, lane.conf, b);
     if (ok === undefined) ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err);
@@ -185,14 +175,7 @@ function sender(this: void, premature: boolean, lane: Lane): void {
 function opened(lane: Lane): Batch | undefined {
   let b = lane.open;
   if (b === undefined) {
-    let sem: NgxSemaphore | undefined;
-    if (lane.spares > 0) {
-      sem = lane.spare.get(lane.spares);
-      lane.spare.delete(lane.spares);
-      lane.spares--;
-    }
-    // One with a resource left over would wake a caller before its answer.
-    if (sem === undefined || sem.count() !== 0) [sem] = sem_new(0);
+    const sem = semaphoreOf(lane);
     if (sem === undefined) return undefined;
     b = batchOf(sem, false, BATCH);
     lane.open = b;

@@ -304,7 +304,7 @@ describe("a Redis that refuses writes", function()
     finally(function() r.stop() end)
     local lim = limiter(r.port)
     assert.equal(0, (lim:incoming("seen", true)))
-    local tat = h.cmd(r.port, "hget", lim.prefix .. "seen", "1")
+    local tat = h.rate_state(r.port, lim.prefix .. "seen")["1"]
     assert.equal("OK", h.cmd(r.port, "config", "set", "maxmemory", "1"))
     local before = h.cmd(r.port, "dbsize")
     for _, key in ipairs({ "seen", "new" }) do
@@ -313,7 +313,7 @@ describe("a Redis that refuses writes", function()
       assert.matches("OOM command not allowed", err, 1, true)
     end
     assert.equal(before, h.cmd(r.port, "dbsize"))
-    assert.equal(tat, h.cmd(r.port, "hget", lim.prefix .. "seen", "1"))
+    assert.equal(tat, h.rate_state(r.port, lim.prefix .. "seen")["1"])
     assert.equal("OK", h.cmd(r.port, "config", "set", "maxmemory", "0"))
     local delay, remaining = lim:incoming("seen", true)
     assert.equal(0, delay)

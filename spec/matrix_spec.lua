@@ -243,8 +243,8 @@ function exercise.permits(set, topology, opts)
   assert.equal(0, h.cmd(port, "exists", prefix .. "pool"))
 end
 
--- A fleet rate limit of 3 a minute: three requests admitted and a TAT in the
--- key's hash, the fourth refused with the wait for the next and charging nothing,
+-- A fleet rate limit of 3 a minute: three requests admitted and a TAT under
+-- the key, the fourth refused with the wait for the next and charging nothing,
 -- and uncommit() giving one back.
 function exercise.rate(set, topology, opts)
   local prefix = h.unique("matrix")
@@ -256,13 +256,13 @@ function exercise.rate(set, topology, opts)
     assert.equal(3 - i, remaining)
   end
   local port = holders(set, topology, prefix .. "client")[1]
-  local tat = h.cmd(port, "hget", prefix .. "client", "1")
-  assert.truthy(tonumber(tat), "a TAT in the key's hash: " .. tostring(tat))
+  local tat = h.rate_state(port, prefix .. "client")["1"]
+  assert.truthy(tonumber(tat), "a TAT under the key: " .. tostring(tat))
   local none, why, retry = lim:incoming("client", true)
   assert.is_nil(none)
   assert.equal("rejected", why)
   assert.is_true(retry > 19000 and retry <= 20000, tostring(retry))
-  assert.equal(tat, h.cmd(port, "hget", prefix .. "client", "1"))
+  assert.equal(tat, h.rate_state(port, prefix .. "client")["1"])
   assert.equal(1, lim:uncommit("client"))
   local delay, remaining = lim:incoming("client", true)
   assert.equal(0, delay)

@@ -21,17 +21,14 @@ local function dlock_rate(opts)
   return assert(rate.new(o))
 end
 
---- The GCRA hash of key in Redis, as { field = value } (empty when there is none).
+--- The TATs key holds in Redis, as { ["1"] = TAT, ... } (empty when there is none).
 local function stored(lim, key)
-  local flat = assert(h.cmd(nil, "hgetall", lim.prefix .. key))
-  local t = {}
-  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
-  return t
+  return h.rate_state(nil, lim.prefix .. key)
 end
 
 describe("resty.dlock.rate keeps the contract resty.limit.traffic.combine() relies on", function()
   -- 3 per minute: one request every 20 s, a whole number of us, so a charge
-  -- and its give-back are the same double and the hash reads back identical.
+  -- and its give-back are the same double and the state reads back identical.
   it("a dry run writes nothing in Redis, and answers as if charged", function()
     local lim = dlock_rate({ rate = 3, period = 60000 })
     assert.same({ 0, 2 }, { lim:incoming("fresh", false) })
@@ -42,7 +39,7 @@ describe("resty.dlock.rate keeps the contract resty.limit.traffic.combine() reli
     assert.same(before, stored(lim, "used"))
   end)
 
-  it("uncommit gives back exactly what a committed incoming took: the hash in Redis is as it was", function()
+  it("uncommit gives back exactly what a committed incoming took: the state in Redis is as it was", function()
     local lim = dlock_rate({ limits = { { rate = 3, period = 60000 }, { rate = 10, period = 3600000, name = "hourly" } } })
     assert.equal(0, (lim:incoming("k", true)))
     local before = stored(lim, "k")

@@ -185,6 +185,28 @@ function _M.parallel(n, fn)
   return out
 end
 
+--- A rate limit's state under key, as { ["1"] = TAT, ... } (us, strings; empty
+--- when there is none): the general script's hash, or a lone limit's plain key,
+--- which expires at its TAT rounded up to the ms and holds the us before that.
+function _M.rate_state(port, key, asking)
+  local cmd = asking and _M.cmd_asking or _M.cmd
+  local kind = assert(cmd(port, "type", key))
+  local out = {}
+  if kind == "hash" then
+    local flat = assert(cmd(port, "hgetall", key))
+    for i = 1, #flat, 2 do out[flat[i]] = flat[i + 1] end
+  elseif kind == "string" then
+    local at = assert(cmd(port, "pexpiretime", key))
+    local before = assert(cmd(port, "get", key))
+    assert(at > 0 and tonumber(before), key .. ": expiry " .. tostring(at) .. ", value " .. before)
+    local tat = at * 1000 - tonumber(before)
+    out["1"] = string.format(tat % 1 == 0 and "%d" or "%.17g", tat)
+  else
+    assert(kind == "none", key .. " is a " .. kind)
+  end
+  return out
+end
+
 --- Connect to 127.0.0.1:port, send ASKING, then one command on the same
 --- connection: how to read a key on the importing node of a slot mid-migration.
 function _M.cmd_asking(port, name, ...)

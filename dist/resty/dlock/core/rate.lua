@@ -12,12 +12,15 @@ local str_format = string.format
 local lua_type = type
 local lua_tostring = tostring
 local math_floor = math.floor
+local math_ceil = math.ceil
 local str_sub = string.sub
 local lua_pairs = pairs
 local lua_unpack = unpack
 --- Longest period: 30 days, in ms.
 ____exports.MAX_PERIOD = 30 * 86400000
 local MAX_RATE = 1000000000
+--- Capacities (us) the one-limit script's answer, 4 * us ahead + outcome, keeps exact (a double's 53 bits).
+local ONE_MAX = 2 ^ 50
 --- A short policy name for a limit: "100-per-1m", "10-per-1s", "5-per-250ms".
 local function nameOf(rate, period)
     local p = lua_tostring(period) .. "ms"
@@ -96,20 +99,49 @@ function ____exports.limits(list)
             most = l.burst
         end
     end
-    return {list = list, args = args, most = most}, nil
+    local iv = list[1].period * 1000 / list[1].rate
+    local cap = list[1].burst * iv
+    local one = #list == 1 and cap < ONE_MAX
+    return {
+        list = list,
+        args = args,
+        most = most,
+        interval = one and iv or nil,
+        capacity = one and cap or 0
+    }, nil
 end
 --- Redlock cannot bound a rate: new() returns this.
 ____exports.REDLOCK = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " .. "bound the total (use redis.sentinel or redis.cluster)"
+local answer = {}
+--- The general script's reply from the one-limit script's answer n:
+-- 4 * (us the client is ahead after the decision, or before a refusal) +
+-- outcome. Worked out here as the general script does in Redis.
+local function answered(n, ls, cost)
+    local ahead = math_floor(n / 4)
+    local outcome = n - ahead * 4
+    local iv = ls.interval
+    local cap = ls.capacity
+    local left = math_floor((cap - ahead) / iv + 0.000001)
+    if left < 0 then
+        left = 0
+    end
+    answer[1] = outcome
+    answer[2] = outcome == 0 and math_ceil((ahead + cost * iv - cap) / 1000) or 0
+    answer[3] = left
+    answer[4] = math_ceil(ahead / 1000)
+    return answer
+end
 --- The script's reply for key rkey under ls: mode "1" (decide, charge when
 -- admitted), "0" (decide only) or "-1" (give cost back). nil, err and the
--- fault when Redis failed.
+-- fault when Redis failed. The reply of a lone limit is refilled by the next
+-- decision: read it before yielding.
 function ____exports.decide(conf, rkey, ls, mode, cost)
     local a = ls.args
     local res
     local err
     local fault
     local c = cost == 1 and "1" or lua_tostring(cost)
-    if #a == 2 then
+    if ls.interval ~= nil then
         res, err, fault = call(
             conf,
             RATE_ONE,
@@ -119,16 +151,23 @@ function ____exports.decide(conf, rkey, ls, mode, cost)
             a[1],
             a[2]
         )
-    else
-        res, err, fault = call(
-            conf,
-            RATE,
-            rkey,
-            mode,
-            c,
-            lua_unpack(a)
-        )
+        if res == nil then
+            return nil, err, fault
+        end
+        if lua_type(res) ~= "number" then
+            return nil, "dlock: rate script answered " .. check.show(res), "failed"
+        end
+        local r = answered(res, ls, cost)
+        return r, nil, nil
     end
+    res, err, fault = call(
+        conf,
+        RATE,
+        rkey,
+        mode,
+        c,
+        lua_unpack(a)
+    )
     if res == nil then
         return nil, err, fault
     end
@@ -244,4 +283,5 @@ ____exports.NEW_RATE = {
     {name = "prefix", kind = "string", maxLen = 256, doc = "`dlock:rate:<name>:`"}
 }
 ____exports.newRate = schema.compile("rate.new options", ____exports.NEW_RATE, {labels = ""})
+____exports.answered = answered
 return ____exports

@@ -1,9 +1,9 @@
 // Rate limits on Redis' clock: GCRA (the generic cell rate algorithm), one
 // script call per decision, however many limits a request is under.
 //
-// Per key, one Redis hash; field i holds limit i's theoretical arrival time
-// (TAT, Redis time in us, written so that it reads back exactly:
-// ratescripts.ts). A limit of `rate` per `period` ms with `burst` spaces requests
+// Per key, one Redis key holds each limit's theoretical arrival time (TAT):
+// a hash of them on Redis' TIME in us, or for a lone limit the key's own
+// expiry (ratescripts.ts). A limit of `rate` per `period` ms with `burst` spaces requests
 // `interval` = period * 1000 / rate us apart and lets a client be up to
 // burst * interval ahead of its schedule: from idle, `burst` at once, then one
 // per interval, so in any span of e ms at most burst + rate * e / period pass.
@@ -29,6 +29,7 @@ const str_format = string.format;
 const lua_type = type;
 const lua_tostring = tostring;
 const math_floor = math.floor;
+const math_ceil = math.ceil;
 const str_sub = string.sub;
 const lua_pairs = pairs;
 const lua_unpack = unpack as (this: void, t: (string | number)[]) => LuaMultiReturn<(string | number)[]>;
@@ -48,11 +49,21 @@ export interface Limits {
   readonly args: (string | number)[];
   /** The smallest burst: no request may cost more. */
   readonly most: number;
+  /**
+   * A lone limit's interval (us) and burst * interval, for the one-limit
+   * script's answer; nil with several limits, or a capacity so large (past
+   * 2^50 us, 35 years) that 4 times it would not be an exact integer.
+   */
+  readonly interval: number | undefined;
+  readonly capacity: number;
 }
 
 /** Longest period: 30 days, in ms. */
 export const MAX_PERIOD = 30 * 86400000;
 const MAX_RATE = 1000000000;
+
+/** Capacities (us) the one-limit script's answer, 4 * us ahead + outcome, keeps exact (a double's 53 bits). */
+const ONE_MAX = 2 ** 50;
 
 /** A short policy name for a limit: "100-per-1m", "10-per-1s", "5-per-250ms". */
 function nameOf(rate: number, period: number): string {
@@ -100,28 +111,61 @@ export function limits(list: Limit[]): LuaMultiReturn<[Limits | undefined, strin
     args[2 * i - 1] = lua_tostring(l.burst);
     if (l.burst < most) most = l.burst;
   }
-  return $multi({ list, args, most }, undefined);
+  const iv = list[0]!.period * 1000 / list[0]!.rate;
+  const cap = list[0]!.burst * iv;
+  const one = list.length === 1 && cap < ONE_MAX;
+  return $multi({ list, args, most, interval: one ? iv : undefined, capacity: one ? cap : 0 }, undefined);
 }
 
 /** Redlock cannot bound a rate: new() returns this. */
 export const REDLOCK = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " +
   "bound the total (use redis.sentinel or redis.cluster)";
 
+// The one-limit script's answer as the general script's reply. One table,
+// refilled by each decision: every caller reads it before it yields.
+const answer = new LuaTable<number, number>();
+
+/**
+ * The general script's reply from the one-limit script's answer n:
+ * 4 * (us the client is ahead after the decision, or before a refusal) +
+ * outcome. Worked out here as the general script does in Redis.
+ */
+function answered(n: number, ls: Limits, cost: number): LuaTable<number, number> {
+  const ahead = math_floor(n / 4);
+  const outcome = n - ahead * 4;
+  const iv = ls.interval!;
+  const cap = ls.capacity;
+  let left = math_floor((cap - ahead) / iv + 0.000001);
+  if (left < 0) left = 0;
+  answer.set(1, outcome);
+  answer.set(2, outcome === 0 ? math_ceil((ahead + cost * iv - cap) / 1000) : 0);
+  answer.set(3, left);
+  answer.set(4, math_ceil(ahead / 1000));
+  return answer;
+}
+
 /**
  * The script's reply for key rkey under ls: mode "1" (decide, charge when
  * admitted), "0" (decide only) or "-1" (give cost back). nil, err and the
- * fault when Redis failed.
+ * fault when Redis failed. The reply of a lone limit is refilled by the next
+ * decision: read it before yielding.
  */
 export function decide(conf: redis.RedisConf, rkey: string, ls: Limits, mode: string, cost: number): LuaMultiReturn<[LuaTable<number, number> | undefined, string | undefined, backend.Fault | undefined]> {
   const a = ls.args;
   let res: RedisValue | undefined;
   let err: string | undefined;
   let fault: backend.Fault | undefined;
-  // One limit (the usual case): its own script, with a fixed number of arguments (unpack() keeps the call out of LuaJIT's traces).
   // Every argument a string: the encoder's tostring() of a number is not compiled.
   const c = cost === 1 ? "1" : lua_tostring(cost);
-  if (a.length === 2) [res, err, fault] = call(conf, RATE_ONE, rkey, mode, c, a[0]!, a[1]!);
-  else [res, err, fault] = call(conf, RATE, rkey, mode, c, ...lua_unpack(a));
+  if (ls.interval !== undefined) {
+    // A lone limit (the usual case): its own script, with a fixed number of arguments (unpack() keeps the call out of LuaJIT's traces).
+    [res, err, fault] = call(conf, RATE_ONE, rkey, mode, c, a[0]!, a[1]!);
+    if (res === undefined) return $multi(undefined, err, fault);
+    if (lua_type(res) !== "number") return $multi(undefined, "dlock: rate script answered " + check.show(res), "failed");
+    const r = answered(res as number, ls, cost);
+    return $multi(r, undefined, undefined);
+  }
+  [res, err, fault] = call(conf, RATE, rkey, mode, c, ...lua_unpack(a));
   if (res === undefined) return $multi(undefined, err, fault);
   if (lua_type(res) !== "table") return $multi(undefined, "dlock: rate script answered " + check.show(res), "failed");
   return $multi(res as unknown as LuaTable<number, number>, undefined, undefined);
@@ -220,3 +264,6 @@ export interface NewRate {
 }
 
 export const newRate = schema.compile<NewRate>("rate.new options", NEW_RATE, { labels: "" });
+
+// Exported by name: this module's own use of it is a local, not a lookup in its exports table.
+export { answered };

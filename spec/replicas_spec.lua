@@ -2,6 +2,7 @@
 -- and a real replica; the replica is paused (SIGSTOP) to fall behind.
 local h = require "helpers"
 local dlock = require "resty.dlock"
+local rate = require "resty.dlock.rate"
 
 local function replication(port)
   return h.cmd(port, "info", "replication") or ""
@@ -62,6 +63,30 @@ describe("redis.replicas", function()
     assert.equal(before + 1, shortfalls())
     -- Once the replica catches up, the key can be taken again.
     assert.is_true(assert(l:acquire("b")):release())
+  end)
+
+  it("answers a charged rate decision once a replica has the key's state, and an error when none acknowledged it in time",
+    function()
+    local lim = assert(rate.new({ dict = "dlock", prefix = h.unique("replrate"), rate = 3, period = 60000,
+      redis = { port = master.port, replicas = 1, replicas_timeout = 100, read_timeout = 3000 } }))
+    assert.same({ 0, 2 }, { lim:incoming("k", true) })
+    -- Read from the replica right away: WAIT made sure the TAT is there.
+    local state = h.rate_state(master.port, lim.prefix .. "k")
+    assert.is_string(state["1"])
+    assert.same(state, h.rate_state(replica.port, lim.prefix .. "k"))
+    local before = shortfalls()
+    replica.signal("STOP")
+    local delay, err = lim:incoming("k", true)
+    -- A dry run writes nothing: no WAIT, answered while the replica is still stopped.
+    local dry, left = lim:incoming("k", false)
+    replica.signal("CONT")
+    assert.is_nil(delay)
+    assert.equal("dlock: redis 127.0.0.1:" .. master.port .. ": only 0 of 1 replica(s) acknowledged the rate within 100 ms", err)
+    assert.equal(before + 1, shortfalls())
+    assert.equal(0, dry)
+    -- The charge no replica acknowledged stays on the master (it counts against the client, as it may have passed):
+    -- of 3, one taken and acknowledged, one taken unacknowledged, and the dry run's as if charged leave 0.
+    assert.equal(0, left)
   end)
 
   it("reports an extend that no replica acknowledged; the lease is still held", function()

@@ -145,6 +145,52 @@ describe("auto-pipelining", function()
     more()
   end)
 
+  it("hands a call's table to a later call once its caller has the answer, but none of a batch whose acquires " ..
+     "a gone caller left for the take-back", function()
+    local scripts = require "resty.dlock.redis.scripts"
+    local lanes = require "resty.dlock.redis.lanes"
+    local c = conf()
+    assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
+    local key = h.unique("spare")
+    local function acquire(k) return pipeline.call(c, scripts.ACQUIRE, k, "tok", 30000) end
+    local threads = {}
+    -- A batch of 5 acquires whose callers all come back: each table waits for a later call.
+    local done = occupy(c)
+    for i = 1, 5 do threads[i] = ngx.thread.spawn(acquire, key .. "a" .. i) end
+    local open = assert(lanes.laneOf(c).open, "the calls did not join a batch")
+    for i = 1, 5 do
+      local ok, r = ngx.thread.wait(threads[i])
+      assert.is_true(ok)
+      assert.equal("OK", r)
+    end
+    done()
+    assert.is_false(open.kept)
+    assert.is_true(#open.jobs >= 5)
+    for i, j in ipairs(open.jobs) do assert.is_true(command.spared(j), "call " .. i) end
+    -- A batch whose first caller is gone (its thread killed while it waited):
+    -- the take-back timer reads the batch's calls after its callers were
+    -- woken, so none of those that came back hands its table on.
+    done = occupy(c)
+    local gone = ngx.thread.spawn(acquire, key .. "gone")
+    local b = assert(lanes.laneOf(c).open, "the call did not join a batch")
+    for i = 1, 4 do threads[i] = ngx.thread.spawn(acquire, key .. "b" .. i) end
+    assert.truthy(ngx.thread.kill(gone))
+    for i = 1, 4 do
+      local ok, r = ngx.thread.wait(threads[i])
+      assert.is_true(ok)
+      assert.equal("OK", r)
+    end
+    done()
+    assert.is_true(b.kept)
+    assert.is_true(#b.jobs >= 5)
+    for i, j in ipairs(b.jobs) do assert.is_false(command.spared(j), "call " .. i) end
+    -- The gone caller's acquire is taken back; every other key stays held.
+    h.eventually(2, function() return h.cmd(nil, "exists", key .. "gone") == 0 end)
+    assert.equal(0, h.cmd(nil, "exists", key .. "gone"))
+    for i = 1, 4 do assert.equal(1, h.cmd(nil, "exists", key .. "b" .. i), "b" .. i) end
+    for i = 1, 5 do assert.equal(1, h.cmd(nil, "exists", key .. "a" .. i), "a" .. i) end
+  end)
+
   it("carries batches that come back to back on one connection, gives it back to the pool after a refused call, and the pool hands it out again", function()
     local r = h.start_redis()
     finally(function() r.stop() end)

@@ -23,7 +23,8 @@ function ____exports.batchOf(sem, asking, calls)
         sem = sem,
         undos = 0,
         posted = 0,
-        asking = asking
+        asking = asking,
+        kept = false
     }
 end
 local heads = setmetatable({}, {__mode = "k"})
@@ -80,6 +81,27 @@ local function restOf(n, a1, a2, a3, a4, a5, a6)
     return r
 end
 local ASKING = resp.encode({"ASKING"})
+local spare = {}
+local spares = 0
+local SPARES = 256
+--- Hand j to a later call. Only for a call whose caller read its answer, in a
+-- batch no one looks at again (not kept, not posted): the sender, the batch
+-- and the caller are done with it.
+function ____exports.recycle(j)
+    if spares < SPARES then
+        spares = spares + 1
+        spare[spares] = j
+    end
+end
+--- Is j's table waiting for a later call (for the specs: a look at each)?
+function ____exports.spared(j)
+    for i = 1, spares do
+        if spare[i] == j then
+            return true
+        end
+    end
+    return false
+end
 --- Add a call to b: its command goes into the buffer at once (no table of its arguments).
 function ____exports.add(b, s, rkey, ...)
     local n = lua_select("#", ...)
@@ -112,17 +134,33 @@ function ____exports.add(b, s, rkey, ...)
     parts[k + 3] = rkey
     parts[k + 4] = rest
     b.n = k + 4
-    local job = {
-        s = s,
-        rkey = rkey,
-        rest = rest,
-        words = words,
-        back = false,
-        res = nil,
-        err = nil,
-        fault = nil,
-        post = nil
-    }
+    local job
+    if spares > 0 then
+        job = spare[spares]
+        spare[spares] = nil
+        spares = spares - 1
+        job.s = s
+        job.rkey = rkey
+        job.rest = rest
+        job.words = words
+        job.back = false
+        job.res = nil
+        job.err = nil
+        job.fault = nil
+        job.post = nil
+    else
+        job = {
+            s = s,
+            rkey = rkey,
+            rest = rest,
+            words = words,
+            back = false,
+            res = nil,
+            err = nil,
+            fault = nil,
+            post = nil
+        }
+    end
     local ____b_jobs_0 = b.jobs
     ____b_jobs_0[#____b_jobs_0 + 1] = job
     if s.undo ~= nil then

@@ -13,6 +13,7 @@ local worker_exiting = ngx.worker.exiting
 local lua_pcall = pcall
 local lua_tostring = tostring
 local add = command.add
+local recycleJob = command.recycle
 local fail = command.fail
 local batchOf = command.batchOf
 local run = roundtrip.run
@@ -75,6 +76,7 @@ local function wake(lane, b)
     if sem:count() == 0 then
         recycle(lane, sem)
     elseif b.undos > 0 then
+        b.kept = true
         local ok, err = timer_at(0, settle, lane.conf, b)
         if ok == nil then
             ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err)
@@ -192,7 +194,8 @@ local function joinable(lane)
 end
 --- Wait for job's answer in batch b (its caller was away meanwhile: back): its
 -- batch's time, and the time of the batch ahead of it. A call with no answer
--- by then is "outcome unknown".
+-- by then is "outcome unknown". True when the answer came with its batch:
+-- the sender is done with the call.
 local function awaited(conf, b, job)
     local wait = 2 * patience(conf)
     local sem = b.sem
@@ -208,7 +211,9 @@ local function awaited(conf, b, job)
     if not woken and job.res == nil and job.fault == nil then
         job.err = (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. lua_tostring(wait)) .. " s during ") .. job.s.name
         job.fault = "lost"
+        return false
     end
+    return woken == true
 end
 --- A call sent at once on a pooled connection of its own, counted in lane.direct while on its way.
 local function direct(lane, s, rkey, ...)
@@ -217,7 +222,11 @@ local function direct(lane, s, rkey, ...)
     local slot = claim(lane, b)
     run(lane.conf, b)
     unclaim(lane, slot)
-    return job.res, job.err, job.fault
+    local res = job.res
+    local err = job.err
+    local fault = job.fault
+    recycleJob(job)
+    return res, err, fault
 end
 --- Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline.
 function ____exports.call(conf, s, rkey, ...)
@@ -233,8 +242,14 @@ function ____exports.call(conf, s, rkey, ...)
         return alone(conf, s, rkey, ...)
     end
     local job = add(b, s, rkey, ...)
-    awaited(conf, b, job)
-    return job.res, job.err, job.fault
+    local done = awaited(conf, b, job)
+    local res = job.res
+    local err = job.err
+    local fault = job.fault
+    if done and not b.kept then
+        recycleJob(job)
+    end
+    return res, err, fault
 end
 --- Put s for rkey into conf's next pipeline without waiting for its reply, from
 -- any phase (log_by_lua has no cosockets; a sender's timer has): the call,

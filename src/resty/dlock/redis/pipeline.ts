@@ -38,6 +38,7 @@ const worker_exiting = ngx.worker.exiting;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
 const add = command.add;
+const recycleJob = command.recycle;
 const fail = command.fail;
 const batchOf = command.batchOf;
 const run = roundtrip.run;
@@ -104,6 +105,7 @@ function wake(lane: Lane, b: Batch): void {
   if (sem.count() === 0) {
     recycle(lane, sem);
   } else if (b.undos > 0) {
+    b.kept = true;
     const [ok, err] = timer_at(0, settle, lane.conf, b);
     if (ok === undefined) ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err);
   }
@@ -217,9 +219,10 @@ function joinable(lane: Lane): Batch | undefined {
 /**
  * Wait for job's answer in batch b (its caller was away meanwhile: back): its
  * batch's time, and the time of the batch ahead of it. A call with no answer
- * by then is "outcome unknown".
+ * by then is "outcome unknown". True when the answer came with its batch:
+ * the sender is done with the call.
  */
-function awaited(conf: redis.RedisConf, b: Batch, job: Job): void {
+function awaited(conf: redis.RedisConf, b: Batch, job: Job): boolean {
   const wait = 2 * patience(conf);
   const sem = b.sem!;
   let [woken] = sem.wait(wait);
@@ -237,7 +240,9 @@ function awaited(conf: redis.RedisConf, b: Batch, job: Job): void {
   if (!woken && job.res === undefined && job.fault === undefined) {
     job.err = "dlock: redis " + conf.endpoint + ": no answer from the pipeline in " + lua_tostring(wait) + " s during " + job.s.name;
     job.fault = "lost";
+    return false;
   }
+  return woken === true;
 }
 
 /** A call sent at once on a pooled connection of its own, counted in lane.direct while on its way. */
@@ -247,7 +252,11 @@ function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | 
   const slot = claim(lane, b);
   run(lane.conf, b);
   unclaim(lane, slot);
-  return $multi(job.res, job.err, job.fault);
+  const res = job.res;
+  const err = job.err;
+  const fault = job.fault;
+  recycleJob(job);
+  return $multi(res, err, fault);
 }
 
 /** Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline. */
@@ -259,8 +268,12 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
   // A full batch goes as it is; this call goes on its own.
   if (b === undefined) return alone(conf, s, rkey, ...args);
   const job = add(b, s, rkey, ...args);
-  awaited(conf, b, job);
-  return $multi(job.res, job.err, job.fault);
+  const done = awaited(conf, b, job);
+  const res = job.res;
+  const err = job.err;
+  const fault = job.fault;
+  if (done && !b.kept) recycleJob(job);
+  return $multi(res, err, fault);
 }
 
 /**

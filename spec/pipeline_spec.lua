@@ -153,16 +153,23 @@ describe("auto-pipelining", function()
     assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
     local key = h.unique("spare")
     local function acquire(k) return pipeline.call(c, scripts.ACQUIRE, k, "tok", 30000) end
-    local threads = {}
+    --- Acquires of key .. tag .. 1..n in threads; a function that waits for each and checks it got the key.
+    local function acquiring(tag, n)
+      local threads = {}
+      for i = 1, n do threads[i] = ngx.thread.spawn(acquire, key .. tag .. i) end
+      return function()
+        for i = 1, n do
+          local ok, r = ngx.thread.wait(threads[i])
+          assert.is_true(ok)
+          assert.equal("OK", r, tag .. i)
+        end
+      end
+    end
     -- A batch of 5 acquires whose callers all come back: each table waits for a later call.
     local done = occupy(c)
-    for i = 1, 5 do threads[i] = ngx.thread.spawn(acquire, key .. "a" .. i) end
+    local answered = acquiring("a", 5)
     local open = assert(lanes.laneOf(c).open, "the calls did not join a batch")
-    for i = 1, 5 do
-      local ok, r = ngx.thread.wait(threads[i])
-      assert.is_true(ok)
-      assert.equal("OK", r)
-    end
+    answered()
     done()
     assert.is_false(open.kept)
     assert.is_true(#open.jobs >= 5)
@@ -173,13 +180,9 @@ describe("auto-pipelining", function()
     done = occupy(c)
     local gone = ngx.thread.spawn(acquire, key .. "gone")
     local b = assert(lanes.laneOf(c).open, "the call did not join a batch")
-    for i = 1, 4 do threads[i] = ngx.thread.spawn(acquire, key .. "b" .. i) end
+    answered = acquiring("b", 4)
     assert.truthy(ngx.thread.kill(gone))
-    for i = 1, 4 do
-      local ok, r = ngx.thread.wait(threads[i])
-      assert.is_true(ok)
-      assert.equal("OK", r)
-    end
+    answered()
     done()
     assert.is_true(b.kept)
     assert.is_true(#b.jobs >= 5)

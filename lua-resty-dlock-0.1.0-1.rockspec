@@ -79,6 +79,7 @@ build = {
       ["resty.dlock.gateway.vars"] = "dist/resty/dlock/gateway/vars.lua",
       ["resty.dlock.gateway.stats"] = "dist/resty/dlock/gateway/stats.lua",
       ["resty.dlock.rate"] = "dist/resty/dlock/rate.lua",
+      ["resty.dlock.redis.args"] = "dist/resty/dlock/redis/args.lua",
       ["resty.dlock.redis.backend"] = "dist/resty/dlock/redis/backend.lua",
       ["resty.dlock.redis.client"] = "dist/resty/dlock/redis/client.lua",
       ["resty.dlock.redis.cluster"] = "dist/resty/dlock/redis/cluster.lua",

@@ -1,6 +1,7 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-local suspicious, replied, withoutKey, follow, pipelined, asking_call, nodeOf, ngx_sleep, lua_tostring, lua_tonumber, lua_unpack, str_find, str_match, str_gsub, str_format, TRYAGAIN_PAUSE
+local suspicious, replied, follow, pipelined, asking_call, nodeOf, ngx_sleep, lua_tostring, lua_tonumber, lua_unpack, withoutKey, str_find, str_match, str_gsub, str_format, TRYAGAIN_PAUSE
+local argList = require("resty.dlock.redis.args")
 local map = require("resty.dlock.redis.slotmap")
 local pipeline = require("resty.dlock.redis.pipeline")
 local roundtrip = require("resty.dlock.redis.roundtrip")
@@ -15,15 +16,6 @@ function replied(node, err)
         ("^dlock: redis " .. (str_gsub(node.endpoint, "%p", "%%%0"))) .. ": (%u%u+) "
     )
     return code ~= nil and code ~= "TLS"
-end
-function withoutKey(args, at)
-    local out = {}
-    for i = 1, #args do
-        if i ~= at then
-            out[#out + 1] = args[i]
-        end
-    end
-    return out
 end
 function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
     local node = first
@@ -107,21 +99,40 @@ lua_tostring = tostring
 local lua_type = type
 lua_tonumber = tonumber
 lua_unpack = unpack
+local lua_select = select
+local forward = argList.forward
+local listOf = argList.listOf
+withoutKey = argList.withoutKey
 str_find = string.find
 str_match = string.match
 str_gsub = string.gsub
 str_format = string.format
 local math_floor = math.floor
 TRYAGAIN_PAUSE = 0.02
---- Run s for rkey on the master of its slot; what went wrong is looked at in follow().
-local function call(conf, s, rkey, ...)
+--- Run s for rkey on the master of its slot; what went wrong is looked at in
+-- follow(). Its arguments come as locals, read by call() before slot()'s loop:
+-- the trace LuaJIT starts where that loop exits comes back here, and would
+-- compile no `...` (args.ts).
+local function callArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6)
     local c = state(conf)
     local sl = slot(rkey)
     local node, rerr = route(conf, c, sl)
     if node == nil then
         return nil, rerr, "failed"
     end
-    local res, err, fault = pipelined(node, s, rkey, ...)
+    local res, err, fault = forward(
+        pipelined,
+        node,
+        s,
+        rkey,
+        n,
+        a1,
+        a2,
+        a3,
+        a4,
+        a5,
+        a6
+    )
     if fault == nil then
         return res, err, fault
     end
@@ -132,14 +143,71 @@ local function call(conf, s, rkey, ...)
         node,
         s,
         rkey,
-        {...},
+        listOf(
+            n,
+            a1,
+            a2,
+            a3,
+            a4,
+            a5,
+            a6
+        ),
         res,
         err,
         fault
     )
 end
+--- The same with the arguments as a list (more than six).
+local function callList(conf, s, rkey, args)
+    local c = state(conf)
+    local sl = slot(rkey)
+    local node, rerr = route(conf, c, sl)
+    if node == nil then
+        return nil, rerr, "failed"
+    end
+    local res, err, fault = pipelined(
+        node,
+        s,
+        rkey,
+        lua_unpack(args)
+    )
+    if fault == nil then
+        return res, err, fault
+    end
+    return follow(
+        conf,
+        c,
+        sl,
+        node,
+        s,
+        rkey,
+        args,
+        res,
+        err,
+        fault
+    )
+end
+local function call(conf, s, rkey, ...)
+    local n = lua_select("#", ...)
+    if n > 6 then
+        return callList(conf, s, rkey, {...})
+    end
+    local a1, a2, a3, a4, a5, a6 = lua_select(1, ...)
+    return callArgs(
+        conf,
+        s,
+        rkey,
+        n,
+        a1,
+        a2,
+        a3,
+        a4,
+        a5,
+        a6
+    )
+end
 --- Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read.
-local function post(conf, s, rkey, ...)
+local function postArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6)
     local node = known(
         conf,
         state(conf),
@@ -148,7 +216,46 @@ local function post(conf, s, rkey, ...)
     if node == nil then
         return nil
     end
-    return posted(node, s, rkey, ...)
+    return forward(
+        posted,
+        node,
+        s,
+        rkey,
+        n,
+        a1,
+        a2,
+        a3,
+        a4,
+        a5,
+        a6
+    )
+end
+local function post(conf, s, rkey, ...)
+    local n = lua_select("#", ...)
+    if n > 6 then
+        local node = known(
+            conf,
+            state(conf),
+            slot(rkey)
+        )
+        if node == nil then
+            return nil
+        end
+        return posted(node, s, rkey, ...)
+    end
+    local a1, a2, a3, a4, a5, a6 = lua_select(1, ...)
+    return postArgs(
+        conf,
+        s,
+        rkey,
+        n,
+        a1,
+        a2,
+        a3,
+        a4,
+        a5,
+        a6
+    )
 end
 --- One pipeline per master for the targets whose slots it serves; a target
 -- sent elsewhere (MOVED, ASK) is retried alone through call().

@@ -11,6 +11,7 @@
 
 import type { Backend, CallResult, Fault, Job, Outcome, Refusal, Target } from "./backend";
 import type * as redis from "./client";
+import * as argList from "./args";
 import * as map from "./slotmap";
 import * as pipeline from "./pipeline";
 import * as roundtrip from "./roundtrip";
@@ -35,6 +36,11 @@ const lua_tostring = tostring;
 const lua_type = type;
 const lua_tonumber = tonumber;
 const lua_unpack = unpack;
+const lua_select = select;
+const forward = argList.forward;
+const listOf = argList.listOf;
+const withoutKey = argList.withoutKey;
+type Arg = argList.Arg;
 const str_find = string.find;
 const str_match = string.match;
 const str_gsub = string.gsub;
@@ -58,31 +64,58 @@ function replied(node: redis.RedisConf, err: string | undefined): boolean {
   return code !== undefined && code !== "TLS";
 }
 
-/** args (the keys after the first, then the arguments) without the one at position `at`. */
-function withoutKey(args: (string | number)[], at: number): (string | number)[] {
-  const out: (string | number)[] = [];
-  for (const i of $range(1, args.length)) {
-    if (i !== at) out.push(args[i - 1]!);
-  }
-  return out;
-}
-
-/** Run s for rkey on the master of its slot; what went wrong is looked at in follow(). */
-function call(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+/**
+ * Run s for rkey on the master of its slot; what went wrong is looked at in
+ * follow(). Its arguments come as locals, read by call() before slot()'s loop:
+ * the trace LuaJIT starts where that loop exits comes back here, and would
+ * compile no `...` (args.ts).
+ */
+function callArgs(conf: redis.RedisConf, s: scripts.Script, rkey: string, n: number,
+  a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a6: Arg): CallResult {
   const c = state(conf);
   const sl = slot(rkey);
   const [node, rerr] = route(conf, c, sl);
   if (node === undefined) return $multi(undefined, rerr, "failed");
-  const [res, err, fault] = pipelined(node, s, rkey, ...args);
+  const [res, err, fault] = forward(pipelined, node, s, rkey, n, a1, a2, a3, a4, a5, a6);
   if (fault === undefined) return $multi(res, err, fault);
-  return follow(conf, c, sl, node, s, rkey, [...args], res, err, fault);
+  return follow(conf, c, sl, node, s, rkey, listOf(n, a1, a2, a3, a4, a5, a6), res, err, fault);
+}
+
+/** The same with the arguments as a list (more than six). */
+function callList(conf: redis.RedisConf, s: scripts.Script, rkey: string, args: (string | number)[]): CallResult {
+  const c = state(conf);
+  const sl = slot(rkey);
+  const [node, rerr] = route(conf, c, sl);
+  if (node === undefined) return $multi(undefined, rerr, "failed");
+  const [res, err, fault] = pipelined(node, s, rkey, ...lua_unpack(args));
+  if (fault === undefined) return $multi(res, err, fault);
+  return follow(conf, c, sl, node, s, rkey, args, res, err, fault);
+}
+
+function call(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+  const n = lua_select("#", ...args);
+  if (n > 6) return callList(conf, s, rkey, [...args]);
+  const [a1, a2, a3, a4, a5, a6] = lua_select(1, ...args);
+  return callArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6);
 }
 
 /** Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read. */
-function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {
+function postArgs(conf: redis.RedisConf, s: scripts.Script, rkey: string, n: number,
+  a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a6: Arg): Job | undefined {
   const node = known(conf, state(conf), slot(rkey));
   if (node === undefined) return undefined;
-  return posted(node, s, rkey, ...args);
+  return forward(posted, node, s, rkey, n, a1, a2, a3, a4, a5, a6);
+}
+
+function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {
+  const n = lua_select("#", ...args);
+  if (n > 6) {
+    const node = known(conf, state(conf), slot(rkey));
+    if (node === undefined) return undefined;
+    return posted(node, s, rkey, ...args);
+  }
+  const [a1, a2, a3, a4, a5, a6] = lua_select(1, ...args);
+  return postArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6);
 }
 
 /** After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means. */

@@ -1,0 +1,91 @@
+--[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+local ____exports = {}
+--- f with the first n of a1..a6: a fixed number of arguments in each branch, no `...`.
+function ____exports.forward(f, node, s, rkey, n, a1, a2, a3, a4, a5, a6)
+    if n == 0 then
+        return f(node, s, rkey)
+    end
+    if n == 1 then
+        return f(node, s, rkey, a1)
+    end
+    if n == 2 then
+        return f(
+            node,
+            s,
+            rkey,
+            a1,
+            a2
+        )
+    end
+    if n == 3 then
+        return f(
+            node,
+            s,
+            rkey,
+            a1,
+            a2,
+            a3
+        )
+    end
+    if n == 4 then
+        return f(
+            node,
+            s,
+            rkey,
+            a1,
+            a2,
+            a3,
+            a4
+        )
+    end
+    if n == 5 then
+        return f(
+            node,
+            s,
+            rkey,
+            a1,
+            a2,
+            a3,
+            a4,
+            a5
+        )
+    end
+    return f(
+        node,
+        s,
+        rkey,
+        a1,
+        a2,
+        a3,
+        a4,
+        a5,
+        a6
+    )
+end
+--- The first n of a1..a6 as a list.
+function ____exports.listOf(n, a1, a2, a3, a4, a5, a6)
+    local all = {
+        a1,
+        a2,
+        a3,
+        a4,
+        a5,
+        a6
+    }
+    local out = {}
+    for i = 1, n do
+        out[i] = all[i]
+    end
+    return out
+end
+--- args (the keys after the first, then the arguments) without the one at position `at`.
+function ____exports.withoutKey(args, at)
+    local out = {}
+    for i = 1, #args do
+        if i ~= at then
+            out[#out + 1] = args[i]
+        end
+    end
+    return out
+end
+return ____exports

@@ -137,11 +137,12 @@ end
 -- decision: read it before yielding.
 function ____exports.decide(conf, rkey, ls, mode, cost)
     local a = ls.args
+    local one = ls.interval ~= nil
     local res
     local err
     local fault
     local c = cost == 1 and "1" or lua_tostring(cost)
-    if ls.interval ~= nil then
+    if one then
         res, err, fault = call(
             conf,
             RATE_ONE,
@@ -151,30 +152,24 @@ function ____exports.decide(conf, rkey, ls, mode, cost)
             a[1],
             a[2]
         )
-        if res == nil then
-            return nil, err, fault
-        end
-        if lua_type(res) ~= "number" then
-            return nil, "dlock: rate script answered " .. check.show(res), "failed"
-        end
-        local r = answered(res, ls, cost)
-        return r, nil, nil
+    else
+        res, err, fault = call(
+            conf,
+            RATE,
+            rkey,
+            mode,
+            c,
+            lua_unpack(a)
+        )
     end
-    res, err, fault = call(
-        conf,
-        RATE,
-        rkey,
-        mode,
-        c,
-        lua_unpack(a)
-    )
     if res == nil then
         return nil, err, fault
     end
-    if lua_type(res) ~= "table" then
+    if lua_type(res) ~= (one and "number" or "table") then
         return nil, "dlock: rate script answered " .. check.show(res), "failed"
     end
-    return res, nil, nil
+    local reply = one and answered(res, ls, cost) or res
+    return reply, nil, nil
 end
 --- Remaining requests under limit i (1-based) of a reply.
 function ____exports.remaining(reply, i)

@@ -112,27 +112,39 @@ TRYAGAIN_PAUSE = 0.02
 --- Run s for rkey on the master of its slot; what went wrong is looked at in
 -- follow(). Its arguments come as locals, read by call() before slot()'s loop:
 -- the trace LuaJIT starts where that loop exits comes back here, and would
--- compile no `...` (args.ts).
-local function callArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6)
+-- compile no `...` (args.ts). More than six come as a list.
+local function routed(conf, s, rkey, list, n, a1, a2, a3, a4, a5, a6)
     local c = state(conf)
     local sl = slot(rkey)
     local node, rerr = route(conf, c, sl)
     if node == nil then
         return nil, rerr, "failed"
     end
-    local res, err, fault = forward(
-        pipelined,
-        node,
-        s,
-        rkey,
-        n,
-        a1,
-        a2,
-        a3,
-        a4,
-        a5,
-        a6
-    )
+    local res
+    local err
+    local fault
+    if list == nil then
+        res, err, fault = forward(
+            pipelined,
+            node,
+            s,
+            rkey,
+            n,
+            a1,
+            a2,
+            a3,
+            a4,
+            a5,
+            a6
+        )
+    else
+        res, err, fault = pipelined(
+            node,
+            s,
+            rkey,
+            lua_unpack(list)
+        )
+    end
     if fault == nil then
         return res, err, fault
     end
@@ -143,7 +155,7 @@ local function callArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6)
         node,
         s,
         rkey,
-        listOf(
+        list or listOf(
             n,
             a1,
             a2,
@@ -157,46 +169,23 @@ local function callArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6)
         fault
     )
 end
---- The same with the arguments as a list (more than six).
-local function callList(conf, s, rkey, args)
-    local c = state(conf)
-    local sl = slot(rkey)
-    local node, rerr = route(conf, c, sl)
-    if node == nil then
-        return nil, rerr, "failed"
-    end
-    local res, err, fault = pipelined(
-        node,
-        s,
-        rkey,
-        lua_unpack(args)
-    )
-    if fault == nil then
-        return res, err, fault
-    end
-    return follow(
-        conf,
-        c,
-        sl,
-        node,
-        s,
-        rkey,
-        args,
-        res,
-        err,
-        fault
-    )
-end
 local function call(conf, s, rkey, ...)
     local n = lua_select("#", ...)
     if n > 6 then
-        return callList(conf, s, rkey, {...})
+        return routed(
+            conf,
+            s,
+            rkey,
+            {...},
+            n
+        )
     end
     local a1, a2, a3, a4, a5, a6 = lua_select(1, ...)
-    return callArgs(
+    return routed(
         conf,
         s,
         rkey,
+        nil,
         n,
         a1,
         a2,
@@ -207,7 +196,7 @@ local function call(conf, s, rkey, ...)
     )
 end
 --- Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read.
-local function postArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6)
+local function postRouted(conf, s, rkey, list, n, a1, a2, a3, a4, a5, a6)
     local node = known(
         conf,
         state(conf),
@@ -215,6 +204,14 @@ local function postArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6)
     )
     if node == nil then
         return nil
+    end
+    if list ~= nil then
+        return posted(
+            node,
+            s,
+            rkey,
+            lua_unpack(list)
+        )
     end
     return forward(
         posted,
@@ -233,21 +230,20 @@ end
 local function post(conf, s, rkey, ...)
     local n = lua_select("#", ...)
     if n > 6 then
-        local node = known(
+        return postRouted(
             conf,
-            state(conf),
-            slot(rkey)
+            s,
+            rkey,
+            {...},
+            n
         )
-        if node == nil then
-            return nil
-        end
-        return posted(node, s, rkey, ...)
     end
     local a1, a2, a3, a4, a5, a6 = lua_select(1, ...)
-    return postArgs(
+    return postRouted(
         conf,
         s,
         rkey,
+        nil,
         n,
         a1,
         a2,

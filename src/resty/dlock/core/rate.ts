@@ -152,23 +152,19 @@ function answered(n: number, ls: Limits, cost: number): LuaTable<number, number>
  */
 export function decide(conf: redis.RedisConf, rkey: string, ls: Limits, mode: string, cost: number): LuaMultiReturn<[LuaTable<number, number> | undefined, string | undefined, backend.Fault | undefined]> {
   const a = ls.args;
+  const one = ls.interval !== undefined;
   let res: RedisValue | undefined;
   let err: string | undefined;
   let fault: backend.Fault | undefined;
   // Every argument a string: the encoder's tostring() of a number is not compiled.
   const c = cost === 1 ? "1" : lua_tostring(cost);
-  if (ls.interval !== undefined) {
-    // A lone limit (the usual case): its own script, with a fixed number of arguments (unpack() keeps the call out of LuaJIT's traces).
-    [res, err, fault] = call(conf, RATE_ONE, rkey, mode, c, a[0]!, a[1]!);
-    if (res === undefined) return $multi(undefined, err, fault);
-    if (lua_type(res) !== "number") return $multi(undefined, "dlock: rate script answered " + check.show(res), "failed");
-    const r = answered(res as number, ls, cost);
-    return $multi(r, undefined, undefined);
-  }
-  [res, err, fault] = call(conf, RATE, rkey, mode, c, ...lua_unpack(a));
+  // A lone limit (the usual case): its own script, with a fixed number of arguments (unpack() keeps the call out of LuaJIT's traces).
+  if (one) [res, err, fault] = call(conf, RATE_ONE, rkey, mode, c, a[0]!, a[1]!);
+  else [res, err, fault] = call(conf, RATE, rkey, mode, c, ...lua_unpack(a));
   if (res === undefined) return $multi(undefined, err, fault);
-  if (lua_type(res) !== "table") return $multi(undefined, "dlock: rate script answered " + check.show(res), "failed");
-  return $multi(res as unknown as LuaTable<number, number>, undefined, undefined);
+  if (lua_type(res) !== (one ? "number" : "table")) return $multi(undefined, "dlock: rate script answered " + check.show(res), "failed");
+  const reply = one ? answered(res as number, ls, cost) : res as unknown as LuaTable<number, number>;
+  return $multi(reply, undefined, undefined);
 }
 
 /** Remaining requests under limit i (1-based) of a reply. */

@@ -68,54 +68,44 @@ function replied(node: redis.RedisConf, err: string | undefined): boolean {
  * Run s for rkey on the master of its slot; what went wrong is looked at in
  * follow(). Its arguments come as locals, read by call() before slot()'s loop:
  * the trace LuaJIT starts where that loop exits comes back here, and would
- * compile no `...` (args.ts).
+ * compile no `...` (args.ts). More than six come as a list.
  */
-function callArgs(conf: redis.RedisConf, s: scripts.Script, rkey: string, n: number,
-  a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a6: Arg): CallResult {
+function routed(conf: redis.RedisConf, s: scripts.Script, rkey: string, list: (string | number)[] | undefined, n: number,
+  a1?: Arg, a2?: Arg, a3?: Arg, a4?: Arg, a5?: Arg, a6?: Arg): CallResult {
   const c = state(conf);
   const sl = slot(rkey);
   const [node, rerr] = route(conf, c, sl);
   if (node === undefined) return $multi(undefined, rerr, "failed");
-  const [res, err, fault] = forward(pipelined, node, s, rkey, n, a1, a2, a3, a4, a5, a6);
+  let res: RedisValue | undefined;
+  let err: string | undefined;
+  let fault: Fault | undefined;
+  if (list === undefined) [res, err, fault] = forward(pipelined, node, s, rkey, n, a1, a2, a3, a4, a5, a6);
+  else [res, err, fault] = pipelined(node, s, rkey, ...lua_unpack(list));
   if (fault === undefined) return $multi(res, err, fault);
-  return follow(conf, c, sl, node, s, rkey, listOf(n, a1, a2, a3, a4, a5, a6), res, err, fault);
-}
-
-/** The same with the arguments as a list (more than six). */
-function callList(conf: redis.RedisConf, s: scripts.Script, rkey: string, args: (string | number)[]): CallResult {
-  const c = state(conf);
-  const sl = slot(rkey);
-  const [node, rerr] = route(conf, c, sl);
-  if (node === undefined) return $multi(undefined, rerr, "failed");
-  const [res, err, fault] = pipelined(node, s, rkey, ...lua_unpack(args));
-  if (fault === undefined) return $multi(res, err, fault);
-  return follow(conf, c, sl, node, s, rkey, args, res, err, fault);
+  return follow(conf, c, sl, node, s, rkey, list ?? listOf(n, a1, a2, a3, a4, a5, a6), res, err, fault);
 }
 
 function call(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
   const n = lua_select("#", ...args);
-  if (n > 6) return callList(conf, s, rkey, [...args]);
+  if (n > 6) return routed(conf, s, rkey, [...args], n);
   const [a1, a2, a3, a4, a5, a6] = lua_select(1, ...args);
-  return callArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6);
+  return routed(conf, s, rkey, undefined, n, a1, a2, a3, a4, a5, a6);
 }
 
 /** Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read. */
-function postArgs(conf: redis.RedisConf, s: scripts.Script, rkey: string, n: number,
-  a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a6: Arg): Job | undefined {
+function postRouted(conf: redis.RedisConf, s: scripts.Script, rkey: string, list: (string | number)[] | undefined, n: number,
+  a1?: Arg, a2?: Arg, a3?: Arg, a4?: Arg, a5?: Arg, a6?: Arg): Job | undefined {
   const node = known(conf, state(conf), slot(rkey));
   if (node === undefined) return undefined;
+  if (list !== undefined) return posted(node, s, rkey, ...lua_unpack(list));
   return forward(posted, node, s, rkey, n, a1, a2, a3, a4, a5, a6);
 }
 
 function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {
   const n = lua_select("#", ...args);
-  if (n > 6) {
-    const node = known(conf, state(conf), slot(rkey));
-    if (node === undefined) return undefined;
-    return posted(node, s, rkey, ...args);
-  }
+  if (n > 6) return postRouted(conf, s, rkey, [...args], n);
   const [a1, a2, a3, a4, a5, a6] = lua_select(1, ...args);
-  return postArgs(conf, s, rkey, n, a1, a2, a3, a4, a5, a6);
+  return postRouted(conf, s, rkey, undefined, n, a1, a2, a3, a4, a5, a6);
 }
 
 /** After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means. */

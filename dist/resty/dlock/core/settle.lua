@@ -32,15 +32,20 @@ function ____exports.unconfirmed(l, fault, release)
         )
     end
 end
---- Its record out of the shared dict, and out of the held gauge (once: later calls do nothing).
-local function forget(l)
+--- Its record out of the shared dict, and out of the held gauge (once: later
+-- calls do nothing). `owned`: Redis confirmed the lease held its key when the
+-- release deleted it, so the record is not a successor's (ledger.dropOwned).
+local function forget(l, owned)
     local v = l._recv
     if v == nil then
         return
     end
     l._recv = nil
     local store = l._store
-    if ledger.drop(store.dict, l._rec, v) then
+    if owned == true then
+        ledger.dropOwned(store.dict, l._rec)
+        meter.forgotten(store.meter, l._recAt)
+    elseif ledger.drop(store.dict, l._rec, v) then
         meter.forgotten(store.meter, l._recAt)
     end
 end
@@ -56,7 +61,10 @@ end
 -- still counts as released.
 function ____exports.released(l, reply)
     l._released = true
-    forget(l)
+    forget(
+        l,
+        reply == 1 or lua_type(reply) == "string"
+    )
     local store = l._store
     local rkey = l._rkey
     if lua_type(reply) == "string" then

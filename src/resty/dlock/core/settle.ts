@@ -43,13 +43,22 @@ export function unconfirmed(l: Lease, fault: Fault | undefined, release: boolean
   }
 }
 
-/** Its record out of the shared dict, and out of the held gauge (once: later calls do nothing). */
-function forget(l: Lease): void {
+/**
+ * Its record out of the shared dict, and out of the held gauge (once: later
+ * calls do nothing). `owned`: Redis confirmed the lease held its key when the
+ * release deleted it, so the record is not a successor's (ledger.dropOwned).
+ */
+function forget(l: Lease, owned?: boolean): void {
   const v = l._recv;
   if (v === undefined) return;
   l._recv = undefined;
   const store = l._store;
-  if (ledger.drop(store.dict, l._rec, v)) meter.forgotten(store.meter, l._recAt);
+  if (owned === true) {
+    ledger.dropOwned(store.dict, l._rec);
+    meter.forgotten(store.meter, l._recAt);
+  } else if (ledger.drop(store.dict, l._rec, v)) {
+    meter.forgotten(store.meter, l._recAt);
+  }
 }
 
 /** Redis says the key is not ours any more: counted lost, unless the watchdog did already. */
@@ -65,7 +74,8 @@ function gone(l: Lease): void {
  */
 export function released(l: Lease, reply: RedisValue): Result {
   l._released = true;
-  forget(l);
+  // 1 or the first waiter's token: the key was still this lease's.
+  forget(l, reply === 1 || lua_type(reply) === "string");
   const store = l._store;
   const rkey = l._rkey;
   if (lua_type(reply) === "string") {

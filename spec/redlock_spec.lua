@@ -132,6 +132,29 @@ describe("redis.redlock", function()
     assert.same({ nil, "not_owner" }, { lease:extend(9000) })
   end)
 
+  it("keeps the record of a successor holding a majority when a lease released late still held one master", function()
+    local l = locks()
+    local key = l.prefix .. "late"
+    local first = assert(l:acquire("late", { ttl = 10000 }))
+    -- The first lease's key ran out on two masters (deleted here); a successor in this nginx takes those two,
+    -- a majority, and its record replaces the first lease's.
+    assert.equal(1, h.cmd(r.ports[1], "del", key))
+    assert.equal(1, h.cmd(r.ports[2], "del", key))
+    local second = assert(l:acquire("late", { ttl = 10000 }))
+    assert.same({ second.token, second.token, first.token }, values(key))
+    -- The late release deletes its token on the third master: a quorum answers 1 for that, which says nothing
+    -- of who holds a majority, so the successor's record stays.
+    assert.is_true(first:release())
+    assert.same({ second.token, second.token, ngx.null }, values(key))
+    local held = {}
+    for _, lease in ipairs(l:held()) do held[lease.token] = lease end
+    assert.is_table(held[second.token], "the successor's record was deleted by the late release")
+    assert.is_true(second:release())
+    held = {}
+    for _, lease in ipairs(l:held()) do held[lease.token] = lease end
+    assert.is_nil(held[second.token])
+  end)
+
   it("shows the endpoint as redlock on the status page, with each master's health", function()
     local l = locks()
     assert(l:acquire("s1")):release()

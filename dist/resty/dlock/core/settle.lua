@@ -63,7 +63,7 @@ function ____exports.released(l, reply)
     l._released = true
     forget(
         l,
-        reply == 1 or lua_type(reply) == "string"
+        (reply == 1 or lua_type(reply) == "string") and l._store.redis.topology ~= "redlock"
     )
     local store = l._store
     local rkey = l._rkey

@@ -74,8 +74,10 @@ function gone(l: Lease): void {
  */
 export function released(l: Lease, reply: RedisValue): Result {
   l._released = true;
-  // 1 or the first waiter's token: the key was still this lease's.
-  forget(l, reply === 1 || lua_type(reply) === "string");
+  // 1 or the first waiter's token from the one server holding the key: it
+  // was still this lease's. A Redlock quorum answers 1 when any master
+  // deleted it, which a successor holding a majority does not rule out.
+  forget(l, (reply === 1 || lua_type(reply) === "string") && l._store.redis.topology !== "redlock");
   const store = l._store;
   const rkey = l._rkey;
   if (lua_type(reply) === "string") {

@@ -75,4 +75,44 @@ describe("the harness's nginx (nginx/lib.sh)", function()
   end)
 end)
 
+describe("the bench's reading of the machine (bench/lib/proc.js)", function()
+  --- The first line of /proc/stat as the bench counts it: total, idle (+ iowait) and steal ticks.
+  local function ticks()
+    local f = assert(io.open("/proc/stat"))
+    local line = f:read("*l")
+    f:close()
+    local v = {}
+    for n in line:gmatch("%d+") do v[#v + 1] = tonumber(n) end
+    local total = 0
+    for i = 1, 8 do total = total + v[i] end
+    return { total = total, idle = v[4] + v[5], steal = v[8] }
+  end
+
+  local function node(js)
+    local p = io.popen("cd " .. h.root .. " && node -e '" .. js .. "' 2>&1")
+    local out = p:read("*a")
+    p:close()
+    return out
+  end
+
+  it("reads the idle and stolen ticks from /proc/stat's fields, between a reading before and one after", function()
+    local before = ticks()
+    local out = node('const t = require("./bench/lib").machineTicks(); console.log(t.total, t.idle, t.steal)')
+    local after = ticks()
+    local total, idle, steal = out:match("^(%d+) (%d+) (%d+)")
+    assert.is_not_nil(total, out)
+    for name, v in pairs({ total = tonumber(total), idle = tonumber(idle), steal = tonumber(steal) }) do
+      assert.is_true(before[name] <= v and v <= after[name], name .. ": " .. v .. " not within " .. before[name] .. ".." .. after[name])
+    end
+  end)
+
+  it("turns two readings into the shares of the time between them that were idle and stolen", function()
+    local out = node('const { machineShares } = require("./bench/lib"); ' ..
+      'const s = machineShares({ total: 100, idle: 10, steal: 5 }, { total: 300, idle: 60, steal: 45 }); ' ..
+      'const z = machineShares({ total: 7, idle: 1, steal: 1 }, { total: 7, idle: 1, steal: 1 }); ' ..
+      'console.log(s.idle, s.steal, z.idle, z.steal)')
+    assert.equal("0.25 0.2 0 0\n", out)
+  end)
+end)
+
 h.check_error_logs({})

@@ -54,6 +54,22 @@ function cpuSeconds(pids) {
   return sum;
 }
 
+/**
+ * The whole machine's CPU ticks so far (/proc/stat): { total, idle, steal }.
+ * Steal is the time the hypervisor gave this VM's CPUs to someone else: a
+ * run that lost much of it measured the neighbours as much as the code.
+ */
+function machineTicks() {
+  const f = fs.readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1, 9).map(Number);
+  return { total: f.reduce((a, b) => a + b, 0), idle: f[3] + f[4], steal: f[7] };
+}
+
+/** The shares of the machine's CPU time idle and stolen between two machineTicks(). */
+function machineShares(a, b) {
+  const total = b.total - a.total;
+  return total > 0 ? { idle: (b.idle - a.idle) / total, steal: (b.steal - a.steal) / total } : { idle: 0, steal: 0 };
+}
+
 const signal = (pid, sig) => { try { process.kill(pid, sig); return true; } catch (e) { return false; } };
 
 /**
@@ -135,4 +151,4 @@ class Procs {
   }
 }
 
-module.exports = { alive, waitDead, children, waitWorkers, cpuSeconds, Procs };
+module.exports = { alive, waitDead, children, waitWorkers, cpuSeconds, machineTicks, machineShares, Procs };

@@ -34,6 +34,13 @@ function uncontendedMd(r) {
   }
   const core = r.throughput.find((l) => l.id === "core"), seed = r.throughput.find((l) => l.id === "seed"), nodeL = r.throughput.find((l) => l.id === "node");
   t.push("");
+  const m = r.machine_during_runs;
+  if (m) {
+    t.push(`The machine during the ${m.runs} wrk runs kept (sections 1, 1b, 1d): idle ${fmt(m.idle_median * 100)} % of the time (median), ` +
+      `stolen by the hypervisor ${fmt(m.steal_median * 100, 1)} % (median) and ${fmt(m.steal_max * 100, 1)} % at most; ` +
+      `${m.reruns} run(s) made again for more than ${fmt(m.steal_max_allowed * 100)} % stolen (three tries at most).`);
+    t.push("");
+  }
   const plain = r.throughput.find((l) => l.id === "core_plain"), low = r.throughput.find((l) => l.id === "core_low"),
     plainLow = r.throughput.find((l) => l.id === "core_plain_low");
   const b = r.before_ratio;

@@ -130,11 +130,20 @@ function topologiesOf(lines, runs, summary, core) {
  */
 async function runUncontended(prefix, { redisPort, httpPort, beforePort }, lines, up) {
   const { before, alone } = up;
-  const setRps = (() => {
+  // Run again when the hypervisor stole more than STEAL_MAX meanwhile, as the lines are (one run of 17:00 read 20,201 against 79,093 before).
+  const benchSet = () => {
     const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
     const m = /SET: ([\d.]+) requests per second/.exec(r.stdout);
     return m ? Number(m[1]) : NaN;
-  })();
+  };
+  let setRps = NaN;
+  for (let tries = 1; tries <= STEAL_TRIES; tries++) {
+    const m0 = machineTicks();
+    setRps = benchSet();
+    const stolen = machineShares(m0, machineTicks()).steal;
+    if (stolen <= STEAL_MAX) break;
+    log(`redis-benchmark SET: ${fmt(stolen * 100)} % of the CPU time stolen by the hypervisor` + (tries < STEAL_TRIES ? ", again" : ""));
+  }
   log(`redis-benchmark SET (${cfg.conns} clients): ${fmt(setRps)} req/s`);
 
   if (before) {

@@ -197,9 +197,8 @@ function ____exports.drop(dict, rec, v)
     dict:delete(rec)
     return true
 end
---- Drop a lease's own record once the one server holding its key confirmed
--- that the lease still held it when the release deleted it (not a Redlock
--- quorum, whose 1 says only that some master deleted it): no newer lease of
+--- Drop a lease's own record once Redis confirmed that the lease still held
+-- its key when the release deleted it (backend.confirmsOwner): no newer lease of
 -- the key can have been taken before that, so the record under `rec` is this
 -- lease's, or one a lease before it left (its release read it apart and kept
 -- it), or none. One dict call where drop makes two; drop for every other ending.

@@ -10,6 +10,7 @@ local ngx_now = ngx.now
 local ngx_update_time = ngx.update_time
 local math_max = math.max
 local lua_type = type
+local confirmsOwner = backend.confirmsOwner
 local LOST_HORIZON_MS = orphans.LOST_HORIZON * 1000
 --- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
 local function nowMs()
@@ -63,7 +64,7 @@ function ____exports.released(l, reply)
     l._released = true
     forget(
         l,
-        (reply == 1 or lua_type(reply) == "string") and l._store.redis.topology ~= "redlock"
+        (reply == 1 or lua_type(reply) == "string") and confirmsOwner(l._store.redis)
     )
     local store = l._store
     local rkey = l._rkey

@@ -73,6 +73,10 @@ end
 function ____exports.queues(conf)
     return conf.backend.queues
 end
+--- Does a release's "deleted" answer prove the key was still the lease's? (Not a Redlock quorum's.)
+function ____exports.confirmsOwner(conf)
+    return conf.backend.confirmsOwner
+end
 --- What a topology cannot do safely, as the error new() returns; nil when it can.
 function ____exports.refuses(conf, what)
     return conf.backend.refuses[what]

@@ -377,6 +377,7 @@ ____exports.backend = {
     batch = batch,
     validity = trusted,
     queues = true,
+    confirmsOwner = true,
     refuses = {},
     fenceKey = fenceKey,
     shared = shared,

@@ -222,6 +222,7 @@ ____exports.backend = {
     batch = batch,
     validity = validity,
     queues = false,
+    confirmsOwner = false,
     refuses = REFUSES,
     fenceKey = fenceKey,
     shared = shared,

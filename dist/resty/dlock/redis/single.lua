@@ -24,6 +24,7 @@ ____exports.backend = {
     batch = perTarget.many,
     validity = trusted,
     queues = true,
+    confirmsOwner = true,
     refuses = {},
     fenceKey = fenceKey,
     shared = nothingShared,

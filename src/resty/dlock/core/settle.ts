@@ -19,6 +19,7 @@ const ngx_now = ngx.now;
 const ngx_update_time = ngx.update_time;
 const math_max = math.max;
 const lua_type = type;
+const confirmsOwner = backend.confirmsOwner;
 const LOST_HORIZON_MS = orphans.LOST_HORIZON * 1000;
 
 /** Epoch ms now, fresh (not the time cached at the start of this event loop cycle). */
@@ -74,10 +75,9 @@ function gone(l: Lease): void {
  */
 export function released(l: Lease, reply: RedisValue): Result {
   l._released = true;
-  // 1 or the first waiter's token from the one server holding the key: it
-  // was still this lease's. A Redlock quorum answers 1 when any master
-  // deleted it, which a successor holding a majority does not rule out.
-  forget(l, (reply === 1 || lua_type(reply) === "string") && l._store.redis.topology !== "redlock");
+  // 1, or the first waiter's token: deleted while still this lease's, where
+  // the topology's answer proves that (backend.confirmsOwner).
+  forget(l, (reply === 1 || lua_type(reply) === "string") && confirmsOwner(l._store.redis));
   const store = l._store;
   const rkey = l._rkey;
   if (lua_type(reply) === "string") {

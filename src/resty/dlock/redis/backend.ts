@@ -65,6 +65,12 @@ export interface Backend {
   readonly validity: (this: void, ttl: number) => number;
   /** Waiters of a lock line up in Redis (a queue next to the key); else they take turns. */
   readonly queues: boolean;
+  /**
+   * A release's "deleted" answer proves the key was still the lease's when it
+   * went: one server holds the key. Not a quorum's, whose 1 says only that
+   * some master deleted it, which a successor holding a majority does not rule out.
+   */
+  readonly confirmsOwner: boolean;
   /** The error new() returns for what this topology cannot do safely. */
   readonly refuses: LuaTable<Refusal, string>;
   /** The key of the fence counter of lock key rkey (the acquire script touches both). */
@@ -137,6 +143,11 @@ export function validity(conf: redis.RedisConf, ttl: number): number {
 /** Do waiters of a lock line up in Redis? (Not under Redlock: a queue on every master has no one order.) */
 export function queues(conf: redis.RedisConf): boolean {
   return conf.backend!.queues;
+}
+
+/** Does a release's "deleted" answer prove the key was still the lease's? (Not a Redlock quorum's.) */
+export function confirmsOwner(conf: redis.RedisConf): boolean {
+  return conf.backend!.confirmsOwner;
 }
 
 /** What a topology cannot do safely, as the error new() returns; nil when it can. */

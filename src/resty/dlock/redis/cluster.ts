@@ -265,5 +265,5 @@ function servers(this: void, conf: redis.RedisConf): redis.RedisConf[] {
 }
 
 export const backend: Backend = {
-  call, post, batch, validity: trusted, queues: true, refuses: new LuaTable<Refusal, string>(), fenceKey, shared, describe, servers,
+  call, post, batch, validity: trusted, queues: true, confirmsOwner: true, refuses: new LuaTable<Refusal, string>(), fenceKey, shared, describe, servers,
 };

@@ -235,5 +235,5 @@ REFUSES.set("semaphore", "dlock: semaphores (and concurrency guards) are refused
 REFUSES.set("idempotency", "dlock: idempotency guards are refused with redis.redlock: a stored response needs one place to live");
 
 export const backend: Backend = {
-  call, post, batch, validity, queues: false, refuses: REFUSES, fenceKey, shared, describe, servers,
+  call, post, batch, validity, queues: false, confirmsOwner: false, refuses: REFUSES, fenceKey, shared, describe, servers,
 };

@@ -35,6 +35,7 @@ export const backend: Backend = {
   batch: perTarget.many,
   validity: trusted,
   queues: true,
+  confirmsOwner: true,
   refuses: new LuaTable<Refusal, string>(),
   fenceKey,
   shared: nothingShared,

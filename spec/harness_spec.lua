@@ -113,6 +113,24 @@ describe("the bench's reading of the machine (bench/lib/proc.js)", function()
       'console.log(s.idle, s.steal, z.idle, z.steal)')
     assert.equal("0.25 0.2 0 0\n", out)
   end)
+
+  --- What unstolen() made of runs whose stolen shares and errors are given in turn: the run kept, the tries, the errors counted and the runs dropped.
+  local function unstolen(runs)
+    return node('const { unstolen } = require("./bench/lib"); ' ..
+      'const runs = ' .. runs .. '; let i = 0; const dropped = []; ' ..
+      'unstolen(async () => ({ ...runs[i], n: ++i }), { max: 0.05, tries: 3, again: (r) => dropped.push(r.n) })' ..
+      '.then((r) => console.log(r.n, r.tries, r.errors, dropped.join(",") || "-"))')
+  end
+
+  it("runs a measurement again while the hypervisor stole more than the share allowed, three runs at most, keeping every run's errors", function()
+    -- kept at once: nothing dropped
+    assert.equal("1 1 2 -\n", unstolen("[{ stealShare: 0.05, errors: 2 }, { stealShare: 0, errors: 0 }]"))
+    -- the second run is clean: the first's errors still count
+    assert.equal("2 2 3 1\n", unstolen("[{ stealShare: 0.3, errors: 2 }, { stealShare: 0.01, errors: 1 }, { stealShare: 0, errors: 0 }]"))
+    -- stolen from every time: the third run is kept, as stolen as it is
+    assert.equal("3 3 6 1,2\n", unstolen("[{ stealShare: 0.2, errors: 1 }, { stealShare: 0.4, errors: 2 }, " ..
+      "{ stealShare: 0.3, errors: 3 }, { stealShare: 0, errors: 0 }]"))
+  end)
 end)
 
 h.check_error_logs({})

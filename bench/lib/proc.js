@@ -70,6 +70,24 @@ function machineShares(a, b) {
   return total > 0 ? { idle: (b.idle - a.idle) / total, steal: (b.steal - a.steal) / total } : { idle: 0, steal: 0 };
 }
 
+/**
+ * Run `once` (an async measurement whose result has stealShare and errors)
+ * until a run lost at most `max` of the machine's CPU time to the hypervisor,
+ * `tries` runs at most; `again(r)` hears of each run dropped. The run kept,
+ * with the runs it took (tries) and the errors of every run: steal excuses a
+ * run's speed, never its errors.
+ */
+async function unstolen(once, { max, tries, again = () => {} }) {
+  let r = await once(), n = 1, dropped = 0;
+  while (r.stealShare > max && n < tries) {
+    again(r);
+    dropped += r.errors;
+    r = await once();
+    n++;
+  }
+  return { ...r, errors: r.errors + dropped, tries: n };
+}
+
 const signal = (pid, sig) => { try { process.kill(pid, sig); return true; } catch (e) { return false; } };
 
 /**
@@ -151,4 +169,4 @@ class Procs {
   }
 }
 
-module.exports = { alive, waitDead, children, waitWorkers, cpuSeconds, machineTicks, machineShares, Procs };
+module.exports = { alive, waitDead, children, waitWorkers, cpuSeconds, machineTicks, machineShares, unstolen, Procs };

@@ -4,7 +4,7 @@
 // one by one (1d), and the library's CPU without HTTP (1e).
 "use strict";
 const { spawnSync } = require("node:child_process");
-const { cpuSeconds, machineTicks, machineShares } = require("../lib");
+const { cpuSeconds, machineTicks, machineShares, unstolen } = require("../lib");
 const { smoke, beforeRev, wanted, cfg, log, median, fmt } = require("./config");
 const { get, wrk } = require("./http");
 const { quiet } = require("./stores");
@@ -71,15 +71,10 @@ async function rounds(lines, active, standalone) {
   const runs = Object.fromEntries(lines.map((l) => [l.id, []]));
   for (let round = 0; round < cfg.rounds; round++) {
     for (const l of active) {
-      let r = await measure(l, standalone), tries = 1, dropped = 0;
-      while (r.stealShare > STEAL_MAX && tries < STEAL_TRIES) {
-        log(`  round ${round + 1} ${l.name}: ${fmt(r.stealShare * 100)} % of the CPU time stolen by the hypervisor, again` +
-          (r.errors ? ` (its ${r.errors} error(s) still count)` : ""));
-        dropped += r.errors; // steal excuses the speed of a run, never its errors
-        r = await measure(l, standalone);
-        tries++;
-      }
-      runs[l.id].push({ ...r, errors: r.errors + dropped, tries });
+      const again = (d) => log(`  round ${round + 1} ${l.name}: ${fmt(d.stealShare * 100)} % of the CPU time stolen by the hypervisor, again` +
+        (d.errors ? ` (its ${d.errors} error(s) still count)` : ""));
+      const r = await unstolen(() => measure(l, standalone), { max: STEAL_MAX, tries: STEAL_TRIES, again });
+      runs[l.id].push(r);
       log(`  round ${round + 1} ${l.name}: ${fmt(r.rps)} req/s p50 ${fmt(r.p50, 2)} ms p99 ${fmt(r.p99, 2)} ms, errors ${r.errors}` +
         (r.stealShare > 0.005 ? `, ${fmt(r.stealShare * 100, 1)} % stolen` : ""));
     }
@@ -133,19 +128,14 @@ function topologiesOf(lines, runs, summary, core) {
 async function runUncontended(prefix, { redisPort, httpPort, beforePort }, lines, up) {
   const { before, alone } = up;
   // Run again when the hypervisor stole more than STEAL_MAX meanwhile, as the lines are (one run of 17:00 read 20,201 against 79,093 before).
-  const benchSet = () => {
+  const benchSet = async () => {
+    const m0 = machineTicks();
     const r = spawnSync("redis-benchmark", ["-p", String(redisPort), "-t", "set", "-n", smoke ? "50000" : "300000", "-c", String(cfg.conns), "-q"], { encoding: "utf8" });
     const m = /SET: ([\d.]+) requests per second/.exec(r.stdout);
-    return m ? Number(m[1]) : NaN;
+    return { rps: m ? Number(m[1]) : NaN, stealShare: machineShares(m0, machineTicks()).steal, errors: 0 };
   };
-  let setRps = NaN;
-  for (let tries = 1; tries <= STEAL_TRIES; tries++) {
-    const m0 = machineTicks();
-    setRps = benchSet();
-    const stolen = machineShares(m0, machineTicks()).steal;
-    if (stolen <= STEAL_MAX) break;
-    log(`redis-benchmark SET: ${fmt(stolen * 100)} % of the CPU time stolen by the hypervisor` + (tries < STEAL_TRIES ? ", again" : ""));
-  }
+  const again = (d) => log(`redis-benchmark SET: ${fmt(d.stealShare * 100)} % of the CPU time stolen by the hypervisor, again`);
+  const setRps = (await unstolen(benchSet, { max: STEAL_MAX, tries: STEAL_TRIES, again })).rps;
   log(`redis-benchmark SET (${cfg.conns} clients): ${fmt(setRps)} req/s`);
 
   if (before) {

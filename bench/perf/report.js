@@ -107,17 +107,17 @@ function topologiesMd(r) {
     "(the standalone redis-server, the TLS one, the Sentinel master, the three Cluster masters), and apart what only keeps " +
     "the topology up (replicas, sentinels). Redis cmds/req: on the servers holding the keys.");
   t.push("");
-  t.push("| topology | req/s | vs standalone | p50 ms | p99 ms | Redis cmds/req | CPU nginx | CPU Redis (keys) | nginx + Redis vs standalone | CPU replicas + sentinels | errors |");
-  t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+  t.push("| topology | req/s | vs standalone | p50 ms | p99 ms | Redis cmds/req | CPU nginx | nginx vs standalone | CPU Redis (keys) | nginx + Redis vs standalone | CPU replicas + sentinels | errors |");
+  t.push("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   const notes = [];
   for (const l of r.topologies) {
     if (l.skipped) {
-      t.push(`| ${l.line} | skipped: ${l.skipped} | | | | | | | | | |`);
+      t.push(`| ${l.line} | skipped: ${l.skipped} | | | | | | | | | | |`);
       notes.push(`${l.topology}: skipped, ${l.skipped}.`);
       continue;
     }
     t.push(`| ${l.line} | ${fmt(l.rps)} | ${fmt(l.vs_standalone, 2)} | ${fmt(l.p50_ms, 2)} | ${fmt(l.p99_ms, 2)} | ${fmt(l.redis_cmds_per_req, 2)} | ` +
-      `${fmt(l.server_cpu_ms_per_1k, 1)} | ${fmt(l.redis_cpu_ms_per_1k, 1)} | ${fmt(l.cpu_vs_standalone, 2)} | ${fmt(l.others_cpu_ms_per_1k, 1)} | ${l.errors} |`);
+      `${fmt(l.server_cpu_ms_per_1k, 1)} | ${fmt(l.nginx_cpu_vs_standalone, 2)} | ${fmt(l.redis_cpu_ms_per_1k, 1)} | ${fmt(l.cpu_vs_standalone, 2)} | ${fmt(l.others_cpu_ms_per_1k, 1)} | ${l.errors} |`);
     if (l.master_cmd_shares) notes.push(`${l.topology}: commands per master ${l.master_cmd_shares.map((x) => fmt(x * 100) + " %").join(" / ")}.`);
     if (l.sentinel_queries_per_1k !== undefined) notes.push(`${l.topology}: the sentinels were asked for the master ${fmt(l.sentinel_queries_per_sec, 1)} times a second ` +
       `(${fmt(l.sentinel_queries_per_1k, 3)} per 1000 requests; connections the sentinels accepted during the line).`);

@@ -52,7 +52,7 @@ async function main() {
   if (run2) await upContendPair(env, prefix, contend, { contLines, nginxBin });
 
   const uncontended = run1 ? await runUncontended(prefix, ports, lines, up)
-    : { setRps: NaN, throughput: [], beforeRatio: null, libCpu: null, topologies: [], multikey: [], stolen: null };
+    : { setRps: NaN, throughput: [], beforeRatio: null, libCpu: null, topologies: [], multikey: [], machine: null };
   const contention = await runContention(contend, contLines);
   // 2b. Read-mostly: a read-write lock against an exclusive one on the same key.
   const readMostly = rwLines.length ? await readMostlyLines(rwLines, contend, nginxPair) : null;
@@ -64,7 +64,7 @@ async function main() {
     machine: { cpus: os.cpus().length, redis: execFileSync("redis-server", ["--version"], { encoding: "utf8" }).trim(),
       nginx: spawnSync(nginxBin, ["-v"], { encoding: "utf8" }).stderr.trim(), node: process.version },
     only: only.length ? only.join(", ") : null, redis_set_rps: uncontended.setRps, throughput: uncontended.throughput, before_ratio: uncontended.beforeRatio,
-    library_cpu: uncontended.libCpu, machine_during_runs: uncontended.stolen, topologies: uncontended.topologies, multikey: uncontended.multikey, contention, readMostly, memory,
+    library_cpu: uncontended.libCpu, machine_during_runs: uncontended.machine, topologies: uncontended.topologies, multikey: uncontended.multikey, contention, readMostly, memory,
   };
   report(result, prefix);
 }

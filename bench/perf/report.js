@@ -38,7 +38,7 @@ function uncontendedMd(r) {
   if (m) {
     t.push(`The machine during the ${m.runs} wrk runs kept (sections 1, 1b, 1d): idle ${fmt(m.idle_median * 100)} % of the time (median), ` +
       `stolen by the hypervisor ${fmt(m.steal_median * 100, 1)} % (median) and ${fmt(m.steal_max * 100, 1)} % at most; ` +
-      `${m.reruns} run(s) made again for more than ${fmt(m.steal_max_allowed * 100)} % stolen (three tries at most).`);
+      `${m.reruns} run(s) made again for more than ${fmt(m.steal_max_allowed * 100)} % stolen (${m.tries_allowed} tries at most).`);
     t.push("");
   }
   const plain = r.throughput.find((l) => l.id === "core_plain"), low = r.throughput.find((l) => l.id === "core_low"),

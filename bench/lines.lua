@@ -63,6 +63,17 @@ function _M.locks_on(kind)
   return locks
 end
 
+-- /core's handler on topology `kind`: acquire + release around the response.
+function _M.core_on(kind)
+  local locks, err = _M.locks_on(kind)
+  if not locks then ngx.status = 500 ngx.say(err) return end
+  local lease
+  lease, err = locks:acquire(ngx.var.request_id, { ttl = 10000 })
+  if not lease then ngx.status = 500 ngx.say(err) return end
+  ngx.say("ok")
+  lease:release()
+end
+
 function _M.port()
   return ngx.shared.bench:get("redis_port")
 end

@@ -303,7 +303,7 @@ end
 --- Acquire in line: lease; nil, "busy", retry_after (wait = 0); nil,
 -- "timeout", retry_after; nil, "dlock: ...". The first question comes
 -- before any bookkeeping: an uncontended acquire allocates nothing but its
--- lease, and LuaJIT compiles a path that runs into no loop (check.onlyKnown).
+-- lease, and LuaJIT compiles a path that runs into no loop (check.nkeys).
 function ____exports.queued(store, kind, key, tok, ttl, wait)
     local conf = store.redis
     local rkey = store.prefix .. key

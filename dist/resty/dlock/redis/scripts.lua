@@ -46,7 +46,7 @@ ____exports.RELEASE = ____exports.script(
 )
 --- ms a key handed to the first waiter in line stays reserved for it. A woken
 -- waiter comes within a round trip; one without a live subscription polls at
--- most every 64 ms (lease.ts MAX_BACKOFF).
+-- most every 64 ms (core/retry.ts MAX_BACKOFF).
 ____exports.GRANT = 100
 ____exports.QUEUE = "local Q = KEYS[#KEYS]\n"
 ____exports.LINE = ((((((("local t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\nend\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', ") .. tostring(____exports.GRANT)) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '") .. ____exports.CHANNEL) .. "' .. KEYS[1], 'g") .. tostring(____exports.GRANT)) .. " ' .. who)\n  return who\nend\n"

@@ -121,7 +121,7 @@ export function known(): NgxSharedDict[] {
 }
 
 // Bucket indexes by comparisons, not a loop over the bounds: a loop would keep
-// the acquire path out of LuaJIT's root trace (see check.onlyKnown).
+// the acquire path out of LuaJIT's root trace (see check.nkeys).
 function waitBucket(s: number): number {
   if (s <= 0.05) {
     if (s <= 0.005) return s <= 0.001 ? 1 : 2;

@@ -223,7 +223,7 @@ function inLine(store: Store, kind: Kind, key: string, rkey: string, qkey: strin
  * Acquire in line: lease; nil, "busy", retry_after (wait = 0); nil,
  * "timeout", retry_after; nil, "dlock: ...". The first question comes
  * before any bookkeeping: an uncontended acquire allocates nothing but its
- * lease, and LuaJIT compiles a path that runs into no loop (check.onlyKnown).
+ * lease, and LuaJIT compiles a path that runs into no loop (check.nkeys).
  */
 export function queued(store: Store, kind: Kind, key: string, tok: string, ttl: number, wait: number): AcquireResult {
   const conf = store.redis;

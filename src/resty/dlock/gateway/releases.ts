@@ -7,7 +7,7 @@
 //
 // Light threads of a drain timer send them, one lease at a time each, side by
 // side, so that auto-pipelining carries them in the round trips of the
-// worker's other calls (a batch call of its own, lease.releaseAll, took a
+// worker's other calls (a batch call of its own, batch.releaseAll, took a
 // pooled connection and about 15 KB of garbage each time, four times what the
 // rest of a request makes). A thread that finds the queue empty waits a while
 // for more (a log phase wakes it through a semaphore) before it ends: under

@@ -100,7 +100,7 @@ function remember(conf: RedisConf, e: Eviction): void {
 function share(conf: RedisConf): void {
   const ep = conf.endpoint;
   const e = findings.get(ep);
-  // Factories get their dict from lease.parseStore; "dlock" is the default dict of status and the gateway.
+  // A factory passes its dict along with its `redis` option (core/options.ts); "dlock" is the default dict of status and the gateway.
   const dict = conf.dict ?? ngx_shared.get("dlock");
   if (e === undefined || dict === undefined) {
     return;

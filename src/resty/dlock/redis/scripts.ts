@@ -89,7 +89,7 @@ return 0
 /**
  * ms a key handed to the first waiter in line stays reserved for it. A woken
  * waiter comes within a round trip; one without a live subscription polls at
- * most every 64 ms (lease.ts MAX_BACKOFF).
+ * most every 64 ms (core/retry.ts MAX_BACKOFF).
  */
 export const GRANT = 100;
 

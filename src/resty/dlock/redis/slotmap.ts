@@ -51,7 +51,6 @@ export function slot(key: string): number {
 }
 
 export interface Cluster {
-  /** slot → the master serving it (a standalone configuration of that node). */
   /** slot → the master serving it ("host:port"). */
   slots: LuaTable<number, string>;
   /** "host:port" → where it is. */

@@ -12,15 +12,12 @@ local rwscripts = require("resty.dlock.redis.rwscripts")
 local scripts = require("resty.dlock.redis.scripts")
 local token = require("resty.dlock.core.token")
 local watchdog = require("resty.dlock.core.watchdog")
-local ____with = require("resty.dlock.core.with")
-local withLease = ____with.withLease
+local scoped = require("resty.dlock.core.with")
+local version = require("resty.dlock.version")
 local metered = acquire.metered
 local lua_setmetatable = setmetatable
 local lua_tostring = tostring
-do
-    local ____version = require("resty.dlock.version")
-    ____exports._VERSION = ____version.VERSION
-end
+____exports._VERSION = version.VERSION
 ____exports.MAX_KEY_LEN = options.MAX_KEY_LEN
 ____exports.MAX_TTL = options.MAX_TTL
 local LOCK = {
@@ -120,7 +117,7 @@ local locksMethods = {
     held = function(self)
         return ledger.held(self._store.dict)
     end,
-    with = withLease
+    with = scoped.withLease
 }
 local locksMt = {__index = locksMethods}
 --- Factories made in this process: their ids for reentrant holds.
@@ -145,13 +142,7 @@ function ____exports.new(opts)
     local kind = not backend.queues(o.redis) and MAJORITY_LOCK or (o.fencing and FENCED_LOCK or LOCK)
     local store = options.store(o)
     local noReaders = o.redis.topology == "redlock" and READERS_REDLOCK or (o.reentrant and READERS_REENTRANT or nil)
-    local ____temp_0
-    if noReaders ~= nil then
-        ____temp_0 = nil
-    else
-        ____temp_0 = o.fencing and FENCED_READ_LOCK or READ_LOCK
-    end
-    local readers = ____temp_0
+    local readers = noReaders == nil and (o.fencing and FENCED_READ_LOCK or READ_LOCK) or nil
     factories = factories + 1
     local locks = {
         prefix = store.prefix,

@@ -18,13 +18,14 @@ import * as rwscripts from "./dlock/redis/rwscripts";
 import * as scripts from "./dlock/redis/scripts";
 import * as token from "./dlock/core/token";
 import * as watchdog from "./dlock/core/watchdog";
-import { withLease } from "./dlock/core/with";
+import * as scoped from "./dlock/core/with";
 
 const metered = acquire.metered;
 const lua_setmetatable = setmetatable;
 const lua_tostring = tostring;
 
-export { VERSION as _VERSION } from "./dlock/version";
+import * as version from "./dlock/version";
+export const _VERSION = version.VERSION;
 export const MAX_KEY_LEN = options.MAX_KEY_LEN;
 export const MAX_TTL = options.MAX_TTL;
 
@@ -134,7 +135,7 @@ const locksMethods = {
     return ledger.held(this._store.dict);
   },
 
-  with: withLease,
+  with: scoped.withLease,
 };
 const locksMt = { __index: locksMethods };
 /** Factories made in this process: their ids for reentrant holds. */
@@ -157,7 +158,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
   const kind = !backend.queues(o.redis) ? MAJORITY_LOCK : o.fencing ? FENCED_LOCK : LOCK;
   const store = options.store(o);
   const noReaders = o.redis.topology === "redlock" ? READERS_REDLOCK : o.reentrant ? READERS_REENTRANT : undefined;
-  const readers = noReaders !== undefined ? undefined : o.fencing ? FENCED_READ_LOCK : READ_LOCK;
+  const readers = noReaders === undefined ? (o.fencing ? FENCED_READ_LOCK : READ_LOCK) : undefined;
   factories++;
   const locks = {
     prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner: o.owner, reentrant: o.reentrant,

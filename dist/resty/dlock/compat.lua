@@ -4,10 +4,8 @@ local dlock = require("resty.dlock")
 local check = require("resty.dlock.core.check")
 local options = require("resty.dlock.core.options")
 local schema = require("resty.dlock.core.schema")
-do
-    local ____version = require("resty.dlock.version")
-    ____exports._VERSION = ____version.VERSION
-end
+local version = require("resty.dlock.version")
+____exports._VERSION = version.VERSION
 local lua_type = type
 local lua_setmetatable = setmetatable
 local math_floor = math.floor
@@ -211,13 +209,13 @@ function ____exports.new(_module, dictName, opts)
         waitOpts.ttl = ttl
         waitOpts.wait = wait
     end
-    local ____self = {
+    local lock = {
         _locks = locks,
         _exptime = exptime,
         _try = tryOpts,
         _wait = waitOpts,
         _lease = nil
     }
-    return lua_setmetatable(____self, mt), nil
+    return lua_setmetatable(lock, mt), nil
 end
 return ____exports

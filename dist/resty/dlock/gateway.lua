@@ -10,10 +10,8 @@ local guard = require("resty.dlock.gateway.guard")
 local rate = require("resty.dlock.gateway.rate")
 local options = require("resty.dlock.gateway.options")
 local semaphore = require("resty.dlock.semaphore")
-do
-    local ____version = require("resty.dlock.version")
-    ____exports._VERSION = ____version.VERSION
-end
+local version = require("resty.dlock.version")
+____exports._VERSION = version.VERSION
 local lua_tostring = tostring
 local lua_setmetatable = setmetatable
 local str_gsub = string.gsub
@@ -26,11 +24,11 @@ end
 --- The options of the lock (or semaphore) underneath: the guard's, as the user gave them.
 local function lockOptions(given, o, name)
     local base = {}
-    local ____given_dict_0 = given.dict
-    if ____given_dict_0 == nil then
-        ____given_dict_0 = "dlock"
+    local dict = given.dict
+    if dict == nil then
+        dict = "dlock"
     end
-    base.dict = ____given_dict_0
+    base.dict = dict
     base.redis = given.redis
     base.prefix = o.prefix or ("dlock:gw:" .. name) .. ":"
     base.ttl = o.ttl
@@ -110,7 +108,7 @@ function ____exports.new(opts)
     tryOpts.wait = 0
     local waitOpts = {}
     waitOpts.wait = store.wait
-    local ____local
+    local fallback
     if o.on_error == "local" then
         local l, llerr = lockLocal.create(
             mode,
@@ -123,7 +121,7 @@ function ____exports.new(opts)
         if l == nil then
             return nil, llerr
         end
-        ____local = l
+        fallback = l
     elseif o.fleet ~= nil then
         return check.fail("fleet applies with on_error = \"local\" only", o.fleet)
     end
@@ -149,7 +147,7 @@ function ____exports.new(opts)
         readBody = o.read_body == true,
         onMissing = o.on_missing,
         onError = o.on_error,
-        ["local"] = ____local,
+        fallback = fallback,
         rejectStatus = rejectStatus,
         missingStatus = o.missing_status,
         errorStatus = o.error_status,
@@ -163,7 +161,7 @@ function ____exports.new(opts)
         sharedWait = sharedWait
     }
     local made = lua_setmetatable(g, guard.mt)
-    if ____local ~= nil then
+    if fallback ~= nil then
         lockLocal.register(made)
     end
     registry[#registry + 1] = made

@@ -2,10 +2,8 @@
 local ____exports = {}
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
-do
-    local ____version = require("resty.dlock.version")
-    ____exports._VERSION = ____version.VERSION
-end
+local version = require("resty.dlock.version")
+____exports._VERSION = version.VERSION
 local decide = core.decide
 local least = core.least
 local lua_type = type
@@ -27,23 +25,21 @@ local COSOCKET_PHASES = check.set(
     "preread"
 )
 --- The Redis key of key, or nil and the error.
-local function keyOf(____self, key, cost, op)
+local function keyOf(lim, key, cost, op)
     local phase = ngx_.get_phase()
     if not (COSOCKET_PHASES[phase] ~= nil) then
         return nil, ((("dlock: " .. op) .. " needs cosockets, which nginx does not allow in the ") .. phase) .. " phase (use it in access/content, or from ngx.timer.at)"
     end
     if lua_type(key) ~= "string" or #key == 0 or #key > MAX_KEY then
-        local ____, err = check.fail("key must be a non-empty string of at most 1024 bytes", key)
-        return nil, err
+        return check.fail("key must be a non-empty string of at most 1024 bytes", key)
     end
-    if cost ~= 1 and (lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > ____self.limits.most) then
-        local ____, err = check.fail(
-            ("cost must be a positive integer, at most the smallest burst (" .. lua_tostring(____self.limits.most)) .. ")",
+    if cost ~= 1 and (lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > lim.limits.most) then
+        return check.fail(
+            ("cost must be a positive integer, at most the smallest burst (" .. lua_tostring(lim.limits.most)) .. ")",
             cost
         )
-        return nil, err
     end
-    return ____self.prefix .. key, nil
+    return lim.prefix .. key, nil
 end
 local limiterMethods = {
     incoming = function(self, key, commit, cost)

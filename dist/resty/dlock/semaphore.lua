@@ -9,14 +9,11 @@ local scripts = require("resty.dlock.redis.scripts")
 local recovery = require("resty.dlock.core.recovery")
 local token = require("resty.dlock.core.token")
 local watchdog = require("resty.dlock.core.watchdog")
-local ____with = require("resty.dlock.core.with")
-local withLease = ____with.withLease
+local scoped = require("resty.dlock.core.with")
+local version = require("resty.dlock.version")
 local metered = acquire.metered
 local lua_setmetatable = setmetatable
-do
-    local ____version = require("resty.dlock.version")
-    ____exports._VERSION = ____version.VERSION
-end
+____exports._VERSION = version.VERSION
 --- Most permits per key.
 ____exports.MAX_PERMITS = options.MAX_PERMITS
 local PERMIT = {
@@ -57,7 +54,7 @@ local semaphoreMethods = {
     held = function(self)
         return ledger.held(self._store.dict)
     end,
-    with = withLease
+    with = scoped.withLease
 }
 local semaphoreMt = {__index = semaphoreMethods}
 --- Create a semaphore factory. Returns it, or nil and an error naming the bad option.

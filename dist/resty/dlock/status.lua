@@ -1,19 +1,13 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
-do
-    local ____version = require("resty.dlock.version")
-    ____exports._VERSION = ____version.VERSION
-end
-do
-    local ____json = require("resty.dlock.status.json")
-    ____exports.DEFAULT_LIMIT = ____json.DEFAULT_LIMIT
-    ____exports.MAX_LIMIT = ____json.MAX_LIMIT
-    ____exports.report = ____json.report
-    ____exports.serve = ____json.serve
-end
-do
-    local ____exposition = require("resty.dlock.status.exposition")
-    ____exports.metrics_text = ____exposition.metrics_text
-    ____exports.metrics = ____exposition.metrics
-end
+local version = require("resty.dlock.version")
+local json = require("resty.dlock.status.json")
+local exposition = require("resty.dlock.status.exposition")
+____exports._VERSION = version.VERSION
+____exports.DEFAULT_LIMIT = json.DEFAULT_LIMIT
+____exports.MAX_LIMIT = json.MAX_LIMIT
+____exports.report = json.report
+____exports.serve = json.serve
+____exports.metrics_text = exposition.metrics_text
+____exports.metrics = exposition.metrics
 return ____exports

@@ -19,7 +19,8 @@ import * as options from "./core/options";
 import * as schema from "./core/schema";
 import type * as lease from "./core/lease";
 
-export { VERSION as _VERSION } from "./version";
+import * as version from "./version";
+export const _VERSION = version.VERSION;
 
 const lua_type = type;
 const lua_setmetatable = setmetatable;
@@ -222,6 +223,6 @@ export function create(this: void, _module: unknown, dictName: unknown, opts?: u
     waitOpts.set("ttl", ttl);
     waitOpts.set("wait", wait);
   }
-  const self: CompatLock = { _locks: locks, _exptime: exptime, _try: tryOpts, _wait: waitOpts, _lease: undefined };
-  return $multi(lua_setmetatable(self, mt) as CompatLock, undefined);
+  const lock: CompatLock = { _locks: locks, _exptime: exptime, _try: tryOpts, _wait: waitOpts, _lease: undefined };
+  return $multi(lua_setmetatable(lock, mt) as CompatLock, undefined);
 }

@@ -26,7 +26,8 @@ import type * as lease from "./core/lease";
 import * as options from "./gateway/options";
 import * as semaphore from "./semaphore";
 
-export { VERSION as _VERSION } from "./version";
+import * as version from "./version";
+export const _VERSION = version.VERSION;
 export type { Listed } from "./gateway/guard";
 
 const lua_tostring = tostring;
@@ -44,7 +45,9 @@ export function guards(): guard.Listed[] {
 /** The options of the lock (or semaphore) underneath: the guard's, as the user gave them. */
 function lockOptions(given: LuaTable<string, unknown>, o: options.Options, name: string): LuaTable<string, unknown> {
   const base = new LuaTable<string, unknown>();
-  base.set("dict", given.get("dict") ?? "dlock");
+  let dict = given.get("dict");
+  if (dict === undefined) dict = "dlock";
+  base.set("dict", dict);
   base.set("redis", given.get("redis"));
   base.set("prefix", o.prefix ?? "dlock:gw:" + name + ":");
   base.set("ttl", o.ttl);
@@ -121,12 +124,12 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   const waitOpts = new LuaTable<string, unknown>();
   waitOpts.set("wait", store.wait);
 
-  let local: lockLocal.Local | undefined;
+  let fallback: lockLocal.Local | undefined;
   if (o.on_error === "local") {
     const [l, llerr] = lockLocal.create(mode, o.permits ?? 1, o.fleet, name, store.ttl,
       store.redis.connect_timeout + store.redis.read_timeout);
     if (l === undefined) return $multi(undefined, llerr);
-    local = l;
+    fallback = l;
   } else if (o.fleet !== undefined) {
     return check.fail("fleet applies with on_error = \"local\" only", o.fleet);
   }
@@ -139,12 +142,12 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     name, mode: mode as guard.Mode, parts: key.parts, keyFn: key.keyFn, only: key.only, source: key.source, missingWhat,
     errorWhat: common.errorWhat(o.on_error, o.error_status), locks, dict: store.dict, ttl: store.ttl, hold: o.hold ?? 0,
     wait: store.wait, renew: o.renew === true, release: mode !== "throttle", readBody: o.read_body === true,
-    onMissing: o.on_missing, onError: o.on_error, local, rejectStatus, missingStatus: o.missing_status,
+    onMissing: o.on_missing, onError: o.on_error, fallback, rejectStatus, missingStatus: o.missing_status,
     errorStatus: o.error_status, headers: o.headers, breakerFailures: o.breaker_failures,
     breakerCooldown: o.breaker_cooldown, tryOpts, waitOpts, sharedMethods, sharedTry, sharedWait,
   };
   const made = lua_setmetatable(g, guard.mt) as unknown as guard.Guard;
-  if (local !== undefined) lockLocal.register(made);
+  if (fallback !== undefined) lockLocal.register(made);
   registry.push(made);
   return $multi(made, undefined);
 }

@@ -15,7 +15,8 @@ import * as check from "./core/check";
 import * as core from "./core/rate";
 import type * as redis from "./redis/client";
 
-export { VERSION as _VERSION } from "./version";
+import * as version from "./version";
+export const _VERSION = version.VERSION;
 
 const decide = core.decide;
 const least = core.least;
@@ -43,24 +44,22 @@ export interface Limiter {
 }
 
 /** The Redis key of key, or nil and the error. */
-function keyOf(self: Limiter, key: unknown, cost: unknown, op: string): LuaMultiReturn<[string | undefined, string | undefined]> {
+function keyOf(lim: Limiter, key: unknown, cost: unknown, op: string): LuaMultiReturn<[string | undefined, string | undefined]> {
   const phase = ngx_.get_phase();
   if (!COSOCKET_PHASES.has(phase)) {
     return $multi(undefined, "dlock: " + op + " needs cosockets, which nginx does not allow in the " + phase +
       " phase (use it in access/content, or from ngx.timer.at)");
   }
   if (lua_type(key) !== "string" || (key as string).length === 0 || (key as string).length > MAX_KEY) {
-    const [, err] = check.fail("key must be a non-empty string of at most 1024 bytes", key);
-    return $multi(undefined, err);
+    return check.fail("key must be a non-empty string of at most 1024 bytes", key);
   }
   if (cost !== 1 && (lua_type(cost) !== "number" || cost !== math_floor(cost as number) || (cost as number) < 1 ||
-    (cost as number) > self.limits.most)) {
+    (cost as number) > lim.limits.most)) {
     // More than the smallest burst could never pass: bad input, not a refusal.
-    const [, err] = check.fail("cost must be a positive integer, at most the smallest burst (" +
-      lua_tostring(self.limits.most) + ")", cost);
-    return $multi(undefined, err);
+    return check.fail("cost must be a positive integer, at most the smallest burst (" +
+      lua_tostring(lim.limits.most) + ")", cost);
   }
-  return $multi(self.prefix + (key as string), undefined);
+  return $multi(lim.prefix + (key as string), undefined);
 }
 
 const limiterMethods = {

@@ -18,12 +18,13 @@ import * as scripts from "./redis/scripts";
 import * as recovery from "./core/recovery";
 import * as token from "./core/token";
 import * as watchdog from "./core/watchdog";
-import { withLease } from "./core/with";
+import * as scoped from "./core/with";
 
 const metered = acquire.metered;
 const lua_setmetatable = setmetatable;
 
-export { VERSION as _VERSION } from "./version";
+import * as version from "./version";
+export const _VERSION = version.VERSION;
 /** Most permits per key. */
 export const MAX_PERMITS = options.MAX_PERMITS;
 
@@ -68,7 +69,7 @@ const semaphoreMethods = {
     return ledger.held(this._store.dict);
   },
 
-  with: withLease,
+  with: scoped.withLease,
 };
 const semaphoreMt = { __index: semaphoreMethods };
 

@@ -17,6 +17,13 @@
 // hold time too, in the Prometheus text format (status/exposition.ts).
 // Both read the shared dicts of the guards and factories (and any dict named in `dicts`).
 
-export { VERSION as _VERSION } from "./version";
-export { DEFAULT_LIMIT, MAX_LIMIT, report, serve } from "./status/json";
-export { metrics_text, metrics } from "./status/exposition";
+import * as version from "./version";
+export const _VERSION = version.VERSION;
+import * as json from "./status/json";
+import * as exposition from "./status/exposition";
+export const DEFAULT_LIMIT = json.DEFAULT_LIMIT;
+export const MAX_LIMIT = json.MAX_LIMIT;
+export const report = json.report;
+export const serve = json.serve;
+export const metrics_text = exposition.metrics_text;
+export const metrics = exposition.metrics;

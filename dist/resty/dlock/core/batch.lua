@@ -47,7 +47,7 @@ end
 function ____exports.releaseAll(list)
     local failed = 0
     local lastErr
-    for ____, idx in lua_pairs(byEndpoint(list, releaseScript)) do
+    for _, idx in lua_pairs(byEndpoint(list, releaseScript)) do
         local first = list[idx[1]]
         local out = backend.batch(
             first._store.redis,
@@ -79,7 +79,7 @@ function ____exports.extendAll(list)
         results[i] = "not_owner"
     end
     local sent = ngx_now() * 1000
-    for ____, idx in lua_pairs(byEndpoint(list, extendScript)) do
+    for _, idx in lua_pairs(byEndpoint(list, extendScript)) do
         local ms = {}
         for j = 1, #idx do
             ms[j] = list[idx[j]].ttl
@@ -100,14 +100,7 @@ function ____exports.extendAll(list)
                 results[i] = out.errors[j]
             else
                 local ok, err = settle.extended(l, reply, l.ttl, sent)
-                local ____i_1 = i
-                local ____ok_0
-                if ok then
-                    ____ok_0 = true
-                else
-                    ____ok_0 = err
-                end
-                results[____i_1] = ____ok_0
+                results[i] = ok or err
             end
         end
     end

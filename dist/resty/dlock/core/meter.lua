@@ -141,7 +141,7 @@ function ____exports.make(dict, name)
     )
     dict:safe_add(p .. "held", 0)
     local known = false
-    for ____, d in lua_ipairs(dicts) do
+    for _, d in lua_ipairs(dicts) do
         if d == dict then
             known = true
         end

@@ -93,13 +93,10 @@ local function take(p, idx)
     end
     for j = 1, n do
         local i = idx[j]
-        local ____fenced_0
+        local fence
         if fenced then
-            ____fenced_0 = multiscripts.fenceOf(res, j)
-        else
-            ____fenced_0 = nil
+            fence = multiscripts.fenceOf(res, j)
         end
-        local fence = ____fenced_0
         if fence ~= nil then
             p.fences[i] = fence
         end
@@ -147,7 +144,7 @@ end
 --- Give back every key the plan holds (owner-checked; unconfirmed ones go to the background sweep).
 local function giveBack(p)
     local list = {}
-    for ____, l in lua_pairs(p.parts) do
+    for _, l in lua_pairs(p.parts) do
         list[#list + 1] = l
     end
     p.parts = {}
@@ -235,7 +232,7 @@ local function takeAll(p, wait)
     local deadline = ngx_now() * 1000 + wait
     local backoff = retry.FIRST_BACKOFF
     while true do
-        local what, ____, pttl, fault = attempt(p)
+        local what, _at, pttl, fault = attempt(p)
         if what == "OK" then
             return leaseOf(p), nil, nil
         end

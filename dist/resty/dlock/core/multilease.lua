@@ -61,15 +61,10 @@ local function runAll(parts, together, release, ms)
         targets[i] = {rkey = parts[i]._rkey, token = first.token}
         mss[i] = ms
     end
-    local ____backend_batch_2 = backend.batch
-    local ____temp_1 = release and first._kind.release or first._kind.extend
-    local ____release_0
     if release then
-        ____release_0 = nil
-    else
-        ____release_0 = mss
+        return backend.batch(conf, first._kind.release, targets, nil)
     end
-    return ____backend_batch_2(conf, ____temp_1, targets, ____release_0)
+    return backend.batch(conf, first._kind.extend, targets, mss)
 end
 --- Release parts (owner-checked, in one call when together): not_owner when
 -- one was not ours (now, or when an extend or the watchdog found it gone), or
@@ -220,22 +215,12 @@ function ____exports.watch(m, onLost)
 end
 --- The lease of keys (the caller's order) whose leases are parts (aligned), fences with fencing.
 function ____exports.make(keys, parts, tok, ttl, fences, together)
-    local ____keys__1_4 = keys[1]
-    local ____keys_5 = keys
-    local ____tok_6 = tok
-    local ____ttl_7 = ttl
-    local ____temp_3
-    if fences ~= nil then
-        ____temp_3 = fences[1]
-    else
-        ____temp_3 = nil
-    end
     local m = {
-        key = ____keys__1_4,
-        keys = ____keys_5,
-        token = ____tok_6,
-        ttl = ____ttl_7,
-        fence = ____temp_3,
+        key = keys[1],
+        keys = keys,
+        token = tok,
+        ttl = ttl,
+        fence = fences and fences[1],
         fences = fences,
         shared = false,
         _parts = parts,

@@ -201,25 +201,13 @@ function ____exports.acquire(store, key, opts, sharable)
         local w = o.wait
         local r = o.renew
         local onLost = o.on_lost
-        local ____sharable_0
+        local sh
         if sharable then
-            ____sharable_0 = o.shared
-        else
-            ____sharable_0 = nil
+            sh = o.shared
         end
-        local sh = ____sharable_0
         local found = (t ~= nil and 1 or 0) + (w ~= nil and 1 or 0) + (r ~= nil and 1 or 0) + (onLost ~= nil and 1 or 0) + (sh ~= nil and 1 or 0)
         if nkeys ~= nil and nkeys(o) == found and (t == nil or within(t, TTL_MIN, TTL_MAX)) and (w == nil or within(w, WAIT_MIN, WAIT_MAX)) and (r == nil or r == true or r == false) and (onLost == nil or r == true and lua_type(onLost) == "function") and (sh == nil or sh == true or sh == false) then
-            local ____k_3 = k
-            local ____t_1 = t
-            if ____t_1 == nil then
-                ____t_1 = store.ttl
-            end
-            local ____w_2 = w
-            if ____w_2 == nil then
-                ____w_2 = store.wait
-            end
-            return ____k_3, ____t_1, ____w_2, r == true, onLost, sh == true
+            return k, t == nil and store.ttl or t, w == nil and store.wait or w, r == true, onLost, sh == true
         end
     end
     local v, err = (sharable and lockOptions or permitOptions)(opts)

@@ -25,7 +25,7 @@ local function sweepOnce()
     ngx_update_time()
     local now = ngx_now()
     local groups = {}
-    for ____, o in lua_ipairs(batch) do
+    for _, o in lua_ipairs(batch) do
         if now > o.deadline then
             ngx_log(
                 WARN,
@@ -48,7 +48,7 @@ local function sweepOnce()
             list[#list + 1] = o
         end
     end
-    for ____, list in lua_pairs(groups) do
+    for _, list in lua_pairs(groups) do
         local first = list[1]
         local out = backend.batch(first.conf, first.release, list)
         for i = 1, #list do

@@ -31,7 +31,7 @@ end
 --- Give back, in one batch, what dead workers of factory f left: leases (its release script) or tickets (its drop).
 local function giveBack(dict, f, s, items)
     local targets = {}
-    for ____, it in lua_ipairs(items) do
+    for _, it in lua_ipairs(items) do
         targets[#targets + 1] = it.target
     end
     local out = backend.batch(f.store.redis, s, targets)
@@ -84,7 +84,7 @@ local function sweep(premature, factories)
         return
     end
     local byDict = {}
-    for ____, f in lua_ipairs(factories) do
+    for _, f in lua_ipairs(factories) do
         local list = byDict[f.store.dict]
         if list == nil then
             list = {}
@@ -97,14 +97,14 @@ local function sweep(premature, factories)
         local deadPids = {}
         local leases = {}
         local tickets = {}
-        for ____, r in lua_ipairs(records) do
+        for _, r in lua_ipairs(records) do
             local isDead = deadPids[r.pid]
             if isDead == nil then
                 isDead = r.pid ~= worker_pid() and dead(r.pid)
                 deadPids[r.pid] = isDead
             end
             if isDead then
-                for ____, f in lua_ipairs(list) do
+                for _, f in lua_ipairs(list) do
                     if f.store.prefix .. r.key == r.rkey and f.kind.shared == r.shared then
                         if not r.waiting then
                             add(leases, f, r)
@@ -138,13 +138,11 @@ function ____exports.start()
     local called, ok, err = lua_pcall(timer_at, 0, sweep, batch)
     if not called or not ok then
         pending = batch
-        local ____called_0
-        if called then
-            ____called_0 = err
-        else
-            ____called_0 = ok
+        local why = err
+        if not called then
+            why = ok
         end
-        return "dlock: cannot start the recovery sweep: " .. lua_tostring(____called_0)
+        return "dlock: cannot start the recovery sweep: " .. lua_tostring(why)
     end
     return nil
 end

@@ -75,13 +75,12 @@ function ____exports.nested(factory, rkey)
     if h == nil then
         return nil
     end
-    local ____temp_0
+    local same
     if h.anchor ~= nil then
-        ____temp_0 = anchor ~= nil and request.alive(h.anchor) and h.anchor.id == anchor.id
+        same = anchor ~= nil and request.alive(h.anchor) and h.anchor.id == anchor.id
     else
-        ____temp_0 = h.co == co
+        same = h.co == co
     end
-    local same = ____temp_0
     if not same or not h.root:valid() then
         holds[slot] = nil
         return nil
@@ -104,7 +103,7 @@ local function prune()
             dead[#dead + 1] = slot
         end
     end
-    for ____, slot in lua_ipairs(dead) do
+    for _, slot in lua_ipairs(dead) do
         holds[slot] = nil
     end
 end

@@ -66,14 +66,11 @@ local function validate(s, v)
         if x == nil and o.spec.required ~= true and o.spec.kind ~= "check" then
             out[o.spec.name] = o.opt.default
         else
-            local ____o_opt_1 = o.opt
-            local ____temp_0
-            if x == nil then
-                ____temp_0 = o.opt.default
-            else
-                ____temp_0 = x
+            local given = x
+            if given == nil then
+                given = o.opt.default
             end
-            local y, err = value(____o_opt_1, ____temp_0, out)
+            local y, err = value(o.opt, given, out)
             if err ~= nil then
                 return nil, err
             end
@@ -116,7 +113,7 @@ local function requirement(path, labels, specs, spec, rule)
     local subject = label .. " needs "
     if rule.shared ~= nil then
         local names = {}
-        for ____, n in lua_ipairs(rule.shared) do
+        for _, n in lua_ipairs(rule.shared) do
             known(path, specs, spec.name, n)
             names[#names + 1] = labels .. n
         end
@@ -137,12 +134,12 @@ local function exclusions(path, labels, specs, spec)
     end
     local label = labels .. spec.name
     local names = {}
-    for ____, n in lua_ipairs(spec.excludes) do
+    for _, n in lua_ipairs(spec.excludes) do
         names[#names + 1] = labels .. n
     end
     local together = (label .. " excludes ") .. concat(names, " and ")
     local asOne = spec.excludesAsOne == true
-    for ____, n in lua_ipairs(spec.excludes) do
+    for _, n in lua_ipairs(spec.excludes) do
         local other = known(path, specs, spec.name, n)
         local message = asOne and together or ((label .. " excludes ") .. labels) .. n
         list[#list + 1] = {option = n, message = message, own = asOne, secret = other.secret == true}
@@ -156,7 +153,7 @@ end
 function ____exports.compile(path, specs, how)
     local labels = how and how.labels or path .. "."
     local byName = {}
-    for ____, spec in lua_ipairs(specs) do
+    for _, spec in lua_ipairs(specs) do
         if byName[spec.name] ~= nil then
             lua_error(((("dlock: schema " .. path) .. ": ") .. spec.name) .. " is declared twice")
         end
@@ -164,10 +161,10 @@ function ____exports.compile(path, specs, how)
     end
     local options = {}
     local index = {}
-    for ____, spec in lua_ipairs(specs) do
+    for _, spec in lua_ipairs(specs) do
         local requires = {}
         if spec.requires ~= nil then
-            for ____, r in lua_ipairs(spec.requires) do
+            for _, r in lua_ipairs(spec.requires) do
                 requires[#requires + 1] = requirement(
                     path,
                     labels,
@@ -188,7 +185,7 @@ function ____exports.compile(path, specs, how)
     end
     local elsewhere = how and how.elsewhere or ({})
     local foreign
-    for ____, e in lua_ipairs(elsewhere) do
+    for _, e in lua_ipairs(elsewhere) do
         if foreign == nil then
             foreign = {}
         end

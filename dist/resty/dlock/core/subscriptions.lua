@@ -59,7 +59,7 @@ function ____exports.prune(s)
     if stale == nil then
         return
     end
-    for ____, rkey in lua_ipairs(stale) do
+    for _, rkey in lua_ipairs(stale) do
         s.wanted[rkey] = nil
         forget(s, rkey)
     end
@@ -100,7 +100,7 @@ function ____exports.overdue(s)
     if late == nil then
         return
     end
-    for ____, rkey in lua_ipairs(late) do
+    for _, rkey in lua_ipairs(late) do
         s.due[rkey] = nil
         if s.vouched[rkey] ~= nil then
             s.vouched[rkey] = nil
@@ -109,9 +109,9 @@ function ____exports.overdue(s)
         waits.wake(rkey)
     end
 end
---- When the control thread must look again, at the latest `until`: the first due time, or the end of a grace.
-function ____exports.nextLook(s, ____until)
-    local at = ____until
+--- When the control thread must look again, no later than `latest`: the first due time, or the end of a grace.
+function ____exports.nextLook(s, latest)
+    local at = latest
     for rkey, since in lua_pairs(s.wanted) do
         if waits.waiters(rkey) == 0 then
             at = math_min(at, since + GRACE)
@@ -131,10 +131,10 @@ function ____exports.lost(s)
     for k in lua_pairs(s.live) do
         wasLive[#wasLive + 1] = k
     end
-    for ____, k in lua_ipairs(wasLive) do
+    for _, k in lua_ipairs(wasLive) do
         s.live[k] = nil
     end
-    for ____, k in lua_ipairs(wasLive) do
+    for _, k in lua_ipairs(wasLive) do
         waits.wakeAll(k)
     end
     for k in lua_pairs(s.wanted) do

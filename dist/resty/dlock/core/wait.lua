@@ -144,7 +144,7 @@ function ____exports.wakeToken(rkey, token)
     if l == nil then
         return false
     end
-    for ____, w in lua_ipairs(l) do
+    for _, w in lua_ipairs(l) do
         if w.token == token then
             w.sem:post(1)
             return true
@@ -159,7 +159,7 @@ function ____exports.recheck(rkey)
     if l == nil then
         return
     end
-    for ____, w in lua_ipairs(l) do
+    for _, w in lua_ipairs(l) do
         if w.unsure then
             w.sem:post(1)
         end
@@ -171,7 +171,7 @@ function ____exports.wakeAll(rkey)
     if l == nil then
         return
     end
-    for ____, w in lua_ipairs(l) do
+    for _, w in lua_ipairs(l) do
         w.sem:post(1)
     end
 end

@@ -86,7 +86,7 @@ local function round()
             due[#due + 1] = l
         end
     end
-    for ____, l in lua_ipairs(forgotten) do
+    for _, l in lua_ipairs(forgotten) do
         drop(l)
         ngx_log(WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
         batch.releaseAll({l})

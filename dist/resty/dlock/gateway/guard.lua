@@ -13,8 +13,8 @@ local function reject(g, status, retryAfterMs)
     return shared.refuse(g.headers, status, retryAfterMs)
 end
 local function onRedisFailure(g, key)
-    if g["local"] ~= nil then
-        lockLocal.access(g, g["local"], key, reject)
+    if g.fallback ~= nil then
+        lockLocal.access(g, g.fallback, key, reject)
         return
     end
     if not stats.failedOpen(g) then
@@ -37,32 +37,17 @@ local guardMethods = {
             return
         end
         local key = hashed("", raw)
-        if stats.breakerOpen(self.dict, self.name) or self["local"] ~= nil and not lockLocal.probe(self, self["local"]) then
+        if stats.breakerOpen(self.dict, self.name) or self.fallback ~= nil and not lockLocal.probe(self, self.fallback) then
             incr(self.dict, self.name, "short_circuited")
             onRedisFailure(self, key)
             return
         end
         local reads = self.sharedMethods ~= nil and self.sharedMethods[req_get_method()] ~= nil
-        local ____self_1 = self.locks
-        local ____self_1_acquire_2 = ____self_1.acquire
-        local ____reads_0
-        if reads then
-            ____reads_0 = self.sharedTry
-        else
-            ____reads_0 = self.tryOpts
-        end
-        local l, err, retryAfter = ____self_1_acquire_2(____self_1, key, ____reads_0)
+        local locks = self.locks
+        local l, err, retryAfter = locks:acquire(key, reads and self.sharedTry or self.tryOpts)
         if l == nil and err == "busy" and self.wait > 0 then
             incr(self.dict, self.name, "waited")
-            local ____self_4 = self.locks
-            local ____self_4_acquire_5 = ____self_4.acquire
-            local ____reads_3
-            if reads then
-                ____reads_3 = self.sharedWait
-            else
-                ____reads_3 = self.waitOpts
-            end
-            l, err, retryAfter = ____self_4_acquire_5(____self_4, key, ____reads_3)
+            l, err, retryAfter = locks:acquire(key, reads and self.sharedWait or self.waitOpts)
         end
         if l ~= nil then
             stats.success(self.dict, self.name)
@@ -81,8 +66,8 @@ local guardMethods = {
     end,
     log = function(self)
         inflight.finish(self)
-        if self["local"] ~= nil then
-            lockLocal.finish(self, self["local"])
+        if self.fallback ~= nil then
+            lockLocal.finish(self, self.fallback)
         end
     end
 }

@@ -248,8 +248,7 @@ function ____exports.track(owner, l)
         if req.more == nil then
             req.more = {}
         end
-        local ____req_more_0 = req.more
-        ____req_more_0[#____req_more_0 + 1] = h
+        req.more[#req.more + 1] = h
     end
     stats.adjust(owner.dict, owner.name, "in_flight", 1)
     if owner.renew then

@@ -71,13 +71,7 @@ end
 -- once `wait` ran out.
 function ____exports.access(g, l, k, refuse)
     local a = request.anchor()
-    local ____temp_0
-    if a == nil then
-        ____temp_0 = nil
-    else
-        ____temp_0 = a.id
-    end
-    local rid = ____temp_0
+    local rid = a and a.id
     if rid ~= nil then
         local h = l.held[rid]
         if h ~= nil and request.alive(h.anchor) then
@@ -140,7 +134,7 @@ end
 function ____exports.finishAll()
     for i = 1, #withLocal do
         local g = withLocal[i]
-        ____exports.finish(g, g["local"])
+        ____exports.finish(g, g.fallback)
     end
 end
 --- In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again.

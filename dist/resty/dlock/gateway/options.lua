@@ -60,7 +60,7 @@ local function methodsShared(v)
         return check.fail("shared must be a list of HTTP methods ({ \"GET\", \"HEAD\" })", v)
     end
     local set = {}
-    for ____, x in lua_ipairs(v) do
+    for _, x in lua_ipairs(v) do
         if lua_type(x) ~= "string" or not check.found(x, "^%u+$") then
             return check.fail("shared must be a list of upper-case HTTP methods", x)
         end

@@ -55,7 +55,7 @@ function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
             end
             return res, err, fault
         else
-            local kind, ____, host, port = str_match(
+            local kind, _slot, host, port = str_match(
                 lua_tostring(err),
                 "(%u+) (%d+) (%S+):(%d+)$"
             )
@@ -276,8 +276,7 @@ local function batch(conf, s, targets, ms)
                 groups[node.endpoint] = g
                 order[#order + 1] = node.endpoint
             end
-            local ____g_idx_0 = g.idx
-            ____g_idx_0[#____g_idx_0 + 1] = i
+            g.idx[#g.idx + 1] = i
         end
     end
     for k = 1, #order do

@@ -161,8 +161,7 @@ function ____exports.add(b, s, rkey, ...)
             post = nil
         }
     end
-    local ____b_jobs_0 = b.jobs
-    ____b_jobs_0[#____b_jobs_0 + 1] = job
+    b.jobs[#b.jobs + 1] = job
     if s.undo ~= nil then
         b.undos = b.undos + 1
     end

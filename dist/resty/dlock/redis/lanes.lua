@@ -81,8 +81,8 @@ end
 local function inFlight(lane)
     local now = ngx_now()
     local n = lane.batching
-    for slot, ____until in lua_pairs(lane.direct) do
-        if ____until < now then
+    for slot, due in lua_pairs(lane.direct) do
+        if due < now then
             lane.direct[slot] = nil
         else
             n = n + 1

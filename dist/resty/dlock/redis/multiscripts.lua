@@ -52,7 +52,7 @@ local function anyOne(reply)
     if lua_type(reply) ~= "table" then
         return false
     end
-    for ____, v in lua_pairs(reply) do
+    for _, v in lua_pairs(reply) do
         if v == 1 then
             return true
         end

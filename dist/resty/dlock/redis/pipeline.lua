@@ -175,13 +175,10 @@ local function opened(lane)
 end
 --- The lane of conf's calls (nil: auto_pipeline off).
 local function laneFor(conf)
-    local ____conf_auto_pipeline_0
-    if conf.auto_pipeline then
-        ____conf_auto_pipeline_0 = laneOf(conf)
-    else
-        ____conf_auto_pipeline_0 = nil
+    if not conf.auto_pipeline then
+        return nil
     end
-    return ____conf_auto_pipeline_0
+    return laneOf(conf)
 end
 --- The batch a call joins now: the open one, or a new one; nil when the open
 -- one is full (it goes as it is) or neither a semaphore nor a sender can be had.

@@ -1,18 +1,16 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local base = require("resty.dlock.redis.script")
+local records = require("resty.dlock.redis.records")
 ____exports.hashed = base.hashed
 ____exports.tagged = base.tagged
 ____exports.queueKey = base.queueKey
 ____exports.readersKey = base.readersKey
 ____exports.forTarget = base.forTarget
-do
-    local ____records = require("resty.dlock.redis.records")
-    ____exports.IDEM_CLAIM = ____records.IDEM_CLAIM
-    ____exports.IDEM_COMPLETE = ____records.IDEM_COMPLETE
-    ____exports.IDEM_EXTEND = ____records.IDEM_EXTEND
-    ____exports.IDEM_RELEASE = ____records.IDEM_RELEASE
-end
+____exports.IDEM_CLAIM = records.IDEM_CLAIM
+____exports.IDEM_COMPLETE = records.IDEM_COMPLETE
+____exports.IDEM_EXTEND = records.IDEM_EXTEND
+____exports.IDEM_RELEASE = records.IDEM_RELEASE
 ____exports.script = base.script
 ____exports.isOk = base.isOk
 ____exports.isOkFenced = base.isOkFenced

@@ -5,11 +5,10 @@ local schema = require("resty.dlock.core.schema")
 local setup = require("resty.dlock.redis.setup")
 function ask(pool, s, open, timeout, tls)
     local errors = {}
-    local ____s_ssl_1 = s.ssl
-    if ____s_ssl_1 == nil then
-        ____s_ssl_1 = tls.ssl
+    local ssl = s.ssl
+    if ssl == nil then
+        ssl = tls.ssl
     end
-    local ssl = ____s_ssl_1
     for i = 1, #s.nodes do
         local node = s.nodes[i]
         local endpoint = (node.host .. ":") .. lua_tostring(node.port)
@@ -118,13 +117,7 @@ end
 --- The master the sentinels named last (however long ago), for status pages.
 function ____exports.last(pool)
     local m = masters[pool]
-    local ____temp_0
-    if m == nil then
-        ____temp_0 = nil
-    else
-        ____temp_0 = m.node
-    end
-    return ____temp_0
+    return m and m.node
 end
 --- Forget the master of this pool: the next connection asks the sentinels again.
 function ____exports.forget(pool)

@@ -83,11 +83,11 @@ function tell(s, sess)
             end
             pinged = now
         end
-        local ____until = math_min(pinged + HEARTBEAT, now + SWEEP)
+        local due = math_min(pinged + HEARTBEAT, now + SWEEP)
         if subs.idle(s) then
-            ____until = math_min(____until, idleSince + IDLE)
+            due = math_min(due, idleSince + IDLE)
         end
-        s.wakeAt = subs.nextLook(s, ____until)
+        s.wakeAt = subs.nextLook(s, due)
         if not s.rung then
             s.bell:wait(math_max(0.001, s.wakeAt - now))
         end
@@ -223,20 +223,14 @@ local function session(s)
     if res ~= nil then
         return res
     end
-    local ____temp_0
-    if sess.failed == nil then
-        ____temp_0 = nil
-    else
-        ____temp_0 = (("dlock: redis " .. conf.endpoint) .. ": wake-up subscription: ") .. sess.failed
-    end
-    return ____temp_0
+    return sess.failed ~= nil and (("dlock: redis " .. conf.endpoint) .. ": wake-up subscription: ") .. sess.failed or nil
 end
 --- Sleep up to `seconds`, less when the worker starts exiting.
 local function pause(seconds)
-    local ____until = ngx_now() + seconds
+    local deadline = ngx_now() + seconds
     while not worker_exiting() do
         update_time()
-        local left = ____until - ngx_now()
+        local left = deadline - ngx_now()
         if left < 0.001 then
             return
         end
@@ -247,13 +241,10 @@ local function run(premature, s)
     local retry = RETRY
     while not premature do
         local ok, res = lua_pcall(session, s)
-        local ____ok_1
-        if ok then
-            ____ok_1 = res
-        else
-            ____ok_1 = "dlock: wake-up subscriber failed: " .. check.text(res)
+        local err = res
+        if not ok then
+            err = "dlock: wake-up subscriber failed: " .. check.text(res)
         end
-        local err = ____ok_1
         subs.lost(s)
         subs.prune(s)
         if err == nil or subs.idle(s) then

@@ -76,8 +76,8 @@ function ____exports.watcher(premature, lane)
     local now = ngx_now()
     local gone = {}
     for slot, b in lua_pairs(lane.acquires) do
-        local ____until = lane.direct[slot]
-        if ____until == nil or ____until < now then
+        local due = lane.direct[slot]
+        if due == nil or due < now then
             lane.acquires[slot] = nil
             lane.direct[slot] = nil
             gone[#gone + 1] = b

@@ -42,7 +42,7 @@ function ____exports.dictNames(o)
         if lua_type(extra) ~= "table" then
             return check.fail("dicts must be a list of lua_shared_dict names", extra)
         end
-        for ____, n in lua_ipairs(extra) do
+        for _, n in lua_ipairs(extra) do
             if lua_type(n) ~= "string" or ngx_shared[n] == nil then
                 return check.fail("dicts must name lua_shared_dicts", n)
             end
@@ -50,13 +50,13 @@ function ____exports.dictNames(o)
         end
     end
     local mine = {}
-    for ____, g in lua_ipairs(gateway.guards()) do
+    for _, g in lua_ipairs(gateway.guards()) do
         mine[#mine + 1] = g.dict
     end
-    for ____, d in lua_ipairs(meter.known()) do
+    for _, d in lua_ipairs(meter.known()) do
         mine[#mine + 1] = d
     end
-    for ____, d in lua_ipairs(mine) do
+    for _, d in lua_ipairs(mine) do
         for name, sd in lua_pairs(ngx_shared) do
             if sd == d then
                 add(name)
@@ -106,8 +106,8 @@ local function factories(dicts)
     local byName = {}
     local order = {}
     local held = 0
-    for ____, d in lua_ipairs(dicts) do
-        for ____, name in lua_ipairs(meters.names(d)) do
+    for _, d in lua_ipairs(dicts) do
+        for _, name in lua_ipairs(meters.names(d)) do
             local r = meters.read(d, name)
             held = held + r.held
             local had = byName[name]
@@ -154,7 +154,7 @@ function ____exports.counters(names)
     local dicts = {}
     local unrecorded = {}
     local shortfalls = {}
-    for ____, name in lua_ipairs(names) do
+    for _, name in lua_ipairs(names) do
         local d = ngx_shared[name]
         dicts[#dicts + 1] = d
         unrecorded[name] = ledger.unrecorded(d)
@@ -166,14 +166,14 @@ function ____exports.counters(names)
         ev[ep] = evictionView(e)
     end
     local guards = {}
-    for ____, g in lua_ipairs(gateway.guards()) do
+    for _, g in lua_ipairs(gateway.guards()) do
         local row = {}
         row.mode = g.mode
         local breaker = stats.breakerState(g.dict, g.name)
         row.breaker = breaker
         row.degraded = breaker ~= "closed" and g.onError == "local"
         row.in_flight = stats.gauge(g.dict, g.name, "in_flight")
-        for ____, e in lua_ipairs(stats.EVENTS) do
+        for _, e in lua_ipairs(stats.EVENTS) do
             row[e] = stats.count(g.dict, g.name, e)
         end
         guards[g.name] = row

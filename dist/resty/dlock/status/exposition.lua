@@ -44,8 +44,8 @@ function topologyLines(lines)
             end
         end
     end
-    for ____, group in lua_ipairs({info, redirects, ages, failures}) do
-        for ____, l in lua_ipairs(group) do
+    for _, group in lua_ipairs({info, redirects, ages, failures}) do
+        for _, l in lua_ipairs(group) do
             lines[#lines + 1] = l
         end
     end
@@ -74,7 +74,7 @@ end
 --- The core API per factory name (guards' factories carry the guard's name).
 local function factoryLines(lines, r)
     header(lines, "dlock_acquires_total", "counter", "Acquire calls of locks and semaphores by outcome (acquired, busy, timeout, error) since this nginx started.")
-    for ____, name in lua_ipairs(r.factoryNames) do
+    for _, name in lua_ipairs(r.factoryNames) do
         local f = r.factories[name]
         local l = ("dlock_acquires_total{factory=\"" .. label(name)) .. "\",outcome=\""
         lines[#lines + 1] = (l .. "acquired\"} ") .. lua_tostring(f.acquired)
@@ -83,15 +83,15 @@ local function factoryLines(lines, r)
         lines[#lines + 1] = (l .. "error\"} ") .. lua_tostring(f.error)
     end
     header(lines, "dlock_leases_lost_total", "counter", "Leases found gone before their holder released them (renewal failed, or the release found the key not ours).")
-    for ____, name in lua_ipairs(r.factoryNames) do
+    for _, name in lua_ipairs(r.factoryNames) do
         lines[#lines + 1] = (("dlock_leases_lost_total{factory=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.factories[name].lost)
     end
     header(lines, "dlock_held_leases", "gauge", "Leases this nginx holds now (all workers).")
-    for ____, name in lua_ipairs(r.factoryNames) do
+    for _, name in lua_ipairs(r.factoryNames) do
         lines[#lines + 1] = (("dlock_held_leases{factory=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.factories[name].held)
     end
     header(lines, "dlock_acquire_wait_seconds", "histogram", "Time from an acquire call to its lease, for acquires that got one.")
-    for ____, name in lua_ipairs(r.factoryNames) do
+    for _, name in lua_ipairs(r.factoryNames) do
         local f = r.factories[name]
         histogram(
             lines,
@@ -103,7 +103,7 @@ local function factoryLines(lines, r)
         )
     end
     header(lines, "dlock_lease_hold_seconds", "histogram", "Time from taking a lease to its confirmed release.")
-    for ____, name in lua_ipairs(r.factoryNames) do
+    for _, name in lua_ipairs(r.factoryNames) do
         local f = r.factories[name]
         histogram(
             lines,
@@ -137,29 +137,29 @@ function ____exports.metrics_text(opts)
     header(inFlight, "dlock_guard_in_flight", "gauge", "Requests the guard let through that have not ended yet.")
     for gname, row in lua_pairs(r.guards) do
         local name = label(gname)
-        for ____, ev in lua_ipairs(stats.EVENTS) do
+        for _, ev in lua_ipairs(stats.EVENTS) do
             lines[#lines + 1] = (((((("dlock_guard_events_total{guard=\"" .. name) .. "\",mode=\"") .. lua_tostring(row.mode)) .. "\",event=\"") .. ev) .. "\"} ") .. lua_tostring(row[ev])
         end
         breakers[#breakers + 1] = (("dlock_guard_breaker_open{guard=\"" .. name) .. "\"} ") .. (row.breaker == "open" and "1" or "0")
         degraded[#degraded + 1] = (("dlock_guard_degraded{guard=\"" .. name) .. "\"} ") .. (row.degraded == true and "1" or "0")
         inFlight[#inFlight + 1] = (("dlock_guard_in_flight{guard=\"" .. name) .. "\"} ") .. lua_tostring(row.in_flight)
     end
-    for ____, l in lua_ipairs(breakers) do
+    for _, l in lua_ipairs(breakers) do
         lines[#lines + 1] = l
     end
-    for ____, l in lua_ipairs(degraded) do
+    for _, l in lua_ipairs(degraded) do
         lines[#lines + 1] = l
     end
-    for ____, l in lua_ipairs(inFlight) do
+    for _, l in lua_ipairs(inFlight) do
         lines[#lines + 1] = l
     end
     factoryLines(lines, r)
     header(lines, "dlock_unrecorded_leases_total", "counter", "Leases this nginx could not record in the shared dict (it was full).")
-    for ____, name in lua_ipairs(r.dicts) do
+    for _, name in lua_ipairs(r.dicts) do
         lines[#lines + 1] = (("dlock_unrecorded_leases_total{dict=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.unrecorded[name])
     end
     header(lines, "dlock_replica_shortfalls_total", "counter", "Writes that fewer replicas than redis.replicas acknowledged in time.")
-    for ____, name in lua_ipairs(r.dicts) do
+    for _, name in lua_ipairs(r.dicts) do
         lines[#lines + 1] = (("dlock_replica_shortfalls_total{dict=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.shortfalls[name])
     end
     header(lines, "dlock_redis_can_evict_locks", "gauge", "1 when the Redis has maxmemory set and a policy that evicts keys " .. "with a ttl (lock keys); endpoints whose settings could not be read are left out.")

@@ -45,7 +45,7 @@ local function listHeld(name, dict, max, out)
         max,
         meters.keys(dict)
     )
-    for ____, l in lua_ipairs(found) do
+    for _, l in lua_ipairs(found) do
         out[#out + 1] = {
             dict = name,
             key = l.key,
@@ -77,7 +77,7 @@ function ____exports.report(opts)
     end
     local r = common.counters(names)
     local truncated = false
-    for ____, name in lua_ipairs(names) do
+    for _, name in lua_ipairs(names) do
         if listHeld(name, ngx_shared[name], limit - #r.held, r.held) then
             truncated = true
         end
@@ -98,7 +98,7 @@ end
 --- The report as a JSON object, its members in a fixed order.
 local function encode(r)
     local dicts = {}
-    for ____, name in lua_ipairs(r.dicts) do
+    for _, name in lua_ipairs(r.dicts) do
         local d = {}
         d.unrecorded_leases = r.unrecorded[name]
         d.replica_shortfalls = r.shortfalls[name]
@@ -127,14 +127,12 @@ local function encode(r)
         {"guards", r.guards},
         {"factories", factories}
     }
-    for ____, ____temp_0 in lua_ipairs(rest) do
-        local value
-        local name
-        name = ____temp_0[1]
-        value = ____temp_0[2]
+    for _, pair in lua_ipairs(rest) do
+        local name = pair[1]
+        local value = pair[2]
         parts[#parts + 1] = member(name, value) or ""
     end
-    for ____, p in lua_ipairs(parts) do
+    for _, p in lua_ipairs(parts) do
         if p == "" then
             return nil, "dlock: status: cannot encode the report as JSON"
         end

@@ -63,7 +63,7 @@ function targetsOf(list: Lease[], idx: number[]): backend.Target[] {
 export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | undefined]> {
   let failed = 0;
   let lastErr: string | undefined;
-  for (const [, idx] of lua_pairs(byEndpoint(list, releaseScript))) {
+  for (const [_, idx] of lua_pairs(byEndpoint(list, releaseScript))) {
     const first = list[idx[0]! - 1]!;
     const out = backend.batch(first._store.redis, first._kind.release, targetsOf(list, idx));
     for (const j of $range(1, idx.length)) {
@@ -92,7 +92,7 @@ export function extendAll(list: Lease[]): (true | string)[] {
   const results: (true | string)[] = [];
   for (const i of $range(1, list.length)) results[i - 1] = "not_owner";
   const sent = ngx_now() * 1000;
-  for (const [, idx] of lua_pairs(byEndpoint(list, extendScript))) {
+  for (const [_, idx] of lua_pairs(byEndpoint(list, extendScript))) {
     const ms: number[] = [];
     for (const j of $range(1, idx.length)) ms[j - 1] = list[idx[j - 1]! - 1]!.ttl;
     const first = list[idx[0]! - 1]!;
@@ -106,7 +106,7 @@ export function extendAll(list: Lease[]): (true | string)[] {
         results[i - 1] = out.errors.get(j)!;
       } else {
         const [ok, err] = settle.extended(l, reply, l.ttl, sent);
-        results[i - 1] = ok ? true : err!;
+        results[i - 1] = ok || err!;
       }
     }
   }

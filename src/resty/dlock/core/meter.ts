@@ -104,7 +104,7 @@ export function make(dict: NgxSharedDict, name: string): Meter {
   dict.safe_add(p + "swept", math_floor(ngx_now()) - 1);
   dict.safe_add(p + "held", 0);
   let known = false;
-  for (const [, d] of lua_ipairs(dicts)) if (d === dict) known = true;
+  for (const [_, d] of lua_ipairs(dicts)) if (d === dict) known = true;
   if (!known) dicts.push(dict);
   return {
     name, dict, busy: p + "busy", timeout: p + "timeout", error: p + "error", lost: p + "lost",

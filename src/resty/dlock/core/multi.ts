@@ -129,7 +129,8 @@ function take(p: Plan, idx: number[]): Attempt {
   if (at !== undefined) return $multi("busy", idx[at - 1]!, pttl, undefined);
   for (const j of $range(1, n)) {
     const i = idx[j - 1]!;
-    const fence = fenced ? multiscripts.fenceOf(res, j) : undefined;
+    let fence: number | undefined;
+    if (fenced) fence = multiscripts.fenceOf(res, j);
     if (fence !== undefined) p.fences.set(i, fence);
     if (!p.parts.has(i)) p.parts.set(i, lease.make(store, p.kind, p.keys[i - 1]!, p.rkeys[i - 1]!, p.tok, p.ttl, sent, fence));
   }
@@ -160,7 +161,7 @@ function attempt(p: Plan): Attempt {
 /** Give back every key the plan holds (owner-checked; unconfirmed ones go to the background sweep). */
 function giveBack(p: Plan): void {
   const list: Lease[] = [];
-  for (const [, l] of lua_pairs(p.parts)) list.push(l);
+  for (const [_, l] of lua_pairs(p.parts)) list.push(l);
   p.parts = new LuaTable();
   p.fences = new LuaTable();
   if (list.length > 0) batch.releaseAll(list);
@@ -233,7 +234,7 @@ function takeAll(p: Plan, wait: number): AcquireAllResult {
   const deadline = ngx_now() * 1000 + wait;
   let backoff = retry.FIRST_BACKOFF;
   while (true) {
-    const [what, , pttl, fault] = attempt(p);
+    const [what, _at, pttl, fault] = attempt(p);
     if (what === "OK") return $multi(leaseOf(p), undefined, undefined);
     giveBack(p);
     ngx_update_time();

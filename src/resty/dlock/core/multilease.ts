@@ -89,7 +89,8 @@ function runAll(parts: Lease[], together: boolean, release: boolean, ms: number)
     targets[i - 1] = { rkey: parts[i - 1]!._rkey, token: first.token };
     mss[i - 1] = ms;
   }
-  return backend.batch(conf, release ? first._kind.release : first._kind.extend, targets, release ? undefined : mss);
+  if (release) return backend.batch(conf, first._kind.release, targets, undefined);
+  return backend.batch(conf, first._kind.extend, targets, mss);
 }
 
 /**
@@ -228,7 +229,7 @@ export function watch(m: MultiLease, onLost: OnLost | undefined): string | undef
 export function make(keys: string[], parts: Lease[], tok: string, ttl: number, fences: number[] | undefined,
   together: boolean): MultiLease {
   const m = {
-    key: keys[0]!, keys, token: tok, ttl, fence: fences !== undefined ? fences[0] : undefined,
+    key: keys[0]!, keys, token: tok, ttl, fence: fences && fences[0],
     fences, shared: false, _parts: parts, _together: together, _lost: false, _onLost: undefined,
   };
   // Not a tail call (see lease.make).

@@ -182,14 +182,16 @@ export function acquire(store: lease.Store, key: unknown, opts: unknown, sharabl
     const w = o.get("wait");
     const r = o.get("renew");
     const onLost = o.get("on_lost");
-    const sh = sharable ? o.get("shared") : undefined;
+    let sh: unknown;
+    if (sharable) sh = o.get("shared");
     const found = (t !== undefined ? 1 : 0) + (w !== undefined ? 1 : 0) + (r !== undefined ? 1 : 0) + (onLost !== undefined ? 1 : 0) +
       (sh !== undefined ? 1 : 0);
     if (nkeys !== undefined && nkeys(o as unknown as LuaTable<AnyNotNil, unknown>) === found &&
       (t === undefined || within(t, TTL_MIN, TTL_MAX)) && (w === undefined || within(w, WAIT_MIN, WAIT_MAX)) &&
       (r === undefined || r === true || r === false) && (onLost === undefined || (r === true && lua_type(onLost) === "function")) &&
       (sh === undefined || sh === true || sh === false)) {
-      return $multi(k, (t ?? store.ttl) as number, (w ?? store.wait) as number, r === true, onLost as lease.OnLost | undefined,
+      return $multi(k, t === undefined ? store.ttl : t as number, w === undefined ? store.wait : w as number, r === true,
+        onLost as lease.OnLost | undefined,
         sh === true);
     }
   }

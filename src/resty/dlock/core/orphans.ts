@@ -57,7 +57,7 @@ function sweepOnce(this: void): void {
   const now = ngx_now();
   // One pipeline per endpoint and script.
   const groups = new LuaTable<string, Orphan[]>();
-  for (const [, o] of lua_ipairs(batch)) {
+  for (const [_, o] of lua_ipairs(batch)) {
     if (now > o.deadline) {
       ngx_log(WARN, "dlock: giving up cleanup of ", o.rkey, " (", o.lost, " not confirmed), it expires on its own");
       if (o.settle !== undefined) o.settle(o, undefined);
@@ -71,7 +71,7 @@ function sweepOnce(this: void): void {
       list.push(o);
     }
   }
-  for (const [, list] of lua_pairs(groups)) {
+  for (const [_, list] of lua_pairs(groups)) {
     const first = list[0]!;
     const out = backend.batch(first.conf, first.release, list);
     for (const i of $range(1, list.length)) {

@@ -60,7 +60,7 @@ interface Item {
 /** Give back, in one batch, what dead workers of factory f left: leases (its release script) or tickets (its drop). */
 function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Item[]): void {
   const targets: backend.Target[] = [];
-  for (const [, it] of lua_ipairs(items)) targets.push(it.target);
+  for (const [_, it] of lua_ipairs(items)) targets.push(it.target);
   const out = backend.batch(f.store.redis, s, targets);
   let released = 0;
   for (const i of $range(1, items.length)) {
@@ -94,7 +94,7 @@ function add(todo: LuaTable<Factory, Item[]>, f: Factory, r: ledger.Record): voi
 function sweep(this: void, premature: boolean, factories: Factory[]): void {
   if (premature) return;
   const byDict = new LuaTable<NgxSharedDict, Factory[]>();
-  for (const [, f] of lua_ipairs(factories)) {
+  for (const [_, f] of lua_ipairs(factories)) {
     let list = byDict.get(f.store.dict);
     if (list === undefined) {
       list = [];
@@ -108,14 +108,14 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
     // Per factory (that is, per Redis and script), the leases to release and the tickets to drop.
     const leases = new LuaTable<Factory, Item[]>();
     const tickets = new LuaTable<Factory, Item[]>();
-    for (const [, r] of lua_ipairs(records)) {
+    for (const [_, r] of lua_ipairs(records)) {
       let isDead = deadPids.get(r.pid);
       if (isDead === undefined) {
         isDead = r.pid !== worker_pid() && dead(r.pid);
         deadPids.set(r.pid, isDead);
       }
       if (isDead) {
-        for (const [, f] of lua_ipairs(list)) {
+        for (const [_, f] of lua_ipairs(list)) {
           // Owner-checked: when prefixes overlap, a factory that never had the key just hears "not ours".
           if (f.store.prefix + r.key === r.rkey && f.kind.shared === r.shared) {
             if (!r.waiting) add(leases, f, r);
@@ -146,7 +146,10 @@ export function start(): string | undefined {
   const [called, ok, err] = lua_pcall(timer_at, 0, sweep, batch);
   if (!called || !ok) {
     pending = batch;
-    return "dlock: cannot start the recovery sweep: " + lua_tostring(called ? err : ok);
+    // pcall failed: its error is in ok's place; timer_at failed: in err's.
+    let why: unknown = err;
+    if (!called) why = ok;
+    return "dlock: cannot start the recovery sweep: " + lua_tostring(why);
   }
   return undefined;
 }

@@ -96,9 +96,9 @@ export function nested(factory: string, rkey: string): lease.Lease | undefined {
   const slot = who + "\0" + factory + "\0" + rkey;
   const h = holds.get(slot);
   if (h === undefined) return undefined;
-  const same = h.anchor !== undefined
-    ? anchor !== undefined && request.alive(h.anchor) && h.anchor.id === anchor.id
-    : h.co === co;
+  let same: boolean;
+  if (h.anchor !== undefined) same = anchor !== undefined && request.alive(h.anchor) && h.anchor.id === anchor.id;
+  else same = h.co === co;
   if (!same || !h.root.valid()) {
     holds.delete(slot);
     return undefined;
@@ -121,7 +121,7 @@ function prune(): void {
   for (const [slot, h] of lua_pairs(holds)) {
     if (h.count === 0 || gone(h) || h.root._released) dead.push(slot);
   }
-  for (const [, slot] of lua_ipairs(dead)) holds.delete(slot);
+  for (const [_, slot] of lua_ipairs(dead)) holds.delete(slot);
 }
 
 /** The first lease of rkey by this caller: registered, and handed out as a handle. */

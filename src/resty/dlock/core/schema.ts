@@ -101,7 +101,9 @@ function validate(s: Schema, v: unknown): LuaMultiReturn<[LuaTable<string, unkno
     if (x === undefined && o.spec.required !== true && o.spec.kind !== "check") {
       out.set(o.spec.name, o.opt.default);
     } else {
-      const [y, err] = value(o.opt, x === undefined ? o.opt.default : x, out);
+      let given = x;
+      if (given === undefined) given = o.opt.default;
+      const [y, err] = value(o.opt, given, out);
       if (err !== undefined) return $multi(undefined, err);
       out.set(o.spec.name, y);
     }
@@ -143,7 +145,7 @@ function requirement(path: string, labels: string, specs: LuaTable<string, Spec>
   let subject = label + " needs ";
   if (rule.shared !== undefined) {
     const names: string[] = [];
-    for (const [, n] of lua_ipairs(rule.shared)) {
+    for (const [_, n] of lua_ipairs(rule.shared)) {
       known(path, specs, spec.name, n);
       names.push(labels + n);
     }
@@ -161,10 +163,10 @@ function exclusions(path: string, labels: string, specs: LuaTable<string, Spec>,
   if (spec.excludes === undefined) return list;
   const label = labels + spec.name;
   const names: string[] = [];
-  for (const [, n] of lua_ipairs(spec.excludes)) names.push(labels + n);
+  for (const [_, n] of lua_ipairs(spec.excludes)) names.push(labels + n);
   const together = label + " excludes " + concat(names, " and ");
   const asOne = spec.excludesAsOne === true;
-  for (const [, n] of lua_ipairs(spec.excludes)) {
+  for (const [_, n] of lua_ipairs(spec.excludes)) {
     const other = known(path, specs, spec.name, n);
     const message = asOne ? together : label + " excludes " + labels + n;
     list.push({ option: n, message, own: asOne, secret: other.secret === true });
@@ -195,16 +197,16 @@ export interface How {
 export function compile<T>(path: string, specs: Spec[], how?: How): Validator<T> {
   const labels = how?.labels ?? path + ".";
   const byName = new LuaTable<string, Spec>();
-  for (const [, spec] of lua_ipairs(specs)) {
+  for (const [_, spec] of lua_ipairs(specs)) {
     if (byName.has(spec.name)) lua_error("dlock: schema " + path + ": " + spec.name + " is declared twice");
     byName.set(spec.name, spec);
   }
   const options: Compiled[] = [];
   const index = new LuaTable<string, Compiled>();
-  for (const [, spec] of lua_ipairs(specs)) {
+  for (const [_, spec] of lua_ipairs(specs)) {
     const requires: Requirement[] = [];
     if (spec.requires !== undefined) {
-      for (const [, r] of lua_ipairs(spec.requires)) requires.push(requirement(path, labels, byName, spec, r));
+      for (const [_, r] of lua_ipairs(spec.requires)) requires.push(requirement(path, labels, byName, spec, r));
     }
     const o: Compiled = {
       opt: values.option(spec, labels + spec.name), spec, excludes: exclusions(path, labels, byName, spec), requires,
@@ -214,7 +216,7 @@ export function compile<T>(path: string, specs: Spec[], how?: How): Validator<T>
   }
   const elsewhere = how?.elsewhere ?? [];
   let foreign: LuaTable<string, string> | undefined;
-  for (const [, e] of lua_ipairs(elsewhere)) {
+  for (const [_, e] of lua_ipairs(elsewhere)) {
     foreign ??= new LuaTable<string, string>();
     foreign.set(e.name, e.why);
   }

@@ -114,7 +114,7 @@ export function prune(s: Subscriber): void {
     }
   }
   if (stale === undefined) return;
-  for (const [, rkey] of lua_ipairs(stale)) {
+  for (const [_, rkey] of lua_ipairs(stale)) {
     s.wanted.delete(rkey);
     forget(s, rkey);
   }
@@ -153,7 +153,7 @@ export function overdue(s: Subscriber): void {
     }
   }
   if (late === undefined) return;
-  for (const [, rkey] of lua_ipairs(late)) {
+  for (const [_, rkey] of lua_ipairs(late)) {
     s.due.delete(rkey);
     // Its lease ran out, or it was handed on, without a word: who holds it next is not known.
     if (s.vouched.has(rkey)) {
@@ -164,9 +164,9 @@ export function overdue(s: Subscriber): void {
   }
 }
 
-/** When the control thread must look again, at the latest `until`: the first due time, or the end of a grace. */
-export function nextLook(s: Subscriber, until: number): number {
-  let at = until;
+/** When the control thread must look again, no later than `latest`: the first due time, or the end of a grace. */
+export function nextLook(s: Subscriber, latest: number): number {
+  let at = latest;
   for (const [rkey, since] of lua_pairs(s.wanted)) {
     if (waits.waiters(rkey) === 0) at = math_min(at, since + GRACE);
   }
@@ -179,8 +179,8 @@ export function lost(s: Subscriber): void {
   for (const [k] of lua_pairs(s.sent)) s.sent.delete(k);
   const wasLive: string[] = [];
   for (const [k] of lua_pairs(s.live)) wasLive.push(k);
-  for (const [, k] of lua_ipairs(wasLive)) s.live.delete(k);
-  for (const [, k] of lua_ipairs(wasLive)) waits.wakeAll(k);
+  for (const [_, k] of lua_ipairs(wasLive)) s.live.delete(k);
+  for (const [_, k] of lua_ipairs(wasLive)) waits.wakeAll(k);
   for (const [k] of lua_pairs(s.wanted)) if (!s.live.has(k)) waits.wakeAll(k);
 }
 

@@ -178,7 +178,7 @@ export function wake(rkey: string): void {
 export function wakeToken(rkey: string, token: string): boolean {
   const l = line(rkey);
   if (l === undefined) return false;
-  for (const [, w] of lua_ipairs(l)) {
+  for (const [_, w] of lua_ipairs(l)) {
     if (w.token === token) {
       w.sem.post(1);
       return true;
@@ -194,7 +194,7 @@ export function wakeToken(rkey: string, token: string): boolean {
 export function recheck(rkey: string): void {
   const l = line(rkey);
   if (l === undefined) return;
-  for (const [, w] of lua_ipairs(l)) {
+  for (const [_, w] of lua_ipairs(l)) {
     if (w.unsure) w.sem.post(1);
   }
 }
@@ -203,7 +203,7 @@ export function recheck(rkey: string): void {
 export function wakeAll(rkey: string): void {
   const l = line(rkey);
   if (l === undefined) return;
-  for (const [, w] of lua_ipairs(l)) w.sem.post(1);
+  for (const [_, w] of lua_ipairs(l)) w.sem.post(1);
 }
 
 /**

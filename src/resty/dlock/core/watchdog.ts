@@ -109,7 +109,7 @@ function round(): void {
       due.push(l);
     }
   }
-  for (const [, l] of lua_ipairs(forgotten)) {
+  for (const [_, l] of lua_ipairs(forgotten)) {
     drop(l);
     ngx_log(WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released");
     batch.releaseAll([l]);

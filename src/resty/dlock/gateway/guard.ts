@@ -56,7 +56,7 @@ export interface Guard {
   readonly onMissing: "pass" | "reject";
   readonly onError: "allow" | "deny" | "local";
   /** on_error = "local" (concurrency, mutex): this nginx's share while Redis cannot decide. */
-  readonly local: lockLocal.Local | undefined;
+  readonly fallback: lockLocal.Local | undefined;
   readonly rejectStatus: number;
   readonly missingStatus: number;
   readonly errorStatus: number;
@@ -79,8 +79,8 @@ function reject(g: Guard, status: number, retryAfterMs: number | undefined): nev
 }
 
 function onRedisFailure(g: Guard, key: string): void {
-  if (g.local !== undefined) {
-    lockLocal.access(g, g.local, key, reject);
+  if (g.fallback !== undefined) {
+    lockLocal.access(g, g.fallback, key, reject);
     return;
   }
   if (!stats.failedOpen(g)) reject(g, g.errorStatus, undefined);
@@ -102,17 +102,18 @@ const guardMethods = {
     if (raw === undefined) return;
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
     const key = hashed("", raw);
-    if (stats.breakerOpen(this.dict, this.name) || (this.local !== undefined && !lockLocal.probe(this, this.local))) {
+    if (stats.breakerOpen(this.dict, this.name) || (this.fallback !== undefined && !lockLocal.probe(this, this.fallback))) {
       incr(this.dict, this.name, "short_circuited");
       onRedisFailure(this, key);
       return;
     }
     // Readers share the key (gateway option shared).
     const reads = this.sharedMethods !== undefined && this.sharedMethods.has(req_get_method());
-    let [l, err, retryAfter] = this.locks.acquire(key, reads ? this.sharedTry : this.tryOpts);
+    const locks = this.locks;
+    let [l, err, retryAfter] = locks.acquire(key, (reads && this.sharedTry) || this.tryOpts);
     if (l === undefined && err === "busy" && this.wait > 0) {
       incr(this.dict, this.name, "waited");
-      [l, err, retryAfter] = this.locks.acquire(key, reads ? this.sharedWait : this.waitOpts);
+      [l, err, retryAfter] = locks.acquire(key, (reads && this.sharedWait) || this.waitOpts);
     }
     if (l !== undefined) {
       stats.success(this.dict, this.name);
@@ -137,7 +138,7 @@ const guardMethods = {
    */
   log(this: Guard): void {
     inflight.finish(this);
-    if (this.local !== undefined) lockLocal.finish(this, this.local);
+    if (this.fallback !== undefined) lockLocal.finish(this, this.fallback);
   },
 };
 /** The metatable of every guard of these modes. */

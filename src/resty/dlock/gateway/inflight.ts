@@ -283,7 +283,7 @@ export function track(owner: Owner, l: lease.Lease): request.Anchor | undefined 
   } else {
     h = { owner, lease: l, done: false, answered };
     if (req.more === undefined) req.more = [];
-    req.more.push(h);
+    req.more[req.more.length] = h;
   }
   stats.adjust(owner.dict, owner.name, "in_flight", 1);
   if (owner.renew) renewals.watch(h);

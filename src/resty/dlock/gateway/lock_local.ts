@@ -106,7 +106,7 @@ function take(g: guard.Guard, l: Local, k: string): string | undefined {
  */
 export function access(g: guard.Guard, l: Local, k: string, refuse: (this: void, g: guard.Guard, status: number, retryAfterMs: number | undefined) => void): void {
   const a = request.anchor();
-  const rid = a === undefined ? undefined : a.id;
+  const rid = a && a.id;
   if (rid !== undefined) {
     const h = l.held.get(rid);
     // Back through an internal redirect: it holds its slot already.
@@ -157,7 +157,7 @@ export function finish(g: guard.Guard, l: Local): void {
 export function finishAll(): void {
   for (const i of $range(1, withLocal.length)) {
     const g = withLocal[i - 1]!;
-    finish(g, g.local!);
+    finish(g, g.fallback!);
   }
 }
 

@@ -67,7 +67,7 @@ function methodsShared(this: void, v: unknown): LuaMultiReturn<[unknown, string 
     return check.fail("shared must be a list of HTTP methods ({ \"GET\", \"HEAD\" })", v);
   }
   const set = new LuaTable<string, boolean>();
-  for (const [, x] of lua_ipairs(v as unknown[])) {
+  for (const [_, x] of lua_ipairs(v as unknown[])) {
     if (lua_type(x) !== "string" || !check.found(x as string, "^%u+$")) return check.fail("shared must be a list of upper-case HTTP methods", x);
     set.set(x as string, true);
   }

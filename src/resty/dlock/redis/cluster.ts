@@ -142,7 +142,7 @@ function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.
       }
       return $multi(res, err, fault);
     } else {
-      const [kind, , host, port] = str_match(lua_tostring(err), "(%u+) (%d+) (%S+):(%d+)$");
+      const [kind, _slot, host, port] = str_match(lua_tostring(err), "(%u+) (%d+) (%S+):(%d+)$");
       if (kind === undefined) {
         return $multi(undefined, err, "failed");
       }
@@ -182,7 +182,7 @@ function batch(this: void, conf: redis.RedisConf, s: scripts.Script, targets: Ta
         groups.set(node.endpoint, g);
         order.push(node.endpoint);
       }
-      g.idx.push(i);
+      g.idx[g.idx.length] = i;
     }
   }
   for (const k of $range(1, order.length)) {

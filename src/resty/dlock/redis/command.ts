@@ -208,7 +208,7 @@ export function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string 
   } else {
     job = { s, rkey, rest, words, back: false, res: undefined, err: undefined, fault: undefined, post: undefined };
   }
-  b.jobs.push(job);
+  b.jobs[b.jobs.length] = job;
   if (s.undo !== undefined) b.undos++;
   return job;
 }

@@ -121,8 +121,8 @@ function patience(conf: redis.RedisConf): number {
 function inFlight(lane: Lane): number {
   const now = ngx_now();
   let n = lane.batching;
-  for (const [slot, until] of lua_pairs(lane.direct)) {
-    if (until < now) lane.direct.delete(slot);
+  for (const [slot, due] of lua_pairs(lane.direct)) {
+    if (due < now) lane.direct.delete(slot);
     else n++;
   }
   return n;

@@ -117,7 +117,7 @@ export function fenceOf(reply: RedisValue, i: number): number | undefined {
 
 function anyOne(this: void, reply: RedisValue): boolean {
   if (lua_type(reply) !== "table") return false;
-  for (const [, v] of lua_pairs(reply as LuaTable<number, unknown>)) if (v === 1) return true;
+  for (const [_, v] of lua_pairs(reply as LuaTable<number, unknown>)) if (v === 1) return true;
   return false;
 }
 

@@ -203,7 +203,8 @@ function opened(lane: Lane): Batch | undefined {
 
 /** The lane of conf's calls (nil: auto_pipeline off). */
 function laneFor(conf: redis.RedisConf): Lane | undefined {
-  return conf.auto_pipeline ? laneOf(conf) : undefined;
+  if (!conf.auto_pipeline) return undefined;
+  return laneOf(conf);
 }
 
 /**

@@ -5,6 +5,7 @@
 // its fence counter), all in one Cluster slot.
 
 import * as base from "./script";
+import * as records from "./records";
 
 export type Script = base.Script;
 export type Caller<C, R> = base.Caller<C, R>;
@@ -13,7 +14,10 @@ export const tagged = base.tagged;
 export const queueKey = base.queueKey;
 export const readersKey = base.readersKey;
 export const forTarget = base.forTarget;
-export { IDEM_CLAIM, IDEM_COMPLETE, IDEM_EXTEND, IDEM_RELEASE } from "./records";
+export const IDEM_CLAIM = records.IDEM_CLAIM;
+export const IDEM_COMPLETE = records.IDEM_COMPLETE;
+export const IDEM_EXTEND = records.IDEM_EXTEND;
+export const IDEM_RELEASE = records.IDEM_RELEASE;
 
 // What the scripts of shared locks' readers (rwscripts.ts) are made of too.
 export const script = base.script;

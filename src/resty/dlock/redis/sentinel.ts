@@ -95,7 +95,7 @@ export function cached(pool: string): Node | undefined {
 /** The master the sentinels named last (however long ago), for status pages. */
 export function last(pool: string): Node | undefined {
   const m = masters.get(pool);
-  return m === undefined ? undefined : m.node;
+  return m && m.node;
 }
 
 /** Forget the master of this pool: the next connection asks the sentinels again. */
@@ -127,7 +127,8 @@ export function discover(pool: string, s: SentinelConf, open: Opener, timeout: n
 
 function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
   const errors: string[] = [];
-  const ssl = s.ssl ?? tls.ssl;
+  let ssl = s.ssl;
+  if (ssl === undefined) ssl = tls.ssl;
   for (const i of $range(1, s.nodes.length)) {
     const node = s.nodes[i - 1]!;
     const endpoint = node.host + ":" + lua_tostring(node.port);

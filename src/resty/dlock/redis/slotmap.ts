@@ -8,11 +8,11 @@ import * as redis from "./client";
 import * as connection from "./connection";
 import * as scripts from "./scripts";
 
-const bit = require("bit") as BitModule;
-const band = bit.band;
-const bxor = bit.bxor;
-const lshift = bit.lshift;
-const rshift = bit.rshift;
+const bitop = require("bit") as BitModule;
+const band = bitop.band;
+const bxor = bitop.bxor;
+const lshift = bitop.lshift;
+const rshift = bitop.rshift;
 const byte = string.byte;
 const hashed = scripts.hashed;
 const ngx_now = ngx.now;

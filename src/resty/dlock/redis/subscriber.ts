@@ -146,9 +146,9 @@ function tell(s: subs.Subscriber, sess: Session): string | undefined {
       if (ok === undefined) return lua_tostring(perr);
       pinged = now;
     }
-    let until = math_min(pinged + HEARTBEAT, now + SWEEP);
-    if (subs.idle(s)) until = math_min(until, idleSince + IDLE);
-    s.wakeAt = subs.nextLook(s, until);
+    let due = math_min(pinged + HEARTBEAT, now + SWEEP);
+    if (subs.idle(s)) due = math_min(due, idleSince + IDLE);
+    s.wakeAt = subs.nextLook(s, due);
     if (!s.rung) s.bell.wait(math_max(0.001, s.wakeAt - now));
   }
   if (sess.ended) return undefined;
@@ -215,15 +215,15 @@ function session(s: subs.Subscriber): string | undefined {
   if (!ok) return "dlock: wake-up subscriber failed: " + check.text(res);
   if (!waited) return "dlock: wake-up subscriber failed: " + check.text(cerr);
   if (res !== undefined) return res as string;
-  return sess.failed === undefined ? undefined : "dlock: redis " + conf.endpoint + ": wake-up subscription: " + sess.failed;
+  return sess.failed !== undefined ? "dlock: redis " + conf.endpoint + ": wake-up subscription: " + sess.failed : undefined;
 }
 
 /** Sleep up to `seconds`, less when the worker starts exiting. */
 function pause(seconds: number): void {
-  const until = ngx_now() + seconds;
+  const deadline = ngx_now() + seconds;
   while (!worker_exiting()) {
     update_time();
-    const left = until - ngx_now();
+    const left = deadline - ngx_now();
     if (left < 0.001) return;
     ngx_sleep(math_min(left, SWEEP));
   }
@@ -234,7 +234,8 @@ function run(this: void, premature: boolean, s: subs.Subscriber): void {
   while (!premature) {
     // A raise must not leave `running` set with nobody running: wake-ups would stop for good.
     const [ok, res] = lua_pcall(session, s);
-    const err = ok ? res as string | undefined : "dlock: wake-up subscriber failed: " + check.text(res);
+    let err = res as string | undefined;
+    if (!ok) err = "dlock: wake-up subscriber failed: " + check.text(res);
     // Waiters sleeping until word comes (or the subscription does) would not hear it now: they poll again.
     subs.lost(s);
     // Nobody waits here any more: no need to say so, nor to connect again.

@@ -74,8 +74,8 @@ export function watcher(this: void, premature: boolean, lane: Lane): void {
   const gone: Batch[] = [];
   for (const [slot, b] of lua_pairs(lane.acquires)) {
     // inFlight() forgets the slots whose time is up.
-    const until = lane.direct.get(slot);
-    if (until === undefined || until < now) {
+    const due = lane.direct.get(slot);
+    if (due === undefined || due < now) {
       lane.acquires.delete(slot);
       lane.direct.delete(slot);
       gone.push(b);

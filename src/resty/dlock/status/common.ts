@@ -46,7 +46,7 @@ export function dictNames(o: LuaTable<string, unknown>): LuaMultiReturn<[string[
   const extra = o.get("dicts");
   if (extra !== undefined) {
     if (lua_type(extra) !== "table") return check.fail("dicts must be a list of lua_shared_dict names", extra);
-    for (const [, n] of lua_ipairs(extra as unknown[])) {
+    for (const [_, n] of lua_ipairs(extra as unknown[])) {
       if (lua_type(n) !== "string" || ngx_shared.get(n as string) === undefined) {
         return check.fail("dicts must name lua_shared_dicts", n);
       }
@@ -54,9 +54,9 @@ export function dictNames(o: LuaTable<string, unknown>): LuaMultiReturn<[string[
     }
   }
   const mine: NgxSharedDict[] = [];
-  for (const [, g] of lua_ipairs(gateway.guards())) mine.push(g.dict);
-  for (const [, d] of lua_ipairs(meter.known())) mine.push(d);
-  for (const [, d] of lua_ipairs(mine)) {
+  for (const [_, g] of lua_ipairs(gateway.guards())) mine.push(g.dict);
+  for (const [_, d] of lua_ipairs(meter.known())) mine.push(d);
+  for (const [_, d] of lua_ipairs(mine)) {
     for (const [name, sd] of lua_pairs(ngx_shared)) {
       if (sd === d) add(name);
     }
@@ -132,8 +132,8 @@ function factories(dicts: NgxSharedDict[]): LuaMultiReturn<[LuaTable<string, met
   const byName = new LuaTable<string, meters.Reading>();
   const order: string[] = [];
   let held = 0;
-  for (const [, d] of lua_ipairs(dicts)) {
-    for (const [, name] of lua_ipairs(meters.names(d))) {
+  for (const [_, d] of lua_ipairs(dicts)) {
+    for (const [_, name] of lua_ipairs(meters.names(d))) {
       const r = meters.read(d, name);
       held += r.held;
       const had = byName.get(name);
@@ -182,7 +182,7 @@ export function counters(names: string[]): Report {
   const dicts: NgxSharedDict[] = [];
   const unrecorded = new LuaTable<string, number>();
   const shortfalls = new LuaTable<string, number>();
-  for (const [, name] of lua_ipairs(names)) {
+  for (const [_, name] of lua_ipairs(names)) {
     const d = ngx_shared.get(name)!;
     dicts.push(d);
     unrecorded.set(name, ledger.unrecorded(d));
@@ -194,7 +194,7 @@ export function counters(names: string[]): Report {
     ev.set(ep, evictionView(e));
   }
   const guards = new LuaTable<string, LuaTable<string, unknown>>();
-  for (const [, g] of lua_ipairs(gateway.guards())) {
+  for (const [_, g] of lua_ipairs(gateway.guards())) {
     const row = new LuaTable<string, unknown>();
     row.set("mode", g.mode);
     const breaker = stats.breakerState(g.dict, g.name);
@@ -202,7 +202,7 @@ export function counters(names: string[]): Report {
     // on_error = "local": deciding on this nginx's share until the breaker closes again (a half-open one waits for its probe).
     row.set("degraded", breaker !== "closed" && (g as unknown as { readonly onError?: string }).onError === "local");
     row.set("in_flight", stats.gauge(g.dict, g.name, "in_flight"));
-    for (const [, e] of lua_ipairs(stats.EVENTS)) {
+    for (const [_, e] of lua_ipairs(stats.EVENTS)) {
       row.set(e, stats.count(g.dict, g.name, e));
     }
     guards.set(g.name, row);

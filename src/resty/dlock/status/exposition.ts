@@ -47,7 +47,7 @@ function histogram(lines: string[], name: string, labels: string, bounds: number
 function factoryLines(lines: string[], r: common.Report): void {
   header(lines, "dlock_acquires_total", "counter",
     "Acquire calls of locks and semaphores by outcome (acquired, busy, timeout, error) since this nginx started.");
-  for (const [, name] of lua_ipairs(r.factoryNames)) {
+  for (const [_, name] of lua_ipairs(r.factoryNames)) {
     const f = r.factories.get(name);
     const l = "dlock_acquires_total{factory=\"" + label(name) + "\",outcome=\"";
     lines.push(l + "acquired\"} " + lua_tostring(f.acquired));
@@ -57,20 +57,20 @@ function factoryLines(lines: string[], r: common.Report): void {
   }
   header(lines, "dlock_leases_lost_total", "counter",
     "Leases found gone before their holder released them (renewal failed, or the release found the key not ours).");
-  for (const [, name] of lua_ipairs(r.factoryNames)) {
+  for (const [_, name] of lua_ipairs(r.factoryNames)) {
     lines.push("dlock_leases_lost_total{factory=\"" + label(name) + "\"} " + lua_tostring(r.factories.get(name).lost));
   }
   header(lines, "dlock_held_leases", "gauge", "Leases this nginx holds now (all workers).");
-  for (const [, name] of lua_ipairs(r.factoryNames)) {
+  for (const [_, name] of lua_ipairs(r.factoryNames)) {
     lines.push("dlock_held_leases{factory=\"" + label(name) + "\"} " + lua_tostring(r.factories.get(name).held));
   }
   header(lines, "dlock_acquire_wait_seconds", "histogram", "Time from an acquire call to its lease, for acquires that got one.");
-  for (const [, name] of lua_ipairs(r.factoryNames)) {
+  for (const [_, name] of lua_ipairs(r.factoryNames)) {
     const f = r.factories.get(name);
     histogram(lines, "dlock_acquire_wait_seconds", "factory=\"" + label(name) + "\"", meter.WAIT_BOUNDS, f.wait, f.waitSum);
   }
   header(lines, "dlock_lease_hold_seconds", "histogram", "Time from taking a lease to its confirmed release.");
-  for (const [, name] of lua_ipairs(r.factoryNames)) {
+  for (const [_, name] of lua_ipairs(r.factoryNames)) {
     const f = r.factories.get(name);
     histogram(lines, "dlock_lease_hold_seconds", "factory=\"" + label(name) + "\"", meter.HOLD_BOUNDS, f.hold, f.holdSum);
   }
@@ -97,7 +97,7 @@ export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined
   header(inFlight, "dlock_guard_in_flight", "gauge", "Requests the guard let through that have not ended yet.");
   for (const [gname, row] of lua_pairs(r.guards)) {
     const name = label(gname);
-    for (const [, ev] of lua_ipairs(stats.EVENTS)) {
+    for (const [_, ev] of lua_ipairs(stats.EVENTS)) {
       lines.push("dlock_guard_events_total{guard=\"" + name + "\",mode=\"" + lua_tostring(row.get("mode")) + "\",event=\"" + ev + "\"} " +
         lua_tostring(row.get(ev)));
     }
@@ -105,16 +105,16 @@ export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined
     degraded.push("dlock_guard_degraded{guard=\"" + name + "\"} " + (row.get("degraded") === true ? "1" : "0"));
     inFlight.push("dlock_guard_in_flight{guard=\"" + name + "\"} " + lua_tostring(row.get("in_flight")));
   }
-  for (const [, l] of lua_ipairs(breakers)) lines.push(l);
-  for (const [, l] of lua_ipairs(degraded)) lines.push(l);
-  for (const [, l] of lua_ipairs(inFlight)) lines.push(l);
+  for (const [_, l] of lua_ipairs(breakers)) lines.push(l);
+  for (const [_, l] of lua_ipairs(degraded)) lines.push(l);
+  for (const [_, l] of lua_ipairs(inFlight)) lines.push(l);
   factoryLines(lines, r);
   header(lines, "dlock_unrecorded_leases_total", "counter", "Leases this nginx could not record in the shared dict (it was full).");
-  for (const [, name] of lua_ipairs(r.dicts)) {
+  for (const [_, name] of lua_ipairs(r.dicts)) {
     lines.push("dlock_unrecorded_leases_total{dict=\"" + label(name) + "\"} " + lua_tostring(r.unrecorded.get(name)));
   }
   header(lines, "dlock_replica_shortfalls_total", "counter", "Writes that fewer replicas than redis.replicas acknowledged in time.");
-  for (const [, name] of lua_ipairs(r.dicts)) {
+  for (const [_, name] of lua_ipairs(r.dicts)) {
     lines.push("dlock_replica_shortfalls_total{dict=\"" + label(name) + "\"} " + lua_tostring(r.shortfalls.get(name)));
   }
   header(lines, "dlock_redis_can_evict_locks", "gauge", "1 when the Redis has maxmemory set and a policy that evicts keys " +
@@ -156,8 +156,8 @@ function topologyLines(lines: string[]): void {
       }
     }
   }
-  for (const [, group] of lua_ipairs([info, redirects, ages, failures])) {
-    for (const [, l] of lua_ipairs(group)) lines.push(l);
+  for (const [_, group] of lua_ipairs([info, redirects, ages, failures])) {
+    for (const [_, l] of lua_ipairs(group)) lines.push(l);
   }
 }
 

@@ -40,7 +40,7 @@ function listHeld(name: string, dict: NgxSharedDict, max: number, out: common.He
   }
   // Factories' instruments share the dict with the records: look past them too.
   const [found, more] = ledger.list(dict, max, meters.keys(dict));
-  for (const [, l] of lua_ipairs(found)) {
+  for (const [_, l] of lua_ipairs(found)) {
     out.push({ dict: name, key: l.key, pid: l.pid, ttl: l.ttl, expires_at: l.expires_at });
   }
   return more;
@@ -63,7 +63,7 @@ export function report(opts?: unknown): LuaMultiReturn<[common.Report | undefine
   if (names === undefined) return $multi(undefined, err);
   const r = common.counters(names);
   let truncated = false;
-  for (const [, name] of lua_ipairs(names)) {
+  for (const [_, name] of lua_ipairs(names)) {
     if (listHeld(name, ngx_shared.get(name)!, limit - r.held.length, r.held)) {
       truncated = true;
     }
@@ -84,7 +84,7 @@ function member(name: string, value: unknown): string | undefined {
 /** The report as a JSON object, its members in a fixed order. */
 function encode(r: common.Report): LuaMultiReturn<[string | undefined, string | undefined]> {
   const dicts = new LuaTable<string, LuaTable<string, number>>();
-  for (const [, name] of lua_ipairs(r.dicts)) {
+  for (const [_, name] of lua_ipairs(r.dicts)) {
     const d = new LuaTable<string, number>();
     d.set("unrecorded_leases", r.unrecorded.get(name));
     d.set("replica_shortfalls", r.shortfalls.get(name));
@@ -115,10 +115,12 @@ function encode(r: common.Report): LuaMultiReturn<[string | undefined, string | 
     ["guards", r.guards],
     ["factories", factories],
   ];
-  for (const [, [name, value]] of lua_ipairs(rest)) {
+  for (const [_, pair] of lua_ipairs(rest)) {
+    const name = pair[0];
+    const value = pair[1];
     parts.push(member(name, value) ?? "");
   }
-  for (const [, p] of lua_ipairs(parts)) {
+  for (const [_, p] of lua_ipairs(parts)) {
     if (p === "") return $multi(undefined, "dlock: status: cannot encode the report as JSON");
   }
   return $multi("{" + table_concat(parts, ",") + "}", undefined);

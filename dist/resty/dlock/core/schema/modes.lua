@@ -15,7 +15,7 @@ function ____exports.applies(spec, mode)
     if spec.modes == nil then
         return true
     end
-    for ____, m in lua_ipairs(spec.modes) do
+    for _, m in lua_ipairs(spec.modes) do
         if m == mode then
             return true
         end
@@ -27,20 +27,19 @@ local function refusal(name, mode, list, specs)
     if mode.apart == true then
         return (name .. " does not apply to mode ") .. mode.name
     end
-    for ____, s in lua_ipairs(specs) do
-        local ____opt_0 = s.notFor
-        local why = ____opt_0 and ____opt_0[mode.name]
+    for _, s in lua_ipairs(specs) do
+        local why = s.notFor and s.notFor[mode.name]
         if s.name == name and why ~= nil then
             return ((((name .. " does not apply to mode ") .. mode.name) .. " (") .. why) .. ")"
         end
     end
     local taking = {}
     local apart = {}
-    for ____, m in lua_ipairs(list) do
-        for ____, s in lua_ipairs(specs) do
+    for _, m in lua_ipairs(list) do
+        for _, s in lua_ipairs(specs) do
             if s.name == name and ____exports.applies(s, m.name) then
-                local ____temp_2 = m.apart == true and apart or taking
-                ____temp_2[#____temp_2 + 1] = m.name
+                local into = m.apart == true and apart or taking
+                into[#into + 1] = m.name
                 break
             end
         end
@@ -55,7 +54,7 @@ end
 function ____exports.modes(path, option, list, specs)
     local all = {}
     local picker
-    for ____, s in lua_ipairs(specs) do
+    for _, s in lua_ipairs(specs) do
         all[s.name] = true
         if s.name == option then
             picker = s
@@ -65,17 +64,17 @@ function ____exports.modes(path, option, list, specs)
         lua_error(((("dlock: schema " .. path) .. ": no option ") .. option) .. " picks the mode")
     end
     local byMode = {}
-    for ____, m in lua_ipairs(list) do
+    for _, m in lua_ipairs(list) do
         local mine = {}
         local names = {}
-        for ____, s in lua_ipairs(specs) do
+        for _, s in lua_ipairs(specs) do
             if ____exports.applies(s, m.name) then
                 mine[#mine + 1] = s
                 names[s.name] = true
             end
         end
         local elsewhere = {}
-        for ____, s in lua_ipairs(specs) do
+        for _, s in lua_ipairs(specs) do
             if not (names[s.name] ~= nil) then
                 names[s.name] = true
                 elsewhere[#elsewhere + 1] = {
@@ -97,11 +96,7 @@ function ____exports.modes(path, option, list, specs)
         elseif v ~= nil then
             return check.fail(path .. " must be a table", v)
         end
-        local ____v_3 = v
-        if ____v_3 == nil then
-            ____v_3 = values.NONE
-        end
-        local given = ____v_3
+        local given = v == nil and values.NONE or v
         local odd, k = values.stranger(given, all, nil)
         if odd then
             return check.fail("unknown option in " .. path, k)

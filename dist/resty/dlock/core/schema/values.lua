@@ -26,7 +26,7 @@ function ____exports.option(spec, label)
     local unit = ""
     if spec.kind == "enum" then
         local quoted = {}
-        for ____, v in lua_ipairs(spec.values) do
+        for _, v in lua_ipairs(spec.values) do
             quoted[#quoted + 1] = ("\"" .. v) .. "\""
         end
         unit = spec.unit or ____exports.listed(quoted, "or")

@@ -102,7 +102,7 @@ function ____exports.headerFilter()
         local n = str_lower(name)
         if not (c.g.skip[n] ~= nil) then
             if lua_type(v) == "table" then
-                for ____, one in lua_ipairs(v) do
+                for _, one in lua_ipairs(v) do
                     lines[#lines + 1] = ((n .. ": ") .. one) .. "\n"
                 end
             else
@@ -127,8 +127,7 @@ function ____exports.bodyFilter()
             c.tooLarge = true
             c.chunks = {}
         else
-            local ____c_chunks_0 = c.chunks
-            ____c_chunks_0[#____c_chunks_0 + 1] = s
+            c.chunks[#c.chunks + 1] = s
         end
     end
     if arg[2] == true then

@@ -28,7 +28,7 @@ export interface Mode {
 export function applies(spec: Spec, mode: string): boolean {
   if (spec.notFor !== undefined && spec.notFor[mode] !== undefined) return false;
   if (spec.modes === undefined) return true;
-  for (const [, m] of lua_ipairs(spec.modes)) {
+  for (const [_, m] of lua_ipairs(spec.modes)) {
     if (m === mode) return true;
   }
   return false;
@@ -37,16 +37,17 @@ export function applies(spec: Spec, mode: string): boolean {
 /** Why `name`, an option of other modes, is refused in `mode`. */
 function refusal(name: string, mode: Mode, list: Mode[], specs: Spec[]): string {
   if (mode.apart === true) return name + " does not apply to mode " + mode.name;
-  for (const [, s] of lua_ipairs(specs)) {
-    const why = s.notFor?.[mode.name];
+  for (const [_, s] of lua_ipairs(specs)) {
+    const why = s.notFor && s.notFor[mode.name];
     if (s.name === name && why !== undefined) return name + " does not apply to mode " + mode.name + " (" + why + ")";
   }
   const taking: string[] = [];
   const apart: string[] = [];
-  for (const [, m] of lua_ipairs(list)) {
-    for (const [, s] of lua_ipairs(specs)) {
+  for (const [_, m] of lua_ipairs(list)) {
+    for (const [_, s] of lua_ipairs(specs)) {
       if (s.name === name && applies(s, m.name)) {
-        (m.apart === true ? apart : taking).push(m.name);
+        const into = m.apart === true ? apart : taking;
+        into.push(m.name);
         break;
       }
     }
@@ -64,23 +65,23 @@ function refusal(name: string, mode: Mode, list: Mode[], specs: Spec[]): string 
 export function modes<T>(path: string, option: string, list: Mode[], specs: Spec[]): values.Validator<T> {
   const all = new LuaTable<string, boolean>();
   let picker: Spec | undefined;
-  for (const [, s] of lua_ipairs(specs)) {
+  for (const [_, s] of lua_ipairs(specs)) {
     all.set(s.name, true);
     if (s.name === option) picker = s;
   }
   if (picker === undefined) lua_error("dlock: schema " + path + ": no option " + option + " picks the mode");
   const byMode = new LuaTable<string, values.Validator<T>>();
-  for (const [, m] of lua_ipairs(list)) {
+  for (const [_, m] of lua_ipairs(list)) {
     const mine: Spec[] = [];
     const names = new LuaTable<string, boolean>();
-    for (const [, s] of lua_ipairs(specs)) {
+    for (const [_, s] of lua_ipairs(specs)) {
       if (applies(s, m.name)) {
         mine.push(s);
         names.set(s.name, true);
       }
     }
     const elsewhere: schema.Elsewhere[] = [];
-    for (const [, s] of lua_ipairs(specs)) {
+    for (const [_, s] of lua_ipairs(specs)) {
       if (!names.has(s.name)) {
         names.set(s.name, true);
         elsewhere.push({ name: s.name, why: refusal(s.name, m, list, specs) });
@@ -98,7 +99,7 @@ export function modes<T>(path: string, option: string, list: Mode[], specs: Spec
       return check.fail(path + " must be a table", v);
     }
     // No mode to go by: a misspelt name is still the first thing to say, then the mode.
-    const given = (v ?? values.NONE) as LuaTable<AnyNotNil, unknown>;
+    const given = (v === undefined ? values.NONE : v) as LuaTable<AnyNotNil, unknown>;
     const [odd, k] = values.stranger(given, all, undefined);
     if (odd) return check.fail("unknown option in " + path, k);
     return values.value(pick, given.get(option), out) as LuaMultiReturn<[undefined, string]>;

@@ -146,7 +146,7 @@ export function option(spec: Spec, label: string): Option {
   let unit = "";
   if (spec.kind === "enum") {
     const quoted: string[] = [];
-    for (const [, v] of lua_ipairs(spec.values)) quoted.push("\"" + v + "\"");
+    for (const [_, v] of lua_ipairs(spec.values)) quoted.push("\"" + v + "\"");
     unit = spec.unit ?? listed(quoted, "or");
   }
   return { spec, label, default: (spec as { default?: unknown }).default, unit };

@@ -94,7 +94,7 @@ export function headerFilter(): void {
     const n = str_lower(name as string);
     if (!c.g.skip.has(n)) {
       if (lua_type(v) === "table") {
-        for (const [, one] of lua_ipairs(v as unknown as string[])) {
+        for (const [_, one] of lua_ipairs(v as unknown as string[])) {
           lines.push(n + ": " + one + "\n");
         }
       } else {
@@ -120,7 +120,7 @@ export function bodyFilter(): void {
       c.tooLarge = true;
       c.chunks = [];
     } else {
-      c.chunks.push(s);
+      c.chunks[c.chunks.length] = s;
     }
   }
   if (arg.get(2) === true) {

@@ -139,7 +139,7 @@ describe("redis.cluster", function()
     h.migrate_slot(c, slot, from, to, "keys")
     h.migrate_slot(c, slot, from, to, "finish")
     assert.equal(lease.token, h.cmd(to, "get", rkey))
-    local owner = { name = "cluster-spec", dict = ngx.shared.dlock, ttl = 10000, renew = false, release = true, hold = 0 }
+    local owner = { name = "cluster-spec", _dict = ngx.shared.dlock, _ttl = 10000, _renew = false, _release = true, _hold = 0 }
     local stats = require "resty.dlock.gateway.stats"
     local before = stats.count(ngx.shared.dlock, "cluster-spec", "redis_errors")
     -- The gateway's log phase: the release goes to `from`, which answers MOVED.

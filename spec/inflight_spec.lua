@@ -16,7 +16,7 @@ local function gone(key, within)
 end
 
 describe("the gateway's release queue", function()
-  local owner = { name = "queue-spec", dict = ngx.shared.dlock, ttl = 5000, renew = false, release = true, hold = 0 }
+  local owner = { name = "queue-spec", _dict = ngx.shared.dlock, _ttl = 5000, _renew = false, _release = true, _hold = 0 }
 
   it("keeps draining after queued work raises: later releases still go out", function()
     local locks = h.locks()

@@ -204,7 +204,7 @@ function exercise.posted(set, topology, opts)
   local lease = assert(locks:acquire("req", { ttl = 10000 }))
   local ports = holders(set, topology, prefix .. "req")
   for _, port in ipairs(ports) do assert.equal(lease.token, h.cmd(port, "get", prefix .. "req")) end
-  local owner = { name = "matrix", dict = ngx.shared.dlock, ttl = 10000, renew = false, release = true, hold = 0 }
+  local owner = { name = "matrix", _dict = ngx.shared.dlock, _ttl = 10000, _renew = false, _release = true, _hold = 0 }
   releases.done({ owner = owner, lease = lease, done = false, answered = releases.answered }, 0)
   local left
   for _ = 1, 100 do

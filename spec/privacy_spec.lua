@@ -31,6 +31,9 @@ local LEASE = set("key", "token", "ttl", "fence", "shared", "release", "extend",
 local LOCKS = set("acquire", "acquire_all", "with", "held", "prefix", "ttl", "wait", "owner", "reentrant")
 local MULTI = set("key", "keys", "token", "ttl", "fence", "fences", "shared", "release", "extend", "valid")
 local SEMAPHORE = set("acquire", "with", "held", "prefix", "ttl", "wait", "permits")
+local GUARD = set("name", "mode", "access", "log")
+local IDEM_GUARD = set("name", "mode", "access", "log", "header_filter", "body_filter")
+local LIMITER = set("name", "prefix", "incoming", "uncommit")
 
 describe("privacy", function()
   it("a lease shows key, token, ttl, fence and its methods; the rest is _-prefixed", function()
@@ -85,6 +88,44 @@ describe("privacy", function()
         if type(k) == "string" and k:sub(1, 1) ~= "_" then assert.is_not_table(v, k) end
       end
     end
+  end)
+
+  it("a guard of every mode shows its name, its mode and its methods; the rest is _-prefixed", function()
+    local gateway = require "resty.dlock.gateway"
+    local base = { key = "$arg_k", redis = h.redis_opts(), on_error = "deny" }
+    local n = 0
+    local function guard(mode, extra)
+      n = n + 1
+      local o = { name = "priv-" .. mode .. "-" .. ngx.worker.pid() .. "-" .. n, mode = mode }
+      for k, v in pairs(base) do o[k] = v end
+      for k, v in pairs(extra or {}) do o[k] = v end
+      return assert(gateway.new(o))
+    end
+    local guards = {
+      guard("dedup"), guard("concurrency", { permits = 2 }), guard("throttle"), guard("mutex"),
+      guard("mutex", { on_error = "local", fleet = 2 }), guard("rate", { rate = 10, period = 1000 }),
+      guard("rate", { rate = 10, period = 1000, on_error = "local", fleet = 2 }),
+    }
+    for _, g in ipairs(guards) do
+      assert.same({}, undocumented(g, GUARD), g.mode)
+      assert.matches("^priv%-", g.name)
+    end
+    local idem = guard("idempotency", { key = "$http_idempotency_key", scope = "$http_authorization" })
+    assert.same({}, undocumented(idem, IDEM_GUARD))
+    assert.equal("idempotency", idem.mode)
+    -- Nor does a readable field hand out the Redis configuration.
+    for _, g in ipairs(guards) do
+      for k, v in pairs(g) do
+        if type(k) == "string" and k:sub(1, 1) ~= "_" then assert.is_not_table(v, k) end
+      end
+    end
+  end)
+
+  it("a rate limiter shows its name, its prefix and its methods; the rest is _-prefixed", function()
+    local lim = assert(require("resty.dlock.rate").new({ dict = "dlock", name = "privacy", rate = 5, period = 1000,
+      redis = h.redis_opts() }))
+    assert.same({}, undocumented(lim, LIMITER))
+    assert.same({ "privacy", "dlock:rate:privacy:" }, { lim.name, lim.prefix })
   end)
 end)
 

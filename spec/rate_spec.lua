@@ -119,7 +119,7 @@ for _, topo in ipairs(topologies) do
 
     it("decide several limits in one call: all have room and each is charged, or none is", function()
       local lim = new(redis, { limits = { { rate = 5, period = 60000, name = "permin" }, { rate = 2, period = 60000, name = "few" } } })
-      local conf, ls = lim.redis, lim.limits
+      local conf, ls = lim._redis, lim._limits
       local key = lim.prefix .. "k"
       for i = 1, 2 do
         local reply = assert(core.decide(conf, key, ls, "1", 1))

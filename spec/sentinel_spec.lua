@@ -274,8 +274,8 @@ describe("redis.sentinel failovers of shared locks and sets", function()
     local leases = {}
     -- ttl 30 s: nothing expires during the test, so a key gone is a release that landed.
     for i = 1, N do leases[i] = assert(acked:acquire("k" .. i, { ttl = 30000 })) end
-    local owner = { name = h.unique("postfail-guard"), dict = ngx.shared.dlock, ttl = 30000, renew = false,
-      release = true, hold = 0 }
+    local owner = { name = h.unique("postfail-guard"), _dict = ngx.shared.dlock, _ttl = 30000, _renew = false,
+      _release = true, _hold = 0 }
     -- Killed, not demoted: a release cannot land on the old master between the promotion and its demotion (a
     -- write there then is lost with it, as any write acknowledged by no replica; the key expires at its ttl).
     -- Whichever replica the sentinels promote has every key: a key gone from it later is a release that landed.

@@ -33,9 +33,9 @@ local function keyOf(lim, key, cost, op)
     if lua_type(key) ~= "string" or #key == 0 or #key > MAX_KEY then
         return check.fail("key must be a non-empty string of at most 1024 bytes", key)
     end
-    if cost ~= 1 and (lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > lim.limits.most) then
+    if cost ~= 1 and (lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > lim._limits.most) then
         return check.fail(
-            ("cost must be a positive integer, at most the smallest burst (" .. lua_tostring(lim.limits.most)) .. ")",
+            ("cost must be a positive integer, at most the smallest burst (" .. lua_tostring(lim._limits.most)) .. ")",
             cost
         )
     end
@@ -49,9 +49,9 @@ local limiterMethods = {
             return nil, err, nil
         end
         local reply, rerr = decide(
-            self.redis,
+            self._redis,
             rkey,
-            self.limits,
+            self._limits,
             commit and "1" or "0",
             c
         )
@@ -61,7 +61,7 @@ local limiterMethods = {
         if reply[1] == 0 then
             return nil, "rejected", reply[2]
         end
-        return 0, least(reply, #self.limits.list), nil
+        return 0, least(reply, #self._limits.list), nil
     end,
     uncommit = function(self, key, cost)
         local c = cost == nil and 1 or cost
@@ -70,16 +70,16 @@ local limiterMethods = {
             return nil, err
         end
         local reply, rerr = decide(
-            self.redis,
+            self._redis,
             rkey,
-            self.limits,
+            self._limits,
             "-1",
             c
         )
         if reply == nil then
             return nil, rerr
         end
-        return least(reply, #self.limits.list), nil
+        return least(reply, #self._limits.list), nil
     end
 }
 local limiterMt = {__index = limiterMethods}
@@ -107,11 +107,11 @@ function ____exports.new(opts)
     local dict = o.dict
     local prefix = o.prefix or ("dlock:rate:" .. name) .. ":"
     local lim = {
-        dict = dict,
-        redis = conf,
-        prefix = prefix,
         name = name,
-        limits = ls
+        _dict = dict,
+        _redis = conf,
+        prefix = prefix,
+        _limits = ls
     }
     return lua_setmetatable(lim, limiterMt), nil
 end

@@ -33,12 +33,16 @@ const MAX_KEY = 1024;
 const COSOCKET_PHASES = check.set("rewrite", "server_rewrite", "access", "content", "timer",
   "ssl_cert", "ssl_session_fetch", "ssl_client_hello", "preread");
 
-export interface Limiter {
-  readonly dict: NgxSharedDict;
-  readonly redis: redis.RedisConf;
-  readonly prefix: string;
+/** A limiter's state: its name and prefix to read, the rest private. */
+interface State {
   readonly name: string;
-  readonly limits: core.Limits;
+  readonly _dict: NgxSharedDict;
+  readonly _redis: redis.RedisConf;
+  readonly prefix: string;
+  readonly _limits: core.Limits;
+}
+
+export interface Limiter extends State {
   incoming(key: string, commit: boolean, cost?: number): LuaMultiReturn<[number | undefined, number | string | undefined, number | undefined]>;
   uncommit(key: string, cost?: number): LuaMultiReturn<[number | undefined, string | undefined]>;
 }
@@ -54,10 +58,10 @@ function keyOf(lim: Limiter, key: unknown, cost: unknown, op: string): LuaMultiR
     return check.fail("key must be a non-empty string of at most 1024 bytes", key);
   }
   if (cost !== 1 && (lua_type(cost) !== "number" || cost !== math_floor(cost as number) || (cost as number) < 1 ||
-    (cost as number) > lim.limits.most)) {
+    (cost as number) > lim._limits.most)) {
     // More than the smallest burst could never pass: bad input, not a refusal.
     return check.fail("cost must be a positive integer, at most the smallest burst (" +
-      lua_tostring(lim.limits.most) + ")", cost);
+      lua_tostring(lim._limits.most) + ")", cost);
   }
   return $multi(lim.prefix + (key as string), undefined);
 }
@@ -74,10 +78,10 @@ const limiterMethods = {
     const c = cost === undefined ? 1 : cost;
     const [rkey, err] = keyOf(this, key, c, "incoming");
     if (rkey === undefined) return $multi(undefined, err, undefined);
-    const [reply, rerr] = decide(this.redis, rkey, this.limits, commit ? "1" : "0", c);
+    const [reply, rerr] = decide(this._redis, rkey, this._limits, commit ? "1" : "0", c);
     if (reply === undefined) return $multi(undefined, rerr, undefined);
     if (reply.get(1) === 0) return $multi(undefined, "rejected", reply.get(2));
-    return $multi(0, least(reply, this.limits.list.length), undefined);
+    return $multi(0, least(reply, this._limits.list.length), undefined);
   },
 
   /**
@@ -90,9 +94,9 @@ const limiterMethods = {
     const c = cost === undefined ? 1 : cost;
     const [rkey, err] = keyOf(this, key, c, "uncommit");
     if (rkey === undefined) return $multi(undefined, err);
-    const [reply, rerr] = decide(this.redis, rkey, this.limits, "-1", c);
+    const [reply, rerr] = decide(this._redis, rkey, this._limits, "-1", c);
     if (reply === undefined) return $multi(undefined, rerr);
-    return $multi(least(reply, this.limits.list.length), undefined);
+    return $multi(least(reply, this._limits.list.length), undefined);
   },
 };
 const limiterMt = { __index: limiterMethods };
@@ -114,6 +118,6 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Limiter | und
   const name = o.name;
   const dict = o.dict;
   const prefix = o.prefix ?? "dlock:rate:" + name + ":";
-  const lim = { dict, redis: conf, prefix, name, limits: ls };
+  const lim: State = { name, _dict: dict, _redis: conf, prefix: prefix, _limits: ls };
   return $multi(lua_setmetatable(lim, limiterMt) as unknown as Limiter, undefined);
 }

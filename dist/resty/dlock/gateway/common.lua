@@ -67,21 +67,21 @@ end
 function ____exports.keyOf(g, t)
     local raw, kerr = keys.value(t)
     if raw ~= nil then
-        keys.note(g.name, t, true, g.missingWhat)
+        keys.note(g.name, t, true, g._missingWhat)
         return raw
     end
     if kerr ~= nil then
-        stats.incr(g.dict, g.name, "key_errors")
-        keys.failed(g.name, kerr, g.errorWhat)
-        if g.onError ~= "allow" then
-            ____exports.refuse(g.headers, g.errorStatus, nil)
+        stats.incr(g._dict, g.name, "key_errors")
+        keys.failed(g.name, kerr, g._errorWhat)
+        if g._onError ~= "allow" then
+            ____exports.refuse(g._headers, g._errorStatus, nil)
         end
         return nil
     end
-    stats.incr(g.dict, g.name, "missing_key")
-    keys.note(g.name, t, false, g.missingWhat)
-    if g.onMissing == "reject" then
-        ____exports.refuse(g.headers, g.missingStatus, nil)
+    stats.incr(g._dict, g.name, "missing_key")
+    keys.note(g.name, t, false, g._missingWhat)
+    if g._onMissing == "reject" then
+        ____exports.refuse(g._headers, g._missingStatus, nil)
     end
     return nil
 end

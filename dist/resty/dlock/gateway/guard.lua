@@ -10,15 +10,15 @@ local hashed = digest.key
 local incr = stats.incr
 local req_get_method = ngx.req.get_method
 local function reject(g, status, retryAfterMs)
-    return shared.refuse(g.headers, status, retryAfterMs)
+    return shared.refuse(g._headers, status, retryAfterMs)
 end
 local function onRedisFailure(g, key)
-    if g.fallback ~= nil then
-        lockLocal.access(g, g.fallback, key, reject)
+    if g._fallback ~= nil then
+        lockLocal.access(g, g._fallback, key, reject)
         return
     end
     if not stats.failedOpen(g) then
-        reject(g, g.errorStatus, nil)
+        reject(g, g._errorStatus, nil)
     end
 end
 local guardMethods = {
@@ -29,36 +29,36 @@ local guardMethods = {
         if inflight.holds(self) then
             return
         end
-        if self.readBody then
+        if self._readBody then
             read_body()
         end
-        local raw = shared.keyOf(self, self)
+        local raw = shared.keyOf(self, self._key)
         if raw == nil then
             return
         end
         local key = hashed("", raw)
-        if stats.breakerOpen(self.dict, self.name) or self.fallback ~= nil and not lockLocal.probe(self, self.fallback) then
-            incr(self.dict, self.name, "short_circuited")
+        if stats.breakerOpen(self._dict, self.name) or self._fallback ~= nil and not lockLocal.probe(self, self._fallback) then
+            incr(self._dict, self.name, "short_circuited")
             onRedisFailure(self, key)
             return
         end
-        local reads = self.sharedMethods ~= nil and self.sharedMethods[req_get_method()] ~= nil
-        local locks = self.locks
-        local l, err, retryAfter = locks:acquire(key, reads and self.sharedTry or self.tryOpts)
-        if l == nil and err == "busy" and self.wait > 0 then
-            incr(self.dict, self.name, "waited")
-            l, err, retryAfter = locks:acquire(key, reads and self.sharedWait or self.waitOpts)
+        local reads = self._sharedMethods ~= nil and self._sharedMethods[req_get_method()] ~= nil
+        local locks = self._locks
+        local l, err, retryAfter = locks:acquire(key, reads and self._sharedTry or self._tryOpts)
+        if l == nil and err == "busy" and self._wait > 0 then
+            incr(self._dict, self.name, "waited")
+            l, err, retryAfter = locks:acquire(key, reads and self._sharedWait or self._waitOpts)
         end
         if l ~= nil then
-            stats.success(self.dict, self.name)
-            incr(self.dict, self.name, "acquired")
+            stats.success(self._dict, self.name)
+            incr(self._dict, self.name, "acquired")
             inflight.track(self, l)
             return
         end
         if err == "busy" or err == "timeout" then
-            stats.success(self.dict, self.name)
-            incr(self.dict, self.name, err == "busy" and "rejected" or "timed_out")
-            reject(self, self.rejectStatus, retryAfter)
+            stats.success(self._dict, self.name)
+            incr(self._dict, self.name, err == "busy" and "rejected" or "timed_out")
+            reject(self, self._rejectStatus, retryAfter)
             return
         end
         stats.redisFailed(self, err)
@@ -66,8 +66,8 @@ local guardMethods = {
     end,
     log = function(self)
         inflight.finish(self)
-        if self.fallback ~= nil then
-            lockLocal.finish(self, self.fallback)
+        if self._fallback ~= nil then
+            lockLocal.finish(self, self._fallback)
         end
     end
 }

@@ -95,22 +95,22 @@ local function access(g)
     if not shared.decides(g.name) then
         return
     end
-    if inflight.holds(g.owner) then
+    if inflight.holds(g._owner) then
         return
     end
     local method = req_get_method()
-    if not (g.methods[method] ~= nil) then
+    if not (g._methods[method] ~= nil) then
         return
     end
-    local raw, kerr = keys.value(g.key)
+    local raw, kerr = keys.value(g._key)
     if raw == nil then
         if kerr ~= nil then
             answers.keyFailure(g, kerr)
             return
         end
-        stats.incr(g.dict, g.name, "missing_key")
-        keys.note(g.name, g.key, false, g.missingWhat)
-        if g.onMissing == "reject" then
+        stats.incr(g._dict, g.name, "missing_key")
+        keys.note(g.name, g._key, false, g._missingWhat)
+        if g._onMissing == "reject" then
             answers.problem(
                 g,
                 400,
@@ -121,10 +121,10 @@ local function access(g)
         end
         return
     end
-    keys.note(g.name, g.key, true, g.missingWhat)
+    keys.note(g.name, g._key, true, g._missingWhat)
     local k = ____exports.parseKey(raw)
     if k == nil then
-        stats.incr(g.dict, g.name, "missing_key")
+        stats.incr(g._dict, g.name, "missing_key")
         answers.problem(
             g,
             400,
@@ -134,7 +134,7 @@ local function access(g)
         )
         return
     end
-    local b, berr = body(g.maxRequestBody)
+    local b, berr = body(g._maxRequestBody)
     if b == nil then
         if berr == "large" then
             answers.problem(
@@ -142,7 +142,7 @@ local function access(g)
                 413,
                 "request-too-large",
                 "Request body too large for an idempotent request",
-                ("requests with an Idempotency-Key may have bodies of up to " .. lua_tostring(g.maxRequestBody)) .. " bytes"
+                ("requests with an Idempotency-Key may have bodies of up to " .. lua_tostring(g._maxRequestBody)) .. " bytes"
             )
         end
         ngx_log(ERR, "dlock: guard ", g.name, ": cannot read the request body back from its temp file")
@@ -156,21 +156,21 @@ local function access(g)
         return
     end
     local fp = fingerprint(method, b)
-    if stats.breakerOpen(g.dict, g.name) then
-        stats.incr(g.dict, g.name, "short_circuited")
+    if stats.breakerOpen(g._dict, g.name) then
+        stats.incr(g._dict, g.name, "short_circuited")
         answers.onRedisFailure(g, nil)
         return
     end
     local scoped = k
-    if g.scope ~= nil then
-        local sv, serr = keys.value(g.scope)
+    if g._scope ~= nil then
+        local sv, serr = keys.value(g._scope)
         if sv == nil then
             if serr ~= nil then
                 answers.keyFailure(g, "scope: " .. serr)
                 return
             end
-            stats.incr(g.dict, g.name, "missing_key")
-            if g.onMissing == "reject" then
+            stats.incr(g._dict, g.name, "missing_key")
+            if g._onMissing == "reject" then
                 answers.problem(
                     g,
                     400,
@@ -183,7 +183,7 @@ local function access(g)
         end
         scoped = sha1_bin(sv) .. k
     end
-    local rkey = digest.key(g.prefix, scoped)
+    local rkey = digest.key(g._prefix, scoped)
     local tok, terr = token.random()
     if tok == nil then
         answers.onRedisFailure(g, terr)
@@ -194,10 +194,10 @@ local function access(g)
         if rec.fp ~= fp then
             answers.answer(g, rec, fp)
         end
-        stats.incr(g.dict, g.name, "waited")
+        stats.incr(g._dict, g.name, "waited")
         what, rec, err = claims.waitFor(g, rkey, tok, fp)
         if what == "timeout" then
-            stats.incr(g.dict, g.name, "timed_out")
+            stats.incr(g._dict, g.name, "timed_out")
             answers.inFlight(g)
         end
     end
@@ -215,7 +215,7 @@ local guardMethods = {
         access(self)
     end,
     log = function(self)
-        inflight.finish(self.owner)
+        inflight.finish(self._owner)
         capture.finish()
     end,
     header_filter = function(self)

@@ -41,28 +41,28 @@ local function endHeld(h, how, status)
     end
     h.done = true
     local o = h.owner
-    if o.renew then
+    if o._renew then
         renewals.unwatch(h)
     end
-    stats.adjust(o.dict, o.name, "in_flight", -1)
-    if not o.release then
+    stats.adjust(o._dict, o.name, "in_flight", -1)
+    if not o._release then
         return
     end
     if how == "aborted" then
-        stats.incr(o.dict, o.name, "aborted")
+        stats.incr(o._dict, o.name, "aborted")
         return
     end
     if how == "unlogged" then
-        stats.incr(o.dict, o.name, "unlogged")
+        stats.incr(o._dict, o.name, "unlogged")
         if not (warnedUnlogged[o.name] ~= nil) then
             warnUnlogged(o)
         end
     end
-    releases.done(h, how == "logged" and o.hold > 0 and status >= 200 and status < 300 and o.hold or 0)
+    releases.done(h, how == "logged" and o._hold > 0 and status >= 200 and status < 300 and o._hold or 0)
 end
 local function endOne(rid, h, how, status)
     endHeld(h, how, status)
-    local unlogged = h.owner.unlogged
+    local unlogged = h.owner._unlogged
     if how == "unlogged" and unlogged ~= nil then
         unlogged(rid)
     end
@@ -192,7 +192,7 @@ local keeper = {
 local function keep(owner)
     tick = math_min(
         tick,
-        math_max(MIN_TICK, owner.ttl / 6000)
+        math_max(MIN_TICK, owner._ttl / 6000)
     )
     if keeper.running then
         return
@@ -250,8 +250,8 @@ function ____exports.track(owner, l)
         end
         req.more[#req.more + 1] = h
     end
-    stats.adjust(owner.dict, owner.name, "in_flight", 1)
-    if owner.renew then
+    stats.adjust(owner._dict, owner.name, "in_flight", 1)
+    if owner._renew then
         renewals.watch(h)
     end
     keep(owner)

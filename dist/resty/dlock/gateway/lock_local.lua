@@ -49,7 +49,7 @@ end
 local function sweep(g, l)
     for k, h in lua_pairs(l.held) do
         if not request.alive(h.anchor) then
-            g.dict:delete(h.slot)
+            g._dict:delete(h.slot)
             l.held[k] = nil
             l.count = l.count - 1
         end
@@ -59,7 +59,7 @@ end
 local function take(g, l, k)
     for i = 1, l.share do
         local slot = ((l.prefix .. k) .. ":") .. lua_tostring(i)
-        local ok = g.dict:add(slot, true, l.ttl)
+        local ok = g._dict:add(slot, true, l.ttl)
         if ok == true then
             return slot
         end
@@ -82,9 +82,9 @@ function ____exports.access(g, l, k, refuse)
         sweep(g, l)
     end
     local slot = take(g, l, k)
-    if slot == nil and g.wait > 0 then
+    if slot == nil and g._wait > 0 then
         ngx_update_time()
-        local deadline = ngx_now() + g.wait / 1000
+        local deadline = ngx_now() + g._wait / 1000
         local nap = 0.005
         while slot == nil do
             local left = deadline - ngx_now()
@@ -98,17 +98,17 @@ function ____exports.access(g, l, k, refuse)
         end
     end
     if slot == nil then
-        incr(g.dict, g.name, "local_rejected")
-        refuse(g, g.rejectStatus, nil)
+        incr(g._dict, g.name, "local_rejected")
+        refuse(g, g._rejectStatus, nil)
         return
     end
-    incr(g.dict, g.name, "local_admitted")
+    incr(g._dict, g.name, "local_admitted")
     if a ~= nil then
         local old = l.held[a.id]
         if old == nil then
             l.count = l.count + 1
         else
-            g.dict:delete(old.slot)
+            g._dict:delete(old.slot)
         end
         l.held[a.id] = {anchor = a, slot = slot}
     end
@@ -126,7 +126,7 @@ function ____exports.finish(g, l)
     if h == nil then
         return
     end
-    g.dict:delete(h.slot)
+    g._dict:delete(h.slot)
     l.held[rid] = nil
     l.count = l.count - 1
 end
@@ -134,7 +134,7 @@ end
 function ____exports.finishAll()
     for i = 1, #withLocal do
         local g = withLocal[i]
-        ____exports.finish(g, g.fallback)
+        ____exports.finish(g, g._fallback)
     end
 end
 --- In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again.
@@ -142,7 +142,7 @@ local function probeRedis(premature, g)
     if premature then
         return
     end
-    local lease, err = g.locks:acquire("dlock-probe", g.tryOpts)
+    local lease, err = g._locks:acquire("dlock-probe", g._tryOpts)
     if lease == nil and err ~= "busy" and err ~= "timeout" then
         stats.noteFailure(g, err)
         return
@@ -150,7 +150,7 @@ local function probeRedis(premature, g)
     if lease ~= nil then
         lease:release()
     end
-    stats.success(g.dict, g.name)
+    stats.success(g._dict, g.name)
 end
 --- After the cool-down (half open): may this request ask Redis? Not until a
 -- probe in a timer of this nginx found Redis back (one at a time).

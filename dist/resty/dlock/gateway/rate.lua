@@ -10,8 +10,8 @@ local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
 function fields(g, reply)
     local header = ngx_.header
-    header["RateLimit-Policy"] = g.policy
-    local items = g.items
+    header["RateLimit-Policy"] = g._policy
+    local items = g._items
     if #items == 1 then
         header.RateLimit = items[1] .. str_format(
             "%d;t=%d",
@@ -20,7 +20,7 @@ function fields(g, reply)
         )
         return
     end
-    local parts = g.parts
+    local parts = g._parts
     for i = 1, #items do
         parts[i] = items[i] .. str_format(
             "%d;t=%d",
@@ -46,23 +46,23 @@ local incr = stats.incr
 --- Entries of `seen` before the dead ones are swept.
 local SEEN_SWEEP = 1000
 local function finish(g, status, retryAfterMs)
-    return shared.refuse(g.headers, status, retryAfterMs)
+    return shared.refuse(g._headers, status, retryAfterMs)
 end
 local function onRedisFailure(g, k)
-    if g.shares ~= nil then
-        local reply = fallback.decide(g.dict, k, g.shares, g.cost)
-        if g.policy ~= nil then
+    if g._shares ~= nil then
+        local reply = fallback.decide(g._dict, k, g._shares, g._cost)
+        if g._policy ~= nil then
             fields(g, reply)
         end
         if reply[1] == 0 then
-            incr(g.dict, g.name, "local_rejected")
-            finish(g, g.rejectStatus, reply[2])
+            incr(g._dict, g.name, "local_rejected")
+            finish(g, g._rejectStatus, reply[2])
         end
-        incr(g.dict, g.name, "local_admitted")
+        incr(g._dict, g.name, "local_admitted")
         return
     end
     if not stats.failedOpen(g) then
-        finish(g, g.errorStatus, nil)
+        finish(g, g._errorStatus, nil)
     end
 end
 --- Has this request been decided for already (it came back through an internal redirect)? Marks it when not.
@@ -71,24 +71,24 @@ local function again(g)
     if rid == nil then
         return false
     end
-    local a = g.seen[rid]
+    local a = g._seen[rid]
     if a ~= nil and request.alive(a) then
         return true
     end
-    if g.seenCount >= SEEN_SWEEP then
-        for k, v in lua_pairs(g.seen) do
+    if g._seenCount >= SEEN_SWEEP then
+        for k, v in lua_pairs(g._seen) do
             if not request.alive(v) then
-                g.seen[k] = nil
-                g.seenCount = g.seenCount - 1
+                g._seen[k] = nil
+                g._seenCount = g._seenCount - 1
             end
         end
     end
     local an = request.anchor()
     if an ~= nil and an.ref >= 0 then
         if a == nil then
-            g.seenCount = g.seenCount + 1
+            g._seenCount = g._seenCount + 1
         end
-        g.seen[rid] = an
+        g._seen[rid] = an
     end
     return false
 end
@@ -99,44 +99,44 @@ local function access(g)
     if again(g) then
         return
     end
-    local raw = shared.keyOf(g, g.key)
+    local raw = shared.keyOf(g, g._key)
     if raw == nil then
         return
     end
-    local rkey = hashed(g.prefix, raw)
-    if stats.breakerOpen(g.dict, g.name) or g.shares ~= nil and not fallback.probe(g) then
-        incr(g.dict, g.name, "short_circuited")
+    local rkey = hashed(g._prefix, raw)
+    if stats.breakerOpen(g._dict, g.name) or g._shares ~= nil and not fallback.probe(g) then
+        incr(g._dict, g.name, "short_circuited")
         onRedisFailure(
             g,
-            str_sub(rkey, #g.prefix + 1)
+            str_sub(rkey, #g._prefix + 1)
         )
         return
     end
     local reply, err = decide(
-        g.conf,
+        g._conf,
         rkey,
-        g.limits,
+        g._limits,
         "1",
-        g.cost
+        g._cost
     )
     if reply == nil then
         stats.redisFailed(g, err)
         onRedisFailure(
             g,
-            str_sub(rkey, #g.prefix + 1)
+            str_sub(rkey, #g._prefix + 1)
         )
         return
     end
-    stats.success(g.dict, g.name)
-    if g.policy ~= nil then
+    stats.success(g._dict, g.name)
+    if g._policy ~= nil then
         fields(g, reply)
     end
     if reply[1] == 0 then
-        incr(g.dict, g.name, "rejected")
-        finish(g, g.rejectStatus, reply[2])
+        incr(g._dict, g.name, "rejected")
+        finish(g, g._rejectStatus, reply[2])
         return
     end
-    incr(g.dict, g.name, "acquired")
+    incr(g._dict, g.name, "acquired")
 end
 local guardMethods = {
     access = function(self)
@@ -212,29 +212,29 @@ function ____exports.create(o, name)
     local g = {
         name = name,
         mode = "rate",
-        dict = dict,
-        key = key,
-        conf = conf,
-        prefix = prefix,
-        limits = ls,
-        cost = cost,
-        policy = headersOn and policyOf(ls) or nil,
-        items = items,
-        parts = {},
-        missingWhat = onMissing == "reject" and ("refused with " .. lua_tostring(missingStatus)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
-        errorWhat = onError == "allow" and "let through unguarded (on_error = \"allow\")" or ((("refused with " .. lua_tostring(common.errorStatus)) .. " (on_error = \"") .. onError) .. "\")",
-        onMissing = onMissing,
-        onError = onError,
-        shares = shares,
-        probeFor = (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1,
-        rejectStatus = rejectStatus,
-        missingStatus = missingStatus,
-        errorStatus = common.errorStatus,
-        headers = common.headers,
-        breakerFailures = common.breakerFailures,
-        breakerCooldown = common.breakerCooldown,
-        seen = {},
-        seenCount = 0
+        _dict = dict,
+        _key = key,
+        _conf = conf,
+        _prefix = prefix,
+        _limits = ls,
+        _cost = cost,
+        _policy = headersOn and policyOf(ls) or nil,
+        _items = items,
+        _parts = {},
+        _missingWhat = onMissing == "reject" and ("refused with " .. lua_tostring(missingStatus)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
+        _errorWhat = onError == "allow" and "let through unguarded (on_error = \"allow\")" or ((("refused with " .. lua_tostring(common.errorStatus)) .. " (on_error = \"") .. onError) .. "\")",
+        _onMissing = onMissing,
+        _onError = onError,
+        _shares = shares,
+        _probeFor = (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1,
+        _rejectStatus = rejectStatus,
+        _missingStatus = missingStatus,
+        _errorStatus = common.errorStatus,
+        _headers = common.headers,
+        _breakerFailures = common.breakerFailures,
+        _breakerCooldown = common.breakerCooldown,
+        _seen = {},
+        _seenCount = 0
     }
     return lua_setmetatable(g, guardMt), nil
 end

@@ -69,9 +69,9 @@ local function probeRedis(premature, g)
         return
     end
     local reply, err = core.decide(
-        g.conf,
-        g.prefix .. "probe",
-        g.limits,
+        g._conf,
+        g._prefix .. "probe",
+        g._limits,
         "0",
         1
     )
@@ -79,13 +79,13 @@ local function probeRedis(premature, g)
         stats.noteFailure(g, err)
         return
     end
-    stats.success(g.dict, g.name)
+    stats.success(g._dict, g.name)
 end
 --- With on_error = "local", after the cool-down (half open): may this request
 -- ask Redis? Not until a probe in a timer of this nginx has found Redis back
 -- (one at a time, for up to a call's timeouts): meanwhile requests keep
 -- deciding locally, none waits on a Redis that may still be gone.
 function ____exports.probe(g)
-    return stats.probed(g, g.probeFor, probeRedis)
+    return stats.probed(g, g._probeFor, probeRedis)
 end
 return ____exports

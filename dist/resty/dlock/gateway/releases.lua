@@ -6,7 +6,7 @@ local batch = require("resty.dlock.core.batch")
 local lease = require("resty.dlock.core.lease")
 local stats = require("resty.dlock.gateway.stats")
 function failed(owner, what, err)
-    stats.incr(owner.dict, owner.name, "redis_errors")
+    stats.incr(owner._dict, owner.name, "redis_errors")
     ngx_log(
         WARN,
         "dlock: guard ",
@@ -193,7 +193,7 @@ local function answered(j)
     end
     local o = h.owner
     if j.fault ~= "redirect" then
-        stats.incr(o.dict, o.name, "redis_errors")
+        stats.incr(o._dict, o.name, "redis_errors")
     end
     enqueue(o, h.lease, 0)
 end

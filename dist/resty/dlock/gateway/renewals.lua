@@ -13,7 +13,7 @@ local hooksOf = {}
 local function makeHooks(owner)
     local hk = {
         renewed = function()
-            stats.incr(owner.dict, owner.name, "renewed")
+            stats.incr(owner._dict, owner.name, "renewed")
         end,
         lost = function(l)
             local h = heldOf[l]
@@ -22,8 +22,8 @@ local function makeHooks(owner)
                 return
             end
             h.done = true
-            stats.adjust(owner.dict, owner.name, "in_flight", -1)
-            stats.incr(owner.dict, owner.name, "lost")
+            stats.adjust(owner._dict, owner.name, "in_flight", -1)
+            stats.incr(owner._dict, owner.name, "lost")
             ngx_log(
                 ERR,
                 "dlock: guard ",
@@ -34,7 +34,7 @@ local function makeHooks(owner)
             )
         end,
         failed = function(l, err)
-            stats.incr(owner.dict, owner.name, "redis_errors")
+            stats.incr(owner._dict, owner.name, "redis_errors")
             ngx_log(
                 WARN,
                 "dlock: guard ",

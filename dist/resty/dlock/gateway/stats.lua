@@ -81,10 +81,10 @@ end
 -- for up to probeFor seconds), has found Redis back: meanwhile requests keep
 -- deciding locally, none waits on a Redis that may still be gone.
 function ____exports.probed(g, probeFor, probe)
-    if ____exports.breakerState(g.dict, g.name) ~= "half_open" then
+    if ____exports.breakerState(g._dict, g.name) ~= "half_open" then
         return true
     end
-    local first = g.dict:add("b:probe:" .. g.name, true, probeFor)
+    local first = g._dict:add("b:probe:" .. g.name, true, probeFor)
     if first == true then
         local ok, err = ngx_.timer.at(0, probe, g)
         if ok == nil then
@@ -138,7 +138,7 @@ function ____exports.success(dict, guard)
 end
 --- Redis failed a guard: told to the breaker, logged (a probe of a half-open breaker stops here).
 function ____exports.noteFailure(g, err)
-    ____exports.failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown)
+    ____exports.failure(g._dict, g.name, g._breakerFailures, g._breakerCooldown)
     ngx_log(
         ERR,
         "dlock: guard ",
@@ -149,18 +149,18 @@ function ____exports.noteFailure(g, err)
 end
 --- Redis failed a request's call: counted as redis_errors, then as noteFailure.
 function ____exports.redisFailed(g, err)
-    ____exports.incr(g.dict, g.name, "redis_errors")
+    ____exports.incr(g._dict, g.name, "redis_errors")
     ____exports.noteFailure(g, err)
 end
 --- Redis cannot decide and nothing local does: true when on_error = "allow"
 -- lets the request through (counted failed_open), false when the guard must
 -- refuse it (counted failed_closed).
 function ____exports.failedOpen(g)
-    if g.onError == "allow" then
-        ____exports.incr(g.dict, g.name, "failed_open")
+    if g._onError == "allow" then
+        ____exports.incr(g._dict, g.name, "failed_open")
         return true
     end
-    ____exports.incr(g.dict, g.name, "failed_closed")
+    ____exports.incr(g._dict, g.name, "failed_closed")
     return false
 end
 --- Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx.

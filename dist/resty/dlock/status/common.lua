@@ -51,7 +51,7 @@ function ____exports.dictNames(o)
     end
     local mine = {}
     for _, g in lua_ipairs(gateway.guards()) do
-        mine[#mine + 1] = g.dict
+        mine[#mine + 1] = g._dict
     end
     for _, d in lua_ipairs(meter.known()) do
         mine[#mine + 1] = d
@@ -169,12 +169,12 @@ function ____exports.counters(names)
     for _, g in lua_ipairs(gateway.guards()) do
         local row = {}
         row.mode = g.mode
-        local breaker = stats.breakerState(g.dict, g.name)
+        local breaker = stats.breakerState(g._dict, g.name)
         row.breaker = breaker
-        row.degraded = breaker ~= "closed" and g.onError == "local"
-        row.in_flight = stats.gauge(g.dict, g.name, "in_flight")
+        row.degraded = breaker ~= "closed" and g._onError == "local"
+        row.in_flight = stats.gauge(g._dict, g.name, "in_flight")
         for _, e in lua_ipairs(stats.EVENTS) do
-            row[e] = stats.count(g.dict, g.name, e)
+            row[e] = stats.count(g._dict, g.name, e)
         end
         guards[g.name] = row
     end

@@ -58,15 +58,15 @@ export function refuse(headers: LuaTable<string, string> | undefined, status: nu
 
 /** What a guard needs to answer a request whose key it cannot have. */
 export interface Keyed {
-  readonly dict: NgxSharedDict;
+  readonly _dict: NgxSharedDict;
   readonly name: string;
-  readonly errorWhat: string;
-  readonly missingWhat: string;
-  readonly onError: string;
-  readonly onMissing: "pass" | "reject";
-  readonly errorStatus: number;
-  readonly missingStatus: number;
-  readonly headers: LuaTable<string, string> | undefined;
+  readonly _errorWhat: string;
+  readonly _missingWhat: string;
+  readonly _onError: string;
+  readonly _onMissing: "pass" | "reject";
+  readonly _errorStatus: number;
+  readonly _missingStatus: number;
+  readonly _headers: LuaTable<string, string> | undefined;
 }
 
 /**
@@ -78,17 +78,17 @@ export interface Keyed {
 export function keyOf(g: Keyed, t: keys.Template): string | undefined {
   const [raw, kerr] = keys.value(t);
   if (raw !== undefined) {
-    keys.note(g.name, t, true, g.missingWhat);
+    keys.note(g.name, t, true, g._missingWhat);
     return raw;
   }
   if (kerr !== undefined) {
-    stats.incr(g.dict, g.name, "key_errors");
-    keys.failed(g.name, kerr, g.errorWhat);
-    if (g.onError !== "allow") refuse(g.headers, g.errorStatus, undefined);
+    stats.incr(g._dict, g.name, "key_errors");
+    keys.failed(g.name, kerr, g._errorWhat);
+    if (g._onError !== "allow") refuse(g._headers, g._errorStatus, undefined);
     return undefined;
   }
-  stats.incr(g.dict, g.name, "missing_key");
-  keys.note(g.name, t, false, g.missingWhat);
-  if (g.onMissing === "reject") refuse(g.headers, g.missingStatus, undefined);
+  stats.incr(g._dict, g.name, "missing_key");
+  keys.note(g.name, t, false, g._missingWhat);
+  if (g._onMissing === "reject") refuse(g._headers, g._missingStatus, undefined);
   return undefined;
 }

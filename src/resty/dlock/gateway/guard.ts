@@ -17,13 +17,14 @@ const incr = stats.incr;
 const req_get_method = ngx.req.get_method;
 
 export type Mode = "dedup" | "concurrency" | "throttle" | "mutex";
-type KeyFn = keys.KeyFn;
 
 /** What status pages need of any guard (idempotency guards included). */
 export interface Listed {
   readonly name: string;
   readonly mode: string;
-  readonly dict: NgxSharedDict;
+  readonly _dict: NgxSharedDict;
+  /** "local": the guard decides alone while its breaker is open (status shows it degraded). */
+  readonly _onError: string;
 }
 
 /** A lock factory or a semaphore: what a guard acquires from. */
@@ -32,58 +33,59 @@ export interface Acquirer {
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
 }
 
-export interface Guard {
+/** A guard's state: its name and mode to read, the rest private (gateway.new builds it). */
+export interface State {
   readonly name: string;
   readonly mode: Mode;
-  /** Key template: literal parts and nginx variable names, alternating (literal first). */
-  readonly parts: LuaTable<number, string> | undefined;
-  readonly keyFn: KeyFn | undefined;
-  readonly only: string | undefined;
-  readonly source: string;
+  /** The key option, compiled (key.ts). */
+  readonly _key: keys.Template;
   /** What happens to a request without its key, and to one whose key cannot be computed (for log lines). */
-  readonly missingWhat: string;
-  readonly errorWhat: string;
-  readonly locks: Acquirer;
-  readonly dict: NgxSharedDict;
-  readonly ttl: number;
-  readonly hold: number;
-  readonly wait: number;
-  readonly renew: boolean;
+  readonly _missingWhat: string;
+  readonly _errorWhat: string;
+  readonly _locks: Acquirer;
+  readonly _dict: NgxSharedDict;
+  readonly _ttl: number;
+  readonly _hold: number;
+  readonly _wait: number;
+  readonly _renew: boolean;
   /** Release when the request ends (not throttle: its key stays for the ttl). */
-  readonly release: boolean;
+  readonly _release: boolean;
   /** Read the request body before taking the lease (slow uploads hold no permit). */
-  readonly readBody: boolean;
-  readonly onMissing: "pass" | "reject";
-  readonly onError: "allow" | "deny" | "local";
+  readonly _readBody: boolean;
+  readonly _onMissing: "pass" | "reject";
+  readonly _onError: "allow" | "deny" | "local";
   /** on_error = "local" (concurrency, mutex): this nginx's share while Redis cannot decide. */
-  readonly fallback: lockLocal.Local | undefined;
-  readonly rejectStatus: number;
-  readonly missingStatus: number;
-  readonly errorStatus: number;
-  readonly headers: LuaTable<string, string> | undefined;
-  readonly breakerFailures: number;
-  readonly breakerCooldown: number;
+  readonly _fallback: lockLocal.Local | undefined;
+  readonly _rejectStatus: number;
+  readonly _missingStatus: number;
+  readonly _errorStatus: number;
+  readonly _headers: LuaTable<string, string> | undefined;
+  readonly _breakerFailures: number;
+  readonly _breakerCooldown: number;
   /** Reused acquire options: first try without waiting, then with the wait budget. */
-  readonly tryOpts: LuaTable<string, unknown>;
-  readonly waitOpts: LuaTable<string, unknown>;
+  readonly _tryOpts: LuaTable<string, unknown>;
+  readonly _waitOpts: LuaTable<string, unknown>;
   /** (rwlock) Mode mutex: methods whose requests take the lock shared, with their acquire options. */
-  readonly sharedMethods: LuaSet<string> | undefined;
-  readonly sharedTry: LuaTable<string, unknown> | undefined;
-  readonly sharedWait: LuaTable<string, unknown> | undefined;
+  readonly _sharedMethods: LuaSet<string> | undefined;
+  readonly _sharedTry: LuaTable<string, unknown> | undefined;
+  readonly _sharedWait: LuaTable<string, unknown> | undefined;
+}
+
+export interface Guard extends State {
   access(): void;
   log(): void;
 }
 
 function reject(g: Guard, status: number, retryAfterMs: number | undefined): never {
-  return shared.refuse(g.headers, status, retryAfterMs);
+  return shared.refuse(g._headers, status, retryAfterMs);
 }
 
 function onRedisFailure(g: Guard, key: string): void {
-  if (g.fallback !== undefined) {
-    lockLocal.access(g, g.fallback, key, reject);
+  if (g._fallback !== undefined) {
+    lockLocal.access(g, g._fallback, key, reject);
     return;
   }
-  if (!stats.failedOpen(g)) reject(g, g.errorStatus, undefined);
+  if (!stats.failedOpen(g)) reject(g, g._errorStatus, undefined);
 }
 
 const guardMethods = {
@@ -94,37 +96,37 @@ const guardMethods = {
       // The same request again, after an internal redirect: it holds the key already.
       return;
     }
-    if (this.readBody) {
+    if (this._readBody) {
       // A permit held while a slow client trickles its body in would starve the key.
       read_body();
     }
-    const raw = shared.keyOf(this, this);
+    const raw = shared.keyOf(this, this._key);
     if (raw === undefined) return;
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
     const key = hashed("", raw);
-    if (stats.breakerOpen(this.dict, this.name) || (this.fallback !== undefined && !lockLocal.probe(this, this.fallback))) {
-      incr(this.dict, this.name, "short_circuited");
+    if (stats.breakerOpen(this._dict, this.name) || (this._fallback !== undefined && !lockLocal.probe(this, this._fallback))) {
+      incr(this._dict, this.name, "short_circuited");
       onRedisFailure(this, key);
       return;
     }
     // Readers share the key (gateway option shared).
-    const reads = this.sharedMethods !== undefined && this.sharedMethods.has(req_get_method());
-    const locks = this.locks;
-    let [l, err, retryAfter] = locks.acquire(key, (reads && this.sharedTry) || this.tryOpts);
-    if (l === undefined && err === "busy" && this.wait > 0) {
-      incr(this.dict, this.name, "waited");
-      [l, err, retryAfter] = locks.acquire(key, (reads && this.sharedWait) || this.waitOpts);
+    const reads = this._sharedMethods !== undefined && this._sharedMethods.has(req_get_method());
+    const locks = this._locks;
+    let [l, err, retryAfter] = locks.acquire(key, (reads && this._sharedTry) || this._tryOpts);
+    if (l === undefined && err === "busy" && this._wait > 0) {
+      incr(this._dict, this.name, "waited");
+      [l, err, retryAfter] = locks.acquire(key, (reads && this._sharedWait) || this._waitOpts);
     }
     if (l !== undefined) {
-      stats.success(this.dict, this.name);
-      incr(this.dict, this.name, "acquired");
+      stats.success(this._dict, this.name);
+      incr(this._dict, this.name, "acquired");
       inflight.track(this, l);
       return;
     }
     if (err === "busy" || err === "timeout") {
-      stats.success(this.dict, this.name);
-      incr(this.dict, this.name, err === "busy" ? "rejected" : "timed_out");
-      reject(this, this.rejectStatus, retryAfter);
+      stats.success(this._dict, this.name);
+      incr(this._dict, this.name, err === "busy" ? "rejected" : "timed_out");
+      reject(this, this._rejectStatus, retryAfter);
       return;
     }
     stats.redisFailed(this, err);
@@ -138,7 +140,7 @@ const guardMethods = {
    */
   log(this: Guard): void {
     inflight.finish(this);
-    if (this.fallback !== undefined) lockLocal.finish(this, this.fallback);
+    if (this._fallback !== undefined) lockLocal.finish(this, this._fallback);
   },
 };
 /** The metatable of every guard of these modes. */

@@ -121,53 +121,53 @@ function fingerprint(method: string, b: string): string {
 
 function access(g: Guard): void {
   if (!shared.decides(g.name)) return;
-  if (inflight.holds(g.owner)) {
+  if (inflight.holds(g._owner)) {
     // The same request again, after an internal redirect: it holds the claim already.
     return;
   }
   const method = req_get_method();
-  if (!g.methods.has(method)) return;
-  const [raw, kerr] = keys.value(g.key);
+  if (!g._methods.has(method)) return;
+  const [raw, kerr] = keys.value(g._key);
   if (raw === undefined) {
     if (kerr !== undefined) {
       answers.keyFailure(g, kerr);
       return;
     }
-    stats.incr(g.dict, g.name, "missing_key");
-    keys.note(g.name, g.key, false, g.missingWhat);
-    if (g.onMissing === "reject") {
+    stats.incr(g._dict, g.name, "missing_key");
+    keys.note(g.name, g._key, false, g._missingWhat);
+    if (g._onMissing === "reject") {
       answers.problem(g, 400, "missing-key", "Idempotency-Key missing", "this endpoint requires an Idempotency-Key header");
     }
     return;
   }
-  keys.note(g.name, g.key, true, g.missingWhat);
+  keys.note(g.name, g._key, true, g._missingWhat);
   const k = parseKey(raw);
   if (k === undefined) {
-    stats.incr(g.dict, g.name, "missing_key");
+    stats.incr(g._dict, g.name, "missing_key");
     answers.problem(g, 400, "invalid-key", "Idempotency-Key invalid",
       "the key must be a quoted string or a token of 1 to " + lua_tostring(MAX_KEY) + " printable ASCII characters");
     return;
   }
-  const [b, berr] = body(g.maxRequestBody);
+  const [b, berr] = body(g._maxRequestBody);
   if (b === undefined) {
     if (berr === "large") {
       answers.problem(g, 413, "request-too-large", "Request body too large for an idempotent request",
-        "requests with an Idempotency-Key may have bodies of up to " + lua_tostring(g.maxRequestBody) + " bytes");
+        "requests with an Idempotency-Key may have bodies of up to " + lua_tostring(g._maxRequestBody) + " bytes");
     }
     ngx_log(ERR, "dlock: guard ", g.name, ": cannot read the request body back from its temp file");
     answers.problem(g, 500, "unreadable", "Request body unreadable", "the request body could not be read");
     return;
   }
   const fp = fingerprint(method, b);
-  if (stats.breakerOpen(g.dict, g.name)) {
-    stats.incr(g.dict, g.name, "short_circuited");
+  if (stats.breakerOpen(g._dict, g.name)) {
+    stats.incr(g._dict, g.name, "short_circuited");
     answers.onRedisFailure(g, undefined);
     return;
   }
   // Scope and key both client-controlled: hashed, fixed length, never stored in clear.
   let scoped = k;
-  if (g.scope !== undefined) {
-    const [sv, serr] = keys.value(g.scope);
+  if (g._scope !== undefined) {
+    const [sv, serr] = keys.value(g._scope);
     if (sv === undefined) {
       if (serr !== undefined) {
         answers.keyFailure(g, "scope: " + serr);
@@ -175,8 +175,8 @@ function access(g: Guard): void {
       }
       // Without it, this client's key would be looked up among every other
       // scopeless client's: another one's stored response could be replayed to it.
-      stats.incr(g.dict, g.name, "missing_key");
-      if (g.onMissing === "reject") {
+      stats.incr(g._dict, g.name, "missing_key");
+      if (g._onMissing === "reject") {
         answers.problem(g, 400, "missing-scope", "Idempotency-Key without a client identity",
           "this endpoint keeps idempotency keys per client, and this request does not say which client it is");
       }
@@ -184,7 +184,7 @@ function access(g: Guard): void {
     }
     scoped = sha1_bin(sv) + k;
   }
-  const rkey = digest.key(g.prefix, scoped);
+  const rkey = digest.key(g._prefix, scoped);
   const [tok, terr] = token.random();
   if (tok === undefined) {
     answers.onRedisFailure(g, terr);
@@ -195,10 +195,10 @@ function access(g: Guard): void {
     if (rec!.fp !== fp) {
       answers.answer(g, rec!, fp);
     }
-    stats.incr(g.dict, g.name, "waited");
+    stats.incr(g._dict, g.name, "waited");
     [what, rec, err] = claims.waitFor(g, rkey, tok, fp);
     if (what === "timeout") {
-      stats.incr(g.dict, g.name, "timed_out");
+      stats.incr(g._dict, g.name, "timed_out");
       answers.inFlight(g);
     }
   }
@@ -219,7 +219,7 @@ const guardMethods = {
   },
   /** In log_by_lua (the module-level gateway.log() does the same for every guard). */
   log(this: Guard): void {
-    inflight.finish(this.owner);
+    inflight.finish(this._owner);
     capture.finish();
   },
   header_filter(this: Guard): void {

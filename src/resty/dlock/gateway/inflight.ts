@@ -46,16 +46,16 @@ export const enqueue = releases.enqueue;
 /** What the keeper and the drains need of a guard. */
 export interface Owner {
   readonly name: string;
-  readonly dict: NgxSharedDict;
-  readonly ttl: number;
+  readonly _dict: NgxSharedDict;
+  readonly _ttl: number;
   /** Extend the lease while the request runs. */
-  readonly renew: boolean;
+  readonly _renew: boolean;
   /** Release when the request ends (throttle keeps its key for the whole ttl). */
-  readonly release: boolean;
+  readonly _release: boolean;
   /** ms to keep the key after a 2xx (dedup `hold`), 0 to release. */
-  readonly hold: number;
+  readonly _hold: number;
   /** Called when a request of this owner ended without any log() (what it kept of the request can go). */
-  readonly unlogged?: (this: void, rid: number) => void;
+  readonly _unlogged?: (this: void, rid: number) => void;
 }
 
 type Held = renewals.Held;
@@ -94,28 +94,28 @@ function endHeld(h: Held, how: End, status: number): void {
   h.done = true;
   // No more renewals: released or held below, or (aborted) kept until it runs out.
   const o = h.owner;
-  if (o.renew) renewals.unwatch(h);
-  stats.adjust(o.dict, o.name, "in_flight", -1);
-  if (!o.release) {
+  if (o._renew) renewals.unwatch(h);
+  stats.adjust(o._dict, o.name, "in_flight", -1);
+  if (!o._release) {
     return;
   }
   if (how === "aborted") {
     // The client went away while an upstream worked on the request; nginx cut
     // that connection but the backend may still be running. Keep the key until
     // its lease runs out (no more renewals) rather than let a retry in beside it.
-    stats.incr(o.dict, o.name, "aborted");
+    stats.incr(o._dict, o.name, "aborted");
     return;
   }
   if (how === "unlogged") {
-    stats.incr(o.dict, o.name, "unlogged");
+    stats.incr(o._dict, o.name, "unlogged");
     if (!warnedUnlogged.has(o.name)) warnUnlogged(o);
   }
-  releases.done(h, how === "logged" && o.hold > 0 && status >= 200 && status < 300 ? o.hold : 0);
+  releases.done(h, how === "logged" && o._hold > 0 && status >= 200 && status < 300 ? o._hold : 0);
 }
 
 function endOne(rid: number, h: Held, how: End, status: number): void {
   endHeld(h, how, status);
-  const unlogged = h.owner.unlogged;
+  const unlogged = h.owner._unlogged;
   if (how === "unlogged" && unlogged !== undefined) {
     unlogged(rid);
   }
@@ -246,7 +246,7 @@ const keeper: loop.Loop = {
 };
 
 function keep(owner: Owner): void {
-  tick = math_min(tick, math_max(MIN_TICK, owner.ttl / 6000));
+  tick = math_min(tick, math_max(MIN_TICK, owner._ttl / 6000));
   if (keeper.running) return;
   const err = loop.start(keeper);
   if (err !== undefined) ngx_log(ERR, "dlock: guard ", owner.name, ": ", check.reason(err));
@@ -285,8 +285,8 @@ export function track(owner: Owner, l: lease.Lease): request.Anchor | undefined 
     if (req.more === undefined) req.more = [];
     req.more[req.more.length] = h;
   }
-  stats.adjust(owner.dict, owner.name, "in_flight", 1);
-  if (owner.renew) renewals.watch(h);
+  stats.adjust(owner._dict, owner.name, "in_flight", 1);
+  if (owner._renew) renewals.watch(h);
   keep(owner);
   return req;
 }

@@ -82,7 +82,7 @@ export function create(mode: string, permits: number, fleet: unknown, name: stri
 function sweep(g: guard.Guard, l: Local): void {
   for (const [k, h] of lua_pairs(l.held)) {
     if (!request.alive(h.anchor)) {
-      g.dict.delete(h.slot);
+      g._dict.delete(h.slot);
       l.held.set(k, undefined as unknown as Held);
       l.count--;
     }
@@ -93,7 +93,7 @@ function sweep(g: guard.Guard, l: Local): void {
 function take(g: guard.Guard, l: Local, k: string): string | undefined {
   for (const i of $range(1, l.share)) {
     const slot = l.prefix + k + ":" + lua_tostring(i);
-    const [ok] = g.dict.add(slot, true, l.ttl);
+    const [ok] = g._dict.add(slot, true, l.ttl);
     if (ok === true) return slot;
   }
   return undefined;
@@ -114,9 +114,9 @@ export function access(g: guard.Guard, l: Local, k: string, refuse: (this: void,
   }
   if (l.count >= SWEEP) sweep(g, l);
   let slot = take(g, l, k);
-  if (slot === undefined && g.wait > 0) {
+  if (slot === undefined && g._wait > 0) {
     ngx_update_time();
-    const deadline = ngx_now() + g.wait / 1000;
+    const deadline = ngx_now() + g._wait / 1000;
     let nap = 0.005;
     while (slot === undefined) {
       const left = deadline - ngx_now();
@@ -128,15 +128,15 @@ export function access(g: guard.Guard, l: Local, k: string, refuse: (this: void,
     }
   }
   if (slot === undefined) {
-    incr(g.dict, g.name, "local_rejected");
-    refuse(g, g.rejectStatus, undefined);
+    incr(g._dict, g.name, "local_rejected");
+    refuse(g, g._rejectStatus, undefined);
     return;
   }
-  incr(g.dict, g.name, "local_admitted");
+  incr(g._dict, g.name, "local_admitted");
   if (a !== undefined) {
     const old = l.held.get(a.id);
     if (old === undefined) l.count++;
-    else g.dict.delete(old.slot);
+    else g._dict.delete(old.slot);
     l.held.set(a.id, { anchor: a, slot });
   }
 }
@@ -148,7 +148,7 @@ export function finish(g: guard.Guard, l: Local): void {
   if (rid === undefined) return;
   const h = l.held.get(rid);
   if (h === undefined) return;
-  g.dict.delete(h.slot);
+  g._dict.delete(h.slot);
   l.held.set(rid, undefined as unknown as Held);
   l.count--;
 }
@@ -157,20 +157,20 @@ export function finish(g: guard.Guard, l: Local): void {
 export function finishAll(): void {
   for (const i of $range(1, withLocal.length)) {
     const g = withLocal[i - 1]!;
-    finish(g, g.fallback!);
+    finish(g, g._fallback!);
   }
 }
 
 /** In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again. */
 function probeRedis(this: void, premature: boolean, g: guard.Guard): void {
   if (premature) return;
-  const [lease, err] = g.locks.acquire("dlock-probe", g.tryOpts);
+  const [lease, err] = g._locks.acquire("dlock-probe", g._tryOpts);
   if (lease === undefined && err !== "busy" && err !== "timeout") {
     stats.noteFailure(g, err);
     return;
   }
   if (lease !== undefined) lease.release();
-  stats.success(g.dict, g.name);
+  stats.success(g._dict, g.name);
 }
 
 /**

@@ -43,38 +43,42 @@ const ngx_ = ngx;
 const incr = stats.incr;
 
 
-export interface Guard {
+/** A rate guard's state: its name and mode to read, the rest private. */
+interface State {
   readonly name: string;
   readonly mode: "rate";
-  readonly dict: NgxSharedDict;
-  readonly key: keys.Template;
-  readonly conf: redis.RedisConf;
-  readonly prefix: string;
-  readonly limits: core.Limits;
-  readonly cost: number;
+  readonly _dict: NgxSharedDict;
+  readonly _key: keys.Template;
+  readonly _conf: redis.RedisConf;
+  readonly _prefix: string;
+  readonly _limits: core.Limits;
+  readonly _cost: number;
   /** RateLimit-Policy's value (nil: the RateLimit fields are off). */
-  readonly policy: string | undefined;
+  readonly _policy: string | undefined;
   /** Per limit, the start of its RateLimit item: "\"<name>\";r=". */
-  readonly items: string[];
+  readonly _items: string[];
   /** Reused to build RateLimit (filled and joined without yielding in between). */
-  readonly parts: string[];
-  readonly missingWhat: string;
-  readonly errorWhat: string;
-  readonly onMissing: "pass" | "reject";
-  readonly onError: "allow" | "deny" | "local";
+  readonly _parts: string[];
+  readonly _missingWhat: string;
+  readonly _errorWhat: string;
+  readonly _onMissing: "pass" | "reject";
+  readonly _onError: "allow" | "deny" | "local";
   /** on_error = "local": this nginx's share of each limit. */
-  readonly shares: fallback.Share[] | undefined;
+  readonly _shares: fallback.Share[] | undefined;
   /** Seconds one probe of a half-open breaker has before another request may probe. */
-  readonly probeFor: number;
-  readonly rejectStatus: number;
-  readonly missingStatus: number;
-  readonly errorStatus: number;
-  readonly headers: LuaTable<string, string> | undefined;
-  readonly breakerFailures: number;
-  readonly breakerCooldown: number;
+  readonly _probeFor: number;
+  readonly _rejectStatus: number;
+  readonly _missingStatus: number;
+  readonly _errorStatus: number;
+  readonly _headers: LuaTable<string, string> | undefined;
+  readonly _breakerFailures: number;
+  readonly _breakerCooldown: number;
   /** Requests (by id) this guard decided for, to skip them when an internal redirect brings them back. */
-  readonly seen: LuaTable<number, request.Anchor>;
-  seenCount: number;
+  readonly _seen: LuaTable<number, request.Anchor>;
+  _seenCount: number;
+}
+
+export interface Guard extends State {
   access(): void;
   log(): void;
 }
@@ -83,34 +87,34 @@ export interface Guard {
 const SEEN_SWEEP = 1000;
 
 function finish(g: Guard, status: number, retryAfterMs: number | undefined): never {
-  return shared.refuse(g.headers, status, retryAfterMs);
+  return shared.refuse(g._headers, status, retryAfterMs);
 }
 
 function onRedisFailure(g: Guard, k: string): void {
-  if (g.shares !== undefined) {
-    const reply = fallback.decide(g.dict, k, g.shares, g.cost);
-    if (g.policy !== undefined) fields(g, reply);
+  if (g._shares !== undefined) {
+    const reply = fallback.decide(g._dict, k, g._shares, g._cost);
+    if (g._policy !== undefined) fields(g, reply);
     if (reply.get(1) === 0) {
-      incr(g.dict, g.name, "local_rejected");
-      finish(g, g.rejectStatus, reply.get(2));
+      incr(g._dict, g.name, "local_rejected");
+      finish(g, g._rejectStatus, reply.get(2));
     }
-    incr(g.dict, g.name, "local_admitted");
+    incr(g._dict, g.name, "local_admitted");
     return;
   }
-  if (!stats.failedOpen(g)) finish(g, g.errorStatus, undefined);
+  if (!stats.failedOpen(g)) finish(g, g._errorStatus, undefined);
 }
 
 /** The RateLimit fields of a reply. */
 function fields(g: Guard, reply: LuaTable<number, number>): void {
   const header = ngx_.header;
-  header.set("RateLimit-Policy", g.policy);
-  const items = g.items;
+  header.set("RateLimit-Policy", g._policy);
+  const items = g._items;
   if (items.length === 1) {
     // One limit without the loop (a loop on the request's path keeps it out of LuaJIT's traces).
     header.set("RateLimit", items[0]! + str_format("%d;t=%d", reply.get(3), math_ceil(reply.get(4) / 1000)));
     return;
   }
-  const parts = g.parts;
+  const parts = g._parts;
   for (const i of $range(1, items.length)) {
     parts[i - 1] = items[i - 1]! + str_format("%d;t=%d", reply.get(1 + 2 * i), math_ceil(reply.get(2 + 2 * i) / 1000));
   }
@@ -121,20 +125,20 @@ function fields(g: Guard, reply: LuaTable<number, number>): void {
 function again(g: Guard): boolean {
   const rid = request.id();
   if (rid === undefined) return false;
-  const a = g.seen.get(rid);
+  const a = g._seen.get(rid);
   if (a !== undefined && request.alive(a)) return true;
-  if (g.seenCount >= SEEN_SWEEP) {
-    for (const [k, v] of lua_pairs(g.seen)) {
+  if (g._seenCount >= SEEN_SWEEP) {
+    for (const [k, v] of lua_pairs(g._seen)) {
       if (!request.alive(v)) {
-        g.seen.set(k, undefined as unknown as request.Anchor);
-        g.seenCount--;
+        g._seen.set(k, undefined as unknown as request.Anchor);
+        g._seenCount--;
       }
     }
   }
   const an = request.anchor();
   if (an !== undefined && an.ref >= 0) {
-    if (a === undefined) g.seenCount++;
-    g.seen.set(rid, an);
+    if (a === undefined) g._seenCount++;
+    g._seen.set(rid, an);
   }
   return false;
 }
@@ -142,29 +146,29 @@ function again(g: Guard): boolean {
 function access(g: Guard): void {
   if (!shared.decides(g.name)) return;
   if (again(g)) return;
-  const raw = shared.keyOf(g, g.key);
+  const raw = shared.keyOf(g, g._key);
   if (raw === undefined) return;
   // Client-controlled: hashed, so any size and any bytes map to a bounded key.
-  const rkey = hashed(g.prefix, raw);
-  if (stats.breakerOpen(g.dict, g.name) || (g.shares !== undefined && !fallback.probe(g))) {
-    incr(g.dict, g.name, "short_circuited");
-    onRedisFailure(g, str_sub(rkey, g.prefix.length + 1));
+  const rkey = hashed(g._prefix, raw);
+  if (stats.breakerOpen(g._dict, g.name) || (g._shares !== undefined && !fallback.probe(g))) {
+    incr(g._dict, g.name, "short_circuited");
+    onRedisFailure(g, str_sub(rkey, g._prefix.length + 1));
     return;
   }
-  const [reply, err] = decide(g.conf, rkey, g.limits, "1", g.cost);
+  const [reply, err] = decide(g._conf, rkey, g._limits, "1", g._cost);
   if (reply === undefined) {
     stats.redisFailed(g, err);
-    onRedisFailure(g, str_sub(rkey, g.prefix.length + 1));
+    onRedisFailure(g, str_sub(rkey, g._prefix.length + 1));
     return;
   }
-  stats.success(g.dict, g.name);
-  if (g.policy !== undefined) fields(g, reply);
+  stats.success(g._dict, g.name);
+  if (g._policy !== undefined) fields(g, reply);
   if (reply.get(1) === 0) {
-    incr(g.dict, g.name, "rejected");
-    finish(g, g.rejectStatus, reply.get(2));
+    incr(g._dict, g.name, "rejected");
+    finish(g, g._rejectStatus, reply.get(2));
     return;
   }
-  incr(g.dict, g.name, "acquired");
+  incr(g._dict, g.name, "acquired");
 }
 
 const guardMethods = {
@@ -224,17 +228,17 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
 
   const items: string[] = [];
   for (const i of $range(1, ls.list.length)) items[i - 1] = str_format("\"%s\";r=", ls.list[i - 1]!.name);
-  const g = {
-    name, mode: "rate" as const, dict, key, conf, prefix, limits: ls, cost: cost as number,
-    policy: headersOn ? policyOf(ls) : undefined, items, parts: [] as string[],
-    missingWhat: onMissing === "reject" ? "refused with " + lua_tostring(missingStatus) + " (on_missing = \"reject\")"
+  const g: State = {
+    name, mode: "rate" as const, _dict: dict, _key: key, _conf: conf, _prefix: prefix, _limits: ls, _cost: cost as number,
+    _policy: headersOn ? policyOf(ls) : undefined, _items: items, _parts: [] as string[],
+    _missingWhat: onMissing === "reject" ? "refused with " + lua_tostring(missingStatus) + " (on_missing = \"reject\")"
       : "let through unguarded (on_missing = \"pass\")",
-    errorWhat: onError === "allow" ? "let through unguarded (on_error = \"allow\")"
+    _errorWhat: onError === "allow" ? "let through unguarded (on_error = \"allow\")"
       : "refused with " + lua_tostring(common.errorStatus) + " (on_error = \"" + onError + "\")",
-    onMissing: onMissing as "pass" | "reject", onError, shares,
-    probeFor: (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1, rejectStatus, missingStatus, errorStatus: common.errorStatus, headers: common.headers,
-    breakerFailures: common.breakerFailures, breakerCooldown: common.breakerCooldown,
-    seen: new LuaTable<number, request.Anchor>(), seenCount: 0,
+    _onMissing: onMissing as "pass" | "reject", _onError: onError, _shares: shares,
+    _probeFor: (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1, _rejectStatus: rejectStatus, _missingStatus: missingStatus, _errorStatus: common.errorStatus, _headers: common.headers,
+    _breakerFailures: common.breakerFailures, _breakerCooldown: common.breakerCooldown,
+    _seen: new LuaTable<number, request.Anchor>(), _seenCount: 0,
   };
   return $multi(lua_setmetatable(g, guardMt) as unknown as Guard, undefined);
 }

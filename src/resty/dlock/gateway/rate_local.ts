@@ -83,12 +83,12 @@ export function decide(d: NgxSharedDict, k: string, sh: Share[], cost: number): 
 /** In a timer: does Redis answer again? A dry run (it charges nothing) closes the breaker, or opens it again. */
 function probeRedis(this: void, premature: boolean, g: rate.Guard): void {
   if (premature) return;
-  const [reply, err] = core.decide(g.conf, g.prefix + "probe", g.limits, "0", 1);
+  const [reply, err] = core.decide(g._conf, g._prefix + "probe", g._limits, "0", 1);
   if (reply === undefined) {
     stats.noteFailure(g, err);
     return;
   }
-  stats.success(g.dict, g.name);
+  stats.success(g._dict, g.name);
 }
 
 /**
@@ -98,5 +98,5 @@ function probeRedis(this: void, premature: boolean, g: rate.Guard): void {
  * deciding locally, none waits on a Redis that may still be gone.
  */
 export function probe(g: rate.Guard): boolean {
-  return stats.probed(g, g.probeFor, probeRedis);
+  return stats.probed(g, g._probeFor, probeRedis);
 }

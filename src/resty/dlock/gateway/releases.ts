@@ -62,7 +62,7 @@ const SHARE = 4096;
 let sema: NgxSemaphore | undefined;
 
 function failed(owner: Owner, what: string, err: string | undefined): void {
-  stats.incr(owner.dict, owner.name, "redis_errors");
+  stats.incr(owner._dict, owner.name, "redis_errors");
   ngx_log(WARN, "dlock: guard ", owner.name, ": ", what, " failed (retried until Redis answers or the lease expires): ",
     check.reason(err));
 }
@@ -199,7 +199,7 @@ function answered(this: void, j: backend.Job): void {
   // A failure counts now, and is logged should the queue's tries fail too
   // (failed()); a Cluster slot that moved is only followed, from the queue.
   const o = h.owner;
-  if (j.fault !== "redirect") stats.incr(o.dict, o.name, "redis_errors");
+  if (j.fault !== "redirect") stats.incr(o._dict, o.name, "redis_errors");
   enqueue(o, h.lease, 0);
 }
 

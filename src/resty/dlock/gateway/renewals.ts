@@ -31,20 +31,20 @@ const hooksOf = new LuaMap<Owner, watchdog.Hooks>();
 function makeHooks(owner: Owner): watchdog.Hooks {
   const hk: watchdog.Hooks = {
     renewed(this: void): void {
-      stats.incr(owner.dict, owner.name, "renewed");
+      stats.incr(owner._dict, owner.name, "renewed");
     },
     lost(this: void, l: lease.Lease): void {
       const h = heldOf.get(l);
       heldOf.delete(l);
       if (h === undefined || h.done) return;
       h.done = true;
-      stats.adjust(owner.dict, owner.name, "in_flight", -1);
-      stats.incr(owner.dict, owner.name, "lost");
+      stats.adjust(owner._dict, owner.name, "in_flight", -1);
+      stats.incr(owner._dict, owner.name, "lost");
       ngx_log(ERR, "dlock: guard ", owner.name, ": lease on ", l.key, " lost while its request is in flight");
     },
     failed(this: void, l: lease.Lease, err: string): void {
       // A Redis hiccup: the next sweep tries again; if the lease runs out meanwhile, it is reported lost.
-      stats.incr(owner.dict, owner.name, "redis_errors");
+      stats.incr(owner._dict, owner.name, "redis_errors");
       ngx_log(WARN, "dlock: guard ", owner.name, ": renewing ", l.key, ": ", check.reason(err));
     },
   };

@@ -106,11 +106,11 @@ export function breakerState(dict: NgxSharedDict, guard: string): BreakerState {
  * for up to probeFor seconds), has found Redis back: meanwhile requests keep
  * deciding locally, none waits on a Redis that may still be gone.
  */
-export function probed<G extends { readonly dict: NgxSharedDict; readonly name: string }>(
+export function probed<G extends { readonly _dict: NgxSharedDict; readonly name: string }>(
   g: G, probeFor: number, probe: (this: void, premature: boolean, g: G) => void,
 ): boolean {
-  if (breakerState(g.dict, g.name) !== "half_open") return true;
-  const [first] = g.dict.add("b:probe:" + g.name, true, probeFor);
+  if (breakerState(g._dict, g.name) !== "half_open") return true;
+  const [first] = g._dict.add("b:probe:" + g.name, true, probeFor);
   if (first === true) {
     const [ok, err] = ngx_.timer.at(0, probe, g);
     if (ok === undefined) ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
@@ -152,22 +152,22 @@ export function success(dict: NgxSharedDict, guard: string): void {
 
 /** What a guard's failure handling needs of it. */
 interface Failing {
-  readonly dict: NgxSharedDict;
+  readonly _dict: NgxSharedDict;
   readonly name: string;
-  readonly breakerFailures: number;
-  readonly breakerCooldown: number;
-  readonly onError: string;
+  readonly _breakerFailures: number;
+  readonly _breakerCooldown: number;
+  readonly _onError: string;
 }
 
 /** Redis failed a guard: told to the breaker, logged (a probe of a half-open breaker stops here). */
 export function noteFailure(g: Failing, err: string | undefined): void {
-  failure(g.dict, g.name, g.breakerFailures, g.breakerCooldown);
+  failure(g._dict, g.name, g._breakerFailures, g._breakerCooldown);
   ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
 }
 
 /** Redis failed a request's call: counted as redis_errors, then as noteFailure. */
 export function redisFailed(g: Failing, err: string | undefined): void {
-  incr(g.dict, g.name, "redis_errors");
+  incr(g._dict, g.name, "redis_errors");
   noteFailure(g, err);
 }
 
@@ -177,11 +177,11 @@ export function redisFailed(g: Failing, err: string | undefined): void {
  * refuse it (counted failed_closed).
  */
 export function failedOpen(g: Failing): boolean {
-  if (g.onError === "allow") {
-    incr(g.dict, g.name, "failed_open");
+  if (g._onError === "allow") {
+    incr(g._dict, g.name, "failed_open");
     return true;
   }
-  incr(g.dict, g.name, "failed_closed");
+  incr(g._dict, g.name, "failed_closed");
   return false;
 }
 

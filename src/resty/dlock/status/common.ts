@@ -54,7 +54,7 @@ export function dictNames(o: LuaTable<string, unknown>): LuaMultiReturn<[string[
     }
   }
   const mine: NgxSharedDict[] = [];
-  for (const [_, g] of lua_ipairs(gateway.guards())) mine.push(g.dict);
+  for (const [_, g] of lua_ipairs(gateway.guards())) mine.push(g._dict);
   for (const [_, d] of lua_ipairs(meter.known())) mine.push(d);
   for (const [_, d] of lua_ipairs(mine)) {
     for (const [name, sd] of lua_pairs(ngx_shared)) {
@@ -197,13 +197,13 @@ export function counters(names: string[]): Report {
   for (const [_, g] of lua_ipairs(gateway.guards())) {
     const row = new LuaTable<string, unknown>();
     row.set("mode", g.mode);
-    const breaker = stats.breakerState(g.dict, g.name);
+    const breaker = stats.breakerState(g._dict, g.name);
     row.set("breaker", breaker);
     // on_error = "local": deciding on this nginx's share until the breaker closes again (a half-open one waits for its probe).
-    row.set("degraded", breaker !== "closed" && (g as unknown as { readonly onError?: string }).onError === "local");
-    row.set("in_flight", stats.gauge(g.dict, g.name, "in_flight"));
+    row.set("degraded", breaker !== "closed" && g._onError === "local");
+    row.set("in_flight", stats.gauge(g._dict, g.name, "in_flight"));
     for (const [_, e] of lua_ipairs(stats.EVENTS)) {
-      row.set(e, stats.count(g.dict, g.name, e));
+      row.set(e, stats.count(g._dict, g.name, e));
     }
     guards.set(g.name, row);
   }

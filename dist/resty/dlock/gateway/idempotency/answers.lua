@@ -34,8 +34,8 @@ function ____exports.problem(g, status, kind, title, detail, retryAfter)
     if retryAfter ~= nil then
         ngx_header["Retry-After"] = retryAfter
     end
-    if g.headers ~= nil then
-        for k, v in lua_pairs(g.headers) do
+    if g._headers ~= nil then
+        for k, v in lua_pairs(g._headers) do
             ngx_header[k] = v
         end
     end
@@ -52,7 +52,7 @@ function ____exports.problem(g, status, kind, title, detail, retryAfter)
 end
 --- Answer with the stored response.
 local function replay(g, rec)
-    stats.incr(g.dict, g.name, "replayed")
+    stats.incr(g._dict, g.name, "replayed")
     ngx_.status = rec.status
     local multi = {}
     for n, v in str_gmatch(rec.headers, "([^:\n]+): ([^\n]*)\n") do
@@ -83,7 +83,7 @@ end
 --- A completed record for this request: replay it, or say why it cannot be.
 function ____exports.answer(g, rec, fp)
     if rec.fp ~= fp then
-        stats.incr(g.dict, g.name, "mismatch")
+        stats.incr(g._dict, g.name, "mismatch")
         return ____exports.problem(
             g,
             422,
@@ -95,7 +95,7 @@ function ____exports.answer(g, rec, fp)
     if rec.state == "done" then
         return replay(g, rec)
     end
-    stats.incr(g.dict, g.name, "replayed")
+    stats.incr(g._dict, g.name, "replayed")
     ngx_header["Idempotent-Replayed"] = "true"
     return ____exports.problem(
         g,
@@ -106,7 +106,7 @@ function ____exports.answer(g, rec, fp)
     )
 end
 function ____exports.inFlight(g)
-    stats.incr(g.dict, g.name, "conflict")
+    stats.incr(g._dict, g.name, "conflict")
     return ____exports.problem(
         g,
         409,
@@ -118,14 +118,14 @@ function ____exports.inFlight(g)
 end
 --- A key (or scope) that cannot be computed: on_error, never a pass as if it were missing.
 function ____exports.keyFailure(g, problemText)
-    stats.incr(g.dict, g.name, "key_errors")
-    keys.failed(g.name, problemText, g.errorWhat)
-    if g.onError == "allow" then
+    stats.incr(g._dict, g.name, "key_errors")
+    keys.failed(g.name, problemText, g._errorWhat)
+    if g._onError == "allow" then
         return
     end
     ____exports.problem(
         g,
-        g.errorStatus,
+        g._errorStatus,
         "unavailable",
         "Idempotency keys cannot be checked right now",
         "the idempotency key of this request could not be computed; retry later with the same key"
@@ -140,7 +140,7 @@ function ____exports.onRedisFailure(g, err)
     end
     ____exports.problem(
         g,
-        g.errorStatus,
+        g._errorStatus,
         "unavailable",
         "Idempotency keys cannot be checked right now",
         "the store of idempotency keys is unavailable; retry later with the same key"

@@ -42,38 +42,38 @@ local function current()
 end
 --- We hold the claim: renew it while the request runs, capture the response.
 function ____exports.hold(g, rkey, tok, fp)
-    stats.incr(g.dict, g.name, "acquired")
+    stats.incr(g._dict, g.name, "acquired")
     if request.id() == nil then
         return
     end
     local rec = ledger.recordKey(rkey, tok, true)
     local recorded, recv = ledger.record(
-        g.dict,
+        g._dict,
         rec,
         tok,
         rkey,
-        g.lease
+        g._lease
     )
     if recorded ~= nil then
-        meter.recorded(g.leaseStore.meter, recorded)
+        meter.recorded(g._leaseStore.meter, recorded)
     end
     local now = ngx_now() * 1000
     local l = {
         key = rkey,
         token = tok,
-        ttl = g.lease,
+        ttl = g._lease,
         fence = nil,
-        _store = g.leaseStore,
-        _kind = g.kind,
+        _store = g._leaseStore,
+        _kind = g._kind,
         _rkey = rkey,
         _rec = rec,
         _recv = recv,
         _recAt = recorded or 0,
-        _validUntil = now + g.lease,
-        _expires = now + g.lease,
+        _validUntil = now + g._lease,
+        _expires = now + g._lease,
         _since = now
     }
-    local a = inflight.track(g.owner, l)
+    local a = inflight.track(g._owner, l)
     captures[a.id] = {
         g = g,
         anchor = a,
@@ -100,7 +100,7 @@ function ____exports.headerFilter()
     local lines = {}
     for name, v in lua_pairs(hs) do
         local n = str_lower(name)
-        if not (c.g.skip[n] ~= nil) then
+        if not (c.g._skip[n] ~= nil) then
             if lua_type(v) == "table" then
                 for _, one in lua_ipairs(v) do
                     lines[#lines + 1] = ((n .. ": ") .. one) .. "\n"
@@ -123,7 +123,7 @@ function ____exports.bodyFilter()
     if not c.tooLarge and lua_type(chunk) == "string" and #chunk > 0 then
         local s = chunk
         c.size = c.size + #s
-        if c.size > c.g.maxBody then
+        if c.size > c.g._maxBody then
             c.tooLarge = true
             c.chunks = {}
         else
@@ -132,7 +132,7 @@ function ____exports.bodyFilter()
     end
     if arg[2] == true then
         if not (AMBIGUOUS[lua_tostring(c.status)] ~= nil) then
-            c.g.dict:set(FINISHED .. c.lease._rkey, true, c.g.lease / 1000)
+            c.g._dict:set(FINISHED .. c.lease._rkey, true, c.g._lease / 1000)
         end
         record.schedule(c)
     end
@@ -161,7 +161,7 @@ function ____exports.finish()
         return
     end
     local g = c.g
-    stats.incr(g.dict, g.name, "not_stored")
+    stats.incr(g._dict, g.name, "not_stored")
     if c.status == nil and ngx_var.request_completion == "OK" and not warnedFilters then
         warnedFilters = true
         ngx_log(
@@ -174,7 +174,7 @@ function ____exports.finish()
         )
     end
     if ngx_var.request_completion ~= "OK" then
-        stats.incr(g.dict, g.name, "aborted")
+        stats.incr(g._dict, g.name, "aborted")
     end
 end
 return ____exports

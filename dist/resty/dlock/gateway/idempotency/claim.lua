@@ -27,20 +27,20 @@ function ____exports.notify(rkey, rec)
 end
 function ____exports.claim(g, rkey, tok, fp)
     local res, err, fault = backend.call(
-        g.conf,
+        g._conf,
         scripts.IDEM_CLAIM,
         rkey,
         tok,
-        g.lease,
+        g._lease,
         fp
     )
     if res == nil then
         if fault == "lost" then
-            orphans.adoptAcquire(g.conf, scripts.IDEM_RELEASE, rkey, tok)
+            orphans.adoptAcquire(g._conf, scripts.IDEM_RELEASE, rkey, tok)
         end
         return "error", nil, err
     end
-    stats.success(g.dict, g.name)
+    stats.success(g._dict, g.name)
     if res == "OK" then
         return "claimed", nil, nil
     end
@@ -54,7 +54,7 @@ function ____exports.claim(g, rkey, tok, fp)
     }
     return "record", rec, nil
 end
---- Wait up to g.wait ms for the first request's response. Returns "record" with
+--- Wait up to g._wait ms for the first request's response. Returns "record" with
 -- it, "claimed" when the first request's claim was dropped and we took the key,
 -- "timeout", or "error".
 function ____exports.waitFor(g, rkey, tok, fp)
@@ -68,7 +68,7 @@ function ____exports.waitFor(g, rkey, tok, fp)
         watches[rkey] = w
     end
     w.waiters = w.waiters + 1
-    local deadline = ngx_now() * 1000 + g.wait
+    local deadline = ngx_now() * 1000 + g._wait
     local extended = false
     local pause = 5
     local what = "timeout"
@@ -84,12 +84,12 @@ function ____exports.waitFor(g, rkey, tok, fp)
         local left = deadline - ngx_now() * 1000
         local mark = nil
         if left <= 0 and not extended then
-            mark = g.dict:get(FINISHED .. rkey)
+            mark = g._dict:get(FINISHED .. rkey)
         end
         if mark ~= nil then
             extended = true
-            deadline = ngx_now() * 1000 + g.lease
-            left = g.lease
+            deadline = ngx_now() * 1000 + g._lease
+            left = g._lease
         end
         if left <= 0 then
             break

@@ -172,12 +172,12 @@ function ____exports.parse(o, name, unlogged)
     local leaseMs = o.lease
     local owner = {
         name = name,
-        dict = dict,
-        ttl = leaseMs,
-        renew = true,
-        release = false,
-        hold = 0,
-        unlogged = unlogged
+        _dict = dict,
+        _ttl = leaseMs,
+        _renew = true,
+        _release = false,
+        _hold = 0,
+        _unlogged = unlogged
     }
     local leaseStore = {
         dict = dict,
@@ -190,30 +190,30 @@ function ____exports.parse(o, name, unlogged)
     local f = {
         name = name,
         mode = "idempotency",
-        dict = dict,
-        key = o.key,
-        scope = o.scope,
-        methods = o.methods,
-        onMissing = o.on_missing,
-        onError = o.on_error,
-        ttl = o.ttl,
-        lease = leaseMs,
-        wait = o.wait,
-        maxBody = o.max_body,
-        maxRequestBody = o.max_request_body,
-        store = o.store,
-        skip = o.store_headers,
-        missingWhat = o.on_missing == "reject" and "refused with 400 (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
-        errorWhat = common.errorWhat(o.on_error, o.error_status),
-        errorStatus = o.error_status,
-        headers = o.headers,
-        breakerFailures = o.breaker_failures,
-        breakerCooldown = o.breaker_cooldown,
-        conf = conf,
-        prefix = prefix,
-        owner = owner,
-        kind = KIND,
-        leaseStore = leaseStore
+        _dict = dict,
+        _key = o.key,
+        _scope = o.scope,
+        _methods = o.methods,
+        _onMissing = o.on_missing,
+        _onError = o.on_error,
+        _ttl = o.ttl,
+        _lease = leaseMs,
+        _wait = o.wait,
+        _maxBody = o.max_body,
+        _maxRequestBody = o.max_request_body,
+        _store = o.store,
+        _skip = o.store_headers,
+        _missingWhat = o.on_missing == "reject" and "refused with 400 (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
+        _errorWhat = common.errorWhat(o.on_error, o.error_status),
+        _errorStatus = o.error_status,
+        _headers = o.headers,
+        _breakerFailures = o.breaker_failures,
+        _breakerCooldown = o.breaker_cooldown,
+        _conf = conf,
+        _prefix = prefix,
+        _owner = owner,
+        _kind = KIND,
+        _leaseStore = leaseStore
     }
     return f, nil
 end

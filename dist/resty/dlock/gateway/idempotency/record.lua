@@ -10,11 +10,11 @@ local claims = require("resty.dlock.gateway.idempotency.claim")
 function completing(send, c)
     local l = c.lease
     return send(
-        c.g.conf,
+        c.g._conf,
         scripts.IDEM_COMPLETE,
         l._rkey,
         l.token,
-        c.g.ttl,
+        c.g._ttl,
         c.state,
         c.status,
         c.headers,
@@ -24,8 +24,8 @@ end
 function later(c)
     local ok, err = timer_at(0, store, c)
     if not ok then
-        c.g.dict:delete(FINISHED .. c.lease._rkey)
-        stats.incr(c.g.dict, c.g.name, "not_stored")
+        c.g._dict:delete(FINISHED .. c.lease._rkey)
+        stats.incr(c.g._dict, c.g.name, "not_stored")
         ngx_log(
             ERR,
             "dlock: guard ",
@@ -42,9 +42,9 @@ function stored(c, res)
     if res == nil then
         return false
     end
-    g.dict:delete(FINISHED .. l._rkey)
+    g._dict:delete(FINISHED .. l._rkey)
     if res == 1 then
-        stats.incr(g.dict, g.name, c.tooLarge and "not_stored" or "stored")
+        stats.incr(g._dict, g.name, c.tooLarge and "not_stored" or "stored")
         settle.forget(l)
         claims.notify(l._rkey, {
             state = c.state,
@@ -55,8 +55,8 @@ function stored(c, res)
         })
         return true
     end
-    stats.incr(g.dict, g.name, "not_stored")
-    stats.incr(g.dict, g.name, "lost")
+    stats.incr(g._dict, g.name, "not_stored")
+    stats.incr(g._dict, g.name, "lost")
     ngx_log(
         ERR,
         "dlock: guard ",
@@ -71,13 +71,13 @@ function store(premature, c)
     local g = c.g
     local l = c.lease
     local status = c.status
-    if g.store[status] ~= true then
-        stats.incr(g.dict, g.name, "not_stored")
-        g.dict:delete(FINISHED .. l._rkey)
+    if g._store[status] ~= true then
+        stats.incr(g._dict, g.name, "not_stored")
+        g._dict:delete(FINISHED .. l._rkey)
         if AMBIGUOUS[lua_tostring(status)] ~= nil then
             return
         end
-        local res, err = backend.call(g.conf, scripts.IDEM_RELEASE, l._rkey, l.token)
+        local res, err = backend.call(g._conf, scripts.IDEM_RELEASE, l._rkey, l.token)
         if res == nil then
             ngx_log(
                 WARN,
@@ -93,18 +93,18 @@ function store(premature, c)
         return
     end
     ngx_update_time()
-    local deadline = ngx_now() + g.lease / 1000
+    local deadline = ngx_now() + g._lease / 1000
     local pause = 0.05
     while true do
         local res, err = completing(backend.call, c)
         if stored(c, res) then
             return
         end
-        stats.incr(g.dict, g.name, "redis_errors")
+        stats.incr(g._dict, g.name, "redis_errors")
         ngx_update_time()
         if ngx_now() + pause >= deadline then
-            g.dict:delete(FINISHED .. l._rkey)
-            stats.incr(g.dict, g.name, "not_stored")
+            g._dict:delete(FINISHED .. l._rkey)
+            stats.incr(g._dict, g.name, "not_stored")
             ngx_log(
                 ERR,
                 "dlock: guard ",
@@ -134,7 +134,7 @@ local function schedule(c)
     c.complete = true
     local g = c.g
     local status = c.status
-    if g.store[status] == true then
+    if g._store[status] == true then
         c.state = c.tooLarge and "unreplayable" or "done"
         c.body = c.tooLarge and "" or table_concat(c.chunks)
         c.chunks = {}
@@ -153,7 +153,7 @@ local function answered(j)
     if stored(c, j.res) then
         return
     end
-    stats.incr(c.g.dict, c.g.name, "redis_errors")
+    stats.incr(c.g._dict, c.g.name, "redis_errors")
     later(c)
 end
 ____exports.schedule = schedule

@@ -37,8 +37,8 @@ export function problem(g: Guard, status: number, kind: string, title: string, d
   if (retryAfter !== undefined) {
     ngx_header.set("Retry-After", retryAfter);
   }
-  if (g.headers !== undefined) {
-    for (const [k, v] of lua_pairs(g.headers)) {
+  if (g._headers !== undefined) {
+    for (const [k, v] of lua_pairs(g._headers)) {
       ngx_header.set(k, v);
     }
   }
@@ -51,7 +51,7 @@ export function problem(g: Guard, status: number, kind: string, title: string, d
 
 /** Answer with the stored response. */
 function replay(g: Guard, rec: claims.Rec): never {
-  stats.incr(g.dict, g.name, "replayed");
+  stats.incr(g._dict, g.name, "replayed");
   ngx_.status = rec.status;
   // Header lines "name: value\n", a name repeated for each of its values (Set-Cookie...).
   const multi = new LuaTable<string, string[]>();
@@ -86,7 +86,7 @@ function replay(g: Guard, rec: claims.Rec): never {
 /** A completed record for this request: replay it, or say why it cannot be. */
 export function answer(g: Guard, rec: claims.Rec, fp: string): never {
   if (rec.fp !== fp) {
-    stats.incr(g.dict, g.name, "mismatch");
+    stats.incr(g._dict, g.name, "mismatch");
     return problem(g, 422, "mismatch", "Idempotency-Key reused with another request",
       "this key was first used with another method, path, query or body");
   }
@@ -95,7 +95,7 @@ export function answer(g: Guard, rec: claims.Rec, fp: string): never {
   }
   // Completed, but its response was not kept (larger than max_body): the
   // operation ran, so it must not run again; tell the client so, for good.
-  stats.incr(g.dict, g.name, "replayed");
+  stats.incr(g._dict, g.name, "replayed");
   ngx_header.set("Idempotent-Replayed", "true");
   return problem(g, 409, "not-replayable", "Request already processed, its response is not replayable",
     "the first request with this key completed with status " + lua_tostring(rec.status) +
@@ -103,17 +103,17 @@ export function answer(g: Guard, rec: claims.Rec, fp: string): never {
 }
 
 export function inFlight(g: Guard): never {
-  stats.incr(g.dict, g.name, "conflict");
+  stats.incr(g._dict, g.name, "conflict");
   return problem(g, 409, "in-flight", "A request with this Idempotency-Key is being processed",
     "retry after the first request with this key has completed", 1);
 }
 
 /** A key (or scope) that cannot be computed: on_error, never a pass as if it were missing. */
 export function keyFailure(g: Guard, problemText: string): void {
-  stats.incr(g.dict, g.name, "key_errors");
-  keys.failed(g.name, problemText, g.errorWhat);
-  if (g.onError === "allow") return;
-  problem(g, g.errorStatus, "unavailable", "Idempotency keys cannot be checked right now",
+  stats.incr(g._dict, g.name, "key_errors");
+  keys.failed(g.name, problemText, g._errorWhat);
+  if (g._onError === "allow") return;
+  problem(g, g._errorStatus, "unavailable", "Idempotency keys cannot be checked right now",
     "the idempotency key of this request could not be computed; retry later with the same key");
 }
 
@@ -121,6 +121,6 @@ export function onRedisFailure(g: Guard, err: string | undefined): void {
   if (err !== undefined) stats.redisFailed(g, err);
   // on_error = "allow" runs it without protection against a second execution: counted, logged above.
   if (stats.failedOpen(g)) return;
-  problem(g, g.errorStatus, "unavailable", "Idempotency keys cannot be checked right now",
+  problem(g, g._errorStatus, "unavailable", "Idempotency keys cannot be checked right now",
     "the store of idempotency keys is unavailable; retry later with the same key");
 }

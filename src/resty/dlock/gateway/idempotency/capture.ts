@@ -66,18 +66,18 @@ function current(): Capture | undefined {
 
 /** We hold the claim: renew it while the request runs, capture the response. */
 export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
-  stats.incr(g.dict, g.name, "acquired");
+  stats.incr(g._dict, g.name, "acquired");
   if (request.id() === undefined) return;
   const rec = ledger.recordKey(rkey, tok, true);
-  const [recorded, recv] = ledger.record(g.dict, rec, tok, rkey, g.lease);
-  if (recorded !== undefined) meter.recorded(g.leaseStore.meter, recorded);
+  const [recorded, recv] = ledger.record(g._dict, rec, tok, rkey, g._lease);
+  if (recorded !== undefined) meter.recorded(g._leaseStore.meter, recorded);
   const now = ngx_now() * 1000;
   // Shaped as a lease of the lock, so the keeper renews it with the others (one pipeline per guard).
   const l = {
-    key: rkey, token: tok, ttl: g.lease, fence: undefined, _store: g.leaseStore, _kind: g.kind, _rkey: rkey, _rec: rec,
-    _recv: recv, _recAt: recorded ?? 0, _validUntil: now + g.lease, _expires: now + g.lease, _since: now,
+    key: rkey, token: tok, ttl: g._lease, fence: undefined, _store: g._leaseStore, _kind: g._kind, _rkey: rkey, _rec: rec,
+    _recv: recv, _recAt: recorded ?? 0, _validUntil: now + g._lease, _expires: now + g._lease, _since: now,
   } as unknown as lease.Lease;
-  const a = inflight.track(g.owner, l)!;
+  const a = inflight.track(g._owner, l)!;
   captures.set(a.id, {
     g, anchor: a, lease: l, fp, status: undefined, headers: "", chunks: [], size: 0, tooLarge: false, complete: false,
     state: "", body: "", answered: record.answered,
@@ -92,7 +92,7 @@ export function headerFilter(): void {
   const lines: string[] = [];
   for (const [name, v] of lua_pairs(hs)) {
     const n = str_lower(name as string);
-    if (!c.g.skip.has(n)) {
+    if (!c.g._skip.has(n)) {
       if (lua_type(v) === "table") {
         for (const [_, one] of lua_ipairs(v as unknown as string[])) {
           lines.push(n + ": " + one + "\n");
@@ -115,7 +115,7 @@ export function bodyFilter(): void {
   if (!c.tooLarge && lua_type(chunk) === "string" && (chunk as string).length > 0) {
     const s = chunk as string;
     c.size += s.length;
-    if (c.size > c.g.maxBody) {
+    if (c.size > c.g._maxBody) {
       // Not silently: the record says the operation completed, retries are told it is not replayable.
       c.tooLarge = true;
       c.chunks = [];
@@ -126,7 +126,7 @@ export function bodyFilter(): void {
   if (arg.get(2) === true) {
     if (!AMBIGUOUS.has(lua_tostring(c.status))) {
       // Before these last bytes leave: a retry reaching this nginx waits for the store, not 409.
-      c.g.dict.set(FINISHED + c.lease._rkey, true, c.g.lease / 1000);
+      c.g._dict.set(FINISHED + c.lease._rkey, true, c.g._lease / 1000);
     }
     record.schedule(c);
   }
@@ -154,7 +154,7 @@ export function finish(): void {
   captures.delete(rid);
   if (c.complete || !request.alive(c.anchor)) return;
   const g = c.g;
-  stats.incr(g.dict, g.name, "not_stored");
+  stats.incr(g._dict, g.name, "not_stored");
   if (c.status === undefined && ngx_var.get("request_completion") === "OK" && !warnedFilters) {
     warnedFilters = true;
     ngx_log(WARN, "dlock: guard ", g.name, ": a response went by unseen, so it was not stored: add ",
@@ -162,7 +162,7 @@ export function finish(): void {
       "body_filter_by_lua_block { require(\"resty.dlock.gateway\").body_filter() } at http level");
   }
   if (ngx_var.get("request_completion") !== "OK") {
-    stats.incr(g.dict, g.name, "aborted");
+    stats.incr(g._dict, g.name, "aborted");
   }
   // No full response (client gone while the upstream works, upstream cut): the
   // backend may still run it, so the claim stays until its lease runs out,

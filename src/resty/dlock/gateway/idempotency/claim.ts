@@ -55,16 +55,16 @@ export function notify(rkey: string, rec: Rec | undefined): void {
 export type Claim = LuaMultiReturn<["claimed" | "error" | "record" | "timeout", Rec | undefined, string | undefined]>;
 
 export function claim(g: Guard, rkey: string, tok: string, fp: string): Claim {
-  const [res, err, fault] = backend.call(g.conf, scripts.IDEM_CLAIM, rkey, tok, g.lease, fp);
+  const [res, err, fault] = backend.call(g._conf, scripts.IDEM_CLAIM, rkey, tok, g._lease, fp);
   if (res === undefined) {
     if (fault === "lost") {
       // The claim may have landed with nobody to complete it: drop it (owner-checked) rather than
       // let it refuse retries for a whole lease.
-      orphans.adoptAcquire(g.conf, scripts.IDEM_RELEASE, rkey, tok);
+      orphans.adoptAcquire(g._conf, scripts.IDEM_RELEASE, rkey, tok);
     }
     return $multi("error", undefined, err);
   }
-  stats.success(g.dict, g.name);
+  stats.success(g._dict, g.name);
   if (res === "OK") return $multi("claimed", undefined, undefined);
   const r = res as LuaTable<number, string | number>;
   const rec: Rec = {
@@ -75,7 +75,7 @@ export function claim(g: Guard, rkey: string, tok: string, fp: string): Claim {
 }
 
 /**
- * Wait up to g.wait ms for the first request's response. Returns "record" with
+ * Wait up to g._wait ms for the first request's response. Returns "record" with
  * it, "claimed" when the first request's claim was dropped and we took the key,
  * "timeout", or "error".
  */
@@ -88,7 +88,7 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
     watches.set(rkey, w);
   }
   w.waiters++;
-  let deadline = ngx_now() * 1000 + g.wait;
+  let deadline = ngx_now() * 1000 + g._wait;
   let extended = false;
   let pause = 5;
   let what: "claimed" | "error" | "record" | "timeout" = "timeout";
@@ -103,14 +103,14 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
     ngx_update_time();
     let left = deadline - ngx_now() * 1000;
     let mark: unknown = undefined;
-    if (left <= 0 && !extended) [mark] = g.dict.get(FINISHED + rkey);
+    if (left <= 0 && !extended) [mark] = g._dict.get(FINISHED + rkey);
     if (mark !== undefined) {
       // The first request's response went out from this nginx: it is being
       // stored, which may take up to the lease (the store retries): a retry
       // sent after it must get the replay, not a 409.
       extended = true;
-      deadline = ngx_now() * 1000 + g.lease;
-      left = g.lease;
+      deadline = ngx_now() * 1000 + g._lease;
+      left = g._lease;
     }
     if (left <= 0) break;
     if (w.polling) {

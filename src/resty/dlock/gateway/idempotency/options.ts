@@ -26,36 +26,36 @@ const found = check.found;
 export interface Fields {
   readonly name: string;
   readonly mode: "idempotency";
-  readonly dict: NgxSharedDict;
-  readonly key: keys.Template;
+  readonly _dict: NgxSharedDict;
+  readonly _key: keys.Template;
   /** nil: one scope shared by every client (scope = false). */
-  readonly scope: keys.Template | undefined;
-  readonly methods: LuaSet<string>;
-  readonly onMissing: "pass" | "reject";
-  readonly onError: "allow" | "deny";
+  readonly _scope: keys.Template | undefined;
+  readonly _methods: LuaSet<string>;
+  readonly _onMissing: "pass" | "reject";
+  readonly _onError: "allow" | "deny";
   /** ms a completed response is replayed. */
-  readonly ttl: number;
+  readonly _ttl: number;
   /** ms of the in-flight claim, renewed while the request runs. */
-  readonly lease: number;
-  readonly wait: number;
-  readonly maxBody: number;
-  readonly maxRequestBody: number;
+  readonly _lease: number;
+  readonly _wait: number;
+  readonly _maxBody: number;
+  readonly _maxRequestBody: number;
   /** Statuses whose responses are stored. */
-  readonly store: LuaTable<number, boolean>;
+  readonly _store: LuaTable<number, boolean>;
   /** Response headers (lower case) not stored: hop-by-hop ones, and Set-Cookie unless store_headers lists it. */
-  readonly skip: LuaSet<string>;
-  readonly missingWhat: string;
-  readonly errorWhat: string;
-  readonly errorStatus: number;
-  readonly headers: LuaTable<string, string> | undefined;
-  readonly breakerFailures: number;
-  readonly breakerCooldown: number;
-  readonly conf: redis.RedisConf;
-  readonly prefix: string;
+  readonly _skip: LuaSet<string>;
+  readonly _missingWhat: string;
+  readonly _errorWhat: string;
+  readonly _errorStatus: number;
+  readonly _headers: LuaTable<string, string> | undefined;
+  readonly _breakerFailures: number;
+  readonly _breakerCooldown: number;
+  readonly _conf: redis.RedisConf;
+  readonly _prefix: string;
   /** What the keeper sees: renew every lease/3; the end of the request releases nothing (we store). */
-  readonly owner: inflight.Owner;
-  readonly kind: lease.Kind;
-  readonly leaseStore: lease.Store;
+  readonly _owner: inflight.Owner;
+  readonly _kind: lease.Kind;
+  readonly _leaseStore: lease.Store;
 }
 
 export interface Guard extends Fields {
@@ -180,17 +180,17 @@ export function parse(
   const prefix = o.prefix ?? "dlock:gw:" + name + ":";
   ledger.prepare(dict);
   const leaseMs = o.lease;
-  const owner: inflight.Owner = { name, dict, ttl: leaseMs, renew: true, release: false, hold: 0, unlogged };
+  const owner: inflight.Owner = { name, _dict: dict, _ttl: leaseMs, _renew: true, _release: false, _hold: 0, _unlogged: unlogged };
   const leaseStore: lease.Store = { dict, redis: conf, prefix, ttl: leaseMs, wait: 0, meter: meter.make(dict, name) };
   const f: Fields = {
-    name, mode: "idempotency" as const, dict, key: o.key, scope: o.scope, methods: o.methods, onMissing: o.on_missing,
-    onError: o.on_error as "allow" | "deny", ttl: o.ttl, lease: leaseMs, wait: o.wait!, maxBody: o.max_body, maxRequestBody: o.max_request_body,
-    store: o.store, skip: o.store_headers,
-    missingWhat: o.on_missing === "reject" ? "refused with 400 (on_missing = \"reject\")" : "let through unguarded (on_missing = \"pass\")",
-    errorWhat: common.errorWhat(o.on_error, o.error_status),
-    errorStatus: o.error_status, headers: o.headers,
-    breakerFailures: o.breaker_failures, breakerCooldown: o.breaker_cooldown,
-    conf, prefix, owner, kind: KIND, leaseStore,
+    name, mode: "idempotency" as const, _dict: dict, _key: o.key, _scope: o.scope, _methods: o.methods, _onMissing: o.on_missing,
+    _onError: o.on_error as "allow" | "deny", _ttl: o.ttl, _lease: leaseMs, _wait: o.wait!, _maxBody: o.max_body, _maxRequestBody: o.max_request_body,
+    _store: o.store, _skip: o.store_headers,
+    _missingWhat: o.on_missing === "reject" ? "refused with 400 (on_missing = \"reject\")" : "let through unguarded (on_missing = \"pass\")",
+    _errorWhat: common.errorWhat(o.on_error, o.error_status),
+    _errorStatus: o.error_status, _headers: o.headers,
+    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown,
+    _conf: conf, _prefix: prefix, _owner: owner, _kind: KIND, _leaseStore: leaseStore,
   };
   return $multi(f, undefined);
 }

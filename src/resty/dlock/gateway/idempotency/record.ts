@@ -57,7 +57,7 @@ function schedule(c: Capture): void {
   c.complete = true;
   const g = c.g;
   const status = c.status!;
-  if (g.store.get(status) === true) {
+  if (g._store.get(status) === true) {
     c.state = c.tooLarge ? "unreplayable" : "done";
     c.body = c.tooLarge ? "" : table_concat(c.chunks);
     c.chunks = [];
@@ -73,15 +73,15 @@ function schedule(c: Capture): void {
 /** The store of c's response, sent through `send` (backend.call, or backend.post). */
 function completing<R>(send: (this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]) => R, c: Capture): R {
   const l = c.lease;
-  return send(c.g.conf, scripts.IDEM_COMPLETE, l._rkey, l.token, c.g.ttl, c.state, c.status!, c.headers, c.body);
+  return send(c.g._conf, scripts.IDEM_COMPLETE, l._rkey, l.token, c.g._ttl, c.state, c.status!, c.headers, c.body);
 }
 
 /** Store c from a timer. */
 function later(c: Capture): void {
   const [ok, err] = timer_at(0, store, c);
   if (!ok) {
-    c.g.dict.delete(FINISHED + c.lease._rkey);
-    stats.incr(c.g.dict, c.g.name, "not_stored");
+    c.g._dict.delete(FINISHED + c.lease._rkey);
+    stats.incr(c.g._dict, c.g.name, "not_stored");
     ngx_log(ERR, "dlock: guard ", c.g.name, ": cannot store the response (the key stays claimed until its lease ",
       "runs out): ", err);
   }
@@ -95,15 +95,15 @@ function stored(c: Capture, res: RedisValue | undefined): boolean {
   const g = c.g;
   const l = c.lease;
   if (res === undefined) return false;
-  g.dict.delete(FINISHED + l._rkey);
+  g._dict.delete(FINISHED + l._rkey);
   if (res === 1) {
-    stats.incr(g.dict, g.name, c.tooLarge ? "not_stored" : "stored");
+    stats.incr(g._dict, g.name, c.tooLarge ? "not_stored" : "stored");
     settle.forget(l);
     claims.notify(l._rkey, { state: c.state, fp: c.fp, status: c.status!, headers: c.headers, body: c.body });
     return true;
   }
-  stats.incr(g.dict, g.name, "not_stored");
-  stats.incr(g.dict, g.name, "lost");
+  stats.incr(g._dict, g.name, "not_stored");
+  stats.incr(g._dict, g.name, "lost");
   ngx_log(ERR, "dlock: guard ", g.name, ": the claim on ", l._rkey, " ran out before its response could be stored");
   return true;
 }
@@ -112,7 +112,7 @@ function stored(c: Capture, res: RedisValue | undefined): boolean {
 function answered(this: void, j: backend.Job): void {
   const c = j.post as Capture;
   if (stored(c, j.res)) return;
-  stats.incr(c.g.dict, c.g.name, "redis_errors");
+  stats.incr(c.g._dict, c.g.name, "redis_errors");
   later(c);
 }
 
@@ -120,15 +120,15 @@ function store(this: void, premature: boolean, c: Capture): void {
   const g = c.g;
   const l = c.lease;
   const status = c.status!;
-  if (g.store.get(status) !== true) {
-    stats.incr(g.dict, g.name, "not_stored");
-    g.dict.delete(FINISHED + l._rkey);
+  if (g._store.get(status) !== true) {
+    stats.incr(g._dict, g.name, "not_stored");
+    g._dict.delete(FINISHED + l._rkey);
     if (AMBIGUOUS.has(lua_tostring(status))) {
       // The operation may have run, or may still be running: no retry before the claim runs out.
       return;
     }
     // The application said it did not do it (409, 429, 503...): retries may run it.
-    const [res, err] = backend.call(g.conf, scripts.IDEM_RELEASE, l._rkey, l.token);
+    const [res, err] = backend.call(g._conf, scripts.IDEM_RELEASE, l._rkey, l.token);
     if (res === undefined) {
       ngx_log(WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
     }
@@ -138,16 +138,16 @@ function store(this: void, premature: boolean, c: Capture): void {
   }
   // Until the claim would run out: Redis may come back meanwhile.
   ngx_update_time();
-  const deadline = ngx_now() + g.lease / 1000;
+  const deadline = ngx_now() + g._lease / 1000;
   let pause = 0.05;
   while (true) {
     const [res, err] = completing(backend.call, c);
     if (stored(c, res)) return;
-    stats.incr(g.dict, g.name, "redis_errors");
+    stats.incr(g._dict, g.name, "redis_errors");
     ngx_update_time();
     if (ngx_now() + pause >= deadline) {
-      g.dict.delete(FINISHED + l._rkey);
-      stats.incr(g.dict, g.name, "not_stored");
+      g._dict.delete(FINISHED + l._rkey);
+      stats.incr(g._dict, g.name, "not_stored");
       ngx_log(ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));
       return;
     }

@@ -67,11 +67,13 @@ describe("mutual exclusion", function()
     assert.equal(2, h.cmd(nil, "incr", prefix .. "inside:probe"))
   end)
 
-  it("answers an error, not a crash, when used in a phase without cosockets (log_by_lua)", function()
+  it("answers an error, not a crash, when a lock or a rate limiter is used in a phase without cosockets (log_by_lua)", function()
     assert.equal(200, h.http(peer.port, "/wrong-phase").status)
     ngx.sleep(0.05)
     local res = h.http(peer.port, "/wrong-phase-result")
     assert.equal("true nil dlock: acquire needs cosockets, which nginx does not allow in the log phase " ..
+      "(use it in access/content, or from ngx.timer.at)\n" ..
+      "true nil dlock: incoming needs cosockets, which nginx does not allow in the log phase " ..
       "(use it in access/content, or from ngx.timer.at)\n", res.body)
   end)
 end)

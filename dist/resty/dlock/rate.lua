@@ -1,34 +1,24 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local check = require("resty.dlock.core.check")
+local lease = require("resty.dlock.core.lease")
 local core = require("resty.dlock.core.rate")
 local version = require("resty.dlock.version")
 ____exports._VERSION = version.VERSION
 local decide = core.decide
 local least = core.least
+local phaseError = lease.phaseError
 local lua_type = type
 local lua_tostring = tostring
 local math_floor = math.floor
-local ngx_ = ngx
 local lua_setmetatable = setmetatable
 --- Longest key, in bytes (before the prefix).
 local MAX_KEY = 1024
-local COSOCKET_PHASES = check.set(
-    "rewrite",
-    "server_rewrite",
-    "access",
-    "content",
-    "timer",
-    "ssl_cert",
-    "ssl_session_fetch",
-    "ssl_client_hello",
-    "preread"
-)
 --- The Redis key of key, or nil and the error.
 local function keyOf(lim, key, cost, op)
-    local phase = ngx_.get_phase()
-    if not (COSOCKET_PHASES[phase] ~= nil) then
-        return nil, ((("dlock: " .. op) .. " needs cosockets, which nginx does not allow in the ") .. phase) .. " phase (use it in access/content, or from ngx.timer.at)"
+    local perr = phaseError(op)
+    if perr ~= nil then
+        return nil, perr
     end
     if lua_type(key) ~= "string" or #key == 0 or #key > MAX_KEY then
         return check.fail("key must be a non-empty string of at most 1024 bytes", key)

@@ -12,6 +12,7 @@
 //   end
 
 import * as check from "./core/check";
+import * as lease from "./core/lease";
 import * as core from "./core/rate";
 import type * as redis from "./redis/client";
 
@@ -20,18 +21,14 @@ export const _VERSION = version.VERSION;
 
 const decide = core.decide;
 const least = core.least;
+const phaseError = lease.phaseError;
 const lua_type = type;
 const lua_tostring = tostring;
 const math_floor = math.floor;
-const ngx_ = ngx;
 const lua_setmetatable = setmetatable;
 
 /** Longest key, in bytes (before the prefix). */
 const MAX_KEY = 1024;
-
-// Where ngx_lua allows cosockets.
-const COSOCKET_PHASES = check.set("rewrite", "server_rewrite", "access", "content", "timer",
-  "ssl_cert", "ssl_session_fetch", "ssl_client_hello", "preread");
 
 /** A limiter's state: its name and prefix to read, the rest private. */
 interface State {
@@ -49,11 +46,8 @@ export interface Limiter extends State {
 
 /** The Redis key of key, or nil and the error. */
 function keyOf(lim: Limiter, key: unknown, cost: unknown, op: string): LuaMultiReturn<[string | undefined, string | undefined]> {
-  const phase = ngx_.get_phase();
-  if (!COSOCKET_PHASES.has(phase)) {
-    return $multi(undefined, "dlock: " + op + " needs cosockets, which nginx does not allow in the " + phase +
-      " phase (use it in access/content, or from ngx.timer.at)");
-  }
+  const perr = phaseError(op);
+  if (perr !== undefined) return $multi(undefined, perr);
   if (lua_type(key) !== "string" || (key as string).length === 0 || (key as string).length > MAX_KEY) {
     return check.fail("key must be a non-empty string of at most 1024 bytes", key);
   }

@@ -14,7 +14,7 @@ local orphans = require("resty.dlock.core.orphans")
 local retry = require("resty.dlock.core.retry")
 local scripts = require("resty.dlock.redis.scripts")
 local settle = require("resty.dlock.core.settle")
-local ngx_ = ngx
+local ngx_sleep = ngx.sleep
 local ngx_now = ngx.now
 local ngx_update_time = ngx.update_time
 local lua_pairs = pairs
@@ -248,7 +248,7 @@ local function takeAll(p, wait)
                 left
             )
             backoff = math_min(backoff * 2, retry.MAX_BACKOFF)
-            ngx_.sleep(nap / 1000)
+            ngx_sleep(nap / 1000)
         else
             if wait == 0 then
                 return nil, "busy", pttl

@@ -45,7 +45,7 @@ type Store = lease.Store;
 type Kind = lease.Kind;
 type Fault = backend.Fault;
 
-const ngx_ = ngx;
+const ngx_sleep = ngx.sleep;
 const ngx_now = ngx.now;
 const ngx_update_time = ngx.update_time;
 const lua_pairs = pairs;
@@ -243,7 +243,7 @@ function takeAll(p: Plan, wait: number): AcquireAllResult {
       if (fault !== "transient" || left <= 0) return $multi(undefined, what, undefined);
       const nap = math_min(retry.poll(backoff, undefined), left);
       backoff = math_min(backoff * 2, retry.MAX_BACKOFF);
-      ngx_.sleep(nap / 1000);
+      ngx_sleep(nap / 1000);
     } else {
       if (wait === 0) return $multi(undefined, "busy", pttl);
       if (left <= 0) return $multi(undefined, "timeout", pttl);

@@ -41,13 +41,7 @@ local function head(Q)
     t = redis.call('TIME')
     now = t[1] * 1000 + math.floor(t[2] / 1000)
   end
-  while true do
-    local h = redis.call('ZRANGE', Q, 0, 0)[1]
-    if not h then return nil end
-    if tonumber(string.match(h, '^(%d+) ')) > now then return h end
-    redis.call('ZREM', Q, h)
-  end
-end
+${scripts.FIRST_LIVE}end
 for i = 1, n do
   local k = KEYS[i]
   local v = redis.pcall('GET', k)

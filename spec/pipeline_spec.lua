@@ -8,17 +8,8 @@ local command = require "resty.dlock.redis.command"
 local connection = require "resty.dlock.redis.connection"
 local roundtrip = require "resty.dlock.redis.roundtrip"
 
---- A script as the library builds them (the pipeline takes any).
-local function script(name, src)
-  return { name = name, src = src, sha = require("resty.dlock.core.token").hex(ngx.sha1_bin(src)), keys = 1 }
-end
-
-local SLOW = script("slow", [[
-local t = redis.call('TIME')
-local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1]) * 1000
-repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
-return ARGV[2]
-]])
+local script = h.script
+local SLOW = h.SLOW
 
 --- Calls of this worker on their way to c's Redis, as many as go out on their own: the next calls form a batch.
 local function occupy(c)

@@ -4,13 +4,7 @@ local h = require "helpers"
 local dlock = require "resty.dlock"
 local batch = require "resty.dlock.core.batch"
 
-local function elapsed(fn)
-  ngx.update_time()
-  local t0 = ngx.now()
-  local a, b, c = fn()
-  ngx.update_time()
-  return ngx.now() - t0, a, b, c
-end
+local elapsed = h.elapsed
 
 --- True once key is gone from the Redis on port, polling for up to `seconds`.
 local function gone_within(seconds, port, key)

@@ -7,14 +7,7 @@ local h = require "helpers"
 local suite = require "topology.suite"
 local status = require "resty.dlock.status"
 
---- Elapsed seconds of fn(), and what it returned.
-local function elapsed(fn)
-  ngx.update_time()
-  local t0 = ngx.now()
-  local a, b, c = fn()
-  ngx.update_time()
-  return ngx.now() - t0, a, b, c
-end
+local elapsed = h.elapsed
 
 describe("redis.redlock", function()
   local t = suite.topology("redlock")

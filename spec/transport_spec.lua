@@ -10,18 +10,7 @@ local backend = require "resty.dlock.redis.backend"
 local pipeline = require "resty.dlock.redis.pipeline"
 local scripts = require "resty.dlock.redis.scripts"
 
---- A script as the library builds them (the transport takes any).
-local function script(name, src)
-  return { name = name, src = src, sha = require("resty.dlock.core.token").hex(ngx.sha1_bin(src)), keys = 1 }
-end
-
--- Busy for ARGV[1] ms, then answers ARGV[2] (ARGV[3]: padding, ignored).
-local SLOW = script("slow", [[
-local t = redis.call('TIME')
-local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1]) * 1000
-repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
-return ARGV[2]
-]])
+local SLOW = h.SLOW
 
 --- Calls sent in batches and batches sent, summed over the servers the factory's backend talks to.
 local function stats(conf)

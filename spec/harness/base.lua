@@ -221,4 +221,27 @@ function _M.cmd_asking(port, name, ...)
   return res, cerr
 end
 
+--- A script as the library builds them (the pipeline and the transport take any).
+function _M.script(name, src)
+  return { name = name, src = src, sha = require("resty.dlock.core.token").hex(ngx.sha1_bin(src)), keys = 1 }
+end
+
+--- Busy for ARGV[1] ms of Redis' time, then answers ARGV[2] (ARGV[3]: padding, ignored):
+--- a call that keeps its batch, and Redis, occupied.
+_M.SLOW = _M.script("slow", [[
+local t = redis.call('TIME')
+local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1]) * 1000
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop
+return ARGV[2]
+]])
+
+--- Elapsed seconds of fn(), and what it returned (three values at most).
+function _M.elapsed(fn)
+  ngx.update_time()
+  local t0 = ngx.now()
+  local a, b, c = fn()
+  ngx.update_time()
+  return ngx.now() - t0, a, b, c
+end
+
 return _M

@@ -485,8 +485,7 @@ describe("acquire_all on redis.cluster", function()
   end)
 
   local function make(opts)
-    local o = { dict = "dlock", prefix = h.unique("mkc"),
-      redis = { cluster = { nodes = c.seeds, max_redirects = 5 }, connect_timeout = 300, read_timeout = 1000 } }
+    local o = { dict = "dlock", prefix = h.unique("mkc"), redis = c.redis() }
     for k, v in pairs(opts or {}) do o[k] = v end
     return assert(dlock.new(o))
   end

@@ -29,7 +29,7 @@ local topologies = {
       cluster = cluster or h.start_cluster()
       ctx.c = cluster
       ctx.port_of = function(key) return cluster.slot_owner(key) end
-      return { cluster = { nodes = cluster.seeds }, connect_timeout = 300, read_timeout = 1000 }
+      return cluster.redis()
     end },
   -- The Lua API only (the gateway's config names a standalone Redis or a cluster).
   { "sentinel", function(ctx)

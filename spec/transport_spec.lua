@@ -63,7 +63,7 @@ describe("one transport", function()
 
   local topologies = {
     standalone = function() return h.redis_opts() end,
-    cluster = function() return { cluster = { nodes = cluster.seeds }, connect_timeout = 300, read_timeout = 1000 } end,
+    cluster = function() return cluster.redis() end,
     redlock = function() return { redlock = redlock.addrs, connect_timeout = 300, read_timeout = 1000 } end,
   }
   local function ports(name)

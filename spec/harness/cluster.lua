@@ -73,7 +73,7 @@ end
 --- opts.args: extra redis-server arguments for every node; opts.tls: each node
 --- also has a TLS port (node.tls_port; c.tls_seeds), the cluster bus on TLS. Returns
 --- { nodes = { {port, pid, dir, signal, stop}... }, seeds = {"127.0.0.1:p1", "127.0.0.1:p2"},
----   masters(), replicas(), slot_owner(key), keyslot(key), node_id(port), alive(), stop(), started_in }.
+---   redis(extra), masters(), replicas(), slot_owner(key), keyslot(key), node_id(port), alive(), stop(), started_in }.
 function _M.start_cluster(opts)
   opts = opts or {}
   ngx.update_time()
@@ -99,6 +99,13 @@ function _M.start_cluster(opts)
   end)
   local c = { nodes = nodes, seeds = { "127.0.0.1:" .. ports[1], "127.0.0.1:" .. ports[2] } }
   if opts.tls then c.tls_seeds = { "127.0.0.1:" .. nodes[1].tls_port, "127.0.0.1:" .. nodes[2].tls_port } end
+
+  --- The library's `redis` option for this cluster, as the specs use it (extra: more fields of redis.cluster).
+  function c.redis(extra)
+    local cluster = { nodes = c.seeds, max_redirects = 5 }
+    for k, v in pairs(extra or {}) do cluster[k] = v end
+    return { cluster = cluster, connect_timeout = 300, read_timeout = 1000 }
+  end
 
   --- The live nodes (answering PING), in start order.
   function c.alive()

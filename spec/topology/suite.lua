@@ -51,11 +51,7 @@ end
 function TOPOLOGIES.cluster(t)
   function t.start() t.handle = h.start_cluster() end
   function t.stop() if t.handle then t.handle.stop() end end
-  t.redis = function(extra)
-    local cluster = { nodes = t.handle.seeds, max_redirects = 5 }
-    for k, v in pairs(extra or {}) do cluster[k] = v end
-    return { cluster = cluster, connect_timeout = 300, read_timeout = 1000 }
-  end
+  t.redis = function(extra) return t.handle.redis(extra) end
   t.where = function(rkey) return { t.handle.slot_owner(rkey) } end
   t.fence_key = function(rkey) return "{" .. rkey .. "}:fence" end
   --- A key name whose lock key hashes to a slot of the master on `port` (any master

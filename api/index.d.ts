@@ -268,8 +268,6 @@ declare module "resty.dlock.gateway" {
     /** Name in logs, status and metrics: letters, digits, '_', '-', '.'. */
     name?: string;
     key: Key;
-    /** Redis unavailable: let the request through, or answer error_status. */
-    on_error: "allow" | "deny";
     on_missing?: "pass" | "reject";
     error_status?: number;
     /** Extra response headers on every refusal. */
@@ -279,43 +277,81 @@ declare module "resty.dlock.gateway" {
     dict?: string;
     redis?: RedisOptions;
     prefix?: string;
-    ttl?: number;
   }
+
+  /** Redis unavailable: let the request through, or answer error_status. */
+  interface OpenOrClosed {
+    on_error: "allow" | "deny";
+    fleet?: never;
+  }
+  /**
+   * Concurrency, mutex and rate guards may also fall back on this nginx's
+   * share of the limit while Redis cannot decide: `fleet` nginx share it.
+   */
+  type Fallback = OpenOrClosed | { on_error: "local"; fleet: number };
 
   interface Refusing extends Common {
     reject_status?: number;
     missing_status?: number;
   }
 
-  export interface DedupOptions extends Refusing {
+  /** Modes that hold a lease while the request runs. */
+  interface Leasing extends Refusing {
+    /** Lease ms, renewed every ttl/3 while the request is in flight. */
+    ttl?: number;
+  }
+
+  export interface DedupOptions extends Leasing, OpenOrClosed {
     mode: "dedup";
     /** ms the key stays taken after a 2xx. */
     hold?: number;
     renew?: boolean;
     read_body?: boolean;
   }
-  export interface ConcurrencyOptions extends Refusing {
+  export type ConcurrencyOptions = Leasing & Fallback & {
     mode: "concurrency";
     permits: number;
     wait?: number;
     renew?: boolean;
     read_body?: boolean;
-  }
-  export interface ThrottleOptions extends Refusing {
+  };
+  export interface ThrottleOptions extends Leasing, OpenOrClosed {
     mode: "throttle";
   }
-  export interface MutexOptions extends Refusing {
+  export type MutexOptions = Leasing & Fallback & {
     mode: "mutex";
     wait?: number;
     renew?: boolean;
     read_body?: boolean;
     /** Methods whose requests take the lock shared ({ "GET", "HEAD" }): they run side by side, others alone. */
     shared?: string[];
+  };
+
+  /** One limit of several (limits = { ... }): rate requests per period ms, burst at once. */
+  export interface Limit {
+    rate: number;
+    period?: number;
+    burst?: number;
+    /** The policy's name in the RateLimit fields (default like "10-per-1s"). */
+    name?: string;
   }
-  export interface IdempotencyOptions extends Common {
+  /** One limit (rate, period, burst), or several (limits), not both. */
+  export type Limits =
+    | { rate: number; period?: number; burst?: number; limits?: never }
+    | { limits: Limit[]; rate?: never; period?: never; burst?: never };
+
+  export type RateOptions = Refusing & Fallback & Limits & {
+    mode: "rate";
+    /** Units each request takes (at most the smallest burst). */
+    cost?: number;
+    /** Send RateLimit-Policy and RateLimit. */
+    ratelimit_headers?: boolean;
+  };
+
+  export interface IdempotencyOptions extends Common, OpenOrClosed {
     mode: "idempotency";
-    /** Tenant part of the lookup (variables or a function), hashed with the key. */
-    scope?: Key;
+    /** Tenant part of the lookup (variables or a function), hashed with the key; false: one scope for every client. */
+    scope: Key | false;
     methods?: string[];
     /** ms of the in-flight claim. */
     lease?: number;
@@ -324,8 +360,12 @@ declare module "resty.dlock.gateway" {
     max_request_body?: number;
     /** Statuses stored: numbers and classes ("2xx"). */
     store?: (number | string)[];
+    /** Response headers stored besides the default (set-cookie is not, unless listed). */
+    store_headers?: string[];
+    /** ms a completed response is replayed. */
+    ttl?: number;
   }
-  export type Options = DedupOptions | ConcurrencyOptions | ThrottleOptions | MutexOptions | IdempotencyOptions;
+  export type Options = DedupOptions | ConcurrencyOptions | ThrottleOptions | MutexOptions | IdempotencyOptions | RateOptions;
 
   export interface Guard {
     readonly name: string;
@@ -428,5 +468,40 @@ declare module "resty.dlock.compat" {
   export function configure(this: void, opts: ConfigureOptions): LuaMultiReturn<[true | undefined, string | undefined]>;
   /** Called as resty_lock:new(dict_name, opts), like lua-resty-lock. */
   function create(this: unknown, dict_name: string, opts?: Options): LuaMultiReturn<[Lock | undefined, string | undefined]>;
+  export { create as new };
+}
+
+declare module "resty.dlock.rate" {
+  import type { RedisOptions } from "resty.dlock";
+  import type { Limits } from "resty.dlock.gateway";
+
+  export type Options = Limits & {
+    /** lua_shared_dict (required). */
+    dict: string;
+    /** Standalone, unix, Sentinel or Cluster; Redlock is refused. */
+    redis?: RedisOptions;
+    name?: string;
+    /** Redis key namespace (default "dlock:rate:<name>:"). */
+    prefix?: string;
+  };
+
+  export interface Limiter {
+    readonly name: string;
+    readonly prefix: string;
+    /**
+     * Admitted: 0 and the requests that remain under the tightest limit.
+     * Refused: nil, "rejected", and the ms until this request would be admitted.
+     * Redis failed or bad input: nil, "dlock: ...". commit = false charges nothing.
+     */
+    incoming(this: Limiter, key: string, commit: boolean, cost?: number):
+      LuaMultiReturn<[0 | undefined, number | string | undefined, number | undefined]>;
+    /** Gives back what a committed incoming took: what remains, or nil, "dlock: ...". */
+    uncommit(this: Limiter, key: string, cost?: number): LuaMultiReturn<[number | undefined, string | undefined]>;
+  }
+
+  export const _VERSION: string;
+
+  /** A limiter, or nil and an error naming the bad option. */
+  function create(this: void, opts: Options): LuaMultiReturn<[Limiter | undefined, string | undefined]>;
   export { create as new };
 }

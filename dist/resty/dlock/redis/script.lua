@@ -120,7 +120,6 @@ function ____exports.forTarget(call, conf, s, rkey, token, ms)
         ms
     )
 end
-____exports.WRITES = WRITES
 ____exports.tagged = tagged
 ____exports.queueKey = queueKey
 ____exports.readersKey = readersKey

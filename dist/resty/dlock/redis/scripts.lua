@@ -1,21 +1,15 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
 local ____exports = {}
 local base = require("resty.dlock.redis.script")
-local records = require("resty.dlock.redis.records")
 ____exports.hashed = base.hashed
 ____exports.tagged = base.tagged
 ____exports.queueKey = base.queueKey
 ____exports.readersKey = base.readersKey
 ____exports.forTarget = base.forTarget
-____exports.IDEM_CLAIM = records.IDEM_CLAIM
-____exports.IDEM_COMPLETE = records.IDEM_COMPLETE
-____exports.IDEM_EXTEND = records.IDEM_EXTEND
-____exports.IDEM_RELEASE = records.IDEM_RELEASE
 ____exports.script = base.script
 ____exports.isOk = base.isOk
 ____exports.isOkFenced = base.isOkFenced
 ____exports.isOne = base.isOne
-____exports.WRITES = base.WRITES
 ____exports.FREES = base.FREES
 local BUSY = "\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t ~= 'string' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')\nend\nreturn redis.call('PTTL', KEYS[1])\n"
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms.

@@ -134,4 +134,4 @@ export function forTarget<C extends { readonly slotted: boolean }, R>(call: Call
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { WRITES, tagged, queueKey, readersKey };
+export { tagged, queueKey, readersKey };

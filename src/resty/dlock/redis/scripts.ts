@@ -5,7 +5,6 @@
 // its fence counter), all in one Cluster slot.
 
 import * as base from "./script";
-import * as records from "./records";
 
 export type Script = base.Script;
 export type Caller<C, R> = base.Caller<C, R>;
@@ -14,17 +13,12 @@ export const tagged = base.tagged;
 export const queueKey = base.queueKey;
 export const readersKey = base.readersKey;
 export const forTarget = base.forTarget;
-export const IDEM_CLAIM = records.IDEM_CLAIM;
-export const IDEM_COMPLETE = records.IDEM_COMPLETE;
-export const IDEM_EXTEND = records.IDEM_EXTEND;
-export const IDEM_RELEASE = records.IDEM_RELEASE;
 
 // What the scripts of shared locks' readers (rwscripts.ts) are made of too.
 export const script = base.script;
 export const isOk = base.isOk;
 export const isOkFenced = base.isOkFenced;
 export const isOne = base.isOne;
-export const WRITES = base.WRITES;
 export const FREES = base.FREES;
 
 // The tail of both acquire scripts, when the key is taken: the holder's PTTL
@@ -99,9 +93,8 @@ export const GRANT = 100;
 
 // The queue, the last key.
 export const QUEUE = "local Q = KEYS[#KEYS]\n";
-// The first live ticket of the queue Q, removing those before it whose
-// waiters stopped waiting (a ticket starts with its deadline, ms): the body of
-// a function that has `now` set, LINE's head() and the set's (multiscripts.ts).
+// The first live ticket of queue Q, dropping those of waiters that stopped waiting (a ticket
+// starts with its deadline, ms): the body of LINE's head() and the set's (multiscripts.ts), `now` set.
 export const FIRST_LIVE = `  while true do
     local h = redis.call('ZRANGE', Q, 0, 0)[1]
     if not h then return nil end
@@ -109,12 +102,10 @@ export const FIRST_LIVE = `  while true do
     redis.call('ZREM', Q, h)
   end
 `;
-
-// The first live ticket of the queue Q, and handing the key to it. Redis
-// time is read (clock()) only when there is a queue, and scripts define these
-// after their uncontended path: the three closures cost Redis a fifth of an
-// acquire (redis-benchmark, 7.8 against 6.2 us a call), which an uncontended
-// lock never needs.
+// The first live ticket of queue Q, and handing the key to it. Redis time is read (clock())
+// only when there is a queue, and scripts define these after their uncontended path: the
+// three closures cost Redis a fifth of an acquire (redis-benchmark, 7.8 against 6.2 us a
+// call), which an uncontended lock never needs.
 export const LINE = `local t, now
 local function clock()
   t = redis.call('TIME')

@@ -2,7 +2,7 @@
 local ____exports = {}
 local backend = require("resty.dlock.redis.backend")
 local orphans = require("resty.dlock.core.orphans")
-local scripts = require("resty.dlock.redis.scripts")
+local records = require("resty.dlock.redis.records")
 local stats = require("resty.dlock.gateway.stats")
 local semaphore = require("ngx.semaphore")
 local ngx_now = ngx.now
@@ -28,7 +28,7 @@ end
 function ____exports.claim(g, rkey, tok, fp)
     local res, err, fault = backend.call(
         g._conf,
-        scripts.IDEM_CLAIM,
+        records.IDEM_CLAIM,
         rkey,
         tok,
         g._lease,
@@ -36,7 +36,7 @@ function ____exports.claim(g, rkey, tok, fp)
     )
     if res == nil then
         if fault == "lost" then
-            orphans.adoptAcquire(g._conf, scripts.IDEM_RELEASE, rkey, tok)
+            orphans.adoptAcquire(g._conf, records.IDEM_RELEASE, rkey, tok)
         end
         return "error", nil, err
     end

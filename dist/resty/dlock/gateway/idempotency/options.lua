@@ -5,7 +5,7 @@ local check = require("resty.dlock.core.check")
 local common = require("resty.dlock.gateway.common")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
-local scripts = require("resty.dlock.redis.scripts")
+local records = require("resty.dlock.redis.records")
 local keys = require("resty.dlock.gateway.key")
 local lua_type = type
 local lua_pairs = pairs
@@ -123,9 +123,9 @@ function ____exports.storeHeaders(v)
     return skip, nil
 end
 local KIND = {
-    acquire = scripts.IDEM_CLAIM,
-    release = scripts.IDEM_RELEASE,
-    extend = scripts.IDEM_EXTEND,
+    acquire = records.IDEM_CLAIM,
+    release = records.IDEM_RELEASE,
+    extend = records.IDEM_EXTEND,
     shared = true,
     fenced = false,
     drop = nil

@@ -4,14 +4,14 @@ local completing, later, stored, store, ngx_log, ERR, WARN, ngx_now, ngx_update_
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local settle = require("resty.dlock.core.settle")
-local scripts = require("resty.dlock.redis.scripts")
+local records = require("resty.dlock.redis.records")
 local stats = require("resty.dlock.gateway.stats")
 local claims = require("resty.dlock.gateway.idempotency.claim")
 function completing(send, c)
     local l = c.lease
     return send(
         c.g._conf,
-        scripts.IDEM_COMPLETE,
+        records.IDEM_COMPLETE,
         l._rkey,
         l.token,
         c.g._ttl,
@@ -77,7 +77,7 @@ function store(premature, c)
         if AMBIGUOUS[lua_tostring(status)] ~= nil then
             return
         end
-        local res, err = backend.call(g._conf, scripts.IDEM_RELEASE, l._rkey, l.token)
+        local res, err = backend.call(g._conf, records.IDEM_RELEASE, l._rkey, l.token)
         if res == nil then
             ngx_log(
                 WARN,

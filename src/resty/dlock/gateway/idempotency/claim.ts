@@ -4,7 +4,7 @@
 
 import * as backend from "../../redis/backend";
 import * as orphans from "../../core/orphans";
-import * as scripts from "../../redis/scripts";
+import * as records from "../../redis/records";
 import * as stats from "../stats";
 import type * as options from "./options";
 
@@ -55,12 +55,12 @@ export function notify(rkey: string, rec: Rec | undefined): void {
 export type Claim = LuaMultiReturn<["claimed" | "error" | "record" | "timeout", Rec | undefined, string | undefined]>;
 
 export function claim(g: Guard, rkey: string, tok: string, fp: string): Claim {
-  const [res, err, fault] = backend.call(g._conf, scripts.IDEM_CLAIM, rkey, tok, g._lease, fp);
+  const [res, err, fault] = backend.call(g._conf, records.IDEM_CLAIM, rkey, tok, g._lease, fp);
   if (res === undefined) {
     if (fault === "lost") {
       // The claim may have landed with nobody to complete it: drop it (owner-checked) rather than
       // let it refuse retries for a whole lease.
-      orphans.adoptAcquire(g._conf, scripts.IDEM_RELEASE, rkey, tok);
+      orphans.adoptAcquire(g._conf, records.IDEM_RELEASE, rkey, tok);
     }
     return $multi("error", undefined, err);
   }

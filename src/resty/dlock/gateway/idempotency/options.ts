@@ -11,7 +11,7 @@ import type * as lease from "../../core/lease";
 import * as ledger from "../../core/ledger";
 import * as meter from "../../core/meter";
 import type * as redis from "../../redis/client";
-import * as scripts from "../../redis/scripts";
+import * as records from "../../redis/records";
 import * as keys from "../key";
 
 const lua_type = type;
@@ -131,7 +131,7 @@ export function storeHeaders(this: void, v: unknown): LuaMultiReturn<[unknown, s
 }
 
 const KIND: lease.Kind = {
-  acquire: scripts.IDEM_CLAIM, release: scripts.IDEM_RELEASE, extend: scripts.IDEM_EXTEND, shared: true, fenced: false,
+  acquire: records.IDEM_CLAIM, release: records.IDEM_RELEASE, extend: records.IDEM_EXTEND, shared: true, fenced: false,
   drop: undefined,
 };
 

@@ -11,7 +11,8 @@ import * as check from "../../core/check";
 import type * as lease from "../../core/lease";
 import type * as request from "../request";
 import * as settle from "../../core/settle";
-import * as scripts from "../../redis/scripts";
+import * as records from "../../redis/records";
+import type * as scripts from "../../redis/scripts";
 import * as stats from "../stats";
 import * as claims from "./claim";
 import type * as options from "./options";
@@ -73,7 +74,7 @@ function schedule(c: Capture): void {
 /** The store of c's response, sent through `send` (backend.call, or backend.post). */
 function completing<R>(send: (this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]) => R, c: Capture): R {
   const l = c.lease;
-  return send(c.g._conf, scripts.IDEM_COMPLETE, l._rkey, l.token, c.g._ttl, c.state, c.status!, c.headers, c.body);
+  return send(c.g._conf, records.IDEM_COMPLETE, l._rkey, l.token, c.g._ttl, c.state, c.status!, c.headers, c.body);
 }
 
 /** Store c from a timer. */
@@ -128,7 +129,7 @@ function store(this: void, premature: boolean, c: Capture): void {
       return;
     }
     // The application said it did not do it (409, 429, 503...): retries may run it.
-    const [res, err] = backend.call(g._conf, scripts.IDEM_RELEASE, l._rkey, l.token);
+    const [res, err] = backend.call(g._conf, records.IDEM_RELEASE, l._rkey, l.token);
     if (res === undefined) {
       ngx_log(WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
     }

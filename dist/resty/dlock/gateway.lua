@@ -127,12 +127,11 @@ function ____exports.new(opts)
     end
     local key = o.key
     local rejectStatus = o.reject_status or options.mode(mode).status
-    local missingWhat = o.on_missing == "reject" and ("refused with " .. lua_tostring(o.missing_status)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")"
     local g = {
         name = name,
         mode = mode,
         _key = key,
-        _missingWhat = missingWhat,
+        _missingWhat = common.missingWhat(o.on_missing, o.missing_status),
         _errorWhat = common.errorWhat(o.on_error, o.error_status),
         _locks = locks,
         _dict = store.dict,

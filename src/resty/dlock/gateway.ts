@@ -136,15 +136,14 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
 
   const key: keys.Template = o.key;
   const rejectStatus = o.reject_status ?? options.mode(mode).status;
-  const missingWhat = o.on_missing === "reject" ? "refused with " + lua_tostring(o.missing_status) + " (on_missing = \"reject\")"
-    : "let through unguarded (on_missing = \"pass\")";
   const g: guard.State = {
-    name, mode: mode as guard.Mode, _key: key, _missingWhat: missingWhat,
-    _errorWhat: common.errorWhat(o.on_error, o.error_status), _locks: locks, _dict: store.dict, _ttl: store.ttl, _hold: o.hold ?? 0,
-    _wait: store.wait, _renew: o.renew === true, _release: mode !== "throttle", _readBody: o.read_body === true,
-    _onMissing: o.on_missing, _onError: o.on_error, _fallback: fallback, _rejectStatus: rejectStatus, _missingStatus: o.missing_status,
-    _errorStatus: o.error_status, _headers: o.headers, _breakerFailures: o.breaker_failures,
-    _breakerCooldown: o.breaker_cooldown, _tryOpts: tryOpts, _waitOpts: waitOpts, _sharedMethods: sharedMethods, _sharedTry: sharedTry, _sharedWait: sharedWait,
+    name, mode: mode as guard.Mode, _key: key, _missingWhat: common.missingWhat(o.on_missing, o.missing_status),
+    _errorWhat: common.errorWhat(o.on_error, o.error_status), _locks: locks, _dict: store.dict, _ttl: store.ttl,
+    _hold: o.hold ?? 0, _wait: store.wait, _renew: o.renew === true, _release: mode !== "throttle",
+    _readBody: o.read_body === true, _onMissing: o.on_missing, _onError: o.on_error, _fallback: fallback,
+    _rejectStatus: rejectStatus, _missingStatus: o.missing_status, _errorStatus: o.error_status, _headers: o.headers,
+    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown, _tryOpts: tryOpts, _waitOpts: waitOpts,
+    _sharedMethods: sharedMethods, _sharedTry: sharedTry, _sharedWait: sharedWait,
   };
   const made = lua_setmetatable(g, guard.mt) as unknown as guard.Guard;
   if (fallback !== undefined) lockLocal.register(made);

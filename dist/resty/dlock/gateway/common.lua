@@ -19,6 +19,10 @@ function ____exports.errorWhat(onError, errorStatus)
     end
     return onError == "deny" and ("refused with " .. lua_tostring(errorStatus)) .. " (on_error = \"deny\")" or "let through unguarded (on_error = \"allow\")"
 end
+--- What a guard's log lines say it does with a request without its key: "refused with 400 (on_missing = \"reject\")".
+function ____exports.missingWhat(onMissing, missingStatus)
+    return onMissing == "reject" and ("refused with " .. lua_tostring(missingStatus)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")"
+end
 --- Phases where a guard can decide: it needs cosockets and ngx.exit. Elsewhere
 -- (log, filters, set_by_lua, init) the response is gone or there is no request:
 -- nothing to refuse, so access() says so and returns instead of raising.

@@ -37,7 +37,8 @@ local guardMethods = {
             return
         end
         local key = hashed("", raw)
-        if stats.breakerOpen(self._dict, self.name) or self._fallback ~= nil and not lockLocal.probe(self, self._fallback) then
+        local fallback = self._fallback
+        if stats.breakerOpen(self._dict, self.name) or fallback ~= nil and not lockLocal.probe(self, fallback) then
             incr(self._dict, self.name, "short_circuited")
             onRedisFailure(self, key)
             return

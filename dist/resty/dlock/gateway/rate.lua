@@ -204,7 +204,6 @@ function ____exports.create(o, name)
     local missingStatus = o.missing_status
     local onMissing = o.on_missing
     local headersOn = o.ratelimit_headers
-    local common = {errorStatus = o.error_status, headers = o.headers, breakerFailures = o.breaker_failures, breakerCooldown = o.breaker_cooldown}
     local items = {}
     for i = 1, #ls.list do
         items[i] = str_format("\"%s\";r=", ls.list[i].name)
@@ -221,18 +220,18 @@ function ____exports.create(o, name)
         _policy = headersOn and policyOf(ls) or nil,
         _items = items,
         _parts = {},
-        _missingWhat = onMissing == "reject" and ("refused with " .. lua_tostring(missingStatus)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
-        _errorWhat = onError == "allow" and "let through unguarded (on_error = \"allow\")" or ((("refused with " .. lua_tostring(common.errorStatus)) .. " (on_error = \"") .. onError) .. "\")",
+        _missingWhat = shared.missingWhat(onMissing, missingStatus),
+        _errorWhat = onError == "allow" and "let through unguarded (on_error = \"allow\")" or ((("refused with " .. lua_tostring(o.error_status)) .. " (on_error = \"") .. onError) .. "\")",
         _onMissing = onMissing,
         _onError = onError,
         _shares = shares,
         _probeFor = (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1,
         _rejectStatus = rejectStatus,
         _missingStatus = missingStatus,
-        _errorStatus = common.errorStatus,
-        _headers = common.headers,
-        _breakerFailures = common.breakerFailures,
-        _breakerCooldown = common.breakerCooldown,
+        _errorStatus = o.error_status,
+        _headers = o.headers,
+        _breakerFailures = o.breaker_failures,
+        _breakerCooldown = o.breaker_cooldown,
         _seen = {},
         _seenCount = 0
     }

@@ -22,6 +22,12 @@ export function errorWhat(onError: "allow" | "deny" | "local", errorStatus: numb
     : "let through unguarded (on_error = \"allow\")";
 }
 
+/** What a guard's log lines say it does with a request without its key: "refused with 400 (on_missing = \"reject\")". */
+export function missingWhat(onMissing: "pass" | "reject", missingStatus: number): string {
+  return onMissing === "reject" ? "refused with " + lua_tostring(missingStatus) + " (on_missing = \"reject\")"
+    : "let through unguarded (on_missing = \"pass\")";
+}
+
 /**
  * Phases where a guard can decide: it needs cosockets and ngx.exit. Elsewhere
  * (log, filters, set_by_lua, init) the response is gone or there is no request:

@@ -104,7 +104,8 @@ const guardMethods = {
     if (raw === undefined) return;
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
     const key = hashed("", raw);
-    if (stats.breakerOpen(this._dict, this.name) || (this._fallback !== undefined && !lockLocal.probe(this, this._fallback))) {
+    const fallback = this._fallback;
+    if (stats.breakerOpen(this._dict, this.name) || (fallback !== undefined && !lockLocal.probe(this, fallback))) {
       incr(this._dict, this.name, "short_circuited");
       onRedisFailure(this, key);
       return;

@@ -224,20 +224,19 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
   const missingStatus = o.missing_status;
   const onMissing = o.on_missing;
   const headersOn = o.ratelimit_headers;
-  const common = { errorStatus: o.error_status, headers: o.headers, breakerFailures: o.breaker_failures, breakerCooldown: o.breaker_cooldown };
 
   const items: string[] = [];
   for (const i of $range(1, ls.list.length)) items[i - 1] = str_format("\"%s\";r=", ls.list[i - 1]!.name);
   const g: State = {
     name, mode: "rate" as const, _dict: dict, _key: key, _conf: conf, _prefix: prefix, _limits: ls, _cost: cost as number,
     _policy: headersOn ? policyOf(ls) : undefined, _items: items, _parts: [] as string[],
-    _missingWhat: onMissing === "reject" ? "refused with " + lua_tostring(missingStatus) + " (on_missing = \"reject\")"
-      : "let through unguarded (on_missing = \"pass\")",
+    _missingWhat: shared.missingWhat(onMissing as "pass" | "reject", missingStatus),
     _errorWhat: onError === "allow" ? "let through unguarded (on_error = \"allow\")"
-      : "refused with " + lua_tostring(common.errorStatus) + " (on_error = \"" + onError + "\")",
+      : "refused with " + lua_tostring(o.error_status) + " (on_error = \"" + onError + "\")",
     _onMissing: onMissing as "pass" | "reject", _onError: onError, _shares: shares,
-    _probeFor: (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1, _rejectStatus: rejectStatus, _missingStatus: missingStatus, _errorStatus: common.errorStatus, _headers: common.headers,
-    _breakerFailures: common.breakerFailures, _breakerCooldown: common.breakerCooldown,
+    _probeFor: (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1, _rejectStatus: rejectStatus,
+    _missingStatus: missingStatus, _errorStatus: o.error_status, _headers: o.headers,
+    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown,
     _seen: new LuaTable<number, request.Anchor>(), _seenCount: 0,
   };
   return $multi(lua_setmetatable(g, guardMt) as unknown as Guard, undefined);

@@ -203,7 +203,7 @@ function ____exports.parse(o, name, unlogged)
         _maxRequestBody = o.max_request_body,
         _store = o.store,
         _skip = o.store_headers,
-        _missingWhat = o.on_missing == "reject" and "refused with 400 (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")",
+        _missingWhat = common.missingWhat(o.on_missing, 400),
         _errorWhat = common.errorWhat(o.on_error, o.error_status),
         _errorStatus = o.error_status,
         _headers = o.headers,

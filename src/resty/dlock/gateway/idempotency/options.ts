@@ -180,13 +180,15 @@ export function parse(
   const prefix = o.prefix ?? "dlock:gw:" + name + ":";
   ledger.prepare(dict);
   const leaseMs = o.lease;
-  const owner: inflight.Owner = { name, _dict: dict, _ttl: leaseMs, _renew: true, _release: false, _hold: 0, _unlogged: unlogged };
+  const owner: inflight.Owner = {
+    name, _dict: dict, _ttl: leaseMs, _renew: true, _release: false, _hold: 0, _unlogged: unlogged,
+  };
   const leaseStore: lease.Store = { dict, redis: conf, prefix, ttl: leaseMs, wait: 0, meter: meter.make(dict, name) };
   const f: Fields = {
-    name, mode: "idempotency" as const, _dict: dict, _key: o.key, _scope: o.scope, _methods: o.methods, _onMissing: o.on_missing,
-    _onError: o.on_error as "allow" | "deny", _ttl: o.ttl, _lease: leaseMs, _wait: o.wait!, _maxBody: o.max_body, _maxRequestBody: o.max_request_body,
-    _store: o.store, _skip: o.store_headers,
-    _missingWhat: o.on_missing === "reject" ? "refused with 400 (on_missing = \"reject\")" : "let through unguarded (on_missing = \"pass\")",
+    name, mode: "idempotency" as const, _dict: dict, _key: o.key, _scope: o.scope, _methods: o.methods,
+    _onMissing: o.on_missing, _onError: o.on_error as "allow" | "deny", _ttl: o.ttl, _lease: leaseMs, _wait: o.wait!,
+    _maxBody: o.max_body, _maxRequestBody: o.max_request_body, _store: o.store, _skip: o.store_headers,
+    _missingWhat: common.missingWhat(o.on_missing, 400),
     _errorWhat: common.errorWhat(o.on_error, o.error_status),
     _errorStatus: o.error_status, _headers: o.headers,
     _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown,

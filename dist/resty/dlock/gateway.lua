@@ -30,7 +30,7 @@ local function lockOptions(given, o, name)
     end
     base.dict = dict
     base.redis = given.redis
-    base.prefix = o.prefix or ("dlock:gw:" .. name) .. ":"
+    base.prefix = o.prefix or "dlock:gw:" .. name .. ":"
     base.ttl = o.ttl
     base.wait = o.wait
     base.name = (str_gsub(name, "[^%w_%-%.]", "_"))
@@ -45,7 +45,7 @@ end
 function ____exports.new(opts)
     local phase = get_phase()
     if phase ~= "init" and phase ~= "init_worker" and phase ~= "timer" then
-        return nil, (("dlock: gateway.new in the " .. phase) .. " phase: create guards once, in init_by_lua ") .. "or init_worker_by_lua, not per request (a guard made per request excludes nothing and adds metrics without bound)"
+        return nil, "dlock: gateway.new in the " .. phase .. " phase: create guards once, in init_by_lua " .. "or init_worker_by_lua, not per request (a guard made per request excludes nothing and adds metrics without bound)"
     end
     if opts == nil then
         return nil, "dlock: gateway.new needs an options table with mode, key and on_error"
@@ -55,7 +55,7 @@ function ____exports.new(opts)
         return nil, oerr
     end
     local mode = o.mode
-    local name = o.name or (mode .. "#") .. lua_tostring(#registry + 1)
+    local name = o.name or mode .. "#" .. lua_tostring(#registry + 1)
     for i = 1, #registry do
         if registry[i].name == name then
             return check.fail("a guard with this name exists already", name)

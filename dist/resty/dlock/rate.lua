@@ -25,7 +25,7 @@ local function keyOf(lim, key, cost, op)
     end
     if cost ~= 1 and (lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > lim._limits.most) then
         return check.fail(
-            ("cost must be a positive integer, at most the smallest burst (" .. lua_tostring(lim._limits.most)) .. ")",
+            "cost must be a positive integer, at most the smallest burst (" .. lua_tostring(lim._limits.most) .. ")",
             cost
         )
     end
@@ -95,7 +95,7 @@ function ____exports.new(opts)
     end
     local name = o.name
     local dict = o.dict
-    local prefix = o.prefix or ("dlock:rate:" .. name) .. ":"
+    local prefix = o.prefix or "dlock:rate:" .. name .. ":"
     local lim = {
         name = name,
         _dict = dict,

@@ -12,7 +12,7 @@ local function byEndpoint(list, script)
     for i = 1, #list do
         local l = list[i]
         if not l._released then
-            local g = (l._store.redis.pool .. " ") .. script(l).sha
+            local g = l._store.redis.pool .. " " .. script(l).sha
             local idx = groups[g]
             if idx == nil then
                 idx = {}

@@ -38,24 +38,24 @@ function ____exports.show(v)
     return ____exports.text(v)
 end
 function ____exports.fail(what, v)
-    return nil, (("dlock: " .. what) .. ", got ") .. ____exports.show(v)
+    return nil, "dlock: " .. what .. ", got " .. ____exports.show(v)
 end
 --- fail() for a secret: its type, never its value, not even a mistyped one.
 function ____exports.hidden(what, v)
-    return nil, (("dlock: " .. what) .. ", got a ") .. lua_type(v)
+    return nil, "dlock: " .. what .. ", got a " .. lua_type(v)
 end
 --- Integer in [min, max]; `unit` finishes the sentence ("a positive integer of ms").
 function ____exports.integer(name, v, min, max, unit)
     if lua_type(v) ~= "number" then
-        return ____exports.fail((name .. " must be ") .. unit, v)
+        return ____exports.fail(name .. " must be " .. unit, v)
     end
     local n = v
     if n ~= n or n ~= math_floor(n) or n < min then
-        return ____exports.fail((name .. " must be ") .. unit, v)
+        return ____exports.fail(name .. " must be " .. unit, v)
     end
     if n > max then
         return ____exports.fail(
-            (name .. " must be at most ") .. lua_tostring(max),
+            name .. " must be at most " .. lua_tostring(max),
             v
         )
     end
@@ -70,7 +70,7 @@ function ____exports.str(name, v, maxLen)
         return ____exports.fail(name .. " must not be empty", v)
     end
     if #s > maxLen then
-        return nil, ((((("dlock: " .. name) .. " must be at most ") .. lua_tostring(maxLen)) .. " bytes, got ") .. lua_tostring(#s)) .. " bytes"
+        return nil, "dlock: " .. name .. " must be at most " .. lua_tostring(maxLen) .. " bytes, got " .. lua_tostring(#s) .. " bytes"
     end
     return s, nil
 end
@@ -82,7 +82,7 @@ function ____exports.sharedDict(v)
     end
     local dict = shared[name]
     if dict == nil then
-        return ____exports.fail(("no lua_shared_dict named " .. name) .. " (declare it in nginx.conf)", name)
+        return ____exports.fail("no lua_shared_dict named " .. name .. " (declare it in nginx.conf)", name)
     end
     return dict, nil
 end

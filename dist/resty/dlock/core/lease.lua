@@ -26,7 +26,7 @@ local function phaseError(op)
     if COSOCKET_PHASES[phase] ~= nil then
         return nil
     end
-    return ((("dlock: " .. op) .. " needs cosockets, which nginx does not allow in the ") .. phase) .. " phase (use it in access/content, or from ngx.timer.at)"
+    return "dlock: " .. op .. " needs cosockets, which nginx does not allow in the " .. phase .. " phase (use it in access/content, or from ngx.timer.at)"
 end
 --- lease:valid(): may the holder still act on it? No round trip: false once it
 -- is released or lost, or when its ttl has run out by the local clock since

@@ -40,7 +40,7 @@ function ____exports.start(l)
     end
     local ok, err = timer_at(0, run, l)
     if not ok then
-        return (("dlock: cannot start the " .. l.name) .. ": ") .. lua_tostring(err)
+        return "dlock: cannot start the " .. l.name .. ": " .. lua_tostring(err)
     end
     l.running = true
     return nil

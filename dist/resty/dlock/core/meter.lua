@@ -125,7 +125,7 @@ local function buckets(p, n)
 end
 --- The instruments of factory `name` in `dict`: made at new(), so that counting builds no key.
 function ____exports.make(dict, name)
-    local p = ("m:" .. name) .. ":"
+    local p = "m:" .. name .. ":"
     if (dict:safe_add("m:?" .. name, true)) then
         local i = dict:incr("m:n", 1, 0)
         if i ~= nil then

@@ -196,7 +196,7 @@ end
 function ____exports.watch(m, onLost)
     m._onLost = onLost
     local function told(l, why)
-        return partLost(m, (l.key .. ": ") .. why)
+        return partLost(m, l.key .. ": " .. why)
     end
     local parts = m._parts
     for i = 1, #parts do

@@ -231,7 +231,7 @@ function ____exports.keyList(keys)
     end
     if n > ____exports.MAX_KEYS then
         return check.fail(
-            ("acquire_all takes at most " .. lua_tostring(____exports.MAX_KEYS)) .. " keys",
+            "acquire_all takes at most " .. lua_tostring(____exports.MAX_KEYS) .. " keys",
             n
         )
     end
@@ -249,7 +249,7 @@ function ____exports.keyList(keys)
     local seen = {}
     for i = 1, n do
         local k, kerr = check_str(
-            ("keys[" .. lua_tostring(i)) .. "]",
+            "keys[" .. lua_tostring(i) .. "]",
             t[i],
             MAX_KEY
         )
@@ -258,7 +258,7 @@ function ____exports.keyList(keys)
         end
         if seen[k] ~= nil then
             return check.fail(
-                ("acquire_all's keys must be distinct: keys[" .. lua_tostring(i)) .. "] repeats an earlier key",
+                "acquire_all's keys must be distinct: keys[" .. lua_tostring(i) .. "] repeats an earlier key",
                 k
             )
         end

@@ -39,7 +39,7 @@ local function sweepOnce()
                 o.settle(o, nil)
             end
         else
-            local g = (o.conf.pool .. " ") .. o.release.sha
+            local g = o.conf.pool .. " " .. o.release.sha
             local list = groups[g]
             if list == nil then
                 list = {}

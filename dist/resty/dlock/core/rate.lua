@@ -33,7 +33,7 @@ local function nameOf(rate, period)
     elseif period % 1000 == 0 then
         p = lua_tostring(period / 1000) .. "s"
     end
-    return (lua_tostring(rate) .. "-per-") .. p
+    return lua_tostring(rate) .. "-per-" .. p
 end
 --- One limit from rate, period, burst and name (burst defaults to rate: a
 -- client idle for a period may spend it at once). `where` prefixes the
@@ -90,7 +90,7 @@ function ____exports.limits(list)
     for i = 1, #list do
         local l = list[i]
         if seen[l.name] ~= nil then
-            return check.fail(("two limits share the policy name " .. l.name) .. " (give each a name)", l.name)
+            return check.fail("two limits share the policy name " .. l.name .. " (give each a name)", l.name)
         end
         seen[l.name] = true
         args[2 * i - 2 + 1] = str_format("%.17g", l.period * 1000 / l.rate)
@@ -220,7 +220,7 @@ function ____exports.parse(o)
     for i = 1, 3 do
         local k = SINGLE[i]
         if o[k] ~= nil then
-            return check.fail((k .. " and limits exclude each other: give each limit its own ") .. k, o[k])
+            return check.fail(k .. " and limits exclude each other: give each limit its own " .. k, o[k])
         end
     end
     local what = "limits must be a list of 1 to 8 tables { rate =, period =, burst =, name = }"
@@ -239,7 +239,7 @@ function ____exports.parse(o)
     end
     local list = {}
     for i = 1, n do
-        local where = ("limits[" .. lua_tostring(i)) .. "]."
+        local where = "limits[" .. lua_tostring(i) .. "]."
         local e, eerr = check.options(
             str_sub(where, 1, -2),
             t[i],

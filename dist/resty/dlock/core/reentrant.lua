@@ -70,7 +70,7 @@ end
 -- or whose owner is gone is dropped.
 function ____exports.nested(factory, rkey)
     local who, anchor, co = owner()
-    local slot = (((who .. "\0") .. factory) .. "\0") .. rkey
+    local slot = who .. "\0" .. factory .. "\0" .. rkey
     local h = holds[slot]
     if h == nil then
         return nil
@@ -115,7 +115,7 @@ function ____exports.enter(factory, root)
         prune()
     end
     local who, anchor, co = owner()
-    local slot = (((who .. "\0") .. factory) .. "\0") .. root._rkey
+    local slot = who .. "\0" .. factory .. "\0" .. root._rkey
     local h = {
         root = root,
         count = 1,

@@ -98,7 +98,7 @@ end
 local function known(path, specs, name, other)
     local spec = specs[other]
     if spec == nil then
-        lua_error((((("dlock: schema " .. path) .. ": ") .. name) .. " refers to no option ") .. other)
+        lua_error("dlock: schema " .. path .. ": " .. name .. " refers to no option " .. other)
     end
     return spec
 end
@@ -107,8 +107,8 @@ local function requirement(path, labels, specs, spec, rule)
     local label = labels .. spec.name
     local other = labels .. rule.option
     if rule.must == "unset" then
-        local why = rule.why ~= nil and (" (" .. rule.why) .. ")" or ""
-        return {rule = rule, message = ((label .. " is refused with ") .. other) .. why, show = true}
+        local why = rule.why ~= nil and " (" .. rule.why .. ")" or ""
+        return {rule = rule, message = label .. " is refused with " .. other .. why, show = true}
     end
     local subject = label .. " needs "
     if rule.shared ~= nil then
@@ -123,9 +123,9 @@ local function requirement(path, labels, specs, spec, rule)
         return {rule = rule, message = subject .. other, show = false}
     end
     if rule.must == "true" then
-        return {rule = rule, message = (subject .. other) .. " = true", show = false}
+        return {rule = rule, message = subject .. other .. " = true", show = false}
     end
-    return {rule = rule, message = (subject .. other) .. " > 0", show = true}
+    return {rule = rule, message = subject .. other .. " > 0", show = true}
 end
 local function exclusions(path, labels, specs, spec)
     local list = {}
@@ -137,11 +137,11 @@ local function exclusions(path, labels, specs, spec)
     for _, n in lua_ipairs(spec.excludes) do
         names[#names + 1] = labels .. n
     end
-    local together = (label .. " excludes ") .. concat(names, " and ")
+    local together = label .. " excludes " .. concat(names, " and ")
     local asOne = spec.excludesAsOne == true
     for _, n in lua_ipairs(spec.excludes) do
         local other = known(path, specs, spec.name, n)
-        local message = asOne and together or ((label .. " excludes ") .. labels) .. n
+        local message = asOne and together or label .. " excludes " .. labels .. n
         list[#list + 1] = {option = n, message = message, own = asOne, secret = other.secret == true}
     end
     return list
@@ -155,7 +155,7 @@ function ____exports.compile(path, specs, how)
     local byName = {}
     for _, spec in lua_ipairs(specs) do
         if byName[spec.name] ~= nil then
-            lua_error(((("dlock: schema " .. path) .. ": ") .. spec.name) .. " is declared twice")
+            lua_error("dlock: schema " .. path .. ": " .. spec.name .. " is declared twice")
         end
         byName[spec.name] = spec
     end

@@ -109,7 +109,7 @@ function ____exports.worker()
         if r == nil then
             return nil, err
         end
-        workerId = ((((hostname() .. ":") .. lua_tostring(pid)) .. ":") .. str_sub(r, 1, 16)) .. ":"
+        workerId = hostname() .. ":" .. lua_tostring(pid) .. ":" .. str_sub(r, 1, 16) .. ":"
         workerPid = pid
         workerSerial = 0
     end

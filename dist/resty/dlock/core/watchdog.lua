@@ -111,7 +111,7 @@ local function round()
             elseif ngx_now() * 1000 >= l._validUntil then
                 lost(
                     l,
-                    ("Redis could not renew it before it expired (" .. check.reason(r)) .. ")",
+                    "Redis could not renew it before it expired (" .. check.reason(r) .. ")",
                     hooks
                 )
             elseif hooks ~= nil then

@@ -16,10 +16,10 @@ local function finish(l, ...)
     end
     local ok, e = lua_select(1, ...)
     if ok ~= true then
-        return nil, (("dlock: callback failed while holding " .. l.key) .. ": ") .. check.text(e)
+        return nil, "dlock: callback failed while holding " .. l.key .. ": " .. check.text(e)
     end
     if stuck then
-        return nil, (("dlock: could not release " .. l.key) .. " after the callback (retried until it expires): ") .. check.reason(rerr)
+        return nil, "dlock: could not release " .. l.key .. " after the callback (retried until it expires): " .. check.reason(rerr)
     end
     return lua_select(2, ...)
 end

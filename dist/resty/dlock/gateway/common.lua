@@ -15,13 +15,13 @@ local lua_pairs = pairs
 --- What a guard's log lines say it does when Redis fails: "refused with 503 (on_error = \"deny\")".
 function ____exports.errorWhat(onError, errorStatus)
     if onError == "local" then
-        return ("refused with " .. lua_tostring(errorStatus)) .. " (on_error = \"local\": a key error is not Redis failing)"
+        return "refused with " .. lua_tostring(errorStatus) .. " (on_error = \"local\": a key error is not Redis failing)"
     end
-    return onError == "deny" and ("refused with " .. lua_tostring(errorStatus)) .. " (on_error = \"deny\")" or "let through unguarded (on_error = \"allow\")"
+    return onError == "deny" and "refused with " .. lua_tostring(errorStatus) .. " (on_error = \"deny\")" or "let through unguarded (on_error = \"allow\")"
 end
 --- What a guard's log lines say it does with a request without its key: "refused with 400 (on_missing = \"reject\")".
 function ____exports.missingWhat(onMissing, missingStatus)
-    return onMissing == "reject" and ("refused with " .. lua_tostring(missingStatus)) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")"
+    return onMissing == "reject" and "refused with " .. lua_tostring(missingStatus) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")"
 end
 --- Phases where a guard can decide: it needs cosockets and ngx.exit. Elsewhere
 -- (log, filters, set_by_lua, init) the response is gone or there is no request:

@@ -89,7 +89,7 @@ local function body(max)
 end
 --- Method, path with query as sent, and body: two requests that differ in any of them differ here.
 local function fingerprint(method, b)
-    return token.hex(sha1_bin((((method .. "\n") .. (ngx_var.request_uri or "")) .. "\n") .. sha1_bin(b)))
+    return token.hex(sha1_bin(method .. "\n" .. (ngx_var.request_uri or "") .. "\n" .. sha1_bin(b)))
 end
 local function access(g)
     if not shared.decides(g.name) then
@@ -130,7 +130,7 @@ local function access(g)
             400,
             "invalid-key",
             "Idempotency-Key invalid",
-            ("the key must be a quoted string or a token of 1 to " .. lua_tostring(MAX_KEY)) .. " printable ASCII characters"
+            "the key must be a quoted string or a token of 1 to " .. lua_tostring(MAX_KEY) .. " printable ASCII characters"
         )
         return
     end
@@ -142,7 +142,7 @@ local function access(g)
                 413,
                 "request-too-large",
                 "Request body too large for an idempotent request",
-                ("requests with an Idempotency-Key may have bodies of up to " .. lua_tostring(g._maxRequestBody)) .. " bytes"
+                "requests with an Idempotency-Key may have bodies of up to " .. lua_tostring(g._maxRequestBody) .. " bytes"
             )
         end
         ngx_log(ERR, "dlock: guard ", g.name, ": cannot read the request body back from its temp file")

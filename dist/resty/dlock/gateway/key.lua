@@ -63,7 +63,7 @@ function ____exports.value(t)
             return nil, nil
         end
         if lua_type(v) ~= "string" then
-            return nil, ("the key function returned a " .. lua_type(v)) .. ", not a string"
+            return nil, "the key function returned a " .. lua_type(v) .. ", not a string"
         end
         return v, nil
     end
@@ -82,7 +82,7 @@ function ____exports.value(t)
         if v == nil or v == "" then
             return nil, nil
         end
-        out = (out .. v) .. parts[i + 1]
+        out = out .. v .. parts[i + 1]
     end
     return out, nil
 end

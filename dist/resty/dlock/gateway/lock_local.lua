@@ -27,7 +27,7 @@ function ____exports.create(mode, permits, fleet, name, ttlMs, callMs)
         fleet,
         1,
         10000,
-        ("a positive integer with on_error = \"local\" (how many nginx share the " .. (mode == "mutex" and "lock" or "permits")) .. ")"
+        "a positive integer with on_error = \"local\" (how many nginx share the " .. (mode == "mutex" and "lock" or "permits") .. ")"
     )
     if n == nil then
         return nil, err
@@ -38,7 +38,7 @@ function ____exports.create(mode, permits, fleet, name, ttlMs, callMs)
     )
     return {
         share = share,
-        prefix = ("ll:" .. name) .. ":",
+        prefix = "ll:" .. name .. ":",
         ttl = ttlMs / 1000,
         probeFor = callMs / 1000 + 0.1,
         held = {},
@@ -58,7 +58,7 @@ end
 --- A free slot of hashed key k, taken; nil when all `share` are held.
 local function take(g, l, k)
     for i = 1, l.share do
-        local slot = ((l.prefix .. k) .. ":") .. lua_tostring(i)
+        local slot = l.prefix .. k .. ":" .. lua_tostring(i)
         local ok = g._dict:add(slot, true, l.ttl)
         if ok == true then
             return slot

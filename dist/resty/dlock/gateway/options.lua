@@ -238,7 +238,7 @@ ____exports.SPECS = {
         max = DAY,
         default = MIN_WAIT,
         modes = IDEMPOTENCY,
-        unit = ("an integer of ms of at least " .. tostring(MIN_WAIT)) .. " (a retry sent right after the first response must find it stored)"
+        unit = "an integer of ms of at least " .. tostring(MIN_WAIT) .. " (a retry sent right after the first response must find it stored)"
     },
     {
         name = "max_body",

@@ -172,7 +172,7 @@ function ____exports.create(o, name)
     local cost = o.cost == nil and 1 or o.cost
     if lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > ls.most then
         return check.fail(
-            ("cost must be a positive integer, at most the smallest burst (" .. lua_tostring(ls.most)) .. ")",
+            "cost must be a positive integer, at most the smallest burst (" .. lua_tostring(ls.most) .. ")",
             cost
         )
     end
@@ -199,7 +199,7 @@ function ____exports.create(o, name)
     end
     local key = o.key
     local dict = o.dict
-    local prefix = o.prefix == nil and ("dlock:gw:" .. name) .. ":" or o.prefix
+    local prefix = o.prefix == nil and "dlock:gw:" .. name .. ":" or o.prefix
     local rejectStatus = o.reject_status == nil and 429 or o.reject_status
     local missingStatus = o.missing_status
     local onMissing = o.on_missing
@@ -221,7 +221,7 @@ function ____exports.create(o, name)
         _items = items,
         _parts = {},
         _missingWhat = shared.missingWhat(onMissing, missingStatus),
-        _errorWhat = onError == "allow" and "let through unguarded (on_error = \"allow\")" or ((("refused with " .. lua_tostring(o.error_status)) .. " (on_error = \"") .. onError) .. "\")",
+        _errorWhat = onError == "allow" and "let through unguarded (on_error = \"allow\")" or "refused with " .. lua_tostring(o.error_status) .. " (on_error = \"" .. onError .. "\")",
         _onMissing = onMissing,
         _onError = onError,
         _shares = shares,

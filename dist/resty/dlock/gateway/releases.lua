@@ -40,7 +40,7 @@ function finish(owner, l, ms)
     if n > 0 then
         failed(
             owner,
-            ("releasing " .. lua_tostring(n)) .. " lease(s)",
+            "releasing " .. lua_tostring(n) .. " lease(s)",
             berr
         )
     end

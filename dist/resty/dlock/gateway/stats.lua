@@ -37,7 +37,7 @@ local keysOf = {}
 local function make(guard)
     local events = {}
     for i = 1, #____exports.EVENTS do
-        events[____exports.EVENTS[i]] = (("c:" .. guard) .. ":") .. ____exports.EVENTS[i]
+        events[____exports.EVENTS[i]] = "c:" .. guard .. ":" .. ____exports.EVENTS[i]
     end
     local k = {events = events, gauges = {}, open = "b:open:" .. guard, fail = "b:fail:" .. guard}
     keysOf[guard] = k
@@ -50,7 +50,7 @@ local function gaugeKey(guard, name)
     local k = keys(guard)
     local key = k.gauges[name]
     if key == nil then
-        key = (("g:" .. guard) .. ":") .. name
+        key = "g:" .. guard .. ":" .. name
         k.gauges[name] = key
     end
     return key

@@ -12,14 +12,14 @@ function ____exports.node(conf, host, port)
     n.host = host
     n.port = port
     n.path = nil
-    n.endpoint = (host .. ":") .. lua_tostring(port)
+    n.endpoint = host .. ":" .. lua_tostring(port)
     local tls = ""
     if conf.ssl then
-        tls = conf.ssl_verify and ("tls+verify=" .. (conf.server_name or "")) .. ":" or "tls:"
+        tls = conf.ssl_verify and "tls+verify=" .. (conf.server_name or "") .. ":" or "tls:"
     end
-    n.pool = ((("dlock:" .. tls) .. n.endpoint) .. ":") .. lua_tostring(conf.db)
+    n.pool = "dlock:" .. tls .. n.endpoint .. ":" .. lua_tostring(conf.db)
     if conf.credentials ~= nil then
-        n.pool = (n.pool .. ":") .. conf.credentials.digest
+        n.pool = n.pool .. ":" .. conf.credentials.digest
     end
     n.sentinel = nil
     n.topology = "standalone"
@@ -242,9 +242,9 @@ function ____exports.parse(v, dict)
         local seen = {}
         for i = 1, #seeds do
             local n = seeds[i]
-            local name = (n.host .. ":") .. lua_tostring(n.port)
+            local name = n.host .. ":" .. lua_tostring(n.port)
             if seen[name] ~= nil then
-                return check.fail(("redis.redlock names " .. name) .. " twice: its masters must be independent", name)
+                return check.fail("redis.redlock names " .. name .. " twice: its masters must be independent", name)
             end
             seen[name] = true
         end
@@ -254,30 +254,30 @@ function ____exports.parse(v, dict)
         topology = "unix"
     end
     local sent = o.sentinel
-    local endpoint = o.path or (o.host .. ":") .. lua_tostring(o.port)
+    local endpoint = o.path or o.host .. ":" .. lua_tostring(o.port)
     if sent ~= nil then
         endpoint = "sentinel " .. sent.master
     elseif seeds ~= nil then
         local names = {}
         for i = 1, #seeds do
-            names[#names + 1] = (seeds[i].host .. ":") .. lua_tostring(seeds[i].port)
+            names[#names + 1] = seeds[i].host .. ":" .. lua_tostring(seeds[i].port)
         end
-        endpoint = (topology .. " ") .. tbl_concat(names, ",")
+        endpoint = topology .. " " .. tbl_concat(names, ",")
     end
     local tls = ""
     if o.ssl then
-        tls = o.ssl_verify and ("tls+verify=" .. (o.server_name or "")) .. ":" or "tls:"
+        tls = o.ssl_verify and "tls+verify=" .. (o.server_name or "") .. ":" or "tls:"
     end
-    local pool = ((("dlock:" .. tls) .. endpoint) .. ":") .. lua_tostring(o.db)
+    local pool = "dlock:" .. tls .. endpoint .. ":" .. lua_tostring(o.db)
     if sent ~= nil then
-        pool = (pool .. ":") .. sent.id
+        pool = pool .. ":" .. sent.id
         if sent.credentials ~= nil then
-            pool = (pool .. ":") .. sent.credentials.digest
+            pool = pool .. ":" .. sent.credentials.digest
         end
     end
     local credentials = setup.credentials(o.username, o.password)
     if credentials ~= nil then
-        pool = (pool .. ":") .. credentials.digest
+        pool = pool .. ":" .. credentials.digest
     end
     local conf = {
         host = o.host,
@@ -324,7 +324,7 @@ end
 -- take a slot of the pool that requests queue for.
 function ____exports.apart(conf, suffix)
     local n = copy(conf)
-    n.pool = (conf.pool .. ":") .. suffix
+    n.pool = conf.pool .. ":" .. suffix
     n.backlog = nil
     return n
 end

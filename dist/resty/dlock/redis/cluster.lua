@@ -13,7 +13,7 @@ end
 function replied(node, err)
     local code = str_match(
         lua_tostring(err),
-        ("^dlock: redis " .. (str_gsub(node.endpoint, "%p", "%%%0"))) .. ": (%u%u+) "
+        "^dlock: redis " .. (str_gsub(node.endpoint, "%p", "%%%0")) .. ": (%u%u+) "
     )
     return code ~= nil and code ~= "TLS"
 end
@@ -337,7 +337,7 @@ end
 -- must share a slot: a hash tag of the whole lock key, unless it has one
 -- already (then the suffix keeps it).
 local function fenceKey(rkey)
-    return tagged(rkey) and rkey .. ":fence" or ("{" .. rkey) .. "}:fence"
+    return tagged(rkey) and rkey .. ":fence" or "{" .. rkey .. "}:fence"
 end
 --- Redirects followed and the age of the newest slot map read, over every worker.
 local function shared(conf, d)

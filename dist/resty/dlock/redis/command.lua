@@ -38,7 +38,7 @@ local function headOf(cache, s, words, body)
     local h = byWords[words]
     if h == nil then
         h = resp.encode({body and "EVAL" or "EVALSHA", body and s.src or s.sha, s.keys})
-        h = ("*" .. lua_tostring(3 + words)) .. str_sub(h, 3)
+        h = "*" .. lua_tostring(3 + words) .. str_sub(h, 3)
         byWords[words] = h
     end
     return h
@@ -49,7 +49,7 @@ local PRE_CACHED = 4096
 local function pre(len)
     local p = PRE[len]
     if p == nil then
-        p = ("$" .. lua_tostring(len)) .. CRLF
+        p = "$" .. lua_tostring(len) .. CRLF
         if len <= PRE_CACHED then
             PRE[len] = p
         end

@@ -6,7 +6,7 @@ local eviction = require("resty.dlock.redis.eviction")
 local sentinel = require("resty.dlock.redis.sentinel")
 local setup = require("resty.dlock.redis.setup")
 function masterOf(conf, host, port)
-    local name = (((conf.pool .. "@") .. host) .. ":") .. lua_tostring(port)
+    local name = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
     local m = sentinelMasters[name]
     if m == nil then
         m = redis.node(conf, host, port)
@@ -28,9 +28,9 @@ function isMaster(red, conf, host, port)
     end
     sentinel_forget(conf.pool)
     if lua_type(role) ~= "table" then
-        return ((((((("dlock: redis " .. conf.endpoint) .. ": ROLE on ") .. host) .. ":") .. lua_tostring(port)) .. " failed: ") .. lua_tostring(err)) .. "; asking the sentinels again"
+        return "dlock: redis " .. conf.endpoint .. ": ROLE on " .. host .. ":" .. lua_tostring(port) .. " failed: " .. lua_tostring(err) .. "; asking the sentinels again"
     end
-    return ((((((("dlock: redis " .. conf.endpoint) .. ": ") .. host) .. ":") .. lua_tostring(port)) .. " is a ") .. lua_tostring(role[1])) .. ", not the master (a failover is under way); asking the sentinels again"
+    return "dlock: redis " .. conf.endpoint .. ": " .. host .. ":" .. lua_tostring(port) .. " is a " .. lua_tostring(role[1]) .. ", not the master (a failover is under way); asking the sentinels again"
 end
 local client = redis.library
 local hasTimeouts = redis.hasTimeouts
@@ -93,13 +93,13 @@ function ____exports.connect(conf)
         end
         host = m.host
         port = m.port
-        pool = (((conf.pool .. "@") .. host) .. ":") .. lua_tostring(port)
+        pool = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
     end
     local opts = {pool = pool, pool_size = conf.pool_size, backlog = conf.backlog}
     local ok, err = red:connect(conf.path or host, conf.path ~= nil and opts or port, opts)
     if ok == nil then
         ____exports.stale(conf)
-        return nil, (("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(err)
+        return nil, "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err)
     end
     if not hasTimeouts then
         red:set_timeout(conf.read_timeout)

@@ -50,8 +50,8 @@ local function remember(conf, e)
     elseif e.policyEvicts then
         kind = "dormant"
     end
-    if kind ~= "ok" and not (logged[(ep .. " ") .. kind] ~= nil) then
-        logged[(ep .. " ") .. kind] = true
+    if kind ~= "ok" and not (logged[ep .. " " .. kind] ~= nil) then
+        logged[ep .. " " .. kind] = true
         if kind == "evicts" then
             ngx_log(
                 ERR,
@@ -104,9 +104,9 @@ local function share(conf)
         return
     end
     local at = math_floor(e.checkedAt * 1000)
-    local v = (("0 " .. lua_tostring(at)) .. " ") .. e.why
+    local v = "0 " .. lua_tostring(at) .. " " .. e.why
     if e.checked then
-        v = (((("1 " .. lua_tostring(at)) .. " ") .. lua_tostring(e.maxmemory)) .. " ") .. e.policy
+        v = "1 " .. lua_tostring(at) .. " " .. lua_tostring(e.maxmemory) .. " " .. e.policy
     end
     local added, err = dict:safe_add(EVICTION_KEY .. ep, v)
     local stored = added == true
@@ -134,7 +134,7 @@ local function ask(red, conf)
     local info, ierr = red:info("memory")
     if info == nil then
         checkedPools[conf.pool] = nil
-        return ((("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(ierr)) .. " during the eviction check"
+        return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(ierr) .. " during the eviction check"
     end
     if lua_type(info) == "string" then
         local p = str_match(info, "[\r\n]maxmemory_policy:([%w%-]+)")
@@ -148,7 +148,7 @@ local function ask(red, conf)
         local cfg, cerr = red:config("get", "maxmemory*")
         if cfg == nil then
             checkedPools[conf.pool] = nil
-            return ((("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(cerr)) .. " during the eviction check"
+            return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(cerr) .. " during the eviction check"
         end
         if lua_type(cfg) == "table" then
             local t = cfg
@@ -162,7 +162,7 @@ local function ask(red, conf)
             end
         end
         if policy == nil or maxmemory == nil then
-            why = (why .. "; CONFIG GET: ") .. (cfg == false and lua_tostring(cerr) or "no maxmemory fields")
+            why = why .. "; CONFIG GET: " .. (cfg == false and lua_tostring(cerr) or "no maxmemory fields")
         end
     end
     if policy ~= nil and maxmemory ~= nil then

@@ -61,7 +61,7 @@ function ____exports.decideRelease(conf, v)
     if answered >= ____exports.majority(conf) then
         return deleted > 0 and 1 or 0, nil, nil
     end
-    return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": only ") .. lua_tostring(answered)) .. " of ") .. lua_tostring(#conf.nodes)) .. " masters answered the release (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
+    return nil, "dlock: redis " .. conf.endpoint .. ": only " .. lua_tostring(answered) .. " of " .. lua_tostring(#conf.nodes) .. " masters answered the release (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
 end
 --- Extend: 1 on a majority within the time; 0 when a majority can no longer say yes.
 function ____exports.decideExtend(conf, v, ttl, started)
@@ -73,7 +73,7 @@ function ____exports.decideExtend(conf, v, ttl, started)
     if answered - extended > n - ____exports.majority(conf) then
         return 0, nil, nil
     end
-    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": extended on ") .. lua_tostring(extended)) .. " of ") .. lua_tostring(n)) .. " masters, a majority is ") .. lua_tostring(____exports.majority(conf))) .. " (") .. errorsOf(conf, v)) .. ")", faultOf(conf, v)
+    return nil, "dlock: redis " .. conf.endpoint .. ": extended on " .. lua_tostring(extended) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(____exports.majority(conf)) .. " (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
 end
 --- Acquire: "OK" when a majority took the key in time. Otherwise the masters
 -- that took it give it back, and the answer is "busy" (the ms until enough
@@ -114,11 +114,11 @@ function ____exports.decideAcquire(conf, v, rkey, tok, ttl, started)
         return pttls[#pttls - (n - need)], nil, nil
     end
     if not undone or unknown then
-        return nil, ((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. lua_tostring(took)) .. " of ") .. lua_tostring(n)) .. " masters, and some may still hold it (") .. errorsOf(conf, v)) .. ")", "lost"
+        return nil, "dlock: redis " .. conf.endpoint .. ": took the key on " .. lua_tostring(took) .. " of " .. lua_tostring(n) .. " masters, and some may still hold it (" .. errorsOf(conf, v) .. ")", "lost"
     end
     if took >= need then
         return nil, str_format("dlock: redis %s: took the key on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
     end
-    return nil, ((((((((("dlock: redis " .. conf.endpoint) .. ": took the key on ") .. lua_tostring(took)) .. " of ") .. lua_tostring(n)) .. " masters, a majority is ") .. lua_tostring(need)) .. " (") .. errorsOf(conf, v)) .. ")", "transient"
+    return nil, "dlock: redis " .. conf.endpoint .. ": took the key on " .. lua_tostring(took) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(need) .. " (" .. errorsOf(conf, v) .. ")", "transient"
 end
 return ____exports

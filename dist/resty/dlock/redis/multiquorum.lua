@@ -62,14 +62,14 @@ function ____exports.call(conf, s, rkey, args, rkeys, tok, ttl)
             if ok then
                 r, e, f = r2, e2, f2
             else
-                r, e, f = nil, (("dlock: redis " .. nodes[j].endpoint) .. ": ") .. lua_tostring(r2), "failed"
+                r, e, f = nil, "dlock: redis " .. nodes[j].endpoint .. ": " .. lua_tostring(r2), "failed"
             end
         end
         if r ~= nil then
             replies[j] = r
         else
             faults[j] = f or "failed"
-            errors[#errors + 1] = e or ("dlock: redis " .. nodes[j].endpoint) .. ": no reply"
+            errors[#errors + 1] = e or "dlock: redis " .. nodes[j].endpoint .. ": no reply"
         end
     end
     local took = 0
@@ -113,7 +113,7 @@ function ____exports.call(conf, s, rkey, args, rkeys, tok, ttl)
             pttls[#pttls + 1] = t[2]
         end
     end
-    local errs = #errors > 0 and (" (" .. table_concat(errors, "; ")) .. ")" or ""
+    local errs = #errors > 0 and " (" .. table_concat(errors, "; ") .. ")" or ""
     if #pttls > n - need and undone then
         table_sort(pttls)
         local busy = {}

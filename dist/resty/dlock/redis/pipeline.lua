@@ -103,7 +103,7 @@ local function flush(lane)
         else
             fail(
                 b,
-                (("dlock: pipeline to redis " .. lane.conf.endpoint) .. " failed: ") .. lua_tostring(res),
+                "dlock: pipeline to redis " .. lane.conf.endpoint .. " failed: " .. lua_tostring(res),
                 "lost"
             )
         end
@@ -141,7 +141,7 @@ local function sender(premature, lane)
     if lane.open ~= nil then
         local b = lane.open
         lane.open = nil
-        fail(b, ("dlock: nginx worker exiting before the call to redis " .. lane.conf.endpoint) .. " was sent", "failed")
+        fail(b, "dlock: nginx worker exiting before the call to redis " .. lane.conf.endpoint .. " was sent", "failed")
         wake(lane, b)
     end
     lane.senders = lane.senders - 1
@@ -206,7 +206,7 @@ local function awaited(conf, b, job)
     end
     job.back = true
     if not woken and job.res == nil and job.fault == nil then
-        job.err = (((("dlock: redis " .. conf.endpoint) .. ": no answer from the pipeline in ") .. lua_tostring(wait)) .. " s during ") .. job.s.name
+        job.err = "dlock: redis " .. conf.endpoint .. ": no answer from the pipeline in " .. lua_tostring(wait) .. " s during " .. job.s.name
         job.fault = "lost"
         return false
     end

@@ -51,7 +51,7 @@ local function take(v, i, node, r, e, f)
     if r ~= nil then
         v.replies[i] = r
     else
-        v.errors[i] = e or ("dlock: redis " .. node.endpoint) .. ": no reply"
+        v.errors[i] = e or "dlock: redis " .. node.endpoint .. ": no reply"
         v.faults[i] = f or "failed"
     end
 end
@@ -76,7 +76,7 @@ end
 --- Run s for rkey on the masters and decide by majority (ARGV[1] the token, ARGV[2] the ttl).
 local function call(conf, s, rkey, ...)
     if not kindSupported(s) then
-        return nil, ((("dlock: redis " .. conf.endpoint) .. ": the ") .. s.name) .. " script cannot run on a Redlock quorum", "failed"
+        return nil, "dlock: redis " .. conf.endpoint .. ": the " .. s.name .. " script cannot run on a Redlock quorum", "failed"
     end
     local started = nowMs()
     local v = everywhere(conf, s, rkey, ...)
@@ -102,7 +102,7 @@ local function batch(conf, s, targets, ms)
     local out = {replies = {}, errors = {}, faults = {}}
     if s ~= scripts.RELEASE and s ~= scripts.EXTEND then
         for i = 1, #targets do
-            out.errors[i] = ((("dlock: redis " .. conf.endpoint) .. ": the ") .. s.name) .. " script cannot run on a Redlock quorum"
+            out.errors[i] = "dlock: redis " .. conf.endpoint .. ": the " .. s.name .. " script cannot run on a Redlock quorum"
             out.faults[i] = "failed"
         end
         return out
@@ -138,7 +138,7 @@ local function batch(conf, s, targets, ms)
             if r ~= nil then
                 v.replies[j] = r
             else
-                v.errors[j] = o.errors[i] or ("dlock: redis " .. nodes[j].endpoint) .. ": no reply"
+                v.errors[j] = o.errors[i] or "dlock: redis " .. nodes[j].endpoint .. ": no reply"
                 v.faults[j] = o.faults[i] or "failed"
             end
         end

@@ -16,7 +16,7 @@ function lost(conf, b, which, k, why)
     for m = k, n do
         local j = b.jobs[at(which, m)]
         j.res = nil
-        j.err = (((("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(why)) .. " during ") .. j.s.name
+        j.err = "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(why) .. " during " .. j.s.name
         j.fault = "lost"
     end
 end
@@ -98,7 +98,7 @@ local function refused(conf, err)
     elseif code ~= nil and TRANSIENT[code] ~= nil then
         fault = "transient"
     end
-    return (("dlock: redis " .. conf.endpoint) .. ": ") .. lua_tostring(err), fault
+    return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err), fault
 end
 --- Read the replies of the jobs `which` in turn; those that met NOSCRIPT (unless `body`: EVAL was sent).
 local function replies(conf, sock, b, which, body)
@@ -154,7 +154,7 @@ local function replies(conf, sock, b, which, body)
         for k = 1, n do
             local j = b.jobs[at(which, k)]
             j.res = nil
-            j.err = (("dlock: redis " .. conf.endpoint) .. ": more data than replies during ") .. j.s.name
+            j.err = "dlock: redis " .. conf.endpoint .. ": more data than replies during " .. j.s.name
             j.fault = "lost"
         end
         return nil
@@ -186,7 +186,7 @@ local function replicated(red, conf, s)
             conf.replicas_timeout
         )
     end
-    return (((("dlock: redis " .. conf.endpoint) .. ": WAIT for replicas after the ") .. s.name) .. " failed: ") .. lua_tostring(err)
+    return "dlock: redis " .. conf.endpoint .. ": WAIT for replicas after the " .. s.name .. " failed: " .. lua_tostring(err)
 end
 --- Send b's calls as one pipeline on a pooled connection: the connection to
 -- read their replies from (finish), or nil when it failed (b's calls say so).

@@ -54,12 +54,12 @@ end
 -- keeps it). Elsewhere it starts with the lock key, so ACL key patterns that
 -- let a user at the locks (~dlock:*) let it at their queues.
 local function queueKey(rkey, slotted)
-    return slotted and not tagged(rkey) and ("{" .. rkey) .. "}:queue" or rkey .. ":queue"
+    return slotted and not tagged(rkey) and "{" .. rkey .. "}:queue" or rkey .. ":queue"
 end
 --- The readers of lock key rkey (shared locks, rwscripts.ts): a sorted set
 -- placed as queueKey places the queue, in the lock key's slot.
 local function readersKey(rkey, slotted)
-    return slotted and not tagged(rkey) and ("{" .. rkey) .. "}:readers" or rkey .. ":readers"
+    return slotted and not tagged(rkey) and "{" .. rkey .. "}:readers" or rkey .. ":readers"
 end
 --- Run a per-target script (release, extend, drop) for one target through a
 -- backend's call, with the keys and arguments batches send: KEYS[1] the key

@@ -26,11 +26,11 @@ ____exports.ACQUIRE_FENCED = ____exports.script("acquire", "\nif redis.call('SET
 -- Redis a hash lookup. redis.pcall: an ACL user without channel permissions
 -- (Redis 7 users get none by default) still releases; its waiters poll.
 ____exports.CHANNEL = "dlock:released:"
-local PUBLISH = ("redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n"
+local PUBLISH = "redis.pcall('PUBLISH', '" .. ____exports.CHANNEL .. "' .. KEYS[1], '')\n"
 --- KEYS[1] lock key, ARGV[1] token. 1 when deleted (and announced), 0 when the key is not ours.
 ____exports.RELEASE = ____exports.script(
     "release",
-    ("\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  " .. PUBLISH) .. "  return 1\nend\nreturn 0\n",
+    "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  " .. PUBLISH .. "  return 1\nend\nreturn 0\n",
     1,
     nil,
     nil,
@@ -42,12 +42,12 @@ ____exports.RELEASE = ____exports.script(
 ____exports.GRANT = 100
 ____exports.QUEUE = "local Q = KEYS[#KEYS]\n"
 ____exports.FIRST_LIVE = "  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\n"
-____exports.LINE = ((((((((("local t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n" .. ____exports.FIRST_LIVE) .. "end\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '") .. ____exports.CHANNEL) .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', ") .. tostring(____exports.GRANT)) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '") .. ____exports.CHANNEL) .. "' .. KEYS[1], 'g") .. tostring(____exports.GRANT)) .. " ' .. who)\n  return who\nend\n"
+____exports.LINE = "local t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n" .. ____exports.FIRST_LIVE .. "end\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', " .. tostring(____exports.GRANT) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '" .. ____exports.CHANNEL .. "' .. KEYS[1], 'g" .. tostring(____exports.GRANT) .. " ' .. who)\n  return who\nend\n"
 ____exports.REJOIN = "local mine\nif ARGV[4] ~= '' then\n  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')\n  mine = deadline .. ' ' .. ARGV[1]\n  -- back in line at its old place, had its turn come and gone while it was away\n  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then\n    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end\n  end\nend\n"
 ____exports.TICKET = "local ticket = ARGV[4]\nlocal wait = tonumber(ARGV[3])\nif ticket == '' and wait > 0 then\n  local issued = t[1] .. string.format('%06d', t[2])\n  ticket = issued .. ' ' .. (now + wait)\n  mine = (now + wait) .. ' ' .. ARGV[1]\n  redis.call('ZADD', Q, issued, mine)\n  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end\nend\nreturn { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }\n"
 ____exports.LEAVE = "local tail = ' ' .. ARGV[1]\nlocal dropped = 0\nfor _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n  if string.sub(m, -#tail) == tail then\n    dropped = redis.call('ZREM', Q, m)\n    break\n  end\nend\n"
 local function queuedAcquire(take)
-    return (((((____exports.QUEUE .. ("if ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return " .. take) .. "  -- nobody in line, and the key free\nend\n") .. ____exports.LINE) .. "clock()\n") .. ____exports.REJOIN) .. ((("local v = redis.pcall('GET', KEYS[1])\nif type(v) == 'table' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')\nend\nlocal take = false\nif v == ARGV[1] then\n  take = true  -- handed to us by the previous holder\nelseif not v then\n  local h = head()\n  if h == nil or h == mine then take = true else pass_on() end\nend\nif take then\n  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n  if mine then\n    redis.call('ZREM', Q, mine)\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL) .. "' .. KEYS[1], 'c' .. ARGV[2])\n  end\n  return ") .. take) .. "\nend\n") .. ____exports.TICKET
+    return ____exports.QUEUE .. "if ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return " .. take .. "  -- nobody in line, and the key free\nend\n" .. ____exports.LINE .. "clock()\n" .. ____exports.REJOIN .. "local v = redis.pcall('GET', KEYS[1])\nif type(v) == 'table' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')\nend\nlocal take = false\nif v == ARGV[1] then\n  take = true  -- handed to us by the previous holder\nelseif not v then\n  local h = head()\n  if h == nil or h == mine then take = true else pass_on() end\nend\nif take then\n  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n  if mine then\n    redis.call('ZREM', Q, mine)\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL .. "' .. KEYS[1], 'c' .. ARGV[2])\n  end\n  return " .. take .. "\nend\n" .. ____exports.TICKET
 end
 --- Locks that queue (see above). Returns "OK" when taken; else { PTTL of the
 -- holder (-1: no TTL), ticket, place } where the ticket ("" when not waiting)
@@ -73,7 +73,7 @@ ____exports.ACQUIRE_QUEUED_FENCED = ____exports.script(
 -- nobody is told: waiters are in line); 0 when the key is not ours.
 ____exports.RELEASE_QUEUED = ____exports.script(
     "release",
-    ((____exports.QUEUE .. "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return 1 end\n") .. ____exports.LINE) .. "clock()\nreturn pass_on()\n",
+    ____exports.QUEUE .. "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return 1 end\n" .. ____exports.LINE .. "clock()\nreturn pass_on()\n",
     2,
     nil,
     ____exports.RELEASE,
@@ -85,7 +85,7 @@ ____exports.RELEASE_QUEUED = ____exports.script(
 -- next waiter's token then (as RELEASE_QUEUED), else 0.
 ____exports.DROP = ____exports.script(
     "drop",
-    (((____exports.QUEUE .. ____exports.LINE) .. "clock()\n") .. ____exports.LEAVE) .. "if redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
+    ____exports.QUEUE .. ____exports.LINE .. "clock()\n" .. ____exports.LEAVE .. "if redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
     2,
     nil,
     ____exports.RELEASE,
@@ -107,7 +107,7 @@ ____exports.SEM_ACQUIRE = ____exports.script("semaphore acquire", NOW .. "\nredi
 --- KEYS[1] set, ARGV[1] token. 1 when our live permit was returned (and announced), else 0.
 ____exports.SEM_RELEASE = ____exports.script(
     "semaphore release",
-    ((NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(exp) <= now then return 0 end\n") .. PUBLISH) .. "return 1\n",
+    NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(exp) <= now then return 0 end\n" .. PUBLISH .. "return 1\n",
     1,
     nil,
     nil,

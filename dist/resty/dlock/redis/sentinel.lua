@@ -11,7 +11,7 @@ function ask(pool, s, open, timeout, tls)
     end
     for i = 1, #s.nodes do
         local node = s.nodes[i]
-        local endpoint = (node.host .. ":") .. lua_tostring(node.port)
+        local endpoint = node.host .. ":" .. lua_tostring(node.port)
         local red, sock, cerr = open(node.host, node.port, timeout)
         local why = lua_tostring(cerr)
         if red ~= nil then
@@ -47,13 +47,13 @@ function ask(pool, s, open, timeout, tls)
                 red:close()
                 why = str_sub(
                     serr,
-                    str_len(("dlock: redis sentinel " .. endpoint) .. ": ") + 1
+                    str_len("dlock: redis sentinel " .. endpoint .. ": ") + 1
                 )
             end
         end
-        errors[#errors + 1] = (endpoint .. " ") .. why
+        errors[#errors + 1] = endpoint .. " " .. why
     end
-    return nil, ((("dlock: redis sentinel " .. s.master) .. ": no sentinel named the master (") .. tbl_concat(errors, "; ")) .. ")"
+    return nil, "dlock: redis sentinel " .. s.master .. ": no sentinel named the master (" .. tbl_concat(errors, "; ") .. ")"
 end
 lua_tonumber = tonumber
 lua_tostring = tostring
@@ -82,7 +82,7 @@ function ____exports.parse(v)
     end
     local names = {}
     for i = 1, #o.nodes do
-        names[#names + 1] = (o.nodes[i].host .. ":") .. lua_tostring(o.nodes[i].port)
+        names[#names + 1] = o.nodes[i].host .. ":" .. lua_tostring(o.nodes[i].port)
     end
     return {
         master = o.master,

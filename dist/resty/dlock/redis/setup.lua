@@ -15,7 +15,7 @@ function ____exports.credentials(username, password)
     local c = {
         username = username,
         digest = str_sub(
-            ngx_md5(((username or "") .. "\0") .. password),
+            ngx_md5((username or "") .. "\0" .. password),
             1,
             16
         )
@@ -34,7 +34,7 @@ end
 -- lua_ssl_trusted_certificate and the name against server_name.
 local function tls(sock, s)
     if sock == nil then
-        return ("dlock: redis " .. s.endpoint) .. ": TLS: the Redis client has no socket"
+        return "dlock: redis " .. s.endpoint .. ": TLS: the Redis client has no socket"
     end
     local ok, session, err = lua_pcall(shake, sock, s.server_name, s.ssl_verify)
     if not ok or session == nil then
@@ -42,7 +42,7 @@ local function tls(sock, s)
         if ok then
             why = err
         end
-        return (("dlock: redis " .. s.endpoint) .. ": TLS handshake failed: ") .. check.text(why)
+        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. check.text(why)
     end
     return nil
 end
@@ -51,7 +51,7 @@ end
 -- came through TLS; a socket error (nil) did not.
 local function viaTls(s, ok, err)
     if s.ssl and ok == nil then
-        return (("dlock: redis " .. s.endpoint) .. ": TLS handshake failed: ") .. lua_tostring(err)
+        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. lua_tostring(err)
     end
     return nil
 end
@@ -78,7 +78,7 @@ function ____exports.run(red, sock, s)
             if terr ~= nil then
                 return terr
             end
-            return (((("dlock: redis " .. s.endpoint) .. ": authentication failed for user ") .. (c.username or "default")) .. ": ") .. lua_tostring(err)
+            return "dlock: redis " .. s.endpoint .. ": authentication failed for user " .. (c.username or "default") .. ": " .. lua_tostring(err)
         end
     elseif s.ssl then
         local pong, err = red:ping()
@@ -87,13 +87,13 @@ function ____exports.run(red, sock, s)
             if terr ~= nil then
                 return terr
             end
-            return (("dlock: redis " .. s.endpoint) .. ": PING after the TLS handshake failed: ") .. lua_tostring(err)
+            return "dlock: redis " .. s.endpoint .. ": PING after the TLS handshake failed: " .. lua_tostring(err)
         end
     end
     if s.db ~= 0 then
         local ok, err = red:select(s.db)
         if not ok then
-            return (((("dlock: redis " .. s.endpoint) .. ": SELECT ") .. lua_tostring(s.db)) .. " failed: ") .. lua_tostring(err)
+            return "dlock: redis " .. s.endpoint .. ": SELECT " .. lua_tostring(s.db) .. " failed: " .. lua_tostring(err)
         end
     end
     return nil

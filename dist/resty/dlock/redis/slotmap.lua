@@ -101,7 +101,7 @@ function ____exports.nodeAt(conf, c, ep)
 end
 --- conf's configuration of the master at host:port.
 function ____exports.nodeOf(conf, c, host, port)
-    local ep = (host .. ":") .. lua_tostring(port)
+    local ep = host .. ":" .. lua_tostring(port)
     if not (c.addrs[ep] ~= nil) then
         c.addrs[ep] = {host = host, port = port}
     end
@@ -116,7 +116,7 @@ local function readMap(conf, c, from)
     local ranges, err = red:cluster("slots")
     done(red, from, ranges ~= nil)
     if lua_type(ranges) ~= "table" then
-        return (("dlock: redis " .. from.endpoint) .. ": CLUSTER SLOTS failed: ") .. lua_tostring(err)
+        return "dlock: redis " .. from.endpoint .. ": CLUSTER SLOTS failed: " .. lua_tostring(err)
     end
     local slots = {}
     local masters = {}
@@ -184,7 +184,7 @@ local function refresh(conf, c)
     c.refreshing = false
     if err ~= nil then
         c.lastError = tbl_concat(errors, "; ")
-        return ((("dlock: redis " .. conf.endpoint) .. ": no node gave the slot map (") .. c.lastError) .. ")"
+        return "dlock: redis " .. conf.endpoint .. ": no node gave the slot map (" .. c.lastError .. ")"
     end
     return nil
 end

@@ -143,7 +143,7 @@ local function reader(s, sess)
             return nil
         end
         if msg == nil then
-            return (("dlock: redis " .. s.conf.endpoint) .. ": wake-up subscription: ") .. lua_tostring(rerr)
+            return "dlock: redis " .. s.conf.endpoint .. ": wake-up subscription: " .. lua_tostring(rerr)
         end
         if msg == false then
             if str_sub(
@@ -165,7 +165,7 @@ local function reader(s, sess)
                 )
                 return nil
             end
-            return (("dlock: redis " .. s.conf.endpoint) .. ": wake-up subscription: ") .. lua_tostring(rerr)
+            return "dlock: redis " .. s.conf.endpoint .. ": wake-up subscription: " .. lua_tostring(rerr)
         end
         if lua_type(msg) == "table" then
             local m = msg
@@ -223,7 +223,7 @@ local function session(s)
     if res ~= nil then
         return res
     end
-    return sess.failed ~= nil and (("dlock: redis " .. conf.endpoint) .. ": wake-up subscription: ") .. sess.failed or nil
+    return sess.failed ~= nil and "dlock: redis " .. conf.endpoint .. ": wake-up subscription: " .. sess.failed or nil
 end
 --- Sleep up to `seconds`, less when the worker starts exiting.
 local function pause(seconds)

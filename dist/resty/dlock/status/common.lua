@@ -25,7 +25,7 @@ function ____exports.phaseError(fn)
     if ANSWERING[phase] ~= nil then
         return nil
     end
-    return ((("dlock: status." .. fn) .. " answers a request: call it from content_by_lua, not the ") .. phase) .. " phase"
+    return "dlock: status." .. fn .. " answers a request: call it from content_by_lua, not the " .. phase .. " phase"
 end
 --- Dict names to report: those of the guards and factories of this worker, plus o.dicts (default { "dlock" }).
 function ____exports.dictNames(o)
@@ -133,7 +133,7 @@ local function topologies()
         v.replicas = conf.replicas
         if conf.sentinel ~= nil then
             local m = sentinel.last(conf.pool)
-            v.master = m == nil and "unknown" or (m.host .. ":") .. lua_tostring(m.port)
+            v.master = m == nil and "unknown" or m.host .. ":" .. lua_tostring(m.port)
         end
         local more = backend.describe(conf)
         if more ~= nil then

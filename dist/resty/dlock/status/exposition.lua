@@ -16,8 +16,8 @@ function label(s)
     return escaped
 end
 function header(lines, name, kind, help)
-    lines[#lines + 1] = (("# HELP " .. name) .. " ") .. help
-    lines[#lines + 1] = (("# TYPE " .. name) .. " ") .. kind
+    lines[#lines + 1] = "# HELP " .. name .. " " .. help
+    lines[#lines + 1] = "# TYPE " .. name .. " " .. kind
 end
 function topologyLines(lines)
     local info = {}
@@ -30,17 +30,17 @@ function topologyLines(lines)
     header(failures, "dlock_redis_redlock_node_failures_total", "counter", "Calls to a Redlock master that failed (all workers).")
     for ep, conf in lua_pairs(redis.endpoints()) do
         local e = label(ep)
-        info[#info + 1] = ((((("dlock_redis_topology_info{endpoint=\"" .. e) .. "\",kind=\"") .. conf.topology) .. "\",tls=\"") .. (conf.ssl and "on" or "off")) .. "\"} 1"
+        info[#info + 1] = "dlock_redis_topology_info{endpoint=\"" .. e .. "\",kind=\"" .. conf.topology .. "\",tls=\"" .. (conf.ssl and "on" or "off") .. "\"} 1"
         local kind, counts = backend.shared(conf)
         if kind == "cluster" then
-            redirects[#redirects + 1] = (("dlock_redis_cluster_redirects_total{endpoint=\"" .. e) .. "\"} ") .. lua_tostring(counts.redirects)
+            redirects[#redirects + 1] = "dlock_redis_cluster_redirects_total{endpoint=\"" .. e .. "\"} " .. lua_tostring(counts.redirects)
             local age = counts.slot_map_age
             if age ~= nil then
-                ages[#ages + 1] = (("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" .. e) .. "\"} ") .. str_format("%.3f", age)
+                ages[#ages + 1] = "dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" .. e .. "\"} " .. str_format("%.3f", age)
             end
         elseif kind == "redlock" then
             for node, n in lua_pairs(counts) do
-                failures[#failures + 1] = (((("dlock_redis_redlock_node_failures_total{endpoint=\"" .. e) .. "\",node=\"") .. label(node)) .. "\"} ") .. lua_tostring(n)
+                failures[#failures + 1] = "dlock_redis_redlock_node_failures_total{endpoint=\"" .. e .. "\",node=\"" .. label(node) .. "\"} " .. lua_tostring(n)
             end
         end
     end
@@ -66,29 +66,29 @@ local function histogram(lines, name, labels, bounds, counts, sum)
     for i = 1, #counts do
         total = total + counts[i]
         local le = i <= #bounds and lua_tostring(bounds[i]) or "+Inf"
-        lines[#lines + 1] = (((((name .. "_bucket{") .. labels) .. ",le=\"") .. le) .. "\"} ") .. lua_tostring(total)
+        lines[#lines + 1] = name .. "_bucket{" .. labels .. ",le=\"" .. le .. "\"} " .. lua_tostring(total)
     end
-    lines[#lines + 1] = (((name .. "_sum{") .. labels) .. "} ") .. str_format("%.6f", sum)
-    lines[#lines + 1] = (((name .. "_count{") .. labels) .. "} ") .. lua_tostring(total)
+    lines[#lines + 1] = name .. "_sum{" .. labels .. "} " .. str_format("%.6f", sum)
+    lines[#lines + 1] = name .. "_count{" .. labels .. "} " .. lua_tostring(total)
 end
 --- The core API per factory name (guards' factories carry the guard's name).
 local function factoryLines(lines, r)
     header(lines, "dlock_acquires_total", "counter", "Acquire calls of locks and semaphores by outcome (acquired, busy, timeout, error) since this nginx started.")
     for _, name in lua_ipairs(r.factoryNames) do
         local f = r.factories[name]
-        local l = ("dlock_acquires_total{factory=\"" .. label(name)) .. "\",outcome=\""
-        lines[#lines + 1] = (l .. "acquired\"} ") .. lua_tostring(f.acquired)
-        lines[#lines + 1] = (l .. "busy\"} ") .. lua_tostring(f.busy)
-        lines[#lines + 1] = (l .. "timeout\"} ") .. lua_tostring(f.timeout)
-        lines[#lines + 1] = (l .. "error\"} ") .. lua_tostring(f.error)
+        local l = "dlock_acquires_total{factory=\"" .. label(name) .. "\",outcome=\""
+        lines[#lines + 1] = l .. "acquired\"} " .. lua_tostring(f.acquired)
+        lines[#lines + 1] = l .. "busy\"} " .. lua_tostring(f.busy)
+        lines[#lines + 1] = l .. "timeout\"} " .. lua_tostring(f.timeout)
+        lines[#lines + 1] = l .. "error\"} " .. lua_tostring(f.error)
     end
     header(lines, "dlock_leases_lost_total", "counter", "Leases found gone before their holder released them (renewal failed, or the release found the key not ours).")
     for _, name in lua_ipairs(r.factoryNames) do
-        lines[#lines + 1] = (("dlock_leases_lost_total{factory=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.factories[name].lost)
+        lines[#lines + 1] = "dlock_leases_lost_total{factory=\"" .. label(name) .. "\"} " .. lua_tostring(r.factories[name].lost)
     end
     header(lines, "dlock_held_leases", "gauge", "Leases this nginx holds now (all workers).")
     for _, name in lua_ipairs(r.factoryNames) do
-        lines[#lines + 1] = (("dlock_held_leases{factory=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.factories[name].held)
+        lines[#lines + 1] = "dlock_held_leases{factory=\"" .. label(name) .. "\"} " .. lua_tostring(r.factories[name].held)
     end
     header(lines, "dlock_acquire_wait_seconds", "histogram", "Time from an acquire call to its lease, for acquires that got one.")
     for _, name in lua_ipairs(r.factoryNames) do
@@ -96,7 +96,7 @@ local function factoryLines(lines, r)
         histogram(
             lines,
             "dlock_acquire_wait_seconds",
-            ("factory=\"" .. label(name)) .. "\"",
+            "factory=\"" .. label(name) .. "\"",
             meter.WAIT_BOUNDS,
             f.wait,
             f.waitSum
@@ -108,7 +108,7 @@ local function factoryLines(lines, r)
         histogram(
             lines,
             "dlock_lease_hold_seconds",
-            ("factory=\"" .. label(name)) .. "\"",
+            "factory=\"" .. label(name) .. "\"",
             meter.HOLD_BOUNDS,
             f.hold,
             f.holdSum
@@ -138,11 +138,11 @@ function ____exports.metrics_text(opts)
     for gname, row in lua_pairs(r.guards) do
         local name = label(gname)
         for _, ev in lua_ipairs(stats.EVENTS) do
-            lines[#lines + 1] = (((((("dlock_guard_events_total{guard=\"" .. name) .. "\",mode=\"") .. lua_tostring(row.mode)) .. "\",event=\"") .. ev) .. "\"} ") .. lua_tostring(row[ev])
+            lines[#lines + 1] = "dlock_guard_events_total{guard=\"" .. name .. "\",mode=\"" .. lua_tostring(row.mode) .. "\",event=\"" .. ev .. "\"} " .. lua_tostring(row[ev])
         end
-        breakers[#breakers + 1] = (("dlock_guard_breaker_open{guard=\"" .. name) .. "\"} ") .. (row.breaker == "open" and "1" or "0")
-        degraded[#degraded + 1] = (("dlock_guard_degraded{guard=\"" .. name) .. "\"} ") .. (row.degraded == true and "1" or "0")
-        inFlight[#inFlight + 1] = (("dlock_guard_in_flight{guard=\"" .. name) .. "\"} ") .. lua_tostring(row.in_flight)
+        breakers[#breakers + 1] = "dlock_guard_breaker_open{guard=\"" .. name .. "\"} " .. (row.breaker == "open" and "1" or "0")
+        degraded[#degraded + 1] = "dlock_guard_degraded{guard=\"" .. name .. "\"} " .. (row.degraded == true and "1" or "0")
+        inFlight[#inFlight + 1] = "dlock_guard_in_flight{guard=\"" .. name .. "\"} " .. lua_tostring(row.in_flight)
     end
     for _, l in lua_ipairs(breakers) do
         lines[#lines + 1] = l
@@ -156,16 +156,16 @@ function ____exports.metrics_text(opts)
     factoryLines(lines, r)
     header(lines, "dlock_unrecorded_leases_total", "counter", "Leases this nginx could not record in the shared dict (it was full).")
     for _, name in lua_ipairs(r.dicts) do
-        lines[#lines + 1] = (("dlock_unrecorded_leases_total{dict=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.unrecorded[name])
+        lines[#lines + 1] = "dlock_unrecorded_leases_total{dict=\"" .. label(name) .. "\"} " .. lua_tostring(r.unrecorded[name])
     end
     header(lines, "dlock_replica_shortfalls_total", "counter", "Writes that fewer replicas than redis.replicas acknowledged in time.")
     for _, name in lua_ipairs(r.dicts) do
-        lines[#lines + 1] = (("dlock_replica_shortfalls_total{dict=\"" .. label(name)) .. "\"} ") .. lua_tostring(r.shortfalls[name])
+        lines[#lines + 1] = "dlock_replica_shortfalls_total{dict=\"" .. label(name) .. "\"} " .. lua_tostring(r.shortfalls[name])
     end
     header(lines, "dlock_redis_can_evict_locks", "gauge", "1 when the Redis has maxmemory set and a policy that evicts keys " .. "with a ttl (lock keys); endpoints whose settings could not be read are left out.")
     for ep, v in lua_pairs(r.redis) do
         if v.checked == true then
-            lines[#lines + 1] = (((("dlock_redis_can_evict_locks{endpoint=\"" .. label(ep)) .. "\",policy=\"") .. label(v.maxmemory_policy)) .. "\"} ") .. (v.can_evict_locks == true and "1" or "0")
+            lines[#lines + 1] = "dlock_redis_can_evict_locks{endpoint=\"" .. label(ep) .. "\",policy=\"" .. label(v.maxmemory_policy) .. "\"} " .. (v.can_evict_locks == true and "1" or "0")
         end
     end
     topologyLines(lines)

@@ -93,7 +93,7 @@ local function member(name, value)
     if v == nil then
         return nil
     end
-    return (("\"" .. name) .. "\":") .. v
+    return "\"" .. name .. "\":" .. v
 end
 --- The report as a JSON object, its members in a fixed order.
 local function encode(r)
@@ -137,7 +137,7 @@ local function encode(r)
             return nil, "dlock: status: cannot encode the report as JSON"
         end
     end
-    return ("{" .. table_concat(parts, ",")) .. "}", nil
+    return "{" .. table_concat(parts, ",") .. "}", nil
 end
 local function fail(status, err)
     ngx_.status = status

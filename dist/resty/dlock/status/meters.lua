@@ -55,12 +55,12 @@ local function sweep(dict, p)
     local gone = 0
     while s < stop do
         s = s + 1
-        local v = dict:get((p .. "e") .. lua_tostring(s))
+        local v = dict:get(p .. "e" .. lua_tostring(s))
         if v ~= nil then
             if lua_type(v) == "number" then
                 gone = gone + v
             end
-            dict:delete((p .. "e") .. lua_tostring(s))
+            dict:delete(p .. "e" .. lua_tostring(s))
         end
     end
     if gone ~= 0 then
@@ -71,14 +71,14 @@ local function sweep(dict, p)
 end
 --- A fixed number of dict reads: the counters, the buckets, the gauge (after a sweep).
 function ____exports.read(dict, name)
-    local p = ("m:" .. name) .. ":"
+    local p = "m:" .. name .. ":"
     sweep(dict, p)
     local wait = {}
     local acquiredN = 0
     for i = 1, #WAIT_BOUNDS + 1 do
         local n = num(
             dict,
-            (p .. "w") .. lua_tostring(i)
+            p .. "w" .. lua_tostring(i)
         )
         wait[#wait + 1] = n
         acquiredN = acquiredN + n
@@ -87,7 +87,7 @@ function ____exports.read(dict, name)
     for i = 1, #HOLD_BOUNDS + 1 do
         hold[#hold + 1] = num(
             dict,
-            (p .. "h") .. lua_tostring(i)
+            p .. "h" .. lua_tostring(i)
         )
     end
     return {

@@ -25,12 +25,12 @@ end
 --- Why `name`, an option of other modes, is refused in `mode`.
 local function refusal(name, mode, list, specs)
     if mode.apart == true then
-        return (name .. " does not apply to mode ") .. mode.name
+        return name .. " does not apply to mode " .. mode.name
     end
     for _, s in lua_ipairs(specs) do
         local why = s.notFor and s.notFor[mode.name]
         if s.name == name and why ~= nil then
-            return ((((name .. " does not apply to mode ") .. mode.name) .. " (") .. why) .. ")"
+            return name .. " does not apply to mode " .. mode.name .. " (" .. why .. ")"
         end
     end
     local taking = {}
@@ -45,7 +45,7 @@ local function refusal(name, mode, list, specs)
         end
     end
     local named = #taking > 0 and taking or apart
-    return ((((name .. " applies to mode") .. (#named > 1 and "s " or " ")) .. values.listed(named, "and")) .. " only, not ") .. mode.name
+    return name .. " applies to mode" .. (#named > 1 and "s " or " ") .. values.listed(named, "and") .. " only, not " .. mode.name
 end
 --- One validator for a table whose option `option` picks one of `list`: each
 -- mode is a schema of the specs that apply to it (`modes`, `notFor`), in
@@ -61,7 +61,7 @@ function ____exports.modes(path, option, list, specs)
         end
     end
     if picker == nil then
-        lua_error(((("dlock: schema " .. path) .. ": no option ") .. option) .. " picks the mode")
+        lua_error("dlock: schema " .. path .. ": no option " .. option .. " picks the mode")
     end
     local byMode = {}
     for _, m in lua_ipairs(list) do

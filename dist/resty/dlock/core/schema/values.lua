@@ -20,14 +20,14 @@ function ____exports.listed(names, last)
     for i = 1, n - 1 do
         head[#head + 1] = names[i]
     end
-    return (((concat(head, ", ") .. " ") .. last) .. " ") .. names[n]
+    return concat(head, ", ") .. " " .. last .. " " .. names[n]
 end
 function ____exports.option(spec, label)
     local unit = ""
     if spec.kind == "enum" then
         local quoted = {}
         for _, v in lua_ipairs(spec.values) do
-            quoted[#quoted + 1] = ("\"" .. v) .. "\""
+            quoted[#quoted + 1] = "\"" .. v .. "\""
         end
         unit = spec.unit or ____exports.listed(quoted, "or")
     end
@@ -95,7 +95,7 @@ local function nodes(o, spec, list)
     end
     if spec.min ~= nil and #out < spec.min then
         return check.fail(
-            (((o.label .. " needs at least ") .. lua_tostring(spec.min)) .. " ") .. (spec.unit or "nodes"),
+            o.label .. " needs at least " .. lua_tostring(spec.min) .. " " .. (spec.unit or "nodes"),
             #out
         )
     end
@@ -114,7 +114,7 @@ local function str(o, spec, v)
     end
     if spec.prefix ~= nil and str_sub(s, 1, #spec.prefix) ~= spec.prefix then
         return ____exports.refuse(
-            (o.label .. " must start with ") .. str_format("%q", spec.prefix),
+            o.label .. " must start with " .. str_format("%q", spec.prefix),
             s,
             spec.secret == true
         )
@@ -144,7 +144,7 @@ function ____exports.value(o, v, out)
                 end
             end
         end
-        return check.fail((o.label .. " must be ") .. o.unit, v)
+        return check.fail(o.label .. " must be " .. o.unit, v)
     elseif spec.kind == "function" then
         if lua_type(v) ~= "function" then
             return check.fail(o.label .. " must be a function", v)

@@ -25,7 +25,7 @@ local function jsonStr(s)
             str_byte(c)
         ) end
     )
-    return ("\"" .. q) .. "\""
+    return "\"" .. q .. "\""
 end
 --- An RFC 9457 problem details answer, and the end of the request.
 function ____exports.problem(g, status, kind, title, detail, retryAfter)
@@ -102,7 +102,7 @@ function ____exports.answer(g, rec, fp)
         409,
         "not-replayable",
         "Request already processed, its response is not replayable",
-        ("the first request with this key completed with status " .. lua_tostring(rec.status)) .. "; its response was too large to store, so it cannot be replayed"
+        "the first request with this key completed with status " .. lua_tostring(rec.status) .. "; its response was too large to store, so it cannot be replayed"
     )
 end
 function ____exports.inFlight(g)

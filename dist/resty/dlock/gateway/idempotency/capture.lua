@@ -103,10 +103,10 @@ function ____exports.headerFilter()
         if not (c.g._skip[n] ~= nil) then
             if lua_type(v) == "table" then
                 for _, one in lua_ipairs(v) do
-                    lines[#lines + 1] = ((n .. ": ") .. one) .. "\n"
+                    lines[#lines + 1] = n .. ": " .. one .. "\n"
                 end
             else
-                lines[#lines + 1] = ((n .. ": ") .. lua_tostring(v)) .. "\n"
+                lines[#lines + 1] = n .. ": " .. lua_tostring(v) .. "\n"
             end
         end
     end

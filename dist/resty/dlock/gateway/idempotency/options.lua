@@ -167,7 +167,7 @@ function ____exports.parse(o, name, unlogged)
         return nil, refused
     end
     local dict = o.dict
-    local prefix = o.prefix or ("dlock:gw:" .. name) .. ":"
+    local prefix = o.prefix or "dlock:gw:" .. name .. ":"
     ledger.prepare(dict)
     local leaseMs = o.lease
     local owner = {

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
@@ -17,9 +17,9 @@ local version = require("resty.dlock.version")
 local metered = acquire.metered
 local lua_setmetatable = setmetatable
 local lua_tostring = tostring
-____exports._VERSION = version.VERSION
-____exports.MAX_KEY_LEN = options.MAX_KEY_LEN
-____exports.MAX_TTL = options.MAX_TTL
+_M._VERSION = version.VERSION
+_M.MAX_KEY_LEN = options.MAX_KEY_LEN
+_M.MAX_TTL = options.MAX_TTL
 local LOCK = {
     acquire = scripts.ACQUIRE_QUEUED,
     release = scripts.RELEASE_QUEUED,
@@ -125,7 +125,7 @@ local factories = 0
 --- Create a lock factory. Returns locks, or nil and an error naming the bad option.
 -- 
 -- @customName new
-function ____exports.new(opts)
+function _M.new(opts)
     if opts == nil then
         return nil, "dlock: new needs an options table with at least dict"
     end
@@ -166,11 +166,11 @@ end
 --- For init_worker_by_lua: release, owner-checked, the leases a worker that
 -- died (SIGKILL, a crash) left in Redis, as soon as nginx replaces it (without
 -- it this happens at the worker's first acquire). Returns true, or nil, err.
-function ____exports.init_worker()
+function _M.init_worker()
     local err = recovery.start()
     if err ~= nil then
         return nil, err
     end
     return true, nil
 end
-return ____exports
+return _M

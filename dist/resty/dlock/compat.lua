@@ -1,11 +1,11 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local dlock = require("resty.dlock")
 local check = require("resty.dlock.core.check")
 local options = require("resty.dlock.core.options")
 local schema = require("resty.dlock.core.schema")
 local version = require("resty.dlock.version")
-____exports._VERSION = version.VERSION
+_M._VERSION = version.VERSION
 local lua_type = type
 local lua_setmetatable = setmetatable
 local math_floor = math.floor
@@ -40,7 +40,7 @@ local function polling(name)
     end
 end
 --- new(dict, opts): exptime and timeout come back in ms.
-____exports.NEW = {
+_M.NEW = {
     {
         name = "exptime",
         kind = "check",
@@ -73,21 +73,21 @@ ____exports.NEW = {
     }
 }
 --- configure(opts): where the locks live.
-____exports.CONFIGURE = {options.REDIS, {
+_M.CONFIGURE = {options.REDIS, {
     name = "prefix",
     kind = "string",
     maxLen = 256,
     empty = true,
     default = "dlock:compat:"
 }, {name = "name", kind = "check", check = options.checkName, default = "compat"}}
-local newOptions = schema.compile("compat new options", ____exports.NEW, {labels = ""})
-local configureOptions = schema.compile("compat.configure options", ____exports.CONFIGURE, {labels = ""})
+local newOptions = schema.compile("compat new options", _M.NEW, {labels = ""})
+local configureOptions = schema.compile("compat.configure options", _M.CONFIGURE, {labels = ""})
 local settings = {redis = nil, prefix = "dlock:compat:", name = "compat"}
 --- A factory per shared dict, made at the first new() that names it.
 local factories = {}
 --- Where the locks live, for every object made after it: redis (as for dlock.new),
 -- prefix (default "dlock:compat:"), name (metrics; default "compat"). true, or nil, err.
-function ____exports.configure(opts)
+function _M.configure(opts)
     local o, err = configureOptions(opts)
     if o == nil then
         return nil, err
@@ -179,7 +179,7 @@ local mt = {__index = methods}
 -- waiters are woken when the key is released instead of polling).
 -- 
 -- @customName new
-function ____exports.new(_module, dictName, opts)
+function _M.new(_module, dictName, opts)
     if lua_type(dictName) ~= "string" or ngx_shared[dictName] == nil then
         return nil, "dictionary not found"
     end
@@ -218,4 +218,4 @@ function ____exports.new(_module, dictName, opts)
     }
     return lua_setmetatable(lock, mt), nil
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local dlock = require("resty.dlock")
 local common = require("resty.dlock.gateway.common")
@@ -11,14 +11,14 @@ local rate = require("resty.dlock.gateway.rate")
 local options = require("resty.dlock.gateway.options")
 local semaphore = require("resty.dlock.semaphore")
 local version = require("resty.dlock.version")
-____exports._VERSION = version.VERSION
+_M._VERSION = version.VERSION
 local lua_tostring = tostring
 local lua_setmetatable = setmetatable
 local str_gsub = string.gsub
 local get_phase = ngx.get_phase
 local registry = {}
 --- Guards created so far in this worker (in creation order), for status pages.
-function ____exports.guards()
+function _M.guards()
     return registry
 end
 --- The options of the lock (or semaphore) underneath: the guard's, as the user gave them.
@@ -42,7 +42,7 @@ end
 --- Create a guard (once, in init_by_lua). Returns it, or nil and an error naming the bad option.
 -- 
 -- @customName new
-function ____exports.new(opts)
+function _M.new(opts)
     local phase = get_phase()
     if phase ~= "init" and phase ~= "init_worker" and phase ~= "timer" then
         return nil, "dlock: gateway.new in the " .. phase .. " phase: create guards once, in init_by_lua " .. "or init_worker_by_lua, not per request (a guard made per request excludes nothing and adds metrics without bound)"
@@ -165,18 +165,18 @@ function ____exports.new(opts)
 end
 --- log_by_lua at http (or server) level: ends the leases of every guard the
 -- request passed, in whatever location it finished, also after internal redirects.
-function ____exports.log()
+function _M.log()
     inflight.finish(nil)
     lockLocal.finishAll()
     idempotency.finish()
 end
 --- header_filter_by_lua at http (or server) level: idempotency guards note the
 -- status and headers of the response to store. Does nothing for other requests.
-function ____exports.header_filter()
+function _M.header_filter()
     idempotency.headerFilter()
 end
 --- body_filter_by_lua at http (or server) level: idempotency guards keep the body to store (up to max_body).
-function ____exports.body_filter()
+function _M.body_filter()
     idempotency.bodyFilter()
 end
-return ____exports
+return _M

@@ -1,10 +1,10 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
 local core = require("resty.dlock.core.rate")
 local version = require("resty.dlock.version")
-____exports._VERSION = version.VERSION
+_M._VERSION = version.VERSION
 local decide = core.decide
 local least = core.least
 local phaseError = lease.phaseError
@@ -77,7 +77,7 @@ local limiterMt = {__index = limiterMethods}
 -- (or limits = { {...}, ... } in place of rate, period and burst).
 -- 
 -- @customName new
-function ____exports.new(opts)
+function _M.new(opts)
     if opts == nil then
         return nil, "dlock: rate.new needs an options table with dict and rate"
     end
@@ -105,4 +105,4 @@ function ____exports.new(opts)
     }
     return lua_setmetatable(lim, limiterMt), nil
 end
-return ____exports
+return _M

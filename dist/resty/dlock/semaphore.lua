@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
@@ -13,9 +13,9 @@ local scoped = require("resty.dlock.core.with")
 local version = require("resty.dlock.version")
 local metered = acquire.metered
 local lua_setmetatable = setmetatable
-____exports._VERSION = version.VERSION
+_M._VERSION = version.VERSION
 --- Most permits per key.
-____exports.MAX_PERMITS = options.MAX_PERMITS
+_M.MAX_PERMITS = options.MAX_PERMITS
 local PERMIT = {
     acquire = scripts.SEM_ACQUIRE,
     release = scripts.SEM_RELEASE,
@@ -60,7 +60,7 @@ local semaphoreMt = {__index = semaphoreMethods}
 --- Create a semaphore factory. Returns it, or nil and an error naming the bad option.
 -- 
 -- @customName new
-function ____exports.new(opts)
+function _M.new(opts)
     if opts == nil then
         return nil, "dlock: semaphore.new needs an options table with at least dict and permits"
     end
@@ -83,4 +83,4 @@ function ____exports.new(opts)
     }
     return lua_setmetatable(sem, semaphoreMt), nil
 end
-return ____exports
+return _M

@@ -1,4 +1,4 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
-____exports.VERSION = "0.1.0"
-return ____exports
+local _M = {}
+_M.VERSION = "0.1.0"
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
 local meter = require("resty.dlock.core.meter")
@@ -150,7 +150,7 @@ end
 -- retry_after when wait = 0; nil, "timeout", retry_after at the deadline;
 -- nil, "dlock: ..." on a Redis failure. `extra` goes to the script after ttl
 -- (by turns only).
-function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
+function _M.acquire(store, kind, key, tok, ttl, wait, ...)
     if kind.drop ~= nil then
         return queued.queued(
             store,
@@ -187,7 +187,7 @@ function ____exports.acquire(store, kind, key, tok, ttl, wait, ...)
 end
 --- acquire() as the factories' faces run it: a token minted (with `mark` in
 -- front: a reader's), the key taken, the outcome and the wait metered.
-function ____exports.metered(store, kind, key, mint, mark, ttl, wait, ...)
+function _M.metered(store, kind, key, mint, mark, ttl, wait, ...)
     ngx_update_time()
     local t0 = ngx_now()
     local tok, terr = mint()
@@ -195,7 +195,7 @@ function ____exports.metered(store, kind, key, mint, mark, ttl, wait, ...)
         refused(store.meter, terr)
         return nil, terr, nil
     end
-    local l, err, retryAfter = ____exports.acquire(
+    local l, err, retryAfter = _M.acquire(
         store,
         kind,
         key,
@@ -211,4 +211,4 @@ function ____exports.metered(store, kind, key, mint, mark, ttl, wait, ...)
     acquired(store.meter, l._since / 1000 - t0)
     return l, nil, nil
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local settle = require("resty.dlock.core.settle")
 local ngx_now = ngx.now
@@ -44,7 +44,7 @@ end
 -- that retries it until Redis answers or the key expires; the lease ends when
 -- the sweep gets an answer. Returns how many were not confirmed now, and the
 -- last error.
-function ____exports.releaseAll(list)
+function _M.releaseAll(list)
     local failed = 0
     local lastErr
     for _, idx in lua_pairs(byEndpoint(list, releaseScript)) do
@@ -73,7 +73,7 @@ end
 -- endpoint: how a gateway renews the leases of its in-flight requests. Results
 -- are aligned with the list: true, "not_owner" (the lease ran out; it is over,
 -- as after extend()), or an error message ("dlock: redis ...").
-function ____exports.extendAll(list)
+function _M.extendAll(list)
     local results = {}
     for i = 1, #list do
         results[i] = "not_owner"
@@ -106,4 +106,4 @@ function ____exports.extendAll(list)
     end
     return results
 end
-return ____exports
+return _M

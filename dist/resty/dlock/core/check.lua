@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local lua_type = type
 local lua_pcall = pcall
 local lua_tostring = tostring
@@ -11,18 +11,18 @@ local str_find = string.find
 local math_floor = math.floor
 local shared = ngx.shared
 --- tostring that cannot raise: a __tostring that fails or returns no string gives the type.
-function ____exports.text(v)
+function _M.text(v)
     local ok, s = lua_pcall(lua_tostring, v)
     return ok and lua_type(s) == "string" and s or "a " .. lua_type(v)
 end
 --- An error of ours without its "dlock: " prefix, for a log line that already
 -- starts with one ("dlock: guard jobs: redis ...", not "dlock: guard jobs: dlock: redis ...").
-function ____exports.reason(err)
-    local s = ____exports.text(err)
+function _M.reason(err)
+    local s = _M.text(err)
     return str_sub(s, 1, 7) == "dlock: " and str_sub(s, 8) or s
 end
 --- Render any Lua value for an error message, bounded and printable.
-function ____exports.show(v)
+function _M.show(v)
     local t = lua_type(v)
     if t == "string" then
         local s = v
@@ -35,39 +35,39 @@ function ____exports.show(v)
     if t == "table" or t == "userdata" or t == "function" or t == "thread" then
         return "a " .. t
     end
-    return ____exports.text(v)
+    return _M.text(v)
 end
-function ____exports.fail(what, v)
-    return nil, "dlock: " .. what .. ", got " .. ____exports.show(v)
+function _M.fail(what, v)
+    return nil, "dlock: " .. what .. ", got " .. _M.show(v)
 end
 --- fail() for a secret: its type, never its value, not even a mistyped one.
-function ____exports.hidden(what, v)
+function _M.hidden(what, v)
     return nil, "dlock: " .. what .. ", got a " .. lua_type(v)
 end
 --- Integer in [min, max]; `unit` finishes the sentence ("a positive integer of ms").
-function ____exports.integer(name, v, min, max, unit)
+function _M.integer(name, v, min, max, unit)
     if lua_type(v) ~= "number" then
-        return ____exports.fail(name .. " must be " .. unit, v)
+        return _M.fail(name .. " must be " .. unit, v)
     end
     local n = v
     if n ~= n or n ~= math_floor(n) or n < min then
-        return ____exports.fail(name .. " must be " .. unit, v)
+        return _M.fail(name .. " must be " .. unit, v)
     end
     if n > max then
-        return ____exports.fail(
+        return _M.fail(
             name .. " must be at most " .. lua_tostring(max),
             v
         )
     end
     return n, nil
 end
-function ____exports.str(name, v, maxLen)
+function _M.str(name, v, maxLen)
     if lua_type(v) ~= "string" then
-        return ____exports.fail(name .. " must be a string", v)
+        return _M.fail(name .. " must be a string", v)
     end
     local s = v
     if #s == 0 then
-        return ____exports.fail(name .. " must not be empty", v)
+        return _M.fail(name .. " must not be empty", v)
     end
     if #s > maxLen then
         return nil, "dlock: " .. name .. " must be at most " .. lua_tostring(maxLen) .. " bytes, got " .. lua_tostring(#s) .. " bytes"
@@ -75,36 +75,36 @@ function ____exports.str(name, v, maxLen)
     return s, nil
 end
 --- A lua_shared_dict by name (the `dict` option of every factory).
-function ____exports.sharedDict(v)
-    local name, err = ____exports.str("dict", v, 256)
+function _M.sharedDict(v)
+    local name, err = _M.str("dict", v, 256)
     if name == nil then
         return nil, err
     end
     local dict = shared[name]
     if dict == nil then
-        return ____exports.fail("no lua_shared_dict named " .. name .. " (declare it in nginx.conf)", name)
+        return _M.fail("no lua_shared_dict named " .. name .. " (declare it in nginx.conf)", name)
     end
     return dict, nil
 end
-function ____exports.bool(name, v)
+function _M.bool(name, v)
     if lua_type(v) ~= "boolean" then
-        return ____exports.fail(name .. " must be a boolean", v)
+        return _M.fail(name .. " must be a boolean", v)
     end
     return v, nil
 end
 --- An options table: nil is an empty table; anything else must be a table whose
 -- keys are all in `allowed`, so a typo ("ttl_ms", "wiat") is an error, never ignored.
-function ____exports.options(name, v, allowed)
+function _M.options(name, v, allowed)
     if v == nil then
         return {}, nil
     end
     if lua_type(v) ~= "table" then
-        return ____exports.fail(name .. " must be a table", v)
+        return _M.fail(name .. " must be a table", v)
     end
     local t = v
     for k in lua_pairs(t) do
         if lua_type(k) ~= "string" or not (allowed[k] ~= nil) then
-            return ____exports.fail("unknown option in " .. name, k)
+            return _M.fail("unknown option in " .. name, k)
         end
     end
     return t, nil
@@ -113,13 +113,13 @@ local function loadNkeys()
     local ok, f = lua_pcall(lua_require, "table.nkeys")
     return ok and lua_type(f) == "function" and f or nil
 end
-____exports.nkeys = loadNkeys()
+_M.nkeys = loadNkeys()
 --- Whether the Lua pattern matches somewhere in s.
-function ____exports.found(s, pattern)
+function _M.found(s, pattern)
     local at = str_find(s, pattern)
     return at ~= nil
 end
-function ____exports.set(...)
+function _M.set(...)
     local names = {...}
     local s = {}
     for i = 1, #names do
@@ -127,4 +127,4 @@ function ____exports.set(...)
     end
     return s
 end
-return ____exports
+return _M

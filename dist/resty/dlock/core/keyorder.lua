@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local scripts = require("resty.dlock.redis.scripts")
 local table_sort = table.sort
 local hashed = scripts.hashed
@@ -7,7 +7,7 @@ local function byRkey(a, b)
     return a[1] < b[1]
 end
 --- The keys' indexes sorted by Redis key.
-function ____exports.sorted(rkeys)
+function _M.sorted(rkeys)
     local pairsOf = {}
     for i = 1, #rkeys do
         pairsOf[i] = {rkeys[i], i}
@@ -20,16 +20,16 @@ function ____exports.sorted(rkeys)
     return order
 end
 --- Cluster keys of more than one slot: the order to take them in; nil when one call can take them all.
-function ____exports.of(slotted, rkeys)
+function _M.of(slotted, rkeys)
     if not slotted then
         return nil
     end
     local h = hashed(rkeys[1])
     for i = 2, #rkeys do
         if hashed(rkeys[i]) ~= h then
-            return ____exports.sorted(rkeys)
+            return _M.sorted(rkeys)
         end
     end
     return nil
 end
-return ____exports
+return _M

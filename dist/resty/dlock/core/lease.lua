@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
@@ -81,7 +81,7 @@ local leaseMethods = {
 }
 local leaseMt = {__index = leaseMethods}
 --- A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds).
-function ____exports.make(store, kind, key, rkey, tok, ttl, sent, fence)
+function _M.make(store, kind, key, rkey, tok, ttl, sent, fence)
     local rec = ledger.recordKey(rkey, tok, kind.shared)
     local recorded, recv = ledger.record(
         store.dict,
@@ -119,7 +119,7 @@ end
 -- `post` (set by the caller), for posted() to settle. nil when it cannot go
 -- that way (no auto-pipelining, Redlock, a Cluster map being read): then
 -- release() it from a timer.
-function ____exports.post(l)
+function _M.post(l)
     if l._released then
         return nil
     end
@@ -130,12 +130,12 @@ function ____exports.post(l)
     return j
 end
 --- What a posted release came to, as release() would say it.
-function ____exports.posted(l, j)
+function _M.posted(l, j)
     if j.res == nil then
         settle.unconfirmed(l, j.fault, true)
         return nil, j.err
     end
     return settle.released(l, j.res)
 end
-____exports.phaseError = phaseError
-return ____exports
+_M.phaseError = phaseError
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local parse, ngx_now, math_max, math_min, str_sub, str_match, lua_type, lua_tonumber, RECORD
 function parse(v, nowMs)
     if lua_type(v) ~= "string" then
@@ -25,7 +25,7 @@ end
 -- enough, looking at 4 * max + 1024 keys at most (plus `others`: keys the
 -- caller knows the dict holds besides records), so a status page stays cheap
 -- however many leases are held.
-function ____exports.list(dict, max, others)
+function _M.list(dict, max, others)
     if others == nil then
         others = 0
     end
@@ -73,20 +73,20 @@ local WAITING = "w:"
 --- Seconds between two warnings of one worker about a full dict.
 local WARN_EVERY = 10
 --- Dict key counting leases whose record the dict could not take (it was full).
-____exports.UNRECORDED = "c:ledger:unrecorded"
+_M.UNRECORDED = "c:ledger:unrecorded"
 --- How many leases this nginx could not record since it started (the dict was full).
-function ____exports.unrecorded(dict)
-    local v = dict:get(____exports.UNRECORDED)
+function _M.unrecorded(dict)
+    local v = dict:get(_M.UNRECORDED)
     return lua_type(v) == "number" and v or 0
 end
 --- Get a dict ready for records: create the UNRECORDED counter now, while there
 -- is room, so that counting works once the dict is full (an incr of an
 -- existing number needs no memory).
-function ____exports.prepare(dict)
-    dict:safe_add(____exports.UNRECORDED, 0)
+function _M.prepare(dict)
+    dict:safe_add(_M.UNRECORDED, 0)
 end
 --- The dict key of a lease's record.
-function ____exports.recordKey(rkey, token, shared)
+function _M.recordKey(rkey, token, shared)
     return shared and str_format("%s%s %s", RECORD, rkey, token) or RECORD .. rkey
 end
 local function encode(token, key, expires)
@@ -102,7 +102,7 @@ end
 local missed = 0
 local warnedAt = -WARN_EVERY
 local function unrecordable(dict, key, err)
-    dict:incr(____exports.UNRECORDED, 1, 0)
+    dict:incr(_M.UNRECORDED, 1, 0)
     missed = missed + 1
     local now = ngx_now()
     if now - warnedAt >= WARN_EVERY then
@@ -123,7 +123,7 @@ end
 --- Record a new lease: when its record expires (epoch ms) and the record as
 -- written (drop and move take it back), or nil when the dict could not take it
 -- (counted in UNRECORDED).
-function ____exports.record(dict, rec, token, key, ttl)
+function _M.record(dict, rec, token, key, ttl)
     local expires = math_floor(ngx_now() * 1000) + ttl
     local v = encode(token, key, expires)
     local ok, err = dict:safe_set(rec, v, ttl / 1000)
@@ -136,7 +136,7 @@ end
 --- Record a waiter's ticket in its key's queue, for as long as it waits: if its
 -- worker dies, crash recovery takes the ticket back. The record's dict key, or
 -- nil when the dict is full (then the ticket is skipped at its deadline).
-function ____exports.waiting(dict, rkey, token, key, ms)
+function _M.waiting(dict, rkey, token, key, ms)
     local rec = str_format("%s%s %s", WAITING, rkey, token)
     local ok = dict:safe_set(
         rec,
@@ -159,7 +159,7 @@ local function tokenOf(dict, rec)
     return t, lua_tonumber(e) or 0
 end
 --- The pid and expiry (epoch ms) of the holder recorded under `rec`, or nil when none in this nginx.
-function ____exports.holder(dict, rec)
+function _M.holder(dict, rec)
     local v = dict:get(rec)
     if lua_type(v) ~= "string" then
         return nil, 0
@@ -177,7 +177,7 @@ end
 -- would have expired (epoch ms), or nil when there was none of this lease.
 -- For the records of other workers' leases (crash recovery) and of waiters;
 -- a lease's own record goes with drop.
-function ____exports.forget(dict, rec, token)
+function _M.forget(dict, rec, token)
     local t, expires = tokenOf(dict, rec)
     if t ~= token then
         return nil
@@ -189,7 +189,7 @@ end
 -- still holds it: a newer lease of the key, in any worker, wrote a record of
 -- its own (tokens are unique per lease), which stays. As forget, without
 -- reading the record apart: the strings compare as one. True when deleted.
-function ____exports.drop(dict, rec, v)
+function _M.drop(dict, rec, v)
     local now = dict:get(rec)
     if now ~= v then
         return false
@@ -202,13 +202,13 @@ end
 -- the key can have been taken before that, so the record under `rec` is this
 -- lease's, or one a lease before it left (its release read it apart and kept
 -- it), or none. One dict call where drop makes two; drop for every other ending.
-function ____exports.dropOwned(dict, rec)
+function _M.dropOwned(dict, rec)
     dict:delete(rec)
 end
 --- A lease's own record `v` moved to expire ttl ms from now, after a successful
 -- extend: the record as written and its expiry (epoch ms), or nil when the dict
 -- no longer holds v (a newer lease's record) or could not take the new one.
-function ____exports.move(dict, rec, v, token, key, ttl)
+function _M.move(dict, rec, v, token, key, ttl)
     local now = dict:get(rec)
     if now ~= v then
         return nil, 0
@@ -221,7 +221,7 @@ function ____exports.move(dict, rec, v, token, key, ttl)
     return nv, expires
 end
 --- Every record now, with its Redis key. Walks the whole dict: once per worker start, never per request.
-function ____exports.records(dict)
+function _M.records(dict)
     local out = {}
     local keys = dict:get_keys(0)
     local nowMs = ngx_now() * 1000
@@ -250,8 +250,8 @@ function ____exports.records(dict)
     return out
 end
 --- Every lease recorded now. Walks the dict's keys: meant for held(), not hot paths nor scrapes.
-function ____exports.held(dict)
-    local all = ____exports.list(dict, 0)
+function _M.held(dict)
+    local all = _M.list(dict, 0)
     return all
 end
-return ____exports
+return _M

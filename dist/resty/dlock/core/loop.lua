@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local ngx_now = ngx.now
 local ngx_sleep = ngx.sleep
@@ -34,7 +34,7 @@ local function run(premature, l)
     l.running = false
 end
 --- Run the loop unless it runs already; nil, or why its timer could not start.
-function ____exports.start(l)
+function _M.start(l)
     if l.running then
         return nil
     end
@@ -45,4 +45,4 @@ function ____exports.start(l)
     l.running = true
     return nil
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local flushLater, flushSeconds, flush, get_phase, timer_at, worker_exiting, lua_pairs, lua_next, lua_type, str_format, FLUSH, dirty, armed, SECOND
 local check = require("resty.dlock.core.check")
 function flushLater()
@@ -74,7 +74,7 @@ local lua_ipairs = ipairs
 local lua_tostring = tostring
 str_format = string.format
 --- Upper bounds (s) of the acquire-wait buckets; the last bucket is +Inf.
-____exports.WAIT_BOUNDS = {
+_M.WAIT_BOUNDS = {
     0.001,
     0.005,
     0.01,
@@ -87,7 +87,7 @@ ____exports.WAIT_BOUNDS = {
     5
 }
 --- Upper bounds (s) of the hold-time buckets; the last bucket is +Inf.
-____exports.HOLD_BOUNDS = {
+_M.HOLD_BOUNDS = {
     0.01,
     0.05,
     0.1,
@@ -105,7 +105,7 @@ armed = false
 --- Dicts of the factories made in this process, for status pages.
 local dicts = {}
 --- A factory name: letters, digits, '_', '-' and '.', at most 64 bytes (a label in metrics).
-function ____exports.checkName(v)
+function _M.checkName(v)
     local n, err = check.str("name", v, 64)
     if n == nil then
         return nil, err
@@ -124,7 +124,7 @@ local function buckets(p, n)
     return out
 end
 --- The instruments of factory `name` in `dict`: made at new(), so that counting builds no key.
-function ____exports.make(dict, name)
+function _M.make(dict, name)
     local p = "m:" .. name .. ":"
     if (dict:safe_add("m:?" .. name, true)) then
         local i = dict:incr("m:n", 1, 0)
@@ -156,9 +156,9 @@ function ____exports.make(dict, name)
         timeout = p .. "timeout",
         error = p .. "error",
         lost = p .. "lost",
-        wait = buckets(p .. "w", #____exports.WAIT_BOUNDS + 1),
+        wait = buckets(p .. "w", #_M.WAIT_BOUNDS + 1),
         waitSum = p .. "ws",
-        hold = buckets(p .. "h", #____exports.HOLD_BOUNDS + 1),
+        hold = buckets(p .. "h", #_M.HOLD_BOUNDS + 1),
         holdSum = p .. "hs",
         held = p .. "held",
         exp = p .. "e",
@@ -170,7 +170,7 @@ function ____exports.make(dict, name)
     }
 end
 --- The dicts factories of this process count in.
-function ____exports.known()
+function _M.known()
     return dicts
 end
 local function waitBucket(s)
@@ -246,7 +246,7 @@ local function moveSecond(m, s, n)
     end
 end
 --- An acquire took a lease after `s` seconds.
-function ____exports.acquired(m, s)
+function _M.acquired(m, s)
     add(
         m,
         m.wait[waitBucket(s)],
@@ -255,11 +255,11 @@ function ____exports.acquired(m, s)
     add(m, m.waitSum, s)
 end
 --- An acquire ended without a lease: "busy", "timeout", or anything else (an error).
-function ____exports.refused(m, err)
+function _M.refused(m, err)
     add(m, err == "busy" and m.busy or (err == "timeout" and m.timeout or m.error), 1)
 end
 --- A lease was released, confirmed, after `s` seconds held.
-function ____exports.released(m, s)
+function _M.released(m, s)
     add(
         m,
         m.hold[holdBucket(s)],
@@ -267,11 +267,11 @@ function ____exports.released(m, s)
     )
     add(m, m.holdSum, s)
 end
-function ____exports.lost(m)
+function _M.lost(m)
     add(m, m.lost, 1)
 end
 --- A lease's record was made, expiring at epoch ms `expires`.
-function ____exports.recorded(m, expires)
+function _M.recorded(m, expires)
     moveSecond(
         m,
         math_floor(expires / 1000),
@@ -279,7 +279,7 @@ function ____exports.recorded(m, expires)
     )
 end
 --- A lease's record, expiring at epoch ms `expires`, was deleted before it expired.
-function ____exports.forgotten(m, expires)
+function _M.forgotten(m, expires)
     moveSecond(
         m,
         math_floor(expires / 1000),
@@ -287,7 +287,7 @@ function ____exports.forgotten(m, expires)
     )
 end
 --- A record's expiry moved (extend) from epoch ms `from` to `to`.
-function ____exports.moved(m, from, to)
+function _M.moved(m, from, to)
     local a = math_floor(from / 1000)
     local b = math_floor(to / 1000)
     if a == b then
@@ -297,6 +297,6 @@ function ____exports.moved(m, from, to)
     moveSecond(m, b, 1)
 end
 SECOND = "%s%d"
-____exports.flush = flush
-____exports.FLUSH = FLUSH
-return ____exports
+_M.flush = flush
+_M.FLUSH = FLUSH
+return _M

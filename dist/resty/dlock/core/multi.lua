@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
 local batch = require("resty.dlock.core.batch")
@@ -270,7 +270,7 @@ end
 --- locks:acquire_all(keys, opts): one lease holding every key; nil, "busy",
 -- retry_after (wait = 0, a key held); nil, "timeout", retry_after; nil,
 -- "dlock: ..." on bad input or a Redis failure. Nothing is held but on success.
-function ____exports.acquireAll(f, keys, opts)
+function _M.acquireAll(f, keys, opts)
     local perr = lease.phaseError("acquire_all")
     if perr ~= nil then
         return nil, perr, nil
@@ -319,4 +319,4 @@ function ____exports.acquireAll(f, keys, opts)
     end
     return m, nil, nil
 end
-return ____exports
+return _M

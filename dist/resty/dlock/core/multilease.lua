@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
@@ -193,7 +193,7 @@ local function partLost(m, why)
     end
 end
 --- Renew every key of m (renew = true) until it is released; nil, or why the watchdog cannot run (m is given back).
-function ____exports.watch(m, onLost)
+function _M.watch(m, onLost)
     m._onLost = onLost
     local function told(l, why)
         return partLost(m, l.key .. ": " .. why)
@@ -214,7 +214,7 @@ function ____exports.watch(m, onLost)
     return nil
 end
 --- The lease of keys (the caller's order) whose leases are parts (aligned), fences with fencing.
-function ____exports.make(keys, parts, tok, ttl, fences, together)
+function _M.make(keys, parts, tok, ttl, fences, together)
     local m = {
         key = keys[1],
         keys = keys,
@@ -231,4 +231,4 @@ function ____exports.make(keys, parts, tok, ttl, fences, together)
     local l = lua_setmetatable(m, multiMt)
     return l
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
@@ -12,53 +12,53 @@ local math_floor = math.floor
 local check_str = check.str
 --- Longest key accepted, in bytes (before the prefix).
 local MAX_KEY = 512
-____exports.MAX_KEY_LEN = MAX_KEY
+_M.MAX_KEY_LEN = MAX_KEY
 --- Longest lease, in ms: one day. Longer jobs renew with lease:extend().
-____exports.MAX_TTL = 86400000
+_M.MAX_TTL = 86400000
 --- Most permits per key.
-____exports.MAX_PERMITS = 100000
-____exports.TTL = {
+_M.MAX_PERMITS = 100000
+_M.TTL = {
     name = "ttl",
     kind = "integer",
     min = 1,
-    max = ____exports.MAX_TTL,
+    max = _M.MAX_TTL,
     unit = "a positive integer of ms",
     default = 30000
 }
-____exports.WAIT = {
+_M.WAIT = {
     name = "wait",
     kind = "integer",
     min = 0,
-    max = ____exports.MAX_TTL,
+    max = _M.MAX_TTL,
     unit = "a non-negative integer of ms",
     default = 0
 }
-____exports.PERMITS = {
+_M.PERMITS = {
     name = "permits",
     kind = "integer",
     min = 1,
-    max = ____exports.MAX_PERMITS,
+    max = _M.MAX_PERMITS,
     unit = "a positive integer",
     required = true
 }
 --- A lua_shared_dict by name: the dict itself is what the factory keeps.
-____exports.DICT = {name = "dict", kind = "check", check = check.sharedDict, required = true}
+_M.DICT = {name = "dict", kind = "check", check = check.sharedDict, required = true}
 --- The `redis` table (redis/client.ts declares its options), with the backend that will serve it (redis/backend.ts); the eviction finding is kept in the dict checked before it.
-____exports.REDIS = {
+_M.REDIS = {
     name = "redis",
     kind = "check",
     doc = "local Redis",
     check = function(v, out) return backend.parse(v, out.dict) end
 }
 --- A name given: it becomes a label in metrics. Absent, the face picks one.
-function ____exports.checkName(v)
+function _M.checkName(v)
     if v == nil then
         return nil, nil
     end
     return meter.checkName(v)
 end
 local function name(dflt)
-    return {name = "name", kind = "check", check = ____exports.checkName, default = dflt}
+    return {name = "name", kind = "check", check = _M.checkName, default = dflt}
 end
 local function prefix(dflt)
     return {
@@ -69,47 +69,47 @@ local function prefix(dflt)
         default = dflt
     }
 end
-____exports.NEW_LOCKS = {
-    ____exports.DICT,
+_M.NEW_LOCKS = {
+    _M.DICT,
     name("dlock"),
-    ____exports.REDIS,
+    _M.REDIS,
     prefix("dlock:"),
-    ____exports.TTL,
-    ____exports.WAIT,
+    _M.TTL,
+    _M.WAIT,
     {name = "owner", kind = "enum", values = {"random", "worker"}, default = "random"},
     {name = "fencing", kind = "boolean", default = false},
     {name = "reentrant", kind = "boolean", default = false}
 }
-____exports.NEW_SEMAPHORE = {
-    ____exports.PERMITS,
-    ____exports.DICT,
+_M.NEW_SEMAPHORE = {
+    _M.PERMITS,
+    _M.DICT,
     name("semaphore"),
-    ____exports.REDIS,
+    _M.REDIS,
     prefix("dlock:sem:"),
-    ____exports.TTL,
-    ____exports.WAIT
+    _M.TTL,
+    _M.WAIT
 }
 --- An acquire's own ttl and wait; absent, the factory's.
 local ACQUIRE_TTL = {
     name = "ttl",
     kind = "integer",
-    min = ____exports.TTL.min,
-    max = ____exports.TTL.max,
-    unit = ____exports.TTL.unit,
+    min = _M.TTL.min,
+    max = _M.TTL.max,
+    unit = _M.TTL.unit,
     doc = "the factory's `ttl`"
 }
 local ACQUIRE_WAIT = {
     name = "wait",
     kind = "integer",
-    min = ____exports.WAIT.min,
-    max = ____exports.WAIT.max,
-    unit = ____exports.WAIT.unit,
+    min = _M.WAIT.min,
+    max = _M.WAIT.max,
+    unit = _M.WAIT.unit,
     doc = "the factory's `wait`"
 }
 local RENEW = {name = "renew", kind = "boolean", default = false}
 local ON_LOST = {name = "on_lost", kind = "function", requires = {{option = "renew", must = "true"}}}
 --- A lock's; shared takes it as one of the key's readers (redis/rwscripts.ts).
-____exports.ACQUIRE = {
+_M.ACQUIRE = {
     ACQUIRE_TTL,
     ACQUIRE_WAIT,
     RENEW,
@@ -137,26 +137,26 @@ local function notSharedAll(v)
     return check.fail("shared = true is refused by acquire_all: a set of keys is taken exclusive (take each key " .. "with acquire(key, { shared = true }) to read it)", v)
 end
 --- (multikey) acquire_all's: a lock's, shared refused with why.
-____exports.ACQUIRE_ALL = {
+_M.ACQUIRE_ALL = {
     ACQUIRE_TTL,
     ACQUIRE_WAIT,
     RENEW,
     ON_LOST,
     {name = "shared", kind = "check", check = notSharedAll, doc = "false"}
 }
-____exports.newLocks = schema.compile("dlock.new options", ____exports.NEW_LOCKS, {labels = ""})
-____exports.newSemaphore = schema.compile("semaphore.new options", ____exports.NEW_SEMAPHORE, {labels = ""})
+_M.newLocks = schema.compile("dlock.new options", _M.NEW_LOCKS, {labels = ""})
+_M.newSemaphore = schema.compile("semaphore.new options", _M.NEW_SEMAPHORE, {labels = ""})
 --- lease:extend(ttl): the ttl of an acquire.
-____exports.checkTtl = schema.one(____exports.TTL)
+_M.checkTtl = schema.one(_M.TTL)
 --- An extend's ttl (ms): the one given, checked, or the lease's current one when none is.
-function ____exports.extendTtl(ttl, current)
+function _M.extendTtl(ttl, current)
     if ttl == nil then
         return current, nil
     end
-    return ____exports.checkTtl(ttl)
+    return _M.checkTtl(ttl)
 end
 --- What a factory's leases need of its options; its shared dict made ready.
-function ____exports.store(o)
+function _M.store(o)
     ledger.prepare(o.dict)
     return {
         dict = o.dict,
@@ -167,9 +167,9 @@ function ____exports.store(o)
         meter = meter.make(o.dict, o.name)
     }
 end
-local lockOptions = schema.compile("acquire options", ____exports.ACQUIRE, {labels = ""})
+local lockOptions = schema.compile("acquire options", _M.ACQUIRE, {labels = ""})
 local permitOptions = schema.compile("acquire options", ACQUIRE_PERMIT, {labels = ""})
-local allOptions = schema.compile("acquire_all options", ____exports.ACQUIRE_ALL, {labels = ""})
+local allOptions = schema.compile("acquire_all options", _M.ACQUIRE_ALL, {labels = ""})
 local nkeys = check.nkeys
 local TTL_MIN = ACQUIRE_TTL.min
 local TTL_MAX = ACQUIRE_TTL.max
@@ -187,7 +187,7 @@ end
 -- LuaJIT will not compile a function whose trace runs into a loop (a root
 -- trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
 -- which says what is wrong in the words of every other option table.
-function ____exports.acquire(store, key, opts, sharable)
+function _M.acquire(store, key, opts, sharable)
     local k, kerr = check_str("key", key, MAX_KEY)
     if k == nil then
         return nil, kerr, 0, false, nil, false
@@ -217,10 +217,10 @@ function ____exports.acquire(store, key, opts, sharable)
     return k, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost, v.shared == true
 end
 --- Most keys one acquire_all takes: one script call carries them all (and their queues and fences).
-____exports.MAX_KEYS = 64
+_M.MAX_KEYS = 64
 --- The keys of an acquire_all: a list of 1 to MAX_KEYS distinct valid keys, in
 -- the caller's order; nil and the error naming the bad value otherwise.
-function ____exports.keyList(keys)
+function _M.keyList(keys)
     if lua_type(keys) ~= "table" then
         return check.fail("acquire_all needs a list of keys", keys)
     end
@@ -229,9 +229,9 @@ function ____exports.keyList(keys)
     if n == 0 then
         return check.fail("acquire_all needs at least one key", keys)
     end
-    if n > ____exports.MAX_KEYS then
+    if n > _M.MAX_KEYS then
         return check.fail(
-            "acquire_all takes at most " .. lua_tostring(____exports.MAX_KEYS) .. " keys",
+            "acquire_all takes at most " .. lua_tostring(_M.MAX_KEYS) .. " keys",
             n
         )
     end
@@ -268,8 +268,8 @@ function ____exports.keyList(keys)
     return out, nil
 end
 --- keys, ttl, wait, renew, on_lost of an acquire_all, with the factory's defaults; nil and the error (in place of ttl).
-function ____exports.acquireAll(store, keys, opts)
-    local list, lerr = ____exports.keyList(keys)
+function _M.acquireAll(store, keys, opts)
+    local list, lerr = _M.keyList(keys)
     if list == nil then
         return nil, lerr, 0, false, nil
     end
@@ -282,4 +282,4 @@ function ____exports.acquireAll(store, keys, opts)
     end
     return list, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local ngx_update_time = ngx.update_time
 local ngx_now = ngx.now
@@ -14,7 +14,7 @@ local lua_pairs = pairs
 local lua_ipairs = ipairs
 --- Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
 -- (and its ttl only starts) when Redis resumes, whenever that is.
-____exports.LOST_HORIZON = 600
+_M.LOST_HORIZON = 600
 local FIRST_SWEEP_DELAY = 0.05
 local MAX_SWEEP_DELAY = 0.5
 local orphans = {}
@@ -86,7 +86,7 @@ local function sweep(premature, delay)
     end
 end
 --- Keep trying to delete o's key (owner-checked) until Redis answers or o.deadline passes.
-function ____exports.adopt(o)
+function _M.adopt(o)
     orphans[#orphans + 1] = o
     if not sweeping then
         local ok = timer_at(0, sweep, FIRST_SWEEP_DELAY)
@@ -94,15 +94,15 @@ function ____exports.adopt(o)
     end
 end
 --- An acquire whose reply was lost: its SET may have landed, or may still land.
-function ____exports.adoptAcquire(conf, release, rkey, token)
-    ____exports.adopt({
+function _M.adoptAcquire(conf, release, rkey, token)
+    _M.adopt({
         lost = "acquire",
         conf = conf,
         release = release,
         rkey = rkey,
         token = token,
-        deadline = ngx_now() + ____exports.LOST_HORIZON,
+        deadline = ngx_now() + _M.LOST_HORIZON,
         settle = nil
     })
 end
-return ____exports
+return _M

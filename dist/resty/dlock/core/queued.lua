@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
 local ledger = require("resty.dlock.core.ledger")
@@ -304,7 +304,7 @@ end
 -- "timeout", retry_after; nil, "dlock: ...". The first question comes
 -- before any bookkeeping: an uncontended acquire allocates nothing but its
 -- lease, and LuaJIT compiles a path that runs into no loop (check.nkeys).
-function ____exports.queued(store, kind, key, tok, ttl, wait)
+function _M.queued(store, kind, key, tok, ttl, wait)
     local conf = store.redis
     local rkey = store.prefix .. key
     local qkey = scripts.queueKey(rkey, conf.slotted)
@@ -393,4 +393,4 @@ function ____exports.queued(store, kind, key, tok, ttl, wait)
     end
     return nil, "busy", retry.pttlOf(res)
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local ratescripts = require("resty.dlock.redis.ratescripts")
 local check = require("resty.dlock.core.check")
@@ -17,7 +17,7 @@ local str_sub = string.sub
 local lua_pairs = pairs
 local lua_unpack = unpack
 --- Longest period: 30 days, in ms.
-____exports.MAX_PERIOD = 30 * 86400000
+_M.MAX_PERIOD = 30 * 86400000
 local MAX_RATE = 1000000000
 --- Capacities (us) the one-limit script's answer, 4 * us ahead + outcome, keeps exact (a double's 53 bits).
 local ONE_MAX = 2 ^ 50
@@ -38,7 +38,7 @@ end
 --- One limit from rate, period, burst and name (burst defaults to rate: a
 -- client idle for a period may spend it at once). `where` prefixes the
 -- option names in messages ("limits[2].").
-function ____exports.limit(where, rate, period, burst, name)
+function _M.limit(where, rate, period, burst, name)
     local r, e1 = check.integer(
         where .. "rate",
         rate,
@@ -53,7 +53,7 @@ function ____exports.limit(where, rate, period, burst, name)
         where .. "period",
         period == nil and 1000 or period,
         1,
-        ____exports.MAX_PERIOD,
+        _M.MAX_PERIOD,
         "a positive integer of ms"
     )
     if p == nil then
@@ -83,7 +83,7 @@ function ____exports.limit(where, rate, period, burst, name)
     return {rate = r, period = p, burst = b, name = n}, nil
 end
 --- The limits a decision is under, with the arguments the script gets for them.
-function ____exports.limits(list)
+function _M.limits(list)
     local args = {}
     local most = list[1].burst
     local seen = {}
@@ -111,7 +111,7 @@ function ____exports.limits(list)
     }, nil
 end
 --- Redlock cannot bound a rate: new() returns this.
-____exports.REDLOCK = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " .. "bound the total (use redis.sentinel or redis.cluster)"
+_M.REDLOCK = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " .. "bound the total (use redis.sentinel or redis.cluster)"
 local answer = {}
 --- The general script's reply from the one-limit script's answer n:
 -- 4 * (us the client is ahead after the decision, or before a refusal) +
@@ -135,7 +135,7 @@ end
 -- admitted), "0" (decide only) or "-1" (give cost back). nil, err and the
 -- fault when Redis failed. The reply of a lone limit is refilled by the next
 -- decision: read it before yielding.
-function ____exports.decide(conf, rkey, ls, mode, cost)
+function _M.decide(conf, rkey, ls, mode, cost)
     local a = ls.args
     local one = ls.interval ~= nil
     local res
@@ -172,15 +172,15 @@ function ____exports.decide(conf, rkey, ls, mode, cost)
     return reply, nil, nil
 end
 --- Remaining requests under limit i (1-based) of a reply.
-function ____exports.remaining(reply, i)
+function _M.remaining(reply, i)
     return reply[1 + 2 * i]
 end
 --- ms until limit i of a reply is full again.
-function ____exports.full(reply, i)
+function _M.full(reply, i)
     return reply[2 + 2 * i]
 end
 --- The smallest remaining of a reply, over n limits.
-function ____exports.least(reply, n)
+function _M.least(reply, n)
     if n == 1 then
         return math_floor(reply[3])
     end
@@ -199,13 +199,13 @@ local SINGLE = {"rate", "period", "burst"}
 local LIMIT_OPTIONS = check.set("rate", "period", "burst", "name")
 --- The limits of an options table: rate, period and burst for one, or
 -- `limits = { { rate =, period =, burst =, name = }, ... }` for several (not both).
-function ____exports.parse(o)
+function _M.parse(o)
     local many = o.limits
     if many == nil then
         if o.rate == nil then
             return check.fail("rate must be a positive integer (requests per period), or limits a list of { rate =, period = }", nil)
         end
-        local l, err = ____exports.limit(
+        local l, err = _M.limit(
             "",
             o.rate,
             o.period,
@@ -215,7 +215,7 @@ function ____exports.parse(o)
         if l == nil then
             return nil, err
         end
-        return ____exports.limits({l})
+        return _M.limits({l})
     end
     for i = 1, 3 do
         local k = SINGLE[i]
@@ -248,7 +248,7 @@ function ____exports.parse(o)
         if e == nil then
             return nil, eerr
         end
-        local l, err = ____exports.limit(
+        local l, err = _M.limit(
             where,
             e.rate,
             e.period,
@@ -260,14 +260,14 @@ function ____exports.parse(o)
         end
         list[i] = l
     end
-    return ____exports.limits(list)
+    return _M.limits(list)
 end
 --- A limit's numbers: checked together by parse() (rate with burst, limits against the other three).
 local function given(v)
     return v, nil
 end
 --- The option table of rate.new, declared once; the README's table is checked against it (spec/options_spec.lua).
-____exports.NEW_RATE = {
+_M.NEW_RATE = {
     options.DICT,
     {name = "name", kind = "check", check = options.checkName, default = "rate"},
     options.REDIS,
@@ -277,6 +277,6 @@ ____exports.NEW_RATE = {
     {name = "limits", kind = "check", check = given, doc = "none"},
     {name = "prefix", kind = "string", maxLen = 256, doc = "`dlock:rate:<name>:`"}
 }
-____exports.newRate = schema.compile("rate.new options", ____exports.NEW_RATE, {labels = ""})
-____exports.answered = answered
-return ____exports
+_M.newRate = schema.compile("rate.new options", _M.NEW_RATE, {labels = ""})
+_M.answered = answered
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
@@ -20,7 +20,7 @@ local ESRCH = 3
 --- Registered factories whose dead workers' leases this worker has not looked for yet.
 local pending = {}
 --- Remember a factory: its dead workers' leases can be released.
-function ____exports.register(store, kind)
+function _M.register(store, kind)
     pending[#pending + 1] = {store = store, kind = kind}
 end
 --- Is there no process with this pid (kill(pid, 0) says ESRCH)?
@@ -126,7 +126,7 @@ end
 --- Look for leases of dead workers, once per worker and factory: from
 -- init_worker, and at an acquire after a factory was made. Cheap when there
 -- is nothing new. Returns an error when the timer cannot be started.
-function ____exports.start()
+function _M.start()
     if #pending == 0 then
         return nil
     end
@@ -146,4 +146,4 @@ function ____exports.start()
     end
     return nil
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local request = require("resty.dlock.gateway.request")
 local co_running = coroutine.running
 local co_status = coroutine.status
@@ -68,7 +68,7 @@ end
 --- A nested lease when the caller already holds rkey through this factory's
 -- `factory` id, else nil. A hold whose lease is over (released, lost, expired)
 -- or whose owner is gone is dropped.
-function ____exports.nested(factory, rkey)
+function _M.nested(factory, rkey)
     local who, anchor, co = owner()
     local slot = who .. "\0" .. factory .. "\0" .. rkey
     local h = holds[slot]
@@ -108,7 +108,7 @@ local function prune()
     end
 end
 --- The first lease of rkey by this caller: registered, and handed out as a handle.
-function ____exports.enter(factory, root)
+function _M.enter(factory, root)
     entered = entered + 1
     if entered >= PRUNE_EVERY then
         entered = 0
@@ -126,4 +126,4 @@ function ____exports.enter(factory, root)
     holds[slot] = h
     return handle(h)
 end
-return ____exports
+return _M

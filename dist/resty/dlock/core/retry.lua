@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local ledger = require("resty.dlock.core.ledger")
 local orphans = require("resty.dlock.core.orphans")
@@ -7,10 +7,10 @@ local ngx_now = ngx.now
 local math_random = math.random
 local lua_type = type
 local lua_tostring = tostring
-____exports.FIRST_BACKOFF = 2
-____exports.MAX_BACKOFF = 64
+_M.FIRST_BACKOFF = 2
+_M.MAX_BACKOFF = 64
 --- The next nap of a waiter that polls: jittered, doubling, never past the holder's expiry.
-function ____exports.poll(backoff, retryAfter)
+function _M.poll(backoff, retryAfter)
     local nap = backoff / 2 + math_random() * backoff / 2
     if retryAfter ~= nil and retryAfter + 1 < nap then
         nap = retryAfter + 1
@@ -21,7 +21,7 @@ end
 -- nil to try again (a transient fault while there is time to wait). `release`
 -- gives back a key taken on the master only; `cleanup` removes what a lost
 -- reply may have left.
-function ____exports.failed(store, kind, rkey, tok, err, fault, wait, deadline, cleanup)
+function _M.failed(store, kind, rkey, tok, err, fault, wait, deadline, cleanup)
     if fault == "replicas" then
         local gone = backend.own(store.redis, kind.release, rkey, tok)
         if gone == nil then
@@ -39,7 +39,7 @@ function ____exports.failed(store, kind, rkey, tok, err, fault, wait, deadline, 
     return nil
 end
 --- Is rkey held in this nginx (its shared dict says so)? Then its release is announced: it is ours.
-function ____exports.heldHere(store, rkey)
+function _M.heldHere(store, rkey)
     local pid = ledger.holder(
         store.dict,
         ledger.recordKey(rkey, "", false)
@@ -47,7 +47,7 @@ function ____exports.heldHere(store, rkey)
     return pid ~= nil
 end
 --- A busy reply's PTTL of the holder as retry_after (nil: the key has no expiry).
-function ____exports.pttlOf(res)
+function _M.pttlOf(res)
     return lua_type(res) == "number" and res >= 0 and res or nil
 end
-return ____exports
+return _M

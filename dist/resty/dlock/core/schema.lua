@@ -1,8 +1,8 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local values = require("resty.dlock.core.schema.values")
-____exports.node = values.node
+_M.node = values.node
 local lua_type = type
 local lua_ipairs = ipairs
 local lua_error = error
@@ -150,7 +150,7 @@ end
 -- "dlock.new options"). Options are checked, and their errors reported, in
 -- the order given. A spec that names an option the schema lacks raises here,
 -- at module load.
-function ____exports.compile(path, specs, how)
+function _M.compile(path, specs, how)
     local labels = how and how.labels or path .. "."
     local byName = {}
     for _, spec in lua_ipairs(specs) do
@@ -201,9 +201,9 @@ function ____exports.compile(path, specs, how)
     return function(v) return validate(s, v) end
 end
 --- The check of one option alone, for a hot path that reads its options by name (acquire, extend).
-function ____exports.one(spec, label)
+function _M.one(spec, label)
     local o = values.option(spec, label or spec.name)
     local out = {}
     return function(v) return value(o, v, out) end
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local orphans = require("resty.dlock.core.orphans")
@@ -18,7 +18,7 @@ local function nowMs()
     return ngx_now() * 1000
 end
 --- An extend or a release of l failed: what its outcome may have changed in Redis.
-function ____exports.unconfirmed(l, fault, release)
+function _M.unconfirmed(l, fault, release)
     if fault ~= "lost" then
         return
     end
@@ -60,7 +60,7 @@ end
 -- the lease is over. A key found gone after a release reached Redis in time
 -- was deleted by that release (or expired after it was asked to go), so that
 -- still counts as released.
-function ____exports.released(l, reply)
+function _M.released(l, reply)
     l._released = true
     forget(
         l,
@@ -90,7 +90,7 @@ function ____exports.released(l, reply)
     return nil, "not_owner"
 end
 --- Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`.
-function ____exports.extended(l, reply, ms, sent)
+function _M.extended(l, reply, ms, sent)
     if reply ~= 1 then
         l._released = true
         forget(l)
@@ -129,12 +129,12 @@ local function swept(o, reply)
             l._released = true
             forget(l)
         else
-            ____exports.released(l, reply)
+            _M.released(l, reply)
         end
     end
 end
 --- Hand a lease whose release Redis did not confirm to the sweep, which retries it until the key expires.
-function ____exports.orphan(l)
+function _M.orphan(l)
     local o = {
         lost = "release",
         conf = l._store.redis,
@@ -147,6 +147,6 @@ function ____exports.orphan(l)
     }
     orphans.adopt(o)
 end
-____exports.nowMs = nowMs
-____exports.forget = forget
-return ____exports
+_M.nowMs = nowMs
+_M.forget = forget
+return _M

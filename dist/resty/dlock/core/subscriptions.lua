@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local waits = require("resty.dlock.core.wait")
 --- Seconds a key stays subscribed after its last waiter of this worker.
 local GRACE = 2
@@ -18,7 +18,7 @@ local lua_pairs = pairs
 local lua_ipairs = ipairs
 local subscribers = {}
 --- Wake the control thread (once: it looks at everything when it wakes).
-function ____exports.ring(s)
+function _M.ring(s)
     if s.rung then
         return
     end
@@ -33,7 +33,7 @@ local function count(t)
     return n
 end
 --- Does this worker wait for any key of s?
-function ____exports.idle(s)
+function _M.idle(s)
     return count(s.wanted) == 0
 end
 --- Forget what was known of rkey's holder.
@@ -45,7 +45,7 @@ end
 --- Keys no waiter of this worker wanted for GRACE seconds: out of `wanted`,
 -- to be unsubscribed; and waiters killed while they waited are noticed here
 -- (wait.ts drops their tickets).
-function ____exports.prune(s)
+function _M.prune(s)
     local now = ngx_now()
     local stale
     for rkey, at in lua_pairs(s.wanted) do
@@ -67,7 +67,7 @@ end
 --- A message on rkey's channel: "" a release with nobody in line (the first
 -- waiter here tries), "g<ms> <token>" the key handed to the waiter holding
 -- token for ms, "c<ms>" the key claimed by a waiter for ms.
-function ____exports.heard(s, rkey, payload)
+function _M.heard(s, rkey, payload)
     s.messages = s.messages + 1
     local c = str_sub(payload, 1, 1)
     if c == "g" then
@@ -86,7 +86,7 @@ function ____exports.heard(s, rkey, payload)
     end
 end
 --- Keys whose due time passed without a word: the first waiter here asks Redis (which passes the key on).
-function ____exports.overdue(s)
+function _M.overdue(s)
     local now = ngx_now()
     local late
     for rkey, at in lua_pairs(s.due) do
@@ -110,7 +110,7 @@ function ____exports.overdue(s)
     end
 end
 --- When the control thread must look again, no later than `latest`: the first due time, or the end of a grace.
-function ____exports.nextLook(s, latest)
+function _M.nextLook(s, latest)
     local at = latest
     for rkey, since in lua_pairs(s.wanted) do
         if waits.waiters(rkey) == 0 then
@@ -123,7 +123,7 @@ function ____exports.nextLook(s, latest)
     return at
 end
 --- A subscription went down (its connection ended): waiters sleeping until word comes poll again.
-function ____exports.lost(s)
+function _M.lost(s)
     for k in lua_pairs(s.sent) do
         s.sent[k] = nil
     end
@@ -144,7 +144,7 @@ function ____exports.lost(s)
     end
 end
 --- This worker's subscriber for conf, made on first use (nil when no semaphore can be made).
-function ____exports.subscriber(conf)
+function _M.subscriber(conf)
     local s = subscribers[conf.pool]
     if s == nil then
         local bell = semaphore.new(0)
@@ -173,13 +173,13 @@ function ____exports.subscriber(conf)
     return s
 end
 --- This worker's subscriber for conf, if it has one.
-function ____exports.existing(conf)
+function _M.existing(conf)
     return subscribers[conf.pool]
 end
 --- A waiter here saw rkey held for ms more (its PTTL; -1: no expiry): unless
 -- word comes first, look again then; and sooner should the holder not be
 -- vouched for and `foreign` holders be possible.
-function ____exports.expect(s, rkey, ms, foreign)
+function _M.expect(s, rkey, ms, foreign)
     local wait = ms >= 0 and ms / 1000 or nil
     if foreign and not (s.vouched[rkey] ~= nil) then
         local p = s.probe[rkey] or PROBE
@@ -192,7 +192,7 @@ function ____exports.expect(s, rkey, ms, foreign)
     local at = ngx_now() + wait + SLACK
     s.due[rkey] = at
     if at < s.wakeAt then
-        ____exports.ring(s)
+        _M.ring(s)
     end
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local ffi = require("ffi")
 pcall(ffi.cdef, "long getrandom(void *buf, size_t buflen, unsigned int flags);")
 pcall(ffi.cdef, "int gethostname(char *name, size_t len);")
@@ -102,7 +102,7 @@ local workerSerial = 0
 -- Redis alone tells them apart. Computed in the worker, not at require time: a
 -- module loaded by init_by_lua runs in the master first, and forked workers
 -- must not inherit the master's identity.
-function ____exports.worker()
+function _M.worker()
     local pid = worker_pid()
     if workerId == nil or workerPid ~= pid then
         local r, err = random()
@@ -116,6 +116,6 @@ function ____exports.worker()
     workerSerial = workerSerial + 1
     return workerId .. lua_tostring(workerSerial), nil
 end
-____exports.hex = hex
-____exports.random = random
-return ____exports
+_M.hex = hex
+_M.random = random
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local ledger = require("resty.dlock.core.ledger")
 local orphans = require("resty.dlock.core.orphans")
 local request = require("resty.dlock.gateway.request")
@@ -72,7 +72,7 @@ local function join(rkey, token)
     return w
 end
 --- A turn for an acquire of rkey; its place in line is taken at its first nap, or by enter().
-function ____exports.turn(rkey, token)
+function _M.turn(rkey, token)
     return {rkey = rkey, token = token, w = nil}
 end
 --- Take the turn's place in line now: a key handed to its token while its question is on its way is not missed.
@@ -83,7 +83,7 @@ local function enter(t)
 end
 --- The turn holds a ticket in its key's queue in Redis, with `ahead` waiters
 -- before it: should it go without a word, drop the ticket.
-function ____exports.holdTicket(t, ticket, ahead)
+function _M.holdTicket(t, ticket, ahead)
     enter(t)
     if t.w ~= nil then
         t.w.ticket = ticket
@@ -101,7 +101,7 @@ local function pause(t, ms)
     return ok == true
 end
 --- The acquire is over (acquired, timed out, failed): its place in line is given up.
-function ____exports.leave(t)
+function _M.leave(t)
     local w = t.w
     if w == nil then
         return
@@ -122,24 +122,24 @@ function ____exports.leave(t)
     end
 end
 --- How many waiters of this worker wait for rkey now.
-function ____exports.waiters(rkey)
+function _M.waiters(rkey)
     local l = line(rkey)
     return l == nil and 0 or #l
 end
 --- Is the turn first in its key's line (the one waiter of this worker that asks Redis)?
-function ____exports.first(t)
+function _M.first(t)
     local l = line(t.rkey)
     return l ~= nil and t.w ~= nil and l[1] == t.w
 end
 --- A release of rkey: the first waiter of this worker tries now.
-function ____exports.wake(rkey)
+function _M.wake(rkey)
     local l = line(rkey)
     if l ~= nil then
         l[1].sem:post(1)
     end
 end
 --- rkey was handed to the waiter holding `token`: wake it, if it waits here.
-function ____exports.wakeToken(rkey, token)
+function _M.wakeToken(rkey, token)
     local l = line(rkey)
     if l == nil then
         return false
@@ -154,7 +154,7 @@ function ____exports.wakeToken(rkey, token)
 end
 --- rkey's subscription is live: the waiters here that may have missed a
 -- release or a key handed to them while it was not look once more.
-function ____exports.recheck(rkey)
+function _M.recheck(rkey)
     local l = line(rkey)
     if l == nil then
         return
@@ -166,7 +166,7 @@ function ____exports.recheck(rkey)
     end
 end
 --- Every waiter of rkey in this worker tries now (a subscription went down: they poll).
-function ____exports.wakeAll(rkey)
+function _M.wakeAll(rkey)
     local l = line(rkey)
     if l == nil then
         return
@@ -181,7 +181,7 @@ end
 -- shared-dict record, which costs nothing to watch. "none": no holder here;
 -- "free": try Redis now; "timeout": the deadline passed, and then the ms until
 -- the holder's lease ends (retry_after).
-function ____exports.awaitLocalHolder(dict, t, deadline)
+function _M.awaitLocalHolder(dict, t, deadline)
     local rec = ledger.recordKey(t.rkey, "", false)
     local step = 1
     local seen = false
@@ -219,6 +219,6 @@ function ____exports.awaitLocalHolder(dict, t, deadline)
         step = math_min(step * 2, MAX_LOCAL_BACKOFF)
     end
 end
-____exports.enter = enter
-____exports.pause = pause
-return ____exports
+_M.enter = enter
+_M.pause = pause
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local subscriber = require("resty.dlock.redis.subscriber")
 local subs = require("resty.dlock.core.subscriptions")
 local waits = require("resty.dlock.core.wait")
@@ -7,7 +7,7 @@ local ngx_now = ngx.now
 --- A waiter of this worker waits for rkey (held elsewhere): have its releases
 -- wake us. True when the subscription is live (then sleeping until the
 -- holder's PTTL is safe); false while it is being set up or down (poll).
-function ____exports.want(conf, rkey)
+function _M.want(conf, rkey)
     local s = subs.subscriber(conf)
     if s == nil or s.refused then
         return false
@@ -24,19 +24,19 @@ end
 -- word comes first, look again then; and sooner when the holder may be
 -- another client's (`foreign`; never for semaphores, whose holders are all
 -- ours) and nobody vouched for it.
-function ____exports.expect(conf, rkey, ms, foreign)
+function _M.expect(conf, rkey, ms, foreign)
     local s = subs.existing(conf)
     if s ~= nil then
         subs.expect(s, rkey, ms, foreign)
     end
 end
 --- Is a subscription for rkey on its way (asked for, the subscriber connecting)? Its confirmation wakes the waiters.
-function ____exports.coming(conf, rkey)
+function _M.coming(conf, rkey)
     local s = subs.existing(conf)
     return s ~= nil and s.running and not s.refused and s.wanted[rkey] ~= nil and not (s.live[rkey] ~= nil)
 end
 --- Is the subscription for rkey live now?
-function ____exports.live(conf, rkey)
+function _M.live(conf, rkey)
     local s = subs.existing(conf)
     return s ~= nil and s.live[rkey] ~= nil
 end
@@ -44,7 +44,7 @@ end
 -- key stays subscribed for GRACE seconds after the last one (subscriptions.ts
 -- prune): under contention a worker's line empties and fills again all the
 -- time, and each UNSUBSCRIBE/SUBSCRIBE pair would be two more commands for Redis.
-function ____exports.done(conf, rkey)
+function _M.done(conf, rkey)
     local s = subs.existing(conf)
     if s == nil or s.refused then
         return
@@ -54,11 +54,11 @@ function ____exports.done(conf, rkey)
     end
 end
 --- Messages and connections of this worker's subscriber for conf (status, specs).
-function ____exports.stats(conf)
+function _M.stats(conf)
     local s = subs.existing(conf)
     if s == nil then
         return 0, 0
     end
     return s.messages, s.connects
 end
-return ____exports
+return _M

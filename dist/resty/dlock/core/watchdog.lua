@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local meter = require("resty.dlock.core.meter")
 local batch = require("resty.dlock.core.batch")
@@ -138,7 +138,7 @@ local sweeper = {
 }
 --- Keep l alive until it is released, lost, unwatched, or (without hooks) what
 -- took it ends. With hooks, the caller hears of every renewal.
-function ____exports.watch(l, hooks)
+function _M.watch(l, hooks)
     local co
     local anchor
     if hooks == nil then
@@ -169,9 +169,9 @@ function ____exports.watch(l, hooks)
 end
 --- The end of an acquire with renew = true: the lease, watched from now on; or,
 -- when the watchdog cannot run, nil and why (the lease is given back).
-function ____exports.hold(l, onLost)
+function _M.hold(l, onLost)
     l._onLost = onLost
-    local err = ____exports.watch(l)
+    local err = _M.watch(l)
     if err ~= nil then
         l:release()
         return nil, err, nil
@@ -179,11 +179,11 @@ function ____exports.hold(l, onLost)
     return l, nil, nil
 end
 --- Stop renewing l (its holder keeps it as it is, or ends it).
-function ____exports.unwatch(l)
+function _M.unwatch(l)
     drop(l)
 end
 --- Leases the watchdog of this worker renews now (for status pages).
-function ____exports.size()
+function _M.size()
     return count
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local settle = require("resty.dlock.core.settle")
 local lua_type = type
@@ -26,7 +26,7 @@ end
 --- Run fn(...) while holding key; the lease is released whatever fn does.
 -- Returns fn's results, or nil, err when the lease was not acquired, fn
 -- raised, or the release failed.
-function ____exports.withLease(self, key, opts, fn, ...)
+function _M.withLease(self, key, opts, fn, ...)
     if lua_type(fn) ~= "function" then
         return check.fail("with needs a function", fn)
     end
@@ -39,4 +39,4 @@ function ____exports.withLease(self, key, opts, fn, ...)
         protect(fn, ...)
     )
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local keys = require("resty.dlock.gateway.key")
 local stats = require("resty.dlock.gateway.stats")
@@ -13,14 +13,14 @@ local math_max = math.max
 local math_ceil = math.ceil
 local lua_pairs = pairs
 --- What a guard's log lines say it does when Redis fails: "refused with 503 (on_error = \"deny\")".
-function ____exports.errorWhat(onError, errorStatus)
+function _M.errorWhat(onError, errorStatus)
     if onError == "local" then
         return "refused with " .. lua_tostring(errorStatus) .. " (on_error = \"local\": a key error is not Redis failing)"
     end
     return onError == "deny" and "refused with " .. lua_tostring(errorStatus) .. " (on_error = \"deny\")" or "let through unguarded (on_error = \"allow\")"
 end
 --- What a guard's log lines say it does with a request without its key: "refused with 400 (on_missing = \"reject\")".
-function ____exports.missingWhat(onMissing, missingStatus)
+function _M.missingWhat(onMissing, missingStatus)
     return onMissing == "reject" and "refused with " .. lua_tostring(missingStatus) .. " (on_missing = \"reject\")" or "let through unguarded (on_missing = \"pass\")"
 end
 --- Phases where a guard can decide: it needs cosockets and ngx.exit. Elsewhere
@@ -30,7 +30,7 @@ local DECIDES = check.set("rewrite", "access", "content")
 --- Guards that said so, per worker: one line each, not one per request.
 local misplaced = {}
 --- Whether access() of guard `name` can run now; logs once per guard when it cannot.
-function ____exports.decides(name)
+function _M.decides(name)
     local phase = get_phase()
     if DECIDES[phase] ~= nil then
         return true
@@ -50,7 +50,7 @@ function ____exports.decides(name)
 end
 --- End the request with a guard's refusal: Retry-After (whole seconds, at least
 -- 1) when the wait is known, and the guard's extra headers.
-function ____exports.refuse(headers, status, retryAfterMs)
+function _M.refuse(headers, status, retryAfterMs)
     if retryAfterMs ~= nil then
         ngx_header["Retry-After"] = math_max(
             1,
@@ -68,7 +68,7 @@ end
 -- has answered for it: a key that cannot be computed follows on_error (never
 -- let through by on_missing = "pass"), a missing one on_missing. Counted, and
 -- logged once per interval.
-function ____exports.keyOf(g, t)
+function _M.keyOf(g, t)
     local raw, kerr = keys.value(t)
     if raw ~= nil then
         keys.note(g.name, t, true, g._missingWhat)
@@ -78,15 +78,15 @@ function ____exports.keyOf(g, t)
         stats.incr(g._dict, g.name, "key_errors")
         keys.failed(g.name, kerr, g._errorWhat)
         if g._onError ~= "allow" then
-            ____exports.refuse(g._headers, g._errorStatus, nil)
+            _M.refuse(g._headers, g._errorStatus, nil)
         end
         return nil
     end
     stats.incr(g._dict, g.name, "missing_key")
     keys.note(g.name, t, false, g._missingWhat)
     if g._onMissing == "reject" then
-        ____exports.refuse(g._headers, g._missingStatus, nil)
+        _M.refuse(g._headers, g._missingStatus, nil)
     end
     return nil
 end
-return ____exports
+return _M

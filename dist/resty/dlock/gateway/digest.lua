@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local token = require("resty.dlock.core.token")
 local ffi = require("ffi")
 pcall(ffi.cdef, "int ngx_http_lua_ffi_sha1_bin(const unsigned char *src, size_t len, unsigned char *dst);")
@@ -22,7 +22,7 @@ local inC = found and both == true
 --- The prefix `out` starts with now: guards hash one after another, each copies its own once.
 local copied
 --- prefix .. the lower-case hex SHA-1 of raw, as one new string.
-function ____exports.key(prefix, raw)
+function _M.key(prefix, raw)
     local n = #prefix
     if inC and n <= PREFIX_MAX and ffi_C.ngx_http_lua_ffi_sha1_bin(raw, #raw, digest) == 1 then
         if copied ~= prefix then
@@ -34,4 +34,4 @@ function ____exports.key(prefix, raw)
     end
     return prefix .. hex(sha1_bin(raw))
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local shared = require("resty.dlock.gateway.common")
 local digest = require("resty.dlock.gateway.digest")
 local inflight = require("resty.dlock.gateway.inflight")
@@ -73,5 +73,5 @@ local guardMethods = {
     end
 }
 --- The metatable of every guard of these modes.
-____exports.mt = {__index = guardMethods}
-return ____exports
+_M.mt = {__index = guardMethods}
+return _M

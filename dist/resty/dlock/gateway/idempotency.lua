@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local inflight = require("resty.dlock.gateway.inflight")
 local stats = require("resty.dlock.gateway.stats")
@@ -23,15 +23,15 @@ local lua_type = type
 local lua_tonumber = tonumber
 local lua_setmetatable = setmetatable
 local io_open = io.open
-____exports.headerFilter = capture.headerFilter
-____exports.bodyFilter = capture.bodyFilter
-____exports.finish = capture.finish
+_M.headerFilter = capture.headerFilter
+_M.bodyFilter = capture.bodyFilter
+_M.finish = capture.finish
 local nreq = ngx.req
 --- Longest key accepted, in bytes, after unquoting (Stripe's limit).
 local MAX_KEY = 255
 local found = check.found
 --- The key as sent: an sf-String ("...", \" and \\ escaped) unquoted, or a bare token. nil when invalid.
-function ____exports.parseKey(raw)
+function _M.parseKey(raw)
     local k
     if str_sub(raw, 1, 1) == "\"" then
         if #raw < 3 or str_sub(raw, -1) ~= "\"" then
@@ -122,7 +122,7 @@ local function access(g)
         return
     end
     keys.note(g.name, g._key, true, g._missingWhat)
-    local k = ____exports.parseKey(raw)
+    local k = _M.parseKey(raw)
     if k == nil then
         stats.incr(g._dict, g.name, "missing_key")
         answers.problem(
@@ -227,11 +227,11 @@ local guardMethods = {
 }
 local guardMt = {__index = guardMethods}
 --- Validate the options (already checked against gateway.new's names) and build the guard.
-function ____exports.create(o, name)
+function _M.create(o, name)
     local f, err = options.parse(o, name, capture.forget)
     if f == nil then
         return nil, err
     end
     return lua_setmetatable(f, guardMt), nil
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local loop = require("resty.dlock.core.loop")
 local releases = require("resty.dlock.gateway.releases")
@@ -19,7 +19,7 @@ local request_alive = request.alive
 local request_here = request.here
 local answered = releases.answered
 local lua_pairs = pairs
-____exports.enqueue = releases.enqueue
+_M.enqueue = releases.enqueue
 --- In-flight requests of this worker that hold a guard's lease, by request id.
 local requests = {}
 local count = 0
@@ -106,7 +106,7 @@ local function current()
 end
 --- The current request (log phase) is over: end the leases it holds of `owner`,
 -- or of every guard when owner is nil.
-function ____exports.finish(owner)
+function _M.finish(owner)
     local req, rid = current()
     if req == nil then
         return
@@ -143,7 +143,7 @@ end
 -- when it passes the guard again after an internal redirect (try_files to a
 -- named location with the same guard, error_page...): it must not queue
 -- behind itself. A request that is gone and had the same address is ended here.
-function ____exports.holds(owner)
+function _M.holds(owner)
     local req = current()
     if req == nil then
         return false
@@ -215,7 +215,7 @@ local function warnBlind()
 end
 --- In access: the current request now holds `l` for `owner`. Returns the
 -- request's anchor; nil outside a request (then nothing is tracked).
-function ____exports.track(owner, l)
+function _M.track(owner, l)
     local rid, ctx, ref = request_here()
     if rid == nil then
         return nil
@@ -257,4 +257,4 @@ function ____exports.track(owner, l)
     keep(owner)
     return req
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local vars = require("resty.dlock.gateway.vars")
 local ngx_log = ngx.log
@@ -36,7 +36,7 @@ local function split(name, tpl)
     return parts, nil
 end
 --- Compile option `name` (a template string or a function).
-function ____exports.compile(name, v)
+function _M.compile(name, v)
     if lua_type(v) == "function" then
         return {parts = nil, keyFn = v, only = nil, source = "a function"}, nil
     end
@@ -53,7 +53,7 @@ end
 --- The request's value of t: the key; or nil when it is missing (a variable
 -- missing or empty, the function returned nil or ""); or nil and what went
 -- wrong when it cannot be computed (the function raised or returned a non-string).
-function ____exports.value(t)
+function _M.value(t)
     if t.keyFn ~= nil then
         local ok, v = lua_pcall(t.keyFn)
         if not ok then
@@ -104,7 +104,7 @@ end
 --- Count a request with (present) or without its key. Once an interval, a guard
 -- that saw its key on none of its requests says so: a misspelt variable would
 -- otherwise leave every request unguarded without a word.
-function ____exports.note(guard, t, present, what)
+function _M.note(guard, t, present, what)
     local s = state(guard)
     local now = ngx_now()
     if now - s.since >= settings.interval then
@@ -134,7 +134,7 @@ function ____exports.note(guard, t, present, what)
     end
 end
 --- A key that could not be computed: logged at once, then at most once an interval with the count.
-function ____exports.failed(guard, problem, what)
+function _M.failed(guard, problem, what)
     local s = state(guard)
     local now = ngx_now()
     s.errors = s.errors + 1
@@ -157,5 +157,5 @@ function ____exports.failed(guard, problem, what)
     s.errorAt = now
     s.errors = 0
 end
-____exports.settings = settings
-return ____exports
+_M.settings = settings
+return _M

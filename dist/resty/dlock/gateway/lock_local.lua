@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
@@ -15,13 +15,13 @@ local incr = stats.incr
 --- The guards of this nginx with a local share (gateway.log() ends their slots too).
 local withLocal = {}
 --- Note a guard made with a local share.
-function ____exports.register(g)
+function _M.register(g)
     withLocal[#withLocal + 1] = g
 end
 --- Entries of `held` before the dead ones are swept.
 local SWEEP = 256
 --- The local share of a guard of mode `mode` with `permits`, for `fleet` nginx; nil and the error for a bad fleet.
-function ____exports.create(mode, permits, fleet, name, ttlMs, callMs)
+function _M.create(mode, permits, fleet, name, ttlMs, callMs)
     local n, err = check.integer(
         "fleet",
         fleet,
@@ -69,7 +69,7 @@ end
 --- Decide for hashed key k on this nginx alone: let the request through holding
 -- a slot (released by finish()), or refuse it with the guard's reject_status
 -- once `wait` ran out.
-function ____exports.access(g, l, k, refuse)
+function _M.access(g, l, k, refuse)
     local a = request.anchor()
     local rid = a and a.id
     if rid ~= nil then
@@ -114,7 +114,7 @@ function ____exports.access(g, l, k, refuse)
     end
 end
 --- In log(): give back the slot this request took locally, if any.
-function ____exports.finish(g, l)
+function _M.finish(g, l)
     if l.count == 0 then
         return
     end
@@ -131,10 +131,10 @@ function ____exports.finish(g, l)
     l.count = l.count - 1
 end
 --- gateway.log(): give back what the request took locally from any guard.
-function ____exports.finishAll()
+function _M.finishAll()
     for i = 1, #withLocal do
         local g = withLocal[i]
-        ____exports.finish(g, g._fallback)
+        _M.finish(g, g._fallback)
     end
 end
 --- In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again.
@@ -154,7 +154,7 @@ local function probeRedis(premature, g)
 end
 --- After the cool-down (half open): may this request ask Redis? Not until a
 -- probe in a timer of this nginx found Redis back (one at a time).
-function ____exports.probe(g, l)
+function _M.probe(g, l)
     return stats.probed(g, l.probeFor, probeRedis)
 end
-return ____exports
+return _M

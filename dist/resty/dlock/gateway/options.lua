@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.options")
 local idem = require("resty.dlock.gateway.idempotency.options")
@@ -8,7 +8,7 @@ local modes = require("resty.dlock.core.schema.modes")
 local lua_type = type
 local lua_pairs = pairs
 local lua_ipairs = ipairs
-____exports.MODES = {
+_M.MODES = {
     {name = "dedup", status = 409},
     {name = "concurrency", status = 429},
     {name = "throttle", status = 429},
@@ -72,7 +72,7 @@ local function key(v)
     return keys.compile("key", v)
 end
 local STATUS = "an HTTP status code"
-____exports.SPECS = {
+_M.SPECS = {
     {name = "mode", kind = "enum", values = {
         "dedup",
         "concurrency",
@@ -318,15 +318,15 @@ ____exports.SPECS = {
     modes.only(core.TTL, LOCKING),
     modes.only(core.WAIT, {"concurrency", "mutex"})
 }
-____exports.validate = modes.modes("gateway.new options", "mode", ____exports.MODES, ____exports.SPECS)
+_M.validate = modes.modes("gateway.new options", "mode", _M.MODES, _M.SPECS)
 --- The mode named `name` (valid after validate).
-function ____exports.mode(name)
-    local found = ____exports.MODES[1]
-    for i = 1, #____exports.MODES do
-        if ____exports.MODES[i].name == name then
-            found = ____exports.MODES[i]
+function _M.mode(name)
+    local found = _M.MODES[1]
+    for i = 1, #_M.MODES do
+        if _M.MODES[i].name == name then
+            found = _M.MODES[i]
         end
     end
     return found
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local fields, str_format, tbl_concat, math_ceil, ngx_
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
@@ -164,7 +164,7 @@ local function policyOf(ls)
     return tbl_concat(out, ", ")
 end
 --- Validate the options (already checked against gateway.new's names) and build the guard.
-function ____exports.create(o, name)
+function _M.create(o, name)
     local ls, lerr = core.parse(o)
     if ls == nil then
         return nil, lerr
@@ -237,4 +237,4 @@ function ____exports.create(o, name)
     }
     return lua_setmetatable(g, guardMt), nil
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local core = require("resty.dlock.core.rate")
 local stats = require("resty.dlock.gateway.stats")
 local ngx_now = ngx.now
@@ -8,7 +8,7 @@ local math_ceil = math.ceil
 local math_max = math.max
 local str_format = string.format
 --- The shares of guard `name`'s limits on one nginx of `fleet`.
-function ____exports.shares(ls, fleet, name)
+function _M.shares(ls, fleet, name)
     local out = {}
     for i = 1, #ls.list do
         local l = ls.list[i]
@@ -27,7 +27,7 @@ end
 local tats = {}
 --- Decide for hashed key k as the script would, in dict d:
 -- the same reply shape ({ 1 or 0, retry ms, per limit remaining, ms until full }).
-function ____exports.decide(d, k, sh, cost)
+function _M.decide(d, k, sh, cost)
     local now = ngx_now() * 1000000
     local n = #sh
     local over = 0
@@ -85,7 +85,7 @@ end
 -- ask Redis? Not until a probe in a timer of this nginx has found Redis back
 -- (one at a time, for up to a call's timeouts): meanwhile requests keep
 -- deciding locally, none waits on a Redis that may still be gone.
-function ____exports.probe(g)
+function _M.probe(g)
     return stats.probed(g, g._probeFor, probeRedis)
 end
-return ____exports
+return _M

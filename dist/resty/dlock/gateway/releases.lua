@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local failed, raised, finish, finishSafely, work, drain, schedule, enqueue, ngx_log, ERR, WARN, timer_at, thread_spawn, worker_exiting, math_min, thread_wait, lua_pcall, lua_tostring, semaphore, qOwner, qLease, qHold, head, tail, draining, pending, MAX_DRAINERS, alive, idle, woken, PARALLEL, IDLE, SHARE, sema
 local check = require("resty.dlock.core.check")
 local batch = require("resty.dlock.core.batch")
@@ -197,7 +197,7 @@ local function answered(j)
     end
     enqueue(o, h.lease, 0)
 end
-____exports.done = done
-____exports.answered = answered
-____exports.enqueue = enqueue
-return ____exports
+_M.done = done
+_M.answered = answered
+_M.enqueue = enqueue
+return _M

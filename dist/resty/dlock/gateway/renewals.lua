@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local stats = require("resty.dlock.gateway.stats")
 local watchdog = require("resty.dlock.core.watchdog")
@@ -50,7 +50,7 @@ local function makeHooks(owner)
     return hk
 end
 --- Renew h's lease while its request runs.
-function ____exports.watch(h)
+function _M.watch(h)
     local owner = h.owner
     heldOf[h.lease] = h
     local err = watchdog.watch(
@@ -68,8 +68,8 @@ function ____exports.watch(h)
     end
 end
 --- No more renewals of h's lease: its request is over.
-function ____exports.unwatch(h)
+function _M.unwatch(h)
     watchdog.unwatch(h.lease)
     heldOf[h.lease] = nil
 end
-return ____exports
+return _M

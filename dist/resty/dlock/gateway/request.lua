@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local ffi = require("ffi")
 local base = require("resty.core.base")
 local ngx_ = ngx
@@ -19,7 +19,7 @@ local ctxTables = type(registered) == "table" and registered or nil
 --- False when this nginx cannot tell whether a request is over (then only log() ends leases).
 local canWatch = hasCtxRef and ctxTables ~= nil
 --- The current request's id (its address), or nil outside a request.
-function ____exports.id()
+function _M.id()
     local r = get_request()
     if r == nil then
         return nil
@@ -44,7 +44,7 @@ local function here()
     return lua_tonumber(ffi_cast("uintptr_t", r)), ctx, ref
 end
 --- The current request, anchored so that alive() can tell when it is over.
-function ____exports.anchor()
+function _M.anchor()
     local rid, ctx, ref = here()
     if rid == nil then
         return nil
@@ -52,12 +52,12 @@ function ____exports.anchor()
     return {id = rid, ctx = ctx, ref = ref}
 end
 --- Is the request still running (up to and including its log phase)? True when it cannot be told.
-function ____exports.alive(a)
+function _M.alive(a)
     if a.ref < 0 then
         return true
     end
     return ctxTables[a.ref] == a.ctx
 end
-____exports.canWatch = canWatch
-____exports.here = here
-return ____exports
+_M.canWatch = canWatch
+_M.here = here
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -7,7 +7,7 @@ local NOTICE = ngx.NOTICE
 local ngx_ = ngx
 local lua_type = type
 --- Every event a guard counts, in the order status pages list them.
-____exports.EVENTS = {
+_M.EVENTS = {
     "acquired",
     "rejected",
     "waited",
@@ -36,8 +36,8 @@ local HALF = "half"
 local keysOf = {}
 local function make(guard)
     local events = {}
-    for i = 1, #____exports.EVENTS do
-        events[____exports.EVENTS[i]] = "c:" .. guard .. ":" .. ____exports.EVENTS[i]
+    for i = 1, #_M.EVENTS do
+        events[_M.EVENTS[i]] = "c:" .. guard .. ":" .. _M.EVENTS[i]
     end
     local k = {events = events, gauges = {}, open = "b:open:" .. guard, fail = "b:fail:" .. guard}
     keysOf[guard] = k
@@ -55,18 +55,18 @@ local function gaugeKey(guard, name)
     end
     return key
 end
-function ____exports.incr(dict, guard, event)
+function _M.incr(dict, guard, event)
     dict:incr(
         keys(guard).events[event],
         1,
         0
     )
 end
-function ____exports.count(dict, guard, event)
+function _M.count(dict, guard, event)
     local v = dict:get(keys(guard).events[event])
     return lua_type(v) == "number" and v or 0
 end
-function ____exports.breakerState(dict, guard)
+function _M.breakerState(dict, guard)
     local k = keys(guard)
     if (dict:get(k.open)) ~= nil then
         return "open"
@@ -80,8 +80,8 @@ end
 -- ask Redis? Not until `probe`, run in a timer of this nginx (one at a time,
 -- for up to probeFor seconds), has found Redis back: meanwhile requests keep
 -- deciding locally, none waits on a Redis that may still be gone.
-function ____exports.probed(g, probeFor, probe)
-    if ____exports.breakerState(g._dict, g.name) ~= "half_open" then
+function _M.probed(g, probeFor, probe)
+    if _M.breakerState(g._dict, g.name) ~= "half_open" then
         return true
     end
     local first = g._dict:add("b:probe:" .. g.name, true, probeFor)
@@ -99,11 +99,11 @@ function ____exports.probed(g, probeFor, probe)
     end
     return false
 end
-function ____exports.breakerOpen(dict, guard)
+function _M.breakerOpen(dict, guard)
     return (dict:get(keys(guard).open)) ~= nil
 end
 --- Count a Redis failure; open the breaker after `threshold` in a row, or at once when half open.
-function ____exports.failure(dict, guard, threshold, cooldownMs)
+function _M.failure(dict, guard, threshold, cooldownMs)
     local k = keys(guard)
     local trip = (dict:get(k.fail)) == HALF
     if not trip then
@@ -113,7 +113,7 @@ function ____exports.failure(dict, guard, threshold, cooldownMs)
     if trip and (dict:get(k.open)) == nil then
         dict:set(k.open, true, cooldownMs / 1000)
         dict:set(k.fail, HALF)
-        ____exports.incr(dict, guard, "breaker_opened")
+        _M.incr(dict, guard, "breaker_opened")
         ngx_log(
             ERR,
             "dlock: guard ",
@@ -125,7 +125,7 @@ function ____exports.failure(dict, guard, threshold, cooldownMs)
     end
 end
 --- Redis answered: close the breaker and forget past failures (one read when there is nothing to forget).
-function ____exports.success(dict, guard)
+function _M.success(dict, guard)
     local k = keys(guard)
     local v = dict:get(k.fail)
     if v == nil then
@@ -137,8 +137,8 @@ function ____exports.success(dict, guard)
     end
 end
 --- Redis failed a guard: told to the breaker, logged (a probe of a half-open breaker stops here).
-function ____exports.noteFailure(g, err)
-    ____exports.failure(g._dict, g.name, g._breakerFailures, g._breakerCooldown)
+function _M.noteFailure(g, err)
+    _M.failure(g._dict, g.name, g._breakerFailures, g._breakerCooldown)
     ngx_log(
         ERR,
         "dlock: guard ",
@@ -148,23 +148,23 @@ function ____exports.noteFailure(g, err)
     )
 end
 --- Redis failed a request's call: counted as redis_errors, then as noteFailure.
-function ____exports.redisFailed(g, err)
-    ____exports.incr(g._dict, g.name, "redis_errors")
-    ____exports.noteFailure(g, err)
+function _M.redisFailed(g, err)
+    _M.incr(g._dict, g.name, "redis_errors")
+    _M.noteFailure(g, err)
 end
 --- Redis cannot decide and nothing local does: true when on_error = "allow"
 -- lets the request through (counted failed_open), false when the guard must
 -- refuse it (counted failed_closed).
-function ____exports.failedOpen(g)
+function _M.failedOpen(g)
     if g._onError == "allow" then
-        ____exports.incr(g._dict, g.name, "failed_open")
+        _M.incr(g._dict, g.name, "failed_open")
         return true
     end
-    ____exports.incr(g._dict, g.name, "failed_closed")
+    _M.incr(g._dict, g.name, "failed_closed")
     return false
 end
 --- Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx.
-function ____exports.adjust(dict, guard, gauge, delta)
+function _M.adjust(dict, guard, gauge, delta)
     dict:incr(
         gaugeKey(guard, gauge),
         delta,
@@ -172,8 +172,8 @@ function ____exports.adjust(dict, guard, gauge, delta)
     )
 end
 --- A per-guard gauge's value now (0 when never moved).
-function ____exports.gauge(dict, guard, name)
+function _M.gauge(dict, guard, name)
     local v = dict:get(gaugeKey(guard, name))
     return lua_type(v) == "number" and v or 0
 end
-return ____exports
+return _M

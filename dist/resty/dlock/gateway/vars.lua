@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local ffi = require("ffi")
 local base = require("resty.core.base")
 local ngx_var = ngx.var
@@ -20,7 +20,7 @@ local errPtr = ffi.new("char *[?]", 1)
 local OK = 0
 local DECLINED = -5
 --- ngx.var[name] of the current request: its value, or nil when the variable is not set.
-function ____exports.get(name)
+function _M.get(name)
     local n = #name
     if var_get ~= nil and n <= NAME_MAX then
         local r = get_request()
@@ -45,4 +45,4 @@ function ____exports.get(name)
     end
     return ngx_var[name]
 end
-return ____exports
+return _M

@@ -1,7 +1,7 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 --- f with the first n of a1..a6: a fixed number of arguments in each branch, no `...`.
-function ____exports.forward(f, node, s, rkey, n, a1, a2, a3, a4, a5, a6)
+function _M.forward(f, node, s, rkey, n, a1, a2, a3, a4, a5, a6)
     if n == 0 then
         return f(node, s, rkey)
     end
@@ -63,7 +63,7 @@ function ____exports.forward(f, node, s, rkey, n, a1, a2, a3, a4, a5, a6)
     )
 end
 --- The first n of a1..a6 as a list.
-function ____exports.listOf(n, a1, a2, a3, a4, a5, a6)
+function _M.listOf(n, a1, a2, a3, a4, a5, a6)
     local all = {
         a1,
         a2,
@@ -79,7 +79,7 @@ function ____exports.listOf(n, a1, a2, a3, a4, a5, a6)
     return out
 end
 --- args (the keys after the first, then the arguments) without the one at position `at`.
-function ____exports.withoutKey(args, at)
+function _M.withoutKey(args, at)
     local out = {}
     for i = 1, #args do
         if i ~= at then
@@ -88,4 +88,4 @@ function ____exports.withoutKey(args, at)
     end
     return out
 end
-return ____exports
+return _M

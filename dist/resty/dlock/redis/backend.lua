@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backendOf, BY_TOPOLOGY
 local redis = require("resty.dlock.redis.client")
 local scripts = require("resty.dlock.redis.scripts")
@@ -17,7 +17,7 @@ BY_TOPOLOGY.sentinel = single.backend
 BY_TOPOLOGY.cluster = cluster.backend
 BY_TOPOLOGY.redlock = quorum.backend
 --- The `redis` option table of a factory (redis.parse), with the backend that will serve it.
-function ____exports.parse(v, dict)
+function _M.parse(v, dict)
     local conf, err = redis.parse(v, dict)
     if conf == nil then
         return nil, err
@@ -26,16 +26,16 @@ function ____exports.parse(v, dict)
     return conf, nil
 end
 --- Run script s with rkey as KEYS[1] (more keys, then arguments, follow in args).
-function ____exports.call(conf, s, rkey, ...)
+function _M.call(conf, s, rkey, ...)
     return conf.backend.call(conf, s, rkey, ...)
 end
 --- Run the single-key script s (ARGV[1] the token, ARGV[2] ms[i] when given) for
 -- every target, in as few round trips as the topology allows.
-function ____exports.batch(conf, s, targets, ms)
+function _M.batch(conf, s, targets, ms)
     return conf.backend.batch(conf, s, targets, ms)
 end
 --- Run a per-target script (release, extend, drop) for one target, as batch() would.
-function ____exports.own(conf, s, rkey, token, ms)
+function _M.own(conf, s, rkey, token, ms)
     return scripts.forTarget(
         conf.backend.call,
         conf,
@@ -48,11 +48,11 @@ end
 --- Put script s for rkey into the next pipeline to its server, without waiting
 -- for the reply (see pipeline.post), from any phase: the call, whose `post`
 -- hears its outcome, or nil when it cannot go that way (then call() it from a timer).
-function ____exports.post(conf, s, rkey, ...)
+function _M.post(conf, s, rkey, ...)
     return conf.backend.post(conf, s, rkey, ...)
 end
 --- As post(), for a per-target script (a release) for one target, with the keys and arguments own() sends.
-function ____exports.postOwn(conf, s, rkey, token)
+function _M.postOwn(conf, s, rkey, token)
     return scripts.forTarget(
         conf.backend.post,
         conf,
@@ -62,31 +62,31 @@ function ____exports.postOwn(conf, s, rkey, token)
     )
 end
 --- The key of the fence counter of lock key rkey.
-function ____exports.fenceKey(conf, rkey)
+function _M.fenceKey(conf, rkey)
     return conf.backend.fenceKey(rkey)
 end
 --- How long a lease taken for ttl ms can be trusted, in ms (Redlock subtracts its allowance for clock drift).
-function ____exports.validity(conf, ttl)
+function _M.validity(conf, ttl)
     return conf.backend.validity(ttl)
 end
 --- Do waiters of a lock line up in Redis? (Not under Redlock: a queue on every master has no one order.)
-function ____exports.queues(conf)
+function _M.queues(conf)
     return conf.backend.queues
 end
 --- Does a release's "deleted" answer prove the key was still the lease's? (Not a Redlock quorum's.)
-function ____exports.confirmsOwner(conf)
+function _M.confirmsOwner(conf)
     return conf.backend.confirmsOwner
 end
 --- What a topology cannot do safely, as the error new() returns; nil when it can.
-function ____exports.refuses(conf, what)
+function _M.refuses(conf, what)
     return conf.backend.refuses[what]
 end
 --- The dict key counting writes that fewer replicas than asked acknowledged in time.
-____exports.SHORTFALLS = roundtrip.SHORTFALLS
+_M.SHORTFALLS = roundtrip.SHORTFALLS
 --- Counters every worker adds to, for metrics: per label (a node, or the
 -- endpoint itself), a value. Cluster: redirects followed and the age of the
 -- newest slot map read; Redlock: failed calls per master.
-function ____exports.shared(conf)
+function _M.shared(conf)
     local d = conf.dict
     if d == nil then
         return nil, nil
@@ -94,7 +94,7 @@ function ____exports.shared(conf)
     return backendOf(conf).shared(conf, d)
 end
 --- What status pages show of this endpoint's topology beyond its settings (per worker).
-function ____exports.describe(conf)
+function _M.describe(conf)
     return backendOf(conf).describe(conf)
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local copy, lua_tostring, known
 local check = require("resty.dlock.core.check")
 local setup = require("resty.dlock.redis.setup")
@@ -7,7 +7,7 @@ local schema = require("resty.dlock.core.schema")
 local sentinel = require("resty.dlock.redis.sentinel")
 --- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
 -- TLS, timeouts, pools per endpoint) for host:port alone.
-function ____exports.node(conf, host, port)
+function _M.node(conf, host, port)
     local n = copy(conf)
     n.host = host
     n.port = port
@@ -75,13 +75,13 @@ local function loadClient()
     return nil
 end
 --- The client library (connection.ts uses it); nil when neither is installed.
-____exports.library = loadClient()
-____exports.hasTimeouts = ____exports.library ~= nil and lua_rawget(____exports.library, "set_timeouts") ~= nil
+_M.library = loadClient()
+_M.hasTimeouts = _M.library ~= nil and lua_rawget(_M.library, "set_timeouts") ~= nil
 local MAX_MS = 3600000
 --- Cluster: MOVED/ASK redirections followed per call when redis.cluster.max_redirects is not given.
 local MAX_REDIRECTS = 5
 --- The `redis.cluster` table (README's tables are checked against these: spec/options_spec.lua).
-____exports.CLUSTER = {{name = "nodes", kind = "nodes", required = true}, {
+_M.CLUSTER = {{name = "nodes", kind = "nodes", required = true}, {
     name = "max_redirects",
     kind = "integer",
     min = 1,
@@ -89,10 +89,10 @@ ____exports.CLUSTER = {{name = "nodes", kind = "nodes", required = true}, {
     unit = "a positive integer",
     default = MAX_REDIRECTS
 }}
-local clusterOptions = schema.compile("redis.cluster", ____exports.CLUSTER)
+local clusterOptions = schema.compile("redis.cluster", _M.CLUSTER)
 --- ssl_verify and server_name mean nothing without TLS: one message for both.
 local NEEDS_SSL = {option = "ssl", must = "true", shared = {"ssl_verify", "server_name"}}
-____exports.REDIS = {
+_M.REDIS = {
     {name = "sentinel", kind = "table", table = sentinel.parse, excludes = {
         "host",
         "port",
@@ -218,11 +218,11 @@ ____exports.REDIS = {
     },
     {name = "server_name", kind = "string", maxLen = 255, requires = {NEEDS_SSL}}
 }
-local redisOptions = schema.compile("redis", ____exports.REDIS)
+local redisOptions = schema.compile("redis", _M.REDIS)
 --- Validate the `redis` option table of dlock.new and friends. `dict` is the
 -- factory's lua_shared_dict: the eviction finding is shared there.
-function ____exports.parse(v, dict)
-    if ____exports.library == nil then
+function _M.parse(v, dict)
+    if _M.library == nil then
         return nil, "dlock: no Redis client library: install lua-resty-redis (resty.redis) or Debian's lua-nginx-redis (nginx.redis)"
     end
     local o, oerr = redisOptions(v)
@@ -310,7 +310,7 @@ function ____exports.parse(v, dict)
     if seeds ~= nil then
         local nodes = {}
         for i = 1, #seeds do
-            nodes[#nodes + 1] = ____exports.node(conf, seeds[i].host, seeds[i].port)
+            nodes[#nodes + 1] = _M.node(conf, seeds[i].host, seeds[i].port)
         end
         conf.nodes = nodes
     end
@@ -322,7 +322,7 @@ end
 --- The same configuration with a pool of its own and no backlog: for a
 -- connection held for a long time (the wake-up subscriber), which must never
 -- take a slot of the pool that requests queue for.
-function ____exports.apart(conf, suffix)
+function _M.apart(conf, suffix)
     local n = copy(conf)
     n.pool = conf.pool .. ":" .. suffix
     n.backlog = nil
@@ -331,7 +331,7 @@ end
 --- Per endpoint, the first configuration seen for it: what status pages show of the topology.
 known = {}
 --- The Redis endpoints factories of this worker were made for (bounded by distinct configurations).
-function ____exports.endpoints()
+function _M.endpoints()
     return known
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local suspicious, replied, follow, pipelined, asking_call, nodeOf, ngx_sleep, lua_tostring, lua_tonumber, lua_unpack, withoutKey, str_find, str_match, str_gsub, str_format, TRYAGAIN_PAUSE
 local argList = require("resty.dlock.redis.args")
 local map = require("resty.dlock.redis.slotmap")
@@ -370,7 +370,7 @@ local function servers(conf)
     end
     return out
 end
-____exports.backend = {
+_M.backend = {
     call = call,
     post = post,
     batch = batch,
@@ -383,4 +383,4 @@ ____exports.backend = {
     describe = describe,
     servers = servers
 }
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local resp = require("resty.dlock.redis.resp")
 local lua_tostring = tostring
 local lua_tonumber = tonumber
@@ -14,7 +14,7 @@ local table_new = require("table.new")
 -- list of calls grows below that. Growing inside the hot trace of add() left a
 -- side exit whose trace LuaJIT could not compile, and recorded again and again
 -- (jit.v: hundreds of "register coalescing too complex" in seconds).
-function ____exports.batchOf(sem, asking, calls)
+function _M.batchOf(sem, asking, calls)
     local n = calls or 4
     return {
         parts = table_new(4 * n, 0),
@@ -87,14 +87,14 @@ local SPARES = 256
 --- Hand j to a later call. Only for a call whose caller read its answer, in a
 -- batch no one looks at again (not kept, not posted): the sender, the batch
 -- and the caller are done with it.
-function ____exports.recycle(j)
+function _M.recycle(j)
     if spares < SPARES then
         spares = spares + 1
         spare[spares] = j
     end
 end
 --- Is j's table waiting for a later call (for the specs: a look at each)?
-function ____exports.spared(j)
+function _M.spared(j)
     for i = 1, spares do
         if spare[i] == j then
             return true
@@ -103,7 +103,7 @@ function ____exports.spared(j)
     return false
 end
 --- Add a call to b: its command goes into the buffer at once (no table of its arguments).
-function ____exports.add(b, s, rkey, ...)
+function _M.add(b, s, rkey, ...)
     local n = lua_select("#", ...)
     local rest
     if n <= 6 then
@@ -168,7 +168,7 @@ function ____exports.add(b, s, rkey, ...)
     return job
 end
 --- Every job of b not answered yet fails with err.
-function ____exports.fail(b, err, fault)
+function _M.fail(b, err, fault)
     local jobs = b.jobs
     for i = 1, #jobs do
         local j = jobs[i]
@@ -179,7 +179,7 @@ function ____exports.fail(b, err, fault)
     end
 end
 --- Word n of job j's command after its key count (1: KEYS[1]), read back from its rest (only for a call to take back).
-function ____exports.wordOf(j, n)
+function _M.wordOf(j, n)
     if n == 1 then
         return j.rkey
     end
@@ -195,7 +195,7 @@ function ____exports.wordOf(j, n)
     return w
 end
 --- The commands of the jobs `which` of b (nil: all), EVAL with the script's body when `body`, each after ASKING when b asks.
-function ____exports.commands(b, which, body)
+function _M.commands(b, which, body)
     local out = table_new(5 * #b.jobs, 0)
     local k = 0
     local n = which == nil and #b.jobs or #which
@@ -213,4 +213,4 @@ function ____exports.commands(b, which, body)
     end
     return out
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local masterOf, isMaster, lua_tostring, lua_type, sentinel_forget, sentinelMasters
 local redis = require("resty.dlock.redis.client")
 local eviction = require("resty.dlock.redis.eviction")
@@ -16,7 +16,7 @@ function masterOf(conf, host, port)
 end
 --- The server may no longer be the master (a connection error, READONLY,
 -- LOADING): with Sentinel, ask the sentinels again on the next connection.
-function ____exports.stale(conf)
+function _M.stale(conf)
     if conf.sentinel ~= nil then
         sentinel_forget(conf.pool)
     end
@@ -44,7 +44,7 @@ local setup_run = setup.run
 local eviction_check = eviction.check
 --- The client's cosocket. Both lua-resty-redis 0.27 and 0.33 keep it in the
 -- private `_sock` field; this is the one place that knows.
-function ____exports.socket(red)
+function _M.socket(red)
     return lua_rawget(red, "_sock")
 end
 --- A fresh, unpooled connection to a sentinel (sentinel.ts sets it up with the
@@ -59,11 +59,11 @@ local function open(host, port, timeout)
     if ok == nil then
         return nil, nil, lua_tostring(err)
     end
-    return red, ____exports.socket(red), nil
+    return red, _M.socket(red), nil
 end
 --- A ready connection from the pool (or a fresh one, authenticated and with the
 -- db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
-function ____exports.connect(conf)
+function _M.connect(conf)
     local red, nerr = client:new()
     if red == nil then
         return nil, "dlock: redis client: " .. lua_tostring(nerr)
@@ -98,7 +98,7 @@ function ____exports.connect(conf)
     local opts = {pool = pool, pool_size = conf.pool_size, backlog = conf.backlog}
     local ok, err = red:connect(conf.path or host, conf.path ~= nil and opts or port, opts)
     if ok == nil then
-        ____exports.stale(conf)
+        _M.stale(conf)
         return nil, "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err)
     end
     if not hasTimeouts then
@@ -108,7 +108,7 @@ function ____exports.connect(conf)
     if reused == 0 then
         local ierr = setup_run(
             red,
-            ____exports.socket(red),
+            _M.socket(red),
             conf
         )
         if ierr == nil and conf.sentinel ~= nil then
@@ -130,12 +130,12 @@ end
 sentinelMasters = {}
 --- Hand the connection back. After a network error lua-resty-redis has already
 -- closed the socket (a read timeout closes it), so only healthy ones are pooled.
-function ____exports.done(red, conf, healthy)
+function _M.done(red, conf, healthy)
     if healthy then
         red:set_keepalive(conf.keepalive_timeout, conf.pool_size)
     else
         red:close()
-        ____exports.stale(conf)
+        _M.stale(conf)
     end
 end
-return ____exports
+return _M

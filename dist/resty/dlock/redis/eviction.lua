@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local lua_pairs = pairs
 local ERR = ngx.ERR
 local NOTICE = ngx.NOTICE
@@ -228,7 +228,7 @@ local function better(a, b)
 end
 --- Eviction findings per endpoint: this worker's and those other workers shared
 -- in `dicts`. Reads a few keys per endpoint, never walks a dict.
-function ____exports.evictions(dicts)
+function _M.evictions(dicts)
     local out = {}
     for ep, e in lua_pairs(findings) do
         out[ep] = e
@@ -253,7 +253,7 @@ end
 --- On a fresh connection: ask its Redis, unless this worker has asked for the
 -- pool already, and share the finding with conf's dict. An error only when the
 -- connection failed meanwhile (then the next fresh connection asks again).
-function ____exports.check(red, conf)
+function _M.check(red, conf)
     if not (checkedPools[conf.pool] ~= nil) then
         local err = ask(red, conf)
         if err ~= nil then
@@ -263,4 +263,4 @@ function ____exports.check(red, conf)
     share(conf)
     return nil
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local command = require("resty.dlock.redis.command")
 local lanes = require("resty.dlock.redis.lanes")
 local pipeline = require("resty.dlock.redis.pipeline")
@@ -16,7 +16,7 @@ local laneFor = pipeline.laneFor
 local joinable = pipeline.joinable
 local awaited = pipeline.awaited
 --- Run s for rkey on every server of `confs` at once: the calls, aligned with confs.
-function ____exports.fanout(confs, s, rkey, ...)
+function _M.fanout(confs, s, rkey, ...)
     local n = #confs
     local jobs = {}
     local own = {}
@@ -78,4 +78,4 @@ function ____exports.fanout(confs, s, rkey, ...)
     end
     return jobs
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local takeback = require("resty.dlock.redis.takeback")
 local semaphore = require("ngx.semaphore")
 local sem_new = semaphore.new
@@ -16,9 +16,9 @@ local DIRECT = 4
 -- its way): the callers a batch wakes all call again at once, and a
 -- connection of its own for each of the first DIRECT costs more than their
 -- place in the next batch.
-____exports.LOADED = 0.002
+_M.LOADED = 0.002
 local lanes = setmetatable({}, {__mode = "k"})
-function ____exports.laneOf(conf)
+function _M.laneOf(conf)
     local l = lanes[conf]
     if l == nil then
         local work = sem_new(0)
@@ -52,7 +52,7 @@ local SPARE = 4
 -- else a new one; nil when none can be made. A semaphore per batch cost the
 -- collector a finalizer each, and a finalizer aborts whatever trace LuaJIT is
 -- recording at that moment.
-function ____exports.semaphoreOf(lane)
+function _M.semaphoreOf(lane)
     local sem
     if lane.spares > 0 then
         sem = lane.spare[lane.spares]
@@ -67,7 +67,7 @@ end
 --- Keep the semaphore of a batch whose callers were all woken (count() 0 after
 -- the post: each waits in its queue with a resource of its own). The next
 -- batch's callers queue behind them, first in, first woken, and find none left.
-function ____exports.recycle(lane, sem)
+function _M.recycle(lane, sem)
     if lane.spares < SPARE then
         lane.spares = lane.spares + 1
         lane.spare[lane.spares] = sem
@@ -91,7 +91,7 @@ local function inFlight(lane)
     return n
 end
 --- Count b, a batch of one about to go at once on a connection of its own, in lane.direct while on its way.
-function ____exports.claim(lane, b)
+function _M.claim(lane, b)
     lane.slots = lane.slots + 1
     local slot = lane.slots
     lane.direct[slot] = ngx_now() + patience(lane.conf)
@@ -103,23 +103,23 @@ function ____exports.claim(lane, b)
     end
     return slot
 end
-function ____exports.unclaim(lane, slot)
+function _M.unclaim(lane, slot)
     lane.direct[slot] = nil
     lane.acquires[slot] = nil
 end
 --- Would a call go out at once (few of this worker's calls on their way, none riding a batch)?
-function ____exports.idle(lane)
+function _M.idle(lane)
     return lane.batching == 0 and lane.open == nil and ngx_now() >= lane.loaded and inFlight(lane) < DIRECT
 end
 --- Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis.
-function ____exports.stats(conf)
+function _M.stats(conf)
     local l = lanes[conf]
     if l == nil then
         return 0, 0, 0
     end
     return l.batched, l.batches, l.batching
 end
-____exports.DIRECT = DIRECT
-____exports.patience = patience
-____exports.inFlight = inFlight
-return ____exports
+_M.DIRECT = DIRECT
+_M.patience = patience
+_M.inFlight = inFlight
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local pipeline = require("resty.dlock.redis.pipeline")
 local scripts = require("resty.dlock.redis.scripts")
 local pipelined = pipeline.call
@@ -12,13 +12,13 @@ local str_format = string.format
 local tbl_concat = table.concat
 local tbl_sort = table.sort
 --- The allowance for clock drift between masters over a ttl, in ms (redis.io: 1 % plus 2 ms).
-function ____exports.drift(ttl)
+function _M.drift(ttl)
     return math_floor(ttl * 0.01) + 2
 end
-function ____exports.majority(conf)
+function _M.majority(conf)
     return math_floor(#conf.nodes / 2) + 1
 end
-function ____exports.nowMs()
+function _M.nowMs()
     update_time()
     return ngx_now() * 1000
 end
@@ -56,24 +56,24 @@ local function count(conf, v, want)
     return yes, answered
 end
 --- Release (1: deleted somewhere, 0: not ours anywhere) once a majority answered.
-function ____exports.decideRelease(conf, v)
+function _M.decideRelease(conf, v)
     local deleted, answered = count(conf, v, 1)
-    if answered >= ____exports.majority(conf) then
+    if answered >= _M.majority(conf) then
         return deleted > 0 and 1 or 0, nil, nil
     end
     return nil, "dlock: redis " .. conf.endpoint .. ": only " .. lua_tostring(answered) .. " of " .. lua_tostring(#conf.nodes) .. " masters answered the release (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
 end
 --- Extend: 1 on a majority within the time; 0 when a majority can no longer say yes.
-function ____exports.decideExtend(conf, v, ttl, started)
+function _M.decideExtend(conf, v, ttl, started)
     local extended, answered = count(conf, v, 1)
     local n = #conf.nodes
-    if extended >= ____exports.majority(conf) and ____exports.nowMs() - started + ____exports.drift(ttl) < ttl then
+    if extended >= _M.majority(conf) and _M.nowMs() - started + _M.drift(ttl) < ttl then
         return 1, nil, nil
     end
-    if answered - extended > n - ____exports.majority(conf) then
+    if answered - extended > n - _M.majority(conf) then
         return 0, nil, nil
     end
-    return nil, "dlock: redis " .. conf.endpoint .. ": extended on " .. lua_tostring(extended) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(____exports.majority(conf)) .. " (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
+    return nil, "dlock: redis " .. conf.endpoint .. ": extended on " .. lua_tostring(extended) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(_M.majority(conf)) .. " (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
 end
 --- Acquire: "OK" when a majority took the key in time. Otherwise the masters
 -- that took it give it back, and the answer is "busy" (the ms until enough
@@ -82,12 +82,12 @@ end
 -- that did not answer may have taken it (the caller has it cleaned up,
 -- owner-checked, everywhere), "transient" when too few masters could be
 -- reached or it took too long (a waiting acquire tries again).
-function ____exports.decideAcquire(conf, v, rkey, tok, ttl, started)
+function _M.decideAcquire(conf, v, rkey, tok, ttl, started)
     local n = #conf.nodes
-    local need = ____exports.majority(conf)
+    local need = _M.majority(conf)
     local took = count(conf, v, "OK")
-    local elapsed = ____exports.nowMs() - started
-    if took >= need and elapsed + ____exports.drift(ttl) < ttl then
+    local elapsed = _M.nowMs() - started
+    if took >= need and elapsed + _M.drift(ttl) < ttl then
         return "OK", nil, nil
     end
     local undone = true
@@ -121,4 +121,4 @@ function ____exports.decideAcquire(conf, v, rkey, tok, ttl, started)
     end
     return nil, "dlock: redis " .. conf.endpoint .. ": took the key on " .. lua_tostring(took) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(need) .. " (" .. errorsOf(conf, v) .. ")", "transient"
 end
-return ____exports
+return _M

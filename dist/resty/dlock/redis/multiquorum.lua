@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local scripts = require("resty.dlock.redis.scripts")
 local single = require("resty.dlock.redis.single")
@@ -33,7 +33,7 @@ end
 -- refused that no majority was possible; else an error: "lost" when a master
 -- that did not answer, or could not give the keys back, may hold them (the
 -- caller has them cleaned up everywhere), "transient" otherwise.
-function ____exports.call(conf, s, rkey, args, rkeys, tok, ttl)
+function _M.call(conf, s, rkey, args, rkeys, tok, ttl)
     local nodes = conf.nodes
     local n = #nodes
     local need = math_floor(n / 2) + 1
@@ -142,4 +142,4 @@ function ____exports.call(conf, s, rkey, args, rkeys, tok, ttl)
         errs
     ), "transient"
 end
-return ____exports
+return _M

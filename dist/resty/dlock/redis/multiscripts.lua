@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local scripts = require("resty.dlock.redis.scripts")
 local script = scripts.script
 local CHANNEL = scripts.CHANNEL
@@ -18,7 +18,7 @@ local bySize = {}
 -- key, fence, queue).
 -- No `undo`: pipeline.ts takes back a gone caller's acquire by its first key
 -- alone; a set whose caller left before the reply came expires by its ttl.
-function ____exports.acquire(n, per)
+function _M.acquire(n, per)
     local size = n * per
     local s = bySize[size * 4 + per]
     if s == nil then
@@ -28,7 +28,7 @@ function ____exports.acquire(n, per)
     return s
 end
 --- A busy reply: the index (1-based, in the order sent) of the first key not free, and its holder's PTTL (nil: no TTL).
-function ____exports.busy(reply)
+function _M.busy(reply)
     if lua_type(reply) ~= "table" then
         return nil, nil
     end
@@ -41,7 +41,7 @@ function ____exports.busy(reply)
     return i, lua_type(pttl) == "number" and pttl >= 0 and pttl or nil
 end
 --- The fence of key i (1-based) in a fenced "OK" reply.
-function ____exports.fenceOf(reply, i)
+function _M.fenceOf(reply, i)
     if lua_type(reply) ~= "table" then
         return nil
     end
@@ -64,7 +64,7 @@ local EXTEND_BODY = "local out = {}\nfor i = 1, #KEYS do\n  if redis.call('GET',
 local releases = {}
 local extends_ = {}
 --- The release of a set of n keys whose keys share a call: KEYS the keys then their queues, ARGV[1] the token; a reply per key.
-function ____exports.release(n)
+function _M.release(n)
     local s = releases[n]
     if s == nil then
         s = script(
@@ -80,7 +80,7 @@ function ____exports.release(n)
     return s
 end
 --- The extend of a set of n keys whose keys share a call: KEYS the keys, ARGV[1] the token, ARGV[2] ms; a reply per key.
-function ____exports.extend(n)
+function _M.extend(n)
     local s = extends_[n]
     if s == nil then
         s = script(
@@ -95,4 +95,4 @@ function ____exports.extend(n)
     end
     return s
 end
-return ____exports
+return _M

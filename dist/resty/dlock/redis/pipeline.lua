@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local lanes = require("resty.dlock.redis.lanes")
@@ -29,9 +29,9 @@ local idle = lanes.idle
 local semaphoreOf = lanes.semaphoreOf
 local recycle = lanes.recycle
 --- Calls of a worker that go out at once before the next ones join a batch (lanes.ts).
-____exports.DIRECT = lanes.DIRECT
+_M.DIRECT = lanes.DIRECT
 --- Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis.
-____exports.stats = lanes.stats
+_M.stats = lanes.stats
 --- Calls in one pipeline, at most: a larger batch waits for the next round trip.
 local MAX_BATCH = 256
 --- Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip.
@@ -226,7 +226,7 @@ local function direct(lane, s, rkey, ...)
     return res, err, fault
 end
 --- Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline.
-function ____exports.call(conf, s, rkey, ...)
+function _M.call(conf, s, rkey, ...)
     local lane = laneFor(conf)
     if lane == nil then
         return alone(conf, s, rkey, ...)
@@ -253,7 +253,7 @@ end
 -- whose `post` the sender reports its outcome to (set it before yielding).
 -- nil when it cannot go that way (no auto-pipelining, a full batch, neither a
 -- semaphore nor a sender to be had): then call() it from a timer.
-function ____exports.post(conf, s, rkey, ...)
+function _M.post(conf, s, rkey, ...)
     local lane = laneFor(conf)
     if lane == nil then
         return nil
@@ -267,7 +267,7 @@ function ____exports.post(conf, s, rkey, ...)
     b.posted = b.posted + 1
     return job
 end
-____exports.laneFor = laneFor
-____exports.joinable = joinable
-____exports.awaited = awaited
-return ____exports
+_M.laneFor = laneFor
+_M.joinable = joinable
+_M.awaited = awaited
+return _M

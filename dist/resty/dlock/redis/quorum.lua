@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local votes = require("resty.dlock.redis.majority")
 local fanning = require("resty.dlock.redis.fanout")
 local roundtrip = require("resty.dlock.redis.roundtrip")
@@ -28,7 +28,7 @@ end
 --- Per worker, per master (by endpoint): what its calls did, for status pages.
 local health = {}
 --- Shared dict key (all workers): calls to a master that failed.
-____exports.NODE_FAILURES = "c:redis:node_failures:"
+_M.NODE_FAILURES = "c:redis:node_failures:"
 local function note(node, fault, err)
     local h = health[node.endpoint]
     if h == nil then
@@ -42,7 +42,7 @@ local function note(node, fault, err)
         h.failed = h.failed + 1
         h.lastError = err
         if node.dict ~= nil then
-            node.dict:incr(____exports.NODE_FAILURES .. node.endpoint, 1, 0)
+            node.dict:incr(_M.NODE_FAILURES .. node.endpoint, 1, 0)
         end
     end
 end
@@ -200,7 +200,7 @@ local function shared(conf, d)
     local nodes = conf.nodes
     for i = 1, #nodes do
         local ep = nodes[i].endpoint
-        local n = d:get(____exports.NODE_FAILURES .. ep)
+        local n = d:get(_M.NODE_FAILURES .. ep)
         t[ep] = lua_type(n) == "number" and n or 0
     end
     return "redlock", t
@@ -216,7 +216,7 @@ local REFUSES = {}
 REFUSES.fencing = "dlock: fencing is refused with redis.redlock: fence counters on independent masters do not grow " .. "monotonically across majorities (use redis.sentinel or redis.cluster with replicas for fenced locks)"
 REFUSES.semaphore = "dlock: semaphores (and concurrency guards) are refused with redis.redlock: counting permits on each " .. "master does not bound the holders of a majority"
 REFUSES.idempotency = "dlock: idempotency guards are refused with redis.redlock: a stored response needs one place to live"
-____exports.backend = {
+_M.backend = {
     call = call,
     post = post,
     batch = batch,
@@ -229,4 +229,4 @@ ____exports.backend = {
     describe = describe,
     servers = servers
 }
-return ____exports
+return _M

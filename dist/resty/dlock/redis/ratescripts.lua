@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local script = require("resty.dlock.redis.script")
 local lua_type = type
 local MANY = "local t = redis.call('TIME')\nlocal now = t[1] * 1000000 + t[2]\nlocal mode = ARGV[1]\nlocal cost = tonumber(ARGV[2])\nlocal n = (#ARGV - 2) / 2\nlocal fields = {}\nfor i = 1, n do fields[i] = i end\nlocal tats = redis.pcall('HMGET', KEYS[1], unpack(fields))\nlocal str = tats.err ~= nil\nif str then\n  local e = redis.call('PEXPIRETIME', KEYS[1])\n  tats = { e > 0 and e * 1000 - (tonumber(redis.call('GET', KEYS[1])) or 0) or false }\nend\nlocal iv, cap, base, nxt = {}, {}, {}, {}\nlocal over = 0\nfor i = 1, n do\n  iv[i] = tonumber(ARGV[1 + 2 * i])\n  cap[i] = tonumber(ARGV[2 + 2 * i]) * iv[i]\n  local tat = tonumber(tats[i]) or now\n  if tat < now then tat = now end\n  base[i] = tat\n  if mode == '-1' then\n    local b = tat - cost * iv[i]\n    if b < now then b = now end\n    nxt[i] = b\n  else\n    nxt[i] = tat + cost * iv[i]\n    local o = nxt[i] - now - cap[i]\n    if o > 1 and o > over then over = o end\n  end\nend\nlocal ok = over == 0\nlocal write = (ok and mode == '1') or mode == '-1'\nif write then\n  local set, far = {}, 0\n  for i = 1, n do\n    set[2 * i - 1] = i\n    set[2 * i] = string.format(nxt[i] % 1 == 0 and '%d' or '%.17g', nxt[i])\n    if nxt[i] - now > far then far = nxt[i] - now end\n  end\n  if far <= 0 then\n    redis.call('DEL', KEYS[1])\n  else\n    if str then redis.call('DEL', KEYS[1]) end\n    redis.call('HSET', KEYS[1], unpack(set))\n    redis.call('PEXPIRE', KEYS[1], math.ceil(far / 1000))\n  end\nend\nlocal out = { 0, math.ceil(over / 1000) }\nif ok then out[1] = (write and mode == '1') and 1 or 2 end\nfor i = 1, n do\n  local d = (ok and nxt[i] or base[i]) - now\n  local r = math.floor((cap[i] - d) / iv[i] + 0.000001)\n  if r < 0 then r = 0 end\n  out[#out + 1] = r\n  out[#out + 1] = math.ceil(d / 1000)\nend\nreturn out\n"
@@ -11,7 +11,7 @@ local function isChargedOne(reply)
     return lua_type(reply) == "number" and reply % 4 == 1
 end
 --- The GCRA script for any number of limits: its charged answers are writes that WAIT for replicas (redis.replicas).
-____exports.RATE = script.script("rate", MANY, 1, isCharged)
+_M.RATE = script.script("rate", MANY, 1, isCharged)
 --- One limit (ARGV[3], ARGV[4] its interval and burst), answering 4 * us ahead + outcome.
-____exports.RATE_ONE = script.script("rate", ONE, 1, isChargedOne)
-return ____exports
+_M.RATE_ONE = script.script("rate", ONE, 1, isChargedOne)
+return _M

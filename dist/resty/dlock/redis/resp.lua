@@ -1,15 +1,15 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local lua_tostring
 --- Append the head of a command of n words.
-function ____exports.command(parts, n)
+function _M.command(parts, n)
     local i = #parts
     parts[i + 1] = "*"
     parts[i + 2] = n
     parts[i + 3] = "\r\n"
 end
 --- Append one word of a command.
-function ____exports.arg(parts, w)
+function _M.arg(parts, w)
     local s = lua_tostring(w)
     local i = #parts
     parts[i + 1] = "$"
@@ -24,19 +24,19 @@ local ngx_null = ngx.null
 local concat = table.concat
 local sub = string.sub
 --- One command, encoded.
-function ____exports.encode(words)
+function _M.encode(words)
     local parts = {}
-    ____exports.command(parts, #words)
+    _M.command(parts, #words)
     for i = 1, #words do
-        ____exports.arg(parts, words[i])
+        _M.arg(parts, words[i])
     end
     return concat(parts)
 end
-function ____exports.reader(sock)
+function _M.reader(sock)
     return {sock = sock, buf = "", pos = 1}
 end
 --- Nothing is left unread (a connection fit to go back to the pool).
-function ____exports.drained(r)
+function _M.drained(r)
     return r.pos > #r.buf
 end
 local byte = string.byte
@@ -113,7 +113,7 @@ end
 -- nil bulk or array), or false and the message of an error reply; nil and
 -- the socket's error when the connection failed. A reply already read comes
 -- without a loop: the sender's loop over a batch's replies stays one trace.
-function ____exports.read(r)
+function _M.read(r)
     local v, err, next = parse(r.buf, r.pos)
     if next == nil then
         return readMore(r)
@@ -124,4 +124,4 @@ function ____exports.read(r)
     r.pos = next
     return v, err
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local unreachable, at, lost, sendAll, sendOn, lua_tostring, connect, done, socket, commands, fail
 local check = require("resty.dlock.core.check")
 local command = require("resty.dlock.redis.command")
@@ -162,7 +162,7 @@ local function replies(conf, sock, b, which, body)
     return again
 end
 --- Dict key counting writes that fewer replicas than asked acknowledged in time.
-____exports.SHORTFALLS = "c:redis:replica_shortfalls"
+_M.SHORTFALLS = "c:redis:replica_shortfalls"
 --- WAIT for conf.replicas replicas to acknowledge this connection's writes.
 -- Replication is asynchronous: a lock on a master that fails over before a
 -- replica has it is lost, and a second holder gets in. nil when enough
@@ -174,7 +174,7 @@ local function replicated(red, conf, s)
         return nil
     end
     if conf.dict ~= nil then
-        conf.dict:incr(____exports.SHORTFALLS, 1, 0)
+        conf.dict:incr(_M.SHORTFALLS, 1, 0)
     end
     if lua_type(n) == "number" then
         return str_format(
@@ -269,7 +269,7 @@ end
 -- connection.done when there is none: a sender with batches back to back
 -- keeps one connection instead of taking it from the pool and giving it back
 -- per batch (a client object, a pool lookup and an idle timer each time).
-function ____exports.runOn(conf, b, red)
+function _M.runOn(conf, b, red)
     local sent = sendOn(conf, b, red)
     if sent == nil then
         return nil
@@ -284,22 +284,22 @@ local function run(conf, b)
     end
 end
 --- One call on a pooled connection of its own: a batch of one.
-function ____exports.one(conf, s, rkey, ...)
+function _M.one(conf, s, rkey, ...)
     local b = batchOf(nil, false, 1)
     local job = add(b, s, rkey, ...)
     run(conf, b)
     return job.res, job.err, job.fault
 end
 --- As one(), after ASKING (a Cluster node serves a slot it imports only to a client that asks so).
-function ____exports.asking(conf, s, rkey, ...)
+function _M.asking(conf, s, rkey, ...)
     local b = batchOf(nil, true, 1)
     local job = add(b, s, rkey, ...)
     run(conf, b)
     return job.res, job.err, job.fault
 end
-____exports.refused = refused
-____exports.unreachable = unreachable
-____exports.send = send
-____exports.finish = finish
-____exports.run = run
-return ____exports
+_M.refused = refused
+_M.unreachable = unreachable
+_M.send = send
+_M.finish = finish
+_M.run = run
+return _M

@@ -1,14 +1,14 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local scripts = require("resty.dlock.redis.scripts")
 local script = scripts.script
 local GRANT = scripts.GRANT
 local CHANNEL = scripts.CHANNEL
 --- What the lock key holds while readers hold it: no token equals it (tokens have no "!").
-____exports.MARK = "dlock!shared"
+_M.MARK = "dlock!shared"
 --- What starts every reader's token.
-____exports.READER = "r~"
-local READERS = "local R = KEYS[2]\nlocal MARK = '" .. ____exports.MARK .. "'\nlocal function is_reader(m) return string.match(m, '^%d+ r~') ~= nil end\n-- Expired readers out; the lock key and the set expire with the latest reader\n-- left. False (and the set gone) when none is left: then the caller frees the key.\n-- The set's expiry is set first: PEXPIREAT of a time Redis's clock has reached\n-- deletes at once, and should the clock cross that ms between the two, the key\n-- must go with the set, never stay MARK without its readers.\nlocal function sync()\n  redis.call('ZREMRANGEBYSCORE', R, '-inf', now)\n  local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')\n  if not last[1] then\n    redis.call('DEL', R)\n    return false\n  end\n  redis.call('PEXPIREAT', R, last[2])\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return true\nend\n-- The readers at the head of the line go in together: a place reserved for\n-- GRANT ms each, and word by name. The caller makes the key MARK and syncs.\nlocal function admit()\n  local n = 0\n  while true do\n    local h = head()\n    if not h or not is_reader(h) then return n end\n    local who = string.match(h, '^%d+ (.*)$')\n    redis.call('ZREM', Q, h)\n    redis.call('ZADD', R, now + " .. tostring(GRANT) .. ", who)\n    redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. KEYS[1], 'g" .. tostring(GRANT) .. " ' .. who)\n    n = n + 1\n  end\nend\n-- The key is free (the last reader left): to the readers at the head of the\n-- line, or as RELEASE_QUEUED hands it on (1, or the token it went to).\nlocal function hand_on()\n  redis.call('DEL', R)\n  if admit() > 0 then\n    redis.call('SET', KEYS[1], MARK)\n    sync()\n    return 1\n  end\n  return pass_on()\nend\n"
+_M.READER = "r~"
+local READERS = "local R = KEYS[2]\nlocal MARK = '" .. _M.MARK .. "'\nlocal function is_reader(m) return string.match(m, '^%d+ r~') ~= nil end\n-- Expired readers out; the lock key and the set expire with the latest reader\n-- left. False (and the set gone) when none is left: then the caller frees the key.\n-- The set's expiry is set first: PEXPIREAT of a time Redis's clock has reached\n-- deletes at once, and should the clock cross that ms between the two, the key\n-- must go with the set, never stay MARK without its readers.\nlocal function sync()\n  redis.call('ZREMRANGEBYSCORE', R, '-inf', now)\n  local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')\n  if not last[1] then\n    redis.call('DEL', R)\n    return false\n  end\n  redis.call('PEXPIREAT', R, last[2])\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return true\nend\n-- The readers at the head of the line go in together: a place reserved for\n-- GRANT ms each, and word by name. The caller makes the key MARK and syncs.\nlocal function admit()\n  local n = 0\n  while true do\n    local h = head()\n    if not h or not is_reader(h) then return n end\n    local who = string.match(h, '^%d+ (.*)$')\n    redis.call('ZREM', Q, h)\n    redis.call('ZADD', R, now + " .. tostring(GRANT) .. ", who)\n    redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. KEYS[1], 'g" .. tostring(GRANT) .. " ' .. who)\n    n = n + 1\n  end\nend\n-- The key is free (the last reader left): to the readers at the head of the\n-- line, or as RELEASE_QUEUED hands it on (1, or the token it went to).\nlocal function hand_on()\n  redis.call('DEL', R)\n  if admit() > 0 then\n    redis.call('SET', KEYS[1], MARK)\n    sync()\n    return 1\n  end\n  return pass_on()\nend\n"
 local function readAcquire(take)
     return scripts.QUEUE .. scripts.LINE .. READERS .. "clock()\nlocal v = redis.pcall('GET', KEYS[1])\nif type(v) == 'table' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')\nend\n" .. scripts.REJOIN .. "-- MARK with no live reader left (a reservation ran out): the key is free.\n-- A free key has no readers: whatever the set still holds is stale.\nif v == MARK and not sync() then\n  redis.call('DEL', KEYS[1])\n  v = false\nelseif not v then\n  redis.call('DEL', R)\nend\nlocal take = false\nif v == ARGV[1] then\n  take = true  -- handed to us by the previous holder\nelseif v == MARK and redis.call('ZSCORE', R, ARGV[1]) then\n  take = true  -- let in with the readers at the head of the line\nelseif not v or v == MARK then\n  -- no writer holds it: ours unless a live writer's ticket came before ours\n  take = true\n  for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n    if m == mine then break end\n    if not is_reader(m) and tonumber(string.match(m, '^(%d+) ')) > now then\n      take = false\n      break\n    end\n  end\nend\nif take then\n  if v ~= MARK then\n    if v then redis.call('DEL', R) end\n    redis.call('SET', KEYS[1], MARK)\n  end\n  redis.call('ZADD', R, now + tonumber(ARGV[2]), ARGV[1])\n  if mine then redis.call('ZREM', Q, mine) end\n  admit()  -- readers right behind us come along\n  sync()\n  if mine then redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. KEYS[1], 'c' .. redis.call('PTTL', KEYS[1])) end\n  return " .. take .. "\nend\nif not v or v == MARK then\n  -- Not ours to take: a writer waits before us. Readers ahead of it go in now;\n  -- a free key goes to the writer at the head.\n  local h = head()\n  if h and h ~= mine then\n    if is_reader(h) then\n      admit()\n      if not v then redis.call('SET', KEYS[1], MARK) end\n      sync()\n    elseif not v then\n      pass_on()\n    end\n  end\nend\n" .. scripts.TICKET
 end
@@ -16,14 +16,14 @@ end
 -- token, ttl, wait, ticket). Replies as scripts.ACQUIRE_QUEUED. No `alone`
 -- form: without its readers a reader cannot take anything (under a Cluster
 -- slot migration, TRYAGAIN is retried while the wait allows).
-____exports.READ_ACQUIRE = script(
+_M.READ_ACQUIRE = script(
     "shared acquire",
     readAcquire("'OK'"),
     3,
     scripts.isOk
 )
 --- As READ_ACQUIRE, with KEYS[3] the fence counter (the queue KEYS[4]): { "OK", fence } when taken.
-____exports.READ_ACQUIRE_FENCED = script(
+_M.READ_ACQUIRE_FENCED = script(
     "shared acquire",
     readAcquire("{ 'OK', redis.call('INCR', KEYS[3]) }"),
     4,
@@ -34,7 +34,7 @@ ____exports.READ_ACQUIRE_FENCED = script(
 -- the token of the writer it went to, as RELEASE_QUEUED); 0 when not ours (or
 -- run out: then it is only tidied away). A MARK left with no live reader, ours
 -- or not, is freed: a writer would otherwise find the key busy until it expires.
-____exports.READ_RELEASE = script(
+_M.READ_RELEASE = script(
     "shared release",
     scripts.QUEUE .. scripts.LINE .. READERS .. "clock()\nif redis.call('GET', KEYS[1]) ~= MARK then return 0 end\nlocal exp = redis.call('ZSCORE', R, ARGV[1])\nlocal live = false\nif exp then\n  redis.call('ZREM', R, ARGV[1])\n  live = tonumber(exp) > now\nend\nif sync() then return live and 1 or 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return live and 1 or 0 end\nlocal r = hand_on()\nif live then return r end\nreturn 0\n",
     3,
@@ -45,9 +45,9 @@ ____exports.READ_RELEASE = script(
 --- KEYS[1] lock, KEYS[2] readers, KEYS[3] queue; ARGV[1] token, ARGV[2] ttl ms.
 -- 1 when our live reader's lease now ends ttl ms from now (the key follows the
 -- latest reader), else 0.
-____exports.READ_EXTEND = script(
+_M.READ_EXTEND = script(
     "shared extend",
-    "local R = KEYS[2]\nif redis.call('GET', KEYS[1]) ~= '" .. ____exports.MARK .. "' then return 0 end\nlocal t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\nlocal exp = redis.call('ZSCORE', R, ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', R, ARGV[1])\n  return 0\nend\nredis.call('ZADD', R, 'XX', now + tonumber(ARGV[2]), ARGV[1])\nlocal last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')\nredis.call('PEXPIREAT', R, last[2])\nredis.call('PEXPIREAT', KEYS[1], last[2])\nreturn 1\n",
+    "local R = KEYS[2]\nif redis.call('GET', KEYS[1]) ~= '" .. _M.MARK .. "' then return 0 end\nlocal t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\nlocal exp = redis.call('ZSCORE', R, ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', R, ARGV[1])\n  return 0\nend\nredis.call('ZADD', R, 'XX', now + tonumber(ARGV[2]), ARGV[1])\nlocal last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')\nredis.call('PEXPIREAT', R, last[2])\nredis.call('PEXPIREAT', KEYS[1], last[2])\nreturn 1\n",
     3,
     scripts.isOne,
     nil,
@@ -57,7 +57,7 @@ ____exports.READ_EXTEND = script(
 -- is gone (gave up, its reply lost). Its ticket leaves the line; a key handed
 -- to it, or its place among the readers (taken or reserved), is given back,
 -- the last reader's handing the key on. Replies as scripts.DROP.
-____exports.READ_DROP = script(
+_M.READ_DROP = script(
     "shared drop",
     scripts.QUEUE .. scripts.LINE .. READERS .. "clock()\n" .. scripts.LEAVE .. "local v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return hand_on()\nend\nif v == MARK and redis.call('ZREM', R, ARGV[1]) == 1 then\n  if sync() then return 1 end\n  redis.call('DEL', KEYS[1])\n  return hand_on()\nend\nreturn dropped\n",
     3,
@@ -65,6 +65,6 @@ ____exports.READ_DROP = script(
     nil,
     scripts.FREES
 )
-____exports.READ_ACQUIRE.undo = ____exports.READ_DROP
-____exports.READ_ACQUIRE_FENCED.undo = ____exports.READ_DROP
-return ____exports
+_M.READ_ACQUIRE.undo = _M.READ_DROP
+_M.READ_ACQUIRE_FENCED.undo = _M.READ_DROP
+return _M

@@ -1,13 +1,13 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local token = require("resty.dlock.core.token")
 local sha1_bin = ngx.sha1_bin
 local lua_type = type
 local str_find = string.find
 local str_sub = string.sub
 local WRITES = "#!lua\n"
-____exports.FREES = "#!lua flags=allow-oom\n"
-function ____exports.script(name, body, keys, written, alone, flags)
+_M.FREES = "#!lua flags=allow-oom\n"
+function _M.script(name, body, keys, written, alone, flags)
     if keys == nil then
         keys = 1
     end
@@ -25,17 +25,17 @@ function ____exports.script(name, body, keys, written, alone, flags)
         undo = nil
     }
 end
-function ____exports.isOk(reply)
+function _M.isOk(reply)
     return reply == "OK"
 end
-function ____exports.isOkFenced(reply)
+function _M.isOkFenced(reply)
     return lua_type(reply) == "table" and reply[1] == "OK"
 end
-function ____exports.isOne(reply)
+function _M.isOne(reply)
     return reply == 1
 end
 --- The part of a key Redis Cluster hashes: the inside of the first non-empty {...}, else the whole key.
-function ____exports.hashed(key)
+function _M.hashed(key)
     local open = str_find(key, "{", 1, true)
     if open ~= nil then
         local close = str_find(key, "}", open + 1, true)
@@ -47,7 +47,7 @@ function ____exports.hashed(key)
 end
 --- Does the key carry a hash tag of its own (then keys built on it share its slot)?
 local function tagged(key)
-    return ____exports.hashed(key) ~= key
+    return _M.hashed(key) ~= key
 end
 --- The waiters' queue of lock key rkey. Under Cluster it must share the lock
 -- key's slot: a hash tag of the whole key, unless it has one (then the suffix
@@ -65,7 +65,7 @@ end
 -- backend's call, with the keys and arguments batches send: KEYS[1] the key
 -- (and KEYS[2] its waiters' queue for two-key scripts; its readers and then
 -- its queue for three-key ones), ARGV[1] the token (and ARGV[2] ms, when given).
-function ____exports.forTarget(call, conf, s, rkey, token, ms)
+function _M.forTarget(call, conf, s, rkey, token, ms)
     if s.keys == 3 then
         local q = queueKey(rkey, conf.slotted)
         local r = readersKey(rkey, conf.slotted)
@@ -120,7 +120,7 @@ function ____exports.forTarget(call, conf, s, rkey, token, ms)
         ms
     )
 end
-____exports.tagged = tagged
-____exports.queueKey = queueKey
-____exports.readersKey = readersKey
-return ____exports
+_M.tagged = tagged
+_M.queueKey = queueKey
+_M.readersKey = readersKey
+return _M

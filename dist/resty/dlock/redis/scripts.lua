@@ -1,130 +1,130 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local base = require("resty.dlock.redis.script")
-____exports.hashed = base.hashed
-____exports.tagged = base.tagged
-____exports.queueKey = base.queueKey
-____exports.readersKey = base.readersKey
-____exports.forTarget = base.forTarget
-____exports.script = base.script
-____exports.isOk = base.isOk
-____exports.isOkFenced = base.isOkFenced
-____exports.isOne = base.isOne
-____exports.FREES = base.FREES
+_M.hashed = base.hashed
+_M.tagged = base.tagged
+_M.queueKey = base.queueKey
+_M.readersKey = base.readersKey
+_M.forTarget = base.forTarget
+_M.script = base.script
+_M.isOk = base.isOk
+_M.isOkFenced = base.isOkFenced
+_M.isOne = base.isOne
+_M.FREES = base.FREES
 local BUSY = "\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t ~= 'string' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')\nend\nreturn redis.call('PTTL', KEYS[1])\n"
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms.
 -- Returns "OK" when acquired, else the holder's PTTL (-1: the key has no TTL).
 -- A key of another type is an error, not "busy": someone else's data sits there.
-____exports.ACQUIRE = ____exports.script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 'OK'\nend" .. BUSY, 1, ____exports.isOk)
+_M.ACQUIRE = _M.script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 'OK'\nend" .. BUSY, 1, _M.isOk)
 --- Fencing: as ACQUIRE, with KEYS[2] a counter that only grows (it never
 -- expires). Returns { "OK", fence } when acquired: the fence is larger than
 -- that of every earlier holder of the key, so a resource that remembers the
 -- largest fence it has seen can turn away a holder whose lease ran out.
-____exports.ACQUIRE_FENCED = ____exports.script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend" .. BUSY, 2, ____exports.isOkFenced)
+_M.ACQUIRE_FENCED = _M.script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend" .. BUSY, 2, _M.isOkFenced)
 --- Releases are announced on CHANNEL .. <lock key>: waiters anywhere in the
 -- fleet subscribe per key (wakeups.ts); with nobody subscribed, PUBLISH costs
 -- Redis a hash lookup. redis.pcall: an ACL user without channel permissions
 -- (Redis 7 users get none by default) still releases; its waiters poll.
-____exports.CHANNEL = "dlock:released:"
-local PUBLISH = "redis.pcall('PUBLISH', '" .. ____exports.CHANNEL .. "' .. KEYS[1], '')\n"
+_M.CHANNEL = "dlock:released:"
+local PUBLISH = "redis.pcall('PUBLISH', '" .. _M.CHANNEL .. "' .. KEYS[1], '')\n"
 --- KEYS[1] lock key, ARGV[1] token. 1 when deleted (and announced), 0 when the key is not ours.
-____exports.RELEASE = ____exports.script(
+_M.RELEASE = _M.script(
     "release",
     "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  " .. PUBLISH .. "  return 1\nend\nreturn 0\n",
     1,
     nil,
     nil,
-    ____exports.FREES
+    _M.FREES
 )
 --- ms a key handed to the first waiter in line stays reserved for it. A woken
 -- waiter comes within a round trip; one without a live subscription polls at
 -- most every 64 ms (core/retry.ts MAX_BACKOFF).
-____exports.GRANT = 100
-____exports.QUEUE = "local Q = KEYS[#KEYS]\n"
-____exports.FIRST_LIVE = "  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\n"
-____exports.LINE = "local t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n" .. ____exports.FIRST_LIVE .. "end\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', " .. tostring(____exports.GRANT) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '" .. ____exports.CHANNEL .. "' .. KEYS[1], 'g" .. tostring(____exports.GRANT) .. " ' .. who)\n  return who\nend\n"
-____exports.REJOIN = "local mine\nif ARGV[4] ~= '' then\n  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')\n  mine = deadline .. ' ' .. ARGV[1]\n  -- back in line at its old place, had its turn come and gone while it was away\n  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then\n    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end\n  end\nend\n"
-____exports.TICKET = "local ticket = ARGV[4]\nlocal wait = tonumber(ARGV[3])\nif ticket == '' and wait > 0 then\n  local issued = t[1] .. string.format('%06d', t[2])\n  ticket = issued .. ' ' .. (now + wait)\n  mine = (now + wait) .. ' ' .. ARGV[1]\n  redis.call('ZADD', Q, issued, mine)\n  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end\nend\nreturn { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }\n"
-____exports.LEAVE = "local tail = ' ' .. ARGV[1]\nlocal dropped = 0\nfor _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n  if string.sub(m, -#tail) == tail then\n    dropped = redis.call('ZREM', Q, m)\n    break\n  end\nend\n"
+_M.GRANT = 100
+_M.QUEUE = "local Q = KEYS[#KEYS]\n"
+_M.FIRST_LIVE = "  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\n"
+_M.LINE = "local t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n" .. _M.FIRST_LIVE .. "end\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '" .. _M.CHANNEL .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', " .. tostring(_M.GRANT) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '" .. _M.CHANNEL .. "' .. KEYS[1], 'g" .. tostring(_M.GRANT) .. " ' .. who)\n  return who\nend\n"
+_M.REJOIN = "local mine\nif ARGV[4] ~= '' then\n  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')\n  mine = deadline .. ' ' .. ARGV[1]\n  -- back in line at its old place, had its turn come and gone while it was away\n  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then\n    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end\n  end\nend\n"
+_M.TICKET = "local ticket = ARGV[4]\nlocal wait = tonumber(ARGV[3])\nif ticket == '' and wait > 0 then\n  local issued = t[1] .. string.format('%06d', t[2])\n  ticket = issued .. ' ' .. (now + wait)\n  mine = (now + wait) .. ' ' .. ARGV[1]\n  redis.call('ZADD', Q, issued, mine)\n  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end\nend\nreturn { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }\n"
+_M.LEAVE = "local tail = ' ' .. ARGV[1]\nlocal dropped = 0\nfor _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n  if string.sub(m, -#tail) == tail then\n    dropped = redis.call('ZREM', Q, m)\n    break\n  end\nend\n"
 local function queuedAcquire(take)
-    return ____exports.QUEUE .. "if ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return " .. take .. "  -- nobody in line, and the key free\nend\n" .. ____exports.LINE .. "clock()\n" .. ____exports.REJOIN .. "local v = redis.pcall('GET', KEYS[1])\nif type(v) == 'table' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')\nend\nlocal take = false\nif v == ARGV[1] then\n  take = true  -- handed to us by the previous holder\nelseif not v then\n  local h = head()\n  if h == nil or h == mine then take = true else pass_on() end\nend\nif take then\n  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n  if mine then\n    redis.call('ZREM', Q, mine)\n    redis.pcall('PUBLISH', '" .. ____exports.CHANNEL .. "' .. KEYS[1], 'c' .. ARGV[2])\n  end\n  return " .. take .. "\nend\n" .. ____exports.TICKET
+    return _M.QUEUE .. "if ARGV[4] == '' and redis.call('EXISTS', Q) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return " .. take .. "  -- nobody in line, and the key free\nend\n" .. _M.LINE .. "clock()\n" .. _M.REJOIN .. "local v = redis.pcall('GET', KEYS[1])\nif type(v) == 'table' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')\nend\nlocal take = false\nif v == ARGV[1] then\n  take = true  -- handed to us by the previous holder\nelseif not v then\n  local h = head()\n  if h == nil or h == mine then take = true else pass_on() end\nend\nif take then\n  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n  if mine then\n    redis.call('ZREM', Q, mine)\n    redis.pcall('PUBLISH', '" .. _M.CHANNEL .. "' .. KEYS[1], 'c' .. ARGV[2])\n  end\n  return " .. take .. "\nend\n" .. _M.TICKET
 end
 --- Locks that queue (see above). Returns "OK" when taken; else { PTTL of the
 -- holder (-1: no TTL), ticket, place } where the ticket ("" when not waiting)
 -- is what the caller sends back with its next attempt, and place is how many
 -- wait ahead of it (-1 without a ticket).
-____exports.ACQUIRE_QUEUED = ____exports.script(
+_M.ACQUIRE_QUEUED = _M.script(
     "acquire",
     queuedAcquire("'OK'"),
     2,
-    ____exports.isOk,
-    ____exports.ACQUIRE
+    _M.isOk,
+    _M.ACQUIRE
 )
 --- As ACQUIRE_QUEUED, with KEYS[2] the fence counter (the queue KEYS[3]): { "OK", fence } when taken.
-____exports.ACQUIRE_QUEUED_FENCED = ____exports.script(
+_M.ACQUIRE_QUEUED_FENCED = _M.script(
     "acquire",
     queuedAcquire("{ 'OK', redis.call('INCR', KEYS[2]) }"),
     3,
-    ____exports.isOkFenced,
-    ____exports.ACQUIRE_FENCED
+    _M.isOkFenced,
+    _M.ACQUIRE_FENCED
 )
 --- KEYS[1] lock key, KEYS[2] queue, ARGV[1] token. When deleted: the token of
 -- the first waiter in line, handed the key, or 1 with nobody in line (then
 -- nobody is told: waiters are in line); 0 when the key is not ours.
-____exports.RELEASE_QUEUED = ____exports.script(
+_M.RELEASE_QUEUED = _M.script(
     "release",
-    ____exports.QUEUE .. "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return 1 end\n" .. ____exports.LINE .. "clock()\nreturn pass_on()\n",
+    _M.QUEUE .. "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return 1 end\n" .. _M.LINE .. "clock()\nreturn pass_on()\n",
     2,
     nil,
-    ____exports.RELEASE,
-    ____exports.FREES
+    _M.RELEASE,
+    _M.FREES
 )
 --- KEYS[1] lock key, Q queue, ARGV[1] token: a waiter that is gone (gave
 -- up, killed, its worker dead) or an acquire whose reply was lost. Its ticket
 -- leaves the queue, and a key handed (or taken) by it is passed on: 1 or the
 -- next waiter's token then (as RELEASE_QUEUED), else 0.
-____exports.DROP = ____exports.script(
+_M.DROP = _M.script(
     "drop",
-    ____exports.QUEUE .. ____exports.LINE .. "clock()\n" .. ____exports.LEAVE .. "if redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
+    _M.QUEUE .. _M.LINE .. "clock()\n" .. _M.LEAVE .. "if redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
     2,
     nil,
-    ____exports.RELEASE,
-    ____exports.FREES
+    _M.RELEASE,
+    _M.FREES
 )
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
-____exports.EXTEND = ____exports.script(
+_M.EXTEND = _M.script(
     "extend",
     "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\nend\nreturn 0\n",
     1,
-    ____exports.isOne,
+    _M.isOne,
     nil,
-    ____exports.FREES
+    _M.FREES
 )
 local NOW = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] permits.
 -- "OK" when a permit was taken, else ms until the earliest permit expires.
-____exports.SEM_ACQUIRE = ____exports.script("semaphore acquire", NOW .. "\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return 'OK'\nend\nlocal first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\nreturn tonumber(first[2]) - now\n", 1, ____exports.isOk)
+_M.SEM_ACQUIRE = _M.script("semaphore acquire", NOW .. "\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return 'OK'\nend\nlocal first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\nreturn tonumber(first[2]) - now\n", 1, _M.isOk)
 --- KEYS[1] set, ARGV[1] token. 1 when our live permit was returned (and announced), else 0.
-____exports.SEM_RELEASE = ____exports.script(
+_M.SEM_RELEASE = _M.script(
     "semaphore release",
     NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(exp) <= now then return 0 end\n" .. PUBLISH .. "return 1\n",
     1,
     nil,
     nil,
-    ____exports.FREES
+    _M.FREES
 )
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0.
-____exports.SEM_EXTEND = ____exports.script(
+_M.SEM_EXTEND = _M.script(
     "semaphore extend",
     NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', KEYS[1], ARGV[1])\n  return 0\nend\nlocal until_ms = now + tonumber(ARGV[2])\nredis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])\nif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n  redis.call('PEXPIREAT', KEYS[1], until_ms)\nend\nreturn 1\n",
     1,
-    ____exports.isOne,
+    _M.isOne,
     nil,
-    ____exports.FREES
+    _M.FREES
 )
-____exports.ACQUIRE.undo = ____exports.RELEASE
-____exports.ACQUIRE_FENCED.undo = ____exports.RELEASE
-____exports.ACQUIRE_QUEUED.undo = ____exports.DROP
-____exports.ACQUIRE_QUEUED_FENCED.undo = ____exports.DROP
-____exports.SEM_ACQUIRE.undo = ____exports.SEM_RELEASE
-return ____exports
+_M.ACQUIRE.undo = _M.RELEASE
+_M.ACQUIRE_FENCED.undo = _M.RELEASE
+_M.ACQUIRE_QUEUED.undo = _M.DROP
+_M.ACQUIRE_QUEUED_FENCED.undo = _M.DROP
+_M.SEM_ACQUIRE.undo = _M.SEM_RELEASE
+return _M

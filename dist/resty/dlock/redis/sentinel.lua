@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local ask, lua_tonumber, lua_tostring, lua_type, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, masters
 local schema = require("resty.dlock.core.schema")
 local setup = require("resty.dlock.redis.setup")
@@ -66,16 +66,16 @@ tbl_concat = table.concat
 tbl_insert = table.insert
 tbl_remove = table.remove
 --- The `redis.sentinel` table (README's table is checked against it: spec/options_spec.lua).
-____exports.SENTINEL = {
+_M.SENTINEL = {
     {name = "master", kind = "string", maxLen = 255, required = true},
     {name = "nodes", kind = "nodes", required = true},
     {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}},
     {name = "password", kind = "string", secret = true},
     {name = "ssl", kind = "boolean", doc = "as `redis.ssl`"}
 }
-local validate = schema.compile("redis.sentinel", ____exports.SENTINEL)
+local validate = schema.compile("redis.sentinel", _M.SENTINEL)
 --- The `redis.sentinel` option table.
-function ____exports.parse(v)
+function _M.parse(v)
     local o, err = validate(v)
     if o == nil then
         return nil, err
@@ -104,7 +104,7 @@ local asking = {}
 -- or, while another coroutine of this worker is asking them again, the
 -- previous answer (one question per worker and second, not one per request in
 -- flight). nil: ask (discover).
-function ____exports.cached(pool)
+function _M.cached(pool)
     local m = masters[pool]
     if m == nil then
         return nil
@@ -115,17 +115,17 @@ function ____exports.cached(pool)
     return nil
 end
 --- The master the sentinels named last (however long ago), for status pages.
-function ____exports.last(pool)
+function _M.last(pool)
     local m = masters[pool]
     return m and m.node
 end
 --- Forget the master of this pool: the next connection asks the sentinels again.
-function ____exports.forget(pool)
+function _M.forget(pool)
     masters[pool] = nil
 end
 --- Ask the sentinels for the master's address, over connections `open` makes;
 -- timeouts and TLS settings are the factory's.
-function ____exports.discover(pool, s, open, timeout, tls)
+function _M.discover(pool, s, open, timeout, tls)
     asking[pool] = true
     local m, err = ask(
         pool,
@@ -137,4 +137,4 @@ function ____exports.discover(pool, s, open, timeout, tls)
     asking[pool] = nil
     return m, err
 end
-return ____exports
+return _M

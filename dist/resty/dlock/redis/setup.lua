@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local lua_pcall = pcall
 local lua_setmetatable = setmetatable
@@ -8,7 +8,7 @@ local ngx_md5 = ngx.md5
 local str_sub = string.sub
 local secrets = lua_setmetatable({}, {__mode = "k"})
 --- Credentials for AUTH, or nil without a password.
-function ____exports.credentials(username, password)
+function _M.credentials(username, password)
     if password == nil then
         return nil
     end
@@ -56,7 +56,7 @@ local function viaTls(s, ok, err)
     return nil
 end
 --- Set up a fresh connection (sock: its cosocket, connection.socket); nil, or what went wrong (the caller closes it).
-function ____exports.run(red, sock, s)
+function _M.run(red, sock, s)
     if s.ssl then
         local terr = tls(sock, s)
         if terr ~= nil then
@@ -98,4 +98,4 @@ function ____exports.run(red, sock, s)
     end
     return nil
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local pipeline = require("resty.dlock.redis.pipeline")
 local perTarget = require("resty.dlock.redis.targets")
 local function trusted(ttl)
@@ -18,7 +18,7 @@ end
 local function itself(conf)
     return {conf}
 end
-____exports.backend = {
+_M.backend = {
     call = pipeline.call,
     post = pipeline.post,
     batch = perTarget.many,
@@ -31,4 +31,4 @@ ____exports.backend = {
     describe = nothingMore,
     servers = itself
 }
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local redis = require("resty.dlock.redis.client")
 local connection = require("resty.dlock.redis.connection")
 local scripts = require("resty.dlock.redis.scripts")
@@ -19,8 +19,8 @@ local done = connection.done
 local nodeConf = redis.node
 local SLOTS = 16384
 --- Shared dict keys (all workers): redirects followed, when a worker last read the slot map.
-____exports.REDIRECTS = "c:redis:redirects:"
-____exports.MAP_AT = "t:redis:slot_map:"
+_M.REDIRECTS = "c:redis:redirects:"
+_M.MAP_AT = "t:redis:slot_map:"
 --- Seconds between two reads of the slot map prompted by errors.
 local REFRESH_GAP = 0.1
 local CRC = {}
@@ -41,7 +41,7 @@ for i = 0, 255 do
     CRC[i] = c
 end
 --- The cluster slot of a key, as Redis computes it (CLUSTER KEYSLOT).
-function ____exports.slot(key)
+function _M.slot(key)
     local h = hashed(key)
     local crc = 0
     for i = 1, #h do
@@ -60,7 +60,7 @@ function ____exports.slot(key)
 end
 --- Per worker, per cluster (by pool name): one map, whichever factory read it.
 local clusters = {}
-function ____exports.state(conf)
+function _M.state(conf)
     local c = clusters[conf.pool]
     if c == nil then
         c = {
@@ -85,7 +85,7 @@ end
 -- them along.
 local views = setmetatable({}, {__mode = "k"})
 --- conf's configuration of the master at endpoint ep ("host:port", an address the map holds).
-function ____exports.nodeAt(conf, c, ep)
+function _M.nodeAt(conf, c, ep)
     local view = views[conf]
     if view == nil then
         view = {}
@@ -100,12 +100,12 @@ function ____exports.nodeAt(conf, c, ep)
     return n
 end
 --- conf's configuration of the master at host:port.
-function ____exports.nodeOf(conf, c, host, port)
+function _M.nodeOf(conf, c, host, port)
     local ep = host .. ":" .. lua_tostring(port)
     if not (c.addrs[ep] ~= nil) then
         c.addrs[ep] = {host = host, port = port}
     end
-    return ____exports.nodeAt(conf, c, ep)
+    return _M.nodeAt(conf, c, ep)
 end
 --- CLUSTER SLOTS from one node: the map, or an error.
 local function readMap(conf, c, from)
@@ -131,7 +131,7 @@ local function readMap(conf, c, from)
         if host == "" or host == "?" then
             host = from.host
         end
-        local n = ____exports.nodeOf(conf, c, host, m[2])
+        local n = _M.nodeOf(conf, c, host, m[2])
         for s = first, last do
             slots[s] = n.endpoint
         end
@@ -146,7 +146,7 @@ local function readMap(conf, c, from)
     c.stale = false
     c.refreshes = c.refreshes + 1
     if conf.dict ~= nil then
-        conf.dict:set(____exports.MAP_AT .. conf.endpoint, c.at)
+        conf.dict:set(_M.MAP_AT .. conf.endpoint, c.at)
     end
     return nil
 end
@@ -163,7 +163,7 @@ local function refresh(conf, c)
     local asked = {}
     local candidates = {}
     for i = 1, #c.masters do
-        candidates[#candidates + 1] = ____exports.nodeAt(conf, c, c.masters[i])
+        candidates[#candidates + 1] = _M.nodeAt(conf, c, c.masters[i])
     end
     local seeds = conf.nodes
     for i = 1, #seeds do
@@ -189,15 +189,15 @@ local function refresh(conf, c)
     return nil
 end
 --- The master of slot s by the map as it is, without reading it again: nil while it is stale or no master serves s.
-function ____exports.known(conf, c, s)
+function _M.known(conf, c, s)
     if c.stale then
         return nil
     end
     local ep = c.slots[s]
-    return ep ~= nil and ____exports.nodeAt(conf, c, ep) or nil
+    return ep ~= nil and _M.nodeAt(conf, c, ep) or nil
 end
 --- The master of a slot, reading the map first when it is due.
-function ____exports.route(conf, c, s)
+function _M.route(conf, c, s)
     if c.stale and (c.at == 0 or ngx_now() - c.tried >= REFRESH_GAP) then
         local err = refresh(conf, c)
         if err ~= nil and c.at == 0 then
@@ -205,6 +205,6 @@ function ____exports.route(conf, c, s)
         end
     end
     local ep = c.slots[s]
-    return ep ~= nil and ____exports.nodeAt(conf, c, ep) or conf.nodes[1], nil
+    return ep ~= nil and _M.nodeAt(conf, c, ep) or conf.nodes[1], nil
 end
-return ____exports
+return _M

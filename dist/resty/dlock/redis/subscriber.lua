@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local sync, tell, lua_pairs, lua_tostring, math_max, math_min, ngx_now, update_time, worker_exiting, CHANNEL, HEARTBEAT, SWEEP, IDLE
 local check = require("resty.dlock.core.check")
 local redis = require("resty.dlock.redis.client")
@@ -271,11 +271,11 @@ local function run(premature, s)
     s.running = false
 end
 --- Start the subscriber of s (its timer), unless it runs.
-function ____exports.start(s)
+function _M.start(s)
     if s.running then
         return
     end
     local ok = timer_at(0, run, s)
     s.running = ok ~= nil
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local command = require("resty.dlock.redis.command")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local scripts = require("resty.dlock.redis.scripts")
@@ -51,7 +51,7 @@ end
 -- replies: a timer started once the callers were woken, so every caller still
 -- there has been back. Only those whose replies were read: nothing of theirs
 -- can land later. (A lost reply of a caller that is gone is left to its ttl.)
-function ____exports.settle(premature, conf, b)
+function _M.settle(premature, conf, b)
     local jobs = b.jobs
     for i = 1, #jobs do
         local j = jobs[i]
@@ -64,7 +64,7 @@ function ____exports.settle(premature, conf, b)
     end
 end
 --- Seconds between looks for acquires sent at once whose callers never came back.
-____exports.WATCH = 1
+_M.WATCH = 1
 --- Acquires sent at once whose callers never came back for the answer: their
 -- request ended in the middle (a client abort) or their thread was killed.
 -- A slot still there when its time is up says so without a look at the
@@ -72,7 +72,7 @@ ____exports.WATCH = 1
 -- (patience) is their sum and a second more. Waiting for it matters too: the
 -- connection was closed with the command perhaps not yet run, and by then it
 -- has run (or Redis has been stuck that long).
-function ____exports.watcher(premature, lane)
+function _M.watcher(premature, lane)
     local now = ngx_now()
     local gone = {}
     for slot, b in lua_pairs(lane.acquires) do
@@ -89,8 +89,8 @@ function ____exports.watcher(premature, lane)
             ngx_log(ERR, "dlock: take-back failed: ", err)
         end
     end
-    if premature or (lua_next(lane.acquires)) == nil or (timer_at(____exports.WATCH, ____exports.watcher, lane)) == nil then
+    if premature or (lua_next(lane.acquires)) == nil or (timer_at(_M.WATCH, _M.watcher, lane)) == nil then
         lane.watching = false
     end
 end
-return ____exports
+return _M

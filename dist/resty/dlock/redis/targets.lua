@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local command = require("resty.dlock.redis.command")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local scripts = require("resty.dlock.redis.scripts")
@@ -11,7 +11,7 @@ local function addInto(into, s, rkey, ...)
     return add(into.b, s, rkey, ...)
 end
 --- A per-target script (scripts.forTarget's keys and arguments) for every target, as one batch.
-function ____exports.batchFor(conf, s, targets, ms)
+function _M.batchFor(conf, s, targets, ms)
     local b = batchOf(nil, false)
     local into = {b = b, slotted = conf.slotted}
     for i = 1, #targets do
@@ -32,7 +32,7 @@ function ____exports.batchFor(conf, s, targets, ms)
     return b
 end
 --- What b's calls came to, per call.
-function ____exports.outcome(b)
+function _M.outcome(b)
     local out = {replies = {}, errors = {}, faults = {}}
     for i = 1, #b.jobs do
         local j = b.jobs[i]
@@ -46,11 +46,11 @@ function ____exports.outcome(b)
     return out
 end
 --- A per-target script for every target in one round trip (two when Redis met NOSCRIPT), on one server.
-function ____exports.many(conf, s, targets, ms)
-    local b = ____exports.batchFor(conf, s, targets, ms)
+function _M.many(conf, s, targets, ms)
+    local b = _M.batchFor(conf, s, targets, ms)
     if #targets > 0 then
         run(conf, b)
     end
-    return ____exports.outcome(b)
+    return _M.outcome(b)
 end
-return ____exports
+return _M

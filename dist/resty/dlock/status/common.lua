@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local eviction = require("resty.dlock.redis.eviction")
@@ -20,7 +20,7 @@ local ADVICE = "set maxmemory-policy noeviction, or give locks a Redis of their 
 --- Phases in which a handler may answer the request (ngx.say, ngx.var).
 local ANSWERING = check.set("rewrite", "server_rewrite", "access", "content")
 --- nil in a phase that can answer a request, else the error `fn` returns there.
-function ____exports.phaseError(fn)
+function _M.phaseError(fn)
     local phase = ngx_get_phase()
     if ANSWERING[phase] ~= nil then
         return nil
@@ -28,7 +28,7 @@ function ____exports.phaseError(fn)
     return "dlock: status." .. fn .. " answers a request: call it from content_by_lua, not the " .. phase .. " phase"
 end
 --- Dict names to report: those of the guards and factories of this worker, plus o.dicts (default { "dlock" }).
-function ____exports.dictNames(o)
+function _M.dictNames(o)
     local names = {}
     local seen = {}
     local function add(n)
@@ -149,7 +149,7 @@ local function topologies()
     return topology
 end
 --- What serve() and metrics() both show: guards, factories, unrecorded leases per dict, Redis. No held leases.
-function ____exports.counters(names)
+function _M.counters(names)
     meter.flush()
     local dicts = {}
     local unrecorded = {}
@@ -195,4 +195,4 @@ function ____exports.counters(names)
         factoryNames = order
     }
 end
-return ____exports
+return _M

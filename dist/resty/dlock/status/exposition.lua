@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local label, header, topologyLines, lua_pairs, lua_ipairs, str_gsub, str_format, lua_tostring
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
@@ -117,7 +117,7 @@ local function factoryLines(lines, r)
 end
 --- The metrics in the Prometheus text format (version 0.0.4), or nil and an error.
 -- Reads a fixed number of dict keys per guard, factory, dict and Redis endpoint; never the leases.
-function ____exports.metrics_text(opts)
+function _M.metrics_text(opts)
     local o, oerr = check.options("metrics options", opts, METRICS_OPTIONS)
     if o == nil then
         return nil, oerr
@@ -172,12 +172,12 @@ function ____exports.metrics_text(opts)
     return table_concat(lines, "\n"), nil
 end
 --- content_by_lua: metrics_text() as the response. Outside a request: nil, err.
-function ____exports.metrics(opts)
+function _M.metrics(opts)
     local perr = common.phaseError("metrics")
     if perr ~= nil then
         return nil, perr
     end
-    local text, err = ____exports.metrics_text(opts)
+    local text, err = _M.metrics_text(opts)
     if text == nil then
         ngx_.status = 500
         ngx_say("# ", err)
@@ -187,4 +187,4 @@ function ____exports.metrics(opts)
     ngx_say(text)
     return true, nil
 end
-return ____exports
+return _M

@@ -1,13 +1,13 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
 local meters = require("resty.dlock.status.meters")
 local common = require("resty.dlock.status.common")
 --- Leases serve() and report() list unless asked for another number.
-____exports.DEFAULT_LIMIT = 100
+_M.DEFAULT_LIMIT = 100
 --- The most a request may ask for: listing walks the dict, a bound keeps the page cheap.
-____exports.MAX_LIMIT = 10000
+_M.MAX_LIMIT = 10000
 local cjson = require("cjson.safe")
 local lua_tostring = tostring
 local lua_pairs = pairs
@@ -26,8 +26,8 @@ local function checkLimit(v)
         "limit",
         v,
         0,
-        ____exports.MAX_LIMIT,
-        "an integer from 0 to " .. lua_tostring(____exports.MAX_LIMIT)
+        _M.MAX_LIMIT,
+        "an integer from 0 to " .. lua_tostring(_M.MAX_LIMIT)
     )
 end
 --- Append at most `max` leases of one dict to `out` (tokens left out); true when it holds more.
@@ -58,12 +58,12 @@ local function listHeld(name, dict, max, out)
 end
 --- The numbers serve() shows, with at most opts.limit (default 100) held leases.
 -- Tokens are left out: they are capabilities.
-function ____exports.report(opts)
+function _M.report(opts)
     local o, oerr = check.options("status options", opts, REPORT_OPTIONS)
     if o == nil then
         return nil, oerr
     end
-    local limit = ____exports.DEFAULT_LIMIT
+    local limit = _M.DEFAULT_LIMIT
     if o.limit ~= nil then
         local n, err = checkLimit(o.limit)
         if n == nil then
@@ -146,7 +146,7 @@ local function fail(status, err)
 end
 --- content_by_lua: the report as JSON; ?limit=N lists up to N held leases
 -- (instead of opts.limit or 100). Outside a request: nil, err.
-function ____exports.serve(opts)
+function _M.serve(opts)
     local perr = common.phaseError("serve")
     if perr ~= nil then
         return nil, perr
@@ -170,7 +170,7 @@ function ____exports.serve(opts)
             o = copy
         end
     end
-    local r, err = ____exports.report(o)
+    local r, err = _M.report(o)
     if r == nil then
         fail(500, err)
         return true, nil
@@ -184,4 +184,4 @@ function ____exports.serve(opts)
     ngx_say(body)
     return true, nil
 end
-return ____exports
+return _M

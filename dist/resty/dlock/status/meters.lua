@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local meter = require("resty.dlock.core.meter")
 local ngx_now = ngx.now
 local math_floor = math.floor
@@ -15,12 +15,12 @@ local GRACE = 2
 local MAX_SWEEP = 3600
 --- About how many keys the instruments of every factory take in a dict: the
 -- counters and buckets of each name, and a minute of expiry seconds each.
-function ____exports.keys(dict)
+function _M.keys(dict)
     local n = dict:get("m:n")
     return lua_type(n) == "number" and n * (2 * #WAIT_BOUNDS + 16 + 60) or 0
 end
 --- Factory names counted in a dict (by any worker), in the order they were first made.
-function ____exports.names(dict)
+function _M.names(dict)
     local out = {}
     local n = dict:get("m:n")
     if lua_type(n) ~= "number" then
@@ -70,7 +70,7 @@ local function sweep(dict, p)
     dict:delete(p .. "sweeping")
 end
 --- A fixed number of dict reads: the counters, the buckets, the gauge (after a sweep).
-function ____exports.read(dict, name)
+function _M.read(dict, name)
     local p = "m:" .. name .. ":"
     sweep(dict, p)
     local wait = {}
@@ -106,4 +106,4 @@ function ____exports.read(dict, name)
         holdSum = num(dict, p .. "hs")
     }
 end
-return ____exports
+return _M

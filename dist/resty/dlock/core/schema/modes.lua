@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local schema = require("resty.dlock.core.schema")
 local values = require("resty.dlock.core.schema.values")
@@ -8,7 +8,7 @@ local lua_ipairs = ipairs
 local lua_error = error
 local lua_pairs = pairs
 --- Whether `spec` applies to mode `mode`.
-function ____exports.applies(spec, mode)
+function _M.applies(spec, mode)
     if spec.notFor ~= nil and spec.notFor[mode] ~= nil then
         return false
     end
@@ -37,7 +37,7 @@ local function refusal(name, mode, list, specs)
     local apart = {}
     for _, m in lua_ipairs(list) do
         for _, s in lua_ipairs(specs) do
-            if s.name == name and ____exports.applies(s, m.name) then
+            if s.name == name and _M.applies(s, m.name) then
                 local into = m.apart == true and apart or taking
                 into[#into + 1] = m.name
                 break
@@ -51,7 +51,7 @@ end
 -- mode is a schema of the specs that apply to it (`modes`, `notFor`), in
 -- which the options of the other modes are refused by name. A new mode is a
 -- line in `list`, and `modes` entries on the options it takes.
-function ____exports.modes(path, option, list, specs)
+function _M.modes(path, option, list, specs)
     local all = {}
     local picker
     for _, s in lua_ipairs(specs) do
@@ -68,7 +68,7 @@ function ____exports.modes(path, option, list, specs)
         local mine = {}
         local names = {}
         for _, s in lua_ipairs(specs) do
-            if ____exports.applies(s, m.name) then
+            if _M.applies(s, m.name) then
                 mine[#mine + 1] = s
                 names[s.name] = true
             end
@@ -105,7 +105,7 @@ function ____exports.modes(path, option, list, specs)
     end
 end
 --- `spec` (shared with another table) for some modes only: a copy, made at load time.
-function ____exports.only(spec, list)
+function _M.only(spec, list)
     local copy = {}
     for k, v in lua_pairs(spec) do
         copy[k] = v
@@ -113,4 +113,4 @@ function ____exports.only(spec, list)
     copy.modes = list
     return copy
 end
-return ____exports
+return _M

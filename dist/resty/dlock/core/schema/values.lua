@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local check = require("resty.dlock.core.check")
 local lua_type = type
 local lua_ipairs = ipairs
@@ -11,7 +11,7 @@ local lua_tostring = tostring
 local lua_pairs = pairs
 local concat = table.concat
 --- "a", "a or b", "a, b or c".
-function ____exports.listed(names, last)
+function _M.listed(names, last)
     local n = #names
     if n == 1 then
         return names[1]
@@ -22,21 +22,21 @@ function ____exports.listed(names, last)
     end
     return concat(head, ", ") .. " " .. last .. " " .. names[n]
 end
-function ____exports.option(spec, label)
+function _M.option(spec, label)
     local unit = ""
     if spec.kind == "enum" then
         local quoted = {}
         for _, v in lua_ipairs(spec.values) do
             quoted[#quoted + 1] = "\"" .. v .. "\""
         end
-        unit = spec.unit or ____exports.listed(quoted, "or")
+        unit = spec.unit or _M.listed(quoted, "or")
     end
     return {spec = spec, label = label, default = spec.default, unit = unit}
 end
 --- What an absent option table validates as: read, never written.
-____exports.NONE = {}
+_M.NONE = {}
 --- A misspelt name is an error, never a silently ignored option: the name of the first unknown key, if any.
-function ____exports.stranger(given, byName, elsewhere)
+function _M.stranger(given, byName, elsewhere)
     for k in lua_pairs(given) do
         if lua_type(k) ~= "string" or not (byName[k] ~= nil) and (elsewhere == nil or not (elsewhere[k] ~= nil)) then
             return true, k
@@ -45,7 +45,7 @@ function ____exports.stranger(given, byName, elsewhere)
     return false, nil
 end
 --- "dlock: <what>, got <v>", or only v's type when v is a secret.
-function ____exports.refuse(what, v, secret)
+function _M.refuse(what, v, secret)
     if secret then
         return check.hidden(what, v)
     end
@@ -63,7 +63,7 @@ local function port(s, at)
     return p >= 1 and p or nil
 end
 --- "host:port" or "[v6]:port"; `label` names the list it came from.
-function ____exports.node(label, v)
+function _M.node(label, v)
     if lua_type(v) ~= "string" then
         return check.fail(label .. " must be \"host:port\" strings", v)
     end
@@ -87,7 +87,7 @@ local function nodes(o, spec, list)
     local out = {}
     local given = list
     for i = 1, #given do
-        local n, err = ____exports.node(o.label, given[i])
+        local n, err = _M.node(o.label, given[i])
         if n == nil then
             return nil, err
         end
@@ -103,7 +103,7 @@ local function nodes(o, spec, list)
 end
 local function str(o, spec, v)
     if lua_type(v) ~= "string" then
-        return ____exports.refuse(o.label .. " must be a string", v, spec.secret == true)
+        return _M.refuse(o.label .. " must be a string", v, spec.secret == true)
     end
     if spec.maxLen == nil or v == "" and spec.empty == true then
         return v, nil
@@ -113,7 +113,7 @@ local function str(o, spec, v)
         return nil, err
     end
     if spec.prefix ~= nil and str_sub(s, 1, #spec.prefix) ~= spec.prefix then
-        return ____exports.refuse(
+        return _M.refuse(
             o.label .. " must start with " .. str_format("%q", spec.prefix),
             s,
             spec.secret == true
@@ -122,7 +122,7 @@ local function str(o, spec, v)
     return s, nil
 end
 --- One value (the given one, or the default of a check), checked against its spec; `out`: the options checked before it.
-function ____exports.value(o, v, out)
+function _M.value(o, v, out)
     local spec = o.spec
     if spec.kind == "integer" then
         return check.integer(
@@ -157,4 +157,4 @@ function ____exports.value(o, v, out)
     end
     return spec.table(v)
 end
-return ____exports
+return _M

@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local stats = require("resty.dlock.gateway.stats")
 local keys = require("resty.dlock.gateway.key")
 local lua_tostring = tostring
@@ -28,7 +28,7 @@ local function jsonStr(s)
     return "\"" .. q .. "\""
 end
 --- An RFC 9457 problem details answer, and the end of the request.
-function ____exports.problem(g, status, kind, title, detail, retryAfter)
+function _M.problem(g, status, kind, title, detail, retryAfter)
     ngx_.status = status
     ngx_header["Content-Type"] = "application/problem+json"
     if retryAfter ~= nil then
@@ -81,10 +81,10 @@ local function replay(g, rec)
     return ngx_exit(HTTP_OK)
 end
 --- A completed record for this request: replay it, or say why it cannot be.
-function ____exports.answer(g, rec, fp)
+function _M.answer(g, rec, fp)
     if rec.fp ~= fp then
         stats.incr(g._dict, g.name, "mismatch")
-        return ____exports.problem(
+        return _M.problem(
             g,
             422,
             "mismatch",
@@ -97,7 +97,7 @@ function ____exports.answer(g, rec, fp)
     end
     stats.incr(g._dict, g.name, "replayed")
     ngx_header["Idempotent-Replayed"] = "true"
-    return ____exports.problem(
+    return _M.problem(
         g,
         409,
         "not-replayable",
@@ -105,9 +105,9 @@ function ____exports.answer(g, rec, fp)
         "the first request with this key completed with status " .. lua_tostring(rec.status) .. "; its response was too large to store, so it cannot be replayed"
     )
 end
-function ____exports.inFlight(g)
+function _M.inFlight(g)
     stats.incr(g._dict, g.name, "conflict")
-    return ____exports.problem(
+    return _M.problem(
         g,
         409,
         "in-flight",
@@ -117,13 +117,13 @@ function ____exports.inFlight(g)
     )
 end
 --- A key (or scope) that cannot be computed: on_error, never a pass as if it were missing.
-function ____exports.keyFailure(g, problemText)
+function _M.keyFailure(g, problemText)
     stats.incr(g._dict, g.name, "key_errors")
     keys.failed(g.name, problemText, g._errorWhat)
     if g._onError == "allow" then
         return
     end
-    ____exports.problem(
+    _M.problem(
         g,
         g._errorStatus,
         "unavailable",
@@ -131,14 +131,14 @@ function ____exports.keyFailure(g, problemText)
         "the idempotency key of this request could not be computed; retry later with the same key"
     )
 end
-function ____exports.onRedisFailure(g, err)
+function _M.onRedisFailure(g, err)
     if err ~= nil then
         stats.redisFailed(g, err)
     end
     if stats.failedOpen(g) then
         return
     end
-    ____exports.problem(
+    _M.problem(
         g,
         g._errorStatus,
         "unavailable",
@@ -146,4 +146,4 @@ function ____exports.onRedisFailure(g, err)
         "the store of idempotency keys is unavailable; retry later with the same key"
     )
 end
-return ____exports
+return _M

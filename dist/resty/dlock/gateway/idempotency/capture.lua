@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local inflight = require("resty.dlock.gateway.inflight")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
@@ -41,7 +41,7 @@ local function current()
     return c
 end
 --- We hold the claim: renew it while the request runs, capture the response.
-function ____exports.hold(g, rkey, tok, fp)
+function _M.hold(g, rkey, tok, fp)
     stats.incr(g._dict, g.name, "acquired")
     if request.id() == nil then
         return
@@ -90,7 +90,7 @@ function ____exports.hold(g, rkey, tok, fp)
         answered = record.answered
     }
 end
-function ____exports.headerFilter()
+function _M.headerFilter()
     local c = current()
     if c == nil or c.complete then
         return
@@ -113,7 +113,7 @@ function ____exports.headerFilter()
     table_sort(lines)
     c.headers = table_concat(lines)
 end
-function ____exports.bodyFilter()
+function _M.bodyFilter()
     local c = current()
     if c == nil or c.complete or c.status == nil then
         return
@@ -139,7 +139,7 @@ function ____exports.bodyFilter()
 end
 --- The keeper found a request of ours that ended without log(): drop what was
 -- captured of it (up to max_body of response), which no later phase will.
-function ____exports.forget(rid)
+function _M.forget(rid)
     local c = captures[rid]
     if c ~= nil and not request.alive(c.anchor) then
         captures[rid] = nil
@@ -147,7 +147,7 @@ function ____exports.forget(rid)
 end
 local warnedFilters = false
 --- log phase: a claim whose response never completed.
-function ____exports.finish()
+function _M.finish()
     local rid = request.id()
     if rid == nil then
         return
@@ -177,4 +177,4 @@ function ____exports.finish()
         stats.incr(g._dict, g.name, "aborted")
     end
 end
-return ____exports
+return _M

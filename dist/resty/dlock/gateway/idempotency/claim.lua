@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local orphans = require("resty.dlock.core.orphans")
 local records = require("resty.dlock.redis.records")
@@ -12,10 +12,10 @@ local lua_tostring = tostring
 local lua_tonumber = tonumber
 --- Shared dict mark of a claim whose holder has sent its whole response (the store is on its way).
 local FINISHED = "idem:fin:"
-____exports.FINISHED = FINISHED
+_M.FINISHED = FINISHED
 local watches = {}
 --- The stored record of rkey is known (or, rec nil, the claim was dropped): wake the waiters.
-function ____exports.notify(rkey, rec)
+function _M.notify(rkey, rec)
     local w = watches[rkey]
     if w == nil or w.waiters == 0 then
         return
@@ -25,7 +25,7 @@ function ____exports.notify(rkey, rec)
     end
     w.sem:post(w.waiters)
 end
-function ____exports.claim(g, rkey, tok, fp)
+function _M.claim(g, rkey, tok, fp)
     local res, err, fault = backend.call(
         g._conf,
         records.IDEM_CLAIM,
@@ -57,7 +57,7 @@ end
 --- Wait up to g._wait ms for the first request's response. Returns "record" with
 -- it, "claimed" when the first request's claim was dropped and we took the key,
 -- "timeout", or "error".
-function ____exports.waitFor(g, rkey, tok, fp)
+function _M.waitFor(g, rkey, tok, fp)
     local w = watches[rkey]
     if w == nil then
         local sem, serr = semaphore.new(0)
@@ -98,7 +98,7 @@ function ____exports.waitFor(g, rkey, tok, fp)
             w.sem:wait(math_min(left, 250) / 1000)
         else
             w.polling = true
-            local got, rec, cerr = ____exports.claim(g, rkey, tok, fp)
+            local got, rec, cerr = _M.claim(g, rkey, tok, fp)
             w.polling = false
             if got == "record" and rec.state ~= "running" then
                 w.rec = rec
@@ -127,4 +127,4 @@ function ____exports.waitFor(g, rkey, tok, fp)
     end
     return what, found, err
 end
-return ____exports
+return _M

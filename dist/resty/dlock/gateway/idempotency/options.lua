@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local common = require("resty.dlock.gateway.common")
@@ -47,7 +47,7 @@ local function defaultStore()
     return s
 end
 --- The `store` option: statuses and classes, as a table of statuses.
-function ____exports.store(v)
+function _M.store(v)
     if v == nil then
         return defaultStore(), nil
     end
@@ -89,7 +89,7 @@ function ____exports.store(v)
     return s, nil
 end
 --- The headers not stored: SKIP, and PRIVATE ones store_headers does not list.
-function ____exports.storeHeaders(v)
+function _M.storeHeaders(v)
     local skip = {}
     for i = 1, #SKIP do
         skip[SKIP[i]] = true
@@ -133,7 +133,7 @@ local KIND = {
 --- The `scope` option: required, since without one a client's stored response
 -- (its cookies, its data) is replayed to any other that sends the same key;
 -- false shares every key among all clients (nil in the guard).
-function ____exports.scope(v)
+function _M.scope(v)
     if v == nil then
         return check.fail("scope is required for mode idempotency: what tells clients apart (\"$http_authorization\", " .. "\"$cookie_session\", a function), or scope = false to share every key among all clients", v)
     end
@@ -143,7 +143,7 @@ function ____exports.scope(v)
     return keys.compile("scope", v)
 end
 --- The `methods` option: a list of methods, as a set.
-function ____exports.methods(m)
+function _M.methods(m)
     if lua_type(m) ~= "table" or #m == 0 then
         return check.fail("methods must be a list of HTTP methods ({ \"POST\", \"PATCH\" })", m)
     end
@@ -160,7 +160,7 @@ function ____exports.methods(m)
 end
 --- The guard's fields, of options checked by ../options.ts. unlogged: what the
 -- keeper calls for a request of the guard that ended without log() (inflight.Owner).
-function ____exports.parse(o, name, unlogged)
+function _M.parse(o, name, unlogged)
     local conf = o.redis
     local refused = backend.refuses(conf, "idempotency")
     if refused ~= nil then
@@ -217,4 +217,4 @@ function ____exports.parse(o, name, unlogged)
     }
     return f, nil
 end
-return ____exports
+return _M

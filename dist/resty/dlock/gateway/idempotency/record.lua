@@ -1,5 +1,5 @@
 --[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
-local ____exports = {}
+local _M = {}
 local completing, later, stored, store, ngx_log, ERR, WARN, ngx_now, ngx_update_time, ngx_sleep, timer_at, math_min, lua_tostring, FINISHED, AMBIGUOUS
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
@@ -156,7 +156,7 @@ local function answered(j)
     stats.incr(c.g._dict, c.g.name, "redis_errors")
     later(c)
 end
-____exports.schedule = schedule
-____exports.answered = answered
-____exports.AMBIGUOUS = AMBIGUOUS
-return ____exports
+_M.schedule = schedule
+_M.answered = answered
+_M.AMBIGUOUS = AMBIGUOUS
+return _M

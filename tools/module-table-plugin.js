@@ -1,0 +1,22 @@
+// A TypeScriptToLua plugin: each module's table is `_M`, as in lua-resty-redis
+// and every lua-resty library, where TypeScriptToLua names it `____exports`.
+// Only the printed identifier changes: the module table is local to its
+// file, so nothing outside can tell. A name `_M` of the source would be the
+// module table's twin: the build stops on one.
+const tstl = require("typescript-to-lua");
+
+const EXPORTS = "____exports";
+const NAME = "_M";
+
+class ModulePrinter extends tstl.LuaPrinter {
+  printIdentifier(expression) {
+    if (expression.text === EXPORTS) return this.createSourceNode(expression, NAME);
+    if (expression.text === NAME) throw new Error(`${this.relativeSourcePath}: the name ${NAME} is the module table's (tools/module-table-plugin.js)`);
+    return super.printIdentifier(expression);
+  }
+}
+
+/** @type {import("typescript-to-lua").Plugin} */
+module.exports = {
+  printer: (program, emitHost, fileName, file) => new ModulePrinter(emitHost, program, fileName).print(file),
+};

@@ -4,7 +4,7 @@
 -- exclude a set key by key; waiting takes the keys in one global order, so two
 -- callers naming the keys in opposite orders never deadlock.
 local h = require "helpers"
-local witness = require "multiwitness"
+local witness = require "witness"
 
 local function get(k) return h.cmd(nil, "get", k) end
 local function pttl(k) return h.cmd(nil, "pttl", k) end
@@ -17,7 +17,7 @@ local function local_hammer(locks, keys, rounds, wait)
     local lease, err = locks:acquire_all(keys, { ttl = 5000, wait = wait })
     if lease then
       got = got + 1
-      witness.inside(w, keys, 1)
+      witness.inside_all(w, keys, 1)
       assert(lease:release())
     else
       errs[#errs + 1] = err
@@ -312,7 +312,7 @@ describe("acquire_all across two nginx (standalone)", function()
     -- The witness itself works: it sees two holders when there are two.
     local w = witness.new(h.redis_port, locks.prefix .. "probe:")
     assert(w.red:incr(locks.prefix .. "probe:in:a"))
-    witness.inside(w, { "a" }, 1)
+    witness.inside_all(w, { "a" }, 1)
     assert.equal("1", h.cmd(nil, "get", locks.prefix .. "probe:overlaps"))
     witness.close(w)
   end)
@@ -333,7 +333,7 @@ describe("acquire_all across two nginx (standalone)", function()
         local lease, err = locks:acquire_all(keys, { ttl = 5000, wait = 20000 })
         if not lease then failures[#failures + 1] = "here: " .. tostring(err) return end
         taken = taken + 1
-        witness.inside(w[i], keys, 1)
+        witness.inside_all(w[i], keys, 1)
         assert(lease:release())
         return
       end

@@ -19,7 +19,7 @@ local function spawn(fn, ...)
   end
 end
 
-local witness = require "rwwitness"
+local witness = require "witness"
 
 --- Hammer `keys` keys from 40 light threads here and 16 requests to a peer nginx
 --- (path /rw-hammer), `reads` % readers; the witness's counters (prefix).
@@ -35,7 +35,7 @@ local function hammer(locks, peer, keys, reads, extra)
       local lease, err = locks:acquire(key, { ttl = 5000, wait = 10000, shared = shared })
       assert(lease, err)
       got = got + 1
-      witness.inside(w, key, shared, 2)
+      witness.inside_shared(w, key, shared, 2)
       assert(lease:release())
     end
     witness.close(w)
@@ -371,9 +371,9 @@ describe("shared locks across nginx", function()
     assert.is_true(shared > 0, "no two readers were ever inside at once")
     -- The witness works: it sees a writer beside a reader.
     local w = witness.new(h.redis_port, "probe:" .. h.unique())
-    local t = spawn(witness.inside, w, "x", true, 50)
+    local t = spawn(witness.inside_shared, w, "x", true, 50)
     local w2 = witness.new(h.redis_port, w.prefix)
-    witness.inside(w2, "x", false, 1)
+    witness.inside_shared(w2, "x", false, 1)
     t()
     assert.equal("1", h.cmd(nil, "get", w.prefix .. "overlaps"))
   end)
@@ -394,7 +394,7 @@ describe("shared locks across nginx", function()
         local lease, err = locks:acquire(key, { ttl = 5000, wait = 10000, shared = shared })
         if not lease then failures[#failures + 1] = "here: " .. tostring(err) return end
         taken = taken + 1
-        witness.inside(w[i], key, shared, 2)
+        witness.inside_shared(w[i], key, shared, 2)
         assert(lease:release())
         return
       end

@@ -1,14 +1,29 @@
-// A TypeScriptToLua plugin: each module's table is `_M`, as in lua-resty-redis
-// and every lua-resty library, where TypeScriptToLua names it `____exports`.
+// A TypeScriptToLua printer plugin: each module's table is `_M`, as in
+// lua-resty-redis and every lua-resty library, where TypeScriptToLua names it
+// `____exports`; and each module's first line names the file it came from
+// (tsconfig's noHeader drops TypeScriptToLua's own line, its home page), so a
+// reader of dist/ knows which file to change.
 // Only the printed identifier changes: the module table is local to its
 // file, so nothing outside can tell. A name `_M` of the source would be the
 // module table's twin: the build stops on one.
+const path = require("path");
 const tstl = require("typescript-to-lua");
 
 const EXPORTS = "____exports";
 const NAME = "_M";
 
 class ModulePrinter extends tstl.LuaPrinter {
+  constructor(emitHost, program, fileName) {
+    super(emitHost, program, fileName);
+    const root = path.dirname(program.getCompilerOptions().configFilePath);
+    this.header = `-- Generated from ${path.relative(root, fileName)} by TypeScriptToLua: edit that file, not this one.\n`;
+  }
+
+  print(file) {
+    const result = super.print(file);
+    return { ...result, code: this.header + result.code };
+  }
+
   printIdentifier(expression) {
     if (expression.text === EXPORTS) return this.createSourceNode(expression, NAME);
     if (expression.text === NAME) throw new Error(`${this.relativeSourcePath}: the name ${NAME} is the module table's (tools/module-table-plugin.js)`);

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/compat.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local dlock = require("resty.dlock")
 local check = require("resty.dlock.core.check")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/status.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local version = require("resty.dlock.version")
 local json = require("resty.dlock.status.json")

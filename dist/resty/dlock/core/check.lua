@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/core/check.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local lua_type = type
 local lua_pcall = pcall

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/core/ledger.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local parse, ngx_now, math_max, math_min, str_sub, str_match, lua_type, lua_tonumber, RECORD
 function parse(v, nowMs)

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/core/meter.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local flushLater, flushSeconds, flush, get_phase, timer_at, worker_exiting, lua_pairs, lua_next, lua_type, str_format, FLUSH, dirty, armed, SECOND
 local check = require("resty.dlock.core.check")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/core/reentrant.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local request = require("resty.dlock.gateway.request")
 local co_running = coroutine.running

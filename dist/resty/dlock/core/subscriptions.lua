@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/core/subscriptions.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local waits = require("resty.dlock.core.wait")
 --- Seconds a key stays subscribed after its last waiter of this worker.

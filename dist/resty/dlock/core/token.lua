@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/core/token.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local ffi = require("ffi")
 pcall(ffi.cdef, "long getrandom(void *buf, size_t buflen, unsigned int flags);")

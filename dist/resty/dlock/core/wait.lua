@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/core/wait.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local ledger = require("resty.dlock.core.ledger")
 local orphans = require("resty.dlock.core.orphans")

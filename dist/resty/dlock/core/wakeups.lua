@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/core/wakeups.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local subscriber = require("resty.dlock.redis.subscriber")
 local subs = require("resty.dlock.core.subscriptions")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/gateway/digest.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local token = require("resty.dlock.core.token")
 local ffi = require("ffi")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/gateway/guard.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local shared = require("resty.dlock.gateway.common")
 local digest = require("resty.dlock.gateway.digest")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/gateway/rate.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local fields, str_format, tbl_concat, math_ceil, ngx_
 local check = require("resty.dlock.core.check")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/gateway/rate_local.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local core = require("resty.dlock.core.rate")
 local stats = require("resty.dlock.gateway.stats")

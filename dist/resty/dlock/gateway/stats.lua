@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/gateway/stats.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local ngx_log = ngx.log

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/gateway/vars.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local ffi = require("ffi")
 local base = require("resty.core.base")

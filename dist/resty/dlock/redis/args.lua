@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/args.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 --- f with the first n of a1..a6: a fixed number of arguments in each branch, no `...`.
 function _M.forward(f, node, s, rkey, n, a1, a2, a3, a4, a5, a6)

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/backend.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local backendOf, BY_TOPOLOGY
 local redis = require("resty.dlock.redis.client")

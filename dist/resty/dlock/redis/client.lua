@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/client.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local copy, lua_tostring, known
 local check = require("resty.dlock.core.check")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/cluster.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local suspicious, replied, follow, pipelined, asking_call, nodeOf, ngx_sleep, lua_tostring, lua_tonumber, lua_unpack, withoutKey, str_find, str_match, str_gsub, str_format, TRYAGAIN_PAUSE
 local argList = require("resty.dlock.redis.args")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/command.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local resp = require("resty.dlock.redis.resp")
 local lua_tostring = tostring

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/connection.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local masterOf, isMaster, lua_tostring, lua_type, sentinel_forget, sentinelMasters
 local redis = require("resty.dlock.redis.client")

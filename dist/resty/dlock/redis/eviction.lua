@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/eviction.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local lua_pairs = pairs
 local ERR = ngx.ERR

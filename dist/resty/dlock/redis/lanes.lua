@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/lanes.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local takeback = require("resty.dlock.redis.takeback")
 local semaphore = require("ngx.semaphore")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/majority.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local pipeline = require("resty.dlock.redis.pipeline")
 local scripts = require("resty.dlock.redis.scripts")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/multiquorum.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local scripts = require("resty.dlock.redis.scripts")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/pipeline.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")

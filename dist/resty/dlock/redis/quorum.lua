@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/quorum.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local votes = require("resty.dlock.redis.majority")
 local fanning = require("resty.dlock.redis.fanout")

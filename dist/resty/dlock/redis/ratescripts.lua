@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/ratescripts.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local script = require("resty.dlock.redis.script")
 local lua_type = type

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/resp.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local lua_tostring
 --- Append the head of a command of n words.

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/roundtrip.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local unreachable, at, lost, sendAll, sendOn, lua_tostring, connect, done, socket, commands, fail
 local check = require("resty.dlock.core.check")

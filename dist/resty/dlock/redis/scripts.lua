@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/scripts.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local base = require("resty.dlock.redis.script")
 _M.hashed = base.hashed

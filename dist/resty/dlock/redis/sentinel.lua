@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/sentinel.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local ask, lua_tonumber, lua_tostring, lua_type, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, masters
 local schema = require("resty.dlock.core.schema")

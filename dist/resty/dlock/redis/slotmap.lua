@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/slotmap.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local redis = require("resty.dlock.redis.client")
 local connection = require("resty.dlock.redis.connection")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/redis/subscriber.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local sync, tell, lua_pairs, lua_tostring, math_max, math_min, ngx_now, update_time, worker_exiting, CHANNEL, HEARTBEAT, SWEEP, IDLE
 local check = require("resty.dlock.core.check")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/status/exposition.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local label, header, topologyLines, lua_pairs, lua_ipairs, str_gsub, str_format, lua_tostring
 local backend = require("resty.dlock.redis.backend")

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/status/meters.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local meter = require("resty.dlock.core.meter")
 local ngx_now = ngx.now

@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/gateway/idempotency/answers.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local stats = require("resty.dlock.gateway.stats")
 local keys = require("resty.dlock.gateway.key")

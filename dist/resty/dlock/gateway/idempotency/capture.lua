@@ -1,4 +1,4 @@
---[[ Generated with https://github.com/TypeScriptToLua/TypeScriptToLua ]]
+-- Generated from src/resty/dlock/gateway/idempotency/capture.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local inflight = require("resty.dlock.gateway.inflight")
 local ledger = require("resty.dlock.core.ledger")

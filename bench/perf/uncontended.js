@@ -4,16 +4,36 @@
 // one by one (1d), and the library's CPU without HTTP (1e).
 "use strict";
 const { spawnSync } = require("node:child_process");
-const { cpuSeconds, machineTicks, machineShares, unstolen } = require("../lib");
+const { children, cpuSeconds, machineTicks, machineShares, sleep, unstolen } = require("../lib");
 const { smoke, beforeRev, wanted, cfg, log, median, fmt } = require("./config");
 const { get, wrk } = require("./http");
 const { quiet } = require("./stores");
 
+// A fresh worker for the nginx whose master is `master` (one worker): SIGHUP,
+// then until the one worker is a new one. A worker keeps the traces LuaJIT
+// recorded first (which loops compiled, where they exit) for its life: in
+// three runs of 2026-11-29 whose rounds each agreed within a few percent,
+// section 1e's ratio to b357923 read 0.73, 0.88 and 1.03. A worker per round
+// makes the rounds samples of that too.
+async function freshWorker(master) {
+  const old = children(master);
+  process.kill(master, "SIGHUP");
+  const end = Date.now() + 15000;
+  for (;;) {
+    const w = children(master);
+    if (w.length === 1 && !old.includes(w[0])) return w[0];
+    if (Date.now() > end) throw new Error(`nginx master ${master}: no fresh worker 15 s after SIGHUP (workers ${w.join(", ")})`);
+    await sleep(20);
+  }
+}
+
 // Section 1e: GET /libcpu (bench/cpu/libcpu.lua) on this checkout's nginx (the
 // one with only /core when it runs, else bench.conf's) and,
 // when it runs, on the old revision's (core_before), interleaved, cfg.rounds
-// times; the medians of their best-of rounds, in µs of the worker's CPU per operation.
-async function measureLibCpu(nowPort, beforePortOrNull) {
+// times, each round on fresh workers; the medians of their best-of rounds, in
+// µs of the worker's CPU per operation. now and before: { port, master }.
+async function measureLibCpu(now, before) {
+  const nowPort = now.port, beforePortOrNull = before ? before.port : null;
   const q = smoke ? "n=40&t=50&r=2" : "n=200&t=50&r=5";
   // "<µs> <per second>"; a reply without the second number (NaN) is an older libcpu.lua's.
   const ask = async (port, what) => {
@@ -23,6 +43,8 @@ async function measureLibCpu(nowPort, beforePortOrNull) {
   };
   const got = { core: [], rate: [], core_before: [] };
   for (let round = 0; round < cfg.rounds; round++) {
+    await freshWorker(now.master);
+    if (before) await freshWorker(before.master);
     got.core.push(await ask(nowPort, "core"));
     if (beforePortOrNull) got.core_before.push(await ask(beforePortOrNull, "core"));
     got.rate.push(await ask(nowPort, "rate"));
@@ -159,7 +181,11 @@ async function runUncontended(prefix, { redisPort, httpPort, beforePort }, lines
   const runs = await rounds(lines, active, up.standalone);
   // 1e. The library's own CPU per operation, without HTTP (bench/cpu/libcpu.lua), now and at the old revision, interleaved.
   let libCpu = null;
-  if (wanted(lines.find((l) => l.id === "core"))) libCpu = await measureLibCpu(alone ? alone.port : httpPort, before && !lines.find((l) => l.id === "core_before").skip ? before.port : null);
+  if (wanted(lines.find((l) => l.id === "core"))) {
+    const now = alone ? { port: alone.port, master: alone.pid } : { port: httpPort, master: up.nginx.pid };
+    const old = before && !lines.find((l) => l.id === "core_before").skip ? { port: before.port, master: before.pid } : null;
+    libCpu = await measureLibCpu(now, old);
+  }
   const ceiling = median(runs.none.map((r) => r.rps));
   const summary = (l) => {
     const rs = runs[l.id];

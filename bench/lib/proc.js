@@ -30,12 +30,12 @@ function children(pid) {
   return r.stdout.split("\n").filter(Boolean).map(Number).filter(alive);
 }
 
-/** Until nginx master has n workers; their pids. */
-async function waitWorkers(master, n = 2, ms = 15000) {
+/** Until nginx master has n workers, none of them in `old` (the workers before a reload); their pids. */
+async function waitWorkers(master, n = 2, ms = 15000, old = []) {
   const end = Date.now() + ms;
   for (;;) {
     const w = children(master);
-    if (w.length === n) return w;
+    if (w.length === n && !w.some((p) => old.includes(p))) return w;
     if (Date.now() > end) throw new Error(`nginx master ${master} has ${w.length} workers, expected ${n}`);
     await sleep(20);
   }

@@ -4,7 +4,7 @@
 // one by one (1d), and the library's CPU without HTTP (1e).
 "use strict";
 const { spawnSync } = require("node:child_process");
-const { children, cpuSeconds, machineTicks, machineShares, sleep, unstolen } = require("../lib");
+const { children, cpuSeconds, machineTicks, machineShares, unstolen, waitWorkers } = require("../lib");
 const { smoke, beforeRev, wanted, cfg, log, median, fmt } = require("./config");
 const { get, wrk } = require("./http");
 const { quiet } = require("./stores");
@@ -18,13 +18,7 @@ const { quiet } = require("./stores");
 async function freshWorker(master) {
   const old = children(master);
   process.kill(master, "SIGHUP");
-  const end = Date.now() + 15000;
-  for (;;) {
-    const w = children(master);
-    if (w.length === 1 && !old.includes(w[0])) return w[0];
-    if (Date.now() > end) throw new Error(`nginx master ${master}: no fresh worker 15 s after SIGHUP (workers ${w.join(", ")})`);
-    await sleep(20);
-  }
+  return (await waitWorkers(master, 1, 15000, old))[0];
 }
 
 // Section 1e: GET /libcpu (bench/cpu/libcpu.lua) on this checkout's nginx (the

@@ -85,7 +85,7 @@ describe("gateway guards", function()
     assert.equal(200, get("/number_key?key=number").status)
     assert.equal(1, hits("number"))
     assert.is_true(counters("number_key").key_errors >= 1)
-    h.eventually(2, function() return lines("guard number_key: no key: the key function returned a number") >= 1 end)
+    assert.is_true(h.eventually(2, function() return lines("guard number_key: no key: the key function returned a number") >= 1 end))
     assert.is_truthy(n.error_log():find("let through unguarded (on_error = \"allow\")", 1, true))
   end)
 
@@ -150,7 +150,7 @@ describe("gateway guards", function()
     assert.equal(1, hits("rw-sub"))
     -- Released when the request ends (its log phase, after the response: a request sent the moment
     -- the response arrives may still find the key taken): free again soon after.
-    h.eventually(1, function() return get("/main-rewrite?key=rw-main").status == 200 end)
+    assert.is_true(h.eventually(1, function() return get("/main-rewrite?key=rw-main").status == 200 end))
   end)
 
   it("with lua_check_client_abort on, give up a waiter's place when its client leaves: the next waiter gets the key as soon as it is free", function()

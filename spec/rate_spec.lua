@@ -501,6 +501,19 @@ describe("gateway mode rate with on_error = local", function()
     end)
   end
 
+  it("refuse a request whose key cannot be computed with on_error = local (rate and lock guards), saying why in the log", function()
+    for _, name in ipairs({ "rate_nokey", "conc_nokey" }) do
+      local path = name == "rate_nokey" and "/g/" or "/l/"
+      for _ = 1, 3 do
+        assert.equal(503, assert(h.http(a.port, path .. name .. "?key=k")).status)
+      end
+      assert.is_true(h.eventually(2, function()
+        return a.error_log():find("guard " .. name .. ": no key: the key function raised: [^\n]*no key today[^\n]*" ..
+          "refused with 503 %(on_error = \"local\": a key error is not Redis failing%)") ~= nil
+      end), name)
+    end
+  end)
+
   it("refuse on_error = local without fleet, and fleet without on_error = local, for lock guards too", function()
     local gateway = require "resty.dlock.gateway"
     local o = { mode = "concurrency", permits = 3, key = "$arg_k", on_error = "local", redis = h.redis_opts() }
@@ -706,4 +719,6 @@ h.check_error_logs({ { "connect%(%) failed %(111: Connection refused%)", max = 1
   { "dlock: guard fallback: redis 127%.0%.0%.1:%d+: [^\n]*timeout", max = 40 },
   { "dlock: guard fallback: Redis keeps failing", max = 8 },
   { "dlock: guard %a+_local: redis 127%.0%.0%.1:%d+: [^\n]*timeout", max = 60 },
-  { "dlock: guard %a+_local: Redis keeps failing", max = 16 } })
+  { "dlock: guard %a+_local: Redis keeps failing", max = 16 },
+  -- The key functions of the *_nokey guards raise: one line per worker and interval.
+  { "dlock: guard %a+_nokey: no key: the key function raised", max = 8 } })

@@ -12,7 +12,9 @@ local ngx_exit = ngx.exit
 local math_max = math.max
 local math_ceil = math.ceil
 local lua_pairs = pairs
---- What a guard's log lines say it does when Redis fails: "refused with 503 (on_error = \"deny\")".
+--- What a guard's log lines say it does with a request whose key could not be
+-- computed: "refused with 503 (on_error = \"deny\")". on_error decides it, but
+-- "local" refuses: a key error is the operator's, and no share of a limit applies.
 function _M.errorWhat(onError, errorStatus)
     if onError == "local" then
         return "refused with " .. lua_tostring(errorStatus) .. " (on_error = \"local\": a key error is not Redis failing)"

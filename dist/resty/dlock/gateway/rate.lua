@@ -221,7 +221,7 @@ function _M.create(o, name)
         _items = items,
         _parts = {},
         _missingWhat = shared.missingWhat(onMissing, missingStatus),
-        _errorWhat = onError == "allow" and "let through unguarded (on_error = \"allow\")" or "refused with " .. lua_tostring(o.error_status) .. " (on_error = \"" .. onError .. "\")",
+        _errorWhat = shared.errorWhat(onError, o.error_status),
         _onMissing = onMissing,
         _onError = onError,
         _shares = shares,

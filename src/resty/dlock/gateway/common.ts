@@ -15,7 +15,11 @@ const math_max = math.max;
 const math_ceil = math.ceil;
 const lua_pairs = pairs;
 
-/** What a guard's log lines say it does when Redis fails: "refused with 503 (on_error = \"deny\")". */
+/**
+ * What a guard's log lines say it does with a request whose key could not be
+ * computed: "refused with 503 (on_error = \"deny\")". on_error decides it, but
+ * "local" refuses: a key error is the operator's, and no share of a limit applies.
+ */
 export function errorWhat(onError: "allow" | "deny" | "local", errorStatus: number): string {
   if (onError === "local") return "refused with " + lua_tostring(errorStatus) + " (on_error = \"local\": a key error is not Redis failing)";
   return onError === "deny" ? "refused with " + lua_tostring(errorStatus) + " (on_error = \"deny\")"

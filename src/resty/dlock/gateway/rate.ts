@@ -231,8 +231,7 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
     name, mode: "rate" as const, _dict: dict, _key: key, _conf: conf, _prefix: prefix, _limits: ls, _cost: cost as number,
     _policy: headersOn ? policyOf(ls) : undefined, _items: items, _parts: [] as string[],
     _missingWhat: shared.missingWhat(onMissing as "pass" | "reject", missingStatus),
-    _errorWhat: onError === "allow" ? "let through unguarded (on_error = \"allow\")"
-      : "refused with " + lua_tostring(o.error_status) + " (on_error = \"" + onError + "\")",
+    _errorWhat: shared.errorWhat(onError, o.error_status),
     _onMissing: onMissing as "pass" | "reject", _onError: onError, _shares: shares,
     _probeFor: (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1, _rejectStatus: rejectStatus,
     _missingStatus: missingStatus, _errorStatus: o.error_status, _headers: o.headers,

@@ -55,7 +55,8 @@ export interface Locks {
   /** (multikey) Several keys, all or nothing: one lease (core/multi.ts). */
   acquire_all(keys: string[], opts?: LuaTable<string, unknown>): multi.AcquireAllResult;
   held(): ledger.HeldLease[];
-  with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
+  with(key: string, opts: LuaTable<string, unknown> | undefined,
+    fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
 }
 
 // Locks wait in line (scripts.ts): first come, first served across the fleet.

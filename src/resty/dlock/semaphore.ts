@@ -41,10 +41,13 @@ export interface Semaphore {
   readonly _store: lease.Store;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
-  with(key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
+  with(key: string, opts: LuaTable<string, unknown> | undefined,
+    fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
 }
 
-const PERMIT: lease.Kind = { acquire: scripts.SEM_ACQUIRE, release: scripts.SEM_RELEASE, extend: scripts.SEM_EXTEND, shared: true, fenced: false, drop: undefined };
+const PERMIT: lease.Kind = {
+  acquire: scripts.SEM_ACQUIRE, release: scripts.SEM_RELEASE, extend: scripts.SEM_EXTEND, shared: true, fenced: false, drop: undefined,
+};
 
 const semaphoreMethods = {
   /**

@@ -43,7 +43,9 @@ _M.PERMITS = {
 }
 --- A lua_shared_dict by name: the dict itself is what the factory keeps.
 _M.DICT = {name = "dict", kind = "check", check = check.sharedDict, required = true}
---- The `redis` table (redis/client.ts declares its options), with the backend that will serve it (redis/backend.ts); the eviction finding is kept in the dict checked before it.
+--- The `redis` table (redis/client.ts declares its options), with the backend
+-- that will serve it (redis/backend.ts); the eviction finding is kept in the
+-- dict checked before it.
 _M.REDIS = {
     name = "redis",
     kind = "check",

@@ -40,7 +40,11 @@ export const PERMITS: schema.IntegerSpec = {
 /** A lua_shared_dict by name: the dict itself is what the factory keeps. */
 export const DICT: schema.CheckSpec = { name: "dict", kind: "check", check: check.sharedDict, required: true };
 
-/** The `redis` table (redis/client.ts declares its options), with the backend that will serve it (redis/backend.ts); the eviction finding is kept in the dict checked before it. */
+/**
+ * The `redis` table (redis/client.ts declares its options), with the backend
+ * that will serve it (redis/backend.ts); the eviction finding is kept in the
+ * dict checked before it.
+ */
 export const REDIS: schema.CheckSpec = {
   name: "redis", kind: "check", doc: "local Redis",
   check: (v, out) => backend.parse(v, out.get("dict") as NgxSharedDict | undefined),
@@ -172,7 +176,8 @@ function within(v: unknown, min: number, max: number): boolean {
  * trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
  * which says what is wrong in the words of every other option table.
  */
-export function acquire(store: lease.Store, key: unknown, opts: unknown, sharable: boolean): LuaMultiReturn<[string | undefined, string | number, number, boolean, lease.OnLost | undefined, boolean]> {
+export function acquire(store: lease.Store, key: unknown, opts: unknown, sharable: boolean):
+  LuaMultiReturn<[string | undefined, string | number, number, boolean, lease.OnLost | undefined, boolean]> {
   const [k, kerr] = check_str("key", key, MAX_KEY);
   if (k === undefined) return $multi(undefined, kerr!, 0, false, undefined, false);
   if (opts === undefined) return $multi(k, store.ttl, store.wait, false, undefined, false);
@@ -236,7 +241,8 @@ export function keyList(keys: unknown): LuaMultiReturn<[string[] | undefined, st
 }
 
 /** keys, ttl, wait, renew, on_lost of an acquire_all, with the factory's defaults; nil and the error (in place of ttl). */
-export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): LuaMultiReturn<[string[] | undefined, string | number, number, boolean, lease.OnLost | undefined]> {
+export function acquireAll(store: lease.Store, keys: unknown, opts: unknown):
+  LuaMultiReturn<[string[] | undefined, string | number, number, boolean, lease.OnLost | undefined]> {
   const [list, lerr] = keyList(keys);
   if (list === undefined) return $multi(undefined, lerr!, 0, false, undefined);
   if (opts === undefined) return $multi(list, store.ttl, store.wait, false, undefined);

@@ -150,7 +150,8 @@ function answered(n: number, ls: Limits, cost: number): LuaTable<number, number>
  * fault when Redis failed. The reply of a lone limit is refilled by the next
  * decision: read it before yielding.
  */
-export function decide(conf: redis.RedisConf, rkey: string, ls: Limits, mode: string, cost: number): LuaMultiReturn<[LuaTable<number, number> | undefined, string | undefined, backend.Fault | undefined]> {
+export function decide(conf: redis.RedisConf, rkey: string, ls: Limits, mode: string, cost: number):
+  LuaMultiReturn<[LuaTable<number, number> | undefined, string | undefined, backend.Fault | undefined]> {
   const a = ls.args;
   const one = ls.interval !== undefined;
   let res: RedisValue | undefined;

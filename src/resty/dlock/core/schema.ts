@@ -9,7 +9,9 @@
 import * as check from "./check";
 import * as values from "./schema/values";
 
-export type { Node, Validator, Check, Rule, Spec, IntegerSpec, StringSpec, BooleanSpec, EnumSpec, FunctionSpec, NodesSpec, TableSpec, CheckSpec } from "./schema/values";
+export type {
+  Node, Validator, Check, Rule, Spec, IntegerSpec, StringSpec, BooleanSpec, EnumSpec, FunctionSpec, NodesSpec, TableSpec, CheckSpec,
+} from "./schema/values";
 export const node = values.node;
 type Spec = values.Spec;
 type Rule = values.Rule;

@@ -43,7 +43,8 @@ function finish(this: void, l: lease.Lease, ...pcalled: unknown[]): LuaMultiRetu
  * Returns fn's results, or nil, err when the lease was not acquired, fn
  * raised, or the release failed.
  */
-export function withLease(this: Acquirer, key: string, opts: LuaTable<string, unknown> | undefined, fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]> {
+export function withLease(this: Acquirer, key: string, opts: LuaTable<string, unknown> | undefined,
+  fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]> {
   if (lua_type(fn) !== "function") {
     return check.fail("with needs a function", fn);
   }

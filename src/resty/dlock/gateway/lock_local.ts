@@ -67,7 +67,8 @@ export function register(g: guard.Guard): void {
 const SWEEP = 256;
 
 /** The local share of a guard of mode `mode` with `permits`, for `fleet` nginx; nil and the error for a bad fleet. */
-export function create(mode: string, permits: number, fleet: unknown, name: string, ttlMs: number, callMs: number): LuaMultiReturn<[Local | undefined, string | undefined]> {
+export function create(mode: string, permits: number, fleet: unknown, name: string, ttlMs: number, callMs: number):
+  LuaMultiReturn<[Local | undefined, string | undefined]> {
   const [n, err] = check.integer("fleet", fleet, 1, 10000,
     "a positive integer with on_error = \"local\" (how many nginx share the " + (mode === "mutex" ? "lock" : "permits") + ")");
   if (n === undefined) return $multi(undefined, err);
@@ -104,7 +105,8 @@ function take(g: guard.Guard, l: Local, k: string): string | undefined {
  * a slot (released by finish()), or refuse it with the guard's reject_status
  * once `wait` ran out.
  */
-export function access(g: guard.Guard, l: Local, k: string, refuse: (this: void, g: guard.Guard, status: number, retryAfterMs: number | undefined) => void): void {
+export function access(g: guard.Guard, l: Local, k: string,
+  refuse: (this: void, g: guard.Guard, status: number, retryAfterMs: number | undefined) => void): void {
   const a = request.anchor();
   const rid = a && a.id;
   if (rid !== undefined) {

@@ -73,7 +73,10 @@ export function laneOf(conf: redis.RedisConf): Lane | undefined {
   if (l === undefined) {
     const [work] = sem_new(0);
     if (work === undefined) return undefined;
-    l = { conf, direct: new LuaTable(), acquires: new LuaTable(), watching: false, slots: 0, batching: 0, open: undefined, senders: 0, idle: 0, work, spare: new LuaTable(), spares: 0, loaded: 0, batched: 0, batches: 0 };
+    l = {
+      conf, direct: new LuaTable(), acquires: new LuaTable(), watching: false, slots: 0, batching: 0, open: undefined,
+      senders: 0, idle: 0, work, spare: new LuaTable(), spares: 0, loaded: 0, batched: 0, batches: 0,
+    };
     lanes.set(conf, l);
   }
   return l;

@@ -156,7 +156,8 @@ export function option(spec: Spec, label: string): Option {
 export const NONE = new LuaTable<AnyNotNil, unknown>();
 
 /** A misspelt name is an error, never a silently ignored option: the name of the first unknown key, if any. */
-export function stranger<V>(given: LuaTable<AnyNotNil, unknown>, byName: LuaTable<string, V>, elsewhere: LuaTable<string, string> | undefined): LuaMultiReturn<[boolean, unknown]> {
+export function stranger<V>(given: LuaTable<AnyNotNil, unknown>, byName: LuaTable<string, V>,
+  elsewhere: LuaTable<string, string> | undefined): LuaMultiReturn<[boolean, unknown]> {
   for (const [k] of lua_pairs(given)) {
     if (lua_type(k) !== "string" || (!byName.has(k as string) && (elsewhere === undefined || !elsewhere.has(k as string)))) {
       return $multi(true, k);

@@ -194,19 +194,6 @@ describe("redis.sentinel failovers of shared locks and sets", function()
       replicas = replicas, connect_timeout = 300, read_timeout = 500 } }))
   end
 
-  --- Call fn until Redis decides (a lease, or busy/timeout): the first calls after a failover may meet the
-  --- demoted master (READONLY) or a connection the dead one left. Its results and when they came.
-  local function decided(seconds, fn)
-    local deadline = h.now() + seconds
-    local lease, err, retry
-    repeat
-      lease, err, retry = fn()
-      if lease or err == "busy" or err == "timeout" then return lease, err, retry, h.now() end
-      ngx.sleep(0.05)
-    until h.now() > deadline
-    return lease, err, retry, h.now()
-  end
-
   it("keeps a reader's lease (replicas = 1) through a failover: the new master holds it, refuses a writer until it is " ..
      "released, and takes readers and writers within a few seconds", function()
     local prefix = h.unique("rwfail")
@@ -223,13 +210,13 @@ describe("redis.sentinel failovers of shared locks and sets", function()
     assert.equal(MARK, h.cmd(new, "get", rkey))
     assert.same({ reader.token }, h.cmd(new, "zrange", rkey .. ":readers", 0, -1))
     -- A writer is refused by the reader the new master holds, with that reader's time left.
-    local w, err, retry, at = decided(5, function() return l:acquire("doc", { wait = 0 }) end)
+    local w, err, retry, at = h.decided(5, function() return l:acquire("doc", { wait = 0 }) end)
     assert.is_nil(w, "a writer got in beside a reader taken before the failover")
     assert.equal("busy", err)
     assert.is_true(retry > 20000, tostring(retry))
     assert.is_true(at - t0 < 5, "Redis decided " .. (at - t0) .. " s after the failover")
     -- A second reader joins it there, and a writer waiting in line gets in once both are gone.
-    local second = assert(decided(2, function() return l:acquire("doc", { shared = true, ttl = 30000, wait = 0 }) end))
+    local second = assert(h.decided(2, function() return l:acquire("doc", { shared = true, ttl = 30000, wait = 0 }) end))
     local inside = h.cmd(new, "zrange", rkey .. ":readers", 0, -1)
     table.sort(inside)
     local want = { reader.token, second.token }
@@ -324,17 +311,17 @@ describe("redis.sentinel failovers of shared locks and sets", function()
     local t0 = h.now()
     for _, k in ipairs({ "a", "b", "c" }) do assert.equal(lease.token, h.cmd(new, "get", prefix .. k)) end
     -- A single-key acquire of one of its keys is busy; so is a set sharing one, which takes nothing.
-    local single, err, _, at = decided(5, function() return l:acquire("b", { wait = 0 }) end)
+    local single, err, _, at = h.decided(5, function() return l:acquire("b", { wait = 0 }) end)
     assert.is_nil(single, "a single-key lock got in beside a set taken before the failover")
     assert.equal("busy", err)
     assert.is_true(at - t0 < 5, "Redis decided " .. (at - t0) .. " s after the failover")
-    local other, oerr = decided(2, function() return l:acquire_all({ "d", "c" }, { wait = 0 }) end)
+    local other, oerr = h.decided(2, function() return l:acquire_all({ "d", "c" }, { wait = 0 }) end)
     assert.is_nil(other)
     assert.equal("busy", oerr)
     assert.equal(ngx.null, h.cmd(new, "get", prefix .. "d"))
     -- Sets go on there: a new one is taken, extended and released; the old one is released on the new master.
     -- (Not extended: with replicas = 1 its extend waits for a replica the new master may not have yet.)
-    local fresh = assert(decided(2, function() return l:acquire_all({ "e", "d" }, { ttl = 5000, wait = 0 }) end))
+    local fresh = assert(h.decided(2, function() return l:acquire_all({ "e", "d" }, { ttl = 5000, wait = 0 }) end))
     assert.equal(fresh.token, h.cmd(new, "get", prefix .. "d"))
     assert.equal(fresh.token, h.cmd(new, "get", prefix .. "e"))
     assert.is_true(fresh:extend(20000))

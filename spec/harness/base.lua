@@ -42,11 +42,16 @@ end
 -- Per port, the password a server was started with (--requirepass): specs
 -- administer it with that, as its operator would.
 local passwords = {}
+-- Per TLS port, the plaintext port of the same server: specs name a server by the
+-- port the sentinels or its replicas name, and administer it in plaintext.
+local plaintext = {}
 
 _M.passwords = passwords
+_M.plaintext = plaintext
 
 --- One raw Redis command on a fresh connection (not through dlock).
 function _M.cmd(port, name, ...)
+  port = plaintext[port] or port
   local red = redis:new()
   red:set_timeout(2000)
   local ok, err = red:connect("127.0.0.1", port or env.redis_port)
@@ -137,6 +142,20 @@ function _M.eventually(s, fn)
     ngx.sleep(0.01)
   end
   return fn()
+end
+
+--- Call fn until Redis decides: a lease (or any first result), or "busy", "timeout" or "rejected". The first
+--- calls after a failover may meet the demoted master (READONLY) or a connection the old one left. fn's first
+--- three results, and when they came (h.now()).
+function _M.decided(seconds, fn)
+  local deadline = _M.now() + seconds
+  local a, err, c
+  repeat
+    a, err, c = fn()
+    if a or err == "busy" or err == "timeout" or err == "rejected" then return a, err, c, _M.now() end
+    ngx.sleep(0.05)
+  until _M.now() > deadline
+  return a, err, c, _M.now()
 end
 
 --- Load: fn(i) called again and again in n light threads until `seconds` have passed

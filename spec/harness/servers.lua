@@ -67,6 +67,7 @@ function _M.start_redis(port, ...)
     "--pidfile %s/redis.pid --logfile %s/redis.log %s", port, dir, dir, dir, extra)))
   local pid = started(dir .. "/redis.pid", port, "redis-server")
   local r = { port = port, pid = pid, dir = dir, tls_port = tonumber(extra:match("%-%-tls%-port (%d+)")) }
+  if r.tls_port then h.plaintext[r.tls_port] = port end
   function r.signal(sig) return h.sh("kill -" .. sig .. " " .. pid) end
   function r.stop() return h.stop_pid(pid, "TERM") end
   return r
@@ -76,23 +77,57 @@ end
 --- naming it `name` ("locks" unless told): { master, replicas = {...}, sentinels = {...},
 --- nodes() ("host:port" of the sentinels), master_port() (as the first live sentinel
 --- names it), failover() (SENTINEL FAILOVER, once the sentinels take it; the new
---- master's port), stop() }. The replicas are linked before the sentinels start, so
---- the sentinels know them from their first look at the master.
+--- master's port), stop() }.
+--- The replicas are linked before the sentinels start, so the sentinels know them
+--- from their first look at the master. As production runs it, when told:
+--- opts.password: every server's requirepass (masterauth, and the sentinels'
+--- auth-pass), opts.user = { name, password }: an ACL user besides;
+--- opts.sentinel_password: the sentinels' own requirepass (and sentinel-pass,
+--- to talk to each other); opts.tls: replication, the sentinels and the ports they
+--- name are TLS (each server keeps a plaintext port for the specs' own commands).
 function _M.start_sentinel_set(opts)
   opts = opts or {}
   local name, n = opts.name or "locks", opts.replicas or 1
   local s = { sentinels = {}, replicas = {} }
-  s.master = _M.start_redis(nil, "--repl-diskless-sync-delay 0")
-  s.replicas = h.parallel(n, function()
-    return _M.start_redis(nil, "--replicaof 127.0.0.1 " .. s.master.port, "--repl-diskless-sync-delay 0")
-  end)
+  local common = { "--repl-diskless-sync-delay 0" }
+  if opts.password then
+    common[#common + 1] = "--requirepass " .. opts.password
+    common[#common + 1] = "--masterauth " .. opts.password
+  end
+  if opts.user then
+    common[#common + 1] = "--user " .. opts.user.name .. " on '>" .. opts.user.password .. "' '~*' '&*' '+@all'"
+  end
+  local function server(...)
+    local args = { ... }
+    for _, a in ipairs(common) do args[#args + 1] = a end
+    if opts.tls then
+      for _, a in ipairs(_M.tls_args()) do args[#args + 1] = a end
+    end
+    return _M.start_redis(nil, unpack(args))
+  end
+  -- Where the others reach a server: its TLS port under TLS.
+  local function named(r) return opts.tls and r.tls_port or r.port end
+  s.master = server()
+  s.replicas = h.parallel(n, function() return server("--replicaof 127.0.0.1 " .. named(s.master)) end)
   assert(h.eventually(5, function()
     for _, r in ipairs(s.replicas) do
       if not (h.cmd(r.port, "info", "replication") or ""):find("master_link_status:up", 1, true) then return false end
     end
     return true
   end), "the replicas did not link to their master")
-  for i = 1, 3 do s.sentinels[i] = _M.start_sentinel(name, s.master.port) end
+  local conf = {}
+  if opts.tls then
+    -- A TLS port of its own, and TLS to the servers and the other sentinels.
+    for _, a in ipairs(_M.tls_args()) do conf[#conf + 1] = (a:gsub("^%-%-", "")) end
+  end
+  if opts.password then conf[#conf + 1] = "sentinel auth-pass " .. name .. " " .. opts.password end
+  if opts.sentinel_password then conf[#conf + 1] = "sentinel sentinel-pass " .. opts.sentinel_password end
+  for i = 1, 3 do
+    -- Each its own TLS port (tls_args() picks a free one per call).
+    local c = table.concat(conf, "\n")
+    if opts.tls then c = c:gsub("tls%-port %d+", "tls-port " .. free_port()) end
+    s.sentinels[i] = _M.start_sentinel(name, named(s.master), { conf = c, password = opts.sentinel_password })
+  end
   -- The sentinels know each other and the replicas after a few hellos.
   local want = "slaves=" .. n .. ",sentinels=3"
   assert(h.eventually(10, function()
@@ -100,9 +135,12 @@ function _M.start_sentinel_set(opts)
   end), "the sentinels did not find the replicas and each other")
   function s.nodes()
     local out = {}
-    for i, x in ipairs(s.sentinels) do out[i] = "127.0.0.1:" .. x.port end
+    for i, x in ipairs(s.sentinels) do
+      out[i] = "127.0.0.1:" .. (opts.tls and tonumber(read_file(x.dir .. "/sentinel.conf"):match("tls%-port (%d+)")) or x.port)
+    end
     return out
   end
+
   function s.master_port()
     for _, x in ipairs(s.sentinels) do
       local addr = h.cmd(x.port, "sentinel", "get-master-addr-by-name", name)
@@ -145,7 +183,12 @@ local function replicated_once(port, n)
   local value = tostring(next_seq())
   local red = redis:new()
   red:set_timeout(1000)
+  port = h.plaintext[port] or port
   if not red:connect("127.0.0.1", port) then return false end
+  if passwords[port] and not red:auth(passwords[port]) then
+    red:close()
+    return false
+  end
   local ok = red:set("dlock-spec:replicated", value)
   local acked = ok and red:wait(n, 100)
   local info = red:info("replication")

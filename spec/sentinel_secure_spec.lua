@@ -1,0 +1,170 @@
+-- redis.sentinel as production runs it: TLS everywhere (ssl_verify against the
+-- servers' CA), every server with a password and an ACL user for the locks,
+-- sentinels that want a password of their own and speak TLS to each other, and
+-- a master that fails over. Locks, readers, permits and rate limits taken
+-- before a failover are on the new master (replicas = 1), and the library
+-- finds it through the same credentials without a reload; the same through an
+-- operator's nginx.conf of guards (nginx/spec-secure.conf), over HTTP.
+local h = require "helpers"
+local dlock = require "resty.dlock"
+
+local PASSWORD = "default-secret-1"
+local USER = { name = "locker", password = "acl-secret-2" }
+local SENTINEL_PASSWORD = "sentinel-secret-3"
+
+describe("redis.sentinel with TLS (ssl_verify), an ACL user and sentinels with a password of their own", function()
+  local set
+
+  setup(function()
+    set = h.start_sentinel_set({ name = "secure", replicas = 2, tls = true, password = PASSWORD, user = USER,
+      sentinel_password = SENTINEL_PASSWORD })
+  end)
+  teardown(function() if set then set.stop() end end)
+
+  local function redis(extra)
+    local o = { sentinel = { master = "secure", nodes = set.nodes(), password = SENTINEL_PASSWORD },
+      username = USER.name, password = USER.password, ssl = true, ssl_verify = true, server_name = "localhost",
+      connect_timeout = 500, read_timeout = 1000 }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return o
+  end
+
+  it("names the master's TLS port, and takes a lock there over TLS as the ACL user", function()
+    local master = set.master_port()   -- h.cmd reaches it on its plaintext port, as an operator's redis-cli would
+    assert.equal(set.master.tls_port, master)
+    local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("secure"), redis = redis() }))
+    local lease = assert(l:acquire("k", { ttl = 5000 }))
+    assert.equal(lease.token, h.cmd(master, "get", l.prefix .. "k"))
+    -- The lock's connections are the ACL user's (CLIENT LIST names the user of each connection).
+    assert.matches("user=" .. USER.name, h.cmd(master, "client", "list"))
+    assert.is_true(lease:release())
+    assert.equal(0, h.cmd(master, "exists", l.prefix .. "k"))
+  end)
+
+  it("refuses a wrong sentinel password, naming the sentinels asked and never the secret", function()
+    local o = redis()
+    o.sentinel.password = "wrong-sentinel-secret"
+    local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("secure"), redis = o }))
+    local lease, err = l:acquire("k")
+    assert.is_nil(lease)
+    assert.matches("^dlock: redis sentinel secure: no sentinel named the master", err)
+    assert.matches("WRONGPASS", err)
+    assert.is_nil(err:find("wrong-sentinel-secret", 1, true), err)
+  end)
+
+  it("keeps a lock, a reader, a permit and a full rate limit taken before a failover (replicas = 1): the new master " ..
+     "holds each and refuses past it, and every kind works there within a few seconds, under the same credentials", function()
+    local prefix = h.unique("securefail")
+    local acked = redis({ replicas = 1 })
+    local locks = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = acked }))
+    local sems = assert(require("resty.dlock.semaphore").new({ dict = "dlock", prefix = prefix .. "s:", permits = 1,
+      redis = acked }))
+    local lim = assert(require("resty.dlock.rate").new({ dict = "dlock", prefix = prefix .. "r:", rate = 2,
+      period = 60000, redis = acked }))
+    local old = set.master_port()
+    assert.is_true(h.wait_replicated(old, 15, 2), "the replicas do not acknowledge the master's writes")
+
+    local lock = assert(locks:acquire("lock", { ttl = 30000 }))
+    local reader = assert(locks:acquire("doc", { shared = true, ttl = 30000 }))
+    local permit = assert(sems:acquire("pool", { ttl = 30000 }))
+    for i = 1, 2 do assert.equal(0, (lim:incoming("client", true)), "request " .. i) end
+
+    local new = set.failover()
+    local t0 = h.now()
+    assert.is_true(new ~= old)
+    assert.equal(lock.token, h.cmd(new, "get", prefix .. "lock"))
+
+    -- Each held before is refused beside on the new master, through TLS and the ACL user.
+    local other = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = redis() }))
+    local l2, err, _, at = h.decided(10, function() return other:acquire("lock", { wait = 0 }) end)
+    assert.is_nil(l2, "a second holder got in after the failover")
+    assert.equal("busy", err)
+    assert.is_true(at - t0 < 5, "Redis decided " .. (at - t0) .. " s after the sentinels named the new master")
+    assert.is_nil(select(1, other:acquire("doc", { wait = 0 })), "a writer got in beside the reader")
+    assert.is_nil(select(1, sems:acquire("pool", { wait = 0 })), "a second permit of one")
+    local delay, why = lim:incoming("client", false)
+    assert.is_nil(delay, "the rate limit's state was lost in the failover")
+    assert.equal("rejected", why)
+
+    -- Given back there, and taken again.
+    assert.is_true(lock:release())
+    assert.is_true(reader:release())
+    assert.is_true(permit:release())
+    assert.equal(0, h.cmd(new, "exists", prefix .. "lock"))
+    local again = assert(other:acquire("lock", { ttl = 5000 }))
+    assert.equal(again.token, h.cmd(new, "get", prefix .. "lock"))
+    assert.is_true(again:release())
+    -- A permit acknowledged by a replica again once the sentinels moved the other replica over (refused until then:
+    -- "only 0 of 1 replica(s) acknowledged", and released).
+    assert.is_true(h.wait_replicated(new, 15), "no replica of the new master acknowledges its writes")
+    assert.is_true(assert(sems:acquire("pool", { ttl = 5000, wait = 0 })):release())
+
+    -- The status page names the new master, reached over TLS.
+    local ep = assert(require("resty.dlock.status").report()).topology["sentinel secure"]
+    assert.equal("sentinel", ep.kind)
+    assert.equal("127.0.0.1:" .. new, ep.master)
+    assert.is_true(ep.tls)
+  end)
+end)
+
+describe("an operator's nginx.conf of gateway guards on that Sentinel set", function()
+  local set, n, backend
+
+  setup(function()
+    backend = h.free_port()
+    set = h.start_sentinel_set({ name = "gateway", replicas = 2, tls = true, password = PASSWORD, user = USER,
+      sentinel_password = SENTINEL_PASSWORD })
+    local nodes = set.nodes()
+    n = h.start_nginx("spec-secure.conf", { BACKEND_PORT = backend, TLS_CA = h.env.prefix .. "/tls/ca.pem",
+      MASTER = "gateway", SENTINEL_1 = nodes[1], SENTINEL_2 = nodes[2], SENTINEL_3 = nodes[3],
+      SENTINEL_PASSWORD = SENTINEL_PASSWORD,
+      ACL_USER = USER.name, ACL_PASSWORD = USER.password })
+  end)
+  teardown(function()
+    if n then n.stop() end
+    if set then set.stop() end
+  end)
+
+  local function get(path) return assert(h.http(n.port, path, { timeout = 15000 })) end
+
+  it("keeps a request's permit and a client's used-up rate through a failover: refused on the new master as before, " ..
+     "the permit given back there when the request ends", function()
+    assert.is_true(h.wait_replicated(set.master_port(), 15, 2), "the replicas do not acknowledge the master's writes")
+    -- A request holds the one permit of key c for 8 s, past a slow failover (once it is in the backend, a second
+    -- request of c is refused); a client uses up its 2 per minute.
+    local holder = ngx.thread.spawn(get, "/g/one_at_a_time?key=c&ms=8000")
+    local function in_flight(key) return tonumber(assert(h.http(backend, "/stats?key=" .. key)).body:match("(%d+)%s*$")) end
+    assert.is_true(h.eventually(2, function() return in_flight("c") == 1 end), "the holder never reached the backend")
+    assert.equal(429, get("/g/one_at_a_time?key=c").status)
+    assert.equal(200, get("/g/per_minute?key=r").status)
+    assert.equal(200, get("/g/per_minute?key=r").status)
+    assert.equal(429, get("/g/per_minute?key=r").status)
+
+    local old = set.master_port()
+    local new = set.failover()
+    assert.is_true(new ~= old)
+    -- Until the workers find the new master a request may meet the demoted one: refused with error_status, never let
+    -- through. Then Redis decides again, with what the old master held.
+    local status
+    assert.is_true(h.eventually(5, function()
+      status = get("/g/one_at_a_time?key=c").status
+      assert.is_true(status == 429 or status == 503, "a second request got status " .. status)
+      return status == 429
+    end), "the guard did not decide on the new master within 5 s: " .. tostring(status))
+    local rs = get("/g/per_minute?key=r").status
+    assert.is_true(rs == 429 or rs == 503, "the rate limit let a client through after the failover: " .. rs)
+    assert.is_true(h.eventually(5, function() return get("/g/per_minute?key=r").status == 429 end))
+
+    -- The holder's request ends; its permit goes back to the new master (the release sent from the log phase), and
+    -- the next request of c gets in (its acquire acknowledged by the replica the sentinels moved over).
+    local ok, res = ngx.thread.wait(holder)
+    assert.is_true(ok)
+    assert.equal(200, res.status)
+    assert.is_true(h.wait_replicated(new, 15), "no replica of the new master acknowledges its writes")
+    assert.is_true(h.eventually(3, function() return get("/g/one_at_a_time?key=c").status == 200 end))
+    assert.equal(0, h.cmd(new, "zcard", "dlock:gw:one_at_a_time:c"))
+  end)
+end)
+
+-- Failovers with every credential in place log nothing at error level.
+h.check_error_logs({})

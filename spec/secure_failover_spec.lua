@@ -127,6 +127,8 @@ describe("an operator's nginx.conf of gateway guards on that Sentinel set", func
   end)
 
   local function get(path) return assert(h.http(n.port, path, { timeout = 15000 })) end
+  --- Requests of `key` in the backend now.
+  local function in_flight(key) return tonumber(assert(h.http(backend, "/stats?key=" .. key)).body:match("(%d+)%s*$")) end
 
   it("keeps a request's permit and a client's used-up rate through a failover: refused on the new master as before, " ..
      "the permit given back there when the request ends", function()
@@ -134,7 +136,6 @@ describe("an operator's nginx.conf of gateway guards on that Sentinel set", func
     -- A request holds the one permit of key c for 8 s, past a slow failover (once it is in the backend, a second
     -- request of c is refused); a client uses up its 2 per minute.
     local holder = ngx.thread.spawn(get, "/g/one_at_a_time?key=c&ms=8000")
-    local function in_flight(key) return tonumber(assert(h.http(backend, "/stats?key=" .. key)).body:match("(%d+)%s*$")) end
     assert.is_true(h.eventually(2, function() return in_flight("c") == 1 end), "the holder never reached the backend")
     assert.equal(429, get("/g/one_at_a_time?key=c").status)
     assert.equal(200, get("/g/per_minute?key=r").status)
@@ -164,6 +165,21 @@ describe("an operator's nginx.conf of gateway guards on that Sentinel set", func
     assert.is_true(h.wait_replicated(new, 15), "no replica of the new master acknowledges its writes")
     assert.is_true(h.eventually(3, function() return get("/g/one_at_a_time?key=c").status == 200 end))
     assert.equal(0, h.cmd(new, "zcard", "dlock:gw:one_at_a_time:c"))
+  end)
+
+  it("decides the same after nginx -s reload: new workers find the master through the sentinels, with every " ..
+     "credential, and the used-up rate stays used up", function()
+    local old = n.workers()
+    assert.is_true(n.reload())
+    assert.is_true(n.replaced(old, 2))
+    assert.equal(429, get("/g/per_minute?key=r").status)
+    assert.equal(200, get("/g/per_minute?key=fresh").status)
+    local holder = ngx.thread.spawn(get, "/g/one_at_a_time?key=after&ms=1000")
+    assert.is_true(h.eventually(2, function() return in_flight("after") == 1 end), "the holder never reached the backend")
+    assert.equal(429, get("/g/one_at_a_time?key=after").status)
+    local ok, res = ngx.thread.wait(holder)
+    assert.is_true(ok)
+    assert.equal(200, res.status)
   end)
 end)
 

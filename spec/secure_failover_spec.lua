@@ -5,7 +5,8 @@
 -- are on the new master (replicas = 1), and the library finds it through the
 -- same credentials without a reload; the same through an operator's nginx.conf
 -- of guards (nginx/spec-secure.conf), over HTTP. Cluster: a master killed, its
--- replica promoted, the lock taken before still held there.
+-- replica promoted, the lock taken before still held there. Redlock: a master
+-- killed, the lock taken before still exclusive on the majority left.
 local h = require "helpers"
 local dlock = require "resty.dlock"
 
@@ -228,8 +229,45 @@ describe("redis.cluster with TLS (ssl_verify) and an ACL user, a master killed",
   end)
 end)
 
+describe("redis.redlock over 3 masters with TLS (ssl_verify) and an ACL user, one master killed", function()
+  local servers
+
+  setup(function()
+    servers = h.parallel(3, function()
+      return h.start_redis(nil, "--requirepass " .. PASSWORD,
+        "--user " .. USER.name .. " on '>" .. USER.password .. "' '~*' '&*' '+@all'", unpack(h.tls_args()))
+    end)
+  end)
+  teardown(function()
+    for _, r in ipairs(servers or {}) do if not r.dead then r.stop() end end
+  end)
+
+  it("keeps a lock taken before exclusive on the majority left, releases it there, and takes the key again on it", function()
+    local masters = {}
+    for i, r in ipairs(servers) do masters[i] = "127.0.0.1:" .. r.tls_port end
+    local o = { redlock = masters, username = USER.name, password = USER.password, ssl = true, ssl_verify = true,
+      server_name = "localhost", connect_timeout = 300, read_timeout = 500 }
+    local prefix = h.unique("securerl")
+    local locks = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = o }))
+    local other = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = o }))
+    local lease = assert(locks:acquire("k", { ttl = 30000 }))
+    for _, r in ipairs(servers) do assert.equal(lease.token, h.cmd(r.port, "get", prefix .. "k")) end
+
+    servers[1].dead = true
+    servers[1].signal("KILL")
+    local none, err = other:acquire("k", { wait = 0 })
+    assert.is_nil(none, "a second holder got in with one master of three gone")
+    assert.equal("busy", err)
+    assert.is_true(lease:release())
+    for i = 2, 3 do assert.equal(0, h.cmd(servers[i].port, "exists", prefix .. "k")) end
+    local again = assert(other:acquire("k", { ttl = 5000, wait = 0 }))
+    for i = 2, 3 do assert.equal(again.token, h.cmd(servers[i].port, "get", prefix .. "k")) end
+    assert.is_true(again:release())
+  end)
+end)
+
 -- Failovers with every credential in place log nothing at error level but nginx's own line for a connection to
--- the Cluster master killed on purpose (a slot map read asks the masters known first), as in cluster_spec.
+-- a master killed on purpose (a Cluster's slot map read asks the masters known first; Redlock asks every master).
 h.check_error_logs({
-  { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 6 },
+  { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 12 },
 })

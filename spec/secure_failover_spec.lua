@@ -127,7 +127,11 @@ describe("an operator's nginx.conf of gateway guards on that Sentinel set", func
     if set then set.stop() end
   end)
 
-  local function get(path) return assert(h.http(n.port, path, { timeout = 15000 })) end
+  local function get_with(path, opts)
+    opts.timeout = 15000
+    return assert(h.http(n.port, path, opts))
+  end
+  local function get(path) return get_with(path, {}) end
   --- Requests of `key` in the backend now.
   local function in_flight(key) return tonumber(assert(h.http(backend, "/stats?key=" .. key)).body:match("(%d+)%s*$")) end
 
@@ -166,6 +170,33 @@ describe("an operator's nginx.conf of gateway guards on that Sentinel set", func
     assert.is_true(h.wait_replicated(new, 15), "no replica of the new master acknowledges its writes")
     assert.is_true(h.eventually(3, function() return get("/g/one_at_a_time?key=c").status == 200 end))
     assert.equal(0, h.cmd(new, "zcard", "dlock:gw:one_at_a_time:c"))
+  end)
+
+  it("replays a stored response after a failover: the retry of a payment gets the first response from the new " ..
+     "master, and the backend never runs it twice", function()
+    local function pay()
+      return get_with("/payments?key=pay1&ms=50", { method = "POST", body = "amount=10",
+        headers = { ["Idempotency-Key"] = "\"order-1\"", Authorization = "Bearer client-a" } })
+    end
+    local first = pay()
+    assert.equal(200, first.status)
+    assert.is_nil(first.headers["idempotent-replayed"])
+    -- Stored just after the response's last bytes: a retry then is a replay.
+    local again = pay()
+    assert.equal("true", again.headers["idempotent-replayed"])
+    assert.equal(first.body, again.body)
+    -- Every write so far on both replicas, whichever the sentinels promote.
+    assert.is_true(h.wait_replicated(set.master_port(), 15, 2), "the replicas do not acknowledge the master's writes")
+    set.failover()
+    local res
+    assert.is_true(h.eventually(5, function()
+      res = pay()
+      assert.is_true(res.status == 200 or res.status == 503, "a retry after the failover got " .. res.status)
+      return res.status == 200
+    end), "no replay within 5 s of the failover")
+    assert.equal("true", res.headers["idempotent-replayed"])
+    assert.equal(first.body, res.body)
+    assert.equal("1", (assert(h.http(backend, "/stats?key=pay1")).body:match("^(%d+)")))
   end)
 
   it("decides the same after nginx -s reload: new workers find the master through the sentinels, with every " ..
@@ -266,8 +297,10 @@ describe("redis.redlock over 3 masters with TLS (ssl_verify) and an ACL user, on
   end)
 end)
 
--- Failovers with every credential in place log nothing at error level but nginx's own line for a connection to
--- a master killed on purpose (a Cluster's slot map read asks the masters known first; Redlock asks every master).
+-- Failovers with every credential in place log nothing at error level but nginx's own lines for a connection to
+-- a master killed on purpose (a Cluster's slot map read asks the masters known first; Redlock asks every master),
+-- refused, or reset in its TLS handshake when the kill lands in it.
 h.check_error_logs({
   { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 12 },
+  { "peer closed connection in SSL handshake %(104: Connection reset by peer%), context: ngx%.timer", max = 4 },
 })

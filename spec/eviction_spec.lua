@@ -320,6 +320,56 @@ describe("a Redis that refuses writes", function()
     assert.equal(98, remaining)
   end)
 
+  it("out of memory behind an operator's guards (nginx/spec-rate.conf): on_error = deny refuses with 503 and never " ..
+     "lets a request through, on_error = local lets each nginx its share, and Redis decides again once it has memory",
+     function()
+    local cjson = require "cjson.safe"
+    local r = h.start_redis(nil, "--maxmemory-policy noeviction")
+    finally(function() r.stop() end)
+    local backend = h.free_port()
+    local n = h.start_nginx("spec-rate.conf", { REDIS_PORT = r.port, CLUSTER_SEEDS = "", DOWN_PORT = h.free_port(),
+      PREFIX_KEYS = h.unique("oom"), BACKEND_PORT = backend })
+    finally(function() n.stop() end)
+    local function status(path) return assert(h.http(n.port, path)).status end
+    local function row(name) return assert(cjson.decode(assert(h.http(n.port, "/dlock/status")).body)).guards[name] end
+    assert.equal(200, status("/g/api?key=before"))
+
+    assert.equal("OK", h.cmd(r.port, "config", "set", "maxmemory", "1"))
+    local before = h.cmd(r.port, "dbsize")
+    -- A rate limit that denies: every request refused (let through, it would answer 200).
+    for i = 1, 6 do assert.equal(503, status("/g/api?key=oom" .. i)) end
+    -- A rate limit with on_error = local (20 per second, burst 10, fleet 2): this nginx's burst of 5, then refusals.
+    local admitted, refused = 0, 0
+    local t0 = h.now()
+    for _ = 1, 12 do
+      local st = status("/g/fallback?key=oom")
+      if st == 200 then admitted = admitted + 1 elseif st == 429 then refused = refused + 1 end
+    end
+    local elapsed = h.now() - t0
+    assert.is_true(admitted >= 5 and admitted <= 5 + 10 * elapsed + 1, admitted .. " admitted in " .. elapsed .. " s")
+    assert.equal(12, admitted + refused)
+    assert.is_true(row("fallback").degraded)
+    -- A concurrency limit with on_error = local (4 permits, fleet 2): a request let through on its local share.
+    assert.equal(200, status("/l/conc_local?key=oom&ms=10"))
+    assert.equal("1", assert(h.http(backend, "/stats?key=oom")).body:match("^(%d+)"))
+    assert.is_true(row("conc_local").degraded)
+    -- Nothing was written while Redis had no memory.
+    assert.equal(before, h.cmd(r.port, "dbsize"))
+
+    assert.equal("OK", h.cmd(r.port, "config", "set", "maxmemory", "0"))
+    -- Back on Redis within each breaker's cool-down (api: the default 5000 ms, refusing meanwhile; fallback: 1000 ms)
+    -- and a margin.
+    assert.is_true(h.eventually(7, function()
+      local st = status("/g/api?key=after")
+      assert.is_true(st == 200 or st == 503, "api answered " .. st)
+      return st == 200
+    end))
+    assert.is_true(h.eventually(3, function()
+      status("/g/fallback?key=back")
+      return row("fallback").breaker == "closed" and not row("fallback").degraded
+    end))
+  end)
+
   it("read-only (a replica): locks, fenced locks, permits and rate limits answer READONLY and write nothing", function()
     local r = h.start_redis(nil, "--replicaof 127.0.0.1 " .. h.redis_port)
     finally(function() r.stop() end)
@@ -340,4 +390,8 @@ h.check_error_logs({
   -- Redis servers that can evict lock keys, on purpose: the error this spec is about.
   "can evict lock keys %(maxmemory%-policy [%w-]+, maxmemory %d+%): an evicted lock lets a second holder in",
   { "lua tcp socket read timed out", max = 1 },  -- the eviction check of a paused Redis
+  -- The guards in front of a Redis out of memory, on purpose: each failure is logged until the guard's breaker
+  -- opens (breaker_failures of them), then none while it is open.
+  { "dlock: guard [%w_]+: redis 127%.0%.0%.1:%d+: [^\n]*OOM command not allowed", max = 12 },
+  { "dlock: guard [%w_]+: Redis keeps failing", max = 8 },
 })

@@ -65,13 +65,9 @@ local function start_set(tls, auth)
   return set
 end
 
--- Sentinels listen for TLS on the port their conf names.
+-- Sentinels listen for TLS on a port of their own.
 local function sentinel_addr(set, s)
-  if not set.tls then return addr(s.port) end
-  local f = assert(io.open(s.dir .. "/sentinel.conf"))
-  local text = f:read("*a")
-  f:close()
-  return addr(assert(tonumber(text:match("tls%-port (%d+)"))))
+  return addr(set.tls and s.tls_port or s.port)
 end
 
 -- The redis option table of one cell; creds: {} / {password} / {username, password}.

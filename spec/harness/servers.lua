@@ -22,7 +22,7 @@ local function started(pidfile, port, what)
 end
 
 --- Start a daemonized sentinel watching `master` (name) at 127.0.0.1:master_port,
---- quorum 2, down after 1 s; returns { port, pid, stop() }. opts.conf: more
+--- quorum 2, down after 1 s; returns { port, tls_port, pid, stop() }. opts.conf: more
 --- sentinel.conf lines (TLS, auth-pass); opts.password: its own requirepass.
 function _M.start_sentinel(name, master_port, opts)
   opts = opts or {}
@@ -41,7 +41,8 @@ function _M.start_sentinel(name, master_port, opts)
   f:close()
   assert(h.sh("redis-server " .. dir .. "/sentinel.conf --sentinel"))
   local pid = started(dir .. "/sentinel.pid", port, "redis-sentinel")
-  local s = { port = port, pid = pid, dir = dir }
+  local s = { port = port, pid = pid, dir = dir, tls_port = tonumber((opts.conf or ""):match("tls%-port (%d+)")) }
+  if s.tls_port then h.plaintext[s.tls_port] = port end
   function s.stop() return h.stop_pid(pid, "TERM") end
   return s
 end
@@ -115,18 +116,18 @@ function _M.start_sentinel_set(opts)
     end
     return true
   end), "the replicas did not link to their master")
-  local conf = {}
-  if opts.tls then
-    -- A TLS port of its own, and TLS to the servers and the other sentinels.
-    for _, a in ipairs(_M.tls_args()) do conf[#conf + 1] = (a:gsub("^%-%-", "")) end
+  local function sentinel_conf()
+    local conf = {}
+    if opts.tls then
+      -- A TLS port of its own (tls_args() picks a free one per call), and TLS to the servers and the other sentinels.
+      for _, a in ipairs(_M.tls_args()) do conf[#conf + 1] = (a:gsub("^%-%-", "")) end
+    end
+    if opts.password then conf[#conf + 1] = "sentinel auth-pass " .. name .. " " .. opts.password end
+    if opts.sentinel_password then conf[#conf + 1] = "sentinel sentinel-pass " .. opts.sentinel_password end
+    return table.concat(conf, "\n")
   end
-  if opts.password then conf[#conf + 1] = "sentinel auth-pass " .. name .. " " .. opts.password end
-  if opts.sentinel_password then conf[#conf + 1] = "sentinel sentinel-pass " .. opts.sentinel_password end
   for i = 1, 3 do
-    -- Each its own TLS port (tls_args() picks a free one per call).
-    local c = table.concat(conf, "\n")
-    if opts.tls then c = c:gsub("tls%-port %d+", "tls-port " .. free_port()) end
-    s.sentinels[i] = _M.start_sentinel(name, named(s.master), { conf = c, password = opts.sentinel_password })
+    s.sentinels[i] = _M.start_sentinel(name, named(s.master), { conf = sentinel_conf(), password = opts.sentinel_password })
   end
   -- The sentinels know each other and the replicas after a few hellos.
   local want = "slaves=" .. n .. ",sentinels=3"
@@ -135,9 +136,7 @@ function _M.start_sentinel_set(opts)
   end), "the sentinels did not find the replicas and each other")
   function s.nodes()
     local out = {}
-    for i, x in ipairs(s.sentinels) do
-      out[i] = "127.0.0.1:" .. (opts.tls and tonumber(read_file(x.dir .. "/sentinel.conf"):match("tls%-port (%d+)")) or x.port)
-    end
+    for i, x in ipairs(s.sentinels) do out[i] = "127.0.0.1:" .. (opts.tls and x.tls_port or x.port) end
     return out
   end
 

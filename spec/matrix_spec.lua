@@ -20,6 +20,16 @@ local PASSWORD = "requirepass-secret-1"
 local USER, USER_PASSWORD = "locker", "acl-secret-2"
 local SENTINEL_PASSWORD = "sentinel-secret-3"
 local MASTER = "matrix"
+-- A user with only what the locks need: the README's rule ("An ACL user with
+-- only what the locks need"), its key patterns moved to the specs' prefixes.
+local LEAST, LEAST_PASSWORD = "keeper", "least-secret-5"
+local function least_rules()
+  local readme = assert(h.read_file(h.env.root .. "/README.md"))
+  local rule = assert(readme:match("\n%s*ACL SETUSER locker on >secret ([^\n]+)"), "the README shows no least-privilege rule")
+  local out = {}
+  for word in (rule:gsub("dlock:%*", "matrix:*")):gmatch("%S+") do out[#out + 1] = "'" .. word .. "'" end
+  return table.concat(out, " ")
+end
 
 local function concat(...)
   local out = {}
@@ -39,7 +49,8 @@ local function start_set(tls, auth)
   if auth then
     -- requirepass is the default user's password; the ACL user has its own.
     args = { "--requirepass " .. PASSWORD, "--masterauth " .. PASSWORD,
-             "--user " .. USER .. " on '>" .. USER_PASSWORD .. "' '~*' '&*' '+@all'" }
+             "--user " .. USER .. " on '>" .. USER_PASSWORD .. "' '~*' '&*' '+@all'",
+             "--user " .. LEAST .. " on '>" .. LEAST_PASSWORD .. "' " .. least_rules() }
   end
   local function server()
     return h.start_redis(nil, unpack(tls and concat(args, h.tls_args()) or args))
@@ -265,6 +276,38 @@ function exercise.rate(set, topology, opts)
   assert.equal(0, remaining)
 end
 
+-- Waiting on a holder in another nginx (another dict: its leases are not this
+-- one's): the waiter subscribes to the key's wake-up channel on the servers that
+-- could announce the release (Redlock has none: its waiters ask in turns), and
+-- the holder's release hands it the key.
+function exercise.wakeup(set, topology, opts)
+  local prefix = h.unique("matrix")
+  local a = assert(dlock.new({ dict = "dlock_other", prefix = prefix, redis = opts }))
+  local b = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = opts }))
+  local holder = assert(a:acquire("w", { ttl = 10000 }))
+  local waiter = ngx.thread.spawn(function() return b:acquire("w", { ttl = 5000, wait = 8000 }) end)
+  if topology ~= "redlock" then
+    local channel = "dlock:released:" .. prefix .. "w"
+    local ports = topology == "cluster" and set.cluster.masters() or holders(set, topology, prefix .. "w")
+    assert.is_true(h.eventually(5, function()
+      local n = 0
+      for _, port in ipairs(ports) do n = n + h.cmd(port, "pubsub", "numsub", channel)[2] end
+      return n >= 1
+    end), "no subscriber to " .. channel)
+  end
+  assert.is_true(holder:release())
+  local ok, lease, err = ngx.thread.wait(waiter)
+  assert.is_true(ok)
+  assert(lease, err)
+  -- Under Redlock on a majority: a waiter's try may land while the release is still on its way to the last master.
+  local ports, held = holders(set, topology, prefix .. "w"), 0
+  for _, port in ipairs(ports) do
+    if h.cmd(port, "get", prefix .. "w") == lease.token then held = held + 1 end
+  end
+  assert.is_true(held >= math.floor(#ports / 2) + 1, held .. " of " .. #ports)
+  assert.is_true(lease:release())
+end
+
 -- Redlock's refusals, in its cells: what cannot be bounded across independent masters.
 local function redlock_refuses(opts)
   local sem, serr = semaphore.new({ dict = "dlock", permits = 2, redis = opts })
@@ -283,6 +326,7 @@ local KINDS = {
   { "permits", "a semaphore: two permits Redis holds, a third refused until one is released" },
   { "rate", "a fleet rate limit: the burst admitted, the next request refused with its wait, one given back" },
   { "posted", "a guard's release from the log phase, sent without waiting: the key gone where it lived" },
+  { "wakeup", "waiting: subscribed to the key's release, handed the key when its holder releases it" },
 }
 local REDLOCK_REFUSES = { shared = true, permits = true, rate = true }
 local function offers(topology, kind) return not (topology == "redlock" and REDLOCK_REFUSES[kind]) end
@@ -315,6 +359,7 @@ for _, tls in ipairs({ false, true }) do
       local cells = auth and {
         { "requirepass", { password = PASSWORD } },
         { "ACL user", { username = USER, password = USER_PASSWORD } },
+        { "least-privilege ACL user", { username = LEAST, password = LEAST_PASSWORD } },
       } or { { "no auth", {} } }
 
       for _, topology in ipairs(TOPOLOGIES) do
@@ -323,6 +368,31 @@ for _, tls in ipairs({ false, true }) do
             if offers(topology, kind[1]) then
               it(topology .. ", " .. cell[1] .. ": " .. kind[2], function()
                 exercise[kind[1]](set, topology, redis_opts(set, topology, cell[2]))
+              end)
+            end
+          end
+          if cell[2].username == LEAST then
+            it(topology .. ", " .. cell[1] .. ": a key outside its patterns refused with Redis' NOPERM, naming the endpoint", function()
+              local o = redis_opts(set, topology, cell[2])
+              local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("elsewhere"), redis = o }))
+              local lease, err = l:acquire("k", { ttl = 5000 })
+              assert.is_nil(lease)
+              -- (Redlock's error names each master's refusal.)
+              assert.matches("dlock: redis [^;]-: NOPERM this user has no permissions to access one of the keys", err)
+            end)
+            if topology == "sentinel" then
+              it("sentinel, " .. cell[1] .. ": ROLE refused to it, the sentinels' word taken, said once at notice", function()
+                local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("matrix"), redis = redis_opts(set, topology, cell[2]) }))
+                assert.is_true(assert(l:acquire("k", { ttl = 5000 })):release())
+                local said = 0
+                for line in (h.read_file(h.prefix .. "/logs/notice.log") or ""):gmatch("[^\n]+") do
+                  if line:find("dlock: redis sentinel " .. MASTER .. ": ROLE on 127.0.0.1:" .. set.port(set.main) ..
+                    " refused (NOPERM", 1, true) then
+                    said = said + 1
+                    assert.matches("%[notice%]", line)
+                  end
+                end
+                assert.equal(1, said)
               end)
             end
           end

@@ -1,5 +1,6 @@
 -- Failovers as production runs them: TLS everywhere (ssl_verify against the
--- servers' CA), every server with a password and an ACL user for the locks.
+-- servers' CA), every server with a password and an ACL user for the locks with
+-- only their keys, channels and no @dangerous command.
 -- Sentinel, with sentinels that want a password of their own and speak TLS to
 -- each other: locks, readers, permits and rate limits taken before a failover
 -- are on the new master (replicas = 1), and the library finds it through the
@@ -11,7 +12,11 @@ local h = require "helpers"
 local dlock = require "resty.dlock"
 
 local PASSWORD = "default-secret-1"
-local USER = { name = "locker", password = "acl-secret-2" }
+-- The lock user as operators scope one (README: "An ACL user with only what the
+-- locks need"): its keys and wake-up channels only, no @dangerous command (so
+-- no ROLE: the sentinels' word is taken for the master, READONLY corrects it).
+local USER = { name = "locker", password = "acl-secret-2",
+  rules = "resetkeys '~dlock:*' '~{dlock:*' '~secure*' '~{secure*' resetchannels '&dlock:released:*' '+@all' '-@dangerous'" }
 local SENTINEL_PASSWORD = "sentinel-secret-3"
 
 describe("redis.sentinel with TLS (ssl_verify), an ACL user and sentinels with a password of their own", function()
@@ -220,7 +225,7 @@ describe("redis.cluster with TLS (ssl_verify) and an ACL user, a master killed",
 
   setup(function()
     c = h.start_cluster({ tls = true, args = { "--requirepass " .. PASSWORD, "--masterauth " .. PASSWORD,
-      "--user " .. USER.name .. " on '>" .. USER.password .. "' '~*' '&*' '+@all'" } })
+      "--user " .. USER.name .. " on '>" .. USER.password .. "' " .. USER.rules } })
   end)
   teardown(function() if c then c.stop() end end)
 
@@ -266,7 +271,7 @@ describe("redis.redlock over 3 masters with TLS (ssl_verify) and an ACL user, on
   setup(function()
     servers = h.parallel(3, function()
       return h.start_redis(nil, "--requirepass " .. PASSWORD,
-        "--user " .. USER.name .. " on '>" .. USER.password .. "' '~*' '&*' '+@all'", unpack(h.tls_args()))
+        "--user " .. USER.name .. " on '>" .. USER.password .. "' " .. USER.rules, unpack(h.tls_args()))
     end)
   end)
   teardown(function()

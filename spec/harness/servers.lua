@@ -82,7 +82,8 @@ end
 --- The replicas are linked before the sentinels start, so the sentinels know them
 --- from their first look at the master. As production runs it, when told:
 --- opts.password: every server's requirepass (masterauth, and the sentinels'
---- auth-pass), opts.user = { name, password }: an ACL user besides;
+--- auth-pass), opts.user = { name, password, rules }: an ACL user besides (rules: its
+--- keys, channels and commands as redis-server's --user takes them; all of them unless told);
 --- opts.sentinel_password: the sentinels' own requirepass (and sentinel-pass,
 --- to talk to each other); opts.tls: replication, the sentinels and the ports they
 --- name are TLS (each server keeps a plaintext port for the specs' own commands).
@@ -96,7 +97,7 @@ function _M.start_sentinel_set(opts)
     common[#common + 1] = "--masterauth " .. opts.password
   end
   if opts.user then
-    common[#common + 1] = "--user " .. opts.user.name .. " on '>" .. opts.user.password .. "' '~*' '&*' '+@all'"
+    common[#common + 1] = "--user " .. opts.user.name .. " on '>" .. opts.user.password .. "' " .. (opts.user.rules or "'~*' '&*' '+@all'")
   end
   local function server(...)
     local args = { ... }

@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/connection.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local masterOf, isMaster, lua_tostring, lua_type, sentinel_forget, sentinelMasters
+local masterOf, refusedForGood, isMaster, lua_tostring, lua_type, ngx_log, NOTICE, str_match, sentinel_forget, sentinelMasters, roleRefused
 local redis = require("resty.dlock.redis.client")
 local eviction = require("resty.dlock.redis.eviction")
 local sentinel = require("resty.dlock.redis.sentinel")
@@ -21,9 +21,42 @@ function _M.stale(conf)
         sentinel_forget(conf.pool)
     end
 end
+function refusedForGood(err)
+    local code = str_match(
+        lua_tostring(err),
+        "^(%u+)"
+    )
+    return code == "NOPERM" or (str_match(
+        lua_tostring(err),
+        "^ERR unknown command"
+    )) ~= nil
+end
 function isMaster(red, conf, host, port)
+    local who = (conf.credentials ~= nil and conf.credentials.digest or "") .. "@" .. host .. ":" .. lua_tostring(port)
+    if roleRefused[who] ~= nil then
+        return nil
+    end
     local role, err = red:role()
     if lua_type(role) == "table" and role[1] == "master" then
+        return nil
+    end
+    if role == false and refusedForGood(err) then
+        if roleRefused[who] ~= nil then
+            return nil
+        end
+        roleRefused[who] = true
+        ngx_log(
+            NOTICE,
+            "dlock: redis ",
+            conf.endpoint,
+            ": ROLE on ",
+            host,
+            ":",
+            port,
+            " refused (",
+            err,
+            "): taking the sentinels' word that it is the master (a demoted one refuses lock writes: READONLY)"
+        )
         return nil
     end
     sentinel_forget(conf.pool)
@@ -37,6 +70,9 @@ local hasTimeouts = redis.hasTimeouts
 lua_tostring = tostring
 lua_type = type
 local lua_rawget = rawget
+ngx_log = ngx.log
+NOTICE = ngx.NOTICE
+str_match = string.match
 local sentinel_cached = sentinel.cached
 local sentinel_discover = sentinel.discover
 sentinel_forget = sentinel.forget
@@ -138,4 +174,5 @@ function _M.done(red, conf, healthy)
         _M.stale(conf)
     end
 end
+roleRefused = {}
 return _M

@@ -14,6 +14,9 @@ const hasTimeouts = redis.hasTimeouts;
 const lua_tostring = tostring;
 const lua_type = type;
 const lua_rawget = rawget;
+const ngx_log = ngx.log;
+const NOTICE = ngx.NOTICE;
+const str_match = string.match;
 const sentinel_cached = sentinel.cached;
 const sentinel_discover = sentinel.discover;
 const sentinel_forget = sentinel.forget;
@@ -132,10 +135,38 @@ export function stale(conf: redis.RedisConf): void {
   }
 }
 
-/** ROLE on a fresh connection to the master Sentinel named: a just-demoted one must not take locks. */
+/**
+ * Masters ("<credentials digest>@host:port") whose user may not run ROLE: an
+ * ACL without @admin or @dangerous (a lock user's usual rights), or ROLE
+ * renamed away. Asked once, whichever pool (the locks', the wake-ups') asks.
+ */
+const roleRefused = new LuaTable<string, boolean>();
+
+/** An error reply that every later ROLE on that server would get too. */
+function refusedForGood(err: string | undefined): boolean {
+  const [code] = str_match(lua_tostring(err), "^(%u+)");
+  return code === "NOPERM" || str_match(lua_tostring(err), "^ERR unknown command")[0] !== undefined;
+}
+
+/**
+ * ROLE on a fresh connection to the master Sentinel named: a just-demoted one
+ * must not take locks. A server that refuses ROLE to this user is taken on the
+ * sentinels' word: a demoted master is a read-only replica, which refuses
+ * every lock write with READONLY, and that has the sentinels asked again.
+ */
 function isMaster(red: RestyRedis, conf: redis.RedisConf, host: string, port: number): string | undefined {
+  const who = (conf.credentials !== undefined ? conf.credentials.digest : "") + "@" + host + ":" + lua_tostring(port);
+  if (roleRefused.has(who)) return undefined;
   const [role, err] = red.role();
   if (lua_type(role) === "table" && (role as LuaTable<number, unknown>).get(1) === "master") {
+    return undefined;
+  }
+  if (role === false && refusedForGood(err)) {
+    // Said once: another connection's ROLE may have been refused while this one's was on its way.
+    if (roleRefused.has(who)) return undefined;
+    roleRefused.set(who, true);
+    ngx_log(NOTICE, "dlock: redis ", conf.endpoint, ": ROLE on ", host, ":", port, " refused (", err,
+      "): taking the sentinels' word that it is the master (a demoted one refuses lock writes: READONLY)");
     return undefined;
   }
   sentinel_forget(conf.pool);

@@ -20,16 +20,8 @@ local PASSWORD = "requirepass-secret-1"
 local USER, USER_PASSWORD = "locker", "acl-secret-2"
 local SENTINEL_PASSWORD = "sentinel-secret-3"
 local MASTER = "matrix"
--- A user with only what the locks need: the README's rule ("An ACL user with
--- only what the locks need"), its key patterns moved to the specs' prefixes.
+-- A user with only what the locks need: the README's rule, for the specs' prefixes.
 local LEAST, LEAST_PASSWORD = "keeper", "least-secret-5"
-local function least_rules()
-  local readme = assert(h.read_file(h.env.root .. "/README.md"))
-  local rule = assert(readme:match("\n%s*ACL SETUSER locker on >secret ([^\n]+)"), "the README shows no least-privilege rule")
-  local out = {}
-  for word in (rule:gsub("dlock:%*", "matrix:*")):gmatch("%S+") do out[#out + 1] = "'" .. word .. "'" end
-  return table.concat(out, " ")
-end
 
 local function concat(...)
   local out = {}
@@ -50,7 +42,7 @@ local function start_set(tls, auth)
     -- requirepass is the default user's password; the ACL user has its own.
     args = { "--requirepass " .. PASSWORD, "--masterauth " .. PASSWORD,
              "--user " .. USER .. " on '>" .. USER_PASSWORD .. "' '~*' '&*' '+@all'",
-             "--user " .. LEAST .. " on '>" .. LEAST_PASSWORD .. "' " .. least_rules() }
+             "--user " .. LEAST .. " on '>" .. LEAST_PASSWORD .. "' " .. h.least_privilege_rules({ "matrix:" }) }
   end
   local function server()
     return h.start_redis(nil, unpack(tls and concat(args, h.tls_args()) or args))
@@ -459,5 +451,20 @@ for _, tls in ipairs({ false, true }) do
     end)
   end
 end
+
+describe("the README's smallest ACL rule", function()
+  it("names no @dangerous command: +@all -@dangerous with the same key and channel patterns allows all it does", function()
+    local dangerous = {}
+    for _, c in ipairs(h.cmd(nil, "acl", "cat", "dangerous")) do dangerous[c] = true end
+    local named = 0
+    for c in h.least_privilege_rules():gmatch("'%+([%w|]+)'") do
+      named = named + 1
+      assert.is_nil(dangerous[c], c)
+      assert.is_nil(dangerous[c:match("^[^|]+")], c)
+    end
+    assert.is_true(named > 20, named .. " commands")
+    assert.is_true(dangerous.role and dangerous.info and dangerous["config|get"], "ROLE, INFO and CONFIG GET are @dangerous")
+  end)
+end)
 
 h.check_error_logs({})

@@ -1,6 +1,6 @@
 -- Failovers as production runs them: TLS everywhere (ssl_verify against the
--- servers' CA), every server with a password and an ACL user for the locks with
--- only their keys, channels and no @dangerous command.
+-- servers' CA), every server with a password and an ACL user with only what
+-- the locks need.
 -- Sentinel, with sentinels that want a password of their own and speak TLS to
 -- each other: locks, readers, permits and rate limits taken before a failover
 -- are on the new master (replicas = 1), and the library finds it through the
@@ -12,11 +12,10 @@ local h = require "helpers"
 local dlock = require "resty.dlock"
 
 local PASSWORD = "default-secret-1"
--- The lock user as operators scope one (README: "An ACL user with only what the
--- locks need"): its keys and wake-up channels only, no @dangerous command (so
--- no ROLE: the sentinels' word is taken for the master, READONLY corrects it).
-local USER = { name = "locker", password = "acl-secret-2",
-  rules = "resetkeys '~dlock:*' '~{dlock:*' '~secure*' '~{secure*' resetchannels '&dlock:released:*' '+@all' '-@dangerous'" }
+-- The lock user with only what the locks need (the README's rule): its keys and
+-- wake-up channels, no ROLE (the sentinels' word is taken for the master, and a
+-- demoted one's READONLY has them asked again), no INFO nor CONFIG.
+local USER = { name = "locker", password = "acl-secret-2", rules = h.least_privilege_rules({ "secure" }) }
 local SENTINEL_PASSWORD = "sentinel-secret-3"
 
 describe("redis.sentinel with TLS (ssl_verify), an ACL user and sentinels with a password of their own", function()

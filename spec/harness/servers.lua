@@ -56,6 +56,20 @@ function _M.tls_args()
     "--tls-ca-cert-file " .. tls .. "/ca.pem", "--tls-auth-clients no", "--tls-replication yes" }
 end
 
+--- The README's smallest ACL rule for a lock user ("An ACL user with only what the
+--- locks need"), as redis-server's --user takes it (each word quoted), with the key
+--- patterns of each of `prefixes` (and their Cluster hash tags) beside its own.
+function _M.least_privilege_rules(prefixes)
+  local readme = assert(read_file(env.root .. "/README.md"))
+  local rule = assert(readme:match("\n%s*ACL SETUSER locker on >secret ([^\n]+)"), "the README shows no least-privilege rule")
+  local keys = {}
+  for _, p in ipairs(prefixes or {}) do keys[#keys + 1] = "~" .. p .. "* ~{" .. p .. "*" end
+  rule = rule:gsub("resetkeys", "resetkeys " .. table.concat(keys, " "), 1)
+  local out = {}
+  for word in rule:gmatch("%S+") do out[#out + 1] = "'" .. word .. "'" end
+  return table.concat(out, " ")
+end
+
 --- Start a daemonized redis-server; returns { port, pid, stop(), kill(sig) }.
 function _M.start_redis(port, ...)
   port = port or free_port()

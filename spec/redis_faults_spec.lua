@@ -97,6 +97,19 @@ describe("redis faults", function()
     assert.is_true(t < 0.5, "took " .. t)
   end)
 
+  it("says that nginx resolves a host name only with its resolver directive (never /etc/hosts), for servers and sentinels", function()
+    -- spec.conf, like nginx's defaults, has no resolver: "localhost" fails as any name would.
+    local locks = assert(dlock.new({ dict = "dlock", redis = { host = "localhost", port = h.redis_port } }))
+    local lease, err = locks:acquire("a")
+    assert.is_nil(lease)
+    assert.equal("dlock: redis localhost:" .. h.redis_port .. ": no resolver defined to resolve \"localhost\" (nginx " ..
+      "resolves host names only through its resolver directive, never /etc/hosts: add one, or give an IP address)", err)
+    local behind = assert(dlock.new({ dict = "dlock", redis = { sentinel = { master = "m", nodes = { "localhost:26379" } } } }))
+    local _, serr = behind:acquire("a", { wait = 0 })
+    assert.matches("no sentinel named the master %(localhost:26379 no resolver defined to resolve \"localhost\" %(nginx resolves host names only " ..
+      "through its resolver directive", serr)
+  end)
+
   it("reports a paused Redis as an unknown outcome and removes the lock once it resumes", function()
     local r = h.start_redis()
     local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("paused"),

@@ -73,6 +73,7 @@ local lua_rawget = rawget
 ngx_log = ngx.log
 NOTICE = ngx.NOTICE
 str_match = string.match
+local str_find = string.find
 local sentinel_cached = sentinel.cached
 local sentinel_discover = sentinel.discover
 sentinel_forget = sentinel.forget
@@ -82,6 +83,15 @@ local eviction_check = eviction.check
 -- private `_sock` field; this is the one place that knows.
 function _M.socket(red)
     return lua_rawget(red, "_sock")
+end
+--- Why a connect failed. nginx resolves a host name only through its `resolver`
+-- directive, never /etc/hosts: "localhost" fails too without one.
+local function unconnected(err)
+    local e = lua_tostring(err)
+    if (str_find(e, "no resolver defined", 1, true)) == nil then
+        return e
+    end
+    return e .. " (nginx resolves host names only through its resolver directive, never /etc/hosts: add one, or give an IP address)"
 end
 --- A fresh, unpooled connection to a sentinel (sentinel.ts sets it up with the
 -- sentinels' own credentials): the client and its socket, or the error.
@@ -93,7 +103,7 @@ local function open(host, port, timeout)
     red:set_timeout(timeout)
     local ok, err = red:connect(host, port)
     if ok == nil then
-        return nil, nil, lua_tostring(err)
+        return nil, nil, unconnected(err)
     end
     return red, _M.socket(red), nil
 end
@@ -135,7 +145,7 @@ function _M.connect(conf)
     local ok, err = red:connect(conf.path or host, conf.path ~= nil and opts or port, opts)
     if ok == nil then
         _M.stale(conf)
-        return nil, "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err)
+        return nil, "dlock: redis " .. conf.endpoint .. ": " .. unconnected(err)
     end
     if not hasTimeouts then
         red:set_timeout(conf.read_timeout)

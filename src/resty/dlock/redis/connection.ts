@@ -17,6 +17,7 @@ const lua_rawget = rawget;
 const ngx_log = ngx.log;
 const NOTICE = ngx.NOTICE;
 const str_match = string.match;
+const str_find = string.find;
 const sentinel_cached = sentinel.cached;
 const sentinel_discover = sentinel.discover;
 const sentinel_forget = sentinel.forget;
@@ -32,6 +33,16 @@ export function socket(red: RestyRedis): NgxTcpSocket | undefined {
 }
 
 /**
+ * Why a connect failed. nginx resolves a host name only through its `resolver`
+ * directive, never /etc/hosts: "localhost" fails too without one.
+ */
+function unconnected(err: string | undefined): string {
+  const e = lua_tostring(err);
+  if (str_find(e, "no resolver defined", 1, true)[0] === undefined) return e;
+  return e + " (nginx resolves host names only through its resolver directive, never /etc/hosts: add one, or give an IP address)";
+}
+
+/**
  * A fresh, unpooled connection to a sentinel (sentinel.ts sets it up with the
  * sentinels' own credentials): the client and its socket, or the error.
  */
@@ -40,7 +51,7 @@ function open(this: void, host: string, port: number, timeout: number): LuaMulti
   if (red === undefined) return $multi(undefined, undefined, lua_tostring(nerr));
   red.set_timeout(timeout);
   const [ok, err] = red.connect(host, port);
-  if (ok === undefined) return $multi(undefined, undefined, lua_tostring(err));
+  if (ok === undefined) return $multi(undefined, undefined, unconnected(err));
   return $multi(red, socket(red), undefined);
 }
 
@@ -78,7 +89,7 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
   const [ok, err] = red.connect(conf.path ?? host, conf.path !== undefined ? opts : port, opts);
   if (ok === undefined) {
     stale(conf);
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + lua_tostring(err));
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + unconnected(err));
   }
   if (!hasTimeouts) {
     red.set_timeout(conf.read_timeout);

@@ -378,6 +378,16 @@ const SCENARIOS = [
       "nobody waits on Redis once the breaker is open, and the guard decides on Redis again within a cooldown (1 s) of Redis returning. Reported: the spans " +
       "around the switches, where a fresh local share (on the way out) and Redis' state from before the pause (on the way back) each allow a burst again",
   },
+
+  // ---------------------------------------------------------------- Redis topologies, continued (appended: row numbers stay)
+  {
+    id: "sentinel-failover-least", title: "Sentinel: SENTINEL FAILOVER under load, the lock user with only what the locks need (no ROLE)", group: "topology",
+    promised: true, load: CRIT, topology: { ...SENTINEL, user: { name: "locker", password: "torture-acl-secret", prefixes: ["torture:"] } },
+    fault: { kind: "sentinel-failover" },
+    about: "row 17 with the README's smallest ACL rule for the lock user: ROLE is refused to it, so a fresh connection takes the sentinels' word for the master " +
+      "(logged once per master at notice) and a demoted master's READONLY has them asked again. Promised as row 17: ROLE never vouched for more than " +
+      "the sentinels' answer at that moment; WAIT 1 is what keeps a lock across the failover",
+  },
 ];
 
 module.exports = { GUARDS, VIAS, SCENARIOS, CRIT_LOAD, RATE };

@@ -120,4 +120,20 @@ function parseClusterNodes(text) {
   });
 }
 
-module.exports = { addr, lineOf, answers, redisUp, cli, redisCalls, errorStatsOf, resetStatsOf, parseClusterNodes };
+/**
+ * redis-server arguments for an ACL user with the README's smallest rule for a
+ * lock user ("An ACL user with only what the locks need"; spec/harness/servers.lua
+ * reads the same line), with the key patterns of each of prefixes (and their
+ * Cluster hash tags) beside its own: ["--user", name, "on", ">password", ...].
+ */
+function leastPrivilegeArgs(name, password, prefixes = []) {
+  const readme = fs.readFileSync(path.join(__dirname, "..", "..", "README.md"), "utf8");
+  const m = /\n\s*ACL SETUSER locker on >secret ([^\n]+)/.exec(readme);
+  if (!m) throw new Error("the README shows no least-privilege rule");
+  const keys = prefixes.flatMap((p) => [`~${p}*`, `~{${p}*`]);
+  const words = m[1].trim().split(/\s+/);
+  const at = words.indexOf("resetkeys") + 1;
+  return ["--user", name, "on", ">" + password, ...words.slice(0, at), ...keys, ...words.slice(at)];
+}
+
+module.exports = { addr, lineOf, answers, redisUp, cli, redisCalls, errorStatsOf, resetStatsOf, parseClusterNodes, leastPrivilegeArgs };

@@ -14,7 +14,7 @@ const { alive } = require("./proc");
 const { waitPort } = require("./ports");
 const { once } = require("./resp");
 const { until } = require("./wait");
-const { addr, lineOf, redisUp, errorStatsOf, resetStatsOf, parseClusterNodes } = require("./redis");
+const { addr, lineOf, redisUp, errorStatsOf, resetStatsOf, parseClusterNodes, leastPrivilegeArgs } = require("./redis");
 
 /** A JS value as a Lua table constructor (strings, numbers, booleans, arrays, plain objects). */
 function luaValue(v) {
@@ -75,7 +75,9 @@ async function tls(env, t, dir) {
  */
 async function sentinel(env, t, dir) {
   const fixed = t.ports || { replicas: [], sentinels: [] };
-  const repl = ["--repl-diskless-sync-delay", "0"];
+  // t.user ({ name, password, prefixes }): the locks' ACL user with only what they need; the harness stays the default user.
+  const user = t.user ? leastPrivilegeArgs(t.user.name, t.user.password, t.user.prefixes) : [];
+  const repl = ["--repl-diskless-sync-delay", "0", ...user];
   const master = await redisUp(env, dir, () => repl, { port: fixed.master });
   const replicas = [];
   for (let i = 0; i < t.replicas; i++) {
@@ -99,7 +101,8 @@ async function sentinel(env, t, dir) {
   const nodes = [master, ...replicas];
   const topo = {
     kind: "sentinel", name: t.master, master, replicas, nodes, sentinels,
-    lua: luaValue({ sentinel: { master: t.master, nodes: sentinels.map((s) => addr(s.port)) }, ...t.redis }),
+    lua: luaValue({ sentinel: { master: t.master, nodes: sentinels.map((s) => addr(s.port)) }, ...t.redis,
+      ...(t.user ? { username: t.user.name, password: t.user.password } : {}) }),
     fencing: t.fencing !== false,
     /** The master the sentinels name now (asked of the first one that answers). */
     async masterPort() {

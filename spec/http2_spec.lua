@@ -122,6 +122,25 @@ describe("guards behind a TLS + HTTP/2 frontend, on a TLS Redis with a least-pri
     assert.equal(1, (stats("pay-h2")))
   end)
 
+  it("idempotency fingerprints a 200 KB body that nginx keeps in a temp file (past client_body_buffer_size): sent on " ..
+     "3 streams it runs once and is replayed; the same key with another such body gets 422", function()
+    local function body_file(name, fill)
+      local path = h.env.prefix .. "/" .. name
+      local f = assert(io.open(path, "w"))
+      f:write(string.rep(fill, 200 * 1024))
+      f:close()
+      return path
+    end
+    local headers = "-H 'Idempotency-Key: \"order-big\"' -H 'Authorization: Bearer b' -H 'Content-Type: application/octet-stream'"
+    local res = streams(h.rep("/payments?key=pay-big&ms=300", 3), "--data-binary @" .. body_file("big-a", "a") .. " " .. headers)
+    answered(res, { ["200"] = 3 })
+    assert.equal(2, count(res, "replayed", "true"))
+    assert.equal(1, (stats("pay-big")))
+    local other = streams({ "/payments?key=pay-big&ms=300" }, "--data-binary @" .. body_file("big-b", "b") .. " " .. headers)
+    assert.equal("422", other[1].status)
+    assert.equal(1, (stats("pay-big")))
+  end)
+
   it("a client that drops its connection with streams in flight keeps each key taken while the backend may still " ..
      "work on it (never two in the backend), and the key frees when its unrenewed lease runs out", function()
     -- curl gives up after 0.5 s and closes the connection: nginx ends both streams (499) and cuts their upstream

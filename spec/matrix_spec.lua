@@ -19,6 +19,8 @@ local releases = require "resty.dlock.gateway.releases"
 local PASSWORD = "requirepass-secret-1"
 local USER, USER_PASSWORD = "locker", "acl-secret-2"
 local SENTINEL_PASSWORD = "sentinel-secret-3"
+-- The guarded sentinel's ACL user for the locks: the one command they ask a sentinel (README).
+local WATCHER, WATCHER_PASSWORD = "watcher", "watcher-secret-6"
 local MASTER = "matrix"
 -- A user with only what the locks need: the README's rule, for the specs' prefixes.
 local LEAST, LEAST_PASSWORD = "keeper", "least-secret-5"
@@ -62,7 +64,8 @@ local function start_set(tls, auth)
     return table.concat(conf, "\n")
   end
   set.sentinel = h.start_sentinel(MASTER, port(set.main), { conf = sconf() })
-  set.guarded_sentinel = h.start_sentinel(MASTER, port(set.main), { conf = sconf(), password = SENTINEL_PASSWORD })
+  set.guarded_sentinel = h.start_sentinel(MASTER, port(set.main), { password = SENTINEL_PASSWORD,
+    conf = sconf() .. "\nuser " .. WATCHER .. " on >" .. WATCHER_PASSWORD .. " -@all +sentinel|get-master-addr-by-name" })
   set.cluster = h.start_cluster({ args = args, tls = tls })
   set.port = port
   return set
@@ -85,7 +88,7 @@ local function redis_opts(set, topology, creds, sentinel_creds)
   elseif topology == "sentinel" then
     local s = sentinel_creds and set.guarded_sentinel or set.sentinel
     o.sentinel = { master = MASTER, nodes = { sentinel_addr(set, s) } }
-    if sentinel_creds then o.sentinel.password = sentinel_creds.password end
+    if sentinel_creds then o.sentinel.username, o.sentinel.password = sentinel_creds.username, sentinel_creds.password end
   elseif topology == "cluster" then
     o.cluster = { nodes = set.tls and set.cluster.tls_seeds or set.cluster.seeds }
   else
@@ -400,6 +403,14 @@ for _, tls in ipairs({ false, true }) do
         it("sentinel with a password of its own (and " .. (auth and "the masters'" or "no") .. " password): " .. kind[2], function()
           local creds = auth and { password = PASSWORD } or {}
           exercise[kind[1]](set, "sentinel", redis_opts(set, "sentinel", creds, { password = SENTINEL_PASSWORD }))
+        end)
+      end
+
+      for _, kind in ipairs(KINDS) do
+        it("sentinel with an ACL user of its own allowed only SENTINEL get-master-addr-by-name (and " ..
+           (auth and "the masters' least-privilege user" or "no password") .. "): " .. kind[2], function()
+          local creds = auth and { username = LEAST, password = LEAST_PASSWORD } or {}
+          exercise[kind[1]](set, "sentinel", redis_opts(set, "sentinel", creds, { username = WATCHER, password = WATCHER_PASSWORD }))
         end)
       end
 

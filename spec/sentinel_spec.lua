@@ -181,6 +181,30 @@ end)
 -- Shared locks and sets of keys through failovers: a master with two replicas, so
 -- that each failover leaves the new master a replica (the other one, which the
 -- sentinels move over) and WAIT (redis.replicas = 1) works again within seconds.
+describe("redis.sentinel on servers that renamed ROLE away (rename-command)", function()
+  local set
+
+  setup(function() set = h.start_sentinel_set({ name = "norole", args = { "--rename-command ROLE ''" } }) end)
+  teardown(function() if set then set.stop() end end)
+
+  it("takes the sentinels' word for the master, saying so once at notice, and locks there", function()
+    local nodes = set.nodes()
+    local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("norole"), redis = { sentinel = { master = "norole", nodes = nodes } } }))
+    for _ = 1, 3 do
+      local lease = assert(l:acquire("k", { ttl = 5000 }))
+      assert.equal(lease.token, h.cmd(set.master_port(), "get", l.prefix .. "k"))
+      assert.is_true(lease:release())
+    end
+    local said = 0
+    for line in (h.read_file(h.prefix .. "/logs/notice.log") or ""):gmatch("[^\n]+") do
+      if line:find("dlock: redis sentinel norole: ROLE on 127.0.0.1:" .. set.master_port() .. " refused (ERR unknown command", 1, true) then
+        said = said + 1
+      end
+    end
+    assert.equal(1, said)
+  end)
+end)
+
 describe("redis.sentinel failovers of shared locks and sets", function()
   local MARK = "dlock!shared"
   local set

@@ -100,12 +100,13 @@ end
 --- keys, channels and commands as redis-server's --user takes them; all of them unless told);
 --- opts.sentinel_password: the sentinels' own requirepass (and sentinel-pass,
 --- to talk to each other); opts.tls: replication, the sentinels and the ports they
---- name are TLS (each server keeps a plaintext port for the specs' own commands).
+--- name are TLS (each server keeps a plaintext port for the specs' own commands);
+--- opts.args: more arguments for every server.
 function _M.start_sentinel_set(opts)
   opts = opts or {}
   local name, n = opts.name or "locks", opts.replicas or 1
   local s = { sentinels = {}, replicas = {} }
-  local common = { "--repl-diskless-sync-delay 0" }
+  local common = { "--repl-diskless-sync-delay 0", unpack(opts.args or {}) }
   if opts.password then
     common[#common + 1] = "--requirepass " .. opts.password
     common[#common + 1] = "--masterauth " .. opts.password

@@ -153,6 +153,7 @@ describe("guards behind a TLS + HTTP/2 frontend, on a TLS Redis with a least-pri
     for _, key in ipairs({ "gone1", "gone2" }) do
       local _, _, in_flight = stats(key)
       assert.equal(1, in_flight, key .. ": the backend works on, its client gone")
+      assert.equal(1, h.cmd(r.port, "zcard", h.guard_key("one_at_a_time", key)), key .. ": its permit is gone")
       assert.equal("429", streams({ "/g/one_at_a_time?key=" .. key })[1].status)
     end
     for _, key in ipairs({ "gone1", "gone2" }) do
@@ -168,7 +169,7 @@ describe("guards behind a TLS + HTTP/2 frontend, on a TLS Redis with a least-pri
     assert.is_true(ngx.now() - t0 <= 3 + 2, "the key was kept " .. (ngx.now() - t0) .. " s, past its 3 s ttl")
     -- The last requests' permits go back from their log phase, after the response.
     assert.is_true(h.eventually(2, function()
-      return h.cmd(r.port, "exists", "dlock:gw:one_at_a_time:gone1", "dlock:gw:one_at_a_time:gone2") == 0
+      return h.cmd(r.port, "exists", h.guard_key("one_at_a_time", "gone1"), h.guard_key("one_at_a_time", "gone2")) == 0
     end))
   end)
 end)

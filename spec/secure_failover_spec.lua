@@ -6,7 +6,8 @@
 -- are on the new master (replicas = 1), and the library finds it through the
 -- same credentials without a reload; the same through an operator's nginx.conf
 -- of guards (nginx/spec-secure.conf), over HTTP. Cluster: a master killed, its
--- replica promoted, the lock taken before still held there. Redlock: a master
+-- replica promoted, the lock taken before still held there; the same conf's
+-- guards on a Cluster keep a permit, a used-up rate and a stored payment. Redlock: a master
 -- killed, the lock taken before still exclusive on the majority left.
 local h = require "helpers"
 local dlock = require "resty.dlock"
@@ -113,31 +114,61 @@ describe("redis.sentinel with TLS (ssl_verify), an ACL user and sentinels with a
   end)
 end)
 
+--- The operator's nginx.conf of guards (nginx/spec-secure.conf) on `topology` (the redis table's lines naming
+--- where the keys live), as the ACL user; the nginx and its backend's port.
+local function start_gateway(topology)
+  local backend = h.free_port()
+  return h.start_nginx("spec-secure.conf", { BACKEND_PORT = backend, TLS_CA = h.env.prefix .. "/tls/ca.pem",
+    TOPOLOGY = topology, ACL_USER = USER.name, ACL_PASSWORD = USER.password }), backend
+end
+--- A request to the gateway nginx n (a failover may hold it up).
+local function gateway_get(n, path, opts)
+  opts = opts or {}
+  opts.timeout = 15000
+  return assert(h.http(n.port, path, opts))
+end
+--- Requests of `key` in the backend now.
+local function backend_in_flight(backend, key)
+  return tonumber(assert(h.http(backend, "/stats?key=" .. key)).body:match("(%d+)%s*$"))
+end
+--- A payment of the idempotency guard: the first POST with its key, or a retry.
+local function pay(n, key)
+  return gateway_get(n, "/payments?key=" .. key .. "&ms=50", { method = "POST", body = "amount=10",
+    headers = { ["Idempotency-Key"] = "\"" .. key .. "\"", Authorization = "Bearer client-a" } })
+end
+--- After a failover, the payment's retry: refused (503) until the guard reaches the new master, never run again,
+--- then the first response replayed from there; the backend ran it once.
+local function replayed_after_failover(n, backend, key, first)
+  local res
+  assert.is_true(h.eventually(5, function()
+    res = pay(n, key)
+    assert.is_true(res.status == 200 or res.status == 503, "a retry after the failover got " .. res.status)
+    return res.status == 200
+  end), "no replay within 5 s of the failover")
+  assert.equal("true", res.headers["idempotent-replayed"])
+  assert.equal(first.body, res.body)
+  assert.equal("1", (assert(h.http(backend, "/stats?key=" .. key)).body:match("^(%d+)")))
+end
+
 describe("an operator's nginx.conf of gateway guards on that Sentinel set", function()
   local set, n, backend
 
   setup(function()
-    backend = h.free_port()
     set = h.start_sentinel_set({ name = "gateway", replicas = 2, tls = true, password = PASSWORD, user = USER,
       sentinel_password = SENTINEL_PASSWORD })
     local nodes = set.nodes()
-    n = h.start_nginx("spec-secure.conf", { BACKEND_PORT = backend, TLS_CA = h.env.prefix .. "/tls/ca.pem",
-      MASTER = "gateway", SENTINEL_1 = nodes[1], SENTINEL_2 = nodes[2], SENTINEL_3 = nodes[3],
-      SENTINEL_PASSWORD = SENTINEL_PASSWORD,
-      ACL_USER = USER.name, ACL_PASSWORD = USER.password })
+    n, backend = start_gateway(string.format(
+      'sentinel = { master = "gateway", nodes = { "%s", "%s", "%s" }, password = "%s" }, replicas = 1',
+      nodes[1], nodes[2], nodes[3], SENTINEL_PASSWORD))
   end)
   teardown(function()
     if n then n.stop() end
     if set then set.stop() end
   end)
 
-  local function get_with(path, opts)
-    opts.timeout = 15000
-    return assert(h.http(n.port, path, opts))
-  end
+  local function get_with(path, opts) return gateway_get(n, path, opts) end
   local function get(path) return get_with(path, {}) end
-  --- Requests of `key` in the backend now.
-  local function in_flight(key) return tonumber(assert(h.http(backend, "/stats?key=" .. key)).body:match("(%d+)%s*$")) end
+  local function in_flight(key) return backend_in_flight(backend, key) end
 
   it("keeps a request's permit and a client's used-up rate through a failover: refused on the new master as before, " ..
      "the permit given back there when the request ends", function()
@@ -154,6 +185,7 @@ describe("an operator's nginx.conf of gateway guards on that Sentinel set", func
     local old = set.master_port()
     local new = set.failover()
     assert.is_true(new ~= old)
+    assert.equal(1, h.cmd(new, "zcard", h.guard_key("one_at_a_time", "c")), "the permit is not on the new master")
     -- Until the workers find the new master a request may meet the demoted one: refused with error_status, never let
     -- through. Then Redis decides again, with what the old master held.
     local status
@@ -173,34 +205,22 @@ describe("an operator's nginx.conf of gateway guards on that Sentinel set", func
     assert.equal(200, res.status)
     assert.is_true(h.wait_replicated(new, 15), "no replica of the new master acknowledges its writes")
     assert.is_true(h.eventually(3, function() return get("/g/one_at_a_time?key=c").status == 200 end))
-    assert.equal(0, h.cmd(new, "zcard", "dlock:gw:one_at_a_time:c"))
+    assert.is_true(h.eventually(2, function() return h.cmd(new, "zcard", h.guard_key("one_at_a_time", "c")) == 0 end))
   end)
 
   it("replays a stored response after a failover: the retry of a payment gets the first response from the new " ..
      "master, and the backend never runs it twice", function()
-    local function pay()
-      return get_with("/payments?key=pay1&ms=50", { method = "POST", body = "amount=10",
-        headers = { ["Idempotency-Key"] = "\"order-1\"", Authorization = "Bearer client-a" } })
-    end
-    local first = pay()
+    local first = pay(n, "pay1")
     assert.equal(200, first.status)
     assert.is_nil(first.headers["idempotent-replayed"])
     -- Stored just after the response's last bytes: a retry then is a replay.
-    local again = pay()
+    local again = pay(n, "pay1")
     assert.equal("true", again.headers["idempotent-replayed"])
     assert.equal(first.body, again.body)
     -- Every write so far on both replicas, whichever the sentinels promote.
     assert.is_true(h.wait_replicated(set.master_port(), 15, 2), "the replicas do not acknowledge the master's writes")
     set.failover()
-    local res
-    assert.is_true(h.eventually(5, function()
-      res = pay()
-      assert.is_true(res.status == 200 or res.status == 503, "a retry after the failover got " .. res.status)
-      return res.status == 200
-    end), "no replay within 5 s of the failover")
-    assert.equal("true", res.headers["idempotent-replayed"])
-    assert.equal(first.body, res.body)
-    assert.equal("1", (assert(h.http(backend, "/stats?key=pay1")).body:match("^(%d+)")))
+    replayed_after_failover(n, backend, "pay1", first)
   end)
 
   it("decides the same after nginx -s reload: new workers find the master through the sentinels, with every " ..
@@ -264,6 +284,78 @@ describe("redis.cluster with TLS (ssl_verify) and an ACL user, a master killed",
   end)
 end)
 
+describe("an operator's nginx.conf of gateway guards on a Redis Cluster with TLS and that ACL user, a master killed",
+  function()
+  local c, n, backend
+
+  setup(function()
+    c = h.start_cluster({ tls = true, args = { "--requirepass " .. PASSWORD, "--masterauth " .. PASSWORD,
+      "--user " .. USER.name .. " on '>" .. USER.password .. "' " .. USER.rules } })
+    n, backend = start_gateway(string.format('cluster = { nodes = { "%s", "%s" } }', c.tls_seeds[1], c.tls_seeds[2]))
+  end)
+  teardown(function()
+    if n then n.stop() end
+    if c then c.stop() end
+  end)
+
+  local function status(path) return gateway_get(n, path).status end
+
+  it("keeps a request's permit, a client's used-up rate and a stored payment on the replica promoted in place of " ..
+     "their master: refused (429, or 503 while the slot map is read again), never let through, the payment " ..
+     "replayed, the permit given back there", function()
+    -- The payment first; its record's master is the one killed, and the permit's and the rate's keys are picked on it.
+    local first = pay(n, "cl-pay")
+    assert.equal(200, first.status)
+    local victim
+    assert.is_true(h.eventually(2, function()
+      for _, port in ipairs(c.masters()) do
+        if #h.cmd(port, "keys", "dlock:gw:payments:*") > 0 then victim = port end
+      end
+      return victim ~= nil
+    end), "no master holds the payment")
+    local function on_victim(guard)
+      for i = 1, 1000 do
+        if c.slot_owner(h.guard_key(guard, "k" .. i)) == victim then return "k" .. i end
+      end
+    end
+    local ck, rk = on_victim("one_at_a_time"), on_victim("per_minute")
+    local holder = ngx.thread.spawn(status, "/g/one_at_a_time?key=" .. ck .. "&ms=8000")
+    assert.is_true(h.eventually(2, function() return backend_in_flight(backend, ck) == 1 end), "the holder never reached the backend")
+    assert.equal(429, status("/g/one_at_a_time?key=" .. ck))
+    for _, want in ipairs({ 200, 200, 429 }) do assert.equal(want, status("/g/per_minute?key=" .. rk)) end
+    -- Replication is asynchronous: what the master had not sent its replica is lost with it. Everything has been.
+    assert.equal(1, h.cmd(victim, "wait", 1, 2000))
+
+    for _, node in ipairs(c.nodes) do
+      if node.port == victim then c.kill(node) end
+    end
+    assert.is_true(c.wait_failover(victim, 20), "no replica took over within 20 s")
+    local new = c.slot_owner(h.guard_key("one_at_a_time", ck))
+    assert.are_not.equal(victim, new)
+    assert.equal(1, h.cmd(new, "zcard", h.guard_key("one_at_a_time", ck)), "the permit is not on the promoted replica")
+
+    -- Until the workers read the new slot map a request may meet the dead master: refused, never let through.
+    local function decided(path, want)
+      local got
+      assert.is_true(h.eventually(5, function()
+        got = status(path)
+        assert.is_true(got == want or got == 503, path .. " got " .. got)
+        return got == want
+      end), path .. ": no decision on the promoted replica within 5 s: " .. tostring(got))
+    end
+    decided("/g/one_at_a_time?key=" .. ck, 429)
+    decided("/g/per_minute?key=" .. rk, 429)
+    replayed_after_failover(n, backend, "cl-pay", first)
+
+    -- The holder's request ends: its permit goes back to the promoted replica, and the next request gets in.
+    local ok, st = ngx.thread.wait(holder)
+    assert.is_true(ok)
+    assert.equal(200, st)
+    assert.is_true(h.eventually(3, function() return status("/g/one_at_a_time?key=" .. ck) == 200 end))
+    assert.is_true(h.eventually(2, function() return h.cmd(new, "zcard", h.guard_key("one_at_a_time", ck)) == 0 end))
+  end)
+end)
+
 describe("redis.redlock over 3 masters with TLS (ssl_verify) and an ACL user, one master killed", function()
   local servers
 
@@ -303,8 +395,11 @@ end)
 
 -- Failovers with every credential in place log nothing at error level but nginx's own lines for a connection to
 -- a master killed on purpose (a Cluster's slot map read asks the masters known first; Redlock asks every master),
--- refused, or reset in its TLS handshake when the kill lands in it.
+-- refused, or reset in its TLS handshake when the kill lands in it; and in front of the Cluster, a guard's request
+-- that met the dead master before its worker read the new slot map (refused with 503): nginx's line and the guard's.
 h.check_error_logs({
   { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 12 },
   { "peer closed connection in SSL handshake %(104: Connection reset by peer%), context: ngx%.timer", max = 4 },
+  { 'connect%(%) failed %(111: Connection refused%), client: 127%.0%.0%.1, server: , request: "GET /g/one_at_a_time', max = 4 },
+  { "dlock: guard one_at_a_time: redis 127%.0%.0%.1:%d+: connection refused, client", max = 4 },
 })

@@ -204,6 +204,11 @@ function _M.parallel(n, fn)
   return out
 end
 
+--- The Redis key of a gateway guard `name` (default prefix) for the request key `raw`: guards hash raw keys.
+function _M.guard_key(name, raw)
+  return require("resty.dlock.gateway.digest").key("dlock:gw:" .. name .. ":", raw)
+end
+
 --- A rate limit's state under key, as { ["1"] = TAT, ... } (us, strings; empty
 --- when there is none): the general script's hash, or a lone limit's plain key,
 --- which expires at its TAT rounded up to the ms and holds the us before that.

@@ -37,15 +37,17 @@ function _M.start_nginx(template, vars)
   local prefix = env.prefix .. "/nginx-" .. next_seq()
   os.execute("mkdir -p " .. prefix .. "/logs")
   -- The first substitution of a name wins, so the caller's values go first.
+  -- Each NAME=value one shell word, whatever the value holds (spaces, quotes).
+  local function word(v) return "'" .. tostring(v):gsub("'", "'\\''") .. "'" end
   local kv = {}
-  for k, v in pairs(vars or {}) do kv[#kv + 1] = k .. "=" .. tostring(v) end
+  for k, v in pairs(vars or {}) do kv[#kv + 1] = word(k .. "=" .. tostring(v)) end
   kv[#kv + 1] = "HTTP_PORT=" .. port
   kv[#kv + 1] = "REDIS_PORT=" .. env.redis_port
   -- A later spec file may get the same prefix (busted loads this module afresh per file): its log from here on.
   started[#started + 1] = { log = prefix .. "/logs/error.log", from = size(prefix .. "/logs/error.log") }
   -- nginx gives its workers no environment, so the runner's binary is named here:
   -- render_conf fills @LUA_MODULES@ for that binary (none when Lua is built in).
-  local cmd = string.format("DLOCK_NGINX=%s bash -c '. %s/nginx/lib.sh; render_conf %s/nginx/%s %s %s/nginx.conf %s'",
+  local cmd = string.format("DLOCK_NGINX=%s bash -c '. %s/nginx/lib.sh; render_conf \"$@\"' render_conf %s/nginx/%s %s %s/nginx.conf %s",
     env.nginx, env.root, env.root, template, prefix, prefix, table.concat(kv, " "))
   assert(h.sh(cmd), "render_conf failed")
   assert(h.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -g 'daemon on;' 2>>" .. prefix .. "/logs/start.log"),

@@ -401,5 +401,5 @@ h.check_error_logs({
   { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 12 },
   { "peer closed connection in SSL handshake %(104: Connection reset by peer%), context: ngx%.timer", max = 4 },
   { 'connect%(%) failed %(111: Connection refused%), client: 127%.0%.0%.1, server: , request: "%u+ /', max = 8 },
-  { "dlock: guard %w+: redis 127%.0%.0%.1:%d+: connection refused, client", max = 8 },
+  { "dlock: guard [%w_]+: redis 127%.0%.0%.1:%d+: connection refused, client", max = 8 },
 })

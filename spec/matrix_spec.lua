@@ -1,6 +1,9 @@
 -- Every Redis deployment production runs, with its credentials: {standalone,
--- Sentinel, Cluster, Redlock} x {plain, TLS with ssl_verify} x {no auth,
--- requirepass, ACL user}, Sentinel also with the sentinels' own password. Real
+-- Sentinel, Cluster, Redlock} x {plain, mutual TLS with ssl_verify} x {no auth,
+-- requirepass, ACL user}, Sentinel also with the sentinels' own password. Mutual
+-- TLS is what a redis-server with TLS asks for unless told otherwise
+-- (tls-auth-clients yes): every server, sentinel and cluster node wants a client
+-- certificate, and the factories show one (redis.ssl_client_cert). Real
 -- servers for each cell; in every cell a lock, readers of a shared lock, a set
 -- of keys (acquire_all), a semaphore's permits and a fleet rate limit each take
 -- what Redis really holds (read back with raw commands), are refused by another
@@ -47,7 +50,7 @@ local function start_set(tls, auth)
              "--user " .. LEAST .. " on '>" .. LEAST_PASSWORD .. "' " .. h.least_privilege_rules({ "matrix:" }) }
   end
   local function server()
-    return h.start_redis(nil, unpack(tls and concat(args, h.tls_args()) or args))
+    return h.start_redis(nil, unpack(tls and concat(args, h.tls_args(true)) or args))
   end
   local set = { tls = tls, auth = auth }
   set.servers = h.parallel(3, server)
@@ -57,7 +60,7 @@ local function start_set(tls, auth)
     local conf = {}
     if tls then
       -- The sentinel's own TLS port, and TLS to the master it watches.
-      local t = h.tls_args()
+      local t = h.tls_args(true)
       for i = 1, #t do conf[#conf + 1] = (t[i]:gsub("^%-%-", "")) end
     end
     if auth then conf[#conf + 1] = "sentinel auth-pass " .. MASTER .. " " .. PASSWORD end
@@ -66,7 +69,7 @@ local function start_set(tls, auth)
   set.sentinel = h.start_sentinel(MASTER, port(set.main), { conf = sconf() })
   set.guarded_sentinel = h.start_sentinel(MASTER, port(set.main), { password = SENTINEL_PASSWORD,
     conf = sconf() .. "\nuser " .. WATCHER .. " on >" .. WATCHER_PASSWORD .. " -@all +sentinel|get-master-addr-by-name" })
-  set.cluster = h.start_cluster({ args = args, tls = tls })
+  set.cluster = h.start_cluster({ args = args, tls = tls and "mutual" })
   set.port = port
   return set
 end
@@ -76,11 +79,14 @@ local function sentinel_addr(set, s)
   return addr(set.tls and s.tls_port or s.port)
 end
 
--- The redis option table of one cell; creds: {} / {password} / {username, password}.
-local function redis_opts(set, topology, creds, sentinel_creds)
+-- The redis option table of one cell; creds: {} / {password} / {username, password};
+-- cert: the client certificate under TLS (h.client_cert(); false: none).
+local function redis_opts(set, topology, creds, sentinel_creds, cert)
   local o = { connect_timeout = 1000, read_timeout = 1000 }
   if set.tls then
     o.ssl, o.ssl_verify, o.server_name = true, true, "localhost"
+    if cert == nil then cert = h.client_cert() end
+    if cert then o.ssl_client_cert, o.ssl_client_priv_key = cert.ssl_client_cert, cert.ssl_client_priv_key end
   end
   o.username, o.password = creds.username, creds.password
   if topology == "standalone" then
@@ -338,7 +344,7 @@ end
 local TOPOLOGIES = { "standalone", "sentinel", "cluster", "redlock" }
 
 for _, tls in ipairs({ false, true }) do
-  local column = tls and "TLS with ssl_verify" or "plain"
+  local column = tls and "mutual TLS with ssl_verify" or "plain"
   for _, auth in ipairs({ false, true }) do
     describe("every topology, " .. column .. ", " .. (auth and "with credentials" or "no auth") .. ":", function()
       local set
@@ -414,6 +420,22 @@ for _, tls in ipairs({ false, true }) do
         end)
       end
 
+      if tls then
+        for _, topology in ipairs(TOPOLOGIES) do
+          local creds = auth and { username = LEAST, password = LEAST_PASSWORD } or {}
+          it(topology .. ", no client certificate: refused, saying the server may want one and which options give it", function()
+            -- (In the handshake, or under TLS 1.3 with a newer OpenSSL at the first reply after it.)
+            refused(redis_opts(set, topology, creds, nil, false),
+              "TLS handshake failed: [%w ]+ %(the server may want a client certificate, as redis%-server does " ..
+              "unless tls%-auth%-clients is no: redis%.ssl_client_cert and redis%.ssl_client_priv_key%)")
+          end)
+          it(topology .. ", a client certificate the servers do not trust: refused, saying so", function()
+            refused(redis_opts(set, topology, creds, nil, h.client_cert(true)),
+              "TLS handshake failed: [%w ]+ %(the server may not trust the issuer of redis%.ssl_client_cert: its tls%-ca%-cert%-file%)")
+          end)
+        end
+      end
+
       it("sentinel with a wrong password of its own: refused naming the sentinel and its user, never the secret", function()
         local creds = auth and { password = PASSWORD } or {}
         local err = refused(redis_opts(set, "sentinel", creds, { password = "wrong-sentinel-pw" }),
@@ -478,4 +500,6 @@ describe("the README's smallest ACL rule", function()
   end)
 end)
 
-h.check_error_logs({})
+-- The handshakes the mutual-TLS servers break off on purpose (no client
+-- certificate, or an untrusted one): nginx logs each server's alert.
+h.check_error_logs(h.refused_client_certs(40))

@@ -1,6 +1,7 @@
--- Failovers as production runs them: TLS everywhere (ssl_verify against the
--- servers' CA), every server with a password and an ACL user with only what
--- the locks need.
+-- Failovers as production runs them: mutual TLS everywhere (ssl_verify against
+-- the servers' CA; every server, sentinel and node asks for a client
+-- certificate, as redis-server does by default), every server with a password
+-- and an ACL user with only what the locks need.
 -- Sentinel, with sentinels that want a password of their own and speak TLS to
 -- each other: locks, readers, permits and rate limits taken before a failover
 -- are on the new master (replicas = 1), and the library finds it through the
@@ -19,11 +20,11 @@ local PASSWORD = "default-secret-1"
 local USER = { name = "locker", password = "acl-secret-2", rules = h.least_privilege_rules({ "secure" }) }
 local SENTINEL_PASSWORD = "sentinel-secret-3"
 
-describe("redis.sentinel with TLS (ssl_verify), an ACL user and sentinels with a password of their own", function()
+describe("redis.sentinel with mutual TLS (ssl_verify, a client certificate), an ACL user and sentinels with a password of their own", function()
   local set
 
   setup(function()
-    set = h.start_sentinel_set({ name = "secure", replicas = 2, tls = true, password = PASSWORD, user = USER,
+    set = h.start_sentinel_set({ name = "secure", replicas = 2, tls = "mutual", password = PASSWORD, user = USER,
       sentinel_password = SENTINEL_PASSWORD })
   end)
   teardown(function() if set then set.stop() end end)
@@ -32,6 +33,7 @@ describe("redis.sentinel with TLS (ssl_verify), an ACL user and sentinels with a
     local o = { sentinel = { master = "secure", nodes = set.nodes(), password = SENTINEL_PASSWORD },
       username = USER.name, password = USER.password, ssl = true, ssl_verify = true, server_name = "localhost",
       connect_timeout = 500, read_timeout = 1000 }
+    for k, v in pairs(h.client_cert()) do o[k] = v end
     for k, v in pairs(extra or {}) do o[k] = v end
     return o
   end
@@ -118,8 +120,10 @@ end)
 --- where the keys live), as the ACL user; the nginx and its backend's port.
 local function start_gateway(topology)
   local backend = h.free_port()
+  local cert = h.client_cert()
   return h.start_nginx("spec-secure.conf", { BACKEND_PORT = backend, TLS_CA = h.env.prefix .. "/tls/ca.pem",
-    TOPOLOGY = topology, ACL_USER = USER.name, ACL_PASSWORD = USER.password }), backend
+    TOPOLOGY = topology, ACL_USER = USER.name, ACL_PASSWORD = USER.password,
+    CLIENT_CERT = cert.ssl_client_cert, CLIENT_KEY = cert.ssl_client_priv_key }), backend
 end
 --- A request to the gateway nginx n (a failover may hold it up).
 local function gateway_get(n, path, opts)
@@ -154,7 +158,7 @@ describe("an operator's nginx.conf of gateway guards on that Sentinel set", func
   local set, n, backend
 
   setup(function()
-    set = h.start_sentinel_set({ name = "gateway", replicas = 2, tls = true, password = PASSWORD, user = USER,
+    set = h.start_sentinel_set({ name = "gateway", replicas = 2, tls = "mutual", password = PASSWORD, user = USER,
       sentinel_password = SENTINEL_PASSWORD })
     local nodes = set.nodes()
     n, backend = start_gateway(string.format(
@@ -239,11 +243,11 @@ describe("an operator's nginx.conf of gateway guards on that Sentinel set", func
   end)
 end)
 
-describe("redis.cluster with TLS (ssl_verify) and an ACL user, a master killed", function()
+describe("redis.cluster with mutual TLS (ssl_verify, a client certificate) and an ACL user, a master killed", function()
   local c
 
   setup(function()
-    c = h.start_cluster({ tls = true, args = { "--requirepass " .. PASSWORD, "--masterauth " .. PASSWORD,
+    c = h.start_cluster({ tls = "mutual", args = { "--requirepass " .. PASSWORD, "--masterauth " .. PASSWORD,
       "--user " .. USER.name .. " on '>" .. USER.password .. "' " .. USER.rules } })
   end)
   teardown(function() if c then c.stop() end end)
@@ -251,6 +255,7 @@ describe("redis.cluster with TLS (ssl_verify) and an ACL user, a master killed",
   local function redis(extra)
     local o = { cluster = { nodes = c.tls_seeds }, username = USER.name, password = USER.password,
       ssl = true, ssl_verify = true, server_name = "localhost", connect_timeout = 300, read_timeout = 1000 }
+    for k, v in pairs(h.client_cert()) do o[k] = v end
     for k, v in pairs(extra or {}) do o[k] = v end
     return o
   end
@@ -289,7 +294,7 @@ describe("an operator's nginx.conf of gateway guards on a Redis Cluster with TLS
   local c, n, backend
 
   setup(function()
-    c = h.start_cluster({ tls = true, args = { "--requirepass " .. PASSWORD, "--masterauth " .. PASSWORD,
+    c = h.start_cluster({ tls = "mutual", args = { "--requirepass " .. PASSWORD, "--masterauth " .. PASSWORD,
       "--user " .. USER.name .. " on '>" .. USER.password .. "' " .. USER.rules } })
     n, backend = start_gateway(string.format('cluster = { nodes = { "%s", "%s" } }', c.tls_seeds[1], c.tls_seeds[2]))
   end)
@@ -356,13 +361,13 @@ describe("an operator's nginx.conf of gateway guards on a Redis Cluster with TLS
   end)
 end)
 
-describe("redis.redlock over 3 masters with TLS (ssl_verify) and an ACL user, one master killed", function()
+describe("redis.redlock over 3 masters with mutual TLS (ssl_verify, a client certificate) and an ACL user, one master killed", function()
   local servers
 
   setup(function()
     servers = h.parallel(3, function()
       return h.start_redis(nil, "--requirepass " .. PASSWORD,
-        "--user " .. USER.name .. " on '>" .. USER.password .. "' " .. USER.rules, unpack(h.tls_args()))
+        "--user " .. USER.name .. " on '>" .. USER.password .. "' " .. USER.rules, unpack(h.tls_args(true)))
     end)
   end)
   teardown(function()
@@ -374,6 +379,7 @@ describe("redis.redlock over 3 masters with TLS (ssl_verify) and an ACL user, on
     for i, r in ipairs(servers) do masters[i] = "127.0.0.1:" .. r.tls_port end
     local o = { redlock = masters, username = USER.name, password = USER.password, ssl = true, ssl_verify = true,
       server_name = "localhost", connect_timeout = 300, read_timeout = 500 }
+    for k, v in pairs(h.client_cert()) do o[k] = v end
     local prefix = h.unique("securerl")
     local locks = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = o }))
     local other = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = o }))

@@ -40,6 +40,8 @@ interface NgxTcpSocket {
   close(): LuaMultiReturn<[1 | undefined, string | undefined]>;
   /** reused: a session to resume, false (no session object back) or nil (a session object back). */
   sslhandshake(reused: boolean | undefined, serverName: string | undefined, verify: boolean): LuaMultiReturn<[unknown, string | undefined]>;
+  /** The next handshake's client certificate chain and key (ngx.ssl.parse_pem_cert and parse_pem_priv_key's cdata); lua-resty-core 0.1.25+. */
+  setclientcert?(cert: unknown, key: unknown): LuaMultiReturn<[true | undefined, string | undefined]>;
 }
 
 /** Opaque handle returned by ngx.thread.spawn. */

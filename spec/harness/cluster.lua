@@ -71,7 +71,8 @@ end
 --- Start a Redis Cluster of 6 redis-servers on loopback (3 masters, 1 replica
 --- each; cluster-node-timeout 1000 ms) and wait until every node sees it whole.
 --- opts.args: extra redis-server arguments for every node; opts.tls: each node
---- also has a TLS port (node.tls_port; c.tls_seeds), the cluster bus on TLS. Returns
+--- also has a TLS port (node.tls_port; c.tls_seeds), the cluster bus on TLS
+--- ("mutual": the TLS ports ask clients for a certificate, servers.tls_args). Returns
 --- { nodes = { {port, pid, dir, signal, stop}... }, seeds = {"127.0.0.1:p1", "127.0.0.1:p2"},
 ---   redis(extra), masters(), replicas(), slot_owner(key), keyslot(key), node_id(port), alive(), stop(), started_in }.
 function _M.start_cluster(opts)
@@ -89,7 +90,7 @@ function _M.start_cluster(opts)
   local nodes = h.parallel(6, function(i)
     local a = { unpack(args) }
     if opts.tls then
-      for _, t in ipairs(servers.tls_args()) do a[#a + 1] = t end
+      for _, t in ipairs(servers.tls_args(opts.tls == "mutual")) do a[#a + 1] = t end
       a[#a + 1] = "--tls-cluster yes"
       -- The bus would be on the TLS port + 10000 (a free port, maybe in the ephemeral range, taken by
       -- some connection's local end): the bus port reserved above instead.

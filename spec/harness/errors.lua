@@ -59,6 +59,21 @@ function _M.unexpected_errors(mark, expected)
   return out
 end
 
+--- The lines nginx logs when a server asking for a client certificate breaks
+--- the connection off (none shown, or one it does not trust), in the handshake
+--- or, under TLS 1.3 with a newer OpenSSL (OpenResty's), at the first read or
+--- write after it; at most max of each, for h.check_error_logs.
+function _M.refused_client_certs(max)
+  local out = {}
+  for _, alert in ipairs({ "sslv3 alert handshake failure:SSL alert number 40", "tlsv1 alert unknown ca:SSL alert number 48",
+                           "tlsv13 alert certificate required:SSL alert number 116" }) do
+    out[#out + 1] = { "SSL_[%w_]+%(%) failed %(SSL: error:%x+:SSL routines::" .. alert:gsub("%p", "%%%0") .. "%)", max = max }
+  end
+  -- Or the reset it sent after its alert, met by the first write after the handshake.
+  out[#out + 1] = { "SSL_write%(%) failed %(104: Connection reset by peer%)", max = max }
+  return out
+end
+
 --- At the end of a spec file (outside its describe blocks): the last test of the file,
 --- "logs no unexpected [error] lines" (see above). `expected`: Lua patterns of the lines it causes on purpose.
 function _M.check_error_logs(expected)

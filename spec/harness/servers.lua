@@ -50,10 +50,21 @@ end
 --- redis-server arguments for a TLS port of its own (a free one), with the
 --- certificate spec/runner/run made (localhost, 127.0.0.1, signed by the CA
 --- nginx trusts); replication, the cluster bus and sentinels speak TLS too.
-function _M.tls_args()
+--- mutual: every client must show a certificate that CA signed, as
+--- redis-server asks by default (tls-auth-clients yes); the servers show theirs
+--- to each other. Otherwise clients need none (tls-auth-clients no).
+function _M.tls_args(mutual)
   local tls = env.prefix .. "/tls"
   return { "--tls-port " .. free_port(), "--tls-cert-file " .. tls .. "/server.pem", "--tls-key-file " .. tls .. "/server.key",
-    "--tls-ca-cert-file " .. tls .. "/ca.pem", "--tls-auth-clients no", "--tls-replication yes" }
+    "--tls-ca-cert-file " .. tls .. "/ca.pem", "--tls-auth-clients " .. (mutual and "yes" or "no"), "--tls-replication yes" }
+end
+
+--- The client certificate spec/runner/run made (signed by the servers' CA), as
+--- redis options take it: { ssl_client_cert =, ssl_client_priv_key = } (paths).
+--- stranger: one signed by nobody the servers trust.
+function _M.client_cert(stranger)
+  local tls, name = env.prefix .. "/tls", stranger and "stranger" or "client"
+  return { ssl_client_cert = tls .. "/" .. name .. ".pem", ssl_client_priv_key = tls .. "/" .. name .. ".key" }
 end
 
 --- The README's smallest ACL rule for a lock user ("An ACL user with only what the
@@ -100,7 +111,8 @@ end
 --- keys, channels and commands as redis-server's --user takes them; all of them unless told);
 --- opts.sentinel_password: the sentinels' own requirepass (and sentinel-pass,
 --- to talk to each other); opts.tls: replication, the sentinels and the ports they
---- name are TLS (each server keeps a plaintext port for the specs' own commands);
+--- name are TLS (each server keeps a plaintext port for the specs' own commands),
+--- "mutual": every TLS port asks clients for a certificate (tls_args);
 --- opts.args: more arguments for every server.
 function _M.start_sentinel_set(opts)
   opts = opts or {}
@@ -118,7 +130,7 @@ function _M.start_sentinel_set(opts)
     local args = { ... }
     for _, a in ipairs(common) do args[#args + 1] = a end
     if opts.tls then
-      for _, a in ipairs(_M.tls_args()) do args[#args + 1] = a end
+      for _, a in ipairs(_M.tls_args(opts.tls == "mutual")) do args[#args + 1] = a end
     end
     return _M.start_redis(nil, unpack(args))
   end
@@ -136,7 +148,7 @@ function _M.start_sentinel_set(opts)
     local conf = {}
     if opts.tls then
       -- A TLS port of its own (tls_args() picks a free one per call), and TLS to the servers and the other sentinels.
-      for _, a in ipairs(_M.tls_args()) do conf[#conf + 1] = (a:gsub("^%-%-", "")) end
+      for _, a in ipairs(_M.tls_args(opts.tls == "mutual")) do conf[#conf + 1] = (a:gsub("^%-%-", "")) end
     end
     if opts.password then conf[#conf + 1] = "sentinel auth-pass " .. name .. " " .. opts.password end
     if opts.sentinel_password then conf[#conf + 1] = "sentinel sentinel-pass " .. opts.sentinel_password end

@@ -1,10 +1,21 @@
 -- Generated from src/resty/dlock/redis/client.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local copy, lua_tostring, known
+local tlsTag, copy, lua_tostring, known
 local check = require("resty.dlock.core.check")
+local clientcert = require("resty.dlock.redis.clientcert")
 local setup = require("resty.dlock.redis.setup")
 local schema = require("resty.dlock.core.schema")
 local sentinel = require("resty.dlock.redis.sentinel")
+function tlsTag(c, cert)
+    if not c.ssl then
+        return ""
+    end
+    local tag = c.ssl_verify and "tls+verify=" .. (c.server_name or "") or "tls"
+    if cert ~= nil then
+        tag = tag .. "+cert=" .. cert.digest
+    end
+    return tag .. ":"
+end
 --- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
 -- TLS, timeouts, pools per endpoint) for host:port alone.
 function _M.node(conf, host, port)
@@ -13,11 +24,7 @@ function _M.node(conf, host, port)
     n.port = port
     n.path = nil
     n.endpoint = host .. ":" .. lua_tostring(port)
-    local tls = ""
-    if conf.ssl then
-        tls = conf.ssl_verify and "tls+verify=" .. (conf.server_name or "") .. ":" or "tls:"
-    end
-    n.pool = "dlock:" .. tls .. n.endpoint .. ":" .. lua_tostring(conf.db)
+    n.pool = "dlock:" .. tlsTag(conf, conf.client_cert) .. n.endpoint .. ":" .. lua_tostring(conf.db)
     if conf.credentials ~= nil then
         n.pool = n.pool .. ":" .. conf.credentials.digest
     end
@@ -45,6 +52,7 @@ function copy(c)
         ssl = c.ssl,
         ssl_verify = c.ssl_verify,
         server_name = c.server_name,
+        client_cert = c.client_cert,
         auto_pipeline = c.auto_pipeline,
         pool = c.pool,
         endpoint = c.endpoint,
@@ -92,6 +100,10 @@ _M.CLUSTER = {{name = "nodes", kind = "nodes", required = true}, {
 local clusterOptions = schema.compile("redis.cluster", _M.CLUSTER)
 --- ssl_verify and server_name mean nothing without TLS: one message for both.
 local NEEDS_SSL = {option = "ssl", must = "true", shared = {"ssl_verify", "server_name"}}
+--- A client certificate is presented in a TLS handshake: none without TLS.
+local CERT_NEEDS_SSL = {option = "ssl", must = "true", shared = {"ssl_client_cert", "ssl_client_priv_key"}}
+--- Longest PEM text (or path) of a certificate chain or a key.
+local MAX_PEM = 1048576
 _M.REDIS = {
     {name = "sentinel", kind = "table", table = sentinel.parse, excludes = {
         "host",
@@ -216,7 +228,15 @@ _M.REDIS = {
         idle = false,
         requires = {NEEDS_SSL}
     },
-    {name = "server_name", kind = "string", maxLen = 255, requires = {NEEDS_SSL}}
+    {name = "server_name", kind = "string", maxLen = 255, requires = {NEEDS_SSL}},
+    {name = "ssl_client_cert", kind = "string", maxLen = MAX_PEM, requires = {{option = "ssl_client_priv_key", must = "set"}, CERT_NEEDS_SSL}},
+    {
+        name = "ssl_client_priv_key",
+        kind = "string",
+        maxLen = MAX_PEM,
+        secret = true,
+        requires = {{option = "ssl_client_cert", must = "set"}, CERT_NEEDS_SSL}
+    }
 }
 local redisOptions = schema.compile("redis", _M.REDIS)
 --- Validate the `redis` option table of dlock.new and friends. `dict` is the
@@ -264,11 +284,15 @@ function _M.parse(v, dict)
         end
         endpoint = topology .. " " .. tbl_concat(names, ",")
     end
-    local tls = ""
-    if o.ssl then
-        tls = o.ssl_verify and "tls+verify=" .. (o.server_name or "") .. ":" or "tls:"
+    local cert
+    if o.ssl_client_cert ~= nil then
+        local c, cerr = clientcert.load(o.ssl_client_cert, o.ssl_client_priv_key)
+        if c == nil then
+            return nil, cerr
+        end
+        cert = c
     end
-    local pool = "dlock:" .. tls .. endpoint .. ":" .. lua_tostring(o.db)
+    local pool = "dlock:" .. tlsTag(o, cert) .. endpoint .. ":" .. lua_tostring(o.db)
     if sent ~= nil then
         pool = pool .. ":" .. sent.id
         if sent.credentials ~= nil then
@@ -295,6 +319,7 @@ function _M.parse(v, dict)
         ssl = o.ssl,
         ssl_verify = o.ssl_verify,
         server_name = o.server_name,
+        client_cert = cert,
         auto_pipeline = o.auto_pipeline,
         pool = pool,
         endpoint = endpoint,

@@ -20,6 +20,7 @@ function ask(pool, s, open, timeout, tls)
                 ssl = ssl,
                 ssl_verify = tls.ssl_verify,
                 server_name = tls.server_name,
+                client_cert = tls.client_cert,
                 credentials = s.credentials,
                 db = 0
             })

@@ -1,6 +1,18 @@
 -- Generated from src/resty/dlock/redis/setup.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
+local refusedBy
 local check = require("resty.dlock.core.check")
+local clientcert = require("resty.dlock.redis.clientcert")
+function refusedBy(broken, s)
+    if not broken then
+        return ""
+    end
+    if s.client_cert == nil then
+        return " (the server may want a client certificate, as redis-server does unless tls-auth-clients is no: " .. "redis.ssl_client_cert and redis.ssl_client_priv_key)"
+    end
+    return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file)"
+end
+local apply_cert = clientcert.apply
 local lua_pcall = pcall
 local lua_setmetatable = setmetatable
 local lua_tostring = tostring
@@ -36,13 +48,19 @@ local function tls(sock, s)
     if sock == nil then
         return "dlock: redis " .. s.endpoint .. ": TLS: the Redis client has no socket"
     end
+    if s.client_cert ~= nil then
+        local cerr = apply_cert(sock, s.client_cert)
+        if cerr ~= nil then
+            return "dlock: redis " .. s.endpoint .. ": TLS client certificate: " .. cerr
+        end
+    end
     local ok, session, err = lua_pcall(shake, sock, s.server_name, s.ssl_verify)
     if not ok or session == nil then
         local why = session
         if ok then
             why = err
         end
-        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. check.text(why)
+        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. check.text(why) .. refusedBy(why == "handshake failed", s)
     end
     return nil
 end
@@ -51,7 +69,7 @@ end
 -- came through TLS; a socket error (nil) did not.
 local function viaTls(s, ok, err)
     if s.ssl and ok == nil then
-        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. lua_tostring(err)
+        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. lua_tostring(err) .. refusedBy(true, s)
     end
     return nil
 end

@@ -3,6 +3,7 @@
 
 import type { Backend } from "./backend";
 import * as check from "../core/check";
+import * as clientcert from "./clientcert";
 import * as setup from "./setup";
 import * as schema from "../core/schema";
 import * as sentinel from "./sentinel";
@@ -48,6 +49,8 @@ export interface RedisConf {
   readonly ssl: boolean;
   readonly ssl_verify: boolean;
   readonly server_name: string | undefined;
+  /** The certificate TLS handshakes present (redis.ssl_client_cert and ssl_client_priv_key), if any. */
+  readonly client_cert: clientcert.ClientCert | undefined;
   /** Calls of concurrent requests of a worker share round trips (pipeline.ts). */
   readonly auto_pipeline: boolean;
   /** Pool name: endpoint, db, TLS and a credentials digest, so pools never mix. */
@@ -104,6 +107,8 @@ interface Options {
   readonly ssl: boolean;
   readonly ssl_verify: boolean;
   readonly server_name: string | undefined;
+  readonly ssl_client_cert: string | undefined;
+  readonly ssl_client_priv_key: string | undefined;
   readonly auto_pipeline: boolean;
 }
 
@@ -116,6 +121,10 @@ const clusterOptions = schema.compile<ClusterOptions>("redis.cluster", CLUSTER);
 
 /** ssl_verify and server_name mean nothing without TLS: one message for both. */
 const NEEDS_SSL: schema.Rule = { option: "ssl", must: "true", shared: ["ssl_verify", "server_name"] };
+/** A client certificate is presented in a TLS handshake: none without TLS. */
+const CERT_NEEDS_SSL: schema.Rule = { option: "ssl", must: "true", shared: ["ssl_client_cert", "ssl_client_priv_key"] };
+/** Longest PEM text (or path) of a certificate chain or a key. */
+const MAX_PEM = 1048576;
 
 // One address per factory: host and port, a socket path, sentinels, a cluster or Redlock masters.
 export const REDIS: schema.Spec[] = [
@@ -151,8 +160,28 @@ export const REDIS: schema.Spec[] = [
   { name: "ssl", kind: "boolean", default: false },
   { name: "ssl_verify", kind: "boolean", default: false, idle: false, requires: [NEEDS_SSL] },
   { name: "server_name", kind: "string", maxLen: 255, requires: [NEEDS_SSL] },
+  {
+    name: "ssl_client_cert", kind: "string", maxLen: MAX_PEM,
+    requires: [{ option: "ssl_client_priv_key", must: "set" }, CERT_NEEDS_SSL],
+  },
+  {
+    name: "ssl_client_priv_key", kind: "string", maxLen: MAX_PEM, secret: true,
+    requires: [{ option: "ssl_client_cert", must: "set" }, CERT_NEEDS_SSL],
+  },
 ];
 const redisOptions = schema.compile<Options>("redis", REDIS);
+
+/**
+ * The TLS part of a pool name: a connection verified for one name (or not
+ * verified), or made with one client certificate (or none), never serves a
+ * factory that asks for another.
+ */
+function tlsTag(c: { readonly ssl: boolean; readonly ssl_verify: boolean; readonly server_name: string | undefined }, cert: clientcert.ClientCert | undefined): string {
+  if (!c.ssl) return "";
+  let tag = c.ssl_verify ? "tls+verify=" + (c.server_name ?? "") : "tls";
+  if (cert !== undefined) tag = tag + "+cert=" + cert.digest;
+  return tag + ":";
+}
 
 /**
  * Validate the `redis` option table of dlock.new and friends. `dict` is the
@@ -200,12 +229,13 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     for (const i of $range(1, seeds.length)) names.push(seeds[i - 1]!.host + ":" + lua_tostring(seeds[i - 1]!.port));
     endpoint = topology + " " + tbl_concat(names, ",");
   }
-  // A connection verified for one name (or not verified) must not serve a factory that asks for another.
-  let tls = "";
-  if (o.ssl) {
-    tls = o.ssl_verify ? "tls+verify=" + (o.server_name ?? "") + ":" : "tls:";
+  let cert: clientcert.ClientCert | undefined;
+  if (o.ssl_client_cert !== undefined) {
+    const [c, cerr] = clientcert.load(o.ssl_client_cert, o.ssl_client_priv_key!);
+    if (c === undefined) return $multi(undefined, cerr);
+    cert = c;
   }
-  let pool = "dlock:" + tls + endpoint + ":" + lua_tostring(o.db);
+  let pool = "dlock:" + tlsTag(o, cert) + endpoint + ":" + lua_tostring(o.db);
   if (sent !== undefined) {
     pool = pool + ":" + sent.id;
     // Two factories asking the same sentinels with other credentials share no answers.
@@ -223,7 +253,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     pool_size: o.pool_size,
     backlog: o.backlog, replicas: o.replicas, replicas_timeout: o.replicas_timeout,
     keepalive_timeout: o.keepalive_timeout,
-    ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name, auto_pipeline: o.auto_pipeline,
+    ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name, client_cert: cert, auto_pipeline: o.auto_pipeline,
     pool, endpoint, dict, sentinel: sent,
     topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster", backend: undefined,
     senders: 2,
@@ -247,11 +277,7 @@ export function node(conf: RedisConf, host: string, port: number): RedisConf {
   n.port = port;
   n.path = undefined;
   n.endpoint = host + ":" + lua_tostring(port);
-  let tls = "";
-  if (conf.ssl) {
-    tls = conf.ssl_verify ? "tls+verify=" + (conf.server_name ?? "") + ":" : "tls:";
-  }
-  n.pool = "dlock:" + tls + n.endpoint + ":" + lua_tostring(conf.db);
+  n.pool = "dlock:" + tlsTag(conf, conf.client_cert) + n.endpoint + ":" + lua_tostring(conf.db);
   if (conf.credentials !== undefined) n.pool = n.pool + ":" + conf.credentials.digest;
   n.sentinel = undefined;
   n.topology = "standalone";
@@ -281,7 +307,8 @@ function copy(c: RedisConf): Fields {
     host: c.host, port: c.port, path: c.path, credentials: c.credentials, db: c.db,
     connect_timeout: c.connect_timeout, read_timeout: c.read_timeout, pool_size: c.pool_size, backlog: c.backlog,
     replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
-    ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, auto_pipeline: c.auto_pipeline, pool: c.pool, endpoint: c.endpoint,
+    ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, client_cert: c.client_cert, auto_pipeline: c.auto_pipeline,
+    pool: c.pool, endpoint: c.endpoint,
     dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
     slotted: c.slotted, backend: c.backend, senders: c.senders,
   };

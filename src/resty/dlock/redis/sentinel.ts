@@ -6,6 +6,7 @@
 // failover locks resume on the new master without an nginx reload.
 
 import * as schema from "../core/schema";
+import type * as clientcert from "./clientcert";
 import * as setup from "./setup";
 
 const lua_tonumber = tonumber;
@@ -108,6 +109,7 @@ export interface Tls {
   readonly ssl: boolean;
   readonly ssl_verify: boolean;
   readonly server_name: string | undefined;
+  readonly client_cert: clientcert.ClientCert | undefined;
 }
 
 /** A fresh connection to a sentinel: the client and its socket, or why not (connection.ts makes it). */
@@ -138,7 +140,7 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
       // The sentinel's own TLS and credentials, in the order every server accepts.
       const serr = setup.run(red, sock, {
         endpoint: "sentinel " + endpoint, ssl, ssl_verify: tls.ssl_verify, server_name: tls.server_name,
-        credentials: s.credentials, db: 0,
+        client_cert: tls.client_cert, credentials: s.credentials, db: 0,
       });
       if (serr === undefined) {
         const [addr, aerr] = red.sentinel("get-master-addr-by-name", s.master);

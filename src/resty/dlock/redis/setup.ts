@@ -5,7 +5,9 @@
 // sentinels (sentinel.ts); pooled connections went through it when fresh.
 
 import * as check from "../core/check";
+import * as clientcert from "./clientcert";
 
+const apply_cert = clientcert.apply;
 const lua_pcall = pcall;
 const lua_setmetatable = setmetatable;
 const lua_tostring = tostring;
@@ -40,6 +42,8 @@ export interface Setup {
   readonly ssl: boolean;
   readonly ssl_verify: boolean;
   readonly server_name: string | undefined;
+  /** The certificate the handshake presents (redis.ssl_client_cert), if any. */
+  readonly client_cert: clientcert.ClientCert | undefined;
   readonly credentials: Credentials | undefined;
   /** 0: no SELECT (sentinels have no databases). */
   readonly db: number;
@@ -61,14 +65,36 @@ function tls(sock: NgxTcpSocket | undefined, s: Setup): string | undefined {
   if (sock === undefined) {
     return "dlock: redis " + s.endpoint + ": TLS: the Redis client has no socket";
   }
+  if (s.client_cert !== undefined) {
+    const cerr = apply_cert(sock, s.client_cert);
+    if (cerr !== undefined) return "dlock: redis " + s.endpoint + ": TLS client certificate: " + cerr;
+  }
   const [ok, session, err] = lua_pcall(shake, sock, s.server_name, s.ssl_verify);
   if (!ok || session === undefined) {
     // A raise leaves its message where the session would be.
     let why: unknown = session;
     if (ok) why = err;
-    return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + check.text(why);
+    return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + check.text(why) + refusedBy(why === "handshake failed", s);
   }
   return undefined;
+}
+
+/**
+ * What it most likely means when the server broke the connection off during
+ * the handshake (a bare "handshake failed"; a failed verification of the
+ * server's own certificate says more than that) or at the first reply (under
+ * TLS 1.3 a client's side of the handshake may end before the server has
+ * looked at its certificate): a redis-server does that to a client without a
+ * certificate it trusts unless tls-auth-clients is off. nginx logs the
+ * server's alert.
+ */
+function refusedBy(broken: boolean, s: Setup): string {
+  if (!broken) return "";
+  if (s.client_cert === undefined) {
+    return " (the server may want a client certificate, as redis-server does unless tls-auth-clients is no: " +
+      "redis.ssl_client_cert and redis.ssl_client_priv_key)";
+  }
+  return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file)";
 }
 
 /**
@@ -78,7 +104,7 @@ function tls(sock: NgxTcpSocket | undefined, s: Setup): string | undefined {
  */
 function viaTls(s: Setup, ok: unknown, err: string | undefined): string | undefined {
   if (s.ssl && ok === undefined) {
-    return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + lua_tostring(err);
+    return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + lua_tostring(err) + refusedBy(true, s);
   }
   return undefined;
 }

@@ -82,6 +82,7 @@ build = {
       ["resty.dlock.redis.args"] = "dist/resty/dlock/redis/args.lua",
       ["resty.dlock.redis.backend"] = "dist/resty/dlock/redis/backend.lua",
       ["resty.dlock.redis.client"] = "dist/resty/dlock/redis/client.lua",
+      ["resty.dlock.redis.clientcert"] = "dist/resty/dlock/redis/clientcert.lua",
       ["resty.dlock.redis.cluster"] = "dist/resty/dlock/redis/cluster.lua",
       ["resty.dlock.redis.command"] = "dist/resty/dlock/redis/command.lua",
       ["resty.dlock.redis.connection"] = "dist/resty/dlock/redis/connection.lua",

@@ -229,6 +229,8 @@ describe("an operator's nginx.conf of gateway guards on that Sentinel set", func
 
   it("decides the same after nginx -s reload: new workers find the master through the sentinels, with every " ..
      "credential, and the used-up rate stays used up", function()
+    -- A write waits for a replica (replicas = 1): after the last test's failover the sentinels move one over in time.
+    assert.is_true(h.wait_replicated(set.master_port(), 15), "no replica of the master acknowledges its writes")
     local old = n.workers()
     assert.is_true(n.reload())
     assert.is_true(n.replaced(old, 2))

@@ -20,6 +20,12 @@ end
 
 _M.started, _M.size = started, size
 
+--- The error log of an nginx started otherwise (a system nginx.conf): checked
+--- by check_error_logs from here on, as start_nginx's are.
+function _M.follow_log(path)
+  started[#started + 1] = { log = path, from = size(path) }
+end
+
 --- Whether the runner's nginx was built with `flag` (as `nginx -V` names it,
 --- e.g. "http_auth_request_module"): Debian's has modules an OpenResty build may not.
 function _M.nginx_has(flag)

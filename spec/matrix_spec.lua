@@ -445,21 +445,8 @@ for _, tls in ipairs({ false, true }) do
 
       if auth then
         it("keeps every password out of reach: no table a factory or its lease leads to holds one", function()
-          -- Everything reachable from the factory and a lease: fields, keys and metatables.
-          local function secrets_in(root)
-            local seen, found = {}, {}
-            local function walk(v)
-              if type(v) == "string" then
-                if v == PASSWORD or v == USER_PASSWORD or v == SENTINEL_PASSWORD then found[#found + 1] = v end
-              elseif type(v) == "table" and not seen[v] then
-                seen[v] = true
-                for k, x in pairs(v) do walk(k) walk(x) end
-                walk(getmetatable(v))
-              end
-            end
-            walk(root)
-            return found
-          end
+          local secret = { [PASSWORD] = true, [USER_PASSWORD] = true, [SENTINEL_PASSWORD] = true }
+          local function secrets_in(root) return h.reachable(root, secret) end
           for _, topology in ipairs(TOPOLOGIES) do
             local opts = redis_opts(set, topology, { username = USER, password = USER_PASSWORD },
               topology == "sentinel" and { password = SENTINEL_PASSWORD } or nil)

@@ -205,6 +205,23 @@ function _M.parallel(n, fn)
 end
 
 --- The Redis key of a gateway guard `name` (default prefix) for the request key `raw`: guards hash raw keys.
+--- The strings of the set `wanted` that anything reachable from root holds (its
+--- fields, keys and metatables, and theirs): what a caller of the library could read.
+function _M.reachable(root, wanted)
+  local seen, found = {}, {}
+  local function walk(v)
+    if type(v) == "string" then
+      if wanted[v] then found[#found + 1] = v end
+    elseif type(v) == "table" and not seen[v] then
+      seen[v] = true
+      for k, x in pairs(v) do walk(k) walk(x) end
+      walk(getmetatable(v))
+    end
+  end
+  walk(root)
+  return found
+end
+
 function _M.guard_key(name, raw)
   return require("resty.dlock.gateway.digest").key("dlock:gw:" .. name .. ":", raw)
 end

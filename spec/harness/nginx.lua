@@ -153,6 +153,24 @@ function _M.http(port, path, opts)
   return res
 end
 
+--- n GETs of path on port, sent 50 ms apart and in flight together; during(), when
+--- given, runs while they are; their statuses, sorted.
+function _M.together(port, path, n, during)
+  local threads, statuses = {}, {}
+  for i = 1, n do
+    threads[i] = ngx.thread.spawn(_M.http, port, path)
+    ngx.sleep(0.05)
+  end
+  if during then during() end
+  for i = 1, n do
+    local ok, res, err = ngx.thread.wait(threads[i])
+    assert(ok, res)
+    statuses[i] = assert(res, err).status
+  end
+  table.sort(statuses)
+  return statuses
+end
+
 --- GET a peer's hammer location, whose body is "<taken> <errors>": how many it took, or nil and why not.
 function _M.hammered(port, path, timeout)
   local res, err = _M.http(port, path, { timeout = timeout })

@@ -22,9 +22,18 @@ declare module "resty.dlock" {
     pool_size?: number;
     keepalive_timeout?: number;
     backlog?: number;
+    /** Calls of concurrent requests of a worker share round trips (default true). */
+    auto_pipeline?: boolean;
     ssl?: boolean;
     ssl_verify?: boolean;
     server_name?: string;
+    /**
+     * The client certificate (chain) a TLS handshake shows, for servers that ask for one
+     * (redis-server does unless tls-auth-clients is no): a PEM file's path or the PEM text.
+     * With ssl_client_priv_key, its unencrypted key; both read when the factory is made.
+     */
+    ssl_client_cert?: string;
+    ssl_client_priv_key?: string;
   }
 
   /** Writes acknowledged by replicas (WAIT): not with Redlock. */

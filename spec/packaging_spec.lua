@@ -152,6 +152,19 @@ describe("the npm package", function()
     assert.is_nil(lua:find("__TS__", 1, true))
   end)
 
+  it("declares every option of the redis table the Lua side takes, and no other", function()
+    local dts = read("api/index.d.ts")
+    local declared = {}
+    for _, name in ipairs({ "RedisCommon", "Replicated", "NoTopology", "StandaloneRedis" }) do
+      local body = assert(dts:match("interface " .. name .. "[^{]*(%b{})"), name)
+      for option in body:gmatch("\n%s*([%w_]+)%??:") do declared[option] = true end
+    end
+    local schema = {}
+    for _, spec in ipairs(require("resty.dlock.redis.client").REDIS) do schema[spec.name] = true end
+    for option in pairs(schema) do assert.is_true(declared[option], option .. " is not declared in api/index.d.ts") end
+    for option in pairs(declared) do assert.is_true(schema[option], option .. " is declared but not an option of redis") end
+  end)
+
   it("refuses to type-check an option of the wrong type (ttl = \"5\")", function()
     local ok, out = shell("cd " .. project .. " && node node_modules/typescript/bin/tsc -p tsconfig.wrong.json --noEmit")
     assert.is_false(ok)

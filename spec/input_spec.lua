@@ -126,9 +126,11 @@ describe("bad input", function()
       local conf = assert(redis.parse({ cluster = { nodes = { "10.0.0.1:7000", "[::1]:7001" } }, password = "pw", read_timeout = 300 }))
       assert.equal("cluster", conf.topology)
       assert.equal(5, conf.max_redirects)
-      assert.equal("cluster 10.0.0.1:7000,::1:7001", conf.endpoint)
+      -- An IPv6 address keeps its brackets: nginx connects to it so, and "[::1]:7001" names it unambiguously.
+      assert.equal("cluster 10.0.0.1:7000,[::1]:7001", conf.endpoint)
       assert.equal(2, #conf.nodes)
-      assert.equal("::1", conf.nodes[2].host)
+      assert.equal("[::1]", conf.nodes[2].host)
+      assert.equal("[::1]:7001", conf.nodes[2].endpoint)
       assert.equal(7001, conf.nodes[2].port)
       assert.equal(300, conf.nodes[2].read_timeout)
       -- The factory's credentials (the password itself is readable from neither).

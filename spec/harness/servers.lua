@@ -21,9 +21,10 @@ local function started(pidfile, port, what)
   return pid
 end
 
---- Start a daemonized sentinel watching `master` (name) at 127.0.0.1:master_port,
---- quorum 2, down after 1 s; returns { port, tls_port, pid, stop() }. opts.conf: more
---- sentinel.conf lines (TLS, auth-pass); opts.password: its own requirepass.
+--- Start a daemonized sentinel watching `master` (name) at 127.0.0.1:master_port
+--- (opts.host: another address), quorum 2, down after 1 s; returns { port, tls_port,
+--- pid, stop() }. opts.conf: more sentinel.conf lines (TLS, auth-pass, bind);
+--- opts.password: its own requirepass.
 function _M.start_sentinel(name, master_port, opts)
   opts = opts or {}
   local port = free_port()
@@ -31,8 +32,8 @@ function _M.start_sentinel(name, master_port, opts)
   os.execute("mkdir -p " .. dir)
   local f = assert(io.open(dir .. "/sentinel.conf", "w"))
   f:write(string.format("port %d\nbind 127.0.0.1\ndir %s\npidfile %s/sentinel.pid\nlogfile %s/sentinel.log\n" ..
-    "daemonize yes\nsentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s 1000\n" ..
-    "sentinel failover-timeout %s 3000\n", port, dir, dir, dir, name, master_port, name, name))
+    "daemonize yes\nsentinel monitor %s %s %d 2\nsentinel down-after-milliseconds %s 1000\n" ..
+    "sentinel failover-timeout %s 3000\n", port, dir, dir, dir, name, opts.host or "127.0.0.1", master_port, name, name))
   if opts.conf then f:write(opts.conf, "\n") end
   if opts.password then
     f:write("requirepass ", opts.password, "\n")

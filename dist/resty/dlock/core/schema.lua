@@ -3,6 +3,7 @@ local _M = {}
 local check = require("resty.dlock.core.check")
 local values = require("resty.dlock.core.schema.values")
 _M.node = values.node
+_M.literal = values.literal
 local lua_type = type
 local lua_ipairs = ipairs
 local lua_error = error

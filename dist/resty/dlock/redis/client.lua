@@ -274,7 +274,8 @@ function _M.parse(v, dict)
         topology = "unix"
     end
     local sent = o.sentinel
-    local endpoint = o.path or o.host .. ":" .. lua_tostring(o.port)
+    local host = schema.literal(o.host)
+    local endpoint = o.path or host .. ":" .. lua_tostring(o.port)
     if sent ~= nil then
         endpoint = "sentinel " .. sent.master
     elseif seeds ~= nil then
@@ -304,7 +305,7 @@ function _M.parse(v, dict)
         pool = pool .. ":" .. credentials.digest
     end
     local conf = {
-        host = o.host,
+        host = host,
         port = o.port,
         path = o.path,
         credentials = credentials,

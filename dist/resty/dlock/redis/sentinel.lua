@@ -35,7 +35,10 @@ function ask(pool, s, open, timeout, tls)
                             tbl_remove(s.nodes, i)
                             tbl_insert(s.nodes, 1, node)
                         end
-                        local m = {host = t[1], port = port}
+                        local m = {
+                            host = schema.literal(t[1]),
+                            port = port
+                        }
                         masters[pool] = {
                             node = m,
                             at = ngx_now()

@@ -3,6 +3,7 @@ local _M = {}
 local redis = require("resty.dlock.redis.client")
 local connection = require("resty.dlock.redis.connection")
 local scripts = require("resty.dlock.redis.scripts")
+local schema = require("resty.dlock.core.schema")
 local bitop = require("bit")
 local band = bitop.band
 local bxor = bitop.bxor
@@ -17,6 +18,7 @@ local tbl_concat = table.concat
 local connect = connection.connect
 local done = connection.done
 local nodeConf = redis.node
+local literal = schema.literal
 local SLOTS = 16384
 --- Shared dict keys (all workers): redirects followed, when a worker last read the slot map.
 _M.REDIRECTS = "c:redis:redirects:"
@@ -99,8 +101,9 @@ function _M.nodeAt(conf, c, ep)
     end
     return n
 end
---- conf's configuration of the master at host:port.
-function _M.nodeOf(conf, c, host, port)
+--- conf's configuration of the master at host:port (an IPv6 address bare, as CLUSTER SLOTS and MOVED give it, or in brackets).
+function _M.nodeOf(conf, c, bare, port)
+    local host = literal(bare)
     local ep = host .. ":" .. lua_tostring(port)
     if not (c.addrs[ep] ~= nil) then
         c.addrs[ep] = {host = host, port = port}

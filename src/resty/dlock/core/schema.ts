@@ -13,6 +13,7 @@ export type {
   Node, Validator, Check, Rule, Spec, IntegerSpec, StringSpec, BooleanSpec, EnumSpec, FunctionSpec, NodesSpec, TableSpec, CheckSpec,
 } from "./schema/values";
 export const node = values.node;
+export const literal = values.literal;
 type Spec = values.Spec;
 type Rule = values.Rule;
 type Option = values.Option;

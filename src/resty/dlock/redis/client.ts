@@ -221,7 +221,9 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   }
 
   const sent = o.sentinel;
-  let endpoint = o.path ?? o.host + ":" + lua_tostring(o.port);
+  // An IPv6 address in brackets, as nginx connects to it and as "host:port" names it.
+  const host = schema.literal(o.host);
+  let endpoint = o.path ?? host + ":" + lua_tostring(o.port);
   if (sent !== undefined) {
     endpoint = "sentinel " + sent.master;
   } else if (seeds !== undefined) {
@@ -247,7 +249,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     pool = pool + ":" + credentials.digest;
   }
   const conf: RedisConf = {
-    host: o.host, port: o.port, path: o.path, credentials, db: o.db,
+    host, port: o.port, path: o.path, credentials, db: o.db,
     connect_timeout: o.connect_timeout,
     read_timeout: o.read_timeout,
     pool_size: o.pool_size,

@@ -154,7 +154,7 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
               tbl_remove(s.nodes, i);
               tbl_insert(s.nodes, 1, node);
             }
-            const m = { host: t.get(1), port };
+            const m = { host: schema.literal(t.get(1)), port };
             masters.set(pool, { node: m, at: ngx_now() });
             return $multi(m, undefined);
           }

@@ -7,6 +7,7 @@
 import * as redis from "./client";
 import * as connection from "./connection";
 import * as scripts from "./scripts";
+import * as schema from "../core/schema";
 
 const bitop = require("bit") as BitModule;
 const band = bitop.band;
@@ -22,6 +23,7 @@ const tbl_concat = table.concat;
 const connect = connection.connect;
 const done = connection.done;
 const nodeConf = redis.node;
+const literal = schema.literal;
 
 const SLOTS = 16384;
 /** Shared dict keys (all workers): redirects followed, when a worker last read the slot map. */
@@ -113,8 +115,9 @@ export function nodeAt(conf: redis.RedisConf, c: Cluster, ep: string): redis.Red
   return n;
 }
 
-/** conf's configuration of the master at host:port. */
-export function nodeOf(conf: redis.RedisConf, c: Cluster, host: string, port: number): redis.RedisConf {
+/** conf's configuration of the master at host:port (an IPv6 address bare, as CLUSTER SLOTS and MOVED give it, or in brackets). */
+export function nodeOf(conf: redis.RedisConf, c: Cluster, bare: string, port: number): redis.RedisConf {
+  const host = literal(bare);
   const ep = host + ":" + lua_tostring(port);
   if (!c.addrs.has(ep)) c.addrs.set(ep, { host, port });
   return nodeAt(conf, c, ep);

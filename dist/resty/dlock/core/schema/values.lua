@@ -62,12 +62,21 @@ local function port(s, at)
     end
     return p >= 1 and p or nil
 end
---- "host:port" or "[v6]:port"; `label` names the list it came from.
+--- A host as nginx's connect() takes it: an IPv6 address in brackets ("[::1]"),
+-- which is also how "host:port" names it unambiguously. Hosts come bare from
+-- the `host` option, CLUSTER SLOTS, MOVED and the sentinels.
+function _M.literal(host)
+    if (str_match(host, "^[%x%.]*:[%x:%.]*$")) ~= nil then
+        return "[" .. host .. "]"
+    end
+    return host
+end
+--- "host:port" or "[v6]:port" (the host keeps its brackets); `label` names the list it came from.
 function _M.node(label, v)
     if lua_type(v) ~= "string" then
         return check.fail(label .. " must be \"host:port\" strings", v)
     end
-    local host, at = str_match(v, "^%[([%x:%.]+)%]:()%d+$")
+    local host, at = str_match(v, "^(%[[%x:%.]+%]):()%d+$")
     if host == nil then
         host, at = str_match(v, "^([%w%.%-_]+):()%d+$")
     end

@@ -182,11 +182,21 @@ function port(s: string, at: number): number | undefined {
   return p >= 1 ? p : undefined;
 }
 
-/** "host:port" or "[v6]:port"; `label` names the list it came from. */
+/**
+ * A host as nginx's connect() takes it: an IPv6 address in brackets ("[::1]"),
+ * which is also how "host:port" names it unambiguously. Hosts come bare from
+ * the `host` option, CLUSTER SLOTS, MOVED and the sentinels.
+ */
+export function literal(host: string): string {
+  if (str_match(host, "^[%x%.]*:[%x:%.]*$")[0] !== undefined) return "[" + host + "]";
+  return host;
+}
+
+/** "host:port" or "[v6]:port" (the host keeps its brackets); `label` names the list it came from. */
 export function node(label: string, v: unknown): LuaMultiReturn<[Node | undefined, string | undefined]> {
   if (lua_type(v) !== "string") return check.fail(label + " must be \"host:port\" strings", v);
   // The () captures are positions: numbers, where the port digits start.
-  let [host, at] = str_match(v as string, "^%[([%x:%.]+)%]:()%d+$");
+  let [host, at] = str_match(v as string, "^(%[[%x:%.]+%]):()%d+$");
   if (host === undefined) {
     [host, at] = str_match(v as string, "^([%w%.%-_]+):()%d+$");
   }

@@ -1,0 +1,98 @@
+-- Redis on IPv6 addresses. nginx connects to an IPv6 address only in brackets
+-- ("[::1]"), while operators write `host = "::1"`, and CLUSTER SLOTS, MOVED and
+-- the sentinels name hosts bare ("::1"): every topology takes a lock on servers
+-- that listen on ::1, and messages name them "[::1]:port". (The servers listen on
+-- 127.0.0.1 as well, for the specs' own commands.)
+local h = require "helpers"
+local dlock = require "resty.dlock"
+
+local BOTH = "--bind '127.0.0.1 ::1'"
+
+--- A lock taken with these redis options: its token in Redis at each of ports, a second holder
+--- refused, nothing left after the release.
+local function locks_on(redis, ports)
+  local prefix = h.unique("v6")
+  local a, err = dlock.new({ dict = "dlock", prefix = prefix, redis = redis })
+  assert(a, err)
+  local b = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = redis }))
+  local lease, aerr = a:acquire("k", { ttl = 5000 })
+  assert(lease, aerr)
+  for _, port in ipairs(ports) do assert.equal(lease.token, h.cmd(port, "get", prefix .. "k")) end
+  local none, berr = b:acquire("k", { wait = 0 })
+  assert.is_nil(none)
+  assert.equal("busy", berr)
+  assert.is_true(lease:release())
+  for _, port in ipairs(ports) do assert.equal(0, h.cmd(port, "exists", prefix .. "k")) end
+end
+
+describe("Redis on IPv6", function()
+  local servers
+  setup(function()
+    servers = h.parallel(3, function() return h.start_redis(nil, BOTH) end)
+  end)
+  teardown(function() for _, r in ipairs(servers or {}) do r.stop() end end)
+
+  it("one server, host written bare (\"::1\") or in brackets", function()
+    locks_on({ host = "::1", port = servers[1].port }, { servers[1].port })
+    locks_on({ host = "[::1]", port = servers[1].port }, { servers[1].port })
+  end)
+
+  it("names the server [::1]:port in its errors", function()
+    local port = h.free_port()
+    local l = assert(dlock.new({ dict = "dlock", redis = { host = "::1", port = port, connect_timeout = 500 } }))
+    local lease, err = l:acquire("k")
+    assert.is_nil(lease)
+    assert.equal("dlock: redis [::1]:" .. port .. ": connection refused", err)
+  end)
+
+  it("Redlock over masters named \"[::1]:port\"", function()
+    local masters = {}
+    for i, r in ipairs(servers) do masters[i] = "[::1]:" .. r.port end
+    locks_on({ redlock = masters }, { servers[1].port, servers[2].port, servers[3].port })
+  end)
+
+  it("Sentinel on ::1 naming its master \"::1\"", function()
+    local s = h.start_sentinel("v6", servers[1].port, { host = "::1", conf = "bind 127.0.0.1 ::1" })
+    finally(function() s.stop() end)
+    assert.equal("::1", h.cmd(s.port, "sentinel", "get-master-addr-by-name", "v6")[1])
+    locks_on({ sentinel = { master = "v6", nodes = { "[::1]:" .. s.port } } }, { servers[1].port })
+  end)
+
+  it("a Cluster whose nodes know each other by ::1 (CLUSTER SLOTS names them so)", function()
+    local nodes = h.parallel(3, function()
+      return h.start_redis(nil, BOTH, "--cluster-enabled yes", "--cluster-config-file nodes.conf", "--cluster-node-timeout 1000")
+    end)
+    finally(function() for _, n in ipairs(nodes) do n.stop() end end)
+    local ranges = { { 0, 5460 }, { 5461, 10922 }, { 10923, 16383 } }
+    for i, n in ipairs(nodes) do assert.equal("OK", h.cmd(n.port, "cluster", "addslotsrange", ranges[i][1], ranges[i][2])) end
+    for i = 2, 3 do assert.equal("OK", h.cmd(nodes[1].port, "cluster", "meet", "::1", nodes[i].port)) end
+    assert.is_true(h.eventually(15, function()
+      for _, n in ipairs(nodes) do
+        if not (h.cmd(n.port, "cluster", "info") or ""):find("cluster_state:ok", 1, true) then
+          ngx.sleep(0.1)
+          return false
+        end
+      end
+      return true
+    end), "the cluster did not come up")
+    assert.equal("::1", h.cmd(nodes[1].port, "cluster", "slots")[1][3][1])
+    local prefix = h.unique("v6")
+    local l = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = { cluster = { nodes = { "[::1]:" .. nodes[1].port } } } }))
+    -- Keys on every master: the map's bare ::1 addresses are where the library goes.
+    for i = 1, 12 do
+      local key = "k" .. i
+      local lease, err = l:acquire(key, { ttl = 5000 })
+      assert(lease, err)
+      local slot = h.cmd(nodes[1].port, "cluster", "keyslot", prefix .. key)
+      local owner
+      for j, r in ipairs(ranges) do if slot >= r[1] and slot <= r[2] then owner = nodes[j] end end
+      assert.equal(lease.token, h.cmd(owner.port, "get", prefix .. key))
+      assert.is_true(lease:release())
+    end
+  end)
+end)
+
+h.check_error_logs({
+  -- The refused connection the error test asks for.
+  { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 1 },
+})

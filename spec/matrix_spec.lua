@@ -427,11 +427,13 @@ for _, tls in ipairs({ false, true }) do
             -- (In the handshake, or under TLS 1.3 with a newer OpenSSL at the first reply after it.)
             refused(redis_opts(set, topology, creds, nil, false),
               "TLS handshake failed: [%w ]+ %(the server may want a client certificate, as redis%-server does " ..
-              "unless tls%-auth%-clients is no: redis%.ssl_client_cert and redis%.ssl_client_priv_key%)")
+              "unless tls%-auth%-clients is no: redis%.ssl_client_cert and redis%.ssl_client_priv_key; or no TLS version it " ..
+              "takes: lua_ssl_protocols %(nginx's log has the server's alert%)%)")
           end)
           it(topology .. ", a client certificate the servers do not trust: refused, saying so", function()
             refused(redis_opts(set, topology, creds, nil, h.client_cert(true)),
-              "TLS handshake failed: [%w ]+ %(the server may not trust the issuer of redis%.ssl_client_cert: its tls%-ca%-cert%-file%)")
+              "TLS handshake failed: [%w ]+ %(the server may not trust the issuer of redis%.ssl_client_cert: its tls%-ca%-cert%-file; " ..
+              "or no TLS version it takes")
           end)
         end
       end

@@ -125,10 +125,11 @@ describe("a redis-server that asks for a client certificate (tls-auth-clients ye
     local _, err = lock(opts(nil))
     assert.matches("^dlock: redis 127%.0%.0%.1:" .. r.tls_port .. ": TLS handshake failed: [%w ]+ %(the server may " ..
       "want a client certificate, as redis%-server does unless tls%-auth%-clients is no: redis%.ssl_client_cert and " ..
-      "redis%.ssl_client_priv_key%)$", err)
+      "redis%.ssl_client_priv_key; or no TLS version it takes: lua_ssl_protocols %(nginx's log has the server's alert%)%)$", err)
     _, err = lock(opts(STRANGER))
     assert.matches("^dlock: redis 127%.0%.0%.1:" .. r.tls_port .. ": TLS handshake failed: [%w ]+ %(the server may " ..
-      "not trust the issuer of redis%.ssl_client_cert: its tls%-ca%-cert%-file%)$", err)
+      "not trust the issuer of redis%.ssl_client_cert: its tls%-ca%-cert%-file; or no TLS version it takes: " ..
+      "lua_ssl_protocols %(nginx's log has the server's alert%)%)$", err)
     assert(lock(opts(CERT)))
   end)
 end)

@@ -117,7 +117,40 @@ describe("TLS", function()
   end)
 end)
 
+describe("a redis-server that takes TLSv1.3 alone (tls-protocols TLSv1.3)", function()
+  local r13
+  setup(function()
+    local args = h.tls_args()
+    args[#args + 1] = "--tls-protocols TLSv1.3"
+    r13 = h.start_redis(nil, unpack(args))
+  end)
+  teardown(function() if r13 then r13.stop() end end)
+
+  it("takes a lock from an nginx whose lua_ssl_protocols names TLSv1.3", function()
+    local n = h.start_nginx("spec-tls13.conf", { TLS_CA = TLS .. "/ca.pem" })
+    finally(function() n.stop() end)
+    local res = assert(h.http(n.port, "/lock?port=" .. r13.tls_port .. "&key=" .. h.unique("v13")))
+    assert.matches("^taken %x+\n$", res.body)
+  end)
+
+  it("is refused by Debian's nginx with its defaults, naming lua_ssl_protocols (OpenResty's offers TLSv1.3)", function()
+    local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("v13"),
+      redis = { port = r13.tls_port, ssl = true, ssl_verify = true, server_name = "localhost" } }))
+    local lease, err = l:acquire("k", { ttl = 5000 })
+    if h.env.nginx == "/usr/sbin/nginx" then
+      assert.is_nil(lease)
+      assert.matches("^dlock: redis 127%.0%.0%.1:" .. r13.tls_port .. ": TLS handshake failed: handshake failed %(.*" ..
+        "; or no TLS version it takes: lua_ssl_protocols %(nginx's log has the server's alert%)%)$", err)
+    else
+      assert(lease, err)
+      assert.is_true(lease:release())
+    end
+  end)
+end)
+
 h.check_error_logs({
+  -- Debian's nginx offers no TLS version the TLSv1.3-only server takes:
+  { "SSL_do_handshake%(%) failed %(SSL: error:%x+:SSL routines::tlsv1 alert protocol version:SSL alert number 70%)", max = 1 },
   -- Certificates refused on purpose (ssl_verify with a wrong name, no trusted CA):
   "lua ssl certificate does not match host \"locks%.example\"",
   "lua ssl certificate verify error: %(18: self%-signed certificate%)",

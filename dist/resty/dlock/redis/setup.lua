@@ -7,10 +7,11 @@ function refusedBy(broken, s)
     if not broken then
         return ""
     end
+    local versions = "; or no TLS version it takes: lua_ssl_protocols (nginx's log has the server's alert)"
     if s.client_cert == nil then
-        return " (the server may want a client certificate, as redis-server does unless tls-auth-clients is no: " .. "redis.ssl_client_cert and redis.ssl_client_priv_key)"
+        return " (the server may want a client certificate, as redis-server does unless tls-auth-clients is no: " .. "redis.ssl_client_cert and redis.ssl_client_priv_key" .. versions .. ")"
     end
-    return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file)"
+    return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file" .. versions .. ")"
 end
 local apply_cert = clientcert.apply
 local lua_pcall = pcall

@@ -84,17 +84,20 @@ function tls(sock: NgxTcpSocket | undefined, s: Setup): string | undefined {
  * the handshake (a bare "handshake failed"; a failed verification of the
  * server's own certificate says more than that) or at the first reply (under
  * TLS 1.3 a client's side of the handshake may end before the server has
- * looked at its certificate): a redis-server does that to a client without a
- * certificate it trusts unless tls-auth-clients is off. nginx logs the
- * server's alert.
+ * looked at its certificate). A redis-server does that to a client without a
+ * certificate it trusts unless tls-auth-clients is off, and to one that offers
+ * none of its TLS versions: Debian's nginx offers TLSv1.3 only where
+ * lua_ssl_protocols names it, and Redis may be set to take TLSv1.3 alone.
+ * nginx logs the server's alert, which tells which.
  */
 function refusedBy(broken: boolean, s: Setup): string {
   if (!broken) return "";
+  const versions = "; or no TLS version it takes: lua_ssl_protocols (nginx's log has the server's alert)";
   if (s.client_cert === undefined) {
     return " (the server may want a client certificate, as redis-server does unless tls-auth-clients is no: " +
-      "redis.ssl_client_cert and redis.ssl_client_priv_key)";
+      "redis.ssl_client_cert and redis.ssl_client_priv_key" + versions + ")";
   }
-  return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file)";
+  return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file" + versions + ")";
 }
 
 /**

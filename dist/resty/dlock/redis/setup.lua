@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/setup.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local refusedBy
+local refusedBy, unverified, lua_type, str_find
 local check = require("resty.dlock.core.check")
 local clientcert = require("resty.dlock.redis.clientcert")
 function refusedBy(broken, s)
@@ -13,10 +13,24 @@ function refusedBy(broken, s)
     end
     return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file" .. versions .. ")"
 end
+function unverified(why, s)
+    if not s.ssl_verify or lua_type(why) ~= "string" then
+        return ""
+    end
+    if why == "certificate host mismatch" then
+        return " (ssl_verify: the certificate does not name server_name " .. (s.server_name or "(none given)") .. ")"
+    end
+    if (str_find(why, "^%d+: ")) ~= nil then
+        return " (ssl_verify: the chain is checked against nginx's lua_ssl_trusted_certificate, up to lua_ssl_verify_depth)"
+    end
+    return ""
+end
 local apply_cert = clientcert.apply
 local lua_pcall = pcall
 local lua_setmetatable = setmetatable
 local lua_tostring = tostring
+lua_type = type
+str_find = string.find
 local ngx_md5 = ngx.md5
 local str_sub = string.sub
 local secrets = lua_setmetatable({}, {__mode = "k"})
@@ -61,7 +75,7 @@ local function tls(sock, s)
         if ok then
             why = err
         end
-        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. check.text(why) .. refusedBy(why == "handshake failed", s)
+        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. check.text(why) .. refusedBy(why == "handshake failed", s) .. unverified(why, s)
     end
     return nil
 end

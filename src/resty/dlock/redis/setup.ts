@@ -11,6 +11,8 @@ const apply_cert = clientcert.apply;
 const lua_pcall = pcall;
 const lua_setmetatable = setmetatable;
 const lua_tostring = tostring;
+const lua_type = type;
+const str_find = string.find;
 const ngx_md5 = ngx.md5;
 const str_sub = string.sub;
 
@@ -74,7 +76,8 @@ function tls(sock: NgxTcpSocket | undefined, s: Setup): string | undefined {
     // A raise leaves its message where the session would be.
     let why: unknown = session;
     if (ok) why = err;
-    return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + check.text(why) + refusedBy(why === "handshake failed", s);
+    return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + check.text(why) + refusedBy(why === "handshake failed", s) +
+      unverified(why, s);
   }
   return undefined;
 }
@@ -98,6 +101,22 @@ function refusedBy(broken: boolean, s: Setup): string {
       "redis.ssl_client_cert and redis.ssl_client_priv_key" + versions + ")";
   }
   return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file" + versions + ")";
+}
+
+/**
+ * What ssl_verify checked when it refused the server's certificate
+ * (lua-nginx-module says "<X509 error code>: <reason>", or "certificate host
+ * mismatch"): the operator's lua_ssl_trusted_certificate, its depth, server_name.
+ */
+function unverified(why: unknown, s: Setup): string {
+  if (!s.ssl_verify || lua_type(why) !== "string") return "";
+  if (why === "certificate host mismatch") {
+    return " (ssl_verify: the certificate does not name server_name " + (s.server_name ?? "(none given)") + ")";
+  }
+  if (str_find(why as string, "^%d+: ")[0] !== undefined) {
+    return " (ssl_verify: the chain is checked against nginx's lua_ssl_trusted_certificate, up to lua_ssl_verify_depth)";
+  }
+  return "";
 }
 
 /**

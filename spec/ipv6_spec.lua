@@ -8,22 +8,8 @@ local dlock = require "resty.dlock"
 
 local BOTH = "--bind '127.0.0.1 ::1'"
 
---- A lock taken with these redis options: its token in Redis at each of ports, a second holder
---- refused, nothing left after the release.
-local function locks_on(redis, ports)
-  local prefix = h.unique("v6")
-  local a, err = dlock.new({ dict = "dlock", prefix = prefix, redis = redis })
-  assert(a, err)
-  local b = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = redis }))
-  local lease, aerr = a:acquire("k", { ttl = 5000 })
-  assert(lease, aerr)
-  for _, port in ipairs(ports) do assert.equal(lease.token, h.cmd(port, "get", prefix .. "k")) end
-  local none, berr = b:acquire("k", { wait = 0 })
-  assert.is_nil(none)
-  assert.equal("busy", berr)
-  assert.is_true(lease:release())
-  for _, port in ipairs(ports) do assert.equal(0, h.cmd(port, "exists", prefix .. "k")) end
-end
+--- A lock taken with these redis options, held in Redis at each of ports, refused to another, released.
+local function locks_on(redis, ports) h.lock_everywhere(redis, ports, "v6") end
 
 --- Does this machine have ::1 (a container may run without IPv6)?
 local function loopback6()

@@ -117,24 +117,7 @@ local exercise = {}
 
 -- A lock: its token in the key, a second holder busy, nothing left after the release.
 function exercise.lock(set, topology, opts)
-  local prefix = h.unique("matrix")
-  local a, err = dlock.new({ dict = "dlock", prefix = prefix, redis = opts })
-  assert(a, err)
-  local b = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = opts }))
-  local lease, aerr = a:acquire("k", { ttl = 5000 })
-  assert(lease, aerr)
-  for _, port in ipairs(holders(set, topology, prefix .. "k")) do
-    assert.equal(lease.token, h.cmd(port, "get", prefix .. "k"))
-  end
-  local none, berr = b:acquire("k")
-  assert.is_nil(none)
-  assert.equal("busy", berr)
-  assert.is_true(lease:release())
-  for _, port in ipairs(holders(set, topology, prefix .. "k")) do
-    assert.equal(0, h.cmd(port, "exists", prefix .. "k"))
-  end
-  local again = assert(b:acquire("k", { ttl = 5000 }))
-  assert.is_true(again:release())
+  h.lock_everywhere(opts, function(key) return holders(set, topology, key) end, "matrix")
 end
 
 -- Readers: both in the key's readers set (the key says dlock!shared), a writer busy

@@ -205,6 +205,27 @@ function _M.parallel(n, fn)
 end
 
 --- The Redis key of a gateway guard `name` (default prefix) for the request key `raw`: guards hash raw keys.
+--- A lock taken with these redis options: its token in the key on each of `ports`
+--- (read in plaintext; or a function of the Redis key giving them), a second holder
+--- refused, nothing left after the release, and the key taken again. `name`: the prefix's stem.
+function _M.lock_everywhere(redis, ports, name)
+  local dlock = require "resty.dlock"
+  local prefix = _M.unique(name or "everywhere")
+  if type(ports) == "function" then ports = ports(prefix .. "k") end
+  local a, err = dlock.new({ dict = "dlock", prefix = prefix, redis = redis })
+  assert(a, err)
+  local b = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = redis }))
+  local lease, aerr = a:acquire("k", { ttl = 5000 })
+  assert(lease, aerr)
+  for _, port in ipairs(ports) do assert(lease.token == _M.cmd(port, "get", prefix .. "k"), "the token is not at " .. port) end
+  local none, berr = b:acquire("k", { wait = 0 })
+  assert(none == nil and berr == "busy", "a second holder was not refused: " .. tostring(berr))
+  assert(lease:release() == true, "the release failed")
+  for _, port in ipairs(ports) do assert(_M.cmd(port, "exists", prefix .. "k") == 0, "the key is left at " .. port) end
+  local again = assert(b:acquire("k", { ttl = 5000 }))
+  assert(again:release() == true, "the second release failed")
+end
+
 --- The strings of the set `wanted` that anything reachable from root holds (its
 --- fields, keys and metatables, and theirs): what a caller of the library could read.
 function _M.reachable(root, wanted)

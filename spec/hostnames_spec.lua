@@ -1,0 +1,111 @@
+-- Redis named by host name, as Kubernetes services name it: nginx resolves
+-- names only through its resolver directive (never /etc/hosts), against a DNS
+-- server here (spec/tools/dns.js). A server by name; sentinels by name that
+-- announce their master by name (resolve-hostnames, announce-hostnames, as the
+-- usual Helm charts set them); a cluster whose CLUSTER SLOTS names its nodes
+-- (cluster-preferred-endpoint-type hostname). And the same without a resolver:
+-- refused, saying what to add.
+local h = require "helpers"
+local dlock = require "resty.dlock"
+
+--- Does this machine have ::1 (a sentinel resolving "localhost" may get it first)?
+local function loopback6()
+  local f = io.open("/proc/net/if_inet6")
+  if not f then return false end
+  local all = f:read("*a")
+  f:close()
+  return all:find("00000000000000000000000000000001 ", 1, true) ~= nil
+end
+
+describe("Redis named by host name", function()
+  local dns_port, dns_pid, n, redis, sentinel
+  local BOTH = loopback6() and "--bind '127.0.0.1 ::1'" or ""
+
+  setup(function()
+    dns_port = h.free_port()
+    local dir = h.env.prefix .. "/dns-" .. dns_port
+    assert(h.sh("mkdir -p " .. dir .. " && (node " .. h.env.root .. "/spec/tools/dns.js " .. dns_port ..
+      " redis.test=127.0.0.1 sentinel.test=127.0.0.1 localhost=127.0.0.1 > " .. dir .. "/dns.log 2>&1 & echo $! > " ..
+      dir .. "/dns.pid)"))
+    dns_pid = tonumber(h.read_file(dir .. "/dns.pid"))
+    h.track(dns_pid)
+    assert(h.eventually(5, function() return (h.read_file(dir .. "/dns.log") or ""):find("dns on", 1, true) end),
+      "the DNS server did not start")
+    n = h.start_nginx("spec-resolver.conf", { DNS_PORT = dns_port })
+    -- The master listens where "localhost" may resolve to for the sentinel: 127.0.0.1, and ::1 when there is one.
+    redis = h.start_redis(nil, BOTH)
+    sentinel = h.start_sentinel("named", redis.port, { host = "localhost",
+      conf = "sentinel resolve-hostnames yes\nsentinel announce-hostnames yes" })
+  end)
+  teardown(function()
+    if sentinel then sentinel.stop() end
+    if redis then redis.stop() end
+    if n then n.stop() end
+    if dns_pid then h.stop_pid(dns_pid, "TERM") end
+  end)
+
+  --- The lock nginx n takes on key (a fresh one when nil) with these redis options (a Lua table constructor):
+  --- its token, or nil and the error.
+  local function lock(redis_lua, key)
+    local res = assert(h.http(n.port, "/lock?key=" .. (key or h.unique("named")) .. "&redis=" .. ngx.escape_uri(redis_lua)))
+    local token = res.body:match("^taken (%x+)\n$")
+    if token then return token end
+    return nil, res.body
+  end
+
+  it("takes a lock on a server named redis.test", function()
+    assert(lock("{ host = 'redis.test', port = " .. redis.port .. " }"))
+  end)
+
+  it("takes a lock through sentinels named sentinel.test that name their master localhost", function()
+    assert.equal("localhost", h.cmd(sentinel.port, "sentinel", "get-master-addr-by-name", "named")[1])
+    assert(lock("{ sentinel = { master = 'named', nodes = { 'sentinel.test:" .. sentinel.port .. "' } } }"))
+  end)
+
+  it("takes a lock on each master of a cluster whose CLUSTER SLOTS names them localhost", function()
+    local nodes = h.parallel(3, function()
+      return h.start_redis(nil, "--cluster-enabled yes", "--cluster-config-file nodes.conf", "--cluster-node-timeout 1000",
+        "--cluster-announce-hostname localhost", "--cluster-preferred-endpoint-type hostname")
+    end)
+    finally(function() for _, x in ipairs(nodes) do x.stop() end end)
+    local ranges = { { 0, 5460 }, { 5461, 10922 }, { 10923, 16383 } }
+    for i, x in ipairs(nodes) do assert.equal("OK", h.cmd(x.port, "cluster", "addslotsrange", ranges[i][1], ranges[i][2])) end
+    for i = 2, 3 do assert.equal("OK", h.cmd(nodes[1].port, "cluster", "meet", "127.0.0.1", nodes[i].port)) end
+    assert.is_true(h.eventually(15, function()
+      for _, x in ipairs(nodes) do
+        local slots = h.cmd(x.port, "cluster", "slots")
+        if #slots < 3 or not (h.cmd(x.port, "cluster", "info") or ""):find("cluster_state:ok", 1, true) then
+          ngx.sleep(0.1)
+          return false
+        end
+      end
+      return true
+    end), "the cluster did not come up")
+    assert.equal("localhost", h.cmd(nodes[1].port, "cluster", "slots")[1][3][1])
+    -- A key in each master's slots (the factory's keys are "dlock:<key>").
+    local covered, count, i = {}, 0, 0
+    while count < 3 do
+      i = i + 1
+      local key = h.unique("named")
+      local slot = h.cmd(nodes[1].port, "cluster", "keyslot", "dlock:" .. key)
+      for r, range in ipairs(ranges) do
+        if slot >= range[1] and slot <= range[2] and not covered[r] then
+          covered[r], count = true, count + 1
+          local token = assert(lock("{ cluster = { nodes = { 'redis.test:" .. nodes[1].port .. "' } } }", key))
+          assert.matches("^%x+$", token)
+        end
+      end
+      assert(i < 200, "no key for every master")
+    end
+  end)
+
+  it("without a resolver (the spec runner's nginx), refuses the master the sentinels name, saying what to add", function()
+    local l = assert(dlock.new({ dict = "dlock", redis = { sentinel = { master = "named", nodes = { "127.0.0.1:" .. sentinel.port } } } }))
+    local lease, err = l:acquire("k")
+    assert.is_nil(lease)
+    assert.matches("^dlock: redis sentinel named: no resolver defined to resolve \"localhost\" %(nginx resolves host names " ..
+      "only through its resolver directive, never /etc/hosts: add one, or give an IP address%)", err)
+  end)
+end)
+
+h.check_error_logs({})

@@ -1,16 +1,20 @@
--- Debian's own nginx.conf, as `apt install nginx libnginx-mod-http-lua` leaves it
--- (workers as www-data, worker_processes auto, every module of
--- /etc/nginx/modules-enabled loaded, sendfile, tcp_nopush, gzip on, an access
--- log), with an operator's gateway dropped in the way Debian means it:
--- conf.d/dlock.conf at http level and a site in sites-enabled instead of the
--- default one. Nothing of the stock file is changed but the paths that would
--- touch the system's own nginx (pid, logs, includes of /etc/nginx). The
--- Redis asks for a client certificate (mutual TLS) and an ACL user's password;
--- the key only root may read. The binary and modules are Debian's: under
--- another nginx (DLOCK_NGINX=/opt/openresty) this file has nothing to run.
+-- The nginx.conf an operator starts from, as it ships, with the gateway dropped
+-- in the way that configuration means it:
+--  * Debian's /etc/nginx/nginx.conf, as `apt install nginx libnginx-mod-http-lua`
+--    leaves it (workers as www-data, worker_processes auto, every module of
+--    /etc/nginx/modules-enabled, sendfile, tcp_nopush, gzip on, an access log):
+--    conf.d/dlock.conf at http level and a site in sites-enabled instead of the
+--    default one; only the paths that would touch the system's own nginx move
+--    (pid, logs, includes of /etc/nginx);
+--  * OpenResty's conf/nginx.conf (workers as nobody, its user line being a
+--    comment, one worker, gzip off): an include of the gateway at the end of
+--    its http block, its own server moved off port 80, run with a prefix of
+--    its own.
+-- Which one follows the runner's nginx (DLOCK_NGINX). The Redis asks for a
+-- client certificate (mutual TLS) and an ACL user's password; the key only
+-- root may read.
 local h = require "helpers"
 
-local STOCK = "/etc/nginx/nginx.conf"
 local USER, USER_PASSWORD = "gate", "operator-secret-1"
 
 local function exists(path)
@@ -18,7 +22,6 @@ local function exists(path)
   if f then f:close() end
   return f ~= nil
 end
-local debian = h.env.nginx == "/usr/sbin/nginx" and exists(STOCK)
 
 --- Run cmd with a shell, or fail naming it and what it printed.
 local function run(cmd)
@@ -28,6 +31,70 @@ local function run(cmd)
   local body, rc = out:match("^(.-)exit (%d+)\n$")
   assert(tonumber(rc) == 0, cmd .. " failed:\n" .. tostring(body or out))
   return body
+end
+
+--- Write text to path.
+local function write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+-- The stock configurations: install(dir, http, site) copies one under dir with the gateway's
+-- http-level lines and its site, and gives the command that starts it and its pid file.
+local STOCKS = {
+  debian = {
+    name = "Debian's stock /etc/nginx/nginx.conf, the gateway in conf.d and sites-enabled",
+    user = "www-data", gzip = true,
+    workers = function() return tonumber(run("nproc")) end,
+    install = function(dir, http, site)
+      run("cp -r /etc/nginx " .. dir .. "/etc && rm -f " .. dir .. "/etc/sites-enabled/*")
+      local conf = assert(h.read_file(dir .. "/etc/nginx.conf"))
+      local moved = conf:gsub("pid /run/nginx%.pid;", "pid " .. dir .. "/logs/nginx.pid;")
+        :gsub("/var/log/nginx/", dir .. "/logs/")
+        :gsub("include /etc/nginx/([^;]+);", function(rest)
+          if rest:find("^modules%-enabled/") then return nil end
+          return "include " .. dir .. "/etc/" .. rest .. ";"
+        end)
+      -- Only those lines differ from the stock file (modules-enabled stays the system's: its modules are the point).
+      assert(moved:find("include /etc/nginx/modules-enabled/*.conf;", 1, true))
+      assert(("\n" .. moved):find("\nuser www%-data;"))
+      assert(moved:find("\n%s*gzip on;"))
+      write(dir .. "/etc/nginx.conf", moved)
+      write(dir .. "/etc/conf.d/dlock.conf", http)
+      write(dir .. "/etc/sites-enabled/gateway", site)
+      return "/usr/sbin/nginx -c " .. dir .. "/etc/nginx.conf"
+    end,
+  },
+  openresty = {
+    name = "OpenResty's stock conf/nginx.conf, the gateway included at the end of its http block",
+    user = "nobody", gzip = false,
+    workers = function() return 1 end,
+    install = function(dir, http, site, bin)
+      local stock = bin:gsub("/sbin/nginx$", "/conf")
+      run("cp -r " .. stock .. " " .. dir .. "/conf")
+      local conf = assert(h.read_file(dir .. "/conf/nginx.conf"))
+      assert(conf:find("\n#user  nobody;", 1, true) and conf:find("\nworker_processes  1;", 1, true))
+      local port = h.free_port()
+      local moved, n = conf:gsub("listen       80;", "listen       127.0.0.1:" .. port .. ";")
+      assert(n == 1, "the stock server's listen line")
+      -- The http block ends at the file's last closing brace.
+      local last = moved:match(".*()}")
+      moved = moved:sub(1, last - 1) .. "    include dlock.conf;\n    include gateway.conf;\n" .. moved:sub(last)
+      write(dir .. "/conf/nginx.conf", moved)
+      write(dir .. "/conf/dlock.conf", http)
+      write(dir .. "/conf/gateway.conf", site)
+      return bin .. " -p " .. dir .. " -c conf/nginx.conf"
+    end,
+  },
+}
+
+local bin = h.env.nginx
+local stock
+if bin == "/usr/sbin/nginx" and exists("/etc/nginx/nginx.conf") then
+  stock = STOCKS.debian
+elseif bin:find("/nginx/sbin/nginx$") and exists((bin:gsub("/sbin/nginx$", "/conf/nginx.conf"))) then
+  stock = STOCKS.openresty
 end
 
 --- curl over HTTP/1.1 (gzip answers only 1.1 by default): { status, headers (lower-cased), body } with the body
@@ -51,9 +118,9 @@ local function gunzip(data)
   return run("gzip -dc < " .. path)
 end
 
-describe("Debian's stock nginx.conf with an operator's gateway in conf.d and sites-enabled", function()
-  if not debian then
-    pending("the runner's nginx is not Debian's /usr/sbin/nginx with " .. STOCK .. " (DLOCK_NGINX)")
+describe(stock and stock.name or "an operator's stock nginx.conf", function()
+  if not stock then
+    pending("the runner's nginx (" .. bin .. ") is neither Debian's with /etc/nginx nor an OpenResty with its conf/")
     return
   end
 
@@ -62,32 +129,16 @@ describe("Debian's stock nginx.conf with an operator's gateway in conf.d and sit
   setup(function()
     redis = h.start_redis(nil, "--user " .. USER .. " on '>" .. USER_PASSWORD .. "' " .. h.least_privilege_rules(),
       unpack(h.tls_args(true)))
-    dir = h.env.prefix .. "/debian-nginx"
+    dir = h.env.prefix .. "/stock-nginx"
     port = h.free_port()
     local cert = h.client_cert()
-    -- The stock configuration, copied; the paths that are the system nginx's own moved here.
-    run("rm -rf " .. dir .. " && mkdir -p " .. dir .. "/logs " .. dir .. "/keys && cp -r /etc/nginx " .. dir .. "/etc" ..
-      " && rm -f " .. dir .. "/etc/sites-enabled/*" ..
+    -- The key only root may read; the library where the workers can read it.
+    run("rm -rf " .. dir .. " && mkdir -p " .. dir .. "/logs " .. dir .. "/keys" ..
       " && cp " .. cert.ssl_client_priv_key .. " " .. dir .. "/keys/client.key && chmod 700 " .. dir .. "/keys" ..
       " && chmod 600 " .. dir .. "/keys/client.key" ..
       " && cp -r " .. h.env.root .. "/dist " .. dir .. "/lib && chmod -R a+rX " .. dir .. "/lib")
-    local conf = assert(h.read_file(dir .. "/etc/nginx.conf"))
-    local moved = conf:gsub("pid /run/nginx%.pid;", "pid " .. dir .. "/nginx.pid;")
-      :gsub("/var/log/nginx/", dir .. "/logs/")
-      :gsub("include /etc/nginx/([^;]+);", function(rest)
-        if rest:find("^modules%-enabled/") then return nil end
-        return "include " .. dir .. "/etc/" .. rest .. ";"
-      end)
-    -- Only those lines differ from the stock file (modules-enabled stays the system's: its modules are the point).
-    assert.is_truthy(moved:find("include /etc/nginx/modules-enabled/*.conf;", 1, true))
-    assert.is_truthy(("\n" .. moved):find("\nuser www%-data;"))
-    assert.is_truthy(moved:find("\n%s*gzip on;"))
-    local f = assert(io.open(dir .. "/etc/nginx.conf", "w"))
-    f:write(moved)
-    f:close()
-    -- The operator's gateway, at http level (conf.d) ...
-    f = assert(io.open(dir .. "/etc/conf.d/dlock.conf", "w"))
-    f:write(string.format([[
+    -- The operator's gateway, at http level ...
+    local http = string.format([[
 lua_package_path "%s/lib/?.lua;;";
 lua_shared_dict dlock 10m;
 lua_shared_dict backend 1m;
@@ -108,11 +159,9 @@ init_worker_by_lua_block { assert(require("resty.dlock").init_worker()) }
 log_by_lua_block { require("resty.dlock.gateway").log() }
 header_filter_by_lua_block { require("resty.dlock.gateway").header_filter() }
 body_filter_by_lua_block { require("resty.dlock.gateway").body_filter() }
-]], dir, h.env.prefix, redis.tls_port, USER, USER_PASSWORD, cert.ssl_client_cert, dir))
-    f:close()
+]], dir, h.env.prefix, redis.tls_port, USER, USER_PASSWORD, cert.ssl_client_cert, dir)
     -- ... and its site. The backend answers text/html (what gzip compresses by default), counting its runs.
-    f = assert(io.open(dir .. "/etc/sites-enabled/gateway", "w"))
-    f:write(string.format([[
+    local site = string.format([[
 server {
     listen 127.0.0.1:%d;
     location = /ping { return 200 "pong\n"; }
@@ -137,16 +186,16 @@ server {
     }
     location = /runs { content_by_lua_block { ngx.say(ngx.shared.backend:get("runs") or 0) } }
 }
-]], port))
-    f:close()
-    run("/usr/sbin/nginx -t -c " .. dir .. "/etc/nginx.conf")
+]], port)
+    local start = stock.install(dir, http, site, bin)
+    run(start .. " -t")
     require("harness.nginx").follow_log(dir .. "/logs/error.log")
-    run("/usr/sbin/nginx -c " .. dir .. "/etc/nginx.conf")
+    run(start)
     assert(h.eventually(5, function()
-      pid = tonumber(h.read_file(dir .. "/nginx.pid") or "")
+      pid = tonumber(h.read_file(dir .. "/logs/nginx.pid") or "")
       local res = pid and h.http(port, "/ping")
       return res and res.status == 200
-    end), "Debian's nginx did not start")
+    end), "the stock nginx did not start")
     h.track(pid)
   end)
   teardown(function()
@@ -154,33 +203,35 @@ server {
     if redis then redis.stop() end
   end)
 
-  it("runs its workers as www-data, as many as the machine has CPUs", function()
-    local uid = tonumber(run("id -u www-data"))
+  it("runs its workers as the stock configuration says (Debian: www-data, one per CPU; OpenResty: nobody, one)", function()
+    local uid = tonumber(run("id -u " .. stock.user))
+    assert.is_true(uid ~= 0)
     assert.equal(uid, tonumber(assert(h.http(port, "/worker")).body))
     local workers = run("pgrep -P " .. pid)
-    local n = select(2, workers:gsub("\n", ""))
-    assert.equal(tonumber(run("nproc")), n)
+    assert.equal(stock.workers(), select(2, workers:gsub("\n", "")))
   end)
 
   it("lets one request of a key in and refuses the others with 429", function()
     assert.same({ 200, 429, 429 }, h.together(port, "/one?key=" .. h.unique("k"), 3))
   end)
 
-  it("replays a payment with gzip on: the first answer compressed, its replay the same body compressed or not, " ..
-     "as each client asks, and the backend ran it once", function()
+  it("replays a payment: the first answer compressed where gzip is on (Debian's), its replay the same body, " ..
+     "compressed or not as each client asks, and the backend ran it once", function()
     local key = h.unique("pay")
     local ask = "-X POST -d amount=5 -H 'Authorization: Bearer client-1' -H 'Idempotency-Key: " .. key .. "'"
     local gz = ask .. " -H 'Accept-Encoding: gzip'"
+    local encoding = stock.gzip and "gzip" or nil
+    local function decoded(res) return encoding and gunzip(res.body) or res.body end
     local first = curl(port, "/pay", gz)
     assert.equal(200, first.status)
-    assert.equal("gzip", first.headers["content-encoding"])
-    local body = gunzip(first.body)
+    assert.equal(encoding, first.headers["content-encoding"])
+    local body = decoded(first)
     assert.matches("^<html><body>payment accepted .*run %d+</body></html>\n$", body)
     local again = curl(port, "/pay", gz)
     assert.equal(200, again.status)
     assert.equal("true", again.headers["idempotent-replayed"])
-    assert.equal("gzip", again.headers["content-encoding"])
-    assert.equal(body, gunzip(again.body))
+    assert.equal(encoding, again.headers["content-encoding"])
+    assert.equal(body, decoded(again))
     local plain = curl(port, "/pay", ask)
     assert.equal("true", plain.headers["idempotent-replayed"])
     assert.is_nil(plain.headers["content-encoding"])

@@ -8,18 +8,9 @@
 local h = require "helpers"
 local dlock = require "resty.dlock"
 
---- Does this machine have ::1 (a sentinel resolving "localhost" may get it first)?
-local function loopback6()
-  local f = io.open("/proc/net/if_inet6")
-  if not f then return false end
-  local all = f:read("*a")
-  f:close()
-  return all:find("00000000000000000000000000000001 ", 1, true) ~= nil
-end
-
 describe("Redis named by host name", function()
   local dns_port, dns_pid, n, redis, sentinel
-  local BOTH = loopback6() and "--bind '127.0.0.1 ::1'" or ""
+  local BOTH = h.has_ipv6() and "--bind '127.0.0.1 ::1'" or ""
 
   setup(function()
     dns_port = h.free_port()
@@ -63,24 +54,10 @@ describe("Redis named by host name", function()
   end)
 
   it("takes a lock on each master of a cluster whose CLUSTER SLOTS names them localhost", function()
-    local nodes = h.parallel(3, function()
-      return h.start_redis(nil, "--cluster-enabled yes", "--cluster-config-file nodes.conf", "--cluster-node-timeout 1000",
-        "--cluster-announce-hostname localhost", "--cluster-preferred-endpoint-type hostname")
-    end)
-    finally(function() for _, x in ipairs(nodes) do x.stop() end end)
-    local ranges = { { 0, 5460 }, { 5461, 10922 }, { 10923, 16383 } }
-    for i, x in ipairs(nodes) do assert.equal("OK", h.cmd(x.port, "cluster", "addslotsrange", ranges[i][1], ranges[i][2])) end
-    for i = 2, 3 do assert.equal("OK", h.cmd(nodes[1].port, "cluster", "meet", "127.0.0.1", nodes[i].port)) end
-    assert.is_true(h.eventually(15, function()
-      for _, x in ipairs(nodes) do
-        local slots = h.cmd(x.port, "cluster", "slots")
-        if #slots < 3 or not (h.cmd(x.port, "cluster", "info") or ""):find("cluster_state:ok", 1, true) then
-          ngx.sleep(0.1)
-          return false
-        end
-      end
-      return true
-    end), "the cluster did not come up")
+    local c = h.start_bare_cluster("127.0.0.1", "--cluster-announce-hostname localhost",
+      "--cluster-preferred-endpoint-type hostname")
+    finally(c.stop)
+    local nodes, ranges = c.nodes, c.ranges
     assert.equal("localhost", h.cmd(nodes[1].port, "cluster", "slots")[1][3][1])
     -- A key in each master's slots (the factory's keys are "dlock:<key>").
     local covered, count, i = {}, 0, 0

@@ -11,17 +11,8 @@ local BOTH = "--bind '127.0.0.1 ::1'"
 --- A lock taken with these redis options, held in Redis at each of ports, refused to another, released.
 local function locks_on(redis, ports) h.lock_everywhere(redis, ports, "v6") end
 
---- Does this machine have ::1 (a container may run without IPv6)?
-local function loopback6()
-  local f = io.open("/proc/net/if_inet6")
-  if not f then return false end
-  local all = f:read("*a")
-  f:close()
-  return all:find("^00000000000000000000000000000001 ") ~= nil or all:find("\n00000000000000000000000000000001 ") ~= nil
-end
-
 describe("Redis on IPv6", function()
-  if not loopback6() then
+  if not h.has_ipv6() then
     pending("this machine has no IPv6 loopback address (::1)")
     return
   end
@@ -58,22 +49,9 @@ describe("Redis on IPv6", function()
   end)
 
   it("a Cluster whose nodes know each other by ::1 (CLUSTER SLOTS names them so)", function()
-    local nodes = h.parallel(3, function()
-      return h.start_redis(nil, BOTH, "--cluster-enabled yes", "--cluster-config-file nodes.conf", "--cluster-node-timeout 1000")
-    end)
-    finally(function() for _, n in ipairs(nodes) do n.stop() end end)
-    local ranges = { { 0, 5460 }, { 5461, 10922 }, { 10923, 16383 } }
-    for i, n in ipairs(nodes) do assert.equal("OK", h.cmd(n.port, "cluster", "addslotsrange", ranges[i][1], ranges[i][2])) end
-    for i = 2, 3 do assert.equal("OK", h.cmd(nodes[1].port, "cluster", "meet", "::1", nodes[i].port)) end
-    assert.is_true(h.eventually(15, function()
-      for _, n in ipairs(nodes) do
-        if not (h.cmd(n.port, "cluster", "info") or ""):find("cluster_state:ok", 1, true) then
-          ngx.sleep(0.1)
-          return false
-        end
-      end
-      return true
-    end), "the cluster did not come up")
+    local c = h.start_bare_cluster("::1", BOTH)
+    finally(c.stop)
+    local nodes = c.nodes
     assert.equal("::1", h.cmd(nodes[1].port, "cluster", "slots")[1][3][1])
     local prefix = h.unique("v6")
     local l = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = { cluster = { nodes = { "[::1]:" .. nodes[1].port } } } }))
@@ -82,9 +60,7 @@ describe("Redis on IPv6", function()
       local key = "k" .. i
       local lease, err = l:acquire(key, { ttl = 5000 })
       assert(lease, err)
-      local slot = h.cmd(nodes[1].port, "cluster", "keyslot", prefix .. key)
-      local owner
-      for j, r in ipairs(ranges) do if slot >= r[1] and slot <= r[2] then owner = nodes[j] end end
+      local owner = c.owner(h.cmd(nodes[1].port, "cluster", "keyslot", prefix .. key))
       assert.equal(lease.token, h.cmd(owner.port, "get", prefix .. key))
       assert.is_true(lease:release())
     end

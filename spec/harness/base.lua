@@ -226,6 +226,15 @@ function _M.lock_everywhere(redis, ports, name)
   assert(again:release() == true, "the second release failed")
 end
 
+--- Does this machine have the IPv6 loopback address ::1 (a container may run without IPv6)?
+function _M.has_ipv6()
+  local f = io.open("/proc/net/if_inet6")
+  if not f then return false end
+  local all = f:read("*a")
+  f:close()
+  return all:find("00000000000000000000000000000001 ", 1, true) ~= nil
+end
+
 --- The strings of the set `wanted` that anything reachable from root holds (its
 --- fields, keys and metatables, and theirs): what a caller of the library could read.
 function _M.reachable(root, wanted)

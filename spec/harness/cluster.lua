@@ -271,4 +271,33 @@ function _M.migrate_slot(cluster, slot, from_port, to_port, step)
   return true
 end
 
+--- Three masters without replicas, the slots in thirds, joined by CLUSTER MEET
+--- through `host` (the address the nodes then know each other by), settled;
+--- args: more redis-server arguments for each. { nodes, ranges = {{from, to}...},
+--- owner(slot) -> node, stop() }. For addresses start_cluster does not give.
+function _M.start_bare_cluster(host, ...)
+  local extra = { "--cluster-enabled yes", "--cluster-config-file nodes.conf", "--cluster-node-timeout 1000", ... }
+  local nodes = h.parallel(3, function() return servers.start_redis(nil, unpack(extra)) end)
+  local c = { nodes = nodes, ranges = { { 0, 5460 }, { 5461, 10922 }, { 10923, 16383 } } }
+  function c.stop() for _, n in ipairs(nodes) do n.stop() end end
+  function c.owner(slot)
+    for i, r in ipairs(c.ranges) do if slot >= r[1] and slot <= r[2] then return nodes[i] end end
+  end
+  for i, n in ipairs(nodes) do
+    assert(h.cmd(n.port, "cluster", "addslotsrange", c.ranges[i][1], c.ranges[i][2]) == "OK", "CLUSTER ADDSLOTSRANGE")
+  end
+  for i = 2, 3 do assert(h.cmd(nodes[1].port, "cluster", "meet", host, nodes[i].port) == "OK", "CLUSTER MEET") end
+  assert(h.eventually(15, function()
+    for _, n in ipairs(nodes) do
+      local slots = h.cmd(n.port, "cluster", "slots")
+      if type(slots) ~= "table" or #slots < 3 or not (h.cmd(n.port, "cluster", "info") or ""):find("cluster_state:ok", 1, true) then
+        ngx.sleep(0.1)
+        return false
+      end
+    end
+    return true
+  end), "the cluster did not come up")
+  return c
+end
+
 return _M

@@ -86,6 +86,7 @@ build = {
       ["resty.dlock.redis.cluster"] = "dist/resty/dlock/redis/cluster.lua",
       ["resty.dlock.redis.command"] = "dist/resty/dlock/redis/command.lua",
       ["resty.dlock.redis.connection"] = "dist/resty/dlock/redis/connection.lua",
+      ["resty.dlock.redis.derived"] = "dist/resty/dlock/redis/derived.lua",
       ["resty.dlock.redis.eviction"] = "dist/resty/dlock/redis/eviction.lua",
       ["resty.dlock.redis.fanout"] = "dist/resty/dlock/redis/fanout.lua",
       ["resty.dlock.redis.lanes"] = "dist/resty/dlock/redis/lanes.lua",

@@ -1,72 +1,13 @@
 -- Generated from src/resty/dlock/redis/client.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local tlsTag, copy, lua_tostring, known
+local known
 local check = require("resty.dlock.core.check")
 local clientcert = require("resty.dlock.redis.clientcert")
+local derived = require("resty.dlock.redis.derived")
 local setup = require("resty.dlock.redis.setup")
 local schema = require("resty.dlock.core.schema")
 local sentinel = require("resty.dlock.redis.sentinel")
-function tlsTag(c, cert)
-    if not c.ssl then
-        return ""
-    end
-    local tag = c.ssl_verify and "tls+verify=" .. (c.server_name or "") or "tls"
-    if cert ~= nil then
-        tag = tag .. "+cert=" .. cert.digest
-    end
-    return tag .. ":"
-end
---- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
--- TLS, timeouts, pools per endpoint) for host:port alone.
-function _M.node(conf, host, port)
-    local n = copy(conf)
-    n.host = host
-    n.port = port
-    n.path = nil
-    n.endpoint = host .. ":" .. lua_tostring(port)
-    n.pool = "dlock:" .. tlsTag(conf, conf.client_cert) .. n.endpoint .. ":" .. lua_tostring(conf.db)
-    if conf.credentials ~= nil then
-        n.pool = n.pool .. ":" .. conf.credentials.digest
-    end
-    n.sentinel = nil
-    n.topology = "standalone"
-    n.senders = 1
-    n.nodes = nil
-    n.backend = nil
-    return n
-end
-function copy(c)
-    return {
-        host = c.host,
-        port = c.port,
-        path = c.path,
-        credentials = c.credentials,
-        db = c.db,
-        connect_timeout = c.connect_timeout,
-        read_timeout = c.read_timeout,
-        pool_size = c.pool_size,
-        backlog = c.backlog,
-        replicas = c.replicas,
-        replicas_timeout = c.replicas_timeout,
-        keepalive_timeout = c.keepalive_timeout,
-        ssl = c.ssl,
-        ssl_verify = c.ssl_verify,
-        server_name = c.server_name,
-        client_cert = c.client_cert,
-        auto_pipeline = c.auto_pipeline,
-        pool = c.pool,
-        endpoint = c.endpoint,
-        dict = c.dict,
-        sentinel = c.sentinel,
-        topology = c.topology,
-        nodes = c.nodes,
-        max_redirects = c.max_redirects,
-        slotted = c.slotted,
-        backend = c.backend,
-        senders = c.senders
-    }
-end
-lua_tostring = tostring
+local lua_tostring = tostring
 local lua_require = require
 local lua_pcall = pcall
 local lua_rawget = rawget
@@ -293,7 +234,7 @@ function _M.parse(v, dict)
         end
         cert = c
     end
-    local pool = "dlock:" .. tlsTag(o, cert) .. endpoint .. ":" .. lua_tostring(o.db)
+    local pool = "dlock:" .. derived.tlsTag(o, cert) .. endpoint .. ":" .. lua_tostring(o.db)
     if sent ~= nil then
         pool = pool .. ":" .. sent.id
         if sent.credentials ~= nil then
@@ -336,7 +277,7 @@ function _M.parse(v, dict)
     if seeds ~= nil then
         local nodes = {}
         for i = 1, #seeds do
-            nodes[#nodes + 1] = _M.node(conf, seeds[i].host, seeds[i].port)
+            nodes[#nodes + 1] = derived.node(conf, seeds[i].host, seeds[i].port)
         end
         conf.nodes = nodes
     end
@@ -344,15 +285,6 @@ function _M.parse(v, dict)
         known[endpoint] = conf
     end
     return conf, nil
-end
---- The same configuration with a pool of its own and no backlog: for a
--- connection held for a long time (the wake-up subscriber), which must never
--- take a slot of the pool that requests queue for.
-function _M.apart(conf, suffix)
-    local n = copy(conf)
-    n.pool = conf.pool .. ":" .. suffix
-    n.backlog = nil
-    return n
 end
 --- Per endpoint, the first configuration seen for it: what status pages show of the topology.
 known = {}

@@ -2,6 +2,7 @@
 local _M = {}
 local masterOf, refusedForGood, isMaster, lua_tostring, lua_type, ngx_log, NOTICE, str_match, sentinel_forget, sentinelMasters, roleRefused
 local redis = require("resty.dlock.redis.client")
+local derived = require("resty.dlock.redis.derived")
 local eviction = require("resty.dlock.redis.eviction")
 local sentinel = require("resty.dlock.redis.sentinel")
 local setup = require("resty.dlock.redis.setup")
@@ -9,7 +10,7 @@ function masterOf(conf, host, port)
     local name = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
     local m = sentinelMasters[name]
     if m == nil then
-        m = redis.node(conf, host, port)
+        m = derived.node(conf, host, port)
         sentinelMasters[name] = m
     end
     return m

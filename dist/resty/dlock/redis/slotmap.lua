@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/slotmap.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local redis = require("resty.dlock.redis.client")
+local derived = require("resty.dlock.redis.derived")
 local connection = require("resty.dlock.redis.connection")
 local scripts = require("resty.dlock.redis.scripts")
 local schema = require("resty.dlock.core.schema")
@@ -17,7 +17,7 @@ local lua_tostring = tostring
 local tbl_concat = table.concat
 local connect = connection.connect
 local done = connection.done
-local nodeConf = redis.node
+local nodeConf = derived.node
 local literal = schema.literal
 local SLOTS = 16384
 --- Shared dict keys (all workers): redirects followed, when a worker last read the slot map.

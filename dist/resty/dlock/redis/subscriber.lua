@@ -2,7 +2,7 @@
 local _M = {}
 local sync, tell, lua_pairs, lua_tostring, math_max, math_min, ngx_now, update_time, worker_exiting, CHANNEL, HEARTBEAT, SWEEP, IDLE
 local check = require("resty.dlock.core.check")
-local redis = require("resty.dlock.redis.client")
+local derived = require("resty.dlock.redis.derived")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
 local scripts = require("resty.dlock.redis.scripts")
@@ -194,7 +194,7 @@ local function reader(s, sess)
 end
 --- One connection's life: returns why it ended (nil: nothing left to watch, or the worker exits).
 local function session(s)
-    local red, err = connection.connect(redis.apart(s.conf.nodes ~= nil and s.conf.nodes[1] or s.conf, "wakeups"))
+    local red, err = connection.connect(derived.apart(s.conf.nodes ~= nil and s.conf.nodes[1] or s.conf, "wakeups"))
     if red == nil then
         return err
     end

@@ -1,9 +1,11 @@
 // The `redis` option table: what a factory's Redis is and how to reach it (a RedisConf),
-// and the client library. Connections: connection.ts; the backend, once: backend.ts.
+// and the client library. Configurations derived from it: derived.ts; connections:
+// connection.ts; the backend, once: backend.ts.
 
 import type { Backend } from "./backend";
 import * as check from "../core/check";
 import * as clientcert from "./clientcert";
+import * as derived from "./derived";
 import * as setup from "./setup";
 import * as schema from "../core/schema";
 import * as sentinel from "./sentinel";
@@ -172,18 +174,6 @@ export const REDIS: schema.Spec[] = [
 const redisOptions = schema.compile<Options>("redis", REDIS);
 
 /**
- * The TLS part of a pool name: a connection verified for one name (or not
- * verified), or made with one client certificate (or none), never serves a
- * factory that asks for another.
- */
-function tlsTag(c: { readonly ssl: boolean; readonly ssl_verify: boolean; readonly server_name: string | undefined }, cert: clientcert.ClientCert | undefined): string {
-  if (!c.ssl) return "";
-  let tag = c.ssl_verify ? "tls+verify=" + (c.server_name ?? "") : "tls";
-  if (cert !== undefined) tag = tag + "+cert=" + cert.digest;
-  return tag + ":";
-}
-
-/**
  * Validate the `redis` option table of dlock.new and friends. `dict` is the
  * factory's lua_shared_dict: the eviction finding is shared there.
  */
@@ -237,7 +227,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     if (c === undefined) return $multi(undefined, cerr);
     cert = c;
   }
-  let pool = "dlock:" + tlsTag(o, cert) + endpoint + ":" + lua_tostring(o.db);
+  let pool = "dlock:" + derived.tlsTag(o, cert) + endpoint + ":" + lua_tostring(o.db);
   if (sent !== undefined) {
     pool = pool + ":" + sent.id;
     // Two factories asking the same sentinels with other credentials share no answers.
@@ -262,58 +252,11 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   };
   if (seeds !== undefined) {
     const nodes: RedisConf[] = [];
-    for (const i of $range(1, seeds.length)) nodes.push(node(conf, seeds[i - 1]!.host, seeds[i - 1]!.port));
+    for (const i of $range(1, seeds.length)) nodes.push(derived.node(conf, seeds[i - 1]!.host, seeds[i - 1]!.port));
     (conf as { nodes: RedisConf[] | undefined }).nodes = nodes;
   }
   if (!known.has(endpoint)) known.set(endpoint, conf);
   return $multi(conf, undefined);
-}
-
-/**
- * One server of a cluster or a Redlock set: the settings of `conf` (credentials,
- * TLS, timeouts, pools per endpoint) for host:port alone.
- */
-export function node(conf: RedisConf, host: string, port: number): RedisConf {
-  const n = copy(conf);
-  n.host = host;
-  n.port = port;
-  n.path = undefined;
-  n.endpoint = host + ":" + lua_tostring(port);
-  n.pool = "dlock:" + tlsTag(conf, conf.client_cert) + n.endpoint + ":" + lua_tostring(conf.db);
-  if (conf.credentials !== undefined) n.pool = n.pool + ":" + conf.credentials.digest;
-  n.sentinel = undefined;
-  n.topology = "standalone";
-  n.senders = 1;
-  n.nodes = undefined;
-  n.backend = undefined;
-  return n;
-}
-
-/**
- * The same configuration with a pool of its own and no backlog: for a
- * connection held for a long time (the wake-up subscriber), which must never
- * take a slot of the pool that requests queue for.
- */
-export function apart(conf: RedisConf, suffix: string): RedisConf {
-  const n = copy(conf);
-  n.pool = conf.pool + ":" + suffix;
-  n.backlog = undefined;
-  return n;
-}
-
-type Fields = { -readonly [K in keyof RedisConf]: RedisConf[K] };
-
-/** A field-by-field copy to derive a configuration from. */
-function copy(c: RedisConf): Fields {
-  return {
-    host: c.host, port: c.port, path: c.path, credentials: c.credentials, db: c.db,
-    connect_timeout: c.connect_timeout, read_timeout: c.read_timeout, pool_size: c.pool_size, backlog: c.backlog,
-    replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
-    ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, client_cert: c.client_cert, auto_pipeline: c.auto_pipeline,
-    pool: c.pool, endpoint: c.endpoint,
-    dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
-    slotted: c.slotted, backend: c.backend, senders: c.senders,
-  };
 }
 
 /** Per endpoint, the first configuration seen for it: what status pages show of the topology. */

@@ -5,6 +5,7 @@
 // and write themselves. Sentinels are reached through open() below.
 
 import * as redis from "./client";
+import * as derived from "./derived";
 import * as eviction from "./eviction";
 import * as sentinel from "./sentinel";
 import * as setup from "./setup";
@@ -117,7 +118,7 @@ function masterOf(conf: redis.RedisConf, host: string, port: number): redis.Redi
   const name = conf.pool + "@" + host + ":" + lua_tostring(port);
   let m = sentinelMasters.get(name);
   if (m === undefined) {
-    m = redis.node(conf, host, port);
+    m = derived.node(conf, host, port);
     sentinelMasters.set(name, m);
   }
   return m;

@@ -4,7 +4,8 @@
 // patches it on MOVED. Each master is one configuration (its pools and its
 // auto-pipeline) for as long as the worker lives.
 
-import * as redis from "./client";
+import type * as redis from "./client";
+import * as derived from "./derived";
 import * as connection from "./connection";
 import * as scripts from "./scripts";
 import * as schema from "../core/schema";
@@ -22,7 +23,7 @@ const lua_tostring = tostring;
 const tbl_concat = table.concat;
 const connect = connection.connect;
 const done = connection.done;
-const nodeConf = redis.node;
+const nodeConf = derived.node;
 const literal = schema.literal;
 
 const SLOTS = 16384;

@@ -20,7 +20,8 @@
 // connection on a read timeout and reads one reply per call.
 
 import * as check from "../core/check";
-import * as redis from "./client";
+import type * as redis from "./client";
+import * as derived from "./derived";
 import * as connection from "./connection";
 import * as resp from "./resp";
 import * as scripts from "./scripts";
@@ -194,7 +195,7 @@ function reader(this: void, s: subs.Subscriber, sess: Session): string | undefin
 
 /** One connection's life: returns why it ended (nil: nothing left to watch, or the worker exits). */
 function session(s: subs.Subscriber): string | undefined {
-  const [red, err] = connection.connect(redis.apart(s.conf.nodes !== undefined ? s.conf.nodes[0]! : s.conf, "wakeups"));
+  const [red, err] = connection.connect(derived.apart(s.conf.nodes !== undefined ? s.conf.nodes[0]! : s.conf, "wakeups"));
   if (red === undefined) return err;
   s.connects++;
   if (s.down) {

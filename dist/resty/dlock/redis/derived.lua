@@ -1,0 +1,77 @@
+-- Generated from src/resty/dlock/redis/derived.ts by TypeScriptToLua: edit that file, not this one.
+local _M = {}
+local lua_tostring = tostring
+--- The TLS part of a pool name: a connection verified for one name (or not
+-- verified), or made with one client certificate (or none), never serves a
+-- factory that asks for another.
+function _M.tlsTag(c, cert)
+    if not c.ssl then
+        return ""
+    end
+    local tag = c.ssl_verify and "tls+verify=" .. (c.server_name or "") or "tls"
+    if cert ~= nil then
+        tag = tag .. "+cert=" .. cert.digest
+    end
+    return tag .. ":"
+end
+--- A field-by-field copy to derive a configuration from.
+local function copy(c)
+    return {
+        host = c.host,
+        port = c.port,
+        path = c.path,
+        credentials = c.credentials,
+        db = c.db,
+        connect_timeout = c.connect_timeout,
+        read_timeout = c.read_timeout,
+        pool_size = c.pool_size,
+        backlog = c.backlog,
+        replicas = c.replicas,
+        replicas_timeout = c.replicas_timeout,
+        keepalive_timeout = c.keepalive_timeout,
+        ssl = c.ssl,
+        ssl_verify = c.ssl_verify,
+        server_name = c.server_name,
+        client_cert = c.client_cert,
+        auto_pipeline = c.auto_pipeline,
+        pool = c.pool,
+        endpoint = c.endpoint,
+        dict = c.dict,
+        sentinel = c.sentinel,
+        topology = c.topology,
+        nodes = c.nodes,
+        max_redirects = c.max_redirects,
+        slotted = c.slotted,
+        backend = c.backend,
+        senders = c.senders
+    }
+end
+--- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
+-- TLS, timeouts, pools per endpoint) for host:port alone.
+function _M.node(conf, host, port)
+    local n = copy(conf)
+    n.host = host
+    n.port = port
+    n.path = nil
+    n.endpoint = host .. ":" .. lua_tostring(port)
+    n.pool = "dlock:" .. _M.tlsTag(conf, conf.client_cert) .. n.endpoint .. ":" .. lua_tostring(conf.db)
+    if conf.credentials ~= nil then
+        n.pool = n.pool .. ":" .. conf.credentials.digest
+    end
+    n.sentinel = nil
+    n.topology = "standalone"
+    n.senders = 1
+    n.nodes = nil
+    n.backend = nil
+    return n
+end
+--- The same configuration with a pool of its own and no backlog: for a
+-- connection held for a long time (the wake-up subscriber), which must never
+-- take a slot of the pool that requests queue for.
+function _M.apart(conf, suffix)
+    local n = copy(conf)
+    n.pool = conf.pool .. ":" .. suffix
+    n.backlog = nil
+    return n
+end
+return _M

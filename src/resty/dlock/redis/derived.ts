@@ -1,0 +1,67 @@
+// Configurations derived from a factory's (client.ts): one server of a Cluster,
+// a Redlock set or a Sentinel master on its own, and one for a connection held
+// for a long time; with the TLS part of the pool name they share with it.
+
+import type * as clientcert from "./clientcert";
+import type { RedisConf } from "./client";
+
+const lua_tostring = tostring;
+
+/**
+ * The TLS part of a pool name: a connection verified for one name (or not
+ * verified), or made with one client certificate (or none), never serves a
+ * factory that asks for another.
+ */
+export function tlsTag(c: { readonly ssl: boolean; readonly ssl_verify: boolean; readonly server_name: string | undefined }, cert: clientcert.ClientCert | undefined): string {
+  if (!c.ssl) return "";
+  let tag = c.ssl_verify ? "tls+verify=" + (c.server_name ?? "") : "tls";
+  if (cert !== undefined) tag = tag + "+cert=" + cert.digest;
+  return tag + ":";
+}
+
+type Fields = { -readonly [K in keyof RedisConf]: RedisConf[K] };
+
+/** A field-by-field copy to derive a configuration from. */
+function copy(c: RedisConf): Fields {
+  return {
+    host: c.host, port: c.port, path: c.path, credentials: c.credentials, db: c.db,
+    connect_timeout: c.connect_timeout, read_timeout: c.read_timeout, pool_size: c.pool_size, backlog: c.backlog,
+    replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
+    ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, client_cert: c.client_cert, auto_pipeline: c.auto_pipeline,
+    pool: c.pool, endpoint: c.endpoint,
+    dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
+    slotted: c.slotted, backend: c.backend, senders: c.senders,
+  };
+}
+
+/**
+ * One server of a cluster or a Redlock set: the settings of `conf` (credentials,
+ * TLS, timeouts, pools per endpoint) for host:port alone.
+ */
+export function node(conf: RedisConf, host: string, port: number): RedisConf {
+  const n = copy(conf);
+  n.host = host;
+  n.port = port;
+  n.path = undefined;
+  n.endpoint = host + ":" + lua_tostring(port);
+  n.pool = "dlock:" + tlsTag(conf, conf.client_cert) + n.endpoint + ":" + lua_tostring(conf.db);
+  if (conf.credentials !== undefined) n.pool = n.pool + ":" + conf.credentials.digest;
+  n.sentinel = undefined;
+  n.topology = "standalone";
+  n.senders = 1;
+  n.nodes = undefined;
+  n.backend = undefined;
+  return n;
+}
+
+/**
+ * The same configuration with a pool of its own and no backlog: for a
+ * connection held for a long time (the wake-up subscriber), which must never
+ * take a slot of the pool that requests queue for.
+ */
+export function apart(conf: RedisConf, suffix: string): RedisConf {
+  const n = copy(conf);
+  n.pool = conf.pool + ":" + suffix;
+  n.backlog = undefined;
+  return n;
+}

@@ -12,6 +12,7 @@ local lua_require = require
 local lua_pcall = pcall
 local lua_rawget = rawget
 local lua_type = type
+local literal = schema.literal
 local tbl_concat = table.concat
 local function loadClient()
     local names = {"resty.redis", "nginx.redis"}
@@ -215,7 +216,7 @@ function _M.parse(v, dict)
         topology = "unix"
     end
     local sent = o.sentinel
-    local host = schema.literal(o.host)
+    local host = literal(o.host)
     local endpoint = o.path or host .. ":" .. lua_tostring(o.port)
     if sent ~= nil then
         endpoint = "sentinel " .. sent.master

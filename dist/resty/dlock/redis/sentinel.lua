@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/sentinel.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local ask, lua_tonumber, lua_tostring, lua_type, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, masters
+local ask, lua_tonumber, lua_tostring, lua_type, literal, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, masters
 local schema = require("resty.dlock.core.schema")
 local setup = require("resty.dlock.redis.setup")
 function ask(pool, s, open, timeout, tls)
@@ -36,7 +36,7 @@ function ask(pool, s, open, timeout, tls)
                             tbl_insert(s.nodes, 1, node)
                         end
                         local m = {
-                            host = schema.literal(t[1]),
+                            host = literal(t[1]),
                             port = port
                         }
                         masters[pool] = {
@@ -62,6 +62,7 @@ end
 lua_tonumber = tonumber
 lua_tostring = tostring
 lua_type = type
+literal = schema.literal
 ngx_now = ngx.now
 ngx_null = ngx.null
 str_len = string.len

@@ -15,6 +15,7 @@ const lua_require = require;
 const lua_pcall = pcall;
 const lua_rawget = rawget;
 const lua_type = type;
+const literal = schema.literal;
 const tbl_concat = table.concat;
 
 function loadClient(this: void): RestyRedisModule | undefined {
@@ -212,7 +213,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
 
   const sent = o.sentinel;
   // An IPv6 address in brackets, as nginx connects to it and as "host:port" names it.
-  const host = schema.literal(o.host);
+  const host = literal(o.host);
   let endpoint = o.path ?? host + ":" + lua_tostring(o.port);
   if (sent !== undefined) {
     endpoint = "sentinel " + sent.master;

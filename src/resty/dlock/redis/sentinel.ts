@@ -12,6 +12,7 @@ import * as setup from "./setup";
 const lua_tonumber = tonumber;
 const lua_tostring = tostring;
 const lua_type = type;
+const literal = schema.literal;
 const ngx_now = ngx.now;
 const ngx_null = ngx.null;
 const str_len = string.len;
@@ -154,7 +155,7 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
               tbl_remove(s.nodes, i);
               tbl_insert(s.nodes, 1, node);
             }
-            const m = { host: schema.literal(t.get(1)), port };
+            const m = { host: literal(t.get(1)), port };
             masters.set(pool, { node: m, at: ngx_now() });
             return $multi(m, undefined);
           }

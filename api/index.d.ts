@@ -26,6 +26,7 @@ declare module "resty.dlock" {
     auto_pipeline?: boolean;
     ssl?: boolean;
     ssl_verify?: boolean;
+    /** The name sent (SNI) and checked under ssl_verify; default: each server's host name (none for an address). */
     server_name?: string;
     /**
      * The client certificate (chain) a TLS handshake shows, for servers that ask for one

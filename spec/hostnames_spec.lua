@@ -4,7 +4,9 @@
 -- announce their master by name (resolve-hostnames, announce-hostnames, as the
 -- usual Helm charts set them); a cluster whose CLUSTER SLOTS names its nodes
 -- (cluster-preferred-endpoint-type hostname). And the same without a resolver:
--- refused, saying what to add.
+-- refused, saying what to add. Over TLS with ssl_verify, each of them is
+-- checked against the name it is reached by, as lua-resty-http, Redisson and
+-- redis-py check it, unless server_name names another.
 local h = require "helpers"
 local dlock = require "resty.dlock"
 
@@ -22,7 +24,7 @@ describe("Redis named by host name", function()
     h.track(dns_pid)
     assert(h.eventually(5, function() return (h.read_file(dir .. "/dns.log") or ""):find("dns on", 1, true) end),
       "the DNS server did not start")
-    n = h.start_nginx("spec-resolver.conf", { DNS_PORT = dns_port })
+    n = h.start_nginx("spec-resolver.conf", { DNS_PORT = dns_port, TLS_CA = h.env.prefix .. "/tls/ca.pem" })
     -- The master listens where "localhost" may resolve to for the sentinel: 127.0.0.1, and ::1 when there is one.
     redis = h.start_redis(nil, BOTH)
     sentinel = h.start_sentinel("named", redis.port, { host = "localhost",
@@ -76,6 +78,86 @@ describe("Redis named by host name", function()
     end
   end)
 
+
+  -- The test certificate names localhost and 127.0.0.1, not redis.test nor sentinel.test.
+  describe("over TLS with ssl_verify and no server_name", function()
+    local tls, tls_sentinel
+
+    setup(function()
+      tls = h.start_redis(nil, BOTH, unpack(h.tls_args()))
+      local conf = { "sentinel resolve-hostnames yes", "sentinel announce-hostnames yes" }
+      for _, a in ipairs(h.tls_args()) do conf[#conf + 1] = (a:gsub("^%-%-", "")) end
+      tls_sentinel = h.start_sentinel("named-tls", tls.tls_port, { host = "localhost", conf = table.concat(conf, "\n") })
+    end)
+    teardown(function()
+      if tls_sentinel then tls_sentinel.stop() end
+      if tls then tls.stop() end
+    end)
+
+    local function verified(fields)
+      return "{ ssl = true, ssl_verify = true, connect_timeout = 1000, " .. fields .. " }"
+    end
+    --- A refusal of `name` by ssl_verify: "certificate host mismatch" and what was checked, or the
+    --- assertion lua-resty-core 0.1.25's sslhandshake sometimes raises instead (a refusal all the same).
+    local function assert_name_refused(name, err)
+      assert.matches("TLS handshake failed: ", err, 1, true)
+      if err:find("mismatch", 1, true) then
+        assert.matches(": certificate host mismatch %(ssl_verify: the certificate does not name " .. name:gsub("%.", "%%.") ..
+          ", the host it is reached by: server_name, when given, is checked instead%)", err)
+      else
+        assert.matches("resty/core/socket.lua:%d+: assertion failed!", err)
+      end
+    end
+
+    it("checks a server's certificate against the name it is reached by: localhost, which it names", function()
+      assert(lock(verified("host = 'localhost', port = " .. tls.tls_port)))
+    end)
+
+    it("refuses a server reached as redis.test, which its certificate does not name, saying which name it checked", function()
+      local token, err = lock(verified("host = 'redis.test', port = " .. tls.tls_port))
+      assert.is_nil(token)
+      assert.matches("^dlock: redis redis%.test:" .. tls.tls_port .. ": ", err)
+      assert_name_refused("redis.test", err)
+    end)
+
+    it("checks server_name instead when it is given: redis.test with server_name = 'localhost'", function()
+      assert(lock(verified("host = 'redis.test', port = " .. tls.tls_port .. ", server_name = 'localhost'")))
+    end)
+
+    it("checks the chain alone for a server reached by address (an address is no name to check)", function()
+      assert(lock(verified("host = '127.0.0.1', port = " .. tls.tls_port)))
+    end)
+
+    it("checks each sentinel by its name and the master by the name the sentinels announce (localhost)", function()
+      assert.equal("localhost", h.cmd(tls_sentinel.port, "sentinel", "get-master-addr-by-name", "named-tls")[1])
+      assert(lock(verified("sentinel = { master = 'named-tls', nodes = { 'localhost:" .. tls_sentinel.tls_port .. "' } }")))
+    end)
+
+    it("refuses a sentinel reached as sentinel.test, which the certificate does not name", function()
+      local token, err = lock(verified("sentinel = { master = 'named-tls', nodes = { 'sentinel.test:" ..
+        tls_sentinel.tls_port .. "' } }"))
+      assert.is_nil(token)
+      assert.matches("sentinel%.test:" .. tls_sentinel.tls_port .. " TLS handshake failed: ", err)
+      assert_name_refused("sentinel.test", err)
+    end)
+
+    it("checks each cluster node by the name CLUSTER SLOTS gives: refused as redis.test, taken with server_name", function()
+      local c = h.start_cluster({ tls = true, args = { "--cluster-announce-hostname redis.test",
+        "--cluster-preferred-endpoint-type hostname" } })
+      finally(c.stop)
+      local seed = "'localhost:" .. c.nodes[1].tls_port .. "'"
+      assert.equal("redis.test", h.cmd(c.nodes[1].port, "cluster", "slots")[1][3][1])
+      -- The seed is asked for the slots as localhost (its certificate names it); the master of the key as redis.test.
+      local token, err = lock(verified("cluster = { nodes = { " .. seed .. " } }"))
+      assert.is_nil(token)
+      assert.matches("redis%.test:%d+: TLS handshake failed: ", err)
+      assert_name_refused("redis.test", err)
+      for i = 1, 6 do
+        assert(lock(verified("cluster = { nodes = { " .. seed .. " } }, server_name = 'localhost'")))
+      end
+    end)
+  end)
+
   it("without a resolver (the spec runner's nginx), refuses the master the sentinels name, saying what to add", function()
     local l = assert(dlock.new({ dict = "dlock", redis = { sentinel = { master = "named", nodes = { "127.0.0.1:" .. sentinel.port } } } }))
     local lease, err = l:acquire("k")
@@ -85,4 +167,8 @@ describe("Redis named by host name", function()
   end)
 end)
 
-h.check_error_logs({})
+h.check_error_logs({
+  -- Certificates refused on purpose: names they do not carry.
+  "lua ssl certificate does not match host \"redis%.test\"",
+  "lua ssl certificate does not match host \"sentinel%.test\"",
+})

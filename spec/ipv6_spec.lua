@@ -35,6 +35,12 @@ describe("Redis on IPv6", function()
     assert.equal("dlock: redis [::1]:" .. port .. ": connection refused", err)
   end)
 
+  it("TLS with ssl_verify to \"::1\": an address is no name to send or check, so the chain alone is checked", function()
+    local tls = h.start_redis(nil, BOTH, unpack(h.tls_args()))
+    finally(tls.stop)
+    locks_on({ host = "::1", port = tls.tls_port, ssl = true, ssl_verify = true }, { tls.port })
+  end)
+
   it("Redlock over masters named \"[::1]:port\"", function()
     local masters = {}
     for i, r in ipairs(servers) do masters[i] = "[::1]:" .. r.port end

@@ -170,7 +170,13 @@ _M.REDIS = {
         idle = false,
         requires = {NEEDS_SSL}
     },
-    {name = "server_name", kind = "string", maxLen = 255, requires = {NEEDS_SSL}},
+    {
+        name = "server_name",
+        kind = "string",
+        maxLen = 255,
+        requires = {NEEDS_SSL},
+        doc = "the host name"
+    },
     {name = "ssl_client_cert", kind = "string", maxLen = MAX_PEM, requires = {{option = "ssl_client_priv_key", must = "set"}, CERT_NEEDS_SSL}},
     {
         name = "ssl_client_priv_key",

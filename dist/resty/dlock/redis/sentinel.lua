@@ -17,6 +17,7 @@ function ask(pool, s, open, timeout, tls)
         if red ~= nil then
             local serr = setup.run(red, sock, {
                 endpoint = "sentinel " .. endpoint,
+                host = node.host,
                 ssl = ssl,
                 ssl_verify = tls.ssl_verify,
                 server_name = tls.server_name,

@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/setup.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local refusedBy, unverified, lua_type, str_find
+local refusedBy, unverified, lua_tostring, lua_type, str_find
 local check = require("resty.dlock.core.check")
 local clientcert = require("resty.dlock.redis.clientcert")
 function refusedBy(broken, s)
@@ -13,12 +13,15 @@ function refusedBy(broken, s)
     end
     return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file" .. versions .. ")"
 end
-function unverified(why, s)
+function unverified(why, s, name)
     if not s.ssl_verify or lua_type(why) ~= "string" then
         return ""
     end
     if why == "certificate host mismatch" then
-        return " (ssl_verify: the certificate does not name server_name " .. (s.server_name or "(none given)") .. ")"
+        if s.server_name ~= nil then
+            return " (ssl_verify: the certificate does not name server_name " .. s.server_name .. ")"
+        end
+        return " (ssl_verify: the certificate does not name " .. lua_tostring(name) .. ", the host it is reached by: " .. "server_name, when given, is checked instead)"
     end
     if (str_find(why, "^%d+: ")) ~= nil then
         return " (ssl_verify: the chain is checked against nginx's lua_ssl_trusted_certificate, up to lua_ssl_verify_depth)"
@@ -28,7 +31,7 @@ end
 local apply_cert = clientcert.apply
 local lua_pcall = pcall
 local lua_setmetatable = setmetatable
-local lua_tostring = tostring
+lua_tostring = tostring
 lua_type = type
 str_find = string.find
 local ngx_md5 = ngx.md5
@@ -53,12 +56,28 @@ end
 local function shake(sock, serverName, verify)
     return sock:sslhandshake(nil, serverName, verify)
 end
+--- The name a handshake sends (SNI) and ssl_verify checks: server_name, else
+-- the host the server is reached by when that is a name, as lua-resty-http,
+-- Redisson and redis-py (check_hostname) check it; a node a sentinel or
+-- CLUSTER SLOTS names by name is checked by its own. An address is no name
+-- to send, and nginx checks certificates against names only: with an address
+-- and no server_name, ssl_verify checks the chain alone.
+local function nameOf(s)
+    if s.server_name ~= nil then
+        return s.server_name
+    end
+    local host = s.host
+    if (str_find(host, "^%[")) ~= nil or (str_find(host, "^[%d.]+$")) ~= nil then
+        return nil
+    end
+    return host
+end
 --- TLS on the client's own socket: lua-resty-redis 0.27 has no ssl option, and
 -- this way both clients behave the same. Never plaintext: any failure is an
 -- error (the caller closes the connection). lua-resty-core 0.1.25's
 -- sslhandshake sometimes raises on a verification failure instead of
 -- returning an error: hence the pcall. ssl_verify checks the chain against
--- lua_ssl_trusted_certificate and the name against server_name.
+-- lua_ssl_trusted_certificate and the name (nameOf) against the certificate.
 local function tls(sock, s)
     if sock == nil then
         return "dlock: redis " .. s.endpoint .. ": TLS: the Redis client has no socket"
@@ -69,13 +88,14 @@ local function tls(sock, s)
             return "dlock: redis " .. s.endpoint .. ": TLS client certificate: " .. cerr
         end
     end
-    local ok, session, err = lua_pcall(shake, sock, s.server_name, s.ssl_verify)
+    local name = nameOf(s)
+    local ok, session, err = lua_pcall(shake, sock, name, s.ssl_verify)
     if not ok or session == nil then
         local why = session
         if ok then
             why = err
         end
-        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. check.text(why) .. refusedBy(why == "handshake failed", s) .. unverified(why, s)
+        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. check.text(why) .. refusedBy(why == "handshake failed", s) .. unverified(why, s, name)
     end
     return nil
 end

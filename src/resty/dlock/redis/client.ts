@@ -162,7 +162,7 @@ export const REDIS: schema.Spec[] = [
   { name: "auto_pipeline", kind: "boolean", default: true },
   { name: "ssl", kind: "boolean", default: false },
   { name: "ssl_verify", kind: "boolean", default: false, idle: false, requires: [NEEDS_SSL] },
-  { name: "server_name", kind: "string", maxLen: 255, requires: [NEEDS_SSL] },
+  { name: "server_name", kind: "string", maxLen: 255, requires: [NEEDS_SSL], doc: "the host name" },
   {
     name: "ssl_client_cert", kind: "string", maxLen: MAX_PEM,
     requires: [{ option: "ssl_client_priv_key", must: "set" }, CERT_NEEDS_SSL],

@@ -140,7 +140,7 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
     if (red !== undefined) {
       // The sentinel's own TLS and credentials, in the order every server accepts.
       const serr = setup.run(red, sock, {
-        endpoint: "sentinel " + endpoint, ssl, ssl_verify: tls.ssl_verify, server_name: tls.server_name,
+        endpoint: "sentinel " + endpoint, host: node.host, ssl, ssl_verify: tls.ssl_verify, server_name: tls.server_name,
         client_cert: tls.client_cert, credentials: s.credentials, db: 0,
       });
       if (serr === undefined) {

@@ -41,6 +41,8 @@ export function credentials(username: string | undefined, password: string | und
 export interface Setup {
   /** "host:port" or the socket path, for messages. */
   readonly endpoint: string;
+  /** The host it is reached by (an IPv6 address in brackets). */
+  readonly host: string;
   readonly ssl: boolean;
   readonly ssl_verify: boolean;
   readonly server_name: string | undefined;
@@ -56,12 +58,27 @@ function shake(this: void, sock: NgxTcpSocket, serverName: string | undefined, v
 }
 
 /**
+ * The name a handshake sends (SNI) and ssl_verify checks: server_name, else
+ * the host the server is reached by when that is a name, as lua-resty-http,
+ * Redisson and redis-py (check_hostname) check it; a node a sentinel or
+ * CLUSTER SLOTS names by name is checked by its own. An address is no name
+ * to send, and nginx checks certificates against names only: with an address
+ * and no server_name, ssl_verify checks the chain alone.
+ */
+function nameOf(s: Setup): string | undefined {
+  if (s.server_name !== undefined) return s.server_name;
+  const host = s.host;
+  if (str_find(host, "^%[")[0] !== undefined || str_find(host, "^[%d.]+$")[0] !== undefined) return undefined;
+  return host;
+}
+
+/**
  * TLS on the client's own socket: lua-resty-redis 0.27 has no ssl option, and
  * this way both clients behave the same. Never plaintext: any failure is an
  * error (the caller closes the connection). lua-resty-core 0.1.25's
  * sslhandshake sometimes raises on a verification failure instead of
  * returning an error: hence the pcall. ssl_verify checks the chain against
- * lua_ssl_trusted_certificate and the name against server_name.
+ * lua_ssl_trusted_certificate and the name (nameOf) against the certificate.
  */
 function tls(sock: NgxTcpSocket | undefined, s: Setup): string | undefined {
   if (sock === undefined) {
@@ -71,13 +88,14 @@ function tls(sock: NgxTcpSocket | undefined, s: Setup): string | undefined {
     const cerr = apply_cert(sock, s.client_cert);
     if (cerr !== undefined) return "dlock: redis " + s.endpoint + ": TLS client certificate: " + cerr;
   }
-  const [ok, session, err] = lua_pcall(shake, sock, s.server_name, s.ssl_verify);
+  const name = nameOf(s);
+  const [ok, session, err] = lua_pcall(shake, sock, name, s.ssl_verify);
   if (!ok || session === undefined) {
     // A raise leaves its message where the session would be.
     let why: unknown = session;
     if (ok) why = err;
     return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + check.text(why) + refusedBy(why === "handshake failed", s) +
-      unverified(why, s);
+      unverified(why, s, name);
   }
   return undefined;
 }
@@ -106,12 +124,14 @@ function refusedBy(broken: boolean, s: Setup): string {
 /**
  * What ssl_verify checked when it refused the server's certificate
  * (lua-nginx-module says "<X509 error code>: <reason>", or "certificate host
- * mismatch"): the operator's lua_ssl_trusted_certificate, its depth, server_name.
+ * mismatch"): the operator's lua_ssl_trusted_certificate, its depth, the name.
  */
-function unverified(why: unknown, s: Setup): string {
+function unverified(why: unknown, s: Setup, name: string | undefined): string {
   if (!s.ssl_verify || lua_type(why) !== "string") return "";
   if (why === "certificate host mismatch") {
-    return " (ssl_verify: the certificate does not name server_name " + (s.server_name ?? "(none given)") + ")";
+    if (s.server_name !== undefined) return " (ssl_verify: the certificate does not name server_name " + s.server_name + ")";
+    return " (ssl_verify: the certificate does not name " + lua_tostring(name) + ", the host it is reached by: " +
+      "server_name, when given, is checked instead)";
   }
   if (str_find(why as string, "^%d+: ")[0] !== undefined) {
     return " (ssl_verify: the chain is checked against nginx's lua_ssl_trusted_certificate, up to lua_ssl_verify_depth)";

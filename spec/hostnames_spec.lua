@@ -10,21 +10,40 @@
 local h = require "helpers"
 local dlock = require "resty.dlock"
 
+--- A DNS server of the specs' (spec/tools/dns.js) answering `names` ("name=IPv4 ..."): { port, stop() }.
+local function start_dns(names)
+  local port = h.free_port()
+  local dir = h.env.prefix .. "/dns-" .. port
+  assert(h.sh("mkdir -p " .. dir .. " && (node " .. h.env.root .. "/spec/tools/dns.js " .. port .. " " .. names ..
+    " > " .. dir .. "/dns.log 2>&1 & echo $! > " .. dir .. "/dns.pid)"))
+  local pid = tonumber(h.read_file(dir .. "/dns.pid"))
+  h.track(pid)
+  assert(h.eventually(5, function() return (h.read_file(dir .. "/dns.log") or ""):find("dns on", 1, true) end),
+    "the DNS server did not start")
+  return { port = port, stop = function() return h.stop_pid(pid, "TERM") end }
+end
+
+--- An nginx whose resolver is that DNS server (nginx/spec-resolver.conf).
+local function resolving_nginx(dns)
+  return h.start_nginx("spec-resolver.conf", { DNS_PORT = dns.port, TLS_CA = h.env.prefix .. "/tls/ca.pem" })
+end
+
+--- The lock nginx n takes on key (a fresh one when nil) with these redis options (a Lua table constructor):
+--- its token, or nil and the error.
+local function lock_on(n, redis_lua, key)
+  local res = assert(h.http(n.port, "/lock?key=" .. (key or h.unique("named")) .. "&redis=" .. ngx.escape_uri(redis_lua)))
+  local token = res.body:match("^taken (%x+)\n$")
+  if token then return token end
+  return nil, res.body
+end
+
 describe("Redis named by host name", function()
-  local dns_port, dns_pid, n, redis, sentinel
+  local dns, n, redis, sentinel
   local BOTH = h.has_ipv6() and "--bind '127.0.0.1 ::1'" or ""
 
   setup(function()
-    dns_port = h.free_port()
-    local dir = h.env.prefix .. "/dns-" .. dns_port
-    assert(h.sh("mkdir -p " .. dir .. " && (node " .. h.env.root .. "/spec/tools/dns.js " .. dns_port ..
-      " redis.test=127.0.0.1 sentinel.test=127.0.0.1 localhost=127.0.0.1 > " .. dir .. "/dns.log 2>&1 & echo $! > " ..
-      dir .. "/dns.pid)"))
-    dns_pid = tonumber(h.read_file(dir .. "/dns.pid"))
-    h.track(dns_pid)
-    assert(h.eventually(5, function() return (h.read_file(dir .. "/dns.log") or ""):find("dns on", 1, true) end),
-      "the DNS server did not start")
-    n = h.start_nginx("spec-resolver.conf", { DNS_PORT = dns_port, TLS_CA = h.env.prefix .. "/tls/ca.pem" })
+    dns = start_dns("redis.test=127.0.0.1 sentinel.test=127.0.0.1 localhost=127.0.0.1")
+    n = resolving_nginx(dns)
     -- The master listens where "localhost" may resolve to for the sentinel: 127.0.0.1, and ::1 when there is one.
     redis = h.start_redis(nil, BOTH)
     sentinel = h.start_sentinel("named", redis.port, { host = "localhost",
@@ -34,17 +53,10 @@ describe("Redis named by host name", function()
     if sentinel then sentinel.stop() end
     if redis then redis.stop() end
     if n then n.stop() end
-    if dns_pid then h.stop_pid(dns_pid, "TERM") end
+    if dns then dns.stop() end
   end)
 
-  --- The lock nginx n takes on key (a fresh one when nil) with these redis options (a Lua table constructor):
-  --- its token, or nil and the error.
-  local function lock(redis_lua, key)
-    local res = assert(h.http(n.port, "/lock?key=" .. (key or h.unique("named")) .. "&redis=" .. ngx.escape_uri(redis_lua)))
-    local token = res.body:match("^taken (%x+)\n$")
-    if token then return token end
-    return nil, res.body
-  end
+  local function lock(redis_lua, key) return lock_on(n, redis_lua, key) end
 
   it("takes a lock on a server named redis.test", function()
     assert(lock("{ host = 'redis.test', port = " .. redis.port .. " }"))
@@ -167,7 +179,66 @@ describe("Redis named by host name", function()
   end)
 end)
 
+-- nginx's resolver waits up to resolver_timeout (30 s unless set) for a DNS
+-- server that does not answer, and the socket's connect timeout does not count
+-- that wait: a fresh connection to Redis by name must still fail within
+-- connect_timeout, so that a DNS outage costs a request what a dead Redis does.
+describe("when the DNS server stops answering", function()
+  local dns, n, redis, sentinel
+
+  setup(function()
+    dns = start_dns("redis.test=127.0.0.1 fresh.test=127.0.0.1 sentinel.test=127.0.0.1")
+    n = resolving_nginx(dns)
+    redis = h.start_redis()
+    sentinel = h.start_sentinel("gone-dns", redis.port)
+  end)
+  teardown(function()
+    if sentinel then sentinel.stop() end
+    if redis then redis.stop() end
+    if n then n.stop() end
+  end)
+
+  local function timed(redis_lua)
+    ngx.update_time()
+    local t0 = ngx.now()
+    local token, err = lock_on(n, redis_lua)
+    ngx.update_time()
+    return token, err, ngx.now() - t0
+  end
+  --- What the error says of `name` (a pattern).
+  local function unresolved(name)
+    return "timeout: " .. name .. " was not resolved and connected within connect_timeout %(300 ms%): nginx's resolver " ..
+      "may not be answering %(it waits up to its resolver_timeout%)"
+  end
+
+  it("keeps the connections it pooled: a lock by name is taken as before", function()
+    -- Pooled while the DNS server answers; nginx looks in the pool before it resolves.
+    assert(lock_on(n, "{ host = 'redis.test', port = " .. redis.port .. " }"))
+    dns.stop()
+    -- Past the resolver's cached answer (valid=5s in the conf): only the pool can serve it now.
+    ngx.sleep(5.5)
+    assert(lock_on(n, "{ host = 'redis.test', port = " .. redis.port .. " }"))
+  end)
+
+  it("fails a fresh connection to a server by name within connect_timeout, saying why", function()
+    local token, err, took = timed("{ host = 'fresh.test', port = " .. redis.port .. ", connect_timeout = 300 }")
+    assert.is_nil(token)
+    assert.matches("^dlock: redis fresh%.test:" .. redis.port .. ": " .. unresolved("fresh%.test"), err)
+    assert.is_true(took < 2, "took " .. took .. " s")
+  end)
+
+  it("fails to reach a sentinel by name within connect_timeout", function()
+    local token, err, took = timed("{ sentinel = { master = 'gone-dns', nodes = { 'sentinel.test:" .. sentinel.port ..
+      "' } }, connect_timeout = 300 }")
+    assert.is_nil(token)
+    assert.matches("sentinel%.test:" .. sentinel.port .. " " .. unresolved("sentinel%.test"), err)
+    assert.is_true(took < 2, "took " .. took .. " s")
+  end)
+end)
+
 h.check_error_logs({
+  -- nginx's resolver finding the stopped DNS server gone.
+  "send%(%) failed %(111: Connection refused%) while resolving, resolver: 127%.0%.0%.1:%d+",
   -- Certificates refused on purpose: names they do not carry.
   "lua ssl certificate does not match host \"redis%.test\"",
   "lua ssl certificate does not match host \"sentinel%.test\"",

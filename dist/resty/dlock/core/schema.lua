@@ -4,6 +4,7 @@ local check = require("resty.dlock.core.check")
 local values = require("resty.dlock.core.schema.values")
 _M.node = values.node
 _M.literal = values.literal
+_M.named = values.named
 local lua_type = type
 local lua_ipairs = ipairs
 local lua_error = error

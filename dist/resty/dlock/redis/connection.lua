@@ -1,6 +1,7 @@
 -- Generated from src/resty/dlock/redis/connection.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local masterOf, refusedForGood, isMaster, lua_tostring, lua_type, ngx_log, NOTICE, str_match, sentinel_forget, sentinelMasters, roleRefused
+local schema = require("resty.dlock.core.schema")
 local redis = require("resty.dlock.redis.client")
 local derived = require("resty.dlock.redis.derived")
 local eviction = require("resty.dlock.redis.eviction")
@@ -80,6 +81,13 @@ local sentinel_discover = sentinel.discover
 sentinel_forget = sentinel.forget
 local setup_run = setup.run
 local eviction_check = eviction.check
+local named = schema.named
+local thread_spawn = ngx.thread.spawn
+local thread_wait = ngx.thread.wait
+local thread_kill = ngx.thread.kill
+local lua_pcall = pcall
+local semaphore = require("ngx.semaphore")
+local sem_new = semaphore.new
 --- The client's cosocket. Both lua-resty-redis 0.27 and 0.33 keep it in the
 -- private `_sock` field; this is the one place that knows.
 function _M.socket(red)
@@ -94,6 +102,61 @@ local function unconnected(err)
     end
     return e .. " (nginx resolves host names only through its resolver directive, never /etc/hosts: add one, or give an IP address)"
 end
+local function connectThen(red, target, portOrOpts, opts, done)
+    local ok, err = red:connect(target, portOrOpts, opts)
+    done:post(1)
+    return ok, err
+end
+local spare = {}
+local spares = 0
+local SPARES = 64
+--- red.connect, bounded by `timeout` (ms) as a whole where nginx resolves the
+-- host: its resolver waits up to resolver_timeout (30 s unless set), which
+-- the socket's connect timeout does not cover, so a DNS server that stops
+-- answering would hold each fresh connection, and the request behind it, that
+-- long. The connect runs in a light thread, killed at the timeout (nginx then
+-- drops the query). A pooled connection, found before any resolving, comes
+-- back before the thread yields; an address connects as it is.
+local function dial(red, target, portOrOpts, opts, timeout)
+    if not named(target) then
+        return red:connect(target, portOrOpts, opts)
+    end
+    local done
+    if spares > 0 then
+        done = spare[spares]
+        spare[spares] = nil
+        spares = spares - 1
+    else
+        done = sem_new(0)
+    end
+    local spawned, co = lua_pcall(
+        thread_spawn,
+        connectThen,
+        red,
+        target,
+        portOrOpts,
+        opts,
+        done
+    )
+    if not spawned then
+        return red:connect(target, portOrOpts, opts)
+    end
+    local thread = co
+    local posted = done:wait(timeout / 1000)
+    if not posted then
+        local killed = thread_kill(thread)
+        if killed ~= nil then
+            return nil, "timeout: " .. target .. " was not resolved and connected within connect_timeout (" .. lua_tostring(timeout) .. " ms): nginx's resolver may not be answering (it waits up to its resolver_timeout)"
+        end
+        done = nil
+    end
+    if done ~= nil and spares < SPARES then
+        spares = spares + 1
+        spare[spares] = done
+    end
+    local ____, ok, err = thread_wait(thread)
+    return ok, err
+end
 --- A fresh, unpooled connection to a sentinel (sentinel.ts sets it up with the
 -- sentinels' own credentials): the client and its socket, or the error.
 local function open(host, port, timeout)
@@ -102,7 +165,13 @@ local function open(host, port, timeout)
         return nil, nil, lua_tostring(nerr)
     end
     red:set_timeout(timeout)
-    local ok, err = red:connect(host, port)
+    local ok, err = dial(
+        red,
+        host,
+        port,
+        nil,
+        timeout
+    )
     if ok == nil then
         return nil, nil, unconnected(err)
     end
@@ -143,7 +212,17 @@ function _M.connect(conf)
         pool = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
     end
     local opts = {pool = pool, pool_size = conf.pool_size, backlog = conf.backlog}
-    local ok, err = red:connect(conf.path or host, conf.path ~= nil and opts or port, opts)
+    local ok, err = unpack(
+        conf.path ~= nil and ({red:connect(conf.path, opts)}) or ({dial(
+            red,
+            host,
+            port,
+            opts,
+            conf.connect_timeout
+        )}),
+        1,
+        2
+    )
     if ok == nil then
         _M.stale(conf)
         return nil, "dlock: redis " .. conf.endpoint .. ": " .. unconnected(err)

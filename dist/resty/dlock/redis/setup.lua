@@ -2,6 +2,7 @@
 local _M = {}
 local refusedBy, unverified, lua_tostring, lua_type, str_find
 local check = require("resty.dlock.core.check")
+local schema = require("resty.dlock.core.schema")
 local clientcert = require("resty.dlock.redis.clientcert")
 function refusedBy(broken, s)
     if not broken then
@@ -36,6 +37,7 @@ lua_type = type
 str_find = string.find
 local ngx_md5 = ngx.md5
 local str_sub = string.sub
+local named = schema.named
 local secrets = lua_setmetatable({}, {__mode = "k"})
 --- Credentials for AUTH, or nil without a password.
 function _M.credentials(username, password)
@@ -66,11 +68,7 @@ local function nameOf(s)
     if s.server_name ~= nil then
         return s.server_name
     end
-    local host = s.host
-    if (str_find(host, "^%[")) ~= nil or (str_find(host, "^[%d.]+$")) ~= nil then
-        return nil
-    end
-    return host
+    return named(s.host) and s.host or nil
 end
 --- TLS on the client's own socket: lua-resty-redis 0.27 has no ssl option, and
 -- this way both clients behave the same. Never plaintext: any failure is an

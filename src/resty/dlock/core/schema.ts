@@ -14,6 +14,7 @@ export type {
 } from "./schema/values";
 export const node = values.node;
 export const literal = values.literal;
+export const named = values.named;
 type Spec = values.Spec;
 type Rule = values.Rule;
 type Option = values.Option;

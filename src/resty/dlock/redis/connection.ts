@@ -4,6 +4,7 @@
 // the transport (roundtrip.ts, pipeline.ts) and the wake-up subscriber read
 // and write themselves. Sentinels are reached through open() below.
 
+import * as schema from "../core/schema";
 import * as redis from "./client";
 import * as derived from "./derived";
 import * as eviction from "./eviction";
@@ -24,6 +25,13 @@ const sentinel_discover = sentinel.discover;
 const sentinel_forget = sentinel.forget;
 const setup_run = setup.run;
 const eviction_check = eviction.check;
+const named = schema.named;
+const thread_spawn = ngx.thread.spawn;
+const thread_wait = ngx.thread.wait;
+const thread_kill = ngx.thread.kill;
+const lua_pcall = pcall;
+const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
+const sem_new = semaphore.new;
 
 /**
  * The client's cosocket. Both lua-resty-redis 0.27 and 0.33 keep it in the
@@ -43,6 +51,62 @@ function unconnected(err: string | undefined): string {
   return e + " (nginx resolves host names only through its resolver directive, never /etc/hosts: add one, or give an IP address)";
 }
 
+type Connected = LuaMultiReturn<[1 | undefined, string | undefined]>;
+
+function connectThen(this: void, red: RestyRedis, target: string, portOrOpts: number | RedisConnectOptions,
+  opts: RedisConnectOptions | undefined, done: NgxSemaphore): Connected {
+  const [ok, err] = red.connect(target, portOrOpts, opts);
+  done.post(1);
+  return $multi(ok, err);
+}
+
+// Semaphores of connects that ended in time, each with no resource left.
+const spare = new LuaTable<number, NgxSemaphore>();
+let spares = 0;
+const SPARES = 64;
+
+/**
+ * red.connect, bounded by `timeout` (ms) as a whole where nginx resolves the
+ * host: its resolver waits up to resolver_timeout (30 s unless set), which
+ * the socket's connect timeout does not cover, so a DNS server that stops
+ * answering would hold each fresh connection, and the request behind it, that
+ * long. The connect runs in a light thread, killed at the timeout (nginx then
+ * drops the query). A pooled connection, found before any resolving, comes
+ * back before the thread yields; an address connects as it is.
+ */
+function dial(red: RestyRedis, target: string, portOrOpts: number | RedisConnectOptions, opts: RedisConnectOptions | undefined,
+  timeout: number): Connected {
+  if (!named(target)) return red.connect(target, portOrOpts, opts);
+  let done: NgxSemaphore | undefined;
+  if (spares > 0) {
+    done = spare.get(spares);
+    spare.delete(spares);
+    spares--;
+  } else {
+    [done] = sem_new(0);
+  }
+  // ngx.thread.spawn raises where there are no light threads: connect unbounded there.
+  const [spawned, co] = lua_pcall(thread_spawn, connectThen, red, target, portOrOpts, opts, done!);
+  if (!spawned) return red.connect(target, portOrOpts, opts);
+  const thread = co as NgxThread;
+  const [posted] = done!.wait(timeout / 1000);
+  if (!posted) {
+    const [killed] = thread_kill(thread);
+    if (killed !== undefined) {
+      return $multi(undefined, "timeout: " + target + " was not resolved and connected within connect_timeout (" +
+        lua_tostring(timeout) + " ms): nginx's resolver may not be answering (it waits up to its resolver_timeout)");
+    }
+    // It ended as the wait did: its outcome stands, and its post is left on the semaphore.
+    done = undefined;
+  }
+  if (done !== undefined && spares < SPARES) {
+    spares++;
+    spare.set(spares, done);
+  }
+  const [, ok, err] = thread_wait(thread);
+  return $multi(ok as 1 | undefined, err as string | undefined);
+}
+
 /**
  * A fresh, unpooled connection to a sentinel (sentinel.ts sets it up with the
  * sentinels' own credentials): the client and its socket, or the error.
@@ -51,7 +115,7 @@ function open(this: void, host: string, port: number, timeout: number): LuaMulti
   const [red, nerr] = (client as RestyRedisModule).new();
   if (red === undefined) return $multi(undefined, undefined, lua_tostring(nerr));
   red.set_timeout(timeout);
-  const [ok, err] = red.connect(host, port);
+  const [ok, err] = dial(red, host, port, undefined, timeout);
   if (ok === undefined) return $multi(undefined, undefined, unconnected(err));
   return $multi(red, socket(red), undefined);
 }
@@ -87,7 +151,7 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
     pool = conf.pool + "@" + host + ":" + lua_tostring(port);
   }
   const opts: RedisConnectOptions = { pool, pool_size: conf.pool_size, backlog: conf.backlog };
-  const [ok, err] = red.connect(conf.path ?? host, conf.path !== undefined ? opts : port, opts);
+  const [ok, err] = conf.path !== undefined ? red.connect(conf.path, opts) : dial(red, host, port, opts, conf.connect_timeout);
   if (ok === undefined) {
     stale(conf);
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + unconnected(err));

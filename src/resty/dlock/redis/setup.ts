@@ -5,6 +5,7 @@
 // sentinels (sentinel.ts); pooled connections went through it when fresh.
 
 import * as check from "../core/check";
+import * as schema from "../core/schema";
 import * as clientcert from "./clientcert";
 
 const apply_cert = clientcert.apply;
@@ -15,6 +16,7 @@ const lua_type = type;
 const str_find = string.find;
 const ngx_md5 = ngx.md5;
 const str_sub = string.sub;
+const named = schema.named;
 
 /**
  * Who to AUTH as. The password itself stays in this module (a weak table keyed
@@ -67,9 +69,7 @@ function shake(this: void, sock: NgxTcpSocket, serverName: string | undefined, v
  */
 function nameOf(s: Setup): string | undefined {
   if (s.server_name !== undefined) return s.server_name;
-  const host = s.host;
-  if (str_find(host, "^%[")[0] !== undefined || str_find(host, "^[%d.]+$")[0] !== undefined) return undefined;
-  return host;
+  return named(s.host) ? s.host : undefined;
 }
 
 /**

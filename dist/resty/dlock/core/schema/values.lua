@@ -71,6 +71,18 @@ function _M.literal(host)
     end
     return host
 end
+local names = {}
+--- Whether a host (as literal() gives it) is a name nginx must resolve, not an
+-- address: what a certificate can be checked against, and what nginx's
+-- resolver may keep a connect waiting for.
+function _M.named(host)
+    local n = names[host]
+    if n == nil then
+        n = (str_match(host, "^%[")) == nil and (str_match(host, "^[%d%.]+$")) == nil
+        names[host] = n
+    end
+    return n
+end
 --- "host:port" or "[v6]:port" (the host keeps its brackets); `label` names the list it came from.
 function _M.node(label, v)
     if lua_type(v) ~= "string" then

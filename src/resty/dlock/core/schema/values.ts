@@ -192,6 +192,24 @@ export function literal(host: string): string {
   return host;
 }
 
+// Per host as literal() gives it: whether it is a name (bounded by the hosts of
+// configurations, sentinels' answers and CLUSTER SLOTS).
+const names = new LuaTable<string, boolean>();
+
+/**
+ * Whether a host (as literal() gives it) is a name nginx must resolve, not an
+ * address: what a certificate can be checked against, and what nginx's
+ * resolver may keep a connect waiting for.
+ */
+export function named(host: string): boolean {
+  let n = names.get(host);
+  if (n === undefined) {
+    n = str_match(host, "^%[")[0] === undefined && str_match(host, "^[%d%.]+$")[0] === undefined;
+    names.set(host, n);
+  }
+  return n;
+}
+
 /** "host:port" or "[v6]:port" (the host keeps its brackets); `label` names the list it came from. */
 export function node(label: string, v: unknown): LuaMultiReturn<[Node | undefined, string | undefined]> {
   if (lua_type(v) !== "string") return check.fail(label + " must be \"host:port\" strings", v);

@@ -10,9 +10,10 @@
 local h = require "helpers"
 local dlock = require "resty.dlock"
 
---- A DNS server of the specs' (spec/tools/dns.js) answering `names` ("name=IPv4 ..."): { port, stop() }.
-local function start_dns(names)
-  local port = h.free_port()
+--- A DNS server of the specs' (spec/tools/dns.js) answering `names` ("name=IPv4 ..."), on `port` (a free
+--- one unless given): { port, stop() }.
+local function start_dns(names, port)
+  port = port or h.free_port()
   local dir = h.env.prefix .. "/dns-" .. port
   assert(h.sh("mkdir -p " .. dir .. " && (node " .. h.env.root .. "/spec/tools/dns.js " .. port .. " " .. names ..
     " > " .. dir .. "/dns.log 2>&1 & echo $! > " .. dir .. "/dns.pid)"))
@@ -233,6 +234,73 @@ describe("when the DNS server stops answering", function()
     assert.is_nil(token)
     assert.matches("sentinel%.test:" .. sentinel.port .. " " .. unresolved("sentinel%.test"), err)
     assert.is_true(took < 2, "took " .. took .. " s")
+  end)
+end)
+
+-- A standalone Redis behind a name that moves to the new master on failover,
+-- as a cloud's primary endpoint (ElastiCache's), a virtual IP or a Kubernetes
+-- Service does: the old master, demoted, refuses writes with READONLY on the
+-- connections pooled to it, and only new connections reach the new one. Here
+-- primary.test names 127.0.0.1 (the master) and then 127.0.0.2, where its
+-- replica listens on the same port.
+describe("a Redis named primary.test whose name moves to the promoted replica", function()
+  local dns, n, old, new, port
+
+  --- A command to the server listening on 127.0.0.2:port.
+  local function on_new(name, ...)
+    local red = h.redis:new()
+    red:set_timeout(2000)
+    assert(red:connect("127.0.0.2", port))
+    local res, err = red[name](red, ...)
+    red:close()
+    return res, err
+  end
+
+  setup(function()
+    dns = start_dns("primary.test=127.0.0.1")
+    n = resolving_nginx(dns)
+    -- No diskless-sync delay (5 s by default): the replica links at once.
+    old = h.start_redis(nil, "--repl-diskless-sync-delay 0")
+    port = old.port
+    -- Its replica on 127.0.0.2 and the same port (start_redis keeps a directory per port, and checks 127.0.0.1).
+    local dir = h.env.prefix .. "/redis-moved-" .. port
+    assert(h.sh("mkdir -p " .. dir .. " && redis-server --port " .. port .. " --bind 127.0.0.2 --save '' --appendonly no " ..
+      "--daemonize yes --dir " .. dir .. " --pidfile " .. dir .. "/redis.pid --logfile " .. dir .. "/redis.log " ..
+      "--replicaof 127.0.0.1 " .. port))
+    assert(h.eventually(5, function() return h.read_file(dir .. "/redis.pid") end), "the replica did not start")
+    local pid = tonumber(h.read_file(dir .. "/redis.pid"))
+    h.track(pid)
+    new = { stop = function() return h.stop_pid(pid, "TERM") end }
+    assert(h.eventually(5, function()
+      return (on_new("info", "replication") or ""):find("master_link_status:up", 1, true)
+    end), "the replica did not link")
+  end)
+  teardown(function()
+    if new then new.stop() end
+    if old then old.stop() end
+    if n then n.stop() end
+    if dns then dns.stop() end
+  end)
+
+  it("takes locks on the new master once the name resolves to it: connections that met READONLY are closed, not pooled", function()
+    local conf = "{ host = 'primary.test', port = " .. port .. " }"
+    for _ = 1, 5 do assert(lock_on(n, conf)) end
+    -- The failover: the replica promoted, the old master following it, the name moved.
+    assert.equal("OK", on_new("replicaof", "no", "one"))
+    assert.equal("OK", h.cmd(port, "replicaof", "127.0.0.2", port))
+    dns.stop()
+    dns = start_dns("primary.test=127.0.0.2", dns.port)
+    -- Refused by the demoted master until nginx's cached answer expires (valid=5s), then taken on the new one.
+    local token, err
+    local moved = h.eventually(10, function()
+      token, err = lock_on(n, conf, "moved")
+      if token then return true end
+      assert.matches("READONLY", err)
+      ngx.sleep(0.2)
+    end)
+    assert.is_truthy(moved, "still refused 10 s after the failover: " .. tostring(err))
+    -- Every lock after that is taken: no connection to the old master is left in the pool.
+    for _ = 1, 20 do assert(lock_on(n, conf)) end
   end)
 end)
 

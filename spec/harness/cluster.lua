@@ -277,7 +277,14 @@ end
 --- owner(slot) -> node, stop() }. For addresses start_cluster does not give.
 function _M.start_bare_cluster(host, ...)
   local extra = { "--cluster-enabled yes", "--cluster-config-file nodes.conf", "--cluster-node-timeout 1000", ... }
-  local nodes = h.parallel(3, function() return servers.start_redis(nil, unpack(extra)) end)
+  -- Ports whose bus ports (+ 10000) are free too, as start_cluster picks them: a bus port in the ephemeral
+  -- range may be some connection's local end, and the node then fails to start.
+  local taken, ports = {}, {}
+  for i = 1, 3 do
+    ports[i] = free_cluster_port(taken)
+    taken[ports[i]], taken[ports[i] + 10000] = true, true
+  end
+  local nodes = h.parallel(3, function(i) return servers.start_redis(ports[i], unpack(extra)) end)
   local c = { nodes = nodes, ranges = { { 0, 5460 }, { 5461, 10922 }, { 10923, 16383 } } }
   function c.stop() for _, n in ipairs(nodes) do n.stop() end end
   function c.owner(slot)

@@ -62,6 +62,7 @@ end
 lua_tostring = tostring
 local lua_type = type
 local str_sub = string.sub
+local str_find = string.find
 local str_format = string.format
 local str_match = string.match
 connect = connection.connect
@@ -227,6 +228,7 @@ local function complete(conf, b, red, keep)
     local jobs = b.jobs
     local broken = false
     local refused = false
+    local demoted = false
     local wrote
     for i = 1, #jobs do
         local j = jobs[i]
@@ -234,6 +236,9 @@ local function complete(conf, b, red, keep)
             broken = true
         elseif j.fault ~= nil then
             refused = true
+            if j.fault == "transient" and (str_find(j.err, ": READONLY", 1, true)) ~= nil then
+                demoted = true
+            end
         elseif j.res ~= nil and conf.replicas > 0 and j.s.written ~= nil and j.s.written(j.res) then
             if wrote == nil then
                 wrote = {}
@@ -256,7 +261,7 @@ local function complete(conf, b, red, keep)
     if keep and not broken and not refused then
         return red
     end
-    done(red, conf, not broken)
+    done(red, conf, not broken and not demoted)
     return nil
 end
 --- Read the replies of b's calls sent on red, then hand red back (see complete).

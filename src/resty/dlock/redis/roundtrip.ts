@@ -25,6 +25,7 @@ export type Batch = command.Batch;
 const lua_tostring = tostring;
 const lua_type = type;
 const str_sub = string.sub;
+const str_find = string.find;
 const str_format = string.format;
 const str_match = string.match;
 const connect = connection.connect;
@@ -207,11 +208,15 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
   const jobs = b.jobs;
   let broken = false;
   let refused = false;
+  let demoted = false;
   let wrote: Job[] | undefined;
   for (const i of $range(1, jobs.length)) {
     const j = jobs[i - 1]!;
     if (j.fault === "lost") broken = true;
-    else if (j.fault !== undefined) refused = true;
+    else if (j.fault !== undefined) {
+      refused = true;
+      if (j.fault === "transient" && str_find(j.err!, ": READONLY", 1, true)[0] !== undefined) demoted = true;
+    }
     else if (j.res !== undefined && conf.replicas > 0 && j.s.written !== undefined && j.s.written(j.res)) {
       if (wrote === undefined) wrote = [];
       wrote.push(j);
@@ -231,7 +236,10 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
     return undefined;
   }
   if (keep && !broken && !refused) return red;
-  done(red, conf, !broken);
+  // A master demoted under a name or address that moved on to the new one (a
+  // cloud's primary endpoint, a virtual IP, a Kubernetes Service): only a new
+  // connection reaches that one, so this one is closed, never pooled again.
+  done(red, conf, !broken && !demoted);
   return undefined;
 }
 

@@ -101,7 +101,8 @@ describe("TLS", function()
     local plain_port = locks(r.port, { read_timeout = 300 })
     local l, err = plain_port:acquire("x")
     assert.is_nil(l)
-    assert.matches("^dlock: redis 127.0.0.1:" .. r.port .. ": TLS handshake failed: ", err)
+    assert.equal("dlock: redis 127.0.0.1:" .. r.port .. ": TLS handshake failed: timeout (a port in plaintext never " ..
+      "answers a TLS handshake: is it a TLS port? redis.ssl)", err)
     assert.equal(0, h.cmd(r.port, "exists", plain_port.prefix .. "x"))
   end)
 
@@ -151,6 +152,54 @@ describe("a redis-server that takes TLSv1.3 alone (tls-protocols TLSv1.3)", func
       assert(lease, err)
       assert.is_true(lease:release())
     end
+  end)
+end)
+
+-- TLS on one side of Sentinel only, as deployments that added TLS to the data
+-- port first (or to the sentinels alone) run it: sentinel.ssl says how the
+-- sentinels listen, the factory's ssl how the masters do.
+describe("TLS to the masters and not the sentinels, or the other way round (redis.sentinel.ssl)", function()
+  local tls_masters, tls_sentinel, plain_master
+
+  setup(function()
+    -- Masters on TLS, sentinels in plaintext that reach them over TLS (tls-replication) and name their TLS port.
+    tls_masters = h.start_sentinel_set({ name = "tls-data", tls = true })
+    -- A plaintext master and a sentinel with a TLS port of its own that watches it in plaintext.
+    plain_master = h.start_redis()
+    local conf = {}
+    for _, a in ipairs(h.tls_args()) do
+      if not a:find("replication", 1, true) then conf[#conf + 1] = (a:gsub("^%-%-", "")) end
+    end
+    tls_sentinel = h.start_sentinel("tls-sentinels", plain_master.port, { conf = table.concat(conf, "\n") })
+  end)
+  teardown(function()
+    if tls_masters then tls_masters.stop() end
+    if tls_sentinel then tls_sentinel.stop() end
+    if plain_master then plain_master.stop() end
+  end)
+
+  it("reaches plaintext sentinels (ssl = false) for a master over verified TLS", function()
+    local plain = {}
+    for i, x in ipairs(tls_masters.sentinels) do plain[i] = "127.0.0.1:" .. x.port end
+    local tls_port = tls_masters.master_port()
+    assert.equal(tls_masters.master.tls_port, tls_port)
+    h.lock_everywhere({ sentinel = { master = "tls-data", nodes = plain, ssl = false }, ssl = true, ssl_verify = true,
+      server_name = "localhost" }, { tls_masters.master.port })
+  end)
+
+  it("reaches sentinels over verified TLS (ssl = true) for a plaintext master", function()
+    h.lock_everywhere({ sentinel = { master = "tls-sentinels", nodes = { "127.0.0.1:" .. tls_sentinel.tls_port }, ssl = true },
+      ssl = false }, { plain_master.port })
+  end)
+
+  it("refuses each mismatch, naming the sentinel asked", function()
+    local plain = "127.0.0.1:" .. tls_masters.sentinels[1].port
+    local l = assert(dlock.new({ dict = "dlock", redis = { sentinel = { master = "tls-data", nodes = { plain } }, ssl = true,
+      connect_timeout = 500, read_timeout = 500 } }))
+    local lease, err = l:acquire(h.unique("k"))
+    assert.is_nil(lease)
+    assert.equal("dlock: redis sentinel tls-data: no sentinel named the master (" .. plain .. " TLS handshake failed: " ..
+      "timeout (a port in plaintext never answers a TLS handshake: is it a TLS port? redis.sentinel.ssl))", err)
   end)
 end)
 

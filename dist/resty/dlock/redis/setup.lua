@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/setup.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local refusedBy, unverified, lua_tostring, lua_type, str_find
+local refusedBy, unverified, plaintext, lua_tostring, lua_type, str_find
 local check = require("resty.dlock.core.check")
 local schema = require("resty.dlock.core.schema")
 local clientcert = require("resty.dlock.redis.clientcert")
@@ -28,6 +28,13 @@ function unverified(why, s, name)
         return " (ssl_verify: the chain is checked against nginx's lua_ssl_trusted_certificate, up to lua_ssl_verify_depth)"
     end
     return ""
+end
+function plaintext(why, s)
+    if why ~= "timeout" then
+        return ""
+    end
+    local option = (str_find(s.endpoint, "^sentinel ")) ~= nil and "redis.sentinel.ssl" or "redis.ssl"
+    return " (a port in plaintext never answers a TLS handshake: is it a TLS port? " .. option .. ")"
 end
 local apply_cert = clientcert.apply
 local lua_pcall = pcall
@@ -93,7 +100,7 @@ local function tls(sock, s)
         if ok then
             why = err
         end
-        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. check.text(why) .. refusedBy(why == "handshake failed", s) .. unverified(why, s, name)
+        return "dlock: redis " .. s.endpoint .. ": TLS handshake failed: " .. check.text(why) .. refusedBy(why == "handshake failed", s) .. unverified(why, s, name) .. plaintext(why, s)
     end
     return nil
 end

@@ -95,7 +95,7 @@ function tls(sock: NgxTcpSocket | undefined, s: Setup): string | undefined {
     let why: unknown = session;
     if (ok) why = err;
     return "dlock: redis " + s.endpoint + ": TLS handshake failed: " + check.text(why) + refusedBy(why === "handshake failed", s) +
-      unverified(why, s, name);
+      unverified(why, s, name) + plaintext(why, s);
   }
   return undefined;
 }
@@ -137,6 +137,17 @@ function unverified(why: unknown, s: Setup, name: string | undefined): string {
     return " (ssl_verify: the chain is checked against nginx's lua_ssl_trusted_certificate, up to lua_ssl_verify_depth)";
   }
   return "";
+}
+
+/**
+ * A handshake that got no answer in time: a server listening in plaintext
+ * waits for a command and never answers a ClientHello, so a TLS setting that
+ * does not match the port looks like this (a slow server would too).
+ */
+function plaintext(why: unknown, s: Setup): string {
+  if (why !== "timeout") return "";
+  const option = str_find(s.endpoint, "^sentinel ")[0] !== undefined ? "redis.sentinel.ssl" : "redis.ssl";
+  return " (a port in plaintext never answers a TLS handshake: is it a TLS port? " + option + ")";
 }
 
 /**

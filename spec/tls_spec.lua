@@ -192,7 +192,7 @@ describe("TLS to the masters and not the sentinels, or the other way round (redi
       ssl = false }, { plain_master.port })
   end)
 
-  it("refuses each mismatch, naming the sentinel asked", function()
+  it("refuses each mismatch, naming the sentinel asked and the option", function()
     local plain = "127.0.0.1:" .. tls_masters.sentinels[1].port
     local l = assert(dlock.new({ dict = "dlock", redis = { sentinel = { master = "tls-data", nodes = { plain } }, ssl = true,
       connect_timeout = 500, read_timeout = 500 } }))
@@ -200,6 +200,24 @@ describe("TLS to the masters and not the sentinels, or the other way round (redi
     assert.is_nil(lease)
     assert.equal("dlock: redis sentinel tls-data: no sentinel named the master (" .. plain .. " TLS handshake failed: " ..
       "timeout (a port in plaintext never answers a TLS handshake: is it a TLS port? redis.sentinel.ssl))", err)
+
+    local tls = "127.0.0.1:" .. tls_sentinel.tls_port
+    l = assert(dlock.new({ dict = "dlock", redis = { sentinel = { master = "tls-sentinels", nodes = { tls } } } }))
+    lease, err = l:acquire(h.unique("k"))
+    assert.is_nil(lease)
+    assert.equal("dlock: redis sentinel tls-sentinels: no sentinel named the master (" .. tls .. " connection reset by peer " ..
+      "(a TLS port resets a connection in plaintext at once: if this is one, redis.sentinel.ssl = true))", err)
+  end)
+
+  it("says a plaintext connection to a TLS port may be the cause when the port resets it", function()
+    local master = tls_masters.master
+    for _, password in ipairs({ false, "secret" }) do
+      local l = assert(dlock.new({ dict = "dlock", redis = { port = master.tls_port, password = password or nil } }))
+      local lease, err = l:acquire(h.unique("k"))
+      assert.is_nil(lease)
+      assert.matches("^dlock: redis 127%.0%.0%.1:" .. master.tls_port .. ": .*connection reset by peer.* %(a TLS port resets " ..
+        "a connection in plaintext at once: if this is one, redis%.ssl = true%)$", err)
+    end
   end)
 end)
 

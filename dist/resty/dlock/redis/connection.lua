@@ -80,6 +80,7 @@ local sentinel_cached = sentinel.cached
 local sentinel_discover = sentinel.discover
 sentinel_forget = sentinel.forget
 local setup_run = setup.run
+local tls_port = setup.tlsPort
 local eviction_check = eviction.check
 local named = schema.named
 local thread_spawn = ngx.thread.spawn
@@ -248,7 +249,7 @@ function _M.connect(conf)
         end
         if ierr ~= nil then
             red:close()
-            return nil, ierr
+            return nil, ierr .. tls_port(ierr, conf.ssl, "redis.ssl")
         end
     end
     return red, nil

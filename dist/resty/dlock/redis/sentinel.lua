@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/sentinel.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local ask, lua_tonumber, lua_tostring, lua_type, literal, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, masters
+local ask, lua_tonumber, lua_tostring, lua_type, literal, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, tls_port, masters
 local schema = require("resty.dlock.core.schema")
 local setup = require("resty.dlock.redis.setup")
 function ask(pool, s, open, timeout, tls)
@@ -48,12 +48,14 @@ function ask(pool, s, open, timeout, tls)
                     end
                 end
                 why = addr == ngx_null and "does not know master " .. s.master or lua_tostring(aerr or addr)
+                why = why .. tls_port(why, ssl, "redis.sentinel.ssl")
             else
                 red:close()
                 why = str_sub(
                     serr,
                     str_len("dlock: redis sentinel " .. endpoint .. ": ") + 1
                 )
+                why = why .. tls_port(why, ssl, "redis.sentinel.ssl")
             end
         end
         errors[#errors + 1] = endpoint .. " " .. why
@@ -71,6 +73,7 @@ str_sub = string.sub
 tbl_concat = table.concat
 tbl_insert = table.insert
 tbl_remove = table.remove
+tls_port = setup.tlsPort
 --- The `redis.sentinel` table (README's table is checked against it: spec/options_spec.lua).
 _M.SENTINEL = {
     {name = "master", kind = "string", maxLen = 255, required = true},
@@ -90,9 +93,13 @@ function _M.parse(v)
     for i = 1, #o.nodes do
         names[#names + 1] = o.nodes[i].host .. ":" .. lua_tostring(o.nodes[i].port)
     end
+    local id = tbl_concat(names, ",")
+    if o.ssl ~= nil then
+        id = id .. (o.ssl and "+tls" or "+plain")
+    end
     return {
         master = o.master,
-        id = tbl_concat(names, ","),
+        id = id,
         nodes = o.nodes,
         credentials = setup.credentials(o.username, o.password),
         ssl = o.ssl

@@ -104,6 +104,18 @@ local function tls(sock, s)
     end
     return nil
 end
+--- What it may mean when a fresh connection in plaintext is reset or closed at
+-- its first command: a redis-server's TLS port does that to anything that is
+-- not a TLS handshake. "" otherwise.
+function _M.tlsPort(err, ssl, option)
+    if ssl then
+        return ""
+    end
+    if (str_find(err, "connection reset by peer", 1, true)) == nil and (str_find(err, "closed$")) == nil then
+        return ""
+    end
+    return " (a TLS port resets a connection in plaintext at once: if this is one, " .. option .. " = true)"
+end
 --- The first reply over TLS proves the handshake: the same lua-resty-core has
 -- been seen to report success on a failed one. A Redis error reply (false)
 -- came through TLS; a socket error (nil) did not.

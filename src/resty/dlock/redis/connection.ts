@@ -24,6 +24,7 @@ const sentinel_cached = sentinel.cached;
 const sentinel_discover = sentinel.discover;
 const sentinel_forget = sentinel.forget;
 const setup_run = setup.run;
+const tls_port = setup.tlsPort;
 const eviction_check = eviction.check;
 const named = schema.named;
 const thread_spawn = ngx.thread.spawn;
@@ -169,7 +170,7 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
     if (ierr === undefined) ierr = eviction_check(red, conf.sentinel !== undefined ? masterOf(conf, host, port) : conf);
     if (ierr !== undefined) {
       red.close();
-      return $multi(undefined, ierr);
+      return $multi(undefined, ierr + tls_port(ierr, conf.ssl, "redis.ssl"));
     }
   }
   return $multi(red, undefined);

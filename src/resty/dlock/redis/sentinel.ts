@@ -20,6 +20,7 @@ const str_sub = string.sub;
 const tbl_concat = table.concat;
 const tbl_insert = table.insert;
 const tbl_remove = table.remove;
+const tls_port = setup.tlsPort;
 
 export interface Node {
   readonly host: string;
@@ -63,7 +64,11 @@ export function parse(this: void, v: unknown): LuaMultiReturn<[SentinelConf | un
   if (o === undefined) return $multi(undefined, err);
   const names: string[] = [];
   for (const i of $range(1, o.nodes.length)) names.push(o.nodes[i - 1]!.host + ":" + lua_tostring(o.nodes[i - 1]!.port));
-  return $multi({ master: o.master, id: tbl_concat(names, ","), nodes: o.nodes,
+  // A TLS setting of the sentinels' own is part of the id (the factory's is in its pool name already): a
+  // factory that reaches them otherwise never rides on another's answers, right or wrong.
+  let id = tbl_concat(names, ",");
+  if (o.ssl !== undefined) id = id + (o.ssl ? "+tls" : "+plain");
+  return $multi({ master: o.master, id, nodes: o.nodes,
     credentials: setup.credentials(o.username, o.password), ssl: o.ssl }, undefined);
 }
 
@@ -161,10 +166,12 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
           }
         }
         why = addr === ngx_null ? "does not know master " + s.master : lua_tostring(aerr ?? addr);
+        why = why + tls_port(why, ssl, "redis.sentinel.ssl");
       } else {
         red.close();
         // setup's message names the sentinel already; keep only why.
         why = str_sub(serr, str_len("dlock: redis sentinel " + endpoint + ": ") + 1);
+        why = why + tls_port(why, ssl, "redis.sentinel.ssl");
       }
     }
     errors.push(endpoint + " " + why);

@@ -151,6 +151,17 @@ function plaintext(why: unknown, s: Setup): string {
 }
 
 /**
+ * What it may mean when a fresh connection in plaintext is reset or closed at
+ * its first command: a redis-server's TLS port does that to anything that is
+ * not a TLS handshake. "" otherwise.
+ */
+export function tlsPort(err: string, ssl: boolean, option: string): string {
+  if (ssl) return "";
+  if (str_find(err, "connection reset by peer", 1, true)[0] === undefined && str_find(err, "closed$")[0] === undefined) return "";
+  return " (a TLS port resets a connection in plaintext at once: if this is one, " + option + " = true)";
+}
+
+/**
  * The first reply over TLS proves the handshake: the same lua-resty-core has
  * been seen to report success on a failed one. A Redis error reply (false)
  * came through TLS; a socket error (nil) did not.

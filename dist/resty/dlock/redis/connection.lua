@@ -155,7 +155,10 @@ local function dial(red, target, portOrOpts, opts, timeout)
         spares = spares + 1
         spare[spares] = done
     end
-    local ____, ok, err = thread_wait(thread)
+    local ran, ok, err = thread_wait(thread)
+    if not ran then
+        return nil, lua_tostring(ok)
+    end
     return ok, err
 end
 --- A fresh, unpooled connection to a sentinel (sentinel.ts sets it up with the
@@ -213,17 +216,19 @@ function _M.connect(conf)
         pool = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
     end
     local opts = {pool = pool, pool_size = conf.pool_size, backlog = conf.backlog}
-    local ok, err = unpack(
-        conf.path ~= nil and ({red:connect(conf.path, opts)}) or ({dial(
+    local ok
+    local err
+    if conf.path ~= nil then
+        ok, err = red:connect(conf.path, opts)
+    else
+        ok, err = dial(
             red,
             host,
             port,
             opts,
             conf.connect_timeout
-        )}),
-        1,
-        2
-    )
+        )
+    end
     if ok == nil then
         _M.stale(conf)
         return nil, "dlock: redis " .. conf.endpoint .. ": " .. unconnected(err)

@@ -104,7 +104,9 @@ function dial(red: RestyRedis, target: string, portOrOpts: number | RedisConnect
     spares++;
     spare.set(spares, done);
   }
-  const [, ok, err] = thread_wait(thread);
+  const [ran, ok, err] = thread_wait(thread);
+  // A raise in the thread leaves its message where the result would be.
+  if (!ran) return $multi(undefined, lua_tostring(ok));
   return $multi(ok as 1 | undefined, err as string | undefined);
 }
 
@@ -152,7 +154,13 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
     pool = conf.pool + "@" + host + ":" + lua_tostring(port);
   }
   const opts: RedisConnectOptions = { pool, pool_size: conf.pool_size, backlog: conf.backlog };
-  const [ok, err] = conf.path !== undefined ? red.connect(conf.path, opts) : dial(red, host, port, opts, conf.connect_timeout);
+  let ok: 1 | undefined;
+  let err: string | undefined;
+  if (conf.path !== undefined) {
+    [ok, err] = red.connect(conf.path, opts);
+  } else {
+    [ok, err] = dial(red, host, port, opts, conf.connect_timeout);
+  }
   if (ok === undefined) {
     stale(conf);
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + unconnected(err));

@@ -10,33 +10,7 @@
 local h = require "helpers"
 local dlock = require "resty.dlock"
 
---- A DNS server of the specs' (spec/tools/dns.js) answering `names` ("name=IPv4 ..."), on `port` (a free
---- one unless given): { port, stop() }.
-local function start_dns(names, port)
-  port = port or h.free_port()
-  local dir = h.env.prefix .. "/dns-" .. port
-  assert(h.sh("mkdir -p " .. dir .. " && (node " .. h.env.root .. "/spec/tools/dns.js " .. port .. " " .. names ..
-    " > " .. dir .. "/dns.log 2>&1 & echo $! > " .. dir .. "/dns.pid)"))
-  local pid = tonumber(h.read_file(dir .. "/dns.pid"))
-  h.track(pid)
-  assert(h.eventually(5, function() return (h.read_file(dir .. "/dns.log") or ""):find("dns on", 1, true) end),
-    "the DNS server did not start")
-  return { port = port, stop = function() return h.stop_pid(pid, "TERM") end }
-end
-
---- An nginx whose resolver is that DNS server (nginx/spec-resolver.conf).
-local function resolving_nginx(dns)
-  return h.start_nginx("spec-resolver.conf", { DNS_PORT = dns.port, TLS_CA = h.env.prefix .. "/tls/ca.pem" })
-end
-
---- The lock nginx n takes on key (a fresh one when nil) with these redis options (a Lua table constructor):
---- its token, or nil and the error.
-local function lock_on(n, redis_lua, key)
-  local res = assert(h.http(n.port, "/lock?key=" .. (key or h.unique("named")) .. "&redis=" .. ngx.escape_uri(redis_lua)))
-  local token = res.body:match("^taken (%x+)\n$")
-  if token then return token end
-  return nil, res.body
-end
+local start_dns, resolving_nginx, lock_on = h.start_dns, h.resolving_nginx, h.lock_via
 
 describe("Redis named by host name", function()
   local dns, n, redis, sentinel

@@ -114,7 +114,8 @@ end
 --- to talk to each other); opts.tls: replication, the sentinels and the ports they
 --- name are TLS (each server keeps a plaintext port for the specs' own commands),
 --- "mutual": every TLS port asks clients for a certificate (tls_args);
---- opts.args: more arguments for every server.
+--- opts.args: more arguments for every server; opts.host: the name the sentinels watch the master by
+--- (127.0.0.1 unless told); opts.sentinel_conf: more sentinel.conf lines.
 function _M.start_sentinel_set(opts)
   opts = opts or {}
   local name, n = opts.name or "locks", opts.replicas or 1
@@ -153,10 +154,12 @@ function _M.start_sentinel_set(opts)
     end
     if opts.password then conf[#conf + 1] = "sentinel auth-pass " .. name .. " " .. opts.password end
     if opts.sentinel_password then conf[#conf + 1] = "sentinel sentinel-pass " .. opts.sentinel_password end
+    if opts.sentinel_conf then conf[#conf + 1] = opts.sentinel_conf end
     return table.concat(conf, "\n")
   end
   for i = 1, 3 do
-    s.sentinels[i] = _M.start_sentinel(name, named(s.master), { conf = sentinel_conf(), password = opts.sentinel_password })
+    s.sentinels[i] = _M.start_sentinel(name, named(s.master), { conf = sentinel_conf(), password = opts.sentinel_password,
+      host = opts.host })
   end
   -- The sentinels know each other and the replicas after a few hellos.
   local want = "slaves=" .. n .. ",sentinels=3"

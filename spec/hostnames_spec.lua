@@ -154,63 +154,6 @@ describe("Redis named by host name", function()
   end)
 end)
 
--- nginx's resolver waits up to resolver_timeout (30 s unless set) for a DNS
--- server that does not answer, and the socket's connect timeout does not count
--- that wait: a fresh connection to Redis by name must still fail within
--- connect_timeout, so that a DNS outage costs a request what a dead Redis does.
-describe("when the DNS server stops answering", function()
-  local dns, n, redis, sentinel
-
-  setup(function()
-    dns = start_dns("redis.test=127.0.0.1 fresh.test=127.0.0.1 sentinel.test=127.0.0.1")
-    n = resolving_nginx(dns)
-    redis = h.start_redis()
-    sentinel = h.start_sentinel("gone-dns", redis.port)
-  end)
-  teardown(function()
-    if sentinel then sentinel.stop() end
-    if redis then redis.stop() end
-    if n then n.stop() end
-  end)
-
-  local function timed(redis_lua)
-    ngx.update_time()
-    local t0 = ngx.now()
-    local token, err = lock_on(n, redis_lua)
-    ngx.update_time()
-    return token, err, ngx.now() - t0
-  end
-  --- What the error says of `name` (a pattern).
-  local function unresolved(name)
-    return "timeout: " .. name .. " was not resolved and connected within connect_timeout %(300 ms%): nginx's resolver " ..
-      "may not be answering %(it waits up to its resolver_timeout%)"
-  end
-
-  it("keeps the connections it pooled: a lock by name is taken as before", function()
-    -- Pooled while the DNS server answers; nginx looks in the pool before it resolves.
-    assert(lock_on(n, "{ host = 'redis.test', port = " .. redis.port .. " }"))
-    dns.stop()
-    -- Past the resolver's cached answer (valid=5s in the conf): only the pool can serve it now.
-    ngx.sleep(5.5)
-    assert(lock_on(n, "{ host = 'redis.test', port = " .. redis.port .. " }"))
-  end)
-
-  it("fails a fresh connection to a server by name within connect_timeout, saying why", function()
-    local token, err, took = timed("{ host = 'fresh.test', port = " .. redis.port .. ", connect_timeout = 300 }")
-    assert.is_nil(token)
-    assert.matches("^dlock: redis fresh%.test:" .. redis.port .. ": " .. unresolved("fresh%.test"), err)
-    assert.is_true(took < 2, "took " .. took .. " s")
-  end)
-
-  it("fails to reach a sentinel by name within connect_timeout", function()
-    local token, err, took = timed("{ sentinel = { master = 'gone-dns', nodes = { 'sentinel.test:" .. sentinel.port ..
-      "' } }, connect_timeout = 300 }")
-    assert.is_nil(token)
-    assert.matches("sentinel%.test:" .. sentinel.port .. " " .. unresolved("sentinel%.test"), err)
-    assert.is_true(took < 2, "took " .. took .. " s")
-  end)
-end)
-
 -- A standalone Redis behind a name that moves to the new master on failover,
 -- as a cloud's primary endpoint (ElastiCache's), a virtual IP or a Kubernetes
 -- Service does: the old master, demoted, refuses writes with READONLY on the
@@ -279,8 +222,6 @@ describe("a Redis named primary.test whose name moves to the promoted replica", 
 end)
 
 h.check_error_logs({
-  -- nginx's resolver finding the stopped DNS server gone.
-  "send%(%) failed %(111: Connection refused%) while resolving, resolver: 127%.0%.0%.1:%d+",
   -- Certificates refused on purpose: names they do not carry.
   "lua ssl certificate does not match host \"redis%.test\"",
   "lua ssl certificate does not match host \"sentinel%.test\"",

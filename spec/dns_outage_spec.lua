@@ -22,11 +22,8 @@ describe("when the DNS server stops answering", function()
   end)
 
   local function timed(redis_lua)
-    ngx.update_time()
-    local t0 = ngx.now()
-    local token, err = lock_on(n, redis_lua)
-    ngx.update_time()
-    return token, err, ngx.now() - t0
+    local took, token, err = h.took(lock_on, n, redis_lua)
+    return token, err, took
   end
   --- What the error says of `name` (a pattern).
   local function unresolved(name)
@@ -75,11 +72,8 @@ describe("an operator's guards on a Redis by name, reloaded while the DNS server
 
   --- GET /g/<guard>: its status and how long it took (s).
   local function get(guard)
-    ngx.update_time()
-    local t0 = ngx.now()
-    local res = assert(h.http(n.port, "/g/" .. guard .. "?key=" .. h.unique("k"), { timeout = 15000 }))
-    ngx.update_time()
-    return res.status, ngx.now() - t0
+    local took, res = h.took(h.http, n.port, "/g/" .. guard .. "?key=" .. h.unique("k"), { timeout = 15000 })
+    return assert(res).status, took
   end
 
   it("answers within connect_timeout as on_error says (503 or through), never lets the deny guard's requests " ..

@@ -135,6 +135,15 @@ function _M.now()
 end
 
 --- Wait up to `s` seconds for fn() to be truthy; returns its last answer.
+--- Seconds fn(...) took, then what it returned.
+function _M.took(fn, ...)
+  ngx.update_time()
+  local t0 = ngx.now()
+  local res = { fn(...) }
+  ngx.update_time()
+  return ngx.now() - t0, unpack(res, 1, table.maxn(res))
+end
+
 function _M.eventually(s, fn)
   local deadline = _M.now() + s
   while _M.now() < deadline do

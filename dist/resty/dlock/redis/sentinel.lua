@@ -48,17 +48,15 @@ function ask(pool, s, open, timeout, tls)
                     end
                 end
                 why = addr == ngx_null and "does not know master " .. s.master or lua_tostring(aerr or addr)
-                why = why .. tls_port(why, ssl, "redis.sentinel.ssl")
             else
                 red:close()
                 why = str_sub(
                     serr,
                     str_len("dlock: redis sentinel " .. endpoint .. ": ") + 1
                 )
-                why = why .. tls_port(why, ssl, "redis.sentinel.ssl")
             end
         end
-        errors[#errors + 1] = endpoint .. " " .. why
+        errors[#errors + 1] = endpoint .. " " .. why .. tls_port(why, ssl, "redis.sentinel.ssl")
     end
     return nil, "dlock: redis sentinel " .. s.master .. ": no sentinel named the master (" .. tbl_concat(errors, "; ") .. ")"
 end

@@ -166,15 +166,13 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
           }
         }
         why = addr === ngx_null ? "does not know master " + s.master : lua_tostring(aerr ?? addr);
-        why = why + tls_port(why, ssl, "redis.sentinel.ssl");
       } else {
         red.close();
         // setup's message names the sentinel already; keep only why.
         why = str_sub(serr, str_len("dlock: redis sentinel " + endpoint + ": ") + 1);
-        why = why + tls_port(why, ssl, "redis.sentinel.ssl");
       }
     }
-    errors.push(endpoint + " " + why);
+    errors.push(endpoint + " " + why + tls_port(why, ssl, "redis.sentinel.ssl"));
   }
   return $multi(undefined, "dlock: redis sentinel " + s.master + ": no sentinel named the master (" + tbl_concat(errors, "; ") + ")");
 }

@@ -134,7 +134,6 @@ function _M.now()
   return ngx.now()
 end
 
---- Wait up to `s` seconds for fn() to be truthy; returns its last answer.
 --- Seconds fn(...) took, then what it returned.
 function _M.took(fn, ...)
   ngx.update_time()
@@ -144,6 +143,7 @@ function _M.took(fn, ...)
   return ngx.now() - t0, unpack(res, 1, table.maxn(res))
 end
 
+--- Wait up to `s` seconds for fn() to be truthy; returns its last answer.
 function _M.eventually(s, fn)
   local deadline = _M.now() + s
   while _M.now() < deadline do

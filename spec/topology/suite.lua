@@ -6,7 +6,7 @@
 --   setup(t.start) teardown(t.stop)            -- brought up by spec/harness/
 --   suite.run(t)                               -- the shared tests
 -- A topology answers:
---   t.kind            its name on the status page (standalone, sentinel, cluster, redlock)
+--   t.kind            its name on the status page (standalone, unix, sentinel, cluster, redlock)
 --   t.redis(extra)    dlock's `redis` option for it (extra: more fields of redis.cluster)
 --   t.where(rkey)     the ports of the servers a lock key must be on
 --   t.fence_key(rkey) the fence counter's key beside it
@@ -27,6 +27,26 @@ local TOPOLOGIES = {}
 function TOPOLOGIES.standalone(t)
   t.redis = function() return h.redis_opts() end
   t.where = function() return { h.redis_port } end
+  t.fence_key = function(rkey) return rkey .. ":fence" end
+end
+
+-- A redis-server reached by its unix socket, as an operator runs one beside
+-- nginx: a password, and an ACL user with only what the locks need (the
+-- README's rule), which the locks log in as.
+function TOPOLOGIES.unix(t)
+  function t.start()
+    local dir = h.env.prefix .. "/" .. h.unique("unix")
+    os.execute("mkdir -p " .. dir)
+    local args = { "--unixsocket " .. dir .. "/redis.sock --unixsocketperm 700 --requirepass spec-default",
+      "--user locker on '>spec-locker' " .. h.least_privilege_rules({ "unix" }) }
+    t.handle = h.start_redis(nil, unpack(args))
+    t.handle.sock, t.handle.args = dir .. "/redis.sock", args
+  end
+  function t.stop() if t.handle then t.handle.stop() end end
+  t.redis = function()
+    return { path = "unix:" .. t.handle.sock, username = "locker", password = "spec-locker" }
+  end
+  t.where = function() return { t.handle.port } end
   t.fence_key = function(rkey) return rkey .. ":fence" end
 end
 
@@ -159,6 +179,35 @@ function _M.run(t)
       assert.same({ nil, "not_owner" }, { old:extend(5000) })
       assert.same(rep(new.token, #t.where(rkey)), t.values(rkey))
       assert.is_true(new:release())
+    end)
+
+    it("wakes a waiter within milliseconds of a release in another nginx, long before the holder's ttl, then lets go of the key's channel", function()
+      local l = t.locks()
+      local elsewhere = t.locks({ dict = "dlock_other", prefix = l.prefix })
+      local lease = assert(elsewhere:acquire("w", { ttl = 10000 }))
+      local got, err, got_at
+      local th = ngx.thread.spawn(function()
+        got, err = l:acquire("w", { wait = 8000 })
+        got_at = h.now()
+      end)
+      -- The waiter now sleeps until the holder's ttl runs out, unless woken.
+      ngx.sleep(0.3)
+      local released_at = h.now()
+      assert.is_true(lease:release())
+      ngx.thread.wait(th)
+      assert.is_nil(err)
+      local ms = (got_at - released_at) * 1000
+      assert.is_true(ms < 100, "woken " .. ms .. " ms after the release")
+      assert.same(rep(got.token, #t.where(l.prefix .. "w")), t.values(l.prefix .. "w"))
+      assert.is_true(got:release())
+      -- Its last waiter gone, the worker lets go of the key's channel (2 s later).
+      local channel = "dlock:released:" .. l.prefix .. "w"
+      assert.is_true(h.eventually(4, function()
+        for _, port in ipairs(t.where(l.prefix .. "w")) do
+          if h.cmd(port, "pubsub", "numsub", channel)[2] ~= 0 then return false end
+        end
+        return true
+      end), "still subscribed to " .. channel)
     end)
 
     -- The gateway ends a request's lease in its log phase, which has no cosockets.

@@ -1,5 +1,5 @@
 -- Every Redis deployment production runs, with its credentials: {standalone,
--- Sentinel, Cluster, Redlock} x {plain, mutual TLS with ssl_verify} x {no auth,
+-- a unix socket (plain only), Sentinel, Cluster, Redlock} x {plain, mutual TLS with ssl_verify} x {no auth,
 -- requirepass, ACL user}, Sentinel also with the sentinels' own password. Mutual
 -- TLS is what a redis-server with TLS asks for unless told otherwise
 -- (tls-auth-clients yes): every server, sentinel and cluster node wants a client
@@ -49,10 +49,13 @@ local function start_set(tls, auth)
              "--user " .. USER .. " on '>" .. USER_PASSWORD .. "' '~*' '&*' '+@all'",
              "--user " .. LEAST .. " on '>" .. LEAST_PASSWORD .. "' " .. h.least_privilege_rules({ "matrix:" }) }
   end
-  local function server()
-    return h.start_redis(nil, unpack(tls and concat(args, h.tls_args(true)) or args))
+  -- The main server also listens on a unix socket, when plain (nginx has no TLS over one).
+  local sock = not tls and h.env.prefix .. "/" .. h.unique("matrix") .. ".sock" or nil
+  local function server(i)
+    local own = (i == 1 and sock) and { "--unixsocket " .. sock .. " --unixsocketperm 700" } or {}
+    return h.start_redis(nil, unpack(concat(args, tls and h.tls_args(true) or {}, own)))
   end
-  local set = { tls = tls, auth = auth }
+  local set = { tls = tls, auth = auth, sock = sock }
   set.servers = h.parallel(3, server)
   set.main = set.servers[1]
   local function port(r) return tls and r.tls_port or r.port end
@@ -91,6 +94,8 @@ local function redis_opts(set, topology, creds, sentinel_creds, cert)
   o.username, o.password = creds.username, creds.password
   if topology == "standalone" then
     o.port = set.port(set.main)
+  elseif topology == "unix" then
+    o.path = "unix:" .. set.sock
   elseif topology == "sentinel" then
     local s = sentinel_creds and set.guarded_sentinel or set.sentinel
     o.sentinel = { master = MASTER, nodes = { sentinel_addr(set, s) } }
@@ -324,10 +329,10 @@ local function refused(opts, pattern, secret)
   return err
 end
 
-local TOPOLOGIES = { "standalone", "sentinel", "cluster", "redlock" }
-
 for _, tls in ipairs({ false, true }) do
   local column = tls and "mutual TLS with ssl_verify" or "plain"
+  local TOPOLOGIES = tls and { "standalone", "sentinel", "cluster", "redlock" }
+    or { "standalone", "unix", "sentinel", "cluster", "redlock" }
   for _, auth in ipairs({ false, true }) do
     describe("every topology, " .. column .. ", " .. (auth and "with credentials" or "no auth") .. ":", function()
       local set

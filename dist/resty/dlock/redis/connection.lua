@@ -103,6 +103,22 @@ local function unconnected(err)
     end
     return e .. " (nginx resolves host names only through its resolver directive, never /etc/hosts: add one, or give an IP address)"
 end
+--- Why a connect to a unix socket failed, with what an operator looks at for
+-- each: nginx's workers connect as the user of its `user` directive
+-- (www-data on Debian), which a socket of mode 700 refuses.
+local function unreachableSocket(err)
+    local e = lua_tostring(err)
+    if e == "permission denied" then
+        return e .. " (nginx's worker processes, as the user nginx.conf's user directive names, need write permission on the " .. "socket: redis.conf's unixsocketperm, e.g. 770 with that user in the socket's group)"
+    end
+    if e == "no such file or directory" then
+        return e .. " (no socket at that path: is redis-server running, with unixsocket set to it?)"
+    end
+    if e == "connection refused" then
+        return e .. " (nobody listens on that socket: redis-server is not running; a killed one leaves its socket file behind)"
+    end
+    return e
+end
 local function connectThen(red, target, portOrOpts, opts, done)
     local ok, err = red:connect(target, portOrOpts, opts)
     done:post(1)
@@ -220,6 +236,9 @@ function _M.connect(conf)
     local err
     if conf.path ~= nil then
         ok, err = red:connect(conf.path, opts)
+        if ok == nil then
+            return nil, "dlock: redis " .. conf.endpoint .. ": " .. unreachableSocket(err)
+        end
     else
         ok, err = dial(
             red,

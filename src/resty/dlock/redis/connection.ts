@@ -52,6 +52,22 @@ function unconnected(err: string | undefined): string {
   return e + " (nginx resolves host names only through its resolver directive, never /etc/hosts: add one, or give an IP address)";
 }
 
+/**
+ * Why a connect to a unix socket failed, with what an operator looks at for
+ * each: nginx's workers connect as the user of its `user` directive
+ * (www-data on Debian), which a socket of mode 700 refuses.
+ */
+function unreachableSocket(err: string | undefined): string {
+  const e = lua_tostring(err);
+  if (e === "permission denied") {
+    return e + " (nginx's worker processes, as the user nginx.conf's user directive names, need write permission on the " +
+      "socket: redis.conf's unixsocketperm, e.g. 770 with that user in the socket's group)";
+  }
+  if (e === "no such file or directory") return e + " (no socket at that path: is redis-server running, with unixsocket set to it?)";
+  if (e === "connection refused") return e + " (nobody listens on that socket: redis-server is not running; a killed one leaves its socket file behind)";
+  return e;
+}
+
 type Connected = LuaMultiReturn<[1 | undefined, string | undefined]>;
 
 function connectThen(this: void, red: RestyRedis, target: string, portOrOpts: number | RedisConnectOptions,
@@ -158,6 +174,7 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
   let err: string | undefined;
   if (conf.path !== undefined) {
     [ok, err] = red.connect(conf.path, opts);
+    if (ok === undefined) return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + unreachableSocket(err));
   } else {
     [ok, err] = dial(red, host, port, opts, conf.connect_timeout);
   }

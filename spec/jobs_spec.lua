@@ -60,3 +60,5 @@ describe("a fleet's timer job", function()
     assert.equal(0, counter("witness:" .. job .. ":overlaps"))
   end)
 end)
+
+h.check_error_logs()

@@ -88,6 +88,68 @@ describe("redis faults", function()
     assert.is_true(t < 0.35, "took " .. t)
   end)
 
+  describe("at its maxclients (it accepts a connection, answers its first command with an error and closes it)", function()
+    local r, taken
+    before_each(function()
+      r = h.start_redis(nil, "--maxclients 4 --requirepass full-pw")
+      taken = {}
+    end)
+    after_each(function()
+      for _, s in ipairs(taken) do s:close() end
+      r.stop()
+    end)
+    --- Take every connection the server has left.
+    local function fill()
+      while true do
+        local s = ngx.socket.tcp()
+        assert(s:connect("127.0.0.1", r.port))
+        assert(s:send("*2\r\n$4\r\nAUTH\r\n$7\r\nfull-pw\r\n"))
+        local reply = s:receive("*l")
+        if reply ~= "+OK" then
+          assert.equal("-ERR max number of clients reached", reply)
+          s:close()
+          return
+        end
+        taken[#taken + 1] = s
+      end
+    end
+    local function free()
+      for _, s in ipairs(taken) do s:close() end
+      taken = {}
+    end
+    local FULL = ": ERR max number of clients reached %(the server is at its maxclients and takes no more connections: " ..
+      "each nginx worker keeps up to redis%.pool_size to it%)$"
+
+    it("says so at the first command of a fresh connection, AUTH or the eviction check, not as a failed one; then works once it has room", function()
+      for _, creds in ipairs({ { password = "full-pw" }, { username = "default", password = "full-pw" } }) do
+        local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("full"), redis = { port = r.port, username = creds.username,
+          password = creds.password } }))
+        fill()
+        local lease, err = locks:acquire("a")
+        assert.is_nil(lease)
+        assert.matches("^dlock: redis 127%.0%.0%.1:" .. r.port .. FULL, err)
+        free()
+        assert.is_true(h.eventually(2, function() return h.cmd(r.port, "ping") == "PONG" end))
+        assert.is_true(assert(locks:acquire("a")):release())
+      end
+    end)
+
+    it("says so at a script call, the pool's eviction check done, and takes the locks again once it has room", function()
+      local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("full"), redis = { port = r.port, password = "full-pw" } }))
+      assert.is_true(assert(locks:acquire("a")):release())
+      -- Its pooled connection gone, the next call needs a fresh one.
+      h.cmd(r.port, "client", "kill", "user", "default", "skipme", "yes")
+      fill()
+      local lease, err = locks:acquire("b")
+      assert.is_nil(lease)
+      assert.matches("^dlock: redis 127%.0%.0%.1:" .. r.port .. FULL, err)
+      free()
+      -- Once the server has room (it sees the closes a moment later), the next call works: nothing dead was pooled.
+      assert.is_true(h.eventually(2, function() return h.cmd(r.port, "ping") == "PONG" end))
+      assert.is_true(assert(locks:acquire("b")):release())
+    end)
+  end)
+
   it("reports an unreachable (or not-Redis) host as a clear error within the timeouts", function()
     -- 10.255.255.1 is unroutable here: the SYN goes nowhere.
     local locks = assert(dlock.new({ dict = "dlock", redis = { host = "10.255.255.1", connect_timeout = 200 } }))

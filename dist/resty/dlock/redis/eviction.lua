@@ -1,6 +1,8 @@
 -- Generated from src/resty/dlock/redis/eviction.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
+local setup = require("resty.dlock.redis.setup")
 local lua_pairs = pairs
+local crowded = setup.crowded
 local ERR = ngx.ERR
 local NOTICE = ngx.NOTICE
 local WARN = ngx.WARN
@@ -143,6 +145,13 @@ local function ask(red, conf)
         maxmemory = lua_tonumber(m)
     end
     local why = ""
+    if info == false then
+        local full = crowded(conf.endpoint, ierr)
+        if full ~= nil then
+            checkedPools[conf.pool] = nil
+            return full
+        end
+    end
     if policy == nil or maxmemory == nil then
         why = "INFO memory: " .. (info == false and lua_tostring(ierr) or "no maxmemory fields")
         local cfg, cerr = red:config("get", "maxmemory*")

@@ -5,6 +5,7 @@ local check = require("resty.dlock.core.check")
 local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
+local setup = require("resty.dlock.redis.setup")
 function unreachable(conf)
     return conf.sentinel ~= nil and "transient" or "failed"
 end
@@ -76,6 +77,7 @@ local add = command.add
 local batchOf = command.batchOf
 commands = command.commands
 fail = command.fail
+local crowded = setup.crowded
 local TRANSIENT = check.set(
     "LOADING",
     "BUSY",
@@ -98,6 +100,10 @@ local function refused(conf, err)
         fault = "redirect"
     elseif code ~= nil and TRANSIENT[code] ~= nil then
         fault = "transient"
+    end
+    local full = crowded(conf.endpoint, err)
+    if full ~= nil then
+        return full, fault
     end
     return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err), fault
 end
@@ -228,7 +234,7 @@ local function complete(conf, b, red, keep)
     local jobs = b.jobs
     local broken = false
     local refused = false
-    local demoted = false
+    local unfit = false
     local wrote
     for i = 1, #jobs do
         local j = jobs[i]
@@ -237,7 +243,9 @@ local function complete(conf, b, red, keep)
         elseif j.fault ~= nil then
             refused = true
             if j.fault == "transient" and (str_find(j.err, ": READONLY", 1, true)) ~= nil then
-                demoted = true
+                unfit = true
+            elseif (str_find(j.err, "max number of clients reached", 1, true)) ~= nil then
+                unfit = true
             end
         elseif j.res ~= nil and conf.replicas > 0 and j.s.written ~= nil and j.s.written(j.res) then
             if wrote == nil then
@@ -261,7 +269,7 @@ local function complete(conf, b, red, keep)
     if keep and not broken and not refused then
         return red
     end
-    done(red, conf, not broken and not demoted)
+    done(red, conf, not broken and not unfit)
     return nil
 end
 --- Read the replies of b's calls sent on red, then hand red back (see complete).

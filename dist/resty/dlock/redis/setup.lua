@@ -116,6 +116,17 @@ function _M.tlsPort(err, ssl, option)
     end
     return " (a TLS port resets a connection in plaintext at once: if this is one, " .. option .. " = true)"
 end
+--- A server at its maxclients accepts a connection, answers its first command
+-- with "ERR max number of clients reached" and closes it: said as that, with
+-- where the connections come from, not as a failed AUTH or eviction check.
+-- nil for any other error.
+function _M.crowded(endpoint, err)
+    local e = lua_tostring(err)
+    if (str_find(e, "max number of clients reached", 1, true)) == nil then
+        return nil
+    end
+    return "dlock: redis " .. endpoint .. ": " .. e .. " (the server is at its maxclients and takes no more connections: " .. "each nginx worker keeps up to redis.pool_size to it)"
+end
 --- The first reply over TLS proves the handshake: the same lua-resty-core has
 -- been seen to report success on a failed one. A Redis error reply (false)
 -- came through TLS; a socket error (nil) did not.
@@ -148,6 +159,10 @@ function _M.run(red, sock, s)
             if terr ~= nil then
                 return terr
             end
+            local full = _M.crowded(s.endpoint, err)
+            if full ~= nil then
+                return full
+            end
             return "dlock: redis " .. s.endpoint .. ": authentication failed for user " .. (c.username or "default") .. ": " .. lua_tostring(err)
         end
     elseif s.ssl then
@@ -157,12 +172,20 @@ function _M.run(red, sock, s)
             if terr ~= nil then
                 return terr
             end
+            local full = _M.crowded(s.endpoint, err)
+            if full ~= nil then
+                return full
+            end
             return "dlock: redis " .. s.endpoint .. ": PING after the TLS handshake failed: " .. lua_tostring(err)
         end
     end
     if s.db ~= 0 then
         local ok, err = red:select(s.db)
         if not ok then
+            local full = _M.crowded(s.endpoint, err)
+            if full ~= nil then
+                return full
+            end
             return "dlock: redis " .. s.endpoint .. ": SELECT " .. lua_tostring(s.db) .. " failed: " .. lua_tostring(err)
         end
     end

@@ -12,8 +12,10 @@
 // A Redis whose policy changes is checked again after an nginx reload.
 
 import type { RedisConf } from "./client";
+import * as setup from "./setup";
 
 const lua_pairs = pairs;
+const crowded = setup.crowded;
 const ERR = ngx.ERR;
 const NOTICE = ngx.NOTICE;
 const WARN = ngx.WARN;
@@ -157,6 +159,14 @@ function ask(red: RestyRedis, conf: RedisConf): string | undefined {
     maxmemory = lua_tonumber(m);
   }
   let why = "";
+  if (info === false) {
+    // Not refused to this user: the server took no more connections, and closes this one.
+    const full = crowded(conf.endpoint, ierr);
+    if (full !== undefined) {
+      checkedPools.delete(conf.pool);
+      return full;
+    }
+  }
   if (policy === undefined || maxmemory === undefined) {
     // INFO refused (ACL) or without the fields: CONFIG GET, unless renamed or refused too.
     why = "INFO memory: " + (info === false ? lua_tostring(ierr) : "no maxmemory fields");

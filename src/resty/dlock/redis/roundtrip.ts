@@ -18,6 +18,7 @@ import * as command from "./command";
 import * as connection from "./connection";
 import * as resp from "./resp";
 import * as scripts from "./scripts";
+import * as setup from "./setup";
 
 export type Job = command.Job;
 export type Batch = command.Batch;
@@ -39,6 +40,7 @@ const add = command.add;
 const batchOf = command.batchOf;
 const commands = command.commands;
 const fail = command.fail;
+const crowded = setup.crowded;
 
 // READONLY: a master demoted by a failover; the next try goes to the new one.
 const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY");
@@ -55,6 +57,8 @@ function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn
   } else if (code !== undefined && TRANSIENT.has(code)) {
     fault = "transient";
   }
+  const full = crowded(conf.endpoint, err);
+  if (full !== undefined) return $multi(full, fault);
   return $multi("dlock: redis " + conf.endpoint + ": " + lua_tostring(err), fault);
 }
 
@@ -208,14 +212,15 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
   const jobs = b.jobs;
   let broken = false;
   let refused = false;
-  let demoted = false;
+  let unfit = false;
   let wrote: Job[] | undefined;
   for (const i of $range(1, jobs.length)) {
     const j = jobs[i - 1]!;
     if (j.fault === "lost") broken = true;
     else if (j.fault !== undefined) {
       refused = true;
-      if (j.fault === "transient" && str_find(j.err!, ": READONLY", 1, true)[0] !== undefined) demoted = true;
+      if (j.fault === "transient" && str_find(j.err!, ": READONLY", 1, true)[0] !== undefined) unfit = true;
+      else if (str_find(j.err!, "max number of clients reached", 1, true)[0] !== undefined) unfit = true;
     }
     else if (j.res !== undefined && conf.replicas > 0 && j.s.written !== undefined && j.s.written(j.res)) {
       if (wrote === undefined) wrote = [];
@@ -238,8 +243,9 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
   if (keep && !broken && !refused) return red;
   // A master demoted under a name or address that moved on to the new one (a
   // cloud's primary endpoint, a virtual IP, a Kubernetes Service): only a new
-  // connection reaches that one, so this one is closed, never pooled again.
-  done(red, conf, !broken && !demoted);
+  // connection reaches that one, so this one is closed, never pooled again. A
+  // server at its maxclients has closed it already.
+  done(red, conf, !broken && !unfit);
   return undefined;
 }
 

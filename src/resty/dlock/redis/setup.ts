@@ -162,6 +162,19 @@ export function tlsPort(err: string, ssl: boolean, option: string): string {
 }
 
 /**
+ * A server at its maxclients accepts a connection, answers its first command
+ * with "ERR max number of clients reached" and closes it: said as that, with
+ * where the connections come from, not as a failed AUTH or eviction check.
+ * nil for any other error.
+ */
+export function crowded(endpoint: string, err: string | undefined): string | undefined {
+  const e = lua_tostring(err);
+  if (str_find(e, "max number of clients reached", 1, true)[0] === undefined) return undefined;
+  return "dlock: redis " + endpoint + ": " + e + " (the server is at its maxclients and takes no more connections: " +
+    "each nginx worker keeps up to redis.pool_size to it)";
+}
+
+/**
  * The first reply over TLS proves the handshake: the same lua-resty-core has
  * been seen to report success on a failed one. A Redis error reply (false)
  * came through TLS; a socket error (nil) did not.
@@ -193,6 +206,8 @@ export function run(red: RestyRedis, sock: NgxTcpSocket | undefined, s: Setup): 
     if (!ok) {
       const terr = viaTls(s, ok, err);
       if (terr !== undefined) return terr;
+      const full = crowded(s.endpoint, err);
+      if (full !== undefined) return full;
       // The user, never the password: which of several credentials is wrong.
       return "dlock: redis " + s.endpoint + ": authentication failed for user " + (c.username ?? "default") + ": " + lua_tostring(err);
     }
@@ -201,12 +216,16 @@ export function run(red: RestyRedis, sock: NgxTcpSocket | undefined, s: Setup): 
     if (pong !== "PONG") {
       const terr = viaTls(s, pong, err);
       if (terr !== undefined) return terr;
+      const full = crowded(s.endpoint, err);
+      if (full !== undefined) return full;
       return "dlock: redis " + s.endpoint + ": PING after the TLS handshake failed: " + lua_tostring(err);
     }
   }
   if (s.db !== 0) {
     const [ok, err] = red.select(s.db);
     if (!ok) {
+      const full = crowded(s.endpoint, err);
+      if (full !== undefined) return full;
       return "dlock: redis " + s.endpoint + ": SELECT " + lua_tostring(s.db) + " failed: " + lua_tostring(err);
     }
   }

@@ -150,6 +150,25 @@ describe("redis faults", function()
     end)
   end)
 
+  it("says that a redis-server in protected mode takes connections from its loopback interface only, with or without a password sent", function()
+    -- An address of this machine's other than loopback, which protected mode turns away.
+    local p = io.popen("hostname -I 2>/dev/null")
+    local addr = (p:read("*a") or ""):match("(%d+%.%d+%.%d+%.%d+)")
+    p:close()
+    if not addr or addr:match("^127%.") then return pending("this machine has no IPv4 address but loopback") end
+    local r = h.start_redis(nil, "--bind 127.0.0.1 " .. addr .. " --protected-mode yes")
+    for _, password in ipairs({ false, "sent-anyway" }) do
+      local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("prot"),
+        redis = { host = addr, port = r.port, password = password or nil } }))
+      local lease, err = locks:acquire("a")
+      assert.is_nil(lease)
+      assert.equal("dlock: redis " .. addr .. ":" .. r.port .. ": DENIED: redis-server is in protected mode (no password for " ..
+        "its default user) and takes connections from its loopback interface only: give it requirepass (and redis.password " ..
+        "here), or set protected-mode no where the network is private", err)
+    end
+    r.stop()
+  end)
+
   it("reports an unreachable (or not-Redis) host as a clear error within the timeouts", function()
     -- 10.255.255.1 is unroutable here: the SYN goes nowhere.
     local locks = assert(dlock.new({ dict = "dlock", redis = { host = "10.255.255.1", connect_timeout = 200 } }))

@@ -2,7 +2,7 @@
 local _M = {}
 local setup = require("resty.dlock.redis.setup")
 local lua_pairs = pairs
-local crowded = setup.crowded
+local turned_away = setup.turnedAway
 local ERR = ngx.ERR
 local NOTICE = ngx.NOTICE
 local WARN = ngx.WARN
@@ -146,10 +146,10 @@ local function ask(red, conf)
     end
     local why = ""
     if info == false then
-        local full = crowded(conf.endpoint, ierr)
-        if full ~= nil then
+        local away = turned_away(conf.endpoint, ierr)
+        if away ~= nil then
             checkedPools[conf.pool] = nil
-            return full
+            return away
         end
     end
     if policy == nil or maxmemory == nil then

@@ -77,7 +77,8 @@ local add = command.add
 local batchOf = command.batchOf
 commands = command.commands
 fail = command.fail
-local crowded = setup.crowded
+local turned_away = setup.turnedAway
+local closed_after = setup.closedAfter
 local TRANSIENT = check.set(
     "LOADING",
     "BUSY",
@@ -101,9 +102,9 @@ local function refused(conf, err)
     elseif code ~= nil and TRANSIENT[code] ~= nil then
         fault = "transient"
     end
-    local full = crowded(conf.endpoint, err)
-    if full ~= nil then
-        return full, fault
+    local away = turned_away(conf.endpoint, err)
+    if away ~= nil then
+        return away, fault
     end
     return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err), fault
 end
@@ -244,7 +245,7 @@ local function complete(conf, b, red, keep)
             refused = true
             if j.fault == "transient" and (str_find(j.err, ": READONLY", 1, true)) ~= nil then
                 unfit = true
-            elseif (str_find(j.err, "max number of clients reached", 1, true)) ~= nil then
+            elseif closed_after(j.err) then
                 unfit = true
             end
         elseif j.res ~= nil and conf.replicas > 0 and j.s.written ~= nil and j.s.written(j.res) then

@@ -116,16 +116,28 @@ function _M.tlsPort(err, ssl, option)
     end
     return " (a TLS port resets a connection in plaintext at once: if this is one, " .. option .. " = true)"
 end
---- A server at its maxclients accepts a connection, answers its first command
--- with "ERR max number of clients reached" and closes it: said as that, with
--- where the connections come from, not as a failed AUTH or eviction check.
--- nil for any other error.
-function _M.crowded(endpoint, err)
+local MAXCLIENTS = "max number of clients reached"
+local PROTECTED = " in protected mode"
+--- An error (Redis' or turnedAway's) after which the server has closed the connection.
+function _M.closedAfter(err)
+    return (str_find(err, MAXCLIENTS, 1, true)) ~= nil or (str_find(err, "DENIED", 1, true)) ~= nil and (str_find(err, PROTECTED, 1, true)) ~= nil
+end
+--- The refusals a redis-server answers a connection's first command with,
+-- before it closes the connection: said as what they are, with what to look
+-- at, not as a failed AUTH or eviction check (or a TLS port's reset, which the
+-- next command meets). nil for any other error.
+--   - at its maxclients, it takes no more connections;
+--   - in protected mode (no password for the default user, the default), it
+--     takes connections from its loopback interface only.
+function _M.turnedAway(endpoint, err)
     local e = lua_tostring(err)
-    if (str_find(e, "max number of clients reached", 1, true)) == nil then
-        return nil
+    if (str_find(e, MAXCLIENTS, 1, true)) ~= nil then
+        return "dlock: redis " .. endpoint .. ": " .. e .. " (the server is at its maxclients and takes no more connections: " .. "each nginx worker keeps up to redis.pool_size to it)"
     end
-    return "dlock: redis " .. endpoint .. ": " .. e .. " (the server is at its maxclients and takes no more connections: " .. "each nginx worker keeps up to redis.pool_size to it)"
+    if (str_find(e, "^DENIED Redis is running" .. PROTECTED)) ~= nil then
+        return "dlock: redis " .. endpoint .. ": DENIED: redis-server is" .. PROTECTED .. " (no password for its default user) " .. "and takes connections from its loopback interface only: give it requirepass (and redis.password here), " .. "or set protected-mode no where the network is private"
+    end
+    return nil
 end
 --- The first reply over TLS proves the handshake: the same lua-resty-core has
 -- been seen to report success on a failed one. A Redis error reply (false)
@@ -159,9 +171,9 @@ function _M.run(red, sock, s)
             if terr ~= nil then
                 return terr
             end
-            local full = _M.crowded(s.endpoint, err)
-            if full ~= nil then
-                return full
+            local away = _M.turnedAway(s.endpoint, err)
+            if away ~= nil then
+                return away
             end
             return "dlock: redis " .. s.endpoint .. ": authentication failed for user " .. (c.username or "default") .. ": " .. lua_tostring(err)
         end
@@ -172,9 +184,9 @@ function _M.run(red, sock, s)
             if terr ~= nil then
                 return terr
             end
-            local full = _M.crowded(s.endpoint, err)
-            if full ~= nil then
-                return full
+            local away = _M.turnedAway(s.endpoint, err)
+            if away ~= nil then
+                return away
             end
             return "dlock: redis " .. s.endpoint .. ": PING after the TLS handshake failed: " .. lua_tostring(err)
         end
@@ -182,9 +194,9 @@ function _M.run(red, sock, s)
     if s.db ~= 0 then
         local ok, err = red:select(s.db)
         if not ok then
-            local full = _M.crowded(s.endpoint, err)
-            if full ~= nil then
-                return full
+            local away = _M.turnedAway(s.endpoint, err)
+            if away ~= nil then
+                return away
             end
             return "dlock: redis " .. s.endpoint .. ": SELECT " .. lua_tostring(s.db) .. " failed: " .. lua_tostring(err)
         end

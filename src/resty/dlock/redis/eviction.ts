@@ -15,7 +15,7 @@ import type { RedisConf } from "./client";
 import * as setup from "./setup";
 
 const lua_pairs = pairs;
-const crowded = setup.crowded;
+const turned_away = setup.turnedAway;
 const ERR = ngx.ERR;
 const NOTICE = ngx.NOTICE;
 const WARN = ngx.WARN;
@@ -160,11 +160,11 @@ function ask(red: RestyRedis, conf: RedisConf): string | undefined {
   }
   let why = "";
   if (info === false) {
-    // Not refused to this user: the server took no more connections, and closes this one.
-    const full = crowded(conf.endpoint, ierr);
-    if (full !== undefined) {
+    // Not refused to this user: the server turned the connection away, and closes it.
+    const away = turned_away(conf.endpoint, ierr);
+    if (away !== undefined) {
       checkedPools.delete(conf.pool);
-      return full;
+      return away;
     }
   }
   if (policy === undefined || maxmemory === undefined) {

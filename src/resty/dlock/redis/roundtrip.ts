@@ -40,7 +40,8 @@ const add = command.add;
 const batchOf = command.batchOf;
 const commands = command.commands;
 const fail = command.fail;
-const crowded = setup.crowded;
+const turned_away = setup.turnedAway;
+const closed_after = setup.closedAfter;
 
 // READONLY: a master demoted by a failover; the next try goes to the new one.
 const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY");
@@ -57,8 +58,8 @@ function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn
   } else if (code !== undefined && TRANSIENT.has(code)) {
     fault = "transient";
   }
-  const full = crowded(conf.endpoint, err);
-  if (full !== undefined) return $multi(full, fault);
+  const away = turned_away(conf.endpoint, err);
+  if (away !== undefined) return $multi(away, fault);
   return $multi("dlock: redis " + conf.endpoint + ": " + lua_tostring(err), fault);
 }
 
@@ -220,7 +221,7 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
     else if (j.fault !== undefined) {
       refused = true;
       if (j.fault === "transient" && str_find(j.err!, ": READONLY", 1, true)[0] !== undefined) unfit = true;
-      else if (str_find(j.err!, "max number of clients reached", 1, true)[0] !== undefined) unfit = true;
+      else if (closed_after(j.err!)) unfit = true;
     }
     else if (j.res !== undefined && conf.replicas > 0 && j.s.written !== undefined && j.s.written(j.res)) {
       if (wrote === undefined) wrote = [];
@@ -244,7 +245,7 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
   // A master demoted under a name or address that moved on to the new one (a
   // cloud's primary endpoint, a virtual IP, a Kubernetes Service): only a new
   // connection reaches that one, so this one is closed, never pooled again. A
-  // server at its maxclients has closed it already.
+  // server that turned it away (maxclients, protected mode) has closed it already.
   done(red, conf, !broken && !unfit);
   return undefined;
 }

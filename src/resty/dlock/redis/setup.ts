@@ -161,17 +161,36 @@ export function tlsPort(err: string, ssl: boolean, option: string): string {
   return " (a TLS port resets a connection in plaintext at once: if this is one, " + option + " = true)";
 }
 
+const MAXCLIENTS = "max number of clients reached";
+const PROTECTED = " in protected mode";
+
+/** An error (Redis' or turnedAway's) after which the server has closed the connection. */
+export function closedAfter(err: string): boolean {
+  return str_find(err, MAXCLIENTS, 1, true)[0] !== undefined || str_find(err, "DENIED", 1, true)[0] !== undefined &&
+    str_find(err, PROTECTED, 1, true)[0] !== undefined;
+}
+
 /**
- * A server at its maxclients accepts a connection, answers its first command
- * with "ERR max number of clients reached" and closes it: said as that, with
- * where the connections come from, not as a failed AUTH or eviction check.
- * nil for any other error.
+ * The refusals a redis-server answers a connection's first command with,
+ * before it closes the connection: said as what they are, with what to look
+ * at, not as a failed AUTH or eviction check (or a TLS port's reset, which the
+ * next command meets). nil for any other error.
+ *   - at its maxclients, it takes no more connections;
+ *   - in protected mode (no password for the default user, the default), it
+ *     takes connections from its loopback interface only.
  */
-export function crowded(endpoint: string, err: string | undefined): string | undefined {
+export function turnedAway(endpoint: string, err: string | undefined): string | undefined {
   const e = lua_tostring(err);
-  if (str_find(e, "max number of clients reached", 1, true)[0] === undefined) return undefined;
-  return "dlock: redis " + endpoint + ": " + e + " (the server is at its maxclients and takes no more connections: " +
-    "each nginx worker keeps up to redis.pool_size to it)";
+  if (str_find(e, MAXCLIENTS, 1, true)[0] !== undefined) {
+    return "dlock: redis " + endpoint + ": " + e + " (the server is at its maxclients and takes no more connections: " +
+      "each nginx worker keeps up to redis.pool_size to it)";
+  }
+  if (str_find(e, "^DENIED Redis is running" + PROTECTED)[0] !== undefined) {
+    return "dlock: redis " + endpoint + ": DENIED: redis-server is" + PROTECTED + " (no password for its default user) " +
+      "and takes connections from its loopback interface only: give it requirepass (and redis.password here), " +
+      "or set protected-mode no where the network is private";
+  }
+  return undefined;
 }
 
 /**
@@ -206,8 +225,8 @@ export function run(red: RestyRedis, sock: NgxTcpSocket | undefined, s: Setup): 
     if (!ok) {
       const terr = viaTls(s, ok, err);
       if (terr !== undefined) return terr;
-      const full = crowded(s.endpoint, err);
-      if (full !== undefined) return full;
+      const away = turnedAway(s.endpoint, err);
+      if (away !== undefined) return away;
       // The user, never the password: which of several credentials is wrong.
       return "dlock: redis " + s.endpoint + ": authentication failed for user " + (c.username ?? "default") + ": " + lua_tostring(err);
     }
@@ -216,16 +235,16 @@ export function run(red: RestyRedis, sock: NgxTcpSocket | undefined, s: Setup): 
     if (pong !== "PONG") {
       const terr = viaTls(s, pong, err);
       if (terr !== undefined) return terr;
-      const full = crowded(s.endpoint, err);
-      if (full !== undefined) return full;
+      const away = turnedAway(s.endpoint, err);
+      if (away !== undefined) return away;
       return "dlock: redis " + s.endpoint + ": PING after the TLS handshake failed: " + lua_tostring(err);
     }
   }
   if (s.db !== 0) {
     const [ok, err] = red.select(s.db);
     if (!ok) {
-      const full = crowded(s.endpoint, err);
-      if (full !== undefined) return full;
+      const away = turnedAway(s.endpoint, err);
+      if (away !== undefined) return away;
       return "dlock: redis " + s.endpoint + ": SELECT " + lua_tostring(s.db) + " failed: " + lua_tostring(err);
     }
   }

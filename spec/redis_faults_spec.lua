@@ -150,22 +150,36 @@ describe("redis faults", function()
     end)
   end)
 
-  it("says that a redis-server in protected mode takes connections from its loopback interface only, with or without a password sent", function()
+  it("says that a redis-server or sentinel in protected mode takes connections from its loopback interface only, with or without a password sent", function()
     -- An address of this machine's other than loopback, which protected mode turns away.
     local p = io.popen("hostname -I 2>/dev/null")
     local addr = (p:read("*a") or ""):match("(%d+%.%d+%.%d+%.%d+)")
     p:close()
     if not addr or addr:match("^127%.") then return pending("this machine has no IPv4 address but loopback") end
     local r = h.start_redis(nil, "--bind 127.0.0.1 " .. addr .. " --protected-mode yes")
+    -- A sentinel too, watching a master that lets it in.
+    local m = h.start_redis(nil, "--bind 127.0.0.1 " .. addr .. " --protected-mode no")
+    local s = h.start_sentinel("guarded", m.port, { conf = "bind 127.0.0.1 " .. addr .. "\nprotected-mode yes" })
+    local function denied(option)
+      return "DENIED: the server is in protected mode (no password for its default user) and takes connections from its " ..
+        "loopback interface only: give it requirepass (and " .. option .. " here), or set protected-mode no where the " ..
+        "network is private"
+    end
     for _, password in ipairs({ false, "sent-anyway" }) do
       local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("prot"),
         redis = { host = addr, port = r.port, password = password or nil } }))
       local lease, err = locks:acquire("a")
       assert.is_nil(lease)
-      assert.equal("dlock: redis " .. addr .. ":" .. r.port .. ": DENIED: redis-server is in protected mode (no password for " ..
-        "its default user) and takes connections from its loopback interface only: give it requirepass (and redis.password " ..
-        "here), or set protected-mode no where the network is private", err)
+      assert.equal("dlock: redis " .. addr .. ":" .. r.port .. ": " .. denied("redis.password"), err)
+      local watched = assert(dlock.new({ dict = "dlock", prefix = h.unique("prot"),
+        redis = { sentinel = { master = "guarded", nodes = { addr .. ":" .. s.port }, password = password or nil } } }))
+      lease, err = watched:acquire("a")
+      assert.is_nil(lease)
+      assert.equal("dlock: redis sentinel guarded: no sentinel named the master (" .. addr .. ":" .. s.port .. " " ..
+        denied("redis.sentinel.password") .. ")", err)
     end
+    s.stop()
+    m.stop()
     r.stop()
   end)
 

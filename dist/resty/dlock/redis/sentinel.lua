@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/sentinel.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local ask, lua_tonumber, lua_tostring, lua_type, literal, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, tls_port, masters
+local ask, lua_tonumber, lua_tostring, lua_type, literal, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, tls_port, away_why, masters
 local schema = require("resty.dlock.core.schema")
 local setup = require("resty.dlock.redis.setup")
 function ask(pool, s, open, timeout, tls)
@@ -47,7 +47,12 @@ function ask(pool, s, open, timeout, tls)
                         return m, nil
                     end
                 end
-                why = addr == ngx_null and "does not know master " .. s.master or lua_tostring(aerr or addr)
+                if addr == ngx_null then
+                    why = "does not know master " .. s.master
+                else
+                    local away = away_why(aerr, "redis.sentinel.password")
+                    why = away ~= nil and away or lua_tostring(aerr or addr)
+                end
             else
                 red:close()
                 why = str_sub(
@@ -72,6 +77,7 @@ tbl_concat = table.concat
 tbl_insert = table.insert
 tbl_remove = table.remove
 tls_port = setup.tlsPort
+away_why = setup.awayWhy
 --- The `redis.sentinel` table (README's table is checked against it: spec/options_spec.lua).
 _M.SENTINEL = {
     {name = "master", kind = "string", maxLen = 255, required = true},

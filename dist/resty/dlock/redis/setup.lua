@@ -122,22 +122,31 @@ local PROTECTED = " in protected mode"
 function _M.closedAfter(err)
     return (str_find(err, MAXCLIENTS, 1, true)) ~= nil or (str_find(err, "DENIED", 1, true)) ~= nil and (str_find(err, PROTECTED, 1, true)) ~= nil
 end
---- The refusals a redis-server answers a connection's first command with,
--- before it closes the connection: said as what they are, with what to look
--- at, not as a failed AUTH or eviction check (or a TLS port's reset, which the
--- next command meets). nil for any other error.
+--- The refusals a redis-server (or a sentinel) answers a connection's first
+-- command with, before it closes the connection: said as what they are, with
+-- what to look at (`option`: where the password goes), not as a failed AUTH or
+-- eviction check (or a TLS port's reset, which the next command meets). nil
+-- for any other error.
 --   - at its maxclients, it takes no more connections;
 --   - in protected mode (no password for the default user, the default), it
 --     takes connections from its loopback interface only.
-function _M.turnedAway(endpoint, err)
+function _M.awayWhy(err, option)
     local e = lua_tostring(err)
     if (str_find(e, MAXCLIENTS, 1, true)) ~= nil then
-        return "dlock: redis " .. endpoint .. ": " .. e .. " (the server is at its maxclients and takes no more connections: " .. "each nginx worker keeps up to redis.pool_size to it)"
+        return e .. " (the server is at its maxclients and takes no more connections: each nginx worker keeps up to " .. "redis.pool_size to it)"
     end
     if (str_find(e, "^DENIED Redis is running" .. PROTECTED)) ~= nil then
-        return "dlock: redis " .. endpoint .. ": DENIED: redis-server is" .. PROTECTED .. " (no password for its default user) " .. "and takes connections from its loopback interface only: give it requirepass (and redis.password here), " .. "or set protected-mode no where the network is private"
+        return "DENIED: the server is" .. PROTECTED .. " (no password for its default user) and takes connections from its " .. "loopback interface only: give it requirepass (and " .. option .. " here), or set protected-mode no where the " .. "network is private"
     end
     return nil
+end
+--- awayWhy, as an error naming the endpoint ("sentinel host:port" for a sentinel).
+function _M.turnedAway(endpoint, err)
+    local why = _M.awayWhy(err, (str_find(endpoint, "^sentinel ")) ~= nil and "redis.sentinel.password" or "redis.password")
+    if why == nil then
+        return nil
+    end
+    return "dlock: redis " .. endpoint .. ": " .. why
 end
 --- The first reply over TLS proves the handshake: the same lua-resty-core has
 -- been seen to report success on a failed one. A Redis error reply (false)

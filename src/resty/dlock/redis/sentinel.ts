@@ -21,6 +21,7 @@ const tbl_concat = table.concat;
 const tbl_insert = table.insert;
 const tbl_remove = table.remove;
 const tls_port = setup.tlsPort;
+const away_why = setup.awayWhy;
 
 export interface Node {
   readonly host: string;
@@ -165,7 +166,12 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
             return $multi(m, undefined);
           }
         }
-        why = addr === ngx_null ? "does not know master " + s.master : lua_tostring(aerr ?? addr);
+        if (addr === ngx_null) {
+          why = "does not know master " + s.master;
+        } else {
+          const away = away_why(aerr, "redis.sentinel.password");
+          why = away !== undefined ? away : lua_tostring(aerr ?? addr);
+        }
       } else {
         red.close();
         // setup's message names the sentinel already; keep only why.

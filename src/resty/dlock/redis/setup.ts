@@ -171,26 +171,34 @@ export function closedAfter(err: string): boolean {
 }
 
 /**
- * The refusals a redis-server answers a connection's first command with,
- * before it closes the connection: said as what they are, with what to look
- * at, not as a failed AUTH or eviction check (or a TLS port's reset, which the
- * next command meets). nil for any other error.
+ * The refusals a redis-server (or a sentinel) answers a connection's first
+ * command with, before it closes the connection: said as what they are, with
+ * what to look at (`option`: where the password goes), not as a failed AUTH or
+ * eviction check (or a TLS port's reset, which the next command meets). nil
+ * for any other error.
  *   - at its maxclients, it takes no more connections;
  *   - in protected mode (no password for the default user, the default), it
  *     takes connections from its loopback interface only.
  */
-export function turnedAway(endpoint: string, err: string | undefined): string | undefined {
+export function awayWhy(err: string | undefined, option: string): string | undefined {
   const e = lua_tostring(err);
   if (str_find(e, MAXCLIENTS, 1, true)[0] !== undefined) {
-    return "dlock: redis " + endpoint + ": " + e + " (the server is at its maxclients and takes no more connections: " +
-      "each nginx worker keeps up to redis.pool_size to it)";
+    return e + " (the server is at its maxclients and takes no more connections: each nginx worker keeps up to " +
+      "redis.pool_size to it)";
   }
   if (str_find(e, "^DENIED Redis is running" + PROTECTED)[0] !== undefined) {
-    return "dlock: redis " + endpoint + ": DENIED: redis-server is" + PROTECTED + " (no password for its default user) " +
-      "and takes connections from its loopback interface only: give it requirepass (and redis.password here), " +
-      "or set protected-mode no where the network is private";
+    return "DENIED: the server is" + PROTECTED + " (no password for its default user) and takes connections from its " +
+      "loopback interface only: give it requirepass (and " + option + " here), or set protected-mode no where the " +
+      "network is private";
   }
   return undefined;
+}
+
+/** awayWhy, as an error naming the endpoint ("sentinel host:port" for a sentinel). */
+export function turnedAway(endpoint: string, err: string | undefined): string | undefined {
+  const why = awayWhy(err, str_find(endpoint, "^sentinel ")[0] !== undefined ? "redis.sentinel.password" : "redis.password");
+  if (why === undefined) return undefined;
+  return "dlock: redis " + endpoint + ": " + why;
 }
 
 /**

@@ -183,6 +183,20 @@ describe("redis faults", function()
     r.stop()
   end)
 
+  it("says that every call is a script when the server has EVAL and EVALSHA renamed away", function()
+    local conf = h.env.prefix .. "/" .. h.unique("renamed") .. ".conf"
+    local f = assert(io.open(conf, "w"))
+    f:write('rename-command EVALSHA ""\nrename-command EVAL ""\n')
+    f:close()
+    local r = h.start_redis(nil, "--include " .. conf)
+    local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("renamed"), redis = { port = r.port } }))
+    local lease, err = locks:acquire("a")
+    assert.is_nil(lease)
+    assert.matches("^dlock: redis 127%.0%.0%.1:" .. r.port .. ": ERR unknown command 'EVALSHA'.* %(every call of the locks " ..
+      "is a Lua script: this server has EVAL and EVALSHA renamed away, rename%-command, or runs no scripts%)$", err)
+    r.stop()
+  end)
+
   it("reports an unreachable (or not-Redis) host as a clear error within the timeouts", function()
     -- 10.255.255.1 is unroutable here: the SYN goes nowhere.
     local locks = assert(dlock.new({ dict = "dlock", redis = { host = "10.255.255.1", connect_timeout = 200 } }))

@@ -106,6 +106,12 @@ local function refused(conf, err)
     if away ~= nil then
         return away, fault
     end
+    if code == "ERR" and (str_find(
+        lua_tostring(err),
+        "^ERR unknown command 'EVAL"
+    )) ~= nil then
+        return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err) .. " (every call of the locks is a Lua script: " .. "this server has EVAL and EVALSHA renamed away, rename-command, or runs no scripts)", fault
+    end
     return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err), fault
 end
 --- Read the replies of the jobs `which` in turn; those that met NOSCRIPT (unless `body`: EVAL was sent).

@@ -142,16 +142,13 @@ describe("an operator's nginx whose workers run as nobody and cannot read the ke
   setup(function()
     set = h.start_sentinel_set({ name = "mtls", tls = "mutual", password = PASSWORD, sentinel_password = SENTINEL_PASSWORD,
       user = { name = USER, password = USER_PASSWORD, rules = h.least_privilege_rules() } })
-    -- The key only root may read; the library where nobody can read it (a checkout may be in a private directory).
-    local keys, lib = h.env.prefix .. "/mtls-keys", h.env.prefix .. "/mtls-lib"
-    assert(h.sh("mkdir -p " .. keys .. " && cp " .. CERT.ssl_client_priv_key .. " " .. keys .. "/client.key && chmod 700 " ..
-      keys .. " && chmod 600 " .. keys .. "/client.key && rm -rf " .. lib .. " && cp -r " .. h.env.root .. "/dist " .. lib ..
-      " && chmod -R a+rX " .. lib))
+    -- The key only root may read; the library where nobody can read it.
+    local key, lib = h.private_key(h.env.prefix .. "/mtls", CERT), h.public_lib(h.env.prefix .. "/mtls")
     local sentinels = {}
     for i, a in ipairs(set.nodes()) do sentinels[i] = '"' .. a .. '"' end
     n = h.start_nginx("spec-mtls.conf", { LIB = lib, TLS_CA = h.env.prefix .. "/tls/ca.pem", MASTER = "mtls",
       SENTINELS = table.concat(sentinels, ", "), SENTINEL_PASSWORD = SENTINEL_PASSWORD, ACL_USER = USER,
-      ACL_PASSWORD = USER_PASSWORD, CLIENT_CERT = CERT.ssl_client_cert, CLIENT_KEY = keys .. "/client.key" })
+      ACL_PASSWORD = USER_PASSWORD, CLIENT_CERT = CERT.ssl_client_cert, CLIENT_KEY = key })
   end)
   teardown(function()
     if n then n.stop() end

@@ -133,13 +133,11 @@ describe(stock and stock.name or "an operator's stock nginx.conf", function()
     port = h.free_port()
     local cert = h.client_cert()
     -- The key only root may read; the library where the workers can read it.
-    run("rm -rf " .. dir .. " && mkdir -p " .. dir .. "/logs " .. dir .. "/keys" ..
-      " && cp " .. cert.ssl_client_priv_key .. " " .. dir .. "/keys/client.key && chmod 700 " .. dir .. "/keys" ..
-      " && chmod 600 " .. dir .. "/keys/client.key" ..
-      " && cp -r " .. h.env.root .. "/dist " .. dir .. "/lib && chmod -R a+rX " .. dir .. "/lib")
+    run("rm -rf " .. dir .. " && mkdir -p " .. dir .. "/logs")
+    local key, lib = h.private_key(dir, cert), h.public_lib(dir)
     -- The operator's gateway, at http level ...
     local http = string.format([[
-lua_package_path "%s/lib/?.lua;;";
+lua_package_path "%s/?.lua;;";
 lua_shared_dict dlock 10m;
 lua_shared_dict backend 1m;
 lua_ssl_trusted_certificate %s/tls/ca.pem;
@@ -147,7 +145,7 @@ init_by_lua_block {
     local gateway = require "resty.dlock.gateway"
     local redis = { host = "127.0.0.1", port = %d, username = "%s", password = "%s",
                     ssl = true, ssl_verify = true, server_name = "localhost",
-                    ssl_client_cert = "%s", ssl_client_priv_key = "%s/keys/client.key" }
+                    ssl_client_cert = "%s", ssl_client_priv_key = "%s" }
     guards = {
         one = assert(gateway.new({ name = "one", mode = "concurrency", permits = 1, key = "$arg_key",
                                    on_error = "deny", redis = redis })),
@@ -159,7 +157,7 @@ init_worker_by_lua_block { assert(require("resty.dlock").init_worker()) }
 log_by_lua_block { require("resty.dlock.gateway").log() }
 header_filter_by_lua_block { require("resty.dlock.gateway").header_filter() }
 body_filter_by_lua_block { require("resty.dlock.gateway").body_filter() }
-]], dir, h.env.prefix, redis.tls_port, USER, USER_PASSWORD, cert.ssl_client_cert, dir)
+]], lib, h.env.prefix, redis.tls_port, USER, USER_PASSWORD, cert.ssl_client_cert, key)
     -- ... and its site. The backend answers text/html (what gzip compresses by default), counting its runs.
     local site = string.format([[
 server {

@@ -56,10 +56,7 @@ describe("an operator's nginx whose workers run as nobody, on the Redis beside i
   setup(function()
     local dir = h.env.prefix .. "/" .. h.unique("unixgw")
     sock = dir .. "/redis.sock"
-    -- The library where nobody can read it (a checkout may be in a private directory).
-    local lib = dir .. "/lib"
-    assert(h.sh("mkdir -p " .. dir .. " && chmod 755 " .. dir .. " && cp -r " .. h.env.root .. "/dist " .. lib ..
-      " && chmod -R a+rX " .. lib))
+    local lib = h.public_lib(dir)
     start_server()
     n = h.start_nginx("spec-unix.conf", { LIB = lib, SOCKET = sock, PASSWORD = PASSWORD })
   end)

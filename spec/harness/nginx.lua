@@ -153,6 +153,23 @@ function _M.http(port, path, opts)
   return res
 end
 
+--- A copy of the library (dist/) at dir/lib that workers running as nobody can read (a checkout
+--- may be in a private directory, as root's home is); its path.
+function _M.public_lib(dir)
+  local lib = dir .. "/lib"
+  assert(h.sh("mkdir -p " .. dir .. " && chmod 755 " .. dir .. " && rm -rf " .. lib .. " && cp -r " .. env.root .. "/dist " ..
+    lib .. " && chmod -R a+rX " .. lib))
+  return lib
+end
+
+--- A copy of the specs' client key at dir/keys/client.key that only root may read; its path.
+function _M.private_key(dir, cert)
+  local keys = dir .. "/keys"
+  assert(h.sh("mkdir -p " .. keys .. " && cp " .. cert.ssl_client_priv_key .. " " .. keys .. "/client.key && chmod 700 " ..
+    keys .. " && chmod 600 " .. keys .. "/client.key"))
+  return keys .. "/client.key"
+end
+
 --- n GETs of path on port, sent 50 ms apart and in flight together; during(), when
 --- given, runs while they are; their statuses, sorted.
 function _M.together(port, path, n, during)

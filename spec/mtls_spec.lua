@@ -187,6 +187,6 @@ describe("an operator's nginx whose workers run as nobody and cannot read the ke
   end)
 end)
 
--- The handshakes the servers break off on purpose (no certificate, a stranger's): nginx logs each server's alert.
--- Two of them (no certificate, a stranger's), each met in the handshake or at the write after it, whichever comes first.
+-- The handshakes the servers break off on purpose (no certificate, a stranger's): nginx logs each server's alert,
+-- met in the handshake or at the write after it, whichever comes first (both at the write, at times, on OpenResty).
 h.check_error_logs(h.refused_client_certs(2))

@@ -11,10 +11,10 @@ local function counter(name)
 end
 
 --- A TLS handshake with n, naming `sni`, then a GET: the status, or nil and the error.
-local function handshake(n, sni)
+local function handshake(n, sni, port)
   local sock = ngx.socket.tcp()
   sock:settimeout(15000)
-  local ok, err = sock:connect("127.0.0.1", n.tls_port)
+  local ok, err = sock:connect("127.0.0.1", port or n.tls_port)
   if not ok then return nil, err end
   ok, err = sock:sslhandshake(nil, sni, false)
   if not ok then return nil, err end
@@ -25,10 +25,10 @@ local function handshake(n, sni)
 end
 
 local function start()
-  local tls_port = h.free_port()
-  local n = h.start_nginx("spec-ssl-phase.conf", { REDIS_PORT = redis.port, TLS_PORT = tls_port,
+  local tls_port, hello_port = h.free_port(), h.free_port()
+  local n = h.start_nginx("spec-ssl-phase.conf", { REDIS_PORT = redis.port, TLS_PORT = tls_port, HELLO_PORT = hello_port,
     TLS_DIR = h.env.prefix .. "/tls" })
-  n.tls_port = tls_port
+  n.tls_port, n.hello_port = tls_port, hello_port
   return n
 end
 
@@ -51,6 +51,26 @@ describe("locks in ssl_certificate_by_lua", function()
       assert.equal(200, status, tostring(err))
     end
     assert.equal(6, counter("witness:" .. name .. ":runs"))
+    assert.equal(0, counter("witness:" .. name .. ":overlaps"))
+  end)
+
+  it("work in ssl_client_hello_by_lua as well, on OpenResty: one handshake of a name inside at a time across two nginx", function()
+    -- Only OpenResty's nginx patch lets that phase yield: on a stock nginx (Debian's) a cosocket there, or any
+    -- ngx.sleep, breaks the handshake off, whatever the library.
+    if not h.nginx_is_openresty() then
+      return pending("the runner's nginx is not OpenResty's: ssl_client_hello_by_lua cannot yield on it")
+    end
+    local name = "hold-100." .. h.unique("hello"):gsub("[^%w]", "") .. ".test"
+    local threads = {}
+    for i = 1, 4 do
+      local n = i % 2 == 0 and a or b
+      threads[i] = ngx.thread.spawn(handshake, n, name, n.hello_port)
+    end
+    for i = 1, 4 do
+      local _, status, err = ngx.thread.wait(threads[i])
+      assert.equal(200, status, tostring(err))
+    end
+    assert.equal(4, counter("witness:" .. name .. ":runs"))
     assert.equal(0, counter("witness:" .. name .. ":overlaps"))
   end)
 

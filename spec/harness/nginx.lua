@@ -35,6 +35,14 @@ function _M.nginx_has(flag)
   return out:find("--with-" .. flag, 1, true) ~= nil
 end
 
+--- Whether the runner's nginx is OpenResty's (its own patches: phases that may yield where a stock nginx's may not).
+function _M.nginx_is_openresty()
+  local p = io.popen(env.nginx .. " -v 2>&1")
+  local out = p:read("*a")
+  p:close()
+  return out:find("openresty/", 1, true) ~= nil
+end
+
 --- Start an nginx from a template under nginx/ with @NAME@ values; returns
 --- { port, prefix, pid, stop(), reload(), workers(), exited(pids), replaced(old, count), error_log() }. It runs
 --- daemonized with its own prefix.

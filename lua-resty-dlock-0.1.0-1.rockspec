@@ -89,6 +89,7 @@ build = {
       ["resty.dlock.redis.derived"] = "dist/resty/dlock/redis/derived.lua",
       ["resty.dlock.redis.eviction"] = "dist/resty/dlock/redis/eviction.lua",
       ["resty.dlock.redis.fanout"] = "dist/resty/dlock/redis/fanout.lua",
+      ["resty.dlock.redis.hints"] = "dist/resty/dlock/redis/hints.lua",
       ["resty.dlock.redis.lanes"] = "dist/resty/dlock/redis/lanes.lua",
       ["resty.dlock.redis.majority"] = "dist/resty/dlock/redis/majority.lua",
       ["resty.dlock.redis.multiquorum"] = "dist/resty/dlock/redis/multiquorum.lua",

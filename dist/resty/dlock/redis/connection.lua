@@ -5,6 +5,7 @@ local schema = require("resty.dlock.core.schema")
 local redis = require("resty.dlock.redis.client")
 local derived = require("resty.dlock.redis.derived")
 local eviction = require("resty.dlock.redis.eviction")
+local hints = require("resty.dlock.redis.hints")
 local sentinel = require("resty.dlock.redis.sentinel")
 local setup = require("resty.dlock.redis.setup")
 function masterOf(conf, host, port)
@@ -80,7 +81,9 @@ local sentinel_cached = sentinel.cached
 local sentinel_discover = sentinel.discover
 sentinel_forget = sentinel.forget
 local setup_run = setup.run
-local tls_port = setup.tlsPort
+local tls_port = hints.tlsPort
+local unconnected = hints.unconnected
+local unreachableSocket = hints.unreachableSocket
 local eviction_check = eviction.check
 local named = schema.named
 local thread_spawn = ngx.thread.spawn
@@ -93,31 +96,6 @@ local sem_new = semaphore.new
 -- private `_sock` field; this is the one place that knows.
 function _M.socket(red)
     return lua_rawget(red, "_sock")
-end
---- Why a connect failed. nginx resolves a host name only through its `resolver`
--- directive, never /etc/hosts: "localhost" fails too without one.
-local function unconnected(err)
-    local e = lua_tostring(err)
-    if (str_find(e, "no resolver defined", 1, true)) == nil then
-        return e
-    end
-    return e .. " (nginx resolves host names only through its resolver directive, never /etc/hosts: add one, or give an IP address)"
-end
---- Why a connect to a unix socket failed, with what an operator looks at for
--- each: nginx's workers connect as the user of its `user` directive
--- (www-data on Debian), which a socket of mode 700 refuses.
-local function unreachableSocket(err)
-    local e = lua_tostring(err)
-    if e == "permission denied" then
-        return e .. " (nginx's worker processes, as the user nginx.conf's user directive names, need write permission on the " .. "socket: redis.conf's unixsocketperm, e.g. 770 with that user in the socket's group)"
-    end
-    if e == "no such file or directory" then
-        return e .. " (no socket at that path: is redis-server running, with unixsocket set to it?)"
-    end
-    if e == "connection refused" then
-        return e .. " (nobody listens on that socket: redis-server is not running; a killed one leaves its socket file behind)"
-    end
-    return e
 end
 local function connectThen(red, target, portOrOpts, opts, done)
     local ok, err = red:connect(target, portOrOpts, opts)

@@ -1,8 +1,8 @@
 -- Generated from src/resty/dlock/redis/eviction.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local setup = require("resty.dlock.redis.setup")
+local hints = require("resty.dlock.redis.hints")
 local lua_pairs = pairs
-local turned_away = setup.turnedAway
+local turned_away = hints.turnedAway
 local ERR = ngx.ERR
 local NOTICE = ngx.NOTICE
 local WARN = ngx.WARN

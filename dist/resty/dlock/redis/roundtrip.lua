@@ -5,7 +5,7 @@ local check = require("resty.dlock.core.check")
 local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
-local setup = require("resty.dlock.redis.setup")
+local hints = require("resty.dlock.redis.hints")
 function unreachable(conf)
     return conf.sentinel ~= nil and "transient" or "failed"
 end
@@ -77,8 +77,8 @@ local add = command.add
 local batchOf = command.batchOf
 commands = command.commands
 fail = command.fail
-local turned_away = setup.turnedAway
-local closed_after = setup.closedAfter
+local turned_away = hints.turnedAway
+local closed_after = hints.closedAfter
 local TRANSIENT = check.set(
     "LOADING",
     "BUSY",

@@ -2,6 +2,7 @@
 local _M = {}
 local ask, lua_tonumber, lua_tostring, lua_type, literal, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, tls_port, away_why, masters
 local schema = require("resty.dlock.core.schema")
+local hints = require("resty.dlock.redis.hints")
 local setup = require("resty.dlock.redis.setup")
 function ask(pool, s, open, timeout, tls)
     local errors = {}
@@ -76,8 +77,8 @@ str_sub = string.sub
 tbl_concat = table.concat
 tbl_insert = table.insert
 tbl_remove = table.remove
-tls_port = setup.tlsPort
-away_why = setup.awayWhy
+tls_port = hints.tlsPort
+away_why = hints.awayWhy
 --- The `redis.sentinel` table (README's table is checked against it: spec/options_spec.lua).
 _M.SENTINEL = {
     {name = "master", kind = "string", maxLen = 255, required = true},

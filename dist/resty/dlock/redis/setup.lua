@@ -1,50 +1,20 @@
 -- Generated from src/resty/dlock/redis/setup.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local refusedBy, unverified, plaintext, lua_tostring, lua_type, str_find
 local check = require("resty.dlock.core.check")
 local schema = require("resty.dlock.core.schema")
 local clientcert = require("resty.dlock.redis.clientcert")
-function refusedBy(broken, s)
-    if not broken then
-        return ""
-    end
-    local versions = "; or no TLS version it takes: lua_ssl_protocols (nginx's log has the server's alert)"
-    if s.client_cert == nil then
-        return " (the server may want a client certificate, as redis-server does unless tls-auth-clients is no: " .. "redis.ssl_client_cert and redis.ssl_client_priv_key" .. versions .. ")"
-    end
-    return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file" .. versions .. ")"
-end
-function unverified(why, s, name)
-    if not s.ssl_verify or lua_type(why) ~= "string" then
-        return ""
-    end
-    if why == "certificate host mismatch" then
-        if s.server_name ~= nil then
-            return " (ssl_verify: the certificate does not name server_name " .. s.server_name .. ")"
-        end
-        return " (ssl_verify: the certificate does not name " .. lua_tostring(name) .. ", the host it is reached by: " .. "server_name, when given, is checked instead)"
-    end
-    if (str_find(why, "^%d+: ")) ~= nil then
-        return " (ssl_verify: the chain is checked against nginx's lua_ssl_trusted_certificate, up to lua_ssl_verify_depth)"
-    end
-    return ""
-end
-function plaintext(why, s)
-    if why ~= "timeout" then
-        return ""
-    end
-    local option = (str_find(s.endpoint, "^sentinel ")) ~= nil and "redis.sentinel.ssl" or "redis.ssl"
-    return " (a port in plaintext never answers a TLS handshake: is it a TLS port? " .. option .. ")"
-end
+local hints = require("resty.dlock.redis.hints")
 local apply_cert = clientcert.apply
 local lua_pcall = pcall
 local lua_setmetatable = setmetatable
-lua_tostring = tostring
-lua_type = type
-str_find = string.find
+local lua_tostring = tostring
 local ngx_md5 = ngx.md5
 local str_sub = string.sub
 local named = schema.named
+local refusedBy = hints.refusedBy
+local unverified = hints.unverified
+local plaintext = hints.plaintext
+local turnedAway = hints.turnedAway
 local secrets = lua_setmetatable({}, {__mode = "k"})
 --- Credentials for AUTH, or nil without a password.
 function _M.credentials(username, password)
@@ -104,50 +74,6 @@ local function tls(sock, s)
     end
     return nil
 end
---- What it may mean when a fresh connection in plaintext is reset or closed at
--- its first command: a redis-server's TLS port does that to anything that is
--- not a TLS handshake. "" otherwise.
-function _M.tlsPort(err, ssl, option)
-    if ssl then
-        return ""
-    end
-    if (str_find(err, "connection reset by peer", 1, true)) == nil and (str_find(err, "closed$")) == nil then
-        return ""
-    end
-    return " (a TLS port resets a connection in plaintext at once: if this is one, " .. option .. " = true)"
-end
-local MAXCLIENTS = "max number of clients reached"
-local PROTECTED = " in protected mode"
---- An error (Redis' or turnedAway's) after which the server has closed the connection.
-function _M.closedAfter(err)
-    return (str_find(err, MAXCLIENTS, 1, true)) ~= nil or (str_find(err, "DENIED", 1, true)) ~= nil and (str_find(err, PROTECTED, 1, true)) ~= nil
-end
---- The refusals a redis-server (or a sentinel) answers a connection's first
--- command with, before it closes the connection: said as what they are, with
--- what to look at (`option`: where the password goes), not as a failed AUTH or
--- eviction check (or a TLS port's reset, which the next command meets). nil
--- for any other error.
---   - at its maxclients, it takes no more connections;
---   - in protected mode (no password for the default user, the default), it
---     takes connections from its loopback interface only.
-function _M.awayWhy(err, option)
-    local e = lua_tostring(err)
-    if (str_find(e, MAXCLIENTS, 1, true)) ~= nil then
-        return e .. " (the server is at its maxclients and takes no more connections: each nginx worker keeps up to " .. "redis.pool_size to it)"
-    end
-    if (str_find(e, "^DENIED Redis is running" .. PROTECTED)) ~= nil then
-        return "DENIED: the server is" .. PROTECTED .. " (no password for its default user) and takes connections from its " .. "loopback interface only: give it requirepass (and " .. option .. " here), or set protected-mode no where the " .. "network is private"
-    end
-    return nil
-end
---- awayWhy, as an error naming the endpoint ("sentinel host:port" for a sentinel).
-function _M.turnedAway(endpoint, err)
-    local why = _M.awayWhy(err, (str_find(endpoint, "^sentinel ")) ~= nil and "redis.sentinel.password" or "redis.password")
-    if why == nil then
-        return nil
-    end
-    return "dlock: redis " .. endpoint .. ": " .. why
-end
 --- The first reply over TLS proves the handshake: the same lua-resty-core has
 -- been seen to report success on a failed one. A Redis error reply (false)
 -- came through TLS; a socket error (nil) did not.
@@ -180,7 +106,7 @@ function _M.run(red, sock, s)
             if terr ~= nil then
                 return terr
             end
-            local away = _M.turnedAway(s.endpoint, err)
+            local away = turnedAway(s.endpoint, err)
             if away ~= nil then
                 return away
             end
@@ -193,7 +119,7 @@ function _M.run(red, sock, s)
             if terr ~= nil then
                 return terr
             end
-            local away = _M.turnedAway(s.endpoint, err)
+            local away = turnedAway(s.endpoint, err)
             if away ~= nil then
                 return away
             end
@@ -203,7 +129,7 @@ function _M.run(red, sock, s)
     if s.db ~= 0 then
         local ok, err = red:select(s.db)
         if not ok then
-            local away = _M.turnedAway(s.endpoint, err)
+            local away = turnedAway(s.endpoint, err)
             if away ~= nil then
                 return away
             end

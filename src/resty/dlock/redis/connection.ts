@@ -8,6 +8,7 @@ import * as schema from "../core/schema";
 import * as redis from "./client";
 import * as derived from "./derived";
 import * as eviction from "./eviction";
+import * as hints from "./hints";
 import * as sentinel from "./sentinel";
 import * as setup from "./setup";
 
@@ -24,7 +25,9 @@ const sentinel_cached = sentinel.cached;
 const sentinel_discover = sentinel.discover;
 const sentinel_forget = sentinel.forget;
 const setup_run = setup.run;
-const tls_port = setup.tlsPort;
+const tls_port = hints.tlsPort;
+const unconnected = hints.unconnected;
+const unreachableSocket = hints.unreachableSocket;
 const eviction_check = eviction.check;
 const named = schema.named;
 const thread_spawn = ngx.thread.spawn;
@@ -40,32 +43,6 @@ const sem_new = semaphore.new;
  */
 export function socket(red: RestyRedis): NgxTcpSocket | undefined {
   return lua_rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock");
-}
-
-/**
- * Why a connect failed. nginx resolves a host name only through its `resolver`
- * directive, never /etc/hosts: "localhost" fails too without one.
- */
-function unconnected(err: string | undefined): string {
-  const e = lua_tostring(err);
-  if (str_find(e, "no resolver defined", 1, true)[0] === undefined) return e;
-  return e + " (nginx resolves host names only through its resolver directive, never /etc/hosts: add one, or give an IP address)";
-}
-
-/**
- * Why a connect to a unix socket failed, with what an operator looks at for
- * each: nginx's workers connect as the user of its `user` directive
- * (www-data on Debian), which a socket of mode 700 refuses.
- */
-function unreachableSocket(err: string | undefined): string {
-  const e = lua_tostring(err);
-  if (e === "permission denied") {
-    return e + " (nginx's worker processes, as the user nginx.conf's user directive names, need write permission on the " +
-      "socket: redis.conf's unixsocketperm, e.g. 770 with that user in the socket's group)";
-  }
-  if (e === "no such file or directory") return e + " (no socket at that path: is redis-server running, with unixsocket set to it?)";
-  if (e === "connection refused") return e + " (nobody listens on that socket: redis-server is not running; a killed one leaves its socket file behind)";
-  return e;
 }
 
 type Connected = LuaMultiReturn<[1 | undefined, string | undefined]>;

@@ -12,10 +12,10 @@
 // A Redis whose policy changes is checked again after an nginx reload.
 
 import type { RedisConf } from "./client";
-import * as setup from "./setup";
+import * as hints from "./hints";
 
 const lua_pairs = pairs;
-const turned_away = setup.turnedAway;
+const turned_away = hints.turnedAway;
 const ERR = ngx.ERR;
 const NOTICE = ngx.NOTICE;
 const WARN = ngx.WARN;

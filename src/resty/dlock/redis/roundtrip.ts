@@ -18,7 +18,7 @@ import * as command from "./command";
 import * as connection from "./connection";
 import * as resp from "./resp";
 import * as scripts from "./scripts";
-import * as setup from "./setup";
+import * as hints from "./hints";
 
 export type Job = command.Job;
 export type Batch = command.Batch;
@@ -40,8 +40,8 @@ const add = command.add;
 const batchOf = command.batchOf;
 const commands = command.commands;
 const fail = command.fail;
-const turned_away = setup.turnedAway;
-const closed_after = setup.closedAfter;
+const turned_away = hints.turnedAway;
+const closed_after = hints.closedAfter;
 
 // READONLY: a master demoted by a failover; the next try goes to the new one.
 const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY");

@@ -7,6 +7,7 @@
 
 import * as schema from "../core/schema";
 import type * as clientcert from "./clientcert";
+import * as hints from "./hints";
 import * as setup from "./setup";
 
 const lua_tonumber = tonumber;
@@ -20,8 +21,8 @@ const str_sub = string.sub;
 const tbl_concat = table.concat;
 const tbl_insert = table.insert;
 const tbl_remove = table.remove;
-const tls_port = setup.tlsPort;
-const away_why = setup.awayWhy;
+const tls_port = hints.tlsPort;
+const away_why = hints.awayWhy;
 
 export interface Node {
   readonly host: string;

@@ -1,0 +1,123 @@
+-- Generated from src/resty/dlock/redis/hints.ts by TypeScriptToLua: edit that file, not this one.
+local _M = {}
+local lua_tostring = tostring
+local lua_type = type
+local str_find = string.find
+--- Why a connect failed. nginx resolves a host name only through its `resolver`
+-- directive, never /etc/hosts: "localhost" fails too without one.
+function _M.unconnected(err)
+    local e = lua_tostring(err)
+    if (str_find(e, "no resolver defined", 1, true)) == nil then
+        return e
+    end
+    return e .. " (nginx resolves host names only through its resolver directive, never /etc/hosts: add one, or give an IP address)"
+end
+--- Why a connect to a unix socket failed, with what an operator looks at for
+-- each: nginx's workers connect as the user of its `user` directive
+-- (www-data on Debian), which a socket of mode 700 refuses.
+function _M.unreachableSocket(err)
+    local e = lua_tostring(err)
+    if e == "permission denied" then
+        return e .. " (nginx's worker processes, as the user nginx.conf's user directive names, need write permission on the " .. "socket: redis.conf's unixsocketperm, e.g. 770 with that user in the socket's group)"
+    end
+    if e == "no such file or directory" then
+        return e .. " (no socket at that path: is redis-server running, with unixsocket set to it?)"
+    end
+    if e == "connection refused" then
+        return e .. " (nobody listens on that socket: redis-server is not running; a killed one leaves its socket file behind)"
+    end
+    return e
+end
+--- What it most likely means when the server broke the connection off during
+-- the handshake (a bare "handshake failed"; a failed verification of the
+-- server's own certificate says more than that) or at the first reply (under
+-- TLS 1.3 a client's side of the handshake may end before the server has
+-- looked at its certificate). A redis-server does that to a client without a
+-- certificate it trusts unless tls-auth-clients is off, and to one that offers
+-- none of its TLS versions: Debian's nginx offers TLSv1.3 only where
+-- lua_ssl_protocols names it, and Redis may be set to take TLSv1.3 alone.
+-- nginx logs the server's alert, which tells which.
+function _M.refusedBy(broken, s)
+    if not broken then
+        return ""
+    end
+    local versions = "; or no TLS version it takes: lua_ssl_protocols (nginx's log has the server's alert)"
+    if s.client_cert == nil then
+        return " (the server may want a client certificate, as redis-server does unless tls-auth-clients is no: " .. "redis.ssl_client_cert and redis.ssl_client_priv_key" .. versions .. ")"
+    end
+    return " (the server may not trust the issuer of redis.ssl_client_cert: its tls-ca-cert-file" .. versions .. ")"
+end
+--- What ssl_verify checked when it refused the server's certificate
+-- (lua-nginx-module says "<X509 error code>: <reason>", or "certificate host
+-- mismatch"): the operator's lua_ssl_trusted_certificate, its depth, the name.
+function _M.unverified(why, s, name)
+    if not s.ssl_verify or lua_type(why) ~= "string" then
+        return ""
+    end
+    if why == "certificate host mismatch" then
+        if s.server_name ~= nil then
+            return " (ssl_verify: the certificate does not name server_name " .. s.server_name .. ")"
+        end
+        return " (ssl_verify: the certificate does not name " .. lua_tostring(name) .. ", the host it is reached by: " .. "server_name, when given, is checked instead)"
+    end
+    if (str_find(why, "^%d+: ")) ~= nil then
+        return " (ssl_verify: the chain is checked against nginx's lua_ssl_trusted_certificate, up to lua_ssl_verify_depth)"
+    end
+    return ""
+end
+--- A handshake that got no answer in time: a server listening in plaintext
+-- waits for a command and never answers a ClientHello, so a TLS setting that
+-- does not match the port looks like this (a slow server would too).
+function _M.plaintext(why, s)
+    if why ~= "timeout" then
+        return ""
+    end
+    local option = (str_find(s.endpoint, "^sentinel ")) ~= nil and "redis.sentinel.ssl" or "redis.ssl"
+    return " (a port in plaintext never answers a TLS handshake: is it a TLS port? " .. option .. ")"
+end
+--- What it may mean when a fresh connection in plaintext is reset or closed at
+-- its first command: a redis-server's TLS port does that to anything that is
+-- not a TLS handshake. "" otherwise.
+function _M.tlsPort(err, ssl, option)
+    if ssl then
+        return ""
+    end
+    if (str_find(err, "connection reset by peer", 1, true)) == nil and (str_find(err, "closed$")) == nil then
+        return ""
+    end
+    return " (a TLS port resets a connection in plaintext at once: if this is one, " .. option .. " = true)"
+end
+local MAXCLIENTS = "max number of clients reached"
+local PROTECTED = " in protected mode"
+--- An error (Redis' or turnedAway's) after which the server has closed the connection.
+function _M.closedAfter(err)
+    return (str_find(err, MAXCLIENTS, 1, true)) ~= nil or (str_find(err, "DENIED", 1, true)) ~= nil and (str_find(err, PROTECTED, 1, true)) ~= nil
+end
+--- The refusals a redis-server (or a sentinel) answers a connection's first
+-- command with, before it closes the connection: said as what they are, with
+-- what to look at (`option`: where the password goes), not as a failed AUTH or
+-- eviction check (or a TLS port's reset, which the next command meets). nil
+-- for any other error.
+--   - at its maxclients, it takes no more connections;
+--   - in protected mode (no password for the default user, the default), it
+--     takes connections from its loopback interface only.
+local function awayWhy(err, option)
+    local e = lua_tostring(err)
+    if (str_find(e, MAXCLIENTS, 1, true)) ~= nil then
+        return e .. " (the server is at its maxclients and takes no more connections: each nginx worker keeps up to " .. "redis.pool_size to it)"
+    end
+    if (str_find(e, "^DENIED Redis is running" .. PROTECTED)) ~= nil then
+        return "DENIED: the server is" .. PROTECTED .. " (no password for its default user) and takes connections from its " .. "loopback interface only: give it requirepass (and " .. option .. " here), or set protected-mode no where the " .. "network is private"
+    end
+    return nil
+end
+--- awayWhy, as an error naming the endpoint ("sentinel host:port" for a sentinel).
+function _M.turnedAway(endpoint, err)
+    local why = awayWhy(err, (str_find(endpoint, "^sentinel ")) ~= nil and "redis.sentinel.password" or "redis.password")
+    if why == nil then
+        return nil
+    end
+    return "dlock: redis " .. endpoint .. ": " .. why
+end
+_M.awayWhy = awayWhy
+return _M

@@ -66,6 +66,28 @@ describe("Redis named by host name", function()
   end)
 
 
+  it("says a node's name came from CLUSTER SLOTS when nginx cannot resolve it (cluster-announce-hostname)", function()
+    local c = h.start_bare_cluster("127.0.0.1", "--cluster-announce-hostname internal.test",
+      "--cluster-preferred-endpoint-type hostname")
+    finally(c.stop)
+    local token, err = lock("{ cluster = { nodes = { 'redis.test:" .. c.nodes[1].port .. "' } } }")
+    assert.is_nil(token)
+    assert.matches("^dlock: redis internal%.test:%d+: internal%.test could not be resolved %(3: Host not found%) " ..
+      "%(an address CLUSTER SLOTS gave: the nodes announce themselves by cluster%-announce%-ip or cluster%-announce%-hostname, " ..
+      "which nginx must be able to resolve and reach%)", err)
+  end)
+
+  it("says which master the sentinels named, and that they did, when nginx cannot resolve it (announce-hostnames)", function()
+    local s = h.start_sentinel("inside", redis.port, { host = "internal.test",
+      conf = "sentinel resolve-hostnames yes\nsentinel announce-hostnames yes" })
+    finally(s.stop)
+    local token, err = lock("{ sentinel = { master = 'inside', nodes = { 'sentinel.test:" .. s.port .. "' } } }")
+    assert.is_nil(token)
+    assert.matches("^dlock: redis sentinel inside: master internal%.test:" .. redis.port .. ": internal%.test could not be " ..
+      "resolved %(3: Host not found%) %(the master's address as the sentinels announce it: replica%-announce%-ip, or the " ..
+      "names of announce%-hostnames, which nginx must be able to resolve and reach%)", err)
+  end)
+
   -- The test certificate names localhost and 127.0.0.1, not redis.test nor sentinel.test.
   describe("over TLS with ssl_verify and no server_name", function()
     local tls, tls_sentinel
@@ -149,7 +171,8 @@ describe("Redis named by host name", function()
     local l = assert(dlock.new({ dict = "dlock", redis = { sentinel = { master = "named", nodes = { "127.0.0.1:" .. sentinel.port } } } }))
     local lease, err = l:acquire("k")
     assert.is_nil(lease)
-    assert.matches("^dlock: redis sentinel named: no resolver defined to resolve \"localhost\" %(nginx resolves host names " ..
+    assert.matches("^dlock: redis sentinel named: master localhost:" .. redis.port .. ": no resolver defined to resolve " ..
+      "\"localhost\" %(nginx resolves host names " ..
       "only through its resolver directive, never /etc/hosts: add one, or give an IP address%)", err)
   end)
 end)

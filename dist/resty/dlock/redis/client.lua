@@ -272,6 +272,7 @@ function _M.parse(v, dict)
         auto_pipeline = o.auto_pipeline,
         pool = pool,
         endpoint = endpoint,
+        announced = nil,
         dict = dict,
         sentinel = sent,
         topology = topology,

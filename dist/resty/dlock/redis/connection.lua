@@ -84,6 +84,7 @@ local setup_run = setup.run
 local tls_port = hints.tlsPort
 local unconnected = hints.unconnected
 local unreachableSocket = hints.unreachableSocket
+local announced_by = hints.announced
 local eviction_check = eviction.check
 local named = schema.named
 local thread_spawn = ngx.thread.spawn
@@ -228,7 +229,11 @@ function _M.connect(conf)
     end
     if ok == nil then
         _M.stale(conf)
-        return nil, "dlock: redis " .. conf.endpoint .. ": " .. unconnected(err)
+        local why = unconnected(err)
+        if conf.sentinel ~= nil then
+            return nil, "dlock: redis " .. conf.endpoint .. ": master " .. host .. ":" .. lua_tostring(port) .. ": " .. why .. announced_by(why, "the sentinels")
+        end
+        return nil, "dlock: redis " .. conf.endpoint .. ": " .. why .. announced_by(why, conf.announced)
     end
     if not hasTimeouts then
         red:set_timeout(conf.read_timeout)

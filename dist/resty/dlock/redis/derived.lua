@@ -36,6 +36,7 @@ local function copy(c)
         auto_pipeline = c.auto_pipeline,
         pool = c.pool,
         endpoint = c.endpoint,
+        announced = c.announced,
         dict = c.dict,
         sentinel = c.sentinel,
         topology = c.topology,
@@ -47,11 +48,13 @@ local function copy(c)
     }
 end
 --- One server of a cluster or a Redlock set: the settings of `conf` (credentials,
--- TLS, timeouts, pools per endpoint) for host:port alone.
-function _M.node(conf, host, port)
+-- TLS, timeouts, pools per endpoint) for host:port alone; `announced`: who
+-- gave that address, when the servers did.
+function _M.node(conf, host, port, announced)
     local n = copy(conf)
     n.host = host
     n.port = port
+    n.announced = announced
     n.path = nil
     n.endpoint = host .. ":" .. lua_tostring(port)
     n.pool = "dlock:" .. _M.tlsTag(conf, conf.client_cert) .. n.endpoint .. ":" .. lua_tostring(conf.db)

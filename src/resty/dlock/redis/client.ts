@@ -60,6 +60,8 @@ export interface RedisConf {
   readonly pool: string;
   /** "host:port" or the socket path, for messages. */
   readonly endpoint: string;
+  /** Who gave host and port when the servers did, not the operator ("CLUSTER SLOTS"), for messages. */
+  readonly announced: string | undefined;
   /** Discover the master through these sentinels (host and port are unused then). */
   readonly sentinel: sentinel.SentinelConf | undefined;
   /** Where the eviction check shares its finding with the other workers (see checkEviction). */
@@ -247,7 +249,7 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     backlog: o.backlog, replicas: o.replicas, replicas_timeout: o.replicas_timeout,
     keepalive_timeout: o.keepalive_timeout,
     ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name, client_cert: cert, auto_pipeline: o.auto_pipeline,
-    pool, endpoint, dict, sentinel: sent,
+    pool, endpoint, announced: undefined, dict, sentinel: sent,
     topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster", backend: undefined,
     senders: 2,
   };

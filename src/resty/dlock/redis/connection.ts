@@ -28,6 +28,7 @@ const setup_run = setup.run;
 const tls_port = hints.tlsPort;
 const unconnected = hints.unconnected;
 const unreachableSocket = hints.unreachableSocket;
+const announced_by = hints.announced;
 const eviction_check = eviction.check;
 const named = schema.named;
 const thread_spawn = ngx.thread.spawn;
@@ -157,7 +158,13 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
   }
   if (ok === undefined) {
     stale(conf);
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + unconnected(err));
+    const why = unconnected(err);
+    if (conf.sentinel !== undefined) {
+      // The master the sentinels named: which one, for an operator reading this during a failover.
+      return $multi(undefined, "dlock: redis " + conf.endpoint + ": master " + host + ":" + lua_tostring(port) + ": " + why +
+        announced_by(why, "the sentinels"));
+    }
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + why + announced_by(why, conf.announced));
   }
   if (!hasTimeouts) {
     red.set_timeout(conf.read_timeout);

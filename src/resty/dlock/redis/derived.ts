@@ -28,7 +28,7 @@ function copy(c: RedisConf): Fields {
     connect_timeout: c.connect_timeout, read_timeout: c.read_timeout, pool_size: c.pool_size, backlog: c.backlog,
     replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
     ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, client_cert: c.client_cert, auto_pipeline: c.auto_pipeline,
-    pool: c.pool, endpoint: c.endpoint,
+    pool: c.pool, endpoint: c.endpoint, announced: c.announced,
     dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
     slotted: c.slotted, backend: c.backend, senders: c.senders,
   };
@@ -36,12 +36,14 @@ function copy(c: RedisConf): Fields {
 
 /**
  * One server of a cluster or a Redlock set: the settings of `conf` (credentials,
- * TLS, timeouts, pools per endpoint) for host:port alone.
+ * TLS, timeouts, pools per endpoint) for host:port alone; `announced`: who
+ * gave that address, when the servers did.
  */
-export function node(conf: RedisConf, host: string, port: number): RedisConf {
+export function node(conf: RedisConf, host: string, port: number, announced?: string): RedisConf {
   const n = copy(conf);
   n.host = host;
   n.port = port;
+  n.announced = announced;
   n.path = undefined;
   n.endpoint = host + ":" + lua_tostring(port);
   n.pool = "dlock:" + tlsTag(conf, conf.client_cert) + n.endpoint + ":" + lua_tostring(conf.db);

@@ -21,6 +21,28 @@ export function unconnected(err: string | undefined): string {
 }
 
 /**
+ * A connect that failed to an address the servers gave rather than the
+ * operator: a cluster's nodes and a Sentinel's master announce themselves
+ * (cluster-announce-ip or -hostname; replica-announce-ip, announce-hostnames),
+ * and behind NAT, Docker or Kubernetes that may be an address or name only
+ * they can resolve and reach. `by`: "CLUSTER SLOTS", "the sentinels", or nil
+ * (the operator's own address: "").
+ */
+export function announced(err: string, by: string | undefined): string {
+  if (by === undefined) return "";
+  if (str_find(err, "could not be resolved", 1, true)[0] === undefined && str_find(err, "timeout", 1, true)[0] === undefined &&
+    str_find(err, "unreachable", 1, true)[0] === undefined && str_find(err, "no route to host", 1, true)[0] === undefined) {
+    return "";
+  }
+  if (by === "CLUSTER SLOTS") {
+    return " (an address CLUSTER SLOTS gave: the nodes announce themselves by cluster-announce-ip or " +
+      "cluster-announce-hostname, which nginx must be able to resolve and reach)";
+  }
+  return " (the master's address as " + by + " announce it: replica-announce-ip, or the names of announce-hostnames, " +
+    "which nginx must be able to resolve and reach)";
+}
+
+/**
  * Why a connect to a unix socket failed, with what an operator looks at for
  * each: nginx's workers connect as the user of its `user` directive
  * (www-data on Debian), which a socket of mode 700 refuses.

@@ -183,7 +183,7 @@ describe("redis faults", function()
     r.stop()
   end)
 
-  it("says that every call is a script when the server has EVAL and EVALSHA renamed away", function()
+  it("says that every call is a script when the server has EVAL and EVALSHA renamed away, without the arguments Redis echoes (a token)", function()
     local conf = h.env.prefix .. "/" .. h.unique("renamed") .. ".conf"
     local f = assert(io.open(conf, "w"))
     f:write('rename-command EVALSHA ""\nrename-command EVAL ""\n')
@@ -192,8 +192,8 @@ describe("redis faults", function()
     local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("renamed"), redis = { port = r.port } }))
     local lease, err = locks:acquire("a")
     assert.is_nil(lease)
-    assert.matches("^dlock: redis 127%.0%.0%.1:" .. r.port .. ": ERR unknown command 'EVALSHA'.* %(every call of the locks " ..
-      "is a Lua script: this server has EVAL and EVALSHA renamed away, rename%-command, or runs no scripts%)$", err)
+    assert.equal("dlock: redis 127.0.0.1:" .. r.port .. ": ERR unknown command 'EVALSHA' (every call of the locks " ..
+      "is a Lua script: this server has EVAL and EVALSHA renamed away, rename-command, or runs no scripts)", err)
     r.stop()
   end)
 

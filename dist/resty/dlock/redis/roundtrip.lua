@@ -110,7 +110,11 @@ local function refused(conf, err)
         lua_tostring(err),
         "^ERR unknown command 'EVAL"
     )) ~= nil then
-        return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err) .. " (every call of the locks is a Lua script: " .. "this server has EVAL and EVALSHA renamed away, rename-command, or runs no scripts)", fault
+        local name = str_match(
+            lua_tostring(err),
+            "^(ERR unknown command '%w+')"
+        )
+        return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(name) .. " (every call of the locks is a Lua script: " .. "this server has EVAL and EVALSHA renamed away, rename-command, or runs no scripts)", fault
     end
     return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err), fault
 end

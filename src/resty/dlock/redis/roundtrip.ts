@@ -61,8 +61,10 @@ function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn
   const away = turned_away(conf.endpoint, err);
   if (away !== undefined) return $multi(away, fault);
   if (code === "ERR" && str_find(lua_tostring(err), "^ERR unknown command 'EVAL")[0] !== undefined) {
-    // Hardened servers rename commands away; every call here is a script.
-    return $multi("dlock: redis " + conf.endpoint + ": " + lua_tostring(err) + " (every call of the locks is a Lua script: " +
+    // Hardened servers rename commands away; every call here is a script. Redis
+    // echoes the call's first arguments, a lease's token among them: not for logs.
+    const [name] = str_match(lua_tostring(err), "^(ERR unknown command '%w+')");
+    return $multi("dlock: redis " + conf.endpoint + ": " + lua_tostring(name) + " (every call of the locks is a Lua script: " +
       "this server has EVAL and EVALSHA renamed away, rename-command, or runs no scripts)", fault);
   }
   return $multi("dlock: redis " + conf.endpoint + ": " + lua_tostring(err), fault);

@@ -85,7 +85,8 @@ local TRANSIENT = check.set(
     "TRYAGAIN",
     "MASTERDOWN",
     "CLUSTERDOWN",
-    "READONLY"
+    "READONLY",
+    "NOREPLICAS"
 )
 --- An error reply: its message (naming the endpoint) and fault.
 local function refused(conf, err)

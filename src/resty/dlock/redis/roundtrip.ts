@@ -44,7 +44,9 @@ const turned_away = hints.turnedAway;
 const closed_after = hints.closedAfter;
 
 // READONLY: a master demoted by a failover; the next try goes to the new one.
-const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY");
+// NOREPLICAS: a master with min-replicas-to-write while its replicas are away
+// (a resync, a restart): writes resume when one is back.
+const TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "NOREPLICAS");
 
 /** An error reply: its message (naming the endpoint) and fault. */
 function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn<[string, Fault]> {

@@ -73,7 +73,8 @@ describe("Redis named by host name", function()
     local token, err = lock("{ cluster = { nodes = { 'redis.test:" .. c.nodes[1].port .. "' } } }")
     assert.is_nil(token)
     assert.matches("^dlock: redis internal%.test:%d+: internal%.test could not be resolved %(3: Host not found%) " ..
-      "%(an address CLUSTER SLOTS gave: the nodes announce themselves by cluster%-announce%-ip or cluster%-announce%-hostname, " ..
+      "%(an address the cluster gave in CLUSTER SLOTS or MOVED: the nodes announce themselves by cluster%-announce%-ip or " ..
+      "cluster%-announce%-hostname, " ..
       "which nginx must be able to resolve and reach%)", err)
   end)
 

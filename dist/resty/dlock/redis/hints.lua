@@ -16,7 +16,7 @@ end
 -- operator: a cluster's nodes and a Sentinel's master announce themselves
 -- (cluster-announce-ip or -hostname; replica-announce-ip, announce-hostnames),
 -- and behind NAT, Docker or Kubernetes that may be an address or name only
--- they can resolve and reach. `by`: "CLUSTER SLOTS", "the sentinels", or nil
+-- they can resolve and reach. `by`: "the cluster", "the sentinels", or nil
 -- (the operator's own address: "").
 function _M.announced(err, by)
     if by == nil then
@@ -25,8 +25,8 @@ function _M.announced(err, by)
     if (str_find(err, "could not be resolved", 1, true)) == nil and (str_find(err, "timeout", 1, true)) == nil and (str_find(err, "unreachable", 1, true)) == nil and (str_find(err, "no route to host", 1, true)) == nil then
         return ""
     end
-    if by == "CLUSTER SLOTS" then
-        return " (an address CLUSTER SLOTS gave: the nodes announce themselves by cluster-announce-ip or " .. "cluster-announce-hostname, which nginx must be able to resolve and reach)"
+    if by == "the cluster" then
+        return " (an address the cluster gave in CLUSTER SLOTS or MOVED: the nodes announce themselves by cluster-announce-ip " .. "or cluster-announce-hostname, which nginx must be able to resolve and reach)"
     end
     return " (the master's address as " .. by .. " announce it: replica-announce-ip, or the names of announce-hostnames, " .. "which nginx must be able to resolve and reach)"
 end

@@ -96,7 +96,7 @@ function _M.nodeAt(conf, c, ep)
     local n = view[ep]
     if n == nil then
         local a = c.addrs[ep]
-        n = nodeConf(conf, a.host, a.port, "CLUSTER SLOTS")
+        n = nodeConf(conf, a.host, a.port, "the cluster")
         view[ep] = n
     end
     return n

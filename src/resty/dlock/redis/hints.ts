@@ -25,7 +25,7 @@ export function unconnected(err: string | undefined): string {
  * operator: a cluster's nodes and a Sentinel's master announce themselves
  * (cluster-announce-ip or -hostname; replica-announce-ip, announce-hostnames),
  * and behind NAT, Docker or Kubernetes that may be an address or name only
- * they can resolve and reach. `by`: "CLUSTER SLOTS", "the sentinels", or nil
+ * they can resolve and reach. `by`: "the cluster", "the sentinels", or nil
  * (the operator's own address: "").
  */
 export function announced(err: string, by: string | undefined): string {
@@ -34,9 +34,9 @@ export function announced(err: string, by: string | undefined): string {
     str_find(err, "unreachable", 1, true)[0] === undefined && str_find(err, "no route to host", 1, true)[0] === undefined) {
     return "";
   }
-  if (by === "CLUSTER SLOTS") {
-    return " (an address CLUSTER SLOTS gave: the nodes announce themselves by cluster-announce-ip or " +
-      "cluster-announce-hostname, which nginx must be able to resolve and reach)";
+  if (by === "the cluster") {
+    return " (an address the cluster gave in CLUSTER SLOTS or MOVED: the nodes announce themselves by cluster-announce-ip " +
+      "or cluster-announce-hostname, which nginx must be able to resolve and reach)";
   }
   return " (the master's address as " + by + " announce it: replica-announce-ip, or the names of announce-hostnames, " +
     "which nginx must be able to resolve and reach)";

@@ -110,7 +110,7 @@ export function nodeAt(conf: redis.RedisConf, c: Cluster, ep: string): redis.Red
   let n = view.get(ep);
   if (n === undefined) {
     const a = c.addrs.get(ep);
-    n = nodeConf(conf, a.host, a.port, "CLUSTER SLOTS");
+    n = nodeConf(conf, a.host, a.port, "the cluster");
     view.set(ep, n);
   }
   return n;

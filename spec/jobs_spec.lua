@@ -10,6 +10,12 @@ local function counter(name)
   return tonumber(h.cmd(redis.port, "get", name) or "0") or 0
 end
 
+--- Two nginx whose workers run `job` (ms each run) from their timers.
+local function fleet(job, ms)
+  local vars = { REDIS_PORT = redis.port, JOB = job, JOB_MS = ms }
+  return h.start_nginx("spec-jobs.conf", vars), h.start_nginx("spec-jobs.conf", vars)
+end
+
 describe("a fleet's timer job", function()
   setup(function()
     redis = h.start_redis()
@@ -17,8 +23,7 @@ describe("a fleet's timer job", function()
 
   it("runs one at a time across two nginx, and again and again", function()
     local job = h.unique("job")
-    local a = h.start_nginx("spec-jobs.conf", { REDIS_PORT = redis.port, JOB = job, JOB_MS = 200 })
-    local b = h.start_nginx("spec-jobs.conf", { REDIS_PORT = redis.port, JOB = job, JOB_MS = 200 })
+    local a, b = fleet(job, 200)
     ngx.sleep(2.5)
     a.stop(); b.stop()
     local runs = counter("witness:" .. job .. ":runs")
@@ -28,8 +33,7 @@ describe("a fleet's timer job", function()
 
   it("goes on in the old worker through nginx -s reload, renewed past its ttl, with no second run beside it", function()
     local job = h.unique("job")
-    local a = h.start_nginx("spec-jobs.conf", { REDIS_PORT = redis.port, JOB = job, JOB_MS = 2500 })
-    local b = h.start_nginx("spec-jobs.conf", { REDIS_PORT = redis.port, JOB = job, JOB_MS = 2500 })
+    local a, b = fleet(job, 2500)
     ngx.sleep(0.5)
     local old = a.workers()
     assert(a.reload())

@@ -24,6 +24,22 @@ local function handshake(n, sni, port)
   return tonumber(line and line:match("^HTTP/%S+ (%d+)"))
 end
 
+--- n handshakes naming `name`, at a and b in turn (on the port port_of(nginx) gives, the certificate phase's
+--- unless given), in flight together: each answered, each inside the witness, none beside another.
+local function in_turn(name, n, port_of)
+  local threads = {}
+  for i = 1, n do
+    local x = i % 2 == 0 and a or b
+    threads[i] = ngx.thread.spawn(handshake, x, name, port_of and port_of(x))
+  end
+  for i = 1, n do
+    local _, status, err = ngx.thread.wait(threads[i])
+    assert.equal(200, status, tostring(err))
+  end
+  assert.equal(n, counter("witness:" .. name .. ":runs"))
+  assert.equal(0, counter("witness:" .. name .. ":overlaps"))
+end
+
 local function start()
   local tls_port, hello_port = h.free_port(), h.free_port()
   local n = h.start_nginx("spec-ssl-phase.conf", { REDIS_PORT = redis.port, TLS_PORT = tls_port, HELLO_PORT = hello_port,
@@ -43,15 +59,7 @@ describe("locks in ssl_certificate_by_lua", function()
   end)
 
   it("let one handshake of a name issue at a time across two nginx, the others waiting their turn, each answered", function()
-    local name = "hold-150." .. h.unique("turns"):gsub("[^%w]", "") .. ".test"
-    local threads = {}
-    for i = 1, 6 do threads[i] = ngx.thread.spawn(handshake, i % 2 == 0 and a or b, name) end
-    for i = 1, 6 do
-      local _, status, err = ngx.thread.wait(threads[i])
-      assert.equal(200, status, tostring(err))
-    end
-    assert.equal(6, counter("witness:" .. name .. ":runs"))
-    assert.equal(0, counter("witness:" .. name .. ":overlaps"))
+    in_turn("hold-150." .. h.unique("turns"):gsub("[^%w]", "") .. ".test", 6)
   end)
 
   it("work in ssl_client_hello_by_lua as well, on OpenResty: one handshake of a name inside at a time across two nginx", function()
@@ -60,18 +68,7 @@ describe("locks in ssl_certificate_by_lua", function()
     if not h.nginx_is_openresty() then
       return pending("the runner's nginx is not OpenResty's: ssl_client_hello_by_lua cannot yield on it")
     end
-    local name = "hold-100." .. h.unique("hello"):gsub("[^%w]", "") .. ".test"
-    local threads = {}
-    for i = 1, 4 do
-      local n = i % 2 == 0 and a or b
-      threads[i] = ngx.thread.spawn(handshake, n, name, n.hello_port)
-    end
-    for i = 1, 4 do
-      local _, status, err = ngx.thread.wait(threads[i])
-      assert.equal(200, status, tostring(err))
-    end
-    assert.equal(4, counter("witness:" .. name .. ":runs"))
-    assert.equal(0, counter("witness:" .. name .. ":overlaps"))
+    in_turn("hold-100." .. h.unique("hello"):gsub("[^%w]", "") .. ".test", 4, function(n) return n.hello_port end)
   end)
 
   it("renew the lease through an issuance longer than its ttl, while a handshake at the other nginx waits", function()

@@ -3,6 +3,7 @@ local _M = {}
 local lua_tostring = tostring
 local lua_type = type
 local str_find = string.find
+local str_match = string.match
 --- Why a connect failed. nginx resolves a host name only through its `resolver`
 -- directive, never /etc/hosts: "localhost" fails too without one.
 function _M.unconnected(err)
@@ -128,6 +129,20 @@ local function awayWhy(err, option)
         return "DENIED: the server is" .. PROTECTED .. " (no password for its default user) and takes connections from its " .. "loopback interface only: give it requirepass (and " .. option .. " here), or set protected-mode no where the " .. "network is private"
     end
     return nil
+end
+--- A server with EVAL and EVALSHA renamed away (rename-command, as hardened
+-- setups do): every call of the locks is a script. Redis echoes the call's
+-- first arguments, a lease's token among them, which stay out of the message.
+-- nil for any other error.
+function _M.noScripts(endpoint, err)
+    local name = str_match(
+        lua_tostring(err),
+        "^(ERR unknown command 'EVAL%w*')"
+    )
+    if name == nil then
+        return nil
+    end
+    return "dlock: redis " .. endpoint .. ": " .. name .. " (every call of the locks is a Lua script: this server has EVAL " .. "and EVALSHA renamed away, rename-command, or runs no scripts)"
 end
 --- awayWhy, as an error naming the endpoint ("sentinel host:port" for a sentinel).
 function _M.turnedAway(endpoint, err)

@@ -79,6 +79,7 @@ commands = command.commands
 fail = command.fail
 local turned_away = hints.turnedAway
 local closed_after = hints.closedAfter
+local no_scripts = hints.noScripts
 local TRANSIENT = check.set(
     "LOADING",
     "BUSY",
@@ -107,15 +108,9 @@ local function refused(conf, err)
     if away ~= nil then
         return away, fault
     end
-    if code == "ERR" and (str_find(
-        lua_tostring(err),
-        "^ERR unknown command 'EVAL"
-    )) ~= nil then
-        local name = str_match(
-            lua_tostring(err),
-            "^(ERR unknown command '%w+')"
-        )
-        return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(name) .. " (every call of the locks is a Lua script: " .. "this server has EVAL and EVALSHA renamed away, rename-command, or runs no scripts)", fault
+    local scriptless = no_scripts(conf.endpoint, err)
+    if scriptless ~= nil then
+        return scriptless, fault
     end
     return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err), fault
 end

@@ -9,6 +9,7 @@ import type { Setup } from "./setup";
 const lua_tostring = tostring;
 const lua_type = type;
 const str_find = string.find;
+const str_match = string.match;
 
 /**
  * Why a connect failed. nginx resolves a host name only through its `resolver`
@@ -150,6 +151,19 @@ function awayWhy(err: string | undefined, option: string): string | undefined {
       "network is private";
   }
   return undefined;
+}
+
+/**
+ * A server with EVAL and EVALSHA renamed away (rename-command, as hardened
+ * setups do): every call of the locks is a script. Redis echoes the call's
+ * first arguments, a lease's token among them, which stay out of the message.
+ * nil for any other error.
+ */
+export function noScripts(endpoint: string, err: string | undefined): string | undefined {
+  const [name] = str_match(lua_tostring(err), "^(ERR unknown command 'EVAL%w*')");
+  if (name === undefined) return undefined;
+  return "dlock: redis " + endpoint + ": " + name + " (every call of the locks is a Lua script: this server has EVAL " +
+    "and EVALSHA renamed away, rename-command, or runs no scripts)";
 }
 
 /** awayWhy, as an error naming the endpoint ("sentinel host:port" for a sentinel). */

@@ -42,6 +42,7 @@ const commands = command.commands;
 const fail = command.fail;
 const turned_away = hints.turnedAway;
 const closed_after = hints.closedAfter;
+const no_scripts = hints.noScripts;
 
 // READONLY: a master demoted by a failover; the next try goes to the new one.
 // NOREPLICAS: a master with min-replicas-to-write while its replicas are away
@@ -62,13 +63,8 @@ function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn
   }
   const away = turned_away(conf.endpoint, err);
   if (away !== undefined) return $multi(away, fault);
-  if (code === "ERR" && str_find(lua_tostring(err), "^ERR unknown command 'EVAL")[0] !== undefined) {
-    // Hardened servers rename commands away; every call here is a script. Redis
-    // echoes the call's first arguments, a lease's token among them: not for logs.
-    const [name] = str_match(lua_tostring(err), "^(ERR unknown command '%w+')");
-    return $multi("dlock: redis " + conf.endpoint + ": " + lua_tostring(name) + " (every call of the locks is a Lua script: " +
-      "this server has EVAL and EVALSHA renamed away, rename-command, or runs no scripts)", fault);
-  }
+  const scriptless = no_scripts(conf.endpoint, err);
+  if (scriptless !== undefined) return $multi(scriptless, fault);
   return $multi("dlock: redis " + conf.endpoint + ": " + lua_tostring(err), fault);
 }
 

@@ -72,9 +72,9 @@ local locksMethods = {
             return nil, perr, nil
         end
         local store = self._store
-        local k, ttlOrErr, wait, renew, onLost, shared = options.acquire(store, key, opts, true)
-        if k == nil then
-            return nil, ttlOrErr, nil
+        local bad, k, rkey, ttl, wait, renew, onLost, shared = options.acquire(store, key, opts, true)
+        if bad ~= nil then
+            return nil, bad, nil
         end
         local kind = self._kind
         if shared then
@@ -85,7 +85,7 @@ local locksMethods = {
             kind = readers
         end
         if self.reentrant then
-            local again = reentrant.nested(self._id, store.prefix .. k)
+            local again = reentrant.nested(self._id, rkey)
             if again ~= nil then
                 return again, nil, nil
             end
@@ -94,9 +94,10 @@ local locksMethods = {
             store,
             kind,
             k,
+            rkey,
             self._mint,
             shared and rwscripts.READER or nil,
-            ttlOrErr,
+            ttl,
             wait
         )
         if l == nil then

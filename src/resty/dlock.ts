@@ -102,8 +102,8 @@ const locksMethods = {
     const perr = lease.phaseError("acquire");
     if (perr !== undefined) return $multi(undefined, perr, undefined);
     const store = this._store;
-    const [k, ttlOrErr, wait, renew, onLost, shared] = options.acquire(store, key, opts, true);
-    if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
+    const [bad, k, rkey, ttl, wait, renew, onLost, shared] = options.acquire(store, key, opts, true);
+    if (bad !== undefined) return $multi(undefined, bad, undefined);
     let kind = this._kind;
     if (shared) {
       const readers = this._readers;
@@ -111,11 +111,11 @@ const locksMethods = {
       kind = readers;
     }
     if (this.reentrant) {
-      const again = reentrant.nested(this._id, store.prefix + k);
+      const again = reentrant.nested(this._id, rkey);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
     // A reader's token says so: its ticket in line, and a key handed to it (rwscripts.ts).
-    let [l, err, retryAfter] = metered(store, kind, k, this._mint, shared ? rwscripts.READER : undefined, ttlOrErr as number, wait);
+    let [l, err, retryAfter] = metered(store, kind, k, rkey, this._mint, shared ? rwscripts.READER : undefined, ttl, wait);
     if (l === undefined) return $multi(l, err, retryAfter);
     if (renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
     if (l !== undefined && this.reentrant) l = reentrant.enter(this._id, l);

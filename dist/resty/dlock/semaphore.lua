@@ -32,17 +32,18 @@ local semaphoreMethods = {
             return nil, perr, nil
         end
         local store = self._store
-        local k, ttlOrErr, wait, renew, onLost = options.acquire(store, key, opts, false)
-        if k == nil then
-            return nil, ttlOrErr, nil
+        local bad, k, rkey, ttl, wait, renew, onLost = options.acquire(store, key, opts, false)
+        if bad ~= nil then
+            return nil, bad, nil
         end
         local l, err, retryAfter = metered(
             store,
             PERMIT,
             k,
+            rkey,
             token.random,
             nil,
-            ttlOrErr,
+            ttl,
             wait,
             self.permits
         )

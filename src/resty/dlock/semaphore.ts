@@ -60,9 +60,9 @@ const semaphoreMethods = {
     const perr = lease.phaseError("acquire");
     if (perr !== undefined) return $multi(undefined, perr, undefined);
     const store = this._store;
-    const [k, ttlOrErr, wait, renew, onLost] = options.acquire(store, key, opts, false);
-    if (k === undefined) return $multi(undefined, ttlOrErr as string, undefined);
-    const [l, err, retryAfter] = metered(store, PERMIT, k, token.random, undefined, ttlOrErr as number, wait, this.permits);
+    const [bad, k, rkey, ttl, wait, renew, onLost] = options.acquire(store, key, opts, false);
+    if (bad !== undefined) return $multi(undefined, bad, undefined);
+    const [l, err, retryAfter] = metered(store, PERMIT, k, rkey, token.random, undefined, ttl, wait, this.permits);
     if (l === undefined || !renew) return $multi(l, err, retryAfter);
     return watchdog.hold(l, onLost);
   },

@@ -148,20 +148,20 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
 end
 --- Try, and while `wait` allows, try again: lease on success; nil, "busy",
 -- retry_after when wait = 0; nil, "timeout", retry_after at the deadline;
--- nil, "dlock: ..." on a Redis failure. `extra` goes to the script after ttl
--- (by turns only).
-function _M.acquire(store, kind, key, tok, ttl, wait, ...)
+-- nil, "dlock: ..." on a Redis failure. rkey is key's Redis key (with the
+-- prefix: options.acquire). `extra` goes to the script after ttl (by turns only).
+function _M.acquire(store, kind, key, rkey, tok, ttl, wait, ...)
     if kind.drop ~= nil then
         return queued.queued(
             store,
             kind,
             key,
+            rkey,
             tok,
             ttl,
             wait
         )
     end
-    local rkey = store.prefix .. key
     local turn = wait > 0 and waits.turn(rkey) or nil
     local l, err, retryAfter, subscribed = byTurns(
         turn,
@@ -187,7 +187,7 @@ function _M.acquire(store, kind, key, tok, ttl, wait, ...)
 end
 --- acquire() as the factories' faces run it: a token minted (with `mark` in
 -- front: a reader's), the key taken, the outcome and the wait metered.
-function _M.metered(store, kind, key, mint, mark, ttl, wait, ...)
+function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, ...)
     ngx_update_time()
     local t0 = ngx_now()
     local tok, terr = mint()
@@ -199,6 +199,7 @@ function _M.metered(store, kind, key, mint, mark, ttl, wait, ...)
         store,
         kind,
         key,
+        rkey,
         mark == nil and tok or mark .. tok,
         ttl,
         wait,

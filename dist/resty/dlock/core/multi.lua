@@ -188,6 +188,7 @@ local function inOrder(p, deadline)
             p.store,
             p.kind,
             p.keys[i],
+            p.rkeys[i],
             p.tok,
             p.ttl,
             left
@@ -276,9 +277,9 @@ function _M.acquireAll(f, keys, opts)
         return nil, perr, nil
     end
     local store = f._store
-    local list, ttlOrErr, wait, renew, onLost = options.acquireAll(store, keys, opts)
-    if list == nil then
-        return nil, ttlOrErr, nil
+    local bad, list, rkeys, ttl, wait, renew, onLost = options.acquireAll(store, keys, opts)
+    if bad ~= nil then
+        return nil, bad, nil
     end
     if f.reentrant then
         return nil, REENTRANT, nil
@@ -290,10 +291,6 @@ function _M.acquireAll(f, keys, opts)
         meter.refused(store.meter, terr)
         return nil, terr, nil
     end
-    local rkeys = {}
-    for i = 1, #list do
-        rkeys[i] = store.prefix .. list[i]
-    end
     local p = {
         store = store,
         kind = f._kind,
@@ -301,7 +298,7 @@ function _M.acquireAll(f, keys, opts)
         rkeys = rkeys,
         order = keyorder.of(store.redis.slotted, rkeys),
         tok = tok,
-        ttl = ttlOrErr,
+        ttl = ttl,
         parts = {},
         fences = {}
     }

@@ -180,9 +180,13 @@ local WAIT_MAX = ACQUIRE_WAIT.max
 local function within(v, min, max)
     return lua_type(v) == "number" and v >= min and v <= max and math_floor(v) == v
 end
---- key, ttl, wait, renew, on_lost, shared of an acquire call (shared: locks
--- only, `sharable`), with the factory's defaults; nil and the error (in place
--- of ttl) when the input is bad.
+local function refused(err)
+    return err, nil, nil, nil, nil, nil, nil, nil
+end
+--- An acquire's arguments read: nil, then key, its Redis key (the prefix in
+-- front, added here and nowhere else), ttl, wait, renew, on_lost and shared
+-- (locks only, `sharable`), with the factory's defaults; or the error naming
+-- the bad value, alone.
 -- 
 -- This runs on every acquire, so options that are fine are read by name and
 -- counted (table.nkeys), with no table built and no walk over the caller's:
@@ -192,10 +196,11 @@ end
 function _M.acquire(store, key, opts, sharable)
     local k, kerr = check_str("key", key, MAX_KEY)
     if k == nil then
-        return nil, kerr, 0, false, nil, false
+        return refused(kerr)
     end
+    local rkey = store.prefix .. k
     if opts == nil then
-        return k, store.ttl, store.wait, false, nil, false
+        return nil, k, rkey, store.ttl, store.wait, false, nil, false
     end
     if lua_type(opts) == "table" then
         local o = opts
@@ -209,14 +214,14 @@ function _M.acquire(store, key, opts, sharable)
         end
         local found = (t ~= nil and 1 or 0) + (w ~= nil and 1 or 0) + (r ~= nil and 1 or 0) + (onLost ~= nil and 1 or 0) + (sh ~= nil and 1 or 0)
         if nkeys ~= nil and nkeys(o) == found and (t == nil or within(t, TTL_MIN, TTL_MAX)) and (w == nil or within(w, WAIT_MIN, WAIT_MAX)) and (r == nil or r == true or r == false) and (onLost == nil or r == true and lua_type(onLost) == "function") and (sh == nil or sh == true or sh == false) then
-            return k, t == nil and store.ttl or t, w == nil and store.wait or w, r == true, onLost, sh == true
+            return nil, k, rkey, t == nil and store.ttl or t, w == nil and store.wait or w, r == true, onLost, sh == true
         end
     end
     local v, err = (sharable and lockOptions or permitOptions)(opts)
     if v == nil then
-        return nil, err, 0, false, nil, false
+        return refused(err)
     end
-    return k, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost, v.shared == true
+    return nil, k, rkey, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost, v.shared == true
 end
 --- Most keys one acquire_all takes: one script call carries them all (and their queues and fences).
 _M.MAX_KEYS = 64
@@ -269,19 +274,32 @@ function _M.keyList(keys)
     end
     return out, nil
 end
---- keys, ttl, wait, renew, on_lost of an acquire_all, with the factory's defaults; nil and the error (in place of ttl).
+--- An acquire_all's arguments read: nil, then the keys, their Redis keys (the
+-- prefix in front), ttl, wait, renew and on_lost, with the factory's defaults;
+-- or the error naming the bad value, alone.
 function _M.acquireAll(store, keys, opts)
     local list, lerr = _M.keyList(keys)
     if list == nil then
-        return nil, lerr, 0, false, nil
+        return lerr, nil, nil, nil, nil, nil, nil
     end
-    if opts == nil then
-        return list, store.ttl, store.wait, false, nil
+    local ttl = store.ttl
+    local wait = store.wait
+    local renew = false
+    local onLost
+    if opts ~= nil then
+        local v, err = allOptions(opts)
+        if v == nil then
+            return err, nil, nil, nil, nil, nil, nil
+        end
+        ttl = v.ttl or ttl
+        wait = v.wait or wait
+        renew = v.renew
+        onLost = v.on_lost
     end
-    local v, err = allOptions(opts)
-    if v == nil then
-        return nil, err, 0, false, nil
+    local rkeys = {}
+    for i = 1, #list do
+        rkeys[i] = store.prefix .. list[i]
     end
-    return list, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost
+    return nil, list, rkeys, ttl, wait, renew, onLost
 end
 return _M

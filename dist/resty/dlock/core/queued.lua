@@ -304,9 +304,8 @@ end
 -- "timeout", retry_after; nil, "dlock: ...". The first question comes
 -- before any bookkeeping: an uncontended acquire allocates nothing but its
 -- lease, and LuaJIT compiles a path that runs into no loop (check.nkeys).
-function _M.queued(store, kind, key, tok, ttl, wait)
+function _M.queued(store, kind, key, rkey, tok, ttl, wait)
     local conf = store.redis
-    local rkey = store.prefix .. key
     local qkey = scripts.queueKey(rkey, conf.slotted)
     local fkey = kind.fenced and backend.fenceKey(conf, rkey) or nil
     local skey = kind.reader == true and scripts.readersKey(rkey, conf.slotted) or nil

@@ -130,12 +130,12 @@ function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: st
 /**
  * Try, and while `wait` allows, try again: lease on success; nil, "busy",
  * retry_after when wait = 0; nil, "timeout", retry_after at the deadline;
- * nil, "dlock: ..." on a Redis failure. `extra` goes to the script after ttl
- * (by turns only).
+ * nil, "dlock: ..." on a Redis failure. rkey is key's Redis key (with the
+ * prefix: options.acquire). `extra` goes to the script after ttl (by turns only).
  */
-export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl: number, wait: number, ...extra: (string | number)[]): lease.AcquireResult {
-  if (kind.drop !== undefined) return queued.queued(store, kind, key, tok, ttl, wait);
-  const rkey = store.prefix + key;
+export function acquire(store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number, wait: number,
+  ...extra: (string | number)[]): lease.AcquireResult {
+  if (kind.drop !== undefined) return queued.queued(store, kind, key, rkey, tok, ttl, wait);
   // Without waiting there is no line to stand in: no turn to make.
   const turn = wait > 0 ? waits.turn(rkey) : undefined;
   const [l, err, retryAfter, subscribed] = byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...extra);
@@ -152,7 +152,7 @@ export function acquire(store: Store, kind: Kind, key: string, tok: string, ttl:
  * acquire() as the factories' faces run it: a token minted (with `mark` in
  * front: a reader's), the key taken, the outcome and the wait metered.
  */
-export function metered(store: Store, kind: Kind, key: string, mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>,
+export function metered(store: Store, kind: Kind, key: string, rkey: string, mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>,
   mark: string | undefined, ttl: number, wait: number, ...extra: (string | number)[]): lease.AcquireResult {
   ngx_update_time();
   const t0 = ngx_now();
@@ -161,7 +161,7 @@ export function metered(store: Store, kind: Kind, key: string, mint: (this: void
     refused(store.meter, terr);
     return $multi(undefined, terr, undefined);
   }
-  const [l, err, retryAfter] = acquire(store, kind, key, mark === undefined ? tok : mark + tok, ttl, wait, ...extra);
+  const [l, err, retryAfter] = acquire(store, kind, key, rkey, mark === undefined ? tok : mark + tok, ttl, wait, ...extra);
   if (l === undefined) {
     refused(store.meter, err);
     return $multi(undefined, err, retryAfter);

@@ -193,7 +193,7 @@ function inOrder(p: Plan, deadline: number): Waited {
     ngx_update_time();
     const left = deadline - ngx_now() * 1000;
     if (left <= 0) return $multi(false, "timeout", undefined);
-    const [l, err, retryAfter] = acquire.acquire(p.store, p.kind, p.keys[i - 1]!, p.tok, p.ttl, left);
+    const [l, err, retryAfter] = acquire.acquire(p.store, p.kind, p.keys[i - 1]!, p.rkeys[i - 1]!, p.tok, p.ttl, left);
     if (l === undefined) return $multi(false, err, retryAfter);
     p.parts.set(i, l);
     if (l.fence !== undefined) p.fences.set(i, l.fence);
@@ -265,8 +265,8 @@ export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAll
   const perr = lease.phaseError("acquire_all");
   if (perr !== undefined) return $multi(undefined, perr, undefined);
   const store = f._store;
-  const [list, ttlOrErr, wait, renew, onLost] = options.acquireAll(store, keys, opts);
-  if (list === undefined) return $multi(undefined, ttlOrErr as string, undefined);
+  const [bad, list, rkeys, ttl, wait, renew, onLost] = options.acquireAll(store, keys, opts);
+  if (bad !== undefined) return $multi(undefined, bad, undefined);
   if (f.reentrant) return $multi(undefined, REENTRANT, undefined);
   ngx_update_time();
   const t0 = ngx_now();
@@ -275,10 +275,8 @@ export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAll
     meter.refused(store.meter, terr);
     return $multi(undefined, terr, undefined);
   }
-  const rkeys: string[] = [];
-  for (const i of $range(1, list.length)) rkeys[i - 1] = store.prefix + list[i - 1]!;
   const p: Plan = {
-    store, kind: f._kind, keys: list, rkeys, order: keyorder.of(store.redis.slotted, rkeys), tok, ttl: ttlOrErr as number,
+    store, kind: f._kind, keys: list, rkeys, order: keyorder.of(store.redis.slotted, rkeys), tok, ttl,
     parts: new LuaTable(), fences: new LuaTable(),
   };
   const [m, err, retryAfter] = takeAll(p, wait);

@@ -165,10 +165,20 @@ function within(v: unknown, min: number, max: number): boolean {
   return lua_type(v) === "number" && (v as number) >= min && (v as number) <= max && math_floor(v as number) === v;
 }
 
+/** What acquire() reads from its arguments (see there): the error first, so no slot means two things. */
+export type Read =
+  | LuaMultiReturn<[string, undefined, undefined, undefined, undefined, undefined, undefined, undefined]>
+  | LuaMultiReturn<[undefined, string, string, number, number, boolean, lease.OnLost | undefined, boolean]>;
+
+function refused(err: string): Read {
+  return $multi(err, undefined, undefined, undefined, undefined, undefined, undefined, undefined);
+}
+
 /**
- * key, ttl, wait, renew, on_lost, shared of an acquire call (shared: locks
- * only, `sharable`), with the factory's defaults; nil and the error (in place
- * of ttl) when the input is bad.
+ * An acquire's arguments read: nil, then key, its Redis key (the prefix in
+ * front, added here and nowhere else), ttl, wait, renew, on_lost and shared
+ * (locks only, `sharable`), with the factory's defaults; or the error naming
+ * the bad value, alone.
  *
  * This runs on every acquire, so options that are fine are read by name and
  * counted (table.nkeys), with no table built and no walk over the caller's:
@@ -176,11 +186,11 @@ function within(v: unknown, min: number, max: number): boolean {
  * trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
  * which says what is wrong in the words of every other option table.
  */
-export function acquire(store: lease.Store, key: unknown, opts: unknown, sharable: boolean):
-  LuaMultiReturn<[string | undefined, string | number, number, boolean, lease.OnLost | undefined, boolean]> {
+export function acquire(store: lease.Store, key: unknown, opts: unknown, sharable: boolean): Read {
   const [k, kerr] = check_str("key", key, MAX_KEY);
-  if (k === undefined) return $multi(undefined, kerr!, 0, false, undefined, false);
-  if (opts === undefined) return $multi(k, store.ttl, store.wait, false, undefined, false);
+  if (k === undefined) return refused(kerr!);
+  const rkey = store.prefix + k;
+  if (opts === undefined) return $multi(undefined, k, rkey, store.ttl, store.wait, false, undefined, false);
   if (lua_type(opts) === "table") {
     const o = opts as LuaTable<string, unknown>;
     const t = o.get("ttl");
@@ -195,14 +205,13 @@ export function acquire(store: lease.Store, key: unknown, opts: unknown, sharabl
       (t === undefined || within(t, TTL_MIN, TTL_MAX)) && (w === undefined || within(w, WAIT_MIN, WAIT_MAX)) &&
       (r === undefined || r === true || r === false) && (onLost === undefined || (r === true && lua_type(onLost) === "function")) &&
       (sh === undefined || sh === true || sh === false)) {
-      return $multi(k, t === undefined ? store.ttl : t as number, w === undefined ? store.wait : w as number, r === true,
-        onLost as lease.OnLost | undefined,
-        sh === true);
+      return $multi(undefined, k, rkey, t === undefined ? store.ttl : t as number, w === undefined ? store.wait : w as number,
+        r === true, onLost as lease.OnLost | undefined, sh === true);
     }
   }
   const [v, err] = (sharable ? lockOptions : permitOptions)(opts);
-  if (v === undefined) return $multi(undefined, err!, 0, false, undefined, false);
-  return $multi(k, v.ttl ?? store.ttl, v.wait ?? store.wait, v.renew, v.on_lost, v.shared === true);
+  if (v === undefined) return refused(err!);
+  return $multi(undefined, k, rkey, v.ttl ?? store.ttl, v.wait ?? store.wait, v.renew, v.on_lost, v.shared === true);
 }
 
 // ------------------------------------------------------------------ acquire_all (multikey)
@@ -240,13 +249,29 @@ export function keyList(keys: unknown): LuaMultiReturn<[string[] | undefined, st
   return $multi(out, undefined);
 }
 
-/** keys, ttl, wait, renew, on_lost of an acquire_all, with the factory's defaults; nil and the error (in place of ttl). */
-export function acquireAll(store: lease.Store, keys: unknown, opts: unknown):
-  LuaMultiReturn<[string[] | undefined, string | number, number, boolean, lease.OnLost | undefined]> {
+/** What acquireAll() reads from its arguments (see there). */
+export type ReadAll =
+  | LuaMultiReturn<[string, undefined, undefined, undefined, undefined, undefined, undefined]>
+  | LuaMultiReturn<[undefined, string[], string[], number, number, boolean, lease.OnLost | undefined]>;
+
+/**
+ * An acquire_all's arguments read: nil, then the keys, their Redis keys (the
+ * prefix in front), ttl, wait, renew and on_lost, with the factory's defaults;
+ * or the error naming the bad value, alone.
+ */
+export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): ReadAll {
   const [list, lerr] = keyList(keys);
-  if (list === undefined) return $multi(undefined, lerr!, 0, false, undefined);
-  if (opts === undefined) return $multi(list, store.ttl, store.wait, false, undefined);
-  const [v, err] = allOptions(opts);
-  if (v === undefined) return $multi(undefined, err!, 0, false, undefined);
-  return $multi(list, v.ttl ?? store.ttl, v.wait ?? store.wait, v.renew, v.on_lost);
+  if (list === undefined) return $multi(lerr!, undefined, undefined, undefined, undefined, undefined, undefined);
+  let ttl = store.ttl, wait = store.wait, renew = false, onLost: lease.OnLost | undefined;
+  if (opts !== undefined) {
+    const [v, err] = allOptions(opts);
+    if (v === undefined) return $multi(err!, undefined, undefined, undefined, undefined, undefined, undefined);
+    ttl = v.ttl ?? ttl;
+    wait = v.wait ?? wait;
+    renew = v.renew;
+    onLost = v.on_lost;
+  }
+  const rkeys: string[] = [];
+  for (const i of $range(1, list.length)) rkeys[i - 1] = store.prefix + list[i - 1]!;
+  return $multi(undefined, list, rkeys, ttl, wait, renew, onLost);
 }

@@ -225,9 +225,8 @@ function inLine(store: Store, kind: Kind, key: string, rkey: string, qkey: strin
  * before any bookkeeping: an uncontended acquire allocates nothing but its
  * lease, and LuaJIT compiles a path that runs into no loop (check.nkeys).
  */
-export function queued(store: Store, kind: Kind, key: string, tok: string, ttl: number, wait: number): AcquireResult {
+export function queued(store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number, wait: number): AcquireResult {
   const conf = store.redis;
-  const rkey = store.prefix + key;
   const qkey = scripts.queueKey(rkey, conf.slotted);
   const fkey = kind.fenced ? backend.fenceKey(conf, rkey) : undefined;
   const skey = kind.reader === true ? scripts.readersKey(rkey, conf.slotted) : undefined;

@@ -6,6 +6,9 @@ interface FfiBuffer {
   readonly __ffiBufferBrand: unique symbol;
 }
 
+/** Pointer arithmetic on a cdata buffer: `offset(buf, n)` is Lua's `buf + n`. */
+declare const offset: LuaAddition<FfiBuffer, number, FfiBuffer>;
+
 /** @noSelf */
 interface LibC {
   getrandom(buf: FfiBuffer, len: number, flags: number): number;

@@ -13,11 +13,15 @@ local str_byte = string.byte
 local str_rep = string.rep
 local lua_pcall = pcall
 local lua_tostring = tostring
+local lua_tonumber = tonumber
+local math_min = math.min
 local RANDOM_BYTES = 16
 local buf = ffi.new("uint8_t[?]", 256)
-local POOL = 256
-local pool = ""
-local poolPos = POOL + 1
+local POOL = 4096
+local poolRaw = ffi.new("uint8_t[?]", POOL)
+local poolHex = ffi.new("uint8_t[?]", 2 * POOL)
+local poolLen = 0
+local poolPos = 0
 local poolPid = 0
 local function lookupGetrandom()
     return ffi.C.getrandom
@@ -32,23 +36,15 @@ local function urandom(n)
     f:close()
     return s
 end
---- `n` (<= 256) bytes from the CSPRNG, or nil if the kernel refuses.
-local function randomBytes(n)
-    if hasGetrandom then
-        if ffi.C.getrandom(buf, n, 0) == n then
-            return ffi.string(buf, n)
-        end
-    end
-    return urandom(n)
-end
 local function lookupHexDump()
     return ffi.C.ngx_hex_dump
 end
 local hasHexDump = lua_pcall(lookupHexDump)
 local ffi_C = ffi.C
 local ffi_string = ffi.string
---- Longest input hex() converts in C (a pool of random bytes); longer ones go through string.format.
-local HEX_MAX = POOL
+local ffi_copy = ffi.copy
+--- Longest input hex() converts in C; longer ones go through string.format.
+local HEX_MAX = 256
 local hexBuf = ffi.new("uint8_t[?]", 2 * HEX_MAX)
 --- Lower-case hex of a (short) binary string. The gateways hash every request's
 -- key: nginx's ngx_hex_dump does it in C, where a string.format of 20
@@ -64,21 +60,51 @@ local function hex(s)
         str_byte(s, 1, n)
     )
 end
+--- A new pool: true, or false when the kernel gives no random bytes. Above 256
+-- bytes getrandom(2) may return fewer than asked for (a signal): what came is
+-- used. Without getrandom, /dev/urandom; without ngx_hex_dump, string.format.
+local function refill()
+    local got = hasGetrandom and lua_tonumber(ffi_C.getrandom(poolRaw, POOL, 0)) or -1
+    if got < RANDOM_BYTES then
+        local s = urandom(POOL)
+        if s == nil or #s ~= POOL then
+            return false
+        end
+        ffi_copy(poolRaw, s, POOL)
+        got = POOL
+    end
+    local n = got - got % RANDOM_BYTES
+    if hasHexDump then
+        ffi_C.ngx_hex_dump(poolHex, poolRaw, n)
+    else
+        do
+            local at = 0
+            while at < n do
+                local part = hex(ffi_string(
+                    poolRaw + at,
+                    math_min(HEX_MAX, n - at)
+                ))
+                ffi_copy(poolHex + 2 * at, part, #part)
+                at = at + HEX_MAX
+            end
+        end
+    end
+    poolLen = n
+    poolPos = 0
+    return true
+end
 --- A fresh unguessable 128-bit token as 32 hex characters, or nil, err.
 local function random()
     local pid = worker_pid()
-    if poolPos + RANDOM_BYTES - 1 > POOL or poolPid ~= pid then
-        local s = randomBytes(POOL)
-        if s == nil or #s ~= POOL then
+    if poolPos + RANDOM_BYTES > poolLen or poolPid ~= pid then
+        if not refill() then
             return nil, "dlock: cannot read random bytes from the kernel"
         end
-        pool = hex(s)
-        poolPos = 1
         poolPid = pid
     end
-    local first = 2 * poolPos - 1
-    poolPos = poolPos + RANDOM_BYTES
-    return str_sub(pool, first, first + 2 * RANDOM_BYTES - 1), nil
+    local at = poolPos
+    poolPos = at + RANDOM_BYTES
+    return ffi_string(poolHex + 2 * at, 2 * RANDOM_BYTES), nil
 end
 local function hostname()
     if ffi.C.gethostname(buf, 255) == 0 then

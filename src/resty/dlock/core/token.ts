@@ -20,16 +20,22 @@ const str_byte = string.byte;
 const str_rep = string.rep;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
+const lua_tonumber = tonumber;
+const math_min = math.min;
 
 const RANDOM_BYTES = 16;
 const buf = ffi.new("uint8_t[?]", 256);
-// One getrandom(2) call fills a pool for 16 tokens, kept as hex (formatted
-// once per pool, not per token); each byte is used once. The pool belongs to
-// one process: a fork (the master forking workers) must not hand the same
-// bytes to two of them.
-const POOL = 256;
-let pool = "";
-let poolPos = POOL + 1;
+// One getrandom(2) call fills a pool for 256 tokens, turned into hex in C at
+// once; each token is its 32 characters of the pool, the only string a token
+// makes. Each byte is used once. The pool belongs to one process: a fork (the
+// master forking workers) must not hand the same bytes to two of them. (A pool
+// of 16 tokens kept as a Lua string cost a system call and two strings of 256
+// and 512 bytes every 16 acquires: strace and uprobes on the worker, 2026-11-29.)
+const POOL = 4096;
+const poolRaw = ffi.new("uint8_t[?]", POOL);
+const poolHex = ffi.new("uint8_t[?]", 2 * POOL);
+let poolLen = 0;
+let poolPos = 0;
 let poolPid = 0;
 
 function lookupGetrandom(this: void): (this: void, b: FfiBuffer, len: number, flags: number) => number {
@@ -47,24 +53,15 @@ function urandom(n: number): string | undefined {
   return s;
 }
 
-/** `n` (<= 256) bytes from the CSPRNG, or nil if the kernel refuses. */
-function randomBytes(n: number): string | undefined {
-  if (hasGetrandom) {
-    if (ffi.C.getrandom(buf, n, 0) === n) {
-      return ffi.string(buf, n);
-    }
-  }
-  return urandom(n);
-}
-
 function lookupHexDump(this: void): LibC["ngx_hex_dump"] {
   return ffi.C.ngx_hex_dump;
 }
 const [hasHexDump] = lua_pcall(lookupHexDump);
 const ffi_C = ffi.C;
 const ffi_string = ffi.string;
-/** Longest input hex() converts in C (a pool of random bytes); longer ones go through string.format. */
-const HEX_MAX = POOL;
+const ffi_copy = ffi.copy;
+/** Longest input hex() converts in C; longer ones go through string.format. */
+const HEX_MAX = 256;
 const hexBuf = ffi.new("uint8_t[?]", 2 * HEX_MAX);
 
 /**
@@ -81,21 +78,44 @@ function hex(s: string): string {
   return str_format(str_rep("%02x", n), ...str_byte(s, 1, n));
 }
 
+/**
+ * A new pool: true, or false when the kernel gives no random bytes. Above 256
+ * bytes getrandom(2) may return fewer than asked for (a signal): what came is
+ * used. Without getrandom, /dev/urandom; without ngx_hex_dump, string.format.
+ */
+function refill(): boolean {
+  // getrandom returns a long: a boxed 64-bit cdata in LuaJIT, made a number here.
+  let got = hasGetrandom ? lua_tonumber(ffi_C.getrandom(poolRaw, POOL, 0))! : -1;
+  if (got < RANDOM_BYTES) {
+    const s = urandom(POOL);
+    if (s === undefined || s.length !== POOL) return false;
+    ffi_copy(poolRaw, s, POOL);
+    got = POOL;
+  }
+  const n = got - got % RANDOM_BYTES;
+  if (hasHexDump) {
+    ffi_C.ngx_hex_dump(poolHex, poolRaw, n);
+  } else {
+    for (let at = 0; at < n; at += HEX_MAX) {
+      const part = hex(ffi_string(offset(poolRaw, at), math_min(HEX_MAX, n - at)));
+      ffi_copy(offset(poolHex, 2 * at), part, part.length);
+    }
+  }
+  poolLen = n;
+  poolPos = 0;
+  return true;
+}
+
 /** A fresh unguessable 128-bit token as 32 hex characters, or nil, err. */
 function random(): LuaMultiReturn<[string | undefined, string | undefined]> {
   const pid = worker_pid();
-  if (poolPos + RANDOM_BYTES - 1 > POOL || poolPid !== pid) {
-    const s = randomBytes(POOL);
-    if (s === undefined || s.length !== POOL) {
-      return $multi(undefined, "dlock: cannot read random bytes from the kernel");
-    }
-    pool = hex(s);
-    poolPos = 1;
+  if (poolPos + RANDOM_BYTES > poolLen || poolPid !== pid) {
+    if (!refill()) return $multi(undefined, "dlock: cannot read random bytes from the kernel");
     poolPid = pid;
   }
-  const first = 2 * poolPos - 1;
-  poolPos += RANDOM_BYTES;
-  return $multi(str_sub(pool, first, first + 2 * RANDOM_BYTES - 1), undefined);
+  const at = poolPos;
+  poolPos = at + RANDOM_BYTES;
+  return $multi(ffi_string(offset(poolHex, 2 * at), 2 * RANDOM_BYTES), undefined);
 }
 
 function hostname(): string {

@@ -19,9 +19,6 @@ const ffi_string = ffi.string;
 const ffi_copy = ffi.copy;
 const lua_pcall = pcall;
 
-/** Pointer arithmetic on a cdata buffer: `buf + n`. */
-declare const offset: LuaAddition<FfiBuffer, number, FfiBuffer>;
-
 /** Longest prefix built in the buffer; a longer one is joined in Lua. */
 const PREFIX_MAX = 512;
 const SHA1_HEX = 40;

@@ -184,7 +184,7 @@ local function refused(err)
     return err, nil, nil, nil, nil, nil, nil, nil
 end
 --- An acquire's arguments read: nil, then key, its Redis key (the prefix in
--- front, added here and nowhere else), ttl, wait, renew, on_lost and shared
+-- front: locks and semaphores add it here only), ttl, wait, renew, on_lost and shared
 -- (locks only, `sharable`), with the factory's defaults; or the error naming
 -- the bad value, alone.
 -- 

@@ -176,7 +176,7 @@ function refused(err: string): Read {
 
 /**
  * An acquire's arguments read: nil, then key, its Redis key (the prefix in
- * front, added here and nowhere else), ttl, wait, renew, on_lost and shared
+ * front: locks and semaphores add it here only), ttl, wait, renew, on_lost and shared
  * (locks only, `sharable`), with the factory's defaults; or the error naming
  * the bad value, alone.
  *

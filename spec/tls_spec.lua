@@ -221,6 +221,27 @@ describe("TLS to the masters and not the sentinels, or the other way round (redi
   end)
 end)
 
+describe("a TLS cluster whose nodes run tls-cluster no", function()
+  it("is read over TLS from a seed's TLS port, and the plaintext ports it names are said to be its choice", function()
+    local c = h.start_cluster({ tls = true, tls_cluster = false })
+    finally(c.stop)
+    -- Asked over TLS, the nodes name their plaintext ports.
+    local named = h.cmd(c.nodes[1].port, "cluster", "slots")[1][3][2]
+    local plain = {}
+    for _, n in ipairs(c.nodes) do plain[n.port] = true end
+    assert.is_true(plain[named], "CLUSTER SLOTS named port " .. tostring(named))
+    local l = assert(dlock.new({ dict = "dlock", prefix = h.unique("tlscluster"), redis = { ssl = true,
+      connect_timeout = 300, read_timeout = 300, cluster = { nodes = { "127.0.0.1:" .. c.nodes[1].tls_port } } } }))
+    local lease, err = l:acquire("k")
+    assert.is_nil(lease)
+    assert.matches("^dlock: redis 127%.0%.0%.1:%d+: TLS handshake failed: timeout %(a port in plaintext never answers a " ..
+      "TLS handshake, and the cluster gave this one in CLUSTER SLOTS or MOVED: nodes with tls%-cluster no announce their " ..
+      "plaintext ports, to TLS clients too; tls%-cluster yes on every node%)$", err)
+    local port = tonumber(err:match("^dlock: redis 127%.0%.0%.1:(%d+):"))
+    assert.is_true(plain[port], "the error names port " .. tostring(port))
+  end)
+end)
+
 h.check_error_logs({
   -- Debian's nginx offers no TLS version the TLSv1.3-only server takes:
   { "SSL_do_handshake%(%) failed %(SSL: error:%x+:SSL routines::tlsv1 alert protocol version:SSL alert number 70%)", max = 1 },

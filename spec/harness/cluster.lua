@@ -72,7 +72,10 @@ end
 --- each; cluster-node-timeout 1000 ms) and wait until every node sees it whole.
 --- opts.args: extra redis-server arguments for every node; opts.tls: each node
 --- also has a TLS port (node.tls_port; c.tls_seeds), the cluster bus on TLS
---- ("mutual": the TLS ports ask clients for a certificate, servers.tls_args). Returns
+--- ("mutual": the TLS ports ask clients for a certificate, servers.tls_args);
+--- opts.tls_cluster = false: tls-cluster no and tls-replication no (the bus and
+--- replication in plaintext, and CLUSTER SLOTS names the nodes' plaintext
+--- ports, to TLS clients too). Returns
 --- { nodes = { {port, pid, dir, signal, stop}... }, seeds = {"127.0.0.1:p1", "127.0.0.1:p2"},
 ---   redis(extra), masters(), replicas(), slot_owner(key), keyslot(key), node_id(port), alive(), stop(), started_in }.
 function _M.start_cluster(opts)
@@ -91,7 +94,13 @@ function _M.start_cluster(opts)
     local a = { unpack(args) }
     if opts.tls then
       for _, t in ipairs(servers.tls_args(opts.tls == "mutual")) do a[#a + 1] = t end
-      a[#a + 1] = "--tls-cluster yes"
+      if opts.tls_cluster == false then
+        -- Replicas reach their master at the port the cluster names, the plaintext one now.
+        a[#a + 1] = "--tls-cluster no"
+        a[#a + 1] = "--tls-replication no"
+      else
+        a[#a + 1] = "--tls-cluster yes"
+      end
       -- The bus would be on the TLS port + 10000 (a free port, maybe in the ephemeral range, taken by
       -- some connection's local end): the bus port reserved above instead.
       a[#a + 1] = "--cluster-port " .. (ports[i] + 10000)

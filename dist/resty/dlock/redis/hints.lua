@@ -91,6 +91,9 @@ function _M.plaintext(why, s)
     if why ~= "timeout" then
         return ""
     end
+    if s.announced == "the cluster" then
+        return " (a port in plaintext never answers a TLS handshake, and the cluster gave this one in CLUSTER SLOTS or MOVED: " .. "nodes with tls-cluster no announce their plaintext ports, to TLS clients too; tls-cluster yes on every node)"
+    end
     local option = (str_find(s.endpoint, "^sentinel ")) ~= nil and "redis.sentinel.ssl" or "redis.ssl"
     return " (a port in plaintext never answers a TLS handshake: is it a TLS port? " .. option .. ")"
 end

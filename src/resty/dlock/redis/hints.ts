@@ -105,6 +105,11 @@ export function unverified(why: unknown, s: Setup, name: string | undefined): st
  */
 export function plaintext(why: unknown, s: Setup): string {
   if (why !== "timeout") return "";
+  if (s.announced === "the cluster") {
+    // The map itself was read over TLS: the port is the cluster's choice, not the operator's.
+    return " (a port in plaintext never answers a TLS handshake, and the cluster gave this one in CLUSTER SLOTS or MOVED: " +
+      "nodes with tls-cluster no announce their plaintext ports, to TLS clients too; tls-cluster yes on every node)";
+  }
   const option = str_find(s.endpoint, "^sentinel ")[0] !== undefined ? "redis.sentinel.ssl" : "redis.ssl";
   return " (a port in plaintext never answers a TLS handshake: is it a TLS port? " + option + ")";
 }

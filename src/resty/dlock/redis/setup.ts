@@ -56,6 +56,8 @@ export interface Setup {
   readonly credentials: Credentials | undefined;
   /** 0: no SELECT (sentinels have no databases). */
   readonly db: number;
+  /** Who gave this address, when the servers did (RedisConf.announced): a hint's words. */
+  readonly announced?: string;
 }
 
 function shake(this: void, sock: NgxTcpSocket, serverName: string | undefined, verify: boolean): LuaMultiReturn<[unknown, string | undefined]> {

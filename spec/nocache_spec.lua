@@ -19,6 +19,14 @@ local function overlapping(path)
   end)
 end
 
+--- True once the worker runs no timer (polled), false after `seconds`.
+local function no_timers(seconds)
+  return h.eventually(seconds, function()
+    if get("/timers").body ~= "0\n" then ngx.sleep(0.5) return false end
+    return true
+  end)
+end
+
 --- The worker's resident memory in kB.
 local function rss()
   local f = assert(io.open("/proc/" .. n.workers()[1] .. "/status"))
@@ -69,10 +77,7 @@ describe("lua_code_cache off", function()
   end)
 
   it("what each request's VM starts ends within seconds of the last request: no timer left, the memory back", function()
-    assert(h.eventually(15, function()
-      if get("/timers").body ~= "0\n" then ngx.sleep(0.5) return false end
-      return true
-    end), "timers still running 15 s after the specs above")
+    assert(no_timers(15), "timers still running 15 s after the specs above")
     local before = rss()
     for i = 1, 150 do
       assert.equal(200, get("/lock?k=load" .. i).status)
@@ -80,10 +85,7 @@ describe("lua_code_cache off", function()
     end
     local busy = tonumber(get("/timers").body)
     assert.is_true(busy > 0, "no timer while 150 VMs were just used")
-    assert(h.eventually(20, function()
-      if get("/timers").body ~= "0\n" then ngx.sleep(0.5) return false end
-      return true
-    end), "timers still running 20 s after the last request")
+    assert(no_timers(20), "timers still running 20 s after the last request")
     -- The VMs go with their last timers; what stays is within a few MB of before.
     assert(h.eventually(5, function()
       collectgarbage()

@@ -180,9 +180,6 @@ local WAIT_MAX = ACQUIRE_WAIT.max
 local function within(v, min, max)
     return lua_type(v) == "number" and v >= min and v <= max and math_floor(v) == v
 end
-local function refused(err)
-    return err, nil, nil, nil, nil, nil, nil, nil
-end
 --- An acquire's arguments read: nil, then key, its Redis key (the prefix in
 -- front: locks and semaphores add it here only), ttl, wait, renew, on_lost and shared
 -- (locks only, `sharable`), with the factory's defaults; or the error naming
@@ -196,7 +193,7 @@ end
 function _M.acquire(store, key, opts, sharable)
     local k, kerr = check_str("key", key, MAX_KEY)
     if k == nil then
-        return refused(kerr)
+        return kerr
     end
     local rkey = store.prefix .. k
     if opts == nil then
@@ -219,7 +216,7 @@ function _M.acquire(store, key, opts, sharable)
     end
     local v, err = (sharable and lockOptions or permitOptions)(opts)
     if v == nil then
-        return refused(err)
+        return err
     end
     return nil, k, rkey, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost, v.shared == true
 end
@@ -280,7 +277,7 @@ end
 function _M.acquireAll(store, keys, opts)
     local list, lerr = _M.keyList(keys)
     if list == nil then
-        return lerr, nil, nil, nil, nil, nil, nil
+        return lerr
     end
     local ttl = store.ttl
     local wait = store.wait
@@ -289,7 +286,7 @@ function _M.acquireAll(store, keys, opts)
     if opts ~= nil then
         local v, err = allOptions(opts)
         if v == nil then
-            return err, nil, nil, nil, nil, nil, nil
+            return err
         end
         ttl = v.ttl or ttl
         wait = v.wait or wait

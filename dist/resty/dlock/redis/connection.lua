@@ -231,7 +231,7 @@ function _M.connect(conf)
         _M.stale(conf)
         local why = unconnected(err)
         if conf.sentinel ~= nil then
-            return nil, "dlock: redis " .. conf.endpoint .. ": master " .. host .. ":" .. lua_tostring(port) .. ": " .. why .. announced_by(why, "the sentinels")
+            return nil, "dlock: redis " .. conf.endpoint .. ": master " .. host .. ":" .. lua_tostring(port) .. ": " .. why .. announced_by(why, hints.BY_SENTINELS)
         end
         return nil, "dlock: redis " .. conf.endpoint .. ": " .. why .. announced_by(why, conf.announced)
     end

@@ -4,6 +4,11 @@ local lua_tostring = tostring
 local lua_type = type
 local str_find = string.find
 local str_match = string.match
+--- Who gave an address the operator did not (RedisConf.announced), as the hints name them.
+local BY_CLUSTER = "the cluster"
+local BY_SENTINELS = "the sentinels"
+_M.BY_CLUSTER = BY_CLUSTER
+_M.BY_SENTINELS = BY_SENTINELS
 --- Why a connect failed. nginx resolves a host name only through its `resolver`
 -- directive, never /etc/hosts: "localhost" fails too without one.
 function _M.unconnected(err)
@@ -17,7 +22,7 @@ end
 -- operator: a cluster's nodes and a Sentinel's master announce themselves
 -- (cluster-announce-ip or -hostname; replica-announce-ip, announce-hostnames),
 -- and behind NAT, Docker or Kubernetes that may be an address or name only
--- they can resolve and reach. `by`: "the cluster", "the sentinels", or nil
+-- they can resolve and reach. `by`: BY_CLUSTER, BY_SENTINELS, or nil
 -- (the operator's own address: "").
 function _M.announced(err, by)
     if by == nil then
@@ -26,7 +31,7 @@ function _M.announced(err, by)
     if (str_find(err, "could not be resolved", 1, true)) == nil and (str_find(err, "timeout", 1, true)) == nil and (str_find(err, "unreachable", 1, true)) == nil and (str_find(err, "no route to host", 1, true)) == nil then
         return ""
     end
-    if by == "the cluster" then
+    if by == BY_CLUSTER then
         return " (an address the cluster gave in CLUSTER SLOTS or MOVED: the nodes announce themselves by cluster-announce-ip " .. "or cluster-announce-hostname, which nginx must be able to resolve and reach)"
     end
     return " (the master's address as " .. by .. " announce it: replica-announce-ip, or the names of announce-hostnames, " .. "which nginx must be able to resolve and reach)"
@@ -91,11 +96,12 @@ function _M.plaintext(why, s)
     if why ~= "timeout" then
         return ""
     end
-    if s.announced == "the cluster" then
-        return " (a port in plaintext never answers a TLS handshake, and the cluster gave this one in CLUSTER SLOTS or MOVED: " .. "nodes with tls-cluster no announce their plaintext ports, to TLS clients too; tls-cluster yes on every node)"
+    local plain = " (a port in plaintext never answers a TLS handshake"
+    if s.announced == BY_CLUSTER then
+        return plain .. ", and the cluster gave this one in CLUSTER SLOTS or MOVED: " .. "nodes with tls-cluster no announce their plaintext ports, to TLS clients too; tls-cluster yes on every node)"
     end
     local option = (str_find(s.endpoint, "^sentinel ")) ~= nil and "redis.sentinel.ssl" or "redis.ssl"
-    return " (a port in plaintext never answers a TLS handshake: is it a TLS port? " .. option .. ")"
+    return plain .. ": is it a TLS port? " .. option .. ")"
 end
 --- What it may mean when a fresh connection in plaintext is reset or closed at
 -- its first command: a redis-server's TLS port does that to anything that is

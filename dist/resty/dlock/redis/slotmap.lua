@@ -2,6 +2,7 @@
 local _M = {}
 local derived = require("resty.dlock.redis.derived")
 local connection = require("resty.dlock.redis.connection")
+local hints = require("resty.dlock.redis.hints")
 local scripts = require("resty.dlock.redis.scripts")
 local schema = require("resty.dlock.core.schema")
 local bitop = require("bit")
@@ -96,7 +97,7 @@ function _M.nodeAt(conf, c, ep)
     local n = view[ep]
     if n == nil then
         local a = c.addrs[ep]
-        n = nodeConf(conf, a.host, a.port, "the cluster")
+        n = nodeConf(conf, a.host, a.port, hints.BY_CLUSTER)
         view[ep] = n
     end
     return n

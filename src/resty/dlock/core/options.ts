@@ -167,12 +167,8 @@ function within(v: unknown, min: number, max: number): boolean {
 
 /** What acquire() reads from its arguments (see there): the error first, so no slot means two things. */
 export type Read =
-  | LuaMultiReturn<[string, undefined, undefined, undefined, undefined, undefined, undefined, undefined]>
+  | LuaMultiReturn<[string, ...undefined[]]>
   | LuaMultiReturn<[undefined, string, string, number, number, boolean, lease.OnLost | undefined, boolean]>;
-
-function refused(err: string): Read {
-  return $multi(err, undefined, undefined, undefined, undefined, undefined, undefined, undefined);
-}
 
 /**
  * An acquire's arguments read: nil, then key, its Redis key (the prefix in
@@ -188,7 +184,7 @@ function refused(err: string): Read {
  */
 export function acquire(store: lease.Store, key: unknown, opts: unknown, sharable: boolean): Read {
   const [k, kerr] = check_str("key", key, MAX_KEY);
-  if (k === undefined) return refused(kerr!);
+  if (k === undefined) return $multi(kerr!);
   const rkey = store.prefix + k;
   if (opts === undefined) return $multi(undefined, k, rkey, store.ttl, store.wait, false, undefined, false);
   if (lua_type(opts) === "table") {
@@ -210,7 +206,7 @@ export function acquire(store: lease.Store, key: unknown, opts: unknown, sharabl
     }
   }
   const [v, err] = (sharable ? lockOptions : permitOptions)(opts);
-  if (v === undefined) return refused(err!);
+  if (v === undefined) return $multi(err!);
   return $multi(undefined, k, rkey, v.ttl ?? store.ttl, v.wait ?? store.wait, v.renew, v.on_lost, v.shared === true);
 }
 
@@ -251,7 +247,7 @@ export function keyList(keys: unknown): LuaMultiReturn<[string[] | undefined, st
 
 /** What acquireAll() reads from its arguments (see there). */
 export type ReadAll =
-  | LuaMultiReturn<[string, undefined, undefined, undefined, undefined, undefined, undefined]>
+  | LuaMultiReturn<[string, ...undefined[]]>
   | LuaMultiReturn<[undefined, string[], string[], number, number, boolean, lease.OnLost | undefined]>;
 
 /**
@@ -261,11 +257,11 @@ export type ReadAll =
  */
 export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): ReadAll {
   const [list, lerr] = keyList(keys);
-  if (list === undefined) return $multi(lerr!, undefined, undefined, undefined, undefined, undefined, undefined);
+  if (list === undefined) return $multi(lerr!);
   let ttl = store.ttl, wait = store.wait, renew = false, onLost: lease.OnLost | undefined;
   if (opts !== undefined) {
     const [v, err] = allOptions(opts);
-    if (v === undefined) return $multi(err!, undefined, undefined, undefined, undefined, undefined, undefined);
+    if (v === undefined) return $multi(err!);
     ttl = v.ttl ?? ttl;
     wait = v.wait ?? wait;
     renew = v.renew;

@@ -60,7 +60,7 @@ export interface RedisConf {
   readonly pool: string;
   /** "host:port" or the socket path, for messages. */
   readonly endpoint: string;
-  /** Who gave host and port when the servers did, not the operator ("the cluster"), for messages. */
+  /** Who gave host and port when the servers did, not the operator (hints.BY_CLUSTER), for messages. */
   readonly announced: string | undefined;
   /** Discover the master through these sentinels (host and port are unused then). */
   readonly sentinel: sentinel.SentinelConf | undefined;

@@ -162,7 +162,7 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
     if (conf.sentinel !== undefined) {
       // The master the sentinels named: which one, for an operator reading this during a failover.
       return $multi(undefined, "dlock: redis " + conf.endpoint + ": master " + host + ":" + lua_tostring(port) + ": " + why +
-        announced_by(why, "the sentinels"));
+        announced_by(why, hints.BY_SENTINELS));
     }
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + why + announced_by(why, conf.announced));
   }

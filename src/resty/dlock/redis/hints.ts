@@ -11,6 +11,12 @@ const lua_type = type;
 const str_find = string.find;
 const str_match = string.match;
 
+/** Who gave an address the operator did not (RedisConf.announced), as the hints name them. */
+const BY_CLUSTER = "the cluster";
+const BY_SENTINELS = "the sentinels";
+// Exported by name: this module's own uses of them are locals.
+export { BY_CLUSTER, BY_SENTINELS };
+
 /**
  * Why a connect failed. nginx resolves a host name only through its `resolver`
  * directive, never /etc/hosts: "localhost" fails too without one.
@@ -26,7 +32,7 @@ export function unconnected(err: string | undefined): string {
  * operator: a cluster's nodes and a Sentinel's master announce themselves
  * (cluster-announce-ip or -hostname; replica-announce-ip, announce-hostnames),
  * and behind NAT, Docker or Kubernetes that may be an address or name only
- * they can resolve and reach. `by`: "the cluster", "the sentinels", or nil
+ * they can resolve and reach. `by`: BY_CLUSTER, BY_SENTINELS, or nil
  * (the operator's own address: "").
  */
 export function announced(err: string, by: string | undefined): string {
@@ -35,7 +41,7 @@ export function announced(err: string, by: string | undefined): string {
     str_find(err, "unreachable", 1, true)[0] === undefined && str_find(err, "no route to host", 1, true)[0] === undefined) {
     return "";
   }
-  if (by === "the cluster") {
+  if (by === BY_CLUSTER) {
     return " (an address the cluster gave in CLUSTER SLOTS or MOVED: the nodes announce themselves by cluster-announce-ip " +
       "or cluster-announce-hostname, which nginx must be able to resolve and reach)";
   }
@@ -105,13 +111,14 @@ export function unverified(why: unknown, s: Setup, name: string | undefined): st
  */
 export function plaintext(why: unknown, s: Setup): string {
   if (why !== "timeout") return "";
-  if (s.announced === "the cluster") {
+  const plain = " (a port in plaintext never answers a TLS handshake";
+  if (s.announced === BY_CLUSTER) {
     // The map itself was read over TLS: the port is the cluster's choice, not the operator's.
-    return " (a port in plaintext never answers a TLS handshake, and the cluster gave this one in CLUSTER SLOTS or MOVED: " +
+    return plain + ", and the cluster gave this one in CLUSTER SLOTS or MOVED: " +
       "nodes with tls-cluster no announce their plaintext ports, to TLS clients too; tls-cluster yes on every node)";
   }
   const option = str_find(s.endpoint, "^sentinel ")[0] !== undefined ? "redis.sentinel.ssl" : "redis.ssl";
-  return " (a port in plaintext never answers a TLS handshake: is it a TLS port? " + option + ")";
+  return plain + ": is it a TLS port? " + option + ")";
 }
 
 /**

@@ -7,6 +7,7 @@
 import type * as redis from "./client";
 import * as derived from "./derived";
 import * as connection from "./connection";
+import * as hints from "./hints";
 import * as scripts from "./scripts";
 import * as schema from "../core/schema";
 
@@ -110,7 +111,7 @@ export function nodeAt(conf: redis.RedisConf, c: Cluster, ep: string): redis.Red
   let n = view.get(ep);
   if (n === undefined) {
     const a = c.addrs.get(ep);
-    n = nodeConf(conf, a.host, a.port, "the cluster");
+    n = nodeConf(conf, a.host, a.port, hints.BY_CLUSTER);
     view.set(ep, n);
   }
   return n;

@@ -150,7 +150,7 @@ end
 -- retry_after when wait = 0; nil, "timeout", retry_after at the deadline;
 -- nil, "dlock: ..." on a Redis failure. rkey is key's Redis key (with the
 -- prefix: options.acquire). `extra` goes to the script after ttl (by turns only).
-function _M.acquire(store, kind, key, rkey, tok, ttl, wait, ...)
+local function acquire(store, kind, key, rkey, tok, ttl, wait, ...)
     if kind.drop ~= nil then
         return queued.queued(
             store,
@@ -195,7 +195,7 @@ function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, ...)
         refused(store.meter, terr)
         return nil, terr, nil
     end
-    local l, err, retryAfter = _M.acquire(
+    local l, err, retryAfter = acquire(
         store,
         kind,
         key,
@@ -212,4 +212,5 @@ function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, ...)
     acquired(store.meter, l._since / 1000 - t0)
     return l, nil, nil
 end
+_M.acquire = acquire
 return _M

@@ -11,18 +11,18 @@ local str_find = string.find
 local math_floor = math.floor
 local shared = ngx.shared
 --- tostring that cannot raise: a __tostring that fails or returns no string gives the type.
-function _M.text(v)
+local function text(v)
     local ok, s = lua_pcall(lua_tostring, v)
     return ok and lua_type(s) == "string" and s or "a " .. lua_type(v)
 end
 --- An error of ours without its "dlock: " prefix, for a log line that already
 -- starts with one ("dlock: guard jobs: redis ...", not "dlock: guard jobs: dlock: redis ...").
 function _M.reason(err)
-    local s = _M.text(err)
+    local s = text(err)
     return str_sub(s, 1, 7) == "dlock: " and str_sub(s, 8) or s
 end
 --- Render any Lua value for an error message, bounded and printable.
-function _M.show(v)
+local function show(v)
     local t = lua_type(v)
     if t == "string" then
         local s = v
@@ -35,10 +35,10 @@ function _M.show(v)
     if t == "table" or t == "userdata" or t == "function" or t == "thread" then
         return "a " .. t
     end
-    return _M.text(v)
+    return text(v)
 end
-function _M.fail(what, v)
-    return nil, "dlock: " .. what .. ", got " .. _M.show(v)
+local function fail(what, v)
+    return nil, "dlock: " .. what .. ", got " .. show(v)
 end
 --- fail() for a secret: its type, never its value, not even a mistyped one.
 function _M.hidden(what, v)
@@ -47,27 +47,27 @@ end
 --- Integer in [min, max]; `unit` finishes the sentence ("a positive integer of ms").
 function _M.integer(name, v, min, max, unit)
     if lua_type(v) ~= "number" then
-        return _M.fail(name .. " must be " .. unit, v)
+        return fail(name .. " must be " .. unit, v)
     end
     local n = v
     if n ~= n or n ~= math_floor(n) or n < min then
-        return _M.fail(name .. " must be " .. unit, v)
+        return fail(name .. " must be " .. unit, v)
     end
     if n > max then
-        return _M.fail(
+        return fail(
             name .. " must be at most " .. lua_tostring(max),
             v
         )
     end
     return n, nil
 end
-function _M.str(name, v, maxLen)
+local function str(name, v, maxLen)
     if lua_type(v) ~= "string" then
-        return _M.fail(name .. " must be a string", v)
+        return fail(name .. " must be a string", v)
     end
     local s = v
     if #s == 0 then
-        return _M.fail(name .. " must not be empty", v)
+        return fail(name .. " must not be empty", v)
     end
     if #s > maxLen then
         return nil, "dlock: " .. name .. " must be at most " .. lua_tostring(maxLen) .. " bytes, got " .. lua_tostring(#s) .. " bytes"
@@ -76,19 +76,19 @@ function _M.str(name, v, maxLen)
 end
 --- A lua_shared_dict by name (the `dict` option of every factory).
 function _M.sharedDict(v)
-    local name, err = _M.str("dict", v, 256)
+    local name, err = str("dict", v, 256)
     if name == nil then
         return nil, err
     end
     local dict = shared[name]
     if dict == nil then
-        return _M.fail("no lua_shared_dict named " .. name .. " (declare it in nginx.conf)", name)
+        return fail("no lua_shared_dict named " .. name .. " (declare it in nginx.conf)", name)
     end
     return dict, nil
 end
 function _M.bool(name, v)
     if lua_type(v) ~= "boolean" then
-        return _M.fail(name .. " must be a boolean", v)
+        return fail(name .. " must be a boolean", v)
     end
     return v, nil
 end
@@ -99,12 +99,12 @@ function _M.options(name, v, allowed)
         return {}, nil
     end
     if lua_type(v) ~= "table" then
-        return _M.fail(name .. " must be a table", v)
+        return fail(name .. " must be a table", v)
     end
     local t = v
     for k in lua_pairs(t) do
         if lua_type(k) ~= "string" or not (allowed[k] ~= nil) then
-            return _M.fail("unknown option in " .. name, k)
+            return fail("unknown option in " .. name, k)
         end
     end
     return t, nil
@@ -127,4 +127,8 @@ function _M.set(...)
     end
     return s
 end
+_M.fail = fail
+_M.show = show
+_M.str = str
+_M.text = text
 return _M

@@ -7,7 +7,7 @@ local function byRkey(a, b)
     return a[1] < b[1]
 end
 --- The keys' indexes sorted by Redis key.
-function _M.sorted(rkeys)
+local function sorted(rkeys)
     local pairsOf = {}
     for i = 1, #rkeys do
         pairsOf[i] = {rkeys[i], i}
@@ -27,9 +27,10 @@ function _M.of(slotted, rkeys)
     local h = hashed(rkeys[1])
     for i = 2, #rkeys do
         if hashed(rkeys[i]) ~= h then
-            return _M.sorted(rkeys)
+            return sorted(rkeys)
         end
     end
     return nil
 end
+_M.sorted = sorted
 return _M

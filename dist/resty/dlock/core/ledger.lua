@@ -1,73 +1,18 @@
 -- Generated from src/resty/dlock/core/ledger.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local parse, ngx_now, math_max, math_min, str_sub, str_match, lua_type, lua_tonumber, RECORD
-function parse(v, nowMs)
-    if lua_type(v) ~= "string" then
-        return nil
-    end
-    local pid, expires, token, key = str_match(v, "^(%d+) (%d+) (%S+) (.*)$")
-    if key == nil then
-        return nil
-    end
-    local exp = lua_tonumber(expires) or 0
-    return {
-        key = key,
-        token = token,
-        pid = lua_tonumber(pid) or 0,
-        expires_at = exp / 1000,
-        ttl = math_max(0, exp - nowMs)
-    }
-end
---- At most `max` leases recorded now (0: all, walking the whole dict), and
--- whether there are (or may be) more. get_keys(n) returns the first n keys of
--- the whole dict, counters and other data included, and locks the dict while
--- it copies them: ask for some more than needed and double while that is not
--- enough, looking at 4 * max + 1024 keys at most (plus `others`: keys the
--- caller knows the dict holds besides records), so a status page stays cheap
--- however many leases are held.
-function _M.list(dict, max, others)
-    if others == nil then
-        others = 0
-    end
-    local bound = max == 0 and 0 or max * 4 + 1024 + others
-    local nowMs = ngx_now() * 1000
-    local n = max == 0 and 0 or math_min(max + 64, bound)
-    while true do
-        local keys = dict:get_keys(n)
-        local found = {}
-        local more = false
-        for i = 1, #keys do
-            local k = keys[i]
-            if str_sub(k, 1, 2) == RECORD then
-                local l = parse((dict:get(k)), nowMs)
-                if l ~= nil then
-                    if max > 0 and #found == max then
-                        more = true
-                        break
-                    end
-                    found[#found + 1] = l
-                end
-            end
-        end
-        if n == 0 or more or #keys < n or n >= bound then
-            return found, more or n > 0 and #keys >= n
-        end
-        n = math_min(n * 2, bound)
-    end
-end
-ngx_now = ngx.now
+local ngx_now = ngx.now
 local worker_pid = ngx.worker.pid
 local ngx_log = ngx.log
 local WARN = ngx.WARN
 local math_floor = math.floor
-math_max = math.max
-math_min = math.min
+local math_max = math.max
+local math_min = math.min
 local str_format = string.format
-str_sub = string.sub
-str_match = string.match
-lua_type = type
-lua_tonumber = tonumber
-RECORD = "l:"
+local str_sub = string.sub
+local str_match = string.match
+local lua_type = type
+local lua_tonumber = tonumber
+local RECORD = "l:"
 --- Tickets of waiters in a key's queue in Redis: "w:" .. redis key .. " " .. token, valued as leases.
 local WAITING = "w:"
 --- Seconds between two warnings of one worker about a full dict.
@@ -220,6 +165,24 @@ function _M.move(dict, rec, v, token, key, ttl)
     end
     return nv, expires
 end
+--- The lease a record stands for, or nil when `v` is not a record.
+local function parse(v, nowMs)
+    if lua_type(v) ~= "string" then
+        return nil
+    end
+    local pid, expires, token, key = str_match(v, "^(%d+) (%d+) (%S+) (.*)$")
+    if key == nil then
+        return nil
+    end
+    local exp = lua_tonumber(expires) or 0
+    return {
+        key = key,
+        token = token,
+        pid = lua_tonumber(pid) or 0,
+        expires_at = exp / 1000,
+        ttl = math_max(0, exp - nowMs)
+    }
+end
 --- Every record now, with its Redis key. Walks the whole dict: once per worker start, never per request.
 function _M.records(dict)
     local out = {}
@@ -249,9 +212,47 @@ function _M.records(dict)
     end
     return out
 end
+--- At most `max` leases recorded now (0: all, walking the whole dict), and
+-- whether there are (or may be) more. get_keys(n) returns the first n keys of
+-- the whole dict, counters and other data included, and locks the dict while
+-- it copies them: ask for some more than needed and double while that is not
+-- enough, looking at 4 * max + 1024 keys at most (plus `others`: keys the
+-- caller knows the dict holds besides records), so a status page stays cheap
+-- however many leases are held.
+local function list(dict, max, others)
+    if others == nil then
+        others = 0
+    end
+    local bound = max == 0 and 0 or max * 4 + 1024 + others
+    local nowMs = ngx_now() * 1000
+    local n = max == 0 and 0 or math_min(max + 64, bound)
+    while true do
+        local keys = dict:get_keys(n)
+        local found = {}
+        local more = false
+        for i = 1, #keys do
+            local k = keys[i]
+            if str_sub(k, 1, 2) == RECORD then
+                local l = parse((dict:get(k)), nowMs)
+                if l ~= nil then
+                    if max > 0 and #found == max then
+                        more = true
+                        break
+                    end
+                    found[#found + 1] = l
+                end
+            end
+        end
+        if n == 0 or more or #keys < n or n >= bound then
+            return found, more or n > 0 and #keys >= n
+        end
+        n = math_min(n * 2, bound)
+    end
+end
 --- Every lease recorded now. Walks the dict's keys: meant for held(), not hot paths nor scrapes.
 function _M.held(dict)
-    local all = _M.list(dict, 0)
+    local all = list(dict, 0)
     return all
 end
+_M.list = list
 return _M

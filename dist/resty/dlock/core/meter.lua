@@ -1,78 +1,20 @@
 -- Generated from src/resty/dlock/core/meter.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local flushLater, flushSeconds, flush, get_phase, timer_at, worker_exiting, lua_pairs, lua_next, lua_type, str_format, FLUSH, dirty, armed, SECOND
 local check = require("resty.dlock.core.check")
-function flushLater()
-    armed = false
-    flush()
-end
-function flushSeconds(m)
-    local dict = m.dict
-    if (lua_next(m.seconds)) == nil then
-        return true
-    end
-    if not (dict:add(m.sweeping, true, 1)) then
-        return false
-    end
-    local mark = dict:get(m.swept)
-    local last = lua_type(mark) == "number" and mark or 0
-    local held = 0
-    for s, n in lua_pairs(m.seconds) do
-        m.seconds[s] = nil
-        if n ~= 0 and s > last then
-            dict:incr(
-                str_format(SECOND, m.exp, s),
-                n,
-                0
-            )
-            held = held + n
-        end
-    end
-    if held ~= 0 then
-        dict:incr(m.held, held, 0)
-    end
-    dict:delete(m.sweeping)
-    return true
-end
-function flush()
-    local kept = 0
-    for i = 1, #dirty do
-        local m = dirty[i]
-        dirty[i] = nil
-        for k, n in lua_pairs(m.counts) do
-            if n ~= 0 then
-                m.dict:incr(k, n, 0)
-                m.counts[k] = 0
-            end
-        end
-        if flushSeconds(m) then
-            m.dirty = false
-        else
-            kept = kept + 1
-            dirty[kept] = m
-        end
-    end
-    if kept > 0 and not armed and get_phase() ~= "init" and not worker_exiting() then
-        local ok = timer_at(FLUSH, flushLater)
-        if ok ~= nil then
-            armed = true
-        end
-    end
-end
 local ngx_now = ngx.now
 local ngx_log = ngx.log
 local ERR = ngx.ERR
-get_phase = ngx.get_phase
-timer_at = ngx.timer.at
-worker_exiting = ngx.worker.exiting
-lua_pairs = pairs
-lua_next = next
+local get_phase = ngx.get_phase
+local timer_at = ngx.timer.at
+local worker_exiting = ngx.worker.exiting
+local lua_pairs = pairs
+local lua_next = next
 local math_floor = math.floor
 local str_find = string.find
-lua_type = type
+local lua_type = type
 local lua_ipairs = ipairs
 local lua_tostring = tostring
-str_format = string.format
+local str_format = string.format
 --- Upper bounds (s) of the acquire-wait buckets; the last bucket is +Inf.
 _M.WAIT_BOUNDS = {
     0.001,
@@ -99,9 +41,11 @@ _M.HOLD_BOUNDS = {
     60,
     300
 }
-FLUSH = 0.25
-dirty = {}
-armed = false
+--- Seconds a worker's counts wait before they are added to the dict.
+local FLUSH = 0.25
+--- Meters of this worker with counts to flush.
+local dirty = {}
+local armed = false
 --- Dicts of the factories made in this process, for status pages.
 local dicts = {}
 --- A factory name: letters, digits, '_', '-' and '.', at most 64 bytes (a label in metrics).
@@ -212,6 +156,70 @@ local function holdBucket(s)
     end
     return s <= 60 and 9 or (s <= 300 and 10 or 11)
 end
+local SECOND = "%s%d"
+--- Add m's expiry seconds to the dict, and to the held gauge the records they
+-- moved; false when a sweep runs now (they wait for the next flush). A second
+-- already swept took its records off the gauge as expired: moves into it are
+-- dropped, moves out of it too (they were counted gone once).
+local function flushSeconds(m)
+    local dict = m.dict
+    if (lua_next(m.seconds)) == nil then
+        return true
+    end
+    if not (dict:add(m.sweeping, true, 1)) then
+        return false
+    end
+    local mark = dict:get(m.swept)
+    local last = lua_type(mark) == "number" and mark or 0
+    local held = 0
+    for s, n in lua_pairs(m.seconds) do
+        m.seconds[s] = nil
+        if n ~= 0 and s > last then
+            dict:incr(
+                str_format(SECOND, m.exp, s),
+                n,
+                0
+            )
+            held = held + n
+        end
+    end
+    if held ~= 0 then
+        dict:incr(m.held, held, 0)
+    end
+    dict:delete(m.sweeping)
+    return true
+end
+local flushLater
+--- Add this worker's counts to the dicts (before a status page reads them, and FLUSH after a count).
+local function flush()
+    local kept = 0
+    for i = 1, #dirty do
+        local m = dirty[i]
+        dirty[i] = nil
+        for k, n in lua_pairs(m.counts) do
+            if n ~= 0 then
+                m.dict:incr(k, n, 0)
+                m.counts[k] = 0
+            end
+        end
+        if flushSeconds(m) then
+            m.dirty = false
+        else
+            kept = kept + 1
+            dirty[kept] = m
+        end
+    end
+    if kept > 0 and not armed and get_phase() ~= "init" and not worker_exiting() then
+        local ok = timer_at(FLUSH, flushLater)
+        if ok ~= nil then
+            armed = true
+        end
+    end
+end
+flushLater = function()
+    armed = false
+    flush()
+end
 --- m has counts to flush: see that a flush comes.
 local function touch(m)
     m.dirty = true
@@ -296,7 +304,6 @@ function _M.moved(m, from, to)
     moveSecond(m, a, -1)
     moveSecond(m, b, 1)
 end
-SECOND = "%s%d"
 _M.flush = flush
 _M.FLUSH = FLUSH
 return _M

@@ -149,13 +149,13 @@ _M.ACQUIRE_ALL = {
 _M.newLocks = schema.compile("dlock.new options", _M.NEW_LOCKS, {labels = ""})
 _M.newSemaphore = schema.compile("semaphore.new options", _M.NEW_SEMAPHORE, {labels = ""})
 --- lease:extend(ttl): the ttl of an acquire.
-_M.checkTtl = schema.one(_M.TTL)
+local checkTtl = schema.one(_M.TTL)
 --- An extend's ttl (ms): the one given, checked, or the lease's current one when none is.
 function _M.extendTtl(ttl, current)
     if ttl == nil then
         return current, nil
     end
-    return _M.checkTtl(ttl)
+    return checkTtl(ttl)
 end
 --- What a factory's leases need of its options; its shared dict made ready.
 function _M.store(o)
@@ -224,7 +224,7 @@ end
 _M.MAX_KEYS = 64
 --- The keys of an acquire_all: a list of 1 to MAX_KEYS distinct valid keys, in
 -- the caller's order; nil and the error naming the bad value otherwise.
-function _M.keyList(keys)
+local function keyList(keys)
     if lua_type(keys) ~= "table" then
         return check.fail("acquire_all needs a list of keys", keys)
     end
@@ -275,7 +275,7 @@ end
 -- prefix in front), ttl, wait, renew and on_lost, with the factory's defaults;
 -- or the error naming the bad value, alone.
 function _M.acquireAll(store, keys, opts)
-    local list, lerr = _M.keyList(keys)
+    local list, lerr = keyList(keys)
     if list == nil then
         return lerr
     end
@@ -299,4 +299,6 @@ function _M.acquireAll(store, keys, opts)
     end
     return nil, list, rkeys, ttl, wait, renew, onLost
 end
+_M.keyList = keyList
+_M.checkTtl = checkTtl
 return _M

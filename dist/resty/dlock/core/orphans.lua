@@ -86,7 +86,7 @@ local function sweep(premature, delay)
     end
 end
 --- Keep trying to delete o's key (owner-checked) until Redis answers or o.deadline passes.
-function _M.adopt(o)
+local function adopt(o)
     orphans[#orphans + 1] = o
     if not sweeping then
         local ok = timer_at(0, sweep, FIRST_SWEEP_DELAY)
@@ -95,7 +95,7 @@ function _M.adopt(o)
 end
 --- An acquire whose reply was lost: its SET may have landed, or may still land.
 function _M.adoptAcquire(conf, release, rkey, token)
-    _M.adopt({
+    adopt({
         lost = "acquire",
         conf = conf,
         release = release,
@@ -105,4 +105,5 @@ function _M.adoptAcquire(conf, release, rkey, token)
         settle = nil
     })
 end
+_M.adopt = adopt
 return _M

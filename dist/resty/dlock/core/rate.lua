@@ -38,7 +38,7 @@ end
 --- One limit from rate, period, burst and name (burst defaults to rate: a
 -- client idle for a period may spend it at once). `where` prefixes the
 -- option names in messages ("limits[2].").
-function _M.limit(where, rate, period, burst, name)
+local function limit(where, rate, period, burst, name)
     local r, e1 = check.integer(
         where .. "rate",
         rate,
@@ -83,7 +83,7 @@ function _M.limit(where, rate, period, burst, name)
     return {rate = r, period = p, burst = b, name = n}, nil
 end
 --- The limits a decision is under, with the arguments the script gets for them.
-function _M.limits(list)
+local function limits(list)
     local args = {}
     local most = list[1].burst
     local seen = {}
@@ -205,7 +205,7 @@ function _M.parse(o)
         if o.rate == nil then
             return check.fail("rate must be a positive integer (requests per period), or limits a list of { rate =, period = }", nil)
         end
-        local l, err = _M.limit(
+        local l, err = limit(
             "",
             o.rate,
             o.period,
@@ -215,7 +215,7 @@ function _M.parse(o)
         if l == nil then
             return nil, err
         end
-        return _M.limits({l})
+        return limits({l})
     end
     for i = 1, 3 do
         local k = SINGLE[i]
@@ -248,7 +248,7 @@ function _M.parse(o)
         if e == nil then
             return nil, eerr
         end
-        local l, err = _M.limit(
+        local l, err = limit(
             where,
             e.rate,
             e.period,
@@ -260,7 +260,7 @@ function _M.parse(o)
         end
         list[i] = l
     end
-    return _M.limits(list)
+    return limits(list)
 end
 --- A limit's numbers: checked together by parse() (rate with burst, limits against the other three).
 local function given(v)
@@ -279,4 +279,6 @@ _M.NEW_RATE = {
 }
 _M.newRate = schema.compile("rate.new options", _M.NEW_RATE, {labels = ""})
 _M.answered = answered
+_M.limit = limit
+_M.limits = limits
 return _M

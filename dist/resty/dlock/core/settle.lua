@@ -60,7 +60,7 @@ end
 -- the lease is over. A key found gone after a release reached Redis in time
 -- was deleted by that release (or expired after it was asked to go), so that
 -- still counts as released.
-function _M.released(l, reply)
+local function released(l, reply)
     l._released = true
     forget(
         l,
@@ -129,7 +129,7 @@ local function swept(o, reply)
             l._released = true
             forget(l)
         else
-            _M.released(l, reply)
+            released(l, reply)
         end
     end
 end
@@ -149,4 +149,5 @@ function _M.orphan(l)
 end
 _M.nowMs = nowMs
 _M.forget = forget
+_M.released = released
 return _M

@@ -18,7 +18,7 @@ local lua_pairs = pairs
 local lua_ipairs = ipairs
 local subscribers = {}
 --- Wake the control thread (once: it looks at everything when it wakes).
-function _M.ring(s)
+local function ring(s)
     if s.rung then
         return
     end
@@ -192,7 +192,8 @@ function _M.expect(s, rkey, ms, foreign)
     local at = ngx_now() + wait + SLACK
     s.due[rkey] = at
     if at < s.wakeAt then
-        _M.ring(s)
+        ring(s)
     end
 end
+_M.ring = ring
 return _M

@@ -138,7 +138,7 @@ local sweeper = {
 }
 --- Keep l alive until it is released, lost, unwatched, or (without hooks) what
 -- took it ends. With hooks, the caller hears of every renewal.
-function _M.watch(l, hooks)
+local function watch(l, hooks)
     local co
     local anchor
     if hooks == nil then
@@ -171,7 +171,7 @@ end
 -- when the watchdog cannot run, nil and why (the lease is given back).
 function _M.hold(l, onLost)
     l._onLost = onLost
-    local err = _M.watch(l)
+    local err = watch(l)
     if err ~= nil then
         l:release()
         return nil, err, nil
@@ -186,4 +186,5 @@ end
 function _M.size()
     return count
 end
+_M.watch = watch
 return _M

@@ -52,7 +52,7 @@ function _M.decides(name)
 end
 --- End the request with a guard's refusal: Retry-After (whole seconds, at least
 -- 1) when the wait is known, and the guard's extra headers.
-function _M.refuse(headers, status, retryAfterMs)
+local function refuse(headers, status, retryAfterMs)
     if retryAfterMs ~= nil then
         ngx_header["Retry-After"] = math_max(
             1,
@@ -80,15 +80,16 @@ function _M.keyOf(g, t)
         stats.incr(g._dict, g.name, "key_errors")
         keys.failed(g.name, kerr, g._errorWhat)
         if g._onError ~= "allow" then
-            _M.refuse(g._headers, g._errorStatus, nil)
+            refuse(g._headers, g._errorStatus, nil)
         end
         return nil
     end
     stats.incr(g._dict, g.name, "missing_key")
     keys.note(g.name, t, false, g._missingWhat)
     if g._onMissing == "reject" then
-        _M.refuse(g._headers, g._missingStatus, nil)
+        refuse(g._headers, g._missingStatus, nil)
     end
     return nil
 end
+_M.refuse = refuse
 return _M

@@ -31,7 +31,7 @@ local nreq = ngx.req
 local MAX_KEY = 255
 local found = check.found
 --- The key as sent: an sf-String ("...", \" and \\ escaped) unquoted, or a bare token. nil when invalid.
-function _M.parseKey(raw)
+local function parseKey(raw)
     local k
     if str_sub(raw, 1, 1) == "\"" then
         if #raw < 3 or str_sub(raw, -1) ~= "\"" then
@@ -122,7 +122,7 @@ local function access(g)
         return
     end
     keys.note(g.name, g._key, true, g._missingWhat)
-    local k = _M.parseKey(raw)
+    local k = parseKey(raw)
     if k == nil then
         stats.incr(g._dict, g.name, "missing_key")
         answers.problem(
@@ -234,4 +234,5 @@ function _M.create(o, name)
     end
     return lua_setmetatable(f, guardMt), nil
 end
+_M.parseKey = parseKey
 return _M

@@ -114,7 +114,7 @@ function _M.access(g, l, k, refuse)
     end
 end
 --- In log(): give back the slot this request took locally, if any.
-function _M.finish(g, l)
+local function finish(g, l)
     if l.count == 0 then
         return
     end
@@ -134,7 +134,7 @@ end
 function _M.finishAll()
     for i = 1, #withLocal do
         local g = withLocal[i]
-        _M.finish(g, g._fallback)
+        finish(g, g._fallback)
     end
 end
 --- In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again.
@@ -157,4 +157,5 @@ end
 function _M.probe(g, l)
     return stats.probed(g, l.probeFor, probeRedis)
 end
+_M.finish = finish
 return _M

@@ -1,6 +1,5 @@
 -- Generated from src/resty/dlock/gateway/rate.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local fields, str_format, tbl_concat, math_ceil, ngx_
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
 local shared = require("resty.dlock.gateway.common")
@@ -8,7 +7,26 @@ local digest = require("resty.dlock.gateway.digest")
 local fallback = require("resty.dlock.gateway.rate_local")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
-function fields(g, reply)
+local decide = core.decide
+local str_format = string.format
+local tbl_concat = table.concat
+local math_ceil = math.ceil
+local hashed = digest.key
+local str_sub = string.sub
+local lua_pairs = pairs
+local lua_tostring = tostring
+local lua_type = type
+local math_floor = math.floor
+local lua_setmetatable = setmetatable
+local ngx_ = ngx
+local incr = stats.incr
+--- Entries of `seen` before the dead ones are swept.
+local SEEN_SWEEP = 1000
+local function finish(g, status, retryAfterMs)
+    return shared.refuse(g._headers, status, retryAfterMs)
+end
+--- The RateLimit fields of a reply.
+local function fields(g, reply)
     local header = ngx_.header
     header["RateLimit-Policy"] = g._policy
     local items = g._items
@@ -29,24 +47,6 @@ function fields(g, reply)
         )
     end
     header.RateLimit = tbl_concat(parts, ", ")
-end
-local decide = core.decide
-str_format = string.format
-tbl_concat = table.concat
-math_ceil = math.ceil
-local hashed = digest.key
-local str_sub = string.sub
-local lua_pairs = pairs
-local lua_tostring = tostring
-local lua_type = type
-local math_floor = math.floor
-local lua_setmetatable = setmetatable
-ngx_ = ngx
-local incr = stats.incr
---- Entries of `seen` before the dead ones are swept.
-local SEEN_SWEEP = 1000
-local function finish(g, status, retryAfterMs)
-    return shared.refuse(g._headers, status, retryAfterMs)
 end
 local function onRedisFailure(g, k)
     if g._shares ~= nil then

@@ -1,11 +1,42 @@
 -- Generated from src/resty/dlock/gateway/releases.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local failed, raised, finish, finishSafely, work, drain, schedule, enqueue, ngx_log, ERR, WARN, timer_at, thread_spawn, worker_exiting, math_min, thread_wait, lua_pcall, lua_tostring, semaphore, qOwner, qLease, qHold, head, tail, draining, pending, MAX_DRAINERS, alive, idle, woken, PARALLEL, IDLE, SHARE, sema
 local check = require("resty.dlock.core.check")
 local batch = require("resty.dlock.core.batch")
 local lease = require("resty.dlock.core.lease")
 local stats = require("resty.dlock.gateway.stats")
-function failed(owner, what, err)
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local timer_at = ngx.timer.at
+local thread_spawn = ngx.thread.spawn
+local worker_exiting = ngx.worker.exiting
+local math_min = math.min
+local thread_wait = ngx.thread.wait
+local lua_pcall = pcall
+local lua_tostring = tostring
+local semaphore = require("ngx.semaphore")
+local qOwner = {}
+local qLease = {}
+--- ms to keep the key instead of releasing it (0: release).
+local qHold = {}
+local head = 1
+local tail = 0
+--- Drain timers started (at most MAX_DRAINERS), and those of them not running yet.
+local draining = 0
+local pending = 0
+local MAX_DRAINERS = 8
+--- Release threads alive, at most PARALLEL (releases on their way at once); those waiting for work; posts they have not taken.
+local alive = 0
+local idle = 0
+local woken = 0
+local PARALLEL = 128
+--- Seconds a thread waits for work before it ends.
+local IDLE = 0.5
+--- Leases one thread sees to before it ends (its timer then hands over to a fresh one).
+local SHARE = 4096
+--- Made in the worker, at its first release.
+local sema
+local function failed(owner, what, err)
     stats.incr(owner._dict, owner.name, "redis_errors")
     ngx_log(
         WARN,
@@ -17,14 +48,15 @@ function failed(owner, what, err)
         check.reason(err)
     )
 end
-function raised(err)
+local function raised(err)
     ngx_log(
         ERR,
         "dlock: gateway release queue: ",
         check.text(err)
     )
 end
-function finish(owner, l, ms)
+--- Release l, or keep it ms more.
+local function finish(owner, l, ms)
     if ms > 0 then
         local ok, err = l:extend(ms)
         if ok == nil and err ~= "not_owner" then
@@ -45,13 +77,15 @@ function finish(owner, l, ms)
         )
     end
 end
-function finishSafely(owner, l, ms)
+--- A light thread's body: never raises (an aborted thread would log its own error line).
+local function finishSafely(owner, l, ms)
     local ok, err = lua_pcall(finish, owner, l, ms)
     if not ok then
         raised(err)
     end
 end
-function work()
+--- A release thread: sees to queued leases one at a time until the queue stays empty for IDLE s, or its share is done.
+local function work()
     local done = 0
     while done < SHARE do
         if head > tail then
@@ -80,7 +114,8 @@ function work()
     end
     alive = alive - 1
 end
-function drain(premature)
+local schedule
+local function drain(premature)
     pending = pending - 1
     local threads = {}
     local want = math_min(tail - head + 1, PARALLEL - alive)
@@ -99,7 +134,7 @@ function drain(premature)
     draining = draining - 1
     schedule()
 end
-function schedule()
+schedule = function()
     local backlog = tail - head + 1
     if backlog <= 0 then
         return
@@ -138,38 +173,14 @@ function schedule()
         )
     end
 end
-function enqueue(owner, l, holdMs)
+--- Queue the end of a lease for a timer: release it, or keep it `hold` more ms.
+local function enqueue(owner, l, holdMs)
     tail = tail + 1
     qOwner[tail] = owner
     qLease[tail] = l
     qHold[tail] = holdMs
     schedule()
 end
-ngx_log = ngx.log
-ERR = ngx.ERR
-WARN = ngx.WARN
-timer_at = ngx.timer.at
-thread_spawn = ngx.thread.spawn
-worker_exiting = ngx.worker.exiting
-math_min = math.min
-thread_wait = ngx.thread.wait
-lua_pcall = pcall
-lua_tostring = tostring
-semaphore = require("ngx.semaphore")
-qOwner = {}
-qLease = {}
-qHold = {}
-head = 1
-tail = 0
-draining = 0
-pending = 0
-MAX_DRAINERS = 8
-alive = 0
-idle = 0
-woken = 0
-PARALLEL = 128
-IDLE = 0.5
-SHARE = 4096
 --- End a request's lease: release it, or keep it holdMs more. A release rides
 -- the worker's next pipeline with nobody waiting for it (lease.post): no
 -- timer, no thread, no wait for the reply; one that cannot (or that Redis did

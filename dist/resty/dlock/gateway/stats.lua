@@ -55,7 +55,7 @@ local function gaugeKey(guard, name)
     end
     return key
 end
-function _M.incr(dict, guard, event)
+local function incr(dict, guard, event)
     dict:incr(
         keys(guard).events[event],
         1,
@@ -66,7 +66,7 @@ function _M.count(dict, guard, event)
     local v = dict:get(keys(guard).events[event])
     return lua_type(v) == "number" and v or 0
 end
-function _M.breakerState(dict, guard)
+local function breakerState(dict, guard)
     local k = keys(guard)
     if (dict:get(k.open)) ~= nil then
         return "open"
@@ -81,7 +81,7 @@ end
 -- for up to probeFor seconds), has found Redis back: meanwhile requests keep
 -- deciding locally, none waits on a Redis that may still be gone.
 function _M.probed(g, probeFor, probe)
-    if _M.breakerState(g._dict, g.name) ~= "half_open" then
+    if breakerState(g._dict, g.name) ~= "half_open" then
         return true
     end
     local first = g._dict:add("b:probe:" .. g.name, true, probeFor)
@@ -103,7 +103,7 @@ function _M.breakerOpen(dict, guard)
     return (dict:get(keys(guard).open)) ~= nil
 end
 --- Count a Redis failure; open the breaker after `threshold` in a row, or at once when half open.
-function _M.failure(dict, guard, threshold, cooldownMs)
+local function failure(dict, guard, threshold, cooldownMs)
     local k = keys(guard)
     local trip = (dict:get(k.fail)) == HALF
     if not trip then
@@ -113,7 +113,7 @@ function _M.failure(dict, guard, threshold, cooldownMs)
     if trip and (dict:get(k.open)) == nil then
         dict:set(k.open, true, cooldownMs / 1000)
         dict:set(k.fail, HALF)
-        _M.incr(dict, guard, "breaker_opened")
+        incr(dict, guard, "breaker_opened")
         ngx_log(
             ERR,
             "dlock: guard ",
@@ -137,8 +137,8 @@ function _M.success(dict, guard)
     end
 end
 --- Redis failed a guard: told to the breaker, logged (a probe of a half-open breaker stops here).
-function _M.noteFailure(g, err)
-    _M.failure(g._dict, g.name, g._breakerFailures, g._breakerCooldown)
+local function noteFailure(g, err)
+    failure(g._dict, g.name, g._breakerFailures, g._breakerCooldown)
     ngx_log(
         ERR,
         "dlock: guard ",
@@ -149,18 +149,18 @@ function _M.noteFailure(g, err)
 end
 --- Redis failed a request's call: counted as redis_errors, then as noteFailure.
 function _M.redisFailed(g, err)
-    _M.incr(g._dict, g.name, "redis_errors")
-    _M.noteFailure(g, err)
+    incr(g._dict, g.name, "redis_errors")
+    noteFailure(g, err)
 end
 --- Redis cannot decide and nothing local does: true when on_error = "allow"
 -- lets the request through (counted failed_open), false when the guard must
 -- refuse it (counted failed_closed).
 function _M.failedOpen(g)
     if g._onError == "allow" then
-        _M.incr(g._dict, g.name, "failed_open")
+        incr(g._dict, g.name, "failed_open")
         return true
     end
-    _M.incr(g._dict, g.name, "failed_closed")
+    incr(g._dict, g.name, "failed_closed")
     return false
 end
 --- Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx.
@@ -176,4 +176,8 @@ function _M.gauge(dict, guard, name)
     local v = dict:get(gaugeKey(guard, name))
     return lua_type(v) == "number" and v or 0
 end
+_M.breakerState = breakerState
+_M.failure = failure
+_M.incr = incr
+_M.noteFailure = noteFailure
 return _M

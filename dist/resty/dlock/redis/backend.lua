@@ -1,21 +1,21 @@
 -- Generated from src/resty/dlock/redis/backend.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local backendOf, BY_TOPOLOGY
 local redis = require("resty.dlock.redis.client")
 local scripts = require("resty.dlock.redis.scripts")
 local cluster = require("resty.dlock.redis.cluster")
 local quorum = require("resty.dlock.redis.quorum")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local single = require("resty.dlock.redis.single")
-function backendOf(conf)
-    return conf.backend or BY_TOPOLOGY[conf.topology]
-end
-BY_TOPOLOGY = {}
+local BY_TOPOLOGY = {}
 BY_TOPOLOGY.standalone = single.backend
 BY_TOPOLOGY.unix = single.backend
 BY_TOPOLOGY.sentinel = single.backend
 BY_TOPOLOGY.cluster = cluster.backend
 BY_TOPOLOGY.redlock = quorum.backend
+--- Status pages list every configuration parsed, also those made without a factory (redis.parse).
+local function backendOf(conf)
+    return conf.backend or BY_TOPOLOGY[conf.topology]
+end
 --- The `redis` option table of a factory (redis.parse), with the backend that will serve it.
 function _M.parse(v, dict)
     local conf, err = redis.parse(v, dict)

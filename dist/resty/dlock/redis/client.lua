@@ -1,6 +1,5 @@
 -- Generated from src/resty/dlock/redis/client.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local known
 local check = require("resty.dlock.core.check")
 local clientcert = require("resty.dlock.redis.clientcert")
 local derived = require("resty.dlock.redis.derived")
@@ -187,6 +186,8 @@ _M.REDIS = {
     }
 }
 local redisOptions = schema.compile("redis", _M.REDIS)
+--- Per endpoint, the first configuration seen for it: what status pages show of the topology.
+local known = {}
 --- Validate the `redis` option table of dlock.new and friends. `dict` is the
 -- factory's lua_shared_dict: the eviction finding is shared there.
 function _M.parse(v, dict)
@@ -294,8 +295,6 @@ function _M.parse(v, dict)
     end
     return conf, nil
 end
---- Per endpoint, the first configuration seen for it: what status pages show of the topology.
-known = {}
 --- The Redis endpoints factories of this worker were made for (bounded by distinct configurations).
 function _M.endpoints()
     return known

@@ -1,23 +1,55 @@
 -- Generated from src/resty/dlock/redis/cluster.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local suspicious, replied, follow, pipelined, asking_call, nodeOf, ngx_sleep, lua_tostring, lua_tonumber, lua_unpack, withoutKey, str_find, str_match, str_gsub, str_format, TRYAGAIN_PAUSE
 local argList = require("resty.dlock.redis.args")
 local map = require("resty.dlock.redis.slotmap")
 local pipeline = require("resty.dlock.redis.pipeline")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local perTarget = require("resty.dlock.redis.targets")
 local scripts = require("resty.dlock.redis.scripts")
-function suspicious(fault)
+local pipelined = pipeline.call
+local posted = pipeline.post
+local asking_call = roundtrip.asking
+local many = perTarget.many
+local forTarget = scripts.forTarget
+local tagged = scripts.tagged
+local state = map.state
+local route = map.route
+local slot = map.slot
+local nodeOf = map.nodeOf
+local nodeAt = map.nodeAt
+local known = map.known
+local ngx_now = ngx.now
+local ngx_sleep = ngx.sleep
+local lua_tostring = tostring
+local lua_type = type
+local lua_tonumber = tonumber
+local lua_unpack = unpack
+local lua_select = select
+local forward = argList.forward
+local listOf = argList.listOf
+local withoutKey = argList.withoutKey
+local str_find = string.find
+local str_match = string.match
+local str_gsub = string.gsub
+local str_format = string.format
+local math_floor = math.floor
+--- Seconds between tries of a script Redis answered TRYAGAIN (its slot is migrating).
+local TRYAGAIN_PAUSE = 0.02
+--- Might this failure mean the map is wrong (a dead master, a lost slot)? Any
+-- fault may: reading the map again costs one round trip per REFRESH_GAP.
+local function suspicious(fault)
     return fault ~= nil and fault ~= "replicas"
 end
-function replied(node, err)
+--- Did the node answer (an error reply such as "ERR ..." or "WRONGTYPE ..."), rather than not being reached?
+local function replied(node, err)
     local code = str_match(
         lua_tostring(err),
         "^dlock: redis " .. (str_gsub(node.endpoint, "%p", "%%%0")) .. ": (%u%u+) "
     )
     return code ~= nil and code ~= "TLS"
 end
-function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
+--- After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means.
+local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
     local node = first
     local asking = false
     local script = s
@@ -81,34 +113,6 @@ function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
     end
     return nil, str_format("dlock: redis %s: key %s redirected more than %d times (redis.cluster.max_redirects)", conf.endpoint, rkey, conf.max_redirects), "transient"
 end
-pipelined = pipeline.call
-local posted = pipeline.post
-asking_call = roundtrip.asking
-local many = perTarget.many
-local forTarget = scripts.forTarget
-local tagged = scripts.tagged
-local state = map.state
-local route = map.route
-local slot = map.slot
-nodeOf = map.nodeOf
-local nodeAt = map.nodeAt
-local known = map.known
-local ngx_now = ngx.now
-ngx_sleep = ngx.sleep
-lua_tostring = tostring
-local lua_type = type
-lua_tonumber = tonumber
-lua_unpack = unpack
-local lua_select = select
-local forward = argList.forward
-local listOf = argList.listOf
-withoutKey = argList.withoutKey
-str_find = string.find
-str_match = string.match
-str_gsub = string.gsub
-str_format = string.format
-local math_floor = math.floor
-TRYAGAIN_PAUSE = 0.02
 --- Run s for rkey on the master of its slot; what went wrong is looked at in
 -- follow(). Its arguments come as locals, read by call() before slot()'s loop:
 -- the trace LuaJIT starts where that loop exits comes back here, and would

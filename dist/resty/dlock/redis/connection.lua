@@ -1,6 +1,5 @@
 -- Generated from src/resty/dlock/redis/connection.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local masterOf, refusedForGood, isMaster, lua_tostring, lua_type, ngx_log, NOTICE, str_match, sentinel_forget, sentinelMasters, roleRefused
 local schema = require("resty.dlock.core.schema")
 local redis = require("resty.dlock.redis.client")
 local derived = require("resty.dlock.redis.derived")
@@ -8,78 +7,18 @@ local eviction = require("resty.dlock.redis.eviction")
 local hints = require("resty.dlock.redis.hints")
 local sentinel = require("resty.dlock.redis.sentinel")
 local setup = require("resty.dlock.redis.setup")
-function masterOf(conf, host, port)
-    local name = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
-    local m = sentinelMasters[name]
-    if m == nil then
-        m = derived.node(conf, host, port)
-        sentinelMasters[name] = m
-    end
-    return m
-end
---- The server may no longer be the master (a connection error, READONLY,
--- LOADING): with Sentinel, ask the sentinels again on the next connection.
-function _M.stale(conf)
-    if conf.sentinel ~= nil then
-        sentinel_forget(conf.pool)
-    end
-end
-function refusedForGood(err)
-    local code = str_match(
-        lua_tostring(err),
-        "^(%u+)"
-    )
-    return code == "NOPERM" or (str_match(
-        lua_tostring(err),
-        "^ERR unknown command"
-    )) ~= nil
-end
-function isMaster(red, conf, host, port)
-    local who = (conf.credentials ~= nil and conf.credentials.digest or "") .. "@" .. host .. ":" .. lua_tostring(port)
-    if roleRefused[who] ~= nil then
-        return nil
-    end
-    local role, err = red:role()
-    if lua_type(role) == "table" and role[1] == "master" then
-        return nil
-    end
-    if role == false and refusedForGood(err) then
-        if roleRefused[who] ~= nil then
-            return nil
-        end
-        roleRefused[who] = true
-        ngx_log(
-            NOTICE,
-            "dlock: redis ",
-            conf.endpoint,
-            ": ROLE on ",
-            host,
-            ":",
-            port,
-            " refused (",
-            err,
-            "): taking the sentinels' word that it is the master (a demoted one refuses lock writes: READONLY)"
-        )
-        return nil
-    end
-    sentinel_forget(conf.pool)
-    if lua_type(role) ~= "table" then
-        return "dlock: redis " .. conf.endpoint .. ": ROLE on " .. host .. ":" .. lua_tostring(port) .. " failed: " .. lua_tostring(err) .. "; asking the sentinels again"
-    end
-    return "dlock: redis " .. conf.endpoint .. ": " .. host .. ":" .. lua_tostring(port) .. " is a " .. lua_tostring(role[1]) .. ", not the master (a failover is under way); asking the sentinels again"
-end
 local client = redis.library
 local hasTimeouts = redis.hasTimeouts
-lua_tostring = tostring
-lua_type = type
+local lua_tostring = tostring
+local lua_type = type
 local lua_rawget = rawget
-ngx_log = ngx.log
-NOTICE = ngx.NOTICE
-str_match = string.match
+local ngx_log = ngx.log
+local NOTICE = ngx.NOTICE
+local str_match = string.match
 local str_find = string.find
 local sentinel_cached = sentinel.cached
 local sentinel_discover = sentinel.discover
-sentinel_forget = sentinel.forget
+local sentinel_forget = sentinel.forget
 local setup_run = setup.run
 local tls_port = hints.tlsPort
 local unconnected = hints.unconnected
@@ -93,9 +32,16 @@ local thread_kill = ngx.thread.kill
 local lua_pcall = pcall
 local semaphore = require("ngx.semaphore")
 local sem_new = semaphore.new
+--- The server may no longer be the master (a connection error, READONLY,
+-- LOADING): with Sentinel, ask the sentinels again on the next connection.
+local function stale(conf)
+    if conf.sentinel ~= nil then
+        sentinel_forget(conf.pool)
+    end
+end
 --- The client's cosocket. Both lua-resty-redis 0.27 and 0.33 keep it in the
 -- private `_sock` field; this is the one place that knows.
-function _M.socket(red)
+local function socket(red)
     return lua_rawget(red, "_sock")
 end
 local function connectThen(red, target, portOrOpts, opts, done)
@@ -174,7 +120,74 @@ local function open(host, port, timeout)
     if ok == nil then
         return nil, nil, unconnected(err)
     end
-    return red, _M.socket(red), nil
+    return red, socket(red), nil
+end
+--- Per Sentinel pool and master address: that master as a server of its own (for the eviction check).
+local sentinelMasters = {}
+local function masterOf(conf, host, port)
+    local name = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
+    local m = sentinelMasters[name]
+    if m == nil then
+        m = derived.node(conf, host, port)
+        sentinelMasters[name] = m
+    end
+    return m
+end
+--- Masters ("<credentials digest>@host:port") whose user may not run ROLE: an
+-- ACL without
+-- 
+-- @admin or
+-- @dangerous (a lock user's usual rights), or ROLE
+-- renamed away. Asked once, whichever pool (the locks', the wake-ups') asks.
+local roleRefused = {}
+--- An error reply that every later ROLE on that server would get too.
+local function refusedForGood(err)
+    local code = str_match(
+        lua_tostring(err),
+        "^(%u+)"
+    )
+    return code == "NOPERM" or (str_match(
+        lua_tostring(err),
+        "^ERR unknown command"
+    )) ~= nil
+end
+--- ROLE on a fresh connection to the master Sentinel named: a just-demoted one
+-- must not take locks. A server that refuses ROLE to this user is taken on the
+-- sentinels' word: a demoted master is a read-only replica, which refuses
+-- every lock write with READONLY, and that has the sentinels asked again.
+local function isMaster(red, conf, host, port)
+    local who = (conf.credentials ~= nil and conf.credentials.digest or "") .. "@" .. host .. ":" .. lua_tostring(port)
+    if roleRefused[who] ~= nil then
+        return nil
+    end
+    local role, err = red:role()
+    if lua_type(role) == "table" and role[1] == "master" then
+        return nil
+    end
+    if role == false and refusedForGood(err) then
+        if roleRefused[who] ~= nil then
+            return nil
+        end
+        roleRefused[who] = true
+        ngx_log(
+            NOTICE,
+            "dlock: redis ",
+            conf.endpoint,
+            ": ROLE on ",
+            host,
+            ":",
+            port,
+            " refused (",
+            err,
+            "): taking the sentinels' word that it is the master (a demoted one refuses lock writes: READONLY)"
+        )
+        return nil
+    end
+    sentinel_forget(conf.pool)
+    if lua_type(role) ~= "table" then
+        return "dlock: redis " .. conf.endpoint .. ": ROLE on " .. host .. ":" .. lua_tostring(port) .. " failed: " .. lua_tostring(err) .. "; asking the sentinels again"
+    end
+    return "dlock: redis " .. conf.endpoint .. ": " .. host .. ":" .. lua_tostring(port) .. " is a " .. lua_tostring(role[1]) .. ", not the master (a failover is under way); asking the sentinels again"
 end
 --- A ready connection from the pool (or a fresh one, authenticated and with the
 -- db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
@@ -228,7 +241,7 @@ function _M.connect(conf)
         )
     end
     if ok == nil then
-        _M.stale(conf)
+        stale(conf)
         local why = unconnected(err)
         if conf.sentinel ~= nil then
             return nil, "dlock: redis " .. conf.endpoint .. ": master " .. host .. ":" .. lua_tostring(port) .. ": " .. why .. announced_by(why, hints.BY_SENTINELS)
@@ -242,7 +255,7 @@ function _M.connect(conf)
     if reused == 0 then
         local ierr = setup_run(
             red,
-            _M.socket(red),
+            socket(red),
             conf
         )
         if ierr == nil and conf.sentinel ~= nil then
@@ -261,7 +274,6 @@ function _M.connect(conf)
     end
     return red, nil
 end
-sentinelMasters = {}
 --- Hand the connection back. After a network error lua-resty-redis has already
 -- closed the socket (a read timeout closes it), so only healthy ones are pooled.
 function _M.done(red, conf, healthy)
@@ -269,8 +281,9 @@ function _M.done(red, conf, healthy)
         red:set_keepalive(conf.keepalive_timeout, conf.pool_size)
     else
         red:close()
-        _M.stale(conf)
+        stale(conf)
     end
 end
-roleRefused = {}
+_M.socket = socket
+_M.stale = stale
 return _M

@@ -4,7 +4,7 @@ local lua_tostring = tostring
 --- The TLS part of a pool name: a connection verified for one name (or not
 -- verified), or made with one client certificate (or none), never serves a
 -- factory that asks for another.
-function _M.tlsTag(c, cert)
+local function tlsTag(c, cert)
     if not c.ssl then
         return ""
     end
@@ -57,7 +57,7 @@ function _M.node(conf, host, port, announced)
     n.announced = announced
     n.path = nil
     n.endpoint = host .. ":" .. lua_tostring(port)
-    n.pool = "dlock:" .. _M.tlsTag(conf, conf.client_cert) .. n.endpoint .. ":" .. lua_tostring(conf.db)
+    n.pool = "dlock:" .. tlsTag(conf, conf.client_cert) .. n.endpoint .. ":" .. lua_tostring(conf.db)
     if conf.credentials ~= nil then
         n.pool = n.pool .. ":" .. conf.credentials.digest
     end
@@ -77,4 +77,5 @@ function _M.apart(conf, suffix)
     n.backlog = nil
     return n
 end
+_M.tlsTag = tlsTag
 return _M

@@ -12,13 +12,13 @@ local str_format = string.format
 local tbl_concat = table.concat
 local tbl_sort = table.sort
 --- The allowance for clock drift between masters over a ttl, in ms (redis.io: 1 % plus 2 ms).
-function _M.drift(ttl)
+local function drift(ttl)
     return math_floor(ttl * 0.01) + 2
 end
-function _M.majority(conf)
+local function majority(conf)
     return math_floor(#conf.nodes / 2) + 1
 end
-function _M.nowMs()
+local function nowMs()
     update_time()
     return ngx_now() * 1000
 end
@@ -58,7 +58,7 @@ end
 --- Release (1: deleted somewhere, 0: not ours anywhere) once a majority answered.
 function _M.decideRelease(conf, v)
     local deleted, answered = count(conf, v, 1)
-    if answered >= _M.majority(conf) then
+    if answered >= majority(conf) then
         return deleted > 0 and 1 or 0, nil, nil
     end
     return nil, "dlock: redis " .. conf.endpoint .. ": only " .. lua_tostring(answered) .. " of " .. lua_tostring(#conf.nodes) .. " masters answered the release (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
@@ -67,13 +67,13 @@ end
 function _M.decideExtend(conf, v, ttl, started)
     local extended, answered = count(conf, v, 1)
     local n = #conf.nodes
-    if extended >= _M.majority(conf) and _M.nowMs() - started + _M.drift(ttl) < ttl then
+    if extended >= majority(conf) and nowMs() - started + drift(ttl) < ttl then
         return 1, nil, nil
     end
-    if answered - extended > n - _M.majority(conf) then
+    if answered - extended > n - majority(conf) then
         return 0, nil, nil
     end
-    return nil, "dlock: redis " .. conf.endpoint .. ": extended on " .. lua_tostring(extended) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(_M.majority(conf)) .. " (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
+    return nil, "dlock: redis " .. conf.endpoint .. ": extended on " .. lua_tostring(extended) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(majority(conf)) .. " (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
 end
 --- Acquire: "OK" when a majority took the key in time. Otherwise the masters
 -- that took it give it back, and the answer is "busy" (the ms until enough
@@ -84,10 +84,10 @@ end
 -- reached or it took too long (a waiting acquire tries again).
 function _M.decideAcquire(conf, v, rkey, tok, ttl, started)
     local n = #conf.nodes
-    local need = _M.majority(conf)
+    local need = majority(conf)
     local took = count(conf, v, "OK")
-    local elapsed = _M.nowMs() - started
-    if took >= need and elapsed + _M.drift(ttl) < ttl then
+    local elapsed = nowMs() - started
+    if took >= need and elapsed + drift(ttl) < ttl then
         return "OK", nil, nil
     end
     local undone = true
@@ -121,4 +121,7 @@ function _M.decideAcquire(conf, v, rkey, tok, ttl, started)
     end
     return nil, "dlock: redis " .. conf.endpoint .. ": took the key on " .. lua_tostring(took) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(need) .. " (" .. errorsOf(conf, v) .. ")", "transient"
 end
+_M.drift = drift
+_M.majority = majority
+_M.nowMs = nowMs
 return _M

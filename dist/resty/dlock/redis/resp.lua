@@ -1,15 +1,19 @@
 -- Generated from src/resty/dlock/redis/resp.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local lua_tostring
+local lua_tonumber = tonumber
+local lua_tostring = tostring
+local ngx_null = ngx.null
+local concat = table.concat
+local sub = string.sub
 --- Append the head of a command of n words.
-function _M.command(parts, n)
+local function command(parts, n)
     local i = #parts
     parts[i + 1] = "*"
     parts[i + 2] = n
     parts[i + 3] = "\r\n"
 end
 --- Append one word of a command.
-function _M.arg(parts, w)
+local function arg(parts, w)
     local s = lua_tostring(w)
     local i = #parts
     parts[i + 1] = "$"
@@ -18,17 +22,12 @@ function _M.arg(parts, w)
     parts[i + 4] = s
     parts[i + 5] = "\r\n"
 end
-local lua_tonumber = tonumber
-lua_tostring = tostring
-local ngx_null = ngx.null
-local concat = table.concat
-local sub = string.sub
 --- One command, encoded.
 function _M.encode(words)
     local parts = {}
-    _M.command(parts, #words)
+    command(parts, #words)
     for i = 1, #words do
-        _M.arg(parts, words[i])
+        arg(parts, words[i])
     end
     return concat(parts)
 end
@@ -124,4 +123,6 @@ function _M.read(r)
     r.pos = next
     return v, err
 end
+_M.arg = arg
+_M.command = command
 return _M

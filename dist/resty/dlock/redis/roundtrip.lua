@@ -1,82 +1,27 @@
 -- Generated from src/resty/dlock/redis/roundtrip.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local unreachable, at, lost, sendAll, sendOn, lua_tostring, connect, done, socket, commands, fail
 local check = require("resty.dlock.core.check")
 local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
 local hints = require("resty.dlock.redis.hints")
-function unreachable(conf)
-    return conf.sentinel ~= nil and "transient" or "failed"
-end
-function at(which, k)
-    return which == nil and k or which[k]
-end
-function lost(conf, b, which, k, why)
-    local n = which == nil and #b.jobs or #which
-    for m = k, n do
-        local j = b.jobs[at(which, m)]
-        j.res = nil
-        j.err = "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(why) .. " during " .. j.s.name
-        j.fault = "lost"
-    end
-end
-function sendAll(conf, sock, b, which, payload)
-    local sent, serr = sock:send(payload)
-    if sent == nil then
-        lost(
-            conf,
-            b,
-            which,
-            1,
-            serr
-        )
-        return false
-    end
-    return true
-end
-function sendOn(conf, b, red)
-    if red == nil then
-        local fresh, cerr = connect(conf)
-        if fresh == nil then
-            fail(
-                b,
-                cerr,
-                unreachable(conf)
-            )
-            return nil
-        end
-        red = fresh
-    end
-    if not sendAll(
-        conf,
-        socket(red),
-        b,
-        nil,
-        b.asking and commands(b, nil, false) or b.parts
-    ) then
-        done(red, conf, false)
-        return nil
-    end
-    return red
-end
-lua_tostring = tostring
+local lua_tostring = tostring
 local lua_type = type
 local str_sub = string.sub
 local str_find = string.find
 local str_format = string.format
 local str_match = string.match
-connect = connection.connect
-done = connection.done
+local connect = connection.connect
+local done = connection.done
 local stale = connection.stale
-socket = connection.socket
+local socket = connection.socket
 local reader = resp.reader
 local read = resp.read
 local drained = resp.drained
 local add = command.add
 local batchOf = command.batchOf
-commands = command.commands
-fail = command.fail
+local commands = command.commands
+local fail = command.fail
 local turned_away = hints.turnedAway
 local closed_after = hints.closedAfter
 local no_scripts = hints.noScripts
@@ -113,6 +58,41 @@ local function refused(conf, err)
         return scriptless, fault
     end
     return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err), fault
+end
+--- The fault of a connection that could not be made (nothing was sent). Behind
+-- Sentinel a master that cannot be reached is most likely being replaced: the
+-- sentinels are asked again, and a waiting acquire tries again ("transient").
+local function unreachable(conf)
+    return conf.sentinel ~= nil and "transient" or "failed"
+end
+--- Index k of the jobs `which` of b (nil: all of them, in order).
+local function at(which, k)
+    return which == nil and k or which[k]
+end
+--- The jobs `which` (from k on) were sent, and their replies never came.
+local function lost(conf, b, which, k, why)
+    local n = which == nil and #b.jobs or #which
+    for m = k, n do
+        local j = b.jobs[at(which, m)]
+        j.res = nil
+        j.err = "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(why) .. " during " .. j.s.name
+        j.fault = "lost"
+    end
+end
+--- Send the commands of the jobs `which`; false when the connection failed (then they are lost).
+local function sendAll(conf, sock, b, which, payload)
+    local sent, serr = sock:send(payload)
+    if sent == nil then
+        lost(
+            conf,
+            b,
+            which,
+            1,
+            serr
+        )
+        return false
+    end
+    return true
 end
 --- Read the replies of the jobs `which` in turn; those that met NOSCRIPT (unless `body`: EVAL was sent).
 local function replies(conf, sock, b, which, body)
@@ -201,6 +181,32 @@ local function replicated(red, conf, s)
         )
     end
     return "dlock: redis " .. conf.endpoint .. ": WAIT for replicas after the " .. s.name .. " failed: " .. lua_tostring(err)
+end
+--- As send, on `red` when given (a connection the batch before left fit).
+local function sendOn(conf, b, red)
+    if red == nil then
+        local fresh, cerr = connect(conf)
+        if fresh == nil then
+            fail(
+                b,
+                cerr,
+                unreachable(conf)
+            )
+            return nil
+        end
+        red = fresh
+    end
+    if not sendAll(
+        conf,
+        socket(red),
+        b,
+        nil,
+        b.asking and commands(b, nil, false) or b.parts
+    ) then
+        done(red, conf, false)
+        return nil
+    end
+    return red
 end
 --- Send b's calls as one pipeline on a pooled connection: the connection to
 -- read their replies from (finish), or nil when it failed (b's calls say so).

@@ -35,7 +35,7 @@ function _M.isOne(reply)
     return reply == 1
 end
 --- The part of a key Redis Cluster hashes: the inside of the first non-empty {...}, else the whole key.
-function _M.hashed(key)
+local function hashed(key)
     local open = str_find(key, "{", 1, true)
     if open ~= nil then
         local close = str_find(key, "}", open + 1, true)
@@ -47,7 +47,7 @@ function _M.hashed(key)
 end
 --- Does the key carry a hash tag of its own (then keys built on it share its slot)?
 local function tagged(key)
-    return _M.hashed(key) ~= key
+    return hashed(key) ~= key
 end
 --- The waiters' queue of lock key rkey. Under Cluster it must share the lock
 -- key's slot: a hash tag of the whole key, unless it has one (then the suffix
@@ -123,4 +123,5 @@ end
 _M.tagged = tagged
 _M.queueKey = queueKey
 _M.readersKey = readersKey
+_M.hashed = hashed
 return _M

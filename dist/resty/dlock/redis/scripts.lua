@@ -6,21 +6,21 @@ _M.tagged = base.tagged
 _M.queueKey = base.queueKey
 _M.readersKey = base.readersKey
 _M.forTarget = base.forTarget
-_M.script = base.script
-_M.isOk = base.isOk
-_M.isOkFenced = base.isOkFenced
-_M.isOne = base.isOne
-_M.FREES = base.FREES
+local script = base.script
+local isOk = base.isOk
+local isOkFenced = base.isOkFenced
+local isOne = base.isOne
+local FREES = base.FREES
 local BUSY = "\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t ~= 'string' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')\nend\nreturn redis.call('PTTL', KEYS[1])\n"
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms.
 -- Returns "OK" when acquired, else the holder's PTTL (-1: the key has no TTL).
 -- A key of another type is an error, not "busy": someone else's data sits there.
-_M.ACQUIRE = _M.script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 'OK'\nend" .. BUSY, 1, _M.isOk)
+_M.ACQUIRE = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 'OK'\nend" .. BUSY, 1, isOk)
 --- Fencing: as ACQUIRE, with KEYS[2] a counter that only grows (it never
 -- expires). Returns { "OK", fence } when acquired: the fence is larger than
 -- that of every earlier holder of the key, so a resource that remembers the
 -- largest fence it has seen can turn away a holder whose lease ran out.
-_M.ACQUIRE_FENCED = _M.script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend" .. BUSY, 2, _M.isOkFenced)
+_M.ACQUIRE_FENCED = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend" .. BUSY, 2, isOkFenced)
 --- Releases are announced on CHANNEL .. <lock key>: waiters anywhere in the
 -- fleet subscribe per key (wakeups.ts); with nobody subscribed, PUBLISH costs
 -- Redis a hash lookup. redis.pcall: an ACL user without channel permissions
@@ -28,13 +28,13 @@ _M.ACQUIRE_FENCED = _M.script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1
 _M.CHANNEL = "dlock:released:"
 local PUBLISH = "redis.pcall('PUBLISH', '" .. _M.CHANNEL .. "' .. KEYS[1], '')\n"
 --- KEYS[1] lock key, ARGV[1] token. 1 when deleted (and announced), 0 when the key is not ours.
-_M.RELEASE = _M.script(
+_M.RELEASE = script(
     "release",
     "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  " .. PUBLISH .. "  return 1\nend\nreturn 0\n",
     1,
     nil,
     nil,
-    _M.FREES
+    FREES
 )
 --- ms a key handed to the first waiter in line stays reserved for it. A woken
 -- waiter comes within a round trip; one without a live subscription polls at
@@ -53,78 +53,83 @@ end
 -- holder (-1: no TTL), ticket, place } where the ticket ("" when not waiting)
 -- is what the caller sends back with its next attempt, and place is how many
 -- wait ahead of it (-1 without a ticket).
-_M.ACQUIRE_QUEUED = _M.script(
+_M.ACQUIRE_QUEUED = script(
     "acquire",
     queuedAcquire("'OK'"),
     2,
-    _M.isOk,
+    isOk,
     _M.ACQUIRE
 )
 --- As ACQUIRE_QUEUED, with KEYS[2] the fence counter (the queue KEYS[3]): { "OK", fence } when taken.
-_M.ACQUIRE_QUEUED_FENCED = _M.script(
+_M.ACQUIRE_QUEUED_FENCED = script(
     "acquire",
     queuedAcquire("{ 'OK', redis.call('INCR', KEYS[2]) }"),
     3,
-    _M.isOkFenced,
+    isOkFenced,
     _M.ACQUIRE_FENCED
 )
 --- KEYS[1] lock key, KEYS[2] queue, ARGV[1] token. When deleted: the token of
 -- the first waiter in line, handed the key, or 1 with nobody in line (then
 -- nobody is told: waiters are in line); 0 when the key is not ours.
-_M.RELEASE_QUEUED = _M.script(
+_M.RELEASE_QUEUED = script(
     "release",
     _M.QUEUE .. "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return 1 end\n" .. _M.LINE .. "clock()\nreturn pass_on()\n",
     2,
     nil,
     _M.RELEASE,
-    _M.FREES
+    FREES
 )
 --- KEYS[1] lock key, Q queue, ARGV[1] token: a waiter that is gone (gave
 -- up, killed, its worker dead) or an acquire whose reply was lost. Its ticket
 -- leaves the queue, and a key handed (or taken) by it is passed on: 1 or the
 -- next waiter's token then (as RELEASE_QUEUED), else 0.
-_M.DROP = _M.script(
+_M.DROP = script(
     "drop",
     _M.QUEUE .. _M.LINE .. "clock()\n" .. _M.LEAVE .. "if redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
     2,
     nil,
     _M.RELEASE,
-    _M.FREES
+    FREES
 )
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
-_M.EXTEND = _M.script(
+_M.EXTEND = script(
     "extend",
     "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\nend\nreturn 0\n",
     1,
-    _M.isOne,
+    isOne,
     nil,
-    _M.FREES
+    FREES
 )
 local NOW = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] permits.
 -- "OK" when a permit was taken, else ms until the earliest permit expires.
-_M.SEM_ACQUIRE = _M.script("semaphore acquire", NOW .. "\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return 'OK'\nend\nlocal first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\nreturn tonumber(first[2]) - now\n", 1, _M.isOk)
+_M.SEM_ACQUIRE = script("semaphore acquire", NOW .. "\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return 'OK'\nend\nlocal first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\nreturn tonumber(first[2]) - now\n", 1, isOk)
 --- KEYS[1] set, ARGV[1] token. 1 when our live permit was returned (and announced), else 0.
-_M.SEM_RELEASE = _M.script(
+_M.SEM_RELEASE = script(
     "semaphore release",
     NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp then return 0 end\nredis.call('ZREM', KEYS[1], ARGV[1])\nif tonumber(exp) <= now then return 0 end\n" .. PUBLISH .. "return 1\n",
     1,
     nil,
     nil,
-    _M.FREES
+    FREES
 )
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0.
-_M.SEM_EXTEND = _M.script(
+_M.SEM_EXTEND = script(
     "semaphore extend",
     NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', KEYS[1], ARGV[1])\n  return 0\nend\nlocal until_ms = now + tonumber(ARGV[2])\nredis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])\nif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n  redis.call('PEXPIREAT', KEYS[1], until_ms)\nend\nreturn 1\n",
     1,
-    _M.isOne,
+    isOne,
     nil,
-    _M.FREES
+    FREES
 )
 _M.ACQUIRE.undo = _M.RELEASE
 _M.ACQUIRE_FENCED.undo = _M.RELEASE
 _M.ACQUIRE_QUEUED.undo = _M.DROP
 _M.ACQUIRE_QUEUED_FENCED.undo = _M.DROP
 _M.SEM_ACQUIRE.undo = _M.SEM_RELEASE
+_M.script = script
+_M.isOk = isOk
+_M.isOkFenced = isOkFenced
+_M.isOne = isOne
+_M.FREES = FREES
 return _M

@@ -1,10 +1,85 @@
 -- Generated from src/resty/dlock/redis/sentinel.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local ask, lua_tonumber, lua_tostring, lua_type, literal, ngx_now, ngx_null, str_len, str_sub, tbl_concat, tbl_insert, tbl_remove, tls_port, away_why, masters
 local schema = require("resty.dlock.core.schema")
 local hints = require("resty.dlock.redis.hints")
 local setup = require("resty.dlock.redis.setup")
-function ask(pool, s, open, timeout, tls)
+local lua_tonumber = tonumber
+local lua_tostring = tostring
+local lua_type = type
+local literal = schema.literal
+local ngx_now = ngx.now
+local ngx_null = ngx.null
+local str_len = string.len
+local str_sub = string.sub
+local tbl_concat = table.concat
+local tbl_insert = table.insert
+local tbl_remove = table.remove
+local tls_port = hints.tlsPort
+local away_why = hints.awayWhy
+--- The `redis.sentinel` table (README's table is checked against it: spec/options_spec.lua).
+_M.SENTINEL = {
+    {name = "master", kind = "string", maxLen = 255, required = true},
+    {name = "nodes", kind = "nodes", required = true},
+    {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}},
+    {name = "password", kind = "string", secret = true},
+    {name = "ssl", kind = "boolean", doc = "as `redis.ssl`"}
+}
+local validate = schema.compile("redis.sentinel", _M.SENTINEL)
+--- The `redis.sentinel` option table.
+function _M.parse(v)
+    local o, err = validate(v)
+    if o == nil then
+        return nil, err
+    end
+    local names = {}
+    for i = 1, #o.nodes do
+        names[#names + 1] = o.nodes[i].host .. ":" .. lua_tostring(o.nodes[i].port)
+    end
+    local id = tbl_concat(names, ",")
+    if o.ssl ~= nil then
+        id = id .. (o.ssl and "+tls" or "+plain")
+    end
+    return {
+        master = o.master,
+        id = id,
+        nodes = o.nodes,
+        credentials = setup.credentials(o.username, o.password),
+        ssl = o.ssl
+    }, nil
+end
+--- Seconds a worker trusts the sentinels' last answer. A failover is announced
+-- by the sentinels at once, but the old master goes on taking writes for
+-- several seconds before it is demoted: asking again every second moves every
+-- worker to the new master within a second, without waiting for an error.
+local FRESH = 1
+--- Per worker: the master found for a sentinel set (by pool name), and when.
+local masters = {}
+--- Pools whose sentinels a coroutine of this worker is asking right now.
+local asking = {}
+--- The master to use now: the sentinels' answer of less than FRESH seconds ago;
+-- or, while another coroutine of this worker is asking them again, the
+-- previous answer (one question per worker and second, not one per request in
+-- flight). nil: ask (discover).
+function _M.cached(pool)
+    local m = masters[pool]
+    if m == nil then
+        return nil
+    end
+    if ngx_now() - m.at <= FRESH or asking[pool] ~= nil then
+        return m.node
+    end
+    return nil
+end
+--- The master the sentinels named last (however long ago), for status pages.
+function _M.last(pool)
+    local m = masters[pool]
+    return m and m.node
+end
+--- Forget the master of this pool: the next connection asks the sentinels again.
+function _M.forget(pool)
+    masters[pool] = nil
+end
+local function ask(pool, s, open, timeout, tls)
     local errors = {}
     local ssl = s.ssl
     if ssl == nil then
@@ -65,81 +140,6 @@ function ask(pool, s, open, timeout, tls)
         errors[#errors + 1] = endpoint .. " " .. why .. tls_port(why, ssl, "redis.sentinel.ssl")
     end
     return nil, "dlock: redis sentinel " .. s.master .. ": no sentinel named the master (" .. tbl_concat(errors, "; ") .. ")"
-end
-lua_tonumber = tonumber
-lua_tostring = tostring
-lua_type = type
-literal = schema.literal
-ngx_now = ngx.now
-ngx_null = ngx.null
-str_len = string.len
-str_sub = string.sub
-tbl_concat = table.concat
-tbl_insert = table.insert
-tbl_remove = table.remove
-tls_port = hints.tlsPort
-away_why = hints.awayWhy
---- The `redis.sentinel` table (README's table is checked against it: spec/options_spec.lua).
-_M.SENTINEL = {
-    {name = "master", kind = "string", maxLen = 255, required = true},
-    {name = "nodes", kind = "nodes", required = true},
-    {name = "username", kind = "string", maxLen = 1024, requires = {{option = "password", must = "set"}}},
-    {name = "password", kind = "string", secret = true},
-    {name = "ssl", kind = "boolean", doc = "as `redis.ssl`"}
-}
-local validate = schema.compile("redis.sentinel", _M.SENTINEL)
---- The `redis.sentinel` option table.
-function _M.parse(v)
-    local o, err = validate(v)
-    if o == nil then
-        return nil, err
-    end
-    local names = {}
-    for i = 1, #o.nodes do
-        names[#names + 1] = o.nodes[i].host .. ":" .. lua_tostring(o.nodes[i].port)
-    end
-    local id = tbl_concat(names, ",")
-    if o.ssl ~= nil then
-        id = id .. (o.ssl and "+tls" or "+plain")
-    end
-    return {
-        master = o.master,
-        id = id,
-        nodes = o.nodes,
-        credentials = setup.credentials(o.username, o.password),
-        ssl = o.ssl
-    }, nil
-end
---- Seconds a worker trusts the sentinels' last answer. A failover is announced
--- by the sentinels at once, but the old master goes on taking writes for
--- several seconds before it is demoted: asking again every second moves every
--- worker to the new master within a second, without waiting for an error.
-local FRESH = 1
-masters = {}
---- Pools whose sentinels a coroutine of this worker is asking right now.
-local asking = {}
---- The master to use now: the sentinels' answer of less than FRESH seconds ago;
--- or, while another coroutine of this worker is asking them again, the
--- previous answer (one question per worker and second, not one per request in
--- flight). nil: ask (discover).
-function _M.cached(pool)
-    local m = masters[pool]
-    if m == nil then
-        return nil
-    end
-    if ngx_now() - m.at <= FRESH or asking[pool] ~= nil then
-        return m.node
-    end
-    return nil
-end
---- The master the sentinels named last (however long ago), for status pages.
-function _M.last(pool)
-    local m = masters[pool]
-    return m and m.node
-end
---- Forget the master of this pool: the next connection asks the sentinels again.
-function _M.forget(pool)
-    masters[pool] = nil
 end
 --- Ask the sentinels for the master's address, over connections `open` makes;
 -- timeouts and TLS settings are the factory's.

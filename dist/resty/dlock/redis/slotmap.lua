@@ -88,7 +88,7 @@ end
 -- them along.
 local views = setmetatable({}, {__mode = "k"})
 --- conf's configuration of the master at endpoint ep ("host:port", an address the map holds).
-function _M.nodeAt(conf, c, ep)
+local function nodeAt(conf, c, ep)
     local view = views[conf]
     if view == nil then
         view = {}
@@ -103,13 +103,13 @@ function _M.nodeAt(conf, c, ep)
     return n
 end
 --- conf's configuration of the master at host:port (an IPv6 address bare, as CLUSTER SLOTS and MOVED give it, or in brackets).
-function _M.nodeOf(conf, c, bare, port)
+local function nodeOf(conf, c, bare, port)
     local host = literal(bare)
     local ep = host .. ":" .. lua_tostring(port)
     if not (c.addrs[ep] ~= nil) then
         c.addrs[ep] = {host = host, port = port}
     end
-    return _M.nodeAt(conf, c, ep)
+    return nodeAt(conf, c, ep)
 end
 --- CLUSTER SLOTS from one node: the map, or an error.
 local function readMap(conf, c, from)
@@ -135,7 +135,7 @@ local function readMap(conf, c, from)
         if host == "" or host == "?" then
             host = from.host
         end
-        local n = _M.nodeOf(conf, c, host, m[2])
+        local n = nodeOf(conf, c, host, m[2])
         for s = first, last do
             slots[s] = n.endpoint
         end
@@ -167,7 +167,7 @@ local function refresh(conf, c)
     local asked = {}
     local candidates = {}
     for i = 1, #c.masters do
-        candidates[#candidates + 1] = _M.nodeAt(conf, c, c.masters[i])
+        candidates[#candidates + 1] = nodeAt(conf, c, c.masters[i])
     end
     local seeds = conf.nodes
     for i = 1, #seeds do
@@ -198,7 +198,7 @@ function _M.known(conf, c, s)
         return nil
     end
     local ep = c.slots[s]
-    return ep ~= nil and _M.nodeAt(conf, c, ep) or nil
+    return ep ~= nil and nodeAt(conf, c, ep) or nil
 end
 --- The master of a slot, reading the map first when it is due.
 function _M.route(conf, c, s)
@@ -209,6 +209,8 @@ function _M.route(conf, c, s)
         end
     end
     local ep = c.slots[s]
-    return ep ~= nil and _M.nodeAt(conf, c, ep) or conf.nodes[1], nil
+    return ep ~= nil and nodeAt(conf, c, ep) or conf.nodes[1], nil
 end
+_M.nodeAt = nodeAt
+_M.nodeOf = nodeOf
 return _M

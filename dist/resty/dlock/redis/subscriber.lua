@@ -1,6 +1,5 @@
 -- Generated from src/resty/dlock/redis/subscriber.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local sync, tell, lua_pairs, lua_tostring, math_max, math_min, ngx_now, update_time, worker_exiting, CHANNEL, HEARTBEAT, SWEEP, IDLE
 local check = require("resty.dlock.core.check")
 local derived = require("resty.dlock.redis.derived")
 local connection = require("resty.dlock.redis.connection")
@@ -8,7 +7,43 @@ local resp = require("resty.dlock.redis.resp")
 local scripts = require("resty.dlock.redis.scripts")
 local subs = require("resty.dlock.core.subscriptions")
 local waits = require("resty.dlock.core.wait")
-function sync(s, sock)
+local lua_pairs = pairs
+local NOTICE = ngx.NOTICE
+local WARN = ngx.WARN
+local lua_pcall = pcall
+local lua_tostring = tostring
+local lua_type = type
+local math_max = math.max
+local math_min = math.min
+local ngx_log = ngx.log
+local ngx_now = ngx.now
+local ngx_sleep = ngx.sleep
+local str_sub = string.sub
+local thread_spawn = ngx.thread.spawn
+local thread_wait = ngx.thread.wait
+local timer_at = ngx.timer.at
+local update_time = ngx.update_time
+local worker_exiting = ngx.worker.exiting
+local CHANNEL = scripts.CHANNEL
+--- Seconds between PINGs: Redis answers, so a read waits at most this long plus a round trip.
+local HEARTBEAT = 5
+--- Seconds without a byte from Redis (six PINGs unanswered, plus the
+-- endpoint's read_timeout) after which the connection is given up: a
+-- partition that leaves it half-open. Waiters meanwhile still wake at their
+-- holder's expiry, and a worker busy elsewhere for a few seconds is no outage.
+local SILENCE = 30
+--- Seconds between looks at the worker exiting and at waiters killed while
+-- they waited (a key handed to one is passed on when its hand-off is heard).
+local SWEEP = 0.1
+--- Seconds a subscriber with nothing to watch stays connected before it stops.
+local IDLE = 10
+--- Seconds before the first reconnection attempt after the connection failed,
+-- and the most between attempts: nginx logs each refused connect at error
+-- level, and a restarting Redis is back within about a second.
+local RETRY = 1
+local RETRY_MAX = 8
+--- Bring the connection's subscriptions in line with what is wanted.
+local function sync(s, sock)
     subs.prune(s)
     local add
     local drop
@@ -55,7 +90,7 @@ function sync(s, sock)
     end
     return nil
 end
-function tell(s, sess)
+local function tell(s, sess)
     local pinged = ngx_now()
     local idleSince = ngx_now()
     while not sess.ended do
@@ -99,37 +134,6 @@ function tell(s, sess)
     local ok, err = sess.sock:send(resp.encode({"ping"}))
     return ok == nil and lua_tostring(err) or nil
 end
-lua_pairs = pairs
-local NOTICE = ngx.NOTICE
-local WARN = ngx.WARN
-local lua_pcall = pcall
-lua_tostring = tostring
-local lua_type = type
-math_max = math.max
-math_min = math.min
-local ngx_log = ngx.log
-ngx_now = ngx.now
-local ngx_sleep = ngx.sleep
-local str_sub = string.sub
-local thread_spawn = ngx.thread.spawn
-local thread_wait = ngx.thread.wait
-local timer_at = ngx.timer.at
-update_time = ngx.update_time
-worker_exiting = ngx.worker.exiting
-CHANNEL = scripts.CHANNEL
-HEARTBEAT = 5
---- Seconds without a byte from Redis (six PINGs unanswered, plus the
--- endpoint's read_timeout) after which the connection is given up: a
--- partition that leaves it half-open. Waiters meanwhile still wake at their
--- holder's expiry, and a worker busy elsewhere for a few seconds is no outage.
-local SILENCE = 30
-SWEEP = 0.1
-IDLE = 10
---- Seconds before the first reconnection attempt after the connection failed,
--- and the most between attempts: nginx logs each refused connect at error
--- level, and a restarting Redis is back within about a second.
-local RETRY = 1
-local RETRY_MAX = 8
 --- The control thread: changes go out, due keys are looked at (sess.failed: why a write failed).
 local function control(s, sess)
     sess.failed = tell(s, sess)

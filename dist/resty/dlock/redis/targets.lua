@@ -11,7 +11,7 @@ local function addInto(into, s, rkey, ...)
     return add(into.b, s, rkey, ...)
 end
 --- A per-target script (scripts.forTarget's keys and arguments) for every target, as one batch.
-function _M.batchFor(conf, s, targets, ms)
+local function batchFor(conf, s, targets, ms)
     local b = batchOf(nil, false)
     local into = {b = b, slotted = conf.slotted}
     for i = 1, #targets do
@@ -32,7 +32,7 @@ function _M.batchFor(conf, s, targets, ms)
     return b
 end
 --- What b's calls came to, per call.
-function _M.outcome(b)
+local function outcome(b)
     local out = {replies = {}, errors = {}, faults = {}}
     for i = 1, #b.jobs do
         local j = b.jobs[i]
@@ -47,10 +47,12 @@ function _M.outcome(b)
 end
 --- A per-target script for every target in one round trip (two when Redis met NOSCRIPT), on one server.
 function _M.many(conf, s, targets, ms)
-    local b = _M.batchFor(conf, s, targets, ms)
+    local b = batchFor(conf, s, targets, ms)
     if #targets > 0 then
         run(conf, b)
     end
-    return _M.outcome(b)
+    return outcome(b)
 end
+_M.batchFor = batchFor
+_M.outcome = outcome
 return _M

@@ -1,13 +1,22 @@
 -- Generated from src/resty/dlock/status/exposition.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local label, header, topologyLines, lua_pairs, lua_ipairs, str_gsub, str_format, lua_tostring
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local meter = require("resty.dlock.core.meter")
 local redis = require("resty.dlock.redis.client")
 local stats = require("resty.dlock.gateway.stats")
 local common = require("resty.dlock.status.common")
-function label(s)
+local lua_pairs = pairs
+local lua_ipairs = ipairs
+local ngx_header = ngx.header
+local ngx_say = ngx.say
+local ngx_ = ngx
+local str_gsub = string.gsub
+local str_format = string.format
+local table_concat = table.concat
+local lua_tostring = tostring
+local METRICS_OPTIONS = check.set("dicts")
+local function label(s)
     local escaped = str_gsub(
         s,
         "[\\\"\n]",
@@ -15,51 +24,10 @@ function label(s)
     )
     return escaped
 end
-function header(lines, name, kind, help)
+local function header(lines, name, kind, help)
     lines[#lines + 1] = "# HELP " .. name .. " " .. help
     lines[#lines + 1] = "# TYPE " .. name .. " " .. kind
 end
-function topologyLines(lines)
-    local info = {}
-    header(info, "dlock_redis_topology_info", "gauge", "How each Redis endpoint is reached (always 1).")
-    local redirects = {}
-    header(redirects, "dlock_redis_cluster_redirects_total", "counter", "MOVED and ASK redirections followed (all workers).")
-    local ages = {}
-    header(ages, "dlock_redis_cluster_slot_map_age_seconds", "gauge", "Seconds since a worker last read the cluster's slot map.")
-    local failures = {}
-    header(failures, "dlock_redis_redlock_node_failures_total", "counter", "Calls to a Redlock master that failed (all workers).")
-    for ep, conf in lua_pairs(redis.endpoints()) do
-        local e = label(ep)
-        info[#info + 1] = "dlock_redis_topology_info{endpoint=\"" .. e .. "\",kind=\"" .. conf.topology .. "\",tls=\"" .. (conf.ssl and "on" or "off") .. "\"} 1"
-        local kind, counts = backend.shared(conf)
-        if kind == "cluster" then
-            redirects[#redirects + 1] = "dlock_redis_cluster_redirects_total{endpoint=\"" .. e .. "\"} " .. lua_tostring(counts.redirects)
-            local age = counts.slot_map_age
-            if age ~= nil then
-                ages[#ages + 1] = "dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" .. e .. "\"} " .. str_format("%.3f", age)
-            end
-        elseif kind == "redlock" then
-            for node, n in lua_pairs(counts) do
-                failures[#failures + 1] = "dlock_redis_redlock_node_failures_total{endpoint=\"" .. e .. "\",node=\"" .. label(node) .. "\"} " .. lua_tostring(n)
-            end
-        end
-    end
-    for _, group in lua_ipairs({info, redirects, ages, failures}) do
-        for _, l in lua_ipairs(group) do
-            lines[#lines + 1] = l
-        end
-    end
-end
-lua_pairs = pairs
-lua_ipairs = ipairs
-local ngx_header = ngx.header
-local ngx_say = ngx.say
-local ngx_ = ngx
-str_gsub = string.gsub
-str_format = string.format
-local table_concat = table.concat
-lua_tostring = tostring
-local METRICS_OPTIONS = check.set("dicts")
 --- A histogram's series: cumulative buckets (stored apart), then _sum and _count.
 local function histogram(lines, name, labels, bounds, counts, sum)
     local total = 0
@@ -115,9 +83,41 @@ local function factoryLines(lines, r)
         )
     end
 end
+--- Per Redis endpoint: how it is reached; Cluster redirects and slot map age; Redlock failures per master.
+local function topologyLines(lines)
+    local info = {}
+    header(info, "dlock_redis_topology_info", "gauge", "How each Redis endpoint is reached (always 1).")
+    local redirects = {}
+    header(redirects, "dlock_redis_cluster_redirects_total", "counter", "MOVED and ASK redirections followed (all workers).")
+    local ages = {}
+    header(ages, "dlock_redis_cluster_slot_map_age_seconds", "gauge", "Seconds since a worker last read the cluster's slot map.")
+    local failures = {}
+    header(failures, "dlock_redis_redlock_node_failures_total", "counter", "Calls to a Redlock master that failed (all workers).")
+    for ep, conf in lua_pairs(redis.endpoints()) do
+        local e = label(ep)
+        info[#info + 1] = "dlock_redis_topology_info{endpoint=\"" .. e .. "\",kind=\"" .. conf.topology .. "\",tls=\"" .. (conf.ssl and "on" or "off") .. "\"} 1"
+        local kind, counts = backend.shared(conf)
+        if kind == "cluster" then
+            redirects[#redirects + 1] = "dlock_redis_cluster_redirects_total{endpoint=\"" .. e .. "\"} " .. lua_tostring(counts.redirects)
+            local age = counts.slot_map_age
+            if age ~= nil then
+                ages[#ages + 1] = "dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" .. e .. "\"} " .. str_format("%.3f", age)
+            end
+        elseif kind == "redlock" then
+            for node, n in lua_pairs(counts) do
+                failures[#failures + 1] = "dlock_redis_redlock_node_failures_total{endpoint=\"" .. e .. "\",node=\"" .. label(node) .. "\"} " .. lua_tostring(n)
+            end
+        end
+    end
+    for _, group in lua_ipairs({info, redirects, ages, failures}) do
+        for _, l in lua_ipairs(group) do
+            lines[#lines + 1] = l
+        end
+    end
+end
 --- The metrics in the Prometheus text format (version 0.0.4), or nil and an error.
 -- Reads a fixed number of dict keys per guard, factory, dict and Redis endpoint; never the leases.
-function _M.metrics_text(opts)
+local function metrics_text(opts)
     local o, oerr = check.options("metrics options", opts, METRICS_OPTIONS)
     if o == nil then
         return nil, oerr
@@ -177,7 +177,7 @@ function _M.metrics(opts)
     if perr ~= nil then
         return nil, perr
     end
-    local text, err = _M.metrics_text(opts)
+    local text, err = metrics_text(opts)
     if text == nil then
         ngx_.status = 500
         ngx_say("# ", err)
@@ -187,4 +187,5 @@ function _M.metrics(opts)
     ngx_say(text)
     return true, nil
 end
+_M.metrics_text = metrics_text
 return _M

@@ -58,7 +58,7 @@ local function listHeld(name, dict, max, out)
 end
 --- The numbers serve() shows, with at most opts.limit (default 100) held leases.
 -- Tokens are left out: they are capabilities.
-function _M.report(opts)
+local function report(opts)
     local o, oerr = check.options("status options", opts, REPORT_OPTIONS)
     if o == nil then
         return nil, oerr
@@ -170,7 +170,7 @@ function _M.serve(opts)
             o = copy
         end
     end
-    local r, err = _M.report(o)
+    local r, err = report(o)
     if r == nil then
         fail(500, err)
         return true, nil
@@ -184,4 +184,5 @@ function _M.serve(opts)
     ngx_say(body)
     return true, nil
 end
+_M.report = report
 return _M

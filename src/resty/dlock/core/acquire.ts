@@ -133,7 +133,7 @@ function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: st
  * nil, "dlock: ..." on a Redis failure. rkey is key's Redis key (with the
  * prefix: options.acquire). `extra` goes to the script after ttl (by turns only).
  */
-export function acquire(store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number, wait: number,
+function acquire(store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number, wait: number,
   ...extra: (string | number)[]): lease.AcquireResult {
   if (kind.drop !== undefined) return queued.queued(store, kind, key, rkey, tok, ttl, wait);
   // Without waiting there is no line to stand in: no turn to make.
@@ -169,3 +169,6 @@ export function metered(store: Store, kind: Kind, key: string, rkey: string, min
   acquired(store.meter, l._since / 1000 - t0);
   return $multi(l, undefined, undefined);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { acquire };

@@ -14,7 +14,7 @@ const math_floor = math.floor;
 const shared = ngx.shared;
 
 /** tostring that cannot raise: a __tostring that fails or returns no string gives the type. */
-export function text(v: unknown): string {
+function text(v: unknown): string {
   const [ok, s] = lua_pcall(lua_tostring, v);
   return ok && lua_type(s) === "string" ? s : "a " + lua_type(v);
 }
@@ -29,7 +29,7 @@ export function reason(err: unknown): string {
 }
 
 /** Render any Lua value for an error message, bounded and printable. */
-export function show(v: unknown): string {
+function show(v: unknown): string {
   const t = lua_type(v);
   if (t === "string") {
     const s = v as string;
@@ -45,7 +45,7 @@ export function show(v: unknown): string {
   return text(v);
 }
 
-export function fail(what: string, v: unknown): LuaMultiReturn<[undefined, string]> {
+function fail(what: string, v: unknown): LuaMultiReturn<[undefined, string]> {
   return $multi(undefined, "dlock: " + what + ", got " + show(v));
 }
 
@@ -70,7 +70,7 @@ export function integer(name: string, v: unknown, min: number, max: number, unit
   return $multi(n, undefined);
 }
 
-export function str(name: string, v: unknown, maxLen: number): LuaMultiReturn<[string | undefined, string | undefined]> {
+function str(name: string, v: unknown, maxLen: number): LuaMultiReturn<[string | undefined, string | undefined]> {
   if (lua_type(v) !== "string") {
     return fail(name + " must be a string", v);
   }
@@ -142,3 +142,6 @@ export function set(...names: string[]): LuaSet<string> {
   for (const i of $range(1, names.length)) s.add(names[i - 1]!);
   return s;
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { fail, show, str, text };

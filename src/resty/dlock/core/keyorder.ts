@@ -12,7 +12,7 @@ function byRkey(this: void, a: [string, number], b: [string, number]): boolean {
 }
 
 /** The keys' indexes sorted by Redis key. */
-export function sorted(rkeys: string[]): number[] {
+function sorted(rkeys: string[]): number[] {
   const pairsOf: [string, number][] = [];
   for (const i of $range(1, rkeys.length)) pairsOf[i - 1] = [rkeys[i - 1]!, i];
   table_sort(pairsOf, byRkey);
@@ -30,3 +30,6 @@ export function of(slotted: boolean, rkeys: string[]): number[] | undefined {
   }
   return undefined;
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { sorted };

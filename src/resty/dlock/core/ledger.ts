@@ -231,12 +231,6 @@ export function records(dict: NgxSharedDict): LuaMultiReturn<[Record[]]> {
   return $multi(out);
 }
 
-/** Every lease recorded now. Walks the dict's keys: meant for held(), not hot paths nor scrapes. */
-export function held(dict: NgxSharedDict): HeldLease[] {
-  const [all] = list(dict, 0);
-  return all;
-}
-
 /**
  * At most `max` leases recorded now (0: all, walking the whole dict), and
  * whether there are (or may be) more. get_keys(n) returns the first n keys of
@@ -246,7 +240,7 @@ export function held(dict: NgxSharedDict): HeldLease[] {
  * caller knows the dict holds besides records), so a status page stays cheap
  * however many leases are held.
  */
-export function list(dict: NgxSharedDict, max: number, others = 0): LuaMultiReturn<[HeldLease[], boolean]> {
+function list(dict: NgxSharedDict, max: number, others = 0): LuaMultiReturn<[HeldLease[], boolean]> {
   const bound = max === 0 ? 0 : max * 4 + 1024 + others;
   const nowMs = ngx_now() * 1000;
   let n = max === 0 ? 0 : math_min(max + 64, bound);
@@ -275,3 +269,11 @@ export function list(dict: NgxSharedDict, max: number, others = 0): LuaMultiRetu
   }
 }
 
+/** Every lease recorded now. Walks the dict's keys: meant for held(), not hot paths nor scrapes. */
+export function held(dict: NgxSharedDict): HeldLease[] {
+  const [all] = list(dict, 0);
+  return all;
+}
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { list };

@@ -149,10 +149,68 @@ function holdBucket(s: number): number {
   return s <= 60 ? 9 : s <= 300 ? 10 : 11;
 }
 
-function flushLater(this: void): void {
+// The dict key of an expiry second, in one format: a number turned into a
+// string and then joined would make two strings.
+const SECOND = "%s%d";
+
+/**
+ * Add m's expiry seconds to the dict, and to the held gauge the records they
+ * moved; false when a sweep runs now (they wait for the next flush). A second
+ * already swept took its records off the gauge as expired: moves into it are
+ * dropped, moves out of it too (they were counted gone once).
+ */
+function flushSeconds(m: Meter): boolean {
+  const dict = m.dict;
+  if (lua_next(m.seconds)[0] === undefined) return true;
+  if (!dict.add(m.sweeping, true, 1)[0]) return false;
+  const [mark] = dict.get(m.swept);
+  const last = lua_type(mark) === "number" ? mark as number : 0;
+  let held = 0;
+  for (const [s, n] of lua_pairs(m.seconds)) {
+    m.seconds.set(s, undefined as unknown as number);
+    if (n !== 0 && s > last) {
+      dict.incr(str_format(SECOND, m.exp, s), n, 0);
+      held += n;
+    }
+  }
+  if (held !== 0) dict.incr(m.held, held, 0);
+  dict.delete(m.sweeping);
+  return true;
+}
+
+// The timer flush() arms runs it, and it flushes: declared ahead of flush(), set after it.
+let flushLater: (this: void) => void;
+
+/** Add this worker's counts to the dicts (before a status page reads them, and FLUSH after a count). */
+function flush(): void {
+  let kept = 0;
+  for (const i of $range(1, dirty.length)) {
+    const m = dirty[i - 1]!;
+    dirty[i - 1] = undefined as unknown as Meter;
+    for (const [k, n] of lua_pairs(m.counts)) {
+      // Counted keys stay, at 0: a meter counts into the same few keys again and again.
+      if (n !== 0) {
+        m.dict.incr(k, n, 0);
+        m.counts.set(k, 0);
+      }
+    }
+    if (flushSeconds(m)) {
+      m.dirty = false;
+    } else {
+      kept++;
+      dirty[kept - 1] = m;
+    }
+  }
+  if (kept > 0 && !armed && get_phase() !== "init" && !worker_exiting()) {
+    const [ok] = timer_at(FLUSH, flushLater);
+    if (ok !== undefined) armed = true;
+  }
+}
+
+flushLater = function (this: void): void {
   armed = false;
   flush();
-}
+};
 
 /** m has counts to flush: see that a flush comes. */
 function touch(m: Meter): void {
@@ -223,61 +281,6 @@ export function moved(m: Meter, from: number, to: number): void {
   if (a === b) return;
   moveSecond(m, a, -1);
   moveSecond(m, b, 1);
-}
-
-// The dict key of an expiry second, in one format: a number turned into a
-// string and then joined would make two strings.
-const SECOND = "%s%d";
-
-/**
- * Add m's expiry seconds to the dict, and to the held gauge the records they
- * moved; false when a sweep runs now (they wait for the next flush). A second
- * already swept took its records off the gauge as expired: moves into it are
- * dropped, moves out of it too (they were counted gone once).
- */
-function flushSeconds(m: Meter): boolean {
-  const dict = m.dict;
-  if (lua_next(m.seconds)[0] === undefined) return true;
-  if (!dict.add(m.sweeping, true, 1)[0]) return false;
-  const [mark] = dict.get(m.swept);
-  const last = lua_type(mark) === "number" ? mark as number : 0;
-  let held = 0;
-  for (const [s, n] of lua_pairs(m.seconds)) {
-    m.seconds.set(s, undefined as unknown as number);
-    if (n !== 0 && s > last) {
-      dict.incr(str_format(SECOND, m.exp, s), n, 0);
-      held += n;
-    }
-  }
-  if (held !== 0) dict.incr(m.held, held, 0);
-  dict.delete(m.sweeping);
-  return true;
-}
-
-/** Add this worker's counts to the dicts (before a status page reads them, and FLUSH after a count). */
-function flush(): void {
-  let kept = 0;
-  for (const i of $range(1, dirty.length)) {
-    const m = dirty[i - 1]!;
-    dirty[i - 1] = undefined as unknown as Meter;
-    for (const [k, n] of lua_pairs(m.counts)) {
-      // Counted keys stay, at 0: a meter counts into the same few keys again and again.
-      if (n !== 0) {
-        m.dict.incr(k, n, 0);
-        m.counts.set(k, 0);
-      }
-    }
-    if (flushSeconds(m)) {
-      m.dirty = false;
-    } else {
-      kept++;
-      dirty[kept - 1] = m;
-    }
-  }
-  if (kept > 0 && !armed && get_phase() !== "init" && !worker_exiting()) {
-    const [ok] = timer_at(FLUSH, flushLater);
-    if (ok !== undefined) armed = true;
-  }
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.

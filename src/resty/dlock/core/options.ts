@@ -126,7 +126,7 @@ export const ACQUIRE_ALL: schema.Spec[] = [ACQUIRE_TTL, ACQUIRE_WAIT, RENEW, ON_
 export const newLocks = schema.compile<NewLocks>("dlock.new options", NEW_LOCKS, { labels: "" });
 export const newSemaphore = schema.compile<NewSemaphore>("semaphore.new options", NEW_SEMAPHORE, { labels: "" });
 /** lease:extend(ttl): the ttl of an acquire. */
-export const checkTtl = schema.one<number>(TTL);
+const checkTtl = schema.one<number>(TTL);
 
 /** An extend's ttl (ms): the one given, checked, or the lease's current one when none is. */
 export function extendTtl(ttl: unknown, current: number): LuaMultiReturn<[number | undefined, string | undefined]> {
@@ -219,7 +219,7 @@ export const MAX_KEYS = 64;
  * The keys of an acquire_all: a list of 1 to MAX_KEYS distinct valid keys, in
  * the caller's order; nil and the error naming the bad value otherwise.
  */
-export function keyList(keys: unknown): LuaMultiReturn<[string[] | undefined, string | undefined]> {
+function keyList(keys: unknown): LuaMultiReturn<[string[] | undefined, string | undefined]> {
   if (lua_type(keys) !== "table") return check.fail("acquire_all needs a list of keys", keys);
   const t = keys as LuaTable<AnyNotNil, unknown>;
   const n = (t as unknown as unknown[]).length;
@@ -271,3 +271,6 @@ export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): Re
   for (const i of $range(1, list.length)) rkeys[i - 1] = store.prefix + list[i - 1]!;
   return $multi(undefined, list, rkeys, ttl, wait, renew, onLost);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { keyList, checkTtl };

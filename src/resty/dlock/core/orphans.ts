@@ -112,7 +112,7 @@ function sweep(this: void, premature: boolean, delay: number): void {
 }
 
 /** Keep trying to delete o's key (owner-checked) until Redis answers or o.deadline passes. */
-export function adopt(o: Orphan): void {
+function adopt(o: Orphan): void {
   orphans.push(o);
   if (!sweeping) {
     const [ok] = timer_at(0, sweep, FIRST_SWEEP_DELAY);
@@ -124,3 +124,6 @@ export function adopt(o: Orphan): void {
 export function adoptAcquire(conf: redis.RedisConf, release: scripts.Script, rkey: string, token: string): void {
   adopt({ lost: "acquire", conf, release, rkey, token, deadline: ngx_now() + LOST_HORIZON, settle: undefined });
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { adopt };

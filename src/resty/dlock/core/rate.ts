@@ -80,7 +80,7 @@ function nameOf(rate: number, period: number): string {
  * client idle for a period may spend it at once). `where` prefixes the
  * option names in messages ("limits[2].").
  */
-export function limit(where: string, rate: unknown, period: unknown, burst: unknown, name: unknown): LuaMultiReturn<[Limit | undefined, string | undefined]> {
+function limit(where: string, rate: unknown, period: unknown, burst: unknown, name: unknown): LuaMultiReturn<[Limit | undefined, string | undefined]> {
   const [r, e1] = check.integer(where + "rate", rate, 1, MAX_RATE, "a positive integer");
   if (r === undefined) return $multi(undefined, e1);
   const [p, e2] = check.integer(where + "period", period === undefined ? 1000 : period, 1, MAX_PERIOD, "a positive integer of ms");
@@ -99,7 +99,7 @@ export function limit(where: string, rate: unknown, period: unknown, burst: unkn
 }
 
 /** The limits a decision is under, with the arguments the script gets for them. */
-export function limits(list: Limit[]): LuaMultiReturn<[Limits | undefined, string | undefined]> {
+function limits(list: Limit[]): LuaMultiReturn<[Limits | undefined, string | undefined]> {
   const args: (string | number)[] = [];
   let most = list[0]!.burst;
   const seen = new LuaSet<string>();
@@ -263,4 +263,4 @@ export interface NewRate {
 export const newRate = schema.compile<NewRate>("rate.new options", NEW_RATE, { labels: "" });
 
 // Exported by name: this module's own use of it is a local, not a lookup in its exports table.
-export { answered };
+export { answered, limit, limits };

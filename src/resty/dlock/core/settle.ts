@@ -73,7 +73,7 @@ function gone(l: Lease): void {
  * was deleted by that release (or expired after it was asked to go), so that
  * still counts as released.
  */
-export function released(l: Lease, reply: RedisValue): Result {
+function released(l: Lease, reply: RedisValue): Result {
   l._released = true;
   // 1, or the first waiter's token: deleted while still this lease's, where
   // the topology's answer proves that (backend.confirmsOwner).
@@ -148,4 +148,4 @@ export function orphan(l: Lease): void {
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { nowMs, forget };
+export { nowMs, forget, released };

@@ -75,7 +75,7 @@ const lua_ipairs = ipairs;
 const subscribers = new LuaTable<string, Subscriber>();
 
 /** Wake the control thread (once: it looks at everything when it wakes). */
-export function ring(s: Subscriber): void {
+function ring(s: Subscriber): void {
   if (s.rung) return;
   s.rung = true;
   s.bell.post(1);
@@ -222,3 +222,6 @@ export function expect(s: Subscriber, rkey: string, ms: number, foreign: boolean
   s.due.set(rkey, at);
   if (at < s.wakeAt) ring(s);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { ring };

@@ -151,7 +151,7 @@ const sweeper: loop.Loop = {
  * Keep l alive until it is released, lost, unwatched, or (without hooks) what
  * took it ends. With hooks, the caller hears of every renewal.
  */
-export function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
+function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
   let co: LuaThread | undefined;
   let anchor: request.Anchor | undefined;
   if (hooks === undefined) {
@@ -189,3 +189,6 @@ export function unwatch(l: lease.Lease): void {
 export function size(): number {
   return count;
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { watch };

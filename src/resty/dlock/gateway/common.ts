@@ -58,7 +58,7 @@ export function decides(name: string): boolean {
  * End the request with a guard's refusal: Retry-After (whole seconds, at least
  * 1) when the wait is known, and the guard's extra headers.
  */
-export function refuse(headers: LuaTable<string, string> | undefined, status: number, retryAfterMs: number | undefined): never {
+function refuse(headers: LuaTable<string, string> | undefined, status: number, retryAfterMs: number | undefined): never {
   if (retryAfterMs !== undefined) ngx_header.set("Retry-After", math_max(1, math_ceil(retryAfterMs / 1000)));
   if (headers !== undefined) {
     for (const [k, v] of lua_pairs(headers)) ngx_header.set(k, v);
@@ -102,3 +102,6 @@ export function keyOf(g: Keyed, t: keys.Template): string | undefined {
   if (g._onMissing === "reject") refuse(g._headers, g._missingStatus, undefined);
   return undefined;
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { refuse };

@@ -73,7 +73,7 @@ const MAX_KEY = 255;
 const found = check.found;
 
 /** The key as sent: an sf-String ("...", \" and \\ escaped) unquoted, or a bare token. nil when invalid. */
-export function parseKey(raw: string): string | undefined {
+function parseKey(raw: string): string | undefined {
   let k: string;
   if (str_sub(raw, 1, 1) === "\"") {
     if (raw.length < 3 || str_sub(raw, -1) !== "\"") return undefined;
@@ -237,3 +237,6 @@ export function create(o: gwoptions.Options, name: string): LuaMultiReturn<[Guar
   if (f === undefined) return $multi(undefined, err);
   return $multi(lua_setmetatable(f, guardMt) as unknown as Guard, undefined);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { parseKey };

@@ -144,7 +144,7 @@ export function access(g: guard.Guard, l: Local, k: string,
 }
 
 /** In log(): give back the slot this request took locally, if any. */
-export function finish(g: guard.Guard, l: Local): void {
+function finish(g: guard.Guard, l: Local): void {
   if (l.count === 0) return;
   const rid = request.id();
   if (rid === undefined) return;
@@ -182,3 +182,6 @@ function probeRedis(this: void, premature: boolean, g: guard.Guard): void {
 export function probe(g: guard.Guard, l: Local): boolean {
   return stats.probed(g, l.probeFor, probeRedis);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { finish };

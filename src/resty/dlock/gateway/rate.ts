@@ -90,20 +90,6 @@ function finish(g: Guard, status: number, retryAfterMs: number | undefined): nev
   return shared.refuse(g._headers, status, retryAfterMs);
 }
 
-function onRedisFailure(g: Guard, k: string): void {
-  if (g._shares !== undefined) {
-    const reply = fallback.decide(g._dict, k, g._shares, g._cost);
-    if (g._policy !== undefined) fields(g, reply);
-    if (reply.get(1) === 0) {
-      incr(g._dict, g.name, "local_rejected");
-      finish(g, g._rejectStatus, reply.get(2));
-    }
-    incr(g._dict, g.name, "local_admitted");
-    return;
-  }
-  if (!stats.failedOpen(g)) finish(g, g._errorStatus, undefined);
-}
-
 /** The RateLimit fields of a reply. */
 function fields(g: Guard, reply: LuaTable<number, number>): void {
   const header = ngx_.header;
@@ -119,6 +105,20 @@ function fields(g: Guard, reply: LuaTable<number, number>): void {
     parts[i - 1] = items[i - 1]! + str_format("%d;t=%d", reply.get(1 + 2 * i), math_ceil(reply.get(2 + 2 * i) / 1000));
   }
   header.set("RateLimit", tbl_concat(parts, ", "));
+}
+
+function onRedisFailure(g: Guard, k: string): void {
+  if (g._shares !== undefined) {
+    const reply = fallback.decide(g._dict, k, g._shares, g._cost);
+    if (g._policy !== undefined) fields(g, reply);
+    if (reply.get(1) === 0) {
+      incr(g._dict, g.name, "local_rejected");
+      finish(g, g._rejectStatus, reply.get(2));
+    }
+    incr(g._dict, g.name, "local_admitted");
+    return;
+  }
+  if (!stats.failedOpen(g)) finish(g, g._errorStatus, undefined);
 }
 
 /** Has this request been decided for already (it came back through an internal redirect)? Marks it when not. */

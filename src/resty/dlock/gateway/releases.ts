@@ -122,6 +122,9 @@ function work(this: void): void {
   alive--;
 }
 
+// drain() ends by calling schedule(), which starts drain() timers: declared here, set after drain().
+let schedule: (this: void) => void;
+
 function drain(this: void, premature: boolean): void {
   // Runs also when premature (the worker is exiting): cosockets still work here.
   pending--;
@@ -144,7 +147,7 @@ function drain(this: void, premature: boolean): void {
 }
 
 /** Wake idle threads for what is queued; start a drain timer when they are too few. */
-function schedule(): void {
+schedule = function (this: void): void {
   const backlog = tail - head + 1;
   if (backlog <= 0) return;
   if (sema === undefined) {
@@ -172,6 +175,15 @@ function schedule(): void {
   } else if (draining === 0) {
     ngx_log(ERR, "dlock: gateway: cannot schedule ", backlog, " release(s), they expire on their own: ", err);
   }
+};
+
+/** Queue the end of a lease for a timer: release it, or keep it `hold` more ms. */
+function enqueue(owner: Owner, l: lease.Lease, holdMs: number): void {
+  tail++;
+  qOwner.set(tail, owner);
+  qLease.set(tail, l);
+  qHold.set(tail, holdMs);
+  schedule();
 }
 
 /**
@@ -201,15 +213,6 @@ function answered(this: void, j: backend.Job): void {
   const o = h.owner;
   if (j.fault !== "redirect") stats.incr(o._dict, o.name, "redis_errors");
   enqueue(o, h.lease, 0);
-}
-
-/** Queue the end of a lease for a timer: release it, or keep it `hold` more ms. */
-function enqueue(owner: Owner, l: lease.Lease, holdMs: number): void {
-  tail++;
-  qOwner.set(tail, owner);
-  qLease.set(tail, l);
-  qHold.set(tail, holdMs);
-  schedule();
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.

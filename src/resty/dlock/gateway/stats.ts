@@ -82,7 +82,7 @@ function gaugeKey(guard: string, name: string): string {
   return key;
 }
 
-export function incr(dict: NgxSharedDict, guard: string, event: Event): void {
+function incr(dict: NgxSharedDict, guard: string, event: Event): void {
   dict.incr(keys(guard).events.get(event), 1, 0);
 }
 
@@ -93,7 +93,7 @@ export function count(dict: NgxSharedDict, guard: string, event: Event): number 
 
 export type BreakerState = "closed" | "open" | "half_open";
 
-export function breakerState(dict: NgxSharedDict, guard: string): BreakerState {
+function breakerState(dict: NgxSharedDict, guard: string): BreakerState {
   const k = keys(guard);
   if (dict.get(k.open)[0] !== undefined) return "open";
   if (dict.get(k.fail)[0] === HALF) return "half_open";
@@ -123,7 +123,7 @@ export function breakerOpen(dict: NgxSharedDict, guard: string): boolean {
 }
 
 /** Count a Redis failure; open the breaker after `threshold` in a row, or at once when half open. */
-export function failure(dict: NgxSharedDict, guard: string, threshold: number, cooldownMs: number): void {
+function failure(dict: NgxSharedDict, guard: string, threshold: number, cooldownMs: number): void {
   const k = keys(guard);
   let trip = dict.get(k.fail)[0] === HALF;
   if (!trip) {
@@ -160,7 +160,7 @@ interface Failing {
 }
 
 /** Redis failed a guard: told to the breaker, logged (a probe of a half-open breaker stops here). */
-export function noteFailure(g: Failing, err: string | undefined): void {
+function noteFailure(g: Failing, err: string | undefined): void {
   failure(g._dict, g.name, g._breakerFailures, g._breakerCooldown);
   ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
 }
@@ -195,3 +195,6 @@ export function gauge(dict: NgxSharedDict, guard: string, name: string): number 
   const [v] = dict.get(gaugeKey(guard, name));
   return lua_type(v) === "number" ? (v as number) : 0;
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { breakerState, failure, incr, noteFailure };

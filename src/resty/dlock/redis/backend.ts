@@ -90,6 +90,11 @@ BY_TOPOLOGY.set("sentinel", single.backend);
 BY_TOPOLOGY.set("cluster", cluster.backend);
 BY_TOPOLOGY.set("redlock", quorum.backend);
 
+/** Status pages list every configuration parsed, also those made without a factory (redis.parse). */
+function backendOf(conf: redis.RedisConf): Backend {
+  return conf.backend ?? BY_TOPOLOGY.get(conf.topology);
+}
+
 /** The `redis` option table of a factory (redis.parse), with the backend that will serve it. */
 export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[redis.RedisConf | undefined, string | undefined]> {
   const [conf, err] = redis.parse(v, dict);
@@ -172,9 +177,4 @@ export function shared(conf: redis.RedisConf): LuaMultiReturn<[string, LuaTable<
 /** What status pages show of this endpoint's topology beyond its settings (per worker). */
 export function describe(conf: redis.RedisConf): LuaTable<string, unknown> | undefined {
   return backendOf(conf).describe(conf);
-}
-
-/** Status pages list every configuration parsed, also those made without a factory (redis.parse). */
-function backendOf(conf: redis.RedisConf): Backend {
-  return conf.backend ?? BY_TOPOLOGY.get(conf.topology);
 }

@@ -176,6 +176,9 @@ export const REDIS: schema.Spec[] = [
 ];
 const redisOptions = schema.compile<Options>("redis", REDIS);
 
+/** Per endpoint, the first configuration seen for it: what status pages show of the topology. */
+const known = new LuaTable<string, RedisConf>();
+
 /**
  * Validate the `redis` option table of dlock.new and friends. `dict` is the
  * factory's lua_shared_dict: the eviction finding is shared there.
@@ -261,9 +264,6 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
   if (!known.has(endpoint)) known.set(endpoint, conf);
   return $multi(conf, undefined);
 }
-
-/** Per endpoint, the first configuration seen for it: what status pages show of the topology. */
-const known = new LuaTable<string, RedisConf>();
 
 /** The Redis endpoints factories of this worker were made for (bounded by distinct configurations). */
 export function endpoints(): LuaTable<string, RedisConf> {

@@ -64,50 +64,6 @@ function replied(node: redis.RedisConf, err: string | undefined): boolean {
   return code !== undefined && code !== "TLS";
 }
 
-/**
- * Run s for rkey on the master of its slot; what went wrong is looked at in
- * follow(). Its arguments come as locals, read by call() before slot()'s loop:
- * the trace LuaJIT starts where that loop exits comes back here, and would
- * compile no `...` (args.ts). More than six come as a list.
- */
-function routed(conf: redis.RedisConf, s: scripts.Script, rkey: string, list: (string | number)[] | undefined, n: number,
-  a1?: Arg, a2?: Arg, a3?: Arg, a4?: Arg, a5?: Arg, a6?: Arg): CallResult {
-  const c = state(conf);
-  const sl = slot(rkey);
-  const [node, rerr] = route(conf, c, sl);
-  if (node === undefined) return $multi(undefined, rerr, "failed");
-  let res: RedisValue | undefined;
-  let err: string | undefined;
-  let fault: Fault | undefined;
-  if (list === undefined) [res, err, fault] = forward(pipelined, node, s, rkey, n, a1, a2, a3, a4, a5, a6);
-  else [res, err, fault] = pipelined(node, s, rkey, ...lua_unpack(list));
-  if (fault === undefined) return $multi(res, err, fault);
-  return follow(conf, c, sl, node, s, rkey, list ?? listOf(n, a1, a2, a3, a4, a5, a6), res, err, fault);
-}
-
-function call(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const n = lua_select("#", ...args);
-  if (n > 6) return routed(conf, s, rkey, [...args], n);
-  const [a1, a2, a3, a4, a5, a6] = lua_select(1, ...args);
-  return routed(conf, s, rkey, undefined, n, a1, a2, a3, a4, a5, a6);
-}
-
-/** Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read. */
-function postRouted(conf: redis.RedisConf, s: scripts.Script, rkey: string, list: (string | number)[] | undefined, n: number,
-  a1?: Arg, a2?: Arg, a3?: Arg, a4?: Arg, a5?: Arg, a6?: Arg): Job | undefined {
-  const node = known(conf, state(conf), slot(rkey));
-  if (node === undefined) return undefined;
-  if (list !== undefined) return posted(node, s, rkey, ...lua_unpack(list));
-  return forward(posted, node, s, rkey, n, a1, a2, a3, a4, a5, a6);
-}
-
-function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {
-  const n = lua_select("#", ...args);
-  if (n > 6) return postRouted(conf, s, rkey, [...args], n);
-  const [a1, a2, a3, a4, a5, a6] = lua_select(1, ...args);
-  return postRouted(conf, s, rkey, undefined, n, a1, a2, a3, a4, a5, a6);
-}
-
 /** After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means. */
 function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.RedisConf, s: scripts.Script, rkey: string,
   args: (string | number)[], res0: RedisValue | undefined, err0: string | undefined, fault0: Fault): CallResult {
@@ -159,6 +115,50 @@ function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.
   // A slot on the move (ASK, TRYAGAIN, MOVED in turn) is "not now": a waiting acquire tries again.
   return $multi(undefined, str_format("dlock: redis %s: key %s redirected more than %d times (redis.cluster.max_redirects)",
     conf.endpoint, rkey, conf.max_redirects), "transient");
+}
+
+/**
+ * Run s for rkey on the master of its slot; what went wrong is looked at in
+ * follow(). Its arguments come as locals, read by call() before slot()'s loop:
+ * the trace LuaJIT starts where that loop exits comes back here, and would
+ * compile no `...` (args.ts). More than six come as a list.
+ */
+function routed(conf: redis.RedisConf, s: scripts.Script, rkey: string, list: (string | number)[] | undefined, n: number,
+  a1?: Arg, a2?: Arg, a3?: Arg, a4?: Arg, a5?: Arg, a6?: Arg): CallResult {
+  const c = state(conf);
+  const sl = slot(rkey);
+  const [node, rerr] = route(conf, c, sl);
+  if (node === undefined) return $multi(undefined, rerr, "failed");
+  let res: RedisValue | undefined;
+  let err: string | undefined;
+  let fault: Fault | undefined;
+  if (list === undefined) [res, err, fault] = forward(pipelined, node, s, rkey, n, a1, a2, a3, a4, a5, a6);
+  else [res, err, fault] = pipelined(node, s, rkey, ...lua_unpack(list));
+  if (fault === undefined) return $multi(res, err, fault);
+  return follow(conf, c, sl, node, s, rkey, list ?? listOf(n, a1, a2, a3, a4, a5, a6), res, err, fault);
+}
+
+function call(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+  const n = lua_select("#", ...args);
+  if (n > 6) return routed(conf, s, rkey, [...args], n);
+  const [a1, a2, a3, a4, a5, a6] = lua_select(1, ...args);
+  return routed(conf, s, rkey, undefined, n, a1, a2, a3, a4, a5, a6);
+}
+
+/** Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read. */
+function postRouted(conf: redis.RedisConf, s: scripts.Script, rkey: string, list: (string | number)[] | undefined, n: number,
+  a1?: Arg, a2?: Arg, a3?: Arg, a4?: Arg, a5?: Arg, a6?: Arg): Job | undefined {
+  const node = known(conf, state(conf), slot(rkey));
+  if (node === undefined) return undefined;
+  if (list !== undefined) return posted(node, s, rkey, ...lua_unpack(list));
+  return forward(posted, node, s, rkey, n, a1, a2, a3, a4, a5, a6);
+}
+
+function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job | undefined {
+  const n = lua_select("#", ...args);
+  if (n > 6) return postRouted(conf, s, rkey, [...args], n);
+  const [a1, a2, a3, a4, a5, a6] = lua_select(1, ...args);
+  return postRouted(conf, s, rkey, undefined, n, a1, a2, a3, a4, a5, a6);
 }
 
 /**

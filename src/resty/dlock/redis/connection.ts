@@ -39,10 +39,20 @@ const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const sem_new = semaphore.new;
 
 /**
+ * The server may no longer be the master (a connection error, READONLY,
+ * LOADING): with Sentinel, ask the sentinels again on the next connection.
+ */
+function stale(conf: redis.RedisConf): void {
+  if (conf.sentinel !== undefined) {
+    sentinel_forget(conf.pool);
+  }
+}
+
+/**
  * The client's cosocket. Both lua-resty-redis 0.27 and 0.33 keep it in the
  * private `_sock` field; this is the one place that knows.
  */
-export function socket(red: RestyRedis): NgxTcpSocket | undefined {
+function socket(red: RestyRedis): NgxTcpSocket | undefined {
   return lua_rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock");
 }
 
@@ -117,6 +127,62 @@ function open(this: void, host: string, port: number, timeout: number): LuaMulti
   return $multi(red, socket(red), undefined);
 }
 
+/** Per Sentinel pool and master address: that master as a server of its own (for the eviction check). */
+const sentinelMasters = new LuaTable<string, redis.RedisConf>();
+
+function masterOf(conf: redis.RedisConf, host: string, port: number): redis.RedisConf {
+  const name = conf.pool + "@" + host + ":" + lua_tostring(port);
+  let m = sentinelMasters.get(name);
+  if (m === undefined) {
+    m = derived.node(conf, host, port);
+    sentinelMasters.set(name, m);
+  }
+  return m;
+}
+
+/**
+ * Masters ("<credentials digest>@host:port") whose user may not run ROLE: an
+ * ACL without @admin or @dangerous (a lock user's usual rights), or ROLE
+ * renamed away. Asked once, whichever pool (the locks', the wake-ups') asks.
+ */
+const roleRefused = new LuaTable<string, boolean>();
+
+/** An error reply that every later ROLE on that server would get too. */
+function refusedForGood(err: string | undefined): boolean {
+  const [code] = str_match(lua_tostring(err), "^(%u+)");
+  return code === "NOPERM" || str_match(lua_tostring(err), "^ERR unknown command")[0] !== undefined;
+}
+
+/**
+ * ROLE on a fresh connection to the master Sentinel named: a just-demoted one
+ * must not take locks. A server that refuses ROLE to this user is taken on the
+ * sentinels' word: a demoted master is a read-only replica, which refuses
+ * every lock write with READONLY, and that has the sentinels asked again.
+ */
+function isMaster(red: RestyRedis, conf: redis.RedisConf, host: string, port: number): string | undefined {
+  const who = (conf.credentials !== undefined ? conf.credentials.digest : "") + "@" + host + ":" + lua_tostring(port);
+  if (roleRefused.has(who)) return undefined;
+  const [role, err] = red.role();
+  if (lua_type(role) === "table" && (role as LuaTable<number, unknown>).get(1) === "master") {
+    return undefined;
+  }
+  if (role === false && refusedForGood(err)) {
+    // Said once: another connection's ROLE may have been refused while this one's was on its way.
+    if (roleRefused.has(who)) return undefined;
+    roleRefused.set(who, true);
+    ngx_log(NOTICE, "dlock: redis ", conf.endpoint, ": ROLE on ", host, ":", port, " refused (", err,
+      "): taking the sentinels' word that it is the master (a demoted one refuses lock writes: READONLY)");
+    return undefined;
+  }
+  sentinel_forget(conf.pool);
+  if (lua_type(role) !== "table") {
+    return "dlock: redis " + conf.endpoint + ": ROLE on " + host + ":" + lua_tostring(port) + " failed: " + lua_tostring(err) +
+      "; asking the sentinels again";
+  }
+  return "dlock: redis " + conf.endpoint + ": " + host + ":" + lua_tostring(port) + " is a " + lua_tostring((role as LuaTable<number, unknown>).get(1)) +
+    ", not the master (a failover is under way); asking the sentinels again";
+}
+
 /**
  * A ready connection from the pool (or a fresh one, authenticated and with the
  * db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
@@ -185,19 +251,6 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
   return $multi(red, undefined);
 }
 
-/** Per Sentinel pool and master address: that master as a server of its own (for the eviction check). */
-const sentinelMasters = new LuaTable<string, redis.RedisConf>();
-
-function masterOf(conf: redis.RedisConf, host: string, port: number): redis.RedisConf {
-  const name = conf.pool + "@" + host + ":" + lua_tostring(port);
-  let m = sentinelMasters.get(name);
-  if (m === undefined) {
-    m = derived.node(conf, host, port);
-    sentinelMasters.set(name, m);
-  }
-  return m;
-}
-
 /**
  * Hand the connection back. After a network error lua-resty-redis has already
  * closed the socket (a read timeout closes it), so only healthy ones are pooled.
@@ -211,55 +264,5 @@ export function done(red: RestyRedis, conf: redis.RedisConf, healthy: boolean): 
   }
 }
 
-/**
- * The server may no longer be the master (a connection error, READONLY,
- * LOADING): with Sentinel, ask the sentinels again on the next connection.
- */
-export function stale(conf: redis.RedisConf): void {
-  if (conf.sentinel !== undefined) {
-    sentinel_forget(conf.pool);
-  }
-}
-
-/**
- * Masters ("<credentials digest>@host:port") whose user may not run ROLE: an
- * ACL without @admin or @dangerous (a lock user's usual rights), or ROLE
- * renamed away. Asked once, whichever pool (the locks', the wake-ups') asks.
- */
-const roleRefused = new LuaTable<string, boolean>();
-
-/** An error reply that every later ROLE on that server would get too. */
-function refusedForGood(err: string | undefined): boolean {
-  const [code] = str_match(lua_tostring(err), "^(%u+)");
-  return code === "NOPERM" || str_match(lua_tostring(err), "^ERR unknown command")[0] !== undefined;
-}
-
-/**
- * ROLE on a fresh connection to the master Sentinel named: a just-demoted one
- * must not take locks. A server that refuses ROLE to this user is taken on the
- * sentinels' word: a demoted master is a read-only replica, which refuses
- * every lock write with READONLY, and that has the sentinels asked again.
- */
-function isMaster(red: RestyRedis, conf: redis.RedisConf, host: string, port: number): string | undefined {
-  const who = (conf.credentials !== undefined ? conf.credentials.digest : "") + "@" + host + ":" + lua_tostring(port);
-  if (roleRefused.has(who)) return undefined;
-  const [role, err] = red.role();
-  if (lua_type(role) === "table" && (role as LuaTable<number, unknown>).get(1) === "master") {
-    return undefined;
-  }
-  if (role === false && refusedForGood(err)) {
-    // Said once: another connection's ROLE may have been refused while this one's was on its way.
-    if (roleRefused.has(who)) return undefined;
-    roleRefused.set(who, true);
-    ngx_log(NOTICE, "dlock: redis ", conf.endpoint, ": ROLE on ", host, ":", port, " refused (", err,
-      "): taking the sentinels' word that it is the master (a demoted one refuses lock writes: READONLY)");
-    return undefined;
-  }
-  sentinel_forget(conf.pool);
-  if (lua_type(role) !== "table") {
-    return "dlock: redis " + conf.endpoint + ": ROLE on " + host + ":" + lua_tostring(port) + " failed: " + lua_tostring(err) +
-      "; asking the sentinels again";
-  }
-  return "dlock: redis " + conf.endpoint + ": " + host + ":" + lua_tostring(port) + " is a " + lua_tostring((role as LuaTable<number, unknown>).get(1)) +
-    ", not the master (a failover is under way); asking the sentinels again";
-}
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { socket, stale };

@@ -12,7 +12,7 @@ const lua_tostring = tostring;
  * verified), or made with one client certificate (or none), never serves a
  * factory that asks for another.
  */
-export function tlsTag(c: { readonly ssl: boolean; readonly ssl_verify: boolean; readonly server_name: string | undefined }, cert: clientcert.ClientCert | undefined): string {
+function tlsTag(c: { readonly ssl: boolean; readonly ssl_verify: boolean; readonly server_name: string | undefined }, cert: clientcert.ClientCert | undefined): string {
   if (!c.ssl) return "";
   let tag = c.ssl_verify ? "tls+verify=" + (c.server_name ?? "") : "tls";
   if (cert !== undefined) tag = tag + "+cert=" + cert.digest;
@@ -67,3 +67,6 @@ export function apart(conf: RedisConf, suffix: string): RedisConf {
   n.backlog = undefined;
   return n;
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { tlsTag };

@@ -18,7 +18,7 @@ const tbl_concat = table.concat;
 const tbl_sort = table.sort;
 
 /** The allowance for clock drift between masters over a ttl, in ms (redis.io: 1 % plus 2 ms). */
-export function drift(ttl: number): number {
+function drift(ttl: number): number {
   return math_floor(ttl * 0.01) + 2;
 }
 
@@ -29,11 +29,11 @@ export interface Votes {
   readonly faults: LuaTable<number, Fault>;
 }
 
-export function majority(conf: redis.RedisConf): number {
+function majority(conf: redis.RedisConf): number {
   return math_floor(conf.nodes!.length / 2) + 1;
 }
 
-export function nowMs(): number {
+function nowMs(): number {
   update_time();
   return ngx_now() * 1000;
 }
@@ -135,3 +135,5 @@ export function decideAcquire(conf: redis.RedisConf, v: Votes, rkey: string, tok
     " masters, a majority is " + lua_tostring(need) + " (" + errorsOf(conf, v) + ")", "transient");
 }
 
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { drift, majority, nowMs };

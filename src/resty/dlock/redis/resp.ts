@@ -12,16 +12,8 @@ const sub = string.sub;
 /** A command buffer: pieces joined once, when it is sent. */
 export type Buffer = LuaTable<number, string | number>;
 
-/** One command, encoded. */
-export function encode(words: (string | number)[]): string {
-  const parts: Buffer = new LuaTable();
-  command(parts, words.length);
-  for (const i of $range(1, words.length)) arg(parts, words[i - 1]!);
-  return concat(parts as unknown as string[]);
-}
-
 /** Append the head of a command of n words. */
-export function command(parts: Buffer, n: number): void {
+function command(parts: Buffer, n: number): void {
   const i = parts.length();
   parts.set(i + 1, "*");
   parts.set(i + 2, n);
@@ -29,7 +21,7 @@ export function command(parts: Buffer, n: number): void {
 }
 
 /** Append one word of a command. */
-export function arg(parts: Buffer, w: string | number): void {
+function arg(parts: Buffer, w: string | number): void {
   const s = lua_tostring(w);
   const i = parts.length();
   parts.set(i + 1, "$");
@@ -37,6 +29,14 @@ export function arg(parts: Buffer, w: string | number): void {
   parts.set(i + 3, "\r\n");
   parts.set(i + 4, s);
   parts.set(i + 5, "\r\n");
+}
+
+/** One command, encoded. */
+export function encode(words: (string | number)[]): string {
+  const parts: Buffer = new LuaTable();
+  command(parts, words.length);
+  for (const i of $range(1, words.length)) arg(parts, words[i - 1]!);
+  return concat(parts as unknown as string[]);
 }
 
 /**
@@ -130,3 +130,6 @@ export function read(r: Reader): LuaMultiReturn<[RedisValue | false | undefined,
   r.pos = next;
   return $multi(v, err);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { arg, command };

@@ -177,16 +177,6 @@ function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): 
   return "dlock: redis " + conf.endpoint + ": WAIT for replicas after the " + s.name + " failed: " + lua_tostring(err);
 }
 
-/**
- * Send b's calls as one pipeline on a pooled connection: the connection to
- * read their replies from (finish), or nil when it failed (b's calls say so).
- * Split from finish so that one caller can have calls on their way to several
- * servers at once (a Redlock quorum).
- */
-function send(conf: redis.RedisConf, b: Batch): RestyRedis | undefined {
-  return sendOn(conf, b, undefined);
-}
-
 /** As send, on `red` when given (a connection the batch before left fit). */
 function sendOn(conf: redis.RedisConf, b: Batch, red: RestyRedis | undefined): RestyRedis | undefined {
   if (red === undefined) {
@@ -202,6 +192,16 @@ function sendOn(conf: redis.RedisConf, b: Batch, red: RestyRedis | undefined): R
     return undefined;
   }
   return red;
+}
+
+/**
+ * Send b's calls as one pipeline on a pooled connection: the connection to
+ * read their replies from (finish), or nil when it failed (b's calls say so).
+ * Split from finish so that one caller can have calls on their way to several
+ * servers at once (a Redlock quorum).
+ */
+function send(conf: redis.RedisConf, b: Batch): RestyRedis | undefined {
+  return sendOn(conf, b, undefined);
 }
 
 /**

@@ -73,7 +73,7 @@ export function isOne(this: void, reply: RedisValue): boolean {
 }
 
 /** The part of a key Redis Cluster hashes: the inside of the first non-empty {...}, else the whole key. */
-export function hashed(key: string): string {
+function hashed(key: string): string {
   const [open] = str_find(key, "{", 1, true);
   if (open !== undefined) {
     const [close] = str_find(key, "}", open + 1, true);
@@ -134,4 +134,4 @@ export function forTarget<C extends { readonly slotted: boolean }, R>(call: Call
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { tagged, queueKey, readersKey };
+export { tagged, queueKey, readersKey, hashed };

@@ -15,11 +15,11 @@ export const readersKey = base.readersKey;
 export const forTarget = base.forTarget;
 
 // What the scripts of shared locks' readers (rwscripts.ts) are made of too.
-export const script = base.script;
-export const isOk = base.isOk;
-export const isOkFenced = base.isOkFenced;
-export const isOne = base.isOne;
-export const FREES = base.FREES;
+const script = base.script;
+const isOk = base.isOk;
+const isOkFenced = base.isOkFenced;
+const isOne = base.isOne;
+const FREES = base.FREES;
 
 // The tail of both acquire scripts, when the key is taken: the holder's PTTL
 // (-1: the key has no TTL), or an error when someone else's data sits there.
@@ -297,3 +297,6 @@ ACQUIRE_FENCED.undo = RELEASE;
 ACQUIRE_QUEUED.undo = DROP;
 ACQUIRE_QUEUED_FENCED.undo = DROP;
 SEM_ACQUIRE.undo = SEM_RELEASE;
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { script, isOk, isOkFenced, isOne, FREES };

@@ -124,17 +124,6 @@ export interface Tls {
 export type Opener = (this: void, host: string, port: number, timeout: number) =>
   LuaMultiReturn<[RestyRedis | undefined, NgxTcpSocket | undefined, string | undefined]>;
 
-/**
- * Ask the sentinels for the master's address, over connections `open` makes;
- * timeouts and TLS settings are the factory's.
- */
-export function discover(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
-  asking.set(pool, true);
-  const [m, err] = ask(pool, s, open, timeout, tls);
-  asking.delete(pool);
-  return $multi(m, err);
-}
-
 function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
   const errors: string[] = [];
   let ssl = s.ssl;
@@ -182,4 +171,15 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
     errors.push(endpoint + " " + why + tls_port(why, ssl, "redis.sentinel.ssl"));
   }
   return $multi(undefined, "dlock: redis sentinel " + s.master + ": no sentinel named the master (" + tbl_concat(errors, "; ") + ")");
+}
+
+/**
+ * Ask the sentinels for the master's address, over connections `open` makes;
+ * timeouts and TLS settings are the factory's.
+ */
+export function discover(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
+  asking.set(pool, true);
+  const [m, err] = ask(pool, s, open, timeout, tls);
+  asking.delete(pool);
+  return $multi(m, err);
 }

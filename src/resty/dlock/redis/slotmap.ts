@@ -102,7 +102,7 @@ export function state(conf: redis.RedisConf): Cluster {
 const views = setmetatable(new LuaTable<redis.RedisConf, LuaTable<string, redis.RedisConf>>(), { __mode: "k" });
 
 /** conf's configuration of the master at endpoint ep ("host:port", an address the map holds). */
-export function nodeAt(conf: redis.RedisConf, c: Cluster, ep: string): redis.RedisConf {
+function nodeAt(conf: redis.RedisConf, c: Cluster, ep: string): redis.RedisConf {
   let view = views.get(conf);
   if (view === undefined) {
     view = new LuaTable();
@@ -118,7 +118,7 @@ export function nodeAt(conf: redis.RedisConf, c: Cluster, ep: string): redis.Red
 }
 
 /** conf's configuration of the master at host:port (an IPv6 address bare, as CLUSTER SLOTS and MOVED give it, or in brackets). */
-export function nodeOf(conf: redis.RedisConf, c: Cluster, bare: string, port: number): redis.RedisConf {
+function nodeOf(conf: redis.RedisConf, c: Cluster, bare: string, port: number): redis.RedisConf {
   const host = literal(bare);
   const ep = host + ":" + lua_tostring(port);
   if (!c.addrs.has(ep)) c.addrs.set(ep, { host, port });
@@ -218,3 +218,5 @@ export function route(conf: redis.RedisConf, c: Cluster, s: number): LuaMultiRet
   return $multi(ep !== undefined ? nodeAt(conf, c, ep) : conf.nodes![0]!, undefined);
 }
 
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { nodeAt, nodeOf };

@@ -120,11 +120,6 @@ function sync(s: subs.Subscriber, sock: NgxTcpSocket): string | undefined {
   return undefined;
 }
 
-/** The control thread: changes go out, due keys are looked at (sess.failed: why a write failed). */
-function control(this: void, s: subs.Subscriber, sess: Session): void {
-  sess.failed = tell(s, sess);
-}
-
 function tell(s: subs.Subscriber, sess: Session): string | undefined {
   let pinged = ngx_now();
   let idleSince = ngx_now();
@@ -157,6 +152,11 @@ function tell(s: subs.Subscriber, sess: Session): string | undefined {
   sess.stopping = true;
   const [ok, err] = sess.sock.send(resp.encode(["ping"]));
   return ok === undefined ? lua_tostring(err) : undefined;
+}
+
+/** The control thread: changes go out, due keys are looked at (sess.failed: why a write failed). */
+function control(this: void, s: subs.Subscriber, sess: Session): void {
+  sess.failed = tell(s, sess);
 }
 
 /** The reader: messages in; nil when asked to stop, else why the connection ended. */

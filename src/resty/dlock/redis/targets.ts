@@ -27,7 +27,7 @@ function addInto(this: void, into: Into, s: scripts.Script, rkey: string, ...arg
 }
 
 /** A per-target script (scripts.forTarget's keys and arguments) for every target, as one batch. */
-export function batchFor(conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Batch {
+function batchFor(conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Batch {
   const b = batchOf(undefined, false);
   const into: Into = { b, slotted: conf.slotted };
   for (const i of $range(1, targets.length)) {
@@ -40,7 +40,7 @@ export function batchFor(conf: redis.RedisConf, s: scripts.Script, targets: Targ
 }
 
 /** What b's calls came to, per call. */
-export function outcome(b: Batch): Outcome {
+function outcome(b: Batch): Outcome {
   const out: Outcome = { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() };
   for (const i of $range(1, b.jobs.length)) {
     const j = b.jobs[i - 1]!;
@@ -60,3 +60,6 @@ export function many(this: void, conf: redis.RedisConf, s: scripts.Script, targe
   if (targets.length > 0) run(conf, b);
   return outcome(b);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { batchFor, outcome };

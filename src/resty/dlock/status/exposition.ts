@@ -76,11 +76,43 @@ function factoryLines(lines: string[], r: common.Report): void {
   }
 }
 
+/** Per Redis endpoint: how it is reached; Cluster redirects and slot map age; Redlock failures per master. */
+function topologyLines(lines: string[]): void {
+  const info: string[] = [];
+  header(info, "dlock_redis_topology_info", "gauge", "How each Redis endpoint is reached (always 1).");
+  const redirects: string[] = [];
+  header(redirects, "dlock_redis_cluster_redirects_total", "counter", "MOVED and ASK redirections followed (all workers).");
+  const ages: string[] = [];
+  header(ages, "dlock_redis_cluster_slot_map_age_seconds", "gauge", "Seconds since a worker last read the cluster's slot map.");
+  const failures: string[] = [];
+  header(failures, "dlock_redis_redlock_node_failures_total", "counter", "Calls to a Redlock master that failed (all workers).");
+  for (const [ep, conf] of lua_pairs(redis.endpoints())) {
+    const e = label(ep);
+    info.push("dlock_redis_topology_info{endpoint=\"" + e + "\",kind=\"" + conf.topology + "\",tls=\"" +
+      (conf.ssl ? "on" : "off") + "\"} 1");
+    const [kind, counts] = backend.shared(conf);
+    if (kind === "cluster") {
+      redirects.push("dlock_redis_cluster_redirects_total{endpoint=\"" + e + "\"} " + lua_tostring(counts.get("redirects")));
+      const age = counts.get("slot_map_age");
+      if (age !== undefined) {
+        ages.push("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" + e + "\"} " + str_format("%.3f", age));
+      }
+    } else if (kind === "redlock") {
+      for (const [node, n] of lua_pairs(counts)) {
+        failures.push("dlock_redis_redlock_node_failures_total{endpoint=\"" + e + "\",node=\"" + label(node) + "\"} " + lua_tostring(n));
+      }
+    }
+  }
+  for (const [_, group] of lua_ipairs([info, redirects, ages, failures])) {
+    for (const [_, l] of lua_ipairs(group)) lines.push(l);
+  }
+}
+
 /**
  * The metrics in the Prometheus text format (version 0.0.4), or nil and an error.
  * Reads a fixed number of dict keys per guard, factory, dict and Redis endpoint; never the leases.
  */
-export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined, string | undefined]> {
+function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined, string | undefined]> {
   const [o, oerr] = check.options("metrics options", opts, METRICS_OPTIONS);
   if (o === undefined) return $multi(undefined, oerr);
   const [names, err] = common.dictNames(o);
@@ -129,38 +161,6 @@ export function metrics_text(opts?: unknown): LuaMultiReturn<[string | undefined
   return $multi(table_concat(lines, "\n"), undefined);
 }
 
-/** Per Redis endpoint: how it is reached; Cluster redirects and slot map age; Redlock failures per master. */
-function topologyLines(lines: string[]): void {
-  const info: string[] = [];
-  header(info, "dlock_redis_topology_info", "gauge", "How each Redis endpoint is reached (always 1).");
-  const redirects: string[] = [];
-  header(redirects, "dlock_redis_cluster_redirects_total", "counter", "MOVED and ASK redirections followed (all workers).");
-  const ages: string[] = [];
-  header(ages, "dlock_redis_cluster_slot_map_age_seconds", "gauge", "Seconds since a worker last read the cluster's slot map.");
-  const failures: string[] = [];
-  header(failures, "dlock_redis_redlock_node_failures_total", "counter", "Calls to a Redlock master that failed (all workers).");
-  for (const [ep, conf] of lua_pairs(redis.endpoints())) {
-    const e = label(ep);
-    info.push("dlock_redis_topology_info{endpoint=\"" + e + "\",kind=\"" + conf.topology + "\",tls=\"" +
-      (conf.ssl ? "on" : "off") + "\"} 1");
-    const [kind, counts] = backend.shared(conf);
-    if (kind === "cluster") {
-      redirects.push("dlock_redis_cluster_redirects_total{endpoint=\"" + e + "\"} " + lua_tostring(counts.get("redirects")));
-      const age = counts.get("slot_map_age");
-      if (age !== undefined) {
-        ages.push("dlock_redis_cluster_slot_map_age_seconds{endpoint=\"" + e + "\"} " + str_format("%.3f", age));
-      }
-    } else if (kind === "redlock") {
-      for (const [node, n] of lua_pairs(counts)) {
-        failures.push("dlock_redis_redlock_node_failures_total{endpoint=\"" + e + "\",node=\"" + label(node) + "\"} " + lua_tostring(n));
-      }
-    }
-  }
-  for (const [_, group] of lua_ipairs([info, redirects, ages, failures])) {
-    for (const [_, l] of lua_ipairs(group)) lines.push(l);
-  }
-}
-
 /** content_by_lua: metrics_text() as the response. Outside a request: nil, err. */
 export function metrics(opts?: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
   const perr = common.phaseError("metrics");
@@ -175,3 +175,6 @@ export function metrics(opts?: unknown): LuaMultiReturn<[true | undefined, strin
   ngx_say(text);
   return $multi(true as const, undefined);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { metrics_text };

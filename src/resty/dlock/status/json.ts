@@ -50,7 +50,7 @@ function listHeld(name: string, dict: NgxSharedDict, max: number, out: common.He
  * The numbers serve() shows, with at most opts.limit (default 100) held leases.
  * Tokens are left out: they are capabilities.
  */
-export function report(opts?: unknown): LuaMultiReturn<[common.Report | undefined, string | undefined]> {
+function report(opts?: unknown): LuaMultiReturn<[common.Report | undefined, string | undefined]> {
   const [o, oerr] = check.options("status options", opts, REPORT_OPTIONS);
   if (o === undefined) return $multi(undefined, oerr);
   let limit = DEFAULT_LIMIT;
@@ -171,3 +171,6 @@ export function serve(opts?: unknown): LuaMultiReturn<[true | undefined, string 
   ngx_say(body);
   return $multi(true as const, undefined);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { report };

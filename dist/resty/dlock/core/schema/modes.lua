@@ -8,7 +8,7 @@ local lua_ipairs = ipairs
 local lua_error = error
 local lua_pairs = pairs
 --- Whether `spec` applies to mode `mode`.
-function _M.applies(spec, mode)
+local function applies(spec, mode)
     if spec.notFor ~= nil and spec.notFor[mode] ~= nil then
         return false
     end
@@ -37,7 +37,7 @@ local function refusal(name, mode, list, specs)
     local apart = {}
     for _, m in lua_ipairs(list) do
         for _, s in lua_ipairs(specs) do
-            if s.name == name and _M.applies(s, m.name) then
+            if s.name == name and applies(s, m.name) then
                 local into = m.apart == true and apart or taking
                 into[#into + 1] = m.name
                 break
@@ -68,7 +68,7 @@ function _M.modes(path, option, list, specs)
         local mine = {}
         local names = {}
         for _, s in lua_ipairs(specs) do
-            if _M.applies(s, m.name) then
+            if applies(s, m.name) then
                 mine[#mine + 1] = s
                 names[s.name] = true
             end
@@ -113,4 +113,5 @@ function _M.only(spec, list)
     copy.modes = list
     return copy
 end
+_M.applies = applies
 return _M

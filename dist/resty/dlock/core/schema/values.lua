@@ -11,7 +11,7 @@ local lua_tostring = tostring
 local lua_pairs = pairs
 local concat = table.concat
 --- "a", "a or b", "a, b or c".
-function _M.listed(names, last)
+local function listed(names, last)
     local n = #names
     if n == 1 then
         return names[1]
@@ -29,7 +29,7 @@ function _M.option(spec, label)
         for _, v in lua_ipairs(spec.values) do
             quoted[#quoted + 1] = "\"" .. v .. "\""
         end
-        unit = spec.unit or _M.listed(quoted, "or")
+        unit = spec.unit or listed(quoted, "or")
     end
     return {spec = spec, label = label, default = spec.default, unit = unit}
 end
@@ -45,7 +45,7 @@ function _M.stranger(given, byName, elsewhere)
     return false, nil
 end
 --- "dlock: <what>, got <v>", or only v's type when v is a secret.
-function _M.refuse(what, v, secret)
+local function refuse(what, v, secret)
     if secret then
         return check.hidden(what, v)
     end
@@ -84,7 +84,7 @@ function _M.named(host)
     return n
 end
 --- "host:port" or "[v6]:port" (the host keeps its brackets); `label` names the list it came from.
-function _M.node(label, v)
+local function node(label, v)
     if lua_type(v) ~= "string" then
         return check.fail(label .. " must be \"host:port\" strings", v)
     end
@@ -108,7 +108,7 @@ local function nodes(o, spec, list)
     local out = {}
     local given = list
     for i = 1, #given do
-        local n, err = _M.node(o.label, given[i])
+        local n, err = node(o.label, given[i])
         if n == nil then
             return nil, err
         end
@@ -124,7 +124,7 @@ local function nodes(o, spec, list)
 end
 local function str(o, spec, v)
     if lua_type(v) ~= "string" then
-        return _M.refuse(o.label .. " must be a string", v, spec.secret == true)
+        return refuse(o.label .. " must be a string", v, spec.secret == true)
     end
     if spec.maxLen == nil or v == "" and spec.empty == true then
         return v, nil
@@ -134,7 +134,7 @@ local function str(o, spec, v)
         return nil, err
     end
     if spec.prefix ~= nil and str_sub(s, 1, #spec.prefix) ~= spec.prefix then
-        return _M.refuse(
+        return refuse(
             o.label .. " must start with " .. str_format("%q", spec.prefix),
             s,
             spec.secret == true
@@ -178,4 +178,7 @@ function _M.value(o, v, out)
     end
     return spec.table(v)
 end
+_M.listed = listed
+_M.node = node
+_M.refuse = refuse
 return _M

@@ -28,7 +28,7 @@ local function jsonStr(s)
     return "\"" .. q .. "\""
 end
 --- An RFC 9457 problem details answer, and the end of the request.
-function _M.problem(g, status, kind, title, detail, retryAfter)
+local function problem(g, status, kind, title, detail, retryAfter)
     ngx_.status = status
     ngx_header["Content-Type"] = "application/problem+json"
     if retryAfter ~= nil then
@@ -84,7 +84,7 @@ end
 function _M.answer(g, rec, fp)
     if rec.fp ~= fp then
         stats.incr(g._dict, g.name, "mismatch")
-        return _M.problem(
+        return problem(
             g,
             422,
             "mismatch",
@@ -97,7 +97,7 @@ function _M.answer(g, rec, fp)
     end
     stats.incr(g._dict, g.name, "replayed")
     ngx_header["Idempotent-Replayed"] = "true"
-    return _M.problem(
+    return problem(
         g,
         409,
         "not-replayable",
@@ -107,7 +107,7 @@ function _M.answer(g, rec, fp)
 end
 function _M.inFlight(g)
     stats.incr(g._dict, g.name, "conflict")
-    return _M.problem(
+    return problem(
         g,
         409,
         "in-flight",
@@ -123,7 +123,7 @@ function _M.keyFailure(g, problemText)
     if g._onError == "allow" then
         return
     end
-    _M.problem(
+    problem(
         g,
         g._errorStatus,
         "unavailable",
@@ -138,7 +138,7 @@ function _M.onRedisFailure(g, err)
     if stats.failedOpen(g) then
         return
     end
-    _M.problem(
+    problem(
         g,
         g._errorStatus,
         "unavailable",
@@ -146,4 +146,5 @@ function _M.onRedisFailure(g, err)
         "the store of idempotency keys is unavailable; retry later with the same key"
     )
 end
+_M.problem = problem
 return _M

@@ -12,7 +12,6 @@ local lua_tostring = tostring
 local lua_tonumber = tonumber
 --- Shared dict mark of a claim whose holder has sent its whole response (the store is on its way).
 local FINISHED = "idem:fin:"
-_M.FINISHED = FINISHED
 local watches = {}
 --- The stored record of rkey is known (or, rec nil, the claim was dropped): wake the waiters.
 function _M.notify(rkey, rec)
@@ -25,7 +24,7 @@ function _M.notify(rkey, rec)
     end
     w.sem:post(w.waiters)
 end
-function _M.claim(g, rkey, tok, fp)
+local function claim(g, rkey, tok, fp)
     local res, err, fault = backend.call(
         g._conf,
         records.IDEM_CLAIM,
@@ -98,7 +97,7 @@ function _M.waitFor(g, rkey, tok, fp)
             w.sem:wait(math_min(left, 250) / 1000)
         else
             w.polling = true
-            local got, rec, cerr = _M.claim(g, rkey, tok, fp)
+            local got, rec, cerr = claim(g, rkey, tok, fp)
             w.polling = false
             if got == "record" and rec.state ~= "running" then
                 w.rec = rec
@@ -127,4 +126,6 @@ function _M.waitFor(g, rkey, tok, fp)
     end
     return what, found, err
 end
+_M.FINISHED = FINISHED
+_M.claim = claim
 return _M

@@ -1,13 +1,24 @@
 -- Generated from src/resty/dlock/gateway/idempotency/record.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local completing, later, stored, store, ngx_log, ERR, WARN, ngx_now, ngx_update_time, ngx_sleep, timer_at, math_min, lua_tostring, FINISHED, AMBIGUOUS
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local settle = require("resty.dlock.core.settle")
 local records = require("resty.dlock.redis.records")
 local stats = require("resty.dlock.gateway.stats")
 local claims = require("resty.dlock.gateway.idempotency.claim")
-function completing(send, c)
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local ngx_now = ngx.now
+local ngx_update_time = ngx.update_time
+local ngx_sleep = ngx.sleep
+local timer_at = ngx.timer.at
+local math_min = math.min
+local table_concat = table.concat
+local lua_tostring = tostring
+local FINISHED = claims.FINISHED
+--- The store of c's response, sent through `send` (backend.call, or backend.post).
+local function completing(send, c)
     local l = c.lease
     return send(
         c.g._conf,
@@ -21,22 +32,10 @@ function completing(send, c)
         c.body
     )
 end
-function later(c)
-    local ok, err = timer_at(0, store, c)
-    if not ok then
-        c.g._dict:delete(FINISHED .. c.lease._rkey)
-        stats.incr(c.g._dict, c.g.name, "not_stored")
-        ngx_log(
-            ERR,
-            "dlock: guard ",
-            c.g.name,
-            ": cannot store the response (the key stays claimed until its lease ",
-            "runs out): ",
-            err
-        )
-    end
-end
-function stored(c, res)
+--- Statuses not stored after which the backend may still be working (gateway timeout, cut connection).
+local AMBIGUOUS = check.set("502", "504")
+--- What Redis answered to the store of c, seen to; false when it did not answer.
+local function stored(c, res)
     local g = c.g
     local l = c.lease
     if res == nil then
@@ -67,7 +66,7 @@ function stored(c, res)
     )
     return true
 end
-function store(premature, c)
+local function store(premature, c)
     local g = c.g
     local l = c.lease
     local status = c.status
@@ -118,17 +117,31 @@ function store(premature, c)
         pause = math_min(pause * 2, 1)
     end
 end
-ngx_log = ngx.log
-ERR = ngx.ERR
-WARN = ngx.WARN
-ngx_now = ngx.now
-ngx_update_time = ngx.update_time
-ngx_sleep = ngx.sleep
-timer_at = ngx.timer.at
-math_min = math.min
-local table_concat = table.concat
-lua_tostring = tostring
-FINISHED = claims.FINISHED
+--- Store c from a timer.
+local function later(c)
+    local ok, err = timer_at(0, store, c)
+    if not ok then
+        c.g._dict:delete(FINISHED .. c.lease._rkey)
+        stats.incr(c.g._dict, c.g.name, "not_stored")
+        ngx_log(
+            ERR,
+            "dlock: guard ",
+            c.g.name,
+            ": cannot store the response (the key stays claimed until its lease ",
+            "runs out): ",
+            err
+        )
+    end
+end
+--- A store that rode a pipeline was answered (in the sender's timer: nothing here may wait); a timer tries again when Redis did not answer.
+local function answered(j)
+    local c = j.post
+    if stored(c, j.res) then
+        return
+    end
+    stats.incr(c.g._dict, c.g.name, "redis_errors")
+    later(c)
+end
 --- The response is complete: store it (or drop the claim of one not to store).
 local function schedule(c)
     c.complete = true
@@ -144,16 +157,6 @@ local function schedule(c)
             return
         end
     end
-    later(c)
-end
-AMBIGUOUS = check.set("502", "504")
---- A store that rode a pipeline was answered (in the sender's timer: nothing here may wait); a timer tries again when Redis did not answer.
-local function answered(j)
-    local c = j.post
-    if stored(c, j.res) then
-        return
-    end
-    stats.incr(c.g._dict, c.g.name, "redis_errors")
     later(c)
 end
 _M.schedule = schedule

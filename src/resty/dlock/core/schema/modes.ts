@@ -25,7 +25,7 @@ export interface Mode {
 }
 
 /** Whether `spec` applies to mode `mode`. */
-export function applies(spec: Spec, mode: string): boolean {
+function applies(spec: Spec, mode: string): boolean {
   if (spec.notFor !== undefined && spec.notFor[mode] !== undefined) return false;
   if (spec.modes === undefined) return true;
   for (const [_, m] of lua_ipairs(spec.modes)) {
@@ -113,3 +113,6 @@ export function only<S extends Spec>(spec: S, list: string[]): S {
   copy.set("modes", list);
   return copy as unknown as S;
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { applies };

@@ -134,7 +134,7 @@ export interface Option {
 }
 
 /** "a", "a or b", "a, b or c". */
-export function listed(names: string[], last: string): string {
+function listed(names: string[], last: string): string {
   const n = names.length;
   if (n === 1) return names[0]!;
   const head: string[] = [];
@@ -167,7 +167,7 @@ export function stranger<V>(given: LuaTable<AnyNotNil, unknown>, byName: LuaTabl
 }
 
 /** "dlock: <what>, got <v>", or only v's type when v is a secret. */
-export function refuse(what: string, v: unknown, secret: boolean): LuaMultiReturn<[undefined, string]> {
+function refuse(what: string, v: unknown, secret: boolean): LuaMultiReturn<[undefined, string]> {
   if (secret) return check.hidden(what, v);
   return check.fail(what, v);
 }
@@ -211,7 +211,7 @@ export function named(host: string): boolean {
 }
 
 /** "host:port" or "[v6]:port" (the host keeps its brackets); `label` names the list it came from. */
-export function node(label: string, v: unknown): LuaMultiReturn<[Node | undefined, string | undefined]> {
+function node(label: string, v: unknown): LuaMultiReturn<[Node | undefined, string | undefined]> {
   if (lua_type(v) !== "string") return check.fail(label + " must be \"host:port\" strings", v);
   // The () captures are positions: numbers, where the port digits start.
   let [host, at] = str_match(v as string, "^(%[[%x:%.]+%]):()%d+$");
@@ -279,3 +279,6 @@ export function value(o: Option, v: unknown, out: LuaTable<string, unknown>): Lu
   }
   return spec.table(v);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { listed, node, refuse };

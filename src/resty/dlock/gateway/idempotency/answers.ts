@@ -31,7 +31,7 @@ function jsonStr(s: string): string {
 }
 
 /** An RFC 9457 problem details answer, and the end of the request. */
-export function problem(g: Guard, status: number, kind: string, title: string, detail: string, retryAfter?: number): never {
+function problem(g: Guard, status: number, kind: string, title: string, detail: string, retryAfter?: number): never {
   ngx_.status = status;
   ngx_header.set("Content-Type", "application/problem+json");
   if (retryAfter !== undefined) {
@@ -124,3 +124,6 @@ export function onRedisFailure(g: Guard, err: string | undefined): void {
   problem(g, g._errorStatus, "unavailable", "Idempotency keys cannot be checked right now",
     "the store of idempotency keys is unavailable; retry later with the same key");
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { problem };

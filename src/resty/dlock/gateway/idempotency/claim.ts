@@ -20,7 +20,6 @@ const lua_tonumber = tonumber;
 
 /** Shared dict mark of a claim whose holder has sent its whole response (the store is on its way). */
 const FINISHED = "idem:fin:";
-export { FINISHED };
 
 /** A completed record, as the claim script returns it. */
 export interface Rec {
@@ -54,7 +53,7 @@ export function notify(rkey: string, rec: Rec | undefined): void {
 
 export type Claim = LuaMultiReturn<["claimed" | "error" | "record" | "timeout", Rec | undefined, string | undefined]>;
 
-export function claim(g: Guard, rkey: string, tok: string, fp: string): Claim {
+function claim(g: Guard, rkey: string, tok: string, fp: string): Claim {
   const [res, err, fault] = backend.call(g._conf, records.IDEM_CLAIM, rkey, tok, g._lease, fp);
   if (res === undefined) {
     if (fault === "lost") {
@@ -143,3 +142,6 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
   if (w.waiters === 0 && watches.get(rkey) === w) watches.delete(rkey);
   return $multi(what, found, err);
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { FINISHED, claim };

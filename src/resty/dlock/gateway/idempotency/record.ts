@@ -53,39 +53,10 @@ export interface Capture {
   readonly answered: (this: void, j: backend.Job) => void;
 }
 
-/** The response is complete: store it (or drop the claim of one not to store). */
-function schedule(c: Capture): void {
-  c.complete = true;
-  const g = c.g;
-  const status = c.status!;
-  if (g._store.get(status) === true) {
-    c.state = c.tooLarge ? "unreplayable" : "done";
-    c.body = c.tooLarge ? "" : table_concat(c.chunks);
-    c.chunks = [];
-    const j = completing(backend.post, c);
-    if (j !== undefined) {
-      j.post = c;
-      return;
-    }
-  }
-  later(c);
-}
-
 /** The store of c's response, sent through `send` (backend.call, or backend.post). */
 function completing<R>(send: (this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]) => R, c: Capture): R {
   const l = c.lease;
   return send(c.g._conf, records.IDEM_COMPLETE, l._rkey, l.token, c.g._ttl, c.state, c.status!, c.headers, c.body);
-}
-
-/** Store c from a timer. */
-function later(c: Capture): void {
-  const [ok, err] = timer_at(0, store, c);
-  if (!ok) {
-    c.g._dict.delete(FINISHED + c.lease._rkey);
-    stats.incr(c.g._dict, c.g.name, "not_stored");
-    ngx_log(ERR, "dlock: guard ", c.g.name, ": cannot store the response (the key stays claimed until its lease ",
-      "runs out): ", err);
-  }
 }
 
 /** Statuses not stored after which the backend may still be working (gateway timeout, cut connection). */
@@ -107,14 +78,6 @@ function stored(c: Capture, res: RedisValue | undefined): boolean {
   stats.incr(g._dict, g.name, "lost");
   ngx_log(ERR, "dlock: guard ", g.name, ": the claim on ", l._rkey, " ran out before its response could be stored");
   return true;
-}
-
-/** A store that rode a pipeline was answered (in the sender's timer: nothing here may wait); a timer tries again when Redis did not answer. */
-function answered(this: void, j: backend.Job): void {
-  const c = j.post as Capture;
-  if (stored(c, j.res)) return;
-  stats.incr(c.g._dict, c.g.name, "redis_errors");
-  later(c);
 }
 
 function store(this: void, premature: boolean, c: Capture): void {
@@ -155,6 +118,43 @@ function store(this: void, premature: boolean, c: Capture): void {
     ngx_sleep(pause);
     pause = math_min(pause * 2, 1);
   }
+}
+
+/** Store c from a timer. */
+function later(c: Capture): void {
+  const [ok, err] = timer_at(0, store, c);
+  if (!ok) {
+    c.g._dict.delete(FINISHED + c.lease._rkey);
+    stats.incr(c.g._dict, c.g.name, "not_stored");
+    ngx_log(ERR, "dlock: guard ", c.g.name, ": cannot store the response (the key stays claimed until its lease ",
+      "runs out): ", err);
+  }
+}
+
+/** A store that rode a pipeline was answered (in the sender's timer: nothing here may wait); a timer tries again when Redis did not answer. */
+function answered(this: void, j: backend.Job): void {
+  const c = j.post as Capture;
+  if (stored(c, j.res)) return;
+  stats.incr(c.g._dict, c.g.name, "redis_errors");
+  later(c);
+}
+
+/** The response is complete: store it (or drop the claim of one not to store). */
+function schedule(c: Capture): void {
+  c.complete = true;
+  const g = c.g;
+  const status = c.status!;
+  if (g._store.get(status) === true) {
+    c.state = c.tooLarge ? "unreplayable" : "done";
+    c.body = c.tooLarge ? "" : table_concat(c.chunks);
+    c.chunks = [];
+    const j = completing(backend.post, c);
+    if (j !== undefined) {
+      j.post = c;
+      return;
+    }
+  }
+  later(c);
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.

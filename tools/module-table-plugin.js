@@ -24,11 +24,31 @@ class ModulePrinter extends tstl.LuaPrinter {
     return { ...result, code: this.header + result.code };
   }
 
+  // A doc comment's blank line is "--", not "-- " (no trailing blanks in dist/);
+  // @customName is a directive to TypeScriptToLua (the name `new`), not documentation.
+  printStatement(statement) {
+    const cs = statement.leadingComments;
+    if (cs && cs.some(isDirective)) {
+      const kept = cs.filter((c) => !isDirective(c));
+      while (kept.length > 0 && typeof kept[kept.length - 1] === "string" && kept[kept.length - 1].trim() === "") kept.pop();
+      statement.leadingComments = kept;
+    }
+    return super.printStatement(statement);
+  }
+
+  printComment(comment) {
+    return super.printComment(typeof comment === "string" ? comment.trimEnd() : comment);
+  }
+
   printIdentifier(expression) {
     if (expression.text === EXPORTS) return this.createSourceNode(expression, NAME);
     if (expression.text === NAME) throw new Error(`${this.relativeSourcePath}: the name ${NAME} is the module table's (tools/module-table-plugin.js)`);
     return super.printIdentifier(expression);
   }
+}
+
+function isDirective(c) {
+  return typeof c === "string" && /^\s*@customName\b/.test(c);
 }
 
 /** @type {import("typescript-to-lua").Plugin} */

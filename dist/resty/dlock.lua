@@ -124,8 +124,6 @@ local locksMt = {__index = locksMethods}
 --- Factories made in this process: their ids for reentrant holds.
 local factories = 0
 --- Create a lock factory. Returns locks, or nil and an error naming the bad option.
--- 
--- @customName new
 function _M.new(opts)
     if opts == nil then
         return nil, "dlock: new needs an options table with at least dict"

@@ -33,7 +33,7 @@ end
 --- lua-resty-lock's polling steps: checked, not used (a waiter is woken when the key is released).
 local function polling(name)
     return function(v)
-        if v ~= nil and (lua_type(v) ~= "number" or not (v > 0)) then
+        if v ~= nil and (lua_type(v) ~= "number" or v ~= v or v <= 0) then
             return check.fail(name .. " must be a positive number", v)
         end
         return v, nil
@@ -177,8 +177,6 @@ local mt = {__index = methods}
 -- or "dlock: ..." naming a bad option). opts: exptime (s, default 30), timeout
 -- (s, default 5, at most exptime), step, ratio, max_step (checked, not used:
 -- waiters are woken when the key is released instead of polling).
--- 
--- @customName new
 function _M.new(_module, dictName, opts)
     if lua_type(dictName) ~= "string" or ngx_shared[dictName] == nil then
         return nil, "dictionary not found"

@@ -40,8 +40,6 @@ local function lockOptions(given, o, name)
     return base
 end
 --- Create a guard (once, in init_by_lua). Returns it, or nil and an error naming the bad option.
--- 
--- @customName new
 function _M.new(opts)
     local phase = get_phase()
     if phase ~= "init" and phase ~= "init_worker" and phase ~= "timer" then

@@ -75,8 +75,6 @@ local limiterMethods = {
 local limiterMt = {__index = limiterMethods}
 --- syntax: lim, err = rate.new({ dict =, redis =, rate =, period =, burst =, prefix =, name = })
 -- (or limits = { {...}, ... } in place of rate, period and burst).
--- 
--- @customName new
 function _M.new(opts)
     if opts == nil then
         return nil, "dlock: rate.new needs an options table with dict and rate"

@@ -59,8 +59,6 @@ local semaphoreMethods = {
 }
 local semaphoreMt = {__index = semaphoreMethods}
 --- Create a semaphore factory. Returns it, or nil and an error naming the bad option.
--- 
--- @customName new
 function _M.new(opts)
     if opts == nil then
         return nil, "dlock: semaphore.new needs an options table with at least dict and permits"

@@ -62,7 +62,8 @@ function seconds(name: string, dflt: number, min: number): (this: void, v: unkno
 /** lua-resty-lock's polling steps: checked, not used (a waiter is woken when the key is released). */
 function polling(name: string): (this: void, v: unknown) => LuaMultiReturn<[unknown, string | undefined]> {
   return (v: unknown) => {
-    if (v !== undefined && (lua_type(v) !== "number" || !((v as number) > 0))) return check.fail(name + " must be a positive number", v);
+    // NaN is a number, and not positive.
+    if (v !== undefined && (lua_type(v) !== "number" || v !== v || (v as number) <= 0)) return check.fail(name + " must be a positive number", v);
     return $multi(v, undefined);
   };
 }

@@ -103,7 +103,7 @@ function _M.options(name, v, allowed)
     end
     local t = v
     for k in lua_pairs(t) do
-        if lua_type(k) ~= "string" or not (allowed[k] ~= nil) then
+        if lua_type(k) ~= "string" or allowed[k] == nil then
             return fail("unknown option in " .. name, k)
         end
     end

@@ -100,7 +100,7 @@ local function take(p, idx)
         if fence ~= nil then
             p.fences[i] = fence
         end
-        if not (p.parts[i] ~= nil) then
+        if p.parts[i] == nil then
             p.parts[i] = lease.make(
                 store,
                 p.kind,

@@ -184,7 +184,7 @@ end
 -- front: locks and semaphores add it here only), ttl, wait, renew, on_lost and shared
 -- (locks only, `sharable`), with the factory's defaults; or the error naming
 -- the bad value, alone.
--- 
+--
 -- This runs on every acquire, so options that are fine are read by name and
 -- counted (table.nkeys), with no table built and no walk over the caller's:
 -- LuaJIT will not compile a function whose trace runs into a loop (a root

@@ -68,11 +68,11 @@ local function validate(s, v)
         if x == nil and o.spec.required ~= true and o.spec.kind ~= "check" then
             out[o.spec.name] = o.opt.default
         else
-            local given = x
-            if given == nil then
-                given = o.opt.default
+            local raw = x
+            if raw == nil then
+                raw = o.opt.default
             end
-            local y, err = value(o.opt, given, out)
+            local y, err = value(o.opt, raw, out)
             if err ~= nil then
                 return nil, err
             end

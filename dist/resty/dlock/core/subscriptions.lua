@@ -138,7 +138,7 @@ function _M.lost(s)
         waits.wakeAll(k)
     end
     for k in lua_pairs(s.wanted) do
-        if not (s.live[k] ~= nil) then
+        if s.live[k] == nil then
             waits.wakeAll(k)
         end
     end
@@ -181,7 +181,7 @@ end
 -- vouched for and `foreign` holders be possible.
 function _M.expect(s, rkey, ms, foreign)
     local wait = ms >= 0 and ms / 1000 or nil
-    if foreign and not (s.vouched[rkey] ~= nil) then
+    if foreign and s.vouched[rkey] == nil then
         local p = s.probe[rkey] or PROBE
         s.probe[rkey] = math_min(p * 2, PROBE_MAX)
         wait = wait == nil and p or math_min(wait, p)

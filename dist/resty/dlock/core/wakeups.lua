@@ -15,7 +15,7 @@ function _M.want(conf, rkey)
     s.wanted[rkey] = ngx_now()
     if not s.running then
         subscriber.start(s)
-    elseif not (s.sent[rkey] ~= nil) then
+    elseif s.sent[rkey] == nil then
         subs.ring(s)
     end
     return s.live[rkey] ~= nil
@@ -33,7 +33,7 @@ end
 --- Is a subscription for rkey on its way (asked for, the subscriber connecting)? Its confirmation wakes the waiters.
 function _M.coming(conf, rkey)
     local s = subs.existing(conf)
-    return s ~= nil and s.running and not s.refused and s.wanted[rkey] ~= nil and not (s.live[rkey] ~= nil)
+    return s ~= nil and s.running and not s.refused and s.wanted[rkey] ~= nil and s.live[rkey] == nil
 end
 --- Is the subscription for rkey live now?
 function _M.live(conf, rkey)

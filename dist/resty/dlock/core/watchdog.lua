@@ -147,7 +147,7 @@ local function watch(l, hooks)
             co = co_running()
         end
     end
-    if not (watched[l] ~= nil) then
+    if watched[l] == nil then
         count = count + 1
     end
     watched[l] = {

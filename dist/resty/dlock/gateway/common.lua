@@ -37,7 +37,7 @@ function _M.decides(name)
     if DECIDES[phase] ~= nil then
         return true
     end
-    if not (misplaced[name] ~= nil) then
+    if misplaced[name] == nil then
         misplaced[name] = true
         ngx_log(
             ERR,

@@ -99,7 +99,7 @@ local function access(g)
         return
     end
     local method = req_get_method()
-    if not (g._methods[method] ~= nil) then
+    if g._methods[method] == nil then
         return
     end
     local raw, kerr = keys.value(g._key)

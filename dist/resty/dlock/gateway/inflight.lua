@@ -54,7 +54,7 @@ local function endHeld(h, how, status)
     end
     if how == "unlogged" then
         stats.incr(o._dict, o.name, "unlogged")
-        if not (warnedUnlogged[o.name] ~= nil) then
+        if warnedUnlogged[o.name] == nil then
             warnUnlogged(o)
         end
     end

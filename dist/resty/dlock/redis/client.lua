@@ -290,7 +290,7 @@ function _M.parse(v, dict)
         end
         conf.nodes = nodes
     end
-    if not (known[endpoint] ~= nil) then
+    if known[endpoint] == nil then
         known[endpoint] = conf
     end
     return conf, nil

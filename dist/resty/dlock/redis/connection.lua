@@ -15,7 +15,6 @@ local lua_rawget = rawget
 local ngx_log = ngx.log
 local NOTICE = ngx.NOTICE
 local str_match = string.match
-local str_find = string.find
 local sentinel_cached = sentinel.cached
 local sentinel_discover = sentinel.discover
 local sentinel_forget = sentinel.forget
@@ -134,10 +133,7 @@ local function masterOf(conf, host, port)
     return m
 end
 --- Masters ("<credentials digest>@host:port") whose user may not run ROLE: an
--- ACL without
--- 
--- @admin or
--- @dangerous (a lock user's usual rights), or ROLE
+-- ACL without `@admin` or `@dangerous` (a lock user's usual rights), or ROLE
 -- renamed away. Asked once, whichever pool (the locks', the wake-ups') asks.
 local roleRefused = {}
 --- An error reply that every later ROLE on that server would get too.

@@ -52,7 +52,7 @@ local function remember(conf, e)
     elseif e.policyEvicts then
         kind = "dormant"
     end
-    if kind ~= "ok" and not (logged[ep .. " " .. kind] ~= nil) then
+    if kind ~= "ok" and logged[ep .. " " .. kind] == nil then
         logged[ep .. " " .. kind] = true
         if kind == "evicts" then
             ngx_log(
@@ -263,7 +263,7 @@ end
 -- pool already, and share the finding with conf's dict. An error only when the
 -- connection failed meanwhile (then the next fresh connection asks again).
 function _M.check(red, conf)
-    if not (checkedPools[conf.pool] ~= nil) then
+    if checkedPools[conf.pool] == nil then
         local err = ask(red, conf)
         if err ~= nil then
             return err

@@ -239,11 +239,11 @@ function _M.call(conf, s, rkey, ...)
         return alone(conf, s, rkey, ...)
     end
     local job = add(b, s, rkey, ...)
-    local done = awaited(conf, b, job)
+    local replied = awaited(conf, b, job)
     local res = job.res
     local err = job.err
     local fault = job.fault
-    if done and not b.kept then
+    if replied and not b.kept then
         recycleJob(job)
     end
     return res, err, fault

@@ -246,7 +246,7 @@ local function complete(conf, b, red, keep)
     end
     local jobs = b.jobs
     local broken = false
-    local refused = false
+    local erred = false
     local unfit = false
     local wrote
     for i = 1, #jobs do
@@ -254,7 +254,7 @@ local function complete(conf, b, red, keep)
         if j.fault == "lost" then
             broken = true
         elseif j.fault ~= nil then
-            refused = true
+            erred = true
             if j.fault == "transient" and (str_find(j.err, ": READONLY", 1, true)) ~= nil then
                 unfit = true
             elseif closed_after(j.err) then
@@ -279,7 +279,7 @@ local function complete(conf, b, red, keep)
         end
         return nil
     end
-    if keep and not broken and not refused then
+    if keep and not broken and not erred then
         return red
     end
     done(red, conf, not broken and not unfit)

@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/script.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local token = require("resty.dlock.core.token")
+local tokens = require("resty.dlock.core.token")
 local sha1_bin = ngx.sha1_bin
 local lua_type = type
 local str_find = string.find
@@ -18,7 +18,7 @@ function _M.script(name, body, keys, written, alone, flags)
     return {
         name = name,
         src = src,
-        sha = token.hex(sha1_bin(src)),
+        sha = tokens.hex(sha1_bin(src)),
         keys = keys,
         written = written,
         alone = alone,

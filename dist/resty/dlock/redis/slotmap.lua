@@ -106,7 +106,7 @@ end
 local function nodeOf(conf, c, bare, port)
     local host = literal(bare)
     local ep = host .. ":" .. lua_tostring(port)
-    if not (c.addrs[ep] ~= nil) then
+    if c.addrs[ep] == nil then
         c.addrs[ep] = {host = host, port = port}
     end
     return nodeAt(conf, c, ep)
@@ -139,7 +139,7 @@ local function readMap(conf, c, from)
         for s = first, last do
             slots[s] = n.endpoint
         end
-        if not (seen[n.endpoint] ~= nil) then
+        if seen[n.endpoint] == nil then
             seen[n.endpoint] = true
             masters[#masters + 1] = n.endpoint
         end
@@ -176,7 +176,7 @@ local function refresh(conf, c)
     local err = "no node to ask"
     for i = 1, #candidates do
         local n = candidates[i]
-        if not (asked[n.endpoint] ~= nil) then
+        if asked[n.endpoint] == nil then
             asked[n.endpoint] = true
             err = readMap(conf, c, n)
             if err == nil then

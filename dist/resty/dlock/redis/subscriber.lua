@@ -48,7 +48,7 @@ local function sync(s, sock)
     local add
     local drop
     for rkey in lua_pairs(s.wanted) do
-        if not (s.sent[rkey] ~= nil) then
+        if s.sent[rkey] == nil then
             if add == nil then
                 add = {"subscribe"}
             end
@@ -58,7 +58,7 @@ local function sync(s, sock)
     end
     local gone
     for rkey in lua_pairs(s.sent) do
-        if not (s.wanted[rkey] ~= nil) then
+        if s.wanted[rkey] == nil then
             if drop == nil then
                 drop = {"unsubscribe"}
             end

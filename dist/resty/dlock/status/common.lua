@@ -32,7 +32,7 @@ function _M.dictNames(o)
     local names = {}
     local seen = {}
     local function add(n)
-        if not (seen[n] ~= nil) then
+        if seen[n] == nil then
             seen[n] = true
             names[#names + 1] = n
         end

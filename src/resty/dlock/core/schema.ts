@@ -105,9 +105,9 @@ function validate(s: Schema, v: unknown): LuaMultiReturn<[LuaTable<string, unkno
     if (x === undefined && o.spec.required !== true && o.spec.kind !== "check") {
       out.set(o.spec.name, o.opt.default);
     } else {
-      let given = x;
-      if (given === undefined) given = o.opt.default;
-      const [y, err] = value(o.opt, given, out);
+      let raw = x;
+      if (raw === undefined) raw = o.opt.default;
+      const [y, err] = value(o.opt, raw, out);
       if (err !== undefined) return $multi(undefined, err);
       out.set(o.spec.name, y);
     }

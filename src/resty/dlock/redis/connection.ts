@@ -20,7 +20,6 @@ const lua_rawget = rawget;
 const ngx_log = ngx.log;
 const NOTICE = ngx.NOTICE;
 const str_match = string.match;
-const str_find = string.find;
 const sentinel_cached = sentinel.cached;
 const sentinel_discover = sentinel.discover;
 const sentinel_forget = sentinel.forget;
@@ -142,7 +141,7 @@ function masterOf(conf: redis.RedisConf, host: string, port: number): redis.Redi
 
 /**
  * Masters ("<credentials digest>@host:port") whose user may not run ROLE: an
- * ACL without @admin or @dangerous (a lock user's usual rights), or ROLE
+ * ACL without `@admin` or `@dangerous` (a lock user's usual rights), or ROLE
  * renamed away. Asked once, whichever pool (the locks', the wake-ups') asks.
  */
 const roleRefused = new LuaTable<string, boolean>();

@@ -269,11 +269,11 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...
   // A full batch goes as it is; this call goes on its own.
   if (b === undefined) return alone(conf, s, rkey, ...args);
   const job = add(b, s, rkey, ...args);
-  const done = awaited(conf, b, job);
+  const replied = awaited(conf, b, job);
   const res = job.res;
   const err = job.err;
   const fault = job.fault;
-  if (done && !b.kept) recycleJob(job);
+  if (replied && !b.kept) recycleJob(job);
   return $multi(res, err, fault);
 }
 

@@ -217,14 +217,14 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
   if (again !== undefined && sendAll(conf, sock, b, again, commands(b, again, true))) replies(conf, sock, b, again, true);
   const jobs = b.jobs;
   let broken = false;
-  let refused = false;
+  let erred = false;
   let unfit = false;
   let wrote: Job[] | undefined;
   for (const i of $range(1, jobs.length)) {
     const j = jobs[i - 1]!;
     if (j.fault === "lost") broken = true;
     else if (j.fault !== undefined) {
-      refused = true;
+      erred = true;
       if (j.fault === "transient" && str_find(j.err!, ": READONLY", 1, true)[0] !== undefined) unfit = true;
       else if (closed_after(j.err!)) unfit = true;
     }
@@ -246,7 +246,7 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
     }
     return undefined;
   }
-  if (keep && !broken && !refused) return red;
+  if (keep && !broken && !erred) return red;
   // A master demoted under a name or address that moved on to the new one (a
   // cloud's primary endpoint, a virtual IP, a Kubernetes Service): only a new
   // connection reaches that one, so this one is closed, never pooled again. A

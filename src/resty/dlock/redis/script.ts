@@ -3,7 +3,7 @@
 // key live, and how a per-target script is called. The scripts themselves:
 // scripts.ts (locks, semaphores) and records.ts (idempotency records).
 
-import * as token from "../core/token";
+import * as tokens from "../core/token";
 
 const sha1_bin = ngx.sha1_bin;
 const lua_type = type;
@@ -57,7 +57,7 @@ export const FREES = "#!lua flags=allow-oom\n";
 export function script(name: string, body: string, keys = 1, written?: (this: void, reply: RedisValue) => boolean, alone?: Script,
   flags = WRITES): Script {
   const src = flags + body;
-  return { name, src, sha: token.hex(sha1_bin(src)), keys, written, alone, undo: undefined };
+  return { name, src, sha: tokens.hex(sha1_bin(src)), keys, written, alone, undo: undefined };
 }
 
 export function isOk(this: void, reply: RedisValue): boolean {

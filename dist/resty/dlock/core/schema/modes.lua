@@ -75,7 +75,7 @@ function _M.modes(path, option, list, specs)
         end
         local elsewhere = {}
         for _, s in lua_ipairs(specs) do
-            if not (names[s.name] ~= nil) then
+            if names[s.name] == nil then
                 names[s.name] = true
                 elsewhere[#elsewhere + 1] = {
                     name = s.name,

@@ -38,7 +38,7 @@ _M.NONE = {}
 --- A misspelt name is an error, never a silently ignored option: the name of the first unknown key, if any.
 function _M.stranger(given, byName, elsewhere)
     for k in lua_pairs(given) do
-        if lua_type(k) ~= "string" or not (byName[k] ~= nil) and (elsewhere == nil or not (elsewhere[k] ~= nil)) then
+        if lua_type(k) ~= "string" or byName[k] == nil and (elsewhere == nil or elsewhere[k] == nil) then
             return true, k
         end
     end

@@ -100,7 +100,7 @@ function _M.headerFilter()
     local lines = {}
     for name, v in lua_pairs(hs) do
         local n = str_lower(name)
-        if not (c.g._skip[n] ~= nil) then
+        if c.g._skip[n] == nil then
             if lua_type(v) == "table" then
                 for _, one in lua_ipairs(v) do
                     lines[#lines + 1] = n .. ": " .. one .. "\n"
@@ -131,7 +131,7 @@ function _M.bodyFilter()
         end
     end
     if arg[2] == true then
-        if not (AMBIGUOUS[lua_tostring(c.status)] ~= nil) then
+        if AMBIGUOUS[lua_tostring(c.status)] == nil then
             c.g._dict:set(FINISHED .. c.lease._rkey, true, c.g._lease / 1000)
         end
         record.schedule(c)

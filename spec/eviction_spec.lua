@@ -323,26 +323,25 @@ describe("a Redis that refuses writes", function()
   it("out of memory behind an operator's guards (nginx/spec-rate.conf): on_error = deny refuses with 503 and never " ..
      "lets a request through, on_error = local lets each nginx its share, and Redis decides again once it has memory",
      function()
-    local cjson = require "cjson.safe"
     local r = h.start_redis(nil, "--maxmemory-policy noeviction")
     finally(function() r.stop() end)
     local backend = h.free_port()
     local n = h.start_nginx("spec-rate.conf", { REDIS_PORT = r.port, CLUSTER_SEEDS = "", DOWN_PORT = h.free_port(),
       PREFIX_KEYS = h.unique("oom"), BACKEND_PORT = backend })
     finally(function() n.stop() end)
-    local function status(path) return assert(h.http(n.port, path)).status end
+    local function status_of(path) return assert(h.http(n.port, path)).status end
     local function row(name) return assert(cjson.decode(assert(h.http(n.port, "/dlock/status")).body)).guards[name] end
-    assert.equal(200, status("/g/api?key=before"))
+    assert.equal(200, status_of("/g/api?key=before"))
 
     assert.equal("OK", h.cmd(r.port, "config", "set", "maxmemory", "1"))
     local before = h.cmd(r.port, "dbsize")
     -- A rate limit that denies: every request refused (let through, it would answer 200).
-    for i = 1, 6 do assert.equal(503, status("/g/api?key=oom" .. i)) end
+    for i = 1, 6 do assert.equal(503, status_of("/g/api?key=oom" .. i)) end
     -- A rate limit with on_error = local (20 per second, burst 10, fleet 2): this nginx's burst of 5, then refusals.
     local admitted, refused = 0, 0
     local t0 = h.now()
     for _ = 1, 12 do
-      local st = status("/g/fallback?key=oom")
+      local st = status_of("/g/fallback?key=oom")
       if st == 200 then admitted = admitted + 1 elseif st == 429 then refused = refused + 1 end
     end
     local elapsed = h.now() - t0
@@ -350,7 +349,7 @@ describe("a Redis that refuses writes", function()
     assert.equal(12, admitted + refused)
     assert.is_true(row("fallback").degraded)
     -- A concurrency limit with on_error = local (4 permits, fleet 2): a request let through on its local share.
-    assert.equal(200, status("/l/conc_local?key=oom&ms=10"))
+    assert.equal(200, status_of("/l/conc_local?key=oom&ms=10"))
     assert.equal("1", assert(h.http(backend, "/stats?key=oom")).body:match("^(%d+)"))
     assert.is_true(row("conc_local").degraded)
     -- Nothing was written while Redis had no memory.
@@ -360,12 +359,12 @@ describe("a Redis that refuses writes", function()
     -- Back on Redis within each breaker's cool-down (api: the default 5000 ms, refusing meanwhile; fallback: 1000 ms)
     -- and a margin.
     assert.is_true(h.eventually(7, function()
-      local st = status("/g/api?key=after")
+      local st = status_of("/g/api?key=after")
       assert.is_true(st == 200 or st == 503, "api answered " .. st)
       return st == 200
     end))
     assert.is_true(h.eventually(3, function()
-      status("/g/fallback?key=back")
+      status_of("/g/fallback?key=back")
       return row("fallback").breaker == "closed" and not row("fallback").degraded
     end))
   end)

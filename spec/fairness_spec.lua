@@ -48,10 +48,9 @@ describe("waiting in line", function()
 
   it("serves waiters in the order they came, across this worker and both workers of another nginx", function()
     local locks, key, holder = held()
-    local threads, kinds = {}, {}
+    local threads = {}
     for i = 1, 10 do
       if i % 3 == 0 then
-        kinds[i] = "here"
         threads[i] = ngx.thread.spawn(function()
           local l = assert(locks:acquire(key, { ttl = 5000, wait = 5000 }))
           local t = now()
@@ -60,7 +59,6 @@ describe("waiting in line", function()
           return { at = t, pid = ngx.worker.pid() }
         end)
       else
-        kinds[i] = "peer"
         threads[i] = ngx.thread.spawn(remote, key, 10)
       end
       -- Each waiter's ticket is in the queue before the next one comes (a
@@ -88,7 +86,7 @@ describe("waiting in line", function()
   end)
 
   it("sends Redis one ticket, one claim and one release per waiter: the key goes to one waiter only", function()
-    local locks, key, holder = held()
+    local _, key, holder = held()
     local threads = {}
     for i = 1, 8 do
       threads[i] = ngx.thread.spawn(remote, key, 10)
@@ -136,7 +134,7 @@ describe("waiting in line", function()
   end)
 
   it("drops the tickets of a SIGKILLed worker's waiters when nginx replaces it", function()
-    local locks, key, holder = held()
+    local _, key, holder = held()
     -- A peer waiter; which worker took it shows in the ledger-free way: the queue's only ticket.
     local doomed = ngx.thread.spawn(h.http, peer.port, "/wait-turn?key=" .. key, { timeout = 3000 })
     assert.is_true(h.eventually(1, function() return h.cmd(nil, "zcard", "crash:" .. key .. ":queue") == 1 end))

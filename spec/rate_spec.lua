@@ -466,10 +466,10 @@ describe("gateway mode rate with on_error = local", function()
         end
       end)
       for _, n in ipairs({ a, b }) do
-        local row = guard_row(n, case.guard)
-        assert.is_true(row.degraded)
-        assert.is_not.equal("closed", row.breaker)
-        assert.is_true(row.local_admitted > 0)
+        local g = guard_row(n, case.guard)
+        assert.is_true(g.degraded)
+        assert.is_not.equal("closed", g.breaker)
+        assert.is_true(g.local_admitted > 0)
         local metrics = assert(h.http(n.port, "/dlock/metrics")).body
         assert.matches('dlock_guard_degraded{guard="' .. case.guard .. '"} 1', metrics, 1, true)
       end

@@ -213,17 +213,16 @@ function _M.parallel(n, fn)
   return out
 end
 
---- The Redis key of a gateway guard `name` (default prefix) for the request key `raw`: guards hash raw keys.
 --- A lock taken with these redis options: its token in the key on each of `ports`
 --- (read in plaintext; or a function of the Redis key giving them), a second holder
 --- refused, nothing left after the release, and the key taken again. `name`: the prefix's stem.
-function _M.lock_everywhere(redis, ports, name)
+function _M.lock_everywhere(opts, ports, name)
   local dlock = require "resty.dlock"
   local prefix = _M.unique(name or "everywhere")
   if type(ports) == "function" then ports = ports(prefix .. "k") end
-  local a, err = dlock.new({ dict = "dlock", prefix = prefix, redis = redis })
+  local a, err = dlock.new({ dict = "dlock", prefix = prefix, redis = opts })
   assert(a, err)
-  local b = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = redis }))
+  local b = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = opts }))
   local lease, aerr = a:acquire("k", { ttl = 5000 })
   assert(lease, aerr)
   for _, port in ipairs(ports) do assert(lease.token == _M.cmd(port, "get", prefix .. "k"), "the token is not at " .. port) end
@@ -247,10 +246,10 @@ end
 --- The strings of the set `wanted` that anything reachable from root holds (its
 --- fields, keys and metatables, and theirs): what a caller of the library could read.
 function _M.reachable(root, wanted)
-  local seen, found = {}, {}
+  local seen, held = {}, {}
   local function walk(v)
     if type(v) == "string" then
-      if wanted[v] then found[#found + 1] = v end
+      if wanted[v] then held[#held + 1] = v end
     elseif type(v) == "table" and not seen[v] then
       seen[v] = true
       for k, x in pairs(v) do walk(k) walk(x) end
@@ -258,9 +257,10 @@ function _M.reachable(root, wanted)
     end
   end
   walk(root)
-  return found
+  return held
 end
 
+--- The Redis key of a gateway guard `name` (default prefix) for the request key `raw`: guards hash raw keys.
 function _M.guard_key(name, raw)
   return require("resty.dlock.gateway.digest").key("dlock:gw:" .. name .. ":", raw)
 end

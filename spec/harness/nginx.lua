@@ -105,9 +105,9 @@ function _M.start_nginx(template, vars)
     if not n.exited(old, 5) then return false, "an old worker still runs 5 s after the reload" end
     local now = n.workers()
     if #now ~= count then return false, #now .. " workers run, not " .. count end
-    for _, pid in ipairs(now) do
+    for _, w in ipairs(now) do
       for _, o in ipairs(old) do
-        if o == pid then return false, "worker " .. pid .. " is an old one" end
+        if o == w then return false, "worker " .. w .. " is an old one" end
       end
     end
     return true

@@ -7,20 +7,20 @@ _M.queueKey = base.queueKey
 _M.readersKey = base.readersKey
 _M.forTarget = base.forTarget
 local script = base.script
-local isOk = base.isOk
-local isOkFenced = base.isOkFenced
-local isOne = base.isOne
-local FREES = base.FREES
+_M.isOk = base.isOk
+_M.isOkFenced = base.isOkFenced
+_M.isOne = base.isOne
+_M.FREES = base.FREES
 local BUSY = "\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t ~= 'string' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')\nend\nreturn redis.call('PTTL', KEYS[1])\n"
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms.
 -- Returns "OK" when acquired, else the holder's PTTL (-1: the key has no TTL).
 -- A key of another type is an error, not "busy": someone else's data sits there.
-_M.ACQUIRE = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 'OK'\nend" .. BUSY, 1, isOk)
+_M.ACQUIRE = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 'OK'\nend" .. BUSY, 1, _M.isOk)
 --- Fencing: as ACQUIRE, with KEYS[2] a counter that only grows (it never
 -- expires). Returns { "OK", fence } when acquired: the fence is larger than
 -- that of every earlier holder of the key, so a resource that remembers the
 -- largest fence it has seen can turn away a holder whose lease ran out.
-_M.ACQUIRE_FENCED = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend" .. BUSY, 2, isOkFenced)
+_M.ACQUIRE_FENCED = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend" .. BUSY, 2, _M.isOkFenced)
 --- Releases are announced on CHANNEL .. <lock key>: waiters anywhere in the
 -- fleet subscribe per key (wakeups.ts); with nobody subscribed, PUBLISH costs
 -- Redis a hash lookup. redis.pcall: an ACL user without channel permissions
@@ -34,7 +34,7 @@ _M.RELEASE = script(
     1,
     nil,
     nil,
-    FREES
+    _M.FREES
 )
 --- ms a key handed to the first waiter in line stays reserved for it. A woken
 -- waiter comes within a round trip; one without a live subscription polls at
@@ -57,7 +57,7 @@ _M.ACQUIRE_QUEUED = script(
     "acquire",
     queuedAcquire("'OK'"),
     2,
-    isOk,
+    _M.isOk,
     _M.ACQUIRE
 )
 --- As ACQUIRE_QUEUED, with KEYS[2] the fence counter (the queue KEYS[3]): { "OK", fence } when taken.
@@ -65,7 +65,7 @@ _M.ACQUIRE_QUEUED_FENCED = script(
     "acquire",
     queuedAcquire("{ 'OK', redis.call('INCR', KEYS[2]) }"),
     3,
-    isOkFenced,
+    _M.isOkFenced,
     _M.ACQUIRE_FENCED
 )
 --- KEYS[1] lock key, KEYS[2] queue, ARGV[1] token. When deleted: the token of
@@ -77,7 +77,7 @@ _M.RELEASE_QUEUED = script(
     2,
     nil,
     _M.RELEASE,
-    FREES
+    _M.FREES
 )
 --- KEYS[1] lock key, Q queue, ARGV[1] token: a waiter that is gone (gave
 -- up, killed, its worker dead) or an acquire whose reply was lost. Its ticket
@@ -89,21 +89,21 @@ _M.DROP = script(
     2,
     nil,
     _M.RELEASE,
-    FREES
+    _M.FREES
 )
 --- KEYS[1] lock key, ARGV[1] token, ARGV[2] ttl ms. 1 when extended, 0 when not ours.
 _M.EXTEND = script(
     "extend",
     "\nif redis.call('GET', KEYS[1]) == ARGV[1] then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\nend\nreturn 0\n",
     1,
-    isOne,
+    _M.isOne,
     nil,
-    FREES
+    _M.FREES
 )
 local NOW = "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] permits.
 -- "OK" when a permit was taken, else ms until the earliest permit expires.
-_M.SEM_ACQUIRE = script("semaphore acquire", NOW .. "\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return 'OK'\nend\nlocal first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\nreturn tonumber(first[2]) - now\n", 1, isOk)
+_M.SEM_ACQUIRE = script("semaphore acquire", NOW .. "\nredis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\nif redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then\n  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])\n  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return 'OK'\nend\nlocal first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\nreturn tonumber(first[2]) - now\n", 1, _M.isOk)
 --- KEYS[1] set, ARGV[1] token. 1 when our live permit was returned (and announced), else 0.
 _M.SEM_RELEASE = script(
     "semaphore release",
@@ -111,16 +111,16 @@ _M.SEM_RELEASE = script(
     1,
     nil,
     nil,
-    FREES
+    _M.FREES
 )
 --- KEYS[1] set, ARGV[1] token, ARGV[2] ttl ms. 1 when our live permit was extended, else 0.
 _M.SEM_EXTEND = script(
     "semaphore extend",
     NOW .. "\nlocal exp = redis.call('ZSCORE', KEYS[1], ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', KEYS[1], ARGV[1])\n  return 0\nend\nlocal until_ms = now + tonumber(ARGV[2])\nredis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[1])\nif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then\n  redis.call('PEXPIREAT', KEYS[1], until_ms)\nend\nreturn 1\n",
     1,
-    isOne,
+    _M.isOne,
     nil,
-    FREES
+    _M.FREES
 )
 _M.ACQUIRE.undo = _M.RELEASE
 _M.ACQUIRE_FENCED.undo = _M.RELEASE
@@ -128,8 +128,4 @@ _M.ACQUIRE_QUEUED.undo = _M.DROP
 _M.ACQUIRE_QUEUED_FENCED.undo = _M.DROP
 _M.SEM_ACQUIRE.undo = _M.SEM_RELEASE
 _M.script = script
-_M.isOk = isOk
-_M.isOkFenced = isOkFenced
-_M.isOne = isOne
-_M.FREES = FREES
 return _M

@@ -16,10 +16,10 @@ export const forTarget = base.forTarget;
 
 // What the scripts of shared locks' readers (rwscripts.ts) are made of too.
 const script = base.script;
-const isOk = base.isOk;
-const isOkFenced = base.isOkFenced;
-const isOne = base.isOne;
-const FREES = base.FREES;
+export const isOk = base.isOk;
+export const isOkFenced = base.isOkFenced;
+export const isOne = base.isOne;
+export const FREES = base.FREES;
 
 // The tail of both acquire scripts, when the key is taken: the holder's PTTL
 // (-1: the key has no TTL), or an error when someone else's data sits there.
@@ -297,6 +297,4 @@ ACQUIRE_FENCED.undo = RELEASE;
 ACQUIRE_QUEUED.undo = DROP;
 ACQUIRE_QUEUED_FENCED.undo = DROP;
 SEM_ACQUIRE.undo = SEM_RELEASE;
-
-// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { script, isOk, isOkFenced, isOne, FREES };
+export { script }; // by name: this module calls it as a local

@@ -7,6 +7,7 @@ local redis = require "resty.dlock.redis.client"
 local command = require "resty.dlock.redis.command"
 local connection = require "resty.dlock.redis.connection"
 local roundtrip = require "resty.dlock.redis.roundtrip"
+local derived = require "resty.dlock.redis.derived"
 
 local script = h.script
 local SLOW = h.SLOW
@@ -78,6 +79,39 @@ describe("auto-pipelining", function()
       assert.equal("second", r)
     end
     assert.equal(calls + 20, (pipeline.stats(c)))
+  end)
+
+  it("on a master of a set (one sender), puts the next calls of the callers a batch woke into the very next batch, " ..
+     "beside the calls that queued meanwhile", function()
+    local base = conf()
+    -- Each master of a Cluster or Redlock set is such a configuration: one sender per worker.
+    local c = derived.node(base, base.host, base.port)
+    assert.equal(1, c.senders)
+    assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
+    local done = occupy(c)
+    local calls, batches = pipeline.stats(c)
+    local function caller(tag, ms)
+      return ngx.thread.spawn(function()
+        assert.equal("1", (pipeline.call(c, SLOW, "p:" .. tag, ms, "1")))
+        return (pipeline.call(c, SLOW, "p:" .. tag, 0, "2"))
+      end)
+    end
+    -- Batch A (held 60 ms by its first call) goes out; batch B queues behind it.
+    local threads = {}
+    for i = 1, 10 do threads[i] = caller("a" .. i, i == 1 and 60 or 0) end
+    ngx.sleep(0.02)
+    for i = 11, 20 do threads[i] = caller("b" .. i, 0) end
+    for i = 1, 20 do
+      local ok, r = ngx.thread.wait(threads[i])
+      assert(ok, r)
+      assert.equal("2", r)
+    end
+    done()
+    -- A; B with A's second calls; B's second calls. A sender that went on at
+    -- once sent B alone and A's second calls in a batch of their own: four.
+    local calls2, batches2 = pipeline.stats(c)
+    assert.equal(40, calls2 - calls)
+    assert.equal(3, batches2 - batches)
   end)
 
   it("sends a batch while the batch ahead of it is still unanswered, on a connection of its own", function()

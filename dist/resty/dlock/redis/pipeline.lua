@@ -36,6 +36,8 @@ _M.stats = lanes.stats
 local MAX_BATCH = 256
 --- Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip.
 local BATCH = 16
+--- Seconds a sender waits for its turn behind the callers it woke: the semaphore's handler runs them all at once.
+local TURN = 1
 --- Seconds a sender waits for work before its timer ends.
 local IDLE = 10
 --- Seconds between an idle sender's looks at whether its worker exits.
@@ -66,12 +68,17 @@ end
 -- thread) or whose wait timed out left the semaphore's queue, so resources
 -- left over say that some did not come back; which ones is known once the
 -- others have run. Asking costs the common case one FFI call, where a look
--- at each caller's request cost every call an ngx.ctx.
-local function wake(lane, b)
+-- at each caller's request cost every call an ngx.ctx. With `turn`, the
+-- sender waits its turn behind them in the semaphore's queue (first in, first
+-- woken): ngx.sleep(0) resumes it before them on a stock nginx, and warns.
+local function wake(lane, b, turn)
     local sem = b.sem
     local waiting = #b.jobs - b.posted
     if waiting > 0 then
-        sem:post(waiting)
+        sem:post(turn and waiting + 1 or waiting)
+    end
+    if waiting > 0 and turn then
+        sem:wait(TURN)
     end
     if sem:count() == 0 then
         recycle(lane, sem)
@@ -111,7 +118,7 @@ local function flush(lane)
         if #b.jobs > 1 then
             lane.loaded = ngx_now() + lanes.LOADED
         end
-        wake(lane, b)
+        wake(lane, b, lane.conf.senders == 1)
     end
     if red ~= nil then
         done(red, lane.conf, true)
@@ -142,7 +149,7 @@ local function sender(premature, lane)
         local b = lane.open
         lane.open = nil
         fail(b, "dlock: nginx worker exiting before the call to redis " .. lane.conf.endpoint .. " was sent", "failed")
-        wake(lane, b)
+        wake(lane, b, false)
     end
     lane.senders = lane.senders - 1
 end

@@ -53,7 +53,6 @@ const unclaim = lanes.unclaim;
 const idle = lanes.idle;
 const semaphoreOf = lanes.semaphoreOf;
 const recycle = lanes.recycle;
-
 type Lane = lanes.Lane;
 
 /** Calls of a worker that go out at once before the next ones join a batch (lanes.ts). */
@@ -66,13 +65,13 @@ const MAX_BATCH = 256;
 /** Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip. */
 const BATCH = 16;
 // Batches of a worker on their way to one Redis at once (conf.senders), each
-// from a timer of its own on a connection of its own. For a lone server, two:
-// with one, the next batch waited for the previous one's replies while the
-// worker sat idle (a third of the time at 50 connections), two filled it (13 %
-// more requests at the same CPU per request), a third added nothing. For each
-// master of a Cluster or Redlock set, one: the masters' senders together keep
-// batches in flight, and two each made batches of 5 calls instead of 7 (a
-// Cluster's nginx CPU per request 1.29 times a lone server's, 1.22 with one).
+// from a timer on a connection of its own. A lone server gets two: with one,
+// the worker sat idle while a batch was out (a third of the time at 50
+// connections). Each master of a Cluster or Redlock set gets one (together
+// they keep batches in flight), which lets the callers it woke run before it
+// sends again (wake's `turn`): an acquire's release rides the very next batch.
+/** Seconds a sender waits for its turn behind the callers it woke: the semaphore's handler runs them all at once. */
+const TURN = 1;
 /** Seconds a sender waits for work before its timer ends. */
 const IDLE = 10;
 /** Seconds between an idle sender's looks at whether its worker exits. */
@@ -95,13 +94,16 @@ function answered(b: Batch): void {
  * thread) or whose wait timed out left the semaphore's queue, so resources
  * left over say that some did not come back; which ones is known once the
  * others have run. Asking costs the common case one FFI call, where a look
- * at each caller's request cost every call an ngx.ctx.
+ * at each caller's request cost every call an ngx.ctx. With `turn`, the
+ * sender waits its turn behind them in the semaphore's queue (first in, first
+ * woken): ngx.sleep(0) resumes it before them on a stock nginx, and warns.
  */
-function wake(lane: Lane, b: Batch): void {
+function wake(lane: Lane, b: Batch, turn: boolean): void {
   const sem = b.sem!;
   // post(0) raises: a batch of posted calls only wakes nobody.
   const waiting = b.jobs.length - b.posted;
-  if (waiting > 0) sem.post(waiting);
+  if (waiting > 0) sem.post(turn ? waiting + 1 : waiting);
+  if (waiting > 0 && turn) sem.wait(TURN);
   if (sem.count() === 0) {
     recycle(lane, sem);
   } else if (b.undos > 0) {
@@ -111,7 +113,6 @@ function wake(lane: Lane, b: Batch): void {
   }
   if (b.posted > 0) answered(b);
 }
-
 
 /**
  * Send the open batch, and the next, until there is none: back to back on one
@@ -134,7 +135,7 @@ function flush(lane: Lane): void {
     }
     lane.batching--;
     if (b.jobs.length > 1) lane.loaded = ngx_now() + lanes.LOADED;
-    wake(lane, b);
+    wake(lane, b, lane.conf.senders === 1);
   }
   if (red !== undefined) done(red, lane.conf, true);
 }
@@ -165,7 +166,7 @@ function sender(this: void, premature: boolean, lane: Lane): void {
     const b = lane.open;
     lane.open = undefined;
     fail(b, "dlock: nginx worker exiting before the call to redis " + lane.conf.endpoint + " was sent", "failed");
-    wake(lane, b);
+    wake(lane, b, false);
   }
   lane.senders--;
 }

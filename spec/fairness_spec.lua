@@ -46,7 +46,7 @@ describe("waiting in line", function()
     return { at = tonumber(at), pid = tonumber(pid) }
   end
 
-  it("serves waiters in the order they came, across this worker and both workers of another nginx", function()
+  it("serves waiters in the order they came, across this worker and the workers of another nginx", function()
     local locks, key, holder = held()
     local threads = {}
     for i = 1, 10 do
@@ -78,9 +78,11 @@ describe("waiting in line", function()
     for i = 1, 10 do order[i] = i end
     table.sort(order, function(a, b) return got[a].at < got[b].at end)
     assert.same({ 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 }, order)
-    local n = 0
-    for _ in pairs(pids) do n = n + 1 end
-    assert.is_true(n >= 2, "all waiters ran in one worker")
+    -- Which of the peer's workers took each of its requests is the kernel's pick.
+    local others = 0
+    for pid in pairs(pids) do if pid ~= ngx.worker.pid() then others = others + 1 end end
+    assert.is_true(pids[ngx.worker.pid()], "no waiter ran in this worker")
+    assert.is_true(others >= 1, "no waiter ran in the other nginx")
     -- Nothing is left in line.
     assert.equal(0, h.cmd(nil, "exists", "crash:" .. key .. ":queue"))
   end)

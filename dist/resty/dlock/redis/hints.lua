@@ -7,8 +7,6 @@ local str_match = string.match
 --- Who gave an address the operator did not (RedisConf.announced), as the hints name them.
 local BY_CLUSTER = "the cluster"
 local BY_SENTINELS = "the sentinels"
-_M.BY_CLUSTER = BY_CLUSTER
-_M.BY_SENTINELS = BY_SENTINELS
 --- Why a connect failed. nginx resolves a host name only through its `resolver`
 -- directive, never /etc/hosts: "localhost" fails too without one.
 function _M.unconnected(err)
@@ -161,5 +159,7 @@ function _M.turnedAway(endpoint, err)
     end
     return "dlock: redis " .. endpoint .. ": " .. why
 end
+_M.BY_CLUSTER = BY_CLUSTER
+_M.BY_SENTINELS = BY_SENTINELS
 _M.awayWhy = awayWhy
 return _M

@@ -14,8 +14,6 @@ const str_match = string.match;
 /** Who gave an address the operator did not (RedisConf.announced), as the hints name them. */
 const BY_CLUSTER = "the cluster";
 const BY_SENTINELS = "the sentinels";
-// Exported by name: this module's own uses of them are locals.
-export { BY_CLUSTER, BY_SENTINELS };
 
 /**
  * Why a connect failed. nginx resolves a host name only through its `resolver`
@@ -185,5 +183,5 @@ export function turnedAway(endpoint: string, err: string | undefined): string | 
   return "dlock: redis " + endpoint + ": " + why;
 }
 
-// Exported by name: turnedAway's use of it is a local, not a lookup in the exports table.
-export { awayWhy };
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { BY_CLUSTER, BY_SENTINELS, awayWhy };

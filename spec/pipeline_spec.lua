@@ -19,6 +19,14 @@ local function occupy(c)
   return function() for i = 1, #threads do ngx.thread.wait(threads[i]) end end
 end
 
+--- A thread that calls SLOW on c twice (the first held ms), and returns the second answer.
+local function twice(c, tag, ms)
+  return ngx.thread.spawn(function()
+    assert.equal("1", (pipeline.call(c, SLOW, "p:" .. tag, ms, "1")))
+    return (pipeline.call(c, SLOW, "p:" .. tag, 0, "2"))
+  end)
+end
+
 local function conf(extra)
   local c = assert(redis.parse(h.redis_opts(extra), ngx.shared.dlock))
   return c
@@ -90,17 +98,11 @@ describe("auto-pipelining", function()
     assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
     local done = occupy(c)
     local calls, batches = pipeline.stats(c)
-    local function caller(tag, ms)
-      return ngx.thread.spawn(function()
-        assert.equal("1", (pipeline.call(c, SLOW, "p:" .. tag, ms, "1")))
-        return (pipeline.call(c, SLOW, "p:" .. tag, 0, "2"))
-      end)
-    end
     -- Batch A (held 60 ms by its first call) goes out; batch B queues behind it.
     local threads = {}
-    for i = 1, 10 do threads[i] = caller("a" .. i, i == 1 and 60 or 0) end
+    for i = 1, 10 do threads[i] = twice(c, "a" .. i, i == 1 and 60 or 0) end
     ngx.sleep(0.02)
-    for i = 11, 20 do threads[i] = caller("b" .. i, 0) end
+    for i = 11, 20 do threads[i] = twice(c, "b" .. i, 0) end
     for i = 1, 20 do
       local ok, r = ngx.thread.wait(threads[i])
       assert(ok, r)
@@ -112,6 +114,33 @@ describe("auto-pipelining", function()
     local calls2, batches2 = pipeline.stats(c)
     assert.equal(40, calls2 - calls)
     assert.equal(3, batches2 - batches)
+  end)
+
+  it("on a master of a set (one sender), answers the callers left when others were killed while their batch was out, " ..
+     "and sends their next calls at once", function()
+    local base = conf()
+    local c = derived.node(base, base.host, base.port)
+    assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
+    local done = occupy(c)
+    local calls, batches = pipeline.stats(c)
+    ngx.update_time()
+    local t0 = ngx.now()
+    local threads = {}
+    for i = 1, 6 do threads[i] = twice(c, "k" .. i, i == 1 and 60 or 0) end
+    ngx.sleep(0.02)
+    for i = 2, 6, 2 do assert(ngx.thread.kill(threads[i])) end
+    for i = 1, 5, 2 do
+      local ok, r = ngx.thread.wait(threads[i])
+      assert(ok, r)
+      assert.equal("2", r)
+    end
+    ngx.update_time()
+    -- Behind the three that came back, the sender was not left waiting its turn (1 s) for the three gone.
+    assert.is_true(ngx.now() - t0 < 0.5, (ngx.now() - t0) .. " s")
+    done()
+    local calls2, batches2 = pipeline.stats(c)
+    assert.equal(9, calls2 - calls)
+    assert.equal(2, batches2 - batches)
   end)
 
   it("sends a batch while the batch ahead of it is still unanswered, on a connection of its own", function()

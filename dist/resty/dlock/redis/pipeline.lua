@@ -36,7 +36,6 @@ _M.stats = lanes.stats
 local MAX_BATCH = 256
 --- Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip.
 local BATCH = 16
---- Seconds a sender waits for its turn behind the callers it woke: the semaphore's handler runs them all at once.
 local TURN = 1
 --- Seconds a sender waits for work before its timer ends.
 local IDLE = 10
@@ -68,17 +67,16 @@ end
 -- thread) or whose wait timed out left the semaphore's queue, so resources
 -- left over say that some did not come back; which ones is known once the
 -- others have run. Asking costs the common case one FFI call, where a look
--- at each caller's request cost every call an ngx.ctx. With `turn`, the
--- sender waits its turn behind them in the semaphore's queue (first in, first
--- woken): ngx.sleep(0) resumes it before them on a stock nginx, and warns.
-local function wake(lane, b, turn)
+-- at each caller's request cost every call an ngx.ctx. A lone sender queues
+-- behind them (first in, first woken; a stock nginx's ngx.sleep(0) runs it first).
+local function wake(lane, b)
     local sem = b.sem
     local waiting = #b.jobs - b.posted
-    if waiting > 0 then
-        sem:post(turn and waiting + 1 or waiting)
-    end
-    if waiting > 0 and turn then
+    if waiting > 0 and lane.conf.senders == 1 then
+        sem:post(waiting + 1)
         sem:wait(TURN)
+    elseif waiting > 0 then
+        sem:post(waiting)
     end
     if sem:count() == 0 then
         recycle(lane, sem)
@@ -118,7 +116,7 @@ local function flush(lane)
         if #b.jobs > 1 then
             lane.loaded = ngx_now() + lanes.LOADED
         end
-        wake(lane, b, lane.conf.senders == 1)
+        wake(lane, b)
     end
     if red ~= nil then
         done(red, lane.conf, true)
@@ -149,7 +147,7 @@ local function sender(premature, lane)
         local b = lane.open
         lane.open = nil
         fail(b, "dlock: nginx worker exiting before the call to redis " .. lane.conf.endpoint .. " was sent", "failed")
-        wake(lane, b, false)
+        wake(lane, b)
     end
     lane.senders = lane.senders - 1
 end

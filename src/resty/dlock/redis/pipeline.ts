@@ -69,8 +69,7 @@ const BATCH = 16;
 // the worker sat idle while a batch was out (a third of the time at 50
 // connections). Each master of a Cluster or Redlock set gets one (together
 // they keep batches in flight), which lets the callers it woke run before it
-// sends again (wake's `turn`): an acquire's release rides the very next batch.
-/** Seconds a sender waits for its turn behind the callers it woke: the semaphore's handler runs them all at once. */
+// sends again (wake; TURN s at most): an acquire's release rides the next batch.
 const TURN = 1;
 /** Seconds a sender waits for work before its timer ends. */
 const IDLE = 10;
@@ -94,16 +93,17 @@ function answered(b: Batch): void {
  * thread) or whose wait timed out left the semaphore's queue, so resources
  * left over say that some did not come back; which ones is known once the
  * others have run. Asking costs the common case one FFI call, where a look
- * at each caller's request cost every call an ngx.ctx. With `turn`, the
- * sender waits its turn behind them in the semaphore's queue (first in, first
- * woken): ngx.sleep(0) resumes it before them on a stock nginx, and warns.
+ * at each caller's request cost every call an ngx.ctx. A lone sender queues
+ * behind them (first in, first woken; a stock nginx's ngx.sleep(0) runs it first).
  */
-function wake(lane: Lane, b: Batch, turn: boolean): void {
+function wake(lane: Lane, b: Batch): void {
   const sem = b.sem!;
   // post(0) raises: a batch of posted calls only wakes nobody.
   const waiting = b.jobs.length - b.posted;
-  if (waiting > 0) sem.post(turn ? waiting + 1 : waiting);
-  if (waiting > 0 && turn) sem.wait(TURN);
+  if (waiting > 0 && lane.conf.senders === 1) {
+    sem.post(waiting + 1);
+    sem.wait(TURN);
+  } else if (waiting > 0) sem.post(waiting);
   if (sem.count() === 0) {
     recycle(lane, sem);
   } else if (b.undos > 0) {
@@ -135,7 +135,7 @@ function flush(lane: Lane): void {
     }
     lane.batching--;
     if (b.jobs.length > 1) lane.loaded = ngx_now() + lanes.LOADED;
-    wake(lane, b, lane.conf.senders === 1);
+    wake(lane, b);
   }
   if (red !== undefined) done(red, lane.conf, true);
 }
@@ -166,7 +166,7 @@ function sender(this: void, premature: boolean, lane: Lane): void {
     const b = lane.open;
     lane.open = undefined;
     fail(b, "dlock: nginx worker exiting before the call to redis " + lane.conf.endpoint + " was sent", "failed");
-    wake(lane, b, false);
+    wake(lane, b);
   }
   lane.senders--;
 }

@@ -17,9 +17,15 @@ interface RestyCoreBase {
   get_request(this: void): NgxRequestPtr | undefined;
 }
 
+/** A ctype object (ffi.typeof): casts with it skip parsing a declaration. */
+interface FfiCtype {
+  readonly __ffiCtypeBrand: unique symbol;
+}
+
 /** @noSelf */
 interface FfiModule {
-  cast(ct: string, v: NgxRequestPtr): FfiScalar;
+  typeof(ct: string): FfiCtype;
+  cast(ct: FfiCtype, v: NgxRequestPtr): FfiScalar;
 }
 
 /** @noSelf */

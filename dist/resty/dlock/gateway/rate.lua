@@ -20,6 +20,8 @@ local math_floor = math.floor
 local lua_setmetatable = setmetatable
 local ngx_ = ngx
 local incr = stats.incr
+local request_here = request.here
+local request_alive = request.alive
 --- Entries of `seen` before the dead ones are swept.
 local SEEN_SWEEP = 1000
 local function finish(g, status, retryAfterMs)
@@ -67,29 +69,30 @@ local function onRedisFailure(g, k)
 end
 --- Has this request been decided for already (it came back through an internal redirect)? Marks it when not.
 local function again(g)
-    local rid = request.id()
+    local rid, ctx, ref = request_here()
     if rid == nil then
         return false
     end
-    local a = g._seen[rid]
-    if a ~= nil and request.alive(a) then
+    local seen = g._seen
+    local a = seen[rid]
+    if a ~= nil and request_alive(a) then
         return true
     end
+    if ref < 0 then
+        return false
+    end
     if g._seenCount >= SEEN_SWEEP then
-        for k, v in lua_pairs(g._seen) do
-            if not request.alive(v) then
-                g._seen[k] = nil
+        for k, v in lua_pairs(seen) do
+            if not request_alive(v) then
+                seen[k] = nil
                 g._seenCount = g._seenCount - 1
             end
         end
     end
-    local an = request.anchor()
-    if an ~= nil and an.ref >= 0 then
-        if a == nil then
-            g._seenCount = g._seenCount + 1
-        end
-        g._seen[rid] = an
+    if a == nil then
+        g._seenCount = g._seenCount + 1
     end
+    seen[rid] = {id = rid, ctx = ctx, ref = ref}
     return false
 end
 local function access(g)

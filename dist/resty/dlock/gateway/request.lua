@@ -6,6 +6,7 @@ local ngx_ = ngx
 local get_request = base.get_request
 local ffi_cast = ffi.cast
 local lua_tonumber = tonumber
+local uintptr_t = ffi.typeof("uintptr_t")
 pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);")
 local function lookupGetCtxRef()
     return ffi.C.ngx_http_lua_ffi_get_ctx_ref
@@ -24,7 +25,7 @@ function _M.id()
     if r == nil then
         return nil
     end
-    return lua_tonumber(ffi_cast("uintptr_t", r))
+    return lua_tonumber(ffi_cast(uintptr_t, r))
 end
 --- The current request's id, its ngx.ctx and where the registry keeps that
 -- (-1: unknown): an anchor's fields, for a record that is its own anchor. nil outside a request.
@@ -41,7 +42,7 @@ local function here()
             ref = n
         end
     end
-    return lua_tonumber(ffi_cast("uintptr_t", r)), ctx, ref
+    return lua_tonumber(ffi_cast(uintptr_t, r)), ctx, ref
 end
 --- The current request, anchored so that alive() can tell when it is over.
 function _M.anchor()

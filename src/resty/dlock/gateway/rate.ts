@@ -41,6 +41,8 @@ const math_floor = math.floor;
 const lua_setmetatable = setmetatable;
 const ngx_ = ngx;
 const incr = stats.incr;
+const request_here = request.here;
+const request_alive = request.alive;
 
 
 /** A rate guard's state: its name and mode to read, the rest private. */
@@ -123,23 +125,24 @@ function onRedisFailure(g: Guard, k: string): void {
 
 /** Has this request been decided for already (it came back through an internal redirect)? Marks it when not. */
 function again(g: Guard): boolean {
-  const rid = request.id();
+  // One look at the request (here(): its address, ngx.ctx and that table's slot), not one for
+  // the lookup and another for the record: the first pass of every request needs both.
+  const [rid, ctx, ref] = request_here();
   if (rid === undefined) return false;
-  const a = g._seen.get(rid);
-  if (a !== undefined && request.alive(a)) return true;
+  const seen = g._seen;
+  const a = seen.get(rid);
+  if (a !== undefined && request_alive(a)) return true;
+  if (ref < 0) return false;
   if (g._seenCount >= SEEN_SWEEP) {
-    for (const [k, v] of lua_pairs(g._seen)) {
-      if (!request.alive(v)) {
-        g._seen.set(k, undefined as unknown as request.Anchor);
+    for (const [k, v] of lua_pairs(seen)) {
+      if (!request_alive(v)) {
+        seen.set(k, undefined as unknown as request.Anchor);
         g._seenCount--;
       }
     }
   }
-  const an = request.anchor();
-  if (an !== undefined && an.ref >= 0) {
-    if (a === undefined) g._seenCount++;
-    g._seen.set(rid, an);
-  }
+  if (a === undefined) g._seenCount++;
+  seen.set(rid, { id: rid, ctx, ref });
   return false;
 }
 

@@ -23,6 +23,8 @@ const ngx_ = ngx;
 const get_request = base.get_request;
 const ffi_cast = ffi.cast;
 const lua_tonumber = tonumber;
+// A ctype object, not the string: the interpreter parses a declaration string on every cast.
+const uintptr_t = ffi.typeof("uintptr_t");
 
 // lua-resty-core declares it already; the pcall makes us independent of the order.
 pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);");
@@ -61,7 +63,7 @@ export function id(): number | undefined {
   if (r === undefined) {
     return undefined;
   }
-  return lua_tonumber(ffi_cast("uintptr_t", r));
+  return lua_tonumber(ffi_cast(uintptr_t, r));
 }
 
 /**
@@ -82,7 +84,7 @@ function here(): LuaMultiReturn<[number | undefined, LuaTable<string, unknown>, 
       ref = n;
     }
   }
-  return $multi(lua_tonumber(ffi_cast("uintptr_t", r))!, ctx, ref);
+  return $multi(lua_tonumber(ffi_cast(uintptr_t, r))!, ctx, ref);
 }
 
 /** The current request, anchored so that alive() can tell when it is over. */

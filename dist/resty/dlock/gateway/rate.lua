@@ -20,7 +20,7 @@ local math_floor = math.floor
 local lua_setmetatable = setmetatable
 local ngx_ = ngx
 local incr = stats.incr
-local request_here = request.here
+local request_anchor = request.anchor
 local request_alive = request.alive
 --- Entries of `seen` before the dead ones are swept.
 local SEEN_SWEEP = 1000
@@ -69,16 +69,16 @@ local function onRedisFailure(g, k)
 end
 --- Has this request been decided for already (it came back through an internal redirect)? Marks it when not.
 local function again(g)
-    local rid, ctx, ref = request_here()
-    if rid == nil then
+    local an = request_anchor()
+    if an == nil then
         return false
     end
     local seen = g._seen
-    local a = seen[rid]
+    local a = seen[an.id]
     if a ~= nil and request_alive(a) then
         return true
     end
-    if ref < 0 then
+    if an.ref < 0 then
         return false
     end
     if g._seenCount >= SEEN_SWEEP then
@@ -92,7 +92,7 @@ local function again(g)
     if a == nil then
         g._seenCount = g._seenCount + 1
     end
-    seen[rid] = {id = rid, ctx = ctx, ref = ref}
+    seen[an.id] = an
     return false
 end
 local function access(g)

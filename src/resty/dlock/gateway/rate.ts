@@ -41,7 +41,7 @@ const math_floor = math.floor;
 const lua_setmetatable = setmetatable;
 const ngx_ = ngx;
 const incr = stats.incr;
-const request_here = request.here;
+const request_anchor = request.anchor;
 const request_alive = request.alive;
 
 
@@ -125,14 +125,14 @@ function onRedisFailure(g: Guard, k: string): void {
 
 /** Has this request been decided for already (it came back through an internal redirect)? Marks it when not. */
 function again(g: Guard): boolean {
-  // One look at the request (here(): its address, ngx.ctx and that table's slot), not one for
+  // One look at the request (its anchor: address, ngx.ctx and that table's slot), not one for
   // the lookup and another for the record: the first pass of every request needs both.
-  const [rid, ctx, ref] = request_here();
-  if (rid === undefined) return false;
+  const an = request_anchor();
+  if (an === undefined) return false;
   const seen = g._seen;
-  const a = seen.get(rid);
+  const a = seen.get(an.id);
   if (a !== undefined && request_alive(a)) return true;
-  if (ref < 0) return false;
+  if (an.ref < 0) return false;
   if (g._seenCount >= SEEN_SWEEP) {
     for (const [k, v] of lua_pairs(seen)) {
       if (!request_alive(v)) {
@@ -142,7 +142,7 @@ function again(g: Guard): boolean {
     }
   }
   if (a === undefined) g._seenCount++;
-  seen.set(rid, { id: rid, ctx, ref });
+  seen.set(an.id, an);
   return false;
 }
 

@@ -172,6 +172,11 @@ async function runUncontended(prefix, { redisPort, httpPort, beforePort }, lines
     if (r.status !== 200) throw new Error(`${l.name}: ${r.status} ${r.body.trim()} (see ${prefix}/logs/error.log)`);
   }
   for (const l of active) wrk(l.url, l.conns || cfg.conns, 1); // warm-up: JIT, pools, scripts cached
+  // Then each nginx's traces are dropped and recorded again from warm workers, whatever ran first.
+  for (const port of [httpPort, alone && alone.port, before && before.port].filter(Boolean)) {
+    const r = await get(port, "/jit-flush");
+    if (r.status !== 200) throw new Error(`GET /jit-flush on ${port}: ${r.status} ${r.body.trim()}`);
+  }
   const runs = await rounds(lines, active, up.standalone);
   // 1e. The library's own CPU per operation, without HTTP (bench/cpu/libcpu.lua), now and at the old revision, interleaved.
   let libCpu = null;

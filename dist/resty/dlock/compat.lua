@@ -5,6 +5,7 @@ local check = require("resty.dlock.core.check")
 local options = require("resty.dlock.core.options")
 local schema = require("resty.dlock.core.schema")
 local version = require("resty.dlock.version")
+local clock = require("resty.dlock.core.clock")
 _M._VERSION = version.VERSION
 local lua_type = type
 local lua_setmetatable = setmetatable
@@ -13,7 +14,7 @@ local math_max = math.max
 local math_min = math.min
 local str_format = string.format
 local ngx_shared = ngx.shared
-local ngx_now = ngx.now
+local ngx_now = clock.now
 local ngx_update_time = ngx.update_time
 --- lua-resty-lock's seconds (0.001 s precision) as ms; its default when absent.
 local function seconds(name, dflt, min)

@@ -20,6 +20,7 @@ import * as schema from "./core/schema";
 import type * as lease from "./core/lease";
 
 import * as version from "./version";
+import * as clock from "./core/clock";
 export const _VERSION = version.VERSION;
 
 const lua_type = type;
@@ -29,7 +30,7 @@ const math_max = math.max;
 const math_min = math.min;
 const str_format = string.format;
 const ngx_shared = ngx.shared;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_update_time = ngx.update_time;
 
 interface Settings {

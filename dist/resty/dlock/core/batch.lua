@@ -2,7 +2,8 @@
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local settle = require("resty.dlock.core.settle")
-local ngx_now = ngx.now
+local clock = require("resty.dlock.core.clock")
+local ngx_now = clock.now
 local lua_pairs = pairs
 --- Leases of the list grouped for pipelining: one group per Redis endpoint and
 -- script (locks and permits run different scripts), each with the indexes of

@@ -1,6 +1,7 @@
 -- Generated from src/resty/dlock/core/ledger.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local ngx_now = ngx.now
+local clock = require("resty.dlock.core.clock")
+local ngx_now = clock.now
 local worker_pid = ngx.worker.pid
 local ngx_log = ngx.log
 local WARN = ngx.WARN

@@ -1,7 +1,8 @@
 -- Generated from src/resty/dlock/core/loop.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local check = require("resty.dlock.core.check")
-local ngx_now = ngx.now
+local clock = require("resty.dlock.core.clock")
+local ngx_now = clock.now
 local ngx_sleep = ngx.sleep
 local ngx_log = ngx.log
 local ERR = ngx.ERR

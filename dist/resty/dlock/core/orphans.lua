@@ -1,8 +1,9 @@
 -- Generated from src/resty/dlock/core/orphans.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
+local clock = require("resty.dlock.core.clock")
 local ngx_update_time = ngx.update_time
-local ngx_now = ngx.now
+local ngx_now = clock.now
 local timer_at = ngx.timer.at
 local ngx_log = ngx.log
 local ERR = ngx.ERR

@@ -182,7 +182,8 @@ end
 --- The smallest remaining of a reply, over n limits.
 function _M.least(reply, n)
     if n == 1 then
-        return math_floor(reply[3])
+        local one = math_floor(reply[3])
+        return one
     end
     local r = reply[3]
     for i = 2, n do
@@ -191,7 +192,8 @@ function _M.least(reply, n)
             r = x
         end
     end
-    return math_floor(r)
+    local lowest = math_floor(r)
+    return lowest
 end
 --- Most limits on one decision.
 local MAX_LIMITS = 8

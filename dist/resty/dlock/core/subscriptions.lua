@@ -1,6 +1,7 @@
 -- Generated from src/resty/dlock/core/subscriptions.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local waits = require("resty.dlock.core.wait")
+local clock = require("resty.dlock.core.clock")
 --- Seconds a key stays subscribed after its last waiter of this worker.
 local GRACE = 2
 --- Seconds of slack on a due time: the claim or release announcing it is on its way.
@@ -9,7 +10,7 @@ local SLACK = 0.005
 local PROBE = 0.05
 local PROBE_MAX = 0.2
 local semaphore = require("ngx.semaphore")
-local ngx_now = ngx.now
+local ngx_now = clock.now
 local math_min = math.min
 local str_sub = string.sub
 local str_match = string.match

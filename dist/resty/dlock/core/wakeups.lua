@@ -3,7 +3,8 @@ local _M = {}
 local subscriber = require("resty.dlock.redis.subscriber")
 local subs = require("resty.dlock.core.subscriptions")
 local waits = require("resty.dlock.core.wait")
-local ngx_now = ngx.now
+local clock = require("resty.dlock.core.clock")
+local ngx_now = clock.now
 --- A waiter of this worker waits for rkey (held elsewhere): have its releases
 -- wake us. True when the subscription is live (then sleeping until the
 -- holder's PTTL is safe); false while it is being set up or down (poll).

@@ -25,7 +25,8 @@ function _M.id()
     if r == nil then
         return nil
     end
-    return lua_tonumber(ffi_cast(uintptr_t, r))
+    local id = lua_tonumber(ffi_cast(uintptr_t, r))
+    return id
 end
 --- The current request's id, its ngx.ctx and where the registry keeps that
 -- (-1: unknown): an anchor's fields, for a record that is its own anchor. nil outside a request.

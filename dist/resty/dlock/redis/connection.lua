@@ -41,7 +41,8 @@ end
 --- The client's cosocket. Both lua-resty-redis 0.27 and 0.33 keep it in the
 -- private `_sock` field; this is the one place that knows.
 local function socket(red)
-    return lua_rawget(red, "_sock")
+    local sock = lua_rawget(red, "_sock")
+    return sock
 end
 local function connectThen(red, target, portOrOpts, opts, done)
     local ok, err = red:connect(target, portOrOpts, opts)

@@ -1,6 +1,7 @@
 -- Generated from src/resty/dlock/redis/eviction.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local hints = require("resty.dlock.redis.hints")
+local clock = require("resty.dlock.core.clock")
 local lua_pairs = pairs
 local turned_away = hints.turnedAway
 local ERR = ngx.ERR
@@ -11,7 +12,7 @@ local lua_tostring = tostring
 local lua_type = type
 local math_floor = math.floor
 local ngx_log = ngx.log
-local ngx_now = ngx.now
+local ngx_now = clock.now
 local ngx_shared = ngx.shared
 local str_match = string.match
 local EVICTION_KEY = "redis:ep:"

@@ -1,9 +1,10 @@
 -- Generated from src/resty/dlock/redis/lanes.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local takeback = require("resty.dlock.redis.takeback")
+local clock = require("resty.dlock.core.clock")
 local semaphore = require("ngx.semaphore")
 local sem_new = semaphore.new
-local ngx_now = ngx.now
+local ngx_now = clock.now
 local timer_at = ngx.timer.at
 local lua_pairs = pairs
 local watcher = takeback.watcher

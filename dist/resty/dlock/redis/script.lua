@@ -40,7 +40,8 @@ local function hashed(key)
     if open ~= nil then
         local close = str_find(key, "}", open + 1, true)
         if close ~= nil and close > open + 1 then
-            return str_sub(key, open + 1, close - 1)
+            local inside = str_sub(key, open + 1, close - 1)
+            return inside
         end
     end
     return key

@@ -1,7 +1,8 @@
 -- Generated from src/resty/dlock/status/meters.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local meter = require("resty.dlock.core.meter")
-local ngx_now = ngx.now
+local clock = require("resty.dlock.core.clock")
+local ngx_now = clock.now
 local math_floor = math.floor
 local math_max = math.max
 local math_min = math.min

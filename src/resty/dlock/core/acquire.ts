@@ -12,13 +12,14 @@ import * as queued from "./queued";
 import * as retry from "./retry";
 import * as waits from "./wait";
 import * as wakeups from "./wakeups";
+import * as clock from "./clock";
 
 type Store = lease.Store;
 type Kind = lease.Kind;
 type Fault = backend.Fault;
 
 const call = backend.call;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const math_min = math.min;
 const lua_type = type;

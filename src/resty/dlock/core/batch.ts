@@ -6,10 +6,11 @@ import * as backend from "../redis/backend";
 import type * as lease from "./lease";
 import type * as scripts from "../redis/scripts";
 import * as settle from "./settle";
+import * as clock from "./clock";
 
 type Lease = lease.Lease;
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const lua_pairs = pairs;
 
 /**

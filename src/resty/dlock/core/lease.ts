@@ -11,9 +11,10 @@ import * as backend from "../redis/backend";
 import * as redis from "../redis/client";
 import * as scripts from "../redis/scripts";
 import * as settle from "./settle";
+import * as clock from "./clock";
 
 const ngx_get_phase = ngx.get_phase;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const lua_setmetatable = setmetatable;
 const nowMs = settle.nowMs;
 

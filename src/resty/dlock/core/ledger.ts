@@ -7,7 +7,8 @@
 // depends on them (the token in Redis decides), so a full dict loses records,
 // not safety.
 
-const ngx_now = ngx.now;
+import * as clock from "./clock";
+const ngx_now = clock.now;
 const worker_pid = ngx.worker.pid;
 const ngx_log = ngx.log;
 const WARN = ngx.WARN;

@@ -7,8 +7,9 @@
 // timer now and then, as lua-nginx-module advises for long-lived timers.
 
 import * as check from "./check";
+import * as clock from "./clock";
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_sleep = ngx.sleep;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;

@@ -24,8 +24,9 @@
 // gauge still comes right, at the expiry second of the leases it recorded.
 
 import * as check from "./check";
+import * as clock from "./clock";
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const get_phase = ngx.get_phase;

@@ -39,6 +39,7 @@ import * as orphans from "./orphans";
 import * as retry from "./retry";
 import * as scripts from "../redis/scripts";
 import * as settle from "./settle";
+import * as clock from "./clock";
 
 type Lease = lease.Lease;
 type Store = lease.Store;
@@ -46,7 +47,7 @@ type Kind = lease.Kind;
 type Fault = backend.Fault;
 
 const ngx_sleep = ngx.sleep;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const lua_pairs = pairs;
 const lua_tostring = tostring;

@@ -12,10 +12,11 @@ import * as options from "./options";
 import * as scripts from "../redis/scripts";
 import * as settle from "./settle";
 import * as watchdog from "./watchdog";
+import * as clock from "./clock";
 
 type Lease = lease.Lease;
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const lua_setmetatable = setmetatable;

@@ -10,9 +10,10 @@
 import * as backend from "../redis/backend";
 import * as redis from "../redis/client";
 import * as scripts from "../redis/scripts";
+import * as clock from "./clock";
 
 const ngx_update_time = ngx.update_time;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const timer_at = ngx.timer.at;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;

@@ -13,6 +13,7 @@ import * as retry from "./retry";
 import * as scripts from "../redis/scripts";
 import * as waits from "./wait";
 import * as wakeups from "./wakeups";
+import * as clock from "./clock";
 
 type Store = lease.Store;
 type Kind = lease.Kind;
@@ -21,7 +22,7 @@ type Fault = backend.Fault;
 
 const call = backend.call;
 const make = lease.make;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const math_floor = math.floor;
 const math_max = math.max;

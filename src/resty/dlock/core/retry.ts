@@ -7,12 +7,13 @@ import type * as lease from "./lease";
 import * as ledger from "./ledger";
 import * as orphans from "./orphans";
 import type * as scripts from "../redis/scripts";
+import * as clock from "./clock";
 
 type Store = lease.Store;
 type Kind = lease.Kind;
 type Fault = backend.Fault;
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const math_random = math.random;
 const lua_type = type;
 const lua_tostring = tostring;

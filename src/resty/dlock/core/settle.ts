@@ -10,12 +10,13 @@ import * as backend from "../redis/backend";
 import type * as lease from "./lease";
 import * as waits from "./wait";
 import * as wakeups from "./wakeups";
+import * as clock from "./clock";
 
 type Lease = lease.Lease;
 type Fault = backend.Fault;
 type Result = LuaMultiReturn<[true | undefined, string | undefined]>;
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const math_max = math.max;
 const lua_type = type;

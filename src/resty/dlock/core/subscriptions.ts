@@ -14,6 +14,7 @@
 
 import * as redis from "../redis/client";
 import * as waits from "./wait";
+import * as clock from "./clock";
 
 /** Seconds a key stays subscribed after its last waiter of this worker. */
 const GRACE = 2;
@@ -65,7 +66,7 @@ export interface Subscriber {
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const math_min = math.min;
 const str_sub = string.sub;
 const str_match = string.match;

@@ -7,13 +7,14 @@
 import * as ledger from "./ledger";
 import * as orphans from "./orphans";
 import * as request from "../gateway/request";
+import * as clock from "./clock";
 
 const MAX_LOCAL_BACKOFF = 8; // ms, between shared-dict checks while a holder in this nginx has it
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
 const ngx_update_time = ngx.update_time;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_sleep = ngx.sleep;
 const worker_pid = ngx.worker.pid;
 const co_running = coroutine.running;

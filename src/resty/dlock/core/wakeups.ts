@@ -18,8 +18,9 @@ import * as redis from "../redis/client";
 import * as subscriber from "../redis/subscriber";
 import * as subs from "./subscriptions";
 import * as waits from "./wait";
+import * as clock from "./clock";
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 
 /**
  * A waiter of this worker waits for rkey (held elsewhere): have its releases

@@ -18,9 +18,10 @@ import * as batch from "./batch";
 import type * as lease from "./lease";
 import * as loop from "./loop";
 import * as request from "../gateway/request";
+import * as clock from "./clock";
 
 const ngx_update_time = ngx.update_time;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;

@@ -6,10 +6,11 @@
 
 import * as check from "../core/check";
 import * as vars from "./vars";
+import * as clock from "../core/clock";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const var_get = vars.get;
 const math_floor = math.floor;
 const str_find = string.find;

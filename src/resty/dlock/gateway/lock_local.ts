@@ -23,8 +23,9 @@ import * as check from "../core/check";
 import type * as guard from "./guard";
 import * as request from "./request";
 import * as stats from "./stats";
+import * as clock from "../core/clock";
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_sleep = ngx.sleep;
 const ngx_update_time = ngx.update_time;
 const lua_pairs = pairs;

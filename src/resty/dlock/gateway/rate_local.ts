@@ -17,8 +17,9 @@
 import * as core from "../core/rate";
 import type * as rate from "./rate";
 import * as stats from "./stats";
+import * as clock from "../core/clock";
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const math_floor = math.floor;
 const math_ceil = math.ceil;
 const math_max = math.max;

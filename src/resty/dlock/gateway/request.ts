@@ -63,7 +63,8 @@ export function id(): number | undefined {
   if (r === undefined) {
     return undefined;
   }
-  return lua_tonumber(ffi_cast(uintptr_t, r));
+  const id = lua_tonumber(ffi_cast(uintptr_t, r));  // not a tail call: see core/clock.ts
+  return id;
 }
 
 /**

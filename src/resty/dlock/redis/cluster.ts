@@ -17,6 +17,7 @@ import * as pipeline from "./pipeline";
 import * as roundtrip from "./roundtrip";
 import * as perTarget from "./targets";
 import * as scripts from "./scripts";
+import * as clock from "../core/clock";
 
 const pipelined = pipeline.call;
 const posted = pipeline.post;
@@ -30,7 +31,7 @@ const slot = map.slot;
 const nodeOf = map.nodeOf;
 const nodeAt = map.nodeAt;
 const known = map.known;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_sleep = ngx.sleep;
 const lua_tostring = tostring;
 const lua_type = type;

@@ -52,7 +52,10 @@ function stale(conf: redis.RedisConf): void {
  * private `_sock` field; this is the one place that knows.
  */
 function socket(red: RestyRedis): NgxTcpSocket | undefined {
-  return lua_rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock");
+  // A local, then the return: a trace that starts here cannot return through a
+  // tail call into a builtin, and LuaJIT would blacklist this (core/clock.ts).
+  const sock = lua_rawget(red as unknown as { _sock: NgxTcpSocket | undefined }, "_sock");
+  return sock;
 }
 
 type Connected = LuaMultiReturn<[1 | undefined, string | undefined]>;

@@ -13,6 +13,7 @@
 
 import type { RedisConf } from "./client";
 import * as hints from "./hints";
+import * as clock from "../core/clock";
 
 const lua_pairs = pairs;
 const turned_away = hints.turnedAway;
@@ -24,7 +25,7 @@ const lua_tostring = tostring;
 const lua_type = type;
 const math_floor = math.floor;
 const ngx_log = ngx.log;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_shared = ngx.shared;
 const str_match = string.match;
 

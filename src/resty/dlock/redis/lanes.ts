@@ -5,12 +5,13 @@
 import type * as redis from "./client";
 import type * as command from "./command";
 import * as takeback from "./takeback";
+import * as clock from "../core/clock";
 
 type Batch = command.Batch;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const sem_new = semaphore.new;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const timer_at = ngx.timer.at;
 const lua_pairs = pairs;
 const watcher = takeback.watcher;

@@ -6,9 +6,10 @@ import type { CallResult, Fault } from "./backend";
 import type * as redis from "./client";
 import * as pipeline from "./pipeline";
 import * as scripts from "./scripts";
+import * as clock from "../core/clock";
 
 const pipelined = pipeline.call;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const update_time = ngx.update_time;
 const lua_type = type;
 const lua_tostring = tostring;

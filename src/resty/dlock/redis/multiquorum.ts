@@ -14,11 +14,12 @@ import type * as redis from "./client";
 import * as scripts from "./scripts";
 // Each master is one server: its calls ride its own pipeline, as any single server's do.
 import * as single from "./single";
+import * as clock from "../core/clock";
 
 type CallResult = backend.CallResult;
 type Fault = backend.Fault;
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const thread_spawn = ngx.thread.spawn;
 const thread_wait = ngx.thread.wait;

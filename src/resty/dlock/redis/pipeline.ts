@@ -26,11 +26,12 @@ import * as lanes from "./lanes";
 import * as roundtrip from "./roundtrip";
 import type * as scripts from "./scripts";
 import * as takeback from "./takeback";
+import * as clock from "../core/clock";
 
 type Batch = command.Batch;
 type Job = command.Job;
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const timer_at = ngx.timer.at;

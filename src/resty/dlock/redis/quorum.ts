@@ -18,6 +18,7 @@ import * as fanning from "./fanout";
 import * as roundtrip from "./roundtrip";
 import * as perTarget from "./targets";
 import * as scripts from "./scripts";
+import * as clock from "../core/clock";
 
 type Votes = votes.Votes;
 const drift = votes.drift;
@@ -30,7 +31,7 @@ const batchFor = perTarget.batchFor;
 const outcome = perTarget.outcome;
 const send = roundtrip.send;
 const finish = roundtrip.finish;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const lua_type = type;
 const lua_select = select;
 const lua_tostring = tostring;

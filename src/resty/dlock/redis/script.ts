@@ -78,7 +78,8 @@ function hashed(key: string): string {
   if (open !== undefined) {
     const [close] = str_find(key, "}", open + 1, true);
     if (close !== undefined && close > open + 1) {
-      return str_sub(key, open + 1, close - 1);
+      const inside = str_sub(key, open + 1, close - 1);  // not a tail call: see core/clock.ts
+      return inside;
     }
   }
   return key;

@@ -9,12 +9,13 @@ import * as schema from "../core/schema";
 import type * as clientcert from "./clientcert";
 import * as hints from "./hints";
 import * as setup from "./setup";
+import * as clock from "../core/clock";
 
 const lua_tonumber = tonumber;
 const lua_tostring = tostring;
 const lua_type = type;
 const literal = schema.literal;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_null = ngx.null;
 const str_len = string.len;
 const str_sub = string.sub;

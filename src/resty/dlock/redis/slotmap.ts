@@ -10,6 +10,7 @@ import * as connection from "./connection";
 import * as hints from "./hints";
 import * as scripts from "./scripts";
 import * as schema from "../core/schema";
+import * as clock from "../core/clock";
 
 const bitop = require("bit") as BitModule;
 const band = bitop.band;
@@ -18,7 +19,7 @@ const lshift = bitop.lshift;
 const rshift = bitop.rshift;
 const byte = string.byte;
 const hashed = scripts.hashed;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const lua_type = type;
 const lua_tostring = tostring;
 const tbl_concat = table.concat;

@@ -27,6 +27,7 @@ import * as resp from "./resp";
 import * as scripts from "./scripts";
 import * as subs from "../core/subscriptions";
 import * as waits from "../core/wait";
+import * as clock from "../core/clock";
 
 const lua_pairs = pairs;
 const NOTICE = ngx.NOTICE;
@@ -37,7 +38,7 @@ const lua_type = type;
 const math_max = math.max;
 const math_min = math.min;
 const ngx_log = ngx.log;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_sleep = ngx.sleep;
 const str_sub = string.sub;
 const thread_spawn = ngx.thread.spawn;

@@ -8,11 +8,12 @@ import * as command from "./command";
 import type { Lane } from "./lanes";
 import * as roundtrip from "./roundtrip";
 import * as scripts from "./scripts";
+import * as clock from "../core/clock";
 
 type Batch = command.Batch;
 type Job = command.Job;
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;

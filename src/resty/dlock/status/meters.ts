@@ -4,8 +4,9 @@
 // expiry second has passed leave it.
 
 import * as meter from "../core/meter";
+import * as clock from "../core/clock";
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const math_floor = math.floor;
 const math_max = math.max;
 const math_min = math.min;

@@ -12,12 +12,13 @@ import * as stats from "../stats";
 import * as claims from "./claim";
 import * as record from "./record";
 import type * as options from "./options";
+import * as clock from "../../core/clock";
 
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
 const ngx_log = ngx.log;
 const WARN = ngx.WARN;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_var = ngx.var;
 const ngx_ = ngx;
 const str_lower = string.lower;

@@ -7,12 +7,13 @@ import * as orphans from "../../core/orphans";
 import * as records from "../../redis/records";
 import * as stats from "../stats";
 import type * as options from "./options";
+import * as clock from "../../core/clock";
 
 type Guard = options.Guard;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const math_min = math.min;
 const lua_tostring = tostring;

@@ -16,11 +16,12 @@ import type * as scripts from "../../redis/scripts";
 import * as stats from "../stats";
 import * as claims from "./claim";
 import type * as options from "./options";
+import * as clock from "../../core/clock";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
-const ngx_now = ngx.now;
+const ngx_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const ngx_sleep = ngx.sleep;
 const timer_at = ngx.timer.at;

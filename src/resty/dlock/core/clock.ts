@@ -1,0 +1,42 @@
+// The event loop's cached time, ngx.now(), read with the FFI call
+// lua-resty-core's ngx.now makes, from a function of our own.
+//
+// Why not ngx.now: Debian 12's lua-resty-core writes it as
+// `return tonumber(ngx_lua_ffi_now())`, a tail call into a fast function that
+// a trace starting in ngx.now cannot return through ("leaving loop in root
+// trace at tonumber"). After a few such aborts LuaJIT blacklists ngx.now, and
+// from then on every trace that calls it aborts ("blacklisted at
+// time.lua:74"): the pipeline's, the acquire's and the lease's hot paths among
+// them, which then run in the interpreter. jit.v on the bench's nginx with the
+// topology lines beside /core: 164 such aborts, the core line at 0.85 to 0.95
+// of the same handler in an nginx of its own. (lua-resty-core 0.1.33,
+// OpenResty's, keeps the result in a local first, as now() does here.) Where
+// the call is not there, ngx.now answers.
+
+const ffi = require("ffi") as FfiModule;
+
+const ngx_now = ngx.now;
+const stream = ngx.config.subsystem === "stream";
+
+// lua-resty-core declares them already; the pcall makes us independent of the order.
+pcall(ffi.cdef, "double ngx_http_lua_ffi_now(void);");
+pcall(ffi.cdef, "double ngx_stream_lua_ffi_now(void);");
+
+interface NowC {
+  ngx_http_lua_ffi_now(this: void): number;
+  ngx_stream_lua_ffi_now(this: void): number;
+}
+
+function lookup(this: void): () => number {
+  const C = ffi.C as unknown as NowC;
+  return stream ? C.ngx_stream_lua_ffi_now : C.ngx_http_lua_ffi_now;
+}
+const [found, fn] = pcall(lookup);
+const ffi_now: (this: void) => number = found ? fn as (this: void) => number : ngx_now;
+
+/** ngx.now(): seconds (with ms) of the event loop's cached time. */
+export function now(this: void): number {
+  // A local, then the return: what lua-resty-core 0.1.33 did to its ngx.now for the same reason.
+  const t = ffi_now();
+  return t;
+}

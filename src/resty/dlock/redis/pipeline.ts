@@ -1,7 +1,6 @@
-// Auto-pipelining: the script calls of concurrent requests of one worker to
-// one Redis share round trips, as ioredis' auto-pipelining does. A cosocket
-// belongs to the request (or timer) that made it, so requests cannot share a
-// connection. Instead:
+// Auto-pipelining: the script calls of concurrent requests of one worker to one
+// Redis share round trips, as ioredis' auto-pipelining does. A cosocket belongs
+// to the request (or timer) that made it, so requests cannot share one. Instead:
 //   - while fewer than DIRECT calls of this worker are on their way to this
 //     Redis, and none rides a batch, a call goes out at once on a pooled
 //     connection of its own (a worker at low load adds no latency and no hop);

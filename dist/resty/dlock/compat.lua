@@ -14,7 +14,7 @@ local math_max = math.max
 local math_min = math.min
 local str_format = string.format
 local ngx_shared = ngx.shared
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 --- lua-resty-lock's seconds (0.001 s precision) as ms; its default when absent.
 local function seconds(name, dflt, min)
@@ -122,14 +122,14 @@ local methods = {
         end
         if err == "busy" and self._wait ~= nil then
             ngx_update_time()
-            local t0 = ngx_now()
+            local t0 = clock_now()
             l, err = self._locks:acquire(key, self._wait)
             if l ~= nil then
                 self._lease = l
                 ngx_update_time()
                 return math_max(
                     0.001,
-                    ngx_now() - t0
+                    clock_now() - t0
                 ), nil
             end
         end

@@ -30,7 +30,7 @@ const math_max = math.max;
 const math_min = math.min;
 const str_format = string.format;
 const ngx_shared = ngx.shared;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 
 interface Settings {
@@ -145,13 +145,13 @@ const methods = {
     }
     if (err === "busy" && this._wait !== undefined) {
       ngx_update_time();
-      const t0 = ngx_now();
+      const t0 = clock_now();
       [l, err] = this._locks.acquire(key as string, this._wait);
       if (l !== undefined) {
         this._lease = l;
         ngx_update_time();
         // Never 0: callers read 0 as "nobody held it" (and skip re-checking their cache).
-        return $multi(math_max(0.001, ngx_now() - t0), undefined);
+        return $multi(math_max(0.001, clock_now() - t0), undefined);
       }
     }
     if (err === "busy" || err === "timeout") return $multi(undefined, "timeout");

@@ -9,7 +9,7 @@ local waits = require("resty.dlock.core.wait")
 local wakeups = require("resty.dlock.core.wakeups")
 local clock = require("resty.dlock.core.clock")
 local call = backend.call
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local math_min = math.min
 local lua_type = type
@@ -27,7 +27,7 @@ end
 --- Acquire by turns; `turn` is nil when not waiting (wait = 0).
 local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
     local conf = store.redis
-    local deadline = ngx_now() * 1000 + wait
+    local deadline = clock_now() * 1000 + wait
     local backoff = retry.FIRST_BACKOFF
     local retryAfter
     local subscribed = false
@@ -47,7 +47,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
     end
     while true do
         local fence
-        local sent = ngx_now() * 1000
+        local sent = clock_now() * 1000
         local res
         local err
         local fault
@@ -109,7 +109,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
             end
         end
         ngx_update_time()
-        local left = deadline - ngx_now() * 1000
+        local left = deadline - clock_now() * 1000
         if left <= 0 then
             return ended(res, err, retryAfter, subscribed)
         end
@@ -190,7 +190,7 @@ end
 -- front: a reader's), the key taken, the outcome and the wait metered.
 function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, ...)
     ngx_update_time()
-    local t0 = ngx_now()
+    local t0 = clock_now()
     local tok, terr = mint()
     if tok == nil then
         refused(store.meter, terr)

@@ -3,7 +3,7 @@ local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local settle = require("resty.dlock.core.settle")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local lua_pairs = pairs
 --- Leases of the list grouped for pipelining: one group per Redis endpoint and
 -- script (locks and permits run different scripts), each with the indexes of
@@ -79,7 +79,7 @@ function _M.extendAll(list)
     for i = 1, #list do
         results[i] = "not_owner"
     end
-    local sent = ngx_now() * 1000
+    local sent = clock_now() * 1000
     for _, idx in lua_pairs(byEndpoint(list, extendScript)) do
         local ms = {}
         for j = 1, #idx do

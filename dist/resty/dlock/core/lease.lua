@@ -8,7 +8,7 @@ local backend = require("resty.dlock.redis.backend")
 local settle = require("resty.dlock.core.settle")
 local clock = require("resty.dlock.core.clock")
 local ngx_get_phase = ngx.get_phase
-local ngx_now = clock.now
+local clock_now = clock.now
 local lua_setmetatable = setmetatable
 local nowMs = settle.nowMs
 local COSOCKET_PHASES = check.set(
@@ -65,7 +65,7 @@ local leaseMethods = {
         if self._released then
             return nil, "not_owner"
         end
-        local sent = ngx_now() * 1000
+        local sent = clock_now() * 1000
         local res, err, fault = backend.own(
             self._store.redis,
             self._kind.extend,

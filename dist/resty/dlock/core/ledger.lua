@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/core/ledger.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local worker_pid = ngx.worker.pid
 local ngx_log = ngx.log
 local WARN = ngx.WARN
@@ -50,7 +50,7 @@ local warnedAt = -WARN_EVERY
 local function unrecordable(dict, key, err)
     dict:incr(_M.UNRECORDED, 1, 0)
     missed = missed + 1
-    local now = ngx_now()
+    local now = clock_now()
     if now - warnedAt >= WARN_EVERY then
         ngx_log(
             WARN,
@@ -70,7 +70,7 @@ end
 -- written (drop and move take it back), or nil when the dict could not take it
 -- (counted in UNRECORDED).
 function _M.record(dict, rec, token, key, ttl)
-    local expires = math_floor(ngx_now() * 1000) + ttl
+    local expires = math_floor(clock_now() * 1000) + ttl
     local v = encode(token, key, expires)
     local ok, err = dict:safe_set(rec, v, ttl / 1000)
     if not ok then
@@ -89,7 +89,7 @@ function _M.waiting(dict, rkey, token, key, ms)
         encode(
             token,
             key,
-            math_floor(ngx_now() * 1000) + ms
+            math_floor(clock_now() * 1000) + ms
         ),
         ms / 1000
     )
@@ -159,7 +159,7 @@ function _M.move(dict, rec, v, token, key, ttl)
     if now ~= v then
         return nil, 0
     end
-    local expires = math_floor(ngx_now() * 1000) + ttl
+    local expires = math_floor(clock_now() * 1000) + ttl
     local nv = encode(token, key, expires)
     if not (dict:safe_set(rec, nv, ttl / 1000)) then
         return nil, 0
@@ -188,7 +188,7 @@ end
 function _M.records(dict)
     local out = {}
     local keys = dict:get_keys(0)
-    local nowMs = ngx_now() * 1000
+    local nowMs = clock_now() * 1000
     for i = 1, #keys do
         local k = keys[i]
         local what = str_sub(k, 1, 2)
@@ -225,7 +225,7 @@ local function list(dict, max, others)
         others = 0
     end
     local bound = max == 0 and 0 or max * 4 + 1024 + others
-    local nowMs = ngx_now() * 1000
+    local nowMs = clock_now() * 1000
     local n = max == 0 and 0 or math_min(max + 64, bound)
     while true do
         local keys = dict:get_keys(n)

@@ -2,7 +2,7 @@
 local _M = {}
 local check = require("resty.dlock.core.check")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_sleep = ngx.sleep
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -12,7 +12,7 @@ local lua_tostring = tostring
 --- Seconds one timer runs before it hands over to a fresh one.
 local HANDOVER = 60
 local function run(premature, l)
-    local started = ngx_now()
+    local started = clock_now()
     while l.busy() do
         ngx_sleep(l.tick())
         local ok, err = lua_pcall(l.round)
@@ -25,7 +25,7 @@ local function run(premature, l)
                 check.text(err)
             )
         end
-        if ngx_now() - started >= HANDOVER and l.busy() then
+        if clock_now() - started >= HANDOVER and l.busy() then
             local handed = timer_at(0, run, l)
             if handed then
                 return

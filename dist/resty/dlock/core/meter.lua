@@ -2,7 +2,7 @@
 local _M = {}
 local check = require("resty.dlock.core.check")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local get_phase = ngx.get_phase
@@ -82,7 +82,7 @@ function _M.make(dict, name)
     end
     dict:safe_add(
         p .. "swept",
-        math_floor(ngx_now()) - 1
+        math_floor(clock_now()) - 1
     )
     dict:safe_add(p .. "held", 0)
     local known = false

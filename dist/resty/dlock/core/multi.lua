@@ -16,7 +16,7 @@ local scripts = require("resty.dlock.redis.scripts")
 local settle = require("resty.dlock.core.settle")
 local clock = require("resty.dlock.core.clock")
 local ngx_sleep = ngx.sleep
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local lua_pairs = pairs
 local lua_tostring = tostring
@@ -51,7 +51,7 @@ local function take(p, idx)
     args[#args + 1] = n
     local s = multiscripts.acquire(n, quorum and 1 or (fenced and 3 or 2))
     local rkey = p.rkeys[idx[1]]
-    local sent = ngx_now() * 1000
+    local sent = clock_now() * 1000
     local res
     local err
     local fault
@@ -181,7 +181,7 @@ local function inOrder(p, deadline)
     for k = 1, #order do
         local i = order[k]
         ngx_update_time()
-        local left = deadline - ngx_now() * 1000
+        local left = deadline - clock_now() * 1000
         if left <= 0 then
             return false, "timeout", nil
         end
@@ -217,7 +217,7 @@ local function confirm(p)
         targets[i] = {rkey = l._rkey, token = p.tok}
         mss[i] = p.ttl
     end
-    local sent = ngx_now() * 1000
+    local sent = clock_now() * 1000
     local out = backend.batch(p.store.redis, p.kind.extend, targets, mss)
     local all = true
     for i = 1, #list do
@@ -231,7 +231,7 @@ end
 --- Take the set: in one go; when a key is busy and `wait` allows, in the global
 -- order, waiting in each key's line (see the top of this file).
 local function takeAll(p, wait)
-    local deadline = ngx_now() * 1000 + wait
+    local deadline = clock_now() * 1000 + wait
     local backoff = retry.FIRST_BACKOFF
     while true do
         local what, _at, pttl, fault = attempt(p)
@@ -240,7 +240,7 @@ local function takeAll(p, wait)
         end
         giveBack(p)
         ngx_update_time()
-        local left = deadline - ngx_now() * 1000
+        local left = deadline - clock_now() * 1000
         if what ~= "busy" then
             if fault ~= "transient" or left <= 0 then
                 return nil, what, nil
@@ -286,7 +286,7 @@ function _M.acquireAll(f, keys, opts)
         return nil, REENTRANT, nil
     end
     ngx_update_time()
-    local t0 = ngx_now()
+    local t0 = clock_now()
     local tok, terr = f._mint()
     if tok == nil then
         meter.refused(store.meter, terr)

@@ -9,7 +9,7 @@ local scripts = require("resty.dlock.redis.scripts")
 local settle = require("resty.dlock.core.settle")
 local watchdog = require("resty.dlock.core.watchdog")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local lua_setmetatable = setmetatable
@@ -144,7 +144,7 @@ local multiMethods = {
                 return nil, "not_owner"
             end
         end
-        local sent = ngx_now() * 1000
+        local sent = clock_now() * 1000
         local out = runAll(parts, self._together, false, ms)
         local err
         local notOwner = false

@@ -3,7 +3,7 @@ local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local clock = require("resty.dlock.core.clock")
 local ngx_update_time = ngx.update_time
-local ngx_now = clock.now
+local clock_now = clock.now
 local timer_at = ngx.timer.at
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -24,7 +24,7 @@ local function sweepOnce()
     local batch = orphans
     orphans = {}
     ngx_update_time()
-    local now = ngx_now()
+    local now = clock_now()
     local groups = {}
     for _, o in lua_ipairs(batch) do
         if now > o.deadline then
@@ -102,7 +102,7 @@ function _M.adoptAcquire(conf, release, rkey, token)
         release = release,
         rkey = rkey,
         token = token,
-        deadline = ngx_now() + _M.LOST_HORIZON,
+        deadline = clock_now() + _M.LOST_HORIZON,
         settle = nil
     })
 end

@@ -11,7 +11,7 @@ local wakeups = require("resty.dlock.core.wakeups")
 local clock = require("resty.dlock.core.clock")
 local call = backend.call
 local make = lease.make
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local math_floor = math.floor
 local math_max = math.max
@@ -32,7 +32,7 @@ local function dropOf(store, kind, rkey, tok, wait)
         release = kind.drop,
         rkey = rkey,
         token = tok,
-        deadline = ngx_now() + wait / 1000 + 1,
+        deadline = clock_now() + wait / 1000 + 1,
         settle = nil
     }
 end
@@ -182,7 +182,7 @@ local function heard(place, sent, res, err, fault)
 end
 --- Ask Redis for the key again, our ticket along.
 local function attempt(place)
-    local sent = ngx_now() * 1000
+    local sent = clock_now() * 1000
     local res, err, fault = ask(
         place.store.redis,
         place.kind,
@@ -208,7 +208,7 @@ local function between(place)
     local conf = place.store.redis
     local rkey = place.rkey
     ngx_update_time()
-    local rest = place.deadline - ngx_now() * 1000
+    local rest = place.deadline - clock_now() * 1000
     local retryAfter = place.retryAfter
     if rest <= 0 then
         if not place.answered then
@@ -310,7 +310,7 @@ function _M.queued(store, kind, key, rkey, tok, ttl, wait)
     local qkey = scripts.queueKey(rkey, conf.slotted)
     local fkey = kind.fenced and backend.fenceKey(conf, rkey) or nil
     local skey = kind.reader == true and scripts.readersKey(rkey, conf.slotted) or nil
-    local sent = ngx_now() * 1000
+    local sent = clock_now() * 1000
     local deadline = sent + wait
     local turn
     if wait > 0 and wakeups.live(conf, rkey) then

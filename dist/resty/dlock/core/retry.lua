@@ -4,7 +4,7 @@ local backend = require("resty.dlock.redis.backend")
 local ledger = require("resty.dlock.core.ledger")
 local orphans = require("resty.dlock.core.orphans")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local math_random = math.random
 local lua_type = type
 local lua_tostring = tostring
@@ -34,7 +34,7 @@ function _M.failed(store, kind, rkey, tok, err, fault, wait, deadline, cleanup)
         orphans.adoptAcquire(store.redis, cleanup, rkey, tok)
         return lua_tostring(err) .. "; acquire outcome unknown, owner-checked cleanup scheduled"
     end
-    if fault ~= "transient" or wait == 0 or deadline - ngx_now() * 1000 <= 0 then
+    if fault ~= "transient" or wait == 0 or deadline - clock_now() * 1000 <= 0 then
         return err == nil and "dlock: redis failed" or err
     end
     return nil

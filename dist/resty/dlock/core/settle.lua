@@ -7,7 +7,7 @@ local backend = require("resty.dlock.redis.backend")
 local waits = require("resty.dlock.core.wait")
 local wakeups = require("resty.dlock.core.wakeups")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local math_max = math.max
 local lua_type = type
@@ -16,7 +16,7 @@ local LOST_HORIZON_MS = orphans.LOST_HORIZON * 1000
 --- Epoch ms now, fresh (not the time cached at the start of this event loop cycle).
 local function nowMs()
     ngx_update_time()
-    return ngx_now() * 1000
+    return clock_now() * 1000
 end
 --- An extend or a release of l failed: what its outcome may have changed in Redis.
 function _M.unconfirmed(l, fault, release)

@@ -10,7 +10,7 @@ local SLACK = 0.005
 local PROBE = 0.05
 local PROBE_MAX = 0.2
 local semaphore = require("ngx.semaphore")
-local ngx_now = clock.now
+local clock_now = clock.now
 local math_min = math.min
 local str_sub = string.sub
 local str_match = string.match
@@ -47,7 +47,7 @@ end
 -- to be unsubscribed; and waiters killed while they waited are noticed here
 -- (wait.ts drops their tickets).
 function _M.prune(s)
-    local now = ngx_now()
+    local now = clock_now()
     local stale
     for rkey, at in lua_pairs(s.wanted) do
         if waits.waiters(rkey) == 0 and now - at > GRACE then
@@ -74,13 +74,13 @@ function _M.heard(s, rkey, payload)
     if c == "g" then
         local ms, tok = str_match(payload, "^g(%d+) (.*)$")
         s.vouched[rkey] = true
-        s.due[rkey] = ngx_now() + (lua_tonumber(ms) or 0) / 1000 + SLACK
+        s.due[rkey] = clock_now() + (lua_tonumber(ms) or 0) / 1000 + SLACK
         if tok ~= nil then
             waits.wakeToken(rkey, tok)
         end
     elseif c == "c" then
         s.vouched[rkey] = true
-        s.due[rkey] = ngx_now() + (lua_tonumber(str_sub(payload, 2)) or 0) / 1000 + SLACK
+        s.due[rkey] = clock_now() + (lua_tonumber(str_sub(payload, 2)) or 0) / 1000 + SLACK
     else
         forget(s, rkey)
         waits.wake(rkey)
@@ -88,7 +88,7 @@ function _M.heard(s, rkey, payload)
 end
 --- Keys whose due time passed without a word: the first waiter here asks Redis (which passes the key on).
 function _M.overdue(s)
-    local now = ngx_now()
+    local now = clock_now()
     local late
     for rkey, at in lua_pairs(s.due) do
         if now >= at then
@@ -190,7 +190,7 @@ function _M.expect(s, rkey, ms, foreign)
     if wait == nil then
         return
     end
-    local at = ngx_now() + wait + SLACK
+    local at = clock_now() + wait + SLACK
     s.due[rkey] = at
     if at < s.wakeAt then
         ring(s)

@@ -7,7 +7,7 @@ local clock = require("resty.dlock.core.clock")
 local MAX_LOCAL_BACKOFF = 8
 local semaphore = require("ngx.semaphore")
 local ngx_update_time = ngx.update_time
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_sleep = ngx.sleep
 local worker_pid = ngx.worker.pid
 local co_running = coroutine.running
@@ -193,7 +193,7 @@ function _M.awaitLocalHolder(dict, t, deadline)
         end
         seen = true
         ngx_update_time()
-        local now = ngx_now() * 1000
+        local now = clock_now() * 1000
         if now >= deadline then
             return "timeout", math_max(
                 0,

@@ -4,7 +4,7 @@ local subscriber = require("resty.dlock.redis.subscriber")
 local subs = require("resty.dlock.core.subscriptions")
 local waits = require("resty.dlock.core.wait")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 --- A waiter of this worker waits for rkey (held elsewhere): have its releases
 -- wake us. True when the subscription is live (then sleeping until the
 -- holder's PTTL is safe); false while it is being set up or down (poll).
@@ -13,7 +13,7 @@ function _M.want(conf, rkey)
     if s == nil or s.refused then
         return false
     end
-    s.wanted[rkey] = ngx_now()
+    s.wanted[rkey] = clock_now()
     if not s.running then
         subscriber.start(s)
     elseif s.sent[rkey] == nil then

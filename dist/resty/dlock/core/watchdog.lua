@@ -7,7 +7,7 @@ local loop = require("resty.dlock.core.loop")
 local request = require("resty.dlock.gateway.request")
 local clock = require("resty.dlock.core.clock")
 local ngx_update_time = ngx.update_time
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
@@ -75,7 +75,7 @@ local function orphaned(w)
 end
 local function round()
     ngx_update_time()
-    local now = ngx_now()
+    local now = clock_now()
     local due = {}
     local forgotten = {}
     for l, w in lua_pairs(watched) do
@@ -103,13 +103,13 @@ local function round()
         if w ~= nil and not l._releasing then
             local hooks = w.hooks
             if r == true then
-                w.renewedAt = ngx_now()
+                w.renewedAt = clock_now()
                 if hooks ~= nil then
                     hooks.renewed(l)
                 end
             elseif r == "not_owner" then
                 lost(l, "the key is gone from Redis, or someone else's", hooks)
-            elseif ngx_now() * 1000 >= l._validUntil then
+            elseif clock_now() * 1000 >= l._validUntil then
                 lost(
                     l,
                     "Redis could not renew it before it expired (" .. check.reason(r) .. ")",
@@ -156,7 +156,7 @@ local function watch(l, hooks)
         anchor = anchor,
         co = co,
         hooks = hooks,
-        renewedAt = ngx_now()
+        renewedAt = clock_now()
     }
     tick = math_min(
         tick,

@@ -5,7 +5,7 @@ local vars = require("resty.dlock.gateway.vars")
 local clock = require("resty.dlock.core.clock")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
-local ngx_now = clock.now
+local clock_now = clock.now
 local var_get = vars.get
 local math_floor = math.floor
 local str_find = string.find
@@ -92,7 +92,7 @@ local function state(guard)
     local s = seen[guard]
     if s == nil then
         s = {
-            since = ngx_now(),
+            since = clock_now(),
             present = 0,
             missing = 0,
             errorAt = 0,
@@ -107,7 +107,7 @@ end
 -- otherwise leave every request unguarded without a word.
 function _M.note(guard, t, present, what)
     local s = state(guard)
-    local now = ngx_now()
+    local now = clock_now()
     if now - s.since >= settings.interval then
         if s.present == 0 and s.missing > 0 then
             ngx_log(
@@ -137,7 +137,7 @@ end
 --- A key that could not be computed: logged at once, then at most once an interval with the count.
 function _M.failed(guard, problem, what)
     local s = state(guard)
-    local now = ngx_now()
+    local now = clock_now()
     s.errors = s.errors + 1
     if now - s.errorAt < settings.interval then
         return

@@ -4,7 +4,7 @@ local check = require("resty.dlock.core.check")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_sleep = ngx.sleep
 local ngx_update_time = ngx.update_time
 local lua_pairs = pairs
@@ -85,10 +85,10 @@ function _M.access(g, l, k, refuse)
     local slot = take(g, l, k)
     if slot == nil and g._wait > 0 then
         ngx_update_time()
-        local deadline = ngx_now() + g._wait / 1000
+        local deadline = clock_now() + g._wait / 1000
         local nap = 0.005
         while slot == nil do
-            local left = deadline - ngx_now()
+            local left = deadline - clock_now()
             if left <= 0 then
                 break
             end

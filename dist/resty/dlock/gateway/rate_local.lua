@@ -3,7 +3,7 @@ local _M = {}
 local core = require("resty.dlock.core.rate")
 local stats = require("resty.dlock.gateway.stats")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local math_floor = math.floor
 local math_ceil = math.ceil
 local math_max = math.max
@@ -29,7 +29,7 @@ local tats = {}
 --- Decide for hashed key k as the script would, in dict d:
 -- the same reply shape ({ 1 or 0, retry ms, per limit remaining, ms until full }).
 function _M.decide(d, k, sh, cost)
-    local now = ngx_now() * 1000000
+    local now = clock_now() * 1000000
     local n = #sh
     local over = 0
     for i = 1, n do

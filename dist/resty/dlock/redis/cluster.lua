@@ -19,7 +19,7 @@ local slot = map.slot
 local nodeOf = map.nodeOf
 local nodeAt = map.nodeAt
 local known = map.known
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_sleep = ngx.sleep
 local lua_tostring = tostring
 local lua_type = type
@@ -351,7 +351,7 @@ local function shared(conf, d)
     t.redirects = lua_type(n) == "number" and n or 0
     local at = d:get(map.MAP_AT .. conf.endpoint)
     if lua_type(at) == "number" then
-        t.slot_map_age = ngx_now() - at
+        t.slot_map_age = clock_now() - at
     end
     return "cluster", t
 end
@@ -360,7 +360,7 @@ local function describe(conf)
     local c = state(conf)
     local t = {}
     t.masters = c.masters
-    t.slot_map_age = c.at > 0 and math_floor((ngx_now() - c.at) * 1000) / 1000 or nil
+    t.slot_map_age = c.at > 0 and math_floor((clock_now() - c.at) * 1000) / 1000 or nil
     t.slot_map_reads = c.refreshes
     t.redirects = c.redirects
     t.last_error = c.lastError

@@ -12,7 +12,7 @@ local lua_tostring = tostring
 local lua_type = type
 local math_floor = math.floor
 local ngx_log = ngx.log
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_shared = ngx.shared
 local str_match = string.match
 local EVICTION_KEY = "redis:ep:"
@@ -183,7 +183,7 @@ local function ask(red, conf)
                 policy,
                 maxmemory,
                 "",
-                ngx_now()
+                clock_now()
             )
         )
     else
@@ -194,7 +194,7 @@ local function ask(red, conf)
                 "",
                 0,
                 why,
-                ngx_now()
+                clock_now()
             )
         )
     end

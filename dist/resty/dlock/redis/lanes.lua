@@ -4,7 +4,7 @@ local takeback = require("resty.dlock.redis.takeback")
 local clock = require("resty.dlock.core.clock")
 local semaphore = require("ngx.semaphore")
 local sem_new = semaphore.new
-local ngx_now = clock.now
+local clock_now = clock.now
 local timer_at = ngx.timer.at
 local lua_pairs = pairs
 local watcher = takeback.watcher
@@ -80,7 +80,7 @@ local function patience(conf)
 end
 --- Calls of this worker on their way to this Redis now (forgetting those whose time is up).
 local function inFlight(lane)
-    local now = ngx_now()
+    local now = clock_now()
     local n = lane.batching
     for slot, due in lua_pairs(lane.direct) do
         if due < now then
@@ -95,7 +95,7 @@ end
 function _M.claim(lane, b)
     lane.slots = lane.slots + 1
     local slot = lane.slots
-    lane.direct[slot] = ngx_now() + patience(lane.conf)
+    lane.direct[slot] = clock_now() + patience(lane.conf)
     if b.undos > 0 then
         lane.acquires[slot] = b
         if not lane.watching then
@@ -110,7 +110,7 @@ function _M.unclaim(lane, slot)
 end
 --- Would a call go out at once (few of this worker's calls on their way, none riding a batch)?
 function _M.idle(lane)
-    return lane.batching == 0 and lane.open == nil and ngx_now() >= lane.loaded and inFlight(lane) < DIRECT
+    return lane.batching == 0 and lane.open == nil and clock_now() >= lane.loaded and inFlight(lane) < DIRECT
 end
 --- Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis.
 function _M.stats(conf)

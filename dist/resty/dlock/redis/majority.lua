@@ -4,7 +4,7 @@ local pipeline = require("resty.dlock.redis.pipeline")
 local scripts = require("resty.dlock.redis.scripts")
 local clock = require("resty.dlock.core.clock")
 local pipelined = pipeline.call
-local ngx_now = clock.now
+local clock_now = clock.now
 local update_time = ngx.update_time
 local lua_type = type
 local lua_tostring = tostring
@@ -21,7 +21,7 @@ local function majority(conf)
 end
 local function nowMs()
     update_time()
-    return ngx_now() * 1000
+    return clock_now() * 1000
 end
 local function errorsOf(conf, v)
     local list = {}

@@ -4,7 +4,7 @@ local backend = require("resty.dlock.redis.backend")
 local scripts = require("resty.dlock.redis.scripts")
 local single = require("resty.dlock.redis.single")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local thread_spawn = ngx.thread.spawn
 local thread_wait = ngx.thread.wait
@@ -17,7 +17,7 @@ local lua_tostring = tostring
 local lua_unpack = unpack
 local function nowMs()
     ngx_update_time()
-    return ngx_now() * 1000
+    return clock_now() * 1000
 end
 local function callOn(node, s, rkey, args)
     return single.backend.call(

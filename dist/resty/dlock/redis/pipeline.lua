@@ -6,7 +6,7 @@ local lanes = require("resty.dlock.redis.lanes")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local takeback = require("resty.dlock.redis.takeback")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local timer_at = ngx.timer.at
@@ -115,7 +115,7 @@ local function flush(lane)
         end
         lane.batching = lane.batching - 1
         if #b.jobs > 1 then
-            lane.loaded = ngx_now() + lanes.LOADED
+            lane.loaded = clock_now() + lanes.LOADED
         end
         wake(lane, b)
     end
@@ -204,9 +204,9 @@ local function awaited(conf, b, job)
     local sem = b.sem
     local woken = sem:wait(wait)
     if woken and job.res == nil and job.fault == nil then
-        local deadline = ngx_now() + wait
+        local deadline = clock_now() + wait
         while woken and job.res == nil and job.fault == nil do
-            local rest = deadline - ngx_now()
+            local rest = deadline - clock_now()
             woken = rest > 0 and (sem:wait(rest))
         end
     end

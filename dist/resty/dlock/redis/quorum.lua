@@ -16,7 +16,7 @@ local batchFor = perTarget.batchFor
 local outcome = perTarget.outcome
 local send = roundtrip.send
 local finish = roundtrip.finish
-local ngx_now = clock.now
+local clock_now = clock.now
 local lua_type = type
 local lua_select = select
 local lua_tostring = tostring
@@ -38,7 +38,7 @@ local function note(node, fault, err)
     end
     if fault == nil then
         h.ok = h.ok + 1
-        h.lastOk = ngx_now()
+        h.lastOk = clock_now()
     else
         h.failed = h.failed + 1
         h.lastError = err
@@ -178,7 +178,7 @@ local function describe(conf)
             t.failed = h.failed
             t.last_error = h.lastError
             if h.lastOk > 0 then
-                t.last_ok_age = math_floor((ngx_now() - h.lastOk) * 1000) / 1000
+                t.last_ok_age = math_floor((clock_now() - h.lastOk) * 1000) / 1000
             end
         end
         list[#list + 1] = t

@@ -8,7 +8,7 @@ local lua_tonumber = tonumber
 local lua_tostring = tostring
 local lua_type = type
 local literal = schema.literal
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_null = ngx.null
 local str_len = string.len
 local str_sub = string.sub
@@ -66,7 +66,7 @@ function _M.cached(pool)
     if m == nil then
         return nil
     end
-    if ngx_now() - m.at <= FRESH or asking[pool] ~= nil then
+    if clock_now() - m.at <= FRESH or asking[pool] ~= nil then
         return m.node
     end
     return nil
@@ -119,7 +119,7 @@ local function ask(pool, s, open, timeout, tls)
                         }
                         masters[pool] = {
                             node = m,
-                            at = ngx_now()
+                            at = clock_now()
                         }
                         return m, nil
                     end

@@ -13,7 +13,7 @@ local lshift = bitop.lshift
 local rshift = bitop.rshift
 local byte = string.byte
 local hashed = scripts.hashed
-local ngx_now = clock.now
+local clock_now = clock.now
 local lua_type = type
 local lua_tostring = tostring
 local tbl_concat = table.concat
@@ -147,7 +147,7 @@ local function readMap(conf, c, from)
     end
     c.slots = slots
     c.masters = masters
-    c.at = ngx_now()
+    c.at = clock_now()
     c.stale = false
     c.refreshes = c.refreshes + 1
     if conf.dict ~= nil then
@@ -163,7 +163,7 @@ local function refresh(conf, c)
         return nil
     end
     c.refreshing = true
-    c.tried = ngx_now()
+    c.tried = clock_now()
     local errors = {}
     local asked = {}
     local candidates = {}
@@ -203,7 +203,7 @@ function _M.known(conf, c, s)
 end
 --- The master of a slot, reading the map first when it is due.
 function _M.route(conf, c, s)
-    if c.stale and (c.at == 0 or ngx_now() - c.tried >= REFRESH_GAP) then
+    if c.stale and (c.at == 0 or clock_now() - c.tried >= REFRESH_GAP) then
         local err = refresh(conf, c)
         if err ~= nil and c.at == 0 then
             return nil, err

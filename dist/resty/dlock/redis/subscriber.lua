@@ -17,7 +17,7 @@ local lua_type = type
 local math_max = math.max
 local math_min = math.min
 local ngx_log = ngx.log
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_sleep = ngx.sleep
 local str_sub = string.sub
 local thread_spawn = ngx.thread.spawn
@@ -92,12 +92,12 @@ local function sync(s, sock)
     return nil
 end
 local function tell(s, sess)
-    local pinged = ngx_now()
-    local idleSince = ngx_now()
+    local pinged = clock_now()
+    local idleSince = clock_now()
     while not sess.ended do
         s.rung = false
         update_time()
-        local now = ngx_now()
+        local now = clock_now()
         if subs.idle(s) then
             if now - idleSince >= IDLE or worker_exiting() then
                 break
@@ -232,10 +232,10 @@ local function session(s)
 end
 --- Sleep up to `seconds`, less when the worker starts exiting.
 local function pause(seconds)
-    local deadline = ngx_now() + seconds
+    local deadline = clock_now() + seconds
     while not worker_exiting() do
         update_time()
-        local left = deadline - ngx_now()
+        local left = deadline - clock_now()
         if left < 0.001 then
             return
         end

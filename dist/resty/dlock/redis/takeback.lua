@@ -4,7 +4,7 @@ local command = require("resty.dlock.redis.command")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local scripts = require("resty.dlock.redis.scripts")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
@@ -74,7 +74,7 @@ _M.WATCH = 1
 -- connection was closed with the command perhaps not yet run, and by then it
 -- has run (or Redis has been stuck that long).
 function _M.watcher(premature, lane)
-    local now = ngx_now()
+    local now = clock_now()
     local gone = {}
     for slot, b in lua_pairs(lane.acquires) do
         local due = lane.direct[slot]

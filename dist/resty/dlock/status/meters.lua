@@ -2,7 +2,7 @@
 local _M = {}
 local meter = require("resty.dlock.core.meter")
 local clock = require("resty.dlock.core.clock")
-local ngx_now = clock.now
+local clock_now = clock.now
 local math_floor = math.floor
 local math_max = math.max
 local math_min = math.min
@@ -43,7 +43,7 @@ end
 -- `name`. One worker at a time (a dict key as the lock); one that finds it
 -- taken reads the gauge as it is.
 local function sweep(dict, p)
-    local limit = math_floor(ngx_now()) - GRACE
+    local limit = math_floor(clock_now()) - GRACE
     local mark = dict:get(p .. "swept")
     if lua_type(mark) ~= "number" or mark >= limit then
         return

@@ -19,7 +19,7 @@ type Kind = lease.Kind;
 type Fault = backend.Fault;
 
 const call = backend.call;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const math_min = math.min;
 const lua_type = type;
@@ -42,7 +42,7 @@ function ended(res: RedisValue | undefined, err: string | undefined, retryAfter:
 function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number,
   wait: number, ...extra: (string | number)[]): ByTurns {
   const conf = store.redis;
-  const deadline = ngx_now() * 1000 + wait;
+  const deadline = clock_now() * 1000 + wait;
   let backoff = retry.FIRST_BACKOFF;
   let retryAfter: number | undefined;
   let subscribed = false;
@@ -65,7 +65,7 @@ function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: st
   }
   while (true) {
     let fence: number | undefined;
-    const sent = ngx_now() * 1000;
+    const sent = clock_now() * 1000;
     let res: RedisValue | undefined;
     let err: string | undefined;
     let fault: Fault | undefined;
@@ -93,7 +93,7 @@ function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: st
       }
     }
     ngx_update_time();
-    const left = deadline - ngx_now() * 1000;
+    const left = deadline - clock_now() * 1000;
     if (left <= 0) return ended(res, err, retryAfter, subscribed);
     const t = turn!;
     let here: "none" | "free" | "timeout" = "none";
@@ -156,7 +156,7 @@ function acquire(store: Store, kind: Kind, key: string, rkey: string, tok: strin
 export function metered(store: Store, kind: Kind, key: string, rkey: string, mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>,
   mark: string | undefined, ttl: number, wait: number, ...extra: (string | number)[]): lease.AcquireResult {
   ngx_update_time();
-  const t0 = ngx_now();
+  const t0 = clock_now();
   const [tok, terr] = mint();
   if (tok === undefined) {
     refused(store.meter, terr);

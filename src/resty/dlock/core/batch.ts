@@ -10,7 +10,7 @@ import * as clock from "./clock";
 
 type Lease = lease.Lease;
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const lua_pairs = pairs;
 
 /**
@@ -92,7 +92,7 @@ export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | unde
 export function extendAll(list: Lease[]): (true | string)[] {
   const results: (true | string)[] = [];
   for (const i of $range(1, list.length)) results[i - 1] = "not_owner";
-  const sent = ngx_now() * 1000;
+  const sent = clock_now() * 1000;
   for (const [_, idx] of lua_pairs(byEndpoint(list, extendScript))) {
     const ms: number[] = [];
     for (const j of $range(1, idx.length)) ms[j - 1] = list[idx[j - 1]! - 1]!.ttl;

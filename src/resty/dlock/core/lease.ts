@@ -14,7 +14,7 @@ import * as settle from "./settle";
 import * as clock from "./clock";
 
 const ngx_get_phase = ngx.get_phase;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const lua_setmetatable = setmetatable;
 const nowMs = settle.nowMs;
 
@@ -161,7 +161,7 @@ const leaseMethods = {
     if (this._released) {
       return $multi(undefined, "not_owner");
     }
-    const sent = ngx_now() * 1000;
+    const sent = clock_now() * 1000;
     const [res, err, fault] = backend.own(this._store.redis, this._kind.extend, this._rkey, this.token, ms);
     if (res === undefined) {
       settle.unconfirmed(this, fault, false);

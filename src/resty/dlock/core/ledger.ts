@@ -8,7 +8,7 @@
 // not safety.
 
 import * as clock from "./clock";
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const worker_pid = ngx.worker.pid;
 const ngx_log = ngx.log;
 const WARN = ngx.WARN;
@@ -75,7 +75,7 @@ let warnedAt = -WARN_EVERY;
 function unrecordable(dict: NgxSharedDict, key: string, err: string | undefined): void {
   dict.incr(UNRECORDED, 1, 0);
   missed++;
-  const now = ngx_now();
+  const now = clock_now();
   if (now - warnedAt >= WARN_EVERY) {
     ngx_log(WARN, "dlock: shared dict full: ", missed, " lease(s) not recorded since the last warning (latest ",
       key, ": ", err, "); held(), status and local waiting miss them, exclusion is unaffected");
@@ -90,7 +90,7 @@ function unrecordable(dict: NgxSharedDict, key: string, err: string | undefined)
  * (counted in UNRECORDED).
  */
 export function record(dict: NgxSharedDict, rec: string, token: string, key: string, ttl: number): LuaMultiReturn<[number | undefined, string | undefined]> {
-  const expires = math_floor(ngx_now() * 1000) + ttl;
+  const expires = math_floor(clock_now() * 1000) + ttl;
   const v = encode(token, key, expires);
   const [ok, err] = dict.safe_set(rec, v, ttl / 1000);
   if (!ok) {
@@ -107,7 +107,7 @@ export function record(dict: NgxSharedDict, rec: string, token: string, key: str
  */
 export function waiting(dict: NgxSharedDict, rkey: string, token: string, key: string, ms: number): string | undefined {
   const rec = str_format("%s%s %s", WAITING, rkey, token);
-  const [ok] = dict.safe_set(rec, encode(token, key, math_floor(ngx_now() * 1000) + ms), ms / 1000);
+  const [ok] = dict.safe_set(rec, encode(token, key, math_floor(clock_now() * 1000) + ms), ms / 1000);
   return ok ? rec : undefined;
 }
 
@@ -182,7 +182,7 @@ export function dropOwned(dict: NgxSharedDict, rec: string): void {
 export function move(dict: NgxSharedDict, rec: string, v: string, token: string, key: string, ttl: number): LuaMultiReturn<[string | undefined, number]> {
   const [now] = dict.get(rec);
   if (now !== v) return $multi(undefined, 0);
-  const expires = math_floor(ngx_now() * 1000) + ttl;
+  const expires = math_floor(clock_now() * 1000) + ttl;
   const nv = encode(token, key, expires);
   if (!dict.safe_set(rec, nv, ttl / 1000)[0]) return $multi(undefined, 0);
   return $multi(nv, expires);
@@ -214,7 +214,7 @@ export interface Record {
 export function records(dict: NgxSharedDict): LuaMultiReturn<[Record[]]> {
   const out: Record[] = [];
   const keys = dict.get_keys(0);
-  const nowMs = ngx_now() * 1000;
+  const nowMs = clock_now() * 1000;
   for (const i of $range(1, keys.length())) {
     const k = keys.get(i);
     const what = str_sub(k, 1, 2);
@@ -243,7 +243,7 @@ export function records(dict: NgxSharedDict): LuaMultiReturn<[Record[]]> {
  */
 function list(dict: NgxSharedDict, max: number, others = 0): LuaMultiReturn<[HeldLease[], boolean]> {
   const bound = max === 0 ? 0 : max * 4 + 1024 + others;
-  const nowMs = ngx_now() * 1000;
+  const nowMs = clock_now() * 1000;
   let n = max === 0 ? 0 : math_min(max + 64, bound);
   while (true) {
     const keys = dict.get_keys(n);

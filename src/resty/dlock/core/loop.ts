@@ -9,7 +9,7 @@
 import * as check from "./check";
 import * as clock from "./clock";
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_sleep = ngx.sleep;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
@@ -34,14 +34,14 @@ const HANDOVER = 60;
 
 function run(this: void, premature: boolean, l: Loop): void {
   // Premature: the worker is exiting; what is still held still needs the rounds.
-  const started = ngx_now();
+  const started = clock_now();
   while (l.busy()) {
     ngx_sleep(l.tick());
     const [ok, err] = lua_pcall(l.round);
     if (!ok) {
       ngx_log(ERR, "dlock: ", l.name, ": ", check.text(err));
     }
-    if (ngx_now() - started >= HANDOVER && l.busy()) {
+    if (clock_now() - started >= HANDOVER && l.busy()) {
       const [handed] = timer_at(0, run, l);
       if (handed) return;
     }

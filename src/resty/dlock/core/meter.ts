@@ -26,7 +26,7 @@
 import * as check from "./check";
 import * as clock from "./clock";
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const get_phase = ngx.get_phase;
@@ -102,7 +102,7 @@ export function make(dict: NgxSharedDict, name: string): Meter {
     if (i !== undefined) dict.safe_set("m:#" + lua_tostring(i), name);
   }
   // Swept up to the second before now: no record made from now on expires in it.
-  dict.safe_add(p + "swept", math_floor(ngx_now()) - 1);
+  dict.safe_add(p + "swept", math_floor(clock_now()) - 1);
   dict.safe_add(p + "held", 0);
   let known = false;
   for (const [_, d] of lua_ipairs(dicts)) if (d === dict) known = true;

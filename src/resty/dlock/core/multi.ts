@@ -47,7 +47,7 @@ type Kind = lease.Kind;
 type Fault = backend.Fault;
 
 const ngx_sleep = ngx.sleep;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const lua_pairs = pairs;
 const lua_tostring = tostring;
@@ -105,7 +105,7 @@ function take(p: Plan, idx: number[]): Attempt {
   args.push(n);
   const s = multiscripts.acquire(n, quorum ? 1 : fenced ? 3 : 2);
   const rkey = p.rkeys[idx[0]! - 1]!;
-  const sent = ngx_now() * 1000;
+  const sent = clock_now() * 1000;
   let res: RedisValue | undefined;
   let err: string | undefined;
   let fault: Fault | undefined;
@@ -192,7 +192,7 @@ function inOrder(p: Plan, deadline: number): Waited {
   for (const k of $range(1, order.length)) {
     const i = order[k - 1]!;
     ngx_update_time();
-    const left = deadline - ngx_now() * 1000;
+    const left = deadline - clock_now() * 1000;
     if (left <= 0) return $multi(false, "timeout", undefined);
     const [l, err, retryAfter] = acquire.acquire(p.store, p.kind, p.keys[i - 1]!, p.rkeys[i - 1]!, p.tok, p.ttl, left);
     if (l === undefined) return $multi(false, err, retryAfter);
@@ -217,7 +217,7 @@ function confirm(p: Plan): boolean {
     targets[i - 1] = { rkey: l._rkey, token: p.tok };
     mss[i - 1] = p.ttl;
   }
-  const sent = ngx_now() * 1000;
+  const sent = clock_now() * 1000;
   const out = backend.batch(p.store.redis, p.kind.extend, targets, mss);
   let all = true;
   for (const i of $range(1, list.length)) {
@@ -232,14 +232,14 @@ function confirm(p: Plan): boolean {
  * order, waiting in each key's line (see the top of this file).
  */
 function takeAll(p: Plan, wait: number): AcquireAllResult {
-  const deadline = ngx_now() * 1000 + wait;
+  const deadline = clock_now() * 1000 + wait;
   let backoff = retry.FIRST_BACKOFF;
   while (true) {
     const [what, _at, pttl, fault] = attempt(p);
     if (what === "OK") return $multi(leaseOf(p), undefined, undefined);
     giveBack(p);
     ngx_update_time();
-    const left = deadline - ngx_now() * 1000;
+    const left = deadline - clock_now() * 1000;
     if (what !== "busy") {
       if (fault !== "transient" || left <= 0) return $multi(undefined, what, undefined);
       const nap = math_min(retry.poll(backoff, undefined), left);
@@ -270,7 +270,7 @@ export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAll
   if (bad !== undefined) return $multi(undefined, bad, undefined);
   if (f.reentrant) return $multi(undefined, REENTRANT, undefined);
   ngx_update_time();
-  const t0 = ngx_now();
+  const t0 = clock_now();
   const [tok, terr] = f._mint();
   if (tok === undefined) {
     meter.refused(store.meter, terr);

@@ -16,7 +16,7 @@ import * as clock from "./clock";
 
 type Lease = lease.Lease;
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const lua_setmetatable = setmetatable;
@@ -171,7 +171,7 @@ const multiMethods = {
         return $multi(undefined, "not_owner");
       }
     }
-    const sent = ngx_now() * 1000;
+    const sent = clock_now() * 1000;
     const out = runAll(parts, this._together, false, ms);
     let err: string | undefined;
     let notOwner = false;

@@ -13,7 +13,7 @@ import * as scripts from "../redis/scripts";
 import * as clock from "./clock";
 
 const ngx_update_time = ngx.update_time;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const timer_at = ngx.timer.at;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
@@ -55,7 +55,7 @@ function sweepOnce(this: void): void {
   const batch = orphans;
   orphans = [];
   ngx_update_time();
-  const now = ngx_now();
+  const now = clock_now();
   // One pipeline per endpoint and script.
   const groups = new LuaTable<string, Orphan[]>();
   for (const [_, o] of lua_ipairs(batch)) {
@@ -123,7 +123,7 @@ function adopt(o: Orphan): void {
 
 /** An acquire whose reply was lost: its SET may have landed, or may still land. */
 export function adoptAcquire(conf: redis.RedisConf, release: scripts.Script, rkey: string, token: string): void {
-  adopt({ lost: "acquire", conf, release, rkey, token, deadline: ngx_now() + LOST_HORIZON, settle: undefined });
+  adopt({ lost: "acquire", conf, release, rkey, token, deadline: clock_now() + LOST_HORIZON, settle: undefined });
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.

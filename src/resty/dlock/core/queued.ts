@@ -22,7 +22,7 @@ type Fault = backend.Fault;
 
 const call = backend.call;
 const make = lease.make;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const math_floor = math.floor;
 const math_max = math.max;
@@ -74,7 +74,7 @@ interface Place {
 function dropOf(store: Store, kind: Kind, rkey: string, tok: string, wait: number): orphans.Orphan {
   return {
     lost: "ticket", conf: store.redis, release: kind.drop!, rkey, token: tok,
-    deadline: ngx_now() + wait / 1000 + 1, settle: undefined,
+    deadline: clock_now() + wait / 1000 + 1, settle: undefined,
   };
 }
 
@@ -142,7 +142,7 @@ function heard(place: Place, sent: number, res: RedisValue | undefined, err: str
 
 /** Ask Redis for the key again, our ticket along. */
 function attempt(place: Place): Attempt {
-  const sent = ngx_now() * 1000;
+  const sent = clock_now() * 1000;
   const [res, err, fault] = ask(place.store.redis, place.kind, place.rkey, place.qkey, place.fkey, place.skey, place.tok, place.ttl,
     ticketMs(place.wait, place.deadline, sent), place.ticket);
   return heard(place, sent, res, err, fault);
@@ -153,7 +153,7 @@ function between(place: Place): Attempt {
   const conf = place.store.redis;
   const rkey = place.rkey;
   ngx_update_time();
-  const rest = place.deadline - ngx_now() * 1000;
+  const rest = place.deadline - clock_now() * 1000;
   const retryAfter = place.retryAfter;
   if (rest <= 0) {
     // The deadline passed: why the last attempt failed (Redis never able to answer), or "timeout".
@@ -231,7 +231,7 @@ export function queued(store: Store, kind: Kind, key: string, rkey: string, tok:
   const qkey = scripts.queueKey(rkey, conf.slotted);
   const fkey = kind.fenced ? backend.fenceKey(conf, rkey) : undefined;
   const skey = kind.reader === true ? scripts.readersKey(rkey, conf.slotted) : undefined;
-  const sent = ngx_now() * 1000;
+  const sent = clock_now() * 1000;
   const deadline = sent + wait;
   // The key may be handed to us by name while our first question is on its
   // way: be in this worker's line by then, if word can come here at all.

@@ -13,7 +13,7 @@ type Store = lease.Store;
 type Kind = lease.Kind;
 type Fault = backend.Fault;
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const math_random = math.random;
 const lua_type = type;
 const lua_tostring = tostring;
@@ -47,7 +47,7 @@ export function failed(store: Store, kind: Kind, rkey: string, tok: string, err:
     orphans.adoptAcquire(store.redis, cleanup, rkey, tok);
     return lua_tostring(err) + "; acquire outcome unknown, owner-checked cleanup scheduled";
   }
-  if (fault !== "transient" || wait === 0 || deadline - ngx_now() * 1000 <= 0) return err === undefined ? "dlock: redis failed" : err;
+  if (fault !== "transient" || wait === 0 || deadline - clock_now() * 1000 <= 0) return err === undefined ? "dlock: redis failed" : err;
   return undefined;
 }
 

@@ -16,7 +16,7 @@ type Lease = lease.Lease;
 type Fault = backend.Fault;
 type Result = LuaMultiReturn<[true | undefined, string | undefined]>;
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const math_max = math.max;
 const lua_type = type;
@@ -26,7 +26,7 @@ const LOST_HORIZON_MS = orphans.LOST_HORIZON * 1000;
 /** Epoch ms now, fresh (not the time cached at the start of this event loop cycle). */
 function nowMs(): number {
   ngx_update_time();
-  return ngx_now() * 1000;
+  return clock_now() * 1000;
 }
 
 /** An extend or a release of l failed: what its outcome may have changed in Redis. */

@@ -66,7 +66,7 @@ export interface Subscriber {
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const math_min = math.min;
 const str_sub = string.sub;
 const str_match = string.match;
@@ -106,7 +106,7 @@ function forget(s: Subscriber, rkey: string): void {
  * (wait.ts drops their tickets).
  */
 export function prune(s: Subscriber): void {
-  const now = ngx_now();
+  const now = clock_now();
   let stale: string[] | undefined;
   for (const [rkey, at] of lua_pairs(s.wanted)) {
     if (waits.waiters(rkey) === 0 && now - at > GRACE) {
@@ -132,11 +132,11 @@ export function heard(s: Subscriber, rkey: string, payload: string): void {
   if (c === "g") {
     const [ms, tok] = str_match(payload, "^g(%d+) (.*)$");
     s.vouched.set(rkey, true);
-    s.due.set(rkey, ngx_now() + (lua_tonumber(ms) ?? 0) / 1000 + SLACK);
+    s.due.set(rkey, clock_now() + (lua_tonumber(ms) ?? 0) / 1000 + SLACK);
     if (tok !== undefined) waits.wakeToken(rkey, tok);
   } else if (c === "c") {
     s.vouched.set(rkey, true);
-    s.due.set(rkey, ngx_now() + (lua_tonumber(str_sub(payload, 2)) ?? 0) / 1000 + SLACK);
+    s.due.set(rkey, clock_now() + (lua_tonumber(str_sub(payload, 2)) ?? 0) / 1000 + SLACK);
   } else {
     forget(s, rkey);
     waits.wake(rkey);
@@ -145,7 +145,7 @@ export function heard(s: Subscriber, rkey: string, payload: string): void {
 
 /** Keys whose due time passed without a word: the first waiter here asks Redis (which passes the key on). */
 export function overdue(s: Subscriber): void {
-  const now = ngx_now();
+  const now = clock_now();
   let late: string[] | undefined;
   for (const [rkey, at] of lua_pairs(s.due)) {
     if (now >= at) {
@@ -219,7 +219,7 @@ export function expect(s: Subscriber, rkey: string, ms: number, foreign: boolean
     wait = wait === undefined ? p : math_min(wait, p);
   }
   if (wait === undefined) return;
-  const at = ngx_now() + wait + SLACK;
+  const at = clock_now() + wait + SLACK;
   s.due.set(rkey, at);
   if (at < s.wakeAt) ring(s);
 }

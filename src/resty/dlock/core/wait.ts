@@ -14,7 +14,7 @@ const MAX_LOCAL_BACKOFF = 8; // ms, between shared-dict checks while a holder in
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
 const ngx_update_time = ngx.update_time;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_sleep = ngx.sleep;
 const worker_pid = ngx.worker.pid;
 const co_running = coroutine.running;
@@ -226,7 +226,7 @@ export function awaitLocalHolder(dict: NgxSharedDict, t: Turn, deadline: number)
     }
     seen = true;
     ngx_update_time();
-    const now = ngx_now() * 1000;
+    const now = clock_now() * 1000;
     if (now >= deadline) {
       return $multi("timeout", math_max(0, math_floor(expires - now)));
     }

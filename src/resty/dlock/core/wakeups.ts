@@ -20,7 +20,7 @@ import * as subs from "./subscriptions";
 import * as waits from "./wait";
 import * as clock from "./clock";
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 
 /**
  * A waiter of this worker waits for rkey (held elsewhere): have its releases
@@ -30,7 +30,7 @@ const ngx_now = clock.now;
 export function want(conf: redis.RedisConf, rkey: string): boolean {
   const s = subs.subscriber(conf);
   if (s === undefined || s.refused) return false;
-  s.wanted.set(rkey, ngx_now());
+  s.wanted.set(rkey, clock_now());
   if (!s.running) {
     subscriber.start(s);
   } else if (!s.sent.has(rkey)) {

@@ -21,7 +21,7 @@ import * as request from "../gateway/request";
 import * as clock from "./clock";
 
 const ngx_update_time = ngx.update_time;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
@@ -98,7 +98,7 @@ function orphaned(w: Watched): boolean {
 
 function round(): void {
   ngx_update_time();
-  const now = ngx_now();
+  const now = clock_now();
   const due: lease.Lease[] = [];
   const forgotten: lease.Lease[] = [];
   for (const [l, w] of lua_pairs(watched)) {
@@ -125,11 +125,11 @@ function round(): void {
     if (w !== undefined && !l._releasing) {
       const hooks = w.hooks;
       if (r === true) {
-        w.renewedAt = ngx_now();
+        w.renewedAt = clock_now();
         if (hooks !== undefined) hooks.renewed(l);
       } else if (r === "not_owner") {
         lost(l, "the key is gone from Redis, or someone else's", hooks);
-      } else if (ngx_now() * 1000 >= l._validUntil) {
+      } else if (clock_now() * 1000 >= l._validUntil) {
         lost(l, "Redis could not renew it before it expired (" + check.reason(r) + ")", hooks);
       } else if (hooks !== undefined) {
         hooks.failed(l, r);
@@ -160,7 +160,7 @@ function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
     if (anchor === undefined) co = co_running();
   }
   if (!watched.has(l)) count++;
-  watched.set(l, { lease: l, anchor, co, hooks, renewedAt: ngx_now() });
+  watched.set(l, { lease: l, anchor, co, hooks, renewedAt: clock_now() });
   tick = math_min(tick, math_max(MIN_TICK, l.ttl / 6000));
   const err = loop.start(sweeper);
   if (err !== undefined) drop(l);

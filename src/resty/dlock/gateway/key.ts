@@ -10,7 +10,7 @@ import * as clock from "../core/clock";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const var_get = vars.get;
 const math_floor = math.floor;
 const str_find = string.find;
@@ -113,7 +113,7 @@ const seen = new LuaTable<string, Seen>();
 function state(guard: string): Seen {
   let s = seen.get(guard);
   if (s === undefined) {
-    s = { since: ngx_now(), present: 0, missing: 0, errorAt: 0, errors: 0 };
+    s = { since: clock_now(), present: 0, missing: 0, errorAt: 0, errors: 0 };
     seen.set(guard, s);
   }
   return s;
@@ -126,7 +126,7 @@ function state(guard: string): Seen {
  */
 export function note(guard: string, t: Template, present: boolean, what: string): void {
   const s = state(guard);
-  const now = ngx_now();
+  const now = clock_now();
   if (now - s.since >= settings.interval) {
     if (s.present === 0 && s.missing > 0) {
       ngx_log(ERR, "dlock: guard ", guard, ": the key (", t.source, ") was missing on all ", s.missing,
@@ -146,7 +146,7 @@ export function note(guard: string, t: Template, present: boolean, what: string)
 /** A key that could not be computed: logged at once, then at most once an interval with the count. */
 export function failed(guard: string, problem: string, what: string): void {
   const s = state(guard);
-  const now = ngx_now();
+  const now = clock_now();
   s.errors++;
   if (now - s.errorAt < settings.interval) return;
   ngx_log(ERR, "dlock: guard ", guard, ": no key: ", problem, " (", s.errors,

@@ -25,7 +25,7 @@ import * as request from "./request";
 import * as stats from "./stats";
 import * as clock from "../core/clock";
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_sleep = ngx.sleep;
 const ngx_update_time = ngx.update_time;
 const lua_pairs = pairs;
@@ -119,10 +119,10 @@ export function access(g: guard.Guard, l: Local, k: string,
   let slot = take(g, l, k);
   if (slot === undefined && g._wait > 0) {
     ngx_update_time();
-    const deadline = ngx_now() + g._wait / 1000;
+    const deadline = clock_now() + g._wait / 1000;
     let nap = 0.005;
     while (slot === undefined) {
-      const left = deadline - ngx_now();
+      const left = deadline - clock_now();
       if (left <= 0) break;
       ngx_sleep(math_min(nap, left));
       nap = math_min(nap * 2, 0.05);

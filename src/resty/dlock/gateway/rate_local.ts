@@ -19,7 +19,7 @@ import type * as rate from "./rate";
 import * as stats from "./stats";
 import * as clock from "../core/clock";
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const math_floor = math.floor;
 const math_ceil = math.ceil;
 const math_max = math.max;
@@ -51,7 +51,7 @@ const tats: number[] = [];
  * the same reply shape ({ 1 or 0, retry ms, per limit remaining, ms until full }).
  */
 export function decide(d: NgxSharedDict, k: string, sh: Share[], cost: number): LuaTable<number, number> {
-  const now = ngx_now() * 1000000;
+  const now = clock_now() * 1000000;
   const n = sh.length;
   let over = 0;
   for (const i of $range(1, n)) {

@@ -31,7 +31,7 @@ const slot = map.slot;
 const nodeOf = map.nodeOf;
 const nodeAt = map.nodeAt;
 const known = map.known;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_sleep = ngx.sleep;
 const lua_tostring = tostring;
 const lua_type = type;
@@ -241,7 +241,7 @@ function shared(this: void, conf: redis.RedisConf, d: NgxSharedDict): LuaMultiRe
   const [n] = d.get(map.REDIRECTS + conf.endpoint);
   t.set("redirects", lua_type(n) === "number" ? n as number : 0);
   const [at] = d.get(map.MAP_AT + conf.endpoint);
-  if (lua_type(at) === "number") t.set("slot_map_age", ngx_now() - (at as number));
+  if (lua_type(at) === "number") t.set("slot_map_age", clock_now() - (at as number));
   return $multi("cluster", t);
 }
 
@@ -250,7 +250,7 @@ function describe(this: void, conf: redis.RedisConf): LuaTable<string, unknown> 
   const c = state(conf);
   const t = new LuaTable<string, unknown>();
   t.set("masters", c.masters);
-  t.set("slot_map_age", c.at > 0 ? math_floor((ngx_now() - c.at) * 1000) / 1000 : undefined);
+  t.set("slot_map_age", c.at > 0 ? math_floor((clock_now() - c.at) * 1000) / 1000 : undefined);
   t.set("slot_map_reads", c.refreshes);
   t.set("redirects", c.redirects);
   t.set("last_error", c.lastError);

@@ -25,7 +25,7 @@ const lua_tostring = tostring;
 const lua_type = type;
 const math_floor = math.floor;
 const ngx_log = ngx.log;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_shared = ngx.shared;
 const str_match = string.match;
 
@@ -188,9 +188,9 @@ function ask(red: RestyRedis, conf: RedisConf): string | undefined {
     }
   }
   if (policy !== undefined && maxmemory !== undefined) {
-    remember(conf, finding(true, policy, maxmemory, "", ngx_now()));
+    remember(conf, finding(true, policy, maxmemory, "", clock_now()));
   } else {
-    remember(conf, finding(false, "", 0, why, ngx_now()));
+    remember(conf, finding(false, "", 0, why, clock_now()));
   }
   return undefined;
 }

@@ -11,7 +11,7 @@ type Batch = command.Batch;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const sem_new = semaphore.new;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const timer_at = ngx.timer.at;
 const lua_pairs = pairs;
 const watcher = takeback.watcher;
@@ -123,7 +123,7 @@ function patience(conf: redis.RedisConf): number {
 
 /** Calls of this worker on their way to this Redis now (forgetting those whose time is up). */
 function inFlight(lane: Lane): number {
-  const now = ngx_now();
+  const now = clock_now();
   let n = lane.batching;
   for (const [slot, due] of lua_pairs(lane.direct)) {
     if (due < now) lane.direct.delete(slot);
@@ -136,7 +136,7 @@ function inFlight(lane: Lane): number {
 export function claim(lane: Lane, b: Batch): number {
   lane.slots++;
   const slot = lane.slots;
-  lane.direct.set(slot, ngx_now() + patience(lane.conf));
+  lane.direct.set(slot, clock_now() + patience(lane.conf));
   if (b.undos > 0) {
     lane.acquires.set(slot, b);
     if (!lane.watching) lane.watching = timer_at(takeback.WATCH, watcher, lane)[0] !== undefined;
@@ -151,7 +151,7 @@ export function unclaim(lane: Lane, slot: number): void {
 
 /** Would a call go out at once (few of this worker's calls on their way, none riding a batch)? */
 export function idle(lane: Lane): boolean {
-  return lane.batching === 0 && lane.open === undefined && ngx_now() >= lane.loaded && inFlight(lane) < DIRECT;
+  return lane.batching === 0 && lane.open === undefined && clock_now() >= lane.loaded && inFlight(lane) < DIRECT;
 }
 
 /** Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis. */

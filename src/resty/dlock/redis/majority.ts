@@ -9,7 +9,7 @@ import * as scripts from "./scripts";
 import * as clock from "../core/clock";
 
 const pipelined = pipeline.call;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const update_time = ngx.update_time;
 const lua_type = type;
 const lua_tostring = tostring;
@@ -36,7 +36,7 @@ function majority(conf: redis.RedisConf): number {
 
 function nowMs(): number {
   update_time();
-  return ngx_now() * 1000;
+  return clock_now() * 1000;
 }
 
 function errorsOf(conf: redis.RedisConf, v: Votes): string {

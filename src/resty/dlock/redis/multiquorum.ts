@@ -19,7 +19,7 @@ import * as clock from "../core/clock";
 type CallResult = backend.CallResult;
 type Fault = backend.Fault;
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const thread_spawn = ngx.thread.spawn;
 const thread_wait = ngx.thread.wait;
@@ -33,7 +33,7 @@ const lua_unpack = unpack as (this: void, t: (string | number)[]) => LuaMultiRet
 
 function nowMs(): number {
   ngx_update_time();
-  return ngx_now() * 1000;
+  return clock_now() * 1000;
 }
 
 function callOn(this: void, node: redis.RedisConf, s: scripts.Script, rkey: string, args: (string | number)[]): CallResult {

@@ -30,7 +30,7 @@ import * as clock from "../core/clock";
 type Batch = command.Batch;
 type Job = command.Job;
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const timer_at = ngx.timer.at;
@@ -134,7 +134,7 @@ function flush(lane: Lane): void {
       fail(b, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + lua_tostring(res), "lost");
     }
     lane.batching--;
-    if (b.jobs.length > 1) lane.loaded = ngx_now() + lanes.LOADED;
+    if (b.jobs.length > 1) lane.loaded = clock_now() + lanes.LOADED;
     wake(lane, b);
   }
   if (red !== undefined) done(red, lane.conf, true);
@@ -232,9 +232,9 @@ function awaited(conf: redis.RedisConf, b: Batch, job: Job): boolean {
     // Woken before its batch was answered: by a resource a caller of the
     // semaphore's last batch left (its wait timed out as that batch was
     // answered). Its own comes with its batch's answer.
-    const deadline = ngx_now() + wait;
+    const deadline = clock_now() + wait;
     while (woken && job.res === undefined && job.fault === undefined) {
-      const rest = deadline - ngx_now();
+      const rest = deadline - clock_now();
       woken = rest > 0 && sem.wait(rest)[0];
     }
   }

@@ -31,7 +31,7 @@ const batchFor = perTarget.batchFor;
 const outcome = perTarget.outcome;
 const send = roundtrip.send;
 const finish = roundtrip.finish;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const lua_type = type;
 const lua_select = select;
 const lua_tostring = tostring;
@@ -64,7 +64,7 @@ function note(node: redis.RedisConf, fault: Fault | undefined, err: string | und
   }
   if (fault === undefined) {
     h.ok = h.ok + 1;
-    h.lastOk = ngx_now();
+    h.lastOk = clock_now();
   } else {
     h.failed = h.failed + 1;
     h.lastError = err;
@@ -181,7 +181,7 @@ function describe(this: void, conf: redis.RedisConf): LuaTable<string, unknown> 
       t.set("ok", h.ok);
       t.set("failed", h.failed);
       t.set("last_error", h.lastError);
-      if (h.lastOk > 0) t.set("last_ok_age", math_floor((ngx_now() - h.lastOk) * 1000) / 1000);
+      if (h.lastOk > 0) t.set("last_ok_age", math_floor((clock_now() - h.lastOk) * 1000) / 1000);
     }
     list.push(t);
   }

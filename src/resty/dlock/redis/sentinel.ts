@@ -15,7 +15,7 @@ const lua_tonumber = tonumber;
 const lua_tostring = tostring;
 const lua_type = type;
 const literal = schema.literal;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_null = ngx.null;
 const str_len = string.len;
 const str_sub = string.sub;
@@ -98,7 +98,7 @@ const asking = new LuaTable<string, boolean>();
 export function cached(pool: string): Node | undefined {
   const m = masters.get(pool);
   if (m === undefined) return undefined;
-  if (ngx_now() - m.at <= FRESH || asking.has(pool)) return m.node;
+  if (clock_now() - m.at <= FRESH || asking.has(pool)) return m.node;
   return undefined;
 }
 
@@ -153,7 +153,7 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
               tbl_insert(s.nodes, 1, node);
             }
             const m = { host: literal(t.get(1)), port };
-            masters.set(pool, { node: m, at: ngx_now() });
+            masters.set(pool, { node: m, at: clock_now() });
             return $multi(m, undefined);
           }
         }

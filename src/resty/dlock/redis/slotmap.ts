@@ -19,7 +19,7 @@ const lshift = bitop.lshift;
 const rshift = bitop.rshift;
 const byte = string.byte;
 const hashed = scripts.hashed;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const lua_type = type;
 const lua_tostring = tostring;
 const tbl_concat = table.concat;
@@ -62,7 +62,7 @@ export interface Cluster {
   addrs: LuaTable<string, Addr>;
   /** The masters of the last map read, for status pages. */
   masters: string[];
-  /** When the map was last read (ngx_now()); 0: never. */
+  /** When the map was last read (clock_now()); 0: never. */
   at: number;
   /** Read the map again before the next call. */
   stale: boolean;
@@ -158,7 +158,7 @@ function readMap(conf: redis.RedisConf, c: Cluster, from: redis.RedisConf): stri
   }
   c.slots = slots;
   c.masters = masters;
-  c.at = ngx_now();
+  c.at = clock_now();
   c.stale = false;
   c.refreshes = c.refreshes + 1;
   if (conf.dict !== undefined) conf.dict.set(MAP_AT + conf.endpoint, c.at);
@@ -173,7 +173,7 @@ function readMap(conf: redis.RedisConf, c: Cluster, from: redis.RedisConf): stri
 function refresh(conf: redis.RedisConf, c: Cluster): string | undefined {
   if (c.refreshing) return undefined;
   c.refreshing = true;
-  c.tried = ngx_now();
+  c.tried = clock_now();
   const errors: string[] = [];
   const asked = new LuaTable<string, boolean>();
   const candidates: redis.RedisConf[] = [];
@@ -209,7 +209,7 @@ export function known(conf: redis.RedisConf, c: Cluster, s: number): redis.Redis
 
 /** The master of a slot, reading the map first when it is due. */
 export function route(conf: redis.RedisConf, c: Cluster, s: number): LuaMultiReturn<[redis.RedisConf | undefined, string | undefined]> {
-  if (c.stale && (c.at === 0 || ngx_now() - c.tried >= REFRESH_GAP)) {
+  if (c.stale && (c.at === 0 || clock_now() - c.tried >= REFRESH_GAP)) {
     const err = refresh(conf, c);
     if (err !== undefined && c.at === 0) return $multi(undefined, err);
   }

@@ -38,7 +38,7 @@ const lua_type = type;
 const math_max = math.max;
 const math_min = math.min;
 const ngx_log = ngx.log;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_sleep = ngx.sleep;
 const str_sub = string.sub;
 const thread_spawn = ngx.thread.spawn;
@@ -122,12 +122,12 @@ function sync(s: subs.Subscriber, sock: NgxTcpSocket): string | undefined {
 }
 
 function tell(s: subs.Subscriber, sess: Session): string | undefined {
-  let pinged = ngx_now();
-  let idleSince = ngx_now();
+  let pinged = clock_now();
+  let idleSince = clock_now();
   while (!sess.ended) {
     s.rung = false;
     update_time();
-    const now = ngx_now();
+    const now = clock_now();
     if (subs.idle(s)) {
       if (now - idleSince >= IDLE || worker_exiting()) break;
     } else if (worker_exiting()) {
@@ -222,10 +222,10 @@ function session(s: subs.Subscriber): string | undefined {
 
 /** Sleep up to `seconds`, less when the worker starts exiting. */
 function pause(seconds: number): void {
-  const deadline = ngx_now() + seconds;
+  const deadline = clock_now() + seconds;
   while (!worker_exiting()) {
     update_time();
-    const left = deadline - ngx_now();
+    const left = deadline - clock_now();
     if (left < 0.001) return;
     ngx_sleep(math_min(left, SWEEP));
   }

@@ -13,7 +13,7 @@ import * as clock from "../core/clock";
 type Batch = command.Batch;
 type Job = command.Job;
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
@@ -70,7 +70,7 @@ export const WATCH = 1;
  * has run (or Redis has been stuck that long).
  */
 export function watcher(this: void, premature: boolean, lane: Lane): void {
-  const now = ngx_now();
+  const now = clock_now();
   // Taking back yields: collect first (no new keys in a table while pairs() walks it).
   const gone: Batch[] = [];
   for (const [slot, b] of lua_pairs(lane.acquires)) {

@@ -6,7 +6,7 @@
 import * as meter from "../core/meter";
 import * as clock from "../core/clock";
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const math_floor = math.floor;
 const math_max = math.max;
 const math_min = math.min;
@@ -52,7 +52,7 @@ function num(dict: NgxSharedDict, key: string): number {
  * taken reads the gauge as it is.
  */
 function sweep(dict: NgxSharedDict, p: string): void {
-  const limit = math_floor(ngx_now()) - GRACE;
+  const limit = math_floor(clock_now()) - GRACE;
   const [mark] = dict.get(p + "swept");
   if (lua_type(mark) !== "number" || (mark as number) >= limit) return;
   if (!dict.add(p + "sweeping", true, 1)[0]) return;

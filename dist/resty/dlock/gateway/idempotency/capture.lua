@@ -12,7 +12,7 @@ local lua_pairs = pairs
 local lua_ipairs = ipairs
 local ngx_log = ngx.log
 local WARN = ngx.WARN
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_var = ngx.var
 local ngx_ = ngx
 local str_lower = string.lower
@@ -58,7 +58,7 @@ function _M.hold(g, rkey, tok, fp)
     if recorded ~= nil then
         meter.recorded(g._leaseStore.meter, recorded)
     end
-    local now = ngx_now() * 1000
+    local now = clock_now() * 1000
     local l = {
         key = rkey,
         token = tok,

@@ -6,7 +6,7 @@ local records = require("resty.dlock.redis.records")
 local stats = require("resty.dlock.gateway.stats")
 local clock = require("resty.dlock.core.clock")
 local semaphore = require("ngx.semaphore")
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local math_min = math.min
 local lua_tostring = tostring
@@ -68,7 +68,7 @@ function _M.waitFor(g, rkey, tok, fp)
         watches[rkey] = w
     end
     w.waiters = w.waiters + 1
-    local deadline = ngx_now() * 1000 + g._wait
+    local deadline = clock_now() * 1000 + g._wait
     local extended = false
     local pause = 5
     local what = "timeout"
@@ -81,14 +81,14 @@ function _M.waitFor(g, rkey, tok, fp)
             break
         end
         ngx_update_time()
-        local left = deadline - ngx_now() * 1000
+        local left = deadline - clock_now() * 1000
         local mark = nil
         if left <= 0 and not extended then
             mark = g._dict:get(FINISHED .. rkey)
         end
         if mark ~= nil then
             extended = true
-            deadline = ngx_now() * 1000 + g._lease
+            deadline = clock_now() * 1000 + g._lease
             left = g._lease
         end
         if left <= 0 then

@@ -10,7 +10,7 @@ local clock = require("resty.dlock.core.clock")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
-local ngx_now = clock.now
+local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local ngx_sleep = ngx.sleep
 local timer_at = ngx.timer.at
@@ -93,7 +93,7 @@ local function store(premature, c)
         return
     end
     ngx_update_time()
-    local deadline = ngx_now() + g._lease / 1000
+    local deadline = clock_now() + g._lease / 1000
     local pause = 0.05
     while true do
         local res, err = completing(backend.call, c)
@@ -102,7 +102,7 @@ local function store(premature, c)
         end
         stats.incr(g._dict, g.name, "redis_errors")
         ngx_update_time()
-        if ngx_now() + pause >= deadline then
+        if clock_now() + pause >= deadline then
             g._dict:delete(FINISHED .. l._rkey)
             stats.incr(g._dict, g.name, "not_stored")
             ngx_log(

@@ -18,7 +18,7 @@ const lua_pairs = pairs;
 const lua_ipairs = ipairs;
 const ngx_log = ngx.log;
 const WARN = ngx.WARN;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_var = ngx.var;
 const ngx_ = ngx;
 const str_lower = string.lower;
@@ -72,7 +72,7 @@ export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   const rec = ledger.recordKey(rkey, tok, true);
   const [recorded, recv] = ledger.record(g._dict, rec, tok, rkey, g._lease);
   if (recorded !== undefined) meter.recorded(g._leaseStore.meter, recorded);
-  const now = ngx_now() * 1000;
+  const now = clock_now() * 1000;
   // Shaped as a lease of the lock, so the keeper renews it with the others (one pipeline per guard).
   const l = {
     key: rkey, token: tok, ttl: g._lease, fence: undefined, _store: g._leaseStore, _kind: g._kind, _rkey: rkey, _rec: rec,

@@ -13,7 +13,7 @@ type Guard = options.Guard;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const math_min = math.min;
 const lua_tostring = tostring;
@@ -88,7 +88,7 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
     watches.set(rkey, w);
   }
   w.waiters++;
-  let deadline = ngx_now() * 1000 + g._wait;
+  let deadline = clock_now() * 1000 + g._wait;
   let extended = false;
   let pause = 5;
   let what: "claimed" | "error" | "record" | "timeout" = "timeout";
@@ -101,7 +101,7 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
       break;
     }
     ngx_update_time();
-    let left = deadline - ngx_now() * 1000;
+    let left = deadline - clock_now() * 1000;
     let mark: unknown = undefined;
     if (left <= 0 && !extended) [mark] = g._dict.get(FINISHED + rkey);
     if (mark !== undefined) {
@@ -109,7 +109,7 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
       // stored, which may take up to the lease (the store retries): a retry
       // sent after it must get the replay, not a 409.
       extended = true;
-      deadline = ngx_now() * 1000 + g._lease;
+      deadline = clock_now() * 1000 + g._lease;
       left = g._lease;
     }
     if (left <= 0) break;

@@ -21,7 +21,7 @@ import * as clock from "../../core/clock";
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
-const ngx_now = clock.now;
+const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const ngx_sleep = ngx.sleep;
 const timer_at = ngx.timer.at;
@@ -103,14 +103,14 @@ function store(this: void, premature: boolean, c: Capture): void {
   }
   // Until the claim would run out: Redis may come back meanwhile.
   ngx_update_time();
-  const deadline = ngx_now() + g._lease / 1000;
+  const deadline = clock_now() + g._lease / 1000;
   let pause = 0.05;
   while (true) {
     const [res, err] = completing(backend.call, c);
     if (stored(c, res)) return;
     stats.incr(g._dict, g.name, "redis_errors");
     ngx_update_time();
-    if (ngx_now() + pause >= deadline) {
+    if (clock_now() + pause >= deadline) {
       g._dict.delete(FINISHED + l._rkey);
       stats.incr(g._dict, g.name, "not_stored");
       ngx_log(ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));

@@ -204,19 +204,20 @@ async function runRateRow(sc) {
     const outageMs = (fb.backMs === null ? loadEnd : fb.resumedAt + fb.backMs) - fb.pausedAt;
     // The status counters add up every key of the row: the bound is per key, times the keys.
     const localBound = L.keys * (R.fleetShareBurst + (R.rate * outageMs) / R.period);
-    // Latency: requests sent before the pause (after a second of load: pools warm) against
-    // those sent to an nginx after it reported its breaker open, until Redis came back.
+    // Latency: requests answered before the pause (sent after a second of load: pools warm)
+    // against those sent to an nginx after it reported its breaker open, until Redis came
+    // back. Apart: the requests the pause caught before their nginx's breaker opened (in
+    // flight, or sent meanwhile), each held up to the guard's read_timeout.
     const lat = (xs) => ({ n: xs.length, p50: r2(pct(xs, 50)), p99: r2(pct(xs, 99)), max: r2(pct(xs, 100)) });
     const mine = samples.filter((s) => s.scheme === "fallback" && s.status !== 0);
-    const before = mine.filter((s) => s.sentMs >= t0 + 1000 && s.sentMs < fb.pausedAt).map((s) => s.ms);
-    const open = mine.filter((s) => {
-      const o = fb.openAt[HTTP_PORTS.indexOf(s.port)];
-      return o !== null && s.sentMs >= o && s.sentMs < fb.resumedAt;
-    }).map((s) => s.ms);
+    const openOf = (s) => fb.openAt[HTTP_PORTS.indexOf(s.port)];
+    const before = mine.filter((s) => s.sentMs >= t0 + 1000 && s.sentMs + s.ms < fb.pausedAt).map((s) => s.ms);
+    const caught = mine.filter((s) => s.sentMs + s.ms >= fb.pausedAt && (openOf(s) === null || s.sentMs < openOf(s)) && s.sentMs < fb.resumedAt).map((s) => s.ms);
+    const open = mine.filter((s) => openOf(s) !== null && s.sentMs >= openOf(s) && s.sentMs < fb.resumedAt).map((s) => s.ms);
     row.fallback = {
       pausedMs: fb.resumedAt - fb.pausedAt, openAfterMs: fb.openAt.map((o) => (o === null ? null : o - fb.pausedAt)),
       backMs: fb.backMs, cooldownMs: R.fallbackCooldown, outageMs, localAdmitted, localRejected, localBound,
-      latencyBefore: lat(before), latencyOpen: lat(open),
+      latencyBefore: lat(before), latencyCaught: lat(caught), latencyOpen: lat(open),
       addedP99: before.length && open.length ? r2(pct(open, 99) - pct(before, 99)) : null,
       witnessed: fbStats.witnessed,
     };
@@ -258,11 +259,11 @@ function rateTable(rows) {
   const fbRows = rows.filter((r) => r.fallback);
   if (fbRows.length) {
     out.push("");
-    out.push("| # | Redis paused (ms) | breaker open after (ms, per nginx) | admitted locally / bound over the outage (all keys) | refused locally | latency p50 / p99 ms, Redis deciding | latency p50 / p99 / max ms, breaker open | p99 added | back on Redis after it returned (ms; cooldown) | result |");
-    out.push("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    out.push("| # | Redis paused (ms) | breaker open after (ms, per nginx) | admitted locally / bound over the outage (all keys) | refused locally | latency p50 / p99 ms, Redis deciding | caught by the pause before the breaker opened: requests, max ms | latency p50 / p99 / max ms, breaker open | p99 added | back on Redis after it returned (ms; cooldown) | result |");
+    out.push("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     for (const r of fbRows) {
       const b = r.fallback;
-      out.push(`| ${r.n} | ${b.pausedMs} | ${b.openAfterMs.join(", ")} | ${b.localAdmitted} / ${b.localBound.toFixed(1)} | ${b.localRejected} | ${b.latencyBefore.p50} / ${b.latencyBefore.p99} | ${b.latencyOpen.p50} / ${b.latencyOpen.p99} / ${b.latencyOpen.max} | ${b.addedP99} | ${b.backMs} (${b.cooldownMs}) | ${r.result} |`);
+      out.push(`| ${r.n} | ${b.pausedMs} | ${b.openAfterMs.join(", ")} | ${b.localAdmitted} / ${b.localBound.toFixed(1)} | ${b.localRejected} | ${b.latencyBefore.p50} / ${b.latencyBefore.p99} | ${b.latencyCaught.n}, ${b.latencyCaught.max} | ${b.latencyOpen.p50} / ${b.latencyOpen.p99} / ${b.latencyOpen.max} | ${b.addedP99} | ${b.backMs} (${b.cooldownMs}) | ${r.result} |`);
     }
   }
   return out.join("\n");

@@ -2,6 +2,7 @@
 local _M = {}
 local ffi = require("ffi")
 local ngx_now = ngx.now
+local ngx_sleep = ngx.sleep
 local stream = ngx.config.subsystem == "stream"
 pcall(ffi.cdef, "double ngx_http_lua_ffi_now(void);")
 pcall(ffi.cdef, "double ngx_stream_lua_ffi_now(void);")
@@ -15,5 +16,14 @@ local ffi_now = found and fn or ngx_now
 function _M.now()
     local t = ffi_now()
     return t
+end
+--- ngx.sleep(seconds), for 1 ms at least. nginx's timers count whole ms, so a
+-- shorter sleep is ngx.sleep(0): on OpenResty a yield that waits for nothing
+-- (a deadline's last fraction of a ms spun through), on a stock nginx the
+-- same plus "[warn] ngx.sleep(0) called without delayed events patch" in the
+-- error log each time (thousands of lines while a mutex guard waited on its
+-- local fallback, rate_spec).
+function _M.sleep(seconds)
+    ngx_sleep(seconds < 0.001 and 0.001 or seconds)
 end
 return _M

@@ -3,7 +3,7 @@ local _M = {}
 local check = require("resty.dlock.core.check")
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
-local ngx_sleep = ngx.sleep
+local clock_sleep = clock.sleep
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local timer_at = ngx.timer.at
@@ -14,7 +14,7 @@ local HANDOVER = 60
 local function run(premature, l)
     local started = clock_now()
     while l.busy() do
-        ngx_sleep(l.tick())
+        clock_sleep(l.tick())
         local ok, err = lua_pcall(l.round)
         if not ok then
             ngx_log(

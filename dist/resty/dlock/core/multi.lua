@@ -15,7 +15,7 @@ local retry = require("resty.dlock.core.retry")
 local scripts = require("resty.dlock.redis.scripts")
 local settle = require("resty.dlock.core.settle")
 local clock = require("resty.dlock.core.clock")
-local ngx_sleep = ngx.sleep
+local clock_sleep = clock.sleep
 local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local lua_pairs = pairs
@@ -250,7 +250,7 @@ local function takeAll(p, wait)
                 left
             )
             backoff = math_min(backoff * 2, retry.MAX_BACKOFF)
-            ngx_sleep(nap / 1000)
+            clock_sleep(nap / 1000)
         else
             if wait == 0 then
                 return nil, "busy", pttl

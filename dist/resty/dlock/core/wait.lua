@@ -8,7 +8,7 @@ local MAX_LOCAL_BACKOFF = 8
 local semaphore = require("ngx.semaphore")
 local ngx_update_time = ngx.update_time
 local clock_now = clock.now
-local ngx_sleep = ngx.sleep
+local clock_sleep = clock.sleep
 local worker_pid = ngx.worker.pid
 local co_running = coroutine.running
 local co_status = coroutine.status
@@ -95,7 +95,7 @@ end
 local function pause(t, ms)
     enter(t)
     if t.w == nil then
-        ngx_sleep(ms / 1000)
+        clock_sleep(ms / 1000)
         return false
     end
     local ok = t.w.sem:wait(ms / 1000)

@@ -5,7 +5,7 @@ local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
-local ngx_sleep = ngx.sleep
+local clock_sleep = clock.sleep
 local ngx_update_time = ngx.update_time
 local lua_pairs = pairs
 local lua_tostring = tostring
@@ -92,7 +92,7 @@ function _M.access(g, l, k, refuse)
             if left <= 0 then
                 break
             end
-            ngx_sleep(math_min(nap, left))
+            clock_sleep(math_min(nap, left))
             nap = math_min(nap * 2, 0.05)
             ngx_update_time()
             slot = take(g, l, k)

@@ -20,7 +20,7 @@ local nodeOf = map.nodeOf
 local nodeAt = map.nodeAt
 local known = map.known
 local clock_now = clock.now
-local ngx_sleep = ngx.sleep
+local clock_sleep = clock.sleep
 local lua_tostring = tostring
 local lua_type = type
 local lua_tonumber = tonumber
@@ -78,7 +78,7 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
             rest = withoutKey(rest, script.keys - 1)
             script = script.alone
         elseif tryagain and i < conf.max_redirects then
-            ngx_sleep(TRYAGAIN_PAUSE)
+            clock_sleep(TRYAGAIN_PAUSE)
         elseif fault ~= "redirect" then
             if suspicious(fault) then
                 c.stale = true

@@ -18,7 +18,7 @@ local math_max = math.max
 local math_min = math.min
 local ngx_log = ngx.log
 local clock_now = clock.now
-local ngx_sleep = ngx.sleep
+local clock_sleep = clock.sleep
 local str_sub = string.sub
 local thread_spawn = ngx.thread.spawn
 local thread_wait = ngx.thread.wait
@@ -239,7 +239,7 @@ local function pause(seconds)
         if left < 0.001 then
             return
         end
-        ngx_sleep(math_min(left, SWEEP))
+        clock_sleep(math_min(left, SWEEP))
     end
 end
 local function run(premature, s)

@@ -1,5 +1,6 @@
 // The event loop's cached time, ngx.now(), read with the FFI call
-// lua-resty-core's ngx.now makes, from a function of our own.
+// lua-resty-core's ngx.now makes, from a function of our own; and ngx.sleep,
+// never for less than nginx's timers can count.
 //
 // Why not ngx.now: Debian 12's lua-resty-core writes it as
 // `return tonumber(ngx_lua_ffi_now())`, a tail call into a fast function that
@@ -16,6 +17,7 @@
 const ffi = require("ffi") as FfiModule;
 
 const ngx_now = ngx.now;
+const ngx_sleep = ngx.sleep;
 const stream = ngx.config.subsystem === "stream";
 
 // lua-resty-core declares them already; the pcall makes us independent of the order.
@@ -39,4 +41,16 @@ export function now(this: void): number {
   // A local, then the return: what lua-resty-core 0.1.33 did to its ngx.now for the same reason.
   const t = ffi_now();
   return t;
+}
+
+/**
+ * ngx.sleep(seconds), for 1 ms at least. nginx's timers count whole ms, so a
+ * shorter sleep is ngx.sleep(0): on OpenResty a yield that waits for nothing
+ * (a deadline's last fraction of a ms spun through), on a stock nginx the
+ * same plus "[warn] ngx.sleep(0) called without delayed events patch" in the
+ * error log each time (thousands of lines while a mutex guard waited on its
+ * local fallback, rate_spec).
+ */
+export function sleep(this: void, seconds: number): void {
+  ngx_sleep(seconds < 0.001 ? 0.001 : seconds);
 }

@@ -10,7 +10,7 @@ import * as check from "./check";
 import * as clock from "./clock";
 
 const clock_now = clock.now;
-const ngx_sleep = ngx.sleep;
+const clock_sleep = clock.sleep;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const timer_at = ngx.timer.at;
@@ -36,7 +36,7 @@ function run(this: void, premature: boolean, l: Loop): void {
   // Premature: the worker is exiting; what is still held still needs the rounds.
   const started = clock_now();
   while (l.busy()) {
-    ngx_sleep(l.tick());
+    clock_sleep(l.tick());
     const [ok, err] = lua_pcall(l.round);
     if (!ok) {
       ngx_log(ERR, "dlock: ", l.name, ": ", check.text(err));

@@ -46,7 +46,7 @@ type Store = lease.Store;
 type Kind = lease.Kind;
 type Fault = backend.Fault;
 
-const ngx_sleep = ngx.sleep;
+const clock_sleep = clock.sleep;
 const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const lua_pairs = pairs;
@@ -244,7 +244,7 @@ function takeAll(p: Plan, wait: number): AcquireAllResult {
       if (fault !== "transient" || left <= 0) return $multi(undefined, what, undefined);
       const nap = math_min(retry.poll(backoff, undefined), left);
       backoff = math_min(backoff * 2, retry.MAX_BACKOFF);
-      ngx_sleep(nap / 1000);
+      clock_sleep(nap / 1000);
     } else {
       if (wait === 0) return $multi(undefined, "busy", pttl);
       if (left <= 0) return $multi(undefined, "timeout", pttl);

@@ -15,7 +15,7 @@ const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
 const ngx_update_time = ngx.update_time;
 const clock_now = clock.now;
-const ngx_sleep = ngx.sleep;
+const clock_sleep = clock.sleep;
 const worker_pid = ngx.worker.pid;
 const co_running = coroutine.running;
 const co_status = coroutine.status;
@@ -134,7 +134,7 @@ export function holdTicket(t: Turn, ticket: orphans.Orphan, ahead: number): void
 function pause(t: Turn, ms: number): boolean {
   enter(t);
   if (t.w === undefined) {
-    ngx_sleep(ms / 1000);
+    clock_sleep(ms / 1000);
     return false;
   }
   const [ok] = t.w.sem.wait(ms / 1000);

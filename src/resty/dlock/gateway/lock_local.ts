@@ -26,7 +26,7 @@ import * as stats from "./stats";
 import * as clock from "../core/clock";
 
 const clock_now = clock.now;
-const ngx_sleep = ngx.sleep;
+const clock_sleep = clock.sleep;
 const ngx_update_time = ngx.update_time;
 const lua_pairs = pairs;
 const lua_tostring = tostring;
@@ -124,7 +124,7 @@ export function access(g: guard.Guard, l: Local, k: string,
     while (slot === undefined) {
       const left = deadline - clock_now();
       if (left <= 0) break;
-      ngx_sleep(math_min(nap, left));
+      clock_sleep(math_min(nap, left));
       nap = math_min(nap * 2, 0.05);
       ngx_update_time();
       slot = take(g, l, k);

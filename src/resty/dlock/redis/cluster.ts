@@ -32,7 +32,7 @@ const nodeOf = map.nodeOf;
 const nodeAt = map.nodeAt;
 const known = map.known;
 const clock_now = clock.now;
-const ngx_sleep = ngx.sleep;
+const clock_sleep = clock.sleep;
 const lua_tostring = tostring;
 const lua_type = type;
 const lua_tonumber = tonumber;
@@ -89,7 +89,7 @@ function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.
     } else if (tryagain && i < conf.max_redirects) {
       // A multi-key script (the fenced acquire) while its slot migrates: the
       // keys are split between the nodes for a moment. Ask the same node again.
-      ngx_sleep(TRYAGAIN_PAUSE);
+      clock_sleep(TRYAGAIN_PAUSE);
     } else if (fault !== "redirect") {
       if (suspicious(fault)) c.stale = true;
       if (fault === "failed" && !replied(node, err)) {

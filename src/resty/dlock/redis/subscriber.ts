@@ -39,7 +39,7 @@ const math_max = math.max;
 const math_min = math.min;
 const ngx_log = ngx.log;
 const clock_now = clock.now;
-const ngx_sleep = ngx.sleep;
+const clock_sleep = clock.sleep;
 const str_sub = string.sub;
 const thread_spawn = ngx.thread.spawn;
 const thread_wait = ngx.thread.wait;
@@ -227,7 +227,7 @@ function pause(seconds: number): void {
     update_time();
     const left = deadline - clock_now();
     if (left < 0.001) return;
-    ngx_sleep(math_min(left, SWEEP));
+    clock_sleep(math_min(left, SWEEP));
   }
 }
 

@@ -12,7 +12,7 @@ local ERR = ngx.ERR
 local WARN = ngx.WARN
 local clock_now = clock.now
 local ngx_update_time = ngx.update_time
-local ngx_sleep = ngx.sleep
+local clock_sleep = clock.sleep
 local timer_at = ngx.timer.at
 local math_min = math.min
 local table_concat = table.concat
@@ -114,7 +114,7 @@ local function store(premature, c)
             )
             return
         end
-        ngx_sleep(pause)
+        clock_sleep(pause)
         pause = math_min(pause * 2, 1)
     end
 end

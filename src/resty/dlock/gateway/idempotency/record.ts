@@ -23,7 +23,7 @@ const ERR = ngx.ERR;
 const WARN = ngx.WARN;
 const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
-const ngx_sleep = ngx.sleep;
+const clock_sleep = clock.sleep;
 const timer_at = ngx.timer.at;
 const math_min = math.min;
 const table_concat = table.concat;
@@ -116,7 +116,7 @@ function store(this: void, premature: boolean, c: Capture): void {
       ngx_log(ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));
       return;
     }
-    ngx_sleep(pause);
+    clock_sleep(pause);
     pause = math_min(pause * 2, 1);
   }
 }

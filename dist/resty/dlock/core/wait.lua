@@ -9,6 +9,7 @@ local semaphore = require("ngx.semaphore")
 local ngx_update_time = ngx.update_time
 local clock_now = clock.now
 local clock_sleep = clock.sleep
+local clock_timeout = clock.timeout
 local worker_pid = ngx.worker.pid
 local co_running = coroutine.running
 local co_status = coroutine.status
@@ -98,7 +99,7 @@ local function pause(t, ms)
         clock_sleep(ms / 1000)
         return false
     end
-    local ok = t.w.sem:wait(ms / 1000)
+    local ok = t.w.sem:wait(clock_timeout(ms / 1000))
     return ok == true
 end
 --- The acquire is over (acquired, timed out, failed): its place in line is given up.

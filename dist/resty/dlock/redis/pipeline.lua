@@ -207,7 +207,7 @@ local function awaited(conf, b, job)
         local deadline = clock_now() + wait
         while woken and job.res == nil and job.fault == nil do
             local rest = deadline - clock_now()
-            woken = rest > 0 and (sem:wait(rest))
+            woken = rest > 0 and (sem:wait(clock.timeout(rest)))
         end
     end
     job.back = true

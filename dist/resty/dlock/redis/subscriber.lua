@@ -14,11 +14,11 @@ local WARN = ngx.WARN
 local lua_pcall = pcall
 local lua_tostring = tostring
 local lua_type = type
-local math_max = math.max
 local math_min = math.min
 local ngx_log = ngx.log
 local clock_now = clock.now
 local clock_sleep = clock.sleep
+local clock_timeout = clock.timeout
 local str_sub = string.sub
 local thread_spawn = ngx.thread.spawn
 local thread_wait = ngx.thread.wait
@@ -125,7 +125,7 @@ local function tell(s, sess)
         end
         s.wakeAt = subs.nextLook(s, due)
         if not s.rung then
-            s.bell:wait(math_max(0.001, s.wakeAt - now))
+            s.bell:wait(clock_timeout(s.wakeAt - now))
         end
     end
     if sess.ended then

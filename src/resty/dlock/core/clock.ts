@@ -44,13 +44,24 @@ export function now(this: void): number {
 }
 
 /**
- * ngx.sleep(seconds), for 1 ms at least. nginx's timers count whole ms, so a
- * shorter sleep is ngx.sleep(0): on OpenResty a yield that waits for nothing
- * (a deadline's last fraction of a ms spun through), on a stock nginx the
- * same plus "[warn] ngx.sleep(0) called without delayed events patch" in the
- * error log each time (thousands of lines while a mutex guard waited on its
- * local fallback, rate_spec).
+ * seconds as a timeout nginx's timers can count: 1 ms at least. They count
+ * whole ms, and a wait of less is one of none: a semaphore's wait(0.0004)
+ * returns "timeout" at once without yielding, and a loop waiting for its
+ * deadline that way spins through its last fraction of a ms.
+ */
+function timeout(this: void, seconds: number): number {
+  return seconds < 0.001 ? 0.001 : seconds;
+}
+
+/**
+ * ngx.sleep(seconds), for 1 ms at least: a shorter sleep is ngx.sleep(0), a
+ * yield that waits for nothing, and on a stock nginx (no OpenResty
+ * delayed-events patch) also "[warn] ngx.sleep(0) called without delayed
+ * events patch" in the error log each time (thousands of lines while a mutex
+ * guard waited on its local fallback, rate_spec).
  */
 export function sleep(this: void, seconds: number): void {
-  ngx_sleep(seconds < 0.001 ? 0.001 : seconds);
+  ngx_sleep(timeout(seconds));
 }
+
+export { timeout };

@@ -16,6 +16,7 @@ const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const ngx_update_time = ngx.update_time;
 const clock_now = clock.now;
 const clock_sleep = clock.sleep;
+const clock_timeout = clock.timeout;
 const worker_pid = ngx.worker.pid;
 const co_running = coroutine.running;
 const co_status = coroutine.status;
@@ -137,7 +138,7 @@ function pause(t: Turn, ms: number): boolean {
     clock_sleep(ms / 1000);
     return false;
   }
-  const [ok] = t.w.sem.wait(ms / 1000);
+  const [ok] = t.w.sem.wait(clock_timeout(ms / 1000));
   return ok === true;
 }
 

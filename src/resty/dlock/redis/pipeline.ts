@@ -235,7 +235,7 @@ function awaited(conf: redis.RedisConf, b: Batch, job: Job): boolean {
     const deadline = clock_now() + wait;
     while (woken && job.res === undefined && job.fault === undefined) {
       const rest = deadline - clock_now();
-      woken = rest > 0 && sem.wait(rest)[0];
+      woken = rest > 0 && sem.wait(clock.timeout(rest))[0];
     }
   }
   job.back = true;

@@ -35,11 +35,11 @@ const WARN = ngx.WARN;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
 const lua_type = type;
-const math_max = math.max;
 const math_min = math.min;
 const ngx_log = ngx.log;
 const clock_now = clock.now;
 const clock_sleep = clock.sleep;
+const clock_timeout = clock.timeout;
 const str_sub = string.sub;
 const thread_spawn = ngx.thread.spawn;
 const thread_wait = ngx.thread.wait;
@@ -146,7 +146,7 @@ function tell(s: subs.Subscriber, sess: Session): string | undefined {
     let due = math_min(pinged + HEARTBEAT, now + SWEEP);
     if (subs.idle(s)) due = math_min(due, idleSince + IDLE);
     s.wakeAt = subs.nextLook(s, due);
-    if (!s.rung) s.bell.wait(math_max(0.001, s.wakeAt - now));
+    if (!s.rung) s.bell.wait(clock_timeout(s.wakeAt - now));
   }
   if (sess.ended) return undefined;
   // Stop the reader: it ends at the next reply, this PING's.

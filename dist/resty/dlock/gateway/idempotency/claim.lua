@@ -7,6 +7,7 @@ local stats = require("resty.dlock.gateway.stats")
 local clock = require("resty.dlock.core.clock")
 local semaphore = require("ngx.semaphore")
 local clock_now = clock.now
+local clock_timeout = clock.timeout
 local ngx_update_time = ngx.update_time
 local math_min = math.min
 local lua_tostring = tostring
@@ -95,7 +96,7 @@ function _M.waitFor(g, rkey, tok, fp)
             break
         end
         if w.polling then
-            w.sem:wait(math_min(left, 250) / 1000)
+            w.sem:wait(clock_timeout(math_min(left, 250) / 1000))
         else
             w.polling = true
             local got, rec, cerr = claim(g, rkey, tok, fp)
@@ -117,7 +118,7 @@ function _M.waitFor(g, rkey, tok, fp)
                 err = cerr
                 break
             end
-            w.sem:wait(math_min(left, pause) / 1000)
+            w.sem:wait(clock_timeout(math_min(left, pause) / 1000))
             pause = math_min(pause * 2, 100)
         end
     end

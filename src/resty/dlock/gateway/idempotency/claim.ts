@@ -14,6 +14,7 @@ type Guard = options.Guard;
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
 const clock_now = clock.now;
+const clock_timeout = clock.timeout;
 const ngx_update_time = ngx.update_time;
 const math_min = math.min;
 const lua_tostring = tostring;
@@ -115,7 +116,7 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
     if (left <= 0) break;
     if (w.polling) {
       // Another waiter of this worker asks Redis; it (or the store) wakes us.
-      w.sem.wait(math_min(left, 250) / 1000);
+      w.sem.wait(clock_timeout(math_min(left, 250) / 1000));
     } else {
       w.polling = true;
       const [got, rec, cerr] = claim(g, rkey, tok, fp);
@@ -135,7 +136,7 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
         err = cerr;
         break;
       }
-      w.sem.wait(math_min(left, pause) / 1000);
+      w.sem.wait(clock_timeout(math_min(left, pause) / 1000));
       pause = math_min(pause * 2, 100);
     }
   }

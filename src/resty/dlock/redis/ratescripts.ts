@@ -27,7 +27,10 @@
 // clock is Redis' ms (PTTL counts from the current ms): a span of e ms
 // admits at most burst + rate * (e + 1) / period; the TAT itself is kept as
 // exactly as the general script keeps it (the us before the expiry written
-// the same way: %d when whole, else 17 digits). Each script reads the other's state, so a limiter
+// the same way: %d when whole, else 17 digits; "0" without a format when the
+// TAT falls on a ms, as it always does for an interval of whole ms: a tenth
+// of the script's time in Redis, 4.57 against 5.10 us per call in
+// redis-benchmark -P 16, ten alternations). Each script reads the other's state, so a limiter
 // whose limits change from one to several (or back) finds its clients' state
 // as it was: the general one reads the string's PEXPIRETIME, the one-limit
 // one a hash's field "1" on Redis' TIME.
@@ -129,7 +132,7 @@ if nxt <= 0 then
 else
   local ms = math.ceil(nxt / 1000)
   local rem = ms * 1000 - nxt
-  redis.call('SET', KEYS[1], string.format(rem % 1 == 0 and '%d' or '%.17g', rem), 'PX', ms)
+  redis.call('SET', KEYS[1], rem == 0 and '0' or string.format(rem % 1 == 0 and '%d' or '%.17g', rem), 'PX', ms)
 end
 return math.ceil(nxt) * 4 + out
 `;

@@ -661,7 +661,7 @@ describe("the GCRA scripts", function()
           assert.equal("string", h.cmd(nil, "type", key), what)
           -- The ms of the first call (Redis' clock as PTTL reads it) and three intervals, the fraction kept.
           local before = h.cmd(nil, "get", key)
-          -- On a whole ms (an interval of whole ms) nothing lies before the expiry: "0", written without a format.
+          -- On a whole ms (an interval of whole ms) nothing lies before the expiry: "0".
           if iv == "600000" then assert.equal("0", before, what) end
           assert.truthy(before:match(iv == "600000" and "^%d+$" or "^[%d.e+-]+$") and tonumber(before) < 1000, what .. ": written " .. before)
           local past = (n - 3 * tonumber(iv)) % 1000

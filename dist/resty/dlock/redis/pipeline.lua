@@ -7,6 +7,7 @@ local roundtrip = require("resty.dlock.redis.roundtrip")
 local takeback = require("resty.dlock.redis.takeback")
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
+local clock_timeout = clock.timeout
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local timer_at = ngx.timer.at
@@ -207,7 +208,7 @@ local function awaited(conf, b, job)
         local deadline = clock_now() + wait
         while woken and job.res == nil and job.fault == nil do
             local rest = deadline - clock_now()
-            woken = rest > 0 and (sem:wait(clock.timeout(rest)))
+            woken = rest > 0 and (sem:wait(clock_timeout(rest)))
         end
     end
     job.back = true

@@ -31,6 +31,7 @@ type Batch = command.Batch;
 type Job = command.Job;
 
 const clock_now = clock.now;
+const clock_timeout = clock.timeout;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const timer_at = ngx.timer.at;
@@ -235,7 +236,7 @@ function awaited(conf: redis.RedisConf, b: Batch, job: Job): boolean {
     const deadline = clock_now() + wait;
     while (woken && job.res === undefined && job.fault === undefined) {
       const rest = deadline - clock_now();
-      woken = rest > 0 && sem.wait(clock.timeout(rest))[0];
+      woken = rest > 0 && sem.wait(clock_timeout(rest))[0];
     }
   }
   job.back = true;

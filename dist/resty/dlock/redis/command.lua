@@ -102,8 +102,10 @@ function _M.spared(j)
     end
     return false
 end
---- Add a call to b: its command goes into the buffer at once (no table of its arguments).
-function _M.add(b, s, rkey, ...)
+--- The arguments of a call, encoded once: the rest of its command after the
+-- key, and its number of words (the key and the arguments). A call sent to
+-- several servers (fanout.ts) encodes them once for all.
+local function encoded(...)
     local n = lua_select("#", ...)
     local rest
     if n <= 6 then
@@ -126,7 +128,10 @@ function _M.add(b, s, rkey, ...)
         end
         rest = tbl_concat(out)
     end
-    local words = 1 + n
+    return rest, 1 + n
+end
+--- Add a call to b whose arguments are encoded (encoded()): its command goes into the buffer at once.
+local function addEncoded(b, s, rkey, rest, words)
     local parts = b.parts
     local k = b.n
     parts[k + 1] = headOf(heads, s, words, false)
@@ -165,6 +170,18 @@ function _M.add(b, s, rkey, ...)
     if s.undo ~= nil then
         b.undos = b.undos + 1
     end
+    return job
+end
+--- Add a call to b: its command goes into the buffer at once (no table of its arguments).
+function _M.add(b, s, rkey, ...)
+    local rest, words = encoded(...)
+    local job = addEncoded(
+        b,
+        s,
+        rkey,
+        rest,
+        words
+    )
     return job
 end
 --- Every job of b not answered yet fails with err.
@@ -213,4 +230,6 @@ function _M.commands(b, which, body)
     end
     return out
 end
+_M.encoded = encoded
+_M.addEncoded = addEncoded
 return _M

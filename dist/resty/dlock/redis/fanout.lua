@@ -4,7 +4,8 @@ local command = require("resty.dlock.redis.command")
 local lanes = require("resty.dlock.redis.lanes")
 local pipeline = require("resty.dlock.redis.pipeline")
 local roundtrip = require("resty.dlock.redis.roundtrip")
-local add = command.add
+local encoded = command.encoded
+local addEncoded = command.addEncoded
 local batchOf = command.batchOf
 local send = roundtrip.send
 local finish = roundtrip.finish
@@ -18,6 +19,7 @@ local awaited = pipeline.awaited
 --- Run s for rkey on every server of `confs` at once: the calls, aligned with confs.
 function _M.fanout(confs, s, rkey, ...)
     local n = #confs
+    local rest, words = encoded(...)
     local jobs = {}
     local own = {}
     local reds = {}
@@ -37,7 +39,13 @@ function _M.fanout(confs, s, rkey, ...)
             b = batchOf(nil, false)
             own[i] = b
         end
-        local job = add(b, s, rkey, ...)
+        local job = addEncoded(
+            b,
+            s,
+            rkey,
+            rest,
+            words
+        )
         jobs[#jobs + 1] = job
         if joined[i] ~= nil then
             job.back = true

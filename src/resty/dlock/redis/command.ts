@@ -164,8 +164,12 @@ export function spared(j: Job): boolean {
   return false;
 }
 
-/** Add a call to b: its command goes into the buffer at once (no table of its arguments). */
-export function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
+/**
+ * The arguments of a call, encoded once: the rest of its command after the
+ * key, and its number of words (the key and the arguments). A call sent to
+ * several servers (fanout.ts) encodes them once for all.
+ */
+function encoded(...args: (string | number)[]): LuaMultiReturn<[string, number]> {
   const n = lua_select("#", ...args);
   let rest: string;
   if (n <= 6) {
@@ -183,7 +187,11 @@ export function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string 
     }
     rest = tbl_concat(out);
   }
-  const words = 1 + n;
+  return $multi(rest, 1 + n);
+}
+
+/** Add a call to b whose arguments are encoded (encoded()): its command goes into the buffer at once. */
+function addEncoded(b: Batch, s: scripts.Script, rkey: string, rest: string, words: number): Job {
   const parts = b.parts;
   const k = b.n;
   parts.set(k + 1, headOf(heads, s, words, false));
@@ -210,6 +218,13 @@ export function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string 
   }
   b.jobs[b.jobs.length] = job;
   if (s.undo !== undefined) b.undos++;
+  return job;
+}
+
+/** Add a call to b: its command goes into the buffer at once (no table of its arguments). */
+export function add(b: Batch, s: scripts.Script, rkey: string, ...args: (string | number)[]): Job {
+  const [rest, words] = encoded(...args);
+  const job = addEncoded(b, s, rkey, rest, words);
   return job;
 }
 
@@ -259,3 +274,6 @@ export function commands(b: Batch, which: number[] | undefined, body: boolean): 
   }
   return out;
 }
+
+// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
+export { encoded, addEncoded };

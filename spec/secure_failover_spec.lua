@@ -267,6 +267,10 @@ describe("redis.cluster with mutual TLS (ssl_verify, a client certificate) and a
     local prefix = h.unique("securecl")
     local locks = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = redis({ replicas = 1 }) }))
     local other = assert(dlock.new({ dict = "dlock", prefix = prefix, redis = redis() }))
+    -- A write waits for a replica (replicas = 1): the key's master streams to its replica first (a replica
+    -- "online" after a diskless sync may not yet, and then the acquire is rightly refused and released).
+    assert.is_true(h.wait_replicated(c.slot_owner(prefix .. "k"), 15, 1, "{" .. prefix .. "k}:replicated"),
+      "the replica of the key's master does not acknowledge its writes")
     local lease = assert(locks:acquire("k", { ttl = 30000 }))
     local victim_port = c.slot_owner(prefix .. "k")
     assert.equal(lease.token, h.cmd(victim_port, "get", prefix .. "k"))

@@ -49,8 +49,8 @@ local plaintext = {}
 _M.passwords = passwords
 _M.plaintext = plaintext
 
---- One raw Redis command on a fresh connection (not through dlock).
-function _M.cmd(port, name, ...)
+-- A fresh connection to the server at port, signed in as its operator.
+local function admin(port)
   port = plaintext[port] or port
   local red = redis:new()
   red:set_timeout(2000)
@@ -60,6 +60,26 @@ function _M.cmd(port, name, ...)
     ok, err = red:auth(passwords[port])
     if not ok then red:close() return nil, err end
   end
+  return red
+end
+
+_M.admin = admin
+
+--- One raw Redis command on a fresh connection (not through dlock).
+function _M.cmd(port, name, ...)
+  local red, err = admin(port)
+  if not red then return nil, err end
+  local res, cerr = red[name](red, ...)
+  red:close()
+  return res, cerr
+end
+
+--- The same on a replica of a Cluster, which answers reads only after READONLY
+--- (a server outside a Cluster refuses READONLY, and needs none).
+function _M.cmd_readonly(port, name, ...)
+  local red, err = admin(port)
+  if not red then return nil, err end
+  red:readonly()
   local res, cerr = red[name](red, ...)
   red:close()
   return res, cerr

@@ -3,7 +3,7 @@
 -- masters of Redlock.
 local h = require "harness.base"
 
-local env, redis, passwords, track, read_file, free_port, next_seq = h.env, h.redis, h.passwords, h.track, h.read_file, h.free_port, h.next_seq
+local env, passwords, track, read_file, free_port, next_seq = h.env, h.passwords, h.track, h.read_file, h.free_port, h.next_seq
 
 local _M = {}
 
@@ -197,7 +197,8 @@ function _M.start_sentinel_set(opts)
       return ok == "OK"
     end)
     assert(ok == "OK", "the sentinels took no failover: " .. tostring(ok))
-    return assert(s.wait_new_master(old, 5), "no new master 5 s after SENTINEL FAILOVER")
+    -- Usually 2 to 3 s (the sentinels read the promoted replica's INFO once a second); a loaded machine took over 5.
+    return assert(s.wait_new_master(old, 15), "no new master 15 s after SENTINEL FAILOVER")
   end
   function s.stop()
     -- The sentinels first (none takes a failover as the servers go), then the servers, each set at once.
@@ -209,25 +210,21 @@ function _M.start_sentinel_set(opts)
 end
 
 -- Is a fresh value SET on the master at `port` acknowledged (WAIT, on the same
--- connection) by n replicas, and read back from that many of them?
-local function replicated_once(port, n)
+-- connection) by n replicas, and read back from that many of them? `key`: the
+-- key written, one of the master's slots when it is a Cluster node (read back
+-- with READONLY, as a replica of a Cluster answers only then).
+local function replicated_once(port, n, key)
   local value = tostring(next_seq())
-  local red = redis:new()
-  red:set_timeout(1000)
-  port = h.plaintext[port] or port
-  if not red:connect("127.0.0.1", port) then return false end
-  if passwords[port] and not red:auth(passwords[port]) then
-    red:close()
-    return false
-  end
-  local ok = red:set("dlock-spec:replicated", value)
+  local red = h.admin(port)
+  if not red then return false end
+  local ok = red:set(key, value)
   local acked = ok and red:wait(n, 100)
   local info = red:info("replication")
   red:close()
   local seen = 0
   if type(acked) == "number" and acked >= n and type(info) == "string" then
     for rport in info:gmatch("slave%d+:[^\r\n]*port=(%d+),state=online") do
-      if h.cmd(tonumber(rport), "get", "dlock-spec:replicated") == value then seen = seen + 1 end
+      if h.cmd_readonly(tonumber(rport), "get", key) == value then seen = seen + 1 end
     end
   end
   return seen >= n
@@ -239,16 +236,17 @@ end
 --- back), yet after a diskless sync the master streams nothing more to it until
 --- its next REPLCONF ACK, up to a second later. So twice: the second write comes
 --- after the replica loaded the first, and reaches it only by the stream.
-function _M.wait_replicated(port, seconds, n)
+--- `key` (a key of one of its slots, on a Cluster master): the key written.
+function _M.wait_replicated(port, seconds, n, key)
   n = n or 1
+  key = key or "dlock-spec:replicated"
   return h.eventually(seconds or 15, function()
-    if replicated_once(port, n) and replicated_once(port, n) then return true end
+    if replicated_once(port, n, key) and replicated_once(port, n, key) then return true end
     ngx.sleep(0.05)
     return false
   end)
 end
 
---- The pid of the runner's Redis (the first process in <prefix>/pids).
 function _M.main_redis_pid()
   local info = h.cmd(nil, "info", "server")
   return tonumber(info:match("process_id:(%d+)"))

@@ -65,25 +65,21 @@ end
 
 _M.admin = admin
 
---- One raw Redis command on a fresh connection (not through dlock).
-function _M.cmd(port, name, ...)
+local function command(port, readonly, name, ...)
   local red, err = admin(port)
   if not red then return nil, err end
+  if readonly then red:readonly() end
   local res, cerr = red[name](red, ...)
   red:close()
   return res, cerr
 end
 
+--- One raw Redis command on a fresh connection (not through dlock).
+function _M.cmd(port, name, ...) return command(port, false, name, ...) end
+
 --- The same on a replica of a Cluster, which answers reads only after READONLY
 --- (a server outside a Cluster refuses READONLY, and needs none).
-function _M.cmd_readonly(port, name, ...)
-  local red, err = admin(port)
-  if not red then return nil, err end
-  red:readonly()
-  local res, cerr = red[name](red, ...)
-  red:close()
-  return res, cerr
-end
+function _M.cmd_readonly(port, name, ...) return command(port, true, name, ...) end
 
 function _M.sh(cmd)
   local ok = os.execute(cmd)

@@ -65,12 +65,11 @@ export const stats = lanes.stats;
 const MAX_BATCH = 256;
 /** Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip. */
 const BATCH = 16;
-// Batches of a worker on their way to one Redis at once (conf.senders), each
-// from a timer on a connection of its own. A lone server gets two: with one,
-// the worker sat idle while a batch was out (a third of the time at 50
-// connections). Each master of a Cluster or Redlock set gets one (together
-// they keep batches in flight), which lets the callers it woke run before it
-// sends again (wake; TURN s at most): an acquire's release rides the next batch.
+// Batches of a worker on their way to one Redis at once (conf.senders), each from a timer
+// on a connection of its own. A lone server gets two: with one, the worker sat idle while
+// a batch was out (a third of the time at 50 connections). Each master of a Cluster or
+// Redlock set gets one (together they keep batches in flight), which lets the callers it
+// woke run before it sends again (wake; TURN s at most): their releases ride the next batch.
 const TURN = 1;
 /** Seconds a sender waits for work before its timer ends. */
 const IDLE = 10;

@@ -133,4 +133,35 @@ describe("the bench's reading of the machine (bench/lib/proc.js)", function()
   end)
 end)
 
-h.check_error_logs({})
+describe("the error-log check (spec/harness/errors.lua)", function()
+  --- Append a line to the runner's error log as nginx writes one: local time, to the second.
+  local function log_line(at, msg)
+    local f = assert(io.open(h.prefix .. "/logs/error.log", "a"))
+    f:write(os.date("%Y/%m/%d %H:%M:%S", at), " [error] 1#1: *1 ", msg, "\n")
+    f:close()
+  end
+
+  it("takes a reset read in a timer within a second of a process the spec stopped for the stop's, and reports one at any other time", function()
+    local reset = "recv() failed (104: Connection reset by peer), context: ngx.timer"
+    local r = h.start_redis()
+    local mark = h.error_log_mark()
+    assert.is_true(r.stop())
+    local stop = h.stops[#h.stops]
+    assert.is_true(stop.to >= stop.from)
+    log_line(stop.to, reset)
+    assert.same({}, h.unexpected_errors(mark))
+    -- The same line with no stop around it is a fault: reported with its file.
+    local kept = { unpack(h.stops) }
+    for i = #h.stops, 1, -1 do h.stops[i] = nil end
+    local bad = h.unexpected_errors(mark)
+    for i, s in ipairs(kept) do h.stops[i] = s end
+    assert.equal(1, #bad)
+    assert.matches("^logs/error%.log: .*" .. reset:gsub("%p", "%%%0") .. "$", bad[1])
+    -- Nor does a stop excuse any other line at that time.
+    local mark2 = h.error_log_mark()
+    log_line(stop.to, "recv() failed (104: Connection reset by peer), client: 127.0.0.1")
+    assert.equal(1, #h.unexpected_errors(mark2))
+  end)
+end)
+
+h.check_error_logs({ { "recv%(%) failed %(104: Connection reset by peer%), client: 127%.0%.0%.1$", max = 1 } })

@@ -545,6 +545,4 @@ h.check_error_logs({
   { "worker process %d+ exited on signal 9", max = 1 },  -- the SIGKILLed peer worker
   -- The Redlock masters stopped after their tests: this worker's wake-up subscriptions to them try once more.
   { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 3 },
-  -- The same for the Cluster's masters stopped at the end: a subscription that wrote to one as it shut down reads a reset.
-  { "recv%(%) failed %(104: Connection reset by peer%), context: ngx%.timer", max = 3 },
 })

@@ -111,13 +111,28 @@ function _M.listening(port)
 end
 
 --- Signal pid (resumed first, in case it is stopped) and wait up to 5 s for it to exit, then KILL.
-function _M.stop_pid(pid, sig)
+local function signal_until_gone(pid, sig)
   _M.sh("kill -CONT " .. pid .. " 2>/dev/null; kill -" .. sig .. " " .. pid .. " 2>/dev/null")
   for _ = 1, 100 do
-    if not _M.sh("kill -0 " .. pid .. " 2>/dev/null") then return true end
+    if not _M.sh("kill -0 " .. pid .. " 2>/dev/null") then return end
     ngx.sleep(0.05)
   end
   _M.sh("kill -KILL " .. pid)
+end
+
+-- The times this spec file stopped a process, { from, to } in seconds: a
+-- connection the runner had open to it (a wake-up subscription sending its
+-- PING as Redis shut down) may read the reset its exit sent (errors.lua).
+_M.stops = {}
+
+--- Stop pid with sig (see signal_until_gone), and keep when in _M.stops.
+function _M.stop_pid(pid, sig)
+  ngx.update_time()
+  local stop = { from = ngx.now() }
+  signal_until_gone(pid, sig)
+  ngx.update_time()
+  stop.to = ngx.now()
+  _M.stops[#_M.stops + 1] = stop
   return true
 end
 

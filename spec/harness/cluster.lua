@@ -1,9 +1,10 @@
 -- Redis Cluster for the specs: six nodes on loopback (three masters with a
 -- replica each), what they say of each other, and slots moved step by step.
 local h = require "harness.base"
+local process = require "harness.process"
 local servers = require "harness.servers"
 
-local env, passwords, read_file, free_port = h.env, h.passwords, h.read_file, h.free_port
+local env, passwords, read_file, free_port = h.env, h.passwords, process.read_file, process.free_port
 local harness = ngx.shared.spec_harness
 
 local _M = {}
@@ -15,7 +16,7 @@ local function free_cluster_port(taken)
     local p = free_port()
     -- The bus port (port + 10000) is handed out too: no TLS port or server may get it later.
     if p + 10000 < 32768 and not taken[p] and not taken[p + 10000] and harness:add("port:" .. (p + 10000), true) then
-      if not h.listening(p + 10000) then return p end
+      if not process.listening(p + 10000) then return p end
     end
   end
   error("no free port pair (port, port + 10000) for a cluster node")
@@ -229,7 +230,7 @@ function _M.start_cluster(opts)
   local addrs = {}
   for i = 1, 6 do addrs[i] = "127.0.0.1:" .. ports[i] end
   local pw = passwords[ports[1]]
-  assert(h.sh(string.format("(%sredis-cli --cluster create %s --cluster-replicas 1 --cluster-yes > %s/create.log 2>&1; " ..
+  assert(process.sh(string.format("(%sredis-cli --cluster create %s --cluster-replicas 1 --cluster-yes > %s/create.log 2>&1; " ..
     "echo $? > %s/create.rc) </dev/null >/dev/null 2>&1 &", pw and "REDISCLI_AUTH=" .. pw .. " " or "",
     table.concat(addrs, " "), dir, dir)))
   local rc

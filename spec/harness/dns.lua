@@ -3,21 +3,22 @@
 -- only through its resolver directive, never /etc/hosts), with a location that
 -- takes a lock with the redis options a request gives.
 local h = require "harness.base"
+local process = require "harness.process"
 local nginx = require "harness.nginx"
 
 local _M = {}
 
 --- A DNS server answering `names` ("name=IPv4 ..."), on `port` (a free one unless given): { port, stop() }.
 function _M.start_dns(names, port)
-  port = port or h.free_port()
+  port = port or process.free_port()
   local dir = h.env.prefix .. "/dns-" .. port
-  assert(h.sh("mkdir -p " .. dir .. " && (node " .. h.env.root .. "/spec/tools/dns.js " .. port .. " " .. names ..
+  assert(process.sh("mkdir -p " .. dir .. " && (node " .. h.env.root .. "/spec/tools/dns.js " .. port .. " " .. names ..
     " > " .. dir .. "/dns.log 2>&1 & echo $! > " .. dir .. "/dns.pid)"))
-  local pid = tonumber(h.read_file(dir .. "/dns.pid"))
-  h.track(pid)
-  assert(h.eventually(5, function() return (h.read_file(dir .. "/dns.log") or ""):find("dns on", 1, true) end),
+  local pid = tonumber(process.read_file(dir .. "/dns.pid"))
+  process.track(pid)
+  assert(h.eventually(5, function() return (process.read_file(dir .. "/dns.log") or ""):find("dns on", 1, true) end),
     "the DNS server did not start")
-  return { port = port, stop = function() return h.stop_pid(pid, "TERM") end }
+  return { port = port, stop = function() return process.stop_pid(pid, "TERM") end }
 end
 
 --- An nginx whose resolver is that DNS server (nginx/spec-resolver.conf), trusting the test CA.

@@ -11,10 +11,11 @@
 -- patch) warns "this will hurt performance" for every ngx.sleep(0), so neither
 -- the library nor an nginx.conf of this project may sleep 0 s.
 
-local h = require "harness.base"
 local nginx = require "harness.nginx"
+local process = require "harness.process"
 
-local env, started, size = h.env, nginx.started, nginx.size
+local env = require "testenv"
+local started, size = nginx.started, nginx.size
 
 local _M = {}
 
@@ -32,7 +33,7 @@ local function severe(line)
   return false
 end
 
--- A process stopped on purpose (h.stop_pid) exits with a connection of the
+-- A process stopped on purpose (process.stop_pid) exits with a connection of the
 -- runner's still open to it: a wake-up subscription whose PING reached Redis
 -- as it shut down reads the reset its exit sent. That line, in the runner's
 -- log, within a second of a stop, is the stop's, not a fault.
@@ -44,7 +45,7 @@ local function reset_of_a_stop(line)
   if not y then return false end
   -- nginx logs local time, to the second: the line was written in [at, at + 1).
   local at = os.time({ year = y, month = mo, day = d, hour = hh, min = mi, sec = ss })
-  for _, stop in ipairs(h.stops) do
+  for _, stop in ipairs(process.stops) do
     if at + 1 >= stop.from and at <= stop.to + 1 then return true end
   end
   return false

@@ -1,8 +1,10 @@
 -- nginx instances for the specs, rendered from the templates under nginx/,
 -- and a tiny HTTP client on cosockets to talk to them.
 local h = require "harness.base"
+local process = require "harness.process"
 
-local env, track, read_file, free_port, next_seq = h.env, h.track, h.read_file, h.free_port, h.next_seq
+local env, next_seq = h.env, h.next_seq
+local track, read_file, free_port = process.track, process.read_file, process.free_port
 
 local _M = {}
 
@@ -63,8 +65,8 @@ function _M.start_nginx(template, vars)
   -- render_conf fills @LUA_MODULES@ for that binary (none when Lua is built in).
   local cmd = string.format("DLOCK_NGINX=%s bash -c '. %s/nginx/lib.sh; render_conf \"$@\"' render_conf %s/nginx/%s %s %s/nginx.conf %s",
     env.nginx, env.root, env.root, template, prefix, prefix, table.concat(kv, " "))
-  assert(h.sh(cmd), "render_conf failed")
-  assert(h.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -g 'daemon on;' 2>>" .. prefix .. "/logs/start.log"),
+  assert(process.sh(cmd), "render_conf failed")
+  assert(process.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -g 'daemon on;' 2>>" .. prefix .. "/logs/start.log"),
     "nginx did not start: " .. tostring(read_file(prefix .. "/logs/start.log")))
   local pid
   for _ = 1, 100 do
@@ -75,7 +77,7 @@ function _M.start_nginx(template, vars)
   assert(pid, "nginx wrote no pid file")
   track(pid)
   local n = { port = port, prefix = prefix, pid = pid }
-  function n.stop() return h.stop_pid(pid, "QUIT") end
+  function n.stop() return process.stop_pid(pid, "QUIT") end
   function n.workers()
     local p = io.popen("pgrep -P " .. pid)
     local out = {}
@@ -86,13 +88,13 @@ function _M.start_nginx(template, vars)
   function n.error_log() return read_file(prefix .. "/logs/error.log") or "" end
   --- nginx -s reload: new workers start, the old ones finish their requests and exit.
   function n.reload()
-    return h.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -s reload")
+    return process.sh(env.nginx .. " -p " .. prefix .. " -c " .. prefix .. "/nginx.conf -s reload")
   end
   --- Until none of `pids` (old workers) is running; true, or false after `seconds`.
   function n.exited(pids, seconds)
     return h.eventually(seconds or 5, function()
       for _, p in ipairs(pids) do
-        if h.sh("kill -0 " .. p .. " 2>/dev/null") then
+        if process.sh("kill -0 " .. p .. " 2>/dev/null") then
           ngx.sleep(0.05)
           return false
         end
@@ -165,7 +167,7 @@ end
 --- may be in a private directory, as root's home is); its path.
 function _M.public_lib(dir)
   local lib = dir .. "/lib"
-  assert(h.sh("mkdir -p " .. dir .. " && chmod 755 " .. dir .. " && rm -rf " .. lib .. " && cp -r " .. env.root .. "/dist " ..
+  assert(process.sh("mkdir -p " .. dir .. " && chmod 755 " .. dir .. " && rm -rf " .. lib .. " && cp -r " .. env.root .. "/dist " ..
     lib .. " && chmod -R a+rX " .. lib))
   return lib
 end
@@ -173,7 +175,7 @@ end
 --- A copy of the specs' client key at dir/keys/client.key that only root may read; its path.
 function _M.private_key(dir, cert)
   local keys = dir .. "/keys"
-  assert(h.sh("mkdir -p " .. keys .. " && cp " .. cert.ssl_client_priv_key .. " " .. keys .. "/client.key && chmod 700 " ..
+  assert(process.sh("mkdir -p " .. keys .. " && cp " .. cert.ssl_client_priv_key .. " " .. keys .. "/client.key && chmod 700 " ..
     keys .. " && chmod 600 " .. keys .. "/client.key"))
   return keys .. "/client.key"
 end

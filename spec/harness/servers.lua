@@ -2,8 +2,10 @@
 -- (TLS, passwords), replicas with their sentinels, and the independent
 -- masters of Redlock.
 local h = require "harness.base"
+local process = require "harness.process"
 
-local env, passwords, track, read_file, free_port, next_seq = h.env, h.passwords, h.track, h.read_file, h.free_port, h.next_seq
+local env, passwords, next_seq = h.env, h.passwords, h.next_seq
+local track, read_file, free_port = process.track, process.read_file, process.free_port
 
 local _M = {}
 
@@ -13,7 +15,7 @@ local function started(pidfile, port, what)
   local pid
   for _ = 1, 100 do
     pid = tonumber(read_file(pidfile) or "")
-    if pid and h.listening(port) then break end
+    if pid and process.listening(port) then break end
     ngx.sleep(0.05)
   end
   assert(pid, what .. " did not start on " .. port)
@@ -40,11 +42,11 @@ function _M.start_sentinel(name, master_port, opts)
     passwords[port] = opts.password
   end
   f:close()
-  assert(h.sh("redis-server " .. dir .. "/sentinel.conf --sentinel"))
+  assert(process.sh("redis-server " .. dir .. "/sentinel.conf --sentinel"))
   local pid = started(dir .. "/sentinel.pid", port, "redis-sentinel")
   local s = { port = port, pid = pid, dir = dir, tls_port = tonumber((opts.conf or ""):match("tls%-port (%d+)")) }
   if s.tls_port then h.plaintext[s.tls_port] = port end
-  function s.stop() return h.stop_pid(pid, "TERM") end
+  function s.stop() return process.stop_pid(pid, "TERM") end
   return s
 end
 
@@ -89,14 +91,14 @@ function _M.start_redis(port, ...)
   os.execute("mkdir -p " .. dir)
   local extra = table.concat({ ... }, " ")
   passwords[port] = extra:match("%-%-requirepass (%S+)")
-  assert(h.sh(string.format(
+  assert(process.sh(string.format(
     "redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir %s " ..
     "--pidfile %s/redis.pid --logfile %s/redis.log %s", port, dir, dir, dir, extra)))
   local pid = started(dir .. "/redis.pid", port, "redis-server")
   local r = { port = port, pid = pid, dir = dir, tls_port = tonumber(extra:match("%-%-tls%-port (%d+)")) }
   if r.tls_port then h.plaintext[r.tls_port] = port end
-  function r.signal(sig) return h.sh("kill -" .. sig .. " " .. pid) end
-  function r.stop() return h.stop_pid(pid, "TERM") end
+  function r.signal(sig) return process.sh("kill -" .. sig .. " " .. pid) end
+  function r.stop() return process.stop_pid(pid, "TERM") end
   return r
 end
 

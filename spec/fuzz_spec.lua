@@ -18,10 +18,13 @@ local resty_lock = require "resty.dlock.compat"
 local gateway = require "resty.dlock.gateway"
 local status = require "resty.dlock.status"
 
+local inputs = require "fuzz.values"
+local optgen = require "fuzz.options"
+local contract = require "fuzz.contract"
+
 -- Another seed explores other inputs: DLOCK_FUZZ_SEED=n spec/runner/run spec/fuzz_spec.lua
-local SEED = require("testenv").fuzz_seed or 20240611
-local CALL_LIMIT_S = 2        -- no single call may take longer
-local MAX_ERR_LEN = 2048      -- error strings are bounded, never an echo of a 100 KB input
+local SEED = inputs.SEED
+local MAX_ERR_LEN = contract.MAX_ERR_LEN
 local MAX_TTL = dlock.MAX_TTL
 local MAX_KEY = dlock.MAX_KEY_LEN
 local PREFIX = "fz:"          -- every object that talks to the fuzz Redis lives under it
@@ -36,436 +39,22 @@ local N_STATUS = 500
 local N_COMPAT = 500
 local N_ALL = 500
 
-------------------------------------------------------------------------------
--- Deterministic PRNG (Park-Miller minimal standard; exact in doubles).
-------------------------------------------------------------------------------
-local state = SEED
-local function reseed(n) state = (SEED + n * 7919) % 2147483646 + 1 end
-local function rand()
-  state = state * 16807 % 2147483647
-  return state / 2147483647
-end
-local function int(lo, hi) return lo + math.floor(rand() * (hi - lo + 1)) end
-local function chance(p) return rand() < p end
-local function pick(list) return list[int(1, #list)] end
-
-------------------------------------------------------------------------------
--- Printing inputs: a bounded serializer for failure messages.
-------------------------------------------------------------------------------
-local NAMES = setmetatable({}, { __mode = "k" }) -- value -> readable name (functions, userdata...)
-local function named(name, v) NAMES[v] = name return v end
-
-local function pack(...) return { n = select("#", ...), ... } end
-
-local function esc(s)
-  return (s:gsub("[%c\"\\\128-\255]", function(c) return string.format("\\%03d", c:byte()) end))
-end
-
-local ser
-ser = function(v, seen, depth)
-  local t = type(v)
-  if t == "nil" or t == "boolean" then return tostring(v) end
-  if t == "number" then
-    if v ~= v then return "0/0" end
-    if v == math.huge then return "math.huge" end
-    if v == -math.huge then return "-math.huge" end
-    if v == 0 and 1 / v < 0 then return "-0.0" end
-    if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return string.format("%d", v) end
-    return string.format("%.17g", v)
-  end
-  if t == "string" then
-    if #v <= 80 then return '"' .. esc(v) .. '"' end
-    return '"' .. esc(v:sub(1, 40)) .. '"...<' .. #v .. " bytes>"
-  end
-  if NAMES[v] then return NAMES[v] end
-  if t ~= "table" then return "<" .. t .. " " .. tostring(v) .. ">" end
-  seen = seen or {}
-  depth = depth or 0
-  if seen[v] then return "<cycle>" end
-  if depth >= 5 then return "{...}" end
-  seen[v] = true
-  local parts, n = {}, 0
-  for k, x in pairs(v) do
-    n = n + 1
-    if n > 12 then parts[#parts + 1] = "..." break end
-    local ks = type(k) == "string" and k:match("^[%a_][%w_]*$") and k or "[" .. ser(k, seen, depth + 1) .. "]"
-    parts[#parts + 1] = ks .. "=" .. ser(x, seen, depth + 1)
-  end
-  seen[v] = nil
-  local mt = getmetatable(v)
-  return (mt and "setmetatable(" or "") .. "{" .. table.concat(parts, ", ") .. "}" .. (mt and ", {...})" or "")
-end
-
-local function args_of(r)
-  local out = {}
-  for i = 1, r.n do out[i] = ser(r[i]) end
-  return table.concat(out, ", ")
-end
-
-------------------------------------------------------------------------------
--- Hostile values.
-------------------------------------------------------------------------------
-local NUMBERS = {
-  0, -1, 1, 2, 7, 42, 0.5, 1.5, -2.5, 1e-300, -0.0, 2 ^ 31, 2 ^ 31 - 1, -2 ^ 31, 2 ^ 32, 2 ^ 53, 2 ^ 53 + 2,
-  1e308, -1e308, 0 / 0, math.huge, -math.huge, 199, 200, 599, 600, 65535, 65536, 100000, 100001,
-  1000000, 1000001, 3600000, 3600001, 86400000, 86400001,
-}
-local STRINGS = {
-  "", "a", "0", "10", "-1", "1.5", "nan", "inf", "true", "nil", "\0", "\0\255", "\255\254\253", "%", "%s%d%%",
-  "%z%b()", "[%a-z]*$^().+-?", "$", "$$", "$1", "$http_x", "$remote_addr:$uri", "a b", "\n", "\r\n",
-  "dlock", "dlock_other", "nope", "random", "worker", "dedup", "concurrency", "throttle", "mutex", "allow",
-  "deny", "pass", "reject", "unix:", "unix:/nonexistent/redis.sock", "/tmp/r.sock", "127.0.0.1", "::1",
-  "localhost", "fz:", "ttl", "wait", "__index", "__gc", "ключ", "\xff\xfe\0\0",
-}
-local TYPOS = { "ttl_ms", "wiat", "TTL", "Wait", "timeout", "expire", "hots", "dicts", "name ", "", "prefix\0" }
-
-local MISC = {
-  named("function() end", function() end),
-  named("function() return 1 end", function() return 1 end),
-  named("function() error('boom') end", function() error("boom") end),
-  named("coroutine.create(f)", coroutine.create(function() end)),
-  named("ngx.null", ngx.null),
-  named("newproxy(true)", newproxy(true)),
-  named("io.stdout", io.stdout),
-  named("ffi.new('int64_t', 5)", ffi.new("int64_t", 5)),
-  named("ffi.new('uint64_t', -1)", ffi.new("uint64_t", -1)),
-  named("ffi.new('double[1]')", ffi.new("double[1]")),
-  named("ffi.cast('void *', 0)", ffi.cast("void *", 0)), -- NULL: compares equal to nil in LuaJIT
-  named("callable table", setmetatable({}, { __call = function() return "called" end })),
-}
-do -- a finished coroutine too
+local reseed, int, chance, pick = inputs.reseed, inputs.int, inputs.chance, inputs.pick
+local NAMES, named, pack, ser, args_of = inputs.NAMES, inputs.named, inputs.pack, inputs.ser, inputs.args_of
+local TYPOS, MISC, hostile = inputs.TYPOS, inputs.MISC, inputs.hostile
+local SAFE, valid_ttl, valid_wait, valid_key, any_key = optgen.SAFE, optgen.valid_ttl, optgen.valid_wait,
+  optgen.valid_key, optgen.any_key
+local safe_redis, any_redis, gen_opts, gen_acquire_opts = optgen.safe_redis, optgen.any_redis, optgen.gen_opts,
+  optgen.gen_acquire_opts
+local stats, violated, is_int_in, call, check_err, kept = contract.stats, contract.violated, contract.is_int_in,
+  contract.call, contract.check_err, contract.kept
+local valid_acquire, effective_ttl, rcmd, keyspace, release_now = contract.valid_acquire, contract.effective_ttl,
+  contract.rcmd, contract.keyspace, contract.release_now
+local target = optgen.target
+do -- a finished coroutine among the hostile values (made here: ngx_lua's resume cannot run inside require)
   local dead = coroutine.create(function() end)
   coroutine.resume(dead)
   MISC[#MISC + 1] = named("dead coroutine", dead)
-end
-
-local function bytes(n)
-  local t = {}
-  for i = 1, n do t[i] = string.char(int(0, 255)) end
-  return table.concat(t)
-end
-local function printable(n)
-  local t = {}
-  for i = 1, n do t[i] = string.char(int(32, 126)) end
-  return table.concat(t)
-end
-
-local function hostile_string()
-  local k = int(1, 10)
-  if k <= 5 then return pick(STRINGS) end
-  if k == 6 then return bytes(int(1, 600)) end
-  if k == 7 then return printable(int(1, 80)) end
-  if k == 8 then return pick({ string.rep("k", MAX_KEY), string.rep("k", MAX_KEY + 1), string.rep("%", 257) }) end
-  if k == 9 then return string.rep(pick({ "x", "\0", "$a", "%" }), int(1, 100 * 1024)) end
-  return string.rep("\0\255", 50 * 1024) -- 100 KB of binary
-end
-
-local hostile
-local function hostile_table(depth)
-  local k = int(1, 9)
-  if k == 1 then return {} end
-  if k == 2 then
-    local t = {}
-    for i = 1, int(1, 5) do t[i] = hostile(depth - 1) end
-    return t
-  end
-  if k == 3 then
-    local t = {}
-    t.self, t[1], t[t] = t, t, t
-    return t
-  end
-  if k == 4 then -- deep nesting
-    local t = {}
-    for _ = 1, int(10, 300) do t = { x = t, ttl = t } end
-    return t
-  end
-  if k == 5 then -- keys that are not strings
-    local t = {}
-    t[pick({ 1, 1.5, -1, math.huge, true, false })] = hostile(depth - 1)
-    t[{}] = true
-    t[pick(MISC)] = 1
-    return t
-  end
-  if k == 6 then
-    local t = {}
-    for _ = 1, int(1, 4) do t[pick(STRINGS) .. ""] = hostile(depth - 1) end
-    return t
-  end
-  if k == 7 then -- looks like options
-    return { ttl = hostile(depth - 1), wait = hostile(depth - 1) }
-  end
-  if k == 8 then
-    local t = {}
-    for i = 1, 1000 do t[i] = i end
-    return t
-  end
-  return setmetatable({}, { __index = function() return nil end }) -- a proxy that never raises
-end
-
-hostile = function(depth)
-  depth = depth or 2
-  local k = int(1, 100)
-  if k <= 8 then return nil end
-  if k <= 14 then return k % 2 == 0 end
-  if k <= 38 then return pick(NUMBERS) end
-  if k <= 68 then return hostile_string() end
-  if k <= 86 then return depth > 0 and hostile_table(depth) or {} end
-  return pick(MISC)
-end
-
-------------------------------------------------------------------------------
--- Valid values, so that many calls get through.
-------------------------------------------------------------------------------
-local redis_port, closed_port
-local SAFE = setmetatable({}, { __mode = "k" }) -- redis tables pointing at the fuzz Redis (or nowhere)
-
-local function valid_ttl() return pick({ 1, 2, 999, 1000, 5000, 30000, MAX_TTL, int(1, MAX_TTL) }) end
-local function valid_wait() return pick({ 0, 0, 1, 50, MAX_TTL, int(0, MAX_TTL) }) end
-
-local function valid_key()
-  local k = int(1, 10)
-  if k == 1 then return pick({ "a", "b", "k", "0", "%", "$", " " }) end
-  if k == 2 then return printable(int(1, 40)) end
-  if k == 3 then return bytes(int(1, 64)) end
-  if k == 4 then return string.rep("k", MAX_KEY) end
-  if k == 5 then return bytes(int(1, MAX_KEY)) end
-  if k == 6 then return "\0" end
-  if k == 7 then return "key with spaces\n\r\t" end
-  if k == 8 then return "%s%d%%[^%a]" end
-  if k == 9 then return "ключ:" .. int(1, 99) end
-  return "$http_x:" .. printable(int(1, 8))
-end
-local function any_key()
-  if chance(0.6) then return valid_key() end
-  return hostile()
-end
-
---- A redis option table that is valid and safe to use: it points at the fuzz
---- Redis (sometimes with a db, a wrong password or a failing SELECT), or at
---- nothing (a closed port, a missing socket), so any Redis error comes quickly.
-local function safe_redis()
-  local k = int(1, 10)
-  local r
-  if k == 1 then r = { port = redis_port }
-  elseif k == 2 then
-    r = { host = "127.0.0.1", port = redis_port, connect_timeout = int(50, 1000), read_timeout = int(50, 1000) }
-  elseif k == 3 then r = { port = redis_port, db = int(0, 15) }
-  elseif k == 4 then r = { port = redis_port, db = 1000000 }
-  elseif k == 5 then r = { port = redis_port, password = "fz-secret-" .. int(1000, 1003) }
-  elseif k == 6 then r = { port = redis_port, username = "fz-user", password = "fz-secret-" .. int(1000, 1003) }
-  elseif k == 7 then
-    r = { port = redis_port, pool_size = int(1, 100), keepalive_timeout = pick({ 0, int(1, 60000) }), backlog = int(0, 10) }
-  elseif k == 8 then r = { port = closed_port, connect_timeout = int(50, 1000) }
-  elseif k == 9 then r = { path = "unix:/nonexistent/fz-redis.sock" }
-  else r = { port = redis_port, ssl = false, read_timeout = pick({ 1, 2, 1000 }) }
-  end
-  SAFE[r] = true
-  return r
-end
-
---- A redis option that is not known to be valid and safe: valid-looking or
---- hostile fields, or no table at all. The fuzz never reaches a server with it.
-local REDIS_FIELDS = {
-  host = function() return pick({ "127.0.0.1", "localhost", "redis.invalid", "::1" }) end,
-  port = function() return int(1, 65535) end,
-  path = function() return "unix:/tmp/" .. printable(int(1, 20)) end,
-  username = function() return "u" end,
-  password = function() return pick({ "", "p", "fz-secret" }) end,
-  db = function() return int(0, 1000000) end,
-  connect_timeout = function() return int(1, 3600000) end,
-  read_timeout = function() return int(1, 3600000) end,
-  pool_size = function() return int(1, 100000) end,
-  backlog = function() return int(0, 100000) end,
-  keepalive_timeout = function() return int(0, 3600000) end,
-  ssl = function() return chance(0.5) end,
-  ssl_verify = function() return chance(0.5) end,
-  server_name = function() return "redis.example" end,
-  replicas = function() return int(0, 100) end,
-  replicas_timeout = function() return int(1, 3600000) end,
-  sentinel = function()
-    return pick({
-      { master = "m", nodes = { "127.0.0.1:" .. closed_port } },
-      { master = "m", nodes = { "[::1]:" .. int(1, 65535), "h:" .. int(0, 70000) } },
-      { master = hostile(1), nodes = hostile(1), username = hostile(1), password = hostile(1) },
-      { nodes = {} },
-      hostile(1),
-    })
-  end,
-  cluster = function()
-    return pick({
-      { nodes = { "127.0.0.1:" .. closed_port } },
-      { nodes = { "[::1]:" .. int(1, 65535), "h:" .. int(0, 70000) }, max_redirects = int(0, 17) },
-      { nodes = hostile(1), max_redirects = hostile(1) },
-      { max_redirects = 5 },
-      hostile(1),
-    })
-  end,
-  redlock = function()
-    return pick({
-      { "127.0.0.1:" .. closed_port, "[::1]:" .. closed_port, "localhost:" .. closed_port },
-      { "h:" .. int(0, 70000), "h:1" },
-      { hostile(1), hostile(1), hostile(1) },
-      {},
-      hostile(1),
-    })
-  end,
-}
-local REDIS_NAMES = {}
-for name in pairs(REDIS_FIELDS) do REDIS_NAMES[#REDIS_NAMES + 1] = name end
-table.sort(REDIS_NAMES)
-
-local function any_redis()
-  local k = int(1, 10)
-  if k <= 3 then return hostile() end
-  local r = {}
-  for _, name in ipairs(REDIS_NAMES) do
-    if chance(0.15) then r[name] = chance(0.7) and REDIS_FIELDS[name]() or hostile(1) end
-  end
-  if chance(0.1) then r[pick(TYPOS)] = 1 end
-  return r
-end
-
---- An options table built from `fields` ({ name, valid generator, required,
---- chance to appear, generator of bad values (default: any hostile value) }).
---- Returns opts and two facts about it: `valid` (every part came from a valid
---- generator) and `typo` (an unknown top-level name is in it).
-local function gen_opts(fields, p_field, p_bad)
-  if chance(0.06) then return hostile(), false, false end
-  local o, valid, typo = {}, true, false
-  for _, f in ipairs(fields) do
-    if f[3] or chance(f[4] or p_field) then
-      if chance(p_bad) then
-        o[f[1]] = (f[5] or hostile)()
-        valid = false
-      else
-        o[f[1]] = f[2]()
-      end
-    end
-  end
-  if chance(0.05) then
-    local name = pick(TYPOS)
-    o[name] = hostile(1)
-    valid, typo = false, o[name] ~= nil
-  end
-  if chance(0.03) then
-    o[pick({ 1, true, 2.5 })] = "x"
-    valid, typo = false, true
-  end
-  return o, valid, typo
-end
-
-local function gen_acquire_opts()
-  local k = int(1, 10)
-  if k <= 2 then return nil end
-  if k == 3 then return hostile() end
-  local o = (gen_opts({ { "ttl", valid_ttl }, { "wait", valid_wait }, { "shared", function() return chance(0.5) end, false, 0.2 } },
-    0.5, 0.35))
-  return o
-end
-
-------------------------------------------------------------------------------
--- The contract.
-------------------------------------------------------------------------------
-local stats = { calls = 0, results = 0, errors = 0, accepted = {}, leases = 0, unknown = 0 }
-
-local function violated(msg)
-  assert.is_true(false, msg)
-end
-
-local function is_int_in(v, lo, hi)
-  return type(v) == "number" and v == v and v == math.floor(v) and v >= lo and v <= hi
-end
-
---- Call fn(...) through pcall; returns the packed pcall results.
---- Raising or taking longer than CALL_LIMIT_S is a violation.
-local function call(what, fn, ...)
-  ngx.update_time()
-  local t0 = ngx.now()
-  local r = pack(pcall(fn, ...))
-  ngx.update_time()
-  local dt = ngx.now() - t0
-  stats.calls = stats.calls + 1
-  if not r[1] then violated(what() .. " raised: " .. tostring(r[2])) end
-  if dt > CALL_LIMIT_S then violated(string.format("%s took %.3f s (limit %d s)", what(), dt, CALL_LIMIT_S)) end
-  return r, dt
-end
-
---- The error half of the contract: err is "busy", "timeout", "not_owner" or "dlock: ...".
-local function check_err(what, err)
-  if type(err) ~= "string" then
-    violated(what() .. " returned nil and a " .. type(err) .. " instead of an error string: " .. ser(err))
-  end
-  if not (err == "busy" or err == "timeout" or err == "not_owner" or err:sub(1, 7) == "dlock: ") then
-    violated(what() .. ' returned an error that is not "busy", "timeout", "not_owner" nor "dlock: ...": ' .. ser(err))
-  end
-  if #err > MAX_ERR_LEN then
-    violated(what() .. " returned an error of " .. #err .. " bytes: " .. ser(err))
-  end
-end
-
---- Call and check: a non-nil result, or nil and a well-formed error. Returns res, err, third.
-local function kept(what, fn, ...)
-  local r, dt = call(what, fn, ...)
-  if r[2] ~= nil then
-    stats.results = stats.results + 1
-    return r[2], nil, r[4], dt
-  end
-  check_err(what, r[3])
-  stats.errors = stats.errors + 1
-  return nil, r[3], r[4], dt
-end
-
---- obj: locks take `shared` (a boolean), semaphores do not.
-local function valid_acquire(key, opts, obj)
-  if type(key) ~= "string" or #key < 1 or #key > MAX_KEY then return false end
-  if opts == nil then return true end -- also the FFI NULL pointer, which == nil
-  if type(opts) ~= "table" then return false end
-  for k in pairs(opts) do
-    if k ~= "ttl" and k ~= "wait" and k ~= "shared" then return false end
-  end
-  if opts.shared ~= nil and (obj.permits ~= nil or type(opts.shared) ~= "boolean") then return false end
-  if opts.ttl ~= nil and not is_int_in(opts.ttl, 1, MAX_TTL) then return false end
-  if opts.wait ~= nil and not is_int_in(opts.wait, 0, MAX_TTL) then return false end
-  return true
-end
-
-local function effective_ttl(obj, opts)
-  if type(opts) == "table" and opts.ttl ~= nil then return opts.ttl end
-  return obj.ttl
-end
-
---- One command to the fuzz Redis on a pooled connection (fresh connections
---- would leave thousands of sockets in TIME_WAIT).
-local function rcmd(name, ...)
-  local red = h.redis:new()
-  red:set_timeout(2000)
-  assert(red:connect("127.0.0.1", redis_port))
-  local res, err = red[name](red, ...)
-  red:set_keepalive(10000, 4)
-  return res, err
-end
-
---- Every Redis key in every database of the fuzz Redis, as { db, key }.
-local function keyspace()
-  local red = h.redis:new()
-  red:set_timeout(2000)
-  assert(red:connect("127.0.0.1", redis_port))
-  local info = assert(red:info("keyspace"))
-  local out = {}
-  for db in info:gmatch("db(%d+):keys=") do
-    assert(red:select(db))
-    for _, k in ipairs(assert(red:keys("*"))) do out[#out + 1] = { db = tonumber(db), key = k } end
-  end
-  red:close()
-  return out
-end
-
---- Release a lease the fuzz got: true, or "not_owner" when its ttl was short enough to run out.
-local function release_now(what, lease, live_ttl)
-  local ok, err = kept(function() return what() .. " then lease:release()" end, lease.release, lease)
-  if ok ~= true and not (err == "not_owner" and live_ttl <= 1000) then
-    violated(what() .. " then lease:release() returned " .. ser(ok) .. ", " .. ser(err))
-  end
 end
 
 ------------------------------------------------------------------------------
@@ -477,9 +66,9 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
 
   setup(function()
     server = h.start_redis()
-    redis_port = server.port
-    closed_port = h.free_port()
-    local ropts = { port = redis_port, connect_timeout = 1000, read_timeout = 1000 }
+    target.redis_port = server.port
+    target.closed_port = h.free_port()
+    local ropts = { port = target.redis_port, connect_timeout = 1000, read_timeout = 1000 }
     locks = assert(dlock.new({ dict = "dlock", redis = ropts, prefix = PREFIX .. "lock:" }))
     wlocks = assert(dlock.new({ dict = "dlock_other", redis = ropts, prefix = PREFIX .. "wlock:", owner = "worker" }))
     sem = assert(semaphore.new({ dict = "dlock", redis = ropts, prefix = PREFIX .. "sem:", permits = 2 }))
@@ -612,7 +201,7 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
       local t = {}
       for i = 1, int(lo, hi) do
         if chance(0.85) then
-          t[i] = pick({ "127.0.0.1:" .. closed_port, "[::1]:" .. int(1, 65535), "redis-" .. i .. ".example:" .. int(1, 65535) })
+          t[i] = pick({ "127.0.0.1:" .. target.closed_port, "[::1]:" .. int(1, 65535), "redis-" .. i .. ".example:" .. int(1, 65535) })
         else
           t[i] = pick({ "h:0", "h:65536", "h:" .. string.rep("9", 40), "[::1]", "h:", ":1", "h :1", "h:1x", "[zz]:1",
                         "h:-1", "h:1.5", "h:0x10", hostile(1) })
@@ -1183,7 +772,7 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
        "and never leave a key behind", function()
       reseed(40)
       local taken = 0
-      assert(resty_lock.configure({ redis = { port = redis_port }, prefix = PREFIX .. "compat:" }))
+      assert(resty_lock.configure({ redis = { port = target.redis_port }, prefix = PREFIX .. "compat:" }))
       for i = 1, N_COMPAT do
         local dict = chance(0.8) and pick({ "dlock", "dlock_other" }) or hostile(1)
         local opts = gen_opts({
@@ -1300,7 +889,7 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
     end
 
     it("dlock.new and semaphore.new refuse each bad value, naming the option, and take each edge value", function()
-      local redis = { port = redis_port }
+      local redis = { port = target.redis_port }
       declared("dlock.new", options.NEW_LOCKS, function() return { dict = "dlock", redis = redis, prefix = PREFIX .. "decl:" } end,
         "dlock.new options", dlock.new, true)
       declared("semaphore.new", options.NEW_SEMAPHORE,
@@ -1322,7 +911,7 @@ describe("the public API under fuzzing (seed " .. SEED .. ")", function()
         end
         local function base()
           seq = seq + 1
-          return { mode = m.name, name = "fz-decl-" .. seq, key = "$http_k", on_error = "allow", redis = { port = redis_port },
+          return { mode = m.name, name = "fz-decl-" .. seq, key = "$http_k", on_error = "allow", redis = { port = target.redis_port },
                    prefix = PREFIX .. "decl:gw:", permits = m.name == "concurrency" and 2 or nil,
                    scope = m.name == "idempotency" and "$http_authorization" or nil,
                    rate = m.name == "rate" and 10 or nil }

@@ -224,6 +224,13 @@ function _M.guard_key(name, raw)
   return require("resty.dlock.gateway.digest").key("dlock:gw:" .. name .. ":", raw)
 end
 
+--- What a rate exactness test measured, for the record (<prefix>/rate-exactness.txt; DLOCK_KEEP=1 keeps it).
+function _M.rate_note(what, admitted, refused, elapsed, bound)
+  local f = assert(io.open(_M.prefix .. "/rate-exactness.txt", "a"))
+  f:write(string.format("%s: %d admitted, %s refused in %.3f s; bound %.1f\n", what, admitted, tostring(refused), elapsed, bound))
+  f:close()
+end
+
 --- A rate limit's state under key, as { ["1"] = TAT, ... } (us, strings; empty
 --- when there is none): the general script's hash, or a lone limit's plain key,
 --- which expires at its TAT rounded up to the ms and holds the us before that.

@@ -28,7 +28,7 @@ end
 -- yield that waits for nothing, and on a stock nginx (no OpenResty
 -- delayed-events patch) also "[warn] ngx.sleep(0) called without delayed
 -- events patch" in the error log each time (thousands of lines while a mutex
--- guard waited on its local fallback, rate_spec).
+-- guard waited on its local fallback, rate_fallback_spec).
 function _M.sleep(seconds)
     ngx_sleep(timeout(seconds))
 end

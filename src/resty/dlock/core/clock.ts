@@ -58,7 +58,7 @@ function timeout(this: void, seconds: number): number {
  * yield that waits for nothing, and on a stock nginx (no OpenResty
  * delayed-events patch) also "[warn] ngx.sleep(0) called without delayed
  * events patch" in the error log each time (thousands of lines while a mutex
- * guard waited on its local fallback, rate_spec).
+ * guard waited on its local fallback, rate_fallback_spec).
  */
 export function sleep(this: void, seconds: number): void {
   ngx_sleep(timeout(seconds));

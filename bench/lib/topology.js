@@ -91,13 +91,18 @@ async function sentinel(env, t, dir) {
       `sentinel down-after-milliseconds ${t.master} ${t.downAfterMs}`, `sentinel failover-timeout ${t.master} ${t.failoverTimeoutMs}`],
     { sentinel: true, port: fixed.sentinels[i] }));
   }
-  // Each sentinel knows the replicas and the other sentinels after a few hellos.
+  // Each sentinel knows the replicas and the other sentinels after a few hellos (every 2 s), and
+  // a replica from the master's INFO (every 10 s): seconds as a rule, longer on a starved VM.
+  // Failing, it says what each sentinel saw last.
+  const want = `slaves=${t.replicas},sentinels=${t.sentinels}`;
+  let seen = [];
   await until(async () => {
-    for (const s of sentinels) {
-      if (!(await once(s.port, "INFO", "sentinel")).includes(`slaves=${t.replicas},sentinels=${t.sentinels}`)) return false;
-    }
-    return true;
-  }, 15000, `every sentinel sees ${t.replicas} replica(s) and ${t.sentinels} sentinels`, 100);
+    seen = [];
+    for (const s of sentinels) seen.push(((await once(s.port, "INFO", "sentinel")).match(/slaves=\d+,sentinels=\d+/) || ["?"])[0]);
+    return seen.every((v) => v === want);
+  }, 30000, `every sentinel sees ${t.replicas} replica(s) and ${t.sentinels} sentinels`, 100).catch((e) => {
+    throw new Error(`${e.message}; they saw ${seen.join(" ")}`);
+  });
   const nodes = [master, ...replicas];
   const topo = {
     kind: "sentinel", name: t.master, master, replicas, nodes, sentinels,

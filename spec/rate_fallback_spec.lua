@@ -30,9 +30,11 @@ describe("gateway mode rate with on_error = local", function()
   end)
 
   local cjson = require "cjson.safe"
-  local function row(n)
-    return assert(cjson.decode(assert(h.http(n.port, "/dlock/status")).body)).guards.fallback
+  --- Guard `name`'s row on nginx n's status page.
+  local function guard_row(n, name)
+    return assert(cjson.decode(assert(h.http(n.port, "/dlock/status")).body)).guards[name]
   end
+  local function row(n) return guard_row(n, "fallback") end
 
   it("admit per nginx its share (rate / fleet, burst / fleet) while Redis is paused: the fleet stays within the limit, " ..
      "no request waits once the breaker is open, and Redis decides again after the cool-down", function()
@@ -77,9 +79,6 @@ describe("gateway mode rate with on_error = local", function()
     assert.equal(before, row(a).local_admitted)
   end)
 
-  local function guard_row(n, name)
-    return assert(cjson.decode(assert(h.http(n.port, "/dlock/status")).body)).guards[name]
-  end
   local function backend_max(n, key)
     -- "hits max_in_flight in_flight" of this nginx's own backend
     local body = assert(h.http(n.backend_port, "/stats?key=" .. key)).body

@@ -6,6 +6,7 @@ local h = require "helpers"
 
 local subscriptions = require "resty.dlock.core.subscriptions"
 local wakeups = require "resty.dlock.core.wakeups"
+local waits = require "resty.dlock.core.wait"
 local now, eventually = h.now, h.eventually
 
 --- Release as another nginx would: the release script run in Redis, nothing in this worker told.
@@ -133,14 +134,17 @@ describe("the subscriber's connection", function()
     local _, err = waiter:acquire("k", { wait = 200 })
     assert.equal("timeout", err)
     assert.equal(1, h.cmd(r.port, "pubsub", "numsub", channel)[2])
-    -- Someone still waits for the key, as far as the subscriber knows, but
-    -- asks Redis nothing (a waiter would, and log its own refused connects).
+    -- Someone still waits for the key in this worker's line, napping and
+    -- asking for its releases as a waiter does, but asks Redis nothing (a
+    -- waiter would, and log its own refused connects).
     local waiting = true
     local keep = ngx.thread.spawn(function()
+      local turn = waits.turn(prefix .. "k")
       while waiting do
         wakeups.want(waiter._store.redis, prefix .. "k")
-        ngx.sleep(0.2)
+        waits.pause(turn, 200)
       end
+      waits.leave(turn)
     end)
     local mark = h.error_log_mark()
     r.stop()
@@ -164,7 +168,7 @@ describe("the subscriber's connection", function()
     r.stop()
   end)
 
-  it("stops dialing a Redis that is gone for good once nobody waits for its keys", function()
+  it("does not dial a Redis that is gone when nobody waits for its keys, though a key is in its grace", function()
     local r = h.start_redis()
     local prefix = h.unique("gone")
     local redis = h.redis_opts({ port = r.port })
@@ -174,11 +178,18 @@ describe("the subscriber's connection", function()
     local _, err = waiter:acquire("k", { wait = 200 })
     assert.equal("timeout", err)
     assert.equal(1, h.cmd(r.port, "pubsub", "numsub", "dlock:released:" .. prefix .. "k")[2])
-    r.stop()
-    -- It tries again while the key is in its grace (2 s after its last waiter), then lets go.
     local s = subscriptions.existing(waiter._store.redis)
     assert.is_true(s.running)
-    assert.is_true(eventually(6, function() return not s.running end), "still dialing")
+    local mark = h.error_log_mark()
+    r.stop()
+    -- The key was only in its grace (2 s after its last waiter): nobody to
+    -- reconnect for, so the subscriber lets go at once, without a word and
+    -- without dialing a Redis that is gone.
+    assert.is_true(eventually(1, function() return not s.running end), "still dialing")
+    ngx.sleep(1.5)   -- past the first reconnection attempt, had there been one
+    assert.same({}, h.unexpected_errors(mark, {}))
+    local log = (h.read_file(h.prefix .. "/logs/error.log") or ""):sub(mark.runner + 1)
+    assert.is_nil(log:find("wake-up subscription", 1, true), log)
   end)
 
   it("lets a worker exit at once on reload, although its subscription is up", function()

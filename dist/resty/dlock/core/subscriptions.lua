@@ -43,14 +43,17 @@ local function forget(s, rkey)
     s.vouched[rkey] = nil
     s.probe[rkey] = nil
 end
---- Keys no waiter of this worker wanted for GRACE seconds: out of `wanted`,
--- to be unsubscribed; and waiters killed while they waited are noticed here
--- (wait.ts drops their tickets).
-function _M.prune(s)
+--- Keys no waiter of this worker wanted for `grace` seconds (GRACE unless
+-- said): out of `wanted`, to be unsubscribed; and waiters killed while they
+-- waited are noticed here (wait.ts drops their tickets).
+function _M.prune(s, grace)
+    if grace == nil then
+        grace = GRACE
+    end
     local now = clock_now()
     local stale
     for rkey, at in lua_pairs(s.wanted) do
-        if waits.waiters(rkey) == 0 and now - at > GRACE then
+        if waits.waiters(rkey) == 0 and now - at >= grace then
             if stale == nil then
                 stale = {}
             end

@@ -251,7 +251,7 @@ local function run(premature, s)
             err = "dlock: wake-up subscriber failed: " .. check.text(res)
         end
         subs.lost(s)
-        subs.prune(s)
+        subs.prune(s, 0)
         if err == nil or subs.idle(s) then
             break
         end
@@ -268,7 +268,7 @@ local function run(premature, s)
             retry = math_min(retry * 2, RETRY_MAX)
         end
         pause(retry)
-        subs.prune(s)
+        subs.prune(s, 0)
         if subs.idle(s) or worker_exiting() then
             break
         end

@@ -101,15 +101,15 @@ function forget(s: Subscriber, rkey: string): void {
 }
 
 /**
- * Keys no waiter of this worker wanted for GRACE seconds: out of `wanted`,
- * to be unsubscribed; and waiters killed while they waited are noticed here
- * (wait.ts drops their tickets).
+ * Keys no waiter of this worker wanted for `grace` seconds (GRACE unless
+ * said): out of `wanted`, to be unsubscribed; and waiters killed while they
+ * waited are noticed here (wait.ts drops their tickets).
  */
-export function prune(s: Subscriber): void {
+export function prune(s: Subscriber, grace = GRACE): void {
   const now = clock_now();
   let stale: string[] | undefined;
   for (const [rkey, at] of lua_pairs(s.wanted)) {
-    if (waits.waiters(rkey) === 0 && now - at > GRACE) {
+    if (waits.waiters(rkey) === 0 && now - at >= grace) {
       if (stale === undefined) stale = [];
       stale.push(rkey);
     }

@@ -241,9 +241,10 @@ function run(this: void, premature: boolean, s: subs.Subscriber): void {
     // Waiters sleeping until word comes (or the subscription does) would not hear it now: they poll again.
     subs.lost(s);
     // Nobody waits here any more: no need to say so, nor to connect again.
-    // (Keys are let go of here too: a connection that never comes back must
-    // not keep its keys, and its attempts to connect, for good.)
-    subs.prune(s);
+    // Keys kept only for their grace are let go of at once: a connection
+    // made again for them would serve nobody, and while Redis is gone each
+    // attempt logs a refused connect. The next waiter starts a subscriber.
+    subs.prune(s, 0);
     if (err === undefined || subs.idle(s)) break;
     if (!s.down) {
       // Once per outage: every attempt to reconnect would say the same.
@@ -254,7 +255,7 @@ function run(this: void, premature: boolean, s: subs.Subscriber): void {
       retry = math_min(retry * 2, RETRY_MAX);
     }
     pause(retry);
-    subs.prune(s);
+    subs.prune(s, 0);
     if (subs.idle(s) || worker_exiting()) break;
   }
   s.running = false;

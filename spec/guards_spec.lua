@@ -1,6 +1,7 @@
 -- The guards of resty.dlock.gateway where the key, the phase or the client
 -- does not go as planned: keys that cannot be computed, keys that are never
--- there, guards made per request, subrequests, and waiters whose client left.
+-- there, guards made per request, subrequests, and waiters whose client left;
+-- a mutex guard whose GETs share the key (shared = { "GET" }).
 -- Real nginx (nginx/spec-guards.conf, 2 workers), real HTTP, a backend that counts.
 local h = require "helpers"
 local cjson = require "cjson.safe"
@@ -13,9 +14,15 @@ local function get(path, opts)
   return assert(h.http(n.port, path, opts))
 end
 
-local function hits(key)
+--- The backend's "hits max_in_flight" for key: how many requests reached it, and the most of them at once.
+local function stats(key)
   local res = assert(h.http(n.backend, "/stats?key=" .. key))
-  return tonumber(res.body:match("^(%d+)"))
+  local count, max = res.body:match("^(%d+) (%d+)")
+  return tonumber(count), tonumber(max)
+end
+
+local function hits(key)
+  return (stats(key))
 end
 
 local function counters(name)
@@ -177,6 +184,66 @@ describe("gateway guards", function()
     ngx.thread.wait(holder)
     -- The holder ends at about 1 s; the waiter that left took the key then, and kept it (ttl 3 s).
     assert.is_true(h.now() - t0 >= 2.5, "waited " .. (h.now() - t0) .. " s")
+  end)
+
+  --- A request to the mutex guard with shared GETs (/rw), in a light thread: waits for its status and when it ended.
+  local function rw(method, key, ms)
+    return h.spawn(function()
+      local res = assert(h.http(n.port, "/rw?key=" .. key .. "&ms=" .. ms, { method = method,
+        headers = { ["Content-Length"] = "0" } }))
+      return res.status, h.now()
+    end)
+  end
+
+  it("mutex with shared methods: lets GETs through side by side, and a PUT alone, the GETs that came after it waiting for it", function()
+    local key = h.unique("gw"):gsub(":", "_")
+    local gets = {}
+    for i = 1, 4 do gets[i] = rw("GET", key, 200) end
+    for i = 1, 4 do assert.equal(200, (gets[i]())) end
+    local count, max = stats(key)
+    assert.equal(4, count)
+    assert.equal(4, max)
+    -- The readers gave the key back as their requests ended: a write goes through at once.
+    local t0 = h.now()
+    assert.equal(200, (rw("PUT", key, 0)()))
+    assert.is_true(h.now() - t0 < 1, "the PUT waited " .. (h.now() - t0) .. " s")
+    -- A write, then reads while it runs: they wait for it, and then share.
+    key = key .. "_2"
+    local put = rw("PUT", key, 300)
+    ngx.sleep(0.1)
+    for i = 1, 3 do gets[i] = rw("GET", key, 100) end
+    local status, put_done = put()
+    assert.equal(200, status)
+    for i = 1, 3 do
+      local s, at = gets[i]()
+      assert.equal(200, s)
+      assert.is_true(at > put_done - 0.05, "a GET ended before the PUT it waited for")
+    end
+    count, max = stats(key)
+    assert.equal(4, count)
+    assert.equal(3, max)
+  end)
+
+  it("mutex with shared methods: refuses shared outside mode mutex, a list that is not of methods, and under redis.redlock", function()
+    local gateway = require "resty.dlock.gateway"
+    local base = { mode = "dedup", key = "$arg_k", on_error = "deny", redis = h.redis_opts(), shared = { "GET" } }
+    local g, err = gateway.new(base)
+    assert.is_nil(g)
+    assert.matches("shared applies to mode mutex only, not dedup", err, 1, true)
+    base.mode = "mutex"
+    base.shared = { "get" }
+    g, err = gateway.new(base)
+    assert.is_nil(g)
+    assert.matches("shared must be a list of upper-case HTTP methods", err, 1, true)
+    base.shared = "GET"
+    g, err = gateway.new(base)
+    assert.is_nil(g)
+    assert.matches("shared must be a list of HTTP methods", err, 1, true)
+    base.shared = { "GET" }
+    base.redis = { redlock = { "127.0.0.1:" .. h.redis_port, "127.0.0.1:1", "127.0.0.1:2" } }
+    g, err = gateway.new(base)
+    assert.is_nil(g)
+    assert.matches("shared = true is refused with redis.redlock", err, 1, true)
   end)
 end)
 

@@ -2,61 +2,14 @@
 -- or none; the keys are plain lock keys (token, PX expiry), so single-key
 -- holders, plain SET NX PX holders and node-redlock's multi-resource locks
 -- exclude a set key by key; waiting takes the keys in one global order, so two
--- callers naming the keys in opposite orders never deadlock.
+-- callers naming the keys in opposite orders never deadlock. On Redlock and
+-- on a Cluster too; across nginx, through a reload and a SIGKILL, in
+-- multikey_fleet_spec.lua.
 local h = require "helpers"
-local witness = require "witness"
+local hammers = require "hammers"
 
 local function get(k) return h.cmd(nil, "get", k) end
 local function pttl(k) return h.cmd(nil, "pttl", k) end
-
---- n rounds of acquire_all(keys) in this worker, witnessed: acquired, errors.
-local function local_hammer(locks, keys, rounds, wait)
-  local w = witness.new(h.redis_port, locks.prefix)
-  local got, errs = 0, {}
-  for _ = 1, rounds do
-    local lease, err = locks:acquire_all(keys, { ttl = 5000, wait = wait })
-    if lease then
-      got = got + 1
-      witness.inside_all(w, keys, 1)
-      assert(lease:release())
-    else
-      errs[#errs + 1] = err
-    end
-  end
-  witness.close(w)
-  return got, errs
-end
-
---- {a,b} and {b,a} from light threads here and from the 4 workers of the peer,
---- `rounds` each: total acquired, errors here, errors there, overlaps.
-local function opposite_orders(locks, peer, a, b, rounds, cluster)
-  local prefix = locks.prefix
-  local threads = {}
-  for i = 1, 8 do
-    local keys = i % 2 == 0 and { a, b } or { b, a }
-    threads[#threads + 1] = ngx.thread.spawn(local_hammer, locks, keys, rounds, 20000)
-  end
-  for i = 1, 8 do
-    local order = i % 2 == 0 and (a .. "," .. b) or (b .. "," .. a)
-    threads[#threads + 1] = ngx.thread.spawn(function()
-      local res = assert(h.http(peer.port, "/multi-hammer?prefix=" .. ngx.escape_uri(prefix) .. "&keys=" ..
-        ngx.escape_uri(order) .. "&rounds=" .. rounds .. "&wait=20000" .. (cluster or ""), { timeout = 120000 }))
-      assert.equal(200, res.status)
-      local got, errs = res.body:match("^(%d+) (%d+)")
-      return tonumber(got), {}, tonumber(errs)
-    end)
-  end
-  local total, here, there = 0, {}, 0
-  for _, t in ipairs(threads) do
-    local ok, got, errs, remote = ngx.thread.wait(t)
-    assert(ok, got)
-    total = total + got
-    for _, e in ipairs(errs) do here[#here + 1] = e end
-    there = there + (remote or 0)
-  end
-  local overlaps = h.cmd(nil, "get", prefix .. "overlaps")
-  return total, here, there, overlaps == ngx.null and 0 or tonumber(overlaps)
-end
 
 describe("acquire_all", function()
   it("takes every key with one token and PX expiries, and returns one lease listing them in the caller's order", function()
@@ -288,92 +241,6 @@ describe("acquire_all", function()
   end)
 end)
 
-
---- GET /crash-hold-all?keys=... on a connection kept open: { pid, token, sock }.
-local function crash_hold(port, keys)
-  local pid, tok, sock = h.hold_open(port, "/crash-hold-all?keys=" .. table.concat(keys, ","), "^(%d+) (%S+)$")
-  return { pid = tonumber(pid), token = tok, sock = sock }
-end
-
-describe("acquire_all across two nginx (standalone)", function()
-  local peer
-  setup(function() peer = h.start_nginx("spec-peer.conf", { WORKERS = 4 }) end)
-  teardown(function() if peer then peer.stop() end end)
-
-  it("never deadlocks nor overlaps with {a,b} and {b,a} taken from 16 clients in 2 nginx, none timing out", function()
-    local locks = h.locks()
-    local rounds = 25
-    local total, here, there, overlaps = opposite_orders(locks, peer, "a", "b", rounds)
-    ngx.log(ngx.NOTICE, "multikey: ", total, " sets taken in opposite orders, ", overlaps, " overlaps")
-    assert.same({}, here)
-    assert.equal(0, there)
-    assert.equal(16 * rounds, total)
-    assert.equal(0, overlaps)
-    -- The witness itself works: it sees two holders when there are two.
-    local w = witness.new(h.redis_port, locks.prefix .. "probe:")
-    assert(w.red:incr(locks.prefix .. "probe:in:a"))
-    witness.inside_all(w, { "a" }, 1)
-    assert.equal("1", h.cmd(nil, "get", locks.prefix .. "probe:overlaps"))
-    witness.close(w)
-  end)
-
-  it("never lets two sets share a key while the other nginx reloads under load: no request fails, no key is left locked", function()
-    local locks = h.locks()
-    local prefix = locks.prefix
-    local failures, taken = {}, 0
-    local old = peer.workers()
-    local w = {}
-    -- {a,b}, {b,a}, {b,c} and {c,a} from 8 light threads here and 8 clients of the peer (3 sets a request) for
-    -- 2.5 s; the peer reloaded 1 s in: requests in flight finish in its old workers, the next ones go to the new.
-    local sets = { { "a", "b" }, { "b", "a" }, { "b", "c" }, { "c", "a" } }
-    local after = h.under_load(2.5, 16, function(i)
-      local keys = sets[i % 4 + 1]
-      if i <= 8 then
-        w[i] = w[i] or witness.new(h.redis_port, prefix)
-        local lease, err = locks:acquire_all(keys, { ttl = 5000, wait = 20000 })
-        if not lease then failures[#failures + 1] = "here: " .. tostring(err) return end
-        taken = taken + 1
-        witness.inside_all(w[i], keys, 1)
-        assert(lease:release())
-        return
-      end
-      local got, why = h.hammered(peer.port, "/multi-hammer?prefix=" .. ngx.escape_uri(prefix) .. "&keys=" ..
-        table.concat(keys, ",") .. "&rounds=3&wait=20000", 60000)
-      if not got then
-        failures[#failures + 1] = why
-        return
-      end
-      taken = taken + got
-    end, 1, function() assert.is_true(peer.reload()) end)
-    for _, x in pairs(w) do witness.close(x) end
-    local overlaps = h.cmd(nil, "get", prefix .. "overlaps")
-    ngx.log(ngx.NOTICE, "multikey: ", taken, " sets across a reload (", after, " calls after it), ", overlaps == ngx.null and 0 or overlaps, " overlaps")
-    assert.same({}, failures)
-    assert.is_true(after > 0, "no request started after the reload")
-    assert.equal(ngx.null, overlaps)
-    -- Nothing left: no lock key, no line of waiters.
-    assert.same({}, h.cmd(nil, "keys", prefix .. "[abc]*"))
-    -- The old workers exit (nothing of dlock keeps them), and the new ones answer.
-    assert.is_true(peer.replaced(old, 4))
-  end)
-
-  it("releases every key of a set whose worker was SIGKILLed, within a second", function()
-    local prefix = h.unique("mk")
-    local held = crash_hold(peer.port, { prefix .. "a", prefix .. "b" })
-    assert.equal(held.token, get("crash:" .. prefix .. "a"))
-    assert.equal(held.token, get("crash:" .. prefix .. "b"))
-    local t0 = h.now()
-    assert(h.sh("kill -KILL " .. held.pid))
-    -- The ttl is 60 s: only recovery frees these keys this soon.
-    assert.is_true(h.eventually(3, function()
-      return get("crash:" .. prefix .. "a") == ngx.null and get("crash:" .. prefix .. "b") == ngx.null
-    end), "the dead worker's set is still taken after 3 s")
-    local freed = h.now() - t0
-    assert.is_true(freed < 1, "freed after " .. freed .. " s")
-    held.sock:close()
-  end)
-end)
-
 describe("acquire_all and node-redlock's multi-resource lock", function()
   local modules = h.root .. "/bench/peer/node_modules"
   local have = h.sh("test -d " .. modules .. "/redlock && command -v node >/dev/null")
@@ -458,7 +325,7 @@ describe("acquire_all on redis.redlock", function()
     local locks = make()
     local threads = {}
     for i = 1, 8 do
-      threads[i] = ngx.thread.spawn(local_hammer, locks, i % 2 == 0 and { "a", "b" } or { "b", "a" }, 10, 20000)
+      threads[i] = ngx.thread.spawn(hammers.sets, locks, i % 2 == 0 and { "a", "b" } or { "b", "a" }, 10, 20000)
     end
     local total = 0
     for _, t in ipairs(threads) do
@@ -473,7 +340,6 @@ describe("acquire_all on redis.redlock", function()
 end)
 
 describe("acquire_all on redis.cluster", function()
-  local dlock = require "resty.dlock"
   local c, peer
   setup(function()
     c = h.start_cluster()
@@ -484,11 +350,7 @@ describe("acquire_all on redis.cluster", function()
     if c then c.stop() end
   end)
 
-  local function make(opts)
-    local o = { dict = "dlock", prefix = h.unique("mkc"), redis = c.redis() }
-    for k, v in pairs(opts or {}) do o[k] = v end
-    return assert(dlock.new(o))
-  end
+  local function make(opts) return c.locks("mkc", opts) end
   local function cget(k) return h.cmd(c.slot_owner(k), "get", k) end
 
   it("takes keys of one slot (a hash tag) in one script, keys of different slots in order, all or nothing", function()
@@ -525,12 +387,10 @@ describe("acquire_all on redis.cluster", function()
 
   for _, case in ipairs({ { "one slot", "{t}a", "{t}b" }, { "different slots", "a", "b" } }) do
     it("never deadlocks nor overlaps with {a,b} and {b,a} across 2 nginx (" .. case[1] .. ")", function()
-      local ports = {}
-      for _, m in ipairs(c.masters()) do ports[#ports + 1] = m end
       local locks = make()
       local rounds = 15
-      local total, here, there, overlaps = opposite_orders(locks, peer, case[2], case[3], rounds,
-        "&cluster=" .. table.concat(ports, ","))
+      local total, here, there, overlaps = hammers.opposite_orders(locks, peer, case[2], case[3], rounds,
+        c.peer_arg())
       ngx.log(ngx.NOTICE, "multikey cluster (", case[1], "): ", total, " sets, ", overlaps, " overlaps")
       assert.same({}, here)
       assert.equal(0, there)
@@ -542,7 +402,4 @@ end)
 
 h.check_error_logs({
   { "dlock: lease on b lost: the key is gone from Redis, or someone else's", max = 1 },  -- the key taken away on purpose
-  { "worker process %d+ exited on signal 9", max = 1 },  -- the SIGKILLed peer worker
-  -- The Redlock masters stopped after their tests: this worker's wake-up subscriptions to them try once more.
-  { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 3 },
 })

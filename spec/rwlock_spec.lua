@@ -2,65 +2,14 @@
 -- one of its readers. Readers share; a writer (a plain acquire) excludes
 -- everyone; a waiting writer holds back readers that come after it; each
 -- reader's lease is owner-checked, renewed, fenced and recovered like a lock.
+-- The same on a Redis Cluster; readers and writers in several nginx at once,
+-- through a reload and a SIGKILL, are in rwlock_fleet_spec.lua.
 local h = require "helpers"
 local dlock = require "resty.dlock"
 local semaphore = require "resty.dlock.semaphore"
 
 local now = h.now
 local MARK = "dlock!shared"
-
---- Run fn in a light thread now; returns a function that waits for its results.
-local function spawn(fn, ...)
-  local t = ngx.thread.spawn(fn, ...)
-  return function()
-    local res = (function(...) return { n = select("#", ...), ... } end)(ngx.thread.wait(t))
-    assert(res[1], res[2])
-    return unpack(res, 2, res.n)
-  end
-end
-
-local witness = require "witness"
-
---- Hammer `keys` keys from 40 light threads here and 16 requests to a peer nginx
---- (path /rw-hammer), `reads` % readers; the witness's counters (prefix).
-local function hammer(locks, peer, keys, reads, extra)
-  local prefix = locks.prefix
-  local rounds = 20
-  local function local_client()
-    local w = witness.new(h.redis_port, prefix)
-    local got = 0
-    for _ = 1, rounds do
-      local key = "k" .. math.random(keys)
-      local shared = math.random(100) <= reads
-      local lease, err = locks:acquire(key, { ttl = 5000, wait = 10000, shared = shared })
-      assert(lease, err)
-      got = got + 1
-      witness.inside_shared(w, key, shared, 2)
-      assert(lease:release())
-    end
-    witness.close(w)
-    return got
-  end
-  local function remote_client()
-    local res = assert(h.http(peer.port, "/rw-hammer?prefix=" .. ngx.escape_uri(prefix) .. "&keys=" .. keys ..
-      "&rounds=" .. rounds .. "&reads=" .. reads .. (extra or ""), { timeout = 60000 }))
-    assert.equal(200, res.status)
-    local got, errs = res.body:match("^(%d+) (%d+)")
-    assert.equal("0", errs)
-    return tonumber(got)
-  end
-  local threads = {}
-  for _ = 1, 40 do threads[#threads + 1] = spawn(local_client) end
-  for _ = 1, 16 do threads[#threads + 1] = spawn(remote_client) end
-  local total = 0
-  for _, wait in ipairs(threads) do total = total + wait() end
-  assert.equal(56 * rounds, total)
-  local overlaps = h.cmd(nil, "get", prefix .. "overlaps")
-  local shared = tonumber(h.cmd(nil, "get", prefix .. "shared")) or 0
-  io.stdout:write(string.format("rwlock: %d leases (%d %% readers) on %d keys%s: %s overlaps, readers side by side %d times\n",
-    total, reads, keys, extra and " (cluster)" or "", overlaps == ngx.null and "0" or tostring(overlaps), shared))
-  return overlaps, shared
-end
 
 --- The tests of behaviour, against a factory made by make(opts) (standalone or Cluster).
 local function behaves(make, cmd, readers_key)
@@ -110,7 +59,7 @@ local function behaves(make, cmd, readers_key)
     assert.is_nil(w)
     assert.equal("busy", err)
     assert.is_true(retry > 4000, tostring(retry))
-    local writer = spawn(function()
+    local writer = h.spawn(function()
       local l, e = locks:acquire("doc", { wait = 3000 })
       return l, e, now()
     end)
@@ -131,7 +80,7 @@ local function behaves(make, cmd, readers_key)
     local locks = make()
     local first = assert(locks:acquire("doc", { shared = true, ttl = 5000 }))
     local order = {}
-    local writer = spawn(function()
+    local writer = h.spawn(function()
       local l = assert(locks:acquire("doc", { wait = 3000 }))
       order[#order + 1] = "writer"
       ngx.sleep(0.05)
@@ -143,7 +92,7 @@ local function behaves(make, cmd, readers_key)
     local r, err = locks:acquire("doc", { shared = true, wait = 0 })
     assert.is_nil(r)
     assert.equal("busy", err)
-    local reader = spawn(function()
+    local reader = h.spawn(function()
       local l = assert(locks:acquire("doc", { shared = true, wait = 3000 }))
       order[#order + 1] = "reader"
       assert(l:release())
@@ -162,7 +111,7 @@ local function behaves(make, cmd, readers_key)
     local inside, most = 0, 0
     local waiting = {}
     for i = 1, 4 do
-      waiting[i] = spawn(function()
+      waiting[i] = h.spawn(function()
         local l, e = locks:acquire("doc", { shared = true, wait = 3000 })
         assert(l, e)
         inside = inside + 1
@@ -188,7 +137,7 @@ local function behaves(make, cmd, readers_key)
       -- A reader every 20 ms, each holding 50 ms: readers always overlap.
       local mine = {}
       while not stop do
-        mine[#mine + 1] = spawn(function()
+        mine[#mine + 1] = h.spawn(function()
           local l = locks:acquire("doc", { shared = true, ttl = 5000, wait = 5000 })
           if l then
             ngx.sleep(0.05)
@@ -200,7 +149,7 @@ local function behaves(make, cmd, readers_key)
       end
       for _, wait in ipairs(mine) do wait() end
     end
-    local stream = spawn(reader_stream)
+    local stream = h.spawn(reader_stream)
     ngx.sleep(0.2)
     local t0 = now()
     local w, err = locks:acquire("doc", { ttl = 5000, wait = 3000 })
@@ -360,116 +309,12 @@ describe("shared locks", function()
   end)
 end)
 
-describe("shared locks across nginx", function()
-  local peer
-  setup(function() peer = h.start_nginx("spec-peer.conf", { WORKERS = 4 }) end)
-  teardown(function() if peer then peer.stop() end end)
-
-  it("never has a writer beside anyone, across 40 light threads and 4 workers of another nginx: readers side by side", function()
-    local overlaps, shared = hammer(h.locks(), peer, 2, 80)
-    assert.equal(ngx.null, overlaps)
-    assert.is_true(shared > 0, "no two readers were ever inside at once")
-    -- The witness works: it sees a writer beside a reader.
-    local w = witness.new(h.redis_port, "probe:" .. h.unique())
-    local t = spawn(witness.inside_shared, w, "x", true, 50)
-    local w2 = witness.new(h.redis_port, w.prefix)
-    witness.inside_shared(w2, "x", false, 1)
-    t()
-    assert.equal("1", h.cmd(nil, "get", w.prefix .. "overlaps"))
-  end)
-
-  it("never has a writer beside anyone while the other nginx reloads under load: no request fails, no key is left locked", function()
-    local locks = h.locks()
-    local prefix = locks.prefix
-    local failures, taken = {}, 0
-    local old = peer.workers()
-    local w = {}
-    -- 12 light threads here and 8 clients of the peer (3 rounds a request), 80 % readers on 2 keys, for 2.5 s;
-    -- the peer reloaded 1 s in: requests in flight finish in its old workers, the next ones go to the new.
-    local after = h.under_load(2.5, 20, function(i)
-      if i <= 12 then
-        w[i] = w[i] or witness.new(h.redis_port, prefix)
-        local key = "k" .. math.random(2)
-        local shared = math.random(100) <= 80
-        local lease, err = locks:acquire(key, { ttl = 5000, wait = 10000, shared = shared })
-        if not lease then failures[#failures + 1] = "here: " .. tostring(err) return end
-        taken = taken + 1
-        witness.inside_shared(w[i], key, shared, 2)
-        assert(lease:release())
-        return
-      end
-      local got, why = h.hammered(peer.port, "/rw-hammer?prefix=" .. ngx.escape_uri(prefix) .. "&keys=2&rounds=3&reads=80", 30000)
-      if not got then
-        failures[#failures + 1] = why
-        return
-      end
-      taken = taken + got
-    end, 1, function() assert.is_true(peer.reload()) end)
-    for _, x in pairs(w) do witness.close(x) end
-    assert.same({}, failures)
-    assert.is_true(after > 0, "no request started after the reload")
-    local overlaps = h.cmd(nil, "get", prefix .. "overlaps")
-    local shared = tonumber(h.cmd(nil, "get", prefix .. "shared")) or 0
-    io.stdout:write(string.format("rwlock: %d leases across a reload (%d calls after it), %s overlaps, readers side by side %d times\n",
-      taken, after, overlaps == ngx.null and "0" or tostring(overlaps), shared))
-    assert.equal(ngx.null, overlaps)
-    assert.is_true(shared > 0, "no two readers were ever inside at once")
-    -- Nothing left: no lock key, no readers, no line of waiters.
-    assert.same({}, h.cmd(nil, "keys", prefix .. "k*"))
-    -- The old workers exit (nothing of dlock keeps them), and the new ones answer.
-    assert.is_true(peer.replaced(old, 4))
-  end)
-
-  it("gives back the reader lease of a SIGKILLed worker, and not the reader of the worker still alive", function()
-    --- GET /crash-read?key=K on a connection kept open: { pid, token, sock }.
-    local function hold(key)
-      local pid, tok, sock = h.hold_open(peer.port, "/crash-read?key=" .. key, "^(%d+) (%S+)$")
-      return { pid = tonumber(pid), token = tok, sock = sock }
-    end
-    local key = h.unique("rd")
-    local rkey = "crash:" .. key
-    local a = hold(key)
-    local b
-    for _ = 1, 20 do
-      b = hold(key)
-      if b.pid ~= a.pid then break end
-      b.sock:close()
-      h.cmd(nil, "zrem", rkey .. ":readers", b.token)
-      b = nil
-    end
-    assert.is_truthy(b, "both requests landed in one worker")
-    assert.equal(MARK, h.cmd(nil, "get", rkey))
-    local t0 = now()
-    assert(h.sh("kill -KILL " .. a.pid))
-    -- The ttl is 60 s: only recovery takes the reader out this soon.
-    local gone = h.eventually(3, function() return h.cmd(nil, "zscore", rkey .. ":readers", a.token) == ngx.null end)
-    assert.is_true(gone, "the dead worker's reader is still in after 3 s")
-    assert.is_true(now() - t0 < 1, "taken out after " .. (now() - t0) .. " s")
-    a.sock:close()
-    -- The live worker's reader still holds the key.
-    assert.same({ b.token }, h.cmd(nil, "zrange", rkey .. ":readers", 0, -1))
-    assert.equal(MARK, h.cmd(nil, "get", rkey))
-    b.sock:close()
-    h.cmd(nil, "del", rkey, rkey .. ":readers")
-  end)
-end)
-
 describe("shared locks on redis.cluster", function()
-  local c, peer
-  setup(function()
-    c = h.start_cluster()
-    peer = h.start_nginx("spec-peer.conf", { WORKERS = 2 })
-  end)
-  teardown(function()
-    if peer then peer.stop() end
-    if c then c.stop() end
-  end)
+  local c
+  setup(function() c = h.start_cluster() end)
+  teardown(function() if c then c.stop() end end)
 
-  local function make(opts)
-    local o = { dict = "dlock", prefix = h.unique("rwc"), redis = c.redis() }
-    for k, v in pairs(opts or {}) do o[k] = v end
-    return assert(dlock.new(o))
-  end
+  local function make(opts) return c.locks("rwc", opts) end
 
   behaves(make, function(name, key, ...) return h.cmd(c.slot_owner(key), name, key, ...) end,
     function(rkey) return "{" .. rkey .. "}:readers" end)
@@ -477,7 +322,7 @@ describe("shared locks on redis.cluster", function()
   it("keeps a key, its readers and its queue in one slot", function()
     local locks = make()
     local w = assert(locks:acquire("doc", { ttl = 5000 }))
-    local r = spawn(function() return locks:acquire("doc", { shared = true, wait = 3000 }) end)
+    local r = h.spawn(function() return locks:acquire("doc", { shared = true, wait = 3000 }) end)
     ngx.sleep(0.05)
     local rkey = locks.prefix .. "doc"
     local slot = c.keyslot(rkey)
@@ -489,93 +334,6 @@ describe("shared locks on redis.cluster", function()
     assert.same({ l.token }, h.cmd(c.slot_owner(rkey), "zrange", "{" .. rkey .. "}:readers", 0, -1))
     assert(l:release())
   end)
-
-  it("never has a writer beside anyone across 2 nginx", function()
-    local ports = {}
-    for _, m in ipairs(c.masters()) do ports[#ports + 1] = m end
-    local overlaps, shared = hammer(make(), peer, 3, 80, "&cluster=" .. table.concat(ports, ","))
-    assert.equal(ngx.null, overlaps)
-    assert.is_true(shared > 0, "no two readers were ever inside at once")
-  end)
 end)
 
-describe("gateway mutex guards with shared methods", function()
-  local n
-  setup(function()
-    local own = h.free_port()
-    n = h.start_nginx("spec-guards.conf", { OWN_BACKEND_PORT = own, BACKEND_PORT = own,
-      AUTH_REQUEST = h.nginx_has("http_auth_request_module") and "auth_request" or "root" })
-    n.backend = own
-  end)
-  teardown(function() if n then n.stop() end end)
-
-  --- "hits max_in_flight" of the backend for key.
-  local function stats(key)
-    local res = assert(h.http(n.backend, "/stats?key=" .. key))
-    local hits, max = res.body:match("^(%d+) (%d+)")
-    return tonumber(hits), tonumber(max)
-  end
-
-  local function request(method, key, ms)
-    return spawn(function()
-      local res = assert(h.http(n.port, "/rw?key=" .. key .. "&ms=" .. ms, { method = method,
-        headers = { ["Content-Length"] = "0" } }))
-      return res.status, now()
-    end)
-  end
-
-  it("lets GETs through side by side, and a PUT alone, the GETs that came after it waiting for it", function()
-    local key = h.unique("gw"):gsub(":", "_")
-    local gets = {}
-    for i = 1, 4 do gets[i] = request("GET", key, 200) end
-    for i = 1, 4 do assert.equal(200, (gets[i]())) end
-    local hits, max = stats(key)
-    assert.equal(4, hits)
-    assert.equal(4, max)
-    -- The readers gave the key back as their requests ended: a write goes through at once.
-    local t0 = now()
-    assert.equal(200, (request("PUT", key, 0)()))
-    assert.is_true(now() - t0 < 1, "the PUT waited " .. (now() - t0) .. " s")
-    -- A write, then reads while it runs: they wait for it, and then share.
-    key = key .. "_2"
-    local put = request("PUT", key, 300)
-    ngx.sleep(0.1)
-    for i = 1, 3 do gets[i] = request("GET", key, 100) end
-    local status, put_done = put()
-    assert.equal(200, status)
-    for i = 1, 3 do
-      local s, at = gets[i]()
-      assert.equal(200, s)
-      assert.is_true(at > put_done - 0.05, "a GET ended before the PUT it waited for")
-    end
-    hits, max = stats(key)
-    assert.equal(4, hits)
-    assert.equal(3, max)
-  end)
-
-  it("refuses shared outside mode mutex, a list that is not of methods, and under redis.redlock", function()
-    local gateway = require "resty.dlock.gateway"
-    local base = { mode = "dedup", key = "$arg_k", on_error = "deny", redis = h.redis_opts(), shared = { "GET" } }
-    local g, err = gateway.new(base)
-    assert.is_nil(g)
-    assert.matches("shared applies to mode mutex only, not dedup", err, 1, true)
-    base.mode = "mutex"
-    base.shared = { "get" }
-    g, err = gateway.new(base)
-    assert.is_nil(g)
-    assert.matches("shared must be a list of upper-case HTTP methods", err, 1, true)
-    base.shared = "GET"
-    g, err = gateway.new(base)
-    assert.is_nil(g)
-    assert.matches("shared must be a list of HTTP methods", err, 1, true)
-    base.shared = { "GET" }
-    base.redis = { redlock = { "127.0.0.1:" .. h.redis_port, "127.0.0.1:1", "127.0.0.1:2" } }
-    g, err = gateway.new(base)
-    assert.is_nil(g)
-    assert.matches("shared = true is refused with redis.redlock", err, 1, true)
-  end)
-end)
-
-h.check_error_logs({
-  "worker process %d+ exited on signal 9",  -- the SIGKILLed peer worker
-})
+h.check_error_logs()

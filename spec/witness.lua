@@ -1,5 +1,5 @@
--- The overlap witnesses of the specs (spec/multikey_spec.lua,
--- spec/rwlock_spec.lua, nginx/spec-peer.conf): counters in the test Redis of
+-- The overlap witnesses of the specs (spec/hammers.lua, the *_fleet_spec.lua
+-- files, nginx/spec-peer.conf): counters in the test Redis of
 -- who is inside a key's critical section. A holder enters and reads what it
 -- must not find there in one script, so of two holders that overlap, the
 -- second to enter always sees the first.

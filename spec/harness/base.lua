@@ -159,6 +159,17 @@ function _M.under_load(seconds, n, fn, t, at)
   return after
 end
 
+--- Run fn(...) in a light thread now; returns a function that waits for it and
+--- returns its results (raising its error, if it raised one).
+function _M.spawn(fn, ...)
+  local t = ngx.thread.spawn(fn, ...)
+  return function()
+    local res = (function(...) return { n = select("#", ...), ... } end)(ngx.thread.wait(t))
+    assert(res[1], res[2])
+    return unpack(res, 2, res.n)
+  end
+end
+
 --- Run fn(i) in n light threads at once; returns the list of first results.
 function _M.parallel(n, fn)
   local threads = {}

@@ -62,6 +62,20 @@ function _M.start_cluster(opts)
     return { cluster = cluster, connect_timeout = 300, read_timeout = 1000 }
   end
 
+  --- A lock factory on this cluster under a prefix of its own (h.unique(stem));
+  --- more: more options of dlock.new.
+  function c.locks(stem, more)
+    local o = { dict = "dlock", prefix = h.unique(stem), redis = c.redis() }
+    for k, v in pairs(more or {}) do o[k] = v end
+    return assert(require("resty.dlock").new(o))
+  end
+
+  --- The query argument that points a peer nginx's hammer locations at this
+  --- cluster's masters (nginx/spec-peer.conf): "&cluster=port,port,port".
+  function c.peer_arg()
+    return "&cluster=" .. table.concat(c.masters(), ",")
+  end
+
   --- The live nodes (answering PING), in start order.
   function c.alive()
     local out = {}

@@ -1,4 +1,4 @@
--- The fuzz's contract (spec/fuzz_spec.lua): every call returns a result, or
+-- The fuzz's contract (spec/fuzz_*_spec.lua): every call returns a result, or
 -- nil and "busy", "timeout", "not_owner" or a bounded "dlock: ..." error; none
 -- raises or takes longer than CALL_LIMIT_S. And what it reads of the fuzz Redis.
 local h = require "helpers"

@@ -1,4 +1,4 @@
--- Option tables for the fuzz (spec/fuzz_spec.lua): valid values, so that many
+-- Option tables for the fuzz (spec/fuzz_*_spec.lua): valid values, so that many
 -- calls get through, redis tables safe to use or not, and whole option tables
 -- drawn from a list of fields.
 local dlock = require "resty.dlock"

@@ -1,4 +1,4 @@
--- The fuzz's inputs (spec/fuzz_spec.lua): a fixed-seed PRNG, hostile values
+-- The fuzz's inputs (spec/fuzz_*_spec.lua): a fixed-seed PRNG, hostile values
 -- of every Lua type, and a bounded printer that shows them in failure messages.
 local ffi = require "ffi"
 local dlock = require "resty.dlock"
@@ -105,7 +105,7 @@ local MISC = {
   named("ffi.cast('void *', 0)", ffi.cast("void *", 0)), -- NULL: compares equal to nil in LuaJIT
   named("callable table", setmetatable({}, { __call = function() return "called" end })),
 }
--- A finished coroutine joins MISC in spec/fuzz_spec.lua: ngx_lua's resume cannot run inside require.
+-- A finished coroutine joins MISC in spec/fuzz/suite.lua: ngx_lua's resume cannot run inside require.
 
 local function bytes(n)
   local t = {}

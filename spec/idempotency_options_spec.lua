@@ -1,7 +1,7 @@
 -- The idempotency guard's options (gateway.new with mode = "idempotency"):
 -- their defaults, the options of other modes refused, each bad value named,
 -- and the Idempotency-Key header's syntax. No nginx of its own: what the guard
--- does with them is spec/idempotency_spec.lua.
+-- does with them is in idempotency_spec.lua and idempotency_lifecycle_spec.lua.
 local h = require "helpers"
 
 describe("gateway.new mode idempotency options", function()

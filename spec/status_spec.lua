@@ -97,18 +97,18 @@ describe("metrics", function()
   end)
 
   it("count the leases a full dict could not record, in status and metrics", function()
-    local d = ngx.shared.dlock_other
-    local locks = h.locks({ dict = "dlock_other" })   -- made before the dict fills up, like at init
-    -- Its first acquire starts the crash-recovery sweep, which may free records of
-    -- workers gone since (earlier specs): let it finish before the dict is filled.
+    -- A dict of its own (nginx/spec.conf): what other specs leave in a dict, and
+    -- when it expires, would decide whether a record still fits.
+    local d = ngx.shared.dlock_full
+    local locks = h.locks({ dict = "dlock_full" })   -- made before the dict fills up, like at init
+    -- Its first acquire starts the crash-recovery sweep: let it finish before the dict is filled.
     assert(assert(locks:acquire("warm")):release())
     ngx.sleep(0.1)
     local junk = {}
     finally(function() for _, k in ipairs(junk) do d:delete(k) end end)
     -- Fill the dict (safe_add never evicts), then acquire: the locks work, their records do not fit.
-    -- Big values first, then smaller ones: free chunks of small size classes (left by
-    -- earlier specs' records in this dict) must be used up too, or a record still fits.
-    for _, size in ipairs({ 4000, 500, 100, 10 }) do
+    -- Big values first, then smaller ones, down to a byte: no size class keeps a free chunk.
+    for _, size in ipairs({ 2000, 1000, 400, 150, 60, 20, 1 }) do
       local v = string.rep("x", size)
       while true do
         local k = "status-spec-junk:" .. #junk
@@ -116,13 +116,14 @@ describe("metrics", function()
         junk[#junk + 1] = k
       end
     end
+    assert.is_falsy(d:safe_add("probe", "x"), "the dict is not full")
     local before = ledger.unrecorded(d)
     for i = 1, 3 do assert(assert(locks:acquire("full" .. i)):release()) end
     assert.equal(before + 3, ledger.unrecorded(d))
-    local r = assert(status.report({ dicts = { "dlock_other" }, limit = 0 }))
-    assert.equal(before + 3, r.unrecorded.dlock_other)
-    assert.equal(before + 3, metric(assert(status.metrics_text({ dicts = { "dlock_other" } })),
-      'dlock_unrecorded_leases_total{dict="dlock_other"}'))
+    local r = assert(status.report({ dicts = { "dlock_full" }, limit = 0 }))
+    assert.equal(before + 3, r.unrecorded.dlock_full)
+    assert.equal(before + 3, metric(assert(status.metrics_text({ dicts = { "dlock_full" } })),
+      'dlock_unrecorded_leases_total{dict="dlock_full"}'))
   end)
 end)
 

@@ -28,6 +28,7 @@ function _M.up()
   return a, b, redis
 end
 
+--- Stop what up() started.
 function _M.down()
   if a then a.stop() end
   if b then b.stop() end

@@ -202,11 +202,12 @@ for _, topo in ipairs(topologies) do
 
     it("admit no more than burst + rate x elapsed / period across two nginx of 2 workers each, offered 3x and more", function()
       -- api: 20 per 1000 ms, burst 10; 16 clients alternating the two nginx for 2.5 s.
-      local admitted, refused, other = 0, 0, 0
+      local admitted, refused, other, answered = 0, 0, 0, {}
       local t0 = h.now()
       h.under_load(2.5, 16, function(i)
         local n = (i % 2 == 0) and a or b
         local res = get(n, "/g/api?key=exact")
+        answered[#answered + 1] = h.now()
         if res.status == 200 then admitted = admitted + 1
         elseif res.status == 429 and res.headers["retry-after"] == "1" then refused = refused + 1
         else other = other + 1 end
@@ -216,12 +217,15 @@ for _, topo in ipairs(topologies) do
       note("two nginx", admitted, refused, elapsed, 10 + 20 * elapsed)
       assert.equal(0, other)
       assert.is_true(admitted <= 10 + 20 * elapsed, admitted .. " admitted in " .. elapsed .. " s")
-      assert.is_true(admitted >= 10 + 20 * elapsed * 0.7, admitted .. " admitted in " .. elapsed .. " s")
+      -- Not starved either: most of what the requests, as they came, left room for
+      -- (a stall of the machine between them leaves room for no more than the burst).
+      local room = h.gcra_admits(answered, 20, 10)
+      assert.is_true(admitted >= room * 0.7, admitted .. " admitted where " .. room .. " fit, in " .. elapsed .. " s")
       assert.is_true(refused >= 2 * admitted, refused .. " refused, " .. admitted .. " admitted: offered less than 3x")
     end)
 
     it("stay exact through nginx -s reload of one nginx under load: the count lives in Redis, no request fails", function()
-      local admitted, refused, other = 0, 0, 0
+      local admitted, refused, other, answered = 0, 0, 0, {}
       local t0 = h.now()
       local reloaded = false
       h.parallel(16, function(i)
@@ -232,6 +236,7 @@ for _, topo in ipairs(topologies) do
             assert(h.sh(h.env.nginx .. " -p " .. a.prefix .. " -c " .. a.prefix .. "/nginx.conf -s reload"))
           end
           local res = get(n, "/g/api?key=reload")
+          answered[#answered + 1] = h.now()
           if res.status == 200 then admitted = admitted + 1
           elseif res.status == 429 then refused = refused + 1
           else other = other + 1 end
@@ -243,7 +248,8 @@ for _, topo in ipairs(topologies) do
       assert.is_true(reloaded)
       assert.equal(0, other)
       assert.is_true(admitted <= 10 + 20 * elapsed, admitted .. " admitted in " .. elapsed .. " s")
-      assert.is_true(admitted >= 10 + 20 * elapsed * 0.7, admitted .. " admitted in " .. elapsed .. " s")
+      local room = h.gcra_admits(answered, 20, 10)
+      assert.is_true(admitted >= room * 0.7, admitted .. " admitted where " .. room .. " fit, in " .. elapsed .. " s")
     end)
 
     it("say the policy and what remains in RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11)", function()

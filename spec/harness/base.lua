@@ -235,6 +235,22 @@ function _M.guard_key(name, raw)
   return require("resty.dlock.gateway.digest").key("dlock:gw:" .. name .. ":", raw)
 end
 
+--- How many requests answered at `times` (s, any order) a GCRA of `rate` per
+--- second and `burst` would admit: what a limiter can be asked to admit at
+--- least, whatever stalls the machine put between the requests.
+function _M.gcra_admits(times, rate, burst)
+  table.sort(times)
+  local iv, tat, n = 1 / rate, -math.huge, 0
+  for _, t in ipairs(times) do
+    local nxt = math.max(tat, t) + iv
+    if nxt - t <= burst * iv + 1e-9 then
+      tat = nxt
+      n = n + 1
+    end
+  end
+  return n
+end
+
 --- What a rate exactness test measured, for the record (<prefix>/rate-exactness.txt; DLOCK_KEEP=1 keeps it).
 function _M.rate_note(what, admitted, refused, elapsed, bound)
   local f = assert(io.open(_M.prefix .. "/rate-exactness.txt", "a"))

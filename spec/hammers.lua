@@ -2,11 +2,29 @@
 -- worker and from requests to a peer nginx (nginx/spec-peer.conf's hammer
 -- locations), every holder watched by the overlap witness (spec/witness.lua).
 -- Shared by the specs of key sets (multikey_spec, multikey_fleet_spec) and of
--- readers and writers (rwlock_fleet_spec).
+-- readers and writers (rwlock_fleet_spec), with the Cluster and peer nginx
+-- their Cluster tests run on.
 local h = require "helpers"
 local witness = require "witness"
 
 local _M = {}
+
+--- In the calling describe: a Redis Cluster and a peer nginx of 2 workers,
+--- started by a setup and stopped by a teardown. Returns the table they go in:
+--- { c = the cluster (harness/cluster.lua), peer = the nginx }.
+function _M.cluster_fleet()
+  local busted = getfenv(2)
+  local f = {}
+  busted.setup(function()
+    f.c = h.start_cluster()
+    f.peer = h.start_nginx("spec-peer.conf", { WORKERS = 2 })
+  end)
+  busted.teardown(function()
+    if f.peer then f.peer.stop() end
+    if f.c then f.c.stop() end
+  end)
+  return f
+end
 
 --- Readers and writers on `keys` keys: 40 light threads here and 16 requests to
 --- the peer (/rw-hammer), 20 rounds each, `reads` % of them readers; `extra`

@@ -340,18 +340,10 @@ describe("acquire_all on redis.redlock", function()
 end)
 
 describe("acquire_all on redis.cluster", function()
-  local c, peer
-  setup(function()
-    c = h.start_cluster()
-    peer = h.start_nginx("spec-peer.conf", { WORKERS = 2 })
-  end)
-  teardown(function()
-    if peer then peer.stop() end
-    if c then c.stop() end
-  end)
+  local fleet = hammers.cluster_fleet()
 
-  local function make(opts) return c.locks("mkc", opts) end
-  local function cget(k) return h.cmd(c.slot_owner(k), "get", k) end
+  local function make(opts) return fleet.c.locks("mkc", opts) end
+  local function cget(k) return h.cmd(fleet.c.slot_owner(k), "get", k) end
 
   it("takes keys of one slot (a hash tag) in one script, keys of different slots in order, all or nothing", function()
     local locks = make({ fencing = true })
@@ -365,7 +357,7 @@ describe("acquire_all on redis.cluster", function()
     -- Different slots, on different masters: a key, then one of another master (b), then any (c).
     local a, b = "a", nil
     for i = 1, 50 do
-      if c.slot_owner(p .. "b" .. i) ~= c.slot_owner(p .. a) then b = "b" .. i break end
+      if fleet.c.slot_owner(p .. "b" .. i) ~= fleet.c.slot_owner(p .. a) then b = "b" .. i break end
     end
     assert.is_truthy(b, "no key on another master than " .. a)
     local cc = "c"
@@ -380,7 +372,7 @@ describe("acquire_all on redis.cluster", function()
     assert.same({ cc, b, a }, set.keys)
     for _, k in ipairs({ a, b, cc }) do assert.equal(set.token, cget(p .. k)) end
     assert.is_true(set:extend(8000))
-    assert.is_true(h.cmd(c.slot_owner(p .. a), "pttl", p .. a) > 7000)
+    assert.is_true(h.cmd(fleet.c.slot_owner(p .. a), "pttl", p .. a) > 7000)
     assert(set:release())
     for _, k in ipairs({ a, b, cc }) do assert.equal(ngx.null, cget(p .. k)) end
   end)
@@ -389,8 +381,8 @@ describe("acquire_all on redis.cluster", function()
     it("never deadlocks nor overlaps with {a,b} and {b,a} across 2 nginx (" .. case[1] .. ")", function()
       local locks = make()
       local rounds = 15
-      local total, here, there, overlaps = hammers.opposite_orders(locks, peer, case[2], case[3], rounds,
-        c.peer_arg())
+      local total, here, there, overlaps = hammers.opposite_orders(locks, fleet.peer, case[2], case[3], rounds,
+        fleet.c.peer_arg())
       ngx.log(ngx.NOTICE, "multikey cluster (", case[1], "): ", total, " sets, ", overlaps, " overlaps")
       assert.same({}, here)
       assert.equal(0, there)

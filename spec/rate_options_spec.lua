@@ -6,11 +6,7 @@ local h = require "helpers"
 local rate = require "resty.dlock.rate"
 local core = require "resty.dlock.core.rate"
 
-local function new(redis, opts)
-  local o = { dict = "dlock", redis = redis, prefix = h.unique("rate") }
-  for k, v in pairs(opts or {}) do o[k] = v end
-  return assert(rate.new(o))
-end
+local new = h.rate_limiter
 
 describe("gateway.new mode rate", function()
   local gateway = require "resty.dlock.gateway"

@@ -5,14 +5,9 @@
 -- (With Redis gone, on_error = "local": rate_fallback_spec.lua; bad options:
 -- rate_options_spec.lua; the GCRA scripts alone: rate_scripts_spec.lua.)
 local h = require "helpers"
-local rate = require "resty.dlock.rate"
 local core = require "resty.dlock.core.rate"
 
-local function new(redis, opts)
-  local o = { dict = "dlock", redis = redis, prefix = h.unique("rate") }
-  for k, v in pairs(opts or {}) do o[k] = v end
-  return assert(rate.new(o))
-end
+local new = h.rate_limiter
 
 local note = h.rate_note
 

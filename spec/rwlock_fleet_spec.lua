@@ -89,20 +89,11 @@ describe("shared locks across nginx", function()
   end)
 end)
 
-
 describe("shared locks across nginx on redis.cluster", function()
-  local c, peer
-  setup(function()
-    c = h.start_cluster()
-    peer = h.start_nginx("spec-peer.conf", { WORKERS = 2 })
-  end)
-  teardown(function()
-    if peer then peer.stop() end
-    if c then c.stop() end
-  end)
+  local fleet = hammers.cluster_fleet()
 
   it("never has a writer beside anyone across 2 nginx", function()
-    local overlaps, shared = hammers.readers_writers(c.locks("rwc"), peer, 3, 80, c.peer_arg())
+    local overlaps, shared = hammers.readers_writers(fleet.c.locks("rwc"), fleet.peer, 3, 80, fleet.c.peer_arg())
     assert.equal(ngx.null, overlaps)
     assert.is_true(shared > 0, "no two readers were ever inside at once")
   end)

@@ -251,6 +251,13 @@ function _M.gcra_admits(times, rate, burst)
   return n
 end
 
+--- A rate limiter on the redis options `on`, with a key prefix of its own, opts over { dict = "dlock" }; raises what rate.new refuses.
+function _M.rate_limiter(on, opts)
+  local o = { dict = "dlock", redis = on, prefix = _M.unique("rate") }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return assert(require("resty.dlock.rate").new(o))
+end
+
 --- What a rate exactness test measured, for the record (<prefix>/rate-exactness.txt; DLOCK_KEEP=1 keeps it).
 function _M.rate_note(what, admitted, refused, elapsed, bound)
   local f = assert(io.open(_M.prefix .. "/rate-exactness.txt", "a"))

@@ -51,8 +51,9 @@ local function reset_of_a_stop(line)
   return false
 end
 
---- The [error] (and worse) lines since mark that match none of the patterns in `expected`.
-function _M.unexpected_errors(mark, expected)
+-- The [error] (and worse) lines since mark that match none of the patterns in
+-- `expected`, and how many lines each pattern matched (by its index).
+local function scan(mark, expected)
   local files = { { env.prefix .. "/logs/error.log", mark.runner } }
   for i = mark.started + 1, #started do files[#files + 1] = { started[i].log, started[i].from } end
   local out, seen = {}, {}
@@ -78,6 +79,12 @@ function _M.unexpected_errors(mark, expected)
       fh:close()
     end
   end
+  return out, seen
+end
+
+--- The [error] (and worse) lines since mark that match none of the patterns in `expected`.
+function _M.unexpected_errors(mark, expected)
+  local out = scan(mark, expected)
   return out
 end
 
@@ -105,7 +112,17 @@ function _M.check_error_logs(expected)
   -- Busted names a test after where its function is written (here): the spec file goes into its name.
   local file = debug.getinfo(2, "S").short_src:match("[^/]*$")
   busted.it(file .. " logs no unexpected [error], [crit] or [alert] lines", function()
-    local bad = _M.unexpected_errors(mark, expected)
+    local bad, seen_of = scan(mark, expected)
+    -- How often each allowance was used, for narrowing them (<prefix>/error-allowances.txt).
+    local f = io.open(env.prefix .. "/error-allowances.txt", "a")
+    if f then
+      for i, e in ipairs(expected or {}) do
+        local p, max = e, nil
+        if type(e) == "table" then p, max = e[1], e.max end
+        f:write(file, "\t", seen_of[i] or 0, "\t", tostring(max), "\t", p, "\n")
+      end
+      f:close()
+    end
     -- The distinct messages (without time, pid and connection), each with its count and first line.
     local seen, order = {}, {}
     for _, line in ipairs(bad) do

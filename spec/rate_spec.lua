@@ -358,6 +358,6 @@ for _, topo in ipairs(topologies) do
 end
 
 -- The unreachable Redis of the down_* guards: connect failures, the guards' lines.
-h.check_error_logs({ { "connect%(%) failed %(111: Connection refused%)", max = 12 },
+h.check_error_logs({ { "connect%(%) failed %(111: Connection refused%)", max = 6 },
   { "dlock: guard down_%a+: redis 127%.0%.0%.1:%d+: connect", max = 8 },
   { "dlock: guard down_%a+: Redis keeps failing", max = 4 } })

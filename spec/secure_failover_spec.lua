@@ -410,7 +410,7 @@ end)
 -- refused, or reset in its TLS handshake when the kill lands in it; and in front of the Cluster, a guard's request
 -- that met the dead master before its worker read the new slot map (refused with 503): nginx's line and the guard's.
 h.check_error_logs({
-  { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 12 },
+  { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 8 },
   { "peer closed connection in SSL handshake %(104: Connection reset by peer%), context: ngx%.timer", max = 4 },
   { 'connect%(%) failed %(111: Connection refused%), client: 127%.0%.0%.1, server: , request: "%u+ /', max = 8 },
   { "dlock: guard [%w_]+: redis 127%.0%.0%.1:%d+: connection refused, client", max = 8 },

@@ -3,7 +3,8 @@
 -- auto-pipeline, so concurrent calls of a worker share round trips there too;
 -- NOSCRIPT is recovered the same way everywhere; a connection that breaks in
 -- the middle of a pipeline leaves only the calls whose replies never came
--- "outcome unknown".
+-- "outcome unknown"; a server that refuses connections is dialed once per
+-- 100 ms, not once per call.
 local h = require "helpers"
 local dlock = require "resty.dlock"
 local backend = require "resty.dlock.redis.backend"
@@ -175,7 +176,56 @@ describe("one transport", function()
   end
 end)
 
+describe("a server that refuses connections", function()
+  --- "connect() failed (111: Connection refused)" lines of the runner's error log since mark: one per dial nginx made.
+  local function refused_dials(mark)
+    local log = (h.read_file(h.prefix .. "/logs/error.log") or ""):sub(mark.runner + 1)
+    local n = 0
+    for _ in log:gmatch("connect%(%) failed %(111: Connection refused%)") do n = n + 1 end
+    return n
+  end
+
+  it("is dialed once per 100 ms, not once per call: the calls in between get its refusal without a dial", function()
+    local r = h.start_redis()
+    local port = r.port
+    r.stop()
+    local function locks(extra)
+      local redis = { port = port, connect_timeout = 300 }
+      for k, v in pairs(extra or {}) do redis[k] = v end
+      return assert(dlock.new({ dict = "dlock", prefix = h.unique("refused"), redis = redis }))
+    end
+    local plain, piped = locks({ auto_pipeline = false }), locks()
+    local want = "dlock: redis 127.0.0.1:" .. port .. ": connection refused"
+    local mark = h.error_log_mark()
+    -- 20 calls of each factory one after another, then 40 at once.
+    for i = 1, 20 do
+      for _, l in ipairs({ plain, piped }) do
+        local lease, err = l:acquire("k" .. i)
+        assert.is_nil(lease)
+        assert.equal(want, err)
+      end
+    end
+    local got = h.parallel(40, function(i)
+      local lease, err = (i % 2 == 0 and plain or piped):acquire("p" .. i)
+      return lease == nil and err
+    end)
+    for i = 1, 40 do assert.equal(want, got[i]) end
+    local dials = refused_dials(mark)
+    assert.is_true(dials >= 1 and dials <= 2, dials .. " refused connects logged for 80 calls")
+    -- 100 ms on, it is dialed again: a server started there meanwhile takes the next calls.
+    r = h.start_redis(port)
+    ngx.sleep(0.1)
+    for _, l in ipairs({ plain, piped }) do
+      local lease = assert(l:acquire("after"))
+      assert.is_true(lease:release())
+    end
+    r.stop()
+  end)
+end)
+
 h.check_error_logs({
+  -- The refusals of a server stopped on purpose, one per 100 ms.
+  { "connect%(%) failed %(111: Connection refused%)", max = 2 },
   -- The pipelines broken on purpose (and a call kept busy behind their slow script).
   { "lua tcp socket read timed out", max = 10 },
 })

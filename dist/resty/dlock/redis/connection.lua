@@ -29,8 +29,19 @@ local thread_spawn = ngx.thread.spawn
 local thread_wait = ngx.thread.wait
 local thread_kill = ngx.thread.kill
 local lua_pcall = pcall
+local ngx_now = ngx.now
 local semaphore = require("ngx.semaphore")
 local sem_new = semaphore.new
+--- Per pool (an address and how it is reached), when a connect to it was last
+-- refused. For REFUSED s after that, connect() answers the same refusal
+-- without dialing: a server that is gone is not dialed again by every call
+-- that comes along (with auto_pipeline off, or many releases queued, dozens
+-- within a millisecond), each of which nginx logs at error. Only a refusal
+-- counts: a timeout took its time already, and a guard's breaker takes it
+-- from there.
+local refusedAt = {}
+local REFUSED = 0.1
+local REFUSED_ERR = "connection refused"
 --- The server may no longer be the master (a connection error, READONLY,
 -- LOADING): with Sentinel, ask the sentinels again on the next connection.
 local function stale(conf)
@@ -186,18 +197,18 @@ local function isMaster(red, conf, host, port)
     end
     return "dlock: redis " .. conf.endpoint .. ": " .. host .. ":" .. lua_tostring(port) .. " is a " .. lua_tostring(role[1]) .. ", not the master (a failover is under way); asking the sentinels again"
 end
+--- A connect to host:port failed with err: the error that names the endpoint (and, behind Sentinel, the master).
+local function unreached(conf, host, port, err)
+    stale(conf)
+    local why = unconnected(err)
+    if conf.sentinel ~= nil then
+        return nil, "dlock: redis " .. conf.endpoint .. ": master " .. host .. ":" .. lua_tostring(port) .. ": " .. why .. announced_by(why, hints.BY_SENTINELS)
+    end
+    return nil, "dlock: redis " .. conf.endpoint .. ": " .. why .. announced_by(why, conf.announced)
+end
 --- A ready connection from the pool (or a fresh one, authenticated and with the
 -- db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
 function _M.connect(conf)
-    local red, nerr = client:new()
-    if red == nil then
-        return nil, "dlock: redis client: " .. lua_tostring(nerr)
-    end
-    if hasTimeouts then
-        red:set_timeouts(conf.connect_timeout, conf.read_timeout, conf.read_timeout)
-    else
-        red:set_timeout(conf.connect_timeout)
-    end
     local host = conf.host
     local port = conf.port
     local pool = conf.pool
@@ -220,6 +231,22 @@ function _M.connect(conf)
         port = m.port
         pool = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
     end
+    local refused = refusedAt[pool]
+    if refused ~= nil then
+        if ngx_now() - refused < REFUSED then
+            return unreached(conf, host, port, REFUSED_ERR)
+        end
+        refusedAt[pool] = nil
+    end
+    local red, nerr = client:new()
+    if red == nil then
+        return nil, "dlock: redis client: " .. lua_tostring(nerr)
+    end
+    if hasTimeouts then
+        red:set_timeouts(conf.connect_timeout, conf.read_timeout, conf.read_timeout)
+    else
+        red:set_timeout(conf.connect_timeout)
+    end
     local opts = {pool = pool, pool_size = conf.pool_size, backlog = conf.backlog}
     local ok
     local err
@@ -238,12 +265,10 @@ function _M.connect(conf)
         )
     end
     if ok == nil then
-        stale(conf)
-        local why = unconnected(err)
-        if conf.sentinel ~= nil then
-            return nil, "dlock: redis " .. conf.endpoint .. ": master " .. host .. ":" .. lua_tostring(port) .. ": " .. why .. announced_by(why, hints.BY_SENTINELS)
+        if err == REFUSED_ERR then
+            refusedAt[pool] = ngx_now()
         end
-        return nil, "dlock: redis " .. conf.endpoint .. ": " .. why .. announced_by(why, conf.announced)
+        return unreached(conf, host, port, err)
     end
     if not hasTimeouts then
         red:set_timeout(conf.read_timeout)

@@ -34,8 +34,22 @@ const thread_spawn = ngx.thread.spawn;
 const thread_wait = ngx.thread.wait;
 const thread_kill = ngx.thread.kill;
 const lua_pcall = pcall;
+const ngx_now = ngx.now;
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const sem_new = semaphore.new;
+
+/**
+ * Per pool (an address and how it is reached), when a connect to it was last
+ * refused. For REFUSED s after that, connect() answers the same refusal
+ * without dialing: a server that is gone is not dialed again by every call
+ * that comes along (with auto_pipeline off, or many releases queued, dozens
+ * within a millisecond), each of which nginx logs at error. Only a refusal
+ * counts: a timeout took its time already, and a guard's breaker takes it
+ * from there.
+ */
+const refusedAt = new LuaTable<string, number>();
+const REFUSED = 0.1;
+const REFUSED_ERR = "connection refused";
 
 /**
  * The server may no longer be the master (a connection error, READONLY,
@@ -185,21 +199,23 @@ function isMaster(red: RestyRedis, conf: redis.RedisConf, host: string, port: nu
     ", not the master (a failover is under way); asking the sentinels again";
 }
 
+/** A connect to host:port failed with err: the error that names the endpoint (and, behind Sentinel, the master). */
+function unreached(conf: redis.RedisConf, host: string, port: number, err: string | undefined): LuaMultiReturn<[undefined, string]> {
+  stale(conf);
+  const why = unconnected(err);
+  if (conf.sentinel !== undefined) {
+    // The master the sentinels named: which one, for an operator reading this during a failover.
+    return $multi(undefined, "dlock: redis " + conf.endpoint + ": master " + host + ":" + lua_tostring(port) + ": " + why +
+      announced_by(why, hints.BY_SENTINELS));
+  }
+  return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + why + announced_by(why, conf.announced));
+}
+
 /**
  * A ready connection from the pool (or a fresh one, authenticated and with the
  * db selected). Errors name the endpoint: "dlock: redis 127.0.0.1:6379: connection refused".
  */
 export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | undefined, string | undefined]> {
-  const [red, nerr] = (client as RestyRedisModule).new();
-  if (red === undefined) {
-    return $multi(undefined, "dlock: redis client: " + lua_tostring(nerr));
-  }
-  // Never touch red.set_timeouts on 0.27: its __index would turn the name into a Redis command.
-  if (hasTimeouts) {
-    red.set_timeouts!(conf.connect_timeout, conf.read_timeout, conf.read_timeout);
-  } else {
-    red.set_timeout(conf.connect_timeout);
-  }
   let host = conf.host;
   let port = conf.port;
   let pool = conf.pool;
@@ -215,6 +231,21 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
     // One pool per master: connections to a demoted one are never handed out again.
     pool = conf.pool + "@" + host + ":" + lua_tostring(port);
   }
+  const refused = refusedAt.get(pool);
+  if (refused !== undefined) {
+    if (ngx_now() - refused < REFUSED) return unreached(conf, host, port, REFUSED_ERR);
+    refusedAt.delete(pool);
+  }
+  const [red, nerr] = (client as RestyRedisModule).new();
+  if (red === undefined) {
+    return $multi(undefined, "dlock: redis client: " + lua_tostring(nerr));
+  }
+  // Never touch red.set_timeouts on 0.27: its __index would turn the name into a Redis command.
+  if (hasTimeouts) {
+    red.set_timeouts!(conf.connect_timeout, conf.read_timeout, conf.read_timeout);
+  } else {
+    red.set_timeout(conf.connect_timeout);
+  }
   const opts: RedisConnectOptions = { pool, pool_size: conf.pool_size, backlog: conf.backlog };
   let ok: 1 | undefined;
   let err: string | undefined;
@@ -225,14 +256,8 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
     [ok, err] = dial(red, host, port, opts, conf.connect_timeout);
   }
   if (ok === undefined) {
-    stale(conf);
-    const why = unconnected(err);
-    if (conf.sentinel !== undefined) {
-      // The master the sentinels named: which one, for an operator reading this during a failover.
-      return $multi(undefined, "dlock: redis " + conf.endpoint + ": master " + host + ":" + lua_tostring(port) + ": " + why +
-        announced_by(why, hints.BY_SENTINELS));
-    }
-    return $multi(undefined, "dlock: redis " + conf.endpoint + ": " + why + announced_by(why, conf.announced));
+    if (err === REFUSED_ERR) refusedAt.set(pool, ngx_now());
+    return unreached(conf, host, port, err);
   }
   if (!hasTimeouts) {
     red.set_timeout(conf.read_timeout);

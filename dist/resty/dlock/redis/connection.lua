@@ -1,5 +1,6 @@
 -- Generated from src/resty/dlock/redis/connection.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
+local clock = require("resty.dlock.core.clock")
 local schema = require("resty.dlock.core.schema")
 local redis = require("resty.dlock.redis.client")
 local derived = require("resty.dlock.redis.derived")
@@ -29,7 +30,7 @@ local thread_spawn = ngx.thread.spawn
 local thread_wait = ngx.thread.wait
 local thread_kill = ngx.thread.kill
 local lua_pcall = pcall
-local ngx_now = ngx.now
+local clock_now = clock.now
 local semaphore = require("ngx.semaphore")
 local sem_new = semaphore.new
 --- Per pool (an address and how it is reached), when a connect to it was last
@@ -233,7 +234,7 @@ function _M.connect(conf)
     end
     local refused = refusedAt[pool]
     if refused ~= nil then
-        if ngx_now() - refused < REFUSED then
+        if clock_now() - refused < REFUSED then
             return unreached(conf, host, port, REFUSED_ERR)
         end
         refusedAt[pool] = nil
@@ -266,7 +267,7 @@ function _M.connect(conf)
     end
     if ok == nil then
         if err == REFUSED_ERR then
-            refusedAt[pool] = ngx_now()
+            refusedAt[pool] = clock_now()
         end
         return unreached(conf, host, port, err)
     end

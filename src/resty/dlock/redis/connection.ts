@@ -4,6 +4,7 @@
 // the transport (roundtrip.ts, pipeline.ts) and the wake-up subscriber read
 // and write themselves. Sentinels are reached through open() below.
 
+import * as clock from "../core/clock";
 import * as schema from "../core/schema";
 import * as redis from "./client";
 import * as derived from "./derived";
@@ -34,7 +35,7 @@ const thread_spawn = ngx.thread.spawn;
 const thread_wait = ngx.thread.wait;
 const thread_kill = ngx.thread.kill;
 const lua_pcall = pcall;
-const ngx_now = ngx.now;
+const clock_now = clock.now;
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const sem_new = semaphore.new;
 
@@ -233,7 +234,7 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
   }
   const refused = refusedAt.get(pool);
   if (refused !== undefined) {
-    if (ngx_now() - refused < REFUSED) return unreached(conf, host, port, REFUSED_ERR);
+    if (clock_now() - refused < REFUSED) return unreached(conf, host, port, REFUSED_ERR);
     refusedAt.delete(pool);
   }
   const [red, nerr] = (client as RestyRedisModule).new();
@@ -256,7 +257,7 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
     [ok, err] = dial(red, host, port, opts, conf.connect_timeout);
   }
   if (ok === undefined) {
-    if (err === REFUSED_ERR) refusedAt.set(pool, ngx_now());
+    if (err === REFUSED_ERR) refusedAt.set(pool, clock_now());
     return unreached(conf, host, port, err);
   }
   if (!hasTimeouts) {

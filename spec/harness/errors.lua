@@ -51,6 +51,12 @@ local function reset_of_a_stop(line)
   return false
 end
 
+-- An entry of `expected`: its pattern and its max (nil: any number).
+local function allowance(e)
+  if type(e) == "table" then return e[1], e.max end
+  return e, nil
+end
+
 -- The [error] (and worse) lines since mark that match none of the patterns in
 -- `expected`, and how many lines each pattern matched (by its index).
 local function scan(mark, expected)
@@ -65,8 +71,7 @@ local function scan(mark, expected)
         if severe(line) and not (f[1] == files[1][1] and reset_of_a_stop(line)) then
           local known = false
           for i, e in ipairs(expected or {}) do
-            local p, max = e, nil
-            if type(e) == "table" then p, max = e[1], e.max end
+            local p, max = allowance(e)
             if line:find(p) then
               seen[i] = (seen[i] or 0) + 1
               known = max == nil or seen[i] <= max
@@ -117,8 +122,7 @@ function _M.check_error_logs(expected)
     local f = io.open(env.prefix .. "/error-allowances.txt", "a")
     if f then
       for i, e in ipairs(expected or {}) do
-        local p, max = e, nil
-        if type(e) == "table" then p, max = e[1], e.max end
+        local p, max = allowance(e)
         f:write(file, "\t", seen_of[i] or 0, "\t", tostring(max), "\t", p, "\n")
       end
       f:close()

@@ -271,6 +271,50 @@ describe("gateway", function()
       assert.equal(200, get(b, "/jobs?job=" .. key .. "&key=" .. key).status)
       assert.equal(200, get(b, "/refresh?user=" .. h.unique("u")).status)
     end)
+
+    it("under 12 requests in flight, logs one line per worker for the renewals and one for the releases it " ..
+       "could not send, and counts every one", function()
+      local log_before = #a.error_log()
+      local before = status(a).guards.reports
+      local threads = {}
+      for i = 1, 12 do
+        -- ttl 3000: renewed about every second while the backend takes 2.5 s.
+        threads[i] = ngx.thread.spawn(get, a, "/reports?ms=2500&user=" .. h.unique("out"))
+      end
+      assert.is_true(h.eventually(2, function() return status(a).guards.reports.in_flight == 12 end))
+      redis.stop()
+      local restarted = false
+      finally(function() if not restarted then redis = h.start_redis(redis.port) end end)
+      for i = 1, 12 do
+        local ok, res = ngx.thread.wait(threads[i])
+        assert.is_true(ok)
+        assert.equal(200, res.status)
+      end
+      -- Each request's two renewals and its release failed: about 36 failures, every one counted.
+      assert.is_true(h.eventually(3, function()
+        return status(a).guards.reports.redis_errors - before.redis_errors >= 36
+      end), "redis_errors went from " .. before.redis_errors .. " to " .. status(a).guards.reports.redis_errors)
+      local log = a.error_log():sub(log_before + 1)
+      local function per_worker(what)
+        local seen, total = {}, 0
+        for pid, rest in log:gmatch("%[warn%] (%d+)#%d+: ([^\n]*dlock: guard reports: " .. what .. "[^\n]*)") do
+          assert.not_matches("more like it", rest, 1, true)
+          seen[pid] = (seen[pid] or 0) + 1
+          total = total + 1
+        end
+        for pid, n in pairs(seen) do assert.equal(1, n, "worker " .. pid .. " logged " .. n .. " lines " .. what) end
+        return total
+      end
+      local renewing = per_worker("renewing %x+: redis 127%.0%.0%.1:%d+: connection refused")
+      local releasing = per_worker("releasing 1 lease%(s%) failed %(retried until Redis answers or the lease expires%): " ..
+        "redis 127%.0%.0%.1:%d+: connection refused")
+      assert.is_true(renewing >= 1 and renewing <= 2, renewing .. " lines about renewals")
+      assert.is_true(releasing >= 1 and releasing <= 2, releasing .. " lines about releases")
+
+      redis, restarted = h.start_redis(redis.port), true
+      ngx.sleep(0.2)   -- the refusal remembered for 100 ms is over
+      assert.equal(200, get(a, "/reports?user=" .. h.unique("back")).status)
+    end)
   end)
 
   describe("status and metrics", function()

@@ -1,7 +1,9 @@
 -- Generated from src/resty/dlock/core/ledger.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local clock = require("resty.dlock.core.clock")
+local quiet = require("resty.dlock.core.quiet")
 local clock_now = clock.now
+local quiet_due = quiet.due
 local worker_pid = ngx.worker.pid
 local ngx_log = ngx.log
 local WARN = ngx.WARN
@@ -16,8 +18,6 @@ local lua_tonumber = tonumber
 local RECORD = "l:"
 --- Tickets of waiters in a key's queue in Redis: "w:" .. redis key .. " " .. token, valued as leases.
 local WAITING = "w:"
---- Seconds between two warnings of one worker about a full dict.
-local WARN_EVERY = 10
 --- Dict key counting leases whose record the dict could not take (it was full).
 _M.UNRECORDED = "c:ledger:unrecorded"
 --- How many leases this nginx could not record since it started (the dict was full).
@@ -45,13 +45,11 @@ local function encode(token, key, expires)
     )
     return v
 end
-local missed = 0
-local warnedAt = -WARN_EVERY
+local full = quiet.make()
 local function unrecordable(dict, key, err)
     dict:incr(_M.UNRECORDED, 1, 0)
-    missed = missed + 1
-    local now = clock_now()
-    if now - warnedAt >= WARN_EVERY then
+    local missed = quiet_due(full)
+    if missed > 0 then
         ngx_log(
             WARN,
             "dlock: shared dict full: ",
@@ -62,8 +60,6 @@ local function unrecordable(dict, key, err)
             err,
             "); held(), status and local waiting miss them, exclusion is unaffected"
         )
-        missed = 0
-        warnedAt = now
     end
 end
 --- Record a new lease: when its record expires (epoch ms) and the record as

@@ -2,6 +2,7 @@
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local clock = require("resty.dlock.core.clock")
+local quiet = require("resty.dlock.core.quiet")
 local ngx_update_time = ngx.update_time
 local clock_now = clock.now
 local timer_at = ngx.timer.at
@@ -13,11 +14,15 @@ local math_min = math.min
 local lua_pcall = pcall
 local lua_pairs = pairs
 local lua_ipairs = ipairs
+local quiet_due = quiet.due
+local quiet_more = quiet.more
 --- Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
 -- (and its ttl only starts) when Redis resumes, whenever that is.
 _M.LOST_HORIZON = 600
 local FIRST_SWEEP_DELAY = 0.05
 local MAX_SWEEP_DELAY = 0.5
+--- The line about cleanups given up: one per interval, not one per key (an outage can orphan thousands).
+local givenUp = quiet.make()
 local orphans = {}
 local sweeping = false
 local function sweepOnce()
@@ -28,14 +33,18 @@ local function sweepOnce()
     local groups = {}
     for _, o in lua_ipairs(batch) do
         if now > o.deadline then
-            ngx_log(
-                WARN,
-                "dlock: giving up cleanup of ",
-                o.rkey,
-                " (",
-                o.lost,
-                " not confirmed), it expires on its own"
-            )
+            local n = quiet_due(givenUp)
+            if n > 0 then
+                ngx_log(
+                    WARN,
+                    "dlock: giving up cleanup of ",
+                    o.rkey,
+                    " (",
+                    o.lost,
+                    " not confirmed), it expires on its own",
+                    quiet_more(n)
+                )
+            end
             if o.settle ~= nil then
                 o.settle(o, nil)
             end

@@ -6,6 +6,7 @@ local batch = require("resty.dlock.core.batch")
 local loop = require("resty.dlock.core.loop")
 local request = require("resty.dlock.gateway.request")
 local clock = require("resty.dlock.core.clock")
+local quiet = require("resty.dlock.core.quiet")
 local ngx_update_time = ngx.update_time
 local clock_now = clock.now
 local ngx_log = ngx.log
@@ -18,6 +19,10 @@ local math_min = math.min
 local lua_pcall = pcall
 local lua_pairs = pairs
 local lua_ipairs = ipairs
+local quiet_due = quiet.due
+local quiet_more = quiet.more
+--- The line about renewals Redis did not answer: one per interval, not one per lease and sweep.
+local unanswered = quiet.make()
 local watched = {}
 local count = 0
 --- Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds.
@@ -118,14 +123,18 @@ local function round()
             elseif hooks ~= nil then
                 hooks.failed(l, r)
             else
-                ngx_log(
-                    WARN,
-                    "dlock: renewing the lease on ",
-                    l.key,
-                    ": ",
-                    check.reason(r),
-                    " (trying again)"
-                )
+                local n = quiet_due(unanswered)
+                if n > 0 then
+                    ngx_log(
+                        WARN,
+                        "dlock: renewing the lease on ",
+                        l.key,
+                        ": ",
+                        check.reason(r),
+                        " (trying again)",
+                        quiet_more(n)
+                    )
+                end
             end
         end
     end

@@ -3,9 +3,11 @@ local _M = {}
 local check = require("resty.dlock.core.check")
 local vars = require("resty.dlock.gateway.vars")
 local clock = require("resty.dlock.core.clock")
+local quiet = require("resty.dlock.core.quiet")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local clock_now = clock.now
+local quiet_due = quiet.due
 local var_get = vars.get
 local math_floor = math.floor
 local str_find = string.find
@@ -95,8 +97,7 @@ local function state(guard)
             since = clock_now(),
             present = 0,
             missing = 0,
-            errorAt = 0,
-            errors = 0
+            failed = quiet.make()
         }
         seen[guard] = s
     end
@@ -136,10 +137,11 @@ function _M.note(guard, t, present, what)
 end
 --- A key that could not be computed: logged at once, then at most once an interval with the count.
 function _M.failed(guard, problem, what)
-    local s = state(guard)
-    local now = clock_now()
-    s.errors = s.errors + 1
-    if now - s.errorAt < settings.interval then
+    local n = quiet_due(
+        state(guard).failed,
+        settings.interval
+    )
+    if n == 0 then
         return
     end
     ngx_log(
@@ -149,14 +151,12 @@ function _M.failed(guard, problem, what)
         ": no key: ",
         problem,
         " (",
-        s.errors,
-        s.errors == 1 and " request" or " requests",
+        n,
+        n == 1 and " request" or " requests",
         " since the last such line in this worker; ",
         what,
         ")"
     )
-    s.errorAt = now
-    s.errors = 0
 end
 _M.settings = settings
 return _M

@@ -3,6 +3,7 @@ local _M = {}
 local check = require("resty.dlock.core.check")
 local batch = require("resty.dlock.core.batch")
 local lease = require("resty.dlock.core.lease")
+local quiet = require("resty.dlock.core.quiet")
 local stats = require("resty.dlock.gateway.stats")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -14,6 +15,8 @@ local math_min = math.min
 local thread_wait = ngx.thread.wait
 local lua_pcall = pcall
 local lua_tostring = tostring
+local quiet_due = quiet.dueFor
+local quiet_more = quiet.more
 local semaphore = require("ngx.semaphore")
 local qOwner = {}
 local qLease = {}
@@ -36,8 +39,14 @@ local IDLE = 0.5
 local SHARE = 4096
 --- Made in the worker, at its first release.
 local sema
+--- Per guard, its line about releases and holds Redis did not confirm (one per interval, not one per lease).
+local unconfirmed = {}
 local function failed(owner, what, err)
     stats.incr(owner._dict, owner.name, "redis_errors")
+    local n = quiet_due(unconfirmed, owner.name)
+    if n == 0 then
+        return
+    end
     ngx_log(
         WARN,
         "dlock: guard ",
@@ -45,7 +54,8 @@ local function failed(owner, what, err)
         ": ",
         what,
         " failed (retried until Redis answers or the lease expires): ",
-        check.reason(err)
+        check.reason(err),
+        quiet_more(n)
     )
 end
 local function raised(err)

@@ -2,12 +2,17 @@
 local _M = {}
 local check = require("resty.dlock.core.check")
 local stats = require("resty.dlock.gateway.stats")
+local quiet = require("resty.dlock.core.quiet")
 local watchdog = require("resty.dlock.core.watchdog")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
+local quiet_due = quiet.dueFor
+local quiet_more = quiet.more
 --- Leases the watchdog renews for in-flight requests, and whose they are.
 local heldOf = {}
+--- Per guard, its line about renewals Redis did not answer (one per interval, not one per lease and sweep).
+local unanswered = {}
 --- Per guard, what the watchdog tells about its renewals.
 local hooksOf = {}
 local function makeHooks(owner)
@@ -35,15 +40,19 @@ local function makeHooks(owner)
         end,
         failed = function(l, err)
             stats.incr(owner._dict, owner.name, "redis_errors")
-            ngx_log(
-                WARN,
-                "dlock: guard ",
-                owner.name,
-                ": renewing ",
-                l.key,
-                ": ",
-                check.reason(err)
-            )
+            local n = quiet_due(unanswered, owner.name)
+            if n > 0 then
+                ngx_log(
+                    WARN,
+                    "dlock: guard ",
+                    owner.name,
+                    ": renewing ",
+                    l.key,
+                    ": ",
+                    check.reason(err),
+                    quiet_more(n)
+                )
+            end
         end
     }
     hooksOf[owner] = hk

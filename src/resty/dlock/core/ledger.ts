@@ -8,7 +8,9 @@
 // not safety.
 
 import * as clock from "./clock";
+import * as quiet from "./quiet";
 const clock_now = clock.now;
+const quiet_due = quiet.due;
 const worker_pid = ngx.worker.pid;
 const ngx_log = ngx.log;
 const WARN = ngx.WARN;
@@ -24,8 +26,6 @@ const lua_tonumber = tonumber;
 const RECORD = "l:";
 /** Tickets of waiters in a key's queue in Redis: "w:" .. redis key .. " " .. token, valued as leases. */
 const WAITING = "w:";
-/** Seconds between two warnings of one worker about a full dict. */
-const WARN_EVERY = 10;
 
 export interface HeldLease {
   key: string;
@@ -67,20 +67,16 @@ function encode(token: string, key: string, expires: number): string {
   return v;
 }
 
-// A full dict fails every acquire: one warning per worker and WARN_EVERY
-// seconds, saying how many leases went unrecorded since the previous one.
-let missed = 0;
-let warnedAt = -WARN_EVERY;
+// A full dict fails every acquire: one warning per worker and interval,
+// saying how many leases went unrecorded since the previous one.
+const full = quiet.make();
 
 function unrecordable(dict: NgxSharedDict, key: string, err: string | undefined): void {
   dict.incr(UNRECORDED, 1, 0);
-  missed++;
-  const now = clock_now();
-  if (now - warnedAt >= WARN_EVERY) {
+  const missed = quiet_due(full);
+  if (missed > 0) {
     ngx_log(WARN, "dlock: shared dict full: ", missed, " lease(s) not recorded since the last warning (latest ",
       key, ": ", err, "); held(), status and local waiting miss them, exclusion is unaffected");
-    missed = 0;
-    warnedAt = now;
   }
 }
 

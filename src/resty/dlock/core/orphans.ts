@@ -11,6 +11,7 @@ import * as backend from "../redis/backend";
 import * as redis from "../redis/client";
 import * as scripts from "../redis/scripts";
 import * as clock from "./clock";
+import * as quiet from "./quiet";
 
 const ngx_update_time = ngx.update_time;
 const clock_now = clock.now;
@@ -23,6 +24,8 @@ const math_min = math.min;
 const lua_pcall = pcall;
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
+const quiet_due = quiet.due;
+const quiet_more = quiet.more;
 
 /**
  * Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
@@ -47,6 +50,9 @@ export interface Orphan extends backend.Target {
   readonly settle: ((this: void, o: Orphan, reply: RedisValue | undefined) => void) | undefined;
 }
 
+/** The line about cleanups given up: one per interval, not one per key (an outage can orphan thousands). */
+const givenUp = quiet.make();
+
 let orphans: Orphan[] = [];
 let sweeping = false;
 
@@ -60,7 +66,11 @@ function sweepOnce(this: void): void {
   const groups = new LuaTable<string, Orphan[]>();
   for (const [_, o] of lua_ipairs(batch)) {
     if (now > o.deadline) {
-      ngx_log(WARN, "dlock: giving up cleanup of ", o.rkey, " (", o.lost, " not confirmed), it expires on its own");
+      const n = quiet_due(givenUp);
+      if (n > 0) {
+        ngx_log(WARN, "dlock: giving up cleanup of ", o.rkey, " (", o.lost, " not confirmed), it expires on its own",
+          quiet_more(n));
+      }
       if (o.settle !== undefined) o.settle(o, undefined);
     } else {
       const g = o.conf.pool + " " + o.release.sha;

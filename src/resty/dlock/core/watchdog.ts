@@ -19,6 +19,7 @@ import type * as lease from "./lease";
 import * as loop from "./loop";
 import * as request from "../gateway/request";
 import * as clock from "./clock";
+import * as quiet from "./quiet";
 
 const ngx_update_time = ngx.update_time;
 const clock_now = clock.now;
@@ -32,6 +33,11 @@ const math_min = math.min;
 const lua_pcall = pcall;
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
+const quiet_due = quiet.due;
+const quiet_more = quiet.more;
+
+/** The line about renewals Redis did not answer: one per interval, not one per lease and sweep. */
+const unanswered = quiet.make();
 
 /**
  * For leases whose holder manages their life itself (the gateway's in-flight
@@ -134,7 +140,8 @@ function round(): void {
       } else if (hooks !== undefined) {
         hooks.failed(l, r);
       } else {
-        ngx_log(WARN, "dlock: renewing the lease on ", l.key, ": ", check.reason(r), " (trying again)");
+        const n = quiet_due(unanswered);
+        if (n > 0) ngx_log(WARN, "dlock: renewing the lease on ", l.key, ": ", check.reason(r), " (trying again)", quiet_more(n));
       }
     }
   }

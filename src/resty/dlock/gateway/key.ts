@@ -7,10 +7,12 @@
 import * as check from "../core/check";
 import * as vars from "./vars";
 import * as clock from "../core/clock";
+import * as quiet from "../core/quiet";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const clock_now = clock.now;
+const quiet_due = quiet.due;
 const var_get = vars.get;
 const math_floor = math.floor;
 const str_find = string.find;
@@ -100,20 +102,19 @@ export function value(t: Template): LuaMultiReturn<[string | undefined, string |
   return $multi(out, undefined);
 }
 
-/** Per guard and worker: what its keys looked like since `since`, and when it last logged a key error. */
+/** Per guard and worker: what its keys looked like since `since`, and its line about keys that could not be computed. */
 interface Seen {
   since: number;
   present: number;
   missing: number;
-  errorAt: number;
-  errors: number;
+  failed: quiet.Quiet;
 }
 const seen = new LuaTable<string, Seen>();
 
 function state(guard: string): Seen {
   let s = seen.get(guard);
   if (s === undefined) {
-    s = { since: clock_now(), present: 0, missing: 0, errorAt: 0, errors: 0 };
+    s = { since: clock_now(), present: 0, missing: 0, failed: quiet.make() };
     seen.set(guard, s);
   }
   return s;
@@ -145,14 +146,10 @@ export function note(guard: string, t: Template, present: boolean, what: string)
 
 /** A key that could not be computed: logged at once, then at most once an interval with the count. */
 export function failed(guard: string, problem: string, what: string): void {
-  const s = state(guard);
-  const now = clock_now();
-  s.errors++;
-  if (now - s.errorAt < settings.interval) return;
-  ngx_log(ERR, "dlock: guard ", guard, ": no key: ", problem, " (", s.errors,
-    s.errors === 1 ? " request" : " requests", " since the last such line in this worker; ", what, ")");
-  s.errorAt = now;
-  s.errors = 0;
+  const n = quiet_due(state(guard).failed, settings.interval);
+  if (n === 0) return;
+  ngx_log(ERR, "dlock: guard ", guard, ": no key: ", problem, " (", n,
+    n === 1 ? " request" : " requests", " since the last such line in this worker; ", what, ")");
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.

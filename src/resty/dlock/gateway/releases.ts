@@ -19,6 +19,7 @@
 import * as check from "../core/check";
 import * as batch from "../core/batch";
 import * as lease from "../core/lease";
+import * as quiet from "../core/quiet";
 import type * as backend from "../redis/backend";
 import * as stats from "./stats";
 import type { Owner } from "./inflight";
@@ -34,6 +35,8 @@ const math_min = math.min;
 const thread_wait = ngx.thread.wait;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
+const quiet_due = quiet.dueFor;
+const quiet_more = quiet.more;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
@@ -61,10 +64,15 @@ const SHARE = 4096;
 /** Made in the worker, at its first release. */
 let sema: NgxSemaphore | undefined;
 
+/** Per guard, its line about releases and holds Redis did not confirm (one per interval, not one per lease). */
+const unconfirmed: quiet.Quiets = new LuaTable();
+
 function failed(owner: Owner, what: string, err: string | undefined): void {
   stats.incr(owner._dict, owner.name, "redis_errors");
+  const n = quiet_due(unconfirmed, owner.name);
+  if (n === 0) return;
   ngx_log(WARN, "dlock: guard ", owner.name, ": ", what, " failed (retried until Redis answers or the lease expires): ",
-    check.reason(err));
+    check.reason(err), quiet_more(n));
 }
 
 function raised(err: unknown): void {

@@ -6,12 +6,15 @@ import * as check from "../core/check";
 import type * as lease from "../core/lease";
 import type * as backend from "../redis/backend";
 import * as stats from "./stats";
+import * as quiet from "../core/quiet";
 import * as watchdog from "../core/watchdog";
 import type { Owner } from "./inflight";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
+const quiet_due = quiet.dueFor;
+const quiet_more = quiet.more;
 
 /** A lease a request holds for a guard; its posted release reports to it (releases.answered). */
 export interface Held extends backend.Posted {
@@ -22,6 +25,9 @@ export interface Held extends backend.Posted {
 
 /** Leases the watchdog renews for in-flight requests, and whose they are. */
 const heldOf = new LuaTable<lease.Lease, Held>();
+
+/** Per guard, its line about renewals Redis did not answer (one per interval, not one per lease and sweep). */
+const unanswered: quiet.Quiets = new LuaTable();
 
 /** Per guard, what the watchdog tells about its renewals. */
 const hooksOf = new LuaMap<Owner, watchdog.Hooks>();
@@ -45,7 +51,8 @@ function makeHooks(owner: Owner): watchdog.Hooks {
     failed(this: void, l: lease.Lease, err: string): void {
       // A Redis hiccup: the next sweep tries again; if the lease runs out meanwhile, it is reported lost.
       stats.incr(owner._dict, owner.name, "redis_errors");
-      ngx_log(WARN, "dlock: guard ", owner.name, ": renewing ", l.key, ": ", check.reason(err));
+      const n = quiet_due(unanswered, owner.name);
+      if (n > 0) ngx_log(WARN, "dlock: guard ", owner.name, ": renewing ", l.key, ": ", check.reason(err), quiet_more(n));
     },
   };
   hooksOf.set(owner, hk);

@@ -1,0 +1,47 @@
+-- Generated from src/resty/dlock/core/quiet.ts by TypeScriptToLua: edit that file, not this one.
+local _M = {}
+local clock = require("resty.dlock.core.clock")
+local clock_now = clock.now
+local lua_tostring = tostring
+local NEVER = -math.huge
+--- Seconds between two lines of one kind, per worker (key problems have their own, gateway/key.ts). Settable for tests.
+local settings = {interval = 10}
+local function make()
+    return {at = NEVER, count = 0}
+end
+--- One more of q's kind: how many the line to log now stands for (this one
+-- included), or 0 while the interval since the last line lasts (then nothing
+-- is logged, and the next line counts this one too).
+local function due(q, interval)
+    q.count = q.count + 1
+    local now = clock_now()
+    if now - q.at < (interval or settings.interval) then
+        return 0
+    end
+    local n = q.count
+    q.at = now
+    q.count = 0
+    return n
+end
+--- due() for the line of `name` (a guard) in set qs.
+local function dueFor(qs, name)
+    local q = qs[name]
+    if q == nil then
+        q = make()
+        qs[name] = q
+    end
+    return due(q)
+end
+--- What a line standing for n says of the ones it stands for: " (and N more like it ...)", or "" for itself alone.
+local function more(n)
+    if n <= 1 then
+        return ""
+    end
+    return " (and " .. lua_tostring(n - 1) .. " more like it in this worker since the last such line)"
+end
+_M.make = make
+_M.due = due
+_M.dueFor = dueFor
+_M.more = more
+_M.settings = settings
+return _M

@@ -88,6 +88,39 @@ describe("redis faults", function()
     assert.is_true(t < 0.35, "took " .. t)
   end)
 
+  it("while it is paused, logs the renewals it could not make once per worker and interval, not once per lease and sweep",
+     function()
+    local r = h.start_redis()
+    local locks = assert(dlock.new({ dict = "dlock", prefix = h.unique("renewing"),
+      redis = { port = r.port, read_timeout = 200 } }))
+    local leases = {}
+    -- ttl 3000: renewed 1 s after the last renewal, swept every 0.5 s.
+    for i = 1, 10 do leases[i] = assert(locks:acquire("k" .. i, { ttl = 3000, renew = true })) end
+    r.signal("STOP")
+    finally(function()
+      r.signal("CONT")
+      for _, l in ipairs(leases) do l:release() end
+      r.stop()
+    end)
+    local pattern = "%[warn%] " .. ngx.worker.pid() .. "#[^\n]*dlock: renewing the lease on k%d+: redis 127%.0%.0%.1:" ..
+      r.port .. ": [^\n]-%(trying again%)([^\n]*)"
+    local function lines()
+      local out = {}
+      for more in (h.read_file(h.prefix .. "/logs/error.log") or ""):gmatch(pattern) do out[#out + 1] = more end
+      return out
+    end
+    -- Two sweeps' failures (at 1.2 s and 1.7 s, each after the 200 ms read timeout): 20 in all.
+    ngx.sleep(2.1)
+    local seen = lines()
+    assert.equal(1, #seen, #seen .. " lines for 10 leases' renewals")
+    assert.matches("^, context: ngx%.timer", seen[1])   -- the first one, alone: no count
+    for _, l in ipairs(leases) do assert.is_true(l:valid()) end
+    r.signal("CONT")
+    ngx.sleep(0.6)   -- a sweep renews them all again
+    for _, l in ipairs(leases) do assert.is_true(l:release()) end
+    assert.equal(1, #lines())
+  end)
+
   describe("at its maxclients (it accepts a connection, answers its first command with an error and closes it)", function()
     local r, taken
     before_each(function()

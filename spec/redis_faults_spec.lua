@@ -286,6 +286,10 @@ describe("redis faults", function()
     ngx.sleep(2.5)
     resume()
     assert.is_true(gone_within(1, r.port, locks.prefix .. "a"))
+    -- The sweep that removed it says so, at notice.
+    local notices = h.read_file(h.prefix .. "/logs/notice.log")
+    assert.is_truthy(notices:find("dlock: removed 1 key(s) acquired by requests whose replies were lost (" ..
+      locks.prefix .. "a)", 1, true))
     r.stop()
   end)
 
@@ -490,6 +494,10 @@ describe("redis faults", function()
       assert.equal(0, h.cmd(r.port, "exists", locks.prefix .. "b"))
       assert.is_false(listed(locks, list[1]))
       assert.is_false(listed(locks, list[2]))
+      -- One notice for the sweep that released both, naming them.
+      local notices = h.read_file(h.prefix .. "/logs/notice.log")
+      assert.is_truthy(notices:find("dlock: released 2 key(s) once Redis answered again (" .. locks.prefix .. "a, " ..
+        locks.prefix .. "b)", 1, true))
     end)
 
     it("by with() is its result when fn succeeded, and is retried in the background", function()

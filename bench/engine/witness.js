@@ -181,8 +181,8 @@ function logStats(text) {
     errors: bad.length,
     deadUpstream: lines.filter((l) => EXPECTED.test(l)).length,
     warnings: Object.entries(warn).sort((a, b) => b[1] - a[1]).slice(0, 5),
-    cleanupRemoved: lines.filter((l) => l.includes("acquired by a request whose reply was lost")).length,
-    cleanupGaveUp: lines.filter((l) => l.includes("giving up cleanup")).length,
+    // One line per cleanup sweep, counting the keys it removed.
+    cleanupRemoved: lines.reduce((n, l) => n + Number((/removed (\d+) key\(s\) acquired by requests whose replies were lost/.exec(l) || [0, 0])[1]), 0),
     leaseLost: lines.filter((l) => l.includes("lost while its request is in flight")).length,
     samples: Object.entries(samples).sort((a, b) => b[1] - a[1]).slice(0, 5),
   };

@@ -14,6 +14,7 @@ local math_min = math.min
 local lua_pcall = pcall
 local lua_pairs = pairs
 local lua_ipairs = ipairs
+local lua_tostring = tostring
 local quiet_due = quiet.due
 local quiet_more = quiet.more
 --- Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
@@ -25,12 +26,44 @@ local MAX_SWEEP_DELAY = 0.5
 local givenUp = quiet.make()
 local orphans = {}
 local sweeping = false
+--- Keys a line names at most; the rest it counts.
+local NAMED = 3
+local function note(c, rkey)
+    c.count = c.count + 1
+    if c.count == 1 then
+        c.names = rkey
+    elseif c.count <= NAMED then
+        c.names = c.names .. ", " .. rkey
+    end
+end
+--- "dlock: <done> N key(s) <why> (a, b, c and N more)".
+local function say(c, done, why)
+    if c.count == 0 then
+        return
+    end
+    local rest = c.count > NAMED and " and " .. lua_tostring(c.count - NAMED) .. " more" or ""
+    ngx_log(
+        NOTICE,
+        "dlock: ",
+        done,
+        " ",
+        c.count,
+        " key(s) ",
+        why,
+        " (",
+        c.names,
+        rest,
+        ")"
+    )
+end
 local function sweepOnce()
     local batch = orphans
     orphans = {}
     ngx_update_time()
     local now = clock_now()
     local groups = {}
+    local removed = {count = 0, names = ""}
+    local released = {count = 0, names = ""}
     for _, o in lua_ipairs(batch) do
         if now > o.deadline then
             local n = quiet_due(givenUp)
@@ -69,9 +102,9 @@ local function sweepOnce()
             else
                 local deleted = reply ~= 0
                 if deleted and o.lost == "acquire" then
-                    ngx_log(NOTICE, "dlock: removed ", o.rkey, ", acquired by a request whose reply was lost")
+                    note(removed, o.rkey)
                 elseif deleted and o.lost == "release" then
-                    ngx_log(NOTICE, "dlock: released ", o.rkey, " once Redis answered again")
+                    note(released, o.rkey)
                 end
                 if o.settle ~= nil then
                     o.settle(o, reply)
@@ -79,6 +112,8 @@ local function sweepOnce()
             end
         end
     end
+    say(removed, "removed", "acquired by requests whose replies were lost")
+    say(released, "released", "once Redis answered again")
 end
 local function sweep(premature, delay)
     local ok, err = lua_pcall(sweepOnce)

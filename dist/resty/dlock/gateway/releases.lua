@@ -15,7 +15,7 @@ local math_min = math.min
 local thread_wait = ngx.thread.wait
 local lua_pcall = pcall
 local lua_tostring = tostring
-local quiet_due = quiet.dueFor
+local quiet_due_for = quiet.dueFor
 local quiet_more = quiet.more
 local semaphore = require("ngx.semaphore")
 local qOwner = {}
@@ -43,7 +43,7 @@ local sema
 local unconfirmed = {}
 local function failed(owner, what, err)
     stats.incr(owner._dict, owner.name, "redis_errors")
-    local n = quiet_due(unconfirmed, owner.name)
+    local n = quiet_due_for(unconfirmed, owner.name)
     if n == 0 then
         return
     end

@@ -7,7 +7,7 @@ local watchdog = require("resty.dlock.core.watchdog")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
-local quiet_due = quiet.dueFor
+local quiet_due_for = quiet.dueFor
 local quiet_more = quiet.more
 --- Leases the watchdog renews for in-flight requests, and whose they are.
 local heldOf = {}
@@ -40,7 +40,7 @@ local function makeHooks(owner)
         end,
         failed = function(l, err)
             stats.incr(owner._dict, owner.name, "redis_errors")
-            local n = quiet_due(unanswered, owner.name)
+            local n = quiet_due_for(unanswered, owner.name)
             if n > 0 then
                 ngx_log(
                     WARN,

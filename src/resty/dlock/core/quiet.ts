@@ -11,7 +11,7 @@ const clock_now = clock.now;
 const lua_tostring = tostring;
 const NEVER = -math.huge;
 
-/** Seconds between two lines of one kind, per worker (key problems have their own, gateway/key.ts). Settable for tests. */
+/** Seconds between two lines of one kind, per worker (gateway/key.ts has its own). Settable for tests. */
 const settings = { interval: 10 };
 
 /** One kind of line in this worker: when it was last logged, and what happened since. */

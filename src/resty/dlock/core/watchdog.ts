@@ -141,7 +141,10 @@ function round(): void {
         hooks.failed(l, r);
       } else {
         const n = quiet_due(unanswered);
-        if (n > 0) ngx_log(WARN, "dlock: renewing the lease on ", l.key, ": ", check.reason(r), " (trying again)", quiet_more(n));
+        if (n > 0) {
+          ngx_log(WARN, "dlock: renewing the lease on ", l.key, ": ", check.reason(r), " (trying again)",
+            quiet_more(n));
+        }
       }
     }
   }

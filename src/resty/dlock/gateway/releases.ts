@@ -35,7 +35,7 @@ const math_min = math.min;
 const thread_wait = ngx.thread.wait;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
-const quiet_due = quiet.dueFor;
+const quiet_due_for = quiet.dueFor;
 const quiet_more = quiet.more;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
@@ -69,7 +69,7 @@ const unconfirmed: quiet.Quiets = new LuaTable();
 
 function failed(owner: Owner, what: string, err: string | undefined): void {
   stats.incr(owner._dict, owner.name, "redis_errors");
-  const n = quiet_due(unconfirmed, owner.name);
+  const n = quiet_due_for(unconfirmed, owner.name);
   if (n === 0) return;
   ngx_log(WARN, "dlock: guard ", owner.name, ": ", what, " failed (retried until Redis answers or the lease expires): ",
     check.reason(err), quiet_more(n));

@@ -13,7 +13,7 @@ import type { Owner } from "./inflight";
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
-const quiet_due = quiet.dueFor;
+const quiet_due_for = quiet.dueFor;
 const quiet_more = quiet.more;
 
 /** A lease a request holds for a guard; its posted release reports to it (releases.answered). */
@@ -51,8 +51,10 @@ function makeHooks(owner: Owner): watchdog.Hooks {
     failed(this: void, l: lease.Lease, err: string): void {
       // A Redis hiccup: the next sweep tries again; if the lease runs out meanwhile, it is reported lost.
       stats.incr(owner._dict, owner.name, "redis_errors");
-      const n = quiet_due(unanswered, owner.name);
-      if (n > 0) ngx_log(WARN, "dlock: guard ", owner.name, ": renewing ", l.key, ": ", check.reason(err), quiet_more(n));
+      const n = quiet_due_for(unanswered, owner.name);
+      if (n > 0) {
+        ngx_log(WARN, "dlock: guard ", owner.name, ": renewing ", l.key, ": ", check.reason(err), quiet_more(n));
+      }
     },
   };
   hooksOf.set(owner, hk);

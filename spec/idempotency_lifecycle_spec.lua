@@ -3,7 +3,7 @@
 -- redirect, one over max_body, a request body over max_request_body or in a
 -- temp file, the claim renewed while the request runs, kept when the client
 -- goes away, through a log handler of the location's own and nginx -s reload;
--- Redis down; the counts. Real nginx (nginx/spec-idempotency.conf), real HTTP.
+-- Redis down, and paused while responses are stored; the counts. Real nginx (nginx/spec-idempotency.conf), real HTTP.
 -- What a key and its duplicates get is in idempotency_spec.lua.
 local h = require "helpers"
 local idem = require "idempotency_client"
@@ -11,10 +11,10 @@ local idem = require "idempotency_client"
 local start, request, post, executions, guard, problem, fresh =
   idem.start, idem.request, idem.post, idem.executions, idem.guard, idem.problem, idem.fresh
 
-local a, b   -- two nginx of one fleet: b forwards to a's backend, both use one Redis
+local a, b, redis   -- two nginx of one fleet: b forwards to a's backend, both use one Redis
 
 describe("gateway mode idempotency", function()
-  setup(function() a, b = idem.up() end)
+  setup(function() a, b, redis = idem.up() end)
   teardown(idem.down)
 
   it("replays a stored 500, but lets a retry run again after a 503 or a 429 (not stored by default)", function()
@@ -199,6 +199,35 @@ describe("gateway mode idempotency", function()
     assert.is_true(guard(a, "closed").failed_closed >= 1)
   end)
 
+  it("logs the responses it could not store while Redis was paused once per worker and interval, and counts each",
+     function()
+    local before = guard(a, "payments")
+    local log_before = #a.error_log()
+    local posts = {}
+    for i = 1, 6 do
+      local key, q = fresh("paused")
+      posts[i] = ngx.thread.spawn(post, a, "/payments" .. q .. "&ms=400", key, "{}")
+    end
+    ngx.sleep(0.2)
+    redis.signal("STOP")
+    finally(function() redis.signal("CONT") end)
+    for i = 1, 6 do
+      local ok, res = ngx.thread.wait(posts[i])
+      assert.is_true(ok)
+      assert.equal(201, res.status)
+    end
+    -- Each store is tried until its claim would run out (lease 1.5 s), then counted not_stored.
+    assert.is_true(h.eventually(5, function() return guard(a, "payments").not_stored - before.not_stored >= 6 end))
+    local seen, total = {}, 0
+    for pid in a.error_log():sub(log_before + 1):gmatch(
+        "%[error%] (%d+)#%d+: [^\n]*dlock: guard payments: response not stored, the claim runs out") do
+      seen[pid] = (seen[pid] or 0) + 1
+      total = total + 1
+    end
+    for pid, n in pairs(seen) do assert.equal(1, n, "worker " .. pid .. " logged " .. n .. " lines") end
+    assert.is_true(total >= 1 and total <= 2, total .. " lines")
+  end)
+
   it("counts stored, replayed, conflict, mismatch and not_stored in status and metrics", function()
     local before = guard(a, "payments")
     local key, q = fresh("counters")
@@ -221,4 +250,7 @@ h.check_error_logs({
   -- Guards in front of a Redis that is down, on purpose (on_error):
   "connect%(%) failed %(111: Connection refused%), client:",
   "dlock: guard %w+: redis 127%.0%.0%.1:%d+: connection refused",
+  -- Redis paused while responses are stored, on purpose: the stores time out (9 seen), one line per worker says so.
+  { "lua tcp socket read timed out, context: ngx%.timer", max = 20 },
+  { "dlock: guard payments: response not stored, the claim runs out: redis 127%.0%.0%.1:%d+: timeout", max = 2 },
 })

@@ -7,6 +7,7 @@ local records = require("resty.dlock.redis.records")
 local stats = require("resty.dlock.gateway.stats")
 local claims = require("resty.dlock.gateway.idempotency.claim")
 local clock = require("resty.dlock.core.clock")
+local quiet = require("resty.dlock.core.quiet")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
@@ -17,7 +18,11 @@ local timer_at = ngx.timer.at
 local math_min = math.min
 local table_concat = table.concat
 local lua_tostring = tostring
+local quiet_due_for = quiet.dueFor
+local quiet_more = quiet.more
 local FINISHED = claims.FINISHED
+local undropped = {}
+local unstored = {}
 --- The store of c's response, sent through `send` (backend.call, or backend.post).
 local function completing(send, c)
     local l = c.lease
@@ -78,14 +83,16 @@ local function store(premature, c)
             return
         end
         local res, err = backend.call(g._conf, records.IDEM_RELEASE, l._rkey, l.token)
-        if res == nil then
+        local n = res == nil and quiet_due_for(undropped, g.name) or 0
+        if n > 0 then
             ngx_log(
                 WARN,
                 "dlock: guard ",
                 g.name,
                 ": dropping a claim: ",
                 check.reason(err),
-                " (it runs out after the lease)"
+                " (it runs out after the lease)",
+                quiet_more(n)
             )
         end
         settle.forget(l)
@@ -105,13 +112,17 @@ local function store(premature, c)
         if clock_now() + pause >= deadline then
             g._dict:delete(FINISHED .. l._rkey)
             stats.incr(g._dict, g.name, "not_stored")
-            ngx_log(
-                ERR,
-                "dlock: guard ",
-                g.name,
-                ": response not stored, the claim runs out: ",
-                check.reason(err)
-            )
+            local n = quiet_due_for(unstored, g.name)
+            if n > 0 then
+                ngx_log(
+                    ERR,
+                    "dlock: guard ",
+                    g.name,
+                    ": response not stored, the claim runs out: ",
+                    check.reason(err),
+                    quiet_more(n)
+                )
+            end
             return
         end
         clock_sleep(pause)

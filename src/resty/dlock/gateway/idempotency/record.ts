@@ -17,6 +17,7 @@ import * as stats from "../stats";
 import * as claims from "./claim";
 import type * as options from "./options";
 import * as clock from "../../core/clock";
+import * as quiet from "../../core/quiet";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
@@ -28,10 +29,17 @@ const timer_at = ngx.timer.at;
 const math_min = math.min;
 const table_concat = table.concat;
 const lua_tostring = tostring;
+const quiet_due_for = quiet.dueFor;
+const quiet_more = quiet.more;
 
 type Guard = options.Guard;
 
 const FINISHED = claims.FINISHED;
+
+// Per guard, its lines about what Redis did not take while it failed: an
+// outage would otherwise log one per request (counted in not_stored).
+const undropped: quiet.Quiets = new LuaTable();
+const unstored: quiet.Quiets = new LuaTable();
 
 /** The response of a request that holds a claim, as the filters see it. */
 export interface Capture {
@@ -94,8 +102,10 @@ function store(this: void, premature: boolean, c: Capture): void {
     }
     // The application said it did not do it (409, 429, 503...): retries may run it.
     const [res, err] = backend.call(g._conf, records.IDEM_RELEASE, l._rkey, l.token);
-    if (res === undefined) {
-      ngx_log(WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)");
+    const n = res === undefined ? quiet_due_for(undropped, g.name) : 0;
+    if (n > 0) {
+      ngx_log(WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)",
+        quiet_more(n));
     }
     settle.forget(l);
     claims.notify(l._rkey, undefined);
@@ -113,7 +123,11 @@ function store(this: void, premature: boolean, c: Capture): void {
     if (clock_now() + pause >= deadline) {
       g._dict.delete(FINISHED + l._rkey);
       stats.incr(g._dict, g.name, "not_stored");
-      ngx_log(ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err));
+      const n = quiet_due_for(unstored, g.name);
+      if (n > 0) {
+        ngx_log(ERR, "dlock: guard ", g.name, ": response not stored, the claim runs out: ", check.reason(err),
+          quiet_more(n));
+      }
       return;
     }
     clock_sleep(pause);

@@ -14,9 +14,10 @@ local math_min = math.min
 local lua_pcall = pcall
 local lua_pairs = pairs
 local lua_ipairs = ipairs
-local lua_tostring = tostring
 local quiet_due = quiet.due
 local quiet_more = quiet.more
+local quiet_add = quiet.add
+local quiet_named = quiet.named
 --- Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
 -- (and its ttl only starts) when Redis resumes, whenever that is.
 _M.LOST_HORIZON = 600
@@ -26,33 +27,22 @@ local MAX_SWEEP_DELAY = 0.5
 local givenUp = quiet.make()
 local orphans = {}
 local sweeping = false
---- Keys a line names at most; the rest it counts.
-local NAMED = 3
-local function note(c, rkey)
-    c.count = c.count + 1
-    if c.count == 1 then
-        c.names = rkey
-    elseif c.count <= NAMED then
-        c.names = c.names .. ", " .. rkey
-    end
-end
---- "dlock: <done> N key(s) <why> (a, b, c and N more)".
-local function say(c, done, why)
-    if c.count == 0 then
+--- "dlock: <done> N key(s) <why> (a, b, c and N more)": Redis answering again
+-- after an outage settles hundreds in one sweep, said in one line, not one each.
+local function say(t, done, why)
+    if t.count == 0 then
         return
     end
-    local rest = c.count > NAMED and " and " .. lua_tostring(c.count - NAMED) .. " more" or ""
     ngx_log(
         NOTICE,
         "dlock: ",
         done,
         " ",
-        c.count,
+        t.count,
         " key(s) ",
         why,
         " (",
-        c.names,
-        rest,
+        quiet_named(t),
         ")"
     )
 end
@@ -62,8 +52,8 @@ local function sweepOnce()
     ngx_update_time()
     local now = clock_now()
     local groups = {}
-    local removed = {count = 0, names = ""}
-    local released = {count = 0, names = ""}
+    local removed = quiet.tally()
+    local released = quiet.tally()
     for _, o in lua_ipairs(batch) do
         if now > o.deadline then
             local n = quiet_due(givenUp)
@@ -102,9 +92,9 @@ local function sweepOnce()
             else
                 local deleted = reply ~= 0
                 if deleted and o.lost == "acquire" then
-                    note(removed, o.rkey)
+                    quiet_add(removed, o.rkey)
                 elseif deleted and o.lost == "release" then
-                    note(released, o.rkey)
+                    quiet_add(released, o.rkey)
                 end
                 if o.settle ~= nil then
                     o.settle(o, reply)

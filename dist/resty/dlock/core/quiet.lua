@@ -32,6 +32,26 @@ local function dueFor(qs, name)
     end
     return due(q)
 end
+--- Keys a tally names at most; the rest it counts.
+local NAMED = 3
+local function tally()
+    return {count = 0, names = ""}
+end
+local function add(t, key)
+    t.count = t.count + 1
+    if t.count == 1 then
+        t.names = key
+    elseif t.count <= NAMED then
+        t.names = t.names .. ", " .. key
+    end
+end
+--- "a, b, c and 41 more".
+local function named(t)
+    if t.count <= NAMED then
+        return t.names
+    end
+    return t.names .. " and " .. lua_tostring(t.count - NAMED) .. " more"
+end
 --- What a line standing for n says of the ones it stands for: " (and N more like it ...)", or "" for itself alone.
 local function more(n)
     if n <= 1 then
@@ -43,5 +63,8 @@ _M.make = make
 _M.due = due
 _M.dueFor = dueFor
 _M.more = more
+_M.tally = tally
+_M.add = add
+_M.named = named
 _M.settings = settings
 return _M

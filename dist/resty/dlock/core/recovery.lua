@@ -4,6 +4,7 @@ local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
+local quiet = require("resty.dlock.core.quiet")
 local ffi = require("ffi")
 pcall(ffi.cdef, "int kill(int pid, int sig);")
 local ngx_get_phase = ngx.get_phase
@@ -16,6 +17,8 @@ local lua_tostring = tostring
 local lua_pcall = pcall
 local lua_pairs = pairs
 local lua_ipairs = ipairs
+local quiet_add = quiet.add
+local quiet_named = quiet.named
 local ESRCH = 3
 --- Registered factories whose dead workers' leases this worker has not looked for yet.
 local pending = {}
@@ -36,6 +39,8 @@ local function giveBack(dict, f, s, items)
     end
     local out = backend.batch(f.store.redis, s, targets)
     local released = 0
+    local failed = quiet.tally()
+    local why
     for i = 1, #items do
         local it = items[i]
         if out.replies[i] ~= nil then
@@ -47,16 +52,22 @@ local function giveBack(dict, f, s, items)
                 released = released + 1
             end
         else
-            ngx_log(
-                WARN,
-                "dlock: recovery: ",
-                s == f.kind.drop and "dropping the ticket for " or "releasing ",
-                it.target.rkey,
-                " of a dead worker: ",
-                check.reason(out.errors[i]),
-                " (it expires by its ttl)"
-            )
+            quiet_add(failed, it.target.rkey)
+            why = why or out.errors[i]
         end
+    end
+    if failed.count > 0 then
+        ngx_log(
+            WARN,
+            "dlock: recovery: ",
+            s == f.kind.drop and "dropping the tickets for " or "releasing ",
+            failed.count,
+            " key(s) of dead worker(s) failed (",
+            quiet_named(failed),
+            "): ",
+            check.reason(why),
+            " (they expire by their ttl)"
+        )
     end
     if released > 0 then
         ngx_log(

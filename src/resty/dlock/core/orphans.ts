@@ -24,9 +24,10 @@ const math_min = math.min;
 const lua_pcall = pcall;
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
-const lua_tostring = tostring;
 const quiet_due = quiet.due;
 const quiet_more = quiet.more;
+const quiet_add = quiet.add;
+const quiet_named = quiet.named;
 
 /**
  * Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
@@ -57,32 +58,13 @@ const givenUp = quiet.make();
 let orphans: Orphan[] = [];
 let sweeping = false;
 
-/** Keys a line names at most; the rest it counts. */
-const NAMED = 3;
-
 /**
- * Keys one sweep cleaned up, of one kind: Redis answering again after an
- * outage settles hundreds in one sweep, said in one line rather than one each.
+ * "dlock: <done> N key(s) <why> (a, b, c and N more)": Redis answering again
+ * after an outage settles hundreds in one sweep, said in one line, not one each.
  */
-interface Cleaned {
-  count: number;
-  names: string;
-}
-
-function note(c: Cleaned, rkey: string): void {
-  c.count++;
-  if (c.count === 1) {
-    c.names = rkey;
-  } else if (c.count <= NAMED) {
-    c.names = c.names + ", " + rkey;
-  }
-}
-
-/** "dlock: <done> N key(s) <why> (a, b, c and N more)". */
-function say(c: Cleaned, done: string, why: string): void {
-  if (c.count === 0) return;
-  const rest = c.count > NAMED ? " and " + lua_tostring(c.count - NAMED) + " more" : "";
-  ngx_log(NOTICE, "dlock: ", done, " ", c.count, " key(s) ", why, " (", c.names, rest, ")");
+function say(t: quiet.Tally, done: string, why: string): void {
+  if (t.count === 0) return;
+  ngx_log(NOTICE, "dlock: ", done, " ", t.count, " key(s) ", why, " (", quiet_named(t), ")");
 }
 
 function sweepOnce(this: void): void {
@@ -93,8 +75,8 @@ function sweepOnce(this: void): void {
   const now = clock_now();
   // One pipeline per endpoint and script.
   const groups = new LuaTable<string, Orphan[]>();
-  const removed: Cleaned = { count: 0, names: "" };
-  const released: Cleaned = { count: 0, names: "" };
+  const removed = quiet.tally();
+  const released = quiet.tally();
   for (const [_, o] of lua_ipairs(batch)) {
     if (now > o.deadline) {
       const n = quiet_due(givenUp);
@@ -125,9 +107,9 @@ function sweepOnce(this: void): void {
         // 1, or (keys with waiters in line) the token of the waiter it went on to: deleted.
         const deleted = reply !== 0;
         if (deleted && o.lost === "acquire") {
-          note(removed, o.rkey);
+          quiet_add(removed, o.rkey);
         } else if (deleted && o.lost === "release") {
-          note(released, o.rkey);
+          quiet_add(released, o.rkey);
         }
         if (o.settle !== undefined) o.settle(o, reply);
       }

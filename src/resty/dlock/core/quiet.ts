@@ -4,6 +4,8 @@
 // then at most one per interval, saying how many it stands for. A thousand
 // requests in flight when Redis goes away make one line per worker and
 // interval, not a thousand; the guards' counters still count every one.
+// And where one pass settles many keys at once (a cleanup sweep, a dead
+// worker's leases), one line names a few of them and counts the rest.
 
 import * as clock from "./clock";
 
@@ -52,6 +54,34 @@ function dueFor(qs: Quiets, name: string): number {
   return due(q);
 }
 
+/** Keys a tally names at most; the rest it counts. */
+const NAMED = 3;
+
+/** The keys one line stands for. */
+export interface Tally {
+  count: number;
+  names: string;
+}
+
+function tally(this: void): Tally {
+  return { count: 0, names: "" };
+}
+
+function add(t: Tally, key: string): void {
+  t.count++;
+  if (t.count === 1) {
+    t.names = key;
+  } else if (t.count <= NAMED) {
+    t.names = t.names + ", " + key;
+  }
+}
+
+/** "a, b, c and 41 more". */
+function named(t: Tally): string {
+  if (t.count <= NAMED) return t.names;
+  return t.names + " and " + lua_tostring(t.count - NAMED) + " more";
+}
+
 /** What a line standing for n says of the ones it stands for: " (and N more like it ...)", or "" for itself alone. */
 function more(n: number): string {
   if (n <= 1) return "";
@@ -59,4 +89,4 @@ function more(n: number): string {
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { make, due, dueFor, more, settings };
+export { make, due, dueFor, more, tally, add, named, settings };

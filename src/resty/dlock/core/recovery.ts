@@ -16,6 +16,7 @@ import * as check from "./check";
 import type * as lease from "./lease";
 import * as ledger from "./ledger";
 import * as meter from "./meter";
+import * as quiet from "./quiet";
 import type * as scripts from "../redis/scripts";
 
 const ffi = require("ffi") as FfiModule;
@@ -31,6 +32,8 @@ const lua_tostring = tostring;
 const lua_pcall = pcall;
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
+const quiet_add = quiet.add;
+const quiet_named = quiet.named;
 const ESRCH = 3;
 
 interface Factory {
@@ -63,6 +66,9 @@ function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Ite
   for (const [_, it] of lua_ipairs(items)) targets.push(it.target);
   const out = backend.batch(f.store.redis, s, targets);
   let released = 0;
+  // What Redis would not take: one line for the batch, not one per key.
+  const failed = quiet.tally();
+  let why: string | undefined;
   for (const i of $range(1, items.length)) {
     const it = items[i - 1]!;
     if (out.replies.get(i) !== undefined) {
@@ -71,9 +77,13 @@ function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Ite
       if (expires !== undefined && s !== f.kind.drop) meter.forgotten(f.store.meter, expires);
       if (out.replies.get(i) !== 0) released++;
     } else {
-      ngx_log(WARN, "dlock: recovery: ", s === f.kind.drop ? "dropping the ticket for " : "releasing ",
-        it.target.rkey, " of a dead worker: ", check.reason(out.errors.get(i)), " (it expires by its ttl)");
+      quiet_add(failed, it.target.rkey);
+      why = why ?? out.errors.get(i);
     }
+  }
+  if (failed.count > 0) {
+    ngx_log(WARN, "dlock: recovery: ", s === f.kind.drop ? "dropping the tickets for " : "releasing ", failed.count,
+      " key(s) of dead worker(s) failed (", quiet_named(failed), "): ", check.reason(why), " (they expire by their ttl)");
   }
   if (released > 0) {
     ngx_log(NOTICE, "dlock: recovery: ", s === f.kind.drop ? "dropped the tickets (or passed on the keys) of " : "released ",

@@ -404,6 +404,16 @@ describe("auto-pipelining", function()
     h.eventually(8, function() return table.concat(held()) == "00000000" end)
     assert.same({ 0, 0, 0, 0, 0, 0, 0, 0 }, held())
     assert.is_true(h.now() - t0 < 6, (h.now() - t0) .. " s")
+    -- Said in a line per pass, not one per key: the batch's at once, then those sent at once.
+    local notices = h.read_file(peer.prefix .. "/logs/notice.log") or ""
+    local taken, lines = 0, 0
+    for n, names in notices:gmatch("dlock: took back (%d+) key%(s%) whose requests ended before the acquire's reply " ..
+        "came %(([^)]*)%)") do
+      taken, lines = taken + tonumber(n), lines + 1
+      assert.matches("crash:" .. key:gsub("%p", "%%%0"), names)
+    end
+    assert.equal(8, taken)
+    assert.is_true(lines >= 2 and lines <= 1 + direct, lines .. " lines")
     peer.stop()
   end)
 

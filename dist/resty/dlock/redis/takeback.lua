@@ -4,6 +4,7 @@ local command = require("resty.dlock.redis.command")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local scripts = require("resty.dlock.redis.scripts")
 local clock = require("resty.dlock.core.clock")
+local quiet = require("resty.dlock.core.quiet")
 local clock_now = clock.now
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -16,8 +17,17 @@ local lua_pairs = pairs
 local wordOf = command.wordOf
 local alone = roundtrip.one
 local forTarget = scripts.forTarget
+local quiet_add = quiet.add
+local quiet_named = quiet.named
+local function pass()
+    return {
+        took = quiet.tally(),
+        failed = quiet.tally(),
+        why = nil
+    }
+end
 --- Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will.
-local function takeBackOne(conf, j)
+local function takeBackOne(conf, j, p)
     local rkey = wordOf(j, 1)
     local res, err = forTarget(
         alone,
@@ -27,24 +37,34 @@ local function takeBackOne(conf, j)
         wordOf(j, j.s.keys + 1)
     )
     if res == nil then
-        ngx_log(
-            WARN,
-            "dlock: ",
-            rkey,
-            " may be held by a request that ended before the ",
-            j.s.name,
-            " reply came, and cannot be taken back (",
-            err,
-            "): it expires on its own"
-        )
+        quiet_add(p.failed, rkey)
+        p.why = p.why or err
     elseif res ~= 0 then
+        quiet_add(p.took, rkey)
+    end
+end
+local function report(p)
+    if p.took.count > 0 then
         ngx_log(
             NOTICE,
             "dlock: took back ",
-            rkey,
-            ": its request ended before the ",
-            j.s.name,
-            " reply came"
+            p.took.count,
+            " key(s) whose requests ended before the acquire's reply came (",
+            quiet_named(p.took),
+            ")"
+        )
+    end
+    if p.failed.count > 0 then
+        ngx_log(
+            WARN,
+            "dlock: ",
+            p.failed.count,
+            " key(s) may be held by requests that ended before the acquire's reply came, ",
+            "and cannot be taken back (",
+            quiet_named(p.failed),
+            "): ",
+            p.why,
+            "; they expire on their own"
         )
     end
 end
@@ -54,15 +74,17 @@ end
 -- can land later. (A lost reply of a caller that is gone is left to its ttl.)
 function _M.settle(premature, conf, b)
     local jobs = b.jobs
+    local p = pass()
     for i = 1, #jobs do
         local j = jobs[i]
         if j.s.undo ~= nil and j.res ~= nil and not j.back then
-            local ok, err = lua_pcall(takeBackOne, conf, j)
+            local ok, err = lua_pcall(takeBackOne, conf, j, p)
             if not ok then
                 ngx_log(ERR, "dlock: take-back failed: ", err)
             end
         end
     end
+    report(p)
 end
 --- Seconds between looks for acquires sent at once whose callers never came back.
 _M.WATCH = 1
@@ -84,12 +106,14 @@ function _M.watcher(premature, lane)
             gone[#gone + 1] = b
         end
     end
+    local p = pass()
     for i = 1, #gone do
-        local ok, err = lua_pcall(takeBackOne, lane.conf, gone[i].jobs[1])
+        local ok, err = lua_pcall(takeBackOne, lane.conf, gone[i].jobs[1], p)
         if not ok then
             ngx_log(ERR, "dlock: take-back failed: ", err)
         end
     end
+    report(p)
     if premature or (lua_next(lane.acquires)) == nil or (timer_at(_M.WATCH, _M.watcher, lane)) == nil then
         lane.watching = false
     end

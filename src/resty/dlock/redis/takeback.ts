@@ -9,6 +9,7 @@ import type { Lane } from "./lanes";
 import * as roundtrip from "./roundtrip";
 import * as scripts from "./scripts";
 import * as clock from "../core/clock";
+import * as quiet from "../core/quiet";
 
 type Batch = command.Batch;
 type Job = command.Job;
@@ -25,17 +26,44 @@ const lua_pairs = pairs;
 const wordOf = command.wordOf;
 const alone = roundtrip.one;
 const forTarget = scripts.forTarget;
+const quiet_add = quiet.add;
+const quiet_named = quiet.named;
+
+/**
+ * What one pass took back, and what it could not: said in a line each after
+ * the pass (client aborts under load end many requests mid-acquire at once).
+ */
+interface Pass {
+  readonly took: quiet.Tally;
+  readonly failed: quiet.Tally;
+  why: string | undefined;
+}
+
+function pass(this: void): Pass {
+  return { took: quiet.tally(), failed: quiet.tally(), why: undefined };
+}
 
 /** Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will. */
-function takeBackOne(conf: redis.RedisConf, j: Job): void {
+function takeBackOne(conf: redis.RedisConf, j: Job, p: Pass): void {
   const rkey = wordOf(j, 1);
   // ARGV[1], the token, follows the keys.
   const [res, err] = forTarget(alone, conf, j.s.undo!, rkey, wordOf(j, j.s.keys + 1));
   if (res === undefined) {
-    ngx_log(WARN, "dlock: ", rkey, " may be held by a request that ended before the ", j.s.name, " reply came, and cannot be taken back (",
-      err, "): it expires on its own");
+    quiet_add(p.failed, rkey);
+    p.why = p.why ?? err;
   } else if (res !== 0) {
-    ngx_log(NOTICE, "dlock: took back ", rkey, ": its request ended before the ", j.s.name, " reply came");
+    quiet_add(p.took, rkey);
+  }
+}
+
+function report(p: Pass): void {
+  if (p.took.count > 0) {
+    ngx_log(NOTICE, "dlock: took back ", p.took.count, " key(s) whose requests ended before the acquire's reply came (",
+      quiet_named(p.took), ")");
+  }
+  if (p.failed.count > 0) {
+    ngx_log(WARN, "dlock: ", p.failed.count, " key(s) may be held by requests that ended before the acquire's reply came, ",
+      "and cannot be taken back (", quiet_named(p.failed), "): ", p.why, "; they expire on their own");
   }
 }
 
@@ -47,14 +75,16 @@ function takeBackOne(conf: redis.RedisConf, j: Job): void {
  */
 export function settle(this: void, premature: boolean, conf: redis.RedisConf, b: Batch): void {
   const jobs = b.jobs;
+  const p = pass();
   for (const i of $range(1, jobs.length)) {
     const j = jobs[i - 1]!;
     if (j.s.undo !== undefined && j.res !== undefined && !j.back) {
       // Whatever one runs into, the others are still taken back.
-      const [ok, err] = lua_pcall(takeBackOne, conf, j);
+      const [ok, err] = lua_pcall(takeBackOne, conf, j, p);
       if (!ok) ngx_log(ERR, "dlock: take-back failed: ", err);
     }
   }
+  report(p);
 }
 
 /** Seconds between looks for acquires sent at once whose callers never came back. */
@@ -82,10 +112,12 @@ export function watcher(this: void, premature: boolean, lane: Lane): void {
       gone.push(b);
     }
   }
+  const p = pass();
   for (const i of $range(1, gone.length)) {
-    const [ok, err] = lua_pcall(takeBackOne, lane.conf, gone[i - 1]!.jobs[0]!);
+    const [ok, err] = lua_pcall(takeBackOne, lane.conf, gone[i - 1]!.jobs[0]!, p);
     if (!ok) ngx_log(ERR, "dlock: take-back failed: ", err);
   }
+  report(p);
   if (premature || lua_next(lane.acquires)[0] === undefined || timer_at(WATCH, watcher, lane)[0] === undefined) lane.watching = false;
 }
 

@@ -16,6 +16,7 @@ local lua_pairs = pairs
 local lua_ipairs = ipairs
 local quiet_due = quiet.due
 local quiet_more = quiet.more
+local quiet_tally = quiet.tally
 local quiet_add = quiet.add
 local quiet_named = quiet.named
 --- Seconds a lost acquire is retried. A SET queued in a paused Redis only runs
@@ -52,8 +53,8 @@ local function sweepOnce()
     ngx_update_time()
     local now = clock_now()
     local groups = {}
-    local removed = quiet.tally()
-    local released = quiet.tally()
+    local removed = quiet_tally()
+    local released = quiet_tally()
     for _, o in lua_ipairs(batch) do
         if now > o.deadline then
             local n = quiet_due(givenUp)

@@ -17,6 +17,7 @@ local lua_tostring = tostring
 local lua_pcall = pcall
 local lua_pairs = pairs
 local lua_ipairs = ipairs
+local quiet_tally = quiet.tally
 local quiet_add = quiet.add
 local quiet_named = quiet.named
 local ESRCH = 3
@@ -39,7 +40,7 @@ local function giveBack(dict, f, s, items)
     end
     local out = backend.batch(f.store.redis, s, targets)
     local released = 0
-    local failed = quiet.tally()
+    local failed = quiet_tally()
     local why
     for i = 1, #items do
         local it = items[i]

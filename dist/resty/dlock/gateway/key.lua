@@ -7,6 +7,7 @@ local quiet = require("resty.dlock.core.quiet")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local clock_now = clock.now
+local quiet_make = quiet.make
 local quiet_due = quiet.due
 local var_get = vars.get
 local math_floor = math.floor
@@ -97,7 +98,7 @@ local function state(guard)
             since = clock_now(),
             present = 0,
             missing = 0,
-            failed = quiet.make()
+            failed = quiet_make()
         }
         seen[guard] = s
     end

@@ -17,12 +17,13 @@ local lua_pairs = pairs
 local wordOf = command.wordOf
 local alone = roundtrip.one
 local forTarget = scripts.forTarget
+local quiet_tally = quiet.tally
 local quiet_add = quiet.add
 local quiet_named = quiet.named
 local function pass()
     return {
-        took = quiet.tally(),
-        failed = quiet.tally(),
+        took = quiet_tally(),
+        failed = quiet_tally(),
         why = nil
     }
 end

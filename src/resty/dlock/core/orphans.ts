@@ -26,6 +26,7 @@ const lua_pairs = pairs;
 const lua_ipairs = ipairs;
 const quiet_due = quiet.due;
 const quiet_more = quiet.more;
+const quiet_tally = quiet.tally;
 const quiet_add = quiet.add;
 const quiet_named = quiet.named;
 
@@ -75,8 +76,8 @@ function sweepOnce(this: void): void {
   const now = clock_now();
   // One pipeline per endpoint and script.
   const groups = new LuaTable<string, Orphan[]>();
-  const removed = quiet.tally();
-  const released = quiet.tally();
+  const removed = quiet_tally();
+  const released = quiet_tally();
   for (const [_, o] of lua_ipairs(batch)) {
     if (now > o.deadline) {
       const n = quiet_due(givenUp);

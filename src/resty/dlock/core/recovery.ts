@@ -32,6 +32,7 @@ const lua_tostring = tostring;
 const lua_pcall = pcall;
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
+const quiet_tally = quiet.tally;
 const quiet_add = quiet.add;
 const quiet_named = quiet.named;
 const ESRCH = 3;
@@ -67,7 +68,7 @@ function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Ite
   const out = backend.batch(f.store.redis, s, targets);
   let released = 0;
   // What Redis would not take: one line for the batch, not one per key.
-  const failed = quiet.tally();
+  const failed = quiet_tally();
   let why: string | undefined;
   for (const i of $range(1, items.length)) {
     const it = items[i - 1]!;

@@ -12,6 +12,7 @@ import * as quiet from "../core/quiet";
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const clock_now = clock.now;
+const quiet_make = quiet.make;
 const quiet_due = quiet.due;
 const var_get = vars.get;
 const math_floor = math.floor;
@@ -114,7 +115,7 @@ const seen = new LuaTable<string, Seen>();
 function state(guard: string): Seen {
   let s = seen.get(guard);
   if (s === undefined) {
-    s = { since: clock_now(), present: 0, missing: 0, failed: quiet.make() };
+    s = { since: clock_now(), present: 0, missing: 0, failed: quiet_make() };
     seen.set(guard, s);
   }
   return s;

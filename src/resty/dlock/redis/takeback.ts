@@ -26,6 +26,7 @@ const lua_pairs = pairs;
 const wordOf = command.wordOf;
 const alone = roundtrip.one;
 const forTarget = scripts.forTarget;
+const quiet_tally = quiet.tally;
 const quiet_add = quiet.add;
 const quiet_named = quiet.named;
 
@@ -40,7 +41,7 @@ interface Pass {
 }
 
 function pass(this: void): Pass {
-  return { took: quiet.tally(), failed: quiet.tally(), why: undefined };
+  return { took: quiet_tally(), failed: quiet_tally(), why: undefined };
 }
 
 /** Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will. */

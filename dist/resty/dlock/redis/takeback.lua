@@ -107,14 +107,16 @@ function _M.watcher(premature, lane)
             gone[#gone + 1] = b
         end
     end
-    local p = pass()
-    for i = 1, #gone do
-        local ok, err = lua_pcall(takeBackOne, lane.conf, gone[i].jobs[1], p)
-        if not ok then
-            ngx_log(ERR, "dlock: take-back failed: ", err)
+    if #gone > 0 then
+        local p = pass()
+        for i = 1, #gone do
+            local ok, err = lua_pcall(takeBackOne, lane.conf, gone[i].jobs[1], p)
+            if not ok then
+                ngx_log(ERR, "dlock: take-back failed: ", err)
+            end
         end
+        report(p)
     end
-    report(p)
     if premature or (lua_next(lane.acquires)) == nil or (timer_at(_M.WATCH, _M.watcher, lane)) == nil then
         lane.watching = false
     end

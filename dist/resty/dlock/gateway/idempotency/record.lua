@@ -83,17 +83,19 @@ local function store(premature, c)
             return
         end
         local res, err = backend.call(g._conf, records.IDEM_RELEASE, l._rkey, l.token)
-        local n = res == nil and quiet_due_for(undropped, g.name) or 0
-        if n > 0 then
-            ngx_log(
-                WARN,
-                "dlock: guard ",
-                g.name,
-                ": dropping a claim: ",
-                check.reason(err),
-                " (it runs out after the lease)",
-                quiet_more(n)
-            )
+        if res == nil then
+            local n = quiet_due_for(undropped, g.name)
+            if n > 0 then
+                ngx_log(
+                    WARN,
+                    "dlock: guard ",
+                    g.name,
+                    ": dropping a claim: ",
+                    check.reason(err),
+                    " (it runs out after the lease)",
+                    quiet_more(n)
+                )
+            end
         end
         settle.forget(l)
         claims.notify(l._rkey, nil)

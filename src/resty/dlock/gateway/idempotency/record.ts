@@ -102,10 +102,12 @@ function store(this: void, premature: boolean, c: Capture): void {
     }
     // The application said it did not do it (409, 429, 503...): retries may run it.
     const [res, err] = backend.call(g._conf, records.IDEM_RELEASE, l._rkey, l.token);
-    const n = res === undefined ? quiet_due_for(undropped, g.name) : 0;
-    if (n > 0) {
-      ngx_log(WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)",
-        quiet_more(n));
+    if (res === undefined) {
+      const n = quiet_due_for(undropped, g.name);
+      if (n > 0) {
+        ngx_log(WARN, "dlock: guard ", g.name, ": dropping a claim: ", check.reason(err), " (it runs out after the lease)",
+          quiet_more(n));
+      }
     }
     settle.forget(l);
     claims.notify(l._rkey, undefined);

@@ -250,7 +250,7 @@ h.check_error_logs({
   -- Guards in front of a Redis that is down, on purpose (on_error):
   "connect%(%) failed %(111: Connection refused%), client:",
   "dlock: guard %w+: redis 127%.0%.0%.1:%d+: connection refused",
-  -- Redis paused while responses are stored, on purpose: the stores time out (9 seen), one line per worker says so.
+  -- Redis paused while responses are stored, on purpose: the stores time out (9 seen on Debian's nginx, 13 on OpenResty), one line per worker says so.
   -- (OpenResty's lua-nginx-module names the upstream before the context.)
   { "lua tcp socket read timed out, .-context: ngx%.timer", max = 20 },
   { "dlock: guard payments: response not stored, the claim runs out: redis 127%.0%.0%.1:%d+: timeout", max = 2 },

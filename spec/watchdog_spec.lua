@@ -22,6 +22,38 @@ describe("watchdog", function()
     assert.is_false(lease:valid())
   end)
 
+  it("keeps renewing a lease its holder extended to a shorter ttl", function()
+    local locks = h.locks()
+    local lease = assert(locks:acquire("shortened", { ttl = 30000, renew = true }))
+    assert.is_true(lease:extend(300))
+    ngx.sleep(1)  -- three of the new ttls
+    assert.is_true(lease:valid())
+    assert.equal(lease.token, h.cmd(nil, "get", locks.prefix .. "shortened"))
+    assert.is_true(lease:release())
+  end)
+
+  it("renews a short lease taken while the sweep sleeps for a long one", function()
+    local locks = h.locks()
+    local long = assert(locks:acquire("long-first", { ttl = 30000, renew = true }))
+    ngx.sleep(0.05)  -- the sweep asleep for the long lease's tick
+    local short = assert(locks:acquire("short-later", { ttl = 200, renew = true }))
+    ngx.sleep(1)  -- five of its ttls
+    assert.is_true(short:valid())
+    assert.equal(short.token, h.cmd(nil, "get", locks.prefix .. "short-later"))
+    assert.is_true(short:release())
+    assert.is_true(long:release())
+  end)
+
+  it("renews a set's keys (acquire_all) extended to a shorter ttl", function()
+    local locks = h.locks()
+    local set = assert(locks:acquire_all({ "set-a", "set-b" }, { ttl = 30000, renew = true }))
+    assert.is_true(set:extend(300))
+    ngx.sleep(1)
+    assert.is_true(set:valid())
+    assert.equal(set.token, h.cmd(nil, "get", locks.prefix .. "set-b"))
+    assert.is_true(set:release())
+  end)
+
   it("does not renew a lease taken without renew: it expires at its ttl", function()
     local locks = h.locks()
     local lease = assert(locks:acquire("short", { ttl = 200 }))

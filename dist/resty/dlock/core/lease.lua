@@ -6,6 +6,7 @@ local meter = require("resty.dlock.core.meter")
 local options = require("resty.dlock.core.options")
 local backend = require("resty.dlock.redis.backend")
 local settle = require("resty.dlock.core.settle")
+local watchdog = require("resty.dlock.core.watchdog")
 local clock = require("resty.dlock.core.clock")
 local ngx_get_phase = ngx.get_phase
 local clock_now = clock.now
@@ -77,7 +78,11 @@ local leaseMethods = {
             settle.unconfirmed(self, fault, false)
             return nil, err
         end
-        return settle.extended(self, res, ms, sent)
+        local ok, xerr = settle.extended(self, res, ms, sent)
+        if ok ~= nil then
+            watchdog.extended(self)
+        end
+        return ok, xerr
     end
 }
 local leaseMt = {__index = leaseMethods}

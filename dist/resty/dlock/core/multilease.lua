@@ -158,6 +158,8 @@ local multiMethods = {
                 local ok = settle.extended(l, reply, ms, sent)
                 if ok == nil then
                     notOwner = true
+                else
+                    watchdog.extended(l)
                 end
             end
         end

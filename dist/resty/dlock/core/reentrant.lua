@@ -21,6 +21,9 @@ local handleMethods = {
         if h.count > 1 then
             h.count = h.count - 1
             self._done = true
+            if not h.root:valid() then
+                return nil, "not_owner"
+            end
             return true, nil
         end
         local ok, err = h.root:release()
@@ -43,14 +46,20 @@ local handleMethods = {
         return not self._done and self._hold.root:valid()
     end
 }
-local handleMt = {__index = handleMethods}
+--- ttl is the real lease's as it is now: an extend through any handle changes it for all.
+local handleMt = {__index = function(x, k)
+    if k == "ttl" then
+        return x._hold.root.ttl
+    end
+    return handleMethods[k]
+end}
 local function handle(h)
     local r = h.root
     local x = {
         key = r.key,
         token = r.token,
-        ttl = r.ttl,
         fence = r.fence,
+        shared = r.shared,
         _hold = h,
         _done = false
     }

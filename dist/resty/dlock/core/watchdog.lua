@@ -28,7 +28,26 @@ local count = 0
 --- Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds.
 local MIN_TICK = 0.01
 local MAX_TICK = 0.5
+--- What the sweep sleeps now (or is about to): a lease that needs less wakes it (hurry).
 local tick = MAX_TICK
+local function tickFor(ttl)
+    return math_max(
+        MIN_TICK,
+        math_min(MAX_TICK, ttl / 6000)
+    )
+end
+--- Before each sleep: from the leases watched now, so that it grows again once the short ones are gone.
+local function nextTick()
+    local t = MAX_TICK
+    for l in lua_pairs(watched) do
+        local lt = tickFor(l.ttl)
+        if lt < t then
+            t = lt
+        end
+    end
+    tick = t
+    return t
+end
 local function drop(l)
     if watched[l] ~= nil then
         watched[l] = nil
@@ -142,10 +161,18 @@ end
 local sweeper = {
     name = "lease watchdog",
     busy = function() return count > 0 end,
-    tick = function() return tick end,
+    tick = nextTick,
     round = round,
     running = false
 }
+--- l needs renewing sooner than the sweep now sleeps: wake it.
+local function sooner(l)
+    local t = tickFor(l.ttl)
+    if t < tick then
+        tick = t
+        loop.hurry(sweeper)
+    end
+end
 --- Keep l alive until it is released, lost, unwatched, or (without hooks) what
 -- took it ends. With hooks, the caller hears of every renewal.
 local function watch(l, hooks)
@@ -167,15 +194,23 @@ local function watch(l, hooks)
         hooks = hooks,
         renewedAt = clock_now()
     }
-    tick = math_min(
-        tick,
-        math_max(MIN_TICK, l.ttl / 6000)
-    )
     local err = loop.start(sweeper)
     if err ~= nil then
         drop(l)
+        return err
     end
-    return err
+    sooner(l)
+    return nil
+end
+--- Its holder extended l (lease:extend): renewed as of now, and at its new
+-- ttl, which may want the sweep sooner than it sleeps.
+function _M.extended(l)
+    local w = watched[l]
+    if w == nil then
+        return
+    end
+    w.renewedAt = clock_now()
+    sooner(l)
 end
 --- The end of an acquire with renew = true: the lease, watched from now on; or,
 -- when the watchdog cannot run, nil and why (the lease is given back).

@@ -11,6 +11,7 @@ import * as backend from "../redis/backend";
 import * as redis from "../redis/client";
 import * as scripts from "../redis/scripts";
 import * as settle from "./settle";
+import * as watchdog from "./watchdog";
 import * as clock from "./clock";
 
 const ngx_get_phase = ngx.get_phase;
@@ -167,7 +168,10 @@ const leaseMethods = {
       settle.unconfirmed(this, fault, false);
       return $multi(undefined, err);
     }
-    return settle.extended(this, res, ms, sent);
+    const [ok, xerr] = settle.extended(this, res, ms, sent);
+    // A renewed lease at a shorter ttl: the watchdog's sweep must come sooner.
+    if (ok !== undefined) watchdog.extended(this);
+    return $multi(ok, xerr);
   },
 };
 const leaseMt = { __index: leaseMethods };

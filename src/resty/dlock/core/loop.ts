@@ -4,13 +4,18 @@
 // goes on in a worker that is exiting after nginx -s reload or quit
 // (ngx.timer.every stops then; ngx.sleep inside a running timer does not),
 // that stops when there is nothing left to do, and hands over to a fresh
-// timer now and then, as lua-nginx-module advises for long-lived timers.
+// timer now and then, as lua-nginx-module advises for long-lived timers. It
+// sleeps on a semaphore, so that work due sooner than its sleep ends (a lease
+// with a shorter ttl to renew) can wake it (hurry).
 
 import * as check from "./check";
 import * as clock from "./clock";
 
+const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
+const sem_new = semaphore.new;
 const clock_now = clock.now;
 const clock_sleep = clock.sleep;
+const clock_timeout = clock.timeout;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const timer_at = ngx.timer.at;
@@ -27,16 +32,37 @@ export interface Loop {
   /** One round; a raise is logged and the loop goes on. */
   round(this: void): void;
   running: boolean;
+  /** Wakes its sleep (made in the worker, at its first sleep). */
+  _wake?: NgxSemaphore;
+  /** Asleep on _wake: hurry() posts it once. */
+  _asleep?: boolean;
 }
 
 /** Seconds one timer runs before it hands over to a fresh one. */
 const HANDOVER = 60;
 
+function nap(l: Loop, seconds: number): void {
+  let wake = l._wake;
+  if (wake === undefined) {
+    [wake] = sem_new(0);
+    l._wake = wake;
+  }
+  if (wake === undefined) {
+    clock_sleep(seconds);
+    return;
+  }
+  l._asleep = true;
+  const [woken, err] = wake.wait(clock_timeout(seconds));
+  l._asleep = false;
+  // A wait that could not yield must not turn the loop into a spin.
+  if (!woken && err !== "timeout") clock_sleep(seconds);
+}
+
 function run(this: void, premature: boolean, l: Loop): void {
   // Premature: the worker is exiting; what is still held still needs the rounds.
   const started = clock_now();
   while (l.busy()) {
-    clock_sleep(l.tick());
+    nap(l, l.tick());
     const [ok, err] = lua_pcall(l.round);
     if (!ok) {
       ngx_log(ERR, "dlock: ", l.name, ": ", check.text(err));
@@ -48,6 +74,14 @@ function run(this: void, premature: boolean, l: Loop): void {
   }
   // Nothing left: stop, so an exiting worker can exit. start() makes a new one.
   l.running = false;
+}
+
+/** Cut the loop's sleep short: its next round is due now (work came in that cannot wait a whole tick). */
+export function hurry(l: Loop): void {
+  if (l._asleep === true) {
+    l._asleep = false;
+    l._wake!.post(1);
+  }
 }
 
 /** Run the loop unless it runs already; nil, or why its timer could not start. */

@@ -184,6 +184,7 @@ const multiMethods = {
       } else {
         const [ok] = settle.extended(l, reply, ms, sent);
         if (ok === undefined) notOwner = true;
+        else watchdog.extended(l);
       }
     }
     if (notOwner) {

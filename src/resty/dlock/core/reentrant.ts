@@ -5,8 +5,8 @@
 // lock. The key is freed when the last of the nested leases is released.
 //
 // Every lease of a reentrant factory is a handle on a shared hold: its fields
-// are the real lease's, release() counts down, extend() and valid() are the
-// real lease's. A hold is found again only by the request that took it while
+// are the real lease's (ttl read through, as an extend changes it), release()
+// counts down, extend() and valid() are the real lease's. A hold is found again only by the request that took it while
 // that request is alive (a later request can get the same address), or by the
 // very coroutine that took it outside requests.
 
@@ -37,8 +37,8 @@ const PRUNE_EVERY = 64;
 interface Handle {
   readonly key: string;
   readonly token: string;
-  readonly ttl: number;
   readonly fence: number | undefined;
+  readonly shared: boolean;
   readonly _hold: Hold;
   /** This handle was released (the key itself may still be held by another). */
   _done: boolean;
@@ -52,6 +52,9 @@ const handleMethods = {
     if (h.count > 1) {
       h.count--;
       this._done = true;
+      // The key is no longer ours (it ran out, or the watchdog lost it): say so
+      // now, not only at the last release, which asks Redis.
+      if (!h.root.valid()) return $multi(undefined, "not_owner");
       return $multi(true as const, undefined);
     }
     const [ok, err] = h.root.release();
@@ -70,11 +73,17 @@ const handleMethods = {
     return !this._done && this._hold.root.valid();
   },
 };
-const handleMt = { __index: handleMethods };
+/** ttl is the real lease's as it is now: an extend through any handle changes it for all. */
+const handleMt = {
+  __index(this: void, x: Handle, k: string): unknown {
+    if (k === "ttl") return x._hold.root.ttl;
+    return (handleMethods as unknown as LuaTable<string, unknown>).get(k);
+  },
+};
 
 function handle(h: Hold): lease.Lease {
   const r = h.root;
-  const x: Handle = { key: r.key, token: r.token, ttl: r.ttl, fence: r.fence, _hold: h, _done: false };
+  const x: Handle = { key: r.key, token: r.token, fence: r.fence, shared: r.shared, _hold: h, _done: false };
   return lua_setmetatable(x, handleMt) as unknown as lease.Lease;
 }
 

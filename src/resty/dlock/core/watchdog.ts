@@ -66,7 +66,24 @@ let count = 0;
 /** Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds. */
 const MIN_TICK = 0.01;
 const MAX_TICK = 0.5;
+/** What the sweep sleeps now (or is about to): a lease that needs less wakes it (hurry). */
 let tick = MAX_TICK;
+
+function tickFor(ttl: number): number {
+  return math_max(MIN_TICK, math_min(MAX_TICK, ttl / 6000));
+}
+
+/** Before each sleep: from the leases watched now, so that it grows again once the short ones are gone. */
+function nextTick(this: void): number {
+  let t = MAX_TICK;
+  for (const [l] of lua_pairs(watched)) {
+    const lt = tickFor(l.ttl);
+    if (lt < t) t = lt;
+  }
+  tick = t;
+  return t;
+}
+
 
 function drop(l: lease.Lease): void {
   if (watched.has(l)) {
@@ -153,10 +170,19 @@ function round(): void {
 const sweeper: loop.Loop = {
   name: "lease watchdog",
   busy: () => count > 0,
-  tick: () => tick,
+  tick: nextTick,
   round,
   running: false,
 };
+
+/** l needs renewing sooner than the sweep now sleeps: wake it. */
+function sooner(l: lease.Lease): void {
+  const t = tickFor(l.ttl);
+  if (t < tick) {
+    tick = t;
+    loop.hurry(sweeper);
+  }
+}
 
 /**
  * Keep l alive until it is released, lost, unwatched, or (without hooks) what
@@ -171,10 +197,24 @@ function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
   }
   if (!watched.has(l)) count++;
   watched.set(l, { lease: l, anchor, co, hooks, renewedAt: clock_now() });
-  tick = math_min(tick, math_max(MIN_TICK, l.ttl / 6000));
   const err = loop.start(sweeper);
-  if (err !== undefined) drop(l);
-  return err;
+  if (err !== undefined) {
+    drop(l);
+    return err;
+  }
+  sooner(l);
+  return undefined;
+}
+
+/**
+ * Its holder extended l (lease:extend): renewed as of now, and at its new
+ * ttl, which may want the sweep sooner than it sleeps.
+ */
+export function extended(l: lease.Lease): void {
+  const w = watched.get(l);
+  if (w === undefined) return;
+  w.renewedAt = clock_now();
+  sooner(l);
 }
 
 /**

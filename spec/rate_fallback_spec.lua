@@ -143,6 +143,17 @@ describe("gateway mode rate with on_error = local", function()
     end)
   end
 
+  it("admit a request that costs more than this nginx's share of the burst: the share is one request at least", function()
+    -- costly_local: 10 per second, burst 4, cost 3, a fleet of 2, its Redis unreachable: each nginx
+    -- 5 per second, and 3 (not 2) at once.
+    assert.equal(200, assert(h.http(a.port, "/g/costly_local?key=c")).status)
+    local res = assert(h.http(a.port, "/g/costly_local?key=c"))
+    assert.equal(429, res.status)
+    assert.equal("1", res.headers["retry-after"])  -- 3 units back in 600 ms
+    ngx.sleep(1.05)
+    assert.equal(200, assert(h.http(a.port, "/g/costly_local?key=c")).status)
+  end)
+
   it("refuse a request whose key cannot be computed with on_error = local (rate and lock guards), saying why in the log", function()
     for _, name in ipairs({ "rate_nokey", "conc_nokey" }) do
       local path = name == "rate_nokey" and "/g/" or "/l/"
@@ -184,5 +195,8 @@ h.check_error_logs({ { "lua tcp socket read timed out", max = 120 },
   { "dlock: guard fallback: Redis keeps failing", max = 8 },
   { "dlock: guard %a+_local: redis 127%.0%.0%.1:%d+: [^\n]*timeout", max = 60 },
   { "dlock: guard %a+_local: Redis keeps failing", max = 16 },
+  -- costly_local's unreachable Redis.
+  { "connect%(%) failed %(111: Connection refused%)", max = 4 },
+  { "dlock: guard costly_local: redis 127%.0%.0%.1:%d+: connect", max = 4 },
   -- The key functions of the *_nokey guards raise: one line per worker and interval.
   { "dlock: guard %a+_nokey: no key: the key function raised", max = 8 } })

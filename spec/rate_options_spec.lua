@@ -60,6 +60,10 @@ describe("resty.dlock.rate", function()
       { { dict = "dlock", limits = { { rate = 1, per = 5 } } }, 'dlock: unknown option in limits[1], got "per"' },
       { { dict = "dlock", limits = { { rate = 1 }, { rate = 1 } } }, 'dlock: two limits share the policy name 1-per-1s (give each a name), got "1-per-1s"' },
       { { dict = "dlock", limits = { { rate = 1, name = "a b" } } }, 'dlock: limits[1].name must be letters, digits and -_.:/, got "a b"' },
+      { { dict = "dlock", rate = 1, period = 30 * 86400000, burst = 1000000000 },
+        "dlock: burst * period / rate (the ms a whole burst takes to come back) must be at most 315360000000 (10 years), got 2.592e+18" },
+      { { dict = "dlock", limits = { { rate = 1 }, { rate = 1, period = 30 * 86400000, burst = 200, name = "slow" } } },
+        "dlock: limits[2].burst * period / rate (the ms a whole burst takes to come back) must be at most 315360000000 (10 years), got 518400000000" },
       { { dict = "dlock", rate = 5, redis = { redlock = { "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3" } } }, core.REDLOCK },
     }
     for _, c in ipairs(cases) do

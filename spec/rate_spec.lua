@@ -55,6 +55,39 @@ for _, topo in ipairs(topologies) do
       assert.is_true(retry_after >= 1 and retry_after <= 200, tostring(retry_after))
     end)
 
+    it("say exactly what remains when the interval is no whole number of us (3 per second; 15 per second and 1000 per hour)", function()
+      local lim = new(redis, { rate = 3, period = 1000 })
+      local _, remaining = lim:incoming("k", true)
+      assert.equal(2, remaining)
+      for _ = 1, 2 do assert.equal(0, (lim:incoming("k", true))) end
+      assert.is_nil((lim:incoming("k", true)))
+      local many = new(redis, { limits = { { rate = 15, period = 1000 }, { rate = 1000, period = 3600000 } } })
+      _, remaining = many:incoming("k", true)
+      assert.equal(14, remaining)
+      for _ = 1, 14 do assert.equal(0, (many:incoming("k", true))) end
+      assert.is_nil((many:incoming("k", true)))
+    end)
+
+    if tname == "standalone" then
+      it("admit the rate of a lone limit whose burst is less than 1 ms of it (3000 per second, burst 1), as with several limits", function()
+        local function run(lim)
+          local admitted, refused = 0, 0
+          h.under_load(0.5, 40, function()
+            local d, err = lim:incoming("hot", true)
+            if d then admitted = admitted + 1 else assert.equal("rejected", err) refused = refused + 1 end
+          end)
+          return admitted, refused
+        end
+        -- The same limit beside one that never binds: decided by the general script, on Redis' TIME in us.
+        local many, many_refused = run(new(redis, { limits = { { rate = 3000, period = 1000, burst = 1 }, { rate = 1000000, period = 1000 } } }))
+        local one, one_refused = run(new(redis, { rate = 3000, period = 1000, burst = 1 }))
+        local what = string.format("alone: %d admitted, %d refused; beside another: %d admitted, %d refused", one, one_refused, many, many_refused)
+        -- Offered more than the limit both times; a lone limit read at 1 ms had admitted one a ms (a third).
+        assert.is_true(many_refused > many and one_refused > one, what)
+        assert.is_true(one >= 0.75 * many, what)
+      end)
+    end
+
     it("charge nothing for a refusal: the next request fits one interval later, however many were refused", function()
       local lim = new(redis, { rate = 2, period = 1000, burst = 1 })
       assert.equal(0, (lim:incoming("k", true)))
@@ -255,6 +288,8 @@ for _, topo in ipairs(topologies) do
       res = get(b, "/g/api?key=fields")
       assert.equal('"20-per-1s";r=8;t=1', res.headers["ratelimit"])
       -- A period of no whole seconds has no window parameter (w is in seconds).
+      -- What remains is exact when the interval is no whole number of us (66666.67 here).
+      assert.equal('"15-per-1s";r=14;t=1', get(a, "/g/fifteen?key=fields").headers["ratelimit"])
       res = get(a, "/g/odd?key=fields")
       assert.equal('"3-per-1500ms";q=3;dlock-burst=1', res.headers["ratelimit-policy"])
       assert.equal('"3-per-1500ms";r=0;t=1', res.headers["ratelimit"])

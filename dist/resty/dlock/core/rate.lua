@@ -19,8 +19,18 @@ local lua_unpack = unpack
 --- Longest period: 30 days, in ms.
 _M.MAX_PERIOD = 30 * 86400000
 local MAX_RATE = 1000000000
---- Capacities (us) the one-limit script's answer, 4 * us ahead + outcome, keeps exact (a double's 53 bits).
-local ONE_MAX = 2 ^ 50
+--- Longest capacity (burst * period / rate, the ms a whole burst takes to come
+-- back): 10 years. Both scripts keep a time of that many us exact (a double's
+-- 53 bits, the one-limit script's answer 4 * us ahead + outcome within 2^52,
+-- the general script's TAT on Redis' clock written with %d).
+local MAX_CAPACITY = 10 * 365 * 86400000
+--- The one-limit script reads time from the key's expiry, in Redis' ms: a
+-- request may see up to 1 ms less room than there is. A capacity short of a
+-- request and 1 ms would then admit less than the rate (3000 a second with a
+-- burst of 1: one a ms), unless the interval is whole ms (every TAT then falls
+-- on a ms, and the key expires right at it): such a limit goes to the general
+-- script, which reads TIME in us.
+local ONE_SLACK = 1000
 --- A short policy name for a limit: "100-per-1m", "10-per-1s", "5-per-250ms".
 local function nameOf(rate, period)
     local p = lua_tostring(period) .. "ms"
@@ -69,6 +79,13 @@ local function limit(where, rate, period, burst, name)
     if b == nil then
         return nil, e3
     end
+    local capacity = b * p / r
+    if capacity > MAX_CAPACITY then
+        return check.fail(
+            where .. "burst * period / rate (the ms a whole burst takes to come back) must be at most " .. lua_tostring(MAX_CAPACITY) .. " (10 years)",
+            capacity
+        )
+    end
     local n = nameOf(r, p)
     if name ~= nil then
         local s, e4 = check.str(where .. "name", name, 64)
@@ -101,7 +118,7 @@ local function limits(list)
     end
     local iv = list[1].period * 1000 / list[1].rate
     local cap = list[1].burst * iv
-    local one = #list == 1 and cap < ONE_MAX
+    local one = #list == 1 and (cap >= iv + ONE_SLACK or iv % 1000 == 0)
     return {
         list = list,
         args = args,
@@ -121,7 +138,7 @@ local function answered(n, ls, cost)
     local outcome = n - ahead * 4
     local iv = ls.interval
     local cap = ls.capacity
-    local left = math_floor((cap - ahead) / iv + 0.000001)
+    local left = math_floor((cap - ahead + 1) / iv + 1e-9)
     if left < 0 then
         left = 0
     end

@@ -192,7 +192,7 @@ function _M.create(o, name)
         if fleet == nil then
             return nil, ferr
         end
-        shares = fallback.shares(ls, fleet, name)
+        shares = fallback.shares(ls, fleet, name, cost)
     elseif o.fleet ~= nil then
         return check.fail("fleet applies with on_error = \"local\" only", o.fleet)
     end

@@ -8,8 +8,9 @@ local math_floor = math.floor
 local math_ceil = math.ceil
 local math_max = math.max
 local str_format = string.format
---- The shares of guard `name`'s limits on one nginx of `fleet`.
-function _M.shares(ls, fleet, name)
+--- The shares of guard `name`'s limits on one nginx of `fleet`: a burst share of
+-- one request's `cost` at least, else a request could never pass locally.
+function _M.shares(ls, fleet, name, cost)
     local out = {}
     for i = 1, #ls.list do
         local l = ls.list[i]
@@ -17,7 +18,7 @@ function _M.shares(ls, fleet, name)
         out[i] = {
             interval = interval,
             cap = interval * math_max(
-                1,
+                cost,
                 math_floor(l.burst / fleet)
             ),
             key = str_format("rl:%s:%d:", name, i)
@@ -58,7 +59,7 @@ function _M.decide(d, k, sh, cost)
         end
         out[1 + 2 * i] = math_max(
             0,
-            math_floor((s.cap - (t - now)) / s.interval + 0.000001)
+            math_floor((s.cap - (t - now) + 1) / s.interval + 1e-9)
         )
         out[2 + 2 * i] = math_ceil((t - now) / 1000)
     end

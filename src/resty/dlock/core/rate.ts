@@ -62,8 +62,23 @@ export interface Limits {
 export const MAX_PERIOD = 30 * 86400000;
 const MAX_RATE = 1000000000;
 
-/** Capacities (us) the one-limit script's answer, 4 * us ahead + outcome, keeps exact (a double's 53 bits). */
-const ONE_MAX = 2 ** 50;
+/**
+ * Longest capacity (burst * period / rate, the ms a whole burst takes to come
+ * back): 10 years. Both scripts keep a time of that many us exact (a double's
+ * 53 bits, the one-limit script's answer 4 * us ahead + outcome within 2^52,
+ * the general script's TAT on Redis' clock written with %d).
+ */
+const MAX_CAPACITY = 10 * 365 * 86400000;
+
+/**
+ * The one-limit script reads time from the key's expiry, in Redis' ms: a
+ * request may see up to 1 ms less room than there is. A capacity short of a
+ * request and 1 ms would then admit less than the rate (3000 a second with a
+ * burst of 1: one a ms), unless the interval is whole ms (every TAT then falls
+ * on a ms, and the key expires right at it): such a limit goes to the general
+ * script, which reads TIME in us.
+ */
+const ONE_SLACK = 1000;
 
 /** A short policy name for a limit: "100-per-1m", "10-per-1s", "5-per-250ms". */
 function nameOf(rate: number, period: number): string {
@@ -87,6 +102,11 @@ function limit(where: string, rate: unknown, period: unknown, burst: unknown, na
   if (p === undefined) return $multi(undefined, e2);
   const [b, e3] = check.integer(where + "burst", burst === undefined ? r : burst, 1, MAX_RATE, "a positive integer");
   if (b === undefined) return $multi(undefined, e3);
+  const capacity = b * p / r;
+  if (capacity > MAX_CAPACITY) {
+    return check.fail(where + "burst * period / rate (the ms a whole burst takes to come back) must be at most " +
+      lua_tostring(MAX_CAPACITY) + " (10 years)", capacity);
+  }
   let n = nameOf(r, p);
   if (name !== undefined) {
     // An sf-String in the RateLimit fields: printable ASCII, quoted; kept to a token's characters.
@@ -113,7 +133,7 @@ function limits(list: Limit[]): LuaMultiReturn<[Limits | undefined, string | und
   }
   const iv = list[0]!.period * 1000 / list[0]!.rate;
   const cap = list[0]!.burst * iv;
-  const one = list.length === 1 && cap < ONE_MAX;
+  const one = list.length === 1 && (cap >= iv + ONE_SLACK || iv % 1000 === 0);
   return $multi({ list, args, most, interval: one ? iv : undefined, capacity: one ? cap : 0 }, undefined);
 }
 
@@ -135,7 +155,7 @@ function answered(n: number, ls: Limits, cost: number): LuaTable<number, number>
   const outcome = n - ahead * 4;
   const iv = ls.interval!;
   const cap = ls.capacity;
-  let left = math_floor((cap - ahead) / iv + 0.000001);
+  let left = math_floor((cap - ahead + 1) / iv + 0.000000001);
   if (left < 0) left = 0;
   answer.set(1, outcome);
   answer.set(2, outcome === 0 ? math_ceil((ahead + cost * iv - cap) / 1000) : 0);

@@ -214,7 +214,7 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
     const [fleet, ferr] = check.integer("fleet", o.fleet, 1, 10000,
       "a positive integer with on_error = \"local\" (how many nginx share the limit)");
     if (fleet === undefined) return $multi(undefined, ferr);
-    shares = fallback.shares(ls, fleet, name);
+    shares = fallback.shares(ls, fleet, name, cost as number);
   } else if (o.fleet !== undefined) {
     return check.fail("fleet applies with on_error = \"local\" only", o.fleet);
   }

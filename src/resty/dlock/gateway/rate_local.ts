@@ -1,10 +1,10 @@
 // The bounded fallback of rate guards (on_error = "local"): while Redis cannot
 // decide (a call failed, or the breaker is open), each nginx enforces its share
 // of every limit on its own, in its shared dict: rate / fleet per period and
-// burst / fleet at once (at least 1), `fleet` being the number of nginx the
+// burst / fleet at once (at least one request's cost), `fleet` being the number of nginx the
 // operator says share the limit. With the fleet stated right, the fleet
 // together admits no more than the limit itself (plus what each nginx's
-// rounding of burst up to 1 adds when burst < fleet).
+// rounding of burst up to a request's cost adds when burst / fleet < cost).
 //
 // The same GCRA as core/rate.ts, on ngx.now(): per key and limit the
 // theoretical arrival time in the dict. Read and written without a lock, as
@@ -32,13 +32,16 @@ export interface Share {
   readonly key: string;
 }
 
-/** The shares of guard `name`'s limits on one nginx of `fleet`. */
-export function shares(ls: core.Limits, fleet: number, name: string): Share[] {
+/**
+ * The shares of guard `name`'s limits on one nginx of `fleet`: a burst share of
+ * one request's `cost` at least, else a request could never pass locally.
+ */
+export function shares(ls: core.Limits, fleet: number, name: string, cost: number): Share[] {
   const out: Share[] = [];
   for (const i of $range(1, ls.list.length)) {
     const l = ls.list[i - 1]!;
     const interval = l.period * 1000 / l.rate * fleet;
-    out[i - 1] = { interval, cap: interval * math_max(1, math_floor(l.burst / fleet)), key: str_format("rl:%s:%d:", name, i) };
+    out[i - 1] = { interval, cap: interval * math_max(cost, math_floor(l.burst / fleet)), key: str_format("rl:%s:%d:", name, i) };
   }
   return out;
 }
@@ -75,7 +78,7 @@ export function decide(d: NgxSharedDict, k: string, sh: Share[], cost: number): 
       // Expires when it no longer matters: every unit back.
       d.set(s.key + k, t, (t - now) / 1000000 + 0.001);
     }
-    out.set(1 + 2 * i, math_max(0, math_floor((s.cap - (t - now)) / s.interval + 0.000001)));
+    out.set(1 + 2 * i, math_max(0, math_floor((s.cap - (t - now) + 1) / s.interval + 0.000000001)));
     out.set(2 + 2 * i, math_ceil((t - now) / 1000));
   }
   return out;

@@ -92,7 +92,7 @@ local out = { 0, math.ceil(over / 1000) }
 if ok then out[1] = (write and mode == '1') and 1 or 2 end
 for i = 1, n do
   local d = (ok and nxt[i] or base[i]) - now
-  local r = math.floor((cap[i] - d) / iv[i] + 0.000001)
+  local r = math.floor((cap[i] - d + 1) / iv[i] + 0.000000001)
   if r < 0 then r = 0 end
   out[#out + 1] = r
   out[#out + 1] = math.ceil(d / 1000)

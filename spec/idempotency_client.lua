@@ -111,9 +111,9 @@ local function fresh(name)
   return k, "?key=" .. k
 end
 
---- The headers a replay must repeat (what the application sent, but its cookies).
+--- The headers a replay must repeat (what the application sent, but its cookies): a repeated one's values in order.
 local function app_headers(res)
-  return { res.headers["content-type"], res.headers["x-execution"] }
+  return { res.headers["content-type"], res.headers["x-execution"], res.headers["x-multi"] }
 end
 
 _M.start = start

@@ -6,6 +6,7 @@ local lua_tostring = tostring
 local lua_pairs = pairs
 local HTTP_OK = ngx.HTTP_OK
 local ngx_header = ngx.header
+local req_get_method = ngx.req.get_method
 local ngx_exit = ngx.exit
 local ngx_print = ngx.print
 local ngx_send_headers = ngx.send_headers
@@ -71,12 +72,17 @@ local function replay(g, rec)
             ngx_header[name] = list
         end
     end
+    if multi["content-type"] == nil then
+        ngx_header["Content-Type"] = nil
+    end
     ngx_header["Idempotent-Replayed"] = "true"
     if rec.status == 204 or rec.status == 304 then
         ngx_send_headers()
         return ngx_exit(HTTP_OK)
     end
-    ngx_header["Content-Length"] = #rec.body
+    if multi["content-length"] == nil and req_get_method() ~= "HEAD" then
+        ngx_header["Content-Length"] = #rec.body
+    end
     ngx_print(rec.body)
     return ngx_exit(HTTP_OK)
 end

@@ -20,6 +20,7 @@ local table_sort = table.sort
 local table_concat = table.concat
 local lua_type = type
 local lua_tostring = tostring
+local req_get_method = ngx.req.get_method
 local ngx_arg = ngx.arg
 local resp_get_headers = ngx.resp.get_headers
 local FINISHED = claims.FINISHED
@@ -91,6 +92,20 @@ function _M.hold(g, rkey, tok, fp)
         answered = record.answered
     }
 end
+--- "name: value\n". Not a value that is empty: a replay sets headers through
+-- ngx.header, where an empty value removes the header (README, stored headers).
+local function addLine(lines, n, v)
+    if v ~= "" then
+        lines[#lines + 1] = n .. ": " .. v .. "\n"
+    end
+end
+--- The whole response went by: store it.
+local function complete(c)
+    if AMBIGUOUS[lua_tostring(c.status)] == nil then
+        c.g._dict:set(FINISHED .. c.lease._rkey, true, c.g._lease / 1000)
+    end
+    record.schedule(c)
+end
 function _M.headerFilter()
     local c = current()
     if c == nil or c.complete then
@@ -98,21 +113,35 @@ function _M.headerFilter()
     end
     c.status = ngx_.status
     local hs = resp_get_headers(200)
-    local lines = {}
-    for name, v in lua_pairs(hs) do
+    local head = req_get_method() == "HEAD"
+    local names = {}
+    for name in lua_pairs(hs) do
         local n = str_lower(name)
-        if c.g._skip[n] == nil then
-            if lua_type(v) == "table" then
-                for _, one in lua_ipairs(v) do
-                    lines[#lines + 1] = n .. ": " .. one .. "\n"
-                end
-            else
-                lines[#lines + 1] = n .. ": " .. lua_tostring(v) .. "\n"
-            end
+        if c.g._skip[n] == nil or head and n == "content-length" then
+            names[#names + 1] = name
         end
     end
-    table_sort(lines)
+    table_sort(names)
+    local lines = {}
+    for _, name in lua_ipairs(names) do
+        local n = str_lower(name)
+        local v = hs[name]
+        if lua_type(v) == "table" then
+            for _, one in lua_ipairs(v) do
+                addLine(lines, n, one)
+            end
+        else
+            addLine(
+                lines,
+                n,
+                lua_tostring(v)
+            )
+        end
+    end
     c.headers = table_concat(lines)
+    if head then
+        complete(c)
+    end
 end
 function _M.bodyFilter()
     local c = current()
@@ -132,10 +161,7 @@ function _M.bodyFilter()
         end
     end
     if arg[2] == true then
-        if AMBIGUOUS[lua_tostring(c.status)] == nil then
-            c.g._dict:set(FINISHED .. c.lease._rkey, true, c.g._lease / 1000)
-        end
-        record.schedule(c)
+        complete(c)
     end
 end
 --- The keeper found a request of ours that ended without log(): drop what was

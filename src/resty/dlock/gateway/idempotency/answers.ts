@@ -10,6 +10,7 @@ const lua_tostring = tostring;
 const lua_pairs = pairs;
 const HTTP_OK = ngx.HTTP_OK;
 const ngx_header = ngx.header;
+const req_get_method = ngx.req.get_method;
 const ngx_exit = ngx.exit;
 const ngx_print = ngx.print;
 const ngx_send_headers = ngx.send_headers;
@@ -71,6 +72,8 @@ function replay(g: Guard, rec: claims.Rec): never {
       ngx_header.set(name, list as unknown as string);
     }
   }
+  // None stored: none sent. Unset, nginx would add its default_type to the replay.
+  if (!multi.has("content-type")) ngx_header.delete("Content-Type");
   ngx_header.set("Idempotent-Replayed", "true");
   if (rec.status === 204 || rec.status === 304) {
     // RFC 9110: a 204 has no Content-Length, and a 304's would describe the
@@ -78,7 +81,8 @@ function replay(g: Guard, rec: claims.Rec): never {
     ngx_send_headers();
     return ngx_exit(HTTP_OK);
   }
-  ngx_header.set("Content-Length", rec.body.length);
+  // A HEAD response's own (stored) Content-Length stands, or none: its body was never sent.
+  if (!multi.has("content-length") && req_get_method() !== "HEAD") ngx_header.set("Content-Length", rec.body.length);
   ngx_print(rec.body);
   return ngx_exit(HTTP_OK);
 }

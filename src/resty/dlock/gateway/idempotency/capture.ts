@@ -26,6 +26,7 @@ const table_sort = table.sort;
 const table_concat = table.concat;
 const lua_type = type;
 const lua_tostring = tostring;
+const req_get_method = ngx.req.get_method;
 
 type Guard = options.Guard;
 
@@ -85,27 +86,53 @@ export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   });
 }
 
+/**
+ * "name: value\n". Not a value that is empty: a replay sets headers through
+ * ngx.header, where an empty value removes the header (README, stored headers).
+ */
+function addLine(lines: string[], n: string, v: string): void {
+  if (v !== "") lines.push(n + ": " + v + "\n");
+}
+
+/** The whole response went by: store it. */
+function complete(c: Capture): void {
+  if (!AMBIGUOUS.has(lua_tostring(c.status))) {
+    // Before its last bytes leave: a retry reaching this nginx waits for the store, not 409.
+    c.g._dict.set(FINISHED + c.lease._rkey, true, c.g._lease / 1000);
+  }
+  record.schedule(c);
+}
+
 export function headerFilter(): void {
   const c = current();
   if (c === undefined || c.complete) return;
   c.status = ngx_.status;
   const [hs] = resp_get_headers(200);
-  const lines: string[] = [];
-  for (const [name, v] of lua_pairs(hs)) {
+  // A response to HEAD is its header: no body filter call ends it, and its
+  // Content-Length (the GET body's) is kept for the replay.
+  const head = req_get_method() === "HEAD";
+  // Names in a stable order (the same response stores the same bytes); the
+  // values of a repeated name in the order they were sent (RFC 9110 5.3).
+  const names: string[] = [];
+  for (const [name] of lua_pairs(hs)) {
     const n = str_lower(name as string);
-    if (!c.g._skip.has(n)) {
-      if (lua_type(v) === "table") {
-        for (const [_, one] of lua_ipairs(v as unknown as string[])) {
-          lines.push(n + ": " + one + "\n");
-        }
-      } else {
-        lines.push(n + ": " + lua_tostring(v) + "\n");
+    if (!c.g._skip.has(n) || (head && n === "content-length")) names.push(name as string);
+  }
+  table_sort(names);
+  const lines: string[] = [];
+  for (const [_, name] of lua_ipairs(names)) {
+    const n = str_lower(name);
+    const v = hs.get(name);
+    if (lua_type(v) === "table") {
+      for (const [_, one] of lua_ipairs(v as unknown as string[])) {
+        addLine(lines, n, one);
       }
+    } else {
+      addLine(lines, n, lua_tostring(v));
     }
   }
-  // A stable order: the same response stores the same bytes.
-  table_sort(lines);
   c.headers = table_concat(lines);
+  if (head) complete(c);
 }
 
 export function bodyFilter(): void {
@@ -124,13 +151,7 @@ export function bodyFilter(): void {
       c.chunks[c.chunks.length] = s;
     }
   }
-  if (arg.get(2) === true) {
-    if (!AMBIGUOUS.has(lua_tostring(c.status))) {
-      // Before these last bytes leave: a retry reaching this nginx waits for the store, not 409.
-      c.g._dict.set(FINISHED + c.lease._rkey, true, c.g._lease / 1000);
-    }
-    record.schedule(c);
-  }
+  if (arg.get(2) === true) complete(c);
 }
 
 /**

@@ -236,6 +236,51 @@ describe("bad input", function()
       assert.equal('dlock: with needs a function, got "not a function"', err)
     end)
   end)
+
+  -- A method called with "." where ":" was meant gets its object as nil (or
+  -- the first argument in its place): nil and the error, never a raise.
+  describe("methods called without their object", function()
+    --- f(...)'s results; a raise fails the test, naming the error.
+    local function returns(f, ...)
+      local r = { pcall(f, ...) }
+      assert(r[1], "raised: " .. tostring(r[2]))
+      return unpack(r, 2, 3)
+    end
+    local function refused(call, got, f, ...)
+      local v, err = returns(f, ...)
+      assert.is_nil(v)
+      assert.equal("dlock: " .. call .. ' was called without its object (with "." where ":" was meant), got ' .. got, err)
+    end
+
+    it("leases: release, extend and valid (false)", function()
+      local locks = h.locks()
+      for _, lease in ipairs({ assert(locks:acquire("a", { ttl = 5000 })), assert(locks:acquire_all({ "b", "c" }, { ttl = 5000 })),
+                               assert(h.locks({ reentrant = true }):acquire("d", { ttl = 5000 })) }) do
+        refused("lease:release()", "nil", lease.release)
+        refused("lease:release()", "a table", lease.release, {})
+        refused("lease:extend()", "5000", lease.extend, 5000)
+        assert.is_false(returns(lease.valid))
+        assert.is_true(lease:valid())
+        assert.is_true(lease:release())
+      end
+    end)
+
+    it("factories: acquire, acquire_all, held, with", function()
+      local locks = h.locks()
+      refused("locks:acquire()", "nil", locks.acquire)
+      refused("locks:acquire()", '"k"', locks.acquire, "k", { ttl = 1 })
+      refused("locks:acquire_all()", "a table", locks.acquire_all, { "a" }, { "b" })
+      refused("locks:held()", "nil", locks.held)
+      local _, err = returns(locks.with, "k", nil, function() end)
+      assert.equal('dlock: with() was called without its object (with "." where ":" was meant), got "k"', err)
+      local sem = assert(require("resty.dlock.semaphore").new({ dict = "dlock", permits = 2, redis = h.redis_opts() }))
+      refused("sem:acquire()", "nil", sem.acquire)
+      refused("sem:held()", "nil", sem.held)
+      local permit = assert(sem:acquire("p", { ttl = 5000 }))
+      refused("lease:release()", "nil", permit.release)
+      assert.is_true(permit:release())
+    end)
+  end)
 end)
 
 describe("bad gateway options", function()

@@ -125,6 +125,68 @@ describe("metrics", function()
     assert.equal(before + 3, metric(assert(status.metrics_text({ dicts = { "dlock_full" } })),
       'dlock_unrecorded_leases_total{dict="dlock_full"}'))
   end)
+
+  --- Fill d (safe_add never evicts), big values first, down to a byte: no size class keeps a free chunk.
+  local function fill(d, tag)
+    local junk = {}
+    finally(function() for _, k in ipairs(junk) do d:delete(k) end end)
+    for _, size in ipairs({ 2000, 1000, 400, 150, 60, 20, 1 }) do
+      local v = string.rep("x", size)
+      while true do
+        local k = tag .. #junk
+        if not d:safe_add(k, v) then break end
+        junk[#junk + 1] = k
+      end
+    end
+    assert.is_falsy(d:safe_add(tag .. "probe", "x"), "the dict is not full")
+  end
+
+  --- The dict key of the record of the held lease on `key` (found without reading it: a get would make it recent).
+  local function record_of(d, key)
+    for _, k in ipairs(d:get_keys(0)) do
+      if k:sub(1, 2) == "l:" and k:find(key, 1, true) then return k end
+    end
+  end
+
+  --- Make every key of d but `rec` more recently used than it: the first a forced eviction would take.
+  local function oldest(d, rec)
+    for _, k in ipairs(d:get_keys(0)) do if k ~= rec then d:get(k) end end
+  end
+
+  -- In dlock_status (1m), not dlock_full: the test above leaves no free page in that one.
+  it("never evict the record of a held lease in a full dict to make room for a count", function()
+    local d = ngx.shared.dlock_status
+    local locks = h.locks({ dict = "dlock_status", name = "full-count" })
+    assert(assert(locks:acquire("warm")):release())
+    ngx.sleep(0.1)   -- the crash-recovery sweep of the dict's first acquire
+    local lease = assert(locks:acquire("old", { ttl = 30000 }))
+    finally(function() lease:release() end)
+    assert(status.metrics_text({ dicts = { "dlock_status" } }))   -- its counts flushed now
+    local rec = assert(record_of(d, "old"), "recorded")
+    fill(d, "count-junk:")
+    oldest(d, rec)
+    -- A busy answer is the factory's first: its counter is a key the dict does not have yet.
+    local none, err = locks:acquire("old", { wait = 0 })
+    assert.is_nil(none)
+    assert.equal("busy", err)
+    assert(status.metrics_text({ dicts = { "dlock_status" } }))   -- the scrape flushes the count
+    assert.equal(rec, record_of(d, "old"), "the record of a held lease was evicted")
+    assert.is_not_nil(d:get(rec))
+  end)
+
+  it("never evict the record of a held lease in a full dict when a scrape sweeps the held gauge", function()
+    local d = ngx.shared.dlock_status
+    local locks = h.locks({ dict = "dlock_status", name = "full-sweep" })
+    local lease = assert(locks:acquire("kept", { ttl = 30000 }))
+    finally(function() lease:release() end)
+    assert(status.metrics_text({ dicts = { "dlock_status" } }))
+    local rec = assert(record_of(d, "kept"), "recorded")
+    fill(d, "sweep-junk:")
+    ngx.sleep(3.1)   -- past the sweep's grace: the next scrape sweeps
+    oldest(d, rec)
+    assert(status.metrics_text({ dicts = { "dlock_status" } }))
+    assert.equal(rec, record_of(d, "kept"), "the scrape evicted the record of a held lease")
+  end)
 end)
 
 describe("status.report", function()
@@ -203,6 +265,26 @@ describe("status.report", function()
     local r = assert(status.report({ dicts = { "dlock_status" }, limit = 0 }))
     assert.same({}, r.held)
     assert.is_true(r.held_truncated)
+  end)
+
+  it("refuses a dicts table that is not a list: the names under other keys would be skipped", function()
+    for _, fn in ipairs({ status.report, status.metrics_text }) do
+      local r, err = fn({ dicts = { other = "dlock_other" } })
+      assert.is_nil(r)
+      assert.equal("dlock: dicts must be a list of lua_shared_dict names, got a table", err)
+    end
+  end)
+
+  it("serves valid UTF-8 JSON (RFC 8259) when a held key is not: its bad bytes as U+FFFD", function()
+    local locks = h.locks({ dict = "dlock_status", name = "utf8" })
+    local lease = assert(locks:acquire("order-\xff\xfe-\xc3\xa9", { ttl = 20000 }))
+    finally(function() lease:release() end)
+    local res = assert(h.http(h.env.http_port, "/dlock/status"))
+    assert.equal(200, res.status)
+    local keys = {}
+    for _, l in ipairs(assert(cjson.decode(res.body)).held) do keys[l.key] = true end
+    -- Each bad byte one U+FFFD; a well-formed character (é) as it was.
+    assert.is_true(keys["order-\239\191\189\239\191\189-\xc3\xa9"], res.body)
   end)
 
   it("defaults to 100 and refuses limits outside 0..10000 with a dlock error", function()

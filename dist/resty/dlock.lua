@@ -2,6 +2,7 @@
 local _M = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
+local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
 local options = require("resty.dlock.core.options")
 local ledger = require("resty.dlock.core.ledger")
@@ -17,6 +18,7 @@ local version = require("resty.dlock.version")
 local metered = acquire.metered
 local lua_setmetatable = setmetatable
 local lua_tostring = tostring
+local notSelf = check.notSelf
 _M._VERSION = version.VERSION
 _M.MAX_KEY_LEN = options.MAX_KEY_LEN
 _M.MAX_TTL = options.MAX_TTL
@@ -64,8 +66,14 @@ local FENCED_READ_LOCK = {
 }
 local READERS_REDLOCK = "dlock: shared = true is refused with redis.redlock: holding back readers while a writer " .. "waits takes one line of waiters, which independent masters do not have (writers would starve)"
 local READERS_REENTRANT = "dlock: shared = true is refused by reentrant factories (reentrant = true): a reader " .. "that took its key again as a writer would wait for itself"
+--- The factories' metatable (its __index, the methods, is set once they are).
+local locksMt = {}
 local locksMethods = {
     acquire = function(self, key, opts)
+        local notOurs = notSelf(self, locksMt, "locks:acquire()")
+        if notOurs ~= nil then
+            return nil, notOurs, nil
+        end
         recovery.start()
         local perr = lease.phaseError("acquire")
         if perr ~= nil then
@@ -112,15 +120,23 @@ local locksMethods = {
         return l, err, retryAfter
     end,
     acquire_all = function(self, keys, opts)
+        local bad = notSelf(self, locksMt, "locks:acquire_all()")
+        if bad ~= nil then
+            return nil, bad, nil
+        end
         recovery.start()
         return multi.acquireAll(self, keys, opts)
     end,
     held = function(self)
-        return ledger.held(self._store.dict)
+        local bad = notSelf(self, locksMt, "locks:held()")
+        if bad ~= nil then
+            return nil, bad
+        end
+        return ledger.held(self._store.dict), nil
     end,
     with = scoped.withLease
 }
-local locksMt = {__index = locksMethods}
+locksMt.__index = locksMethods
 --- Factories made in this process: their ids for reentrant holds.
 local factories = 0
 --- Create a lock factory. Returns locks, or nil and an error naming the bad option.

@@ -8,6 +8,7 @@
 
 import * as acquire from "./dlock/core/acquire";
 import * as backend from "./dlock/redis/backend";
+import * as check from "./dlock/core/check";
 import * as lease from "./dlock/core/lease";
 import * as options from "./dlock/core/options";
 import * as ledger from "./dlock/core/ledger";
@@ -23,6 +24,7 @@ import * as scoped from "./dlock/core/with";
 const metered = acquire.metered;
 const lua_setmetatable = setmetatable;
 const lua_tostring = tostring;
+const notSelf = check.notSelf;
 
 import * as version from "./dlock/version";
 export const _VERSION = version.VERSION;
@@ -91,6 +93,9 @@ const READERS_REDLOCK = "dlock: shared = true is refused with redis.redlock: hol
 const READERS_REENTRANT = "dlock: shared = true is refused by reentrant factories (reentrant = true): a reader " +
   "that took its key again as a writer would wait for itself";
 
+/** The factories' metatable (its __index, the methods, is set once they are). */
+const locksMt: { __index?: object } = {};
+
 const locksMethods = {
   /**
    * lease, nil on success; nil, "busy", retry_after when wait = 0 and the key
@@ -98,6 +103,8 @@ const locksMethods = {
    * on bad input or Redis failure. retry_after: ms until the holder's lease ends.
    */
   acquire(this: Locks, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
+    const notOurs = notSelf(this, locksMt, "locks:acquire()");
+    if (notOurs !== undefined) return $multi(undefined, notOurs, undefined);
     recovery.start();
     const perr = lease.phaseError("acquire");
     if (perr !== undefined) return $multi(undefined, perr, undefined);
@@ -127,18 +134,22 @@ const locksMethods = {
    * the results of acquire (busy and timeout name the first busy key's holder).
    */
   acquire_all(this: Locks, keys: string[], opts?: LuaTable<string, unknown>): multi.AcquireAllResult {
+    const bad = notSelf(this, locksMt, "locks:acquire_all()");
+    if (bad !== undefined) return $multi(undefined, bad, undefined);
     recovery.start();
     return multi.acquireAll(this, keys, opts);
   },
 
   /** Leases this nginx instance holds now (all workers), from the shared dict. */
-  held(this: Locks): ledger.HeldLease[] {
-    return ledger.held(this._store.dict);
+  held(this: Locks): LuaMultiReturn<[ledger.HeldLease[] | undefined, string | undefined]> {
+    const bad = notSelf(this, locksMt, "locks:held()");
+    if (bad !== undefined) return $multi(undefined, bad);
+    return $multi(ledger.held(this._store.dict), undefined);
   },
 
   with: scoped.withLease,
 };
-const locksMt = { __index: locksMethods };
+locksMt.__index = locksMethods;
 /** Factories made in this process: their ids for reentrant holds. */
 let factories = 0;
 

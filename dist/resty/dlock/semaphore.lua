@@ -2,6 +2,7 @@
 local _M = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
+local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
 local options = require("resty.dlock.core.options")
 local ledger = require("resty.dlock.core.ledger")
@@ -13,6 +14,7 @@ local scoped = require("resty.dlock.core.with")
 local version = require("resty.dlock.version")
 local metered = acquire.metered
 local lua_setmetatable = setmetatable
+local notSelf = check.notSelf
 _M._VERSION = version.VERSION
 --- Most permits per key.
 _M.MAX_PERMITS = options.MAX_PERMITS
@@ -24,8 +26,14 @@ local PERMIT = {
     fenced = false,
     drop = nil
 }
+--- The semaphores' metatable (its __index, the methods, is set once they are).
+local semaphoreMt = {}
 local semaphoreMethods = {
     acquire = function(self, key, opts)
+        local notOurs = notSelf(self, semaphoreMt, "sem:acquire()")
+        if notOurs ~= nil then
+            return nil, notOurs, nil
+        end
         recovery.start()
         local perr = lease.phaseError("acquire")
         if perr ~= nil then
@@ -53,11 +61,15 @@ local semaphoreMethods = {
         return watchdog.hold(l, onLost)
     end,
     held = function(self)
-        return ledger.held(self._store.dict)
+        local bad = notSelf(self, semaphoreMt, "sem:held()")
+        if bad ~= nil then
+            return nil, bad
+        end
+        return ledger.held(self._store.dict), nil
     end,
     with = scoped.withLease
 }
-local semaphoreMt = {__index = semaphoreMethods}
+semaphoreMt.__index = semaphoreMethods
 --- Create a semaphore factory. Returns it, or nil and an error naming the bad option.
 function _M.new(opts)
     if opts == nil then

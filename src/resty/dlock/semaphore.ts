@@ -11,6 +11,7 @@
 
 import * as acquire from "./core/acquire";
 import * as backend from "./redis/backend";
+import * as check from "./core/check";
 import * as lease from "./core/lease";
 import * as options from "./core/options";
 import * as ledger from "./core/ledger";
@@ -22,6 +23,7 @@ import * as scoped from "./core/with";
 
 const metered = acquire.metered;
 const lua_setmetatable = setmetatable;
+const notSelf = check.notSelf;
 
 import * as version from "./version";
 export const _VERSION = version.VERSION;
@@ -49,6 +51,9 @@ const PERMIT: lease.Kind = {
   acquire: scripts.SEM_ACQUIRE, release: scripts.SEM_RELEASE, extend: scripts.SEM_EXTEND, shared: true, fenced: false, drop: undefined,
 };
 
+/** The semaphores' metatable (its __index, the methods, is set once they are). */
+const semaphoreMt: { __index?: object } = {};
+
 const semaphoreMethods = {
   /**
    * permit, nil; nil, "busy", retry_after (wait = 0, all permits taken);
@@ -56,6 +61,8 @@ const semaphoreMethods = {
    * retry_after: ms until the earliest permit of the key expires.
    */
   acquire(this: Semaphore, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
+    const notOurs = notSelf(this, semaphoreMt, "sem:acquire()");
+    if (notOurs !== undefined) return $multi(undefined, notOurs, undefined);
     recovery.start();
     const perr = lease.phaseError("acquire");
     if (perr !== undefined) return $multi(undefined, perr, undefined);
@@ -68,13 +75,15 @@ const semaphoreMethods = {
   },
 
   /** Permits (and locks) this nginx instance holds now, from the shared dict. */
-  held(this: Semaphore): ledger.HeldLease[] {
-    return ledger.held(this._store.dict);
+  held(this: Semaphore): LuaMultiReturn<[ledger.HeldLease[] | undefined, string | undefined]> {
+    const bad = notSelf(this, semaphoreMt, "sem:held()");
+    if (bad !== undefined) return $multi(undefined, bad);
+    return $multi(ledger.held(this._store.dict), undefined);
   },
 
   with: scoped.withLease,
 };
-const semaphoreMt = { __index: semaphoreMethods };
+semaphoreMt.__index = semaphoreMethods;
 
 /**
  * Create a semaphore factory. Returns it, or nil and an error naming the bad option.

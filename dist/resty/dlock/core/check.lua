@@ -5,6 +5,7 @@ local lua_pcall = pcall
 local lua_tostring = tostring
 local lua_pairs = pairs
 local lua_require = require
+local lua_getmetatable = getmetatable
 local str_sub = string.sub
 local str_format = string.format
 local str_find = string.find
@@ -39,6 +40,15 @@ local function show(v)
 end
 local function fail(what, v)
     return nil, "dlock: " .. what .. ", got " .. show(v)
+end
+--- nil when obj, a method's self, is an object of metatable mt; else why the
+-- method was called without its object (a "." where ":" was meant), for its
+-- nil, err. Never raises, whatever obj is (getmetatable of nil, a number or a string).
+function _M.notSelf(obj, mt, call)
+    if lua_getmetatable(obj) == mt then
+        return nil
+    end
+    return "dlock: " .. call .. " was called without its object (with \".\" where \":\" was meant), got " .. show(obj)
 end
 --- fail() for a secret: its type, never its value, not even a mistyped one.
 function _M.hidden(what, v)

@@ -12,6 +12,7 @@ local ngx_get_phase = ngx.get_phase
 local clock_now = clock.now
 local lua_setmetatable = setmetatable
 local nowMs = settle.nowMs
+local notSelf = check.notSelf
 local COSOCKET_PHASES = check.set(
     "rewrite",
     "server_rewrite",
@@ -30,14 +31,23 @@ local function phaseError(op)
     end
     return "dlock: " .. op .. " needs cosockets, which nginx does not allow in the " .. phase .. " phase (use it in access/content, or from ngx.timer.at)"
 end
+--- The leases' metatable (its __index, the methods, is set once they are).
+local leaseMt = {}
 --- lease:valid(): may the holder still act on it? No round trip: false once it
 -- is released or lost, or when its ttl has run out by the local clock since
 -- the acquire or the last renewal Redis confirmed.
 local function valid(self)
+    if notSelf(self, leaseMt, "lease:valid()") ~= nil then
+        return false
+    end
     return not self._released and not self._lost and nowMs() < self._validUntil
 end
 local leaseMethods = {
     release = function(self)
+        local bad = notSelf(self, leaseMt, "lease:release()")
+        if bad ~= nil then
+            return nil, bad
+        end
         local perr = phaseError("release")
         if perr ~= nil then
             return nil, perr
@@ -55,6 +65,10 @@ local leaseMethods = {
     end,
     valid = valid,
     extend = function(self, ttl)
+        local bad = notSelf(self, leaseMt, "lease:extend()")
+        if bad ~= nil then
+            return nil, bad
+        end
         local perr = phaseError("extend")
         if perr ~= nil then
             return nil, perr
@@ -85,7 +99,7 @@ local leaseMethods = {
         return ok, xerr
     end
 }
-local leaseMt = {__index = leaseMethods}
+leaseMt.__index = leaseMethods
 --- A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds).
 function _M.make(store, kind, key, rkey, tok, ttl, sent, fence)
     local rec = ledger.recordKey(rkey, tok, kind.shared)

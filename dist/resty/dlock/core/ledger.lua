@@ -2,6 +2,7 @@
 local _M = {}
 local clock = require("resty.dlock.core.clock")
 local quiet = require("resty.dlock.core.quiet")
+local dictcount = require("resty.dlock.core.dictcount")
 local clock_now = clock.now
 local quiet_due = quiet.due
 local worker_pid = ngx.worker.pid
@@ -47,7 +48,7 @@ local function encode(token, key, expires)
 end
 local full = quiet.make()
 local function unrecordable(dict, key, err)
-    dict:incr(_M.UNRECORDED, 1, 0)
+    dictcount.count(dict, _M.UNRECORDED, 1)
     local missed = quiet_due(full)
     if missed > 0 then
         ngx_log(

@@ -2,6 +2,7 @@
 local _M = {}
 local check = require("resty.dlock.core.check")
 local clock = require("resty.dlock.core.clock")
+local dictcount = require("resty.dlock.core.dictcount")
 local clock_now = clock.now
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -72,7 +73,7 @@ end
 function _M.make(dict, name)
     local p = "m:" .. name .. ":"
     if (dict:safe_add("m:?" .. name, true)) then
-        local i = dict:incr("m:n", 1, 0)
+        local i = dictcount.count(dict, "m:n", 1)
         if i ~= nil then
             dict:safe_set(
                 "m:#" .. lua_tostring(i),
@@ -167,7 +168,7 @@ local function flushSeconds(m)
     if (lua_next(m.seconds)) == nil then
         return true
     end
-    if not (dict:add(m.sweeping, true, 1)) then
+    if not dictcount.mark(dict, m.sweeping, true, 1) then
         return false
     end
     local mark = dict:get(m.swept)
@@ -176,16 +177,16 @@ local function flushSeconds(m)
     for s, n in lua_pairs(m.seconds) do
         m.seconds[s] = nil
         if n ~= 0 and s > last then
-            dict:incr(
+            dictcount.count(
+                dict,
                 str_format(SECOND, m.exp, s),
-                n,
-                0
+                n
             )
             held = held + n
         end
     end
     if held ~= 0 then
-        dict:incr(m.held, held, 0)
+        dictcount.count(dict, m.held, held)
     end
     dict:delete(m.sweeping)
     return true
@@ -199,7 +200,7 @@ local function flush()
         dirty[i] = nil
         for k, n in lua_pairs(m.counts) do
             if n ~= 0 then
-                m.dict:incr(k, n, 0)
+                dictcount.count(m.dict, k, n)
                 m.counts[k] = 0
             end
         end

@@ -16,6 +16,7 @@ local lua_setmetatable = setmetatable
 local lua_pcall = pcall
 local lua_type = type
 local lua_unpack = unpack
+local notSelf = check.notSelf
 --- The owner-checked release (or extend to ms) of every part, in one script
 -- call when they share one (together), else one round trip per endpoint
 -- (backend.batch): per part (aligned), the reply or the error and fault.
@@ -108,8 +109,13 @@ local function releaseParts(parts, together)
     end
     return true, nil
 end
+--- The sets' metatable (its __index, the methods, is set once they are).
+local multiMt = {}
 local multiMethods = {
     valid = function(self)
+        if notSelf(self, multiMt, "lease:valid()") ~= nil then
+            return false
+        end
         if self._lost then
             return false
         end
@@ -122,6 +128,10 @@ local multiMethods = {
         return true
     end,
     release = function(self)
+        local bad = notSelf(self, multiMt, "lease:release()")
+        if bad ~= nil then
+            return nil, bad
+        end
         local perr = lease.phaseError("release")
         if perr ~= nil then
             return nil, perr
@@ -129,6 +139,10 @@ local multiMethods = {
         return releaseParts(self._parts, self._together)
     end,
     extend = function(self, ttl)
+        local bad = notSelf(self, multiMt, "lease:extend()")
+        if bad ~= nil then
+            return nil, bad
+        end
         local perr = lease.phaseError("extend")
         if perr ~= nil then
             return nil, perr
@@ -174,7 +188,7 @@ local multiMethods = {
         return true, nil
     end
 }
-local multiMt = {__index = multiMethods}
+multiMt.__index = multiMethods
 --- The watchdog lost one key of m: the set is lost, said once to its holder.
 local function partLost(m, why)
     if m._lost then

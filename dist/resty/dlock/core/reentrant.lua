@@ -1,5 +1,6 @@
 -- Generated from src/resty/dlock/core/reentrant.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
+local check = require("resty.dlock.core.check")
 local request = require("resty.dlock.gateway.request")
 local co_running = coroutine.running
 local co_status = coroutine.status
@@ -7,13 +8,20 @@ local lua_tostring = tostring
 local lua_setmetatable = setmetatable
 local lua_pairs = pairs
 local lua_ipairs = ipairs
+local notSelf = check.notSelf
 --- Holds of this worker, by "<owner>\0<factory>\0<redis key>".
 local holds = {}
 --- enter() calls since holds whose owner is gone were last dropped.
 local entered = 0
 local PRUNE_EVERY = 64
+--- The handles' metatable (its __index is set once the methods are).
+local handleMt = {}
 local handleMethods = {
     release = function(self)
+        local bad = notSelf(self, handleMt, "lease:release()")
+        if bad ~= nil then
+            return nil, bad
+        end
         if self._done then
             return nil, "not_owner"
         end
@@ -37,22 +45,28 @@ local handleMethods = {
         return ok, err
     end,
     extend = function(self, ttl)
+        local bad = notSelf(self, handleMt, "lease:extend()")
+        if bad ~= nil then
+            return nil, bad
+        end
         if self._done then
             return nil, "not_owner"
         end
         return self._hold.root:extend(ttl)
     end,
     valid = function(self)
+        if notSelf(self, handleMt, "lease:valid()") ~= nil then
+            return false
+        end
         return not self._done and self._hold.root:valid()
     end
 }
---- ttl is the real lease's as it is now: an extend through any handle changes it for all.
-local handleMt = {__index = function(x, k)
+handleMt.__index = function(x, k)
     if k == "ttl" then
         return x._hold.root.ttl
     end
     return handleMethods[k]
-end}
+end
 local function handle(h)
     local r = h.root
     local x = {

@@ -27,6 +27,9 @@ end
 -- Returns fn's results, or nil, err when the lease was not acquired, fn
 -- raised, or the release failed.
 function _M.withLease(self, key, opts, fn, ...)
+    if lua_type(self) ~= "table" or lua_type(self.acquire) ~= "function" then
+        return check.fail("with() was called without its object (with \".\" where \":\" was meant)", self)
+    end
     if lua_type(fn) ~= "function" then
         return check.fail("with needs a function", fn)
     end

@@ -1,6 +1,7 @@
 -- Generated from src/resty/dlock/gateway/stats.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local check = require("resty.dlock.core.check")
+local dictcount = require("resty.dlock.core.dictcount")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local NOTICE = ngx.NOTICE
@@ -56,10 +57,10 @@ local function gaugeKey(guard, name)
     return key
 end
 local function incr(dict, guard, event)
-    dict:incr(
+    dictcount.count(
+        dict,
         keys(guard).events[event],
-        1,
-        0
+        1
     )
 end
 function _M.count(dict, guard, event)
@@ -84,8 +85,7 @@ function _M.probed(g, probeFor, probe)
     if breakerState(g._dict, g.name) ~= "half_open" then
         return true
     end
-    local first = g._dict:add("b:probe:" .. g.name, true, probeFor)
-    if first == true then
+    if dictcount.mark(g._dict, "b:probe:" .. g.name, true, probeFor) then
         local ok, err = ngx_.timer.at(0, probe, g)
         if ok == nil then
             ngx_log(
@@ -107,7 +107,7 @@ local function failure(dict, guard, threshold, cooldownMs)
     local k = keys(guard)
     local trip = (dict:get(k.fail)) == HALF
     if not trip then
-        local n = dict:incr(k.fail, 1, 0)
+        local n = dictcount.count(dict, k.fail, 1)
         trip = n ~= nil and n >= threshold
     end
     if trip and (dict:get(k.open)) == nil then
@@ -165,10 +165,10 @@ function _M.failedOpen(g)
 end
 --- Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx.
 function _M.adjust(dict, guard, gauge, delta)
-    dict:incr(
+    dictcount.count(
+        dict,
         gaugeKey(guard, gauge),
-        delta,
-        0
+        delta
     )
 end
 --- A per-guard gauge's value now (0 when never moved).

@@ -7,6 +7,7 @@ local roundtrip = require("resty.dlock.redis.roundtrip")
 local perTarget = require("resty.dlock.redis.targets")
 local scripts = require("resty.dlock.redis.scripts")
 local clock = require("resty.dlock.core.clock")
+local dictcount = require("resty.dlock.core.dictcount")
 local pipelined = pipeline.call
 local posted = pipeline.post
 local asking_call = roundtrip.asking
@@ -97,7 +98,7 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
             end
             c.redirects = c.redirects + 1
             if conf.dict ~= nil then
-                conf.dict:incr(map.REDIRECTS .. conf.endpoint, 1, 0)
+                dictcount.count(conf.dict, map.REDIRECTS .. conf.endpoint, 1)
             end
             node = nodeOf(
                 conf,

@@ -2,6 +2,7 @@
 local _M = {}
 local hints = require("resty.dlock.redis.hints")
 local clock = require("resty.dlock.core.clock")
+local dictcount = require("resty.dlock.core.dictcount")
 local lua_pairs = pairs
 local turned_away = hints.turnedAway
 local ERR = ngx.ERR
@@ -114,7 +115,7 @@ local function share(conf)
     local added, err = dict:safe_add(EVICTION_KEY .. ep, v)
     local stored = added == true
     if added then
-        local n = dict:incr(EVICTION_COUNT, 1, 0)
+        local n = dictcount.count(dict, EVICTION_COUNT, 1)
         if n ~= nil then
             dict:safe_set(
                 EVICTION_INDEX .. lua_tostring(n),

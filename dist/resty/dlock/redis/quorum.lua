@@ -6,6 +6,7 @@ local roundtrip = require("resty.dlock.redis.roundtrip")
 local perTarget = require("resty.dlock.redis.targets")
 local scripts = require("resty.dlock.redis.scripts")
 local clock = require("resty.dlock.core.clock")
+local dictcount = require("resty.dlock.core.dictcount")
 local drift = votes.drift
 local nowMs = votes.nowMs
 local decideAcquire = votes.decideAcquire
@@ -43,7 +44,7 @@ local function note(node, fault, err)
         h.failed = h.failed + 1
         h.lastError = err
         if node.dict ~= nil then
-            node.dict:incr(_M.NODE_FAILURES .. node.endpoint, 1, 0)
+            dictcount.count(node.dict, _M.NODE_FAILURES .. node.endpoint, 1)
         end
     end
 end

@@ -5,6 +5,7 @@ local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
 local hints = require("resty.dlock.redis.hints")
+local dictcount = require("resty.dlock.core.dictcount")
 local lua_tostring = tostring
 local lua_type = type
 local str_sub = string.sub
@@ -168,7 +169,7 @@ local function replicated(red, conf, s)
         return nil
     end
     if conf.dict ~= nil then
-        conf.dict:incr(_M.SHORTFALLS, 1, 0)
+        dictcount.count(conf.dict, _M.SHORTFALLS, 1)
     end
     if lua_type(n) == "number" then
         return str_format(

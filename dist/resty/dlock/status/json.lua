@@ -20,6 +20,13 @@ local ngx_ = ngx
 local table_concat = table.concat
 local lua_type = type
 local lua_tonumber = tonumber
+local str_byte = string.byte
+local str_char = string.char
+local str_find = string.find
+local str_sub = string.sub
+--- A byte of a multi-byte UTF-8 sequence, or U+FFFD; built from bytes (the source is UTF-8 text).
+local HIGH = "[" .. str_char(128) .. "-" .. str_char(255) .. "]"
+local REPLACEMENT = str_char(239, 191, 189)
 local REPORT_OPTIONS = check.set("dicts", "limit")
 local function checkLimit(v)
     return check.integer(
@@ -29,6 +36,64 @@ local function checkLimit(v)
         _M.MAX_LIMIT,
         "an integer from 0 to " .. lua_tostring(_M.MAX_LIMIT)
     )
+end
+--- The length of the well-formed UTF-8 sequence at byte i of s (RFC 3629), or 0.
+local function sequence(s, i)
+    local c = str_byte(s, i)
+    local len
+    local lo = 128
+    local hi = 191
+    if c < 128 then
+        return 1
+    end
+    if c >= 194 and c <= 223 then
+        len = 2
+    elseif c >= 224 and c <= 239 then
+        len = 3
+    elseif c >= 240 and c <= 244 then
+        len = 4
+    else
+        return 0
+    end
+    if c == 224 then
+        lo = 160
+    elseif c == 237 then
+        hi = 159
+    elseif c == 240 then
+        lo = 144
+    elseif c == 244 then
+        hi = 143
+    end
+    for j = 1, len - 1 do
+        local b = str_byte(s, i + j)
+        if b == nil or b < lo or b > hi then
+            return 0
+        end
+        lo = 128
+        hi = 191
+    end
+    return len
+end
+--- s as valid UTF-8, as RFC 8259 asks of JSON (cjson passes bytes through): a
+-- byte that starts no well-formed sequence becomes U+FFFD. A key is whatever
+-- bytes a client or the application used.
+local function utf8(s)
+    if ({str_find(s, HIGH)}) == nil then
+        return s
+    end
+    local out = {}
+    local i = 1
+    while i <= #s do
+        local len = sequence(s, i)
+        if len > 0 then
+            out[#out + 1] = str_sub(s, i, i + len - 1)
+            i = i + len
+        else
+            out[#out + 1] = REPLACEMENT
+            i = i + 1
+        end
+    end
+    return table_concat(out)
 end
 --- Append at most `max` leases of one dict to `out` (tokens left out); true when it holds more.
 local function listHeld(name, dict, max, out)
@@ -115,7 +180,17 @@ local function encode(r)
         row.lost = f.lost
         factories[name] = row
     end
-    local parts = {#r.held > 0 and (member("held", r.held) or "") or "\"held\":[]"}
+    local held = {}
+    for _, l in lua_ipairs(r.held) do
+        held[#held + 1] = {
+            dict = l.dict,
+            key = utf8(l.key),
+            pid = l.pid,
+            ttl = l.ttl,
+            expires_at = l.expires_at
+        }
+    end
+    local parts = {#held > 0 and (member("held", held) or "") or "\"held\":[]"}
     local rest = {
         {"held_listed", r.held_listed},
         {"held_limit", r.held_limit},

@@ -2,6 +2,7 @@
 local _M = {}
 local meter = require("resty.dlock.core.meter")
 local clock = require("resty.dlock.core.clock")
+local dictcount = require("resty.dlock.core.dictcount")
 local clock_now = clock.now
 local math_floor = math.floor
 local math_max = math.max
@@ -48,7 +49,7 @@ local function sweep(dict, p)
     if lua_type(mark) ~= "number" or mark >= limit then
         return
     end
-    if not (dict:add(p .. "sweeping", true, 1)) then
+    if not dictcount.mark(dict, p .. "sweeping", true, 1) then
         return
     end
     local s = num(dict, p .. "swept")
@@ -65,9 +66,9 @@ local function sweep(dict, p)
         end
     end
     if gone ~= 0 then
-        dict:incr(p .. "held", -gone, 0)
+        dictcount.count(dict, p .. "held", -gone)
     end
-    dict:set(p .. "swept", s)
+    dict:safe_set(p .. "swept", s)
     dict:delete(p .. "sweeping")
 end
 --- A fixed number of dict reads: the counters, the buckets, the gauge (after a sweep).

@@ -7,6 +7,7 @@ const lua_pcall = pcall;
 const lua_tostring = tostring;
 const lua_pairs = pairs;
 const lua_require = require;
+const lua_getmetatable = getmetatable;
 const str_sub = string.sub;
 const str_format = string.format;
 const str_find = string.find;
@@ -47,6 +48,16 @@ function show(v: unknown): string {
 
 function fail(what: string, v: unknown): LuaMultiReturn<[undefined, string]> {
   return $multi(undefined, "dlock: " + what + ", got " + show(v));
+}
+
+/**
+ * nil when obj, a method's self, is an object of metatable mt; else why the
+ * method was called without its object (a "." where ":" was meant), for its
+ * nil, err. Never raises, whatever obj is (getmetatable of nil, a number or a string).
+ */
+export function notSelf(obj: unknown, mt: object, call: string): string | undefined {
+  if (lua_getmetatable(obj as object) === mt) return undefined;
+  return "dlock: " + call + " was called without its object (with \".\" where \":\" was meant), got " + show(obj);
 }
 
 /** fail() for a secret: its type, never its value, not even a mistyped one. */

@@ -18,6 +18,7 @@ const ngx_get_phase = ngx.get_phase;
 const clock_now = clock.now;
 const lua_setmetatable = setmetatable;
 const nowMs = settle.nowMs;
+const notSelf = check.notSelf;
 
 /** The scripts of one kind of lease. */
 export interface Kind {
@@ -121,12 +122,16 @@ function phaseError(op: string): string | undefined {
 export type OnLost = (this: void, lease: Lease, why: string) => void;
 
 
+/** The leases' metatable (its __index, the methods, is set once they are). */
+const leaseMt: { __index?: object } = {};
+
 /**
  * lease:valid(): may the holder still act on it? No round trip: false once it
  * is released or lost, or when its ttl has run out by the local clock since
  * the acquire or the last renewal Redis confirmed.
  */
 function valid(this: Lease): boolean {
+  if (notSelf(this, leaseMt, "lease:valid()") !== undefined) return false;
   return !this._released && !this._lost && nowMs() < this._validUntil;
 }
 
@@ -137,6 +142,8 @@ const leaseMethods = {
    * still ours as far as we know, and release() may be called again.
    */
   release(this: Lease): LuaMultiReturn<[true | undefined, string | undefined]> {
+    const bad = notSelf(this, leaseMt, "lease:release()");
+    if (bad !== undefined) return $multi(undefined, bad);
     const perr = phaseError("release");
     if (perr !== undefined) return $multi(undefined, perr);
     if (this._released) {
@@ -155,6 +162,8 @@ const leaseMethods = {
 
   /** Reset the lease to `ttl` ms from now (default: its current ttl). */
   extend(this: Lease, ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]> {
+    const bad = notSelf(this, leaseMt, "lease:extend()");
+    if (bad !== undefined) return $multi(undefined, bad);
     const perr = phaseError("extend");
     if (perr !== undefined) return $multi(undefined, perr);
     const [ms, terr] = options.extendTtl(ttl, this.ttl);
@@ -174,7 +183,7 @@ const leaseMethods = {
     return $multi(ok, xerr);
   },
 };
-const leaseMt = { __index: leaseMethods };
+leaseMt.__index = leaseMethods;
 
 /** A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds). */
 export function make(store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number, sent: number, fence: number | undefined): Lease {

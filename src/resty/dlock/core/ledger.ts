@@ -9,6 +9,7 @@
 
 import * as clock from "./clock";
 import * as quiet from "./quiet";
+import * as dictcount from "./dictcount";
 const clock_now = clock.now;
 const quiet_due = quiet.due;
 const worker_pid = ngx.worker.pid;
@@ -72,7 +73,7 @@ function encode(token: string, key: string, expires: number): string {
 const full = quiet.make();
 
 function unrecordable(dict: NgxSharedDict, key: string, err: string | undefined): void {
-  dict.incr(UNRECORDED, 1, 0);
+  dictcount.count(dict, UNRECORDED, 1);
   const missed = quiet_due(full);
   if (missed > 0) {
     ngx_log(WARN, "dlock: shared dict full: ", missed, " lease(s) not recorded since the last warning (latest ",

@@ -25,6 +25,7 @@
 
 import * as check from "./check";
 import * as clock from "./clock";
+import * as dictcount from "./dictcount";
 
 const clock_now = clock.now;
 const ngx_log = ngx.log;
@@ -98,7 +99,7 @@ function buckets(p: string, n: number): string[] {
 export function make(dict: NgxSharedDict, name: string): Meter {
   const p = "m:" + name + ":";
   if (dict.safe_add("m:?" + name, true)[0]) {
-    const [i] = dict.incr("m:n", 1, 0);
+    const i = dictcount.count(dict, "m:n", 1);
     if (i !== undefined) dict.safe_set("m:#" + lua_tostring(i), name);
   }
   // Swept up to the second before now: no record made from now on expires in it.
@@ -163,18 +164,18 @@ const SECOND = "%s%d";
 function flushSeconds(m: Meter): boolean {
   const dict = m.dict;
   if (lua_next(m.seconds)[0] === undefined) return true;
-  if (!dict.add(m.sweeping, true, 1)[0]) return false;
+  if (!dictcount.mark(dict, m.sweeping, true, 1)) return false;
   const [mark] = dict.get(m.swept);
   const last = lua_type(mark) === "number" ? mark as number : 0;
   let held = 0;
   for (const [s, n] of lua_pairs(m.seconds)) {
     m.seconds.set(s, undefined as unknown as number);
     if (n !== 0 && s > last) {
-      dict.incr(str_format(SECOND, m.exp, s), n, 0);
+      dictcount.count(dict, str_format(SECOND, m.exp, s), n);
       held += n;
     }
   }
-  if (held !== 0) dict.incr(m.held, held, 0);
+  if (held !== 0) dictcount.count(dict, m.held, held);
   dict.delete(m.sweeping);
   return true;
 }
@@ -191,7 +192,7 @@ function flush(): void {
     for (const [k, n] of lua_pairs(m.counts)) {
       // Counted keys stay, at 0: a meter counts into the same few keys again and again.
       if (n !== 0) {
-        m.dict.incr(k, n, 0);
+        dictcount.count(m.dict, k, n);
         m.counts.set(k, 0);
       }
     }

@@ -23,6 +23,7 @@ const lua_setmetatable = setmetatable;
 const lua_pcall = pcall;
 const lua_type = type;
 const lua_unpack = unpack as (this: void, t: (string | number)[]) => LuaMultiReturn<(string | number)[]>;
+const notSelf = check.notSelf;
 
 /** What the holder of a set is told once when the watchdog finds one of its keys lost. */
 export type OnLost = (this: void, lease: MultiLease, why: string) => void;
@@ -131,9 +132,13 @@ function releaseParts(parts: Lease[], together: boolean): LuaMultiReturn<[true |
   return $multi(true as const, undefined);
 }
 
+/** The sets' metatable (its __index, the methods, is set once they are). */
+const multiMt: { __index?: object } = {};
+
 const multiMethods = {
   /** lease:valid(): every key still ours by the local clock, none released or lost. */
   valid(this: MultiLease): boolean {
+    if (notSelf(this, multiMt, "lease:valid()") !== undefined) return false;
     if (this._lost) return false;
     const parts = this._parts;
     for (const i of $range(1, parts.length)) {
@@ -149,6 +154,8 @@ const multiMethods = {
    * are still ours as far as we know: release() may be called again).
    */
   release(this: MultiLease): LuaMultiReturn<[true | undefined, string | undefined]> {
+    const bad = notSelf(this, multiMt, "lease:release()");
+    if (bad !== undefined) return $multi(undefined, bad);
     const perr = lease.phaseError("release");
     if (perr !== undefined) return $multi(undefined, perr);
     return releaseParts(this._parts, this._together);
@@ -160,6 +167,8 @@ const multiMethods = {
    * released); nil, "dlock: redis ..." when Redis did not confirm some.
    */
   extend(this: MultiLease, ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]> {
+    const bad = notSelf(this, multiMt, "lease:extend()");
+    if (bad !== undefined) return $multi(undefined, bad);
     const perr = lease.phaseError("extend");
     if (perr !== undefined) return $multi(undefined, perr);
     const [ms, terr] = options.extendTtl(ttl, this.ttl);
@@ -196,7 +205,7 @@ const multiMethods = {
     return $multi(true as const, undefined);
   },
 };
-const multiMt = { __index: multiMethods };
+multiMt.__index = multiMethods;
 
 /** The watchdog lost one key of m: the set is lost, said once to its holder. */
 function partLost(m: MultiLease, why: string): void {

@@ -11,6 +11,7 @@
 // very coroutine that took it outside requests.
 
 import type * as lease from "./lease";
+import * as check from "./check";
 import * as request from "../gateway/request";
 
 const co_running = coroutine.running;
@@ -19,6 +20,7 @@ const lua_tostring = tostring;
 const lua_setmetatable = setmetatable;
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
+const notSelf = check.notSelf;
 
 interface Hold {
   readonly root: lease.Lease;
@@ -44,9 +46,14 @@ interface Handle {
   _done: boolean;
 }
 
+/** The handles' metatable (its __index is set once the methods are). */
+const handleMt: { __index?: (this: void, x: Handle, k: string) => unknown } = {};
+
 const handleMethods = {
   /** true (the key is freed with the last handle), or the real release's nil, err. */
   release(this: Handle): LuaMultiReturn<[true | undefined, string | undefined]> {
+    const bad = notSelf(this, handleMt, "lease:release()");
+    if (bad !== undefined) return $multi(undefined, bad);
     if (this._done) return $multi(undefined, "not_owner");
     const h = this._hold;
     if (h.count > 1) {
@@ -66,19 +73,20 @@ const handleMethods = {
     return $multi(ok, err);
   },
   extend(this: Handle, ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]> {
+    const bad = notSelf(this, handleMt, "lease:extend()");
+    if (bad !== undefined) return $multi(undefined, bad);
     if (this._done) return $multi(undefined, "not_owner");
     return this._hold.root.extend(ttl);
   },
   valid(this: Handle): boolean {
+    if (notSelf(this, handleMt, "lease:valid()") !== undefined) return false;
     return !this._done && this._hold.root.valid();
   },
 };
 /** ttl is the real lease's as it is now: an extend through any handle changes it for all. */
-const handleMt = {
-  __index(this: void, x: Handle, k: string): unknown {
-    if (k === "ttl") return x._hold.root.ttl;
-    return (handleMethods as unknown as LuaTable<string, unknown>).get(k);
-  },
+handleMt.__index = (x: Handle, k: string): unknown => {
+  if (k === "ttl") return x._hold.root.ttl;
+  return (handleMethods as unknown as LuaTable<string, unknown>).get(k);
 };
 
 function handle(h: Hold): lease.Lease {

@@ -45,6 +45,10 @@ function finish(this: void, l: lease.Lease, ...pcalled: unknown[]): LuaMultiRetu
  */
 export function withLease(this: Acquirer, key: string, opts: LuaTable<string, unknown> | undefined,
   fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]> {
+  // The factory's own acquire: locks:with() and sem:with() share this function.
+  if (lua_type(this) !== "table" || lua_type(this.acquire) !== "function") {
+    return check.fail("with() was called without its object (with \".\" where \":\" was meant)", this);
+  }
   if (lua_type(fn) !== "function") {
     return check.fail("with needs a function", fn);
   }

@@ -10,6 +10,7 @@
 // are made once per guard, not per call.
 
 import * as check from "../core/check";
+import * as dictcount from "../core/dictcount";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
@@ -83,7 +84,7 @@ function gaugeKey(guard: string, name: string): string {
 }
 
 function incr(dict: NgxSharedDict, guard: string, event: Event): void {
-  dict.incr(keys(guard).events.get(event), 1, 0);
+  dictcount.count(dict, keys(guard).events.get(event), 1);
 }
 
 export function count(dict: NgxSharedDict, guard: string, event: Event): number {
@@ -110,8 +111,7 @@ export function probed<G extends { readonly _dict: NgxSharedDict; readonly name:
   g: G, probeFor: number, probe: (this: void, premature: boolean, g: G) => void,
 ): boolean {
   if (breakerState(g._dict, g.name) !== "half_open") return true;
-  const [first] = g._dict.add("b:probe:" + g.name, true, probeFor);
-  if (first === true) {
+  if (dictcount.mark(g._dict, "b:probe:" + g.name, true, probeFor)) {
     const [ok, err] = ngx_.timer.at(0, probe, g);
     if (ok === undefined) ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
   }
@@ -128,7 +128,7 @@ function failure(dict: NgxSharedDict, guard: string, threshold: number, cooldown
   let trip = dict.get(k.fail)[0] === HALF;
   if (!trip) {
     // nil when another worker made it HALF meanwhile: that one opened the breaker.
-    const [n] = dict.incr(k.fail, 1, 0);
+    const n = dictcount.count(dict, k.fail, 1);
     trip = n !== undefined && n >= threshold;
   }
   if (trip && dict.get(k.open)[0] === undefined) {
@@ -187,7 +187,7 @@ export function failedOpen(g: Failing): boolean {
 
 /** Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx. */
 export function adjust(dict: NgxSharedDict, guard: string, gauge: string, delta: number): void {
-  dict.incr(gaugeKey(guard, gauge), delta, 0);
+  dictcount.count(dict, gaugeKey(guard, gauge), delta);
 }
 
 /** A per-guard gauge's value now (0 when never moved). */

@@ -18,6 +18,7 @@ import * as roundtrip from "./roundtrip";
 import * as perTarget from "./targets";
 import * as scripts from "./scripts";
 import * as clock from "../core/clock";
+import * as dictcount from "../core/dictcount";
 
 const pipelined = pipeline.call;
 const posted = pipeline.post;
@@ -104,7 +105,7 @@ function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.
         return $multi(undefined, err, "failed");
       }
       c.redirects = c.redirects + 1;
-      if (conf.dict !== undefined) conf.dict.incr(map.REDIRECTS + conf.endpoint, 1, 0);
+      if (conf.dict !== undefined) dictcount.count(conf.dict, map.REDIRECTS + conf.endpoint, 1);
       node = nodeOf(conf, c, host!, lua_tonumber(port)!);
       asking = kind === "ASK";
       if (!asking) {

@@ -14,6 +14,7 @@
 import type { RedisConf } from "./client";
 import * as hints from "./hints";
 import * as clock from "../core/clock";
+import * as dictcount from "../core/dictcount";
 
 const lua_pairs = pairs;
 const turned_away = hints.turnedAway;
@@ -125,7 +126,7 @@ function share(conf: RedisConf): void {
   const [added, err] = dict.safe_add(EVICTION_KEY + ep, v);
   let stored = added === true;
   if (added) {
-    const [n] = dict.incr(EVICTION_COUNT, 1, 0);
+    const n = dictcount.count(dict, EVICTION_COUNT, 1);
     if (n !== undefined) {
       dict.safe_set(EVICTION_INDEX + lua_tostring(n), ep);
     }

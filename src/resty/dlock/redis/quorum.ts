@@ -19,6 +19,7 @@ import * as roundtrip from "./roundtrip";
 import * as perTarget from "./targets";
 import * as scripts from "./scripts";
 import * as clock from "../core/clock";
+import * as dictcount from "../core/dictcount";
 
 type Votes = votes.Votes;
 const drift = votes.drift;
@@ -68,7 +69,7 @@ function note(node: redis.RedisConf, fault: Fault | undefined, err: string | und
   } else {
     h.failed = h.failed + 1;
     h.lastError = err;
-    if (node.dict !== undefined) node.dict.incr(NODE_FAILURES + node.endpoint, 1, 0);
+    if (node.dict !== undefined) dictcount.count(node.dict, NODE_FAILURES + node.endpoint, 1);
   }
 }
 

@@ -19,6 +19,7 @@ import * as connection from "./connection";
 import * as resp from "./resp";
 import * as scripts from "./scripts";
 import * as hints from "./hints";
+import * as dictcount from "../core/dictcount";
 
 export type Job = command.Job;
 export type Batch = command.Batch;
@@ -168,7 +169,7 @@ function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): 
     return undefined;
   }
   if (conf.dict !== undefined) {
-    conf.dict.incr(SHORTFALLS, 1, 0);
+    dictcount.count(conf.dict, SHORTFALLS, 1);
   }
   if (lua_type(n) === "number") {
     return str_format("dlock: redis %s: only %d of %d replica(s) acknowledged the %s within %d ms",

@@ -24,11 +24,66 @@ const ngx_ = ngx;
 const table_concat = table.concat;
 const lua_type = type;
 const lua_tonumber = tonumber;
+const str_byte = string.byte;
+const str_char = string.char;
+const str_find = string.find;
+const str_sub = string.sub;
+
+/** A byte of a multi-byte UTF-8 sequence, or U+FFFD; built from bytes (the source is UTF-8 text). */
+const HIGH = "[" + str_char(0x80) + "-" + str_char(0xff) + "]";
+const REPLACEMENT = str_char(0xef, 0xbf, 0xbd);
 
 const REPORT_OPTIONS = check.set("dicts", "limit");
 
 function checkLimit(v: unknown): LuaMultiReturn<[number | undefined, string | undefined]> {
   return check.integer("limit", v, 0, MAX_LIMIT, "an integer from 0 to " + lua_tostring(MAX_LIMIT));
+}
+
+/** The length of the well-formed UTF-8 sequence at byte i of s (RFC 3629), or 0. */
+function sequence(s: string, i: number): number {
+  const c = str_byte(s, i);
+  let len: number;
+  let lo = 0x80;
+  let hi = 0xbf;
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) len = 2;
+  else if (c >= 0xe0 && c <= 0xef) len = 3;
+  else if (c >= 0xf0 && c <= 0xf4) len = 4;
+  else return 0;
+  // No overlong forms, no surrogates, nothing past U+10FFFF.
+  if (c === 0xe0) lo = 0xa0;
+  else if (c === 0xed) hi = 0x9f;
+  else if (c === 0xf0) lo = 0x90;
+  else if (c === 0xf4) hi = 0x8f;
+  for (const j of $range(1, len - 1)) {
+    const b = str_byte(s, i + j);
+    if (b === undefined || b < lo || b > hi) return 0;
+    lo = 0x80;
+    hi = 0xbf;
+  }
+  return len;
+}
+
+/**
+ * s as valid UTF-8, as RFC 8259 asks of JSON (cjson passes bytes through): a
+ * byte that starts no well-formed sequence becomes U+FFFD. A key is whatever
+ * bytes a client or the application used.
+ */
+function utf8(s: string): string {
+  if (str_find(s, HIGH) === undefined) return s;
+  const out: string[] = [];
+  let i = 1;
+  while (i <= s.length) {
+    const len = sequence(s, i);
+    if (len > 0) {
+      out.push(str_sub(s, i, i + len - 1));
+      i += len;
+    } else {
+      out.push(REPLACEMENT);
+      i++;
+    }
+  }
+  return table_concat(out);
 }
 
 /** Append at most `max` leases of one dict to `out` (tokens left out); true when it holds more. */
@@ -103,7 +158,11 @@ function encode(r: common.Report): LuaMultiReturn<[string | undefined, string | 
   }
   // Written by hand when empty: Debian's lua-cjson has no empty_array, and an
   // empty table would become {} (or the member would be dropped). "held" is always a list.
-  const parts: string[] = [r.held.length > 0 ? member("held", r.held) ?? "" : "\"held\":[]"];
+  const held: common.HeldView[] = [];
+  for (const [_, l] of lua_ipairs(r.held)) {
+    held.push({ dict: l.dict, key: utf8(l.key), pid: l.pid, ttl: l.ttl, expires_at: l.expires_at });
+  }
+  const parts: string[] = [held.length > 0 ? member("held", held) ?? "" : "\"held\":[]"];
   const rest: [string, unknown][] = [
     ["held_listed", r.held_listed],
     ["held_limit", r.held_limit],

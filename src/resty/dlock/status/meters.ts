@@ -5,6 +5,7 @@
 
 import * as meter from "../core/meter";
 import * as clock from "../core/clock";
+import * as dictcount from "../core/dictcount";
 
 const clock_now = clock.now;
 const math_floor = math.floor;
@@ -55,7 +56,7 @@ function sweep(dict: NgxSharedDict, p: string): void {
   const limit = math_floor(clock_now()) - GRACE;
   const [mark] = dict.get(p + "swept");
   if (lua_type(mark) !== "number" || (mark as number) >= limit) return;
-  if (!dict.add(p + "sweeping", true, 1)[0]) return;
+  if (!dictcount.mark(dict, p + "sweeping", true, 1)) return;
   let s = num(dict, p + "swept");
   const stop = math_min(limit, s + MAX_SWEEP);
   let gone = 0;
@@ -67,8 +68,8 @@ function sweep(dict: NgxSharedDict, p: string): void {
       dict.delete(p + "e" + lua_tostring(s));
     }
   }
-  if (gone !== 0) dict.incr(p + "held", -gone, 0);
-  dict.set(p + "swept", s);
+  if (gone !== 0) dictcount.count(dict, p + "held", -gone);
+  dict.safe_set(p + "swept", s);
   dict.delete(p + "sweeping");
 }
 

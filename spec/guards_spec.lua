@@ -119,6 +119,20 @@ describe("gateway guards", function()
     assert.equal(0, lines("guard optional: the key"))
   end)
 
+  it("answer 500 when access() is called with \".\" for \":\", never let the request through, and say how to write it", function()
+    for _ = 1, 3 do assert.equal(500, get("/dot?k=1").status) end
+    -- log() so called does nothing: the keeper ends the lease once the request is gone.
+    assert.equal(200, get("/dot-log?k=" .. h.unique("dot")).status)
+    assert.is_true(h.eventually(2, function()
+      local log = n.error_log()
+      -- Once per worker and method, not per request.
+      local said = select(2, log:gsub("guard:access%(%) was called without its guard", ""))
+      return said >= 1 and said <= 2
+        and log:find('guard:log() was called without its guard (with "." where ":" was meant): write guards.name:log()', 1, true) ~= nil
+    end))
+    assert.is_nil(n.error_log():find("failed to run log_by_lua", 1, true))
+  end)
+
   it("refuse gateway.new inside a request, naming why", function()
     local res = get("/new")
     assert.equal("nil dlock: gateway.new in the content phase: create guards once, in init_by_lua or init_worker_by_lua, " ..
@@ -251,4 +265,6 @@ h.check_error_logs({
   -- Key functions that raise or return a non-string, and a guard whose key is always missing, on purpose:
   "dlock: guard [%w_]+: no key: the key function ",
   "dlock: guard misspelt: the key %(%$http_idempotency_kye%) was missing on all %d+ requests",
+  -- /dot and /dot-log call the guard's methods with ".", on purpose.
+  "dlock: guard:%a+%(%) was called without its guard",
 })

@@ -280,6 +280,17 @@ describe("bad input", function()
       refused("lease:release()", "nil", permit.release)
       assert.is_true(permit:release())
     end)
+
+    it("guards of every mode: access and log raise nothing (outside a request they only say so)", function()
+      local gateway = require "resty.dlock.gateway"
+      local redis = h.redis_opts()
+      for _, o in ipairs({ { mode = "dedup" }, { mode = "rate", rate = 5 }, { mode = "idempotency", scope = false } }) do
+        o.key, o.on_error, o.redis = "$arg_k", "deny", redis
+        local g = assert(gateway.new(o))
+        returns(g.access)
+        returns(g.log)
+      end
+    end)
   end)
 end)
 
@@ -332,4 +343,5 @@ describe("bad gateway options", function()
   end)
 end)
 
-h.check_error_logs()
+-- The guards' methods called with "." by "methods called without their object", on purpose.
+h.check_error_logs({ "dlock: guard:%a+%(%) was called without its guard" })

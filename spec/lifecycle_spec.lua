@@ -99,6 +99,25 @@ describe("gateway lifecycle", function()
       assert.equal(1, (backend(gw, key)))
     end)
 
+    it("keeps the first guard's lease when the request passes another guard after the redirect (ngx.exec, try_files): " ..
+       "never more than permits at the backend", function()
+      for _, path in ipairs({ "/exec-two", "/files-two" }) do
+        local user = h.unique("user")
+        local before = guard(gw, "per_user")
+        local first = ngx.thread.spawn(get, gw, path .. "?key=" .. user .. "&file=f1&ms=800")
+        ngx.sleep(0.3)
+        local second = get(gw, path .. "?key=" .. user .. "&file=f2&ms=100")
+        local _, res = ngx.thread.wait(first)
+        assert.equal(200, res.status, path)
+        assert.equal(429, second.status, path)
+        local hits, max = backend(gw, user)
+        assert.same({ 1, 1 }, { hits, max }, path)
+        local after = guard(gw, "per_user")
+        assert.equal(before.unlogged, after.unlogged, path)
+        assert.is_truthy(released_within("per_user", 0.3), path)
+      end
+    end)
+
     it("renews a lease through a redirect: a 2.5 s request behind try_files keeps its key past the 1 s ttl", function()
       local key = h.unique("long")
       local before = guard(gw, "jobs")

@@ -12,6 +12,7 @@ local ngx_exit = ngx.exit
 local math_max = math.max
 local math_ceil = math.ceil
 local lua_pairs = pairs
+local lua_getmetatable = getmetatable
 --- What a guard's log lines say it does with a request whose key could not be
 -- computed: "refused with 503 (on_error = \"deny\")". on_error decides it, but
 -- "local" refuses: a key error is the operator's, and no share of a limit applies.
@@ -49,6 +50,34 @@ function _M.decides(name)
         )
     end
     return false
+end
+--- Methods said called without their guard, per worker: one line each.
+local misusedCalls = {}
+--- Was a guard's method called without its guard (obj not of metatable mt: a
+-- "." where ":" was meant)? The config's mistake, said at error level once
+-- per worker and method. access() then ends the request with 500 (a guard
+-- lets no request through that it did not judge); log() does nothing, and
+-- the keeper ends the request's leases when it is gone.
+function _M.misused(obj, mt, call)
+    if lua_getmetatable(obj) == mt then
+        return false
+    end
+    if misusedCalls[call] == nil then
+        misusedCalls[call] = true
+        ngx_log(
+            ERR,
+            "dlock: guard:",
+            call,
+            "() was called without its guard (with \".\" where \":\" was meant): ",
+            "write guards.name:",
+            call,
+            "()"
+        )
+    end
+    if call == "access" and DECIDES[get_phase()] ~= nil then
+        ngx_exit(500)
+    end
+    return true
 end
 --- End the request with a guard's refusal: Retry-After (whole seconds, at least
 -- 1) when the wait is known, and the guard's extra headers.

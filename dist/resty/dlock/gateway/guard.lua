@@ -21,8 +21,13 @@ local function onRedisFailure(g, key)
         reject(g, g._errorStatus, nil)
     end
 end
+--- The metatable of every guard of these modes (its __index, the methods, is set once they are).
+_M.mt = {}
 local guardMethods = {
     access = function(self)
+        if shared.misused(self, _M.mt, "access") then
+            return
+        end
         if not shared.decides(self.name) then
             return
         end
@@ -66,12 +71,14 @@ local guardMethods = {
         onRedisFailure(self, key)
     end,
     log = function(self)
+        if shared.misused(self, _M.mt, "log") then
+            return
+        end
         inflight.finish(self)
         if self._fallback ~= nil then
             lockLocal.finish(self, self._fallback)
         end
     end
 }
---- The metatable of every guard of these modes.
-_M.mt = {__index = guardMethods}
+_M.mt.__index = guardMethods
 return _M

@@ -210,11 +210,19 @@ local function access(g)
     end
     answers.onRedisFailure(g, err)
 end
+--- The guards' metatable (its __index, the methods, is set once they are).
+local guardMt = {}
 local guardMethods = {
     access = function(self)
+        if shared.misused(self, guardMt, "access") then
+            return
+        end
         access(self)
     end,
     log = function(self)
+        if shared.misused(self, guardMt, "log") then
+            return
+        end
         inflight.finish(self._owner)
         capture.finish()
     end,
@@ -225,7 +233,7 @@ local guardMethods = {
         capture.bodyFilter()
     end
 }
-local guardMt = {__index = guardMethods}
+guardMt.__index = guardMethods
 --- Validate the options (already checked against gateway.new's names) and build the guard.
 function _M.create(o, name)
     local f, err = options.parse(o, name, capture.forget)

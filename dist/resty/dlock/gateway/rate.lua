@@ -141,15 +141,20 @@ local function access(g)
     end
     incr(g._dict, g.name, "acquired")
 end
+--- The guards' metatable (its __index, the methods, is set once they are).
+local guardMt = {}
 local guardMethods = {
     access = function(self)
+        if shared.misused(self, guardMt, "access") then
+            return
+        end
         access(self)
     end,
     log = function(self)
         return
     end
 }
-local guardMt = {__index = guardMethods}
+guardMt.__index = guardMethods
 --- RateLimit-Policy for these limits.
 local function policyOf(ls)
     local out = {}

@@ -14,6 +14,7 @@ const ngx_exit = ngx.exit;
 const math_max = math.max;
 const math_ceil = math.ceil;
 const lua_pairs = pairs;
+const lua_getmetatable = getmetatable;
 
 /**
  * What a guard's log lines say it does with a request whose key could not be
@@ -52,6 +53,27 @@ export function decides(name: string): boolean {
       " phase, where it can refuse nothing: call it from access_by_lua or rewrite_by_lua");
   }
   return false;
+}
+
+/** Methods said called without their guard, per worker: one line each. */
+const misusedCalls = new LuaTable<string, boolean>();
+
+/**
+ * Was a guard's method called without its guard (obj not of metatable mt: a
+ * "." where ":" was meant)? The config's mistake, said at error level once
+ * per worker and method. access() then ends the request with 500 (a guard
+ * lets no request through that it did not judge); log() does nothing, and
+ * the keeper ends the request's leases when it is gone.
+ */
+export function misused(obj: unknown, mt: object, call: string): boolean {
+  if (lua_getmetatable(obj as object) === mt) return false;
+  if (!misusedCalls.has(call)) {
+    misusedCalls.set(call, true);
+    ngx_log(ERR, "dlock: guard:", call, "() was called without its guard (with \".\" where \":\" was meant): ",
+      "write guards.name:", call, "()");
+  }
+  if (call === "access" && DECIDES.has(get_phase())) ngx_exit(500);
+  return true;
 }
 
 /**

@@ -88,9 +88,13 @@ function onRedisFailure(g: Guard, key: string): void {
   if (!stats.failedOpen(g)) reject(g, g._errorStatus, undefined);
 }
 
+/** The metatable of every guard of these modes (its __index, the methods, is set once they are). */
+export const mt: { __index?: object } = {};
+
 const guardMethods = {
   /** In access_by_lua: let the request through, or end it with the guard's status. */
   access(this: Guard): void {
+    if (shared.misused(this, mt, "access")) return;
     if (!shared.decides(this.name)) return;
     if (inflight.holds(this)) {
       // The same request again, after an internal redirect: it holds the key already.
@@ -140,10 +144,10 @@ const guardMethods = {
    * upstream was working. Finds the lease in whatever location the request ends.
    */
   log(this: Guard): void {
+    if (shared.misused(this, mt, "log")) return;
     inflight.finish(this);
     if (this._fallback !== undefined) lockLocal.finish(this, this._fallback);
   },
 };
-/** The metatable of every guard of these modes. */
-export const mt = { __index: guardMethods };
+mt.__index = guardMethods;
 

@@ -212,13 +212,18 @@ function access(g: Guard): void {
   answers.onRedisFailure(g, err);
 }
 
+/** The guards' metatable (its __index, the methods, is set once they are). */
+const guardMt: { __index?: object } = {};
+
 const guardMethods = {
   /** In access_by_lua: replay, refuse, or let the first request with its key through. */
   access(this: Guard): void {
+    if (shared.misused(this, guardMt, "access")) return;
     access(this);
   },
   /** In log_by_lua (the module-level gateway.log() does the same for every guard). */
   log(this: Guard): void {
+    if (shared.misused(this, guardMt, "log")) return;
     inflight.finish(this._owner);
     capture.finish();
   },
@@ -229,7 +234,7 @@ const guardMethods = {
     capture.bodyFilter();
   },
 };
-const guardMt = { __index: guardMethods };
+guardMt.__index = guardMethods;
 
 /** Validate the options (already checked against gateway.new's names) and build the guard. */
 export function create(o: gwoptions.Options, name: string): LuaMultiReturn<[Guard | undefined, string | undefined]> {

@@ -261,6 +261,18 @@ function warnBlind(): void {
 }
 
 /**
+ * Is req, found at the current request's address, a request that is gone and
+ * ended unseen? Not when it is this one: after an internal redirect to another
+ * guard ngx.ctx is new, but the request still runs and keeps what it holds.
+ * Only where nginx hides whether a request lives is a new ngx.ctx taken for a
+ * new request.
+ */
+function ended(req: Req, ctx: LuaTable<string, unknown>): boolean {
+  if (req.ref < 0) return req.ctx !== ctx;
+  return !request_alive(req);
+}
+
+/**
  * In access: the current request now holds `l` for `owner`. Returns the
  * request's anchor; nil outside a request (then nothing is tracked).
  */
@@ -269,8 +281,7 @@ export function track(owner: Owner, l: lease.Lease): request.Anchor | undefined 
   if (rid === undefined) return undefined;
   if (ref < 0 && !warnedBlind) warnBlind();
   let req: Req | undefined = requests.get(rid);
-  if (req !== undefined && req.ctx !== ctx) {
-    // Its address belonged to a request that is gone and ended unseen.
+  if (req !== undefined && ended(req, ctx)) {
     endReq(rid, req, "unlogged", 0);
     req = undefined;
   }

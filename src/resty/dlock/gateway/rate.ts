@@ -174,9 +174,13 @@ function access(g: Guard): void {
   incr(g._dict, g.name, "acquired");
 }
 
+/** The guards' metatable (its __index, the methods, is set once they are). */
+const guardMt: { __index?: object } = {};
+
 const guardMethods = {
   /** In access_by_lua (or rewrite_by_lua): let the request through, or refuse it with reject_status and Retry-After. */
   access(this: Guard): void {
+    if (shared.misused(this, guardMt, "access")) return;
     access(this);
   },
   /** Nothing to end: a rate guard holds nothing while the request runs. */
@@ -184,7 +188,7 @@ const guardMethods = {
     return;
   },
 };
-const guardMt = { __index: guardMethods };
+guardMt.__index = guardMethods;
 
 /** RateLimit-Policy for these limits. */
 function policyOf(ls: core.Limits): string {

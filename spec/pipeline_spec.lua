@@ -417,6 +417,32 @@ describe("auto-pipelining", function()
     peer.stop()
   end)
 
+  it("answers a call that met NOSCRIPT as failed (it never ran) when a later call of its batch times out " ..
+     "before the script could follow, at once", function()
+    local c = conf({ read_timeout = 300 })
+    assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
+    -- A script Redis has never seen: its EVALSHA meets NOSCRIPT.
+    local other = script("other", "return ARGV[1] -- " .. h.unique("other"))
+    local done = occupy(c)
+    local t0 = h.now()
+    local first = ngx.thread.spawn(function()
+      local r, e, f = pipeline.call(c, other, "p:ns1", "r1")
+      return { r = r, e = e, f = f, took = h.now() - t0 }
+    end)
+    -- Long enough for Redis to read it in pieces: it answers the first call before this one is whole.
+    local second = ngx.thread.spawn(pipeline.call, c, SLOW, "p:ns2", 800, "r2", string.rep("x", 64 * 1024))
+    local _, got = ngx.thread.wait(first)
+    local _, _, e2, f2 = ngx.thread.wait(second)
+    done()
+    ngx.sleep(0.8)   -- the slow script ends
+    assert.equal("lost", f2, tostring(e2))
+    assert.is_nil(got.r)
+    assert.equal("failed", got.f, tostring(got.e))
+    assert.matches("timeout before the script could follow NOSCRIPT, during other", got.e, 1, true)
+    -- Its outcome known when its batch ended (the read timeout), not after the pipeline's patience.
+    assert.is_true(got.took < 1.5, string.format("took %.2f s", got.took))
+  end)
+
   it("answers NOSCRIPT inside a batch by sending the script's body for the calls that met it", function()
     local locks = h.locks()
     assert.equal("OK", h.cmd(nil, "script", "flush"))
@@ -430,5 +456,5 @@ describe("auto-pipelining", function()
 end)
 
 h.check_error_logs({
-  { "lua tcp socket read timed out", max = 6 },  -- batches whose replies a slow script holds past the read timeout
+  { "lua tcp socket read timed out", max = 7 },  -- batches whose replies a slow script holds past the read timeout
 })

@@ -65,6 +65,28 @@ describe("redis.replicas", function()
     assert.is_true(assert(l:acquire("b")):release())
   end)
 
+  it("gives back a lock whose batch's connection broke before WAIT could follow it (a later call timed out)", function()
+    local pipeline = require "resty.dlock.redis.pipeline"
+    local l = locks({ read_timeout = 300 })
+    local c = l._store.redis
+    assert.equal(h.SLOW.sha, h.cmd(master.port, "script", "load", h.SLOW.src))
+    assert.is_true(assert(l:acquire("warm")):release())   -- the acquire's script loaded
+    -- As many calls on their way as go out on their own: the next ones form a batch.
+    local busy = {}
+    for i = 1, pipeline.DIRECT do busy[i] = ngx.thread.spawn(pipeline.call, c, h.SLOW, l.prefix .. "o" .. i, 30, "busy") end
+    local acquire = ngx.thread.spawn(function() return { l:acquire("c", { ttl = 5000 }) } end)
+    -- Long enough for Redis to read it in pieces: it answers the acquire before this one is whole.
+    local slow = ngx.thread.spawn(pipeline.call, c, h.SLOW, l.prefix .. "s", 800, "r", string.rep("x", 64 * 1024))
+    local _, got = ngx.thread.wait(acquire)
+    local _, _, _, fault = ngx.thread.wait(slow)
+    for i = 1, #busy do ngx.thread.wait(busy[i]) end
+    ngx.sleep(0.8)   -- the slow script ends
+    assert.equal("lost", fault)
+    assert.is_nil(got[1])
+    assert.matches("the connection broke before WAIT for replicas after the acquire", got[2], 1, true)
+    assert.is_true(h.eventually(2, function() return h.cmd(master.port, "exists", l.prefix .. "c") == 0 end))
+  end)
+
   it("answers a charged rate decision once a replica has the key's state, and an error when none acknowledged it in time",
     function()
     local lim = assert(rate.new({ dict = "dlock", prefix = h.unique("replrate"), rate = 3, period = 60000,
@@ -125,4 +147,5 @@ describe("redis.replicas", function()
   end)
 end)
 
-h.check_error_logs()
+-- The batch whose slow call the read timeout cut, on purpose.
+h.check_error_logs({ { "lua tcp socket read timed out", max = 2 } })

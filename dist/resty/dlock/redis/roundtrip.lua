@@ -95,6 +95,19 @@ local function sendAll(conf, sock, b, which, payload)
     end
     return true
 end
+--- The jobs `again`, which met NOSCRIPT, when the connection broke before their
+-- script could follow: they did not run, and never will on this connection.
+local function unrun(conf, b, again, why)
+    if again == nil then
+        return
+    end
+    for i = 1, #again do
+        local j = b.jobs[again[i]]
+        j.res = nil
+        j.err = "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(why) .. " before the script could follow NOSCRIPT, during " .. j.s.name
+        j.fault = "failed"
+    end
+end
 --- Read the replies of the jobs `which` in turn; those that met NOSCRIPT (unless `body`: EVAL was sent).
 local function replies(conf, sock, b, which, body)
     local r = reader(sock)
@@ -112,6 +125,7 @@ local function replies(conf, sock, b, which, body)
                     k,
                     aerr
                 )
+                unrun(conf, b, again, aerr)
                 return nil
             end
         end
@@ -124,6 +138,7 @@ local function replies(conf, sock, b, which, body)
                 k,
                 rerr
             )
+            unrun(conf, b, again, rerr)
             return nil
         end
         if v == false then
@@ -182,6 +197,15 @@ local function replicated(red, conf, s)
         )
     end
     return "dlock: redis " .. conf.endpoint .. ": WAIT for replicas after the " .. s.name .. " failed: " .. lua_tostring(err)
+end
+--- Writes that may not be on enough replicas: their callers give them back (fault "replicas").
+local function unreplicated(wrote, err)
+    for i = 1, #wrote do
+        local j = wrote[i]
+        j.res = nil
+        j.err = err
+        j.fault = "replicas"
+    end
 end
 --- As send, on `red` when given (a connection the batch before left fit).
 local function sendOn(conf, b, red)
@@ -268,17 +292,16 @@ local function complete(conf, b, red, keep)
             wrote[#wrote + 1] = j
         end
     end
-    if not broken and wrote ~= nil then
-        local short = replicated(red, conf, wrote[1].s)
-        if short ~= nil then
-            for i = 1, #wrote do
-                local j = wrote[i]
-                j.res = nil
-                j.err = short
-                j.fault = "replicas"
+    if wrote ~= nil then
+        if broken then
+            unreplicated(wrote, "dlock: redis " .. conf.endpoint .. ": the connection broke before WAIT for replicas after the " .. wrote[1].s.name)
+        else
+            local short = replicated(red, conf, wrote[1].s)
+            if short ~= nil then
+                unreplicated(wrote, short)
             end
+            return nil
         end
-        return nil
     end
     if keep and not broken and not erred then
         return red

@@ -105,6 +105,20 @@ function sendAll(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: num
   return true;
 }
 
+/**
+ * The jobs `again`, which met NOSCRIPT, when the connection broke before their
+ * script could follow: they did not run, and never will on this connection.
+ */
+function unrun(conf: redis.RedisConf, b: Batch, again: number[] | undefined, why: string | undefined): void {
+  if (again === undefined) return;
+  for (const i of $range(1, again.length)) {
+    const j = b.jobs[again[i - 1]! - 1]!;
+    j.res = undefined;
+    j.err = "dlock: redis " + conf.endpoint + ": " + lua_tostring(why) + " before the script could follow NOSCRIPT, during " + j.s.name;
+    j.fault = "failed";
+  }
+}
+
 /** Read the replies of the jobs `which` in turn; those that met NOSCRIPT (unless `body`: EVAL was sent). */
 function replies(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: number[] | undefined, body: boolean): number[] | undefined {
   const r = reader(sock);
@@ -117,6 +131,7 @@ function replies(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: num
       const [ok, aerr] = read(r);
       if (ok === undefined) {
         lost(conf, b, which, k, aerr);
+        unrun(conf, b, again, aerr);
         return undefined;
       }
     }
@@ -124,6 +139,7 @@ function replies(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: num
     if (v === undefined) {
       // These and the ones after them were sent; their replies never came.
       lost(conf, b, which, k, rerr);
+      unrun(conf, b, again, rerr);
       return undefined;
     }
     if (v === false) {
@@ -176,6 +192,16 @@ function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): 
       conf.endpoint, n, conf.replicas, s.name, conf.replicas_timeout);
   }
   return "dlock: redis " + conf.endpoint + ": WAIT for replicas after the " + s.name + " failed: " + lua_tostring(err);
+}
+
+/** Writes that may not be on enough replicas: their callers give them back (fault "replicas"). */
+function unreplicated(wrote: Job[], err: string): void {
+  for (const i of $range(1, wrote.length)) {
+    const j = wrote[i - 1]!;
+    j.res = undefined;
+    j.err = err;
+    j.fault = "replicas";
+  }
 }
 
 /** As send, on `red` when given (a connection the batch before left fit). */
@@ -234,18 +260,17 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
       wrote.push(j);
     }
   }
-  if (!broken && wrote !== undefined) {
-    // One WAIT covers every write of the batch; it hands the connection back (or closes it).
-    const short = replicated(red, conf, wrote[0]!.s);
-    if (short !== undefined) {
-      for (const i of $range(1, wrote.length)) {
-        const j = wrote[i - 1]!;
-        j.res = undefined;
-        j.err = short;
-        j.fault = "replicas";
-      }
+  if (wrote !== undefined) {
+    if (broken) {
+      // No WAIT can follow these writes: one on another connection covers none of them.
+      unreplicated(wrote, "dlock: redis " + conf.endpoint + ": the connection broke before WAIT for replicas after the " +
+        wrote[0]!.s.name);
+    } else {
+      // One WAIT covers every write of the batch; it hands the connection back (or closes it).
+      const short = replicated(red, conf, wrote[0]!.s);
+      if (short !== undefined) unreplicated(wrote, short);
+      return undefined;
     }
-    return undefined;
   }
   if (keep && !broken && !erred) return red;
   // A master demoted under a name or address that moved on to the new one (a

@@ -72,6 +72,39 @@ describe("redis.cluster", function()
     end
   end)
 
+  it("takes a key with a \"}\" and no hash tag of its own as {<prefix>}<key>, in the prefix's slot with its queue and fence, " ..
+     "and waits for it, reads it shared, takes it in a set", function()
+    for _, key in ipairs({ "a}b", "x{}y", "}" }) do
+      local l = locks({ fencing = true })
+      local rkey = "{" .. l.prefix .. "}" .. key
+      local lease = assert(l:acquire(key, { ttl = 5000 }))
+      assert.equal(key, lease.key)
+      local owner = c.slot_owner(l.prefix)
+      assert.equal(c.keyslot(l.prefix), c.keyslot(rkey))
+      assert.equal(lease.token, h.cmd(owner, "get", rkey))
+      assert.equal(tostring(lease.fence), h.cmd(owner, "get", rkey .. ":fence"))
+      -- Another waits in line for it (the queue in the same slot) and gets it at the release.
+      local waiter = ngx.thread.spawn(function() return l:acquire(key, { ttl = 5000, wait = 3000 }) end)
+      ngx.sleep(0.1)
+      assert.is_true(lease:release())
+      local _, next_lease = ngx.thread.wait(waiter)
+      assert.is_truthy(next_lease, key)
+      assert.is_true(next_lease:release())
+      local set = assert(l:acquire_all({ key, "plain" }, { ttl = 5000 }))
+      assert.equal(set.token, h.cmd(owner, "get", rkey))
+      assert.is_true(set:release())
+      local reader = assert(l:acquire(key, { ttl = 5000, shared = true }))
+      assert.is_true(reader:release())
+      assert.equal(0, h.cmd(owner, "exists", rkey))
+    end
+    -- With no prefix (or one with braces) there is no tag to give it: refused, naming the key.
+    local bare = assert(require("resty.dlock").new({ dict = "dlock", prefix = "", redis = c.redis() }))
+    local none, err = bare:acquire("a}b")
+    assert.is_nil(none)
+    assert.equal('dlock: key must not hold "}" outside a {hash tag} on a Redis Cluster with a prefix that is empty or ' ..
+      'holds braces (its queue could not share its slot), got "a}b"', err)
+  end)
+
   describe("fencing", function()
     -- (fences grow, and their counter outlives every lease: the suite's fencing test)
     it("keeps the fence counter {<prefix><key>}:fence in the lock key's slot, on its master", function()

@@ -4,12 +4,15 @@ local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local backend = require("resty.dlock.redis.backend")
+local script = require("resty.dlock.redis.script")
 local schema = require("resty.dlock.core.schema")
 local lua_type = type
 local lua_pairs = pairs
 local lua_tostring = tostring
 local math_floor = math.floor
 local check_str = check.str
+local str_find = string.find
+local tagged = script.tagged
 --- Longest key accepted, in bytes (before the prefix).
 local MAX_KEY = 512
 _M.MAX_KEY_LEN = MAX_KEY
@@ -180,22 +183,36 @@ local WAIT_MAX = ACQUIRE_WAIT.max
 local function within(v, min, max)
     return lua_type(v) == "number" and v >= min and v <= max and math_floor(v) == v
 end
---- An acquire's arguments read: nil, then key, its Redis key (the prefix in
--- front: locks and semaphores add it here only), ttl, wait, renew, on_lost and shared
--- (locks only, `sharable`), with the factory's defaults; or the error naming
--- the bad value, alone.
---
--- This runs on every acquire, so options that are fine are read by name and
--- counted (table.nkeys), with no table built and no walk over the caller's:
--- LuaJIT will not compile a function whose trace runs into a loop (a root
--- trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
--- which says what is wrong in the words of every other option table.
+--- The Redis key of lock key k. On a Cluster the scripts also touch the key's
+-- queue, fence and readers, which must share its slot: they are named
+-- "{" + rkey + "}:queue" (redis/script.ts). A "}" in a key with no hash tag of
+-- its own would end that tag early, in another slot: such a key is stored as
+-- "{prefix}key" instead, in its factory's prefix's slot (a prefix with braces,
+-- or none, cannot make that tag: the key is refused).
+local function lockKey(store, k)
+    local rkey = store.prefix .. k
+    if not store.redis.slotted or (str_find(rkey, "}", 1, true)) == nil or tagged(rkey) then
+        return rkey, nil
+    end
+    local p = store.prefix
+    if p == "" or (str_find(p, "[{}]")) ~= nil then
+        return check.fail("key must not hold \"}\" outside a {hash tag} on a Redis Cluster with a prefix that is empty or " .. "holds braces (its queue could not share its slot)", k)
+    end
+    return "{" .. p .. "}" .. k, nil
+end
 function _M.acquire(store, key, opts, sharable)
     local k, kerr = check_str("key", key, MAX_KEY)
     if k == nil then
         return kerr
     end
     local rkey = store.prefix .. k
+    if sharable then
+        local lk, lerr = lockKey(store, k)
+        if lk == nil then
+            return lerr
+        end
+        rkey = lk
+    end
     if opts == nil then
         return nil, k, rkey, store.ttl, store.wait, false, nil, false
     end
@@ -272,7 +289,7 @@ local function keyList(keys)
     return out, nil
 end
 --- An acquire_all's arguments read: nil, then the keys, their Redis keys (the
--- prefix in front), ttl, wait, renew and on_lost, with the factory's defaults;
+-- prefix in front: lockKey), ttl, wait, renew and on_lost, with the factory's defaults;
 -- or the error naming the bad value, alone.
 function _M.acquireAll(store, keys, opts)
     local list, lerr = keyList(keys)
@@ -295,7 +312,11 @@ function _M.acquireAll(store, keys, opts)
     end
     local rkeys = {}
     for i = 1, #list do
-        rkeys[i] = store.prefix .. list[i]
+        local lk, kerr = lockKey(store, list[i])
+        if lk == nil then
+            return kerr
+        end
+        rkeys[i] = lk
     end
     return nil, list, rkeys, ttl, wait, renew, onLost
 end

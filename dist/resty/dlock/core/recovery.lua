@@ -117,7 +117,8 @@ local function sweep(premature, factories)
             end
             if isDead then
                 for _, f in lua_ipairs(list) do
-                    if f.store.prefix .. r.key == r.rkey and f.kind.shared == r.shared then
+                    local p = f.store.prefix
+                    if (p .. r.key == r.rkey or "{" .. p .. "}" .. r.key == r.rkey) and f.kind.shared == r.shared then
                         if not r.waiting then
                             add(leases, f, r)
                         elseif f.kind.drop ~= nil then

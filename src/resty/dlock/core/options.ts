@@ -8,6 +8,7 @@ import type * as lease from "./lease";
 import * as ledger from "./ledger";
 import * as meter from "./meter";
 import * as backend from "../redis/backend";
+import * as script from "../redis/script";
 import type * as redis from "../redis/client";
 import * as schema from "./schema";
 
@@ -16,6 +17,8 @@ const lua_pairs = pairs;
 const lua_tostring = tostring;
 const math_floor = math.floor;
 const check_str = check.str;
+const str_find = string.find;
+const tagged = script.tagged;
 
 /** Longest key accepted, in bytes (before the prefix). */
 const MAX_KEY = 512;
@@ -182,10 +185,35 @@ export type Read =
  * trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
  * which says what is wrong in the words of every other option table.
  */
+/**
+ * The Redis key of lock key k. On a Cluster the scripts also touch the key's
+ * queue, fence and readers, which must share its slot: they are named
+ * "{" + rkey + "}:queue" (redis/script.ts). A "}" in a key with no hash tag of
+ * its own would end that tag early, in another slot: such a key is stored as
+ * "{prefix}key" instead, in its factory's prefix's slot (a prefix with braces,
+ * or none, cannot make that tag: the key is refused).
+ */
+function lockKey(store: lease.Store, k: string): LuaMultiReturn<[string | undefined, string | undefined]> {
+  const rkey = store.prefix + k;
+  if (!store.redis.slotted || str_find(rkey, "}", 1, true)[0] === undefined || tagged(rkey)) return $multi(rkey, undefined);
+  const p = store.prefix;
+  if (p === "" || str_find(p, "[{}]")[0] !== undefined) {
+    return check.fail("key must not hold \"}\" outside a {hash tag} on a Redis Cluster with a prefix that is empty or " +
+      "holds braces (its queue could not share its slot)", k);
+  }
+  return $multi("{" + p + "}" + k, undefined);
+}
+
 export function acquire(store: lease.Store, key: unknown, opts: unknown, sharable: boolean): Read {
   const [k, kerr] = check_str("key", key, MAX_KEY);
   if (k === undefined) return $multi(kerr!);
-  const rkey = store.prefix + k;
+  let rkey = store.prefix + k;
+  if (sharable) {
+    // Locks (not permits: a semaphore's script touches its key alone).
+    const [lk, lerr] = lockKey(store, k);
+    if (lk === undefined) return $multi(lerr!);
+    rkey = lk;
+  }
   if (opts === undefined) return $multi(undefined, k, rkey, store.ttl, store.wait, false, undefined, false);
   if (lua_type(opts) === "table") {
     const o = opts as LuaTable<string, unknown>;
@@ -252,7 +280,7 @@ export type ReadAll =
 
 /**
  * An acquire_all's arguments read: nil, then the keys, their Redis keys (the
- * prefix in front), ttl, wait, renew and on_lost, with the factory's defaults;
+ * prefix in front: lockKey), ttl, wait, renew and on_lost, with the factory's defaults;
  * or the error naming the bad value, alone.
  */
 export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): ReadAll {
@@ -268,7 +296,11 @@ export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): Re
     onLost = v.on_lost;
   }
   const rkeys: string[] = [];
-  for (const i of $range(1, list.length)) rkeys[i - 1] = store.prefix + list[i - 1]!;
+  for (const i of $range(1, list.length)) {
+    const [lk, kerr] = lockKey(store, list[i - 1]!);
+    if (lk === undefined) return $multi(kerr!);
+    rkeys[i - 1] = lk;
+  }
   return $multi(undefined, list, rkeys, ttl, wait, renew, onLost);
 }
 

@@ -128,7 +128,9 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
       if (isDead) {
         for (const [_, f] of lua_ipairs(list)) {
           // Owner-checked: when prefixes overlap, a factory that never had the key just hears "not ours".
-          if (f.store.prefix + r.key === r.rkey && f.kind.shared === r.shared) {
+          // A lock key with a "}" and no hash tag is "{prefix}key" on a Cluster (options.lockKey).
+          const p = f.store.prefix;
+          if ((p + r.key === r.rkey || "{" + p + "}" + r.key === r.rkey) && f.kind.shared === r.shared) {
             if (!r.waiting) add(leases, f, r);
             else if (f.kind.drop !== undefined) add(tickets, f, r);
           }

@@ -390,8 +390,44 @@ describe("gateway lifecycle", function()
   end)
 end)
 
+describe("a release Redis did not confirm, then nginx -s reload", function()
+  local redis_up, n
+  setup(function()
+    redis_up = h.start_redis(nil, "--appendonly yes", "--appendfsync always")
+    local own = h.free_port()
+    n = h.start_nginx("spec-lifecycle.conf", { REDIS_PORT = redis_up.port, OWN_BACKEND_PORT = own, BACKEND_PORT = own,
+      DEAD_PORT = h.free_port(), GW_LOG = "", LOC_LOG = "#" })
+  end)
+  teardown(function()
+    if n then n.stop() end
+    if redis_up then redis_up.stop() end
+  end)
+
+  it("is retried by the old worker once Redis is back, not left locked for the lease's ttl; then the worker exits", function()
+    local function held() return #h.cmd(redis_up.port, "keys", "dlock:gw:long:*") end
+    local key = h.unique("reload-orphan")
+    local req = ngx.thread.spawn(h.http, n.port, "/long?key=" .. key .. "&ms=700")   -- a 10 s lease
+    ngx.sleep(0.3)
+    assert.equal(1, held())
+    redis_up.stop()   -- saved with its keys (appendonly): the release at the end of the request is refused
+    local _, res = ngx.thread.wait(req)
+    assert.equal(200, res.status)
+    ngx.sleep(0.3)
+    local old = n.workers()
+    assert(n.reload())
+    ngx.sleep(1)
+    redis_up = h.start_redis(redis_up.port, "--appendonly yes", "--appendfsync always")
+    assert.equal(1, held(), "the key came back with Redis")
+    assert.is_true(h.eventually(3, function() ngx.sleep(0.05) return held() == 0 end),
+      "still locked 3 s after Redis came back")
+    assert.is_true(n.exited(old, 5), "the old workers did not exit once their releases were done")
+  end)
+end)
+
 h.check_error_logs({
   "connect%(%) failed %(111: Connection refused%) while connecting to upstream",  -- the /dead backend
+  -- The release to the stopped Redis, and its retries by the old worker's sweep:
+  { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 40 },
   { "lua tcp socket read timed out", max = 4 },  -- the releases sent to a paused Redis
   -- The guard whose Redis is down, on purpose:
   "connect%(%) failed %(111: Connection refused%), client:",

@@ -67,6 +67,25 @@ describe("redis.sentinel", function()
     assert.matches("^dlock: redis sentinel locks: no sentinel named the master %(127.0.0.1:" .. d1 .. " .*; 127.0.0.1:" .. d2, err)
   end)
 
+  it("dials a sentinel that refused no more than once per 100 ms and worker, as a server (one [error] line each)", function()
+    local d1, d2 = h.free_port(), h.free_port()
+    local l = locks({ "127.0.0.1:" .. d1, "127.0.0.1:" .. d2 })
+    local log = h.env.prefix .. "/logs/error.log"
+    local f = assert(io.open(log))
+    local from = f:seek("end")
+    local took = h.elapsed(function()
+      for _ = 1, 50 do assert.is_nil((l:acquire("k", { ttl = 1000 }))) end
+    end)
+    f:seek("set", from)
+    local lines = 0
+    for line in f:lines() do
+      if line:find("connect() failed (111: Connection refused)", 1, true) then lines = lines + 1 end
+    end
+    f:close()
+    local most = 2 * (math.floor(took / 0.1) + 1)   -- two sentinels, each once per 100 ms
+    assert.is_true(lines <= most, lines .. " refused connects logged for 50 acquires in " .. took .. " s (at most " .. most .. ")")
+  end)
+
   it("refuses bad sentinel options, naming them", function()
     local _, err = dlock.new({ dict = "dlock", redis = { host = "x", sentinel = { master = "m", nodes = { "127.0.0.1:1" } } } })
     assert.matches("^dlock: redis.sentinel excludes redis.host", err)

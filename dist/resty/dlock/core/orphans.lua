@@ -4,6 +4,8 @@ local backend = require("resty.dlock.redis.backend")
 local clock = require("resty.dlock.core.clock")
 local quiet = require("resty.dlock.core.quiet")
 local ngx_update_time = ngx.update_time
+local worker_exiting = ngx.worker.exiting
+local clock_sleep = clock.sleep
 local clock_now = clock.now
 local timer_at = ngx.timer.at
 local ngx_log = ngx.log
@@ -24,6 +26,12 @@ local quiet_named = quiet.named
 _M.LOST_HORIZON = 600
 local FIRST_SWEEP_DELAY = 0.05
 local MAX_SWEEP_DELAY = 0.5
+--- Seconds an exiting worker (nginx -s reload or quit) goes on sweeping, at
+-- most: a release Redis did not confirm is retried until its lease would have
+-- expired, so that the key is not locked for its whole ttl once Redis is back;
+-- a lost acquire, retried for LOST_HORIZON elsewhere, would keep the old worker
+-- alive for minutes.
+local EXIT_HORIZON = 60
 --- The line about cleanups given up: one per interval, not one per key (an outage can orphan thousands).
 local givenUp = quiet.make()
 local orphans = {}
@@ -106,12 +114,39 @@ local function sweepOnce()
     say(removed, "removed", "acquired by requests whose replies were lost")
     say(released, "released", "once Redis answered again")
 end
-local function sweep(premature, delay)
+local function sweepSafely()
     local ok, err = lua_pcall(sweepOnce)
     if not ok then
         ngx_log(ERR, "dlock: cleanup sweep failed: ", err)
     end
-    if #orphans == 0 or premature then
+end
+--- The worker is exiting: no timer with a delay can be made any more. Sweep on
+-- in this one, sleeping between sweeps, until nothing is left (each orphan
+-- settled or past its deadline) or EXIT_HORIZON has passed.
+local function sweepWhileExiting(delay)
+    local stop = clock_now() + EXIT_HORIZON
+    while #orphans > 0 and clock_now() < stop do
+        clock_sleep(delay)
+        delay = math_min(delay * 2, MAX_SWEEP_DELAY)
+        sweepSafely()
+    end
+    if #orphans > 0 then
+        ngx_log(
+            WARN,
+            "dlock: worker exiting: giving up cleanup of ",
+            #orphans,
+            " key(s) Redis did not answer for; ",
+            "they expire on their own"
+        )
+        orphans = {}
+    end
+end
+local function sweep(premature, delay)
+    sweepSafely()
+    if #orphans > 0 and (premature or worker_exiting()) then
+        sweepWhileExiting(delay)
+    end
+    if #orphans == 0 then
         sweeping = false
         return
     end

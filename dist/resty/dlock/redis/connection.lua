@@ -33,7 +33,7 @@ local lua_pcall = pcall
 local clock_now = clock.now
 local semaphore = require("ngx.semaphore")
 local sem_new = semaphore.new
---- Per pool (an address and how it is reached), when a connect to it was last
+--- Per pool (an address and how it is reached), or sentinel, when a connect to it was last
 -- refused. For REFUSED s after that, connect() answers the same refusal
 -- without dialing: a server that is gone is not dialed again by every call
 -- that comes along (with auto_pipeline off, or many releases queued, dozens
@@ -117,6 +117,14 @@ end
 --- A fresh, unpooled connection to a sentinel (sentinel.ts sets it up with the
 -- sentinels' own credentials): the client and its socket, or the error.
 local function open(host, port, timeout)
+    local at = "sentinel " .. host .. ":" .. lua_tostring(port)
+    local refused = refusedAt[at]
+    if refused ~= nil then
+        if clock_now() - refused < REFUSED then
+            return nil, nil, unconnected(REFUSED_ERR)
+        end
+        refusedAt[at] = nil
+    end
     local red, nerr = client:new()
     if red == nil then
         return nil, nil, lua_tostring(nerr)
@@ -130,6 +138,9 @@ local function open(host, port, timeout)
         timeout
     )
     if ok == nil then
+        if err == REFUSED_ERR then
+            refusedAt[at] = clock_now()
+        end
         return nil, nil, unconnected(err)
     end
     return red, socket(red), nil

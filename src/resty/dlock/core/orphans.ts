@@ -14,6 +14,8 @@ import * as clock from "./clock";
 import * as quiet from "./quiet";
 
 const ngx_update_time = ngx.update_time;
+const worker_exiting = ngx.worker.exiting;
+const clock_sleep = clock.sleep;
 const clock_now = clock.now;
 const timer_at = ngx.timer.at;
 const ngx_log = ngx.log;
@@ -37,6 +39,14 @@ const quiet_named = quiet.named;
 export const LOST_HORIZON = 600;
 const FIRST_SWEEP_DELAY = 0.05; // seconds
 const MAX_SWEEP_DELAY = 0.5; // seconds between sweeps, at most
+/**
+ * Seconds an exiting worker (nginx -s reload or quit) goes on sweeping, at
+ * most: a release Redis did not confirm is retried until its lease would have
+ * expired, so that the key is not locked for its whole ttl once Redis is back;
+ * a lost acquire, retried for LOST_HORIZON elsewhere, would keep the old worker
+ * alive for minutes.
+ */
+const EXIT_HORIZON = 60;
 
 export interface Orphan extends backend.Target {
   /**
@@ -120,14 +130,38 @@ function sweepOnce(this: void): void {
   say(released, "released", "once Redis answered again");
 }
 
-function sweep(this: void, premature: boolean, delay: number): void {
-  // Whatever a sweep runs into, the next one must still be scheduled:
-  // a stuck `sweeping` flag would stop all cleanup in this worker for good.
+function sweepSafely(): void {
   const [ok, err] = lua_pcall(sweepOnce);
   if (!ok) {
     ngx_log(ERR, "dlock: cleanup sweep failed: ", err);
   }
-  if (orphans.length === 0 || premature) {
+}
+
+/**
+ * The worker is exiting: no timer with a delay can be made any more. Sweep on
+ * in this one, sleeping between sweeps, until nothing is left (each orphan
+ * settled or past its deadline) or EXIT_HORIZON has passed.
+ */
+function sweepWhileExiting(delay: number): void {
+  const stop = clock_now() + EXIT_HORIZON;
+  while (orphans.length > 0 && clock_now() < stop) {
+    clock_sleep(delay);
+    delay = math_min(delay * 2, MAX_SWEEP_DELAY);
+    sweepSafely();
+  }
+  if (orphans.length > 0) {
+    ngx_log(WARN, "dlock: worker exiting: giving up cleanup of ", orphans.length, " key(s) Redis did not answer for; ",
+      "they expire on their own");
+    orphans = [];
+  }
+}
+
+function sweep(this: void, premature: boolean, delay: number): void {
+  // Whatever a sweep runs into, the next one must still be scheduled:
+  // a stuck `sweeping` flag would stop all cleanup in this worker for good.
+  sweepSafely();
+  if (orphans.length > 0 && (premature || worker_exiting())) sweepWhileExiting(delay);
+  if (orphans.length === 0) {
     sweeping = false;
     return;
   }

@@ -40,7 +40,7 @@ const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const sem_new = semaphore.new;
 
 /**
- * Per pool (an address and how it is reached), when a connect to it was last
+ * Per pool (an address and how it is reached), or sentinel, when a connect to it was last
  * refused. For REFUSED s after that, connect() answers the same refusal
  * without dialing: a server that is gone is not dialed again by every call
  * that comes along (with auto_pipeline off, or many releases queued, dozens
@@ -136,11 +136,21 @@ function dial(red: RestyRedis, target: string, portOrOpts: number | RedisConnect
  * sentinels' own credentials): the client and its socket, or the error.
  */
 function open(this: void, host: string, port: number, timeout: number): LuaMultiReturn<[RestyRedis | undefined, NgxTcpSocket | undefined, string | undefined]> {
+  // A sentinel that refused is not dialed again by every call either (refusedAt).
+  const at = "sentinel " + host + ":" + lua_tostring(port);
+  const refused = refusedAt.get(at);
+  if (refused !== undefined) {
+    if (clock_now() - refused < REFUSED) return $multi(undefined, undefined, unconnected(REFUSED_ERR));
+    refusedAt.delete(at);
+  }
   const [red, nerr] = (client as RestyRedisModule).new();
   if (red === undefined) return $multi(undefined, undefined, lua_tostring(nerr));
   red.set_timeout(timeout);
   const [ok, err] = dial(red, host, port, undefined, timeout);
-  if (ok === undefined) return $multi(undefined, undefined, unconnected(err));
+  if (ok === undefined) {
+    if (err === REFUSED_ERR) refusedAt.set(at, clock_now());
+    return $multi(undefined, undefined, unconnected(err));
+  }
   return $multi(red, socket(red), undefined);
 }
 

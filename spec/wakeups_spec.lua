@@ -122,6 +122,79 @@ describe("wake-ups", function()
   end)
 end)
 
+describe("waiters of one worker", function()
+  local scripts = require "resty.dlock.redis.scripts"
+
+  local function sem(opts)
+    local o = { dict = "dlock", redis = h.redis_opts(), prefix = h.unique("wsem"), permits = 2 }
+    for k, v in pairs(opts or {}) do o[k] = v end
+    return assert(require("resty.dlock.semaphore").new(o))
+  end
+
+  local function subscribed(rkey)
+    return eventually(2, function()
+      return h.cmd(nil, "pubsub", "numsub", "dlock:released:" .. rkey)[2] == 1
+    end)
+  end
+
+  it("both get in at once when two permits are freed together (one wake-up each, not two for the first)", function()
+    local holder = sem({ dict = "dlock_other" })   -- another nginx, as far as the waiters know
+    local s = sem({ prefix = holder.prefix })
+    local p1 = assert(holder:acquire("k", { ttl = 10000 }))
+    local p2 = assert(holder:acquire("k", { ttl = 10000 }))
+    local got, threads = {}, {}
+    for i = 1, 2 do
+      threads[i] = ngx.thread.spawn(function()
+        local p, err = s:acquire("k", { wait = 5000 })
+        got[i] = now()
+        return p, err
+      end)
+      ngx.sleep(0.01)
+    end
+    assert.is_true(subscribed(holder.prefix .. "k"))
+    ngx.sleep(0.3)
+    local t0 = now()
+    -- Both freed at the same moment, through Redis alone (as two other nginx do, or one batch of two releases).
+    local red = assert(h.admin())
+    red:init_pipeline()
+    red:eval(scripts.SEM_RELEASE.src, 1, holder.prefix .. "k", p1.token)
+    red:eval(scripts.SEM_RELEASE.src, 1, holder.prefix .. "k", p2.token)
+    assert.same({ 1, 1 }, red:commit_pipeline())
+    red:close()
+    for i = 1, 2 do
+      local ok, p, err = ngx.thread.wait(threads[i])
+      assert.is_true(ok)
+      assert.is_table(p, "waiter " .. i .. ": " .. tostring(err))
+      local ms = (got[i] - t0) * 1000
+      assert.is_true(ms < 200, "waiter " .. i .. " got its permit " .. math.floor(ms) .. " ms after the release")
+      assert.is_true(p:release())
+    end
+  end)
+
+  it("are not held up by one whose light thread was killed (the next one gets the key at its release)", function()
+    local holder = h.locks({ dict = "dlock_other" })
+    local locks = h.locks({ prefix = holder.prefix })
+    local l = assert(holder:acquire("k", { ttl = 10000 }))
+    local killed = ngx.thread.spawn(function() return locks:acquire("k", { wait = 8000 }) end)
+    assert.is_true(subscribed(holder.prefix .. "k"))
+    ngx.sleep(0.05)
+    local t0
+    local next_waiter = ngx.thread.spawn(function()
+      local got, err = locks:acquire("k", { wait = 1500 })
+      return got, err, now() - t0
+    end)
+    ngx.sleep(0.1)
+    assert.truthy(ngx.thread.kill(killed))
+    t0 = now()
+    assert.is_true(l:release())
+    local ok, got, err, took = ngx.thread.wait(next_waiter)
+    assert.is_true(ok)
+    assert.is_table(got, "the next waiter: " .. tostring(err) .. " after " .. tostring(took) .. " s")
+    assert.is_true(took < 0.5, "took " .. took .. " s")
+    assert.is_true(got:release())
+  end)
+end)
+
 describe("the subscriber's connection", function()
   it("comes back after a Redis restart, subscribed again, with one line in the log for the outage", function()
     local r = h.start_redis()
@@ -144,7 +217,7 @@ describe("the subscriber's connection", function()
         wakeups.want(waiter._store.redis, prefix .. "k")
         waits.pause(turn, 200)
       end
-      waits.leave(turn)
+      waits.leave(turn, false)
     end)
     local mark = h.error_log_mark()
     r.stop()

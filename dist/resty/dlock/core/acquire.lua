@@ -176,7 +176,7 @@ local function acquire(store, kind, key, rkey, tok, ttl, wait, ...)
         ...
     )
     if turn ~= nil then
-        waits.leave(turn)
+        waits.leave(turn, true)
     end
     if subscribed then
         wakeups.done(store.redis, rkey)

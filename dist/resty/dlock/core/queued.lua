@@ -285,7 +285,7 @@ local function inLine(store, kind, key, rkey, qkey, fkey, skey, tok, ttl, wait, 
             over, l, e, retryAfter = attempt(place)
         end
     end
-    waits.leave(turn)
+    waits.leave(turn, false)
     wakeups.done(store.redis, rkey)
     if place.rec ~= nil then
         ledger.forget(store.dict, place.rec, tok)
@@ -338,7 +338,7 @@ function _M.queued(store, kind, key, rkey, tok, ttl, wait)
     if won then
         if wait > 0 then
             if turn ~= nil then
-                waits.leave(turn)
+                waits.leave(turn, false)
             end
             wakeups.done(conf, rkey)
         end

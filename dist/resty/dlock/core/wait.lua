@@ -21,10 +21,10 @@ local math_random = math.random
 local lua_ipairs = ipairs
 local lines = {}
 local function gone(w)
-    if w.anchor ~= nil then
-        return not request.alive(w.anchor)
+    if co_status(w.co) == "dead" then
+        return true
     end
-    return co_status(w.co) == "dead"
+    return w.anchor ~= nil and not request.alive(w.anchor)
 end
 --- The line of rkey without the waiters that are gone; nil when nobody waits.
 local function line(rkey)
@@ -102,8 +102,12 @@ local function pause(t, ms)
     local ok = t.w.sem:wait(clock_timeout(ms / 1000))
     return ok == true
 end
---- The acquire is over (acquired, timed out, failed): its place in line is given up.
-function _M.leave(t)
+--- The acquire is over (acquired, timed out, failed): its place in line is
+-- given up. With `passOn` (waiters by turns: semaphores, Redlock), the
+-- wake-ups it did not take go to the next in line: two permits freed at once
+-- both woke the first, and each may be a free permit. (A key handed on by
+-- name wakes its waiter twice, by name and as the first: no use passing that on.)
+function _M.leave(t, passOn)
     local w = t.w
     if w == nil then
         return
@@ -121,6 +125,14 @@ function _M.leave(t)
     end
     if #l == 0 then
         lines[w.rkey] = nil
+        return
+    end
+    if not passOn then
+        return
+    end
+    local unused = w.sem:count()
+    if unused > 0 then
+        l[1].sem:post(unused)
     end
 end
 --- How many waiters of this worker wait for rkey now.

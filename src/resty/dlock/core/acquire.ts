@@ -140,7 +140,7 @@ function acquire(store: Store, kind: Kind, key: string, rkey: string, tok: strin
   // Without waiting there is no line to stand in: no turn to make.
   const turn = wait > 0 ? waits.turn(rkey) : undefined;
   const [l, err, retryAfter, subscribed] = byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...extra);
-  if (turn !== undefined) waits.leave(turn);
+  if (turn !== undefined) waits.leave(turn, true);
   if (subscribed) {
     wakeups.done(store.redis, rkey);
     // Gave up (timeout, error) while others of this worker wait: the next one takes its turn.

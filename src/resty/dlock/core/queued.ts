@@ -209,7 +209,7 @@ function inLine(store: Store, kind: Kind, key: string, rkey: string, qkey: strin
     [over, l, e, retryAfter] = between(place);
     if (!over) [over, l, e, retryAfter] = attempt(place);
   }
-  waits.leave(turn);
+  waits.leave(turn, false);
   wakeups.done(store.redis, rkey);
   if (place.rec !== undefined) ledger.forget(store.dict, place.rec, tok);
   if (l === undefined && place.ticket !== "" && e !== "timeout") {
@@ -250,7 +250,7 @@ export function queued(store: Store, kind: Kind, key: string, rkey: string, tok:
   }
   if (won) {
     if (wait > 0) {
-      if (turn !== undefined) waits.leave(turn);
+      if (turn !== undefined) waits.leave(turn, false);
       wakeups.done(conf, rkey);
     }
     const l = make(store, kind, key, rkey, tok, ttl, sent, fence);

@@ -69,8 +69,10 @@ export interface Turn {
 const lines = new LuaTable<string, Waiter[]>();
 
 function gone(w: Waiter): boolean {
-  if (w.anchor !== undefined) return !request.alive(w.anchor);
-  return co_status(w.co) === "dead";
+  // A light thread killed in a request that goes on is gone too. (A recycled
+  // coroutine reads as alive: then the waiter keeps its place, the safe side.)
+  if (co_status(w.co) === "dead") return true;
+  return w.anchor !== undefined && !request.alive(w.anchor);
 }
 
 /** The line of rkey without the waiters that are gone; nil when nobody waits. */
@@ -142,8 +144,14 @@ function pause(t: Turn, ms: number): boolean {
   return ok === true;
 }
 
-/** The acquire is over (acquired, timed out, failed): its place in line is given up. */
-export function leave(t: Turn): void {
+/**
+ * The acquire is over (acquired, timed out, failed): its place in line is
+ * given up. With `passOn` (waiters by turns: semaphores, Redlock), the
+ * wake-ups it did not take go to the next in line: two permits freed at once
+ * both woke the first, and each may be a free permit. (A key handed on by
+ * name wakes its waiter twice, by name and as the first: no use passing that on.)
+ */
+export function leave(t: Turn, passOn: boolean): void {
   const w = t.w;
   if (w === undefined) return;
   t.w = undefined;
@@ -155,7 +163,13 @@ export function leave(t: Turn): void {
       break;
     }
   }
-  if (l.length === 0) lines.delete(w.rkey);
+  if (l.length === 0) {
+    lines.delete(w.rkey);
+    return;
+  }
+  if (!passOn) return;
+  const unused = w.sem.count();
+  if (unused > 0) l[0]!.sem.post(unused);
 }
 
 /** How many waiters of this worker wait for rkey now. */

@@ -34,6 +34,7 @@ build = {
       ["resty.dlock.core.batch"] = "dist/resty/dlock/core/batch.lua",
       ["resty.dlock.core.check"] = "dist/resty/dlock/core/check.lua",
       ["resty.dlock.core.clock"] = "dist/resty/dlock/core/clock.lua",
+      ["resty.dlock.core.dictcount"] = "dist/resty/dlock/core/dictcount.lua",
       ["resty.dlock.core.keyorder"] = "dist/resty/dlock/core/keyorder.lua",
       ["resty.dlock.core.lease"] = "dist/resty/dlock/core/lease.lua",
       ["resty.dlock.core.ledger"] = "dist/resty/dlock/core/ledger.lua",

@@ -57,6 +57,10 @@ describe("the public API under fuzzing (seed " .. SEED .. "): reports, tostring,
             if type(d) ~= "table" then valid = false
             else
               for _, n in ipairs(d) do if type(n) ~= "string" or not DICTS[n] then valid = false end end
+              -- A list: 1..n and nothing else (names under other keys would go unread).
+              local n = 0
+              for _ in pairs(d) do n = n + 1 end
+              for j = 1, n do if d[j] == nil then valid = false end end
             end
           end
         end

@@ -6,9 +6,10 @@
 //
 // Every lease of a reentrant factory is a handle on a shared hold: its fields
 // are the real lease's (ttl read through, as an extend changes it), release()
-// counts down, extend() and valid() are the real lease's. A hold is found again only by the request that took it while
-// that request is alive (a later request can get the same address), or by the
-// very coroutine that took it outside requests.
+// counts down, extend() and valid() are the real lease's. A hold is found
+// again only by the request that took it while that request is alive (a later
+// request can get the same address), or by the very coroutine that took it
+// outside requests.
 
 import type * as lease from "./lease";
 import * as check from "./check";

@@ -22,6 +22,15 @@ describe("resty.dlock.compat, lua-resty-lock's API", function()
     if peer then peer.stop() end
   end)
 
+  it("lock takes a number key as its string, as lua-resty-lock's shared dict does", function()
+    local lock = assert(resty_lock:new("dlock", { timeout = 0 }))
+    local elapsed, err = lock:lock(4242)
+    assert.is_nil(err)
+    assert.equal(0, elapsed)
+    assert.is_string(held_in_redis("4242"))
+    assert.equal(1, lock:unlock())
+  end)
+
   it("lock returns 0 when the key is free, and unlock returns 1 and frees the key in Redis", function()
     local lock = assert(resty_lock:new("dlock"))
     local elapsed, err = lock:lock("free")

@@ -294,6 +294,78 @@ describe("bad input", function()
   end)
 end)
 
+local gateway_for_lists = require "resty.dlock.gateway"
+
+--- dlock.new over `redis`, then one acquire when new accepted it: new's error, or the acquire's.
+local function first_error(redis)
+  local locks, err = dlock.new({ dict = "dlock", redis = redis })
+  if locks == nil then return nil, err end
+  local lease, aerr = locks:acquire(h.unique("hunt"))
+  if lease then lease:release() end
+  return locks, aerr
+end
+
+describe("bad redis options, refused by dlock.new, never by the first acquire", function()
+  it("refuses a host with a port in it at dlock.new, naming redis.host", function()
+    local host = "127.0.0.1:" .. h.redis_port
+    local locks, err = first_error({ host = host, connect_timeout = 200 })
+    assert.is_true(locks == nil, "accepted redis.host = " .. host .. "; the first acquire then said: " .. tostring(err))
+    assert.matches("^dlock: redis%.host .*, got \"127%.0%.0%.1:%d+\"$", err)
+  end)
+
+  it("refuses a URL with credentials as redis.host, and no message shows its password", function()
+    local locks, err = first_error({ host = "redis://:s3cret@127.0.0.1", port = h.redis_port, connect_timeout = 200 })
+    assert.is_nil(tostring(err):find("s3cret", 1, true), "a message shows the password: " .. tostring(err))
+    assert.is_true(locks == nil, "accepted a URL as redis.host")
+  end)
+
+  it("refuses a redis URL string given for the table without showing its password", function()
+    local locks, err = dlock.new({ dict = "dlock", redis = "redis://:s3cret@127.0.0.1:6379" })
+    assert.is_nil(locks)
+    assert.is_nil(err:find("s3cret", 1, true), "the message shows the password: " .. err)
+  end)
+
+  it("refuses redis.path = \"unix:\" (no socket path) at dlock.new", function()
+    local locks, err = first_error({ path = "unix:", connect_timeout = 200 })
+    assert.is_true(locks == nil, "accepted redis.path = \"unix:\"; the first acquire then said: " .. tostring(err))
+    assert.matches("^dlock: redis%.path .*, got \"unix:\"$", err)
+  end)
+
+  it("refuses node lists with fields other than 1..n (cluster.nodes, sentinel.nodes, redlock)", function()
+    local port = h.redis_port
+    local cases = {
+      { "redis.cluster.nodes", { cluster = { nodes = { "127.0.0.1:" .. port, extra = "127.0.0.1:7001" } } } },
+      { "redis.sentinel.nodes", { sentinel = { master = "m", nodes = { "127.0.0.1:26379", extra = "127.0.0.1:26380" } } } },
+      { "redis.redlock", { redlock = { "127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", extra = "127.0.0.1:7004" } } },
+    }
+    local accepted = {}
+    for _, c in ipairs(cases) do
+      local locks, err = dlock.new({ dict = "dlock", redis = c[2] })
+      if locks ~= nil or not err:find("^dlock: " .. c[1]:gsub("%.", "%%.") .. " .*, got ") then
+        accepted[#accepted + 1] = c[1] .. " (" .. tostring(err) .. ")"
+      end
+    end
+    assert.same({}, accepted, "accepted with an extra field, which is ignored: " .. table.concat(accepted, ", "))
+  end)
+end)
+
+describe("gateway.new's list options with fields other than 1..n", function()
+  it("mode idempotency refuses methods with fields other than 1..n (PATCH would go unguarded)", function()
+    local g, err = gateway_for_lists.new({ name = (h.unique("hunt-idem"):gsub("[^%w_%-%.]", "_")), mode = "idempotency", key = "$http_idempotency_key",
+      scope = false, on_error = "deny", redis = { port = h.redis_port }, methods = { "POST", also = "PATCH" } })
+    assert.is_true(g == nil, "methods = { \"POST\", also = \"PATCH\" } was accepted; guarded: " ..
+      (g and table.concat((function() local t = {} for m in pairs(g._methods) do t[#t + 1] = m end return t end)(), ",") or ""))
+    assert.matches("^dlock: methods .*, got ", err)
+  end)
+
+  it("mode mutex refuses shared with fields other than 1..n (HEAD would take the lock exclusive)", function()
+    local g, err = gateway_for_lists.new({ name = (h.unique("hunt-mutex"):gsub("[^%w_%-%.]", "_")), mode = "mutex", key = "$arg_k", on_error = "deny",
+      redis = { port = h.redis_port }, shared = { "GET", also = "HEAD" } })
+    assert.is_true(g == nil, "shared = { \"GET\", also = \"HEAD\" } was accepted")
+    assert.matches("^dlock: shared .*, got ", err)
+  end)
+end)
+
 describe("bad gateway options", function()
   local gateway = require "resty.dlock.gateway"
   local function err_of(opts)

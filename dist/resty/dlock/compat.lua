@@ -8,6 +8,7 @@ local version = require("resty.dlock.version")
 local clock = require("resty.dlock.core.clock")
 _M._VERSION = version.VERSION
 local lua_type = type
+local lua_tostring = tostring
 local lua_setmetatable = setmetatable
 local math_floor = math.floor
 local math_max = math.max
@@ -114,6 +115,9 @@ local methods = {
         end
         if self._lease ~= nil then
             return nil, "locked"
+        end
+        if lua_type(key) == "number" then
+            key = lua_tostring(key)
         end
         local l, err = self._locks:acquire(key, self._try)
         if l ~= nil then

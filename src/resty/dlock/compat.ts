@@ -24,6 +24,7 @@ import * as clock from "./core/clock";
 export const _VERSION = version.VERSION;
 
 const lua_type = type;
+const lua_tostring = tostring;
 const lua_setmetatable = setmetatable;
 const math_floor = math.floor;
 const math_max = math.max;
@@ -138,6 +139,8 @@ const methods = {
   lock(this: CompatLock, key: unknown): LuaMultiReturn<[number | undefined, string | undefined]> {
     if (key === undefined) return $multi(undefined, "nil key");
     if (this._lease !== undefined) return $multi(undefined, "locked");
+    // lua-resty-lock keys its shared dict, which takes a number as its string.
+    if (lua_type(key) === "number") key = lua_tostring(key);
     let [l, err] = this._locks.acquire(key as string, this._try);
     if (l !== undefined) {
       this._lease = l;

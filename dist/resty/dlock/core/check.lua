@@ -50,6 +50,20 @@ function _M.notSelf(obj, mt, call)
     end
     return "dlock: " .. call .. " was called without its object (with \".\" where \":\" was meant), got " .. show(obj)
 end
+--- Is t a list: 1..n and nothing else? A value under another key (or past a
+-- hole) would go unread, without a word.
+function _M.isList(t)
+    local n = 0
+    for _ in lua_pairs(t) do
+        n = n + 1
+    end
+    for i = 1, n do
+        if t[i] == nil then
+            return false
+        end
+    end
+    return true
+end
 --- fail() for a secret: its type, never its value, not even a mistyped one.
 function _M.hidden(what, v)
     return nil, "dlock: " .. what .. ", got a " .. lua_type(v)

@@ -6,6 +6,7 @@ _M.node = values.node
 _M.literal = values.literal
 _M.named = values.named
 local lua_type = type
+local str_find = string.find
 local lua_ipairs = ipairs
 local lua_error = error
 local concat = table.concat
@@ -28,6 +29,9 @@ local function validate(s, v)
     local given = values.NONE
     if v ~= nil then
         if lua_type(v) ~= "table" then
+            if lua_type(v) == "string" and (str_find(v, "@", 1, true)) ~= nil then
+                return check.hidden(s.path .. " must be a table", v)
+            end
             return check.fail(s.path .. " must be a table", v)
         end
         given = v

@@ -56,7 +56,7 @@ local function methodsShared(v)
     if v == nil then
         return nil, nil
     end
-    if lua_type(v) ~= "table" or #v == 0 then
+    if lua_type(v) ~= "table" or #v == 0 or not check.isList(v) then
         return check.fail("shared must be a list of HTTP methods ({ \"GET\", \"HEAD\" })", v)
     end
     local set = {}

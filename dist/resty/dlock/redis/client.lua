@@ -81,7 +81,13 @@ _M.REDIS = {
         excludes = {"host", "port"},
         excludesAsOne = true
     },
-    {name = "host", kind = "string", maxLen = 255, default = "127.0.0.1"},
+    {
+        name = "host",
+        kind = "string",
+        maxLen = 255,
+        host = true,
+        default = "127.0.0.1"
+    },
     {
         name = "port",
         kind = "integer",

@@ -42,11 +42,7 @@ function _M.dictNames(o)
         if lua_type(extra) ~= "table" then
             return check.fail("dicts must be a list of lua_shared_dict names", extra)
         end
-        local entries = 0
-        for _ in lua_pairs(extra) do
-            entries = entries + 1
-        end
-        if entries ~= #extra then
+        if not check.isList(extra) then
             return check.fail("dicts must be a list of lua_shared_dict names", extra)
         end
         for _, n in lua_ipairs(extra) do

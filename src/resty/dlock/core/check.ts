@@ -60,6 +60,19 @@ export function notSelf(obj: unknown, mt: object, call: string): string | undefi
   return "dlock: " + call + " was called without its object (with \".\" where \":\" was meant), got " + show(obj);
 }
 
+/**
+ * Is t a list: 1..n and nothing else? A value under another key (or past a
+ * hole) would go unread, without a word.
+ */
+export function isList(t: LuaTable<AnyNotNil, unknown>): boolean {
+  let n = 0;
+  for (const [_] of lua_pairs(t)) n++;
+  for (const i of $range(1, n)) {
+    if (t.get(i) === undefined) return false;
+  }
+  return true;
+}
+
 /** fail() for a secret: its type, never its value, not even a mistyped one. */
 export function hidden(what: string, v: unknown): LuaMultiReturn<[undefined, string]> {
   return $multi(undefined, "dlock: " + what + ", got a " + lua_type(v));

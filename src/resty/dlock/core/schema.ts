@@ -21,6 +21,7 @@ type Option = values.Option;
 type Validator<T> = values.Validator<T>;
 
 const lua_type = type;
+const str_find = string.find;
 const lua_ipairs = ipairs;
 const lua_error = error;
 const concat = table.concat;
@@ -69,7 +70,13 @@ function met(rule: Rule, other: unknown): boolean {
 function validate(s: Schema, v: unknown): LuaMultiReturn<[LuaTable<string, unknown> | undefined, string | undefined]> {
   let given = values.NONE;
   if (v !== undefined) {
-    if (lua_type(v) !== "table") return check.fail(s.path + " must be a table", v);
+    if (lua_type(v) !== "table") {
+      // redis = "redis://:secret@host": the string is not shown.
+      if (lua_type(v) === "string" && str_find(v as string, "@", 1, true)[0] !== undefined) {
+        return check.hidden(s.path + " must be a table", v);
+      }
+      return check.fail(s.path + " must be a table", v);
+    }
     given = v as LuaTable<AnyNotNil, unknown>;
   }
   const [odd, k] = values.stranger(given, s.byName, s.foreign);

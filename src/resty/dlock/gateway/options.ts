@@ -63,7 +63,7 @@ function given(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefi
 /** mode mutex's shared: the methods whose requests take the lock shared (readers), as a set. */
 function methodsShared(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefined]> {
   if (v === undefined) return $multi(undefined, undefined);
-  if (lua_type(v) !== "table" || (v as unknown[]).length === 0) {
+  if (lua_type(v) !== "table" || (v as unknown[]).length === 0 || !check.isList(v as LuaTable<AnyNotNil, unknown>)) {
     return check.fail("shared must be a list of HTTP methods ({ \"GET\", \"HEAD\" })", v);
   }
   const set = new LuaTable<string, boolean>();

@@ -140,7 +140,7 @@ export const REDIS: schema.Spec[] = [
     excludes: ["host", "port", "path", "sentinel", "cluster"],
   },
   { name: "path", kind: "string", maxLen: 4096, prefix: "unix:", excludes: ["host", "port"], excludesAsOne: true },
-  { name: "host", kind: "string", maxLen: 255, default: "127.0.0.1" },
+  { name: "host", kind: "string", maxLen: 255, host: true, default: "127.0.0.1" },
   { name: "port", kind: "integer", min: 1, max: 65535, unit: "an integer port number", default: 6379 },
   { name: "username", kind: "string", maxLen: 1024, requires: [{ option: "password", must: "set" }] },
   { name: "password", kind: "string", secret: true },

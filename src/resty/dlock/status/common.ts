@@ -46,10 +46,7 @@ export function dictNames(o: LuaTable<string, unknown>): LuaMultiReturn<[string[
   const extra = o.get("dicts");
   if (extra !== undefined) {
     if (lua_type(extra) !== "table") return check.fail("dicts must be a list of lua_shared_dict names", extra);
-    // Names under other keys than 1..n would be skipped without a word.
-    let entries = 0;
-    for (const [_] of lua_pairs(extra as LuaTable<string | number, unknown>)) entries++;
-    if (entries !== (extra as unknown[]).length) return check.fail("dicts must be a list of lua_shared_dict names", extra);
+    if (!check.isList(extra as LuaTable<AnyNotNil, unknown>)) return check.fail("dicts must be a list of lua_shared_dict names", extra);
     for (const [_, n] of lua_ipairs(extra as unknown[])) {
       if (lua_type(n) !== "string" || ngx_shared.get(n as string) === undefined) {
         return check.fail("dicts must name lua_shared_dicts", n);

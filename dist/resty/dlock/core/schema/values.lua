@@ -2,6 +2,7 @@
 local _M = {}
 local check = require("resty.dlock.core.check")
 local lua_type = type
+local str_find = string.find
 local lua_ipairs = ipairs
 local str_byte = string.byte
 local str_match = string.match
@@ -66,10 +67,18 @@ end
 -- which is also how "host:port" names it unambiguously. Hosts come bare from
 -- the `host` option, CLUSTER SLOTS, MOVED and the sentinels.
 function _M.literal(host)
-    if (str_match(host, "^[%x%.]*:[%x:%.]*$")) ~= nil then
+    if (str_match(host, "^[%x%.]*:[%x%.]*:[%x:%.]*$")) ~= nil then
         return "[" .. host .. "]"
     end
     return host
+end
+--- A host as the `host` option takes it: a name or an IPv4 address, or an
+-- IPv6 address bare or in brackets. Not "host:port", nor a URL.
+local function hostLike(s)
+    if (str_match(s, "^[%w%.%-_]+$")) ~= nil then
+        return true
+    end
+    return (str_match(s, "^%[?[%x%.]*:[%x%.]*:[%x:%.]*%]?$")) ~= nil
 end
 local names = {}
 --- Whether a host (as literal() gives it) is a name nginx must resolve, not an
@@ -102,7 +111,7 @@ local function node(label, v)
     return {host = host, port = p}, nil
 end
 local function nodes(o, spec, list)
-    if lua_type(list) ~= "table" or #list == 0 then
+    if lua_type(list) ~= "table" or #list == 0 or not check.isList(list) then
         return check.fail(o.label .. " must be a list of \"host:port\" strings", list)
     end
     local out = {}
@@ -139,6 +148,16 @@ local function str(o, spec, v)
             s,
             spec.secret == true
         )
+    end
+    if spec.prefix ~= nil and #s == #spec.prefix then
+        return refuse(
+            o.label .. " names nothing after " .. str_format("%q", spec.prefix),
+            s,
+            spec.secret == true
+        )
+    end
+    if spec.host == true and not hostLike(s) then
+        return refuse(o.label .. " must be a host name or an IP address (no port, scheme or credentials)", s, (str_find(s, "@", 1, true)) ~= nil)
     end
     return s, nil
 end

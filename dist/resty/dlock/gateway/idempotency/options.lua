@@ -144,7 +144,7 @@ function _M.scope(v)
 end
 --- The `methods` option: a list of methods, as a set.
 function _M.methods(m)
-    if lua_type(m) ~= "table" or #m == 0 then
+    if lua_type(m) ~= "table" or #m == 0 or not check.isList(m) then
         return check.fail("methods must be a list of HTTP methods ({ \"POST\", \"PATCH\" })", m)
     end
     local set = {}

@@ -4,6 +4,7 @@
 import * as check from "../check";
 
 const lua_type = type;
+const str_find = string.find;
 const lua_ipairs = ipairs;
 const str_byte = string.byte;
 const str_match = string.match;
@@ -75,6 +76,8 @@ export interface StringSpec extends Common {
   readonly empty?: boolean;
   /** How it must start: "unix:" tells a socket path from a host name. */
   readonly prefix?: string;
+  /** A host: a name or an IP address, nothing more (hostLike). */
+  readonly host?: boolean;
   readonly default?: string;
 }
 
@@ -188,8 +191,18 @@ function port(s: string, at: number): number | undefined {
  * the `host` option, CLUSTER SLOTS, MOVED and the sentinels.
  */
 export function literal(host: string): string {
-  if (str_match(host, "^[%x%.]*:[%x:%.]*$")[0] !== undefined) return "[" + host + "]";
+  // Two colons at least: "10.0.0.1:6379" is a host with a port, not an IPv6 address.
+  if (str_match(host, "^[%x%.]*:[%x%.]*:[%x:%.]*$")[0] !== undefined) return "[" + host + "]";
   return host;
+}
+
+/**
+ * A host as the `host` option takes it: a name or an IPv4 address, or an
+ * IPv6 address bare or in brackets. Not "host:port", nor a URL.
+ */
+function hostLike(s: string): boolean {
+  if (str_match(s, "^[%w%.%-_]+$")[0] !== undefined) return true;
+  return str_match(s, "^%[?[%x%.]*:[%x%.]*:[%x:%.]*%]?$")[0] !== undefined;
 }
 
 // Per host as literal() gives it: whether it is a name (bounded by the hosts of
@@ -225,7 +238,7 @@ function node(label: string, v: unknown): LuaMultiReturn<[Node | undefined, stri
 }
 
 function nodes(o: Option, spec: NodesSpec, list: unknown): LuaMultiReturn<[Node[] | undefined, string | undefined]> {
-  if (lua_type(list) !== "table" || (list as unknown[]).length === 0) {
+  if (lua_type(list) !== "table" || (list as unknown[]).length === 0 || !check.isList(list as LuaTable<AnyNotNil, unknown>)) {
     return check.fail(o.label + " must be a list of \"host:port\" strings", list);
   }
   const out: Node[] = [];
@@ -249,6 +262,14 @@ function str(o: Option, spec: StringSpec, v: unknown): LuaMultiReturn<[unknown, 
   if (s === undefined) return $multi(undefined, err);
   if (spec.prefix !== undefined && str_sub(s, 1, spec.prefix.length) !== spec.prefix) {
     return refuse(o.label + " must start with " + str_format("%q", spec.prefix), s, spec.secret === true);
+  }
+  if (spec.prefix !== undefined && s.length === spec.prefix.length) {
+    return refuse(o.label + " names nothing after " + str_format("%q", spec.prefix), s, spec.secret === true);
+  }
+  // A URL may carry a password: then its value is not shown.
+  if (spec.host === true && !hostLike(s)) {
+    return refuse(o.label + " must be a host name or an IP address (no port, scheme or credentials)", s,
+      str_find(s, "@", 1, true)[0] !== undefined);
   }
   return $multi(s, undefined);
 }

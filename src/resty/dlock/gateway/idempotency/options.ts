@@ -151,7 +151,7 @@ export function scope(this: void, v: unknown): LuaMultiReturn<[unknown, string |
 
 /** The `methods` option: a list of methods, as a set. */
 export function methods(this: void, m: unknown): LuaMultiReturn<[unknown, string | undefined]> {
-  if (lua_type(m) !== "table" || (m as unknown[]).length === 0) {
+  if (lua_type(m) !== "table" || (m as unknown[]).length === 0 || !check.isList(m as LuaTable<AnyNotNil, unknown>)) {
     return check.fail("methods must be a list of HTTP methods ({ \"POST\", \"PATCH\" })", m);
   }
   const set = new LuaSet<string>();

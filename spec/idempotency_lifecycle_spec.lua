@@ -17,6 +17,18 @@ describe("gateway mode idempotency", function()
   setup(function() a, b, redis = idem.up() end)
   teardown(idem.down)
 
+  it("takes a store sent again (its first reply lost to a timeout, the first landed) as stored, not as a claim run out", function()
+    local records = require "resty.dlock.redis.records"
+    local k = h.unique("idem-store-twice")
+    local function eval(s, ...) return h.cmd(nil, "eval", s.src, 1, k, ...) end
+    assert.equal("OK", eval(records.IDEM_CLAIM, "tok", 5000, "fp"))
+    assert.equal(1, eval(records.IDEM_COMPLETE, "tok", 60000, "done", 201, "", "body"))
+    assert.equal(1, eval(records.IDEM_COMPLETE, "tok", 60000, "done", 201, "", "body"))
+    -- Another's token is still refused: its claim ran out and the key is someone else's.
+    assert.equal(0, eval(records.IDEM_COMPLETE, "other", 60000, "done", 201, "", "body"))
+    assert.equal("done", h.cmd(nil, "hget", k, "state"))
+  end)
+
   it("replays a stored 500, but lets a retry run again after a 503 or a 429 (not stored by default)", function()
     local key, q = fresh("statuses")
     local err = post(a, "/payments" .. q .. "&status=500", key, "{}")

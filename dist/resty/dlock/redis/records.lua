@@ -12,9 +12,11 @@ local FREES = script.FREES
 _M.IDEM_CLAIM = def("idempotency claim", "\nlocal t = redis.call('TYPE', KEYS[1]).ok\nif t == 'none' then\n  redis.call('HSET', KEYS[1], 'state', 'running', 'token', ARGV[1], 'fp', ARGV[3])\n  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n  return 'OK'\nend\nif t ~= 'hash' then\n  return redis.error_reply('WRONGTYPE idempotency key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a record')\nend\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'fp', 'status', 'headers', 'body')\nreturn { r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', redis.call('PTTL', KEYS[1]) }\n", 1, isOk)
 --- KEYS[1] record, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] state ("done" or
 -- "unreplayable"), ARGV[4] status, ARGV[5] headers, ARGV[6] body.
--- 1 when our running claim became the completed record, 0 when the claim is
--- not ours any more (it ran out: a retry may have claimed the key meanwhile).
-_M.IDEM_COMPLETE = def("idempotency complete", "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end\nredis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\nreturn 1\n", 1, isOne)
+-- 1 when our running claim became the completed record (or already had: the
+-- store sent again because the first one's reply was lost, and it had
+-- landed), 0 when the claim is not ours any more (it ran out: a retry may have
+-- claimed the key meanwhile).
+_M.IDEM_COMPLETE = def("idempotency complete", "\nlocal r = redis.call('HMGET', KEYS[1], 'state', 'token')\nif r[2] ~= ARGV[1] then return 0 end\nif r[1] ~= 'running' then return 1 end\nredis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])\nredis.call('PEXPIRE', KEYS[1], ARGV[2])\nreturn 1\n", 1, isOne)
 --- KEYS[1] record, ARGV[1] token, ARGV[2] lease ms. Renews our running claim:
 -- 1, or 0 when it is not ours. A record already completed by our own request
 -- (the store raced the keeper's round) answers 1 and keeps its ttl.

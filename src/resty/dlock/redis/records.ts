@@ -39,12 +39,15 @@ return { r[1] or '', r[2] or '', r[3] or '', r[4] or '', r[5] or '', redis.call(
 /**
  * KEYS[1] record, ARGV[1] token, ARGV[2] ttl ms, ARGV[3] state ("done" or
  * "unreplayable"), ARGV[4] status, ARGV[5] headers, ARGV[6] body.
- * 1 when our running claim became the completed record, 0 when the claim is
- * not ours any more (it ran out: a retry may have claimed the key meanwhile).
+ * 1 when our running claim became the completed record (or already had: the
+ * store sent again because the first one's reply was lost, and it had
+ * landed), 0 when the claim is not ours any more (it ran out: a retry may have
+ * claimed the key meanwhile).
  */
 export const IDEM_COMPLETE = def("idempotency complete", `
 local r = redis.call('HMGET', KEYS[1], 'state', 'token')
-if r[1] ~= 'running' or r[2] ~= ARGV[1] then return 0 end
+if r[2] ~= ARGV[1] then return 0 end
+if r[1] ~= 'running' then return 1 end
 redis.call('HSET', KEYS[1], 'state', ARGV[3], 'status', ARGV[4], 'headers', ARGV[5], 'body', ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1

@@ -9,13 +9,20 @@ local decide = core.decide
 local least = core.least
 local phaseError = lease.phaseError
 local lua_type = type
+local notSelf = check.notSelf
 local lua_tostring = tostring
 local math_floor = math.floor
 local lua_setmetatable = setmetatable
 --- Longest key, in bytes (before the prefix).
 local MAX_KEY = 1024
+--- The limiters' metatable (its __index, the methods, is set once they are).
+local limiterMt = {}
 --- The Redis key of key, or nil and the error.
-local function keyOf(lim, key, cost, op)
+local function keyOf(lim, key, cost, op, call)
+    local bad = notSelf(lim, limiterMt, call)
+    if bad ~= nil then
+        return nil, bad
+    end
     local perr = phaseError(op)
     if perr ~= nil then
         return nil, perr
@@ -34,7 +41,13 @@ end
 local limiterMethods = {
     incoming = function(self, key, commit, cost)
         local c = cost == nil and 1 or cost
-        local rkey, err = keyOf(self, key, c, "incoming")
+        local rkey, err = keyOf(
+            self,
+            key,
+            c,
+            "incoming",
+            "lim:incoming()"
+        )
         if rkey == nil then
             return nil, err, nil
         end
@@ -55,7 +68,13 @@ local limiterMethods = {
     end,
     uncommit = function(self, key, cost)
         local c = cost == nil and 1 or cost
-        local rkey, err = keyOf(self, key, c, "uncommit")
+        local rkey, err = keyOf(
+            self,
+            key,
+            c,
+            "uncommit",
+            "lim:uncommit()"
+        )
         if rkey == nil then
             return nil, err
         end
@@ -72,7 +91,7 @@ local limiterMethods = {
         return least(reply, #self._limits.list), nil
     end
 }
-local limiterMt = {__index = limiterMethods}
+limiterMt.__index = limiterMethods
 --- syntax: lim, err = rate.new({ dict =, redis =, rate =, period =, burst =, prefix =, name = })
 -- (or limits = { {...}, ... } in place of rate, period and burst).
 function _M.new(opts)

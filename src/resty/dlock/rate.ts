@@ -23,6 +23,7 @@ const decide = core.decide;
 const least = core.least;
 const phaseError = lease.phaseError;
 const lua_type = type;
+const notSelf = check.notSelf;
 const lua_tostring = tostring;
 const math_floor = math.floor;
 const lua_setmetatable = setmetatable;
@@ -44,8 +45,13 @@ export interface Limiter extends State {
   uncommit(key: string, cost?: number): LuaMultiReturn<[number | undefined, string | undefined]>;
 }
 
+/** The limiters' metatable (its __index, the methods, is set once they are). */
+const limiterMt: { __index?: object } = {};
+
 /** The Redis key of key, or nil and the error. */
-function keyOf(lim: Limiter, key: unknown, cost: unknown, op: string): LuaMultiReturn<[string | undefined, string | undefined]> {
+function keyOf(lim: Limiter, key: unknown, cost: unknown, op: string, call: string): LuaMultiReturn<[string | undefined, string | undefined]> {
+  const bad = notSelf(lim, limiterMt, call);
+  if (bad !== undefined) return $multi(undefined, bad);
   const perr = phaseError(op);
   if (perr !== undefined) return $multi(undefined, perr);
   if (lua_type(key) !== "string" || (key as string).length === 0 || (key as string).length > MAX_KEY) {
@@ -70,7 +76,7 @@ const limiterMethods = {
    */
   incoming(this: Limiter, key: string, commit: boolean, cost?: number): LuaMultiReturn<[number | undefined, number | string | undefined, number | undefined]> {
     const c = cost === undefined ? 1 : cost;
-    const [rkey, err] = keyOf(this, key, c, "incoming");
+    const [rkey, err] = keyOf(this, key, c, "incoming", "lim:incoming()");
     if (rkey === undefined) return $multi(undefined, err, undefined);
     const [reply, rerr] = decide(this._redis, rkey, this._limits, commit ? "1" : "0", c);
     if (reply === undefined) return $multi(undefined, rerr, undefined);
@@ -86,14 +92,14 @@ const limiterMethods = {
    */
   uncommit(this: Limiter, key: string, cost?: number): LuaMultiReturn<[number | undefined, string | undefined]> {
     const c = cost === undefined ? 1 : cost;
-    const [rkey, err] = keyOf(this, key, c, "uncommit");
+    const [rkey, err] = keyOf(this, key, c, "uncommit", "lim:uncommit()");
     if (rkey === undefined) return $multi(undefined, err);
     const [reply, rerr] = decide(this._redis, rkey, this._limits, "-1", c);
     if (reply === undefined) return $multi(undefined, rerr);
     return $multi(least(reply, this._limits.list.length), undefined);
   },
 };
-const limiterMt = { __index: limiterMethods };
+limiterMt.__index = limiterMethods;
 
 /**
  * syntax: lim, err = rate.new({ dict =, redis =, rate =, period =, burst =, prefix =, name = })

@@ -189,8 +189,7 @@ end
 -- its own would end that tag early, in another slot: such a key is stored as
 -- "{prefix}key" instead, in its factory's prefix's slot (a prefix with braces,
 -- or none, cannot make that tag: the key is refused).
-local function lockKey(store, k)
-    local rkey = store.prefix .. k
+local function lockKey(store, k, rkey)
     if not store.redis.slotted or (str_find(rkey, "}", 1, true)) == nil or tagged(rkey) then
         return rkey, nil
     end
@@ -207,7 +206,7 @@ function _M.acquire(store, key, opts, sharable)
     end
     local rkey = store.prefix .. k
     if sharable then
-        local lk, lerr = lockKey(store, k)
+        local lk, lerr = lockKey(store, k, rkey)
         if lk == nil then
             return lerr
         end
@@ -312,7 +311,7 @@ function _M.acquireAll(store, keys, opts)
     end
     local rkeys = {}
     for i = 1, #list do
-        local lk, kerr = lockKey(store, list[i])
+        local lk, kerr = lockKey(store, list[i], store.prefix .. list[i])
         if lk == nil then
             return kerr
         end

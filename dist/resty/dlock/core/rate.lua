@@ -26,10 +26,10 @@ local MAX_RATE = 1000000000
 local MAX_CAPACITY = 10 * 365 * 86400000
 --- The one-limit script reads time from the key's expiry, in Redis' ms: a
 -- request may see up to 1 ms less room than there is. A capacity short of a
--- request and 1 ms would then admit less than the rate (3000 a second with a
--- burst of 1: one a ms), unless the interval is whole ms (every TAT then falls
--- on a ms, and the key expires right at it): such a limit goes to the general
--- script, which reads TIME in us.
+-- request's cost and 1 ms would then admit less than the rate (3000 a second
+-- with a burst of 1: one a ms), unless the interval is whole ms (every TAT then
+-- falls on a ms, and the key expires right at it): such a decision goes to the
+-- general script, which reads TIME in us.
 local ONE_SLACK = 1000
 --- A short policy name for a limit: "100-per-1m", "10-per-1s", "5-per-250ms".
 local function nameOf(rate, period)
@@ -118,13 +118,14 @@ local function limits(list)
     end
     local iv = list[1].period * 1000 / list[1].rate
     local cap = list[1].burst * iv
-    local one = #list == 1 and (cap >= iv + ONE_SLACK or iv % 1000 == 0)
+    local one = #list == 1
     return {
         list = list,
         args = args,
         most = most,
         interval = one and iv or nil,
-        capacity = one and cap or 0
+        capacity = one and cap or 0,
+        wholeMs = iv % 1000 == 0
     }, nil
 end
 --- Redlock cannot bound a rate: new() returns this.
@@ -154,7 +155,8 @@ end
 -- decision: read it before yielding.
 function _M.decide(conf, rkey, ls, mode, cost)
     local a = ls.args
-    local one = ls.interval ~= nil
+    local iv = ls.interval
+    local one = iv ~= nil and (ls.wholeMs or cost * iv + ONE_SLACK <= ls.capacity)
     local res
     local err
     local fault

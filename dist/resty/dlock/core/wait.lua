@@ -21,10 +21,10 @@ local math_random = math.random
 local lua_ipairs = ipairs
 local lines = {}
 local function gone(w)
-    if co_status(w.co) == "dead" then
+    if w.anchor ~= nil and not request.alive(w.anchor) then
         return true
     end
-    return w.anchor ~= nil and not request.alive(w.anchor)
+    return co_status(w.co) == "dead"
 end
 --- The line of rkey without the waiters that are gone; nil when nobody waits.
 local function line(rkey)

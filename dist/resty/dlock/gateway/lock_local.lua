@@ -56,11 +56,12 @@ local function sweep(g, l)
         end
     end
 end
---- A free slot of hashed key k, taken; nil when all `share` are held.
+--- A free slot of hashed key k, taken; nil when all `share` are held, or when
+-- the dict has no room for one (add would evict another request's slot).
 local function take(g, l, k)
     for i = 1, l.share do
         local slot = l.prefix .. k .. ":" .. lua_tostring(i)
-        local ok = g._dict:add(slot, true, l.ttl)
+        local ok = g._dict:safe_add(slot, true, l.ttl)
         if ok == true then
             return slot
         end

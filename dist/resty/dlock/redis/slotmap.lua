@@ -151,7 +151,7 @@ local function readMap(conf, c, from)
     c.stale = false
     c.refreshes = c.refreshes + 1
     if conf.dict ~= nil then
-        conf.dict:set(_M.MAP_AT .. conf.endpoint, c.at)
+        conf.dict:safe_set(_M.MAP_AT .. conf.endpoint, c.at)
     end
     return nil
 end

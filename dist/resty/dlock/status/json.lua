@@ -78,7 +78,7 @@ end
 -- byte that starts no well-formed sequence becomes U+FFFD. A key is whatever
 -- bytes a client or the application used.
 local function utf8(s)
-    if ({str_find(s, HIGH)}) == nil then
+    if (str_find(s, HIGH)) == nil then
         return s
     end
     local out = {}

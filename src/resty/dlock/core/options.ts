@@ -193,8 +193,7 @@ export type Read =
  * "{prefix}key" instead, in its factory's prefix's slot (a prefix with braces,
  * or none, cannot make that tag: the key is refused).
  */
-function lockKey(store: lease.Store, k: string): LuaMultiReturn<[string | undefined, string | undefined]> {
-  const rkey = store.prefix + k;
+function lockKey(store: lease.Store, k: string, rkey: string): LuaMultiReturn<[string | undefined, string | undefined]> {
   if (!store.redis.slotted || str_find(rkey, "}", 1, true)[0] === undefined || tagged(rkey)) return $multi(rkey, undefined);
   const p = store.prefix;
   if (p === "" || str_find(p, "[{}]")[0] !== undefined) {
@@ -210,7 +209,7 @@ export function acquire(store: lease.Store, key: unknown, opts: unknown, sharabl
   let rkey = store.prefix + k;
   if (sharable) {
     // Locks (not permits: a semaphore's script touches its key alone).
-    const [lk, lerr] = lockKey(store, k);
+    const [lk, lerr] = lockKey(store, k, rkey);
     if (lk === undefined) return $multi(lerr!);
     rkey = lk;
   }
@@ -297,7 +296,7 @@ export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): Re
   }
   const rkeys: string[] = [];
   for (const i of $range(1, list.length)) {
-    const [lk, kerr] = lockKey(store, list[i - 1]!);
+    const [lk, kerr] = lockKey(store, list[i - 1]!, store.prefix + list[i - 1]!);
     if (lk === undefined) return $multi(kerr!);
     rkeys[i - 1] = lk;
   }

@@ -51,11 +51,12 @@ export interface Limits {
   readonly most: number;
   /**
    * A lone limit's interval (us) and burst * interval, for the one-limit
-   * script's answer; nil with several limits, or a capacity so large (past
-   * 2^50 us, 35 years) that 4 times it would not be an exact integer.
+   * script and its answer; nil with several limits.
    */
   readonly interval: number | undefined;
   readonly capacity: number;
+  /** A lone limit's interval is whole ms: the one-limit script is exact for any cost (ONE_SLACK). */
+  readonly wholeMs: boolean;
 }
 
 /** Longest period: 30 days, in ms. */
@@ -73,10 +74,10 @@ const MAX_CAPACITY = 10 * 365 * 86400000;
 /**
  * The one-limit script reads time from the key's expiry, in Redis' ms: a
  * request may see up to 1 ms less room than there is. A capacity short of a
- * request and 1 ms would then admit less than the rate (3000 a second with a
- * burst of 1: one a ms), unless the interval is whole ms (every TAT then falls
- * on a ms, and the key expires right at it): such a limit goes to the general
- * script, which reads TIME in us.
+ * request's cost and 1 ms would then admit less than the rate (3000 a second
+ * with a burst of 1: one a ms), unless the interval is whole ms (every TAT then
+ * falls on a ms, and the key expires right at it): such a decision goes to the
+ * general script, which reads TIME in us.
  */
 const ONE_SLACK = 1000;
 
@@ -133,8 +134,9 @@ function limits(list: Limit[]): LuaMultiReturn<[Limits | undefined, string | und
   }
   const iv = list[0]!.period * 1000 / list[0]!.rate;
   const cap = list[0]!.burst * iv;
-  const one = list.length === 1 && (cap >= iv + ONE_SLACK || iv % 1000 === 0);
-  return $multi({ list, args, most, interval: one ? iv : undefined, capacity: one ? cap : 0 }, undefined);
+  const one = list.length === 1;
+  return $multi({ list, args, most, interval: one ? iv : undefined, capacity: one ? cap : 0, wholeMs: iv % 1000 === 0 },
+    undefined);
 }
 
 /** Redlock cannot bound a rate: new() returns this. */
@@ -173,7 +175,8 @@ function answered(n: number, ls: Limits, cost: number): LuaTable<number, number>
 export function decide(conf: redis.RedisConf, rkey: string, ls: Limits, mode: string, cost: number):
   LuaMultiReturn<[LuaTable<number, number> | undefined, string | undefined, backend.Fault | undefined]> {
   const a = ls.args;
-  const one = ls.interval !== undefined;
+  const iv = ls.interval;
+  const one = iv !== undefined && (ls.wholeMs || cost * iv + ONE_SLACK <= ls.capacity);
   let res: RedisValue | undefined;
   let err: string | undefined;
   let fault: backend.Fault | undefined;

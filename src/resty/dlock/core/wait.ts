@@ -69,10 +69,12 @@ export interface Turn {
 const lines = new LuaTable<string, Waiter[]>();
 
 function gone(w: Waiter): boolean {
-  // A light thread killed in a request that goes on is gone too. (A recycled
-  // coroutine reads as alive: then the waiter keeps its place, the safe side.)
-  if (co_status(w.co) === "dead") return true;
-  return w.anchor !== undefined && !request.alive(w.anchor);
+  // The request first: a coroutine of a request that ended must not be asked
+  // anything (ngx_lua's coroutine.status reads its context from the request's
+  // freed pool). A light thread killed in a request that goes on is gone too.
+  // (A recycled coroutine reads as alive: the waiter keeps its place, the safe side.)
+  if (w.anchor !== undefined && !request.alive(w.anchor)) return true;
+  return co_status(w.co) === "dead";
 }
 
 /** The line of rkey without the waiters that are gone; nil when nobody waits. */

@@ -91,11 +91,14 @@ function sweep(g: guard.Guard, l: Local): void {
   }
 }
 
-/** A free slot of hashed key k, taken; nil when all `share` are held. */
+/**
+ * A free slot of hashed key k, taken; nil when all `share` are held, or when
+ * the dict has no room for one (add would evict another request's slot).
+ */
 function take(g: guard.Guard, l: Local, k: string): string | undefined {
   for (const i of $range(1, l.share)) {
     const slot = l.prefix + k + ":" + lua_tostring(i);
-    const [ok] = g._dict.add(slot, true, l.ttl);
+    const [ok] = g._dict.safe_add(slot, true, l.ttl);
     if (ok === true) return slot;
   }
   return undefined;

@@ -161,7 +161,7 @@ function readMap(conf: redis.RedisConf, c: Cluster, from: redis.RedisConf): stri
   c.at = clock_now();
   c.stale = false;
   c.refreshes = c.refreshes + 1;
-  if (conf.dict !== undefined) conf.dict.set(MAP_AT + conf.endpoint, c.at);
+  if (conf.dict !== undefined) conf.dict.safe_set(MAP_AT + conf.endpoint, c.at);
   return undefined;
 }
 

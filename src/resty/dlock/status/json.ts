@@ -70,7 +70,7 @@ function sequence(s: string, i: number): number {
  * bytes a client or the application used.
  */
 function utf8(s: string): string {
-  if (str_find(s, HIGH) === undefined) return s;
+  if (str_find(s, HIGH)[0] === undefined) return s;
   const out: string[] = [];
   let i = 1;
   while (i <= s.length) {

@@ -102,7 +102,7 @@ end
 --- The whole response went by: store it.
 local function complete(c)
     if AMBIGUOUS[lua_tostring(c.status)] == nil then
-        c.g._dict:set(FINISHED .. c.lease._rkey, true, c.g._lease / 1000)
+        c.g._dict:safe_set(FINISHED .. c.lease._rkey, true, c.g._lease / 1000)
     end
     record.schedule(c)
 end

@@ -98,7 +98,8 @@ function addLine(lines: string[], n: string, v: string): void {
 function complete(c: Capture): void {
   if (!AMBIGUOUS.has(lua_tostring(c.status))) {
     // Before its last bytes leave: a retry reaching this nginx waits for the store, not 409.
-    c.g._dict.set(FINISHED + c.lease._rkey, true, c.g._lease / 1000);
+    // Only into free memory: a full dict never loses a lease's record for it (a retry then gets 409, not the wait).
+    c.g._dict.safe_set(FINISHED + c.lease._rkey, true, c.g._lease / 1000);
   }
   record.schedule(c);
 }

@@ -3,7 +3,6 @@ local _M = {}
 local check = require("resty.dlock.core.check")
 local request = require("resty.dlock.gateway.request")
 local co_running = coroutine.running
-local co_status = coroutine.status
 local lua_tostring = tostring
 local lua_setmetatable = setmetatable
 local lua_pairs = pairs
@@ -115,7 +114,7 @@ local function gone(h)
     if h.anchor ~= nil then
         return not request.alive(h.anchor)
     end
-    return h.co == nil or co_status(h.co) == "dead"
+    return h.co == nil or request.finished(h.co)
 end
 --- Drop holds of requests and timers that ended without releasing: their
 -- leases expire in Redis by their ttl; here they would only take memory.

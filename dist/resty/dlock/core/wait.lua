@@ -21,7 +21,10 @@ local math_random = math.random
 local lua_ipairs = ipairs
 local lines = {}
 local function gone(w)
-    if w.anchor ~= nil and not request.alive(w.anchor) then
+    if w.anchor == nil then
+        return request.finished(w.co)
+    end
+    if not request.alive(w.anchor) then
         return true
     end
     return co_status(w.co) == "dead"

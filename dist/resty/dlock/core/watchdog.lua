@@ -13,7 +13,6 @@ local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
 local co_running = coroutine.running
-local co_status = coroutine.status
 local math_max = math.max
 local math_min = math.min
 local lua_pcall = pcall
@@ -95,7 +94,7 @@ local function orphaned(w)
     if w.anchor ~= nil then
         return not request.alive(w.anchor)
     end
-    return w.co ~= nil and co_status(w.co) == "dead"
+    return w.co ~= nil and request.finished(w.co)
 end
 local function round()
     ngx_update_time()

@@ -17,6 +17,13 @@ local inSsl = ffi.new("int[1]", 1)
 local sslRef = ffi.new("int[1]", 1)
 local registered = debug.getregistry().ngx_lua_ctx_tables
 local ctxTables = type(registered) == "table" and registered or nil
+local lua_rawget = rawget
+local kept = lua_rawget(coroutine, "_status")
+local std_status = kept or coroutine.status
+--- Has co, a timer's or a light thread's coroutine, returned (or raised)? Safe whatever made it.
+function _M.finished(co)
+    return std_status(co) == "dead"
+end
 --- False when this nginx cannot tell whether a request is over (then only log() ends leases).
 local canWatch = hasCtxRef and ctxTables ~= nil
 --- The current request's id (its address), or nil outside a request.

@@ -16,7 +16,6 @@ import * as check from "./check";
 import * as request from "../gateway/request";
 
 const co_running = coroutine.running;
-const co_status = coroutine.status;
 const lua_tostring = tostring;
 const lua_setmetatable = setmetatable;
 const lua_pairs = pairs;
@@ -127,7 +126,7 @@ export function nested(factory: string, rkey: string): lease.Lease | undefined {
 
 function gone(h: Hold): boolean {
   if (h.anchor !== undefined) return !request.alive(h.anchor);
-  return h.co === undefined || co_status(h.co) === "dead";
+  return h.co === undefined || request.finished(h.co);
 }
 
 /**

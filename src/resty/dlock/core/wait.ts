@@ -69,11 +69,13 @@ export interface Turn {
 const lines = new LuaTable<string, Waiter[]>();
 
 function gone(w: Waiter): boolean {
-  // The request first: a coroutine of a request that ended must not be asked
-  // anything (ngx_lua's coroutine.status reads its context from the request's
-  // freed pool). A light thread killed in a request that goes on is gone too.
-  // (A recycled coroutine reads as alive: the waiter keeps its place, the safe side.)
-  if (w.anchor !== undefined && !request.alive(w.anchor)) return true;
+  // Outside requests, by Lua's own status (request.finished). In a request,
+  // the request first: ngx_lua's coroutine.status reads the coroutine's context
+  // from the request's pool, freed once it ended. A light thread killed in a
+  // request that goes on is gone too. (A recycled coroutine reads as alive:
+  // the waiter keeps its place, the safe side.)
+  if (w.anchor === undefined) return request.finished(w.co);
+  if (!request.alive(w.anchor)) return true;
   return co_status(w.co) === "dead";
 }
 

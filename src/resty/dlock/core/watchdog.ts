@@ -27,7 +27,6 @@ const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
 const co_running = coroutine.running;
-const co_status = coroutine.status;
 const math_max = math.max;
 const math_min = math.min;
 const lua_pcall = pcall;
@@ -116,7 +115,7 @@ function lost(l: lease.Lease, why: string, hooks: Hooks | undefined): void {
 function orphaned(w: Watched): boolean {
   if (w.hooks !== undefined) return false;
   if (w.anchor !== undefined) return !request.alive(w.anchor);
-  return w.co !== undefined && co_status(w.co) === "dead";
+  return w.co !== undefined && request.finished(w.co);
 }
 
 function round(): void {

@@ -54,6 +54,20 @@ export interface Anchor {
   readonly ref: number;
 }
 
+// Lua's own coroutine.status, which ngx_lua keeps as coroutine._status: it reads
+// the coroutine alone. ngx_lua's coroutine.status reads the coroutine's context
+// in the pool of the request or timer that made it, freed once that one ended:
+// fine for a coroutine of the running request, not for one of a timer gone.
+type StatusFn = (this: void, co: LuaThread) => string;
+const lua_rawget = rawget as unknown as (this: void, t: object, k: string) => unknown;
+const kept = lua_rawget(coroutine, "_status") as StatusFn | undefined;
+const std_status: StatusFn = kept ?? coroutine.status;
+
+/** Has co, a timer's or a light thread's coroutine, returned (or raised)? Safe whatever made it. */
+export function finished(co: LuaThread): boolean {
+  return std_status(co) === "dead";
+}
+
 /** False when this nginx cannot tell whether a request is over (then only log() ends leases). */
 const canWatch = hasCtxRef && ctxTables !== undefined;
 

@@ -101,6 +101,7 @@ build = {
       ["resty.dlock.redis.quorum"] = "dist/resty/dlock/redis/quorum.lua",
       ["resty.dlock.redis.ratescripts"] = "dist/resty/dlock/redis/ratescripts.lua",
       ["resty.dlock.redis.records"] = "dist/resty/dlock/redis/records.lua",
+      ["resty.dlock.redis.replicas"] = "dist/resty/dlock/redis/replicas.lua",
       ["resty.dlock.redis.resp"] = "dist/resty/dlock/redis/resp.lua",
       ["resty.dlock.redis.roundtrip"] = "dist/resty/dlock/redis/roundtrip.lua",
       ["resty.dlock.redis.rwscripts"] = "dist/resty/dlock/redis/rwscripts.lua",

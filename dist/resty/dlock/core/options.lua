@@ -11,8 +11,7 @@ local lua_pairs = pairs
 local lua_tostring = tostring
 local math_floor = math.floor
 local check_str = check.str
-local str_find = string.find
-local tagged = script.tagged
+local lockKey = script.lockKey
 --- Longest key accepted, in bytes (before the prefix).
 local MAX_KEY = 512
 _M.MAX_KEY_LEN = MAX_KEY
@@ -183,22 +182,16 @@ local WAIT_MAX = ACQUIRE_WAIT.max
 local function within(v, min, max)
     return lua_type(v) == "number" and v >= min and v <= max and math_floor(v) == v
 end
---- The Redis key of lock key k. On a Cluster the scripts also touch the key's
--- queue, fence and readers, which must share its slot: they are named
--- "{" + rkey + "}:queue" (redis/script.ts). A "}" in a key with no hash tag of
--- its own would end that tag early, in another slot: such a key is stored as
--- "{prefix}key" instead, in its factory's prefix's slot (a prefix with braces,
--- or none, cannot make that tag: the key is refused).
-local function lockKey(store, k, rkey)
-    if not store.redis.slotted or (str_find(rkey, "}", 1, true)) == nil or tagged(rkey) then
-        return rkey, nil
-    end
-    local p = store.prefix
-    if p == "" or (str_find(p, "[{}]")) ~= nil then
-        return check.fail("key must not hold \"}\" outside a {hash tag} on a Redis Cluster with a prefix that is empty or " .. "holds braces (its queue could not share its slot)", k)
-    end
-    return "{" .. p .. "}" .. k, nil
-end
+--- An acquire's arguments read: nil, then key, its Redis key (the prefix in
+-- front: locks and semaphores add it here only), ttl, wait, renew, on_lost and shared
+-- (locks only, `sharable`), with the factory's defaults; or the error naming
+-- the bad value, alone.
+--
+-- This runs on every acquire, so options that are fine are read by name and
+-- counted (table.nkeys), with no table built and no walk over the caller's:
+-- LuaJIT will not compile a function whose trace runs into a loop (a root
+-- trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
+-- which says what is wrong in the words of every other option table.
 function _M.acquire(store, key, opts, sharable)
     local k, kerr = check_str("key", key, MAX_KEY)
     if k == nil then
@@ -206,7 +199,7 @@ function _M.acquire(store, key, opts, sharable)
     end
     local rkey = store.prefix .. k
     if sharable then
-        local lk, lerr = lockKey(store, k, rkey)
+        local lk, lerr = lockKey(store.prefix, k, rkey, store.redis.slotted)
         if lk == nil then
             return lerr
         end
@@ -311,7 +304,7 @@ function _M.acquireAll(store, keys, opts)
     end
     local rkeys = {}
     for i = 1, #list do
-        local lk, kerr = lockKey(store, list[i], store.prefix .. list[i])
+        local lk, kerr = lockKey(store.prefix, list[i], store.prefix .. list[i], store.redis.slotted)
         if lk == nil then
             return kerr
         end

@@ -1,6 +1,7 @@
 -- Generated from src/resty/dlock/core/recovery.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
+local script = require("resty.dlock.redis.script")
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
@@ -17,6 +18,7 @@ local lua_tostring = tostring
 local lua_pcall = pcall
 local lua_pairs = pairs
 local lua_ipairs = ipairs
+local lockKey = script.lockKey
 local quiet_tally = quiet.tally
 local quiet_add = quiet.add
 local quiet_named = quiet.named
@@ -118,7 +120,7 @@ local function sweep(premature, factories)
             if isDead then
                 for _, f in lua_ipairs(list) do
                     local p = f.store.prefix
-                    if (p .. r.key == r.rkey or "{" .. p .. "}" .. r.key == r.rkey) and f.kind.shared == r.shared then
+                    if (p .. r.key == r.rkey or (lockKey(p, r.key, p .. r.key, f.store.redis.slotted)) == r.rkey) and f.kind.shared == r.shared then
                         if not r.waiting then
                             add(leases, f, r)
                         elseif f.kind.drop ~= nil then

@@ -213,16 +213,11 @@ local function warnBlind()
     warnedBlind = true
     ngx_log(WARN, "dlock: gateway: this ngx_lua does not let us see when a request is over: only log() ", "ends a lease, so put log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level")
 end
---- Is req, found at the current request's address, a request that is gone and
--- ended unseen? Not when it is this one: after an internal redirect to another
--- guard ngx.ctx is new, but the request still runs and keeps what it holds.
--- Only where nginx hides whether a request lives is a new ngx.ctx taken for a
--- new request.
+--- Is req, at the current request's address, gone and ended unseen? Not this
+-- one after a redirect to another guard (a new ngx.ctx, the same live request),
+-- unless nginx hides whether a request lives.
 local function ended(req, ctx)
-    if req.ref < 0 then
-        return req.ctx ~= ctx
-    end
-    return not request_alive(req)
+    return req.ref < 0 and req.ctx ~= ctx or req.ref >= 0 and not request_alive(req)
 end
 --- In access: the current request now holds `l` for `owner`. Returns the
 -- request's anchor; nil outside a request (then nothing is tracked).

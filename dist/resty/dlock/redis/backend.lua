@@ -4,7 +4,7 @@ local redis = require("resty.dlock.redis.client")
 local scripts = require("resty.dlock.redis.scripts")
 local cluster = require("resty.dlock.redis.cluster")
 local quorum = require("resty.dlock.redis.quorum")
-local roundtrip = require("resty.dlock.redis.roundtrip")
+local replicas = require("resty.dlock.redis.replicas")
 local single = require("resty.dlock.redis.single")
 local BY_TOPOLOGY = {}
 BY_TOPOLOGY.standalone = single.backend
@@ -82,7 +82,7 @@ function _M.refuses(conf, what)
     return conf.backend.refuses[what]
 end
 --- The dict key counting writes that fewer replicas than asked acknowledged in time.
-_M.SHORTFALLS = roundtrip.SHORTFALLS
+_M.SHORTFALLS = replicas.SHORTFALLS
 --- Counters every worker adds to, for metrics: per label (a node, or the
 -- endpoint itself), a value. Cluster: redirects followed and the age of the
 -- newest slot map read; Redlock: failed calls per master.

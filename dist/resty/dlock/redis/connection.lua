@@ -33,16 +33,26 @@ local lua_pcall = pcall
 local clock_now = clock.now
 local semaphore = require("ngx.semaphore")
 local sem_new = semaphore.new
---- Per pool (an address and how it is reached), or sentinel, when a connect to it was last
--- refused. For REFUSED s after that, connect() answers the same refusal
--- without dialing: a server that is gone is not dialed again by every call
--- that comes along (with auto_pipeline off, or many releases queued, dozens
--- within a millisecond), each of which nginx logs at error. Only a refusal
--- counts: a timeout took its time already, and a guard's breaker takes it
--- from there.
+--- Per pool (an address and how it is reached) or sentinel, when a connect to
+-- it was last refused. For REFUSED s after that the same refusal is answered
+-- without dialing: a server that is gone is not dialed again by every call (dozens
+-- a millisecond, each an [error] line of nginx's). Only a refusal counts: a
+-- timeout took its time already, and a guard's breaker takes it from there.
 local refusedAt = {}
 local REFUSED = 0.1
 local REFUSED_ERR = "connection refused"
+--- Did `at` refuse a connect less than REFUSED s ago? (An older refusal is forgotten.)
+local function refusedLately(at)
+    local refused = refusedAt[at]
+    if refused == nil then
+        return false
+    end
+    if clock_now() - refused < REFUSED then
+        return true
+    end
+    refusedAt[at] = nil
+    return false
+end
 --- The server may no longer be the master (a connection error, READONLY,
 -- LOADING): with Sentinel, ask the sentinels again on the next connection.
 local function stale(conf)
@@ -118,12 +128,8 @@ end
 -- sentinels' own credentials): the client and its socket, or the error.
 local function open(host, port, timeout)
     local at = "sentinel " .. host .. ":" .. lua_tostring(port)
-    local refused = refusedAt[at]
-    if refused ~= nil then
-        if clock_now() - refused < REFUSED then
-            return nil, nil, unconnected(REFUSED_ERR)
-        end
-        refusedAt[at] = nil
+    if refusedLately(at) then
+        return nil, nil, unconnected(REFUSED_ERR)
     end
     local red, nerr = client:new()
     if red == nil then
@@ -243,12 +249,8 @@ function _M.connect(conf)
         port = m.port
         pool = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
     end
-    local refused = refusedAt[pool]
-    if refused ~= nil then
-        if clock_now() - refused < REFUSED then
-            return unreached(conf, host, port, REFUSED_ERR)
-        end
-        refusedAt[pool] = nil
+    if refusedLately(pool) then
+        return unreached(conf, host, port, REFUSED_ERR)
     end
     local red, nerr = client:new()
     if red == nil then

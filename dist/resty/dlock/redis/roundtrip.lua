@@ -5,12 +5,10 @@ local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
 local hints = require("resty.dlock.redis.hints")
-local dictcount = require("resty.dlock.core.dictcount")
+local replicas = require("resty.dlock.redis.replicas")
 local lua_tostring = tostring
-local lua_type = type
 local str_sub = string.sub
 local str_find = string.find
-local str_format = string.format
 local str_match = string.match
 local connect = connection.connect
 local done = connection.done
@@ -171,42 +169,6 @@ local function replies(conf, sock, b, which, body)
     end
     return again
 end
---- Dict key counting writes that fewer replicas than asked acknowledged in time.
-_M.SHORTFALLS = "c:redis:replica_shortfalls"
---- WAIT for conf.replicas replicas to acknowledge this connection's writes.
--- Replication is asynchronous: a lock on a master that fails over before a
--- replica has it is lost, and a second holder gets in. nil when enough
--- acknowledged; else the error (the connection is handed back, or closed).
-local function replicated(red, conf, s)
-    local n, err = red:wait(conf.replicas, conf.replicas_timeout)
-    done(red, conf, n ~= nil)
-    if lua_type(n) == "number" and n >= conf.replicas then
-        return nil
-    end
-    if conf.dict ~= nil then
-        dictcount.count(conf.dict, _M.SHORTFALLS, 1)
-    end
-    if lua_type(n) == "number" then
-        return str_format(
-            "dlock: redis %s: only %d of %d replica(s) acknowledged the %s within %d ms",
-            conf.endpoint,
-            n,
-            conf.replicas,
-            s.name,
-            conf.replicas_timeout
-        )
-    end
-    return "dlock: redis " .. conf.endpoint .. ": WAIT for replicas after the " .. s.name .. " failed: " .. lua_tostring(err)
-end
---- Writes that may not be on enough replicas: their callers give them back (fault "replicas").
-local function unreplicated(wrote, err)
-    for i = 1, #wrote do
-        local j = wrote[i]
-        j.res = nil
-        j.err = err
-        j.fault = "replicas"
-    end
-end
 --- As send, on `red` when given (a connection the batch before left fit).
 local function sendOn(conf, b, red)
     if red == nil then
@@ -294,11 +256,11 @@ local function complete(conf, b, red, keep)
     end
     if wrote ~= nil then
         if broken then
-            unreplicated(wrote, "dlock: redis " .. conf.endpoint .. ": the connection broke before WAIT for replicas after the " .. wrote[1].s.name)
+            replicas.unconfirmed(wrote, "dlock: redis " .. conf.endpoint .. ": the connection broke before WAIT for replicas after the " .. wrote[1].s.name)
         else
-            local short = replicated(red, conf, wrote[1].s)
+            local short = replicas.waited(red, conf, wrote[1].s)
             if short ~= nil then
-                unreplicated(wrote, short)
+                replicas.unconfirmed(wrote, short)
             end
             return nil
         end

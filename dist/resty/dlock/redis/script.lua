@@ -1,5 +1,6 @@
 -- Generated from src/resty/dlock/redis/script.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
+local check = require("resty.dlock.core.check")
 local tokens = require("resty.dlock.core.token")
 local sha1_bin = ngx.sha1_bin
 local lua_type = type
@@ -49,6 +50,19 @@ end
 --- Does the key carry a hash tag of its own (then keys built on it share its slot)?
 local function tagged(key)
     return hashed(key) ~= key
+end
+--- The Redis key of lock key k (rkey: prefix .. k). On a Cluster its queue,
+-- fence and readers (below) must share its slot: a "}" in a key with no hash
+-- tag would end their "{" .. rkey .. "}" tag early, so such a key is
+-- "{prefix}key", in the prefix's slot (refused with no prefix, or a braced one).
+local function lockKey(prefix, k, rkey, slotted)
+    if not slotted or (str_find(rkey, "}", 1, true)) == nil or tagged(rkey) then
+        return rkey, nil
+    end
+    if prefix == "" or (str_find(prefix, "[{}]")) ~= nil then
+        return check.fail("key must not hold \"}\" outside a {hash tag} on a Redis Cluster with a prefix that is empty or " .. "holds braces (its queue could not share its slot)", k)
+    end
+    return "{" .. prefix .. "}" .. k, nil
 end
 --- The waiters' queue of lock key rkey. Under Cluster it must share the lock
 -- key's slot: a hash tag of the whole key, unless it has one (then the suffix
@@ -122,6 +136,7 @@ function _M.forTarget(call, conf, s, rkey, token, ms)
     )
 end
 _M.tagged = tagged
+_M.lockKey = lockKey
 _M.queueKey = queueKey
 _M.readersKey = readersKey
 _M.hashed = hashed

@@ -17,8 +17,7 @@ const lua_pairs = pairs;
 const lua_tostring = tostring;
 const math_floor = math.floor;
 const check_str = check.str;
-const str_find = string.find;
-const tagged = script.tagged;
+const lockKey = script.lockKey;
 
 /** Longest key accepted, in bytes (before the prefix). */
 const MAX_KEY = 512;
@@ -185,31 +184,13 @@ export type Read =
  * trace cannot hold an inner one). Anything else goes to the ACQUIRE schema,
  * which says what is wrong in the words of every other option table.
  */
-/**
- * The Redis key of lock key k. On a Cluster the scripts also touch the key's
- * queue, fence and readers, which must share its slot: they are named
- * "{" + rkey + "}:queue" (redis/script.ts). A "}" in a key with no hash tag of
- * its own would end that tag early, in another slot: such a key is stored as
- * "{prefix}key" instead, in its factory's prefix's slot (a prefix with braces,
- * or none, cannot make that tag: the key is refused).
- */
-function lockKey(store: lease.Store, k: string, rkey: string): LuaMultiReturn<[string | undefined, string | undefined]> {
-  if (!store.redis.slotted || str_find(rkey, "}", 1, true)[0] === undefined || tagged(rkey)) return $multi(rkey, undefined);
-  const p = store.prefix;
-  if (p === "" || str_find(p, "[{}]")[0] !== undefined) {
-    return check.fail("key must not hold \"}\" outside a {hash tag} on a Redis Cluster with a prefix that is empty or " +
-      "holds braces (its queue could not share its slot)", k);
-  }
-  return $multi("{" + p + "}" + k, undefined);
-}
-
 export function acquire(store: lease.Store, key: unknown, opts: unknown, sharable: boolean): Read {
   const [k, kerr] = check_str("key", key, MAX_KEY);
   if (k === undefined) return $multi(kerr!);
   let rkey = store.prefix + k;
   if (sharable) {
     // Locks (not permits: a semaphore's script touches its key alone).
-    const [lk, lerr] = lockKey(store, k, rkey);
+    const [lk, lerr] = lockKey(store.prefix, k, rkey, store.redis.slotted);
     if (lk === undefined) return $multi(lerr!);
     rkey = lk;
   }
@@ -296,7 +277,7 @@ export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): Re
   }
   const rkeys: string[] = [];
   for (const i of $range(1, list.length)) {
-    const [lk, kerr] = lockKey(store, list[i - 1]!, store.prefix + list[i - 1]!);
+    const [lk, kerr] = lockKey(store.prefix, list[i - 1]!, store.prefix + list[i - 1]!, store.redis.slotted);
     if (lk === undefined) return $multi(kerr!);
     rkeys[i - 1] = lk;
   }

@@ -12,6 +12,7 @@
 // worker's first acquire.
 
 import * as backend from "../redis/backend";
+import * as script from "../redis/script";
 import * as check from "./check";
 import type * as lease from "./lease";
 import * as ledger from "./ledger";
@@ -32,6 +33,7 @@ const lua_tostring = tostring;
 const lua_pcall = pcall;
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
+const lockKey = script.lockKey;
 const quiet_tally = quiet.tally;
 const quiet_add = quiet.add;
 const quiet_named = quiet.named;
@@ -128,9 +130,9 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
       if (isDead) {
         for (const [_, f] of lua_ipairs(list)) {
           // Owner-checked: when prefixes overlap, a factory that never had the key just hears "not ours".
-          // A lock key with a "}" and no hash tag is "{prefix}key" on a Cluster (options.lockKey).
           const p = f.store.prefix;
-          if ((p + r.key === r.rkey || "{" + p + "}" + r.key === r.rkey) && f.kind.shared === r.shared) {
+          if ((p + r.key === r.rkey || lockKey(p, r.key, p + r.key, f.store.redis.slotted)[0] === r.rkey) &&
+            f.kind.shared === r.shared) {
             if (!r.waiting) add(leases, f, r);
             else if (f.kind.drop !== undefined) add(tickets, f, r);
           }

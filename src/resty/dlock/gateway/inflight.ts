@@ -261,15 +261,12 @@ function warnBlind(): void {
 }
 
 /**
- * Is req, found at the current request's address, a request that is gone and
- * ended unseen? Not when it is this one: after an internal redirect to another
- * guard ngx.ctx is new, but the request still runs and keeps what it holds.
- * Only where nginx hides whether a request lives is a new ngx.ctx taken for a
- * new request.
+ * Is req, at the current request's address, gone and ended unseen? Not this
+ * one after a redirect to another guard (a new ngx.ctx, the same live request),
+ * unless nginx hides whether a request lives.
  */
 function ended(req: Req, ctx: LuaTable<string, unknown>): boolean {
-  if (req.ref < 0) return req.ctx !== ctx;
-  return !request_alive(req);
+  return (req.ref < 0 && req.ctx !== ctx) || (req.ref >= 0 && !request_alive(req));
 }
 
 /**

@@ -13,6 +13,7 @@ import * as cluster from "./cluster";
 import type * as command from "./command";
 import * as quorum from "./quorum";
 import * as roundtrip from "./roundtrip";
+import * as replicas from "./replicas";
 import * as single from "./single";
 
 /**
@@ -161,7 +162,7 @@ export function refuses(conf: redis.RedisConf, what: Refusal): string | undefine
 }
 
 /** The dict key counting writes that fewer replicas than asked acknowledged in time. */
-export const SHORTFALLS = roundtrip.SHORTFALLS;
+export const SHORTFALLS = replicas.SHORTFALLS;
 
 /**
  * Counters every worker adds to, for metrics: per label (a node, or the

@@ -40,17 +40,24 @@ const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const sem_new = semaphore.new;
 
 /**
- * Per pool (an address and how it is reached), or sentinel, when a connect to it was last
- * refused. For REFUSED s after that, connect() answers the same refusal
- * without dialing: a server that is gone is not dialed again by every call
- * that comes along (with auto_pipeline off, or many releases queued, dozens
- * within a millisecond), each of which nginx logs at error. Only a refusal
- * counts: a timeout took its time already, and a guard's breaker takes it
- * from there.
+ * Per pool (an address and how it is reached) or sentinel, when a connect to
+ * it was last refused. For REFUSED s after that the same refusal is answered
+ * without dialing: a server that is gone is not dialed again by every call (dozens
+ * a millisecond, each an [error] line of nginx's). Only a refusal counts: a
+ * timeout took its time already, and a guard's breaker takes it from there.
  */
 const refusedAt = new LuaTable<string, number>();
 const REFUSED = 0.1;
 const REFUSED_ERR = "connection refused";
+
+/** Did `at` refuse a connect less than REFUSED s ago? (An older refusal is forgotten.) */
+function refusedLately(at: string): boolean {
+  const refused = refusedAt.get(at);
+  if (refused === undefined) return false;
+  if (clock_now() - refused < REFUSED) return true;
+  refusedAt.delete(at);
+  return false;
+}
 
 /**
  * The server may no longer be the master (a connection error, READONLY,
@@ -136,13 +143,8 @@ function dial(red: RestyRedis, target: string, portOrOpts: number | RedisConnect
  * sentinels' own credentials): the client and its socket, or the error.
  */
 function open(this: void, host: string, port: number, timeout: number): LuaMultiReturn<[RestyRedis | undefined, NgxTcpSocket | undefined, string | undefined]> {
-  // A sentinel that refused is not dialed again by every call either (refusedAt).
   const at = "sentinel " + host + ":" + lua_tostring(port);
-  const refused = refusedAt.get(at);
-  if (refused !== undefined) {
-    if (clock_now() - refused < REFUSED) return $multi(undefined, undefined, unconnected(REFUSED_ERR));
-    refusedAt.delete(at);
-  }
+  if (refusedLately(at)) return $multi(undefined, undefined, unconnected(REFUSED_ERR));
   const [red, nerr] = (client as RestyRedisModule).new();
   if (red === undefined) return $multi(undefined, undefined, lua_tostring(nerr));
   red.set_timeout(timeout);
@@ -242,11 +244,7 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
     // One pool per master: connections to a demoted one are never handed out again.
     pool = conf.pool + "@" + host + ":" + lua_tostring(port);
   }
-  const refused = refusedAt.get(pool);
-  if (refused !== undefined) {
-    if (clock_now() - refused < REFUSED) return unreached(conf, host, port, REFUSED_ERR);
-    refusedAt.delete(pool);
-  }
+  if (refusedLately(pool)) return unreached(conf, host, port, REFUSED_ERR);
   const [red, nerr] = (client as RestyRedisModule).new();
   if (red === undefined) {
     return $multi(undefined, "dlock: redis client: " + lua_tostring(nerr));

@@ -8,7 +8,7 @@
 //     "outcome unknown" ("lost"), and the others are not;
 //   - NOSCRIPT (SCRIPT FLUSH, a restart, a failover) is answered by sending
 //     the script's body (EVAL, which caches it again) for the calls that met it;
-//   - with redis.replicas, one WAIT follows the writes of the batch;
+//   - with redis.replicas, one WAIT follows the writes of the batch (replicas.ts);
 //   - ASKING precedes each call of a batch for a Cluster slot being imported.
 
 import type { CallResult, Fault } from "./backend";
@@ -19,16 +19,14 @@ import * as connection from "./connection";
 import * as resp from "./resp";
 import * as scripts from "./scripts";
 import * as hints from "./hints";
-import * as dictcount from "../core/dictcount";
+import * as replicas from "./replicas";
 
 export type Job = command.Job;
 export type Batch = command.Batch;
 
 const lua_tostring = tostring;
-const lua_type = type;
 const str_sub = string.sub;
 const str_find = string.find;
-const str_format = string.format;
 const str_match = string.match;
 const connect = connection.connect;
 const done = connection.done;
@@ -169,41 +167,6 @@ function replies(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: num
   return again;
 }
 
-/** Dict key counting writes that fewer replicas than asked acknowledged in time. */
-export const SHORTFALLS = "c:redis:replica_shortfalls";
-
-/**
- * WAIT for conf.replicas replicas to acknowledge this connection's writes.
- * Replication is asynchronous: a lock on a master that fails over before a
- * replica has it is lost, and a second holder gets in. nil when enough
- * acknowledged; else the error (the connection is handed back, or closed).
- */
-function replicated(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): string | undefined {
-  const [n, err] = red.wait(conf.replicas, conf.replicas_timeout);
-  done(red, conf, n !== undefined);
-  if (lua_type(n) === "number" && (n as number) >= conf.replicas) {
-    return undefined;
-  }
-  if (conf.dict !== undefined) {
-    dictcount.count(conf.dict, SHORTFALLS, 1);
-  }
-  if (lua_type(n) === "number") {
-    return str_format("dlock: redis %s: only %d of %d replica(s) acknowledged the %s within %d ms",
-      conf.endpoint, n, conf.replicas, s.name, conf.replicas_timeout);
-  }
-  return "dlock: redis " + conf.endpoint + ": WAIT for replicas after the " + s.name + " failed: " + lua_tostring(err);
-}
-
-/** Writes that may not be on enough replicas: their callers give them back (fault "replicas"). */
-function unreplicated(wrote: Job[], err: string): void {
-  for (const i of $range(1, wrote.length)) {
-    const j = wrote[i - 1]!;
-    j.res = undefined;
-    j.err = err;
-    j.fault = "replicas";
-  }
-}
-
 /** As send, on `red` when given (a connection the batch before left fit). */
 function sendOn(conf: redis.RedisConf, b: Batch, red: RestyRedis | undefined): RestyRedis | undefined {
   if (red === undefined) {
@@ -263,12 +226,12 @@ function complete(conf: redis.RedisConf, b: Batch, red: RestyRedis, keep: boolea
   if (wrote !== undefined) {
     if (broken) {
       // No WAIT can follow these writes: one on another connection covers none of them.
-      unreplicated(wrote, "dlock: redis " + conf.endpoint + ": the connection broke before WAIT for replicas after the " +
+      replicas.unconfirmed(wrote, "dlock: redis " + conf.endpoint + ": the connection broke before WAIT for replicas after the " +
         wrote[0]!.s.name);
     } else {
       // One WAIT covers every write of the batch; it hands the connection back (or closes it).
-      const short = replicated(red, conf, wrote[0]!.s);
-      if (short !== undefined) unreplicated(wrote, short);
+      const short = replicas.waited(red, conf, wrote[0]!.s);
+      if (short !== undefined) replicas.unconfirmed(wrote, short);
       return undefined;
     }
   }

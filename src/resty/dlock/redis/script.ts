@@ -3,6 +3,7 @@
 // key live, and how a per-target script is called. The scripts themselves:
 // scripts.ts (locks, semaphores) and records.ts (idempotency records).
 
+import * as check from "../core/check";
 import * as tokens from "../core/token";
 
 const sha1_bin = ngx.sha1_bin;
@@ -91,6 +92,21 @@ function tagged(key: string): boolean {
 }
 
 /**
+ * The Redis key of lock key k (rkey: prefix .. k). On a Cluster its queue,
+ * fence and readers (below) must share its slot: a "}" in a key with no hash
+ * tag would end their "{" .. rkey .. "}" tag early, so such a key is
+ * "{prefix}key", in the prefix's slot (refused with no prefix, or a braced one).
+ */
+function lockKey(prefix: string, k: string, rkey: string, slotted: boolean): LuaMultiReturn<[string | undefined, string | undefined]> {
+  if (!slotted || str_find(rkey, "}", 1, true)[0] === undefined || tagged(rkey)) return $multi(rkey, undefined);
+  if (prefix === "" || str_find(prefix, "[{}]")[0] !== undefined) {
+    return check.fail("key must not hold \"}\" outside a {hash tag} on a Redis Cluster with a prefix that is empty or " +
+      "holds braces (its queue could not share its slot)", k);
+  }
+  return $multi("{" + prefix + "}" + k, undefined);
+}
+
+/**
  * The waiters' queue of lock key rkey. Under Cluster it must share the lock
  * key's slot: a hash tag of the whole key, unless it has one (then the suffix
  * keeps it). Elsewhere it starts with the lock key, so ACL key patterns that
@@ -135,4 +151,4 @@ export function forTarget<C extends { readonly slotted: boolean }, R>(call: Call
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { tagged, queueKey, readersKey, hashed };
+export { tagged, lockKey, queueKey, readersKey, hashed };

@@ -72,8 +72,7 @@ function _M.literal(host)
     end
     return host
 end
---- A host as the `host` option takes it: a name or an IPv4 address, or an
--- IPv6 address bare or in brackets. Not "host:port", nor a URL.
+--- A host as `host` takes it: a name, an IPv4 address, or IPv6 bare or in brackets; not "host:port" nor a URL.
 local function hostLike(s)
     if (str_match(s, "^[%w%.%-_]+$")) ~= nil then
         return true

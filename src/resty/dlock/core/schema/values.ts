@@ -196,10 +196,7 @@ export function literal(host: string): string {
   return host;
 }
 
-/**
- * A host as the `host` option takes it: a name or an IPv4 address, or an
- * IPv6 address bare or in brackets. Not "host:port", nor a URL.
- */
+/** A host as `host` takes it: a name, an IPv4 address, or IPv6 bare or in brackets; not "host:port" nor a URL. */
 function hostLike(s: string): boolean {
   if (str_match(s, "^[%w%.%-_]+$")[0] !== undefined) return true;
   return str_match(s, "^%[?[%x%.]*:[%x%.]*:[%x:%.]*%]?$")[0] !== undefined;
@@ -266,10 +263,9 @@ function str(o: Option, spec: StringSpec, v: unknown): LuaMultiReturn<[unknown, 
   if (spec.prefix !== undefined && s.length === spec.prefix.length) {
     return refuse(o.label + " names nothing after " + str_format("%q", spec.prefix), s, spec.secret === true);
   }
-  // A URL may carry a password: then its value is not shown.
   if (spec.host === true && !hostLike(s)) {
-    return refuse(o.label + " must be a host name or an IP address (no port, scheme or credentials)", s,
-      str_find(s, "@", 1, true)[0] !== undefined);
+    // A URL with credentials is not shown.
+    return refuse(o.label + " must be a host name or an IP address (no port, scheme or credentials)", s, str_find(s, "@", 1, true)[0] !== undefined);
   }
   return $multi(s, undefined);
 }

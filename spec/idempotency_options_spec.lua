@@ -58,6 +58,8 @@ describe("gateway.new mode idempotency options", function()
       { { ttl = "1d" }, "dlock: ttl must be an integer of ms (at least 1000), got \"1d\"" },
       { { methods = { "post" } }, "dlock: methods must be a list of upper-case HTTP methods, got \"post\"" },
       { { store = { "6xx" } }, "dlock: store must be a list of statuses (200..599) and classes (\"2xx\"..\"5xx\"), got \"6xx\"" },
+      { { store = {} }, "dlock: store must be a list of statuses (200..599) and classes (\"2xx\"..\"5xx\"), got a table" },
+      { { store = { 200, [5] = 500 } }, "dlock: store must be a list of statuses (200..599) and classes" },
       { { on_missing = "drop" }, "dlock: on_missing must be \"pass\" or \"reject\", got \"drop\"" },
       { { scope = "tenant" }, "dlock: scope must name at least one nginx variable" },
       { { scope = "none" }, "dlock: scope is required for mode idempotency: what tells clients apart " ..

@@ -289,6 +289,16 @@ describe("gateway mode idempotency", function()
     assert.equal(0, executions(a, q:sub(6)))
   end)
 
+  it("answers 400 invalid-key to a key sent in two header lines, on every nginx (1.23+ joins them, 1.22 gave the first)", function()
+    local key, q = fresh("twice")
+    problem(request(a, "POST", "/payments" .. q, { body = "{}", headers = { ["Idempotency-Key"] = { key, key .. "-b" } } }),
+      400, "invalid-key")
+    problem(request(a, "POST", "/payments" .. q, { body = "{}", headers = { ["Idempotency-Key"] = { key, key } } }),
+      400, "invalid-key")
+    assert.equal(0, executions(a, q:sub(6)))
+    assert.equal(201, post(a, "/payments" .. q, key, "{}").status)
+  end)
+
   it("takes a key of 255 bytes, and a quoted sf-String as the same key as the bare token", function()
     local key, q = fresh("sf")
     local first = post(a, "/payments" .. q, key, "{}")

@@ -89,6 +89,7 @@ interface NgxReqApi {
 /** @noSelf */
 interface NgxConfigApi {
   readonly ngx_lua_version: number;
+  readonly nginx_version: number;
   readonly subsystem: string;
   prefix(): string;
 }

@@ -124,7 +124,7 @@ end
 
 --- GET (or opts.method) over a cosocket, HTTP/1.0: { status, headers, body, raw_head }, or nil, err.
 --- Header names are lower-cased; a repeated one is a list of its values, as ngx.req.get_headers() gives it.
---- opts: headers, body (sent with its Content-Length), timeout (ms), abort_after (ms: close the socket then,
+--- opts: headers (a value may be a list: one line each), body (sent with its Content-Length), timeout (ms), abort_after (ms: close the socket then,
 --- mid-request, and return { aborted = true }).
 function _M.http(port, path, opts)
   opts = opts or {}
@@ -134,7 +134,10 @@ function _M.http(port, path, opts)
   if not ok then return nil, err end
   local lines = { (opts.method or "GET") .. " " .. path .. " HTTP/1.0", "Host: localhost" }
   if opts.body then lines[#lines + 1] = "Content-Length: " .. #opts.body end
-  for k, v in pairs(opts.headers or {}) do lines[#lines + 1] = k .. ": " .. v end
+  for k, v in pairs(opts.headers or {}) do
+    -- A list of values is sent as that many lines of the header.
+    for _, x in ipairs(type(v) == "table" and v or { v }) do lines[#lines + 1] = k .. ": " .. x end
+  end
   local _, serr = sock:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. (opts.body or ""))
   if serr then sock:close() return nil, serr end
   if opts.abort_after then

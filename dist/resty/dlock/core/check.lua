@@ -9,6 +9,7 @@ local lua_getmetatable = getmetatable
 local str_sub = string.sub
 local str_format = string.format
 local str_find = string.find
+local str_gsub = string.gsub
 local math_floor = math.floor
 local shared = ngx.shared
 --- tostring that cannot raise: a __tostring that fails or returns no string gives the type.
@@ -28,7 +29,11 @@ local function show(v)
     if t == "string" then
         local s = v
         local cut = #s > 40 and str_sub(s, 1, 40) .. "..." or s
-        return str_format("%q", cut)
+        return (str_gsub(
+            str_format("%q", cut),
+            "\\\n",
+            "\\n"
+        ))
     end
     if t == "number" and v ~= v then
         return "nan"

@@ -17,6 +17,9 @@ local ERR = ngx.ERR
 local ngx_var = ngx.var
 local sha1_bin = ngx.sha1_bin
 local req_get_method = ngx.req.get_method
+local req_get_headers = ngx.req.get_headers
+--- Whether nginx joins a header's lines in its $http_ variable (1.23.0 on).
+local JOINS = ngx.config.nginx_version >= 1023000
 local str_sub = string.sub
 local str_gsub = string.gsub
 local lua_type = type
@@ -56,6 +59,18 @@ local function parseKey(raw)
         return nil
     end
     return k
+end
+--- Whether the key's header came in more than one line. nginx 1.23 and later join
+-- the lines of a $http_ variable with ", ", which parseKey refuses (the draft's
+-- key is one sf-Item); 1.22 gives the first line alone, and would claim a key the
+-- client never sent alone: asked of the request's headers there, only then.
+local function sentTwice(t)
+    local only = t.only
+    if JOINS or only == nil or str_sub(only, 1, 5) ~= "http_" then
+        return false
+    end
+    local h = req_get_headers()
+    return lua_type(h[str_sub(only, 6)]) == "table"
 end
 --- The request body (read now), or nil and the reason when it is larger than max.
 local function body(max)
@@ -123,7 +138,7 @@ local function access(g)
     end
     keys.note(g.name, g._key, true, g._missingWhat)
     local k = parseKey(raw)
-    if k == nil then
+    if k == nil or sentTwice(g._key) then
         stats.incr(g._dict, g.name, "missing_key")
         answers.problem(
             g,

@@ -33,6 +33,9 @@ local DECIDING = {
 local DAY = 86400000
 --- Least `wait` of idempotency, ms: the time a response's store may take to reach Redis after the client has the response.
 local MIN_WAIT = 1000
+--- Extra refusal headers. A name that is no HTTP token or a value with a control
+-- character would reach every refused client as a split or broken response (or be
+-- escaped by ngx_lua into something the operator never wrote): refused at new().
 local function headers(h)
     if h == nil then
         return nil, nil
@@ -43,6 +46,12 @@ local function headers(h)
     for k, v in lua_pairs(h) do
         if lua_type(k) ~= "string" or lua_type(v) ~= "string" then
             return check.fail("headers must be a table of name = value strings", k)
+        end
+        if not check.found(k, "^[!#$%%&'*+%-.^_`|~%w]+$") then
+            return check.fail("headers: a header name must be an HTTP token", k)
+        end
+        if check.found(v, "[^\t%C]") then
+            return check.fail("headers: the value of " .. k .. " has a control character", v)
         end
     end
     return h, nil

@@ -11,6 +11,7 @@ const lua_getmetatable = getmetatable;
 const str_sub = string.sub;
 const str_format = string.format;
 const str_find = string.find;
+const str_gsub = string.gsub;
 const math_floor = math.floor;
 const shared = ngx.shared;
 
@@ -35,7 +36,8 @@ function show(v: unknown): string {
   if (t === "string") {
     const s = v as string;
     const cut = s.length > 40 ? str_sub(s, 1, 40) + "..." : s;
-    return str_format("%q", cut);
+    // %q writes a newline as a backslash and a real newline: an error message stays on one line.
+    return str_gsub(str_format("%q", cut), "\\\n", "\\n")[0];
   }
   if (t === "number" && v !== v) {
     return "nan";

@@ -46,6 +46,9 @@ const ERR = ngx.ERR;
 const ngx_var = ngx.var;
 const sha1_bin = ngx.sha1_bin;
 const req_get_method = ngx.req.get_method;
+const req_get_headers = ngx.req.get_headers;
+/** Whether nginx joins a header's lines in its $http_ variable (1.23.0 on). */
+const JOINS = ngx.config.nginx_version >= 1023000;
 const str_sub = string.sub;
 const str_gsub = string.gsub;
 const lua_type = type;
@@ -90,6 +93,19 @@ function parseKey(raw: string): string | undefined {
   }
   if (k.length === 0 || k.length > MAX_KEY) return undefined;
   return k;
+}
+
+/**
+ * Whether the key's header came in more than one line. nginx 1.23 and later join
+ * the lines of a $http_ variable with ", ", which parseKey refuses (the draft's
+ * key is one sf-Item); 1.22 gives the first line alone, and would claim a key the
+ * client never sent alone: asked of the request's headers there, only then.
+ */
+function sentTwice(t: keys.Template): boolean {
+  const only = t.only;
+  if (JOINS || only === undefined || str_sub(only, 1, 5) !== "http_") return false;
+  const h = req_get_headers() as LuaTable<string, unknown>;
+  return lua_type(h.get(str_sub(only, 6))) === "table";
 }
 
 /** The request body (read now), or nil and the reason when it is larger than max. */
@@ -142,7 +158,7 @@ function access(g: Guard): void {
   }
   keys.note(g.name, g._key, true, g._missingWhat);
   const k = parseKey(raw);
-  if (k === undefined) {
+  if (k === undefined || sentTwice(g._key)) {
     stats.incr(g._dict, g.name, "missing_key");
     answers.problem(g, 400, "invalid-key", "Idempotency-Key invalid",
       "the key must be a quoted string or a token of 1 to " + lua_tostring(MAX_KEY) + " printable ASCII characters");

@@ -46,11 +46,18 @@ const DAY = 86400000;
 /** Least `wait` of idempotency, ms: the time a response's store may take to reach Redis after the client has the response. */
 const MIN_WAIT = 1000;
 
+/**
+ * Extra refusal headers. A name that is no HTTP token or a value with a control
+ * character would reach every refused client as a split or broken response (or be
+ * escaped by ngx_lua into something the operator never wrote): refused at new().
+ */
 function headers(this: void, h: unknown): LuaMultiReturn<[unknown, string | undefined]> {
   if (h === undefined) return $multi(undefined, undefined);
   if (lua_type(h) !== "table") return check.fail("headers must be a table of name = value strings", h);
   for (const [k, v] of lua_pairs(h as LuaTable<AnyNotNil, unknown>)) {
     if (lua_type(k) !== "string" || lua_type(v) !== "string") return check.fail("headers must be a table of name = value strings", k);
+    if (!check.found(k as string, "^[!#$%%&'*+%-.^_`|~%w]+$")) return check.fail("headers: a header name must be an HTTP token", k);
+    if (check.found(v as string, "[^\t%C]")) return check.fail("headers: the value of " + (k as string) + " has a control character", v);
   }
   return $multi(h, undefined);
 }

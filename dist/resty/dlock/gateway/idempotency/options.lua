@@ -55,6 +55,9 @@ function _M.store(v)
     if lua_type(v) ~= "table" then
         return check.fail(what, v)
     end
+    if #v == 0 or not check.isList(v) then
+        return check.fail(what, v)
+    end
     local s = {}
     for i, x in lua_pairs(v) do
         if lua_type(i) ~= "number" then

@@ -92,6 +92,8 @@ export function store(this: void, v: unknown): LuaMultiReturn<[unknown, string |
   if (v === undefined) return $multi(defaultStore(), undefined);
   const what = "store must be a list of statuses (200..599) and classes (\"2xx\"..\"5xx\")";
   if (lua_type(v) !== "table") return check.fail(what, v);
+  // An empty list would store nothing: every retry would run again, not what anyone means by it.
+  if ((v as unknown[]).length === 0 || !check.isList(v as LuaTable<AnyNotNil, unknown>)) return check.fail(what, v);
   const s = new LuaTable<number, boolean>();
   for (const [i, x] of lua_pairs(v as LuaTable<AnyNotNil, unknown>)) {
     if (lua_type(i) !== "number") return check.fail(what, i);

@@ -66,6 +66,40 @@ describe("crash recovery", function()
   end)
 end)
 
+describe("crash recovery while Redis does not answer", function()
+  local redis, peer
+  setup(function()
+    redis = h.start_redis()
+    peer = h.start_nginx("spec-peer.conf", { WORKERS = 1, REDIS_PORT = redis.port })
+  end)
+  teardown(function()
+    if peer then peer.stop() end
+    if redis then redis.stop() end
+  end)
+
+  it("gives a SIGKILLed worker's leases back once Redis answers again, not at their ttl", function()
+    local key = h.unique("p")
+    local a = hold(peer.port, key)
+    -- The replacement's sweep meets a Redis that does not answer (its give-back times out).
+    assert(redis.signal("STOP"))
+    assert(h.sh("kill -KILL " .. a.pid))
+    a.sock:close()
+    ngx.sleep(3)
+    assert(redis.signal("CONT"))
+    local t0, freed = now(), nil
+    while now() - t0 < 8 do
+      if h.cmd(redis.port, "get", "crash:" .. key) == ngx.null
+        and h.cmd(redis.port, "zscore", "crash:sem:" .. key, a.permit) == ngx.null then
+        freed = now() - t0
+        break
+      end
+      ngx.sleep(0.05)
+    end
+    assert.is_truthy(freed, "the dead worker's lock and permit are still taken 8 s after Redis came back (ttl 60 s)")
+    assert.is_true(freed < 5, "freed " .. tostring(freed) .. " s after Redis came back")
+  end)
+end)
+
 describe("the API in phases without cosockets", function()
   local n
   setup(function() n = h.start_nginx("spec-phases.conf", {}) end)
@@ -127,6 +161,8 @@ end)
 
 h.check_error_logs({
   "worker process %d+ exited on signal 9",  -- the SIGKILLed peer workers
+  -- The replacement's give-backs while its Redis is stopped: the first and the retries before it came back.
+  { "lua tcp socket read timed out, context: ngx%.timer", max = 4 },
   -- Guards called on purpose where they can refuse nothing (once per guard and worker).
   "dlock: guard phase%-%a+: access%(%) called in the %w+ phase, where it can refuse nothing",
 })

@@ -18,6 +18,7 @@ local lua_tostring = tostring
 local lua_pcall = pcall
 local lua_pairs = pairs
 local lua_ipairs = ipairs
+local math_min = math.min
 local lockKey = script.lockKey
 local quiet_tally = quiet.tally
 local quiet_add = quiet.add
@@ -34,8 +35,13 @@ local function dead(pid)
     local libc = ffi.C
     return libc.kill(pid, 0) ~= 0 and ffi.errno() == ESRCH
 end
---- Give back, in one batch, what dead workers of factory f left: leases (its release script) or tickets (its drop).
-local function giveBack(dict, f, s, items)
+--- Seconds before the first retry of a give-back, doubling up to RETRY_MAX while Redis does not take it.
+local RETRY_FIRST = 0.5
+local RETRY_MAX = 4
+--- Give back, in one batch, what dead workers of factory f left: leases (its
+-- release script) or tickets (its drop). Returns the items Redis did not take;
+-- `first`: the first try, which says why (the retries say nothing until they succeed).
+local function giveBack(dict, f, s, items, first)
     local targets = {}
     for _, it in lua_ipairs(items) do
         targets[#targets + 1] = it.target
@@ -43,6 +49,7 @@ local function giveBack(dict, f, s, items)
     local out = backend.batch(f.store.redis, s, targets)
     local released = 0
     local failed = quiet_tally()
+    local left = {}
     local why
     for i = 1, #items do
         local it = items[i]
@@ -56,10 +63,11 @@ local function giveBack(dict, f, s, items)
             end
         else
             quiet_add(failed, it.target.rkey)
+            left[#left + 1] = it
             why = why or out.errors[i]
         end
     end
-    if failed.count > 0 then
+    if failed.count > 0 and first then
         ngx_log(
             WARN,
             "dlock: recovery: ",
@@ -69,7 +77,7 @@ local function giveBack(dict, f, s, items)
             quiet_named(failed),
             "): ",
             check.reason(why),
-            " (they expire by their ttl)"
+            " (tried again until Redis takes it or their ttl runs out)"
         )
     end
     if released > 0 then
@@ -81,6 +89,49 @@ local function giveBack(dict, f, s, items)
             s == f.kind.drop and " waiter(s)" or " lease(s)",
             " of dead worker(s) on ",
             f.store.redis.endpoint
+        )
+    end
+    return left
+end
+--- Another try at what Redis did not take, for the items still recorded (a
+-- record leaves the dict when its lease's ttl is over: Redis has let it go by
+-- then). A worker exiting tries once more, and leaves the rest to their ttl.
+local function retry(premature, r, delay)
+    local still = {}
+    for _, it in lua_ipairs(r.items) do
+        if (ledger.holder(r.dict, it.rec)) ~= nil then
+            still[#still + 1] = it
+        end
+    end
+    if #still == 0 then
+        return
+    end
+    local left = giveBack(
+        r.dict,
+        r.f,
+        r.s,
+        still,
+        false
+    )
+    if premature or #left == 0 then
+        return
+    end
+    local next = math_min(delay * 2, RETRY_MAX)
+    timer_at(next, retry, {dict = r.dict, f = r.f, s = r.s, items = left}, next)
+end
+--- What Redis did not take at the first try, tried again soon.
+local function later(dict, f, s, items)
+    if #items == 0 then
+        return
+    end
+    local ok, err = timer_at(RETRY_FIRST, retry, {dict = dict, f = f, s = s, items = items}, RETRY_FIRST)
+    if not ok then
+        ngx_log(
+            WARN,
+            "dlock: recovery: cannot retry giving back ",
+            #items,
+            " key(s) of dead worker(s): ",
+            err
         )
     end
 end
@@ -131,10 +182,32 @@ local function sweep(premature, factories)
             end
         end
         for f, items in lua_pairs(leases) do
-            giveBack(dict, f, f.kind.release, items)
+            later(
+                dict,
+                f,
+                f.kind.release,
+                giveBack(
+                    dict,
+                    f,
+                    f.kind.release,
+                    items,
+                    true
+                )
+            )
         end
         for f, items in lua_pairs(tickets) do
-            giveBack(dict, f, f.kind.drop, items)
+            later(
+                dict,
+                f,
+                f.kind.drop,
+                giveBack(
+                    dict,
+                    f,
+                    f.kind.drop,
+                    items,
+                    true
+                )
+            )
         end
     end
 end

@@ -33,6 +33,7 @@ const lua_tostring = tostring;
 const lua_pcall = pcall;
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
+const math_min = math.min;
 const lockKey = script.lockKey;
 const quiet_tally = quiet.tally;
 const quiet_add = quiet.add;
@@ -63,14 +64,31 @@ interface Item {
   readonly target: backend.Target;
 }
 
-/** Give back, in one batch, what dead workers of factory f left: leases (its release script) or tickets (its drop). */
-function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Item[]): void {
+/** A give-back Redis did not take (down, paused, failing over): tried again until the records run out. */
+interface Retry {
+  readonly dict: NgxSharedDict;
+  readonly f: Factory;
+  readonly s: scripts.Script;
+  readonly items: Item[];
+}
+
+/** Seconds before the first retry of a give-back, doubling up to RETRY_MAX while Redis does not take it. */
+const RETRY_FIRST = 0.5;
+const RETRY_MAX = 4;
+
+/**
+ * Give back, in one batch, what dead workers of factory f left: leases (its
+ * release script) or tickets (its drop). Returns the items Redis did not take;
+ * `first`: the first try, which says why (the retries say nothing until they succeed).
+ */
+function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Item[], first: boolean): Item[] {
   const targets: backend.Target[] = [];
   for (const [_, it] of lua_ipairs(items)) targets.push(it.target);
   const out = backend.batch(f.store.redis, s, targets);
   let released = 0;
   // What Redis would not take: one line for the batch, not one per key.
   const failed = quiet_tally();
+  const left: Item[] = [];
   let why: string | undefined;
   for (const i of $range(1, items.length)) {
     const it = items[i - 1]!;
@@ -81,17 +99,44 @@ function giveBack(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Ite
       if (out.replies.get(i) !== 0) released++;
     } else {
       quiet_add(failed, it.target.rkey);
+      left.push(it);
       why = why ?? out.errors.get(i);
     }
   }
-  if (failed.count > 0) {
+  if (failed.count > 0 && first) {
     ngx_log(WARN, "dlock: recovery: ", s === f.kind.drop ? "dropping the tickets for " : "releasing ", failed.count,
-      " key(s) of dead worker(s) failed (", quiet_named(failed), "): ", check.reason(why), " (they expire by their ttl)");
+      " key(s) of dead worker(s) failed (", quiet_named(failed), "): ", check.reason(why),
+      " (tried again until Redis takes it or their ttl runs out)");
   }
   if (released > 0) {
     ngx_log(NOTICE, "dlock: recovery: ", s === f.kind.drop ? "dropped the tickets (or passed on the keys) of " : "released ",
       released, s === f.kind.drop ? " waiter(s)" : " lease(s)", " of dead worker(s) on ", f.store.redis.endpoint);
   }
+  return left;
+}
+
+/**
+ * Another try at what Redis did not take, for the items still recorded (a
+ * record leaves the dict when its lease's ttl is over: Redis has let it go by
+ * then). A worker exiting tries once more, and leaves the rest to their ttl.
+ */
+function retry(this: void, premature: boolean, r: Retry, delay: number): void {
+  const still: Item[] = [];
+  for (const [_, it] of lua_ipairs(r.items)) {
+    if (ledger.holder(r.dict, it.rec)[0] !== undefined) still.push(it);
+  }
+  if (still.length === 0) return;
+  const left = giveBack(r.dict, r.f, r.s, still, false);
+  if (premature || left.length === 0) return;
+  const next = math_min(delay * 2, RETRY_MAX);
+  timer_at(next, retry, { dict: r.dict, f: r.f, s: r.s, items: left }, next);
+}
+
+/** What Redis did not take at the first try, tried again soon. */
+function later(dict: NgxSharedDict, f: Factory, s: scripts.Script, items: Item[]): void {
+  if (items.length === 0) return;
+  const [ok, err] = timer_at(RETRY_FIRST, retry, { dict, f, s, items }, RETRY_FIRST);
+  if (!ok) ngx_log(WARN, "dlock: recovery: cannot retry giving back ", items.length, " key(s) of dead worker(s): ", err);
 }
 
 function add(todo: LuaTable<Factory, Item[]>, f: Factory, r: ledger.Record): void {
@@ -139,8 +184,8 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
         }
       }
     }
-    for (const [f, items] of lua_pairs(leases)) giveBack(dict, f, f.kind.release, items);
-    for (const [f, items] of lua_pairs(tickets)) giveBack(dict, f, f.kind.drop!, items);
+    for (const [f, items] of lua_pairs(leases)) later(dict, f, f.kind.release, giveBack(dict, f, f.kind.release, items, true));
+    for (const [f, items] of lua_pairs(tickets)) later(dict, f, f.kind.drop!, giveBack(dict, f, f.kind.drop!, items, true));
   }
 }
 

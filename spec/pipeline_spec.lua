@@ -417,6 +417,32 @@ describe("auto-pipelining", function()
     peer.stop()
   end)
 
+  it("takes back the acquires of a request that ended while they were on their way, in a worker a reload retired meanwhile",
+    function()
+    local peer = h.start_nginx("spec-peer.conf", { WORKERS = 1 })
+    assert.equal(SLOW.sha, h.cmd(nil, "script", "load", SLOW.src))
+    local key = h.unique("retired")
+    assert.equal(200, h.http(peer.port, "/abandon?key=" .. key .. "warm&n=8").status)
+    local old = peer.workers()
+    local busy = ngx.thread.spawn(h.cmd, nil, "evalsha", SLOW.sha, 1, "p:busy", 700, "busy")
+    ngx.sleep(0.05)
+    assert.is_true(h.http(peer.port, "/abandon?key=" .. key .. "&n=8", { abort_after = 250 }).aborted)
+    -- The worker that sent them is retired while the ones sent at once still wait for Redis.
+    assert(peer.reload())
+    assert(ngx.thread.wait(busy))
+    local function held()
+      local n = 0
+      for i = 1, 8 do n = n + h.cmd(nil, "exists", "crash:" .. key .. i) end
+      return n
+    end
+    local t0 = h.now()
+    h.eventually(10, function() return held() == 0 end)
+    assert.equal(0, held())
+    assert.is_true(h.now() - t0 < 8, (h.now() - t0) .. " s (ttl 30 s)")
+    assert.is_true(peer.exited(old, 5), "the retired worker still runs")
+    peer.stop()
+  end)
+
   it("answers a call that met NOSCRIPT as failed (it never ran) when a later call of its batch times out " ..
      "before the script could follow, at once", function()
     local c = conf({ read_timeout = 300 })

@@ -33,4 +33,11 @@ function _M.sleep(seconds)
     ngx_sleep(timeout(seconds))
 end
 _M.timeout = timeout
+--- Seconds an exiting worker (nginx -s reload or quit) goes on with its cleanup,
+-- at most: the sweep of releases Redis did not confirm (core/orphans.ts),
+-- retried until their leases would have expired, so that a key is not locked
+-- for its whole ttl once Redis is back (a lost acquire, retried for
+-- LOST_HORIZON elsewhere, would keep the old worker alive for minutes); and
+-- the take-back of acquires whose callers went away (redis/takeback.ts).
+_M.EXIT_HORIZON = 60
 return _M

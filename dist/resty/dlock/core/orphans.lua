@@ -26,12 +26,6 @@ local quiet_named = quiet.named
 _M.LOST_HORIZON = 600
 local FIRST_SWEEP_DELAY = 0.05
 local MAX_SWEEP_DELAY = 0.5
---- Seconds an exiting worker (nginx -s reload or quit) goes on sweeping, at
--- most: a release Redis did not confirm is retried until its lease would have
--- expired, so that the key is not locked for its whole ttl once Redis is back;
--- a lost acquire, retried for LOST_HORIZON elsewhere, would keep the old worker
--- alive for minutes.
-local EXIT_HORIZON = 60
 --- The line about cleanups given up: one per interval, not one per key (an outage can orphan thousands).
 local givenUp = quiet.make()
 local orphans = {}
@@ -122,9 +116,9 @@ local function sweepSafely()
 end
 --- The worker is exiting: no timer with a delay can be made any more. Sweep on
 -- in this one, sleeping between sweeps, until nothing is left (each orphan
--- settled or past its deadline) or EXIT_HORIZON has passed.
+-- settled or past its deadline) or EXIT_HORIZON (core/clock.ts) has passed.
 local function sweepWhileExiting(delay)
-    local stop = clock_now() + EXIT_HORIZON
+    local stop = clock_now() + clock.EXIT_HORIZON
     while #orphans > 0 and clock_now() < stop do
         clock_sleep(delay)
         delay = math_min(delay * 2, MAX_SWEEP_DELAY)

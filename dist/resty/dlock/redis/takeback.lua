@@ -11,6 +11,8 @@ local ERR = ngx.ERR
 local WARN = ngx.WARN
 local NOTICE = ngx.NOTICE
 local timer_at = ngx.timer.at
+local worker_exiting = ngx.worker.exiting
+local clock_sleep = clock.sleep
 local lua_pcall = pcall
 local lua_next = next
 local lua_pairs = pairs
@@ -89,14 +91,8 @@ function _M.settle(premature, conf, b)
 end
 --- Seconds between looks for acquires sent at once whose callers never came back.
 _M.WATCH = 1
---- Acquires sent at once whose callers never came back for the answer: their
--- request ended in the middle (a client abort) or their thread was killed.
--- A slot still there when its time is up says so without a look at the
--- request: every step of a call is bounded by a timeout, and its time
--- (patience) is their sum and a second more. Waiting for it matters too: the
--- connection was closed with the command perhaps not yet run, and by then it
--- has run (or Redis has been stuck that long).
-function _M.watcher(premature, lane)
+--- Take back the acquires of lane whose time is up.
+local function look(lane)
     local now = clock_now()
     local gone = {}
     for slot, b in lua_pairs(lane.acquires) do
@@ -117,7 +113,26 @@ function _M.watcher(premature, lane)
         end
         report(p)
     end
-    if premature or (lua_next(lane.acquires)) == nil or (timer_at(_M.WATCH, _M.watcher, lane)) == nil then
+end
+--- Acquires sent at once whose callers never came back for the answer: their
+-- request ended in the middle (a client abort) or their thread was killed.
+-- A slot still there when its time is up says so without a look at the
+-- request: every step of a call is bounded by a timeout, and its time
+-- (patience) is their sum and a second more. Waiting for it matters too: the
+-- connection was closed with the command perhaps not yet run, and by then it
+-- has run (or Redis has been stuck that long).
+function _M.watcher(premature, lane)
+    look(lane)
+    if premature or worker_exiting() then
+        local stop = clock_now() + clock.EXIT_HORIZON
+        while (lua_next(lane.acquires)) ~= nil and clock_now() < stop do
+            clock_sleep(_M.WATCH)
+            look(lane)
+        end
+        lane.watching = false
+        return
+    end
+    if (lua_next(lane.acquires)) == nil or (timer_at(_M.WATCH, _M.watcher, lane)) == nil then
         lane.watching = false
     end
 end

@@ -39,14 +39,6 @@ const quiet_named = quiet.named;
 export const LOST_HORIZON = 600;
 const FIRST_SWEEP_DELAY = 0.05; // seconds
 const MAX_SWEEP_DELAY = 0.5; // seconds between sweeps, at most
-/**
- * Seconds an exiting worker (nginx -s reload or quit) goes on sweeping, at
- * most: a release Redis did not confirm is retried until its lease would have
- * expired, so that the key is not locked for its whole ttl once Redis is back;
- * a lost acquire, retried for LOST_HORIZON elsewhere, would keep the old worker
- * alive for minutes.
- */
-const EXIT_HORIZON = 60;
 
 export interface Orphan extends backend.Target {
   /**
@@ -140,10 +132,10 @@ function sweepSafely(): void {
 /**
  * The worker is exiting: no timer with a delay can be made any more. Sweep on
  * in this one, sleeping between sweeps, until nothing is left (each orphan
- * settled or past its deadline) or EXIT_HORIZON has passed.
+ * settled or past its deadline) or EXIT_HORIZON (core/clock.ts) has passed.
  */
 function sweepWhileExiting(delay: number): void {
-  const stop = clock_now() + EXIT_HORIZON;
+  const stop = clock_now() + clock.EXIT_HORIZON;
   while (orphans.length > 0 && clock_now() < stop) {
     clock_sleep(delay);
     delay = math_min(delay * 2, MAX_SWEEP_DELAY);

@@ -20,6 +20,8 @@ const ERR = ngx.ERR;
 const WARN = ngx.WARN;
 const NOTICE = ngx.NOTICE;
 const timer_at = ngx.timer.at;
+const worker_exiting = ngx.worker.exiting;
+const clock_sleep = clock.sleep;
 const lua_pcall = pcall;
 const lua_next = next;
 const lua_pairs = pairs;
@@ -91,16 +93,8 @@ export function settle(this: void, premature: boolean, conf: redis.RedisConf, b:
 /** Seconds between looks for acquires sent at once whose callers never came back. */
 export const WATCH = 1;
 
-/**
- * Acquires sent at once whose callers never came back for the answer: their
- * request ended in the middle (a client abort) or their thread was killed.
- * A slot still there when its time is up says so without a look at the
- * request: every step of a call is bounded by a timeout, and its time
- * (patience) is their sum and a second more. Waiting for it matters too: the
- * connection was closed with the command perhaps not yet run, and by then it
- * has run (or Redis has been stuck that long).
- */
-export function watcher(this: void, premature: boolean, lane: Lane): void {
+/** Take back the acquires of lane whose time is up. */
+function look(lane: Lane): void {
   const now = clock_now();
   // Taking back yields: collect first (no new keys in a table while pairs() walks it).
   const gone: Batch[] = [];
@@ -122,6 +116,29 @@ export function watcher(this: void, premature: boolean, lane: Lane): void {
     }
     report(p);
   }
-  if (premature || lua_next(lane.acquires)[0] === undefined || timer_at(WATCH, watcher, lane)[0] === undefined) lane.watching = false;
 }
 
+/**
+ * Acquires sent at once whose callers never came back for the answer: their
+ * request ended in the middle (a client abort) or their thread was killed.
+ * A slot still there when its time is up says so without a look at the
+ * request: every step of a call is bounded by a timeout, and its time
+ * (patience) is their sum and a second more. Waiting for it matters too: the
+ * connection was closed with the command perhaps not yet run, and by then it
+ * has run (or Redis has been stuck that long).
+ */
+export function watcher(this: void, premature: boolean, lane: Lane): void {
+  look(lane);
+  if (premature || worker_exiting()) {
+    // No timer with a delay in an exiting worker (reload, quit): watch on in this
+    // one until the slots' time is up, or their keys would stay locked for their ttl.
+    const stop = clock_now() + clock.EXIT_HORIZON;
+    while (lua_next(lane.acquires)[0] !== undefined && clock_now() < stop) {
+      clock_sleep(WATCH);
+      look(lane);
+    }
+    lane.watching = false;
+    return;
+  }
+  if (lua_next(lane.acquires)[0] === undefined || timer_at(WATCH, watcher, lane)[0] === undefined) lane.watching = false;
+}

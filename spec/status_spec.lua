@@ -275,6 +275,16 @@ describe("status.report", function()
     end
   end)
 
+  it("shows a Cluster's masters as a list, [] before its slot map is read", function()
+    -- A Cluster endpoint this worker has never called: no slot map yet.
+    assert(require("resty.dlock").new({ dict = "dlock_status", prefix = "status-unread:",
+      redis = { cluster = { nodes = { "127.0.0.1:" .. h.free_port() } } } }))
+    local res = assert(h.http(h.env.http_port, "/dlock/status"))
+    assert.equal(200, res.status)
+    assert.is_truthy(res.body:find('"masters":[]', 1, true), res.body)
+    assert.is_falsy(res.body:find('"masters":{}', 1, true), res.body)
+  end)
+
   it("serves valid UTF-8 JSON (RFC 8259) when a held key is not: its bad bytes as U+FFFD", function()
     local locks = h.locks({ dict = "dlock_status", name = "utf8" })
     local lease = assert(locks:acquire("order-\xff\xfe-\xc3\xa9", { ttl = 20000 }))

@@ -24,6 +24,7 @@ local str_byte = string.byte
 local str_char = string.char
 local str_find = string.find
 local str_sub = string.sub
+local str_gsub = string.gsub
 --- A byte of a multi-byte UTF-8 sequence, or U+FFFD; built from bytes (the source is UTF-8 text).
 local HIGH = "[" .. str_char(128) .. "-" .. str_char(255) .. "]"
 local REPLACEMENT = str_char(239, 191, 189)
@@ -205,7 +206,11 @@ local function encode(r)
     for _, pair in lua_ipairs(rest) do
         local name = pair[1]
         local value = pair[2]
-        parts[#parts + 1] = member(name, value) or ""
+        local p = member(name, value) or ""
+        if name == "topology" then
+            p = (str_gsub(p, "\"masters\":{}", "\"masters\":[]"))
+        end
+        parts[#parts + 1] = p
     end
     for _, p in lua_ipairs(parts) do
         if p == "" then

@@ -28,6 +28,7 @@ const str_byte = string.byte;
 const str_char = string.char;
 const str_find = string.find;
 const str_sub = string.sub;
+const str_gsub = string.gsub;
 
 /** A byte of a multi-byte UTF-8 sequence, or U+FFFD; built from bytes (the source is UTF-8 text). */
 const HIGH = "[" + str_char(0x80) + "-" + str_char(0xff) + "]";
@@ -177,7 +178,10 @@ function encode(r: common.Report): LuaMultiReturn<[string | undefined, string | 
   for (const [_, pair] of lua_ipairs(rest)) {
     const name = pair[0];
     const value = pair[1];
-    parts.push(member(name, value) ?? "");
+    let p = member(name, value) ?? "";
+    // The same for a Cluster's masters before its slot map is read: a list, empty.
+    if (name === "topology") p = str_gsub(p, "\"masters\":{}", "\"masters\":[]")[0];
+    parts.push(p);
   }
   for (const [_, p] of lua_ipairs(parts)) {
     if (p === "") return $multi(undefined, "dlock: status: cannot encode the report as JSON");

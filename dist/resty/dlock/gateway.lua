@@ -10,6 +10,7 @@ local guard = require("resty.dlock.gateway.guard")
 local rate = require("resty.dlock.gateway.rate")
 local options = require("resty.dlock.gateway.options")
 local semaphore = require("resty.dlock.semaphore")
+local stats = require("resty.dlock.gateway.stats")
 local version = require("resty.dlock.version")
 _M._VERSION = version.VERSION
 local lua_tostring = tostring
@@ -114,7 +115,7 @@ function _M.new(opts)
             o.fleet,
             name,
             store.ttl,
-            store.redis.connect_timeout + store.redis.read_timeout
+            stats.probeWindow(store.redis)
         )
         if l == nil then
             return nil, llerr
@@ -148,6 +149,7 @@ function _M.new(opts)
         _headers = o.headers,
         _breakerFailures = o.breaker_failures,
         _breakerCooldown = o.breaker_cooldown,
+        _probeFor = stats.probeWindow(store.redis),
         _tryOpts = tryOpts,
         _waitOpts = waitOpts,
         _sharedMethods = sharedMethods,

@@ -25,6 +25,7 @@ import * as rate from "./gateway/rate";
 import type * as lease from "./core/lease";
 import * as options from "./gateway/options";
 import * as semaphore from "./semaphore";
+import * as stats from "./gateway/stats";
 
 import * as version from "./version";
 export const _VERSION = version.VERSION;
@@ -126,8 +127,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
 
   let fallback: lockLocal.Local | undefined;
   if (o.on_error === "local") {
-    const [l, llerr] = lockLocal.create(mode, o.permits ?? 1, o.fleet, name, store.ttl,
-      store.redis.connect_timeout + store.redis.read_timeout);
+    const [l, llerr] = lockLocal.create(mode, o.permits ?? 1, o.fleet, name, store.ttl, stats.probeWindow(store.redis));
     if (l === undefined) return $multi(undefined, llerr);
     fallback = l;
   } else if (o.fleet !== undefined) {
@@ -142,7 +142,8 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     _hold: o.hold ?? 0, _wait: store.wait, _renew: o.renew === true, _release: mode !== "throttle",
     _readBody: o.read_body === true, _onMissing: o.on_missing, _onError: o.on_error, _fallback: fallback,
     _rejectStatus: rejectStatus, _missingStatus: o.missing_status, _errorStatus: o.error_status, _headers: o.headers,
-    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown, _tryOpts: tryOpts, _waitOpts: waitOpts,
+    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown, _probeFor: stats.probeWindow(store.redis),
+    _tryOpts: tryOpts, _waitOpts: waitOpts,
     _sharedMethods: sharedMethods, _sharedTry: sharedTry, _sharedWait: sharedWait,
   };
   const made = lua_setmetatable(g, guard.mt) as unknown as guard.Guard;

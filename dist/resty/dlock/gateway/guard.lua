@@ -21,6 +21,15 @@ local function onRedisFailure(g, key)
         reject(g, g._errorStatus, nil)
     end
 end
+--- Must this request do without Redis? The breaker open; or half open and this
+-- is not the request that asks Redis whether it is back (with a local
+-- fallback, a timer of this nginx asks it, and no request).
+local function skipsRedis(g, fallback)
+    if fallback ~= nil then
+        return stats.breakerOpen(g._dict, g.name) or not lockLocal.probe(g, fallback)
+    end
+    return stats.skips(g._dict, g.name, g._probeFor)
+end
 --- The metatable of every guard of these modes (its __index, the methods, is set once they are).
 _M.mt = {}
 local guardMethods = {
@@ -43,7 +52,7 @@ local guardMethods = {
         end
         local key = hashed("", raw)
         local fallback = self._fallback
-        if stats.breakerOpen(self._dict, self.name) or fallback ~= nil and not lockLocal.probe(self, fallback) then
+        if skipsRedis(self, fallback) then
             incr(self._dict, self.name, "short_circuited")
             onRedisFailure(self, key)
             return

@@ -171,7 +171,7 @@ local function access(g)
         return
     end
     local fp = fingerprint(method, b)
-    if stats.breakerOpen(g._dict, g.name) then
+    if stats.skips(g._dict, g.name, g._probeFor) then
         stats.incr(g._dict, g.name, "short_circuited")
         answers.onRedisFailure(g, nil)
         return

@@ -78,9 +78,11 @@ local function endReq(rid, req, how, status)
         end
     end
 end
---- How the current request (in its log phase) ended: aborted by the client while an upstream worked, or logged.
+--- How the current request (in its log phase) ended: aborted by the client while
+-- an upstream worked, or logged. A connection nginx closed itself (444, after
+-- the upstream answered: error_page to return 444) is no client's abort.
 local function outcome()
-    if var_get("request_completion") ~= "OK" then
+    if var_get("request_completion") ~= "OK" and ngx_.status ~= 444 then
         local upstream = var_get("upstream_addr")
         if upstream ~= nil and upstream ~= "" then
             return "aborted"
@@ -263,4 +265,5 @@ function _M.track(owner, l)
     keep(owner)
     return req
 end
+_M.outcome = outcome
 return _M

@@ -18,15 +18,24 @@ local lua_tostring = tostring
 local lua_pcall = pcall
 --- Seconds between two log lines of one guard about its keys (per worker). Settable for tests.
 local settings = {interval = 60}
---- Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var...
+--- Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal,
+-- var, literal, var... As nginx reads its own templates: "${arg_org}-x" where a
+-- name runs into what follows, and a "$" that starts no name is an error.
 local function split(name, tpl)
     local parts = {}
     local pos = 1
     local n = 0
     while true do
-        local s, e, v = str_find(tpl, "%$([%a_][%w_]*)", pos)
+        local s = str_find(tpl, "$", pos, true)
         if s == nil then
             break
+        end
+        local _, e, v = str_find(tpl, "^([%a_][%w_]*)", s + 1)
+        if v == nil then
+            _, e, v = str_find(tpl, "^{([%a_][%w_]*)}", s + 1)
+        end
+        if v == nil then
+            return check.fail(name .. ": a \"$\" must start a variable name ($name or ${name})", tpl)
         end
         parts[n + 1] = str_sub(tpl, pos, s - 1)
         parts[n + 2] = v

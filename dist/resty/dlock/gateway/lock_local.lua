@@ -1,6 +1,7 @@
 -- Generated from src/resty/dlock/gateway/lock_local.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local check = require("resty.dlock.core.check")
+local inflight = require("resty.dlock.gateway.inflight")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
 local clock = require("resty.dlock.core.clock")
@@ -12,6 +13,7 @@ local lua_tostring = tostring
 local math_max = math.max
 local math_min = math.min
 local math_floor = math.floor
+local math_ceil = math.ceil
 local incr = stats.incr
 --- The guards of this nginx with a local share (gateway.log() ends their slots too).
 local withLocal = {}
@@ -22,7 +24,7 @@ end
 --- Entries of `held` before the dead ones are swept.
 local SWEEP = 256
 --- The local share of a guard of mode `mode` with `permits`, for `fleet` nginx; nil and the error for a bad fleet.
-function _M.create(mode, permits, fleet, name, ttlMs, callMs)
+function _M.create(mode, permits, fleet, name, ttlMs, probeFor)
     local n, err = check.integer(
         "fleet",
         fleet,
@@ -41,18 +43,31 @@ function _M.create(mode, permits, fleet, name, ttlMs, callMs)
         share = share,
         prefix = "ll:" .. name .. ":",
         ttl = ttlMs / 1000,
-        probeFor = callMs / 1000 + 0.1,
+        probeFor = probeFor,
         held = {},
         count = 0
     }, nil
+end
+--- Forget the slot request rid held: given back, or (its client gone while the upstream works) left to run out.
+local function forget(g, l, rid, slot, giveBack)
+    if giveBack then
+        g._dict:delete(slot)
+    end
+    l.held[rid] = nil
+    l.count = l.count - 1
+    stats.adjust(g._dict, g.name, "in_flight", -1)
 end
 --- Free the slots of requests of this worker that ended without log().
 local function sweep(g, l)
     for k, h in lua_pairs(l.held) do
         if not request.alive(h.anchor) then
-            g._dict:delete(h.slot)
-            l.held[k] = nil
-            l.count = l.count - 1
+            forget(
+                g,
+                l,
+                k,
+                h.slot,
+                true
+            )
         end
     end
 end
@@ -68,6 +83,43 @@ local function take(g, l, k)
     end
     return nil
 end
+--- A free slot of hashed key k, taken; when all are held, after freeing those of
+-- this worker's requests that ended without log() (a slot must not outlive its
+-- request until the ttl only because no log phase ran).
+local function takeOrSweep(g, l, k)
+    local slot = take(g, l, k)
+    if slot ~= nil or l.count == 0 then
+        return slot
+    end
+    sweep(g, l)
+    return take(g, l, k)
+end
+--- Ms until the first of k's slots runs out: when a refused request may try again at the latest.
+local function retryAfter(g, l, k)
+    local least = l.ttl
+    for i = 1, l.share do
+        local left = g._dict:ttl(l.prefix .. k .. ":" .. lua_tostring(i))
+        if left ~= nil and left < least then
+            least = left
+        end
+    end
+    return math_ceil(least * 1000)
+end
+--- In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again.
+local function probeRedis(premature, g)
+    if premature then
+        return
+    end
+    local lease, err = g._locks:acquire("dlock-probe", g._tryOpts)
+    if lease == nil and err ~= "busy" and err ~= "timeout" then
+        stats.probeFailed(g, err, g._fallback.probeFor, probeRedis)
+        return
+    end
+    if lease ~= nil then
+        lease:release()
+    end
+    stats.success(g._dict, g.name)
+end
 --- Decide for hashed key k on this nginx alone: let the request through holding
 -- a slot (released by finish()), or refuse it with the guard's reject_status
 -- once `wait` ran out.
@@ -80,10 +132,13 @@ function _M.access(g, l, k, refuse)
             return
         end
     end
+    if stats.breakerOpen(g._dict, g.name) then
+        stats.probeWhenCool(g, l.probeFor, probeRedis)
+    end
     if l.count >= SWEEP then
         sweep(g, l)
     end
-    local slot = take(g, l, k)
+    local slot = takeOrSweep(g, l, k)
     if slot == nil and g._wait > 0 then
         ngx_update_time()
         local deadline = clock_now() + g._wait / 1000
@@ -96,12 +151,16 @@ function _M.access(g, l, k, refuse)
             clock_sleep(math_min(nap, left))
             nap = math_min(nap * 2, 0.05)
             ngx_update_time()
-            slot = take(g, l, k)
+            slot = takeOrSweep(g, l, k)
         end
     end
     if slot == nil then
         incr(g._dict, g.name, "local_rejected")
-        refuse(g, g._rejectStatus, nil)
+        refuse(
+            g,
+            g._rejectStatus,
+            retryAfter(g, l, k)
+        )
         return
     end
     incr(g._dict, g.name, "local_admitted")
@@ -109,13 +168,16 @@ function _M.access(g, l, k, refuse)
         local old = l.held[a.id]
         if old == nil then
             l.count = l.count + 1
+            stats.adjust(g._dict, g.name, "in_flight", 1)
         else
             g._dict:delete(old.slot)
         end
         l.held[a.id] = {anchor = a, slot = slot}
     end
 end
---- In log(): give back the slot this request took locally, if any.
+--- In log(): give back the slot this request took locally, if any; a client
+-- that went away while the upstream works leaves it to run out (the backend
+-- may still be busy with its request), as a Redis lease is kept.
 local function finish(g, l)
     if l.count == 0 then
         return
@@ -128,9 +190,17 @@ local function finish(g, l)
     if h == nil then
         return
     end
-    g._dict:delete(h.slot)
-    l.held[rid] = nil
-    l.count = l.count - 1
+    local aborted = inflight.outcome() == "aborted"
+    if aborted then
+        incr(g._dict, g.name, "aborted")
+    end
+    forget(
+        g,
+        l,
+        rid,
+        h.slot,
+        not aborted
+    )
 end
 --- gateway.log(): give back what the request took locally from any guard.
 function _M.finishAll()
@@ -138,21 +208,6 @@ function _M.finishAll()
         local g = withLocal[i]
         finish(g, g._fallback)
     end
-end
---- In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again.
-local function probeRedis(premature, g)
-    if premature then
-        return
-    end
-    local lease, err = g._locks:acquire("dlock-probe", g._tryOpts)
-    if lease == nil and err ~= "busy" and err ~= "timeout" then
-        stats.noteFailure(g, err)
-        return
-    end
-    if lease ~= nil then
-        lease:release()
-    end
-    stats.success(g._dict, g.name)
 end
 --- After the cool-down (half open): may this request ask Redis? Not until a
 -- probe in a timer of this nginx found Redis back (one at a time).

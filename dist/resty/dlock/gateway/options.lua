@@ -80,7 +80,7 @@ end
 local function key(v)
     return keys.compile("key", v)
 end
-local STATUS = "an HTTP status code"
+local STATUS = "an HTTP status code from 300 to 599 (a refusal must not read as a success)"
 _M.SPECS = {
     {name = "mode", kind = "enum", values = {
         "dedup",
@@ -207,7 +207,7 @@ _M.SPECS = {
     {
         name = "reject_status",
         kind = "integer",
-        min = 200,
+        min = 300,
         max = 599,
         unit = STATUS,
         doc = "per mode",
@@ -216,7 +216,7 @@ _M.SPECS = {
     {
         name = "missing_status",
         kind = "integer",
-        min = 200,
+        min = 300,
         max = 599,
         unit = STATUS,
         default = 400,
@@ -284,7 +284,7 @@ _M.SPECS = {
     {
         name = "error_status",
         kind = "integer",
-        min = 200,
+        min = 300,
         max = 599,
         unit = STATUS,
         default = 503

@@ -27,16 +27,27 @@ local SEEN_SWEEP = 1000
 local function finish(g, status, retryAfterMs)
     return shared.refuse(g._headers, status, retryAfterMs)
 end
+--- Set a RateLimit field to this guard's items, after those another rate guard
+-- of the request set already (per client and per API key: both lists go out,
+-- one field each, as the draft has several policies in one field).
+local function field(header, name, items)
+    local before = header[name]
+    header[name] = lua_type(before) == "string" and before .. ", " .. items or items
+end
 --- The RateLimit fields of a reply.
 local function fields(g, reply)
     local header = ngx_.header
-    header["RateLimit-Policy"] = g._policy
+    field(header, "RateLimit-Policy", g._policy)
     local items = g._items
     if #items == 1 then
-        header.RateLimit = items[1] .. str_format(
-            "%d;t=%d",
-            reply[3],
-            math_ceil(reply[4] / 1000)
+        field(
+            header,
+            "RateLimit",
+            items[1] .. str_format(
+                "%d;t=%d",
+                reply[3],
+                math_ceil(reply[4] / 1000)
+            )
         )
         return
     end
@@ -48,10 +59,15 @@ local function fields(g, reply)
             math_ceil(reply[2 + 2 * i] / 1000)
         )
     end
-    header.RateLimit = tbl_concat(parts, ", ")
+    field(
+        header,
+        "RateLimit",
+        tbl_concat(parts, ", ")
+    )
 end
 local function onRedisFailure(g, k)
     if g._shares ~= nil then
+        fallback.degraded(g)
         local reply = fallback.decide(g._dict, k, g._shares, g._cost)
         if g._policy ~= nil then
             fields(g, reply)
@@ -107,7 +123,7 @@ local function access(g)
         return
     end
     local rkey = hashed(g._prefix, raw)
-    if stats.breakerOpen(g._dict, g.name) or g._shares ~= nil and not fallback.probe(g) then
+    if g._shares ~= nil and (stats.breakerOpen(g._dict, g.name) or not fallback.probe(g)) or g._shares == nil and stats.skips(g._dict, g.name, g._probeFor) then
         incr(g._dict, g.name, "short_circuited")
         onRedisFailure(
             g,
@@ -233,7 +249,7 @@ function _M.create(o, name)
         _onMissing = onMissing,
         _onError = onError,
         _shares = shares,
-        _probeFor = (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1,
+        _probeFor = stats.probeWindow(conf),
         _rejectStatus = rejectStatus,
         _missingStatus = missingStatus,
         _errorStatus = o.error_status,

@@ -78,10 +78,16 @@ local function probeRedis(premature, g)
         1
     )
     if reply == nil then
-        stats.noteFailure(g, err)
+        stats.probeFailed(g, err, g._probeFor, probeRedis)
         return
     end
     stats.success(g._dict, g.name)
+end
+--- A decision made locally while the breaker is open: the probe is due at the end of the cool-down.
+function _M.degraded(g)
+    if stats.breakerOpen(g._dict, g.name) then
+        stats.probeWhenCool(g, g._probeFor, probeRedis)
+    end
 end
 --- With on_error = "local", after the cool-down (half open): may this request
 -- ask Redis? Not until a probe in a timer of this nginx has found Redis back

@@ -40,7 +40,13 @@ local function make(guard)
     for i = 1, #_M.EVENTS do
         events[_M.EVENTS[i]] = "c:" .. guard .. ":" .. _M.EVENTS[i]
     end
-    local k = {events = events, gauges = {}, open = "b:open:" .. guard, fail = "b:fail:" .. guard}
+    local k = {
+        events = events,
+        gauges = {},
+        open = "b:open:" .. guard,
+        fail = "b:fail:" .. guard,
+        probe = "b:probe:" .. guard
+    }
     keysOf[guard] = k
     return k
 end
@@ -85,7 +91,12 @@ function _M.probed(g, probeFor, probe)
     if breakerState(g._dict, g.name) ~= "half_open" then
         return true
     end
-    if dictcount.mark(g._dict, "b:probe:" .. g.name, true, probeFor) then
+    if dictcount.mark(
+        g._dict,
+        keys(g.name).probe,
+        true,
+        probeFor
+    ) then
         local ok, err = ngx_.timer.at(0, probe, g)
         if ok == nil then
             ngx_log(
@@ -101,6 +112,25 @@ function _M.probed(g, probeFor, probe)
 end
 function _M.breakerOpen(dict, guard)
     return (dict:get(keys(guard).open)) ~= nil
+end
+--- Must this request do without Redis (on_error = "allow" / "deny")? While the
+-- breaker is open; and half open, after the cool-down, unless it is the one
+-- request of this nginx that asks Redis whether it is back (for up to probeFor
+-- seconds): the others do without, as while open, and none but that one waits
+-- on a Redis that may still be gone.
+function _M.skips(dict, guard, probeFor)
+    local k = keys(guard)
+    if (dict:get(k.open)) ~= nil then
+        return true
+    end
+    if (dict:get(k.fail)) ~= HALF then
+        return false
+    end
+    return not dictcount.mark(dict, k.probe, true, probeFor)
+end
+--- Seconds one probe of a half-open breaker has (a call's connect and read) before another may start.
+function _M.probeWindow(conf)
+    return (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1
 end
 --- Count a Redis failure; open the breaker after `threshold` in a row, or at once when half open.
 local function failure(dict, guard, threshold, cooldownMs)
@@ -133,6 +163,7 @@ function _M.success(dict, guard)
     end
     dict:delete(k.fail)
     if v == HALF then
+        dict:delete(k.probe)
         ngx_log(NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed")
     end
 end
@@ -146,6 +177,34 @@ local function noteFailure(g, err)
         ": ",
         check.reason(err)
     )
+end
+--- With a local fallback whose breaker is open: a timer of this nginx asks Redis
+-- (probe) once the cool-down is over, whether requests come or not (an idle
+-- guard would say degraded until its next request). One per nginx: a request
+-- meanwhile finds its mark (probed()) and decides locally.
+local function probeWhenCool(g, probeFor, probe)
+    local k = keys(g.name)
+    local cool = g._breakerCooldown / 1000
+    if not dictcount.mark(g._dict, k.probe, true, cool + probeFor) then
+        return
+    end
+    local ok, err = ngx_.timer.at(cool, probe, g)
+    if ok == nil then
+        g._dict:delete(k.probe)
+        ngx_log(
+            ERR,
+            "dlock: guard ",
+            g.name,
+            ": cannot start a timer to probe Redis: ",
+            err
+        )
+    end
+end
+--- A probe found Redis failing still: the breaker opens again, and the next probe is due after its cool-down.
+function _M.probeFailed(g, err, probeFor, probe)
+    noteFailure(g, err)
+    g._dict:delete(keys(g.name).probe)
+    probeWhenCool(g, probeFor, probe)
 end
 --- Redis failed a request's call: counted as redis_errors, then as noteFailure.
 function _M.redisFailed(g, err)
@@ -180,4 +239,5 @@ _M.breakerState = breakerState
 _M.failure = failure
 _M.incr = incr
 _M.noteFailure = noteFailure
+_M.probeWhenCool = probeWhenCool
 return _M

@@ -62,6 +62,8 @@ export interface State {
   readonly _headers: LuaTable<string, string> | undefined;
   readonly _breakerFailures: number;
   readonly _breakerCooldown: number;
+  /** Seconds a half-open breaker's probe has (stats.probeWindow). */
+  readonly _probeFor: number;
   /** Reused acquire options: first try without waiting, then with the wait budget. */
   readonly _tryOpts: LuaTable<string, unknown>;
   readonly _waitOpts: LuaTable<string, unknown>;
@@ -88,6 +90,16 @@ function onRedisFailure(g: Guard, key: string): void {
   if (!stats.failedOpen(g)) reject(g, g._errorStatus, undefined);
 }
 
+/**
+ * Must this request do without Redis? The breaker open; or half open and this
+ * is not the request that asks Redis whether it is back (with a local
+ * fallback, a timer of this nginx asks it, and no request).
+ */
+function skipsRedis(g: Guard, fallback: lockLocal.Local | undefined): boolean {
+  if (fallback !== undefined) return stats.breakerOpen(g._dict, g.name) || !lockLocal.probe(g, fallback);
+  return stats.skips(g._dict, g.name, g._probeFor);
+}
+
 /** The metatable of every guard of these modes (its __index, the methods, is set once they are). */
 export const mt: { __index?: object } = {};
 
@@ -109,7 +121,7 @@ const guardMethods = {
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
     const key = hashed("", raw);
     const fallback = this._fallback;
-    if (stats.breakerOpen(this._dict, this.name) || (fallback !== undefined && !lockLocal.probe(this, fallback))) {
+    if (skipsRedis(this, fallback)) {
       incr(this._dict, this.name, "short_circuited");
       onRedisFailure(this, key);
       return;

@@ -175,7 +175,7 @@ function access(g: Guard): void {
     return;
   }
   const fp = fingerprint(method, b);
-  if (stats.breakerOpen(g._dict, g.name)) {
+  if (stats.skips(g._dict, g.name, g._probeFor)) {
     stats.incr(g._dict, g.name, "short_circuited");
     answers.onRedisFailure(g, undefined);
     return;

@@ -131,9 +131,13 @@ function endReq(rid: number, req: Req, how: End, status: number): void {
   }
 }
 
-/** How the current request (in its log phase) ended: aborted by the client while an upstream worked, or logged. */
+/**
+ * How the current request (in its log phase) ended: aborted by the client while
+ * an upstream worked, or logged. A connection nginx closed itself (444, after
+ * the upstream answered: error_page to return 444) is no client's abort.
+ */
 function outcome(): End {
-  if (var_get("request_completion") !== "OK") {
+  if (var_get("request_completion") !== "OK" && ngx_.status !== 444) {
     const upstream = var_get("upstream_addr");
     if (upstream !== undefined && upstream !== "") {
       return "aborted";
@@ -298,3 +302,4 @@ export function track(owner: Owner, l: lease.Lease): request.Anchor | undefined 
   keep(owner);
   return req;
 }
+export { outcome };

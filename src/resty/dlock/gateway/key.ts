@@ -37,14 +37,21 @@ export interface Template {
 /** Seconds between two log lines of one guard about its keys (per worker). Settable for tests. */
 const settings = { interval: 60 };
 
-/** Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal, var, literal, var... */
+/**
+ * Split "$remote_addr:$uri" into { "", "remote_addr", ":", "uri" }: literal,
+ * var, literal, var... As nginx reads its own templates: "${arg_org}-x" where a
+ * name runs into what follows, and a "$" that starts no name is an error.
+ */
 function split(name: string, tpl: string): LuaMultiReturn<[LuaTable<number, string> | undefined, string | undefined]> {
   const parts = new LuaTable<number, string>();
   let pos = 1;
   let n = 0;
   while (true) {
-    const [s, e, v] = str_find(tpl, "%$([%a_][%w_]*)", pos);
+    const [s] = str_find(tpl, "$", pos, true);
     if (s === undefined) break;
+    let [_, e, v] = str_find(tpl, "^([%a_][%w_]*)", s + 1);
+    if (v === undefined) [_, e, v] = str_find(tpl, "^{([%a_][%w_]*)}", s + 1);
+    if (v === undefined) return check.fail(name + ": a \"$\" must start a variable name ($name or ${name})", tpl);
     parts.set(n + 1, str_sub(tpl, pos, s - 1));
     parts.set(n + 2, v as string);
     n += 2;

@@ -10,8 +10,10 @@
 // A share is `share` slots per key in the dict, "ll:<guard>:<key>:<i>", each
 // taken with add() (atomic across workers) and deleted when the request ends
 // (the guard's log(), or, for a request that ended without it, the next
-// access() of this worker that sweeps). A slot also expires after the guard's
-// ttl, not renewed: a request longer than the ttl loses its slot. Waiting
+// access() of this worker that finds the key's slots held). A client that went
+// away while the upstream works leaves its slot to run out, as a Redis lease is
+// kept. A slot also expires after the guard's ttl, not renewed: a request
+// longer than the ttl loses its slot. Waiting
 // (`wait`) polls the slots, 5 to 50 ms apart, until the wait runs out.
 //
 // After the breaker's cool-down no request asks Redis until a probe in a timer
@@ -21,6 +23,7 @@
 
 import * as check from "../core/check";
 import type * as guard from "./guard";
+import * as inflight from "./inflight";
 import * as request from "./request";
 import * as stats from "./stats";
 import * as clock from "../core/clock";
@@ -33,6 +36,7 @@ const lua_tostring = tostring;
 const math_max = math.max;
 const math_min = math.min;
 const math_floor = math.floor;
+const math_ceil = math.ceil;
 const incr = stats.incr;
 
 /** A slot this worker's request holds. */
@@ -68,26 +72,30 @@ export function register(g: guard.Guard): void {
 const SWEEP = 256;
 
 /** The local share of a guard of mode `mode` with `permits`, for `fleet` nginx; nil and the error for a bad fleet. */
-export function create(mode: string, permits: number, fleet: unknown, name: string, ttlMs: number, callMs: number):
+export function create(mode: string, permits: number, fleet: unknown, name: string, ttlMs: number, probeFor: number):
   LuaMultiReturn<[Local | undefined, string | undefined]> {
   const [n, err] = check.integer("fleet", fleet, 1, 10000,
     "a positive integer with on_error = \"local\" (how many nginx share the " + (mode === "mutex" ? "lock" : "permits") + ")");
   if (n === undefined) return $multi(undefined, err);
   const share = mode === "mutex" ? 1 : math_max(1, math_floor(permits / n));
   return $multi({
-    share, prefix: "ll:" + name + ":", ttl: ttlMs / 1000, probeFor: callMs / 1000 + 0.1,
+    share, prefix: "ll:" + name + ":", ttl: ttlMs / 1000, probeFor,
     held: new LuaTable<number, Held>(), count: 0,
   }, undefined);
+}
+
+/** Forget the slot request rid held: given back, or (its client gone while the upstream works) left to run out. */
+function forget(g: guard.Guard, l: Local, rid: number, slot: string, giveBack: boolean): void {
+  if (giveBack) g._dict.delete(slot);
+  l.held.set(rid, undefined as unknown as Held);
+  l.count--;
+  stats.adjust(g._dict, g.name, "in_flight", -1);
 }
 
 /** Free the slots of requests of this worker that ended without log(). */
 function sweep(g: guard.Guard, l: Local): void {
   for (const [k, h] of lua_pairs(l.held)) {
-    if (!request.alive(h.anchor)) {
-      g._dict.delete(h.slot);
-      l.held.set(k, undefined as unknown as Held);
-      l.count--;
-    }
+    if (!request.alive(h.anchor)) forget(g, l, k, h.slot, true);
   }
 }
 
@@ -105,6 +113,40 @@ function take(g: guard.Guard, l: Local, k: string): string | undefined {
 }
 
 /**
+ * A free slot of hashed key k, taken; when all are held, after freeing those of
+ * this worker's requests that ended without log() (a slot must not outlive its
+ * request until the ttl only because no log phase ran).
+ */
+function takeOrSweep(g: guard.Guard, l: Local, k: string): string | undefined {
+  const slot = take(g, l, k);
+  if (slot !== undefined || l.count === 0) return slot;
+  sweep(g, l);
+  return take(g, l, k);
+}
+
+/** Ms until the first of k's slots runs out: when a refused request may try again at the latest. */
+function retryAfter(g: guard.Guard, l: Local, k: string): number {
+  let least = l.ttl;
+  for (const i of $range(1, l.share)) {
+    const [left] = g._dict.ttl(l.prefix + k + ":" + lua_tostring(i));
+    if (left !== undefined && left < least) least = left;
+  }
+  return math_ceil(least * 1000);
+}
+
+/** In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again. */
+function probeRedis(this: void, premature: boolean, g: guard.Guard): void {
+  if (premature) return;
+  const [lease, err] = g._locks.acquire("dlock-probe", g._tryOpts);
+  if (lease === undefined && err !== "busy" && err !== "timeout") {
+    stats.probeFailed(g, err, g._fallback!.probeFor, probeRedis);
+    return;
+  }
+  if (lease !== undefined) lease.release();
+  stats.success(g._dict, g.name);
+}
+
+/**
  * Decide for hashed key k on this nginx alone: let the request through holding
  * a slot (released by finish()), or refuse it with the guard's reject_status
  * once `wait` ran out.
@@ -118,8 +160,9 @@ export function access(g: guard.Guard, l: Local, k: string,
     // Back through an internal redirect: it holds its slot already.
     if (h !== undefined && request.alive(h.anchor)) return;
   }
+  if (stats.breakerOpen(g._dict, g.name)) stats.probeWhenCool(g, l.probeFor, probeRedis);
   if (l.count >= SWEEP) sweep(g, l);
-  let slot = take(g, l, k);
+  let slot = takeOrSweep(g, l, k);
   if (slot === undefined && g._wait > 0) {
     ngx_update_time();
     const deadline = clock_now() + g._wait / 1000;
@@ -130,33 +173,41 @@ export function access(g: guard.Guard, l: Local, k: string,
       clock_sleep(math_min(nap, left));
       nap = math_min(nap * 2, 0.05);
       ngx_update_time();
-      slot = take(g, l, k);
+      slot = takeOrSweep(g, l, k);
     }
   }
   if (slot === undefined) {
     incr(g._dict, g.name, "local_rejected");
-    refuse(g, g._rejectStatus, undefined);
+    refuse(g, g._rejectStatus, retryAfter(g, l, k));
     return;
   }
   incr(g._dict, g.name, "local_admitted");
   if (a !== undefined) {
     const old = l.held.get(a.id);
-    if (old === undefined) l.count++;
-    else g._dict.delete(old.slot);
+    if (old === undefined) {
+      l.count++;
+      stats.adjust(g._dict, g.name, "in_flight", 1);
+    } else {
+      g._dict.delete(old.slot);
+    }
     l.held.set(a.id, { anchor: a, slot });
   }
 }
 
-/** In log(): give back the slot this request took locally, if any. */
+/**
+ * In log(): give back the slot this request took locally, if any; a client
+ * that went away while the upstream works leaves it to run out (the backend
+ * may still be busy with its request), as a Redis lease is kept.
+ */
 function finish(g: guard.Guard, l: Local): void {
   if (l.count === 0) return;
   const rid = request.id();
   if (rid === undefined) return;
   const h = l.held.get(rid);
   if (h === undefined) return;
-  g._dict.delete(h.slot);
-  l.held.set(rid, undefined as unknown as Held);
-  l.count--;
+  const aborted = inflight.outcome() === "aborted";
+  if (aborted) incr(g._dict, g.name, "aborted");
+  forget(g, l, rid, h.slot, !aborted);
 }
 
 /** gateway.log(): give back what the request took locally from any guard. */
@@ -165,18 +216,6 @@ export function finishAll(): void {
     const g = withLocal[i - 1]!;
     finish(g, g._fallback!);
   }
-}
-
-/** In a timer: does Redis answer again? An acquire and release of the guard's probe key closes the breaker, or opens it again. */
-function probeRedis(this: void, premature: boolean, g: guard.Guard): void {
-  if (premature) return;
-  const [lease, err] = g._locks.acquire("dlock-probe", g._tryOpts);
-  if (lease === undefined && err !== "busy" && err !== "timeout") {
-    stats.noteFailure(g, err);
-    return;
-  }
-  if (lease !== undefined) lease.release();
-  stats.success(g._dict, g.name);
 }
 
 /**

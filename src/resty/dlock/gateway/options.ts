@@ -85,7 +85,7 @@ function key(this: void, v: unknown): LuaMultiReturn<[unknown, string | undefine
   return keys.compile("key", v);
 }
 
-const STATUS = "an HTTP status code";
+const STATUS = "an HTTP status code from 300 to 599 (a refusal must not read as a success)";
 
 export const SPECS: schema.Spec[] = [
   { name: "mode", kind: "enum", values: ["dedup", "concurrency", "throttle", "mutex", "idempotency", "rate"], required: true },
@@ -125,8 +125,8 @@ export const SPECS: schema.Spec[] = [
     name: "read_body", kind: "boolean", default: false, modes: LOCKING,
     notFor: { throttle: "it holds nothing while the request runs" },
   },
-  { name: "reject_status", kind: "integer", min: 200, max: 599, unit: STATUS, doc: "per mode", modes: DECIDING },
-  { name: "missing_status", kind: "integer", min: 200, max: 599, unit: STATUS, default: 400, modes: DECIDING },
+  { name: "reject_status", kind: "integer", min: 300, max: 599, unit: STATUS, doc: "per mode", modes: DECIDING },
+  { name: "missing_status", kind: "integer", min: 300, max: 599, unit: STATUS, default: 400, modes: DECIDING },
   {
     name: "ttl", kind: "integer", min: 1000, max: 30 * DAY, unit: "an integer of ms (at least 1000)", default: DAY,
     modes: IDEMPOTENCY,
@@ -148,7 +148,7 @@ export const SPECS: schema.Spec[] = [
   },
   { name: "store", kind: "check", check: idem.store, doc: "2xx, 3xx, 4xx except 408/409/425/429, and 500", modes: IDEMPOTENCY },
   { name: "store_headers", kind: "check", check: idem.storeHeaders, doc: "none", modes: IDEMPOTENCY },
-  { name: "error_status", kind: "integer", min: 200, max: 599, unit: STATUS, default: 503 },
+  { name: "error_status", kind: "integer", min: 300, max: 599, unit: STATUS, default: 503 },
   { name: "headers", kind: "check", check: headers, doc: "none" },
   { name: "breaker_failures", kind: "integer", min: 1, max: 1000000, unit: "a positive integer", default: 3 },
   { name: "breaker_cooldown", kind: "integer", min: 1, max: 3600000, unit: "a positive integer of ms", default: 5000 },

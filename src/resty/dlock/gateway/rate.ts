@@ -92,25 +92,36 @@ function finish(g: Guard, status: number, retryAfterMs: number | undefined): nev
   return shared.refuse(g._headers, status, retryAfterMs);
 }
 
+/**
+ * Set a RateLimit field to this guard's items, after those another rate guard
+ * of the request set already (per client and per API key: both lists go out,
+ * one field each, as the draft has several policies in one field).
+ */
+function field(header: LuaTable<string, unknown>, name: string, items: string): void {
+  const before = header.get(name);
+  header.set(name, lua_type(before) === "string" ? (before as string) + ", " + items : items);
+}
+
 /** The RateLimit fields of a reply. */
 function fields(g: Guard, reply: LuaTable<number, number>): void {
-  const header = ngx_.header;
-  header.set("RateLimit-Policy", g._policy);
+  const header = ngx_.header as unknown as LuaTable<string, unknown>;
+  field(header, "RateLimit-Policy", g._policy!);
   const items = g._items;
   if (items.length === 1) {
     // One limit without the loop (a loop on the request's path keeps it out of LuaJIT's traces).
-    header.set("RateLimit", items[0]! + str_format("%d;t=%d", reply.get(3), math_ceil(reply.get(4) / 1000)));
+    field(header, "RateLimit", items[0]! + str_format("%d;t=%d", reply.get(3), math_ceil(reply.get(4) / 1000)));
     return;
   }
   const parts = g._parts;
   for (const i of $range(1, items.length)) {
     parts[i - 1] = items[i - 1]! + str_format("%d;t=%d", reply.get(1 + 2 * i), math_ceil(reply.get(2 + 2 * i) / 1000));
   }
-  header.set("RateLimit", tbl_concat(parts, ", "));
+  field(header, "RateLimit", tbl_concat(parts, ", "));
 }
 
 function onRedisFailure(g: Guard, k: string): void {
   if (g._shares !== undefined) {
+    fallback.degraded(g);
     const reply = fallback.decide(g._dict, k, g._shares, g._cost);
     if (g._policy !== undefined) fields(g, reply);
     if (reply.get(1) === 0) {
@@ -153,7 +164,8 @@ function access(g: Guard): void {
   if (raw === undefined) return;
   // Client-controlled: hashed, so any size and any bytes map to a bounded key.
   const rkey = hashed(g._prefix, raw);
-  if (stats.breakerOpen(g._dict, g.name) || (g._shares !== undefined && !fallback.probe(g))) {
+  if ((g._shares !== undefined && (stats.breakerOpen(g._dict, g.name) || !fallback.probe(g))) ||
+    (g._shares === undefined && stats.skips(g._dict, g.name, g._probeFor))) {
     incr(g._dict, g.name, "short_circuited");
     onRedisFailure(g, str_sub(rkey, g._prefix.length + 1));
     return;
@@ -240,7 +252,7 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
     _missingWhat: shared.missingWhat(onMissing as "pass" | "reject", missingStatus),
     _errorWhat: shared.errorWhat(onError, o.error_status),
     _onMissing: onMissing as "pass" | "reject", _onError: onError, _shares: shares,
-    _probeFor: (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1, _rejectStatus: rejectStatus,
+    _probeFor: stats.probeWindow(conf), _rejectStatus: rejectStatus,
     _missingStatus: missingStatus, _errorStatus: o.error_status, _headers: o.headers,
     _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown,
     _seen: new LuaTable<number, request.Anchor>(), _seenCount: 0,

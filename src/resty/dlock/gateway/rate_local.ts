@@ -89,10 +89,15 @@ function probeRedis(this: void, premature: boolean, g: rate.Guard): void {
   if (premature) return;
   const [reply, err] = core.decide(g._conf, g._prefix + "probe", g._limits, "0", 1);
   if (reply === undefined) {
-    stats.noteFailure(g, err);
+    stats.probeFailed(g, err, g._probeFor, probeRedis);
     return;
   }
   stats.success(g._dict, g.name);
+}
+
+/** A decision made locally while the breaker is open: the probe is due at the end of the cool-down. */
+export function degraded(g: rate.Guard): void {
+  if (stats.breakerOpen(g._dict, g.name)) stats.probeWhenCool(g, g._probeFor, probeRedis);
 }
 
 /**

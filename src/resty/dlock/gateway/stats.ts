@@ -58,13 +58,17 @@ interface Keys {
   readonly gauges: LuaTable<string, string>;
   readonly open: string;
   readonly fail: string;
+  /** Present while one request (or timer) of this nginx asks a half-open breaker's Redis whether it is back. */
+  readonly probe: string;
 }
 const keysOf = new LuaTable<string, Keys>();
 
 function make(guard: string): Keys {
   const events = new LuaTable<string, string>();
   for (const i of $range(1, EVENTS.length)) events.set(EVENTS[i - 1]!, "c:" + guard + ":" + EVENTS[i - 1]!);
-  const k: Keys = { events, gauges: new LuaTable(), open: "b:open:" + guard, fail: "b:fail:" + guard };
+  const k: Keys = {
+    events, gauges: new LuaTable(), open: "b:open:" + guard, fail: "b:fail:" + guard, probe: "b:probe:" + guard,
+  };
   keysOf.set(guard, k);
   return k;
 }
@@ -111,7 +115,7 @@ export function probed<G extends { readonly _dict: NgxSharedDict; readonly name:
   g: G, probeFor: number, probe: (this: void, premature: boolean, g: G) => void,
 ): boolean {
   if (breakerState(g._dict, g.name) !== "half_open") return true;
-  if (dictcount.mark(g._dict, "b:probe:" + g.name, true, probeFor)) {
+  if (dictcount.mark(g._dict, keys(g.name).probe, true, probeFor)) {
     const [ok, err] = ngx_.timer.at(0, probe, g);
     if (ok === undefined) ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
   }
@@ -120,6 +124,25 @@ export function probed<G extends { readonly _dict: NgxSharedDict; readonly name:
 
 export function breakerOpen(dict: NgxSharedDict, guard: string): boolean {
   return dict.get(keys(guard).open)[0] !== undefined;
+}
+
+/**
+ * Must this request do without Redis (on_error = "allow" / "deny")? While the
+ * breaker is open; and half open, after the cool-down, unless it is the one
+ * request of this nginx that asks Redis whether it is back (for up to probeFor
+ * seconds): the others do without, as while open, and none but that one waits
+ * on a Redis that may still be gone.
+ */
+export function skips(dict: NgxSharedDict, guard: string, probeFor: number): boolean {
+  const k = keys(guard);
+  if (dict.get(k.open)[0] !== undefined) return true;
+  if (dict.get(k.fail)[0] !== HALF) return false;
+  return !dictcount.mark(dict, k.probe, true, probeFor);
+}
+
+/** Seconds one probe of a half-open breaker has (a call's connect and read) before another may start. */
+export function probeWindow(conf: { readonly connect_timeout: number; readonly read_timeout: number }): number {
+  return (conf.connect_timeout + conf.read_timeout) / 1000 + 0.1;
 }
 
 /** Count a Redis failure; open the breaker after `threshold` in a row, or at once when half open. */
@@ -146,6 +169,7 @@ export function success(dict: NgxSharedDict, guard: string): void {
   if (v === undefined) return;
   dict.delete(k.fail);
   if (v === HALF) {
+    dict.delete(k.probe);
     ngx_log(NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed");
   }
 }
@@ -163,6 +187,32 @@ interface Failing {
 function noteFailure(g: Failing, err: string | undefined): void {
   failure(g._dict, g.name, g._breakerFailures, g._breakerCooldown);
   ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err));
+}
+
+type Probe<G> = (this: void, premature: boolean, g: G) => void;
+
+/**
+ * With a local fallback whose breaker is open: a timer of this nginx asks Redis
+ * (probe) once the cool-down is over, whether requests come or not (an idle
+ * guard would say degraded until its next request). One per nginx: a request
+ * meanwhile finds its mark (probed()) and decides locally.
+ */
+function probeWhenCool<G extends Failing>(g: G, probeFor: number, probe: Probe<G>): void {
+  const k = keys(g.name);
+  const cool = g._breakerCooldown / 1000;
+  if (!dictcount.mark(g._dict, k.probe, true, cool + probeFor)) return;
+  const [ok, err] = ngx_.timer.at(cool, probe, g);
+  if (ok === undefined) {
+    g._dict.delete(k.probe);
+    ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
+  }
+}
+
+/** A probe found Redis failing still: the breaker opens again, and the next probe is due after its cool-down. */
+export function probeFailed<G extends Failing>(g: G, err: string | undefined, probeFor: number, probe: Probe<G>): void {
+  noteFailure(g, err);
+  g._dict.delete(keys(g.name).probe);
+  probeWhenCool(g, probeFor, probe);
 }
 
 /** Redis failed a request's call: counted as redis_errors, then as noteFailure. */
@@ -197,4 +247,4 @@ export function gauge(dict: NgxSharedDict, guard: string, name: string): number 
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { breakerState, failure, incr, noteFailure };
+export { breakerState, failure, incr, noteFailure, probeWhenCool };

@@ -12,6 +12,7 @@ import * as ledger from "../../core/ledger";
 import * as meter from "../../core/meter";
 import type * as redis from "../../redis/client";
 import * as records from "../../redis/records";
+import * as stats from "../stats";
 import * as keys from "../key";
 
 const lua_type = type;
@@ -50,6 +51,8 @@ export interface Fields {
   readonly _headers: LuaTable<string, string> | undefined;
   readonly _breakerFailures: number;
   readonly _breakerCooldown: number;
+  /** Seconds a half-open breaker's probe has (stats.probeWindow). */
+  readonly _probeFor: number;
   readonly _conf: redis.RedisConf;
   readonly _prefix: string;
   /** What the keeper sees: renew every lease/3; the end of the request releases nothing (we store). */
@@ -193,7 +196,7 @@ export function parse(
     _missingWhat: common.missingWhat(o.on_missing, 400),
     _errorWhat: common.errorWhat(o.on_error, o.error_status),
     _errorStatus: o.error_status, _headers: o.headers,
-    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown,
+    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown, _probeFor: stats.probeWindow(conf),
     _conf: conf, _prefix: prefix, _owner: owner, _kind: KIND, _leaseStore: leaseStore,
   };
   return $multi(f, undefined);

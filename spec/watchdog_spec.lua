@@ -146,6 +146,81 @@ describe("watchdog", function()
   end)
 end)
 
+--- Is `lease` still valid and still its key's holder in the Redis on `port` (nil: the runner's)?
+local function still_held(locks, lease, port)
+  return lease:valid() and h.cmd(port, "get", locks.prefix .. lease.key) == lease.token
+end
+
+--- Watch `lease` for `seconds`: the first moment (s from now) it was not held, or nil.
+local function first_gap(locks, lease, seconds, port)
+  local t0 = h.now()
+  while h.now() - t0 < seconds do
+    if not still_held(locks, lease, port) then return h.now() - t0 end
+    ngx.sleep(0.05)
+  end
+  return nil
+end
+
+describe("the watchdog beside a lease that is in trouble", function()
+  it("keeps renewing other leases while one lease's on_lost waits (on_lost runs apart from the sweep)", function()
+    local locks = h.locks()
+    local called, done
+    -- A lease whose holder, told it lost the key, tries to take it back (cosockets are allowed in on_lost).
+    local a = assert(locks:acquire("a", { ttl = 600, renew = true, on_lost = function(l)
+      called = true
+      locks:acquire(l.key, { wait = 1500 })
+      done = true
+    end }))
+    local b = assert(locks:acquire("b", { ttl = 600, renew = true }))
+    -- Someone else's lock takes a's key (as an evicted or expired key would let them): a is lost.
+    h.cmd(nil, "set", locks.prefix .. "a", "intruder", "px", 5000)
+    assert.is_true(h.eventually(1, function() return called end), "a's on_lost never ran")
+    -- While a's on_lost waits, b (ttl 600 ms) must go on being renewed.
+    local gap = first_gap(locks, b, 1.2)
+    assert.is_nil(gap, "b, a healthy renewed lease, was lost " .. tostring(gap) .. " s after a's on_lost began waiting")
+    assert.is_true(h.eventually(2, function() return done end))
+    assert.is_true(b:release())
+    assert.is_false(a:valid())
+  end)
+
+  it("keeps renewing the leases of a healthy Redis while another Redis of the worker is paused", function()
+    local r = h.start_redis()
+    finally(function() r.signal("CONT"); r.stop() end)
+    local slow = assert(dlock.new({ dict = "dlock", prefix = h.unique("paused"), redis = { port = r.port, read_timeout = 1000 } }))
+    local fine = h.locks()
+    local a = assert(slow:acquire("a", { ttl = 900, renew = true }))
+    local b = assert(fine:acquire("b", { ttl = 900, renew = true }))
+    r.signal("STOP")
+    -- a cannot be renewed (its Redis is paused); b's Redis answers at once.
+    local gap = first_gap(fine, b, 2.5)
+    r.signal("CONT")
+    assert.is_nil(gap, "b, on the healthy Redis, was lost " .. tostring(gap) .. " s after the other Redis paused")
+    assert.is_true(b:release())
+    assert.is_false(a:valid())
+  end)
+end)
+
+
+describe("renew = true and short leases", function()
+  it("refuses a renewed lease shorter than 100 ms, which two sweeps 10 ms apart would lose", function()
+    local locks = h.locks()
+    local l, err = locks:acquire("tiny", { ttl = 5, renew = true })
+    assert.is_nil(l)
+    assert.equal("dlock: renew = true needs a ttl of at least 100 ms (the watchdog renews a third of the way through it), got 5", err)
+    l, err = locks:acquire_all({ "tiny1", "tiny2" }, { ttl = 99, renew = true })
+    assert.is_nil(l)
+    assert.matches("renew = true needs a ttl of at least 100 ms", err, 1, true)
+    local short = h.locks({ ttl = 50 })
+    l, err = short:acquire("tiny", { renew = true })
+    assert.is_nil(l)
+    assert.matches("got 50$", err)
+    l = assert(locks:acquire("tiny", { ttl = 100, renew = true }))
+    local gap = first_gap(locks, l, 0.5)
+    assert.is_nil(gap, "the renewed 100 ms lease was lost after " .. tostring(gap) .. " s")
+    assert.is_true(l:release())
+  end)
+end)
+
 h.check_error_logs({
   -- Leases lost on purpose: their key deleted, their Redis paused past their ttl.
   "dlock: lease on %w+ lost: ",

@@ -161,7 +161,7 @@ const methods = {
     return $multi(undefined, err);
   },
 
-  /** Release the key: 1, or nil and "unlocked" (nothing held), "not_owner" (it ran out and was taken), "dlock: ..." (Redis failed: call again). */
+  /** Release the key: 1, or nil and "unlocked" (nothing held), "not_owner" (it ran out, taken since or not), "dlock: ..." (Redis failed: call again). */
   unlock(this: CompatLock): LuaMultiReturn<[number | undefined, string | undefined]> {
     const l = this._lease;
     if (l === undefined) return $multi(undefined, "unlocked");

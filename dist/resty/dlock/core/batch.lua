@@ -5,6 +5,10 @@ local settle = require("resty.dlock.core.settle")
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
 local lua_pairs = pairs
+local lua_next = next
+local lua_pcall = pcall
+local thread_spawn = ngx.thread.spawn
+local thread_wait = ngx.thread.wait
 --- Leases of the list grouped for pipelining: one group per Redis endpoint and
 -- script (locks and permits run different scripts), each with the indexes of
 -- its leases in the list.
@@ -39,36 +43,101 @@ local function targetsOf(list, idx)
     end
     return targets
 end
---- Release many leases in one round trip per Redis endpoint (a pipeline of the
--- owner-checked release script): how queued releases of a busy gateway keep
--- up. A release Redis did not confirm leaves its lease to a background sweep
--- that retries it until Redis answers or the key expires; the lease ends when
--- the sweep gets an answer. Returns how many were not confirmed now, and the
--- last error.
-function _M.releaseAll(list)
-    local failed = 0
-    local lastErr
-    for _, idx in lua_pairs(byEndpoint(list, releaseScript)) do
-        local first = list[idx[1]]
-        local out = backend.batch(
-            first._store.redis,
-            first._kind.release,
-            targetsOf(list, idx)
-        )
-        for j = 1, #idx do
-            local l = list[idx[j]]
-            local reply = out.replies[j]
-            if reply == nil then
-                settle.unconfirmed(l, out.faults[j], true)
-                failed = failed + 1
-                lastErr = out.errors[j]
-                settle.orphan(l)
+--- One endpoint's group of releaseAll.
+local function releaseGroup(list, idx, untimed, t)
+    local first = list[idx[1]]
+    local out = backend.batch(
+        first._store.redis,
+        first._kind.release,
+        targetsOf(list, idx)
+    )
+    for j = 1, #idx do
+        local l = list[idx[j]]
+        local reply = out.replies[j]
+        if reply == nil then
+            settle.unconfirmed(l, out.faults[j], true)
+            t.failed = t.failed + 1
+            t.lastErr = out.errors[j]
+            settle.orphan(l)
+        else
+            settle.released(l, reply, untimed)
+        end
+    end
+end
+--- One endpoint's group of extendAll.
+local function extendGroup(list, idx, results, sent)
+    local ms = {}
+    for j = 1, #idx do
+        ms[j] = list[idx[j]].ttl
+    end
+    local first = list[idx[1]]
+    local out = backend.batch(
+        first._store.redis,
+        first._kind.extend,
+        targetsOf(list, idx),
+        ms
+    )
+    for j = 1, #idx do
+        local i = idx[j]
+        local l = list[i]
+        local reply = out.replies[j]
+        if reply == nil then
+            settle.unconfirmed(l, out.faults[j], false)
+            results[i] = out.errors[j]
+        else
+            local ok, err = settle.extended(l, reply, l.ttl, sent)
+            results[i] = ok or err
+        end
+    end
+end
+--- Run `run` for each endpoint's group; with several, each group after the first
+-- in a light thread of its own, all at once: a Redis that does not answer (paused,
+-- failing over) holds up none of the others' renewals for its timeout.
+local function eachGroup(groups, list, run, a, b)
+    local k1, first = lua_next(groups)
+    if k1 == nil then
+        return
+    end
+    if (lua_next(groups, k1)) == nil then
+        run(list, first, a, b)
+        return
+    end
+    local threads = {}
+    for k, idx in lua_pairs(groups) do
+        if k ~= k1 then
+            local ok, co = lua_pcall(
+                thread_spawn,
+                run,
+                list,
+                idx,
+                a,
+                b
+            )
+            if not ok then
+                run(list, idx, a, b)
             else
-                settle.released(l, reply)
+                threads[#threads + 1] = co
             end
         end
     end
-    return failed, lastErr
+    run(list, first, a, b)
+    for i = 1, #threads do
+        thread_wait(threads[i])
+    end
+end
+function _M.releaseAll(list, untimed)
+    if untimed == nil then
+        untimed = false
+    end
+    local t = {failed = 0, lastErr = nil}
+    eachGroup(
+        byEndpoint(list, releaseScript),
+        list,
+        releaseGroup,
+        untimed,
+        t
+    )
+    return t.failed, t.lastErr
 end
 --- Extend many leases, each to its own ttl, in one round trip per Redis
 -- endpoint: how a gateway renews the leases of its in-flight requests. Results
@@ -79,32 +148,13 @@ function _M.extendAll(list)
     for i = 1, #list do
         results[i] = "not_owner"
     end
-    local sent = clock_now() * 1000
-    for _, idx in lua_pairs(byEndpoint(list, extendScript)) do
-        local ms = {}
-        for j = 1, #idx do
-            ms[j] = list[idx[j]].ttl
-        end
-        local first = list[idx[1]]
-        local out = backend.batch(
-            first._store.redis,
-            first._kind.extend,
-            targetsOf(list, idx),
-            ms
-        )
-        for j = 1, #idx do
-            local i = idx[j]
-            local l = list[i]
-            local reply = out.replies[j]
-            if reply == nil then
-                settle.unconfirmed(l, out.faults[j], false)
-                results[i] = out.errors[j]
-            else
-                local ok, err = settle.extended(l, reply, l.ttl, sent)
-                results[i] = ok or err
-            end
-        end
-    end
+    eachGroup(
+        byEndpoint(list, extendScript),
+        list,
+        extendGroup,
+        results,
+        clock_now() * 1000
+    )
     return results
 end
 return _M

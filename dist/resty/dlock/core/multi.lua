@@ -19,6 +19,7 @@ local clock_sleep = clock.sleep
 local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local lua_pairs = pairs
+local lua_ipairs = ipairs
 local lua_tostring = tostring
 local lua_unpack = unpack
 local math_min = math.min
@@ -151,7 +152,7 @@ local function giveBack(p)
     p.parts = {}
     p.fences = {}
     if #list > 0 then
-        batch.releaseAll(list)
+        batch.releaseAll(list, true)
     end
 end
 --- The set's lease, from the plan's parts.
@@ -222,7 +223,12 @@ local function confirm(p)
     local all = true
     for i = 1, #list do
         local reply = out.replies[i]
-        if reply == nil or not (settle.extended(list[i], reply, p.ttl, sent)) then
+        if reply == 1 then
+            settle.extended(list[i], reply, p.ttl, sent)
+        else
+            if reply ~= nil then
+                settle.ranOut(list[i])
+            end
             all = false
         end
     end
@@ -308,7 +314,12 @@ function _M.acquireAll(f, keys, opts)
         meter.refused(store.meter, err)
         return nil, err, retryAfter
     end
-    meter.acquired(store.meter, m._parts[1]._since / 1000 - t0)
+    ngx_update_time()
+    local now = clock_now()
+    meter.acquired(store.meter, now - t0)
+    for _, l in lua_ipairs(m._parts) do
+        l._since = now * 1000
+    end
     if renew then
         local werr = multilease.watch(m, onLost)
         if werr ~= nil then

@@ -182,6 +182,17 @@ local WAIT_MAX = ACQUIRE_WAIT.max
 local function within(v, min, max)
     return lua_type(v) == "number" and v >= min and v <= max and math_floor(v) == v
 end
+--- Shortest ttl a renewed lease may have, ms: the watchdog renews a third of
+-- the way through a ttl and sweeps every 10 ms at the most often, a round
+-- trip to Redis included; a lease of a few ms would be lost between two sweeps.
+local RENEW_MIN_TTL = 100
+--- nil, or why renew cannot keep a lease of this ttl alive.
+local function renewable(renew, ttl)
+    if not renew or ttl >= RENEW_MIN_TTL then
+        return nil
+    end
+    return "dlock: renew = true needs a ttl of at least " .. lua_tostring(RENEW_MIN_TTL) .. " ms (the watchdog renews a third of the way through it), got " .. check.show(ttl)
+end
 --- An acquire's arguments read: nil, then key, its Redis key (the prefix in
 -- front: locks and semaphores add it here only), ttl, wait, renew, on_lost and shared
 -- (locks only, `sharable`), with the factory's defaults; or the error naming
@@ -219,7 +230,7 @@ function _M.acquire(store, key, opts, sharable)
             sh = o.shared
         end
         local found = (t ~= nil and 1 or 0) + (w ~= nil and 1 or 0) + (r ~= nil and 1 or 0) + (onLost ~= nil and 1 or 0) + (sh ~= nil and 1 or 0)
-        if nkeys ~= nil and nkeys(o) == found and (t == nil or within(t, TTL_MIN, TTL_MAX)) and (w == nil or within(w, WAIT_MIN, WAIT_MAX)) and (r == nil or r == true or r == false) and (onLost == nil or r == true and lua_type(onLost) == "function") and (sh == nil or sh == true or sh == false) then
+        if nkeys ~= nil and nkeys(o) == found and (t == nil or within(t, TTL_MIN, TTL_MAX)) and (w == nil or within(w, WAIT_MIN, WAIT_MAX)) and (r == nil or r == true or r == false) and (onLost == nil or r == true and lua_type(onLost) == "function") and (sh == nil or sh == true or sh == false) and (r ~= true or t == nil and store.ttl >= RENEW_MIN_TTL or t ~= nil and t >= RENEW_MIN_TTL) then
             return nil, k, rkey, t == nil and store.ttl or t, w == nil and store.wait or w, r == true, onLost, sh == true
         end
     end
@@ -227,7 +238,12 @@ function _M.acquire(store, key, opts, sharable)
     if v == nil then
         return err
     end
-    return nil, k, rkey, v.ttl or store.ttl, v.wait or store.wait, v.renew, v.on_lost, v.shared == true
+    local ttl = v.ttl or store.ttl
+    local rerr = renewable(v.renew, ttl)
+    if rerr ~= nil then
+        return rerr
+    end
+    return nil, k, rkey, ttl, v.wait or store.wait, v.renew, v.on_lost, v.shared == true
 end
 --- Most keys one acquire_all takes: one script call carries them all (and their queues and fences).
 _M.MAX_KEYS = 64
@@ -301,6 +317,10 @@ function _M.acquireAll(store, keys, opts)
         wait = v.wait or wait
         renew = v.renew
         onLost = v.on_lost
+        local rerr = renewable(renew, ttl)
+        if rerr ~= nil then
+            return rerr
+        end
     end
     local rkeys = {}
     for i = 1, #list do

@@ -61,7 +61,10 @@ end
 -- the lease is over. A key found gone after a release reached Redis in time
 -- was deleted by that release (or expired after it was asked to go), so that
 -- still counts as released.
-local function released(l, reply)
+local function released(l, reply, untimed)
+    if untimed == nil then
+        untimed = false
+    end
     l._released = true
     forget(
         l,
@@ -71,24 +74,34 @@ local function released(l, reply)
     local rkey = l._rkey
     if lua_type(reply) == "string" then
         waits.wakeToken(rkey, reply)
-        meter.released(
-            store.meter,
-            (nowMs() - l._since) / 1000
-        )
+        if not untimed then
+            meter.released(
+                store.meter,
+                (nowMs() - l._since) / 1000
+            )
+        end
         return true, nil
     end
     if not wakeups.live(store.redis, rkey) then
         waits.wake(rkey)
     end
     if reply == 1 or l._releaseSent then
-        meter.released(
-            store.meter,
-            (nowMs() - l._since) / 1000
-        )
+        if not untimed then
+            meter.released(
+                store.meter,
+                (nowMs() - l._since) / 1000
+            )
+        end
         return true, nil
     end
     gone(l)
     return nil, "not_owner"
+end
+--- A key of a set being taken ran out before the set was whole: over, and not
+-- lost (nobody was ever given a lease on the set).
+function _M.ranOut(l)
+    l._released = true
+    forget(l)
 end
 --- Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`.
 function _M.extended(l, reply, ms, sent)

@@ -18,6 +18,9 @@ local math_min = math.min
 local lua_pcall = pcall
 local lua_pairs = pairs
 local lua_ipairs = ipairs
+local timer_at = ngx.timer.at
+local thread_spawn = ngx.thread.spawn
+local thread_wait = ngx.thread.wait
 local quiet_due = quiet.due
 local quiet_more = quiet.more
 --- The line about renewals Redis did not answer: one per interval, not one per lease and sweep.
@@ -53,14 +56,29 @@ local function drop(l)
         count = count - 1
     end
 end
---- The lease is lost: say so once, and tell its holder.
-local function lost(l, why, hooks)
+--- Run a lease's on_lost; what it raises is logged.
+local function tell(_premature, onLost, l, why)
+    local ok, err = lua_pcall(onLost, l, why)
+    if not ok then
+        ngx_log(
+            ERR,
+            "dlock: on_lost of the lease on ",
+            l.key,
+            " raised: ",
+            check.text(err)
+        )
+    end
+end
+--- The lease is lost: say so once, and tell its holder. `counted`: the renewal's answer counted it already (settle).
+local function lost(l, why, hooks, counted)
     drop(l)
     if l._lost then
         return
     end
     l._lost = true
-    meter.lost(l._store.meter)
+    if not counted then
+        meter.lost(l._store.meter)
+    end
     if hooks ~= nil then
         hooks.lost(l, why)
         return
@@ -74,15 +92,15 @@ local function lost(l, why, hooks)
     )
     local onLost = l._onLost
     if onLost ~= nil then
-        local ok, err = lua_pcall(onLost, l, why)
-        if not ok then
-            ngx_log(
-                ERR,
-                "dlock: on_lost of the lease on ",
-                l.key,
-                " raised: ",
-                check.text(err)
-            )
+        local ok = timer_at(
+            0,
+            tell,
+            onLost,
+            l,
+            why
+        )
+        if ok == nil then
+            tell(false, onLost, l, why)
         end
     end
 end
@@ -96,28 +114,8 @@ local function orphaned(w)
     end
     return w.co ~= nil and request.finished(w.co)
 end
-local function round()
-    ngx_update_time()
-    local now = clock_now()
-    local due = {}
-    local forgotten = {}
-    for l, w in lua_pairs(watched) do
-        if l._released or l._releasing or l._lost then
-            drop(l)
-        elseif orphaned(w) then
-            forgotten[#forgotten + 1] = l
-        elseif now - w.renewedAt >= l.ttl / 3000 * 0.9 then
-            due[#due + 1] = l
-        end
-    end
-    for _, l in lua_ipairs(forgotten) do
-        drop(l)
-        ngx_log(WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
-        batch.releaseAll({l})
-    end
-    if #due == 0 then
-        return
-    end
+--- Renew the leases due, and settle what their answers say.
+local function renew(due)
     local results = batch.extendAll(due)
     for i = 1, #due do
         local l = due[i]
@@ -131,12 +129,13 @@ local function round()
                     hooks.renewed(l)
                 end
             elseif r == "not_owner" then
-                lost(l, "the key is gone from Redis, or someone else's", hooks)
+                lost(l, "the key is gone from Redis, or someone else's", hooks, true)
             elseif clock_now() * 1000 >= l._validUntil then
                 lost(
                     l,
                     "Redis could not renew it before it expired (" .. check.reason(r) .. ")",
-                    hooks
+                    hooks,
+                    false
                 )
             elseif hooks ~= nil then
                 hooks.failed(l, r)
@@ -155,6 +154,84 @@ local function round()
                 end
             end
         end
+    end
+end
+--- renew(list) in a light thread of its own; its leases are not sent again until it is back.
+local function renewApart(list)
+    renew(list)
+    for _, l in lua_ipairs(list) do
+        local w = watched[l]
+        if w ~= nil then
+            w.renewing = false
+        end
+    end
+end
+--- The leases due, renewed: of one endpoint (the usual case) in this round; of
+-- several, each endpoint's in a light thread that the sweep does not wait for,
+-- so that a Redis that does not answer (paused, failing over) holds up neither
+-- the others' renewals nor the next rounds, which renew its leases once it is back.
+local function renewByEndpoint(due)
+    local pool = due[1]._store.redis.pool
+    local one = true
+    for _, l in lua_ipairs(due) do
+        if l._store.redis.pool ~= pool then
+            one = false
+        end
+    end
+    if one then
+        renew(due)
+        return
+    end
+    local byPool = {}
+    for _, l in lua_ipairs(due) do
+        local p = l._store.redis.pool
+        local list = byPool[p]
+        if list == nil then
+            list = {}
+            byPool[p] = list
+        end
+        list[#list + 1] = l
+        watched[l].renewing = true
+    end
+    for _, list in lua_pairs(byPool) do
+        local ok = lua_pcall(thread_spawn, renewApart, list)
+        if not ok then
+            renewApart(list)
+        end
+    end
+end
+local function round()
+    ngx_update_time()
+    local now = clock_now()
+    local due = {}
+    local forgotten = {}
+    for l, w in lua_pairs(watched) do
+        if l._released or l._releasing or l._lost then
+            drop(l)
+        elseif orphaned(w) then
+            forgotten[#forgotten + 1] = l
+        elseif not w.renewing and now - w.renewedAt >= l.ttl / 3000 * 0.9 then
+            due[#due + 1] = l
+        end
+    end
+    local releasing
+    if #forgotten > 0 then
+        for _, l in lua_ipairs(forgotten) do
+            drop(l)
+            ngx_log(WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
+        end
+        local ok, co = lua_pcall(thread_spawn, batch.releaseAll, forgotten)
+        if ok then
+            releasing = co
+        else
+            batch.releaseAll(forgotten)
+        end
+    end
+    if #due > 0 then
+        renewByEndpoint(due)
+    end
+    if releasing ~= nil then
+        thread_wait(releasing)
     end
 end
 local sweeper = {
@@ -191,7 +268,8 @@ local function watch(l, hooks)
         anchor = anchor,
         co = co,
         hooks = hooks,
-        renewedAt = clock_now()
+        renewedAt = clock_now(),
+        renewing = false
     }
     local err = loop.start(sweeper)
     if err ~= nil then

@@ -12,6 +12,10 @@ type Lease = lease.Lease;
 
 const clock_now = clock.now;
 const lua_pairs = pairs;
+const lua_next = next;
+const lua_pcall = pcall;
+const thread_spawn = ngx.thread.spawn;
+const thread_wait = ngx.thread.wait;
 
 /**
  * Leases of the list grouped for pipelining: one group per Redis endpoint and
@@ -59,28 +63,84 @@ function targetsOf(list: Lease[], idx: number[]): backend.Target[] {
  * up. A release Redis did not confirm leaves its lease to a background sweep
  * that retries it until Redis answers or the key expires; the lease ends when
  * the sweep gets an answer. Returns how many were not confirmed now, and the
- * last error.
+ * last error. `untimed`: the keys of a set never taken whole, given back (no
+ * hold-time samples: nobody held a lease).
  */
-export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | undefined]> {
-  let failed = 0;
-  let lastErr: string | undefined;
-  for (const [_, idx] of lua_pairs(byEndpoint(list, releaseScript))) {
-    const first = list[idx[0]! - 1]!;
-    const out = backend.batch(first._store.redis, first._kind.release, targetsOf(list, idx));
-    for (const j of $range(1, idx.length)) {
-      const l = list[idx[j - 1]! - 1]!;
-      const reply = out.replies.get(j);
-      if (reply === undefined) {
-        settle.unconfirmed(l, out.faults.get(j), true);
-        failed++;
-        lastErr = out.errors.get(j);
-        settle.orphan(l);
-      } else {
-        settle.released(l, reply);
-      }
+/** What a release of several endpoints' groups comes to. */
+interface Tally {
+  failed: number;
+  lastErr: string | undefined;
+}
+
+/** One endpoint's group of releaseAll. */
+function releaseGroup(this: void, list: Lease[], idx: number[], untimed: boolean, t: Tally): void {
+  const first = list[idx[0]! - 1]!;
+  const out = backend.batch(first._store.redis, first._kind.release, targetsOf(list, idx));
+  for (const j of $range(1, idx.length)) {
+    const l = list[idx[j - 1]! - 1]!;
+    const reply = out.replies.get(j);
+    if (reply === undefined) {
+      settle.unconfirmed(l, out.faults.get(j), true);
+      t.failed++;
+      t.lastErr = out.errors.get(j);
+      settle.orphan(l);
+    } else {
+      settle.released(l, reply, untimed);
     }
   }
-  return $multi(failed, lastErr);
+}
+
+/** One endpoint's group of extendAll. */
+function extendGroup(this: void, list: Lease[], idx: number[], results: (true | string)[], sent: number): void {
+  const ms: number[] = [];
+  for (const j of $range(1, idx.length)) ms[j - 1] = list[idx[j - 1]! - 1]!.ttl;
+  const first = list[idx[0]! - 1]!;
+  const out = backend.batch(first._store.redis, first._kind.extend, targetsOf(list, idx), ms);
+  for (const j of $range(1, idx.length)) {
+    const i = idx[j - 1]!;
+    const l = list[i - 1]!;
+    const reply = out.replies.get(j);
+    if (reply === undefined) {
+      settle.unconfirmed(l, out.faults.get(j), false);
+      results[i - 1] = out.errors.get(j)!;
+    } else {
+      const [ok, err] = settle.extended(l, reply, l.ttl, sent);
+      results[i - 1] = ok || err!;
+    }
+  }
+}
+
+type Group<A, B, C> = (this: void, list: Lease[], idx: number[], a: A, b: B) => C;
+
+/**
+ * Run `run` for each endpoint's group; with several, each group after the first
+ * in a light thread of its own, all at once: a Redis that does not answer (paused,
+ * failing over) holds up none of the others' renewals for its timeout.
+ */
+function eachGroup<A, B>(groups: LuaTable<string, number[]>, list: Lease[], run: Group<A, B, void>, a: A, b: B): void {
+  const [k1, first] = lua_next(groups);
+  if (k1 === undefined) return;
+  if (lua_next(groups, k1)[0] === undefined) {
+    run(list, first, a, b);
+    return;
+  }
+  const threads: NgxThread[] = [];
+  for (const [k, idx] of lua_pairs(groups)) {
+    if (k !== k1) {
+      const [ok, co] = lua_pcall(thread_spawn, run, list, idx, a, b);
+      // No light threads here (a phase without them): in turn, then.
+      if (!ok) run(list, idx, a, b);
+      else threads.push(co as NgxThread);
+    }
+  }
+  run(list, first, a, b);
+  for (const i of $range(1, threads.length)) thread_wait(threads[i - 1]!);
+}
+
+export function releaseAll(list: Lease[], untimed = false): LuaMultiReturn<[number, string | undefined]> {
+  const t: Tally = { failed: 0, lastErr: undefined };
+  eachGroup(byEndpoint(list, releaseScript), list, releaseGroup, untimed, t);
+  return $multi(t.failed, t.lastErr);
 }
 
 /**
@@ -92,24 +152,6 @@ export function releaseAll(list: Lease[]): LuaMultiReturn<[number, string | unde
 export function extendAll(list: Lease[]): (true | string)[] {
   const results: (true | string)[] = [];
   for (const i of $range(1, list.length)) results[i - 1] = "not_owner";
-  const sent = clock_now() * 1000;
-  for (const [_, idx] of lua_pairs(byEndpoint(list, extendScript))) {
-    const ms: number[] = [];
-    for (const j of $range(1, idx.length)) ms[j - 1] = list[idx[j - 1]! - 1]!.ttl;
-    const first = list[idx[0]! - 1]!;
-    const out = backend.batch(first._store.redis, first._kind.extend, targetsOf(list, idx), ms);
-    for (const j of $range(1, idx.length)) {
-      const i = idx[j - 1]!;
-      const l = list[i - 1]!;
-      const reply = out.replies.get(j);
-      if (reply === undefined) {
-        settle.unconfirmed(l, out.faults.get(j), false);
-        results[i - 1] = out.errors.get(j)!;
-      } else {
-        const [ok, err] = settle.extended(l, reply, l.ttl, sent);
-        results[i - 1] = ok || err!;
-      }
-    }
-  }
+  eachGroup(byEndpoint(list, extendScript), list, extendGroup, results, clock_now() * 1000);
   return results;
 }

@@ -50,6 +50,7 @@ const clock_sleep = clock.sleep;
 const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const lua_pairs = pairs;
+const lua_ipairs = ipairs;
 const lua_tostring = tostring;
 const lua_unpack = unpack as (this: void, t: (string | number)[]) => LuaMultiReturn<(string | number)[]>;
 const math_min = math.min;
@@ -165,7 +166,7 @@ function giveBack(p: Plan): void {
   for (const [_, l] of lua_pairs(p.parts)) list.push(l);
   p.parts = new LuaTable();
   p.fences = new LuaTable();
-  if (list.length > 0) batch.releaseAll(list);
+  if (list.length > 0) batch.releaseAll(list, true);
 }
 
 /** The set's lease, from the plan's parts. */
@@ -222,7 +223,12 @@ function confirm(p: Plan): boolean {
   let all = true;
   for (const i of $range(1, list.length)) {
     const reply = out.replies.get(i);
-    if (reply === undefined || !settle.extended(list[i - 1]!, reply, p.ttl, sent)[0]) all = false;
+    if (reply === 1) {
+      settle.extended(list[i - 1]!, reply, p.ttl, sent);
+    } else {
+      if (reply !== undefined) settle.ranOut(list[i - 1]!);
+      all = false;
+    }
   }
   return all;
 }
@@ -285,7 +291,11 @@ export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAll
     meter.refused(store.meter, err);
     return $multi(undefined, err, retryAfter);
   }
-  meter.acquired(store.meter, m._parts[0]!._since / 1000 - t0);
+  // The set is held from now: its wait ends here, and its keys' hold times start here.
+  ngx_update_time();
+  const now = clock_now();
+  meter.acquired(store.meter, now - t0);
+  for (const [_, l] of lua_ipairs(m._parts)) l._since = now * 1000;
   if (renew) {
     const werr = multilease.watch(m, onLost as unknown as multilease.OnLost | undefined);
     if (werr !== undefined) return $multi(undefined, werr, undefined);

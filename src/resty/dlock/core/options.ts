@@ -167,6 +167,20 @@ function within(v: unknown, min: number, max: number): boolean {
   return lua_type(v) === "number" && (v as number) >= min && (v as number) <= max && math_floor(v as number) === v;
 }
 
+/**
+ * Shortest ttl a renewed lease may have, ms: the watchdog renews a third of
+ * the way through a ttl and sweeps every 10 ms at the most often, a round
+ * trip to Redis included; a lease of a few ms would be lost between two sweeps.
+ */
+const RENEW_MIN_TTL = 100;
+
+/** nil, or why renew cannot keep a lease of this ttl alive. */
+function renewable(renew: boolean, ttl: number): string | undefined {
+  if (!renew || ttl >= RENEW_MIN_TTL) return undefined;
+  return "dlock: renew = true needs a ttl of at least " + lua_tostring(RENEW_MIN_TTL) +
+    " ms (the watchdog renews a third of the way through it), got " + check.show(ttl);
+}
+
 /** What acquire() reads from its arguments (see there): the error first, so no slot means two things. */
 export type Read =
   | LuaMultiReturn<[string, ...undefined[]]>
@@ -208,14 +222,17 @@ export function acquire(store: lease.Store, key: unknown, opts: unknown, sharabl
     if (nkeys !== undefined && nkeys(o as unknown as LuaTable<AnyNotNil, unknown>) === found &&
       (t === undefined || within(t, TTL_MIN, TTL_MAX)) && (w === undefined || within(w, WAIT_MIN, WAIT_MAX)) &&
       (r === undefined || r === true || r === false) && (onLost === undefined || (r === true && lua_type(onLost) === "function")) &&
-      (sh === undefined || sh === true || sh === false)) {
+      (sh === undefined || sh === true || sh === false) && (r !== true || (t === undefined && store.ttl >= RENEW_MIN_TTL) || (t !== undefined && (t as number) >= RENEW_MIN_TTL))) {
       return $multi(undefined, k, rkey, t === undefined ? store.ttl : t as number, w === undefined ? store.wait : w as number,
         r === true, onLost as lease.OnLost | undefined, sh === true);
     }
   }
   const [v, err] = (sharable ? lockOptions : permitOptions)(opts);
   if (v === undefined) return $multi(err!);
-  return $multi(undefined, k, rkey, v.ttl ?? store.ttl, v.wait ?? store.wait, v.renew, v.on_lost, v.shared === true);
+  const ttl = v.ttl ?? store.ttl;
+  const rerr = renewable(v.renew, ttl);
+  if (rerr !== undefined) return $multi(rerr);
+  return $multi(undefined, k, rkey, ttl, v.wait ?? store.wait, v.renew, v.on_lost, v.shared === true);
 }
 
 // ------------------------------------------------------------------ acquire_all (multikey)
@@ -274,6 +291,8 @@ export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): Re
     wait = v.wait ?? wait;
     renew = v.renew;
     onLost = v.on_lost;
+    const rerr = renewable(renew, ttl);
+    if (rerr !== undefined) return $multi(rerr);
   }
   const rkeys: string[] = [];
   for (const i of $range(1, list.length)) {

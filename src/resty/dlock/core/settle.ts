@@ -74,7 +74,7 @@ function gone(l: Lease): void {
  * was deleted by that release (or expired after it was asked to go), so that
  * still counts as released.
  */
-function released(l: Lease, reply: RedisValue): Result {
+function released(l: Lease, reply: RedisValue, untimed = false): Result {
   l._released = true;
   // 1, or the first waiter's token: deleted while still this lease's, where
   // the topology's answer proves that (backend.confirmsOwner).
@@ -85,18 +85,27 @@ function released(l: Lease, reply: RedisValue): Result {
     // Handed to the first waiter in line (its token): if it waits in this
     // worker, it goes now, without waiting for the announcement to come back.
     waits.wakeToken(rkey, reply as string);
-    meter.released(store.meter, (nowMs() - l._since) / 1000);
+    if (!untimed) meter.released(store.meter, (nowMs() - l._since) / 1000);
     return $multi(true as const, undefined);
   }
   // With a live subscription the release's PUBLISH wakes our waiters; waking
   // one here too would send two of this worker's waiters after the key.
   if (!wakeups.live(store.redis, rkey)) waits.wake(rkey);
   if (reply === 1 || l._releaseSent) {
-    meter.released(store.meter, (nowMs() - l._since) / 1000);
+    if (!untimed) meter.released(store.meter, (nowMs() - l._since) / 1000);
     return $multi(true as const, undefined);
   }
   gone(l);
   return $multi(undefined, "not_owner");
+}
+
+/**
+ * A key of a set being taken ran out before the set was whole: over, and not
+ * lost (nobody was ever given a lease on the set).
+ */
+export function ranOut(l: Lease): void {
+  l._released = true;
+  forget(l);
 }
 
 /** Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`. */

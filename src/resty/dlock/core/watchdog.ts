@@ -32,6 +32,9 @@ const math_min = math.min;
 const lua_pcall = pcall;
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
+const timer_at = ngx.timer.at;
+const thread_spawn = ngx.thread.spawn;
+const thread_wait = ngx.thread.wait;
 const quiet_due = quiet.due;
 const quiet_more = quiet.more;
 
@@ -57,6 +60,8 @@ interface Watched {
   readonly hooks: Hooks | undefined;
   /** ngx.now() of the acquire or the last renewal. */
   renewedAt: number;
+  /** A renewal of it is on its way in a light thread of its endpoint's (renewApart). */
+  renewing: boolean;
 }
 
 const watched = new LuaTable<lease.Lease, Watched>();
@@ -91,12 +96,20 @@ function drop(l: lease.Lease): void {
   }
 }
 
-/** The lease is lost: say so once, and tell its holder. */
-function lost(l: lease.Lease, why: string, hooks: Hooks | undefined): void {
+/** Run a lease's on_lost; what it raises is logged. */
+function tell(this: void, _premature: boolean, onLost: lease.OnLost, l: lease.Lease, why: string): void {
+  const [ok, err] = lua_pcall(onLost, l, why);
+  if (!ok) {
+    ngx_log(ERR, "dlock: on_lost of the lease on ", l.key, " raised: ", check.text(err));
+  }
+}
+
+/** The lease is lost: say so once, and tell its holder. `counted`: the renewal's answer counted it already (settle). */
+function lost(l: lease.Lease, why: string, hooks: Hooks | undefined, counted: boolean): void {
   drop(l);
   if (l._lost) return;
   l._lost = true;
-  meter.lost(l._store.meter);
+  if (!counted) meter.lost(l._store.meter);
   if (hooks !== undefined) {
     hooks.lost(l, why);
     return;
@@ -104,10 +117,10 @@ function lost(l: lease.Lease, why: string, hooks: Hooks | undefined): void {
   ngx_log(ERR, "dlock: lease on ", l.key, " lost: ", why);
   const onLost = l._onLost;
   if (onLost !== undefined) {
-    const [ok, err] = lua_pcall(onLost, l, why);
-    if (!ok) {
-      ngx_log(ERR, "dlock: on_lost of the lease on ", l.key, " raised: ", check.text(err));
-    }
+    // In a timer of its own: a callback that calls Redis (takes the key again,
+    // waits) must not hold up the renewals of every other lease of the worker.
+    const [ok] = timer_at(0, tell, onLost, l, why);
+    if (ok === undefined) tell(false, onLost, l, why);
   }
 }
 
@@ -118,26 +131,8 @@ function orphaned(w: Watched): boolean {
   return w.co !== undefined && request.finished(w.co);
 }
 
-function round(): void {
-  ngx_update_time();
-  const now = clock_now();
-  const due: lease.Lease[] = [];
-  const forgotten: lease.Lease[] = [];
-  for (const [l, w] of lua_pairs(watched)) {
-    if (l._released || l._releasing || l._lost) {
-      drop(l);
-    } else if (orphaned(w)) {
-      forgotten.push(l);
-    } else if (now - w.renewedAt >= l.ttl / 3000 * 0.9) {
-      due.push(l);
-    }
-  }
-  for (const [_, l] of lua_ipairs(forgotten)) {
-    drop(l);
-    ngx_log(WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released");
-    batch.releaseAll([l]);
-  }
-  if (due.length === 0) return;
+/** Renew the leases due, and settle what their answers say. */
+function renew(due: lease.Lease[]): void {
   const results = batch.extendAll(due);
   for (const i of $range(1, due.length)) {
     const l = due[i - 1]!;
@@ -150,9 +145,9 @@ function round(): void {
         w.renewedAt = clock_now();
         if (hooks !== undefined) hooks.renewed(l);
       } else if (r === "not_owner") {
-        lost(l, "the key is gone from Redis, or someone else's", hooks);
+        lost(l, "the key is gone from Redis, or someone else's", hooks, true);
       } else if (clock_now() * 1000 >= l._validUntil) {
-        lost(l, "Redis could not renew it before it expired (" + check.reason(r) + ")", hooks);
+        lost(l, "Redis could not renew it before it expired (" + check.reason(r) + ")", hooks, false);
       } else if (hooks !== undefined) {
         hooks.failed(l, r);
       } else {
@@ -164,6 +159,77 @@ function round(): void {
       }
     }
   }
+}
+
+/** renew(list) in a light thread of its own; its leases are not sent again until it is back. */
+function renewApart(this: void, list: lease.Lease[]): void {
+  renew(list);
+  for (const [_, l] of lua_ipairs(list)) {
+    const w = watched.get(l);
+    if (w !== undefined) w.renewing = false;
+  }
+}
+
+/**
+ * The leases due, renewed: of one endpoint (the usual case) in this round; of
+ * several, each endpoint's in a light thread that the sweep does not wait for,
+ * so that a Redis that does not answer (paused, failing over) holds up neither
+ * the others' renewals nor the next rounds, which renew its leases once it is back.
+ */
+function renewByEndpoint(due: lease.Lease[]): void {
+  const pool = due[0]!._store.redis.pool;
+  let one = true;
+  for (const [_, l] of lua_ipairs(due)) {
+    if (l._store.redis.pool !== pool) one = false;
+  }
+  if (one) {
+    renew(due);
+    return;
+  }
+  const byPool = new LuaTable<string, lease.Lease[]>();
+  for (const [_, l] of lua_ipairs(due)) {
+    const p = l._store.redis.pool;
+    let list = byPool.get(p);
+    if (list === undefined) {
+      list = [];
+      byPool.set(p, list);
+    }
+    list.push(l);
+    watched.get(l)!.renewing = true;
+  }
+  for (const [_, list] of lua_pairs(byPool)) {
+    const [ok] = lua_pcall(thread_spawn, renewApart, list);
+    if (!ok) renewApart(list);
+  }
+}
+
+function round(): void {
+  ngx_update_time();
+  const now = clock_now();
+  const due: lease.Lease[] = [];
+  const forgotten: lease.Lease[] = [];
+  for (const [l, w] of lua_pairs(watched)) {
+    if (l._released || l._releasing || l._lost) {
+      drop(l);
+    } else if (orphaned(w)) {
+      forgotten.push(l);
+    } else if (!w.renewing && now - w.renewedAt >= l.ttl / 3000 * 0.9) {
+      due.push(l);
+    }
+  }
+  let releasing: NgxThread | undefined;
+  if (forgotten.length > 0) {
+    for (const [_, l] of lua_ipairs(forgotten)) {
+      drop(l);
+      ngx_log(WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released");
+    }
+    // Beside the renewals, not before them: a Redis slow to answer the releases holds up no renewal.
+    const [ok, co] = lua_pcall(thread_spawn, batch.releaseAll, forgotten);
+    if (ok) releasing = co as NgxThread;
+    else batch.releaseAll(forgotten);
+  }
+  if (due.length > 0) renewByEndpoint(due);
+  if (releasing !== undefined) thread_wait(releasing);
 }
 
 const sweeper: loop.Loop = {
@@ -195,7 +261,7 @@ function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
     if (anchor === undefined) co = co_running();
   }
   if (!watched.has(l)) count++;
-  watched.set(l, { lease: l, anchor, co, hooks, renewedAt: clock_now() });
+  watched.set(l, { lease: l, anchor, co, hooks, renewedAt: clock_now(), renewing: false });
   const err = loop.start(sweeper);
   if (err !== undefined) {
     drop(l);

@@ -95,6 +95,7 @@ build = {
       ["resty.dlock.redis.hints"] = "dist/resty/dlock/redis/hints.lua",
       ["resty.dlock.redis.lanes"] = "dist/resty/dlock/redis/lanes.lua",
       ["resty.dlock.redis.majority"] = "dist/resty/dlock/redis/majority.lua",
+      ["resty.dlock.redis.master"] = "dist/resty/dlock/redis/master.lua",
       ["resty.dlock.redis.multiquorum"] = "dist/resty/dlock/redis/multiquorum.lua",
       ["resty.dlock.redis.multiscripts"] = "dist/resty/dlock/redis/multiscripts.lua",
       ["resty.dlock.redis.pipeline"] = "dist/resty/dlock/redis/pipeline.lua",

@@ -40,7 +40,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
         )
     end
     if wait > 0 and not kind.shared then
-        local state, left = waits.awaitLocalHolder(store.dict, turn, deadline)
+        local state, left = waits.awaitLocalHolder(store.dict, store.redis.keyspace, turn, deadline)
         if state == "timeout" then
             return nil, "timeout", left, subscribed
         end
@@ -117,7 +117,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
         local here = "none"
         if not kind.shared then
             local holderLeft
-            here, holderLeft = waits.awaitLocalHolder(store.dict, t, deadline)
+            here, holderLeft = waits.awaitLocalHolder(store.dict, store.redis.keyspace, t, deadline)
             if here == "timeout" then
                 return nil, "timeout", holderLeft, subscribed
             end

@@ -102,7 +102,7 @@ local leaseMethods = {
 leaseMt.__index = leaseMethods
 --- A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds).
 function _M.make(store, kind, key, rkey, tok, ttl, sent, fence)
-    local rec = ledger.recordKey(rkey, tok, kind.shared)
+    local rec = ledger.recordKey(store.redis.keyspace, rkey, tok, kind.shared)
     local recorded, recv = ledger.record(
         store.dict,
         rec,

@@ -13,6 +13,7 @@ local math_max = math.max
 local math_min = math.min
 local str_format = string.format
 local str_sub = string.sub
+local str_find = string.find
 local str_match = string.match
 local lua_type = type
 local lua_tonumber = tonumber
@@ -33,8 +34,14 @@ function _M.prepare(dict)
     dict:safe_add(_M.UNRECORDED, 0)
 end
 --- The dict key of a lease's record.
-function _M.recordKey(rkey, token, shared)
-    return shared and str_format("%s%s %s", RECORD, rkey, token) or RECORD .. rkey
+function _M.recordKey(space, rkey, token, shared)
+    return shared and str_format(
+        "%s%s%s %s",
+        RECORD,
+        space,
+        rkey,
+        token
+    ) or RECORD .. space .. rkey
 end
 local function encode(token, key, expires)
     local v = str_format(
@@ -79,8 +86,14 @@ end
 --- Record a waiter's ticket in its key's queue, for as long as it waits: if its
 -- worker dies, crash recovery takes the ticket back. The record's dict key, or
 -- nil when the dict is full (then the ticket is skipped at its deadline).
-function _M.waiting(dict, rkey, token, key, ms)
-    local rec = str_format("%s%s %s", WAITING, rkey, token)
+function _M.waiting(dict, space, rkey, token, key, ms)
+    local rec = str_format(
+        "%s%s%s %s",
+        WAITING,
+        space,
+        rkey,
+        token
+    )
     local ok = dict:safe_set(
         rec,
         encode(
@@ -195,9 +208,15 @@ function _M.records(dict)
                 local tail = " " .. l.token
                 local tokened = str_sub(k, -#tail) == tail
                 local rkey = tokened and str_sub(k, 3, -#tail - 1) or str_sub(k, 3)
+                local space = ""
+                if (str_find(rkey, "^%x%x%x%x%x%x%x%x|")) ~= nil then
+                    space = str_sub(rkey, 1, 9)
+                    rkey = str_sub(rkey, 10)
+                end
                 local waiting = what == WAITING
                 out[#out + 1] = {
                     rec = k,
+                    space = space,
                     rkey = rkey,
                     key = l.key,
                     token = l.token,

@@ -158,6 +158,7 @@ local function heard(place, sent, res, err, fault)
             place.ahead = reply[3]
             place.rec = ledger.waiting(
                 store.dict,
+                store.redis.keyspace,
                 rkey,
                 tok,
                 place.key,

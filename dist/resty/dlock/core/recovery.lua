@@ -171,7 +171,7 @@ local function sweep(premature, factories)
             if isDead then
                 for _, f in lua_ipairs(list) do
                     local p = f.store.prefix
-                    if (p .. r.key == r.rkey or (lockKey(p, r.key, p .. r.key, f.store.redis.slotted)) == r.rkey) and f.kind.shared == r.shared then
+                    if (p .. r.key == r.rkey or (lockKey(p, r.key, p .. r.key, f.store.redis.slotted)) == r.rkey) and f.kind.shared == r.shared and (r.space == "" or r.space == f.store.redis.keyspace) then
                         if not r.waiting then
                             add(leases, f, r)
                         elseif f.kind.drop ~= nil then

@@ -43,7 +43,7 @@ end
 function _M.heldHere(store, rkey)
     local pid = ledger.holder(
         store.dict,
-        ledger.recordKey(rkey, "", false)
+        ledger.recordKey(store.redis.keyspace, rkey, "", false)
     )
     return pid ~= nil
 end

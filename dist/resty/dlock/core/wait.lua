@@ -198,8 +198,8 @@ end
 -- shared-dict record, which costs nothing to watch. "none": no holder here;
 -- "free": try Redis now; "timeout": the deadline passed, and then the ms until
 -- the holder's lease ends (retry_after).
-function _M.awaitLocalHolder(dict, t, deadline)
-    local rec = ledger.recordKey(t.rkey, "", false)
+function _M.awaitLocalHolder(dict, space, t, deadline)
+    local rec = ledger.recordKey(space, t.rkey, "", false)
     local step = 1
     local seen = false
     while true do

@@ -13,6 +13,8 @@ local lua_rawget = rawget
 local lua_type = type
 local literal = schema.literal
 local tbl_concat = table.concat
+local str_format = string.format
+local crc32_long = ngx.crc32_long
 local function loadClient()
     local names = {"resty.redis", "nginx.redis"}
     for i = 1, #names do
@@ -259,6 +261,10 @@ function _M.parse(v, dict)
     if credentials ~= nil then
         pool = pool .. ":" .. credentials.digest
     end
+    local space = endpoint .. " " .. lua_tostring(o.db)
+    if sent ~= nil then
+        space = space .. " " .. sent.id
+    end
     local conf = {
         host = host,
         port = o.port,
@@ -278,6 +284,10 @@ function _M.parse(v, dict)
         client_cert = cert,
         auto_pipeline = o.auto_pipeline,
         pool = pool,
+        keyspace = str_format(
+            "%08x|",
+            crc32_long(space)
+        ),
         endpoint = endpoint,
         announced = nil,
         dict = dict,

@@ -3,19 +3,15 @@ local _M = {}
 local clock = require("resty.dlock.core.clock")
 local schema = require("resty.dlock.core.schema")
 local redis = require("resty.dlock.redis.client")
-local derived = require("resty.dlock.redis.derived")
 local eviction = require("resty.dlock.redis.eviction")
 local hints = require("resty.dlock.redis.hints")
+local master = require("resty.dlock.redis.master")
 local sentinel = require("resty.dlock.redis.sentinel")
 local setup = require("resty.dlock.redis.setup")
 local client = redis.library
 local hasTimeouts = redis.hasTimeouts
 local lua_tostring = tostring
-local lua_type = type
 local lua_rawget = rawget
-local ngx_log = ngx.log
-local NOTICE = ngx.NOTICE
-local str_match = string.match
 local sentinel_cached = sentinel.cached
 local sentinel_discover = sentinel.discover
 local sentinel_forget = sentinel.forget
@@ -151,70 +147,6 @@ local function open(host, port, timeout)
     end
     return red, socket(red), nil
 end
---- Per Sentinel pool and master address: that master as a server of its own (for the eviction check).
-local sentinelMasters = {}
-local function masterOf(conf, host, port)
-    local name = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
-    local m = sentinelMasters[name]
-    if m == nil then
-        m = derived.node(conf, host, port)
-        sentinelMasters[name] = m
-    end
-    return m
-end
---- Masters ("<credentials digest>@host:port") whose user may not run ROLE: an
--- ACL without `@admin` or `@dangerous` (a lock user's usual rights), or ROLE
--- renamed away. Asked once, whichever pool (the locks', the wake-ups') asks.
-local roleRefused = {}
---- An error reply that every later ROLE on that server would get too.
-local function refusedForGood(err)
-    local code = str_match(
-        lua_tostring(err),
-        "^(%u+)"
-    )
-    return code == "NOPERM" or (str_match(
-        lua_tostring(err),
-        "^ERR unknown command"
-    )) ~= nil
-end
---- ROLE on a fresh connection to the master Sentinel named: a just-demoted one
--- must not take locks. A server that refuses ROLE to this user is taken on the
--- sentinels' word: a demoted master is a read-only replica, which refuses
--- every lock write with READONLY, and that has the sentinels asked again.
-local function isMaster(red, conf, host, port)
-    local who = (conf.credentials ~= nil and conf.credentials.digest or "") .. "@" .. host .. ":" .. lua_tostring(port)
-    if roleRefused[who] ~= nil then
-        return nil
-    end
-    local role, err = red:role()
-    if lua_type(role) == "table" and role[1] == "master" then
-        return nil
-    end
-    if role == false and refusedForGood(err) then
-        if roleRefused[who] ~= nil then
-            return nil
-        end
-        roleRefused[who] = true
-        ngx_log(
-            NOTICE,
-            "dlock: redis ",
-            conf.endpoint,
-            ": ROLE on ",
-            host,
-            ":",
-            port,
-            " refused (",
-            err,
-            "): taking the sentinels' word that it is the master (a demoted one refuses lock writes: READONLY)"
-        )
-        return nil
-    end
-    sentinel_forget(conf.pool)
-    if lua_type(role) ~= "table" then
-        return "dlock: redis " .. conf.endpoint .. ": ROLE on " .. host .. ":" .. lua_tostring(port) .. " failed: " .. lua_tostring(err) .. "; asking the sentinels again"
-    end
-    return "dlock: redis " .. conf.endpoint .. ": " .. host .. ":" .. lua_tostring(port) .. " is a " .. lua_tostring(role[1]) .. ", not the master (a failover is under way); asking the sentinels again"
-end
 --- A connect to host:port failed with err: the error that names the endpoint (and, behind Sentinel, the master).
 local function unreached(conf, host, port, err)
     stale(conf)
@@ -292,15 +224,15 @@ function _M.connect(conf)
         local ierr = setup_run(
             red,
             socket(red),
-            conf
+            conf.sentinel ~= nil and master.setupOf(conf, host, port) or conf
         )
         if ierr == nil and conf.sentinel ~= nil then
-            ierr = isMaster(red, conf, host, port)
+            ierr = master.isMaster(red, conf, host, port)
         end
         if ierr == nil then
             ierr = eviction_check(
                 red,
-                conf.sentinel ~= nil and masterOf(conf, host, port) or conf
+                conf.sentinel ~= nil and master.confOf(conf, host, port) or conf
             )
         end
         if ierr ~= nil then
@@ -309,6 +241,14 @@ function _M.connect(conf)
         end
     end
     return red, nil
+end
+--- Let the next read on red wait `ms` longer than read_timeout: a WAIT blocks in Redis for up to replicas_timeout.
+function _M.readLonger(red, conf, ms)
+    if hasTimeouts then
+        red:set_timeouts(conf.connect_timeout, conf.read_timeout, conf.read_timeout + ms)
+    else
+        red:set_timeout(conf.read_timeout + ms)
+    end
 end
 --- Hand the connection back. After a network error lua-resty-redis has already
 -- closed the socket (a read timeout closes it), so only healthy ones are pooled.

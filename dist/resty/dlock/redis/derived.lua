@@ -1,14 +1,15 @@
 -- Generated from src/resty/dlock/redis/derived.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local lua_tostring = tostring
---- The TLS part of a pool name: a connection verified for one name (or not
--- verified), or made with one client certificate (or none), never serves a
--- factory that asks for another.
+--- The TLS part of a pool name: a connection made for one server name (SNI:
+-- a proxy in front may route each name to another Redis), verified or not, or
+-- made with one client certificate (or none), never serves a factory that asks
+-- for another.
 local function tlsTag(c, cert)
     if not c.ssl then
         return ""
     end
-    local tag = c.ssl_verify and "tls+verify=" .. (c.server_name or "") or "tls"
+    local tag = (c.ssl_verify and "tls+verify=" or "tls=") .. (c.server_name or "")
     if cert ~= nil then
         tag = tag .. "+cert=" .. cert.digest
     end
@@ -35,6 +36,7 @@ local function copy(c)
         client_cert = c.client_cert,
         auto_pipeline = c.auto_pipeline,
         pool = c.pool,
+        keyspace = c.keyspace,
         endpoint = c.endpoint,
         announced = c.announced,
         dict = c.dict,

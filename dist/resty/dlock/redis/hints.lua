@@ -98,7 +98,7 @@ function _M.plaintext(why, s)
     if s.announced == BY_CLUSTER then
         return plain .. ", and the cluster gave this one in CLUSTER SLOTS or MOVED: " .. "nodes with tls-cluster no announce their plaintext ports, to TLS clients too; tls-cluster yes on every node)"
     end
-    local option = (str_find(s.endpoint, "^sentinel ")) ~= nil and "redis.sentinel.ssl" or "redis.ssl"
+    local option = s.asSentinel == true and "redis.sentinel.ssl" or "redis.ssl"
     return plain .. ": is it a TLS port? " .. option .. ")"
 end
 --- What it may mean when a fresh connection in plaintext is reset or closed at
@@ -151,9 +151,12 @@ function _M.noScripts(endpoint, err)
     end
     return "dlock: redis " .. endpoint .. ": " .. name .. " (every call of the locks is a Lua script: this server has EVAL " .. "and EVALSHA renamed away, rename-command, or runs no scripts)"
 end
---- awayWhy, as an error naming the endpoint ("sentinel host:port" for a sentinel).
-function _M.turnedAway(endpoint, err)
-    local why = awayWhy(err, (str_find(endpoint, "^sentinel ")) ~= nil and "redis.sentinel.password" or "redis.password")
+--- awayWhy, as an error naming the endpoint; `sentinel`: a sentinel's own connection turned us away.
+function _M.turnedAway(endpoint, err, sentinel)
+    if sentinel == nil then
+        sentinel = false
+    end
+    local why = awayWhy(err, sentinel and "redis.sentinel.password" or "redis.password")
     if why == nil then
         return nil
     end

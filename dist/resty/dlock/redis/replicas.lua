@@ -11,6 +11,7 @@ _M.SHORTFALLS = "c:redis:replica_shortfalls"
 --- WAIT for conf.replicas replicas to acknowledge this connection's writes: nil
 -- when enough did; else the error (the connection is handed back, or closed).
 function _M.waited(red, conf, s)
+    connection.readLonger(red, conf, conf.replicas_timeout)
     local n, err = red:wait(conf.replicas, conf.replicas_timeout)
     done(red, conf, n ~= nil)
     if lua_type(n) == "number" and n >= conf.replicas then

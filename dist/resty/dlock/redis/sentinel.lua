@@ -100,7 +100,8 @@ local function ask(pool, s, open, timeout, tls)
                 server_name = tls.server_name,
                 client_cert = tls.client_cert,
                 credentials = s.credentials,
-                db = 0
+                db = 0,
+                asSentinel = true
             })
             if serr == nil then
                 local addr, aerr = red:sentinel("get-master-addr-by-name", s.master)

@@ -106,7 +106,7 @@ function _M.run(red, sock, s)
             if terr ~= nil then
                 return terr
             end
-            local away = turnedAway(s.endpoint, err)
+            local away = turnedAway(s.endpoint, err, s.asSentinel == true)
             if away ~= nil then
                 return away
             end
@@ -119,7 +119,7 @@ function _M.run(red, sock, s)
             if terr ~= nil then
                 return terr
             end
-            local away = turnedAway(s.endpoint, err)
+            local away = turnedAway(s.endpoint, err, s.asSentinel == true)
             if away ~= nil then
                 return away
             end
@@ -129,7 +129,7 @@ function _M.run(red, sock, s)
     if s.db ~= 0 then
         local ok, err = red:select(s.db)
         if not ok then
-            local away = turnedAway(s.endpoint, err)
+            local away = turnedAway(s.endpoint, err, s.asSentinel == true)
             if away ~= nil then
                 return away
             end

@@ -58,7 +58,7 @@ function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: st
   // A waiter that finds the key held in this nginx queues up locally at once:
   // asking Redis first would only hear "busy". (Without `wait`, Redis answers.)
   if (wait > 0 && !kind.shared) {
-    const [state, left] = waits.awaitLocalHolder(store.dict, turn!, deadline);
+    const [state, left] = waits.awaitLocalHolder(store.dict, store.redis.keyspace, turn!, deadline);
     if (state === "timeout") {
       return $multi(undefined, "timeout", left, subscribed);
     }
@@ -99,7 +99,7 @@ function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: st
     let here: "none" | "free" | "timeout" = "none";
     if (!kind.shared) {
       let holderLeft: number | undefined;
-      [here, holderLeft] = waits.awaitLocalHolder(store.dict, t, deadline);
+      [here, holderLeft] = waits.awaitLocalHolder(store.dict, store.redis.keyspace, t, deadline);
       if (here === "timeout") {
         return $multi(undefined, "timeout", holderLeft, subscribed);
       }

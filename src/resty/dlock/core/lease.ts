@@ -96,7 +96,7 @@ export interface Lease {
   /** Told once when the lease is lost (renew = true only). */
   _onLost: OnLost | undefined;
   /** Epoch ms when it was taken (for the hold-time histogram). */
-  readonly _since: number;
+  _since: number;
   valid(): boolean;
   release(): LuaMultiReturn<[true | undefined, string | undefined]>;
   extend(ttl?: number): LuaMultiReturn<[true | undefined, string | undefined]>;
@@ -187,7 +187,7 @@ leaseMt.__index = leaseMethods;
 
 /** A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds). */
 export function make(store: Store, kind: Kind, key: string, rkey: string, tok: string, ttl: number, sent: number, fence: number | undefined): Lease {
-  const rec = ledger.recordKey(rkey, tok, kind.shared);
+  const rec = ledger.recordKey(store.redis.keyspace, rkey, tok, kind.shared);
   const [recorded, recv] = ledger.record(store.dict, rec, tok, key, ttl);
   if (recorded !== undefined) meter.recorded(store.meter, recorded);
   const now = nowMs();

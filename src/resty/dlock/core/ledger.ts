@@ -20,6 +20,7 @@ const math_max = math.max;
 const math_min = math.min;
 const str_format = string.format;
 const str_sub = string.sub;
+const str_find = string.find;
 const str_match = string.match;
 const lua_type = type;
 const lua_tonumber = tonumber;
@@ -57,9 +58,9 @@ export function prepare(dict: NgxSharedDict): void {
 }
 
 /** The dict key of a lease's record. */
-export function recordKey(rkey: string, token: string, shared: boolean): string {
+export function recordKey(space: string, rkey: string, token: string, shared: boolean): string {
   // One format, not a chain of concatenations (each makes a string of its own).
-  return shared ? str_format("%s%s %s", RECORD, rkey, token) : RECORD + rkey;
+  return shared ? str_format("%s%s%s %s", RECORD, space, rkey, token) : RECORD + space + rkey;
 }
 
 function encode(token: string, key: string, expires: number): string {
@@ -102,8 +103,8 @@ export function record(dict: NgxSharedDict, rec: string, token: string, key: str
  * worker dies, crash recovery takes the ticket back. The record's dict key, or
  * nil when the dict is full (then the ticket is skipped at its deadline).
  */
-export function waiting(dict: NgxSharedDict, rkey: string, token: string, key: string, ms: number): string | undefined {
-  const rec = str_format("%s%s %s", WAITING, rkey, token);
+export function waiting(dict: NgxSharedDict, space: string, rkey: string, token: string, key: string, ms: number): string | undefined {
+  const rec = str_format("%s%s%s %s", WAITING, space, rkey, token);
   const [ok] = dict.safe_set(rec, encode(token, key, math_floor(clock_now() * 1000) + ms), ms / 1000);
   return ok ? rec : undefined;
 }
@@ -197,6 +198,8 @@ function parse(v: unknown, nowMs: number): HeldLease | undefined {
 /** A record as crash recovery needs it: where it is, and the Redis key and token of its lease. */
 export interface Record {
   readonly rec: string;
+  /** The keyspace (RedisConf.keyspace) of its Redis key; "" in a record written without one. */
+  readonly space: string;
   readonly rkey: string;
   readonly key: string;
   readonly token: string;
@@ -220,9 +223,14 @@ export function records(dict: NgxSharedDict): LuaMultiReturn<[Record[]]> {
       if (l !== undefined) {
         const tail = " " + l.token;
         const tokened = str_sub(k, -tail.length) === tail;
-        const rkey = tokened ? str_sub(k, 3, -tail.length - 1) : str_sub(k, 3);
+        let rkey = tokened ? str_sub(k, 3, -tail.length - 1) : str_sub(k, 3);
+        let space = "";
+        if (str_find(rkey, "^%x%x%x%x%x%x%x%x|")[0] !== undefined) {
+          space = str_sub(rkey, 1, 9);
+          rkey = str_sub(rkey, 10);
+        }
         const waiting = what === WAITING;
-        out.push({ rec: k, rkey, key: l.key, token: l.token, pid: l.pid, shared: tokened && !waiting, waiting });
+        out.push({ rec: k, space, rkey, key: l.key, token: l.token, pid: l.pid, shared: tokened && !waiting, waiting });
       }
     }
   }

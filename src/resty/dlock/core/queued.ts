@@ -130,7 +130,7 @@ function heard(place: Place, sent: number, res: RedisValue | undefined, err: str
     if (t !== "" && place.ticket === "") {
       place.ticket = t;
       place.ahead = reply.get(3) as number;
-      place.rec = ledger.waiting(store.dict, rkey, tok, place.key, place.wait);
+      place.rec = ledger.waiting(store.dict, store.redis.keyspace, rkey, tok, place.key, place.wait);
       waits.holdTicket(place.turn, dropOf(store, kind, rkey, tok, place.wait), place.ahead);
     }
   } else {

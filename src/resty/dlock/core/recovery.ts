@@ -177,7 +177,7 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
           // Owner-checked: when prefixes overlap, a factory that never had the key just hears "not ours".
           const p = f.store.prefix;
           if ((p + r.key === r.rkey || lockKey(p, r.key, p + r.key, f.store.redis.slotted)[0] === r.rkey) &&
-            f.kind.shared === r.shared) {
+            f.kind.shared === r.shared && (r.space === "" || r.space === f.store.redis.keyspace)) {
             if (!r.waiting) add(leases, f, r);
             else if (f.kind.drop !== undefined) add(tickets, f, r);
           }

@@ -53,7 +53,7 @@ export function failed(store: Store, kind: Kind, rkey: string, tok: string, err:
 
 /** Is rkey held in this nginx (its shared dict says so)? Then its release is announced: it is ours. */
 export function heldHere(store: Store, rkey: string): boolean {
-  const [pid] = ledger.holder(store.dict, ledger.recordKey(rkey, "", false));
+  const [pid] = ledger.holder(store.dict, ledger.recordKey(store.redis.keyspace, rkey, "", false));
   return pid !== undefined;
 }
 

@@ -234,8 +234,8 @@ export function wakeAll(rkey: string): void {
  * "free": try Redis now; "timeout": the deadline passed, and then the ms until
  * the holder's lease ends (retry_after).
  */
-export function awaitLocalHolder(dict: NgxSharedDict, t: Turn, deadline: number): LuaMultiReturn<["none" | "free" | "timeout", number | undefined]> {
-  const rec = ledger.recordKey(t.rkey, "", false);
+export function awaitLocalHolder(dict: NgxSharedDict, space: string, t: Turn, deadline: number): LuaMultiReturn<["none" | "free" | "timeout", number | undefined]> {
+  const rec = ledger.recordKey(space, t.rkey, "", false);
   let step = 1;
   let seen = false;
   while (true) {

@@ -17,6 +17,8 @@ const lua_rawget = rawget;
 const lua_type = type;
 const literal = schema.literal;
 const tbl_concat = table.concat;
+const str_format = string.format;
+const crc32_long = ngx.crc32_long;
 
 function loadClient(this: void): RestyRedisModule | undefined {
   // OpenResty ships resty.redis; Debian ships the same library (0.27) as nginx.redis.
@@ -58,6 +60,13 @@ export interface RedisConf {
   readonly auto_pipeline: boolean;
   /** Pool name: endpoint, db, TLS and a credentials digest, so pools never mix. */
   readonly pool: string;
+  /**
+   * Which Redis keyspace (endpoint and db, "<8 hex>|"): the shared dict's
+   * records of leases put it in front of their Redis key, so that two factories
+   * with one dict and prefix on two servers or dbs never take each other's
+   * record for their own (core/ledger.ts).
+   */
+  readonly keyspace: string;
   /** "host:port" or the socket path, for messages. */
   readonly endpoint: string;
   /** Who gave host and port when the servers did, not the operator (hints.BY_CLUSTER), for messages. */
@@ -244,6 +253,8 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     // A digest, not the secret, ends up in the pool name (it shows in debug logs).
     pool = pool + ":" + credentials.digest;
   }
+  let space = endpoint + " " + lua_tostring(o.db);
+  if (sent !== undefined) space = space + " " + sent.id;
   const conf: RedisConf = {
     host, port: o.port, path: o.path, credentials, db: o.db,
     connect_timeout: o.connect_timeout,
@@ -252,7 +263,8 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     backlog: o.backlog, replicas: o.replicas, replicas_timeout: o.replicas_timeout,
     keepalive_timeout: o.keepalive_timeout,
     ssl: o.ssl, ssl_verify: o.ssl_verify, server_name: o.server_name, client_cert: cert, auto_pipeline: o.auto_pipeline,
-    pool, endpoint, announced: undefined, dict, sentinel: sent,
+    pool, keyspace: str_format("%08x|", crc32_long(space)),
+    endpoint, announced: undefined, dict, sentinel: sent,
     topology, nodes: undefined, max_redirects: maxRedirects, slotted: topology === "cluster", backend: undefined,
     senders: 2,
   };

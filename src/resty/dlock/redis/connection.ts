@@ -1,26 +1,22 @@
 // The one way a connection to Redis is made and handed back: the client
 // library, the pool, a fresh connection's setup (TLS, AUTH, SELECT: setup.ts;
-// ROLE behind Sentinel; the eviction check), and the client's socket, which
+// ROLE behind Sentinel: master.ts; the eviction check), and the client's socket, which
 // the transport (roundtrip.ts, pipeline.ts) and the wake-up subscriber read
 // and write themselves. Sentinels are reached through open() below.
 
 import * as clock from "../core/clock";
 import * as schema from "../core/schema";
 import * as redis from "./client";
-import * as derived from "./derived";
 import * as eviction from "./eviction";
 import * as hints from "./hints";
+import * as master from "./master";
 import * as sentinel from "./sentinel";
 import * as setup from "./setup";
 
 const client = redis.library;
 const hasTimeouts = redis.hasTimeouts;
 const lua_tostring = tostring;
-const lua_type = type;
 const lua_rawget = rawget;
-const ngx_log = ngx.log;
-const NOTICE = ngx.NOTICE;
-const str_match = string.match;
 const sentinel_cached = sentinel.cached;
 const sentinel_discover = sentinel.discover;
 const sentinel_forget = sentinel.forget;
@@ -156,62 +152,6 @@ function open(this: void, host: string, port: number, timeout: number): LuaMulti
   return $multi(red, socket(red), undefined);
 }
 
-/** Per Sentinel pool and master address: that master as a server of its own (for the eviction check). */
-const sentinelMasters = new LuaTable<string, redis.RedisConf>();
-
-function masterOf(conf: redis.RedisConf, host: string, port: number): redis.RedisConf {
-  const name = conf.pool + "@" + host + ":" + lua_tostring(port);
-  let m = sentinelMasters.get(name);
-  if (m === undefined) {
-    m = derived.node(conf, host, port);
-    sentinelMasters.set(name, m);
-  }
-  return m;
-}
-
-/**
- * Masters ("<credentials digest>@host:port") whose user may not run ROLE: an
- * ACL without `@admin` or `@dangerous` (a lock user's usual rights), or ROLE
- * renamed away. Asked once, whichever pool (the locks', the wake-ups') asks.
- */
-const roleRefused = new LuaTable<string, boolean>();
-
-/** An error reply that every later ROLE on that server would get too. */
-function refusedForGood(err: string | undefined): boolean {
-  const [code] = str_match(lua_tostring(err), "^(%u+)");
-  return code === "NOPERM" || str_match(lua_tostring(err), "^ERR unknown command")[0] !== undefined;
-}
-
-/**
- * ROLE on a fresh connection to the master Sentinel named: a just-demoted one
- * must not take locks. A server that refuses ROLE to this user is taken on the
- * sentinels' word: a demoted master is a read-only replica, which refuses
- * every lock write with READONLY, and that has the sentinels asked again.
- */
-function isMaster(red: RestyRedis, conf: redis.RedisConf, host: string, port: number): string | undefined {
-  const who = (conf.credentials !== undefined ? conf.credentials.digest : "") + "@" + host + ":" + lua_tostring(port);
-  if (roleRefused.has(who)) return undefined;
-  const [role, err] = red.role();
-  if (lua_type(role) === "table" && (role as LuaTable<number, unknown>).get(1) === "master") {
-    return undefined;
-  }
-  if (role === false && refusedForGood(err)) {
-    // Said once: another connection's ROLE may have been refused while this one's was on its way.
-    if (roleRefused.has(who)) return undefined;
-    roleRefused.set(who, true);
-    ngx_log(NOTICE, "dlock: redis ", conf.endpoint, ": ROLE on ", host, ":", port, " refused (", err,
-      "): taking the sentinels' word that it is the master (a demoted one refuses lock writes: READONLY)");
-    return undefined;
-  }
-  sentinel_forget(conf.pool);
-  if (lua_type(role) !== "table") {
-    return "dlock: redis " + conf.endpoint + ": ROLE on " + host + ":" + lua_tostring(port) + " failed: " + lua_tostring(err) +
-      "; asking the sentinels again";
-  }
-  return "dlock: redis " + conf.endpoint + ": " + host + ":" + lua_tostring(port) + " is a " + lua_tostring((role as LuaTable<number, unknown>).get(1)) +
-    ", not the master (a failover is under way); asking the sentinels again";
-}
-
 /** A connect to host:port failed with err: the error that names the endpoint (and, behind Sentinel, the master). */
 function unreached(conf: redis.RedisConf, host: string, port: number, err: string | undefined): LuaMultiReturn<[undefined, string]> {
   stale(conf);
@@ -274,17 +214,23 @@ export function connect(conf: redis.RedisConf): LuaMultiReturn<[RestyRedis | und
   const [reused] = red.get_reused_times();
   if (reused === 0) {
     // TLS, AUTH and SELECT first: a server with a password answers anything else with NOAUTH.
-    let ierr = setup_run(red, socket(red), conf);
-    if (ierr === undefined && conf.sentinel !== undefined) ierr = isMaster(red, conf, host, port);
+    let ierr = setup_run(red, socket(red), conf.sentinel !== undefined ? master.setupOf(conf, host, port) : conf);
+    if (ierr === undefined && conf.sentinel !== undefined) ierr = master.isMaster(red, conf, host, port);
     // With Sentinel, each master it names is checked on its own: a failover can
     // land on a server configured differently.
-    if (ierr === undefined) ierr = eviction_check(red, conf.sentinel !== undefined ? masterOf(conf, host, port) : conf);
+    if (ierr === undefined) ierr = eviction_check(red, conf.sentinel !== undefined ? master.confOf(conf, host, port) : conf);
     if (ierr !== undefined) {
       red.close();
       return $multi(undefined, ierr + tls_port(ierr, conf.ssl, "redis.ssl"));
     }
   }
   return $multi(red, undefined);
+}
+
+/** Let the next read on red wait `ms` longer than read_timeout: a WAIT blocks in Redis for up to replicas_timeout. */
+export function readLonger(red: RestyRedis, conf: redis.RedisConf, ms: number): void {
+  if (hasTimeouts) red.set_timeouts!(conf.connect_timeout, conf.read_timeout, conf.read_timeout + ms);
+  else red.set_timeout(conf.read_timeout + ms);
 }
 
 /**

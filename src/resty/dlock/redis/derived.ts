@@ -8,13 +8,14 @@ import type { RedisConf } from "./client";
 const lua_tostring = tostring;
 
 /**
- * The TLS part of a pool name: a connection verified for one name (or not
- * verified), or made with one client certificate (or none), never serves a
- * factory that asks for another.
+ * The TLS part of a pool name: a connection made for one server name (SNI:
+ * a proxy in front may route each name to another Redis), verified or not, or
+ * made with one client certificate (or none), never serves a factory that asks
+ * for another.
  */
 function tlsTag(c: { readonly ssl: boolean; readonly ssl_verify: boolean; readonly server_name: string | undefined }, cert: clientcert.ClientCert | undefined): string {
   if (!c.ssl) return "";
-  let tag = c.ssl_verify ? "tls+verify=" + (c.server_name ?? "") : "tls";
+  let tag = (c.ssl_verify ? "tls+verify=" : "tls=") + (c.server_name ?? "");
   if (cert !== undefined) tag = tag + "+cert=" + cert.digest;
   return tag + ":";
 }
@@ -28,7 +29,7 @@ function copy(c: RedisConf): Fields {
     connect_timeout: c.connect_timeout, read_timeout: c.read_timeout, pool_size: c.pool_size, backlog: c.backlog,
     replicas: c.replicas, replicas_timeout: c.replicas_timeout, keepalive_timeout: c.keepalive_timeout,
     ssl: c.ssl, ssl_verify: c.ssl_verify, server_name: c.server_name, client_cert: c.client_cert, auto_pipeline: c.auto_pipeline,
-    pool: c.pool, endpoint: c.endpoint, announced: c.announced,
+    pool: c.pool, keyspace: c.keyspace, endpoint: c.endpoint, announced: c.announced,
     dict: c.dict, sentinel: c.sentinel, topology: c.topology, nodes: c.nodes, max_redirects: c.max_redirects,
     slotted: c.slotted, backend: c.backend, senders: c.senders,
   };

@@ -115,7 +115,7 @@ export function plaintext(why: unknown, s: Setup): string {
     return plain + ", and the cluster gave this one in CLUSTER SLOTS or MOVED: " +
       "nodes with tls-cluster no announce their plaintext ports, to TLS clients too; tls-cluster yes on every node)";
   }
-  const option = str_find(s.endpoint, "^sentinel ")[0] !== undefined ? "redis.sentinel.ssl" : "redis.ssl";
+  const option = s.asSentinel === true ? "redis.sentinel.ssl" : "redis.ssl";
   return plain + ": is it a TLS port? " + option + ")";
 }
 
@@ -176,9 +176,9 @@ export function noScripts(endpoint: string, err: string | undefined): string | u
     "and EVALSHA renamed away, rename-command, or runs no scripts)";
 }
 
-/** awayWhy, as an error naming the endpoint ("sentinel host:port" for a sentinel). */
-export function turnedAway(endpoint: string, err: string | undefined): string | undefined {
-  const why = awayWhy(err, str_find(endpoint, "^sentinel ")[0] !== undefined ? "redis.sentinel.password" : "redis.password");
+/** awayWhy, as an error naming the endpoint; `sentinel`: a sentinel's own connection turned us away. */
+export function turnedAway(endpoint: string, err: string | undefined, sentinel = false): string | undefined {
+  const why = awayWhy(err, sentinel ? "redis.sentinel.password" : "redis.password");
   if (why === undefined) return undefined;
   return "dlock: redis " + endpoint + ": " + why;
 }

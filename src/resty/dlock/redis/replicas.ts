@@ -22,6 +22,7 @@ export const SHORTFALLS = "c:redis:replica_shortfalls";
  * when enough did; else the error (the connection is handed back, or closed).
  */
 export function waited(red: RestyRedis, conf: redis.RedisConf, s: scripts.Script): string | undefined {
+  connection.readLonger(red, conf, conf.replicas_timeout);
   const [n, err] = red.wait(conf.replicas, conf.replicas_timeout);
   done(red, conf, n !== undefined);
   if (lua_type(n) === "number" && (n as number) >= conf.replicas) {

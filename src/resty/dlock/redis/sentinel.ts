@@ -138,7 +138,7 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
       // The sentinel's own TLS and credentials, in the order every server accepts.
       const serr = setup.run(red, sock, {
         endpoint: "sentinel " + endpoint, host: node.host, ssl, ssl_verify: tls.ssl_verify, server_name: tls.server_name,
-        client_cert: tls.client_cert, credentials: s.credentials, db: 0,
+        client_cert: tls.client_cert, credentials: s.credentials, db: 0, asSentinel: true,
       });
       if (serr === undefined) {
         const [addr, aerr] = red.sentinel("get-master-addr-by-name", s.master);

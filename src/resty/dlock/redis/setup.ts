@@ -58,6 +58,8 @@ export interface Setup {
   readonly db: number;
   /** Who gave this address, when the servers did (RedisConf.announced): a hint's words. */
   readonly announced?: string;
+  /** A sentinel's own connection: hints name the redis.sentinel options, not the master's. */
+  readonly asSentinel?: boolean;
 }
 
 function shake(this: void, sock: NgxTcpSocket, serverName: string | undefined, verify: boolean): LuaMultiReturn<[unknown, string | undefined]> {
@@ -137,7 +139,7 @@ export function run(red: RestyRedis, sock: NgxTcpSocket | undefined, s: Setup): 
     if (!ok) {
       const terr = viaTls(s, ok, err);
       if (terr !== undefined) return terr;
-      const away = turnedAway(s.endpoint, err);
+      const away = turnedAway(s.endpoint, err, s.asSentinel === true);
       if (away !== undefined) return away;
       // The user, never the password: which of several credentials is wrong.
       return "dlock: redis " + s.endpoint + ": authentication failed for user " + (c.username ?? "default") + ": " + lua_tostring(err);
@@ -147,7 +149,7 @@ export function run(red: RestyRedis, sock: NgxTcpSocket | undefined, s: Setup): 
     if (pong !== "PONG") {
       const terr = viaTls(s, pong, err);
       if (terr !== undefined) return terr;
-      const away = turnedAway(s.endpoint, err);
+      const away = turnedAway(s.endpoint, err, s.asSentinel === true);
       if (away !== undefined) return away;
       return "dlock: redis " + s.endpoint + ": PING after the TLS handshake failed: " + lua_tostring(err);
     }
@@ -155,7 +157,7 @@ export function run(red: RestyRedis, sock: NgxTcpSocket | undefined, s: Setup): 
   if (s.db !== 0) {
     const [ok, err] = red.select(s.db);
     if (!ok) {
-      const away = turnedAway(s.endpoint, err);
+      const away = turnedAway(s.endpoint, err, s.asSentinel === true);
       if (away !== undefined) return away;
       return "dlock: redis " + s.endpoint + ": SELECT " + lua_tostring(s.db) + " failed: " + lua_tostring(err);
     }

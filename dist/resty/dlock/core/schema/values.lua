@@ -96,16 +96,18 @@ local function node(label, v)
     if lua_type(v) ~= "string" then
         return check.fail(label .. " must be \"host:port\" strings", v)
     end
+    local what = label .. " must be \"host:port\" strings"
+    local secret = (str_find(v, "@", 1, true)) ~= nil
     local host, at = str_match(v, "^(%[[%x:%.]+%]):()%d+$")
     if host == nil then
         host, at = str_match(v, "^([%w%.%-_]+):()%d+$")
     end
     if host == nil then
-        return check.fail(label .. " must be \"host:port\" strings", v)
+        return refuse(what, v, secret)
     end
     local p = port(v, at)
     if p == nil then
-        return check.fail(label .. " must be \"host:port\" strings", v)
+        return refuse(what, v, secret)
     end
     return {host = host, port = p}, nil
 end

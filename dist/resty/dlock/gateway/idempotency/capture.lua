@@ -48,7 +48,7 @@ function _M.hold(g, rkey, tok, fp)
     if request.id() == nil then
         return
     end
-    local rec = ledger.recordKey(rkey, tok, true)
+    local rec = ledger.recordKey(g._leaseStore.redis.keyspace, rkey, tok, true)
     local recorded, recv = ledger.record(
         g._dict,
         rec,

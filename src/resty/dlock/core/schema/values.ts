@@ -223,14 +223,17 @@ export function named(host: string): boolean {
 /** "host:port" or "[v6]:port" (the host keeps its brackets); `label` names the list it came from. */
 function node(label: string, v: unknown): LuaMultiReturn<[Node | undefined, string | undefined]> {
   if (lua_type(v) !== "string") return check.fail(label + " must be \"host:port\" strings", v);
+  // A URL with credentials ("redis://:secret@host:port") is refused without being shown.
+  const what = label + " must be \"host:port\" strings";
+  const secret = str_find(v as string, "@", 1, true)[0] !== undefined;
   // The () captures are positions: numbers, where the port digits start.
   let [host, at] = str_match(v as string, "^(%[[%x:%.]+%]):()%d+$");
   if (host === undefined) {
     [host, at] = str_match(v as string, "^([%w%.%-_]+):()%d+$");
   }
-  if (host === undefined) return check.fail(label + " must be \"host:port\" strings", v);
+  if (host === undefined) return refuse(what, v, secret);
   const p = port(v as string, at as unknown as number);
-  if (p === undefined) return check.fail(label + " must be \"host:port\" strings", v);
+  if (p === undefined) return refuse(what, v, secret);
   return $multi({ host, port: p }, undefined);
 }
 

@@ -70,7 +70,7 @@ function current(): Capture | undefined {
 export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   stats.incr(g._dict, g.name, "acquired");
   if (request.id() === undefined) return;
-  const rec = ledger.recordKey(rkey, tok, true);
+  const rec = ledger.recordKey(g._leaseStore.redis.keyspace, rkey, tok, true);
   const [recorded, recv] = ledger.record(g._dict, rec, tok, rkey, g._lease);
   if (recorded !== undefined) meter.recorded(g._leaseStore.meter, recorded);
   const now = clock_now() * 1000;

@@ -221,7 +221,7 @@ describe("the public API under fuzzing (seed " .. SEED .. "): the constructors",
         seq = seq + 1
         return "fz-gw-" .. seq
       end
-      local status_code = function() return int(200, 599) end
+      local status_code = function() return int(300, 599) end
       local COMMON = {
         { "name", fresh_name },
         { "key", function() return pick({ "$http_idempotency_key", "$remote_addr:$uri", "job:$arg_job",

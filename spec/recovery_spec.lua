@@ -162,7 +162,7 @@ end)
 h.check_error_logs({
   "worker process %d+ exited on signal 9",  -- the SIGKILLed peer workers
   -- The replacement's give-backs while its Redis is stopped: the first and the retries before it came back.
-  { "lua tcp socket read timed out, context: ngx%.timer", max = 4 },
+  { "lua tcp socket read timed out,[^\n]* context: ngx%.timer", max = 4 },
   -- Guards called on purpose where they can refuse nothing (once per guard and worker).
   "dlock: guard phase%-%a+: access%(%) called in the %w+ phase, where it can refuse nothing",
 })

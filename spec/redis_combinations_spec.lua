@@ -6,6 +6,7 @@
 -- credentials in them.
 local h = require "helpers"
 local dlock = require "resty.dlock"
+local ledger = require "resty.dlock.core.ledger"
 
 local function stream_module()
   local p = io.popen(h.env.nginx .. " -V 2>&1")
@@ -204,6 +205,21 @@ describe("a password written into a node list", function()
       assert.matches("must be \"host:port\" strings", err)
       assert.is_nil(err:find("node-secret-", 1, true), "case " .. i .. " shows the secret: " .. err)
     end
+  end)
+end)
+
+describe("the keyspace of the shared dict's records", function()
+  it("differs for two TLS factories that differ only in server_name (their pools do)", function()
+    local function factory(name)
+      return assert(dlock.new({ dict = "dlock", prefix = "ks:", redis = { host = "127.0.0.1", port = 6390,
+        ssl = true, server_name = name } }))
+    end
+    local a, b = factory("a.redis.test"), factory("b.redis.test")
+    assert.are_not.equal(a._store.redis.pool, b._store.redis.pool)
+    -- the same record key for "k" on two different Redis behind an SNI proxy?
+    local ra = ledger.recordKey(a._store.redis.keyspace, "ks:k", "", false)
+    local rb = ledger.recordKey(b._store.redis.keyspace, "ks:k", "", false)
+    assert.are_not.equal(ra, rb, "records of two Redis (by SNI) share one dict key: " .. ra)
   end)
 end)
 

@@ -7,6 +7,11 @@ local clock_now = clock.now
 local lua_pairs = pairs
 local lua_next = next
 local lua_pcall = pcall
+local lua_tostring = tostring
+local ngx_log = ngx.log
+local ERR = ngx.ERR
+--- A renewal's result while its answer is not read.
+local RAISED = "dlock: the renewal raised before its answer was read"
 local thread_spawn = ngx.thread.spawn
 local thread_wait = ngx.thread.wait
 --- Leases of the list grouped for pipelining: one group per Redis endpoint and
@@ -66,6 +71,9 @@ local function releaseGroup(list, idx, untimed, t)
 end
 --- One endpoint's group of extendAll.
 local function extendGroup(list, idx, results, sent)
+    for j = 1, #idx do
+        results[idx[j]] = RAISED
+    end
     local ms = {}
     for j = 1, #idx do
         ms[j] = list[idx[j]].ttl
@@ -122,7 +130,14 @@ local function eachGroup(groups, list, run, a, b)
     end
     run(list, first, a, b)
     for i = 1, #threads do
-        thread_wait(threads[i])
+        local ok, err = thread_wait(threads[i])
+        if not ok then
+            ngx_log(
+                ERR,
+                "dlock: a batch of one Redis endpoint raised: ",
+                lua_tostring(err)
+            )
+        end
     end
 end
 function _M.releaseAll(list, untimed)

@@ -77,6 +77,13 @@ local leaseMethods = {
         if ms == nil then
             return nil, terr
         end
+        local rerr = options.renewable(
+            watchdog.watches(self),
+            ms
+        )
+        if rerr ~= nil then
+            return nil, rerr
+        end
         if self._released then
             return nil, "not_owner"
         end

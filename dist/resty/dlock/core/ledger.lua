@@ -18,7 +18,7 @@ local str_match = string.match
 local lua_type = type
 local lua_tonumber = tonumber
 local RECORD = "l:"
---- Tickets of waiters in a key's queue in Redis: "w:" .. redis key .. " " .. token, valued as leases.
+--- Tickets of waiters in a key's queue in Redis: "w:" .. keyspace .. redis key .. " " .. token, valued as leases.
 local WAITING = "w:"
 --- Dict key counting leases whose record the dict could not take (it was full).
 _M.UNRECORDED = "c:ledger:unrecorded"

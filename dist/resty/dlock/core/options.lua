@@ -334,4 +334,5 @@ function _M.acquireAll(store, keys, opts)
 end
 _M.keyList = keyList
 _M.checkTtl = checkTtl
+_M.renewable = renewable
 return _M

@@ -117,7 +117,16 @@ local function retry(premature, r, delay)
         return
     end
     local next = math_min(delay * 2, RETRY_MAX)
-    timer_at(next, retry, {dict = r.dict, f = r.f, s = r.s, items = left}, next)
+    local ok, err = timer_at(next, retry, {dict = r.dict, f = r.f, s = r.s, items = left}, next)
+    if not ok then
+        ngx_log(
+            WARN,
+            "dlock: recovery: cannot retry giving back ",
+            #left,
+            " key(s) of dead worker(s): ",
+            err
+        )
+    end
 end
 --- What Redis did not take at the first try, tried again soon.
 local function later(dict, f, s, items)

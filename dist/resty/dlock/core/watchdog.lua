@@ -156,9 +156,16 @@ local function renew(due)
         end
     end
 end
---- renew(list) in a light thread of its own; its leases are not sent again until it is back.
+--- renew(list) in a light thread of its own; its leases are not sent again until it is back (raise or not).
 local function renewApart(list)
-    renew(list)
+    local ok, err = lua_pcall(renew, list)
+    if not ok then
+        ngx_log(
+            ERR,
+            "dlock: lease watchdog: ",
+            check.text(err)
+        )
+    end
     for _, l in lua_ipairs(list) do
         local w = watched[l]
         if w ~= nil then
@@ -279,8 +286,10 @@ local function watch(l, hooks)
     sooner(l)
     return nil
 end
---- Its holder extended l (lease:extend): renewed as of now, and at its new
--- ttl, which may want the sweep sooner than it sleeps.
+--- Does the watchdog renew l (renew = true, not yet released or lost)?
+function _M.watches(l)
+    return watched[l] ~= nil
+end
 function _M.extended(l)
     local w = watched[l]
     if w == nil then

@@ -2,11 +2,14 @@
 local _M = {}
 local check = require("resty.dlock.core.check")
 local dictcount = require("resty.dlock.core.dictcount")
+local clock = require("resty.dlock.core.clock")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local NOTICE = ngx.NOTICE
 local ngx_ = ngx
 local lua_type = type
+local clock_now = clock.now
+local worker_exiting = ngx.worker.exiting
 --- Every event a guard counts, in the order status pages list them.
 _M.EVENTS = {
     "acquired",
@@ -73,6 +76,36 @@ function _M.count(dict, guard, event)
     local v = dict:get(keys(guard).events[event])
     return lua_type(v) == "number" and v or 0
 end
+--- Per guard, when this worker's own probe ends: the dict's mark stands in for it when the dict is full.
+local probingHere = {}
+--- Take the one probe of a half-open breaker for `seconds`: true when the
+-- caller is the one. A dict too full for the mark (a count of ours never
+-- evicts) leaves one probe per worker at a time, rather than none ever.
+local function takeProbe(dict, guard, seconds)
+    local ok, err = dict:safe_add(
+        keys(guard).probe,
+        true,
+        seconds
+    )
+    if ok == true then
+        return true
+    end
+    if err ~= "no memory" then
+        return false
+    end
+    local now = clock_now()
+    local ends = probingHere[guard]
+    if ends ~= nil and ends > now then
+        return false
+    end
+    probingHere[guard] = now + seconds
+    return true
+end
+--- The probe is over (Redis answered, or the breaker opened again): the next may start.
+local function probeDone(dict, guard)
+    dict:delete(keys(guard).probe)
+    probingHere[guard] = nil
+end
 local function breakerState(dict, guard)
     local k = keys(guard)
     if (dict:get(k.open)) ~= nil then
@@ -91,12 +124,7 @@ function _M.probed(g, probeFor, probe)
     if breakerState(g._dict, g.name) ~= "half_open" then
         return true
     end
-    if dictcount.mark(
-        g._dict,
-        keys(g.name).probe,
-        true,
-        probeFor
-    ) then
+    if takeProbe(g._dict, g.name, probeFor) then
         local ok, err = ngx_.timer.at(0, probe, g)
         if ok == nil then
             ngx_log(
@@ -120,13 +148,13 @@ end
 -- on a Redis that may still be gone.
 function _M.skips(dict, guard, probeFor)
     local k = keys(guard)
-    if (dict:get(k.open)) ~= nil then
-        return true
-    end
     if (dict:get(k.fail)) ~= HALF then
         return false
     end
-    return not dictcount.mark(dict, k.probe, true, probeFor)
+    if (dict:get(k.open)) ~= nil then
+        return true
+    end
+    return not takeProbe(dict, guard, probeFor)
 end
 --- Seconds one probe of a half-open breaker has (a call's connect and read) before another may start.
 function _M.probeWindow(conf)
@@ -141,6 +169,7 @@ local function failure(dict, guard, threshold, cooldownMs)
         trip = n ~= nil and n >= threshold
     end
     if trip and (dict:get(k.open)) == nil then
+        probeDone(dict, guard)
         dict:set(k.open, true, cooldownMs / 1000)
         dict:set(k.fail, HALF)
         incr(dict, guard, "breaker_opened")
@@ -163,7 +192,7 @@ function _M.success(dict, guard)
     end
     dict:delete(k.fail)
     if v == HALF then
-        dict:delete(k.probe)
+        probeDone(dict, guard)
         ngx_log(NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed")
     end
 end
@@ -183,14 +212,16 @@ end
 -- guard would say degraded until its next request). One per nginx: a request
 -- meanwhile finds its mark (probed()) and decides locally.
 local function probeWhenCool(g, probeFor, probe)
-    local k = keys(g.name)
+    if worker_exiting() then
+        return
+    end
     local cool = g._breakerCooldown / 1000
-    if not dictcount.mark(g._dict, k.probe, true, cool + probeFor) then
+    if not takeProbe(g._dict, g.name, cool + probeFor) then
         return
     end
     local ok, err = ngx_.timer.at(cool, probe, g)
     if ok == nil then
-        g._dict:delete(k.probe)
+        probeDone(g._dict, g.name)
         ngx_log(
             ERR,
             "dlock: guard ",
@@ -203,7 +234,7 @@ end
 --- A probe found Redis failing still: the breaker opens again, and the next probe is due after its cool-down.
 function _M.probeFailed(g, err, probeFor, probe)
     noteFailure(g, err)
-    g._dict:delete(keys(g.name).probe)
+    probeDone(g._dict, g.name)
     probeWhenCool(g, probeFor, probe)
 end
 --- Redis failed a request's call: counted as redis_errors, then as noteFailure.

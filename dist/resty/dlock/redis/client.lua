@@ -262,6 +262,9 @@ function _M.parse(v, dict)
         pool = pool .. ":" .. credentials.digest
     end
     local space = endpoint .. " " .. lua_tostring(o.db)
+    if o.ssl then
+        space = space .. " tls=" .. (o.server_name or "")
+    end
     if sent ~= nil then
         space = space .. " " .. sent.id
     end

@@ -14,6 +14,11 @@ const clock_now = clock.now;
 const lua_pairs = pairs;
 const lua_next = next;
 const lua_pcall = pcall;
+const lua_tostring = tostring;
+const ngx_log = ngx.log;
+const ERR = ngx.ERR;
+/** A renewal's result while its answer is not read. */
+const RAISED = "dlock: the renewal raised before its answer was read";
 const thread_spawn = ngx.thread.spawn;
 const thread_wait = ngx.thread.wait;
 
@@ -92,6 +97,8 @@ function releaseGroup(this: void, list: Lease[], idx: number[], untimed: boolean
 
 /** One endpoint's group of extendAll. */
 function extendGroup(this: void, list: Lease[], idx: number[], results: (true | string)[], sent: number): void {
+  // Until its answer is read: a raise below must not leave "not_owner" (lost) where nothing was learnt.
+  for (const j of $range(1, idx.length)) results[idx[j - 1]! - 1] = RAISED;
   const ms: number[] = [];
   for (const j of $range(1, idx.length)) ms[j - 1] = list[idx[j - 1]! - 1]!.ttl;
   const first = list[idx[0]! - 1]!;
@@ -134,7 +141,10 @@ function eachGroup<A, B>(groups: LuaTable<string, number[]>, list: Lease[], run:
     }
   }
   run(list, first, a, b);
-  for (const i of $range(1, threads.length)) thread_wait(threads[i - 1]!);
+  for (const i of $range(1, threads.length)) {
+    const [ok, err] = thread_wait(threads[i - 1]!);
+    if (!ok) ngx_log(ERR, "dlock: a batch of one Redis endpoint raised: ", lua_tostring(err));
+  }
 }
 
 export function releaseAll(list: Lease[], untimed = false): LuaMultiReturn<[number, string | undefined]> {

@@ -168,6 +168,8 @@ const leaseMethods = {
     if (perr !== undefined) return $multi(undefined, perr);
     const [ms, terr] = options.extendTtl(ttl, this.ttl);
     if (ms === undefined) return $multi(undefined, terr);
+    const rerr = options.renewable(watchdog.watches(this), ms);
+    if (rerr !== undefined) return $multi(undefined, rerr);
     if (this._released) {
       return $multi(undefined, "not_owner");
     }

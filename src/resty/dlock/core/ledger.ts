@@ -1,7 +1,9 @@
 // Local bookkeeping of the leases this nginx instance holds, in a lua_shared_dict
 // so every worker (and the status endpoint) sees them. One record per lock key,
 // one per permit for semaphores (several holders share a key):
-//   "l:" .. redis key [.. " " .. token]  ->  "<pid> <expires_ms> <token> <key>"
+//   "l:" .. keyspace .. redis key [.. " " .. token]  ->  "<pid> <expires_ms> <token> <key>"
+// (keyspace: RedisConf.keyspace, "<8 hex>|": one dict may keep the leases of
+// several Redis servers or dbs whose keys have the same names)
 // The record expires with the lease, so a crashed worker leaves nothing behind.
 // Records only serve held(), status pages and local waiting; exclusion never
 // depends on them (the token in Redis decides), so a full dict loses records,
@@ -26,7 +28,7 @@ const lua_type = type;
 const lua_tonumber = tonumber;
 
 const RECORD = "l:";
-/** Tickets of waiters in a key's queue in Redis: "w:" .. redis key .. " " .. token, valued as leases. */
+/** Tickets of waiters in a key's queue in Redis: "w:" .. keyspace .. redis key .. " " .. token, valued as leases. */
 const WAITING = "w:";
 
 export interface HeldLease {

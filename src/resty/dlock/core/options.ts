@@ -304,4 +304,4 @@ export function acquireAll(store: lease.Store, keys: unknown, opts: unknown): Re
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { keyList, checkTtl };
+export { keyList, checkTtl, renewable };

@@ -129,7 +129,8 @@ function retry(this: void, premature: boolean, r: Retry, delay: number): void {
   const left = giveBack(r.dict, r.f, r.s, still, false);
   if (premature || left.length === 0) return;
   const next = math_min(delay * 2, RETRY_MAX);
-  timer_at(next, retry, { dict: r.dict, f: r.f, s: r.s, items: left }, next);
+  const [ok, err] = timer_at(next, retry, { dict: r.dict, f: r.f, s: r.s, items: left }, next);
+  if (!ok) ngx_log(WARN, "dlock: recovery: cannot retry giving back ", left.length, " key(s) of dead worker(s): ", err);
 }
 
 /** What Redis did not take at the first try, tried again soon. */

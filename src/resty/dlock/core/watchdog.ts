@@ -161,9 +161,10 @@ function renew(due: lease.Lease[]): void {
   }
 }
 
-/** renew(list) in a light thread of its own; its leases are not sent again until it is back. */
+/** renew(list) in a light thread of its own; its leases are not sent again until it is back (raise or not). */
 function renewApart(this: void, list: lease.Lease[]): void {
-  renew(list);
+  const [ok, err] = lua_pcall(renew, list);
+  if (!ok) ngx_log(ERR, "dlock: lease watchdog: ", check.text(err));
   for (const [_, l] of lua_ipairs(list)) {
     const w = watched.get(l);
     if (w !== undefined) w.renewing = false;
@@ -275,6 +276,11 @@ function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
  * Its holder extended l (lease:extend): renewed as of now, and at its new
  * ttl, which may want the sweep sooner than it sleeps.
  */
+/** Does the watchdog renew l (renew = true, not yet released or lost)? */
+export function watches(l: lease.Lease): boolean {
+  return watched.has(l);
+}
+
 export function extended(l: lease.Lease): void {
   const w = watched.get(l);
   if (w === undefined) return;

@@ -11,6 +11,7 @@
 
 import * as check from "../core/check";
 import * as dictcount from "../core/dictcount";
+import * as clock from "../core/clock";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
@@ -18,6 +19,8 @@ const NOTICE = ngx.NOTICE;
 // Read per call: timers are made in the request that needs one.
 const ngx_ = ngx;
 const lua_type = type;
+const clock_now = clock.now;
+const worker_exiting = ngx.worker.exiting;
 
 /** Every event a guard counts, in the order status pages list them. */
 export const EVENTS = [
@@ -98,6 +101,31 @@ export function count(dict: NgxSharedDict, guard: string, event: Event): number 
 
 export type BreakerState = "closed" | "open" | "half_open";
 
+/** Per guard, when this worker's own probe ends: the dict's mark stands in for it when the dict is full. */
+const probingHere = new LuaTable<string, number>();
+
+/**
+ * Take the one probe of a half-open breaker for `seconds`: true when the
+ * caller is the one. A dict too full for the mark (a count of ours never
+ * evicts) leaves one probe per worker at a time, rather than none ever.
+ */
+function takeProbe(dict: NgxSharedDict, guard: string, seconds: number): boolean {
+  const [ok, err] = dict.safe_add(keys(guard).probe, true, seconds);
+  if (ok === true) return true;
+  if (err !== "no memory") return false;
+  const now = clock_now();
+  const ends = probingHere.get(guard);
+  if (ends !== undefined && ends > now) return false;
+  probingHere.set(guard, now + seconds);
+  return true;
+}
+
+/** The probe is over (Redis answered, or the breaker opened again): the next may start. */
+function probeDone(dict: NgxSharedDict, guard: string): void {
+  dict.delete(keys(guard).probe);
+  probingHere.delete(guard);
+}
+
 function breakerState(dict: NgxSharedDict, guard: string): BreakerState {
   const k = keys(guard);
   if (dict.get(k.open)[0] !== undefined) return "open";
@@ -115,7 +143,7 @@ export function probed<G extends { readonly _dict: NgxSharedDict; readonly name:
   g: G, probeFor: number, probe: (this: void, premature: boolean, g: G) => void,
 ): boolean {
   if (breakerState(g._dict, g.name) !== "half_open") return true;
-  if (dictcount.mark(g._dict, keys(g.name).probe, true, probeFor)) {
+  if (takeProbe(g._dict, g.name, probeFor)) {
     const [ok, err] = ngx_.timer.at(0, probe, g);
     if (ok === undefined) ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
   }
@@ -135,9 +163,10 @@ export function breakerOpen(dict: NgxSharedDict, guard: string): boolean {
  */
 export function skips(dict: NgxSharedDict, guard: string, probeFor: number): boolean {
   const k = keys(guard);
-  if (dict.get(k.open)[0] !== undefined) return true;
+  // Closed (with failures counted or none): one read. Open or half open, fail is HALF.
   if (dict.get(k.fail)[0] !== HALF) return false;
-  return !dictcount.mark(dict, k.probe, true, probeFor);
+  if (dict.get(k.open)[0] !== undefined) return true;
+  return !takeProbe(dict, guard, probeFor);
 }
 
 /** Seconds one probe of a half-open breaker has (a call's connect and read) before another may start. */
@@ -155,6 +184,8 @@ function failure(dict: NgxSharedDict, guard: string, threshold: number, cooldown
     trip = n !== undefined && n >= threshold;
   }
   if (trip && dict.get(k.open)[0] === undefined) {
+    // A probe that failed fast must not hold the next one off past the cool-down.
+    probeDone(dict, guard);
     dict.set(k.open, true, cooldownMs / 1000);
     dict.set(k.fail, HALF);
     incr(dict, guard, "breaker_opened");
@@ -169,7 +200,7 @@ export function success(dict: NgxSharedDict, guard: string): void {
   if (v === undefined) return;
   dict.delete(k.fail);
   if (v === HALF) {
-    dict.delete(k.probe);
+    probeDone(dict, guard);
     ngx_log(NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed");
   }
 }
@@ -198,12 +229,13 @@ type Probe<G> = (this: void, premature: boolean, g: G) => void;
  * meanwhile finds its mark (probed()) and decides locally.
  */
 function probeWhenCool<G extends Failing>(g: G, probeFor: number, probe: Probe<G>): void {
-  const k = keys(g.name);
+  // An exiting worker makes no timer with a delay: the workers that replace it probe.
+  if (worker_exiting()) return;
   const cool = g._breakerCooldown / 1000;
-  if (!dictcount.mark(g._dict, k.probe, true, cool + probeFor)) return;
+  if (!takeProbe(g._dict, g.name, cool + probeFor)) return;
   const [ok, err] = ngx_.timer.at(cool, probe, g);
   if (ok === undefined) {
-    g._dict.delete(k.probe);
+    probeDone(g._dict, g.name);
     ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
   }
 }
@@ -211,7 +243,7 @@ function probeWhenCool<G extends Failing>(g: G, probeFor: number, probe: Probe<G
 /** A probe found Redis failing still: the breaker opens again, and the next probe is due after its cool-down. */
 export function probeFailed<G extends Failing>(g: G, err: string | undefined, probeFor: number, probe: Probe<G>): void {
   noteFailure(g, err);
-  g._dict.delete(keys(g.name).probe);
+  probeDone(g._dict, g.name);
   probeWhenCool(g, probeFor, probe);
 }
 

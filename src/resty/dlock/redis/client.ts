@@ -61,7 +61,7 @@ export interface RedisConf {
   /** Pool name: endpoint, db, TLS and a credentials digest, so pools never mix. */
   readonly pool: string;
   /**
-   * Which Redis keyspace (endpoint and db, "<8 hex>|"): the shared dict's
+   * Which Redis keyspace (endpoint, db and TLS server name, "<8 hex>|"): the shared dict's
    * records of leases put it in front of their Redis key, so that two factories
    * with one dict and prefix on two servers or dbs never take each other's
    * record for their own (core/ledger.ts).
@@ -253,7 +253,9 @@ export function parse(v: unknown, dict?: NgxSharedDict): LuaMultiReturn<[RedisCo
     // A digest, not the secret, ends up in the pool name (it shows in debug logs).
     pool = pool + ":" + credentials.digest;
   }
+  // The server name too: behind a proxy that routes by SNI, one host:port is several Redis.
   let space = endpoint + " " + lua_tostring(o.db);
+  if (o.ssl) space = space + " tls=" + (o.server_name ?? "");
   if (sent !== undefined) space = space + " " + sent.id;
   const conf: RedisConf = {
     host, port: o.port, path: o.path, credentials, db: o.db,

@@ -17,20 +17,7 @@ local function metric(text, line_start)
 end
 
 describe("metrics of the core API", function()
-  local seq = 0
-
-  --- A lock factory (or a semaphore) of a name of its own, on the test Redis.
-  local function named(kind, extra)
-    seq = seq + 1
-    local name = "core-" .. ngx.worker.pid() .. "-" .. seq
-    local o = { dict = "dlock", name = name, prefix = h.unique("core"), redis = h.redis_opts() }
-    for k, v in pairs(extra or {}) do o[k] = v end
-    if kind == "semaphore" then
-      o.permits = o.permits or 1
-      return assert(semaphore.new(o)), name
-    end
-    return assert(dlock.new(o)), name
-  end
+  local function named(kind, extra) return h.named("core", kind, extra) end
 
   local function value(name, series)
     return metric(assert(status.metrics_text()), series:gsub("@", name)) or 0

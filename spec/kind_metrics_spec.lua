@@ -2,25 +2,12 @@
 -- readers and permits. A lease lost counts once, a set that was never whole
 -- counts no hold and no loss, and a set's wait is its whole wait.
 local h = require "helpers"
-local dlock = require "resty.dlock"
-local semaphore = require "resty.dlock.semaphore"
 local status = require "resty.dlock.status"
 
 local function get(k) return h.cmd(nil, "get", k) end
 
-local seq = 0
 --- A lock factory (or a semaphore) with a metrics name of its own, on the test Redis.
-local function named(kind, extra)
-  seq = seq + 1
-  local name = "kinds-" .. ngx.worker.pid() .. "-" .. seq
-  local o = { dict = "dlock", name = name, prefix = h.unique("kinds"), redis = h.redis_opts() }
-  for k, v in pairs(extra or {}) do o[k] = v end
-  if kind == "semaphore" then
-    o.permits = o.permits or 1
-    return assert(semaphore.new(o)), name
-  end
-  return assert(dlock.new(o)), name
-end
+local function named(kind, extra) return h.named("kinds", kind, extra) end
 
 --- The factory's counters in status.report (its worker's counts flushed first).
 local function factory(name)

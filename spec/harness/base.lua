@@ -30,6 +30,21 @@ function _M.redis_opts(extra)
   return o
 end
 
+local named_seq = 0
+--- A lock factory (kind "lock") or a semaphore ("semaphore", 1 permit unless told) with a metrics
+--- name of its own ("<tag>-<pid>-<n>"), on the test Redis: factory, name.
+function _M.named(tag, kind, extra)
+  named_seq = named_seq + 1
+  local name = tag .. "-" .. ngx.worker.pid() .. "-" .. named_seq
+  local o = { dict = "dlock", name = name, prefix = _M.unique(tag), redis = _M.redis_opts() }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  if kind == "semaphore" then
+    o.permits = o.permits or 1
+    return assert(require("resty.dlock.semaphore").new(o)), name
+  end
+  return assert(require("resty.dlock").new(o)), name
+end
+
 --- dlock.new with the test Redis, the "dlock" dict and a fresh prefix.
 function _M.locks(opts)
   local dlock = require "resty.dlock"

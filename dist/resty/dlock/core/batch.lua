@@ -5,6 +5,7 @@ local settle = require("resty.dlock.core.settle")
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
 local lua_pairs = pairs
+local lua_ipairs = ipairs
 local lua_next = next
 local lua_pcall = pcall
 local lua_tostring = tostring
@@ -30,6 +31,30 @@ local function byEndpoint(list, script)
             end
             idx[#idx + 1] = i
         end
+    end
+    return groups
+end
+--- The leases of list by Redis endpoint, in their order; nil when all are of one (the usual case: no table made).
+function _M.perEndpoint(list)
+    local pool = list[1]._store.redis.pool
+    local one = true
+    for _, l in lua_ipairs(list) do
+        if l._store.redis.pool ~= pool then
+            one = false
+        end
+    end
+    if one then
+        return nil
+    end
+    local groups = {}
+    for _, l in lua_ipairs(list) do
+        local p = l._store.redis.pool
+        local g = groups[p]
+        if g == nil then
+            g = {}
+            groups[p] = g
+        end
+        g[#g + 1] = l
     end
     return groups
 end

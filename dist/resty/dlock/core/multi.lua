@@ -9,7 +9,7 @@ local meter = require("resty.dlock.core.meter")
 local multilease = require("resty.dlock.core.multilease")
 local multiquorum = require("resty.dlock.redis.multiquorum")
 local multiscripts = require("resty.dlock.redis.multiscripts")
-local options = require("resty.dlock.core.options")
+local multioptions = require("resty.dlock.core.multioptions")
 local orphans = require("resty.dlock.core.orphans")
 local retry = require("resty.dlock.core.retry")
 local scripts = require("resty.dlock.redis.scripts")
@@ -284,7 +284,7 @@ function _M.acquireAll(f, keys, opts)
         return nil, perr, nil
     end
     local store = f._store
-    local bad, list, rkeys, ttl, wait, renew, onLost = options.acquireAll(store, keys, opts)
+    local bad, list, rkeys, ttl, wait, renew, onLost = multioptions.acquireAll(store, keys, opts)
     if bad ~= nil then
         return nil, bad, nil
     end

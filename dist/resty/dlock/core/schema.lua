@@ -2,9 +2,10 @@
 local _M = {}
 local check = require("resty.dlock.core.check")
 local values = require("resty.dlock.core.schema.values")
-_M.node = values.node
-_M.literal = values.literal
-_M.named = values.named
+local hosts = require("resty.dlock.core.schema.hosts")
+_M.node = hosts.node
+_M.literal = hosts.literal
+_M.named = hosts.named
 local lua_type = type
 local str_find = string.find
 local lua_ipairs = ipairs

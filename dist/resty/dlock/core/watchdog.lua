@@ -178,29 +178,15 @@ end
 -- so that a Redis that does not answer (paused, failing over) holds up neither
 -- the others' renewals nor the next rounds, which renew its leases once it is back.
 local function renewByEndpoint(due)
-    local pool = due[1]._store.redis.pool
-    local one = true
-    for _, l in lua_ipairs(due) do
-        if l._store.redis.pool ~= pool then
-            one = false
-        end
-    end
-    if one then
+    local groups = batch.perEndpoint(due)
+    if groups == nil then
         renew(due)
         return
     end
-    local byPool = {}
-    for _, l in lua_ipairs(due) do
-        local p = l._store.redis.pool
-        local list = byPool[p]
-        if list == nil then
-            list = {}
-            byPool[p] = list
+    for _, list in lua_pairs(groups) do
+        for _, l in lua_ipairs(list) do
+            watched[l].renewing = true
         end
-        list[#list + 1] = l
-        watched[l].renewing = true
-    end
-    for _, list in lua_pairs(byPool) do
         local ok = lua_pcall(thread_spawn, renewApart, list)
         if not ok then
             renewApart(list)

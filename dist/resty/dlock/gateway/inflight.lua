@@ -6,9 +6,7 @@ local releases = require("resty.dlock.gateway.releases")
 local renewals = require("resty.dlock.gateway.renewals")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
-local vars = require("resty.dlock.gateway.vars")
 local ngx_ = ngx
-local var_get = vars.get
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
@@ -78,18 +76,6 @@ local function endReq(rid, req, how, status)
         end
     end
 end
---- How the current request (in its log phase) ended: aborted by the client while
--- an upstream worked, or logged. A connection nginx closed itself (444, after
--- the upstream answered: error_page to return 444) is no client's abort.
-local function outcome()
-    if var_get("request_completion") ~= "OK" and ngx_.status ~= 444 then
-        local upstream = var_get("upstream_addr")
-        if upstream ~= nil and upstream ~= "" then
-            return "aborted"
-        end
-    end
-    return "logged"
-end
 --- The current request's record, after ending the one of a request that is gone and had its address; and its id.
 local function current()
     local rid = request_id()
@@ -113,7 +99,7 @@ function _M.finish(owner)
     if req == nil then
         return
     end
-    local how = outcome()
+    local how = request.aborted() and "aborted" or "logged"
     local status = ngx_.status
     if owner == nil then
         endReq(rid, req, how, status)
@@ -265,5 +251,4 @@ function _M.track(owner, l)
     keep(owner)
     return req
 end
-_M.outcome = outcome
 return _M

@@ -1,7 +1,6 @@
 -- Generated from src/resty/dlock/gateway/lock_local.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local check = require("resty.dlock.core.check")
-local inflight = require("resty.dlock.gateway.inflight")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
 local clock = require("resty.dlock.core.clock")
@@ -190,7 +189,7 @@ local function finish(g, l)
     if h == nil then
         return
     end
-    local aborted = inflight.outcome() == "aborted"
+    local aborted = request.aborted()
     if aborted then
         incr(g._dict, g.name, "aborted")
     end

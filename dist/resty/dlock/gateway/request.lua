@@ -1,11 +1,13 @@
 -- Generated from src/resty/dlock/gateway/request.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
+local vars = require("resty.dlock.gateway.vars")
 local ffi = require("ffi")
 local base = require("resty.core.base")
 local ngx_ = ngx
 local get_request = base.get_request
 local ffi_cast = ffi.cast
 local lua_tonumber = tonumber
+local var_get = vars.get
 local uintptr_t = ffi.typeof("uintptr_t")
 pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);")
 local function lookupGetCtxRef()
@@ -69,4 +71,15 @@ function _M.alive(a)
 end
 _M.canWatch = canWatch
 _M.here = here
+--- In the log phase: did the client go away while an upstream worked on the
+-- request (the backend may still be running it)? A connection nginx closed
+-- itself (444, after the upstream answered: error_page to return 444) is no
+-- client's abort.
+function _M.aborted()
+    if var_get("request_completion") == "OK" or ngx_.status == 444 then
+        return false
+    end
+    local upstream = var_get("upstream_addr")
+    return upstream ~= nil and upstream ~= ""
+end
 return _M

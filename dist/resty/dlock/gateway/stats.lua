@@ -106,6 +106,21 @@ local function probeDone(dict, guard)
     dict:delete(keys(guard).probe)
     probingHere[guard] = nil
 end
+--- The probe, in a timer `delay` s from now; said when it cannot start, and its mark let go.
+local function startProbe(g, delay, probe)
+    local ok, err = ngx_.timer.at(delay, probe, g)
+    if ok ~= nil then
+        return
+    end
+    probeDone(g._dict, g.name)
+    ngx_log(
+        ERR,
+        "dlock: guard ",
+        g.name,
+        ": cannot start a timer to probe Redis: ",
+        err
+    )
+end
 local function breakerState(dict, guard)
     local k = keys(guard)
     if (dict:get(k.open)) ~= nil then
@@ -125,16 +140,7 @@ function _M.probed(g, probeFor, probe)
         return true
     end
     if takeProbe(g._dict, g.name, probeFor) then
-        local ok, err = ngx_.timer.at(0, probe, g)
-        if ok == nil then
-            ngx_log(
-                ERR,
-                "dlock: guard ",
-                g.name,
-                ": cannot start a timer to probe Redis: ",
-                err
-            )
-        end
+        startProbe(g, 0, probe)
     end
     return false
 end
@@ -219,17 +225,7 @@ local function probeWhenCool(g, probeFor, probe)
     if not takeProbe(g._dict, g.name, cool + probeFor) then
         return
     end
-    local ok, err = ngx_.timer.at(cool, probe, g)
-    if ok == nil then
-        probeDone(g._dict, g.name)
-        ngx_log(
-            ERR,
-            "dlock: guard ",
-            g.name,
-            ": cannot start a timer to probe Redis: ",
-            err
-        )
-    end
+    startProbe(g, cool, probe)
 end
 --- A probe found Redis failing still: the breaker opens again, and the next probe is due after its cool-down.
 function _M.probeFailed(g, err, probeFor, probe)

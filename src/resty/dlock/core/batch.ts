@@ -12,6 +12,7 @@ type Lease = lease.Lease;
 
 const clock_now = clock.now;
 const lua_pairs = pairs;
+const lua_ipairs = ipairs;
 const lua_next = next;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
@@ -40,6 +41,27 @@ function byEndpoint(list: Lease[], script: (this: void, l: Lease) => scripts.Scr
       }
       idx.push(i);
     }
+  }
+  return groups;
+}
+
+/** The leases of list by Redis endpoint, in their order; nil when all are of one (the usual case: no table made). */
+export function perEndpoint(list: Lease[]): LuaTable<string, Lease[]> | undefined {
+  const pool = list[0]!._store.redis.pool;
+  let one = true;
+  for (const [_, l] of lua_ipairs(list)) {
+    if (l._store.redis.pool !== pool) one = false;
+  }
+  if (one) return undefined;
+  const groups = new LuaTable<string, Lease[]>();
+  for (const [_, l] of lua_ipairs(list)) {
+    const p = l._store.redis.pool;
+    let g = groups.get(p);
+    if (g === undefined) {
+      g = [];
+      groups.set(p, g);
+    }
+    g.push(l);
   }
   return groups;
 }

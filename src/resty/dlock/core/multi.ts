@@ -1,9 +1,8 @@
-// Several keys, all or nothing: locks:acquire_all({ "a", "b" }, opts) returns
-// one lease holding every key, or nothing. Each key is a single lock's key
-// (the token, PX ttl), so a set excludes single-key holders key by key, and
-// each is recorded, released, renewed and recovered as a single lease is: the
-// set's lease is its keys' leases (`_parts`, one per key, in the caller's
-// order) behind one face.
+// Several keys, all or nothing: locks:acquire_all({ "a", "b" }, opts) returns one lease holding
+// every key, or nothing. Each key is a single lock's key (the token, PX ttl), so a set excludes
+// single-key holders key by key, and each is recorded, released, renewed and recovered as a single
+// lease is: the set's lease is its keys' leases (`_parts`, one per key, in the caller's order)
+// behind one face.
 //
 // Taking them:
 //   together   one script for all the keys (redis/multiscripts.ts) where they
@@ -13,17 +12,14 @@
 //              sorted order, the keys taken given back at the first busy one.
 //   majority   Redlock: the one script on every master, the majority decides
 //              (redis/multiquorum.ts).
-// Either way nothing is held when an attempt fails. Waiting (wait > 0), once
-// an attempt found a key busy: the keys are taken one at a time in one global
-// order (sorted by Redis key), each waiting in its key's line (first come,
-// first served) as a single acquire of it does, holding the keys before it in
-// that order. Every waiting caller takes keys in the same order, and a caller
-// taking a set in one go never waits holding anything, so no cycle of waits
-// can form: no deadlock, whatever order callers name the keys in, and each
-// line serves its waiters in turn (no starvation, as giving every key back at
-// each busy one would risk). Once every key is held, all are renewed to the
-// full ttl at once, owner-checked; a key that ran out meanwhile sends the set
-// back to waiting, holding nothing.
+// Either way nothing is held when an attempt fails. Waiting (wait > 0), once an attempt found a key
+// busy: the keys are taken one at a time in one global order (sorted by Redis key), each waiting in
+// its key's line (first come, first served) as a single acquire of it does, holding the keys before
+// it in that order. Every waiting caller takes keys in the same order, and a caller taking a set in
+// one go never waits holding anything, so no cycle of waits can form: no deadlock, whatever order
+// callers name the keys in, and each line serves its waiters in turn (no starvation). Once every
+// key is held, all are renewed to the full ttl at once, owner-checked; a key that ran out meanwhile
+// sends the set back to waiting, holding nothing.
 
 import * as acquire from "./acquire";
 import * as backend from "../redis/backend";
@@ -34,7 +30,7 @@ import * as meter from "./meter";
 import * as multilease from "./multilease";
 import * as multiquorum from "../redis/multiquorum";
 import * as multiscripts from "../redis/multiscripts";
-import * as options from "./options";
+import * as multioptions from "./multioptions";
 import * as orphans from "./orphans";
 import * as retry from "./retry";
 import * as scripts from "../redis/scripts";
@@ -272,7 +268,7 @@ export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAll
   const perr = lease.phaseError("acquire_all");
   if (perr !== undefined) return $multi(undefined, perr, undefined);
   const store = f._store;
-  const [bad, list, rkeys, ttl, wait, renew, onLost] = options.acquireAll(store, keys, opts);
+  const [bad, list, rkeys, ttl, wait, renew, onLost] = multioptions.acquireAll(store, keys, opts);
   if (bad !== undefined) return $multi(undefined, bad, undefined);
   if (f.reentrant) return $multi(undefined, REENTRANT, undefined);
   ngx_update_time();

@@ -8,13 +8,14 @@
 
 import * as check from "./check";
 import * as values from "./schema/values";
+import * as hosts from "./schema/hosts";
 
 export type {
   Node, Validator, Check, Rule, Spec, IntegerSpec, StringSpec, BooleanSpec, EnumSpec, FunctionSpec, NodesSpec, TableSpec, CheckSpec,
 } from "./schema/values";
-export const node = values.node;
-export const literal = values.literal;
-export const named = values.named;
+export const node = hosts.node;
+export const literal = hosts.literal;
+export const named = hosts.named;
 type Spec = values.Spec;
 type Rule = values.Rule;
 type Option = values.Option;

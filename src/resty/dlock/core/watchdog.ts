@@ -1,16 +1,14 @@
-// The watchdog: leases taken with `renew = true` are extended by one sweep per
-// worker (not a timer per lease: a busy worker would run out of
-// lua_max_pending_timers), a third of their ttl after the last renewal, one
-// pipeline per Redis endpoint. When a renewal finds the key gone or someone
-// else's, or Redis cannot be reached until the lease has run out by the local
-// clock, the lease is lost: lease:valid() says false from then on, the error
-// log says so, and the lease's on_lost runs once.
+// The watchdog: leases taken with `renew = true` are extended by one sweep per worker (not a timer
+// per lease: a busy worker would run out of lua_max_pending_timers), a third of their ttl after the
+// last renewal, one pipeline per Redis endpoint. When a renewal finds the key gone or someone
+// else's, or Redis cannot be reached until the lease has run out by the local clock, the lease is
+// lost: lease:valid() says false from then on, the error log says so, and the lease's on_lost runs
+// once.
 //
-// A renewed lease lives as long as what took it: a request (until it ends,
-// internal redirects included) or a timer or light thread (until its function
-// returns). A lease its holder forgot to release is released then, with a
-// warning, instead of being kept alive for as long as the worker runs, which
-// is how a watchdog turns a forgotten unlock into a lock held forever.
+// A renewed lease lives as long as what took it: a request (until it ends, internal redirects
+// included) or a timer or light thread (until its function returns). A lease its holder forgot to
+// release is released then, with a warning, instead of being kept alive for as long as the worker
+// runs, which is how a watchdog turns a forgotten unlock into a lock held forever.
 
 import * as check from "./check";
 import * as meter from "./meter";
@@ -178,27 +176,13 @@ function renewApart(this: void, list: lease.Lease[]): void {
  * the others' renewals nor the next rounds, which renew its leases once it is back.
  */
 function renewByEndpoint(due: lease.Lease[]): void {
-  const pool = due[0]!._store.redis.pool;
-  let one = true;
-  for (const [_, l] of lua_ipairs(due)) {
-    if (l._store.redis.pool !== pool) one = false;
-  }
-  if (one) {
+  const groups = batch.perEndpoint(due);
+  if (groups === undefined) {
     renew(due);
     return;
   }
-  const byPool = new LuaTable<string, lease.Lease[]>();
-  for (const [_, l] of lua_ipairs(due)) {
-    const p = l._store.redis.pool;
-    let list = byPool.get(p);
-    if (list === undefined) {
-      list = [];
-      byPool.set(p, list);
-    }
-    list.push(l);
-    watched.get(l)!.renewing = true;
-  }
-  for (const [_, list] of lua_pairs(byPool)) {
+  for (const [_, list] of lua_pairs(groups)) {
+    for (const [_, l] of lua_ipairs(list)) watched.get(l)!.renewing = true;
     const [ok] = lua_pcall(thread_spawn, renewApart, list);
     if (!ok) renewApart(list);
   }

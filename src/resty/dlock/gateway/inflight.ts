@@ -1,5 +1,5 @@
-// The leases of in-flight gateway requests, per worker: found again by request
-// (not by ngx.ctx, which an internal redirect replaces), renewed while the
+// The leases of in-flight gateway requests, per worker: found again by request (not by ngx.ctx,
+// which an internal redirect replaces), renewed while the
 // request runs, and ended when the request ends, however it ends:
 // - log() of any guard, or the module-level gateway.log(), in whatever location
 //   the request finishes: release (or, dedup after a 2xx, hold the key);
@@ -8,16 +8,14 @@
 // - a request that ended without any log() (its final location has none): the
 //   keeper notices it is gone and releases.
 //
-// One keeper loop per worker watches every in-flight request, in rounds (the
-// watchdog, one sweep per worker too, renews their leases): a timer per request
-// or per guard would exhaust lua_max_pending_timers on a busy gateway,
-// ngx.timer.every lets rounds overlap when Redis is slow, and it stops when the
-// worker starts exiting (nginx -s reload / quit) while that worker still has
-// requests running. The loop runs while there is anything to watch, also in an
-// exiting worker, and hands over to a fresh timer now and then. The log phase
-// has no cosockets: releases.ts puts a release into the worker's next pipeline
-// (or queues it, and a hold, for a timer); renewals.ts has the watchdog renew
-// the leases meanwhile.
+// One keeper loop per worker watches every in-flight request, in rounds (the watchdog, one sweep
+// per worker too, renews their leases): a timer per request or per guard would exhaust
+// lua_max_pending_timers on a busy gateway, ngx.timer.every lets rounds overlap when Redis is slow,
+// and it stops when the worker starts exiting (nginx -s reload / quit) while that worker still has
+// requests running. The loop runs while there is anything to watch, also in an exiting worker, and
+// hands over to a fresh timer now and then. The log phase has no cosockets: releases.ts puts a
+// release into the worker's next pipeline (or queues it, and a hold, for a timer); renewals.ts has
+// the watchdog renew the leases meanwhile.
 
 import * as check from "../core/check";
 import type * as lease from "../core/lease";
@@ -26,10 +24,8 @@ import * as releases from "./releases";
 import * as renewals from "./renewals";
 import * as request from "./request";
 import * as stats from "./stats";
-import * as vars from "./vars";
 
 const ngx_ = ngx;
-const var_get = vars.get;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
@@ -131,21 +127,6 @@ function endReq(rid: number, req: Req, how: End, status: number): void {
   }
 }
 
-/**
- * How the current request (in its log phase) ended: aborted by the client while
- * an upstream worked, or logged. A connection nginx closed itself (444, after
- * the upstream answered: error_page to return 444) is no client's abort.
- */
-function outcome(): End {
-  if (var_get("request_completion") !== "OK" && ngx_.status !== 444) {
-    const upstream = var_get("upstream_addr");
-    if (upstream !== undefined && upstream !== "") {
-      return "aborted";
-    }
-  }
-  return "logged";
-}
-
 /** The current request's record, after ending the one of a request that is gone and had its address; and its id. */
 function current(): LuaMultiReturn<[Req | undefined, number]> {
   const rid = request_id();
@@ -167,7 +148,7 @@ function current(): LuaMultiReturn<[Req | undefined, number]> {
 export function finish(owner: Owner | undefined): void {
   const [req, rid] = current();
   if (req === undefined) return;
-  const how = outcome();
+  const how: End = request.aborted() ? "aborted" : "logged";
   const status = ngx_.status;
   if (owner === undefined) {
     endReq(rid, req, how, status);
@@ -302,4 +283,3 @@ export function track(owner: Owner, l: lease.Lease): request.Anchor | undefined 
   keep(owner);
   return req;
 }
-export { outcome };

@@ -23,7 +23,6 @@
 
 import * as check from "../core/check";
 import type * as guard from "./guard";
-import * as inflight from "./inflight";
 import * as request from "./request";
 import * as stats from "./stats";
 import * as clock from "../core/clock";
@@ -205,7 +204,7 @@ function finish(g: guard.Guard, l: Local): void {
   if (rid === undefined) return;
   const h = l.held.get(rid);
   if (h === undefined) return;
-  const aborted = inflight.outcome() === "aborted";
+  const aborted = request.aborted();
   if (aborted) incr(g._dict, g.name, "aborted");
   forget(g, l, rid, h.slot, !aborted);
 }

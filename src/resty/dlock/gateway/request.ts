@@ -16,6 +16,8 @@
 // holds another table). An address alone is not enough: a later request can
 // get the address of one that is gone.
 
+import * as vars from "./vars";
+
 const ffi = require("ffi") as FfiModule;
 const base = require("resty.core.base") as RestyCoreBase;
 
@@ -23,6 +25,7 @@ const ngx_ = ngx;
 const get_request = base.get_request;
 const ffi_cast = ffi.cast;
 const lua_tonumber = tonumber;
+const var_get = vars.get;
 // A ctype object, not the string: the interpreter parses a declaration string on every cast.
 const uintptr_t = ffi.typeof("uintptr_t");
 
@@ -121,3 +124,15 @@ export function alive(a: Anchor): boolean {
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { canWatch, here };
+
+/**
+ * In the log phase: did the client go away while an upstream worked on the
+ * request (the backend may still be running it)? A connection nginx closed
+ * itself (444, after the upstream answered: error_page to return 444) is no
+ * client's abort.
+ */
+export function aborted(): boolean {
+  if (var_get("request_completion") === "OK" || ngx_.status === 444) return false;
+  const upstream = var_get("upstream_addr");
+  return upstream !== undefined && upstream !== "";
+}

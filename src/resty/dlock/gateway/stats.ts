@@ -126,6 +126,15 @@ function probeDone(dict: NgxSharedDict, guard: string): void {
   probingHere.delete(guard);
 }
 
+/** The probe, in a timer `delay` s from now; said when it cannot start, and its mark let go. */
+function startProbe<G extends { readonly _dict: NgxSharedDict; readonly name: string }>(g: G, delay: number,
+  probe: (this: void, premature: boolean, g: G) => void): void {
+  const [ok, err] = ngx_.timer.at(delay, probe, g);
+  if (ok !== undefined) return;
+  probeDone(g._dict, g.name);
+  ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
+}
+
 function breakerState(dict: NgxSharedDict, guard: string): BreakerState {
   const k = keys(guard);
   if (dict.get(k.open)[0] !== undefined) return "open";
@@ -143,10 +152,7 @@ export function probed<G extends { readonly _dict: NgxSharedDict; readonly name:
   g: G, probeFor: number, probe: (this: void, premature: boolean, g: G) => void,
 ): boolean {
   if (breakerState(g._dict, g.name) !== "half_open") return true;
-  if (takeProbe(g._dict, g.name, probeFor)) {
-    const [ok, err] = ngx_.timer.at(0, probe, g);
-    if (ok === undefined) ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
-  }
+  if (takeProbe(g._dict, g.name, probeFor)) startProbe(g, 0, probe);
   return false;
 }
 
@@ -233,11 +239,7 @@ function probeWhenCool<G extends Failing>(g: G, probeFor: number, probe: Probe<G
   if (worker_exiting()) return;
   const cool = g._breakerCooldown / 1000;
   if (!takeProbe(g._dict, g.name, cool + probeFor)) return;
-  const [ok, err] = ngx_.timer.at(cool, probe, g);
-  if (ok === undefined) {
-    probeDone(g._dict, g.name);
-    ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);
-  }
+  startProbe(g, cool, probe);
 }
 
 /** A probe found Redis failing still: the breaker opens again, and the next probe is due after its cool-down. */

@@ -65,6 +65,7 @@ build = {
       ["resty.dlock.gateway"] = "dist/resty/dlock/gateway.lua",
       ["resty.dlock.gateway.common"] = "dist/resty/dlock/gateway/common.lua",
       ["resty.dlock.gateway.digest"] = "dist/resty/dlock/gateway/digest.lua",
+      ["resty.dlock.gateway.giveback"] = "dist/resty/dlock/gateway/giveback.lua",
       ["resty.dlock.gateway.guard"] = "dist/resty/dlock/gateway/guard.lua",
       ["resty.dlock.gateway.idempotency"] = "dist/resty/dlock/gateway/idempotency.lua",
       ["resty.dlock.gateway.idempotency.answers"] = "dist/resty/dlock/gateway/idempotency/answers.lua",

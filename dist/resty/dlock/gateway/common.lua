@@ -1,6 +1,7 @@
 -- Generated from src/resty/dlock/gateway/common.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local check = require("resty.dlock.core.check")
+local giveback = require("resty.dlock.gateway.giveback")
 local keys = require("resty.dlock.gateway.key")
 local stats = require("resty.dlock.gateway.stats")
 local lua_tostring = tostring
@@ -13,6 +14,7 @@ local math_max = math.max
 local math_ceil = math.ceil
 local lua_pairs = pairs
 local lua_getmetatable = getmetatable
+local given_back = giveback.refused
 --- What a guard's log lines say it does with a request whose key could not be
 -- computed: "refused with 503 (on_error = \"deny\")". on_error decides it, but
 -- "local" refuses: a key error is the operator's, and no share of a limit applies.
@@ -79,9 +81,10 @@ function _M.misused(obj, mt, call)
     end
     return true
 end
---- End the request with a guard's refusal: Retry-After (whole seconds, at least
--- 1) when the wait is known, and the guard's extra headers.
-local function refuse(headers, status, retryAfterMs)
+--- End the request with a guard's refusal because Redis failed (or the breaker
+-- is open): Retry-After (whole seconds, at least 1) when the wait is known,
+-- and the guard's extra headers.
+local function refuseDown(headers, status, retryAfterMs)
     if retryAfterMs ~= nil then
         ngx_header["Retry-After"] = math_max(
             1,
@@ -94,6 +97,12 @@ local function refuse(headers, status, retryAfterMs)
         end
     end
     return ngx_exit(status)
+end
+--- End the request with a guard's refusal that Redis decided (or that the
+-- request's key earned): the guards it passed before give back what they took.
+local function refuse(headers, status, retryAfterMs)
+    given_back()
+    return refuseDown(headers, status, retryAfterMs)
 end
 --- The request's key by template t, or nil when there is none and the guard
 -- has answered for it: a key that cannot be computed follows on_error (never
@@ -121,4 +130,5 @@ function _M.keyOf(g, t)
     return nil
 end
 _M.refuse = refuse
+_M.refuseDown = refuseDown
 return _M

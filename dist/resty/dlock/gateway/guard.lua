@@ -9,16 +9,21 @@ local read_body = ngx.req.read_body
 local hashed = digest.key
 local incr = stats.incr
 local req_get_method = ngx.req.get_method
+--- Refuse a request Redis decided against: the guards it passed before give back what they took.
 local function reject(g, status, retryAfterMs)
     return shared.refuse(g._headers, status, retryAfterMs)
 end
+--- Refuse a request because Redis failed (or the breaker is open).
+local function rejectDown(g, status, retryAfterMs)
+    return shared.refuseDown(g._headers, status, retryAfterMs)
+end
 local function onRedisFailure(g, key)
     if g._fallback ~= nil then
-        lockLocal.access(g, g._fallback, key, reject)
+        lockLocal.access(g, g._fallback, key, rejectDown)
         return
     end
     if not stats.failedOpen(g) then
-        reject(g, g._errorStatus, nil)
+        rejectDown(g, g._errorStatus, nil)
     end
 end
 --- Must this request do without Redis? The breaker open; or half open and this

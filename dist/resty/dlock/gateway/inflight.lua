@@ -43,7 +43,7 @@ local function endHeld(h, how, status)
         renewals.unwatch(h)
     end
     stats.adjust(o._dict, o.name, "in_flight", -1)
-    if not o._release then
+    if not o._release and how ~= "refused" then
         return
     end
     if how == "aborted" then
@@ -149,6 +149,26 @@ function _M.holds(owner)
         end
     end
     return false
+end
+--- A later guard refused request rid (giveback.ts): a throttle it passed gives
+-- its key back now, as the request never ran; its other leases end with it.
+function _M.refused(rid)
+    local req = requests[rid]
+    if req == nil or not request_alive(req) then
+        return
+    end
+    if not req.owner._release then
+        endHeld(req, "refused", 0)
+    end
+    local more = req.more
+    if more == nil then
+        return
+    end
+    for i = 1, #more do
+        if not more[i].owner._release then
+            endHeld(more[i], "refused", 0)
+        end
+    end
 end
 --- Seconds between keeper rounds: a sixth of the shortest ttl, within these bounds.
 local MIN_TICK = 0.05

@@ -5,6 +5,7 @@ local core = require("resty.dlock.core.rate")
 local shared = require("resty.dlock.gateway.common")
 local digest = require("resty.dlock.gateway.digest")
 local fallback = require("resty.dlock.gateway.rate_local")
+local giveback = require("resty.dlock.gateway.giveback")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
 local decide = core.decide
@@ -24,8 +25,12 @@ local request_anchor = request.anchor
 local request_alive = request.alive
 --- Entries of `seen` before the dead ones are swept.
 local SEEN_SWEEP = 1000
-local function finish(g, status, retryAfterMs)
-    return shared.refuse(g._headers, status, retryAfterMs)
+--- Refuse the request: Redis refused it (earlier guards give back what they took), or failed.
+local function finish(g, status, retryAfterMs, decided)
+    if decided then
+        return shared.refuse(g._headers, status, retryAfterMs)
+    end
+    return shared.refuseDown(g._headers, status, retryAfterMs)
 end
 --- Set a RateLimit field to this guard's items, after those another rate guard
 -- of the request set already (per client and per API key: both lists go out,
@@ -74,28 +79,30 @@ local function onRedisFailure(g, k)
         end
         if reply[1] == 0 then
             incr(g._dict, g.name, "local_rejected")
-            finish(g, g._rejectStatus, reply[2])
+            finish(g, g._rejectStatus, reply[2], false)
         end
         incr(g._dict, g.name, "local_admitted")
         return
     end
     if not stats.failedOpen(g) then
-        finish(g, g._errorStatus, nil)
+        finish(g, g._errorStatus, nil, false)
     end
 end
---- Has this request been decided for already (it came back through an internal redirect)? Marks it when not.
-local function again(g)
+--- Mark the request decided for by this guard: its mark, or false when it was
+-- decided for already (an internal redirect brought it back), nil when it
+-- cannot be told apart from later requests.
+local function mark(g)
     local an = request_anchor()
     if an == nil then
-        return false
+        return nil
     end
     local seen = g._seen
     local a = seen[an.id]
     if a ~= nil and request_alive(a) then
-        return true
+        return false
     end
     if an.ref < 0 then
-        return false
+        return nil
     end
     if g._seenCount >= SEEN_SWEEP then
         for k, v in lua_pairs(seen) do
@@ -109,13 +116,14 @@ local function again(g)
         g._seenCount = g._seenCount + 1
     end
     seen[an.id] = an
-    return false
+    return an
 end
 local function access(g)
     if not shared.decides(g.name) then
         return
     end
-    if again(g) then
+    local an = mark(g)
+    if an == false then
         return
     end
     local raw = shared.keyOf(g, g._key)
@@ -152,10 +160,13 @@ local function access(g)
     end
     if reply[1] == 0 then
         incr(g._dict, g.name, "rejected")
-        finish(g, g._rejectStatus, reply[2])
+        finish(g, g._rejectStatus, reply[2], true)
         return
     end
     incr(g._dict, g.name, "acquired")
+    if an ~= nil then
+        an.charged = rkey
+    end
 end
 --- The guards' metatable (its __index, the methods, is set once they are).
 local guardMt = {}
@@ -259,6 +270,7 @@ function _M.create(o, name)
         _seen = {},
         _seenCount = 0
     }
+    giveback.register(g)
     return lua_setmetatable(g, guardMt), nil
 end
 return _M

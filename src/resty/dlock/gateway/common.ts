@@ -2,6 +2,7 @@
 // and where it can decide at all. (Its options: options.ts.)
 
 import * as check from "../core/check";
+import * as giveback from "./giveback";
 import * as keys from "./key";
 import * as stats from "./stats";
 
@@ -15,6 +16,7 @@ const math_max = math.max;
 const math_ceil = math.ceil;
 const lua_pairs = pairs;
 const lua_getmetatable = getmetatable;
+const given_back = giveback.refused;
 
 /**
  * What a guard's log lines say it does with a request whose key could not be
@@ -77,15 +79,25 @@ export function misused(obj: unknown, mt: object, call: string): boolean {
 }
 
 /**
- * End the request with a guard's refusal: Retry-After (whole seconds, at least
- * 1) when the wait is known, and the guard's extra headers.
+ * End the request with a guard's refusal because Redis failed (or the breaker
+ * is open): Retry-After (whole seconds, at least 1) when the wait is known,
+ * and the guard's extra headers.
  */
-function refuse(headers: LuaTable<string, string> | undefined, status: number, retryAfterMs: number | undefined): never {
+function refuseDown(headers: LuaTable<string, string> | undefined, status: number, retryAfterMs: number | undefined): never {
   if (retryAfterMs !== undefined) ngx_header.set("Retry-After", math_max(1, math_ceil(retryAfterMs / 1000)));
   if (headers !== undefined) {
     for (const [k, v] of lua_pairs(headers)) ngx_header.set(k, v);
   }
   return ngx_exit(status);
+}
+
+/**
+ * End the request with a guard's refusal that Redis decided (or that the
+ * request's key earned): the guards it passed before give back what they took.
+ */
+function refuse(headers: LuaTable<string, string> | undefined, status: number, retryAfterMs: number | undefined): never {
+  given_back();
+  return refuseDown(headers, status, retryAfterMs);
 }
 
 /** What a guard needs to answer a request whose key it cannot have. */
@@ -126,4 +138,4 @@ export function keyOf(g: Keyed, t: keys.Template): string | undefined {
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { refuse };
+export { refuse, refuseDown };

@@ -78,16 +78,22 @@ export interface Guard extends State {
   log(): void;
 }
 
+/** Refuse a request Redis decided against: the guards it passed before give back what they took. */
 function reject(g: Guard, status: number, retryAfterMs: number | undefined): never {
   return shared.refuse(g._headers, status, retryAfterMs);
 }
 
+/** Refuse a request because Redis failed (or the breaker is open). */
+function rejectDown(g: Guard, status: number, retryAfterMs: number | undefined): never {
+  return shared.refuseDown(g._headers, status, retryAfterMs);
+}
+
 function onRedisFailure(g: Guard, key: string): void {
   if (g._fallback !== undefined) {
-    lockLocal.access(g, g._fallback, key, reject);
+    lockLocal.access(g, g._fallback, key, rejectDown);
     return;
   }
-  if (!stats.failedOpen(g)) reject(g, g._errorStatus, undefined);
+  if (!stats.failedOpen(g)) rejectDown(g, g._errorStatus, undefined);
 }
 
 /**

@@ -71,8 +71,8 @@ let count = 0;
 
 // ------------------------------------------------------------ ending requests
 
-/** How a request ended, for the leases it holds. */
-type End = "logged" | "aborted" | "unlogged";
+/** How a request ended, for the leases it holds ("refused": by a later guard, in access). */
+type End = "logged" | "aborted" | "unlogged" | "refused";
 
 const warnedUnlogged = new LuaSet<string>();
 
@@ -92,7 +92,7 @@ function endHeld(h: Held, how: End, status: number): void {
   const o = h.owner;
   if (o._renew) renewals.unwatch(h);
   stats.adjust(o._dict, o.name, "in_flight", -1);
-  if (!o._release) {
+  if (!o._release && how !== "refused") {
     return;
   }
   if (how === "aborted") {
@@ -195,6 +195,21 @@ export function holds(owner: Owner): boolean {
     }
   }
   return false;
+}
+
+/**
+ * A later guard refused request rid (giveback.ts): a throttle it passed gives
+ * its key back now, as the request never ran; its other leases end with it.
+ */
+export function refused(rid: number): void {
+  const req = requests.get(rid);
+  if (req === undefined || !request_alive(req)) return;
+  if (!req.owner._release) endHeld(req, "refused", 0);
+  const more = req.more;
+  if (more === undefined) return;
+  for (const i of $range(1, more.length)) {
+    if (!more[i - 1]!.owner._release) endHeld(more[i - 1]!, "refused", 0);
+  }
 }
 
 // ------------------------------------------------------------ the keeper

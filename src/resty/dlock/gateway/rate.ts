@@ -25,6 +25,7 @@ import * as digest from "./digest";
 import type * as options from "./options";
 import type * as keys from "./key";
 import * as fallback from "./rate_local";
+import * as giveback from "./giveback";
 import * as request from "./request";
 import * as stats from "./stats";
 
@@ -76,7 +77,7 @@ interface State {
   readonly _breakerFailures: number;
   readonly _breakerCooldown: number;
   /** Requests (by id) this guard decided for, to skip them when an internal redirect brings them back. */
-  readonly _seen: LuaTable<number, request.Anchor>;
+  readonly _seen: LuaTable<number, giveback.Mark>;
   _seenCount: number;
 }
 
@@ -88,8 +89,10 @@ export interface Guard extends State {
 /** Entries of `seen` before the dead ones are swept. */
 const SEEN_SWEEP = 1000;
 
-function finish(g: Guard, status: number, retryAfterMs: number | undefined): never {
-  return shared.refuse(g._headers, status, retryAfterMs);
+/** Refuse the request: Redis refused it (earlier guards give back what they took), or failed. */
+function finish(g: Guard, status: number, retryAfterMs: number | undefined, decided: boolean): never {
+  if (decided) return shared.refuse(g._headers, status, retryAfterMs);
+  return shared.refuseDown(g._headers, status, retryAfterMs);
 }
 
 /**
@@ -126,40 +129,45 @@ function onRedisFailure(g: Guard, k: string): void {
     if (g._policy !== undefined) fields(g, reply);
     if (reply.get(1) === 0) {
       incr(g._dict, g.name, "local_rejected");
-      finish(g, g._rejectStatus, reply.get(2));
+      finish(g, g._rejectStatus, reply.get(2), false);
     }
     incr(g._dict, g.name, "local_admitted");
     return;
   }
-  if (!stats.failedOpen(g)) finish(g, g._errorStatus, undefined);
+  if (!stats.failedOpen(g)) finish(g, g._errorStatus, undefined, false);
 }
 
-/** Has this request been decided for already (it came back through an internal redirect)? Marks it when not. */
-function again(g: Guard): boolean {
+/**
+ * Mark the request decided for by this guard: its mark, or false when it was
+ * decided for already (an internal redirect brought it back), nil when it
+ * cannot be told apart from later requests.
+ */
+function mark(g: Guard): giveback.Mark | false | undefined {
   // One look at the request (its anchor: address, ngx.ctx and that table's slot), not one for
   // the lookup and another for the record: the first pass of every request needs both.
-  const an = request_anchor();
-  if (an === undefined) return false;
+  const an: giveback.Mark | undefined = request_anchor();
+  if (an === undefined) return undefined;
   const seen = g._seen;
   const a = seen.get(an.id);
-  if (a !== undefined && request_alive(a)) return true;
-  if (an.ref < 0) return false;
+  if (a !== undefined && request_alive(a)) return false;
+  if (an.ref < 0) return undefined;
   if (g._seenCount >= SEEN_SWEEP) {
     for (const [k, v] of lua_pairs(seen)) {
       if (!request_alive(v)) {
-        seen.set(k, undefined as unknown as request.Anchor);
+        seen.set(k, undefined as unknown as giveback.Mark);
         g._seenCount--;
       }
     }
   }
   if (a === undefined) g._seenCount++;
   seen.set(an.id, an);
-  return false;
+  return an;
 }
 
 function access(g: Guard): void {
   if (!shared.decides(g.name)) return;
-  if (again(g)) return;
+  const an = mark(g);
+  if (an === false) return;
   const raw = shared.keyOf(g, g._key);
   if (raw === undefined) return;
   // Client-controlled: hashed, so any size and any bytes map to a bounded key.
@@ -180,10 +188,12 @@ function access(g: Guard): void {
   if (g._policy !== undefined) fields(g, reply);
   if (reply.get(1) === 0) {
     incr(g._dict, g.name, "rejected");
-    finish(g, g._rejectStatus, reply.get(2));
+    finish(g, g._rejectStatus, reply.get(2), true);
     return;
   }
   incr(g._dict, g.name, "acquired");
+  // Given back should a later guard refuse the request (giveback.ts).
+  if (an !== undefined) an.charged = rkey;
 }
 
 /** The guards' metatable (its __index, the methods, is set once they are). */
@@ -255,7 +265,8 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
     _probeFor: stats.probeWindow(conf), _rejectStatus: rejectStatus,
     _missingStatus: missingStatus, _errorStatus: o.error_status, _headers: o.headers,
     _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown,
-    _seen: new LuaTable<number, request.Anchor>(), _seenCount: 0,
+    _seen: new LuaTable<number, giveback.Mark>(), _seenCount: 0,
   };
+  giveback.register(g);
   return $multi(lua_setmetatable(g, guardMt) as unknown as Guard, undefined);
 }

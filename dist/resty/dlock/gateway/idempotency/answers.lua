@@ -1,5 +1,6 @@
 -- Generated from src/resty/dlock/gateway/idempotency/answers.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
+local giveback = require("resty.dlock.gateway.giveback")
 local stats = require("resty.dlock.gateway.stats")
 local keys = require("resty.dlock.gateway.key")
 local lua_tostring = tostring
@@ -15,6 +16,7 @@ local str_gsub = string.gsub
 local str_format = string.format
 local str_byte = string.byte
 local str_gmatch = string.gmatch
+local given_back = giveback.refused
 --- Problem types (RFC 9457 `type`), one per refusal.
 local TYPE = "urn:resty-dlock:idempotency:"
 local function jsonStr(s)
@@ -28,8 +30,13 @@ local function jsonStr(s)
     )
     return "\"" .. q .. "\""
 end
---- An RFC 9457 problem details answer, and the end of the request.
+--- An RFC 9457 problem details answer, and the end of the request. Unless
+-- Redis failed (kind "unavailable"), the guards the request passed before
+-- give back what they took (giveback.ts): it never ran.
 local function problem(g, status, kind, title, detail, retryAfter)
+    if kind ~= "unavailable" then
+        given_back()
+    end
     ngx_.status = status
     ngx_header["Content-Type"] = "application/problem+json"
     if retryAfter ~= nil then

@@ -15,7 +15,9 @@ local lua_tonumber = tonumber
 local str_match = string.match
 local str_lower = string.lower
 local found = check.found
---- Not part of a stored response: hop-by-hop headers, and those nginx sets anew on a replay.
+--- Not part of a stored response: hop-by-hop headers, those nginx sets anew on
+-- a replay, and the RateLimit fields: they tell the quota at the time they
+-- were sent (a rate guard sets the replay's own).
 local SKIP = {
     "connection",
     "keep-alive",
@@ -28,7 +30,9 @@ local SKIP = {
     "content-length",
     "date",
     "server",
-    "idempotent-replayed"
+    "idempotent-replayed",
+    "ratelimit",
+    "ratelimit-policy"
 }
 --- Not stored unless store_headers lists them: one client's session must not reach another.
 local PRIVATE = {"set-cookie"}

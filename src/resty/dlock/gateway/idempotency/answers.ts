@@ -1,6 +1,7 @@
 // What a request the guard does not let through is sent: the stored response
 // (a replay), or an RFC 9457 problem saying why not. Each ends the request.
 
+import * as giveback from "../giveback";
 import * as stats from "../stats";
 import * as keys from "../key";
 import type * as claims from "./claim";
@@ -19,6 +20,7 @@ const str_gsub = string.gsub;
 const str_format = string.format;
 const str_byte = string.byte;
 const str_gmatch = string.gmatch;
+const given_back = giveback.refused;
 
 type Guard = options.Guard;
 
@@ -31,8 +33,13 @@ function jsonStr(s: string): string {
   return "\"" + q + "\"";
 }
 
-/** An RFC 9457 problem details answer, and the end of the request. */
+/**
+ * An RFC 9457 problem details answer, and the end of the request. Unless
+ * Redis failed (kind "unavailable"), the guards the request passed before
+ * give back what they took (giveback.ts): it never ran.
+ */
 function problem(g: Guard, status: number, kind: string, title: string, detail: string, retryAfter?: number): never {
+  if (kind !== "unavailable") given_back();
   ngx_.status = status;
   ngx_header.set("Content-Type", "application/problem+json");
   if (retryAfter !== undefined) {

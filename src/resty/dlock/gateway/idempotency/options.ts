@@ -68,9 +68,14 @@ export interface Guard extends Fields {
   body_filter(): void;
 }
 
-/** Not part of a stored response: hop-by-hop headers, and those nginx sets anew on a replay. */
+/**
+ * Not part of a stored response: hop-by-hop headers, those nginx sets anew on
+ * a replay, and the RateLimit fields: they tell the quota at the time they
+ * were sent (a rate guard sets the replay's own).
+ */
 const SKIP = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
-  "upgrade", "proxy-authenticate", "content-length", "date", "server", "idempotent-replayed"];
+  "upgrade", "proxy-authenticate", "content-length", "date", "server", "idempotent-replayed",
+  "ratelimit", "ratelimit-policy"];
 /** Not stored unless store_headers lists them: one client's session must not reach another. */
 const PRIVATE = ["set-cookie"];
 

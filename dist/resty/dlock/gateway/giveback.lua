@@ -1,0 +1,38 @@
+-- Generated from src/resty/dlock/gateway/giveback.ts by TypeScriptToLua: edit that file, not this one.
+local _M = {}
+local core = require("resty.dlock.core.rate")
+local inflight = require("resty.dlock.gateway.inflight")
+local request = require("resty.dlock.gateway.request")
+local decide = core.decide
+local request_id = request.id
+local request_alive = request.alive
+--- Rate guards (made before the workers fork).
+local chargers = {}
+--- Watch a rate guard's charges.
+function _M.register(g)
+    chargers[#chargers + 1] = g
+end
+--- A guard refuses the current request: earlier guards of it give back what they took. Never raises.
+function _M.refused()
+    local rid = request_id()
+    if rid == nil then
+        return
+    end
+    for i = 1, #chargers do
+        local g = chargers[i]
+        local m = g._seen[rid]
+        if m ~= nil and m.charged ~= nil and request_alive(m) then
+            local rkey = m.charged
+            m.charged = nil
+            decide(
+                g._conf,
+                rkey,
+                g._limits,
+                "-1",
+                g._cost
+            )
+        end
+    end
+    inflight.refused(rid)
+end
+return _M

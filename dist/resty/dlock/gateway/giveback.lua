@@ -2,10 +2,12 @@
 local _M = {}
 local core = require("resty.dlock.core.rate")
 local inflight = require("resty.dlock.gateway.inflight")
+local fallback = require("resty.dlock.gateway.rate_local")
 local request = require("resty.dlock.gateway.request")
 local decide = core.decide
 local request_id = request.id
 local request_alive = request.alive
+local give_back_here = fallback.giveBack
 --- Rate guards (made before the workers fork).
 local chargers = {}
 --- Watch a rate guard's charges.
@@ -21,16 +23,23 @@ function _M.refused()
     for i = 1, #chargers do
         local g = chargers[i]
         local m = g._seen[rid]
-        if m ~= nil and m.charged ~= nil and request_alive(m) then
+        if m ~= nil and request_alive(m) then
             local rkey = m.charged
+            local here = m.chargedHere
             m.charged = nil
-            decide(
-                g._conf,
-                rkey,
-                g._limits,
-                "-1",
-                g._cost
-            )
+            m.chargedHere = nil
+            if rkey ~= nil then
+                decide(
+                    g._conf,
+                    rkey,
+                    g._limits,
+                    "-1",
+                    g._cost
+                )
+            end
+            if here ~= nil then
+                give_back_here(g._dict, here, g._shares, g._cost)
+            end
         end
     end
     inflight.refused(rid)

@@ -70,7 +70,7 @@ local function fields(g, reply)
         tbl_concat(parts, ", ")
     )
 end
-local function onRedisFailure(g, k)
+local function onRedisFailure(g, k, an)
     if g._shares ~= nil then
         fallback.degraded(g)
         local reply = fallback.decide(g._dict, k, g._shares, g._cost)
@@ -82,6 +82,9 @@ local function onRedisFailure(g, k)
             finish(g, g._rejectStatus, reply[2], false)
         end
         incr(g._dict, g.name, "local_admitted")
+        if an ~= nil then
+            an.chargedHere = k
+        end
         return
     end
     if not stats.failedOpen(g) then
@@ -135,7 +138,8 @@ local function access(g)
         incr(g._dict, g.name, "short_circuited")
         onRedisFailure(
             g,
-            str_sub(rkey, #g._prefix + 1)
+            str_sub(rkey, #g._prefix + 1),
+            an
         )
         return
     end
@@ -150,7 +154,8 @@ local function access(g)
         stats.redisFailed(g, err)
         onRedisFailure(
             g,
-            str_sub(rkey, #g._prefix + 1)
+            str_sub(rkey, #g._prefix + 1),
+            an
         )
         return
     end

@@ -65,6 +65,22 @@ function _M.decide(d, k, sh, cost)
     end
     return out
 end
+--- Give back what decide() charged key k (a later guard refused the request).
+function _M.giveBack(d, k, sh, cost)
+    local now = clock_now() * 1000000
+    for i = 1, #sh do
+        local s = sh[i]
+        local v = d:get(s.key .. k)
+        if v ~= nil then
+            local t = v - cost * s.interval
+            if t > now then
+                d:set(s.key .. k, t, (t - now) / 1000000 + 0.001)
+            else
+                d:delete(s.key .. k)
+            end
+        end
+    end
+end
 --- In a timer: does Redis answer again? A dry run (it charges nothing) closes the breaker, or opens it again.
 local function probeRedis(premature, g)
     if premature then

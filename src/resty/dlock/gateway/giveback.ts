@@ -16,16 +16,20 @@
 import * as core from "../core/rate";
 import type * as redis from "../redis/client";
 import * as inflight from "./inflight";
+import * as fallback from "./rate_local";
 import * as request from "./request";
 
 const decide = core.decide;
 const request_id = request.id;
 const request_alive = request.alive;
+const give_back_here = fallback.giveBack;
 
 /** A rate guard's mark on a request it decided for, and what it charged. */
 export interface Mark extends request.Anchor {
   /** The Redis key charged (nil: nothing charged, or given back already). */
   charged?: string;
+  /** The key charged in the shared dict by the local fallback instead. */
+  chargedHere?: string;
 }
 
 /** What giving back needs of a rate guard. */
@@ -35,6 +39,8 @@ export interface Charger {
   readonly _conf: redis.RedisConf;
   readonly _limits: core.Limits;
   readonly _cost: number;
+  readonly _dict: NgxSharedDict;
+  readonly _shares: fallback.Share[] | undefined;
 }
 
 /** Rate guards (made before the workers fork). */
@@ -52,10 +58,13 @@ export function refused(): void {
   for (const i of $range(1, chargers.length)) {
     const g = chargers[i - 1]!;
     const m = g._seen.get(rid);
-    if (m !== undefined && m.charged !== undefined && request_alive(m)) {
+    if (m !== undefined && request_alive(m)) {
       const rkey = m.charged;
+      const here = m.chargedHere;
       m.charged = undefined;
-      decide(g._conf, rkey, g._limits, "-1", g._cost);
+      m.chargedHere = undefined;
+      if (rkey !== undefined) decide(g._conf, rkey, g._limits, "-1", g._cost);
+      if (here !== undefined) give_back_here(g._dict, here, g._shares!, g._cost);
     }
   }
   inflight.refused(rid);

@@ -122,7 +122,7 @@ function fields(g: Guard, reply: LuaTable<number, number>): void {
   field(header, "RateLimit", tbl_concat(parts, ", "));
 }
 
-function onRedisFailure(g: Guard, k: string): void {
+function onRedisFailure(g: Guard, k: string, an: giveback.Mark | undefined): void {
   if (g._shares !== undefined) {
     fallback.degraded(g);
     const reply = fallback.decide(g._dict, k, g._shares, g._cost);
@@ -132,6 +132,7 @@ function onRedisFailure(g: Guard, k: string): void {
       finish(g, g._rejectStatus, reply.get(2), false);
     }
     incr(g._dict, g.name, "local_admitted");
+    if (an !== undefined) an.chargedHere = k;
     return;
   }
   if (!stats.failedOpen(g)) finish(g, g._errorStatus, undefined, false);
@@ -175,13 +176,13 @@ function access(g: Guard): void {
   if ((g._shares !== undefined && (stats.breakerOpen(g._dict, g.name) || !fallback.probe(g))) ||
     (g._shares === undefined && stats.skips(g._dict, g.name, g._probeFor))) {
     incr(g._dict, g.name, "short_circuited");
-    onRedisFailure(g, str_sub(rkey, g._prefix.length + 1));
+    onRedisFailure(g, str_sub(rkey, g._prefix.length + 1), an);
     return;
   }
   const [reply, err] = decide(g._conf, rkey, g._limits, "1", g._cost);
   if (reply === undefined) {
     stats.redisFailed(g, err);
-    onRedisFailure(g, str_sub(rkey, g._prefix.length + 1));
+    onRedisFailure(g, str_sub(rkey, g._prefix.length + 1), an);
     return;
   }
   stats.success(g._dict, g.name);

@@ -84,6 +84,23 @@ export function decide(d: NgxSharedDict, k: string, sh: Share[], cost: number): 
   return out;
 }
 
+/** Give back what decide() charged key k (a later guard refused the request). */
+export function giveBack(d: NgxSharedDict, k: string, sh: Share[], cost: number): void {
+  const now = clock_now() * 1000000;
+  for (const i of $range(1, sh.length)) {
+    const s = sh[i - 1]!;
+    const [v] = d.get(s.key + k);
+    if (v !== undefined) {
+      const t = (v as number) - cost * s.interval;
+      if (t > now) {
+        d.set(s.key + k, t, (t - now) / 1000000 + 0.001);
+      } else {
+        d.delete(s.key + k);
+      }
+    }
+  }
+}
+
 /** In a timer: does Redis answer again? A dry run (it charges nothing) closes the breaker, or opens it again. */
 function probeRedis(this: void, premature: boolean, g: rate.Guard): void {
   if (premature) return;

@@ -1,6 +1,6 @@
 # lua-resty-dlock. `make test` and `make run` install what they need on Debian 12.
 SHELL := /bin/bash
-DEBS := nginx libnginx-mod-http-lua lua-resty-core lua-nginx-redis lua-cjson lua-busted lua-check luajit2 redis-server openssl luarocks curl
+DEBS := nginx libnginx-mod-http-lua lua-resty-core lua-nginx-redis lua-cjson lua-busted lua-check luajit2 redis-server openssl luarocks curl python3
 
 .PHONY: all deps build test spec run bench bench-smoke torture clean test-docker
 

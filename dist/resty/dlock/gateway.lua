@@ -139,6 +139,7 @@ function _M.new(opts)
         _wait = store.wait,
         _renew = o.renew == true,
         _release = mode ~= "throttle",
+        _givesBack = mode == "throttle",
         _readBody = o.read_body == true,
         _onMissing = o.on_missing,
         _onError = o.on_error,

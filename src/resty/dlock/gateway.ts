@@ -140,6 +140,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     name, mode: mode as guard.Mode, _key: key, _missingWhat: common.missingWhat(o.on_missing, o.missing_status),
     _errorWhat: common.errorWhat(o.on_error, o.error_status), _locks: locks, _dict: store.dict, _ttl: store.ttl,
     _hold: o.hold ?? 0, _wait: store.wait, _renew: o.renew === true, _release: mode !== "throttle",
+    _givesBack: mode === "throttle",
     _readBody: o.read_body === true, _onMissing: o.on_missing, _onError: o.on_error, _fallback: fallback,
     _rejectStatus: rejectStatus, _missingStatus: o.missing_status, _errorStatus: o.error_status, _headers: o.headers,
     _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown, _probeFor: stats.probeWindow(store.redis),

@@ -8,6 +8,8 @@ local schema = require("resty.dlock.core.schema")
 local call = backend.call
 local RATE = ratescripts.RATE
 local RATE_ONE = ratescripts.RATE_ONE
+local RATE_BACK = ratescripts.RATE_BACK
+local RATE_ONE_BACK = ratescripts.RATE_ONE_BACK
 local str_format = string.format
 local lua_type = type
 local lua_tostring = tostring
@@ -161,10 +163,11 @@ function _M.decide(conf, rkey, ls, mode, cost)
     local err
     local fault
     local c = cost == 1 and "1" or lua_tostring(cost)
+    local back = mode == "-1"
     if one then
         res, err, fault = call(
             conf,
-            RATE_ONE,
+            back and RATE_ONE_BACK or RATE_ONE,
             rkey,
             mode,
             c,
@@ -174,7 +177,7 @@ function _M.decide(conf, rkey, ls, mode, cost)
     else
         res, err, fault = call(
             conf,
-            RATE,
+            back and RATE_BACK or RATE,
             rkey,
             mode,
             c,

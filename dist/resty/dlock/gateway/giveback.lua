@@ -2,11 +2,14 @@
 local _M = {}
 local core = require("resty.dlock.core.rate")
 local inflight = require("resty.dlock.gateway.inflight")
+local capture = require("resty.dlock.gateway.idempotency.capture")
 local fallback = require("resty.dlock.gateway.rate_local")
 local request = require("resty.dlock.gateway.request")
 local decide = core.decide
 local request_id = request.id
 local request_alive = request.alive
+local get_phase = ngx.get_phase
+local ngx_ = ngx
 local give_back_here = fallback.giveBack
 --- Rate guards (made before the workers fork).
 local chargers = {}
@@ -16,14 +19,19 @@ function _M.register(g)
 end
 --- A guard refuses the current request: earlier guards of it give back what they took. Never raises.
 function _M.refused()
+    local phase = get_phase()
+    if phase ~= "access" and phase ~= "rewrite" then
+        return
+    end
     local rid = request_id()
     if rid == nil then
         return
     end
+    local ctx = ngx_.ctx
     for i = 1, #chargers do
         local g = chargers[i]
         local m = g._seen[rid]
-        if m ~= nil and request_alive(m) then
+        if m ~= nil and m.ctx == ctx and request_alive(m) then
             local rkey = m.charged
             local here = m.chargedHere
             m.charged = nil
@@ -42,6 +50,7 @@ function _M.refused()
             end
         end
     end
-    inflight.refused(rid)
+    inflight.refused(rid, ctx)
+    capture.refused(rid, ctx)
 end
 return _M

@@ -43,7 +43,7 @@ local function endHeld(h, how, status)
         renewals.unwatch(h)
     end
     stats.adjust(o._dict, o.name, "in_flight", -1)
-    if not o._release and how ~= "refused" then
+    if not o._release and not (how == "refused" and o._givesBack == true) then
         return
     end
     if how == "aborted" then
@@ -150,14 +150,13 @@ function _M.holds(owner)
     end
     return false
 end
---- A later guard refused request rid (giveback.ts): a throttle it passed gives
--- its key back now, as the request never ran; its other leases end with it.
-function _M.refused(rid)
+--- A later guard refused request rid in the pass that took its leases (giveback.ts): a throttle gives its key back.
+function _M.refused(rid, ctx)
     local req = requests[rid]
-    if req == nil or not request_alive(req) then
+    if req == nil or req.ctx ~= ctx or not request_alive(req) then
         return
     end
-    if not req.owner._release then
+    if req.owner._givesBack == true then
         endHeld(req, "refused", 0)
     end
     local more = req.more
@@ -165,7 +164,7 @@ function _M.refused(rid)
         return
     end
     for i = 1, #more do
-        if not more[i].owner._release then
+        if more[i].owner._givesBack == true then
             endHeld(more[i], "refused", 0)
         end
     end

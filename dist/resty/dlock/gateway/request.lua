@@ -7,7 +7,6 @@ local ngx_ = ngx
 local get_request = base.get_request
 local ffi_cast = ffi.cast
 local lua_tonumber = tonumber
-local str_match = string.match
 local var_get = vars.get
 local uintptr_t = ffi.typeof("uintptr_t")
 pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);")
@@ -72,28 +71,18 @@ function _M.alive(a)
 end
 _M.canWatch = canWatch
 _M.here = here
-local lastNumber = "(%d+)$"
---- Did the upstream send its whole response? Only a Content-Length says so:
--- bytes received equal to it. A chunked or unterminated response, or none at
--- all, may still be on its way from a backend that is still working.
-local function answeredWhole()
-    local declared = var_get("upstream_http_content_length")
-    if declared == nil then
-        return false
-    end
-    local got = var_get("upstream_response_length")
-    return got ~= nil and (str_match(got, lastNumber)) == declared
-end
 --- In the log phase: did the client go away while an upstream worked on the
 -- request (the backend may still be running it)? A connection nginx closed
 -- itself (444, after the upstream answered: error_page to return 444) is no
--- client's abort, nor is a client that left while nginx passed on a response
--- the upstream had sent whole (a slow download given up): the backend is done.
+-- client's abort. A client that gave up a download counts as one even when
+-- the upstream had sent it whole: nginx's byte counts include FastCGI's and
+-- gRPC's framing (and the proxy's variables are gone by the log phase), so a
+-- response cut short cannot be told from a whole one for every upstream.
 function _M.aborted()
     if var_get("request_completion") == "OK" or ngx_.status == 444 then
         return false
     end
     local upstream = var_get("upstream_addr")
-    return upstream ~= nil and upstream ~= "" and not answeredWhole()
+    return upstream ~= nil and upstream ~= ""
 end
 return _M

@@ -14,4 +14,22 @@ end
 _M.RATE = script.script("rate", MANY, 1, isCharged)
 --- One limit (ARGV[3], ARGV[4] its interval and burst), answering 4 * us ahead + outcome.
 _M.RATE_ONE = script.script("rate", ONE, 1, isChargedOne)
+--- RATE, giving back.
+_M.RATE_BACK = script.script(
+    "rate_back",
+    MANY,
+    1,
+    nil,
+    nil,
+    script.FREES
+)
+--- RATE_ONE, giving back.
+_M.RATE_ONE_BACK = script.script(
+    "rate_back",
+    ONE,
+    1,
+    nil,
+    nil,
+    script.FREES
+)
 return _M

@@ -25,6 +25,8 @@ import * as schema from "./schema";
 const call = backend.call;
 const RATE = ratescripts.RATE;
 const RATE_ONE = ratescripts.RATE_ONE;
+const RATE_BACK = ratescripts.RATE_BACK;
+const RATE_ONE_BACK = ratescripts.RATE_ONE_BACK;
 const str_format = string.format;
 const lua_type = type;
 const lua_tostring = tostring;
@@ -183,8 +185,9 @@ export function decide(conf: redis.RedisConf, rkey: string, ls: Limits, mode: st
   // Every argument a string: the encoder's tostring() of a number is not compiled.
   const c = cost === 1 ? "1" : lua_tostring(cost);
   // A lone limit (the usual case): its own script, with a fixed number of arguments (unpack() keeps the call out of LuaJIT's traces).
-  if (one) [res, err, fault] = call(conf, RATE_ONE, rkey, mode, c, a[0]!, a[1]!);
-  else [res, err, fault] = call(conf, RATE, rkey, mode, c, ...lua_unpack(a));
+  const back = mode === "-1";
+  if (one) [res, err, fault] = call(conf, (back && RATE_ONE_BACK) || RATE_ONE, rkey, mode, c, a[0]!, a[1]!);
+  else [res, err, fault] = call(conf, (back && RATE_BACK) || RATE, rkey, mode, c, ...lua_unpack(a));
   if (res === undefined) return $multi(undefined, err, fault);
   if (lua_type(res) !== (one ? "number" : "table")) return $multi(undefined, "dlock: rate script answered " + check.show(res), "failed");
   const reply = one ? answered(res as number, ls, cost) : res as unknown as LuaTable<number, number>;

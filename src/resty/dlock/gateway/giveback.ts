@@ -10,18 +10,27 @@
 //
 // Only when Redis decided the refusal (or the request was at fault): a
 // refusal because Redis failed gives nothing back, as no request should wait
-// for a Redis that just failed another guard. What cannot be given back
-// stays charged: never more admitted than the limit.
+// for a Redis that just failed another guard. And only in the pass through
+// the location's rewrite and access phases that took what is given back: a
+// request refused after an internal redirect (error_page, X-Accel-Redirect,
+// ngx.exec) may have run already, and a guard in content_by_lua may follow
+// the application's work. An idempotency claim taken in that pass is not
+// completed by the refusal (its response is no answer of the application's):
+// the claim is dropped, so a retry runs. What cannot be given back stays
+// charged: never more admitted than the limit.
 
 import * as core from "../core/rate";
 import type * as redis from "../redis/client";
 import * as inflight from "./inflight";
+import * as capture from "./idempotency/capture";
 import * as fallback from "./rate_local";
 import * as request from "./request";
 
 const decide = core.decide;
 const request_id = request.id;
 const request_alive = request.alive;
+const get_phase = ngx.get_phase;
+const ngx_ = ngx;
 const give_back_here = fallback.giveBack;
 
 /** A rate guard's mark on a request it decided for, and what it charged. */
@@ -53,12 +62,15 @@ export function register(g: Charger): void {
 
 /** A guard refuses the current request: earlier guards of it give back what they took. Never raises. */
 export function refused(): void {
+  const phase = get_phase();
+  if (phase !== "access" && phase !== "rewrite") return;
   const rid = request_id();
   if (rid === undefined) return;
+  const ctx = ngx_.ctx;
   for (const i of $range(1, chargers.length)) {
     const g = chargers[i - 1]!;
     const m = g._seen.get(rid);
-    if (m !== undefined && request_alive(m)) {
+    if (m !== undefined && m.ctx === ctx && request_alive(m)) {
       const rkey = m.charged;
       const here = m.chargedHere;
       m.charged = undefined;
@@ -67,5 +79,6 @@ export function refused(): void {
       if (here !== undefined) give_back_here(g._dict, here, g._shares!, g._cost);
     }
   }
-  inflight.refused(rid);
+  inflight.refused(rid, ctx);
+  capture.refused(rid, ctx);
 }

@@ -50,6 +50,8 @@ export interface State {
   readonly _renew: boolean;
   /** Release when the request ends (not throttle: its key stays for the ttl). */
   readonly _release: boolean;
+  /** Throttle: its key is given back when a later guard refuses the request (giveback.ts). */
+  readonly _givesBack: boolean;
   /** Read the request body before taking the lease (slow uploads hold no permit). */
   readonly _readBody: boolean;
   readonly _onMissing: "pass" | "reject";

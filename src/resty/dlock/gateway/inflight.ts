@@ -48,6 +48,8 @@ export interface Owner {
   readonly _renew: boolean;
   /** Release when the request ends (throttle keeps its key for the whole ttl). */
   readonly _release: boolean;
+  /** Released when a later guard refuses the request in the same pass (a throttle: the request never ran). */
+  readonly _givesBack?: boolean;
   /** ms to keep the key after a 2xx (dedup `hold`), 0 to release. */
   readonly _hold: number;
   /** Called when a request of this owner ended without any log() (what it kept of the request can go). */
@@ -92,7 +94,7 @@ function endHeld(h: Held, how: End, status: number): void {
   const o = h.owner;
   if (o._renew) renewals.unwatch(h);
   stats.adjust(o._dict, o.name, "in_flight", -1);
-  if (!o._release && how !== "refused") {
+  if (!o._release && !(how === "refused" && o._givesBack === true)) {
     return;
   }
   if (how === "aborted") {
@@ -197,18 +199,16 @@ export function holds(owner: Owner): boolean {
   return false;
 }
 
-/**
- * A later guard refused request rid (giveback.ts): a throttle it passed gives
- * its key back now, as the request never ran; its other leases end with it.
- */
-export function refused(rid: number): void {
+/** A later guard refused request rid in the pass that took its leases (giveback.ts): a throttle gives its key back. */
+export function refused(rid: number, ctx: LuaTable<string, unknown>): void {
   const req = requests.get(rid);
-  if (req === undefined || !request_alive(req)) return;
-  if (!req.owner._release) endHeld(req, "refused", 0);
+  // Taken in an earlier pass (before an internal redirect): the request may have run.
+  if (req === undefined || req.ctx !== ctx || !request_alive(req)) return;
+  if (req.owner._givesBack === true) endHeld(req, "refused", 0);
   const more = req.more;
   if (more === undefined) return;
   for (const i of $range(1, more.length)) {
-    if (!more[i - 1]!.owner._release) endHeld(more[i - 1]!, "refused", 0);
+    if (more[i - 1]!.owner._givesBack === true) endHeld(more[i - 1]!, "refused", 0);
   }
 }
 

@@ -25,7 +25,6 @@ const ngx_ = ngx;
 const get_request = base.get_request;
 const ffi_cast = ffi.cast;
 const lua_tonumber = tonumber;
-const str_match = string.match;
 const var_get = vars.get;
 // A ctype object, not the string: the interpreter parses a declaration string on every cast.
 const uintptr_t = ffi.typeof("uintptr_t");
@@ -126,31 +125,17 @@ export function alive(a: Anchor): boolean {
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { canWatch, here };
 
-// The last number of an upstream variable: after retries and redirects between
-// upstream groups nginx lists one value per try ("0, 0 : 5120"), the last try's last.
-const lastNumber = "(%d+)$";
-
-/**
- * Did the upstream send its whole response? Only a Content-Length says so:
- * bytes received equal to it. A chunked or unterminated response, or none at
- * all, may still be on its way from a backend that is still working.
- */
-function answeredWhole(): boolean {
-  const declared = var_get("upstream_http_content_length");
-  if (declared === undefined) return false;
-  const got = var_get("upstream_response_length");
-  return got !== undefined && str_match(got, lastNumber)[0] === declared;
-}
-
 /**
  * In the log phase: did the client go away while an upstream worked on the
  * request (the backend may still be running it)? A connection nginx closed
  * itself (444, after the upstream answered: error_page to return 444) is no
- * client's abort, nor is a client that left while nginx passed on a response
- * the upstream had sent whole (a slow download given up): the backend is done.
+ * client's abort. A client that gave up a download counts as one even when
+ * the upstream had sent it whole: nginx's byte counts include FastCGI's and
+ * gRPC's framing (and the proxy's variables are gone by the log phase), so a
+ * response cut short cannot be told from a whole one for every upstream.
  */
 export function aborted(): boolean {
   if (var_get("request_completion") === "OK" || ngx_.status === 444) return false;
   const upstream = var_get("upstream_addr");
-  return upstream !== undefined && upstream !== "" && !answeredWhole();
+  return upstream !== undefined && upstream !== "";
 }

@@ -150,3 +150,14 @@ export const RATE: scripts.Script = script.script("rate", MANY, 1, isCharged);
 
 /** One limit (ARGV[3], ARGV[4] its interval and burst), answering 4 * us ahead + outcome. */
 export const RATE_ONE: scripts.Script = script.script("rate", ONE, 1, isChargedOne);
+
+// The same scripts for giving back (mode "-1", uncommit and a guard's
+// give-back): declared allow-oom, as a lock's release is, or a Redis out of
+// memory would keep every charge taken before it filled up. A give-back
+// rewrites a key in place or deletes it: it never grows Redis.
+
+/** RATE, giving back. */
+export const RATE_BACK: scripts.Script = script.script("rate_back", MANY, 1, undefined, undefined, script.FREES);
+
+/** RATE_ONE, giving back. */
+export const RATE_ONE_BACK: scripts.Script = script.script("rate_back", ONE, 1, undefined, undefined, script.FREES);

@@ -89,7 +89,8 @@ function _M.hold(g, rkey, tok, fp)
         complete = false,
         state = "",
         body = "",
-        answered = record.answered
+        answered = record.answered,
+        refused = false
     }
 end
 --- "name: value\n". Not a value that is empty: a replay sets headers through
@@ -101,7 +102,7 @@ local function addLine(lines, n, v)
 end
 --- The whole response went by: store it.
 local function complete(c)
-    if AMBIGUOUS[lua_tostring(c.status)] == nil then
+    if not c.refused and AMBIGUOUS[lua_tostring(c.status)] == nil then
         c.g._dict:safe_set(FINISHED .. c.lease._rkey, true, c.g._lease / 1000)
     end
     record.schedule(c)
@@ -170,6 +171,15 @@ function _M.forget(rid)
     local c = captures[rid]
     if c ~= nil and not request.alive(c.anchor) then
         captures[rid] = nil
+    end
+end
+--- A later guard refused request rid in the pass that claimed its key (ctx,
+-- giveback.ts): the refusal is no answer of the application's, so it is not
+-- stored; the claim is dropped once the refusal is sent, as for a 409.
+function _M.refused(rid, ctx)
+    local c = captures[rid]
+    if c ~= nil and c.anchor.ctx == ctx and request.alive(c.anchor) then
+        c.refused = true
     end
 end
 local warnedFilters = false

@@ -76,10 +76,10 @@ local function store(premature, c)
     local g = c.g
     local l = c.lease
     local status = c.status
-    if g._store[status] ~= true then
+    if c.refused or g._store[status] ~= true then
         stats.incr(g._dict, g.name, "not_stored")
         g._dict:delete(FINISHED .. l._rkey)
-        if AMBIGUOUS[lua_tostring(status)] ~= nil then
+        if not c.refused and AMBIGUOUS[lua_tostring(status)] ~= nil then
             return
         end
         local res, err = backend.call(g._conf, records.IDEM_RELEASE, l._rkey, l.token)
@@ -161,7 +161,7 @@ local function schedule(c)
     c.complete = true
     local g = c.g
     local status = c.status
-    if g._store[status] == true then
+    if not c.refused and g._store[status] == true then
         c.state = c.tooLarge and "unreplayable" or "done"
         c.body = c.tooLarge and "" or table_concat(c.chunks)
         c.chunks = {}

@@ -82,7 +82,7 @@ export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
   const a = inflight.track(g._owner, l)!;
   captures.set(a.id, {
     g, anchor: a, lease: l, fp, status: undefined, headers: "", chunks: [], size: 0, tooLarge: false, complete: false,
-    state: "", body: "", answered: record.answered,
+    state: "", body: "", answered: record.answered, refused: false,
   });
 }
 
@@ -96,7 +96,7 @@ function addLine(lines: string[], n: string, v: string): void {
 
 /** The whole response went by: store it. */
 function complete(c: Capture): void {
-  if (!AMBIGUOUS.has(lua_tostring(c.status))) {
+  if (!c.refused && !AMBIGUOUS.has(lua_tostring(c.status))) {
     // Before its last bytes leave: a retry reaching this nginx waits for the store, not 409.
     // Only into free memory: a full dict never loses a lease's record for it (a retry then gets 409, not the wait).
     c.g._dict.safe_set(FINISHED + c.lease._rkey, true, c.g._lease / 1000);
@@ -164,6 +164,16 @@ export function forget(this: void, rid: number): void {
   if (c !== undefined && !request.alive(c.anchor)) {
     captures.delete(rid);
   }
+}
+
+/**
+ * A later guard refused request rid in the pass that claimed its key (ctx,
+ * giveback.ts): the refusal is no answer of the application's, so it is not
+ * stored; the claim is dropped once the refusal is sent, as for a 409.
+ */
+export function refused(rid: number, ctx: LuaTable<string, unknown>): void {
+  const c = captures.get(rid);
+  if (c !== undefined && c.anchor.ctx === ctx && request.alive(c.anchor)) c.refused = true;
 }
 
 let warnedFilters = false;

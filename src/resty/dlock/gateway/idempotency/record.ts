@@ -60,6 +60,8 @@ export interface Capture {
   body: string;
   /** The store's reply, when it rode a pipeline (backend.post). */
   readonly answered: (this: void, j: backend.Job) => void;
+  /** A later guard refused the request: nothing to store, the claim is dropped. */
+  refused: boolean;
 }
 
 /** The store of c's response, sent through `send` (backend.call, or backend.post). */
@@ -93,10 +95,10 @@ function store(this: void, premature: boolean, c: Capture): void {
   const g = c.g;
   const l = c.lease;
   const status = c.status!;
-  if (g._store.get(status) !== true) {
+  if (c.refused || g._store.get(status) !== true) {
     stats.incr(g._dict, g.name, "not_stored");
     g._dict.delete(FINISHED + l._rkey);
-    if (AMBIGUOUS.has(lua_tostring(status))) {
+    if (!c.refused && AMBIGUOUS.has(lua_tostring(status))) {
       // The operation may have run, or may still be running: no retry before the claim runs out.
       return;
     }
@@ -161,7 +163,7 @@ function schedule(c: Capture): void {
   c.complete = true;
   const g = c.g;
   const status = c.status!;
-  if (g._store.get(status) === true) {
+  if (!c.refused && g._store.get(status) === true) {
     c.state = c.tooLarge ? "unreplayable" : "done";
     c.body = c.tooLarge ? "" : table_concat(c.chunks);
     c.chunks = [];

@@ -5,7 +5,7 @@
 //
 //   local rate = require "resty.dlock.rate"
 //   local lim = assert(rate.new({ dict = "dlock", redis = { host = "127.0.0.1" }, rate = 100, period = 60000, burst = 20 }))
-//   local delay, remaining, retry_after = lim:incoming(ngx.var.http_x_api_key, true)
+//   local delay, remaining, retry_after = lim:incoming(ngx.var.http_x_api_key, true)   -- a non-empty key (else nil, err)
 //   if not delay then
 //     if remaining == "rejected" then return ngx.exit(429) end   -- retry_after ms from now
 //     ngx.log(ngx.ERR, remaining) return ngx.exit(500)            -- Redis failed

@@ -194,9 +194,12 @@ local function parse(v, nowMs)
         ttl = math_max(0, exp - nowMs)
     }
 end
---- Every record now, with its Redis key. Walks the whole dict: once per worker start, never per request.
-function _M.records(dict)
+--- Every record now, with its Redis key, and the dict keys that start with
+-- `other` (two characters: crash recovery's marks). Walks the whole dict:
+-- once per worker start, never per request.
+function _M.records(dict, other)
     local out = {}
+    local others = {}
     local keys = dict:get_keys(0)
     local nowMs = clock_now() * 1000
     for i = 1, #keys do
@@ -225,9 +228,11 @@ function _M.records(dict)
                     waiting = waiting
                 }
             end
+        elseif what == other then
+            others[#others + 1] = k
         end
     end
-    return out
+    return out, others
 end
 --- At most `max` leases recorded now (0: all, walking the whole dict), and
 -- whether there are (or may be) more. get_keys(n) returns the first n keys of

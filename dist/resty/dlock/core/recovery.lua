@@ -23,12 +23,33 @@ local lockKey = script.lockKey
 local quiet_tally = quiet.tally
 local quiet_add = quiet.add
 local quiet_named = quiet.named
+local lua_tonumber = tonumber
+local str_sub = string.sub
 local ESRCH = 3
 --- Registered factories whose dead workers' leases this worker has not looked for yet.
 local pending = {}
+--- The dicts of every registered factory: where an exiting worker leaves its mark.
+local dicts = {}
+--- The mark of a worker that began a graceful exit: "x:<pid>".
+local EXITED = "x:"
 --- Remember a factory: its dead workers' leases can be released.
 function _M.register(store, kind)
     pending[#pending + 1] = {store = store, kind = kind}
+    dicts[store.dict] = true
+end
+--- Seconds between re-arms of the exit watch: it is there to be fired early.
+local WATCH = 86400
+local watching = false
+--- The exit watch's timer: fired early (premature) as the worker begins a graceful exit.
+local function exiting(premature)
+    if not premature then
+        watching = (timer_at(WATCH, exiting)) == true
+        return
+    end
+    local mark = EXITED .. lua_tostring(worker_pid())
+    for d in lua_pairs(dicts) do
+        d:safe_set(mark, true)
+    end
 end
 --- Is there no process with this pid (kill(pid, 0) says ESRCH)?
 local function dead(pid)
@@ -167,16 +188,18 @@ local function sweep(premature, factories)
         list[#list + 1] = f
     end
     for dict, list in lua_pairs(byDict) do
-        local records = ledger.records(dict)
+        local records, exits = ledger.records(dict, EXITED)
         local deadPids = {}
+        local recorded = {}
         local leases = {}
         local tickets = {}
         for _, r in lua_ipairs(records) do
             local isDead = deadPids[r.pid]
             if isDead == nil then
-                isDead = r.pid ~= worker_pid() and dead(r.pid)
+                isDead = r.pid ~= worker_pid() and (dict:get(EXITED .. lua_tostring(r.pid))) == nil and dead(r.pid)
                 deadPids[r.pid] = isDead
             end
+            recorded[r.pid] = true
             if isDead then
                 for _, f in lua_ipairs(list) do
                     local p = f.store.prefix
@@ -188,6 +211,12 @@ local function sweep(premature, factories)
                         end
                     end
                 end
+            end
+        end
+        for _, k in lua_ipairs(exits) do
+            local pid = lua_tonumber(str_sub(k, #EXITED + 1))
+            if pid ~= nil and recorded[pid] == nil and pid ~= worker_pid() and dead(pid) then
+                dict:delete(k)
             end
         end
         for f, items in lua_pairs(leases) do
@@ -232,6 +261,13 @@ function _M.start()
     end
     local batch = pending
     pending = {}
+    local mine = EXITED .. lua_tostring(worker_pid())
+    for _, f in lua_ipairs(batch) do
+        f.store.dict:delete(mine)
+    end
+    if not watching then
+        watching = (timer_at(WATCH, exiting)) == true
+    end
     local called, ok, err = lua_pcall(timer_at, 0, sweep, batch)
     if not called or not ok then
         pending = batch

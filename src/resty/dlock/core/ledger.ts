@@ -212,9 +212,14 @@ export interface Record {
   readonly waiting: boolean;
 }
 
-/** Every record now, with its Redis key. Walks the whole dict: once per worker start, never per request. */
-export function records(dict: NgxSharedDict): LuaMultiReturn<[Record[]]> {
+/**
+ * Every record now, with its Redis key, and the dict keys that start with
+ * `other` (two characters: crash recovery's marks). Walks the whole dict:
+ * once per worker start, never per request.
+ */
+export function records(dict: NgxSharedDict, other?: string): LuaMultiReturn<[Record[], string[]]> {
   const out: Record[] = [];
+  const others: string[] = [];
   const keys = dict.get_keys(0);
   const nowMs = clock_now() * 1000;
   for (const i of $range(1, keys.length())) {
@@ -234,9 +239,11 @@ export function records(dict: NgxSharedDict): LuaMultiReturn<[Record[]]> {
         const waiting = what === WAITING;
         out.push({ rec: k, space, rkey, key: l.key, token: l.token, pid: l.pid, shared: tokened && !waiting, waiting });
       }
+    } else if (what === other) {
+      others.push(k);
     }
   }
-  return $multi(out);
+  return $multi(out, others);
 }
 
 /**

@@ -8,6 +8,14 @@
 // release script. The leases of a whole nginx that died (the dict dies with
 // it) still expire by their ttl.
 //
+// A worker that exits gracefully (nginx -s reload, -s quit) is no crash:
+// what it leaves recorded is kept on purpose until its ttl (a client abort
+// while the backend works, a throttle, a dedup hold, a Lua caller's lease),
+// and a sweep after it is gone (the next reload's workers) must not release
+// it. As it begins to exit, nginx fires its pending timers early: one of
+// them marks its pid in every dict ("x:<pid>"), and sweeps pass marked pids
+// by; the mark goes once the worker is gone and nothing of it is left.
+//
 // Run from init_worker_by_lua (dlock.init_worker()), and otherwise at a
 // worker's first acquire.
 
@@ -38,6 +46,8 @@ const lockKey = script.lockKey;
 const quiet_tally = quiet.tally;
 const quiet_add = quiet.add;
 const quiet_named = quiet.named;
+const lua_tonumber = tonumber;
+const str_sub = string.sub;
 const ESRCH = 3;
 
 interface Factory {
@@ -48,10 +58,33 @@ interface Factory {
 /** Registered factories whose dead workers' leases this worker has not looked for yet. */
 let pending: Factory[] = [];
 
+/** The dicts of every registered factory: where an exiting worker leaves its mark. */
+const dicts = new LuaTable<NgxSharedDict, boolean>();
+
+/** The mark of a worker that began a graceful exit: "x:<pid>". */
+const EXITED = "x:";
+
 /** Remember a factory: its dead workers' leases can be released. */
 export function register(store: lease.Store, kind: lease.Kind): void {
   pending.push({ store, kind });
+  dicts.set(store.dict, true);
 }
+
+/** Seconds between re-arms of the exit watch: it is there to be fired early. */
+const WATCH = 86400;
+let watching = false;
+
+/** The exit watch's timer: fired early (premature) as the worker begins a graceful exit. */
+function exiting(this: void, premature: boolean): void {
+  if (!premature) {
+    watching = timer_at(WATCH, exiting)[0] === true;
+    return;
+  }
+  const mark = EXITED + lua_tostring(worker_pid());
+  // safe_set: a full dict drops the mark (its leases are then released as a crash's), never a record.
+  for (const [d] of lua_pairs(dicts)) d.safe_set(mark, true);
+}
+
 
 /** Is there no process with this pid (kill(pid, 0) says ESRCH)? */
 function dead(pid: number): boolean {
@@ -162,17 +195,20 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
     list.push(f);
   }
   for (const [dict, list] of lua_pairs(byDict)) {
-    const [records] = ledger.records(dict);
+    const [records, exits] = ledger.records(dict, EXITED);
     const deadPids = new LuaTable<number, boolean>();
+    const recorded = new LuaTable<number, boolean>();
     // Per factory (that is, per Redis and script), the leases to release and the tickets to drop.
     const leases = new LuaTable<Factory, Item[]>();
     const tickets = new LuaTable<Factory, Item[]>();
     for (const [_, r] of lua_ipairs(records)) {
       let isDead = deadPids.get(r.pid);
       if (isDead === undefined) {
-        isDead = r.pid !== worker_pid() && dead(r.pid);
+        // Gone after a graceful exit (its mark): what it left, it left on purpose.
+        isDead = r.pid !== worker_pid() && dict.get(EXITED + lua_tostring(r.pid))[0] === undefined && dead(r.pid);
         deadPids.set(r.pid, isDead);
       }
+      recorded.set(r.pid, true);
       if (isDead) {
         for (const [_, f] of lua_ipairs(list)) {
           // Owner-checked: when prefixes overlap, a factory that never had the key just hears "not ours".
@@ -184,6 +220,10 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
           }
         }
       }
+    }
+    for (const [_, k] of lua_ipairs(exits)) {
+      const pid = lua_tonumber(str_sub(k, EXITED.length + 1));
+      if (pid !== undefined && !recorded.has(pid) && pid !== worker_pid() && dead(pid)) dict.delete(k);
     }
     for (const [f, items] of lua_pairs(leases)) later(dict, f, f.kind.release, giveBack(dict, f, f.kind.release, items, true));
     for (const [f, items] of lua_pairs(tickets)) later(dict, f, f.kind.drop!, giveBack(dict, f, f.kind.drop!, items, true));
@@ -204,6 +244,10 @@ export function start(): string | undefined {
   }
   const batch = pending;
   pending = [];
+  // A pid of ours that an exited worker had before (pids come round again): our crash is a crash.
+  const mine = EXITED + lua_tostring(worker_pid());
+  for (const [_, f] of lua_ipairs(batch)) f.store.dict.delete(mine);
+  if (!watching) watching = timer_at(WATCH, exiting)[0] === true;
   const [called, ok, err] = lua_pcall(timer_at, 0, sweep, batch);
   if (!called || !ok) {
     pending = batch;

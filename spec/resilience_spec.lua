@@ -23,7 +23,7 @@ describe("a half-open breaker in a full dict", function()
   end)
 
   it("lets one request probe once the cool-down is over", function()
-    dict:set("b:fail:full_guard", "half")
+    dict:set("b:fail:full_guard", -1)   -- half open (stats.ts HALF)
     fill()
     local probes = 0
     for _ = 1, 20 do

@@ -157,6 +157,7 @@ function _M.new(opts)
         _sharedTry = sharedTry,
         _sharedWait = sharedWait
     }
+    stats.prepare(store.dict, name)
     local made = lua_setmetatable(g, guard.mt)
     if fallback ~= nil then
         lockLocal.register(made)

@@ -147,6 +147,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     _tryOpts: tryOpts, _waitOpts: waitOpts,
     _sharedMethods: sharedMethods, _sharedTry: sharedTry, _sharedWait: sharedWait,
   };
+  stats.prepare(store.dict, name);
   const made = lua_setmetatable(g, guard.mt) as unknown as guard.Guard;
   if (fallback !== undefined) lockLocal.register(made);
   registry.push(made);

@@ -276,6 +276,7 @@ function _M.create(o, name)
         _seenCount = 0
     }
     giveback.register(g)
+    stats.prepare(dict, name)
     return lua_setmetatable(g, guardMt), nil
 end
 return _M

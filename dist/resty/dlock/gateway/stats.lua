@@ -10,6 +10,7 @@ local ngx_ = ngx
 local lua_type = type
 local clock_now = clock.now
 local worker_exiting = ngx.worker.exiting
+local lua_pairs = pairs
 --- Every event a guard counts, in the order status pages list them.
 _M.EVENTS = {
     "acquired",
@@ -36,7 +37,7 @@ _M.EVENTS = {
     "local_rejected"
 }
 --- The value of "b:fail:<guard>" between an opening and the next answer from Redis.
-local HALF = "half"
+local HALF = -1
 local keysOf = {}
 local function make(guard)
     local events = {}
@@ -56,14 +57,29 @@ end
 local function keys(guard)
     return keysOf[guard] or make(guard)
 end
+--- Is the breaker open (until a time still to come)? A value of an older release (true) reads as closed.
+local function isOpen(dict, k)
+    local upto = dict:get(k.open)
+    return lua_type(upto) == "number" and upto > clock_now()
+end
 local function gaugeKey(guard, name)
     local k = keys(guard)
-    local key = k.gauges[name]
-    if key == nil then
-        key = "g:" .. guard .. ":" .. name
-        k.gauges[name] = key
-    end
+    local key = k.gauges[name] or "g:" .. guard .. ":" .. name
+    k.gauges[name] = key
     return key
+end
+--- Make guard's counters, in_flight and breaker keys while the dict has room (gateway.new, in init).
+function _M.prepare(dict, guard)
+    local k = keys(guard)
+    for _, key in lua_pairs(k.events) do
+        dict:safe_add(key, 0)
+    end
+    dict:safe_add(
+        gaugeKey(guard, "in_flight"),
+        0
+    )
+    dict:safe_add(k.fail, 0)
+    dict:safe_add(k.open, 0)
 end
 local function incr(dict, guard, event)
     dictcount.count(
@@ -123,7 +139,7 @@ local function startProbe(g, delay, probe)
 end
 local function breakerState(dict, guard)
     local k = keys(guard)
-    if (dict:get(k.open)) ~= nil then
+    if isOpen(dict, k) then
         return "open"
     end
     if (dict:get(k.fail)) == HALF then
@@ -145,7 +161,10 @@ function _M.probed(g, probeFor, probe)
     return false
 end
 function _M.breakerOpen(dict, guard)
-    return (dict:get(keys(guard).open)) ~= nil
+    return isOpen(
+        dict,
+        keys(guard)
+    )
 end
 --- Must this request do without Redis (on_error = "allow" / "deny")? While the
 -- breaker is open; and half open, after the cool-down, unless it is the one
@@ -157,7 +176,7 @@ function _M.skips(dict, guard, probeFor)
     if (dict:get(k.fail)) ~= HALF then
         return false
     end
-    if (dict:get(k.open)) ~= nil then
+    if isOpen(dict, k) then
         return true
     end
     return not takeProbe(dict, guard, probeFor)
@@ -172,12 +191,18 @@ local function failure(dict, guard, threshold, cooldownMs)
     local trip = (dict:get(k.fail)) == HALF
     if not trip then
         local n = dictcount.count(dict, k.fail, 1)
+        if n == HALF + 1 then
+            dict:safe_set(k.fail, HALF)
+        end
         trip = n ~= nil and n >= threshold
     end
-    if trip and (dict:get(k.open)) == nil then
+    if trip and not isOpen(dict, k) then
         probeDone(dict, guard)
-        dict:set(k.open, true, cooldownMs / 1000)
-        dict:set(k.fail, HALF)
+        dict:safe_set(
+            k.open,
+            clock_now() + cooldownMs / 1000
+        )
+        dict:safe_set(k.fail, HALF)
         incr(dict, guard, "breaker_opened")
         ngx_log(
             ERR,
@@ -193,10 +218,10 @@ end
 function _M.success(dict, guard)
     local k = keys(guard)
     local v = dict:get(k.fail)
-    if v == nil then
+    if v == nil or v == 0 then
         return
     end
-    dict:delete(k.fail)
+    dict:safe_set(k.fail, 0)
     if v == HALF then
         probeDone(dict, guard)
         ngx_log(NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed")

@@ -269,5 +269,6 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
     _seen: new LuaTable<number, giveback.Mark>(), _seenCount: 0,
   };
   giveback.register(g);
+  stats.prepare(dict, name);
   return $multi(lua_setmetatable(g, guardMt) as unknown as Guard, undefined);
 }

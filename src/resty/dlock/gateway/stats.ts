@@ -2,12 +2,13 @@
 // workers of an nginx instance share them (and the status endpoint reads them).
 //   "c:<guard>:<event>"  counter
 //   "g:<guard>:<gauge>"  gauge (in_flight)
-//   "b:open:<guard>"     present while the breaker is open (expires after the cool-down)
+//   "b:open:<guard>"     until when the breaker is open (epoch s; 0: never opened)
 //   "b:fail:<guard>"     consecutive failures while closed; HALF after an opening,
 //                        until Redis answers again (one more failure re-opens)
-// A request that gets through reads two of them and moves two (breaker open?,
-// anything to reset?, acquired, in_flight) and one more when it ends: the keys
-// are made once per guard, not per call.
+// All numbers, made with the guard (prepare()): an incr, or a number replacing
+// a number, needs no memory: a dict full of held leases counts and trips.
+// A request that gets through reads one or two and moves two (acquired,
+// in_flight), one more when it ends: the keys' names are made once per guard.
 
 import * as check from "../core/check";
 import * as dictcount from "../core/dictcount";
@@ -21,6 +22,7 @@ const ngx_ = ngx;
 const lua_type = type;
 const clock_now = clock.now;
 const worker_exiting = ngx.worker.exiting;
+const lua_pairs = pairs;
 
 /** Every event a guard counts, in the order status pages list them. */
 export const EVENTS = [
@@ -53,7 +55,7 @@ export const EVENTS = [
 export type Event = (typeof EVENTS)[number];
 
 /** The value of "b:fail:<guard>" between an opening and the next answer from Redis. */
-const HALF = "half";
+const HALF = -1;
 
 /** A guard's dict keys, made once. */
 interface Keys {
@@ -80,14 +82,26 @@ function keys(guard: string): Keys {
   return keysOf.get(guard) ?? make(guard);
 }
 
+/** Is the breaker open (until a time still to come)? A value of an older release (true) reads as closed. */
+function isOpen(dict: NgxSharedDict, k: Keys): boolean {
+  const [upto] = dict.get(k.open);
+  return lua_type(upto) === "number" && (upto as number) > clock_now();
+}
+
 function gaugeKey(guard: string, name: string): string {
   const k = keys(guard);
-  let key = k.gauges.get(name);
-  if (key === undefined) {
-    key = "g:" + guard + ":" + name;
-    k.gauges.set(name, key);
-  }
+  const key = k.gauges.get(name) ?? "g:" + guard + ":" + name;
+  k.gauges.set(name, key);
   return key;
+}
+
+/** Make guard's counters, in_flight and breaker keys while the dict has room (gateway.new, in init). */
+export function prepare(dict: NgxSharedDict, guard: string): void {
+  const k = keys(guard);
+  for (const [_, key] of lua_pairs(k.events)) dict.safe_add(key, 0);
+  dict.safe_add(gaugeKey(guard, "in_flight"), 0);
+  dict.safe_add(k.fail, 0);
+  dict.safe_add(k.open, 0);
 }
 
 function incr(dict: NgxSharedDict, guard: string, event: Event): void {
@@ -137,7 +151,7 @@ function startProbe<G extends { readonly _dict: NgxSharedDict; readonly name: st
 
 function breakerState(dict: NgxSharedDict, guard: string): BreakerState {
   const k = keys(guard);
-  if (dict.get(k.open)[0] !== undefined) return "open";
+  if (isOpen(dict, k)) return "open";
   if (dict.get(k.fail)[0] === HALF) return "half_open";
   return "closed";
 }
@@ -157,7 +171,7 @@ export function probed<G extends { readonly _dict: NgxSharedDict; readonly name:
 }
 
 export function breakerOpen(dict: NgxSharedDict, guard: string): boolean {
-  return dict.get(keys(guard).open)[0] !== undefined;
+  return isOpen(dict, keys(guard));
 }
 
 /**
@@ -171,7 +185,7 @@ export function skips(dict: NgxSharedDict, guard: string, probeFor: number): boo
   const k = keys(guard);
   // Closed (with failures counted or none): one read. Open or half open, fail is HALF.
   if (dict.get(k.fail)[0] !== HALF) return false;
-  if (dict.get(k.open)[0] !== undefined) return true;
+  if (isOpen(dict, k)) return true;
   return !takeProbe(dict, guard, probeFor);
 }
 
@@ -185,15 +199,16 @@ function failure(dict: NgxSharedDict, guard: string, threshold: number, cooldown
   const k = keys(guard);
   let trip = dict.get(k.fail)[0] === HALF;
   if (!trip) {
-    // nil when another worker made it HALF meanwhile: that one opened the breaker.
     const n = dictcount.count(dict, k.fail, 1);
+    // HALF + 1: another worker opened the breaker meanwhile, and this count moved its mark: put it back.
+    if (n === HALF + 1) dict.safe_set(k.fail, HALF);
     trip = n !== undefined && n >= threshold;
   }
-  if (trip && dict.get(k.open)[0] === undefined) {
+  if (trip && !isOpen(dict, k)) {
     // A probe that failed fast must not hold the next one off past the cool-down.
     probeDone(dict, guard);
-    dict.set(k.open, true, cooldownMs / 1000);
-    dict.set(k.fail, HALF);
+    dict.safe_set(k.open, clock_now() + cooldownMs / 1000);
+    dict.safe_set(k.fail, HALF);
     incr(dict, guard, "breaker_opened");
     ngx_log(ERR, "dlock: guard ", guard, ": Redis keeps failing, not calling it for ", cooldownMs, " ms");
   }
@@ -203,8 +218,8 @@ function failure(dict: NgxSharedDict, guard: string, threshold: number, cooldown
 export function success(dict: NgxSharedDict, guard: string): void {
   const k = keys(guard);
   const [v] = dict.get(k.fail);
-  if (v === undefined) return;
-  dict.delete(k.fail);
+  if (v === undefined || v === 0) return;
+  dict.safe_set(k.fail, 0);
   if (v === HALF) {
     probeDone(dict, guard);
     ngx_log(NOTICE, "dlock: guard ", guard, ": Redis answers again, breaker closed");

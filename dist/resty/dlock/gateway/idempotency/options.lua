@@ -177,6 +177,7 @@ function _M.parse(o, name, unlogged)
     local dict = o.dict
     local prefix = o.prefix or "dlock:gw:" .. name .. ":"
     ledger.prepare(dict)
+    stats.prepare(dict, name)
     local leaseMs = o.lease
     local owner = {
         name = name,

@@ -189,6 +189,7 @@ export function parse(
   const dict = o.dict;
   const prefix = o.prefix ?? "dlock:gw:" + name + ":";
   ledger.prepare(dict);
+  stats.prepare(dict, name);
   const leaseMs = o.lease;
   const owner: inflight.Owner = {
     name, _dict: dict, _ttl: leaseMs, _renew: true, _release: false, _hold: 0, _unlogged: unlogged,

@@ -253,6 +253,9 @@ end
 -- init_worker, and at an acquire after a factory was made. Cheap when there
 -- is nothing new. Returns an error when the timer cannot be started.
 function _M.start()
+    if not watching and ngx_get_phase() == "init_worker" then
+        watching = (timer_at(WATCH, exiting)) == true
+    end
     if #pending == 0 then
         return nil
     end
@@ -264,9 +267,6 @@ function _M.start()
     local mine = EXITED .. lua_tostring(worker_pid())
     for _, f in lua_ipairs(batch) do
         f.store.dict:delete(mine)
-    end
-    if not watching then
-        watching = (timer_at(WATCH, exiting)) == true
     end
     local called, ok, err = lua_pcall(timer_at, 0, sweep, batch)
     if not called or not ok then

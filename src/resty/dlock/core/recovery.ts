@@ -236,6 +236,9 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
  * is nothing new. Returns an error when the timer cannot be started.
  */
 export function start(): string | undefined {
+  // The exit watch: from init_worker only, in the worker's own VM (a request's
+  // VM under lua_code_cache off must end with its last timer).
+  if (!watching && ngx_get_phase() === "init_worker") watching = timer_at(WATCH, exiting)[0] === true;
   if (pending.length === 0) return undefined;
   // No timers before the workers exist (ngx.timer.at raises "no request"
   // there): the factories stay pending, for each worker to sweep once it runs.
@@ -247,7 +250,6 @@ export function start(): string | undefined {
   // A pid of ours that an exited worker had before (pids come round again): our crash is a crash.
   const mine = EXITED + lua_tostring(worker_pid());
   for (const [_, f] of lua_ipairs(batch)) f.store.dict.delete(mine);
-  if (!watching) watching = timer_at(WATCH, exiting)[0] === true;
   const [called, ok, err] = lua_pcall(timer_at, 0, sweep, batch);
   if (!called || !ok) {
     pending = batch;

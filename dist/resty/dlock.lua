@@ -8,6 +8,7 @@ local options = require("resty.dlock.core.options")
 local ledger = require("resty.dlock.core.ledger")
 local multi = require("resty.dlock.core.multi")
 local recovery = require("resty.dlock.core.recovery")
+local workers = require("resty.dlock.core.workers")
 local reentrant = require("resty.dlock.core.reentrant")
 local rwscripts = require("resty.dlock.redis.rwscripts")
 local scripts = require("resty.dlock.redis.scripts")
@@ -186,6 +187,7 @@ function _M.init_worker()
     if err ~= nil then
         return nil, err
     end
+    workers.started()
     return true, nil
 end
 return _M

@@ -14,6 +14,7 @@ import * as options from "./dlock/core/options";
 import * as ledger from "./dlock/core/ledger";
 import * as multi from "./dlock/core/multi";
 import * as recovery from "./dlock/core/recovery";
+import * as workers from "./dlock/core/workers";
 import * as reentrant from "./dlock/core/reentrant";
 import * as rwscripts from "./dlock/redis/rwscripts";
 import * as scripts from "./dlock/redis/scripts";
@@ -191,5 +192,6 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
 export function init_worker(this: void): LuaMultiReturn<[true | undefined, string | undefined]> {
   const err = recovery.start();
   if (err !== undefined) return $multi(undefined, err);
+  workers.started();
   return $multi(true as const, undefined);
 }

@@ -6,6 +6,8 @@ local common = require("resty.dlock.gateway.common")
 local idempotency = require("resty.dlock.gateway.idempotency")
 local inflight = require("resty.dlock.gateway.inflight")
 local lockLocal = require("resty.dlock.gateway.lock_local")
+local rateLocal = require("resty.dlock.gateway.rate_local")
+local workers = require("resty.dlock.core.workers")
 local guard = require("resty.dlock.gateway.guard")
 local rate = require("resty.dlock.gateway.rate")
 local options = require("resty.dlock.gateway.options")
@@ -72,6 +74,9 @@ function _M.new(opts)
         local rg, rerr = rate.create(o, name)
         if rg == nil then
             return nil, rerr
+        end
+        if rg._shares ~= nil then
+            workers.onStart(function() return rateLocal.resume(rg) end)
         end
         registry[#registry + 1] = rg
         return rg, nil
@@ -161,6 +166,7 @@ function _M.new(opts)
     local made = lua_setmetatable(g, guard.mt)
     if fallback ~= nil then
         lockLocal.register(made)
+        workers.onStart(function() return lockLocal.resume(made) end)
     end
     registry[#registry + 1] = made
     return made, nil

@@ -20,6 +20,8 @@ import * as keys from "./gateway/key";
 import * as idempotency from "./gateway/idempotency";
 import * as inflight from "./gateway/inflight";
 import * as lockLocal from "./gateway/lock_local";
+import * as rateLocal from "./gateway/rate_local";
+import * as workers from "./core/workers";
 import * as guard from "./gateway/guard";
 import * as rate from "./gateway/rate";
 import type * as lease from "./core/lease";
@@ -90,6 +92,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     // Its own module: a Redis script of its own, nothing held while the request runs.
     const [rg, rerr] = rate.create(o, name);
     if (rg === undefined) return $multi(undefined, rerr);
+    if (rg._shares !== undefined) workers.onStart(() => rateLocal.resume(rg));
     registry.push(rg);
     return $multi(rg, undefined);
   }
@@ -149,7 +152,10 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   };
   stats.prepare(store.dict, name);
   const made = lua_setmetatable(g, guard.mt) as unknown as guard.Guard;
-  if (fallback !== undefined) lockLocal.register(made);
+  if (fallback !== undefined) {
+    lockLocal.register(made);
+    workers.onStart(() => lockLocal.resume(made));
+  }
   registry.push(made);
   return $multi(made, undefined);
 }

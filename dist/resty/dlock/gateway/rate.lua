@@ -5,13 +5,12 @@ local core = require("resty.dlock.core.rate")
 local shared = require("resty.dlock.gateway.common")
 local digest = require("resty.dlock.gateway.digest")
 local fallback = require("resty.dlock.gateway.rate_local")
+local ratefields = require("resty.dlock.gateway.ratefields")
 local giveback = require("resty.dlock.gateway.giveback")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
 local decide = core.decide
 local str_format = string.format
-local tbl_concat = table.concat
-local math_ceil = math.ceil
 local hashed = digest.key
 local str_sub = string.sub
 local lua_pairs = pairs
@@ -19,7 +18,6 @@ local lua_tostring = tostring
 local lua_type = type
 local math_floor = math.floor
 local lua_setmetatable = setmetatable
-local ngx_ = ngx
 local incr = stats.incr
 local request_anchor = request.anchor
 local request_alive = request.alive
@@ -32,50 +30,12 @@ local function finish(g, status, retryAfterMs, decided)
     end
     return shared.refuseDown(g._headers, status, retryAfterMs)
 end
---- Set a RateLimit field to this guard's items, after those another rate guard
--- of the request set already (per client and per API key: both lists go out,
--- one field each, as the draft has several policies in one field).
-local function field(header, name, items)
-    local before = header[name]
-    header[name] = lua_type(before) == "string" and before .. ", " .. items or items
-end
---- The RateLimit fields of a reply.
-local function fields(g, reply)
-    local header = ngx_.header
-    field(header, "RateLimit-Policy", g._policy)
-    local items = g._items
-    if #items == 1 then
-        field(
-            header,
-            "RateLimit",
-            items[1] .. str_format(
-                "%d;t=%d",
-                reply[3],
-                math_ceil(reply[4] / 1000)
-            )
-        )
-        return
-    end
-    local parts = g._parts
-    for i = 1, #items do
-        parts[i] = items[i] .. str_format(
-            "%d;t=%d",
-            reply[1 + 2 * i],
-            math_ceil(reply[2 + 2 * i] / 1000)
-        )
-    end
-    field(
-        header,
-        "RateLimit",
-        tbl_concat(parts, ", ")
-    )
-end
 local function onRedisFailure(g, k, an)
     if g._shares ~= nil then
         fallback.degraded(g)
         local reply = fallback.decide(g._dict, k, g._shares, g._cost)
         if g._policy ~= nil then
-            fields(g, reply)
+            ratefields.fields(g, reply, g._shareIv, g._shareCap)
         end
         if reply[1] == 0 then
             incr(g._dict, g.name, "local_rejected")
@@ -161,7 +121,7 @@ local function access(g)
     end
     stats.success(g._dict, g.name)
     if g._policy ~= nil then
-        fields(g, reply)
+        ratefields.fields(g, reply, g._iv, g._cap)
     end
     if reply[1] == 0 then
         incr(g._dict, g.name, "rejected")
@@ -187,22 +147,6 @@ local guardMethods = {
     end
 }
 guardMt.__index = guardMethods
---- RateLimit-Policy for these limits.
-local function policyOf(ls)
-    local out = {}
-    for i = 1, #ls.list do
-        local l = ls.list[i]
-        local item = str_format("\"%s\";q=%d", l.name, l.rate)
-        if l.period % 1000 == 0 then
-            item = item .. str_format(";w=%d", l.period / 1000)
-        end
-        if l.burst ~= l.rate then
-            item = item .. str_format(";dlock-burst=%d", l.burst)
-        end
-        out[i] = item
-    end
-    return tbl_concat(out, ", ")
-end
 --- Validate the options (already checked against gateway.new's names) and build the guard.
 function _M.create(o, name)
     local ls, lerr = core.parse(o)
@@ -245,8 +189,27 @@ function _M.create(o, name)
     local onMissing = o.on_missing
     local headersOn = o.ratelimit_headers
     local items = {}
+    local ownItems = {}
+    local quoted = {}
+    local iv = {}
+    local cap = {}
     for i = 1, #ls.list do
-        items[i] = str_format("\"%s\";r=", ls.list[i].name)
+        local l = ls.list[i]
+        items[i] = str_format("\"%s\";r=", l.name)
+        ownItems[i] = str_format("\"%s:%s\";r=", name, l.name)
+        quoted[i] = str_format("\"%s\"", l.name)
+        iv[i] = l.period / l.rate
+        cap[i] = l.burst * l.period / l.rate
+    end
+    local shareIv
+    local shareCap
+    if shares ~= nil then
+        shareIv = {}
+        shareCap = {}
+        for i = 1, #shares do
+            shareIv[i] = shares[i].interval / 1000
+            shareCap[i] = shares[i].cap / 1000
+        end
     end
     local g = {
         name = name,
@@ -257,9 +220,16 @@ function _M.create(o, name)
         _prefix = prefix,
         _limits = ls,
         _cost = cost,
-        _policy = headersOn and policyOf(ls) or nil,
+        _policy = headersOn and ratefields.policyOf(ls, "") or nil,
         _items = items,
         _parts = {},
+        _ownPolicy = headersOn and ratefields.policyOf(ls, name .. ":") or nil,
+        _ownItems = ownItems,
+        _quoted = quoted,
+        _iv = iv,
+        _cap = cap,
+        _shareIv = shareIv,
+        _shareCap = shareCap,
         _missingWhat = shared.missingWhat(onMissing, missingStatus),
         _errorWhat = shared.errorWhat(onError, o.error_status),
         _onMissing = onMissing,

@@ -112,4 +112,15 @@ end
 function _M.probe(g)
     return stats.probed(g, g._probeFor, probeRedis)
 end
+--- A worker starts (dlock.init_worker()) with the breaker open or half open: a
+-- reload meanwhile took the probe its workers had scheduled. Its own probe
+-- after the cool-down, whether requests come or not; a mark an exited worker
+-- left would hold it off, so it is let go first.
+function _M.resume(g)
+    if stats.breakerState(g._dict, g.name) == "closed" then
+        return
+    end
+    stats.probeDone(g._dict, g.name)
+    stats.probeWhenCool(g, g._probeFor, probeRedis)
+end
 return _M

@@ -57,7 +57,7 @@ end
 local function keys(guard)
     return keysOf[guard] or make(guard)
 end
---- Is the breaker open (until a time still to come)? A value of an older release (true) reads as closed.
+--- Is the breaker open (until a time still to come)?
 local function isOpen(dict, k)
     local upto = dict:get(k.open)
     return lua_type(upto) == "number" and upto > clock_now()
@@ -78,8 +78,12 @@ function _M.prepare(dict, guard)
         gaugeKey(guard, "in_flight"),
         0
     )
-    dict:safe_add(k.fail, 0)
-    dict:safe_add(k.open, 0)
+    if not (dict:safe_add(k.fail, 0)) and lua_type((dict:get(k.fail))) ~= "number" then
+        dict:safe_set(k.fail, HALF)
+    end
+    if not (dict:safe_add(k.open, 0)) and lua_type((dict:get(k.open))) ~= "number" then
+        dict:safe_set(k.open, 0)
+    end
 end
 local function incr(dict, guard, event)
     dictcount.count(
@@ -291,5 +295,6 @@ _M.breakerState = breakerState
 _M.failure = failure
 _M.incr = incr
 _M.noteFailure = noteFailure
+_M.probeDone = probeDone
 _M.probeWhenCool = probeWhenCool
 return _M

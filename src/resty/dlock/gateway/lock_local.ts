@@ -227,3 +227,15 @@ export function probe(g: guard.Guard, l: Local): boolean {
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { finish };
+
+/**
+ * A worker starts (dlock.init_worker()) with the breaker open or half open: a
+ * reload meanwhile took the probe its workers had scheduled. Its own probe
+ * after the cool-down, whether requests come or not; a mark an exited worker
+ * left would hold it off, so it is let go first.
+ */
+export function resume(g: guard.Guard): void {
+  if (stats.breakerState(g._dict, g.name) === "closed") return;
+  stats.probeDone(g._dict, g.name);
+  stats.probeWhenCool(g, g._fallback!.probeFor, probeRedis);
+}

@@ -5,11 +5,12 @@
 // the guard decides carries the IETF httpapi RateLimit fields
 // (draft-ietf-httpapi-ratelimit-headers-11):
 //   RateLimit-Policy: "10-per-1s";q=10;w=1, "1000-per-1h";q=1000;w=3600
-//   RateLimit: "10-per-1s";r=4;t=1, "1000-per-1h";r=990;t=36
+//   RateLimit: "10-per-1s";r=4;t=1, "1000-per-1h";r=990;t=4
 // q the quota (rate) per window w (period, whole seconds only: the draft has no
 // finer unit, so w is left out otherwise), r what remains now under the
-// policy, t the seconds until it is whole again. A burst other than the rate
-// is said as dlock-burst (the draft asks for vendor-prefixed parameters).
+// policy, t the effective window: the seconds until the next unit comes back,
+// within which no more than r can be used (ratefields.ts). A burst other than
+// the rate is said as dlock-burst (the draft asks for vendor-prefixed parameters).
 //
 // on_error = "local" with `fleet`: while Redis cannot decide, each nginx
 // enforces its share of the limits from its shared dict (rate_local.ts).
@@ -25,14 +26,13 @@ import * as digest from "./digest";
 import type * as options from "./options";
 import type * as keys from "./key";
 import * as fallback from "./rate_local";
+import * as ratefields from "./ratefields";
 import * as giveback from "./giveback";
 import * as request from "./request";
 import * as stats from "./stats";
 
 const decide = core.decide;
 const str_format = string.format;
-const tbl_concat = table.concat;
-const math_ceil = math.ceil;
 const hashed = digest.key;
 const str_sub = string.sub;
 const lua_pairs = pairs;
@@ -40,7 +40,6 @@ const lua_tostring = tostring;
 const lua_type = type;
 const math_floor = math.floor;
 const lua_setmetatable = setmetatable;
-const ngx_ = ngx;
 const incr = stats.incr;
 const request_anchor = request.anchor;
 const request_alive = request.alive;
@@ -62,6 +61,15 @@ interface State {
   readonly _items: string[];
   /** Reused to build RateLimit (filled and joined without yielding in between). */
   readonly _parts: string[];
+  /** Where another rate guard of the request sent one of its names: the names after this guard's (ratefields.ts). */
+  readonly _quoted: string[];
+  readonly _ownPolicy: string | undefined;
+  readonly _ownItems: string[];
+  /** Per limit, its interval and capacity in ms (the RateLimit fields' t); _shareIv, _shareCap: this nginx's share. */
+  readonly _iv: number[];
+  readonly _cap: number[];
+  readonly _shareIv: number[] | undefined;
+  readonly _shareCap: number[] | undefined;
   readonly _missingWhat: string;
   readonly _errorWhat: string;
   readonly _onMissing: "pass" | "reject";
@@ -95,38 +103,11 @@ function finish(g: Guard, status: number, retryAfterMs: number | undefined, deci
   return shared.refuseDown(g._headers, status, retryAfterMs);
 }
 
-/**
- * Set a RateLimit field to this guard's items, after those another rate guard
- * of the request set already (per client and per API key: both lists go out,
- * one field each, as the draft has several policies in one field).
- */
-function field(header: LuaTable<string, unknown>, name: string, items: string): void {
-  const before = header.get(name);
-  header.set(name, lua_type(before) === "string" ? (before as string) + ", " + items : items);
-}
-
-/** The RateLimit fields of a reply. */
-function fields(g: Guard, reply: LuaTable<number, number>): void {
-  const header = ngx_.header as unknown as LuaTable<string, unknown>;
-  field(header, "RateLimit-Policy", g._policy!);
-  const items = g._items;
-  if (items.length === 1) {
-    // One limit without the loop (a loop on the request's path keeps it out of LuaJIT's traces).
-    field(header, "RateLimit", items[0]! + str_format("%d;t=%d", reply.get(3), math_ceil(reply.get(4) / 1000)));
-    return;
-  }
-  const parts = g._parts;
-  for (const i of $range(1, items.length)) {
-    parts[i - 1] = items[i - 1]! + str_format("%d;t=%d", reply.get(1 + 2 * i), math_ceil(reply.get(2 + 2 * i) / 1000));
-  }
-  field(header, "RateLimit", tbl_concat(parts, ", "));
-}
-
 function onRedisFailure(g: Guard, k: string, an: giveback.Mark | undefined): void {
   if (g._shares !== undefined) {
     fallback.degraded(g);
     const reply = fallback.decide(g._dict, k, g._shares, g._cost);
-    if (g._policy !== undefined) fields(g, reply);
+    if (g._policy !== undefined) ratefields.fields(g, reply, g._shareIv!, g._shareCap!);
     if (reply.get(1) === 0) {
       incr(g._dict, g.name, "local_rejected");
       finish(g, g._rejectStatus, reply.get(2), false);
@@ -186,7 +167,7 @@ function access(g: Guard): void {
     return;
   }
   stats.success(g._dict, g.name);
-  if (g._policy !== undefined) fields(g, reply);
+  if (g._policy !== undefined) ratefields.fields(g, reply, g._iv, g._cap);
   if (reply.get(1) === 0) {
     incr(g._dict, g.name, "rejected");
     finish(g, g._rejectStatus, reply.get(2), true);
@@ -212,19 +193,6 @@ const guardMethods = {
   },
 };
 guardMt.__index = guardMethods;
-
-/** RateLimit-Policy for these limits. */
-function policyOf(ls: core.Limits): string {
-  const out: string[] = [];
-  for (const i of $range(1, ls.list.length)) {
-    const l = ls.list[i - 1]!;
-    let item = str_format("\"%s\";q=%d", l.name, l.rate);
-    if (l.period % 1000 === 0) item = item + str_format(";w=%d", l.period / 1000);
-    if (l.burst !== l.rate) item = item + str_format(";dlock-burst=%d", l.burst);
-    out[i - 1] = item;
-  }
-  return tbl_concat(out, ", ");
-}
 
 /** Validate the options (already checked against gateway.new's names) and build the guard. */
 export function create(o: options.Options, name: string): LuaMultiReturn<[Guard | undefined, string | undefined]> {
@@ -256,10 +224,33 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
   const headersOn = o.ratelimit_headers;
 
   const items: string[] = [];
-  for (const i of $range(1, ls.list.length)) items[i - 1] = str_format("\"%s\";r=", ls.list[i - 1]!.name);
+  const ownItems: string[] = [];
+  const quoted: string[] = [];
+  const iv: number[] = [];
+  const cap: number[] = [];
+  for (const i of $range(1, ls.list.length)) {
+    const l = ls.list[i - 1]!;
+    items[i - 1] = str_format("\"%s\";r=", l.name);
+    ownItems[i - 1] = str_format("\"%s:%s\";r=", name, l.name);
+    quoted[i - 1] = str_format("\"%s\"", l.name);
+    iv[i - 1] = l.period / l.rate;
+    cap[i - 1] = l.burst * l.period / l.rate;
+  }
+  let shareIv: number[] | undefined;
+  let shareCap: number[] | undefined;
+  if (shares !== undefined) {
+    shareIv = [];
+    shareCap = [];
+    for (const i of $range(1, shares.length)) {
+      shareIv[i - 1] = shares[i - 1]!.interval / 1000;
+      shareCap[i - 1] = shares[i - 1]!.cap / 1000;
+    }
+  }
   const g: State = {
     name, mode: "rate" as const, _dict: dict, _key: key, _conf: conf, _prefix: prefix, _limits: ls, _cost: cost as number,
-    _policy: headersOn ? policyOf(ls) : undefined, _items: items, _parts: [] as string[],
+    _policy: headersOn ? ratefields.policyOf(ls, "") : undefined, _items: items, _parts: [] as string[],
+    _ownPolicy: headersOn ? ratefields.policyOf(ls, name + ":") : undefined, _ownItems: ownItems, _quoted: quoted,
+    _iv: iv, _cap: cap, _shareIv: shareIv, _shareCap: shareCap,
     _missingWhat: shared.missingWhat(onMissing as "pass" | "reject", missingStatus),
     _errorWhat: shared.errorWhat(onError, o.error_status),
     _onMissing: onMissing as "pass" | "reject", _onError: onError, _shares: shares,

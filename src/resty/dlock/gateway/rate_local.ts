@@ -126,3 +126,15 @@ export function degraded(g: rate.Guard): void {
 export function probe(g: rate.Guard): boolean {
   return stats.probed(g, g._probeFor, probeRedis);
 }
+
+/**
+ * A worker starts (dlock.init_worker()) with the breaker open or half open: a
+ * reload meanwhile took the probe its workers had scheduled. Its own probe
+ * after the cool-down, whether requests come or not; a mark an exited worker
+ * left would hold it off, so it is let go first.
+ */
+export function resume(g: rate.Guard): void {
+  if (stats.breakerState(g._dict, g.name) === "closed") return;
+  stats.probeDone(g._dict, g.name);
+  stats.probeWhenCool(g, g._probeFor, probeRedis);
+}

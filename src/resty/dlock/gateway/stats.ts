@@ -82,7 +82,7 @@ function keys(guard: string): Keys {
   return keysOf.get(guard) ?? make(guard);
 }
 
-/** Is the breaker open (until a time still to come)? A value of an older release (true) reads as closed. */
+/** Is the breaker open (until a time still to come)? */
 function isOpen(dict: NgxSharedDict, k: Keys): boolean {
   const [upto] = dict.get(k.open);
   return lua_type(upto) === "number" && (upto as number) > clock_now();
@@ -100,8 +100,9 @@ export function prepare(dict: NgxSharedDict, guard: string): void {
   const k = keys(guard);
   for (const [_, key] of lua_pairs(k.events)) dict.safe_add(key, 0);
   dict.safe_add(gaugeKey(guard, "in_flight"), 0);
-  dict.safe_add(k.fail, 0);
-  dict.safe_add(k.open, 0);
+  // An older release's breaker ("half", a key with a ttl) reads as half open: the next failure opens it.
+  if (!dict.safe_add(k.fail, 0)[0] && lua_type(dict.get(k.fail)[0]) !== "number") dict.safe_set(k.fail, HALF);
+  if (!dict.safe_add(k.open, 0)[0] && lua_type(dict.get(k.open)[0]) !== "number") dict.safe_set(k.open, 0);
 }
 
 function incr(dict: NgxSharedDict, guard: string, event: Event): void {
@@ -296,4 +297,4 @@ export function gauge(dict: NgxSharedDict, guard: string, name: string): number 
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { breakerState, failure, incr, noteFailure, probeWhenCool };
+export { breakerState, failure, incr, noteFailure, probeDone, probeWhenCool };

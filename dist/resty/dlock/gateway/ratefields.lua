@@ -1,0 +1,84 @@
+-- Generated from src/resty/dlock/gateway/ratefields.ts by TypeScriptToLua: edit that file, not this one.
+local _M = {}
+local str_format = string.format
+local tbl_concat = table.concat
+local math_ceil = math.ceil
+local lua_type = type
+local str_find = string.find
+local ngx_ = ngx
+--- Set a RateLimit field to this guard's items, after those another rate guard
+-- of the request set already (per client and per API key: both lists go out,
+-- one field each, as the draft has several policies in one field).
+local function field(header, name, items)
+    local before = header[name]
+    header[name] = lua_type(before) == "string" and before .. ", " .. items or items
+end
+--- The effective window of limit i of a reply, in seconds (t): the draft's
+-- "seconds within which the client can use no more than the available
+-- quota", the time until the next unit comes back (GCRA: from ms ahead d
+-- and r left, d + (r + 1) x interval - capacity), rounded up, never past a
+-- refusal's Retry-After. iv and cap in ms: the limits', or this nginx's
+-- share of them while the local fallback decides.
+local function window(reply, i, iv, cap)
+    local x = reply[2 + 2 * i] + (reply[1 + 2 * i] + 1) * iv[i] - cap[i]
+    return x > 0 and math_ceil(x / 1000) or 0
+end
+--- Is one of these quoted names in a field's value already?
+local function sent(value, quoted)
+    for i = 1, #quoted do
+        if (str_find(value, quoted[i], 1, true)) ~= nil then
+            return true
+        end
+    end
+    return false
+end
+--- The RateLimit fields of a reply, its limits' intervals and capacities in ms.
+function _M.fields(g, reply, iv, cap)
+    local header = ngx_.header
+    local before = header["RateLimit-Policy"]
+    local clash = lua_type(before) == "string" and sent(before, g._quoted)
+    field(header, "RateLimit-Policy", clash and g._ownPolicy or g._policy)
+    local items = clash and g._ownItems or g._items
+    if #items == 1 then
+        field(
+            header,
+            "RateLimit",
+            items[1] .. str_format(
+                "%d;t=%d",
+                reply[3],
+                window(reply, 1, iv, cap)
+            )
+        )
+        return
+    end
+    local parts = g._parts
+    for i = 1, #items do
+        parts[i] = items[i] .. str_format(
+            "%d;t=%d",
+            reply[1 + 2 * i],
+            window(reply, i, iv, cap)
+        )
+    end
+    field(
+        header,
+        "RateLimit",
+        tbl_concat(parts, ", ")
+    )
+end
+--- RateLimit-Policy for these limits, each name after `own` ("" or "<guard>:").
+function _M.policyOf(ls, own)
+    local out = {}
+    for i = 1, #ls.list do
+        local l = ls.list[i]
+        local item = str_format("\"%s%s\";q=%d", own, l.name, l.rate)
+        if l.period % 1000 == 0 then
+            item = item .. str_format(";w=%d", l.period / 1000)
+        end
+        if l.burst ~= l.rate then
+            item = item .. str_format(";dlock-burst=%d", l.burst)
+        end
+        out[i] = item
+    end
+    return tbl_concat(out, ", ")
+end
+return _M

@@ -5,7 +5,6 @@
 -- the guards, while the dict has room, as numbers an incr or a number replaces
 -- without memory (nginx/spec-operator.conf, real nginx, real Redis paused).
 local h = require "helpers"
-local cjson = require "cjson.safe"
 
 local r, n
 
@@ -13,9 +12,7 @@ local function get(path, headers)
   return assert(h.http(n.port, path, { headers = headers }))
 end
 
-local function row(name)
-  return assert(cjson.decode(get("/dlock/status").body)).guards[name]
-end
+local function row(name) return h.guard_row(n.port, name) end
 
 describe("a gateway whose dict is full of held leases", function()
   setup(function()

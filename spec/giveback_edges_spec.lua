@@ -5,7 +5,6 @@
 -- bytes received count the records' framing). Real nginx (nginx/spec-giveback-edges.conf, one worker), real
 -- Redis, an OpenResty backend and a small FastCGI application (python3).
 local h = require "helpers"
-local cjson = require "cjson.safe"
 
 local n, r, be, fcgi_pid
 
@@ -97,9 +96,7 @@ local function get(path, opts)
   return assert(h.http(n.port, path, opts))
 end
 
-local function row(name)
-  return assert(cjson.decode(get("/dlock/status").body)).guards[name]
-end
+local function row(name) return h.guard_row(n.port, name) end
 
 --- How many requests with ?key=k reached the application.
 local function app_hits(k)

@@ -4,7 +4,6 @@
 -- lua-resty-limit-traffic's combine() charge no limit when a later one
 -- refuses. Real nginx (nginx/spec-giveback.conf, one worker), real Redis.
 local h = require "helpers"
-local cjson = require "cjson.safe"
 
 local n, r
 
@@ -12,9 +11,7 @@ local function get(path, opts)
   return assert(h.http(n.port, path, opts))
 end
 
-local function row(name)
-  return assert(cjson.decode(get("/dlock/status").body)).guards[name]
-end
+local function row(name) return h.guard_row(n.port, name) end
 
 --- The RateLimit item of policy `name` in a response: what remains under it.
 local function remaining(res, name)

@@ -3,7 +3,6 @@
 -- the RateLimit fields against draft-ietf-httpapi-ratelimit-headers-11 (the
 -- draft the README names), and the local fallback's probe across a reload.
 local h = require "helpers"
-local cjson = require "cjson.safe"
 
 local n, r
 
@@ -28,9 +27,7 @@ local function items(v)
   return out
 end
 
-local function row(name)
-  return assert(cjson.decode(assert(h.http(n.port, "/dlock/status")).body)).guards[name]
-end
+local function row(name) return h.guard_row(n.port, name) end
 
 describe("rate guards at their edges", function()
   setup(function()

@@ -5,7 +5,6 @@
 -- kept on purpose (a hold, a client abort's lock) stays kept, however many
 -- reloads later crash recovery sweeps.
 local h = require "helpers"
-local cjson = require "cjson.safe"
 
 --- The operator's conf on Redis r (opts: dict_size, code_cache, upstream: the port of a backend
 --- nginx of its own, else this nginx's own backend server): the nginx.
@@ -27,10 +26,6 @@ local function get(n, path, headers)
   return assert(h.http(n.port, path, { headers = headers }))
 end
 
---- Guard `name`'s row on n's status page.
-local function guard_row(n, name)
-  return assert(cjson.decode(get(n, "/dlock/status").body)).guards[name]
-end
 
 describe("the README's gateway over deploys (nginx -s reload twice, as a deploy tool may)", function()
   local r, backend, n
@@ -69,7 +64,7 @@ describe("the README's gateway over deploys (nginx -s reload twice, as a deploy 
     -- The backend works 8 s on it; the client gives up after 300 ms (an abort: the key is kept, unrenewed, up to its ttl, 30 s).
     assert.is_true(h.http(n.port, "/jobs?job=" .. job .. "&ms=8000&key=" .. job, { abort_after = 300 }).aborted)
     ngx.sleep(0.3)
-    assert.equal(1, guard_row(n, "jobs").aborted)
+    assert.equal(1, h.guard_row(n.port, "jobs").aborted)
     reload(n)
     reload(n)
     ngx.sleep(0.3)

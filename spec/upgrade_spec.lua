@@ -4,14 +4,11 @@
 -- opened a guard's breaker; after the reload the new release's breaker still
 -- opens (nginx/spec-upgrade.conf, the dist of 381b5e2 from git, real Redis paused).
 local h = require "helpers"
-local cjson = require "cjson.safe"
 
 describe("an upgrade from the release before 8f40746 by nginx -s reload while Redis is paused and the breaker open", function()
   local r, n, dir
 
-  local function row(name)
-    return assert(cjson.decode(assert(h.http(n.port, "/dlock/status")).body)).guards[name]
-  end
+  local function row(name) return h.guard_row(n.port, name) end
 
   setup(function()
     r = h.start_redis()

@@ -168,6 +168,12 @@ end
 
 --- A copy of the library (dist/) at dir/lib that workers running as nobody can read (a checkout
 --- may be in a private directory, as root's home is); its path.
+--- Guard `name`'s row on the status page (/dlock/status) of the nginx on `port`.
+function _M.guard_row(port, name)
+  local res = assert(_M.http(port, "/dlock/status"))
+  return assert(require("cjson.safe").decode(res.body), res.body).guards[name]
+end
+
 function _M.public_lib(dir)
   local lib = dir .. "/lib"
   assert(process.sh("mkdir -p " .. dir .. " && chmod 755 " .. dir .. " && rm -rf " .. lib .. " && cp -r " .. env.root .. "/dist " ..

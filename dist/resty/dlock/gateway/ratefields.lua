@@ -3,6 +3,8 @@ local _M = {}
 local str_format = string.format
 local tbl_concat = table.concat
 local math_ceil = math.ceil
+local math_min = math.min
+local math_max = math.max
 local lua_type = type
 local str_find = string.find
 local ngx_ = ngx
@@ -21,7 +23,17 @@ end
 -- share of them while the local fallback decides.
 local function window(reply, i, iv, cap)
     local x = reply[2 + 2 * i] + (reply[1 + 2 * i] + 1) * iv[i] - cap[i]
-    return x > 0 and math_ceil(x / 1000) or 0
+    local t = x > 0 and math_ceil(x / 1000) or 0
+    if reply[1] == 0 then
+        return math_min(
+            t,
+            math_max(
+                1,
+                math_ceil(reply[2] / 1000)
+            )
+        )
+    end
+    return t
 end
 --- Is one of these quoted names in a field's value already?
 local function sent(value, quoted)

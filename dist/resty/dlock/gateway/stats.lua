@@ -57,10 +57,10 @@ end
 local function keys(guard)
     return keysOf[guard] or make(guard)
 end
---- Is the breaker open (until a time still to come)?
-local function isOpen(dict, k)
+--- Seconds the breaker stays open (0: closed or half open).
+local function openFor(dict, k)
     local upto = dict:get(k.open)
-    return lua_type(upto) == "number" and upto > clock_now()
+    return lua_type(upto) == "number" and upto > clock_now() and upto - clock_now() or 0
 end
 local function gaugeKey(guard, name)
     local k = keys(guard)
@@ -143,7 +143,7 @@ local function startProbe(g, delay, probe)
 end
 local function breakerState(dict, guard)
     local k = keys(guard)
-    if isOpen(dict, k) then
+    if openFor(dict, k) > 0 then
         return "open"
     end
     if (dict:get(k.fail)) == HALF then
@@ -165,10 +165,10 @@ function _M.probed(g, probeFor, probe)
     return false
 end
 function _M.breakerOpen(dict, guard)
-    return isOpen(
+    return openFor(
         dict,
         keys(guard)
-    )
+    ) > 0
 end
 --- Must this request do without Redis (on_error = "allow" / "deny")? While the
 -- breaker is open; and half open, after the cool-down, unless it is the one
@@ -180,7 +180,7 @@ function _M.skips(dict, guard, probeFor)
     if (dict:get(k.fail)) ~= HALF then
         return false
     end
-    if isOpen(dict, k) then
+    if openFor(dict, k) > 0 then
         return true
     end
     return not takeProbe(dict, guard, probeFor)
@@ -200,7 +200,7 @@ local function failure(dict, guard, threshold, cooldownMs)
         end
         trip = n ~= nil and n >= threshold
     end
-    if trip and not isOpen(dict, k) then
+    if trip and openFor(dict, k) == 0 then
         probeDone(dict, guard)
         dict:safe_set(
             k.open,
@@ -250,7 +250,10 @@ local function probeWhenCool(g, probeFor, probe)
     if worker_exiting() then
         return
     end
-    local cool = g._breakerCooldown / 1000
+    local cool = openFor(
+        g._dict,
+        keys(g.name)
+    )
     if not takeProbe(g._dict, g.name, cool + probeFor) then
         return
     end

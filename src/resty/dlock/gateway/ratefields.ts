@@ -8,6 +8,8 @@ import type * as core from "../core/rate";
 const str_format = string.format;
 const tbl_concat = table.concat;
 const math_ceil = math.ceil;
+const math_min = math.min;
+const math_max = math.max;
 const lua_type = type;
 const str_find = string.find;
 const ngx_ = ngx;
@@ -47,7 +49,10 @@ function field(header: LuaTable<string, unknown>, name: string, items: string): 
  */
 function window(reply: LuaTable<number, number>, i: number, iv: number[], cap: number[]): number {
   const x = reply.get(2 + 2 * i) + (reply.get(1 + 2 * i) + 1) * iv[i - 1]! - cap[i - 1]!;
-  return x > 0 ? math_ceil(x / 1000) : 0;
+  const t = x > 0 ? math_ceil(x / 1000) : 0;
+  // A refusal: no limit's window past its Retry-After (a shorter window is as true).
+  if (reply.get(1) === 0) return math_min(t, math_max(1, math_ceil(reply.get(2) / 1000)));
+  return t;
 }
 
 /** Is one of these quoted names in a field's value already? */

@@ -82,10 +82,10 @@ function keys(guard: string): Keys {
   return keysOf.get(guard) ?? make(guard);
 }
 
-/** Is the breaker open (until a time still to come)? */
-function isOpen(dict: NgxSharedDict, k: Keys): boolean {
+/** Seconds the breaker stays open (0: closed or half open). */
+function openFor(dict: NgxSharedDict, k: Keys): number {
   const [upto] = dict.get(k.open);
-  return lua_type(upto) === "number" && (upto as number) > clock_now();
+  return lua_type(upto) === "number" && (upto as number) > clock_now() ? (upto as number) - clock_now() : 0;
 }
 
 function gaugeKey(guard: string, name: string): string {
@@ -152,7 +152,7 @@ function startProbe<G extends { readonly _dict: NgxSharedDict; readonly name: st
 
 function breakerState(dict: NgxSharedDict, guard: string): BreakerState {
   const k = keys(guard);
-  if (isOpen(dict, k)) return "open";
+  if (openFor(dict, k) > 0) return "open";
   if (dict.get(k.fail)[0] === HALF) return "half_open";
   return "closed";
 }
@@ -172,7 +172,7 @@ export function probed<G extends { readonly _dict: NgxSharedDict; readonly name:
 }
 
 export function breakerOpen(dict: NgxSharedDict, guard: string): boolean {
-  return isOpen(dict, keys(guard));
+  return openFor(dict, keys(guard)) > 0;
 }
 
 /**
@@ -186,7 +186,7 @@ export function skips(dict: NgxSharedDict, guard: string, probeFor: number): boo
   const k = keys(guard);
   // Closed (with failures counted or none): one read. Open or half open, fail is HALF.
   if (dict.get(k.fail)[0] !== HALF) return false;
-  if (isOpen(dict, k)) return true;
+  if (openFor(dict, k) > 0) return true;
   return !takeProbe(dict, guard, probeFor);
 }
 
@@ -205,7 +205,7 @@ function failure(dict: NgxSharedDict, guard: string, threshold: number, cooldown
     if (n === HALF + 1) dict.safe_set(k.fail, HALF);
     trip = n !== undefined && n >= threshold;
   }
-  if (trip && !isOpen(dict, k)) {
+  if (trip && openFor(dict, k) === 0) {
     // A probe that failed fast must not hold the next one off past the cool-down.
     probeDone(dict, guard);
     dict.safe_set(k.open, clock_now() + cooldownMs / 1000);
@@ -253,7 +253,7 @@ type Probe<G> = (this: void, premature: boolean, g: G) => void;
 function probeWhenCool<G extends Failing>(g: G, probeFor: number, probe: Probe<G>): void {
   // An exiting worker makes no timer with a delay: the workers that replace it probe.
   if (worker_exiting()) return;
-  const cool = g._breakerCooldown / 1000;
+  const cool = openFor(g._dict, keys(g.name)); // what is left of it: a reload does not start it over
   if (!takeProbe(g._dict, g.name, cool + probeFor)) return;
   startProbe(g, cool, probe);
 }

@@ -10,7 +10,7 @@ local ngx_ = ngx
 local lua_type = type
 local clock_now = clock.now
 local worker_exiting = ngx.worker.exiting
-local lua_pairs = pairs
+local lua_ipairs = ipairs
 --- Every event a guard counts, in the order status pages list them.
 _M.EVENTS = {
     "acquired",
@@ -68,11 +68,21 @@ local function gaugeKey(guard, name)
     k.gauges[name] = key
     return key
 end
---- Make guard's counters, in_flight and breaker keys while the dict has room (gateway.new, in init).
+--- Counters made with a guard: its decisions and what Redis failing does (the others as they first count).
+local PREPARED = {
+    "acquired",
+    "rejected",
+    "redis_errors",
+    "failed_open",
+    "failed_closed",
+    "short_circuited",
+    "breaker_opened"
+}
+--- Make guard's main counters, in_flight and breaker keys while the dict has room (gateway.new, in init).
 function _M.prepare(dict, guard)
     local k = keys(guard)
-    for _, key in lua_pairs(k.events) do
-        dict:safe_add(key, 0)
+    for _, e in lua_ipairs(PREPARED) do
+        dict:safe_add(k.events[e], 0)
     end
     dict:safe_add(
         gaugeKey(guard, "in_flight"),

@@ -5,10 +5,9 @@
 //   "b:open:<guard>"     until when the breaker is open (epoch s; 0: never opened)
 //   "b:fail:<guard>"     consecutive failures while closed; HALF after an opening,
 //                        until Redis answers again (one more failure re-opens)
-// All numbers, made with the guard (prepare()): an incr, or a number replacing
-// a number, needs no memory: a dict full of held leases counts and trips.
-// A request that gets through reads one or two and moves two (acquired,
-// in_flight), one more when it ends: the keys' names are made once per guard.
+// Numbers made with the guard (prepare()): an incr, or a number replacing a number,
+// needs no memory: a dict full of held leases still trips and counts.
+// A request that gets through reads one or two, moves two, one more when it ends.
 
 import * as check from "../core/check";
 import * as dictcount from "../core/dictcount";
@@ -22,7 +21,7 @@ const ngx_ = ngx;
 const lua_type = type;
 const clock_now = clock.now;
 const worker_exiting = ngx.worker.exiting;
-const lua_pairs = pairs;
+const lua_ipairs = ipairs;
 
 /** Every event a guard counts, in the order status pages list them. */
 export const EVENTS = [
@@ -53,7 +52,6 @@ export const EVENTS = [
 ] as const;
 
 export type Event = (typeof EVENTS)[number];
-
 /** The value of "b:fail:<guard>" between an opening and the next answer from Redis. */
 const HALF = -1;
 
@@ -95,10 +93,12 @@ function gaugeKey(guard: string, name: string): string {
   return key;
 }
 
-/** Make guard's counters, in_flight and breaker keys while the dict has room (gateway.new, in init). */
+/** Counters made with a guard: its decisions and what Redis failing does (the others as they first count). */
+const PREPARED: Event[] = ["acquired", "rejected", "redis_errors", "failed_open", "failed_closed", "short_circuited", "breaker_opened"];
+/** Make guard's main counters, in_flight and breaker keys while the dict has room (gateway.new, in init). */
 export function prepare(dict: NgxSharedDict, guard: string): void {
   const k = keys(guard);
-  for (const [_, key] of lua_pairs(k.events)) dict.safe_add(key, 0);
+  for (const [_, e] of lua_ipairs(PREPARED)) dict.safe_add(k.events.get(e), 0);
   dict.safe_add(gaugeKey(guard, "in_flight"), 0);
   // An older release's breaker ("half", a key with a ttl) reads as half open: the next failure opens it.
   if (!dict.safe_add(k.fail, 0)[0] && lua_type(dict.get(k.fail)[0]) !== "number") dict.safe_set(k.fail, HALF);

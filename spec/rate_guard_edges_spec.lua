@@ -10,22 +10,7 @@ local function get(path, opts)
   return assert(h.http(n.port, path, opts))
 end
 
-local function joined(v)
-  if type(v) == "table" then return table.concat(v, ", ") end
-  return v
-end
-
---- The items of a RateLimit or RateLimit-Policy value, in order: { name = <the sf-string>, params = { k = v } }.
-local function items(v)
-  local out = {}
-  for item in (joined(v) .. ","):gmatch("%s*([^,]+),") do
-    local name, rest = item:match('^"([^"]*)"(.*)$')
-    local params = {}
-    for k, x in (rest or ""):gmatch(";([%w%-]+)=([^;]+)") do params[k] = tonumber(x) or x end
-    out[#out + 1] = { name = name, params = params }
-  end
-  return out
-end
+local joined, items = h.joined, h.ratelimit_items
 
 local function row(name) return h.guard_row(n.port, name) end
 

@@ -174,6 +174,24 @@ function _M.guard_row(port, name)
   return assert(require("cjson.safe").decode(res.body), res.body).guards[name]
 end
 
+--- A header's value as one string (a repeated header is a list of its values).
+function _M.joined(v)
+  if type(v) == "table" then return table.concat(v, ", ") end
+  return v
+end
+
+--- The items of a RateLimit or RateLimit-Policy value, in order: { name = <the sf-string>, params = { k = v } }.
+function _M.ratelimit_items(v)
+  local out = {}
+  for item in (_M.joined(v) .. ","):gmatch("%s*([^,]+),") do
+    local name, rest = item:match('^"([^"]*)"(.*)$')
+    local params = {}
+    for k, x in (rest or ""):gmatch(";([%w%-]+)=([^;]+)") do params[k] = tonumber(x) or x end
+    out[#out + 1] = { name = name, params = params }
+  end
+  return out
+end
+
 function _M.public_lib(dir)
   local lib = dir .. "/lib"
   assert(process.sh("mkdir -p " .. dir .. " && chmod 755 " .. dir .. " && rm -rf " .. lib .. " && cp -r " .. env.root .. "/dist " ..

@@ -60,15 +60,19 @@ end
 --- Seconds the breaker stays open (0: closed or half open).
 local function openFor(dict, k)
     local upto = dict:get(k.open)
-    return lua_type(upto) == "number" and upto > clock_now() and upto - clock_now() or 0
+    local left = lua_type(upto) == "number" and upto - clock_now() or 0
+    return left > 0 and left or 0
 end
 local function gaugeKey(guard, name)
     local k = keys(guard)
-    local key = k.gauges[name] or "g:" .. guard .. ":" .. name
-    k.gauges[name] = key
-    return key
+    local key = k.gauges[name]
+    if key ~= nil then
+        return key
+    end
+    local made = "g:" .. guard .. ":" .. name
+    k.gauges[name] = made
+    return made
 end
---- Counters made with a guard: its decisions and what Redis failing does (the others as they first count).
 local PREPARED = {
     "acquired",
     "rejected",
@@ -78,7 +82,7 @@ local PREPARED = {
     "short_circuited",
     "breaker_opened"
 }
---- Make guard's main counters, in_flight and breaker keys while the dict has room (gateway.new, in init).
+--- Make guard's in_flight, breaker keys and main counters (PREPARED; others as they first count) while the dict has room.
 function _M.prepare(dict, guard)
     local k = keys(guard)
     for _, e in lua_ipairs(PREPARED) do

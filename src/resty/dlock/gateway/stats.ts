@@ -7,7 +7,6 @@
 //                        until Redis answers again (one more failure re-opens)
 // Numbers made with the guard (prepare()): an incr, or a number replacing a number,
 // needs no memory: a dict full of held leases still trips and counts.
-// A request that gets through reads one or two, moves two, one more when it ends.
 
 import * as check from "../core/check";
 import * as dictcount from "../core/dictcount";
@@ -16,8 +15,7 @@ import * as clock from "../core/clock";
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const NOTICE = ngx.NOTICE;
-// Read per call: timers are made in the request that needs one.
-const ngx_ = ngx;
+const ngx_ = ngx; // ngx.timer read per call: timers are made in the request that needs one
 const lua_type = type;
 const clock_now = clock.now;
 const worker_exiting = ngx.worker.exiting;
@@ -83,19 +81,21 @@ function keys(guard: string): Keys {
 /** Seconds the breaker stays open (0: closed or half open). */
 function openFor(dict: NgxSharedDict, k: Keys): number {
   const [upto] = dict.get(k.open);
-  return lua_type(upto) === "number" && (upto as number) > clock_now() ? (upto as number) - clock_now() : 0;
+  const left = lua_type(upto) === "number" ? (upto as number) - clock_now() : 0;
+  return left > 0 ? left : 0;
 }
 
 function gaugeKey(guard: string, name: string): string {
   const k = keys(guard);
-  const key = k.gauges.get(name) ?? "g:" + guard + ":" + name;
-  k.gauges.set(name, key);
-  return key;
+  const key = k.gauges.get(name);
+  if (key !== undefined) return key;
+  const made = "g:" + guard + ":" + name;
+  k.gauges.set(name, made);
+  return made;
 }
 
-/** Counters made with a guard: its decisions and what Redis failing does (the others as they first count). */
 const PREPARED: Event[] = ["acquired", "rejected", "redis_errors", "failed_open", "failed_closed", "short_circuited", "breaker_opened"];
-/** Make guard's main counters, in_flight and breaker keys while the dict has room (gateway.new, in init). */
+/** Make guard's in_flight, breaker keys and main counters (PREPARED; others as they first count) while the dict has room. */
 export function prepare(dict: NgxSharedDict, guard: string): void {
   const k = keys(guard);
   for (const [_, e] of lua_ipairs(PREPARED)) dict.safe_add(k.events.get(e), 0);

@@ -11,6 +11,7 @@ pcall(ffi.cdef, "int kill(int pid, int sig);")
 local ngx_get_phase = ngx.get_phase
 local worker_pid = ngx.worker.pid
 local timer_at = ngx.timer.at
+local timer_every = ngx.timer.every
 local ngx_log = ngx.log
 local WARN = ngx.WARN
 local NOTICE = ngx.NOTICE
@@ -37,13 +38,14 @@ function _M.register(store, kind)
     pending[#pending + 1] = {store = store, kind = kind}
     dicts[store.dict] = true
 end
---- Seconds between re-arms of the exit watch: it is there to be fired early.
+--- Period of the exit watch: it is there to be fired early. A repeating timer,
+-- re-armed by nginx itself: a re-arm from Lua fails when the worker's timers
+-- are at lua_max_pending_timers, and the watch would be gone for good.
 local WATCH = 86400
 local watching = false
 --- The exit watch's timer: fired early (premature) as the worker begins a graceful exit.
 local function exiting(premature)
     if not premature then
-        watching = (timer_at(WATCH, exiting)) == true
         return
     end
     local mark = EXITED .. lua_tostring(worker_pid())
@@ -254,7 +256,7 @@ end
 -- is nothing new. Returns an error when the timer cannot be started.
 function _M.start()
     if not watching and ngx_get_phase() == "init_worker" then
-        watching = (timer_at(WATCH, exiting)) == true
+        watching = (timer_every(WATCH, exiting)) == true
     end
     if #pending == 0 then
         return nil

@@ -34,6 +34,7 @@ pcall(ffi.cdef, "int kill(int pid, int sig);");
 const ngx_get_phase = ngx.get_phase;
 const worker_pid = ngx.worker.pid;
 const timer_at = ngx.timer.at;
+const timer_every = ngx.timer.every;
 const ngx_log = ngx.log;
 const WARN = ngx.WARN;
 const NOTICE = ngx.NOTICE;
@@ -70,16 +71,17 @@ export function register(store: lease.Store, kind: lease.Kind): void {
   dicts.set(store.dict, true);
 }
 
-/** Seconds between re-arms of the exit watch: it is there to be fired early. */
+/**
+ * Period of the exit watch: it is there to be fired early. A repeating timer,
+ * re-armed by nginx itself: a re-arm from Lua fails when the worker's timers
+ * are at lua_max_pending_timers, and the watch would be gone for good.
+ */
 const WATCH = 86400;
 let watching = false;
 
 /** The exit watch's timer: fired early (premature) as the worker begins a graceful exit. */
 function exiting(this: void, premature: boolean): void {
-  if (!premature) {
-    watching = timer_at(WATCH, exiting)[0] === true;
-    return;
-  }
+  if (!premature) return;
   const mark = EXITED + lua_tostring(worker_pid());
   // safe_set: a full dict drops the mark (its leases are then released as a crash's), never a record.
   for (const [d] of lua_pairs(dicts)) d.safe_set(mark, true);
@@ -238,7 +240,7 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
 export function start(): string | undefined {
   // The exit watch: from init_worker only, in the worker's own VM (a request's
   // VM under lua_code_cache off must end with its last timer).
-  if (!watching && ngx_get_phase() === "init_worker") watching = timer_at(WATCH, exiting)[0] === true;
+  if (!watching && ngx_get_phase() === "init_worker") watching = timer_every(WATCH, exiting)[0] === true;
   if (pending.length === 0) return undefined;
   // No timers before the workers exist (ngx.timer.at raises "no request"
   // there): the factories stay pending, for each worker to sweep once it runs.

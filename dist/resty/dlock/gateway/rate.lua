@@ -23,13 +23,6 @@ local request_anchor = request.anchor
 local request_alive = request.alive
 --- Entries of `seen` before the dead ones are swept.
 local SEEN_SWEEP = 1000
---- Refuse the request: Redis refused it (earlier guards give back what they took), or failed.
-local function finish(g, status, retryAfterMs, decided)
-    if decided then
-        return shared.refuse(g._headers, status, retryAfterMs)
-    end
-    return shared.refuseDown(g._headers, status, retryAfterMs)
-end
 local function onRedisFailure(g, k, an)
     if g._shares ~= nil then
         fallback.degraded(g)
@@ -39,7 +32,7 @@ local function onRedisFailure(g, k, an)
         end
         if reply[1] == 0 then
             incr(g._dict, g.name, "local_rejected")
-            finish(g, g._rejectStatus, reply[2], false)
+            shared.refuseDown(g._headers, g._rejectStatus, reply[2])
         end
         incr(g._dict, g.name, "local_admitted")
         if an ~= nil then
@@ -48,7 +41,7 @@ local function onRedisFailure(g, k, an)
         return
     end
     if not stats.failedOpen(g) then
-        finish(g, g._errorStatus, nil, false)
+        shared.refuseDown(g._headers, g._errorStatus, nil)
     end
 end
 --- Mark the request decided for by this guard: its mark, or false when it was
@@ -125,7 +118,7 @@ local function access(g)
     end
     if reply[1] == 0 then
         incr(g._dict, g.name, "rejected")
-        finish(g, g._rejectStatus, reply[2], true)
+        shared.refuse(g._headers, g._rejectStatus, reply[2])
         return
     end
     incr(g._dict, g.name, "acquired")

@@ -97,12 +97,6 @@ export interface Guard extends State {
 /** Entries of `seen` before the dead ones are swept. */
 const SEEN_SWEEP = 1000;
 
-/** Refuse the request: Redis refused it (earlier guards give back what they took), or failed. */
-function finish(g: Guard, status: number, retryAfterMs: number | undefined, decided: boolean): never {
-  if (decided) return shared.refuse(g._headers, status, retryAfterMs);
-  return shared.refuseDown(g._headers, status, retryAfterMs);
-}
-
 function onRedisFailure(g: Guard, k: string, an: giveback.Mark | undefined): void {
   if (g._shares !== undefined) {
     fallback.degraded(g);
@@ -110,13 +104,14 @@ function onRedisFailure(g: Guard, k: string, an: giveback.Mark | undefined): voi
     if (g._policy !== undefined) ratefields.fields(g, reply, g._shareIv!, g._shareCap!);
     if (reply.get(1) === 0) {
       incr(g._dict, g.name, "local_rejected");
-      finish(g, g._rejectStatus, reply.get(2), false);
+      // Refused without Redis: earlier guards keep what they took (common.refuseDown).
+      shared.refuseDown(g._headers, g._rejectStatus, reply.get(2));
     }
     incr(g._dict, g.name, "local_admitted");
     if (an !== undefined) an.chargedHere = k;
     return;
   }
-  if (!stats.failedOpen(g)) finish(g, g._errorStatus, undefined, false);
+  if (!stats.failedOpen(g)) shared.refuseDown(g._headers, g._errorStatus, undefined);
 }
 
 /**
@@ -170,7 +165,8 @@ function access(g: Guard): void {
   if (g._policy !== undefined) ratefields.fields(g, reply, g._iv, g._cap);
   if (reply.get(1) === 0) {
     incr(g._dict, g.name, "rejected");
-    finish(g, g._rejectStatus, reply.get(2), true);
+    // Redis refused it: earlier guards give back what they took.
+    shared.refuse(g._headers, g._rejectStatus, reply.get(2));
     return;
   }
   incr(g._dict, g.name, "acquired");

@@ -7,6 +7,7 @@ local ngx_ = ngx
 local get_request = base.get_request
 local ffi_cast = ffi.cast
 local lua_tonumber = tonumber
+local str_find = string.find
 local var_get = vars.get
 local uintptr_t = ffi.typeof("uintptr_t")
 pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);")
@@ -71,14 +72,21 @@ function _M.alive(a)
 end
 _M.canWatch = canWatch
 _M.here = here
---- In the log phase: did the client go away while an upstream worked on the
--- request (the backend may still be running it)? A connection nginx closed
--- itself (444, after the upstream answered: error_page to return 444) is no
--- client's abort. A client that gave up a download counts as one even when
+--- In the log phase: may the backend still be running the request, so that its
+-- key must be kept? Yes when an upstream timed out (a 504 in $upstream_status,
+-- whatever error_page made of the answer, also when the next upstream
+-- answered): nginx closed the connection, the application behind it goes on.
+-- Yes when the client went away while an upstream worked. A connection nginx
+-- closed itself (444, after the upstream answered: error_page to return 444) is
+-- no client's abort. A client that gave up a download counts as one even when
 -- the upstream had sent it whole: nginx's byte counts include FastCGI's and
 -- gRPC's framing (and the proxy's variables are gone by the log phase), so a
 -- response cut short cannot be told from a whole one for every upstream.
 function _M.aborted()
+    local tried = var_get("upstream_status")
+    if tried ~= nil and ({str_find(tried, "504", 1, true)}) ~= nil then
+        return true
+    end
     if var_get("request_completion") == "OK" or ngx_.status == 444 then
         return false
     end

@@ -25,6 +25,7 @@ const ngx_ = ngx;
 const get_request = base.get_request;
 const ffi_cast = ffi.cast;
 const lua_tonumber = tonumber;
+const str_find = string.find;
 const var_get = vars.get;
 // A ctype object, not the string: the interpreter parses a declaration string on every cast.
 const uintptr_t = ffi.typeof("uintptr_t");
@@ -126,15 +127,20 @@ export function alive(a: Anchor): boolean {
 export { canWatch, here };
 
 /**
- * In the log phase: did the client go away while an upstream worked on the
- * request (the backend may still be running it)? A connection nginx closed
- * itself (444, after the upstream answered: error_page to return 444) is no
- * client's abort. A client that gave up a download counts as one even when
+ * In the log phase: may the backend still be running the request, so that its
+ * key must be kept? Yes when an upstream timed out (a 504 in $upstream_status,
+ * whatever error_page made of the answer, also when the next upstream
+ * answered): nginx closed the connection, the application behind it goes on.
+ * Yes when the client went away while an upstream worked. A connection nginx
+ * closed itself (444, after the upstream answered: error_page to return 444) is
+ * no client's abort. A client that gave up a download counts as one even when
  * the upstream had sent it whole: nginx's byte counts include FastCGI's and
  * gRPC's framing (and the proxy's variables are gone by the log phase), so a
  * response cut short cannot be told from a whole one for every upstream.
  */
 export function aborted(): boolean {
+  const tried = var_get("upstream_status");
+  if (tried !== undefined && str_find(tried, "504", 1, true) !== undefined) return true;
   if (var_get("request_completion") === "OK" || ngx_.status === 444) return false;
   const upstream = var_get("upstream_addr");
   return upstream !== undefined && upstream !== "";

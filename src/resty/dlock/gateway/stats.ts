@@ -29,7 +29,7 @@ export const EVENTS = [
   "timed_out", // waited `wait` ms in vain
   "renewed", // a lease of an in-flight request was extended
   "lost", // renewal found the lease gone while the request was in flight
-  "aborted", // the client went away while an upstream worked: key kept until its lease runs out
+  "aborted", // the client went away while an upstream worked, or it timed out: key kept until its lease runs out
   "unlogged", // the request ended without log(): its lease was released when the keeper noticed
   "redis_errors", // Redis failed (connect, timeout, error reply)
   "failed_open", // let through because of a Redis failure (on_error = "allow")

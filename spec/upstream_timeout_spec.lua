@@ -1,0 +1,105 @@
+-- Guards whose upstream times out (proxy_read_timeout): nginx answers 504 and
+-- closes its connection, the application behind it goes on, as after a
+-- client's abort: the key is kept until its lease runs out. Real nginx
+-- (nginx/spec-upstream-timeout.conf, 2 workers), real Redis, and a backend in
+-- the same nginx that counts the requests inside it per key (nginx/backend.conf).
+local h = require "helpers"
+
+local redis
+
+local function start(vars)
+  local own = h.free_port()
+  local v = { REDIS_PORT = redis.port, OWN_BACKEND_PORT = own, BACKEND_PORT = own, PERMITS = 2, TTL = 5000 }
+  for k, x in pairs(vars or {}) do v[k] = x end
+  local n = h.start_nginx("spec-upstream-timeout.conf", v)
+  n.backend = v.BACKEND_PORT
+  return n
+end
+
+local function get(n, path, opts)
+  local res, err = h.http(n.port, path, opts)
+  assert(res, err)
+  return res
+end
+
+--- The backend's witness for key: hits, most inside at once, inside now.
+local function backend(n, key)
+  local res = assert(h.http(n.backend, "/stats?key=" .. key))
+  local hits, max, inflight = res.body:match("^(%d+) (%d+) (%d+)")
+  return tonumber(hits), tonumber(max), tonumber(inflight)
+end
+
+describe("guards whose upstream times out", function()
+  local n
+
+  setup(function()
+    redis = h.start_redis()
+    n = start()
+  end)
+
+  teardown(function()
+    if n then n.stop() end
+    if redis then redis.stop() end
+  end)
+
+  describe("an upstream that times out (proxy_read_timeout 300 ms) while the backend still works", function()
+    -- nginx answers 504 and closes its connection to the backend, but the
+    -- application behind it goes on (backend.conf's /slow does, as a real one
+    -- does): the same situation as a client abort, which keeps the lease.
+    it("keeps the concurrency permits of 504s until their leases run out: never more than permits in the backend", function()
+      local key = h.unique("to")
+      local before = h.guard_row(n.port, "cap").aborted
+      -- Two requests fill the two permits (5 s leases); nginx gives up on the backend after 300 ms, the backend works 2 s.
+      local a = h.spawn(get, n, "/cap-timeout?key=" .. key .. "&ms=2000")
+      local b = h.spawn(get, n, "/cap-timeout?key=" .. key .. "&ms=2000")
+      assert.equal(504, a().status)
+      assert.equal(504, b().status)
+      local _, _, inside = backend(n, key)
+      assert.equal(2, inside, "the backend still works on both")
+      -- Kept as an abort's: counted so, no longer renewed.
+      assert.equal(before + 2, h.guard_row(n.port, "cap").aborted)
+      -- Two more while the backend is still busy with the first two.
+      local c = h.spawn(get, n, "/cap?key=" .. key .. "&ms=500")
+      local d = h.spawn(get, n, "/cap?key=" .. key .. "&ms=500")
+      local sc, sd = c().status, d().status
+      local _, max = backend(n, key)
+      assert.equal(2, max, "most requests inside the backend at once (the later two answered " .. sc .. ", " .. sd .. ")")
+      assert.same({ 429, 429 }, { sc, sd })
+    end)
+
+    it("keeps the permit when error_page turns the 504 into a page of its own", function()
+      local key = h.unique("to-page")
+      local a = h.spawn(get, n, "/cap-timeout-page?key=" .. key .. "&ms=2000")
+      local b = h.spawn(get, n, "/cap-timeout-page?key=" .. key .. "&ms=2000")
+      assert.equal("sorry\n", a().body)
+      assert.equal("sorry\n", b().body)
+      local c = h.spawn(get, n, "/cap?key=" .. key .. "&ms=500")
+      local d = h.spawn(get, n, "/cap?key=" .. key .. "&ms=500")
+      local sc, sd = c().status, d().status
+      local _, max = backend(n, key)
+      assert.equal(2, max, "most requests inside the backend at once (the later two answered " .. sc .. ", " .. sd .. ")")
+    end)
+
+    it("does not let a second run of a mutex job start beside the first after a 504", function()
+      local key = h.unique("to-job")
+      assert.equal(504, get(n, "/jobs-timeout?key=" .. key .. "&ms=2000").status)
+      local second = get(n, "/jobs?key=" .. key .. "&ms=300")
+      local _, max = backend(n, key)
+      assert.equal(1, max, "runs of the job at once (the second answered " .. second.status .. ")")
+      assert.equal(503, second.status)
+    end)
+
+    it("answers a dedup retry of a request that timed out upstream with 409 while the backend still runs it", function()
+      local key = h.unique("to-dedup")
+      assert.equal(504, get(n, "/orders-timeout?key=" .. key .. "&ms=2000").status)
+      local retry = get(n, "/orders-timeout?key=" .. key .. "&ms=10")
+      local hits = backend(n, key)
+      assert.equal(1, hits, "the backend ran the request again beside the first (retry answered " .. retry.status .. ")")
+      assert.equal(409, retry.status)
+    end)
+  end)
+end)
+
+h.check_error_logs({
+  "upstream timed out %(110: Connection timed out%) while reading response header from upstream",  -- the 504s, on purpose
+})

@@ -7,6 +7,7 @@ local idempotency = require("resty.dlock.gateway.idempotency")
 local inflight = require("resty.dlock.gateway.inflight")
 local lockLocal = require("resty.dlock.gateway.lock_local")
 local rateLocal = require("resty.dlock.gateway.rate_local")
+local recovery = require("resty.dlock.core.recovery")
 local workers = require("resty.dlock.core.workers")
 local guard = require("resty.dlock.gateway.guard")
 local rate = require("resty.dlock.gateway.rate")
@@ -93,6 +94,7 @@ function _M.new(opts)
         return nil, lerr
     end
     local store = locks._store
+    recovery.keep(store)
     local sharedMethods = o.shared
     local sharedTry
     local sharedWait

@@ -21,6 +21,7 @@ import * as idempotency from "./gateway/idempotency";
 import * as inflight from "./gateway/inflight";
 import * as lockLocal from "./gateway/lock_local";
 import * as rateLocal from "./gateway/rate_local";
+import * as recovery from "./core/recovery";
 import * as workers from "./core/workers";
 import * as guard from "./gateway/guard";
 import * as rate from "./gateway/rate";
@@ -108,6 +109,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   }
   if (locks === undefined) return $multi(undefined, lerr);
   const store: lease.Store = locks._store;
+  recovery.keep(store);
   // A factory that refuses readers says why (redis.redlock).
   const sharedMethods = o.shared;
   let sharedTry: LuaTable<string, unknown> | undefined;

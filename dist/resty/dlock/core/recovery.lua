@@ -38,6 +38,14 @@ function _M.register(store, kind)
     pending[#pending + 1] = {store = store, kind = kind}
     dicts[store.dict] = true
 end
+--- Stores whose dead workers' leases run out by their ttl: a guard's (the backend may still run their requests).
+local kept = {}
+--- A guard's factory: a worker that dies leaves its requests' leases to their
+-- ttl, as a client's abort does (nginx cut the upstream connections, the
+-- application behind them goes on); its waiters' tickets are dropped.
+function _M.keep(store)
+    kept[store] = true
+end
 --- Period of the exit watch: it is there to be fired early. A repeating timer,
 -- re-armed by nginx itself: a re-arm from Lua fails when the worker's timers
 -- are at lua_max_pending_timers, and the watch would be gone for good.
@@ -207,7 +215,9 @@ local function sweep(premature, factories)
                     local p = f.store.prefix
                     if (p .. r.key == r.rkey or (lockKey(p, r.key, p .. r.key, f.store.redis.slotted)) == r.rkey) and f.kind.shared == r.shared and (r.space == "" or r.space == f.store.redis.keyspace) then
                         if not r.waiting then
-                            add(leases, f, r)
+                            if kept[f.store] == nil then
+                                add(leases, f, r)
+                            end
                         elseif f.kind.drop ~= nil then
                             add(tickets, f, r)
                         end

@@ -71,6 +71,18 @@ export function register(store: lease.Store, kind: lease.Kind): void {
   dicts.set(store.dict, true);
 }
 
+/** Stores whose dead workers' leases run out by their ttl: a guard's (the backend may still run their requests). */
+const kept = new LuaTable<lease.Store, boolean>();
+
+/**
+ * A guard's factory: a worker that dies leaves its requests' leases to their
+ * ttl, as a client's abort does (nginx cut the upstream connections, the
+ * application behind them goes on); its waiters' tickets are dropped.
+ */
+export function keep(store: lease.Store): void {
+  kept.set(store, true);
+}
+
 /**
  * Period of the exit watch: it is there to be fired early. A repeating timer,
  * re-armed by nginx itself: a re-arm from Lua fails when the worker's timers
@@ -217,8 +229,9 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
           const p = f.store.prefix;
           if ((p + r.key === r.rkey || lockKey(p, r.key, p + r.key, f.store.redis.slotted)[0] === r.rkey) &&
             f.kind.shared === r.shared && (r.space === "" || r.space === f.store.redis.keyspace)) {
-            if (!r.waiting) add(leases, f, r);
-            else if (f.kind.drop !== undefined) add(tickets, f, r);
+            if (!r.waiting) {
+              if (!kept.has(f.store)) add(leases, f, r);
+            } else if (f.kind.drop !== undefined) add(tickets, f, r);
           }
         }
       }

@@ -1,8 +1,9 @@
--- Guards whose upstream times out (proxy_read_timeout): nginx answers 504 and
--- closes its connection, the application behind it goes on, as after a
--- client's abort: the key is kept until its lease runs out. Real nginx
--- (nginx/spec-upstream-timeout.conf, 2 workers), real Redis, and a backend in
--- the same nginx that counts the requests inside it per key (nginx/backend.conf).
+-- Guards whose request nginx lets go of while the backend goes on with it: an
+-- upstream that timed out (nginx answers 504 and closes its connection), a
+-- worker killed with its proxied requests in flight. As after a client's
+-- abort, the key is kept until its lease runs out. Real nginx
+-- (nginx/spec-backend-goes-on.conf, 2 workers), real Redis, and a backend that
+-- counts the requests inside it per key (nginx/backend.conf): the witness.
 local h = require "helpers"
 
 local redis
@@ -11,7 +12,7 @@ local function start(vars)
   local own = h.free_port()
   local v = { REDIS_PORT = redis.port, OWN_BACKEND_PORT = own, BACKEND_PORT = own, PERMITS = 2, TTL = 5000 }
   for k, x in pairs(vars or {}) do v[k] = x end
-  local n = h.start_nginx("spec-upstream-timeout.conf", v)
+  local n = h.start_nginx("spec-backend-goes-on.conf", v)
   n.backend = v.BACKEND_PORT
   return n
 end
@@ -29,7 +30,7 @@ local function backend(n, key)
   return tonumber(hits), tonumber(max), tonumber(inflight)
 end
 
-describe("guards whose upstream times out", function()
+describe("guards whose backend goes on with a request nginx let go of", function()
   local n
 
   setup(function()
@@ -98,8 +99,35 @@ describe("guards whose upstream times out", function()
       assert.equal(409, retry.status)
     end)
   end)
+  describe("a worker SIGKILLed while its proxied requests are in flight", function()
+    it("leaves their permits to their ttl (crash recovery releases no guard's lease): never more than permits in the backend", function()
+      local b = start()   -- the backend, in an nginx of its own: killing the guard's workers does not stop it
+      local m = start({ BACKEND_PORT = b.backend })
+      local key = h.unique("kill")
+      local t = {}
+      for i = 1, 2 do t[i] = h.spawn(h.http, m.port, "/cap?key=" .. key .. "&ms=3000") end
+      ngx.sleep(0.3)
+      local _, _, inside = backend(b, key)
+      assert.equal(2, inside)
+      for _, w in ipairs(m.workers()) do assert(h.sh("kill -KILL " .. w)) end
+      for i = 1, 2 do t[i]() end
+      ngx.sleep(1.0)   -- the new workers' crash recovery has run
+      local c = h.spawn(get, m, "/cap?key=" .. key .. "&ms=500")
+      local d = h.spawn(get, m, "/cap?key=" .. key .. "&ms=500")
+      local sc, sd = c().status, d().status
+      local _, max = backend(b, key)
+      -- Not kept for good: the permits run out by their ttl (5 s, no longer renewed).
+      local free = h.eventually(8, function() return get(m, "/cap?key=" .. key .. "&ms=10").status == 200 end)
+      m.stop()
+      b.stop()
+      assert.equal(2, max, "most requests inside the backend at once (the later two answered " .. sc .. ", " .. sd .. ")")
+      assert.same({ 429, 429 }, { sc, sd })
+      assert.is_true(free, "the permits never ran out")
+    end)
+  end)
 end)
 
 h.check_error_logs({
+  { "worker process %d+ exited on signal 9", max = 2 },  -- the SIGKILLed workers
   "upstream timed out %(110: Connection timed out%) while reading response header from upstream",  -- the 504s, on purpose
 })

@@ -84,7 +84,7 @@ _M.here = here
 -- response cut short cannot be told from a whole one for every upstream.
 function _M.aborted()
     local tried = var_get("upstream_status")
-    if tried ~= nil and ({str_find(tried, "504", 1, true)}) ~= nil then
+    if tried ~= nil and (str_find(tried, "504", 1, true)) ~= nil then
         return true
     end
     if var_get("request_completion") == "OK" or ngx_.status == 444 then

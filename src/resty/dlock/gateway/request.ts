@@ -140,7 +140,7 @@ export { canWatch, here };
  */
 export function aborted(): boolean {
   const tried = var_get("upstream_status");
-  if (tried !== undefined && str_find(tried, "504", 1, true) !== undefined) return true;
+  if (tried !== undefined && str_find(tried, "504", 1, true)[0] !== undefined) return true;
   if (var_get("request_completion") === "OK" || ngx_.status === 444) return false;
   const upstream = var_get("upstream_addr");
   return upstream !== undefined && upstream !== "";

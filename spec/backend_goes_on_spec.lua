@@ -81,6 +81,12 @@ describe("guards whose backend goes on with a request nginx let go of", function
       assert.equal(2, max, "most requests inside the backend at once (the later two answered " .. sc .. ", " .. sd .. ")")
     end)
 
+    it("releases at once a mutex whose upstream answered in time (no 504 among its upstreams' statuses)", function()
+      local key = h.unique("in-time")
+      assert.equal(200, get(n, "/jobs-timeout?key=" .. key .. "&ms=50").status)
+      assert.equal(200, get(n, "/jobs?key=" .. key .. "&ms=10").status)
+    end)
+
     it("does not let a second run of a mutex job start beside the first after a 504", function()
       local key = h.unique("to-job")
       assert.equal(504, get(n, "/jobs-timeout?key=" .. key .. "&ms=2000").status)

@@ -72,7 +72,10 @@ local guardMethods = {
         if l ~= nil then
             stats.success(self._dict, self.name)
             incr(self._dict, self.name, "acquired")
-            inflight.track(self, l)
+            if inflight.track(self, l) ~= false then
+                return
+            end
+            onRedisFailure(self, key)
             return
         end
         if err == "busy" or err == "timeout" then

@@ -217,8 +217,9 @@ local function access(g)
         end
     end
     if what == "claimed" then
-        capture.hold(g, rkey, tok, fp)
-        return
+        if capture.hold(g, rkey, tok, fp) then
+            return
+        end
     end
     if what == "record" then
         answers.answer(g, rec, fp)

@@ -1,38 +1,24 @@
 -- Generated from src/resty/dlock/gateway/inflight.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
-local check = require("resty.dlock.core.check")
+local advice = require("resty.dlock.gateway.advice")
 local loop = require("resty.dlock.core.loop")
 local releases = require("resty.dlock.gateway.releases")
 local renewals = require("resty.dlock.gateway.renewals")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
 local ngx_ = ngx
-local ngx_log = ngx.log
-local ERR = ngx.ERR
-local WARN = ngx.WARN
 local math_min = math.min
 local math_max = math.max
 local request_id = request.id
 local request_alive = request.alive
 local request_here = request.here
 local answered = releases.answered
+local advice_unlogged = advice.unlogged
 local lua_pairs = pairs
 _M.enqueue = releases.enqueue
 --- In-flight requests of this worker that hold a guard's lease, by request id.
 local requests = {}
 local count = 0
-local warnedUnlogged = {}
-local function warnUnlogged(o)
-    warnedUnlogged[o.name] = true
-    ngx_log(
-        WARN,
-        "dlock: guard ",
-        o.name,
-        ": a request ended without log() (its final location runs none, ",
-        "e.g. after error_page, try_files or X-Accel-Redirect); its lease was released late and a client abort ",
-        "could not be seen: add log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level"
-    )
-end
 local function endHeld(h, how, status)
     if h.done then
         return
@@ -52,9 +38,7 @@ local function endHeld(h, how, status)
     end
     if how == "unlogged" then
         stats.incr(o._dict, o.name, "unlogged")
-        if warnedUnlogged[o.name] == nil then
-            warnUnlogged(o)
-        end
+        advice_unlogged(o.name)
     end
     releases.done(h, how == "logged" and o._hold > 0 and status >= 200 and status < 300 and o._hold or 0)
 end
@@ -206,19 +190,8 @@ local function keep(owner)
     end
     local err = loop.start(keeper)
     if err ~= nil then
-        ngx_log(
-            ERR,
-            "dlock: guard ",
-            owner.name,
-            ": ",
-            check.reason(err)
-        )
+        advice.noKeeper(owner.name, err)
     end
-end
-local warnedBlind = false
-local function warnBlind()
-    warnedBlind = true
-    ngx_log(WARN, "dlock: gateway: this ngx_lua does not let us see when a request is over: only log() ", "ends a lease, so put log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level")
 end
 --- Is req, at the current request's address, gone and ended unseen? Not this
 -- one after a redirect to another guard (a new ngx.ctx, the same live request),
@@ -227,14 +200,15 @@ local function ended(req, ctx)
     return req.ref < 0 and req.ctx ~= ctx or req.ref >= 0 and not request_alive(req)
 end
 --- In access: the current request now holds `l` for `owner`. Returns the
--- request's anchor; nil outside a request (then nothing is tracked).
+-- request's anchor; nil outside a request (then nothing is tracked); false
+-- when the lease cannot be renewed (it is let go: the guard's on_error decides).
 function _M.track(owner, l)
     local rid, ctx, ref = request_here()
     if rid == nil then
         return nil
     end
-    if ref < 0 and not warnedBlind then
-        warnBlind()
+    if ref < 0 then
+        advice.blind()
     end
     local req = requests[rid]
     if req ~= nil and ended(req, ctx) then
@@ -264,10 +238,11 @@ function _M.track(owner, l)
         req.more[#req.more + 1] = h
     end
     stats.adjust(owner._dict, owner.name, "in_flight", 1)
-    if owner._renew then
-        renewals.watch(h)
-    end
     keep(owner)
+    if owner._renew and not renewals.watch(h) then
+        endHeld(h, "logged", 0)
+        return false
+    end
     return req
 end
 return _M

@@ -4,6 +4,7 @@ local check = require("resty.dlock.core.check")
 local batch = require("resty.dlock.core.batch")
 local lease = require("resty.dlock.core.lease")
 local quiet = require("resty.dlock.core.quiet")
+local clock = require("resty.dlock.core.clock")
 local stats = require("resty.dlock.gateway.stats")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -16,6 +17,8 @@ local thread_wait = ngx.thread.wait
 local lua_pcall = pcall
 local lua_tostring = tostring
 local quiet_due_for = quiet.dueFor
+local quiet_due = quiet.due
+local clock_now = clock.now
 local quiet_more = quiet.more
 local semaphore = require("ngx.semaphore")
 local qOwner = {}
@@ -24,9 +27,14 @@ local qLease = {}
 local qHold = {}
 local head = 1
 local tail = 0
---- Drain timers started (at most MAX_DRAINERS), and those of them not running yet.
+--- Drain timers started (at most MAX_DRAINERS), and those of them not running yet (since pendingAt).
 local draining = 0
 local pending = 0
+local pendingAt = 0
+--- Seconds after which a drain timer that has not started is taken as dropped:
+-- nginx drops a due timer when lua_max_running_timers are busy, and the queue
+-- would wait for it for good.
+local DROPPED = 1
 local MAX_DRAINERS = 8
 --- Release threads alive, at most PARALLEL (releases on their way at once); those waiting for work; posts they have not taken.
 local alive = 0
@@ -39,6 +47,8 @@ local IDLE = 0.5
 local SHARE = 4096
 --- Made in the worker, at its first release.
 local sema
+--- The line about a release queue no timer could be had for: one per interval, not one per request.
+local unscheduled = quiet.make()
 --- Per guard, its line about releases and holds Redis did not confirm (one per interval, not one per lease).
 local unconfirmed = {}
 local function failed(owner, what, err)
@@ -126,7 +136,11 @@ local function work()
 end
 local schedule
 local function drain(premature)
-    pending = pending - 1
+    if pending > 0 then
+        pending = pending - 1
+    else
+        draining = draining + 1
+    end
     local threads = {}
     local want = math_min(tail - head + 1, PARALLEL - alive)
     for _ = 1, want do
@@ -166,6 +180,10 @@ schedule = function()
             return
         end
     end
+    if pending > 0 and clock_now() - pendingAt > DROPPED then
+        draining = draining - pending
+        pending = 0
+    end
     if pending > 0 or alive >= PARALLEL or draining >= MAX_DRAINERS then
         return
     end
@@ -173,14 +191,20 @@ schedule = function()
     if ok then
         draining = draining + 1
         pending = pending + 1
+        pendingAt = clock_now()
     elseif draining == 0 then
-        ngx_log(
-            ERR,
-            "dlock: gateway: cannot schedule ",
-            backlog,
-            " release(s), they expire on their own: ",
-            err
-        )
+        local n = quiet_due(unscheduled)
+        if n > 0 then
+            ngx_log(
+                ERR,
+                "dlock: gateway: cannot schedule ",
+                backlog,
+                " release(s) (they wait in the queue for the next ",
+                "request's release, or run out by their ttl): ",
+                err,
+                quiet_more(n)
+            )
+        end
     end
 end
 --- Queue the end of a lease for a timer: release it, or keep it `hold` more ms.

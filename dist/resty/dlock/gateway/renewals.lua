@@ -13,6 +13,8 @@ local quiet_more = quiet.more
 local heldOf = {}
 --- Per guard, its line about renewals Redis did not answer (one per interval, not one per lease and sweep).
 local unanswered = {}
+--- Per guard, its line about leases the watchdog could not take on (no timer for it).
+local unwatched = {}
 --- Per guard, what the watchdog tells about its renewals.
 local hooksOf = {}
 local function makeHooks(owner)
@@ -58,23 +60,31 @@ local function makeHooks(owner)
     hooksOf[owner] = hk
     return hk
 end
---- Renew h's lease while its request runs.
+--- Renew h's lease while its request runs: false when the watchdog cannot run
+-- (no timer to be had), said once per guard, worker and interval.
 function _M.watch(h)
     local owner = h.owner
-    heldOf[h.lease] = h
     local err = watchdog.watch(
         h.lease,
         hooksOf[owner] or makeHooks(owner)
     )
-    if err ~= nil then
+    if err == nil then
+        heldOf[h.lease] = h
+        return true
+    end
+    local n = quiet_due_for(unwatched, owner.name)
+    if n > 0 then
         ngx_log(
             ERR,
             "dlock: guard ",
             owner.name,
             ": ",
-            check.reason(err)
+            check.reason(err),
+            ": requests go by on_error",
+            quiet_more(n)
         )
     end
+    return false
 end
 --- No more renewals of h's lease: its request is over.
 function _M.unwatch(h)

@@ -145,7 +145,9 @@ const guardMethods = {
     if (l !== undefined) {
       stats.success(this._dict, this.name);
       incr(this._dict, this.name, "acquired");
-      inflight.track(this, l);
+      if (inflight.track(this, l) !== false) return;
+      // No watchdog (no timer to be had): the lease was let go, and on_error decides, as without Redis.
+      onRedisFailure(this, key);
       return;
     }
     if (err === "busy" || err === "timeout") {

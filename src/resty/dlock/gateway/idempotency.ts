@@ -219,8 +219,8 @@ function access(g: Guard): void {
     }
   }
   if (what === "claimed") {
-    capture.hold(g, rkey, tok, fp);
-    return;
+    // Unless it cannot be renewed (no timer for the watchdog): dropped, and on_error decides.
+    if (capture.hold(g, rkey, tok, fp)) return;
   }
   if (what === "record") {
     answers.answer(g, rec!, fp);

@@ -1,23 +1,23 @@
 // The leases of in-flight gateway requests, per worker: found again by request (not by ngx.ctx,
-// which an internal redirect replaces), renewed while the
-// request runs, and ended when the request ends, however it ends:
-// - log() of any guard, or the module-level gateway.log(), in whatever location
-//   the request finishes: release (or, dedup after a 2xx, hold the key);
-// - a client that went away while an upstream was working: the backend may
-//   still be running, so the key is kept until its lease runs out, unrenewed;
-// - a request that ended without any log() (its final location has none): the
-//   keeper notices it is gone and releases.
+// which an internal redirect replaces), renewed while the request runs, and ended when the
+// request ends, however it ends:
+// - log() of any guard, or the module-level gateway.log(), in whatever location the request
+//   finishes: release (or, dedup after a 2xx, hold the key);
+// - a client that went away while an upstream was working, or an upstream that timed out: the
+//   backend may still be running, so the key is kept until its lease runs out, unrenewed;
+// - a request that ended without any log() (its final location has none): the keeper notices
+//   it is gone and releases.
 //
 // One keeper loop per worker watches every in-flight request, in rounds (the watchdog, one sweep
 // per worker too, renews their leases): a timer per request or per guard would exhaust
 // lua_max_pending_timers on a busy gateway, ngx.timer.every lets rounds overlap when Redis is slow,
-// and it stops when the worker starts exiting (nginx -s reload / quit) while that worker still has
-// requests running. The loop runs while there is anything to watch, also in an exiting worker, and
-// hands over to a fresh timer now and then. The log phase has no cosockets: releases.ts puts a
-// release into the worker's next pipeline (or queues it, and a hold, for a timer); renewals.ts has
-// the watchdog renew the leases meanwhile.
+// and it stops when the worker starts exiting (nginx -s reload / quit) while that worker still
+// has requests running. The loop runs while there is anything to watch, also in an exiting
+// worker, and hands over to a fresh timer now and then. The log phase has no cosockets:
+// releases.ts puts a release into the worker's next pipeline (or queues it, and a hold, for a
+// timer); renewals.ts has the watchdog renew the leases meanwhile.
 
-import * as check from "../core/check";
+import * as advice from "./advice";
 import type * as lease from "../core/lease";
 import * as loop from "../core/loop";
 import * as releases from "./releases";
@@ -26,15 +26,13 @@ import * as request from "./request";
 import * as stats from "./stats";
 
 const ngx_ = ngx;
-const ngx_log = ngx.log;
-const ERR = ngx.ERR;
-const WARN = ngx.WARN;
 const math_min = math.min;
 const math_max = math.max;
 const request_id = request.id;
 const request_alive = request.alive;
 const request_here = request.here;
 const answered = releases.answered;
+const advice_unlogged = advice.unlogged;
 const lua_pairs = pairs;
 
 export const enqueue = releases.enqueue;
@@ -76,15 +74,6 @@ let count = 0;
 /** How a request ended, for the leases it holds ("refused": by a later guard, in access). */
 type End = "logged" | "aborted" | "unlogged" | "refused";
 
-const warnedUnlogged = new LuaSet<string>();
-
-function warnUnlogged(o: Owner): void {
-  warnedUnlogged.add(o.name);
-  ngx_log(WARN, "dlock: guard ", o.name, ": a request ended without log() (its final location runs none, ",
-    "e.g. after error_page, try_files or X-Accel-Redirect); its lease was released late and a client abort ",
-    "could not be seen: add log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level");
-}
-
 function endHeld(h: Held, how: End, status: number): void {
   if (h.done) {
     return;
@@ -106,7 +95,7 @@ function endHeld(h: Held, how: End, status: number): void {
   }
   if (how === "unlogged") {
     stats.incr(o._dict, o.name, "unlogged");
-    if (!warnedUnlogged.has(o.name)) warnUnlogged(o);
+    advice_unlogged(o.name);
   }
   releases.done(h, how === "logged" && o._hold > 0 && status >= 200 && status < 300 ? o._hold : 0);
 }
@@ -249,15 +238,7 @@ function keep(owner: Owner): void {
   tick = math_min(tick, math_max(MIN_TICK, owner._ttl / 6000));
   if (keeper.running) return;
   const err = loop.start(keeper);
-  if (err !== undefined) ngx_log(ERR, "dlock: guard ", owner.name, ": ", check.reason(err));
-}
-
-let warnedBlind = false;
-
-function warnBlind(): void {
-  warnedBlind = true;
-  ngx_log(WARN, "dlock: gateway: this ngx_lua does not let us see when a request is over: only log() ",
-    "ends a lease, so put log_by_lua_block { require(\"resty.dlock.gateway\").log() } at http level");
+  if (err !== undefined) advice.noKeeper(owner.name, err);
 }
 
 /**
@@ -271,12 +252,13 @@ function ended(req: Req, ctx: LuaTable<string, unknown>): boolean {
 
 /**
  * In access: the current request now holds `l` for `owner`. Returns the
- * request's anchor; nil outside a request (then nothing is tracked).
+ * request's anchor; nil outside a request (then nothing is tracked); false
+ * when the lease cannot be renewed (it is let go: the guard's on_error decides).
  */
-export function track(owner: Owner, l: lease.Lease): request.Anchor | undefined {
+export function track(owner: Owner, l: lease.Lease): request.Anchor | false | undefined {
   const [rid, ctx, ref] = request_here();
   if (rid === undefined) return undefined;
-  if (ref < 0 && !warnedBlind) warnBlind();
+  if (ref < 0) advice.blind();
   let req: Req | undefined = requests.get(rid);
   if (req !== undefined && ended(req, ctx)) {
     endReq(rid, req, "unlogged", 0);
@@ -294,7 +276,11 @@ export function track(owner: Owner, l: lease.Lease): request.Anchor | undefined 
     req.more[req.more.length] = h;
   }
   stats.adjust(owner._dict, owner.name, "in_flight", 1);
-  if (owner._renew) renewals.watch(h);
   keep(owner);
+  // Unrenewed, it would run out under the running request and let a second one in.
+  if (owner._renew && !renewals.watch(h)) {
+    endHeld(h, "logged", 0);
+    return false;
+  }
   return req;
 }

@@ -20,6 +20,7 @@ import * as check from "../core/check";
 import * as batch from "../core/batch";
 import * as lease from "../core/lease";
 import * as quiet from "../core/quiet";
+import * as clock from "../core/clock";
 import type * as backend from "../redis/backend";
 import * as stats from "./stats";
 import type { Owner } from "./inflight";
@@ -36,6 +37,8 @@ const thread_wait = ngx.thread.wait;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
 const quiet_due_for = quiet.dueFor;
+const quiet_due = quiet.due;
+const clock_now = clock.now;
 const quiet_more = quiet.more;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
@@ -48,9 +51,16 @@ const qHold = new LuaTable<number, number>();
 let head = 1;
 let tail = 0;
 
-/** Drain timers started (at most MAX_DRAINERS), and those of them not running yet. */
+/** Drain timers started (at most MAX_DRAINERS), and those of them not running yet (since pendingAt). */
 let draining = 0;
 let pending = 0;
+let pendingAt = 0;
+/**
+ * Seconds after which a drain timer that has not started is taken as dropped:
+ * nginx drops a due timer when lua_max_running_timers are busy, and the queue
+ * would wait for it for good.
+ */
+const DROPPED = 1;
 const MAX_DRAINERS = 8;
 /** Release threads alive, at most PARALLEL (releases on their way at once); those waiting for work; posts they have not taken. */
 let alive = 0;
@@ -63,6 +73,9 @@ const IDLE = 0.5;
 const SHARE = 4096;
 /** Made in the worker, at its first release. */
 let sema: NgxSemaphore | undefined;
+
+/** The line about a release queue no timer could be had for: one per interval, not one per request. */
+const unscheduled = quiet.make();
 
 /** Per guard, its line about releases and holds Redis did not confirm (one per interval, not one per lease). */
 const unconfirmed: quiet.Quiets = new LuaTable();
@@ -135,7 +148,9 @@ let schedule: (this: void) => void;
 
 function drain(this: void, premature: boolean): void {
   // Runs also when premature (the worker is exiting): cosockets still work here.
-  pending--;
+  // One taken as dropped that starts after all is counted again.
+  if (pending > 0) pending--;
+  else draining++;
   const threads: NgxThread[] = [];
   const want = math_min(tail - head + 1, PARALLEL - alive);
   for (const _ of $range(1, want)) {
@@ -173,6 +188,10 @@ schedule = function (this: void): void {
     sema.post(n);
     if (backlog <= n) return;
   }
+  if (pending > 0 && clock_now() - pendingAt > DROPPED) {
+    draining -= pending;
+    pending = 0;
+  }
   // A timer about to start makes threads for all that is queued then.
   if (pending > 0 || alive >= PARALLEL || draining >= MAX_DRAINERS) return;
   // A delay of 0 is the one nginx still allows in a worker that is exiting.
@@ -180,8 +199,13 @@ schedule = function (this: void): void {
   if (ok) {
     draining++;
     pending++;
+    pendingAt = clock_now();
   } else if (draining === 0) {
-    ngx_log(ERR, "dlock: gateway: cannot schedule ", backlog, " release(s), they expire on their own: ", err);
+    const n = quiet_due(unscheduled);
+    if (n > 0) {
+      ngx_log(ERR, "dlock: gateway: cannot schedule ", backlog, " release(s) (they wait in the queue for the next ",
+        "request's release, or run out by their ttl): ", err, quiet_more(n));
+    }
   }
 };
 

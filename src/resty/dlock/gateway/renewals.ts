@@ -29,6 +29,9 @@ const heldOf = new LuaTable<lease.Lease, Held>();
 /** Per guard, its line about renewals Redis did not answer (one per interval, not one per lease and sweep). */
 const unanswered: quiet.Quiets = new LuaTable();
 
+/** Per guard, its line about leases the watchdog could not take on (no timer for it). */
+const unwatched: quiet.Quiets = new LuaTable();
+
 /** Per guard, what the watchdog tells about its renewals. */
 const hooksOf = new LuaMap<Owner, watchdog.Hooks>();
 
@@ -61,12 +64,20 @@ function makeHooks(owner: Owner): watchdog.Hooks {
   return hk;
 }
 
-/** Renew h's lease while its request runs. */
-export function watch(h: Held): void {
+/**
+ * Renew h's lease while its request runs: false when the watchdog cannot run
+ * (no timer to be had), said once per guard, worker and interval.
+ */
+export function watch(h: Held): boolean {
   const owner = h.owner;
-  heldOf.set(h.lease, h);
   const err = watchdog.watch(h.lease, hooksOf.get(owner) ?? makeHooks(owner));
-  if (err !== undefined) ngx_log(ERR, "dlock: guard ", owner.name, ": ", check.reason(err));
+  if (err === undefined) {
+    heldOf.set(h.lease, h);
+    return true;
+  }
+  const n = quiet_due_for(unwatched, owner.name);
+  if (n > 0) ngx_log(ERR, "dlock: guard ", owner.name, ": ", check.reason(err), ": requests go by on_error", quiet_more(n));
+  return false;
 }
 
 /** No more renewals of h's lease: its request is over. */

@@ -1,6 +1,8 @@
 -- Generated from src/resty/dlock/gateway/idempotency/capture.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local inflight = require("resty.dlock.gateway.inflight")
+local backend = require("resty.dlock.redis.backend")
+local records = require("resty.dlock.redis.records")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local request = require("resty.dlock.gateway.request")
@@ -43,10 +45,11 @@ local function current()
     return c
 end
 --- We hold the claim: renew it while the request runs, capture the response.
+-- False when it cannot be renewed (no timer for the watchdog): the claim is dropped.
 function _M.hold(g, rkey, tok, fp)
     stats.incr(g._dict, g.name, "acquired")
     if request.id() == nil then
-        return
+        return true
     end
     local rec = ledger.recordKey(g._leaseStore.redis.keyspace, rkey, tok, true)
     local recorded, recv = ledger.record(
@@ -76,6 +79,11 @@ function _M.hold(g, rkey, tok, fp)
         _since = now
     }
     local a = inflight.track(g._owner, l)
+    if a == false then
+        ledger.dropOwned(g._dict, rec)
+        backend.call(g._conf, records.IDEM_RELEASE, rkey, tok)
+        return false
+    end
     captures[a.id] = {
         g = g,
         anchor = a,
@@ -92,6 +100,7 @@ function _M.hold(g, rkey, tok, fp)
         answered = record.answered,
         refused = false
     }
+    return true
 end
 --- "name: value\n". Not a value that is empty: a replay sets headers through
 -- ngx.header, where an empty value removes the header (README, stored headers).

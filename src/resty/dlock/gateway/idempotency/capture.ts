@@ -4,6 +4,8 @@
 // table (requests of this worker holding a claim) lives here alone.
 
 import * as inflight from "../inflight";
+import * as backend from "../../redis/backend";
+import * as records from "../../redis/records";
 import type * as lease from "../../core/lease";
 import * as ledger from "../../core/ledger";
 import * as meter from "../../core/meter";
@@ -66,10 +68,13 @@ function current(): Capture | undefined {
   return c;
 }
 
-/** We hold the claim: renew it while the request runs, capture the response. */
-export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
+/**
+ * We hold the claim: renew it while the request runs, capture the response.
+ * False when it cannot be renewed (no timer for the watchdog): the claim is dropped.
+ */
+export function hold(g: Guard, rkey: string, tok: string, fp: string): boolean {
   stats.incr(g._dict, g.name, "acquired");
-  if (request.id() === undefined) return;
+  if (request.id() === undefined) return true;
   const rec = ledger.recordKey(g._leaseStore.redis.keyspace, rkey, tok, true);
   const [recorded, recv] = ledger.record(g._dict, rec, tok, rkey, g._lease);
   if (recorded !== undefined) meter.recorded(g._leaseStore.meter, recorded);
@@ -80,10 +85,16 @@ export function hold(g: Guard, rkey: string, tok: string, fp: string): void {
     _recv: recv, _recAt: recorded ?? 0, _validUntil: now + g._lease, _expires: now + g._lease, _since: now,
   } as unknown as lease.Lease;
   const a = inflight.track(g._owner, l)!;
+  if (a === false) {
+    ledger.dropOwned(g._dict, rec);
+    backend.call(g._conf, records.IDEM_RELEASE, rkey, tok);
+    return false;
+  }
   captures.set(a.id, {
     g, anchor: a, lease: l, fp, status: undefined, headers: "", chunks: [], size: 0, tooLarge: false, complete: false,
     state: "", body: "", answered: record.answered, refused: false,
   });
+  return true;
 }
 
 /**

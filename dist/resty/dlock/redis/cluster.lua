@@ -95,7 +95,7 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
         else
             local kind, _slot, host, port = str_match(
                 lua_tostring(err),
-                "(%u+) (%d+) (%S+):(%d+)$"
+                "(%u+) (%d+) (%S*):(%d+)$"
             )
             if kind == nil then
                 return nil, err, "failed"
@@ -107,7 +107,7 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
             node = nodeOf(
                 conf,
                 c,
-                host,
+                host == "" and node.host or host,
                 lua_tonumber(port)
             )
             asking = kind == "ASK"

@@ -105,13 +105,14 @@ function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.
       }
       return $multi(res, err, fault);
     } else {
-      const [kind, _slot, host, port] = str_match(lua_tostring(err), "(%u+) (%d+) (%S+):(%d+)$");
+      const [kind, _slot, host, port] = str_match(lua_tostring(err), "(%u+) (%d+) (%S*):(%d+)$");
       if (kind === undefined) {
         return $multi(undefined, err, "failed");
       }
       c.redirects = c.redirects + 1;
       if (conf.dict !== undefined) dictcount.count(conf.dict, map.REDIRECTS + conf.endpoint, 1);
-      node = nodeOf(conf, c, host!, lua_tonumber(port)!);
+      // No host (cluster-preferred-endpoint-type unknown-endpoint): the one that answered.
+      node = nodeOf(conf, c, host === "" ? node.host : host!, lua_tonumber(port)!);
       asking = kind === "ASK";
       if (!asking) {
         c.slots.set(sl, node.endpoint);

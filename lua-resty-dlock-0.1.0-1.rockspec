@@ -121,6 +121,7 @@ build = {
       ["resty.dlock.redis.subscriber"] = "dist/resty/dlock/redis/subscriber.lua",
       ["resty.dlock.redis.takeback"] = "dist/resty/dlock/redis/takeback.lua",
       ["resty.dlock.redis.targets"] = "dist/resty/dlock/redis/targets.lua",
+      ["resty.dlock.redis.wakenode"] = "dist/resty/dlock/redis/wakenode.lua",
       ["resty.dlock.semaphore"] = "dist/resty/dlock/semaphore.lua",
       ["resty.dlock.status"] = "dist/resty/dlock/status.lua",
       ["resty.dlock.status.common"] = "dist/resty/dlock/status/common.lua",

@@ -177,8 +177,30 @@ describe("redis.redlock", function()
       assert.is_true(after[up].ok > before[up].ok)
     end
   end)
+
+  it("wakes waiters through another master when the first is down: subscribed on a master that answers", function()
+    -- A release publishes on every master: any one of them will do for the subscription.
+    local redis = { redlock = { "127.0.0.1:" .. h.free_port(), r.addrs[2], r.addrs[3] }, connect_timeout = 50, read_timeout = 50 }
+    local prefix = h.unique("rlseed")
+    local holder_side = assert(require("resty.dlock").new({ dict = "dlock_other", prefix = prefix, redis = redis }))
+    local l = assert(require("resty.dlock").new({ dict = "dlock", prefix = prefix, redis = redis }))
+    local holder = assert(holder_side:acquire("w", { ttl = 10000 }))
+    local waiter = ngx.thread.spawn(function() return l:acquire("w", { ttl = 5000, wait = 6000 }) end)
+    local channel = "dlock:released:" .. prefix .. "w"
+    local function subscribers()
+      return h.cmd(r.ports[2], "pubsub", "numsub", channel)[2] + h.cmd(r.ports[3], "pubsub", "numsub", channel)[2]
+    end
+    local subscribed = h.eventually(3, function() ngx.sleep(0.05) return subscribers() >= 1 end)
+    assert.is_true(holder:release())
+    local ok, lease, err = ngx.thread.wait(waiter)
+    assert.is_true(ok)
+    assert(lease, err)
+    assert.is_true(lease:release())
+    assert.is_true(subscribed, "neither master that answers has a subscriber to " .. channel .. " after 3 s of waiting")
+  end)
 end)
 
 h.check_error_logs({
   "lua tcp socket read timed out",  -- the master paused on purpose
+  { "connect%(%) failed %(111: Connection refused%), context: ngx%.timer", max = 6 },  -- the master down on purpose
 })

@@ -169,6 +169,7 @@ function _M.subscriber(conf)
             running = false,
             refused = false,
             down = false,
+            node = nil,
             messages = 0,
             connects = 0
         }

@@ -16,6 +16,7 @@ local math_min = math.min
 local thread_wait = ngx.thread.wait
 local lua_pcall = pcall
 local lua_tostring = tostring
+local str_find = string.find
 local quiet_due_for = quiet.dueFor
 local quiet_due = quiet.due
 local clock_now = clock.now
@@ -237,7 +238,13 @@ local function answered(j)
         return
     end
     local o = h.owner
-    if j.fault ~= "redirect" then
+    local moving = j.fault == "redirect" or j.fault == "transient" and (str_find(
+        lua_tostring(j.err),
+        ": TRYAGAIN",
+        1,
+        true
+    )) ~= nil
+    if not moving then
         stats.incr(o._dict, o.name, "redis_errors")
     end
     enqueue(o, h.lease, 0)

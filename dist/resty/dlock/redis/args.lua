@@ -78,11 +78,11 @@ function _M.listOf(n, a1, a2, a3, a4, a5, a6)
     end
     return out
 end
---- args (the keys after the first, then the arguments) without the one at position `at`.
-function _M.withoutKey(args, at)
+--- args (the keys after the first, then the arguments) without those at positions first..last.
+function _M.withoutKeys(args, first, last)
     local out = {}
     for i = 1, #args do
-        if i ~= at then
+        if i < first or i > last then
             out[#out + 1] = args[i]
         end
     end

@@ -29,7 +29,7 @@ local lua_unpack = unpack
 local lua_select = select
 local forward = argList.forward
 local listOf = argList.listOf
-local withoutKey = argList.withoutKey
+local withoutKeys = argList.withoutKeys
 local str_find = string.find
 local str_match = string.match
 local str_gsub = string.gsub
@@ -50,6 +50,15 @@ local function replied(node, err)
     )
     return code ~= nil and code ~= "TLS"
 end
+--- Did a migrating slot refuse a script whose keys were split between two nodes (TRYAGAIN)?
+local function splitKeys(fault, err)
+    return fault == "transient" and (str_find(
+        lua_tostring(err),
+        ": TRYAGAIN",
+        1,
+        true
+    )) ~= nil
+end
 --- After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means.
 local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
     local node = first
@@ -69,14 +78,9 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
                 lua_unpack(rest)
             )
         end
-        local tryagain = fault == "transient" and (str_find(
-            lua_tostring(err),
-            ": TRYAGAIN",
-            1,
-            true
-        )) ~= nil
+        local tryagain = splitKeys(fault, err)
         if tryagain and script.alone ~= nil then
-            rest = withoutKey(rest, script.keys - 1)
+            rest = withoutKeys(rest, script.alone.keys, script.keys - 1)
             script = script.alone
         elseif tryagain and i < conf.max_redirects then
             clock_sleep(TRYAGAIN_PAUSE)
@@ -91,7 +95,7 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
         else
             local kind, _slot, host, port = str_match(
                 lua_tostring(err),
-                "(%u+) (%d+) (%S+):(%d+)$"
+                "(%u+) (%d+) (%S*):(%d+)$"
             )
             if kind == nil then
                 return nil, err, "failed"
@@ -103,7 +107,7 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
             node = nodeOf(
                 conf,
                 c,
-                host,
+                host == "" and node.host or host,
                 lua_tonumber(port)
             )
             asking = kind == "ASK"
@@ -260,7 +264,7 @@ local function post(conf, s, rkey, ...)
     )
 end
 --- One pipeline per master for the targets whose slots it serves; a target
--- sent elsewhere (MOVED, ASK) is retried alone through call().
+-- sent elsewhere (MOVED, ASK) or answered TRYAGAIN is retried alone through call().
 local function batch(conf, s, targets, ms)
     local out = {replies = {}, errors = {}, faults = {}}
     local c = state(conf)
@@ -303,7 +307,7 @@ local function batch(conf, s, targets, ms)
         for j = 1, #g.idx do
             local i = g.idx[j]
             local fault = o.faults[j]
-            if fault == "redirect" then
+            if fault == "redirect" or splitKeys(fault, o.errors[j]) then
                 local t = targets[i]
                 local m
                 if subMs ~= nil then

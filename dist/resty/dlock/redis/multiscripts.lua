@@ -60,6 +60,7 @@ local function anyOne(reply)
     return false
 end
 local RELEASE_BODY = "local n = #KEYS / 2\nlocal t, now\nlocal out = {}\nfor i = 1, n do\n  local k, Q = KEYS[i], KEYS[n + i]\n  if redis.call('GET', k) ~= ARGV[1] then\n    out[i] = 0\n  else\n    redis.call('DEL', k)\n    out[i] = 1\n    if redis.call('EXISTS', Q) == 1 then\n      if not now then\n        t = redis.call('TIME')\n        now = t[1] * 1000 + math.floor(t[2] / 1000)\n      end\n      local h\n      while true do\n        h = redis.call('ZRANGE', Q, 0, 0)[1]\n        if not h or tonumber(string.match(h, '^(%d+) ')) > now then break end\n        redis.call('ZREM', Q, h)\n      end\n      if h then\n        local who = string.match(h, '^%d+ (.*)$')\n        redis.call('SET', k, who, 'PX', " .. tostring(GRANT) .. ")\n        redis.call('ZREM', Q, h)\n        redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. k, 'g" .. tostring(GRANT) .. " ' .. who)\n        out[i] = who\n      else\n        redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. k, '')\n      end\n    end\n  end\nend\nreturn out\n"
+local RELEASE_ALONE_BODY = "local out = {}\nfor i = 1, #KEYS do\n  out[i] = 0\n  if redis.call('GET', KEYS[i]) == ARGV[1] then\n    redis.call('DEL', KEYS[i])\n    redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. KEYS[i], '')\n    out[i] = 1\n  end\nend\nreturn out\n"
 local EXTEND_BODY = "local out = {}\nfor i = 1, #KEYS do\n  if redis.call('GET', KEYS[i]) == ARGV[1] then\n    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2])\n  else\n    out[i] = 0\n  end\nend\nreturn out\n"
 local releases = {}
 local extends_ = {}
@@ -67,12 +68,20 @@ local extends_ = {}
 function _M.release(n)
     local s = releases[n]
     if s == nil then
+        local alone = script(
+            "release_all",
+            RELEASE_ALONE_BODY,
+            n,
+            nil,
+            nil,
+            scripts.FREES
+        )
         s = script(
             "release_all",
             RELEASE_BODY,
             2 * n,
             nil,
-            nil,
+            alone,
             scripts.FREES
         )
         releases[n] = s

@@ -29,6 +29,23 @@ _M.READ_ACQUIRE_FENCED = script(
     4,
     scripts.isOkFenced
 )
+local ALONE = "local R = KEYS[2]\n" .. scripts.NOW .. "local function leave()\n  local others = redis.call('ZCOUNT', R, '(' .. now, '+inf')\n  local exp = redis.call('ZSCORE', R, ARGV[1])\n  if exp and tonumber(exp) > now then others = others - 1 end\n  if others == 0 then\n    redis.call('DEL', R, KEYS[1])\n    redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. KEYS[1], '')\n    return\n  end\n  redis.call('ZREM', R, ARGV[1])\n  redis.call('ZREMRANGEBYSCORE', R, '-inf', now)\n  local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')\n  redis.call('PEXPIREAT', R, last[2])\n  redis.call('PEXPIREAT', KEYS[1], last[2])\nend\nlocal v = redis.call('GET', KEYS[1])\n"
+local READ_RELEASE_ALONE = script(
+    "shared release",
+    ALONE .. "if v ~= '" .. _M.MARK .. "' then return 0 end\nlocal exp = redis.call('ZSCORE', R, ARGV[1])\nleave()\nreturn (exp and tonumber(exp) > now) and 1 or 0\n",
+    2,
+    nil,
+    nil,
+    scripts.FREES
+)
+local READ_DROP_ALONE = script(
+    "shared drop",
+    ALONE .. "if v == ARGV[1] then\n  redis.call('DEL', R, KEYS[1])\n  redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. KEYS[1], '')\n  return 1\nend\nif v == '" .. _M.MARK .. "' and redis.call('ZSCORE', R, ARGV[1]) then\n  leave()\n  return 1\nend\nreturn 0\n",
+    2,
+    nil,
+    nil,
+    scripts.FREES
+)
 --- KEYS[1] lock, KEYS[2] readers, KEYS[3] queue; ARGV[1] token. 1 when our live
 -- reader's place was given back; the last reader out hands the key on (then
 -- the token of the writer it went to, as RELEASE_QUEUED); 0 when not ours (or
@@ -39,18 +56,26 @@ _M.READ_RELEASE = script(
     scripts.QUEUE .. scripts.LINE .. READERS .. "clock()\nif redis.call('GET', KEYS[1]) ~= MARK then return 0 end\nlocal exp = redis.call('ZSCORE', R, ARGV[1])\nlocal live = false\nif exp then\n  redis.call('ZREM', R, ARGV[1])\n  live = tonumber(exp) > now\nend\nif sync() then return live and 1 or 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return live and 1 or 0 end\nlocal r = hand_on()\nif live then return r end\nreturn 0\n",
     3,
     nil,
-    nil,
+    READ_RELEASE_ALONE,
     scripts.FREES
 )
+local EXTEND = "local R = KEYS[2]\nif redis.call('GET', KEYS[1]) ~= '" .. _M.MARK .. "' then return 0 end\nlocal t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\nlocal exp = redis.call('ZSCORE', R, ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', R, ARGV[1])\n  return 0\nend\nredis.call('ZADD', R, 'XX', now + tonumber(ARGV[2]), ARGV[1])\nlocal last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')\nredis.call('PEXPIREAT', R, last[2])\nredis.call('PEXPIREAT', KEYS[1], last[2])\nreturn 1\n"
 --- KEYS[1] lock, KEYS[2] readers, KEYS[3] queue; ARGV[1] token, ARGV[2] ttl ms.
 -- 1 when our live reader's lease now ends ttl ms from now (the key follows the
--- latest reader), else 0.
+-- latest reader), else 0. KEYS[3] is not read: the form without it is the same script.
 _M.READ_EXTEND = script(
     "shared extend",
-    "local R = KEYS[2]\nif redis.call('GET', KEYS[1]) ~= '" .. _M.MARK .. "' then return 0 end\nlocal t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\nlocal exp = redis.call('ZSCORE', R, ARGV[1])\nif not exp or tonumber(exp) <= now then\n  redis.call('ZREM', R, ARGV[1])\n  return 0\nend\nredis.call('ZADD', R, 'XX', now + tonumber(ARGV[2]), ARGV[1])\nlocal last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')\nredis.call('PEXPIREAT', R, last[2])\nredis.call('PEXPIREAT', KEYS[1], last[2])\nreturn 1\n",
+    EXTEND,
     3,
     scripts.isOne,
-    nil,
+    script(
+        "shared extend",
+        EXTEND,
+        2,
+        scripts.isOne,
+        nil,
+        scripts.FREES
+    ),
     scripts.FREES
 )
 --- KEYS[1] lock, KEYS[2] readers, KEYS[3] queue; ARGV[1] token: a reader that
@@ -62,7 +87,7 @@ _M.READ_DROP = script(
     scripts.QUEUE .. scripts.LINE .. READERS .. "clock()\n" .. scripts.LEAVE .. "local v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return hand_on()\nend\nif v == MARK and redis.call('ZREM', R, ARGV[1]) == 1 then\n  if sync() then return 1 end\n  redis.call('DEL', KEYS[1])\n  return hand_on()\nend\nreturn dropped\n",
     3,
     nil,
-    nil,
+    READ_DROP_ALONE,
     scripts.FREES
 )
 _M.READ_ACQUIRE.undo = _M.READ_DROP

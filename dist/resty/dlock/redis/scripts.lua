@@ -128,4 +128,5 @@ _M.ACQUIRE_QUEUED.undo = _M.DROP
 _M.ACQUIRE_QUEUED_FENCED.undo = _M.DROP
 _M.SEM_ACQUIRE.undo = _M.SEM_RELEASE
 _M.script = script
+_M.NOW = NOW
 return _M

@@ -16,6 +16,7 @@ local hashed = scripts.hashed
 local clock_now = clock.now
 local lua_type = type
 local lua_tostring = tostring
+local ngx_null = ngx.null
 local tbl_concat = table.concat
 local connect = connection.connect
 local done = connection.done
@@ -132,7 +133,8 @@ local function readMap(conf, c, from)
         local first = r[1]
         local last = r[2]
         local m = r[3]
-        local host = lua_tostring(m[1])
+        local named = m[1]
+        local host = named == ngx_null and "" or lua_tostring(named)
         if host == "" or host == "?" then
             host = from.host
         end

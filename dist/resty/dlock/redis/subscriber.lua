@@ -1,11 +1,11 @@
 -- Generated from src/resty/dlock/redis/subscriber.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local check = require("resty.dlock.core.check")
-local derived = require("resty.dlock.redis.derived")
 local connection = require("resty.dlock.redis.connection")
 local resp = require("resty.dlock.redis.resp")
 local scripts = require("resty.dlock.redis.scripts")
 local subs = require("resty.dlock.core.subscriptions")
+local wakenode = require("resty.dlock.redis.wakenode")
 local waits = require("resty.dlock.core.wait")
 local clock = require("resty.dlock.core.clock")
 local lua_pairs = pairs
@@ -199,7 +199,7 @@ local function reader(s, sess)
 end
 --- One connection's life: returns why it ended (nil: nothing left to watch, or the worker exits).
 local function session(s)
-    local red, err = connection.connect(derived.apart(s.conf.nodes ~= nil and s.conf.nodes[1] or s.conf, "wakeups"))
+    local red, err = wakenode.connect(s)
     if red == nil then
         return err
     end

@@ -59,6 +59,8 @@ export interface Subscriber {
   refused: boolean;
   /** Is the connection down (told once in the log, until it is back)? */
   down: boolean;
+  /** Under Cluster and Redlock, the node the subscription last connected to: tried first next time. */
+  node: string | undefined;
   /** Messages received, reconnections: for status pages and specs. */
   messages: number;
   connects: number;
@@ -194,7 +196,7 @@ export function subscriber(conf: redis.RedisConf): Subscriber | undefined {
     s = {
       conf, wanted: new LuaTable(), due: new LuaTable(), vouched: new LuaTable(), probe: new LuaTable(),
       live: new LuaTable(), sent: new LuaTable(), bell, rung: false, wakeAt: 0, running: false,
-      refused: false, down: false, messages: 0, connects: 0,
+      refused: false, down: false, node: undefined, messages: 0, connects: 0,
     };
     subscribers.set(conf.pool, s);
   }

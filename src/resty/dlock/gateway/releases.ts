@@ -36,6 +36,7 @@ const math_min = math.min;
 const thread_wait = ngx.thread.wait;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
+const str_find = string.find;
 const quiet_due_for = quiet.dueFor;
 const quiet_due = quiet.due;
 const clock_now = clock.now;
@@ -241,9 +242,12 @@ function answered(this: void, j: backend.Job): void {
   const [ok, err] = lease.posted(h.lease, j);
   if (ok !== undefined || err === "not_owner") return;
   // A failure counts now, and is logged should the queue's tries fail too
-  // (failed()); a Cluster slot that moved is only followed, from the queue.
+  // (failed()); a Cluster slot that moved, or that is moving (TRYAGAIN: the
+  // queue's release runs on the lock key alone), is only followed, from the queue.
   const o = h.owner;
-  if (j.fault !== "redirect") stats.incr(o._dict, o.name, "redis_errors");
+  const moving = j.fault === "redirect" ||
+    (j.fault === "transient" && str_find(lua_tostring(j.err), ": TRYAGAIN", 1, true)[0] !== undefined);
+  if (!moving) stats.incr(o._dict, o.name, "redis_errors");
   enqueue(o, h.lease, 0);
 }
 

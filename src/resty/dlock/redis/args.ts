@@ -31,11 +31,11 @@ export function listOf(n: number, a1: Arg, a2: Arg, a3: Arg, a4: Arg, a5: Arg, a
   return out;
 }
 
-/** args (the keys after the first, then the arguments) without the one at position `at`. */
-export function withoutKey(args: (string | number)[], at: number): (string | number)[] {
+/** args (the keys after the first, then the arguments) without those at positions first..last. */
+export function withoutKeys(args: (string | number)[], first: number, last: number): (string | number)[] {
   const out: (string | number)[] = [];
   for (const i of $range(1, args.length)) {
-    if (i !== at) out.push(args[i - 1]!);
+    if (i < first || i > last) out.push(args[i - 1]!);
   }
   return out;
 }

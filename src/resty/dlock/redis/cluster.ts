@@ -41,7 +41,7 @@ const lua_unpack = unpack;
 const lua_select = select;
 const forward = argList.forward;
 const listOf = argList.listOf;
-const withoutKey = argList.withoutKey;
+const withoutKeys = argList.withoutKeys;
 type Arg = argList.Arg;
 const str_find = string.find;
 const str_match = string.match;
@@ -66,6 +66,11 @@ function replied(node: redis.RedisConf, err: string | undefined): boolean {
   return code !== undefined && code !== "TLS";
 }
 
+/** Did a migrating slot refuse a script whose keys were split between two nodes (TRYAGAIN)? */
+function splitKeys(fault: Fault | undefined, err: string | undefined): boolean {
+  return fault === "transient" && str_find(lua_tostring(err), ": TRYAGAIN", 1, true)[0] !== undefined;
+}
+
 /** After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means. */
 function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.RedisConf, s: scripts.Script, rkey: string,
   args: (string | number)[], res0: RedisValue | undefined, err0: string | undefined, fault0: Fault): CallResult {
@@ -81,11 +86,11 @@ function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.
       const send = asking ? asking_call : pipelined;
       [res, err, fault] = send(node, script, rkey, ...lua_unpack(rest));
     }
-    const tryagain = fault === "transient" && str_find(lua_tostring(err), ": TRYAGAIN", 1, true)[0] !== undefined;
+    const tryagain = splitKeys(fault, err);
     if (tryagain && script.alone !== undefined) {
-      // The slot migrates and the lock key and its waiters' queue are not on
-      // one node: the lock key alone (its queue, the last key, waits till after).
-      rest = withoutKey(rest, script.keys - 1);
+      // The slot migrates and the lock key and its waiters' queue are not on one
+      // node: the form without the queues (the last keys; they wait till after).
+      rest = withoutKeys(rest, script.alone.keys, script.keys - 1);
       script = script.alone;
     } else if (tryagain && i < conf.max_redirects) {
       // A multi-key script (the fenced acquire) while its slot migrates: the
@@ -100,13 +105,14 @@ function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.
       }
       return $multi(res, err, fault);
     } else {
-      const [kind, _slot, host, port] = str_match(lua_tostring(err), "(%u+) (%d+) (%S+):(%d+)$");
+      const [kind, _slot, host, port] = str_match(lua_tostring(err), "(%u+) (%d+) (%S*):(%d+)$");
       if (kind === undefined) {
         return $multi(undefined, err, "failed");
       }
       c.redirects = c.redirects + 1;
       if (conf.dict !== undefined) dictcount.count(conf.dict, map.REDIRECTS + conf.endpoint, 1);
-      node = nodeOf(conf, c, host!, lua_tonumber(port)!);
+      // No host (cluster-preferred-endpoint-type unknown-endpoint): the one that answered.
+      node = nodeOf(conf, c, host === "" ? node.host : host!, lua_tonumber(port)!);
       asking = kind === "ASK";
       if (!asking) {
         c.slots.set(sl, node.endpoint);
@@ -165,7 +171,7 @@ function post(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string
 
 /**
  * One pipeline per master for the targets whose slots it serves; a target
- * sent elsewhere (MOVED, ASK) is retried alone through call().
+ * sent elsewhere (MOVED, ASK) or answered TRYAGAIN is retried alone through call().
  */
 function batch(this: void, conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Outcome {
   const out: Outcome = { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() };
@@ -201,7 +207,9 @@ function batch(this: void, conf: redis.RedisConf, s: scripts.Script, targets: Ta
     for (const j of $range(1, g.idx.length)) {
       const i = g.idx[j - 1]!;
       const fault = o.faults.get(j);
-      if (fault === "redirect") {
+      // A slot migrating answers TRYAGAIN to a script whose keys it holds in
+      // part: call() tries the form without the queue, as for a redirect.
+      if (fault === "redirect" || splitKeys(fault, o.errors.get(j))) {
         const t = targets[i - 1]!;
         let m: number | undefined;
         if (subMs !== undefined) m = subMs[j - 1];

@@ -155,6 +155,21 @@ end
 return out
 `;
 
+// RELEASE_BODY without the queues (KEYS the n lock keys): a Cluster slot
+// migrating (script.ts `alone`). As scripts.ts RELEASE: 1 when deleted, and
+// every waiter woken, who take turns meanwhile; 0 when not ours.
+const RELEASE_ALONE_BODY = `local out = {}
+for i = 1, #KEYS do
+  out[i] = 0
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    redis.pcall('PUBLISH', '${CHANNEL}' .. KEYS[i], '')
+    out[i] = 1
+  end
+end
+return out
+`;
+
 // KEYS: the n lock keys of a set; ARGV[1] token, ARGV[2] ms. Per key 1 when
 // extended, 0 when not ours (scripts.ts EXTEND).
 const EXTEND_BODY = `local out = {}
@@ -175,7 +190,8 @@ const extends_ = new LuaTable<number, scripts.Script>();
 export function release(n: number): scripts.Script {
   let s = releases.get(n);
   if (s === undefined) {
-    s = script("release_all", RELEASE_BODY, 2 * n, undefined, undefined, scripts.FREES);
+    const alone = script("release_all", RELEASE_ALONE_BODY, n, undefined, undefined, scripts.FREES);
+    s = script("release_all", RELEASE_BODY, 2 * n, undefined, alone, scripts.FREES);
     releases.set(n, s);
   }
   return s;

@@ -164,6 +164,46 @@ export const READ_ACQUIRE = script("shared acquire", readAcquire("'OK'"), 3, scr
 export const READ_ACQUIRE_FENCED = script("shared acquire", readAcquire("{ 'OK', redis.call('INCR', KEYS[3]) }"), 4,
   scripts.isOkFenced);
 
+// The readers' scripts on the lock key and its readers alone (KEYS[1], KEYS[2]):
+// a Cluster slot migrating (script.ts `alone`). A key freed wakes every waiter,
+// who take turns meanwhile. In a migrating slot a key the script deleted cannot
+// be touched again ("non local key"): leave() counts the readers left first.
+const ALONE = "local R = KEYS[2]\n" + scripts.NOW + `local function leave()
+  local others = redis.call('ZCOUNT', R, '(' .. now, '+inf')
+  local exp = redis.call('ZSCORE', R, ARGV[1])
+  if exp and tonumber(exp) > now then others = others - 1 end
+  if others == 0 then
+    redis.call('DEL', R, KEYS[1])
+    redis.pcall('PUBLISH', '${CHANNEL}' .. KEYS[1], '')
+    return
+  end
+  redis.call('ZREM', R, ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', R, '-inf', now)
+  local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', R, last[2])
+  redis.call('PEXPIREAT', KEYS[1], last[2])
+end
+local v = redis.call('GET', KEYS[1])
+`;
+
+const READ_RELEASE_ALONE = script("shared release", ALONE + `if v ~= '${MARK}' then return 0 end
+local exp = redis.call('ZSCORE', R, ARGV[1])
+leave()
+return (exp and tonumber(exp) > now) and 1 or 0
+`, 2, undefined, undefined, scripts.FREES);
+
+const READ_DROP_ALONE = script("shared drop", ALONE + `if v == ARGV[1] then
+  redis.call('DEL', R, KEYS[1])
+  redis.pcall('PUBLISH', '${CHANNEL}' .. KEYS[1], '')
+  return 1
+end
+if v == '${MARK}' and redis.call('ZSCORE', R, ARGV[1]) then
+  leave()
+  return 1
+end
+return 0
+`, 2, undefined, undefined, scripts.FREES);
+
 /**
  * KEYS[1] lock, KEYS[2] readers, KEYS[3] queue; ARGV[1] token. 1 when our live
  * reader's place was given back; the last reader out hands the key on (then
@@ -185,14 +225,9 @@ if redis.call('EXISTS', Q) == 0 then return live and 1 or 0 end
 local r = hand_on()
 if live then return r end
 return 0
-`, 3, undefined, undefined, scripts.FREES);
+`, 3, undefined, READ_RELEASE_ALONE, scripts.FREES);
 
-/**
- * KEYS[1] lock, KEYS[2] readers, KEYS[3] queue; ARGV[1] token, ARGV[2] ttl ms.
- * 1 when our live reader's lease now ends ttl ms from now (the key follows the
- * latest reader), else 0.
- */
-export const READ_EXTEND = script("shared extend", `local R = KEYS[2]
+const EXTEND = `local R = KEYS[2]
 if redis.call('GET', KEYS[1]) ~= '${MARK}' then return 0 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -206,7 +241,15 @@ local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', R, last[2])
 redis.call('PEXPIREAT', KEYS[1], last[2])
 return 1
-`, 3, scripts.isOne, undefined, scripts.FREES);
+`;
+
+/**
+ * KEYS[1] lock, KEYS[2] readers, KEYS[3] queue; ARGV[1] token, ARGV[2] ttl ms.
+ * 1 when our live reader's lease now ends ttl ms from now (the key follows the
+ * latest reader), else 0. KEYS[3] is not read: the form without it is the same script.
+ */
+export const READ_EXTEND = script("shared extend", EXTEND, 3, scripts.isOne,
+  script("shared extend", EXTEND, 2, scripts.isOne, undefined, scripts.FREES), scripts.FREES);
 
 /**
  * KEYS[1] lock, KEYS[2] readers, KEYS[3] queue; ARGV[1] token: a reader that
@@ -226,7 +269,7 @@ if v == MARK and redis.call('ZREM', R, ARGV[1]) == 1 then
   return hand_on()
 end
 return dropped
-`, 3, undefined, undefined, scripts.FREES);
+`, 3, undefined, READ_DROP_ALONE, scripts.FREES);
 
 READ_ACQUIRE.undo = READ_DROP;
 READ_ACQUIRE_FENCED.undo = READ_DROP;

@@ -297,4 +297,4 @@ ACQUIRE_FENCED.undo = RELEASE;
 ACQUIRE_QUEUED.undo = DROP;
 ACQUIRE_QUEUED_FENCED.undo = DROP;
 SEM_ACQUIRE.undo = SEM_RELEASE;
-export { script }; // by name: this module calls it as a local
+export { script, NOW }; // by name: this module uses them as locals

@@ -22,6 +22,7 @@ const hashed = scripts.hashed;
 const clock_now = clock.now;
 const lua_type = type;
 const lua_tostring = tostring;
+const ngx_null = ngx.null;
 const tbl_concat = table.concat;
 const connect = connection.connect;
 const done = connection.done;
@@ -144,8 +145,10 @@ function readMap(conf: redis.RedisConf, c: Cluster, from: redis.RedisConf): stri
     const first = r.get(1) as number;
     const last = r.get(2) as number;
     const m = r.get(3) as LuaTable<number, unknown>;
-    let host = lua_tostring(m.get(1));
-    // A node that does not know its own address says "": it is the one we asked.
+    const named = m.get(1);
+    let host = named === ngx_null ? "" : lua_tostring(named);
+    // A node that does not know its own address says "" (or, with
+    // cluster-preferred-endpoint-type unknown-endpoint, null): it is the one we asked.
     if (host === "" || host === "?") host = from.host;
     const n = nodeOf(conf, c, host, m.get(2) as number);
     for (const s of $range(first, last)) {

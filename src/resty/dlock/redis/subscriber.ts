@@ -21,11 +21,11 @@
 
 import * as check from "../core/check";
 import type * as redis from "./client";
-import * as derived from "./derived";
 import * as connection from "./connection";
 import * as resp from "./resp";
 import * as scripts from "./scripts";
 import * as subs from "../core/subscriptions";
+import * as wakenode from "./wakenode";
 import * as waits from "../core/wait";
 import * as clock from "../core/clock";
 
@@ -196,7 +196,7 @@ function reader(this: void, s: subs.Subscriber, sess: Session): string | undefin
 
 /** One connection's life: returns why it ended (nil: nothing left to watch, or the worker exits). */
 function session(s: subs.Subscriber): string | undefined {
-  const [red, err] = connection.connect(derived.apart(s.conf.nodes !== undefined ? s.conf.nodes[0]! : s.conf, "wakeups"));
+  const [red, err] = wakenode.connect(s);
   if (red === undefined) return err;
   s.connects++;
   if (s.down) {

@@ -113,6 +113,7 @@ build = {
       ["resty.dlock.redis.rwscripts"] = "dist/resty/dlock/redis/rwscripts.lua",
       ["resty.dlock.redis.script"] = "dist/resty/dlock/redis/script.lua",
       ["resty.dlock.redis.scripts"] = "dist/resty/dlock/redis/scripts.lua",
+      ["resty.dlock.redis.senders"] = "dist/resty/dlock/redis/senders.lua",
       ["resty.dlock.redis.sentinel"] = "dist/resty/dlock/redis/sentinel.lua",
       ["resty.dlock.redis.setup"] = "dist/resty/dlock/redis/setup.lua",
       ["resty.dlock.redis.single"] = "dist/resty/dlock/redis/single.lua",

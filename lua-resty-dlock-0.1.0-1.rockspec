@@ -32,6 +32,7 @@ build = {
       ["resty.dlock.compat"] = "dist/resty/dlock/compat.lua",
       ["resty.dlock.core.acquire"] = "dist/resty/dlock/core/acquire.lua",
       ["resty.dlock.core.batch"] = "dist/resty/dlock/core/batch.lua",
+      ["resty.dlock.core.buckets"] = "dist/resty/dlock/core/buckets.lua",
       ["resty.dlock.core.check"] = "dist/resty/dlock/core/check.lua",
       ["resty.dlock.core.clock"] = "dist/resty/dlock/core/clock.lua",
       ["resty.dlock.core.dictcount"] = "dist/resty/dlock/core/dictcount.lua",

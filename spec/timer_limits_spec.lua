@@ -6,8 +6,8 @@
 -- (nginx/spec-timer-limits.conf, one worker, 8 running timers), real redis-server.
 local h = require "helpers"
 
-local function start()
-  return h.start_nginx("spec-timer-limits.conf", { RUNNING = 8 })
+local function start(pending)
+  return h.start_nginx("spec-timer-limits.conf", { RUNNING = 8, PENDING = pending or 1024 })
 end
 
 local function get(n, path) return assert(h.http(n.port, path)) end
@@ -53,6 +53,19 @@ describe("after lua_max_running_timers was reached for a moment", function()
     assert.is_true(took[1] < 1, "the first took " .. took[1] .. " s")
   end)
 
+  it("adds a worker's lease metrics to the shared dict again (the flush timer started in the moment was dropped)", function()
+    local n = start()
+    finally(function() n.stop() end)
+    fill_running(n, 1.5)
+    -- Counted in the worker; the timer that adds the counts to the dict 0.25 s later is dropped.
+    assert.matches("^released true", get(n, "/lock?key=" .. h.unique("during")).body)
+    ngx.sleep(2)
+    assert.matches("^released true", get(n, "/lock?key=" .. h.unique("after")).body)
+    -- (They stayed in the worker for good: its `armed` flag stayed set, and no count started another timer.)
+    assert.is_true(h.eventually(2, function() return tonumber(get(n, "/acquires").body) == 2 end),
+      "acquires in the dict: " .. get(n, "/acquires").body)
+  end)
+
   it("takes back an acquire whose caller went away (the take-back watch's timer started in the moment was dropped)", function()
     local n = start()
     finally(function() n.stop() end)
@@ -78,10 +91,25 @@ describe("after lua_max_running_timers was reached for a moment", function()
   end)
 end)
 
+describe("with every pending timer taken (lua_max_pending_timers)", function()
+  it("says once, not for every lease, that the lease metrics' counts cannot be deferred", function()
+    local n = start(16)
+    finally(function() n.stop() end)
+    get(n, "/fill?pending=1&s=5")
+    local from = #n.error_log()
+    for i = 1, 20 do assert.matches("^released true", get(n, "/lock?key=" .. h.unique("flood") .. i).body) end
+    local _, lines = n.error_log():sub(from + 1):gsub("cannot defer the counts of the lease metrics", "")
+    -- (It was said at every count that found no flush on its way: 120 lines for 20 leases.)
+    assert.equal(1, lines)
+  end)
+end)
+
 h.check_error_logs({
   -- The moment itself: nginx drops the timers, and says so.
   { "8 lua_max_running_timers are not enough", max = 16 },
   -- The guard's calls in the batch the dropped sender was to send, and the breaker they opened.
   { "no answer from the pipeline in", max = 12 },
   { "Redis keeps failing, not calling it for", max = 2 },
+  -- Every pending timer taken: said once.
+  { "cannot defer the counts of the lease metrics, adding them at once: too many pending timers", max = 1 },
 })

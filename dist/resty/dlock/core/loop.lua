@@ -14,6 +14,12 @@ local lua_pcall = pcall
 local lua_tostring = tostring
 --- Seconds one timer runs before it hands over to a fresh one.
 local HANDOVER = 60
+--- Seconds a timer started at 0 has to run before it is taken for dropped: it
+-- runs at the event loop's next turn, and one that turn takes this long is a
+-- worker in trouble anyway. One that runs later finds another running and ends.
+local LATE = 1
+--- Seconds between looks at whether the fresh timer of a handover runs.
+local LOOK = 0.01
 local function nap(l, seconds)
     local wake = l._wake
     if wake == nil then
@@ -31,7 +37,22 @@ local function nap(l, seconds)
         clock_sleep(seconds)
     end
 end
+--- l's fresh timer of a handover runs, or did not in LATE s (nginx dropped it):
+-- until then the loop is not running, and start() starts no other.
+local function handedOver(l, at)
+    l._scheduled = at
+    while not l.running and clock_now() - at < LATE do
+        clock_sleep(LOOK)
+    end
+    l._scheduled = nil
+    return l.running
+end
 local function run(premature, l)
+    if l.running then
+        return
+    end
+    l.running = true
+    l._scheduled = nil
     local started = clock_now()
     while l.busy() do
         nap(
@@ -48,11 +69,15 @@ local function run(premature, l)
                 check.text(err)
             )
         end
-        if clock_now() - started >= HANDOVER and l.busy() then
+        local now = clock_now()
+        if now - started >= HANDOVER and l.busy() then
+            l.running = false
             local handed = timer_at(0, run, l)
-            if handed then
+            if handed and handedOver(l, now) then
                 return
             end
+            l.running = true
+            started = now
         end
     end
     l.running = false
@@ -69,11 +94,16 @@ function _M.start(l)
     if l.running then
         return nil
     end
+    local now = clock_now()
+    local at = l._scheduled
+    if at ~= nil and now - at < LATE then
+        return nil
+    end
     local ok, err = timer_at(0, run, l)
     if not ok then
         return "dlock: cannot start the " .. l.name .. ": " .. lua_tostring(err)
     end
-    l.running = true
+    l._scheduled = now
     return nil
 end
 return _M

@@ -1,8 +1,10 @@
 -- Generated from src/resty/dlock/core/meter.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
+local buckets = require("resty.dlock.core.buckets")
 local check = require("resty.dlock.core.check")
 local clock = require("resty.dlock.core.clock")
 local dictcount = require("resty.dlock.core.dictcount")
+local quiet = require("resty.dlock.core.quiet")
 local clock_now = clock.now
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -17,37 +19,25 @@ local lua_type = type
 local lua_ipairs = ipairs
 local lua_tostring = tostring
 local str_format = string.format
---- Upper bounds (s) of the acquire-wait buckets; the last bucket is +Inf.
-_M.WAIT_BOUNDS = {
-    0.001,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    5
-}
---- Upper bounds (s) of the hold-time buckets; the last bucket is +Inf.
-_M.HOLD_BOUNDS = {
-    0.01,
-    0.05,
-    0.1,
-    0.5,
-    1,
-    5,
-    10,
-    30,
-    60,
-    300
-}
+local quiet_due_for = quiet.dueFor
+local quiet_more = quiet.more
+local waitBucket = buckets.wait
+local holdBucket = buckets.hold
+--- Upper bounds (s) of the acquire-wait and hold-time buckets; the last bucket is +Inf.
+local WAIT_BOUNDS = buckets.WAIT_BOUNDS
+local HOLD_BOUNDS = buckets.HOLD_BOUNDS
 --- Seconds a worker's counts wait before they are added to the dict.
 local FLUSH = 0.25
+--- Seconds past FLUSH the flush timer has to run before it is taken for
+-- dropped: nginx drops a timer whose time comes while lua_max_running_timers
+-- are all running, without calling it, though ngx.timer.at said ok.
+local LATE = 1
 --- Meters of this worker with counts to flush.
 local dirty = {}
-local armed = false
+--- When the flush timer on its way was started (nil: none is).
+local armed
+--- "cannot defer the counts" lines, by why (one per why, worker and interval).
+local undeferred = {}
 --- Dicts of the factories made in this process, for status pages.
 local dicts = {}
 --- A factory name: letters, digits, '_', '-' and '.', at most 64 bytes (a label in metrics).
@@ -62,7 +52,7 @@ function _M.checkName(v)
     end
     return n, nil
 end
-local function buckets(p, n)
+local function keysOf(p, n)
     local out = {}
     for i = 1, n do
         out[#out + 1] = p .. lua_tostring(i)
@@ -102,9 +92,9 @@ function _M.make(dict, name)
         timeout = p .. "timeout",
         error = p .. "error",
         lost = p .. "lost",
-        wait = buckets(p .. "w", #_M.WAIT_BOUNDS + 1),
+        wait = keysOf(p .. "w", #WAIT_BOUNDS + 1),
         waitSum = p .. "ws",
-        hold = buckets(p .. "h", #_M.HOLD_BOUNDS + 1),
+        hold = keysOf(p .. "h", #HOLD_BOUNDS + 1),
         holdSum = p .. "hs",
         held = p .. "held",
         exp = p .. "e",
@@ -118,45 +108,6 @@ end
 --- The dicts factories of this process count in.
 function _M.known()
     return dicts
-end
-local function waitBucket(s)
-    if s <= 0.05 then
-        if s <= 0.005 then
-            return s <= 0.001 and 1 or 2
-        end
-        if s <= 0.01 then
-            return 3
-        end
-        return s <= 0.025 and 4 or 5
-    end
-    if s <= 0.5 then
-        if s <= 0.1 then
-            return 6
-        end
-        return s <= 0.25 and 7 or 8
-    end
-    if s <= 1 then
-        return 9
-    end
-    return s <= 5 and 10 or 11
-end
-local function holdBucket(s)
-    if s <= 1 then
-        if s <= 0.05 then
-            return s <= 0.01 and 1 or 2
-        end
-        if s <= 0.1 then
-            return 3
-        end
-        return s <= 0.5 and 4 or 5
-    end
-    if s <= 30 then
-        if s <= 5 then
-            return 6
-        end
-        return s <= 10 and 7 or 8
-    end
-    return s <= 60 and 9 or (s <= 300 and 10 or 11)
 end
 local SECOND = "%s%d"
 --- Add m's expiry seconds to the dict, and to the held gauge the records they
@@ -192,6 +143,20 @@ local function flushSeconds(m)
     return true
 end
 local flushLater
+--- Is a flush timer on its way (one started more than FLUSH + LATE ago was dropped)?
+local function isArmed()
+    return armed ~= nil and clock_now() - armed < FLUSH + LATE
+end
+--- Start the flush timer: nil, or why it cannot be had.
+local function arm()
+    local at = clock_now()
+    local ok, err = timer_at(FLUSH, flushLater, at)
+    if ok == nil then
+        return lua_tostring(err)
+    end
+    armed = at
+    return nil
+end
 --- Add this worker's counts to the dicts (before a status page reads them, and FLUSH after a count).
 local function flush()
     local kept = 0
@@ -211,33 +176,50 @@ local function flush()
             dirty[kept] = m
         end
     end
-    if kept > 0 and not armed and get_phase() ~= "init" and not worker_exiting() then
-        local ok = timer_at(FLUSH, flushLater)
-        if ok ~= nil then
-            armed = true
-        end
+    if kept > 0 and not isArmed() and get_phase() ~= "init" and not worker_exiting() then
+        arm()
     end
 end
-flushLater = function()
-    armed = false
+flushLater = function(premature, at)
+    if armed == at then
+        armed = nil
+    end
+    flush()
+end
+--- See that a flush comes: a timer, or (none to be had, or none in this phase) at once.
+local function schedule()
+    if get_phase() ~= "init" and not worker_exiting() then
+        local err = arm()
+        if err == nil then
+            return
+        end
+        local n = quiet_due_for(undeferred, err)
+        if n > 0 then
+            ngx_log(
+                ERR,
+                "dlock: cannot defer the counts of the lease metrics, adding them at once: ",
+                err,
+                quiet_more(n)
+            )
+        end
+    end
     flush()
 end
 --- m has counts to flush: see that a flush comes.
 local function touch(m)
     m.dirty = true
     dirty[#dirty + 1] = m
-    if armed then
-        return
+    if not isArmed() then
+        schedule()
     end
-    if get_phase() ~= "init" and not worker_exiting() then
-        local ok, err = timer_at(FLUSH, flushLater)
-        if ok ~= nil then
-            armed = true
-            return
-        end
-        ngx_log(ERR, "dlock: cannot defer the counts of the lease metrics, adding them at once: ", err)
+end
+--- Once an acquire: is the flush timer overdue (nginx dropped it)? Every meter
+-- may be dirty by then, and a dirty meter's counts never touch() (they read no
+-- clock, for the hot path): without this look the counts stayed in the worker.
+local function overdue()
+    if armed ~= nil and not isArmed() then
+        schedule()
     end
-    flush()
 end
 --- Count n more of key k of meter m (in this worker, until the flush).
 local function add(m, k, n)
@@ -257,6 +239,7 @@ local function moveSecond(m, s, n)
 end
 --- An acquire took a lease after `s` seconds.
 function _M.acquired(m, s)
+    overdue()
     add(
         m,
         m.wait[waitBucket(s)],
@@ -266,6 +249,7 @@ function _M.acquired(m, s)
 end
 --- An acquire ended without a lease: "busy", "timeout", or anything else (an error).
 function _M.refused(m, err)
+    overdue()
     add(m, err == "busy" and m.busy or (err == "timeout" and m.timeout or m.error), 1)
 end
 --- A lease was released, confirmed, after `s` seconds held.
@@ -308,4 +292,6 @@ function _M.moved(m, from, to)
 end
 _M.flush = flush
 _M.FLUSH = FLUSH
+_M.WAIT_BOUNDS = WAIT_BOUNDS
+_M.HOLD_BOUNDS = HOLD_BOUNDS
 return _M

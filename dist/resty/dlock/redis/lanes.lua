@@ -8,6 +8,7 @@ local clock_now = clock.now
 local timer_at = ngx.timer.at
 local lua_pairs = pairs
 local watcher = takeback.watcher
+local NONE = -math.huge
 --- Calls of a worker that go out on connections of their own before the next
 -- ones join a batch: at low load every call goes at once, as without
 -- auto-pipelining; past it, a batch costs one round trip for all its calls.
@@ -30,11 +31,12 @@ function _M.laneOf(conf)
             conf = conf,
             direct = {},
             acquires = {},
-            watching = false,
+            watching = NONE,
             slots = 0,
             batching = 0,
             open = nil,
             senders = 0,
+            summoned = NONE,
             idle = 0,
             work = work,
             spare = {},
@@ -95,11 +97,12 @@ end
 function _M.claim(lane, b)
     lane.slots = lane.slots + 1
     local slot = lane.slots
-    lane.direct[slot] = clock_now() + patience(lane.conf)
+    local now = clock_now()
+    lane.direct[slot] = now + patience(lane.conf)
     if b.undos > 0 then
         lane.acquires[slot] = b
-        if not lane.watching then
-            lane.watching = (timer_at(takeback.WATCH, watcher, lane)) ~= nil
+        if now - lane.watching >= takeback.OVERDUE and (timer_at(takeback.WATCH, watcher, lane, now)) ~= nil then
+            lane.watching = now
         end
     end
     return slot

@@ -1,35 +1,27 @@
 -- Generated from src/resty/dlock/redis/pipeline.ts by TypeScriptToLua: edit that file, not this one.
 local _M = {}
 local command = require("resty.dlock.redis.command")
-local connection = require("resty.dlock.redis.connection")
 local lanes = require("resty.dlock.redis.lanes")
 local roundtrip = require("resty.dlock.redis.roundtrip")
-local takeback = require("resty.dlock.redis.takeback")
+local senders = require("resty.dlock.redis.senders")
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
 local clock_timeout = clock.timeout
-local ngx_log = ngx.log
-local ERR = ngx.ERR
-local timer_at = ngx.timer.at
-local worker_exiting = ngx.worker.exiting
-local lua_pcall = pcall
 local lua_tostring = tostring
 local add = command.add
 local recycleJob = command.recycle
-local fail = command.fail
 local batchOf = command.batchOf
 local run = roundtrip.run
-local runOn = roundtrip.runOn
-local done = connection.done
 local alone = roundtrip.one
-local settle = takeback.settle
 local laneOf = lanes.laneOf
 local patience = lanes.patience
 local claim = lanes.claim
 local unclaim = lanes.unclaim
 local idle = lanes.idle
 local semaphoreOf = lanes.semaphoreOf
-local recycle = lanes.recycle
+local summon = senders.summon
+local overdue = senders.overdue
+local abandon = senders.abandon
 --- Calls of a worker that go out at once before the next ones join a batch (lanes.ts).
 _M.DIRECT = lanes.DIRECT
 --- Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis.
@@ -38,125 +30,14 @@ _M.stats = lanes.stats
 local MAX_BATCH = 256
 --- Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip.
 local BATCH = 16
-local TURN = 1
---- Seconds a sender waits for work before its timer ends.
-local IDLE = 10
---- Seconds between an idle sender's looks at whether its worker exits.
-local EXIT_CHECK = 0.5
---- Hand the calls nobody waits for (post) their outcome.
-local function answered(b)
-    local jobs = b.jobs
-    for i = 1, #jobs do
-        local j = jobs[i]
-        local p = j.post
-        if p ~= nil then
-            local ok, err = lua_pcall(p.answered, j)
-            if not ok then
-                ngx_log(
-                    ERR,
-                    "dlock: settling the posted ",
-                    j.s.name,
-                    " of ",
-                    j.rkey,
-                    " raised: ",
-                    err
-                )
-            end
-        end
-    end
-end
---- Wake b's callers. A caller whose request ended (a client abort, a killed
--- thread) or whose wait timed out left the semaphore's queue, so resources
--- left over say that some did not come back; which ones is known once the
--- others have run. Asking costs the common case one FFI call, where a look
--- at each caller's request cost every call an ngx.ctx. A lone sender queues
--- behind them (first in, first woken; a stock nginx's ngx.sleep(0) runs it first).
-local function wake(lane, b)
-    local sem = b.sem
-    local waiting = #b.jobs - b.posted
-    if waiting > 0 and lane.conf.senders == 1 then
-        sem:post(waiting + 1)
-        sem:wait(TURN)
-    elseif waiting > 0 then
-        sem:post(waiting)
-    end
-    if sem:count() == 0 then
-        recycle(lane, sem)
-    elseif b.undos > 0 then
-        b.kept = true
-        local ok, err = timer_at(0, settle, lane.conf, b)
-        if ok == nil then
-            ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err)
-        end
-    end
-    if b.posted > 0 then
-        answered(b)
-    end
-end
---- Send the open batch, and the next, until there is none: back to back on one
--- connection, which goes back to its pool once no batch is open.
-local function flush(lane)
-    local red
-    while lane.open ~= nil do
-        local b = lane.open
-        lane.open = nil
-        lane.batching = lane.batching + 1
-        lane.batches = lane.batches + 1
-        lane.batched = lane.batched + #b.jobs
-        local ok, res = lua_pcall(runOn, lane.conf, b, red)
-        red = nil
-        if ok then
-            red = res
-        else
-            fail(
-                b,
-                "dlock: pipeline to redis " .. lane.conf.endpoint .. " failed: " .. lua_tostring(res),
-                "lost"
-            )
-        end
-        lane.batching = lane.batching - 1
-        if #b.jobs > 1 then
-            lane.loaded = clock_now() + lanes.LOADED
-        end
-        wake(lane, b)
-    end
-    if red ~= nil then
-        done(red, lane.conf, true)
-    end
-end
---- A sender: a timer of the endpoint's lane in this worker, alive while there
--- is work (a timer per batch would cost more than the batch saves), gone
--- after IDLE seconds without any or when the worker exits.
-local function sender(premature, lane)
-    while not premature do
-        flush(lane)
-        if worker_exiting() then
-            break
-        end
-        lane.idle = lane.idle + 1
-        local woken = false
-        local waited = 0
-        while not woken and waited < IDLE and not worker_exiting() do
-            woken = lane.work:wait(EXIT_CHECK)
-            waited = waited + EXIT_CHECK
-        end
-        lane.idle = lane.idle - 1
-        if not woken and lane.open == nil then
-            break
-        end
-    end
-    if lane.open ~= nil then
-        local b = lane.open
-        lane.open = nil
-        fail(b, "dlock: nginx worker exiting before the call to redis " .. lane.conf.endpoint .. " was sent", "failed")
-        wake(lane, b)
-    end
-    lane.senders = lane.senders - 1
-end
 --- The batch calls join now (a new one when none is open), with a sender woken
 -- or started for it; nil when neither a semaphore nor a sender can be had.
 local function opened(lane)
     local b = lane.open
+    if b ~= nil and lane.senders == 0 and overdue(lane) then
+        abandon(lane)
+        b = nil
+    end
     if b == nil then
         local sem = semaphoreOf(lane)
         if sem == nil then
@@ -168,14 +49,9 @@ local function opened(lane)
     if #b.jobs == 0 then
         if lane.idle > 0 then
             lane.work:post(1)
-        elseif lane.senders < lane.conf.senders then
-            local started = timer_at(0, sender, lane)
-            if started ~= nil then
-                lane.senders = lane.senders + 1
-            elseif lane.senders == 0 then
-                lane.open = nil
-                return nil
-            end
+        elseif lane.senders < lane.conf.senders and not summon(lane) and lane.senders == 0 then
+            lane.open = nil
+            return nil
         end
     end
     return b

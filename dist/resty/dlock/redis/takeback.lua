@@ -91,6 +91,11 @@ function _M.settle(premature, conf, b)
 end
 --- Seconds between looks for acquires sent at once whose callers never came back.
 _M.WATCH = 1
+--- Seconds after its start a watcher's timer that has not run never will (nginx dropped it).
+_M.OVERDUE = _M.WATCH + 1
+--- lane.watching: a watcher runs now, or none is on its way.
+local RUNNING = math.huge
+local NONE = -math.huge
 --- Take back the acquires of lane whose time is up.
 local function look(lane)
     local now = clock_now()
@@ -121,7 +126,11 @@ end
 -- (patience) is their sum and a second more. Waiting for it matters too: the
 -- connection was closed with the command perhaps not yet run, and by then it
 -- has run (or Redis has been stuck that long).
-function _M.watcher(premature, lane)
+function _M.watcher(premature, lane, at)
+    if lane.watching ~= at then
+        return
+    end
+    lane.watching = RUNNING
     look(lane)
     if premature or worker_exiting() then
         local stop = clock_now() + clock.EXIT_HORIZON
@@ -129,11 +138,16 @@ function _M.watcher(premature, lane)
             clock_sleep(_M.WATCH)
             look(lane)
         end
-        lane.watching = false
+        lane.watching = NONE
         return
     end
-    if (lua_next(lane.acquires)) == nil or (timer_at(_M.WATCH, _M.watcher, lane)) == nil then
-        lane.watching = false
+    lane.watching = NONE
+    if (lua_next(lane.acquires)) == nil then
+        return
+    end
+    local now = clock_now()
+    if (timer_at(_M.WATCH, _M.watcher, lane, now)) ~= nil then
+        lane.watching = now
     end
 end
 return _M

@@ -7,6 +7,12 @@
 // timer now and then, as lua-nginx-module advises for long-lived timers. It
 // sleeps on a semaphore, so that work due sooner than its sleep ends (a lease
 // with a shorter ttl to renew) can wake it (hurry).
+//
+// nginx may drop a timer that ngx.timer.at said it started: one whose time
+// comes while lua_max_running_timers are all running is never called (it logs
+// "N lua_max_running_timers are not enough" and frees it). So the loop counts
+// as running only once its timer runs, and a timer started but not yet run is
+// trusted for LATE seconds: past that, start() starts another.
 
 import * as check from "./check";
 import * as clock from "./clock";
@@ -31,7 +37,10 @@ export interface Loop {
   tick(this: void): number;
   /** One round; a raise is logged and the loop goes on. */
   round(this: void): void;
+  /** A timer of the loop runs it now (set by that timer, not when it is started). */
   running: boolean;
+  /** When start() started a timer that has not run yet (nil: none). */
+  _scheduled?: number;
   /** Wakes its sleep (made in the worker, at its first sleep). */
   _wake?: NgxSemaphore;
   /** Asleep on _wake: hurry() posts it once. */
@@ -40,6 +49,14 @@ export interface Loop {
 
 /** Seconds one timer runs before it hands over to a fresh one. */
 const HANDOVER = 60;
+/**
+ * Seconds a timer started at 0 has to run before it is taken for dropped: it
+ * runs at the event loop's next turn, and one that turn takes this long is a
+ * worker in trouble anyway. One that runs later finds another running and ends.
+ */
+const LATE = 1;
+/** Seconds between looks at whether the fresh timer of a handover runs. */
+const LOOK = 0.01;
 
 function nap(l: Loop, seconds: number): void {
   let wake = l._wake;
@@ -58,18 +75,40 @@ function nap(l: Loop, seconds: number): void {
   if (!woken && err !== "timeout") clock_sleep(seconds);
 }
 
+/**
+ * l's fresh timer of a handover runs, or did not in LATE s (nginx dropped it):
+ * until then the loop is not running, and start() starts no other.
+ */
+function handedOver(l: Loop, at: number): boolean {
+  l._scheduled = at;
+  while (!l.running && clock_now() - at < LATE) clock_sleep(LOOK);
+  // Whether it ran or not, it is not on its way any more: a late one finds this one running and ends.
+  l._scheduled = undefined;
+  return l.running;
+}
+
 function run(this: void, premature: boolean, l: Loop): void {
+  // Started late, after start() took this timer for dropped: the one it started instead runs the loop.
+  if (l.running) return;
+  l.running = true;
+  l._scheduled = undefined;
   // Premature: the worker is exiting; what is still held still needs the rounds.
-  const started = clock_now();
+  let started = clock_now();
   while (l.busy()) {
     nap(l, l.tick());
     const [ok, err] = lua_pcall(l.round);
     if (!ok) {
       ngx_log(ERR, "dlock: ", l.name, ": ", check.text(err));
     }
-    if (clock_now() - started >= HANDOVER && l.busy()) {
+    const now = clock_now();
+    if (now - started >= HANDOVER && l.busy()) {
+      // The fresh timer runs the loop once it finds it not running.
+      l.running = false;
       const [handed] = timer_at(0, run, l);
-      if (handed) return;
+      if (handed && handedOver(l, now)) return;
+      // Not handed over: this one goes on (nothing yields between the look and this).
+      l.running = true;
+      started = now;
     }
   }
   // Nothing left: stop, so an exiting worker can exit. start() makes a new one.
@@ -87,8 +126,12 @@ export function hurry(l: Loop): void {
 /** Run the loop unless it runs already; nil, or why its timer could not start. */
 export function start(l: Loop): string | undefined {
   if (l.running) return undefined;
+  const now = clock_now();
+  const at = l._scheduled;
+  // A timer started less than LATE ago is on its way; an older one was dropped.
+  if (at !== undefined && now - at < LATE) return undefined;
   const [ok, err] = timer_at(0, run, l);
   if (!ok) return "dlock: cannot start the " + l.name + ": " + lua_tostring(err);
-  l.running = true;
+  l._scheduled = now;
   return undefined;
 }

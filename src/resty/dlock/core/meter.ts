@@ -23,9 +23,11 @@
 // worker that crashes loses at most FLUSH seconds of its counts; the held
 // gauge still comes right, at the expiry second of the leases it recorded.
 
+import * as buckets from "./buckets";
 import * as check from "./check";
 import * as clock from "./clock";
 import * as dictcount from "./dictcount";
+import * as quiet from "./quiet";
 
 const clock_now = clock.now;
 const ngx_log = ngx.log;
@@ -41,13 +43,22 @@ const lua_type = type;
 const lua_ipairs = ipairs;
 const lua_tostring = tostring;
 const str_format = string.format;
+const quiet_due_for = quiet.dueFor;
+const quiet_more = quiet.more;
+const waitBucket = buckets.wait;
+const holdBucket = buckets.hold;
 
-/** Upper bounds (s) of the acquire-wait buckets; the last bucket is +Inf. */
-export const WAIT_BOUNDS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5];
-/** Upper bounds (s) of the hold-time buckets; the last bucket is +Inf. */
-export const HOLD_BOUNDS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300];
+/** Upper bounds (s) of the acquire-wait and hold-time buckets; the last bucket is +Inf. */
+const WAIT_BOUNDS = buckets.WAIT_BOUNDS;
+const HOLD_BOUNDS = buckets.HOLD_BOUNDS;
 /** Seconds a worker's counts wait before they are added to the dict. */
 const FLUSH = 0.25;
+/**
+ * Seconds past FLUSH the flush timer has to run before it is taken for
+ * dropped: nginx drops a timer whose time comes while lua_max_running_timers
+ * are all running, without calling it, though ngx.timer.at said ok.
+ */
+const LATE = 1;
 
 export interface Meter {
   readonly name: string;
@@ -75,7 +86,10 @@ export interface Meter {
 
 /** Meters of this worker with counts to flush. */
 const dirty: Meter[] = [];
-let armed = false;
+/** When the flush timer on its way was started (nil: none is). */
+let armed: number | undefined;
+/** "cannot defer the counts" lines, by why (one per why, worker and interval). */
+const undeferred: quiet.Quiets = new LuaTable();
 
 /** Dicts of the factories made in this process, for status pages. */
 const dicts: NgxSharedDict[] = [];
@@ -89,7 +103,7 @@ export function checkName(v: unknown): LuaMultiReturn<[string | undefined, strin
   return $multi(n, undefined);
 }
 
-function buckets(p: string, n: number): string[] {
+function keysOf(p: string, n: number): string[] {
   const out: string[] = [];
   for (const i of $range(1, n)) out.push(p + lua_tostring(i));
   return out;
@@ -110,8 +124,8 @@ export function make(dict: NgxSharedDict, name: string): Meter {
   if (!known) dicts.push(dict);
   return {
     name, dict, busy: p + "busy", timeout: p + "timeout", error: p + "error", lost: p + "lost",
-    wait: buckets(p + "w", WAIT_BOUNDS.length + 1), waitSum: p + "ws",
-    hold: buckets(p + "h", HOLD_BOUNDS.length + 1), holdSum: p + "hs",
+    wait: keysOf(p + "w", WAIT_BOUNDS.length + 1), waitSum: p + "ws",
+    hold: keysOf(p + "h", HOLD_BOUNDS.length + 1), holdSum: p + "hs",
     held: p + "held", exp: p + "e", swept: p + "swept", sweeping: p + "sweeping",
     counts: new LuaTable<string, number>(), seconds: new LuaTable<number, number>(), dirty: false,
   };
@@ -120,35 +134,6 @@ export function make(dict: NgxSharedDict, name: string): Meter {
 /** The dicts factories of this process count in. */
 export function known(): NgxSharedDict[] {
   return dicts;
-}
-
-// Bucket indexes by comparisons, not a loop over the bounds: a loop would keep
-// the acquire path out of LuaJIT's root trace (see check.nkeys).
-function waitBucket(s: number): number {
-  if (s <= 0.05) {
-    if (s <= 0.005) return s <= 0.001 ? 1 : 2;
-    if (s <= 0.01) return 3;
-    return s <= 0.025 ? 4 : 5;
-  }
-  if (s <= 0.5) {
-    if (s <= 0.1) return 6;
-    return s <= 0.25 ? 7 : 8;
-  }
-  if (s <= 1) return 9;
-  return s <= 5 ? 10 : 11;
-}
-
-function holdBucket(s: number): number {
-  if (s <= 1) {
-    if (s <= 0.05) return s <= 0.01 ? 1 : 2;
-    if (s <= 0.1) return 3;
-    return s <= 0.5 ? 4 : 5;
-  }
-  if (s <= 30) {
-    if (s <= 5) return 6;
-    return s <= 10 ? 7 : 8;
-  }
-  return s <= 60 ? 9 : s <= 300 ? 10 : 11;
 }
 
 // The dict key of an expiry second, in one format: a number turned into a
@@ -181,7 +166,21 @@ function flushSeconds(m: Meter): boolean {
 }
 
 // The timer flush() arms runs it, and it flushes: declared ahead of flush(), set after it.
-let flushLater: (this: void) => void;
+let flushLater: (this: void, premature: boolean, at: number) => void;
+
+/** Is a flush timer on its way (one started more than FLUSH + LATE ago was dropped)? */
+function isArmed(): boolean {
+  return armed !== undefined && clock_now() - armed < FLUSH + LATE;
+}
+
+/** Start the flush timer: nil, or why it cannot be had. */
+function arm(): string | undefined {
+  const at = clock_now();
+  const [ok, err] = timer_at(FLUSH, flushLater, at);
+  if (ok === undefined) return lua_tostring(err);
+  armed = at;
+  return undefined;
+}
 
 /** Add this worker's counts to the dicts (before a status page reads them, and FLUSH after a count). */
 function flush(): void {
@@ -203,32 +202,42 @@ function flush(): void {
       dirty[kept - 1] = m;
     }
   }
-  if (kept > 0 && !armed && get_phase() !== "init" && !worker_exiting()) {
-    const [ok] = timer_at(FLUSH, flushLater);
-    if (ok !== undefined) armed = true;
-  }
+  if (kept > 0 && !isArmed() && get_phase() !== "init" && !worker_exiting()) arm();
 }
 
-flushLater = function (this: void): void {
-  armed = false;
+flushLater = function (this: void, premature: boolean, at: number): void {
+  // One that ran so late that another was started in its place flushes too (no harm), and leaves that one armed.
+  if (armed === at) armed = undefined;
   flush();
 };
+
+/** See that a flush comes: a timer, or (none to be had, or none in this phase) at once. */
+function schedule(): void {
+  // No timers in init_by_lua (an acquire there still counts) nor in an exiting worker: add them at once.
+  if (get_phase() !== "init" && !worker_exiting()) {
+    const err = arm();
+    if (err === undefined) return;
+    // Every count would say so, and none is lost: one line per why, worker and interval.
+    const n = quiet_due_for(undeferred, err);
+    if (n > 0) ngx_log(ERR, "dlock: cannot defer the counts of the lease metrics, adding them at once: ", err, quiet_more(n));
+  }
+  flush();
+}
 
 /** m has counts to flush: see that a flush comes. */
 function touch(m: Meter): void {
   m.dirty = true;
   dirty.push(m);
-  if (armed) return;
-  // No timers in init_by_lua (an acquire there still counts) nor in an exiting worker: add them at once.
-  if (get_phase() !== "init" && !worker_exiting()) {
-    const [ok, err] = timer_at(FLUSH, flushLater);
-    if (ok !== undefined) {
-      armed = true;
-      return;
-    }
-    ngx_log(ERR, "dlock: cannot defer the counts of the lease metrics, adding them at once: ", err);
-  }
-  flush();
+  if (!isArmed()) schedule();
+}
+
+/**
+ * Once an acquire: is the flush timer overdue (nginx dropped it)? Every meter
+ * may be dirty by then, and a dirty meter's counts never touch() (they read no
+ * clock, for the hot path): without this look the counts stayed in the worker.
+ */
+function overdue(): void {
+  if (armed !== undefined && !isArmed()) schedule();
 }
 
 /** Count n more of key k of meter m (in this worker, until the flush). */
@@ -247,12 +256,14 @@ function moveSecond(m: Meter, s: number, n: number): void {
 
 /** An acquire took a lease after `s` seconds. */
 export function acquired(m: Meter, s: number): void {
+  overdue();
   add(m, m.wait[waitBucket(s) - 1]!, 1);
   add(m, m.waitSum, s);
 }
 
 /** An acquire ended without a lease: "busy", "timeout", or anything else (an error). */
 export function refused(m: Meter, err: string | undefined): void {
+  overdue();
   add(m, err === "busy" ? m.busy : err === "timeout" ? m.timeout : m.error, 1);
 }
 
@@ -286,4 +297,4 @@ export function moved(m: Meter, from: number, to: number): void {
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { flush, FLUSH };
+export { flush, FLUSH, WAIT_BOUNDS, HOLD_BOUNDS };

@@ -15,6 +15,7 @@ const clock_now = clock.now;
 const timer_at = ngx.timer.at;
 const lua_pairs = pairs;
 const watcher = takeback.watcher;
+const NONE = -math.huge;
 
 /**
  * Calls of a worker that go out on connections of their own before the next
@@ -43,15 +44,26 @@ export interface Lane {
   readonly direct: LuaTable<number, number>;
   /** The acquires among them (batches of one): what to take back should their callers never return. */
   readonly acquires: LuaTable<number, Batch>;
-  /** A timer looks for such acquires while there are any. */
-  watching: boolean;
+  /**
+   * A timer looks for such acquires while there are any: when it was started
+   * (it runs WATCH s later), +inf while it runs, -inf when there is none. Not a
+   * flag: nginx drops a timer whose time comes while lua_max_running_timers are
+   * all running, though ngx.timer.at said ok, and a flag would say "watching" for good.
+   */
+  watching: number;
   slots: number;
   /** Batches on their way. */
   batching: number;
   /** The batch calls join now; sent when the sender gets to it. */
   open: Batch | undefined;
-  /** Senders' timers running, and of those the ones sleeping on `work` between batches. */
+  /**
+   * Senders' timers running (counted as they start: nginx drops a timer whose
+   * time comes while lua_max_running_timers are all running, though
+   * ngx.timer.at said ok), and of those the ones sleeping on `work` between batches.
+   */
   senders: number;
+  /** When the last sender's timer was started (see senders.ts, LATE). */
+  summoned: number;
   idle: number;
   readonly work: NgxSemaphore;
   /** Semaphores of batches done with, for the next batches: spare[1 .. spares]. */
@@ -75,8 +87,8 @@ export function laneOf(conf: redis.RedisConf): Lane | undefined {
     const [work] = sem_new(0);
     if (work === undefined) return undefined;
     l = {
-      conf, direct: new LuaTable(), acquires: new LuaTable(), watching: false, slots: 0, batching: 0, open: undefined,
-      senders: 0, idle: 0, work, spare: new LuaTable(), spares: 0, loaded: 0, batched: 0, batches: 0,
+      conf, direct: new LuaTable(), acquires: new LuaTable(), watching: NONE, slots: 0, batching: 0, open: undefined,
+      senders: 0, summoned: NONE, idle: 0, work, spare: new LuaTable(), spares: 0, loaded: 0, batched: 0, batches: 0,
     };
     lanes.set(conf, l);
   }
@@ -136,10 +148,14 @@ function inFlight(lane: Lane): number {
 export function claim(lane: Lane, b: Batch): number {
   lane.slots++;
   const slot = lane.slots;
-  lane.direct.set(slot, clock_now() + patience(lane.conf));
+  const now = clock_now();
+  lane.direct.set(slot, now + patience(lane.conf));
   if (b.undos > 0) {
     lane.acquires.set(slot, b);
-    if (!lane.watching) lane.watching = timer_at(takeback.WATCH, watcher, lane)[0] !== undefined;
+    // None, or one that has not run by now (dropped): start one.
+    if (now - lane.watching >= takeback.OVERDUE && timer_at(takeback.WATCH, watcher, lane, now)[0] !== undefined) {
+      lane.watching = now;
+    }
   }
   return slot;
 }

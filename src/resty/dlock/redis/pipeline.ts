@@ -5,10 +5,10 @@
 //     Redis, and none rides a batch, a call goes out at once on a pooled
 //     connection of its own (a worker at low load adds no latency and no hop);
 //   - past that, a call is encoded into the next batch's buffer and sleeps on
-//     the batch's semaphore. Per endpoint, up to conf.senders timers (the senders),
-//     each the only user of its connection, send the batches as pipelines: a
-//     batch goes as soon as a sender is free, a sender reads its batch's
-//     replies (in chunks, resp.ts) and wakes the callers.
+//     the batch's semaphore. Per endpoint, up to conf.senders timers (the senders,
+//     senders.ts), each the only user of its connection, send the batches as
+//     pipelines: a batch goes as soon as a sender is free, a sender reads its
+//     batch's replies (in chunks, resp.ts) and wakes the callers.
 // Every call keeps its own outcome: a reply read is that call's answer; when
 // the connection breaks, the calls whose replies were not read are "outcome
 // unknown" ("lost") and the others are not; NOSCRIPT is answered by sending
@@ -20,11 +20,10 @@
 import type { CallResult } from "./backend";
 import type * as redis from "./client";
 import * as command from "./command";
-import * as connection from "./connection";
 import * as lanes from "./lanes";
 import * as roundtrip from "./roundtrip";
 import type * as scripts from "./scripts";
-import * as takeback from "./takeback";
+import * as senders from "./senders";
 import * as clock from "../core/clock";
 
 type Batch = command.Batch;
@@ -32,28 +31,21 @@ type Job = command.Job;
 
 const clock_now = clock.now;
 const clock_timeout = clock.timeout;
-const ngx_log = ngx.log;
-const ERR = ngx.ERR;
-const timer_at = ngx.timer.at;
-const worker_exiting = ngx.worker.exiting;
-const lua_pcall = pcall;
 const lua_tostring = tostring;
 const add = command.add;
 const recycleJob = command.recycle;
-const fail = command.fail;
 const batchOf = command.batchOf;
 const run = roundtrip.run;
-const runOn = roundtrip.runOn;
-const done = connection.done;
 const alone = roundtrip.one;
-const settle = takeback.settle;
 const laneOf = lanes.laneOf;
 const patience = lanes.patience;
 const claim = lanes.claim;
 const unclaim = lanes.unclaim;
 const idle = lanes.idle;
 const semaphoreOf = lanes.semaphoreOf;
-const recycle = lanes.recycle;
+const summon = senders.summon;
+const overdue = senders.overdue;
+const abandon = senders.abandon;
 type Lane = lanes.Lane;
 
 /** Calls of a worker that go out at once before the next ones join a batch (lanes.ts). */
@@ -65,111 +57,6 @@ export const stats = lanes.stats;
 const MAX_BATCH = 256;
 /** Calls a batch has room for before it grows: about as many as 50 requests' calls make per round trip. */
 const BATCH = 16;
-// Batches of a worker on their way to one Redis at once (conf.senders), each from a timer
-// on a connection of its own. A lone server gets two: with one, the worker sat idle while
-// a batch was out (a third of the time at 50 connections). Each master of a Cluster or
-// Redlock set gets one (together they keep batches in flight), which lets the callers it
-// woke run before it sends again (wake; TURN s at most): their releases ride the next batch.
-const TURN = 1;
-/** Seconds a sender waits for work before its timer ends. */
-const IDLE = 10;
-/** Seconds between an idle sender's looks at whether its worker exits. */
-const EXIT_CHECK = 0.5;
-/** Hand the calls nobody waits for (post) their outcome. */
-function answered(b: Batch): void {
-  const jobs = b.jobs;
-  for (const i of $range(1, jobs.length)) {
-    const j = jobs[i - 1]!;
-    const p = j.post;
-    if (p !== undefined) {
-      const [ok, err] = lua_pcall(p.answered, j);
-      if (!ok) ngx_log(ERR, "dlock: settling the posted ", j.s.name, " of ", j.rkey, " raised: ", err);
-    }
-  }
-}
-
-/**
- * Wake b's callers. A caller whose request ended (a client abort, a killed
- * thread) or whose wait timed out left the semaphore's queue, so resources
- * left over say that some did not come back; which ones is known once the
- * others have run. Asking costs the common case one FFI call, where a look
- * at each caller's request cost every call an ngx.ctx. A lone sender queues
- * behind them (first in, first woken; a stock nginx's ngx.sleep(0) runs it first).
- */
-function wake(lane: Lane, b: Batch): void {
-  const sem = b.sem!;
-  // post(0) raises: a batch of posted calls only wakes nobody.
-  const waiting = b.jobs.length - b.posted;
-  if (waiting > 0 && lane.conf.senders === 1) {
-    sem.post(waiting + 1);
-    sem.wait(TURN);
-  } else if (waiting > 0) sem.post(waiting);
-  if (sem.count() === 0) {
-    recycle(lane, sem);
-  } else if (b.undos > 0) {
-    b.kept = true;
-    const [ok, err] = timer_at(0, settle, lane.conf, b);
-    if (ok === undefined) ngx_log(ERR, "dlock: cannot take back the acquires of gone callers: ", err);
-  }
-  if (b.posted > 0) answered(b);
-}
-
-/**
- * Send the open batch, and the next, until there is none: back to back on one
- * connection, which goes back to its pool once no batch is open.
- */
-function flush(lane: Lane): void {
-  let red: RestyRedis | undefined;
-  while (lane.open !== undefined) {
-    const b = lane.open;
-    lane.open = undefined;
-    lane.batching++;
-    lane.batches++;
-    lane.batched += b.jobs.length;
-    const [ok, res] = lua_pcall(runOn, lane.conf, b, red);
-    red = undefined;
-    if (ok) {
-      red = res as RestyRedis | undefined;
-    } else {
-      fail(b, "dlock: pipeline to redis " + lane.conf.endpoint + " failed: " + lua_tostring(res), "lost");
-    }
-    lane.batching--;
-    if (b.jobs.length > 1) lane.loaded = clock_now() + lanes.LOADED;
-    wake(lane, b);
-  }
-  if (red !== undefined) done(red, lane.conf, true);
-}
-
-/**
- * A sender: a timer of the endpoint's lane in this worker, alive while there
- * is work (a timer per batch would cost more than the batch saves), gone
- * after IDLE seconds without any or when the worker exits.
- */
-function sender(this: void, premature: boolean, lane: Lane): void {
-  while (!premature) {
-    flush(lane);
-    if (worker_exiting()) break;
-    lane.idle++;
-    // Idle in slices: nothing wakes a semaphore when the worker starts to
-    // exit, and a graceful quit or reload waits for every running timer (one
-    // waiting IDLE seconds kept old workers alive that long).
-    let woken: boolean | undefined = false;
-    let waited = 0;
-    while (!woken && waited < IDLE && !worker_exiting()) {
-      [woken] = lane.work.wait(EXIT_CHECK);
-      waited += EXIT_CHECK;
-    }
-    lane.idle--;
-    if (!woken && lane.open === undefined) break;
-  }
-  if (lane.open !== undefined) {
-    const b = lane.open;
-    lane.open = undefined;
-    fail(b, "dlock: nginx worker exiting before the call to redis " + lane.conf.endpoint + " was sent", "failed");
-    wake(lane, b);
-  }
-  lane.senders--;
-}
 
 /**
  * The batch calls join now (a new one when none is open), with a sender woken
@@ -177,6 +64,11 @@ function sender(this: void, premature: boolean, lane: Lane): void {
  */
 function opened(lane: Lane): Batch | undefined {
   let b = lane.open;
+  // Only while no sender runs: its timer may be what nginx dropped.
+  if (b !== undefined && lane.senders === 0 && overdue(lane)) {
+    abandon(lane);
+    b = undefined;
+  }
   if (b === undefined) {
     const sem = semaphoreOf(lane);
     if (sem === undefined) return undefined;
@@ -188,15 +80,10 @@ function opened(lane: Lane): Batch | undefined {
   if (b.jobs.length === 0) {
     if (lane.idle > 0) {
       lane.work.post(1);
-    } else if (lane.senders < lane.conf.senders) {
-      const [started] = timer_at(0, sender, lane);
-      if (started !== undefined) {
-        lane.senders++;
-      } else if (lane.senders === 0) {
-        // No timer to send it (lua_max_pending_timers).
-        lane.open = undefined;
-        return undefined;
-      }
+    } else if (lane.senders < lane.conf.senders && !summon(lane) && lane.senders === 0) {
+      // No timer to send it (lua_max_pending_timers).
+      lane.open = undefined;
+      return undefined;
     }
   }
   return b;

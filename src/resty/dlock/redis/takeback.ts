@@ -92,6 +92,11 @@ export function settle(this: void, premature: boolean, conf: redis.RedisConf, b:
 
 /** Seconds between looks for acquires sent at once whose callers never came back. */
 export const WATCH = 1;
+/** Seconds after its start a watcher's timer that has not run never will (nginx dropped it). */
+export const OVERDUE = WATCH + 1;
+/** lane.watching: a watcher runs now, or none is on its way. */
+const RUNNING = math.huge;
+const NONE = -math.huge;
 
 /** Take back the acquires of lane whose time is up. */
 function look(lane: Lane): void {
@@ -127,7 +132,10 @@ function look(lane: Lane): void {
  * connection was closed with the command perhaps not yet run, and by then it
  * has run (or Redis has been stuck that long).
  */
-export function watcher(this: void, premature: boolean, lane: Lane): void {
+export function watcher(this: void, premature: boolean, lane: Lane, at: number): void {
+  // Started late, after another was started in its place (or runs now): that one watches.
+  if (lane.watching !== at) return;
+  lane.watching = RUNNING;
   look(lane);
   if (premature || worker_exiting()) {
     // No timer with a delay in an exiting worker (reload, quit): watch on in this
@@ -137,8 +145,11 @@ export function watcher(this: void, premature: boolean, lane: Lane): void {
       clock_sleep(WATCH);
       look(lane);
     }
-    lane.watching = false;
+    lane.watching = NONE;
     return;
   }
-  if (lua_next(lane.acquires)[0] === undefined || timer_at(WATCH, watcher, lane)[0] === undefined) lane.watching = false;
+  lane.watching = NONE;
+  if (lua_next(lane.acquires)[0] === undefined) return;
+  const now = clock_now();
+  if (timer_at(WATCH, watcher, lane, now)[0] !== undefined) lane.watching = now;
 }

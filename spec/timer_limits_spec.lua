@@ -102,6 +102,32 @@ describe("with every pending timer taken (lua_max_pending_timers)", function()
     -- (It was said at every count that found no flush on its way: 120 lines for 20 leases.)
     assert.equal(1, lines)
   end)
+
+  it("refuses a guard's request whose lease the watchdog cannot renew (on_error = deny): never two beside each other", function()
+    local n = start(16)
+    finally(function() n.stop() end)
+    get(n, "/fill?pending=1&s=5")
+    local key = h.unique("unrenewed")
+    -- The first would run 2.5 s, past its lease's 1 s: only renewals would keep its key.
+    local first = ngx.thread.spawn(h.http, n.port, "/mutex?key=" .. key .. "&ms=2500")
+    ngx.sleep(1.4)
+    local second = get(n, "/mutex?key=" .. key .. "&ms=300")
+    local _, r1 = ngx.thread.wait(first)
+    local hits = tonumber(get(n, "/stats?key=" .. key).body:match("^(%d+)"))
+    -- (Both were let through, 200, the second beside the first: the lease ran out unrenewed under it.)
+    assert.same({ 507, 507, 0 }, { r1.status, second.status, hits })
+  end)
+
+  it("says in a few lines, not several for every request, that the guards' timers cannot be had", function()
+    local n = start(16)
+    finally(function() n.stop() end)
+    get(n, "/fill?pending=1&s=5")
+    local from = #n.error_log()
+    for i = 1, 20 do assert.equal(507, get(n, "/mutex?key=" .. h.unique("flood") .. i .. "&ms=0").status) end
+    local _, lines = n.error_log():sub(from + 1):gsub("%[error%][^\n]*dlock:", "")
+    -- (A watchdog line, a keeper line and a release-queue line for each request, and the meter's three.)
+    assert.is_true(lines <= 4, lines .. " dlock [error] lines for 20 requests")
+  end)
 end)
 
 h.check_error_logs({
@@ -111,5 +137,9 @@ h.check_error_logs({
   { "no answer from the pipeline in", max = 12 },
   { "Redis keeps failing, not calling it for", max = 2 },
   -- Every pending timer taken: said once.
-  { "cannot defer the counts of the lease metrics, adding them at once: too many pending timers", max = 1 },
+  { "cannot defer the counts of the lease metrics, adding them at once: too many pending timers", max = 3 },
+  -- A guard that cannot have its timers: one line of each kind per test.
+  { "dlock: guard mutex: cannot start the lease watchdog: too many pending timers: requests go by on_error", max = 2 },
+  { "dlock: guard mutex: cannot start the gateway keeper: too many pending timers", max = 2 },
+  { "dlock: gateway: cannot schedule %d+ release%(s%)", max = 2 },
 })

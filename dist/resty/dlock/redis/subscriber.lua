@@ -243,6 +243,11 @@ local function pause(seconds)
     end
 end
 local function run(premature, s)
+    if s.running then
+        return
+    end
+    s.running = true
+    s.scheduled = nil
     local retry = RETRY
     while not premature do
         local ok, res = lua_pcall(session, s)
@@ -275,12 +280,23 @@ local function run(premature, s)
     end
     s.running = false
 end
---- Start the subscriber of s (its timer), unless it runs.
+--- Seconds a started timer has to run before it is taken for dropped: nginx
+-- drops one whose time comes while lua_max_running_timers are all running
+-- (ngx.timer.at said ok), and wake-ups would stop for good.
+local LATE = 1
+--- Start the subscriber of s (its timer), unless it runs or a timer started for it is on its way.
 function _M.start(s)
     if s.running then
         return
     end
+    local now = clock_now()
+    local at = s.scheduled
+    if at ~= nil and now - at < LATE then
+        return
+    end
     local ok = timer_at(0, run, s)
-    s.running = ok ~= nil
+    if ok ~= nil then
+        s.scheduled = now
+    end
 end
 return _M

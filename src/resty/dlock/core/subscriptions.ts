@@ -54,7 +54,10 @@ export interface Subscriber {
   rung: boolean;
   /** When (ngx.now()) the control thread wakes next unless rung. */
   wakeAt: number;
+  /** Its timer runs (set by that timer, not when it is started: nginx may drop a started one). */
   running: boolean;
+  /** When start() started a timer that has not run yet (nil: none). */
+  scheduled?: number;
   /** Redis refused the subscription (ACL): never try again on this endpoint. */
   refused: boolean;
   /** Is the connection down (told once in the log, until it is back)? */

@@ -232,6 +232,10 @@ function pause(seconds: number): void {
 }
 
 function run(this: void, premature: boolean, s: subs.Subscriber): void {
+  // Started late, after start() took this timer for dropped: the one started instead runs.
+  if (s.running) return;
+  s.running = true;
+  s.scheduled = undefined;
   let retry = RETRY;
   while (!premature) {
     // A raise must not leave `running` set with nobody running: wake-ups would stop for good.
@@ -261,9 +265,19 @@ function run(this: void, premature: boolean, s: subs.Subscriber): void {
   s.running = false;
 }
 
-/** Start the subscriber of s (its timer), unless it runs. */
+/**
+ * Seconds a started timer has to run before it is taken for dropped: nginx
+ * drops one whose time comes while lua_max_running_timers are all running
+ * (ngx.timer.at said ok), and wake-ups would stop for good.
+ */
+const LATE = 1;
+
+/** Start the subscriber of s (its timer), unless it runs or a timer started for it is on its way. */
 export function start(s: subs.Subscriber): void {
   if (s.running) return;
+  const now = clock_now();
+  const at = s.scheduled;
+  if (at !== undefined && now - at < LATE) return;
   const [ok] = timer_at(0, run, s);
-  s.running = ok !== undefined;
+  if (ok !== undefined) s.scheduled = now;
 }

@@ -30,6 +30,13 @@ local MAX_SWEEP_DELAY = 0.5
 local givenUp = quiet.make()
 local orphans = {}
 local sweeping = false
+--- When the next sweep's timer is due (0 while a sweep runs). nginx drops a due
+-- timer when lua_max_running_timers are all running, though ngx.timer.at said
+-- ok: one LATE s past due was dropped, and the next adopt() starts another
+-- (the sweeps' generation tells the dropped one, should it run after all).
+local sweepDue = 0
+local sweeps = 0
+local LATE = 1
 --- "dlock: <done> N key(s) <why> (a, b, c and N more)": Redis answering again
 -- after an outage settles hundreds in one sweep, said in one line, not one each.
 local function say(t, done, why)
@@ -135,7 +142,12 @@ local function sweepWhileExiting(delay)
         orphans = {}
     end
 end
-local function sweep(premature, delay)
+local schedule
+local function sweep(premature, delay, gen)
+    if gen ~= sweeps then
+        return
+    end
+    sweepDue = 0
     sweepSafely()
     if #orphans > 0 and (premature or worker_exiting()) then
         sweepWhileExiting(delay)
@@ -145,17 +157,19 @@ local function sweep(premature, delay)
         return
     end
     local later = math_min(delay * 2, MAX_SWEEP_DELAY)
-    local scheduled = timer_at(later, sweep, later)
-    if not scheduled then
-        sweeping = false
-    end
+    sweeping = schedule(later, later)
+end
+schedule = function(wait, delay)
+    sweeps = sweeps + 1
+    local ok = timer_at(wait, sweep, delay, sweeps)
+    sweepDue = clock_now() + wait
+    return ok ~= nil
 end
 --- Keep trying to delete o's key (owner-checked) until Redis answers or o.deadline passes.
 local function adopt(o)
     orphans[#orphans + 1] = o
-    if not sweeping then
-        local ok = timer_at(0, sweep, FIRST_SWEEP_DELAY)
-        sweeping = ok ~= nil
+    if not sweeping or sweepDue > 0 and clock_now() - sweepDue > LATE then
+        sweeping = schedule(0, FIRST_SWEEP_DELAY)
     end
 end
 --- An acquire whose reply was lost: its SET may have landed, or may still land.

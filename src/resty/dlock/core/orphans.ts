@@ -60,6 +60,15 @@ const givenUp = quiet.make();
 
 let orphans: Orphan[] = [];
 let sweeping = false;
+/**
+ * When the next sweep's timer is due (0 while a sweep runs). nginx drops a due
+ * timer when lua_max_running_timers are all running, though ngx.timer.at said
+ * ok: one LATE s past due was dropped, and the next adopt() starts another
+ * (the sweeps' generation tells the dropped one, should it run after all).
+ */
+let sweepDue = 0;
+let sweeps = 0;
+const LATE = 1;
 
 /**
  * "dlock: <done> N key(s) <why> (a, b, c and N more)": Redis answering again
@@ -148,7 +157,13 @@ function sweepWhileExiting(delay: number): void {
   }
 }
 
-function sweep(this: void, premature: boolean, delay: number): void {
+// sweep() schedules itself again: declared here, set after it.
+let schedule: (this: void, wait: number, delay: number) => boolean;
+
+function sweep(this: void, premature: boolean, delay: number, gen: number): void {
+  // Taken for dropped, and another started: that one sweeps.
+  if (gen !== sweeps) return;
+  sweepDue = 0;
   // Whatever a sweep runs into, the next one must still be scheduled:
   // a stuck `sweeping` flag would stop all cleanup in this worker for good.
   sweepSafely();
@@ -158,19 +173,21 @@ function sweep(this: void, premature: boolean, delay: number): void {
     return;
   }
   const later = math_min(delay * 2, MAX_SWEEP_DELAY);
-  const [scheduled] = timer_at(later, sweep, later);
-  if (!scheduled) {
-    sweeping = false;
-  }
+  sweeping = schedule(later, later);
 }
+
+/** The next sweep in `wait` s, sleeping `delay` s between its tries while exiting; false when no timer can be had. */
+schedule = function (this: void, wait: number, delay: number): boolean {
+  sweeps++;
+  const [ok] = timer_at(wait, sweep, delay, sweeps);
+  sweepDue = clock_now() + wait;
+  return ok !== undefined;
+};
 
 /** Keep trying to delete o's key (owner-checked) until Redis answers or o.deadline passes. */
 function adopt(o: Orphan): void {
   orphans.push(o);
-  if (!sweeping) {
-    const [ok] = timer_at(0, sweep, FIRST_SWEEP_DELAY);
-    sweeping = ok !== undefined;
-  }
+  if (!sweeping || (sweepDue > 0 && clock_now() - sweepDue > LATE)) sweeping = schedule(0, FIRST_SWEEP_DELAY);
 }
 
 /** An acquire whose reply was lost: its SET may have landed, or may still land. */

@@ -52,6 +52,81 @@ describe("redis.cluster while a slot migrates", function()
     assert.is_true(nowhere(from, to, rkey))
   end)
 
+  it("releases the last reader while its slot is MIGRATING and a writer waits in the queue (every key on the source): the writer gets it", function()
+    local l = locks()
+    -- Another dict: the reader is not this waiter's nginx's, so it waits in Redis' queue.
+    local w = locks({ dict = "dlock_other", prefix = l.prefix })
+    local script = require "resty.dlock.redis.script"
+    local _, rkey, _, from, to, held = migrating(l, "rq", function(k)
+      local reader = assert(l:acquire(k, { ttl = 10000, shared = true }))
+      local writer = ngx.thread.spawn(function() return w:acquire(k, { ttl = 5000, wait = 6000 }) end)
+      -- Time for the writer to take its ticket in the queue, before the slot starts to move.
+      ngx.sleep(0.3)
+      return { reader = reader, writer = writer, queue = script.queueKey(l.prefix .. k, true) }
+    end)
+    -- The ticket on the source, with the readers and the lock key.
+    assert.equal(1, h.cmd(from, "zcard", held.queue))
+    local ok, err = held.reader:release()
+    assert.is_nil(err)
+    assert.is_true(ok)
+    local _, lease, werr = ngx.thread.wait(held.writer)
+    assert(lease, werr)
+    assert.is_true(lease:release())
+    assert.is_true(nowhere(from, to, rkey))
+  end)
+
+  it("releases a lock while its slot is MIGRATING and a waiter is in the queue (every key on the source): the waiter gets it", function()
+    local l = locks()
+    local w = locks({ dict = "dlock_other", prefix = l.prefix })
+    local script = require "resty.dlock.redis.script"
+    local _, rkey, _, from, to, held = migrating(l, "lq", function(k)
+      local holder = assert(l:acquire(k, { ttl = 10000 }))
+      local waiter = ngx.thread.spawn(function() return w:acquire(k, { ttl = 5000, wait = 6000 }) end)
+      ngx.sleep(0.3)
+      return { holder = holder, waiter = waiter, queue = script.queueKey(l.prefix .. k, true) }
+    end)
+    assert.equal(1, h.cmd(from, "zcard", held.queue))
+    local ok, err = held.holder:release()
+    assert.is_nil(err)
+    assert.is_true(ok)
+    local _, lease, werr = ngx.thread.wait(held.waiter)
+    assert(lease, werr)
+    assert.is_true(lease:release())
+    assert.is_true(nowhere(from, to, rkey))
+  end)
+
+  it("releases a set of keys in one slot (acquire_all) while it is MIGRATING and each key has a waiter in its queue: the waiters get them", function()
+    local l = locks()
+    local w = locks({ dict = "dlock_other", prefix = l.prefix })
+    local script = require "resty.dlock.redis.script"
+    local tag = key_on(l, nil, "mq")
+    local k1, k2 = "a{" .. tag .. "}", "b{" .. tag .. "}"
+    local slot = c.keyslot(l.prefix .. k1)
+    local from = c.slot_port(slot)
+    local to = other_master(from)
+    local set = assert(l:acquire_all({ k1, k2 }, { ttl = 10000 }))
+    local waiter = ngx.thread.spawn(function() return w:acquire(k1, { ttl = 5000, wait = 6000 }) end)
+    local waiter2 = ngx.thread.spawn(function() return w:acquire(k2, { ttl = 5000, wait = 6000 }) end)
+    ngx.sleep(0.3)
+    -- Both keys and their waiters' tickets on the source when the slot starts to move.
+    assert.equal(1, h.cmd(from, "zcard", script.queueKey(l.prefix .. k1, true)))
+    assert.equal(1, h.cmd(from, "zcard", script.queueKey(l.prefix .. k2, true)))
+    h.migrate_slot(c, slot, from, to, "begin")
+    finally(function()
+      h.migrate_slot(c, slot, from, to, "keys")
+      h.migrate_slot(c, slot, from, to, "finish")
+    end)
+    local ok, err = set:release()
+    assert.is_nil(err)
+    assert.is_true(ok)
+    for _, th in ipairs({ waiter, waiter2 }) do
+      local _, lease, werr = ngx.thread.wait(th)
+      assert(lease, werr)
+      assert.is_true(lease:release())
+    end
+    assert.is_true(nowhere(from, to, l.prefix .. k1) and nowhere(from, to, l.prefix .. k2))
+  end)
+
   it("extends a shared lock's reader while its slot is MIGRATING: true, the key's ttl moved", function()
     local l = locks()
     local _, rkey, _, from, _, reader = migrating(l, "re", function(k) return assert(l:acquire(k, { ttl = 5000, shared = true })) end)

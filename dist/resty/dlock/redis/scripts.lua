@@ -42,7 +42,7 @@ _M.RELEASE = script(
 _M.GRANT = 100
 _M.QUEUE = "local Q = KEYS[#KEYS]\n"
 _M.FIRST_LIVE = "  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\n"
-_M.LINE = "local t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n" .. _M.FIRST_LIVE .. "end\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.pcall('PUBLISH', '" .. _M.CHANNEL .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', " .. tostring(_M.GRANT) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '" .. _M.CHANNEL .. "' .. KEYS[1], 'g" .. tostring(_M.GRANT) .. " ' .. who)\n  return who\nend\n"
+_M.LINE = "local t, now\nlocal function clock()\n  t = redis.call('TIME')\n  now = t[1] * 1000 + math.floor(t[2] / 1000)\nend\nlocal function head()\n" .. _M.FIRST_LIVE .. "end\nlocal function pass_on()\n  local h = head()\n  if not h then\n    redis.call('DEL', KEYS[1])\n    redis.pcall('PUBLISH', '" .. _M.CHANNEL .. "' .. KEYS[1], '')\n    return 1\n  end\n  local who = string.match(h, '^%d+ (.*)$')\n  redis.call('SET', KEYS[1], who, 'PX', " .. tostring(_M.GRANT) .. ")\n  redis.call('ZREM', Q, h)\n  redis.pcall('PUBLISH', '" .. _M.CHANNEL .. "' .. KEYS[1], 'g" .. tostring(_M.GRANT) .. " ' .. who)\n  return who\nend\n"
 _M.REJOIN = "local mine\nif ARGV[4] ~= '' then\n  local issued, deadline = string.match(ARGV[4], '^(%d+) (%d+)$')\n  mine = deadline .. ' ' .. ARGV[1]\n  -- back in line at its old place, had its turn come and gone while it was away\n  if tonumber(deadline) > now and redis.call('ZADD', Q, 'NX', issued, mine) == 1 then\n    if redis.call('PTTL', Q) < tonumber(deadline) - now then redis.call('PEXPIRE', Q, tonumber(deadline) - now) end\n  end\nend\n"
 _M.TICKET = "local ticket = ARGV[4]\nlocal wait = tonumber(ARGV[3])\nif ticket == '' and wait > 0 then\n  local issued = t[1] .. string.format('%06d', t[2])\n  ticket = issued .. ' ' .. (now + wait)\n  mine = (now + wait) .. ' ' .. ARGV[1]\n  redis.call('ZADD', Q, issued, mine)\n  if redis.call('PTTL', Q) < wait then redis.call('PEXPIRE', Q, wait) end\nend\nreturn { redis.call('PTTL', KEYS[1]), ticket, mine and redis.call('ZRANK', Q, mine) or -1 }\n"
 _M.LEAVE = "local tail = ' ' .. ARGV[1]\nlocal dropped = 0\nfor _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n  if string.sub(m, -#tail) == tail then\n    dropped = redis.call('ZREM', Q, m)\n    break\n  end\nend\n"
@@ -73,7 +73,7 @@ _M.ACQUIRE_QUEUED_FENCED = script(
 -- nobody is told: waiters are in line); 0 when the key is not ours.
 _M.RELEASE_QUEUED = script(
     "release",
-    _M.QUEUE .. "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nredis.call('DEL', KEYS[1])\nif redis.call('EXISTS', Q) == 0 then return 1 end\n" .. _M.LINE .. "clock()\nreturn pass_on()\n",
+    _M.QUEUE .. "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\nif redis.call('EXISTS', Q) == 0 then return redis.call('DEL', KEYS[1]) end\n" .. _M.LINE .. "clock()\nreturn pass_on()\n",
     2,
     nil,
     _M.RELEASE,
@@ -85,7 +85,7 @@ _M.RELEASE_QUEUED = script(
 -- next waiter's token then (as RELEASE_QUEUED), else 0.
 _M.DROP = script(
     "drop",
-    _M.QUEUE .. _M.LINE .. "clock()\n" .. _M.LEAVE .. "if redis.call('GET', KEYS[1]) == ARGV[1] then\n  redis.call('DEL', KEYS[1])\n  return pass_on()\nend\nreturn dropped\n",
+    _M.QUEUE .. _M.LINE .. "clock()\n" .. _M.LEAVE .. "if redis.call('GET', KEYS[1]) == ARGV[1] then\n  return pass_on()\nend\nreturn dropped\n",
     2,
     nil,
     _M.RELEASE,

@@ -127,9 +127,10 @@ for i = 1, n do
   if redis.call('GET', k) ~= ARGV[1] then
     out[i] = 0
   else
-    redis.call('DEL', k)
     out[i] = 1
-    if redis.call('EXISTS', Q) == 1 then
+    if redis.call('EXISTS', Q) == 0 then
+      redis.call('DEL', k)
+    else
       if not now then
         t = redis.call('TIME')
         now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -147,6 +148,7 @@ for i = 1, n do
         redis.pcall('PUBLISH', '${CHANNEL}' .. k, 'g${GRANT} ' .. who)
         out[i] = who
       else
+        redis.call('DEL', k)
         redis.pcall('PUBLISH', '${CHANNEL}' .. k, '')
       end
     end

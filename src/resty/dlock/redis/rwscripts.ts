@@ -63,6 +63,20 @@ local function sync()
   redis.call('PEXPIREAT', KEYS[1], last[2])
   return true
 end
+-- A reader (token; live: its place has not run out) leaves: true when live
+-- readers remain (synced), false when none does (the set gone). The others are
+-- counted before it leaves: a set the script emptied cannot be touched again
+-- in a Cluster slot that migrates ("non local key").
+local function step_out(token, live)
+  local others = redis.call('ZCOUNT', R, '(' .. now, '+inf')
+  if live then others = others - 1 end
+  if others == 0 then
+    redis.call('DEL', R)
+    return false
+  end
+  redis.call('ZREM', R, token)
+  return sync()
+end
 -- The readers at the head of the line go in together: a place reserved for
 -- GRANT ms each, and word by name. The caller makes the key MARK and syncs.
 local function admit()
@@ -77,10 +91,12 @@ local function admit()
     n = n + 1
   end
 end
--- The key is free (the last reader left): to the readers at the head of the
--- line, or as RELEASE_QUEUED hands it on (1, or the token it went to).
+-- The last reader left (the set gone): the key to the readers at the head of
+-- the line, or as RELEASE_QUEUED hands it on (1, or the token it went to). The
+-- key is not deleted first: a Cluster slot migrating refuses a key the script
+-- deleted ("non local key"); readers let in then still are (rare: they queue
+-- behind a writer).
 local function hand_on()
-  redis.call('DEL', R)
   if admit() > 0 then
     redis.call('SET', KEYS[1], MARK)
     sync()
@@ -214,14 +230,12 @@ return 0
 export const READ_RELEASE = script("shared release", scripts.QUEUE + scripts.LINE + READERS + `clock()
 if redis.call('GET', KEYS[1]) ~= MARK then return 0 end
 local exp = redis.call('ZSCORE', R, ARGV[1])
-local live = false
-if exp then
-  redis.call('ZREM', R, ARGV[1])
-  live = tonumber(exp) > now
+local live = exp ~= false and tonumber(exp) > now
+if step_out(ARGV[1], live) then return live and 1 or 0 end
+if redis.call('EXISTS', Q) == 0 then
+  redis.call('DEL', KEYS[1])
+  return live and 1 or 0
 end
-if sync() then return live and 1 or 0 end
-redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', Q) == 0 then return live and 1 or 0 end
 local r = hand_on()
 if live then return r end
 return 0
@@ -260,12 +274,12 @@ export const READ_EXTEND = script("shared extend", EXTEND, 3, scripts.isOne,
 export const READ_DROP = script("shared drop", scripts.QUEUE + scripts.LINE + READERS + `clock()
 ` + scripts.LEAVE + `local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', R)
   return hand_on()
 end
-if v == MARK and redis.call('ZREM', R, ARGV[1]) == 1 then
-  if sync() then return 1 end
-  redis.call('DEL', KEYS[1])
+local exp = v == MARK and redis.call('ZSCORE', R, ARGV[1])
+if exp then
+  if step_out(ARGV[1], tonumber(exp) > now) then return 1 end
   return hand_on()
 end
 return dropped

@@ -8,6 +8,7 @@ local lua_pairs = pairs
 local lua_ipairs = ipairs
 local lua_next = next
 local lua_pcall = pcall
+local lua_error = error
 local lua_tostring = tostring
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -118,7 +119,7 @@ local function extendGroup(list, idx, results, sent)
             settle.unconfirmed(l, out.faults[j], false)
             results[i] = out.errors[j]
         else
-            local ok, err = settle.extended(l, reply, l.ttl, sent)
+            local ok, err = settle.extended(l, reply, ms[j], sent)
             results[i] = ok or err
         end
     end
@@ -187,14 +188,22 @@ function _M.extendAll(list)
     local results = {}
     for i = 1, #list do
         results[i] = "not_owner"
+        list[i]._extending = true
     end
-    eachGroup(
+    local ok, err = lua_pcall(
+        eachGroup,
         byEndpoint(list, extendScript),
         list,
         extendGroup,
         results,
         clock_now() * 1000
     )
+    for i = 1, #list do
+        list[i]._extending = nil
+    end
+    if not ok then
+        lua_error(err, 0)
+    end
     return results
 end
 return _M

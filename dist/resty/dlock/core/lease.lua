@@ -10,6 +10,7 @@ local watchdog = require("resty.dlock.core.watchdog")
 local clock = require("resty.dlock.core.clock")
 local ngx_get_phase = ngx.get_phase
 local clock_now = clock.now
+local clock_sleep = clock.sleep
 local lua_setmetatable = setmetatable
 local nowMs = settle.nowMs
 local notSelf = check.notSelf
@@ -30,6 +31,17 @@ local function phaseError(op)
         return nil
     end
     return "dlock: " .. op .. " needs cosockets, which nginx does not allow in the " .. phase .. " phase (use it in access/content, or from ngx.timer.at)"
+end
+--- Until a renewal of l on its way is back (bounded by its call's timeouts): an extend() must reach Redis after it.
+local function quiesce(l)
+    if not l._extending then
+        return
+    end
+    local conf = l._store.redis
+    local deadline = clock_now() + (conf.connect_timeout + conf.read_timeout) / 1000
+    while l._extending and clock_now() < deadline do
+        clock_sleep(0.002)
+    end
 end
 --- The leases' metatable (its __index, the methods, is set once they are).
 local leaseMt = {}
@@ -87,7 +99,9 @@ local leaseMethods = {
         if self._released then
             return nil, "not_owner"
         end
+        quiesce(self)
         local sent = clock_now() * 1000
+        self._extending = true
         local res, err, fault = backend.own(
             self._store.redis,
             self._kind.extend,
@@ -95,6 +109,7 @@ local leaseMethods = {
             self.token,
             ms
         )
+        self._extending = nil
         if res == nil then
             settle.unconfirmed(self, fault, false)
             return nil, err
@@ -165,4 +180,5 @@ function _M.posted(l, j)
     return settle.released(l, j.res)
 end
 _M.phaseError = phaseError
+_M.quiesce = quiesce
 return _M

@@ -152,14 +152,30 @@ local multiMethods = {
             return nil, terr
         end
         local parts = self._parts
+        local rerr = options.renewable(
+            watchdog.watches(parts[1]),
+            ms
+        )
+        if rerr ~= nil then
+            return nil, rerr
+        end
         for i = 1, #parts do
             if parts[i]._released then
                 releaseParts(parts, self._together)
                 return nil, "not_owner"
             end
         end
+        for i = 1, #parts do
+            lease.quiesce(parts[i])
+        end
         local sent = clock_now() * 1000
+        for i = 1, #parts do
+            parts[i]._extending = true
+        end
         local out = runAll(parts, self._together, false, ms)
+        for i = 1, #parts do
+            parts[i]._extending = nil
+        end
         local err
         local notOwner = false
         for i = 1, #parts do

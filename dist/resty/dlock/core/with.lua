@@ -12,7 +12,8 @@ local function finish(l, ...)
     local released, rerr = l:release()
     local stuck = released == nil and rerr ~= "not_owner"
     if stuck then
-        settle.orphan(l)
+        local hold = l._hold
+        settle.orphan(hold ~= nil and hold.root or l)
     end
     local ok, e = lua_select(1, ...)
     if ok ~= true then

@@ -15,6 +15,7 @@ const lua_pairs = pairs;
 const lua_ipairs = ipairs;
 const lua_next = next;
 const lua_pcall = pcall;
+const lua_error = error;
 const lua_tostring = tostring;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
@@ -133,7 +134,8 @@ function extendGroup(this: void, list: Lease[], idx: number[], results: (true | 
       settle.unconfirmed(l, out.faults.get(j), false);
       results[i - 1] = out.errors.get(j)!;
     } else {
-      const [ok, err] = settle.extended(l, reply, l.ttl, sent);
+      // At the ttl sent: l.ttl would be an extend()'s, had one come meanwhile.
+      const [ok, err] = settle.extended(l, reply, ms[j - 1]!, sent);
       results[i - 1] = ok || err!;
     }
   }
@@ -183,7 +185,13 @@ export function releaseAll(list: Lease[], untimed = false): LuaMultiReturn<[numb
  */
 export function extendAll(list: Lease[]): (true | string)[] {
   const results: (true | string)[] = [];
-  for (const i of $range(1, list.length)) results[i - 1] = "not_owner";
-  eachGroup(byEndpoint(list, extendScript), list, extendGroup, results, clock_now() * 1000);
+  for (const i of $range(1, list.length)) {
+    results[i - 1] = "not_owner";
+    // An extend() of one waits for this renewal (lease.ts _extending).
+    list[i - 1]!._extending = true;
+  }
+  const [ok, err] = lua_pcall(eachGroup, byEndpoint(list, extendScript), list, extendGroup, results, clock_now() * 1000);
+  for (const i of $range(1, list.length)) list[i - 1]!._extending = undefined;
+  if (!ok) lua_error(err, 0);
   return results;
 }

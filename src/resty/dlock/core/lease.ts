@@ -16,6 +16,7 @@ import * as clock from "./clock";
 
 const ngx_get_phase = ngx.get_phase;
 const clock_now = clock.now;
+const clock_sleep = clock.sleep;
 const lua_setmetatable = setmetatable;
 const nowMs = settle.nowMs;
 const notSelf = check.notSelf;
@@ -91,6 +92,13 @@ export interface Lease {
   _releaseSent?: boolean;
   /** release() was called: the watchdog stops renewing it, and a failed renewal is not a loss. */
   _releasing?: boolean;
+  /**
+   * An extend() or a renewal of it is on its way: the other waits for it. The
+   * two may reach Redis in either order, and the last sets the key's ttl,
+   * whatever ttl the lease settles at (a renewal at the old ttl landing after
+   * an extend() cut the key's life short under a lease that said valid).
+   */
+  _extending?: boolean;
   /** The watchdog found it gone, or could not renew it before it expired. */
   _lost?: boolean;
   /** Told once when the lease is lost (renew = true only). */
@@ -116,6 +124,14 @@ function phaseError(op: string): string | undefined {
   }
   return "dlock: " + op + " needs cosockets, which nginx does not allow in the " + phase +
     " phase (use it in access/content, or from ngx.timer.at)";
+}
+
+/** Until a renewal of l on its way is back (bounded by its call's timeouts): an extend() must reach Redis after it. */
+function quiesce(l: Lease): void {
+  if (!l._extending) return;
+  const conf = l._store.redis;
+  const deadline = clock_now() + (conf.connect_timeout + conf.read_timeout) / 1000;
+  while (l._extending && clock_now() < deadline) clock_sleep(0.002);
 }
 
 /** What the lease's holder is told when the watchdog finds it lost. */
@@ -173,8 +189,12 @@ const leaseMethods = {
     if (this._released) {
       return $multi(undefined, "not_owner");
     }
+    quiesce(this);
     const sent = clock_now() * 1000;
+    // Calls into Redis answer nil, err, never raise: the flag cannot stay set.
+    this._extending = true;
     const [res, err, fault] = backend.own(this._store.redis, this._kind.extend, this._rkey, this.token, ms);
+    this._extending = undefined;
     if (res === undefined) {
       settle.unconfirmed(this, fault, false);
       return $multi(undefined, err);
@@ -232,4 +252,4 @@ export function posted(l: Lease, j: backend.Job): LuaMultiReturn<[true | undefin
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { phaseError };
+export { phaseError, quiesce };

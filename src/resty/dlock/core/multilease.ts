@@ -174,14 +174,21 @@ const multiMethods = {
     const [ms, terr] = options.extendTtl(ttl, this.ttl);
     if (ms === undefined) return $multi(undefined, terr);
     const parts = this._parts;
+    // As a single renewed lease's: the watchdog renews each part a third of the way through its ttl.
+    const rerr = options.renewable(watchdog.watches(parts[0]!), ms);
+    if (rerr !== undefined) return $multi(undefined, rerr);
     for (const i of $range(1, parts.length)) {
       if (parts[i - 1]!._released) {
         releaseParts(parts, this._together);
         return $multi(undefined, "not_owner");
       }
     }
+    for (const i of $range(1, parts.length)) lease.quiesce(parts[i - 1]!);
     const sent = clock_now() * 1000;
+    // The watchdog's renewals of the parts wait for this (lease.ts _extending); runAll answers, never raises.
+    for (const i of $range(1, parts.length)) parts[i - 1]!._extending = true;
     const out = runAll(parts, this._together, false, ms);
+    for (const i of $range(1, parts.length)) parts[i - 1]!._extending = undefined;
     let err: string | undefined;
     let notOwner = false;
     for (const i of $range(1, parts.length)) {

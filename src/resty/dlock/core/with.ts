@@ -25,7 +25,9 @@ function finish(this: void, l: lease.Lease, ...pcalled: unknown[]): LuaMultiRetu
   const [released, rerr] = l.release();
   const stuck = released === undefined && rerr !== "not_owner";
   if (stuck) {
-    settle.orphan(l);
+    // A reentrant factory's handle (reentrant.ts): the lease left to the sweep is its root, which it released last.
+    const hold = (l as unknown as { _hold?: { root: lease.Lease } })._hold;
+    settle.orphan(hold !== undefined ? hold.root : l);
   }
   const [ok, e] = lua_select(1, ...pcalled);
   if (ok !== true) {

@@ -475,7 +475,7 @@ declare module "resty.dlock.compat" {
   export const _VERSION: string;
 
   /** Where locks live (once, in init_by_lua); the local Redis without it. */
-  export function configure(this: void, opts: ConfigureOptions): LuaMultiReturn<[true | undefined, string | undefined]>;
+  export function configure(this: void, opts?: ConfigureOptions): LuaMultiReturn<[true | undefined, string | undefined]>;
   /** Called as resty_lock:new(dict_name, opts), like lua-resty-lock. */
   function create(this: unknown, dict_name: string, opts?: Options): LuaMultiReturn<[Lock | undefined, string | undefined]>;
   export { create as new };

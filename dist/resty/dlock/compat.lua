@@ -94,7 +94,11 @@ function _M.configure(opts)
     if o == nil then
         return nil, err
     end
-    settings = {redis = opts.redis, prefix = o.prefix, name = o.name}
+    local redis
+    if lua_type(opts) == "table" then
+        redis = opts.redis
+    end
+    settings = {redis = redis, prefix = o.prefix, name = o.name}
     factories = {}
     return true, nil
 end

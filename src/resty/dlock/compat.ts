@@ -107,12 +107,15 @@ let factories = new LuaTable<string, dlock.Locks>();
  * Where the locks live, for every object made after it: redis (as for dlock.new),
  * prefix (default "dlock:compat:"), name (metrics; default "compat"). true, or nil, err.
  */
-export function configure(this: void, opts: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
+export function configure(this: void, opts?: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
   // Checked now, so that a mistake shows in init_by_lua rather than at the first lock.
   const [o, err] = configureOptions(opts);
   if (o === undefined) return $multi(undefined, err);
   // The factories get the table as given: dlock.new checks it again, with their dict.
-  settings = { redis: (opts as LuaTable<string, unknown>).get("redis"), prefix: o.prefix, name: o.name };
+  // No table at all (configure()) means every default, as the schema took it.
+  let redis: unknown;
+  if (lua_type(opts) === "table") redis = (opts as LuaTable<string, unknown>).get("redis");
+  settings = { redis, prefix: o.prefix, name: o.name };
   factories = new LuaTable();
   return $multi(true as const, undefined);
 }

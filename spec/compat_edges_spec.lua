@@ -6,6 +6,12 @@
 local h = require "helpers"
 local resty_lock = require "resty.dlock.compat"
 
+local PREFIX = "dlock:compat:"
+
+local function sha1_hex(s)
+  return (ngx.sha1_bin(s):gsub(".", function(c) return string.format("%02x", c:byte()) end))
+end
+
 describe("resty.dlock.compat at lua-resty-lock's edges", function()
   before_each(function()
     assert(resty_lock.configure({ redis = { port = h.redis_port } }))
@@ -27,6 +33,43 @@ describe("resty.dlock.compat at lua-resty-lock's edges", function()
     assert.equal(1, a:unlock())
     assert.same({ 0 }, { b:lock(key) })
     assert.equal(1, b:unlock())
+  end)
+
+  it("lock takes a key longer than 512 bytes, as lua-resty-lock does, held under its SHA-1", function()
+    -- A cache lock's key is often the request URI or a cache key built from it.
+    local key = h.unique("long") .. string.rep("/segment", 200)   -- about 1.6 KB
+    local lock = assert(resty_lock:new("dlock", { timeout = 0 }))
+    local other = assert(resty_lock:new("dlock", { timeout = 0 }))
+    assert.same({ 0 }, { lock:lock(key) })
+    assert.is_string(h.cmd(nil, "get", PREFIX .. "sha1:" .. sha1_hex(key)))
+    assert.same({ nil, "timeout" }, { other:lock(key) })
+    assert.equal(1, lock:unlock())
+    assert.equal(ngx.null, h.cmd(nil, "get", PREFIX .. "sha1:" .. sha1_hex(key)))
+    assert.same({ 0 }, { other:lock(key) })
+    assert.equal(1, other:unlock())
+  end)
+
+  it("a key of up to 512 bytes keeps its Redis key; 513 bytes and up are digested", function()
+    local base = h.unique("edge")
+    local at = base .. string.rep("x", 512 - #base)
+    local over = at .. "x"
+    local lock = assert(resty_lock:new("dlock", { timeout = 0 }))
+    assert.same({ 0 }, { lock:lock(at) })
+    assert.is_string(h.cmd(nil, "get", PREFIX .. at))
+    assert.equal(1, lock:unlock())
+    assert.same({ 0 }, { lock:lock(over) })
+    assert.is_string(h.cmd(nil, "get", PREFIX .. "sha1:" .. sha1_hex(over)))
+    assert.equal(1, lock:unlock())
+  end)
+
+  it("lock refuses a key over 65535 bytes (lua-resty-lock's shared dict limit), naming its length", function()
+    local base = h.unique("max")
+    local max = base .. string.rep("k", 65535 - #base)
+    local lock = assert(resty_lock:new("dlock", { timeout = 0 }))
+    assert.same({ 0 }, { lock:lock(max) })
+    assert.equal(1, lock:unlock())
+    assert.same({ nil, "dlock: key must be at most 65535 bytes, got 65536 bytes" }, { lock:lock(max .. "k") })
+    assert.same({ nil, "unlocked" }, { lock:unlock() })
   end)
 
   h.check_error_logs({})

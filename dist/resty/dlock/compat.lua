@@ -6,6 +6,7 @@ local options = require("resty.dlock.core.options")
 local schema = require("resty.dlock.core.schema")
 local version = require("resty.dlock.version")
 local clock = require("resty.dlock.core.clock")
+local token = require("resty.dlock.core.token")
 _M._VERSION = version.VERSION
 local lua_type = type
 local lua_tostring = tostring
@@ -17,6 +18,11 @@ local str_format = string.format
 local ngx_shared = ngx.shared
 local clock_now = clock.now
 local ngx_update_time = ngx.update_time
+local sha1_bin = ngx.sha1_bin
+local hex = token.hex
+--- Longest key the core takes as it is; lua-resty-lock's shared dict takes up to SHDICT_MAX_KEY.
+local MAX_KEY_LEN = options.MAX_KEY_LEN
+local SHDICT_MAX_KEY = 65535
 --- lua-resty-lock's seconds (0.001 s precision) as ms; its default when absent.
 local function seconds(name, dflt, min)
     return function(v)
@@ -122,6 +128,13 @@ local methods = {
         end
         if lua_type(key) == "number" then
             key = lua_tostring(key)
+        end
+        if lua_type(key) == "string" and #key > MAX_KEY_LEN then
+            local n = #key
+            if n > SHDICT_MAX_KEY then
+                return nil, "dlock: key must be at most " .. lua_tostring(SHDICT_MAX_KEY) .. " bytes, got " .. lua_tostring(n) .. " bytes"
+            end
+            key = "sha1:" .. hex(sha1_bin(key))
         end
         local l, err = self._locks:acquire(key, self._try)
         if l ~= nil then

@@ -21,6 +21,7 @@ import type * as lease from "./core/lease";
 
 import * as version from "./version";
 import * as clock from "./core/clock";
+import * as token from "./core/token";
 export const _VERSION = version.VERSION;
 
 const lua_type = type;
@@ -33,6 +34,12 @@ const str_format = string.format;
 const ngx_shared = ngx.shared;
 const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
+const sha1_bin = ngx.sha1_bin;
+const hex = token.hex;
+
+/** Longest key the core takes as it is; lua-resty-lock's shared dict takes up to SHDICT_MAX_KEY. */
+const MAX_KEY_LEN = options.MAX_KEY_LEN;
+const SHDICT_MAX_KEY = 65535;
 
 interface Settings {
   readonly redis: unknown;
@@ -144,6 +151,15 @@ const methods = {
     if (this._lease !== undefined) return $multi(undefined, "locked");
     // lua-resty-lock keys its shared dict, which takes a number as its string.
     if (lua_type(key) === "number") key = lua_tostring(key);
+    if (lua_type(key) === "string" && (key as string).length > MAX_KEY_LEN) {
+      const n = (key as string).length;
+      if (n > SHDICT_MAX_KEY) {
+        return $multi(undefined, "dlock: key must be at most " + lua_tostring(SHDICT_MAX_KEY) + " bytes, got " + lua_tostring(n) + " bytes");
+      }
+      // A cache key built from a URI can be long: it is held under its digest,
+      // a Redis key of fixed length. Keys the core takes keep the Redis key they always had.
+      key = "sha1:" + hex(sha1_bin(key as string));
+    }
     let [l, err] = this._locks.acquire(key as string, this._try);
     if (l !== undefined) {
       this._lease = l;

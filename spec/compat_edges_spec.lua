@@ -72,5 +72,41 @@ describe("resty.dlock.compat at lua-resty-lock's edges", function()
     assert.same({ nil, "unlocked" }, { lock:unlock() })
   end)
 
+  it("lock waits out a Redis that answers BUSY within its timeout, as a waiting acquire does", function()
+    -- README, What it does: Redis answers that mean "not now" (LOADING, BUSY,
+    -- TRYAGAIN, MASTERDOWN, ...) are retried within the wait; lock() with a
+    -- timeout waits, where its first try, without waiting, heard BUSY.
+    local r = h.start_redis(nil, "--busy-reply-threshold", "50")
+    assert(resty_lock.configure({ redis = { port = r.port, read_timeout = 2000 } }))
+    local lock = assert(resty_lock:new("dlock", { timeout = 2 }))
+    local SPIN = "local s = redis.call('TIME') while true do local n = redis.call('TIME') " ..
+                 "if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 400000 then return 1 end end"
+    local spinner = ngx.thread.spawn(h.cmd, r.port, "eval", SPIN, 0)
+    ngx.sleep(0.1)
+    local elapsed, err = lock:lock(h.unique("busy"))
+    ngx.thread.wait(spinner)
+    local unlocked = elapsed and lock:unlock()
+    r.stop()
+    assert.is_nil(err)
+    -- Waited: measured, and more than 0 (0 says nobody held the key).
+    assert.is_true(elapsed > 0)
+    assert.equal(1, unlocked)
+  end)
+
+  it("lock does not wait out a hard Redis error (a password refused): it answers at once", function()
+    local r = h.start_redis(nil, "--requirepass", "edge-secret")
+    assert(resty_lock.configure({ redis = { port = r.port, password = "wrong" } }))
+    local lock = assert(resty_lock:new("dlock", { timeout = 2 }))
+    ngx.update_time()
+    local t0 = ngx.now()
+    local elapsed, err = lock:lock(h.unique("auth"))
+    ngx.update_time()
+    local took = ngx.now() - t0
+    r.stop()
+    assert.is_nil(elapsed)
+    assert.matches("^dlock: redis ", err)
+    assert.is_true(took < 0.5, "took " .. took .. " s")
+  end)
+
   h.check_error_logs({})
 end)

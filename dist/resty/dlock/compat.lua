@@ -7,6 +7,7 @@ local schema = require("resty.dlock.core.schema")
 local version = require("resty.dlock.version")
 local clock = require("resty.dlock.core.clock")
 local token = require("resty.dlock.core.token")
+local retry = require("resty.dlock.core.retry")
 _M._VERSION = version.VERSION
 local lua_type = type
 local lua_tostring = tostring
@@ -20,6 +21,7 @@ local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local sha1_bin = ngx.sha1_bin
 local hex = token.hex
+local not_now = retry.notNow
 --- Longest key the core takes as it is; lua-resty-lock's shared dict takes up to SHDICT_MAX_KEY.
 local MAX_KEY_LEN = options.MAX_KEY_LEN
 local SHDICT_MAX_KEY = 65535
@@ -141,7 +143,7 @@ local methods = {
             self._lease = l
             return 0, nil
         end
-        if err == "busy" and self._wait ~= nil then
+        if (err == "busy" or not_now(err)) and self._wait ~= nil then
             ngx_update_time()
             local t0 = clock_now()
             l, err = self._locks:acquire(key, self._wait)

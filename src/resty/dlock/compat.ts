@@ -22,6 +22,7 @@ import type * as lease from "./core/lease";
 import * as version from "./version";
 import * as clock from "./core/clock";
 import * as token from "./core/token";
+import * as retry from "./core/retry";
 export const _VERSION = version.VERSION;
 
 const lua_type = type;
@@ -36,6 +37,7 @@ const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const sha1_bin = ngx.sha1_bin;
 const hex = token.hex;
+const not_now = retry.notNow;
 
 /** Longest key the core takes as it is; lua-resty-lock's shared dict takes up to SHDICT_MAX_KEY. */
 const MAX_KEY_LEN = options.MAX_KEY_LEN;
@@ -165,7 +167,9 @@ const methods = {
       this._lease = l;
       return $multi(0, undefined);
     }
-    if (err === "busy" && this._wait !== undefined) {
+    // Taken, or a Redis that answered "not now" (BUSY, LOADING, a failover):
+    // either is waited out within the timeout, as a waiting acquire does.
+    if ((err === "busy" || not_now(err)) && this._wait !== undefined) {
       ngx_update_time();
       const t0 = clock_now();
       [l, err] = this._locks.acquire(key as string, this._wait);

@@ -466,7 +466,7 @@ declare module "resty.dlock.compat" {
   export interface Lock {
     /** Seconds waited (0: taken at once); nil and "timeout", "locked", "nil key" or "dlock: ...". */
     lock(key: string): LuaMultiReturn<[number | undefined, string | undefined]>;
-    /** 1; nil and "unlocked", "not_owner" or "dlock: ..." (Redis failed: call again). */
+    /** 1; nil and "unlocked", "not_owner" or "dlock: ..." (Redis failed: call again). Without cosockets (log phase): 1, the release on its way. */
     unlock(): LuaMultiReturn<[number | undefined, string | undefined]>;
     /** Reset the expiry to time seconds (default exptime): true; nil and "unlocked", "not_owner" or "dlock: ...". */
     expire(time?: number): LuaMultiReturn<[true | undefined, string | undefined]>;

@@ -108,5 +108,54 @@ describe("resty.dlock.compat at lua-resty-lock's edges", function()
     assert.is_true(took < 0.5, "took " .. took .. " s")
   end)
 
+  describe("unlocked where the request ends, seen from a second nginx", function()
+    -- A lock taken in access_by_lua and released in log_by_lua, where every
+    -- request ends (also after an error page or a client abort), or in the
+    -- header filter: lua-resty-lock's unlock is a shared-dict delete and works there.
+    local piped, timed, peer
+    setup(function()
+      piped = h.start_nginx("spec-compat-edges.conf", { AUTO_PIPELINE = "true" })
+      timed = h.start_nginx("spec-compat-edges.conf", { AUTO_PIPELINE = "false" })
+      peer = h.start_nginx("spec-compat-edges.conf", { AUTO_PIPELINE = "true" })
+    end)
+    teardown(function()
+      if piped then piped.stop() end
+      if timed then timed.stop() end
+      if peer then peer.stop() end
+    end)
+
+    local function get(n, path)
+      local res, err = h.http(n.port, path)
+      assert(res, err)
+      return res.body
+    end
+
+    -- Locked in access, unlocked in `phase` (its location): unlock answers 1 there, and the peer can take the key at once.
+    local function released(n, location, tag)
+      local key = h.unique(tag)
+      assert.equal("locked\n", get(n, location .. "?key=" .. key))
+      local freed = h.eventually(2, function()
+        ngx.sleep(0.05)
+        return get(peer, "/try?key=" .. key) == "0 1\n"
+      end)
+      local said = get(n, "/result?k=" .. tag .. ":" .. key)
+      assert.is_true(freed, "the key is still held; unlock said: " .. said)
+      assert.equal("true 1 nil\n", said)
+    end
+
+    it("unlock in the log phase answers 1 and releases the key (its release rides the next pipeline)", function()
+      released(piped, "/log-unlock", "log")
+    end)
+
+    it("unlock in the log phase answers 1 and releases the key (from a timer, without auto-pipelining)", function()
+      released(timed, "/log-unlock", "log")
+    end)
+
+    it("unlock in the header filter answers 1 and releases the key", function()
+      released(piped, "/filter-unlock", "filter")
+      released(timed, "/filter-unlock", "filter")
+    end)
+  end)
+
   h.check_error_logs({})
 end)

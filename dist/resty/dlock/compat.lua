@@ -4,6 +4,8 @@ local dlock = require("resty.dlock")
 local check = require("resty.dlock.core.check")
 local options = require("resty.dlock.core.options")
 local schema = require("resty.dlock.core.schema")
+local lease = require("resty.dlock.core.lease")
+local letgo = require("resty.dlock.core.letgo")
 local version = require("resty.dlock.version")
 local clock = require("resty.dlock.core.clock")
 local token = require("resty.dlock.core.token")
@@ -22,6 +24,8 @@ local ngx_update_time = ngx.update_time
 local sha1_bin = ngx.sha1_bin
 local hex = token.hex
 local not_now = retry.notNow
+local phase_error = lease.phaseError
+local let_go = letgo.letGo
 --- Longest key the core takes as it is; lua-resty-lock's shared dict takes up to SHDICT_MAX_KEY.
 local MAX_KEY_LEN = options.MAX_KEY_LEN
 local SHDICT_MAX_KEY = 65535
@@ -165,6 +169,11 @@ local methods = {
         local l = self._lease
         if l == nil then
             return nil, "unlocked"
+        end
+        if phase_error("release") ~= nil then
+            self._lease = nil
+            let_go(l)
+            return 1, nil
         end
         local ok, err = l:release()
         if ok then

@@ -17,7 +17,8 @@ import * as dlock from "../dlock";
 import * as check from "./core/check";
 import * as options from "./core/options";
 import * as schema from "./core/schema";
-import type * as lease from "./core/lease";
+import * as lease from "./core/lease";
+import * as letgo from "./core/letgo";
 
 import * as version from "./version";
 import * as clock from "./core/clock";
@@ -38,6 +39,8 @@ const ngx_update_time = ngx.update_time;
 const sha1_bin = ngx.sha1_bin;
 const hex = token.hex;
 const not_now = retry.notNow;
+const phase_error = lease.phaseError;
+const let_go = letgo.letGo;
 
 /** Longest key the core takes as it is; lua-resty-lock's shared dict takes up to SHDICT_MAX_KEY. */
 const MAX_KEY_LEN = options.MAX_KEY_LEN;
@@ -184,10 +187,21 @@ const methods = {
     return $multi(undefined, err);
   },
 
-  /** Release the key: 1, or nil and "unlocked" (nothing held), "not_owner" (it ran out, taken since or not), "dlock: ..." (Redis failed: call again). */
+  /**
+   * Release the key: 1, or nil and "unlocked" (nothing held), "not_owner" (it ran out, taken since or not),
+   * "dlock: ..." (Redis failed: call again). Where nginx allows no cosockets (log, header filter): 1 at
+   * once, the release on its way (core/letgo.ts).
+   */
   unlock(this: CompatLock): LuaMultiReturn<[number | undefined, string | undefined]> {
     const l = this._lease;
     if (l === undefined) return $multi(undefined, "unlocked");
+    if (phase_error("release") !== undefined) {
+      // lua-resty-lock's unlock works in any phase, the log phase too, where a
+      // request ends however it ends: here the release goes without waiting.
+      this._lease = undefined;
+      let_go(l);
+      return $multi(1, undefined);
+    }
     const [ok, err] = l.release();
     if (ok) {
       this._lease = undefined;

@@ -39,6 +39,7 @@ build = {
       ["resty.dlock.core.keyorder"] = "dist/resty/dlock/core/keyorder.lua",
       ["resty.dlock.core.lease"] = "dist/resty/dlock/core/lease.lua",
       ["resty.dlock.core.ledger"] = "dist/resty/dlock/core/ledger.lua",
+      ["resty.dlock.core.letgo"] = "dist/resty/dlock/core/letgo.lua",
       ["resty.dlock.core.loop"] = "dist/resty/dlock/core/loop.lua",
       ["resty.dlock.core.meter"] = "dist/resty/dlock/core/meter.lua",
       ["resty.dlock.core.multi"] = "dist/resty/dlock/core/multi.lua",

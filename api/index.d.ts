@@ -466,7 +466,7 @@ declare module "resty.dlock.compat" {
   export interface Lock {
     /** Seconds waited (0: taken at once); nil and "timeout", "locked", "nil key" or "dlock: ...". */
     lock(key: string): LuaMultiReturn<[number | undefined, string | undefined]>;
-    /** 1; nil and "unlocked", "not_owner" or "dlock: ..." (Redis failed: call again). */
+    /** 1; nil and "unlocked", "not_owner" or "dlock: ..." (Redis failed: call again). Without cosockets (log phase): 1, the release on its way. */
     unlock(): LuaMultiReturn<[number | undefined, string | undefined]>;
     /** Reset the expiry to time seconds (default exptime): true; nil and "unlocked", "not_owner" or "dlock: ...". */
     expire(time?: number): LuaMultiReturn<[true | undefined, string | undefined]>;
@@ -475,7 +475,7 @@ declare module "resty.dlock.compat" {
   export const _VERSION: string;
 
   /** Where locks live (once, in init_by_lua); the local Redis without it. */
-  export function configure(this: void, opts: ConfigureOptions): LuaMultiReturn<[true | undefined, string | undefined]>;
+  export function configure(this: void, opts?: ConfigureOptions): LuaMultiReturn<[true | undefined, string | undefined]>;
   /** Called as resty_lock:new(dict_name, opts), like lua-resty-lock. */
   function create(this: unknown, dict_name: string, opts?: Options): LuaMultiReturn<[Lock | undefined, string | undefined]>;
   export { create as new };

@@ -4,8 +4,12 @@ local dlock = require("resty.dlock")
 local check = require("resty.dlock.core.check")
 local options = require("resty.dlock.core.options")
 local schema = require("resty.dlock.core.schema")
+local lease = require("resty.dlock.core.lease")
+local letgo = require("resty.dlock.core.letgo")
 local version = require("resty.dlock.version")
 local clock = require("resty.dlock.core.clock")
+local token = require("resty.dlock.core.token")
+local retry = require("resty.dlock.core.retry")
 _M._VERSION = version.VERSION
 local lua_type = type
 local lua_tostring = tostring
@@ -17,6 +21,14 @@ local str_format = string.format
 local ngx_shared = ngx.shared
 local clock_now = clock.now
 local ngx_update_time = ngx.update_time
+local sha1_bin = ngx.sha1_bin
+local hex = token.hex
+local not_now = retry.notNow
+local phase_error = lease.phaseError
+local let_go = letgo.letGo
+--- Longest key the core takes as it is; lua-resty-lock's shared dict takes up to SHDICT_MAX_KEY.
+local MAX_KEY_LEN = options.MAX_KEY_LEN
+local SHDICT_MAX_KEY = 65535
 --- lua-resty-lock's seconds (0.001 s precision) as ms; its default when absent.
 local function seconds(name, dflt, min)
     return function(v)
@@ -94,7 +106,11 @@ function _M.configure(opts)
     if o == nil then
         return nil, err
     end
-    settings = {redis = opts.redis, prefix = o.prefix, name = o.name}
+    local redis
+    if lua_type(opts) == "table" then
+        redis = opts.redis
+    end
+    settings = {redis = redis, prefix = o.prefix, name = o.name}
     factories = {}
     return true, nil
 end
@@ -119,12 +135,19 @@ local methods = {
         if lua_type(key) == "number" then
             key = lua_tostring(key)
         end
+        if lua_type(key) == "string" and #key > MAX_KEY_LEN then
+            local n = #key
+            if n > SHDICT_MAX_KEY then
+                return nil, "dlock: key must be at most " .. lua_tostring(SHDICT_MAX_KEY) .. " bytes, got " .. lua_tostring(n) .. " bytes"
+            end
+            key = "sha1:" .. hex(sha1_bin(key))
+        end
         local l, err = self._locks:acquire(key, self._try)
         if l ~= nil then
             self._lease = l
             return 0, nil
         end
-        if err == "busy" and self._wait ~= nil then
+        if (err == "busy" or not_now(err)) and self._wait ~= nil then
             ngx_update_time()
             local t0 = clock_now()
             l, err = self._locks:acquire(key, self._wait)
@@ -146,6 +169,11 @@ local methods = {
         local l = self._lease
         if l == nil then
             return nil, "unlocked"
+        end
+        if phase_error("release") ~= nil then
+            self._lease = nil
+            let_go(l)
+            return 1, nil
         end
         local ok, err = l:release()
         if ok then

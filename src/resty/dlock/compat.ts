@@ -17,10 +17,13 @@ import * as dlock from "../dlock";
 import * as check from "./core/check";
 import * as options from "./core/options";
 import * as schema from "./core/schema";
-import type * as lease from "./core/lease";
+import * as lease from "./core/lease";
+import * as letgo from "./core/letgo";
 
 import * as version from "./version";
 import * as clock from "./core/clock";
+import * as token from "./core/token";
+import * as retry from "./core/retry";
 export const _VERSION = version.VERSION;
 
 const lua_type = type;
@@ -33,6 +36,15 @@ const str_format = string.format;
 const ngx_shared = ngx.shared;
 const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
+const sha1_bin = ngx.sha1_bin;
+const hex = token.hex;
+const not_now = retry.notNow;
+const phase_error = lease.phaseError;
+const let_go = letgo.letGo;
+
+/** Longest key the core takes as it is; lua-resty-lock's shared dict takes up to SHDICT_MAX_KEY. */
+const MAX_KEY_LEN = options.MAX_KEY_LEN;
+const SHDICT_MAX_KEY = 65535;
 
 interface Settings {
   readonly redis: unknown;
@@ -107,12 +119,15 @@ let factories = new LuaTable<string, dlock.Locks>();
  * Where the locks live, for every object made after it: redis (as for dlock.new),
  * prefix (default "dlock:compat:"), name (metrics; default "compat"). true, or nil, err.
  */
-export function configure(this: void, opts: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
+export function configure(this: void, opts?: unknown): LuaMultiReturn<[true | undefined, string | undefined]> {
   // Checked now, so that a mistake shows in init_by_lua rather than at the first lock.
   const [o, err] = configureOptions(opts);
   if (o === undefined) return $multi(undefined, err);
   // The factories get the table as given: dlock.new checks it again, with their dict.
-  settings = { redis: (opts as LuaTable<string, unknown>).get("redis"), prefix: o.prefix, name: o.name };
+  // No table at all (configure()) means every default, as the schema took it.
+  let redis: unknown;
+  if (lua_type(opts) === "table") redis = (opts as LuaTable<string, unknown>).get("redis");
+  settings = { redis, prefix: o.prefix, name: o.name };
   factories = new LuaTable();
   return $multi(true as const, undefined);
 }
@@ -141,12 +156,23 @@ const methods = {
     if (this._lease !== undefined) return $multi(undefined, "locked");
     // lua-resty-lock keys its shared dict, which takes a number as its string.
     if (lua_type(key) === "number") key = lua_tostring(key);
+    if (lua_type(key) === "string" && (key as string).length > MAX_KEY_LEN) {
+      const n = (key as string).length;
+      if (n > SHDICT_MAX_KEY) {
+        return $multi(undefined, "dlock: key must be at most " + lua_tostring(SHDICT_MAX_KEY) + " bytes, got " + lua_tostring(n) + " bytes");
+      }
+      // A cache key built from a URI can be long: it is held under its digest,
+      // a Redis key of fixed length. Keys the core takes keep the Redis key they always had.
+      key = "sha1:" + hex(sha1_bin(key as string));
+    }
     let [l, err] = this._locks.acquire(key as string, this._try);
     if (l !== undefined) {
       this._lease = l;
       return $multi(0, undefined);
     }
-    if (err === "busy" && this._wait !== undefined) {
+    // Taken, or a Redis that answered "not now" (BUSY, LOADING, a failover):
+    // either is waited out within the timeout, as a waiting acquire does.
+    if ((err === "busy" || not_now(err)) && this._wait !== undefined) {
       ngx_update_time();
       const t0 = clock_now();
       [l, err] = this._locks.acquire(key as string, this._wait);
@@ -161,10 +187,21 @@ const methods = {
     return $multi(undefined, err);
   },
 
-  /** Release the key: 1, or nil and "unlocked" (nothing held), "not_owner" (it ran out, taken since or not), "dlock: ..." (Redis failed: call again). */
+  /**
+   * Release the key: 1, or nil and "unlocked" (nothing held), "not_owner" (it ran out, taken since or not),
+   * "dlock: ..." (Redis failed: call again). Where nginx allows no cosockets (log, header filter): 1 at
+   * once, the release on its way (core/letgo.ts).
+   */
   unlock(this: CompatLock): LuaMultiReturn<[number | undefined, string | undefined]> {
     const l = this._lease;
     if (l === undefined) return $multi(undefined, "unlocked");
+    if (phase_error("release") !== undefined) {
+      // lua-resty-lock's unlock works in any phase, the log phase too, where a
+      // request ends however it ends: here the release goes without waiting.
+      this._lease = undefined;
+      let_go(l);
+      return $multi(1, undefined);
+    }
     const [ok, err] = l.release();
     if (ok) {
       this._lease = undefined;

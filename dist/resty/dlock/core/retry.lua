@@ -18,6 +18,16 @@ function _M.poll(backoff, retryAfter)
     end
     return nap
 end
+--- The last error failed() ended an acquire with for a "not now" fault (a
+-- transient one: no time to wait, or none left); nil after any other. Its
+-- caller reads it at once through notNow(), nothing yielding in between.
+local lastNotNow
+--- Did the acquire that just returned err end on a "not now" answer? A face that
+-- first tries without waiting (compat) then waits it out, as a waiting acquire
+-- would; not a hard error (auth, a bad key, a script refused).
+function _M.notNow(err)
+    return err ~= nil and err == lastNotNow
+end
 --- An attempt failed on the way to or from Redis: the error to return now, or
 -- nil to try again (a transient fault while there is time to wait). `release`
 -- gives back a key taken on the master only; `cleanup` removes what a lost
@@ -35,7 +45,9 @@ function _M.failed(store, kind, rkey, tok, err, fault, wait, deadline, cleanup)
         return lua_tostring(err) .. "; acquire outcome unknown, owner-checked cleanup scheduled"
     end
     if fault ~= "transient" or wait == 0 or deadline - clock_now() * 1000 <= 0 then
-        return err == nil and "dlock: redis failed" or err
+        local e = err == nil and "dlock: redis failed" or err
+        lastNotNow = fault == "transient" and e or nil
+        return e
     end
     return nil
 end

@@ -29,6 +29,22 @@ export function poll(backoff: number, retryAfter: number | undefined): number {
 }
 
 /**
+ * The last error failed() ended an acquire with for a "not now" fault (a
+ * transient one: no time to wait, or none left); nil after any other. Its
+ * caller reads it at once through notNow(), nothing yielding in between.
+ */
+let lastNotNow: string | undefined;
+
+/**
+ * Did the acquire that just returned err end on a "not now" answer? A face that
+ * first tries without waiting (compat) then waits it out, as a waiting acquire
+ * would; not a hard error (auth, a bad key, a script refused).
+ */
+export function notNow(err: string | undefined): boolean {
+  return err !== undefined && err === lastNotNow;
+}
+
+/**
  * An attempt failed on the way to or from Redis: the error to return now, or
  * nil to try again (a transient fault while there is time to wait). `release`
  * gives back a key taken on the master only; `cleanup` removes what a lost
@@ -47,7 +63,11 @@ export function failed(store: Store, kind: Kind, rkey: string, tok: string, err:
     orphans.adoptAcquire(store.redis, cleanup, rkey, tok);
     return lua_tostring(err) + "; acquire outcome unknown, owner-checked cleanup scheduled";
   }
-  if (fault !== "transient" || wait === 0 || deadline - clock_now() * 1000 <= 0) return err === undefined ? "dlock: redis failed" : err;
+  if (fault !== "transient" || wait === 0 || deadline - clock_now() * 1000 <= 0) {
+    const e = err === undefined ? "dlock: redis failed" : err;
+    lastNotNow = fault === "transient" ? e : undefined;
+    return e;
+  }
   return undefined;
 }
 

@@ -102,7 +102,8 @@ local function extendGroup(list, idx, results, sent)
     end
     local ms = {}
     for j = 1, #idx do
-        ms[j] = list[idx[j]].ttl
+        local l = list[idx[j]]
+        ms[j] = l._extendingMs or l.ttl
     end
     local first = list[idx[1]]
     local out = backend.batch(
@@ -188,7 +189,7 @@ function _M.extendAll(list)
     local results = {}
     for i = 1, #list do
         results[i] = "not_owner"
-        list[i]._extending = true
+        list[i]._renewing = true
     end
     local ok, err = lua_pcall(
         eachGroup,
@@ -199,7 +200,7 @@ function _M.extendAll(list)
         clock_now() * 1000
     )
     for i = 1, #list do
-        list[i]._extending = nil
+        list[i]._renewing = nil
     end
     if not ok then
         lua_error(err, 0)

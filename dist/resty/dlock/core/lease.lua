@@ -34,12 +34,12 @@ local function phaseError(op)
 end
 --- Until a renewal of l on its way is back (bounded by its call's timeouts): an extend() must reach Redis after it.
 local function quiesce(l)
-    if not l._extending then
+    if not l._renewing then
         return
     end
     local conf = l._store.redis
     local deadline = clock_now() + (conf.connect_timeout + conf.read_timeout) / 1000
-    while l._extending and clock_now() < deadline do
+    while l._renewing and clock_now() < deadline do
         clock_sleep(0.002)
     end
 end
@@ -89,19 +89,19 @@ local leaseMethods = {
         if ms == nil then
             return nil, terr
         end
-        local rerr = options.renewable(
-            watchdog.watches(self),
-            ms
-        )
+        local watched = watchdog.watches(self)
+        local rerr = options.renewable(watched, ms)
         if rerr ~= nil then
             return nil, rerr
         end
         if self._released then
             return nil, "not_owner"
         end
-        quiesce(self)
+        if watched then
+            quiesce(self)
+            self._extendingMs = ms
+        end
         local sent = clock_now() * 1000
-        self._extending = true
         local res, err, fault = backend.own(
             self._store.redis,
             self._kind.extend,
@@ -109,7 +109,7 @@ local leaseMethods = {
             self.token,
             ms
         )
-        self._extending = nil
+        self._extendingMs = nil
         if res == nil then
             settle.unconfirmed(self, fault, false)
             return nil, err

@@ -170,11 +170,11 @@ local multiMethods = {
         end
         local sent = clock_now() * 1000
         for i = 1, #parts do
-            parts[i]._extending = true
+            parts[i]._extendingMs = ms
         end
         local out = runAll(parts, self._together, false, ms)
         for i = 1, #parts do
-            parts[i]._extending = nil
+            parts[i]._extendingMs = nil
         end
         local err
         local notOwner = false

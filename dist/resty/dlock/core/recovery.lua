@@ -183,6 +183,24 @@ local function add(todo, f, r)
     end
     t[#t + 1] = {rec = r.rec, target = {rkey = r.rkey, token = r.token}}
 end
+--- Could a factory of store s have taken record r (its key and server)?
+local function keyOf(s, r)
+    local p = s.prefix
+    return (p .. r.key == r.rkey or (lockKey(p, r.key, p .. r.key, s.redis.slotted)) == r.rkey) and (r.space == "" or r.space == s.redis.keyspace)
+end
+--- Could f have taken record r (its key, kind and server)? Owner-checked: a factory that never had it just hears "not ours".
+local function mayOwn(f, r)
+    return f.kind.shared == r.shared and keyOf(f.store, r)
+end
+--- Could a guard's factory (kept), of this sweep or an earlier one, have taken r?
+local function keptOne(r)
+    for s in lua_pairs(kept) do
+        if keyOf(s, r) then
+            return true
+        end
+    end
+    return false
+end
 --- The leases (and waiters' tickets) of dead workers recorded in the dicts of these factories, given back.
 local function sweep(premature, factories)
     if premature then
@@ -210,14 +228,11 @@ local function sweep(premature, factories)
                 deadPids[r.pid] = isDead
             end
             recorded[r.pid] = true
-            if isDead then
+            if isDead and (r.waiting or not keptOne(r)) then
                 for _, f in lua_ipairs(list) do
-                    local p = f.store.prefix
-                    if (p .. r.key == r.rkey or (lockKey(p, r.key, p .. r.key, f.store.redis.slotted)) == r.rkey) and f.kind.shared == r.shared and (r.space == "" or r.space == f.store.redis.keyspace) then
+                    if mayOwn(f, r) then
                         if not r.waiting then
-                            if kept[f.store] == nil then
-                                add(leases, f, r)
-                            end
+                            add(leases, f, r)
                         elseif f.kind.drop ~= nil then
                             add(tickets, f, r)
                         end

@@ -203,7 +203,7 @@ local function round()
             drop(l)
         elseif orphaned(w) then
             forgotten[#forgotten + 1] = l
-        elseif not w.renewing and not l._extending and now - w.renewedAt >= l.ttl / 3000 * 0.9 then
+        elseif not w.renewing and now - w.renewedAt >= l.ttl / 3000 * 0.9 then
             due[#due + 1] = l
         end
     end

@@ -34,7 +34,7 @@ local BATCH = 16
 -- or started for it; nil when neither a semaphore nor a sender can be had.
 local function opened(lane)
     local b = lane.open
-    if b ~= nil and lane.senders == 0 and overdue(lane) then
+    if b ~= nil and lane.senders == 0 and overdue(lane) and not summon(lane) then
         abandon(lane)
         b = nil
     end

@@ -123,7 +123,11 @@ function extendGroup(this: void, list: Lease[], idx: number[], results: (true | 
   // Until its answer is read: a raise below must not leave "not_owner" (lost) where nothing was learnt.
   for (const j of $range(1, idx.length)) results[idx[j - 1]! - 1] = RAISED;
   const ms: number[] = [];
-  for (const j of $range(1, idx.length)) ms[j - 1] = list[idx[j - 1]! - 1]!.ttl;
+  for (const j of $range(1, idx.length)) {
+    // At an extend()'s ttl while one is on its way: whichever reaches Redis last, the key gets it.
+    const l = list[idx[j - 1]! - 1]!;
+    ms[j - 1] = l._extendingMs ?? l.ttl;
+  }
   const first = list[idx[0]! - 1]!;
   const out = backend.batch(first._store.redis, first._kind.extend, targetsOf(list, idx), ms);
   for (const j of $range(1, idx.length)) {
@@ -134,7 +138,7 @@ function extendGroup(this: void, list: Lease[], idx: number[], results: (true | 
       settle.unconfirmed(l, out.faults.get(j), false);
       results[i - 1] = out.errors.get(j)!;
     } else {
-      // At the ttl sent: l.ttl would be an extend()'s, had one come meanwhile.
+      // At the ttl sent.
       const [ok, err] = settle.extended(l, reply, ms[j - 1]!, sent);
       results[i - 1] = ok || err!;
     }
@@ -187,11 +191,11 @@ export function extendAll(list: Lease[]): (true | string)[] {
   const results: (true | string)[] = [];
   for (const i of $range(1, list.length)) {
     results[i - 1] = "not_owner";
-    // An extend() of one waits for this renewal (lease.ts _extending).
-    list[i - 1]!._extending = true;
+    // An extend() of one waits for this renewal (lease.ts _renewing).
+    list[i - 1]!._renewing = true;
   }
   const [ok, err] = lua_pcall(eachGroup, byEndpoint(list, extendScript), list, extendGroup, results, clock_now() * 1000);
-  for (const i of $range(1, list.length)) list[i - 1]!._extending = undefined;
+  for (const i of $range(1, list.length)) list[i - 1]!._renewing = undefined;
   if (!ok) lua_error(err, 0);
   return results;
 }

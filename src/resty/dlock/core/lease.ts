@@ -93,12 +93,16 @@ export interface Lease {
   /** release() was called: the watchdog stops renewing it, and a failed renewal is not a loss. */
   _releasing?: boolean;
   /**
-   * An extend() or a renewal of it is on its way: the other waits for it. The
-   * two may reach Redis in either order, and the last sets the key's ttl,
-   * whatever ttl the lease settles at (a renewal at the old ttl landing after
-   * an extend() cut the key's life short under a lease that said valid).
+   * An extend() and the watchdog's renewal of the lease may reach Redis in
+   * either order, and the last sets the key's ttl: a renewal at the old ttl
+   * landing after extend(10000) cut the key short under a lease that said
+   * valid. A renewal sent while an extend() is on its way renews at the ttl
+   * the extend() asks (_extendingMs: kept should its coroutine be killed on
+   * the way, the ttl its holder asked for), and an extend() waits for a
+   * renewal on its way (_renewing, set by the watchdog, whose thread ends).
    */
-  _extending?: boolean;
+  _extendingMs?: number;
+  _renewing?: boolean;
   /** The watchdog found it gone, or could not renew it before it expired. */
   _lost?: boolean;
   /** Told once when the lease is lost (renew = true only). */
@@ -128,10 +132,10 @@ function phaseError(op: string): string | undefined {
 
 /** Until a renewal of l on its way is back (bounded by its call's timeouts): an extend() must reach Redis after it. */
 function quiesce(l: Lease): void {
-  if (!l._extending) return;
+  if (!l._renewing) return;
   const conf = l._store.redis;
   const deadline = clock_now() + (conf.connect_timeout + conf.read_timeout) / 1000;
-  while (l._extending && clock_now() < deadline) clock_sleep(0.002);
+  while (l._renewing && clock_now() < deadline) clock_sleep(0.002);
 }
 
 /** What the lease's holder is told when the watchdog finds it lost. */
@@ -184,17 +188,20 @@ const leaseMethods = {
     if (perr !== undefined) return $multi(undefined, perr);
     const [ms, terr] = options.extendTtl(ttl, this.ttl);
     if (ms === undefined) return $multi(undefined, terr);
-    const rerr = options.renewable(watchdog.watches(this), ms);
+    const watched = watchdog.watches(this);
+    const rerr = options.renewable(watched, ms);
     if (rerr !== undefined) return $multi(undefined, rerr);
     if (this._released) {
       return $multi(undefined, "not_owner");
     }
-    quiesce(this);
+    // Only the watchdog's renewals can cross an extend() (_extendingMs).
+    if (watched) {
+      quiesce(this);
+      this._extendingMs = ms;
+    }
     const sent = clock_now() * 1000;
-    // Calls into Redis answer nil, err, never raise: the flag cannot stay set.
-    this._extending = true;
     const [res, err, fault] = backend.own(this._store.redis, this._kind.extend, this._rkey, this.token, ms);
-    this._extending = undefined;
+    this._extendingMs = undefined;
     if (res === undefined) {
       settle.unconfirmed(this, fault, false);
       return $multi(undefined, err);

@@ -185,10 +185,10 @@ const multiMethods = {
     }
     for (const i of $range(1, parts.length)) lease.quiesce(parts[i - 1]!);
     const sent = clock_now() * 1000;
-    // The watchdog's renewals of the parts wait for this (lease.ts _extending); runAll answers, never raises.
-    for (const i of $range(1, parts.length)) parts[i - 1]!._extending = true;
+    // Renewals of the parts sent meanwhile renew at this ttl (lease.ts _extendingMs).
+    for (const i of $range(1, parts.length)) parts[i - 1]!._extendingMs = ms;
     const out = runAll(parts, this._together, false, ms);
-    for (const i of $range(1, parts.length)) parts[i - 1]!._extending = undefined;
+    for (const i of $range(1, parts.length)) parts[i - 1]!._extendingMs = undefined;
     let err: string | undefined;
     let notOwner = false;
     for (const i of $range(1, parts.length)) {

@@ -196,6 +196,26 @@ function add(todo: LuaTable<Factory, Item[]>, f: Factory, r: ledger.Record): voi
   t.push({ rec: r.rec, target: { rkey: r.rkey, token: r.token } });
 }
 
+/** Could a factory of store s have taken record r (its key and server)? */
+function keyOf(s: lease.Store, r: ledger.Record): boolean {
+  const p = s.prefix;
+  return (p + r.key === r.rkey || lockKey(p, r.key, p + r.key, s.redis.slotted)[0] === r.rkey) &&
+    (r.space === "" || r.space === s.redis.keyspace);
+}
+
+/** Could f have taken record r (its key, kind and server)? Owner-checked: a factory that never had it just hears "not ours". */
+function mayOwn(f: Factory, r: ledger.Record): boolean {
+  return f.kind.shared === r.shared && keyOf(f.store, r);
+}
+
+/** Could a guard's factory (kept), of this sweep or an earlier one, have taken r? */
+function keptOne(r: ledger.Record): boolean {
+  for (const [s] of lua_pairs(kept)) {
+    if (keyOf(s, r)) return true;
+  }
+  return false;
+}
+
 /** The leases (and waiters' tickets) of dead workers recorded in the dicts of these factories, given back. */
 function sweep(this: void, premature: boolean, factories: Factory[]): void {
   if (premature) return;
@@ -223,15 +243,12 @@ function sweep(this: void, premature: boolean, factories: Factory[]): void {
         deadPids.set(r.pid, isDead);
       }
       recorded.set(r.pid, true);
-      if (isDead) {
+      // A lease a guard's factory may have taken is left to its ttl, whatever else shares its keys.
+      if (isDead && (r.waiting || !keptOne(r))) {
         for (const [_, f] of lua_ipairs(list)) {
-          // Owner-checked: when prefixes overlap, a factory that never had the key just hears "not ours".
-          const p = f.store.prefix;
-          if ((p + r.key === r.rkey || lockKey(p, r.key, p + r.key, f.store.redis.slotted)[0] === r.rkey) &&
-            f.kind.shared === r.shared && (r.space === "" || r.space === f.store.redis.keyspace)) {
-            if (!r.waiting) {
-              if (!kept.has(f.store)) add(leases, f, r);
-            } else if (f.kind.drop !== undefined) add(tickets, f, r);
+          if (mayOwn(f, r)) {
+            if (!r.waiting) add(leases, f, r);
+            else if (f.kind.drop !== undefined) add(tickets, f, r);
           }
         }
       }

@@ -198,7 +198,7 @@ function round(): void {
       drop(l);
     } else if (orphaned(w)) {
       forgotten.push(l);
-    } else if (!w.renewing && !l._extending && now - w.renewedAt >= l.ttl / 3000 * 0.9) {
+    } else if (!w.renewing && now - w.renewedAt >= l.ttl / 3000 * 0.9) {
       due.push(l);
     }
   }

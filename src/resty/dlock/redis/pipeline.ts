@@ -64,8 +64,11 @@ const BATCH = 16;
  */
 function opened(lane: Lane): Batch | undefined {
   let b = lane.open;
-  // Only while no sender runs: its timer may be what nginx dropped.
-  if (b !== undefined && lane.senders === 0 && overdue(lane)) {
+  // Only while no sender runs: its timer may be what nginx dropped, or only
+  // late (a handler held the worker): another is started, and whichever runs
+  // first sends the batch (a late one finds every sender counted, or nothing
+  // open). Failed unsent only when no timer can be had at all.
+  if (b !== undefined && lane.senders === 0 && overdue(lane) && !summon(lane)) {
     abandon(lane);
     b = undefined;
   }

@@ -77,12 +77,13 @@ function _M.decideExtend(conf, v, ttl, started)
     return nil, "dlock: redis " .. conf.endpoint .. ": extended on " .. lua_tostring(extended) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(majority(conf)) .. " (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
 end
 --- Acquire: "OK" when a majority took the key in time. Otherwise the masters
--- that took it give it back, and the answer is "busy" (the ms until enough
--- holders expire for a majority to be free) when enough masters said the key
--- is taken that no majority was possible; else an error: "lost" when a master
--- that did not answer may have taken it (the caller has it cleaned up,
--- owner-checked, everywhere), "transient" when too few masters could be
--- reached or it took too long (a waiting acquire tries again).
+-- that took it give it back, and the answer is "busy" when a master that
+-- answered holds the key for someone else (the ms until enough of those keys
+-- expire that the masters that answered could make a majority); with fault
+-- "lost" when a master that did not answer may hold our key, or one that took
+-- it could not give it back (the caller has it cleaned up, owner-checked,
+-- everywhere). Else an error: "lost" as just said, "transient" when too few
+-- masters could be reached or it took too long (a waiting acquire tries again).
 function _M.decideAcquire(conf, v, rkey, tok, ttl, started)
     local n = #conf.nodes
     local need = majority(conf)
@@ -110,9 +111,17 @@ function _M.decideAcquire(conf, v, rkey, tok, ttl, started)
             pttls[#pttls + 1] = r
         end
     end
-    if #pttls > n - need and undone then
+    if #pttls > 0 and took < need then
         tbl_sort(pttls)
-        return pttls[#pttls - (n - need)], nil, nil
+        local expire = need - took
+        if expire > #pttls then
+            expire = #pttls
+        end
+        local after = pttls[expire]
+        if not undone or unknown then
+            return after, nil, "lost"
+        end
+        return after, nil, nil
     end
     if not undone or unknown then
         return nil, "dlock: redis " .. conf.endpoint .. ": took the key on " .. lua_tostring(took) .. " of " .. lua_tostring(n) .. " masters, and some may still hold it (" .. errorsOf(conf, v) .. ")", "lost"

@@ -89,12 +89,13 @@ export function decideExtend(conf: redis.RedisConf, v: Votes, ttl: number, start
 
 /**
  * Acquire: "OK" when a majority took the key in time. Otherwise the masters
- * that took it give it back, and the answer is "busy" (the ms until enough
- * holders expire for a majority to be free) when enough masters said the key
- * is taken that no majority was possible; else an error: "lost" when a master
- * that did not answer may have taken it (the caller has it cleaned up,
- * owner-checked, everywhere), "transient" when too few masters could be
- * reached or it took too long (a waiting acquire tries again).
+ * that took it give it back, and the answer is "busy" when a master that
+ * answered holds the key for someone else (the ms until enough of those keys
+ * expire that the masters that answered could make a majority); with fault
+ * "lost" when a master that did not answer may hold our key, or one that took
+ * it could not give it back (the caller has it cleaned up, owner-checked,
+ * everywhere). Else an error: "lost" as just said, "transient" when too few
+ * masters could be reached or it took too long (a waiting acquire tries again).
  */
 export function decideAcquire(conf: redis.RedisConf, v: Votes, rkey: string, tok: string, ttl: number, started: number): CallResult {
   const n = conf.nodes!.length;
@@ -118,11 +119,18 @@ export function decideAcquire(conf: redis.RedisConf, v: Votes, rkey: string, tok
     const r = v.replies.get(i);
     if (lua_type(r) === "number") pttls.push(r as number);
   }
-  if (pttls.length > n - need && undone) {
-    // Held by others on enough masters that no majority was possible, whatever
-    // the silent ones did (a key one of them took is a minority's, until its ttl).
+  if (pttls.length > 0 && took < need) {
+    // Someone else holds the key where masters answered, and no majority said
+    // yes: busy, whatever the silent masters did (a key one of them took for
+    // us is a minority's, never a lease, and is cleaned up). Telling "lost"
+    // here ended a contended acquire at once (a waiter's too) while one master
+    // was paused, and a dedup guard with on_error = allow let the duplicate in.
     tbl_sort(pttls);
-    return $multi(pttls[pttls.length - (n - need) - 1]!, undefined, undefined);
+    let expire = need - took;
+    if (expire > pttls.length) expire = pttls.length;
+    const after = pttls[expire - 1]!;
+    if (!undone || unknown) return $multi(after, undefined, "lost");
+    return $multi(after, undefined, undefined);
   }
   if (!undone || unknown) {
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": took the key on " + lua_tostring(took) + " of " + lua_tostring(n) +

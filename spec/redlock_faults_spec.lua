@@ -41,12 +41,79 @@ describe("redis.redlock under faults", function()
     os.remove(r.nodes[i].dir .. "/redis.pid")   -- a killed server leaves its pid file behind
     r.nodes[i] = h.start_redis(r.ports[i])
   end
+  --- Master i restarted without persistence.
+  local function restart(i) down(i) up(i) end
 
   local function values(key)
     local out = {}
     for i, port in ipairs(r.ports) do out[i] = h.cmd(port, "get", key) end
     return out
   end
+
+  it("keeps a lease exclusive when its masters restart without persistence one at a time, more than a ttl apart", function()
+    -- README, What each topology guarantees: under Redlock a lock is lost when "a majority restarts without
+    -- persistence within a ttl". Here one master restarts, the lease is extended for more than a ttl, and a
+    -- second master restarts: no two restarts within any ttl. The extends put the key back on the first.
+    local prefix = h.unique("rlf_restart")
+    local a, b = locks(prefix, "dlock"), locks(prefix, "dlock_other")
+    local lease = assert(a:acquire("k", { ttl = 1500 }))
+    assert.same({ lease.token, lease.token, lease.token }, values(prefix .. "k"))
+    restart(3)
+    for _ = 1, 4 do
+      ngx.sleep(0.5)
+      assert.is_true(lease:extend(1500))
+    end
+    -- The extends put the key back on the restarted master.
+    assert.same({ lease.token, lease.token, lease.token }, values(prefix .. "k"))
+    -- 2 s (more than the ttl) after the first restart, another master restarts.
+    restart(2)
+    assert.is_true(lease:valid())
+    -- Connections pooled before the restart are dead: acquires meet them until all three masters answer.
+    assert.is_true(h.eventually(2, function()
+      local w = b:acquire("warm", { wait = 0 })
+      local all = w ~= nil and h.cmd(r.ports[2], "get", prefix .. "warm") == w.token
+      if w then w:release() end
+      return all
+    end))
+    local second, err = b:acquire("k", { ttl = 1500, wait = 0 })
+    local stolen = second ~= nil
+    if second then second:release() end
+    lease:release()
+    assert.is_false(stolen, "a second lease was given while the first is valid (masters now hold " ..
+      "the first lease's key on 1 of 3: its extends never put it back on the restarted master); err " .. tostring(err))
+  end)
+
+  it("puts the key back on a restarted master when the watchdog renews (renew = true), and when a set is extended", function()
+    local prefix = h.unique("rlf_rerenew")
+    local a = locks(prefix)
+    local lease = assert(a:acquire("w", { ttl = 600, renew = true }))
+    local set = assert(a:acquire_all({ "s1", "s2" }, { ttl = 5000 }))
+    restart(3)
+    assert.is_true(h.eventually(2, function()
+      ngx.sleep(0.05)
+      return h.cmd(r.ports[3], "get", prefix .. "w") == lease.token
+    end), "the watchdog's renewals did not put the key back on the restarted master")
+    -- Connections pooled before the restart are dead: an extend may meet one on master 3 (a majority still says yes).
+    assert.is_true(h.eventually(2, function()
+      assert.is_true(set:extend(5000))
+      return h.cmd(r.ports[3], "get", prefix .. "s1") == set.token and h.cmd(r.ports[3], "get", prefix .. "s2") == set.token
+    end), "the set's extend did not put its keys back on the restarted master")
+    assert.is_true(lease:valid())
+    assert.is_true(lease:release())
+    assert.is_true(set:release())
+  end)
+
+  it("puts nothing back once the lease's validity ran out: the extend says not_owner", function()
+    -- Past its validity the key may have been someone else's meanwhile (taken and given back): an extend that put it
+    -- back would say yes across that gap.
+    local prefix = h.unique("rlf_late")
+    local a = locks(prefix)
+    local lease = assert(a:acquire("l", { ttl = 200 }))
+    ngx.sleep(0.3)
+    assert.same({ ngx.null, ngx.null, ngx.null }, values(prefix .. "l"))
+    assert.same({ nil, "not_owner" }, { lease:extend(5000) })
+    assert.same({ ngx.null, ngx.null, ngx.null }, values(prefix .. "l"))
+  end)
 
   it("keeps waiting (wait > 0) while one master is paused and the holder keeps the key on a master that answers", function()
     -- The holder took its lease while master 3 was down (a minority failing): its key is on masters 1 and 2.

@@ -12,6 +12,7 @@ local ngx_get_phase = ngx.get_phase
 local clock_now = clock.now
 local lua_setmetatable = setmetatable
 local nowMs = settle.nowMs
+local extendScript = settle.extendScript
 local notSelf = check.notSelf
 local COSOCKET_PHASES = check.set(
     "rewrite",
@@ -90,7 +91,10 @@ local leaseMethods = {
         local sent = clock_now() * 1000
         local res, err, fault = backend.own(
             self._store.redis,
-            self._kind.extend,
+            extendScript(
+                self,
+                nowMs()
+            ),
             self._rkey,
             self.token,
             ms

@@ -131,7 +131,25 @@ function _M.decideAcquire(conf, v, rkey, tok, ttl, started)
     end
     return nil, "dlock: redis " .. conf.endpoint .. ": took the key on " .. lua_tostring(took) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(need) .. " (" .. errorsOf(conf, v) .. ")", "transient"
 end
+--- The Redlock extend of a valid lease (KEYS[1] lock key, ARGV[1] token,
+-- ARGV[2] ttl ms): 1 when our key was re-expired, or put back where it is
+-- gone (a master restarted without persistence, or its clock ran ahead); 0
+-- when someone else's key is there. Re-expiring alone, restarts of different
+-- masters added up over a lease's life until a second holder got a majority.
+-- Sent only while the lease is valid (core/settle.ts extendScript): a majority
+-- holds our key then, so nobody else can hold it where it is gone. allow-oom
+-- (FREES): a full master must not refuse to renew the keys it holds; the one
+-- it puts back is a small string.
+local EXTEND_RESTORING = scripts.script(
+    "redlock extend",
+    "\nlocal v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\nend\nif v then\n  return 0\nend\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 1\nend\nreturn 0\n",
+    1,
+    scripts.isOne,
+    nil,
+    scripts.FREES
+)
 _M.drift = drift
 _M.majority = majority
 _M.nowMs = nowMs
+_M.EXTEND_RESTORING = EXTEND_RESTORING
 return _M

@@ -18,6 +18,7 @@ const ngx_get_phase = ngx.get_phase;
 const clock_now = clock.now;
 const lua_setmetatable = setmetatable;
 const nowMs = settle.nowMs;
+const extendScript = settle.extendScript;
 const notSelf = check.notSelf;
 
 /** The scripts of one kind of lease. */
@@ -25,6 +26,11 @@ export interface Kind {
   readonly acquire: scripts.Script;
   readonly release: scripts.Script;
   readonly extend: scripts.Script;
+  /**
+   * Redlock: the extend sent while the lease is valid, which also puts the key
+   * back on a master that lost it (see core/settle.ts extendScript).
+   */
+  readonly restore?: scripts.Script;
   /** Several holders per key (permits): bookkeeping per token, not per key. */
   readonly shared: boolean;
   /** The acquire script also counts fences, in backend.fenceKey(lock key). */
@@ -174,7 +180,7 @@ const leaseMethods = {
       return $multi(undefined, "not_owner");
     }
     const sent = clock_now() * 1000;
-    const [res, err, fault] = backend.own(this._store.redis, this._kind.extend, this._rkey, this.token, ms);
+    const [res, err, fault] = backend.own(this._store.redis, extendScript(this, nowMs()), this._rkey, this.token, ms);
     if (res === undefined) {
       settle.unconfirmed(this, fault, false);
       return $multi(undefined, err);

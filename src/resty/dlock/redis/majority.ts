@@ -144,5 +144,30 @@ export function decideAcquire(conf: redis.RedisConf, v: Votes, rkey: string, tok
     " masters, a majority is " + lua_tostring(need) + " (" + errorsOf(conf, v) + ")", "transient");
 }
 
+/**
+ * The Redlock extend of a valid lease (KEYS[1] lock key, ARGV[1] token,
+ * ARGV[2] ttl ms): 1 when our key was re-expired, or put back where it is
+ * gone (a master restarted without persistence, or its clock ran ahead); 0
+ * when someone else's key is there. Re-expiring alone, restarts of different
+ * masters added up over a lease's life until a second holder got a majority.
+ * Sent only while the lease is valid (core/settle.ts extendScript): a majority
+ * holds our key then, so nobody else can hold it where it is gone. allow-oom
+ * (FREES): a full master must not refuse to renew the keys it holds; the one
+ * it puts back is a small string.
+ */
+const EXTEND_RESTORING = scripts.script("redlock extend", `
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if v then
+  return 0
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+return 0
+`, 1, scripts.isOne, undefined, scripts.FREES);
+
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { drift, majority, nowMs };
+export { drift, majority, nowMs, EXTEND_RESTORING };

@@ -68,11 +68,15 @@ end
 function _M.decideExtend(conf, v, ttl, started)
     local extended, answered = count(conf, v, 1)
     local n = #conf.nodes
-    if extended >= majority(conf) and nowMs() - started + drift(ttl) < ttl then
+    local elapsed = nowMs() - started
+    if extended >= majority(conf) and elapsed + drift(ttl) < ttl then
         return 1, nil, nil
     end
     if answered - extended > n - majority(conf) then
         return 0, nil, nil
+    end
+    if extended >= majority(conf) then
+        return nil, str_format("dlock: redis %s: extended on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
     end
     return nil, "dlock: redis " .. conf.endpoint .. ": extended on " .. lua_tostring(extended) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(majority(conf)) .. " (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
 end

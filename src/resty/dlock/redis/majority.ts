@@ -81,8 +81,14 @@ export function decideRelease(conf: redis.RedisConf, v: Votes): CallResult {
 export function decideExtend(conf: redis.RedisConf, v: Votes, ttl: number, started: number): CallResult {
   const [extended, answered] = count(conf, v, 1);
   const n = conf.nodes!.length;
-  if (extended >= majority(conf) && nowMs() - started + drift(ttl) < ttl) return $multi(1, undefined, undefined);
+  const elapsed = nowMs() - started;
+  if (extended >= majority(conf) && elapsed + drift(ttl) < ttl) return $multi(1, undefined, undefined);
   if (answered - extended > n - majority(conf)) return $multi(0, undefined, undefined);
+  if (extended >= majority(conf)) {
+    // A majority said yes, too late: the keys of the first to say it may have expired meanwhile.
+    return $multi(undefined, str_format("dlock: redis %s: extended on a majority, but only after %d ms of a %d ms ttl",
+      conf.endpoint, elapsed, ttl), "transient");
+  }
   return $multi(undefined, "dlock: redis " + conf.endpoint + ": extended on " + lua_tostring(extended) + " of " + lua_tostring(n) +
     " masters, a majority is " + lua_tostring(majority(conf)) + " (" + errorsOf(conf, v) + ")", faultOf(conf, v));
 }

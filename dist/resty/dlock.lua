@@ -10,6 +10,7 @@ local multi = require("resty.dlock.core.multi")
 local recovery = require("resty.dlock.core.recovery")
 local workers = require("resty.dlock.core.workers")
 local reentrant = require("resty.dlock.core.reentrant")
+local majority = require("resty.dlock.redis.majority")
 local rwscripts = require("resty.dlock.redis.rwscripts")
 local scripts = require("resty.dlock.redis.scripts")
 local token = require("resty.dlock.core.token")
@@ -45,7 +46,8 @@ local MAJORITY_LOCK = {
     extend = scripts.EXTEND,
     shared = false,
     fenced = false,
-    drop = nil
+    drop = nil,
+    restore = majority.EXTEND_RESTORING
 }
 local READ_LOCK = {
     acquire = rwscripts.READ_ACQUIRE,

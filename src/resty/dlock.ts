@@ -16,6 +16,7 @@ import * as multi from "./dlock/core/multi";
 import * as recovery from "./dlock/core/recovery";
 import * as workers from "./dlock/core/workers";
 import * as reentrant from "./dlock/core/reentrant";
+import * as majority from "./dlock/redis/majority";
 import * as rwscripts from "./dlock/redis/rwscripts";
 import * as scripts from "./dlock/redis/scripts";
 import * as token from "./dlock/core/token";
@@ -72,8 +73,10 @@ const FENCED_LOCK: lease.Kind = {
   drop: scripts.DROP,
 };
 // Under Redlock a queue would live on every master with no one order: waiters take turns instead (acquire.ts).
+// A valid lease's extend puts its key back on a master that restarted empty (redis/majority.ts).
 const MAJORITY_LOCK: lease.Kind = {
   acquire: scripts.ACQUIRE, release: scripts.RELEASE, extend: scripts.EXTEND, shared: false, fenced: false, drop: undefined,
+  restore: majority.EXTEND_RESTORING,
 };
 // Readers of shared locks (redis/rwscripts.ts); their writers are the locks above.
 const READ_LOCK: lease.Kind = {

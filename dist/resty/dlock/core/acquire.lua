@@ -3,6 +3,7 @@ local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
 local meter = require("resty.dlock.core.meter")
+local orphans = require("resty.dlock.core.orphans")
 local queued = require("resty.dlock.core.queued")
 local retry = require("resty.dlock.core.retry")
 local waits = require("resty.dlock.core.wait")
@@ -18,11 +19,11 @@ local acquired = meter.acquired
 --- ms a waiter that joins this worker's turn for a key sleeps, at most, before it asks Redis itself.
 local QUEUE_CAP = 1000
 --- The deadline passed: why the last attempt failed (Redis never able to answer), or "timeout".
-local function ended(res, err, retryAfter, subscribed)
+local function ended(res, err, retryAfter, subscribed, stray)
     if res == nil then
-        return nil, err, nil, subscribed
+        return nil, err, nil, subscribed, stray
     end
-    return nil, "timeout", retryAfter, subscribed
+    return nil, "timeout", retryAfter, subscribed, stray
 end
 --- Acquire by turns; `turn` is nil when not waiting (wait = 0).
 local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
@@ -31,6 +32,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
     local backoff = retry.FIRST_BACKOFF
     local retryAfter
     local subscribed = false
+    local stray = false
     if wait > 0 and waits.waiters(rkey) > 0 and wakeups.live(conf, rkey) then
         subscribed = true
         wakeups.want(conf, rkey)
@@ -42,7 +44,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
     if wait > 0 and not kind.shared then
         local state, left = waits.awaitLocalHolder(store.dict, store.redis.keyspace, turn, deadline)
         if state == "timeout" then
-            return nil, "timeout", left, subscribed
+            return nil, "timeout", left, subscribed, false
         end
     end
     while true do
@@ -88,7 +90,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
                 kind.release
             )
             if e ~= nil then
-                return nil, e, nil, subscribed
+                return nil, e, nil, subscribed, stray
             end
         elseif res == "OK" then
             local l = lease.make(
@@ -101,17 +103,26 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
                 sent,
                 fence
             )
-            return l, nil, nil, subscribed
+            return l, nil, nil, subscribed, false
         else
+            if fault == "lost" then
+                stray = true
+            end
             retryAfter = retry.pttlOf(res)
             if wait == 0 then
-                return nil, "busy", retryAfter, subscribed
+                return nil, "busy", retryAfter, subscribed, stray
             end
         end
         ngx_update_time()
         local left = deadline - clock_now() * 1000
         if left <= 0 then
-            return ended(res, err, retryAfter, subscribed)
+            return ended(
+                res,
+                err,
+                retryAfter,
+                subscribed,
+                stray
+            )
         end
         local t = turn
         local here = "none"
@@ -119,7 +130,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
             local holderLeft
             here, holderLeft = waits.awaitLocalHolder(store.dict, store.redis.keyspace, t, deadline)
             if here == "timeout" then
-                return nil, "timeout", holderLeft, subscribed
+                return nil, "timeout", holderLeft, subscribed, stray
             end
         end
         if here == "none" then
@@ -164,7 +175,7 @@ local function acquire(store, kind, key, rkey, tok, ttl, wait, ...)
         )
     end
     local turn = wait > 0 and waits.turn(rkey) or nil
-    local l, err, retryAfter, subscribed = byTurns(
+    local l, err, retryAfter, subscribed, stray = byTurns(
         turn,
         store,
         kind,
@@ -175,6 +186,9 @@ local function acquire(store, kind, key, rkey, tok, ttl, wait, ...)
         wait,
         ...
     )
+    if l == nil and stray then
+        orphans.adoptAcquire(store.redis, kind.release, rkey, tok)
+    end
     if turn ~= nil then
         waits.leave(turn, true)
     end

@@ -2,8 +2,7 @@
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local settle = require("resty.dlock.core.settle")
-local clock = require("resty.dlock.core.clock")
-local clock_now = clock.now
+local extendScript = settle.extendScript
 local lua_pairs = pairs
 local lua_ipairs = ipairs
 local lua_next = next
@@ -19,12 +18,12 @@ local thread_wait = ngx.thread.wait
 --- Leases of the list grouped for pipelining: one group per Redis endpoint and
 -- script (locks and permits run different scripts), each with the indexes of
 -- its leases in the list.
-local function byEndpoint(list, script)
+local function byEndpoint(list, script, at)
     local groups = {}
     for i = 1, #list do
         local l = list[i]
         if not l._released then
-            local g = l._store.redis.pool .. " " .. script(l).sha
+            local g = l._store.redis.pool .. " " .. script(l, at).sha
             local idx = groups[g]
             if idx == nil then
                 idx = {}
@@ -61,9 +60,6 @@ function _M.perEndpoint(list)
 end
 local function releaseScript(l)
     return l._kind.release
-end
-local function extendScript(l)
-    return l._kind.extend
 end
 --- The owner-checked targets (Redis key, token) of the leases of `list` at `idx`.
 local function targetsOf(list, idx)
@@ -108,7 +104,7 @@ local function extendGroup(list, idx, results, sent)
     local first = list[idx[1]]
     local out = backend.batch(
         first._store.redis,
-        first._kind.extend,
+        extendScript(first, sent),
         targetsOf(list, idx),
         ms
     )
@@ -173,7 +169,7 @@ function _M.releaseAll(list, untimed)
     end
     local t = {failed = 0, lastErr = nil}
     eachGroup(
-        byEndpoint(list, releaseScript),
+        byEndpoint(list, releaseScript, 0),
         list,
         releaseGroup,
         untimed,
@@ -191,13 +187,14 @@ function _M.extendAll(list)
         results[i] = "not_owner"
         list[i]._renewing = true
     end
+    local sent = settle.nowMs()
     local ok, err = lua_pcall(
         eachGroup,
-        byEndpoint(list, extendScript),
+        byEndpoint(list, extendScript, sent),
         list,
         extendGroup,
         results,
-        clock_now() * 1000
+        sent
     )
     for i = 1, #list do
         list[i]._renewing = nil

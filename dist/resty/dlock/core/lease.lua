@@ -13,6 +13,7 @@ local clock_now = clock.now
 local clock_sleep = clock.sleep
 local lua_setmetatable = setmetatable
 local nowMs = settle.nowMs
+local extendScript = settle.extendScript
 local notSelf = check.notSelf
 local COSOCKET_PHASES = check.set(
     "rewrite",
@@ -104,7 +105,10 @@ local leaseMethods = {
         local sent = clock_now() * 1000
         local res, err, fault = backend.own(
             self._store.redis,
-            self._kind.extend,
+            extendScript(
+                self,
+                nowMs()
+            ),
             self._rkey,
             self.token,
             ms

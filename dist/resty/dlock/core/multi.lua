@@ -28,8 +28,7 @@ local fenceKey = backend.fenceKey
 local REENTRANT = "dlock: acquire_all is refused by reentrant factories (reentrant = true): a set is never nested, " .. "and a key of it the caller already held would wait for itself"
 --- Run the acquire script for the keys at `idx` (indexes into p.keys), making their leases when taken.
 local function take(p, idx)
-    local store = p.store
-    local conf = store.redis
+    local conf = p.store.redis
     local n = #idx
     local fenced = p.kind.fenced
     local quorum = conf.topology == "redlock"
@@ -90,6 +89,9 @@ local function take(p, idx)
         return err or "dlock: redis failed", 0, nil, fault or "failed"
     end
     local at, pttl = multiscripts.busy(res)
+    if at ~= nil and fault == "lost" then
+        p.stray = true
+    end
     if at ~= nil then
         return "busy", idx[at], pttl, nil
     end
@@ -104,7 +106,7 @@ local function take(p, idx)
         end
         if p.parts[i] == nil then
             p.parts[i] = lease.make(
-                store,
+                p.store,
                 p.kind,
                 p.keys[i],
                 p.rkeys[i],
@@ -225,10 +227,10 @@ local function confirm(p)
         local reply = out.replies[i]
         if reply == 1 then
             settle.extended(list[i], reply, p.ttl, sent)
-        else
-            if reply ~= nil then
-                settle.ranOut(list[i])
-            end
+        elseif reply ~= nil then
+            settle.ranOut(list[i])
+        end
+        if reply ~= 1 then
             all = false
         end
     end
@@ -307,10 +309,16 @@ function _M.acquireAll(f, keys, opts)
         tok = tok,
         ttl = ttl,
         parts = {},
-        fences = {}
+        fences = {},
+        stray = false
     }
     local m, err, retryAfter = takeAll(p, wait)
     if m == nil then
+        if p.stray then
+            for i = 1, #rkeys do
+                orphans.adoptAcquire(store.redis, p.kind.release, rkeys[i], tok)
+            end
+        end
         meter.refused(store.meter, err)
         return nil, err, retryAfter
     end

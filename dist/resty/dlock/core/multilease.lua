@@ -66,7 +66,14 @@ local function runAll(parts, together, release, ms)
     if release then
         return backend.batch(conf, first._kind.release, targets, nil)
     end
-    return backend.batch(conf, first._kind.extend, targets, mss)
+    local at = settle.nowMs()
+    local s = settle.extendScript(first, at)
+    for i = 2, n do
+        if settle.extendScript(parts[i], at) ~= s then
+            s = first._kind.extend
+        end
+    end
+    return backend.batch(conf, s, targets, mss)
 end
 --- Release parts (owner-checked, in one call when together): not_owner when
 -- one was not ours (now, or when an extend or the watchdog found it gone), or

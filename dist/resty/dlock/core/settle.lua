@@ -18,6 +18,15 @@ local function nowMs()
     ngx_update_time()
     return clock_now() * 1000
 end
+--- The script an extend of l sends at `at` (epoch ms, fresh): its kind's
+-- `restore` (Redlock: it also puts the key back on a master that lost it)
+-- while the lease is valid, else `extend`, which only re-expires. Past its
+-- validity a key put back could be one that another holder took and gave back
+-- meanwhile: the extend would say yes across a gap in which the lease was not ours.
+function _M.extendScript(l, at)
+    local r = l._kind.restore
+    return r ~= nil and at < l._validUntil and r or l._kind.extend
+end
 --- An extend or a release of l failed: what its outcome may have changed in Redis.
 function _M.unconfirmed(l, fault, release)
     if fault ~= "lost" then

@@ -68,21 +68,26 @@ end
 function _M.decideExtend(conf, v, ttl, started)
     local extended, answered = count(conf, v, 1)
     local n = #conf.nodes
-    if extended >= majority(conf) and nowMs() - started + drift(ttl) < ttl then
+    local elapsed = nowMs() - started
+    if extended >= majority(conf) and elapsed + drift(ttl) < ttl then
         return 1, nil, nil
     end
     if answered - extended > n - majority(conf) then
         return 0, nil, nil
     end
+    if extended >= majority(conf) then
+        return nil, str_format("dlock: redis %s: extended on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
+    end
     return nil, "dlock: redis " .. conf.endpoint .. ": extended on " .. lua_tostring(extended) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(majority(conf)) .. " (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
 end
 --- Acquire: "OK" when a majority took the key in time. Otherwise the masters
--- that took it give it back, and the answer is "busy" (the ms until enough
--- holders expire for a majority to be free) when enough masters said the key
--- is taken that no majority was possible; else an error: "lost" when a master
--- that did not answer may have taken it (the caller has it cleaned up,
--- owner-checked, everywhere), "transient" when too few masters could be
--- reached or it took too long (a waiting acquire tries again).
+-- that took it give it back, and the answer is "busy" when a master that
+-- answered holds the key for someone else (the ms until enough of those keys
+-- expire that the masters that answered could make a majority); with fault
+-- "lost" when a master that did not answer may hold our key, or one that took
+-- it could not give it back (the caller has it cleaned up, owner-checked,
+-- everywhere). Else an error: "lost" as just said, "transient" when too few
+-- masters could be reached or it took too long (a waiting acquire tries again).
 function _M.decideAcquire(conf, v, rkey, tok, ttl, started)
     local n = #conf.nodes
     local need = majority(conf)
@@ -110,9 +115,17 @@ function _M.decideAcquire(conf, v, rkey, tok, ttl, started)
             pttls[#pttls + 1] = r
         end
     end
-    if #pttls > n - need and undone then
+    if #pttls > 0 and took < need then
         tbl_sort(pttls)
-        return pttls[#pttls - (n - need)], nil, nil
+        local expire = need - took
+        if expire > #pttls then
+            expire = #pttls
+        end
+        local after = pttls[expire]
+        if not undone or unknown then
+            return after, nil, "lost"
+        end
+        return after, nil, nil
     end
     if not undone or unknown then
         return nil, "dlock: redis " .. conf.endpoint .. ": took the key on " .. lua_tostring(took) .. " of " .. lua_tostring(n) .. " masters, and some may still hold it (" .. errorsOf(conf, v) .. ")", "lost"
@@ -122,7 +135,25 @@ function _M.decideAcquire(conf, v, rkey, tok, ttl, started)
     end
     return nil, "dlock: redis " .. conf.endpoint .. ": took the key on " .. lua_tostring(took) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(need) .. " (" .. errorsOf(conf, v) .. ")", "transient"
 end
+--- The Redlock extend of a valid lease (KEYS[1] lock key, ARGV[1] token,
+-- ARGV[2] ttl ms): 1 when our key was re-expired, or put back where it is
+-- gone (a master restarted without persistence, or its clock ran ahead); 0
+-- when someone else's key is there. Re-expiring alone, restarts of different
+-- masters added up over a lease's life until a second holder got a majority.
+-- Sent only while the lease is valid (core/settle.ts extendScript): a majority
+-- holds our key then, so nobody else can hold it where it is gone. allow-oom
+-- (FREES): a full master must not refuse to renew the keys it holds; the one
+-- it puts back is a small string.
+local EXTEND_RESTORING = scripts.script(
+    "redlock extend",
+    "\nlocal v = redis.call('GET', KEYS[1])\nif v == ARGV[1] then\n  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\nend\nif v then\n  return 0\nend\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return 1\nend\nreturn 0\n",
+    1,
+    scripts.isOne,
+    nil,
+    scripts.FREES
+)
 _M.drift = drift
 _M.majority = majority
 _M.nowMs = nowMs
+_M.EXTEND_RESTORING = EXTEND_RESTORING
 return _M

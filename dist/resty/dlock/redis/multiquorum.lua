@@ -30,10 +30,11 @@ end
 --- Run the set's acquire script s (rkey its first key, args the rest) on every
 -- master of conf and decide: "OK" when a majority took every key in time;
 -- { i, pttl } (busy: the first busy key's index as the masters said, and when
--- enough of its holders expire for a majority to be free) when enough masters
--- refused that no majority was possible; else an error: "lost" when a master
--- that did not answer, or could not give the keys back, may hold them (the
--- caller has them cleaned up everywhere), "transient" otherwise.
+-- enough holders expire that the masters that answered could make a majority)
+-- when a master that answered refused and no majority took the set; else an
+-- error: "lost" when a master that did not answer, or could not give the keys
+-- back, may hold them (the caller has them cleaned up everywhere), "transient"
+-- otherwise. A busy answer says "lost" as its fault for the same reasons.
 function _M.call(conf, s, rkey, args, rkeys, tok, ttl)
     local nodes = conf.nodes
     local n = #nodes
@@ -115,12 +116,16 @@ function _M.call(conf, s, rkey, args, rkeys, tok, ttl)
         end
     end
     local errs = #errors > 0 and " (" .. table_concat(errors, "; ") .. ")" or ""
-    if #pttls > n - need and undone then
+    if #pttls > 0 and took < need then
         table_sort(pttls)
+        local expire = need - took
+        if expire > #pttls then
+            expire = #pttls
+        end
         local busy = {}
         busy[1] = first
-        busy[2] = pttls[#pttls - (n - need)]
-        return busy, nil, nil
+        busy[2] = pttls[expire]
+        return busy, nil, (not undone or unknown) and "lost" or nil
     end
     if not undone or unknown then
         return nil, str_format(

@@ -12,6 +12,7 @@ local nowMs = votes.nowMs
 local decideAcquire = votes.decideAcquire
 local decideRelease = votes.decideRelease
 local decideExtend = votes.decideExtend
+local EXTEND_RESTORING = votes.EXTEND_RESTORING
 local fanout = fanning.fanout
 local batchFor = perTarget.batchFor
 local outcome = perTarget.outcome
@@ -25,7 +26,7 @@ local lua_tonumber = tonumber
 local math_floor = math.floor
 --- Is this script one a quorum can decide?
 local function kindSupported(s)
-    return s == scripts.ACQUIRE or s == scripts.RELEASE or s == scripts.EXTEND
+    return s == scripts.ACQUIRE or s == scripts.RELEASE or s == scripts.EXTEND or s == EXTEND_RESTORING
 end
 --- Per worker, per master (by endpoint): what its calls did, for status pages.
 local health = {}
@@ -87,7 +88,7 @@ local function call(conf, s, rkey, ...)
     end
     local tok, ms = lua_select(1, ...)
     local ttl = lua_tonumber(ms) or 0
-    if s == scripts.EXTEND then
+    if s == scripts.EXTEND or s == EXTEND_RESTORING then
         return decideExtend(conf, v, ttl, started)
     end
     return decideAcquire(
@@ -102,7 +103,7 @@ end
 --- Each target on every master (one pipeline per master, all at once), decided per target.
 local function batch(conf, s, targets, ms)
     local out = {replies = {}, errors = {}, faults = {}}
-    if s ~= scripts.RELEASE and s ~= scripts.EXTEND then
+    if s ~= scripts.RELEASE and s ~= scripts.EXTEND and s ~= EXTEND_RESTORING then
         for i = 1, #targets do
             out.errors[i] = "dlock: redis " .. conf.endpoint .. ": the " .. s.name .. " script cannot run on a Redlock quorum"
             out.faults[i] = "failed"

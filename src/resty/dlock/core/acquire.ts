@@ -8,6 +8,7 @@
 import * as backend from "../redis/backend";
 import * as lease from "./lease";
 import * as meter from "./meter";
+import * as orphans from "./orphans";
 import * as queued from "./queued";
 import * as retry from "./retry";
 import * as waits from "./wait";
@@ -29,13 +30,18 @@ const acquired = meter.acquired;
 /** ms a waiter that joins this worker's turn for a key sleeps, at most, before it asks Redis itself. */
 const QUEUE_CAP = 1000;
 
-/** The results of an acquire by turns, and whether it asked for the releases of its key (wakeups.want). */
-type ByTurns = LuaMultiReturn<[lease.Lease | undefined, string | undefined, number | undefined, boolean]>;
+/**
+ * The results of an acquire by turns, whether it asked for the releases of its
+ * key (wakeups.want), and whether a busy answer said a master that did not
+ * answer may hold the key for our token (Redlock: a paused master).
+ */
+type ByTurns = LuaMultiReturn<[lease.Lease | undefined, string | undefined, number | undefined, boolean, boolean]>;
 
 /** The deadline passed: why the last attempt failed (Redis never able to answer), or "timeout". */
-function ended(res: RedisValue | undefined, err: string | undefined, retryAfter: number | undefined, subscribed: boolean): ByTurns {
-  if (res === undefined) return $multi(undefined, err, undefined, subscribed);
-  return $multi(undefined, "timeout", retryAfter, subscribed);
+function ended(res: RedisValue | undefined, err: string | undefined, retryAfter: number | undefined, subscribed: boolean,
+  stray: boolean): ByTurns {
+  if (res === undefined) return $multi(undefined, err, undefined, subscribed, stray);
+  return $multi(undefined, "timeout", retryAfter, subscribed, stray);
 }
 
 /** Acquire by turns; `turn` is nil when not waiting (wait = 0). */
@@ -46,6 +52,7 @@ function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: st
   let backoff = retry.FIRST_BACKOFF;
   let retryAfter: number | undefined;
   let subscribed = false;
+  let stray = false;
   // One Redis contender per worker and key: a waiter that finds others of this
   // worker already waiting for a key held elsewhere, with its releases coming
   // (a live subscription), queues behind them without asking Redis; releases
@@ -60,7 +67,7 @@ function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: st
   if (wait > 0 && !kind.shared) {
     const [state, left] = waits.awaitLocalHolder(store.dict, store.redis.keyspace, turn!, deadline);
     if (state === "timeout") {
-      return $multi(undefined, "timeout", left, subscribed);
+      return $multi(undefined, "timeout", left, subscribed, false);
     }
   }
   while (true) {
@@ -82,26 +89,27 @@ function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: st
     }
     if (res === undefined) {
       const e = retry.failed(store, kind, rkey, tok, err, fault, wait, deadline, kind.release);
-      if (e !== undefined) return $multi(undefined, e, undefined, subscribed);
+      if (e !== undefined) return $multi(undefined, e, undefined, subscribed, stray);
     } else if (res === "OK") {
       const l = lease.make(store, kind, key, rkey, tok, ttl, sent, fence);
-      return $multi(l, undefined, undefined, subscribed);
+      return $multi(l, undefined, undefined, subscribed, false);
     } else {
+      if (fault === "lost") stray = true;
       retryAfter = retry.pttlOf(res);
       if (wait === 0) {
-        return $multi(undefined, "busy", retryAfter, subscribed);
+        return $multi(undefined, "busy", retryAfter, subscribed, stray);
       }
     }
     ngx_update_time();
     const left = deadline - clock_now() * 1000;
-    if (left <= 0) return ended(res, err, retryAfter, subscribed);
+    if (left <= 0) return ended(res, err, retryAfter, subscribed, stray);
     const t = turn!;
     let here: "none" | "free" | "timeout" = "none";
     if (!kind.shared) {
       let holderLeft: number | undefined;
       [here, holderLeft] = waits.awaitLocalHolder(store.dict, store.redis.keyspace, t, deadline);
       if (here === "timeout") {
-        return $multi(undefined, "timeout", holderLeft, subscribed);
+        return $multi(undefined, "timeout", holderLeft, subscribed, stray);
       }
     }
     if (here === "none") {
@@ -139,7 +147,10 @@ function acquire(store: Store, kind: Kind, key: string, rkey: string, tok: strin
   if (kind.drop !== undefined) return queued.queued(store, kind, key, rkey, tok, ttl, wait);
   // Without waiting there is no line to stand in: no turn to make.
   const turn = wait > 0 ? waits.turn(rkey) : undefined;
-  const [l, err, retryAfter, subscribed] = byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...extra);
+  const [l, err, retryAfter, subscribed, stray] = byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...extra);
+  // Busy answers (Redlock) left keys a paused master may have taken for tok: cleaned up, owner-checked, once no
+  // attempt of this acquire will use tok again (earlier, a sweep could delete the key a later attempt took).
+  if (l === undefined && stray) orphans.adoptAcquire(store.redis, kind.release, rkey, tok);
   if (turn !== undefined) waits.leave(turn, true);
   if (subscribed) {
     wakeups.done(store.redis, rkey);

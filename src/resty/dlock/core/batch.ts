@@ -6,11 +6,10 @@ import * as backend from "../redis/backend";
 import type * as lease from "./lease";
 import type * as scripts from "../redis/scripts";
 import * as settle from "./settle";
-import * as clock from "./clock";
 
 type Lease = lease.Lease;
 
-const clock_now = clock.now;
+const extendScript = settle.extendScript;
 const lua_pairs = pairs;
 const lua_ipairs = ipairs;
 const lua_next = next;
@@ -29,12 +28,12 @@ const thread_wait = ngx.thread.wait;
  * script (locks and permits run different scripts), each with the indexes of
  * its leases in the list.
  */
-function byEndpoint(list: Lease[], script: (this: void, l: Lease) => scripts.Script): LuaTable<string, number[]> {
+function byEndpoint(list: Lease[], script: (this: void, l: Lease, at: number) => scripts.Script, at: number): LuaTable<string, number[]> {
   const groups = new LuaTable<string, number[]>();
   for (const i of $range(1, list.length)) {
     const l = list[i - 1]!;
     if (!l._released) {
-      const g = l._store.redis.pool + " " + script(l).sha;
+      const g = l._store.redis.pool + " " + script(l, at).sha;
       let idx = groups.get(g);
       if (idx === undefined) {
         idx = [];
@@ -69,10 +68,6 @@ export function perEndpoint(list: Lease[]): LuaTable<string, Lease[]> | undefine
 
 function releaseScript(this: void, l: Lease): scripts.Script {
   return l._kind.release;
-}
-
-function extendScript(this: void, l: Lease): scripts.Script {
-  return l._kind.extend;
 }
 
 /** The owner-checked targets (Redis key, token) of the leases of `list` at `idx`. */
@@ -129,7 +124,8 @@ function extendGroup(this: void, list: Lease[], idx: number[], results: (true | 
     ms[j - 1] = l._extendingMs ?? l.ttl;
   }
   const first = list[idx[0]! - 1]!;
-  const out = backend.batch(first._store.redis, first._kind.extend, targetsOf(list, idx), ms);
+  // The group's script, as byEndpoint chose it at `sent`.
+  const out = backend.batch(first._store.redis, extendScript(first, sent), targetsOf(list, idx), ms);
   for (const j of $range(1, idx.length)) {
     const i = idx[j - 1]!;
     const l = list[i - 1]!;
@@ -177,7 +173,7 @@ function eachGroup<A, B>(groups: LuaTable<string, number[]>, list: Lease[], run:
 
 export function releaseAll(list: Lease[], untimed = false): LuaMultiReturn<[number, string | undefined]> {
   const t: Tally = { failed: 0, lastErr: undefined };
-  eachGroup(byEndpoint(list, releaseScript), list, releaseGroup, untimed, t);
+  eachGroup(byEndpoint(list, releaseScript, 0), list, releaseGroup, untimed, t);
   return $multi(t.failed, t.lastErr);
 }
 
@@ -194,7 +190,9 @@ export function extendAll(list: Lease[]): (true | string)[] {
     // An extend() of one waits for this renewal (lease.ts _renewing).
     list[i - 1]!._renewing = true;
   }
-  const [ok, err] = lua_pcall(eachGroup, byEndpoint(list, extendScript), list, extendGroup, results, clock_now() * 1000);
+  // Fresh: whether a Redlock lease is still valid picks its script (settle.extendScript).
+  const sent = settle.nowMs();
+  const [ok, err] = lua_pcall(eachGroup, byEndpoint(list, extendScript, sent), list, extendGroup, results, sent);
   for (const i of $range(1, list.length)) list[i - 1]!._renewing = undefined;
   if (!ok) lua_error(err, 0);
   return results;

@@ -19,6 +19,7 @@ const clock_now = clock.now;
 const clock_sleep = clock.sleep;
 const lua_setmetatable = setmetatable;
 const nowMs = settle.nowMs;
+const extendScript = settle.extendScript;
 const notSelf = check.notSelf;
 
 /** The scripts of one kind of lease. */
@@ -26,6 +27,11 @@ export interface Kind {
   readonly acquire: scripts.Script;
   readonly release: scripts.Script;
   readonly extend: scripts.Script;
+  /**
+   * Redlock: the extend sent while the lease is valid, which also puts the key
+   * back on a master that lost it (see core/settle.ts extendScript).
+   */
+  readonly restore?: scripts.Script;
   /** Several holders per key (permits): bookkeeping per token, not per key. */
   readonly shared: boolean;
   /** The acquire script also counts fences, in backend.fenceKey(lock key). */
@@ -200,7 +206,7 @@ const leaseMethods = {
       this._extendingMs = ms;
     }
     const sent = clock_now() * 1000;
-    const [res, err, fault] = backend.own(this._store.redis, this._kind.extend, this._rkey, this.token, ms);
+    const [res, err, fault] = backend.own(this._store.redis, extendScript(this, nowMs()), this._rkey, this.token, ms);
     this._extendingMs = undefined;
     if (res === undefined) {
       settle.unconfirmed(this, fault, false);

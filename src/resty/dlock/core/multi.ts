@@ -52,7 +52,6 @@ const lua_unpack = unpack as (this: void, t: (string | number)[]) => LuaMultiRet
 const math_min = math.min;
 const queueKey = scripts.queueKey;
 const fenceKey = backend.fenceKey;
-type MultiLease = multilease.MultiLease;
 export type AcquireAllResult = multilease.AcquireAllResult;
 
 /** What a factory gives acquire_all: locks (dlock.ts). */
@@ -80,6 +79,8 @@ interface Plan {
   /** Per key index: its lease once taken (a key taken in line is there before the attempt). */
   parts: LuaTable<number, Lease>;
   fences: LuaTable<number, number>;
+  /** A busy answer said a master that did not answer may hold keys for tok (Redlock): see acquireAll. */
+  stray: boolean;
 }
 
 /** An attempt: "OK"; "busy" with the index of the first busy key and its holder's PTTL; or the error and its fault. */
@@ -87,8 +88,7 @@ type Attempt = LuaMultiReturn<[string, number, number | undefined, Fault | undef
 
 /** Run the acquire script for the keys at `idx` (indexes into p.keys), making their leases when taken. */
 function take(p: Plan, idx: number[]): Attempt {
-  const store = p.store;
-  const conf = store.redis;
+  const conf = p.store.redis;
   const n = idx.length;
   const fenced = p.kind.fenced;
   // Redlock locks do not queue (dlock.ts): their keys alone.
@@ -124,13 +124,14 @@ function take(p: Plan, idx: number[]): Attempt {
     return $multi(err ?? "dlock: redis failed", 0, undefined, fault ?? "failed");
   }
   const [at, pttl] = multiscripts.busy(res);
+  if (at !== undefined && fault === "lost") p.stray = true;
   if (at !== undefined) return $multi("busy", idx[at - 1]!, pttl, undefined);
   for (const j of $range(1, n)) {
     const i = idx[j - 1]!;
     let fence: number | undefined;
     if (fenced) fence = multiscripts.fenceOf(res, j);
     if (fence !== undefined) p.fences.set(i, fence);
-    if (!p.parts.has(i)) p.parts.set(i, lease.make(store, p.kind, p.keys[i - 1]!, p.rkeys[i - 1]!, p.tok, p.ttl, sent, fence));
+    if (!p.parts.has(i)) p.parts.set(i, lease.make(p.store, p.kind, p.keys[i - 1]!, p.rkeys[i - 1]!, p.tok, p.ttl, sent, fence));
   }
   return $multi("OK", 0, undefined, undefined);
 }
@@ -166,7 +167,7 @@ function giveBack(p: Plan): void {
 }
 
 /** The set's lease, from the plan's parts. */
-function leaseOf(p: Plan): MultiLease {
+function leaseOf(p: Plan): multilease.MultiLease {
   const parts: Lease[] = [];
   const fences: number[] = [];
   for (const i of $range(1, p.keys.length)) {
@@ -219,12 +220,9 @@ function confirm(p: Plan): boolean {
   let all = true;
   for (const i of $range(1, list.length)) {
     const reply = out.replies.get(i);
-    if (reply === 1) {
-      settle.extended(list[i - 1]!, reply, p.ttl, sent);
-    } else {
-      if (reply !== undefined) settle.ranOut(list[i - 1]!);
-      all = false;
-    }
+    if (reply === 1) settle.extended(list[i - 1]!, reply, p.ttl, sent);
+    else if (reply !== undefined) settle.ranOut(list[i - 1]!);
+    if (reply !== 1) all = false;
   }
   return all;
 }
@@ -280,10 +278,12 @@ export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAll
   }
   const p: Plan = {
     store, kind: f._kind, keys: list, rkeys, order: keyorder.of(store.redis.slotted, rkeys), tok, ttl,
-    parts: new LuaTable(), fences: new LuaTable(),
+    parts: new LuaTable(), fences: new LuaTable(), stray: false,
   };
   const [m, err, retryAfter] = takeAll(p, wait);
   if (m === undefined) {
+    // Only now that no attempt will use tok again: a sweep could delete a key a later attempt took.
+    if (p.stray) for (const i of $range(1, rkeys.length)) orphans.adoptAcquire(store.redis, p.kind.release, rkeys[i - 1]!, tok);
     meter.refused(store.meter, err);
     return $multi(undefined, err, retryAfter);
   }

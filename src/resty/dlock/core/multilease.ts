@@ -92,7 +92,11 @@ function runAll(parts: Lease[], together: boolean, release: boolean, ms: number)
     mss[i - 1] = ms;
   }
   if (release) return backend.batch(conf, first._kind.release, targets, undefined);
-  return backend.batch(conf, first._kind.extend, targets, mss);
+  // Redlock puts keys back only while every part is valid (settle.extendScript).
+  const at = settle.nowMs();
+  let s = settle.extendScript(first, at);
+  for (const i of $range(2, n)) if (settle.extendScript(parts[i - 1]!, at) !== s) s = first._kind.extend;
+  return backend.batch(conf, s, targets, mss);
 }
 
 /**

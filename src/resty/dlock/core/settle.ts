@@ -8,6 +8,7 @@ import * as meter from "./meter";
 import * as orphans from "./orphans";
 import * as backend from "../redis/backend";
 import type * as lease from "./lease";
+import type * as scripts from "../redis/scripts";
 import * as waits from "./wait";
 import * as wakeups from "./wakeups";
 import * as clock from "./clock";
@@ -27,6 +28,18 @@ const LOST_HORIZON_MS = orphans.LOST_HORIZON * 1000;
 function nowMs(): number {
   ngx_update_time();
   return clock_now() * 1000;
+}
+
+/**
+ * The script an extend of l sends at `at` (epoch ms, fresh): its kind's
+ * `restore` (Redlock: it also puts the key back on a master that lost it)
+ * while the lease is valid, else `extend`, which only re-expires. Past its
+ * validity a key put back could be one that another holder took and gave back
+ * meanwhile: the extend would say yes across a gap in which the lease was not ours.
+ */
+export function extendScript(l: Lease, at: number): scripts.Script {
+  const r = l._kind.restore;
+  return r !== undefined && at < l._validUntil ? r : l._kind.extend;
 }
 
 /** An extend or a release of l failed: what its outcome may have changed in Redis. */

@@ -81,20 +81,27 @@ export function decideRelease(conf: redis.RedisConf, v: Votes): CallResult {
 export function decideExtend(conf: redis.RedisConf, v: Votes, ttl: number, started: number): CallResult {
   const [extended, answered] = count(conf, v, 1);
   const n = conf.nodes!.length;
-  if (extended >= majority(conf) && nowMs() - started + drift(ttl) < ttl) return $multi(1, undefined, undefined);
+  const elapsed = nowMs() - started;
+  if (extended >= majority(conf) && elapsed + drift(ttl) < ttl) return $multi(1, undefined, undefined);
   if (answered - extended > n - majority(conf)) return $multi(0, undefined, undefined);
+  if (extended >= majority(conf)) {
+    // A majority said yes, too late: the keys of the first to say it may have expired meanwhile.
+    return $multi(undefined, str_format("dlock: redis %s: extended on a majority, but only after %d ms of a %d ms ttl",
+      conf.endpoint, elapsed, ttl), "transient");
+  }
   return $multi(undefined, "dlock: redis " + conf.endpoint + ": extended on " + lua_tostring(extended) + " of " + lua_tostring(n) +
     " masters, a majority is " + lua_tostring(majority(conf)) + " (" + errorsOf(conf, v) + ")", faultOf(conf, v));
 }
 
 /**
  * Acquire: "OK" when a majority took the key in time. Otherwise the masters
- * that took it give it back, and the answer is "busy" (the ms until enough
- * holders expire for a majority to be free) when enough masters said the key
- * is taken that no majority was possible; else an error: "lost" when a master
- * that did not answer may have taken it (the caller has it cleaned up,
- * owner-checked, everywhere), "transient" when too few masters could be
- * reached or it took too long (a waiting acquire tries again).
+ * that took it give it back, and the answer is "busy" when a master that
+ * answered holds the key for someone else (the ms until enough of those keys
+ * expire that the masters that answered could make a majority); with fault
+ * "lost" when a master that did not answer may hold our key, or one that took
+ * it could not give it back (the caller has it cleaned up, owner-checked,
+ * everywhere). Else an error: "lost" as just said, "transient" when too few
+ * masters could be reached or it took too long (a waiting acquire tries again).
  */
 export function decideAcquire(conf: redis.RedisConf, v: Votes, rkey: string, tok: string, ttl: number, started: number): CallResult {
   const n = conf.nodes!.length;
@@ -118,11 +125,18 @@ export function decideAcquire(conf: redis.RedisConf, v: Votes, rkey: string, tok
     const r = v.replies.get(i);
     if (lua_type(r) === "number") pttls.push(r as number);
   }
-  if (pttls.length > n - need && undone) {
-    // Held by others on enough masters that no majority was possible, whatever
-    // the silent ones did (a key one of them took is a minority's, until its ttl).
+  if (pttls.length > 0 && took < need) {
+    // Someone else holds the key where masters answered, and no majority said
+    // yes: busy, whatever the silent masters did (a key one of them took for
+    // us is a minority's, never a lease, and is cleaned up). Telling "lost"
+    // here ended a contended acquire at once (a waiter's too) while one master
+    // was paused, and a dedup guard with on_error = allow let the duplicate in.
     tbl_sort(pttls);
-    return $multi(pttls[pttls.length - (n - need) - 1]!, undefined, undefined);
+    let expire = need - took;
+    if (expire > pttls.length) expire = pttls.length;
+    const after = pttls[expire - 1]!;
+    if (!undone || unknown) return $multi(after, undefined, "lost");
+    return $multi(after, undefined, undefined);
   }
   if (!undone || unknown) {
     return $multi(undefined, "dlock: redis " + conf.endpoint + ": took the key on " + lua_tostring(took) + " of " + lua_tostring(n) +
@@ -136,5 +150,30 @@ export function decideAcquire(conf: redis.RedisConf, v: Votes, rkey: string, tok
     " masters, a majority is " + lua_tostring(need) + " (" + errorsOf(conf, v) + ")", "transient");
 }
 
+/**
+ * The Redlock extend of a valid lease (KEYS[1] lock key, ARGV[1] token,
+ * ARGV[2] ttl ms): 1 when our key was re-expired, or put back where it is
+ * gone (a master restarted without persistence, or its clock ran ahead); 0
+ * when someone else's key is there. Re-expiring alone, restarts of different
+ * masters added up over a lease's life until a second holder got a majority.
+ * Sent only while the lease is valid (core/settle.ts extendScript): a majority
+ * holds our key then, so nobody else can hold it where it is gone. allow-oom
+ * (FREES): a full master must not refuse to renew the keys it holds; the one
+ * it puts back is a small string.
+ */
+const EXTEND_RESTORING = scripts.script("redlock extend", `
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if v then
+  return 0
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+return 0
+`, 1, scripts.isOne, undefined, scripts.FREES);
+
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { drift, majority, nowMs };
+export { drift, majority, nowMs, EXTEND_RESTORING };

@@ -44,10 +44,11 @@ function callOn(this: void, node: redis.RedisConf, s: scripts.Script, rkey: stri
  * Run the set's acquire script s (rkey its first key, args the rest) on every
  * master of conf and decide: "OK" when a majority took every key in time;
  * { i, pttl } (busy: the first busy key's index as the masters said, and when
- * enough of its holders expire for a majority to be free) when enough masters
- * refused that no majority was possible; else an error: "lost" when a master
- * that did not answer, or could not give the keys back, may hold them (the
- * caller has them cleaned up everywhere), "transient" otherwise.
+ * enough holders expire that the masters that answered could make a majority)
+ * when a master that answered refused and no majority took the set; else an
+ * error: "lost" when a master that did not answer, or could not give the keys
+ * back, may hold them (the caller has them cleaned up everywhere), "transient"
+ * otherwise. A busy answer says "lost" as its fault for the same reasons.
  */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, args: (string | number)[], rkeys: string[],
   tok: string, ttl: number): CallResult {
@@ -110,13 +111,19 @@ export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, arg
     }
   }
   const errs = errors.length > 0 ? " (" + table_concat(errors, "; ") + ")" : "";
-  if (pttls.length > n - need && undone) {
-    // Held by others on enough masters that no majority was possible.
+  if (pttls.length > 0 && took < need) {
+    // Someone else holds a key of the set where masters answered, and no
+    // majority said yes: busy, whatever the silent masters did (keys one of
+    // them took for us are a minority's, never a lease; fault "lost": the
+    // caller has them cleaned up). Told "lost", a waiting acquire_all ended at
+    // once while one master was paused.
     table_sort(pttls);
+    let expire = need - took;
+    if (expire > pttls.length) expire = pttls.length;
     const busy = new LuaTable<number, number>();
     busy.set(1, first!);
-    busy.set(2, pttls[pttls.length - (n - need) - 1]!);
-    return $multi(busy as unknown as RedisValue, undefined, undefined);
+    busy.set(2, pttls[expire - 1]!);
+    return $multi(busy as unknown as RedisValue, undefined, !undone || unknown ? "lost" : undefined);
   }
   if (!undone || unknown) {
     return $multi(undefined, str_format("dlock: redis %s: took the keys on %d of %d masters, and some may still hold them%s",

@@ -5,7 +5,8 @@
 // majority's. An acquire counts only when a majority
 // took the key within the validity time (ttl minus the time it took minus the
 // allowance for clock drift); otherwise it is undone, owner-checked, on every
-// master. A release goes to every master; an extend counts on a majority.
+// master. A release goes to every master; an extend counts on a majority (and,
+// while the lease is valid, puts the key back where a master lost it: majority.ts).
 // Only the plain lock runs here: a fence counter per master is not monotonic
 // across majorities, and counting semaphores per master do not bound holders,
 // so factories refuse those at new() (see kindSupported).
@@ -27,6 +28,7 @@ const nowMs = votes.nowMs;
 const decideAcquire = votes.decideAcquire;
 const decideRelease = votes.decideRelease;
 const decideExtend = votes.decideExtend;
+const EXTEND_RESTORING = votes.EXTEND_RESTORING;
 const fanout = fanning.fanout;
 const batchFor = perTarget.batchFor;
 const outcome = perTarget.outcome;
@@ -41,7 +43,7 @@ const math_floor = math.floor;
 
 /** Is this script one a quorum can decide? */
 function kindSupported(s: scripts.Script): boolean {
-  return s === scripts.ACQUIRE || s === scripts.RELEASE || s === scripts.EXTEND;
+  return s === scripts.ACQUIRE || s === scripts.RELEASE || s === scripts.EXTEND || s === EXTEND_RESTORING;
 }
 
 interface Health {
@@ -105,14 +107,14 @@ function call(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string
   if (s === scripts.RELEASE) return decideRelease(conf, v);
   const [tok, ms] = lua_select(1, ...args);
   const ttl = lua_tonumber(ms) ?? 0;
-  if (s === scripts.EXTEND) return decideExtend(conf, v, ttl, started);
+  if (s === scripts.EXTEND || s === EXTEND_RESTORING) return decideExtend(conf, v, ttl, started);
   return decideAcquire(conf, v, rkey, lua_tostring(tok), ttl, started);
 }
 
 /** Each target on every master (one pipeline per master, all at once), decided per target. */
 function batch(this: void, conf: redis.RedisConf, s: scripts.Script, targets: Target[], ms?: number[]): Outcome {
   const out: Outcome = { replies: new LuaTable(), errors: new LuaTable(), faults: new LuaTable() };
-  if (s !== scripts.RELEASE && s !== scripts.EXTEND) {
+  if (s !== scripts.RELEASE && s !== scripts.EXTEND && s !== EXTEND_RESTORING) {
     for (const i of $range(1, targets.length)) {
       out.errors.set(i, "dlock: redis " + conf.endpoint + ": the " + s.name + " script cannot run on a Redlock quorum");
       out.faults.set(i, "failed");

@@ -68,9 +68,9 @@ end
 -- counted before it leaves: a set the script emptied cannot be touched again
 -- in a Cluster slot that migrates ("non local key").
 local function step_out(token, live)
-  local others = redis.call('ZCOUNT', R, '(' .. now, '+inf')
+  local others = #redis.call('ZRANGE', R, '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 2)
   if live then others = others - 1 end
-  if others == 0 then
+  if others <= 0 then
     redis.call('DEL', R)
     return false
   end
@@ -183,12 +183,14 @@ export const READ_ACQUIRE_FENCED = script("shared acquire", readAcquire("{ 'OK',
 // The readers' scripts on the lock key and its readers alone (KEYS[1], KEYS[2]):
 // a Cluster slot migrating (script.ts `alone`). A key freed wakes every waiter,
 // who take turns meanwhile. In a migrating slot a key the script deleted cannot
-// be touched again ("non local key"): leave() counts the readers left first.
+// be touched again ("non local key"): leave() counts the readers left first
+// (two live ones at most: beside ours, one more is enough; ZRANGE, which the
+// README's least-privilege ACL rule allows, where ZCOUNT is not in it).
 const ALONE = "local R = KEYS[2]\n" + scripts.NOW + `local function leave()
-  local others = redis.call('ZCOUNT', R, '(' .. now, '+inf')
+  local others = #redis.call('ZRANGE', R, '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 2)
   local exp = redis.call('ZSCORE', R, ARGV[1])
   if exp and tonumber(exp) > now then others = others - 1 end
-  if others == 0 then
+  if others <= 0 then
     redis.call('DEL', R, KEYS[1])
     redis.pcall('PUBLISH', '${CHANNEL}' .. KEYS[1], '')
     return

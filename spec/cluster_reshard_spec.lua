@@ -52,39 +52,21 @@ describe("redis.cluster while a slot migrates", function()
     assert.is_true(nowhere(from, to, rkey))
   end)
 
-  it("releases the last reader while its slot is MIGRATING and a writer waits in the queue (every key on the source): the writer gets it", function()
+  --- A key of a factory taken (take(l, key) returns the lease) and a waiter of another dict in its queue
+  --- before the slot starts to MIGRATING (every key on the source): the release hands it the key.
+  local function hands_on(tag, take)
     local l = locks()
-    -- Another dict: the reader is not this waiter's nginx's, so it waits in Redis' queue.
+    -- Another dict: the holder is not this waiter's nginx's, so it waits in Redis' queue.
     local w = locks({ dict = "dlock_other", prefix = l.prefix })
     local script = require "resty.dlock.redis.script"
-    local _, rkey, _, from, to, held = migrating(l, "rq", function(k)
-      local reader = assert(l:acquire(k, { ttl = 10000, shared = true }))
-      local writer = ngx.thread.spawn(function() return w:acquire(k, { ttl = 5000, wait = 6000 }) end)
-      -- Time for the writer to take its ticket in the queue, before the slot starts to move.
-      ngx.sleep(0.3)
-      return { reader = reader, writer = writer, queue = script.queueKey(l.prefix .. k, true) }
-    end)
-    -- The ticket on the source, with the readers and the lock key.
-    assert.equal(1, h.cmd(from, "zcard", held.queue))
-    local ok, err = held.reader:release()
-    assert.is_nil(err)
-    assert.is_true(ok)
-    local _, lease, werr = ngx.thread.wait(held.writer)
-    assert(lease, werr)
-    assert.is_true(lease:release())
-    assert.is_true(nowhere(from, to, rkey))
-  end)
-
-  it("releases a lock while its slot is MIGRATING and a waiter is in the queue (every key on the source): the waiter gets it", function()
-    local l = locks()
-    local w = locks({ dict = "dlock_other", prefix = l.prefix })
-    local script = require "resty.dlock.redis.script"
-    local _, rkey, _, from, to, held = migrating(l, "lq", function(k)
-      local holder = assert(l:acquire(k, { ttl = 10000 }))
+    local _, rkey, _, from, to, held = migrating(l, tag, function(k)
+      local holder = take(l, k)
       local waiter = ngx.thread.spawn(function() return w:acquire(k, { ttl = 5000, wait = 6000 }) end)
+      -- Time for the waiter to take its ticket in the queue, before the slot starts to move.
       ngx.sleep(0.3)
       return { holder = holder, waiter = waiter, queue = script.queueKey(l.prefix .. k, true) }
     end)
+    -- The ticket on the source, with the lock key (and the readers).
     assert.equal(1, h.cmd(from, "zcard", held.queue))
     local ok, err = held.holder:release()
     assert.is_nil(err)
@@ -93,6 +75,14 @@ describe("redis.cluster while a slot migrates", function()
     assert(lease, werr)
     assert.is_true(lease:release())
     assert.is_true(nowhere(from, to, rkey))
+  end
+
+  it("releases the last reader while its slot is MIGRATING and a writer waits in the queue (every key on the source): the writer gets it", function()
+    hands_on("rq", function(l, k) return assert(l:acquire(k, { ttl = 10000, shared = true })) end)
+  end)
+
+  it("releases a lock while its slot is MIGRATING and a waiter is in the queue (every key on the source): the waiter gets it", function()
+    hands_on("lq", function(l, k) return assert(l:acquire(k, { ttl = 10000 })) end)
   end)
 
   it("releases a set of keys in one slot (acquire_all) while it is MIGRATING and each key has a waiter in its queue: the waiters get them", function()

@@ -24,11 +24,7 @@ local function get(n, path, opts)
 end
 
 --- The backend's witness for key: hits, most inside at once, inside now.
-local function backend(n, key)
-  local res = assert(h.http(n.backend, "/stats?key=" .. key))
-  local hits, max, inflight = res.body:match("^(%d+) (%d+) (%d+)")
-  return tonumber(hits), tonumber(max), tonumber(inflight)
-end
+local function backend(n, key) return h.backend_stats(n.backend, key) end
 
 describe("guards whose backend goes on with a request nginx let go of", function()
   local n

@@ -119,11 +119,7 @@ local function get(n, path)
 end
 
 --- The backend's witness for key: hits, most inside at once, inside now.
-local function backend(n, key)
-  local res = assert(h.http(n.backend, "/stats?key=" .. key))
-  local hits, max, inflight = res.body:match("^(%d+) (%d+) (%d+)")
-  return tonumber(hits), tonumber(max), tonumber(inflight)
-end
+local function backend(n, key) return h.backend_stats(n.backend, key) end
 
 describe("guards whose upstream nginx could not connect to (a 504 the backend never saw)", function()
   local n, bh, bhpid

@@ -174,6 +174,13 @@ function _M.guard_row(port, name)
   return assert(require("cjson.safe").decode(res.body), res.body).guards[name]
 end
 
+--- The witness of nginx/backend.conf on `port` for key: hits, most inside at once, inside now.
+function _M.backend_stats(port, key)
+  local res = assert(_M.http(port, "/stats?key=" .. key))
+  local hits, max, inflight = res.body:match("^(%d+) (%d+) (%d+)")
+  return tonumber(hits), tonumber(max), tonumber(inflight)
+end
+
 --- A header's value as one string (a repeated header is a list of its values).
 function _M.joined(v)
   if type(v) == "table" then return table.concat(v, ", ") end

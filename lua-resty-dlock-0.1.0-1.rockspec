@@ -37,6 +37,7 @@ build = {
       ["resty.dlock.core.clock"] = "dist/resty/dlock/core/clock.lua",
       ["resty.dlock.core.dictcount"] = "dist/resty/dlock/core/dictcount.lua",
       ["resty.dlock.core.keyorder"] = "dist/resty/dlock/core/keyorder.lua",
+      ["resty.dlock.core.late"] = "dist/resty/dlock/core/late.lua",
       ["resty.dlock.core.lease"] = "dist/resty/dlock/core/lease.lua",
       ["resty.dlock.core.ledger"] = "dist/resty/dlock/core/ledger.lua",
       ["resty.dlock.core.letgo"] = "dist/resty/dlock/core/letgo.lua",

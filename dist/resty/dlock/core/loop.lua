@@ -2,11 +2,13 @@
 local _M = {}
 local check = require("resty.dlock.core.check")
 local clock = require("resty.dlock.core.clock")
+local late = require("resty.dlock.core.late")
 local semaphore = require("ngx.semaphore")
 local sem_new = semaphore.new
 local clock_now = clock.now
 local clock_sleep = clock.sleep
 local clock_timeout = clock.timeout
+local on_its_way = late.onItsWay
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local timer_at = ngx.timer.at
@@ -14,10 +16,6 @@ local lua_pcall = pcall
 local lua_tostring = tostring
 --- Seconds one timer runs before it hands over to a fresh one.
 local HANDOVER = 60
---- Seconds a timer started at 0 has to run before it is taken for dropped: it
--- runs at the event loop's next turn, and one that turn takes this long is a
--- worker in trouble anyway. One that runs later finds another running and ends.
-local LATE = 1
 --- Seconds between looks at whether the fresh timer of a handover runs.
 local LOOK = 0.01
 local function nap(l, seconds)
@@ -37,11 +35,15 @@ local function nap(l, seconds)
         clock_sleep(seconds)
     end
 end
---- l's fresh timer of a handover runs, or did not in LATE s (nginx dropped it):
+--- l's fresh timer of a handover runs, or nginx dropped it (late.ts):
 -- until then the loop is not running, and start() starts no other.
 local function handedOver(l, at)
     l._scheduled = at
-    while not l.running and clock_now() - at < LATE do
+    while not l.running and on_its_way(
+        at,
+        clock_now(),
+        0
+    ) do
         clock_sleep(LOOK)
     end
     l._scheduled = nil
@@ -96,7 +98,7 @@ function _M.start(l)
     end
     local now = clock_now()
     local at = l._scheduled
-    if at ~= nil and now - at < LATE then
+    if on_its_way(at, now, 0) then
         return nil
     end
     local ok, err = timer_at(0, run, l)

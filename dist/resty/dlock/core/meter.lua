@@ -5,7 +5,9 @@ local check = require("resty.dlock.core.check")
 local clock = require("resty.dlock.core.clock")
 local dictcount = require("resty.dlock.core.dictcount")
 local quiet = require("resty.dlock.core.quiet")
+local late = require("resty.dlock.core.late")
 local clock_now = clock.now
+local on_its_way = late.onItsWay
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local get_phase = ngx.get_phase
@@ -28,10 +30,6 @@ local WAIT_BOUNDS = buckets.WAIT_BOUNDS
 local HOLD_BOUNDS = buckets.HOLD_BOUNDS
 --- Seconds a worker's counts wait before they are added to the dict.
 local FLUSH = 0.25
---- Seconds past FLUSH the flush timer has to run before it is taken for
--- dropped: nginx drops a timer whose time comes while lua_max_running_timers
--- are all running, without calling it, though ngx.timer.at said ok.
-local LATE = 1
 --- Meters of this worker with counts to flush.
 local dirty = {}
 --- When the flush timer on its way was started (nil: none is).
@@ -143,9 +141,13 @@ local function flushSeconds(m)
     return true
 end
 local flushLater
---- Is a flush timer on its way (one started more than FLUSH + LATE ago was dropped)?
+--- Is a flush timer on its way (not one nginx dropped, late.ts)?
 local function isArmed()
-    return armed ~= nil and clock_now() - armed < FLUSH + LATE
+    return on_its_way(
+        armed,
+        clock_now(),
+        FLUSH
+    )
 end
 --- Start the flush timer: nil, or why it cannot be had.
 local function arm()

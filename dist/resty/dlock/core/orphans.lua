@@ -3,10 +3,12 @@ local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local clock = require("resty.dlock.core.clock")
 local quiet = require("resty.dlock.core.quiet")
+local late = require("resty.dlock.core.late")
 local ngx_update_time = ngx.update_time
 local worker_exiting = ngx.worker.exiting
 local clock_sleep = clock.sleep
 local clock_now = clock.now
+local on_its_way = late.onItsWay
 local timer_at = ngx.timer.at
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -30,13 +32,11 @@ local MAX_SWEEP_DELAY = 0.5
 local givenUp = quiet.make()
 local orphans = {}
 local sweeping = false
---- When the next sweep's timer is due (0 while a sweep runs). nginx drops a due
--- timer when lua_max_running_timers are all running, though ngx.timer.at said
--- ok: one LATE s past due was dropped, and the next adopt() starts another
--- (the sweeps' generation tells the dropped one, should it run after all).
+--- When the next sweep's timer is due (0 while a sweep runs). One nginx dropped
+-- (late.ts) is replaced at the next adopt() (the sweeps' generation tells the
+-- dropped one, should it run after all).
 local sweepDue = 0
 local sweeps = 0
-local LATE = 1
 --- "dlock: <done> N key(s) <why> (a, b, c and N more)": Redis answering again
 -- after an outage settles hundreds in one sweep, said in one line, not one each.
 local function say(t, done, why)
@@ -168,7 +168,11 @@ end
 --- Keep trying to delete o's key (owner-checked) until Redis answers or o.deadline passes.
 local function adopt(o)
     orphans[#orphans + 1] = o
-    if not sweeping or sweepDue > 0 and clock_now() - sweepDue > LATE then
+    if not sweeping or sweepDue > 0 and not on_its_way(
+        sweepDue,
+        clock_now(),
+        0
+    ) then
         sweeping = schedule(0, FIRST_SWEEP_DELAY)
     end
 end

@@ -5,6 +5,8 @@ local batch = require("resty.dlock.core.batch")
 local lease = require("resty.dlock.core.lease")
 local quiet = require("resty.dlock.core.quiet")
 local clock = require("resty.dlock.core.clock")
+local late = require("resty.dlock.core.late")
+local roundtrip = require("resty.dlock.redis.roundtrip")
 local stats = require("resty.dlock.gateway.stats")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
@@ -16,10 +18,11 @@ local math_min = math.min
 local thread_wait = ngx.thread.wait
 local lua_pcall = pcall
 local lua_tostring = tostring
-local str_find = string.find
+local migrating = roundtrip.migrating
 local quiet_due_for = quiet.dueFor
 local quiet_due = quiet.due
 local clock_now = clock.now
+local on_its_way = late.onItsWay
 local quiet_more = quiet.more
 local semaphore = require("ngx.semaphore")
 local qOwner = {}
@@ -32,10 +35,6 @@ local tail = 0
 local draining = 0
 local pending = 0
 local pendingAt = 0
---- Seconds after which a drain timer that has not started is taken as dropped:
--- nginx drops a due timer when lua_max_running_timers are busy, and the queue
--- would wait for it for good.
-local DROPPED = 1
 local MAX_DRAINERS = 8
 --- Release threads alive, at most PARALLEL (releases on their way at once); those waiting for work; posts they have not taken.
 local alive = 0
@@ -181,7 +180,11 @@ schedule = function()
             return
         end
     end
-    if pending > 0 and clock_now() - pendingAt > DROPPED then
+    if pending > 0 and not on_its_way(
+        pendingAt,
+        clock_now(),
+        0
+    ) then
         draining = draining - pending
         pending = 0
     end
@@ -238,12 +241,7 @@ local function answered(j)
         return
     end
     local o = h.owner
-    local moving = j.fault == "redirect" or j.fault == "transient" and (str_find(
-        lua_tostring(j.err),
-        ": TRYAGAIN",
-        1,
-        true
-    )) ~= nil
+    local moving = j.fault == "redirect" or migrating(j.fault, j.err)
     if not moving then
         stats.incr(o._dict, o.name, "redis_errors")
     end

@@ -11,6 +11,7 @@ local dictcount = require("resty.dlock.core.dictcount")
 local pipelined = pipeline.call
 local posted = pipeline.post
 local asking_call = roundtrip.asking
+local migrating = roundtrip.migrating
 local many = perTarget.many
 local forTarget = scripts.forTarget
 local tagged = scripts.tagged
@@ -30,7 +31,6 @@ local lua_select = select
 local forward = argList.forward
 local listOf = argList.listOf
 local withoutKeys = argList.withoutKeys
-local str_find = string.find
 local str_match = string.match
 local str_gsub = string.gsub
 local str_format = string.format
@@ -49,15 +49,6 @@ local function replied(node, err)
         "^dlock: redis " .. (str_gsub(node.endpoint, "%p", "%%%0")) .. ": (%u%u+) "
     )
     return code ~= nil and code ~= "TLS"
-end
---- Did a migrating slot refuse a script whose keys were split between two nodes (TRYAGAIN)?
-local function splitKeys(fault, err)
-    return fault == "transient" and (str_find(
-        lua_tostring(err),
-        ": TRYAGAIN",
-        1,
-        true
-    )) ~= nil
 end
 --- After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means.
 local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
@@ -78,7 +69,7 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
                 lua_unpack(rest)
             )
         end
-        local tryagain = splitKeys(fault, err)
+        local tryagain = migrating(fault, err)
         if tryagain and script.alone ~= nil then
             rest = withoutKeys(rest, script.alone.keys, script.keys - 1)
             script = script.alone
@@ -307,7 +298,7 @@ local function batch(conf, s, targets, ms)
         for j = 1, #g.idx do
             local i = g.idx[j]
             local fault = o.faults[j]
-            if fault == "redirect" or splitKeys(fault, o.errors[j]) then
+            if fault == "redirect" or migrating(fault, o.errors[j]) then
                 local t = targets[i]
                 local m
                 if subMs ~= nil then

@@ -2,9 +2,11 @@
 local _M = {}
 local takeback = require("resty.dlock.redis.takeback")
 local clock = require("resty.dlock.core.clock")
+local late = require("resty.dlock.core.late")
 local semaphore = require("ngx.semaphore")
 local sem_new = semaphore.new
 local clock_now = clock.now
+local on_its_way = late.onItsWay
 local timer_at = ngx.timer.at
 local lua_pairs = pairs
 local watcher = takeback.watcher
@@ -101,7 +103,7 @@ function _M.claim(lane, b)
     lane.direct[slot] = now + patience(lane.conf)
     if b.undos > 0 then
         lane.acquires[slot] = b
-        if now - lane.watching >= takeback.OVERDUE and (timer_at(takeback.WATCH, watcher, lane, now)) ~= nil then
+        if not on_its_way(lane.watching, now, takeback.WATCH) and (timer_at(takeback.WATCH, watcher, lane, now)) ~= nil then
             lane.watching = now
         end
     end

@@ -58,6 +58,17 @@ local function refused(conf, err)
     end
     return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err), fault
 end
+--- Did a Cluster slot that is migrating refuse the call (TRYAGAIN: a script
+-- whose keys the move has split between two nodes)? It is only to be tried
+-- again, not counted as Redis failing.
+function _M.migrating(fault, err)
+    return fault == "transient" and (str_find(
+        lua_tostring(err),
+        ": TRYAGAIN",
+        1,
+        true
+    )) ~= nil
+end
 --- The fault of a connection that could not be made (nothing was sent). Behind
 -- Sentinel a master that cannot be reached is most likely being replaced: the
 -- sentinels are asked again, and a waiting acquire tries again ("transient").

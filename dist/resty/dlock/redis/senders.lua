@@ -6,7 +6,9 @@ local lanes = require("resty.dlock.redis.lanes")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local takeback = require("resty.dlock.redis.takeback")
 local clock = require("resty.dlock.core.clock")
+local late = require("resty.dlock.core.late")
 local clock_now = clock.now
+local on_its_way = late.onItsWay
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
@@ -24,9 +26,6 @@ local TURN = 1
 local IDLE = 10
 --- Seconds between an idle sender's looks at whether its worker exits.
 local EXIT_CHECK = 0.5
---- Seconds a sender's timer has to run once started: one started at 0 runs at
--- the event loop's next turn. Past that, nginx dropped it.
-local LATE = 1
 --- Hand the calls nobody waits for (post) their outcome.
 local function answered(b)
     local jobs = b.jobs
@@ -150,9 +149,13 @@ function _M.summon(lane)
     lane.summoned = now
     return true
 end
---- With no sender running: has the timer started for lane's open batch not run in LATE s (nginx dropped it)?
+--- With no sender running: did nginx drop the timer started for lane's open batch?
 function _M.overdue(lane)
-    return clock_now() - lane.summoned >= LATE
+    return not on_its_way(
+        lane.summoned,
+        clock_now(),
+        0
+    )
 end
 --- Fail lane's open batch, which no sender will send (overdue): never sent, so
 -- its callers still waiting hear "failed", not "lost". Nothing here waits: a

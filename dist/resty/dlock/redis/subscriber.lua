@@ -8,6 +8,7 @@ local subs = require("resty.dlock.core.subscriptions")
 local wakenode = require("resty.dlock.redis.wakenode")
 local waits = require("resty.dlock.core.wait")
 local clock = require("resty.dlock.core.clock")
+local late = require("resty.dlock.core.late")
 local lua_pairs = pairs
 local NOTICE = ngx.NOTICE
 local WARN = ngx.WARN
@@ -17,6 +18,7 @@ local lua_type = type
 local math_min = math.min
 local ngx_log = ngx.log
 local clock_now = clock.now
+local on_its_way = late.onItsWay
 local clock_sleep = clock.sleep
 local clock_timeout = clock.timeout
 local str_sub = string.sub
@@ -280,18 +282,14 @@ local function run(premature, s)
     end
     s.running = false
 end
---- Seconds a started timer has to run before it is taken for dropped: nginx
--- drops one whose time comes while lua_max_running_timers are all running
--- (ngx.timer.at said ok), and wake-ups would stop for good.
-local LATE = 1
---- Start the subscriber of s (its timer), unless it runs or a timer started for it is on its way.
+--- Start the subscriber of s (its timer), unless it runs or a timer started for
+-- it is on its way: one nginx dropped (late.ts) would stop wake-ups for good.
 function _M.start(s)
     if s.running then
         return
     end
     local now = clock_now()
-    local at = s.scheduled
-    if at ~= nil and now - at < LATE then
+    if on_its_way(s.scheduled, now, 0) then
         return
     end
     local ok = timer_at(0, run, s)

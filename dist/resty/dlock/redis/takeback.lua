@@ -91,8 +91,6 @@ function _M.settle(premature, conf, b)
 end
 --- Seconds between looks for acquires sent at once whose callers never came back.
 _M.WATCH = 1
---- Seconds after its start a watcher's timer that has not run never will (nginx dropped it).
-_M.OVERDUE = _M.WATCH + 1
 --- lane.watching: a watcher runs now, or none is on its way.
 local RUNNING = math.huge
 local NONE = -math.huge

@@ -8,20 +8,19 @@
 // sleeps on a semaphore, so that work due sooner than its sleep ends (a lease
 // with a shorter ttl to renew) can wake it (hurry).
 //
-// nginx may drop a timer that ngx.timer.at said it started: one whose time
-// comes while lua_max_running_timers are all running is never called (it logs
-// "N lua_max_running_timers are not enough" and frees it). So the loop counts
-// as running only once its timer runs, and a timer started but not yet run is
-// trusted for LATE seconds: past that, start() starts another.
+// The loop counts as running only once its timer runs, not when it is started:
+// nginx may drop a started timer (late.ts), and start() starts another then.
 
 import * as check from "./check";
 import * as clock from "./clock";
+import * as late from "./late";
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const sem_new = semaphore.new;
 const clock_now = clock.now;
 const clock_sleep = clock.sleep;
 const clock_timeout = clock.timeout;
+const on_its_way = late.onItsWay;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const timer_at = ngx.timer.at;
@@ -49,12 +48,6 @@ export interface Loop {
 
 /** Seconds one timer runs before it hands over to a fresh one. */
 const HANDOVER = 60;
-/**
- * Seconds a timer started at 0 has to run before it is taken for dropped: it
- * runs at the event loop's next turn, and one that turn takes this long is a
- * worker in trouble anyway. One that runs later finds another running and ends.
- */
-const LATE = 1;
 /** Seconds between looks at whether the fresh timer of a handover runs. */
 const LOOK = 0.01;
 
@@ -76,12 +69,12 @@ function nap(l: Loop, seconds: number): void {
 }
 
 /**
- * l's fresh timer of a handover runs, or did not in LATE s (nginx dropped it):
+ * l's fresh timer of a handover runs, or nginx dropped it (late.ts):
  * until then the loop is not running, and start() starts no other.
  */
 function handedOver(l: Loop, at: number): boolean {
   l._scheduled = at;
-  while (!l.running && clock_now() - at < LATE) clock_sleep(LOOK);
+  while (!l.running && on_its_way(at, clock_now(), 0)) clock_sleep(LOOK);
   // Whether it ran or not, it is not on its way any more: a late one finds this one running and ends.
   l._scheduled = undefined;
   return l.running;
@@ -128,8 +121,8 @@ export function start(l: Loop): string | undefined {
   if (l.running) return undefined;
   const now = clock_now();
   const at = l._scheduled;
-  // A timer started less than LATE ago is on its way; an older one was dropped.
-  if (at !== undefined && now - at < LATE) return undefined;
+  // A late one that runs after all finds another running and ends.
+  if (on_its_way(at, now, 0)) return undefined;
   const [ok, err] = timer_at(0, run, l);
   if (!ok) return "dlock: cannot start the " + l.name + ": " + lua_tostring(err);
   l._scheduled = now;

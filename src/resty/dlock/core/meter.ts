@@ -28,8 +28,10 @@ import * as check from "./check";
 import * as clock from "./clock";
 import * as dictcount from "./dictcount";
 import * as quiet from "./quiet";
+import * as late from "./late";
 
 const clock_now = clock.now;
+const on_its_way = late.onItsWay;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const get_phase = ngx.get_phase;
@@ -53,12 +55,6 @@ const WAIT_BOUNDS = buckets.WAIT_BOUNDS;
 const HOLD_BOUNDS = buckets.HOLD_BOUNDS;
 /** Seconds a worker's counts wait before they are added to the dict. */
 const FLUSH = 0.25;
-/**
- * Seconds past FLUSH the flush timer has to run before it is taken for
- * dropped: nginx drops a timer whose time comes while lua_max_running_timers
- * are all running, without calling it, though ngx.timer.at said ok.
- */
-const LATE = 1;
 
 export interface Meter {
   readonly name: string;
@@ -168,9 +164,9 @@ function flushSeconds(m: Meter): boolean {
 // The timer flush() arms runs it, and it flushes: declared ahead of flush(), set after it.
 let flushLater: (this: void, premature: boolean, at: number) => void;
 
-/** Is a flush timer on its way (one started more than FLUSH + LATE ago was dropped)? */
+/** Is a flush timer on its way (not one nginx dropped, late.ts)? */
 function isArmed(): boolean {
-  return armed !== undefined && clock_now() - armed < FLUSH + LATE;
+  return on_its_way(armed, clock_now(), FLUSH);
 }
 
 /** Start the flush timer: nil, or why it cannot be had. */

@@ -12,11 +12,13 @@ import * as redis from "../redis/client";
 import * as scripts from "../redis/scripts";
 import * as clock from "./clock";
 import * as quiet from "./quiet";
+import * as late from "./late";
 
 const ngx_update_time = ngx.update_time;
 const worker_exiting = ngx.worker.exiting;
 const clock_sleep = clock.sleep;
 const clock_now = clock.now;
+const on_its_way = late.onItsWay;
 const timer_at = ngx.timer.at;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
@@ -61,14 +63,12 @@ const givenUp = quiet.make();
 let orphans: Orphan[] = [];
 let sweeping = false;
 /**
- * When the next sweep's timer is due (0 while a sweep runs). nginx drops a due
- * timer when lua_max_running_timers are all running, though ngx.timer.at said
- * ok: one LATE s past due was dropped, and the next adopt() starts another
- * (the sweeps' generation tells the dropped one, should it run after all).
+ * When the next sweep's timer is due (0 while a sweep runs). One nginx dropped
+ * (late.ts) is replaced at the next adopt() (the sweeps' generation tells the
+ * dropped one, should it run after all).
  */
 let sweepDue = 0;
 let sweeps = 0;
-const LATE = 1;
 
 /**
  * "dlock: <done> N key(s) <why> (a, b, c and N more)": Redis answering again
@@ -187,7 +187,7 @@ schedule = function (this: void, wait: number, delay: number): boolean {
 /** Keep trying to delete o's key (owner-checked) until Redis answers or o.deadline passes. */
 function adopt(o: Orphan): void {
   orphans.push(o);
-  if (!sweeping || (sweepDue > 0 && clock_now() - sweepDue > LATE)) sweeping = schedule(0, FIRST_SWEEP_DELAY);
+  if (!sweeping || (sweepDue > 0 && !on_its_way(sweepDue, clock_now(), 0))) sweeping = schedule(0, FIRST_SWEEP_DELAY);
 }
 
 /** An acquire whose reply was lost: its SET may have landed, or may still land. */

@@ -21,7 +21,9 @@ import * as batch from "../core/batch";
 import * as lease from "../core/lease";
 import * as quiet from "../core/quiet";
 import * as clock from "../core/clock";
+import * as late from "../core/late";
 import type * as backend from "../redis/backend";
+import * as roundtrip from "../redis/roundtrip";
 import * as stats from "./stats";
 import type { Owner } from "./inflight";
 import type { Held } from "./renewals";
@@ -36,10 +38,11 @@ const math_min = math.min;
 const thread_wait = ngx.thread.wait;
 const lua_pcall = pcall;
 const lua_tostring = tostring;
-const str_find = string.find;
+const migrating = roundtrip.migrating;
 const quiet_due_for = quiet.dueFor;
 const quiet_due = quiet.due;
 const clock_now = clock.now;
+const on_its_way = late.onItsWay;
 const quiet_more = quiet.more;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
@@ -56,12 +59,6 @@ let tail = 0;
 let draining = 0;
 let pending = 0;
 let pendingAt = 0;
-/**
- * Seconds after which a drain timer that has not started is taken as dropped:
- * nginx drops a due timer when lua_max_running_timers are busy, and the queue
- * would wait for it for good.
- */
-const DROPPED = 1;
 const MAX_DRAINERS = 8;
 /** Release threads alive, at most PARALLEL (releases on their way at once); those waiting for work; posts they have not taken. */
 let alive = 0;
@@ -189,7 +186,8 @@ schedule = function (this: void): void {
     sema.post(n);
     if (backlog <= n) return;
   }
-  if (pending > 0 && clock_now() - pendingAt > DROPPED) {
+  // Drain timers nginx dropped (late.ts): the queue would wait for them for good.
+  if (pending > 0 && !on_its_way(pendingAt, clock_now(), 0)) {
     draining -= pending;
     pending = 0;
   }
@@ -245,8 +243,7 @@ function answered(this: void, j: backend.Job): void {
   // (failed()); a Cluster slot that moved, or that is moving (TRYAGAIN: the
   // queue's release runs on the lock key alone), is only followed, from the queue.
   const o = h.owner;
-  const moving = j.fault === "redirect" ||
-    (j.fault === "transient" && str_find(lua_tostring(j.err), ": TRYAGAIN", 1, true)[0] !== undefined);
+  const moving = j.fault === "redirect" || migrating(j.fault, j.err);
   if (!moving) stats.incr(o._dict, o.name, "redis_errors");
   enqueue(o, h.lease, 0);
 }

@@ -23,6 +23,7 @@ import * as dictcount from "../core/dictcount";
 const pipelined = pipeline.call;
 const posted = pipeline.post;
 const asking_call = roundtrip.asking;
+const migrating = roundtrip.migrating;
 const many = perTarget.many;
 const forTarget = scripts.forTarget;
 const tagged = scripts.tagged;
@@ -43,7 +44,6 @@ const forward = argList.forward;
 const listOf = argList.listOf;
 const withoutKeys = argList.withoutKeys;
 type Arg = argList.Arg;
-const str_find = string.find;
 const str_match = string.match;
 const str_gsub = string.gsub;
 const str_format = string.format;
@@ -66,11 +66,6 @@ function replied(node: redis.RedisConf, err: string | undefined): boolean {
   return code !== undefined && code !== "TLS";
 }
 
-/** Did a migrating slot refuse a script whose keys were split between two nodes (TRYAGAIN)? */
-function splitKeys(fault: Fault | undefined, err: string | undefined): boolean {
-  return fault === "transient" && str_find(lua_tostring(err), ": TRYAGAIN", 1, true)[0] !== undefined;
-}
-
 /** After a call that failed: follow MOVED and ASK, wait out TRYAGAIN, and say what a failure means. */
 function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.RedisConf, s: scripts.Script, rkey: string,
   args: (string | number)[], res0: RedisValue | undefined, err0: string | undefined, fault0: Fault): CallResult {
@@ -86,7 +81,7 @@ function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.
       const send = asking ? asking_call : pipelined;
       [res, err, fault] = send(node, script, rkey, ...lua_unpack(rest));
     }
-    const tryagain = splitKeys(fault, err);
+    const tryagain = migrating(fault, err);
     if (tryagain && script.alone !== undefined) {
       // The slot migrates and the lock key and its waiters' queue are not on one
       // node: the form without the queues (the last keys; they wait till after).
@@ -209,7 +204,7 @@ function batch(this: void, conf: redis.RedisConf, s: scripts.Script, targets: Ta
       const fault = o.faults.get(j);
       // A slot migrating answers TRYAGAIN to a script whose keys it holds in
       // part: call() tries the form without the queue, as for a redirect.
-      if (fault === "redirect" || splitKeys(fault, o.errors.get(j))) {
+      if (fault === "redirect" || migrating(fault, o.errors.get(j))) {
         const t = targets[i - 1]!;
         let m: number | undefined;
         if (subMs !== undefined) m = subMs[j - 1];

@@ -6,12 +6,14 @@ import type * as redis from "./client";
 import type * as command from "./command";
 import * as takeback from "./takeback";
 import * as clock from "../core/clock";
+import * as late from "../core/late";
 
 type Batch = command.Batch;
 
 const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 const sem_new = semaphore.new;
 const clock_now = clock.now;
+const on_its_way = late.onItsWay;
 const timer_at = ngx.timer.at;
 const lua_pairs = pairs;
 const watcher = takeback.watcher;
@@ -62,7 +64,7 @@ export interface Lane {
    * ngx.timer.at said ok), and of those the ones sleeping on `work` between batches.
    */
   senders: number;
-  /** When the last sender's timer was started (see senders.ts, LATE). */
+  /** When the last sender's timer was started (see senders.ts, overdue). */
   summoned: number;
   idle: number;
   readonly work: NgxSemaphore;
@@ -152,8 +154,8 @@ export function claim(lane: Lane, b: Batch): number {
   lane.direct.set(slot, now + patience(lane.conf));
   if (b.undos > 0) {
     lane.acquires.set(slot, b);
-    // None, or one that has not run by now (dropped): start one.
-    if (now - lane.watching >= takeback.OVERDUE && timer_at(takeback.WATCH, watcher, lane, now)[0] !== undefined) {
+    // None on its way (or running), or one nginx dropped: start one.
+    if (!on_its_way(lane.watching, now, takeback.WATCH) && timer_at(takeback.WATCH, watcher, lane, now)[0] !== undefined) {
       lane.watching = now;
     }
   }

@@ -68,6 +68,15 @@ function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn
 }
 
 /**
+ * Did a Cluster slot that is migrating refuse the call (TRYAGAIN: a script
+ * whose keys the move has split between two nodes)? It is only to be tried
+ * again, not counted as Redis failing.
+ */
+export function migrating(fault: Fault | undefined, err: string | undefined): boolean {
+  return fault === "transient" && str_find(lua_tostring(err), ": TRYAGAIN", 1, true)[0] !== undefined;
+}
+
+/**
  * The fault of a connection that could not be made (nothing was sent). Behind
  * Sentinel a master that cannot be reached is most likely being replaced: the
  * sentinels are asked again, and a waiting acquire tries again ("transient").

@@ -5,11 +5,11 @@
 //
 // A sender counts in lane.senders once its timer runs, not when it is
 // started: nginx drops a timer whose time comes while lua_max_running_timers
-// are all running (it logs "N lua_max_running_timers are not enough"), though
-// ngx.timer.at had said ok. Counted at the start, a dropped sender stayed
+// are all running, though ngx.timer.at had said ok (late.ts). Counted at the
+// start, a dropped sender stayed
 // counted for good, and the batch it was to send stayed open: every later call
-// of the worker joined it and waited in vain. A batch no sender came for in
-// LATE s was never sent, and never will be: the next call fails it and opens
+// of the worker joined it and waited in vain. A batch whose sender nginx
+// dropped was never sent, and never will be: the next call fails it and opens
 // another (sending it late would run calls whose callers gave up on them).
 
 import * as command from "./command";
@@ -18,11 +18,13 @@ import * as lanes from "./lanes";
 import * as roundtrip from "./roundtrip";
 import * as takeback from "./takeback";
 import * as clock from "../core/clock";
+import * as late from "../core/late";
 
 type Batch = command.Batch;
 type Lane = lanes.Lane;
 
 const clock_now = clock.now;
+const on_its_way = late.onItsWay;
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const WARN = ngx.WARN;
@@ -46,11 +48,6 @@ const TURN = 1;
 const IDLE = 10;
 /** Seconds between an idle sender's looks at whether its worker exits. */
 const EXIT_CHECK = 0.5;
-/**
- * Seconds a sender's timer has to run once started: one started at 0 runs at
- * the event loop's next turn. Past that, nginx dropped it.
- */
-const LATE = 1;
 
 /** Hand the calls nobody waits for (post) their outcome. */
 function answered(b: Batch): void {
@@ -123,7 +120,7 @@ function flush(lane: Lane): void {
  * after IDLE seconds without any or when the worker exits.
  */
 function sender(this: void, premature: boolean, lane: Lane): void {
-  // Started in the place of one taken for dropped (see LATE) that ran after all, with every sender running.
+  // Started in the place of one taken for dropped (late.ts) that ran after all, with every sender running.
   if (lane.senders >= lane.conf.senders) return;
   lane.senders++;
   while (!premature) {
@@ -159,9 +156,9 @@ export function summon(lane: Lane): boolean {
   return true;
 }
 
-/** With no sender running: has the timer started for lane's open batch not run in LATE s (nginx dropped it)? */
+/** With no sender running: did nginx drop the timer started for lane's open batch? */
 export function overdue(lane: Lane): boolean {
-  return clock_now() - lane.summoned >= LATE;
+  return !on_its_way(lane.summoned, clock_now(), 0);
 }
 
 /**

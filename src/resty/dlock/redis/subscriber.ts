@@ -28,6 +28,7 @@ import * as subs from "../core/subscriptions";
 import * as wakenode from "./wakenode";
 import * as waits from "../core/wait";
 import * as clock from "../core/clock";
+import * as late from "../core/late";
 
 const lua_pairs = pairs;
 const NOTICE = ngx.NOTICE;
@@ -38,6 +39,7 @@ const lua_type = type;
 const math_min = math.min;
 const ngx_log = ngx.log;
 const clock_now = clock.now;
+const on_its_way = late.onItsWay;
 const clock_sleep = clock.sleep;
 const clock_timeout = clock.timeout;
 const str_sub = string.sub;
@@ -266,18 +268,13 @@ function run(this: void, premature: boolean, s: subs.Subscriber): void {
 }
 
 /**
- * Seconds a started timer has to run before it is taken for dropped: nginx
- * drops one whose time comes while lua_max_running_timers are all running
- * (ngx.timer.at said ok), and wake-ups would stop for good.
+ * Start the subscriber of s (its timer), unless it runs or a timer started for
+ * it is on its way: one nginx dropped (late.ts) would stop wake-ups for good.
  */
-const LATE = 1;
-
-/** Start the subscriber of s (its timer), unless it runs or a timer started for it is on its way. */
 export function start(s: subs.Subscriber): void {
   if (s.running) return;
   const now = clock_now();
-  const at = s.scheduled;
-  if (at !== undefined && now - at < LATE) return;
+  if (on_its_way(s.scheduled, now, 0)) return;
   const [ok] = timer_at(0, run, s);
   if (ok !== undefined) s.scheduled = now;
 }

@@ -92,8 +92,6 @@ export function settle(this: void, premature: boolean, conf: redis.RedisConf, b:
 
 /** Seconds between looks for acquires sent at once whose callers never came back. */
 export const WATCH = 1;
-/** Seconds after its start a watcher's timer that has not run never will (nginx dropped it). */
-export const OVERDUE = WATCH + 1;
 /** lane.watching: a watcher runs now, or none is on its way. */
 const RUNNING = math.huge;
 const NONE = -math.huge;

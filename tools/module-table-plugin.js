@@ -8,15 +8,22 @@
 // module table's twin: the build stops on one.
 const path = require("path");
 const tstl = require("typescript-to-lua");
+const comments = require("./comments-plugin");
 
 const EXPORTS = "____exports";
 const NAME = "_M";
+/** Columns an argument list and its line's indent may take on one line (the call's name and parentheses come on top). */
+const WIDTH = 90;
 
 class ModulePrinter extends tstl.LuaPrinter {
   constructor(emitHost, program, fileName) {
     super(emitHost, program, fileName);
     const root = path.dirname(program.getCompilerOptions().configFilePath);
     this.header = `-- Generated from ${path.relative(root, fileName)} by TypeScriptToLua: edit that file, not this one.\n`;
+    const source = program.getSourceFile(fileName);
+    const opening = source ? comments.header(source).lines : [];
+    // The source's opening comment (comments-plugin.js): what the module is for, under the line above.
+    if (opening.length > 0) this.header += opening.map((c) => `--${c}`.trimEnd()).join("\n") + "\n";
   }
 
   print(file) {
@@ -38,6 +45,17 @@ class ModulePrinter extends tstl.LuaPrinter {
 
   printComment(comment) {
     return super.printComment(typeof comment === "string" ? comment.trimEnd() : comment);
+  }
+
+  // An argument list on one line when it fits, as by hand: TypeScriptToLua puts
+  // each argument on a line of its own once there are five or one is a call.
+  printExpressionList(expressions) {
+    if (expressions.length > 1 && !expressions.some((e) => tstl.isFunctionExpression(e))) {
+      const printed = expressions.map((e) => this.printExpression(e));
+      const text = printed.map(String).join(", ");
+      if (!text.includes("\n") && this.currentIndent.length + text.length <= WIDTH) return this.joinChunksWithComma(printed);
+    }
+    return super.printExpressionList(expressions);
   }
 
   printIdentifier(expression) {

@@ -1,4 +1,11 @@
 -- Generated from src/resty/dlock.ts by TypeScriptToLua: edit that file, not this one.
+-- resty.dlock: a distributed lock on Redis for OpenResty.
+--
+--   local dlock = require "resty.dlock"
+--   local locks = assert(dlock.new({ dict = "dlock", redis = { host = "127.0.0.1" } }))
+--   local lease, err, retry_after = locks:acquire("orders:42", { ttl = 10000, wait = 0 })
+--   ...
+--   lease:release()
 local _M = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
@@ -24,6 +31,7 @@ local notSelf = check.notSelf
 _M._VERSION = version.VERSION
 _M.MAX_KEY_LEN = options.MAX_KEY_LEN
 _M.MAX_TTL = options.MAX_TTL
+-- Locks wait in line (scripts.ts): first come, first served across the fleet.
 local LOCK = {
     acquire = scripts.ACQUIRE_QUEUED,
     release = scripts.RELEASE_QUEUED,
@@ -40,6 +48,8 @@ local FENCED_LOCK = {
     fenced = true,
     drop = scripts.DROP
 }
+-- Under Redlock a queue would live on every master with no one order: waiters take turns instead (acquire.ts).
+-- A valid lease's extend puts its key back on a master that restarted empty (redis/majority.ts).
 local MAJORITY_LOCK = {
     acquire = scripts.ACQUIRE,
     release = scripts.RELEASE,
@@ -49,6 +59,7 @@ local MAJORITY_LOCK = {
     drop = nil,
     restore = majority.EXTEND_RESTORING
 }
+-- Readers of shared locks (redis/rwscripts.ts); their writers are the locks above.
 local READ_LOCK = {
     acquire = rwscripts.READ_ACQUIRE,
     release = rwscripts.READ_RELEASE,
@@ -67,6 +78,11 @@ local FENCED_READ_LOCK = {
     drop = rwscripts.READ_DROP,
     reader = true
 }
+-- Why readers are refused. Under Redlock: majorities would keep readers from
+-- writers (any two majorities share a master), but a writer that waits must
+-- hold back new readers, and that takes one line for all, which no majority
+-- of independent masters has: writers would starve. Reentrant factories: a
+-- reader that took its key again as a writer would wait for itself.
 local READERS_REDLOCK = "dlock: shared = true is refused with redis.redlock: holding back readers while a writer " .. "waits takes one line of waiters, which independent masters do not have (writers would starve)"
 local READERS_REENTRANT = "dlock: shared = true is refused by reentrant factories (reentrant = true): a reader " .. "that took its key again as a writer would wait for itself"
 --- The factories' metatable (its __index, the methods, is set once they are).
@@ -101,16 +117,8 @@ local locksMethods = {
                 return again, nil, nil
             end
         end
-        local l, err, retryAfter = metered(
-            store,
-            kind,
-            k,
-            rkey,
-            self._mint,
-            shared and rwscripts.READER or nil,
-            ttl,
-            wait
-        )
+        -- A reader's token says so: its ticket in line, and a key handed to it (rwscripts.ts).
+        local l, err, retryAfter = metered(store, kind, k, rkey, self._mint, shared and rwscripts.READER or nil, ttl, wait)
         if l == nil then
             return l, err, retryAfter
         end
@@ -176,6 +184,7 @@ function _M.new(opts)
         _id = lua_tostring(factories)
     }
     recovery.register(store, kind)
+    -- Readers' records (one per token) are given back with the readers' release.
     if readers ~= nil then
         recovery.register(store, readers)
     end

@@ -1,4 +1,18 @@
 -- Generated from src/resty/dlock/compat.ts by TypeScriptToLua: edit that file, not this one.
+-- resty.dlock.compat: lua-resty-lock's API, fleet-wide. Code written for the
+-- in-nginx lock changes one require and then excludes every nginx sharing the
+-- Redis, not only the workers of one:
+--
+--   local resty_lock = require "resty.dlock.compat"   -- was "resty.lock"
+--   local lock, err = resty_lock:new("my_locks", { exptime = 10, timeout = 2 })
+--   local elapsed, err = lock:lock(key)      -- 0 when taken at once, "timeout" when waiting ran out
+--   ...
+--   lock:unlock()
+--
+-- The shared dict named in new() keeps this nginx's bookkeeping; Redis decides
+-- who holds a key. Redis is the local one unless configure() says otherwise,
+-- once, in init_by_lua. One lock factory per dict serves every object, since
+-- lua-resty-lock's users make an object per request.
 local _M = {}
 local dlock = require("resty.dlock")
 local check = require("resty.dlock.core.check")
@@ -47,6 +61,7 @@ end
 --- lua-resty-lock's polling steps: checked, not used (a waiter is woken when the key is released).
 local function polling(name)
     return function(v)
+        -- NaN is a number, and not positive.
         if v ~= nil and (lua_type(v) ~= "number" or v ~= v or v <= 0) then
             return check.fail(name .. " must be a positive number", v)
         end
@@ -55,45 +70,14 @@ local function polling(name)
 end
 --- new(dict, opts): exptime and timeout come back in ms.
 _M.NEW = {
-    {
-        name = "exptime",
-        kind = "check",
-        check = seconds("exptime", 30000, 0.001),
-        doc = "30"
-    },
-    {
-        name = "timeout",
-        kind = "check",
-        check = seconds("timeout", 5000, 0),
-        doc = "5"
-    },
-    {
-        name = "step",
-        kind = "check",
-        check = polling("step"),
-        doc = "not used"
-    },
-    {
-        name = "ratio",
-        kind = "check",
-        check = polling("ratio"),
-        doc = "not used"
-    },
-    {
-        name = "max_step",
-        kind = "check",
-        check = polling("max_step"),
-        doc = "not used"
-    }
+    {name = "exptime", kind = "check", check = seconds("exptime", 30000, 0.001), doc = "30"},
+    {name = "timeout", kind = "check", check = seconds("timeout", 5000, 0), doc = "5"},
+    {name = "step", kind = "check", check = polling("step"), doc = "not used"},
+    {name = "ratio", kind = "check", check = polling("ratio"), doc = "not used"},
+    {name = "max_step", kind = "check", check = polling("max_step"), doc = "not used"}
 }
 --- configure(opts): where the locks live.
-_M.CONFIGURE = {options.REDIS, {
-    name = "prefix",
-    kind = "string",
-    maxLen = 256,
-    empty = true,
-    default = "dlock:compat:"
-}, {name = "name", kind = "check", check = options.checkName, default = "compat"}}
+_M.CONFIGURE = {options.REDIS, {name = "prefix", kind = "string", maxLen = 256, empty = true, default = "dlock:compat:"}, {name = "name", kind = "check", check = options.checkName, default = "compat"}}
 local newOptions = schema.compile("compat new options", _M.NEW, {labels = ""})
 local configureOptions = schema.compile("compat.configure options", _M.CONFIGURE, {labels = ""})
 local settings = {redis = nil, prefix = "dlock:compat:", name = "compat"}
@@ -102,10 +86,13 @@ local factories = {}
 --- Where the locks live, for every object made after it: redis (as for dlock.new),
 -- prefix (default "dlock:compat:"), name (metrics; default "compat"). true, or nil, err.
 function _M.configure(opts)
+    -- Checked now, so that a mistake shows in init_by_lua rather than at the first lock.
     local o, err = configureOptions(opts)
     if o == nil then
         return nil, err
     end
+    -- The factories get the table as given: dlock.new checks it again, with their dict.
+    -- No table at all (configure()) means every default, as the schema took it.
     local redis
     if lua_type(opts) == "table" then
         redis = opts.redis
@@ -132,6 +119,7 @@ local methods = {
         if self._lease ~= nil then
             return nil, "locked"
         end
+        -- lua-resty-lock keys its shared dict, which takes a number as its string.
         if lua_type(key) == "number" then
             key = lua_tostring(key)
         end
@@ -140,6 +128,8 @@ local methods = {
             if n > SHDICT_MAX_KEY then
                 return nil, "dlock: key must be at most " .. lua_tostring(SHDICT_MAX_KEY) .. " bytes, got " .. lua_tostring(n) .. " bytes"
             end
+            -- A cache key built from a URI can be long: it is held under its digest,
+            -- a Redis key of fixed length. Keys the core takes keep the Redis key they always had.
             key = "sha1:" .. hex(sha1_bin(key))
         end
         local l, err = self._locks:acquire(key, self._try)
@@ -147,6 +137,8 @@ local methods = {
             self._lease = l
             return 0, nil
         end
+        -- Taken, or a Redis that answered "not now" (BUSY, LOADING, a failover):
+        -- either is waited out within the timeout, as a waiting acquire does.
         if (err == "busy" or not_now(err)) and self._wait ~= nil then
             ngx_update_time()
             local t0 = clock_now()
@@ -154,10 +146,8 @@ local methods = {
             if l ~= nil then
                 self._lease = l
                 ngx_update_time()
-                return math_max(
-                    0.001,
-                    clock_now() - t0
-                ), nil
+                -- Never 0: callers read 0 as "nobody held it" (and skip re-checking their cache).
+                return math_max(0.001, clock_now() - t0), nil
             end
         end
         if err == "busy" or err == "timeout" then
@@ -171,6 +161,8 @@ local methods = {
             return nil, "unlocked"
         end
         if phase_error("release") ~= nil then
+            -- lua-resty-lock's unlock works in any phase, the log phase too, where a
+            -- request ends however it ends: here the release goes without waiting.
             self._lease = nil
             let_go(l)
             return 1, nil
@@ -180,6 +172,7 @@ local methods = {
             self._lease = nil
             return 1, nil
         end
+        -- Redis did not answer: the key may still be ours, so unlock() can be called again.
         if err == "not_owner" then
             self._lease = nil
         end
@@ -199,6 +192,8 @@ local methods = {
             ms = given
         end
         local ok, err = l:extend(ms)
+        -- Held on to even when it is no longer ours, as lua-resty-lock keeps its key after a failed expire:
+        -- unlock() says what became of it and ends it.
         if not ok then
             return nil, err
         end
@@ -230,6 +225,7 @@ function _M.new(_module, dictName, opts)
         locks = f
     end
     local ttl = exptime
+    -- lua-resty-lock never waits longer than the lock it waits for lives.
     local wait = math_min(timeout, ttl)
     local tryOpts = {}
     tryOpts.ttl = ttl
@@ -240,13 +236,7 @@ function _M.new(_module, dictName, opts)
         waitOpts.ttl = ttl
         waitOpts.wait = wait
     end
-    local lock = {
-        _locks = locks,
-        _exptime = exptime,
-        _try = tryOpts,
-        _wait = waitOpts,
-        _lease = nil
-    }
+    local lock = {_locks = locks, _exptime = exptime, _try = tryOpts, _wait = waitOpts, _lease = nil}
     return lua_setmetatable(lock, mt), nil
 end
 return _M

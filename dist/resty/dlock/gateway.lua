@@ -1,4 +1,18 @@
 -- Generated from src/resty/dlock/gateway.ts by TypeScriptToLua: edit that file, not this one.
+-- resty.dlock.gateway: request guards for nginx.conf, built on locks and semaphores.
+--
+--   init_by_lua_block {
+--     local gateway = require "resty.dlock.gateway"
+--     guards = { orders = assert(gateway.new({ name = "orders", mode = "dedup",
+--                  key = "$http_idempotency_key", ttl = 30000, hold = 5000, on_error = "allow" })) }
+--   }
+--   log_by_lua_block { require("resty.dlock.gateway").log() }   -- http level: every request's end
+--   location /orders { access_by_lua_block { guards.orders:access() }  proxy_pass ...; }
+--
+-- Modes: dedup (409 while the same key is in flight, optionally `hold` ms after a
+-- 2xx), concurrency (at most `permits` in flight per key, 429 after `wait`),
+-- throttle (one request per key per `ttl`, 429), mutex (one at a time, 503 after `wait`),
+-- idempotency (gateway/idempotency.ts), rate (`rate` per `period` ms per key, 429: gateway/rate.ts).
 local _M = {}
 local check = require("resty.dlock.core.check")
 local dlock = require("resty.dlock")
@@ -37,6 +51,7 @@ local function lockOptions(given, o, name)
     base.prefix = o.prefix or "dlock:gw:" .. name .. ":"
     base.ttl = o.ttl
     base.wait = o.wait
+    -- Its counters and histograms under the guard's name ("mutex#1" as "mutex_1").
     base.name = (str_gsub(name, "[^%w_%-%.]", "_"))
     if o.permits ~= nil then
         base.permits = o.permits
@@ -47,6 +62,7 @@ end
 function _M.new(opts)
     local phase = get_phase()
     if phase ~= "init" and phase ~= "init_worker" and phase ~= "timer" then
+        -- Each request would get a lock of its own (excluding nothing) and a name of its own in the metrics.
         return nil, "dlock: gateway.new in the " .. phase .. " phase: create guards once, in init_by_lua " .. "or init_worker_by_lua, not per request (a guard made per request excludes nothing and adds metrics without bound)"
     end
     if opts == nil then
@@ -64,6 +80,7 @@ function _M.new(opts)
         end
     end
     if mode == "idempotency" then
+        -- Its own module: Redis records and response capture of its own.
         local ig, ierr = idempotency.create(o, name)
         if ig == nil then
             return nil, ierr
@@ -72,6 +89,7 @@ function _M.new(opts)
         return ig, nil
     end
     if mode == "rate" then
+        -- Its own module: a Redis script of its own, nothing held while the request runs.
         local rg, rerr = rate.create(o, name)
         if rg == nil then
             return nil, rerr
@@ -82,6 +100,7 @@ function _M.new(opts)
         registry[#registry + 1] = rg
         return rg, nil
     end
+    -- The lock (or semaphore) underneath: the options checked above, checked again there (at new() only).
     local base = lockOptions(opts, o, name)
     local locks
     local lerr
@@ -95,6 +114,7 @@ function _M.new(opts)
     end
     local store = locks._store
     recovery.keep(store)
+    -- A factory that refuses readers says why (redis.redlock).
     local sharedMethods = o.shared
     local sharedTry
     local sharedWait
@@ -116,14 +136,7 @@ function _M.new(opts)
     waitOpts.wait = store.wait
     local fallback
     if o.on_error == "local" then
-        local l, llerr = lockLocal.create(
-            mode,
-            o.permits or 1,
-            o.fleet,
-            name,
-            store.ttl,
-            stats.probeWindow(store.redis)
-        )
+        local l, llerr = lockLocal.create(mode, o.permits or 1, o.fleet, name, store.ttl, stats.probeWindow(store.redis))
         if l == nil then
             return nil, llerr
         end

@@ -1,4 +1,16 @@
 -- Generated from src/resty/dlock/rate.ts by TypeScriptToLua: edit that file, not this one.
+-- resty.dlock.rate: rate limits shared by every nginx of a fleet, decided on
+-- Redis' clock (GCRA, core/rate.ts), shaped like lua-resty-limit-traffic's
+-- limiters so that resty.limit.traffic.combine() takes them alongside
+-- resty.limit.req / count / conn.
+--
+--   local rate = require "resty.dlock.rate"
+--   local lim = assert(rate.new({ dict = "dlock", redis = { host = "127.0.0.1" }, rate = 100, period = 60000, burst = 20 }))
+--   local delay, remaining, retry_after = lim:incoming(ngx.var.http_x_api_key, true)   -- a non-empty key (else nil, err)
+--   if not delay then
+--     if remaining == "rejected" then return ngx.exit(429) end   -- retry_after ms from now
+--     ngx.log(ngx.ERR, remaining) return ngx.exit(500)            -- Redis failed
+--   end
 local _M = {}
 local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
@@ -31,6 +43,7 @@ local function keyOf(lim, key, cost, op, call)
         return check.fail("key must be a non-empty string of at most 1024 bytes", key)
     end
     if cost ~= 1 and (lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > lim._limits.most) then
+        -- More than the smallest burst could never pass: bad input, not a refusal.
         return check.fail(
             "cost must be a positive integer, at most the smallest burst (" .. lua_tostring(lim._limits.most) .. ")",
             cost
@@ -41,23 +54,11 @@ end
 local limiterMethods = {
     incoming = function(self, key, commit, cost)
         local c = cost == nil and 1 or cost
-        local rkey, err = keyOf(
-            self,
-            key,
-            c,
-            "incoming",
-            "lim:incoming()"
-        )
+        local rkey, err = keyOf(self, key, c, "incoming", "lim:incoming()")
         if rkey == nil then
             return nil, err, nil
         end
-        local reply, rerr = decide(
-            self._redis,
-            rkey,
-            self._limits,
-            commit and "1" or "0",
-            c
-        )
+        local reply, rerr = decide(self._redis, rkey, self._limits, commit and "1" or "0", c)
         if reply == nil then
             return nil, rerr, nil
         end
@@ -68,23 +69,11 @@ local limiterMethods = {
     end,
     uncommit = function(self, key, cost)
         local c = cost == nil and 1 or cost
-        local rkey, err = keyOf(
-            self,
-            key,
-            c,
-            "uncommit",
-            "lim:uncommit()"
-        )
+        local rkey, err = keyOf(self, key, c, "uncommit", "lim:uncommit()")
         if rkey == nil then
             return nil, err
         end
-        local reply, rerr = decide(
-            self._redis,
-            rkey,
-            self._limits,
-            "-1",
-            c
-        )
+        local reply, rerr = decide(self._redis, rkey, self._limits, "-1", c)
         if reply == nil then
             return nil, rerr
         end
@@ -102,6 +91,7 @@ function _M.new(opts)
     if o == nil then
         return nil, oerr
     end
+    -- rate, period, burst and limits, checked together.
     local ls, lerr = core.parse(opts)
     if ls == nil then
         return nil, lerr
@@ -113,13 +103,7 @@ function _M.new(opts)
     local name = o.name
     local dict = o.dict
     local prefix = o.prefix or "dlock:rate:" .. name .. ":"
-    local lim = {
-        name = name,
-        _dict = dict,
-        _redis = conf,
-        prefix = prefix,
-        _limits = ls
-    }
+    local lim = {name = name, _dict = dict, _redis = conf, prefix = prefix, _limits = ls}
     return lua_setmetatable(lim, limiterMt), nil
 end
 return _M

@@ -1,4 +1,14 @@
 -- Generated from src/resty/dlock/semaphore.ts by TypeScriptToLua: edit that file, not this one.
+-- resty.dlock.semaphore: at most `permits` holders per key across the fleet.
+--
+--   local semaphore = require "resty.dlock.semaphore"
+--   local sem = assert(semaphore.new({ dict = "dlock", permits = 3, redis = { ... } }))
+--   local permit, err, retry_after = sem:acquire("reports:" .. ngx.var.remote_addr, { ttl = 60000, wait = 2000 })
+--   ...
+--   permit:release()
+--
+-- Each permit is a lease of its own (random token, ttl, owner-checked release
+-- and extend), so capacity held by a crashed nginx comes back when its permits expire.
 local _M = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
@@ -44,17 +54,7 @@ local semaphoreMethods = {
         if bad ~= nil then
             return nil, bad, nil
         end
-        local l, err, retryAfter = metered(
-            store,
-            PERMIT,
-            k,
-            rkey,
-            token.random,
-            nil,
-            ttl,
-            wait,
-            self.permits
-        )
+        local l, err, retryAfter = metered(store, PERMIT, k, rkey, token.random, nil, ttl, wait, self.permits)
         if l == nil or not renew then
             return l, err, retryAfter
         end

@@ -1,4 +1,10 @@
 -- Generated from src/resty/dlock/core/acquire.ts by TypeScriptToLua: edit that file, not this one.
+-- Taking a key: one script round trip per attempt, and between attempts the
+-- waiting. Two ways to wait:
+--   in line    locks (not under Redlock): see queued.ts.
+--   by turns   permits, and locks under Redlock (no queue spans majorities):
+--              one waiter per worker and key asks Redis when a release is
+--              announced or the holder's lease ends (wait.ts, wakeups.ts).
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
@@ -33,14 +39,17 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
     local retryAfter
     local subscribed = false
     local stray = false
+    -- One Redis contender per worker and key: a waiter that finds others of this
+    -- worker already waiting for a key held elsewhere, with its releases coming
+    -- (a live subscription), queues behind them without asking Redis; releases
+    -- wake them one at a time, first come first served.
     if wait > 0 and waits.waiters(rkey) > 0 and wakeups.live(conf, rkey) then
         subscribed = true
         wakeups.want(conf, rkey)
-        waits.pause(
-            turn,
-            math_min(wait, QUEUE_CAP)
-        )
+        waits.pause(turn, math_min(wait, QUEUE_CAP))
     end
+    -- A waiter that finds the key held in this nginx queues up locally at once:
+    -- asking Redis first would only hear "busy". (Without `wait`, Redis answers.)
     if wait > 0 and not kind.shared then
         local state, left = waits.awaitLocalHolder(store.dict, store.redis.keyspace, turn, deadline)
         if state == "timeout" then
@@ -54,55 +63,23 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
         local err
         local fault
         if kind.fenced then
-            res, err, fault = call(
-                conf,
-                kind.acquire,
-                rkey,
-                backend.fenceKey(conf, rkey),
-                tok,
-                ttl
-            )
+            res, err, fault = call(conf, kind.acquire, rkey, backend.fenceKey(conf, rkey), tok, ttl)
         else
-            res, err, fault = call(
-                conf,
-                kind.acquire,
-                rkey,
-                tok,
-                ttl,
-                ...
-            )
+            res, err, fault = call(conf, kind.acquire, rkey, tok, ttl, ...)
         end
         if lua_type(res) == "table" then
+            -- { "OK", fence } from the fenced script
             local reply = res
             fence = reply[2]
             res = reply[1]
         end
         if res == nil then
-            local e = retry.failed(
-                store,
-                kind,
-                rkey,
-                tok,
-                err,
-                fault,
-                wait,
-                deadline,
-                kind.release
-            )
+            local e = retry.failed(store, kind, rkey, tok, err, fault, wait, deadline, kind.release)
             if e ~= nil then
                 return nil, e, nil, subscribed, stray
             end
         elseif res == "OK" then
-            local l = lease.make(
-                store,
-                kind,
-                key,
-                rkey,
-                tok,
-                ttl,
-                sent,
-                fence
-            )
+            local l = lease.make(store, kind, key, rkey, tok, ttl, sent, fence)
             return l, nil, nil, subscribed, false
         else
             if fault == "lost" then
@@ -116,13 +93,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
         ngx_update_time()
         local left = deadline - clock_now() * 1000
         if left <= 0 then
-            return ended(
-                res,
-                err,
-                retryAfter,
-                subscribed,
-                stray
-            )
+            return ended(res, err, retryAfter, subscribed, stray)
         end
         local t = turn
         local here = "none"
@@ -134,18 +105,20 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
             end
         end
         if here == "none" then
+            -- The holder is elsewhere: its release wakes us (wakeups.ts) once our
+            -- subscription is live; until then, or without one, poll Redis with
+            -- jittered exponential backoff. Never past the holder's expiry nor our deadline.
             subscribed = true
             wakeups.want(conf, rkey)
             local nap
             if retryAfter ~= nil and wakeups.live(conf, rkey) then
+                -- The first of this worker's line sleeps until a release wakes it (or
+                -- the holder's lease ends); the others until they are first, looking
+                -- now and then in case the first is stuck.
                 nap = (waits.first(t) or waits.waiters(rkey) == 0) and retryAfter + 1 or math_min(retryAfter + 1, QUEUE_CAP)
+                -- A lock's holder may be another client's, which announces nothing: it is probed sooner (subscriptions.ts).
                 if not kind.shared then
-                    wakeups.expect(
-                        conf,
-                        rkey,
-                        retryAfter,
-                        not retry.heldHere(store, rkey)
-                    )
+                    wakeups.expect(conf, rkey, retryAfter, not retry.heldHere(store, rkey))
                 end
             else
                 nap = retry.poll(backoff, retryAfter)
@@ -164,28 +137,13 @@ end
 -- prefix: options.acquire). `extra` goes to the script after ttl (by turns only).
 local function acquire(store, kind, key, rkey, tok, ttl, wait, ...)
     if kind.drop ~= nil then
-        return queued.queued(
-            store,
-            kind,
-            key,
-            rkey,
-            tok,
-            ttl,
-            wait
-        )
+        return queued.queued(store, kind, key, rkey, tok, ttl, wait)
     end
+    -- Without waiting there is no line to stand in: no turn to make.
     local turn = wait > 0 and waits.turn(rkey) or nil
-    local l, err, retryAfter, subscribed, stray = byTurns(
-        turn,
-        store,
-        kind,
-        key,
-        rkey,
-        tok,
-        ttl,
-        wait,
-        ...
-    )
+    local l, err, retryAfter, subscribed, stray = byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
+    -- Busy answers (Redlock) left keys a paused master may have taken for tok: cleaned up, owner-checked, once no
+    -- attempt of this acquire will use tok again (earlier, a sweep could delete the key a later attempt took).
     if l == nil and stray then
         orphans.adoptAcquire(store.redis, kind.release, rkey, tok)
     end
@@ -194,6 +152,7 @@ local function acquire(store, kind, key, rkey, tok, ttl, wait, ...)
     end
     if subscribed then
         wakeups.done(store.redis, rkey)
+        -- Gave up (timeout, error) while others of this worker wait: the next one takes its turn.
         if l == nil then
             waits.wake(rkey)
         end
@@ -210,16 +169,7 @@ function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, ...)
         refused(store.meter, terr)
         return nil, terr, nil
     end
-    local l, err, retryAfter = acquire(
-        store,
-        kind,
-        key,
-        rkey,
-        mark == nil and tok or mark .. tok,
-        ttl,
-        wait,
-        ...
-    )
+    local l, err, retryAfter = acquire(store, kind, key, rkey, mark == nil and tok or mark .. tok, ttl, wait, ...)
     if l == nil then
         refused(store.meter, err)
         return nil, err, retryAfter
@@ -227,5 +177,6 @@ function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, ...)
     acquired(store.meter, l._since / 1000 - t0)
     return l, nil, nil
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.acquire = acquire
 return _M

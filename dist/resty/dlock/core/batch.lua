@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/core/batch.ts by TypeScriptToLua: edit that file, not this one.
+-- Many leases in one round trip per Redis endpoint: how a busy gateway's
+-- queued releases keep up, and how the watchdog and the gateway renew
+-- the leases they keep alive.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local settle = require("resty.dlock.core.settle")
@@ -73,11 +76,7 @@ end
 --- One endpoint's group of releaseAll.
 local function releaseGroup(list, idx, untimed, t)
     local first = list[idx[1]]
-    local out = backend.batch(
-        first._store.redis,
-        first._kind.release,
-        targetsOf(list, idx)
-    )
+    local out = backend.batch(first._store.redis, first._kind.release, targetsOf(list, idx))
     for j = 1, #idx do
         local l = list[idx[j]]
         local reply = out.replies[j]
@@ -93,21 +92,19 @@ local function releaseGroup(list, idx, untimed, t)
 end
 --- One endpoint's group of extendAll.
 local function extendGroup(list, idx, results, sent)
+    -- Until its answer is read: a raise below must not leave "not_owner" (lost) where nothing was learnt.
     for j = 1, #idx do
         results[idx[j]] = RAISED
     end
     local ms = {}
     for j = 1, #idx do
+        -- At an extend()'s ttl while one is on its way: whichever reaches Redis last, the key gets it.
         local l = list[idx[j]]
         ms[j] = l._extendingMs or l.ttl
     end
     local first = list[idx[1]]
-    local out = backend.batch(
-        first._store.redis,
-        extendScript(first, sent),
-        targetsOf(list, idx),
-        ms
-    )
+    -- The group's script, as byEndpoint chose it at `sent`.
+    local out = backend.batch(first._store.redis, extendScript(first, sent), targetsOf(list, idx), ms)
     for j = 1, #idx do
         local i = idx[j]
         local l = list[i]
@@ -116,6 +113,7 @@ local function extendGroup(list, idx, results, sent)
             settle.unconfirmed(l, out.faults[j], false)
             results[i] = out.errors[j]
         else
+            -- At the ttl sent.
             local ok, err = settle.extended(l, reply, ms[j], sent)
             results[i] = ok or err
         end
@@ -136,14 +134,8 @@ local function eachGroup(groups, list, run, a, b)
     local threads = {}
     for k, idx in lua_pairs(groups) do
         if k ~= k1 then
-            local ok, co = lua_pcall(
-                thread_spawn,
-                run,
-                list,
-                idx,
-                a,
-                b
-            )
+            local ok, co = lua_pcall(thread_spawn, run, list, idx, a, b)
+            -- No light threads here (a phase without them): in turn, then.
             if not ok then
                 run(list, idx, a, b)
             else
@@ -155,11 +147,7 @@ local function eachGroup(groups, list, run, a, b)
     for i = 1, #threads do
         local ok, err = thread_wait(threads[i])
         if not ok then
-            ngx_log(
-                ERR,
-                "dlock: a batch of one Redis endpoint raised: ",
-                lua_tostring(err)
-            )
+            ngx_log(ERR, "dlock: a batch of one Redis endpoint raised: ", lua_tostring(err))
         end
     end
 end
@@ -168,13 +156,7 @@ function _M.releaseAll(list, untimed)
         untimed = false
     end
     local t = {failed = 0, lastErr = nil}
-    eachGroup(
-        byEndpoint(list, releaseScript, 0),
-        list,
-        releaseGroup,
-        untimed,
-        t
-    )
+    eachGroup(byEndpoint(list, releaseScript, 0), list, releaseGroup, untimed, t)
     return t.failed, t.lastErr
 end
 --- Extend many leases, each to its own ttl, in one round trip per Redis
@@ -185,17 +167,12 @@ function _M.extendAll(list)
     local results = {}
     for i = 1, #list do
         results[i] = "not_owner"
+        -- An extend() of one waits for this renewal (lease.ts _renewing).
         list[i]._renewing = true
     end
+    -- Fresh: whether a Redlock lease is still valid picks its script (settle.extendScript).
     local sent = settle.nowMs()
-    local ok, err = lua_pcall(
-        eachGroup,
-        byEndpoint(list, extendScript, sent),
-        list,
-        extendGroup,
-        results,
-        sent
-    )
+    local ok, err = lua_pcall(eachGroup, byEndpoint(list, extendScript, sent), list, extendGroup, results, sent)
     for i = 1, #list do
         list[i]._renewing = nil
     end

@@ -1,31 +1,13 @@
 -- Generated from src/resty/dlock/core/buckets.ts by TypeScriptToLua: edit that file, not this one.
+-- The buckets of the lease metrics' histograms (core/meter.ts): their bounds,
+-- and the bucket a number of seconds falls in.
 local _M = {}
 --- Upper bounds (s) of the acquire-wait buckets; the last bucket is +Inf.
-_M.WAIT_BOUNDS = {
-    0.001,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    5
-}
+_M.WAIT_BOUNDS = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5}
 --- Upper bounds (s) of the hold-time buckets; the last bucket is +Inf.
-_M.HOLD_BOUNDS = {
-    0.01,
-    0.05,
-    0.1,
-    0.5,
-    1,
-    5,
-    10,
-    30,
-    60,
-    300
-}
+_M.HOLD_BOUNDS = {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300}
+-- Bucket indexes by comparisons, not a loop over the bounds: a loop would keep
+-- the acquire path out of LuaJIT's root trace (see check.nkeys).
 function _M.wait(s)
     if s <= 0.05 then
         if s <= 0.005 then

@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/core/check.ts by TypeScriptToLua: edit that file, not this one.
+-- Input validation shared by every public entry point. Each checker returns
+-- `value, nil` or `nil, "dlock: <what is wrong>, got <value>"`, so callers can
+-- hand the error straight back to the Lua user.
 local _M = {}
 local lua_type = type
 local lua_pcall = pcall
@@ -29,11 +32,8 @@ local function show(v)
     if t == "string" then
         local s = v
         local cut = #s > 40 and str_sub(s, 1, 40) .. "..." or s
-        return (str_gsub(
-            str_format("%q", cut),
-            "\\\n",
-            "\\n"
-        ))
+        -- %q writes a newline as a backslash and a real newline: an error message stays on one line.
+        return (str_gsub(str_format("%q", cut), "\\\n", "\\n"))
     end
     if t == "number" and v ~= v then
         return "nan"
@@ -79,14 +79,12 @@ function _M.integer(name, v, min, max, unit)
         return fail(name .. " must be " .. unit, v)
     end
     local n = v
+    -- NaN fails every comparison, +/-inf fails the floor test or the bounds.
     if n ~= n or n ~= math_floor(n) or n < min then
         return fail(name .. " must be " .. unit, v)
     end
     if n > max then
-        return fail(
-            name .. " must be at most " .. lua_tostring(max),
-            v
-        )
+        return fail(name .. " must be at most " .. lua_tostring(max), v)
     end
     return n, nil
 end
@@ -142,6 +140,9 @@ local function loadNkeys()
     local ok, f = lua_pcall(lua_require, "table.nkeys")
     return ok and lua_type(f) == "function" and f or nil
 end
+-- OpenResty's LuaJIT counts a table's entries without a loop (and compiles the
+-- call): how a hot path checks that a table holds the options it read by name
+-- and nothing else (core/options.ts acquire).
 _M.nkeys = loadNkeys()
 --- Whether the Lua pattern matches somewhere in s.
 function _M.found(s, pattern)
@@ -156,6 +157,7 @@ function _M.set(...)
     end
     return s
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.fail = fail
 _M.show = show
 _M.str = str

@@ -1,9 +1,25 @@
 -- Generated from src/resty/dlock/core/clock.ts by TypeScriptToLua: edit that file, not this one.
+-- The event loop's cached time, ngx.now(), read with the FFI call
+-- lua-resty-core's ngx.now makes, from a function of our own; and ngx.sleep,
+-- never for less than nginx's timers can count.
+--
+-- Why not ngx.now: Debian 12's lua-resty-core writes it as
+-- `return tonumber(ngx_lua_ffi_now())`, a tail call into a fast function that
+-- a trace starting in ngx.now cannot return through ("leaving loop in root
+-- trace at tonumber"). After a few such aborts LuaJIT blacklists ngx.now, and
+-- from then on every trace that calls it aborts ("blacklisted at
+-- time.lua:74"): the pipeline's, the acquire's and the lease's hot paths among
+-- them, which then run in the interpreter. jit.v on the bench's nginx with the
+-- topology lines beside /core: 164 such aborts, the core line at 0.85 to 0.95
+-- of the same handler in an nginx of its own. (lua-resty-core 0.1.33,
+-- OpenResty's, keeps the result in a local first, as now() does here.) Where
+-- the call is not there, ngx.now answers.
 local _M = {}
 local ffi = require("ffi")
 local ngx_now = ngx.now
 local ngx_sleep = ngx.sleep
 local stream = ngx.config.subsystem == "stream"
+-- lua-resty-core declares them already; the pcall makes us independent of the order.
 pcall(ffi.cdef, "double ngx_http_lua_ffi_now(void);")
 pcall(ffi.cdef, "double ngx_stream_lua_ffi_now(void);")
 local function lookup()
@@ -14,6 +30,7 @@ local found, fn = pcall(lookup)
 local ffi_now = found and fn or ngx_now
 --- ngx.now(): seconds (with ms) of the event loop's cached time.
 function _M.now()
+    -- A local, then the return: what lua-resty-core 0.1.33 did to its ngx.now for the same reason.
     local t = ffi_now()
     return t
 end

@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/core/keyorder.ts by TypeScriptToLua: edit that file, not this one.
+-- The one order in which every caller of acquire_all takes keys it cannot take
+-- in one script call (Cluster keys of several slots, and any set while it waits):
+-- sorted by Redis key, so no two callers can each hold what the other waits for.
 local _M = {}
 local scripts = require("resty.dlock.redis.scripts")
 local table_sort = table.sort
@@ -32,5 +35,6 @@ function _M.of(slotted, rkeys)
     end
     return nil
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.sorted = sorted
 return _M

@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/core/lease.ts by TypeScriptToLua: edit that file, not this one.
+-- Leases: what resty.dlock locks and resty.dlock.semaphore permits have in
+-- common (their options: options.ts): the lease object, made by an acquire (acquire.ts), released and extended
+-- owner-checked (what Redis's answers do to it is settle.ts's; many leases in
+-- one round trip, batch.ts; `with`, with.ts).
 local _M = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
@@ -15,6 +19,8 @@ local lua_setmetatable = setmetatable
 local nowMs = settle.nowMs
 local extendScript = settle.extendScript
 local notSelf = check.notSelf
+-- Where ngx_lua allows cosockets. Elsewhere (init, set, header/body filter, log,
+-- balancer) a Redis call would raise; say so as an error instead.
 local COSOCKET_PHASES = check.set(
     "rewrite",
     "server_rewrite",
@@ -98,27 +104,20 @@ local leaseMethods = {
         if self._released then
             return nil, "not_owner"
         end
+        -- Only the watchdog's renewals can cross an extend() (_extendingMs).
         if watched then
             quiesce(self)
             self._extendingMs = ms
         end
         local sent = clock_now() * 1000
-        local res, err, fault = backend.own(
-            self._store.redis,
-            extendScript(
-                self,
-                nowMs()
-            ),
-            self._rkey,
-            self.token,
-            ms
-        )
+        local res, err, fault = backend.own(self._store.redis, extendScript(self, nowMs()), self._rkey, self.token, ms)
         self._extendingMs = nil
         if res == nil then
             settle.unconfirmed(self, fault, false)
             return nil, err
         end
         local ok, xerr = settle.extended(self, res, ms, sent)
+        -- A renewed lease at a shorter ttl: the watchdog's sweep must come sooner.
         if ok ~= nil then
             watchdog.extended(self)
         end
@@ -129,17 +128,14 @@ leaseMt.__index = leaseMethods
 --- A lease just taken: sent is when its acquire was sent (epoch ms), fence its fence (fenced kinds).
 function _M.make(store, kind, key, rkey, tok, ttl, sent, fence)
     local rec = ledger.recordKey(store.redis.keyspace, rkey, tok, kind.shared)
-    local recorded, recv = ledger.record(
-        store.dict,
-        rec,
-        tok,
-        key,
-        ttl
-    )
+    local recorded, recv = ledger.record(store.dict, rec, tok, key, ttl)
     if recorded ~= nil then
         meter.recorded(store.meter, recorded)
     end
     local now = nowMs()
+    -- The flags (_released, _releaseSent, _releasing, _lost) start nil: 14
+    -- fields, 15 with _onLost, keep the table within 16 hash slots; at 17 LuaJIT
+    -- gives it 32, 384 bytes more per lease.
     local lease = {
         key = key,
         token = tok,
@@ -156,6 +152,8 @@ function _M.make(store, kind, key, rkey, tok, ttl, sent, fence)
         _expires = now + ttl,
         _since = now
     }
+    -- Not a tail call: LuaJIT gives up a trace that tail-calls a builtin on its
+    -- way out ("leaving loop in root trace"), and leaves the function interpreted.
     local l = lua_setmetatable(lease, leaseMt)
     return l
 end
@@ -183,6 +181,7 @@ function _M.posted(l, j)
     end
     return settle.released(l, j.res)
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.phaseError = phaseError
 _M.quiesce = quiesce
 return _M

@@ -1,4 +1,14 @@
 -- Generated from src/resty/dlock/core/ledger.ts by TypeScriptToLua: edit that file, not this one.
+-- Local bookkeeping of the leases this nginx instance holds, in a lua_shared_dict
+-- so every worker (and the status endpoint) sees them. One record per lock key,
+-- one per permit for semaphores (several holders share a key):
+--   "l:" .. keyspace .. redis key [.. " " .. token]  ->  "<pid> <expires_ms> <token> <key>"
+-- (keyspace: RedisConf.keyspace, "<8 hex>|": one dict may keep the leases of
+-- several Redis servers or dbs whose keys have the same names)
+-- The record expires with the lease, so a crashed worker leaves nothing behind.
+-- Records only serve held(), status pages and local waiting; exclusion never
+-- depends on them (the token in Redis decides), so a full dict loses records,
+-- not safety.
 local _M = {}
 local clock = require("resty.dlock.core.clock")
 local quiet = require("resty.dlock.core.quiet")
@@ -35,24 +45,16 @@ function _M.prepare(dict)
 end
 --- The dict key of a lease's record.
 function _M.recordKey(space, rkey, token, shared)
-    return shared and str_format(
-        "%s%s%s %s",
-        RECORD,
-        space,
-        rkey,
-        token
-    ) or RECORD .. space .. rkey
+    -- One format, not a chain of concatenations (each makes a string of its own).
+    return shared and str_format("%s%s%s %s", RECORD, space, rkey, token) or RECORD .. space .. rkey
 end
 local function encode(token, key, expires)
-    local v = str_format(
-        "%d %d %s %s",
-        worker_pid(),
-        expires,
-        token,
-        key
-    )
+    -- One format, not a chain of concatenations (one CAT each); not a tail call (see lease.make).
+    local v = str_format("%d %d %s %s", worker_pid(), expires, token, key)
     return v
 end
+-- A full dict fails every acquire: one warning per worker and interval,
+-- saying how many leases went unrecorded since the previous one.
 local full = quiet.make()
 local function unrecordable(dict, key, err)
     dictcount.count(dict, _M.UNRECORDED, 1)
@@ -87,22 +89,8 @@ end
 -- worker dies, crash recovery takes the ticket back. The record's dict key, or
 -- nil when the dict is full (then the ticket is skipped at its deadline).
 function _M.waiting(dict, space, rkey, token, key, ms)
-    local rec = str_format(
-        "%s%s%s %s",
-        WAITING,
-        space,
-        rkey,
-        token
-    )
-    local ok = dict:safe_set(
-        rec,
-        encode(
-            token,
-            key,
-            math_floor(clock_now() * 1000) + ms
-        ),
-        ms / 1000
-    )
+    local rec = str_format("%s%s%s %s", WAITING, space, rkey, token)
+    local ok = dict:safe_set(rec, encode(token, key, math_floor(clock_now() * 1000) + ms), ms / 1000)
     return ok and rec or nil
 end
 --- The token of the record, and when it expires (epoch ms).
@@ -265,6 +253,7 @@ local function list(dict, max, others)
                 end
             end
         end
+        -- Done with one lease too many, when every key was seen, or at the bound.
         if n == 0 or more or #keys < n or n >= bound then
             return found, more or n > 0 and #keys >= n
         end
@@ -276,5 +265,6 @@ function _M.held(dict)
     local all = list(dict, 0)
     return all
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.list = list
 return _M

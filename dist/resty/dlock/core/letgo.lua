@@ -1,4 +1,10 @@
 -- Generated from src/resty/dlock/core/letgo.ts by TypeScriptToLua: edit that file, not this one.
+-- Letting a lease go where nginx allows no cosockets (log, header filter):
+-- lua-resty-lock's unlock works in every phase, and the compat face must too.
+-- Nobody waits for Redis there: the release rides the worker's next pipeline
+-- (lease.post), or goes from a timer when it cannot. What Redis does not
+-- confirm goes to the cleanup sweep, which retries until the key expires.
+-- (The gateway ends its leases through a queue of its own: gateway/releases.ts.)
 local _M = {}
 local lease = require("resty.dlock.core.lease")
 local quiet = require("resty.dlock.core.quiet")
@@ -25,6 +31,7 @@ local function later(l)
     if ok then
         return
     end
+    -- The sweep takes it once it has a timer of its own; else the key runs out by its ttl.
     settle.orphan(l)
     local n = quiet_due(unscheduled)
     if n > 0 then
@@ -40,6 +47,7 @@ end
 local function answered(j)
     local p = j.post
     local ok, err = lease_posted(p.lease, j)
+    -- Not confirmed (Redis failed, a Cluster slot moved): once more from a timer, which follows redirects.
     if ok == nil and err ~= "not_owner" then
         later(p.lease)
     end

@@ -1,4 +1,26 @@
 -- Generated from src/resty/dlock/core/multi.ts by TypeScriptToLua: edit that file, not this one.
+-- Several keys, all or nothing: locks:acquire_all({ "a", "b" }, opts) returns one lease holding
+-- every key, or nothing. Each key is a single lock's key (the token, PX ttl), so a set excludes
+-- single-key holders key by key, and each is recorded, released, renewed and recovered as a single
+-- lease is: the set's lease is its keys' leases (`_parts`, one per key, in the caller's order)
+-- behind one face.
+--
+-- Taking them:
+--   together   one script for all the keys (redis/multiscripts.ts) where they
+--              can share a script call: standalone, Sentinel, and Cluster when
+--              every key hashes to one slot (the same hash tag).
+--   in order   otherwise (Cluster, keys of different slots): key by key in
+--              sorted order, the keys taken given back at the first busy one.
+--   majority   Redlock: the one script on every master, the majority decides
+--              (redis/multiquorum.ts).
+-- Either way nothing is held when an attempt fails. Waiting (wait > 0), once an attempt found a key
+-- busy: the keys are taken one at a time in one global order (sorted by Redis key), each waiting in
+-- its key's line (first come, first served) as a single acquire of it does, holding the keys before
+-- it in that order. Every waiting caller takes keys in the same order, and a caller taking a set in
+-- one go never waits holding anything, so no cycle of waits can form: no deadlock, whatever order
+-- callers name the keys in, and each line serves its waiters in turn (no starvation). Once every
+-- key is held, all are renewed to the full ttl at once, owner-checked; a key that ran out meanwhile
+-- sends the set back to waiting, holding nothing.
 local _M = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
@@ -31,6 +53,7 @@ local function take(p, idx)
     local conf = p.store.redis
     local n = #idx
     local fenced = p.kind.fenced
+    -- Redlock locks do not queue (dlock.ts): their keys alone.
     local quorum = conf.topology == "redlock"
     local args = {}
     for j = 2, n do
@@ -60,25 +83,13 @@ local function take(p, idx)
         for j = 1, n do
             rkeys[j] = p.rkeys[idx[j]]
         end
-        res, err, fault = multiquorum.call(
-            conf,
-            s,
-            rkey,
-            args,
-            rkeys,
-            p.tok,
-            p.ttl
-        )
+        res, err, fault = multiquorum.call(conf, s, rkey, args, rkeys, p.tok, p.ttl)
     else
-        res, err, fault = backend.call(
-            conf,
-            s,
-            rkey,
-            lua_unpack(args)
-        )
+        res, err, fault = backend.call(conf, s, rkey, lua_unpack(args))
     end
     if res == nil then
         if fault == "lost" or fault == "replicas" then
+            -- The keys may be (replicas: are) ours on the master: give them back, owner-checked, in the background.
             local cleanup = p.kind.drop or p.kind.release
             for j = 1, n do
                 orphans.adoptAcquire(conf, cleanup, p.rkeys[idx[j]], p.tok)
@@ -105,16 +116,7 @@ local function take(p, idx)
             p.fences[i] = fence
         end
         if p.parts[i] == nil then
-            p.parts[i] = lease.make(
-                p.store,
-                p.kind,
-                p.keys[i],
-                p.rkeys[i],
-                p.tok,
-                p.ttl,
-                sent,
-                fence
-            )
+            p.parts[i] = lease.make(p.store, p.kind, p.keys[i], p.rkeys[i], p.tok, p.ttl, sent, fence)
         end
     end
     return "OK", 0, nil, nil
@@ -188,15 +190,7 @@ local function inOrder(p, deadline)
         if left <= 0 then
             return false, "timeout", nil
         end
-        local l, err, retryAfter = acquire.acquire(
-            p.store,
-            p.kind,
-            p.keys[i],
-            p.rkeys[i],
-            p.tok,
-            p.ttl,
-            left
-        )
+        local l, err, retryAfter = acquire.acquire(p.store, p.kind, p.keys[i], p.rkeys[i], p.tok, p.ttl, left)
         if l == nil then
             return false, err, retryAfter
         end
@@ -253,10 +247,7 @@ local function takeAll(p, wait)
             if fault ~= "transient" or left <= 0 then
                 return nil, what, nil
             end
-            local nap = math_min(
-                retry.poll(backoff, nil),
-                left
-            )
+            local nap = math_min(retry.poll(backoff, nil), left)
             backoff = math_min(backoff * 2, retry.MAX_BACKOFF)
             clock_sleep(nap / 1000)
         else
@@ -270,6 +261,7 @@ local function takeAll(p, wait)
             if held and confirm(p) then
                 return leaseOf(p), nil, nil
             end
+            -- Gave up, or a key was lost while we waited: nothing stays held.
             giveBack(p)
             if not held then
                 return nil, err, retryAfter or pttl
@@ -314,6 +306,7 @@ function _M.acquireAll(f, keys, opts)
     }
     local m, err, retryAfter = takeAll(p, wait)
     if m == nil then
+        -- Only now that no attempt will use tok again: a sweep could delete a key a later attempt took.
         if p.stray then
             for i = 1, #rkeys do
                 orphans.adoptAcquire(store.redis, p.kind.release, rkeys[i], tok)
@@ -322,6 +315,7 @@ function _M.acquireAll(f, keys, opts)
         meter.refused(store.meter, err)
         return nil, err, retryAfter
     end
+    -- The set is held from now: its wait ends here, and its keys' hold times start here.
     ngx_update_time()
     local now = clock_now()
     meter.acquired(store.meter, now - t0)

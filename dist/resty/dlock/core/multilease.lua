@@ -1,4 +1,9 @@
 -- Generated from src/resty/dlock/core/multilease.ts by TypeScriptToLua: edit that file, not this one.
+-- The lease of a set of keys (locks:acquire_all, core/multi.ts): one face on
+-- its keys' own leases (`_parts`), which are what the shared dict records, the
+-- watchdog renews and crash recovery gives back, each as a single lease. Its
+-- release and extend run every key's owner-checked script in one round trip
+-- per endpoint (backend.batch).
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
@@ -39,12 +44,7 @@ local function runAll(parts, together, release, ms)
             args[#args + 1] = ms
         end
         local s = release and multiscripts.release(n) or multiscripts.extend(n)
-        local res, err, fault = backend.call(
-            conf,
-            s,
-            first._rkey,
-            lua_unpack(args)
-        )
+        local res, err, fault = backend.call(conf, s, first._rkey, lua_unpack(args))
         local out = {replies = {}, errors = {}, faults = {}}
         local t = lua_type(res) == "table" and res or nil
         for i = 1, n do
@@ -66,6 +66,7 @@ local function runAll(parts, together, release, ms)
     if release then
         return backend.batch(conf, first._kind.release, targets, nil)
     end
+    -- Redlock puts keys back only while every part is valid (settle.extendScript).
     local at = settle.nowMs()
     local s = settle.extendScript(first, at)
     for i = 2, n do
@@ -87,6 +88,7 @@ local function releaseParts(parts, together)
             p._releasing = true
             open[#open + 1] = p
         elseif not p._releasing then
+            -- Over before any release of ours: found gone.
             notOwner = true
         end
     end
@@ -159,10 +161,8 @@ local multiMethods = {
             return nil, terr
         end
         local parts = self._parts
-        local rerr = options.renewable(
-            watchdog.watches(parts[1]),
-            ms
-        )
+        -- As a single renewed lease's: the watchdog renews each part a third of the way through its ttl.
+        local rerr = options.renewable(watchdog.watches(parts[1]), ms)
         if rerr ~= nil then
             return nil, rerr
         end
@@ -176,6 +176,7 @@ local multiMethods = {
             lease.quiesce(parts[i])
         end
         local sent = clock_now() * 1000
+        -- Renewals of the parts sent meanwhile renew at this ttl (lease.ts _extendingMs).
         for i = 1, #parts do
             parts[i]._extendingMs = ms
         end
@@ -268,6 +269,7 @@ function _M.make(keys, parts, tok, ttl, fences, together)
         _lost = false,
         _onLost = nil
     }
+    -- Not a tail call (see lease.make).
     local l = lua_setmetatable(m, multiMt)
     return l
 end

@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/core/multioptions.ts by TypeScriptToLua: edit that file, not this one.
+-- The arguments of locks:acquire_all(keys, opts), read: the list of keys and
+-- their Redis keys (the prefix in front: lockKey), and the options of the set,
+-- checked by the ACQUIRE_ALL schema (core/options.ts) with the factory's defaults.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local options = require("resty.dlock.core.options")
@@ -27,10 +30,7 @@ local function keyList(keys)
         return check.fail("acquire_all needs at least one key", keys)
     end
     if n > _M.MAX_KEYS then
-        return check.fail(
-            "acquire_all takes at most " .. lua_tostring(_M.MAX_KEYS) .. " keys",
-            n
-        )
+        return check.fail("acquire_all takes at most " .. lua_tostring(_M.MAX_KEYS) .. " keys", n)
     end
     local count = 0
     for k in lua_pairs(t) do
@@ -45,11 +45,7 @@ local function keyList(keys)
     local out = {}
     local seen = {}
     for i = 1, n do
-        local k, kerr = check_str(
-            "keys[" .. lua_tostring(i) .. "]",
-            t[i],
-            MAX_KEY
-        )
+        local k, kerr = check_str("keys[" .. lua_tostring(i) .. "]", t[i], MAX_KEY)
         if k == nil then
             return nil, kerr
         end

@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/core/options.ts by TypeScriptToLua: edit that file, not this one.
+-- The option tables of the lock faces, declared once (schema.ts): dlock.new,
+-- semaphore.new and the options of an acquire. The gateway takes some of
+-- these declarations for its own table (gateway/options.ts); the README's
+-- tables are checked against them (spec/options_spec.lua).
 local _M = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
@@ -18,6 +22,7 @@ _M.MAX_KEY_LEN = MAX_KEY
 _M.MAX_TTL = 86400000
 --- Most permits per key.
 _M.MAX_PERMITS = 100000
+-- ------------------------------------------------------------------ declarations
 _M.TTL = {
     name = "ttl",
     kind = "integer",
@@ -63,14 +68,9 @@ end
 local function name(dflt)
     return {name = "name", kind = "check", check = _M.checkName, default = dflt}
 end
+-- "" is a choice: keys shared with other clients' locks (node-redlock, redis-py) under their own names.
 local function prefix(dflt)
-    return {
-        name = "prefix",
-        kind = "string",
-        maxLen = 256,
-        empty = true,
-        default = dflt
-    }
+    return {name = "prefix", kind = "string", maxLen = 256, empty = true, default = dflt}
 end
 _M.NEW_LOCKS = {
     _M.DICT,
@@ -83,15 +83,7 @@ _M.NEW_LOCKS = {
     {name = "fencing", kind = "boolean", default = false},
     {name = "reentrant", kind = "boolean", default = false}
 }
-_M.NEW_SEMAPHORE = {
-    _M.PERMITS,
-    _M.DICT,
-    name("semaphore"),
-    _M.REDIS,
-    prefix("dlock:sem:"),
-    _M.TTL,
-    _M.WAIT
-}
+_M.NEW_SEMAPHORE = {_M.PERMITS, _M.DICT, name("semaphore"), _M.REDIS, prefix("dlock:sem:"), _M.TTL, _M.WAIT}
 --- An acquire's own ttl and wait; absent, the factory's.
 local ACQUIRE_TTL = {
     name = "ttl",
@@ -110,6 +102,7 @@ local ACQUIRE_WAIT = {
     doc = "the factory's `wait`"
 }
 local RENEW = {name = "renew", kind = "boolean", default = false}
+-- Without renewals nothing would ever notice the loss.
 local ON_LOST = {name = "on_lost", kind = "function", requires = {{option = "renew", must = "true"}}}
 --- A lock's; shared takes it as one of the key's readers (redis/rwscripts.ts).
 _M.ACQUIRE = {
@@ -133,6 +126,8 @@ local ACQUIRE_PERMIT = {
     ON_LOST,
     {name = "shared", kind = "check", check = notShared}
 }
+-- (multikey) Readers of a set would need the readers' set and line of every key in one
+-- script, and a writer of one key waiting behind readers of a set: refused until built.
 local function notSharedAll(v)
     if v == nil or v == false then
         return nil, nil
@@ -158,6 +153,7 @@ function _M.extendTtl(ttl, current)
     end
     return checkTtl(ttl)
 end
+-- ------------------------------------------------------------------ factories
 --- What a factory's leases need of its options; its shared dict made ready.
 function _M.store(o)
     ledger.prepare(o.dict)
@@ -208,6 +204,7 @@ function _M.acquire(store, key, opts, sharable)
     end
     local rkey = store.prefix .. k
     if sharable then
+        -- Locks (not permits: a semaphore's script touches its key alone).
         local lk, lerr = lockKey(store.prefix, k, rkey, store.redis.slotted)
         if lk == nil then
             return lerr
@@ -243,6 +240,7 @@ function _M.acquire(store, key, opts, sharable)
     end
     return nil, k, rkey, ttl, v.wait or store.wait, v.renew, v.on_lost, v.shared == true
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.checkTtl = checkTtl
 _M.renewable = renewable
 return _M

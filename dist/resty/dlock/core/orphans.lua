@@ -1,4 +1,12 @@
 -- Generated from src/resty/dlock/core/orphans.ts by TypeScriptToLua: edit that file, not this one.
+-- Keys that may still be ours in Redis although nobody will release them:
+-- acquires whose reply was lost (the SET may have landed) and releases that
+-- Redis never confirmed (the gateway's queued releases, with()). Left alone,
+-- each blocks its key for a whole ttl. One sweep per worker deletes them,
+-- owner-checked, retrying until Redis answers: Redis may be paused or
+-- unreachable right now (that is often why the call failed). One timer and one
+-- pipeline per endpoint for all of them, not one each: an outage can orphan
+-- thousands.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local clock = require("resty.dlock.core.clock")
@@ -43,24 +51,15 @@ local function say(t, done, why)
     if t.count == 0 then
         return
     end
-    ngx_log(
-        NOTICE,
-        "dlock: ",
-        done,
-        " ",
-        t.count,
-        " key(s) ",
-        why,
-        " (",
-        quiet_named(t),
-        ")"
-    )
+    ngx_log(NOTICE, "dlock: ", done, " ", t.count, " key(s) ", why, " (", quiet_named(t), ")")
 end
 local function sweepOnce()
+    -- Adoptions during this sweep (it yields) go to a fresh list.
     local batch = orphans
     orphans = {}
     ngx_update_time()
     local now = clock_now()
+    -- One pipeline per endpoint and script.
     local groups = {}
     local removed = quiet_tally()
     local released = quiet_tally()
@@ -100,6 +99,7 @@ local function sweepOnce()
             if reply == nil then
                 orphans[#orphans + 1] = o
             else
+                -- 1, or (keys with waiters in line) the token of the waiter it went on to: deleted.
                 local deleted = reply ~= 0
                 if deleted and o.lost == "acquire" then
                     quiet_add(removed, o.rkey)
@@ -142,12 +142,16 @@ local function sweepWhileExiting(delay)
         orphans = {}
     end
 end
+-- sweep() schedules itself again: declared here, set after it.
 local schedule
 local function sweep(premature, delay, gen)
+    -- Taken for dropped, and another started: that one sweeps.
     if gen ~= sweeps then
         return
     end
     sweepDue = 0
+    -- Whatever a sweep runs into, the next one must still be scheduled:
+    -- a stuck `sweeping` flag would stop all cleanup in this worker for good.
     sweepSafely()
     if #orphans > 0 and (premature or worker_exiting()) then
         sweepWhileExiting(delay)
@@ -168,11 +172,7 @@ end
 --- Keep trying to delete o's key (owner-checked) until Redis answers or o.deadline passes.
 local function adopt(o)
     orphans[#orphans + 1] = o
-    if not sweeping or sweepDue > 0 and not on_its_way(
-        sweepDue,
-        clock_now(),
-        0
-    ) then
+    if not sweeping or sweepDue > 0 and not on_its_way(sweepDue, clock_now(), 0) then
         sweeping = schedule(0, FIRST_SWEEP_DELAY)
     end
 end
@@ -188,5 +188,6 @@ function _M.adoptAcquire(conf, release, rkey, token)
         settle = nil
     })
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.adopt = adopt
 return _M

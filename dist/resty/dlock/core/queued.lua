@@ -1,4 +1,9 @@
 -- Generated from src/resty/dlock/core/queued.ts by TypeScriptToLua: edit that file, not this one.
+-- Waiting in line (locks, not under Redlock): the first attempt takes a ticket
+-- in the key's queue in Redis, and the waiter sleeps until a release hands the
+-- key to it by name (scripts.ts): first come, first served across the fleet,
+-- one contender per release, three commands per contended acquisition
+-- (ticket, claim, release). An uncontended acquire asks once and keeps nothing.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
@@ -39,62 +44,20 @@ end
 --- Ask Redis for the key once, with our ticket ("" until we have one) lasting `left` ms.
 local function ask(conf, kind, rkey, qkey, fkey, skey, tok, ttl, left, ticket)
     if skey ~= nil then
+        -- A reader: its keys are the lock, its readers, (the fence counter,) the queue.
         if fkey ~= nil then
-            return call(
-                conf,
-                kind.acquire,
-                rkey,
-                skey,
-                fkey,
-                qkey,
-                tok,
-                ttl,
-                left,
-                ticket
-            )
+            return call(conf, kind.acquire, rkey, skey, fkey, qkey, tok, ttl, left, ticket)
         end
-        return call(
-            conf,
-            kind.acquire,
-            rkey,
-            skey,
-            qkey,
-            tok,
-            ttl,
-            left,
-            ticket
-        )
+        return call(conf, kind.acquire, rkey, skey, qkey, tok, ttl, left, ticket)
     end
     if fkey ~= nil then
-        return call(
-            conf,
-            kind.acquire,
-            rkey,
-            fkey,
-            qkey,
-            tok,
-            ttl,
-            left,
-            ticket
-        )
+        return call(conf, kind.acquire, rkey, fkey, qkey, tok, ttl, left, ticket)
     end
-    return call(
-        conf,
-        kind.acquire,
-        rkey,
-        qkey,
-        tok,
-        ttl,
-        left,
-        ticket
-    )
+    return call(conf, kind.acquire, rkey, qkey, tok, ttl, left, ticket)
 end
 --- How long our ticket lasts: MARGIN less than we wait, so that Redis skips it before we give up, never hands the key to us as we leave.
 local function ticketMs(wait, deadline, sent)
-    return wait > 0 and math_max(
-        1,
-        math_floor(deadline - sent) - MARGIN
-    ) or 0
+    return wait > 0 and math_max(1, math_floor(deadline - sent) - MARGIN) or 0
 end
 --- What Redis answered an attempt of the waiting acquire at `place`, sent at `sent`.
 local function heard(place, sent, res, err, fault)
@@ -104,18 +67,9 @@ local function heard(place, sent, res, err, fault)
     local tok = place.tok
     place.answered = res ~= nil
     if res == nil then
-        local e = retry.failed(
-            store,
-            kind,
-            rkey,
-            tok,
-            err,
-            fault,
-            place.wait,
-            place.deadline,
-            kind.drop
-        )
+        local e = retry.failed(store, kind, rkey, tok, err, fault, place.wait, place.deadline, kind.drop)
         if e ~= nil then
+            -- A cleanup of a lost reply drops the ticket too.
             if fault == "lost" then
                 place.ticket = ""
             end
@@ -125,58 +79,25 @@ local function heard(place, sent, res, err, fault)
         return false, nil, nil, nil
     end
     if res == "OK" then
-        return true, make(
-            store,
-            kind,
-            place.key,
-            rkey,
-            tok,
-            place.ttl,
-            sent,
-            nil
-        ), nil, nil
+        return true, make(store, kind, place.key, rkey, tok, place.ttl, sent, nil), nil, nil
     end
     if lua_type(res) == "table" then
         local reply = res
         if reply[1] == "OK" then
-            return true, make(
-                store,
-                kind,
-                place.key,
-                rkey,
-                tok,
-                place.ttl,
-                sent,
-                reply[2]
-            ), nil, nil
+            return true, make(store, kind, place.key, rkey, tok, place.ttl, sent, reply[2]), nil, nil
         end
+        -- Busy: the holder's PTTL, and our ticket.
         local pttl = reply[1]
         place.retryAfter = pttl >= 0 and pttl or nil
         local t = reply[2]
         if t ~= "" and place.ticket == "" then
             place.ticket = t
             place.ahead = reply[3]
-            place.rec = ledger.waiting(
-                store.dict,
-                store.redis.keyspace,
-                rkey,
-                tok,
-                place.key,
-                place.wait
-            )
-            waits.holdTicket(
-                place.turn,
-                dropOf(
-                    store,
-                    kind,
-                    rkey,
-                    tok,
-                    place.wait
-                ),
-                place.ahead
-            )
+            place.rec = ledger.waiting(store.dict, store.redis.keyspace, rkey, tok, place.key, place.wait)
+            waits.holdTicket(place.turn, dropOf(store, kind, rkey, tok, place.wait), place.ahead)
         end
     else
+        -- Busy, from the script without the queue (scripts.ts `alone`): the holder's PTTL.
         place.retryAfter = retry.pttlOf(res)
     end
     return false, nil, nil, nil
@@ -196,13 +117,7 @@ local function attempt(place)
         ticketMs(place.wait, place.deadline, sent),
         place.ticket
     )
-    return heard(
-        place,
-        sent,
-        res,
-        err,
-        fault
-    )
+    return heard(place, sent, res, err, fault)
 end
 --- Between attempts: sleep until the key may be ours (or our deadline). True and the results when the wait is over.
 local function between(place)
@@ -212,6 +127,7 @@ local function between(place)
     local rest = place.deadline - clock_now() * 1000
     local retryAfter = place.retryAfter
     if rest <= 0 then
+        -- The deadline passed: why the last attempt failed (Redis never able to answer), or "timeout".
         if not place.answered then
             return true, nil, place.failure, nil
         end
@@ -221,29 +137,29 @@ local function between(place)
     local live = wakeups.want(conf, rkey)
     local coming = not live and wakeups.coming(conf, rkey)
     if place.answered and retryAfter ~= nil and (live or coming and place.ahead > 0) then
-        wakeups.expect(
-            conf,
-            rkey,
-            retryAfter,
-            not retry.heldHere(place.store, rkey)
-        )
+        -- Asleep until the key is handed to us by name (with others ahead of us,
+        -- that comes after the subscription does). Should the holder die, or a
+        -- waiter it was handed to never come, the subscriber wakes the first
+        -- waiter here once that is overdue, and Redis passes the key on. Should
+        -- we have missed our turn all the same, we look again after HORIZON and
+        -- are back at our place. A holder that may be another client's (it
+        -- announces nothing) is probed sooner (subscriptions.ts).
+        wakeups.expect(conf, rkey, retryAfter, not retry.heldHere(place.store, rkey))
         nap = HORIZON + math_random() * HORIZON / 4
     elseif place.answered and retryAfter ~= nil and coming then
+        -- First in line: the key may come to us before the subscription does. Its confirmation wakes us to look.
         nap = math_min(SETUP, retryAfter + 1)
     else
+        -- No wake-up can come (not subscribed yet, subscription down, a holder
+        -- whose key has no expiry): poll, well within a handed key's GRANT.
         nap = retry.poll(place.backoff, retryAfter)
         place.backoff = math_min(place.backoff * 2, retry.MAX_BACKOFF)
     end
-    if not waits.pause(
-        place.turn,
-        math_min(nap, rest)
-    ) and nap >= rest then
+    if not waits.pause(place.turn, math_min(nap, rest)) and nap >= rest then
+        -- Slept to the deadline with no word: the key was not handed to us.
         local left
         if retryAfter ~= nil then
-            left = math_max(
-                0,
-                math_floor(retryAfter - rest)
-            )
+            left = math_max(0, math_floor(retryAfter - rest))
         end
         return true, nil, "timeout", left
     end
@@ -273,13 +189,7 @@ local function inLine(store, kind, key, rkey, qkey, fkey, skey, tok, ttl, wait, 
         retryAfter = nil,
         backoff = retry.FIRST_BACKOFF
     }
-    local over, l, e, retryAfter = heard(
-        place,
-        sent,
-        res,
-        err,
-        fault
-    )
+    local over, l, e, retryAfter = heard(place, sent, res, err, fault)
     while not over do
         over, l, e, retryAfter = between(place)
         if not over then
@@ -292,13 +202,9 @@ local function inLine(store, kind, key, rkey, qkey, fkey, skey, tok, ttl, wait, 
         ledger.forget(store.dict, place.rec, tok)
     end
     if l == nil and place.ticket ~= "" and e ~= "timeout" then
-        orphans.adopt(dropOf(
-            store,
-            kind,
-            rkey,
-            tok,
-            wait
-        ))
+        -- Gave up in line before our deadline (a Redis error): leave now, and pass on a key handed to us meanwhile.
+        -- At the deadline, Redis skips our ticket by itself.
+        orphans.adopt(dropOf(store, kind, rkey, tok, wait))
     end
     return l, e, retryAfter
 end
@@ -313,23 +219,15 @@ function _M.queued(store, kind, key, rkey, tok, ttl, wait)
     local skey = kind.reader == true and scripts.readersKey(rkey, conf.slotted) or nil
     local sent = clock_now() * 1000
     local deadline = sent + wait
+    -- The key may be handed to us by name while our first question is on its
+    -- way: be in this worker's line by then, if word can come here at all.
     local turn
     if wait > 0 and wakeups.live(conf, rkey) then
         turn = waits.turn(rkey, tok)
         waits.enter(turn)
     end
-    local res, err, fault = ask(
-        conf,
-        kind,
-        rkey,
-        qkey,
-        fkey,
-        skey,
-        tok,
-        ttl,
-        ticketMs(wait, deadline, sent),
-        ""
-    )
+    local res, err, fault = ask(conf, kind, rkey, qkey, fkey, skey, tok, ttl, ticketMs(wait, deadline, sent), "")
+    -- Taken: "OK", or { "OK", fence } from the fenced script.
     local won = res == "OK"
     local fence
     if not won and lua_type(res) == "table" and res[1] == "OK" then
@@ -343,16 +241,7 @@ function _M.queued(store, kind, key, rkey, tok, ttl, wait)
             end
             wakeups.done(conf, rkey)
         end
-        local l = make(
-            store,
-            kind,
-            key,
-            rkey,
-            tok,
-            ttl,
-            sent,
-            fence
-        )
+        local l = make(store, kind, key, rkey, tok, ttl, sent, fence)
         return l, nil, nil
     end
     if wait > 0 then
@@ -375,23 +264,16 @@ function _M.queued(store, kind, key, rkey, tok, ttl, wait)
             fault
         )
     end
+    -- Not waiting: this answer is the outcome.
     if res == nil then
-        return nil, retry.failed(
-            store,
-            kind,
-            rkey,
-            tok,
-            err,
-            fault,
-            0,
-            deadline,
-            kind.drop
-        ), nil
+        return nil, retry.failed(store, kind, rkey, tok, err, fault, 0, deadline, kind.drop), nil
     end
     if lua_type(res) == "table" then
+        -- Busy: the holder's PTTL (and a ticket we did not ask for).
         local pttl = res[1]
         return nil, "busy", pttl >= 0 and pttl or nil
     end
+    -- Busy, from the script without the queue (scripts.ts `alone`): the holder's PTTL.
     return nil, "busy", retry.pttlOf(res)
 end
 return _M

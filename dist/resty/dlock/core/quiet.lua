@@ -1,4 +1,12 @@
 -- Generated from src/resty/dlock/core/quiet.ts by TypeScriptToLua: edit that file, not this one.
+-- Log lines that an outage would otherwise write once per lease or request
+-- (a release or a renewal Redis did not answer, a cleanup given up, a full
+-- shared dict, a key that cannot be computed): the first is logged at once,
+-- then at most one per interval, saying how many it stands for. A thousand
+-- requests in flight when Redis goes away make one line per worker and
+-- interval, not a thousand; the guards' counters still count every one.
+-- And where one pass settles many keys at once (a cleanup sweep, a dead
+-- worker's leases), one line names a few of them and counts the rest.
 local _M = {}
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
@@ -59,6 +67,7 @@ local function more(n)
     end
     return " (and " .. lua_tostring(n - 1) .. " more like it in this worker since the last such line)"
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.make = make
 _M.due = due
 _M.dueFor = dueFor

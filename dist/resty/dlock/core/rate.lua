@@ -1,4 +1,20 @@
 -- Generated from src/resty/dlock/core/rate.ts by TypeScriptToLua: edit that file, not this one.
+-- Rate limits on Redis' clock: GCRA (the generic cell rate algorithm), one
+-- script call per decision, however many limits a request is under.
+--
+-- Per key, one Redis key holds each limit's theoretical arrival time (TAT):
+-- a hash of them on Redis' TIME in us, or for a lone limit the key's own
+-- expiry (ratescripts.ts). A limit of `rate` per `period` ms with `burst` spaces requests
+-- `interval` = period * 1000 / rate us apart and lets a client be up to
+-- burst * interval ahead of its schedule: from idle, `burst` at once, then one
+-- per interval, so in any span of e ms at most burst + rate * e / period pass.
+-- No window, hence no window edge to double up on.
+--
+-- One key per decision, whatever the number of limits: every topology runs
+-- it, Cluster included (no hash tags, no cross-slot keys). Either every limit
+-- of a request has room and each is charged, or none is (a refusal writes
+-- nothing). Redlock is refused: a majority of independent counters does not
+-- bound the total.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local ratescripts = require("resty.dlock.redis.ratescripts")
@@ -51,13 +67,7 @@ end
 -- client idle for a period may spend it at once). `where` prefixes the
 -- option names in messages ("limits[2].").
 local function limit(where, rate, period, burst, name)
-    local r, e1 = check.integer(
-        where .. "rate",
-        rate,
-        1,
-        MAX_RATE,
-        "a positive integer"
-    )
+    local r, e1 = check.integer(where .. "rate", rate, 1, MAX_RATE, "a positive integer")
     if r == nil then
         return nil, e1
     end
@@ -71,13 +81,7 @@ local function limit(where, rate, period, burst, name)
     if p == nil then
         return nil, e2
     end
-    local b, e3 = check.integer(
-        where .. "burst",
-        burst == nil and r or burst,
-        1,
-        MAX_RATE,
-        "a positive integer"
-    )
+    local b, e3 = check.integer(where .. "burst", burst == nil and r or burst, 1, MAX_RATE, "a positive integer")
     if b == nil then
         return nil, e3
     end
@@ -90,6 +94,7 @@ local function limit(where, rate, period, burst, name)
     end
     local n = nameOf(r, p)
     if name ~= nil then
+        -- An sf-String in the RateLimit fields: printable ASCII, quoted; kept to a token's characters.
         local s, e4 = check.str(where .. "name", name, 64)
         if s == nil then
             return nil, e4
@@ -132,6 +137,8 @@ local function limits(list)
 end
 --- Redlock cannot bound a rate: new() returns this.
 _M.REDLOCK = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " .. "bound the total (use redis.sentinel or redis.cluster)"
+-- The one-limit script's answer as the general script's reply. One table,
+-- refilled by each decision: every caller reads it before it yields.
 local answer = {}
 --- The general script's reply from the one-limit script's answer n:
 -- 4 * (us the client is ahead after the decision, or before a refusal) +
@@ -162,27 +169,14 @@ function _M.decide(conf, rkey, ls, mode, cost)
     local res
     local err
     local fault
+    -- Every argument a string: the encoder's tostring() of a number is not compiled.
     local c = cost == 1 and "1" or lua_tostring(cost)
+    -- A lone limit (the usual case): its own script, with a fixed number of arguments (unpack() keeps the call out of LuaJIT's traces).
     local back = mode == "-1"
     if one then
-        res, err, fault = call(
-            conf,
-            back and RATE_ONE_BACK or RATE_ONE,
-            rkey,
-            mode,
-            c,
-            a[1],
-            a[2]
-        )
+        res, err, fault = call(conf, back and RATE_ONE_BACK or RATE_ONE, rkey, mode, c, a[1], a[2])
     else
-        res, err, fault = call(
-            conf,
-            back and RATE_BACK or RATE,
-            rkey,
-            mode,
-            c,
-            lua_unpack(a)
-        )
+        res, err, fault = call(conf, back and RATE_BACK or RATE, rkey, mode, c, lua_unpack(a))
     end
     if res == nil then
         return nil, err, fault
@@ -203,6 +197,8 @@ function _M.full(reply, i)
 end
 --- The smallest remaining of a reply, over n limits.
 function _M.least(reply, n)
+    -- One limit without the loop: a loop on the request's path keeps the whole path out of LuaJIT's traces.
+    -- Locals, then the returns: not tail calls into a builtin (see core/clock.ts).
     if n == 1 then
         local one = math_floor(reply[3])
         return one
@@ -229,13 +225,7 @@ function _M.parse(o)
         if o.rate == nil then
             return check.fail("rate must be a positive integer (requests per period), or limits a list of { rate =, period = }", nil)
         end
-        local l, err = limit(
-            "",
-            o.rate,
-            o.period,
-            o.burst,
-            nil
-        )
+        local l, err = limit("", o.rate, o.period, o.burst, nil)
         if l == nil then
             return nil, err
         end
@@ -264,21 +254,11 @@ function _M.parse(o)
     local list = {}
     for i = 1, n do
         local where = "limits[" .. lua_tostring(i) .. "]."
-        local e, eerr = check.options(
-            str_sub(where, 1, -2),
-            t[i],
-            LIMIT_OPTIONS
-        )
+        local e, eerr = check.options(str_sub(where, 1, -2), t[i], LIMIT_OPTIONS)
         if e == nil then
             return nil, eerr
         end
-        local l, err = limit(
-            where,
-            e.rate,
-            e.period,
-            e.burst,
-            e.name
-        )
+        local l, err = limit(where, e.rate, e.period, e.burst, e.name)
         if l == nil then
             return nil, err
         end
@@ -286,6 +266,7 @@ function _M.parse(o)
     end
     return limits(list)
 end
+-- ------------------------------------------------------------------ rate.new's options
 --- A limit's numbers: checked together by parse() (rate with burst, limits against the other three).
 local function given(v)
     return v, nil
@@ -302,6 +283,7 @@ _M.NEW_RATE = {
     {name = "prefix", kind = "string", maxLen = 256, doc = "`dlock:rate:<name>:`"}
 }
 _M.newRate = schema.compile("rate.new options", _M.NEW_RATE, {labels = ""})
+-- Exported by name: this module's own use of it is a local, not a lookup in its exports table.
 _M.answered = answered
 _M.limit = limit
 _M.limits = limits

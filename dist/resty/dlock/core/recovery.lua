@@ -1,4 +1,24 @@
 -- Generated from src/resty/dlock/core/recovery.ts by TypeScriptToLua: edit that file, not this one.
+-- Crash recovery: a worker that dies without running its Lua (SIGKILL, a
+-- segfault, the OOM killer) leaves its leases taken in Redis until their ttl
+-- runs out. nginx starts a replacement at once; that worker reads the dead
+-- one's records from the shared dict (they carry its pid, the key and the
+-- token) and releases them, owner-checked, so a successor that already took
+-- a key is never touched. Every factory made in this process is registered
+-- with what its records need: the dict, the prefix, the Redis it uses and its
+-- release script. The leases of a whole nginx that died (the dict dies with
+-- it) still expire by their ttl.
+--
+-- A worker that exits gracefully (nginx -s reload, -s quit) is no crash:
+-- what it leaves recorded is kept on purpose until its ttl (a client abort
+-- while the backend works, a throttle, a dedup hold, a Lua caller's lease),
+-- and a sweep after it is gone (the next reload's workers) must not release
+-- it. As it begins to exit, nginx fires its pending timers early: one of
+-- them marks its pid in every dict ("x:<pid>"), and sweeps pass marked pids
+-- by; the mark goes once the worker is gone and nothing of it is left.
+--
+-- Run from init_worker_by_lua (dlock.init_worker()), and otherwise at a
+-- worker's first acquire.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local script = require("resty.dlock.redis.script")
@@ -57,6 +77,7 @@ local function exiting(premature)
         return
     end
     local mark = EXITED .. lua_tostring(worker_pid())
+    -- safe_set: a full dict drops the mark (its leases are then released as a crash's), never a record.
     for d in lua_pairs(dicts) do
         d:safe_set(mark, true)
     end
@@ -79,6 +100,7 @@ local function giveBack(dict, f, s, items, first)
     end
     local out = backend.batch(f.store.redis, s, targets)
     local released = 0
+    -- What Redis would not take: one line for the batch, not one per key.
     local failed = quiet_tally()
     local left = {}
     local why
@@ -86,6 +108,7 @@ local function giveBack(dict, f, s, items, first)
         local it = items[i]
         if out.replies[i] ~= nil then
             local expires = ledger.forget(dict, it.rec, it.target.token)
+            -- A lease's record leaves the held gauge; a waiter's ticket was never in it.
             if expires ~= nil and s ~= f.kind.drop then
                 meter.forgotten(f.store.meter, expires)
             end
@@ -137,13 +160,7 @@ local function retry(premature, r, delay)
     if #still == 0 then
         return
     end
-    local left = giveBack(
-        r.dict,
-        r.f,
-        r.s,
-        still,
-        false
-    )
+    local left = giveBack(r.dict, r.f, r.s, still, false)
     if premature or #left == 0 then
         return
     end
@@ -219,15 +236,18 @@ local function sweep(premature, factories)
         local records, exits = ledger.records(dict, EXITED)
         local deadPids = {}
         local recorded = {}
+        -- Per factory (that is, per Redis and script), the leases to release and the tickets to drop.
         local leases = {}
         local tickets = {}
         for _, r in lua_ipairs(records) do
             local isDead = deadPids[r.pid]
             if isDead == nil then
+                -- Gone after a graceful exit (its mark): what it left, it left on purpose.
                 isDead = r.pid ~= worker_pid() and (dict:get(EXITED .. lua_tostring(r.pid))) == nil and dead(r.pid)
                 deadPids[r.pid] = isDead
             end
             recorded[r.pid] = true
+            -- A lease a guard's factory may have taken is left to its ttl, whatever else shares its keys.
             if isDead and (r.waiting or not keptOne(r)) then
                 for _, f in lua_ipairs(list) do
                     if mayOwn(f, r) then
@@ -247,32 +267,10 @@ local function sweep(premature, factories)
             end
         end
         for f, items in lua_pairs(leases) do
-            later(
-                dict,
-                f,
-                f.kind.release,
-                giveBack(
-                    dict,
-                    f,
-                    f.kind.release,
-                    items,
-                    true
-                )
-            )
+            later(dict, f, f.kind.release, giveBack(dict, f, f.kind.release, items, true))
         end
         for f, items in lua_pairs(tickets) do
-            later(
-                dict,
-                f,
-                f.kind.drop,
-                giveBack(
-                    dict,
-                    f,
-                    f.kind.drop,
-                    items,
-                    true
-                )
-            )
+            later(dict, f, f.kind.drop, giveBack(dict, f, f.kind.drop, items, true))
         end
     end
 end
@@ -280,17 +278,22 @@ end
 -- init_worker, and at an acquire after a factory was made. Cheap when there
 -- is nothing new. Returns an error when the timer cannot be started.
 function _M.start()
+    -- The exit watch: from init_worker only, in the worker's own VM (a request's
+    -- VM under lua_code_cache off must end with its last timer).
     if not watching and ngx_get_phase() == "init_worker" then
         watching = (timer_every(WATCH, exiting)) == true
     end
     if #pending == 0 then
         return nil
     end
+    -- No timers before the workers exist (ngx.timer.at raises "no request"
+    -- there): the factories stay pending, for each worker to sweep once it runs.
     if ngx_get_phase() == "init" then
         return "dlock: init_worker is not available in the init phase (no timers): call it from init_worker_by_lua"
     end
     local batch = pending
     pending = {}
+    -- A pid of ours that an exited worker had before (pids come round again): our crash is a crash.
     local mine = EXITED .. lua_tostring(worker_pid())
     for _, f in lua_ipairs(batch) do
         f.store.dict:delete(mine)
@@ -298,6 +301,7 @@ function _M.start()
     local called, ok, err = lua_pcall(timer_at, 0, sweep, batch)
     if not called or not ok then
         pending = batch
+        -- pcall failed: its error is in ok's place; timer_at failed: in err's.
         local why = err
         if not called then
             why = ok

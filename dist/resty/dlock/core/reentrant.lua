@@ -1,4 +1,16 @@
 -- Generated from src/resty/dlock/core/reentrant.ts by TypeScriptToLua: edit that file, not this one.
+-- Reentrancy (dlock.new({ reentrant = true })): a request (or a timer, outside
+-- requests) that acquires a key it already holds gets a nested lease at once,
+-- counted here, per worker; the Redis key stays one plain string with a PX
+-- expiry, so other clients (node-redlock, redis-py) still see an ordinary
+-- lock. The key is freed when the last of the nested leases is released.
+--
+-- Every lease of a reentrant factory is a handle on a shared hold: its fields
+-- are the real lease's (ttl read through, as an extend changes it), release()
+-- counts down, extend() and valid() are the real lease's. A hold is found
+-- again only by the request that took it while that request is alive (a later
+-- request can get the same address), or by the very coroutine that took it
+-- outside requests.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local request = require("resty.dlock.gateway.request")
@@ -28,6 +40,8 @@ local handleMethods = {
         if h.count > 1 then
             h.count = h.count - 1
             self._done = true
+            -- The key is no longer ours (it ran out, or the watchdog lost it): say so
+            -- now, not only at the last release, which asks Redis.
             if not h.root:valid() then
                 return nil, "not_owner"
             end
@@ -138,13 +152,7 @@ function _M.enter(factory, root)
     end
     local who, anchor, co = owner()
     local slot = who .. "\0" .. factory .. "\0" .. root._rkey
-    local h = {
-        root = root,
-        count = 1,
-        anchor = anchor,
-        co = co,
-        slot = slot
-    }
+    local h = {root = root, count = 1, anchor = anchor, co = co, slot = slot}
     holds[slot] = h
     return handle(h)
 end

@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/core/retry.ts by TypeScriptToLua: edit that file, not this one.
+-- What both ways of waiting for a key (queued.ts in line, acquire.ts by
+-- turns) share: how long a poll naps, what a failed attempt leaves behind,
+-- and what a busy answer says about the holder.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local ledger = require("resty.dlock.core.ledger")
@@ -34,6 +37,7 @@ end
 -- reply may have left.
 function _M.failed(store, kind, rkey, tok, err, fault, wait, deadline, cleanup)
     if fault == "replicas" then
+        -- Taken on the master only: a failover now would hand it to someone else. Give it back.
         local gone = backend.own(store.redis, kind.release, rkey, tok)
         if gone == nil then
             orphans.adoptAcquire(store.redis, kind.release, rkey, tok)
@@ -41,6 +45,7 @@ function _M.failed(store, kind, rkey, tok, err, fault, wait, deadline, cleanup)
         return lua_tostring(err) .. "; released"
     end
     if fault == "lost" then
+        -- The write may have landed: delete it if it did, so it cannot block others for a whole ttl.
         orphans.adoptAcquire(store.redis, cleanup, rkey, tok)
         return lua_tostring(err) .. "; acquire outcome unknown, owner-checked cleanup scheduled"
     end
@@ -53,10 +58,7 @@ function _M.failed(store, kind, rkey, tok, err, fault, wait, deadline, cleanup)
 end
 --- Is rkey held in this nginx (its shared dict says so)? Then its release is announced: it is ours.
 function _M.heldHere(store, rkey)
-    local pid = ledger.holder(
-        store.dict,
-        ledger.recordKey(store.redis.keyspace, rkey, "", false)
-    )
+    local pid = ledger.holder(store.dict, ledger.recordKey(store.redis.keyspace, rkey, "", false))
     return pid ~= nil
 end
 --- A busy reply's PTTL of the holder as retry_after (nil: the key has no expiry).

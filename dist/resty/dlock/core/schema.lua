@@ -1,4 +1,11 @@
 -- Generated from src/resty/dlock/core/schema.ts by TypeScriptToLua: edit that file, not this one.
+-- Declarative option tables. A schema lists each option once (its kind, bounds,
+-- default, what it excludes or needs, the modes it applies to) and is compiled
+-- at module load; the validator it gives checks a user's table in one pass and
+-- hands back a fresh table with the defaults filled in, or nil and
+-- "dlock: <message naming the option>". Messages are built only when something
+-- is wrong, so a valid table costs its result and nothing else. The kinds of
+-- option, and the checking of one value, are in schema/values.ts.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local values = require("resty.dlock.core.schema.values")
@@ -30,6 +37,7 @@ local function validate(s, v)
     local given = values.NONE
     if v ~= nil then
         if lua_type(v) ~= "table" then
+            -- redis = "redis://:secret@host": the string is not shown.
             if lua_type(v) == "string" and (str_find(v, "@", 1, true)) ~= nil then
                 return check.hidden(s.path .. " must be a table", v)
             end
@@ -43,6 +51,7 @@ local function validate(s, v)
     end
     local options = s.options
     local n = #options
+    -- Options of other modes next: "hold applies to mode dedup only" says more than hold's value would.
     for i = 1, #s.elsewhere do
         local e = s.elsewhere[i]
         local theirs = given[e.name]
@@ -50,6 +59,7 @@ local function validate(s, v)
             return check.fail(e.why, theirs)
         end
     end
+    -- Exclusions first: a value is not worth checking beside one that rules it out.
     for i = 1, n do
         local o = options[i]
         local mine = given[o.spec.name]
@@ -70,6 +80,7 @@ local function validate(s, v)
     for i = 1, n do
         local o = options[i]
         local x = given[o.spec.name]
+        -- A check of its own sees every value, the default too: it may turn either into what the caller uses.
         if x == nil and o.spec.required ~= true and o.spec.kind ~= "check" then
             out[o.spec.name] = o.opt.default
         else
@@ -84,6 +95,7 @@ local function validate(s, v)
             out[o.spec.name] = y
         end
     end
+    -- Rules last, on checked values: "replicas > 0" is a number by now. A default never trips one.
     for i = 1, n do
         local o = options[i]
         local x = out[o.spec.name]
@@ -126,6 +138,8 @@ local function requirement(path, labels, specs, spec, rule)
         end
         subject = concat(names, " and ") .. " need "
     end
+    -- The value is fine in itself here (it is the other option that is missing or off),
+    -- except beside a number the other one must exceed.
     if rule.must == "set" then
         return {rule = rule, message = subject .. other, show = false}
     end
@@ -172,13 +186,7 @@ function _M.compile(path, specs, how)
         local requires = {}
         if spec.requires ~= nil then
             for _, r in lua_ipairs(spec.requires) do
-                requires[#requires + 1] = requirement(
-                    path,
-                    labels,
-                    byName,
-                    spec,
-                    r
-                )
+                requires[#requires + 1] = requirement(path, labels, byName, spec, r)
             end
         end
         local o = {

@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/core/settle.ts by TypeScriptToLua: edit that file, not this one.
+-- What Redis's answer to a release or an extend does to a lease, one lease at
+-- a time (lease.ts) or many in one round trip (batch.ts): the lease ends, its
+-- record leaves the shared dict, the next waiter is woken; or, when no answer
+-- came, what the call may still have done in Redis.
 local _M = {}
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
@@ -33,14 +37,13 @@ function _M.unconfirmed(l, fault, release)
         return
     end
     if release then
+        -- Sent (at the latest now) while the key could not have expired yet.
         if nowMs() < l._validUntil then
             l._releaseSent = true
         end
     else
-        l._expires = math_max(
-            l._expires,
-            nowMs() + LOST_HORIZON_MS
-        )
+        -- A PEXPIRE queued in a paused Redis runs when Redis resumes, whenever that is.
+        l._expires = math_max(l._expires, nowMs() + LOST_HORIZON_MS)
     end
 end
 --- Its record out of the shared dict, and out of the held gauge (once: later
@@ -75,31 +78,28 @@ local function released(l, reply, untimed)
         untimed = false
     end
     l._released = true
-    forget(
-        l,
-        (reply == 1 or lua_type(reply) == "string") and confirmsOwner(l._store.redis)
-    )
+    -- 1, or the first waiter's token: deleted while still this lease's, where
+    -- the topology's answer proves that (backend.confirmsOwner).
+    forget(l, (reply == 1 or lua_type(reply) == "string") and confirmsOwner(l._store.redis))
     local store = l._store
     local rkey = l._rkey
     if lua_type(reply) == "string" then
+        -- Handed to the first waiter in line (its token): if it waits in this
+        -- worker, it goes now, without waiting for the announcement to come back.
         waits.wakeToken(rkey, reply)
         if not untimed then
-            meter.released(
-                store.meter,
-                (nowMs() - l._since) / 1000
-            )
+            meter.released(store.meter, (nowMs() - l._since) / 1000)
         end
         return true, nil
     end
+    -- With a live subscription the release's PUBLISH wakes our waiters; waking
+    -- one here too would send two of this worker's waiters after the key.
     if not wakeups.live(store.redis, rkey) then
         waits.wake(rkey)
     end
     if reply == 1 or l._releaseSent then
         if not untimed then
-            meter.released(
-                store.meter,
-                (nowMs() - l._since) / 1000
-            )
+            meter.released(store.meter, (nowMs() - l._since) / 1000)
         end
         return true, nil
     end
@@ -115,6 +115,7 @@ end
 --- Redis answered the owner-checked extend of l, sent at `sent` (epoch ms), to `ms`.
 function _M.extended(l, reply, ms, sent)
     if reply ~= 1 then
+        -- Never ours again: tokens are unique per lease.
         l._released = true
         forget(l)
         gone(l)
@@ -123,20 +124,10 @@ function _M.extended(l, reply, ms, sent)
     local store = l._store
     l.ttl = ms
     l._validUntil = sent + backend.validity(store.redis, ms)
-    l._expires = math_max(
-        l._expires,
-        nowMs() + ms
-    )
+    l._expires = math_max(l._expires, nowMs() + ms)
     local v = l._recv
     if v ~= nil then
-        local nv, to = ledger.move(
-            store.dict,
-            l._rec,
-            v,
-            l.token,
-            l.key,
-            ms
-        )
+        local nv, to = ledger.move(store.dict, l._rec, v, l.token, l.key, ms)
         if nv ~= nil then
             meter.moved(store.meter, l._recAt, to)
         end
@@ -149,6 +140,7 @@ local function swept(o, reply)
     local l = o.lease
     if not l._released then
         if reply == nil then
+            -- Given up at its expiry: the key is gone by now.
             l._released = true
             forget(l)
         else
@@ -170,6 +162,7 @@ function _M.orphan(l)
     }
     orphans.adopt(o)
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.nowMs = nowMs
 _M.forget = forget
 _M.released = released

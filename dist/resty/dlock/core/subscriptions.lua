@@ -1,4 +1,17 @@
 -- Generated from src/resty/dlock/core/subscriptions.ts by TypeScriptToLua: edit that file, not this one.
+-- What each worker knows of the keys its waiters wait for, per Redis
+-- endpoint (see wakeups.ts): which keys to subscribe to, what the messages on
+-- their channels mean, and when the first waiter of this worker asks Redis
+-- again without a word (a holder whose lease ran out, a key handed to a waiter
+-- that never came, a holder nobody vouched for). subscriber.ts keeps the
+-- connection; this module does no I/O.
+--
+-- Holders that are not ours (node-redlock, redis-py, a plain SET NX PX; with
+-- prefix = "") announce nothing when they DEL. A key whose holder nobody
+-- vouched for (no hand-off or claim heard since it was free) is looked at
+-- again after PROBE seconds, doubling to PROBE_MAX, by the first waiter of
+-- this worker: a foreign release is seen within PROBE_MAX, at one script call
+-- per worker and key per PROBE_MAX while such a holder holds on.
 local _M = {}
 local waits = require("resty.dlock.core.wait")
 local clock = require("resty.dlock.core.clock")
@@ -106,6 +119,7 @@ function _M.overdue(s)
     end
     for _, rkey in lua_ipairs(late) do
         s.due[rkey] = nil
+        -- Its lease ran out, or it was handed on, without a word: who holds it next is not known.
         if s.vouched[rkey] ~= nil then
             s.vouched[rkey] = nil
             s.probe[rkey] = nil
@@ -200,5 +214,6 @@ function _M.expect(s, rkey, ms, foreign)
         ring(s)
     end
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.ring = ring
 return _M

@@ -1,6 +1,12 @@
 -- Generated from src/resty/dlock/core/token.ts by TypeScriptToLua: edit that file, not this one.
+-- Lock tokens: the value stored in Redis that proves who owns a lease.
+--
+-- Random tokens come from the kernel CSPRNG (getrandom(2) through the FFI,
+-- /dev/urandom as a fallback): math.random is seeded per worker and guessable,
+-- and ngx.now() collides between workers.
 local _M = {}
 local ffi = require("ffi")
+-- Another library may have declared the same prototypes; that is fine.
 pcall(ffi.cdef, "long getrandom(void *buf, size_t buflen, unsigned int flags);")
 pcall(ffi.cdef, "int gethostname(char *name, size_t len);")
 pcall(ffi.cdef, "unsigned char *ngx_hex_dump(unsigned char *dst, const unsigned char *src, size_t len);")
@@ -17,6 +23,12 @@ local lua_tonumber = tonumber
 local math_min = math.min
 local RANDOM_BYTES = 16
 local buf = ffi.new("uint8_t[?]", 256)
+-- One getrandom(2) call fills a pool for 256 tokens, turned into hex in C at
+-- once; each token is its 32 characters of the pool, the only string a token
+-- makes. Each byte is used once. The pool belongs to one process: a fork (the
+-- master forking workers) must not hand the same bytes to two of them. (A pool
+-- of 16 tokens kept as a Lua string cost a system call and two strings of 256
+-- and 512 bytes every 16 acquires: strace and uprobes on the worker, 2026-11-29.)
 local POOL = 4096
 local poolRaw = ffi.new("uint8_t[?]", POOL)
 local poolHex = ffi.new("uint8_t[?]", 2 * POOL)
@@ -55,15 +67,13 @@ local function hex(s)
         ffi_C.ngx_hex_dump(hexBuf, s, n)
         return ffi_string(hexBuf, 2 * n)
     end
-    return str_format(
-        str_rep("%02x", n),
-        str_byte(s, 1, n)
-    )
+    return str_format(str_rep("%02x", n), str_byte(s, 1, n))
 end
 --- A new pool: true, or false when the kernel gives no random bytes. Above 256
 -- bytes getrandom(2) may return fewer than asked for (a signal): what came is
 -- used. Without getrandom, /dev/urandom; without ngx_hex_dump, string.format.
 local function refill()
+    -- getrandom returns a long: a boxed 64-bit cdata in LuaJIT, made a number here.
     local got = hasGetrandom and lua_tonumber(ffi_C.getrandom(poolRaw, POOL, 0)) or -1
     if got < RANDOM_BYTES then
         local s = urandom(POOL)
@@ -80,10 +90,7 @@ local function refill()
         do
             local at = 0
             while at < n do
-                local part = hex(ffi_string(
-                    poolRaw + at,
-                    math_min(HEX_MAX, n - at)
-                ))
+                local part = hex(ffi_string(poolRaw + at, math_min(HEX_MAX, n - at)))
                 ffi_copy(poolHex + 2 * at, part, #part)
                 at = at + HEX_MAX
             end
@@ -108,10 +115,7 @@ local function random()
 end
 local function hostname()
     if ffi.C.gethostname(buf, 255) == 0 then
-        local name = str_match(
-            ffi.string(buf),
-            "^[%w%.%-_]+"
-        )
+        local name = str_match(ffi.string(buf), "^[%w%.%-_]+")
         if name ~= nil then
             return name
         end
@@ -142,6 +146,7 @@ function _M.worker()
     workerSerial = workerSerial + 1
     return workerId .. lua_tostring(workerSerial), nil
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.hex = hex
 _M.random = random
 return _M

@@ -1,4 +1,9 @@
 -- Generated from src/resty/dlock/core/wait.ts by TypeScriptToLua: edit that file, not this one.
+-- Waiting for a key: how an acquire that found the key taken spends the time
+-- until it may try again. Waiters of one worker queue per key on an
+-- ngx.semaphore, and a release in that worker wakes the next one at once;
+-- while a holder in another worker of this nginx has the key, waiters watch
+-- its shared-dict record instead of asking Redis.
 local _M = {}
 local ledger = require("resty.dlock.core.ledger")
 local orphans = require("resty.dlock.core.orphans")
@@ -21,6 +26,11 @@ local math_random = math.random
 local lua_ipairs = ipairs
 local lines = {}
 local function gone(w)
+    -- Outside requests, by Lua's own status (request.finished). In a request,
+    -- the request first: ngx_lua's coroutine.status reads the coroutine's context
+    -- from the request's pool, freed once it ended. A light thread killed in a
+    -- request that goes on is gone too. (A recycled coroutine reads as alive:
+    -- the waiter keeps its place, the safe side.)
     if w.anchor == nil then
         return request.finished(w.co)
     end
@@ -39,6 +49,7 @@ local function line(rkey)
     while i <= #l do
         local w = l[i]
         if gone(w) then
+            -- Killed while waiting: nothing of it runs any more, so its ticket is dropped from here.
             if w.ticket ~= nil then
                 orphans.adopt(w.ticket)
             end
@@ -211,31 +222,18 @@ function _M.awaitLocalHolder(dict, space, t, deadline)
         ngx_update_time()
         local now = clock_now() * 1000
         if now >= deadline then
-            return "timeout", math_max(
-                0,
-                math_floor(expires - now)
-            )
+            return "timeout", math_max(0, math_floor(expires - now))
         end
         if pid == worker_pid() then
-            pause(
-                t,
-                math_min(
-                    deadline - now,
-                    math_max(1, expires - now + 1)
-                )
-            )
+            -- Woken by its release, or at its expiry if it never releases.
+            pause(t, math_min(deadline - now, math_max(1, expires - now + 1)))
             return "free", nil
         end
-        pause(
-            t,
-            math_min(
-                deadline - now,
-                step / 2 + math_random() * step / 2
-            )
-        )
+        pause(t, math_min(deadline - now, step / 2 + math_random() * step / 2))
         step = math_min(step * 2, MAX_LOCAL_BACKOFF)
     end
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.enter = enter
 _M.pause = pause
 return _M

@@ -1,4 +1,19 @@
 -- Generated from src/resty/dlock/core/wakeups.ts by TypeScriptToLua: edit that file, not this one.
+-- Wake-ups across the fleet: a release publishes on the key's channel (inside
+-- the release script, so it costs no extra round trip), and each worker keeps
+-- ONE subscriber connection per Redis endpoint (not one per waiter or per key:
+-- a connection per waiter is how subscription pools run dry) for the keys its
+-- waiters wait for. A message wakes one local waiter of that key through
+-- wait.ts, within about one round trip of the release anywhere in the fleet.
+--
+-- Waiters only say which keys they want and what they expect
+-- (subscriptions.ts); the subscriber (subscriber.ts) owns the connection.
+-- Once Redis confirms a key's subscription, that key's waiters are woken to
+-- try once more: a release that happened before the subscription was live
+-- cannot be missed. While no subscription is live (not confirmed yet,
+-- connection down), waiters poll as before; with one, they sleep until a
+-- wake-up, the holder's PTTL, or a probe of a holder nobody vouched for (it
+-- may be another client's, which announces nothing).
 local _M = {}
 local subscriber = require("resty.dlock.redis.subscriber")
 local subs = require("resty.dlock.core.subscriptions")

@@ -1,4 +1,15 @@
 -- Generated from src/resty/dlock/core/watchdog.ts by TypeScriptToLua: edit that file, not this one.
+-- The watchdog: leases taken with `renew = true` are extended by one sweep per worker (not a timer
+-- per lease: a busy worker would run out of lua_max_pending_timers), a third of their ttl after the
+-- last renewal, one pipeline per Redis endpoint. When a renewal finds the key gone or someone
+-- else's, or Redis cannot be reached until the lease has run out by the local clock, the lease is
+-- lost: lease:valid() says false from then on, the error log says so, and the lease's on_lost runs
+-- once.
+--
+-- A renewed lease lives as long as what took it: a request (until it ends, internal redirects
+-- included) or a timer or light thread (until its function returns). A lease its holder forgot to
+-- release is released then, with a warning, instead of being kept alive for as long as the worker
+-- runs, which is how a watchdog turns a forgotten unlock into a lock held forever.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local meter = require("resty.dlock.core.meter")
@@ -33,10 +44,7 @@ local MAX_TICK = 0.5
 --- What the sweep sleeps now (or is about to): a lease that needs less wakes it (hurry).
 local tick = MAX_TICK
 local function tickFor(ttl)
-    return math_max(
-        MIN_TICK,
-        math_min(MAX_TICK, ttl / 6000)
-    )
+    return math_max(MIN_TICK, math_min(MAX_TICK, ttl / 6000))
 end
 --- Before each sleep: from the leases watched now, so that it grows again once the short ones are gone.
 local function nextTick()
@@ -60,13 +68,7 @@ end
 local function tell(_premature, onLost, l, why)
     local ok, err = lua_pcall(onLost, l, why)
     if not ok then
-        ngx_log(
-            ERR,
-            "dlock: on_lost of the lease on ",
-            l.key,
-            " raised: ",
-            check.text(err)
-        )
+        ngx_log(ERR, "dlock: on_lost of the lease on ", l.key, " raised: ", check.text(err))
     end
 end
 --- The lease is lost: say so once, and tell its holder. `counted`: the renewal's answer counted it already (settle).
@@ -83,22 +85,12 @@ local function lost(l, why, hooks, counted)
         hooks.lost(l, why)
         return
     end
-    ngx_log(
-        ERR,
-        "dlock: lease on ",
-        l.key,
-        " lost: ",
-        why
-    )
+    ngx_log(ERR, "dlock: lease on ", l.key, " lost: ", why)
     local onLost = l._onLost
     if onLost ~= nil then
-        local ok = timer_at(
-            0,
-            tell,
-            onLost,
-            l,
-            why
-        )
+        -- In a timer of its own: a callback that calls Redis (takes the key again,
+        -- waits) must not hold up the renewals of every other lease of the worker.
+        local ok = timer_at(0, tell, onLost, l, why)
         if ok == nil then
             tell(false, onLost, l, why)
         end
@@ -121,6 +113,7 @@ local function renew(due)
         local l = due[i]
         local w = watched[l]
         local r = results[i]
+        -- Released (or being released, or no longer watched) while the renewal was on its way: nothing was lost.
         if w ~= nil and not l._releasing then
             local hooks = w.hooks
             if r == true then
@@ -160,11 +153,7 @@ end
 local function renewApart(list)
     local ok, err = lua_pcall(renew, list)
     if not ok then
-        ngx_log(
-            ERR,
-            "dlock: lease watchdog: ",
-            check.text(err)
-        )
+        ngx_log(ERR, "dlock: lease watchdog: ", check.text(err))
     end
     for _, l in lua_ipairs(list) do
         local w = watched[l]
@@ -213,6 +202,7 @@ local function round()
             drop(l)
             ngx_log(WARN, "dlock: lease on ", l.key, " (renew = true) outlived the request or timer that took it: released")
         end
+        -- Beside the renewals, not before them: a Redis slow to answer the releases holds up no renewal.
         local ok, co = lua_pcall(thread_spawn, batch.releaseAll, forgotten)
         if ok then
             releasing = co
@@ -303,5 +293,6 @@ end
 function _M.size()
     return count
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.watch = watch
 return _M

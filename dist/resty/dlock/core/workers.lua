@@ -1,4 +1,9 @@
 -- Generated from src/resty/dlock/core/workers.ts by TypeScriptToLua: edit that file, not this one.
+-- What a worker does as it starts (dlock.init_worker(), from
+-- init_worker_by_lua), besides crash recovery's sweep: things a reload must
+-- not leave undone, such as the probe of a breaker the workers before it
+-- opened (their timers went with them, and an idle guard gets no request to
+-- start one).
 local _M = {}
 local lua_pcall = pcall
 local ngx_log = ngx.log

@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/gateway/advice.ts by TypeScriptToLua: edit that file, not this one.
+-- What the request tracking tells the operator: a setup that hides a request's
+-- end, said once; a keeper that cannot run, said once per guard, worker and
+-- interval (a timer refused on every request would fill the error log).
 local _M = {}
 local check = require("resty.dlock.core.check")
 local quiet = require("resty.dlock.core.quiet")
@@ -38,14 +41,7 @@ local keeperless = {}
 function _M.noKeeper(name, err)
     local n = quiet_due_for(keeperless, name)
     if n > 0 then
-        ngx_log(
-            ERR,
-            "dlock: guard ",
-            name,
-            ": ",
-            check.reason(err),
-            quiet_more(n)
-        )
+        ngx_log(ERR, "dlock: guard ", name, ": ", check.reason(err), quiet_more(n))
     end
 end
 return _M

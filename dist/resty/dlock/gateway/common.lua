@@ -1,4 +1,6 @@
 -- Generated from src/resty/dlock/gateway/common.ts by TypeScriptToLua: edit that file, not this one.
+-- What every guard has, whatever its mode: how it words a failure of Redis,
+-- and where it can decide at all. (Its options: options.ts.)
 local _M = {}
 local check = require("resty.dlock.core.check")
 local giveback = require("resty.dlock.gateway.giveback")
@@ -86,10 +88,7 @@ end
 -- and the guard's extra headers.
 local function refuseDown(headers, status, retryAfterMs)
     if retryAfterMs ~= nil then
-        ngx_header["Retry-After"] = math_max(
-            1,
-            math_ceil(retryAfterMs / 1000)
-        )
+        ngx_header["Retry-After"] = math_max(1, math_ceil(retryAfterMs / 1000))
     end
     if headers ~= nil then
         for k, v in lua_pairs(headers) do
@@ -129,6 +128,7 @@ function _M.keyOf(g, t)
     end
     return nil
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.refuse = refuse
 _M.refuseDown = refuseDown
 return _M

@@ -1,7 +1,14 @@
 -- Generated from src/resty/dlock/gateway/digest.ts by TypeScriptToLua: edit that file, not this one.
+-- The Redis key of a client-controlled request key: the prefix, then the hex
+-- SHA-1 of the key, so any size and any bytes map to a bounded key. Built in
+-- C buffers: the digest, its hex after the prefix, one Lua string in all.
+-- Hashed in Lua it took three (the digest, its hex, the joined key), and
+-- interning each new string cost the worker more than hashing the key
+-- (bench/README.md, where an uncontended lock's time goes).
 local _M = {}
 local token = require("resty.dlock.core.token")
 local ffi = require("ffi")
+-- lua-resty-core declares it already; the pcall makes us independent of the order.
 pcall(ffi.cdef, "int ngx_http_lua_ffi_sha1_bin(const unsigned char *src, size_t len, unsigned char *dst);")
 local sha1_bin = ngx.sha1_bin
 local hex = token.hex

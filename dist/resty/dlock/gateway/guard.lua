@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/gateway/guard.ts by TypeScriptToLua: edit that file, not this one.
+-- A guard of mode dedup, concurrency, throttle or mutex at work: access()
+-- decides for a request, log() ends what it took. Made by gateway.new
+-- (gateway.ts), which checks the options and builds the lock underneath.
 local _M = {}
 local shared = require("resty.dlock.gateway.common")
 local digest = require("resty.dlock.gateway.digest")
@@ -8,6 +11,7 @@ local stats = require("resty.dlock.gateway.stats")
 local read_body = ngx.req.read_body
 local hashed = digest.key
 local incr = stats.incr
+-- Read per request by mutex guards with shared methods (readers).
 local req_get_method = ngx.req.get_method
 --- Refuse a request Redis decided against: the guards it passed before give back what they took.
 local function reject(g, status, retryAfterMs)
@@ -46,15 +50,18 @@ local guardMethods = {
             return
         end
         if inflight.holds(self) then
+            -- The same request again, after an internal redirect: it holds the key already.
             return
         end
         if self._readBody then
+            -- A permit held while a slow client trickles its body in would starve the key.
             read_body()
         end
         local raw = shared.keyOf(self, self._key)
         if raw == nil then
             return
         end
+        -- Client-controlled: hash it, so any size and any bytes map to a bounded key.
         local key = hashed("", raw)
         local fallback = self._fallback
         if skipsRedis(self, fallback) then
@@ -62,6 +69,7 @@ local guardMethods = {
             onRedisFailure(self, key)
             return
         end
+        -- Readers share the key (gateway option shared).
         local reads = self._sharedMethods ~= nil and self._sharedMethods[req_get_method()] ~= nil
         local locks = self._locks
         local l, err, retryAfter = locks:acquire(key, reads and self._sharedTry or self._tryOpts)
@@ -75,6 +83,7 @@ local guardMethods = {
             if inflight.track(self, l) ~= false then
                 return
             end
+            -- No watchdog (no timer to be had): the lease was let go, and on_error decides, as without Redis.
             onRedisFailure(self, key)
             return
         end

@@ -1,4 +1,32 @@
 -- Generated from src/resty/dlock/gateway/idempotency.ts by TypeScriptToLua: edit that file, not this one.
+-- Gateway mode "idempotency": the first request with an Idempotency-Key runs,
+-- its response is stored in Redis, and every retry with the same key (from any
+-- nginx sharing the Redis) gets that response back instead of running the
+-- operation again (draft-ietf-httpapi-idempotency-key-header, Stripe semantics).
+--
+-- One Redis hash per (scope, key), both hashed (see scripts.IDEM_*):
+-- - access: read the request body, fingerprint the request, and claim the key
+--   in one script: SET NX of a "running" record with our token, or the record
+--   that is there (running: 409 or wait; done: replay; other fingerprint: 422);
+-- - while the request runs, the gateway's keeper renews the claim like any
+--   lease (inflight.ts), also through internal redirects and reloads;
+-- - header_filter / body_filter: note the status, headers and body (up to
+--   max_body); at the end of the body a timer turns the claim into the stored
+--   record, owner-checked (filters have no cosockets). The client may have the
+--   response, and retry, before that store lands: so a duplicate that finds the
+--   claim running waits for it (wait, at least 1 s, fleet-wide), and on this
+--   nginx a mark in the shared dict, set before the last bytes leave, makes it
+--   wait for as long as the store may take (up to the lease);
+-- - log: a request that ended without its full response (client abort while
+--   the upstream works, a cut upstream) keeps its claim until the lease runs
+--   out, unrenewed: the backend may still be running it.
+--
+-- The parts: idempotency/options.ts (the option table, checked once),
+-- idempotency/claim.ts (the claim, and duplicates waiting for its response),
+-- idempotency/capture.ts (the held claim and its filters),
+-- idempotency/record.ts (the store of its response), idempotency/answers.ts
+-- (replays and problem+json refusals); this face reads the request and
+-- decides among them.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local inflight = require("resty.dlock.gateway.inflight")
@@ -41,6 +69,7 @@ local function parseKey(raw)
             return nil
         end
         local inner = str_sub(raw, 2, -2)
+        -- Printable ASCII only; a quote or backslash only as part of an escape pair.
         if found(inner, "[^ -~]") then
             return nil
         end
@@ -50,6 +79,7 @@ local function parseKey(raw)
         end
         k = str_gsub(inner, "\\([\"\\])", "%1")
     else
+        -- tchar (RFC 9110) plus ":" and "/", as sf-Token allows: a bare UUID too.
         if not found(raw, "^[%w!#%$%%&'%*%+%-%.%^_`|~:/]+$") then
             return nil
         end
@@ -90,6 +120,7 @@ local function body(max)
     if file == nil then
         return "", nil
     end
+    -- Buffered to a file (larger than client_body_buffer_size): read it back, bounded.
     local f = io_open(file, "rb")
     if f == nil then
         return nil, "unreadable"
@@ -111,6 +142,7 @@ local function access(g)
         return
     end
     if inflight.holds(g._owner) then
+        -- The same request again, after an internal redirect: it holds the claim already.
         return
     end
     local method = req_get_method()
@@ -176,6 +208,7 @@ local function access(g)
         answers.onRedisFailure(g, nil)
         return
     end
+    -- Scope and key both client-controlled: hashed, fixed length, never stored in clear.
     local scoped = k
     if g._scope ~= nil then
         local sv, serr = keys.value(g._scope)
@@ -184,6 +217,8 @@ local function access(g)
                 answers.keyFailure(g, "scope: " .. serr)
                 return
             end
+            -- Without it, this client's key would be looked up among every other
+            -- scopeless client's: another one's stored response could be replayed to it.
             stats.incr(g._dict, g.name, "missing_key")
             if g._onMissing == "reject" then
                 answers.problem(
@@ -217,6 +252,7 @@ local function access(g)
         end
     end
     if what == "claimed" then
+        -- Unless it cannot be renewed (no timer for the watchdog): dropped, and on_error decides.
         if capture.hold(g, rkey, tok, fp) then
             return
         end
@@ -258,5 +294,6 @@ function _M.create(o, name)
     end
     return lua_setmetatable(f, guardMt), nil
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.parseKey = parseKey
 return _M

@@ -1,4 +1,22 @@
 -- Generated from src/resty/dlock/gateway/inflight.ts by TypeScriptToLua: edit that file, not this one.
+-- The leases of in-flight gateway requests, per worker: found again by request (not by ngx.ctx,
+-- which an internal redirect replaces), renewed while the request runs, and ended when the
+-- request ends, however it ends:
+-- - log() of any guard, or the module-level gateway.log(), in whatever location the request
+--   finishes: release (or, dedup after a 2xx, hold the key);
+-- - a client that went away while an upstream was working, or an upstream that timed out: the
+--   backend may still be running, so the key is kept until its lease runs out, unrenewed;
+-- - a request that ended without any log() (its final location has none): the keeper notices
+--   it is gone and releases.
+--
+-- One keeper loop per worker watches every in-flight request, in rounds (the watchdog, one sweep
+-- per worker too, renews their leases): a timer per request or per guard would exhaust
+-- lua_max_pending_timers on a busy gateway, ngx.timer.every lets rounds overlap when Redis is slow,
+-- and it stops when the worker starts exiting (nginx -s reload / quit) while that worker still
+-- has requests running. The loop runs while there is anything to watch, also in an exiting
+-- worker, and hands over to a fresh timer now and then. The log phase has no cosockets:
+-- releases.ts puts a release into the worker's next pipeline (or queues it, and a hold, for a
+-- timer); renewals.ts has the watchdog renew the leases meanwhile.
 local _M = {}
 local advice = require("resty.dlock.gateway.advice")
 local loop = require("resty.dlock.core.loop")
@@ -24,6 +42,7 @@ local function endHeld(h, how, status)
         return
     end
     h.done = true
+    -- No more renewals: released or held below, or (aborted) kept until it runs out.
     local o = h.owner
     if o._renew then
         renewals.unwatch(h)
@@ -33,6 +52,9 @@ local function endHeld(h, how, status)
         return
     end
     if how == "aborted" then
+        -- The client went away while an upstream worked on the request; nginx cut
+        -- that connection but the backend may still be running. Keep the key until
+        -- its lease runs out (no more renewals) rather than let a retry in beside it.
         stats.incr(o._dict, o.name, "aborted")
         return
     end
@@ -71,6 +93,7 @@ local function current()
         return nil, rid
     end
     if not request_alive(req) then
+        -- A request that is gone had this address before us and ended unseen.
         endReq(rid, req, "unlogged", 0)
         return nil, rid
     end
@@ -137,6 +160,7 @@ end
 --- A later guard refused request rid in the pass that took its leases (giveback.ts): a throttle gives its key back.
 function _M.refused(rid, ctx)
     local req = requests[rid]
+    -- Taken in an earlier pass (before an internal redirect): the request may have run.
     if req == nil or req.ctx ~= ctx or not request_alive(req) then
         return
     end
@@ -153,6 +177,7 @@ function _M.refused(rid, ctx)
         end
     end
 end
+-- ------------------------------------------------------------ the keeper
 --- Seconds between keeper rounds: a sixth of the shortest ttl, within these bounds.
 local MIN_TICK = 0.05
 local MAX_TICK = 0.5
@@ -181,10 +206,7 @@ local keeper = {
     running = false
 }
 local function keep(owner)
-    tick = math_min(
-        tick,
-        math_max(MIN_TICK, owner._ttl / 6000)
-    )
+    tick = math_min(tick, math_max(MIN_TICK, owner._ttl / 6000))
     if keeper.running then
         return
     end
@@ -239,6 +261,7 @@ function _M.track(owner, l)
     end
     stats.adjust(owner._dict, owner.name, "in_flight", 1)
     keep(owner)
+    -- Unrenewed, it would run out under the running request and let a second one in.
     if owner._renew and not renewals.watch(h) then
         endHeld(h, "logged", 0)
         return false

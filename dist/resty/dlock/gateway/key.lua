@@ -1,4 +1,9 @@
 -- Generated from src/resty/dlock/gateway/key.ts by TypeScriptToLua: edit that file, not this one.
+-- Key templates of the gateway guards: "$http_idempotency_key",
+-- "tenant:$remote_addr:$uri" (nginx variables and literals), or a Lua function.
+-- A key that cannot be computed is never taken for a missing one (that would let
+-- the request through unguarded): value() tells the two apart, and what goes
+-- wrong is logged per guard and worker at most once an interval, never per request.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local vars = require("resty.dlock.gateway.vars")
@@ -82,6 +87,7 @@ function _M.value(t)
     end
     local only = t.only
     if only ~= nil then
+        -- The variable's own string, without a loop and a concatenation that makes it again.
         local v = var_get(only)
         if v == nil or v == "" then
             return nil, nil
@@ -103,12 +109,7 @@ local seen = {}
 local function state(guard)
     local s = seen[guard]
     if s == nil then
-        s = {
-            since = clock_now(),
-            present = 0,
-            missing = 0,
-            failed = quiet_make()
-        }
+        s = {since = clock_now(), present = 0, missing = 0, failed = quiet_make()}
         seen[guard] = s
     end
     return s
@@ -147,10 +148,7 @@ function _M.note(guard, t, present, what)
 end
 --- A key that could not be computed: logged at once, then at most once an interval with the count.
 function _M.failed(guard, problem, what)
-    local n = quiet_due(
-        state(guard).failed,
-        settings.interval
-    )
+    local n = quiet_due(state(guard).failed, settings.interval)
     if n == 0 then
         return
     end
@@ -168,5 +166,6 @@ function _M.failed(guard, problem, what)
         ")"
     )
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.settings = settings
 return _M

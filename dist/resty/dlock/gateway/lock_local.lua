@@ -1,4 +1,26 @@
 -- Generated from src/resty/dlock/gateway/lock_local.ts by TypeScriptToLua: edit that file, not this one.
+-- The bounded fallback of concurrency and mutex guards (on_error = "local"):
+-- while Redis cannot decide (a call failed, or the breaker is open), each nginx
+-- lets through at most its share of the key's permits at once, counted in its
+-- shared dict: permits / fleet (at least 1) for concurrency, one request at a
+-- time for mutex (a reader of `shared` methods too: no shared mode locally).
+-- With the fleet stated right, the fleet together holds no more than the
+-- permits (plus what the rounding up to 1 adds when permits < fleet; a mutex
+-- is one per nginx: `fleet` at once over the fleet).
+--
+-- A share is `share` slots per key in the dict, "ll:<guard>:<key>:<i>", each
+-- taken with add() (atomic across workers) and deleted when the request ends
+-- (the guard's log(), or, for a request that ended without it, the next
+-- access() of this worker that finds the key's slots held). A client that went
+-- away while the upstream works leaves its slot to run out, as a Redis lease is
+-- kept. A slot also expires after the guard's ttl, not renewed: a request
+-- longer than the ttl loses its slot. Waiting
+-- (`wait`) polls the slots, 5 to 50 ms apart, until the wait runs out.
+--
+-- After the breaker's cool-down no request asks Redis until a probe in a timer
+-- of this nginx (an acquire and release of a key of its own) found Redis back:
+-- meanwhile requests keep deciding locally, none waits on a Redis that may
+-- still be gone. What was taken locally is not carried over to Redis.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local request = require("resty.dlock.gateway.request")
@@ -34,10 +56,7 @@ function _M.create(mode, permits, fleet, name, ttlMs, probeFor)
     if n == nil then
         return nil, err
     end
-    local share = mode == "mutex" and 1 or math_max(
-        1,
-        math_floor(permits / n)
-    )
+    local share = mode == "mutex" and 1 or math_max(1, math_floor(permits / n))
     return {
         share = share,
         prefix = "ll:" .. name .. ":",
@@ -60,13 +79,7 @@ end
 local function sweep(g, l)
     for k, h in lua_pairs(l.held) do
         if not request.alive(h.anchor) then
-            forget(
-                g,
-                l,
-                k,
-                h.slot,
-                true
-            )
+            forget(g, l, k, h.slot, true)
         end
     end
 end
@@ -127,6 +140,7 @@ function _M.access(g, l, k, refuse)
     local rid = a and a.id
     if rid ~= nil then
         local h = l.held[rid]
+        -- Back through an internal redirect: it holds its slot already.
         if h ~= nil and request.alive(h.anchor) then
             return
         end
@@ -155,11 +169,7 @@ function _M.access(g, l, k, refuse)
     end
     if slot == nil then
         incr(g._dict, g.name, "local_rejected")
-        refuse(
-            g,
-            g._rejectStatus,
-            retryAfter(g, l, k)
-        )
+        refuse(g, g._rejectStatus, retryAfter(g, l, k))
         return
     end
     incr(g._dict, g.name, "local_admitted")
@@ -193,13 +203,7 @@ local function finish(g, l)
     if aborted then
         incr(g._dict, g.name, "aborted")
     end
-    forget(
-        g,
-        l,
-        rid,
-        h.slot,
-        not aborted
-    )
+    forget(g, l, rid, h.slot, not aborted)
 end
 --- gateway.log(): give back what the request took locally from any guard.
 function _M.finishAll()
@@ -213,6 +217,7 @@ end
 function _M.probe(g, l)
     return stats.probed(g, l.probeFor, probeRedis)
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.finish = finish
 --- A worker starts (dlock.init_worker()) with the breaker open or half open: a
 -- reload meanwhile took the probe its workers had scheduled. Its own probe

@@ -1,4 +1,13 @@
 -- Generated from src/resty/dlock/gateway/options.ts by TypeScriptToLua: edit that file, not this one.
+-- The option table of gateway.new, declared once for every mode (core/schema.ts):
+-- which modes each option applies to, its bounds and default. A mode's table
+-- is the options that apply to it; the options of the other modes are refused
+-- by name ("hold applies to mode dedup only, not mutex").
+--
+-- A new mode is a line in MODES (its name, the status it refuses with) and
+-- `modes: [...]` on the options only it takes (or a `notFor` entry with why
+-- on those that apply to every mode but it); the guard built from the checked
+-- table is the face's (gateway.ts).
 local _M = {}
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.options")
@@ -23,13 +32,7 @@ local RATE = {"rate"}
 --- Lock modes that can fall back on this nginx's share (on_error = "local").
 local SHARED_LOCAL = {"concurrency", "mutex"}
 --- Modes that guard with Redis calls per request and a status of their own when refusing.
-local DECIDING = {
-    "dedup",
-    "concurrency",
-    "throttle",
-    "mutex",
-    "rate"
-}
+local DECIDING = {"dedup", "concurrency", "throttle", "mutex", "rate"}
 local DAY = 86400000
 --- Least `wait` of idempotency, ms: the time a response's store may take to reach Redis after the client has the response.
 local MIN_WAIT = 1000
@@ -82,14 +85,7 @@ local function key(v)
 end
 local STATUS = "an HTTP status code from 300 to 599 (a refusal must not read as a success)"
 _M.SPECS = {
-    {name = "mode", kind = "enum", values = {
-        "dedup",
-        "concurrency",
-        "throttle",
-        "mutex",
-        "idempotency",
-        "rate"
-    }, required = true},
+    {name = "mode", kind = "enum", values = {"dedup", "concurrency", "throttle", "mutex", "idempotency", "rate"}, required = true},
     {name = "name", kind = "check", check = core.checkName, doc = "`<mode>#<n>`"},
     {name = "key", kind = "check", check = key, required = true},
     {
@@ -137,34 +133,10 @@ _M.SPECS = {
         doc = "required (or `limits`)",
         modes = RATE
     },
-    {
-        name = "period",
-        kind = "check",
-        check = given,
-        doc = "1000",
-        modes = RATE
-    },
-    {
-        name = "burst",
-        kind = "check",
-        check = given,
-        doc = "`rate`",
-        modes = RATE
-    },
-    {
-        name = "limits",
-        kind = "check",
-        check = given,
-        doc = "none",
-        modes = RATE
-    },
-    {
-        name = "cost",
-        kind = "check",
-        check = given,
-        doc = "1",
-        modes = RATE
-    },
+    {name = "period", kind = "check", check = given, doc = "1000", modes = RATE},
+    {name = "burst", kind = "check", check = given, doc = "`rate`", modes = RATE},
+    {name = "limits", kind = "check", check = given, doc = "none", modes = RATE},
+    {name = "cost", kind = "check", check = given, doc = "1", modes = RATE},
     {name = "ratelimit_headers", kind = "boolean", default = true, modes = RATE},
     {
         name = "fleet",

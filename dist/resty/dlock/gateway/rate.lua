@@ -1,4 +1,23 @@
 -- Generated from src/resty/dlock/gateway/rate.ts by TypeScriptToLua: edit that file, not this one.
+-- Gateway mode "rate": `rate` requests per `period` ms per key, `burst` at
+-- once, across every nginx sharing the Redis (core/rate.ts: GCRA on Redis'
+-- clock, one script call per request, several limits decided together).
+-- A refused request gets reject_status (429) with Retry-After; every answer
+-- the guard decides carries the IETF httpapi RateLimit fields
+-- (draft-ietf-httpapi-ratelimit-headers-11):
+--   RateLimit-Policy: "10-per-1s";q=10;w=1, "1000-per-1h";q=1000;w=3600
+--   RateLimit: "10-per-1s";r=4;t=1, "1000-per-1h";r=990;t=4
+-- q the quota (rate) per window w (period, whole seconds only: the draft has no
+-- finer unit, so w is left out otherwise), r what remains now under the
+-- policy, t the effective window: the seconds until the next unit comes back,
+-- within which no more than r can be used (ratefields.ts). A burst other than
+-- the rate is said as dlock-burst (the draft asks for vendor-prefixed parameters).
+--
+-- on_error = "local" with `fleet`: while Redis cannot decide, each nginx
+-- enforces its share of the limits from its shared dict (rate_local.ts).
+--
+-- A rate guard holds nothing while the request runs: nothing to release in
+-- log(). Its options are checked here, not in gateway.ts.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
@@ -32,6 +51,7 @@ local function onRedisFailure(g, k, an)
         end
         if reply[1] == 0 then
             incr(g._dict, g.name, "local_rejected")
+            -- Refused without Redis: earlier guards keep what they took (common.refuseDown).
             shared.refuseDown(g._headers, g._rejectStatus, reply[2])
         end
         incr(g._dict, g.name, "local_admitted")
@@ -48,6 +68,8 @@ end
 -- decided for already (an internal redirect brought it back), nil when it
 -- cannot be told apart from later requests.
 local function mark(g)
+    -- One look at the request (its anchor: address, ngx.ctx and that table's slot), not one for
+    -- the lookup and another for the record: the first pass of every request needs both.
     local an = request_anchor()
     if an == nil then
         return nil
@@ -86,30 +108,17 @@ local function access(g)
     if raw == nil then
         return
     end
+    -- Client-controlled: hashed, so any size and any bytes map to a bounded key.
     local rkey = hashed(g._prefix, raw)
     if g._shares ~= nil and (stats.breakerOpen(g._dict, g.name) or not fallback.probe(g)) or g._shares == nil and stats.skips(g._dict, g.name, g._probeFor) then
         incr(g._dict, g.name, "short_circuited")
-        onRedisFailure(
-            g,
-            str_sub(rkey, #g._prefix + 1),
-            an
-        )
+        onRedisFailure(g, str_sub(rkey, #g._prefix + 1), an)
         return
     end
-    local reply, err = decide(
-        g._conf,
-        rkey,
-        g._limits,
-        "1",
-        g._cost
-    )
+    local reply, err = decide(g._conf, rkey, g._limits, "1", g._cost)
     if reply == nil then
         stats.redisFailed(g, err)
-        onRedisFailure(
-            g,
-            str_sub(rkey, #g._prefix + 1),
-            an
-        )
+        onRedisFailure(g, str_sub(rkey, #g._prefix + 1), an)
         return
     end
     stats.success(g._dict, g.name)
@@ -118,10 +127,12 @@ local function access(g)
     end
     if reply[1] == 0 then
         incr(g._dict, g.name, "rejected")
+        -- Redis refused it: earlier guards give back what they took.
         shared.refuse(g._headers, g._rejectStatus, reply[2])
         return
     end
     incr(g._dict, g.name, "acquired")
+    -- Given back should a later guard refuse the request (giveback.ts).
     if an ~= nil then
         an.charged = rkey
     end
@@ -148,6 +159,7 @@ function _M.create(o, name)
     end
     local cost = o.cost == nil and 1 or o.cost
     if lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > ls.most then
+        -- More than the smallest burst could never pass.
         return check.fail(
             "cost must be a positive integer, at most the smallest burst (" .. lua_tostring(ls.most) .. ")",
             cost

@@ -1,4 +1,19 @@
 -- Generated from src/resty/dlock/gateway/rate_local.ts by TypeScriptToLua: edit that file, not this one.
+-- The bounded fallback of rate guards (on_error = "local"): while Redis cannot
+-- decide (a call failed, or the breaker is open), each nginx enforces its share
+-- of every limit on its own, in its shared dict: rate / fleet per period and
+-- burst / fleet at once (at least one request's cost), `fleet` being the number of nginx the
+-- operator says share the limit. With the fleet stated right, the fleet
+-- together admits no more than the limit itself (plus what each nginx's
+-- rounding of burst up to a request's cost adds when burst / fleet < cost).
+--
+-- The same GCRA as core/rate.ts, on ngx.now(): per key and limit the
+-- theoretical arrival time in the dict. Read and written without a lock, as
+-- lua-resty-limit-traffic's limit.req does: workers of one nginx deciding for
+-- the same key in the same microseconds may both pass (no yield between the
+-- read and the write, so never within a worker). Redis' state is not carried
+-- over either way: the first Redis decision after the fallback starts from
+-- what Redis last knew.
 local _M = {}
 local core = require("resty.dlock.core.rate")
 local stats = require("resty.dlock.gateway.stats")
@@ -17,15 +32,13 @@ function _M.shares(ls, fleet, name, cost)
         local interval = l.period * 1000 / l.rate * fleet
         out[i] = {
             interval = interval,
-            cap = interval * math_max(
-                cost,
-                math_floor(l.burst / fleet)
-            ),
+            cap = interval * math_max(cost, math_floor(l.burst / fleet)),
             key = str_format("rl:%s:%d:", name, i)
         }
     end
     return out
 end
+-- Per worker, reused: the times read (no yield between their use).
 local tats = {}
 --- Decide for hashed key k as the script would, in dict d:
 -- the same reply shape ({ 1 or 0, retry ms, per limit remaining, ms until full }).
@@ -55,12 +68,10 @@ function _M.decide(d, k, sh, cost)
         local t = tats[i]
         if ok then
             t = t + cost * s.interval
+            -- Expires when it no longer matters: every unit back.
             d:set(s.key .. k, t, (t - now) / 1000000 + 0.001)
         end
-        out[1 + 2 * i] = math_max(
-            0,
-            math_floor((s.cap - (t - now) + 1) / s.interval + 1e-9)
-        )
+        out[1 + 2 * i] = math_max(0, math_floor((s.cap - (t - now) + 1) / s.interval + 1e-9))
         out[2 + 2 * i] = math_ceil((t - now) / 1000)
     end
     return out
@@ -86,13 +97,7 @@ local function probeRedis(premature, g)
     if premature then
         return
     end
-    local reply, err = core.decide(
-        g._conf,
-        g._prefix .. "probe",
-        g._limits,
-        "0",
-        1
-    )
+    local reply, err = core.decide(g._conf, g._prefix .. "probe", g._limits, "0", 1)
     if reply == nil then
         stats.probeFailed(g, err, g._probeFor, probeRedis)
         return

@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/gateway/ratefields.ts by TypeScriptToLua: edit that file, not this one.
+-- The IETF httpapi RateLimit fields of a rate guard's decisions
+-- (draft-ietf-httpapi-ratelimit-headers-11): RateLimit-Policy names each
+-- limit's quota q per window w; RateLimit says what remains r and the
+-- effective window t, the seconds within which no more than r can be used.
 local _M = {}
 local str_format = string.format
 local tbl_concat = table.concat
@@ -24,14 +28,9 @@ end
 local function window(reply, i, iv, cap)
     local x = reply[2 + 2 * i] + (reply[1 + 2 * i] + 1) * iv[i] - cap[i]
     local t = x > 0 and math_ceil(x / 1000) or 0
+    -- A refusal: no limit's window past its Retry-After (a shorter window is as true).
     if reply[1] == 0 then
-        return math_min(
-            t,
-            math_max(
-                1,
-                math_ceil(reply[2] / 1000)
-            )
-        )
+        return math_min(t, math_max(1, math_ceil(reply[2] / 1000)))
     end
     return t
 end
@@ -47,35 +46,25 @@ end
 --- The RateLimit fields of a reply, its limits' intervals and capacities in ms.
 function _M.fields(g, reply, iv, cap)
     local header = ngx_.header
+    -- A client tells policies apart by name (draft-11 3.1, 4.1): a name another guard sent already is made ours.
     local before = header["RateLimit-Policy"]
     local clash = lua_type(before) == "string" and sent(before, g._quoted)
     field(header, "RateLimit-Policy", clash and g._ownPolicy or g._policy)
     local items = clash and g._ownItems or g._items
     if #items == 1 then
+        -- One limit without the loop (a loop on the request's path keeps it out of LuaJIT's traces).
         field(
             header,
             "RateLimit",
-            items[1] .. str_format(
-                "%d;t=%d",
-                reply[3],
-                window(reply, 1, iv, cap)
-            )
+            items[1] .. str_format("%d;t=%d", reply[3], window(reply, 1, iv, cap))
         )
         return
     end
     local parts = g._parts
     for i = 1, #items do
-        parts[i] = items[i] .. str_format(
-            "%d;t=%d",
-            reply[1 + 2 * i],
-            window(reply, i, iv, cap)
-        )
+        parts[i] = items[i] .. str_format("%d;t=%d", reply[1 + 2 * i], window(reply, i, iv, cap))
     end
-    field(
-        header,
-        "RateLimit",
-        tbl_concat(parts, ", ")
-    )
+    field(header, "RateLimit", tbl_concat(parts, ", "))
 end
 --- RateLimit-Policy for these limits, each name after `own` ("" or "<guard>:").
 function _M.policyOf(ls, own)

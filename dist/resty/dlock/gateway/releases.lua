@@ -1,4 +1,21 @@
 -- Generated from src/resty/dlock/gateway/releases.ts by TypeScriptToLua: edit that file, not this one.
+-- How the gateway ends a request's lease. It ends in the log phase, where
+-- there are no cosockets: a release is written into the worker's next
+-- auto-pipelined batch (done(), lease.post), whose sender settles it from the
+-- reply (answered()). What cannot go that way (Redlock, auto_pipeline off, a
+-- Cluster map being read), what Redis did not confirm, and dedup's hold after
+-- a 2xx (an extend) go through the release queue below, sent from a timer.
+--
+-- Light threads of a drain timer send them, one lease at a time each, side by
+-- side, so that auto-pipelining carries them in the round trips of the
+-- worker's other calls (a batch call of its own, batch.releaseAll, took a
+-- pooled connection and about 15 KB of garbage each time, four times what the
+-- rest of a request makes). A thread that finds the queue empty waits a while
+-- for more (a log phase wakes it through a semaphore) before it ends: under
+-- load the same few threads send every release, where a timer or a thread per
+-- release cost more than the release itself. A release Redis does not confirm
+-- goes through releaseAll once more, and is then left to the sweep that
+-- retries it until Redis answers or the key expires.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local batch = require("resty.dlock.core.batch")
@@ -25,6 +42,7 @@ local clock_now = clock.now
 local on_its_way = late.onItsWay
 local quiet_more = quiet.more
 local semaphore = require("ngx.semaphore")
+-- The queue, in three parallel arrays (no table per queued lease).
 local qOwner = {}
 local qLease = {}
 --- ms to keep the key instead of releasing it (0: release).
@@ -69,11 +87,7 @@ local function failed(owner, what, err)
     )
 end
 local function raised(err)
-    ngx_log(
-        ERR,
-        "dlock: gateway release queue: ",
-        check.text(err)
-    )
+    ngx_log(ERR, "dlock: gateway release queue: ", check.text(err))
 end
 --- Release l, or keep it ms more.
 local function finish(owner, l, ms)
@@ -88,13 +102,10 @@ local function finish(owner, l, ms)
     if ok ~= nil or err == "not_owner" then
         return
     end
+    -- Unconfirmed: releaseAll tries again and hands what Redis still does not confirm to the sweep.
     local n, berr = batch.releaseAll({l})
     if n > 0 then
-        failed(
-            owner,
-            "releasing " .. lua_tostring(n) .. " lease(s)",
-            berr
-        )
+        failed(owner, "releasing " .. lua_tostring(n) .. " lease(s)", berr)
     end
 end
 --- A light thread's body: never raises (an aborted thread would log its own error line).
@@ -109,6 +120,7 @@ local function work()
     local done = 0
     while done < SHARE do
         if head > tail then
+            -- An exiting worker keeps no thread waiting for work that will not come.
             if worker_exiting() then
                 break
             end
@@ -118,6 +130,7 @@ local function work()
             if ok then
                 woken = woken - 1
             elseif head > tail then
+                -- A post that came as the wait ran out stays counted: the next wait takes it at once.
                 break
             end
         else
@@ -134,8 +147,11 @@ local function work()
     end
     alive = alive - 1
 end
+-- drain() ends by calling schedule(), which starts drain() timers: declared here, set after drain().
 local schedule
 local function drain(premature)
+    -- Runs also when premature (the worker is exiting): cosockets still work here.
+    -- One taken as dropped that starts after all is counted again.
     if pending > 0 then
         pending = pending - 1
     else
@@ -145,6 +161,7 @@ local function drain(premature)
     local want = math_min(tail - head + 1, PARALLEL - alive)
     for _ = 1, want do
         alive = alive + 1
+        -- nil when the thread cannot be made (no memory): then this timer works itself.
         local co = thread_spawn(work)
         if co == nil then
             work()
@@ -156,6 +173,7 @@ local function drain(premature)
         thread_wait(threads[i])
     end
     draining = draining - 1
+    -- Threads that ended at their share left work behind: a fresh timer takes over.
     schedule()
 end
 schedule = function()
@@ -180,17 +198,16 @@ schedule = function()
             return
         end
     end
-    if pending > 0 and not on_its_way(
-        pendingAt,
-        clock_now(),
-        0
-    ) then
+    -- Drain timers nginx dropped (late.ts): the queue would wait for them for good.
+    if pending > 0 and not on_its_way(pendingAt, clock_now(), 0) then
         draining = draining - pending
         pending = 0
     end
+    -- A timer about to start makes threads for all that is queued then.
     if pending > 0 or alive >= PARALLEL or draining >= MAX_DRAINERS then
         return
     end
+    -- A delay of 0 is the one nginx still allows in a worker that is exiting.
     local ok, err = timer_at(0, drain)
     if ok then
         draining = draining + 1
@@ -240,6 +257,9 @@ local function answered(j)
     if ok ~= nil or err == "not_owner" then
         return
     end
+    -- A failure counts now, and is logged should the queue's tries fail too
+    -- (failed()); a Cluster slot that moved, or that is moving (TRYAGAIN: the
+    -- queue's release runs on the lock key alone), is only followed, from the queue.
     local o = h.owner
     local moving = j.fault == "redirect" or migrating(j.fault, j.err)
     if not moving then
@@ -247,6 +267,7 @@ local function answered(j)
     end
     enqueue(o, h.lease, 0)
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.done = done
 _M.answered = answered
 _M.enqueue = enqueue

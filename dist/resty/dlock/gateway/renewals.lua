@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/gateway/renewals.ts by TypeScriptToLua: edit that file, not this one.
+-- Renewals of the leases of in-flight requests: the watchdog (one sweep per
+-- worker) extends them while their requests run, and tells the guard through
+-- hooks made once per guard what each renewal found.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local stats = require("resty.dlock.gateway.stats")
@@ -17,6 +20,8 @@ local unanswered = {}
 local unwatched = {}
 --- Per guard, what the watchdog tells about its renewals.
 local hooksOf = {}
+-- Made once per guard, apart from watch(): a function that makes closures is
+-- one LuaJIT does not compile, and would take its callers out of the trace.
 local function makeHooks(owner)
     local hk = {
         renewed = function()
@@ -41,6 +46,7 @@ local function makeHooks(owner)
             )
         end,
         failed = function(l, err)
+            -- A Redis hiccup: the next sweep tries again; if the lease runs out meanwhile, it is reported lost.
             stats.incr(owner._dict, owner.name, "redis_errors")
             local n = quiet_due_for(unanswered, owner.name)
             if n > 0 then
@@ -64,10 +70,7 @@ end
 -- (no timer to be had), said once per guard, worker and interval.
 function _M.watch(h)
     local owner = h.owner
-    local err = watchdog.watch(
-        h.lease,
-        hooksOf[owner] or makeHooks(owner)
-    )
+    local err = watchdog.watch(h.lease, hooksOf[owner] or makeHooks(owner))
     if err == nil then
         heldOf[h.lease] = h
         return true

@@ -1,4 +1,21 @@
 -- Generated from src/resty/dlock/gateway/request.ts by TypeScriptToLua: edit that file, not this one.
+-- Which request is running, and is a request seen earlier still alive?
+--
+-- The gateway must find a request's leases again in its log phase and must
+-- notice a request that ended without running its log(). ngx.ctx cannot do
+-- either: an internal redirect (error_page, try_files, X-Accel-Redirect,
+-- ngx.exec) starts the request over with a fresh ngx.ctx, and the final
+-- location may have no log_by_lua at all.
+--
+-- What does survive is (a) the ngx_http_request_t itself: its address stays
+-- the same through internal redirects, and no two live requests of a worker
+-- share it; and (b) the ngx.ctx table of the access phase: ngx_lua keeps it in
+-- the registry (lua-resty-core's `ngx_lua_ctx_tables`, slot `ref`) until the
+-- request's pool is freed at the very end of the request, redirects or not.
+-- So "slot `ref` still holds that table" means "that request is still alive"
+-- (a slot is reused only after the request that had it is gone, and then it
+-- holds another table). An address alone is not enough: a later request can
+-- get the address of one that is gone.
 local _M = {}
 local vars = require("resty.dlock.gateway.vars")
 local ffi = require("ffi")
@@ -10,7 +27,9 @@ local lua_tonumber = tonumber
 local str_find = string.find
 local str_gmatch = string.gmatch
 local var_get = vars.get
+-- A ctype object, not the string: the interpreter parses a declaration string on every cast.
 local uintptr_t = ffi.typeof("uintptr_t")
+-- lua-resty-core declares it already; the pcall makes us independent of the order.
 pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);")
 local function lookupGetCtxRef()
     return ffi.C.ngx_http_lua_ffi_get_ctx_ref
@@ -19,6 +38,7 @@ local hasCtxRef, found = pcall(lookupGetCtxRef)
 local getCtxRef = found
 local inSsl = ffi.new("int[1]", 1)
 local sslRef = ffi.new("int[1]", 1)
+-- Set once by lua-resty-core when it loads (before any init_by_lua code).
 local registered = debug.getregistry().ngx_lua_ctx_tables
 local ctxTables = type(registered) == "table" and registered or nil
 local lua_rawget = rawget
@@ -46,6 +66,7 @@ local function here()
     if r == nil then
         return nil, nil, -1
     end
+    -- Reading ngx.ctx creates the table and registers it, so its slot exists afterwards.
     local ctx = ngx_.ctx
     local ref = -1
     if canWatch then
@@ -71,6 +92,7 @@ function _M.alive(a)
     end
     return ctxTables[a.ref] == a.ctx
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.canWatch = canWatch
 _M.here = here
 --- A try in $upstream_status and the like: ", " between tries, " : " between upstream groups.
@@ -80,10 +102,7 @@ local TRY = "[^%s,:]+"
 -- and "-": no backend got the request.
 local function timedOutConnected(statuses)
     local nextStatus = str_gmatch(statuses, TRY)
-    local nextTime = str_gmatch(
-        var_get("upstream_connect_time") or "",
-        TRY
-    )
+    local nextTime = str_gmatch(var_get("upstream_connect_time") or "", TRY)
     local s = nextStatus()
     while s ~= nil do
         local t = nextTime()

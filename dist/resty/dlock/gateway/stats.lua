@@ -1,4 +1,13 @@
 -- Generated from src/resty/dlock/gateway/stats.ts by TypeScriptToLua: edit that file, not this one.
+-- Per-guard event counters and circuit-breaker state, in the shared dict so all
+-- workers of an nginx instance share them (and the status endpoint reads them).
+--   "c:<guard>:<event>"  counter
+--   "g:<guard>:<gauge>"  gauge (in_flight)
+--   "b:open:<guard>"     until when the breaker is open (epoch s; 0: never opened)
+--   "b:fail:<guard>"     consecutive failures while closed; HALF after an opening,
+--                        until Redis answers again (one more failure re-opens)
+-- Numbers made with the guard (prepare()): an incr, or a number replacing a number,
+-- needs no memory: a dict full of held leases still trips and counts.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local dictcount = require("resty.dlock.core.dictcount")
@@ -88,10 +97,8 @@ function _M.prepare(dict, guard)
     for _, e in lua_ipairs(PREPARED) do
         dict:safe_add(k.events[e], 0)
     end
-    dict:safe_add(
-        gaugeKey(guard, "in_flight"),
-        0
-    )
+    dict:safe_add(gaugeKey(guard, "in_flight"), 0)
+    -- An older release's breaker ("half", a key with a ttl) reads as half open: the next failure opens it.
     if not (dict:safe_add(k.fail, 0)) and lua_type((dict:get(k.fail))) ~= "number" then
         dict:safe_set(k.fail, HALF)
     end
@@ -100,11 +107,7 @@ function _M.prepare(dict, guard)
     end
 end
 local function incr(dict, guard, event)
-    dictcount.count(
-        dict,
-        keys(guard).events[event],
-        1
-    )
+    dictcount.count(dict, keys(guard).events[event], 1)
 end
 function _M.count(dict, guard, event)
     local v = dict:get(keys(guard).events[event])
@@ -116,11 +119,7 @@ local probingHere = {}
 -- caller is the one. A dict too full for the mark (a count of ours never
 -- evicts) leaves one probe per worker at a time, rather than none ever.
 local function takeProbe(dict, guard, seconds)
-    local ok, err = dict:safe_add(
-        keys(guard).probe,
-        true,
-        seconds
-    )
+    local ok, err = dict:safe_add(keys(guard).probe, true, seconds)
     if ok == true then
         return true
     end
@@ -147,13 +146,7 @@ local function startProbe(g, delay, probe)
         return
     end
     probeDone(g._dict, g.name)
-    ngx_log(
-        ERR,
-        "dlock: guard ",
-        g.name,
-        ": cannot start a timer to probe Redis: ",
-        err
-    )
+    ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err)
 end
 local function breakerState(dict, guard)
     local k = keys(guard)
@@ -179,10 +172,7 @@ function _M.probed(g, probeFor, probe)
     return false
 end
 function _M.breakerOpen(dict, guard)
-    return openFor(
-        dict,
-        keys(guard)
-    ) > 0
+    return openFor(dict, keys(guard)) > 0
 end
 --- Must this request do without Redis (on_error = "allow" / "deny")? While the
 -- breaker is open; and half open, after the cool-down, unless it is the one
@@ -191,6 +181,7 @@ end
 -- on a Redis that may still be gone.
 function _M.skips(dict, guard, probeFor)
     local k = keys(guard)
+    -- Closed (with failures counted or none): one read. Open or half open, fail is HALF.
     if (dict:get(k.fail)) ~= HALF then
         return false
     end
@@ -209,17 +200,16 @@ local function failure(dict, guard, threshold, cooldownMs)
     local trip = (dict:get(k.fail)) == HALF
     if not trip then
         local n = dictcount.count(dict, k.fail, 1)
+        -- HALF + 1: another worker opened the breaker meanwhile, and this count moved its mark: put it back.
         if n == HALF + 1 then
             dict:safe_set(k.fail, HALF)
         end
         trip = n ~= nil and n >= threshold
     end
     if trip and openFor(dict, k) == 0 then
+        -- A probe that failed fast must not hold the next one off past the cool-down.
         probeDone(dict, guard)
-        dict:safe_set(
-            k.open,
-            clock_now() + cooldownMs / 1000
-        )
+        dict:safe_set(k.open, clock_now() + cooldownMs / 1000)
         dict:safe_set(k.fail, HALF)
         incr(dict, guard, "breaker_opened")
         ngx_log(
@@ -248,26 +238,18 @@ end
 --- Redis failed a guard: told to the breaker, logged (a probe of a half-open breaker stops here).
 local function noteFailure(g, err)
     failure(g._dict, g.name, g._breakerFailures, g._breakerCooldown)
-    ngx_log(
-        ERR,
-        "dlock: guard ",
-        g.name,
-        ": ",
-        check.reason(err)
-    )
+    ngx_log(ERR, "dlock: guard ", g.name, ": ", check.reason(err))
 end
 --- With a local fallback whose breaker is open: a timer of this nginx asks Redis
 -- (probe) once the cool-down is over, whether requests come or not (an idle
 -- guard would say degraded until its next request). One per nginx: a request
 -- meanwhile finds its mark (probed()) and decides locally.
 local function probeWhenCool(g, probeFor, probe)
+    -- An exiting worker makes no timer with a delay: the workers that replace it probe.
     if worker_exiting() then
         return
     end
-    local cool = openFor(
-        g._dict,
-        keys(g.name)
-    )
+    local cool = openFor(g._dict, keys(g.name))
     if not takeProbe(g._dict, g.name, cool + probeFor) then
         return
     end
@@ -297,17 +279,14 @@ function _M.failedOpen(g)
 end
 --- Move a per-guard gauge (in_flight...) by delta; shared by the workers of this nginx.
 function _M.adjust(dict, guard, gauge, delta)
-    dictcount.count(
-        dict,
-        gaugeKey(guard, gauge),
-        delta
-    )
+    dictcount.count(dict, gaugeKey(guard, gauge), delta)
 end
 --- A per-guard gauge's value now (0 when never moved).
 function _M.gauge(dict, guard, name)
     local v = dict:get(gaugeKey(guard, name))
     return lua_type(v) == "number" and v or 0
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.breakerState = breakerState
 _M.failure = failure
 _M.incr = incr

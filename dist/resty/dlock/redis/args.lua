@@ -1,4 +1,10 @@
 -- Generated from src/resty/dlock/redis/args.ts by TypeScriptToLua: edit that file, not this one.
+-- A call's arguments as locals, for the paths where a `...` would keep LuaJIT
+-- from compiling the rest: it compiles no `...` (VARG, "NYI: bytecode 71") in
+-- a function that a trace did not enter, and a trace that starts where a loop
+-- exits (the Cluster slot's CRC, cluster.ts) comes back into its caller's
+-- frame. Six arguments cover every script but the general rate script and
+-- acquire_all's, which go as lists.
 local _M = {}
 --- f with the first n of a1..a6: a fixed number of arguments in each branch, no `...`.
 function _M.forward(f, node, s, rkey, n, a1, a2, a3, a4, a5, a6)
@@ -9,69 +15,22 @@ function _M.forward(f, node, s, rkey, n, a1, a2, a3, a4, a5, a6)
         return f(node, s, rkey, a1)
     end
     if n == 2 then
-        return f(
-            node,
-            s,
-            rkey,
-            a1,
-            a2
-        )
+        return f(node, s, rkey, a1, a2)
     end
     if n == 3 then
-        return f(
-            node,
-            s,
-            rkey,
-            a1,
-            a2,
-            a3
-        )
+        return f(node, s, rkey, a1, a2, a3)
     end
     if n == 4 then
-        return f(
-            node,
-            s,
-            rkey,
-            a1,
-            a2,
-            a3,
-            a4
-        )
+        return f(node, s, rkey, a1, a2, a3, a4)
     end
     if n == 5 then
-        return f(
-            node,
-            s,
-            rkey,
-            a1,
-            a2,
-            a3,
-            a4,
-            a5
-        )
+        return f(node, s, rkey, a1, a2, a3, a4, a5)
     end
-    return f(
-        node,
-        s,
-        rkey,
-        a1,
-        a2,
-        a3,
-        a4,
-        a5,
-        a6
-    )
+    return f(node, s, rkey, a1, a2, a3, a4, a5, a6)
 end
 --- The first n of a1..a6 as a list.
 function _M.listOf(n, a1, a2, a3, a4, a5, a6)
-    local all = {
-        a1,
-        a2,
-        a3,
-        a4,
-        a5,
-        a6
-    }
+    local all = {a1, a2, a3, a4, a5, a6}
     local out = {}
     for i = 1, n do
         out[i] = all[i]

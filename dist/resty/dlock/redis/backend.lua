@@ -1,4 +1,12 @@
 -- Generated from src/resty/dlock/redis/backend.ts by TypeScriptToLua: edit that file, not this one.
+-- The one way into Redis: run this script for this key (call), or this script
+-- for many keys (batch). Where the key lives is the backend's business, chosen
+-- once per configuration (parse), never per call:
+--   standalone, unix, sentinel   one server (single.ts; Sentinel only changes its address)
+--   cluster                      the master of the key's slot (cluster.ts)
+--   redlock                      a majority of independent masters (quorum.ts)
+-- Each talks to its servers the one way (pipeline.ts and roundtrip.ts over
+-- connection.ts), and every backend answers with the same outcomes and faults.
 local _M = {}
 local redis = require("resty.dlock.redis.client")
 local scripts = require("resty.dlock.redis.scripts")
@@ -36,14 +44,7 @@ function _M.batch(conf, s, targets, ms)
 end
 --- Run a per-target script (release, extend, drop) for one target, as batch() would.
 function _M.own(conf, s, rkey, token, ms)
-    return scripts.forTarget(
-        conf.backend.call,
-        conf,
-        s,
-        rkey,
-        token,
-        ms
-    )
+    return scripts.forTarget(conf.backend.call, conf, s, rkey, token, ms)
 end
 --- Put script s for rkey into the next pipeline to its server, without waiting
 -- for the reply (see pipeline.post), from any phase: the call, whose `post`
@@ -53,13 +54,7 @@ function _M.post(conf, s, rkey, ...)
 end
 --- As post(), for a per-target script (a release) for one target, with the keys and arguments own() sends.
 function _M.postOwn(conf, s, rkey, token)
-    return scripts.forTarget(
-        conf.backend.post,
-        conf,
-        s,
-        rkey,
-        token
-    )
+    return scripts.forTarget(conf.backend.post, conf, s, rkey, token)
 end
 --- The key of the fence counter of lock key rkey.
 function _M.fenceKey(conf, rkey)

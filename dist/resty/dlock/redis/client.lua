@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/redis/client.ts by TypeScriptToLua: edit that file, not this one.
+-- The `redis` option table: what a factory's Redis is and how to reach it (a RedisConf),
+-- and the client library. Configurations derived from it: derived.ts; connections:
+-- connection.ts; the backend, once: backend.ts.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local clientcert = require("resty.dlock.redis.clientcert")
@@ -16,6 +19,7 @@ local tbl_concat = table.concat
 local str_format = string.format
 local crc32_long = ngx.crc32_long
 local function loadClient()
+    -- OpenResty ships resty.redis; Debian ships the same library (0.27) as nginx.redis.
     local names = {"resty.redis", "nginx.redis"}
     for i = 1, #names do
         local ok, mod = lua_pcall(lua_require, names[i])
@@ -27,6 +31,8 @@ local function loadClient()
 end
 --- The client library (connection.ts uses it); nil when neither is installed.
 _M.library = loadClient()
+-- set_timeouts arrived in lua-resty-redis 0.28 (with its `ssl` options, which 0.27
+-- silently ignores: TLS is done on the socket, in setup.ts, for both).
 _M.hasTimeouts = _M.library ~= nil and lua_rawget(_M.library, "set_timeouts") ~= nil
 local MAX_MS = 3600000
 --- Cluster: MOVED/ASK redirections followed per call when redis.cluster.max_redirects is not given.
@@ -47,33 +53,16 @@ local NEEDS_SSL = {option = "ssl", must = "true", shared = {"ssl_verify", "serve
 local CERT_NEEDS_SSL = {option = "ssl", must = "true", shared = {"ssl_client_cert", "ssl_client_priv_key"}}
 --- Longest PEM text (or path) of a certificate chain or a key.
 local MAX_PEM = 1048576
+-- One address per factory: host and port, a socket path, sentinels, a cluster or Redlock masters.
 _M.REDIS = {
-    {name = "sentinel", kind = "table", table = sentinel.parse, excludes = {
-        "host",
-        "port",
-        "path",
-        "cluster",
-        "redlock"
-    }},
-    {name = "cluster", kind = "table", table = clusterOptions, excludes = {
-        "host",
-        "port",
-        "path",
-        "sentinel",
-        "redlock"
-    }},
+    {name = "sentinel", kind = "table", table = sentinel.parse, excludes = {"host", "port", "path", "cluster", "redlock"}},
+    {name = "cluster", kind = "table", table = clusterOptions, excludes = {"host", "port", "path", "sentinel", "redlock"}},
     {
         name = "redlock",
         kind = "nodes",
         min = 3,
         unit = "independent masters",
-        excludes = {
-            "host",
-            "port",
-            "path",
-            "sentinel",
-            "cluster"
-        }
+        excludes = {"host", "port", "path", "sentinel", "cluster"}
     },
     {
         name = "path",
@@ -83,13 +72,7 @@ _M.REDIS = {
         excludes = {"host", "port"},
         excludesAsOne = true
     },
-    {
-        name = "host",
-        kind = "string",
-        maxLen = 255,
-        host = true,
-        default = "127.0.0.1"
-    },
+    {name = "host", kind = "string", maxLen = 255, host = true, default = "127.0.0.1"},
     {
         name = "port",
         kind = "integer",
@@ -216,6 +199,7 @@ function _M.parse(v, dict)
     elseif o.redlock ~= nil then
         topology = "redlock"
         seeds = o.redlock
+        -- One server named twice would count twice toward a majority it alone decides.
         local seen = {}
         for i = 1, #seeds do
             local n = seeds[i]
@@ -231,6 +215,7 @@ function _M.parse(v, dict)
         topology = "unix"
     end
     local sent = o.sentinel
+    -- An IPv6 address in brackets, as nginx connects to it and as "host:port" names it.
     local host = literal(o.host)
     local endpoint = o.path or host .. ":" .. lua_tostring(o.port)
     if sent ~= nil then
@@ -253,14 +238,17 @@ function _M.parse(v, dict)
     local pool = "dlock:" .. derived.tlsTag(o, cert) .. endpoint .. ":" .. lua_tostring(o.db)
     if sent ~= nil then
         pool = pool .. ":" .. sent.id
+        -- Two factories asking the same sentinels with other credentials share no answers.
         if sent.credentials ~= nil then
             pool = pool .. ":" .. sent.credentials.digest
         end
     end
     local credentials = setup.credentials(o.username, o.password)
     if credentials ~= nil then
+        -- A digest, not the secret, ends up in the pool name (it shows in debug logs).
         pool = pool .. ":" .. credentials.digest
     end
+    -- The server name too: behind a proxy that routes by SNI, one host:port is several Redis.
     local space = endpoint .. " " .. lua_tostring(o.db)
     if o.ssl then
         space = space .. " tls=" .. (o.server_name or "")
@@ -287,10 +275,7 @@ function _M.parse(v, dict)
         client_cert = cert,
         auto_pipeline = o.auto_pipeline,
         pool = pool,
-        keyspace = str_format(
-            "%08x|",
-            crc32_long(space)
-        ),
+        keyspace = str_format("%08x|", crc32_long(space)),
         endpoint = endpoint,
         announced = nil,
         dict = dict,

@@ -1,4 +1,14 @@
 -- Generated from src/resty/dlock/redis/clientcert.ts by TypeScriptToLua: edit that file, not this one.
+-- A client certificate for TLS to Redis. A redis-server with TLS asks every
+-- client for one unless told otherwise (`tls-auth-clients yes` is its
+-- default), and so do sentinels and cluster nodes set up the same way.
+--
+-- Read, parsed and checked against its key once, when the factory is made:
+-- init_by_lua runs as the master's user, so a key file only root may read
+-- works, as nginx's own ssl_certificate_key does, and a key that belongs to
+-- another certificate is refused there rather than at every handshake. Each
+-- fresh connection hands both to its handshake (setup.ts). The parsed key
+-- stays in this module: no table a caller can reach holds it.
 local _M = {}
 local ffi = require("ffi")
 local io_open = io.open
@@ -19,12 +29,7 @@ local function pem(name, v)
     local f, err = io_open(v, "rb")
     if f == nil then
         local hint = ""
-        if (str_find(
-            lua_tostring(err),
-            "Permission denied",
-            1,
-            true
-        )) ~= nil then
+        if (str_find(lua_tostring(err), "Permission denied", 1, true)) ~= nil then
             hint = " (it is read when the factory is made: make it in init_by_lua, which runs as the master's user, " .. "or let the workers' user read the file)"
         end
         return nil, "dlock: redis." .. name .. ": cannot read " .. lua_tostring(err) .. hint
@@ -37,9 +42,11 @@ end
 local function origin(v)
     return (str_find(v, "-----BEGIN ", 1, true)) ~= nil and "the PEM text given" or v
 end
+-- nginx links OpenSSL, so its functions are in the process (Debian's nginx and OpenResty both).
 lua_pcall(ffi.cdef, "void *OPENSSL_sk_value(const void *st, int i); int X509_check_private_key(const void *x, const void *k);")
 local function lookupOpenSsl()
     local c = ffi.C
+    -- Indexing ffi.C raises for a symbol the process lacks: look both up here.
     return {OPENSSL_sk_value = c.OPENSSL_sk_value, X509_check_private_key = c.X509_check_private_key}
 end
 local hasOpenSsl, openssl = lua_pcall(lookupOpenSsl)
@@ -49,10 +56,7 @@ local function belongs(chain, key)
         return true
     end
     local o = openssl
-    return o.X509_check_private_key(
-        o.OPENSSL_sk_value(chain, 0),
-        key
-    ) == 1
+    return o.X509_check_private_key(o.OPENSSL_sk_value(chain, 0), key) == 1
 end
 --- The client certificate of redis.ssl_client_cert and redis.ssl_client_priv_key
 -- (each a PEM file's path or PEM text), or why it cannot be used.
@@ -81,11 +85,7 @@ function _M.load(cert, key)
     if not belongs(chain, pkey) then
         return nil, "dlock: redis.ssl_client_priv_key: the key in " .. origin(key) .. " does not belong to the certificate in " .. origin(cert)
     end
-    local c = {digest = str_sub(
-        ngx_md5(certPem),
-        1,
-        16
-    )}
+    local c = {digest = str_sub(ngx_md5(certPem), 1, 16)}
     parsed[c] = {chain = chain, key = pkey}
     return c, nil
 end

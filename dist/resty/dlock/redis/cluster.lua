@@ -1,4 +1,14 @@
 -- Generated from src/resty/dlock/redis/cluster.ts by TypeScriptToLua: edit that file, not this one.
+-- Redis Cluster: each key goes to the master of its slot (slotmap.ts), on
+-- that master's auto-pipeline: concurrent calls of a worker to one master
+-- share round trips, as on a single server. MOVED (the slot lives elsewhere
+-- now) patches the map, retries there and has the whole map read again on
+-- the next call; ASK (the slot is being migrated and this key is already on
+-- the target) retries on the target with ASKING, leaving the map alone. Both
+-- are bounded by redis.cluster.max_redirects. Connection errors and
+-- CLUSTERDOWN (a master died, its replica not promoted yet) have the map read
+-- again too, at most every REFRESH_GAP seconds, so a failover is followed
+-- without a reload.
 local _M = {}
 local argList = require("resty.dlock.redis.args")
 local map = require("resty.dlock.redis.slotmap")
@@ -62,32 +72,30 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
     for i = 0, conf.max_redirects do
         if i > 0 then
             local send = asking and asking_call or pipelined
-            res, err, fault = send(
-                node,
-                script,
-                rkey,
-                lua_unpack(rest)
-            )
+            res, err, fault = send(node, script, rkey, lua_unpack(rest))
         end
         local tryagain = migrating(fault, err)
         if tryagain and script.alone ~= nil then
+            -- The slot migrates and the lock key and its waiters' queue are not on one
+            -- node: the form without the queues (the last keys; they wait till after).
             rest = withoutKeys(rest, script.alone.keys, script.keys - 1)
             script = script.alone
         elseif tryagain and i < conf.max_redirects then
+            -- A multi-key script (the fenced acquire) while its slot migrates: the
+            -- keys are split between the nodes for a moment. Ask the same node again.
             clock_sleep(TRYAGAIN_PAUSE)
         elseif fault ~= "redirect" then
             if suspicious(fault) then
                 c.stale = true
             end
             if fault == "failed" and not replied(node, err) then
+                -- The master could not be reached: most likely dead and about to be
+                -- replaced by its replica. Nothing was sent; a waiting acquire tries again.
                 return res, err, "transient"
             end
             return res, err, fault
         else
-            local kind, _slot, host, port = str_match(
-                lua_tostring(err),
-                "(%u+) (%d+) (%S*):(%d+)$"
-            )
+            local kind, _slot, host, port = str_match(lua_tostring(err), "(%u+) (%d+) (%S*):(%d+)$")
             if kind == nil then
                 return nil, err, "failed"
             end
@@ -95,12 +103,8 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
             if conf.dict ~= nil then
                 dictcount.count(conf.dict, map.REDIRECTS .. conf.endpoint, 1)
             end
-            node = nodeOf(
-                conf,
-                c,
-                host == "" and node.host or host,
-                lua_tonumber(port)
-            )
+            -- No host (cluster-preferred-endpoint-type unknown-endpoint): the one that answered.
+            node = nodeOf(conf, c, host == "" and node.host or host, lua_tonumber(port))
             asking = kind == "ASK"
             if not asking then
                 c.slots[sl] = node.endpoint
@@ -108,6 +112,7 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
             end
         end
     end
+    -- A slot on the move (ASK, TRYAGAIN, MOVED in turn) is "not now": a waiting acquire tries again.
     return nil, str_format("dlock: redis %s: key %s redirected more than %d times (redis.cluster.max_redirects)", conf.endpoint, rkey, conf.max_redirects), "transient"
 end
 --- Run s for rkey on the master of its slot; what went wrong is looked at in
@@ -125,134 +130,41 @@ local function routed(conf, s, rkey, list, n, a1, a2, a3, a4, a5, a6)
     local err
     local fault
     if list == nil then
-        res, err, fault = forward(
-            pipelined,
-            node,
-            s,
-            rkey,
-            n,
-            a1,
-            a2,
-            a3,
-            a4,
-            a5,
-            a6
-        )
+        res, err, fault = forward(pipelined, node, s, rkey, n, a1, a2, a3, a4, a5, a6)
     else
-        res, err, fault = pipelined(
-            node,
-            s,
-            rkey,
-            lua_unpack(list)
-        )
+        res, err, fault = pipelined(node, s, rkey, lua_unpack(list))
     end
     if fault == nil then
         return res, err, fault
     end
-    return follow(
-        conf,
-        c,
-        sl,
-        node,
-        s,
-        rkey,
-        list or listOf(
-            n,
-            a1,
-            a2,
-            a3,
-            a4,
-            a5,
-            a6
-        ),
-        res,
-        err,
-        fault
-    )
+    return follow(conf, c, sl, node, s, rkey, list or listOf(n, a1, a2, a3, a4, a5, a6), res, err, fault)
 end
 local function call(conf, s, rkey, ...)
     local n = lua_select("#", ...)
     if n > 6 then
-        return routed(
-            conf,
-            s,
-            rkey,
-            {...},
-            n
-        )
+        return routed(conf, s, rkey, {...}, n)
     end
     local a1, a2, a3, a4, a5, a6 = lua_select(1, ...)
-    return routed(
-        conf,
-        s,
-        rkey,
-        nil,
-        n,
-        a1,
-        a2,
-        a3,
-        a4,
-        a5,
-        a6
-    )
+    return routed(conf, s, rkey, nil, n, a1, a2, a3, a4, a5, a6)
 end
 --- Put s for rkey into the next pipeline to its slot's master (pipeline.post); nil while the slot map is being read.
 local function postRouted(conf, s, rkey, list, n, a1, a2, a3, a4, a5, a6)
-    local node = known(
-        conf,
-        state(conf),
-        slot(rkey)
-    )
+    local node = known(conf, state(conf), slot(rkey))
     if node == nil then
         return nil
     end
     if list ~= nil then
-        return posted(
-            node,
-            s,
-            rkey,
-            lua_unpack(list)
-        )
+        return posted(node, s, rkey, lua_unpack(list))
     end
-    return forward(
-        posted,
-        node,
-        s,
-        rkey,
-        n,
-        a1,
-        a2,
-        a3,
-        a4,
-        a5,
-        a6
-    )
+    return forward(posted, node, s, rkey, n, a1, a2, a3, a4, a5, a6)
 end
 local function post(conf, s, rkey, ...)
     local n = lua_select("#", ...)
     if n > 6 then
-        return postRouted(
-            conf,
-            s,
-            rkey,
-            {...},
-            n
-        )
+        return postRouted(conf, s, rkey, {...}, n)
     end
     local a1, a2, a3, a4, a5, a6 = lua_select(1, ...)
-    return postRouted(
-        conf,
-        s,
-        rkey,
-        nil,
-        n,
-        a1,
-        a2,
-        a3,
-        a4,
-        a5,
-        a6
-    )
+    return postRouted(conf, s, rkey, nil, n, a1, a2, a3, a4, a5, a6)
 end
 --- One pipeline per master for the targets whose slots it serves; a target
 -- sent elsewhere (MOVED, ASK) or answered TRYAGAIN is retried alone through call().
@@ -262,11 +174,7 @@ local function batch(conf, s, targets, ms)
     local groups = {}
     local order = {}
     for i = 1, #targets do
-        local node, rerr = route(
-            conf,
-            c,
-            slot(targets[i].rkey)
-        )
+        local node, rerr = route(conf, c, slot(targets[i].rkey))
         if node == nil then
             out.errors[i] = rerr
             out.faults[i] = "failed"
@@ -298,20 +206,15 @@ local function batch(conf, s, targets, ms)
         for j = 1, #g.idx do
             local i = g.idx[j]
             local fault = o.faults[j]
+            -- A slot migrating answers TRYAGAIN to a script whose keys it holds in
+            -- part: call() tries the form without the queue, as for a redirect.
             if fault == "redirect" or migrating(fault, o.errors[j]) then
                 local t = targets[i]
                 local m
                 if subMs ~= nil then
                     m = subMs[j]
                 end
-                local res, err, f = forTarget(
-                    call,
-                    conf,
-                    s,
-                    t.rkey,
-                    t.token,
-                    m
-                )
+                local res, err, f = forTarget(call, conf, s, t.rkey, t.token, m)
                 if res ~= nil then
                     out.replies[i] = res
                 else

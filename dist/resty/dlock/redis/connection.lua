@@ -1,4 +1,9 @@
 -- Generated from src/resty/dlock/redis/connection.ts by TypeScriptToLua: edit that file, not this one.
+-- The one way a connection to Redis is made and handed back: the client
+-- library, the pool, a fresh connection's setup (TLS, AUTH, SELECT: setup.ts;
+-- ROLE behind Sentinel: master.ts; the eviction check), and the client's socket, which
+-- the transport (roundtrip.ts, pipeline.ts) and the wake-up subscriber read
+-- and write themselves. Sentinels are reached through open() below.
 local _M = {}
 local clock = require("resty.dlock.core.clock")
 local schema = require("resty.dlock.core.schema")
@@ -59,6 +64,8 @@ end
 --- The client's cosocket. Both lua-resty-redis 0.27 and 0.33 keep it in the
 -- private `_sock` field; this is the one place that knows.
 local function socket(red)
+    -- A local, then the return: a trace that starts here cannot return through a
+    -- tail call into a builtin, and LuaJIT would blacklist this (core/clock.ts).
     local sock = lua_rawget(red, "_sock")
     return sock
 end
@@ -67,6 +74,7 @@ local function connectThen(red, target, portOrOpts, opts, done)
     done:post(1)
     return ok, err
 end
+-- Semaphores of connects that ended in time, each with no resource left.
 local spare = {}
 local spares = 0
 local SPARES = 64
@@ -89,15 +97,8 @@ local function dial(red, target, portOrOpts, opts, timeout)
     else
         done = sem_new(0)
     end
-    local spawned, co = lua_pcall(
-        thread_spawn,
-        connectThen,
-        red,
-        target,
-        portOrOpts,
-        opts,
-        done
-    )
+    -- ngx.thread.spawn raises where there are no light threads: connect unbounded there.
+    local spawned, co = lua_pcall(thread_spawn, connectThen, red, target, portOrOpts, opts, done)
     if not spawned then
         return red:connect(target, portOrOpts, opts)
     end
@@ -108,6 +109,7 @@ local function dial(red, target, portOrOpts, opts, timeout)
         if killed ~= nil then
             return nil, "timeout: " .. target .. " was not resolved and connected within connect_timeout (" .. lua_tostring(timeout) .. " ms): nginx's resolver may not be answering (it waits up to its resolver_timeout)"
         end
+        -- It ended as the wait did: its outcome stands, and its post is left on the semaphore.
         done = nil
     end
     if done ~= nil and spares < SPARES then
@@ -115,6 +117,7 @@ local function dial(red, target, portOrOpts, opts, timeout)
         spare[spares] = done
     end
     local ran, ok, err = thread_wait(thread)
+    -- A raise in the thread leaves its message where the result would be.
     if not ran then
         return nil, lua_tostring(ok)
     end
@@ -132,13 +135,7 @@ local function open(host, port, timeout)
         return nil, nil, lua_tostring(nerr)
     end
     red:set_timeout(timeout)
-    local ok, err = dial(
-        red,
-        host,
-        port,
-        nil,
-        timeout
-    )
+    local ok, err = dial(red, host, port, nil, timeout)
     if ok == nil then
         if err == REFUSED_ERR then
             refusedAt[at] = clock_now()
@@ -152,6 +149,7 @@ local function unreached(conf, host, port, err)
     stale(conf)
     local why = unconnected(err)
     if conf.sentinel ~= nil then
+        -- The master the sentinels named: which one, for an operator reading this during a failover.
         return nil, "dlock: redis " .. conf.endpoint .. ": master " .. host .. ":" .. lua_tostring(port) .. ": " .. why .. announced_by(why, hints.BY_SENTINELS)
     end
     return nil, "dlock: redis " .. conf.endpoint .. ": " .. why .. announced_by(why, conf.announced)
@@ -165,13 +163,7 @@ function _M.connect(conf)
     if conf.sentinel ~= nil then
         local m = sentinel_cached(conf.pool)
         if m == nil then
-            local found, serr = sentinel_discover(
-                conf.pool,
-                conf.sentinel,
-                open,
-                conf.connect_timeout,
-                conf
-            )
+            local found, serr = sentinel_discover(conf.pool, conf.sentinel, open, conf.connect_timeout, conf)
             if found == nil then
                 return nil, serr
             end
@@ -179,6 +171,7 @@ function _M.connect(conf)
         end
         host = m.host
         port = m.port
+        -- One pool per master: connections to a demoted one are never handed out again.
         pool = conf.pool .. "@" .. host .. ":" .. lua_tostring(port)
     end
     if refusedLately(pool) then
@@ -188,6 +181,7 @@ function _M.connect(conf)
     if red == nil then
         return nil, "dlock: redis client: " .. lua_tostring(nerr)
     end
+    -- Never touch red.set_timeouts on 0.27: its __index would turn the name into a Redis command.
     if hasTimeouts then
         red:set_timeouts(conf.connect_timeout, conf.read_timeout, conf.read_timeout)
     else
@@ -202,13 +196,7 @@ function _M.connect(conf)
             return nil, "dlock: redis " .. conf.endpoint .. ": " .. unreachableSocket(err)
         end
     else
-        ok, err = dial(
-            red,
-            host,
-            port,
-            opts,
-            conf.connect_timeout
-        )
+        ok, err = dial(red, host, port, opts, conf.connect_timeout)
     end
     if ok == nil then
         if err == REFUSED_ERR then
@@ -221,6 +209,7 @@ function _M.connect(conf)
     end
     local reused = red:get_reused_times()
     if reused == 0 then
+        -- TLS, AUTH and SELECT first: a server with a password answers anything else with NOAUTH.
         local ierr = setup_run(
             red,
             socket(red),
@@ -229,11 +218,10 @@ function _M.connect(conf)
         if ierr == nil and conf.sentinel ~= nil then
             ierr = master.isMaster(red, conf, host, port)
         end
+        -- With Sentinel, each master it names is checked on its own: a failover can
+        -- land on a server configured differently.
         if ierr == nil then
-            ierr = eviction_check(
-                red,
-                conf.sentinel ~= nil and master.confOf(conf, host, port) or conf
-            )
+            ierr = eviction_check(red, conf.sentinel ~= nil and master.confOf(conf, host, port) or conf)
         end
         if ierr ~= nil then
             red:close()
@@ -260,6 +248,7 @@ function _M.done(red, conf, healthy)
         stale(conf)
     end
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.socket = socket
 _M.stale = stale
 return _M

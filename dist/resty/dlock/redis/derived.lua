@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/redis/derived.ts by TypeScriptToLua: edit that file, not this one.
+-- Configurations derived from a factory's (client.ts): one server of a Cluster,
+-- a Redlock set or a Sentinel master on its own, and one for a connection held
+-- for a long time; with the TLS part of the pool name they share with it.
 local _M = {}
 local lua_tostring = tostring
 --- The TLS part of a pool name: a connection made for one server name (SNI:
@@ -79,5 +82,6 @@ function _M.apart(conf, suffix)
     n.backlog = nil
     return n
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.tlsTag = tlsTag
 return _M

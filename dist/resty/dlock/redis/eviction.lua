@@ -1,4 +1,16 @@
 -- Generated from src/resty/dlock/redis/eviction.ts by TypeScriptToLua: edit that file, not this one.
+-- Can a Redis evict lock keys? With maxmemory set and any policy but noeviction, Redis deletes keys
+-- that have a ttl when it runs out of memory, and every lock key has one: an
+-- evicted lock lets a second holder in, silently. Each worker asks each pool's
+-- Redis once, on the pool's first fresh connection (a pool is an endpoint, db
+-- and credentials: another user may not be allowed to ask), and logs what it
+-- found once per endpoint. The finding is also kept in the factory's shared
+-- dict (the "dlock" dict for a conf parsed without one), so the status page of
+-- any worker shows it:
+--   "redis:ep:<endpoint>"  "1 <checked_at_ms> <maxmemory> <policy>"  or  "0 <checked_at_ms> <why not>"
+--   "redis:n"              how many endpoints are recorded
+--   "redis:i:<n>"          the n-th endpoint (status reads these, it never walks the dict)
+-- A Redis whose policy changes is checked again after an nginx reload.
 local _M = {}
 local hints = require("resty.dlock.redis.hints")
 local clock = require("resty.dlock.core.clock")
@@ -43,6 +55,7 @@ end
 local function remember(conf, e)
     local ep = conf.endpoint
     local old = findings[ep]
+    -- Another pool of the same server may not be allowed to ask: never let that hide an answer.
     if e.checked or old == nil or not old.checked then
         findings[ep] = e
     end
@@ -95,6 +108,7 @@ end
 local function share(conf)
     local ep = conf.endpoint
     local e = findings[ep]
+    -- A factory passes its dict along with its `redis` option (core/options.ts); "dlock" is the default dict of status and the gateway.
     local dict = conf.dict or ngx_shared.dlock
     if e == nil or dict == nil then
         return
@@ -112,17 +126,17 @@ local function share(conf)
     if e.checked then
         v = "1 " .. lua_tostring(at) .. " " .. lua_tostring(e.maxmemory) .. " " .. e.policy
     end
+    -- safe_*: a full dict must not evict lease records for this (and then the next fresh connection tries again).
     local added, err = dict:safe_add(EVICTION_KEY .. ep, v)
     local stored = added == true
     if added then
         local n = dictcount.count(dict, EVICTION_COUNT, 1)
         if n ~= nil then
-            dict:safe_set(
-                EVICTION_INDEX .. lua_tostring(n),
-                ep
-            )
+            dict:safe_set(EVICTION_INDEX .. lua_tostring(n), ep)
         end
     elseif err == "exists" then
+        -- An answer replaces what is there (an older answer, or another worker's "could not check");
+        -- "could not check" never replaces anything.
         stored = not e.checked or (dict:safe_set(EVICTION_KEY .. ep, v)) == true
     end
     if stored then
@@ -132,6 +146,7 @@ end
 --- Ask Redis for maxmemory and maxmemory-policy, log and record the finding.
 -- Returns an error only when the connection failed (then the next fresh connection asks again).
 local function ask(red, conf)
+    -- Marked before the round trip: other requests of this worker opening fresh connections meanwhile skip it.
     checkedPools[conf.pool] = true
     local policy
     local maxmemory
@@ -148,6 +163,7 @@ local function ask(red, conf)
     end
     local why = ""
     if info == false then
+        -- Not refused to this user: the server turned the connection away, and closes it.
         local away = turned_away(conf.endpoint, ierr)
         if away ~= nil then
             checkedPools[conf.pool] = nil
@@ -155,6 +171,7 @@ local function ask(red, conf)
         end
     end
     if policy == nil or maxmemory == nil then
+        -- INFO refused (ACL) or without the fields: CONFIG GET, unless renamed or refused too.
         why = "INFO memory: " .. (info == false and lua_tostring(ierr) or "no maxmemory fields")
         local cfg, cerr = red:config("get", "maxmemory*")
         if cfg == nil then
@@ -177,27 +194,9 @@ local function ask(red, conf)
         end
     end
     if policy ~= nil and maxmemory ~= nil then
-        remember(
-            conf,
-            finding(
-                true,
-                policy,
-                maxmemory,
-                "",
-                clock_now()
-            )
-        )
+        remember(conf, finding(true, policy, maxmemory, "", clock_now()))
     else
-        remember(
-            conf,
-            finding(
-                false,
-                "",
-                0,
-                why,
-                clock_now()
-            )
-        )
+        remember(conf, finding(false, "", 0, why, clock_now()))
     end
     return nil
 end
@@ -207,23 +206,11 @@ local function decode(v)
     end
     local at, maxmemory, policy = str_match(v, "^1 (%d+) (%d+) (%S+)$")
     if policy ~= nil then
-        return finding(
-            true,
-            policy,
-            lua_tonumber(maxmemory) or 0,
-            "",
-            (lua_tonumber(at) or 0) / 1000
-        )
+        return finding(true, policy, lua_tonumber(maxmemory) or 0, "", (lua_tonumber(at) or 0) / 1000)
     end
     local uat, why = str_match(v, "^0 (%d+) (.*)$")
     if why ~= nil then
-        return finding(
-            false,
-            "",
-            0,
-            why,
-            (lua_tonumber(uat) or 0) / 1000
-        )
+        return finding(false, "", 0, why, (lua_tonumber(uat) or 0) / 1000)
     end
     return nil
 end

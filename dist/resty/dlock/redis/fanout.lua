@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/redis/fanout.ts by TypeScriptToLua: edit that file, not this one.
+-- A call on several servers at once (a Redlock quorum): each as
+-- pipeline.call would send it, at once on a connection of its own or in the
+-- server's next batch, every one on its way before any reply is awaited, with
+-- no light thread.
 local _M = {}
 local command = require("resty.dlock.redis.command")
 local lanes = require("resty.dlock.redis.lanes")
@@ -19,6 +23,8 @@ local awaited = pipeline.awaited
 --- Run s for rkey on every server of `confs` at once: the calls, aligned with confs.
 function _M.fanout(confs, s, rkey, ...)
     local n = #confs
+    -- Encoded once for every server; and no vararg inside the loop, where a
+    -- trace starting at the loop cannot read them (NYI: bytecode 71, VARG).
     local rest, words = encoded(...)
     local jobs = {}
     local own = {}
@@ -39,15 +45,12 @@ function _M.fanout(confs, s, rkey, ...)
             b = batchOf(nil, false)
             own[i] = b
         end
-        local job = addEncoded(
-            b,
-            s,
-            rkey,
-            rest,
-            words
-        )
+        local job = addEncoded(b, s, rkey, rest, words)
         jobs[#jobs + 1] = job
         if joined[i] ~= nil then
+            -- Its caller comes back for it after the replies of the others, maybe
+            -- after this batch's callers were woken: not one to take back (settle).
+            -- (Nor is one of a caller killed meanwhile: it is left to its ttl.)
             job.back = true
             if s.undo ~= nil then
                 b.undos = b.undos - 1
@@ -71,10 +74,7 @@ function _M.fanout(confs, s, rkey, ...)
             end
             local slot = slots[i]
             if slot ~= nil then
-                unclaim(
-                    laneOf(confs[i]),
-                    slot
-                )
+                unclaim(laneOf(confs[i]), slot)
             end
         end
     end

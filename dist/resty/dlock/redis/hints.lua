@@ -1,4 +1,9 @@
 -- Generated from src/resty/dlock/redis/hints.ts by TypeScriptToLua: edit that file, not this one.
+-- What a failure most likely means, said to the operator: the hints the
+-- connection module (connection.ts, setup.ts, roundtrip.ts, eviction.ts,
+-- sentinel.ts) appends to an error, or says instead of a misleading one, when
+-- the cause is not in the error's own words. Each names what to look at: an
+-- option here, a directive of nginx, a setting of redis-server.
 local _M = {}
 local lua_tostring = tostring
 local lua_type = type
@@ -96,6 +101,7 @@ function _M.plaintext(why, s)
     end
     local plain = " (a port in plaintext never answers a TLS handshake"
     if s.announced == BY_CLUSTER then
+        -- The map itself was read over TLS: the port is the cluster's choice, not the operator's.
         return plain .. ", and the cluster gave this one in CLUSTER SLOTS or MOVED: " .. "nodes with tls-cluster no announce their plaintext ports, to TLS clients too; tls-cluster yes on every node)"
     end
     local option = s.asSentinel == true and "redis.sentinel.ssl" or "redis.ssl"
@@ -142,10 +148,7 @@ end
 -- first arguments, a lease's token among them, which stay out of the message.
 -- nil for any other error.
 function _M.noScripts(endpoint, err)
-    local name = str_match(
-        lua_tostring(err),
-        "^(ERR unknown command 'EVAL%w*')"
-    )
+    local name = str_match(lua_tostring(err), "^(ERR unknown command 'EVAL%w*')")
     if name == nil then
         return nil
     end
@@ -162,6 +165,7 @@ function _M.turnedAway(endpoint, err, sentinel)
     end
     return "dlock: redis " .. endpoint .. ": " .. why
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.BY_CLUSTER = BY_CLUSTER
 _M.BY_SENTINELS = BY_SENTINELS
 _M.awayWhy = awayWhy

@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/redis/lanes.ts by TypeScriptToLua: edit that file, not this one.
+-- The lanes of auto-pipelining (pipeline.ts): per server configuration and
+-- worker, what is on its way there now (calls on connections of their own,
+-- batches), so that a call knows whether to go at once or join a batch.
 local _M = {}
 local takeback = require("resty.dlock.redis.takeback")
 local clock = require("resty.dlock.core.clock")
@@ -21,6 +24,9 @@ local DIRECT = 4
 -- connection of its own for each of the first DIRECT costs more than their
 -- place in the next batch.
 _M.LOADED = 0.002
+-- Per configuration (a factory's), not per pool: two factories on one pool may
+-- differ in timeouts or replicas, and a batch runs with its callers' settings.
+-- Weak keys: a factory dropped takes its lane along.
 local lanes = setmetatable({}, {__mode = "k"})
 function _M.laneOf(conf)
     local l = lanes[conf]
@@ -64,6 +70,7 @@ function _M.semaphoreOf(lane)
         lane.spare[lane.spares] = nil
         lane.spares = lane.spares - 1
     end
+    -- One with a resource left over would wake a caller before its answer.
     if sem == nil or sem:count() ~= 0 then
         sem = sem_new(0)
     end
@@ -103,6 +110,7 @@ function _M.claim(lane, b)
     lane.direct[slot] = now + patience(lane.conf)
     if b.undos > 0 then
         lane.acquires[slot] = b
+        -- None on its way (or running), or one nginx dropped: start one.
         if not on_its_way(lane.watching, now, takeback.WATCH) and (timer_at(takeback.WATCH, watcher, lane, now)) ~= nil then
             lane.watching = now
         end
@@ -125,6 +133,7 @@ function _M.stats(conf)
     end
     return l.batched, l.batches, l.batching
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.DIRECT = DIRECT
 _M.patience = patience
 _M.inFlight = inFlight

@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/redis/majority.ts by TypeScriptToLua: edit that file, not this one.
+-- What a Redlock quorum decides from the answers of its masters (quorum.ts
+-- collects them): an acquire counts when a majority took the key within its
+-- validity time, a release once a majority answered, an extend on a majority.
 local _M = {}
 local pipeline = require("resty.dlock.redis.pipeline")
 local scripts = require("resty.dlock.redis.scripts")
@@ -76,6 +79,7 @@ function _M.decideExtend(conf, v, ttl, started)
         return 0, nil, nil
     end
     if extended >= majority(conf) then
+        -- A majority said yes, too late: the keys of the first to say it may have expired meanwhile.
         return nil, str_format("dlock: redis %s: extended on a majority, but only after %d ms of a %d ms ttl", conf.endpoint, elapsed, ttl), "transient"
     end
     return nil, "dlock: redis " .. conf.endpoint .. ": extended on " .. lua_tostring(extended) .. " of " .. lua_tostring(n) .. " masters, a majority is " .. lua_tostring(majority(conf)) .. " (" .. errorsOf(conf, v) .. ")", faultOf(conf, v)
@@ -116,6 +120,11 @@ function _M.decideAcquire(conf, v, rkey, tok, ttl, started)
         end
     end
     if #pttls > 0 and took < need then
+        -- Someone else holds the key where masters answered, and no majority said
+        -- yes: busy, whatever the silent masters did (a key one of them took for
+        -- us is a minority's, never a lease, and is cleaned up). Telling "lost"
+        -- here ended a contended acquire at once (a waiter's too) while one master
+        -- was paused, and a dedup guard with on_error = allow let the duplicate in.
         tbl_sort(pttls)
         local expire = need - took
         if expire > #pttls then
@@ -152,6 +161,7 @@ local EXTEND_RESTORING = scripts.script(
     nil,
     scripts.FREES
 )
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.drift = drift
 _M.majority = majority
 _M.nowMs = nowMs

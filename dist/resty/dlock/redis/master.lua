@@ -1,4 +1,9 @@
 -- Generated from src/resty/dlock/redis/master.ts by TypeScriptToLua: edit that file, not this one.
+-- A master the sentinels named, as a server of its own: how a fresh connection
+-- to it is set up (its messages name it, "sentinel <name>: master host:port",
+-- and its hints the master's options, not the sentinels'), its configuration
+-- for the eviction check, and ROLE on it (a just-demoted master must not take
+-- locks). connection.ts calls these on a fresh connection behind Sentinel.
 local _M = {}
 local derived = require("resty.dlock.redis.derived")
 local hints = require("resty.dlock.redis.hints")
@@ -48,14 +53,8 @@ end
 local roleRefused = {}
 --- An error reply that every later ROLE on that server would get too.
 local function refusedForGood(err)
-    local code = str_match(
-        lua_tostring(err),
-        "^(%u+)"
-    )
-    return code == "NOPERM" or (str_match(
-        lua_tostring(err),
-        "^ERR unknown command"
-    )) ~= nil
+    local code = str_match(lua_tostring(err), "^(%u+)")
+    return code == "NOPERM" or (str_match(lua_tostring(err), "^ERR unknown command")) ~= nil
 end
 --- ROLE on a fresh connection to the master Sentinel named: a just-demoted one
 -- must not take locks. A server that refuses ROLE to this user is taken on the
@@ -71,6 +70,7 @@ local function isMaster(red, conf, host, port)
         return nil
     end
     if role == false and refusedForGood(err) then
+        -- Said once: another connection's ROLE may have been refused while this one's was on its way.
         if roleRefused[who] ~= nil then
             return nil
         end
@@ -90,10 +90,7 @@ local function isMaster(red, conf, host, port)
         return nil
     end
     sentinel_forget(conf.pool)
-    local away = hints.turnedAway(
-        setupOf(conf, host, port).endpoint,
-        err
-    )
+    local away = hints.turnedAway(setupOf(conf, host, port).endpoint, err)
     if away ~= nil then
         return away
     end
@@ -102,6 +99,7 @@ local function isMaster(red, conf, host, port)
     end
     return "dlock: redis " .. conf.endpoint .. ": " .. host .. ":" .. lua_tostring(port) .. " is a " .. lua_tostring(role[1]) .. ", not the master (a failover is under way); asking the sentinels again"
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.confOf = confOf
 _M.isMaster = isMaster
 _M.setupOf = setupOf

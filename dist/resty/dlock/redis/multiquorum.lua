@@ -1,4 +1,14 @@
 -- Generated from src/resty/dlock/redis/multiquorum.ts by TypeScriptToLua: edit that file, not this one.
+-- acquire_all under redis.redlock: the set's script (multiscripts.ts, keys
+-- alone: Redlock locks do not queue) runs on every master at once, each master
+-- taking every key or none, and the outcome is the majority's, as quorum.ts
+-- decides a single key's: taken when a majority took the whole set within the
+-- validity time (ttl minus the time it took minus the drift allowance), else
+-- given back, owner-checked, on every master that took it. Sound for the
+-- reason a single key is: whoever takes one of the keys after us needs it on
+-- a majority, and any majority meets ours on a master where the key is ours
+-- until it expires. Goes through backend.call and backend.batch on each
+-- master's own (standalone) configuration, nothing else of the transport.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local scripts = require("resty.dlock.redis.scripts")
@@ -20,12 +30,7 @@ local function nowMs()
     return clock_now() * 1000
 end
 local function callOn(node, s, rkey, args)
-    return single.backend.call(
-        node,
-        s,
-        rkey,
-        lua_unpack(args)
-    )
+    return single.backend.call(node, s, rkey, lua_unpack(args))
 end
 --- Run the set's acquire script s (rkey its first key, args the rest) on every
 -- master of conf and decide: "OK" when a majority took every key in time;
@@ -42,13 +47,7 @@ function _M.call(conf, s, rkey, args, rkeys, tok, ttl)
     local started = nowMs()
     local threads = {}
     for j = 2, n do
-        threads[j] = thread_spawn(
-            callOn,
-            nodes[j],
-            s,
-            rkey,
-            args
-        )
+        threads[j] = thread_spawn(callOn, nodes[j], s, rkey, args)
     end
     local replies = {}
     local faults = {}
@@ -85,6 +84,7 @@ function _M.call(conf, s, rkey, args, rkeys, tok, ttl)
     if took >= need and elapsed + drift < ttl then
         return "OK", nil, nil
     end
+    -- Not ours: give back what masters took, owner-checked.
     local undone = true
     local unknown = false
     local targets = {}
@@ -117,6 +117,11 @@ function _M.call(conf, s, rkey, args, rkeys, tok, ttl)
     end
     local errs = #errors > 0 and " (" .. table_concat(errors, "; ") .. ")" or ""
     if #pttls > 0 and took < need then
+        -- Someone else holds a key of the set where masters answered, and no
+        -- majority said yes: busy, whatever the silent masters did (keys one of
+        -- them took for us are a minority's, never a lease; fault "lost": the
+        -- caller has them cleaned up). Told "lost", a waiting acquire_all ended at
+        -- once while one master was paused.
         table_sort(pttls)
         local expire = need - took
         if expire > #pttls then

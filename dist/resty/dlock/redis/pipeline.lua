@@ -1,4 +1,22 @@
 -- Generated from src/resty/dlock/redis/pipeline.ts by TypeScriptToLua: edit that file, not this one.
+-- Auto-pipelining: the script calls of concurrent requests of one worker to one
+-- Redis share round trips, as ioredis' auto-pipelining does. A cosocket belongs
+-- to the request (or timer) that made it, so requests cannot share one. Instead:
+--   - while fewer than DIRECT calls of this worker are on their way to this
+--     Redis, and none rides a batch, a call goes out at once on a pooled
+--     connection of its own (a worker at low load adds no latency and no hop);
+--   - past that, a call is encoded into the next batch's buffer and sleeps on
+--     the batch's semaphore. Per endpoint, up to conf.senders timers (the senders,
+--     senders.ts), each the only user of its connection, send the batches as
+--     pipelines: a batch goes as soon as a sender is free, a sender reads its
+--     batch's replies (in chunks, resp.ts) and wakes the callers.
+-- Every call keeps its own outcome: a reply read is that call's answer; when
+-- the connection breaks, the calls whose replies were not read are "outcome
+-- unknown" ("lost") and the others are not; NOSCRIPT is answered by sending
+-- the script's body for the calls that met it; with redis.replicas one WAIT
+-- follows the writes of the batch. An acquire whose caller never came back
+-- for its reply (its request ended: a client abort) is taken back (scripts'
+-- `undo`): nobody would ever release it.
 local _M = {}
 local command = require("resty.dlock.redis.command")
 local lanes = require("resty.dlock.redis.lanes")
@@ -34,6 +52,10 @@ local BATCH = 16
 -- or started for it; nil when neither a semaphore nor a sender can be had.
 local function opened(lane)
     local b = lane.open
+    -- Only while no sender runs: its timer may be what nginx dropped, or only
+    -- late (a handler held the worker): another is started, and whichever runs
+    -- first sends the batch (a late one finds every sender counted, or nothing
+    -- open). Failed unsent only when no timer can be had at all.
     if b ~= nil and lane.senders == 0 and overdue(lane) and not summon(lane) then
         abandon(lane)
         b = nil
@@ -46,10 +68,13 @@ local function opened(lane)
         b = batchOf(sem, false, BATCH)
         lane.open = b
     end
+    -- A new batch: wake a free sender, or start one; with every sender busy,
+    -- the first to finish takes it.
     if #b.jobs == 0 then
         if lane.idle > 0 then
             lane.work:post(1)
         elseif lane.senders < lane.conf.senders and not summon(lane) and lane.senders == 0 then
+            -- No timer to send it (lua_max_pending_timers).
             lane.open = nil
             return nil
         end
@@ -81,6 +106,9 @@ local function awaited(conf, b, job)
     local sem = b.sem
     local woken = sem:wait(wait)
     if woken and job.res == nil and job.fault == nil then
+        -- Woken before its batch was answered: by a resource a caller of the
+        -- semaphore's last batch left (its wait timed out as that batch was
+        -- answered). Its own comes with its batch's answer.
         local deadline = clock_now() + wait
         while woken and job.res == nil and job.fault == nil do
             local rest = deadline - clock_now()
@@ -118,6 +146,7 @@ function _M.call(conf, s, rkey, ...)
         return direct(lane, s, rkey, ...)
     end
     local b = joinable(lane)
+    -- A full batch goes as it is; this call goes on its own.
     if b == nil then
         return alone(conf, s, rkey, ...)
     end
@@ -150,6 +179,7 @@ function _M.post(conf, s, rkey, ...)
     b.posted = b.posted + 1
     return job
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.laneFor = laneFor
 _M.joinable = joinable
 _M.awaited = awaited

@@ -1,4 +1,16 @@
 -- Generated from src/resty/dlock/redis/quorum.ts by TypeScriptToLua: edit that file, not this one.
+-- Redlock over N independent masters (redis.redlock), as the algorithm on
+-- redis.io describes it: the script runs on every master at once (each on its
+-- master's auto-pipeline, all sent before any reply is read, so a paused
+-- master costs its timeout once, not once per master), and the outcome is the
+-- majority's. An acquire counts only when a majority
+-- took the key within the validity time (ttl minus the time it took minus the
+-- allowance for clock drift); otherwise it is undone, owner-checked, on every
+-- master. A release goes to every master; an extend counts on a majority (and,
+-- while the lease is valid, puts the key back where a master lost it: majority.ts).
+-- Only the plain lock runs here: a fence counter per master is not monotonic
+-- across majorities, and counting semaphores per master do not bound holders,
+-- so factories refuse those at new() (see kindSupported).
 local _M = {}
 local votes = require("resty.dlock.redis.majority")
 local fanning = require("resty.dlock.redis.fanout")
@@ -65,14 +77,7 @@ local function everywhere(conf, s, rkey, ...)
     local jobs = fanout(nodes, s, rkey, ...)
     for i = 1, #nodes do
         local j = jobs[i]
-        take(
-            v,
-            i,
-            nodes[i],
-            j.res,
-            j.err,
-            j.fault
-        )
+        take(v, i, nodes[i], j.res, j.err, j.fault)
     end
     return v
 end
@@ -91,14 +96,7 @@ local function call(conf, s, rkey, ...)
     if s == scripts.EXTEND or s == EXTEND_RESTORING then
         return decideExtend(conf, v, ttl, started)
     end
-    return decideAcquire(
-        conf,
-        v,
-        rkey,
-        lua_tostring(tok),
-        ttl,
-        started
-    )
+    return decideAcquire(conf, v, rkey, lua_tostring(tok), ttl, started)
 end
 --- Each target on every master (one pipeline per master, all at once), decided per target.
 local function batch(conf, s, targets, ms)
@@ -115,6 +113,7 @@ local function batch(conf, s, targets, ms)
     end
     local nodes = conf.nodes
     local started = nowMs()
+    -- One pipeline per master, all on their way before any reply is read.
     local per = {}
     local reds = {}
     for j = 1, #nodes do

@@ -1,10 +1,19 @@
 -- Generated from src/resty/dlock/redis/records.ts by TypeScriptToLua: edit that file, not this one.
+-- The scripts of idempotency records (gateway mode "idempotency"), run as
+-- every script is (roundtrip.ts).
 local _M = {}
 local script = require("resty.dlock.redis.script")
 local def = script.script
 local isOk = script.isOk
 local isOne = script.isOne
 local FREES = script.FREES
+-- Idempotency records (gateway mode "idempotency"): one hash per key, fields
+--   state    "running" (claimed, the first request is in flight), "done" (its
+--            response is stored), "unreplayable" (completed, but its response
+--            was too large to store: retries are told so, never run again)
+--   token    the claim's owner
+--   fp       the request fingerprint (method, path, query, body digest)
+--   status, headers, body   the stored response (done only; body empty otherwise)
 --- KEYS[1] record, ARGV[1] token, ARGV[2] lease ms, ARGV[3] fingerprint.
 -- "OK" when claimed (a running record with our token, expiring after the
 -- lease); else the record there: { state, fp, status, headers, body, pttl }.
@@ -37,5 +46,6 @@ _M.IDEM_RELEASE = def(
     nil,
     FREES
 )
+-- A claim whose caller is gone before its reply came is dropped (pipeline.ts, takeback.ts).
 _M.IDEM_CLAIM.undo = _M.IDEM_RELEASE
 return _M

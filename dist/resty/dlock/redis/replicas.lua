@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/redis/replicas.ts by TypeScriptToLua: edit that file, not this one.
+-- redis.replicas: one WAIT after the writes of a batch (roundtrip.ts), and
+-- what a write is when fewer replicas than asked have it: given back by its
+-- caller (fault "replicas"). Replication is asynchronous: a lock on a master
+-- that fails over before a replica has it is lost, and a second holder gets in.
 local _M = {}
 local connection = require("resty.dlock.redis.connection")
 local dictcount = require("resty.dlock.core.dictcount")

@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/redis/resp.ts by TypeScriptToLua: edit that file, not this one.
+-- The Redis protocol (RESP2), for what lua-resty-redis does not expose: a
+-- pipeline whose replies are read one at a time, so that a connection that
+-- breaks after the third reply leaves the first three calls answered and only
+-- the rest "outcome unknown" (commit_pipeline reads all or nothing).
 local _M = {}
 local lua_tonumber = tonumber
 local lua_tostring = tostring
@@ -82,6 +86,7 @@ local function parse(buf, pos)
             if next == nil then
                 return nil, nil, nil
             end
+            -- An error inside an array (a script's table reply) stays a value, as lua-resty-redis keeps it.
             out[i] = v == false and ({false, verr}) or v
             p = next
         end
@@ -123,6 +128,7 @@ function _M.read(r)
     r.pos = next
     return v, err
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.arg = arg
 _M.command = command
 return _M

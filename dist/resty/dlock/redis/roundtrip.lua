@@ -1,4 +1,16 @@
 -- Generated from src/resty/dlock/redis/roundtrip.ts by TypeScriptToLua: edit that file, not this one.
+-- One round trip of script calls to one server, the only way a script reaches
+-- Redis: a batch of calls (one, or many: auto-pipelining's batches, a batch of
+-- releases) goes out as one pipeline on a pooled connection, its replies are
+-- read one at a time (resp.ts), and every call keeps its own outcome:
+--   - a reply read is that call's answer; an error reply is that call's
+--     refusal, mapped to a fault (refused);
+--   - when the connection breaks, the calls whose replies were not read are
+--     "outcome unknown" ("lost"), and the others are not;
+--   - NOSCRIPT (SCRIPT FLUSH, a restart, a failover) is answered by sending
+--     the script's body (EVAL, which caches it again) for the calls that met it;
+--   - with redis.replicas, one WAIT follows the writes of the batch (replicas.ts);
+--   - ASKING precedes each call of a batch for a Cluster slot being imported.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local command = require("resty.dlock.redis.command")
@@ -24,21 +36,13 @@ local fail = command.fail
 local turned_away = hints.turnedAway
 local closed_after = hints.closedAfter
 local no_scripts = hints.noScripts
-local TRANSIENT = check.set(
-    "LOADING",
-    "BUSY",
-    "TRYAGAIN",
-    "MASTERDOWN",
-    "CLUSTERDOWN",
-    "READONLY",
-    "NOREPLICAS"
-)
+-- READONLY: a master demoted by a failover; the next try goes to the new one.
+-- NOREPLICAS: a master with min-replicas-to-write while its replicas are away
+-- (a resync, a restart): writes resume when one is back.
+local TRANSIENT = check.set("LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "NOREPLICAS")
 --- An error reply: its message (naming the endpoint) and fault.
 local function refused(conf, err)
-    local code = str_match(
-        lua_tostring(err),
-        "^(%u+)"
-    )
+    local code = str_match(lua_tostring(err), "^(%u+)")
     if code == "READONLY" or code == "LOADING" then
         stale(conf)
     end
@@ -62,12 +66,7 @@ end
 -- whose keys the move has split between two nodes)? It is only to be tried
 -- again, not counted as Redis failing.
 function _M.migrating(fault, err)
-    return fault == "transient" and (str_find(
-        lua_tostring(err),
-        ": TRYAGAIN",
-        1,
-        true
-    )) ~= nil
+    return fault == "transient" and (str_find(lua_tostring(err), ": TRYAGAIN", 1, true)) ~= nil
 end
 --- The fault of a connection that could not be made (nothing was sent). Behind
 -- Sentinel a master that cannot be reached is most likely being replaced: the
@@ -93,13 +92,8 @@ end
 local function sendAll(conf, sock, b, which, payload)
     local sent, serr = sock:send(payload)
     if sent == nil then
-        lost(
-            conf,
-            b,
-            which,
-            1,
-            serr
-        )
+        -- Nothing or part of it left: none of them may have reached Redis, or all.
+        lost(conf, b, which, 1, serr)
         return false
     end
     return true
@@ -125,37 +119,23 @@ local function replies(conf, sock, b, which, body)
     for k = 1, n do
         local j = b.jobs[at(which, k)]
         if b.asking then
+            -- ASKING's own reply; one it refused leaves the call to be refused (MOVED).
             local ok, aerr = read(r)
             if ok == nil then
-                lost(
-                    conf,
-                    b,
-                    which,
-                    k,
-                    aerr
-                )
+                lost(conf, b, which, k, aerr)
                 unrun(conf, b, again, aerr)
                 return nil
             end
         end
         local v, rerr = read(r)
         if v == nil then
-            lost(
-                conf,
-                b,
-                which,
-                k,
-                rerr
-            )
+            -- These and the ones after them were sent; their replies never came.
+            lost(conf, b, which, k, rerr)
             unrun(conf, b, again, rerr)
             return nil
         end
         if v == false then
-            if not body and str_sub(
-                lua_tostring(rerr),
-                1,
-                8
-            ) == "NOSCRIPT" then
+            if not body and str_sub(lua_tostring(rerr), 1, 8) == "NOSCRIPT" then
                 if again == nil then
                     again = {}
                 end
@@ -170,6 +150,8 @@ local function replies(conf, sock, b, which, body)
         end
     end
     if not drained(r) then
+        -- More bytes than replies: the replies may not be the ones they seemed,
+        -- and the connection is not fit for the pool. Nothing read here stands.
         for k = 1, n do
             local j = b.jobs[at(which, k)]
             j.res = nil
@@ -185,22 +167,12 @@ local function sendOn(conf, b, red)
     if red == nil then
         local fresh, cerr = connect(conf)
         if fresh == nil then
-            fail(
-                b,
-                cerr,
-                unreachable(conf)
-            )
+            fail(b, cerr, unreachable(conf))
             return nil
         end
         red = fresh
     end
-    if not sendAll(
-        conf,
-        socket(red),
-        b,
-        nil,
-        b.asking and commands(b, nil, false) or b.parts
-    ) then
+    if not sendAll(conf, socket(red), b, nil, b.asking and commands(b, nil, false) or b.parts) then
         done(red, conf, false)
         return nil
     end
@@ -220,27 +192,9 @@ end
 -- pool (or is closed) here.
 local function complete(conf, b, red, keep)
     local sock = socket(red)
-    local again = replies(
-        conf,
-        sock,
-        b,
-        nil,
-        false
-    )
-    if again ~= nil and sendAll(
-        conf,
-        sock,
-        b,
-        again,
-        commands(b, again, true)
-    ) then
-        replies(
-            conf,
-            sock,
-            b,
-            again,
-            true
-        )
+    local again = replies(conf, sock, b, nil, false)
+    if again ~= nil and sendAll(conf, sock, b, again, commands(b, again, true)) then
+        replies(conf, sock, b, again, true)
     end
     local jobs = b.jobs
     local broken = false
@@ -267,8 +221,10 @@ local function complete(conf, b, red, keep)
     end
     if wrote ~= nil then
         if broken then
+            -- No WAIT can follow these writes: one on another connection covers none of them.
             replicas.unconfirmed(wrote, "dlock: redis " .. conf.endpoint .. ": the connection broke before WAIT for replicas after the " .. wrote[1].s.name)
         else
+            -- One WAIT covers every write of the batch; it hands the connection back (or closes it).
             local short = replicas.waited(red, conf, wrote[1].s)
             if short ~= nil then
                 replicas.unconfirmed(wrote, short)
@@ -279,6 +235,10 @@ local function complete(conf, b, red, keep)
     if keep and not broken and not erred then
         return red
     end
+    -- A master demoted under a name or address that moved on to the new one (a
+    -- cloud's primary endpoint, a virtual IP, a Kubernetes Service): only a new
+    -- connection reaches that one, so this one is closed, never pooled again. A
+    -- server that turned it away (maxclients, protected mode) has closed it already.
     done(red, conf, not broken and not unfit)
     return nil
 end
@@ -320,6 +280,7 @@ function _M.asking(conf, s, rkey, ...)
     run(conf, b)
     return job.res, job.err, job.fault
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.refused = refused
 _M.unreachable = unreachable
 _M.send = send

@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/redis/script.ts by TypeScriptToLua: edit that file, not this one.
+-- What a Redis script of lua-resty-dlock is (its SHA1 computed locally, its
+-- keys, what its reply says about a write), where the keys built on a lock
+-- key live, and how a per-target script is called. The scripts themselves:
+-- scripts.ts (locks, semaphores) and records.ts (idempotency records).
 local _M = {}
 local check = require("resty.dlock.core.check")
 local tokens = require("resty.dlock.core.token")
@@ -6,6 +10,20 @@ local sha1_bin = ngx.sha1_bin
 local lua_type = type
 local str_find = string.find
 local str_sub = string.sub
+-- Every script declares itself to Redis 7 (a shebang line with flags), so that
+-- Redis decides before the script runs, not at its first write:
+--   WRITES   takes memory (a lock, a permit, a ticket, a record). Refused whole
+--            when Redis is out of memory (maxmemory with noeviction: "OOM
+--            command not allowed") or read-only (a replica: READONLY), so no
+--            mode can write part of its work. Without flags Redis only refuses
+--            a script's first write: the semaphore's prune counted as one, and
+--            its ZADD then granted permits past maxmemory.
+--   FREES    gives back (release, drop) or only moves an expiry (extend): runs
+--            out of memory too (allow-oom), or a full Redis would keep every
+--            held key until its ttl.
+-- Scripts touch only the keys they are given (KEYS), all in one Cluster slot,
+-- as Redis 7 requires of scripts with flags. Redis 6 does not know the shebang
+-- (it answers a compile error): see the README.
 local WRITES = "#!lua\n"
 _M.FREES = "#!lua flags=allow-oom\n"
 function _M.script(name, body, keys, written, alone, flags)
@@ -82,59 +100,27 @@ end
 -- its queue for three-key ones), ARGV[1] the token (and ARGV[2] ms, when given).
 function _M.forTarget(call, conf, s, rkey, token, ms)
     if s.keys == 3 then
+        -- Readers' scripts: the lock key, its readers, its queue.
         local q = queueKey(rkey, conf.slotted)
         local r = readersKey(rkey, conf.slotted)
         if ms == nil then
-            return call(
-                conf,
-                s,
-                rkey,
-                r,
-                q,
-                token
-            )
+            return call(conf, s, rkey, r, q, token)
         end
-        return call(
-            conf,
-            s,
-            rkey,
-            r,
-            q,
-            token,
-            ms
-        )
+        return call(conf, s, rkey, r, q, token, ms)
     end
     if s.keys == 2 then
         local q = queueKey(rkey, conf.slotted)
         if ms == nil then
-            return call(
-                conf,
-                s,
-                rkey,
-                q,
-                token
-            )
+            return call(conf, s, rkey, q, token)
         end
-        return call(
-            conf,
-            s,
-            rkey,
-            q,
-            token,
-            ms
-        )
+        return call(conf, s, rkey, q, token, ms)
     end
     if ms == nil then
         return call(conf, s, rkey, token)
     end
-    return call(
-        conf,
-        s,
-        rkey,
-        token,
-        ms
-    )
+    return call(conf, s, rkey, token, ms)
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.tagged = tagged
 _M.lockKey = lockKey
 _M.queueKey = queueKey

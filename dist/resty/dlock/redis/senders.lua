@@ -1,4 +1,17 @@
 -- Generated from src/resty/dlock/redis/senders.ts by TypeScriptToLua: edit that file, not this one.
+-- The senders of auto-pipelining (pipeline.ts): per lane (a server
+-- configuration) and worker, up to conf.senders timers, each the only user of
+-- its connection, that send the lane's batches as pipelines, back to back, and
+-- wake their callers.
+--
+-- A sender counts in lane.senders once its timer runs, not when it is
+-- started: nginx drops a timer whose time comes while lua_max_running_timers
+-- are all running, though ngx.timer.at had said ok (late.ts). Counted at the
+-- start, a dropped sender stayed
+-- counted for good, and the batch it was to send stayed open: every later call
+-- of the worker joined it and waited in vain. A batch whose sender nginx
+-- dropped was never sent, and never will be: the next call fails it and opens
+-- another (sending it late would run calls whose callers gave up on them).
 local _M = {}
 local command = require("resty.dlock.redis.command")
 local connection = require("resty.dlock.redis.connection")
@@ -21,6 +34,11 @@ local runOn = roundtrip.runOn
 local done = connection.done
 local settle = takeback.settle
 local recycle = lanes.recycle
+-- Batches of a worker on their way to one Redis at once (conf.senders), each from a timer
+-- on a connection of its own. A lone server gets two: with one, the worker sat idle while
+-- a batch was out (a third of the time at 50 connections). Each master of a Cluster or
+-- Redlock set gets one (together they keep batches in flight), which lets the callers it
+-- woke run before it sends again (wake; TURN s at most): their releases ride the next batch.
 local TURN = 1
 --- Seconds a sender waits for work before its timer ends.
 local IDLE = 10
@@ -56,6 +74,7 @@ end
 -- behind them (first in, first woken; a stock nginx's ngx.sleep(0) runs it first).
 local function wake(lane, b)
     local sem = b.sem
+    -- post(0) raises: a batch of posted calls only wakes nobody.
     local waiting = #b.jobs - b.posted
     if waiting > 0 and lane.conf.senders == 1 then
         sem:post(waiting + 1)
@@ -111,6 +130,7 @@ end
 -- is work (a timer per batch would cost more than the batch saves), gone
 -- after IDLE seconds without any or when the worker exits.
 local function sender(premature, lane)
+    -- Started in the place of one taken for dropped (late.ts) that ran after all, with every sender running.
     if lane.senders >= lane.conf.senders then
         return
     end
@@ -121,6 +141,9 @@ local function sender(premature, lane)
             break
         end
         lane.idle = lane.idle + 1
+        -- Idle in slices: nothing wakes a semaphore when the worker starts to
+        -- exit, and a graceful quit or reload waits for every running timer (one
+        -- waiting IDLE seconds kept old workers alive that long).
         local woken = false
         local waited = 0
         while not woken and waited < IDLE and not worker_exiting() do
@@ -151,11 +174,7 @@ function _M.summon(lane)
 end
 --- With no sender running: did nginx drop the timer started for lane's open batch?
 function _M.overdue(lane)
-    return not on_its_way(
-        lane.summoned,
-        clock_now(),
-        0
-    )
+    return not on_its_way(lane.summoned, clock_now(), 0)
 end
 --- Fail lane's open batch, which no sender will send (overdue): never sent, so
 -- its callers still waiting hear "failed", not "lost". Nothing here waits: a
@@ -172,6 +191,7 @@ function _M.abandon(lane)
         " never sent: nginx dropped the timer started to send them (lua_max_running_timers)"
     )
     fail(b, "dlock: redis " .. lane.conf.endpoint .. ": the pipeline's sender never ran (lua_max_running_timers)", "failed")
+    -- Callers whose wait timed out left the queue: what they leave over keeps this semaphore from reuse.
     local waiting = #b.jobs - b.posted
     if waiting > 0 then
         b.sem:post(waiting)

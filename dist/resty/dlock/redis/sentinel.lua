@@ -1,4 +1,10 @@
 -- Generated from src/resty/dlock/redis/sentinel.ts by TypeScriptToLua: edit that file, not this one.
+-- Redis Sentinel: which server is the master of `redis.sentinel.master` now?
+-- Asked of the sentinels in order (one that answers moves to the front), then
+-- confirmed with ROLE on the server itself before use: a master just demoted by
+-- a failover still answers, and must not take locks. The answer is cached per
+-- worker and forgotten on connection errors, READONLY and LOADING, so after a
+-- failover locks resume on the new master without an nginx reload.
 local _M = {}
 local schema = require("resty.dlock.core.schema")
 local hints = require("resty.dlock.redis.hints")
@@ -36,6 +42,8 @@ function _M.parse(v)
     for i = 1, #o.nodes do
         names[#names + 1] = o.nodes[i].host .. ":" .. lua_tostring(o.nodes[i].port)
     end
+    -- A TLS setting of the sentinels' own is part of the id (the factory's is in its pool name already): a
+    -- factory that reaches them otherwise never rides on another's answers, right or wrong.
     local id = tbl_concat(names, ",")
     if o.ssl ~= nil then
         id = id .. (o.ssl and "+tls" or "+plain")
@@ -92,6 +100,7 @@ local function ask(pool, s, open, timeout, tls)
         local red, sock, cerr = open(node.host, node.port, timeout)
         local why = lua_tostring(cerr)
         if red ~= nil then
+            -- The sentinel's own TLS and credentials, in the order every server accepts.
             local serr = setup.run(red, sock, {
                 endpoint = "sentinel " .. endpoint,
                 host = node.host,
@@ -110,18 +119,13 @@ local function ask(pool, s, open, timeout, tls)
                     local t = addr
                     local port = lua_tonumber(t[2])
                     if port ~= nil then
+                        -- Ask this one first next time.
                         if i > 1 then
                             tbl_remove(s.nodes, i)
                             tbl_insert(s.nodes, 1, node)
                         end
-                        local m = {
-                            host = literal(t[1]),
-                            port = port
-                        }
-                        masters[pool] = {
-                            node = m,
-                            at = clock_now()
-                        }
+                        local m = {host = literal(t[1]), port = port}
+                        masters[pool] = {node = m, at = clock_now()}
                         return m, nil
                     end
                 end
@@ -133,10 +137,8 @@ local function ask(pool, s, open, timeout, tls)
                 end
             else
                 red:close()
-                why = str_sub(
-                    serr,
-                    str_len("dlock: redis sentinel " .. endpoint .. ": ") + 1
-                )
+                -- setup's message names the sentinel already; keep only why.
+                why = str_sub(serr, str_len("dlock: redis sentinel " .. endpoint .. ": ") + 1)
             end
         end
         errors[#errors + 1] = endpoint .. " " .. why .. tls_port(why, ssl, "redis.sentinel.ssl")
@@ -147,13 +149,7 @@ end
 -- timeouts and TLS settings are the factory's.
 function _M.discover(pool, s, open, timeout, tls)
     asking[pool] = true
-    local m, err = ask(
-        pool,
-        s,
-        open,
-        timeout,
-        tls
-    )
+    local m, err = ask(pool, s, open, timeout, tls)
     asking[pool] = nil
     return m, err
 end

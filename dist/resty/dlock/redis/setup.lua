@@ -1,4 +1,9 @@
 -- Generated from src/resty/dlock/redis/setup.ts by TypeScriptToLua: edit that file, not this one.
+-- What a fresh connection goes through before its first command, in the one
+-- order every Redis accepts: TLS, then AUTH, then SELECT. Servers with a
+-- password answer anything else, PING and ROLE included, with NOAUTH, so
+-- nothing may be sent ahead of AUTH. Used for data nodes (connection.ts) and for
+-- sentinels (sentinel.ts); pooled connections went through it when fresh.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local schema = require("resty.dlock.core.schema")
@@ -23,11 +28,7 @@ function _M.credentials(username, password)
     end
     local c = {
         username = username,
-        digest = str_sub(
-            ngx_md5((username or "") .. "\0" .. password),
-            1,
-            16
-        )
+        digest = str_sub(ngx_md5((username or "") .. "\0" .. password), 1, 16)
     }
     secrets[c] = password
     return c
@@ -66,6 +67,7 @@ local function tls(sock, s)
     local name = nameOf(s)
     local ok, session, err = lua_pcall(shake, sock, name, s.ssl_verify)
     if not ok or session == nil then
+        -- A raise leaves its message where the session would be.
         local why = session
         if ok then
             why = err
@@ -94,6 +96,7 @@ function _M.run(red, sock, s)
     local c = s.credentials
     if c ~= nil then
         local password = secrets[c]
+        -- Two-argument AUTH is the ACL form (Redis >= 6); one argument is requirepass.
         local ok
         local err
         if c.username ~= nil then
@@ -110,6 +113,7 @@ function _M.run(red, sock, s)
             if away ~= nil then
                 return away
             end
+            -- The user, never the password: which of several credentials is wrong.
             return "dlock: redis " .. s.endpoint .. ": authentication failed for user " .. (c.username or "default") .. ": " .. lua_tostring(err)
         end
     elseif s.ssl then

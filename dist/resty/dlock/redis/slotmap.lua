@@ -1,4 +1,9 @@
 -- Generated from src/resty/dlock/redis/slotmap.ts by TypeScriptToLua: edit that file, not this one.
+-- The slot map of a Redis Cluster, per worker: which master serves each of
+-- the 16384 slots (CLUSTER SLOTS), read from the masters known, then the seed
+-- nodes; a key's slot (CRC16 of its hash tag). cluster.ts routes by it, and
+-- patches it on MOVED. Each master is one configuration (its pools and its
+-- auto-pipeline) for as long as the worker lives.
 local _M = {}
 local derived = require("resty.dlock.redis.derived")
 local connection = require("resty.dlock.redis.connection")
@@ -28,20 +33,12 @@ _M.REDIRECTS = "c:redis:redirects:"
 _M.MAP_AT = "t:redis:slot_map:"
 --- Seconds between two reads of the slot map prompted by errors.
 local REFRESH_GAP = 0.1
+-- CRC16-CCITT (XMODEM): what Redis Cluster hashes keys with. Table-driven.
 local CRC = {}
 for i = 0, 255 do
     local c = lshift(i, 8)
     for _ = 1, 8 do
-        c = band(c, 32768) ~= 0 and band(
-            bxor(
-                lshift(c, 1),
-                4129
-            ),
-            65535
-        ) or band(
-            lshift(c, 1),
-            65535
-        )
+        c = band(c, 32768) ~= 0 and band(bxor(lshift(c, 1), 4129), 65535) or band(lshift(c, 1), 65535)
     end
     CRC[i] = c
 end
@@ -50,16 +47,7 @@ function _M.slot(key)
     local h = hashed(key)
     local crc = 0
     for i = 1, #h do
-        crc = bxor(
-            band(
-                lshift(crc, 8),
-                65535
-            ),
-            CRC[bxor(
-                rshift(crc, 8),
-                byte(h, i)
-            )]
-        )
+        crc = bxor(band(lshift(crc, 8), 65535), CRC[bxor(rshift(crc, 8), byte(h, i))])
     end
     return band(crc, SLOTS - 1)
 end
@@ -135,6 +123,8 @@ local function readMap(conf, c, from)
         local m = r[3]
         local named = m[1]
         local host = named == ngx_null and "" or lua_tostring(named)
+        -- A node that does not know its own address says "" (or, with
+        -- cluster-preferred-endpoint-type unknown-endpoint, null): it is the one we asked.
         if host == "" or host == "?" then
             host = from.host
         end
@@ -211,9 +201,12 @@ function _M.route(conf, c, s)
             return nil, err
         end
     end
+    -- A slot no master serves (the map is being read, or the cluster lost it):
+    -- a seed will answer MOVED or CLUSTERDOWN.
     local ep = c.slots[s]
     return ep ~= nil and nodeAt(conf, c, ep) or conf.nodes[1], nil
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.nodeAt = nodeAt
 _M.nodeOf = nodeOf
 return _M

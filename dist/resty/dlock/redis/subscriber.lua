@@ -1,4 +1,24 @@
 -- Generated from src/resty/dlock/redis/subscriber.ts by TypeScriptToLua: edit that file, not this one.
+-- The wake-up subscriber of one Redis endpoint in one worker: a timer that
+-- owns one connection, in two light threads of that timer (a cosocket is
+-- full-duplex in lua-nginx-module: one thread may read while another writes).
+--
+--   reader    blocks on the connection and hands each message to
+--             subscriptions.ts. It never wakes up to poll: nginx logs every
+--             cosocket read timeout at error level, so Redis answers a PING
+--             the control thread sends every HEARTBEAT, and a read that
+--             times out (SILENCE) means Redis is gone (one line per outage).
+--   control   sends SUBSCRIBE/UNSUBSCRIBE as waiters come and go, wakes the
+--             first waiter of a key whose due time passed, and stops the
+--             session (idle for IDLE seconds, the worker exiting). It sleeps
+--             on a semaphore until the next of those or until rung (a new
+--             key, an earlier due time), and at most SWEEP: nothing tells a
+--             worker that nginx reloads, nor that a waiter's request was
+--             killed while it waited (wait.ts drops its ticket when it looks).
+--             These looks cost no I/O.
+--
+-- The replies are read raw (resp.ts): lua-resty-redis closes a subscribed
+-- connection on a read timeout and reads one reply per call.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local connection = require("resty.dlock.redis.connection")
@@ -133,6 +153,7 @@ local function tell(s, sess)
     if sess.ended then
         return nil
     end
+    -- Stop the reader: it ends at the next reply, this PING's.
     sess.stopping = true
     local ok, err = sess.sock:send(resp.encode({"ping"}))
     return ok == nil and lua_tostring(err) or nil
@@ -153,11 +174,8 @@ local function reader(s, sess)
             return "dlock: redis " .. s.conf.endpoint .. ": wake-up subscription: " .. lua_tostring(rerr)
         end
         if msg == false then
-            if str_sub(
-                lua_tostring(rerr),
-                1,
-                6
-            ) == "NOPERM" then
+            if str_sub(lua_tostring(rerr), 1, 6) == "NOPERM" then
+                -- An ACL user without channel permissions: no wake-ups on this endpoint, ever; its waiters poll.
                 s.refused = true
                 ngx_log(
                     WARN,
@@ -178,21 +196,12 @@ local function reader(s, sess)
             local m = msg
             local kind = m[1]
             if kind == "message" then
-                subs.heard(
-                    s,
-                    str_sub(
-                        lua_tostring(m[2]),
-                        #CHANNEL + 1
-                    ),
-                    lua_tostring(m[3])
-                )
+                subs.heard(s, str_sub(lua_tostring(m[2]), #CHANNEL + 1), lua_tostring(m[3]))
             elseif kind == "subscribe" then
-                local rkey = str_sub(
-                    lua_tostring(m[2]),
-                    #CHANNEL + 1
-                )
+                local rkey = str_sub(lua_tostring(m[2]), #CHANNEL + 1)
                 if s.sent[rkey] ~= nil then
                     s.live[rkey] = true
+                    -- A release, or a key handed to one of them, may have come before the subscription: they look once more.
                     waits.recheck(rkey)
                 end
             end
@@ -245,6 +254,7 @@ local function pause(seconds)
     end
 end
 local function run(premature, s)
+    -- Started late, after start() took this timer for dropped: the one started instead runs.
     if s.running then
         return
     end
@@ -252,25 +262,27 @@ local function run(premature, s)
     s.scheduled = nil
     local retry = RETRY
     while not premature do
+        -- A raise must not leave `running` set with nobody running: wake-ups would stop for good.
         local ok, res = lua_pcall(session, s)
         local err = res
         if not ok then
             err = "dlock: wake-up subscriber failed: " .. check.text(res)
         end
+        -- Waiters sleeping until word comes (or the subscription does) would not hear it now: they poll again.
         subs.lost(s)
+        -- Nobody waits here any more: no need to say so, nor to connect again.
+        -- Keys kept only for their grace are let go of at once: a connection
+        -- made again for them would serve nobody, and while Redis is gone each
+        -- attempt logs a refused connect. The next waiter starts a subscriber.
         subs.prune(s, 0)
         if err == nil or subs.idle(s) then
             break
         end
         if not s.down then
+            -- Once per outage: every attempt to reconnect would say the same.
             s.down = true
             retry = RETRY
-            ngx_log(
-                WARN,
-                "dlock: ",
-                check.reason(err),
-                " (waiters poll until it is back)"
-            )
+            ngx_log(WARN, "dlock: ", check.reason(err), " (waiters poll until it is back)")
         else
             retry = math_min(retry * 2, RETRY_MAX)
         end

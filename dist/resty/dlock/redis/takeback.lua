@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/redis/takeback.ts by TypeScriptToLua: edit that file, not this one.
+-- Taking back what an acquire may have taken when its caller never came back
+-- for the reply (its request ended: a client abort, a killed thread): nobody
+-- would ever release it. The release (or drop) is owner-checked, sent on a
+-- connection of its own.
 local _M = {}
 local command = require("resty.dlock.redis.command")
 local roundtrip = require("resty.dlock.redis.roundtrip")
@@ -23,22 +27,13 @@ local quiet_tally = quiet.tally
 local quiet_add = quiet.add
 local quiet_named = quiet.named
 local function pass()
-    return {
-        took = quiet_tally(),
-        failed = quiet_tally(),
-        why = nil
-    }
+    return {took = quiet_tally(), failed = quiet_tally(), why = nil}
 end
 --- Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will.
 local function takeBackOne(conf, j, p)
     local rkey = wordOf(j, 1)
-    local res, err = forTarget(
-        alone,
-        conf,
-        j.s.undo,
-        rkey,
-        wordOf(j, j.s.keys + 1)
-    )
+    -- ARGV[1], the token, follows the keys.
+    local res, err = forTarget(alone, conf, j.s.undo, rkey, wordOf(j, j.s.keys + 1))
     if res == nil then
         quiet_add(p.failed, rkey)
         p.why = p.why or err
@@ -81,6 +76,7 @@ function _M.settle(premature, conf, b)
     for i = 1, #jobs do
         local j = jobs[i]
         if j.s.undo ~= nil and j.res ~= nil and not j.back then
+            -- Whatever one runs into, the others are still taken back.
             local ok, err = lua_pcall(takeBackOne, conf, j, p)
             if not ok then
                 ngx_log(ERR, "dlock: take-back failed: ", err)
@@ -97,8 +93,10 @@ local NONE = -math.huge
 --- Take back the acquires of lane whose time is up.
 local function look(lane)
     local now = clock_now()
+    -- Taking back yields: collect first (no new keys in a table while pairs() walks it).
     local gone = {}
     for slot, b in lua_pairs(lane.acquires) do
+        -- inFlight() forgets the slots whose time is up.
         local due = lane.direct[slot]
         if due == nil or due < now then
             lane.acquires[slot] = nil
@@ -106,6 +104,7 @@ local function look(lane)
             gone[#gone + 1] = b
         end
     end
+    -- Most looks find nobody gone: no tallies for them.
     if #gone > 0 then
         local p = pass()
         for i = 1, #gone do
@@ -125,12 +124,15 @@ end
 -- connection was closed with the command perhaps not yet run, and by then it
 -- has run (or Redis has been stuck that long).
 function _M.watcher(premature, lane, at)
+    -- Started late, after another was started in its place (or runs now): that one watches.
     if lane.watching ~= at then
         return
     end
     lane.watching = RUNNING
     look(lane)
     if premature or worker_exiting() then
+        -- No timer with a delay in an exiting worker (reload, quit): watch on in this
+        -- one until the slots' time is up, or their keys would stay locked for their ttl.
         local stop = clock_now() + clock.EXIT_HORIZON
         while (lua_next(lane.acquires)) ~= nil and clock_now() < stop do
             clock_sleep(_M.WATCH)

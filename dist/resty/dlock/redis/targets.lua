@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/redis/targets.ts by TypeScriptToLua: edit that file, not this one.
+-- Many leases' calls in one batch (releases, extends, acquire_all's keys
+-- where they cannot share a script): a per-target script for every target,
+-- sent as one pipeline on one server, and what each call came to.
 local _M = {}
 local command = require("resty.dlock.redis.command")
 local roundtrip = require("resty.dlock.redis.roundtrip")
@@ -20,14 +23,7 @@ local function batchFor(conf, s, targets, ms)
         if ms ~= nil then
             m = ms[i]
         end
-        forTarget(
-            addInto,
-            into,
-            s,
-            t.rkey,
-            t.token,
-            m
-        )
+        forTarget(addInto, into, s, t.rkey, t.token, m)
     end
     return b
 end
@@ -53,6 +49,7 @@ function _M.many(conf, s, targets, ms)
     end
     return outcome(b)
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.batchFor = batchFor
 _M.outcome = outcome
 return _M

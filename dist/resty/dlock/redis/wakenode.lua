@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/redis/wakenode.ts by TypeScriptToLua: edit that file, not this one.
+-- The node the wake-up subscriber (subscriber.ts) connects to. Under Cluster
+-- and Redlock any node will do, and none is always up: it moves on to the
+-- next when one cannot be reached, rather than leave the waiters polling.
 local _M = {}
 local connection = require("resty.dlock.redis.connection")
 local derived = require("resty.dlock.redis.derived")

@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/status/common.ts by TypeScriptToLua: edit that file, not this one.
+-- What the status page (JSON) and the metrics (Prometheus text) both read: the
+-- dicts to report, and per dict, guard, factory and Redis endpoint a fixed
+-- number of dict keys. Never the held leases themselves (json.ts lists a
+-- bounded number of those), which a busy gateway has tens of thousands of.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
@@ -146,6 +150,7 @@ local function topologies()
         end
         local kind, counts = backend.shared(conf)
         if kind == "cluster" then
+            -- All workers' redirects, not only this one's.
             v.redirects = counts.redirects
         end
     end
@@ -153,6 +158,7 @@ local function topologies()
 end
 --- What serve() and metrics() both show: guards, factories, unrecorded leases per dict, Redis. No held leases.
 function _M.counters(names)
+    -- This worker's counts are in Lua until their flush: add them before reading.
     meter.flush()
     local dicts = {}
     local unrecorded = {}
@@ -174,6 +180,7 @@ function _M.counters(names)
         row.mode = g.mode
         local breaker = stats.breakerState(g._dict, g.name)
         row.breaker = breaker
+        -- on_error = "local": deciding on this nginx's share until the breaker closes again (a half-open one waits for its probe).
         row.degraded = breaker ~= "closed" and g._onError == "local"
         row.in_flight = stats.gauge(g._dict, g.name, "in_flight")
         for _, e in lua_ipairs(stats.EVENTS) do

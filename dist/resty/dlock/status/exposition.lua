@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/status/exposition.ts by TypeScriptToLua: edit that file, not this one.
+-- GET /dlock/metrics: the Prometheus text format (version 0.0.4). A scrape reads
+-- a fixed number of dict keys per guard, factory, dict and Redis endpoint; it
+-- never walks the held leases.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
@@ -187,5 +190,6 @@ function _M.metrics(opts)
     ngx_say(text)
     return true, nil
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.metrics_text = metrics_text
 return _M

@@ -1,4 +1,6 @@
 -- Generated from src/resty/dlock/status/json.ts by TypeScriptToLua: edit that file, not this one.
+-- The status page: GET /dlock/status answers JSON (?limit=N lists up to N
+-- leases, at most MAX_LIMIT). See ../status.ts for its members.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")
@@ -30,13 +32,7 @@ local HIGH = "[" .. str_char(128) .. "-" .. str_char(255) .. "]"
 local REPLACEMENT = str_char(239, 191, 189)
 local REPORT_OPTIONS = check.set("dicts", "limit")
 local function checkLimit(v)
-    return check.integer(
-        "limit",
-        v,
-        0,
-        _M.MAX_LIMIT,
-        "an integer from 0 to " .. lua_tostring(_M.MAX_LIMIT)
-    )
+    return check.integer("limit", v, 0, _M.MAX_LIMIT, "an integer from 0 to " .. lua_tostring(_M.MAX_LIMIT))
 end
 --- The length of the well-formed UTF-8 sequence at byte i of s (RFC 3629), or 0.
 local function sequence(s, i)
@@ -56,6 +52,7 @@ local function sequence(s, i)
     else
         return 0
     end
+    -- No overlong forms, no surrogates, nothing past U+10FFFF.
     if c == 224 then
         lo = 160
     elseif c == 237 then
@@ -99,26 +96,14 @@ end
 --- Append at most `max` leases of one dict to `out` (tokens left out); true when it holds more.
 local function listHeld(name, dict, max, out)
     if max == 0 then
-        local one, more = ledger.list(
-            dict,
-            1,
-            meters.keys(dict)
-        )
+        -- Nothing to list, but say whether anything is held.
+        local one, more = ledger.list(dict, 1, meters.keys(dict))
         return #one > 0 or more
     end
-    local found, more = ledger.list(
-        dict,
-        max,
-        meters.keys(dict)
-    )
+    -- Factories' instruments share the dict with the records: look past them too.
+    local found, more = ledger.list(dict, max, meters.keys(dict))
     for _, l in lua_ipairs(found) do
-        out[#out + 1] = {
-            dict = name,
-            key = l.key,
-            pid = l.pid,
-            ttl = l.ttl,
-            expires_at = l.expires_at
-        }
+        out[#out + 1] = {dict = name, key = l.key, pid = l.pid, ttl = l.ttl, expires_at = l.expires_at}
     end
     return more
 end
@@ -181,6 +166,8 @@ local function encode(r)
         row.lost = f.lost
         factories[name] = row
     end
+    -- Written by hand when empty: Debian's lua-cjson has no empty_array, and an
+    -- empty table would become {} (or the member would be dropped). "held" is always a list.
     local held = {}
     for _, l in lua_ipairs(r.held) do
         held[#held + 1] = {
@@ -207,6 +194,7 @@ local function encode(r)
         local name = pair[1]
         local value = pair[2]
         local p = member(name, value) or ""
+        -- The same for a Cluster's masters before its slot map is read: a list, empty.
         if name == "topology" then
             p = (str_gsub(p, "\"masters\":{}", "\"masters\":[]"))
         end
@@ -240,6 +228,7 @@ function _M.serve(opts)
             return true, nil
         end
         if opts == nil or lua_type(opts) == "table" then
+            -- A copy: opts is the caller's table, shared by every request.
             local copy = {}
             if opts ~= nil then
                 for k, v in lua_pairs(opts) do
@@ -264,5 +253,6 @@ function _M.serve(opts)
     ngx_say(body)
     return true, nil
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.report = report
 return _M

@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/status/meters.ts by TypeScriptToLua: edit that file, not this one.
+-- What status pages read of the factories' instruments (core/meter.ts
+-- counts into them): a fixed number of dict reads per factory name, never a
+-- walk of the dict. Reading also sweeps the held gauge: the records whose
+-- expiry second has passed leave it.
 local _M = {}
 local meter = require("resty.dlock.core.meter")
 local clock = require("resty.dlock.core.clock")
@@ -78,25 +82,16 @@ function _M.read(dict, name)
     local wait = {}
     local acquiredN = 0
     for i = 1, #WAIT_BOUNDS + 1 do
-        local n = num(
-            dict,
-            p .. "w" .. lua_tostring(i)
-        )
+        local n = num(dict, p .. "w" .. lua_tostring(i))
         wait[#wait + 1] = n
         acquiredN = acquiredN + n
     end
     local hold = {}
     for i = 1, #HOLD_BOUNDS + 1 do
-        hold[#hold + 1] = num(
-            dict,
-            p .. "h" .. lua_tostring(i)
-        )
+        hold[#hold + 1] = num(dict, p .. "h" .. lua_tostring(i))
     end
     return {
-        held = math_max(
-            0,
-            num(dict, p .. "held")
-        ),
+        held = math_max(0, num(dict, p .. "held")),
         acquired = acquiredN,
         busy = num(dict, p .. "busy"),
         timeout = num(dict, p .. "timeout"),

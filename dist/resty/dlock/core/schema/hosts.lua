@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/core/schema/hosts.ts by TypeScriptToLua: edit that file, not this one.
+-- Hosts and "host:port" nodes as the redis options name them and nginx's
+-- connect() takes them: IPv6 in brackets, names told from addresses, ports
+-- read in place.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local lua_type = type
@@ -27,6 +30,7 @@ end
 -- which is also how "host:port" names it unambiguously. Hosts come bare from
 -- the `host` option, CLUSTER SLOTS, MOVED and the sentinels.
 local function literal(host)
+    -- Two colons at least: "10.0.0.1:6379" is a host with a port, not an IPv6 address.
     if (str_match(host, "^[%x%.]*:[%x%.]*:[%x:%.]*$")) ~= nil then
         return "[" .. host .. "]"
     end
@@ -39,6 +43,8 @@ local function hostLike(s)
     end
     return (str_match(s, "^%[?[%x%.]*:[%x%.]*:[%x:%.]*%]?$")) ~= nil
 end
+-- Per host as literal() gives it: whether it is a name (bounded by the hosts of
+-- configurations, sentinels' answers and CLUSTER SLOTS).
 local names = {}
 --- Whether a host (as literal() gives it) is a name nginx must resolve, not an
 -- address: what a certificate can be checked against, and what nginx's
@@ -56,8 +62,10 @@ local function node(label, v)
     if lua_type(v) ~= "string" then
         return check.fail(label .. " must be \"host:port\" strings", v)
     end
+    -- A URL with credentials ("redis://:secret@host:port") is refused without being shown.
     local what = label .. " must be \"host:port\" strings"
     local secret = (str_find(v, "@", 1, true)) ~= nil
+    -- The () captures are positions: numbers, where the port digits start.
     local host, at = str_match(v, "^(%[[%x:%.]+%]):()%d+$")
     if host == nil then
         host, at = str_match(v, "^([%w%.%-_]+):()%d+$")
@@ -71,6 +79,7 @@ local function node(label, v)
     end
     return {host = host, port = p}, nil
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.hostLike = hostLike
 _M.literal = literal
 _M.named = named

@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/core/schema/modes.ts by TypeScriptToLua: edit that file, not this one.
+-- Tables whose options depend on a mode (a gateway guard's `mode`): one
+-- schema per mode, made of the options that apply to it, in which those of
+-- the other modes are refused by name, with why.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local schema = require("resty.dlock.core.schema")
@@ -77,10 +80,7 @@ function _M.modes(path, option, list, specs)
         for _, s in lua_ipairs(specs) do
             if names[s.name] == nil then
                 names[s.name] = true
-                elsewhere[#elsewhere + 1] = {
-                    name = s.name,
-                    why = refusal(s.name, m, list, specs)
-                }
+                elsewhere[#elsewhere + 1] = {name = s.name, why = refusal(s.name, m, list, specs)}
             end
         end
         byMode[m.name] = schema.compile(path, mine, {labels = "", elsewhere = elsewhere})
@@ -96,6 +96,7 @@ function _M.modes(path, option, list, specs)
         elseif v ~= nil then
             return check.fail(path .. " must be a table", v)
         end
+        -- No mode to go by: a misspelt name is still the first thing to say, then the mode.
         local given = v == nil and values.NONE or v
         local odd, k = values.stranger(given, all, nil)
         if odd then
@@ -113,5 +114,6 @@ function _M.only(spec, list)
     copy.modes = list
     return copy
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.applies = applies
 return _M

@@ -1,4 +1,6 @@
 -- Generated from src/resty/dlock/core/schema/values.ts by TypeScriptToLua: edit that file, not this one.
+-- The kinds of option a schema declares (../schema.ts), and the check of one value against its
+-- declaration, with the message a user reads when it fails.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local hosts = require("resty.dlock.core.schema.hosts")
@@ -75,6 +77,7 @@ local function str(o, spec, v)
     if spec.maxLen == nil or v == "" and spec.empty == true then
         return v, nil
     end
+    -- Past the type check its messages show nothing of a secret but its length.
     local s, err = check.str(o.label, v, spec.maxLen)
     if s == nil then
         return nil, err
@@ -94,6 +97,7 @@ local function str(o, spec, v)
         )
     end
     if spec.host == true and not hostLike(s) then
+        -- A URL with credentials is not shown.
         return refuse(o.label .. " must be a host name or an IP address (no port, scheme or credentials)", s, (str_find(s, "@", 1, true)) ~= nil)
     end
     return s, nil
@@ -102,13 +106,7 @@ end
 function _M.value(o, v, out)
     local spec = o.spec
     if spec.kind == "integer" then
-        return check.integer(
-            o.label,
-            v,
-            spec.min,
-            spec.max,
-            spec.unit
-        )
+        return check.integer(o.label, v, spec.min, spec.max, spec.unit)
     elseif spec.kind == "string" then
         return str(o, spec, v)
     elseif spec.kind == "boolean" then
@@ -134,6 +132,7 @@ function _M.value(o, v, out)
     end
     return spec.table(v)
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.listed = listed
 _M.refuse = refuse
 return _M

@@ -1,4 +1,6 @@
 -- Generated from src/resty/dlock/gateway/idempotency/answers.ts by TypeScriptToLua: edit that file, not this one.
+-- What a request the guard does not let through is sent: the stored response
+-- (a replay), or an RFC 9457 problem saying why not. Each ends the request.
 local _M = {}
 local giveback = require("resty.dlock.gateway.giveback")
 local stats = require("resty.dlock.gateway.stats")
@@ -18,15 +20,13 @@ local str_byte = string.byte
 local str_gmatch = string.gmatch
 local given_back = giveback.refused
 --- Problem types (RFC 9457 `type`), one per refusal.
+-- A URN: no page of ours to point at, and clients match the string, not its content.
 local TYPE = "urn:resty-dlock:idempotency:"
 local function jsonStr(s)
     local q = str_gsub(
         s,
         "[%c\"\\]",
-        function(c) return str_format(
-            "\\u%04x",
-            str_byte(c)
-        ) end
+        function(c) return str_format("\\u%04x", str_byte(c)) end
     )
     return "\"" .. q .. "\""
 end
@@ -62,6 +62,7 @@ end
 local function replay(g, rec)
     stats.incr(g._dict, g.name, "replayed")
     ngx_.status = rec.status
+    -- Header lines "name: value\n", a name repeated for each of its values (Set-Cookie...).
     local multi = {}
     for n, v in str_gmatch(rec.headers, "([^:\n]+): ([^\n]*)\n") do
         local name = n
@@ -79,14 +80,18 @@ local function replay(g, rec)
             ngx_header[name] = list
         end
     end
+    -- None stored: none sent. Unset, nginx would add its default_type to the replay.
     if multi["content-type"] == nil then
         ngx_header["Content-Type"] = nil
     end
     ngx_header["Idempotent-Replayed"] = "true"
     if rec.status == 204 or rec.status == 304 then
+        -- RFC 9110: a 204 has no Content-Length, and a 304's would describe the
+        -- representation, not this empty answer; ngx.exit on its own would add "0".
         ngx_send_headers()
         return ngx_exit(HTTP_OK)
     end
+    -- A HEAD response's own (stored) Content-Length stands, or none: its body was never sent.
     if multi["content-length"] == nil and req_get_method() ~= "HEAD" then
         ngx_header["Content-Length"] = #rec.body
     end
@@ -108,6 +113,8 @@ function _M.answer(g, rec, fp)
     if rec.state == "done" then
         return replay(g, rec)
     end
+    -- Completed, but its response was not kept (larger than max_body): the
+    -- operation ran, so it must not run again; tell the client so, for good.
     stats.incr(g._dict, g.name, "replayed")
     ngx_header["Idempotent-Replayed"] = "true"
     return problem(
@@ -148,6 +155,7 @@ function _M.onRedisFailure(g, err)
     if err ~= nil then
         stats.redisFailed(g, err)
     end
+    -- on_error = "allow" runs it without protection against a second execution: counted, logged above.
     if stats.failedOpen(g) then
         return
     end
@@ -159,5 +167,6 @@ function _M.onRedisFailure(g, err)
         "the store of idempotency keys is unavailable; retry later with the same key"
     )
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.problem = problem
 return _M

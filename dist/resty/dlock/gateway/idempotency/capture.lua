@@ -1,4 +1,8 @@
 -- Generated from src/resty/dlock/gateway/idempotency/capture.ts by TypeScriptToLua: edit that file, not this one.
+-- A request that holds a claim: the keeper renews the claim while it runs, the
+-- header and body filters note its response (up to max_body), and at the end
+-- of the body the claim becomes the stored record (record.ts). The captures
+-- table (requests of this worker holding a claim) lives here alone.
 local _M = {}
 local inflight = require("resty.dlock.gateway.inflight")
 local backend = require("resty.dlock.redis.backend")
@@ -23,6 +27,7 @@ local table_concat = table.concat
 local lua_type = type
 local lua_tostring = tostring
 local req_get_method = ngx.req.get_method
+-- ngx.arg is one table whose fields read the current body_filter call's arguments.
 local ngx_arg = ngx.arg
 local resp_get_headers = ngx.resp.get_headers
 local FINISHED = claims.FINISHED
@@ -39,6 +44,7 @@ local function current()
         return nil
     end
     if not request.alive(c.anchor) then
+        -- A request that is gone had this address before: it ended unseen.
         captures[rid] = nil
         return nil
     end
@@ -52,17 +58,12 @@ function _M.hold(g, rkey, tok, fp)
         return true
     end
     local rec = ledger.recordKey(g._leaseStore.redis.keyspace, rkey, tok, true)
-    local recorded, recv = ledger.record(
-        g._dict,
-        rec,
-        tok,
-        rkey,
-        g._lease
-    )
+    local recorded, recv = ledger.record(g._dict, rec, tok, rkey, g._lease)
     if recorded ~= nil then
         meter.recorded(g._leaseStore.meter, recorded)
     end
     local now = clock_now() * 1000
+    -- Shaped as a lease of the lock, so the keeper renews it with the others (one pipeline per guard).
     local l = {
         key = rkey,
         token = tok,
@@ -112,6 +113,8 @@ end
 --- The whole response went by: store it.
 local function complete(c)
     if not c.refused and AMBIGUOUS[lua_tostring(c.status)] == nil then
+        -- Before its last bytes leave: a retry reaching this nginx waits for the store, not 409.
+        -- Only into free memory: a full dict never loses a lease's record for it (a retry then gets 409, not the wait).
         c.g._dict:safe_set(FINISHED .. c.lease._rkey, true, c.g._lease / 1000)
     end
     record.schedule(c)
@@ -123,7 +126,11 @@ function _M.headerFilter()
     end
     c.status = ngx_.status
     local hs = resp_get_headers(200)
+    -- A response to HEAD is its header: no body filter call ends it, and its
+    -- Content-Length (the GET body's) is kept for the replay.
     local head = req_get_method() == "HEAD"
+    -- Names in a stable order (the same response stores the same bytes); the
+    -- values of a repeated name in the order they were sent (RFC 9110 5.3).
     local names = {}
     for name in lua_pairs(hs) do
         local n = str_lower(name)
@@ -141,11 +148,7 @@ function _M.headerFilter()
                 addLine(lines, n, one)
             end
         else
-            addLine(
-                lines,
-                n,
-                lua_tostring(v)
-            )
+            addLine(lines, n, lua_tostring(v))
         end
     end
     c.headers = table_concat(lines)
@@ -164,6 +167,7 @@ function _M.bodyFilter()
         local s = chunk
         c.size = c.size + #s
         if c.size > c.g._maxBody then
+            -- Not silently: the record says the operation completed, retries are told it is not replayable.
             c.tooLarge = true
             c.chunks = {}
         else

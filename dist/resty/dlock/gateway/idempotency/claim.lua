@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/gateway/idempotency/claim.ts by TypeScriptToLua: edit that file, not this one.
+-- Claiming a key in Redis, and waiting for the first request's response when
+-- the key is claimed already. The watch table (duplicates of one key waiting
+-- in this worker) lives here: the store (capture.ts) wakes it through notify.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local orphans = require("resty.dlock.core.orphans")
@@ -27,16 +30,11 @@ function _M.notify(rkey, rec)
     w.sem:post(w.waiters)
 end
 local function claim(g, rkey, tok, fp)
-    local res, err, fault = backend.call(
-        g._conf,
-        records.IDEM_CLAIM,
-        rkey,
-        tok,
-        g._lease,
-        fp
-    )
+    local res, err, fault = backend.call(g._conf, records.IDEM_CLAIM, rkey, tok, g._lease, fp)
     if res == nil then
         if fault == "lost" then
+            -- The claim may have landed with nobody to complete it: drop it (owner-checked) rather than
+            -- let it refuse retries for a whole lease.
             orphans.adoptAcquire(g._conf, records.IDEM_RELEASE, rkey, tok)
         end
         return "error", nil, err
@@ -88,6 +86,9 @@ function _M.waitFor(g, rkey, tok, fp)
             mark = g._dict:get(FINISHED .. rkey)
         end
         if mark ~= nil then
+            -- The first request's response went out from this nginx: it is being
+            -- stored, which may take up to the lease (the store retries): a retry
+            -- sent after it must get the replay, not a 409.
             extended = true
             deadline = clock_now() * 1000 + g._lease
             left = g._lease
@@ -96,6 +97,7 @@ function _M.waitFor(g, rkey, tok, fp)
             break
         end
         if w.polling then
+            -- Another waiter of this worker asks Redis; it (or the store) wakes us.
             w.sem:wait(clock_timeout(math_min(left, 250) / 1000))
         else
             w.polling = true
@@ -103,6 +105,7 @@ function _M.waitFor(g, rkey, tok, fp)
             w.polling = false
             if got == "record" and rec.state ~= "running" then
                 w.rec = rec
+                -- The others of this worker (ngx.semaphore refuses to post 0).
                 if w.waiters > 1 then
                     w.sem:post(w.waiters - 1)
                 end
@@ -111,6 +114,7 @@ function _M.waitFor(g, rkey, tok, fp)
                 break
             end
             if got ~= "record" then
+                -- Claimed for ourselves, or Redis failed: another waiter polls from now on.
                 if w.waiters > 1 then
                     w.sem:post(1)
                 end
@@ -128,6 +132,7 @@ function _M.waitFor(g, rkey, tok, fp)
     end
     return what, found, err
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.FINISHED = FINISHED
 _M.claim = claim
 return _M

@@ -1,4 +1,7 @@
 -- Generated from src/resty/dlock/gateway/idempotency/options.ts by TypeScriptToLua: edit that file, not this one.
+-- Mode idempotency at gateway.new: the checks of its own options (declared
+-- with every other mode's in ../options.ts), and the guard's fields made of
+-- the checked table. Nothing here runs per request.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
@@ -60,6 +63,7 @@ function _M.store(v)
     if lua_type(v) ~= "table" then
         return check.fail(what, v)
     end
+    -- An empty list would store nothing: every retry would run again, not what anyone means by it.
     if #v == 0 or not check.isList(v) then
         return check.fail(what, v)
     end
@@ -69,22 +73,13 @@ function _M.store(v)
             return check.fail(what, i)
         end
         if lua_type(x) == "number" then
-            local n, err = check.integer(
-                "store",
-                x,
-                200,
-                599,
-                "a status from 200 to 599"
-            )
+            local n, err = check.integer("store", x, 200, 599, "a status from 200 to 599")
             if n == nil then
                 return nil, err
             end
             s[n] = true
         else
-            local d = str_match(
-                lua_tostring(x),
-                "^([2-5])xx$"
-            )
+            local d = str_match(lua_tostring(x), "^([2-5])xx$")
             if lua_type(x) ~= "string" or d == nil then
                 return check.fail(what, x)
             end

@@ -1,4 +1,10 @@
 -- Generated from src/resty/dlock/gateway/idempotency/record.ts by TypeScriptToLua: edit that file, not this one.
+-- The store of a complete response: the claim of a request becomes the
+-- stored record. Filters and the log phase have no cosockets: the store rides
+-- the worker's next pipeline (backend.post) and its reply is seen to by
+-- answered(); a timer stores it when it cannot go that way or Redis did not
+-- answer (until the claim would run out), and drops the claim of a response
+-- not to store.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
@@ -21,6 +27,8 @@ local lua_tostring = tostring
 local quiet_due_for = quiet.dueFor
 local quiet_more = quiet.more
 local FINISHED = claims.FINISHED
+-- Per guard, its lines about what Redis did not take while it failed: an
+-- outage would otherwise log one per request (counted in not_stored).
 local undropped = {}
 local unstored = {}
 --- The store of c's response, sent through `send` (backend.call, or backend.post).
@@ -51,13 +59,7 @@ local function stored(c, res)
     if res == 1 then
         stats.incr(g._dict, g.name, c.tooLarge and "not_stored" or "stored")
         settle.forget(l)
-        claims.notify(l._rkey, {
-            state = c.state,
-            fp = c.fp,
-            status = c.status,
-            headers = c.headers,
-            body = c.body
-        })
+        claims.notify(l._rkey, {state = c.state, fp = c.fp, status = c.status, headers = c.headers, body = c.body})
         return true
     end
     stats.incr(g._dict, g.name, "not_stored")
@@ -80,8 +82,10 @@ local function store(premature, c)
         stats.incr(g._dict, g.name, "not_stored")
         g._dict:delete(FINISHED .. l._rkey)
         if not c.refused and AMBIGUOUS[lua_tostring(status)] ~= nil then
+            -- The operation may have run, or may still be running: no retry before the claim runs out.
             return
         end
+        -- The application said it did not do it (409, 429, 503...): retries may run it.
         local res, err = backend.call(g._conf, records.IDEM_RELEASE, l._rkey, l.token)
         if res == nil then
             local n = quiet_due_for(undropped, g.name)
@@ -101,6 +105,7 @@ local function store(premature, c)
         claims.notify(l._rkey, nil)
         return
     end
+    -- Until the claim would run out: Redis may come back meanwhile.
     ngx_update_time()
     local deadline = clock_now() + g._lease / 1000
     local pause = 0.05
@@ -173,6 +178,7 @@ local function schedule(c)
     end
     later(c)
 end
+-- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.schedule = schedule
 _M.answered = answered
 _M.AMBIGUOUS = AMBIGUOUS

@@ -127,6 +127,36 @@ describe("privacy", function()
     assert.same({}, undocumented(lim, LIMITER))
     assert.same({ "privacy", "dlock:rate:privacy:" }, { lim.name, lim.prefix })
   end)
+
+  it("the option fields are there to read: writing one changes nothing the object does", function()
+    local sem = assert(semaphore.new({ dict = "dlock", permits = 1, prefix = "dlock:privacy:" .. ngx.now() .. ":",
+      redis = h.redis_opts() }))
+    sem.permits = 1e9
+    local one = assert(sem:acquire("copies", { ttl = 5000 }))
+    local two, err = sem:acquire("copies", { ttl = 5000 })
+    one:release()
+    if two then two:release() end
+    assert.is_nil(two, "a second permit of one after permits = 1e9 was written")
+    assert.equal("busy", err)
+
+    local locks = assert(dlock.new({ dict = "dlock", redis = h.redis_opts(), prefix = "dlock:privacy:" .. ngx.now() .. ":" }))
+    locks.reentrant = true
+    local held = assert(locks:acquire("copies", { ttl = 5000 }))
+    local again, aerr = locks:acquire("copies", { ttl = 5000 })
+    held:release()
+    if again then again:release() end
+    assert.is_nil(again, "a nested lease after reentrant = true was written")
+    assert.equal("busy", aerr)
+
+    local lim = assert(require("resty.dlock.rate").new({ dict = "dlock", name = "copies", rate = 1, period = 60000,
+      redis = h.redis_opts() }))
+    local key = "copies:" .. ngx.now()
+    assert(lim:incoming(key, true))
+    lim.prefix = "dlock:elsewhere:"
+    local delay, lerr = lim:incoming(key, true)
+    assert.is_nil(delay, "the limit was counted afresh under a written prefix")
+    assert.equal("rejected", lerr)
+  end)
 end)
 
 h.check_error_logs({})

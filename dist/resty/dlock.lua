@@ -111,7 +111,7 @@ local locksMethods = {
             end
             kind = readers
         end
-        if self.reentrant then
+        if self._reentrant then
             local again = reentrant.nested(self._id, rkey)
             if again ~= nil then
                 return again, nil, nil
@@ -125,7 +125,7 @@ local locksMethods = {
         if renew then
             l, err, retryAfter = watchdog.hold(l, onLost)
         end
-        if l ~= nil and self.reentrant then
+        if l ~= nil and self._reentrant then
             l = reentrant.enter(self._id, l)
         end
         return l, err, retryAfter
@@ -176,6 +176,7 @@ function _M.new(opts)
         wait = store.wait,
         owner = o.owner,
         reentrant = o.reentrant,
+        _reentrant = o.reentrant,
         _store = store,
         _mint = o.owner == "worker" and token.worker or token.random,
         _kind = kind,

@@ -44,8 +44,13 @@ export interface Locks {
   readonly ttl: number;
   readonly wait: number;
   readonly owner: "random" | "worker";
-  /** A caller that holds a key gets nested leases on it (see reentrant.ts). */
   readonly reentrant: boolean;
+  /**
+   * A caller that holds a key gets nested leases on it (see reentrant.ts). The
+   * public fields are copies to read: what the factory does never follows a
+   * write to one of them.
+   */
+  readonly _reentrant: boolean;
   readonly _store: lease.Store;
   /** Makes its leases' tokens (owner = "random" or "worker"). */
   readonly _mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>;
@@ -121,7 +126,7 @@ const locksMethods = {
       if (readers === undefined) return $multi(undefined, this._noReaders, undefined);
       kind = readers;
     }
-    if (this.reentrant) {
+    if (this._reentrant) {
       const again = reentrant.nested(this._id, rkey);
       if (again !== undefined) return $multi(again, undefined, undefined);
     }
@@ -129,7 +134,7 @@ const locksMethods = {
     let [l, err, retryAfter] = metered(store, kind, k, rkey, this._mint, shared ? rwscripts.READER : undefined, ttl, wait);
     if (l === undefined) return $multi(l, err, retryAfter);
     if (renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
-    if (l !== undefined && this.reentrant) l = reentrant.enter(this._id, l);
+    if (l !== undefined && this._reentrant) l = reentrant.enter(this._id, l);
     return $multi(l, err, retryAfter);
   },
 
@@ -178,7 +183,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
   factories++;
   const locks = {
     prefix: store.prefix, ttl: store.ttl, wait: store.wait, owner: o.owner, reentrant: o.reentrant,
-    _store: store, _mint: o.owner === "worker" ? token.worker : token.random, _kind: kind, _readers: readers, _noReaders: noReaders,
+    _reentrant: o.reentrant, _store: store, _mint: o.owner === "worker" ? token.worker : token.random, _kind: kind, _readers: readers, _noReaders: noReaders,
     _id: lua_tostring(factories),
   };
   recovery.register(store, kind);

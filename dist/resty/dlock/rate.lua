@@ -49,7 +49,7 @@ local function keyOf(lim, key, cost, op, call)
             cost
         )
     end
-    return lim.prefix .. key, nil
+    return lim._prefix .. key, nil
 end
 local limiterMethods = {
     incoming = function(self, key, commit, cost)
@@ -103,7 +103,14 @@ function _M.new(opts)
     local name = o.name
     local dict = o.dict
     local prefix = o.prefix or "dlock:rate:" .. name .. ":"
-    local lim = {name = name, _dict = dict, _redis = conf, prefix = prefix, _limits = ls}
+    local lim = {
+        name = name,
+        _dict = dict,
+        _redis = conf,
+        prefix = prefix,
+        _prefix = prefix,
+        _limits = ls
+    }
     return lua_setmetatable(lim, limiterMt), nil
 end
 return _M

@@ -54,7 +54,7 @@ local semaphoreMethods = {
         if bad ~= nil then
             return nil, bad, nil
         end
-        local l, err, retryAfter = metered(store, PERMIT, k, rkey, token.random, nil, ttl, wait, self.permits)
+        local l, err, retryAfter = metered(store, PERMIT, k, rkey, token.random, nil, ttl, wait, self._permits)
         if l == nil or not renew then
             return l, err, retryAfter
         end
@@ -90,6 +90,7 @@ function _M.new(opts)
         ttl = store.ttl,
         wait = store.wait,
         permits = o.permits,
+        _permits = o.permits,
         _store = store
     }
     return lua_setmetatable(sem, semaphoreMt), nil

@@ -37,6 +37,8 @@ interface State {
   readonly _dict: NgxSharedDict;
   readonly _redis: redis.RedisConf;
   readonly prefix: string;
+  /** What the limiter acts on: prefix above is a copy to read (a write to it changes nothing). */
+  readonly _prefix: string;
   readonly _limits: core.Limits;
 }
 
@@ -63,7 +65,7 @@ function keyOf(lim: Limiter, key: unknown, cost: unknown, op: string, call: stri
     return check.fail("cost must be a positive integer, at most the smallest burst (" +
       lua_tostring(lim._limits.most) + ")", cost);
   }
-  return $multi(lim.prefix + (key as string), undefined);
+  return $multi(lim._prefix + (key as string), undefined);
 }
 
 const limiterMethods = {
@@ -118,6 +120,6 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Limiter | und
   const name = o.name;
   const dict = o.dict;
   const prefix = o.prefix ?? "dlock:rate:" + name + ":";
-  const lim: State = { name, _dict: dict, _redis: conf, prefix: prefix, _limits: ls };
+  const lim: State = { name, _dict: dict, _redis: conf, prefix, _prefix: prefix, _limits: ls };
   return $multi(lua_setmetatable(lim, limiterMt) as unknown as Limiter, undefined);
 }

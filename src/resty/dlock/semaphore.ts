@@ -40,6 +40,8 @@ export interface Semaphore {
   readonly ttl: number;
   readonly wait: number;
   readonly permits: number;
+  /** What the semaphore acts on: permits above is a copy to read (a write to it changes nothing). */
+  readonly _permits: number;
   readonly _store: lease.Store;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
@@ -69,7 +71,7 @@ const semaphoreMethods = {
     const store = this._store;
     const [bad, k, rkey, ttl, wait, renew, onLost] = options.acquire(store, key, opts, false);
     if (bad !== undefined) return $multi(undefined, bad, undefined);
-    const [l, err, retryAfter] = metered(store, PERMIT, k, rkey, token.random, undefined, ttl, wait, this.permits);
+    const [l, err, retryAfter] = metered(store, PERMIT, k, rkey, token.random, undefined, ttl, wait, this._permits);
     if (l === undefined || !renew) return $multi(l, err, retryAfter);
     return watchdog.hold(l, onLost);
   },
@@ -99,6 +101,6 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Semaphore | u
   if (refused !== undefined) return $multi(undefined, refused);
   const store = options.store(o);
   recovery.register(store, PERMIT);
-  const sem = { prefix: store.prefix, ttl: store.ttl, wait: store.wait, permits: o.permits, _store: store };
+  const sem = { prefix: store.prefix, ttl: store.ttl, wait: store.wait, permits: o.permits, _permits: o.permits, _store: store };
   return $multi(lua_setmetatable(sem, semaphoreMt) as unknown as Semaphore, undefined);
 }

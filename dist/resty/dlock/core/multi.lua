@@ -282,7 +282,7 @@ function _M.acquireAll(f, keys, opts)
     if bad ~= nil then
         return nil, bad, nil
     end
-    if f.reentrant then
+    if f._reentrant then
         return nil, REENTRANT, nil
     end
     ngx_update_time()

@@ -59,7 +59,7 @@ export interface Factory {
   readonly _store: Store;
   readonly _kind: Kind;
   readonly _mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>;
-  readonly reentrant: boolean;
+  readonly _reentrant: boolean;
 }
 
 const REENTRANT = "dlock: acquire_all is refused by reentrant factories (reentrant = true): a set is never nested, " +
@@ -268,7 +268,7 @@ export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAll
   const store = f._store;
   const [bad, list, rkeys, ttl, wait, renew, onLost] = multioptions.acquireAll(store, keys, opts);
   if (bad !== undefined) return $multi(undefined, bad, undefined);
-  if (f.reentrant) return $multi(undefined, REENTRANT, undefined);
+  if (f._reentrant) return $multi(undefined, REENTRANT, undefined);
   ngx_update_time();
   const t0 = clock_now();
   const [tok, terr] = f._mint();

@@ -13,9 +13,7 @@ local function get(gw, path, opts)
 end
 
 local function backend_stats(key)
-  local res = assert(h.http(backend_port, "/stats?key=" .. key))
-  local hits, max, inflight = res.body:match("^(%d+) (%d+) (%d+)")
-  return tonumber(hits), tonumber(max), tonumber(inflight)
+  return h.backend_stats(backend_port, key)
 end
 
 local function status(gw)

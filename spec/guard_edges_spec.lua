@@ -23,9 +23,7 @@ end
 
 --- The backend's "hits max_in_flight in_flight" for key.
 local function backend(key)
-  local body = assert(h.http(n.backend, "/stats?key=" .. key)).body
-  local hits, max, now = body:match("^(%d+) (%d+) (%d+)")
-  return tonumber(hits), tonumber(max), tonumber(now)
+  return h.backend_stats(n.backend, key)
 end
 
 describe("gateway guards at their edges", function()

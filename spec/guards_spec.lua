@@ -16,9 +16,8 @@ end
 
 --- The backend's "hits max_in_flight" for key: how many requests reached it, and the most of them at once.
 local function stats(key)
-  local res = assert(h.http(n.backend, "/stats?key=" .. key))
-  local count, max = res.body:match("^(%d+) (%d+)")
-  return tonumber(count), tonumber(max)
+  local count, max = h.backend_stats(n.backend, key)
+  return count, max
 end
 
 local function hits(key)

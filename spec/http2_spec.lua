@@ -82,8 +82,7 @@ describe("guards behind a TLS + HTTP/2 frontend, on a TLS Redis with a least-pri
 
   --- The backend's "hits max_in_flight in_flight" for key.
   local function stats(key)
-    local a, b, c = assert(h.http(backend, "/stats?key=" .. key)).body:match("^(%d+) (%d+) (%d+)")
-    return tonumber(a), tonumber(b), tonumber(c)
+    return h.backend_stats(backend, key)
   end
 
   it("a concurrency guard of one permit lets one of 8 streams of a key into the backend and refuses the others " ..

@@ -86,8 +86,7 @@ local function post(n, path, key, body, extra)
 end
 
 local function executions(n, key)
-  local res = assert(h.http(n.backend, "/stats?key=" .. key))
-  return tonumber(res.body:match("^(%d+)"))
+  return (h.backend_stats(n.backend, key))
 end
 
 local function guard(n, name)

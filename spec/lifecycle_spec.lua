@@ -26,9 +26,7 @@ local function get(n, path, opts)
 end
 
 local function backend(n, key)
-  local res = assert(h.http(n.backend, "/stats?key=" .. key))
-  local hits, max, inflight = res.body:match("^(%d+) (%d+) (%d+)")
-  return tonumber(hits), tonumber(max), tonumber(inflight)
+  return h.backend_stats(n.backend, key)
 end
 
 local function guard(n, name)

@@ -80,10 +80,8 @@ describe("gateway mode rate with on_error = local", function()
   end)
 
   local function backend_max(n, key)
-    -- "hits max_in_flight in_flight" of this nginx's own backend
-    local body = assert(h.http(n.backend_port, "/stats?key=" .. key)).body
-    local hits, max = body:match("^(%d+) (%d+)")
-    return tonumber(hits), tonumber(max)
+    local hits, max = h.backend_stats(n.backend_port, key)
+    return hits, max
   end
 
   for _, case in ipairs({

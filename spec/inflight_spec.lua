@@ -1,7 +1,6 @@
 -- The gateway's release queue, driven directly from the spec worker (a timer,
 -- like the drains): real leases in the test Redis.
 local h = require "helpers"
-local inflight = require "resty.dlock.gateway.inflight"
 local releases = require "resty.dlock.gateway.releases"
 local pipeline = require "resty.dlock.redis.pipeline"
 
@@ -22,10 +21,10 @@ describe("the gateway's release queue", function()
     local locks = h.locks()
     -- Work that raises as soon as it is touched (a hold re-arm calls lease:extend).
     local broken = setmetatable({}, { __index = function() error("broken lease") end })
-    for _ = 1, 40 do inflight.enqueue(owner, broken, 100) end
+    for _ = 1, 40 do releases.enqueue(owner, broken, 100) end
     ngx.sleep(0.05)
     local lease = assert(locks:acquire("after-the-broken-ones"))
-    inflight.enqueue(owner, lease, 0)
+    releases.enqueue(owner, lease, 0)
     assert.is_true(gone(lease._store.prefix .. "after-the-broken-ones", 0.5), "the release never went out")
   end)
 
@@ -71,7 +70,7 @@ describe("the gateway's release queue", function()
     -- Queued in one go, as the log phases of one event loop turn do: one drain (or the
     -- threads of the last one, waiting for work) takes them all.
     local before = ngx.timer.pending_count()
-    for i = 1, 50 do inflight.enqueue(owner, leases[i], 0) end
+    for i = 1, 50 do releases.enqueue(owner, leases[i], 0) end
     assert.is_true(ngx.timer.pending_count() - before <= 1)
     for i = 1, 50 do assert.is_true(gone(keys[i], 1.0), keys[i] .. " still held") end
   end)
@@ -82,7 +81,7 @@ describe("the gateway's release queue", function()
     for i = 1, 300 do
       local lease = assert(locks:acquire("many:" .. i))
       keys[i] = lease._store.prefix .. "many:" .. i
-      inflight.enqueue(owner, lease, 0)
+      releases.enqueue(owner, lease, 0)
     end
     for i = 1, 300, 37 do assert.is_true(gone(keys[i], 1.0), keys[i] .. " still held") end
     assert.is_true(gone(keys[300], 1.0))

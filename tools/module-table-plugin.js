@@ -12,6 +12,7 @@ const comments = require("./comments-plugin");
 
 const EXPORTS = "____exports";
 const NAME = "_M";
+const NGX_LOCAL = "ngx_";
 /** Columns an argument list and its line's indent may take on one line (the call's name and parentheses come on top). */
 const WIDTH = 90;
 
@@ -60,6 +61,8 @@ class ModulePrinter extends tstl.LuaPrinter {
 
   printIdentifier(expression) {
     if (expression.text === EXPORTS) return this.createSourceNode(expression, NAME);
+    // `const ngx_ = ngx` (TypeScript cannot name a local after the global it reads) is Lua's `local ngx = ngx`.
+    if (expression.text === NGX_LOCAL) return this.createSourceNode(expression, "ngx");
     if (expression.text === NAME) throw new Error(`${this.relativeSourcePath}: the name ${NAME} is the module table's (tools/module-table-plugin.js)`);
     return super.printIdentifier(expression);
   }

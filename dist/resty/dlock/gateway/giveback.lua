@@ -29,7 +29,7 @@ local decide = core.decide
 local request_id = request.id
 local request_alive = request.alive
 local get_phase = ngx.get_phase
-local ngx_ = ngx
+local ngx = ngx
 local give_back_here = fallback.giveBack
 --- Rate guards (made before the workers fork).
 local chargers = {}
@@ -47,7 +47,7 @@ function _M.refused()
     if rid == nil then
         return
     end
-    local ctx = ngx_.ctx
+    local ctx = ngx.ctx
     for i = 1, #chargers do
         local g = chargers[i]
         local m = g._seen[rid]

@@ -40,10 +40,10 @@ local function skipsRedis(g, fallback)
     return stats.skips(g._dict, g.name, g._probeFor)
 end
 --- The metatable of every guard of these modes (its __index, the methods, is set once they are).
-_M.mt = {}
+local mt = {}
 local guardMethods = {
     access = function(self)
-        if shared.misused(self, _M.mt, "access") then
+        if shared.misused(self, mt, "access") then
             return
         end
         if not shared.decides(self.name) then
@@ -97,7 +97,7 @@ local guardMethods = {
         onRedisFailure(self, key)
     end,
     log = function(self)
-        if shared.misused(self, _M.mt, "log") then
+        if shared.misused(self, mt, "log") then
             return
         end
         inflight.finish(self)
@@ -106,5 +106,7 @@ local guardMethods = {
         end
     end
 }
-_M.mt.__index = guardMethods
+mt.__index = guardMethods
+-- Exported by name: the methods read it as a local on every request, not through the exports table.
+_M.mt = mt
 return _M

@@ -24,7 +24,7 @@ local releases = require("resty.dlock.gateway.releases")
 local renewals = require("resty.dlock.gateway.renewals")
 local request = require("resty.dlock.gateway.request")
 local stats = require("resty.dlock.gateway.stats")
-local ngx_ = ngx
+local ngx = ngx
 local math_min = math.min
 local math_max = math.max
 local request_id = request.id
@@ -33,7 +33,6 @@ local request_here = request.here
 local answered = releases.answered
 local advice_unlogged = advice.unlogged
 local lua_pairs = pairs
-_M.enqueue = releases.enqueue
 --- In-flight requests of this worker that hold a guard's lease, by request id.
 local requests = {}
 local count = 0
@@ -107,7 +106,7 @@ function _M.finish(owner)
         return
     end
     local how = request.aborted() and "aborted" or "logged"
-    local status = ngx_.status
+    local status = ngx.status
     if owner == nil then
         endReq(rid, req, how, status)
         return

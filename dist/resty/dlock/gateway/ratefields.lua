@@ -11,7 +11,7 @@ local math_min = math.min
 local math_max = math.max
 local lua_type = type
 local str_find = string.find
-local ngx_ = ngx
+local ngx = ngx
 --- Set a RateLimit field to this guard's items, after those another rate guard
 -- of the request set already (per client and per API key: both lists go out,
 -- one field each, as the draft has several policies in one field).
@@ -45,7 +45,7 @@ local function sent(value, quoted)
 end
 --- The RateLimit fields of a reply, its limits' intervals and capacities in ms.
 function _M.fields(g, reply, iv, cap)
-    local header = ngx_.header
+    local header = ngx.header
     -- A client tells policies apart by name (draft-11 3.1, 4.1): a name another guard sent already is made ours.
     local before = header["RateLimit-Policy"]
     local clash = lua_type(before) == "string" and sent(before, g._quoted)

@@ -20,7 +20,7 @@ local _M = {}
 local vars = require("resty.dlock.gateway.vars")
 local ffi = require("ffi")
 local base = require("resty.core.base")
-local ngx_ = ngx
+local ngx = ngx
 local get_request = base.get_request
 local ffi_cast = ffi.cast
 local lua_tonumber = tonumber
@@ -67,7 +67,7 @@ local function here()
         return nil, nil, -1
     end
     -- Reading ngx.ctx creates the table and registers it, so its slot exists afterwards.
-    local ctx = ngx_.ctx
+    local ctx = ngx.ctx
     local ref = -1
     if canWatch then
         local n = getCtxRef(r, inSsl, sslRef)
@@ -129,7 +129,7 @@ function _M.aborted()
     if tried ~= nil and (str_find(tried, "504", 1, true)) ~= nil and timedOutConnected(tried) then
         return true
     end
-    if var_get("request_completion") == "OK" or ngx_.status == 444 then
+    if var_get("request_completion") == "OK" or ngx.status == 444 then
         return false
     end
     local upstream = var_get("upstream_addr")

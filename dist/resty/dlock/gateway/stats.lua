@@ -15,7 +15,7 @@ local clock = require("resty.dlock.core.clock")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local NOTICE = ngx.NOTICE
-local ngx_ = ngx
+local timer_at = ngx.timer.at
 local lua_type = type
 local clock_now = clock.now
 local worker_exiting = ngx.worker.exiting
@@ -141,7 +141,7 @@ local function probeDone(dict, guard)
 end
 --- The probe, in a timer `delay` s from now; said when it cannot start, and its mark let go.
 local function startProbe(g, delay, probe)
-    local ok, err = ngx_.timer.at(delay, probe, g)
+    local ok, err = timer_at(delay, probe, g)
     if ok ~= nil then
         return
     end

@@ -128,7 +128,4 @@ function _M.read(r)
     r.pos = next
     return v, err
 end
--- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-_M.arg = arg
-_M.command = command
 return _M

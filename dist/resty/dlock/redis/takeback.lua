@@ -86,7 +86,7 @@ function _M.settle(premature, conf, b)
     report(p)
 end
 --- Seconds between looks for acquires sent at once whose callers never came back.
-_M.WATCH = 1
+local WATCH = 1
 --- lane.watching: a watcher runs now, or none is on its way.
 local RUNNING = math.huge
 local NONE = -math.huge
@@ -123,7 +123,7 @@ end
 -- (patience) is their sum and a second more. Waiting for it matters too: the
 -- connection was closed with the command perhaps not yet run, and by then it
 -- has run (or Redis has been stuck that long).
-function _M.watcher(premature, lane, at)
+local function watcher(premature, lane, at)
     -- Started late, after another was started in its place (or runs now): that one watches.
     if lane.watching ~= at then
         return
@@ -135,7 +135,7 @@ function _M.watcher(premature, lane, at)
         -- one until the slots' time is up, or their keys would stay locked for their ttl.
         local stop = clock_now() + clock.EXIT_HORIZON
         while (lua_next(lane.acquires)) ~= nil and clock_now() < stop do
-            clock_sleep(_M.WATCH)
+            clock_sleep(WATCH)
             look(lane)
         end
         lane.watching = NONE
@@ -146,8 +146,11 @@ function _M.watcher(premature, lane, at)
         return
     end
     local now = clock_now()
-    if (timer_at(_M.WATCH, _M.watcher, lane, now)) ~= nil then
+    if (timer_at(WATCH, watcher, lane, now)) ~= nil then
         lane.watching = now
     end
 end
+-- Exported by name: the watcher re-arms itself through locals, not the exports table.
+_M.WATCH = WATCH
+_M.watcher = watcher
 return _M

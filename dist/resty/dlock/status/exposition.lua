@@ -13,7 +13,7 @@ local lua_pairs = pairs
 local lua_ipairs = ipairs
 local ngx_header = ngx.header
 local ngx_say = ngx.say
-local ngx_ = ngx
+local ngx = ngx
 local str_gsub = string.gsub
 local str_format = string.format
 local table_concat = table.concat
@@ -182,7 +182,7 @@ function _M.metrics(opts)
     end
     local text, err = metrics_text(opts)
     if text == nil then
-        ngx_.status = 500
+        ngx.status = 500
         ngx_say("# ", err)
         return true, nil
     end

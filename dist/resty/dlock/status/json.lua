@@ -18,7 +18,7 @@ local ngx_var = ngx.var
 local ngx_header = ngx.header
 local ngx_say = ngx.say
 local ngx_shared = ngx.shared
-local ngx_ = ngx
+local ngx = ngx
 local table_concat = table.concat
 local lua_type = type
 local lua_tonumber = tonumber
@@ -208,7 +208,7 @@ local function encode(r)
     return "{" .. table_concat(parts, ",") .. "}", nil
 end
 local function fail(status, err)
-    ngx_.status = status
+    ngx.status = status
     ngx_header["Content-Type"] = "application/json"
     ngx_say((cjson.encode({error = err})) or "{}")
 end

@@ -109,7 +109,7 @@ function skipsRedis(g: Guard, fallback: lockLocal.Local | undefined): boolean {
 }
 
 /** The metatable of every guard of these modes (its __index, the methods, is set once they are). */
-export const mt: { __index?: object } = {};
+const mt: { __index?: object } = {};
 
 const guardMethods = {
   /** In access_by_lua: let the request through, or end it with the guard's status. */
@@ -173,3 +173,5 @@ const guardMethods = {
 };
 mt.__index = guardMethods;
 
+// Exported by name: the methods read it as a local on every request, not through the exports table.
+export { mt };

@@ -35,8 +35,6 @@ const answered = releases.answered;
 const advice_unlogged = advice.unlogged;
 const lua_pairs = pairs;
 
-export const enqueue = releases.enqueue;
-
 /** What the keeper and the drains need of a guard. */
 export interface Owner {
   readonly name: string;

@@ -15,7 +15,7 @@ import * as clock from "../core/clock";
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
 const NOTICE = ngx.NOTICE;
-const ngx_ = ngx; // ngx.timer read per call: timers are made in the request that needs one
+const timer_at = ngx.timer.at;
 const lua_type = type;
 const clock_now = clock.now;
 const worker_exiting = ngx.worker.exiting;
@@ -144,7 +144,7 @@ function probeDone(dict: NgxSharedDict, guard: string): void {
 /** The probe, in a timer `delay` s from now; said when it cannot start, and its mark let go. */
 function startProbe<G extends { readonly _dict: NgxSharedDict; readonly name: string }>(g: G, delay: number,
   probe: (this: void, premature: boolean, g: G) => void): void {
-  const [ok, err] = ngx_.timer.at(delay, probe, g);
+  const [ok, err] = timer_at(delay, probe, g);
   if (ok !== undefined) return;
   probeDone(g._dict, g.name);
   ngx_log(ERR, "dlock: guard ", g.name, ": cannot start a timer to probe Redis: ", err);

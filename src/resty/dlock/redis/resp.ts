@@ -130,6 +130,3 @@ export function read(r: Reader): LuaMultiReturn<[RedisValue | false | undefined,
   r.pos = next;
   return $multi(v, err);
 }
-
-// Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { arg, command };

@@ -91,7 +91,7 @@ export function settle(this: void, premature: boolean, conf: redis.RedisConf, b:
 }
 
 /** Seconds between looks for acquires sent at once whose callers never came back. */
-export const WATCH = 1;
+const WATCH = 1;
 /** lane.watching: a watcher runs now, or none is on its way. */
 const RUNNING = math.huge;
 const NONE = -math.huge;
@@ -130,7 +130,7 @@ function look(lane: Lane): void {
  * connection was closed with the command perhaps not yet run, and by then it
  * has run (or Redis has been stuck that long).
  */
-export function watcher(this: void, premature: boolean, lane: Lane, at: number): void {
+function watcher(this: void, premature: boolean, lane: Lane, at: number): void {
   // Started late, after another was started in its place (or runs now): that one watches.
   if (lane.watching !== at) return;
   lane.watching = RUNNING;
@@ -151,3 +151,6 @@ export function watcher(this: void, premature: boolean, lane: Lane, at: number):
   const now = clock_now();
   if (timer_at(WATCH, watcher, lane, now)[0] !== undefined) lane.watching = now;
 }
+
+// Exported by name: the watcher re-arms itself through locals, not the exports table.
+export { WATCH, watcher };

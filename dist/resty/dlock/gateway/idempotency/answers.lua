@@ -13,7 +13,7 @@ local req_get_method = ngx.req.get_method
 local ngx_exit = ngx.exit
 local ngx_print = ngx.print
 local ngx_send_headers = ngx.send_headers
-local ngx_ = ngx
+local ngx = ngx
 local str_gsub = string.gsub
 local str_format = string.format
 local str_byte = string.byte
@@ -37,7 +37,7 @@ local function problem(g, status, kind, title, detail, retryAfter)
     if kind ~= "unavailable" then
         given_back()
     end
-    ngx_.status = status
+    ngx.status = status
     ngx_header["Content-Type"] = "application/problem+json"
     if retryAfter ~= nil then
         ngx_header["Retry-After"] = retryAfter
@@ -61,7 +61,7 @@ end
 --- Answer with the stored response.
 local function replay(g, rec)
     stats.incr(g._dict, g.name, "replayed")
-    ngx_.status = rec.status
+    ngx.status = rec.status
     -- Header lines "name: value\n", a name repeated for each of its values (Set-Cookie...).
     local multi = {}
     for n, v in str_gmatch(rec.headers, "([^:\n]+): ([^\n]*)\n") do

@@ -20,7 +20,7 @@ local ngx_log = ngx.log
 local WARN = ngx.WARN
 local clock_now = clock.now
 local ngx_var = ngx.var
-local ngx_ = ngx
+local ngx = ngx
 local str_lower = string.lower
 local table_sort = table.sort
 local table_concat = table.concat
@@ -124,7 +124,7 @@ function _M.headerFilter()
     if c == nil or c.complete then
         return
     end
-    c.status = ngx_.status
+    c.status = ngx.status
     local hs = resp_get_headers(200)
     -- A response to HEAD is its header: no body filter call ends it, and its
     -- Content-Length (the GET body's) is kept for the replay.

@@ -85,6 +85,7 @@ build = {
       ["resty.dlock.gateway.rate"] = "dist/resty/dlock/gateway/rate.lua",
       ["resty.dlock.gateway.rate_local"] = "dist/resty/dlock/gateway/rate_local.lua",
       ["resty.dlock.gateway.ratefields"] = "dist/resty/dlock/gateway/ratefields.lua",
+      ["resty.dlock.gateway.registry"] = "dist/resty/dlock/gateway/registry.lua",
       ["resty.dlock.gateway.releases"] = "dist/resty/dlock/gateway/releases.lua",
       ["resty.dlock.gateway.renewals"] = "dist/resty/dlock/gateway/renewals.lua",
       ["resty.dlock.gateway.request"] = "dist/resty/dlock/gateway/request.lua",

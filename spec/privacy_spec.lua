@@ -128,6 +128,11 @@ describe("privacy", function()
     assert.same({ "privacy", "dlock:rate:privacy:" }, { lim.name, lim.prefix })
   end)
 
+  it("the gateway module shows new, its phase handlers and _VERSION; the guards it made are not handed out", function()
+    local gateway = require "resty.dlock.gateway"
+    assert.same({}, undocumented(gateway, set("new", "log", "header_filter", "body_filter")))
+  end)
+
   it("the option fields are there to read: writing one changes nothing the object does", function()
     local sem = assert(semaphore.new({ dict = "dlock", permits = 1, prefix = "dlock:privacy:" .. ngx.now() .. ":",
       redis = h.redis_opts() }))

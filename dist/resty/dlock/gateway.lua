@@ -25,6 +25,7 @@ local recovery = require("resty.dlock.core.recovery")
 local workers = require("resty.dlock.core.workers")
 local guard = require("resty.dlock.gateway.guard")
 local rate = require("resty.dlock.gateway.rate")
+local registry = require("resty.dlock.gateway.registry")
 local options = require("resty.dlock.gateway.options")
 local semaphore = require("resty.dlock.semaphore")
 local stats = require("resty.dlock.gateway.stats")
@@ -34,11 +35,6 @@ local lua_tostring = tostring
 local lua_setmetatable = setmetatable
 local str_gsub = string.gsub
 local get_phase = ngx.get_phase
-local registry = {}
---- Guards created so far in this worker (in creation order), for status pages.
-function _M.guards()
-    return registry
-end
 --- The options of the lock (or semaphore) underneath: the guard's, as the user gave them.
 local function lockOptions(given, o, name)
     local base = {}
@@ -73,11 +69,9 @@ function _M.new(opts)
         return nil, oerr
     end
     local mode = o.mode
-    local name = o.name or mode .. "#" .. lua_tostring(#registry + 1)
-    for i = 1, #registry do
-        if registry[i].name == name then
-            return check.fail("a guard with this name exists already", name)
-        end
+    local name = o.name or mode .. "#" .. lua_tostring(registry.count() + 1)
+    if registry.taken(name) then
+        return check.fail("a guard with this name exists already", name)
     end
     if mode == "idempotency" then
         -- Its own module: Redis records and response capture of its own.
@@ -85,7 +79,7 @@ function _M.new(opts)
         if ig == nil then
             return nil, ierr
         end
-        registry[#registry + 1] = ig
+        registry.add(ig)
         return ig, nil
     end
     if mode == "rate" then
@@ -97,7 +91,7 @@ function _M.new(opts)
         if rg._shares ~= nil then
             workers.onStart(function() return rateLocal.resume(rg) end)
         end
-        registry[#registry + 1] = rg
+        registry.add(rg)
         return rg, nil
     end
     -- The lock (or semaphore) underneath: the options checked above, checked again there (at new() only).
@@ -183,7 +177,7 @@ function _M.new(opts)
         lockLocal.register(made)
         workers.onStart(function() return lockLocal.resume(made) end)
     end
-    registry[#registry + 1] = made
+    registry.add(made)
     return made, nil
 end
 --- log_by_lua at http (or server) level: ends the leases of every guard the

@@ -25,6 +25,7 @@ import * as recovery from "./core/recovery";
 import * as workers from "./core/workers";
 import * as guard from "./gateway/guard";
 import * as rate from "./gateway/rate";
+import * as registry from "./gateway/registry";
 import type * as lease from "./core/lease";
 import * as options from "./gateway/options";
 import * as semaphore from "./semaphore";
@@ -38,13 +39,6 @@ const lua_tostring = tostring;
 const lua_setmetatable = setmetatable;
 const str_gsub = string.gsub;
 const get_phase = ngx.get_phase;
-
-const registry: guard.Listed[] = [];
-
-/** Guards created so far in this worker (in creation order), for status pages. */
-export function guards(): guard.Listed[] {
-  return registry;
-}
 
 /** The options of the lock (or semaphore) underneath: the guard's, as the user gave them. */
 function lockOptions(given: LuaTable<string, unknown>, o: options.Options, name: string): LuaTable<string, unknown> {
@@ -77,16 +71,14 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
   const [o, oerr] = options.validate(opts);
   if (o === undefined) return $multi(undefined, oerr);
   const mode = o.mode;
-  const name = o.name ?? mode + "#" + lua_tostring(registry.length + 1);
-  for (const i of $range(1, registry.length)) {
-    if (registry[i - 1]!.name === name) return check.fail("a guard with this name exists already", name);
-  }
+  const name = o.name ?? mode + "#" + lua_tostring(registry.count() + 1);
+  if (registry.taken(name)) return check.fail("a guard with this name exists already", name);
 
   if (mode === "idempotency") {
     // Its own module: Redis records and response capture of its own.
     const [ig, ierr] = idempotency.create(o, name);
     if (ig === undefined) return $multi(undefined, ierr);
-    registry.push(ig);
+    registry.add(ig);
     return $multi(ig, undefined);
   }
   if (mode === "rate") {
@@ -94,7 +86,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     const [rg, rerr] = rate.create(o, name);
     if (rg === undefined) return $multi(undefined, rerr);
     if (rg._shares !== undefined) workers.onStart(() => rateLocal.resume(rg));
-    registry.push(rg);
+    registry.add(rg);
     return $multi(rg, undefined);
   }
 
@@ -158,7 +150,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     lockLocal.register(made);
     workers.onStart(() => lockLocal.resume(made));
   }
-  registry.push(made);
+  registry.add(made);
   return $multi(made, undefined);
 }
 

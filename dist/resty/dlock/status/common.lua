@@ -7,7 +7,7 @@ local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
 local eviction = require("resty.dlock.redis.eviction")
-local gateway = require("resty.dlock.gateway")
+local registry = require("resty.dlock.gateway.registry")
 local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local meters = require("resty.dlock.status.meters")
@@ -57,7 +57,7 @@ function _M.dictNames(o)
         end
     end
     local mine = {}
-    for _, g in lua_ipairs(gateway.guards()) do
+    for _, g in lua_ipairs(registry.all()) do
         mine[#mine + 1] = g._dict
     end
     for _, d in lua_ipairs(meter.known()) do
@@ -175,7 +175,7 @@ function _M.counters(names)
         ev[ep] = evictionView(e)
     end
     local guards = {}
-    for _, g in lua_ipairs(gateway.guards()) do
+    for _, g in lua_ipairs(registry.all()) do
         local row = {}
         row.mode = g.mode
         local breaker = stats.breakerState(g._dict, g.name)

@@ -6,7 +6,7 @@
 import * as backend from "../redis/backend";
 import * as check from "../core/check";
 import * as eviction from "../redis/eviction";
-import * as gateway from "../gateway";
+import * as registry from "../gateway/registry";
 import * as ledger from "../core/ledger";
 import * as meter from "../core/meter";
 import * as meters from "./meters";
@@ -55,7 +55,7 @@ export function dictNames(o: LuaTable<string, unknown>): LuaMultiReturn<[string[
     }
   }
   const mine: NgxSharedDict[] = [];
-  for (const [_, g] of lua_ipairs(gateway.guards())) mine.push(g._dict);
+  for (const [_, g] of lua_ipairs(registry.all())) mine.push(g._dict);
   for (const [_, d] of lua_ipairs(meter.known())) mine.push(d);
   for (const [_, d] of lua_ipairs(mine)) {
     for (const [name, sd] of lua_pairs(ngx_shared)) {
@@ -195,7 +195,7 @@ export function counters(names: string[]): Report {
     ev.set(ep, evictionView(e));
   }
   const guards = new LuaTable<string, LuaTable<string, unknown>>();
-  for (const [_, g] of lua_ipairs(gateway.guards())) {
+  for (const [_, g] of lua_ipairs(registry.all())) {
     const row = new LuaTable<string, unknown>();
     row.set("mode", g.mode);
     const breaker = stats.breakerState(g._dict, g.name);

@@ -13,7 +13,7 @@
 -- outside requests.
 local _M = {}
 local check = require("resty.dlock.core.check")
-local request = require("resty.dlock.gateway.request")
+local request = require("resty.dlock.core.request")
 local co_running = coroutine.running
 local lua_tostring = tostring
 local lua_setmetatable = setmetatable

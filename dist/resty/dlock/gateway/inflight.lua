@@ -22,7 +22,8 @@ local advice = require("resty.dlock.gateway.advice")
 local loop = require("resty.dlock.core.loop")
 local releases = require("resty.dlock.gateway.releases")
 local renewals = require("resty.dlock.gateway.renewals")
-local request = require("resty.dlock.gateway.request")
+local request = require("resty.dlock.core.request")
+local upstream = require("resty.dlock.gateway.upstream")
 local stats = require("resty.dlock.gateway.stats")
 local ngx = ngx
 local math_min = math.min
@@ -105,7 +106,7 @@ function _M.finish(owner)
     if req == nil then
         return
     end
-    local how = request.aborted() and "aborted" or "logged"
+    local how = upstream.aborted() and "aborted" or "logged"
     local status = ngx.status
     if owner == nil then
         endReq(rid, req, how, status)

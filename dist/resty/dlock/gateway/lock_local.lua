@@ -23,7 +23,8 @@
 -- still be gone. What was taken locally is not carried over to Redis.
 local _M = {}
 local check = require("resty.dlock.core.check")
-local request = require("resty.dlock.gateway.request")
+local request = require("resty.dlock.core.request")
+local upstream = require("resty.dlock.gateway.upstream")
 local stats = require("resty.dlock.gateway.stats")
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
@@ -199,7 +200,7 @@ local function finish(g, l)
     if h == nil then
         return
     end
-    local aborted = request.aborted()
+    local aborted = upstream.aborted()
     if aborted then
         incr(g._dict, g.name, "aborted")
     end

@@ -13,7 +13,7 @@
 
 import type * as lease from "./lease";
 import * as check from "./check";
-import * as request from "../gateway/request";
+import * as request from "./request";
 
 const co_running = coroutine.running;
 const lua_tostring = tostring;

@@ -6,7 +6,7 @@
 
 import * as ledger from "./ledger";
 import * as orphans from "./orphans";
-import * as request from "../gateway/request";
+import * as request from "./request";
 import * as clock from "./clock";
 
 const MAX_LOCAL_BACKOFF = 8; // ms, between shared-dict checks while a holder in this nginx has it

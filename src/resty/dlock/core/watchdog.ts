@@ -15,7 +15,7 @@ import * as meter from "./meter";
 import * as batch from "./batch";
 import type * as lease from "./lease";
 import * as loop from "./loop";
-import * as request from "../gateway/request";
+import * as request from "./request";
 import * as clock from "./clock";
 import * as quiet from "./quiet";
 

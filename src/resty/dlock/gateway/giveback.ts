@@ -24,7 +24,7 @@ import type * as redis from "../redis/client";
 import * as inflight from "./inflight";
 import * as capture from "./idempotency/capture";
 import * as fallback from "./rate_local";
-import * as request from "./request";
+import * as request from "../core/request";
 
 const decide = core.decide;
 const request_id = request.id;

@@ -22,7 +22,8 @@ import type * as lease from "../core/lease";
 import * as loop from "../core/loop";
 import * as releases from "./releases";
 import * as renewals from "./renewals";
-import * as request from "./request";
+import * as request from "../core/request";
+import * as upstream from "./upstream";
 import * as stats from "./stats";
 
 const ngx_ = ngx;
@@ -137,7 +138,7 @@ function current(): LuaMultiReturn<[Req | undefined, number]> {
 export function finish(owner: Owner | undefined): void {
   const [req, rid] = current();
   if (req === undefined) return;
-  const how: End = request.aborted() ? "aborted" : "logged";
+  const how: End = upstream.aborted() ? "aborted" : "logged";
   const status = ngx_.status;
   if (owner === undefined) {
     endReq(rid, req, how, status);

@@ -23,7 +23,8 @@
 
 import * as check from "../core/check";
 import type * as guard from "./guard";
-import * as request from "./request";
+import * as request from "../core/request";
+import * as upstream from "./upstream";
 import * as stats from "./stats";
 import * as clock from "../core/clock";
 
@@ -204,7 +205,7 @@ function finish(g: guard.Guard, l: Local): void {
   if (rid === undefined) return;
   const h = l.held.get(rid);
   if (h === undefined) return;
-  const aborted = request.aborted();
+  const aborted = upstream.aborted();
   if (aborted) incr(g._dict, g.name, "aborted");
   forget(g, l, rid, h.slot, !aborted);
 }

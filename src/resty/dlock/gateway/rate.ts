@@ -28,7 +28,7 @@ import type * as keys from "./key";
 import * as fallback from "./rate_local";
 import * as ratefields from "./ratefields";
 import * as giveback from "./giveback";
-import * as request from "./request";
+import * as request from "../core/request";
 import * as stats from "./stats";
 
 const decide = core.decide;

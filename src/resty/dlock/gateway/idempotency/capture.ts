@@ -9,7 +9,7 @@ import * as records from "../../redis/records";
 import type * as lease from "../../core/lease";
 import * as ledger from "../../core/ledger";
 import * as meter from "../../core/meter";
-import * as request from "../request";
+import * as request from "../../core/request";
 import * as stats from "../stats";
 import * as claims from "./claim";
 import * as record from "./record";

@@ -9,7 +9,7 @@ import * as backend from "../../redis/backend";
 import type * as redis from "../../redis/client";
 import * as check from "../../core/check";
 import type * as lease from "../../core/lease";
-import type * as request from "../request";
+import type * as request from "../../core/request";
 import * as settle from "../../core/settle";
 import * as records from "../../redis/records";
 import type * as scripts from "../../redis/scripts";

@@ -1,4 +1,4 @@
--- Generated from src/resty/dlock/gateway/request.ts by TypeScriptToLua: edit that file, not this one.
+-- Generated from src/resty/dlock/core/request.ts by TypeScriptToLua: edit that file, not this one.
 -- Which request is running, and is a request seen earlier still alive?
 --
 -- The gateway must find a request's leases again in its log phase and must
@@ -17,16 +17,12 @@
 -- holds another table). An address alone is not enough: a later request can
 -- get the address of one that is gone.
 local _M = {}
-local vars = require("resty.dlock.gateway.vars")
 local ffi = require("ffi")
 local base = require("resty.core.base")
 local ngx = ngx
 local get_request = base.get_request
 local ffi_cast = ffi.cast
 local lua_tonumber = tonumber
-local str_find = string.find
-local str_gmatch = string.gmatch
-local var_get = vars.get
 -- A ctype object, not the string: the interpreter parses a declaration string on every cast.
 local uintptr_t = ffi.typeof("uintptr_t")
 -- lua-resty-core declares it already; the pcall makes us independent of the order.
@@ -95,44 +91,4 @@ end
 -- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.canWatch = canWatch
 _M.here = here
---- A try in $upstream_status and the like: ", " between tries, " : " between upstream groups.
-local TRY = "[^%s,:]+"
---- Did an upstream time out once nginx had connected to it (a 504 whose
--- $upstream_connect_time is a time)? A connect that timed out is a 504 too,
--- and "-": no backend got the request.
-local function timedOutConnected(statuses)
-    local nextStatus = str_gmatch(statuses, TRY)
-    local nextTime = str_gmatch(var_get("upstream_connect_time") or "", TRY)
-    local s = nextStatus()
-    while s ~= nil do
-        local t = nextTime()
-        if s == "504" and t ~= nil and t ~= "-" then
-            return true
-        end
-        s = nextStatus()
-    end
-    return false
-end
---- In the log phase: may the backend still be running the request, so that its
--- key must be kept? Yes when an upstream timed out once connected (a 504 in
--- $upstream_status, whatever error_page made of the answer, also when the
--- next upstream answered): nginx closed the connection, the application
--- behind it goes on.
--- Yes when the client went away while an upstream worked. A connection nginx
--- closed itself (444, after the upstream answered: error_page to return 444) is
--- no client's abort. A client that gave up a download counts as one even when
--- the upstream had sent it whole: nginx's byte counts include FastCGI's and
--- gRPC's framing (and the proxy's variables are gone by the log phase), so a
--- response cut short cannot be told from a whole one for every upstream.
-function _M.aborted()
-    local tried = var_get("upstream_status")
-    if tried ~= nil and (str_find(tried, "504", 1, true)) ~= nil and timedOutConnected(tried) then
-        return true
-    end
-    if var_get("request_completion") == "OK" or ngx.status == 444 then
-        return false
-    end
-    local upstream = var_get("upstream_addr")
-    return upstream ~= nil and upstream ~= ""
-end
 return _M

@@ -69,6 +69,7 @@ build = {
       ["resty.dlock.core.workers"] = "dist/resty/dlock/core/workers.lua",
       ["resty.dlock.gateway"] = "dist/resty/dlock/gateway.lua",
       ["resty.dlock.gateway.advice"] = "dist/resty/dlock/gateway/advice.lua",
+      ["resty.dlock.gateway.breaker"] = "dist/resty/dlock/gateway/breaker.lua",
       ["resty.dlock.gateway.common"] = "dist/resty/dlock/gateway/common.lua",
       ["resty.dlock.gateway.digest"] = "dist/resty/dlock/gateway/digest.lua",
       ["resty.dlock.gateway.giveback"] = "dist/resty/dlock/gateway/giveback.lua",

@@ -3,7 +3,7 @@
 -- request probe; a renewal whose light thread raised leaves its leases renewed
 -- by the next rounds.
 local h = require "helpers"
-local stats = require "resty.dlock.gateway.stats"
+local breaker = require "resty.dlock.gateway.breaker"
 local watchdog = require "resty.dlock.core.watchdog"
 
 describe("a half-open breaker in a full dict", function()
@@ -23,11 +23,11 @@ describe("a half-open breaker in a full dict", function()
   end)
 
   it("lets one request probe once the cool-down is over", function()
-    dict:set("b:fail:full_guard", -1)   -- half open (stats.ts HALF)
+    dict:set("b:fail:full_guard", -1)   -- half open (stats.ts HALF, breaker.ts)
     fill()
     local probes = 0
     for _ = 1, 20 do
-      if not stats.skips(dict, "full_guard", 2) then probes = probes + 1 end
+      if not breaker.skips(dict, "full_guard", 2) then probes = probes + 1 end
     end
     assert.equal(1, probes, "no request ever asks Redis: the guard stays on on_error for good")
   end)

@@ -78,12 +78,8 @@ local FENCED_READ_LOCK = {
     drop = rwscripts.READ_DROP,
     reader = true
 }
--- Why readers are refused. Under Redlock: majorities would keep readers from
--- writers (any two majorities share a master), but a writer that waits must
--- hold back new readers, and that takes one line for all, which no majority
--- of independent masters has: writers would starve. Reentrant factories: a
--- reader that took its key again as a writer would wait for itself.
-local READERS_REDLOCK = "dlock: shared = true is refused with redis.redlock: holding back readers while a writer " .. "waits takes one line of waiters, which independent masters do not have (writers would starve)"
+-- Why readers are refused by reentrant factories: a reader that took its key
+-- again as a writer would wait for itself. (Redlock's reason: its backend.)
 local READERS_REENTRANT = "dlock: shared = true is refused by reentrant factories (reentrant = true): a reader " .. "that took its key again as a writer would wait for itself"
 --- The factories' metatable (its __index, the methods, is set once they are).
 local locksMt = {}
@@ -167,7 +163,7 @@ function _M.new(opts)
     end
     local kind = not backend.queues(o.redis) and MAJORITY_LOCK or (o.fencing and FENCED_LOCK or LOCK)
     local store = options.store(o)
-    local noReaders = o.redis.topology == "redlock" and READERS_REDLOCK or (o.reentrant and READERS_REENTRANT or nil)
+    local noReaders = backend.refuses(o.redis, "shared") or (o.reentrant and READERS_REENTRANT or nil)
     local readers = noReaders == nil and (o.fencing and FENCED_READ_LOCK or READ_LOCK) or nil
     factories = factories + 1
     local locks = {

@@ -92,13 +92,8 @@ const FENCED_READ_LOCK: lease.Kind = {
   acquire: rwscripts.READ_ACQUIRE_FENCED, release: rwscripts.READ_RELEASE, extend: rwscripts.READ_EXTEND, shared: true,
   fenced: true, drop: rwscripts.READ_DROP, reader: true,
 };
-// Why readers are refused. Under Redlock: majorities would keep readers from
-// writers (any two majorities share a master), but a writer that waits must
-// hold back new readers, and that takes one line for all, which no majority
-// of independent masters has: writers would starve. Reentrant factories: a
-// reader that took its key again as a writer would wait for itself.
-const READERS_REDLOCK = "dlock: shared = true is refused with redis.redlock: holding back readers while a writer " +
-  "waits takes one line of waiters, which independent masters do not have (writers would starve)";
+// Why readers are refused by reentrant factories: a reader that took its key
+// again as a writer would wait for itself. (Redlock's reason: its backend.)
 const READERS_REENTRANT = "dlock: shared = true is refused by reentrant factories (reentrant = true): a reader " +
   "that took its key again as a writer would wait for itself";
 
@@ -178,7 +173,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Locks | undef
   }
   const kind = !backend.queues(o.redis) ? MAJORITY_LOCK : o.fencing ? FENCED_LOCK : LOCK;
   const store = options.store(o);
-  const noReaders = o.redis.topology === "redlock" ? READERS_REDLOCK : o.reentrant ? READERS_REENTRANT : undefined;
+  const noReaders = backend.refuses(o.redis, "shared") ?? (o.reentrant ? READERS_REENTRANT : undefined);
   const readers = noReaders === undefined ? (o.fencing ? FENCED_READ_LOCK : READ_LOCK) : undefined;
   factories++;
   const locks = {

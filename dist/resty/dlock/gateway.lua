@@ -29,6 +29,7 @@ local registry = require("resty.dlock.gateway.registry")
 local options = require("resty.dlock.gateway.options")
 local semaphore = require("resty.dlock.semaphore")
 local stats = require("resty.dlock.gateway.stats")
+local breaker = require("resty.dlock.gateway.breaker")
 local version = require("resty.dlock.version")
 _M._VERSION = version.VERSION
 local lua_tostring = tostring
@@ -130,7 +131,7 @@ function _M.new(opts)
     waitOpts.wait = store.wait
     local fallback
     if o.on_error == "local" then
-        local l, llerr = lockLocal.create(mode, o.permits or 1, o.fleet, name, store.ttl, stats.probeWindow(store.redis))
+        local l, llerr = lockLocal.create(mode, o.permits or 1, o.fleet, name, store.ttl, breaker.probeWindow(store.redis))
         if l == nil then
             return nil, llerr
         end
@@ -164,7 +165,7 @@ function _M.new(opts)
         _headers = o.headers,
         _breakerFailures = o.breaker_failures,
         _breakerCooldown = o.breaker_cooldown,
-        _probeFor = stats.probeWindow(store.redis),
+        _probeFor = breaker.probeWindow(store.redis),
         _tryOpts = tryOpts,
         _waitOpts = waitOpts,
         _sharedMethods = sharedMethods,

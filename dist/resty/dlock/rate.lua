@@ -15,6 +15,7 @@ local _M = {}
 local check = require("resty.dlock.core.check")
 local lease = require("resty.dlock.core.lease")
 local core = require("resty.dlock.core.rate")
+local backend = require("resty.dlock.redis.backend")
 local version = require("resty.dlock.version")
 _M._VERSION = version.VERSION
 local decide = core.decide
@@ -97,8 +98,9 @@ function _M.new(opts)
         return nil, lerr
     end
     local conf = o.redis
-    if conf.topology == "redlock" then
-        return nil, core.REDLOCK
+    local refused = backend.refuses(conf, "rate")
+    if refused ~= nil then
+        return nil, refused
     end
     local name = o.name
     local dict = o.dict

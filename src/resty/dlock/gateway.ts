@@ -30,6 +30,7 @@ import type * as lease from "./core/lease";
 import * as options from "./gateway/options";
 import * as semaphore from "./semaphore";
 import * as stats from "./gateway/stats";
+import * as breaker from "./gateway/breaker";
 
 import * as version from "./version";
 export const _VERSION = version.VERSION;
@@ -124,7 +125,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
 
   let fallback: lockLocal.Local | undefined;
   if (o.on_error === "local") {
-    const [l, llerr] = lockLocal.create(mode, o.permits ?? 1, o.fleet, name, store.ttl, stats.probeWindow(store.redis));
+    const [l, llerr] = lockLocal.create(mode, o.permits ?? 1, o.fleet, name, store.ttl, breaker.probeWindow(store.redis));
     if (l === undefined) return $multi(undefined, llerr);
     fallback = l;
   } else if (o.fleet !== undefined) {
@@ -140,7 +141,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     _givesBack: mode === "throttle",
     _readBody: o.read_body === true, _onMissing: o.on_missing, _onError: o.on_error, _fallback: fallback,
     _rejectStatus: rejectStatus, _missingStatus: o.missing_status, _errorStatus: o.error_status, _headers: o.headers,
-    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown, _probeFor: stats.probeWindow(store.redis),
+    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown, _probeFor: breaker.probeWindow(store.redis),
     _tryOpts: tryOpts, _waitOpts: waitOpts,
     _sharedMethods: sharedMethods, _sharedTry: sharedTry, _sharedWait: sharedWait,
   };

@@ -14,6 +14,7 @@
 import * as check from "./core/check";
 import * as lease from "./core/lease";
 import * as core from "./core/rate";
+import * as backend from "./redis/backend";
 import type * as redis from "./redis/client";
 
 import * as version from "./version";
@@ -116,7 +117,8 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[Limiter | und
   const [ls, lerr] = core.parse(opts as LuaTable<string, unknown>);
   if (ls === undefined) return $multi(undefined, lerr);
   const conf = o.redis;
-  if (conf.topology === "redlock") return $multi(undefined, core.REDLOCK);
+  const refused = backend.refuses(conf, "rate");
+  if (refused !== undefined) return $multi(undefined, refused);
   const name = o.name;
   const dict = o.dict;
   const prefix = o.prefix ?? "dlock:rate:" + name + ":";

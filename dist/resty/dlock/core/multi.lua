@@ -54,7 +54,7 @@ local function take(p, idx)
     local n = #idx
     local fenced = p.kind.fenced
     -- Redlock locks do not queue (dlock.ts): their keys alone.
-    local quorum = conf.topology == "redlock"
+    local quorum = not backend.queues(conf)
     local args = {}
     for j = 2, n do
         args[#args + 1] = p.rkeys[idx[j]]

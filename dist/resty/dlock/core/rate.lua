@@ -135,8 +135,6 @@ local function limits(list)
         wholeMs = iv % 1000 == 0
     }, nil
 end
---- Redlock cannot bound a rate: new() returns this.
-_M.REDLOCK = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " .. "bound the total (use redis.sentinel or redis.cluster)"
 -- The one-limit script's answer as the general script's reply. One table,
 -- refilled by each decision: every caller reads it before it yields.
 local answer = {}

@@ -8,6 +8,7 @@ local digest = require("resty.dlock.gateway.digest")
 local inflight = require("resty.dlock.gateway.inflight")
 local lockLocal = require("resty.dlock.gateway.lock_local")
 local stats = require("resty.dlock.gateway.stats")
+local breaker = require("resty.dlock.gateway.breaker")
 local read_body = ngx.req.read_body
 local hashed = digest.key
 local incr = stats.incr
@@ -26,7 +27,7 @@ local function onRedisFailure(g, key)
         lockLocal.access(g, g._fallback, key, rejectDown)
         return
     end
-    if not stats.failedOpen(g) then
+    if not breaker.failedOpen(g) then
         rejectDown(g, g._errorStatus, nil)
     end
 end
@@ -35,9 +36,9 @@ end
 -- fallback, a timer of this nginx asks it, and no request).
 local function skipsRedis(g, fallback)
     if fallback ~= nil then
-        return stats.breakerOpen(g._dict, g.name) or not lockLocal.probe(g, fallback)
+        return breaker.breakerOpen(g._dict, g.name) or not lockLocal.probe(g, fallback)
     end
-    return stats.skips(g._dict, g.name, g._probeFor)
+    return breaker.skips(g._dict, g.name, g._probeFor)
 end
 --- The metatable of every guard of these modes (its __index, the methods, is set once they are).
 local mt = {}
@@ -78,7 +79,7 @@ local guardMethods = {
             l, err, retryAfter = locks:acquire(key, reads and self._sharedWait or self._waitOpts)
         end
         if l ~= nil then
-            stats.success(self._dict, self.name)
+            breaker.success(self._dict, self.name)
             incr(self._dict, self.name, "acquired")
             if inflight.track(self, l) ~= false then
                 return
@@ -88,12 +89,12 @@ local guardMethods = {
             return
         end
         if err == "busy" or err == "timeout" then
-            stats.success(self._dict, self.name)
+            breaker.success(self._dict, self.name)
             incr(self._dict, self.name, err == "busy" and "rejected" or "timed_out")
             reject(self, self._rejectStatus, retryAfter)
             return
         end
-        stats.redisFailed(self, err)
+        breaker.redisFailed(self, err)
         onRedisFailure(self, key)
     end,
     log = function(self)

@@ -31,6 +31,7 @@ local _M = {}
 local check = require("resty.dlock.core.check")
 local inflight = require("resty.dlock.gateway.inflight")
 local stats = require("resty.dlock.gateway.stats")
+local breaker = require("resty.dlock.gateway.breaker")
 local token = require("resty.dlock.core.token")
 local shared = require("resty.dlock.gateway.common")
 local digest = require("resty.dlock.gateway.digest")
@@ -203,7 +204,7 @@ local function access(g)
         return
     end
     local fp = fingerprint(method, b)
-    if stats.skips(g._dict, g.name, g._probeFor) then
+    if breaker.skips(g._dict, g.name, g._probeFor) then
         stats.incr(g._dict, g.name, "short_circuited")
         answers.onRedisFailure(g, nil)
         return

@@ -26,6 +26,7 @@ local check = require("resty.dlock.core.check")
 local request = require("resty.dlock.core.request")
 local upstream = require("resty.dlock.gateway.upstream")
 local stats = require("resty.dlock.gateway.stats")
+local breaker = require("resty.dlock.gateway.breaker")
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
 local clock_sleep = clock.sleep
@@ -125,13 +126,13 @@ local function probeRedis(premature, g)
     end
     local lease, err = g._locks:acquire("dlock-probe", g._tryOpts)
     if lease == nil and err ~= "busy" and err ~= "timeout" then
-        stats.probeFailed(g, err, g._fallback.probeFor, probeRedis)
+        breaker.probeFailed(g, err, g._fallback.probeFor, probeRedis)
         return
     end
     if lease ~= nil then
         lease:release()
     end
-    stats.success(g._dict, g.name)
+    breaker.success(g._dict, g.name)
 end
 --- Decide for hashed key k on this nginx alone: let the request through holding
 -- a slot (released by finish()), or refuse it with the guard's reject_status
@@ -146,8 +147,8 @@ function _M.access(g, l, k, refuse)
             return
         end
     end
-    if stats.breakerOpen(g._dict, g.name) then
-        stats.probeWhenCool(g, l.probeFor, probeRedis)
+    if breaker.breakerOpen(g._dict, g.name) then
+        breaker.probeWhenCool(g, l.probeFor, probeRedis)
     end
     if l.count >= SWEEP then
         sweep(g, l)
@@ -216,7 +217,7 @@ end
 --- After the cool-down (half open): may this request ask Redis? Not until a
 -- probe in a timer of this nginx found Redis back (one at a time).
 function _M.probe(g, l)
-    return stats.probed(g, l.probeFor, probeRedis)
+    return breaker.probed(g, l.probeFor, probeRedis)
 end
 -- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.finish = finish
@@ -225,10 +226,10 @@ _M.finish = finish
 -- after the cool-down, whether requests come or not; a mark an exited worker
 -- left would hold it off, so it is let go first.
 function _M.resume(g)
-    if stats.breakerState(g._dict, g.name) == "closed" then
+    if breaker.breakerState(g._dict, g.name) == "closed" then
         return
     end
-    stats.probeDone(g._dict, g.name)
-    stats.probeWhenCool(g, g._fallback.probeFor, probeRedis)
+    breaker.probeDone(g._dict, g.name)
+    breaker.probeWhenCool(g, g._fallback.probeFor, probeRedis)
 end
 return _M

@@ -21,6 +21,7 @@
 local _M = {}
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
+local backend = require("resty.dlock.redis.backend")
 local shared = require("resty.dlock.gateway.common")
 local digest = require("resty.dlock.gateway.digest")
 local fallback = require("resty.dlock.gateway.rate_local")
@@ -28,6 +29,7 @@ local ratefields = require("resty.dlock.gateway.ratefields")
 local giveback = require("resty.dlock.gateway.giveback")
 local request = require("resty.dlock.core.request")
 local stats = require("resty.dlock.gateway.stats")
+local breaker = require("resty.dlock.gateway.breaker")
 local decide = core.decide
 local str_format = string.format
 local hashed = digest.key
@@ -60,7 +62,7 @@ local function onRedisFailure(g, k, an)
         end
         return
     end
-    if not stats.failedOpen(g) then
+    if not breaker.failedOpen(g) then
         shared.refuseDown(g._headers, g._errorStatus, nil)
     end
 end
@@ -110,18 +112,18 @@ local function access(g)
     end
     -- Client-controlled: hashed, so any size and any bytes map to a bounded key.
     local rkey = hashed(g._prefix, raw)
-    if g._shares ~= nil and (stats.breakerOpen(g._dict, g.name) or not fallback.probe(g)) or g._shares == nil and stats.skips(g._dict, g.name, g._probeFor) then
+    if g._shares ~= nil and (breaker.breakerOpen(g._dict, g.name) or not fallback.probe(g)) or g._shares == nil and breaker.skips(g._dict, g.name, g._probeFor) then
         incr(g._dict, g.name, "short_circuited")
         onRedisFailure(g, str_sub(rkey, #g._prefix + 1), an)
         return
     end
     local reply, err = decide(g._conf, rkey, g._limits, "1", g._cost)
     if reply == nil then
-        stats.redisFailed(g, err)
+        breaker.redisFailed(g, err)
         onRedisFailure(g, str_sub(rkey, #g._prefix + 1), an)
         return
     end
-    stats.success(g._dict, g.name)
+    breaker.success(g._dict, g.name)
     if g._policy ~= nil then
         ratefields.fields(g, reply, g._iv, g._cap)
     end
@@ -183,8 +185,9 @@ function _M.create(o, name)
         return check.fail("fleet applies with on_error = \"local\" only", o.fleet)
     end
     local conf = o.redis
-    if conf.topology == "redlock" then
-        return nil, core.REDLOCK
+    local refused = backend.refuses(conf, "rate")
+    if refused ~= nil then
+        return nil, refused
     end
     local key = o.key
     local dict = o.dict
@@ -240,7 +243,7 @@ function _M.create(o, name)
         _onMissing = onMissing,
         _onError = onError,
         _shares = shares,
-        _probeFor = stats.probeWindow(conf),
+        _probeFor = breaker.probeWindow(conf),
         _rejectStatus = rejectStatus,
         _missingStatus = missingStatus,
         _errorStatus = o.error_status,

@@ -16,7 +16,7 @@
 -- what Redis last knew.
 local _M = {}
 local core = require("resty.dlock.core.rate")
-local stats = require("resty.dlock.gateway.stats")
+local breaker = require("resty.dlock.gateway.breaker")
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
 local math_floor = math.floor
@@ -99,15 +99,15 @@ local function probeRedis(premature, g)
     end
     local reply, err = core.decide(g._conf, g._prefix .. "probe", g._limits, "0", 1)
     if reply == nil then
-        stats.probeFailed(g, err, g._probeFor, probeRedis)
+        breaker.probeFailed(g, err, g._probeFor, probeRedis)
         return
     end
-    stats.success(g._dict, g.name)
+    breaker.success(g._dict, g.name)
 end
 --- A decision made locally while the breaker is open: the probe is due at the end of the cool-down.
 function _M.degraded(g)
-    if stats.breakerOpen(g._dict, g.name) then
-        stats.probeWhenCool(g, g._probeFor, probeRedis)
+    if breaker.breakerOpen(g._dict, g.name) then
+        breaker.probeWhenCool(g, g._probeFor, probeRedis)
     end
 end
 --- With on_error = "local", after the cool-down (half open): may this request
@@ -115,17 +115,17 @@ end
 -- (one at a time, for up to a call's timeouts): meanwhile requests keep
 -- deciding locally, none waits on a Redis that may still be gone.
 function _M.probe(g)
-    return stats.probed(g, g._probeFor, probeRedis)
+    return breaker.probed(g, g._probeFor, probeRedis)
 end
 --- A worker starts (dlock.init_worker()) with the breaker open or half open: a
 -- reload meanwhile took the probe its workers had scheduled. Its own probe
 -- after the cool-down, whether requests come or not; a mark an exited worker
 -- left would hold it off, so it is let go first.
 function _M.resume(g)
-    if stats.breakerState(g._dict, g.name) == "closed" then
+    if breaker.breakerState(g._dict, g.name) == "closed" then
         return
     end
-    stats.probeDone(g._dict, g.name)
-    stats.probeWhenCool(g, g._probeFor, probeRedis)
+    breaker.probeDone(g._dict, g.name)
+    breaker.probeWhenCool(g, g._probeFor, probeRedis)
 end
 return _M

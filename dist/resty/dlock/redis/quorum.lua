@@ -218,6 +218,11 @@ local REFUSES = {}
 REFUSES.fencing = "dlock: fencing is refused with redis.redlock: fence counters on independent masters do not grow " .. "monotonically across majorities (use redis.sentinel or redis.cluster with replicas for fenced locks)"
 REFUSES.semaphore = "dlock: semaphores (and concurrency guards) are refused with redis.redlock: counting permits on each " .. "master does not bound the holders of a majority"
 REFUSES.idempotency = "dlock: idempotency guards are refused with redis.redlock: a stored response needs one place to live"
+REFUSES.rate = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " .. "bound the total (use redis.sentinel or redis.cluster)"
+-- Majorities would keep readers from writers (any two majorities share a
+-- master), but a writer that waits must hold back new readers, and that takes
+-- one line for all, which no majority of independent masters has.
+REFUSES.shared = "dlock: shared = true is refused with redis.redlock: holding back readers while a writer " .. "waits takes one line of waiters, which independent masters do not have (writers would starve)"
 _M.backend = {
     call = call,
     post = post,

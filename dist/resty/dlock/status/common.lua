@@ -14,6 +14,7 @@ local meters = require("resty.dlock.status.meters")
 local redis = require("resty.dlock.redis.client")
 local sentinel = require("resty.dlock.redis.sentinel")
 local stats = require("resty.dlock.gateway.stats")
+local breaker = require("resty.dlock.gateway.breaker")
 local lua_tostring = tostring
 local lua_pairs = pairs
 local lua_ipairs = ipairs
@@ -178,10 +179,10 @@ function _M.counters(names)
     for _, g in lua_ipairs(registry.all()) do
         local row = {}
         row.mode = g.mode
-        local breaker = stats.breakerState(g._dict, g.name)
-        row.breaker = breaker
+        local state = breaker.breakerState(g._dict, g.name)
+        row.breaker = state
         -- on_error = "local": deciding on this nginx's share until the breaker closes again (a half-open one waits for its probe).
-        row.degraded = breaker ~= "closed" and g._onError == "local"
+        row.degraded = state ~= "closed" and g._onError == "local"
         row.in_flight = stats.gauge(g._dict, g.name, "in_flight")
         for _, e in lua_ipairs(stats.EVENTS) do
             row[e] = stats.count(g._dict, g.name, e)

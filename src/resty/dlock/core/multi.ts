@@ -92,7 +92,7 @@ function take(p: Plan, idx: number[]): Attempt {
   const n = idx.length;
   const fenced = p.kind.fenced;
   // Redlock locks do not queue (dlock.ts): their keys alone.
-  const quorum = conf.topology === "redlock";
+  const quorum = !backend.queues(conf);
   const args: (string | number)[] = [];
   for (const j of $range(2, n)) args.push(p.rkeys[idx[j - 1]! - 1]!);
   if (fenced) for (const j of $range(1, n)) args.push(fenceKey(conf, p.rkeys[idx[j - 1]! - 1]!));

@@ -141,9 +141,6 @@ function limits(list: Limit[]): LuaMultiReturn<[Limits | undefined, string | und
     undefined);
 }
 
-/** Redlock cannot bound a rate: new() returns this. */
-export const REDLOCK = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " +
-  "bound the total (use redis.sentinel or redis.cluster)";
 
 // The one-limit script's answer as the general script's reply. One table,
 // refilled by each decision: every caller reads it before it yields.

@@ -9,6 +9,7 @@ import * as inflight from "./inflight";
 import type * as keys from "./key";
 import * as lockLocal from "./lock_local";
 import * as stats from "./stats";
+import * as breaker from "./breaker";
 
 const read_body = ngx.req.read_body;
 const hashed = digest.key;
@@ -64,7 +65,7 @@ export interface State {
   readonly _headers: LuaTable<string, string> | undefined;
   readonly _breakerFailures: number;
   readonly _breakerCooldown: number;
-  /** Seconds a half-open breaker's probe has (stats.probeWindow). */
+  /** Seconds a half-open breaker's probe has (breaker.probeWindow). */
   readonly _probeFor: number;
   /** Reused acquire options: first try without waiting, then with the wait budget. */
   readonly _tryOpts: LuaTable<string, unknown>;
@@ -95,7 +96,7 @@ function onRedisFailure(g: Guard, key: string): void {
     lockLocal.access(g, g._fallback, key, rejectDown);
     return;
   }
-  if (!stats.failedOpen(g)) rejectDown(g, g._errorStatus, undefined);
+  if (!breaker.failedOpen(g)) rejectDown(g, g._errorStatus, undefined);
 }
 
 /**
@@ -104,8 +105,8 @@ function onRedisFailure(g: Guard, key: string): void {
  * fallback, a timer of this nginx asks it, and no request).
  */
 function skipsRedis(g: Guard, fallback: lockLocal.Local | undefined): boolean {
-  if (fallback !== undefined) return stats.breakerOpen(g._dict, g.name) || !lockLocal.probe(g, fallback);
-  return stats.skips(g._dict, g.name, g._probeFor);
+  if (fallback !== undefined) return breaker.breakerOpen(g._dict, g.name) || !lockLocal.probe(g, fallback);
+  return breaker.skips(g._dict, g.name, g._probeFor);
 }
 
 /** The metatable of every guard of these modes (its __index, the methods, is set once they are). */
@@ -143,7 +144,7 @@ const guardMethods = {
       [l, err, retryAfter] = locks.acquire(key, (reads && this._sharedWait) || this._waitOpts);
     }
     if (l !== undefined) {
-      stats.success(this._dict, this.name);
+      breaker.success(this._dict, this.name);
       incr(this._dict, this.name, "acquired");
       if (inflight.track(this, l) !== false) return;
       // No watchdog (no timer to be had): the lease was let go, and on_error decides, as without Redis.
@@ -151,12 +152,12 @@ const guardMethods = {
       return;
     }
     if (err === "busy" || err === "timeout") {
-      stats.success(this._dict, this.name);
+      breaker.success(this._dict, this.name);
       incr(this._dict, this.name, err === "busy" ? "rejected" : "timed_out");
       reject(this, this._rejectStatus, retryAfter);
       return;
     }
-    stats.redisFailed(this, err);
+    breaker.redisFailed(this, err);
     onRedisFailure(this, key);
   },
 

@@ -30,6 +30,7 @@
 import * as check from "../core/check";
 import * as inflight from "./inflight";
 import * as stats from "./stats";
+import * as breaker from "./breaker";
 import * as token from "../core/token";
 import * as shared from "./common";
 import * as digest from "./digest";
@@ -175,7 +176,7 @@ function access(g: Guard): void {
     return;
   }
   const fp = fingerprint(method, b);
-  if (stats.skips(g._dict, g.name, g._probeFor)) {
+  if (breaker.skips(g._dict, g.name, g._probeFor)) {
     stats.incr(g._dict, g.name, "short_circuited");
     answers.onRedisFailure(g, undefined);
     return;

@@ -26,6 +26,7 @@ import type * as guard from "./guard";
 import * as request from "../core/request";
 import * as upstream from "./upstream";
 import * as stats from "./stats";
+import * as breaker from "./breaker";
 import * as clock from "../core/clock";
 
 const clock_now = clock.now;
@@ -139,11 +140,11 @@ function probeRedis(this: void, premature: boolean, g: guard.Guard): void {
   if (premature) return;
   const [lease, err] = g._locks.acquire("dlock-probe", g._tryOpts);
   if (lease === undefined && err !== "busy" && err !== "timeout") {
-    stats.probeFailed(g, err, g._fallback!.probeFor, probeRedis);
+    breaker.probeFailed(g, err, g._fallback!.probeFor, probeRedis);
     return;
   }
   if (lease !== undefined) lease.release();
-  stats.success(g._dict, g.name);
+  breaker.success(g._dict, g.name);
 }
 
 /**
@@ -160,7 +161,7 @@ export function access(g: guard.Guard, l: Local, k: string,
     // Back through an internal redirect: it holds its slot already.
     if (h !== undefined && request.alive(h.anchor)) return;
   }
-  if (stats.breakerOpen(g._dict, g.name)) stats.probeWhenCool(g, l.probeFor, probeRedis);
+  if (breaker.breakerOpen(g._dict, g.name)) breaker.probeWhenCool(g, l.probeFor, probeRedis);
   if (l.count >= SWEEP) sweep(g, l);
   let slot = takeOrSweep(g, l, k);
   if (slot === undefined && g._wait > 0) {
@@ -223,7 +224,7 @@ export function finishAll(): void {
  * probe in a timer of this nginx found Redis back (one at a time).
  */
 export function probe(g: guard.Guard, l: Local): boolean {
-  return stats.probed(g, l.probeFor, probeRedis);
+  return breaker.probed(g, l.probeFor, probeRedis);
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
@@ -236,7 +237,7 @@ export { finish };
  * left would hold it off, so it is let go first.
  */
 export function resume(g: guard.Guard): void {
-  if (stats.breakerState(g._dict, g.name) === "closed") return;
-  stats.probeDone(g._dict, g.name);
-  stats.probeWhenCool(g, g._fallback!.probeFor, probeRedis);
+  if (breaker.breakerState(g._dict, g.name) === "closed") return;
+  breaker.probeDone(g._dict, g.name);
+  breaker.probeWhenCool(g, g._fallback!.probeFor, probeRedis);
 }

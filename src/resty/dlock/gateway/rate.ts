@@ -20,6 +20,7 @@
 
 import * as check from "../core/check";
 import * as core from "../core/rate";
+import * as backend from "../redis/backend";
 import * as redis from "../redis/client";
 import * as shared from "./common";
 import * as digest from "./digest";
@@ -30,6 +31,7 @@ import * as ratefields from "./ratefields";
 import * as giveback from "./giveback";
 import * as request from "../core/request";
 import * as stats from "./stats";
+import * as breaker from "./breaker";
 
 const decide = core.decide;
 const str_format = string.format;
@@ -111,7 +113,7 @@ function onRedisFailure(g: Guard, k: string, an: giveback.Mark | undefined): voi
     if (an !== undefined) an.chargedHere = k;
     return;
   }
-  if (!stats.failedOpen(g)) shared.refuseDown(g._headers, g._errorStatus, undefined);
+  if (!breaker.failedOpen(g)) shared.refuseDown(g._headers, g._errorStatus, undefined);
 }
 
 /**
@@ -149,19 +151,19 @@ function access(g: Guard): void {
   if (raw === undefined) return;
   // Client-controlled: hashed, so any size and any bytes map to a bounded key.
   const rkey = hashed(g._prefix, raw);
-  if ((g._shares !== undefined && (stats.breakerOpen(g._dict, g.name) || !fallback.probe(g))) ||
-    (g._shares === undefined && stats.skips(g._dict, g.name, g._probeFor))) {
+  if ((g._shares !== undefined && (breaker.breakerOpen(g._dict, g.name) || !fallback.probe(g))) ||
+    (g._shares === undefined && breaker.skips(g._dict, g.name, g._probeFor))) {
     incr(g._dict, g.name, "short_circuited");
     onRedisFailure(g, str_sub(rkey, g._prefix.length + 1), an);
     return;
   }
   const [reply, err] = decide(g._conf, rkey, g._limits, "1", g._cost);
   if (reply === undefined) {
-    stats.redisFailed(g, err);
+    breaker.redisFailed(g, err);
     onRedisFailure(g, str_sub(rkey, g._prefix.length + 1), an);
     return;
   }
-  stats.success(g._dict, g.name);
+  breaker.success(g._dict, g.name);
   if (g._policy !== undefined) ratefields.fields(g, reply, g._iv, g._cap);
   if (reply.get(1) === 0) {
     incr(g._dict, g.name, "rejected");
@@ -210,7 +212,8 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
     return check.fail("fleet applies with on_error = \"local\" only", o.fleet);
   }
   const conf = o.redis;
-  if (conf.topology === "redlock") return $multi(undefined, core.REDLOCK);
+  const refused = backend.refuses(conf, "rate");
+  if (refused !== undefined) return $multi(undefined, refused);
   const key = o.key;
   const dict = o.dict;
   const prefix = o.prefix === undefined ? "dlock:gw:" + name + ":" : o.prefix;
@@ -250,7 +253,7 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
     _missingWhat: shared.missingWhat(onMissing as "pass" | "reject", missingStatus),
     _errorWhat: shared.errorWhat(onError, o.error_status),
     _onMissing: onMissing as "pass" | "reject", _onError: onError, _shares: shares,
-    _probeFor: stats.probeWindow(conf), _rejectStatus: rejectStatus,
+    _probeFor: breaker.probeWindow(conf), _rejectStatus: rejectStatus,
     _missingStatus: missingStatus, _errorStatus: o.error_status, _headers: o.headers,
     _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown,
     _seen: new LuaTable<number, giveback.Mark>(), _seenCount: 0,

@@ -16,7 +16,7 @@
 
 import * as core from "../core/rate";
 import type * as rate from "./rate";
-import * as stats from "./stats";
+import * as breaker from "./breaker";
 import * as clock from "../core/clock";
 
 const clock_now = clock.now;
@@ -106,15 +106,15 @@ function probeRedis(this: void, premature: boolean, g: rate.Guard): void {
   if (premature) return;
   const [reply, err] = core.decide(g._conf, g._prefix + "probe", g._limits, "0", 1);
   if (reply === undefined) {
-    stats.probeFailed(g, err, g._probeFor, probeRedis);
+    breaker.probeFailed(g, err, g._probeFor, probeRedis);
     return;
   }
-  stats.success(g._dict, g.name);
+  breaker.success(g._dict, g.name);
 }
 
 /** A decision made locally while the breaker is open: the probe is due at the end of the cool-down. */
 export function degraded(g: rate.Guard): void {
-  if (stats.breakerOpen(g._dict, g.name)) stats.probeWhenCool(g, g._probeFor, probeRedis);
+  if (breaker.breakerOpen(g._dict, g.name)) breaker.probeWhenCool(g, g._probeFor, probeRedis);
 }
 
 /**
@@ -124,7 +124,7 @@ export function degraded(g: rate.Guard): void {
  * deciding locally, none waits on a Redis that may still be gone.
  */
 export function probe(g: rate.Guard): boolean {
-  return stats.probed(g, g._probeFor, probeRedis);
+  return breaker.probed(g, g._probeFor, probeRedis);
 }
 
 /**
@@ -134,7 +134,7 @@ export function probe(g: rate.Guard): boolean {
  * left would hold it off, so it is let go first.
  */
 export function resume(g: rate.Guard): void {
-  if (stats.breakerState(g._dict, g.name) === "closed") return;
-  stats.probeDone(g._dict, g.name);
-  stats.probeWhenCool(g, g._probeFor, probeRedis);
+  if (breaker.breakerState(g._dict, g.name) === "closed") return;
+  breaker.probeDone(g._dict, g.name);
+  breaker.probeWhenCool(g, g._probeFor, probeRedis);
 }

@@ -52,7 +52,7 @@ export interface Outcome {
 export type CallResult = LuaMultiReturn<[RedisValue | undefined, string | undefined, Fault | undefined]>;
 
 /** What a topology cannot do safely (see refuses). */
-export type Refusal = "fencing" | "semaphore" | "idempotency";
+export type Refusal = "fencing" | "semaphore" | "idempotency" | "rate" | "shared";
 
 /** A topology: one object per kind, shared by every configuration of that kind. */
 export interface Backend {

@@ -237,6 +237,13 @@ REFUSES.set("fencing", "dlock: fencing is refused with redis.redlock: fence coun
 REFUSES.set("semaphore", "dlock: semaphores (and concurrency guards) are refused with redis.redlock: counting permits on each " +
   "master does not bound the holders of a majority");
 REFUSES.set("idempotency", "dlock: idempotency guards are refused with redis.redlock: a stored response needs one place to live");
+REFUSES.set("rate", "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " +
+  "bound the total (use redis.sentinel or redis.cluster)");
+// Majorities would keep readers from writers (any two majorities share a
+// master), but a writer that waits must hold back new readers, and that takes
+// one line for all, which no majority of independent masters has.
+REFUSES.set("shared", "dlock: shared = true is refused with redis.redlock: holding back readers while a writer " +
+  "waits takes one line of waiters, which independent masters do not have (writers would starve)");
 
 export const backend: Backend = {
   call, post, batch, validity, queues: false, confirmsOwner: false, refuses: REFUSES, fenceKey, shared, describe, servers,

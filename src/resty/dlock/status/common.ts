@@ -13,6 +13,7 @@ import * as meters from "./meters";
 import * as redis from "../redis/client";
 import * as sentinel from "../redis/sentinel";
 import * as stats from "../gateway/stats";
+import * as breaker from "../gateway/breaker";
 
 const lua_tostring = tostring;
 const lua_pairs = pairs;
@@ -198,10 +199,10 @@ export function counters(names: string[]): Report {
   for (const [_, g] of lua_ipairs(registry.all())) {
     const row = new LuaTable<string, unknown>();
     row.set("mode", g.mode);
-    const breaker = stats.breakerState(g._dict, g.name);
-    row.set("breaker", breaker);
+    const state = breaker.breakerState(g._dict, g.name);
+    row.set("breaker", state);
     // on_error = "local": deciding on this nginx's share until the breaker closes again (a half-open one waits for its probe).
-    row.set("degraded", breaker !== "closed" && g._onError === "local");
+    row.set("degraded", state !== "closed" && g._onError === "local");
     row.set("in_flight", stats.gauge(g._dict, g.name, "in_flight"));
     for (const [_, e] of lua_ipairs(stats.EVENTS)) {
       row.set(e, stats.count(g._dict, g.name, e));

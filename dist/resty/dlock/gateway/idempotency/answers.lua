@@ -4,6 +4,7 @@
 local _M = {}
 local giveback = require("resty.dlock.gateway.giveback")
 local stats = require("resty.dlock.gateway.stats")
+local breaker = require("resty.dlock.gateway.breaker")
 local keys = require("resty.dlock.gateway.key")
 local lua_tostring = tostring
 local lua_pairs = pairs
@@ -153,10 +154,10 @@ function _M.keyFailure(g, problemText)
 end
 function _M.onRedisFailure(g, err)
     if err ~= nil then
-        stats.redisFailed(g, err)
+        breaker.redisFailed(g, err)
     end
     -- on_error = "allow" runs it without protection against a second execution: counted, logged above.
-    if stats.failedOpen(g) then
+    if breaker.failedOpen(g) then
         return
     end
     problem(

@@ -6,7 +6,7 @@ local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local orphans = require("resty.dlock.core.orphans")
 local records = require("resty.dlock.redis.records")
-local stats = require("resty.dlock.gateway.stats")
+local breaker = require("resty.dlock.gateway.breaker")
 local clock = require("resty.dlock.core.clock")
 local semaphore = require("ngx.semaphore")
 local clock_now = clock.now
@@ -39,7 +39,7 @@ local function claim(g, rkey, tok, fp)
         end
         return "error", nil, err
     end
-    stats.success(g._dict, g.name)
+    breaker.success(g._dict, g.name)
     if res == "OK" then
         return "claimed", nil, nil
     end

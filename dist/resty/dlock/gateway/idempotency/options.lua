@@ -10,6 +10,7 @@ local ledger = require("resty.dlock.core.ledger")
 local meter = require("resty.dlock.core.meter")
 local records = require("resty.dlock.redis.records")
 local stats = require("resty.dlock.gateway.stats")
+local breaker = require("resty.dlock.gateway.breaker")
 local keys = require("resty.dlock.gateway.key")
 local lua_type = type
 local lua_pairs = pairs
@@ -213,7 +214,7 @@ function _M.parse(o, name, unlogged)
         _headers = o.headers,
         _breakerFailures = o.breaker_failures,
         _breakerCooldown = o.breaker_cooldown,
-        _probeFor = stats.probeWindow(conf),
+        _probeFor = breaker.probeWindow(conf),
         _conf = conf,
         _prefix = prefix,
         _owner = owner,

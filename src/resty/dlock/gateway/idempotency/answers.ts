@@ -3,6 +3,7 @@
 
 import * as giveback from "../giveback";
 import * as stats from "../stats";
+import * as breaker from "../breaker";
 import * as keys from "../key";
 import type * as claims from "./claim";
 import type * as options from "./options";
@@ -129,9 +130,9 @@ export function keyFailure(g: Guard, problemText: string): void {
 }
 
 export function onRedisFailure(g: Guard, err: string | undefined): void {
-  if (err !== undefined) stats.redisFailed(g, err);
+  if (err !== undefined) breaker.redisFailed(g, err);
   // on_error = "allow" runs it without protection against a second execution: counted, logged above.
-  if (stats.failedOpen(g)) return;
+  if (breaker.failedOpen(g)) return;
   problem(g, g._errorStatus, "unavailable", "Idempotency keys cannot be checked right now",
     "the store of idempotency keys is unavailable; retry later with the same key");
 }

@@ -5,7 +5,7 @@
 import * as backend from "../../redis/backend";
 import * as orphans from "../../core/orphans";
 import * as records from "../../redis/records";
-import * as stats from "../stats";
+import * as breaker from "../breaker";
 import type * as options from "./options";
 import * as clock from "../../core/clock";
 
@@ -65,7 +65,7 @@ function claim(g: Guard, rkey: string, tok: string, fp: string): Claim {
     }
     return $multi("error", undefined, err);
   }
-  stats.success(g._dict, g.name);
+  breaker.success(g._dict, g.name);
   if (res === "OK") return $multi("claimed", undefined, undefined);
   const r = res as LuaTable<number, string | number>;
   const rec: Rec = {

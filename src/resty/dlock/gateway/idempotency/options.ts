@@ -13,6 +13,7 @@ import * as meter from "../../core/meter";
 import type * as redis from "../../redis/client";
 import * as records from "../../redis/records";
 import * as stats from "../stats";
+import * as breaker from "../breaker";
 import * as keys from "../key";
 
 const lua_type = type;
@@ -51,7 +52,7 @@ export interface Fields {
   readonly _headers: LuaTable<string, string> | undefined;
   readonly _breakerFailures: number;
   readonly _breakerCooldown: number;
-  /** Seconds a half-open breaker's probe has (stats.probeWindow). */
+  /** Seconds a half-open breaker's probe has (breaker.probeWindow). */
   readonly _probeFor: number;
   readonly _conf: redis.RedisConf;
   readonly _prefix: string;
@@ -202,7 +203,7 @@ export function parse(
     _missingWhat: common.missingWhat(o.on_missing, 400),
     _errorWhat: common.errorWhat(o.on_error, o.error_status),
     _errorStatus: o.error_status, _headers: o.headers,
-    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown, _probeFor: stats.probeWindow(conf),
+    _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown, _probeFor: breaker.probeWindow(conf),
     _conf: conf, _prefix: prefix, _owner: owner, _kind: KIND, _leaseStore: leaseStore,
   };
   return $multi(f, undefined);

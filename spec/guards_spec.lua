@@ -95,15 +95,28 @@ describe("gateway guards", function()
     assert.is_truthy(n.error_log():find("let through unguarded (on_error = \"allow\")", 1, true))
   end)
 
-  it("say at error level, once an interval, that a guard's key was missing on every request", function()
+  it("say at warn level, once an interval, that a guard's key was missing on every request it let through", function()
     local deadline = h.now() + 2.5
     while h.now() < deadline do
       assert.equal(200, get("/misspelt?key=misspelt", { headers = { ["Idempotency-Key"] = "k" } }).status)
       ngx.sleep(0.02)
     end
-    local count = lines("%[error%][^\n]*guard misspelt: the key %(%$http_idempotency_kye%) was missing on all %d+ " ..
+    local count = lines("%[warn%][^\n]*guard misspelt: the key %(%$http_idempotency_kye%) was missing on all %d+ " ..
       "requests of the last %d+ s in this worker; they were let through unguarded %(on_missing = \"pass\"%)")
     -- 2.5 s of requests, 1 s intervals, 2 workers: at least one line, never one per request.
+    assert.is_true(count >= 1 and count <= 6, count .. " lines")
+    -- Clients that send no optional header are normal operation: nothing at error level.
+    assert.equal(0, lines("%[error%][^\n]*guard misspelt: the key"))
+  end)
+
+  it("say it at error level when every request without the key was refused (on_missing = \"reject\")", function()
+    local deadline = h.now() + 2.5
+    while h.now() < deadline do
+      assert.equal(400, get("/misspelt-strict?key=strict", { headers = { ["Idempotency-Key"] = "k" } }).status)
+      ngx.sleep(0.02)
+    end
+    local count = lines("%[error%][^\n]*guard misspelt_strict: the key %(%$http_idempotency_kye%) was missing on all %d+ " ..
+      "requests of the last %d+ s in this worker; they were refused with 400 %(on_missing = \"reject\"%)")
     assert.is_true(count >= 1 and count <= 6, count .. " lines")
   end)
 
@@ -263,7 +276,7 @@ end)
 h.check_error_logs({
   -- Key functions that raise or return a non-string, and a guard whose key is always missing, on purpose:
   "dlock: guard [%w_]+: no key: the key function ",
-  "dlock: guard misspelt: the key %(%$http_idempotency_kye%) was missing on all %d+ requests",
+  "dlock: guard misspelt_strict: the key %(%$http_idempotency_kye%) was missing on all %d+ requests",
   -- /dot and /dot-log call the guard's methods with ".", on purpose.
   "dlock: guard:%a+%(%) was called without its guard",
 })

@@ -110,7 +110,7 @@ end
 function _M.keyOf(g, t)
     local raw, kerr = keys.value(t)
     if raw ~= nil then
-        keys.note(g.name, t, true, g._missingWhat)
+        keys.note(g, t, true)
         return raw
     end
     if kerr ~= nil then
@@ -122,7 +122,7 @@ function _M.keyOf(g, t)
         return nil
     end
     stats.incr(g._dict, g.name, "missing_key")
-    keys.note(g.name, t, false, g._missingWhat)
+    keys.note(g, t, false)
     if g._onMissing == "reject" then
         refuse(g._headers, g._missingStatus, nil)
     end

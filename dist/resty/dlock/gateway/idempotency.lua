@@ -157,7 +157,7 @@ local function access(g)
             return
         end
         stats.incr(g._dict, g.name, "missing_key")
-        keys.note(g.name, g._key, false, g._missingWhat)
+        keys.note(g, g._key, false)
         if g._onMissing == "reject" then
             answers.problem(
                 g,
@@ -169,7 +169,7 @@ local function access(g)
         end
         return
     end
-    keys.note(g.name, g._key, true, g._missingWhat)
+    keys.note(g, g._key, true)
     local k = parseKey(raw)
     if k == nil or sentTwice(g._key) then
         stats.incr(g._dict, g.name, "missing_key")

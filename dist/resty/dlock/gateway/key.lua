@@ -11,6 +11,7 @@ local clock = require("resty.dlock.core.clock")
 local quiet = require("resty.dlock.core.quiet")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
+local WARN = ngx.WARN
 local clock_now = clock.now
 local quiet_make = quiet.make
 local quiet_due = quiet.due
@@ -116,14 +117,17 @@ local function state(guard)
 end
 --- Count a request with (present) or without its key. Once an interval, a guard
 -- that saw its key on none of its requests says so: a misspelt variable would
--- otherwise leave every request unguarded without a word.
-function _M.note(guard, t, present, what)
+-- otherwise leave every request unguarded without a word. At warn when such
+-- requests pass (on_missing = "pass": clients that send no optional header are
+-- normal operation), at error when every one of them was refused.
+function _M.note(g, t, present)
+    local guard = g.name
     local s = state(guard)
     local now = clock_now()
     if now - s.since >= settings.interval then
         if s.present == 0 and s.missing > 0 then
             ngx_log(
-                ERR,
+                g._onMissing == "reject" and ERR or WARN,
                 "dlock: guard ",
                 guard,
                 ": the key (",
@@ -133,7 +137,7 @@ function _M.note(guard, t, present, what)
                 " requests of the last ",
                 math_floor(now - s.since),
                 " s in this worker; they were ",
-                what
+                g._missingWhat
             )
         end
         s.since = now

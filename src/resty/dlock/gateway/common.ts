@@ -122,7 +122,7 @@ export interface Keyed {
 export function keyOf(g: Keyed, t: keys.Template): string | undefined {
   const [raw, kerr] = keys.value(t);
   if (raw !== undefined) {
-    keys.note(g.name, t, true, g._missingWhat);
+    keys.note(g, t, true);
     return raw;
   }
   if (kerr !== undefined) {
@@ -132,7 +132,7 @@ export function keyOf(g: Keyed, t: keys.Template): string | undefined {
     return undefined;
   }
   stats.incr(g._dict, g.name, "missing_key");
-  keys.note(g.name, t, false, g._missingWhat);
+  keys.note(g, t, false);
   if (g._onMissing === "reject") refuse(g._headers, g._missingStatus, undefined);
   return undefined;
 }

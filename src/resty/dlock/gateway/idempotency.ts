@@ -151,13 +151,13 @@ function access(g: Guard): void {
       return;
     }
     stats.incr(g._dict, g.name, "missing_key");
-    keys.note(g.name, g._key, false, g._missingWhat);
+    keys.note(g, g._key, false);
     if (g._onMissing === "reject") {
       answers.problem(g, 400, "missing-key", "Idempotency-Key missing", "this endpoint requires an Idempotency-Key header");
     }
     return;
   }
-  keys.note(g.name, g._key, true, g._missingWhat);
+  keys.note(g, g._key, true);
   const k = parseKey(raw);
   if (k === undefined || sentTwice(g._key)) {
     stats.incr(g._dict, g.name, "missing_key");

@@ -11,6 +11,7 @@ import * as quiet from "../core/quiet";
 
 const ngx_log = ngx.log;
 const ERR = ngx.ERR;
+const WARN = ngx.WARN;
 const clock_now = clock.now;
 const quiet_make = quiet.make;
 const quiet_due = quiet.due;
@@ -128,18 +129,30 @@ function state(guard: string): Seen {
   return s;
 }
 
+/** What note() needs of a guard. */
+export interface Noting {
+  readonly name: string;
+  readonly _onMissing: "pass" | "reject";
+  /** What was done with requests without a key, for the line below. */
+  readonly _missingWhat: string;
+}
+
 /**
  * Count a request with (present) or without its key. Once an interval, a guard
  * that saw its key on none of its requests says so: a misspelt variable would
- * otherwise leave every request unguarded without a word.
+ * otherwise leave every request unguarded without a word. At warn when such
+ * requests pass (on_missing = "pass": clients that send no optional header are
+ * normal operation), at error when every one of them was refused.
  */
-export function note(guard: string, t: Template, present: boolean, what: string): void {
+export function note(g: Noting, t: Template, present: boolean): void {
+  const guard = g.name;
   const s = state(guard);
   const now = clock_now();
   if (now - s.since >= settings.interval) {
     if (s.present === 0 && s.missing > 0) {
-      ngx_log(ERR, "dlock: guard ", guard, ": the key (", t.source, ") was missing on all ", s.missing,
-        " requests of the last ", math_floor(now - s.since), " s in this worker; they were ", what);
+      ngx_log(g._onMissing === "reject" ? ERR : WARN, "dlock: guard ", guard, ": the key (", t.source,
+        ") was missing on all ", s.missing, " requests of the last ", math_floor(now - s.since),
+        " s in this worker; they were ", g._missingWhat);
     }
     s.since = now;
     s.present = 0;

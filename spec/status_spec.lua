@@ -121,7 +121,7 @@ describe("metrics", function()
     for i = 1, 3 do assert(assert(locks:acquire("full" .. i)):release()) end
     assert.equal(before + 3, ledger.unrecorded(d))
     local r = assert(status.report({ dicts = { "dlock_full" }, limit = 0 }))
-    assert.equal(before + 3, r.unrecorded.dlock_full)
+    assert.equal(before + 3, r.dicts.dlock_full.unrecorded_leases)
     assert.equal(before + 3, metric(assert(status.metrics_text({ dicts = { "dlock_full" } })),
       'dlock_unrecorded_leases_total{dict="dlock_full"}'))
   end)
@@ -221,7 +221,7 @@ describe("status.report", function()
     -- meanwhile: then count again).
     local function count()
       local n = 0
-      for _, name in ipairs(assert(status.report({ dicts = { "dlock_status" }, limit = 0 })).dicts) do
+      for name in pairs(assert(status.report({ dicts = { "dlock_status" }, limit = 0 })).dicts) do
         n = n + #ledger.held(ngx.shared[name])
       end
       return n
@@ -295,6 +295,27 @@ describe("status.report", function()
     for _, l in ipairs(assert(cjson.decode(res.body)).held) do keys[l.key] = true end
     -- Each bad byte one U+FFFD; a well-formed character (é) as it was.
     assert.is_true(keys["order-\239\191\189\239\191\189-\xc3\xa9"], res.body)
+  end)
+
+  it("is the report serve() answers, as a Lua table: the same members, dicts and factories by name", function()
+    local locks = h.locks({ dict = "dlock_status", name = "shape" })
+    local lease = assert(locks:acquire("shape", { ttl = 20000 }))
+    finally(function() lease:release() end)
+    local opts = { dicts = { "dlock_status", "dlock_full" } }
+    local r = assert(status.report(opts))
+    local served = assert(cjson.decode(assert(h.http(h.env.http_port, "/dlock/status")).body))
+    local function names(t)
+      local out = {}
+      for k in pairs(t) do out[#out + 1] = k end
+      table.sort(out)
+      return out
+    end
+    assert.same(names(served), names(r))
+    assert.same(names(served.dicts), names(r.dicts))
+    assert.same(served.dicts.dlock_status, r.dicts.dlock_status)
+    assert.is_number(r.dicts.dlock_status.unrecorded_leases)
+    assert.same(names(served.factories.shape), names(r.factories.shape))
+    assert.equal(1, r.factories.shape.held)
   end)
 
   it("defaults to 100 and refuses limits outside 0..10000 with a dlock error", function()

@@ -107,6 +107,39 @@ local function listHeld(name, dict, max, out)
     end
     return more
 end
+--- What the counters say, in the shape the README documents: per dict and factory, only the published readings.
+local function shown(r)
+    local dicts = {}
+    for _, name in lua_ipairs(r.dicts) do
+        local d = {}
+        d.unrecorded_leases = r.unrecorded[name]
+        d.replica_shortfalls = r.shortfalls[name]
+        dicts[name] = d
+    end
+    local factories = {}
+    for name, f in lua_pairs(r.factories) do
+        local row = {}
+        row.held = f.held
+        row.acquired = f.acquired
+        row.busy = f.busy
+        row.timeout = f.timeout
+        row.error = f.error
+        row.lost = f.lost
+        factories[name] = row
+    end
+    return {
+        held = r.held,
+        held_listed = r.held_listed,
+        held_limit = r.held_limit,
+        held_truncated = r.held_truncated,
+        held_total = r.held_total,
+        dicts = dicts,
+        redis = r.redis,
+        topology = r.topology,
+        guards = r.guards,
+        factories = factories
+    }
+end
 --- The numbers serve() shows, with at most opts.limit (default 100) held leases.
 -- Tokens are left out: they are capabilities.
 local function report(opts)
@@ -136,7 +169,7 @@ local function report(opts)
     r.held_listed = #r.held
     r.held_limit = limit
     r.held_truncated = truncated
-    return r, nil
+    return shown(r), nil
 end
 --- One "name":value member of a JSON object (names are ours: plain identifiers).
 local function member(name, value)
@@ -148,24 +181,6 @@ local function member(name, value)
 end
 --- The report as a JSON object, its members in a fixed order.
 local function encode(r)
-    local dicts = {}
-    for _, name in lua_ipairs(r.dicts) do
-        local d = {}
-        d.unrecorded_leases = r.unrecorded[name]
-        d.replica_shortfalls = r.shortfalls[name]
-        dicts[name] = d
-    end
-    local factories = {}
-    for name, f in lua_pairs(r.factories) do
-        local row = {}
-        row.held = f.held
-        row.acquired = f.acquired
-        row.busy = f.busy
-        row.timeout = f.timeout
-        row.error = f.error
-        row.lost = f.lost
-        factories[name] = row
-    end
     -- Written by hand when empty: Debian's lua-cjson has no empty_array, and an
     -- empty table would become {} (or the member would be dropped). "held" is always a list.
     local held = {}
@@ -184,11 +199,11 @@ local function encode(r)
         {"held_limit", r.held_limit},
         {"held_truncated", r.held_truncated},
         {"held_total", r.held_total},
-        {"dicts", dicts},
+        {"dicts", r.dicts},
         {"redis", r.redis},
         {"topology", r.topology},
         {"guards", r.guards},
-        {"factories", factories}
+        {"factories", r.factories}
     }
     for _, pair in lua_ipairs(rest) do
         local name = pair[1]

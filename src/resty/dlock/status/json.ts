@@ -102,11 +102,53 @@ function listHeld(name: string, dict: NgxSharedDict, max: number, out: common.He
   return more;
 }
 
+/** The report as report() returns it and serve() answers it (README "What they show"). */
+interface Shown {
+  held: common.HeldView[];
+  held_listed: number;
+  held_limit: number;
+  held_truncated: boolean;
+  held_total: number;
+  /** Per dict: { unrecorded_leases, replica_shortfalls }. */
+  dicts: LuaTable<string, LuaTable<string, number>>;
+  redis: LuaTable<string, LuaTable<string, unknown>>;
+  topology: LuaTable<string, LuaTable<string, unknown>>;
+  guards: LuaTable<string, LuaTable<string, unknown>>;
+  /** Per factory name: { held, acquired, busy, timeout, error, lost }. */
+  factories: LuaTable<string, LuaTable<string, number>>;
+}
+
+/** What the counters say, in the shape the README documents: per dict and factory, only the published readings. */
+function shown(r: common.Report): Shown {
+  const dicts = new LuaTable<string, LuaTable<string, number>>();
+  for (const [_, name] of lua_ipairs(r.dicts)) {
+    const d = new LuaTable<string, number>();
+    d.set("unrecorded_leases", r.unrecorded.get(name));
+    d.set("replica_shortfalls", r.shortfalls.get(name));
+    dicts.set(name, d);
+  }
+  const factories = new LuaTable<string, LuaTable<string, number>>();
+  for (const [name, f] of lua_pairs(r.factories)) {
+    const row = new LuaTable<string, number>();
+    row.set("held", f.held);
+    row.set("acquired", f.acquired);
+    row.set("busy", f.busy);
+    row.set("timeout", f.timeout);
+    row.set("error", f.error);
+    row.set("lost", f.lost);
+    factories.set(name, row);
+  }
+  return {
+    held: r.held, held_listed: r.held_listed, held_limit: r.held_limit, held_truncated: r.held_truncated,
+    held_total: r.held_total, dicts, redis: r.redis, topology: r.topology, guards: r.guards, factories,
+  };
+}
+
 /**
  * The numbers serve() shows, with at most opts.limit (default 100) held leases.
  * Tokens are left out: they are capabilities.
  */
-function report(opts?: unknown): LuaMultiReturn<[common.Report | undefined, string | undefined]> {
+function report(opts?: unknown): LuaMultiReturn<[Shown | undefined, string | undefined]> {
   const [o, oerr] = check.options("status options", opts, REPORT_OPTIONS);
   if (o === undefined) return $multi(undefined, oerr);
   let limit = DEFAULT_LIMIT;
@@ -127,7 +169,7 @@ function report(opts?: unknown): LuaMultiReturn<[common.Report | undefined, stri
   r.held_listed = r.held.length;
   r.held_limit = limit;
   r.held_truncated = truncated;
-  return $multi(r, undefined);
+  return $multi(shown(r), undefined);
 }
 
 /** One "name":value member of a JSON object (names are ours: plain identifiers). */
@@ -138,25 +180,7 @@ function member(name: string, value: unknown): string | undefined {
 }
 
 /** The report as a JSON object, its members in a fixed order. */
-function encode(r: common.Report): LuaMultiReturn<[string | undefined, string | undefined]> {
-  const dicts = new LuaTable<string, LuaTable<string, number>>();
-  for (const [_, name] of lua_ipairs(r.dicts)) {
-    const d = new LuaTable<string, number>();
-    d.set("unrecorded_leases", r.unrecorded.get(name));
-    d.set("replica_shortfalls", r.shortfalls.get(name));
-    dicts.set(name, d);
-  }
-  const factories = new LuaTable<string, LuaTable<string, number>>();
-  for (const [name, f] of lua_pairs(r.factories)) {
-    const row = new LuaTable<string, number>();
-    row.set("held", f.held);
-    row.set("acquired", f.acquired);
-    row.set("busy", f.busy);
-    row.set("timeout", f.timeout);
-    row.set("error", f.error);
-    row.set("lost", f.lost);
-    factories.set(name, row);
-  }
+function encode(r: Shown): LuaMultiReturn<[string | undefined, string | undefined]> {
   // Written by hand when empty: Debian's lua-cjson has no empty_array, and an
   // empty table would become {} (or the member would be dropped). "held" is always a list.
   const held: common.HeldView[] = [];
@@ -169,11 +193,11 @@ function encode(r: common.Report): LuaMultiReturn<[string | undefined, string | 
     ["held_limit", r.held_limit],
     ["held_truncated", r.held_truncated],
     ["held_total", r.held_total],
-    ["dicts", dicts],
+    ["dicts", r.dicts],
     ["redis", r.redis],
     ["topology", r.topology],
     ["guards", r.guards],
-    ["factories", factories],
+    ["factories", r.factories],
   ];
   for (const [_, pair] of lua_ipairs(rest)) {
     const name = pair[0];

@@ -238,6 +238,27 @@ describe("gateway", function()
       local _, max = backend_stats(key)
       assert.equal(1, max)
     end)
+
+    it("meters a request that waited and got the lock as one acquire, not as a busy one too", function()
+      local function reading(outcome)
+        local m = get(a, "/dlock/metrics").body
+        return tonumber(m:match('dlock_acquires_total{factory="jobs",outcome="' .. outcome .. '"} (%d+)')) or 0
+      end
+      local key = h.unique("mutex")
+      local first = ngx.thread.spawn(get, a, "/jobs?job=" .. key .. "&ms=900&key=" .. key)
+      ngx.sleep(0.5)   -- the first's acquisition is in the dict by now (added every 0.25 s)
+      local busy, acquired = reading("busy"), reading("acquired")
+      local second = get(a, "/jobs?job=" .. key .. "&ms=10&key=" .. key)
+      local _, r1 = ngx.thread.wait(first)
+      assert.same({ 200, 200 }, { r1.status, second.status })
+      -- The worker adds its counts to the dict every 0.25 s.
+      assert.is_true(h.eventually(2, function() return reading("acquired") - acquired >= 1 end))
+      ngx.sleep(0.3)
+      -- Its first try met the key held and it waited (wait = 2000): one acquisition, no refusal, as
+      -- locks:acquire(key, { wait = 2000 }) meters it.
+      assert.equal(0, reading("busy") - busy)
+      assert.equal(1, reading("acquired") - acquired)
+    end)
   end)
 
   describe("when Redis dies", function()

@@ -83,48 +83,67 @@ local FENCED_READ_LOCK = {
 local READERS_REENTRANT = "dlock: shared = true is refused by reentrant factories (reentrant = true): a reader " .. "that took its key again as a writer would wait for itself"
 --- The factories' metatable (its __index, the methods, is set once they are).
 local locksMt = {}
+--- lease, nil on success; nil, "busy", retry_after when wait = 0 and the key
+-- is held; nil, "timeout", retry_after when waiting ran out; nil, "dlock: ..."
+-- on bad input or Redis failure. retry_after: ms until the holder's lease ends.
+local function take(locks, key, opts, busyCounts)
+    local notOurs = notSelf(locks, locksMt, "locks:acquire()")
+    if notOurs ~= nil then
+        return nil, notOurs, nil
+    end
+    recovery.start()
+    local perr = lease.phaseError("acquire")
+    if perr ~= nil then
+        return nil, perr, nil
+    end
+    local store = locks._store
+    local bad, k, rkey, ttl, wait, renew, onLost, shared = options.acquire(store, key, opts, true)
+    if bad ~= nil then
+        return nil, bad, nil
+    end
+    local kind = locks._kind
+    if shared then
+        local readers = locks._readers
+        if readers == nil then
+            return nil, locks._noReaders, nil
+        end
+        kind = readers
+    end
+    if locks._reentrant then
+        local again = reentrant.nested(locks._id, rkey)
+        if again ~= nil then
+            return again, nil, nil
+        end
+    end
+    -- A reader's token says so: its ticket in line, and a key handed to it (rwscripts.ts).
+    local l, err, retryAfter = metered(
+        store,
+        kind,
+        k,
+        rkey,
+        locks._mint,
+        shared and rwscripts.READER or nil,
+        ttl,
+        wait,
+        busyCounts
+    )
+    if l == nil then
+        return l, err, retryAfter
+    end
+    if renew then
+        l, err, retryAfter = watchdog.hold(l, onLost)
+    end
+    if l ~= nil and locks._reentrant then
+        l = reentrant.enter(locks._id, l)
+    end
+    return l, err, retryAfter
+end
 local locksMethods = {
     acquire = function(self, key, opts)
-        local notOurs = notSelf(self, locksMt, "locks:acquire()")
-        if notOurs ~= nil then
-            return nil, notOurs, nil
-        end
-        recovery.start()
-        local perr = lease.phaseError("acquire")
-        if perr ~= nil then
-            return nil, perr, nil
-        end
-        local store = self._store
-        local bad, k, rkey, ttl, wait, renew, onLost, shared = options.acquire(store, key, opts, true)
-        if bad ~= nil then
-            return nil, bad, nil
-        end
-        local kind = self._kind
-        if shared then
-            local readers = self._readers
-            if readers == nil then
-                return nil, self._noReaders, nil
-            end
-            kind = readers
-        end
-        if self._reentrant then
-            local again = reentrant.nested(self._id, rkey)
-            if again ~= nil then
-                return again, nil, nil
-            end
-        end
-        -- A reader's token says so: its ticket in line, and a key handed to it (rwscripts.ts).
-        local l, err, retryAfter = metered(store, kind, k, rkey, self._mint, shared and rwscripts.READER or nil, ttl, wait)
-        if l == nil then
-            return l, err, retryAfter
-        end
-        if renew then
-            l, err, retryAfter = watchdog.hold(l, onLost)
-        end
-        if l ~= nil and self._reentrant then
-            l = reentrant.enter(self._id, l)
-        end
-        return l, err, retryAfter
+        return take(self, key, opts, true)
+    end,
+    _try = function(self, key, opts)
+        return take(self, key, opts, false)
     end,
     acquire_all = function(self, keys, opts)
         local bad = notSelf(self, locksMt, "locks:acquire_all()")

@@ -61,6 +61,8 @@ export interface Locks {
   readonly _noReaders: string | undefined;
   readonly _id: string;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
+  /** acquire() whose busy answer is not metered (a guard's first try). */
+  _try(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   /** (multikey) Several keys, all or nothing: one lease (core/multi.ts). */
   acquire_all(keys: string[], opts?: LuaTable<string, unknown>): multi.AcquireAllResult;
   held(): ledger.HeldLease[];
@@ -100,6 +102,39 @@ const READERS_REENTRANT = "dlock: shared = true is refused by reentrant factorie
 /** The factories' metatable (its __index, the methods, is set once they are). */
 const locksMt: { __index?: object } = {};
 
+/**
+ * lease, nil on success; nil, "busy", retry_after when wait = 0 and the key
+ * is held; nil, "timeout", retry_after when waiting ran out; nil, "dlock: ..."
+ * on bad input or Redis failure. retry_after: ms until the holder's lease ends.
+ */
+function take(locks: Locks, key: string, opts: LuaTable<string, unknown> | undefined, busyCounts: boolean): lease.AcquireResult {
+  const notOurs = notSelf(locks, locksMt, "locks:acquire()");
+  if (notOurs !== undefined) return $multi(undefined, notOurs, undefined);
+  recovery.start();
+  const perr = lease.phaseError("acquire");
+  if (perr !== undefined) return $multi(undefined, perr, undefined);
+  const store = locks._store;
+  const [bad, k, rkey, ttl, wait, renew, onLost, shared] = options.acquire(store, key, opts, true);
+  if (bad !== undefined) return $multi(undefined, bad, undefined);
+  let kind = locks._kind;
+  if (shared) {
+    const readers = locks._readers;
+    if (readers === undefined) return $multi(undefined, locks._noReaders, undefined);
+    kind = readers;
+  }
+  if (locks._reentrant) {
+    const again = reentrant.nested(locks._id, rkey);
+    if (again !== undefined) return $multi(again, undefined, undefined);
+  }
+  // A reader's token says so: its ticket in line, and a key handed to it (rwscripts.ts).
+  let [l, err, retryAfter] = metered(store, kind, k, rkey, locks._mint, shared ? rwscripts.READER : undefined, ttl, wait,
+    busyCounts);
+  if (l === undefined) return $multi(l, err, retryAfter);
+  if (renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
+  if (l !== undefined && locks._reentrant) l = reentrant.enter(locks._id, l);
+  return $multi(l, err, retryAfter);
+}
+
 const locksMethods = {
   /**
    * lease, nil on success; nil, "busy", retry_after when wait = 0 and the key
@@ -107,30 +142,12 @@ const locksMethods = {
    * on bad input or Redis failure. retry_after: ms until the holder's lease ends.
    */
   acquire(this: Locks, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
-    const notOurs = notSelf(this, locksMt, "locks:acquire()");
-    if (notOurs !== undefined) return $multi(undefined, notOurs, undefined);
-    recovery.start();
-    const perr = lease.phaseError("acquire");
-    if (perr !== undefined) return $multi(undefined, perr, undefined);
-    const store = this._store;
-    const [bad, k, rkey, ttl, wait, renew, onLost, shared] = options.acquire(store, key, opts, true);
-    if (bad !== undefined) return $multi(undefined, bad, undefined);
-    let kind = this._kind;
-    if (shared) {
-      const readers = this._readers;
-      if (readers === undefined) return $multi(undefined, this._noReaders, undefined);
-      kind = readers;
-    }
-    if (this._reentrant) {
-      const again = reentrant.nested(this._id, rkey);
-      if (again !== undefined) return $multi(again, undefined, undefined);
-    }
-    // A reader's token says so: its ticket in line, and a key handed to it (rwscripts.ts).
-    let [l, err, retryAfter] = metered(store, kind, k, rkey, this._mint, shared ? rwscripts.READER : undefined, ttl, wait);
-    if (l === undefined) return $multi(l, err, retryAfter);
-    if (renew) [l, err, retryAfter] = watchdog.hold(l, onLost);
-    if (l !== undefined && this._reentrant) l = reentrant.enter(this._id, l);
-    return $multi(l, err, retryAfter);
+    return take(this, key, opts, true);
+  },
+
+  /** acquire() whose busy answer is not metered: a guard's first try, which waits next (guard.ts). */
+  _try(this: Locks, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
+    return take(this, key, opts, false);
   },
 
   /**

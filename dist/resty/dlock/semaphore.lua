@@ -38,27 +38,34 @@ local PERMIT = {
 }
 --- The semaphores' metatable (its __index, the methods, is set once they are).
 local semaphoreMt = {}
+--- sem:acquire(), its busy answer metered when busyCounts.
+local function take(sem, key, opts, busyCounts)
+    local notOurs = notSelf(sem, semaphoreMt, "sem:acquire()")
+    if notOurs ~= nil then
+        return nil, notOurs, nil
+    end
+    recovery.start()
+    local perr = lease.phaseError("acquire")
+    if perr ~= nil then
+        return nil, perr, nil
+    end
+    local store = sem._store
+    local bad, k, rkey, ttl, wait, renew, onLost = options.acquire(store, key, opts, false)
+    if bad ~= nil then
+        return nil, bad, nil
+    end
+    local l, err, retryAfter = metered(store, PERMIT, k, rkey, token.random, nil, ttl, wait, busyCounts, sem._permits)
+    if l == nil or not renew then
+        return l, err, retryAfter
+    end
+    return watchdog.hold(l, onLost)
+end
 local semaphoreMethods = {
     acquire = function(self, key, opts)
-        local notOurs = notSelf(self, semaphoreMt, "sem:acquire()")
-        if notOurs ~= nil then
-            return nil, notOurs, nil
-        end
-        recovery.start()
-        local perr = lease.phaseError("acquire")
-        if perr ~= nil then
-            return nil, perr, nil
-        end
-        local store = self._store
-        local bad, k, rkey, ttl, wait, renew, onLost = options.acquire(store, key, opts, false)
-        if bad ~= nil then
-            return nil, bad, nil
-        end
-        local l, err, retryAfter = metered(store, PERMIT, k, rkey, token.random, nil, ttl, wait, self._permits)
-        if l == nil or not renew then
-            return l, err, retryAfter
-        end
-        return watchdog.hold(l, onLost)
+        return take(self, key, opts, true)
+    end,
+    _try = function(self, key, opts)
+        return take(self, key, opts, false)
     end,
     held = function(self)
         local bad = notSelf(self, semaphoreMt, "sem:held()")

@@ -44,6 +44,8 @@ export interface Semaphore {
   readonly _permits: number;
   readonly _store: lease.Store;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
+  /** acquire() whose busy answer is not metered (a guard's first try). */
+  _try(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
   held(): ledger.HeldLease[];
   with(key: string, opts: LuaTable<string, unknown> | undefined,
     fn: (this: void, ...args: unknown[]) => unknown, ...args: unknown[]): LuaMultiReturn<unknown[]>;
@@ -56,6 +58,21 @@ const PERMIT: lease.Kind = {
 /** The semaphores' metatable (its __index, the methods, is set once they are). */
 const semaphoreMt: { __index?: object } = {};
 
+/** sem:acquire(), its busy answer metered when busyCounts. */
+function take(sem: Semaphore, key: string, opts: LuaTable<string, unknown> | undefined, busyCounts: boolean): lease.AcquireResult {
+  const notOurs = notSelf(sem, semaphoreMt, "sem:acquire()");
+  if (notOurs !== undefined) return $multi(undefined, notOurs, undefined);
+  recovery.start();
+  const perr = lease.phaseError("acquire");
+  if (perr !== undefined) return $multi(undefined, perr, undefined);
+  const store = sem._store;
+  const [bad, k, rkey, ttl, wait, renew, onLost] = options.acquire(store, key, opts, false);
+  if (bad !== undefined) return $multi(undefined, bad, undefined);
+  const [l, err, retryAfter] = metered(store, PERMIT, k, rkey, token.random, undefined, ttl, wait, busyCounts, sem._permits);
+  if (l === undefined || !renew) return $multi(l, err, retryAfter);
+  return watchdog.hold(l, onLost);
+}
+
 const semaphoreMethods = {
   /**
    * permit, nil; nil, "busy", retry_after (wait = 0, all permits taken);
@@ -63,17 +80,12 @@ const semaphoreMethods = {
    * retry_after: ms until the earliest permit of the key expires.
    */
   acquire(this: Semaphore, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
-    const notOurs = notSelf(this, semaphoreMt, "sem:acquire()");
-    if (notOurs !== undefined) return $multi(undefined, notOurs, undefined);
-    recovery.start();
-    const perr = lease.phaseError("acquire");
-    if (perr !== undefined) return $multi(undefined, perr, undefined);
-    const store = this._store;
-    const [bad, k, rkey, ttl, wait, renew, onLost] = options.acquire(store, key, opts, false);
-    if (bad !== undefined) return $multi(undefined, bad, undefined);
-    const [l, err, retryAfter] = metered(store, PERMIT, k, rkey, token.random, undefined, ttl, wait, this._permits);
-    if (l === undefined || !renew) return $multi(l, err, retryAfter);
-    return watchdog.hold(l, onLost);
+    return take(this, key, opts, true);
+  },
+
+  /** acquire() whose busy answer is not metered: a guard's first try, which waits next (guard.ts). */
+  _try(this: Semaphore, key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult {
+    return take(this, key, opts, false);
   },
 
   /** Permits (and locks) this nginx instance holds now, from the shared dict. */

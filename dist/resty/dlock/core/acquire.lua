@@ -160,8 +160,9 @@ local function acquire(store, kind, key, rkey, tok, ttl, wait, ...)
     return l, err, retryAfter
 end
 --- acquire() as the factories' faces run it: a token minted (with `mark` in
--- front: a reader's), the key taken, the outcome and the wait metered.
-function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, ...)
+-- front: a reader's), the key taken, the outcome and the wait metered (a
+-- busy answer only when busyCounts: not a guard's first try, which waits next).
+function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, busyCounts, ...)
     ngx_update_time()
     local t0 = clock_now()
     local tok, terr = mint()
@@ -171,7 +172,10 @@ function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, ...)
     end
     local l, err, retryAfter = acquire(store, kind, key, rkey, mark == nil and tok or mark .. tok, ttl, wait, ...)
     if l == nil then
-        refused(store.meter, err)
+        -- A first try whose caller waits next (a guard) has no outcome yet: the wait that follows has.
+        if busyCounts or err ~= "busy" then
+            refused(store.meter, err)
+        end
         return nil, err, retryAfter
     end
     acquired(store.meter, l._since / 1000 - t0)

@@ -73,8 +73,18 @@ local guardMethods = {
         -- Readers share the key (gateway option shared).
         local reads = self._sharedMethods ~= nil and self._sharedMethods[req_get_method()] ~= nil
         local locks = self._locks
-        local l, err, retryAfter = locks:acquire(key, reads and self._sharedTry or self._tryOpts)
-        if l == nil and err == "busy" and self._wait > 0 then
+        -- A try first, without joining a line: the wait (and its turn in this worker) only when the key is held.
+        local waits = self._wait > 0
+        local tryOpts = reads and self._sharedTry or self._tryOpts
+        local l
+        local err
+        local retryAfter
+        if waits then
+            l, err, retryAfter = locks:_try(key, tryOpts)
+        else
+            l, err, retryAfter = locks:acquire(key, tryOpts)
+        end
+        if l == nil and err == "busy" and waits then
             incr(self._dict, self.name, "waited")
             l, err, retryAfter = locks:acquire(key, reads and self._sharedWait or self._waitOpts)
         end

@@ -162,10 +162,11 @@ function acquire(store: Store, kind: Kind, key: string, rkey: string, tok: strin
 
 /**
  * acquire() as the factories' faces run it: a token minted (with `mark` in
- * front: a reader's), the key taken, the outcome and the wait metered.
+ * front: a reader's), the key taken, the outcome and the wait metered (a
+ * busy answer only when busyCounts: not a guard's first try, which waits next).
  */
 export function metered(store: Store, kind: Kind, key: string, rkey: string, mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>,
-  mark: string | undefined, ttl: number, wait: number, ...extra: (string | number)[]): lease.AcquireResult {
+  mark: string | undefined, ttl: number, wait: number, busyCounts: boolean, ...extra: (string | number)[]): lease.AcquireResult {
   ngx_update_time();
   const t0 = clock_now();
   const [tok, terr] = mint();
@@ -175,7 +176,8 @@ export function metered(store: Store, kind: Kind, key: string, rkey: string, min
   }
   const [l, err, retryAfter] = acquire(store, kind, key, rkey, mark === undefined ? tok : mark + tok, ttl, wait, ...extra);
   if (l === undefined) {
-    refused(store.meter, err);
+    // A first try whose caller waits next (a guard) has no outcome yet: the wait that follows has.
+    if (busyCounts || err !== "busy") refused(store.meter, err);
     return $multi(undefined, err, retryAfter);
   }
   acquired(store.meter, l._since / 1000 - t0);

@@ -32,6 +32,8 @@ export interface Listed {
 export interface Acquirer {
   readonly _store: lease.Store;
   acquire(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
+  /** acquire() whose busy answer is not metered: the try before a wait. */
+  _try(key: string, opts?: LuaTable<string, unknown>): lease.AcquireResult;
 }
 
 /** A guard's state: its name and mode to read, the rest private (gateway.new builds it). */
@@ -138,8 +140,18 @@ const guardMethods = {
     // Readers share the key (gateway option shared).
     const reads = this._sharedMethods !== undefined && this._sharedMethods.has(req_get_method());
     const locks = this._locks;
-    let [l, err, retryAfter] = locks.acquire(key, (reads && this._sharedTry) || this._tryOpts);
-    if (l === undefined && err === "busy" && this._wait > 0) {
+    // A try first, without joining a line: the wait (and its turn in this worker) only when the key is held.
+    const waits = this._wait > 0;
+    const tryOpts = (reads && this._sharedTry) || this._tryOpts;
+    let l: lease.Lease | undefined;
+    let err: string | undefined;
+    let retryAfter: number | undefined;
+    if (waits) {
+      [l, err, retryAfter] = locks._try(key, tryOpts);
+    } else {
+      [l, err, retryAfter] = locks.acquire(key, tryOpts);
+    }
+    if (l === undefined && err === "busy" && waits) {
       incr(this._dict, this.name, "waited");
       [l, err, retryAfter] = locks.acquire(key, (reads && this._sharedWait) || this._waitOpts);
     }

@@ -36,6 +36,7 @@ build = {
       ["resty.dlock.core.check"] = "dist/resty/dlock/core/check.lua",
       ["resty.dlock.core.clock"] = "dist/resty/dlock/core/clock.lua",
       ["resty.dlock.core.dictcount"] = "dist/resty/dlock/core/dictcount.lua",
+      ["resty.dlock.core.expiries"] = "dist/resty/dlock/core/expiries.lua",
       ["resty.dlock.core.keyorder"] = "dist/resty/dlock/core/keyorder.lua",
       ["resty.dlock.core.late"] = "dist/resty/dlock/core/late.lua",
       ["resty.dlock.core.lease"] = "dist/resty/dlock/core/lease.lua",

@@ -212,6 +212,37 @@ describe("metrics of the core API", function()
     assert.is_nil(b:release())
   end)
 
+  it("leave no expiry second in the dict once it has passed, though no status page or scrape reads them", function()
+    local locks, name = named("lock")
+    local dict = ngx.shared.dlock
+    local prefix = "m:" .. name .. ":e"
+    --- The expiry seconds of this factory in the dict, older than `before`.
+    local function stale(before)
+      local n = 0
+      for _, k in ipairs(dict:get_keys(0)) do
+        local s = k:sub(1, #prefix) == prefix and tonumber(k:sub(#prefix + 1))
+        if s and s < before then n = n + 1 end
+      end
+      return n
+    end
+    -- Leases of many ttls over 3 s, each in a second of its own: released ones, and ones left to expire.
+    local t0 = ngx.now()
+    for i = 1, 30 do
+      local l = assert(locks:acquire("s" .. i, { ttl = 200 + 100 * i }))
+      if i % 2 == 0 then assert(l:release()) end
+      ngx.sleep(0.1)
+    end
+    assert.is_true(stale(math.huge) > 0)
+    -- Every one of those seconds has passed (the last lease: 3.2 s of ttl, plus the 2 s of grace):
+    -- the workers' own flushes sweep them as leases go on coming and going.
+    local horizon = t0 + 3 + 3.2 + 2 + 1
+    while ngx.now() < horizon + 0.5 do
+      assert(assert(locks:acquire("later", { ttl = 100 })):release())
+      ngx.sleep(0.3)
+    end
+    assert.equal(0, stale(math.floor(horizon)))
+  end)
+
   it("count a lease lost: its release found the key no longer ours", function()
     local locks, name = named("lock")
     local l = assert(locks:acquire("x", { ttl = 50 }))

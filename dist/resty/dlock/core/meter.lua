@@ -28,6 +28,7 @@ local buckets = require("resty.dlock.core.buckets")
 local check = require("resty.dlock.core.check")
 local clock = require("resty.dlock.core.clock")
 local dictcount = require("resty.dlock.core.dictcount")
+local expiries = require("resty.dlock.core.expiries")
 local quiet = require("resty.dlock.core.quiet")
 local late = require("resty.dlock.core.late")
 local clock_now = clock.now
@@ -117,6 +118,7 @@ function _M.make(dict, name)
         exp = p .. "e",
         swept = p .. "swept",
         sweeping = p .. "sweeping",
+        prefix = p,
         counts = {},
         seconds = {},
         dirty = false
@@ -155,6 +157,7 @@ local function flushSeconds(m)
         dictcount.count(dict, m.held, held)
     end
     dict:delete(m.sweeping)
+    expiries.sweep(dict, m.prefix)
     return true
 end
 -- The timer flush() arms runs it, and it flushes: declared ahead of flush(), set after it.

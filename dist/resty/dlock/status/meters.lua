@@ -1,24 +1,16 @@
 -- Generated from src/resty/dlock/status/meters.ts by TypeScriptToLua: edit that file, not this one.
 -- What status pages read of the factories' instruments (core/meter.ts
 -- counts into them): a fixed number of dict reads per factory name, never a
--- walk of the dict. Reading also sweeps the held gauge: the records whose
--- expiry second has passed leave it.
+-- walk of the dict. Reading sweeps the held gauge first (core/expiries.ts), as
+-- the workers' flushes do.
 local _M = {}
 local meter = require("resty.dlock.core.meter")
-local clock = require("resty.dlock.core.clock")
-local dictcount = require("resty.dlock.core.dictcount")
-local clock_now = clock.now
-local math_floor = math.floor
+local expiries = require("resty.dlock.core.expiries")
 local math_max = math.max
-local math_min = math.min
 local lua_type = type
 local lua_tostring = tostring
 local WAIT_BOUNDS = meter.WAIT_BOUNDS
 local HOLD_BOUNDS = meter.HOLD_BOUNDS
---- Seconds an expiry second is left before it is swept: a record outlives its second by the dict's clock skew.
-local GRACE = 2
---- Most seconds one read sweeps (a scrape after a day without one catches up over a few).
-local MAX_SWEEP = 3600
 --- About how many keys the instruments of every factory take in a dict: the
 -- counters and buckets of each name, and a minute of expiry seconds each.
 function _M.keys(dict)
@@ -44,41 +36,10 @@ local function num(dict, key)
     local v = dict:get(key)
     return lua_type(v) == "number" and v or 0
 end
---- Take the records that expired (by their second) off the held gauge of factory
--- `name`. One worker at a time (a dict key as the lock); one that finds it
--- taken reads the gauge as it is.
-local function sweep(dict, p)
-    local limit = math_floor(clock_now()) - GRACE
-    local mark = dict:get(p .. "swept")
-    if lua_type(mark) ~= "number" or mark >= limit then
-        return
-    end
-    if not dictcount.mark(dict, p .. "sweeping", true, 1) then
-        return
-    end
-    local s = num(dict, p .. "swept")
-    local stop = math_min(limit, s + MAX_SWEEP)
-    local gone = 0
-    while s < stop do
-        s = s + 1
-        local v = dict:get(p .. "e" .. lua_tostring(s))
-        if v ~= nil then
-            if lua_type(v) == "number" then
-                gone = gone + v
-            end
-            dict:delete(p .. "e" .. lua_tostring(s))
-        end
-    end
-    if gone ~= 0 then
-        dictcount.count(dict, p .. "held", -gone)
-    end
-    dict:safe_set(p .. "swept", s)
-    dict:delete(p .. "sweeping")
-end
 --- A fixed number of dict reads: the counters, the buckets, the gauge (after a sweep).
 function _M.read(dict, name)
     local p = "m:" .. name .. ":"
-    sweep(dict, p)
+    expiries.sweep(dict, p)
     local wait = {}
     local acquiredN = 0
     for i = 1, #WAIT_BOUNDS + 1 do

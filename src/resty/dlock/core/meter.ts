@@ -27,6 +27,7 @@ import * as buckets from "./buckets";
 import * as check from "./check";
 import * as clock from "./clock";
 import * as dictcount from "./dictcount";
+import * as expiries from "./expiries";
 import * as quiet from "./quiet";
 import * as late from "./late";
 
@@ -72,6 +73,8 @@ export interface Meter {
   readonly exp: string;
   readonly swept: string;
   readonly sweeping: string;
+  /** "m:<name>:", the keys' prefix (expiries.sweep). */
+  readonly prefix: string;
   /** This worker's counts not in the dict yet, by dict key (the keys above). */
   readonly counts: LuaTable<string, number>;
   /** This worker's moves of records in and out of expiry seconds not in the dict yet, by second. */
@@ -122,7 +125,7 @@ export function make(dict: NgxSharedDict, name: string): Meter {
     name, dict, busy: p + "busy", timeout: p + "timeout", error: p + "error", lost: p + "lost",
     wait: keysOf(p + "w", WAIT_BOUNDS.length + 1), waitSum: p + "ws",
     hold: keysOf(p + "h", HOLD_BOUNDS.length + 1), holdSum: p + "hs",
-    held: p + "held", exp: p + "e", swept: p + "swept", sweeping: p + "sweeping",
+    held: p + "held", exp: p + "e", swept: p + "swept", sweeping: p + "sweeping", prefix: p,
     counts: new LuaTable<string, number>(), seconds: new LuaTable<number, number>(), dirty: false,
   };
 }
@@ -158,6 +161,7 @@ function flushSeconds(m: Meter): boolean {
   }
   if (held !== 0) dictcount.count(dict, m.held, held);
   dict.delete(m.sweeping);
+  expiries.sweep(dict, m.prefix);
   return true;
 }
 

@@ -1,26 +1,17 @@
 // What status pages read of the factories' instruments (core/meter.ts
 // counts into them): a fixed number of dict reads per factory name, never a
-// walk of the dict. Reading also sweeps the held gauge: the records whose
-// expiry second has passed leave it.
+// walk of the dict. Reading sweeps the held gauge first (core/expiries.ts), as
+// the workers' flushes do.
 
 import * as meter from "../core/meter";
-import * as clock from "../core/clock";
-import * as dictcount from "../core/dictcount";
+import * as expiries from "../core/expiries";
 
-const clock_now = clock.now;
-const math_floor = math.floor;
 const math_max = math.max;
-const math_min = math.min;
 const lua_type = type;
 const lua_tostring = tostring;
 
 const WAIT_BOUNDS = meter.WAIT_BOUNDS;
 const HOLD_BOUNDS = meter.HOLD_BOUNDS;
-/** Seconds an expiry second is left before it is swept: a record outlives its second by the dict's clock skew. */
-const GRACE = 2;
-/** Most seconds one read sweeps (a scrape after a day without one catches up over a few). */
-const MAX_SWEEP = 3600;
-
 /**
  * About how many keys the instruments of every factory take in a dict: the
  * counters and buckets of each name, and a minute of expiry seconds each.
@@ -47,32 +38,6 @@ function num(dict: NgxSharedDict, key: string): number {
   return lua_type(v) === "number" ? v as number : 0;
 }
 
-/**
- * Take the records that expired (by their second) off the held gauge of factory
- * `name`. One worker at a time (a dict key as the lock); one that finds it
- * taken reads the gauge as it is.
- */
-function sweep(dict: NgxSharedDict, p: string): void {
-  const limit = math_floor(clock_now()) - GRACE;
-  const [mark] = dict.get(p + "swept");
-  if (lua_type(mark) !== "number" || (mark as number) >= limit) return;
-  if (!dictcount.mark(dict, p + "sweeping", true, 1)) return;
-  let s = num(dict, p + "swept");
-  const stop = math_min(limit, s + MAX_SWEEP);
-  let gone = 0;
-  while (s < stop) {
-    s++;
-    const [v] = dict.get(p + "e" + lua_tostring(s));
-    if (v !== undefined) {
-      if (lua_type(v) === "number") gone += v as number;
-      dict.delete(p + "e" + lua_tostring(s));
-    }
-  }
-  if (gone !== 0) dictcount.count(dict, p + "held", -gone);
-  dict.safe_set(p + "swept", s);
-  dict.delete(p + "sweeping");
-}
-
 /** What a status page shows of factory `name` in `dict`. */
 export interface Reading {
   held: number;
@@ -91,7 +56,7 @@ export interface Reading {
 /** A fixed number of dict reads: the counters, the buckets, the gauge (after a sweep). */
 export function read(dict: NgxSharedDict, name: string): Reading {
   const p = "m:" + name + ":";
-  sweep(dict, p);
+  expiries.sweep(dict, p);
   const wait: number[] = [];
   let acquiredN = 0;
   for (const i of $range(1, WAIT_BOUNDS.length + 1)) {

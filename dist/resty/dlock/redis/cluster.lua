@@ -20,7 +20,7 @@ local clock = require("resty.dlock.core.clock")
 local dictcount = require("resty.dlock.core.dictcount")
 local pipelined = pipeline.call
 local posted = pipeline.post
-local asking_call = roundtrip.asking
+local alone = roundtrip.one
 local migrating = roundtrip.migrating
 local many = perTarget.many
 local forTarget = scripts.forTarget
@@ -71,8 +71,11 @@ local function follow(conf, c, sl, first, s, rkey, args, res0, err0, fault0)
     local fault = fault0
     for i = 0, conf.max_redirects do
         if i > 0 then
-            local send = asking and asking_call or pipelined
-            res, err, fault = send(node, script, rkey, lua_unpack(rest))
+            if asking then
+                res, err, fault = alone(node, true, script, rkey, lua_unpack(rest))
+            else
+                res, err, fault = pipelined(node, script, rkey, lua_unpack(rest))
+            end
         end
         local tryagain = migrating(fault, err)
         if tryagain and script.alone ~= nil then

@@ -220,13 +220,17 @@ function _M.wordOf(j, n)
     end
     return w
 end
+--- Index k of the jobs `which` of a batch (nil: all of them, in order).
+local function at(which, k)
+    return which == nil and k or which[k]
+end
 --- The commands of the jobs `which` of b (nil: all), EVAL with the script's body when `body`, each after ASKING when b asks.
 function _M.commands(b, which, body)
     local out = table_new(5 * #b.jobs, 0)
     local k = 0
     local n = which == nil and #b.jobs or #which
     for m = 1, n do
-        local j = b.jobs[(which == nil and m - 1 or which[m] - 1) + 1]
+        local j = b.jobs[at(which, m)]
         if b.asking then
             k = k + 1
             out[k] = ASKING
@@ -240,6 +244,7 @@ function _M.commands(b, which, body)
     return out
 end
 -- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-_M.encoded = encoded
 _M.addEncoded = addEncoded
+_M.at = at
+_M.encoded = encoded
 return _M

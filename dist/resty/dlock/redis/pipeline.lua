@@ -140,7 +140,7 @@ end
 function _M.call(conf, s, rkey, ...)
     local lane = laneFor(conf)
     if lane == nil then
-        return alone(conf, s, rkey, ...)
+        return alone(conf, false, s, rkey, ...)
     end
     if idle(lane) then
         return direct(lane, s, rkey, ...)
@@ -148,7 +148,7 @@ function _M.call(conf, s, rkey, ...)
     local b = joinable(lane)
     -- A full batch goes as it is; this call goes on its own.
     if b == nil then
-        return alone(conf, s, rkey, ...)
+        return alone(conf, false, s, rkey, ...)
     end
     local job = add(b, s, rkey, ...)
     local replied = awaited(conf, b, job)

@@ -31,6 +31,8 @@ local read = resp.read
 local drained = resp.drained
 local add = command.add
 local batchOf = command.batchOf
+local recycle = command.recycle
+local at = command.at
 local commands = command.commands
 local fail = command.fail
 local turned_away = hints.turnedAway
@@ -73,10 +75,6 @@ end
 -- sentinels are asked again, and a waiting acquire tries again ("transient").
 local function unreachable(conf)
     return conf.sentinel ~= nil and "transient" or "failed"
-end
---- Index k of the jobs `which` of b (nil: all of them, in order).
-local function at(which, k)
-    return which == nil and k or which[k]
 end
 --- The jobs `which` (from k on) were sent, and their replies never came.
 local function lost(conf, b, which, k, why)
@@ -152,12 +150,7 @@ local function replies(conf, sock, b, which, body)
     if not drained(r) then
         -- More bytes than replies: the replies may not be the ones they seemed,
         -- and the connection is not fit for the pool. Nothing read here stands.
-        for k = 1, n do
-            local j = b.jobs[at(which, k)]
-            j.res = nil
-            j.err = "dlock: redis " .. conf.endpoint .. ": more data than replies during " .. j.s.name
-            j.fault = "lost"
-        end
+        lost(conf, b, which, 1, "more data than replies")
         return nil
     end
     return again
@@ -266,19 +259,18 @@ local function run(conf, b)
         finish(conf, b, red)
     end
 end
---- One call on a pooled connection of its own: a batch of one.
-function _M.one(conf, s, rkey, ...)
-    local b = batchOf(nil, false, 1)
+--- One call on a pooled connection of its own: a batch of one; after ASKING
+-- when `asking` (a Cluster node serves a slot it imports only to a client
+-- that asks so).
+function _M.one(conf, asking, s, rkey, ...)
+    local b = batchOf(nil, asking, 1)
     local job = add(b, s, rkey, ...)
     run(conf, b)
-    return job.res, job.err, job.fault
-end
---- As one(), after ASKING (a Cluster node serves a slot it imports only to a client that asks so).
-function _M.asking(conf, s, rkey, ...)
-    local b = batchOf(nil, true, 1)
-    local job = add(b, s, rkey, ...)
-    run(conf, b)
-    return job.res, job.err, job.fault
+    local res = job.res
+    local err = job.err
+    local fault = job.fault
+    recycle(job)
+    return res, err, fault
 end
 -- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.refused = refused

@@ -21,13 +21,17 @@ local lua_pcall = pcall
 local lua_next = next
 local lua_pairs = pairs
 local wordOf = command.wordOf
-local alone = roundtrip.one
+local one = roundtrip.one
 local forTarget = scripts.forTarget
 local quiet_tally = quiet.tally
 local quiet_add = quiet.add
 local quiet_named = quiet.named
 local function pass()
     return {took = quiet_tally(), failed = quiet_tally(), why = nil}
+end
+--- A call on a connection of its own: the take-back is no batch's.
+local function alone(conf, s, rkey, ...)
+    return one(conf, false, s, rkey, ...)
 end
 --- Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will.
 local function takeBackOne(conf, j, p)

@@ -22,7 +22,7 @@ import * as dictcount from "../core/dictcount";
 
 const pipelined = pipeline.call;
 const posted = pipeline.post;
-const asking_call = roundtrip.asking;
+const alone = roundtrip.one;
 const migrating = roundtrip.migrating;
 const many = perTarget.many;
 const forTarget = scripts.forTarget;
@@ -78,8 +78,11 @@ function follow(conf: redis.RedisConf, c: map.Cluster, sl: number, first: redis.
   let fault: Fault | undefined = fault0;
   for (const i of $range(0, conf.max_redirects)) {
     if (i > 0) {
-      const send = asking ? asking_call : pipelined;
-      [res, err, fault] = send(node, script, rkey, ...lua_unpack(rest));
+      if (asking) {
+        [res, err, fault] = alone(node, true, script, rkey, ...lua_unpack(rest));
+      } else {
+        [res, err, fault] = pipelined(node, script, rkey, ...lua_unpack(rest));
+      }
     }
     const tryagain = migrating(fault, err);
     if (tryagain && script.alone !== undefined) {

@@ -255,13 +255,18 @@ export function wordOf(j: Job, n: number): string {
   return w;
 }
 
+/** Index k of the jobs `which` of a batch (nil: all of them, in order). */
+function at(which: number[] | undefined, k: number): number {
+  return which === undefined ? k : which[k - 1]!;
+}
+
 /** The commands of the jobs `which` of b (nil: all), EVAL with the script's body when `body`, each after ASKING when b asks. */
 export function commands(b: Batch, which: number[] | undefined, body: boolean): Fragments {
   const out: Fragments = table_new(5 * b.jobs.length, 0);
   let k = 0;
   const n = which === undefined ? b.jobs.length : which.length;
   for (const m of $range(1, n)) {
-    const j = b.jobs[which === undefined ? m - 1 : which[m - 1]! - 1]!;
+    const j = b.jobs[at(which, m) - 1]!;
     if (b.asking) {
       k++;
       out.set(k, ASKING);
@@ -276,4 +281,4 @@ export function commands(b: Batch, which: number[] | undefined, body: boolean): 
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { encoded, addEncoded };
+export { addEncoded, at, encoded };

@@ -154,11 +154,11 @@ function direct(lane: Lane, s: scripts.Script, rkey: string, ...args: (string | 
 /** Run s for rkey: at once while few calls of this worker are on their way to this Redis and none ride a batch, else in the next pipeline. */
 export function call(conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
   const lane = laneFor(conf);
-  if (lane === undefined) return alone(conf, s, rkey, ...args);
+  if (lane === undefined) return alone(conf, false, s, rkey, ...args);
   if (idle(lane)) return direct(lane, s, rkey, ...args);
   const b = joinable(lane);
   // A full batch goes as it is; this call goes on its own.
-  if (b === undefined) return alone(conf, s, rkey, ...args);
+  if (b === undefined) return alone(conf, false, s, rkey, ...args);
   const job = add(b, s, rkey, ...args);
   const replied = awaited(conf, b, job);
   const res = job.res;

@@ -37,6 +37,8 @@ const read = resp.read;
 const drained = resp.drained;
 const add = command.add;
 const batchOf = command.batchOf;
+const recycle = command.recycle;
+const at = command.at;
 const commands = command.commands;
 const fail = command.fail;
 const turned_away = hints.turnedAway;
@@ -83,11 +85,6 @@ export function migrating(fault: Fault | undefined, err: string | undefined): bo
  */
 function unreachable(conf: redis.RedisConf): Fault {
   return conf.sentinel !== undefined ? "transient" : "failed";
-}
-
-/** Index k of the jobs `which` of b (nil: all of them, in order). */
-function at(which: number[] | undefined, k: number): number {
-  return which === undefined ? k : which[k - 1]!;
 }
 
 /** The jobs `which` (from k on) were sent, and their replies never came. */
@@ -165,12 +162,7 @@ function replies(conf: redis.RedisConf, sock: NgxTcpSocket, b: Batch, which: num
   if (!drained(r)) {
     // More bytes than replies: the replies may not be the ones they seemed,
     // and the connection is not fit for the pool. Nothing read here stands.
-    for (const k of $range(1, n)) {
-      const j = b.jobs[at(which, k) - 1]!;
-      j.res = undefined;
-      j.err = "dlock: redis " + conf.endpoint + ": more data than replies during " + j.s.name;
-      j.fault = "lost";
-    }
+    lost(conf, b, which, 1, "more data than replies");
     return undefined;
   }
   return again;
@@ -278,20 +270,21 @@ function run(conf: redis.RedisConf, b: Batch): void {
   if (red !== undefined) finish(conf, b, red);
 }
 
-/** One call on a pooled connection of its own: a batch of one. */
-export function one(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const b = batchOf(undefined, false, 1);
+/**
+ * One call on a pooled connection of its own: a batch of one; after ASKING
+ * when `asking` (a Cluster node serves a slot it imports only to a client
+ * that asks so).
+ */
+export function one(this: void, conf: redis.RedisConf, asking: boolean, s: scripts.Script, rkey: string,
+  ...args: (string | number)[]): CallResult {
+  const b = batchOf(undefined, asking, 1);
   const job = add(b, s, rkey, ...args);
   run(conf, b);
-  return $multi(job.res, job.err, job.fault);
-}
-
-/** As one(), after ASKING (a Cluster node serves a slot it imports only to a client that asks so). */
-export function asking(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
-  const b = batchOf(undefined, true, 1);
-  const job = add(b, s, rkey, ...args);
-  run(conf, b);
-  return $multi(job.res, job.err, job.fault);
+  const res = job.res;
+  const err = job.err;
+  const fault = job.fault;
+  recycle(job);
+  return $multi(res, err, fault);
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.

@@ -3,6 +3,7 @@
 // would ever release it. The release (or drop) is owner-checked, sent on a
 // connection of its own.
 
+import type { CallResult } from "./backend";
 import type * as redis from "./client";
 import * as command from "./command";
 import type { Lane } from "./lanes";
@@ -26,7 +27,7 @@ const lua_pcall = pcall;
 const lua_next = next;
 const lua_pairs = pairs;
 const wordOf = command.wordOf;
-const alone = roundtrip.one;
+const one = roundtrip.one;
 const forTarget = scripts.forTarget;
 const quiet_tally = quiet.tally;
 const quiet_add = quiet.add;
@@ -44,6 +45,11 @@ interface Pass {
 
 function pass(this: void): Pass {
   return { took: quiet_tally(), failed: quiet_tally(), why: undefined };
+}
+
+/** A call on a connection of its own: the take-back is no batch's. */
+function alone(this: void, conf: redis.RedisConf, s: scripts.Script, rkey: string, ...args: (string | number)[]): CallResult {
+  return one(conf, false, s, rkey, ...args);
 }
 
 /** Take back what an acquire may have taken: its request ended before the reply came, so nobody ever will. */

@@ -145,6 +145,18 @@ describe("gateway mode idempotency", function()
     assert.equal(1, executions(a, key))
   end)
 
+  it("replays header names spelt as the backend sent them (X-Execution, not x-execution)", function()
+    local key, q = fresh("case")
+    local first = post(a, "/payments" .. q, key, "{}")
+    assert.equal(201, first.status)
+    assert.truthy(first.raw_head:find("\r\nX-Execution: ", 1, true), first.raw_head)
+    local again = post(a, "/payments" .. q, key, "{}")
+    assert.equal("true", again.headers["idempotent-replayed"])
+    assert.truthy(again.raw_head:find("\r\nX-Execution: ", 1, true), again.raw_head)
+    assert.truthy(again.raw_head:find("\r\nX-Multi: zeta\r\nX-Multi: alpha\r\n", 1, true), again.raw_head)
+    assert.equal(1, executions(a, key))
+  end)
+
   it("stores and replays the answer to a guarded HEAD (methods = { \"POST\", \"HEAD\" }): the backend runs once", function()
     local key, q = fresh("head")
     local function head() return request(a, "HEAD", "/heads" .. q, { headers = { ["Idempotency-Key"] = key } }) end

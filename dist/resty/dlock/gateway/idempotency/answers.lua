@@ -16,6 +16,7 @@ local ngx_print = ngx.print
 local ngx_send_headers = ngx.send_headers
 local ngx = ngx
 local str_gsub = string.gsub
+local str_lower = string.lower
 local str_format = string.format
 local str_byte = string.byte
 local str_gmatch = string.gmatch
@@ -63,18 +64,23 @@ end
 local function replay(g, rec)
     stats.incr(g._dict, g.name, "replayed")
     ngx.status = rec.status
-    -- Header lines "name: value\n", a name repeated for each of its values (Set-Cookie...).
+    -- Header lines "name: value\n", a name repeated for each of its values (Set-Cookie...),
+    -- as the backend wrote it (records of earlier releases: in lower case).
+    -- One name in two spellings is one header (ngx.header would let the second replace the first).
     local multi = {}
+    local spelt = {}
     for n, v in str_gmatch(rec.headers, "([^:\n]+): ([^\n]*)\n") do
-        local name = n
-        local list = multi[name]
+        local lower = str_lower(n)
+        local list = multi[lower]
         if list == nil then
             list = {}
-            multi[name] = list
+            multi[lower] = list
+            spelt[lower] = n
         end
         list[#list + 1] = v
     end
-    for name, list in lua_pairs(multi) do
+    for lower, list in lua_pairs(multi) do
+        local name = spelt[lower]
         if #list == 1 then
             ngx_header[name] = list[1]
         else

@@ -125,7 +125,8 @@ function _M.headerFilter()
         return
     end
     c.status = ngx.status
-    local hs = resp_get_headers(200)
+    -- Raw: the names as the backend wrote them, which the replay sends again.
+    local hs = resp_get_headers(200, true)
     -- A response to HEAD is its header: no body filter call ends it, and its
     -- Content-Length (the GET body's) is kept for the replay.
     local head = req_get_method() == "HEAD"
@@ -141,14 +142,13 @@ function _M.headerFilter()
     table_sort(names)
     local lines = {}
     for _, name in lua_ipairs(names) do
-        local n = str_lower(name)
         local v = hs[name]
         if lua_type(v) == "table" then
             for _, one in lua_ipairs(v) do
-                addLine(lines, n, one)
+                addLine(lines, name, one)
             end
         else
-            addLine(lines, n, lua_tostring(v))
+            addLine(lines, name, lua_tostring(v))
         end
     end
     c.headers = table_concat(lines)

@@ -18,6 +18,7 @@ const ngx_print = ngx.print;
 const ngx_send_headers = ngx.send_headers;
 const ngx_ = ngx;
 const str_gsub = string.gsub;
+const str_lower = string.lower;
 const str_format = string.format;
 const str_byte = string.byte;
 const str_gmatch = string.gmatch;
@@ -62,18 +63,23 @@ function problem(g: Guard, status: number, kind: string, title: string, detail: 
 function replay(g: Guard, rec: claims.Rec): never {
   stats.incr(g._dict, g.name, "replayed");
   ngx_.status = rec.status;
-  // Header lines "name: value\n", a name repeated for each of its values (Set-Cookie...).
+  // Header lines "name: value\n", a name repeated for each of its values (Set-Cookie...),
+  // as the backend wrote it (records of earlier releases: in lower case).
+  // One name in two spellings is one header (ngx.header would let the second replace the first).
   const multi = new LuaTable<string, string[]>();
+  const spelt = new LuaTable<string, string>();
   for (const [n, v] of str_gmatch(rec.headers, "([^:\n]+): ([^\n]*)\n")) {
-    const name = n as string;
-    let list = multi.get(name);
+    const lower = str_lower(n as string);
+    let list = multi.get(lower);
     if (list === undefined) {
       list = [];
-      multi.set(name, list);
+      multi.set(lower, list);
+      spelt.set(lower, n as string);
     }
     list.push(v as string);
   }
-  for (const [name, list] of lua_pairs(multi)) {
+  for (const [lower, list] of lua_pairs(multi)) {
+    const name = spelt.get(lower)!;
     if (list.length === 1) {
       ngx_header.set(name, list[0]!);
     } else {

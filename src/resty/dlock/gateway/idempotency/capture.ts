@@ -35,7 +35,7 @@ type Guard = options.Guard;
 // The parts of the ngx API only the filters use.
 /** @noSelf */
 interface NgxResp {
-  get_headers(max?: number): LuaMultiReturn<[LuaTable<string, string | LuaTable<number, string>>, string | undefined]>;
+  get_headers(max?: number, raw?: boolean): LuaMultiReturn<[LuaTable<string, string | LuaTable<number, string>>, string | undefined]>;
 }
 interface NgxFilter {
   /** body_filter: [1] the chunk, [2] true at the end of the body. */
@@ -119,7 +119,8 @@ export function headerFilter(): void {
   const c = current();
   if (c === undefined || c.complete) return;
   c.status = ngx_.status;
-  const [hs] = resp_get_headers(200);
+  // Raw: the names as the backend wrote them, which the replay sends again.
+  const [hs] = resp_get_headers(200, true);
   // A response to HEAD is its header: no body filter call ends it, and its
   // Content-Length (the GET body's) is kept for the replay.
   const head = req_get_method() === "HEAD";
@@ -133,14 +134,13 @@ export function headerFilter(): void {
   table_sort(names);
   const lines: string[] = [];
   for (const [_, name] of lua_ipairs(names)) {
-    const n = str_lower(name);
     const v = hs.get(name);
     if (lua_type(v) === "table") {
       for (const [_, one] of lua_ipairs(v as unknown as string[])) {
-        addLine(lines, n, one);
+        addLine(lines, name, one);
       }
     } else {
-      addLine(lines, n, lua_tostring(v));
+      addLine(lines, name, lua_tostring(v));
     }
   }
   c.headers = table_concat(lines);

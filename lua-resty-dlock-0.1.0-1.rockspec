@@ -84,6 +84,7 @@ build = {
       ["resty.dlock.gateway.inflight"] = "dist/resty/dlock/gateway/inflight.lua",
       ["resty.dlock.gateway.key"] = "dist/resty/dlock/gateway/key.lua",
       ["resty.dlock.gateway.lock_local"] = "dist/resty/dlock/gateway/lock_local.lua",
+      ["resty.dlock.gateway.onway"] = "dist/resty/dlock/gateway/onway.lua",
       ["resty.dlock.gateway.options"] = "dist/resty/dlock/gateway/options.lua",
       ["resty.dlock.gateway.rate"] = "dist/resty/dlock/gateway/rate.lua",
       ["resty.dlock.gateway.rate_local"] = "dist/resty/dlock/gateway/rate_local.lua",

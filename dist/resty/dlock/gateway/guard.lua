@@ -3,15 +3,18 @@
 -- decides for a request, log() ends what it took. Made by gateway.new
 -- (gateway.ts), which checks the options and builds the lock underneath.
 local _M = {}
+local meter = require("resty.dlock.core.meter")
 local shared = require("resty.dlock.gateway.common")
 local digest = require("resty.dlock.gateway.digest")
 local inflight = require("resty.dlock.gateway.inflight")
 local lockLocal = require("resty.dlock.gateway.lock_local")
+local onway = require("resty.dlock.gateway.onway")
 local stats = require("resty.dlock.gateway.stats")
 local breaker = require("resty.dlock.gateway.breaker")
 local read_body = ngx.req.read_body
 local hashed = digest.key
 local incr = stats.incr
+local meter_refused = meter.refused
 -- Read per request by mutex guards with shared methods (readers).
 local req_get_method = ngx.req.get_method
 --- Refuse a request Redis decided against: the guards it passed before give back what they took.
@@ -74,19 +77,19 @@ local guardMethods = {
         local reads = self._sharedMethods ~= nil and self._sharedMethods[req_get_method()] ~= nil
         local locks = self._locks
         -- A try first, without joining a line: the wait (and its turn in this worker) only when the key is held.
-        local waits = self._wait > 0
+        -- Its busy answer is not metered: what follows it is the request's outcome.
         local tryOpts = reads and self._sharedTry or self._tryOpts
-        local l
-        local err
-        local retryAfter
-        if waits then
-            l, err, retryAfter = locks:_try(key, tryOpts)
-        else
-            l, err, retryAfter = locks:acquire(key, tryOpts)
-        end
-        if l == nil and err == "busy" and waits then
-            incr(self._dict, self.name, "waited")
-            l, err, retryAfter = locks:acquire(key, reads and self._sharedWait or self._waitOpts)
+        local l, err, retryAfter = locks:_try(key, tryOpts)
+        if l == nil and err == "busy" then
+            if self._wait > 0 then
+                incr(self._dict, self.name, "waited")
+                l, err, retryAfter = locks:acquire(key, reads and self._sharedWait or self._waitOpts)
+            elseif onway.awaited(self._dict, locks._store.prefix .. key) then
+                -- Held by a request of this nginx that has ended, its release on its way (onway.ts): once more.
+                l, err, retryAfter = locks:acquire(key, tryOpts)
+            else
+                meter_refused(locks._store.meter, "busy")
+            end
         end
         if l ~= nil then
             breaker.success(self._dict, self.name)

@@ -25,6 +25,7 @@ local clock = require("resty.dlock.core.clock")
 local late = require("resty.dlock.core.late")
 local roundtrip = require("resty.dlock.redis.roundtrip")
 local stats = require("resty.dlock.gateway.stats")
+local onway = require("resty.dlock.gateway.onway")
 local ngx_log = ngx.log
 local ERR = ngx.ERR
 local WARN = ngx.WARN
@@ -99,14 +100,14 @@ local function finish(owner, l, ms)
         return
     end
     local ok, err = l:release()
-    if ok ~= nil or err == "not_owner" then
-        return
+    if ok == nil and err ~= "not_owner" then
+        -- Unconfirmed: releaseAll tries again and hands what Redis still does not confirm to the sweep.
+        local n, berr = batch.releaseAll({l})
+        if n > 0 then
+            failed(owner, "releasing " .. lua_tostring(n) .. " lease(s)", berr)
+        end
     end
-    -- Unconfirmed: releaseAll tries again and hands what Redis still does not confirm to the sweep.
-    local n, berr = batch.releaseAll({l})
-    if n > 0 then
-        failed(owner, "releasing " .. lua_tostring(n) .. " lease(s)", berr)
-    end
+    onway.settled(owner._dict, l._rkey)
 end
 --- A light thread's body: never raises (an aborted thread would log its own error line).
 local function finishSafely(owner, l, ms)
@@ -242,6 +243,7 @@ end
 -- not confirm) and a hold go through the queue.
 local function done(h, holdMs)
     if holdMs == 0 then
+        onway.sent(h.owner._dict, h.lease._rkey)
         local j = lease.post(h.lease)
         if j ~= nil then
             j.post = h
@@ -255,6 +257,7 @@ local function answered(j)
     local h = j.post
     local ok, err = lease.posted(h.lease, j)
     if ok ~= nil or err == "not_owner" then
+        onway.settled(h.owner._dict, h.lease._rkey)
         return
     end
     -- A failure counts now, and is logged should the queue's tries fail too

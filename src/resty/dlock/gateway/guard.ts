@@ -3,17 +3,20 @@
 // (gateway.ts), which checks the options and builds the lock underneath.
 
 import type * as lease from "../core/lease";
+import * as meter from "../core/meter";
 import * as shared from "./common";
 import * as digest from "./digest";
 import * as inflight from "./inflight";
 import type * as keys from "./key";
 import * as lockLocal from "./lock_local";
+import * as onway from "./onway";
 import * as stats from "./stats";
 import * as breaker from "./breaker";
 
 const read_body = ngx.req.read_body;
 const hashed = digest.key;
 const incr = stats.incr;
+const meter_refused = meter.refused;
 // Read per request by mutex guards with shared methods (readers).
 const req_get_method = ngx.req.get_method;
 
@@ -141,19 +144,19 @@ const guardMethods = {
     const reads = this._sharedMethods !== undefined && this._sharedMethods.has(req_get_method());
     const locks = this._locks;
     // A try first, without joining a line: the wait (and its turn in this worker) only when the key is held.
-    const waits = this._wait > 0;
+    // Its busy answer is not metered: what follows it is the request's outcome.
     const tryOpts = (reads && this._sharedTry) || this._tryOpts;
-    let l: lease.Lease | undefined;
-    let err: string | undefined;
-    let retryAfter: number | undefined;
-    if (waits) {
-      [l, err, retryAfter] = locks._try(key, tryOpts);
-    } else {
-      [l, err, retryAfter] = locks.acquire(key, tryOpts);
-    }
-    if (l === undefined && err === "busy" && waits) {
-      incr(this._dict, this.name, "waited");
-      [l, err, retryAfter] = locks.acquire(key, (reads && this._sharedWait) || this._waitOpts);
+    let [l, err, retryAfter] = locks._try(key, tryOpts);
+    if (l === undefined && err === "busy") {
+      if (this._wait > 0) {
+        incr(this._dict, this.name, "waited");
+        [l, err, retryAfter] = locks.acquire(key, (reads && this._sharedWait) || this._waitOpts);
+      } else if (onway.awaited(this._dict, locks._store.prefix + key)) {
+        // Held by a request of this nginx that has ended, its release on its way (onway.ts): once more.
+        [l, err, retryAfter] = locks.acquire(key, tryOpts);
+      } else {
+        meter_refused(locks._store.meter, "busy");
+      }
     }
     if (l !== undefined) {
       breaker.success(this._dict, this.name);

@@ -25,6 +25,7 @@ import * as late from "../core/late";
 import type * as backend from "../redis/backend";
 import * as roundtrip from "../redis/roundtrip";
 import * as stats from "./stats";
+import * as onway from "./onway";
 import type { Owner } from "./inflight";
 import type { Held } from "./renewals";
 
@@ -98,10 +99,12 @@ function finish(this: void, owner: Owner, l: lease.Lease, ms: number): void {
     return;
   }
   const [ok, err] = l.release();
-  if (ok !== undefined || err === "not_owner") return;
-  // Unconfirmed: releaseAll tries again and hands what Redis still does not confirm to the sweep.
-  const [n, berr] = batch.releaseAll([l]);
-  if (n > 0) failed(owner, "releasing " + lua_tostring(n) + " lease(s)", berr);
+  if (ok === undefined && err !== "not_owner") {
+    // Unconfirmed: releaseAll tries again and hands what Redis still does not confirm to the sweep.
+    const [n, berr] = batch.releaseAll([l]);
+    if (n > 0) failed(owner, "releasing " + lua_tostring(n) + " lease(s)", berr);
+  }
+  onway.settled(owner._dict, l._rkey);
 }
 
 /** A light thread's body: never raises (an aborted thread would log its own error line). */
@@ -225,6 +228,7 @@ function enqueue(owner: Owner, l: lease.Lease, holdMs: number): void {
  */
 function done(h: Held, holdMs: number): void {
   if (holdMs === 0) {
+    onway.sent(h.owner._dict, h.lease._rkey);
     const j = lease.post(h.lease);
     if (j !== undefined) {
       j.post = h;
@@ -238,7 +242,10 @@ function done(h: Held, holdMs: number): void {
 function answered(this: void, j: backend.Job): void {
   const h = j.post as Held;
   const [ok, err] = lease.posted(h.lease, j);
-  if (ok !== undefined || err === "not_owner") return;
+  if (ok !== undefined || err === "not_owner") {
+    onway.settled(h.owner._dict, h.lease._rkey);
+    return;
+  }
   // A failure counts now, and is logged should the queue's tries fail too
   // (failed()); a Cluster slot that moved, or that is moving (TRYAGAIN: the
   // queue's release runs on the lock key alone), is only followed, from the queue.

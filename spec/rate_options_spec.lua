@@ -4,7 +4,9 @@
 -- rate_spec.lua.
 local h = require "helpers"
 local rate = require "resty.dlock.rate"
-local core = require "resty.dlock.core.rate"
+-- What a Redlock factory answers rate.new and a rate guard (the quorum backend refuses them).
+local REDLOCK = "dlock: rate limits are refused with redis.redlock: counting on each master of a majority does not " ..
+  "bound the total (use redis.sentinel or redis.cluster)"
 
 local new = h.rate_limiter
 
@@ -30,7 +32,7 @@ describe("gateway.new mode rate", function()
     assert.equal("dlock: wait does not apply to mode rate, got 10", err_of({ wait = 10 }))
     assert.equal('dlock: on_error must be "allow" (fail open), "deny" (fail closed) or "local" (this nginx\'s share of the limit), got "open"',
       err_of({ on_error = "open" }))
-    assert.equal(core.REDLOCK, err_of({ redis = { redlock = { "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3" } } }))
+    assert.equal(REDLOCK, err_of({ redis = { redlock = { "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3" } } }))
     local g, err = gateway.new({ mode = "dedup", key = "$arg_k", on_error = "deny", rate = 5 })
     assert.is_nil(g)
     assert.equal("dlock: rate applies to mode rate only, not dedup, got 5", err)
@@ -64,7 +66,7 @@ describe("resty.dlock.rate", function()
         "dlock: burst * period / rate (the ms a whole burst takes to come back) must be at most 315360000000 (10 years), got 2.592e+18" },
       { { dict = "dlock", limits = { { rate = 1 }, { rate = 1, period = 30 * 86400000, burst = 200, name = "slow" } } },
         "dlock: limits[2].burst * period / rate (the ms a whole burst takes to come back) must be at most 315360000000 (10 years), got 518400000000" },
-      { { dict = "dlock", rate = 5, redis = { redlock = { "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3" } } }, core.REDLOCK },
+      { { dict = "dlock", rate = 5, redis = { redlock = { "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3" } } }, REDLOCK },
     }
     for _, c in ipairs(cases) do
       local lim, err = rate.new(c[1])

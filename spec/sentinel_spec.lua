@@ -155,6 +155,37 @@ describe("redis.sentinel", function()
     h.cmd(new, "config", "set", "maxmemory-policy", "noeviction")
   end)
 
+  it("follows a failover within seconds also after a caller gave up while its worker asked the sentinels", function()
+    local l = locks(nodes(sentinels[1], sentinels[2], sentinels[3]))
+    assert.is_true(assert(l:acquire("cut0", { ttl = 1000 })):release())
+    ngx.sleep(1.1)   -- the answer is older than a second: the next acquire asks the sentinels again
+    -- They do not answer for a moment (a paused host), and the caller gives up meanwhile (a client abort,
+    -- ngx.exit, a killed thread: its coroutine is never resumed).
+    for _, x in ipairs(sentinels) do h.sh("kill -STOP " .. x.pid) end
+    local t = ngx.thread.spawn(function() return l:acquire("cut", { ttl = 1000 }) end)
+    ngx.sleep(0.15)
+    assert(ngx.thread.kill(t))
+    for _, x in ipairs(sentinels) do h.sh("kill -CONT " .. x.pid) end
+    local old = master_of(sentinels[1].port)
+    assert.equal("OK", h.cmd(sentinels[1].port, "sentinel", "failover", "locks"))
+    local new = assert(master_after(sentinels[1].port, old), "the sentinels named no new master in 15 s")
+    ngx.update_time()
+    local t0 = ngx.now()
+    -- The old master may go on taking writes for seconds before it is demoted: locks must move anyway.
+    local landed, where
+    repeat
+      local lease = l:acquire("after-cut", { ttl = 2000 })
+      if lease then
+        landed = h.cmd(new, "get", l.prefix .. "after-cut") == lease.token
+        where = landed and new or old
+        lease:release()
+      end
+      if not landed then ngx.sleep(0.1) end
+      ngx.update_time()
+    until landed or ngx.now() - t0 > 3
+    assert.is_true(landed, "3 s after the sentinels named " .. new .. ", locks were still taken on " .. tostring(where))
+  end)
+
   it("keeps rate limits through a failover: the GCRA state, written with WAIT, is on the new master", function()
     local rate = require "resty.dlock.rate"
     local lim = assert(rate.new({ dict = "dlock", prefix = h.unique("rate") .. ":", rate = 5, period = 60000, burst = 5,

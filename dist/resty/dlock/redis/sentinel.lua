@@ -10,6 +10,7 @@ local schema = require("resty.dlock.core.schema")
 local hints = require("resty.dlock.redis.hints")
 local setup = require("resty.dlock.redis.setup")
 local clock = require("resty.dlock.core.clock")
+local late = require("resty.dlock.core.late")
 local lua_tonumber = tonumber
 local lua_tostring = tostring
 local lua_type = type
@@ -21,6 +22,11 @@ local str_sub = string.sub
 local tbl_concat = table.concat
 local tbl_insert = table.insert
 local tbl_remove = table.remove
+-- pcall typed for ask's two results, so they pass through without a table.
+local protect = pcall
+local timer_at = ngx.timer.at
+local sem_new = require("ngx.semaphore").new
+local on_its_way = late.onItsWay
 local tls_port = hints.tlsPort
 local away_why = hints.awayWhy
 --- The `redis.sentinel` table (README's table is checked against it: spec/options_spec.lua).
@@ -63,18 +69,22 @@ end
 local FRESH = 1
 --- Per worker: the master found for a sentinel set (by pool name), and when.
 local masters = {}
---- Pools whose sentinels a coroutine of this worker is asking right now.
-local asking = {}
+--- Per worker: the question on its way for a pool, if any.
+local questions = {}
+--- Is q being asked, or about to be (a timer started, not dropped)?
+local function underway(q)
+    return q ~= nil and not q.done and (q.running or on_its_way(q.started, clock_now(), 0))
+end
 --- The master to use now: the sentinels' answer of less than FRESH seconds ago;
--- or, while another coroutine of this worker is asking them again, the
--- previous answer (one question per worker and second, not one per request in
--- flight). nil: ask (discover).
+-- or, while the worker is asking them again, the previous answer (one
+-- question per worker and second, not one per request in flight). nil: ask
+-- (discover).
 function _M.cached(pool)
     local m = masters[pool]
     if m == nil then
         return nil
     end
-    if clock_now() - m.at <= FRESH or asking[pool] ~= nil then
+    if clock_now() - m.at <= FRESH or underway(questions[pool]) then
         return m.node
     end
     return nil
@@ -145,12 +155,59 @@ local function ask(pool, s, open, timeout, tls)
     end
     return nil, "dlock: redis sentinel " .. s.master .. ": no sentinel named the master (" .. tbl_concat(errors, "; ") .. ")"
 end
---- Ask the sentinels for the master's address, over connections `open` makes;
--- timeouts and TLS settings are the factory's.
-function _M.discover(pool, s, open, timeout, tls)
-    asking[pool] = true
-    local m, err = ask(pool, s, open, timeout, tls)
-    asking[pool] = nil
-    return m, err
+--- The timer that asks q: it always ends, and answers everyone waiting.
+local function asked(premature, pool, s, dial, timeout, tls, q)
+    q.running = true
+    local ok, m, err = protect(ask, pool, s, dial, timeout, tls)
+    if ok then
+        q.node = m
+        q.err = err
+    else
+        q.err = "dlock: redis sentinel " .. s.master .. ": asking the sentinels failed: " .. lua_tostring(m)
+    end
+    q.done = true
+    if questions[pool] == q then
+        questions[pool] = nil
+    end
+    if q.waiting > 0 then
+        q.wake:post(q.waiting)
+    end
+end
+--- Ask the sentinels for the master's address, over connections `dial` makes;
+-- timeouts (ms) and TLS settings are the factory's. The question is a timer's,
+-- asked once for every caller of the worker that waits for it; with no timer
+-- to be had, the caller asks itself.
+function _M.discover(pool, s, dial, timeout, tls)
+    local q = questions[pool]
+    if not underway(q) then
+        local wake = sem_new(0)
+        if wake == nil then
+            return ask(pool, s, dial, timeout, tls)
+        end
+        local fresh = {
+            started = clock_now(),
+            running = false,
+            done = false,
+            node = nil,
+            err = nil,
+            wake = wake,
+            waiting = 0
+        }
+        if (timer_at(0, asked, pool, s, dial, timeout, tls, fresh)) == nil then
+            return ask(pool, s, dial, timeout, tls)
+        end
+        questions[pool] = fresh
+        q = fresh
+    end
+    local asking = q
+    -- Each sentinel: a connect, a handshake, AUTH and the question, each within timeout; and a second to start.
+    local longest = #s.nodes * 4 * timeout / 1000 + 1
+    asking.waiting = asking.waiting + 1
+    asking.wake:wait(longest)
+    asking.waiting = asking.waiting - 1
+    if not asking.done then
+        return nil, "dlock: redis sentinel " .. s.master .. ": no answer from the sentinels in " .. lua_tostring(longest) .. " s"
+    end
+    return asking.node, asking.err
 end
 return _M

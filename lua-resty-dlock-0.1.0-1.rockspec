@@ -50,6 +50,7 @@ build = {
       ["resty.dlock.core.options"] = "dist/resty/dlock/core/options.lua",
       ["resty.dlock.core.orphans"] = "dist/resty/dlock/core/orphans.lua",
       ["resty.dlock.core.queued"] = "dist/resty/dlock/core/queued.lua",
+      ["resty.dlock.core.question"] = "dist/resty/dlock/core/question.lua",
       ["resty.dlock.core.quiet"] = "dist/resty/dlock/core/quiet.lua",
       ["resty.dlock.core.rate"] = "dist/resty/dlock/core/rate.lua",
       ["resty.dlock.core.recovery"] = "dist/resty/dlock/core/recovery.lua",

@@ -14,6 +14,7 @@
 local _M = {}
 local hints = require("resty.dlock.redis.hints")
 local clock = require("resty.dlock.core.clock")
+local late = require("resty.dlock.core.late")
 local dictcount = require("resty.dlock.core.dictcount")
 local lua_pairs = pairs
 local turned_away = hints.turnedAway
@@ -26,13 +27,19 @@ local lua_type = type
 local math_floor = math.floor
 local ngx_log = ngx.log
 local clock_now = clock.now
+local on_its_way = late.onItsWay
 local ngx_shared = ngx.shared
 local str_match = string.match
 local EVICTION_KEY = "redis:ep:"
 local EVICTION_COUNT = "redis:n"
 local EVICTION_INDEX = "redis:i:"
---- Pools this worker has checked (or is checking).
+--- Pools this worker has checked.
 local checkedPools = {}
+--- Pools a request of this worker is checking, and since when. A check whose
+-- caller went away in the middle (a client abort, a killed thread: never
+-- resumed) counts only as long as its two round trips can take: then the next
+-- fresh connection checks.
+local checking = {}
 --- This worker's findings, per endpoint.
 local findings = {}
 --- "<endpoint> <kind>" this worker has logged.
@@ -147,12 +154,12 @@ end
 -- Returns an error only when the connection failed (then the next fresh connection asks again).
 local function ask(red, conf)
     -- Marked before the round trip: other requests of this worker opening fresh connections meanwhile skip it.
-    checkedPools[conf.pool] = true
+    checking[conf.pool] = clock_now()
     local policy
     local maxmemory
     local info, ierr = red:info("memory")
     if info == nil then
-        checkedPools[conf.pool] = nil
+        checking[conf.pool] = nil
         return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(ierr) .. " during the eviction check"
     end
     if lua_type(info) == "string" then
@@ -166,7 +173,7 @@ local function ask(red, conf)
         -- Not refused to this user: the server turned the connection away, and closes it.
         local away = turned_away(conf.endpoint, ierr)
         if away ~= nil then
-            checkedPools[conf.pool] = nil
+            checking[conf.pool] = nil
             return away
         end
     end
@@ -175,7 +182,7 @@ local function ask(red, conf)
         why = "INFO memory: " .. (info == false and lua_tostring(ierr) or "no maxmemory fields")
         local cfg, cerr = red:config("get", "maxmemory*")
         if cfg == nil then
-            checkedPools[conf.pool] = nil
+            checking[conf.pool] = nil
             return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(cerr) .. " during the eviction check"
         end
         if lua_type(cfg) == "table" then
@@ -198,6 +205,8 @@ local function ask(red, conf)
     else
         remember(conf, finding(false, "", 0, why, clock_now()))
     end
+    checkedPools[conf.pool] = true
+    checking[conf.pool] = nil
     return nil
 end
 local function decode(v)
@@ -252,7 +261,9 @@ end
 -- pool already, and share the finding with conf's dict. An error only when the
 -- connection failed meanwhile (then the next fresh connection asks again).
 function _M.check(red, conf)
-    if checkedPools[conf.pool] == nil then
+    local since = checking[conf.pool]
+    -- INFO, then perhaps CONFIG GET, each within read_timeout; and a second more.
+    if checkedPools[conf.pool] == nil and not on_its_way(since, clock_now(), 2 * conf.read_timeout / 1000) then
         local err = ask(red, conf)
         if err ~= nil then
             return err

@@ -10,7 +10,7 @@ local schema = require("resty.dlock.core.schema")
 local hints = require("resty.dlock.redis.hints")
 local setup = require("resty.dlock.redis.setup")
 local clock = require("resty.dlock.core.clock")
-local late = require("resty.dlock.core.late")
+local question = require("resty.dlock.core.question")
 local lua_tonumber = tonumber
 local lua_tostring = tostring
 local lua_type = type
@@ -22,11 +22,7 @@ local str_sub = string.sub
 local tbl_concat = table.concat
 local tbl_insert = table.insert
 local tbl_remove = table.remove
--- pcall typed for ask's two results, so they pass through without a table.
-local protect = pcall
-local timer_at = ngx.timer.at
-local sem_new = require("ngx.semaphore").new
-local on_its_way = late.onItsWay
+local underway = question.underway
 local tls_port = hints.tlsPort
 local away_why = hints.awayWhy
 --- The `redis.sentinel` table (README's table is checked against it: spec/options_spec.lua).
@@ -69,12 +65,11 @@ end
 local FRESH = 1
 --- Per worker: the master found for a sentinel set (by pool name), and when.
 local masters = {}
---- Per worker: the question on its way for a pool, if any.
+--- Per worker: the question to a pool's sentinels on its way, if any. A timer
+-- asks it (core/question.ts): a request that asked itself and went away in
+-- the middle left it open for good, and its worker on the previous master,
+-- taking locks there after a failover.
 local questions = {}
---- Is q being asked, or about to be (a timer started, not dropped)?
-local function underway(q)
-    return q ~= nil and not q.done and (q.running or on_its_way(q.started, clock_now(), 0))
-end
 --- The master to use now: the sentinels' answer of less than FRESH seconds ago;
 -- or, while the worker is asking them again, the previous answer (one
 -- question per worker and second, not one per request in flight). nil: ask
@@ -155,24 +150,6 @@ local function ask(pool, s, open, timeout, tls)
     end
     return nil, "dlock: redis sentinel " .. s.master .. ": no sentinel named the master (" .. tbl_concat(errors, "; ") .. ")"
 end
---- The timer that asks q: it always ends, and answers everyone waiting.
-local function asked(premature, pool, s, dial, timeout, tls, q)
-    q.running = true
-    local ok, m, err = protect(ask, pool, s, dial, timeout, tls)
-    if ok then
-        q.node = m
-        q.err = err
-    else
-        q.err = "dlock: redis sentinel " .. s.master .. ": asking the sentinels failed: " .. lua_tostring(m)
-    end
-    q.done = true
-    if questions[pool] == q then
-        questions[pool] = nil
-    end
-    if q.waiting > 0 then
-        q.wake:post(q.waiting)
-    end
-end
 --- Ask the sentinels for the master's address, over connections `dial` makes;
 -- timeouts (ms) and TLS settings are the factory's. The question is a timer's,
 -- asked once for every caller of the worker that waits for it; with no timer
@@ -180,34 +157,14 @@ end
 function _M.discover(pool, s, dial, timeout, tls)
     local q = questions[pool]
     if not underway(q) then
-        local wake = sem_new(0)
-        if wake == nil then
+        q = question.start(ask, pool, s, dial, timeout, tls)
+        if q == nil then
             return ask(pool, s, dial, timeout, tls)
         end
-        local fresh = {
-            started = clock_now(),
-            running = false,
-            done = false,
-            node = nil,
-            err = nil,
-            wake = wake,
-            waiting = 0
-        }
-        if (timer_at(0, asked, pool, s, dial, timeout, tls, fresh)) == nil then
-            return ask(pool, s, dial, timeout, tls)
-        end
-        questions[pool] = fresh
-        q = fresh
+        questions[pool] = q
     end
-    local asking = q
     -- Each sentinel: a connect, a handshake, AUTH and the question, each within timeout; and a second to start.
-    local longest = #s.nodes * 4 * timeout / 1000 + 1
-    asking.waiting = asking.waiting + 1
-    asking.wake:wait(longest)
-    asking.waiting = asking.waiting - 1
-    if not asking.done then
-        return nil, "dlock: redis sentinel " .. s.master .. ": no answer from the sentinels in " .. lua_tostring(longest) .. " s"
-    end
-    return asking.node, asking.err
+    local m, err = question.answer(q, #s.nodes * 4 * timeout / 1000 + 1, "redis sentinel " .. s.master)
+    return m, err
 end
 return _M

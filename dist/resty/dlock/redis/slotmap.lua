@@ -11,6 +11,7 @@ local hints = require("resty.dlock.redis.hints")
 local scripts = require("resty.dlock.redis.scripts")
 local schema = require("resty.dlock.core.schema")
 local clock = require("resty.dlock.core.clock")
+local question = require("resty.dlock.core.question")
 local bitop = require("bit")
 local band = bitop.band
 local bxor = bitop.bxor
@@ -19,6 +20,7 @@ local rshift = bitop.rshift
 local byte = string.byte
 local hashed = scripts.hashed
 local clock_now = clock.now
+local underway = question.underway
 local lua_type = type
 local lua_tostring = tostring
 local ngx_null = ngx.null
@@ -63,7 +65,7 @@ function _M.state(conf)
             at = 0,
             stale = true,
             tried = 0,
-            refreshing = false,
+            refreshing = nil,
             redirects = 0,
             refreshes = 0,
             lastError = nil
@@ -147,15 +149,8 @@ local function readMap(conf, c, from)
     end
     return nil
 end
---- Read the slot map again: from the masters known, then the seed nodes. One
--- coroutine per worker at a time; the others go on with the map they have
--- (a MOVED puts any of them right).
-local function refresh(conf, c)
-    if c.refreshing then
-        return nil
-    end
-    c.refreshing = true
-    c.tried = clock_now()
+--- Read the slot map again: from the masters known, then the seed nodes. nil, or why no node gave it.
+local function readAny(conf, c)
     local errors = {}
     local asked = {}
     local candidates = {}
@@ -166,24 +161,47 @@ local function refresh(conf, c)
     for i = 1, #seeds do
         candidates[#candidates + 1] = seeds[i]
     end
-    local err = "no node to ask"
     for i = 1, #candidates do
         local n = candidates[i]
         if asked[n.endpoint] == nil then
             asked[n.endpoint] = true
-            err = readMap(conf, c, n)
+            local err = readMap(conf, c, n)
             if err == nil then
-                break
+                return true, nil
             end
             errors[#errors + 1] = err
         end
     end
-    c.refreshing = false
-    if err ~= nil then
-        c.lastError = tbl_concat(errors, "; ")
-        return "dlock: redis " .. conf.endpoint .. ": no node gave the slot map (" .. c.lastError .. ")"
+    if #errors == 0 then
+        errors[#errors + 1] = "no node to ask"
     end
-    return nil
+    c.lastError = tbl_concat(errors, "; ")
+    return nil, "dlock: redis " .. conf.endpoint .. ": no node gave the slot map (" .. c.lastError .. ")"
+end
+--- Read the slot map again, once per worker at a time: in a timer
+-- (core/question.ts), so that a caller that goes away in the middle does not
+-- leave the map unread for good. The caller that starts the read, and any
+-- caller with no map yet, waits for it; the others go on with the map they
+-- have (a MOVED puts any of them right).
+local function refresh(conf, c)
+    local q = c.refreshing
+    if underway(q) then
+        if c.at ~= 0 then
+            return nil
+        end
+    else
+        c.tried = clock_now()
+        q = question.start(readAny, conf, c)
+        if q == nil then
+            local _read, inPlace = readAny(conf, c)
+            return inPlace
+        end
+        c.refreshing = q
+    end
+    -- Each node: a connect, a handshake, AUTH and CLUSTER SLOTS; and a second to start.
+    local longest = (#c.masters + #conf.nodes) * (conf.connect_timeout + 3 * conf.read_timeout) / 1000 + 1
+    local _read, err = question.answer(q, longest, "redis " .. conf.endpoint .. ": reading the slot map")
+    return err
 end
 --- The master of slot s by the map as it is, without reading it again: nil while it is stale or no master serves s.
 function _M.known(conf, c, s)

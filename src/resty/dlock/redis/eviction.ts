@@ -14,6 +14,7 @@
 import type { RedisConf } from "./client";
 import * as hints from "./hints";
 import * as clock from "../core/clock";
+import * as late from "../core/late";
 import * as dictcount from "../core/dictcount";
 
 const lua_pairs = pairs;
@@ -27,6 +28,7 @@ const lua_type = type;
 const math_floor = math.floor;
 const ngx_log = ngx.log;
 const clock_now = clock.now;
+const on_its_way = late.onItsWay;
 const ngx_shared = ngx.shared;
 const str_match = string.match;
 
@@ -51,8 +53,15 @@ const EVICTION_KEY = "redis:ep:";
 const EVICTION_COUNT = "redis:n";
 const EVICTION_INDEX = "redis:i:";
 
-/** Pools this worker has checked (or is checking). */
+/** Pools this worker has checked. */
 const checkedPools = new LuaSet<string>();
+/**
+ * Pools a request of this worker is checking, and since when. A check whose
+ * caller went away in the middle (a client abort, a killed thread: never
+ * resumed) counts only as long as its two round trips can take: then the next
+ * fresh connection checks.
+ */
+const checking = new LuaTable<string, number>();
 /** This worker's findings, per endpoint. */
 const findings = new LuaTable<string, Eviction>();
 /** "<endpoint> <kind>" this worker has logged. */
@@ -146,12 +155,12 @@ function share(conf: RedisConf): void {
  */
 function ask(red: RestyRedis, conf: RedisConf): string | undefined {
   // Marked before the round trip: other requests of this worker opening fresh connections meanwhile skip it.
-  checkedPools.add(conf.pool);
+  checking.set(conf.pool, clock_now());
   let policy: string | undefined;
   let maxmemory: number | undefined;
   const [info, ierr] = red.info("memory");
   if (info === undefined) {
-    checkedPools.delete(conf.pool);
+    checking.delete(conf.pool);
     return "dlock: redis " + conf.endpoint + ": " + lua_tostring(ierr) + " during the eviction check";
   }
   if (lua_type(info) === "string") {
@@ -165,7 +174,7 @@ function ask(red: RestyRedis, conf: RedisConf): string | undefined {
     // Not refused to this user: the server turned the connection away, and closes it.
     const away = turned_away(conf.endpoint, ierr);
     if (away !== undefined) {
-      checkedPools.delete(conf.pool);
+      checking.delete(conf.pool);
       return away;
     }
   }
@@ -174,7 +183,7 @@ function ask(red: RestyRedis, conf: RedisConf): string | undefined {
     why = "INFO memory: " + (info === false ? lua_tostring(ierr) : "no maxmemory fields");
     const [cfg, cerr] = red.config("get", "maxmemory*");
     if (cfg === undefined) {
-      checkedPools.delete(conf.pool);
+      checking.delete(conf.pool);
       return "dlock: redis " + conf.endpoint + ": " + lua_tostring(cerr) + " during the eviction check";
     }
     if (lua_type(cfg) === "table") {
@@ -193,6 +202,8 @@ function ask(red: RestyRedis, conf: RedisConf): string | undefined {
   } else {
     remember(conf, finding(false, "", 0, why, clock_now()));
   }
+  checkedPools.add(conf.pool);
+  checking.delete(conf.pool);
   return undefined;
 }
 
@@ -250,7 +261,9 @@ export function evictions(dicts: NgxSharedDict[]): LuaTable<string, Eviction> {
  * connection failed meanwhile (then the next fresh connection asks again).
  */
 export function check(red: RestyRedis, conf: RedisConf): string | undefined {
-  if (!checkedPools.has(conf.pool)) {
+  const since = checking.get(conf.pool);
+  // INFO, then perhaps CONFIG GET, each within read_timeout; and a second more.
+  if (!checkedPools.has(conf.pool) && !on_its_way(since, clock_now(), 2 * conf.read_timeout / 1000)) {
     const err = ask(red, conf);
     if (err !== undefined) return err;
   }

@@ -10,7 +10,7 @@ import type * as clientcert from "./clientcert";
 import * as hints from "./hints";
 import * as setup from "./setup";
 import * as clock from "../core/clock";
-import * as late from "../core/late";
+import * as question from "../core/question";
 
 const lua_tonumber = tonumber;
 const lua_tostring = tostring;
@@ -23,12 +23,7 @@ const str_sub = string.sub;
 const tbl_concat = table.concat;
 const tbl_insert = table.insert;
 const tbl_remove = table.remove;
-// pcall typed for ask's two results, so they pass through without a table.
-const protect = pcall as unknown as (this: void, f: typeof ask, pool: string, s: SentinelConf, dial: Opener, timeout: number,
-  tls: Tls) => LuaMultiReturn<[boolean, Node | undefined, string | undefined]>;
-const timer_at = ngx.timer.at;
-const sem_new = (require("ngx.semaphore") as NgxSemaphoreModule).new;
-const on_its_way = late.onItsWay;
+const underway = question.underway;
 const tls_port = hints.tlsPort;
 const away_why = hints.awayWhy;
 
@@ -94,30 +89,12 @@ const FRESH = 1;
 const masters = new LuaTable<string, { node: Node; at: number }>();
 
 /**
- * A question to the sentinels of a pool, asked by a timer of the worker: a
- * request that asked itself and went away in the middle (a client abort,
- * ngx.exit, a killed thread) left the question open for good, and its worker
- * on the previous master, taking locks there after a failover.
+ * Per worker: the question to a pool's sentinels on its way, if any. A timer
+ * asks it (core/question.ts): a request that asked itself and went away in
+ * the middle left it open for good, and its worker on the previous master,
+ * taking locks there after a failover.
  */
-interface Question {
-  /** When its timer was started (nginx may drop one: late.ts). */
-  readonly started: number;
-  running: boolean;
-  done: boolean;
-  node: Node | undefined;
-  err: string | undefined;
-  /** Callers waiting for the answer; posted once it is in. */
-  readonly wake: NgxSemaphore;
-  waiting: number;
-}
-
-/** Per worker: the question on its way for a pool, if any. */
-const questions = new LuaTable<string, Question>();
-
-/** Is q being asked, or about to be (a timer started, not dropped)? */
-function underway(q: Question | undefined): boolean {
-  return q !== undefined && !q.done && (q.running || on_its_way(q.started, clock_now(), 0));
-}
+const questions = new LuaTable<string, question.Question>();
 
 /**
  * The master to use now: the sentinels' answer of less than FRESH seconds ago;
@@ -204,22 +181,6 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
   return $multi(undefined, "dlock: redis sentinel " + s.master + ": no sentinel named the master (" + tbl_concat(errors, "; ") + ")");
 }
 
-/** The timer that asks q: it always ends, and answers everyone waiting. */
-function asked(this: void, premature: boolean, pool: string, s: SentinelConf, dial: Opener, timeout: number, tls: Tls,
-  q: Question): void {
-  q.running = true;
-  const [ok, m, err] = protect(ask, pool, s, dial, timeout, tls);
-  if (ok) {
-    q.node = m;
-    q.err = err;
-  } else {
-    q.err = "dlock: redis sentinel " + s.master + ": asking the sentinels failed: " + lua_tostring(m);
-  }
-  q.done = true;
-  if (questions.get(pool) === q) questions.delete(pool);
-  if (q.waiting > 0) q.wake.post(q.waiting);
-}
-
 /**
  * Ask the sentinels for the master's address, over connections `dial` makes;
  * timeouts (ms) and TLS settings are the factory's. The question is a timer's,
@@ -227,21 +188,13 @@ function asked(this: void, premature: boolean, pool: string, s: SentinelConf, di
  * to be had, the caller asks itself.
  */
 export function discover(pool: string, s: SentinelConf, dial: Opener, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
-  let q = questions.get(pool);
+  let q: question.Question | undefined = questions.get(pool);
   if (!underway(q)) {
-    const [wake] = sem_new(0);
-    if (wake === undefined) return ask(pool, s, dial, timeout, tls);
-    const fresh: Question = { started: clock_now(), running: false, done: false, node: undefined, err: undefined, wake, waiting: 0 };
-    if (timer_at(0, asked, pool, s, dial, timeout, tls, fresh)[0] === undefined) return ask(pool, s, dial, timeout, tls);
-    questions.set(pool, fresh);
-    q = fresh;
+    q = question.start(ask as unknown as question.Asker, pool, s, dial, timeout, tls);
+    if (q === undefined) return ask(pool, s, dial, timeout, tls);
+    questions.set(pool, q);
   }
-  const asking = q!;
   // Each sentinel: a connect, a handshake, AUTH and the question, each within timeout; and a second to start.
-  const longest = s.nodes.length * 4 * timeout / 1000 + 1;
-  asking.waiting++;
-  asking.wake.wait(longest);
-  asking.waiting--;
-  if (!asking.done) return $multi(undefined, "dlock: redis sentinel " + s.master + ": no answer from the sentinels in " + lua_tostring(longest) + " s");
-  return $multi(asking.node, asking.err);
+  const [m, err] = question.answer(q!, s.nodes.length * 4 * timeout / 1000 + 1, "redis sentinel " + s.master);
+  return $multi(m as Node | undefined, err);
 }

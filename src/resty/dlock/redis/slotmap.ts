@@ -11,6 +11,7 @@ import * as hints from "./hints";
 import * as scripts from "./scripts";
 import * as schema from "../core/schema";
 import * as clock from "../core/clock";
+import * as question from "../core/question";
 
 const bitop = require("bit") as BitModule;
 const band = bitop.band;
@@ -20,6 +21,7 @@ const rshift = bitop.rshift;
 const byte = string.byte;
 const hashed = scripts.hashed;
 const clock_now = clock.now;
+const underway = question.underway;
 const lua_type = type;
 const lua_tostring = tostring;
 const ngx_null = ngx.null;
@@ -69,7 +71,8 @@ export interface Cluster {
   stale: boolean;
   /** When a read of the map was last tried. */
   tried: number;
-  refreshing: boolean;
+  /** The read of the map on its way, if any (core/question.ts). */
+  refreshing: question.Question | undefined;
   redirects: number;
   refreshes: number;
   lastError: string | undefined;
@@ -88,7 +91,7 @@ export function state(conf: redis.RedisConf): Cluster {
   if (c === undefined) {
     c = {
       slots: new LuaTable(), addrs: new LuaTable(), masters: [], at: 0, stale: true, tried: 0,
-      refreshing: false, redirects: 0, refreshes: 0, lastError: undefined,
+      refreshing: undefined, redirects: 0, refreshes: 0, lastError: undefined,
     };
     clusters.set(conf.pool, c);
   }
@@ -168,15 +171,8 @@ function readMap(conf: redis.RedisConf, c: Cluster, from: redis.RedisConf): stri
   return undefined;
 }
 
-/**
- * Read the slot map again: from the masters known, then the seed nodes. One
- * coroutine per worker at a time; the others go on with the map they have
- * (a MOVED puts any of them right).
- */
-function refresh(conf: redis.RedisConf, c: Cluster): string | undefined {
-  if (c.refreshing) return undefined;
-  c.refreshing = true;
-  c.tried = clock_now();
+/** Read the slot map again: from the masters known, then the seed nodes. nil, or why no node gave it. */
+function readAny(this: void, conf: redis.RedisConf, c: Cluster): LuaMultiReturn<[true | undefined, string | undefined]> {
   const errors: string[] = [];
   const asked = new LuaTable<string, boolean>();
   const candidates: redis.RedisConf[] = [];
@@ -185,22 +181,44 @@ function refresh(conf: redis.RedisConf, c: Cluster): string | undefined {
   }
   const seeds = conf.nodes!;
   for (const i of $range(1, seeds.length)) candidates.push(seeds[i - 1]!);
-  let err: string | undefined = "no node to ask";
   for (const i of $range(1, candidates.length)) {
     const n = candidates[i - 1]!;
     if (!asked.has(n.endpoint)) {
       asked.set(n.endpoint, true);
-      err = readMap(conf, c, n);
-      if (err === undefined) break;
+      const err = readMap(conf, c, n);
+      if (err === undefined) return $multi(true, undefined);
       errors.push(err);
     }
   }
-  c.refreshing = false;
-  if (err !== undefined) {
-    c.lastError = tbl_concat(errors, "; ");
-    return "dlock: redis " + conf.endpoint + ": no node gave the slot map (" + c.lastError + ")";
+  if (errors.length === 0) errors.push("no node to ask");
+  c.lastError = tbl_concat(errors, "; ");
+  return $multi(undefined, "dlock: redis " + conf.endpoint + ": no node gave the slot map (" + c.lastError + ")");
+}
+
+/**
+ * Read the slot map again, once per worker at a time: in a timer
+ * (core/question.ts), so that a caller that goes away in the middle does not
+ * leave the map unread for good. The caller that starts the read, and any
+ * caller with no map yet, waits for it; the others go on with the map they
+ * have (a MOVED puts any of them right).
+ */
+function refresh(conf: redis.RedisConf, c: Cluster): string | undefined {
+  let q = c.refreshing;
+  if (underway(q)) {
+    if (c.at !== 0) return undefined;
+  } else {
+    c.tried = clock_now();
+    q = question.start(readAny as unknown as question.Asker, conf, c);
+    if (q === undefined) {
+      const [_read, inPlace] = readAny(conf, c);
+      return inPlace;
+    }
+    c.refreshing = q;
   }
-  return undefined;
+  // Each node: a connect, a handshake, AUTH and CLUSTER SLOTS; and a second to start.
+  const longest = (c.masters.length + conf.nodes!.length) * (conf.connect_timeout + 3 * conf.read_timeout) / 1000 + 1;
+  const [_read, err] = question.answer(q!, longest, "redis " + conf.endpoint + ": reading the slot map");
+  return err;
 }
 
 /** The master of slot s by the map as it is, without reading it again: nil while it is stale or no master serves s. */

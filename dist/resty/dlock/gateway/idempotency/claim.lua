@@ -8,9 +8,11 @@ local orphans = require("resty.dlock.core.orphans")
 local records = require("resty.dlock.redis.records")
 local breaker = require("resty.dlock.gateway.breaker")
 local clock = require("resty.dlock.core.clock")
+local late = require("resty.dlock.core.late")
 local semaphore = require("ngx.semaphore")
 local clock_now = clock.now
 local clock_timeout = clock.timeout
+local on_its_way = late.onItsWay
 local ngx_update_time = ngx.update_time
 local math_min = math.min
 local lua_tostring = tostring
@@ -18,6 +20,12 @@ local lua_tonumber = tonumber
 --- Shared dict mark of a claim whose holder has sent its whole response (the store is on its way).
 local FINISHED = "idem:fin:"
 local watches = {}
+--- The watch of rkey is done with: later duplicates start a watch of their own.
+local function close(rkey, w)
+    if watches[rkey] == w then
+        watches[rkey] = nil
+    end
+end
 --- The stored record of rkey is known (or, rec nil, the claim was dropped): wake the waiters.
 function _M.notify(rkey, rec)
     local w = watches[rkey]
@@ -26,8 +34,10 @@ function _M.notify(rkey, rec)
     end
     if rec ~= nil then
         w.rec = rec
+        w.recAt = clock_now()
     end
     w.sem:post(w.waiters)
+    close(rkey, w)
 end
 local function claim(g, rkey, tok, fp)
     local res, err, fault = backend.call(g._conf, records.IDEM_CLAIM, rkey, tok, g._lease, fp)
@@ -63,10 +73,13 @@ function _M.waitFor(g, rkey, tok, fp)
         if sem == nil then
             return "error", nil, "dlock: ngx.semaphore: " .. lua_tostring(serr)
         end
-        w = {sem = sem, waiters = 0, polling = false, rec = nil}
+        w = {sem = sem, waiters = 0, pollingSince = nil, rec = nil, recAt = 0}
         watches[rkey] = w
     end
     w.waiters = w.waiters + 1
+    local joined = clock_now()
+    -- How long one poll (a Redis call) can take.
+    local pollFor = (g._conf.connect_timeout + g._conf.read_timeout) / 1000
     local deadline = clock_now() * 1000 + g._wait
     local extended = false
     local pause = 5
@@ -74,7 +87,7 @@ function _M.waitFor(g, rkey, tok, fp)
     local found
     local err
     while true do
-        if w.rec ~= nil then
+        if w.rec ~= nil and w.recAt >= joined then
             what = "record"
             found = w.rec
             break
@@ -96,19 +109,21 @@ function _M.waitFor(g, rkey, tok, fp)
         if left <= 0 then
             break
         end
-        if w.polling then
+        if on_its_way(w.pollingSince, clock_now(), pollFor) then
             -- Another waiter of this worker asks Redis; it (or the store) wakes us.
             w.sem:wait(clock_timeout(math_min(left, 250) / 1000))
         else
-            w.polling = true
+            w.pollingSince = clock_now()
             local got, rec, cerr = claim(g, rkey, tok, fp)
-            w.polling = false
+            w.pollingSince = nil
             if got == "record" and rec.state ~= "running" then
                 w.rec = rec
+                w.recAt = clock_now()
                 -- The others of this worker (ngx.semaphore refuses to post 0).
                 if w.waiters > 1 then
                     w.sem:post(w.waiters - 1)
                 end
+                close(rkey, w)
                 what = "record"
                 found = rec
                 break
@@ -127,8 +142,8 @@ function _M.waitFor(g, rkey, tok, fp)
         end
     end
     w.waiters = w.waiters - 1
-    if w.waiters == 0 and watches[rkey] == w then
-        watches[rkey] = nil
+    if w.waiters == 0 then
+        close(rkey, w)
     end
     return what, found, err
 end

@@ -8,6 +8,7 @@ import * as records from "../../redis/records";
 import * as breaker from "../breaker";
 import type * as options from "./options";
 import * as clock from "../../core/clock";
+import * as late from "../../core/late";
 
 type Guard = options.Guard;
 
@@ -15,6 +16,7 @@ const semaphore = require("ngx.semaphore") as NgxSemaphoreModule;
 
 const clock_now = clock.now;
 const clock_timeout = clock.timeout;
+const on_its_way = late.onItsWay;
 const ngx_update_time = ngx.update_time;
 const math_min = math.min;
 const lua_tostring = tostring;
@@ -36,21 +38,37 @@ export interface Rec {
  * Duplicates of one key waiting in this worker: one of them polls Redis (with
  * a growing pause), the others sleep on the semaphore until the poller or the
  * store of the first request in this worker hands them the record.
+ *
+ * A waiter whose request goes away in the middle (a client abort, a killed
+ * thread: never resumed) leaves what it set: so a poll counts only as long as
+ * its call can take (pollingSince), a record only for the waiters there when
+ * it came (recAt), and the watch leaves the table once a record or a dropped
+ * claim has been handed on (waiters may stay counted that never come back).
  */
 interface Watch {
   readonly sem: NgxSemaphore;
   waiters: number;
-  polling: boolean;
+  pollingSince: number | undefined;
   rec: Rec | undefined;
+  recAt: number;
 }
 const watches = new LuaTable<string, Watch>();
+
+/** The watch of rkey is done with: later duplicates start a watch of their own. */
+function close(rkey: string, w: Watch): void {
+  if (watches.get(rkey) === w) watches.delete(rkey);
+}
 
 /** The stored record of rkey is known (or, rec nil, the claim was dropped): wake the waiters. */
 export function notify(rkey: string, rec: Rec | undefined): void {
   const w = watches.get(rkey);
   if (w === undefined || w.waiters === 0) return;
-  if (rec !== undefined) w.rec = rec;
+  if (rec !== undefined) {
+    w.rec = rec;
+    w.recAt = clock_now();
+  }
   w.sem.post(w.waiters);
+  close(rkey, w);
 }
 
 export type Claim = LuaMultiReturn<["claimed" | "error" | "record" | "timeout", Rec | undefined, string | undefined]>;
@@ -85,10 +103,13 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
   if (w === undefined) {
     const [sem, serr] = semaphore.new(0);
     if (sem === undefined) return $multi("error", undefined, "dlock: ngx.semaphore: " + lua_tostring(serr));
-    w = { sem, waiters: 0, polling: false, rec: undefined };
+    w = { sem, waiters: 0, pollingSince: undefined, rec: undefined, recAt: 0 };
     watches.set(rkey, w);
   }
   w.waiters++;
+  const joined = clock_now();
+  // How long one poll (a Redis call) can take.
+  const pollFor = (g._conf.connect_timeout + g._conf.read_timeout) / 1000;
   let deadline = clock_now() * 1000 + g._wait;
   let extended = false;
   let pause = 5;
@@ -96,7 +117,7 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
   let found: Rec | undefined;
   let err: string | undefined;
   while (true) {
-    if (w.rec !== undefined) {
+    if (w.rec !== undefined && w.recAt >= joined) {
       what = "record";
       found = w.rec;
       break;
@@ -114,17 +135,19 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
       left = g._lease;
     }
     if (left <= 0) break;
-    if (w.polling) {
+    if (on_its_way(w.pollingSince, clock_now(), pollFor)) {
       // Another waiter of this worker asks Redis; it (or the store) wakes us.
       w.sem.wait(clock_timeout(math_min(left, 250) / 1000));
     } else {
-      w.polling = true;
+      w.pollingSince = clock_now();
       const [got, rec, cerr] = claim(g, rkey, tok, fp);
-      w.polling = false;
+      w.pollingSince = undefined;
       if (got === "record" && rec!.state !== "running") {
         w.rec = rec;
+        w.recAt = clock_now();
         // The others of this worker (ngx.semaphore refuses to post 0).
         if (w.waiters > 1) w.sem.post(w.waiters - 1);
+        close(rkey, w);
         what = "record";
         found = rec;
         break;
@@ -141,7 +164,7 @@ export function waitFor(g: Guard, rkey: string, tok: string, fp: string): Claim 
     }
   }
   w.waiters--;
-  if (w.waiters === 0 && watches.get(rkey) === w) watches.delete(rkey);
+  if (w.waiters === 0) close(rkey, w);
   return $multi(what, found, err);
 }
 

@@ -159,3 +159,28 @@ describe("resty.dlock.compat at lua-resty-lock's edges", function()
 
   h.check_error_logs({})
 end)
+
+describe("resty.dlock.compat metering", function()
+  it("meters a lock() that waited and got the key as one acquire, not a busy refusal too", function()
+    local status = require "resty.dlock.status"
+    assert(resty_lock.configure({ redis = { port = h.redis_port }, name = "compatmeter", prefix = "compatmeter:" }))
+    finally(function() assert(resty_lock.configure({ redis = { port = h.redis_port } })) end)
+    local function reading(what)
+      ngx.sleep(0.4)   -- past the worker's meter flush (0.25 s)
+      local f = assert(status.report({ limit = 0 })).factories.compatmeter
+      return f and f[what] or 0
+    end
+    local busy0, acquired0 = reading("busy"), reading("acquired")
+    local key = h.unique("k")
+    -- Someone else holds the key for 200 ms; lock() waits (timeout 2 s) and gets it.
+    h.cmd(nil, "set", "compatmeter:" .. key, "other", "px", 200)
+    local lock = assert(resty_lock:new("dlock", { timeout = 2 }))
+    local elapsed, err = lock:lock(key)
+    assert.is_nil(err)
+    assert.is_true(elapsed > 0)
+    assert.equal(1, lock:unlock())
+    assert.equal(1, reading("acquired") - acquired0)
+    -- The try before the wait found the key held: no refusal came of it.
+    assert.equal(0, reading("busy") - busy0)
+  end)
+end)

@@ -24,7 +24,7 @@ class ModulePrinter extends tstl.LuaPrinter {
     const source = program.getSourceFile(fileName);
     const opening = source ? comments.header(source).lines : [];
     // The source's opening comment (comments-plugin.js): what the module is for, under the line above.
-    if (opening.length > 0) this.header += opening.map((c) => `--${c}`.trimEnd()).join("\n") + "\n";
+    if (opening.length > 0) this.header += opening.map((c) => `--${lineText(c)}`).join("\n") + "\n";
   }
 
   print(file) {
@@ -44,8 +44,9 @@ class ModulePrinter extends tstl.LuaPrinter {
     return super.printStatement(statement);
   }
 
+  // A line comment whose text opens with [[ (or [=[) would read as a Lua block comment: a space first.
   printComment(comment) {
-    return super.printComment(typeof comment === "string" ? comment.trimEnd() : comment);
+    return super.printComment(typeof comment === "string" ? lineText(comment) : comment);
   }
 
   // An argument list on one line when it fits, as by hand: TypeScriptToLua puts
@@ -66,6 +67,12 @@ class ModulePrinter extends tstl.LuaPrinter {
     if (expression.text === NAME) throw new Error(`${this.relativeSourcePath}: the name ${NAME} is the module table's (tools/module-table-plugin.js)`);
     return super.printIdentifier(expression);
   }
+}
+
+/** A line comment's text as Lua reads it after "--": no trailing blanks, never the opening of a block comment. */
+function lineText(c) {
+  const t = c.trimEnd();
+  return /^\[=*\[/.test(t) ? " " + t : t;
 }
 
 function isDirective(c) {

@@ -24,6 +24,7 @@ local version = require("resty.dlock.version")
 local clock = require("resty.dlock.core.clock")
 local token = require("resty.dlock.core.token")
 local retry = require("resty.dlock.core.retry")
+local meter = require("resty.dlock.core.meter")
 _M._VERSION = version.VERSION
 local lua_type = type
 local lua_tostring = tostring
@@ -38,6 +39,7 @@ local ngx_update_time = ngx.update_time
 local sha1_bin = ngx.sha1_bin
 local hex = token.hex
 local not_now = retry.notNow
+local meter_refused = meter.refused
 local phase_error = lease.phaseError
 local let_go = letgo.letGo
 --- Longest key the core takes as it is; lua-resty-lock's shared dict takes up to SHDICT_MAX_KEY.
@@ -132,10 +134,14 @@ local methods = {
             -- a Redis key of fixed length. Keys the core takes keep the Redis key they always had.
             key = "sha1:" .. hex(sha1_bin(key))
         end
-        local l, err = self._locks:acquire(key, self._try)
+        -- Its busy answer is not metered: the wait that follows is the outcome (or the refusal, counted below).
+        local l, err = self._locks:_try(key, self._try)
         if l ~= nil then
             self._lease = l
             return 0, nil
+        end
+        if err == "busy" and self._wait == nil then
+            meter_refused(self._locks._store.meter, "busy")
         end
         -- Taken, or a Redis that answered "not now" (BUSY, LOADING, a failover):
         -- either is waited out within the timeout, as a waiting acquire does.

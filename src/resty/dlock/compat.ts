@@ -24,6 +24,7 @@ import * as version from "./version";
 import * as clock from "./core/clock";
 import * as token from "./core/token";
 import * as retry from "./core/retry";
+import * as meter from "./core/meter";
 export const _VERSION = version.VERSION;
 
 const lua_type = type;
@@ -39,6 +40,7 @@ const ngx_update_time = ngx.update_time;
 const sha1_bin = ngx.sha1_bin;
 const hex = token.hex;
 const not_now = retry.notNow;
+const meter_refused = meter.refused;
 const phase_error = lease.phaseError;
 const let_go = letgo.letGo;
 
@@ -165,11 +167,13 @@ const methods = {
       // a Redis key of fixed length. Keys the core takes keep the Redis key they always had.
       key = "sha1:" + hex(sha1_bin(key as string));
     }
-    let [l, err] = this._locks.acquire(key as string, this._try);
+    // Its busy answer is not metered: the wait that follows is the outcome (or the refusal, counted below).
+    let [l, err] = this._locks._try(key as string, this._try);
     if (l !== undefined) {
       this._lease = l;
       return $multi(0, undefined);
     }
+    if (err === "busy" && this._wait === undefined) meter_refused(this._locks._store.meter, "busy");
     // Taken, or a Redis that answered "not now" (BUSY, LOADING, a failover):
     // either is waited out within the timeout, as a waiting acquire does.
     if ((err === "busy" || not_now(err)) && this._wait !== undefined) {

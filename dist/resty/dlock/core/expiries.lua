@@ -27,7 +27,12 @@ end
 function _M.sweep(dict, p)
     local limit = math_floor(clock_now()) - GRACE
     local mark = dict:get(p .. "swept")
-    if lua_type(mark) ~= "number" or mark >= limit then
+    if lua_type(mark) ~= "number" then
+        -- Gone (flush_all, or a full dict when the factory was made): sweep from now on, not never.
+        dict:safe_add(p .. "swept", limit)
+        return
+    end
+    if mark >= limit then
         return
     end
     if not dictcount.mark(dict, p .. "sweeping", true, 1) then

@@ -14,15 +14,29 @@ local on_its_way = late.onItsWay
 local timer_at = ngx.timer.at
 local sem_new = require("ngx.semaphore").new
 local lua_tostring = tostring
+--- Seconds a waiter sleeps before it looks whether nginx dropped the question's timer.
+local SLICE = 0.5
 -- pcall typed for the asker's two results, so they pass through without a table.
 local protect = pcall
---- Is q being asked, or about to be (a timer started, not dropped)?
+--- Is q being asked (for no longer than it can take), or about to be (a timer started, not dropped)?
 function _M.underway(q)
-    return q ~= nil and not q.done and (q.running or on_its_way(q.started, clock_now(), 0))
+    if q == nil or q.done then
+        return false
+    end
+    local now = clock_now()
+    local since = q.runningSince
+    if since ~= nil then
+        return now - since < q.longest
+    end
+    return on_its_way(q.started, now, 0)
 end
-local function run(premature, q, f, ...)
-    q.running = true
-    local ok, result, err = protect(f, ...)
+local function run(premature, q)
+    -- A timer that runs late, after a waiter took the question over (answer()), finds it asked.
+    if q.runningSince ~= nil then
+        return
+    end
+    q.runningSince = clock_now()
+    local ok, result, err = protect(q.f, q.ctx)
     if ok then
         q.result = result
         q.err = err
@@ -34,35 +48,50 @@ local function run(premature, q, f, ...)
         q.wake:post(q.waiting)
     end
 end
---- A timer asking f(...): the question, or nil when no timer (or semaphore) can be had (then ask in place).
-function _M.start(f, ...)
+--- A timer asking f(ctx), which can take `longest` s: the question, or nil when
+-- no timer (or semaphore) can be had (then ask in place).
+function _M.start(longest, f, ctx)
     local wake = sem_new(0)
     if wake == nil then
         return nil
     end
     local q = {
         started = clock_now(),
-        running = false,
+        longest = longest,
+        runningSince = nil,
+        f = f,
+        ctx = ctx,
         done = false,
         result = nil,
         err = nil,
         wake = wake,
         waiting = 0
     }
-    if (timer_at(0, run, q, f, ...)) == nil then
+    if (timer_at(0, run, q)) == nil then
         return nil
     end
     return q
 end
---- q's answer, once it is in (at most `longest` s from now): what the asker answered, or nil and why.
-function _M.answer(q, longest, what)
-    if not q.done then
+--- q's answer, once it is in (at most its `longest` s from now): what the
+-- asker answered, or nil and why. A question whose timer nginx dropped (at
+-- lua_max_running_timers) is asked here by the first waiter to see it.
+function _M.answer(q, what)
+    local deadline = clock_now() + q.longest
+    while not q.done do
+        if q.runningSince == nil and not on_its_way(q.started, clock_now(), 0) then
+            run(false, q)
+            break
+        end
+        local left = deadline - clock_now()
+        if left <= 0 then
+            break
+        end
         q.waiting = q.waiting + 1
-        q.wake:wait(longest)
+        q.wake:wait(left < SLICE and left or SLICE)
         q.waiting = q.waiting - 1
     end
     if not q.done then
-        return nil, "dlock: " .. what .. ": no answer in " .. lua_tostring(longest) .. " s"
+        return nil, "dlock: " .. what .. ": no answer in " .. lua_tostring(q.longest) .. " s"
     end
     return q.result, q.err
 end

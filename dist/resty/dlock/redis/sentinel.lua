@@ -150,6 +150,9 @@ local function ask(pool, s, open, timeout, tls)
     end
     return nil, "dlock: redis sentinel " .. s.master .. ": no sentinel named the master (" .. tbl_concat(errors, "; ") .. ")"
 end
+local function askFor(a)
+    return ask(a.pool, a.s, a.dial, a.timeout, a.tls)
+end
 --- Ask the sentinels for the master's address, over connections `dial` makes;
 -- timeouts (ms) and TLS settings are the factory's. The question is a timer's,
 -- asked once for every caller of the worker that waits for it; with no timer
@@ -157,14 +160,15 @@ end
 function _M.discover(pool, s, dial, timeout, tls)
     local q = questions[pool]
     if not underway(q) then
-        q = question.start(ask, pool, s, dial, timeout, tls)
+        -- Each sentinel: a connect, a handshake, AUTH and the question, each within timeout; and a second to start.
+        local longest = #s.nodes * 4 * timeout / 1000 + 1
+        q = question.start(longest, askFor, {pool = pool, s = s, dial = dial, timeout = timeout, tls = tls})
         if q == nil then
             return ask(pool, s, dial, timeout, tls)
         end
         questions[pool] = q
     end
-    -- Each sentinel: a connect, a handshake, AUTH and the question, each within timeout; and a second to start.
-    local m, err = question.answer(q, #s.nodes * 4 * timeout / 1000 + 1, "redis sentinel " .. s.master)
+    local m, err = question.answer(q, "redis sentinel " .. s.master)
     return m, err
 end
 return _M

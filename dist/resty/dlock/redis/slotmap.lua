@@ -178,6 +178,10 @@ local function readAny(conf, c)
     c.lastError = tbl_concat(errors, "; ")
     return nil, "dlock: redis " .. conf.endpoint .. ": no node gave the slot map (" .. c.lastError .. ")"
 end
+--- The question's timer reads the map with these.
+local function readFor(r)
+    return readAny(r.conf, r.c)
+end
 --- Read the slot map again, once per worker at a time: in a timer
 -- (core/question.ts), so that a caller that goes away in the middle does not
 -- leave the map unread for good. The caller that starts the read, and any
@@ -191,16 +195,16 @@ local function refresh(conf, c)
         end
     else
         c.tried = clock_now()
-        q = question.start(readAny, conf, c)
+        -- Each node: a connect, a handshake, AUTH and CLUSTER SLOTS; and a second to start.
+        local longest = (#c.masters + #conf.nodes) * (conf.connect_timeout + 3 * conf.read_timeout) / 1000 + 1
+        q = question.start(longest, readFor, {conf = conf, c = c})
         if q == nil then
             local _read, inPlace = readAny(conf, c)
             return inPlace
         end
         c.refreshing = q
     end
-    -- Each node: a connect, a handshake, AUTH and CLUSTER SLOTS; and a second to start.
-    local longest = (#c.masters + #conf.nodes) * (conf.connect_timeout + 3 * conf.read_timeout) / 1000 + 1
-    local _read, err = question.answer(q, longest, "redis " .. conf.endpoint .. ": reading the slot map")
+    local _read, err = question.answer(q, "redis " .. conf.endpoint .. ": reading the slot map")
     return err
 end
 --- The master of slot s by the map as it is, without reading it again: nil while it is stale or no master serves s.

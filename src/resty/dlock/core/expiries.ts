@@ -32,7 +32,12 @@ function num(dict: NgxSharedDict, key: string): number {
 export function sweep(dict: NgxSharedDict, p: string): void {
   const limit = math_floor(clock_now()) - GRACE;
   const [mark] = dict.get(p + "swept");
-  if (lua_type(mark) !== "number" || (mark as number) >= limit) return;
+  if (lua_type(mark) !== "number") {
+    // Gone (flush_all, or a full dict when the factory was made): sweep from now on, not never.
+    dict.safe_add(p + "swept", limit);
+    return;
+  }
+  if ((mark as number) >= limit) return;
   if (!dictcount.mark(dict, p + "sweeping", true, 1)) return;
   let s = num(dict, p + "swept");
   const stop = math_min(limit, s + MAX_SWEEP);

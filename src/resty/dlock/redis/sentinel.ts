@@ -181,6 +181,19 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
   return $multi(undefined, "dlock: redis sentinel " + s.master + ": no sentinel named the master (" + tbl_concat(errors, "; ") + ")");
 }
 
+/** What the question's timer asks with. */
+interface Asking {
+  readonly pool: string;
+  readonly s: SentinelConf;
+  readonly dial: Opener;
+  readonly timeout: number;
+  readonly tls: Tls;
+}
+
+function askFor(this: void, a: Asking): LuaMultiReturn<[Node | undefined, string | undefined]> {
+  return ask(a.pool, a.s, a.dial, a.timeout, a.tls);
+}
+
 /**
  * Ask the sentinels for the master's address, over connections `dial` makes;
  * timeouts (ms) and TLS settings are the factory's. The question is a timer's,
@@ -190,11 +203,12 @@ function ask(pool: string, s: SentinelConf, open: Opener, timeout: number, tls: 
 export function discover(pool: string, s: SentinelConf, dial: Opener, timeout: number, tls: Tls): LuaMultiReturn<[Node | undefined, string | undefined]> {
   let q: question.Question | undefined = questions.get(pool);
   if (!underway(q)) {
-    q = question.start(ask as unknown as question.Asker, pool, s, dial, timeout, tls);
+    // Each sentinel: a connect, a handshake, AUTH and the question, each within timeout; and a second to start.
+    const longest = s.nodes.length * 4 * timeout / 1000 + 1;
+    q = question.start(longest, askFor as question.Asker, { pool, s, dial, timeout, tls });
     if (q === undefined) return ask(pool, s, dial, timeout, tls);
     questions.set(pool, q);
   }
-  // Each sentinel: a connect, a handshake, AUTH and the question, each within timeout; and a second to start.
-  const [m, err] = question.answer(q!, s.nodes.length * 4 * timeout / 1000 + 1, "redis sentinel " + s.master);
+  const [m, err] = question.answer(q!, "redis sentinel " + s.master);
   return $multi(m as Node | undefined, err);
 }

@@ -195,6 +195,11 @@ function readAny(this: void, conf: redis.RedisConf, c: Cluster): LuaMultiReturn<
   return $multi(undefined, "dlock: redis " + conf.endpoint + ": no node gave the slot map (" + c.lastError + ")");
 }
 
+/** The question's timer reads the map with these. */
+function readFor(this: void, r: { readonly conf: redis.RedisConf; readonly c: Cluster }): LuaMultiReturn<[true | undefined, string | undefined]> {
+  return readAny(r.conf, r.c);
+}
+
 /**
  * Read the slot map again, once per worker at a time: in a timer
  * (core/question.ts), so that a caller that goes away in the middle does not
@@ -208,16 +213,16 @@ function refresh(conf: redis.RedisConf, c: Cluster): string | undefined {
     if (c.at !== 0) return undefined;
   } else {
     c.tried = clock_now();
-    q = question.start(readAny as unknown as question.Asker, conf, c);
+    // Each node: a connect, a handshake, AUTH and CLUSTER SLOTS; and a second to start.
+    const longest = (c.masters.length + conf.nodes!.length) * (conf.connect_timeout + 3 * conf.read_timeout) / 1000 + 1;
+    q = question.start(longest, readFor as question.Asker, { conf, c });
     if (q === undefined) {
       const [_read, inPlace] = readAny(conf, c);
       return inPlace;
     }
     c.refreshing = q;
   }
-  // Each node: a connect, a handshake, AUTH and CLUSTER SLOTS; and a second to start.
-  const longest = (c.masters.length + conf.nodes!.length) * (conf.connect_timeout + 3 * conf.read_timeout) / 1000 + 1;
-  const [_read, err] = question.answer(q!, longest, "redis " + conf.endpoint + ": reading the slot map");
+  const [_read, err] = question.answer(q!, "redis " + conf.endpoint + ": reading the slot map");
   return err;
 }
 

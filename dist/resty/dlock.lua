@@ -10,7 +10,6 @@ local _M = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
-local lease = require("resty.dlock.core.lease")
 local options = require("resty.dlock.core.options")
 local ledger = require("resty.dlock.core.ledger")
 local multi = require("resty.dlock.core.multi")
@@ -25,6 +24,7 @@ local watchdog = require("resty.dlock.core.watchdog")
 local scoped = require("resty.dlock.core.with")
 local version = require("resty.dlock.version")
 local metered = acquire.metered
+local opening = acquire.opening
 local lua_setmetatable = setmetatable
 local lua_tostring = tostring
 local notSelf = check.notSelf
@@ -87,14 +87,9 @@ local locksMt = {}
 -- is held; nil, "timeout", retry_after when waiting ran out; nil, "dlock: ..."
 -- on bad input or Redis failure. retry_after: ms until the holder's lease ends.
 local function take(locks, key, opts, busyCounts)
-    local notOurs = notSelf(locks, locksMt, "locks:acquire()")
-    if notOurs ~= nil then
-        return nil, notOurs, nil
-    end
-    recovery.start()
-    local perr = lease.phaseError("acquire")
-    if perr ~= nil then
-        return nil, perr, nil
+    local refused = opening(locks, locksMt, "locks:acquire()", "acquire")
+    if refused ~= nil then
+        return nil, refused, nil
     end
     local store = locks._store
     local bad, k, rkey, ttl, wait, renew, onLost, shared = options.acquire(store, key, opts, true)
@@ -146,11 +141,10 @@ local locksMethods = {
         return take(self, key, opts, false)
     end,
     acquire_all = function(self, keys, opts)
-        local bad = notSelf(self, locksMt, "locks:acquire_all()")
-        if bad ~= nil then
-            return nil, bad, nil
+        local refused = opening(self, locksMt, "locks:acquire_all()", "acquire_all")
+        if refused ~= nil then
+            return nil, refused, nil
         end
-        recovery.start()
         return multi.acquireAll(self, keys, opts)
     end,
     held = function(self)

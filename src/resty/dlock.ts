@@ -24,6 +24,7 @@ import * as watchdog from "./dlock/core/watchdog";
 import * as scoped from "./dlock/core/with";
 
 const metered = acquire.metered;
+const opening = acquire.opening;
 const lua_setmetatable = setmetatable;
 const lua_tostring = tostring;
 const notSelf = check.notSelf;
@@ -108,11 +109,8 @@ const locksMt: { __index?: object } = {};
  * on bad input or Redis failure. retry_after: ms until the holder's lease ends.
  */
 function take(locks: Locks, key: string, opts: LuaTable<string, unknown> | undefined, busyCounts: boolean): lease.AcquireResult {
-  const notOurs = notSelf(locks, locksMt, "locks:acquire()");
-  if (notOurs !== undefined) return $multi(undefined, notOurs, undefined);
-  recovery.start();
-  const perr = lease.phaseError("acquire");
-  if (perr !== undefined) return $multi(undefined, perr, undefined);
+  const refused = opening(locks, locksMt, "locks:acquire()", "acquire");
+  if (refused !== undefined) return $multi(undefined, refused, undefined);
   const store = locks._store;
   const [bad, k, rkey, ttl, wait, renew, onLost, shared] = options.acquire(store, key, opts, true);
   if (bad !== undefined) return $multi(undefined, bad, undefined);
@@ -155,9 +153,8 @@ const locksMethods = {
    * the results of acquire (busy and timeout name the first busy key's holder).
    */
   acquire_all(this: Locks, keys: string[], opts?: LuaTable<string, unknown>): multi.AcquireAllResult {
-    const bad = notSelf(this, locksMt, "locks:acquire_all()");
-    if (bad !== undefined) return $multi(undefined, bad, undefined);
-    recovery.start();
+    const refused = opening(this, locksMt, "locks:acquire_all()", "acquire_all");
+    if (refused !== undefined) return $multi(undefined, refused, undefined);
     return multi.acquireAll(this, keys, opts);
   },
 

@@ -13,7 +13,6 @@ local _M = {}
 local acquire = require("resty.dlock.core.acquire")
 local backend = require("resty.dlock.redis.backend")
 local check = require("resty.dlock.core.check")
-local lease = require("resty.dlock.core.lease")
 local options = require("resty.dlock.core.options")
 local ledger = require("resty.dlock.core.ledger")
 local scripts = require("resty.dlock.redis.scripts")
@@ -23,6 +22,7 @@ local watchdog = require("resty.dlock.core.watchdog")
 local scoped = require("resty.dlock.core.with")
 local version = require("resty.dlock.version")
 local metered = acquire.metered
+local opening = acquire.opening
 local lua_setmetatable = setmetatable
 local notSelf = check.notSelf
 _M._VERSION = version.VERSION
@@ -40,14 +40,9 @@ local PERMIT = {
 local semaphoreMt = {}
 --- sem:acquire(), its busy answer metered when busyCounts.
 local function take(sem, key, opts, busyCounts)
-    local notOurs = notSelf(sem, semaphoreMt, "sem:acquire()")
-    if notOurs ~= nil then
-        return nil, notOurs, nil
-    end
-    recovery.start()
-    local perr = lease.phaseError("acquire")
-    if perr ~= nil then
-        return nil, perr, nil
+    local refused = opening(sem, semaphoreMt, "sem:acquire()", "acquire")
+    if refused ~= nil then
+        return nil, refused, nil
     end
     local store = sem._store
     local bad, k, rkey, ttl, wait, renew, onLost = options.acquire(store, key, opts, false)

@@ -22,6 +22,7 @@ import * as watchdog from "./core/watchdog";
 import * as scoped from "./core/with";
 
 const metered = acquire.metered;
+const opening = acquire.opening;
 const lua_setmetatable = setmetatable;
 const notSelf = check.notSelf;
 
@@ -60,11 +61,8 @@ const semaphoreMt: { __index?: object } = {};
 
 /** sem:acquire(), its busy answer metered when busyCounts. */
 function take(sem: Semaphore, key: string, opts: LuaTable<string, unknown> | undefined, busyCounts: boolean): lease.AcquireResult {
-  const notOurs = notSelf(sem, semaphoreMt, "sem:acquire()");
-  if (notOurs !== undefined) return $multi(undefined, notOurs, undefined);
-  recovery.start();
-  const perr = lease.phaseError("acquire");
-  if (perr !== undefined) return $multi(undefined, perr, undefined);
+  const refused = opening(sem, semaphoreMt, "sem:acquire()", "acquire");
+  if (refused !== undefined) return $multi(undefined, refused, undefined);
   const store = sem._store;
   const [bad, k, rkey, ttl, wait, renew, onLost] = options.acquire(store, key, opts, false);
   if (bad !== undefined) return $multi(undefined, bad, undefined);

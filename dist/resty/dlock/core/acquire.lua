@@ -11,10 +11,12 @@ local lease = require("resty.dlock.core.lease")
 local meter = require("resty.dlock.core.meter")
 local orphans = require("resty.dlock.core.orphans")
 local queued = require("resty.dlock.core.queued")
+local recovery = require("resty.dlock.core.recovery")
 local retry = require("resty.dlock.core.retry")
 local waits = require("resty.dlock.core.wait")
 local wakeups = require("resty.dlock.core.wakeups")
 local clock = require("resty.dlock.core.clock")
+local check = require("resty.dlock.core.check")
 local call = backend.call
 local clock_now = clock.now
 local ngx_update_time = ngx.update_time
@@ -22,6 +24,8 @@ local math_min = math.min
 local lua_type = type
 local refused = meter.refused
 local acquired = meter.acquired
+local notSelf = check.notSelf
+local phaseError = lease.phaseError
 --- ms a waiter that joins this worker's turn for a key sleeps, at most, before it asks Redis itself.
 local QUEUE_CAP = 1000
 --- The deadline passed: why the last attempt failed (Redis never able to answer), or "timeout".
@@ -159,9 +163,19 @@ local function acquire(store, kind, key, rkey, tok, ttl, wait, ...)
     end
     return l, err, retryAfter
 end
---- acquire() as the factories' faces run it: a token minted (with `mark` in
--- front: a reader's), the key taken, the outcome and the wait metered (a
--- busy answer only when busyCounts: not a guard's first try, which waits next).
+--- Why an acquire on obj (a factory of metatable mt) cannot start: called with
+-- "." (`method` names it), or in a phase without cosockets (`op`); nil when it
+-- can. A worker's first acquire starts the recovery of the leases a reload
+-- left behind, before it takes anything.
+local function opening(obj, mt, method, op)
+    local notOurs = notSelf(obj, mt, method)
+    if notOurs ~= nil then
+        return notOurs
+    end
+    recovery.start()
+    local perr = phaseError(op)
+    return perr
+end
 function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, busyCounts, ...)
     ngx_update_time()
     local t0 = clock_now()
@@ -183,4 +197,5 @@ function _M.metered(store, kind, key, rkey, mint, mark, ttl, wait, busyCounts, .
 end
 -- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.acquire = acquire
+_M.opening = opening
 return _M

@@ -273,10 +273,6 @@ end
 -- retry_after (wait = 0, a key held); nil, "timeout", retry_after; nil,
 -- "dlock: ..." on bad input or a Redis failure. Nothing is held but on success.
 function _M.acquireAll(f, keys, opts)
-    local perr = lease.phaseError("acquire_all")
-    if perr ~= nil then
-        return nil, perr, nil
-    end
     local store = f._store
     local bad, list, rkeys, ttl, wait, renew, onLost = multioptions.acquireAll(store, keys, opts)
     if bad ~= nil then

@@ -10,10 +10,12 @@ import * as lease from "./lease";
 import * as meter from "./meter";
 import * as orphans from "./orphans";
 import * as queued from "./queued";
+import * as recovery from "./recovery";
 import * as retry from "./retry";
 import * as waits from "./wait";
 import * as wakeups from "./wakeups";
 import * as clock from "./clock";
+import * as check from "./check";
 
 type Store = lease.Store;
 type Kind = lease.Kind;
@@ -26,6 +28,8 @@ const math_min = math.min;
 const lua_type = type;
 const refused = meter.refused;
 const acquired = meter.acquired;
+const notSelf = check.notSelf;
+const phaseError = lease.phaseError;
 
 /** ms a waiter that joins this worker's turn for a key sleeps, at most, before it asks Redis itself. */
 const QUEUE_CAP = 1000;
@@ -165,6 +169,20 @@ function acquire(store: Store, kind: Kind, key: string, rkey: string, tok: strin
  * front: a reader's), the key taken, the outcome and the wait metered (a
  * busy answer only when busyCounts: not a guard's first try, which waits next).
  */
+/**
+ * Why an acquire on obj (a factory of metatable mt) cannot start: called with
+ * "." (`method` names it), or in a phase without cosockets (`op`); nil when it
+ * can. A worker's first acquire starts the recovery of the leases a reload
+ * left behind, before it takes anything.
+ */
+function opening(obj: object, mt: object, method: string, op: string): string | undefined {
+  const notOurs = notSelf(obj, mt, method);
+  if (notOurs !== undefined) return notOurs;
+  recovery.start();
+  const perr = phaseError(op);
+  return perr;
+}
+
 export function metered(store: Store, kind: Kind, key: string, rkey: string, mint: (this: void) => LuaMultiReturn<[string | undefined, string | undefined]>,
   mark: string | undefined, ttl: number, wait: number, busyCounts: boolean, ...extra: (string | number)[]): lease.AcquireResult {
   ngx_update_time();
@@ -185,4 +203,4 @@ export function metered(store: Store, kind: Kind, key: string, rkey: string, min
 }
 
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
-export { acquire };
+export { acquire, opening };

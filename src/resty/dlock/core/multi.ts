@@ -263,8 +263,6 @@ function takeAll(p: Plan, wait: number): AcquireAllResult {
  * "dlock: ..." on bad input or a Redis failure. Nothing is held but on success.
  */
 export function acquireAll(f: Factory, keys: unknown, opts: unknown): AcquireAllResult {
-  const perr = lease.phaseError("acquire_all");
-  if (perr !== undefined) return $multi(undefined, perr, undefined);
   const store = f._store;
   const [bad, list, rkeys, ttl, wait, renew, onLost] = multioptions.acquireAll(store, keys, opts);
   if (bad !== undefined) return $multi(undefined, bad, undefined);

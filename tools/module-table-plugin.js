@@ -44,7 +44,8 @@ class ModulePrinter extends tstl.LuaPrinter {
     return super.printStatement(statement);
   }
 
-  // A line comment whose text opens with [[ (or [=[) would read as a Lua block comment: a space first.
+  // A line comment whose text opens with [[ (or [=[) would read as a Lua block comment: a space first;
+  // the modules it names are the .lua files of dist/.
   printComment(comment) {
     return super.printComment(typeof comment === "string" ? lineText(comment) : comment);
   }
@@ -69,9 +70,13 @@ class ModulePrinter extends tstl.LuaPrinter {
   }
 }
 
-/** A line comment's text as Lua reads it after "--": no trailing blanks, never the opening of a block comment. */
+/**
+ * A line comment's text as Lua reads it after "--": no trailing blanks, never
+ * the opening of a block comment, and a module it names ("see queued.ts")
+ * named by the file a reader of dist/ has beside it (queued.lua).
+ */
 function lineText(c) {
-  const t = c.trimEnd();
+  const t = c.trimEnd().replace(/\b([\w./-]+)\.ts\b/g, "$1.lua");
   return /^\[=*\[/.test(t) ? " " + t : t;
 }
 

@@ -31,7 +31,7 @@ local notSelf = check.notSelf
 _M._VERSION = version.VERSION
 _M.MAX_KEY_LEN = options.MAX_KEY_LEN
 _M.MAX_TTL = options.MAX_TTL
--- Locks wait in line (scripts.ts): first come, first served across the fleet.
+-- Locks wait in line (scripts.lua): first come, first served across the fleet.
 local LOCK = {
     acquire = scripts.ACQUIRE_QUEUED,
     release = scripts.RELEASE_QUEUED,
@@ -48,8 +48,8 @@ local FENCED_LOCK = {
     fenced = true,
     drop = scripts.DROP
 }
--- Under Redlock a queue would live on every master with no one order: waiters take turns instead (acquire.ts).
--- A valid lease's extend puts its key back on a master that restarted empty (redis/majority.ts).
+-- Under Redlock a queue would live on every master with no one order: waiters take turns instead (acquire.lua).
+-- A valid lease's extend puts its key back on a master that restarted empty (redis/majority.lua).
 local MAJORITY_LOCK = {
     acquire = scripts.ACQUIRE,
     release = scripts.RELEASE,
@@ -59,7 +59,7 @@ local MAJORITY_LOCK = {
     drop = nil,
     restore = majority.EXTEND_RESTORING
 }
--- Readers of shared locks (redis/rwscripts.ts); their writers are the locks above.
+-- Readers of shared locks (redis/rwscripts.lua); their writers are the locks above.
 local READ_LOCK = {
     acquire = rwscripts.READ_ACQUIRE,
     release = rwscripts.READ_RELEASE,
@@ -110,7 +110,7 @@ local function take(locks, key, opts, busyCounts)
             return again, nil, nil
         end
     end
-    -- A reader's token says so: its ticket in line, and a key handed to it (rwscripts.ts).
+    -- A reader's token says so: its ticket in line, and a key handed to it (rwscripts.lua).
     local l, err, retryAfter = metered(
         store,
         kind,

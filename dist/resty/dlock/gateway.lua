@@ -12,7 +12,7 @@
 -- Modes: dedup (409 while the same key is in flight, optionally `hold` ms after a
 -- 2xx), concurrency (at most `permits` in flight per key, 429 after `wait`),
 -- throttle (one request per key per `ttl`, 429), mutex (one at a time, 503 after `wait`),
--- idempotency (gateway/idempotency.ts), rate (`rate` per `period` ms per key, 429: gateway/rate.ts).
+-- idempotency (gateway/idempotency.lua), rate (`rate` per `period` ms per key, 429: gateway/rate.lua).
 local _M = {}
 local check = require("resty.dlock.core.check")
 local dlock = require("resty.dlock")

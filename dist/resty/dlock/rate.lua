@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/rate.ts by TypeScriptToLua: edit that file, not this one.
 -- resty.dlock.rate: rate limits shared by every nginx of a fleet, decided on
--- Redis' clock (GCRA, core/rate.ts), shaped like lua-resty-limit-traffic's
+-- Redis' clock (GCRA, core/rate.lua), shaped like lua-resty-limit-traffic's
 -- limiters so that resty.limit.traffic.combine() takes them alongside
 -- resty.limit.req / count / conn.
 --

@@ -15,7 +15,7 @@
 --     "guards": { "<name>": { mode, breaker, in_flight, <events> } },
 --     "factories": { "<name>": { held, acquired, busy, timeout, error, lost } } }
 -- metrics() answers the same counters, the histograms of acquire wait and lease
--- hold time too, in the Prometheus text format (status/exposition.ts).
+-- hold time too, in the Prometheus text format (status/exposition.lua).
 -- Both read the shared dicts of the guards and factories (and any dict named in `dicts`).
 local _M = {}
 local version = require("resty.dlock.version")

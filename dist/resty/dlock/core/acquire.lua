@@ -1,10 +1,10 @@
 -- Generated from src/resty/dlock/core/acquire.ts by TypeScriptToLua: edit that file, not this one.
 -- Taking a key: one script round trip per attempt, and between attempts the
 -- waiting. Two ways to wait:
---   in line    locks (not under Redlock): see queued.ts.
+--   in line    locks (not under Redlock): see queued.lua.
 --   by turns   permits, and locks under Redlock (no queue spans majorities):
 --              one waiter per worker and key asks Redis when a release is
---              announced or the holder's lease ends (wait.ts, wakeups.ts).
+--              announced or the holder's lease ends (wait.lua, wakeups.lua).
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local lease = require("resty.dlock.core.lease")
@@ -109,7 +109,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
             end
         end
         if here == "none" then
-            -- The holder is elsewhere: its release wakes us (wakeups.ts) once our
+            -- The holder is elsewhere: its release wakes us (wakeups.lua) once our
             -- subscription is live; until then, or without one, poll Redis with
             -- jittered exponential backoff. Never past the holder's expiry nor our deadline.
             subscribed = true
@@ -120,7 +120,7 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
                 -- the holder's lease ends); the others until they are first, looking
                 -- now and then in case the first is stuck.
                 nap = (waits.first(t) or waits.waiters(rkey) == 0) and retryAfter + 1 or math_min(retryAfter + 1, QUEUE_CAP)
-                -- A lock's holder may be another client's, which announces nothing: it is probed sooner (subscriptions.ts).
+                -- A lock's holder may be another client's, which announces nothing: it is probed sooner (subscriptions.lua).
                 if not kind.shared then
                     wakeups.expect(conf, rkey, retryAfter, not retry.heldHere(store, rkey))
                 end

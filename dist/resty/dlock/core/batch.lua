@@ -167,7 +167,7 @@ function _M.extendAll(list)
     local results = {}
     for i = 1, #list do
         results[i] = "not_owner"
-        -- An extend() of one waits for this renewal (lease.ts _renewing).
+        -- An extend() of one waits for this renewal (lease.lua _renewing).
         list[i]._renewing = true
     end
     -- Fresh: whether a Redlock lease is still valid picks its script (settle.extendScript).

@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/core/buckets.ts by TypeScriptToLua: edit that file, not this one.
--- The buckets of the lease metrics' histograms (core/meter.ts): their bounds,
+-- The buckets of the lease metrics' histograms (core/meter.lua): their bounds,
 -- and the bucket a number of seconds falls in.
 local _M = {}
 --- Upper bounds (s) of the acquire-wait buckets; the last bucket is +Inf.

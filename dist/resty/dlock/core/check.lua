@@ -142,7 +142,7 @@ local function loadNkeys()
 end
 -- OpenResty's LuaJIT counts a table's entries without a loop (and compiles the
 -- call): how a hot path checks that a table holds the options it read by name
--- and nothing else (core/options.ts acquire).
+-- and nothing else (core/options.lua acquire).
 _M.nkeys = loadNkeys()
 --- Whether the Lua pattern matches somewhere in s.
 function _M.found(s, pattern)

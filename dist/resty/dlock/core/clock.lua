@@ -51,10 +51,10 @@ function _M.sleep(seconds)
 end
 _M.timeout = timeout
 --- Seconds an exiting worker (nginx -s reload or quit) goes on with its cleanup,
--- at most: the sweep of releases Redis did not confirm (core/orphans.ts),
+-- at most: the sweep of releases Redis did not confirm (core/orphans.lua),
 -- retried until their leases would have expired, so that a key is not locked
 -- for its whole ttl once Redis is back (a lost acquire, retried for
 -- LOST_HORIZON elsewhere, would keep the old worker alive for minutes); and
--- the take-back of acquires whose callers went away (redis/takeback.ts).
+-- the take-back of acquires whose callers went away (redis/takeback.lua).
 _M.EXIT_HORIZON = 60
 return _M

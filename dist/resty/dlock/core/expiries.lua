@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/core/expiries.ts by TypeScriptToLua: edit that file, not this one.
--- The held gauge's expiry seconds (core/meter.ts counts leases into them):
+-- The held gauge's expiry seconds (core/meter.lua counts leases into them):
 -- the records whose second has passed leave the gauge, and their keys the
 -- dict. Every worker's flush sweeps (so does a status page's read): a sweep
 -- left to status pages only left the seconds of every lease in the dict when

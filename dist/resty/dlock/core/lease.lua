@@ -1,8 +1,8 @@
 -- Generated from src/resty/dlock/core/lease.ts by TypeScriptToLua: edit that file, not this one.
 -- Leases: what resty.dlock locks and resty.dlock.semaphore permits have in
--- common (their options: options.ts): the lease object, made by an acquire (acquire.ts), released and extended
--- owner-checked (what Redis's answers do to it is settle.ts's; many leases in
--- one round trip, batch.ts; `with`, with.ts).
+-- common (their options: options.lua): the lease object, made by an acquire (acquire.lua), released and extended
+-- owner-checked (what Redis's answers do to it is settle.lua's; many leases in
+-- one round trip, batch.lua; `with`, with.lua).
 local _M = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")

@@ -4,7 +4,7 @@
 -- Nobody waits for Redis there: the release rides the worker's next pipeline
 -- (lease.post), or goes from a timer when it cannot. What Redis does not
 -- confirm goes to the cleanup sweep, which retries until the key expires.
--- (The gateway ends its leases through a queue of its own: gateway/releases.ts.)
+-- (The gateway ends its leases through a queue of its own: gateway/releases.lua.)
 local _M = {}
 local lease = require("resty.dlock.core.lease")
 local quiet = require("resty.dlock.core.quiet")

@@ -10,7 +10,7 @@
 -- with a shorter ttl to renew) can wake it (hurry).
 --
 -- The loop counts as running only once its timer runs, not when it is started:
--- nginx may drop a started timer (late.ts), and start() starts another then.
+-- nginx may drop a started timer (late.lua), and start() starts another then.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local clock = require("resty.dlock.core.clock")
@@ -48,7 +48,7 @@ local function nap(l, seconds)
         clock_sleep(seconds)
     end
 end
---- l's fresh timer of a handover runs, or nginx dropped it (late.ts):
+--- l's fresh timer of a handover runs, or nginx dropped it (late.lua):
 -- until then the loop is not running, and start() starts no other.
 local function handedOver(l, at)
     l._scheduled = at

@@ -162,7 +162,7 @@ local function flushSeconds(m)
 end
 -- The timer flush() arms runs it, and it flushes: declared ahead of flush(), set after it.
 local flushLater
---- Is a flush timer on its way (not one nginx dropped, late.ts)?
+--- Is a flush timer on its way (not one nginx dropped, late.lua)?
 local function isArmed()
     return on_its_way(armed, clock_now(), FLUSH)
 end

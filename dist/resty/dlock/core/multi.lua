@@ -6,13 +6,13 @@
 -- behind one face.
 --
 -- Taking them:
---   together   one script for all the keys (redis/multiscripts.ts) where they
+--   together   one script for all the keys (redis/multiscripts.lua) where they
 --              can share a script call: standalone, Sentinel, and Cluster when
 --              every key hashes to one slot (the same hash tag).
 --   in order   otherwise (Cluster, keys of different slots): key by key in
 --              sorted order, the keys taken given back at the first busy one.
 --   majority   Redlock: the one script on every master, the majority decides
---              (redis/multiquorum.ts).
+--              (redis/multiquorum.lua).
 -- Either way nothing is held when an attempt fails. Waiting (wait > 0), once an attempt found a key
 -- busy: the keys are taken one at a time in one global order (sorted by Redis key), each waiting in
 -- its key's line (first come, first served) as a single acquire of it does, holding the keys before
@@ -53,7 +53,7 @@ local function take(p, idx)
     local conf = p.store.redis
     local n = #idx
     local fenced = p.kind.fenced
-    -- Redlock locks do not queue (dlock.ts): their keys alone.
+    -- Redlock locks do not queue (dlock.lua): their keys alone.
     local quorum = not backend.queues(conf)
     local args = {}
     for j = 2, n do

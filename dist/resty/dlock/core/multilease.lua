@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/core/multilease.ts by TypeScriptToLua: edit that file, not this one.
--- The lease of a set of keys (locks:acquire_all, core/multi.ts): one face on
+-- The lease of a set of keys (locks:acquire_all, core/multi.lua): one face on
 -- its keys' own leases (`_parts`), which are what the shared dict records, the
 -- watchdog renews and crash recovery gives back, each as a single lease. Its
 -- release and extend run every key's owner-checked script in one round trip
@@ -176,7 +176,7 @@ local multiMethods = {
             lease.quiesce(parts[i])
         end
         local sent = clock_now() * 1000
-        -- Renewals of the parts sent meanwhile renew at this ttl (lease.ts _extendingMs).
+        -- Renewals of the parts sent meanwhile renew at this ttl (lease.lua _extendingMs).
         for i = 1, #parts do
             parts[i]._extendingMs = ms
         end

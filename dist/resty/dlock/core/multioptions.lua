@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/core/multioptions.ts by TypeScriptToLua: edit that file, not this one.
 -- The arguments of locks:acquire_all(keys, opts), read: the list of keys and
 -- their Redis keys (the prefix in front: lockKey), and the options of the set,
--- checked by the ACQUIRE_ALL schema (core/options.ts) with the factory's defaults.
+-- checked by the ACQUIRE_ALL schema (core/options.lua) with the factory's defaults.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local options = require("resty.dlock.core.options")

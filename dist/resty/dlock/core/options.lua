@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/core/options.ts by TypeScriptToLua: edit that file, not this one.
--- The option tables of the lock faces, declared once (schema.ts): dlock.new,
+-- The option tables of the lock faces, declared once (schema.lua): dlock.new,
 -- semaphore.new and the options of an acquire. The gateway takes some of
--- these declarations for its own table (gateway/options.ts); the README's
+-- these declarations for its own table (gateway/options.lua); the README's
 -- tables are checked against them (spec/options_spec.lua).
 local _M = {}
 local check = require("resty.dlock.core.check")
@@ -49,8 +49,8 @@ _M.PERMITS = {
 }
 --- A lua_shared_dict by name: the dict itself is what the factory keeps.
 _M.DICT = {name = "dict", kind = "check", check = check.sharedDict, required = true}
---- The `redis` table (redis/client.ts declares its options), with the backend
--- that will serve it (redis/backend.ts); the eviction finding is kept in the
+--- The `redis` table (redis/client.lua declares its options), with the backend
+-- that will serve it (redis/backend.lua); the eviction finding is kept in the
 -- dict checked before it.
 _M.REDIS = {
     name = "redis",
@@ -104,7 +104,7 @@ local ACQUIRE_WAIT = {
 local RENEW = {name = "renew", kind = "boolean", default = false}
 -- Without renewals nothing would ever notice the loss.
 local ON_LOST = {name = "on_lost", kind = "function", requires = {{option = "renew", must = "true"}}}
---- A lock's; shared takes it as one of the key's readers (redis/rwscripts.ts).
+--- A lock's; shared takes it as one of the key's readers (redis/rwscripts.lua).
 _M.ACQUIRE = {
     ACQUIRE_TTL,
     ACQUIRE_WAIT,

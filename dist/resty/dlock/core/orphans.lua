@@ -41,7 +41,7 @@ local givenUp = quiet.make()
 local orphans = {}
 local sweeping = false
 --- When the next sweep's timer is due (0 while a sweep runs). One nginx dropped
--- (late.ts) is replaced at the next adopt() (the sweeps' generation tells the
+-- (late.lua) is replaced at the next adopt() (the sweeps' generation tells the
 -- dropped one, should it run after all).
 local sweepDue = 0
 local sweeps = 0
@@ -123,7 +123,7 @@ local function sweepSafely()
 end
 --- The worker is exiting: no timer with a delay can be made any more. Sweep on
 -- in this one, sleeping between sweeps, until nothing is left (each orphan
--- settled or past its deadline) or EXIT_HORIZON (core/clock.ts) has passed.
+-- settled or past its deadline) or EXIT_HORIZON (core/clock.lua) has passed.
 local function sweepWhileExiting(delay)
     local stop = clock_now() + clock.EXIT_HORIZON
     while #orphans > 0 and clock_now() < stop do

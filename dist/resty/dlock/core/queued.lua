@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/core/queued.ts by TypeScriptToLua: edit that file, not this one.
 -- Waiting in line (locks, not under Redlock): the first attempt takes a ticket
 -- in the key's queue in Redis, and the waiter sleeps until a release hands the
--- key to it by name (scripts.ts): first come, first served across the fleet,
+-- key to it by name (scripts.lua): first come, first served across the fleet,
 -- one contender per release, three commands per contended acquisition
 -- (ticket, claim, release). An uncontended acquire asks once and keeps nothing.
 local _M = {}
@@ -97,7 +97,7 @@ local function heard(place, sent, res, err, fault)
             waits.holdTicket(place.turn, dropOf(store, kind, rkey, tok, place.wait), place.ahead)
         end
     else
-        -- Busy, from the script without the queue (scripts.ts `alone`): the holder's PTTL.
+        -- Busy, from the script without the queue (scripts.lua `alone`): the holder's PTTL.
         place.retryAfter = retry.pttlOf(res)
     end
     return false, nil, nil, nil
@@ -143,7 +143,7 @@ local function between(place)
         -- waiter here once that is overdue, and Redis passes the key on. Should
         -- we have missed our turn all the same, we look again after HORIZON and
         -- are back at our place. A holder that may be another client's (it
-        -- announces nothing) is probed sooner (subscriptions.ts).
+        -- announces nothing) is probed sooner (subscriptions.lua).
         wakeups.expect(conf, rkey, retryAfter, not retry.heldHere(place.store, rkey))
         nap = HORIZON + math_random() * HORIZON / 4
     elseif place.answered and retryAfter ~= nil and coming then
@@ -273,7 +273,7 @@ function _M.queued(store, kind, key, rkey, tok, ttl, wait)
         local pttl = res[1]
         return nil, "busy", pttl >= 0 and pttl or nil
     end
-    -- Busy, from the script without the queue (scripts.ts `alone`): the holder's PTTL.
+    -- Busy, from the script without the queue (scripts.lua `alone`): the holder's PTTL.
     return nil, "busy", retry.pttlOf(res)
 end
 return _M

@@ -12,7 +12,7 @@ local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
 local lua_tostring = tostring
 local NEVER = -math.huge
---- Seconds between two lines of one kind, per worker (gateway/key.ts has its own). Settable for tests.
+--- Seconds between two lines of one kind, per worker (gateway/key.lua has its own). Settable for tests.
 local settings = {interval = 10}
 local function make()
     return {at = NEVER, count = 0}

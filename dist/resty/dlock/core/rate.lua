@@ -4,7 +4,7 @@
 --
 -- Per key, one Redis key holds each limit's theoretical arrival time (TAT):
 -- a hash of them on Redis' TIME in us, or for a lone limit the key's own
--- expiry (ratescripts.ts). A limit of `rate` per `period` ms with `burst` spaces requests
+-- expiry (ratescripts.lua). A limit of `rate` per `period` ms with `burst` spaces requests
 -- `interval` = period * 1000 / rate us apart and lets a client be up to
 -- burst * interval ahead of its schedule: from idle, `burst` at once, then one
 -- per interval, so in any span of e ms at most burst + rate * e / period pass.
@@ -196,7 +196,7 @@ end
 --- The smallest remaining of a reply, over n limits.
 function _M.least(reply, n)
     -- One limit without the loop: a loop on the request's path keeps the whole path out of LuaJIT's traces.
-    -- Locals, then the returns: not tail calls into a builtin (see core/clock.ts).
+    -- Locals, then the returns: not tail calls into a builtin (see core/clock.lua).
     if n == 1 then
         local one = math_floor(reply[3])
         return one

@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/core/retry.ts by TypeScriptToLua: edit that file, not this one.
--- What both ways of waiting for a key (queued.ts in line, acquire.ts by
+-- What both ways of waiting for a key (queued.lua in line, acquire.lua by
 -- turns) share: how long a poll naps, what a failed attempt leaves behind,
 -- and what a busy answer says about the holder.
 local _M = {}

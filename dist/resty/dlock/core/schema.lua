@@ -5,7 +5,7 @@
 -- hands back a fresh table with the defaults filled in, or nil and
 -- "dlock: <message naming the option>". Messages are built only when something
 -- is wrong, so a valid table costs its result and nothing else. The kinds of
--- option, and the checking of one value, are in schema/values.ts.
+-- option, and the checking of one value, are in schema/values.lua.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local values = require("resty.dlock.core.schema.values")

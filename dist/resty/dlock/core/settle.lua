@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/core/settle.ts by TypeScriptToLua: edit that file, not this one.
 -- What Redis's answer to a release or an extend does to a lease, one lease at
--- a time (lease.ts) or many in one round trip (batch.ts): the lease ends, its
+-- a time (lease.lua) or many in one round trip (batch.lua): the lease ends, its
 -- record leaves the shared dict, the next waiter is woken; or, when no answer
 -- came, what the call may still have done in Redis.
 local _M = {}

@@ -1,9 +1,9 @@
 -- Generated from src/resty/dlock/core/subscriptions.ts by TypeScriptToLua: edit that file, not this one.
 -- What each worker knows of the keys its waiters wait for, per Redis
--- endpoint (see wakeups.ts): which keys to subscribe to, what the messages on
+-- endpoint (see wakeups.lua): which keys to subscribe to, what the messages on
 -- their channels mean, and when the first waiter of this worker asks Redis
 -- again without a word (a holder whose lease ran out, a key handed to a waiter
--- that never came, a holder nobody vouched for). subscriber.ts keeps the
+-- that never came, a holder nobody vouched for). subscriber.lua keeps the
 -- connection; this module does no I/O.
 --
 -- Holders that are not ours (node-redlock, redis-py, a plain SET NX PX; with
@@ -58,7 +58,7 @@ local function forget(s, rkey)
 end
 --- Keys no waiter of this worker wanted for `grace` seconds (GRACE unless
 -- said): out of `wanted`, to be unsubscribed; and waiters killed while they
--- waited are noticed here (wait.ts drops their tickets).
+-- waited are noticed here (wait.lua drops their tickets).
 function _M.prune(s, grace)
     if grace == nil then
         grace = GRACE

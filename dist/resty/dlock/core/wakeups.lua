@@ -4,10 +4,10 @@
 -- ONE subscriber connection per Redis endpoint (not one per waiter or per key:
 -- a connection per waiter is how subscription pools run dry) for the keys its
 -- waiters wait for. A message wakes one local waiter of that key through
--- wait.ts, within about one round trip of the release anywhere in the fleet.
+-- wait.lua, within about one round trip of the release anywhere in the fleet.
 --
 -- Waiters only say which keys they want and what they expect
--- (subscriptions.ts); the subscriber (subscriber.ts) owns the connection.
+-- (subscriptions.lua); the subscriber (subscriber.lua) owns the connection.
 -- Once Redis confirms a key's subscription, that key's waiters are woken to
 -- try once more: a release that happened before the subscription was live
 -- cannot be missed. While no subscription is live (not confirmed yet,
@@ -57,7 +57,7 @@ function _M.live(conf, rkey)
     return s ~= nil and s.live[rkey] ~= nil
 end
 --- The waiter is done waiting for rkey (acquired, timed out, or failed). The
--- key stays subscribed for GRACE seconds after the last one (subscriptions.ts
+-- key stays subscribed for GRACE seconds after the last one (subscriptions.lua
 -- prune): under contention a worker's line empties and fills again all the
 -- time, and each UNSUBSCRIBE/SUBSCRIBE pair would be two more commands for Redis.
 function _M.done(conf, rkey)

@@ -15,7 +15,7 @@ local function finish(l, ...)
     local released, rerr = l:release()
     local stuck = released == nil and rerr ~= "not_owner"
     if stuck then
-        -- A reentrant factory's handle (reentrant.ts): the lease left to the sweep is its root, which it released last.
+        -- A reentrant factory's handle (reentrant.lua): the lease left to the sweep is its root, which it released last.
         local hold = l._hold
         settle.orphan(hold ~= nil and hold.root or l)
     end

@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/gateway/breaker.ts by TypeScriptToLua: edit that file, not this one.
--- A guard's circuit breaker, kept in the shared dict (stats.ts names its keys)
+-- A guard's circuit breaker, kept in the shared dict (stats.lua names its keys)
 -- so that every worker of an nginx trips, waits and probes as one: after
 -- `breaker_failures` Redis failures in a row it opens for `breaker_cooldown`
 -- ms (requests do without Redis: on_error decides, or the local fallback),

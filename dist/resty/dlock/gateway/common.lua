@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/gateway/common.ts by TypeScriptToLua: edit that file, not this one.
 -- What every guard has, whatever its mode: how it words a failure of Redis,
--- and where it can decide at all. (Its options: options.ts.)
+-- and where it can decide at all. (Its options: options.lua.)
 local _M = {}
 local check = require("resty.dlock.core.check")
 local giveback = require("resty.dlock.gateway.giveback")

@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/gateway/guard.ts by TypeScriptToLua: edit that file, not this one.
 -- A guard of mode dedup, concurrency, throttle or mutex at work: access()
 -- decides for a request, log() ends what it took. Made by gateway.new
--- (gateway.ts), which checks the options and builds the lock underneath.
+-- (gateway.lua), which checks the options and builds the lock underneath.
 local _M = {}
 local meter = require("resty.dlock.core.meter")
 local shared = require("resty.dlock.gateway.common")
@@ -85,7 +85,7 @@ local guardMethods = {
                 incr(self._dict, self.name, "waited")
                 l, err, retryAfter = locks:acquire(key, reads and self._sharedWait or self._waitOpts)
             elseif onway.awaited(self._dict, locks._store.prefix .. key) then
-                -- Held by a request of this nginx that has ended, its release on its way (onway.ts): once more.
+                -- Held by a request of this nginx that has ended, its release on its way (onway.lua): once more.
                 l, err, retryAfter = locks:acquire(key, tryOpts)
             else
                 meter_refused(locks._store.meter, "busy")

@@ -9,7 +9,7 @@
 --   in one script: SET NX of a "running" record with our token, or the record
 --   that is there (running: 409 or wait; done: replay; other fingerprint: 422);
 -- - while the request runs, the gateway's keeper renews the claim like any
---   lease (inflight.ts), also through internal redirects and reloads;
+--   lease (inflight.lua), also through internal redirects and reloads;
 -- - header_filter / body_filter: note the status, headers and body (up to
 --   max_body); at the end of the body a timer turns the claim into the stored
 --   record, owner-checked (filters have no cosockets). The client may have the
@@ -21,10 +21,10 @@
 --   the upstream works, a cut upstream) keeps its claim until the lease runs
 --   out, unrenewed: the backend may still be running it.
 --
--- The parts: idempotency/options.ts (the option table, checked once),
--- idempotency/claim.ts (the claim, and duplicates waiting for its response),
--- idempotency/capture.ts (the held claim and its filters),
--- idempotency/record.ts (the store of its response), idempotency/answers.ts
+-- The parts: idempotency/options.lua (the option table, checked once),
+-- idempotency/claim.lua (the claim, and duplicates waiting for its response),
+-- idempotency/capture.lua (the held claim and its filters),
+-- idempotency/record.lua (the store of its response), idempotency/answers.lua
 -- (replays and problem+json refusals); this face reads the request and
 -- decides among them.
 local _M = {}

@@ -15,8 +15,8 @@
 -- and it stops when the worker starts exiting (nginx -s reload / quit) while that worker still
 -- has requests running. The loop runs while there is anything to watch, also in an exiting
 -- worker, and hands over to a fresh timer now and then. The log phase has no cosockets:
--- releases.ts puts a release into the worker's next pipeline (or queues it, and a hold, for a
--- timer); renewals.ts has the watchdog renew the leases meanwhile.
+-- releases.lua puts a release into the worker's next pipeline (or queues it, and a hold, for a
+-- timer); renewals.lua has the watchdog renew the leases meanwhile.
 local _M = {}
 local advice = require("resty.dlock.gateway.advice")
 local loop = require("resty.dlock.core.loop")
@@ -157,7 +157,7 @@ function _M.holds(owner)
     end
     return false
 end
---- A later guard refused request rid in the pass that took its leases (giveback.ts): a throttle gives its key back.
+--- A later guard refused request rid in the pass that took its leases (giveback.lua): a throttle gives its key back.
 function _M.refused(rid, ctx)
     local req = requests[rid]
     -- Taken in an earlier pass (before an internal redirect): the request may have run.

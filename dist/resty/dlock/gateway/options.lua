@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/gateway/options.ts by TypeScriptToLua: edit that file, not this one.
--- The option table of gateway.new, declared once for every mode (core/schema.ts):
+-- The option table of gateway.new, declared once for every mode (core/schema.lua):
 -- which modes each option applies to, its bounds and default. A mode's table
 -- is the options that apply to it; the options of the other modes are refused
 -- by name ("hold applies to mode dedup only, not mutex").
@@ -7,7 +7,7 @@
 -- A new mode is a line in MODES (its name, the status it refuses with) and
 -- `modes: [...]` on the options only it takes (or a `notFor` entry with why
 -- on those that apply to every mode but it); the guard built from the checked
--- table is the face's (gateway.ts).
+-- table is the face's (gateway.lua).
 local _M = {}
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.options")
@@ -59,7 +59,7 @@ local function headers(h)
     end
     return h, nil
 end
---- A value checked with the others of its kind where they are used together (rate's limits: core/rate.ts parse).
+--- A value checked with the others of its kind where they are used together (rate's limits: core/rate.lua parse).
 local function given(v)
     return v, nil
 end

@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/gateway/rate.ts by TypeScriptToLua: edit that file, not this one.
 -- Gateway mode "rate": `rate` requests per `period` ms per key, `burst` at
--- once, across every nginx sharing the Redis (core/rate.ts: GCRA on Redis'
+-- once, across every nginx sharing the Redis (core/rate.lua: GCRA on Redis'
 -- clock, one script call per request, several limits decided together).
 -- A refused request gets reject_status (429) with Retry-After; every answer
 -- the guard decides carries the IETF httpapi RateLimit fields
@@ -10,14 +10,14 @@
 -- q the quota (rate) per window w (period, whole seconds only: the draft has no
 -- finer unit, so w is left out otherwise), r what remains now under the
 -- policy, t the effective window: the seconds until the next unit comes back,
--- within which no more than r can be used (ratefields.ts). A burst other than
+-- within which no more than r can be used (ratefields.lua). A burst other than
 -- the rate is said as dlock-burst (the draft asks for vendor-prefixed parameters).
 --
 -- on_error = "local" with `fleet`: while Redis cannot decide, each nginx
--- enforces its share of the limits from its shared dict (rate_local.ts).
+-- enforces its share of the limits from its shared dict (rate_local.lua).
 --
 -- A rate guard holds nothing while the request runs: nothing to release in
--- log(). Its options are checked here, not in gateway.ts.
+-- log(). Its options are checked here, not in gateway.lua.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local core = require("resty.dlock.core.rate")
@@ -134,7 +134,7 @@ local function access(g)
         return
     end
     incr(g._dict, g.name, "acquired")
-    -- Given back should a later guard refuse the request (giveback.ts).
+    -- Given back should a later guard refuse the request (giveback.lua).
     if an ~= nil then
         an.charged = rkey
     end

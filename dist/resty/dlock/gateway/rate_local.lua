@@ -7,7 +7,7 @@
 -- together admits no more than the limit itself (plus what each nginx's
 -- rounding of burst up to a request's cost adds when burst / fleet < cost).
 --
--- The same GCRA as core/rate.ts, on ngx.now(): per key and limit the
+-- The same GCRA as core/rate.lua, on ngx.now(): per key and limit the
 -- theoretical arrival time in the dict. Read and written without a lock, as
 -- lua-resty-limit-traffic's limit.req does: workers of one nginx deciding for
 -- the same key in the same microseconds may both pass (no yield between the

@@ -199,7 +199,7 @@ schedule = function()
             return
         end
     end
-    -- Drain timers nginx dropped (late.ts): the queue would wait for them for good.
+    -- Drain timers nginx dropped (late.lua): the queue would wait for them for good.
     if pending > 0 and not on_its_way(pendingAt, clock_now(), 0) then
         draining = draining - pending
         pending = 0

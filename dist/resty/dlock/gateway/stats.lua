@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/gateway/stats.ts by TypeScriptToLua: edit that file, not this one.
 -- Per-guard event counters, gauges and the keys of the circuit breaker
--- (breaker.ts), in the shared dict so all workers of an nginx instance share
+-- (breaker.lua), in the shared dict so all workers of an nginx instance share
 -- them (and the status endpoint reads them).
 --   "c:<guard>:<event>"  counter
 --   "g:<guard>:<gauge>"  gauge (in_flight)

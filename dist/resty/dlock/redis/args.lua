@@ -2,7 +2,7 @@
 -- A call's arguments as locals, for the paths where a `...` would keep LuaJIT
 -- from compiling the rest: it compiles no `...` (VARG, "NYI: bytecode 71") in
 -- a function that a trace did not enter, and a trace that starts where a loop
--- exits (the Cluster slot's CRC, cluster.ts) comes back into its caller's
+-- exits (the Cluster slot's CRC, cluster.lua) comes back into its caller's
 -- frame. Six arguments cover every script but the general rate script and
 -- acquire_all's, which go as lists.
 local _M = {}

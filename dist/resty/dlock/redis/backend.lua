@@ -2,11 +2,11 @@
 -- The one way into Redis: run this script for this key (call), or this script
 -- for many keys (batch). Where the key lives is the backend's business, chosen
 -- once per configuration (parse), never per call:
---   standalone, unix, sentinel   one server (single.ts; Sentinel only changes its address)
---   cluster                      the master of the key's slot (cluster.ts)
---   redlock                      a majority of independent masters (quorum.ts)
--- Each talks to its servers the one way (pipeline.ts and roundtrip.ts over
--- connection.ts), and every backend answers with the same outcomes and faults.
+--   standalone, unix, sentinel   one server (single.lua; Sentinel only changes its address)
+--   cluster                      the master of the key's slot (cluster.lua)
+--   redlock                      a majority of independent masters (quorum.lua)
+-- Each talks to its servers the one way (pipeline.lua and roundtrip.lua over
+-- connection.lua), and every backend answers with the same outcomes and faults.
 local _M = {}
 local redis = require("resty.dlock.redis.client")
 local scripts = require("resty.dlock.redis.scripts")

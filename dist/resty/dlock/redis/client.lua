@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/redis/client.ts by TypeScriptToLua: edit that file, not this one.
 -- The `redis` option table: what a factory's Redis is and how to reach it (a RedisConf),
--- and the client library. Configurations derived from it: derived.ts; connections:
--- connection.ts; the backend, once: backend.ts.
+-- and the client library. Configurations derived from it: derived.lua; connections:
+-- connection.lua; the backend, once: backend.lua.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local clientcert = require("resty.dlock.redis.clientcert")
@@ -29,10 +29,10 @@ local function loadClient()
     end
     return nil
 end
---- The client library (connection.ts uses it); nil when neither is installed.
+--- The client library (connection.lua uses it); nil when neither is installed.
 _M.library = loadClient()
 -- set_timeouts arrived in lua-resty-redis 0.28 (with its `ssl` options, which 0.27
--- silently ignores: TLS is done on the socket, in setup.ts, for both).
+-- silently ignores: TLS is done on the socket, in setup.lua, for both).
 _M.hasTimeouts = _M.library ~= nil and lua_rawget(_M.library, "set_timeouts") ~= nil
 local MAX_MS = 3600000
 --- Cluster: MOVED/ASK redirections followed per call when redis.cluster.max_redirects is not given.

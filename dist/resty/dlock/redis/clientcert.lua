@@ -7,7 +7,7 @@
 -- init_by_lua runs as the master's user, so a key file only root may read
 -- works, as nginx's own ssl_certificate_key does, and a key that belongs to
 -- another certificate is refused there rather than at every handshake. Each
--- fresh connection hands both to its handshake (setup.ts). The parsed key
+-- fresh connection hands both to its handshake (setup.lua). The parsed key
 -- stays in this module: no table a caller can reach holds it.
 local _M = {}
 local ffi = require("ffi")

@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/redis/cluster.ts by TypeScriptToLua: edit that file, not this one.
--- Redis Cluster: each key goes to the master of its slot (slotmap.ts), on
+-- Redis Cluster: each key goes to the master of its slot (slotmap.lua), on
 -- that master's auto-pipeline: concurrent calls of a worker to one master
 -- share round trips, as on a single server. MOVED (the slot lives elsewhere
 -- now) patches the map, retries there and has the whole map read again on
@@ -121,7 +121,7 @@ end
 --- Run s for rkey on the master of its slot; what went wrong is looked at in
 -- follow(). Its arguments come as locals, read by call() before slot()'s loop:
 -- the trace LuaJIT starts where that loop exits comes back here, and would
--- compile no `...` (args.ts). More than six come as a list.
+-- compile no `...` (args.lua). More than six come as a list.
 local function routed(conf, s, rkey, list, n, a1, a2, a3, a4, a5, a6)
     local c = state(conf)
     local sl = slot(rkey)

@@ -117,7 +117,7 @@ function _M.spared(j)
 end
 --- The arguments of a call, encoded once: the rest of its command after the
 -- key, and its number of words (the key and the arguments). A call sent to
--- several servers (fanout.ts) encodes them once for all.
+-- several servers (fanout.lua) encodes them once for all.
 local function encoded(...)
     local n = lua_select("#", ...)
     local rest

@@ -1,8 +1,8 @@
 -- Generated from src/resty/dlock/redis/connection.ts by TypeScriptToLua: edit that file, not this one.
 -- The one way a connection to Redis is made and handed back: the client
--- library, the pool, a fresh connection's setup (TLS, AUTH, SELECT: setup.ts;
--- ROLE behind Sentinel: master.ts; the eviction check), and the client's socket, which
--- the transport (roundtrip.ts, pipeline.ts) and the wake-up subscriber read
+-- library, the pool, a fresh connection's setup (TLS, AUTH, SELECT: setup.lua;
+-- ROLE behind Sentinel: master.lua; the eviction check), and the client's socket, which
+-- the transport (roundtrip.lua, pipeline.lua) and the wake-up subscriber read
 -- and write themselves. Sentinels are reached through open() below.
 local _M = {}
 local clock = require("resty.dlock.core.clock")
@@ -65,7 +65,7 @@ end
 -- private `_sock` field; this is the one place that knows.
 local function socket(red)
     -- A local, then the return: a trace that starts here cannot return through a
-    -- tail call into a builtin, and LuaJIT would blacklist this (core/clock.ts).
+    -- tail call into a builtin, and LuaJIT would blacklist this (core/clock.lua).
     local sock = lua_rawget(red, "_sock")
     return sock
 end
@@ -123,7 +123,7 @@ local function dial(red, target, portOrOpts, opts, timeout)
     end
     return ok, err
 end
---- A fresh, unpooled connection to a sentinel (sentinel.ts sets it up with the
+--- A fresh, unpooled connection to a sentinel (sentinel.lua sets it up with the
 -- sentinels' own credentials): the client and its socket, or the error.
 local function open(host, port, timeout)
     local at = "sentinel " .. host .. ":" .. lua_tostring(port)

@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/redis/derived.ts by TypeScriptToLua: edit that file, not this one.
--- Configurations derived from a factory's (client.ts): one server of a Cluster,
+-- Configurations derived from a factory's (client.lua): one server of a Cluster,
 -- a Redlock set or a Sentinel master on its own, and one for a connection held
 -- for a long time; with the TLS part of the pool name they share with it.
 local _M = {}

@@ -115,7 +115,7 @@ end
 local function share(conf)
     local ep = conf.endpoint
     local e = findings[ep]
-    -- A factory passes its dict along with its `redis` option (core/options.ts); "dlock" is the default dict of status and the gateway.
+    -- A factory passes its dict along with its `redis` option (core/options.lua); "dlock" is the default dict of status and the gateway.
     local dict = conf.dict or ngx_shared.dlock
     if e == nil or dict == nil then
         return

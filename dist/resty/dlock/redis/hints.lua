@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/redis/hints.ts by TypeScriptToLua: edit that file, not this one.
 -- What a failure most likely means, said to the operator: the hints the
--- connection module (connection.ts, setup.ts, roundtrip.ts, eviction.ts,
--- sentinel.ts) appends to an error, or says instead of a misleading one, when
+-- connection module (connection.lua, setup.lua, roundtrip.lua, eviction.lua,
+-- sentinel.lua) appends to an error, or says instead of a misleading one, when
 -- the cause is not in the error's own words. Each names what to look at: an
 -- option here, a directive of nginx, a setting of redis-server.
 local _M = {}

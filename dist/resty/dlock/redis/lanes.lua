@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/redis/lanes.ts by TypeScriptToLua: edit that file, not this one.
--- The lanes of auto-pipelining (pipeline.ts): per server configuration and
+-- The lanes of auto-pipelining (pipeline.lua): per server configuration and
 -- worker, what is on its way there now (calls on connections of their own,
 -- batches), so that a call knows whether to go at once or join a batch.
 local _M = {}

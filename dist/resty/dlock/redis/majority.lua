@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/redis/majority.ts by TypeScriptToLua: edit that file, not this one.
--- What a Redlock quorum decides from the answers of its masters (quorum.ts
+-- What a Redlock quorum decides from the answers of its masters (quorum.lua
 -- collects them): an acquire counts when a majority took the key within its
 -- validity time, a release once a majority answered, an extend on a majority.
 local _M = {}
@@ -149,7 +149,7 @@ end
 -- gone (a master restarted without persistence, or its clock ran ahead); 0
 -- when someone else's key is there. Re-expiring alone, restarts of different
 -- masters added up over a lease's life until a second holder got a majority.
--- Sent only while the lease is valid (core/settle.ts extendScript): a majority
+-- Sent only while the lease is valid (core/settle.lua extendScript): a majority
 -- holds our key then, so nobody else can hold it where it is gone. allow-oom
 -- (FREES): a full master must not refuse to renew the keys it holds; the one
 -- it puts back is a small string.

@@ -3,7 +3,7 @@
 -- to it is set up (its messages name it, "sentinel <name>: master host:port",
 -- and its hints the master's options, not the sentinels'), its configuration
 -- for the eviction check, and ROLE on it (a just-demoted master must not take
--- locks). connection.ts calls these on a fresh connection behind Sentinel.
+-- locks). connection.lua calls these on a fresh connection behind Sentinel.
 local _M = {}
 local derived = require("resty.dlock.redis.derived")
 local hints = require("resty.dlock.redis.hints")

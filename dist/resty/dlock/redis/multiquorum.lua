@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/redis/multiquorum.ts by TypeScriptToLua: edit that file, not this one.
--- acquire_all under redis.redlock: the set's script (multiscripts.ts, keys
+-- acquire_all under redis.redlock: the set's script (multiscripts.lua, keys
 -- alone: Redlock locks do not queue) runs on every master at once, each master
--- taking every key or none, and the outcome is the majority's, as quorum.ts
+-- taking every key or none, and the outcome is the majority's, as quorum.lua
 -- decides a single key's: taken when a majority took the whole set within the
 -- validity time (ttl minus the time it took minus the drift allowance), else
 -- given back, owner-checked, on every master that took it. Sound for the

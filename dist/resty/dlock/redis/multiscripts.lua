@@ -1,14 +1,14 @@
 -- Generated from src/resty/dlock/redis/multiscripts.ts by TypeScriptToLua: edit that file, not this one.
 -- The script that takes several lock keys at once, all or nothing
--- (locks:acquire_all, core/multi.ts). The keys stay what a single lock's key
+-- (locks:acquire_all, core/multi.lua). The keys stay what a single lock's key
 -- is: a plain string holding the token, with a PX expiry, so a set's holder
 -- excludes single-key holders (and node-redlock's multi-resource locks, which
 -- SET the same shape) key by key, and is released, extended and recovered key
--- by key with the single-key scripts (scripts.ts).
+-- by key with the single-key scripts (scripts.lua).
 --
 -- Keys a script touches must share a Cluster slot: the caller runs it once for
 -- the whole set where they do (standalone, Sentinel, a Cluster slot by hash
--- tags), else once per key, in sorted order (core/multi.ts).
+-- tags), else once per key, in sorted order (core/multi.lua).
 local _M = {}
 local scripts = require("resty.dlock.redis.scripts")
 local script = scripts.script
@@ -24,9 +24,9 @@ end
 -- (none under Redlock, whose locks do not queue).
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] n. A key is free for the set when it
 -- is missing and nobody waits in its line, or when it already holds our token
--- (handed to us in line: core/multi.ts waits for one key at a time). A free
+-- (handed to us in line: core/multi.lua waits for one key at a time). A free
 -- key with a live line is handed to the line's first waiter, as a single
--- lock's acquire does (scripts.ts LINE): a set never cuts in. Returns "OK"
+-- lock's acquire does (scripts.lua LINE): a set never cuts in. Returns "OK"
 -- (or { "OK", fences... }) with every key set, else { i, pttl } for the first
 -- key that is not free, and nothing was written but that hand-over.
 local BODY = "local n = tonumber(ARGV[3])\nlocal per = #KEYS / n\nlocal fenced = per == 3\nlocal qat = per > 1 and #KEYS - n\nlocal t, now\nlocal function head(Q)\n  if not now then\n    t = redis.call('TIME')\n    now = t[1] * 1000 + math.floor(t[2] / 1000)\n  end\n" .. scripts.FIRST_LIVE .. "end\nfor i = 1, n do\n  local k = KEYS[i]\n  local v = redis.pcall('GET', k)\n  if type(v) == 'table' then\n    return redis.error_reply('WRONGTYPE lock key ' .. k .. ' holds a ' .. redis.call('TYPE', k).ok .. ', not a lock')\n  end\n  if v and v ~= ARGV[1] then return { i, redis.call('PTTL', k) } end\n  local Q = qat and KEYS[qat + i]\n  if not v and Q and redis.call('EXISTS', Q) == 1 then\n    local h = head(Q)\n    if h then\n      local who = string.match(h, '^%d+ (.*)$')\n      redis.call('ZREM', Q, h)\n      if who ~= ARGV[1] then\n        redis.call('SET', k, who, 'PX', " .. tostring(GRANT) .. ")\n        redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. k, 'g" .. tostring(GRANT) .. " ' .. who)\n        return { i, " .. tostring(GRANT) .. " }\n      end\n    end\n  end\nend\nlocal out = { 'OK' }\nfor i = 1, n do\n  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])\n  if fenced then out[i + 1] = redis.call('INCR', KEYS[n + i]) end\nend\nif fenced then return out end\nreturn 'OK'\n"
@@ -35,7 +35,7 @@ local bySize = {}
 --- The acquire of n lock keys, with (fenced) or without fence counters: KEYS
 -- as above, `per` keys per lock key (1: the key alone; 2: key and queue; 3:
 -- key, fence, queue).
--- No `undo`: pipeline.ts takes back a gone caller's acquire by its first key
+-- No `undo`: pipeline.lua takes back a gone caller's acquire by its first key
 -- alone; a set whose caller left before the reply came expires by its ttl.
 function _M.acquire(n, per)
     local size = n * per
@@ -79,16 +79,16 @@ local function anyOne(reply)
     return false
 end
 -- KEYS: the n lock keys of a set, their n queues; ARGV[1] token. Per key, as
--- the single lock's release (scripts.ts RELEASE_QUEUED) answers: 0 when not
+-- the single lock's release (scripts.lua RELEASE_QUEUED) answers: 0 when not
 -- ours; when deleted, the token of the first waiter in line, handed the key,
 -- or 1 with nobody in line.
 local RELEASE_BODY = "local n = #KEYS / 2\nlocal t, now\nlocal out = {}\nfor i = 1, n do\n  local k, Q = KEYS[i], KEYS[n + i]\n  if redis.call('GET', k) ~= ARGV[1] then\n    out[i] = 0\n  else\n    out[i] = 1\n    if redis.call('EXISTS', Q) == 0 then\n      redis.call('DEL', k)\n    else\n      if not now then\n        t = redis.call('TIME')\n        now = t[1] * 1000 + math.floor(t[2] / 1000)\n      end\n      local h\n      while true do\n        h = redis.call('ZRANGE', Q, 0, 0)[1]\n        if not h or tonumber(string.match(h, '^(%d+) ')) > now then break end\n        redis.call('ZREM', Q, h)\n      end\n      if h then\n        local who = string.match(h, '^%d+ (.*)$')\n        redis.call('SET', k, who, 'PX', " .. tostring(GRANT) .. ")\n        redis.call('ZREM', Q, h)\n        redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. k, 'g" .. tostring(GRANT) .. " ' .. who)\n        out[i] = who\n      else\n        redis.call('DEL', k)\n        redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. k, '')\n      end\n    end\n  end\nend\nreturn out\n"
 -- RELEASE_BODY without the queues (KEYS the n lock keys): a Cluster slot
--- migrating (script.ts `alone`). As scripts.ts RELEASE: 1 when deleted, and
+-- migrating (script.lua `alone`). As scripts.lua RELEASE: 1 when deleted, and
 -- every waiter woken, who take turns meanwhile; 0 when not ours.
 local RELEASE_ALONE_BODY = "local out = {}\nfor i = 1, #KEYS do\n  out[i] = 0\n  if redis.call('GET', KEYS[i]) == ARGV[1] then\n    redis.call('DEL', KEYS[i])\n    redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. KEYS[i], '')\n    out[i] = 1\n  end\nend\nreturn out\n"
 -- KEYS: the n lock keys of a set; ARGV[1] token, ARGV[2] ms. Per key 1 when
--- extended, 0 when not ours (scripts.ts EXTEND).
+-- extended, 0 when not ours (scripts.lua EXTEND).
 local EXTEND_BODY = "local out = {}\nfor i = 1, #KEYS do\n  if redis.call('GET', KEYS[i]) == ARGV[1] then\n    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2])\n  else\n    out[i] = 0\n  end\nend\nreturn out\n"
 local releases = {}
 local extends_ = {}

@@ -7,9 +7,9 @@
 --     connection of its own (a worker at low load adds no latency and no hop);
 --   - past that, a call is encoded into the next batch's buffer and sleeps on
 --     the batch's semaphore. Per endpoint, up to conf.senders timers (the senders,
---     senders.ts), each the only user of its connection, send the batches as
+--     senders.lua), each the only user of its connection, send the batches as
 --     pipelines: a batch goes as soon as a sender is free, a sender reads its
---     batch's replies (in chunks, resp.ts) and wakes the callers.
+--     batch's replies (in chunks, resp.lua) and wakes the callers.
 -- Every call keeps its own outcome: a reply read is that call's answer; when
 -- the connection breaks, the calls whose replies were not read are "outcome
 -- unknown" ("lost") and the others are not; NOSCRIPT is answered by sending
@@ -40,7 +40,7 @@ local semaphoreOf = lanes.semaphoreOf
 local summon = senders.summon
 local overdue = senders.overdue
 local abandon = senders.abandon
---- Calls of a worker that go out at once before the next ones join a batch (lanes.ts).
+--- Calls of a worker that go out at once before the next ones join a batch (lanes.lua).
 _M.DIRECT = lanes.DIRECT
 --- Calls sent in batches, batches, and batches on their way now, by this worker to conf's Redis.
 _M.stats = lanes.stats

@@ -7,7 +7,7 @@
 -- took the key within the validity time (ttl minus the time it took minus the
 -- allowance for clock drift); otherwise it is undone, owner-checked, on every
 -- master. A release goes to every master; an extend counts on a majority (and,
--- while the lease is valid, puts the key back where a master lost it: majority.ts).
+-- while the lease is valid, puts the key back where a master lost it: majority.lua).
 -- Only the plain lock runs here: a fence counter per master is not monotonic
 -- across majorities, and counting semaphores per master do not bound holders,
 -- so factories refuse those at new() (see kindSupported).

@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/redis/ratescripts.ts by TypeScriptToLua: edit that file, not this one.
--- The GCRA scripts of rate limits (core/rate.ts): one for any number of
+-- The GCRA scripts of rate limits (core/rate.lua): one for any number of
 -- limits, and one for a single limit, the usual case, which Redis runs in
 -- about two thirds of the time of the general one (redis-benchmark, one limit,
 -- fresh keys: 6 to 7 us against 9 to 11 in INFO commandstats).
@@ -23,7 +23,7 @@
 -- us the TAT lies before that. PTTL then tells how far ahead of Redis' clock
 -- the client is, without TIME (2 us of Redis' time), a hash, a formatted
 -- double, nor a PEXPIRE of its own (SET PX); and it answers one integer,
--- 4 * (us ahead, rounded up) + outcome, which core/rate.ts turns into the
+-- 4 * (us ahead, rounded up) + outcome, which core/rate.lua turns into the
 -- general script's reply (a reply table cost Redis another 1 to 2 us). Its
 -- clock is Redis' ms (PTTL counts from the current ms): a span of e ms
 -- admits at most burst + rate * (e + 1) / period; the TAT itself is kept as

@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/records.ts by TypeScriptToLua: edit that file, not this one.
 -- The scripts of idempotency records (gateway mode "idempotency"), run as
--- every script is (roundtrip.ts).
+-- every script is (roundtrip.lua).
 local _M = {}
 local script = require("resty.dlock.redis.script")
 local def = script.script
@@ -46,6 +46,6 @@ _M.IDEM_RELEASE = def(
     nil,
     FREES
 )
--- A claim whose caller is gone before its reply came is dropped (pipeline.ts, takeback.ts).
+-- A claim whose caller is gone before its reply came is dropped (pipeline.lua, takeback.lua).
 _M.IDEM_CLAIM.undo = _M.IDEM_RELEASE
 return _M

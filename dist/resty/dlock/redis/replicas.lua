@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/redis/replicas.ts by TypeScriptToLua: edit that file, not this one.
--- redis.replicas: one WAIT after the writes of a batch (roundtrip.ts), and
+-- redis.replicas: one WAIT after the writes of a batch (roundtrip.lua), and
 -- what a write is when fewer replicas than asked have it: given back by its
 -- caller (fault "replicas"). Replication is asynchronous: a lock on a master
 -- that fails over before a replica has it is lost, and a second holder gets in.

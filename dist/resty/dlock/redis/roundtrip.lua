@@ -2,14 +2,14 @@
 -- One round trip of script calls to one server, the only way a script reaches
 -- Redis: a batch of calls (one, or many: auto-pipelining's batches, a batch of
 -- releases) goes out as one pipeline on a pooled connection, its replies are
--- read one at a time (resp.ts), and every call keeps its own outcome:
+-- read one at a time (resp.lua), and every call keeps its own outcome:
 --   - a reply read is that call's answer; an error reply is that call's
 --     refusal, mapped to a fault (refused);
 --   - when the connection breaks, the calls whose replies were not read are
 --     "outcome unknown" ("lost"), and the others are not;
 --   - NOSCRIPT (SCRIPT FLUSH, a restart, a failover) is answered by sending
 --     the script's body (EVAL, which caches it again) for the calls that met it;
---   - with redis.replicas, one WAIT follows the writes of the batch (replicas.ts);
+--   - with redis.replicas, one WAIT follows the writes of the batch (replicas.lua);
 --   - ASKING precedes each call of a batch for a Cluster slot being imported.
 local _M = {}
 local check = require("resty.dlock.core.check")

@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/redis/rwscripts.ts by TypeScriptToLua: edit that file, not this one.
 -- Shared locks: the scripts of readers (acquire(key, { shared = true })). A
--- writer is a plain lock and runs the plain lock's scripts (scripts.ts): this
+-- writer is a plain lock and runs the plain lock's scripts (scripts.lua): this
 -- module only teaches readers to live beside it. The layout:
 --
 --   <key>           the lock key, a plain string as ever. A writer holds it with
@@ -15,7 +15,7 @@
 --                   the key free clears it first, so a key deleted from under
 --                   its readers (by hand, FLUSHDB) brings none of them back.
 --   <key>:queue     the line of waiters, readers and writers together
---                   (scripts.ts). A reader's token starts with "r~" (no token
+--                   (scripts.lua). A reader's token starts with "r~" (no token
 --                   of ours does otherwise: random tokens are hex, worker tokens
 --                   start with a host name), so a ticket says which it is, and a
 --                   writer's release can hand the key to a reader by token like
@@ -26,7 +26,7 @@
 -- Rules (why no writer starves): a reader takes when no writer holds the key
 -- and no live writer ticket was issued before its own (before everyone, for a
 -- reader without a ticket): readers arriving while a writer waits queue
--- behind it. A writer takes (scripts.ts, unchanged) when the key is free and
+-- behind it. A writer takes (scripts.lua, unchanged) when the key is free and
 -- it is first in line; readers keep the key from it. The last reader to leave
 -- (release, drop) hands the key on as RELEASE_QUEUED does; readers at the head
 -- of the line, whoever lets them in, go in together: each is reserved a place
@@ -44,7 +44,7 @@ _M.READER = "r~"
 -- The readers' helpers, after scripts.LINE (clock(), head(), pass_on()), with R the readers' set.
 local READERS = "local R = KEYS[2]\nlocal MARK = '" .. _M.MARK .. "'\nlocal function is_reader(m) return string.match(m, '^%d+ r~') ~= nil end\n-- Expired readers out; the lock key and the set expire with the latest reader\n-- left. False (and the set gone) when none is left: then the caller frees the key.\n-- The set's expiry is set first: PEXPIREAT of a time Redis's clock has reached\n-- deletes at once, and should the clock cross that ms between the two, the key\n-- must go with the set, never stay MARK without its readers.\nlocal function sync()\n  redis.call('ZREMRANGEBYSCORE', R, '-inf', now)\n  local last = redis.call('ZRANGE', R, -1, -1, 'WITHSCORES')\n  if not last[1] then\n    redis.call('DEL', R)\n    return false\n  end\n  redis.call('PEXPIREAT', R, last[2])\n  redis.call('PEXPIREAT', KEYS[1], last[2])\n  return true\nend\n-- A reader (token; live: its place has not run out) leaves: true when live\n-- readers remain (synced), false when none does (the set gone). The others are\n-- counted before it leaves: a set the script emptied cannot be touched again\n-- in a Cluster slot that migrates (\"non local key\").\nlocal function step_out(token, live)\n  local others = #redis.call('ZRANGE', R, '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 2)\n  if live then others = others - 1 end\n  if others <= 0 then\n    redis.call('DEL', R)\n    return false\n  end\n  redis.call('ZREM', R, token)\n  return sync()\nend\n-- The readers at the head of the line go in together: a place reserved for\n-- GRANT ms each, and word by name. The caller makes the key MARK and syncs.\nlocal function admit()\n  local n = 0\n  while true do\n    local h = head()\n    if not h or not is_reader(h) then return n end\n    local who = string.match(h, '^%d+ (.*)$')\n    redis.call('ZREM', Q, h)\n    redis.call('ZADD', R, now + " .. tostring(GRANT) .. ", who)\n    redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. KEYS[1], 'g" .. tostring(GRANT) .. " ' .. who)\n    n = n + 1\n  end\nend\n-- The last reader left (the set gone): the key to the readers at the head of\n-- the line, or as RELEASE_QUEUED hands it on (1, or the token it went to). The\n-- key is not deleted first: a Cluster slot migrating refuses a key the script\n-- deleted (\"non local key\"); readers let in then still are (rare: they queue\n-- behind a writer).\nlocal function hand_on()\n  if admit() > 0 then\n    redis.call('SET', KEYS[1], MARK)\n    sync()\n    return 1\n  end\n  return pass_on()\nend\n"
 -- KEYS[1] lock, KEYS[2] readers, (KEYS[3] fence counter,) the queue last;
--- ARGV as the lock's acquire (scripts.ts queuedAcquire): token, ttl ms, ms the
+-- ARGV as the lock's acquire (scripts.lua queuedAcquire): token, ttl ms, ms the
 -- caller will wait, its ticket. TAKE is what taking the key returns.
 local function readAcquire(take)
     return scripts.QUEUE .. scripts.LINE .. READERS .. "clock()\nlocal v = redis.pcall('GET', KEYS[1])\nif type(v) == 'table' then\n  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. redis.call('TYPE', KEYS[1]).ok .. ', not a lock')\nend\n" .. scripts.REJOIN .. "-- MARK with no live reader left (a reservation ran out): the key is free.\n-- A free key has no readers: whatever the set still holds is stale.\nif v == MARK and not sync() then\n  redis.call('DEL', KEYS[1])\n  v = false\nelseif not v then\n  redis.call('DEL', R)\nend\nlocal take = false\nif v == ARGV[1] then\n  take = true  -- handed to us by the previous holder\nelseif v == MARK and redis.call('ZSCORE', R, ARGV[1]) then\n  take = true  -- let in with the readers at the head of the line\nelseif not v or v == MARK then\n  -- no writer holds it: ours unless a live writer's ticket came before ours\n  take = true\n  for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do\n    if m == mine then break end\n    if not is_reader(m) and tonumber(string.match(m, '^(%d+) ')) > now then\n      take = false\n      break\n    end\n  end\nend\nif take then\n  if v ~= MARK then\n    if v then redis.call('DEL', R) end\n    redis.call('SET', KEYS[1], MARK)\n  end\n  redis.call('ZADD', R, now + tonumber(ARGV[2]), ARGV[1])\n  if mine then redis.call('ZREM', Q, mine) end\n  admit()  -- readers right behind us come along\n  sync()\n  if mine then redis.pcall('PUBLISH', '" .. CHANNEL .. "' .. KEYS[1], 'c' .. redis.call('PTTL', KEYS[1])) end\n  return " .. take .. "\nend\nif not v or v == MARK then\n  -- Not ours to take: a writer waits before us. Readers ahead of it go in now;\n  -- a free key goes to the writer at the head.\n  local h = head()\n  if h and h ~= mine then\n    if is_reader(h) then\n      admit()\n      if not v then redis.call('SET', KEYS[1], MARK) end\n      sync()\n    elseif not v then\n      pass_on()\n    end\n  end\nend\n" .. scripts.TICKET
@@ -62,7 +62,7 @@ _M.READ_ACQUIRE_FENCED = script(
     scripts.isOkFenced
 )
 -- The readers' scripts on the lock key and its readers alone (KEYS[1], KEYS[2]):
--- a Cluster slot migrating (script.ts `alone`). A key freed wakes every waiter,
+-- a Cluster slot migrating (script.lua `alone`). A key freed wakes every waiter,
 -- who take turns meanwhile. In a migrating slot a key the script deleted cannot
 -- be touched again ("non local key"): leave() counts the readers left first
 -- (two live ones at most: beside ours, one more is enough; ZRANGE, which the

@@ -2,7 +2,7 @@
 -- What a Redis script of lua-resty-dlock is (its SHA1 computed locally, its
 -- keys, what its reply says about a write), where the keys built on a lock
 -- key live, and how a per-target script is called. The scripts themselves:
--- scripts.ts (locks, semaphores) and records.ts (idempotency records).
+-- scripts.lua (locks, semaphores) and records.lua (idempotency records).
 local _M = {}
 local check = require("resty.dlock.core.check")
 local tokens = require("resty.dlock.core.token")
@@ -89,7 +89,7 @@ end
 local function queueKey(rkey, slotted)
     return slotted and not tagged(rkey) and "{" .. rkey .. "}:queue" or rkey .. ":queue"
 end
---- The readers of lock key rkey (shared locks, rwscripts.ts): a sorted set
+--- The readers of lock key rkey (shared locks, rwscripts.lua): a sorted set
 -- placed as queueKey places the queue, in the lock key's slot.
 local function readersKey(rkey, slotted)
     return slotted and not tagged(rkey) and "{" .. rkey .. "}:readers" or rkey .. ":readers"

@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/redis/scripts.ts by TypeScriptToLua: edit that file, not this one.
--- The Redis scripts of locks and semaphores (script.ts says what a script
--- is; records.ts has those of idempotency records). They are sent as EVALSHA
--- with the SHA1 computed locally, and EVAL once on NOSCRIPT (roundtrip.ts). A
+-- The Redis scripts of locks and semaphores (script.lua says what a script
+-- is; records.lua has those of idempotency records). They are sent as EVALSHA
+-- with the SHA1 computed locally, and EVAL once on NOSCRIPT (roundtrip.lua). A
 -- script touches one lock key and the keys built on it (its waiters' queue,
 -- its fence counter), all in one Cluster slot.
 local _M = {}
@@ -11,7 +11,7 @@ _M.tagged = base.tagged
 _M.queueKey = base.queueKey
 _M.readersKey = base.readersKey
 _M.forTarget = base.forTarget
--- What the scripts of shared locks' readers (rwscripts.ts) are made of too.
+-- What the scripts of shared locks' readers (rwscripts.lua) are made of too.
 local script = base.script
 _M.isOk = base.isOk
 _M.isOkFenced = base.isOkFenced
@@ -30,7 +30,7 @@ _M.ACQUIRE = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', '
 -- largest fence it has seen can turn away a holder whose lease ran out.
 _M.ACQUIRE_FENCED = script("acquire", "\nif redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n  return { 'OK', redis.call('INCR', KEYS[2]) }\nend" .. BUSY, 2, _M.isOkFenced)
 --- Releases are announced on CHANNEL .. <lock key>: waiters anywhere in the
--- fleet subscribe per key (wakeups.ts); with nobody subscribed, PUBLISH costs
+-- fleet subscribe per key (wakeups.lua); with nobody subscribed, PUBLISH costs
 -- Redis a hash lookup. redis.pcall: an ACL user without channel permissions
 -- (Redis 7 users get none by default) still releases; its waiters poll.
 _M.CHANNEL = "dlock:released:"
@@ -59,12 +59,12 @@ _M.RELEASE = script(
 -- deadline, so nothing outlives the waiters.
 --- ms a key handed to the first waiter in line stays reserved for it. A woken
 -- waiter comes within a round trip; one without a live subscription polls at
--- most every 64 ms (core/retry.ts MAX_BACKOFF).
+-- most every 64 ms (core/retry.lua MAX_BACKOFF).
 _M.GRANT = 100
 -- The queue, the last key.
 _M.QUEUE = "local Q = KEYS[#KEYS]\n"
 -- The first live ticket of queue Q, dropping those of waiters that stopped waiting (a ticket
--- starts with its deadline, ms): the body of LINE's head() and the set's (multiscripts.ts), `now` set.
+-- starts with its deadline, ms): the body of LINE's head() and the set's (multiscripts.lua), `now` set.
 _M.FIRST_LIVE = "  while true do\n    local h = redis.call('ZRANGE', Q, 0, 0)[1]\n    if not h then return nil end\n    if tonumber(string.match(h, '^(%d+) ')) > now then return h end\n    redis.call('ZREM', Q, h)\n  end\n"
 -- The first live ticket of queue Q, and handing the key to it (set over it: a Cluster slot that
 -- migrates refuses a key deleted in the same script, "non local key"). Redis time is read (clock())

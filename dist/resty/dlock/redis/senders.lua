@@ -1,12 +1,12 @@
 -- Generated from src/resty/dlock/redis/senders.ts by TypeScriptToLua: edit that file, not this one.
--- The senders of auto-pipelining (pipeline.ts): per lane (a server
+-- The senders of auto-pipelining (pipeline.lua): per lane (a server
 -- configuration) and worker, up to conf.senders timers, each the only user of
 -- its connection, that send the lane's batches as pipelines, back to back, and
 -- wake their callers.
 --
 -- A sender counts in lane.senders once its timer runs, not when it is
 -- started: nginx drops a timer whose time comes while lua_max_running_timers
--- are all running, though ngx.timer.at had said ok (late.ts). Counted at the
+-- are all running, though ngx.timer.at had said ok (late.lua). Counted at the
 -- start, a dropped sender stayed
 -- counted for good, and the batch it was to send stayed open: every later call
 -- of the worker joined it and waited in vain. A batch whose sender nginx
@@ -130,7 +130,7 @@ end
 -- is work (a timer per batch would cost more than the batch saves), gone
 -- after IDLE seconds without any or when the worker exits.
 local function sender(premature, lane)
-    -- Started in the place of one taken for dropped (late.ts) that ran after all, with every sender running.
+    -- Started in the place of one taken for dropped (late.lua) that ran after all, with every sender running.
     if lane.senders >= lane.conf.senders then
         return
     end

@@ -66,7 +66,7 @@ local FRESH = 1
 --- Per worker: the master found for a sentinel set (by pool name), and when.
 local masters = {}
 --- Per worker: the question to a pool's sentinels on its way, if any. A timer
--- asks it (core/question.ts): a request that asked itself and went away in
+-- asks it (core/question.lua): a request that asked itself and went away in
 -- the middle left it open for good, and its worker on the previous master,
 -- taking locks there after a failover.
 local questions = {}

@@ -2,8 +2,8 @@
 -- What a fresh connection goes through before its first command, in the one
 -- order every Redis accepts: TLS, then AUTH, then SELECT. Servers with a
 -- password answer anything else, PING and ROLE included, with NOAUTH, so
--- nothing may be sent ahead of AUTH. Used for data nodes (connection.ts) and for
--- sentinels (sentinel.ts); pooled connections went through it when fresh.
+-- nothing may be sent ahead of AUTH. Used for data nodes (connection.lua) and for
+-- sentinels (sentinel.lua); pooled connections went through it when fresh.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local schema = require("resty.dlock.core.schema")

@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/redis/single.ts by TypeScriptToLua: edit that file, not this one.
 -- One Redis server (standalone, unix socket, or the master Sentinel names):
--- a call rides the server's auto-pipeline (pipeline.ts), a batch is one
--- round trip (roundtrip.ts, targets.ts). The Cluster and Redlock backends talk to each of
+-- a call rides the server's auto-pipeline (pipeline.lua), a batch is one
+-- round trip (roundtrip.lua, targets.lua). The Cluster and Redlock backends talk to each of
 -- their servers the same way.
 local _M = {}
 local pipeline = require("resty.dlock.redis.pipeline")

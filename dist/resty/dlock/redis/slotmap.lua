@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/redis/slotmap.ts by TypeScriptToLua: edit that file, not this one.
 -- The slot map of a Redis Cluster, per worker: which master serves each of
 -- the 16384 slots (CLUSTER SLOTS), read from the masters known, then the seed
--- nodes; a key's slot (CRC16 of its hash tag). cluster.ts routes by it, and
+-- nodes; a key's slot (CRC16 of its hash tag). cluster.lua routes by it, and
 -- patches it on MOVED. Each master is one configuration (its pools and its
 -- auto-pipeline) for as long as the worker lives.
 local _M = {}
@@ -183,7 +183,7 @@ local function readFor(r)
     return readAny(r.conf, r.c)
 end
 --- Read the slot map again, once per worker at a time: in a timer
--- (core/question.ts), so that a caller that goes away in the middle does not
+-- (core/question.lua), so that a caller that goes away in the middle does not
 -- leave the map unread for good. The caller that starts the read, and any
 -- caller with no map yet, waits for it; the others go on with the map they
 -- have (a MOVED puts any of them right).

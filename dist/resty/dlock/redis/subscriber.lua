@@ -4,7 +4,7 @@
 -- full-duplex in lua-nginx-module: one thread may read while another writes).
 --
 --   reader    blocks on the connection and hands each message to
---             subscriptions.ts. It never wakes up to poll: nginx logs every
+--             subscriptions.lua. It never wakes up to poll: nginx logs every
 --             cosocket read timeout at error level, so Redis answers a PING
 --             the control thread sends every HEARTBEAT, and a read that
 --             times out (SILENCE) means Redis is gone (one line per outage).
@@ -14,10 +14,10 @@
 --             on a semaphore until the next of those or until rung (a new
 --             key, an earlier due time), and at most SWEEP: nothing tells a
 --             worker that nginx reloads, nor that a waiter's request was
---             killed while it waited (wait.ts drops its ticket when it looks).
+--             killed while it waited (wait.lua drops its ticket when it looks).
 --             These looks cost no I/O.
 --
--- The replies are read raw (resp.ts): lua-resty-redis closes a subscribed
+-- The replies are read raw (resp.lua): lua-resty-redis closes a subscribed
 -- connection on a read timeout and reads one reply per call.
 local _M = {}
 local check = require("resty.dlock.core.check")
@@ -295,7 +295,7 @@ local function run(premature, s)
     s.running = false
 end
 --- Start the subscriber of s (its timer), unless it runs or a timer started for
--- it is on its way: one nginx dropped (late.ts) would stop wake-ups for good.
+-- it is on its way: one nginx dropped (late.lua) would stop wake-ups for good.
 function _M.start(s)
     if s.running then
         return

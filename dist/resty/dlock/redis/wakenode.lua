@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/redis/wakenode.ts by TypeScriptToLua: edit that file, not this one.
--- The node the wake-up subscriber (subscriber.ts) connects to. Under Cluster
+-- The node the wake-up subscriber (subscriber.lua) connects to. Under Cluster
 -- and Redlock any node will do, and none is always up: it moves on to the
 -- next when one cannot be reached, rather than leave the waiters polling.
 local _M = {}

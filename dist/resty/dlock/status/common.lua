@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/status/common.ts by TypeScriptToLua: edit that file, not this one.
 -- What the status page (JSON) and the metrics (Prometheus text) both read: the
 -- dicts to report, and per dict, guard, factory and Redis endpoint a fixed
--- number of dict keys. Never the held leases themselves (json.ts lists a
+-- number of dict keys. Never the held leases themselves (json.lua lists a
 -- bounded number of those), which a busy gateway has tens of thousands of.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")

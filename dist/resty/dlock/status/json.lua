@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/status/json.ts by TypeScriptToLua: edit that file, not this one.
 -- The status page: GET /dlock/status answers JSON (?limit=N lists up to N
--- leases, at most MAX_LIMIT). See ../status.ts for its members.
+-- leases, at most MAX_LIMIT). See ../status.lua for its members.
 local _M = {}
 local check = require("resty.dlock.core.check")
 local ledger = require("resty.dlock.core.ledger")

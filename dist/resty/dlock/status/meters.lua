@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/status/meters.ts by TypeScriptToLua: edit that file, not this one.
--- What status pages read of the factories' instruments (core/meter.ts
+-- What status pages read of the factories' instruments (core/meter.lua
 -- counts into them): a fixed number of dict reads per factory name, never a
--- walk of the dict. Reading sweeps the held gauge first (core/expiries.ts), as
+-- walk of the dict. Reading sweeps the held gauge first (core/expiries.lua), as
 -- the workers' flushes do.
 local _M = {}
 local meter = require("resty.dlock.core.meter")

@@ -1,5 +1,5 @@
 -- Generated from src/resty/dlock/core/schema/values.ts by TypeScriptToLua: edit that file, not this one.
--- The kinds of option a schema declares (../schema.ts), and the check of one value against its
+-- The kinds of option a schema declares (../schema.lua), and the check of one value against its
 -- declaration, with the message a user reads when it fails.
 local _M = {}
 local check = require("resty.dlock.core.check")

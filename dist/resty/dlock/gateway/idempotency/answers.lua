@@ -34,7 +34,7 @@ local function jsonStr(s)
 end
 --- An RFC 9457 problem details answer, and the end of the request. Unless
 -- Redis failed (kind "unavailable"), the guards the request passed before
--- give back what they took (giveback.ts): it never ran.
+-- give back what they took (giveback.lua): it never ran.
 local function problem(g, status, kind, title, detail, retryAfter)
     if kind ~= "unavailable" then
         given_back()

@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/gateway/idempotency/capture.ts by TypeScriptToLua: edit that file, not this one.
 -- A request that holds a claim: the keeper renews the claim while it runs, the
 -- header and body filters note its response (up to max_body), and at the end
--- of the body the claim becomes the stored record (record.ts). The captures
+-- of the body the claim becomes the stored record (record.lua). The captures
 -- table (requests of this worker holding a claim) lives here alone.
 local _M = {}
 local inflight = require("resty.dlock.gateway.inflight")
@@ -187,7 +187,7 @@ function _M.forget(rid)
     end
 end
 --- A later guard refused request rid in the pass that claimed its key (ctx,
--- giveback.ts): the refusal is no answer of the application's, so it is not
+-- giveback.lua): the refusal is no answer of the application's, so it is not
 -- stored; the claim is dropped once the refusal is sent, as for a 409.
 function _M.refused(rid, ctx)
     local c = captures[rid]

@@ -1,7 +1,7 @@
 -- Generated from src/resty/dlock/gateway/idempotency/claim.ts by TypeScriptToLua: edit that file, not this one.
 -- Claiming a key in Redis, and waiting for the first request's response when
 -- the key is claimed already. The watch table (duplicates of one key waiting
--- in this worker) lives here: the store (capture.ts) wakes it through notify.
+-- in this worker) lives here: the store (capture.lua) wakes it through notify.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
 local orphans = require("resty.dlock.core.orphans")

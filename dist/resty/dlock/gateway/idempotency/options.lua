@@ -1,6 +1,6 @@
 -- Generated from src/resty/dlock/gateway/idempotency/options.ts by TypeScriptToLua: edit that file, not this one.
 -- Mode idempotency at gateway.new: the checks of its own options (declared
--- with every other mode's in ../options.ts), and the guard's fields made of
+-- with every other mode's in ../options.lua), and the guard's fields made of
 -- the checked table. Nothing here runs per request.
 local _M = {}
 local backend = require("resty.dlock.redis.backend")
@@ -162,7 +162,7 @@ function _M.methods(m)
     end
     return set, nil
 end
---- The guard's fields, of options checked by ../options.ts. unlogged: what the
+--- The guard's fields, of options checked by ../options.lua. unlogged: what the
 -- keeper calls for a request of the guard that ended without log() (inflight.Owner).
 function _M.parse(o, name, unlogged)
     local conf = o.redis

@@ -20,11 +20,10 @@ local version = require("resty.dlock.version")
 _M._VERSION = version.VERSION
 local decide = core.decide
 local least = core.least
+local costOf = core.costOf
 local phaseError = lease.phaseError
 local lua_type = type
 local notSelf = check.notSelf
-local lua_tostring = tostring
-local math_floor = math.floor
 local lua_setmetatable = setmetatable
 --- Longest key, in bytes (before the prefix).
 local MAX_KEY = 1024
@@ -43,12 +42,11 @@ local function keyOf(lim, key, cost, op, call)
     if lua_type(key) ~= "string" or #key == 0 or #key > MAX_KEY then
         return check.fail("key must be a non-empty string of at most 1024 bytes", key)
     end
-    if cost ~= 1 and (lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > lim._limits.most) then
-        -- More than the smallest burst could never pass: bad input, not a refusal.
-        return check.fail(
-            "cost must be a positive integer, at most the smallest burst (" .. lua_tostring(lim._limits.most) .. ")",
-            cost
-        )
+    if cost ~= 1 then
+        local c, cerr = costOf(cost, lim._limits)
+        if c == nil then
+            return nil, cerr
+        end
     end
     return lim._prefix .. key, nil
 end

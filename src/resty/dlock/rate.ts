@@ -22,11 +22,10 @@ export const _VERSION = version.VERSION;
 
 const decide = core.decide;
 const least = core.least;
+const costOf = core.costOf;
 const phaseError = lease.phaseError;
 const lua_type = type;
 const notSelf = check.notSelf;
-const lua_tostring = tostring;
-const math_floor = math.floor;
 const lua_setmetatable = setmetatable;
 
 /** Longest key, in bytes (before the prefix). */
@@ -60,11 +59,9 @@ function keyOf(lim: Limiter, key: unknown, cost: unknown, op: string, call: stri
   if (lua_type(key) !== "string" || (key as string).length === 0 || (key as string).length > MAX_KEY) {
     return check.fail("key must be a non-empty string of at most 1024 bytes", key);
   }
-  if (cost !== 1 && (lua_type(cost) !== "number" || cost !== math_floor(cost as number) || (cost as number) < 1 ||
-    (cost as number) > lim._limits.most)) {
-    // More than the smallest burst could never pass: bad input, not a refusal.
-    return check.fail("cost must be a positive integer, at most the smallest burst (" +
-      lua_tostring(lim._limits.most) + ")", cost);
+  if (cost !== 1) {
+    const [c, cerr] = costOf(cost, lim._limits);
+    if (c === undefined) return $multi(undefined, cerr);
   }
   return $multi(lim._prefix + (key as string), undefined);
 }

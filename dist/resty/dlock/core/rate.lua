@@ -185,6 +185,18 @@ function _M.decide(conf, rkey, ls, mode, cost)
     local reply = one and answered(res, ls, cost) or res
     return reply, nil, nil
 end
+--- A request's cost (its weight): a positive integer, at most the smallest
+-- burst of ls (more could never pass: bad input, not a refusal); nil and the
+-- error otherwise.
+local function costOf(cost, ls)
+    if lua_type(cost) == "number" and cost == math_floor(cost) and cost >= 1 and cost <= ls.most then
+        return cost, nil
+    end
+    return check.fail(
+        "cost must be a positive integer, at most the smallest burst (" .. lua_tostring(ls.most) .. ")",
+        cost
+    )
+end
 --- Remaining requests under limit i (1-based) of a reply.
 function _M.remaining(reply, i)
     return reply[1 + 2 * i]
@@ -283,6 +295,7 @@ _M.NEW_RATE = {
 _M.newRate = schema.compile("rate.new options", _M.NEW_RATE, {labels = ""})
 -- Exported by name: this module's own use of it is a local, not a lookup in its exports table.
 _M.answered = answered
+_M.costOf = costOf
 _M.limit = limit
 _M.limits = limits
 return _M

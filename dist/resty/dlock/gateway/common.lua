@@ -17,6 +17,16 @@ local math_ceil = math.ceil
 local lua_pairs = pairs
 local lua_getmetatable = getmetatable
 local given_back = giveback.refused
+--- The `fleet` of an on_error = "local" guard: how many nginx share `what` (its limit, lock or permits).
+function _M.fleet(v, what)
+    return check.integer(
+        "fleet",
+        v,
+        1,
+        10000,
+        "a positive integer with on_error = \"local\" (how many nginx share the " .. what .. ")"
+    )
+end
 --- What a guard's log lines say it does with a request whose key could not be
 -- computed: "refused with 503 (on_error = \"deny\")". on_error decides it, but
 -- "local" refuses: a key error is the operator's, and no share of a limit applies.

@@ -22,7 +22,7 @@
 -- meanwhile requests keep deciding locally, none waits on a Redis that may
 -- still be gone. What was taken locally is not carried over to Redis.
 local _M = {}
-local check = require("resty.dlock.core.check")
+local common = require("resty.dlock.gateway.common")
 local request = require("resty.dlock.core.request")
 local upstream = require("resty.dlock.gateway.upstream")
 local stats = require("resty.dlock.gateway.stats")
@@ -48,13 +48,7 @@ end
 local SWEEP = 256
 --- The local share of a guard of mode `mode` with `permits`, for `fleet` nginx; nil and the error for a bad fleet.
 function _M.create(mode, permits, fleet, name, ttlMs, probeFor)
-    local n, err = check.integer(
-        "fleet",
-        fleet,
-        1,
-        10000,
-        "a positive integer with on_error = \"local\" (how many nginx share the " .. (mode == "mutex" and "lock" or "permits") .. ")"
-    )
+    local n, err = common.fleet(fleet, mode == "mutex" and "lock" or "permits")
     if n == nil then
         return nil, err
     end

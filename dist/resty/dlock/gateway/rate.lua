@@ -35,9 +35,6 @@ local str_format = string.format
 local hashed = digest.key
 local str_sub = string.sub
 local lua_pairs = pairs
-local lua_tostring = tostring
-local lua_type = type
-local math_floor = math.floor
 local lua_setmetatable = setmetatable
 local incr = stats.incr
 local request_anchor = request.anchor
@@ -159,24 +156,14 @@ function _M.create(o, name)
     if ls == nil then
         return nil, lerr
     end
-    local cost = o.cost == nil and 1 or o.cost
-    if lua_type(cost) ~= "number" or cost ~= math_floor(cost) or cost < 1 or cost > ls.most then
-        -- More than the smallest burst could never pass.
-        return check.fail(
-            "cost must be a positive integer, at most the smallest burst (" .. lua_tostring(ls.most) .. ")",
-            cost
-        )
+    local cost, cerr = core.costOf(o.cost == nil and 1 or o.cost, ls)
+    if cost == nil then
+        return nil, cerr
     end
     local onError = o.on_error
     local shares
     if onError == "local" then
-        local fleet, ferr = check.integer(
-            "fleet",
-            o.fleet,
-            1,
-            10000,
-            "a positive integer with on_error = \"local\" (how many nginx share the limit)"
-        )
+        local fleet, ferr = shared.fleet(o.fleet, "limit")
         if fleet == nil then
             return nil, ferr
         end

@@ -191,6 +191,18 @@ export function decide(conf: redis.RedisConf, rkey: string, ls: Limits, mode: st
   return $multi(reply, undefined, undefined);
 }
 
+/**
+ * A request's cost (its weight): a positive integer, at most the smallest
+ * burst of ls (more could never pass: bad input, not a refusal); nil and the
+ * error otherwise.
+ */
+function costOf(cost: unknown, ls: Limits): LuaMultiReturn<[number | undefined, string | undefined]> {
+  if (lua_type(cost) === "number" && cost === math_floor(cost as number) && (cost as number) >= 1 && (cost as number) <= ls.most) {
+    return $multi(cost as number, undefined);
+  }
+  return check.fail("cost must be a positive integer, at most the smallest burst (" + lua_tostring(ls.most) + ")", cost);
+}
+
 /** Remaining requests under limit i (1-based) of a reply. */
 export function remaining(reply: LuaTable<number, number>, i: number): number {
   return reply.get(1 + 2 * i);
@@ -291,4 +303,4 @@ export interface NewRate {
 export const newRate = schema.compile<NewRate>("rate.new options", NEW_RATE, { labels: "" });
 
 // Exported by name: this module's own use of it is a local, not a lookup in its exports table.
-export { answered, limit, limits };
+export { answered, costOf, limit, limits };

@@ -18,6 +18,11 @@ const lua_pairs = pairs;
 const lua_getmetatable = getmetatable;
 const given_back = giveback.refused;
 
+/** The `fleet` of an on_error = "local" guard: how many nginx share `what` (its limit, lock or permits). */
+export function fleet(v: unknown, what: string): LuaMultiReturn<[number | undefined, string | undefined]> {
+  return check.integer("fleet", v, 1, 10000, "a positive integer with on_error = \"local\" (how many nginx share the " + what + ")");
+}
+
 /**
  * What a guard's log lines say it does with a request whose key could not be
  * computed: "refused with 503 (on_error = \"deny\")". on_error decides it, but

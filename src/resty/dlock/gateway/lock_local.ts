@@ -22,6 +22,7 @@
 // still be gone. What was taken locally is not carried over to Redis.
 
 import * as check from "../core/check";
+import * as common from "./common";
 import type * as guard from "./guard";
 import * as request from "../core/request";
 import * as upstream from "./upstream";
@@ -75,8 +76,7 @@ const SWEEP = 256;
 /** The local share of a guard of mode `mode` with `permits`, for `fleet` nginx; nil and the error for a bad fleet. */
 export function create(mode: string, permits: number, fleet: unknown, name: string, ttlMs: number, probeFor: number):
   LuaMultiReturn<[Local | undefined, string | undefined]> {
-  const [n, err] = check.integer("fleet", fleet, 1, 10000,
-    "a positive integer with on_error = \"local\" (how many nginx share the " + (mode === "mutex" ? "lock" : "permits") + ")");
+  const [n, err] = common.fleet(fleet, mode === "mutex" ? "lock" : "permits");
   if (n === undefined) return $multi(undefined, err);
   const share = mode === "mutex" ? 1 : math_max(1, math_floor(permits / n));
   return $multi({

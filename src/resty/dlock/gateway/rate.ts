@@ -38,9 +38,6 @@ const str_format = string.format;
 const hashed = digest.key;
 const str_sub = string.sub;
 const lua_pairs = pairs;
-const lua_tostring = tostring;
-const lua_type = type;
-const math_floor = math.floor;
 const lua_setmetatable = setmetatable;
 const incr = stats.incr;
 const request_anchor = request.anchor;
@@ -196,18 +193,14 @@ guardMt.__index = guardMethods;
 export function create(o: options.Options, name: string): LuaMultiReturn<[Guard | undefined, string | undefined]> {
   const [ls, lerr] = core.parse(o as unknown as LuaTable<string, unknown>);
   if (ls === undefined) return $multi(undefined, lerr);
-  const cost = o.cost === undefined ? 1 : o.cost;
-  if (lua_type(cost) !== "number" || cost !== math_floor(cost as number) || (cost as number) < 1 || (cost as number) > ls.most) {
-    // More than the smallest burst could never pass.
-    return check.fail("cost must be a positive integer, at most the smallest burst (" + lua_tostring(ls.most) + ")", cost);
-  }
+  const [cost, cerr] = core.costOf(o.cost === undefined ? 1 : o.cost, ls);
+  if (cost === undefined) return $multi(undefined, cerr);
   const onError = o.on_error as string as "allow" | "deny" | "local";
   let shares: fallback.Share[] | undefined;
   if (onError === "local") {
-    const [fleet, ferr] = check.integer("fleet", o.fleet, 1, 10000,
-      "a positive integer with on_error = \"local\" (how many nginx share the limit)");
+    const [fleet, ferr] = shared.fleet(o.fleet, "limit");
     if (fleet === undefined) return $multi(undefined, ferr);
-    shares = fallback.shares(ls, fleet, name, cost as number);
+    shares = fallback.shares(ls, fleet, name, cost);
   } else if (o.fleet !== undefined) {
     return check.fail("fleet applies with on_error = \"local\" only", o.fleet);
   }
@@ -246,7 +239,7 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
     }
   }
   const g: State = {
-    name, mode: "rate" as const, _dict: dict, _key: key, _conf: conf, _prefix: prefix, _limits: ls, _cost: cost as number,
+    name, mode: "rate" as const, _dict: dict, _key: key, _conf: conf, _prefix: prefix, _limits: ls, _cost: cost,
     _policy: headersOn ? ratefields.policyOf(ls, "") : undefined, _items: items, _parts: [] as string[],
     _ownPolicy: headersOn ? ratefields.policyOf(ls, name + ":") : undefined, _ownItems: ownItems, _quoted: quoted,
     _iv: iv, _cap: cap, _shareIv: shareIv, _shareCap: shareCap,

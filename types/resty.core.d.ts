@@ -25,7 +25,7 @@ interface FfiCtype {
 /** @noSelf */
 interface FfiModule {
   typeof(ct: string): FfiCtype;
-  cast(ct: FfiCtype, v: NgxRequestPtr): FfiScalar;
+  cast(ct: FfiCtype, v: NgxRequestPtr | FfiScalar): FfiScalar;
 }
 
 /** @noSelf */

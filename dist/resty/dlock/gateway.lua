@@ -28,6 +28,7 @@ local rate = require("resty.dlock.gateway.rate")
 local registry = require("resty.dlock.gateway.registry")
 local options = require("resty.dlock.gateway.options")
 local semaphore = require("resty.dlock.semaphore")
+local seen = require("resty.dlock.gateway.seen")
 local stats = require("resty.dlock.gateway.stats")
 local breaker = require("resty.dlock.gateway.breaker")
 local version = require("resty.dlock.version")
@@ -163,6 +164,7 @@ function _M.new(opts)
         _missingStatus = o.missing_status,
         _errorStatus = o.error_status,
         _headers = o.headers,
+        _refused = seen.create(),
         _breakerFailures = o.breaker_failures,
         _breakerCooldown = o.breaker_cooldown,
         _probeFor = breaker.probeWindow(store.redis),

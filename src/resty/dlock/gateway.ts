@@ -29,6 +29,8 @@ import * as registry from "./gateway/registry";
 import type * as lease from "./core/lease";
 import * as options from "./gateway/options";
 import * as semaphore from "./semaphore";
+import * as seen from "./gateway/seen";
+import type * as request from "./core/request";
 import * as stats from "./gateway/stats";
 import * as breaker from "./gateway/breaker";
 
@@ -141,6 +143,7 @@ export function create(this: void, opts: unknown): LuaMultiReturn<[guard.Guard |
     _givesBack: mode === "throttle",
     _readBody: o.read_body === true, _onMissing: o.on_missing, _onError: o.on_error, _fallback: fallback,
     _rejectStatus: rejectStatus, _missingStatus: o.missing_status, _errorStatus: o.error_status, _headers: o.headers,
+    _refused: seen.create<request.Anchor>(),
     _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown, _probeFor: breaker.probeWindow(store.redis),
     _tryOpts: tryOpts, _waitOpts: waitOpts,
     _sharedMethods: sharedMethods, _sharedTry: sharedTry, _sharedWait: sharedWait,

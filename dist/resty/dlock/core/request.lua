@@ -23,17 +23,30 @@ local ngx = ngx
 local get_request = base.get_request
 local ffi_cast = ffi.cast
 local lua_tonumber = tonumber
+local lua_pcall = pcall
 -- A ctype object, not the string: the interpreter parses a declaration string on every cast.
 local uintptr_t = ffi.typeof("uintptr_t")
--- lua-resty-core declares it already; the pcall makes us independent of the order.
+-- lua-resty-core declares both already; the pcalls make us independent of the order.
 pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);")
-local function lookupGetCtxRef()
-    return ffi.C.ngx_http_lua_ffi_get_ctx_ref
+-- ngx.is_subrequest, without the getter of ngx's metatable.
+pcall(ffi.cdef, "int ngx_http_lua_ffi_is_subrequest(ngx_http_request_t *r);")
+local function lookup(name)
+    return ffi.C[name]
 end
-local hasCtxRef, found = pcall(lookupGetCtxRef)
-local getCtxRef = found
+--- ngx_lua's C function `name`, or nil when this nginx has none (looking a missing symbol up raises).
+local function cfunction(name)
+    local ok, f = lua_pcall(lookup, name)
+    if not ok then
+        return nil
+    end
+    return f
+end
+local getCtxRef = cfunction("ngx_http_lua_ffi_get_ctx_ref")
 local inSsl = ffi.new("int[1]", 1)
 local sslRef = ffi.new("int[1]", 1)
+local isSubrequest = cfunction("ngx_http_lua_ffi_is_subrequest")
+-- A request's connection is its second field in every nginx (after a uint32_t signature).
+local fields = ffi.typeof("void **")
 -- Set once by lua-resty-core when it loads (before any init_by_lua code).
 local registered = debug.getregistry().ngx_lua_ctx_tables
 local ctxTables = type(registered) == "table" and registered or nil
@@ -45,7 +58,7 @@ function _M.finished(co)
     return std_status(co) == "dead"
 end
 --- False when this nginx cannot tell whether a request is over (then only log() ends leases).
-local canWatch = hasCtxRef and ctxTables ~= nil
+local canWatch = getCtxRef ~= nil and ctxTables ~= nil
 --- The current request's id (its address), or nil outside a request.
 function _M.id()
     local r = get_request()
@@ -80,6 +93,29 @@ function _M.anchor()
         return nil
     end
     return {id = rid, ctx = ctx, ref = ref}
+end
+--- The address of request r's connection.
+local function connectionOf(r)
+    local c = lua_tonumber(ffi_cast(uintptr_t, ffi_cast(fields, r)[1]))
+    return c
+end
+--- When the current request is a subrequest: its main request, as the address
+-- of their connection (nginx gives a subrequest its main request's; each
+-- HTTP/2 or HTTP/3 stream has one of its own). nil for a main request.
+function _M.mainOf()
+    local r = get_request()
+    if r == nil or isSubrequest == nil or isSubrequest(r) ~= 1 then
+        return nil
+    end
+    return connectionOf(r)
+end
+--- The address of the current request's connection (its subrequests' too); nil outside a request.
+function _M.connection()
+    local r = get_request()
+    if r == nil then
+        return nil
+    end
+    return connectionOf(r)
 end
 --- Is the request still running (up to and including its log phase)? True when it cannot be told.
 function _M.alive(a)

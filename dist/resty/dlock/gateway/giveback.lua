@@ -50,7 +50,7 @@ function _M.refused()
     local ctx = ngx.ctx
     for i = 1, #chargers do
         local g = chargers[i]
-        local m = g._seen[rid]
+        local m = g._seen.byId[rid]
         if m ~= nil and m.ctx == ctx and request_alive(m) then
             local rkey = m.charged
             local here = m.chargedHere

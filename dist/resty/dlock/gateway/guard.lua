@@ -11,18 +11,33 @@ local lockLocal = require("resty.dlock.gateway.lock_local")
 local onway = require("resty.dlock.gateway.onway")
 local stats = require("resty.dlock.gateway.stats")
 local breaker = require("resty.dlock.gateway.breaker")
+local request = require("resty.dlock.core.request")
+local seen = require("resty.dlock.gateway.seen")
 local read_body = ngx.req.read_body
 local hashed = digest.key
 local incr = stats.incr
 local meter_refused = meter.refused
 -- Read per request by mutex guards with shared methods (readers).
 local req_get_method = ngx.req.get_method
+local request_id = request.id
+local request_anchor = request.anchor
+local seen_find = seen.find
+local seen_put = seen.put
+--- Keep the request g refuses, for refusedHere() should an error_page bring it back.
+local function remember(g)
+    local an = request_anchor()
+    if an ~= nil then
+        seen_put(g._refused, an)
+    end
+end
 --- Refuse a request Redis decided against: the guards it passed before give back what they took.
 local function reject(g, status, retryAfterMs)
+    remember(g)
     return shared.refuse(g._headers, status, retryAfterMs)
 end
 --- Refuse a request because Redis failed (or the breaker is open).
 local function rejectDown(g, status, retryAfterMs)
+    remember(g)
     return shared.refuseDown(g._headers, status, retryAfterMs)
 end
 local function onRedisFailure(g, key)
@@ -43,6 +58,17 @@ local function skipsRedis(g, fallback)
     end
     return breaker.skips(g._dict, g.name, g._probeFor)
 end
+--- Did this guard refuse this request already? An error_page for its status
+-- brings it back (a busy page under the guarded location): it passes to
+-- that page, as nginx's limit_req and limit_conn decide once per request,
+-- instead of waiting a second time and answering with nginx's own page.
+local function refusedHere(g)
+    if g._refused.count == 0 then
+        return false
+    end
+    local rid = request_id()
+    return rid ~= nil and seen_find(g._refused, rid) ~= nil
+end
 --- The metatable of every guard of these modes (its __index, the methods, is set once they are).
 local mt = {}
 local guardMethods = {
@@ -53,8 +79,7 @@ local guardMethods = {
         if not shared.decides(self.name) then
             return
         end
-        if inflight.holds(self) then
-            -- The same request again, after an internal redirect: it holds the key already.
+        if refusedHere(self) then
             return
         end
         if self._readBody then
@@ -67,6 +92,10 @@ local guardMethods = {
         end
         -- Client-controlled: hash it, so any size and any bytes map to a bounded key.
         local key = hashed("", raw)
+        if inflight.holds(self, key) then
+            -- The same request again, after an internal redirect: it holds the key already.
+            return
+        end
         local fallback = self._fallback
         if skipsRedis(self, fallback) then
             incr(self._dict, self.name, "short_circuited")

@@ -142,7 +142,7 @@ local function access(g)
     if not shared.decides(g.name) then
         return
     end
-    if inflight.holds(g._owner) then
+    if inflight.holds(g._owner, nil) then
         -- The same request again, after an internal redirect: it holds the claim already.
         return
     end

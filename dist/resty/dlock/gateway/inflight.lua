@@ -25,12 +25,15 @@ local renewals = require("resty.dlock.gateway.renewals")
 local request = require("resty.dlock.core.request")
 local upstream = require("resty.dlock.gateway.upstream")
 local stats = require("resty.dlock.gateway.stats")
+local subrequests = require("resty.dlock.gateway.subrequests")
 local ngx = ngx
 local math_min = math.min
 local math_max = math.max
 local request_id = request.id
 local request_alive = request.alive
 local request_here = request.here
+local request_main = request.mainOf
+local request_connection = request.connection
 local answered = releases.answered
 local advice_unlogged = advice.unlogged
 local lua_pairs = pairs
@@ -74,6 +77,9 @@ end
 local function endReq(rid, req, how, status)
     requests[rid] = nil
     count = count - 1
+    if req.conn ~= nil then
+        subrequests.unlink(req.conn, rid)
+    end
     endOne(rid, req, how, status)
     local more = req.more
     if more ~= nil then
@@ -99,15 +105,8 @@ local function current()
     end
     return req, rid
 end
---- The current request (log phase) is over: end the leases it holds of `owner`,
--- or of every guard when owner is nil.
-function _M.finish(owner)
-    local req, rid = current()
-    if req == nil then
-        return
-    end
-    local how = upstream.aborted() and "aborted" or "logged"
-    local status = ngx.status
+--- End the leases req (request rid) holds of `owner`, or of every guard when owner is nil.
+local function endOwned(rid, req, owner, how, status)
     if owner == nil then
         endReq(rid, req, how, status)
         return
@@ -130,27 +129,59 @@ function _M.finish(owner)
         end
     end
     if open == 0 then
-        requests[rid] = nil
-        count = count - 1
+        endReq(rid, req, how, status)
     end
 end
---- In access: does the current request hold a lease of `owner` already? True
--- when it passes the guard again after an internal redirect (try_files to a
--- named location with the same guard, error_page...): it must not queue
--- behind itself. A request that is gone and had the same address is ended here.
-function _M.holds(owner)
+--- The current request (log phase) is over: end the leases it holds of
+-- `owner`, or of every guard when owner is nil; and those its subrequests
+-- took (they have no log phase of their own).
+function _M.finish(owner)
+    local req, rid = current()
+    local subs
+    if subrequests.any() then
+        subs = subrequests.of(request_connection())
+    end
+    if req == nil and subs == nil then
+        return
+    end
+    local how = upstream.aborted() and "aborted" or "logged"
+    local status = ngx.status
+    if req ~= nil then
+        endOwned(rid, req, owner, how, status)
+    end
+    if subs == nil then
+        return
+    end
+    local i = #subs
+    while i >= 1 do
+        local sid = subs[i]
+        local sub = requests[sid]
+        if sub ~= nil then
+            endOwned(sid, sub, owner, how, status)
+        end
+        i = i - 1
+    end
+end
+--- In access: does the current request hold `owner`'s lease on key already?
+-- True when it passes the guard again after an internal redirect (try_files
+-- to a named location with the same guard, error_page...) on the same key: it
+-- must not queue behind itself. A redirect that changed its key ($uri, the
+-- arguments) finds false: the key it is now under is taken like any other.
+-- key nil: any key of owner's (an idempotency claim is the request's, whatever its location).
+-- A request that is gone and had the same address is ended here.
+function _M.holds(owner, key)
     local req = current()
     if req == nil then
         return false
     end
-    if req.owner == owner and not req.done then
+    if req.owner == owner and not req.done and (key == nil or req.lease.key == key) then
         return true
     end
     local more = req.more
     if more ~= nil then
         for i = 1, #more do
             local h = more[i]
-            if h.owner == owner and not h.done then
+            if h.owner == owner and not h.done and (key == nil or h.lease.key == key) then
                 return true
             end
         end
@@ -239,6 +270,7 @@ function _M.track(owner, l)
     end
     local h
     if req == nil then
+        local conn = request_main()
         req = {
             id = rid,
             ctx = ctx,
@@ -247,10 +279,14 @@ function _M.track(owner, l)
             lease = l,
             done = false,
             answered = answered,
-            more = nil
+            more = nil,
+            conn = conn
         }
         requests[rid] = req
         count = count + 1
+        if conn ~= nil then
+            subrequests.link(conn, rid)
+        end
         h = req
     else
         h = {owner = owner, lease = l, done = false, answered = answered}

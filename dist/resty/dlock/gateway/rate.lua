@@ -30,17 +30,16 @@ local giveback = require("resty.dlock.gateway.giveback")
 local request = require("resty.dlock.core.request")
 local stats = require("resty.dlock.gateway.stats")
 local breaker = require("resty.dlock.gateway.breaker")
+local seen = require("resty.dlock.gateway.seen")
 local decide = core.decide
 local str_format = string.format
 local hashed = digest.key
 local str_sub = string.sub
-local lua_pairs = pairs
 local lua_setmetatable = setmetatable
 local incr = stats.incr
 local request_anchor = request.anchor
-local request_alive = request.alive
---- Entries of `seen` before the dead ones are swept.
-local SEEN_SWEEP = 1000
+local seen_find = seen.find
+local seen_put = seen.put
 local function onRedisFailure(g, k, an)
     if g._shares ~= nil then
         fallback.degraded(g)
@@ -73,26 +72,13 @@ local function mark(g)
     if an == nil then
         return nil
     end
-    local seen = g._seen
-    local a = seen[an.id]
-    if a ~= nil and request_alive(a) then
+    if seen_find(g._seen, an.id) ~= nil then
         return false
     end
     if an.ref < 0 then
         return nil
     end
-    if g._seenCount >= SEEN_SWEEP then
-        for k, v in lua_pairs(seen) do
-            if not request_alive(v) then
-                seen[k] = nil
-                g._seenCount = g._seenCount - 1
-            end
-        end
-    end
-    if a == nil then
-        g._seenCount = g._seenCount + 1
-    end
-    seen[an.id] = an
+    seen_put(g._seen, an)
     return an
 end
 local function access(g)
@@ -237,8 +223,7 @@ function _M.create(o, name)
         _headers = o.headers,
         _breakerFailures = o.breaker_failures,
         _breakerCooldown = o.breaker_cooldown,
-        _seen = {},
-        _seenCount = 0
+        _seen = seen.create()
     }
     giveback.register(g)
     stats.prepare(dict, name)

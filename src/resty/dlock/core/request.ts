@@ -23,23 +23,34 @@ const ngx_ = ngx;
 const get_request = base.get_request;
 const ffi_cast = ffi.cast;
 const lua_tonumber = tonumber;
+const lua_pcall = pcall;
 // A ctype object, not the string: the interpreter parses a declaration string on every cast.
 const uintptr_t = ffi.typeof("uintptr_t");
 
-// lua-resty-core declares it already; the pcall makes us independent of the order.
+// lua-resty-core declares both already; the pcalls make us independent of the order.
 pcall(ffi.cdef, "int ngx_http_lua_ffi_get_ctx_ref(ngx_http_request_t *r, int *in_ssl_phase, int *ssl_ctx_ref);");
+// ngx.is_subrequest, without the getter of ngx's metatable.
+pcall(ffi.cdef, "int ngx_http_lua_ffi_is_subrequest(ngx_http_request_t *r);");
 
-interface CtxRefC {
-  ngx_http_lua_ffi_get_ctx_ref(this: void, r: NgxRequestPtr, inSsl: FfiBuffer, sslRef: FfiBuffer): number;
+function lookup(this: void, name: string): unknown {
+  return (ffi.C as unknown as LuaTable<string, unknown>).get(name);
 }
 
-function lookupGetCtxRef(this: void): CtxRefC["ngx_http_lua_ffi_get_ctx_ref"] {
-  return (ffi.C as unknown as CtxRefC).ngx_http_lua_ffi_get_ctx_ref;
+/** ngx_lua's C function `name`, or nil when this nginx has none (looking a missing symbol up raises). */
+function cfunction<F>(name: string): F | undefined {
+  const [ok, f] = lua_pcall(lookup, name);
+  if (!ok) return undefined;
+  return f as F;
 }
-const [hasCtxRef, found] = pcall(lookupGetCtxRef);
-const getCtxRef = found as CtxRefC["ngx_http_lua_ffi_get_ctx_ref"];
+
+type GetCtxRef = (this: void, r: NgxRequestPtr, inSsl: FfiBuffer, sslRef: FfiBuffer) => number;
+const getCtxRef = cfunction<GetCtxRef>("ngx_http_lua_ffi_get_ctx_ref");
 const inSsl = ffi.new("int[1]", 1);
 const sslRef = ffi.new("int[1]", 1);
+
+const isSubrequest = cfunction<(this: void, r: NgxRequestPtr) => number>("ngx_http_lua_ffi_is_subrequest");
+// A request's connection is its second field in every nginx (after a uint32_t signature).
+const fields = ffi.typeof("void **");
 
 // Set once by lua-resty-core when it loads (before any init_by_lua code).
 const registered = (debug.getregistry() as unknown as LuaTable<string, unknown>).get("ngx_lua_ctx_tables");
@@ -69,7 +80,7 @@ export function finished(co: LuaThread): boolean {
 }
 
 /** False when this nginx cannot tell whether a request is over (then only log() ends leases). */
-const canWatch = hasCtxRef && ctxTables !== undefined;
+const canWatch = getCtxRef !== undefined && ctxTables !== undefined;
 
 /** The current request's id (its address), or nil outside a request. */
 export function id(): number | undefined {
@@ -94,7 +105,7 @@ function here(): LuaMultiReturn<[number | undefined, LuaTable<string, unknown>, 
   const ctx = ngx_.ctx;
   let ref = -1;
   if (canWatch) {
-    const n = getCtxRef(r, inSsl, sslRef);
+    const n = getCtxRef!(r, inSsl, sslRef);
     if (n >= 0 && ctxTables!.get(n) === ctx) {
       ref = n;
     }
@@ -109,6 +120,30 @@ export function anchor(): Anchor | undefined {
     return undefined;
   }
   return { id: rid, ctx, ref };
+}
+
+/** The address of request r's connection. */
+function connectionOf(r: NgxRequestPtr): number {
+  const c = lua_tonumber(ffi_cast(uintptr_t, (ffi_cast(fields, r) as unknown as LuaTable<number, FfiScalar>).get(1)))!;
+  return c;
+}
+
+/**
+ * When the current request is a subrequest: its main request, as the address
+ * of their connection (nginx gives a subrequest its main request's; each
+ * HTTP/2 or HTTP/3 stream has one of its own). nil for a main request.
+ */
+export function mainOf(): number | undefined {
+  const r = get_request();
+  if (r === undefined || isSubrequest === undefined || isSubrequest(r) !== 1) return undefined;
+  return connectionOf(r);
+}
+
+/** The address of the current request's connection (its subrequests' too); nil outside a request. */
+export function connection(): number | undefined {
+  const r = get_request();
+  if (r === undefined) return undefined;
+  return connectionOf(r);
 }
 
 /** Is the request still running (up to and including its log phase)? True when it cannot be told. */

@@ -25,6 +25,7 @@ import * as inflight from "./inflight";
 import * as capture from "./idempotency/capture";
 import * as fallback from "./rate_local";
 import * as request from "../core/request";
+import type * as seen from "./seen";
 
 const decide = core.decide;
 const request_id = request.id;
@@ -44,7 +45,7 @@ export interface Mark extends request.Anchor {
 /** What giving back needs of a rate guard. */
 export interface Charger {
   /** Requests (by id) this guard decided for. */
-  readonly _seen: LuaTable<number, Mark>;
+  readonly _seen: seen.Seen<Mark>;
   readonly _conf: redis.RedisConf;
   readonly _limits: core.Limits;
   readonly _cost: number;
@@ -69,7 +70,7 @@ export function refused(): void {
   const ctx = ngx_.ctx;
   for (const i of $range(1, chargers.length)) {
     const g = chargers[i - 1]!;
-    const m = g._seen.get(rid);
+    const m = g._seen.byId.get(rid);
     if (m !== undefined && m.ctx === ctx && request_alive(m)) {
       const rkey = m.charged;
       const here = m.chargedHere;

@@ -12,6 +12,8 @@ import * as lockLocal from "./lock_local";
 import * as onway from "./onway";
 import * as stats from "./stats";
 import * as breaker from "./breaker";
+import * as request from "../core/request";
+import * as seen from "./seen";
 
 const read_body = ngx.req.read_body;
 const hashed = digest.key;
@@ -19,6 +21,10 @@ const incr = stats.incr;
 const meter_refused = meter.refused;
 // Read per request by mutex guards with shared methods (readers).
 const req_get_method = ngx.req.get_method;
+const request_id = request.id;
+const request_anchor = request.anchor;
+const seen_find = seen.find;
+const seen_put = seen.put;
 
 export type Mode = "dedup" | "concurrency" | "throttle" | "mutex";
 
@@ -68,6 +74,8 @@ export interface State {
   readonly _missingStatus: number;
   readonly _errorStatus: number;
   readonly _headers: LuaTable<string, string> | undefined;
+  /** Requests it refused, still running: an error_page may bring them back (refusedHere). */
+  readonly _refused: seen.Seen<request.Anchor>;
   readonly _breakerFailures: number;
   readonly _breakerCooldown: number;
   /** Seconds a half-open breaker's probe has (breaker.probeWindow). */
@@ -86,13 +94,21 @@ export interface Guard extends State {
   log(): void;
 }
 
+/** Keep the request g refuses, for refusedHere() should an error_page bring it back. */
+function remember(g: Guard): void {
+  const an = request_anchor();
+  if (an !== undefined) seen_put(g._refused, an);
+}
+
 /** Refuse a request Redis decided against: the guards it passed before give back what they took. */
 function reject(g: Guard, status: number, retryAfterMs: number | undefined): never {
+  remember(g);
   return shared.refuse(g._headers, status, retryAfterMs);
 }
 
 /** Refuse a request because Redis failed (or the breaker is open). */
 function rejectDown(g: Guard, status: number, retryAfterMs: number | undefined): never {
+  remember(g);
   return shared.refuseDown(g._headers, status, retryAfterMs);
 }
 
@@ -114,6 +130,18 @@ function skipsRedis(g: Guard, fallback: lockLocal.Local | undefined): boolean {
   return breaker.skips(g._dict, g.name, g._probeFor);
 }
 
+/**
+ * Did this guard refuse this request already? An error_page for its status
+ * brings it back (a busy page under the guarded location): it passes to
+ * that page, as nginx's limit_req and limit_conn decide once per request,
+ * instead of waiting a second time and answering with nginx's own page.
+ */
+function refusedHere(g: Guard): boolean {
+  if (g._refused.count === 0) return false;
+  const rid = request_id();
+  return rid !== undefined && seen_find(g._refused, rid) !== undefined;
+}
+
 /** The metatable of every guard of these modes (its __index, the methods, is set once they are). */
 const mt: { __index?: object } = {};
 
@@ -122,10 +150,7 @@ const guardMethods = {
   access(this: Guard): void {
     if (shared.misused(this, mt, "access")) return;
     if (!shared.decides(this.name)) return;
-    if (inflight.holds(this)) {
-      // The same request again, after an internal redirect: it holds the key already.
-      return;
-    }
+    if (refusedHere(this)) return;
     if (this._readBody) {
       // A permit held while a slow client trickles its body in would starve the key.
       read_body();
@@ -134,6 +159,10 @@ const guardMethods = {
     if (raw === undefined) return;
     // Client-controlled: hash it, so any size and any bytes map to a bounded key.
     const key = hashed("", raw);
+    if (inflight.holds(this, key)) {
+      // The same request again, after an internal redirect: it holds the key already.
+      return;
+    }
     const fallback = this._fallback;
     if (skipsRedis(this, fallback)) {
       incr(this._dict, this.name, "short_circuited");

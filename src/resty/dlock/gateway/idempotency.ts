@@ -138,7 +138,7 @@ function fingerprint(method: string, b: string): string {
 
 function access(g: Guard): void {
   if (!shared.decides(g.name)) return;
-  if (inflight.holds(g._owner)) {
+  if (inflight.holds(g._owner, undefined)) {
     // The same request again, after an internal redirect: it holds the claim already.
     return;
   }

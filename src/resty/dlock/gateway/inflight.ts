@@ -25,6 +25,7 @@ import * as renewals from "./renewals";
 import * as request from "../core/request";
 import * as upstream from "./upstream";
 import * as stats from "./stats";
+import * as subrequests from "./subrequests";
 
 const ngx_ = ngx;
 const math_min = math.min;
@@ -32,6 +33,8 @@ const math_max = math.max;
 const request_id = request.id;
 const request_alive = request.alive;
 const request_here = request.here;
+const request_main = request.mainOf;
+const request_connection = request.connection;
 const answered = releases.answered;
 const advice_unlogged = advice.unlogged;
 const lua_pairs = pairs;
@@ -62,6 +65,8 @@ type Held = renewals.Held;
  */
 interface Req extends Held, request.Anchor {
   more: Held[] | undefined;
+  /** A subrequest's: its main request's connection, whose log() ends it (subrequests.ts). */
+  readonly conn: number | undefined;
 }
 
 /** In-flight requests of this worker that hold a guard's lease, by request id. */
@@ -110,6 +115,7 @@ function endOne(rid: number, h: Held, how: End, status: number): void {
 function endReq(rid: number, req: Req, how: End, status: number): void {
   requests.delete(rid);
   count--;
+  if (req.conn !== undefined) subrequests.unlink(req.conn, rid);
   endOne(rid, req, how, status);
   const more = req.more;
   if (more !== undefined) {
@@ -131,15 +137,8 @@ function current(): LuaMultiReturn<[Req | undefined, number]> {
   return $multi(req, rid);
 }
 
-/**
- * The current request (log phase) is over: end the leases it holds of `owner`,
- * or of every guard when owner is nil.
- */
-export function finish(owner: Owner | undefined): void {
-  const [req, rid] = current();
-  if (req === undefined) return;
-  const how: End = upstream.aborted() ? "aborted" : "logged";
-  const status = ngx_.status;
+/** End the leases req (request rid) holds of `owner`, or of every guard when owner is nil. */
+function endOwned(rid: number, req: Req, owner: Owner | undefined, how: End, status: number): void {
   if (owner === undefined) {
     endReq(rid, req, how, status);
     return;
@@ -161,27 +160,50 @@ export function finish(owner: Owner | undefined): void {
       }
     }
   }
-  if (open === 0) {
-    requests.delete(rid);
-    count--;
+  if (open === 0) endReq(rid, req, how, status);
+}
+
+/**
+ * The current request (log phase) is over: end the leases it holds of
+ * `owner`, or of every guard when owner is nil; and those its subrequests
+ * took (they have no log phase of their own).
+ */
+export function finish(owner: Owner | undefined): void {
+  const [req, rid] = current();
+  let subs: number[] | undefined;
+  if (subrequests.any()) subs = subrequests.of(request_connection()!);
+  if (req === undefined && subs === undefined) return;
+  const how: End = upstream.aborted() ? "aborted" : "logged";
+  const status = ngx_.status;
+  if (req !== undefined) endOwned(rid, req, owner, how, status);
+  if (subs === undefined) return;
+  let i = subs.length;
+  while (i >= 1) {
+    const sid = subs[i - 1]!;
+    const sub = requests.get(sid);
+    if (sub !== undefined) endOwned(sid, sub, owner, how, status);
+    i--;
   }
 }
 
 /**
- * In access: does the current request hold a lease of `owner` already? True
- * when it passes the guard again after an internal redirect (try_files to a
- * named location with the same guard, error_page...): it must not queue
- * behind itself. A request that is gone and had the same address is ended here.
+ * In access: does the current request hold `owner`'s lease on key already?
+ * True when it passes the guard again after an internal redirect (try_files
+ * to a named location with the same guard, error_page...) on the same key: it
+ * must not queue behind itself. A redirect that changed its key ($uri, the
+ * arguments) finds false: the key it is now under is taken like any other.
+ * key nil: any key of owner's (an idempotency claim is the request's, whatever its location).
+ * A request that is gone and had the same address is ended here.
  */
-export function holds(owner: Owner): boolean {
+export function holds(owner: Owner, key: string | undefined): boolean {
   const [req] = current();
   if (req === undefined) return false;
-  if (req.owner === owner && !req.done) return true;
+  if (req.owner === owner && !req.done && (key === undefined || req.lease.key === key)) return true;
   const more = req.more;
   if (more !== undefined) {
     for (const i of $range(1, more.length)) {
       const h = more[i - 1]!;
-      if (h.owner === owner && !h.done) return true;
+      if (h.owner === owner && !h.done && (key === undefined || h.lease.key === key)) return true;
     }
   }
   return false;
@@ -265,9 +287,11 @@ export function track(owner: Owner, l: lease.Lease): request.Anchor | false | un
   }
   let h: Held;
   if (req === undefined) {
-    req = { id: rid, ctx, ref, owner, lease: l, done: false, answered, more: undefined };
+    const conn = request_main();
+    req = { id: rid, ctx, ref, owner, lease: l, done: false, answered, more: undefined, conn };
     requests.set(rid, req);
     count++;
+    if (conn !== undefined) subrequests.link(conn, rid);
     h = req;
   } else {
     h = { owner, lease: l, done: false, answered };

@@ -32,16 +32,17 @@ import * as giveback from "./giveback";
 import * as request from "../core/request";
 import * as stats from "./stats";
 import * as breaker from "./breaker";
+import * as seen from "./seen";
 
 const decide = core.decide;
 const str_format = string.format;
 const hashed = digest.key;
 const str_sub = string.sub;
-const lua_pairs = pairs;
 const lua_setmetatable = setmetatable;
 const incr = stats.incr;
 const request_anchor = request.anchor;
-const request_alive = request.alive;
+const seen_find = seen.find;
+const seen_put = seen.put;
 
 
 /** A rate guard's state: its name and mode to read, the rest private. */
@@ -84,17 +85,13 @@ interface State {
   readonly _breakerFailures: number;
   readonly _breakerCooldown: number;
   /** Requests (by id) this guard decided for, to skip them when an internal redirect brings them back. */
-  readonly _seen: LuaTable<number, giveback.Mark>;
-  _seenCount: number;
+  readonly _seen: seen.Seen<giveback.Mark>;
 }
 
 export interface Guard extends State {
   access(): void;
   log(): void;
 }
-
-/** Entries of `seen` before the dead ones are swept. */
-const SEEN_SWEEP = 1000;
 
 function onRedisFailure(g: Guard, k: string, an: giveback.Mark | undefined): void {
   if (g._shares !== undefined) {
@@ -123,20 +120,9 @@ function mark(g: Guard): giveback.Mark | false | undefined {
   // the lookup and another for the record: the first pass of every request needs both.
   const an: giveback.Mark | undefined = request_anchor();
   if (an === undefined) return undefined;
-  const seen = g._seen;
-  const a = seen.get(an.id);
-  if (a !== undefined && request_alive(a)) return false;
+  if (seen_find(g._seen, an.id) !== undefined) return false;
   if (an.ref < 0) return undefined;
-  if (g._seenCount >= SEEN_SWEEP) {
-    for (const [k, v] of lua_pairs(seen)) {
-      if (!request_alive(v)) {
-        seen.set(k, undefined as unknown as giveback.Mark);
-        g._seenCount--;
-      }
-    }
-  }
-  if (a === undefined) g._seenCount++;
-  seen.set(an.id, an);
+  seen_put(g._seen, an);
   return an;
 }
 
@@ -249,7 +235,7 @@ export function create(o: options.Options, name: string): LuaMultiReturn<[Guard 
     _probeFor: breaker.probeWindow(conf), _rejectStatus: rejectStatus,
     _missingStatus: missingStatus, _errorStatus: o.error_status, _headers: o.headers,
     _breakerFailures: o.breaker_failures, _breakerCooldown: o.breaker_cooldown,
-    _seen: new LuaTable<number, giveback.Mark>(), _seenCount: 0,
+    _seen: seen.create<giveback.Mark>(),
   };
   giveback.register(g);
   stats.prepare(dict, name);

@@ -34,21 +34,8 @@ describe("a client's requests one after another, each on a new connection, two w
   -- the next request, on the other worker, can reach Redis first.
   it("are never refused as busy by a concurrency, dedup or mutex guard with wait = 0 (each starts after the answer to the one before)",
     function()
-      local total, report = 0, {}
-      for _, loc in ipairs({ "cap", "dd", "jobs" }) do
-        local key = h.unique("seq-" .. loc)
-        local refused, first = 0, {}
-        for i = 1, 300 do
-          local res = assert(h.http(n.port, "/" .. loc .. "?key=" .. key))
-          if res.status ~= 200 then
-            refused = refused + 1
-            if #first < 5 then first[#first + 1] = i .. ":" .. res.status end
-          end
-        end
-        total = total + refused
-        report[#report + 1] = "/" .. loc .. " refused " .. refused .. " of 300 (request:status " .. table.concat(first, " ") .. ")"
-      end
-      assert.equal(0, total, table.concat(report, "; "))
+      local total, report = h.one_after_another(n.port, { "/cap", "/dd", "/jobs" }, 300)
+      assert.equal(0, total, report)
     end)
 
   it("still refuses a request beside one in flight at once (a mutex with wait = 0 answers 503 without waiting)", function()

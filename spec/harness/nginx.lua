@@ -166,8 +166,6 @@ function _M.http(port, path, opts)
   return res
 end
 
---- A copy of the library (dist/) at dir/lib that workers running as nobody can read (a checkout
---- may be in a private directory, as root's home is); its path.
 --- Guard `name`'s row on the status page (/dlock/status) of the nginx on `port`.
 function _M.guard_row(port, name)
   local res = assert(_M.http(port, "/dlock/status"))
@@ -179,6 +177,27 @@ function _M.backend_stats(port, key)
   local res = assert(_M.http(port, "/stats?key=" .. key))
   local hits, max, inflight = res.body:match("^(%d+) (%d+) (%d+)")
   return tonumber(hits), tonumber(max), tonumber(inflight)
+end
+
+--- A client's requests one after another, `count` to each of `paths` (on the nginx on `port`, with
+--- ?key= a key of their own per path): how many were answered other than 200, and a line per path
+--- naming the first few of them (request:status).
+function _M.one_after_another(port, paths, count)
+  local total, report = 0, {}
+  for _, path in ipairs(paths) do
+    local key = h.unique("seq" .. path:gsub("%W", "-"))
+    local refused, first = 0, {}
+    for i = 1, count do
+      local res = assert(_M.http(port, path .. "?key=" .. key))
+      if res.status ~= 200 then
+        refused = refused + 1
+        if #first < 5 then first[#first + 1] = i .. ":" .. res.status end
+      end
+    end
+    total = total + refused
+    report[#report + 1] = path .. " refused " .. refused .. " of " .. count .. " (request:status " .. table.concat(first, " ") .. ")"
+  end
+  return total, table.concat(report, "; ")
 end
 
 --- A header's value as one string (a repeated header is a list of its values).
@@ -199,6 +218,8 @@ function _M.ratelimit_items(v)
   return out
 end
 
+--- A copy of the library (dist/) at dir/lib that workers running as nobody can read (a checkout
+--- may be in a private directory, as root's home is); its path.
 function _M.public_lib(dir)
   local lib = dir .. "/lib"
   assert(process.sh("mkdir -p " .. dir .. " && chmod 755 " .. dir .. " && rm -rf " .. lib .. " && cp -r " .. env.root .. "/dist " ..

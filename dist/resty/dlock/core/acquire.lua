@@ -18,6 +18,7 @@ local wakeups = require("resty.dlock.core.wakeups")
 local clock = require("resty.dlock.core.clock")
 local check = require("resty.dlock.core.check")
 local call = backend.call
+local taken = queued.taken
 local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local math_min = math.min
@@ -83,8 +84,15 @@ local function byTurns(turn, store, kind, key, rkey, tok, ttl, wait, ...)
                 return nil, e, nil, subscribed, stray
             end
         elseif res == "OK" then
-            local l = lease.make(store, kind, key, rkey, tok, ttl, sent, fence)
-            return l, nil, nil, subscribed, false
+            local l, spent = taken(store, kind, key, rkey, tok, ttl, sent, fence)
+            if l ~= nil then
+                return l, nil, nil, subscribed, false
+            end
+            -- Its answer came too late for a lease: a transient failure, which a waiter tries again.
+            local e = retry.failed(store, kind, rkey, tok, spent, "transient", wait, deadline, kind.release)
+            if e ~= nil then
+                return nil, e, nil, subscribed, stray
+            end
         else
             if fault == "lost" then
                 stray = true

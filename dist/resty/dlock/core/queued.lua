@@ -16,6 +16,7 @@ local wakeups = require("resty.dlock.core.wakeups")
 local clock = require("resty.dlock.core.clock")
 local call = backend.call
 local make = lease.make
+local validity = backend.validity
 local clock_now = clock.now
 local ngx_update_time = ngx.update_time
 local math_floor = math.floor
@@ -23,6 +24,7 @@ local math_max = math.max
 local math_min = math.min
 local math_random = math.random
 local lua_type = type
+local str_format = string.format
 --- ms a ticket ends before its waiter gives up: more than a round trip to Redis.
 local MARGIN = 10
 --- ms a waiter in line sleeps, at most, with no word (see between).
@@ -59,6 +61,34 @@ end
 local function ticketMs(wait, deadline, sent)
     return wait > 0 and math_max(1, math_floor(deadline - sent) - MARGIN) or 0
 end
+--- The lease Redis gave for an acquire sent at `sent`. An answer that came
+-- once that lease had ended (a cold connection with a script loaded anew, a
+-- Redis far away) gives no lease as it is: it is extended at once, the key
+-- likely still ours (Redis counts its ttl from when it took it), and valid
+-- from that extend's send; else (gone, or again too late) given back: nil
+-- and the error, a transient one.
+local function taken(store, kind, key, rkey, tok, ttl, sent, fence)
+    local l = make(store, kind, key, rkey, tok, ttl, sent, fence)
+    ngx_update_time()
+    local took = clock_now() * 1000 - sent
+    if took < validity(store.redis, ttl) then
+        return l, nil
+    end
+    local ok = l:extend(ttl)
+    if ok ~= nil and l:valid() then
+        return l, nil
+    end
+    if not l._released then
+        l:release()
+    else
+        -- Its token gone from the key (not_owner): the owner-checked release still frees what it leaves (a reader's key).
+        local gone = backend.own(store.redis, kind.release, rkey, tok)
+        if gone == nil then
+            orphans.adoptAcquire(store.redis, kind.release, rkey, tok)
+        end
+    end
+    return nil, str_format("dlock: redis %s: took the key, but its answer came after %d ms of a %d ms ttl", store.redis.endpoint, took, ttl)
+end
 --- What Redis answered an attempt of the waiting acquire at `place`, sent at `sent`.
 local function heard(place, sent, res, err, fault)
     local store = place.store
@@ -78,14 +108,25 @@ local function heard(place, sent, res, err, fault)
         place.failure = err
         return false, nil, nil, nil
     end
-    if res == "OK" then
-        return true, make(store, kind, place.key, rkey, tok, place.ttl, sent, nil), nil, nil
+    local won = res == "OK"
+    local fence
+    if lua_type(res) == "table" then
+        local reply = res
+        won = reply[1] == "OK"
+        if won then
+            fence = reply[2]
+        end
+    end
+    if won then
+        local l, e = taken(store, kind, place.key, rkey, tok, place.ttl, sent, fence)
+        -- Its ticket was spent on the key, given back since.
+        if l == nil then
+            place.ticket = ""
+        end
+        return true, l, e, nil
     end
     if lua_type(res) == "table" then
         local reply = res
-        if reply[1] == "OK" then
-            return true, make(store, kind, place.key, rkey, tok, place.ttl, sent, reply[2]), nil, nil
-        end
         -- Busy: the holder's PTTL, and our ticket.
         local pttl = reply[1]
         place.retryAfter = pttl >= 0 and pttl or nil
@@ -241,8 +282,8 @@ function _M.queued(store, kind, key, rkey, tok, ttl, wait)
             end
             wakeups.done(conf, rkey)
         end
-        local l = make(store, kind, key, rkey, tok, ttl, sent, fence)
-        return l, nil, nil
+        local l, e = taken(store, kind, key, rkey, tok, ttl, sent, fence)
+        return l, e, nil
     end
     if wait > 0 then
         return inLine(
@@ -276,4 +317,6 @@ function _M.queued(store, kind, key, rkey, tok, ttl, wait)
     -- Busy, from the script without the queue (scripts.lua `alone`): the holder's PTTL.
     return nil, "busy", retry.pttlOf(res)
 end
+-- Exported by name: acquire.lua takes by turns the way this module takes in line.
+_M.taken = taken
 return _M

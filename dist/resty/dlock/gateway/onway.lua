@@ -13,28 +13,46 @@ local _M = {}
 local clock = require("resty.dlock.core.clock")
 local clock_now = clock.now
 local clock_sleep = clock.sleep
---- Dict keys: MARK followed by the Redis key.
+--- Dict keys: MARK followed by the Redis key; the value, how many releases of it are on their way.
 local MARK = "o:"
---- The mark's value while the release is on its way, and once Redis answered it.
-local SENT = 1
-local ANSWERED = 0
---- Seconds a mark lasts whose release never heard back (a crashed worker): it goes by itself.
+--- Seconds a mark lasts whose releases never heard back (a crashed worker): it goes by itself.
 local SENT_TTL = 1
---- Seconds an answered release stays marked: a busy answer read just before
--- the release landed, and looked into just after it was answered, still
--- finds that it was (the mark, a number, is overwritten where it is).
+--- Seconds a mark stays once its last release was answered: a busy answer
+-- read just before that release landed, and looked into just after it was
+-- answered, still finds that it was.
 local ANSWERED_TTL = 0.02
 --- Seconds a refusal waits at most for a marked release.
 local SETTLE = 0.1
 --- Seconds between looks at the mark.
 local LOOK = 0.001
---- A release of rkey is on its way (only into free memory: a mark never evicts a lease's record).
+--- A release of rkey is on its way. A count, not a flag: at a Redis a round
+-- trip away, the answer to a client's previous release comes just after its
+-- last one was sent, and must not clear that one's mark. Only into free
+-- memory: a mark never evicts a lease's record (incr adds no key).
 function _M.sent(dict, rkey)
-    dict:safe_set(MARK .. rkey, SENT, SENT_TTL)
+    local k = MARK .. rkey
+    local ok, err = dict:safe_add(k, 1, SENT_TTL)
+    if ok == true or err ~= "exists" then
+        return
+    end
+    local n = dict:incr(k, 1)
+    -- An answered mark, kept a moment, is on its way again: for as long as a release may take.
+    if n == 1 then
+        dict:expire(k, SENT_TTL)
+    end
 end
---- Redis answered the release of rkey (or it was given up).
+--- Redis answered a release of rkey (or it was given up).
 function _M.settled(dict, rkey)
-    dict:safe_set(MARK .. rkey, ANSWERED, ANSWERED_TTL)
+    local k = MARK .. rkey
+    local n = dict:incr(k, -1)
+    if n == nil or n > 0 then
+        return
+    end
+    if n < 0 then
+        dict:safe_set(k, 0, ANSWERED_TTL)
+    else
+        dict:expire(k, ANSWERED_TTL)
+    end
 end
 --- Was a release of rkey on its way when its key was found busy? Then wait
 -- until Redis answered it (at most SETTLE s): true, and a refusal is worth
@@ -46,7 +64,11 @@ function _M.awaited(dict, rkey)
         return false
     end
     local deadline = clock_now() + SETTLE
-    while (dict:get(k)) == SENT and clock_now() < deadline do
+    while clock_now() < deadline do
+        local n = dict:get(k)
+        if n == nil or n <= 0 then
+            break
+        end
         clock_sleep(LOOK)
     end
     return true

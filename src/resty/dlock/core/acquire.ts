@@ -22,6 +22,7 @@ type Kind = lease.Kind;
 type Fault = backend.Fault;
 
 const call = backend.call;
+const taken = queued.taken;
 const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const math_min = math.min;
@@ -95,8 +96,11 @@ function byTurns(turn: waits.Turn | undefined, store: Store, kind: Kind, key: st
       const e = retry.failed(store, kind, rkey, tok, err, fault, wait, deadline, kind.release);
       if (e !== undefined) return $multi(undefined, e, undefined, subscribed, stray);
     } else if (res === "OK") {
-      const l = lease.make(store, kind, key, rkey, tok, ttl, sent, fence);
-      return $multi(l, undefined, undefined, subscribed, false);
+      const [l, spent] = taken(store, kind, key, rkey, tok, ttl, sent, fence);
+      if (l !== undefined) return $multi(l, undefined, undefined, subscribed, false);
+      // Its answer came too late for a lease: a transient failure, which a waiter tries again.
+      const e = retry.failed(store, kind, rkey, tok, spent, "transient", wait, deadline, kind.release);
+      if (e !== undefined) return $multi(undefined, e, undefined, subscribed, stray);
     } else {
       if (fault === "lost") stray = true;
       retryAfter = retry.pttlOf(res);

@@ -22,6 +22,7 @@ type Fault = backend.Fault;
 
 const call = backend.call;
 const make = lease.make;
+const validity = backend.validity;
 const clock_now = clock.now;
 const ngx_update_time = ngx.update_time;
 const math_floor = math.floor;
@@ -29,6 +30,7 @@ const math_max = math.max;
 const math_min = math.min;
 const math_random = math.random;
 const lua_type = type;
+const str_format = string.format;
 
 /** ms a ticket ends before its waiter gives up: more than a round trip to Redis. */
 const MARGIN = 10;
@@ -98,6 +100,33 @@ function ticketMs(wait: number, deadline: number, sent: number): number {
   return wait > 0 ? math_max(1, math_floor(deadline - sent) - MARGIN) : 0;
 }
 
+/**
+ * The lease Redis gave for an acquire sent at `sent`. An answer that came
+ * once that lease had ended (a cold connection with a script loaded anew, a
+ * Redis far away) gives no lease as it is: it is extended at once, the key
+ * likely still ours (Redis counts its ttl from when it took it), and valid
+ * from that extend's send; else (gone, or again too late) given back: nil
+ * and the error, a transient one.
+ */
+function taken(store: lease.Store, kind: lease.Kind, key: string, rkey: string, tok: string, ttl: number, sent: number,
+  fence: number | undefined): LuaMultiReturn<[lease.Lease | undefined, string | undefined]> {
+  const l = make(store, kind, key, rkey, tok, ttl, sent, fence);
+  ngx_update_time();
+  const took = clock_now() * 1000 - sent;
+  if (took < validity(store.redis, ttl)) return $multi(l, undefined);
+  const [ok] = l.extend(ttl);
+  if (ok !== undefined && l.valid()) return $multi(l, undefined);
+  if (!l._released) {
+    l.release();
+  } else {
+    // Its token gone from the key (not_owner): the owner-checked release still frees what it leaves (a reader's key).
+    const [gone] = backend.own(store.redis, kind.release, rkey, tok);
+    if (gone === undefined) orphans.adoptAcquire(store.redis, kind.release, rkey, tok);
+  }
+  return $multi(undefined, str_format("dlock: redis %s: took the key, but its answer came after %d ms of a %d ms ttl",
+    store.redis.endpoint, took, ttl));
+}
+
 /** What Redis answered an attempt of the waiting acquire at `place`, sent at `sent`. */
 function heard(place: Place, sent: number, res: RedisValue | undefined, err: string | undefined, fault: Fault | undefined): Attempt {
   const store = place.store;
@@ -115,14 +144,21 @@ function heard(place: Place, sent: number, res: RedisValue | undefined, err: str
     place.failure = err;
     return $multi(false, undefined, undefined, undefined);
   }
-  if (res === "OK") {
-    return $multi(true, make(store, kind, place.key, rkey, tok, place.ttl, sent, undefined), undefined, undefined);
+  let won = res === "OK";
+  let fence: number | undefined;
+  if (lua_type(res) === "table") {
+    const reply = res as LuaTable<number, string | number>;
+    won = reply.get(1) === "OK";
+    if (won) fence = reply.get(2) as number;
+  }
+  if (won) {
+    const [l, e] = taken(store, kind, place.key, rkey, tok, place.ttl, sent, fence);
+    // Its ticket was spent on the key, given back since.
+    if (l === undefined) place.ticket = "";
+    return $multi(true, l, e, undefined);
   }
   if (lua_type(res) === "table") {
     const reply = res as LuaTable<number, string | number>;
-    if (reply.get(1) === "OK") {
-      return $multi(true, make(store, kind, place.key, rkey, tok, place.ttl, sent, reply.get(2) as number), undefined, undefined);
-    }
     // Busy: the holder's PTTL, and our ticket.
     const pttl = reply.get(1) as number;
     place.retryAfter = pttl >= 0 ? pttl : undefined;
@@ -253,8 +289,8 @@ export function queued(store: Store, kind: Kind, key: string, rkey: string, tok:
       if (turn !== undefined) waits.leave(turn, false);
       wakeups.done(conf, rkey);
     }
-    const l = make(store, kind, key, rkey, tok, ttl, sent, fence);
-    return $multi(l, undefined, undefined);
+    const [l, e] = taken(store, kind, key, rkey, tok, ttl, sent, fence);
+    return $multi(l, e, undefined);
   }
   if (wait > 0) {
     return inLine(store, kind, key, rkey, qkey, fkey, skey, tok, ttl, wait, deadline, turn ?? waits.turn(rkey, tok), sent, res, err, fault);
@@ -269,3 +305,6 @@ export function queued(store: Store, kind: Kind, key: string, rkey: string, tok:
   // Busy, from the script without the queue (scripts.ts `alone`): the holder's PTTL.
   return $multi(undefined, "busy", retry.pttlOf(res));
 }
+
+// Exported by name: acquire.ts takes by turns the way this module takes in line.
+export { taken };

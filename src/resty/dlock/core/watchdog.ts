@@ -56,14 +56,21 @@ interface Watched {
   readonly anchor: request.Anchor | undefined;
   readonly co: LuaThread | undefined;
   readonly hooks: Hooks | undefined;
-  /** ngx.now() of the acquire or the last renewal. */
-  renewedAt: number;
   /** A renewal of it is on its way in a light thread of its endpoint's (renewApart). */
   renewing: boolean;
 }
 
 const watched = new LuaTable<lease.Lease, Watched>();
 let count = 0;
+
+/**
+ * A lease is due for renewal once no more than this share of its ttl is left
+ * of its validity: 30 % of the ttl after the send of the call that took or
+ * last extended it (its validity counts from there). Counted from the answer,
+ * a Redis 40 ms away let the validity of a 100 ms lease run out between
+ * renewals, and one 60 ms away lost it.
+ */
+const DUE = 0.7;
 
 /** Seconds between sweeps: a sixth of the shortest ttl watched, within these bounds. */
 const MIN_TICK = 0.01;
@@ -140,7 +147,6 @@ function renew(due: lease.Lease[]): void {
     if (w !== undefined && !l._releasing) {
       const hooks = w.hooks;
       if (r === true) {
-        w.renewedAt = clock_now();
         if (hooks !== undefined) hooks.renewed(l);
       } else if (r === "not_owner") {
         lost(l, "the key is gone from Redis, or someone else's", hooks, true);
@@ -198,7 +204,7 @@ function round(): void {
       drop(l);
     } else if (orphaned(w)) {
       forgotten.push(l);
-    } else if (!w.renewing && now - w.renewedAt >= l.ttl / 3000 * 0.9) {
+    } else if (!w.renewing && l._validUntil - now * 1000 <= l.ttl * DUE) {
       due.push(l);
     }
   }
@@ -246,7 +252,7 @@ function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
     if (anchor === undefined) co = co_running();
   }
   if (!watched.has(l)) count++;
-  watched.set(l, { lease: l, anchor, co, hooks, renewedAt: clock_now(), renewing: false });
+  watched.set(l, { lease: l, anchor, co, hooks, renewing: false });
   const err = loop.start(sweeper);
   if (err !== undefined) {
     drop(l);
@@ -256,19 +262,14 @@ function watch(l: lease.Lease, hooks?: Hooks): string | undefined {
   return undefined;
 }
 
-/**
- * Its holder extended l (lease:extend): renewed as of now, and at its new
- * ttl, which may want the sweep sooner than it sleeps.
- */
 /** Does the watchdog renew l (renew = true, not yet released or lost)? */
 export function watches(l: lease.Lease): boolean {
   return watched.has(l);
 }
 
+/** Its holder extended l (lease:extend): at its new ttl, which may want the sweep sooner than it sleeps. */
 export function extended(l: lease.Lease): void {
-  const w = watched.get(l);
-  if (w === undefined) return;
-  w.renewedAt = clock_now();
+  if (!watched.has(l)) return;
   sooner(l);
 }
 

@@ -14,17 +14,14 @@ import * as clock from "../core/clock";
 const clock_now = clock.now;
 const clock_sleep = clock.sleep;
 
-/** Dict keys: MARK followed by the Redis key. */
+/** Dict keys: MARK followed by the Redis key; the value, how many releases of it are on their way. */
 const MARK = "o:";
-/** The mark's value while the release is on its way, and once Redis answered it. */
-const SENT = 1;
-const ANSWERED = 0;
-/** Seconds a mark lasts whose release never heard back (a crashed worker): it goes by itself. */
+/** Seconds a mark lasts whose releases never heard back (a crashed worker): it goes by itself. */
 const SENT_TTL = 1;
 /**
- * Seconds an answered release stays marked: a busy answer read just before
- * the release landed, and looked into just after it was answered, still
- * finds that it was (the mark, a number, is overwritten where it is).
+ * Seconds a mark stays once its last release was answered: a busy answer
+ * read just before that release landed, and looked into just after it was
+ * answered, still finds that it was.
  */
 const ANSWERED_TTL = 0.02;
 /** Seconds a refusal waits at most for a marked release. */
@@ -32,14 +29,28 @@ const SETTLE = 0.1;
 /** Seconds between looks at the mark. */
 const LOOK = 0.001;
 
-/** A release of rkey is on its way (only into free memory: a mark never evicts a lease's record). */
+/**
+ * A release of rkey is on its way. A count, not a flag: at a Redis a round
+ * trip away, the answer to a client's previous release comes just after its
+ * last one was sent, and must not clear that one's mark. Only into free
+ * memory: a mark never evicts a lease's record (incr adds no key).
+ */
 export function sent(dict: NgxSharedDict, rkey: string): void {
-  dict.safe_set(MARK + rkey, SENT, SENT_TTL);
+  const k = MARK + rkey;
+  const [ok, err] = dict.safe_add(k, 1, SENT_TTL);
+  if (ok === true || err !== "exists") return;
+  const [n] = dict.incr(k, 1);
+  // An answered mark, kept a moment, is on its way again: for as long as a release may take.
+  if (n === 1) dict.expire(k, SENT_TTL);
 }
 
-/** Redis answered the release of rkey (or it was given up). */
+/** Redis answered a release of rkey (or it was given up). */
 export function settled(dict: NgxSharedDict, rkey: string): void {
-  dict.safe_set(MARK + rkey, ANSWERED, ANSWERED_TTL);
+  const k = MARK + rkey;
+  const [n] = dict.incr(k, -1);
+  if (n === undefined || n > 0) return;
+  if (n < 0) dict.safe_set(k, 0, ANSWERED_TTL);
+  else dict.expire(k, ANSWERED_TTL);
 }
 
 /**
@@ -52,6 +63,10 @@ export function awaited(dict: NgxSharedDict, rkey: string): boolean {
   const [v] = dict.get(k);
   if (v === undefined) return false;
   const deadline = clock_now() + SETTLE;
-  while (dict.get(k)[0] === SENT && clock_now() < deadline) clock_sleep(LOOK);
+  while (clock_now() < deadline) {
+    const [n] = dict.get(k);
+    if (n === undefined || (n as number) <= 0) break;
+    clock_sleep(LOOK);
+  }
   return true;
 }

@@ -90,16 +90,43 @@ end
 local function raised(err)
     ngx_log(ERR, "dlock: gateway release queue: ", check.text(err))
 end
+--- Redis found l's key gone, or someone else's, at its release (or hold): the
+-- key was lost under its request (flushed, evicted, run out), which went on
+-- without exclusion. Said as a renewal that finds it says it
+-- (renewals.lua), unless an earlier try of this release may have landed.
+local function lostUnder(owner, l, what)
+    if l._releaseSent == true then
+        return
+    end
+    stats.incr(owner._dict, owner.name, "lost")
+    ngx_log(
+        ERR,
+        "dlock: guard ",
+        owner.name,
+        ": lease on ",
+        l.key,
+        " lost while its request was in flight: its ",
+        what,
+        " found the key gone from Redis, or someone else's"
+    )
+end
 --- Release l, or keep it ms more.
 local function finish(owner, l, ms)
     if ms > 0 then
         local ok, err = l:extend(ms)
-        if ok == nil and err ~= "not_owner" then
-            failed(owner, "holding " .. l.key, err)
+        if ok == nil then
+            if err == "not_owner" then
+                lostUnder(owner, l, "hold")
+            else
+                failed(owner, "holding " .. l.key, err)
+            end
         end
         return
     end
     local ok, err = l:release()
+    if err == "not_owner" then
+        lostUnder(owner, l, "release")
+    end
     if ok == nil and err ~= "not_owner" then
         -- Unconfirmed: releaseAll tries again and hands what Redis still does not confirm to the sweep.
         local n, berr = batch.releaseAll({l})
@@ -257,6 +284,9 @@ local function answered(j)
     local h = j.post
     local ok, err = lease.posted(h.lease, j)
     if ok ~= nil or err == "not_owner" then
+        if ok == nil then
+            lostUnder(h.owner, h.lease, "release")
+        end
         onway.settled(h.owner._dict, h.lease._rkey)
         return
     end

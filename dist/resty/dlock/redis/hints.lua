@@ -165,6 +165,16 @@ function _M.turnedAway(endpoint, err, sentinel)
     end
     return "dlock: redis " .. endpoint .. ": " .. why
 end
+--- What a READONLY reply of a server given as the master means: it is a
+-- replica now (promoted away by hand, or a failover nothing told nginx of),
+-- and every lock write fails there until the configuration names the master.
+-- "" for the topologies that find their master themselves.
+function _M.replica(topology, err)
+    if topology ~= "standalone" and topology ~= "unix" or (str_find(err, "READONLY", 1, true)) ~= 1 then
+        return ""
+    end
+    return " (this server is a replica now: lock writes need the master; point the configuration at it, or have Sentinel " .. "name it: redis.sentinel)"
+end
 -- Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 _M.BY_CLUSTER = BY_CLUSTER
 _M.BY_SENTINELS = BY_SENTINELS

@@ -38,6 +38,7 @@ local fail = command.fail
 local turned_away = hints.turnedAway
 local closed_after = hints.closedAfter
 local no_scripts = hints.noScripts
+local replica = hints.replica
 -- READONLY: a master demoted by a failover; the next try goes to the new one.
 -- NOREPLICAS: a master with min-replicas-to-write while its replicas are away
 -- (a resync, a restart): writes resume when one is back.
@@ -62,7 +63,8 @@ local function refused(conf, err)
     if scriptless ~= nil then
         return scriptless, fault
     end
-    return "dlock: redis " .. conf.endpoint .. ": " .. lua_tostring(err), fault
+    local e = lua_tostring(err)
+    return "dlock: redis " .. conf.endpoint .. ": " .. e .. (code == "READONLY" and replica(conf.topology, e) or ""), fault
 end
 --- Did a Cluster slot that is migrating refuse the call (TRYAGAIN: a script
 -- whose keys the move has split between two nodes)? It is only to be tried

@@ -91,14 +91,31 @@ function raised(err: unknown): void {
   ngx_log(ERR, "dlock: gateway release queue: ", check.text(err));
 }
 
+/**
+ * Redis found l's key gone, or someone else's, at its release (or hold): the
+ * key was lost under its request (flushed, evicted, run out), which went on
+ * without exclusion. Said as a renewal that finds it says it
+ * (renewals.ts), unless an earlier try of this release may have landed.
+ */
+function lostUnder(owner: Owner, l: lease.Lease, what: string): void {
+  if (l._releaseSent === true) return;
+  stats.incr(owner._dict, owner.name, "lost");
+  ngx_log(ERR, "dlock: guard ", owner.name, ": lease on ", l.key, " lost while its request was in flight: its ", what,
+    " found the key gone from Redis, or someone else's");
+}
+
 /** Release l, or keep it ms more. */
 function finish(this: void, owner: Owner, l: lease.Lease, ms: number): void {
   if (ms > 0) {
     const [ok, err] = l.extend(ms);
-    if (ok === undefined && err !== "not_owner") failed(owner, "holding " + l.key, err);
+    if (ok === undefined) {
+      if (err === "not_owner") lostUnder(owner, l, "hold");
+      else failed(owner, "holding " + l.key, err);
+    }
     return;
   }
   const [ok, err] = l.release();
+  if (err === "not_owner") lostUnder(owner, l, "release");
   if (ok === undefined && err !== "not_owner") {
     // Unconfirmed: releaseAll tries again and hands what Redis still does not confirm to the sweep.
     const [n, berr] = batch.releaseAll([l]);
@@ -243,6 +260,7 @@ function answered(this: void, j: backend.Job): void {
   const h = j.post as Held;
   const [ok, err] = lease.posted(h.lease, j);
   if (ok !== undefined || err === "not_owner") {
+    if (ok === undefined) lostUnder(h.owner, h.lease, "release");
     onway.settled(h.owner._dict, h.lease._rkey);
     return;
   }

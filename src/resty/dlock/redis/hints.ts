@@ -183,5 +183,17 @@ export function turnedAway(endpoint: string, err: string | undefined, sentinel =
   return "dlock: redis " + endpoint + ": " + why;
 }
 
+/**
+ * What a READONLY reply of a server given as the master means: it is a
+ * replica now (promoted away by hand, or a failover nothing told nginx of),
+ * and every lock write fails there until the configuration names the master.
+ * "" for the topologies that find their master themselves.
+ */
+export function replica(topology: string, err: string): string {
+  if ((topology !== "standalone" && topology !== "unix") || str_find(err, "READONLY", 1, true)[0] !== 1) return "";
+  return " (this server is a replica now: lock writes need the master; point the configuration at it, or have Sentinel " +
+    "name it: redis.sentinel)";
+}
+
 // Exported by name: this module's own uses of them are locals, not lookups in its exports table.
 export { BY_CLUSTER, BY_SENTINELS, awayWhy };

@@ -44,6 +44,7 @@ const fail = command.fail;
 const turned_away = hints.turnedAway;
 const closed_after = hints.closedAfter;
 const no_scripts = hints.noScripts;
+const replica = hints.replica;
 
 // READONLY: a master demoted by a failover; the next try goes to the new one.
 // NOREPLICAS: a master with min-replicas-to-write while its replicas are away
@@ -66,7 +67,8 @@ function refused(conf: redis.RedisConf, err: string | undefined): LuaMultiReturn
   if (away !== undefined) return $multi(away, fault);
   const scriptless = no_scripts(conf.endpoint, err);
   if (scriptless !== undefined) return $multi(scriptless, fault);
-  return $multi("dlock: redis " + conf.endpoint + ": " + lua_tostring(err), fault);
+  const e = lua_tostring(err);
+  return $multi("dlock: redis " + conf.endpoint + ": " + e + (code === "READONLY" ? replica(conf.topology, e) : ""), fault);
 }
 
 /**

@@ -31,6 +31,7 @@ local FINISHED = claims.FINISHED
 -- outage would otherwise log one per request (counted in not_stored).
 local undropped = {}
 local unstored = {}
+local unconfirmed = {}
 --- The store of c's response, sent through `send` (backend.call, or backend.post).
 local function completing(send, c)
     local l = c.lease
@@ -109,12 +110,29 @@ local function store(premature, c)
     ngx_update_time()
     local deadline = clock_now() + g._lease / 1000
     local pause = 0.05
+    local said = false
     while true do
         local res, err = completing(backend.call, c)
         if stored(c, res) then
             return
         end
         stats.incr(g._dict, g.name, "redis_errors")
+        if not said then
+            -- Said at the first failure, as a release Redis did not confirm is: retries meanwhile wait, then get 409.
+            said = true
+            local n = quiet_due_for(unconfirmed, g.name)
+            if n > 0 then
+                ngx_log(
+                    WARN,
+                    "dlock: guard ",
+                    g.name,
+                    ": storing a response: ",
+                    check.reason(err),
+                    " (retried until Redis takes it or the claim runs out)",
+                    quiet_more(n)
+                )
+            end
+        end
         ngx_update_time()
         if clock_now() + pause >= deadline then
             g._dict:delete(FINISHED .. l._rkey)

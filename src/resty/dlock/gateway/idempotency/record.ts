@@ -40,6 +40,7 @@ const FINISHED = claims.FINISHED;
 // outage would otherwise log one per request (counted in not_stored).
 const undropped: quiet.Quiets = new LuaTable();
 const unstored: quiet.Quiets = new LuaTable();
+const unconfirmed: quiet.Quiets = new LuaTable();
 
 /** The response of a request that holds a claim, as the filters see it. */
 export interface Capture {
@@ -119,10 +120,20 @@ function store(this: void, premature: boolean, c: Capture): void {
   ngx_update_time();
   const deadline = clock_now() + g._lease / 1000;
   let pause = 0.05;
+  let said = false;
   while (true) {
     const [res, err] = completing(backend.call, c);
     if (stored(c, res)) return;
     stats.incr(g._dict, g.name, "redis_errors");
+    if (!said) {
+      // Said at the first failure, as a release Redis did not confirm is: retries meanwhile wait, then get 409.
+      said = true;
+      const n = quiet_due_for(unconfirmed, g.name);
+      if (n > 0) {
+        ngx_log(WARN, "dlock: guard ", g.name, ": storing a response: ", check.reason(err),
+          " (retried until Redis takes it or the claim runs out)", quiet_more(n));
+      }
+    }
     ngx_update_time();
     if (clock_now() + pause >= deadline) {
       g._dict.delete(FINISHED + l._rkey);

@@ -42,10 +42,12 @@ describe("the public API under fuzzing (seed " .. SEED .. "): acquire, leases, w
         local key, opts = any_key(), gen_acquire_opts()
         local what = function() return NAMES[obj] .. ":acquire(" .. ser(key) .. ", " .. ser(opts) .. ")" end
         local lease, err = kept(what, obj.acquire, obj, key, opts)
-        if valid_acquire(key, opts, obj) then
+        local ttl = effective_ttl(obj, opts)
+        if valid_acquire(key, opts, obj) and not lease and contract.spent(err, ttl) then
+          granted = granted + 1
+        elseif valid_acquire(key, opts, obj) then
           if not lease then violated(what() .. " refused a valid call on a free key: " .. ser(err)) end
           granted = granted + 1
-          local ttl = effective_ttl(obj, opts)
           if lease.key ~= key or lease.ttl ~= ttl or type(lease.token) ~= "string" then
             violated(what() .. " returned a lease with key " .. ser(lease.key) .. ", ttl " .. ser(lease.ttl))
           end
@@ -88,8 +90,10 @@ describe("the public API under fuzzing (seed " .. SEED .. "): acquire, leases, w
           end
           if dt > wait / 1000 + 0.5 then violated(what() .. " waited " .. dt .. " s") end
         elseif valid then
-          if not lease then violated(what() .. " refused a valid call on a free key: " .. ser(err)) end
-          release_now(what, lease, effective_ttl(obj, opts))
+          if not lease and not contract.spent(err, effective_ttl(obj, opts)) then
+            violated(what() .. " refused a valid call on a free key: " .. ser(err))
+          end
+          if lease then release_now(what, lease, effective_ttl(obj, opts)) end
         elseif lease then
           lease:release()
           violated(what() .. " accepted an invalid call")
@@ -291,6 +295,8 @@ describe("the public API under fuzzing (seed " .. SEED .. "): acquire, leases, w
           if rec.ran then violated(what() .. " ran fn on invalid input") end
           if r[2] ~= nil then violated(what() .. " returned a result for invalid input: " .. ser(r[2])) end
           check_err(what, r[3])
+        elseif not rec.ran and contract.spent(r[3], effective_ttl(obj, opts)) then
+          if r[2] ~= nil then violated(what() .. " returned a result without running fn: " .. ser(r[2])) end
         else
           if not rec.ran then violated(what() .. " did not run fn on a free key: " .. ser(r[3])) end
           if rec.raised then

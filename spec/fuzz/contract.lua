@@ -85,6 +85,15 @@ local function effective_ttl(obj, opts)
   return obj.ttl
 end
 
+--- Shorter than a round trip may be (the clock counts whole ms): an acquire
+--- whose answer comes after its ttl gives no lease (README, locks:acquire).
+local SPENT_TTL = 10
+
+--- Is err the refusal of a valid acquire of ttl ms whose answer came too late for a lease?
+local function spent(err, ttl)
+  return ttl <= SPENT_TTL and type(err) == "string" and err:find("took the key, but its answer came after", 1, true) ~= nil
+end
+
 --- One command to the fuzz Redis on a pooled connection (fresh connections
 --- would leave thousands of sockets in TIME_WAIT).
 local function rcmd(name, ...)
@@ -120,6 +129,7 @@ local function release_now(what, lease, live_ttl)
 end
 
 _M.stats, _M.violated, _M.is_int_in, _M.call, _M.check_err, _M.kept = stats, violated, is_int_in, call, check_err, kept
+_M.spent = spent
 _M.valid_acquire, _M.effective_ttl, _M.rcmd, _M.keyspace, _M.release_now =
   valid_acquire, effective_ttl, rcmd, keyspace, release_now
 
